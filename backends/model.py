@@ -1,0 +1,184 @@
+"""Typed records that flow from the parsers through the monitor to the UI and the CLI.
+
+Every measured value is ``None`` when the machine did not report it. Nothing here turns
+"not reported" into 0: a dashboard that shows 0 W when power is ``[N/A]`` lies.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+
+
+class Health(enum.StrEnum):
+    """How a GPU (or a host) is doing, worst last so that ``max()`` picks the worst."""
+
+    OK = "ok"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return _HEALTH_RANK[self]
+
+    @staticmethod
+    def worst(*values: Health) -> Health:
+        return max(values, key=lambda h: h.rank, default=Health.OK)
+
+
+_HEALTH_RANK = {Health.OK: 0, Health.WARNING: 1, Health.CRITICAL: 2}
+
+
+class Source(enum.StrEnum):
+    """Where GPU samples come from; shown in the UI and in the JSON ``source`` key."""
+
+    AGENT_NVML = "agent/nvml"  # the agent on the target, reading NVML through pynvml
+    AGENT_SMI = "agent/nvidia-smi"  # the agent on the target, running nvidia-smi -lms
+    SMI_DIRECT = "nvidia-smi"  # no usable Python on the target: nvidia-smi streamed directly
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """One compute process on a GPU, as nvidia-smi / NVML report it.
+
+    Inside an unprivileged LXC container the PID is the *host* PID and the name is
+    usually ``None`` (nvidia-smi prints ``[Not Found]``).
+    """
+
+    pid: int
+    name: str | None
+    memory_mib: int | None
+    gpu_uuid: str | None = None
+    gpu_bus_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU at one moment. Fields mirror ``nvidia-smi --query-gpu`` (see QUERY_FIELDS)."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    bus_id: str | None = None
+    timestamp: str | None = None  # nvidia-smi's own timestamp text, local time of the target
+    pstate: str | None = None
+    temperature_c: float | None = None
+    memory_temperature_c: float | None = None
+    utilization_pct: float | None = None
+    memory_utilization_pct: float | None = None
+    memory_total_mib: int | None = None
+    memory_reserved_mib: int | None = None
+    memory_used_mib: int | None = None
+    memory_free_mib: int | None = None
+    power_w: float | None = None
+    power_instant_w: float | None = None
+    power_limit_w: float | None = None
+    enforced_power_limit_w: float | None = None
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    max_sm_clock_mhz: int | None = None
+    fan_pct: float | None = None
+    clocks_event_reasons: int | None = None
+    ecc_uncorrected: int | None = None
+    ecc_corrected: int | None = None
+    compute_mode: str | None = None
+    persistence_mode: str | None = None
+    health: Health = Health.OK
+    problems: tuple[str, ...] = ()
+
+    @property
+    def memory_used_fraction(self) -> float | None:
+        """Used / total in 0..1, or None when either is unknown or total is 0."""
+        if self.memory_used_mib is None or not self.memory_total_mib:
+            return None
+        return self.memory_used_mib / self.memory_total_mib
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """Everything known about one host at one moment (one GPU sample round).
+
+    ``time`` is the local (gpumon side) epoch time at which the sample arrived.
+    ``processes`` is the most recent process list, which may be a little older than the
+    GPU values (processes are polled less often).
+    """
+
+    host: str
+    time: float
+    source: Source | None
+    gpus: tuple[GpuSample, ...]
+    processes: tuple[GpuProcess, ...] = ()
+    skipped_lines: int = 0  # malformed rows dropped by the parser in this round
+
+    def processes_for(self, gpu: GpuSample) -> tuple[GpuProcess, ...]:
+        """The processes on ``gpu``, matched by UUID, else by PCI bus id."""
+        out = []
+        for p in self.processes:
+            if (gpu.uuid is not None and p.gpu_uuid == gpu.uuid) or (
+                p.gpu_uuid is None and gpu.bus_id is not None and p.gpu_bus_id == gpu.bus_id
+            ):
+                out.append(p)
+        return tuple(out)
+
+
+class ConnState(enum.StrEnum):
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    FAILED = "failed"  # gave up (only headless one-shot commands give up)
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class HostStatus:
+    """Connection and data-source state of one host.
+
+    ``error`` is a host-level problem in words (unreachable, auth refused, nvidia-smi
+    failing: quoting the tool). It can be set while connected (nvidia-smi broken) too.
+    """
+
+    state: ConnState
+    since: float
+    error: str | None = None
+    attempt: int = 0
+    next_retry_at: float | None = None
+    source: Source | None = None
+    transport: str = ""  # "ssh root@pve:22 -> pct 200", "local", "simulator"
+
+
+class GpuHistory:
+    """Bounded history of one GPU's headline values; owned by the monitor.
+
+    All series share one length; entry ``i`` of each belongs to ``times[i]`` (local epoch
+    seconds). A value the GPU did not report is ``None`` in its series.
+    """
+
+    __slots__ = (
+        "maxlen",
+        "memory_used_mib",
+        "power_w",
+        "temperature_c",
+        "times",
+        "utilization_pct",
+    )
+
+    def __init__(self, maxlen: int) -> None:
+        self.maxlen = maxlen
+        self.times: deque[float] = deque(maxlen=maxlen)
+        self.memory_used_mib: deque[float | None] = deque(maxlen=maxlen)
+        self.utilization_pct: deque[float | None] = deque(maxlen=maxlen)
+        self.temperature_c: deque[float | None] = deque(maxlen=maxlen)
+        self.power_w: deque[float | None] = deque(maxlen=maxlen)
+
+    def append(self, t: float, gpu: GpuSample) -> None:
+        self.times.append(t)
+        self.memory_used_mib.append(
+            None if gpu.memory_used_mib is None else float(gpu.memory_used_mib)
+        )
+        self.utilization_pct.append(gpu.utilization_pct)
+        self.temperature_c.append(gpu.temperature_c)
+        self.power_w.append(gpu.power_w)
+
+    def __len__(self) -> int:
+        return len(self.times)
