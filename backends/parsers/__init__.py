@@ -1,0 +1,1 @@
+"""Pure parsers from tool output (nvidia-smi, Prometheus text, logs) to typed records."""

@@ -1,0 +1,420 @@
+"""nvidia-smi ``--query-gpu`` / ``--query-compute-apps`` CSV and failure texts to typed records.
+
+Pure functions, standard library only. Formats: notes/formats.md sections 1-3. Every cell
+nvidia-smi could not fill (``[N/A]``, ``N/A``, ``[GPU is lost]``, ...) becomes ``None``, never
+0; rows that are not data (Xid text in a ``-lms`` stream, truncated lines) are counted, not
+raised on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import GpuProcess, GpuSample, Health
+
+PROCESS_FIELDS: tuple[str, ...] = ("pid", "process_name", "used_memory", "gpu_uuid", "gpu_bus_id")
+
+_FORMAT_ARG = "--format=csv,noheader,nounits"
+_SEPARATOR = ", "  # nvidia-smi never quotes cells; comma + space separates them
+
+# Canonical --query-gpu field -> (GpuSample attribute, value kind). Its keys, in this order,
+# are the recommended 27-field query (notes/formats.md 1.1).
+_GPU_FIELDS: dict[str, tuple[str, str]] = {
+    "timestamp": ("timestamp", "str"),
+    "index": ("index", "index"),
+    "uuid": ("uuid", "str"),
+    "name": ("name", "str"),
+    "pci.bus_id": ("bus_id", "str"),
+    "pstate": ("pstate", "str"),
+    "temperature.gpu": ("temperature_c", "float"),
+    "temperature.memory": ("memory_temperature_c", "float"),
+    "utilization.gpu": ("utilization_pct", "float"),
+    "utilization.memory": ("memory_utilization_pct", "float"),
+    "memory.total": ("memory_total_mib", "int"),
+    "memory.reserved": ("memory_reserved_mib", "int"),
+    "memory.used": ("memory_used_mib", "int"),
+    "memory.free": ("memory_free_mib", "int"),
+    "power.draw": ("power_w", "float"),
+    "power.draw.instant": ("power_instant_w", "float"),
+    "power.limit": ("power_limit_w", "float"),
+    "enforced.power.limit": ("enforced_power_limit_w", "float"),
+    "clocks.current.sm": ("sm_clock_mhz", "int"),
+    "clocks.current.memory": ("memory_clock_mhz", "int"),
+    "clocks.max.sm": ("max_sm_clock_mhz", "int"),
+    "fan.speed": ("fan_pct", "float"),
+    "clocks_event_reasons.active": ("clocks_event_reasons", "hex"),
+    "ecc.errors.uncorrected.volatile.total": ("ecc_uncorrected", "int"),
+    "ecc.errors.corrected.volatile.total": ("ecc_corrected", "int"),
+    "compute_mode": ("compute_mode", "str"),
+    "persistence_mode": ("persistence_mode", "str"),
+}
+QUERY_FIELDS: tuple[str, ...] = tuple(_GPU_FIELDS)
+
+# Aliases accepted on the command line (headers always print the canonical name).
+_GPU_ALIASES: dict[str, str] = {
+    "gpu_name": "name",
+    "gpu_uuid": "uuid",
+    "gpu_bus_id": "pci.bus_id",
+    "clocks.sm": "clocks.current.sm",
+    "clocks.mem": "clocks.current.memory",
+    "clocks_throttle_reasons.active": "clocks_event_reasons.active",
+    "gpu.power.draw.instant": "power.draw.instant",
+    "gpu.power.requested_limit": "power.limit",
+    "gpu.power.current_limit": "enforced.power.limit",
+}
+_PROCESS_ALIASES: dict[str, str] = {"name": "process_name", "used_memory": "used_gpu_memory"}
+
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_HEADER_CELL = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?: \[[^\]]*\])?")
+# A number, optionally followed by " <unit>" (``84522 MiB``, ``100 %``, ``0 us``). ASCII
+# digits only and bounded, so "nan", "1e400", "1_000" or 5000 digits never become numbers.
+_NUMBER = re.compile(r"(-?[0-9]{1,18}(?:\.[0-9]{1,9})?)(?: [A-Za-z%]{1,4})?")
+_HEX = re.compile(r"0[xX]([0-9A-Fa-f]{1,16})")
+_INDEX = re.compile(r"[0-9]{1,6}")
+_PID = re.compile(r"[0-9]{1,10}")
+_TIMESTAMP = re.compile(r"[0-9]{4}/[0-9]{2}/[0-9]{2} ")
+
+_MISSING = frozenset({"", "N/A", "ERR!"})
+_CELL_PROBLEMS: dict[str, tuple[Health, str]] = {
+    "[Unknown Error]": (Health.WARNING, "Unknown Error"),
+    "[GPU requires reset]": (Health.CRITICAL, "GPU requires reset"),
+    "[GPU is lost]": (Health.CRITICAL, "GPU is lost"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuParse:
+    gpus: tuple[GpuSample, ...]
+    skipped: int  # non-empty lines that were neither a header nor a GPU row
+    header: tuple[str, ...] | None  # field names of the last header line seen, units stripped
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessParse:
+    processes: tuple[GpuProcess, ...]
+    skipped: int
+
+
+@dataclass(frozen=True, slots=True)
+class SmiFailure:
+    kind: str
+    message: str
+    exit_code: int | None
+
+
+def query_gpu_args(fields: Sequence[str] = QUERY_FIELDS, loop_ms: int | None = None) -> list[str]:
+    """The argv after ``nvidia-smi`` for a CSV GPU query (``-lms N`` when ``loop_ms`` is given).
+
+    Raises ValueError for an empty field list, a field name that is not a plain
+    identifier (it ends up in a remote command line), or ``loop_ms < 1``.
+    """
+    if not fields or not all(_FIELD_NAME.fullmatch(f) for f in fields):
+        raise ValueError(f"invalid --query-gpu field list: {list(fields)!r}")
+    args = [f"--query-gpu={','.join(fields)}", _FORMAT_ARG]
+    if loop_ms is not None:
+        if loop_ms < 1:
+            raise ValueError(f"loop_ms must be >= 1, got {loop_ms}")
+        args += ["-lms", str(loop_ms)]
+    return args
+
+
+def compute_apps_args() -> list[str]:
+    """The argv after ``nvidia-smi`` for the per-process query (PROCESS_FIELDS, no header)."""
+    return [f"--query-compute-apps={','.join(PROCESS_FIELDS)}", _FORMAT_ARG]
+
+
+def parse_cell(text: str) -> str | None:
+    """The stripped cell text, or None for every "no value" spelling (``[...]``, N/A, ERR!, "")."""
+    s = text.strip()
+    if s in _MISSING or (s.startswith("[") and s.endswith("]")):
+        return None
+    return s
+
+
+def cell_problem(text: str) -> tuple[Health, str] | None:
+    """Health impact of an error cell: ``[Unknown Error]`` warns, lost / reset are critical."""
+    return _CELL_PROBLEMS.get(text.strip())
+
+
+def _number_text(text: str) -> str | None:
+    s = parse_cell(text)
+    m = _NUMBER.fullmatch(s) if s is not None else None
+    return m.group(1) if m else None
+
+
+def _to_float(text: str) -> float | None:
+    number = _number_text(text)
+    return None if number is None else float(number)
+
+
+def _to_int(text: str) -> int | None:
+    number = _number_text(text)
+    if number is None:
+        return None
+    whole, _, fraction = number.partition(".")
+    return None if fraction.strip("0") else int(whole)  # "12.00" is 12, "12.5" is no count
+
+
+def _to_hex_int(text: str) -> int | None:
+    s = parse_cell(text)
+    m = _HEX.fullmatch(s) if s is not None else None
+    return int(m.group(1), 16) if m else _to_int(text)
+
+
+def _to_index(text: str) -> int | None:
+    s = text.strip()
+    return int(s) if _INDEX.fullmatch(s) else None
+
+
+_CONVERTERS = {
+    "index": _to_index,
+    "str": parse_cell,
+    "float": _to_float,
+    "int": _to_int,
+    "hex": _to_hex_int,
+}
+
+
+def _lines(text: str | Iterable[str]) -> Iterator[str]:
+    # split("\n"), not splitlines(): a process name may contain \x1c, \x85 or \u2028.
+    for chunk in (text,) if isinstance(text, str) else text:
+        for line in chunk.split("\n"):
+            if line.strip():
+                yield line.rstrip("\r")
+
+
+def _header_names(cells: Sequence[str]) -> tuple[str, ...] | None:
+    """Field names if every cell looks like ``name`` or ``name [unit]``, else None."""
+    names = []
+    for cell in cells:
+        m = _HEADER_CELL.fullmatch(cell.strip())
+        if m is None:
+            return None
+        names.append(m.group(1))
+    return tuple(names)
+
+
+def parse_query_gpu(text: str | Iterable[str], fields: Sequence[str] = QUERY_FIELDS) -> GpuParse:
+    """GPU samples from ``--query-gpu`` CSV output (one string, or lines as they arrive).
+
+    ``fields`` names the columns of header-less output; a header line (``--format=csv``)
+    overrides it, so a capture with any field list and order parses. Units in values are
+    accepted. A line with the wrong column count, a missing/non-numeric ``index`` or a
+    non-timestamp ``timestamp`` is counted in ``skipped``. Never raises on bad input.
+    """
+    columns = [_GPU_ALIASES.get(f, f) for f in fields]
+    header: tuple[str, ...] | None = None
+    gpus: list[GpuSample] = []
+    skipped = 0
+    for line in _lines(text):
+        cells = line.split(_SEPARATOR)
+        names = _header_names(cells)
+        if names is not None and "index" in names:
+            header = names
+            columns = [_GPU_ALIASES.get(n, n) for n in names]
+            continue
+        gpu = _gpu_from_row(columns, cells) if len(cells) == len(columns) else None
+        if gpu is None:
+            skipped += 1
+        else:
+            gpus.append(gpu)
+    return GpuParse(gpus=tuple(gpus), skipped=skipped, header=header)
+
+
+def _gpu_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuSample | None:
+    values: dict[str, Any] = {}
+    health = Health.OK
+    problems: list[str] = []
+    for column, cell in zip(columns, cells, strict=True):
+        spec = _GPU_FIELDS.get(column)
+        if spec is None:
+            continue  # a field gpumon does not use
+        if column == "timestamp" and parse_cell(cell) and not _TIMESTAMP.match(cell.strip()):
+            return None  # not a data row (Xid / ECC event text in a loop stream)
+        problem = cell_problem(cell)
+        if problem is not None:
+            severity, what = problem
+            health = Health.worst(health, severity)
+            # a lost / reset GPU fails every field: say so once, not once per column
+            text = what if severity is Health.CRITICAL else f"{column}: {what}"
+            if text not in problems:
+                problems.append(text)
+        attr, kind = spec
+        values[attr] = _CONVERTERS[kind](cell)
+    index = values.pop("index", None)
+    if index is None:
+        return None
+    return GpuSample(index=index, health=health, problems=tuple(problems), **values)
+
+
+def parse_compute_apps(text: str | Iterable[str]) -> ProcessParse:
+    """Compute processes from ``--query-compute-apps`` output, with or without header/units.
+
+    Without a header the columns are PROCESS_FIELDS. The name column absorbs any extra
+    ``", "``-separated pieces, so names containing ``", "`` survive. ``[Not Found]`` name
+    (container PID namespace) and ``[N/A]`` memory (Windows WDDM) become None. Rows without
+    a numeric pid are counted in ``skipped``. Never raises on bad input.
+    """
+    columns = [_PROCESS_ALIASES.get(f, f) for f in PROCESS_FIELDS]
+    processes: list[GpuProcess] = []
+    skipped = 0
+    for line in _lines(text):
+        cells = line.split(_SEPARATOR)
+        names = _header_names(cells)
+        if names is not None and "pid" in names:
+            columns = [_PROCESS_ALIASES.get(n, n) for n in names]
+            continue
+        process = _process_from_row(columns, cells)
+        if process is None:
+            skipped += 1
+        else:
+            processes.append(process)
+    return ProcessParse(processes=tuple(processes), skipped=skipped)
+
+
+def _process_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuProcess | None:
+    width = len(columns)
+    if "process_name" in columns and len(cells) > width:
+        # split from both ends: fields left of the name from the front, the rest from the back
+        at = columns.index("process_name")
+        end = len(cells) - (width - at - 1)
+        cells = [*cells[:at], _SEPARATOR.join(cells[at:end]), *cells[end:]]
+    if len(cells) != width:
+        return None
+    row = dict(zip(columns, cells, strict=True))
+    pid_text = row.get("pid", "").strip()
+    if not _PID.fullmatch(pid_text):
+        return None
+    return GpuProcess(
+        pid=int(pid_text),
+        name=parse_cell(row.get("process_name", "")),
+        memory_mib=_to_int(row.get("used_gpu_memory", "")),
+        gpu_uuid=parse_cell(row.get("gpu_uuid", "")),
+        gpu_bus_id=parse_cell(row.get("gpu_bus_id", "")),
+    )
+
+
+_FAILURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "driver_not_loaded",
+        re.compile(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"),
+    ),
+    ("version_mismatch", re.compile(r"Failed to initialize NVML: Driver/library version mismatch")),
+    ("no_supported_gpus", re.compile(r"(?:Failed to initialize NVML: )?No supported GPUs")),
+    ("nvml_unknown_error", re.compile(r"Failed to initialize NVML: Unknown Error")),
+    ("no_devices", re.compile(r"No devices were found")),
+    ("device_handle", re.compile(r"Unable to determine the device handle for GPU ?[0-9A-Fa-f]")),
+    ("library_not_found", re.compile(r"NVIDIA-SMI couldn't find libnvidia-ml\.so")),
+    ("invalid_field", re.compile(r'Field "[^"]*" is not a valid field to query')),
+)
+_HINTS: dict[str, str] = {
+    "driver_not_loaded": "The nvidia kernel module is not loaded, or the /dev/nvidia* device "
+    "nodes are not passed into the container",
+    "version_mismatch": "The NVIDIA user-space libraries differ from the loaded kernel module; "
+    "in an LXC the container's libraries must match the host's kernel module version exactly "
+    "(install the same version without the kernel module, or reboot the host after a driver "
+    "upgrade)",
+    "no_supported_gpus": "The installed driver supports none of the GPUs it sees",
+    "nvml_unknown_error": "In a container this usually means access to /dev/nvidia* was lost "
+    "(cgroup device rules reset, e.g. by systemctl daemon-reload); restart the container",
+    "no_devices": "No NVIDIA GPU is visible: device nodes not passed into the container, or "
+    "the GPUs are not bound to the nvidia driver",
+    "device_handle": "One GPU cannot be reached and the whole nvidia-smi call fails; check the "
+    "host's kernel log for Xid errors",
+    "library_not_found": "The NVIDIA user-space libraries are missing (in an LXC: install the "
+    "driver's user-space part without the kernel module, then run ldconfig)",
+    "invalid_field": "This driver does not know one of the queried fields, and one bad field "
+    "fails the whole query",
+    "not_found": "The nvidia-smi command is missing, or not on PATH, on the target",
+}
+_GPU_LOST_HINT = "The GPU has fallen off the bus (Xid 79); reboot the host to recover it"
+_NOT_FOUND = re.compile(r"nvidia-smi'?: (?:command )?not found|No such file or directory")
+_EXIT_FALLBACK = {9: "driver_not_loaded", 12: "library_not_found", 127: "not_found"}
+_MAX_QUOTE = 500
+
+
+def classify_smi_failure(output: str, exit_code: int | None) -> SmiFailure | None:
+    """What went wrong with a nvidia-smi run, or None if it did not fail recognisably.
+
+    Known failure texts are matched at the start of a line (so process names in a good
+    output cannot trigger them). Without a known text: a few exit codes (9, 12, 127) still
+    classify, any other non-zero exit is ``other``, and exit 0 / unknown (None) is None.
+    The message quotes the tool's first line verbatim, adds the exit code and a hint.
+    """
+    lines = [line.strip() for line in output.split("\n") if line.strip()]
+    first = lines[0] if lines else None
+    for kind, pattern in _FAILURES:
+        matched = next((line for line in lines if pattern.match(line)), None)
+        if matched is None:
+            continue
+        hint, extra = _HINTS[kind], ""
+        if kind == "version_mismatch":
+            extra = next((line for line in lines if line.startswith("NVML library version")), "")
+        elif kind == "device_handle" and "GPU is lost" in matched:
+            hint = _GPU_LOST_HINT
+        return SmiFailure(kind, _message(first, matched, exit_code, extra, hint), exit_code)
+    if exit_code is None or exit_code == 0:
+        return None
+    if any(_NOT_FOUND.search(line) for line in lines):
+        kind = "not_found"
+    else:
+        kind = _EXIT_FALLBACK.get(exit_code, "other")
+    return SmiFailure(kind, _message(first, first, exit_code, "", _HINTS.get(kind, "")), exit_code)
+
+
+def _quote(line: str) -> str:
+    return f'"{line if len(line) <= _MAX_QUOTE else line[:_MAX_QUOTE] + "…"}"'
+
+
+def _message(
+    first: str | None, matched: str | None, exit_code: int | None, extra: str, hint: str
+) -> str:
+    text = f"nvidia-smi: {_quote(first) if first else 'no output'}"
+    if matched and matched != first:
+        text += f" … {_quote(matched)}"
+    if exit_code is not None:
+        text += f" (exit {exit_code})"
+    if extra:
+        text += f"; {extra}"
+    return f"{text}. {hint}" if hint else text
+
+
+_RULER = re.compile(r"#{20,}")
+_BANNER = re.compile(r"# ([A-Za-z0-9_-]+) :: (.+)")
+
+
+def parse_real_capture(text: str) -> dict[str, str]:
+    """Split a real-captures file into ``{"<phase> :: <title>": raw output}``.
+
+    A section starts at a ruler line followed by ``# <phase> :: <title>``; the banner runs to
+    the next ruler and the output from there to the next banner. Trailing blank lines (the
+    separator between sections) are dropped; the file's header block is not a section.
+    """
+    lines = text.split("\n")
+    sections: dict[str, str] = {}
+    key: str | None = None
+    body: list[str] = []
+    i = 0
+    while i < len(lines):
+        banner = _BANNER.fullmatch(lines[i + 1]) if i + 1 < len(lines) else None
+        if banner is not None and _RULER.fullmatch(lines[i]):
+            if key is not None:
+                sections[key] = _section_text(body)
+            key, body = f"{banner.group(1)} :: {banner.group(2).strip()}", []
+            i += 2
+            while i < len(lines) and not _RULER.fullmatch(lines[i]):
+                i += 1
+        elif key is not None:
+            body.append(lines[i])
+        i += 1
+    if key is not None:
+        sections[key] = _section_text(body)
+    return sections
+
+
+def _section_text(lines: list[str]) -> str:
+    text = "\n".join(lines).rstrip("\n")
+    return text + "\n" if text else ""
