@@ -1,0 +1,68 @@
+"""Build the transport and monitor for a resolved host: the one place that picks SSH,
+local or the simulator."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from .config import HostConfig
+from .monitor import HostMonitor
+from .transport import LocalTransport, Transport
+
+if TYPE_CHECKING:
+    from .sim.scenario import SimSettings
+
+
+def demo_settings(
+    scenario: str = "training-oom",
+    *,
+    seed: int = 0,
+    speed: float = 1.0,
+    demo_time: float = 0.0,
+    frozen: bool = False,
+    now: float | None = None,
+) -> SimSettings:
+    """Simulator settings whose scenario clock reads ``demo_time`` now and runs at ``speed``."""
+    from .sim.scenario import SimSettings
+
+    now = time.time() if now is None else now
+    return SimSettings(
+        scenario=scenario,
+        seed=seed,
+        speed=speed,
+        t0=now - demo_time / speed,
+        frozen_at=demo_time if frozen else None,
+    )
+
+
+def make_transport(host: HostConfig, sim: SimSettings | None = None) -> Transport:
+    """The transport for ``host``; ``sim`` applies to the built-in ``demo`` host only."""
+    if host.kind == "demo":
+        from .transport import SimTransport
+
+        return SimTransport(host, sim if sim is not None else demo_settings())
+    if host.kind == "local":
+        return LocalTransport(host)
+    from .ssh import SshTransport
+
+    return SshTransport(host)
+
+
+def make_monitor(
+    host: HostConfig,
+    sim: SimSettings | None = None,
+    *,
+    reconnect: bool = True,
+    clock: Callable[[], float] = time.time,
+) -> HostMonitor:
+    """A monitor for ``host`` (not started). The demo's agent runs on gpumon's own Python.
+
+    ``clock`` is the monitor's notion of now (tests freeze it for stable screenshots).
+    """
+    if host.kind == "demo" and host.python is None:
+        host = replace(host, python=sys.executable)
+    return HostMonitor(host, make_transport(host, sim), reconnect=reconnect, clock=clock)

@@ -1,0 +1,269 @@
+"""gpumon against a real sshd on 127.0.0.1: container wrapping, agent, fallback,
+host keys, auth, a server dying mid-stream, and nothing left behind after SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gpumon.backends.config import load_config, resolve_host
+from gpumon.backends.connect import make_monitor
+from gpumon.backends.model import ConnState, Health, Source
+from sshd_server import SshServer, free_port, processes_matching
+
+GPUMON = [sys.executable, "-m", "gpumon.tui.cli"]
+
+
+def gpumon(
+    args: list[str], env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GPUMON, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_snapshot_through_container_uses_agent(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    cfg = write_config(tmp_path, sshd.config_toml(container=200))
+    res = gpumon(["--config", str(cfg), "snapshot", "ct200", "--json"], client_env)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["host"] == "ct200"
+    assert data["source"] == Source.AGENT_SMI.value
+    assert data["error"] is None
+    assert [g["index"] for g in data["gpus"]] == list(range(8))
+    gpu6 = data["gpus"][6]
+    assert gpu6["name"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert gpu6["memory_total_mib"] == 97887
+    assert 0 < gpu6["memory_used_mib"] <= 97887
+    assert gpu6["processes"], "the drafter process on GPU 6 is listed"
+    # Every remote command went through `pct exec 200 --`.
+    calls = sshd.pct_log.read_text().split()
+    assert calls and set(calls) == {"200"}
+
+
+def test_no_python_falls_back_to_direct_nvidia_smi(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    cfg = write_config(tmp_path, sshd.config_toml(python="/nonexistent/python3"))
+    res = gpumon(["--config", str(cfg), "snapshot", "ct200", "--json"], client_env)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["source"] == Source.SMI_DIRECT.value
+    assert len(data["gpus"]) == 8
+    assert all(g["memory_total_mib"] == 97887 for g in data["gpus"])
+
+
+def test_check_reports_ok_summary(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    cfg = write_config(tmp_path, sshd.config_toml(container=200))
+    res = gpumon(["--config", str(cfg), "check", "ct200"], client_env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.startswith("OK ct200: 8 GPUs")
+    assert len(res.stdout.strip().splitlines()) == 1
+
+
+def test_unknown_host_key_refused_then_accept_new_records_it(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    sshd.known_hosts.write_text("")
+    cfg = write_config(tmp_path, sshd.config_toml())
+    res = gpumon(["--config", str(cfg), "check", "ct200"], client_env)
+    assert res.returncode == 3
+    fingerprint = subprocess.run(
+        ["ssh-keygen", "-lf", str(sshd.root / "host_key.pub")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[1]
+    assert "unknown host key" in res.stdout
+    assert fingerprint in res.stdout  # SHA256:... as ssh-keygen prints it
+    assert "accept_new" in res.stdout and "ssh-keyscan -p" in res.stdout
+    assert sshd.known_hosts.read_text() == ""  # refusing records nothing
+
+    cfg = write_config(tmp_path, sshd.config_toml(accept_new=True))
+    res = gpumon(["--config", str(cfg), "check", "ct200"], client_env)
+    assert res.returncode == 0, res.stdout
+    assert sshd.host_key_pub in sshd.known_hosts.read_text()
+
+    # Recorded: now trusted without accept_new.
+    cfg = write_config(tmp_path, sshd.config_toml())
+    assert gpumon(["--config", str(cfg), "check", "ct200"], client_env).returncode == 0
+
+
+def test_changed_host_key_is_refused_even_with_accept_new(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    other = (sshd.root / "other_key.pub").read_text().split()[1]
+    sshd.known_hosts.write_text(f"[127.0.0.1]:{sshd.port} ssh-ed25519 {other}\n")
+    cfg = write_config(tmp_path, sshd.config_toml(accept_new=True))
+    res = gpumon(["--config", str(cfg), "check", "ct200"], client_env)
+    assert res.returncode == 3
+    assert "HOST KEY CHANGED" in res.stdout
+    assert sshd.host_key_pub not in sshd.known_hosts.read_text()
+
+
+def test_auth_refused_is_unknown_with_reason(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    text = sshd.config_toml().replace(str(sshd.client_key), str(sshd.root / "other_key"))
+    cfg = write_config(tmp_path, text)
+    res = gpumon(["--config", str(cfg), "check", "ct200"], client_env)
+    assert res.returncode == 3
+    assert res.stdout.startswith("UNKNOWN ct200: authentication refused")
+
+
+def test_unreachable_host_is_unknown(client_env: dict[str, str], tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    res = gpumon(["check", f"root@127.0.0.1:{port}"], client_env)
+    assert res.returncode == 3
+    assert "cannot connect" in res.stdout
+
+
+def test_shell_metacharacters_in_paths_stay_literal(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    odd = sshd.root / "bin dir; touch pwned $(id)"
+    odd.mkdir()
+    (odd / "nvidia-smi").symlink_to(sshd.bin / "nvidia-smi")
+    cfg = write_config(
+        tmp_path, sshd.config_toml(container=200, nvidia_smi=str(odd / "nvidia-smi"))
+    )
+    res = gpumon(["--config", str(cfg), "snapshot", "ct200", "--json"], client_env)
+    assert res.returncode == 0, res.stderr
+    assert len(json.loads(res.stdout)["gpus"]) == 8
+    assert not list(Path("/").glob("pwned*")) and not (Path.home() / "pwned").exists()
+
+
+async def test_server_killed_mid_stream_marks_stale_then_recovers(
+    sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUMON_SSH_CONFIG", "")
+    cfg = write_config(tmp_path, sshd.config_toml(container=200, interval=0.2))
+    host = resolve_host(load_config(cfg), "ct200")
+    monitor = make_monitor(host)
+    monitor.start()
+    try:
+        await _until(lambda: monitor.samples >= 3, 20, "first samples")
+        assert monitor.status.state == ConnState.CONNECTED
+        before = monitor.latest
+        sshd.kill()
+        await _until(lambda: monitor.status.state == ConnState.RECONNECTING, 20, "drop noticed")
+        assert monitor.status.error
+        assert monitor.latest is before  # the last values stay on screen...
+        await _until(lambda: monitor.is_stale(), 10, "stale")
+        age = monitor.stale_s()
+        assert age is not None and age > 0.6  # ...marked stale, with their age
+        sshd.start()
+        count = monitor.samples
+        await _until(lambda: monitor.samples > count + 2, 60, "recovery")
+        assert monitor.status.state == ConnState.CONNECTED
+        assert monitor.status.error is None
+        assert not monitor.is_stale()
+    finally:
+        await monitor.stop()
+
+
+@pytest.mark.parametrize("python", ["python3", "/nonexistent/python3"], ids=["agent", "direct"])
+def test_nothing_left_on_target_after_sigkill(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path, python: str
+) -> None:
+    cfg = write_config(tmp_path, sshd.config_toml(container=200, interval=0.5, python=python))
+    script = (
+        "import asyncio, sys\n"
+        "from gpumon.backends.config import load_config, resolve_host\n"
+        "from gpumon.backends.connect import make_monitor\n"
+        "async def main():\n"
+        f"    m = make_monitor(resolve_host(load_config({str(cfg)!r}), 'ct200'))\n"
+        "    m.start()\n"
+        "    while m.samples < 2: await asyncio.sleep(0.05)\n"
+        "    print('streaming', flush=True)\n"
+        "    await asyncio.sleep(3600)\n"
+        "asyncio.run(main())\n"
+    )
+    client = subprocess.Popen(
+        [sys.executable, "-c", script], env=client_env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert client.stdout is not None
+        assert client.stdout.readline().strip() == "streaming"
+        marker = str(sshd.bin)  # on the session PATH of everything this sshd runs
+        running = " ".join(cmd for _, cmd in processes_matching(marker))
+        assert "gpumon.backends.sim.smi" in running, "nvidia-smi runs in loop mode"
+        if python == "python3":
+            assert "int(sys.argv[1])" in running, "inside the agent"
+        started = time.monotonic()
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and processes_matching(marker):
+            time.sleep(0.1)
+        assert processes_matching(marker) == []
+        print(f"target clean {time.monotonic() - started:.2f} s after SIGKILL")
+    finally:
+        if client.poll() is None:
+            client.kill()
+
+
+async def _until(cond: object, timeout: float, what: str) -> None:
+    assert callable(cond)
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def test_gpu_lost_fault_is_critical(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    from gpumon.backends.connect import demo_settings
+    from gpumon.backends.sim.scenario import SimSettings
+    from gpumon.backends.sim.wrapper import write_wrapper
+
+    settings: SimSettings = demo_settings(demo_time=10.0)
+    faulty = sshd.root / "faulty"
+    faulty.mkdir()
+    from dataclasses import replace
+
+    write_wrapper(faulty, replace(settings, fault="gpu_lost:4"))
+    cfg = write_config(tmp_path, sshd.config_toml(nvidia_smi=str(faulty / "nvidia-smi")))
+    res = gpumon(["--config", str(cfg), "check", "ct200"], client_env)
+    assert res.returncode == 2, res.stdout
+    assert "GPU 4" in res.stdout and "lost" in res.stdout
+    snap = json.loads(
+        gpumon(["--config", str(cfg), "snapshot", "ct200", "--json"], client_env).stdout
+    )
+    assert snap["gpus"][4]["health"] == Health.CRITICAL.value
+    assert snap["gpus"][4]["memory_used_mib"] is None  # not reported: null, never 0
+
+
+def test_driver_failure_is_unknown_and_quotes_the_tool(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    from dataclasses import replace
+
+    from gpumon.backends.connect import demo_settings
+    from gpumon.backends.sim.wrapper import write_wrapper
+
+    faulty = sshd.root / "faulty"
+    faulty.mkdir()
+    write_wrapper(faulty, replace(demo_settings(), fault="version_mismatch"))
+    cfg = write_config(tmp_path, sshd.config_toml(nvidia_smi=str(faulty / "nvidia-smi")))
+    res = gpumon(["--config", str(cfg), "check", "ct200", "--timeout", "8"], client_env)
+    assert res.returncode == 3
+    assert "Driver/library version mismatch" in res.stdout

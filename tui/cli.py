@@ -1,0 +1,220 @@
+"""The ``gpumon`` command.
+
+    gpumon HOST [HOST ...]        the dashboard (``demo`` is the built-in simulated CT200)
+    gpumon snapshot HOST [--json] one complete sample, as a table or JSON
+    gpumon check HOST             one summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
+    gpumon config check|path      validate the config / say where it is read from
+
+Kept light at import time (no Textual, no asyncssh): headless commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpumon.backends.config import Config, ConfigError, HostConfig, load_config, resolve_host
+
+if TYPE_CHECKING:
+    from gpumon.backends.monitor import HostMonitor
+    from gpumon.backends.sim.scenario import SimSettings
+
+COMMANDS = ("snapshot", "check", "config")
+EXIT_USAGE = 2
+EXIT_UNKNOWN = 3
+
+
+def _common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="config file (else $GPUMON_CONFIG, else $XDG_CONFIG_HOME/gpumon/config.toml)",
+    )
+    demo = parser.add_argument_group("demo machine (host name 'demo')")
+    demo.add_argument(
+        "--scenario",
+        default="training-oom",
+        choices=("training-oom", "sglang"),
+        help="what the simulated CT200 runs (default: training-oom)",
+    )
+    demo.add_argument(
+        "--demo-speed",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="scenario clock speed (default 1)",
+    )
+    demo.add_argument(
+        "--demo-time",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="start the scenario clock at SECONDS (e.g. 45: just before the OOM)",
+    )
+    demo.add_argument("--demo-seed", type=int, default=0, metavar="N", help="noise seed")
+    demo.add_argument("--demo-frozen", action="store_true", help=argparse.SUPPRESS)
+
+
+def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    main = argparse.ArgumentParser(
+        prog="gpumon",
+        description="Watch GPU machines over SSH: memory, OOM warnings, workloads. "
+        "Commands: snapshot, check, config (see `gpumon COMMAND --help`).",
+    )
+    main.add_argument(
+        "hosts",
+        nargs="+",
+        metavar="HOST",
+        help="configured host name, user@host[:port], ssh alias, 'local' or 'demo'",
+    )
+    main.add_argument("--theme", help="colour theme (remembered)")
+    main.add_argument(
+        "--read-only", action="store_true", help="hide every action that changes a machine"
+    )
+    main.add_argument(
+        "--interval", type=float, metavar="SECONDS", help="sampling interval (overrides the config)"
+    )
+    _common_options(main)
+    subs: dict[str, argparse.ArgumentParser] = {}
+    snap = subs["snapshot"] = argparse.ArgumentParser(
+        prog="gpumon snapshot", description="Print one complete sample of HOST."
+    )
+    snap.add_argument("host", metavar="HOST")
+    snap.add_argument("--json", action="store_true", help="JSON (keys in the README)")
+    snap.add_argument("--timeout", type=float, default=20.0, help="give up after SECONDS")
+    check = subs["check"] = argparse.ArgumentParser(
+        prog="gpumon check",
+        description="One summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
+    )
+    check.add_argument("host", metavar="HOST")
+    check.add_argument("--timeout", type=float, default=20.0, help="give up after SECONDS")
+    cfg = subs["config"] = argparse.ArgumentParser(
+        prog="gpumon config", description="Validate the config, or show where it is read."
+    )
+    cfg.add_argument("action", choices=("check", "path"))
+    for p in subs.values():
+        _common_options(p)
+    return main, subs
+
+
+def _sim_settings(args: argparse.Namespace) -> SimSettings:
+    from gpumon.backends.connect import demo_settings
+
+    return demo_settings(
+        args.scenario,
+        seed=args.demo_seed,
+        speed=args.demo_speed,
+        demo_time=args.demo_time,
+        frozen=args.demo_frozen,
+    )
+
+
+async def _one_sample(host: HostConfig, sim: SimSettings, timeout: float) -> HostMonitor:
+    """Connect once, wait for a GPU sample and (briefly) its process list."""
+    from gpumon.backends.connect import make_monitor
+    from gpumon.backends.model import ConnState
+
+    monitor = make_monitor(host, sim, reconnect=False)
+    monitor.start()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    first_sample_at: float | None = None
+    try:
+        while (left := deadline - loop.time()) > 0:
+            if monitor.status.state == ConnState.FAILED:
+                break
+            if monitor.latest is not None:
+                first_sample_at = first_sample_at or loop.time()
+                # Processes are polled beside the samples; give them a moment, not forever.
+                if monitor.processes_time is not None or loop.time() - first_sample_at > 3:
+                    break
+            await monitor.wait_for_update(min(left, 0.5))
+    finally:
+        await monitor.stop()
+    return monitor
+
+
+def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
+    from gpumon.backends.report import snapshot_json, snapshot_table
+
+    host = resolve_host(config, args.host)
+    monitor = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout))
+    now = time.time()
+    if args.json:
+        print(json.dumps(snapshot_json(monitor, now), indent=2))
+    else:
+        print(snapshot_table(monitor, now))
+    return 0 if monitor.latest is not None else EXIT_UNKNOWN
+
+
+def _cmd_check(args: argparse.Namespace, config: Config) -> int:
+    from gpumon.backends.report import check_verdict
+
+    host = resolve_host(config, args.host)
+    monitor = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout))
+    code, line = check_verdict(monitor, time.time())
+    print(line)
+    return int(code)
+
+
+def _cmd_config(args: argparse.Namespace, config: Config) -> int:
+    from gpumon.backends.config import config_path, format_hosts
+
+    if args.action == "path":
+        path, why = config_path(args.config)
+        exists = "" if path.exists() else " (does not exist)"
+        print(f"{path}{exists}  [{why}]")
+        return 0
+    print(format_hosts(config))
+    return 0
+
+
+def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
+    hosts = [resolve_host(config, name) for name in dict.fromkeys(args.hosts)]
+    from gpumon.tui.app import run_dashboard
+
+    return run_dashboard(
+        hosts,
+        sim=_sim_settings(args),
+        theme=args.theme,
+        read_only=args.read_only,
+        interval=args.interval,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    main_parser, subs = _build_parsers()
+    pre = argparse.ArgumentParser(add_help=False)
+    _common_options(pre)
+    _, rest = pre.parse_known_args(argv)
+    command = rest[0] if rest and rest[0] in COMMANDS else None
+    args: Any
+    if command is not None:
+        i = argv.index(command)
+        args = subs[command].parse_args(argv[:i] + argv[i + 1 :])
+    else:
+        args = main_parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        handler = {
+            "snapshot": _cmd_snapshot,
+            "check": _cmd_check,
+            "config": _cmd_config,
+            None: _cmd_dashboard,
+        }[command]
+        return handler(args, config)
+    except ConfigError as e:
+        print(f"gpumon: {e}", file=sys.stderr)
+        return EXIT_USAGE if command != "check" else EXIT_UNKNOWN
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
