@@ -1,0 +1,187 @@
+"""The simulated drafter training job: ``python -m gpumon.backends.sim.job --log PATH``.
+
+Appends one progress line per second of scenario time to ``--log``::
+
+    [2026-11-29 14:32:08] step 690/5000 | loss 2.3100 | lr 2.0e-04 | 12.8 Ktok/s | tokens 8.83M
+
+In ``training-oom`` run 0 dies at ``OOM_AT``: it writes a ``CUDA_VISIBLE_DEVICES`` line and a
+PyTorch CUDA OOM traceback naming ``GPU 1`` (the process-local ordinal of physical GPU 6),
+then exits 1. A job started after a restart recorded in the state dir is that restarted
+run: it resumes from the checkpoint and never OOMs. The log is a function of scenario
+time only: a job started late first writes the lines it missed, then keeps pace with the
+clock. Settings come from ``GPUMON_SIM_*``; SIGTERM ends it at once (default action).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from .scenario import (
+    DRAFTER_GPUS,
+    MEMORY_USABLE_MIB,
+    OOM_AT,
+    OOM_GPU,
+    DrafterRun,
+    SimSettings,
+    drafter_run,
+    oom_gpu_memory,
+    scenario_time,
+    wall_time,
+)
+from .state import with_state
+
+TOTAL_STEPS = 5000
+STEP_AT_T0 = 650  # run 0 resumed from this checkpoint at scenario time 0
+TOKENS_PER_STEP = 12800  # one step per second: about 12.8 Ktok/s
+SCRIPT = "/root/drafter/train_drafter.py"
+SITE = "/root/venv/lib/python3.12/site-packages"
+VISIBLE = ",".join(str(g) for g in DRAFTER_GPUS)
+LOCAL_OOM_GPU = DRAFTER_GPUS.index(OOM_GPU)  # "GPU 1" in torch's message is physical GPU 6
+
+_TRACEBACK = f"""Traceback (most recent call last):
+  File "{SCRIPT}", line 418, in <module>
+    main()
+  File "{SCRIPT}", line 391, in main
+    loss = train_step(model, batch, optimizer, scaler)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "{SCRIPT}", line 233, in train_step
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], \
+labels=batch["labels"])
+          {"^" * 99}
+  File "{SITE}/torch/nn/modules/module.py", line 1751, in _wrapped_call_impl
+    return self._call_impl(*args, **kwargs)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "{SITE}/torch/nn/modules/module.py", line 1762, in _call_impl
+    return forward_call(*args, **kwargs)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "{SITE}/transformers/utils/generic.py", line 943, in wrapper
+    output = func(self, *args, **kwargs)
+             ^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "{SITE}/transformers/models/llama/modeling_llama.py", line 470, in forward
+    loss = self.loss_function(logits=logits, labels=labels, \
+vocab_size=self.config.vocab_size, **kwargs)
+           {"^" * 93}
+  File "{SITE}/transformers/loss/loss_utils.py", line 55, in ForCausalLMLoss
+    logits = logits.float()
+             ^^^^^^^^^^^^^^
+"""
+
+
+def format_size(mib: float) -> str:
+    """PyTorch's ``format_size`` (``%.2f`` MiB up to 1 GiB, else GiB) for a size in MiB."""
+    return f"{mib:.2f} MiB" if mib <= 1024 else f"{mib / 1024:.2f} GiB"
+
+
+def oom_message() -> str:
+    """The ``torch.OutOfMemoryError`` line, its numbers taken from GPU 6 at the OOM."""
+    used = oom_gpu_memory(OOM_AT)
+    process = used - 20  # the CUDA context of the one process on the GPU
+    reserved = process - 760  # context and non-PyTorch allocations
+    unallocated = 3.05 * 1024
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        f"GPU {LOCAL_OOM_GPU} has a total capacity of {format_size(MEMORY_USABLE_MIB)} of "
+        f"which {format_size(MEMORY_USABLE_MIB - used)} is free. Including non-PyTorch memory, "
+        f"this process has {format_size(process)} memory in use. Of the allocated memory "
+        f"{format_size(reserved - unallocated)} is allocated by PyTorch, and "
+        f"{format_size(unallocated)} is reserved by PyTorch but unallocated. If reserved but "
+        "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+        " to avoid fragmentation.  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
+
+
+def _stamp(settings: SimSettings, t: float) -> str:
+    return time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(wall_time(settings, t)))
+
+
+def progress_line(settings: SimSettings, t: float, step: int) -> str:
+    """The log line for ``step``, written at scenario time ``t`` (deterministic)."""
+    rng = random.Random(f"{settings.seed}:job:{step}")
+    loss = 1.9 + 1.3 * math.exp(-step / 600) + rng.uniform(-0.01, 0.01)
+    rate = TOKENS_PER_STEP / 1000 + rng.uniform(-0.3, 0.3)
+    tokens = step * TOKENS_PER_STEP / 1e6
+    return (
+        f"{_stamp(settings, t)} step {step}/{TOTAL_STEPS} | loss {loss:.4f} | lr 2.0e-04 | "
+        f"{rate:.1f} Ktok/s | tokens {tokens:.2f}M"
+    )
+
+
+def log_events(settings: SimSettings, name: str, run: DrafterRun) -> Iterator[tuple[float, str]]:
+    """(scenario time, text) of every log write of ``run``, in order; run 0's ends at the OOM."""
+    # run 0 never reaches the next checkpoint, so every restart resumes from the same one
+    start, step = (0.0 if run.number == 0 else run.start), STEP_AT_T0
+    yield (
+        start,
+        (
+            f"{_stamp(settings, start)} {name}: run {run.number} resumed from checkpoint step "
+            f"{step}, world size {len(DRAFTER_GPUS)}"
+        ),
+    )
+    k = 1
+    while run.number > 0 or start + k < OOM_AT:
+        yield start + k, progress_line(settings, start + k, step + k)
+        k += 1
+    yield OOM_AT, f"{name} ranks: CUDA_VISIBLE_DEVICES={VISIBLE}\n{_TRACEBACK}{oom_message()}"
+
+
+def _wait_until(settings: SimSettings, t: float) -> None:
+    """Sleep until scenario time ``t``; with a frozen clock that never comes, sleep forever."""
+    if settings.frozen_at is not None:
+        while t > settings.frozen_at:
+            time.sleep(3600)
+        return
+    delay = wall_time(settings, t) - time.time()
+    while delay > 0:
+        time.sleep(delay)
+        delay = wall_time(settings, t) - time.time()
+
+
+def run_job(settings: SimSettings, log: Path, name: str) -> int:
+    """Write the log of the run alive now; returns 1 after an OOM (never returns otherwise)."""
+    settings = with_state(settings)
+    now = scenario_time(settings, time.time())
+    run = drafter_run(settings, now) or DrafterRun(0, -math.inf)  # dead: replay run 0
+    with log.open("a", encoding="utf-8") as f:
+        for t, text in log_events(settings, name, run):
+            _wait_until(settings, t)
+            f.write(text + "\n")
+            f.flush()
+            if t >= OOM_AT and run.number == 0:
+                return 1
+    return 0  # pragma: no cover - restarted runs write forever
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code (1 after the OOM, 130 on Ctrl+C)."""
+    parser = argparse.ArgumentParser(prog="gpumon-sim-job", description="simulated training job")
+    parser.add_argument("--log", required=True, type=Path, help="progress log to append to")
+    parser.add_argument("--name", default="drafter", help="job name used in the log")
+    args = parser.parse_args(argv)
+    try:
+        settings = SimSettings.from_env(os.environ)
+    except ValueError as e:
+        parser.error(str(e))
+    if settings.scenario != "training-oom":
+        print(f"gpumon-sim-job: the {settings.scenario} scenario runs no training job")
+        return 0
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # even if our parent ignored it
+    try:
+        return run_job(settings, args.log, args.name)
+    except KeyboardInterrupt:
+        return 130
+    except OSError as e:
+        print(f"gpumon-sim-job: cannot write {args.log}: {e.strerror or e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,407 @@
+"""The simulated machine's GPUs as a pure, deterministic function of scenario time.
+
+The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Two scenarios:
+
+- ``training-oom`` (default): GPUs 0-4 run the target side of a training job at full load;
+  GPUs 5-7 run the drafter job (one process per GPU). GPU 6's memory ramps towards full
+  and at ``OOM_AT`` the drafter dies of CUDA OOM: GPUs 5-7 release their memory, go idle
+  (P8 a few seconds later) and the drafter processes disappear. A restart recorded at
+  scenario time R (``restarts.json`` in the state dir, see ``state``) brings the drafter
+  back: memory refills over ``REFILL_S`` to a steady level that does not OOM again.
+- ``sglang``: eight SGLang servers, one per GPU, steady and busy.
+
+Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. Noise comes from
+``random.Random(f"{seed}:{gpu}:{tick}")`` with ``tick`` the sample tick of scenario time, so
+the same settings and time always give the same values. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+SCENARIOS = ("training-oom", "sglang")
+INIT_FAULTS = (  # nvidia-smi fails before printing anything (texts and codes live in smi.py)
+    "driver_not_loaded",
+    "version_mismatch",
+    "nvml_unknown_error",
+    "no_devices",
+    "device_handle",
+    "library_not_found",
+)
+
+ENV_VARS = tuple(
+    f"GPUMON_SIM_{name}" for name in ("SCENARIO", "SEED", "SPEED", "T0", "FROZEN", "DIR", "FAULT")
+)
+
+GPU_COUNT = 8
+GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+_BOARDS = (  # (uuid, PCI bus id) by index, as in fixtures query_gpu_8x_rtxpro6000.csv
+    ("GPU-6a1f0c3e-2b9d-4c57-8e14-93d0a7b2c5f1", "00000000:18:00.0"),
+    ("GPU-0d7e4b91-58a2-4f3c-b6e0-1c9a2f8d7e34", "00000000:2A:00.0"),
+    ("GPU-b2c85f17-93e4-4a6d-a0f2-7e5c1d49b8a6", "00000000:3A:00.0"),
+    ("GPU-41e9d3a8-6c0b-47f2-9d15-28ab6e0c3f97", "00000000:5D:00.0"),
+    ("GPU-f37a2c60-0e1d-4b98-85c3-d46e9b17a2f0", "00000000:9A:00.0"),
+    ("GPU-8c05e9d2-7a43-4e1b-9f6c-5b2d08e4a731", "00000000:AB:00.0"),
+    ("GPU-2e94b7f1-c358-40da-8a67-e1f03c95d2b8", "00000000:BA:00.0"),
+    ("GPU-95d3a06c-4f21-4c8e-b7a9-0a6e2f81c4d5", "00000000:DB:00.0"),
+)
+UUIDS = tuple(uuid for uuid, _ in _BOARDS)
+BUS_IDS = tuple(bus_id for _, bus_id in _BOARDS)
+MEMORY_TOTAL_MIB = 97887
+MEMORY_RESERVED_MIB = 637
+MEMORY_USABLE_MIB = MEMORY_TOTAL_MIB - MEMORY_RESERVED_MIB  # used + free on this board
+POWER_LIMIT_W = 600.0
+MAX_SM_CLOCK_MHZ = 3090
+MEMORY_CLOCK_MHZ = 14001
+IDLE_SM_CLOCK_MHZ = 180
+IDLE_MEMORY_CLOCK_MHZ = 405
+IDLE_TEMPERATURE_C = 34
+
+DEFAULT_T0 = 1795962720.0  # 2026-11-29 14:32:00 UTC: used when GPUMON_SIM_T0 is not set
+SAMPLE_PERIOD_S = 0.5  # noise changes once per sample tick of scenario time
+
+TARGET_GPUS = (0, 1, 2, 3, 4)
+DRAFTER_GPUS = (5, 6, 7)
+OOM_GPU = 6
+OOM_AT = 60.0  # scenario seconds at which the drafter dies of CUDA OOM
+P8_AFTER_S = 5.0  # an idle GPU drops from P0 to P8 this long after its work ends
+REFILL_S = 20.0  # a restarted drafter takes this long to fill its memory again
+PROCESS_NAME = "/root/venv/bin/python3"
+SGLANG_PROCESS_NAME = "sglang::scheduler_TP0"
+
+_TARGET_MEMORY = (84522, 84518, 84530, 84526, 84520)
+_TARGET_TEMPERATURE = (76, 78, 74, 79, 73)
+_TARGET_PIDS = (2418861, 2418862, 2418863, 2418864, 2418865)
+_DRAFTER_PID = 2418873  # + (gpu - 5) for run 0; restarted runs get fresh PIDs
+_RESTART_PID = 2433100  # + 100 * run + (gpu - 5)
+_SGLANG_PID = 2419020  # + 168 * gpu
+_DRAFTER_STEADY = {5: 86214, 6: 88100, 7: 86198}  # after a restart; 6 no longer OOMs
+_RAMP_FROM, _RAMP_TO, _RAMP_POWER = 81000.0, 97160.0, 1.1  # GPU 6 before the OOM
+_SGLANG_MEMORY = (86870, 87120, 86940, 87310, 86650, 87480, 86990, 87240)
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    """Everything that determines what the simulated machine prints.
+
+    ``t0`` is the local epoch second at which scenario time is 0; ``frozen_at`` (scenario
+    seconds) stops the clock. ``restarts`` (scenario seconds) are read from ``state_dir``
+    by ``state.with_state``; they are not carried in the environment.
+    Raises ValueError for an unknown scenario or fault, or a speed that is not > 0.
+    """
+
+    scenario: str = "training-oom"
+    seed: int = 0
+    speed: float = 1.0
+    t0: float = DEFAULT_T0
+    frozen_at: float | None = None
+    state_dir: str | None = None
+    fault: str | None = None
+    restarts: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"unknown simulator scenario {self.scenario!r}; known: {SCENARIOS}")
+        if not (math.isfinite(self.speed) and self.speed > 0):
+            raise ValueError(f"simulator speed must be > 0, got {self.speed!r}")
+        parse_fault(self.fault)
+
+    def to_env(self) -> dict[str, str]:
+        """The ``GPUMON_SIM_*`` variables that make ``from_env`` rebuild these settings."""
+        env = {
+            "GPUMON_SIM_SCENARIO": self.scenario,
+            "GPUMON_SIM_SEED": str(self.seed),
+            "GPUMON_SIM_SPEED": repr(self.speed),
+            "GPUMON_SIM_T0": repr(self.t0),
+        }
+        if self.frozen_at is not None:
+            env["GPUMON_SIM_FROZEN"] = repr(self.frozen_at)
+        if self.state_dir is not None:
+            env["GPUMON_SIM_DIR"] = self.state_dir
+        if self.fault:
+            env["GPUMON_SIM_FAULT"] = self.fault
+        return env
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> SimSettings:
+        """Settings from ``GPUMON_SIM_*`` variables; unset or empty ones take the defaults.
+
+        A missing ``GPUMON_SIM_T0`` means ``DEFAULT_T0``, so output still depends only on
+        the clock. Raises ValueError naming the variable when a value does not parse.
+        """
+
+        def get(name: str) -> str | None:
+            return env.get(name, "").strip() or None
+
+        def number(name: str, kind: type[int] | type[float] = float) -> float | None:
+            text = get(name)
+            try:
+                value = None if text is None else kind(text)
+            except ValueError:
+                raise ValueError(f"{name}={text!r} is not {kind.__name__}") from None
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name}={text!r} is not a finite number")
+            return value
+
+        t0, speed, seed = (
+            number("GPUMON_SIM_T0"),
+            number("GPUMON_SIM_SPEED"),
+            number("GPUMON_SIM_SEED", int),
+        )
+        return cls(
+            scenario=get("GPUMON_SIM_SCENARIO") or "training-oom",
+            seed=0 if seed is None else int(seed),
+            speed=1.0 if speed is None else speed,
+            t0=DEFAULT_T0 if t0 is None else t0,
+            frozen_at=number("GPUMON_SIM_FROZEN"),
+            state_dir=get("GPUMON_SIM_DIR"),
+            fault=get("GPUMON_SIM_FAULT"),
+        )
+
+
+class FaultSpec(NamedTuple):
+    init: str | None  # one of INIT_FAULTS: nvidia-smi prints its failure text and exits
+    lost: frozenset[int]  # GPUs whose cells read [GPU is lost]
+    xid_noise: bool  # loop output carries a kernel-style Xid line now and then
+
+
+def parse_fault(fault: str | None) -> FaultSpec:
+    """``GPUMON_SIM_FAULT`` (comma-separated: an init fault, ``gpu_lost:N``, ``xid_noise``).
+
+    Raises ValueError for an unknown token, a bad GPU number or two init faults.
+    """
+    init: str | None = None
+    lost: set[int] = set()
+    xid = False
+    for token in (fault or "").split(","):
+        token = token.strip()
+        if not token:
+            continue
+        if token == "xid_noise":
+            xid = True
+        elif token.startswith("gpu_lost:"):
+            number = token.partition(":")[2]
+            if not number.isdigit() or int(number) >= GPU_COUNT:
+                raise ValueError(f"bad simulator fault {token!r}: GPU 0..{GPU_COUNT - 1}")
+            lost.add(int(number))
+        elif token in INIT_FAULTS and init is None:
+            init = token
+        else:
+            known = (*INIT_FAULTS, "gpu_lost:N", "xid_noise")
+            raise ValueError(f"bad simulator fault {token!r}; known (one init fault): {known}")
+    return FaultSpec(init, frozenset(lost), xid)
+
+
+@dataclass(frozen=True, slots=True)
+class SimGpu:
+    """One simulated GPU at one moment, in nvidia-smi's units (MiB, W, MHz, %, C)."""
+
+    index: int
+    pstate: str
+    temperature_c: int
+    utilization_pct: int
+    memory_utilization_pct: int
+    memory_used_mib: int
+    power_w: float
+    power_instant_w: float
+    sm_clock_mhz: int
+    memory_clock_mhz: int
+    clocks_event_reasons: int
+
+    @property
+    def uuid(self) -> str:
+        return UUIDS[self.index]
+
+    @property
+    def bus_id(self) -> str:
+        return BUS_IDS[self.index]
+
+    @property
+    def memory_free_mib(self) -> int:
+        return MEMORY_USABLE_MIB - self.memory_used_mib
+
+
+@dataclass(frozen=True, slots=True)
+class SimProcess:
+    """One compute process as nvidia-smi lists it (host PID, name, memory on one GPU)."""
+
+    pid: int
+    name: str
+    used_memory_mib: int
+    gpu_index: int
+
+    @property
+    def gpu_uuid(self) -> str:
+        return UUIDS[self.gpu_index]
+
+    @property
+    def gpu_bus_id(self) -> str:
+        return BUS_IDS[self.gpu_index]
+
+
+def scenario_time(settings: SimSettings, now: float) -> float:
+    """Scenario seconds at local epoch time ``now`` (``frozen_at`` when the clock is frozen)."""
+    if settings.frozen_at is not None:
+        return settings.frozen_at
+    return (now - settings.t0) * settings.speed
+
+
+def wall_time(settings: SimSettings, t: float) -> float:
+    """The local epoch time at which scenario time ``t`` happens (inverse of scenario_time)."""
+    return settings.t0 + t / settings.speed
+
+
+def sample_tick(t: float) -> int:
+    """The integer noise tick of scenario time ``t``."""
+    return math.floor(t / SAMPLE_PERIOD_S)
+
+
+class DrafterRun(NamedTuple):
+    number: int  # 0: the run that was going at t=0; n: started by the n-th restart
+    start: float  # scenario time it started (-inf for run 0)
+
+
+def drafter_run(settings: SimSettings, t: float) -> DrafterRun | None:
+    """The drafter run alive at scenario time ``t``, or None when it is dead (after OOM)."""
+    if settings.scenario != "training-oom":
+        return None
+    started = [r for r in sorted(settings.restarts) if r <= t]
+    if started:
+        return DrafterRun(len(started), started[-1])
+    return DrafterRun(0, -math.inf) if t < OOM_AT else None
+
+
+class _Load(NamedTuple):
+    util: tuple[int, int]
+    mem_util: tuple[int, int]
+    power: tuple[float, float]
+    temperature: tuple[int, int]
+    sm_clock: tuple[int, int]
+
+
+_TARGET_LOAD = _Load((97, 100), (40, 48), (570.0, 600.0), (72, 79), (2480, 2610))
+_DRAFTER_LOAD = {
+    5: _Load((28, 45), (10, 14), (230.0, 262.0), (57, 59), (2700, 2760)),
+    6: _Load((65, 78), (27, 31), (400.0, 440.0), (65, 67), (2640, 2680)),
+    7: _Load((18, 35), (6, 9), (185.0, 215.0), (54, 56), (2720, 2770)),
+}
+_SGLANG_LOAD = _Load((90, 100), (55, 70), (450.0, 590.0), (65, 78), (2520, 2700))
+_IDLE_POWER = (30.0, 40.0)
+
+
+def _rng(seed: int, gpu: int, tick: int) -> random.Random:
+    return random.Random(f"{seed}:{gpu}:{tick}")
+
+
+def _busy(index: int, rng: random.Random, used: float, load: _Load, scale: float = 1.0) -> SimGpu:
+    """A GPU under ``load``; ``scale`` < 1 while a job is still starting up."""
+    power = rng.uniform(*load.power)
+    power = _IDLE_POWER[0] + (power - _IDLE_POWER[0]) * scale
+    lo, hi = load.temperature
+    temperature = IDLE_TEMPERATURE_C + (rng.randint(lo, hi) - IDLE_TEMPERATURE_C) * scale
+    return SimGpu(
+        index=index,
+        pstate="P0",
+        temperature_c=round(temperature),
+        utilization_pct=round(rng.randint(*load.util) * scale),
+        memory_utilization_pct=round(rng.randint(*load.mem_util) * scale),
+        memory_used_mib=min(max(round(used), 0), MEMORY_USABLE_MIB),
+        power_w=round(power, 2),
+        power_instant_w=round(max(power + rng.uniform(-12.0, 8.0), 5.0), 2),
+        sm_clock_mhz=rng.randint(*load.sm_clock),
+        memory_clock_mhz=MEMORY_CLOCK_MHZ,
+        clocks_event_reasons=0x4 if power > 590.0 else 0x0,  # SwPowerCap near the cap
+    )
+
+
+def _idle(index: int, rng: random.Random, idle_for: float, was: _Load) -> SimGpu:
+    """A GPU whose work ended ``idle_for`` seconds ago: memory released, cooling down."""
+    p0 = idle_for < P8_AFTER_S
+    warm = sum(was.temperature) / 2 - IDLE_TEMPERATURE_C
+    power = rng.uniform(*_IDLE_POWER)
+    return SimGpu(
+        index=index,
+        pstate="P0" if p0 else "P8",
+        temperature_c=round(IDLE_TEMPERATURE_C + warm * math.exp(-idle_for / 25.0)),
+        utilization_pct=0,
+        memory_utilization_pct=0,
+        memory_used_mib=rng.randint(0, 3),
+        power_w=round(power, 2),
+        power_instant_w=round(power + rng.uniform(-3.0, 3.0), 2),
+        sm_clock_mhz=rng.randint(2700, 2760) if p0 else IDLE_SM_CLOCK_MHZ,
+        memory_clock_mhz=MEMORY_CLOCK_MHZ if p0 else IDLE_MEMORY_CLOCK_MHZ,
+        clocks_event_reasons=0x1,  # GpuIdle
+    )
+
+
+def oom_gpu_memory(t: float) -> float:
+    """GPU 6's memory (MiB, before noise) in run 0: smooth, slightly accelerating ramp."""
+    x = min(max(t, 0.0), OOM_AT) / OOM_AT
+    return _RAMP_FROM + (_RAMP_TO - _RAMP_FROM) * math.pow(x, _RAMP_POWER)
+
+
+def _drafter_gpu(index: int, rng: random.Random, t: float, run: DrafterRun | None) -> SimGpu:
+    load = _DRAFTER_LOAD[index]
+    if run is None:
+        return _idle(index, rng, t - OOM_AT, load)
+    if run.number == 0:
+        if index == OOM_GPU:
+            used = min(oom_gpu_memory(t) + rng.randint(-12, 12), MEMORY_USABLE_MIB - 60)
+        else:
+            used = _DRAFTER_STEADY[index] + rng.randint(-3, 3)
+        return _busy(index, rng, used, load)
+    x = min((t - run.start) / REFILL_S, 1.0)
+    fill = x * x * (3.0 - 2.0 * x)  # smoothstep: loads weights, then the allocator settles
+    used = 520 + (_DRAFTER_STEADY[index] - 520) * fill + (rng.randint(-3, 3) if x >= 1 else 0)
+    return _busy(index, rng, used, load, scale=0.2 + 0.8 * fill)
+
+
+def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
+    """All 8 GPUs at scenario time ``t`` (negative times read as 0), in index order."""
+    t = max(t, 0.0)
+    tick = sample_tick(t)
+    seed = settings.seed
+    run = drafter_run(settings, t)
+    gpus = []
+    for i in range(GPU_COUNT):
+        rng = _rng(seed, i, tick)
+        if settings.scenario == "sglang":
+            gpus.append(_busy(i, rng, _SGLANG_MEMORY[i] + rng.randint(-4, 4), _SGLANG_LOAD))
+        elif i in TARGET_GPUS:
+            load = _TARGET_LOAD._replace(temperature=_clamp_range(_TARGET_TEMPERATURE[i]))
+            gpus.append(_busy(i, rng, _TARGET_MEMORY[i] + rng.randint(-3, 3), load))
+        else:
+            gpus.append(_drafter_gpu(i, rng, t, run))
+    return gpus
+
+
+def _clamp_range(centre: int) -> tuple[int, int]:
+    lo, hi = _TARGET_LOAD.temperature
+    return max(centre - 1, lo), min(centre + 1, hi)
+
+
+def compute_processes(settings: SimSettings, t: float) -> list[SimProcess]:
+    """The compute processes at scenario time ``t``, one per busy GPU, in GPU order."""
+    t = max(t, 0.0)
+    gpus = gpu_states(settings, t)
+    if settings.scenario == "sglang":
+        return [
+            SimProcess(_SGLANG_PID + 168 * g.index, SGLANG_PROCESS_NAME, g.memory_used_mib - 20, i)
+            for i, g in enumerate(gpus)
+        ]
+    procs = [
+        SimProcess(_TARGET_PIDS[i], PROCESS_NAME, gpus[i].memory_used_mib - 42, i)
+        for i in TARGET_GPUS
+    ]
+    run = drafter_run(settings, t)
+    if run is not None:
+        for i in DRAFTER_GPUS:
+            offset = i - DRAFTER_GPUS[0]
+            base = _DRAFTER_PID if run.number == 0 else _RESTART_PID + 100 * run.number
+            used = max(gpus[i].memory_used_mib - 20, 0)
+            procs.append(SimProcess(base + offset, PROCESS_NAME, used, i))
+    return procs

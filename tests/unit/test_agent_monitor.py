@@ -1,0 +1,206 @@
+"""The agent, the local/sim transports, the monitor and the headless reports, run for real
+on this machine (the GPU is the simulator's)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from gpumon.backends import agent
+from gpumon.backends.config import Config, HostConfig, resolve_host
+from gpumon.backends.connect import demo_settings, make_monitor
+from gpumon.backends.model import ConnState, Health, Source
+from gpumon.backends.monitor import HostMonitor, backoff_delay
+from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS
+from gpumon.backends.report import CheckCode, check_verdict, snapshot_json, snapshot_table
+from gpumon.backends.sim.wrapper import write_wrapper
+from gpumon.backends.transport import LocalTransport, ssh_command, wrap_container
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia"
+ROWS = (FIXTURES / "query_gpu_8x_rtxpro6000.csv").read_text().splitlines()
+
+
+def test_row_batcher_splits_rounds_on_index_reset_and_keeps_junk() -> None:
+    b = agent.RowBatcher(QUERY_FIELDS.index("index"), len(QUERY_FIELDS))
+    out = [b.feed(r) for r in ROWS]
+    assert out == [None] * 8
+    assert b.feed("NVRM: Xid (PCI:0000:ba:00): 79, pid=1, name=x, GPU has fallen off") is None
+    first = b.feed(ROWS[0])  # index 0 again: the previous round is complete
+    assert first is not None and first[:8] == ROWS and "Xid" in first[8]
+    assert b.flush() == [ROWS[0]]
+    assert b.flush() is None
+
+
+def test_bootstrap_reads_exactly_the_source_and_keeps_stdin_open(tmp_path: Path) -> None:
+    options = {
+        "fields": list(QUERY_FIELDS),
+        "process_fields": list(PROCESS_FIELDS),
+        "nvidia_smi": str(write_wrapper(tmp_path, demo_settings(demo_time=5, frozen=True))),
+        "interval": 0.2,
+        "nvml": False,
+    }
+    argv, src = agent.bootstrap_argv(sys.executable, options)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(src)
+    proc.stdin.flush()
+    hello = json.loads(proc.stdout.readline())
+    assert hello["type"] == "hello" and hello["source"] == Source.AGENT_SMI.value
+    kinds = set()
+    while not {"gpus", "procs"} <= kinds:
+        msg = json.loads(proc.stdout.readline())
+        kinds.add(msg["type"])
+        if msg["type"] == "gpus":
+            assert len(msg["rows"]) == 8 and msg["fields"] == list(QUERY_FIELDS)
+    # stdin closing is how the agent learns its client is gone: it exits within 2 s.
+    t0 = time.monotonic()
+    proc.stdin.close()
+    assert proc.wait(timeout=2) == 0
+    assert time.monotonic() - t0 < 2
+
+
+def test_quoting_keeps_every_word_literal() -> None:
+    argv = ["nvidia-smi", "--query-gpu=a,b", "x; touch /tmp/pwned", "$(id)", "it's"]
+    assert wrap_container(argv, 200)[:4] == ["pct", "exec", "200", "--"]
+    cmd = ssh_command(argv, 200)
+    assert shlex.split(cmd) == ["pct", "exec", "200", "--", *argv]
+    assert ssh_command(argv, None) == shlex.join(argv)
+
+
+def test_backoff_is_capped_exponential_with_jitter() -> None:
+    import random
+
+    rng = random.Random(1)
+    delays = [backoff_delay(a, rng) for a in range(1, 12)]
+    assert 0.5 <= delays[0] <= 1.0
+    assert 1.0 <= delays[1] <= 2.0
+    assert all(d <= 30.0 for d in delays) and delays[-1] >= 15.0
+    assert len({round(backoff_delay(5, rng), 6) for _ in range(5)}) > 1  # jittered
+
+
+async def _sampled(monitor: HostMonitor, count: int = 1, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while monitor.samples < count or monitor.processes_time is None:
+        assert time.monotonic() < deadline, f"no samples: {monitor.status}"
+        await monitor.wait_for_update(0.5)
+
+
+async def test_demo_monitor_histories_and_interval_change() -> None:
+    host = resolve_host(Config(path=None), "demo")
+    monitor = make_monitor(replace(host, interval=0.2), demo_settings(demo_time=20))
+    monitor.start()
+    try:
+        await _sampled(monitor, 3)
+        assert monitor.status.state == ConnState.CONNECTED
+        assert monitor.status.source == Source.AGENT_SMI
+        assert sorted(monitor.histories) == list(range(8))
+        assert len(monitor.histories[6]) >= 3
+        assert monitor.latest is not None and len(monitor.latest.processes) == 8
+        monitor.set_interval(0.5)  # the agent restarts nvidia-smi at the new rate
+        n = monitor.samples
+        await asyncio.sleep(1.6)
+        assert 1 <= monitor.samples - n <= 5
+    finally:
+        await monitor.stop()
+    assert monitor.status.state == ConnState.STOPPED
+
+
+async def test_nvidia_smi_failure_is_a_host_error_and_values_are_kept(tmp_path: Path) -> None:
+    """nvidia-smi breaks after data arrived: error quoted, last values kept (stale)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    settings = demo_settings(demo_time=5)
+    smi = write_wrapper(bin_dir, settings)
+    marker = "GPUMON_SIM_T0=" + settings.to_env()["GPUMON_SIM_T0"]
+    good = smi.read_text()
+    host = HostConfig(
+        name="box", kind="local", python=sys.executable, nvidia_smi=str(smi), interval=0.2
+    )
+    monitor = HostMonitor(host, LocalTransport(host))
+    monitor.start()
+    try:
+        await _sampled(monitor, 2)
+        before = monitor.latest
+        write_wrapper(bin_dir, replace(settings, fault="driver_not_loaded"))
+        # Kill the running loop so the agent has to start nvidia-smi again.
+        for pid in _pids_with(marker):
+            os.kill(pid, 9)
+        deadline = time.monotonic() + 15
+        while not monitor.status.error:
+            assert time.monotonic() < deadline, "error never reported"
+            await monitor.wait_for_update(0.5)
+        assert "couldn't communicate with the NVIDIA driver" in monitor.status.error
+        assert monitor.latest is not None and monitor.latest.gpus == before.gpus  # type: ignore[union-attr]
+        smi.write_text(good)
+        deadline = time.monotonic() + 40
+        while monitor.status.error:
+            assert time.monotonic() < deadline, "never recovered"
+            await monitor.wait_for_update(0.5)
+        assert monitor.latest is not before
+    finally:
+        await monitor.stop()
+
+
+def _pids_with(marker: str) -> list[int]:
+    """Processes whose environment holds ``marker`` (the simulator's unique T0)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return [p for p in pids if p != os.getpid()]
+
+
+async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None:
+    settings = replace(demo_settings(demo_time=5, frozen=True), fault="gpu_lost:4")
+    host = resolve_host(Config(path=None), "demo")
+    monitor = make_monitor(host, settings)
+    monitor.start()
+    try:
+        await _sampled(monitor)
+    finally:
+        await monitor.stop()
+    now = time.time()
+    data = snapshot_json(monitor, now)
+    assert list(data) == ["host", "time", "source", "stale_s", "error", "gpus"]
+    assert data["host"] == "demo" and data["source"] == "agent/nvidia-smi"
+    gpu_keys = [
+        "index", "uuid", "name", "bus_id", "memory_used_mib", "memory_total_mib",
+        "utilization_pct", "temperature_c", "power_w", "power_limit_w", "health",
+        "problems", "processes",
+    ]  # fmt: skip
+    assert all(list(g) == gpu_keys for g in data["gpus"])
+    lost = data["gpus"][4]
+    assert lost["health"] == "critical" and lost["memory_used_mib"] is None
+    assert lost["temperature_c"] is None and lost["power_w"] is None
+    assert data["gpus"][0]["processes"][0]["pid"] > 0
+    json.dumps(data)  # serialisable as is
+    code, line = check_verdict(monitor, now)
+    assert code == CheckCode.CRITICAL and line.startswith("CRITICAL demo: GPU 4")
+    table = snapshot_table(monitor, now)
+    assert "n/a" in table.splitlines()[6] and "critical" in table
+    # Much later the same data is stale: UNKNOWN, not a confident OK.
+    code, line = check_verdict(monitor, now + 60)
+    assert code == CheckCode.UNKNOWN
+
+
+def test_hostile_process_names_are_escaped_in_the_table() -> None:
+    from gpumon.backends.model import GpuProcess, GpuSample, HostSample, printable
+
+    assert printable("evil\x1b[2Jname\x07") == "evil\\x1b[2Jname\\x07"
+    assert printable("普通") == "普通"
+    gpu = GpuSample(index=0, uuid="GPU-1", health=Health.OK)
+    sample = HostSample(
+        "h", time.time(), None, (gpu,), (GpuProcess(1, "\x1b]0;x\x07", 5, "GPU-1"),)
+    )
+    assert sample.processes_for(gpu)[0].pid == 1
