@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shlex
 import shutil
@@ -214,26 +215,53 @@ def _kill_group(pid: int) -> None:
 
 
 class SimTransport(LocalTransport):
-    """The simulated CT200: a local transport with the simulator's nvidia-smi on PATH."""
+    """The simulated CT200: a local transport with the simulator's nvidia-smi on PATH.
+
+    In the ``training-oom`` scenario it also runs the simulated drafter job, which writes
+    its progress log (``job_log``) and dies of CUDA OOM at the scenario's OOM time.
+    """
 
     def __init__(self, host: HostConfig, settings: Any) -> None:
         from .sim.wrapper import write_job_wrapper, write_wrapper
 
-        self._bin = Path(tempfile.mkdtemp(prefix="gpumon-sim-"))
+        self.root = Path(tempfile.mkdtemp(prefix="gpumon-sim-"))
+        bin_dir, state = self.root / "bin", self.root / "state"
+        bin_dir.mkdir()
+        state.mkdir()
+        if settings.state_dir is None:
+            settings = dataclasses.replace(settings, state_dir=str(state))
         self.settings = settings
-        write_wrapper(self._bin, settings)
-        write_job_wrapper(self._bin, settings)
+        self.job_log = Path(settings.state_dir) / "drafter.log"
+        write_wrapper(bin_dir, settings)
+        self._job_wrapper = write_job_wrapper(bin_dir, settings)
+        self._job: asyncio.subprocess.Process | None = None
         env = dict(os.environ)
-        env["PATH"] = f"{self._bin}{os.pathsep}{env.get('PATH', '')}"
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
         super().__init__(host, env)
 
     @property
     def label(self) -> str:
         return f"simulator ({self.settings.scenario})"
 
+    async def connect(self) -> None:
+        if self.settings.scenario == "training-oom" and self._job is None:
+            self._job = await asyncio.create_subprocess_exec(
+                str(self._job_wrapper),
+                "--log",
+                str(self.job_log),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,
+            )
+
     async def close(self) -> None:
-        await super().close()
-        shutil.rmtree(self._bin, ignore_errors=True)
+        job, self._job = self._job, None
+        if job is not None and job.returncode is None:
+            _kill_group(job.pid)
+            await job.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def ssh_command(argv: Sequence[str], container: int | None) -> str:

@@ -204,3 +204,30 @@ def test_hostile_process_names_are_escaped_in_the_table() -> None:
         "h", time.time(), None, (gpu,), (GpuProcess(1, "\x1b]0;x\x07", 5, "GPU-1"),)
     )
     assert sample.processes_for(gpu)[0].pid == 1
+
+
+async def test_demo_drafter_job_dies_of_oom_and_releases_memory() -> None:
+    from gpumon.backends.transport import SimTransport
+
+    host = resolve_host(Config(path=None), "demo")
+    monitor = make_monitor(host, demo_settings(demo_time=65))
+    transport = monitor.transport
+    assert isinstance(transport, SimTransport)
+    monitor.start()
+    try:
+        await _sampled(monitor)
+        deadline = time.monotonic() + 10
+        while "OutOfMemoryError" not in (
+            transport.job_log.read_text() if transport.job_log.exists() else ""
+        ):
+            assert time.monotonic() < deadline, "the drafter log never got its traceback"
+            await asyncio.sleep(0.1)
+        last = transport.job_log.read_text().rstrip().splitlines()[-1]
+        assert last.startswith("torch.OutOfMemoryError: CUDA out of memory.")
+        assert monitor.latest is not None
+        gpu6 = monitor.latest.gpus[6]
+        assert gpu6.memory_used_mib is not None and gpu6.memory_used_mib < 100
+        assert not monitor.latest.processes_for(gpu6)
+    finally:
+        await monitor.stop()
+    assert not transport.root.exists()  # the simulator cleans up after itself
