@@ -1,0 +1,38 @@
+"""The library layer stays free of the UI: backends/ never imports Textual or gpumon.tui."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+BACKENDS = Path(__file__).parents[2] / "backends"
+FORBIDDEN = ("textual", "rich", "gpumon.tui", "tui", "plotext")
+
+
+@pytest.mark.parametrize("path", sorted(BACKENDS.rglob("*.py")), ids=lambda p: p.name)
+def test_backend_module_imports_no_ui(path: Path) -> None:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    imported: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported.append(node.module)
+    bad = [m for m in imported if m.split(".")[0] in FORBIDDEN or m.startswith("gpumon.tui")]
+    assert bad == [], f"{path.name} imports UI modules: {bad}"
+
+
+def test_agent_is_standard_library_only() -> None:
+    import sys
+
+    tree = ast.parse((BACKENDS / "agent.py").read_text())
+    top = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            top |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            top.add(node.module.split(".")[0])
+    # pynvml is optional on the target and imported inside a try.
+    assert top - set(sys.stdlib_module_names) - {"__future__"} == {"pynvml"}
