@@ -15,7 +15,13 @@ It writes one JSON object per line to stdout:
   event text) are passed on unchanged; the client's parser skips and counts them.
 - ``{"type": "procs", "t": epoch, "rows": [...]}``: compute processes, same idea.
 - ``{"type": "smi_error", "t": epoch, "exit": code, "output": text}``: nvidia-smi failed.
-- ``{"type": "log", "level": "warning", "text": ...}``: something the user should know.
+- ``{"type": "log", "tag": ..., "path": ..., "lines": [...], "backlog": bool}``: new lines
+  of a watched log file (``backlog``: the tail that was already there at start).
+- ``{"type": "kernel", "lines": [...]}``: kernel log lines (Xid, OOM killer), when readable.
+- ``{"type": "memory_events", "text": ...}``: the container's cgroup ``memory.events``.
+- ``{"type": "http", "tag": ..., "status": 200 | null, "error": ..., "body": ...}``: a fetch
+  of a URL on the target's localhost (SGLang ``/metrics``), filtered to wanted lines.
+- ``{"type": "note", "text": ...}``: something the user should know, said once.
 
 Commands arrive on stdin as JSON lines: ``{"cmd": "interval", "seconds": 2.0}``.
 
@@ -179,6 +185,10 @@ class Agent:
         self.interval = float(options.get("interval", 1.0))
         self.process_interval = float(options.get("process_interval", 2.0))
         self.use_nvml = bool(options.get("nvml", True))
+        self.logs = [LogTail(spec) for spec in options.get("logs", [])]
+        self.kernel = bool(options.get("kernel", False))
+        self.http: list[dict[str, Any]] = list(options.get("http", []))
+        self.log_poll_s = float(options.get("log_poll_s", 0.25))
         self.wake = threading.Event()  # set when the interval changes
         self.nvml: Any = None
 
@@ -223,6 +233,10 @@ class Agent:
         gpu_loop = self.nvml_loop if self.nvml is not None else self.smi_loop
         threading.Thread(target=gpu_loop, daemon=True, name="gpus").start()
         threading.Thread(target=self.process_loop, daemon=True, name="procs").start()
+        if self.logs or self.kernel:
+            threading.Thread(target=self.log_loop, daemon=True, name="logs").start()
+        for target in self.http:
+            threading.Thread(target=self.http_loop, args=(target,), daemon=True).start()
 
     # --- nvidia-smi ----------------------------------------------------------------
     def supported_fields(self) -> list[str] | None:
@@ -322,6 +336,56 @@ class Agent:
                     rows = [ln for ln in text.splitlines() if ln.strip()]
                     self.out.send({"type": "procs", "t": time.time(), "rows": rows})
             time.sleep(max(self.process_interval, self.interval))
+
+    # --- logs, kernel log, cgroup, HTTP ----------------------------------------------
+    def log_loop(self) -> None:
+        kmsg = open_kmsg(self.out) if self.kernel else None
+        events = "/sys/fs/cgroup/memory.events"
+        last_events = None
+        while True:
+            started = time.monotonic()
+            for tail in self.logs:
+                for msg in tail.poll():
+                    self.out.send(msg)
+            if kmsg is not None:
+                lines = read_kmsg(kmsg)
+                if lines:
+                    self.out.send({"type": "kernel", "t": time.time(), "lines": lines})
+            if self.kernel:
+                try:
+                    with open(events) as f:
+                        text = f.read()
+                except OSError:
+                    text = None
+                if text is not None and text != last_events:
+                    last_events = text
+                    self.out.send({"type": "memory_events", "t": time.time(), "text": text})
+            time.sleep(max(self.log_poll_s - (time.monotonic() - started), 0.01))
+
+    def http_loop(self, target: dict[str, Any]) -> None:
+        import re
+        import urllib.error
+        import urllib.request
+
+        wanted = re.compile(target["filter"]) if target.get("filter") else None
+        url, tag = str(target["url"]), str(target["tag"])
+        while True:
+            started = time.monotonic()
+            msg: dict[str, Any] = {"type": "http", "tag": tag, "t": time.time()}
+            try:
+                with urllib.request.urlopen(url, timeout=2.0) as resp:
+                    body = resp.read(8 << 20).decode("utf-8", "replace")
+                    msg["status"] = resp.status
+            except urllib.error.HTTPError as e:
+                msg.update(status=e.code, error=f"HTTP {e.code}", body="")
+            except Exception as e:  # refused, timeout, reset: the server is down
+                msg.update(status=None, error=f"{type(e).__name__}: {e}", body="")
+            else:
+                if wanted is not None:
+                    body = "\n".join(ln for ln in body.splitlines() if wanted.match(ln))
+                msg["body"] = body
+            self.out.send(msg)
+            time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
 
     # --- NVML ----------------------------------------------------------------------
     def nvml_loop(self) -> None:
@@ -478,6 +542,134 @@ def _process_name(pid: int) -> str:
     except OSError:
         return "[Not Found]"
     return argv0.replace(",", "?") or "[Not Found]"
+
+
+LOG_BACKLOG_BYTES = 64 * 1024  # at start, this much of each log's tail is sent as backlog
+LOG_READ_BYTES = 4 << 20  # at most this much per file per poll, so GPU samples never wait
+LOG_MAX_LINES = 2000  # lines per message; more means a flood: keep the newest
+
+
+class LogTail:
+    """Follows one log path or glob: new lines only, through rotation and truncation.
+
+    ``filter`` (a regex) keeps the lines worth sending; the last line of every poll is
+    always sent too (progress lines only matter at their newest). Files that appear
+    after the start are read from their beginning.
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        import re
+
+        self.pattern = os.path.expanduser(str(spec["path"]))
+        self.tag = str(spec.get("tag") or self.pattern)
+        self.filter = re.compile(spec["filter"]) if spec.get("filter") else None
+        self.files: dict[str, list[Any]] = {}  # path -> [inode, offset, partial bytes]
+        self.started = False
+        self.last_glob = 0.0
+
+    def _paths(self) -> list[str]:
+        import glob
+
+        if any(ch in self.pattern for ch in "*?["):
+            return sorted(glob.glob(self.pattern))
+        return [self.pattern]
+
+    def poll(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        if not self.started or now - self.last_glob > 2.0:
+            self.last_glob = now
+            for path in self._paths():
+                if path not in self.files and os.path.exists(path):
+                    self.files[path] = [None, 0, b""]
+        out = []
+        for path, state in list(self.files.items()):
+            msg = self._poll_file(path, state, backlog=not self.started)
+            if msg is not None:
+                out.append(msg)
+        self.started = True
+        return out
+
+    def _poll_file(self, path: str, state: list[Any], backlog: bool) -> dict[str, Any] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None  # rotated away; a new file at the same path is picked up below
+        inode, offset, partial = state
+        if inode is not None and st.st_ino != inode:
+            offset, partial = 0, b""  # rotated: the new file is all new
+        elif st.st_size < offset:
+            offset, partial = 0, b""  # truncated in place
+        if backlog:
+            offset = max(st.st_size - LOG_BACKLOG_BYTES, 0)
+        if st.st_size == offset:
+            state[:] = [st.st_ino, offset, partial]
+            return None
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(LOG_READ_BYTES)
+        except OSError:
+            return None
+        offset += len(data)
+        data = partial + data
+        *complete, partial = data.split(b"\n")
+        if backlog and offset - len(data) > 0 and complete:
+            complete = complete[1:]  # the first backlog line is probably cut
+        state[:] = [st.st_ino, offset, partial[-65536:]]
+        lines = [ln.decode("utf-8", "replace").rstrip("\r") for ln in complete]
+        if not lines:
+            return None
+        if self.filter is not None:
+            last = lines[-1]
+            lines = [ln for ln in lines if self.filter.search(ln)]
+            if not lines or lines[-1] is not last:
+                lines.append(last)
+        return {
+            "type": "log",
+            "tag": self.tag,
+            "path": path,
+            "t": time.time(),
+            "backlog": backlog,
+            "lines": lines[-LOG_MAX_LINES:],
+            "dropped": max(len(lines) - LOG_MAX_LINES, 0),
+        }
+
+
+KMSG_WANTED = ("NVRM: Xid", "Out of memory", "oom-kill", "Killed process", "oom_reaper")
+
+
+def open_kmsg(out: Output) -> int | None:
+    """/dev/kmsg opened at its end, or None (said once: unprivileged containers can't)."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(fd, 0, os.SEEK_END)
+        return fd
+    except OSError as e:
+        out.send(
+            {
+                "type": "note",
+                "text": f"kernel log not readable here ({e.strerror or e}): Xid and host "
+                "OOM-killer lines need gpumon on the Proxmox host itself",
+            }
+        )
+        return None
+
+
+def read_kmsg(fd: int) -> list[str]:
+    lines = []
+    while True:
+        try:
+            record = os.read(fd, 8192)
+        except BlockingIOError:
+            break
+        except OSError:  # EPIPE: records were overwritten before we read them
+            continue
+        if not record:
+            break
+        text = record.decode("utf-8", "replace").split(";", 1)[-1].split("\n", 1)[0]
+        if any(w in text for w in KMSG_WANTED):
+            lines.append(text)
+    return lines
 
 
 def main(argv: Sequence[str]) -> None:

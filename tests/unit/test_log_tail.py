@@ -1,0 +1,87 @@
+"""The agent's log follower: backlog at start, only new lines after, rotation, truncation,
+globs, filters, partial lines."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from gpumon.backends.agent import LOG_BACKLOG_BYTES, LogTail
+
+
+def lines_of(msgs: list[dict[str, Any]]) -> list[str]:
+    return [ln for m in msgs for ln in m["lines"]]
+
+
+def test_backlog_then_only_new_lines(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("old 1\nold 2\n")
+    tail = LogTail({"path": str(log), "tag": "train"})
+    first = tail.poll()
+    assert lines_of(first) == ["old 1", "old 2"] and first[0]["backlog"] is True
+    assert tail.poll() == []
+    with log.open("a") as f:
+        f.write("new 1\nnew 2 partial")
+    msgs = tail.poll()
+    assert lines_of(msgs) == ["new 1"] and msgs[0]["backlog"] is False
+    assert msgs[0]["tag"] == "train" and msgs[0]["path"] == str(log)
+    with log.open("a") as f:
+        f.write(" done\n")
+    assert lines_of(tail.poll()) == ["new 2 partial done"]
+
+
+def test_backlog_is_bounded_and_drops_the_cut_first_line(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    line = "x" * 99 + "\n"
+    log.write_text(line * (2 * LOG_BACKLOG_BYTES // len(line)) + "the end\n")
+    got = lines_of(LogTail({"path": str(log)}).poll())
+    assert got[-1] == "the end"
+    assert all(ln == "x" * 99 for ln in got[:-1])  # no half line at the start
+    assert len(got) <= LOG_BACKLOG_BYTES // len(line) + 1
+
+
+def test_rotation_and_truncation_are_followed(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("before\n")
+    tail = LogTail({"path": str(log)})
+    tail.poll()
+    os.rename(log, tmp_path / "job.log.1")  # logrotate: move, then a new file
+    assert tail.poll() == []
+    log.write_text("after rotation\n")
+    assert lines_of(tail.poll()) == ["after rotation"]
+    log.write_text("")  # truncated in place (copytruncate)
+    assert tail.poll() == []
+    with log.open("a") as f:
+        f.write("after truncation\n")
+    assert lines_of(tail.poll()) == ["after truncation"]
+
+
+def test_glob_picks_up_new_files_from_their_start(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text("a old\n")
+    tail = LogTail({"path": str(tmp_path / "*.log")})
+    assert lines_of(tail.poll()) == ["a old"]
+    (tmp_path / "b.log").write_text("b first\nb second\n")
+    tail.last_glob = 0.0  # the next poll looks for new files
+    msgs = tail.poll()
+    assert lines_of(msgs) == ["b first", "b second"]
+    assert msgs[0]["backlog"] is False and msgs[0]["path"].endswith("b.log")
+
+
+def test_filter_keeps_matches_and_the_newest_line(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("")
+    tail = LogTail({"path": str(log), "filter": "out of memory"})
+    tail.poll()
+    with log.open("a") as f:
+        f.write("step 1\nCUDA out of memory. Tried\nstep 2\nstep 3\n")
+    assert lines_of(tail.poll()) == ["CUDA out of memory. Tried", "step 3"]
+
+
+def test_missing_file_is_quiet_until_it_appears(tmp_path: Path) -> None:
+    log = tmp_path / "later.log"
+    tail = LogTail({"path": str(log)})
+    assert tail.poll() == []
+    log.write_text("hello\n")
+    tail.last_glob = 0.0
+    assert lines_of(tail.poll()) == ["hello"]
