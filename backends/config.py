@@ -19,9 +19,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from .config_workloads import Invalid as WorkloadInvalid
+from .config_workloads import JobConfig, SglangConfig, jobs_table, log_paths, sglang_table
+
 HostKind = Literal["ssh", "local", "demo"]
 BUILTIN_HOSTS: Mapping[str, HostKind] = MappingProxyType({"demo": "demo", "local": "local"})
 COMMAND_LINE = "command line"
+
+
+DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl"
 
 
 class ConfigError(Exception):
@@ -53,7 +59,15 @@ class HostConfig:
     interval: float = 1.0
     connect_timeout: float = 10.0
     read_only: bool = False
+    watch_logs: tuple[str, ...] = ()  # logs the agent follows for OOM and error lines
+    kernel_log: bool = True  # read Xid / OOM-killer lines where the kernel log is readable
+    torch_index: str = DEFAULT_TORCH_INDEX
+    sglang: SglangConfig | None = None
+    jobs: tuple[JobConfig, ...] = ()
     source: str = COMMAND_LINE
+
+    def job(self, name: str) -> JobConfig | None:
+        return next((j for j in self.jobs if j.name == name), None)
 
     def describe(self) -> str:
         """``ssh root@pve1:22 -> pct exec 200``, ``ssh gpu1``, ``local`` or ``simulator``."""
@@ -196,6 +210,29 @@ def _ssh_target(v: object) -> _SshTarget:
     return _SshTarget(m["user"], host or m["host"], port)
 
 
+def _log_paths(v: object) -> tuple[str, ...]:
+    return tuple(os.path.expanduser(p) if p.startswith("~/") else p for p in log_paths(v))
+
+
+def _url(v: object) -> str:
+    s = _text(v)
+    if not re.fullmatch(r"https?://[^\s]+", s):
+        raise ValueError
+    return s.rstrip("/")
+
+
+def _wrap(check: Callable[[object], Any]) -> Callable[[object], Any]:
+    """Adapt a config_workloads checker: its Invalid becomes ours (same dotted path)."""
+
+    def run(v: object) -> Any:
+        try:
+            return check(v)
+        except WorkloadInvalid as e:
+            raise _Invalid(e.problem, e.path) from None
+
+    return run
+
+
 SSH_EXPECTED = "an SSH target: user@host[:port], host[:port], an ~/.ssh/config alias or [IPv6]:port"
 SECONDS = "a number of seconds between 0.1 and 3600"
 CONTAINER_EXPECTED = "a Proxmox container id: an integer 100..999999999 or a string of digits"
@@ -213,8 +250,16 @@ HOST_SETTINGS: tuple[KeySpec, ...] = (
     KeySpec("interval", _number(0.1, 3600), SECONDS, 1.0),
     KeySpec("connect_timeout", _number(0.1, 3600), SECONDS, 10.0),
     KeySpec("read_only", _boolean, "true or false", False),
+    KeySpec("watch_logs", _log_paths, "a list of log file paths or globs", (), builtin=False),
+    KeySpec("kernel_log", _boolean, "true or false", True),
+    KeySpec("torch_index", _url, "an http(s) URL of a PyTorch wheel index", DEFAULT_TORCH_INDEX),
 )
-HOST_KEYS: tuple[KeySpec, ...] = (KeySpec("ssh", _ssh_target, SSH_EXPECTED), *HOST_SETTINGS)
+HOST_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("ssh", _ssh_target, SSH_EXPECTED),
+    *HOST_SETTINGS,
+    KeySpec("sglang", _wrap(sglang_table), "a [hosts.NAME.sglang] table"),
+    KeySpec("jobs", _wrap(jobs_table), "[hosts.NAME.jobs.JOB] tables"),
+)
 
 
 def _check_table(raw: object, specs: tuple[KeySpec, ...]) -> dict[str, Any]:

@@ -465,7 +465,13 @@ def test_format_hosts_without_a_file(tmp_path: Path) -> None:
 def test_every_host_key_is_a_host_config_field() -> None:
     names = {f.name for f in dataclasses.fields(HostConfig)}
     assert {spec.name for spec in HOST_SETTINGS} <= names
-    assert [spec.name for spec in HOST_KEYS] == ["ssh", *(s.name for s in HOST_SETTINGS)]
+    host_only = ["sglang", "jobs"]  # tables that make no sense in [defaults]
+    assert [spec.name for spec in HOST_KEYS] == [
+        "ssh",
+        *(s.name for s in HOST_SETTINGS),
+        *host_only,
+    ]
+    assert set(host_only) <= names
 
 
 def test_nested_spec_tables_report_the_full_dotted_key() -> None:
@@ -481,3 +487,63 @@ def test_nested_spec_tables_report_the_full_dotted_key() -> None:
     assert caught.value.path == ("sglang", "ports")
     assert caught.value.problem == 'expected a list of port numbers, got ["x"]'
     assert _check_table({"sglang": {"ports": ["1"]}}, (sglang,)) == {"sglang": {"ports": [1]}}
+
+
+# --- workloads: [hosts.NAME.sglang], [hosts.NAME.jobs.JOB], watch_logs ------------------
+
+
+def _load_text(tmp_path: Path, text: str) -> Config:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def test_sglang_jobs_and_watch_logs(tmp_path: Path) -> None:
+    cfg = _load_text(
+        tmp_path,
+        """
+[hosts.ct200]
+container = 200
+watch_logs = ["/var/log/train/*.log", "~/x.log"]
+[hosts.ct200.sglang]
+ports = "30000-30007"
+log = "/root/sglang/*.log"
+[hosts.ct200.jobs.drafter]
+gpus = [5, 6, 7]
+log = "/root/drafter/train.log"
+progress = "kv"
+start = "python train.py --token-budget {token_budget} --resume {resume}"
+params = { token_budget = 65536, resume = "latest" }
+env = { CUDA_VISIBLE_DEVICES = "5,6,7" }
+stop_timeout = 10
+""",
+    )
+    host = cfg.hosts["ct200"]
+    assert host.sglang is not None and host.sglang.ports == tuple(range(30000, 30008))
+    assert host.watch_logs[0] == "/var/log/train/*.log"
+    assert host.watch_logs[1] == str(Path.home() / "x.log")
+    job = host.job("drafter")
+    assert job is not None and job.gpus == (5, 6, 7) and job.stop_timeout == 10.0
+    assert job.params["token_budget"] == 65536 and job.env["CUDA_VISIBLE_DEVICES"] == "5,6,7"
+    assert host.job("nope") is None
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "expected"),
+    [
+        ('[hosts.h.sglang]\nports = "30007-30000"', "hosts.h.sglang.ports", "range"),
+        ("[hosts.h.sglang]\nport = 1", "hosts.h.sglang.port", "unknown key"),
+        ("[hosts.h.jobs.j]\ngpus = []", "hosts.h.jobs.j.gpus", "non-empty list"),
+        ("[hosts.h.jobs.j]\ngpus = [1, 1]", "hosts.h.jobs.j.gpus", "appears twice"),
+        ("[hosts.h.jobs.j]\nprogress = 'step (?P<stp>\\d+)'", "hosts.h.jobs.j.progress", "stp"),
+        ('[hosts.h.jobs.j]\nprogress = "("', "hosts.h.jobs.j.progress", "valid regex"),
+        ('[hosts.h.jobs.j]\nstart = "run {x}"', "hosts.h.jobs.j.start", "placeholders"),
+        ("[hosts.h.jobs.j]\nparams = { a = [1] }", "hosts.h.jobs.j.params.a", "string, number"),
+        ('[hosts.h]\ntorch_index = "ftp://x"', "hosts.h.torch_index", "http(s) URL"),
+    ],
+)
+def test_workload_errors_name_the_key(tmp_path: Path, table: str, key: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _load_text(tmp_path, table + "\n")
+    assert err.value.key == key
+    assert expected in str(err.value) and str(tmp_path / "c.toml") in str(err.value)
