@@ -546,7 +546,8 @@ def _process_name(pid: int) -> str:
 
 LOG_BACKLOG_BYTES = 64 * 1024  # at start, this much of each log's tail is sent as backlog
 LOG_READ_BYTES = 4 << 20  # at most this much per file per poll, so GPU samples never wait
-LOG_MAX_LINES = 2000  # lines per message; more means a flood: keep the newest
+LOG_MAX_LINES = 2000  # lines per message; more means a flood (see LogTail.keep)
+LOG_FLOOD_NEWEST = 200
 
 
 class LogTail:
@@ -563,6 +564,7 @@ class LogTail:
         self.pattern = os.path.expanduser(str(spec["path"]))
         self.tag = str(spec.get("tag") or self.pattern)
         self.filter = re.compile(spec["filter"]) if spec.get("filter") else None
+        self.keep = re.compile(spec["keep"]) if spec.get("keep") else None
         self.files: dict[str, list[Any]] = {}  # path -> [inode, offset, partial bytes]
         self.started = False
         self.last_glob = 0.0
@@ -624,14 +626,21 @@ class LogTail:
             lines = [ln for ln in lines if self.filter.search(ln)]
             if not lines or lines[-1] is not last:
                 lines.append(last)
+        total = len(lines)
+        if total > LOG_MAX_LINES:
+            # A flood: keep what ``keep`` marks as important, then the newest lines.
+            newest = lines[-LOG_FLOOD_NEWEST:]
+            older = lines[:-LOG_FLOOD_NEWEST]
+            important = [ln for ln in older if self.keep.search(ln)] if self.keep else []
+            lines = important[-(LOG_MAX_LINES - LOG_FLOOD_NEWEST) :] + newest
         return {
             "type": "log",
             "tag": self.tag,
             "path": path,
             "t": time.time(),
             "backlog": backlog,
-            "lines": lines[-LOG_MAX_LINES:],
-            "dropped": max(len(lines) - LOG_MAX_LINES, 0),
+            "lines": lines,
+            "dropped": total - len(lines),
         }
 
 

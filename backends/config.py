@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from .alert_rules import AlertRules
 from .config_workloads import Invalid as WorkloadInvalid
 from .config_workloads import JobConfig, SglangConfig, jobs_table, log_paths, sglang_table
 
@@ -64,6 +65,7 @@ class HostConfig:
     torch_index: str = DEFAULT_TORCH_INDEX
     sglang: SglangConfig | None = None
     jobs: tuple[JobConfig, ...] = ()
+    alerts: AlertRules = field(default_factory=AlertRules)
     source: str = COMMAND_LINE
 
     def job(self, name: str) -> JobConfig | None:
@@ -221,6 +223,22 @@ def _url(v: object) -> str:
     return s.rstrip("/")
 
 
+def _alert_table(v: object) -> dict[str, Any]:
+    """Checked here (names the key); merged over [defaults.alerts] per host in _build_host."""
+    if not isinstance(v, dict):
+        raise TypeError
+    try:
+        AlertRules.from_mapping(v, "alerts")
+    except ValueError as e:
+        key, _, problem = str(e).partition(": ")
+        raise _Invalid(problem, tuple(key.split(".")[1:])) from None
+    return dict(v)
+
+
+def _rules(table: Mapping[str, Any]) -> AlertRules:
+    return AlertRules.from_mapping(table, "alerts")  # already checked: cannot fail here
+
+
 def _wrap(check: Callable[[object], Any]) -> Callable[[object], Any]:
     """Adapt a config_workloads checker: its Invalid becomes ours (same dotted path)."""
 
@@ -253,6 +271,7 @@ HOST_SETTINGS: tuple[KeySpec, ...] = (
     KeySpec("watch_logs", _log_paths, "a list of log file paths or globs", (), builtin=False),
     KeySpec("kernel_log", _boolean, "true or false", True),
     KeySpec("torch_index", _url, "an http(s) URL of a PyTorch wheel index", DEFAULT_TORCH_INDEX),
+    KeySpec("alerts", _alert_table, "an alerts table", {}),
 )
 HOST_KEYS: tuple[KeySpec, ...] = (
     KeySpec("ssh", _ssh_target, SSH_EXPECTED),
@@ -388,6 +407,7 @@ def _build_host(
     """Merge one validated [hosts.NAME] table over the defaults; ``ssh`` defaults to NAME."""
     target: _SshTarget = table.get("ssh") or _SshTarget(None, name, None)
     values = {**defaults, **{k: v for k, v in table.items() if k != "ssh"}}
+    values["alerts"] = _rules({**defaults.get("alerts", {}), **table.get("alerts", {})})
     if target.port is not None:
         if "port" in table and table["port"] != target.port:
             raise _Invalid(
@@ -420,6 +440,7 @@ def resolve_host(config: Config, name: str) -> HostConfig:
         return config.hosts[name]
     if name in BUILTIN_HOSTS:
         shared = {s.name: config.defaults[s.name] for s in HOST_SETTINGS if s.builtin}
+        shared["alerts"] = _rules(shared.get("alerts", {}))
         return HostConfig(name=name, kind=BUILTIN_HOSTS[name], **shared)
     try:
         target = _ssh_target(name)

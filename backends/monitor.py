@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from .agent import RowBatcher, bootstrap_argv
+from .alerts import AlertEngine
 from .config import HostConfig
 from .model import ConnState, GpuHistory, GpuProcess, HostSample, HostStatus, Source
 from .parsers.nvidia_smi import (
@@ -30,6 +31,8 @@ from .parsers.nvidia_smi import (
     parse_query_gpu,
     query_gpu_args,
 )
+from .parsers.oom import KEEP_PATTERN
+from .recorder import FlightRecorder
 from .transport import ProcessStream, Transport, TransportError
 
 log = logging.getLogger(__name__)
@@ -78,6 +81,9 @@ class HostMonitor:
         self._stream: ProcessStream | None = None
         self._rng = random.Random()
         self._updated = asyncio.Event()
+        self.alerts = AlertEngine(host.name, host.alerts, clock=clock)
+        self.recorder = FlightRecorder(host.name, clock=clock)
+        self.alerts.add_listener(self.recorder.on_alert)
 
     # --- public ----------------------------------------------------------------------
     @property
@@ -110,6 +116,8 @@ class HostMonitor:
         await self._close_stream()
         with contextlib.suppress(Exception):
             await self.transport.close()
+        with contextlib.suppress(OSError):
+            self.recorder.flush_now()
         self._set_status(ConnState.STOPPED, error=self.status.error)
 
     async def wait_for_update(self, timeout: float) -> bool:
@@ -185,12 +193,24 @@ class HostMonitor:
                 return py
         return None
 
+    def log_specs(self) -> list[dict[str, str]]:
+        """The logs the agent follows: watch_logs, every job's log, the SGLang log."""
+        specs = [{"path": p, "tag": "watch", "keep": KEEP_PATTERN} for p in self.host.watch_logs]
+        for job in self.host.jobs:
+            if job.log:
+                specs.append({"path": job.log, "tag": f"job:{job.name}", "keep": KEEP_PATTERN})
+        if self.host.sglang is not None and self.host.sglang.log:
+            specs.append({"path": self.host.sglang.log, "tag": "sglang", "keep": KEEP_PATTERN})
+        return specs
+
     async def _agent_session(self, python: str) -> bool:
         options = {
             "fields": list(QUERY_FIELDS),
             "process_fields": list(PROCESS_FIELDS),
             "nvidia_smi": self.host.nvidia_smi,
             "interval": self.interval,
+            "logs": self.log_specs(),
+            "kernel": self.host.kernel_log,
         }
         argv, source = bootstrap_argv(python, options)
         stream = self._stream = await self.transport.open_stream(argv)
@@ -233,6 +253,19 @@ class HostMonitor:
             return True
         if kind == "procs":
             self._on_process_rows(msg.get("rows", []))
+            return False
+        if kind == "log":
+            self._on_log(msg)
+            return False
+        if kind == "kernel":
+            self.alerts.on_kernel_lines([str(x) for x in msg.get("lines", [])])
+            self._notify()
+            return False
+        if kind == "memory_events":
+            self.alerts.on_memory_events(str(msg.get("text", "")))
+            return False
+        if kind == "note":
+            self.alerts.note(str(msg.get("text", "")))
             return False
         if kind == "smi_error":
             failure = classify_smi_failure(str(msg.get("output", "")), msg.get("exit"))
@@ -289,6 +322,20 @@ class HostMonitor:
             await asyncio.sleep(max(2.0, self.interval))
 
     # --- state updates ---------------------------------------------------------------
+    def _on_log(self, msg: dict[str, Any]) -> None:
+        tag = str(msg.get("tag", ""))
+        lines = [str(x) for x in msg.get("lines", [])]
+        job = self.host.job(tag[4:]) if tag.startswith("job:") else None
+        self.alerts.on_log_lines(
+            str(msg.get("path", tag)),
+            lines,
+            job=job.name if job else None,
+            gpus=job.gpus if job and job.gpus else None,
+            backlog=bool(msg.get("backlog")),
+            cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
+        )
+        self._notify()
+
     def _on_gpu_rows(self, rows: list[str], fields: Any) -> None:
         parsed = parse_query_gpu(rows, fields=tuple(fields))
         now = self.clock()
@@ -309,6 +356,10 @@ class HostMonitor:
             if hist is None:
                 hist = self.histories[gpu.index] = GpuHistory(self._history_len)
             hist.append(now, gpu)
+        self.recorder.record(self.latest)
+        self.alerts.on_sample(self.latest)
+        with contextlib.suppress(OSError):  # a full disk must not stop monitoring
+            self.recorder.flush_due(now)
         if self.status.error is not None or self.status.state != ConnState.CONNECTED:
             self._set_status(ConnState.CONNECTED, error=None)
         else:

@@ -58,6 +58,7 @@ def snapshot_json(monitor: HostMonitor, now: float) -> dict[str, Any]:
         "stale_s": None if stale is None else round(stale, 3),
         "error": monitor.status.error,
         "gpus": [gpu_json(g, sample) for g in sample.gpus] if sample else [],
+        "alerts": [a.to_json() for a in monitor.alerts.active()],
     }
 
 
@@ -70,15 +71,20 @@ def check_verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
         return CheckCode.UNKNOWN, f"UNKNOWN {name}: {why}"
     if monitor.status.error and monitor.status.state != ConnState.CONNECTED:
         return CheckCode.UNKNOWN, f"UNKNOWN {name}: {monitor.status.error}"
-    worst = Health.worst(*(g.health for g in sample.gpus))
+    alerts = monitor.alerts.active()  # GPU health problems are alerts too
+    worst = Health.worst(*(g.health for g in sample.gpus), *(a.severity for a in alerts))
     code = {Health.OK: CheckCode.OK, Health.WARNING: CheckCode.WARNING}.get(
         worst, CheckCode.CRITICAL
     )
     summary = _summary(sample)
     if worst == Health.OK:
         return code, f"OK {name}: {summary}"
-    sick = [g for g in sample.gpus if g.health == worst]
-    what = "; ".join(f"GPU {g.index}: {', '.join(g.problems) or worst.value}" for g in sick)
+    top = [a for a in alerts if a.severity == worst]
+    if top:
+        what = top[0].message + (f" (+{len(alerts) - 1} more alerts)" if len(alerts) > 1 else "")
+    else:
+        sick = [g for g in sample.gpus if g.health == worst]
+        what = "; ".join(f"GPU {g.index}: {', '.join(g.problems) or worst.value}" for g in sick)
     return code, f"{code.name} {name}: {what} ({summary})"
 
 

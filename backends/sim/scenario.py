@@ -80,7 +80,7 @@ _DRAFTER_PID = 2418873  # + (gpu - 5) for run 0; restarted runs get fresh PIDs
 _RESTART_PID = 2433100  # + 100 * run + (gpu - 5)
 _SGLANG_PID = 2419020  # + 168 * gpu
 _DRAFTER_STEADY = {5: 86214, 6: 88100, 7: 86198}  # after a restart; 6 no longer OOMs
-_RAMP_FROM, _RAMP_TO, _RAMP_POWER = 81000.0, 97160.0, 1.1  # GPU 6 before the OOM
+_RAMP_FROM, _RAMP_TO, _RAMP_POWER = 84500.0, 97160.0, 1.0  # GPU 6: 95% at ~40 s, 96% at 45 s
 _SGLANG_MEMORY = (86870, 87120, 86940, 87310, 86650, 87480, 86990, 87240)
 
 

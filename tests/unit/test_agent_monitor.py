@@ -172,7 +172,8 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
         await monitor.stop()
     now = time.time()
     data = snapshot_json(monitor, now)
-    assert list(data) == ["host", "time", "source", "stale_s", "error", "gpus"]
+    assert list(data) == ["host", "time", "source", "stale_s", "error", "gpus", "alerts"]
+    assert {a["kind"] for a in data["alerts"]} == {"gpu_health"}  # GPU 4 is lost
     assert data["host"] == "demo" and data["source"] == "agent/nvidia-smi"
     gpu_keys = [
         "index", "uuid", "name", "bus_id", "memory_used_mib", "memory_total_mib",
@@ -231,3 +232,22 @@ async def test_demo_drafter_job_dies_of_oom_and_releases_memory() -> None:
     finally:
         await monitor.stop()
     assert not transport.root.exists()  # the simulator cleans up after itself
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon.tui.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_check_demo_warns_before_the_oom_and_is_critical_after() -> None:
+    before = _cli("check", "demo", "--demo-time", "45")
+    assert before.returncode == 1, before.stdout + before.stderr
+    assert before.stdout.startswith("WARNING demo: GPU 6 memory 9")
+    after = _cli("check", "demo", "--demo-time", "90")
+    assert after.returncode == 2, after.stdout + after.stderr
+    assert after.stdout.startswith("CRITICAL demo: torch.OutOfMemoryError: CUDA out of memory.")
+    snap = json.loads(_cli("snapshot", "demo", "--demo-time", "90", "--json").stdout)
+    oom = [a for a in snap["alerts"] if a["kind"] == "cuda_oom"]
+    assert len(oom) == 1 and oom[0]["gpu"] == 6 and oom[0]["severity"] == "critical"
+    assert list(oom[0]) == ["severity", "kind", "host", "gpu", "job", "message", "time"]

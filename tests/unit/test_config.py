@@ -547,3 +547,18 @@ def test_workload_errors_name_the_key(tmp_path: Path, table: str, key: str, expe
         _load_text(tmp_path, table + "\n")
     assert err.value.key == key
     assert expected in str(err.value) and str(tmp_path / "c.toml") in str(err.value)
+
+
+def test_alert_thresholds_global_and_per_host(tmp_path: Path) -> None:
+    cfg = _load_text(
+        tmp_path,
+        "[defaults.alerts]\nmemory_warning_pct = 90\nttf_horizon_s = 120\n"
+        "[hosts.a]\n[hosts.b.alerts]\nmemory_warning_pct = 80\n",
+    )
+    assert cfg.hosts["a"].alerts.memory_warning_pct == 90.0
+    assert cfg.hosts["b"].alerts.memory_warning_pct == 80.0
+    assert cfg.hosts["b"].alerts.ttf_horizon_s == 120.0  # the rest comes from [defaults]
+    assert resolve_host(cfg, "demo").alerts.memory_warning_pct == 90.0
+    with pytest.raises(ConfigError) as err:
+        _load_text(tmp_path, "[hosts.b.alerts]\nclear_samples = 2.5\n")
+    assert err.value.key == "hosts.b.alerts.clear_samples" and "integer" in str(err.value)

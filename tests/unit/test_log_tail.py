@@ -85,3 +85,42 @@ def test_missing_file_is_quiet_until_it_appears(tmp_path: Path) -> None:
     log.write_text("hello\n")
     tail.last_glob = 0.0
     assert lines_of(tail.poll()) == ["hello"]
+
+
+def test_a_flood_keeps_the_oom_line_and_the_newest(tmp_path: Path) -> None:
+    import re
+
+    from gpumon.backends.agent import LOG_FLOOD_NEWEST, LOG_MAX_LINES
+    from gpumon.backends.parsers.oom import KEEP_PATTERN
+
+    log = tmp_path / "flood.log"
+    log.write_text("")
+    tail = LogTail({"path": str(log), "keep": KEEP_PATTERN})
+    tail.poll()
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 6"
+    body = [f"step {i} | loss 2.0" for i in range(50_000)]
+    body[1000] = oom
+    log.write_text("\n".join(body) + "\n")
+    (msg,) = tail.poll()
+    assert oom in msg["lines"]
+    assert msg["lines"][-1] == "step 49999 | loss 2.0"
+    assert len(msg["lines"]) <= LOG_MAX_LINES and msg["dropped"] == 50_000 - len(msg["lines"])
+    assert msg["lines"][-LOG_FLOOD_NEWEST:] == body[-LOG_FLOOD_NEWEST:]
+    assert re.compile(KEEP_PATTERN)
+
+
+def test_keep_pattern_agrees_with_the_scanner_prefilter() -> None:
+    import re
+
+    from gpumon.backends.parsers import oom
+
+    fixtures = Path(__file__).parents[1] / "fixtures"
+    lines = [
+        ln
+        for f in sorted(fixtures.rglob("*"))
+        if f.is_file() and f.suffix in {".txt", ".log", ".prom"}
+        for ln in f.read_text(errors="replace").splitlines()
+    ]
+    keep = re.compile(oom.KEEP_PATTERN)
+    assert len(lines) > 500
+    assert [bool(keep.search(ln)) for ln in lines] == [oom._interesting(ln) for ln in lines]

@@ -1,0 +1,26 @@
+"""Every test gets its own XDG config and state directories: nothing a test runs (the
+flight recorder, the audit log, the remembered theme) writes into the real home."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _private_xdg_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path_factory.mktemp("xdg")
+    for var in ("XDG_STATE_HOME", "XDG_CONFIG_HOME"):
+        path = root / var.lower()
+        path.mkdir()
+        monkeypatch.setenv(var, str(path))
+    monkeypatch.delenv("GPUMON_CONFIG", raising=False)
+
+
+def xdg_state(env: dict[str, str] | None = None) -> Path:
+    import os
+
+    return Path((env or os.environ)["XDG_STATE_HOME"])

@@ -1,0 +1,232 @@
+"""Flight recorder: exact sample round trip, the window around a critical alert, the gzip file
+under XDG_STATE_HOME, damaged files and the memory bound."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from gpumon.backends.alert_store import Alert
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source
+from gpumon.backends.parsers.nvidia_smi import parse_compute_apps, parse_query_gpu
+from gpumon.backends.recorder import (
+    GPU_FIELDS,
+    FlightRecorder,
+    RecordingError,
+    load_recording,
+    recordings_dir,
+    sample_from_json,
+    sample_to_json,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+NVIDIA = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
+T0 = 1_800_000_000.0
+GPUS = parse_query_gpu((NVIDIA / "query_gpu_8x_rtxpro6000.csv").read_text()).gpus
+NA_GPUS = parse_query_gpu((NVIDIA / "query_gpu_with_na.csv").read_text()).gpus
+PROCS = parse_compute_apps((NVIDIA / "compute_apps_lxc_pidns.csv").read_text()).processes
+
+
+class Clock:
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def host_sample(t: float, gpus: tuple[GpuSample, ...] = GPUS) -> HostSample:
+    return HostSample("ct200", t, Source.AGENT_SMI, gpus, PROCS, skipped_lines=1)
+
+
+def critical(t: float, kind: str = "cuda_oom") -> Alert:
+    return Alert(f"{kind}:{t}", Health.CRITICAL, kind, "ct200", 6, "drafter", "boom", t, t)
+
+
+def test_samples_round_trip_exactly_with_nones_health_and_processes() -> None:
+    for s in (host_sample(T0 + 0.25), host_sample(T0, NA_GPUS), HostSample("h", 1.5, None, ())):
+        data = json.loads(json.dumps(sample_to_json(s)))
+        assert sample_from_json(data) == s
+    back = sample_from_json(json.loads(json.dumps(sample_to_json(host_sample(T0, NA_GPUS)))))
+    lost = back.gpus[4]
+    assert lost.health is Health.CRITICAL and lost.problems == ("GPU is lost",)
+    assert lost.memory_used_mib is None and lost.temperature_c is None  # not 0
+    assert any(p.name is None for p in back.processes)  # [Not Found] stays None
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+maybe_int = st.one_of(st.none(), st.integers(-(2**40), 2**40))
+maybe_float = st.one_of(st.none(), finite)
+maybe_text = st.one_of(st.none(), st.text(max_size=20))
+gpu_samples = st.builds(
+    GpuSample,
+    index=st.integers(0, 64),
+    uuid=maybe_text,
+    name=maybe_text,
+    temperature_c=maybe_float,
+    memory_used_mib=maybe_int,
+    power_w=maybe_float,
+    clocks_event_reasons=maybe_int,
+    health=st.sampled_from(list(Health)),
+    problems=st.lists(st.text(max_size=10), max_size=3).map(tuple),
+)
+processes = st.builds(
+    GpuProcess,
+    pid=st.integers(0, 2**31),
+    name=maybe_text,
+    memory_mib=maybe_int,
+    gpu_uuid=maybe_text,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(gpu_samples, max_size=4),
+    st.lists(processes, max_size=3),
+    finite,
+    st.sampled_from([None, *Source]),
+)
+def test_round_trip_holds_for_any_values(
+    gpus: list[GpuSample], procs: list[GpuProcess], t: float, source: Source | None
+) -> None:
+    s = HostSample("h", t, source, tuple(gpus), tuple(procs), skipped_lines=3)
+    assert sample_from_json(json.loads(json.dumps(sample_to_json(s)))) == s
+
+
+def test_the_window_is_ten_minutes_before_to_one_after_written_under_xdg_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    clock = Clock()
+    written: list[Path] = []
+    rec = FlightRecorder("ct200", clock=clock, on_written=written.append)
+    flushed: list[Path] = []
+    alert_at = T0 + 1500.0
+    warning = Alert(
+        "memory:6", Health.WARNING, "memory", "ct200", 6, None, "95%", T0 + 1400, T0 + 1400
+    )
+    for k in range(1800):
+        t = T0 + k
+        clock.t = t
+        rec.record(host_sample(t))
+        if t == warning.time:
+            rec.on_alert(warning)
+            assert rec.pending_path is None  # a warning records nothing
+        if t == alert_at:
+            rec.on_alert(critical(t))
+            assert rec.pending_path is not None
+            assert rec.pending_path.parent == tmp_path / "state" / "gpumon" / "recordings"
+        if t == alert_at + 30:
+            rec.on_alert(critical(t, "oom_death"))  # same window: no second recording
+        path = rec.flush_due(t)
+        if t < alert_at + 60:
+            assert path is None
+        elif t == alert_at + 60:
+            assert path is not None and path.name.endswith("-cuda_oom.jsonl.gz")
+            assert rec.pending_path is None
+        if path is not None:
+            flushed.append(path)
+    assert written == rec.written == flushed and len(flushed) == 1
+    assert rec.last_write_s is not None and rec.last_write_s < 0.5
+    got = load_recording(written[0])
+    assert not got.truncated and got.problems == ()
+    assert got.header["type"] == "header" and got.header["version"] == 1
+    assert got.header["host"] == "ct200" and got.header["alert"]["kind"] == "cuda_oom"
+    assert got.header["alert"]["severity"] == "critical"
+    times = [s.time for s in got.samples]
+    assert times[0] == alert_at - 600 and times[-1] == alert_at + 60 and len(times) == 661
+    assert got.samples[0] == host_sample(alert_at - 600)
+    assert [a["kind"] for a in got.alerts] == ["memory", "cuda_oom", "oom_death"]
+    assert set(got.alerts[0]) >= {"type", "key", "severity", "kind", "gpu", "message", "time"}
+
+
+def test_first_line_is_the_header_and_lines_are_json(tmp_path: Path) -> None:
+    rec = FlightRecorder("a host/with odd:name", clock=Clock(), directory=tmp_path)
+    for k in range(5):
+        rec.record(host_sample(T0 + k))
+    rec.on_alert(critical(T0 + 4))
+    path = rec.flush_now()
+    assert path is not None and path.parent == tmp_path and "/" not in path.name[:-9]
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    kinds = [json.loads(line)["type"] for line in lines]
+    assert kinds == ["header"] + ["sample"] * 5 + ["alert"]
+    assert rec.flush_now() is None  # nothing pending any more
+
+
+def test_default_directory_is_under_local_state() -> None:
+    assert recordings_dir({}) == Path.home() / ".local/state/gpumon/recordings"
+    assert recordings_dir({"XDG_STATE_HOME": "relative"}) == recordings_dir({})
+    assert recordings_dir({"XDG_STATE_HOME": "/x"}) == Path("/x/gpumon/recordings")
+
+
+def _recording(tmp_path: Path, samples: int = 300) -> Path:
+    rec = FlightRecorder("ct200", clock=Clock(), directory=tmp_path)
+    for k in range(samples):
+        rec.record(host_sample(T0 + k))
+    rec.on_alert(critical(T0 + samples - 1))
+    path = rec.flush_now()
+    assert path is not None
+    return path
+
+
+def test_a_truncated_file_keeps_what_could_be_read_and_says_so(tmp_path: Path) -> None:
+    path = _recording(tmp_path)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    got = load_recording(cut)
+    assert got.truncated and got.problems
+    assert "truncated" in got.problems[0]
+    assert 0 < len(got.samples) < 300
+    assert got.samples == [host_sample(T0 + k) for k in range(len(got.samples))]
+
+
+def test_damaged_files_raise_clear_errors(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.jsonl.gz"
+    plain.write_text('{"type": "header"}\n')
+    with pytest.raises(RecordingError, match="not a gzip file"):
+        load_recording(plain)
+    bad_header = tmp_path / "bad.jsonl.gz"
+    bad_header.write_bytes(gzip.compress(b'{"type": "sample"}\n'))
+    with pytest.raises(RecordingError, match="not a gpumon recording header"):
+        load_recording(bad_header)
+    newer = tmp_path / "newer.jsonl.gz"
+    newer.write_bytes(gzip.compress(b'{"type": "header", "version": 2}\n'))
+    with pytest.raises(RecordingError, match="unsupported recording version 2"):
+        load_recording(newer)
+    empty = tmp_path / "empty.jsonl.gz"
+    empty.write_bytes(gzip.compress(b""))
+    with pytest.raises(RecordingError, match="empty"):
+        load_recording(empty)
+    junk_line = tmp_path / "junk.jsonl.gz"
+    header = {"type": "header", "version": 1, "gpu_fields": list(GPU_FIELDS)}
+    junk_line.write_bytes(gzip.compress((json.dumps(header) + "\n{oops\n").encode()))
+    got = load_recording(junk_line)
+    assert got.samples == [] and got.problems[0].startswith("line 2: unreadable")
+
+
+def test_memory_stays_bounded_for_30_minutes_of_8_gpus() -> None:
+    clock = Clock()
+    rec = FlightRecorder("ct200", clock=clock)
+    for k in range(3600):  # an hour at 1 Hz
+        rec.record(host_sample(T0 + k))
+    assert len(rec) == 1801  # the last 30 minutes, both ends included
+    assert rec.memory_bytes() < 8 * 1024 * 1024
+    fast = FlightRecorder("ct200", clock=clock, max_samples=1000)
+    for k in range(5000):  # 10 Hz
+        fast.record(host_sample(T0 + k / 10))
+    assert len(fast) == 1000
+
+
+def test_a_write_failure_is_reported_not_raised(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rec = FlightRecorder("ct200", clock=Clock(), directory=blocker / "sub")
+    rec.record(host_sample(T0))
+    rec.on_alert(critical(T0))
+    assert rec.flush_now() is None
+    assert rec.last_error is not None and "cannot write" in rec.last_error
+    assert rec.written == []
