@@ -3,8 +3,6 @@ flight recorder, the audit log, the remembered theme) writes into the real home.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 
@@ -18,9 +16,3 @@ def _private_xdg_dirs(
         path.mkdir()
         monkeypatch.setenv(var, str(path))
     monkeypatch.delenv("GPUMON_CONFIG", raising=False)
-
-
-def xdg_state(env: dict[str, str] | None = None) -> Path:
-    import os
-
-    return Path((env or os.environ)["XDG_STATE_HOME"])
