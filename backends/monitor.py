@@ -62,6 +62,7 @@ class HostMonitor:
         clock: Callable[[], float] = time.time,
         history_s: float = HISTORY_S,
         reconnect: bool = True,
+        record: bool = True,
     ) -> None:
         self.host = host
         self.transport = transport
@@ -83,7 +84,8 @@ class HostMonitor:
         self._updated = asyncio.Event()
         self.alerts = AlertEngine(host.name, host.alerts, clock=clock)
         self.recorder = FlightRecorder(host.name, clock=clock)
-        self.alerts.add_listener(self.recorder.on_alert)
+        if record:  # the flight recorder writes an incident's window on a critical alert
+            self.alerts.add_listener(self.recorder.on_alert)
 
     # --- public ----------------------------------------------------------------------
     @property
@@ -338,28 +340,33 @@ class HostMonitor:
 
     def _on_gpu_rows(self, rows: list[str], fields: Any) -> None:
         parsed = parse_query_gpu(rows, fields=tuple(fields))
-        now = self.clock()
         self.skipped_lines += parsed.skipped
         if not parsed.gpus:
             return
-        self.latest = HostSample(
-            host=self.name,
-            time=now,
-            source=self.status.source,
-            gpus=parsed.gpus,
-            processes=self.processes,
-            skipped_lines=parsed.skipped,
+        self.ingest(
+            HostSample(
+                host=self.name,
+                time=self.clock(),
+                source=self.status.source,
+                gpus=parsed.gpus,
+                processes=self.processes,
+                skipped_lines=parsed.skipped,
+            )
         )
+
+    def ingest(self, sample: HostSample) -> None:
+        """Take one complete sample: histories, alerts, flight recorder, listeners."""
+        self.latest = sample
         self.samples += 1
-        for gpu in parsed.gpus:
+        for gpu in sample.gpus:
             hist = self.histories.get(gpu.index)
             if hist is None:
                 hist = self.histories[gpu.index] = GpuHistory(self._history_len)
-            hist.append(now, gpu)
-        self.recorder.record(self.latest)
-        self.alerts.on_sample(self.latest)
+            hist.append(sample.time, gpu)
+        self.recorder.record(sample)
+        self.alerts.on_sample(sample)
         with contextlib.suppress(OSError):  # a full disk must not stop monitoring
-            self.recorder.flush_due(now)
+            self.recorder.flush_due(sample.time)
         if self.status.error is not None or self.status.state != ConnState.CONNECTED:
             self._set_status(ConnState.CONNECTED, error=None)
         else:

@@ -1,0 +1,64 @@
+"""A recorded incident replays through the monitor: samples, alerts, pause, step, speed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from gpumon.backends.alert_rules import AlertRules
+from gpumon.backends.alerts import AlertEngine
+from gpumon.backends.model import ConnState, GpuSample, HostSample
+from gpumon.backends.recorder import FlightRecorder, load_recording
+from gpumon.backends.replay import ReplayMonitor
+
+
+def _sample(t: float, used: int) -> HostSample:
+    gpu = GpuSample(index=6, uuid="GPU-6", memory_total_mib=97887, memory_used_mib=used)
+    return HostSample("ct200", t, None, (gpu,))
+
+
+def _recording(tmp_path: Path) -> Path:
+    """A real recorder writes an incident: GPU 6 fills up and goes critical."""
+    now = [1000.0]
+    recorder = FlightRecorder("ct200", clock=lambda: now[0], directory=tmp_path)
+    engine = AlertEngine("ct200", AlertRules(), clock=lambda: now[0])
+    engine.add_listener(recorder.on_alert)
+    for i in range(200):
+        now[0] = 1000.0 + i
+        sample = _sample(now[0], min(80000 + 200 * i, 97200))
+        recorder.record(sample)
+        engine.on_sample(sample)
+        path = recorder.flush_due(now[0])
+        if path is not None:
+            return path
+    raise AssertionError("nothing was recorded")
+
+
+async def test_replay_plays_samples_and_alerts_with_pause_step_and_speed(tmp_path: Path) -> None:
+    path = _recording(tmp_path)
+    recording = load_recording(path)
+    assert len(recording.samples) > 60
+    replay = ReplayMonitor.from_file(path)
+    assert replay.name == "ct200" and replay.interval == 1.0
+    replay.set_paused(True)
+    replay.start()
+    await asyncio.sleep(0.05)
+    assert replay.samples == 0  # paused before the first sample
+    assert replay.step() and replay.samples == 1
+    assert replay.latest is not None and replay.latest.time == recording.samples[0].time
+    assert replay.stale_s() == 0.0  # ages are read on the recording's clock
+    for _ in range(10):
+        assert replay.faster() >= 1.0
+    assert replay.speed == 30.0
+    replay.set_paused(False)
+    deadline = time.monotonic() + 10
+    while not replay.finished:
+        assert time.monotonic() < deadline, "replay too slow at 30x"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)
+    assert replay.status.state == ConnState.STOPPED and replay.status.error == "end of recording"
+    assert replay.samples == len(recording.samples)
+    assert any(a.severity.value == "critical" for a in replay.alerts.history())
+    assert not list(tmp_path.glob("**/*.jsonl.gz"))[1:]  # the replay recorded nothing more
+    await replay.stop()
