@@ -4,6 +4,8 @@
     gpumon snapshot HOST [--json] one complete sample, as a table or JSON
     gpumon check HOST             one summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
     gpumon config check|path      validate the config / say where it is read from
+    gpumon doctor HOST [--json]   check the target's torch / CUDA environment
+    gpumon swap-torch HOST VARIANT  move torch between CUDA builds, verified, reversible
 
 Kept light at import time (no Textual, no asyncssh): headless commands start fast.
 """
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpumon.backends.config import Config, ConfigError, HostConfig, load_config, resolve_host
+from gpumon.tui import cli_torch
 
 if TYPE_CHECKING:
     from gpumon.backends.monitor import HostMonitor
@@ -30,6 +33,9 @@ EXIT_UNKNOWN = 3
 
 
 def _common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--read-only", action="store_true", help="refuse every action that changes a machine"
+    )
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -64,7 +70,8 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     main = argparse.ArgumentParser(
         prog="gpumon",
         description="Watch GPU machines over SSH: memory, OOM warnings, workloads. "
-        "Commands: snapshot, check, config (see `gpumon COMMAND --help`).",
+        "Commands: snapshot, check, config, doctor, swap-torch "
+        "(see `gpumon COMMAND --help`).",
     )
     main.add_argument(
         "hosts",
@@ -73,9 +80,6 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
         help="configured host name, user@host[:port], ssh alias, 'local' or 'demo'",
     )
     main.add_argument("--theme", help="colour theme (remembered)")
-    main.add_argument(
-        "--read-only", action="store_true", help="hide every action that changes a machine"
-    )
     main.add_argument(
         "--interval", type=float, metavar="SECONDS", help="sampling interval (overrides the config)"
     )
@@ -192,7 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     main_parser, subs = _build_parsers()
     pre = argparse.ArgumentParser(add_help=False)
     _common_options(pre)
-    _, rest = pre.parse_known_args(argv)
+    known, rest = pre.parse_known_args(argv)
+    if rest and rest[0] in cli_torch.COMMANDS:
+        return cli_torch.main(argv, read_only=known.read_only)
     command = rest[0] if rest and rest[0] in COMMANDS else None
     args: Any
     if command is not None:

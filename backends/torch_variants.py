@@ -1,0 +1,279 @@
+"""The built-in table of PyTorch CUDA wheel variants (``data/torch_variants.toml``, a copy of
+the project's ``fixtures/torch/variants.toml``) and the rules read from it: which variants
+exist for a torch release, their driver floors, whether they carry code for a GPU's compute
+capability, and the torchvision/torchaudio versions paired with each torch release.
+
+Pure functions over strings; no I/O except loading the table.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+VARIANT_NAMES = ("cu126", "cu128", "cu129", "cu130", "cpu")
+COMPANIONS = ("torchvision", "torchaudio")
+
+# Compute capabilities each variant's torch build carries SASS for, and the PTX it adds
+# (notes/torch-env.md section 1.3; the TOML only records sm_120). Keyed by (series, variant);
+# None in the series slot applies to every series without its own row.
+_ARCHS: dict[tuple[str | None, str], tuple[tuple[str, ...], tuple[str, ...]]] = {
+    (None, "cu126"): (("5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0"), ()),
+    (None, "cu128"): (("7.0", "7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ()),
+    ("2.11", "cu128"): (("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ()),
+    (None, "cu129"): (("7.0", "7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ("12.0",)),
+    ("2.11", "cu129"): (("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ("12.0",)),
+    (None, "cu130"): (("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ("12.0",)),
+    ("2.11", "cu130"): (("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ()),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One ``[[variant]]`` row: a torch series built for one CUDA (or the CPU)."""
+
+    series: str  # "2.11"
+    name: str  # "cu130"
+    index_url: str
+    local_tag: str  # "+cu130"
+    cuda_full: str | None = None  # "13.0.2"; None for cpu
+    sm120: str | None = None  # "sass", "sass+ptx", "none"; None for cpu
+    min_driver: str | None = None  # recommended floor
+    min_driver_compat: str | None = None  # hard floor (minor-version compatibility)
+    pypi_default: bool = False
+    status: str = "verified"
+
+    @property
+    def cuda(self) -> str | None:
+        """``torch.version.cuda`` of this build: "13.0", "12.8"; None for cpu."""
+        return variant_cuda(self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """One ``[[release]]`` row: the companions released with a torch version."""
+
+    torch: str
+    torchvision: str | None
+    torchaudio: str | None
+    triton: str | None
+    pypi_default_variant: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class VariantTable:
+    variants: tuple[Variant, ...]
+    releases: tuple[Release, ...]
+
+    def variant(self, series: str, name: str) -> Variant | None:
+        return next((v for v in self.variants if v.series == series and v.name == name), None)
+
+    def names(self, series: str) -> list[str]:
+        return [v.name for v in self.variants if v.series == series]
+
+    def series(self) -> list[str]:
+        return list(dict.fromkeys(v.series for v in self.variants))
+
+    def release(self, torch_version: str) -> Release | None:
+        public = split_version(torch_version)[0]
+        return next((r for r in self.releases if r.torch == public), None)
+
+
+def _opt(row: dict[str, Any], key: str) -> str | None:
+    value = row.get(key)
+    return None if value is None else str(value)
+
+
+def parse_table(text: str) -> VariantTable:
+    """The table from TOML text (raises ValueError on a row without its required keys)."""
+    doc = tomllib.loads(text)
+    try:
+        variants = tuple(
+            Variant(
+                series=str(row["torch_series"]),
+                name=str(row["variant"]),
+                index_url=str(row["index_url"]),
+                local_tag=str(row["local_tag"]),
+                cuda_full=_opt(row, "cuda_full"),
+                sm120=_opt(row, "sm120"),
+                min_driver=_opt(row, "min_driver"),
+                min_driver_compat=_opt(row, "min_driver_compat"),
+                pypi_default=bool(row.get("pypi_default", False)),
+                status=str(row.get("status", "verified")),
+            )
+            for row in doc.get("variant", [])
+        )
+        releases = tuple(
+            Release(
+                torch=str(row["torch"]),
+                torchvision=_opt(row, "torchvision"),
+                torchaudio=_opt(row, "torchaudio"),
+                triton=_opt(row, "triton"),
+                pypi_default_variant=_opt(row, "pypi_default_variant"),
+            )
+            for row in doc.get("release", [])
+        )
+    except KeyError as e:
+        raise ValueError(f"variants table: a row lacks {e.args[0]!r}") from None
+    return VariantTable(variants, releases)
+
+
+DATA_NAME = "torch_variants.toml"
+
+
+@functools.cache
+def builtin_table() -> VariantTable:
+    """The table shipped as package data (``data/torch_variants.toml``). An editable install
+    whose link tree predates the data file falls back to the module's real directory."""
+    resource = resources.files(__package__) / "data" / DATA_NAME
+    if resource.is_file():
+        return parse_table(resource.read_text("utf-8"))
+    return parse_table((Path(__file__).resolve().parent / "data" / DATA_NAME).read_text("utf-8"))
+
+
+def load_table(path: str | Path | None = None) -> VariantTable:
+    return builtin_table() if path is None else parse_table(Path(path).read_text("utf-8"))
+
+
+# --- versions and labels ---------------------------------------------------------------
+
+_VERSION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)*)([^+\s]*)(?:\+([A-Za-z0-9.]+))?\s*")
+
+
+def split_version(version: str) -> tuple[str, str | None]:
+    """``"2.11.0+cu130"`` -> ``("2.11.0", "cu130")``; no label -> ``(version, None)``."""
+    public, _, local = version.strip().partition("+")
+    return public, (local or None)
+
+
+def series_of(version: str) -> str | None:
+    """``"2.11.0+cu130"`` -> ``"2.11"``; None when it is not a version."""
+    m = _VERSION.fullmatch(version)
+    if m is None:
+        return None
+    parts = m.group(1).split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 else None
+
+
+def variant_cuda(name: str | None) -> str | None:
+    """``"cu130"`` -> ``"13.0"``, ``"cu128"`` -> ``"12.8"``; cpu/unknown -> None."""
+    m = re.fullmatch(r"cu([0-9]{2,3})", name or "")
+    if m is None:
+        return None
+    digits = m.group(1)
+    return f"{int(digits[:-1])}.{digits[-1]}"
+
+
+def cuda_major(cuda: str | None) -> int | None:
+    """``"13.0"`` -> 13; None stays None."""
+    if not cuda:
+        return None
+    head = cuda.split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def variant_from(version: str | None, cuda: str | None, hip: str | None = None) -> str | None:
+    """The variant a build is: its local label when it has one (``cu130``, ``cpu``), else
+    derived from ``torch.version.cuda`` (a PyPI wheel carries no label): ``"13.0"`` ->
+    ``cu130``; no CUDA and no HIP -> ``cpu``; a ROCm build -> None."""
+    label = split_version(version)[1] if version else None
+    if label:
+        return label
+    if cuda:
+        major, _, minor = cuda.partition(".")
+        return f"cu{major}{(minor or '0')[:1]}"
+    if hip:
+        return None
+    return "cpu" if version else None
+
+
+def index_url(base: str, variant: str) -> str:
+    """The PEP 503 index for ``variant`` under the host's ``torch_index`` base URL."""
+    return f"{base.rstrip('/')}/{variant}"
+
+
+# --- drivers and compute capabilities --------------------------------------------------
+
+
+def version_tuple(text: str | None) -> tuple[int, ...] | None:
+    """``"580.95.05"`` -> ``(580, 95, 5)``; None when it has no leading number."""
+    if not text:
+        return None
+    m = re.match(r"\s*([0-9]+(?:\.[0-9]+)*)", text)
+    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+def driver_at_least(driver: str, floor: str) -> bool:
+    d, f = version_tuple(driver), version_tuple(floor)
+    if d is None or f is None:
+        return True  # unknown: no claim
+    width = max(len(d), len(f))
+    return d + (0,) * (width - len(d)) >= f + (0,) * (width - len(f))
+
+
+def sm_name(cc: str) -> str:
+    """``"12.0"`` -> ``"sm_120"``."""
+    major, _, minor = cc.partition(".")
+    return f"sm_{major}{minor or '0'}"
+
+
+def _cc_tuple(cc: str) -> tuple[int, int] | None:
+    m = re.fullmatch(r"\s*([0-9]+)\.([0-9]+)\s*", cc)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+_ARCH = re.compile(r"(sm|compute)_([0-9]+)([0-9])([af]?)")
+
+
+def arch_covers(arch_list: Iterable[str], cc: str) -> bool:
+    """Whether code in ``arch_list`` (``sm_120``, ``sm_90a``, ``compute_120`` ...) runs on a
+    GPU of compute capability ``cc`` ("12.0"): a cubin for the same major with a minor not
+    above the GPU's ("a" cubins only on exactly that capability), or PTX at or below it."""
+    want = _cc_tuple(cc)
+    if want is None:
+        return False
+    for arch in arch_list:
+        m = _ARCH.fullmatch(arch.strip())
+        if m is None:
+            continue
+        kind, major, minor, suffix = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
+        if kind == "sm":
+            if suffix == "a" and (major, minor) == want:
+                return True
+            if suffix != "a" and major == want[0] and minor <= want[1]:
+                return True
+        elif suffix != "a" and (major, minor) <= want:
+            return True
+    return False
+
+
+def table_archs(series: str, name: str) -> list[str] | None:
+    """The arch list a variant's torch build is known to carry; None when unknown."""
+    row = _ARCHS.get((series, name)) or _ARCHS.get((None, name))
+    if row is None:
+        return None
+    sass, ptx = row
+    return [sm_name(cc) for cc in sass] + ["compute_" + sm_name(cc)[3:] for cc in ptx]
+
+
+def table_covers(variant: Variant, cc: str) -> bool | None:
+    """Whether ``variant`` can run on capability ``cc``; None when the table does not say.
+    The TOML's ``sm120`` field decides for 12.0, the arch lists of section 1.3 otherwise."""
+    if variant.cuda is None:
+        return None
+    if cc.strip() in ("12.0", "12") and variant.sm120 is not None:
+        return variant.sm120 != "none"
+    archs = table_archs(variant.series, variant.name)
+    return None if archs is None else arch_covers(archs, cc)
+
+
+def gpu_compute_caps(gpus: Sequence[dict[str, Any]]) -> list[str]:
+    """The distinct compute capabilities of ``gpus`` (probe rows), in order."""
+    caps = [str(g.get("compute_cap") or "").strip() for g in gpus]
+    return list(dict.fromkeys(c for c in caps if _cc_tuple(c) is not None))
