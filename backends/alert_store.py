@@ -13,10 +13,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
-from .model import Health
+from .model import Health, iso_time
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +55,7 @@ class Alert:
 
     def to_json(self) -> dict[str, Any]:
         """``severity kind host gpu job message time``; time is local ISO 8601 with offset."""
-        stamp = datetime.fromtimestamp(self.time).astimezone().isoformat(timespec="seconds")
+        stamp = iso_time(self.time)
         return {
             "severity": self.severity.value,
             "kind": self.kind,

@@ -7,13 +7,15 @@ reported to the caller (an unaudited change is not acceptable silently).
 
 from __future__ import annotations
 
-import datetime as dt
 import getpass
 import json
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from .model import iso_time
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -50,7 +52,7 @@ def record(
 ) -> Path:
     """Append one entry; returns the log's path. Raises OSError if it cannot be written."""
     entry = {
-        "time": dt.datetime.now(dt.UTC).astimezone().isoformat(timespec="seconds"),
+        "time": iso_time(time.time()),
         "user": local_user(),
         "action": action,
         "host": host,

@@ -6,6 +6,7 @@ Every measured value is ``None`` when the machine did not report it. Nothing her
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 from collections import deque
 from dataclasses import dataclass
@@ -193,3 +194,8 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+
+
+def iso_time(epoch: float) -> str:
+    """Local time with its UTC offset, to the second: the JSON ``time`` format."""
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).astimezone().isoformat(timespec="seconds")

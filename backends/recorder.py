@@ -30,12 +30,11 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .alert_store import Alert
-from .model import GpuProcess, GpuSample, Health, HostSample, Source
+from .model import GpuProcess, GpuSample, Health, HostSample, Source, iso_time
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +230,7 @@ class FlightRecorder:
             "type": "header",
             "version": VERSION,
             "host": self.host,
-            "created": datetime.now().astimezone().isoformat(timespec="seconds"),
+            "created": iso_time(time.time()),
             "alert": _alert_json(pending.alert),
             "window": [start, end],
             "gpu_fields": list(GPU_FIELDS),

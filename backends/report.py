@@ -7,11 +7,10 @@ object, never rename. A value the machine did not report is ``null``, never 0.
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 from typing import Any
 
-from .model import ConnState, GpuSample, Health, HostSample, printable
+from .model import ConnState, GpuSample, Health, HostSample, iso_time, printable
 from .monitor import HostMonitor
 
 
@@ -20,10 +19,6 @@ class CheckCode(enum.IntEnum):
     WARNING = 1
     CRITICAL = 2
     UNKNOWN = 3
-
-
-def iso_time(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).astimezone().isoformat(timespec="seconds")
 
 
 def gpu_json(gpu: GpuSample, sample: HostSample) -> dict[str, Any]:
