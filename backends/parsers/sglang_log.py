@@ -1,0 +1,141 @@
+"""SGLang scheduler stats lines ("Decode batch, ..." / "Prefill batch, ...") -> numbers.
+
+Used when a server runs without ``--enable-metrics``. Every format from v0.5.3 to
+v0.5.18 is accepted (formats.md 8.6-8.9): an optional Ray tag, the ``[date time{.ms}
+{DP0 TP0 ...}]`` prefix (also absent), ``batch.`` or ``batch,``, an optional ``[iter]``,
+items split on ``", "`` with an optional trailing ``", "``, the graph flag under any
+device name, and hybrid-model usage keys. Unknown items are kept, not errors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+_RAY = re.compile(r"^\(\w+ pid=\d+(?:, ip=[^)]*)?\)\s*")
+_PREFIX = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d{3})?"
+    r"((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] (.*)$"
+)
+_MESSAGE = re.compile(r"^(Decode|Prefill) batch(?: \[\d+\])?[.,] (.*?)(?:, ?)?$")
+_GRAPH_KEYS = ("cuda graph", "cpu graph", "npu graph", "musa graph")
+_USAGE_KEYS = (
+    "token usage",
+    "full token usage",
+    "swa token usage",
+    "mamba usage",
+    "gpu token usage",
+)
+_TOKEN_KEYS = ("#token", "#full token", "#gpu token")
+_INT_FIELDS = {
+    "#running-req": "running",
+    "#queue-req": "queued",
+    "#new-seq": "new_seqs",
+    "#new-token": "new_tokens",
+    "#cached-token": "cached_tokens",
+    "#pending-token": "pending_tokens",
+}
+_FLOAT_FIELDS = {
+    "gen throughput (token/s)": "gen_throughput",
+    "input throughput (token/s)": "input_throughput",
+}
+_MAX_LINE = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class SglangLogStats:
+    """One stats line. ``time`` is the server's local time text; ``ranks`` e.g. "DP6 TP6".
+
+    ``token_usage`` is the largest of the usage items (normal, full, swa, mamba, gpu),
+    ``tokens`` the KV slots in use (``#token`` or ``#full token``). ``extra`` keeps the
+    items not read into fields, as (key, raw value).
+    """
+
+    kind: Literal["decode", "prefill"]
+    time: str | None = None
+    ranks: str = ""
+    running: int | None = None
+    queued: int | None = None
+    token_usage: float | None = None
+    tokens: int | None = None
+    gen_throughput: float | None = None
+    input_throughput: float | None = None
+    new_seqs: int | None = None
+    new_tokens: int | None = None
+    cached_tokens: int | None = None
+    pending_tokens: int | None = None
+    cuda_graph: bool | None = None
+    extra: tuple[tuple[str, str], ...] = ()
+
+
+def _int(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def parse_sglang_log_line(line: str) -> SglangLogStats | None:
+    """The stats in one log line, or None for any other line (never raises).
+
+    A value that does not parse leaves its field None; the rest of the line still counts.
+    """
+    if "batch" not in line or len(line) > _MAX_LINE:
+        return None
+    text = _RAY.sub("", line.rstrip("\r\n"), count=1)
+    stamp: str | None = None
+    ranks = ""
+    prefixed = _PREFIX.match(text)
+    if prefixed is not None:
+        stamp, ranks, text = prefixed[1], prefixed[2].strip(), prefixed[3]
+    message = _MESSAGE.match(text)
+    if message is None:
+        return None
+    ints: dict[str, int | None] = {}
+    floats: dict[str, float | None] = {}
+    graph: bool | None = None
+    tokens: int | None = None
+    usage: list[float] = []
+    extra: list[tuple[str, str]] = []
+    for item in message[2].split(", "):
+        key, sep, value = item.partition(": ")
+        if not sep:
+            extra.append((item, ""))
+        elif key in _INT_FIELDS:
+            ints[_INT_FIELDS[key]] = _int(value)
+        elif key in _FLOAT_FIELDS:
+            floats[_FLOAT_FIELDS[key]] = _float(value)
+        elif key in _USAGE_KEYS:
+            u = _float(value)
+            if u is not None:
+                usage.append(u)
+        elif key in _TOKEN_KEYS:
+            tokens = _int(value) if tokens is None else tokens
+        elif key in _GRAPH_KEYS:
+            graph = {"True": True, "False": False}.get(value.strip())
+        else:
+            extra.append((key, value))
+    return SglangLogStats(
+        kind="decode" if message[1] == "Decode" else "prefill",
+        time=stamp,
+        ranks=ranks,
+        running=ints.get("running"),
+        queued=ints.get("queued"),
+        token_usage=max(usage) if usage else None,
+        tokens=tokens,
+        gen_throughput=floats.get("gen_throughput"),
+        input_throughput=floats.get("input_throughput"),
+        new_seqs=ints.get("new_seqs"),
+        new_tokens=ints.get("new_tokens"),
+        cached_tokens=ints.get("cached_tokens"),
+        pending_tokens=ints.get("pending_tokens"),
+        cuda_graph=graph,
+        extra=tuple(extra),
+    )

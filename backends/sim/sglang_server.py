@@ -1,0 +1,271 @@
+"""Simulated SGLang servers: ``python -m gpumon.backends.sim.sglang_server --ports 30000-30007``.
+
+Real HTTP servers on 127.0.0.1 (one thread each, all in this process) serving what
+SGLang v0.5.18 serves to a monitor: ``/metrics`` (Prometheus text from ``sglang_model``),
+``/health`` (200, empty body), ``/model_info`` and ``/get_model_info``, ``/v1/models``.
+The i-th port is the server of GPU i. ``--down PORT`` makes that server answer 503 to
+everything; ``--down PORT:refuse`` leaves its port closed. ``--log DIR`` writes
+``DIR/sglang-PORT.log`` for each server: a v0.5.18 ``Decode batch`` line every 40 decode
+steps, some ``Prefill batch`` lines, and an access line per request. Settings come from
+``GPUMON_SIM_*`` (``SimSettings.from_env``); SIGTERM or Ctrl+C stops it at once.
+
+Tests and the demo use ``SglangServers`` directly: it can take a server down, bring it
+back and restart it (its counters start again from 0) while running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Literal
+
+from .scenario import SimSettings, scenario_time
+from .sglang_model import (
+    CONTEXT_LEN,
+    LOG_INTERVAL_S,
+    MODEL,
+    UPTIME_AT_T0,
+    log_lines,
+    metrics_text,
+)
+
+HOST = "127.0.0.1"
+DownMode = Literal["503", "refuse"]
+MODEL_INFO = {
+    "model_path": MODEL,
+    "tokenizer_path": MODEL,
+    "is_generation": True,
+    "preferred_sampling_params": None,
+    "weight_version": "default",
+    "has_image_understanding": False,
+    "has_audio_understanding": False,
+    "model_type": "qwen3",
+    "architectures": ["Qwen3ForCausalLM"],
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "uvicorn"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+    cluster: SglangServers
+    port: int
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        status, ctype, body = self.cluster.answer(self.port, path)
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.cluster.access_log(self.port, self.client_address, self.requestline, status)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # access lines go to --log, not stderr
+
+
+class SglangServers:
+    """The simulated servers on ``ports`` (server i = GPU i), started by ``start()``."""
+
+    def __init__(
+        self,
+        settings: SimSettings,
+        ports: list[int],
+        *,
+        down: dict[int, DownMode] | None = None,
+        log_dir: Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.ports = ports
+        self.down: dict[int, DownMode] = dict(down or {})
+        self.log_dir = log_dir
+        self.clock = clock
+        self.started = dict.fromkeys(ports, -UPTIME_AT_T0)  # scenario time of each start
+        self._servers: dict[int, ThreadingHTTPServer] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._logged = dict.fromkeys(ports, -1)  # last decode log epoch written
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ control
+    def now(self) -> float:
+        return scenario_time(self.settings, self.clock())
+
+    def start(self) -> None:
+        """Listen on every port not marked ``refuse``; raises OSError when a port is taken."""
+        try:
+            for port in self.ports:
+                if self.down.get(port) != "refuse":
+                    self._listen(port)
+        except OSError:
+            self.stop()
+            raise
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            now = self.now()
+            for port in self.ports:  # a log starts now, not at the server's start
+                self._logged[port] = int((now - self.started[port]) // LOG_INTERVAL_S) - 1
+            thread = threading.Thread(target=self._log_loop, name="sglang-sim-log", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+    def set_down(self, port: int, mode: DownMode | None) -> None:
+        """Take server ``port`` down (503 or a closed port) or, with None, bring it back."""
+        with self._lock:
+            if mode is None:
+                self.down.pop(port, None)
+            else:
+                self.down[port] = mode
+            server = self._servers.pop(port, None) if mode == "refuse" else None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if mode != "refuse" and port not in self._servers and not self._stop.is_set():
+            self._listen(port)
+
+    def restart(self, port: int) -> None:
+        """Server ``port`` restarts now: its counters begin again from 0."""
+        with self._lock:
+            self.started[port] = self.now()
+            self._logged[port] = -1
+
+    # ------------------------------------------------------------------ serving
+    def _listen(self, port: int) -> None:
+        handler = type("Handler", (_Handler,), {"cluster": self, "port": port})
+        server = ThreadingHTTPServer((HOST, port), handler)
+        server.daemon_threads = True
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
+        thread.start()
+        with self._lock:
+            self._servers[port] = server
+        self._threads.append(thread)
+
+    def answer(self, port: int, path: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) of ``GET path`` on server ``port``."""
+        if self.down.get(port):
+            return 503, "application/json", b'{"detail":"Service Unavailable"}'
+        if path == "/metrics":
+            index = self.ports.index(port)
+            text = metrics_text(self.settings, index, self.now(), self.started[port])
+            return 200, "text/plain; version=0.0.4; charset=utf-8", text.encode()
+        if path in ("/health", "/health_generate", "/ping"):
+            return 200, "text/plain; charset=utf-8", b""
+        if path in ("/model_info", "/get_model_info"):
+            return 200, "application/json", json.dumps(MODEL_INFO).encode()
+        if path == "/v1/models":
+            model = {"id": MODEL, "object": "model", "owned_by": "sglang", "root": MODEL}
+            data = {"object": "list", "data": [{**model, "max_model_len": CONTEXT_LEN}]}
+            return 200, "application/json", json.dumps(data).encode()
+        return 404, "application/json", b'{"detail":"Not Found"}'
+
+    # ------------------------------------------------------------------ logs
+    def _log_path(self, port: int) -> Path:
+        assert self.log_dir is not None
+        return self.log_dir / f"sglang-{port}.log"
+
+    def _append(self, port: int, lines: list[str]) -> None:
+        if self.log_dir is None or not lines:
+            return
+        with self._lock, self._log_path(port).open("a", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in lines))
+
+    def access_log(self, port: int, client: Any, request: str, status: int) -> None:
+        stamp = time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(self.clock()))
+        phrase = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}.get(status, "")
+        line = f'{stamp} INFO:     {client[0]}:{client[1]} - "{request}" {status} {phrase}'
+        self._append(port, [line])
+
+    def write_logs(self) -> None:
+        """Append every decode log line due by now (called by the log thread)."""
+        now = self.now()
+        for port in self.ports:
+            if self.down.get(port):
+                continue
+            index, started = self.ports.index(port), self.started[port]
+            due = int((now - started) // LOG_INTERVAL_S)
+            lines: list[str] = []
+            for epoch in range(max(self._logged[port] + 1, due - 100), due + 1):
+                if epoch > 0:
+                    lines += log_lines(self.settings, index, epoch, started)
+            self._logged[port] = max(due, self._logged[port])
+            self._append(port, lines)
+
+    def _log_loop(self) -> None:
+        while not self._stop.wait(0.25):
+            with contextlib.suppress(OSError):  # the directory went away: keep serving
+                self.write_logs()
+
+
+def parse_ports(text: str) -> list[int]:
+    """``"30000-30007"`` or ``"30000,30002"``; raises ValueError."""
+    ports: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if not 1 <= first <= last <= 65535 or last - first > 255:
+            raise ValueError(f"bad port range {part!r}")
+        ports += range(first, last + 1)
+    return ports
+
+
+def _down_spec(text: str) -> tuple[int, DownMode]:
+    port, _, mode = text.partition(":")
+    if mode not in ("", "503", "refuse"):
+        raise argparse.ArgumentTypeError(f"--down {text}: mode must be 503 or refuse")
+    return int(port), "refuse" if mode == "refuse" else "503"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gpumon-sim-sglang", description="simulated SGLang servers"
+    )
+    parser.add_argument("--ports", default="30000-30007", help="range or list (server i = GPU i)")
+    parser.add_argument("--down", action="append", type=_down_spec, default=[], metavar="PORT")
+    parser.add_argument("--log", type=Path, help="write per-server logs into this directory")
+    args = parser.parse_args(argv)
+    try:
+        settings = SimSettings.from_env(os.environ)
+        ports = parse_ports(args.ports)
+    except ValueError as e:
+        parser.error(str(e))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    servers = SglangServers(settings, ports, down=dict(args.down), log_dir=args.log)
+    try:
+        servers.start()
+    except OSError as e:
+        print(f"gpumon-sim-sglang: cannot listen: {e.strerror or e}", flush=True)
+        return 2
+    print(f"gpumon-sim-sglang: serving {MODEL} on {HOST} ports {args.ports}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        servers.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
