@@ -62,7 +62,18 @@ def make_monitor(
     """A monitor for ``host`` (not started). The demo's agent runs on gpumon's own Python.
 
     ``clock`` is the monitor's notion of now (tests freeze it for stable screenshots).
+    For ``demo`` in training-oom, ``monitor.host`` has the job ``drafter`` (the host passed
+    in does not): look jobs up on the monitor's host.
     """
     if host.kind == "demo" and host.python is None:
         host = replace(host, python=sys.executable)
-    return HostMonitor(host, make_transport(host, sim), reconnect=reconnect, clock=clock)
+    transport = make_transport(host, sim)
+    if host.kind == "demo":
+        from .transport import SimTransport
+
+        # training-oom: the simulated drafter is a job gpumon can restart (`r`, `gpumon
+        # restart demo drafter`); the monitor's host carries it.
+        job = transport.drafter_job() if isinstance(transport, SimTransport) else None
+        if job is not None and host.job(job.name) is None:
+            host = transport.host = replace(host, jobs=(*host.jobs, job))
+    return HostMonitor(host, transport, reconnect=reconnect, clock=clock)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import HostConfig
+from .config_workloads import JobConfig
 
 # OpenSSH's default MaxSessions is 10; stay below it so a stock sshd never refuses a channel.
 MAX_CHANNELS = 8
@@ -218,8 +219,13 @@ class SimTransport(LocalTransport):
     """The simulated CT200: a local transport with the simulator's nvidia-smi on PATH.
 
     In the ``training-oom`` scenario it also runs the simulated drafter job, which writes
-    its progress log (``job_log``) and dies of CUDA OOM at the scenario's OOM time.
+    its progress log (``job_log``) and dies of CUDA OOM at the scenario's OOM time. The job
+    is started like any gpumon job (``jobs.launch_job``, detached, PID record in
+    ``job_state_dir``), so ``drafter_job()`` can be restarted; a restarted run records its
+    restart in the simulator's state dir and the simulated GPUs fill up again.
     """
+
+    job_launch_method = "setsid"  # never a tmux session on the user's own tmux server
 
     def __init__(self, host: HostConfig, settings: Any) -> None:
         from .sim.wrapper import write_job_wrapper, write_wrapper
@@ -232,9 +238,10 @@ class SimTransport(LocalTransport):
             settings = dataclasses.replace(settings, state_dir=str(state))
         self.settings = settings
         self.job_log = Path(settings.state_dir) / "drafter.log"
+        self.job_state_dir = str(self.root / "jobs")
         write_wrapper(bin_dir, settings)
         self._job_wrapper = write_job_wrapper(bin_dir, settings)
-        self._job: asyncio.subprocess.Process | None = None
+        self._job_started = False
         env = dict(os.environ)
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
         super().__init__(host, env)
@@ -243,24 +250,42 @@ class SimTransport(LocalTransport):
     def label(self) -> str:
         return f"simulator ({self.settings.scenario})"
 
+    def drafter_job(self) -> JobConfig | None:
+        """The simulated drafter as a restartable job (None outside ``training-oom``)."""
+        if self.settings.scenario != "training-oom":
+            return None
+        from .sim.scenario import DRAFTER_GPUS
+
+        return JobConfig(
+            name="drafter",
+            gpus=DRAFTER_GPUS,
+            log=str(self.job_log),
+            start=self._drafter_command("--restarted"),
+            stop_timeout=5.0,
+            verify_s=3.0,
+        )
+
+    def _drafter_command(self, *flags: str) -> str:
+        return shlex.join([str(self._job_wrapper), "--log", str(self.job_log), *flags])
+
     async def connect(self) -> None:
-        if self.settings.scenario == "training-oom" and self._job is None:
-            self._job = await asyncio.create_subprocess_exec(
-                str(self._job_wrapper),
-                "--log",
-                str(self.job_log),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-                env=self.env,
-                start_new_session=True,
-            )
+        job = self.drafter_job()
+        if job is not None and not self._job_started:
+            from .jobs import JobError, launch_job
+
+            self._job_started = True  # before the await: a second connect must not launch
+            try:
+                await launch_job(self, job, self._drafter_command())
+            except JobError as e:
+                raise TransportError(f"the simulated drafter did not start: {e}") from e
 
     async def close(self) -> None:
-        job, self._job = self._job, None
-        if job is not None and job.returncode is None:
-            _kill_group(job.pid)
-            await job.wait()
+        job = self.drafter_job()
+        if job is not None and self._job_started:
+            from .jobs import JobError, signal_job
+
+            with contextlib.suppress(JobError, OSError):
+                await signal_job(self, job, "KILL")
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -4,6 +4,7 @@
     gpumon snapshot HOST [--json] one complete sample, as a table or JSON
     gpumon check HOST             one summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
     gpumon config check|path      validate the config / say where it is read from
+    gpumon restart HOST JOB       stop, wait for free GPUs, start, verify (asks first)
     gpumon doctor HOST [--json]   check the target's torch / CUDA environment
     gpumon swap-torch HOST VARIANT  move torch between CUDA builds, verified, reversible
 
@@ -22,12 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpumon.backends.config import Config, ConfigError, HostConfig, load_config, resolve_host
 from gpumon.tui import cli_torch
+from gpumon.tui.cli_restart import build_parser as restart_parser
+from gpumon.tui.cli_restart import cmd_restart
 
 if TYPE_CHECKING:
     from gpumon.backends.monitor import HostMonitor
     from gpumon.backends.sim.scenario import SimSettings
 
-COMMANDS = ("snapshot", "check", "config")
+COMMANDS = ("snapshot", "check", "config", "restart")
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 
@@ -70,7 +73,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     main = argparse.ArgumentParser(
         prog="gpumon",
         description="Watch GPU machines over SSH: memory, OOM warnings, workloads. "
-        "Commands: snapshot, check, config, doctor, swap-torch "
+        "Commands: snapshot, check, config, restart, doctor, swap-torch "
         "(see `gpumon COMMAND --help`).",
     )
     main.add_argument(
@@ -101,6 +104,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
         prog="gpumon config", description="Validate the config, or show where it is read."
     )
     cfg.add_argument("action", choices=("check", "path"))
+    subs["restart"] = restart_parser()
     for p in subs.values():
         _common_options(p)
     return main, subs
@@ -212,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "snapshot": _cmd_snapshot,
             "check": _cmd_check,
             "config": _cmd_config,
+            "restart": cmd_restart,
             None: _cmd_dashboard,
         }[command]
         return handler(args, config)

@@ -10,6 +10,9 @@ then exits 1. A job started after a restart recorded in the state dir is that re
 run: it resumes from the checkpoint and never OOMs. The log is a function of scenario
 time only: a job started late first writes the lines it missed, then keeps pace with the
 clock. Settings come from ``GPUMON_SIM_*``; SIGTERM ends it at once (default action).
+``--restarted`` first records a restart at the scenario time now (``state.record_restart``),
+so this job is the restarted run and the simulated GPUs refill; it ends when the state dir
+is removed (the demo that started it is gone, even if it was killed).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from .scenario import (
     scenario_time,
     wall_time,
 )
-from .state import with_state
+from .state import record_restart, with_state
 
 TOTAL_STEPS = 5000
 STEP_AT_T0 = 650  # run 0 resumed from this checkpoint at scenario time 0
@@ -145,8 +148,10 @@ def _wait_until(settings: SimSettings, t: float) -> None:
         delay = wall_time(settings, t) - time.time()
 
 
-def run_job(settings: SimSettings, log: Path, name: str) -> int:
-    """Write the log of the run alive now; returns 1 after an OOM (never returns otherwise)."""
+def run_job(settings: SimSettings, log: Path, name: str, *, restarted: bool = False) -> int:
+    """Write the log of the run alive now; returns 1 after an OOM. A restarted run writes
+    forever, unless (``restarted``) its simulator's state dir is removed: the demo that
+    started it has ended, so it ends too (returns 0)."""
     settings = with_state(settings)
     now = scenario_time(settings, time.time())
     run = drafter_run(settings, now) or DrafterRun(0, -math.inf)  # dead: replay run 0
@@ -157,6 +162,8 @@ def run_job(settings: SimSettings, log: Path, name: str) -> int:
             f.flush()
             if t >= OOM_AT and run.number == 0:
                 return 1
+            if restarted and settings.state_dir and not Path(settings.state_dir).is_dir():
+                return 0
     return 0  # pragma: no cover - restarted runs write forever
 
 
@@ -165,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpumon-sim-job", description="simulated training job")
     parser.add_argument("--log", required=True, type=Path, help="progress log to append to")
     parser.add_argument("--name", default="drafter", help="job name used in the log")
+    parser.add_argument(
+        "--restarted",
+        action="store_true",
+        help="this run is a restart: record it (scenario time now) in the state dir first, "
+        "so the simulated GPUs fill up again",
+    )
     args = parser.parse_args(argv)
     try:
         settings = SimSettings.from_env(os.environ)
@@ -173,9 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     if settings.scenario != "training-oom":
         print(f"gpumon-sim-job: the {settings.scenario} scenario runs no training job")
         return 0
+    if args.restarted:
+        if not settings.state_dir:
+            parser.error("--restarted needs a state dir (GPUMON_SIM_DIR)")
+        record_restart(settings.state_dir, scenario_time(settings, time.time()))
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # even if our parent ignored it
     try:
-        return run_job(settings, args.log, args.name)
+        return run_job(settings, args.log, args.name, restarted=args.restarted)
     except KeyboardInterrupt:
         return 130
     except OSError as e:

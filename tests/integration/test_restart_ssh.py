@@ -1,0 +1,379 @@
+"""Restarting real jobs over a real sshd: detached launch, PID records, SIGTERM/SIGKILL,
+waiting for GPU memory (the simulator), the registry, read-only, quoting, surviving a cut
+connection, and the headless ``gpumon restart`` against the built-in demo."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpumon.backends import audit
+from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
+from gpumon.backends.connect import demo_settings, make_monitor, make_transport
+from gpumon.backends.jobs import job_status, launch_job
+from gpumon.backends.restart import JobTarget, RunRegistry, make_plan
+from gpumon.tui import cli
+from sshd_server import SshServer, descendants, processes_matching
+
+JOB_SCRIPT = str(Path(__file__).resolve().parents[1] / "support" / "job_script.py")
+# `gpumon restart` once cli.py has the subcommand; until then the module's own entry point.
+GPUMON_RESTART = (
+    [sys.executable, "-m", "gpumon.tui.cli", "restart"]
+    if "restart" in cli.COMMANDS
+    else [sys.executable, "-m", "gpumon.tui.cli_restart"]
+)
+
+
+@pytest.fixture
+def target(sshd: SshServer) -> Iterator[Path]:
+    """Give the target's sessions their own XDG_STATE_HOME (job records) and tmux socket
+    dir; returns that state dir. Afterwards every job recorded there is killed."""
+    state = sshd.root / "target-state"
+    tmux_dir = Path(tempfile.mkdtemp(prefix="gt"))  # short: a socket path has 108 bytes
+    config = sshd.root / "sshd_config"
+    text = config.read_text()
+    config.write_text(
+        re.sub(
+            r"^SetEnv (.*)$",
+            rf"SetEnv \1 XDG_STATE_HOME={state} TMUX_TMPDIR={tmux_dir}",
+            text,
+            flags=re.M,
+        )
+    )
+    sshd.kill()
+    sshd.start()
+    try:
+        yield state
+    finally:
+        for record in (state / "gpumon" / "jobs").glob("*.json"):
+            with contextlib.suppress(ValueError, OSError):
+                pgid = int(json.loads(record.read_text())["pgid"])
+                if pgid > 1 and pgid != os.getpgid(0):
+                    os.killpg(pgid, signal.SIGKILL)
+        subprocess.run(
+            ["tmux", "kill-server"],
+            env={**os.environ, "TMUX_TMPDIR": str(tmux_dir)},
+            capture_output=True,
+        )
+        shutil.rmtree(tmux_dir, ignore_errors=True)
+
+
+def job_name() -> str:
+    return "t" + uuid.uuid4().hex[:8]
+
+
+def job_table(name: str, *, flags: str = "", **keys: object) -> str:
+    """A ``[hosts.ct200.jobs.NAME]`` table running job_script.py with ``{tag}``."""
+    start = f"{shlex.quote(sys.executable)} {shlex.quote(JOB_SCRIPT)} {flags} {{tag}}".replace(
+        "  ", " "
+    )
+    values: dict[str, object] = {"start": start, "verify_s": 0.8, "stop_timeout": 5, **keys}
+    lines = [f"[hosts.ct200.jobs.{name}]"]
+    for key, value in values.items():
+        lines.append(f"{key} = {json.dumps(value)}")
+    lines += [f"[hosts.ct200.jobs.{name}.params]", 'tag = "plain"']
+    return "\n".join(lines) + "\n"
+
+
+def write_config(tmp_path: Path, sshd: SshServer, *tables: str, **host: Any) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(sshd.config_toml(**host) + "".join(tables))
+    return path
+
+
+def restart(
+    args: list[str], env: dict[str, str], stdin: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GPUMON_RESTART, *args], env=env, stdin=stdin, capture_output=True, text=True, timeout=90
+    )
+
+
+def entries(env: dict[str, str], job: str) -> list[dict[str, Any]]:
+    return [e for e in audit.read_entries(env) if e["job"] == job]
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def record(state: Path, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((state / "gpumon" / "jobs" / f"{name}.json").read_text())
+    return data
+
+
+def host_for(cfg: Path) -> HostConfig:
+    return resolve_host(load_config(cfg), "ct200")
+
+
+# --- through the command line -------------------------------------------------------------
+
+
+def test_restart_gives_new_pid_whose_log_advances_and_audits_ok(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    name, log = job_name(), tmp_path / "job.log"
+    cfg = write_config(tmp_path, sshd, job_table(name, log=str(log)), container=200)
+    first = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "[stop] nothing to stop" in first.stdout
+    old_pid = int(record(target, name)["pid"])
+
+    second = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    new_pid = int(record(target, name)["pid"])
+    assert new_pid != old_pid
+    assert not alive(old_pid) and alive(new_pid)
+    assert f"started PID {new_pid}" in second.stdout and "OK:" in second.stdout
+    size = log.stat().st_size
+    time.sleep(0.5)
+    assert log.stat().st_size > size  # the new run keeps writing
+    assert re.search(r"progress \d+ pid \d+", log.read_text())
+    ok = entries(client_env, name)
+    assert [e["outcome"] for e in ok] == ["ok", "ok"]
+    assert ok[1]["action"] == "restart" and ok[1]["host"] == "ct200"
+    assert old_pid in ok[1]["pids"]
+    assert any(JOB_SCRIPT in c for c in ok[1]["commands"])
+    assert ok[1]["duration_s"] is not None
+
+
+def test_start_that_fails_is_reported_with_its_stderr(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    name = job_name()
+    table = job_table(name, flags="--fail-at-start 'cannot open dataset /data/shard-7'", verify_s=3)
+    cfg = write_config(tmp_path, sshd, table)
+    res = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "FAILED" in res.stderr and "exited with code 3" in res.stderr
+    assert "cannot open dataset /data/shard-7" in res.stderr  # the job's stderr, from its log
+    [entry] = entries(client_env, name)
+    assert entry["outcome"] == "failed"
+    assert "cannot open dataset" in str(entry["detail"])
+
+
+def test_gpus_that_never_free_time_out_naming_the_pids(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    # The sshd's nvidia-smi is the simulator near demo time 10: the drafter holds GPU 5.
+    name = job_name()
+    cfg = write_config(tmp_path, sshd, job_table(name, gpus=[5]), interval=0.3)
+    args = ["--config", str(cfg), "ct200", name, "--yes", "--free-timeout", "3"]
+    res = restart(args, client_env)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "GPU 5 still uses" in res.stderr
+    assert "PIDs 2418873 hold it" in res.stderr  # the simulated drafter process on GPU 5
+    assert "[start]" not in res.stdout  # nothing was started
+    assert not (target / "gpumon" / "jobs" / f"{name}.json").exists()
+    assert [e["outcome"] for e in entries(client_env, name)] == ["failed"]
+
+
+def test_read_only_refuses_and_is_audited(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    name = job_name()
+    cfg = write_config(tmp_path, sshd, job_table(name), read_only=True)
+    res = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert res.returncode == 2
+    assert "read-only" in res.stderr
+    assert not (target / "gpumon" / "jobs" / f"{name}.json").exists()
+    assert [e["outcome"] for e in entries(client_env, name)] == ["refused"]
+    cfg = write_config(tmp_path, sshd, job_table(name))  # the global flag as well
+    res = restart(["--config", str(cfg), "ct200", name, "--yes", "--read-only"], client_env)
+    assert res.returncode == 2 and "--read-only" in res.stderr
+
+
+def test_parameter_value_stays_one_literal_argument(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    name, log, mark = job_name(), tmp_path / "job.log", uuid.uuid4().hex[:8]
+    evil = f"x; touch /tmp/pwned-{mark} $(touch /tmp/pwned2-{mark}) `id` \"'"
+    cfg = write_config(tmp_path, sshd, job_table(name, log=str(log)))
+    res = restart(
+        ["--config", str(cfg), "ct200", name, "--yes", "--param", f"tag={evil}"], client_env
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    argv_line = next(line for line in log.read_text().splitlines() if line.startswith("argv: "))
+    assert json.loads(argv_line.removeprefix("argv: ")) == [evil]
+    assert not Path(f"/tmp/pwned-{mark}").exists() and not Path(f"/tmp/pwned2-{mark}").exists()
+    assert entries(client_env, name)[0]["parameters"] == {"tag": evil}
+
+
+def test_dry_run_unknown_param_and_no_terminal_change_nothing(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    name = job_name()
+    cfg = write_config(tmp_path, sshd, job_table(name))
+    base = ["--config", str(cfg), "ct200", name]
+    dry = restart([*base, "--dry-run", "--param", "tag=new"], client_env)
+    assert dry.returncode == 0, dry.stderr
+    assert f"{shlex.quote(JOB_SCRIPT)} new" in dry.stdout  # the exact command
+    assert "tag = 'new' (default 'plain')" in dry.stdout and "dry run" in dry.stdout
+    unknown = restart([*base, "--yes", "--param", "tga=1"], client_env)
+    assert unknown.returncode == 2
+    assert "unknown parameter 'tga'" in unknown.stderr and "known: tag" in unknown.stderr
+    no_tty = restart(base, client_env, stdin=subprocess.DEVNULL)
+    assert no_tty.returncode == 2 and "no terminal to confirm" in no_tty.stderr
+    assert not (target / "gpumon" / "jobs" / f"{name}.json").exists()
+    assert entries(client_env, name) == []  # nothing was attempted
+
+
+# --- in process ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("GPUMON_SSH_CONFIG", "")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "client-state"))
+    return tmp_path / "client-state"
+
+
+async def test_job_ignoring_sigterm_is_killed_after_stop_timeout(
+    sshd: SshServer, target: Path, local_env: Path, tmp_path: Path
+) -> None:
+    name = job_name()
+    cfg = write_config(tmp_path, sshd, job_table(name, flags="--ignore-sigterm", stop_timeout=1))
+    host = host_for(cfg)
+    transport = make_transport(host)
+    try:
+        job = host.job(name)
+        assert job is not None and job.start is not None
+        first = await launch_job(transport, job, job.start.replace("{tag}", "a"))
+        await asyncio.sleep(0.5)
+        steps: list[str] = []
+        t = JobTarget(host, transport)
+        plan = await make_plan(t, name, "restart")
+        assert first.pid in plan.pids
+        run = RunRegistry().start(plan, t, progress=lambda s, m: steps.append(f"{s}: {m}"))
+        outcome = await run.wait()
+        assert outcome.ok, outcome
+        assert not alive(first.pid)
+        assert any("still running after 1 s: SIGKILL" in s for s in steps), steps
+        assert outcome.pid is not None and outcome.pid != first.pid and alive(outcome.pid)
+        [entry] = entries({"XDG_STATE_HOME": str(local_env)}, name)
+        assert first.pid in entry["pids"]
+    finally:
+        await transport.close()
+
+
+async def test_second_restart_while_one_runs_returns_the_running_one(
+    sshd: SshServer, target: Path, local_env: Path, tmp_path: Path
+) -> None:
+    name = job_name()
+    cfg = write_config(tmp_path, sshd, job_table(name, verify_s=1))
+    host = host_for(cfg)
+    transport = make_transport(host)
+    registry = RunRegistry()
+    try:
+        t = JobTarget(host, transport)
+        one = registry.start(await make_plan(t, name), t)
+        two = registry.start(await make_plan(t, name, params={"tag": "other"}), t)
+        assert two is one and registry.running("ct200", name) is one
+        outcome = await one.wait()
+        assert outcome.ok, outcome
+        assert registry.running("ct200", name) is None
+        status = await job_status(transport, t.host.jobs[0])
+        assert status.record is not None and status.record.pid == outcome.pid
+        pythons = [
+            (pid, cmd)
+            for pid, cmd in processes_matching(JOB_SCRIPT, "cmdline")
+            if pid in status.pids and cmd.startswith(sys.executable)
+        ]
+        assert len(pythons) == 1  # one job, not two
+        assert "plain" in pythons[0][1]  # the first plan's
+        assert [e["outcome"] for e in entries({"XDG_STATE_HOME": str(local_env)}, name)] == ["ok"]
+    finally:
+        await transport.close()
+
+
+@pytest.mark.parametrize("method", ["tmux", "setsid"])
+async def test_job_survives_the_ssh_connection_being_cut(
+    sshd: SshServer, target: Path, local_env: Path, tmp_path: Path, method: str
+) -> None:
+    name, log = job_name(), tmp_path / "job.log"
+    cfg = write_config(tmp_path, sshd, job_table(name, log=str(log)), container=200)
+    host = host_for(cfg)
+    transport = make_transport(host)
+    setattr(transport, "job_launch_method", method)  # noqa: B010 - what a transport may set
+    job = host.job(name)
+    assert job is not None and job.start is not None
+    rec = await launch_job(transport, job, job.start.replace("{tag}", "a"))
+    assert rec.method == method and (rec.session is not None) == (method == "tmux")
+    assert sshd.proc is not None
+    assert rec.pid not in descendants(sshd.proc.pid)  # re-parented away from sshd
+    sshd.kill()  # kills the server and every process it still parents
+    await transport.close()
+    await asyncio.sleep(0.3)
+    assert alive(rec.pid)
+    size = log.stat().st_size
+    await asyncio.sleep(0.6)
+    assert log.stat().st_size > size
+
+    sshd.start()  # a later gpumon finds the job by its record and stops it
+    transport = make_transport(host)
+    try:
+        t = JobTarget(host, transport)
+        plan = await make_plan(t, name, "stop")
+        assert rec.pid in plan.pids
+        outcome = await RunRegistry().start(plan, t).wait()
+        assert outcome.ok and rec.pid in outcome.signalled
+        assert not alive(rec.pid)
+    finally:
+        await transport.close()
+
+
+# --- the demo -------------------------------------------------------------------------------
+
+
+def test_headless_restart_of_the_demo_drafter_refills_gpu6(client_env: dict[str, str]) -> None:
+    res = restart(["demo", "drafter", "--yes", "--demo-time", "70"], client_env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    free = re.search(r"\[wait_free\] GPUs free: .*GPU 6: (\d+) MiB", res.stdout)
+    after = re.search(r"\[verify\] PID \d+ alive .*GPU 6: ([\d ]+) MiB", res.stdout)
+    assert free and after, res.stdout
+    assert int(free.group(1)) < 1024  # dead after its OOM at 60 s...
+    assert int(after.group(1).replace(" ", "")) > 1024  # ...and filling up again
+    [entry] = [e for e in audit.read_entries(client_env) if e["host"] == "demo"]
+    assert entry["outcome"] == "ok" and entry["job"] == "drafter"
+
+
+async def test_demo_restart_in_process_gpu6_memory_rises(local_env: Path) -> None:
+    host = dataclasses.replace(resolve_host(Config(path=None), "demo"), interval=0.3)
+    monitor = make_monitor(host, demo_settings(demo_time=70))
+    monitor.start()
+    try:
+        while monitor.latest is None:
+            await monitor.wait_for_update(1.0)
+        t = JobTarget.from_monitor(monitor)
+        outcome = await RunRegistry().start(await make_plan(t, "drafter"), t).wait()
+        assert outcome.ok, outcome
+        seen: list[int] = []
+        for _ in range(4):
+            await monitor.wait_for_update(2.0)
+            assert monitor.latest is not None
+            used = monitor.latest.gpus[6].memory_used_mib
+            assert used is not None
+            seen.append(used)
+        assert seen[-1] > seen[0] > 1024, seen  # refilling after the restart
+    finally:
+        await monitor.stop()
