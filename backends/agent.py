@@ -189,6 +189,8 @@ class Agent:
         self.kernel = bool(options.get("kernel", False))
         self.http: list[dict[str, Any]] = list(options.get("http", []))
         self.log_poll_s = float(options.get("log_poll_s", 0.25))
+        self.sglang_discover = bool(options.get("sglang_discover", False))
+        self.http_tags: set[str] = set()
         self.wake = threading.Event()  # set when the interval changes
         self.nvml: Any = None
 
@@ -236,7 +238,9 @@ class Agent:
         if self.logs or self.kernel:
             threading.Thread(target=self.log_loop, daemon=True, name="logs").start()
         for target in self.http:
-            threading.Thread(target=self.http_loop, args=(target,), daemon=True).start()
+            self.start_http(target)
+        if self.sglang_discover:
+            threading.Thread(target=self.discover_loop, daemon=True, name="discover").start()
 
     # --- nvidia-smi ----------------------------------------------------------------
     def supported_fields(self) -> list[str] | None:
@@ -362,6 +366,25 @@ class Agent:
                     self.out.send({"type": "memory_events", "t": time.time(), "text": text})
             time.sleep(max(self.log_poll_s - (time.monotonic() - started), 0.01))
 
+    def start_http(self, target: dict[str, Any]) -> None:
+        if target["tag"] not in self.http_tags:
+            self.http_tags.add(target["tag"])
+            threading.Thread(target=self.http_loop, args=(target,), daemon=True).start()
+
+    def discover_loop(self) -> None:
+        """Find SGLang servers from their command lines (``sglang.launch_server --port N``)."""
+        template = self.http[0] if self.http else {"filter": None}
+        while True:
+            for port in sglang_ports():
+                self.start_http(
+                    {
+                        "url": f"http://127.0.0.1:{port}/metrics",
+                        "tag": f"sglang:{port}",
+                        "filter": template.get("filter"),
+                    }
+                )
+            time.sleep(10.0)
+
     def http_loop(self, target: dict[str, Any]) -> None:
         import re
         import urllib.error
@@ -381,8 +404,8 @@ class Agent:
             except Exception as e:  # refused, timeout, reset: the server is down
                 msg.update(status=None, error=f"{type(e).__name__}: {e}", body="")
             else:
-                if wanted is not None:
-                    body = "\n".join(ln for ln in body.splitlines() if wanted.match(ln))
+                if wanted is not None:  # exposition text ends in a newline: keep it so
+                    body = "".join(ln + "\n" for ln in body.splitlines() if wanted.match(ln))
                 msg["body"] = body
             self.out.send(msg)
             time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
@@ -615,6 +638,9 @@ class LogTail:
         offset += len(data)
         data = partial + data
         *complete, partial = data.split(b"\n")
+        if b"\r" in partial:  # a progress bar redraws with \r: its updates count as lines
+            head, _, partial = partial.rpartition(b"\r")
+            complete.append(head)
         if backlog and offset - len(data) > 0 and complete:
             complete = complete[1:]  # the first backlog line is probably cut
         state[:] = [st.st_ino, offset, partial[-65536:]]
@@ -642,6 +668,29 @@ class LogTail:
             "lines": lines,
             "dropped": total - len(lines),
         }
+
+
+def sglang_ports() -> list[int]:
+    """Ports of SGLang servers running here, from /proc/*/cmdline (30000 when not given)."""
+    ports = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        if not any("sglang.launch_server" in a for a in argv):
+            continue
+        port = 30000
+        for i, a in enumerate(argv):
+            if a == "--port" and i + 1 < len(argv) and argv[i + 1].isdigit():
+                port = int(argv[i + 1])
+            elif a.startswith("--port=") and a[7:].isdigit():
+                port = int(a[7:])
+        ports.add(port)
+    return sorted(ports)
 
 
 KMSG_WANTED = ("NVRM: Xid", "Out of memory", "oom-kill", "Killed process", "oom_reaper")

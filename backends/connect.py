@@ -73,7 +73,11 @@ def make_monitor(
 
         # training-oom: the simulated drafter is a job gpumon can restart (`r`, `gpumon
         # restart demo drafter`); the monitor's host carries it.
-        job = transport.drafter_job() if isinstance(transport, SimTransport) else None
-        if job is not None and host.job(job.name) is None:
-            host = transport.host = replace(host, jobs=(*host.jobs, job))
+        if isinstance(transport, SimTransport):
+            job = transport.drafter_job()
+            if job is not None and host.job(job.name) is None:
+                host = replace(host, jobs=(*host.jobs, job))
+            if host.sglang is None:  # sglang: the simulated servers, one per GPU
+                host = replace(host, sglang=transport.sglang_config())
+            transport.host = host
     return HostMonitor(host, transport, reconnect=reconnect, clock=clock)

@@ -31,9 +31,9 @@ from .parsers.nvidia_smi import (
     parse_query_gpu,
     query_gpu_args,
 )
-from .parsers.oom import KEEP_PATTERN
 from .recorder import FlightRecorder
 from .transport import ProcessStream, Transport, TransportError
+from .workload_watch import Workloads
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ class HostMonitor:
         self.recorder = FlightRecorder(host.name, clock=clock)
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
+        self.workloads = Workloads(host)
 
     # --- public ----------------------------------------------------------------------
     @property
@@ -195,24 +196,16 @@ class HostMonitor:
                 return py
         return None
 
-    def log_specs(self) -> list[dict[str, str]]:
-        """The logs the agent follows: watch_logs, every job's log, the SGLang log."""
-        specs = [{"path": p, "tag": "watch", "keep": KEEP_PATTERN} for p in self.host.watch_logs]
-        for job in self.host.jobs:
-            if job.log:
-                specs.append({"path": job.log, "tag": f"job:{job.name}", "keep": KEEP_PATTERN})
-        if self.host.sglang is not None and self.host.sglang.log:
-            specs.append({"path": self.host.sglang.log, "tag": "sglang", "keep": KEEP_PATTERN})
-        return specs
-
     async def _agent_session(self, python: str) -> bool:
         options = {
             "fields": list(QUERY_FIELDS),
             "process_fields": list(PROCESS_FIELDS),
             "nvidia_smi": self.host.nvidia_smi,
             "interval": self.interval,
-            "logs": self.log_specs(),
+            "logs": self.workloads.log_specs(),
             "kernel": self.host.kernel_log,
+            "http": self.workloads.http_targets(),
+            "sglang_discover": self.workloads.discover(),
         }
         argv, source = bootstrap_argv(python, options)
         stream = self._stream = await self.transport.open_stream(argv)
@@ -258,6 +251,10 @@ class HostMonitor:
             return False
         if kind == "log":
             self._on_log(msg)
+            return False
+        if kind == "http":
+            self.workloads.on_http(msg, self.clock())
+            self._notify()
             return False
         if kind == "kernel":
             self.alerts.on_kernel_lines([str(x) for x in msg.get("lines", [])])
@@ -326,16 +323,20 @@ class HostMonitor:
     # --- state updates ---------------------------------------------------------------
     def _on_log(self, msg: dict[str, Any]) -> None:
         tag = str(msg.get("tag", ""))
+        path = str(msg.get("path", tag))
         lines = [str(x) for x in msg.get("lines", [])]
         job = self.host.job(tag[4:]) if tag.startswith("job:") else None
+        now = self.clock()
+        self.workloads.on_log(tag, path, lines, now)
         self.alerts.on_log_lines(
-            str(msg.get("path", tag)),
+            path,
             lines,
             job=job.name if job else None,
             gpus=job.gpus if job and job.gpus else None,
             backlog=bool(msg.get("backlog")),
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
         )
+        self.workloads.apply_alerts(self.alerts, now)
         self._notify()
 
     def _on_gpu_rows(self, rows: list[str], fields: Any) -> None:

@@ -54,6 +54,8 @@ def snapshot_json(monitor: HostMonitor, now: float) -> dict[str, Any]:
         "error": monitor.status.error,
         "gpus": [gpu_json(g, sample) for g in sample.gpus] if sample else [],
         "alerts": [a.to_json() for a in monitor.alerts.active()],
+        "sglang": monitor.workloads.sglang_json(),
+        "jobs": monitor.workloads.jobs_json(),
     }
 
 

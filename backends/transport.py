@@ -20,6 +20,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import HostConfig
-from .config_workloads import JobConfig
+from .config_workloads import JobConfig, SglangConfig
 
 # OpenSSH's default MaxSessions is 10; stay below it so a stock sshd never refuses a channel.
 MAX_CHANNELS = 8
@@ -242,6 +243,8 @@ class SimTransport(LocalTransport):
         write_wrapper(bin_dir, settings)
         self._job_wrapper = write_job_wrapper(bin_dir, settings)
         self._job_started = False
+        self._servers: asyncio.subprocess.Process | None = None
+        self.sglang_ports = _sglang_ports() if settings.scenario == "sglang" else ()
         env = dict(os.environ)
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
         super().__init__(host, env)
@@ -265,10 +268,32 @@ class SimTransport(LocalTransport):
             verify_s=3.0,
         )
 
+    def sglang_config(self) -> SglangConfig | None:
+        """The simulated SGLang servers (``sglang`` scenario): one per GPU."""
+        if not self.sglang_ports:
+            return None
+        log = str(Path(self.settings.state_dir) / "sglang-*.log")
+        return SglangConfig(ports=self.sglang_ports, log=log, discover=False)
+
     def _drafter_command(self, *flags: str) -> str:
         return shlex.join([str(self._job_wrapper), "--log", str(self.job_log), *flags])
 
     async def connect(self) -> None:
+        if self.sglang_ports and self._servers is None:
+            self._servers = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "gpumon.backends.sim.sglang_server",
+                "--ports",
+                ",".join(map(str, self.sglang_ports)),
+                "--log",
+                str(self.settings.state_dir),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                env={**(self.env or {}), **self.settings.to_env()},
+                start_new_session=True,
+            )
         job = self.drafter_job()
         if job is not None and not self._job_started:
             from .jobs import JobError, launch_job
@@ -280,6 +305,10 @@ class SimTransport(LocalTransport):
                 raise TransportError(f"the simulated drafter did not start: {e}") from e
 
     async def close(self) -> None:
+        servers, self._servers = self._servers, None
+        if servers is not None and servers.returncode is None:
+            _kill_group(servers.pid)
+            await servers.wait()
         job = self.drafter_job()
         if job is not None and self._job_started:
             from .jobs import JobError, signal_job
@@ -287,6 +316,26 @@ class SimTransport(LocalTransport):
             with contextlib.suppress(JobError, OSError):
                 await signal_job(self, job, "KILL")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _sglang_ports(count: int = 8, base: int = 30000) -> tuple[int, ...]:
+    """SGLang's usual 30000-30007 when they are free here, else any free ports."""
+    import socket
+
+    def free(port: int) -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) != 0
+
+    if all(free(p) for p in range(base, base + count)):
+        return tuple(range(base, base + count))
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return tuple(sorted(s.getsockname()[1] for s in socks))
+    finally:
+        for s in socks:
+            s.close()
 
 
 def ssh_command(argv: Sequence[str], container: int | None) -> str:

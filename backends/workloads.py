@@ -222,8 +222,10 @@ class JobTracker:
         return max(remaining, 0) / rate
 
     def snapshot_json(self) -> dict[str, Any]:
-        """The snapshot object of this job; ``null`` where unknown."""
+        """The snapshot object of this job; ``null`` where unknown. ``tokens_per_s`` is the
+        last known rate (for a finished or crashed job: its rate when it ended)."""
         eta = self.eta_s
+        rate = self.tokens_per_s
         return {
             "name": self.name,
             "state": self.state.value,
@@ -234,7 +236,8 @@ class JobTracker:
             "total": self.total,
             "failed": self.failed,
             "loss": self.loss,
-            "tokens_per_s": None if self.tokens_per_s is None else round(self.tokens_per_s, 1),
+            "tokens_per_s": None if rate is None else round(rate, 1),
             "eta_s": None if eta is None else round(eta, 1),
             "last_update": None if self.last_update is None else iso_time(self.last_update),
+            "crash_reason": self.crash_reason,
         }

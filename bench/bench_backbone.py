@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from gpumon.backends.parsers.nvidia_smi import query_gpu_args
+
 from sshd_server import SshServer
 
 TICK = os.sysconf("SC_CLK_TCK")

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpumon.backends.parsers.progress import ProgressParser
 from gpumon.backends.parsers.sglang import (
     filter_metrics_text,
@@ -25,7 +27,6 @@ from gpumon.backends.parsers.sglang import (
 )
 from gpumon.backends.sglang_tracker import LATENCY_EVERY_S
 from gpumon.backends.workloads import JobTracker, SglangTracker
-from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 SGLANG = ROOT / "tests" / "fixtures" / "sglang"

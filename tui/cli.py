@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 COMMANDS = ("snapshot", "check", "config", "restart")
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
+RATE_WAIT_S = 5.0  # how long snapshot/check wait for throughput rates (two observations)
 
 
 def _common_options(parser: argparse.ArgumentParser) -> None:
@@ -138,8 +139,12 @@ async def _one_sample(host: HostConfig, sim: SimSettings, timeout: float) -> Hos
                 break
             if monitor.latest is not None:
                 first_sample_at = first_sample_at or loop.time()
-                # Processes are polled beside the samples; give them a moment, not forever.
-                if monitor.processes_time is not None or loop.time() - first_sample_at > 3:
+                # Processes are polled beside the samples, and a rate needs two
+                # observations: give them a moment, not forever.
+                waited = loop.time() - first_sample_at
+                processes = monitor.processes_time is not None or waited > 3
+                rates = not monitor.workloads.rates_pending() or waited > RATE_WAIT_S
+                if processes and rates:
                     break
             await monitor.wait_for_update(min(left, 0.5))
     finally:

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpumon.backends import audit
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
 from gpumon.backends.connect import demo_settings, make_monitor, make_transport
 from gpumon.backends.jobs import job_status, launch_job
 from gpumon.backends.restart import JobTarget, RunRegistry, make_plan
 from gpumon.tui import cli
+
 from sshd_server import SshServer, descendants, processes_matching
 
 JOB_SCRIPT = str(Path(__file__).resolve().parents[1] / "support" / "job_script.py")

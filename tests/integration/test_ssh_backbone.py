@@ -12,9 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpumon.backends.config import load_config, resolve_host
 from gpumon.backends.connect import make_monitor
 from gpumon.backends.model import ConnState, Health, Source
+
 from sshd_server import SshServer, free_port, processes_matching
 
 GPUMON = [sys.executable, "-m", "gpumon.tui.cli"]

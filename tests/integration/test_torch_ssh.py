@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from gpumon.backends.audit import read_entries
+
 from sshd_server import SshServer, free_port
 from torch_index import IndexServer, build_index, standard_bases
 

@@ -172,7 +172,8 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
         await monitor.stop()
     now = time.time()
     data = snapshot_json(monitor, now)
-    assert list(data) == ["host", "time", "source", "stale_s", "error", "gpus", "alerts"]
+    keys = ["host", "time", "source", "stale_s", "error", "gpus", "alerts", "sglang", "jobs"]
+    assert list(data) == keys
     assert {a["kind"] for a in data["alerts"]} == {"gpu_health"}  # GPU 4 is lost
     assert data["host"] == "demo" and data["source"] == "agent/nvidia-smi"
     gpu_keys = [
@@ -251,3 +252,19 @@ def test_check_demo_warns_before_the_oom_and_is_critical_after() -> None:
     oom = [a for a in snap["alerts"] if a["kind"] == "cuda_oom"]
     assert len(oom) == 1 and oom[0]["gpu"] == 6 and oom[0]["severity"] == "critical"
     assert list(oom[0]) == ["severity", "kind", "host", "gpu", "job", "message", "time"]
+
+
+def test_demo_workloads_in_the_snapshot() -> None:
+    sglang = json.loads(_cli("snapshot", "demo", "--scenario", "sglang", "--json").stdout)
+    servers = sglang["sglang"]
+    assert len(servers) == 8 and all(s["up"] for s in servers)
+    assert all(1000 < s["gen_tokens_per_s"] < 1400 for s in servers)  # ~1,180 tok/s each
+    assert {s["model"] for s in servers} == {"Qwen/Qwen3-8B"}
+    assert sglang["jobs"] == []
+    training = json.loads(_cli("snapshot", "demo", "--demo-time", "30", "--json").stdout)
+    (job,) = training["jobs"]
+    assert job["name"] == "drafter" and job["state"] == "running" and job["gpus"] == [5, 6, 7]
+    assert 12000 <= job["tokens_per_s"] <= 13500 and job["eta_s"] > 0  # ~12.8 Ktok/s
+    crashed = json.loads(_cli("snapshot", "demo", "--demo-time", "90", "--json").stdout)
+    (job,) = crashed["jobs"]
+    assert job["state"] == "crashed" and job["crash_reason"] == "OOM on GPU 6"

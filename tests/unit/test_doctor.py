@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpumon.backends import doctor_probe, doctor_probe_fs
 from gpumon.backends.config import HostConfig
 from gpumon.backends.doctor import (

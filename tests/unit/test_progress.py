@@ -7,6 +7,9 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpumon.backends import config_workloads
 from gpumon.backends.parsers.progress import (
     PRESETS,
@@ -17,8 +20,6 @@ from gpumon.backends.parsers.progress import (
 )
 from gpumon.backends.parsers.units import parse_duration, parse_number, parse_rate
 from gpumon.backends.workloads import REVIVE_AFTER_S, JobState, JobTracker
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "progress"
 SNAPSHOT_KEYS = {
@@ -34,6 +35,7 @@ SNAPSHOT_KEYS = {
     "tokens_per_s",
     "eta_s",
     "last_update",
+    "crash_reason",
 }
 
 

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import job_script
 import pytest
+
 from gpumon.backends import audit
 from gpumon.backends.autorestart import AutoRestarter, AutoRestartPolicy, is_oom
 from gpumon.backends.config import HostConfig
@@ -42,6 +42,8 @@ from gpumon.backends.restart import (
     make_plan,
 )
 from gpumon.backends.transport import LocalTransport
+
+import job_script
 
 HOSTILE = [
     "x; touch /tmp/pwned",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpumon.backends import audit, doctor
 from gpumon.backends.config import HostConfig
 from gpumon.backends.config_workloads import JobConfig
