@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+
 from gpumon.backends.alert_rules import fit_time_to_full
 from gpumon.backends.alerts import (
     KINDS,

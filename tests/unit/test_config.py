@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from gpumon.backends.config import (
     HOST_KEYS,
     HOST_SETTINGS,

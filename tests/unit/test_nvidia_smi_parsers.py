@@ -10,6 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpumon.backends.model import GpuProcess, GpuSample, Health
 from gpumon.backends.parsers.nvidia_smi import (
     PROCESS_FIELDS,
@@ -25,8 +28,6 @@ from gpumon.backends.parsers.nvidia_smi import (
     parse_real_capture,
     query_gpu_args,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
 CAPTURES = sorted((FIXTURES / "real-captures").glob("*.txt"))

@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpumon.backends.model import Health
 from gpumon.backends.parsers.kernel import (
     gpu_for_pci,
@@ -19,8 +22,6 @@ from gpumon.backends.parsers.kernel import (
 )
 from gpumon.backends.parsers.nvidia_smi import parse_query_gpu
 from gpumon.backends.parsers.oom import LogEvent, LogScanner, parse_visible_devices
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NVIDIA = FIXTURES / "nvidia"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gpumon.backends.parsers.units import Rate, parse_duration, parse_number, parse_rate
 
 # ------------------------------------------------------------------------------ units

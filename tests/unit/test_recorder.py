@@ -8,6 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpumon.backends.alert_store import Alert
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source
 from gpumon.backends.parsers.nvidia_smi import parse_compute_apps, parse_query_gpu
@@ -20,8 +23,6 @@ from gpumon.backends.recorder import (
     sample_from_json,
     sample_to_json,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 NVIDIA = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
 T0 = 1_800_000_000.0

@@ -11,6 +11,9 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpumon.backends.parsers.sglang import (
     METRICS_LINE_FILTER,
     SglangParseError,
@@ -19,8 +22,6 @@ from gpumon.backends.parsers.sglang import (
     parse_sglang_metrics,
 )
 from gpumon.backends.workloads import SglangTracker, sglang_totals
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sglang"
 BUSY = (FIXTURES / "metrics_busy.prom").read_text(encoding="utf-8")

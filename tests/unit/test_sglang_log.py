@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpumon.backends.parsers.sglang import parse_sglang_log_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from gpumon.backends.parsers.sglang import parse_sglang_log_line
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sglang"
 STAMP = "[2026-08-25 14:21:16] "

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from gpumon.backends.parsers.sglang import parse_sglang_log_line, parse_sglang_metrics
 from gpumon.backends.sim.scenario import ENV_VARS, SimSettings
 from gpumon.backends.sim.sglang_model import MODEL, TOKENS_PER_S, metrics_text

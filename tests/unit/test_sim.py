@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpumon.backends.model import Health
 from gpumon.backends.parsers.nvidia_smi import (
     QUERY_FIELDS,
