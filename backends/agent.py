@@ -183,7 +183,8 @@ class Agent:
         self.fields: list[str] = list(options["fields"])
         self.process_fields: list[str] = list(options["process_fields"])
         self.interval = float(options.get("interval", 1.0))
-        self.process_interval = float(options.get("process_interval", 2.0))
+        # Process lists change rarely and cost a process start each (nvidia-smi mode).
+        self.process_interval = float(options.get("process_interval", 5.0))
         self.use_nvml = bool(options.get("nvml", True))
         self.logs = [LogTail(spec) for spec in options.get("logs", [])]
         self.kernel = bool(options.get("kernel", False))

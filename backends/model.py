@@ -181,6 +181,14 @@ class GpuHistory:
         self.temperature_c.append(gpu.temperature_c)
         self.power_w.append(gpu.power_w)
 
+    def resize(self, maxlen: int) -> None:
+        """Keep the newest ``maxlen`` entries from now on (after an interval change)."""
+        if maxlen == self.maxlen:
+            return
+        self.maxlen = maxlen
+        for name in ("times", "memory_used_mib", "utilization_pct", "temperature_c", "power_w"):
+            setattr(self, name, deque(getattr(self, name), maxlen=maxlen))
+
     def __len__(self) -> int:
         return len(self.times)
 

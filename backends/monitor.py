@@ -76,6 +76,7 @@ class HostMonitor:
         self.histories: dict[int, GpuHistory] = {}
         self.skipped_lines = 0  # malformed lines dropped since start
         self.samples = 0
+        self._history_s = history_s
         self._history_len = max(int(history_s / max(self.interval, 0.1)), 60)
         self._listeners: list[Listener] = []
         self._task: asyncio.Task[None] | None = None
@@ -118,7 +119,7 @@ class HostMonitor:
                 await self._task
         await self._close_stream()
         with contextlib.suppress(Exception):
-            await self.transport.close()
+            await self.transport.dispose()
         with contextlib.suppress(OSError):
             self.recorder.flush_now()
         self._set_status(ConnState.STOPPED, error=self.status.error)
@@ -134,8 +135,13 @@ class HostMonitor:
         return True
 
     def set_interval(self, seconds: float) -> None:
-        """Change the sampling interval on the target (the agent applies it at once)."""
+        """Change the sampling interval on the target (the agent applies it at once).
+
+        Histories are resized so they still cover ``history_s`` at the new rate."""
         self.interval = min(max(seconds, 0.1), 3600.0)
+        self._history_len = max(int(self._history_s / self.interval), 60)
+        for hist in self.histories.values():
+            hist.resize(self._history_len)
         stream = self._stream
         if stream is not None and self.status.source != Source.SMI_DIRECT:
             stream.write(json.dumps({"cmd": "interval", "seconds": self.interval}).encode() + b"\n")

@@ -71,7 +71,11 @@ class Transport(abc.ABC):
         """Open the session (no-op for local); raises TransportError."""
 
     async def close(self) -> None:  # noqa: B027
-        """Close the session; streams opened on it end."""
+        """Close the session; streams opened on it end. ``connect`` may follow."""
+
+    async def dispose(self) -> None:
+        """Final shutdown: close, and release whatever the transport set up for itself."""
+        await self.close()
 
     async def run(
         self, argv: Sequence[str], *, input: bytes | None = None, timeout: float = 30.0
@@ -304,7 +308,11 @@ class SimTransport(LocalTransport):
             except JobError as e:
                 raise TransportError(f"the simulated drafter did not start: {e}") from e
 
-    async def close(self) -> None:
+    async def dispose(self) -> None:
+        """Stop the simulated servers and drafter and remove the simulator's files.
+
+        (``close`` between reconnects keeps them: the machine does not vanish when a
+        session ends.)"""
         servers, self._servers = self._servers, None
         if servers is not None and servers.returncode is None:
             _kill_group(servers.pid)

@@ -110,7 +110,7 @@ def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
             await transport.connect()
             return await run_doctor(transport, host)
         finally:
-            await transport.close()
+            await transport.dispose()
 
     try:
         report = asyncio.run(go())
@@ -221,7 +221,7 @@ def cmd_swap_torch(
         try:
             return await go()
         finally:
-            await transport.close()
+            await transport.dispose()
 
     return asyncio.run(run())
 

@@ -268,3 +268,50 @@ def test_demo_workloads_in_the_snapshot() -> None:
     crashed = json.loads(_cli("snapshot", "demo", "--demo-time", "90", "--json").stdout)
     (job,) = crashed["jobs"]
     assert job["state"] == "crashed" and job["crash_reason"] == "OOM on GPU 6"
+
+
+async def test_demo_reconnects_after_its_agent_dies() -> None:
+    """A session ending is not the machine ending: the simulator survives reconnects."""
+    host = resolve_host(Config(path=None), "demo")
+    settings = demo_settings(demo_time=20)
+    monitor = make_monitor(replace(host, interval=0.2), settings)
+    monitor.start()
+    try:
+        await _sampled(monitor, 2)
+        from gpumon.backends.transport import SimTransport
+
+        assert isinstance(monitor.transport, SimTransport)
+        marker = str(monitor.transport.root)  # on the PATH of everything the demo runs
+        agents = [p for p in _pids_with(marker) if b"int(sys.argv[1])" in _cmdline(p)]
+        assert agents, "the agent runs"
+        for pid in agents:
+            os.kill(pid, 9)
+        count = monitor.samples
+        deadline = time.monotonic() + 20
+        while monitor.samples < count + 3:
+            assert time.monotonic() < deadline, f"no recovery: {monitor.status}"
+            await monitor.wait_for_update(0.5)
+        assert monitor.status.state == ConnState.CONNECTED and monitor.status.error is None
+    finally:
+        await monitor.stop()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_history_keeps_the_newest_when_resized() -> None:
+    from gpumon.backends.model import GpuHistory, GpuSample
+
+    hist = GpuHistory(5)
+    for i in range(5):
+        hist.append(float(i), GpuSample(index=0, memory_used_mib=i))
+    hist.resize(3)
+    assert list(hist.times) == [2.0, 3.0, 4.0] and list(hist.memory_used_mib) == [2, 3, 4]
+    hist.resize(10)
+    for i in range(5, 9):
+        hist.append(float(i), GpuSample(index=0, memory_used_mib=i))
+    assert len(hist) == 7 and hist.maxlen == 10

@@ -1,0 +1,113 @@
+"""Fixtures for the dashboard tests: monitors on the simulated CT200 (optionally with a
+frozen clock), a private state dir, and a way to wait for the app to catch up."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+
+from gpumon.backends.config import Config, resolve_host
+from gpumon.backends.connect import demo_settings, make_monitor
+from gpumon.backends.monitor import HostMonitor
+
+MonitorFactory = Callable[..., HostMonitor]
+
+
+@pytest.fixture(autouse=True)
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test remembers its theme in its own tmp dir, never in ~/.local/state."""
+    path = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(path))
+    return path
+
+
+@pytest.fixture
+def demo_monitor() -> Iterator[MonitorFactory]:
+    """``demo_monitor(frozen=True, fault=None, clock=None, demo_time=30)`` -> a monitor on
+    the simulated machine, not started (the app starts and stops it)."""
+
+    def make(
+        *,
+        frozen: bool = True,
+        fault: str | None = None,
+        clock: Callable[[], float] | None = None,
+        demo_time: float = 30.0,
+        interval: float | None = None,
+    ) -> HostMonitor:
+        host = resolve_host(Config(path=None), "demo")
+        if interval is not None:
+            host = dataclasses.replace(host, interval=interval)
+        sim = demo_settings(demo_time=demo_time, frozen=frozen)
+        if fault:
+            sim = dataclasses.replace(sim, fault=fault)
+        return make_monitor(host, sim, clock=clock or time.time)
+
+    yield make
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def unreachable_monitor() -> Callable[[], HostMonitor]:
+    """A monitor for an SSH host on 127.0.0.1 at a port where nothing listens."""
+
+    def make() -> HostMonitor:
+        host = resolve_host(Config(path=None), f"root@127.0.0.1:{free_port()}")
+        return make_monitor(host)
+
+    return make
+
+
+async def wait_until(
+    pilot: Pilot[object] | Pilot[int],
+    condition: Callable[[], bool],
+    timeout: float = 15.0,
+    what: str = "condition",
+) -> None:
+    """Let the app run until ``condition()`` holds; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+@pytest.fixture
+def wait() -> Callable[..., Awaitable[None]]:
+    """``await wait(pilot, condition, timeout=15, what="...")``."""
+    return wait_until
+
+
+@pytest.fixture
+def children() -> Callable[[str], list[int]]:
+    """``children(pattern)``: PIDs of this process's children whose command line has it."""
+    return child_pids
+
+
+def child_pids(pattern: str) -> list[int]:
+    """PIDs of this test process's children whose command line contains ``pattern``."""
+    me = os.getpid()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == me and pattern in cmdline:
+            out.append(int(entry.name))
+    return out

@@ -1,0 +1,409 @@
+"""The pure parts of the dashboard: names, cells and roles, header parts, sparklines, bars,
+row layout, plot series, theme choice and the remembered state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.color import Color as RichColor
+from rich.color import ColorSystem
+from rich.style import Style
+from textual.theme import BUILTIN_THEMES, Theme
+
+from gpumon.backends.alert_store import Alert
+from gpumon.backends.model import (
+    ConnState,
+    GpuProcess,
+    GpuSample,
+    Health,
+    HostSample,
+    HostStatus,
+    Source,
+)
+from gpumon.themes import GPUMON_THEMES, choose_theme, severity_variables, theme_order
+from gpumon.tui import state
+from gpumon.tui.cells import (
+    NA,
+    Cell,
+    HeaderInput,
+    Role,
+    alert_summary,
+    duration,
+    fit_parts,
+    gpu_cells,
+    header_error,
+    header_parts,
+    memory_role,
+    percent,
+    power_cell,
+    process_name,
+    process_summary,
+    short_name,
+    temperature_role,
+)
+from gpumon.tui.notices import ConnectionWatch
+from gpumon.tui.palette import Palette
+from gpumon.tui.widgets.gpu_row import RowLayout, RowView, bar_text, render_row, row_layout
+from gpumon.tui.widgets.plot import PlotSpec, build_plot, series, window_ticks
+from gpumon.tui.widgets.sparkline import bin_series, spark_rows, spark_string
+
+FULL = GpuSample(
+    index=6,
+    uuid="GPU-2e94",
+    name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    bus_id="00000000:BA:00.0",
+    pstate="P0",
+    temperature_c=65.0,
+    utilization_pct=74.0,
+    memory_total_mib=97887,
+    memory_used_mib=96630,
+    power_w=427.4,
+    power_limit_w=600.0,
+    sm_clock_mhz=2667,
+)
+LOST = GpuSample(
+    index=4, name="NVIDIA RTX PRO 6000 Blackwell Server Edition", health=Health.CRITICAL,
+    problems=("GPU is lost",),
+)  # fmt: skip
+PALETTE = Palette.from_theme(GPUMON_THEMES[0])
+
+
+@pytest.mark.parametrize(
+    ("name", "short"),
+    [
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX PRO 6000 Bw"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX PRO 6000 B…"),
+        ("NVIDIA GeForce RTX 4080 SUPER", "RTX 4080 SUPER"),
+        ("NVIDIA H100 80GB HBM3", "H100 80GB HBM3"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA L40S", "L40S"),
+        ("Tesla V100-SXM2-16GB", "V100-SXM2-16GB"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
+        ("  NVIDIA   A100 ", "A100"),
+        (None, "n/a"),
+        ("", "n/a"),
+        ("Evil\x1b[31mGPU", "Evil\\x1b[31mGPU"),
+    ],
+)
+def test_short_name(name: str | None, short: str) -> None:
+    assert short_name(name) == short
+    assert len(short_name(name)) <= 15
+
+
+def test_short_name_honours_width() -> None:
+    assert short_name("NVIDIA RTX PRO 6000 Blackwell Server Edition", width=8) == "RTX PRO…"
+
+
+def test_cells_of_a_full_sample() -> None:
+    c = gpu_cells(FULL)
+    assert c.memory == Cell("94.4/95.6G", Role.CRITICAL)
+    assert c.memory_pct == Cell("98%", Role.CRITICAL)
+    assert c.util == Cell("74%")
+    assert c.temp == Cell("65°C", Role.OK)
+    assert c.power == Cell("427/600W")
+    assert c.name.text == "RTX PRO 6000 Bw"
+    assert c.marker.text == " " and c.health == Role.OK
+    assert c.problems.text == ""
+
+
+def test_cells_of_a_lost_gpu_are_na_not_zero() -> None:
+    c = gpu_cells(LOST)
+    for cell in (c.memory, c.memory_pct, c.util, c.temp, c.power, c.pstate, c.sm_clock):
+        assert cell == NA
+    assert c.fraction is None
+    assert c.marker == Cell("✖", Role.CRITICAL)
+    assert c.problems == Cell("GPU is lost", Role.CRITICAL)
+    assert "n/a" in c.details.text and " 0" not in c.details.text
+
+
+def test_sick_gpu_without_problem_text_still_says_why() -> None:
+    c = gpu_cells(GpuSample(index=0, health=Health.WARNING))
+    assert c.problems == Cell("warning", Role.WARNING)
+    assert c.marker.role == Role.WARNING
+
+
+@pytest.mark.parametrize(
+    ("fraction", "role"),
+    [(None, Role.NA), (0.0, Role.OK), (0.899, Role.OK), (0.9, Role.WARNING),
+     (0.969, Role.WARNING), (0.97, Role.CRITICAL), (1.0, Role.CRITICAL)],
+)  # fmt: skip
+def test_memory_role(fraction: float | None, role: Role) -> None:
+    assert memory_role(fraction) == role
+
+
+def test_temperature_and_power_roles() -> None:
+    assert temperature_role(None) == Role.NA
+    assert temperature_role(79.9) == Role.OK
+    assert temperature_role(80) == Role.WARNING
+    assert temperature_role(95) == Role.CRITICAL
+    assert power_cell(None, 600) == NA
+    assert power_cell(250.4, None) == Cell("250W")
+    assert power_cell(700, 600).role == Role.WARNING
+
+
+def test_percent_never_claims_full_early_and_durations_read_well() -> None:
+    assert percent(99.6) == "99%"
+    assert percent(100.0) == "100%"
+    assert [duration(s) for s in (0.2, 12.4, 245, 7800)] == ["<1s", "12s", "4m05s", "2h10m"]
+
+
+def _alert(severity: Health, active: bool = True) -> Alert:
+    return Alert("k", severity, "memory", "h", 6, None, "GPU 6 memory", 0.0, 0.0, active)
+
+
+def test_alert_summary_counts_active_alerts_with_the_worst_role() -> None:
+    assert alert_summary([]) == (0, Role.MUTED)
+    assert alert_summary([_alert(Health.WARNING)]) == (1, Role.WARNING)
+    both = [_alert(Health.WARNING), _alert(Health.CRITICAL), _alert(Health.CRITICAL, False)]
+    assert alert_summary(both) == (2, Role.CRITICAL)
+
+
+def test_process_names_are_printable_and_say_when_hidden() -> None:
+    assert process_name(GpuProcess(1, "py\x1b[2Jthon", 10), False) == "py\\x1b[2Jthon"
+    assert process_name(GpuProcess(1, None, 10), True) == "[not visible in container]"
+    assert process_name(GpuProcess(1, None, 10), False) == "[name not reported]"
+    gpu = GpuSample(index=0, uuid="U")
+    sample = HostSample("h", 0.0, None, (gpu,), processes=(GpuProcess(7, None, 2048, "U"),))
+    assert process_summary(sample, gpu, True).text == "procs: 7 [not visible in container] 2.0G"
+
+
+def _header(**kw: object) -> HeaderInput:
+    base: dict[str, object] = dict(
+        name="ct200",
+        status=HostStatus(ConnState.CONNECTED, 0.0, source=Source.AGENT_NVML, transport="ssh x"),
+        shown_time=100.0,
+        now=100.4,
+        stale=False,
+        interval=1.0,
+        alerts=0,
+        paused=False,
+    )
+    base.update(kw)
+    return HeaderInput(**base)  # type: ignore[arg-type]
+
+
+def test_header_connected() -> None:
+    text = "  ".join(p.text for p in header_parts(_header()))
+    assert text == "ct200  ● connected  age <1s  0 alerts  every 1s  agent/nvml  ssh x"
+
+
+def test_header_reconnecting_stale_paused() -> None:
+    status = HostStatus(
+        ConnState.RECONNECTING, 0.0, error="connection refused", attempt=3, next_retry_at=104.0
+    )
+    parts = header_parts(_header(status=status, now=112.0, stale=True, paused=True, alerts=2))
+    texts = [p.text for p in parts]
+    assert "◌ reconnecting #3" in texts
+    assert "retry in 4s" not in texts and "retry in <1s" in texts  # retry time has passed
+    assert "stale 12s" in texts and "PAUSED" in texts and "2 alerts" in texts
+    assert header_error(status) == Cell("connection refused", Role.CRITICAL)
+    assert header_error(HostStatus(ConnState.CONNECTED, 0.0)) is None
+
+
+def test_fit_parts_drops_the_least_important_first() -> None:
+    parts = header_parts(_header(stale=True, paused=True))
+    kept = [p.text for p in fit_parts(parts, 45)]
+    assert kept[:2] == ["ct200", "● connected"]
+    assert "PAUSED" in kept and "stale <1s" in kept
+    assert "ssh x" not in kept
+    assert sum(len(t) for t in kept) <= 45
+
+
+def test_bin_series_by_time_slices() -> None:
+    times = [100.0, 101.0, 102.0, 110.0, 111.0, 125.0]
+    values: list[float | None] = [1.0, 5.0, 3.0, None, 2.0, 9.0]
+    assert bin_series(times, values, end=125.0, span=5.0, count=6) == [
+        5.0, None, 2.0, None, None, 9.0,
+    ]  # fmt: skip
+    assert bin_series(times, values, end=111.0, span=5.0, count=3, mean=True) == [3.0, None, 2.0]
+    assert bin_series(times, values, end=125.0, span=5.0, count=0) == []
+
+
+def test_sparkline_shows_gaps_as_blanks_and_zero_as_a_line() -> None:
+    assert spark_string([None, 0.0, 50.0, 100.0], 0.0, 100.0) == " ▁▄█"
+    tall = spark_rows([0.0, 50.0, 100.0], 0.0, 100.0, 2)
+    assert [t.plain for t in tall] == ["  █", "▁██"]
+
+
+def test_bar_text_resolution_and_width() -> None:
+    fill, track = Style(color="green"), Style(bgcolor="grey0")
+    assert bar_text(0.5, 10, fill, track).plain == "█████     "
+    assert bar_text(0.55, 10, fill, track).plain == "█████▌    "
+    assert bar_text(None, 6, fill, track).plain == "      "
+    assert len(bar_text(1.0, 7, fill, track).plain) == 7
+
+
+def test_row_layout_uses_the_width() -> None:
+    narrow, wide = row_layout(80), row_layout(200)
+    assert narrow.fixed + narrow.bar + narrow.spark + 2 == 80
+    assert not narrow.extras and wide.extras
+    assert wide.bar > narrow.bar and wide.spark > narrow.spark
+    assert row_layout(40).spark == 0  # too narrow: the bar keeps what there is
+
+
+def _view(cells_of: GpuSample, height: int = 1, stale: bool = False) -> RowView:
+    return RowView(
+        cells=gpu_cells(cells_of),
+        spark=(50000.0, None, 97000.0),
+        spark_max=97887.0,
+        spark_is_memory=True,
+        stale=stale,
+        cursor=True,
+        height=height,
+        processes=Cell("procs: 1 python 2.0G", Role.MUTED),
+        palette=PALETTE,
+    )
+
+
+def test_render_row_fits_the_width_and_draws_every_part() -> None:
+    for width in (80, 120, 200):
+        text = render_row(_view(FULL), row_layout(width))
+        assert len(text.plain) == width
+        assert text.plain.startswith("▶ 6")
+        assert "94.4/95.6G" in text.plain and text.plain.endswith("▄ █")
+    tall = render_row(_view(FULL, height=3), row_layout(200)).plain.split("\n")
+    assert len(tall) == 3 and "procs: 1 python" in tall[2]
+    assert "P0" not in tall[1]  # P-state has its own column at this width
+
+
+def test_render_row_of_a_sick_gpu_adds_the_reason() -> None:
+    lines = render_row(_view(LOST), row_layout(80)).plain.split("\n")
+    assert len(lines) == 2
+    assert lines[1].strip() == "✖ GPU is lost"
+
+
+def test_stale_rows_are_dimmed() -> None:
+    fresh = render_row(_view(FULL), row_layout(80))
+    stale = render_row(_view(FULL, stale=True), row_layout(80))
+    assert fresh.plain == stale.plain
+    assert any(s.style == PALETTE.text(Role.CRITICAL, stale=True) for s in stale.spans)
+    assert not any(s.style == PALETTE.text(Role.CRITICAL) for s in stale.spans)
+
+
+def test_series_raw_and_binned() -> None:
+    times = [float(t) for t in range(0, 100)]
+    values: list[float | None] = [float(t) for t in range(100)]
+    values[50] = None
+    xs, ys, gap = series(times, values, end=99.0, window=60, max_points=100, interval=1.0)
+    assert xs[0] == -60.0 and xs[-1] == 0.0 and len(xs) == 61
+    assert None in ys and gap == 3.0
+    bx, by, bgap = series(times, values, end=99.0, window=60, max_points=10, interval=1.0)
+    assert len(bx) == 11 and all(-66 <= x <= 0 for x in bx)
+    assert max(y for y in by if y is not None) == 99.0 and bgap >= 15.0
+
+
+def test_build_plot_draws_title_ticks_and_no_backgrounds() -> None:
+    spec = PlotSpec(
+        title="memory GiB",
+        xs=(-50.0, -40.0, -1.0, 0.0),
+        ys=(10.0, None, 40.0, 45.0),
+        window=60.0,
+        y_max=96.0,
+        colour=(230, 160, 10),
+        frame=(120, 120, 120),
+        gap_s=3.0,
+    )
+    text = build_plot(spec, 40, 10)
+    plain = text.plain
+    assert "memory GiB" in plain
+    assert "-1m" in plain and "-30s" in plain and "now" in plain
+    assert "96" in plain and "48" in plain
+    assert len(plain.split("\n")) == 10
+    assert not any(getattr(s.style, "bgcolor", None) for s in text.spans)
+    assert window_ticks(3600)[1] == ["-1h", "-30m", "now"]
+    assert build_plot(spec, 5, 2).plain == "memor"  # too small to plot: just the title
+
+
+def test_every_theme_shows_three_distinct_severities() -> None:
+    for theme in [*GPUMON_THEMES, *BUILTIN_THEMES.values()]:
+        sev = severity_variables(theme)
+        colours = {sev["gpumon-ok"], sev["gpumon-warning"], sev["gpumon-critical"]}
+        assert len(colours) == 3, theme.name
+        for colour in sev.values():
+            assert (len(colour) == 7 and colour.startswith("#")) or colour.startswith("ansi_")
+        palette = Palette.from_theme(theme)  # every theme gives Rich-usable colours
+        for role in (Role.OK, Role.WARNING, Role.CRITICAL, Role.NA):
+            Style(color=palette.colour(role))
+            assert len(palette.rgb(role)) == 3
+
+
+@pytest.mark.parametrize("theme", GPUMON_THEMES, ids=lambda t: t.name)
+def test_severities_stay_apart_in_256_colours(theme: Theme) -> None:
+    sev = severity_variables(theme)
+    eight_bit = {
+        key: RichColor.parse(sev[key]).downgrade(ColorSystem.EIGHT_BIT).number
+        for key in ("gpumon-ok", "gpumon-warning", "gpumon-critical")
+    }
+    assert len(set(eight_bit.values())) == 3, eight_bit
+    background = RichColor.parse(theme.background or "#000000")
+    assert background.downgrade(ColorSystem.EIGHT_BIT).number not in eight_bit.values()
+
+
+def test_contrast_theme_avoids_red_green() -> None:
+    contrast = next(t for t in GPUMON_THEMES if t.name == "gpumon-contrast")
+    sev = severity_variables(contrast)
+    assert sev["gpumon-ok"] == "#56B4E9" and sev["gpumon-critical"] == "#D55E00"
+
+
+def test_theme_order_and_choice() -> None:
+    nord = BUILTIN_THEMES["nord"]
+    names = theme_order({t: nord for t in ("nord", "gpumon-light", "gpumon-dark")})
+    assert names == ["gpumon-dark", "gpumon-light", "nord"]
+    available = ["gpumon-dark", "gpumon-light", "nord"]
+    assert choose_theme("nord", "gpumon-light", available) == ("nord", None)
+    assert choose_theme(None, "gpumon-light", available) == ("gpumon-light", None)
+    assert choose_theme(None, "gone-theme", available) == ("gpumon-dark", None)
+    name, problem = choose_theme("nope", "gpumon-light", available)
+    assert name == "gpumon-dark" and problem is not None and "'nope'" in problem
+
+
+def test_state_file_round_trip_and_bad_files(state_home: Path) -> None:
+    path = state.state_path()
+    assert path == state_home / "gpumon" / "state.json"
+    assert state.remembered_theme() is None
+    state.remember_theme("gpumon-light")
+    assert state.remembered_theme() == "gpumon-light"
+    state.update_state(other=1)
+    assert json.loads(path.read_text()) == {"other": 1, "theme": "gpumon-light"}
+    path.write_text("{not json")
+    assert state.remembered_theme() is None
+    path.write_text('["a list"]')
+    assert state.load_state() == {}
+
+
+def test_state_dir_defaults_to_local_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert state.state_path() == tmp_path / ".local" / "state" / "gpumon" / "state.json"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/dir")  # not absolute: ignored (XDG spec)
+    assert state.state_path() == tmp_path / ".local" / "state" / "gpumon" / "state.json"
+
+
+def test_unwritable_state_dir_is_not_fatal(state_home: Path) -> None:
+    state_home.mkdir(parents=True)
+    (state_home / "gpumon").write_text("a file where the directory should be")
+    state.remember_theme("gpumon-light")  # logs, does not raise
+    assert state.remembered_theme() is None
+
+
+def test_row_layout_dataclass_is_consistent() -> None:
+    assert RowLayout(80, 10, 10, False).fixed == row_layout(80).fixed
+
+
+def test_connection_watch_announces_transitions_only() -> None:
+    watch = ConnectionWatch("ct200", ConnState.CONNECTING)
+    assert watch.change(ConnState.CONNECTED, None) is None  # the first connect is no news
+    lost = watch.change(ConnState.RECONNECTING, "stream ended")
+    assert lost is not None and lost.severity == "error"
+    assert lost.message == "ct200: connection lost: stream ended"
+    assert watch.change(ConnState.RECONNECTING, "again") is None  # retries: header only
+    back = watch.change(ConnState.CONNECTED, None)
+    assert back is not None and back.message == "ct200: connection restored"
+
+    never = ConnectionWatch("gpu2", ConnState.CONNECTING)
+    first = never.change(ConnState.RECONNECTING, "refused")
+    assert first is not None and first.message == "gpu2: cannot connect: refused"
+    never.change(ConnState.CONNECTING, None)
+    assert never.change(ConnState.RECONNECTING, "refused") is None  # said once

@@ -1,0 +1,382 @@
+"""The dashboard driven the way a user drives it: keys through Pilot, on the simulated
+CT200 (real agent, real parsers), with frozen clocks where the screen must be stable."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from textual.pilot import Pilot
+
+from gpumon.backends.model import ConnState
+from gpumon.backends.monitor import HostMonitor
+from gpumon.tui.app import INTERVALS, GpumonApp
+from gpumon.tui.screens.detail import DetailScreen
+from gpumon.tui.screens.help import HelpScreen, key_text
+from gpumon.tui.widgets.gpu_table import HostSection
+
+Wait = Callable[..., Awaitable[None]]
+FROZEN_NOW = 1795962750.0
+
+
+def frozen_clock() -> float:
+    return FROZEN_NOW
+
+
+def section(app: GpumonApp, i: int = 0) -> HostSection:
+    return app.sections[i]
+
+
+def row_texts(app: GpumonApp, i: int = 0) -> list[str]:
+    return [row.render().plain for row in section(app, i).rows]
+
+
+async def with_data(pilot: Pilot[int], wait: Wait, app: GpumonApp) -> None:
+    """Wait until every connected host's rows are on screen."""
+    await wait(pilot, lambda: all(len(s.rows) == 8 for s in app.sections), what="GPU rows")
+    await pilot.pause()
+
+
+def record_notifications(app: GpumonApp) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    original = app.notify
+
+    def notify(message: str, **kwargs: Any) -> None:
+        seen.append((message, str(kwargs.get("severity", "information"))))
+        original(message, **kwargs)
+
+    app.notify = notify  # type: ignore[method-assign]
+    return seen
+
+
+async def test_every_gpu_has_a_row_with_memory_and_header(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    app = GpumonApp([demo_monitor(clock=frozen_clock)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        rows = row_texts(app)
+        assert [r.split()[1] if r.startswith("▶") else r.split()[0] for r in rows] == [
+            str(i) for i in range(8)
+        ]
+        assert all("RTX PRO 6000 Bw" in r and "/95.6G" in r for r in rows)
+        assert all(len(r) <= 80 for r in rows)
+        header = section(app).header.plain
+        assert header.startswith("demo")
+        assert "● connected" in header
+        assert "0 alerts" in header
+        assert "age <1s" in header
+
+
+async def test_cursor_moves_between_gpus(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    app = GpumonApp([demo_monitor(clock=frozen_clock)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        assert app.cursor == (0, 0)
+        await pilot.press("down", "down", "j")
+        assert app.cursor == (0, 3)
+        assert section(app).rows[3].has_class("-cursor")
+        assert not section(app).rows[0].has_class("-cursor")
+        assert row_texts(app)[3].startswith("▶")
+        await pilot.press("up", "k")
+        assert app.cursor == (0, 1)
+        await pilot.press(*["down"] * 12)  # stops at the last GPU
+        assert app.cursor == (0, 7)
+        await pilot.click("#gpu-0-5")
+        assert app.cursor == (0, 5)
+
+
+async def test_enter_opens_detail_with_plots_and_processes_esc_returns(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(clock=frozen_clock)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        await wait(pilot, lambda: monitor.processes_time is not None, what="processes")
+        await pilot.press("down", "down", "enter")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, DetailScreen)
+        assert screen.target.gpu_index == 2
+        await wait(pilot, lambda: all(p.builds > 0 for p in screen.plots.values()), what="plots")
+        assert "memory GiB" in screen.plots["memory"].render().plain
+        assert "GPU 2" in str(screen.title_line.render())
+        procs = str(screen.processes.render())
+        assert "2418863" in procs and "/root/venv/bin/python3" in procs
+        assert app.check_action("open_detail", ()) is False  # no detail on top of detail
+        # the detail view follows the cursor
+        await pilot.press("down")
+        assert screen.target.gpu_index == 3
+        await pilot.press("1")
+        assert screen.window == 60.0
+        assert "window 1 min" in str(screen.title_line.render())
+        await pilot.press("3")
+        assert screen.window == 3600.0
+        await pilot.pause()
+        assert "-1h" in screen.plots["power"].render().plain
+        assert app.check_action("toggle_spark", ()) is False  # no sparklines here
+        await pilot.press("escape")
+        assert not isinstance(app.screen, DetailScreen)
+
+
+async def test_plots_redraw_only_for_new_samples(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    app = GpumonApp([demo_monitor(frozen=False)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, DetailScreen)
+        await wait(pilot, lambda: screen.plots["util"].builds > 0, what="first plot")
+        shown = app.sections[0].shown
+        assert screen.refresh_view() is False  # same sample: nothing to redraw
+        await wait(pilot, lambda: app.sections[0].shown is not shown, what="a new sample")
+        builds = screen.plots["util"].builds
+        await pilot.press("p")  # paused: new samples do not redraw
+        await pilot.pause(2.5)
+        assert screen.plots["util"].builds == builds
+
+
+async def test_help_lists_every_key(demo_monitor: Callable[..., HostMonitor], wait: Wait) -> None:
+    app = GpumonApp([demo_monitor(clock=frozen_clock)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        await pilot.press("question_mark")
+        screen = app.screen
+        assert isinstance(screen, HelpScreen)
+        text = screen.plain
+        for binding in [*GpumonApp.BINDINGS, *DetailScreen.BINDINGS]:
+            assert key_text(binding.key) in text  # type: ignore[union-attr]
+            assert binding.description in text or binding.tooltip in text  # type: ignore[union-attr]
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_pause_freezes_rows_while_the_monitor_collects(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(frozen=False)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        await pilot.press("p")
+        assert app.paused
+        assert "PAUSED" in section(app).header.plain
+        frozen = section(app).shown
+        rows = row_texts(app)
+        samples = monitor.samples
+        await wait(pilot, lambda: monitor.samples >= samples + 2, what="two more samples")
+        await pilot.pause(1.1)  # at least one refresh tick
+        assert section(app).shown is frozen
+        assert row_texts(app) == rows
+        assert monitor.latest is not frozen  # monitoring went on: no gap in history
+        await pilot.press("p")
+        assert not app.paused
+        assert section(app).shown is monitor.latest
+        assert "PAUSED" not in section(app).header.plain
+
+
+async def test_plus_minus_change_the_interval_on_every_host(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitors = [demo_monitor(clock=frozen_clock), demo_monitor(clock=frozen_clock)]
+    app = GpumonApp(monitors)
+    async with app.run_test(size=(80, 40)) as pilot:
+        await with_data(pilot, wait, app)
+        await wait(pilot, lambda: all(m.status.state == ConnState.CONNECTED for m in monitors))
+        await pilot.press("plus")
+        assert [m.interval for m in monitors] == [0.5, 0.5]
+        assert app.check_action("faster", ()) is None  # already the fastest: greyed
+        await pilot.press("minus", "minus", "minus")
+        assert [m.interval for m in monitors] == [5.0, 5.0]
+        await pilot.pause()
+        assert "every 5s" in section(app).header.plain
+        await pilot.press(*["minus"] * 10)
+        assert monitors[0].interval == INTERVALS[-1]
+        assert app.check_action("slower", ()) is None
+
+
+async def test_keys_greyed_out_while_the_host_is_disconnected(
+    unreachable_monitor: Callable[[], HostMonitor], wait: Wait
+) -> None:
+    monitor = unreachable_monitor()
+    app = GpumonApp([monitor])
+    seen = record_notifications(app)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: monitor.status.state == ConnState.RECONNECTING)
+        await pilot.pause(0.2)
+        assert app.check_action("faster", ()) is None
+        assert app.check_action("slower", ()) is None
+        assert app.check_action("open_detail", ()) is None
+        interval = monitor.interval
+        await pilot.press("plus", "enter")
+        assert monitor.interval == interval
+        assert not isinstance(app.screen, DetailScreen)
+        header = section(app).header.plain
+        assert "reconnecting" in header and "retry in" in header
+        assert "127.0.0.1" in header  # the error line names the target
+        assert any("cannot connect" in m and sev == "error" for m, sev in seen)
+        assert "waiting for the first sample" in str(section(app).waiting.render())
+
+
+async def test_one_host_down_does_not_touch_the_other(
+    demo_monitor: Callable[..., HostMonitor],
+    unreachable_monitor: Callable[[], HostMonitor],
+    wait: Wait,
+) -> None:
+    demo, down = demo_monitor(clock=frozen_clock), unreachable_monitor()
+    app = GpumonApp([down, demo])
+    async with app.run_test(size=(80, 30)) as pilot:
+        await wait(pilot, lambda: len(section(app, 1).rows) == 8, what="demo rows")
+        await wait(pilot, lambda: down.status.state == ConnState.RECONNECTING)
+        await pilot.pause()
+        assert app.cursor == (1, 0)  # the cursor lands on the host with data
+        assert app.check_action("faster", ()) is True
+        assert section(app, 0).rows == []
+        assert all("/95.6G" in r for r in row_texts(app, 1))
+
+
+async def test_theme_key_cycles_and_is_remembered(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, state_home: Path
+) -> None:
+    app = GpumonApp([demo_monitor(clock=frozen_clock)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        assert app.theme == "gpumon-dark"
+        dark_rows = app.sections[0].rows[0].view
+        await pilot.press("t")
+        await pilot.pause()
+        assert app.theme == "gpumon-light"
+        state = json.loads((state_home / "gpumon" / "state.json").read_text())
+        assert state["theme"] == "gpumon-light"
+        assert app.sections[0].rows[0].view != dark_rows  # redrawn in the new colours
+        await pilot.press("t")
+        assert app.theme == "gpumon-contrast"
+    again = GpumonApp([demo_monitor(clock=frozen_clock)])
+    async with again.run_test(size=(80, 24)):
+        assert again.theme == "gpumon-contrast"
+
+
+async def test_unknown_theme_says_so_and_falls_back(
+    demo_monitor: Callable[..., HostMonitor],
+) -> None:
+    app = GpumonApp([demo_monitor(clock=frozen_clock)], theme="no-such-theme")
+    seen = record_notifications(app)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.theme == "gpumon-dark"
+        assert any("Unknown theme 'no-such-theme'" in m for m, _ in seen)
+
+
+async def test_palette_command_runs_an_action(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    app = GpumonApp([demo_monitor(clock=frozen_clock)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"pause / resume")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait(pilot, lambda: app.paused, what="pause from the palette")
+
+
+async def test_m_toggles_the_sparkline(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    app = GpumonApp([demo_monitor(clock=frozen_clock)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        assert "mem history" in app.sections[0].titles.render().plain
+        assert app.sections[0].rows[0].view is not None
+        assert app.sections[0].rows[0].view.spark_is_memory
+        await pilot.press("m")
+        assert not app.spark_memory
+        assert "util history" in app.sections[0].titles.render().plain
+        view = app.sections[0].rows[0].view
+        assert view is not None and not view.spark_is_memory and view.spark_max == 100.0
+
+
+async def test_unreported_values_show_na_never_zero(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    app = GpumonApp([demo_monitor(clock=frozen_clock, fault="gpu_lost:4")])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        lost = row_texts(app)[4]
+        first_line, problem = lost.split("\n")
+        assert first_line.count("n/a") >= 4  # memory, mem%, util, temperature, power
+        assert "0.0/" not in first_line and " 0%" not in first_line and "0W" not in first_line
+        assert "✖" in first_line
+        assert "GPU is lost" in problem
+        assert "1 alert" in section(app).header.plain
+        assert "n/a" not in row_texts(app)[3]
+
+
+async def test_stale_data_is_marked_with_its_age(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    now = [FROZEN_NOW]
+    monitor = demo_monitor(clock=lambda: now[0], interval=3600.0)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        assert "stale" not in section(app).header.plain
+        now[0] += 3 * 3600 + 12  # no new sample for three intervals and 12 s
+        await wait(pilot, lambda: "stale" in section(app).header.plain, what="stale mark")
+        assert "stale 3h00m" in section(app).header.plain
+        assert all(row.view is not None and row.view.stale for row in section(app).rows)
+        assert all("/95.6G" in r for r in row_texts(app))  # the last values stay
+
+
+async def test_connection_loss_raises_a_notification(
+    demo_monitor: Callable[..., HostMonitor],
+    wait: Wait,
+    children: Callable[[str], list[int]],
+) -> None:
+    monitor = demo_monitor(frozen=True)
+    app = GpumonApp([monitor])
+    seen = record_notifications(app)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        agents = children("gpumon-agent")
+        assert agents, "the simulated host's agent should be a child process"
+        for pid in agents:
+            os.kill(pid, signal.SIGKILL)
+        await wait(pilot, lambda: any("connection lost" in m for m, _ in seen), what="notice")
+        assert [sev for m, sev in seen if "connection lost" in m] == ["error"]
+        await pilot.pause()
+        header = section(app).header.plain
+        assert "reconnecting" in header and "stale" in header  # frozen clock: age <1s
+        assert all(row.view is not None and row.view.stale for row in section(app).rows)
+        assert all("/95.6G" in r for r in row_texts(app))  # the last values stay
+
+
+async def test_rows_grow_with_the_terminal(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    app = GpumonApp([demo_monitor(clock=frozen_clock)])
+    async with app.run_test(size=(200, 60)) as pilot:
+        await with_data(pilot, wait, app)
+        await pilot.pause()
+        assert app.row_height == 3
+        rows = section(app).rows
+        assert all(r.size.height == 3 for r in rows)
+        assert rows[0].size.width == 200
+        assert "SM clk" in section(app).titles.render().plain  # extra columns
+        wide_bar = rows[0].render().plain.count("█")
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.3)
+        assert app.row_height == 1
+        assert all(r.size.height == 1 for r in rows)
+        assert rows[0].render().plain.count("█") < wide_bar
+        assert rows[7].region.bottom <= 23  # all 8 visible above the footer

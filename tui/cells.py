@@ -1,0 +1,335 @@
+"""Pure functions from records to text cells with severity roles (glances-style).
+
+Nothing here knows about colours or widgets: a ``Cell`` says what to print and which
+role it plays (ok / warning / critical / not reported); ``palette.py`` maps roles to
+colours in one place. A value the GPU did not report is the ``n/a`` cell, never 0.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpumon.backends.alert_store import Alert
+from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, HostStatus
+from gpumon.backends.model import printable as _printable
+
+MEMORY_WARNING = 0.90  # fraction of total memory in use
+MEMORY_CRITICAL = 0.97
+TEMPERATURE_WARNING_C = 80.0
+TEMPERATURE_CRITICAL_C = 90.0
+POWER_OVER_LIMIT = 1.05  # drawing more than this times the limit is worth a look
+NAME_WIDTH = 15
+
+
+class Role(enum.StrEnum):
+    """What a cell means; the palette decides how each looks."""
+
+    NORMAL = "normal"  # plain text, no judgement
+    MUTED = "muted"  # secondary information
+    OK = "ok"
+    WARNING = "warning"
+    CRITICAL = "critical"
+    NA = "na"  # not reported
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    text: str
+    role: Role = Role.NORMAL
+
+
+NA = Cell("n/a", Role.NA)
+
+
+def health_role(health: Health) -> Role:
+    return {Health.OK: Role.OK, Health.WARNING: Role.WARNING}.get(health, Role.CRITICAL)
+
+
+def memory_role(fraction: float | None) -> Role:
+    """Severity of a memory fill level (0..1); NA when unknown."""
+    if fraction is None:
+        return Role.NA
+    if fraction >= MEMORY_CRITICAL:
+        return Role.CRITICAL
+    if fraction >= MEMORY_WARNING:
+        return Role.WARNING
+    return Role.OK
+
+
+def temperature_role(celsius: float | None) -> Role:
+    if celsius is None:
+        return Role.NA
+    if celsius >= TEMPERATURE_CRITICAL_C:
+        return Role.CRITICAL
+    if celsius >= TEMPERATURE_WARNING_C:
+        return Role.WARNING
+    return Role.OK
+
+
+_NAME_RULES: tuple[tuple[str, str], ...] = (
+    (r"^NVIDIA\s+", ""),
+    (r"\bGeForce\s+", ""),
+    (r"\bTesla\s+", ""),
+    (r"\bBlackwell\b", "Bw"),
+    (r"\bServer Edition\b", ""),
+    (r"\bWorkstation Edition\b", "WS"),
+    (r"\bMax-Q\b", "MaxQ"),
+    (r"\bGeneration\b", ""),
+    (r"\bGraphics Device\b", "GPU"),
+)
+
+
+def short_name(name: str | None, width: int = NAME_WIDTH) -> str:
+    """A GPU model name that fits ``width`` cells: vendor and marketing words dropped.
+
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition" -> "RTX PRO 6000 Bw";
+    "NVIDIA GeForce RTX 4080 SUPER" -> "RTX 4080 SUPER". Longer results are cut with
+    "…"; ``None`` or an empty name gives "n/a". Control characters are made printable.
+    """
+    if not name or not name.strip():
+        return "n/a"
+    text = name.strip()
+    for pattern, repl in _NAME_RULES:
+        text = re.sub(pattern, repl, text)
+    text = _printable(" ".join(text.split())) or _printable(name.strip())
+    if len(text) > width:
+        text = text[: max(width - 1, 0)] + "…"
+    return text
+
+
+def gib(mib: float) -> str:
+    """MiB as GiB with one decimal: 97887 -> "95.6"."""
+    return f"{mib / 1024:.1f}"
+
+
+def percent(value: float) -> str:
+    """Whole percent, rounded down so that "100%" only ever means full."""
+    return f"{math.floor(value + 1e-9):d}%"
+
+
+def duration(seconds: float) -> str:
+    """A short age: "<1s", "12s", "4m05s", "2h10m"."""
+    s = max(seconds, 0.0)
+    if s < 1:
+        return "<1s"
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def interval_text(seconds: float) -> str:
+    return f"{seconds:g}s" if seconds < 60 else duration(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCells:
+    """One GPU row's cells. ``fraction`` drives the memory bar (None: no bar)."""
+
+    index: int
+    marker: Cell  # health glyph: blank when ok
+    name: Cell
+    fraction: float | None
+    memory: Cell  # "82.5/95.6G"
+    memory_pct: Cell  # "86%"
+    util: Cell  # "99%"
+    temp: Cell  # "76°C"
+    power: Cell  # "589/600W"
+    pstate: Cell
+    sm_clock: Cell
+    details: Cell  # a second line for tall rows: clocks, fan, memory temperature, ECC
+    details_short: Cell  # the same without P-state and SM clock (when they have columns)
+    health: Role
+    problems: Cell  # why the GPU is sick; empty text when healthy
+
+
+def gpu_cells(gpu: GpuSample) -> GpuCells:
+    """The cells of one GPU row. Never raises on partial data: missing values are n/a."""
+    fraction = gpu.memory_used_fraction
+    mem_role = memory_role(fraction)
+    if gpu.memory_used_mib is None:
+        memory = NA
+    elif gpu.memory_total_mib:
+        memory = Cell(f"{gib(gpu.memory_used_mib)}/{gib(gpu.memory_total_mib)}G", mem_role)
+    else:
+        memory = Cell(f"{gib(gpu.memory_used_mib)}G", Role.NORMAL)
+    memory_pct = NA if fraction is None else Cell(percent(fraction * 100), mem_role)
+    util = NA if gpu.utilization_pct is None else Cell(percent(gpu.utilization_pct))
+    temp = (
+        NA
+        if gpu.temperature_c is None
+        else Cell(f"{gpu.temperature_c:.0f}°C", temperature_role(gpu.temperature_c))
+    )
+    health = health_role(gpu.health)
+    marker = {Role.WARNING: Cell("▲", Role.WARNING), Role.CRITICAL: Cell("✖", Role.CRITICAL)}
+    problems = "; ".join(_printable(p) for p in gpu.problems)
+    if health != Role.OK and not problems:
+        problems = gpu.health.value
+    return GpuCells(
+        index=gpu.index,
+        marker=marker.get(health, Cell(" ")),
+        name=Cell(short_name(gpu.name)),
+        fraction=fraction,
+        memory=memory,
+        memory_pct=memory_pct,
+        util=util,
+        temp=temp,
+        power=power_cell(gpu.power_w, gpu.power_limit_w),
+        pstate=NA if gpu.pstate is None else Cell(_printable(gpu.pstate)),
+        sm_clock=NA if gpu.sm_clock_mhz is None else Cell(f"{gpu.sm_clock_mhz}MHz"),
+        details=Cell(details_text(gpu), Role.MUTED),
+        details_short=Cell(details_text(gpu, clocks=False), Role.MUTED),
+        health=health,
+        problems=Cell(problems, health),
+    )
+
+
+def power_cell(power_w: float | None, limit_w: float | None) -> Cell:
+    """ "589/600W"; "589W" without a limit; n/a when power is not reported."""
+    if power_w is None:
+        return NA
+    if not limit_w:
+        return Cell(f"{power_w:.0f}W")
+    role = Role.WARNING if power_w > limit_w * POWER_OVER_LIMIT else Role.NORMAL
+    return Cell(f"{power_w:.0f}/{limit_w:.0f}W", role)
+
+
+def details_text(gpu: GpuSample, *, clocks: bool = True) -> str:
+    """One line of secondary values; unknown ones say n/a. ``clocks=False`` leaves out
+    the P-state and SM clock."""
+
+    def val(v: float | int | None, unit: str, spec: str = ".0f") -> str:
+        return "n/a" if v is None else f"{v:{spec}}{unit}"
+
+    parts = [f"{gpu.pstate or 'n/a'}", f"SM {val(gpu.sm_clock_mhz, 'MHz', 'd')}"] if clocks else []
+    parts += [
+        f"mem {val(gpu.memory_clock_mhz, 'MHz', 'd')}",
+        f"mem temp {val(gpu.memory_temperature_c, '°C')}",
+        f"fan {val(gpu.fan_pct, '%')}",
+        f"ECC {val(gpu.ecc_uncorrected, '', 'd')}",
+    ]
+    return _printable("  ".join(parts))
+
+
+def process_name(process: GpuProcess, in_container: bool) -> str:
+    """The process name for display; a PID whose name is not visible says so."""
+    if process.name:
+        return _printable(process.name)
+    return "[not visible in container]" if in_container else "[name not reported]"
+
+
+def process_summary(sample: HostSample, gpu: GpuSample, in_container: bool) -> Cell:
+    """ "pid 2418861 python3 82.5G, ..." for a tall row's third line."""
+    procs = sample.processes_for(gpu)
+    if not procs:
+        return Cell("no compute processes", Role.MUTED)
+    parts = []
+    for p in procs:
+        name = process_name(p, in_container).rsplit("/", 1)[-1]
+        mem = "" if p.memory_mib is None else f" {gib(p.memory_mib)}G"
+        parts.append(f"{p.pid} {name}{mem}")
+    return Cell("procs: " + ", ".join(parts), Role.MUTED)
+
+
+def alert_summary(alerts: Sequence[Alert]) -> tuple[int, Role]:
+    """How many active alerts the header counts, and the role of the worst one. The one
+    place that decides what "alerts" means on the dashboard."""
+    active = [a for a in alerts if a.active]
+    if not active:
+        return 0, Role.MUTED
+    return len(active), health_role(Health.worst(*(a.severity for a in active)))
+
+
+# --- the host header ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderPart:
+    """One piece of the header line; the lowest ``priority`` goes first when space is short."""
+
+    text: str
+    role: Role
+    priority: int
+    badge: bool = False  # drawn reversed, for states that must jump out (PAUSED, STALE)
+
+
+_STATE_LOOK = {
+    ConnState.CONNECTED: ("●", Role.OK),
+    ConnState.CONNECTING: ("◌", Role.WARNING),
+    ConnState.RECONNECTING: ("◌", Role.CRITICAL),
+    ConnState.FAILED: ("✖", Role.CRITICAL),
+    ConnState.STOPPED: ("■", Role.NA),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderInput:
+    """Everything the header line shows, gathered by the caller (no clocks read here)."""
+
+    name: str
+    status: HostStatus
+    shown_time: float | None  # arrival time of the sample on screen
+    now: float
+    stale: bool
+    interval: float
+    alerts: int
+    paused: bool
+    alert_role: Role = Role.CRITICAL
+
+
+def header_parts(h: HeaderInput) -> list[HeaderPart]:
+    """The header line's parts in display order."""
+    glyph, role = _STATE_LOOK[h.status.state]
+    state = h.status.state.value
+    if h.status.state == ConnState.RECONNECTING and h.status.attempt:
+        state += f" #{h.status.attempt}"
+    parts = [
+        HeaderPart(_printable(h.name), Role.NORMAL, 100),
+        HeaderPart(f"{glyph} {state}", role, 99),
+    ]
+    if h.status.next_retry_at is not None and h.status.state != ConnState.CONNECTED:
+        wait = max(h.status.next_retry_at - h.now, 0.0)
+        parts.append(HeaderPart(f"retry in {duration(wait)}", Role.MUTED, 70))
+    if h.paused:
+        parts.append(HeaderPart("PAUSED", Role.WARNING, 95, badge=True))
+    if h.shown_time is not None:
+        age = duration(h.now - h.shown_time)
+        if h.stale:
+            parts.append(HeaderPart(f"stale {age}", Role.CRITICAL, 94, badge=True))
+        else:
+            parts.append(HeaderPart(f"age {age}", Role.MUTED, 60))
+    if h.shown_time is not None or h.alerts:
+        text = f"{h.alerts} alert{'s' if h.alerts != 1 else ''}"
+        parts.append(HeaderPart(text, h.alert_role if h.alerts else Role.MUTED, 80))
+    parts.append(HeaderPart(f"every {interval_text(h.interval)}", Role.MUTED, 40))
+    source = h.status.source.value if h.status.source else None
+    if source:
+        parts.append(HeaderPart(source, Role.MUTED, 30))
+    if h.status.transport:
+        parts.append(HeaderPart(_printable(h.status.transport), Role.MUTED, 20))
+    return parts
+
+
+def fit_parts(parts: list[HeaderPart], width: int, sep: int = 2) -> list[HeaderPart]:
+    """``parts`` without the least important ones until they fit ``width`` cells."""
+    kept = list(parts)
+
+    def size(ps: list[HeaderPart]) -> int:
+        return sum(len(p.text) + (2 if p.badge else 0) for p in ps) + sep * max(len(ps) - 1, 0)
+
+    while len(kept) > 1 and size(kept) > width:
+        kept.remove(min(kept, key=lambda p: p.priority))
+    return kept
+
+
+def header_error(status: HostStatus) -> Cell | None:
+    """The host-level problem in words (second header line), or None."""
+    if not status.error:
+        return None
+    role = Role.CRITICAL if status.state != ConnState.CONNECTED else Role.WARNING
+    return Cell(_printable(status.error), role)

@@ -1,0 +1,232 @@
+"""The detail view of one GPU: history plots over a chosen window, and its processes.
+
+Plots redraw only while this screen is the one on show, and at most once per new
+sample (or when the window, size or theme changes). While paused nothing moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from gpumon.backends.model import GpuSample, HostSample
+from gpumon.backends.monitor import HostMonitor
+
+from ..cells import Role, duration, gib, gpu_cells, memory_role, process_name, temperature_role
+from ..palette import Palette, rgb
+from ..widgets.plot import PlotSpec, PlotWidget, series
+
+WINDOWS = {"1": 60.0, "2": 600.0, "3": 3600.0}
+WINDOW_NAMES = {60.0: "1 min", 600.0: "10 min", 3600.0: "1 h"}
+
+
+@dataclass(frozen=True, slots=True)
+class DetailTarget:
+    """The GPU on show: which monitor, which GPU index."""
+
+    monitor: HostMonitor
+    gpu_index: int
+
+
+class DetailScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("1", "window(60)", "Window", key_display="1-3", tooltip="Plot the last minute"),
+        Binding("2", "window(600)", "10 min", show=False, tooltip="Plot the last 10 minutes"),
+        Binding("3", "window(3600)", "1 h", show=False, tooltip="Plot the last hour"),
+    ]
+
+    def __init__(
+        self,
+        target: DetailTarget,
+        *,
+        sample_of: Callable[[HostMonitor], HostSample | None],
+        palette_of: Callable[[], Palette],
+        window: float = 600.0,
+    ) -> None:
+        """``sample_of(monitor)`` is the sample the dashboard shows (frozen while paused);
+        ``palette_of()`` the current theme's colours."""
+        super().__init__()
+        self.target = target
+        self.window = window
+        self.sample_of = sample_of
+        self.palette_of = palette_of
+        self.title_line = Static(id="detail-title")
+        self.plots = {
+            name: PlotWidget(id=f"plot-{name}") for name in ("memory", "util", "temp", "power")
+        }
+        self.processes = Static(id="detail-processes")
+        self._text_key: tuple[object, ...] | None = None
+        self._plot_key: tuple[object, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield self.title_line
+        with Grid(id="detail-plots"):
+            yield from self.plots.values()
+        yield self.processes
+        yield Footer(compact=True)
+
+    def action_window(self, seconds: float) -> None:
+        self.window = float(seconds)
+        self.refresh_bindings()
+        self.refresh_view()
+
+    def show_gpu(self, target: DetailTarget) -> None:
+        """Follow the cursor to another GPU."""
+        self.target = target
+        self.refresh_view()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.refresh_view)
+
+    def refresh_view(self) -> bool:
+        """Bring the view up to date; returns whether the plots were redrawn now."""
+        if not self.is_current:
+            return False
+        m, idx = self.target.monitor, self.target.gpu_index
+        sample = self.sample_of(m)
+        pal = self.palette_of()
+        gpu = _gpu(sample, idx)
+        now = m.clock()
+        stale = None if sample is None or not m.is_stale(now) else duration(now - sample.time)
+        text_key = (id(m), idx, id(sample), stale, self.window, pal)
+        if text_key != self._text_key:
+            self._text_key = text_key
+            lines = (self.title_line.render(), self.processes.render())
+            self.title_line.update(self._title(gpu, stale, pal))
+            self.processes.update(self._process_table(gpu, sample, pal))
+            if (self.title_line.render(), self.processes.render()) != lines:
+                # The text may take more or fewer lines: draw the plots at their new size.
+                self.call_after_refresh(self._update_plots)
+                return False
+        return self._update_plots()
+
+    def _update_plots(self) -> bool:
+        m, idx = self.target.monitor, self.target.gpu_index
+        sample = self.sample_of(m)
+        pal = self.palette_of()
+        sizes = tuple(p.size for p in self.plots.values())
+        plot_key = (id(m), idx, sample.time if sample else None, self.window, pal, sizes)
+        if plot_key == self._plot_key or not self.is_current:
+            return False
+        self._plot_key = plot_key
+        self.redraw_plots(_gpu(sample, idx), sample, pal)
+        return True
+
+    def redraw_plots(self, gpu: GpuSample | None, sample: HostSample | None, pal: Palette) -> None:
+        m = self.target.monitor
+        hist = m.histories.get(self.target.gpu_index)
+        end = sample.time if sample else m.clock()
+        frame = rgb(pal.na)
+        total = gpu.memory_total_mib if gpu and gpu.memory_total_mib else None
+        limit = gpu.power_limit_w if gpu and gpu.power_limit_w else None
+        specs = {
+            "memory": ("memory GiB", 1 / 1024, (total or 0) / 1024, False),
+            "util": ("utilisation %", 1.0, 100.0, True),
+            "temp": ("temperature °C", 1.0, 100.0, False),
+            "power": ("power W", 1.0, limit or 0.0, True),
+        }
+        for name, (title, scale, y_max, mean) in specs.items():
+            plot = self.plots[name]
+            if hist is None:
+                values: tuple[float | None, ...] = ()
+                xs: tuple[float, ...] = ()
+                gap = 3.0
+            else:
+                xs, values, gap = series(
+                    hist.times,
+                    getattr(hist, _FIELDS[name]),
+                    end=end,
+                    window=self.window,
+                    max_points=max(plot.size.width * 2, 20),
+                    interval=m.interval,
+                    mean=mean,
+                    scale=scale,
+                )
+            colour = rgb(pal.colour(_role(name, gpu)))
+            plot.show(PlotSpec(title, xs, values, self.window, y_max, colour, frame, gap))
+
+    def _title(self, gpu: GpuSample | None, stale: str | None, pal: Palette) -> Text:
+        m = self.target.monitor
+        text = Text()
+        text.append(f" {m.name} ", Style(bold=True, color=pal.accent))
+        text.append(f"GPU {self.target.gpu_index}", Style(bold=True))
+        if gpu is None:
+            text.append("  no data for this GPU", pal.text(Role.NA))
+            return text
+        c = gpu_cells(gpu)
+        text.append(f"  {gpu.name or 'n/a'}", Style(bold=True))
+        text.append(f"  window {WINDOW_NAMES.get(self.window, duration(self.window))}")
+        if stale is not None:
+            text.append("  ")
+            text.append(f" stale {stale} ", pal.badge(Role.CRITICAL))
+        line2 = Text(" ")
+        for label, cell in (
+            ("mem", c.memory),
+            ("", c.memory_pct),
+            ("util", c.util),
+            ("temp", c.temp),
+            ("power", c.power),
+            ("", c.pstate),
+        ):
+            if label:
+                line2.append(f"{label} ", pal.text(Role.MUTED))
+            line2.append(cell.text, pal.text(cell.role))
+            line2.append("  ")
+        line2.append(f"{gpu.bus_id or ''}", pal.text(Role.MUTED))
+        if c.problems.text:
+            line2.append(f"  {c.marker.text} {c.problems.text}", pal.text(c.problems.role))
+        return Text("\n").join([text, line2])
+
+    def _process_table(
+        self, gpu: GpuSample | None, sample: HostSample | None, pal: Palette
+    ) -> Text:
+        head = Text(f" {'PID':>9}  {'MEMORY':>8}  PROCESS", Style(bold=True, color=pal.na))
+        if gpu is None or sample is None:
+            return Text("\n").join([head, Text("  no data", pal.text(Role.NA))])
+        procs = sample.processes_for(gpu)
+        if not procs:
+            return Text("\n").join([head, Text("  no compute processes", pal.text(Role.MUTED))])
+        in_container = self.target.monitor.host.container is not None
+        lines = [head]
+        for p in procs:
+            mem = "n/a" if p.memory_mib is None else f"{gib(p.memory_mib)}G"
+            line = Text(f" {p.pid:>9}  ")
+            line.append(f"{mem:>8}", pal.text(Role.NA if p.memory_mib is None else Role.NORMAL))
+            name = process_name(p, in_container)
+            line.append(f"  {name}", pal.text(Role.NORMAL if p.name else Role.NA))
+            lines.append(line)
+        return Text("\n").join(lines)
+
+
+_FIELDS = {
+    "memory": "memory_used_mib",
+    "util": "utilization_pct",
+    "temp": "temperature_c",
+    "power": "power_w",
+}
+
+
+def _gpu(sample: HostSample | None, index: int) -> GpuSample | None:
+    if sample is None:
+        return None
+    return next((g for g in sample.gpus if g.index == index), None)
+
+
+def _role(name: str, gpu: GpuSample | None) -> Role:
+    if gpu is None:
+        return Role.NA
+    if name == "memory":
+        return memory_role(gpu.memory_used_fraction)
+    if name == "temp":
+        return temperature_role(gpu.temperature_c)
+    return Role.OK

@@ -1,0 +1,58 @@
+"""What the dashboard remembers between runs: ``$XDG_STATE_HOME/gpumon/state.json``.
+
+Only the theme for now. A missing, unreadable or malformed file reads as "nothing
+remembered"; a failed write is logged and otherwise ignored: losing a preference must
+never stop the dashboard.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def state_path() -> Path:
+    """``$XDG_STATE_HOME/gpumon/state.json``, else ``~/.local/state/gpumon/state.json``."""
+    base = os.environ.get("XDG_STATE_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
+    return root / "gpumon" / "state.json"
+
+
+def load_state() -> dict[str, Any]:
+    """The remembered settings; ``{}`` when there are none or the file is unusable."""
+    try:
+        data = json.loads(state_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def remembered_theme() -> str | None:
+    theme = load_state().get("theme")
+    return theme if isinstance(theme, str) and theme else None
+
+
+def remember_theme(name: str) -> None:
+    """Store ``name`` as the theme for the next run (other keys are kept)."""
+    update_state(theme=name)
+
+
+def update_state(**values: Any) -> None:
+    """Merge ``values`` into the state file, written atomically."""
+    path = state_path()
+    data = {**load_state(), **values}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("cannot save %s: %s", path, e)

@@ -1,0 +1,205 @@
+"""One GPU's row: index, name, memory bar, values, sparkline; 1 to 3 lines tall.
+
+The row draws a ``RowView`` (plain data, compared for equality) and redraws only when
+the view or its width changes. Column widths come from ``row_layout`` so the column
+titles and every row agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+from textual.events import Click
+from textual.message import Message
+from textual.widget import Widget
+
+from ..cells import Cell, GpuCells, Role, memory_role
+from ..palette import Palette
+from .sparkline import spark_rows
+
+PARTIAL = " ▏▎▍▌▋▊▉"
+MEM_W, PCT_W, UTIL_W, TEMP_W, POWER_W, PSTATE_W, CLOCK_W = 10, 4, 4, 5, 9, 3, 7
+PREFIX_W = 5  # cursor glyph, index (2), health glyph, space
+NAME_W = 15
+
+
+@dataclass(frozen=True, slots=True)
+class RowLayout:
+    """Column widths for one table width; 0 means the column is not shown."""
+
+    width: int
+    bar: int
+    spark: int
+    extras: bool  # P-state and SM clock columns
+
+    @property
+    def fixed(self) -> int:
+        extra = (PSTATE_W + 1 + CLOCK_W + 1) if self.extras else 0
+        return PREFIX_W + NAME_W + 1 + MEM_W + 1 + PCT_W + 1 + UTIL_W + TEMP_W + POWER_W + extra
+
+
+def row_layout(width: int) -> RowLayout:
+    """How a row of ``width`` cells is split: the bar and the sparkline share what the
+    fixed columns leave, the bar taking about half, at most 40 cells."""
+    extras = width >= 130
+    probe = RowLayout(width, 0, 0, extras)
+    room = max(width - probe.fixed - 2, 0)  # a space before the bar and the sparkline
+    bar = min(max(room // 2, 6), 40)
+    spark = max(room - bar, 0)
+    if room < 10:  # too narrow for both: keep the bar
+        bar, spark = room, 0
+    return RowLayout(width, bar, spark, extras)
+
+
+def bar_text(fraction: float | None, width: int, fill: Style, track: Style) -> Text:
+    """A horizontal bar with eighth-cell resolution; all track when ``fraction`` is None."""
+    text = Text()
+    if width <= 0:
+        return text
+    if fraction is None:
+        text.append(" " * width, track)
+        return text
+    eighths = round(min(max(fraction, 0.0), 1.0) * width * 8)
+    full, part = divmod(eighths, 8)
+    text.append("█" * full, fill)
+    if full < width:
+        text.append(PARTIAL[part], fill + track if part else track)
+        text.append(" " * (width - full - 1), track)
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class RowView:
+    """Everything one row draws. ``spark`` holds at least as many columns as shown."""
+
+    cells: GpuCells
+    spark: tuple[float | None, ...]
+    spark_max: float
+    spark_is_memory: bool
+    stale: bool
+    cursor: bool
+    height: int  # lines for the values and sparkline (1-3); a sick GPU adds one
+    processes: Cell
+    palette: Palette
+
+    @property
+    def lines(self) -> int:
+        return self.height + (1 if self.cells.problems.text else 0)
+
+
+class GpuRow(Widget):
+    """A GPU row; ``show(view)`` updates it. A click selects it, a double click opens
+    its detail view."""
+
+    class Selected(Message):
+        def __init__(self, row: GpuRow, open_detail: bool) -> None:
+            super().__init__()
+            self.row = row
+            self.open_detail = open_detail
+
+    DEFAULT_CSS = """
+    GpuRow { height: 1; width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view: RowView | None = None
+
+    def show(self, view: RowView) -> bool:
+        """Draw ``view``; returns whether anything changed."""
+        if view == self.view:
+            return False
+        old = self.view
+        self.view = view
+        if old is None or old.lines != view.lines:
+            self.styles.height = view.lines
+        self.set_class(view.cursor, "-cursor")
+        self.set_class(view.cells.health == Role.CRITICAL, "-critical")
+        self.refresh()
+        return True
+
+    def on_click(self, event: Click) -> None:
+        self.post_message(self.Selected(self, open_detail=event.chain >= 2))
+
+    def render(self) -> Text:
+        view = self.view
+        if view is None:
+            return Text()
+        return render_row(view, row_layout(self.size.width))
+
+
+def render_row(view: RowView, layout: RowLayout) -> Text:
+    """The row's lines as one Text (pure: for tests and the bench too)."""
+    c, pal = view.cells, view.palette
+
+    def cell(x: Cell, width: int, left: bool = False) -> Text:
+        text = x.text[:width]
+        text = text.ljust(width) if left else text.rjust(width)
+        style = pal.text(x.role, stale=view.stale)
+        return Text(text, style)
+
+    line = Text()
+    line.append("▶" if view.cursor else " ", Style(color=pal.accent, bold=True))
+    line.append(f"{c.index:>2}", Style(bold=True))
+    line.append(c.marker.text, pal.text(c.marker.role))
+    line.append(" ")
+    line.append_text(cell(c.name, NAME_W, left=True))
+    line.append(" ")
+    role = memory_role(c.fraction)
+    fill = pal.fill(Role.NA if view.stale else role)
+    track = pal.track_style
+    line.append_text(bar_text(c.fraction, layout.bar, fill, track))
+    line.append(" ")
+    line.append_text(cell(c.memory, MEM_W))
+    line.append(" ")
+    line.append_text(cell(c.memory_pct, PCT_W))
+    line.append(" ")
+    line.append_text(cell(c.util, UTIL_W))
+    line.append_text(cell(c.temp, TEMP_W))
+    line.append_text(cell(c.power, POWER_W))
+    if layout.extras:
+        line.append(" ")
+        line.append_text(cell(c.pstate, PSTATE_W))
+        line.append(" ")
+        line.append_text(cell(c.sm_clock, CLOCK_W))
+    lines = [line]
+    if view.height >= 2:
+        lines.append(_indented(c.details_short if layout.extras else c.details, view, layout))
+    if view.height >= 3:
+        lines.append(_indented(view.processes, view, layout))
+    if layout.spark > 0:
+        _append_sparkline(lines, view, layout)
+    if c.problems.text:
+        problem = Text(" " * PREFIX_W)
+        problem.append(f"{c.marker.text} {c.problems.text}", pal.text(c.problems.role))
+        problem.truncate(layout.width, overflow="ellipsis")
+        lines.append(problem)
+    return Text("\n").join(lines)
+
+
+def _indented(x: Cell, view: RowView, layout: RowLayout) -> Text:
+    width = layout.fixed + layout.bar + 1
+    text = Text(" " * PREFIX_W)
+    text.append(x.text, view.palette.text(x.role, stale=view.stale))
+    text.truncate(width, overflow="ellipsis", pad=True)
+    return text
+
+
+def _append_sparkline(lines: list[Text], view: RowView, layout: RowLayout) -> None:
+    pal = view.palette
+    shown = view.spark[-layout.spark :]
+    values: list[float | None] = [None] * (layout.spark - len(shown))
+    values += shown
+    if view.stale:
+        styles = [pal.fill(Role.NA)] * len(values)
+    elif view.spark_is_memory and view.spark_max > 0:
+        top = view.spark_max
+        styles = [pal.fill(memory_role(None if v is None else v / top)) for v in values]
+    else:
+        styles = [pal.fill(Role.NORMAL)] * len(values)
+    rows = spark_rows(values, 0.0, view.spark_max, view.height, styles)
+    for line, spark in zip(lines, rows, strict=False):
+        line.append(" ")
+        line.append_text(spark)
