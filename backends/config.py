@@ -20,8 +20,17 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .alert_rules import AlertRules
-from .config_workloads import Invalid as WorkloadInvalid
-from .config_workloads import JobConfig, SglangConfig, jobs_table, log_paths, sglang_table
+from .config_workloads import Invalid as _Invalid
+from .config_workloads import (
+    JobConfig,
+    SglangConfig,
+    jobs_table,
+    log_paths,
+    sglang_table,
+)
+from .config_workloads import boolean as _boolean
+from .config_workloads import integer as _integer
+from .config_workloads import number as _number
 
 HostKind = Literal["ssh", "local", "demo"]
 BUILTIN_HOSTS: Mapping[str, HostKind] = MappingProxyType({"demo": "demo", "local": "local"})
@@ -110,38 +119,6 @@ class KeySpec:
     expected: str
     default: Any = None  # _REQUIRED: the key must be present
     builtin: bool = True  # also applies to the built-in demo/local hosts
-
-
-class _Invalid(Exception):
-    """A bad value; ``path`` is the dotted key relative to the table being checked."""
-
-    def __init__(self, problem: str, path: tuple[str, ...] = ()) -> None:
-        super().__init__(problem)
-        self.problem, self.path = problem, path
-
-
-def _boolean(v: object) -> bool:
-    if not isinstance(v, bool):
-        raise TypeError
-    return v
-
-
-def _integer(lo: int, hi: int) -> Callable[[object], int]:
-    def check(v: object) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise ValueError
-        return v
-
-    return check
-
-
-def _number(lo: float, hi: float) -> Callable[[object], float]:
-    def check(v: object) -> float:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
-            raise ValueError  # nan fails the range test too
-        return float(v)
-
-    return check
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -239,18 +216,6 @@ def _rules(table: Mapping[str, Any]) -> AlertRules:
     return AlertRules.from_mapping(table, "alerts")  # already checked: cannot fail here
 
 
-def _wrap(check: Callable[[object], Any]) -> Callable[[object], Any]:
-    """Adapt a config_workloads checker: its Invalid becomes ours (same dotted path)."""
-
-    def run(v: object) -> Any:
-        try:
-            return check(v)
-        except WorkloadInvalid as e:
-            raise _Invalid(e.problem, e.path) from None
-
-    return run
-
-
 SSH_EXPECTED = "an SSH target: user@host[:port], host[:port], an ~/.ssh/config alias or [IPv6]:port"
 SECONDS = "a number of seconds between 0.1 and 3600"
 CONTAINER_EXPECTED = "a Proxmox container id: an integer 100..999999999 or a string of digits"
@@ -276,8 +241,8 @@ HOST_SETTINGS: tuple[KeySpec, ...] = (
 HOST_KEYS: tuple[KeySpec, ...] = (
     KeySpec("ssh", _ssh_target, SSH_EXPECTED),
     *HOST_SETTINGS,
-    KeySpec("sglang", _wrap(sglang_table), "a [hosts.NAME.sglang] table"),
-    KeySpec("jobs", _wrap(jobs_table), "[hosts.NAME.jobs.JOB] tables"),
+    KeySpec("sglang", sglang_table, "a [hosts.NAME.sglang] table"),
+    KeySpec("jobs", jobs_table, "[hosts.NAME.jobs.JOB] tables"),
 )
 
 

@@ -1,6 +1,7 @@
 """Config tables for what runs on a host: ``[hosts.NAME.sglang]`` and
-``[hosts.NAME.jobs.JOB]``, plus ``watch_logs``. Same rules as config.py: one ``KeySpec``
-row per key, errors name the dotted key and what was expected.
+``[hosts.NAME.jobs.JOB]``, plus ``watch_logs``, and the value checkers config.py shares.
+Same rules as config.py: one row per key, errors name the dotted key and what was
+expected (``Invalid`` carries the path).
 """
 
 from __future__ import annotations
