@@ -16,6 +16,7 @@ import pytest
 from gpumon.backends.config import load_config, resolve_host
 from gpumon.backends.connect import make_monitor
 from gpumon.backends.model import ConnState, Health, Source
+from gpumon.backends.monitor import HostMonitor
 
 from sshd_server import SshServer, free_port, processes_matching
 
@@ -161,10 +162,10 @@ async def test_server_killed_mid_stream_marks_stale_then_recovers(
     monitor.start()
     try:
         await _until(lambda: monitor.samples >= 3, 20, "first samples")
-        assert monitor.status.state == ConnState.CONNECTED
+        assert _state(monitor) == ConnState.CONNECTED
         before = monitor.latest
         sshd.kill()
-        await _until(lambda: monitor.status.state == ConnState.RECONNECTING, 20, "drop noticed")
+        await _until(lambda: _state(monitor) is ConnState.RECONNECTING, 20, "drop noticed")
         assert monitor.status.error
         assert monitor.latest is before  # the last values stay on screen...
         await _until(lambda: monitor.is_stale(), 10, "stale")
@@ -173,7 +174,7 @@ async def test_server_killed_mid_stream_marks_stale_then_recovers(
         sshd.start()
         count = monitor.samples
         await _until(lambda: monitor.samples > count + 2, 60, "recovery")
-        assert monitor.status.state == ConnState.CONNECTED
+        assert _state(monitor) == ConnState.CONNECTED
         assert monitor.status.error is None
         assert not monitor.is_stale()
     finally:
@@ -219,6 +220,11 @@ def test_nothing_left_on_target_after_sigkill(
     finally:
         if client.poll() is None:
             client.kill()
+
+
+def _state(monitor: HostMonitor) -> ConnState:
+    """Read afresh (the state changes under awaits; mypy would keep it narrowed)."""
+    return monitor.status.state
 
 
 async def _until(cond: object, timeout: float, what: str) -> None:

@@ -53,7 +53,7 @@ def test_bootstrap_reads_exactly_the_source_and_keeps_stdin_open(tmp_path: Path)
     proc.stdin.flush()
     hello = json.loads(proc.stdout.readline())
     assert hello["type"] == "hello" and hello["source"] == Source.AGENT_SMI.value
-    kinds = set()
+    kinds: set[str] = set()
     while not {"gpus", "procs"} <= kinds:
         msg = json.loads(proc.stdout.readline())
         kinds.add(msg["type"])
@@ -98,7 +98,7 @@ async def test_demo_monitor_histories_and_interval_change() -> None:
     monitor.start()
     try:
         await _sampled(monitor, 3)
-        assert monitor.status.state == ConnState.CONNECTED
+        assert _state(monitor) == ConnState.CONNECTED
         assert monitor.status.source == Source.AGENT_SMI
         assert sorted(monitor.histories) == list(range(8))
         assert len(monitor.histories[6]) >= 3
@@ -109,7 +109,12 @@ async def test_demo_monitor_histories_and_interval_change() -> None:
         assert 1 <= monitor.samples - n <= 5
     finally:
         await monitor.stop()
-    assert monitor.status.state == ConnState.STOPPED
+    assert _state(monitor) == ConnState.STOPPED
+
+
+def _state(monitor: HostMonitor) -> ConnState:
+    """Read afresh (the state changes under awaits; mypy would keep it narrowed)."""
+    return monitor.status.state
 
 
 async def test_nvidia_smi_failure_is_a_host_error_and_values_are_kept(tmp_path: Path) -> None:

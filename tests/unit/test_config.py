@@ -16,12 +16,12 @@ from gpumon.backends.config import (
     HostConfig,
     KeySpec,
     _check_table,
-    _Invalid,
     config_path,
     format_hosts,
     load_config,
     resolve_host,
 )
+from gpumon.backends.config_workloads import Invalid
 
 
 def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
@@ -483,7 +483,7 @@ def test_nested_spec_tables_report_the_full_dotted_key() -> None:
 
     ports = KeySpec("ports", port_list, "a list of port numbers", [])
     sglang = KeySpec("sglang", lambda raw: _check_table(raw, (ports,)), "a table", {})
-    with pytest.raises(_Invalid) as caught:
+    with pytest.raises(Invalid) as caught:
         _check_table({"sglang": {"ports": ["x"]}}, (sglang,))
     assert caught.value.path == ("sglang", "ports")
     assert caught.value.problem == 'expected a list of port numbers, got ["x"]'
