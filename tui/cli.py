@@ -1,6 +1,7 @@
 """The ``gpumon`` command.
 
     gpumon HOST [HOST ...]        the dashboard (``demo`` is the built-in simulated CT200)
+    gpumon replay FILE            a flight recording in the dashboard (pause, step, speed)
     gpumon snapshot HOST [--json] one complete sample, as a table or JSON
     gpumon check HOST             one summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
     gpumon config check|path      validate the config / say where it is read from
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from gpumon.backends.monitor import HostMonitor
     from gpumon.backends.sim.scenario import SimSettings
 
-COMMANDS = ("snapshot", "check", "config", "restart")
+COMMANDS = ("snapshot", "check", "config", "restart", "replay")
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 RATE_WAIT_S = 5.0  # how long snapshot/check wait for throughput rates (two observations)
@@ -74,7 +75,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     main = argparse.ArgumentParser(
         prog="gpumon",
         description="Watch GPU machines over SSH: memory, OOM warnings, workloads. "
-        "Commands: snapshot, check, config, restart, doctor, swap-torch "
+        "Commands: snapshot, check, config, restart, doctor, swap-torch, replay "
         "(see `gpumon COMMAND --help`).",
     )
     main.add_argument(
@@ -86,6 +87,9 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     main.add_argument("--theme", help="colour theme (remembered)")
     main.add_argument(
         "--interval", type=float, metavar="SECONDS", help="sampling interval (overrides the config)"
+    )
+    main.add_argument(
+        "--no-bell", action="store_true", help="no terminal bell on a new critical alert"
     )
     _common_options(main)
     subs: dict[str, argparse.ArgumentParser] = {}
@@ -108,6 +112,17 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     subs["restart"] = restart_parser()
     for p in subs.values():
         _common_options(p)
+    replay = subs["replay"] = argparse.ArgumentParser(
+        prog="gpumon replay",
+        description="Play a flight recording (written around a critical alert, see "
+        "$XDG_STATE_HOME/gpumon/recordings/) in the dashboard: p pauses, . steps one "
+        "sample while paused, ] and [ change the speed.",
+    )
+    replay.add_argument("file", metavar="FILE", help="a recording (.jsonl.gz)")
+    replay.add_argument("--theme", help="colour theme (remembered)")
+    replay.add_argument(
+        "--paused", action="store_true", help="start paused, before the first sample"
+    )
     return main, subs
 
 
@@ -123,8 +138,11 @@ def _sim_settings(args: argparse.Namespace) -> SimSettings:
     )
 
 
-async def _one_sample(host: HostConfig, sim: SimSettings, timeout: float) -> HostMonitor:
-    """Connect once, wait for a GPU sample and (briefly) its process list."""
+async def _one_sample(
+    host: HostConfig, sim: SimSettings, timeout: float, *, rates: bool = True
+) -> HostMonitor:
+    """Connect once, wait for a GPU sample and (briefly) its process list and, with
+    ``rates``, the workloads' throughput (a rate needs two observations)."""
     from gpumon.backends.connect import make_monitor
     from gpumon.backends.model import ConnState
 
@@ -143,8 +161,8 @@ async def _one_sample(host: HostConfig, sim: SimSettings, timeout: float) -> Hos
                 # observations: give them a moment, not forever.
                 waited = loop.time() - first_sample_at
                 processes = monitor.processes_time is not None or waited > 3
-                rates = not monitor.workloads.rates_pending() or waited > RATE_WAIT_S
-                if processes and rates:
+                rated = not rates or not monitor.workloads.rates_pending() or waited > RATE_WAIT_S
+                if processes and rated:
                     break
             await monitor.wait_for_update(min(left, 0.5))
     finally:
@@ -169,7 +187,8 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.report import check_verdict
 
     host = resolve_host(config, args.host)
-    monitor = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout))
+    # The verdict rests on GPUs and alerts, not on throughput: no waiting for rates.
+    monitor = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout, rates=False))
     code, line = check_verdict(monitor, time.time())
     print(line)
     return int(code)
@@ -197,7 +216,31 @@ def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
         theme=args.theme,
         read_only=args.read_only,
         interval=args.interval,
+        bell=not args.no_bell,
     )
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    """``gpumon replay FILE``: exit 2 with one line when FILE is not a usable recording."""
+    from pathlib import Path
+
+    from gpumon.backends.recorder import RecordingError
+    from gpumon.backends.replay import ReplayMonitor
+
+    try:
+        monitor = ReplayMonitor.from_file(Path(args.file))
+    except (RecordingError, ValueError) as e:
+        print(f"gpumon replay: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:
+        print(f"gpumon replay: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
+    for problem in monitor.recording.problems:
+        print(f"gpumon replay: {args.file}: {problem}", file=sys.stderr)
+    monitor.set_paused(args.paused)
+    from gpumon.tui.app import GpumonApp, run_app
+
+    return run_app(GpumonApp([monitor], theme=args.theme, read_only=True, bell=False))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -215,6 +258,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = subs[command].parse_args(argv[:i] + argv[i + 1 :])
     else:
         args = main_parser.parse_args(argv)
+    if command == "replay":  # a recording needs no config
+        try:
+            return _cmd_replay(args)
+        except KeyboardInterrupt:
+            return 130
     try:
         config = load_config(args.config)
         handler = {
