@@ -31,6 +31,7 @@ KINDS = (
     "gpu_health",
     "job_crashed",
     "sglang_error",
+    "auto_restart",
 )
 CONDITION_KINDS = frozenset({"memory", "time_to_full", "gpu_health"})
 HISTORY_MAX = 500
@@ -138,6 +139,30 @@ class AlertStore:
         self._notes = [*self._notes[-(NOTES_MAX - 1) :], (self.clock(), text)]
         log.info("%s: %s", self.host, text)
         return True
+
+    def raise_alert(
+        self,
+        kind: str,
+        severity: Health,
+        message: str,
+        *,
+        gpu: int | None = None,
+        job: str | None = None,
+        key: str | None = None,
+        at: float | None = None,
+    ) -> Alert | None:
+        """An event alert from outside the engine's own rules (an automatic restart, an
+        alert replayed from a recording). It stays active until acknowledged or cleared and
+        reaches the listeners; None when ``key`` is already active (nothing new)."""
+        if key is not None and key in self._active:
+            return None
+        now = self.clock() if at is None else at
+        self._serial += 1
+        alert = self._new(
+            key or f"{kind}:event:{self._serial}", kind, severity, gpu, job, message, now
+        )
+        self._announce([alert])
+        return alert
 
     # --- bookkeeping ------------------------------------------------------------------
     def _event(

@@ -12,9 +12,11 @@ import asyncio
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from .alert_store import CONDITION_KINDS
 from .config import HostConfig
-from .model import ConnState
+from .model import ConnState, Health
 from .monitor import HostMonitor
 from .recorder import Recording, load_recording
 from .transport import ProcessStream, Transport, TransportError
@@ -44,6 +46,12 @@ class ReplayMonitor(HostMonitor):
         self.recording = recording
         self.path = path
         self.position = 0  # index of the next sample to play
+        # Event alerts (a CUDA OOM from a log, an Xid) are not in the samples: replay them
+        # at their recorded time. Conditions (memory, time to full) re-derive from samples.
+        self._events = sorted(
+            (a for a in recording.alerts if a.get("kind") not in CONDITION_KINDS),
+            key=lambda a: float(a.get("epoch") or 0.0),
+        )
         self.speed = 1.0
         self.paused = False
         self._now = recording.samples[0].time
@@ -89,8 +97,27 @@ class ReplayMonitor(HostMonitor):
         self.processes = sample.processes
         self.processes_time = sample.time
         self.ingest(sample)
+        while self._events and float(self._events[0].get("epoch") or 0.0) <= sample.time:
+            self._replay_alert(self._events.pop(0))
         if self.finished:
             self._set_status(ConnState.STOPPED, error="end of recording")
+
+    def _replay_alert(self, data: dict[str, Any]) -> None:
+        try:
+            severity = Health(data["severity"])
+            gpu = data.get("gpu")
+            self.alerts.raise_alert(
+                str(data["kind"]),
+                severity,
+                str(data.get("message", "")),
+                gpu=gpu if isinstance(gpu, int) else None,
+                job=data.get("job") if isinstance(data.get("job"), str) else None,
+                key=f"replay:{data.get('key')}",
+                at=float(data.get("epoch") or self._now),
+            )
+        except (KeyError, ValueError, TypeError):
+            pass  # a malformed alert line in the recording is skipped, like the loader does
+        self._notify()
 
     async def _run(self) -> None:
         first = self.recording.samples[0]

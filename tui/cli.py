@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 COMMANDS = ("snapshot", "check", "config", "restart", "replay")
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
-RATE_WAIT_S = 5.0  # how long snapshot/check wait for throughput rates (two observations)
+RATE_WAIT_S = 10.0  # how long snapshot/check wait for throughput rates (two observations)
 
 
 def _common_options(parser: argparse.ArgumentParser) -> None:

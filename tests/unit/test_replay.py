@@ -12,6 +12,11 @@ from gpumon.backends.model import ConnState, GpuSample, HostSample
 from gpumon.backends.recorder import FlightRecorder, load_recording
 from gpumon.backends.replay import ReplayMonitor
 
+OOM_LINE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+    "total capacity of 94.97 GiB of which 90.00 MiB is free."
+)
+
 
 def _sample(t: float, used: int) -> HostSample:
     gpu = GpuSample(index=6, uuid="GPU-6", memory_total_mib=97887, memory_used_mib=used)
@@ -29,6 +34,8 @@ def _recording(tmp_path: Path) -> Path:
         sample = _sample(now[0], min(80000 + 200 * i, 97200))
         recorder.record(sample)
         engine.on_sample(sample)
+        if i == 85:  # the job's log says why: an event alert, not derivable from samples
+            engine.on_log_lines("/root/train.log", [OOM_LINE], job="drafter", gpus=(6,))
         path = recorder.flush_due(now[0])
         if path is not None:
             return path
@@ -60,5 +67,9 @@ async def test_replay_plays_samples_and_alerts_with_pause_step_and_speed(tmp_pat
     assert replay.status.state == ConnState.STOPPED and replay.status.error == "end of recording"
     assert replay.samples == len(recording.samples)
     assert any(a.severity.value == "critical" for a in replay.alerts.history())
+    replayed = [a for a in replay.alerts.history() if a.kind == "cuda_oom"]
+    assert len(replayed) == 1 and replayed[0].gpu == 6 and replayed[0].job == "drafter"
+    (recorded,) = [a for a in recording.alerts if a["kind"] == "cuda_oom"]
+    assert replayed[0].time == recorded["epoch"]  # at its recorded moment
     assert not list(tmp_path.glob("**/*.jsonl.gz"))[1:]  # the replay recorded nothing more
     await replay.stop()
