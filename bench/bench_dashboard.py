@@ -1,14 +1,17 @@
 """Cost of the dashboard: refresh and plot time on the event loop, CPU use, first frame.
 
-Targets (issue #3): one full refresh of 8 GPUs <= 15 ms of event-loop time; a detail-view
-plot redraw <= 40 ms; ``gpumon demo`` at 1 Hz in tmux at 120x40 <= 2 % of one core (the
+Targets (issues #3 and #5): one full refresh of 8 GPUs <= 15 ms of event-loop time, also
+with both workload panes (8 SGLang servers and a job, full histories); a detail-view plot
+redraw <= 40 ms; ``gpumon demo`` at 1 Hz in tmux at 120x40 <= 2 % of one core (the
 gpumon process, and with its children: the agent and the simulator); first frame with
 data < 1 s.
 
     python bench/bench_dashboard.py [--seconds 60] [--rounds 40] [--skip-tmux]
 
 The in-process part runs the app under Textual's test driver on the simulated CT200 with
-an hour of synthetic history per GPU (the worst case for sparklines and the 1 h plots).
+an hour of synthetic history per GPU (the worst case for sparklines and the 1 h plots):
+in training-oom (the jobs pane), and in sglang with a job added (both panes, every
+tracker's history full).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.connect import demo_settings, make_monitor
 from gpumon.backends.model import GpuHistory
 from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.workloads import JobTracker
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens.detail import DetailScreen
 
@@ -77,11 +81,33 @@ def fill_history(monitor: HostMonitor, seconds: float = 3600.0) -> None:
         monitor.histories[gpu.index] = hist
 
 
+def fill_workloads(monitor: HostMonitor) -> None:
+    """Full histories for every SGLang tracker, and a job with a full rate history (so
+    both panes are on screen with the most they draw)."""
+    now = monitor.clock()
+    for tracker in monitor.workloads.sglang.values():
+        points = list(tracker.history)
+        need = (tracker.history.maxlen or 120) - len(points)
+        synthetic = [(now - 2 * (need - k) - 2, 1000.0 + 10 * (k % 7)) for k in range(need)]
+        tracker.history.clear()
+        tracker.history.extend([*synthetic, *points])
+    job = JobTracker("bench-job", "kv", (0, 1))
+    job.feed("step 100/5000 | loss 2.5 | 12.8 Ktok/s", now - 1)
+    job.feed("step 101/5000 | loss 2.5 | 12.8 Ktok/s", now)
+    job.rate_history.clear()
+    size = job.rate_history.maxlen or 120
+    job.rate_history.extend((now - size + k, 12800.0 + k) for k in range(size))
+    monitor.workloads.jobs[job.name] = job
+
+
 def invalidate(app: GpumonApp) -> None:
     """Forget every drawn view so the next refresh recomputes and redraws everything."""
+    app.strip.view = None
     for section in app.sections:
         section.header.view = None
         section.titles.view = None
+        section.sglang.view = section.jobs.view = None
+        section._panes = (None, None)
         section._spark_cache.clear()
         for row in section.rows:
             row.view = None
@@ -95,15 +121,28 @@ async def wait_for(pilot: Pilot[int], check: Callable[[], bool], timeout: float 
         await pilot.pause(0.05)
 
 
-async def in_process(size: tuple[int, int], rounds: int) -> None:
+async def in_process(size: tuple[int, int], rounds: int, scenario: str = "training-oom") -> None:
     host = resolve_host(Config(path=None), "demo")
-    monitor = make_monitor(host, demo_settings(demo_time=30))
+    monitor = make_monitor(host, demo_settings(scenario, demo_time=30))
     app = GpumonApp([monitor])
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: len(app.sections[0].rows) == 8)
         await wait_for(pilot, lambda: monitor.processes_time is not None)
+        servers = monitor.workloads.sglang
+        await wait_for(pilot, lambda: all(s.model is not None for s in servers.values()))
         fill_history(monitor)
-        print(f"\n{size[0]}x{size[1]}, 8 GPUs, {len(monitor.histories[0])} samples of history each")
+        panes = "jobs pane"
+        if scenario == "sglang":
+            fill_workloads(monitor)
+            panes = f"SGLang pane ({len(servers)} servers) and jobs pane"
+        app.refresh_dashboard()
+        await pilot.pause()
+        section = app.sections[0]
+        assert section.jobs.display and (section.sglang.display or scenario != "sglang")
+        print(
+            f"\n{size[0]}x{size[1]} {scenario}: 8 GPUs, {len(monitor.histories[0])} samples "
+            f"of history each, {panes}"
+        )
         full, steady, render = [], [], []
         for _ in range(rounds):
             invalidate(app)
@@ -116,17 +155,22 @@ async def in_process(size: tuple[int, int], rounds: int) -> None:
                 section.titles.render()
                 for row in section.rows:
                     row.render()
+                section.sglang.render()
+                section.jobs.render()
+            app.strip.render()
             render.append((time.perf_counter() - t0) * 1000)
             await pilot.pause()
             t0 = time.perf_counter()
             app.refresh_dashboard(rows_of=set())  # a timer tick with no new sample
             steady.append((time.perf_counter() - t0) * 1000)
         both = [a + b for a, b in zip(full, render, strict=True)]
-        summary("full refresh (views for all 8 rows)", full)
-        summary("rendering those views (Text for 8 rows)", render)
+        summary("full refresh (views: 8 rows, panes)", full)
+        summary("rendering those views (Text: 8 rows, panes)", render)
         summary("full refresh + rendering", both, 15)
         summary("timer tick without a new sample", steady)
 
+        if scenario != "training-oom":
+            return
         await pilot.press("enter")
         screen = app.screen
         assert isinstance(screen, DetailScreen)
@@ -265,6 +309,7 @@ def main() -> None:
     args = parser.parse_args()
     for size in ((80, 24), (200, 60)):
         asyncio.run(in_process(size, args.rounds))
+        asyncio.run(in_process(size, args.rounds, "sglang"))
     if not args.skip_tmux:
         tmux_part(args.seconds)
 

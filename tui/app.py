@@ -1,9 +1,11 @@
-"""The dashboard app: one section per host, keys as actions, one refresh timer.
+"""The dashboard app: one section per host (GPU rows, SGLang and jobs panes), the alert
+strip, keys as actions, one refresh timer.
 
 Monitors are injected, not yet started (tests pass ones with a frozen clock); the app
 starts them on mount and stops them on exit. Monitor listeners only mark a host dirty
 (and react at once to a change of connection state); a timer at about 1 Hz redraws what
-changed, batched.
+changed, batched. Alerts (``app_alerts``), the replay (``app_replay``) and the keys that
+act on a machine (``actions``) live in mixins.
 """
 
 from __future__ import annotations
@@ -33,14 +35,20 @@ from gpumon.themes import (
     theme_order,
 )
 
+from .actions import HOST_ACTIONS, ActionCommands, ActionsMixin
+from .app_alerts import AlertsMixin
+from .app_cursor import CursorMixin
+from .app_replay import ReplayMixin
 from .commands import GpumonCommands
 from .hangup import hangup_safe, terminal_fd, terminal_gone
+from .keys import dashboard_keys
+from .layout import plan_layout
 from .notices import ConnectionWatch
 from .palette import Palette
-from .screens.detail import DetailScreen, DetailTarget
+from .screens.alerts import AlertHistoryScreen
+from .screens.detail import DetailScreen
 from .screens.help import HelpScreen, help_rows
 from .state import remember_theme, remembered_theme
-from .widgets.gpu_row import GpuRow
 from .widgets.gpu_table import HostSection, ViewContext
 from .widgets.plot import plotext
 
@@ -50,39 +58,23 @@ if TYPE_CHECKING:
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 TICK_S = 1.0
-TALL_SCREEN = 40  # from this many lines, GPU rows grow to 2-3 lines
+ON_ALERT_SCREEN = frozenset(
+    {"quit", "help", "pop_screen", "command_palette", "cycle_theme", "set_theme"}
+)
 
 
 class HostList(VerticalScroll, can_focus=False):
     """The scrolling column of host sections (never takes focus: keys go to the app)."""
 
 
-class GpumonApp(App[int]):
+class GpumonApp(
+    ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin, App[int], inherit_bindings=False
+):
     TITLE = "gpumon"
     CSS_PATH = STYLESHEET
-    COMMANDS: ClassVar = App.COMMANDS | {GpumonCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit", tooltip="Quit gpumon"),
-        Binding("question_mark", "help", "Help", key_display="?", tooltip="This list of keys"),
-        Binding("enter", "open_detail", "Detail", tooltip="Detail view of the GPU at the cursor"),
-        Binding(
-            "p", "toggle_pause", "Pause", tooltip="Pause or resume updates (monitoring goes on)"
-        ),
-        Binding(
-            "plus,equals_sign",
-            "faster",
-            "Faster",
-            key_display="+",
-            tooltip="Sample faster, on every host",
-        ),
-        Binding(
-            "minus", "slower", "Slower", key_display="-", tooltip="Sample slower, on every host"
-        ),
-        Binding("t", "cycle_theme", "Theme", tooltip="Next colour theme (remembered)"),
-        Binding("m", "toggle_spark", "Mem/Util", tooltip="Sparklines: memory or utilisation"),
-        Binding("down,j", "cursor(1)", "Next GPU", show=False),
-        Binding("up,k", "cursor(-1)", "Previous GPU", show=False),
-    ]
+    COMMANDS: ClassVar = App.COMMANDS | {GpumonCommands, ActionCommands}
+    # Not inherited: ``dashboard_keys`` lists every key once, in footer order.
+    BINDINGS: ClassVar[list[BindingType]] = dashboard_keys(ActionsMixin.BINDINGS)
 
     def __init__(
         self,
@@ -90,11 +82,13 @@ class GpumonApp(App[int]):
         *,
         theme: str | None = None,
         read_only: bool = False,
+        bell: bool = True,
     ) -> None:
         super().__init__()
         self._mounted = False
         self.monitors = list(monitors)
         self.read_only = read_only
+        self.bell_enabled = bell and self.replay is None  # a replay does not ring
         for t in GPUMON_THEMES:
             self.register_theme(t)
         name, self._theme_problem = choose_theme(
@@ -106,16 +100,18 @@ class GpumonApp(App[int]):
         self.sections = [HostSection(m, i) for i, m in enumerate(self.monitors)]
         self.paused = False
         self.spark_memory = True
-        self.cursor: tuple[int, int] | None = None
+        self.cursor: tuple[int, int] | None = None  # (host, row): GPU rows, then job rows
         self.row_height = 1
         self._dirty: set[int] = set()  # hosts with news since their rows were drawn
         self._watches = [ConnectionWatch(m.name, m.status.state) for m in self.monitors]
         self._timer: Timer | None = None
         self._tty: int | None = None
+        self.listen_to_alerts()
 
     # --- lifecycle -----------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield HostList(*self.sections, id="hosts")
+        yield self.strip
         yield Footer(compact=True)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -136,6 +132,7 @@ class GpumonApp(App[int]):
         self._retime()
         for i, m in enumerate(self.monitors):  # what happened while the screen was set up
             self._on_monitor_change(i, m)
+        self.announce_early_alerts()
         # Load plotext off the event loop, before anyone opens a detail view.
         self.set_timer(2.0, lambda: self.run_worker(plotext, thread=True, group="warm-up"))
         if not self.is_headless:
@@ -143,6 +140,7 @@ class GpumonApp(App[int]):
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_hangup)
             self._tty = terminal_fd()
         self.refresh_dashboard()
+        self.call_after_refresh(self.refresh_bindings)  # a no-op until mounted: now it is
 
     async def on_unmount(self) -> None:
         self._mounted = False  # monitors report "stopped" below; nothing to draw it on
@@ -166,19 +164,12 @@ class GpumonApp(App[int]):
     def on_resize(self) -> None:
         self.call_after_refresh(self.refresh_dashboard)
 
-    def _row_height(self) -> int:
-        """Lines per GPU row: 1 in small terminals, up to 3 when there is room.
-        Later panes (SGLang, jobs) take their share before this is computed."""
-        _, h = self.size
-        if h < TALL_SCREEN:
-            return 1
-        gpus = sum(len(s.gpus) or 8 for s in self.sections)
-        free = h - 1 - 3 * len(self.sections)
-        return min(max(free // max(gpus, 1), 1), 3)
-
     def _retime(self) -> None:
-        """One timer, about 1 Hz, faster when a host samples faster."""
-        period = min(TICK_S, max(0.25, min((m.interval for m in self.monitors), default=1.0)))
+        """One timer, about 1 Hz, faster when a host samples (or a replay plays) faster."""
+        fastest = min((m.interval for m in self.monitors), default=1.0)
+        if self.replay is not None:
+            fastest /= self.replay.speed
+        period = min(TICK_S, max(0.25, fastest))
         if self._timer is not None:
             self._timer.stop()
         self._timer = self.set_interval(period, self._tick, name="refresh")
@@ -194,7 +185,7 @@ class GpumonApp(App[int]):
         changed = monitor.status.state != watch.state
         if changed:
             notice = watch.change(monitor.status.state, monitor.status.error)
-            if notice is not None:
+            if notice is not None and self.replay is None:
                 self.notify(
                     notice.message,
                     title=notice.title,
@@ -215,14 +206,19 @@ class GpumonApp(App[int]):
     def refresh_dashboard(
         self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
     ) -> None:
-        """Bring the sections (all, or ``hosts``) and an open detail view up to date.
+        """Bring the sections (all, or ``hosts``), the strip and an open detail or alert
+        view up to date.
 
         Headers always (ages move); rows of every section, or with ``rows_of`` only of
         those hosts (the timer passes the ones with news; stale marks are kept right).
         """
         if not self._mounted:
             return
-        self.row_height = self._row_height()
+        self.refresh_strip()
+        plan = plan_layout(
+            self.size.height, [s.needs() for s in self.sections], strip=self.strip.display
+        )
+        self.row_height = plan.row_height
         with self.batch_update():
             for i, section in enumerate(self.sections):
                 if hosts is not None and i not in hosts:
@@ -230,78 +226,46 @@ class GpumonApp(App[int]):
                 rows = rows_of is None or i in rows_of
                 if rows:
                     self._dirty.discard(i)
-                section.refresh_view(self._view_context(i), rows=rows)
+                ctx = replace(self._view_context(i), max_servers=plan.max_servers[i])
+                section.refresh_view(ctx, rows=rows)
             if self.cursor is None and any(s.gpus for s in self.sections):
                 self._move_cursor(0)
-            if isinstance(self.screen, DetailScreen):
+            self.follow_cursor()
+            if isinstance(self.screen, DetailScreen | AlertHistoryScreen):
                 self.screen.refresh_view()
 
     def _view_context(self, i: int) -> ViewContext:
-        cursor = self.cursor[1] if self.cursor and self.cursor[0] == i else None
+        cursor = job_cursor = None
+        if self.cursor and self.cursor[0] == i:
+            gpus = len(self.sections[i].gpus)
+            pos = self.cursor[1]
+            cursor, job_cursor = (pos, None) if pos < gpus else (None, pos - gpus)
+        monitor = self.monitors[i]
         return ViewContext(
-            now=self.monitors[i].clock(),
+            now=monitor.clock(),
             paused=self.paused,
             palette=self.palette,
             spark_memory=self.spark_memory,
             row_height=self.row_height,
             cursor=cursor,
+            job_cursor=job_cursor,
+            replay=self.replay_header(monitor),
         )
 
     def shown_sample(self, monitor: HostMonitor) -> HostSample | None:
         """The sample the dashboard shows for ``monitor`` (frozen while paused)."""
         return self.sections[self.monitors.index(monitor)].shown
 
-    # --- cursor --------------------------------------------------------------------------
-    def _positions(self) -> list[tuple[int, int]]:
-        return [(i, p) for i, s in enumerate(self.sections) for p in range(len(s.gpus))]
-
-    def _move_cursor(self, delta: int) -> None:
-        positions = self._positions()
-        if not positions:
-            return
-        at = positions.index(self.cursor) + delta if self.cursor in positions else 0
-        new = positions[min(max(at, 0), len(positions) - 1)]
-        old, self.cursor = self.cursor, new
-        if old == new:
-            return
-        touched = {new[0]} | ({old[0]} if old else set())
-        self.refresh_dashboard(touched)
-        section = self.sections[new[0]]
-        if new[1] < len(section.rows):
-            section.rows[new[1]].scroll_visible(animate=False)
-        if isinstance(self.screen, DetailScreen) and (target := self._cursor_target()):
-            self.screen.show_gpu(target)
-        self.refresh_bindings()
-
-    def _cursor_target(self) -> DetailTarget | None:
-        if self.cursor is None:
-            return None
-        i, pos = self.cursor
-        gpus = self.sections[i].gpus
-        if pos >= len(gpus):
-            return None
-        return DetailTarget(self.monitors[i], gpus[pos].index)
-
-    def _cursor_monitor(self) -> HostMonitor | None:
-        if self.cursor is not None:
-            return self.monitors[self.cursor[0]]
-        return self.monitors[0] if self.monitors else None
-
-    def on_gpu_row_selected(self, message: GpuRow.Selected) -> None:
-        host = next((i for i, s in enumerate(self.sections) if message.row in s.rows), None)
-        if host is None:
-            return
-        target = (host, self.sections[host].rows.index(message.row))
-        positions = self._positions()
-        if target in positions:
-            cur = positions.index(self.cursor) if self.cursor in positions else 0
-            self._move_cursor(positions.index(target) - cur)
-        if message.open_detail:
-            self.action_open_detail()
-
     # --- actions -------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         in_detail = isinstance(self.screen, DetailScreen)
+        if isinstance(self.screen, AlertHistoryScreen) and action not in ON_ALERT_SCREEN:
+            return False  # its own keys only: the dashboard's act on what is not on show
+        replay = self.check_replay_action(action)
+        if replay is not True:
+            return replay
+        if self.replay is not None and action in HOST_ACTIONS:
+            return False  # a recording has no machine to act on
         if action == "toggle_spark" and in_detail:
             return False  # no sparklines there
         if action == "open_detail":
@@ -309,14 +273,11 @@ class GpumonApp(App[int]):
                 return False
             return True if self._cursor_target() is not None else None
         if action in ("faster", "slower"):
-            m = self._cursor_monitor()
+            m = self.selected_monitor()
             if m is None or m.status.state != ConnState.CONNECTED:
                 return None
             return True if self._next_interval(action == "faster") is not None else None
-        return True
-
-    def action_cursor(self, delta: int) -> None:
-        self._move_cursor(delta)
+        return super().check_action(action, parameters)
 
     def action_open_detail(self) -> None:
         target = self._cursor_target()
@@ -333,19 +294,27 @@ class GpumonApp(App[int]):
             return
         rows = help_rows(
             [
-                ("Dashboard", self.BINDINGS),
+                ("Dashboard", self.dashboard_bindings()),
                 ("Detail view", DetailScreen.BINDINGS),
+                ("Alert history", AlertHistoryScreen.BINDINGS),
                 ("Anywhere", [Binding("ctrl+p", "command_palette", "Command palette")]),
             ]
         )
         self.push_screen(HelpScreen(rows))
 
+    def dashboard_bindings(self) -> list[BindingType]:
+        """The dashboard's keys (the action keys included), without Textual's own."""
+        return [b for b in self.BINDINGS if b not in App.BINDINGS]
+
     def action_toggle_pause(self) -> None:
+        if self.replay is not None:
+            self.toggle_replay_pause(self.replay)
+            return
         self.paused = not self.paused
         self.refresh_dashboard()
 
     def _next_interval(self, faster: bool) -> float | None:
-        m = self._cursor_monitor()
+        m = self.selected_monitor()
         if m is None:
             return None
         cur = m.interval
@@ -399,6 +368,7 @@ def run_dashboard(
     theme: str | None = None,
     read_only: bool = False,
     interval: float | None = None,
+    bell: bool = True,
 ) -> int:
     """Run the dashboard on ``hosts`` until the user quits; returns the exit status."""
     from gpumon.backends.connect import make_monitor
@@ -406,6 +376,10 @@ def run_dashboard(
     if interval is not None:
         hosts = [replace(h, interval=interval) for h in hosts]
     monitors = [make_monitor(h, sim) for h in hosts]
-    app = GpumonApp(monitors, theme=theme, read_only=read_only)
+    return run_app(GpumonApp(monitors, theme=theme, read_only=read_only, bell=bell))
+
+
+def run_app(app: GpumonApp) -> int:
+    """Run ``app`` (live or a replay) until the user quits; returns the exit status."""
     app.run()
     return app.return_code or 0

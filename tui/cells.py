@@ -10,10 +10,8 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpumon.backends.alert_store import Alert
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, HostStatus
 from gpumon.backends.model import printable as _printable
 
@@ -124,7 +122,8 @@ def duration(seconds: float) -> str:
 
 
 def interval_text(seconds: float) -> str:
-    return f"{seconds:g}s" if seconds < 60 else duration(seconds)
+    """ "0.5s", "1s" (1.00003 measured from a recording), "2m00s"."""
+    return f"{seconds:.3g}s" if seconds < 60 else duration(seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,13 +235,13 @@ def process_summary(sample: HostSample, gpu: GpuSample, in_container: bool) -> C
     return Cell("procs: " + ", ".join(parts), Role.MUTED)
 
 
-def alert_summary(alerts: Sequence[Alert]) -> tuple[int, Role]:
-    """How many active alerts the header counts, and the role of the worst one. The one
-    place that decides what "alerts" means on the dashboard."""
-    active = [a for a in alerts if a.active]
-    if not active:
-        return 0, Role.MUTED
-    return len(active), health_role(Health.worst(*(a.severity for a in active)))
+def alert_count_text(total: int, new: int | None = None) -> str:
+    """The header's alert count: "0 alerts", "1 alert", "2 alerts (1 new)", "2 alerts
+    (seen)" when all are acknowledged. ``new`` None: all are new."""
+    words = f"{total} alert{'s' if total != 1 else ''}"
+    if new is None or not total or new == total:
+        return words
+    return f"{words} (seen)" if new == 0 else f"{words} ({new} new)"
 
 
 # --- the host header ------------------------------------------------------------------
@@ -280,6 +279,8 @@ class HeaderInput:
     alerts: int
     paused: bool
     alert_role: Role = Role.CRITICAL
+    new_alerts: int | None = None  # not yet acknowledged (None: all of them)
+    replay: str | None = None  # "REPLAY 2x, 14:32:07 (45/661)": shown instead of the state
 
 
 def header_parts(h: HeaderInput) -> list[HeaderPart]:
@@ -288,11 +289,16 @@ def header_parts(h: HeaderInput) -> list[HeaderPart]:
     state = h.status.state.value
     if h.status.state == ConnState.RECONNECTING and h.status.attempt:
         state += f" #{h.status.attempt}"
-    parts = [
-        HeaderPart(_printable(h.name), Role.NORMAL, 100),
-        HeaderPart(f"{glyph} {state}", role, 99),
-    ]
-    if h.status.next_retry_at is not None and h.status.state != ConnState.CONNECTED:
+    parts = [HeaderPart(_printable(h.name), Role.NORMAL, 100)]
+    if h.replay is not None:
+        parts.append(HeaderPart(h.replay, Role.WARNING, 99, badge=True))
+    else:
+        parts.append(HeaderPart(f"{glyph} {state}", role, 99))
+    if (
+        h.replay is None
+        and h.status.next_retry_at is not None
+        and h.status.state != ConnState.CONNECTED
+    ):
         wait = max(h.status.next_retry_at - h.now, 0.0)
         parts.append(HeaderPart(f"retry in {duration(wait)}", Role.MUTED, 70))
     if h.paused:
@@ -304,7 +310,7 @@ def header_parts(h: HeaderInput) -> list[HeaderPart]:
         else:
             parts.append(HeaderPart(f"age {age}", Role.MUTED, 60))
     if h.shown_time is not None or h.alerts:
-        text = f"{h.alerts} alert{'s' if h.alerts != 1 else ''}"
+        text = alert_count_text(h.alerts, h.new_alerts)
         parts.append(HeaderPart(text, h.alert_role if h.alerts else Role.MUTED, 80))
     parts.append(HeaderPart(f"every {interval_text(h.interval)}", Role.MUTED, 40))
     source = h.status.source.value if h.status.source else None

@@ -23,7 +23,11 @@ COMMANDS: tuple[PaletteCommand, ...] = (
     PaletteCommand(
         "Open GPU detail", "History plots and processes of the GPU under the cursor", "open_detail"
     ),
+    PaletteCommand("Alert history", "Active and past alerts; acknowledge them", "alerts"),
     PaletteCommand("Pause / resume updates", "Freeze the rows; monitoring goes on", "toggle_pause"),
+    PaletteCommand("Replay: step one sample", "Play the next sample (while paused)", "replay_step"),
+    PaletteCommand("Replay: faster", "Play the recording faster", "replay_faster"),
+    PaletteCommand("Replay: slower", "Play the recording slower", "replay_slower"),
     PaletteCommand("Refresh faster", "Shorter sampling interval on every host", "faster"),
     PaletteCommand("Refresh slower", "Longer sampling interval on every host", "slower"),
     PaletteCommand("Next theme", "Cycle through the colour themes", "cycle_theme"),

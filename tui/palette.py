@@ -8,11 +8,15 @@ from dataclasses import dataclass
 from rich.color import Color as RichColor
 from rich.color import ColorParseError
 from rich.style import Style
+from textual.color import Color as TextualColor
+from textual.color import ColorParseError as TextualColorParseError
 from textual.theme import Theme
 
 from gpumon.themes import severity_variables, solid_colour
 
 from .cells import Role
+
+CURSOR_ALPHA = 0.22  # as the stylesheet's `GpuRow.-cursor { background: $primary 22%; }`
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +32,12 @@ class Palette:
     foreground: str
     background: str
     accent: str
+    cursor: str | None = None  # the cursor row's background; None: drawn reversed
+
+    @property
+    def cursor_style(self) -> Style:
+        """The cursor row's background, as ``GpuRow.-cursor`` draws it ($primary 22%)."""
+        return Style(bgcolor=self.cursor) if self.cursor else Style(reverse=True)
 
     @classmethod
     def from_theme(cls, theme: Theme) -> Palette:
@@ -45,6 +55,7 @@ class Palette:
             foreground=_rich(solid_colour(system["foreground"], bg) or "ansi_default"),
             background=_rich(solid_colour(bg, bg) or "ansi_default"),
             accent=_rich(solid_colour(system["primary"], bg) or "ansi_blue"),
+            cursor=_blend(system["primary"], bg, CURSOR_ALPHA),
         )
 
     def colour(self, role: Role) -> str:
@@ -102,6 +113,18 @@ def _fill_style(palette: Palette, role: Role | None) -> Style:
     if role is None:
         return Style(bgcolor=palette.track)
     return Style(color=palette.accent if role == Role.NORMAL else palette.colour(role))
+
+
+def _blend(colour: str, background: str, alpha: float) -> str | None:
+    """``colour`` at ``alpha`` over ``background`` as ``#RRGGBB``; None for ANSI colours
+    (the terminal's palette is unknown, so there is nothing to blend)."""
+    try:
+        top, base = TextualColor.parse(colour), TextualColor.parse(background)
+    except (ColorParseError, TextualColorParseError, ValueError):
+        return None
+    if top.ansi is not None or base.ansi is not None:
+        return None
+    return base.blend(top.with_alpha(1.0), alpha).hex
 
 
 def _rich(colour: str) -> str:

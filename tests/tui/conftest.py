@@ -1,5 +1,6 @@
 """Fixtures for the dashboard tests: monitors on the simulated CT200 (optionally with a
-frozen clock), a private state dir, and a way to wait for the app to catch up."""
+frozen clock), a private state dir, a way to wait for the app to catch up, and SGLang
+trackers fed with the simulator's metrics at fixed times (for stable screenshots)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,26 @@ from textual.pilot import Pilot
 from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.connect import demo_settings, make_monitor
 from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.sim.scenario import SimSettings
+from gpumon.backends.sim.sglang_model import UPTIME_AT_T0, metrics_text
+from gpumon.backends.workloads import SglangTracker
 
 MonitorFactory = Callable[..., HostMonitor]
+SGLANG_PORTS = tuple(range(30000, 30008))
+
+
+@pytest.fixture
+def utc() -> Iterator[None]:
+    """Local time is UTC for the test (alert times and the replay clock are local)."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if before is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
 
 
 @pytest.fixture(autouse=True)
@@ -30,8 +49,9 @@ def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def demo_monitor() -> Iterator[MonitorFactory]:
-    """``demo_monitor(frozen=True, fault=None, clock=None, demo_time=30)`` -> a monitor on
-    the simulated machine, not started (the app starts and stops it)."""
+    """``demo_monitor(frozen=True, fault=None, clock=None, demo_time=30,
+    scenario="training-oom")`` -> a monitor on the simulated machine, not started (the app
+    starts and stops it)."""
 
     def make(
         *,
@@ -40,11 +60,12 @@ def demo_monitor() -> Iterator[MonitorFactory]:
         clock: Callable[[], float] | None = None,
         demo_time: float = 30.0,
         interval: float | None = None,
+        scenario: str = "training-oom",
     ) -> HostMonitor:
         host = resolve_host(Config(path=None), "demo")
         if interval is not None:
             host = dataclasses.replace(host, interval=interval)
-        sim = demo_settings(demo_time=demo_time, frozen=frozen)
+        sim = demo_settings(scenario, demo_time=demo_time, frozen=frozen)
         if fault:
             sim = dataclasses.replace(sim, fault=fault)
         return make_monitor(host, sim, clock=clock or time.time)
@@ -111,3 +132,29 @@ def child_pids(pattern: str) -> list[int]:
         if ppid == me and pattern in cmdline:
             out.append(int(entry.name))
     return out
+
+
+def fixed_sglang(
+    monitor: HostMonitor, monkeypatch: pytest.MonkeyPatch, *, now: float, scenario_t: float = 30.0
+) -> None:
+    """Replace ``monitor``'s SGLang trackers with eight on ports 30000-30007 that saw the
+    simulator's ``/metrics`` once a second for the 30 s up to ``scenario_t``, the last one
+    at ``now``; the live scrapes are ignored from here on. A frozen clock gives the live
+    trackers no rates (every scrape at the same instant): these have them, always the same."""
+    monkeypatch.setattr(monitor.workloads, "on_http", lambda msg, t: None)
+    settings = SimSettings(scenario="sglang")
+    trackers = {}
+    for index, port in enumerate(SGLANG_PORTS):
+        tracker = SglangTracker(port)
+        for k in range(31):
+            t = scenario_t - 30 + k
+            tracker.observe_text(metrics_text(settings, index, t, -UPTIME_AT_T0), now - 30 + k)
+        trackers[port] = tracker
+    monitor.workloads.sglang.clear()
+    monitor.workloads.sglang.update(trackers)
+
+
+@pytest.fixture
+def sglang_fixed() -> Callable[..., None]:
+    """``sglang_fixed(monitor, monkeypatch, now=...)``: see ``fixed_sglang``."""
+    return fixed_sglang

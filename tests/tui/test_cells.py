@@ -24,12 +24,12 @@ from gpumon.backends.model import (
 )
 from gpumon.themes import GPUMON_THEMES, choose_theme, severity_variables, theme_order
 from gpumon.tui import state
+from gpumon.tui.alert_cells import alert_count
 from gpumon.tui.cells import (
     NA,
     Cell,
     HeaderInput,
     Role,
-    alert_summary,
     duration,
     fit_parts,
     gpu_cells,
@@ -149,15 +149,25 @@ def test_percent_never_claims_full_early_and_durations_read_well() -> None:
     assert [duration(s) for s in (0.2, 12.4, 245, 7800)] == ["<1s", "12s", "4m05s", "2h10m"]
 
 
-def _alert(severity: Health, active: bool = True) -> Alert:
-    return Alert("k", severity, "memory", "h", 6, None, "GPU 6 memory", 0.0, 0.0, active)
+def _alert(severity: Health, active: bool = True, acknowledged: bool = False) -> Alert:
+    return Alert(
+        "k", severity, "memory", "h", 6, None, "GPU 6 memory", 0.0, 0.0, active, acknowledged
+    )
 
 
-def test_alert_summary_counts_active_alerts_with_the_worst_role() -> None:
-    assert alert_summary([]) == (0, Role.MUTED)
-    assert alert_summary([_alert(Health.WARNING)]) == (1, Role.WARNING)
+def test_alert_count_counts_active_alerts_new_ones_and_the_worst_new_role() -> None:
+    assert alert_count([]) == (0, 0, Role.MUTED)
+    assert alert_count([]).text == "0 alerts"
+    assert alert_count([_alert(Health.WARNING)]) == (1, 1, Role.WARNING)
+    assert alert_count([_alert(Health.WARNING)]).text == "1 alert"
     both = [_alert(Health.WARNING), _alert(Health.CRITICAL), _alert(Health.CRITICAL, False)]
-    assert alert_summary(both) == (2, Role.CRITICAL)
+    assert alert_count(both) == (2, 2, Role.CRITICAL)
+    seen = [_alert(Health.WARNING), _alert(Health.CRITICAL, acknowledged=True)]
+    assert alert_count(seen) == (2, 1, Role.WARNING)  # the acknowledged one no longer colours
+    assert alert_count(seen).text == "2 alerts (1 new)"
+    all_seen = [_alert(Health.CRITICAL, acknowledged=True)]
+    assert alert_count(all_seen) == (1, 0, Role.MUTED)
+    assert alert_count(all_seen).text == "1 alert (seen)"
 
 
 def test_process_names_are_printable_and_say_when_hidden() -> None:

@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 from gpumon.backends.model import ConnState
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.app import INTERVALS, GpumonApp
+from gpumon.tui.screens.alerts import AlertHistoryScreen
 from gpumon.tui.screens.detail import DetailScreen
 from gpumon.tui.screens.help import HelpScreen, key_text
 from gpumon.tui.widgets.gpu_table import HostSection
@@ -63,7 +64,11 @@ async def test_every_gpu_has_a_row_with_memory_and_header(
         assert [r.split()[1] if r.startswith("▶") else r.split()[0] for r in rows] == [
             str(i) for i in range(8)
         ]
-        assert all("RTX PRO 6000 Bw" in r and "/95.6G" in r for r in rows)
+        assert all("/95.6G" in r for r in rows)
+        # GPUs 5-7 belong to the drafter job: narrow rows name it instead of the model
+        assert all("RTX PRO 6000 Bw" in r for r in rows[:5])
+        assert all("drafter" in r and "RTX PRO" not in r for r in rows[5:])
+        assert "owner/name" in section(app).titles.render().plain
         assert all(len(r) <= 80 for r in rows)
         header = section(app).header.plain
         assert header.startswith("demo")
@@ -86,8 +91,12 @@ async def test_cursor_moves_between_gpus(
         assert row_texts(app)[3].startswith("▶")
         await pilot.press("up", "k")
         assert app.cursor == (0, 1)
-        await pilot.press(*["down"] * 12)  # stops at the last GPU
-        assert app.cursor == (0, 7)
+        await pilot.press(*["down"] * 12)  # past the GPUs, into the jobs pane: the drafter
+        assert app.cursor == (0, 8)  # and no further: it is the last row
+        assert not any(r.has_class("-cursor") for r in section(app).rows)
+        jobs = section(app).jobs.view
+        assert jobs is not None and jobs.cursor == 0
+        assert app.check_action("open_detail", ()) is None  # no GPU under the cursor
         await pilot.click("#gpu-0-5")
         assert app.cursor == (0, 5)
 
@@ -153,7 +162,11 @@ async def test_help_lists_every_key(demo_monitor: Callable[..., HostMonitor], wa
         screen = app.screen
         assert isinstance(screen, HelpScreen)
         text = screen.plain
-        for binding in [*GpumonApp.BINDINGS, *DetailScreen.BINDINGS]:
+        for binding in [
+            *app.dashboard_bindings(),
+            *DetailScreen.BINDINGS,
+            *AlertHistoryScreen.BINDINGS,
+        ]:
             assert key_text(binding.key) in text  # type: ignore[union-attr]
             assert binding.description in text or binding.tooltip in text  # type: ignore[union-attr]
         await pilot.press("escape")
@@ -172,11 +185,15 @@ async def test_pause_freezes_rows_while_the_monitor_collects(
         assert "PAUSED" in section(app).header.plain
         frozen = section(app).shown
         rows = row_texts(app)
+        jobs = section(app).jobs.plain
+        step = monitor.workloads.jobs["drafter"].step
         samples = monitor.samples
         await wait(pilot, lambda: monitor.samples >= samples + 2, what="two more samples")
         await pilot.pause(1.1)  # at least one refresh tick
         assert section(app).shown is frozen
         assert row_texts(app) == rows
+        assert monitor.workloads.jobs["drafter"].step != step  # the job went on...
+        assert section(app).jobs.plain == jobs  # ...and its pane stands still
         assert monitor.latest is not frozen  # monitoring went on: no gap in history
         await pilot.press("p")
         assert not app.paused

@@ -1,7 +1,8 @@
-"""Screenshots of the dashboard and the detail view, compared with the accepted ones in
-``__snapshots__/``. The simulator's clock is frozen (scenario time 30 s) and so is the
-monitors' clock, so every run draws the same screen. Update with ``--snapshot-update``
-after looking at the new SVGs."""
+"""Screenshots of the dashboard, the detail view, the workload panes, the alert strip and
+the alert history, compared with the accepted ones in ``__snapshots__/``. The simulator's
+clock is frozen (scenario time 30 s, or 70 s: after the OOM) and so is the monitors'
+clock; SGLang trackers are fed fixed scrapes; times are shown in UTC. So every run draws
+the same screen. Update with ``--snapshot-update`` after looking at the new SVGs."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from textual.pilot import Pilot
 
 from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
+from gpumon.tui.screens.alerts import AlertHistoryScreen
 from gpumon.tui.screens.detail import DetailScreen
 
 FROZEN_NOW = 1795962750.0
@@ -24,18 +27,37 @@ def frozen_clock() -> float:
     return FROZEN_NOW
 
 
-def wait_for_data(detail: bool = False) -> Callable[[Pilot[int]], object]:
-    """A ``run_before`` that waits for the first sample (and the process list), opens the
-    detail view of GPU 6 if asked, and lets the screen settle."""
+@pytest.fixture(autouse=True)
+def _times_in_utc(utc: None) -> None:
+    """Alert times and the replay clock are local times: show them in UTC."""
+
+
+def jobs_reported(monitor: HostMonitor) -> bool:
+    """Every job's log has been read up to its latest progress line."""
+    return all(j.last_update is not None for j in monitor.workloads.jobs.values())
+
+
+def wait_for_data(
+    detail: bool = False,
+    ready: Callable[[HostMonitor], bool] = jobs_reported,
+    before: Callable[[HostMonitor], None] | None = None,
+    keys: tuple[str, ...] = (),
+) -> Callable[[Pilot[int]], object]:
+    """A ``run_before`` that waits for the first sample, the process list and ``ready``,
+    runs ``before(monitor)``, opens the detail view of GPU 6 if asked, presses ``keys``
+    and lets the screen settle."""
 
     async def run_before(pilot: Pilot[int]) -> None:
         app = pilot.app
         assert isinstance(app, GpumonApp)
         monitor = app.monitors[0]
         deadline = time.monotonic() + 20
-        while monitor.latest is None or monitor.processes_time is None:
+        while monitor.latest is None or monitor.processes_time is None or not ready(monitor):
             assert time.monotonic() < deadline, "no data from the simulator"
             await pilot.pause(0.05)
+        if before is not None:
+            before(monitor)
+        await pilot.pause(0.3)  # the log's last lines
         app.refresh_dashboard()
         await pilot.pause()
         if detail:
@@ -46,6 +68,10 @@ def wait_for_data(detail: bool = False) -> Callable[[Pilot[int]], object]:
             while any(p.builds == 0 for p in screen.plots.values()):
                 assert time.monotonic() < deadline, "plots not drawn"
                 await pilot.pause(0.05)
+        if keys:
+            await pilot.press(*keys)
+            if "a" in keys:
+                assert isinstance(app.screen, AlertHistoryScreen)
         await pilot.pause(0.2)
 
     return run_before
@@ -73,3 +99,41 @@ def test_lost_gpu_and_contrast_theme(
 ) -> None:
     app = GpumonApp([demo_monitor(clock=frozen_clock, fault="gpu_lost:4")], theme="gpumon-contrast")
     assert snap_compare(app, terminal_size=(80, 24), run_before=wait_for_data())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
+def test_sglang_scenario_with_its_pane(
+    snap_compare: SnapCompare,
+    demo_monitor: Callable[..., HostMonitor],
+    sglang_fixed: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+    size: tuple[int, int],
+) -> None:
+    """8 GPU rows owned by their servers, the aggregate line and all 8 server lines."""
+    monitor = demo_monitor(clock=frozen_clock, scenario="sglang")
+    app = GpumonApp([monitor])
+
+    def fix(m: HostMonitor) -> None:
+        sglang_fixed(m, monkeypatch, now=FROZEN_NOW)
+
+    assert snap_compare(app, terminal_size=size, run_before=wait_for_data(before=fix))
+
+
+def crashed(monitor: HostMonitor) -> bool:
+    job = monitor.workloads.jobs.get("drafter")
+    return job is not None and job.state is JobState.CRASHED
+
+
+def test_training_oom_after_the_oom(
+    snap_compare: SnapCompare, demo_monitor: Callable[..., HostMonitor]
+) -> None:
+    """The drafter crashed of OOM on GPU 6: its row in the jobs pane, its GPUs in red, the
+    strip with the CUDA OOM."""
+    app = GpumonApp([demo_monitor(clock=frozen_clock, demo_time=70.0)])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=wait_for_data(ready=crashed))
+
+
+def test_alert_history(snap_compare: SnapCompare, demo_monitor: Callable[..., HostMonitor]) -> None:
+    app = GpumonApp([demo_monitor(clock=frozen_clock, demo_time=70.0)])
+    run_before = wait_for_data(ready=crashed, keys=("a",))
+    assert snap_compare(app, terminal_size=(100, 24), run_before=run_before)

@@ -127,7 +127,15 @@ def test_demo_in_tmux_lists_every_gpu_relayouts_and_quits(tmux: Tmux, tmp_path: 
     lines = tmux.wait_for(lambda s: len(gpu_rows(s)) == 8, 20, "8 GPU rows")
     rows = gpu_rows(lines)
     assert sorted(rows) == list(range(8))
-    assert all("RTX PRO 6000 Bw" in r for r in rows.values())
+    assert all("RTX PRO 6000 Bw" in rows[i] for i in range(5))
+    assert all("drafter" in rows[i] for i in (5, 6, 7))  # narrow: the owner, not the model
+    lines = tmux.wait_for(
+        lambda s: any(line.startswith("drafter ") and "/5000" in line for line in s),
+        10,
+        "the jobs pane with the drafter's step/total",
+    )
+    job = next(line for line in lines if line.startswith("drafter "))
+    assert "running" in job and "5-7" in job
     assert lines[0].startswith("demo") and "connected" in lines[0]
     assert max(len(line) for line in lines) <= 80
     assert "Quit" in lines[-1]  # the footer is on screen, below all 8 rows
@@ -144,6 +152,7 @@ def test_demo_in_tmux_lists_every_gpu_relayouts_and_quits(tmux: Tmux, tmp_path: 
     )
     assert max(len(line.rstrip()) for line in wide) > 150  # the room is used
     assert gpu_rows(wide)[0].count("█") > rows[0].count("█")  # a wider memory bar
+    assert "RTX PRO 6000 Bw" in gpu_rows(wide)[6] and "drafter" in gpu_rows(wide)[6]  # both
 
     tmux.run("send-keys", "-t", "t", "q")
     deadline = time.monotonic() + 10

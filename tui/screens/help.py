@@ -25,6 +25,10 @@ KEY_NAMES = {
     "pageup": "PgUp",
     "pagedown": "PgDn",
     "ctrl+p": "Ctrl+P",
+    "full_stop": ".",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+    "space": "Space",
 }
 
 

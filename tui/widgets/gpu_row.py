@@ -23,6 +23,8 @@ PARTIAL = " ▏▎▍▌▋▊▉"
 MEM_W, PCT_W, UTIL_W, TEMP_W, POWER_W, PSTATE_W, CLOCK_W = 10, 4, 4, 5, 9, 3, 7
 PREFIX_W = 5  # cursor glyph, index (2), health glyph, space
 NAME_W = 15
+OWNER_W = 14  # its own column from EXTRAS_WIDTH on; before that it takes the name's place
+EXTRAS_WIDTH = 130
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +38,15 @@ class RowLayout:
 
     @property
     def fixed(self) -> int:
-        extra = (PSTATE_W + 1 + CLOCK_W + 1) if self.extras else 0
+        extra = (PSTATE_W + 1 + CLOCK_W + 1 + OWNER_W + 1) if self.extras else 0
         return PREFIX_W + NAME_W + 1 + MEM_W + 1 + PCT_W + 1 + UTIL_W + TEMP_W + POWER_W + extra
 
 
 def row_layout(width: int) -> RowLayout:
     """How a row of ``width`` cells is split: the bar and the sparkline share what the
-    fixed columns leave, the bar taking about half, at most 40 cells."""
-    extras = width >= 130
+    fixed columns leave, the bar taking about half, at most 40 cells. From
+    ``EXTRAS_WIDTH`` on: P-state, SM clock and an owner column of its own."""
+    extras = width >= EXTRAS_WIDTH
     probe = RowLayout(width, 0, 0, extras)
     room = max(width - probe.fixed - 2, 0)  # a space before the bar and the sparkline
     bar = min(max(room // 2, 6), 40)
@@ -83,6 +86,8 @@ class RowView:
     height: int  # lines for the values and sparkline (1-3); a sick GPU adds one
     processes: Cell
     palette: Palette
+    owner: Cell | None = None  # the job or SGLang server on this GPU
+    full_in: float | None = None  # seconds until memory is full, while that warning applies
 
     @property
     def lines(self) -> int:
@@ -145,7 +150,11 @@ def render_row(view: RowView, layout: RowLayout) -> Text:
     line.append(f"{c.index:>2}", Style(bold=True))
     line.append(c.marker.text, pal.text(c.marker.role))
     line.append(" ")
-    line.append_text(cell(c.name, NAME_W, left=True))
+    owner = view.owner
+    if layout.extras or owner is None:
+        line.append_text(cell(c.name, NAME_W, left=True))
+    else:  # narrow: what runs here says more than a model name every row shares
+        line.append_text(cell(owner, NAME_W, left=True))
     line.append(" ")
     role = memory_role(c.fraction)
     fill = pal.fill(Role.NA if view.stale else role)
@@ -164,6 +173,8 @@ def render_row(view: RowView, layout: RowLayout) -> Text:
         line.append_text(cell(c.pstate, PSTATE_W))
         line.append(" ")
         line.append_text(cell(c.sm_clock, CLOCK_W))
+        line.append(" ")
+        line.append_text(cell(owner or _NO_OWNER, OWNER_W, left=True))
     lines = [line]
     if view.height >= 2:
         lines.append(_indented(c.details_short if layout.extras else c.details, view, layout))
@@ -187,10 +198,38 @@ def _indented(x: Cell, view: RowView, layout: RowLayout) -> Text:
     return text
 
 
+def full_in_text(seconds: float, width: int) -> str:
+    """ "full in ~40 s" in at most ``width`` cells (shorter forms first dropped words)."""
+    s = max(seconds, 0.0)
+    amount = f"{s:.0f} s" if s < 100 else f"{s / 60:.0f} min"
+    tight = amount.replace(" ", "")
+    for text in (f"full in ~{amount}", f"full in ~{tight}", f"full ~{tight}", f"~{tight}"):
+        if len(text) <= width:
+            return text
+    return ""
+
+
 def _append_sparkline(lines: list[Text], view: RowView, layout: RowLayout) -> None:
     pal = view.palette
-    shown = view.spark[-layout.spark :]
-    values: list[float | None] = [None] * (layout.spark - len(shown))
+    count = layout.spark
+    note = ""
+    if view.full_in is not None:
+        note = full_in_text(view.full_in, layout.spark)
+        # the warning takes the newest end of the first line; the history keeps the rest
+        count = layout.spark - len(note) - 1 if layout.spark - len(note) > 8 else 0
+    _draw_sparkline(lines, view, count)
+    if note:
+        drawn = count + 1 if count else 0
+        lines[0].append(" " * (layout.spark + 1 - drawn - len(note)))
+        lines[0].append(note, pal.text(Role.WARNING, stale=view.stale))
+
+
+def _draw_sparkline(lines: list[Text], view: RowView, count: int) -> None:
+    if count <= 0:
+        return
+    pal = view.palette
+    shown = view.spark[-count:]
+    values: list[float | None] = [None] * (count - len(shown))
     values += shown
     if view.stale:
         styles = [pal.fill(Role.NA)] * len(values)
@@ -203,3 +242,6 @@ def _append_sparkline(lines: list[Text], view: RowView, layout: RowLayout) -> No
     for line, spark in zip(lines, rows, strict=False):
         line.append(" ")
         line.append_text(spark)
+
+
+_NO_OWNER = Cell("", Role.MUTED)

@@ -1,13 +1,15 @@
-"""One host's section: its header, the column titles and a row per GPU.
+"""One host's section: its header, the column titles, a row per GPU, the SGLang pane and
+the jobs pane.
 
 The section reads its monitor's state (it never talks to the machine) and turns it into
 views; widgets redraw only when their view changed. While paused it keeps showing the
-sample it had, so rows stand still while the monitor goes on collecting.
+sample (and the workload numbers) it had, so everything stands still while the monitor
+goes on collecting.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.style import Style
 from rich.text import Text
@@ -19,21 +21,28 @@ from textual.widgets import Static
 from gpumon.backends.model import ConnState, GpuSample, HostSample
 from gpumon.backends.monitor import HostMonitor
 
-from ..cells import (
-    Cell,
-    HeaderInput,
-    Role,
-    alert_summary,
-    gpu_cells,
-    header_error,
-    header_parts,
-    process_summary,
-)
+from ..alert_cells import alert_count
+from ..cells import Cell, HeaderInput, Role, gpu_cells, header_error, header_parts, process_summary
+from ..layout import HostNeeds
 from ..palette import Palette
-from .gpu_row import MEM_W, NAME_W, PCT_W, POWER_W, PREFIX_W, TEMP_W, UTIL_W, GpuRow, RowView
+from ..workload_cells import gpu_owners
+from ..workload_views import jobs_view, limit_servers, sglang_view
+from .gpu_row import (
+    MEM_W,
+    NAME_W,
+    OWNER_W,
+    PCT_W,
+    POWER_W,
+    PREFIX_W,
+    TEMP_W,
+    UTIL_W,
+    GpuRow,
+    RowView,
+)
 from .gpu_row import row_layout as _row_layout
 from .host_header import HeaderView, HostHeader
 from .sparkline import bin_series, column_span
+from .workload_panes import JobsPane, PaneView, SglangPane
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +54,10 @@ class ViewContext:
     palette: Palette
     spark_memory: bool  # sparkline of memory (True) or utilisation (False)
     row_height: int  # 1-3 lines per GPU
-    cursor: int | None  # position of the cursor row in this host, if it is here
+    cursor: int | None  # position of the cursor's GPU row in this host, if it is there
+    job_cursor: int | None = None  # the cursor's row in this host's jobs pane
+    max_servers: int | None = None  # SGLang server lines that fit (None: all)
+    replay: str | None = None  # the replay's state, shown instead of the connection state
 
 
 class ColumnTitles(Widget):
@@ -55,26 +67,28 @@ class ColumnTitles(Widget):
 
     def __init__(self) -> None:
         super().__init__()
-        self.view: tuple[bool, Palette] | None = None
+        self.view: tuple[bool, Palette, bool] | None = None
 
-    def show(self, spark_memory: bool, palette: Palette) -> None:
-        if self.view != (spark_memory, palette):
-            self.view = (spark_memory, palette)
+    def show(self, spark_memory: bool, palette: Palette, owners: bool = False) -> None:
+        if self.view != (spark_memory, palette, owners):
+            self.view = (spark_memory, palette, owners)
             self.refresh()
 
     def render(self) -> Text:
         if self.view is None:
             return Text()
-        return column_titles(self.size.width, self.view[0], self.view[1])
+        return column_titles(self.size.width, *self.view)
 
 
-def column_titles(width: int, spark_memory: bool, palette: Palette) -> Text:
+def column_titles(width: int, spark_memory: bool, palette: Palette, owners: bool = False) -> Text:
+    """The column titles; ``owners``: some GPU has an owner (narrow: in the name column)."""
     layout = _row_layout(width)
-    text = " GPU ".ljust(PREFIX_W) + "name".ljust(NAME_W) + " " + "memory".ljust(layout.bar) + " "
+    name = "owner/name" if owners and not layout.extras else "name"
+    text = " GPU ".ljust(PREFIX_W) + name.ljust(NAME_W) + " " + "memory".ljust(layout.bar) + " "
     text += "used".rjust(MEM_W) + " " + "mem%".rjust(PCT_W) + " " + "util".rjust(UTIL_W)
     text += "temp".rjust(TEMP_W) + "power".rjust(POWER_W)
     if layout.extras:
-        text += " " + "P".rjust(3) + " " + "SM clk".rjust(7)
+        text += " " + "P".rjust(3) + " " + "SM clk".rjust(7) + " " + "owner".ljust(OWNER_W)
     if layout.spark:
         label = "mem history" if spark_memory else "util history"
         text += " " + label[: layout.spark]
@@ -82,7 +96,8 @@ def column_titles(width: int, spark_memory: bool, palette: Palette) -> Text:
 
 
 class HostSection(Vertical):
-    """Header, column titles and rows of one host; ``refresh_view`` brings it up to date."""
+    """Header, column titles, GPU rows and workload panes of one host; ``refresh_view``
+    brings it up to date."""
 
     DEFAULT_CSS = """
     HostSection { height: auto; }
@@ -98,28 +113,49 @@ class HostSection(Vertical):
         self.titles = ColumnTitles()
         self.waiting = Static("", classes="waiting")
         self.rows: list[GpuRow] = []
+        self.sglang = SglangPane(id=f"sglang-{index}")
+        self.jobs = JobsPane(id=f"jobs-{index}")
         self._spark_cache: dict[int, tuple[object, tuple[float | None, ...]]] = {}
+        self._full_in: dict[int, float] = {}  # time to full of the shown sample's GPUs
+        self._panes: tuple[PaneView | None, PaneView | None] = (None, None)  # all servers
         self._stale = False
 
     def compose(self) -> ComposeResult:
         yield self.header
         yield self.titles
         yield self.waiting
+        yield self.sglang
+        yield self.jobs
 
     @property
     def gpus(self) -> tuple[GpuSample, ...]:
         return self.shown.gpus if self.shown is not None else ()
 
+    @property
+    def job_names(self) -> list[str]:
+        """The jobs pane's rows, in order (the cursor walks them after the GPU rows)."""
+        return list(self.monitor.workloads.jobs)
+
+    def needs(self) -> HostNeeds:
+        """What this section would like to show, for the layout plan."""
+        w = self.monitor.workloads
+        sick = sum(1 for row in self.rows if row.view is not None and row.view.cells.problems.text)
+        extra = sick + (1 if self.monitor.status.error else 0)
+        return HostNeeds(len(self.gpus) or 8, extra, len(w.sglang), len(w.jobs))
+
     def refresh_view(self, ctx: ViewContext, *, rows: bool = True) -> None:
-        """Bring header and rows up to date with the monitor (rows stay while paused).
-        ``rows=False``: the header only, unless the rows' stale mark has to change."""
+        """Bring header, rows and panes up to date with the monitor (they stay while
+        paused). ``rows=False``: the header only, unless the stale mark has to change."""
         m = self.monitor
         if rows and not ctx.paused and m.latest is not self.shown:
             self.shown = m.latest
+            self._full_in = self._times_to_full(self.shown)
         shown = self.shown
         # Not being refreshed is stale too: while reconnecting the values are only a memory.
-        stale = shown is not None and (m.is_stale(ctx.now) or m.status.state != ConnState.CONNECTED)
-        alerts, alert_role = alert_summary(m.alerts.active())
+        # A replay that ended is not: its last sample is what the recording holds.
+        down = m.status.state != ConnState.CONNECTED and ctx.replay is None
+        stale = shown is not None and (m.is_stale(ctx.now) or down)
+        count = alert_count(m.alerts.active())
         self.header.show(
             HeaderView(
                 tuple(
@@ -131,13 +167,15 @@ class HostSection(Vertical):
                             now=ctx.now,
                             stale=stale,
                             interval=m.interval,
-                            alerts=alerts,
-                            alert_role=alert_role,
+                            alerts=count.total,
+                            new_alerts=count.new,
+                            alert_role=count.role,
                             paused=ctx.paused,
+                            replay=ctx.replay,
                         )
                     )
                 ),
-                header_error(m.status),
+                None if ctx.replay is not None else header_error(m.status),
                 ctx.palette,
             )
         )
@@ -148,15 +186,18 @@ class HostSection(Vertical):
             self.titles.display = False
             self.waiting.display = True
             self.waiting.update(Text(f"  waiting for the first sample from {m.name}…", "italic"))
+            self._refresh_panes(ctx, stale)
             return
         self.titles.display = True
         self.waiting.display = False
-        self.titles.show(ctx.spark_memory, ctx.palette)
+        w = m.workloads
+        owners = {i: Cell(o.text, o.role) for i, o in gpu_owners(shown, w.jobs, w.sglang).items()}
+        self.titles.show(ctx.spark_memory, ctx.palette, bool(owners))
         self._sync_rows(len(shown.gpus))
-        count = _row_layout(self.size.width or self.app.size.width).spark
+        count_spark = _row_layout(self.size.width or self.app.size.width).spark
         in_container = m.host.container is not None
         for pos, (row, gpu) in enumerate(zip(self.rows, shown.gpus, strict=True)):
-            spark = self._spark(gpu, shown, ctx.spark_memory, count)
+            spark = self._spark(gpu, shown, ctx.spark_memory, count_spark)
             total = gpu.memory_total_mib
             row.show(
                 RowView(
@@ -173,15 +214,72 @@ class HostSection(Vertical):
                         else _NO_PROCESSES
                     ),
                     palette=ctx.palette,
+                    owner=owners.get(gpu.index),
+                    full_in=self._full_in.get(gpu.index),
                 )
             )
+        self._refresh_panes(ctx, stale)
+
+    def _times_to_full(self, sample: HostSample | None) -> dict[int, float]:
+        """GPU -> seconds to full, for GPUs where the time-to-full warning applies (the
+        estimate is within the rule's horizon, or its alert is still on)."""
+        if sample is None:
+            return {}
+        alerts = self.monitor.alerts
+        horizon = alerts.rules.ttf_horizon_s
+        active = {a.key for a in alerts.active()}
+        out = {}
+        for gpu in sample.gpus:
+            ttf = alerts.time_to_full(gpu.index)
+            if ttf is not None and (ttf <= horizon or f"time_to_full:{gpu.index}" in active):
+                out[gpu.index] = ttf
+        return out
+
+    def _refresh_panes(self, ctx: ViewContext, stale: bool) -> None:
+        """The SGLang and jobs panes; while paused they keep their numbers (the cursor,
+        the colours and the number of server lines still follow)."""
+        w = self.monitor.workloads
+        views: tuple[PaneView | None, PaneView | None]
+        old = self._panes
+        if ctx.paused and any(v is not None for v in old):
+            views = (
+                _restyle(old[0], ctx, None, stale),
+                _restyle(old[1], ctx, ctx.job_cursor, stale),
+            )
+        else:
+            width = self.size.width or self.app.size.width
+            # trackers keep ~120 points, one per scrape or log line: 2 intervals a column
+            span = 2 * max(self.monitor.interval, 0.5)
+            end = ctx.now
+            views = (
+                sglang_view(
+                    w.sglang,
+                    end=end,
+                    span=span,
+                    count=width,
+                    palette=ctx.palette,
+                    stale=stale,
+                ),
+                jobs_view(
+                    w.jobs,
+                    end=end,
+                    span=span,
+                    count=width,
+                    palette=ctx.palette,
+                    cursor=ctx.job_cursor,
+                    stale=stale,
+                ),
+            )
+        self._panes = views
+        self.sglang.show(limit_servers(views[0], ctx.max_servers))
+        self.jobs.show(views[1])
 
     def _sync_rows(self, n: int) -> None:
         """One GpuRow per GPU (GPUs can appear or vanish between samples)."""
         while len(self.rows) < n:
             row = GpuRow(id=f"gpu-{self.index}-{len(self.rows)}")
             self.rows.append(row)
-            self.mount(row)
+            self.mount(row, before=self.sglang)
         while len(self.rows) > n:
             self.rows.pop().remove()
 
@@ -206,6 +304,14 @@ class HostSection(Vertical):
     def row_region_y(self, pos: int) -> int:
         """Offset of row ``pos`` within this section (for scrolling the cursor into view)."""
         return self.rows[pos].virtual_region.y if pos < len(self.rows) else 0
+
+
+def _restyle(
+    view: PaneView | None, ctx: ViewContext, cursor: int | None, stale: bool
+) -> PaneView | None:
+    if view is None:
+        return None
+    return replace(view, palette=ctx.palette, cursor=cursor, stale=stale)
 
 
 _NO_PROCESSES = Cell("", Role.MUTED)

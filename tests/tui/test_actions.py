@@ -1,0 +1,545 @@
+"""The action keys driven the way a user drives them: restart / stop / start of the demo's
+drafter job, the doctor and the torch swap, on the simulated CT200 (real agent, real sim
+job, real audit log in the test's private state dir)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, cast
+
+import pytest
+from textual.command import Command, CommandPalette
+from textual.geometry import Region
+from textual.pilot import Pilot
+from textual.widget import Widget
+from textual.widgets import Button, Checkbox, Input, Log, OptionList
+
+from gpumon.backends import audit
+from gpumon.backends.doctor import Check
+from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.restart import Outcome, RunRegistry, Step
+from gpumon.backends.torch_swap import SwapPlan, plan_swap
+from gpumon.backends.torch_swap_run import OnEvent, SwapEvent, SwapOutcome
+from gpumon.backends.workloads import JobState
+from gpumon.tui import actions
+from gpumon.tui.app import GpumonApp
+from gpumon.tui.screens import swap
+from gpumon.tui.screens.doctor import DoctorScreen
+from gpumon.tui.screens.restart import RestartScreen
+from gpumon.tui.screens.swap import SwapScreen
+
+Wait = Callable[..., Awaitable[None]]
+OOM_GPU = 6  # training-oom: the drafter (GPUs 5-7) died of CUDA OOM on GPU 6 at ~60 s
+
+
+@pytest.fixture(autouse=True)
+def fresh_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[RunRegistry]:
+    """A run registry per test: runs of an earlier test's event loop never leak in."""
+    registry = RunRegistry()
+    monkeypatch.setattr(actions, "runs", registry)
+    yield registry
+
+
+@pytest.fixture
+def oom_demo(demo_monitor: Callable[..., HostMonitor]) -> HostMonitor:
+    """The training-oom demo 10 s after the drafter's OOM, live (not frozen)."""
+    return demo_monitor(frozen=False, demo_time=70.0, interval=0.5)
+
+
+def shown(widget: Widget) -> str:
+    """The text a widget shows on screen now."""
+    w, h = widget.size
+    return "\n".join(strip.text for strip in widget.render_lines(Region(0, 0, w, h)))
+
+
+async def on_gpu(pilot: Pilot[int], wait: Wait, app: GpumonApp, gpu: int) -> None:
+    await wait(pilot, lambda: all(len(s.rows) == 8 for s in app.sections), what="GPU rows")
+    await pilot.press(*["down"] * gpu)
+    assert app.cursor == (0, gpu)
+
+
+async def oom_seen(pilot: Pilot[int], wait: Wait, monitor: HostMonitor) -> None:
+    drafter = monitor.workloads.jobs["drafter"]
+    await wait(pilot, lambda: drafter.state is JobState.CRASHED, what="the drafter's crash")
+
+
+def oom_alerts(monitor: HostMonitor) -> list[str]:
+    return [a.key for a in monitor.alerts.active() if a.job == "drafter" or a.gpu == OOM_GPU]
+
+
+async def open_plan(pilot: Pilot[int], wait: Wait, app: GpumonApp, key: str = "r") -> RestartScreen:
+    await pilot.press(key)
+    await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the dialog")
+    screen = cast(RestartScreen, app.screen)
+    await wait(pilot, lambda: screen.plan is not None or screen.problem, what="the plan")
+    await pilot.pause()
+    return screen
+
+
+def record_notifications(app: GpumonApp) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+
+    def notify(message: str, **kw: Any) -> None:
+        seen.append((message, str(kw.get("severity", "information"))))
+
+    app.notify = notify  # type: ignore[method-assign]
+    return seen
+
+
+def entries(action: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in audit.read_entries() if action is None or e["action"] == action]
+
+
+async def test_restart_of_the_oom_job_confirms_runs_and_refills_its_gpu(
+    oom_demo: HostMonitor, wait: Wait, fresh_runs: RunRegistry
+) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await oom_seen(pilot, wait, oom_demo)
+        assert oom_alerts(oom_demo), "the OOM alert is up before the restart"
+        assert app.check_action("restart_job", ()) is True
+        screen = await open_plan(pilot, wait, app)
+        plan = screen.plan
+        assert plan is not None and plan.start_command
+        text = shown(screen.query_one("#restart-plan"))
+        assert "Restart drafter on demo" in text
+        assert "state:      crashed (OOM on GPU 6)" in text
+        assert "CUDA out of memory" in text  # the last alert
+        assert "--restarted" in text and "gpumon-sim-job" in text  # the exact start command
+        assert not screen.query_one("#confirm", Button).disabled
+
+        await pilot.press("y")
+        run = screen.run
+        assert run is not None and fresh_runs.running("demo", "drafter") is run
+        await wait(pilot, lambda: run.outcome is not None, timeout=30, what="the outcome")
+        await pilot.pause()
+        assert run.outcome is not None and run.outcome.status == "ok", run.outcome
+        steps = shown(screen.query_one("#restart-steps"))
+        for step in ("stop", "wait_free", "start", "verify"):
+            assert f"✓ {step}" in steps, steps
+        assert "GPUs free" in steps
+        assert shown(screen.query_one("#restart-outcome")).startswith("OK: drafter restarted")
+
+        def gpu6_mib() -> int:
+            sample = oom_demo.latest
+            used = sample.gpus[OOM_GPU].memory_used_mib if sample else None
+            return used or 0
+
+        await wait(pilot, lambda: gpu6_mib() > 4096, timeout=20, what="GPU 6 refilling")
+        await wait(pilot, lambda: not oom_alerts(oom_demo), timeout=5, what="alert cleared")
+        assert oom_demo.workloads.jobs["drafter"].state is JobState.RUNNING
+        [entry] = entries("restart")
+        assert entry["outcome"] == "ok" and entry["job"] == "drafter"
+        assert entry["commands"][-1] == plan.start_command
+
+
+async def test_a_second_r_follows_the_running_restart(
+    oom_demo: HostMonitor, wait: Wait, fresh_runs: RunRegistry
+) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await oom_seen(pilot, wait, oom_demo)
+        screen = await open_plan(pilot, wait, app)
+        await pilot.press("y")
+        first = screen.run
+        assert first is not None
+        await pilot.press("escape")  # closes the view; the run goes on
+        await wait(pilot, lambda: not isinstance(app.screen, RestartScreen), what="closed")
+        assert first.outcome is None
+        await pilot.press("r")
+        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="progress")
+        again = cast(RestartScreen, app.screen)
+        assert again.run is first  # the same run, not a new plan
+        assert again.query_one("#confirm").display is False
+        await wait(pilot, lambda: first.outcome is not None, timeout=30, what="the outcome")
+        await pilot.pause()
+        assert "OK:" in shown(again.query_one("#restart-outcome"))
+        assert [e["outcome"] for e in entries("restart")] == ["ok"]  # one restart only
+
+
+async def test_esc_before_confirming_changes_nothing(
+    oom_demo: HostMonitor, wait: Wait, fresh_runs: RunRegistry
+) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await oom_seen(pilot, wait, oom_demo)
+        screen = await open_plan(pilot, wait, app)
+        assert screen.plan is not None and screen.plan.refusal is None
+        await pilot.press("escape")
+        await wait(pilot, lambda: not isinstance(app.screen, RestartScreen), what="closed")
+        await pilot.pause(1.0)
+        assert fresh_runs.last("demo", "drafter") is None
+        assert oom_demo.workloads.jobs["drafter"].state is JobState.CRASHED
+        assert oom_alerts(oom_demo)
+        assert entries() == []
+
+
+async def confirm_and_finish(pilot: Pilot[int], wait: Wait, screen: RestartScreen) -> Outcome:
+    await pilot.press("y")
+    run = screen.run
+    assert run is not None
+    await wait(pilot, lambda: run.outcome is not None, timeout=30, what="the outcome")
+    await pilot.pause()
+    assert run.outcome is not None
+    return run.outcome
+
+
+async def test_start_cannot_be_cancelled_once_starting_nor_run_twice(
+    oom_demo: HostMonitor, wait: Wait
+) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await oom_seen(pilot, wait, oom_demo)
+        screen = await open_plan(pilot, wait, app, "S")
+        assert "Start drafter on demo" in shown(screen.query_one("#restart-plan"))
+        await pilot.press("y")
+        run = screen.run
+        assert run is not None and run.plan.action == "start"
+        await wait(pilot, lambda: run.step is Step.VERIFY, timeout=20, what="verify")
+        await pilot.press("c")
+        steps = shown(screen.query_one("#restart-steps"))
+        assert "cannot cancel: drafter is being started" in steps
+        await wait(pilot, lambda: run.outcome is not None, timeout=30, what="the outcome")
+        assert run.outcome is not None and run.outcome.ok
+        await pilot.press("escape")
+
+        again = await open_plan(pilot, wait, app, "S")  # it runs now: start is refused
+        assert again.plan is not None and again.plan.refusal
+        assert "REFUSED:    drafter is already running" in shown(again.query_one("#restart-plan"))
+        assert again.query_one("#confirm", Button).disabled
+        await pilot.press("y", "escape")
+        await wait(pilot, lambda: len(entries("start")) == 2, what="the refusal audited")
+        assert [e["outcome"] for e in entries("start")] == ["ok", "refused"]
+
+
+async def test_stop_start_and_a_restart_cancelled_while_waiting_for_the_gpus(
+    oom_demo: HostMonitor, wait: Wait
+) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await oom_seen(pilot, wait, oom_demo)
+        screen = await open_plan(pilot, wait, app, "s")  # the crashed job: nothing to stop
+        assert screen.plan is not None and screen.plan.action == "stop"
+        assert "nothing to stop (not running)" in shown(screen.query_one("#restart-plan"))
+        outcome = await confirm_and_finish(pilot, wait, screen)
+        assert outcome.ok and outcome.message == "drafter stopped"
+        await pilot.press("escape")
+        assert (await confirm_and_finish(pilot, wait, await open_plan(pilot, wait, app, "S"))).ok
+        await pilot.press("escape")
+
+        # The simulated GPUs keep the memory of a job that is stopped (only a crash frees
+        # it): a restart of the running drafter waits for free GPUs until cancelled.
+        screen = await open_plan(pilot, wait, app, "r")
+        assert screen.plan is not None and screen.plan.pids
+        assert f"PIDs {screen.plan.pids[0]}" in shown(screen.query_one("#restart-plan"))
+        await pilot.press("y")
+        run = screen.run
+        assert run is not None
+        await wait(pilot, lambda: run.step is Step.WAIT_FREE, timeout=20, what="wait_free")
+        await pilot.press("c")
+        await wait(pilot, lambda: run.outcome is not None, timeout=10, what="cancelled")
+        assert run.outcome is not None and run.outcome.status == "cancelled"
+        await pilot.pause()
+        assert shown(screen.query_one("#restart-outcome")).startswith("CANCELLED:")
+        assert "■ wait_free" in shown(screen.query_one("#restart-steps"))
+        await pilot.press("escape")
+
+        # Quitting while a restart waits: it is cancelled and audited, not left behind.
+        screen = await open_plan(pilot, wait, app, "r")
+        await pilot.press("y")
+        last = screen.run
+        assert last is not None and last is not run
+        await wait(pilot, lambda: last.step is Step.WAIT_FREE, timeout=20, what="wait_free")
+        await pilot.press("escape", "q")
+    assert last.outcome is not None and last.outcome.status == "cancelled"
+    assert [(e["action"], e["outcome"]) for e in entries()] == [
+        ("stop", "ok"),
+        ("start", "ok"),
+        ("restart", "cancelled"),
+        ("restart", "cancelled"),
+    ]
+
+
+async def test_a_failed_start_shows_why_and_the_log_tail_in_place(
+    oom_demo: HostMonitor, wait: Wait
+) -> None:
+    drafter = oom_demo.host.jobs[-1]
+    broken = dataclasses.replace(drafter, start="echo bad config: token_budget too big; exit 3")
+    oom_demo.host = dataclasses.replace(oom_demo.host, jobs=(broken,))
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await oom_seen(pilot, wait, oom_demo)
+        outcome = await confirm_and_finish(pilot, wait, await open_plan(pilot, wait, app))
+        assert outcome.status == "failed"
+        screen = cast(RestartScreen, app.screen)
+        result = shown(screen.query_one("#restart-outcome"))
+        assert result.startswith("FAILED: verify: drafter exited with code 3")
+        assert "last lines:" in result and "bad config: token_budget too big" in result
+        assert "✗ verify" in shown(screen.query_one("#restart-steps"))
+        assert oom_alerts(oom_demo)  # still crashed: its alerts stay
+        assert [e["outcome"] for e in entries("restart")] == ["failed"]
+
+
+async def test_parameters_are_edited_in_place_and_bad_values_are_named(
+    oom_demo: HostMonitor, wait: Wait
+) -> None:
+    drafter = oom_demo.host.jobs[-1]
+    budget = dataclasses.replace(
+        drafter, params={"budget": 32768}, start=f"{drafter.start} --budget {{budget}}"
+    )
+    oom_demo.host = dataclasses.replace(oom_demo.host, jobs=(budget,))
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        screen = await open_plan(pilot, wait, app)
+        field = screen.query_one("#param-budget", Input)
+        assert field.value == "32768"
+        assert "--budget 32768" in shown(screen.query_one("#restart-plan"))
+        field.value = "lots"
+        await pilot.pause()
+        error = shown(screen.query_one("#restart-error"))
+        assert "parameter budget: expected an integer, got 'lots'" in error
+        assert screen.query_one("#confirm", Button).disabled
+        assert screen.check_action("confirm", ()) is None
+        field.value = "4096"
+        await pilot.pause()
+        assert shown(screen.query_one("#restart-error")).strip() == ""
+        plan_text = shown(screen.query_one("#restart-plan"))
+        assert "--budget 4096" in plan_text and "default 32768" in plan_text
+        assert not screen.query_one("#confirm", Button).disabled
+
+
+async def test_job_keys_are_greyed_out_without_a_job_under_the_cursor(
+    oom_demo: HostMonitor, wait: Wait
+) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, 0)  # GPU 0 belongs to no job
+        await wait(pilot, lambda: app.check_action("doctor", ()) is True, what="connected")
+        for action in ("restart_job", "stop_job", "start_job"):
+            assert app.check_action(action, ()) is None, action
+        footer = app.screen.active_bindings
+        assert footer["r"].enabled is False and footer["S"].enabled is False
+        await pilot.press("r")
+        assert not isinstance(app.screen, RestartScreen)
+        await pilot.press(*["down"] * OOM_GPU)
+        assert app.check_action("restart_job", ()) is True
+        assert app.screen.active_bindings["r"].enabled is True
+
+
+async def test_a_read_only_host_hides_its_mutating_keys(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(demo_time=70.0)
+    monitor.host = dataclasses.replace(monitor.host, read_only=True)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await wait(pilot, lambda: app.check_action("doctor", ()) is True, what="connected")
+        for action in ("restart_job", "stop_job", "start_job", "swap_torch"):
+            assert app.check_action(action, ()) is False, action
+        seen = record_notifications(app)
+        app.action_stop_job()
+        assert seen == [("stop refused: host demo is read_only in the config", "warning")]
+        assert [e["outcome"] for e in entries("stop")] == ["refused"]
+
+
+async def palette_titles(pilot: Pilot[int], wait: Wait, app: GpumonApp, query: str) -> list[str]:
+    await pilot.press("ctrl+p")
+    await wait(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
+    await pilot.press(*query)
+    options = app.screen.query_one(OptionList)
+    # Hits, or "No matches found" (shown half a second after a search found nothing).
+    await wait(pilot, lambda: options.option_count > 0, what="the search")
+    await pilot.pause(0.3)  # every provider answered
+    found = [options.get_option_at_index(i) for i in range(options.option_count)]
+    titles = [str(o.prompt).split("\n", 1)[0] for o in found if isinstance(o, Command)]
+    await pilot.press("escape")
+    return titles  # each title without its help line
+
+
+async def test_read_only_hides_every_key_that_changes_the_machine(
+    oom_demo: HostMonitor, wait: Wait
+) -> None:
+    app = GpumonApp([oom_demo], read_only=True)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await wait(pilot, lambda: app.check_action("doctor", ()) is True, what="connected")
+        keys = app.screen.active_bindings
+        assert not {"r", "s", "S", "w"} & set(keys)
+        assert keys["d"].enabled
+        assert await palette_titles(pilot, wait, app, "job") == []
+        assert not any("torch" in t.lower() for t in await palette_titles(pilot, wait, app, "swap"))
+        assert any("Doctor" in t for t in await palette_titles(pilot, wait, app, "doctor"))
+
+        seen = record_notifications(app)
+        app.action_restart_job()
+        app.action_swap_torch()
+        await pilot.pause()
+        assert not isinstance(app.screen, (RestartScreen, SwapScreen))
+        assert ("restart refused: gpumon runs with --read-only", "warning") in seen
+        assert ("swap-torch refused: gpumon runs with --read-only", "warning") in seen
+        assert [e["outcome"] for e in entries()] == ["refused", "refused"]
+
+        await pilot.press("d")  # the doctor only reads: still there
+        await wait(pilot, lambda: isinstance(app.screen, DoctorScreen), what="the doctor")
+        doctor = cast(DoctorScreen, app.screen)
+        await wait(pilot, lambda: doctor.report is not None, timeout=60, what="the checks")
+
+
+async def test_the_palette_offers_the_job_actions(oom_demo: HostMonitor, wait: Wait) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await wait(pilot, lambda: app.check_action("doctor", ()) is True, what="connected")
+        titles = await palette_titles(pilot, wait, app, "job drafter")
+        assert {"Restart job drafter", "Stop job drafter", "Start job drafter"} <= set(titles)
+        await pilot.press("ctrl+p")
+        await pilot.press(*"restart job")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the dialog")
+        screen = cast(RestartScreen, app.screen)
+        await wait(pilot, lambda: screen.plan is not None, what="the plan")
+        assert screen.plan is not None and screen.plan.action == "restart"
+
+
+async def test_doctor_shows_the_checks_and_reruns(oom_demo: HostMonitor, wait: Wait) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(120, 50)) as pilot:
+        await on_gpu(pilot, wait, app, 0)
+        await wait(pilot, lambda: app.check_action("doctor", ()) is True, what="connected")
+        await pilot.press("d")
+        await wait(pilot, lambda: isinstance(app.screen, DoctorScreen), what="the doctor")
+        screen = cast(DoctorScreen, app.screen)
+        assert app.check_action("restart_job", ()) is False  # no job keys under a dialog
+        await wait(pilot, lambda: screen.report is not None, timeout=60, what="the checks")
+        await pilot.pause()
+        report = screen.report
+        assert report is not None
+        torch = report.check("torch")
+        assert torch is not None and torch.status in ("n/a", "problem")
+        table = shown(screen.query_one("#doctor-table"))
+        row = next(line for line in table.splitlines() if " torch " in f" {line} ")
+        assert torch.status in row and torch.evidence[:30] in row
+        status = shown(screen.query_one("#doctor-status"))
+        assert f"python {report.python}" in status
+        first = report
+        await pilot.press("r")
+        await wait(pilot, lambda: screen.report is not first, timeout=60, what="a re-run")
+        await pilot.press("escape")
+        await wait(pilot, lambda: not isinstance(app.screen, DoctorScreen), what="back")
+
+
+async def test_torch_swap_shows_the_plan_and_refuses_on_the_demo(
+    oom_demo: HostMonitor, wait: Wait
+) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(120, 50)) as pilot:
+        await on_gpu(pilot, wait, app, 0)
+        await wait(pilot, lambda: app.check_action("swap_torch", ()) is True, what="connected")
+        await pilot.press("w")
+        await wait(pilot, lambda: isinstance(app.screen, SwapScreen), what="the swap dialog")
+        screen = cast(SwapScreen, app.screen)
+        await wait(pilot, lambda: screen.plan is not None, timeout=60, what="the plan")
+        await pilot.pause()
+        text = shown(screen.query_one("#swap-plan"))
+        assert "refused: the simulator has no venv to change" in text
+        assert "pip install" in text and "/whl/cu130" in text  # the exact command
+        assert screen.query_one("#confirm", Button).disabled
+        assert screen.check_action("confirm", ()) is None
+        await pilot.press("y")
+        assert screen.outcome is None and not screen.running
+
+        force = screen.query_one("#swap-force", Checkbox)
+        assert not force.disabled  # some refusals can be overridden...
+        first = screen.plan
+        force.value = True
+        await wait(pilot, lambda: screen.plan is not first and not screen.planning, what="replan")
+        assert screen.plan is not None and screen.plan.forced
+        assert screen.query_one("#confirm", Button).disabled  # ...but not "no venv"
+        await pilot.press("escape")
+        await wait(pilot, lambda: not isinstance(app.screen, SwapScreen), what="closed")
+        [entry] = entries("swap-torch")
+        assert entry["outcome"] == "refused" and "no venv" in entry["detail"]
+
+
+async def test_torch_swap_plan_is_refused_when_read_only(oom_demo: HostMonitor, wait: Wait) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(120, 50)) as pilot:
+        await on_gpu(pilot, wait, app, 0)
+        await wait(pilot, lambda: oom_demo.latest is not None, what="a sample")
+        screen = SwapScreen(oom_demo.host, oom_demo.transport, read_only=True)
+        await app.push_screen(screen)
+        await wait(pilot, lambda: screen.plan is not None, timeout=60, what="the plan")
+        await pilot.pause()
+        assert "refused: demo is read-only" in shown(screen.query_one("#swap-plan"))
+        assert screen.query_one("#confirm", Button).disabled
+        await pilot.press("escape")
+        await wait(pilot, lambda: not isinstance(app.screen, SwapScreen), what="closed")
+        assert "read-only" in entries("swap-torch")[0]["detail"]
+
+
+async def test_a_confirmed_swap_streams_its_output_and_ends_in_place(
+    oom_demo: HostMonitor, wait: Wait, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo refuses every swap (it has no venv of its own): the plan's refusals are
+    lifted and execute_swap stands in, reporting what the real one reports."""
+    ran: list[SwapPlan] = []
+    release = asyncio.Event()
+
+    async def runnable_plan(*args: Any, **kwargs: Any) -> SwapPlan:
+        plan = await plan_swap(*args, **kwargs)
+        return dataclasses.replace(plan, refusals=(), forced=(), noop=False)
+
+    async def execute(plan: SwapPlan, *_: Any, on_event: OnEvent, **__: Any) -> SwapOutcome:
+        ran.append(plan)
+        on_event(SwapEvent("step", "freeze", "312 packages saved", "ok"))
+        on_event(SwapEvent("step", "install", "install torch 2.11.0+cu130", "running"))
+        for n in range(3):
+            on_event(SwapEvent("line", "install", f"Downloading torch part {n}"))
+        await release.wait()
+        on_event(SwapEvent("step", "install", "done", "ok"))
+        on_event(SwapEvent("step", "verify", "torch 2.11.0+cu130, CUDA 13.0", "ok"))
+        checks = (Check("torch.version.cuda", "ok", "13.0 as expected"),)
+        return SwapOutcome("swapped", "swapped to 2.11.0+cu130, verified", verification=checks)
+
+    monkeypatch.setattr(swap, "plan_swap", runnable_plan)
+    monkeypatch.setattr(swap, "execute_swap", execute)
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(120, 50)) as pilot:
+        await on_gpu(pilot, wait, app, 0)
+        await wait(pilot, lambda: app.check_action("swap_torch", ()) is True, what="connected")
+        await pilot.press("w")
+        await wait(pilot, lambda: isinstance(app.screen, SwapScreen), what="the swap dialog")
+        screen = cast(SwapScreen, app.screen)
+        await wait(pilot, lambda: screen.can_confirm, timeout=60, what="a runnable plan")
+        await pilot.press("y")
+        await wait(pilot, lambda: screen.running, what="the swap running")
+        await pilot.pause()
+        log = screen.query_one("#swap-log", Log)
+        assert list(log.lines) == [f"Downloading torch part {n}" for n in range(3)]
+        steps = shown(screen.query_one("#swap-steps"))
+        assert "✓ freeze" in steps and "▶ install" in steps
+        await pilot.press("escape")  # not while it runs
+        assert app.screen is screen
+        release.set()
+        await wait(pilot, lambda: screen.outcome is not None, what="the outcome")
+        await pilot.pause()
+        assert len(ran) == 1
+        assert shown(screen.query_one("#swap-outcome")).startswith(
+            "SWAPPED: swapped to 2.11.0+cu130, verified"
+        )
+        assert "13.0 as expected" in shown(screen.query_one("#swap-plan"))  # verification
+        assert screen.query_one("#confirm", Button).disabled
+        await pilot.press("escape")
+        await wait(pilot, lambda: app.screen is not screen, what="closed")
+        assert entries("swap-torch") == []  # a run audits itself (here: the stand-in)

@@ -1,0 +1,240 @@
+"""Alerts and workloads on the dashboard, driven like a user drives them: the OOM of the
+simulated drafter (strip, bell, notifications, jobs pane), the alert history with
+acknowledgement, the SGLang pane, GPU owners and what the action keys get as selection."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets._footer import FooterKey
+
+from gpumon.backends.alert_store import Alert
+from gpumon.backends.model import ConnState, Health
+from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.workloads import JobState
+from gpumon.tui.app import GpumonApp
+from gpumon.tui.screens.alerts import AlertHistoryScreen
+
+Wait = Callable[..., Awaitable[None]]
+FROZEN_NOW = 1795962750.0
+
+
+def frozen_clock() -> float:
+    return FROZEN_NOW
+
+
+def record_notifications(app: GpumonApp) -> list[tuple[str, str, str]]:
+    """(message, title, severity) of every notification from here on."""
+    seen: list[tuple[str, str, str]] = []
+    original = app.notify
+
+    def notify(message: str, **kwargs: Any) -> None:
+        seen.append((message, str(kwargs.get("title", "")), str(kwargs.get("severity", ""))))
+        original(message, **kwargs)
+
+    app.notify = notify  # type: ignore[method-assign]
+    return seen
+
+
+async def with_rows(pilot: Pilot[int], wait: Wait, app: GpumonApp) -> None:
+    await wait(pilot, lambda: len(app.sections[0].rows) == 8, what="GPU rows")
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("bell", [True, False], ids=["bell", "no-bell"])
+async def test_the_oom_rings_once_per_critical_alert_and_fills_the_strip(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, bell: bool, tmp_path: Path
+) -> None:
+    monitor = demo_monitor(frozen=False, demo_time=55.0)  # the drafter dies at 60 s
+    monitor.recorder.directory = tmp_path
+    monitor.recorder.after_s = 1.0  # write the incident a second after the first critical
+    app = GpumonApp([monitor], bell=bell)
+    announced: list[Alert] = []
+    monitor.alerts.add_listener(announced.append)
+    rung: list[Alert] = []
+    bells: list[int] = []
+    ring_bell = app.ring_bell
+
+    def spy(alert: Alert) -> None:
+        rung.append(alert)
+        ring_bell(alert)
+
+    app.ring_bell = spy  # type: ignore[method-assign]
+    app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
+    seen = record_notifications(app)
+    section = app.sections[0]
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_rows(pilot, wait, app)
+        await wait(
+            pilot,
+            lambda: "running" in section.jobs.plain and "tok/s" in section.jobs.plain,
+            what="the drafter running with a rate",
+        )
+        assert not app.strip.display or "CRITICAL" not in app.strip.plain
+        assert not rung
+        await wait(
+            pilot,
+            lambda: "crashed: OOM on GPU 6" in section.jobs.plain,
+            timeout=20,
+            what="the drafter's crash in the jobs pane",
+        )
+        await wait(pilot, lambda: "CRITICAL" in app.strip.plain, what="the strip")
+        await pilot.pause(1.5)  # the OOM death of GPU 6 follows within a sample or two
+        strip = app.strip.plain
+        assert app.strip.display and "GPU 6" in strip and "drafter" in strip
+        critical = [a for a in announced if a.severity is Health.CRITICAL]
+        assert critical, "the OOM raised no critical alert"
+        assert [a.key for a in rung] == [a.key for a in critical]  # once each, in order
+        assert len(bells) == (len(critical) if bell else 0)
+        errors = [(m, t) for m, t, sev in seen if sev == "error"]
+        assert len(errors) == len(critical)
+        assert any("CUDA out of memory" in t and "GPU 6" in m for m, t in errors)
+        warnings = [a for a in announced if a.severity is Health.WARNING]
+        assert len([1 for *_, sev in seen if sev == "warning"]) == len(warnings)
+        assert all(len(m) <= 110 for m, _ in errors)  # long log lines are cut in toasts
+        header = section.header.plain
+        active = len(monitor.alerts.active())
+        assert f"{active} alert" in header
+        rows = [r.render().plain for r in section.rows]
+        assert all("drafter" in rows[i] for i in (5, 6, 7))
+        await wait(pilot, lambda: bool(monitor.recorder.written), what="the flight recording")
+        path = monitor.recorder.written[0]
+        assert path.parent == tmp_path
+        assert any(m == f"incident recorded: {path}" for m, _, _ in seen)
+
+
+async def test_history_lists_alerts_and_acknowledging_an_event_hides_it(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    # 70 s: the CUDA OOM is in the log before gpumon starts; the log ends with it, so it
+    # is active (no bell, no toast: it is backlog)
+    monitor = demo_monitor(clock=frozen_clock, demo_time=70.0)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(100, 24)) as pilot:
+        await with_rows(pilot, wait, app)
+        await wait(pilot, lambda: app.strip.display, what="the strip")
+        assert "torch.OutOfMemoryError" in app.strip.plain
+        await pilot.press("a")
+        screen = app.screen
+        assert isinstance(screen, AlertHistoryScreen)
+        assert app.check_action("restart_job", ()) is False  # dashboard keys off here
+        table = screen.table
+        assert table.row_count == len(monitor.alerts.history()) >= 1
+        first = [str(c) for c in table.get_row_at(0)]
+        assert first[0].endswith("critical") and first[2] == "demo" and first[3] == "6"
+        assert first[4] == "drafter" and first[5] == "active"
+        assert "CUDA out of memory" in first[6]
+        await pilot.press("enter")
+        first = [str(c) for c in table.get_row_at(0)]
+        assert first[5] == "✓ack"
+        assert not monitor.alerts.active()
+        await pilot.press("escape")
+        assert not isinstance(app.screen, AlertHistoryScreen)
+        await pilot.pause()
+        assert not app.strip.display  # hidden, not an empty line
+        assert "0 alerts" in app.sections[0].header.plain
+
+
+async def test_acknowledged_conditions_stay_counted_as_seen(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    # 59 s: GPU 6 is 98.6 % full, a critical memory condition (it lasts while it holds)
+    monitor = demo_monitor(clock=frozen_clock, demo_time=59.0)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_rows(pilot, wait, app)
+        await wait(pilot, lambda: "CRITICAL" in app.strip.plain, what="memory alert")
+        assert "GPU 6 memory" in app.strip.plain
+        await pilot.press("a", "A")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert [a.acknowledged for a in monitor.alerts.active()] == [True]
+        assert not app.strip.display
+        assert "1 alert (seen)" in app.sections[0].header.plain
+
+
+async def test_sglang_pane_lists_every_server_with_the_aggregate_and_owners(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(frozen=False, scenario="sglang")
+    app = GpumonApp([monitor])
+    section = app.sections[0]
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_rows(pilot, wait, app)
+        ports = sorted(monitor.workloads.sglang)
+        assert len(ports) == 8
+        await wait(
+            pilot,
+            lambda: all(s.gen_tokens_per_s is not None for s in monitor.workloads.sglang.values()),
+            timeout=20,
+            what="throughput of every server",
+        )
+        await pilot.pause(1.2)
+        lines = section.sglang.plain.splitlines()
+        assert lines[0].startswith("SGLang") and "tok/s" in lines[0] and "KV" in lines[0]
+        assert lines[1].startswith("all") and "8/8" in lines[1]
+        assert "n/a" not in lines[1]
+        servers = lines[2:]
+        assert [line.split()[0] for line in servers] == [f":{p}" for p in ports]
+        assert all(" up " in line and "%" in line for line in servers)
+        total = sum(s.gen_tokens_per_s or 0 for s in monitor.workloads.sglang.values())
+        assert total > 1000  # the aggregate line sums what the servers report
+        rows = [r.render().plain for r in section.rows]
+        assert [f"sglang:{p}" in row for p, row in zip(ports, rows, strict=True)] == [True] * 8
+        assert not section.jobs.display  # no jobs: no empty pane
+        assert section.sglang.region.bottom <= 23  # above the footer at 80x24
+
+
+async def test_selection_for_the_action_keys_follows_the_cursor(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(clock=frozen_clock)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_rows(pilot, wait, app)
+        await wait(pilot, lambda: monitor.status.state == ConnState.CONNECTED)
+        await pilot.pause(0.3)
+        # the footer caught up with the first cursor: Detail works, Restart has no job
+        keys = {k.key: k.has_class("-disabled") for k in app.screen.query(FooterKey)}
+        assert keys["enter"] is False and keys["r"] is True
+        assert app.selected_monitor() is monitor
+        assert app.selected_job() is None  # GPU 0: the target side, not a job
+        await pilot.press(*["down"] * 6)
+        picked = app.selected_job()
+        assert picked is not None and picked[0] is monitor and picked[1].name == "drafter"
+        assert picked[1] is monitor.host.job("drafter")
+        await pilot.press("down", "down")  # past GPU 7: the jobs pane's drafter row
+        assert app.cursor == (0, 8)
+        picked = app.selected_job()
+        assert picked is not None and picked[1].name == "drafter"
+        jobs = app.sections[0].jobs
+        assert jobs.view is not None and jobs.view.cursor == 0
+        await pilot.click("#gpu-0-2")
+        assert app.selected_job() is None
+        await pilot.click("#jobs-0", offset=(2, 1))  # a click on the drafter's line
+        assert app.cursor == (0, 8)
+
+
+async def test_full_in_shows_on_the_filling_gpu(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(frozen=False, demo_time=38.0)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_rows(pilot, wait, app)
+        row = app.sections[0].rows[6]
+        await wait(
+            pilot,
+            lambda: "full" in row.render().plain,
+            timeout=20,
+            what="time to full on GPU 6",
+        )
+        text = row.render().plain
+        assert len(text) <= 80 and "~" in text and "s" in text.split("full", 1)[1]
+        assert monitor.alerts.time_to_full(6) is not None
+        assert all("full" not in r.render().plain for r in app.sections[0].rows[:5])
+        assert monitor.workloads.jobs["drafter"].state is JobState.RUNNING

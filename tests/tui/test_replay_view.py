@@ -1,0 +1,138 @@
+"""``gpumon replay``: a recorded incident in the dashboard, with pause, step and speed keys,
+and the header saying REPLAY instead of the connection state."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from gpumon.backends.alert_rules import AlertRules
+from gpumon.backends.alerts import AlertEngine
+from gpumon.backends.model import GpuSample, HostSample
+from gpumon.backends.recorder import FlightRecorder, load_recording
+from gpumon.backends.replay import ReplayMonitor
+from gpumon.tui import app as app_module
+from gpumon.tui import cli
+from gpumon.tui.app import GpumonApp
+
+Wait = Callable[..., Awaitable[None]]
+TOTAL_MIB = 97887
+
+
+def _sample(t: float, i: int) -> HostSample:
+    gpus = tuple(
+        GpuSample(
+            index=g,
+            uuid=f"GPU-{g}",
+            name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            memory_total_mib=TOTAL_MIB,
+            memory_used_mib=min(80000 + 200 * i, 97200) if g == 6 else 84500,
+            utilization_pct=90.0,
+        )
+        for g in range(8)
+    )
+    return HostSample("ct200", t, None, gpus)
+
+
+def write_incident(directory: Path) -> Path:
+    """The real flight recorder writes an incident: GPU 6 fills up and goes critical."""
+    now = [1000.0]
+    recorder = FlightRecorder("ct200", clock=lambda: now[0], directory=directory)
+    engine = AlertEngine("ct200", AlertRules(), clock=lambda: now[0])
+    engine.add_listener(recorder.on_alert)
+    for i in range(300):
+        now[0] = 1000.0 + i
+        sample = _sample(now[0], i)
+        recorder.record(sample)
+        engine.on_sample(sample)
+        path = recorder.flush_due(now[0])
+        if path is not None:
+            return path
+    raise AssertionError("nothing was recorded")
+
+
+def header(app: GpumonApp) -> str:
+    return app.sections[0].header.plain
+
+
+async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait, utc: None) -> None:
+    path = write_incident(tmp_path)
+    total = len(load_recording(path).samples)
+    replay = ReplayMonitor.from_file(path)
+    replay.set_paused(True)
+    app = GpumonApp([replay], read_only=True, bell=False)
+    bells: list[int] = []
+    app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.2)
+        assert header(app).startswith("ct200")
+        assert f"REPLAY paused, 00:16:40 (0/{total})" in header(app)  # 1000 s after epoch, UTC
+        assert "connected" not in header(app)
+        assert app.check_action("faster", ()) is None  # greyed: no sampling interval here
+        assert app.check_action("slower", ()) is None
+        assert app.check_action("replay_step", ()) is True
+        assert app.check_action("restart_job", ()) is False  # no machine behind a recording
+        await pilot.press("full_stop")
+        assert replay.position == 1
+        await pilot.press("n")
+        assert replay.position == 2
+        await pilot.pause()
+        assert f"(2/{total})" in header(app) and "00:16:41" in header(app)
+        assert len(app.sections[0].rows) == 8
+        await pilot.press("p")  # the recording plays on
+        assert not replay.paused and not app.paused
+        assert app.check_action("replay_step", ()) is None  # only while paused
+        assert "REPLAY 1x" in header(app)
+        await pilot.press("right_square_bracket")
+        assert replay.speed == 2.0 and "REPLAY 2x" in header(app)
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        assert replay.speed == 0.5 and "REPLAY 0.5x" in header(app)
+        await pilot.press(*["right_square_bracket"] * 10)
+        assert replay.speed == 30.0
+        assert app.check_action("replay_faster", ()) is None  # the fastest there is
+        await wait(pilot, lambda: replay.finished, timeout=20, what="the end of the recording")
+        await pilot.pause(1.2)
+        assert "REPLAY ended" in header(app) and f"({total}/{total})" in header(app)
+        assert "end of recording" not in header(app)  # the state says it, not an error line
+        assert app.strip.display and "CRITICAL" in app.strip.plain  # GPU 6 went critical
+        assert "GPU 6" in app.strip.plain
+        assert not bells  # a replay does not ring
+        assert not any(r.view is not None and r.view.stale for r in app.sections[0].rows)
+
+
+async def test_live_hosts_hide_the_replay_keys(
+    demo_monitor: Callable[..., object], wait: Wait
+) -> None:
+    app = GpumonApp([demo_monitor()])  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.replay is None
+        for action in ("replay_step", "replay_faster", "replay_slower"):
+            assert app.check_action(action, ()) is False
+
+
+def test_replay_command_says_what_is_wrong_with_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello\n")
+    assert cli.main(["replay", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "gpumon replay:" in err and "not a gzip file" in err
+    assert cli.main(["replay", str(tmp_path / "missing.jsonl.gz")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_no_bell_reaches_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, object]] = []
+
+    def run_dashboard(hosts: object, **kwargs: object) -> int:
+        calls.append(kwargs)
+        return 0
+
+    monkeypatch.setattr(app_module, "run_dashboard", run_dashboard)
+    assert cli.main(["demo", "--no-bell"]) == 0
+    assert cli.main(["demo"]) == 0
+    assert [c["bell"] for c in calls] == [False, True]

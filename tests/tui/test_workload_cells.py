@@ -1,0 +1,241 @@
+"""The pure parts of alerts and workloads on the dashboard: cells of servers and jobs, GPU
+owners, the screen's line budget, pane columns, the strip, time to full, replay status."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from gpumon.backends.alert_store import Alert
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
+from gpumon.backends.recorder import Recording
+from gpumon.backends.replay import ReplayMonitor
+from gpumon.backends.sim.scenario import SimSettings
+from gpumon.backends.sim.sglang_model import UPTIME_AT_T0, metrics_text
+from gpumon.backends.workloads import JobTracker, SglangTracker
+from gpumon.themes import GPUMON_DARK
+from gpumon.tui.alert_cells import alert_title, history_cells, strip_alert
+from gpumon.tui.app_replay import replay_status
+from gpumon.tui.cells import NA, Cell, Role, gpu_cells, interval_text
+from gpumon.tui.layout import HostNeeds, plan_layout
+from gpumon.tui.palette import Palette
+from gpumon.tui.widgets.alert_strip import StripView, render_strip
+from gpumon.tui.widgets.gpu_row import RowView, full_in_text, render_row, row_layout
+from gpumon.tui.widgets.workload_panes import (
+    JOB_COLUMNS,
+    SGLANG_COLUMNS,
+    PaneView,
+    fit_columns,
+    render_pane,
+)
+from gpumon.tui.workload_cells import (
+    gpu_list_text,
+    gpu_owners,
+    job_cells,
+    latency_pair,
+    model_short,
+    rate_text,
+    sglang_cells,
+)
+from gpumon.tui.workload_views import jobs_view, limit_servers, sglang_view
+
+PALETTE = Palette.from_theme(GPUMON_DARK)
+
+
+def test_numbers_read_short_and_unknown_is_na() -> None:
+    assert [rate_text(v) for v in (0, 9.99, 812, 1203.4, 13000, 1.5e6)] == [
+        "0", "9.99", "812", "1.20k", "13.0k", "1.50M",
+    ]  # fmt: skip
+    assert latency_pair(None, 0.9) == NA
+    assert latency_pair(0.12, 0.45).text == "120/450ms"
+    assert latency_pair(0.6, 2.67).text == "0.60/2.67s"
+    assert latency_pair(0.3, None).text == "300ms"
+    assert model_short("Qwen/Qwen3-8B") == "Qwen3-8B"
+    assert model_short("/models/llama\x1b[2J/") == "llama\\x1b[2J"
+    assert model_short(None) is None
+    assert gpu_list_text((5, 6, 7)) == "5-7"
+    assert gpu_list_text((0, 2, 3, 7)) == "0,2-3,7"
+    assert interval_text(1.00003) == "1s" and interval_text(0.5) == "0.5s"
+
+
+def test_a_server_never_seen_is_waiting_and_a_down_one_says_why() -> None:
+    fresh = sglang_cells(SglangTracker(30000))
+    assert fresh["state"] == Cell("wait", Role.MUTED)
+    assert all(fresh[k] == NA for k in ("tok/s", "run", "queue", "KV", "hit", "TTFT", "ITL"))
+    down = SglangTracker(30001)
+    down.mark_down(10.0, "connection refused")
+    cells = sglang_cells(down)
+    assert cells["state"] == Cell("down", Role.CRITICAL)
+    assert cells["error"] == Cell("connection refused", Role.CRITICAL)
+
+
+def test_job_cells_say_how_it_ended_and_never_invent_zeros() -> None:
+    job = JobTracker("drafter", "kv", (5, 6, 7))
+    cells = job_cells(job)
+    assert cells["state"].text == "no progress yet"
+    assert [cells[k] for k in ("progress", "rate", "loss", "ETA")] == [NA] * 4
+    job.feed("step 700/5000 | loss 2.2999 | 12.8 Ktok/s", 100.0)
+    job.feed("step 701/5000 | loss 2.2990 | 12.8 Ktok/s", 101.0)
+    cells = job_cells(job)
+    assert cells["state"] == Cell("running", Role.OK)
+    assert cells["progress"].text == "701/5000" and cells["GPUs"].text == "5-7"
+    assert cells["rate"].text == "12.8k tok/s" and cells["loss"].text == "2.2990"
+    assert cells["ETA"].text == "1h11m"  # 4299 steps at one a second
+    job.mark_crashed("OOM on GPU 6", 102.0)
+    cells = job_cells(job)
+    assert cells["state"] == Cell("crashed: OOM on GPU 6", Role.CRITICAL)
+    assert cells["rate"].role == Role.MUTED  # the last known rate, not a live one
+    assert cells["ETA"] == NA
+
+
+def _gpus(n: int) -> tuple[GpuSample, ...]:
+    return tuple(GpuSample(index=i, uuid=f"U{i}") for i in range(n))
+
+
+def test_gpu_owners_from_jobs_processes_or_one_server_per_gpu() -> None:
+    servers = {p: SglangTracker(p) for p in (30001, 30000)}
+    jobs = {"train": JobTracker("train", "kv", (0, 1))}
+    procs = (GpuProcess(1, "sglang::scheduler_TP0", 10, "U2"), GpuProcess(2, "sglang::x", 5, "U3"))
+    sample = HostSample("h", 0.0, None, _gpus(4), processes=procs)
+    owners = gpu_owners(sample, jobs, servers)
+    assert {i: o.text for i, o in owners.items()} == {
+        0: "train", 1: "train", 2: "sglang:30000", 3: "sglang:30001",
+    }  # fmt: skip
+    eight = {p: SglangTracker(p) for p in range(30000, 30008)}
+    plain = HostSample("h", 0.0, None, _gpus(8))  # no process names (container): by count
+    assert gpu_owners(plain, {}, eight)[7].text == "sglang:30007"
+    assert gpu_owners(plain, {}, servers) == {}  # 2 servers, 8 GPUs, no hint: no guess
+    crashed = JobTracker("train", "kv", (0,))
+    crashed.mark_crashed("OOM on GPU 0")
+    assert gpu_owners(plain, {"train": crashed}, {})[0].role == Role.CRITICAL
+
+
+def test_plan_gives_panes_their_lines_before_taller_rows() -> None:
+    oom = plan_layout(24, [HostNeeds(8, jobs=1)], strip=True)
+    assert oom.row_height == 1 and oom.max_servers == (None,)
+    sglang = plan_layout(24, [HostNeeds(8, servers=8)])
+    assert sglang.max_servers == (None,)  # 1+1+8 + title+all+8 + margin + footer = 22
+    short = plan_layout(18, [HostNeeds(8, servers=8)], strip=True)
+    assert short.max_servers == (3,)  # 18 - footer - strip - 11 (host) - 2 (title, all)
+    tall = plan_layout(60, [HostNeeds(8, servers=8)])
+    assert tall.row_height == 3 and tall.max_servers == (None,)
+    two = plan_layout(40, [HostNeeds(8, servers=8), HostNeeds(8, servers=8)])
+    assert two.row_height == 1 and two.max_servers == (None, 5)  # the first host first
+
+
+def _server_view() -> PaneView:
+    """Four servers that answered once (no rates yet), the third then went down."""
+    servers = {}
+    for i, port in enumerate(range(30000, 30004)):
+        s = SglangTracker(port)
+        s.observe_text(metrics_text(SimSettings(scenario="sglang"), i, 30.0, -UPTIME_AT_T0), 9.0)
+        if port == 30002:
+            s.mark_down(10.0, "connection refused")
+        servers[port] = s
+    view = sglang_view(servers, end=10.0, span=2.0, count=40, palette=PALETTE)
+    assert view is not None
+    return view
+
+
+def test_limited_server_lines_keep_the_aggregate_and_the_broken_ones() -> None:
+    view = _server_view()
+    assert [r.key for r in view.rows] == ["all", "30000", "30001", "30002", "30003"]
+    limited = limit_servers(view, 2)
+    assert limited is not None
+    assert [r.key for r in limited.rows] == ["all", "30000", "30002"]
+    assert limited.spark_title.startswith("+2 more")
+    assert limit_servers(view, None) is view
+
+
+def test_panes_drop_low_priority_columns_first_and_show_errors() -> None:
+    view = _server_view()
+    narrow, spark = fit_columns(SGLANG_COLUMNS, view.rows, 60)
+    keys = [c.key for c, _ in narrow]
+    assert keys[:2] == ["name", "state"] and "tok/s" in keys
+    assert "model" not in keys and "ITL" not in keys
+    assert spark == 0 or spark >= 8
+    wide, _ = fit_columns(SGLANG_COLUMNS, view.rows, 200)
+    assert [c.key for c, _ in wide] == [c.key for c in SGLANG_COLUMNS]
+    lines = render_pane(view, SGLANG_COLUMNS, 80).plain.split("\n")
+    assert lines[0].startswith("SGLang") and "tok/s" in lines[0]
+    assert lines[1].startswith("all") and "3/4" in lines[1]
+    down = next(line for line in lines if line.startswith(":30002"))
+    assert "down" in down and "connection refused" in down
+    assert all(len(line) <= 80 for line in lines)
+    assert "n/a" in lines[2]  # never scraped: unknown, not 0
+
+
+def test_jobs_pane_marks_the_cursor_row() -> None:
+    jobs = {"a": JobTracker("a"), "b": JobTracker("b")}
+    view = jobs_view(jobs, end=0.0, span=2.0, count=10, palette=PALETTE, cursor=1)
+    assert view is not None and [r.key for r in view.rows] == ["a", "b"]
+    text = render_pane(view, JOB_COLUMNS, 80)
+    assert text.plain.split("\n")[0].startswith("jobs")
+    lines = text.split("\n")
+    assert any(s.style == PALETTE.cursor_style for s in lines[2].spans)  # b: the cursor
+    assert not any(s.style == PALETTE.cursor_style for s in lines[1].spans)
+    assert jobs_view({}, end=0.0, span=2.0, count=10, palette=PALETTE) is None
+
+
+def _alert(key: str, severity: Health, t: float, **kw: object) -> Alert:
+    base = Alert(key, severity, "cuda_oom", "ct200", 6, "drafter", "OOM\x1b[2J!", t, t)
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_the_strip_picks_the_newest_critical_before_any_warning() -> None:
+    old = _alert("a", Health.CRITICAL, 10.0)
+    new = _alert("b", Health.CRITICAL, 20.0)
+    warn = _alert("c", Health.WARNING, 30.0)
+    assert strip_alert([old, warn, new]) == (new, 2)
+    assert strip_alert([warn]) == (warn, 0)
+    assert strip_alert([dataclasses.replace(new, acknowledged=True), warn]) == (warn, 0)
+    assert strip_alert([dataclasses.replace(new, active=False)]) == (None, 0)
+    line = render_strip(StripView(new, 2, PALETTE), 80).plain
+    assert "CRITICAL" in line and "ct200 GPU 6 drafter" in line and "+2 more" in line
+    assert "\x1b" not in line and "\\x1b" in line  # hostile log text stays text
+    assert len(render_strip(StripView(new, 0, PALETTE), 40).plain) <= 40
+    assert alert_title(new) == "CRITICAL: CUDA out of memory"
+    cells = history_cells(dataclasses.replace(new, active=False, acknowledged=True), 25.0)
+    assert cells[5].text == "✓ack" and cells[0].role == Role.MUTED
+
+
+def test_full_in_replaces_the_newest_sparkline_columns_and_fits() -> None:
+    assert full_in_text(40.2, 13) == "full in ~40 s"
+    assert full_in_text(40.2, 12) == "full in ~40s"
+    assert full_in_text(40.2, 9) == "full ~40s"
+    assert full_in_text(300.0, 20) == "full in ~5 min"
+    assert full_in_text(40.0, 3) == ""
+    gpu = GpuSample(index=6, uuid="U", memory_total_mib=97887, memory_used_mib=93000)
+    for width in (80, 120, 200):
+        view = RowView(
+            cells=gpu_cells(gpu),
+            spark=(90000.0,) * 100,
+            spark_max=97887.0,
+            spark_is_memory=True,
+            stale=False,
+            cursor=False,
+            height=1,
+            processes=Cell(""),
+            palette=PALETTE,
+            owner=Cell("drafter"),
+            full_in=40.0,
+        )
+        text = render_row(view, row_layout(width)).plain
+        assert len(text) == width and text.rstrip().endswith("s")
+        assert "full in ~40" in text
+        assert ("drafter" in text) and (("RTX" in text) is False)
+
+
+def test_replay_status_says_speed_pause_end_and_position(utc: None, tmp_path: Path) -> None:
+    samples = [HostSample("ct200", 1000.0 + i, None, _gpus(1)) for i in range(3)]
+    replay = ReplayMonitor(Recording({"host": "ct200"}, samples, []), tmp_path / "r.jsonl.gz")
+    assert replay_status(replay) == "REPLAY 1x, 00:16:40 (0/3)"
+    replay.set_paused(True)
+    replay.step()
+    assert replay_status(replay) == "REPLAY paused, 00:16:40 (1/3)"
+    replay.set_paused(False)
+    replay.faster()
+    assert replay_status(replay) == "REPLAY 2x, 00:16:40 (1/3)"
+    replay.step()
+    replay.step()
+    assert replay_status(replay) == "REPLAY ended, 00:16:42 (3/3)"

@@ -1,0 +1,122 @@
+"""The alert history (``a``): active and past alerts of every host, newest first; the alert
+under the cursor is acknowledged with Enter or Space, all of them with ``A``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from gpumon.backends.alert_store import Alert
+from gpumon.backends.monitor import HostMonitor
+
+from ..alert_cells import alert_count, history_cells
+from ..cells import Role
+from ..palette import Palette
+
+COLUMNS = ("severity", "time", "host", "GPU", "job", "state", "message")
+
+
+class AlertHistoryScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,a", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
+        Binding(
+            "enter,space",
+            "acknowledge",
+            "Ack",
+            key_display="⏎",
+            priority=True,
+            tooltip="Acknowledge the alert under the cursor",
+        ),
+        Binding("A", "acknowledge_all", "Ack all", tooltip="Acknowledge every active alert"),
+    ]
+
+    def __init__(
+        self,
+        monitors: Sequence[HostMonitor],
+        *,
+        palette_of: Callable[[], Palette],
+        on_change: Callable[[], None],
+    ) -> None:
+        """``on_change()`` runs after an acknowledgement (the dashboard redraws)."""
+        super().__init__(id="alerts")
+        self.monitors = list(monitors)
+        self.palette_of = palette_of
+        self.on_change = on_change
+        self.title_line = Static(id="alerts-title")
+        self.table: DataTable[Text] = DataTable(
+            id="alerts-table", cursor_type="row", zebra_stripes=False
+        )
+        self._shown: tuple[object, ...] | None = None
+        self.keys: list[tuple[int, str]] = []  # (host index, alert key) of each table row
+
+    def compose(self) -> ComposeResult:
+        yield self.title_line
+        yield self.table
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        for name in COLUMNS:
+            self.table.add_column(name, key=name)
+        self.refresh_view()
+        self.table.focus()
+
+    def alerts(self) -> list[tuple[int, Alert]]:
+        """(host index, alert) of every host, newest first."""
+        out = [(i, a) for i, m in enumerate(self.monitors) for a in m.alerts.history()]
+        out.sort(key=lambda ia: ia[1].time, reverse=True)
+        return out
+
+    def refresh_view(self) -> bool:
+        """Rebuild the table if any alert changed; returns whether it did. The cursor stays
+        on the alert it was on."""
+        alerts = self.alerts()
+        pal = self.palette_of()
+        key = (tuple(alerts), pal)
+        if key == self._shown:
+            return False
+        self._shown = key
+        counts = alert_count([a for _, a in alerts])
+        title = Text()
+        title.append(" Alerts ", pal.badge(counts.role if counts.new else Role.MUTED))
+        title.append(f"  {counts.text}, {len(alerts)} in the history", pal.text(Role.MUTED))
+        title.append("   ⏎/Space acknowledge  A all  Esc back", pal.text(Role.MUTED))
+        self.title_line.update(title)
+        table = self.table
+        at = self.keys[table.cursor_row] if 0 <= table.cursor_row < len(self.keys) else None
+        table.clear()
+        self.keys = []
+        for i, alert in alerts:
+            now = self.monitors[i].clock()
+            cells = [Text(c.text, pal.text(c.role)) for c in history_cells(alert, now)]
+            table.add_row(*cells)
+            self.keys.append((i, alert.key))
+        if at in self.keys:
+            table.move_cursor(row=self.keys.index(at), animate=False)
+        return True
+
+    def selected(self) -> tuple[int, str] | None:
+        row = self.table.cursor_row
+        return self.keys[row] if 0 <= row < len(self.keys) else None
+
+    def action_acknowledge(self) -> None:
+        picked = self.selected()
+        if picked is None:
+            return
+        host, key = picked
+        if not self.monitors[host].alerts.acknowledge(key):
+            self.notify("already acknowledged or over", timeout=2)
+            return
+        self.refresh_view()
+        self.on_change()
+
+    def action_acknowledge_all(self) -> None:
+        done = sum(m.alerts.acknowledge_all() for m in self.monitors)
+        self.notify(f"{done} alert{'s' if done != 1 else ''} acknowledged", timeout=3)
+        self.refresh_view()
+        self.on_change()

@@ -1,0 +1,161 @@
+"""The doctor screen: the torch / CUDA checks of one host, read-only.
+
+Runs ``run_doctor`` through the host's own connection in a worker ("running checks on
+PYTHON ..." meanwhile), then shows one row per check: its status in the theme's severity
+colour, the evidence read, and the fix where one is known. ``r`` runs the checks again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.theme import Theme
+from textual.widgets import Footer, Static
+
+from gpumon.backends.config import HostConfig
+from gpumon.backends.doctor import (
+    STATUSES,
+    Check,
+    DoctorReport,
+    Status,
+    host_python,
+    run_doctor,
+)
+from gpumon.backends.transport import Transport, TransportError
+
+from ..cells import Role
+from ..palette import Palette
+
+STATUS_ROLES = {"ok": Role.OK, "warning": Role.WARNING, "problem": Role.CRITICAL, "n/a": Role.NA}
+STATUS_MARKS = {"ok": "✓", "warning": "!", "problem": "✗", "n/a": "-"}
+
+
+def status_style(pal: Palette, status: str) -> Style:
+    """A check status in its severity colour (bold when it needs a look)."""
+    role = STATUS_ROLES.get(status, Role.NA)
+    return Style(color=pal.colour(role), bold=role in (Role.WARNING, Role.CRITICAL))
+
+
+def checks_table(checks: Iterable[Check], pal: Palette) -> Table:
+    """The checks as a table: status, check, evidence (and the fix below it)."""
+    table = Table(box=None, expand=True, pad_edge=False, show_edge=False)
+    table.add_column("status", no_wrap=True, width=9)
+    table.add_column("check", no_wrap=True, style=Style(bold=True))
+    table.add_column("evidence / fix", ratio=1, overflow="fold")
+    for c in checks:
+        status = Text(f"{STATUS_MARKS.get(c.status, '?')} {c.status}", status_style(pal, c.status))
+        evidence = Text(c.evidence)
+        if c.fix:
+            evidence.append("\nfix: ", Style(color=pal.accent, bold=True))
+            evidence.append(c.fix)
+        table.add_row(status, c.name, evidence)
+    return table
+
+
+def summary(checks: Iterable[Check]) -> str:
+    """``1 problem, 1 warning, 5 ok, 17 n/a`` (worst first)."""
+    checks = list(checks)
+    counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
+    order: tuple[Status, ...] = ("problem", "warning", "ok", "n/a")
+    return ", ".join(f"{counts[s]} {s}" for s in order if counts[s])
+
+
+class DoctorScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    DoctorScreen { align: center middle; }
+    #doctor-box {
+        width: 100%; height: 100%;
+        border: round $primary; background: $surface; padding: 0 1;
+    }
+    #doctor-status { height: auto; }
+    #doctor-scroll { height: 1fr; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("r", "rerun", "Re-run", tooltip="Run the checks again"),
+        Binding("escape", "close", "Back"),
+    ]
+
+    def __init__(self, host: HostConfig, transport: Transport) -> None:
+        """Checks ``host`` through ``transport`` (already connected: the monitor's own)."""
+        super().__init__(id="doctor")
+        self.host, self.transport = host, transport
+        self.report: DoctorReport | None = None
+        self.error: str | None = None
+        self.running = False
+
+    def compose(self) -> ComposeResult:
+        box = Vertical(id="doctor-box")
+        box.border_title = f"doctor {self.host.name}"
+        box.border_subtitle = "read-only: changes nothing"
+        with box:
+            yield Static(id="doctor-status")
+            with VerticalScroll(id="doctor-scroll"):
+                yield Static(id="doctor-table")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.run_checks()
+
+    def _theme_changed(self, _theme: Theme) -> None:
+        self.show_report()
+
+    @property
+    def python(self) -> str:
+        return self.report.python if self.report else host_python(self.host)
+
+    @work(exclusive=True, group="doctor")
+    async def run_checks(self) -> None:
+        self.running, self.error = True, None
+        self.refresh_bindings()
+        self.query_one("#doctor-status", Static).update(
+            Text(f"running checks on {self.python} ...", Style(italic=True))
+        )
+        try:
+            self.report = await run_doctor(self.transport, self.host)
+        except (TransportError, OSError) as e:
+            self.error = f"cannot reach {self.host.name}: {e}"
+        finally:
+            self.running = False
+            self.refresh_bindings()
+        self.show_report()
+
+    def show_report(self) -> None:
+        if self.running:
+            return
+        pal = Palette.from_theme(self.app.current_theme)
+        status = self.query_one("#doctor-status", Static)
+        table = self.query_one("#doctor-table", Static)
+        if self.error is not None:
+            status.update(Text(self.error, pal.text(Role.CRITICAL)))
+            return
+        report = self.report
+        if report is None:
+            return
+        head = Text(f"python {report.python}: ", Style(bold=True))
+        statuses = {c.status for c in report.checks}
+        worst = next((s for s in ("problem", "warning") if s in statuses), "ok")
+        head.append(summary(report.checks), status_style(pal, worst))
+        status.update(head)
+        table.update(checks_table(report.checks, pal))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "rerun" and self.running:
+            return None  # greyed out while the checks run
+        return True
+
+    def action_rerun(self) -> None:
+        if not self.running:
+            self.run_checks()
+
+    def action_close(self) -> None:
+        self.dismiss()

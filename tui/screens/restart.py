@@ -1,0 +1,364 @@
+"""The restart / stop / start dialog of a job: the plan to confirm, then the run's progress.
+
+Opened by ``ActionsMixin`` (``r`` / ``s`` / ``S``). First it reads the job on the target
+(``make_plan``) and shows exactly what will happen: state, last alert, an input per
+parameter (an edit re-renders the plan; a bad value shows its ParamError in place), the
+commands and PIDs. ``y`` or the Confirm button starts the run through ``start_run`` (the
+app's: one run per job, in the shared registry) and the dialog becomes the run's progress
+view; ``c`` cancels until the start step (after that the refusal says why), Esc closes
+the view and the run goes on (``r`` again shows it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from rich.console import Group, RenderableType
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+from gpumon.backends.config_workloads import JobConfig
+from gpumon.backends.job_params import ParamError, format_value
+from gpumon.backends.jobs import JobError
+from gpumon.backends.restart import (
+    Action,
+    ActionPlan,
+    JobTarget,
+    Outcome,
+    RestartRun,
+    Step,
+    make_plan,
+)
+from gpumon.backends.transport import TransportError
+
+from ..cells import Role
+from ..palette import Palette
+
+StartRun = Callable[[ActionPlan], RestartRun]
+LABEL_WIDTH = 14  # "  wait_free:  " : ActionPlan.lines() aligns its values here
+MARKS = {"done": "✓", "running": "▶", "failed": "✗", "cancelled": "■", "pending": "·"}
+ROLES = {
+    "done": Role.OK,
+    "running": Role.NORMAL,
+    "failed": Role.CRITICAL,
+    "cancelled": Role.WARNING,
+    "pending": Role.MUTED,
+}
+OUTCOME_ROLES = {
+    "ok": Role.OK,
+    "failed": Role.CRITICAL,
+    "cancelled": Role.WARNING,
+    "refused": Role.WARNING,
+}
+
+
+def step_states(
+    steps: Sequence[Step], history: Sequence[tuple[Step, str]], outcome: Outcome | None
+) -> list[tuple[Step, str, str]]:
+    """(step, state, its last message) for each step of a run, from its progress history.
+    States: pending, running, done, failed, cancelled."""
+    said: dict[Step, str] = {}
+    current: Step | None = None
+    for step, message in history:
+        if step is not Step.DONE:
+            said[step], current = message, step
+    if outcome is not None and outcome.status != "ok":
+        # The failing step may have failed before it said anything: its name leads the
+        # outcome's message ("start: ...").
+        head = outcome.message.split(":", 1)[0]
+        current = next((s for s in steps if s.value == head), current)
+    out = []
+    reached = True
+    for step in steps:
+        if step is current:
+            if outcome is None:
+                state = "running"
+            elif outcome.status == "ok":
+                state = "done"
+            else:
+                state = "failed" if outcome.status == "failed" else "cancelled"
+            reached = False
+        elif reached and current is not None:
+            state = "done"
+        else:
+            state = "done" if outcome is not None and outcome.ok else "pending"
+        out.append((step, state, said.get(step, "")))
+    return out
+
+
+def plan_view(lines: Sequence[str], pal: Palette) -> Group:
+    """``ActionPlan.lines()`` as a two-column grid: the label, then its text wrapped under
+    itself; the refusal in the critical colour, the last alert in the warning colour."""
+    grid = Table.grid(expand=True)
+    grid.add_column(no_wrap=True, width=LABEL_WIDTH)
+    grid.add_column(ratio=1, overflow="fold")
+    for line in lines[1:]:
+        label, value = line[:LABEL_WIDTH], line[LABEL_WIDTH:]
+        style = Style.null()
+        if label.strip() == "REFUSED:":
+            style = pal.text(Role.CRITICAL)
+        elif label.strip() == "last alert:":
+            style = pal.text(Role.WARNING)
+        grid.add_row(Text(label, pal.text(Role.MUTED)), Text(value, style))
+    return Group(Text(lines[0] if lines else "", Style(bold=True)), grid)
+
+
+class RestartScreen(ModalScreen[None]):
+    """Confirm a job action, then follow its run. ``run`` given: the progress view of a
+    run already going (a second ``r``)."""
+
+    DEFAULT_CSS = """
+    RestartScreen { align: center middle; }
+    #restart-box {
+        width: 96%; max-width: 130; height: auto; max-height: 96%;
+        border: round $primary; background: $surface; padding: 0 1;
+    }
+    #restart-body { height: auto; max-height: 80vh; }
+    #restart-box.-running #restart-body { max-height: 35vh; }
+    #restart-result { height: auto; max-height: 30vh; display: none; }
+    .param-row { height: auto; }
+    .param-row Label { width: 22; padding: 1 1 0 0; }
+    .param-row Input { width: 1fr; }
+    #restart-error { color: $error; height: auto; }
+    #restart-error, #restart-steps, #restart-outcome { display: none; }
+    #restart-buttons { height: auto; align-horizontal: right; }
+    #restart-buttons Button { margin-left: 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "confirm", "Confirm"),
+        Binding("c", "cancel_run", "Cancel run"),
+        Binding("n,escape", "close", "Close", key_display="Esc"),
+    ]
+
+    def __init__(
+        self,
+        target: JobTarget,
+        job: JobConfig,
+        action: Action,
+        *,
+        start_run: StartRun,
+        state: str | None = None,
+        last_alert: str | None = None,
+        run: RestartRun | None = None,
+    ) -> None:
+        super().__init__(id="restart")
+        self.target, self.job, self.action = target, job, action
+        self.start_run = start_run
+        self.state, self.last_alert = state, last_alert
+        self.run: RestartRun | None = run
+        self.plan: ActionPlan | None = None  # the plan on show (with the edited params)
+        self._base_plan: ActionPlan | None = None
+        self.problem: str | None = None  # why the plan cannot be confirmed as edited
+        self.cancel_note: str | None = None
+
+    # --- layout -------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        box = Vertical(id="restart-box")
+        what = self.run.plan.action if self.run else self.action
+        box.border_title = f"{what.capitalize()} {self.job.name} on {self.target.host.name}"
+        with box:
+            with VerticalScroll(id="restart-body"):
+                yield Static(self._waiting_text(), id="restart-plan")
+                for name, default in self.job.params.items():
+                    with Horizontal(classes="param-row"):
+                        yield Label(name)
+                        yield Input(format_value(default), id=f"param-{name}", name=name)
+                yield Static("", id="restart-error")
+            yield Static("", id="restart-steps")
+            with VerticalScroll(id="restart-result"):
+                yield Static("", id="restart-outcome")
+            with Horizontal(id="restart-buttons"):
+                yield Button(
+                    f"{self.action.capitalize()} (y)",
+                    id="confirm",
+                    variant="primary" if self.action == "start" else "error",
+                    compact=True,
+                )
+                yield Button("Cancel run (c)", id="cancel-run", variant="warning", compact=True)
+                yield Button("Close (Esc)", id="close", compact=True)
+
+    def on_mount(self) -> None:
+        if self.run is not None:
+            self._follow(self.run)
+        else:
+            self.query_one("#confirm", Button).disabled = True
+            self.query_one("#cancel-run").display = False
+            self.load_plan()
+
+    def _waiting_text(self) -> str:
+        return f"reading the state of {self.job.name} on {self.target.host.name} ..."
+
+    @property
+    def palette(self) -> Palette:
+        return Palette.from_theme(self.app.current_theme)
+
+    def _show(self, part: str, content: RenderableType, *, visible: bool | None = None) -> None:
+        """Update ``#restart-PART``; an empty one takes no room."""
+        static = self.query_one(f"#restart-{part}", Static)
+        static.update(content)
+        static.display = bool(content) if visible is None else visible
+
+    # --- the plan -----------------------------------------------------------------------
+    @work(exclusive=True, group="plan")
+    async def load_plan(self) -> None:
+        try:
+            plan = await make_plan(
+                self.target,
+                self.job.name,
+                self.action,
+                state=self.state,
+                last_alert=self.last_alert,
+            )
+        except (JobError, ParamError, TransportError, OSError) as e:
+            self._show_problem(f"cannot plan the {self.action}: {e}")
+            self.query_one("#restart-plan", Static).update(
+                f"{self.action.capitalize()} {self.job.name} on {self.target.host.name}"
+            )
+            return
+        self._base_plan = plan
+        self._apply_params()
+        if not self.job.params:
+            self.query_one("#confirm", Button).focus()
+
+    def _param_values(self) -> dict[str, str]:
+        return {str(i.name): i.value for i in self.query(Input) if i.name}
+
+    def _apply_params(self) -> None:
+        if self._base_plan is None:
+            return
+        try:
+            self.plan = self._base_plan.with_params(self._param_values())
+        except ParamError as e:
+            self._show_problem(str(e))
+            return
+        self.problem = self.plan.refusal
+        self._show("error", "")
+        self._render_plan(self.plan)
+
+    def _show_problem(self, text: str) -> None:
+        self.problem = text
+        self._show("error", text)
+        self._sync_buttons()
+
+    def _render_plan(self, plan: ActionPlan) -> None:
+        self.query_one("#restart-plan", Static).update(plan_view(plan.lines(), self.palette))
+        self._sync_buttons()
+
+    @on(Input.Changed)
+    def _param_edited(self, event: Input.Changed) -> None:
+        event.stop()
+        if self.run is None:
+            self._apply_params()
+
+    @on(Input.Submitted)
+    def _param_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.query_one("#confirm", Button).focus()
+
+    # --- confirm / cancel / close -------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "confirm":
+            if self.run is not None:
+                return False
+            return True if self.can_confirm else None
+        if action == "cancel_run":
+            return self.run is not None and self.run.outcome is None
+        return True
+
+    @property
+    def can_confirm(self) -> bool:
+        return self.run is None and self.plan is not None and self.problem is None
+
+    def _sync_buttons(self) -> None:
+        confirm = self.query_one("#confirm", Button)
+        confirm.disabled = not self.can_confirm
+        confirm.display = self.run is None
+        running = self.run is not None and self.run.outcome is None
+        self.query_one("#cancel-run").display = running
+        self.refresh_bindings()
+
+    @on(Button.Pressed, "#confirm")
+    def action_confirm(self) -> None:
+        if not self.can_confirm or self.plan is None:
+            return
+        run = self.start_run(self.plan)
+        for row in self.query(".param-row"):
+            row.display = False
+        self._follow(run)
+        self.query_one("#cancel-run", Button).focus()
+
+    @on(Button.Pressed, "#cancel-run")
+    def action_cancel_run(self) -> None:
+        if self.run is None or self.run.outcome is not None:
+            return
+        result = self.run.cancel()
+        self.cancel_note = None if result.cancelled else f"cannot cancel: {result.message}"
+        if not result.cancelled:
+            self.notify(result.message, title="Not cancelled", severity="warning")
+        self._render_progress()
+
+    @on(Button.Pressed, "#close")
+    def action_close(self) -> None:
+        run = self.run
+        if run is None and self.plan is not None and self.plan.refusal:
+            # What the user tried was refused: the audit log says so (as the CLI does).
+            self.app.run_worker(RestartRun(self.plan, self.target).wait(), group="audit")
+        elif run is not None and run.outcome is None:
+            self.notify(
+                f"{run.plan.job.name}: {run.plan.action} goes on; press r to follow it",
+                timeout=4,
+            )
+        self.dismiss()
+
+    # --- progress -----------------------------------------------------------------------
+    def _follow(self, run: RestartRun) -> None:
+        self.run = run
+        self.query_one("#restart-box").add_class("-running")
+        self._show("error", "")
+        self._render_plan(run.plan)
+        run.add_listener(self._on_progress)
+        self._render_progress()
+
+    def _on_progress(self, step: Step, message: str) -> None:
+        if self.is_attached:  # the listener outlives a closed view
+            self._render_progress()
+
+    def _render_progress(self) -> None:
+        run = self.run
+        if run is None:
+            return
+        pal = self.palette
+        grid = Table.grid(expand=True)
+        grid.add_column(no_wrap=True, width=LABEL_WIDTH)
+        grid.add_column(ratio=1, overflow="fold")
+        for step, state, message in step_states(run.plan.steps, run.history, run.outcome):
+            style = pal.text(ROLES[state]) if state != "done" else Style(color=pal.ok)
+            grid.add_row(Text(f" {MARKS[state]} {step.value}", style), Text(message))
+        note = self.cancel_note if run.outcome is None else None
+        parts = [grid, Text(note, pal.text(Role.WARNING))] if note else [grid]
+        self._show("steps", Group(*parts), visible=True)
+        done = run.outcome is not None
+        self._show("outcome", self._outcome_text(run.outcome, pal), visible=done)
+        self.query_one("#restart-result").display = done
+        self._sync_buttons()
+
+    @staticmethod
+    def _outcome_text(outcome: Outcome | None, pal: Palette) -> Text:
+        if outcome is None:
+            return Text()
+        role = OUTCOME_ROLES[outcome.status]
+        colour = Style(color=pal.colour(role), bold=True)
+        text = Text(f"{outcome.status.upper()}: ", colour)
+        text.append(f"{outcome.message} ({outcome.duration_s:.1f} s)")
+        if outcome.detail:
+            text.append("\nlast lines:\n", pal.text(Role.MUTED))
+            text.append(outcome.detail.rstrip())
+        return text

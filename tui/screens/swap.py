@@ -1,0 +1,290 @@
+"""The torch swap dialog: choose a CUDA variant (and a version), see the plan, run it.
+
+The plan (``plan_swap``, which probes the host and changes nothing) is made again whenever
+the variant, version or Force changes. It shows the exact commands, the companions that
+move with torch, who uses the venv and every refusal; Force is offered only when a refusal
+can be overridden, and a refused plan cannot be confirmed. Confirm runs ``execute_swap``:
+the install's output streams into the log, step states above it, the outcome (and its
+verification) in place at the end. Closing without running audits the plan as refused or
+declined (``record_refusal``). The dialog cannot be closed while the swap runs.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.console import Group
+from rich.padding import Padding
+from rich.style import Style
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.notifications import SeverityLevel
+from textual.screen import ModalScreen
+from textual.timer import Timer
+from textual.widgets import Button, Checkbox, Input, Label, Log, Select, Static
+
+from gpumon.backends.config import HostConfig
+from gpumon.backends.doctor import ProbeError
+from gpumon.backends.torch_swap import SwapPlan, plan_swap
+from gpumon.backends.torch_swap_run import SwapEvent, SwapOutcome, execute_swap, record_refusal
+from gpumon.backends.torch_variants import VARIANT_NAMES
+from gpumon.backends.transport import Transport, TransportError
+
+from ..cells import Role
+from ..palette import Palette
+from .doctor import checks_table
+
+DEFAULT_VARIANT = "cu130"
+REPLAN_DELAY_S = 0.8  # after the last keystroke in the version field
+STEP_MARKS = {"running": "▶", "ok": "✓", "failed": "✗"}
+STEP_ROLES = {"running": Role.NORMAL, "ok": Role.OK, "failed": Role.CRITICAL}
+RESULT_ROLES = {
+    "swapped": Role.OK,
+    "unchanged": Role.WARNING,
+    "rolled-back": Role.WARNING,
+    "refused": Role.WARNING,
+    "rollback-failed": Role.CRITICAL,
+}
+
+
+def plan_text(plan: SwapPlan, pal: Palette) -> Group:
+    """``plan.describe()`` with refusals and warnings in their severity colours, and
+    wrapped lines indented under their own start."""
+    lines = []
+    for line in plan.describe().splitlines():
+        body = line.strip()
+        style = Style.null()
+        if body.startswith("refused:"):
+            style = pal.text(Role.CRITICAL)
+        elif body.startswith(("warning:", "--force overrides:")):
+            style = pal.text(Role.WARNING)
+            body = body.replace("--force overrides:", "Force overrides:")
+        elif body.startswith("nothing to do"):
+            style = pal.text(Role.OK)
+        indent = len(line) - len(line.lstrip())
+        lines.append(Padding(Text(body, style), (0, 0, 0, indent)))
+    return Group(*lines)
+
+
+class SwapScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    SwapScreen { align: center middle; }
+    #swap-box {
+        width: 100%; height: 100%;
+        border: round $primary; background: $surface; padding: 0 1;
+    }
+    #swap-form { height: auto; }
+    #swap-form Label { padding: 0 1 0 0; }
+    #swap-variant { width: 12; margin-right: 2; }
+    #swap-version { width: 16; margin-right: 2; }
+    #swap-plan-box { height: 1fr; min-height: 5; }
+    #swap-steps, #swap-outcome { height: auto; display: none; }
+    #swap-log { height: 1fr; min-height: 4; border: round $panel; display: none; }
+    #swap-buttons { height: auto; align-horizontal: right; }
+    #swap-buttons Button { margin-left: 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "confirm", "Swap"),
+        Binding("escape", "close", "Close"),
+    ]
+
+    def __init__(self, host: HostConfig, transport: Transport, *, read_only: bool = False) -> None:
+        super().__init__(id="swap")
+        self.host, self.transport, self.read_only = host, transport, read_only
+        self.plan: SwapPlan | None = None
+        self.planning = False
+        self.running = False
+        self.outcome: SwapOutcome | None = None
+        self.error: str | None = None
+        self.steps: dict[str, tuple[str, str]] = {}  # step key -> (state, text)
+        self._replan_timer: Timer | None = None
+        self._plan_request = 0
+
+    def compose(self) -> ComposeResult:
+        box = Vertical(id="swap-box")
+        box.border_title = f"torch swap on {self.host.name}"
+        with box:
+            with Horizontal(id="swap-form"):
+                yield Label("variant")
+                yield Select(
+                    [(v, v) for v in VARIANT_NAMES],
+                    value=DEFAULT_VARIANT,
+                    allow_blank=False,
+                    id="swap-variant",
+                    compact=True,
+                )
+                yield Label("version")
+                yield Input(placeholder="installed", id="swap-version", compact=True)
+                yield Checkbox("Force", id="swap-force", disabled=True, compact=True)
+            with VerticalScroll(id="swap-plan-box"):
+                yield Static(id="swap-plan")
+            yield Static(id="swap-steps")
+            yield Log(id="swap-log", max_lines=2000)
+            yield Static(id="swap-outcome")
+            with Horizontal(id="swap-buttons"):
+                yield Button("Swap (y)", id="confirm", variant="error", disabled=True, compact=True)
+                yield Button("Close (Esc)", id="close", compact=True)
+
+    def on_mount(self) -> None:
+        self.make_plan()
+
+    @property
+    def palette(self) -> Palette:
+        return Palette.from_theme(self.app.current_theme)
+
+    @property
+    def variant(self) -> str:
+        value = self.query_one("#swap-variant", Select).value
+        return value if isinstance(value, str) else DEFAULT_VARIANT
+
+    # --- the plan -----------------------------------------------------------------------
+    @work(exclusive=True, group="plan")
+    async def make_plan(self) -> None:
+        if self.running or self.outcome is not None:
+            return
+        # A new choice: the plan on show no longer applies and cannot be confirmed.
+        self._plan_request += 1
+        request = self._plan_request
+        self.plan, self.planning, self.error = None, True, None
+        self._sync()
+        version = self.query_one("#swap-version", Input).value.strip() or None
+        force = self.query_one("#swap-force", Checkbox).value
+        self.query_one("#swap-plan", Static).update(
+            Text(f"probing {self.host.name} for a plan to {self.variant} ...", Style(italic=True))
+        )
+        try:
+            plan = await plan_swap(
+                self.transport,
+                self.host,
+                self.variant,
+                version=version,
+                force=force,
+                read_only=self.read_only,
+            )
+        except (TransportError, ProbeError, OSError) as e:
+            self.plan, self.error = None, f"cannot plan the swap: {e}"
+            self.query_one("#swap-plan", Static).update(
+                Text(self.error, self.palette.text(Role.CRITICAL))
+            )
+        else:
+            self.plan = plan
+            self.query_one("#swap-plan", Static).update(plan_text(plan, self.palette))
+        finally:
+            if request == self._plan_request:  # not replaced by a newer request meanwhile
+                self.planning = False
+        self._sync()
+
+    def _sync(self) -> None:
+        """Buttons and Force follow the plan and the run."""
+        plan = self.plan
+        force = self.query_one("#swap-force", Checkbox)
+        overridable = plan is not None and (
+            any(r.overridable for r in plan.refusals) or bool(plan.forced)
+        )
+        force.disabled = self.running or self.outcome is not None or not overridable
+        self.query_one("#confirm", Button).disabled = not self.can_confirm
+        for widget in (self.query_one("#swap-variant"), self.query_one("#swap-version")):
+            widget.disabled = self.running or self.outcome is not None
+        self.refresh_bindings()
+
+    @property
+    def can_confirm(self) -> bool:
+        plan = self.plan
+        busy = self.planning or self.running or self.outcome is not None
+        return plan is not None and plan.ok and not busy
+
+    @on(Select.Changed, "#swap-variant")
+    @on(Checkbox.Changed, "#swap-force")
+    @on(Input.Submitted, "#swap-version")
+    def _replan_now(self) -> None:
+        if self._replan_timer is not None:
+            self._replan_timer.stop()
+        self.make_plan()
+
+    @on(Input.Changed, "#swap-version")
+    def _replan_soon(self) -> None:
+        if self._replan_timer is not None:
+            self._replan_timer.stop()
+        self._replan_timer = self.set_timer(REPLAN_DELAY_S, self.make_plan)
+
+    # --- run ----------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "confirm":
+            if self.running or self.outcome is not None:
+                return False
+            return True if self.can_confirm else None
+        return True
+
+    @on(Button.Pressed, "#confirm")
+    def action_confirm(self) -> None:
+        if self.can_confirm and self.plan is not None:
+            self.run_swap(self.plan)
+
+    @work(exclusive=True, group="swap")
+    async def run_swap(self, plan: SwapPlan) -> None:
+        self.running = True
+        self._sync()
+        self.query_one("#swap-log", Log).display = True
+        try:
+            self.outcome = await execute_swap(plan, self.transport, self.host, on_event=self._event)
+        finally:
+            self.running = False
+        self._show_outcome(self.outcome)
+        self._sync()
+
+    def _event(self, event: SwapEvent) -> None:
+        """Called on the event loop by execute_swap: update the widgets, nothing more."""
+        if event.kind == "line":
+            self.query_one("#swap-log", Log).write_line(event.text)
+            return
+        self.steps[event.step] = (event.state or "running", event.text)
+        pal = self.palette
+        text = Text()
+        for key, (state, what) in self.steps.items():
+            text.append(
+                f" {STEP_MARKS.get(state, '·')} {key:<16}", pal.text(STEP_ROLES.get(state, Role.NA))
+            )
+            text.append(f" {what}\n")
+        steps = self.query_one("#swap-steps", Static)
+        steps.update(text)
+        steps.display = True
+
+    def _show_outcome(self, outcome: SwapOutcome) -> None:
+        pal = self.palette
+        role = RESULT_ROLES.get(outcome.result, Role.WARNING)
+        text = Text(f"{outcome.result.upper()}: ", Style(color=pal.colour(role), bold=True))
+        text.append(f"{outcome.message} ({outcome.duration_s:.1f} s)")
+        if outcome.audit_error:
+            text.append(f"\naudit log not written: {outcome.audit_error}", pal.text(Role.CRITICAL))
+        shown = self.query_one("#swap-outcome", Static)
+        shown.update(text)
+        shown.display = True
+        if outcome.verification:
+            self.query_one("#swap-plan", Static).update(checks_table(outcome.verification, pal))
+        severity: SeverityLevel = "information" if outcome.result == "swapped" else "error"
+        self.notify(outcome.message, title=f"torch swap on {self.host.name}", severity=severity)
+
+    def action_close(self) -> None:
+        if self.running:
+            self.notify(
+                "the swap is running: it cannot be stopped halfway; it rolls back by itself "
+                "if a step fails",
+                title="Swap running",
+                severity="warning",
+            )
+            return
+        plan = self.plan
+        if self.outcome is None and plan is not None and not plan.noop:
+            detail = None if plan.refusals else "not confirmed: declined"
+            try:
+                record_refusal(plan, detail)
+            except OSError as e:
+                self.app.notify(f"audit log not written: {e}", severity="error")
+        self.dismiss()
+
+    @on(Button.Pressed, "#close")
+    def _close_pressed(self) -> None:
+        self.action_close()

@@ -1,0 +1,81 @@
+"""The alert strip: one line above the footer with the alert that matters most now.
+
+It shows the newest unacknowledged critical alert (else the newest unacknowledged
+warning): severity, time, host, GPU, job and the message on one line, and how many more
+there are. With nothing unacknowledged it is hidden, not an empty line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+from textual.widget import Widget
+
+from gpumon.backends.alert_store import Alert
+from gpumon.backends.model import Health
+
+from ..alert_cells import SEVERITY_GLYPH, alert_message, alert_where, clock_time
+from ..cells import Role, health_role
+from ..palette import Palette
+
+
+@dataclass(frozen=True, slots=True)
+class StripView:
+    alert: Alert
+    more: int  # other unacknowledged alerts
+    palette: Palette
+
+
+def render_strip(view: StripView, width: int) -> Text:
+    """The strip's line (pure: tests read it)."""
+    a, pal = view.alert, view.palette
+    role = health_role(a.severity)
+    label = "CRITICAL" if a.severity is Health.CRITICAL else "WARNING"
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(f" {SEVERITY_GLYPH.get(a.severity, '!')} {label} ", pal.badge(role))
+    line.append(f" {clock_time(a.time)} ", pal.text(Role.MUTED))
+    line.append(alert_where(a), Style(bold=True))
+    line.append("  ")
+    tail = Text(f"  +{view.more} more, a: list" if view.more else "  a: list", pal.text(Role.MUTED))
+    room = max(width - line.cell_len - tail.cell_len, 0)
+    message = Text(alert_message(a), pal.text(role))
+    message.truncate(room, overflow="ellipsis")
+    line.append_text(message)
+    if line.cell_len + tail.cell_len <= width:
+        line.append_text(tail)
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
+class AlertStrip(Widget):
+    """``show(view)`` updates the strip; ``show(None)`` hides it."""
+
+    DEFAULT_CSS = """
+    AlertStrip { height: 1; width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view: StripView | None = None
+        self.display = False
+
+    def show(self, view: StripView | None) -> bool:
+        """Draw ``view``; returns whether anything changed."""
+        if view == self.view:
+            return False
+        self.view = view
+        self.display = view is not None
+        self.refresh()
+        return True
+
+    @property
+    def plain(self) -> str:
+        """The strip as plain text at its current width ("" while hidden)."""
+        return self.render().plain
+
+    def render(self) -> Text:
+        if self.view is None:
+            return Text()
+        return render_strip(self.view, self.size.width or self.app.size.width)

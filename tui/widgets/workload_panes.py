@@ -1,0 +1,230 @@
+"""The SGLang pane and the jobs pane: a title line with column titles, then one line per
+server or job, with a sparkline in what the columns leave.
+
+Both are one widget each that draws a ``PaneView`` (plain data, compared for equality),
+so a refresh without news costs a comparison. Columns have a priority: in a narrow
+terminal the least important go first, and the sparkline takes what is left (from
+``MIN_SPARK`` cells; below that it goes too). A pane with no rows is hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+from textual.events import Click
+from textual.message import Message
+from textual.widget import Widget
+
+from ..cells import Cell, Role
+from ..palette import Palette
+from .sparkline import spark_rows
+
+MIN_SPARK = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column: its key in a row's cells, title, width bounds and priority (the lowest
+    goes first when space is short)."""
+
+    key: str
+    title: str
+    min_width: int
+    max_width: int
+    priority: int
+    left: bool = False
+
+
+SGLANG_COLUMNS: tuple[Column, ...] = (
+    Column("name", "", 6, 6, 100, left=True),
+    Column("state", "", 4, 4, 99, left=True),
+    Column("model", "model", 8, 20, 10, left=True),
+    Column("tok/s", "tok/s", 5, 6, 90),
+    Column("run", "run", 3, 5, 80),
+    Column("queue", "queue", 5, 5, 79),
+    Column("KV", "KV", 4, 4, 70),
+    Column("hit", "hit", 4, 4, 60),
+    Column("TTFT", "TTFT p50/95", 11, 11, 50),
+    Column("ITL", "ITL", 5, 6, 40),
+)
+
+JOB_COLUMNS: tuple[Column, ...] = (
+    Column("name", "", 4, 14, 100, left=True),
+    Column("state", "state", 7, 26, 99, left=True),
+    Column("GPUs", "GPUs", 4, 9, 45, left=True),
+    Column("progress", "step", 4, 11, 90),
+    Column("rate", "rate", 6, 13, 80),
+    Column("loss", "loss", 4, 7, 60),
+    Column("ETA", "ETA", 3, 6, 85),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PaneRow:
+    """One line: cells by column key, a sparkline (oldest first) and its top value.
+    ``error`` replaces the cells after ``state`` (a server that is down says why)."""
+
+    key: str
+    cells: tuple[tuple[str, Cell], ...]
+    spark: tuple[float | None, ...] = ()
+    spark_max: float = 0.0
+    error: Cell | None = None
+    bold: bool = False
+
+    def cell(self, key: str) -> Cell | None:
+        return next((c for k, c in self.cells if k == key), None)
+
+
+@dataclass(frozen=True, slots=True)
+class PaneView:
+    label: str  # in the first column of the title line: "SGLang", "jobs"
+    spark_title: str  # "tok/s history · Qwen3-8B"
+    rows: tuple[PaneRow, ...]
+    palette: Palette
+    cursor: int | None = None  # row index under the cursor
+    stale: bool = False  # the host's data is stale: every number is dimmed
+    # (column key, text): added to the sparkline's title when that column is left out
+    notes: tuple[tuple[str, str], ...] = ()
+
+
+def fit_columns(
+    columns: Sequence[Column], rows: Sequence[PaneRow], width: int
+) -> tuple[list[tuple[Column, int]], int]:
+    """The columns that fit ``width`` with their widths, and the sparkline's width (0 when
+    fewer than ``MIN_SPARK`` cells are left). A column is as wide as its widest cell,
+    within its bounds; when space is short the lowest priority goes first."""
+    sized = []
+    for col in columns:
+        longest = max((len(c.text) for r in rows if (c := r.cell(col.key))), default=0)
+        sized.append((col, min(max(longest, len(col.title), col.min_width), col.max_width)))
+
+    def used(cols: list[tuple[Column, int]]) -> int:
+        return sum(w + 1 for _, w in cols)
+
+    kept = list(sized)
+    while len(kept) > 2 and used(kept) + MIN_SPARK > width:
+        kept.remove(min(kept[2:], key=lambda cw: cw[0].priority))
+    spark = width - used(kept)
+    return kept, spark if spark >= MIN_SPARK else 0
+
+
+def render_pane(view: PaneView, columns: Sequence[Column], width: int) -> Text:
+    """The pane's lines as one Text (pure: for tests and the bench too)."""
+    pal = view.palette
+    kept, spark_w = fit_columns(columns, view.rows, width)
+    lines = [_title_line(view, kept, spark_w, Style(color=pal.na, bold=True))]
+    cursor_style = pal.cursor_style
+    for n, row in enumerate(view.rows):
+        line = _row_line(row, kept, spark_w, view, pal)
+        if n == view.cursor:
+            line.stylize(cursor_style)
+        lines.append(line)
+    return Text("\n").join(lines)
+
+
+def _title_line(view: PaneView, kept: list[tuple[Column, int]], spark_w: int, style: Style) -> Text:
+    pal = view.palette
+    title = Text(no_wrap=True)
+    # the label spans the first two columns (they have no titles of their own)
+    label_w = kept[0][1] + 1 + kept[1][1]
+    title.append(_fit(view.label, label_w, True), Style(bold=True, color=pal.accent))
+    for col, w in kept[2:]:
+        title.append(" ")
+        title.append(_fit(col.title, w, col.left), style)
+    if spark_w:
+        shown = {col.key for col, _ in kept}
+        text = view.spark_title + "".join(n for key, n in view.notes if key not in shown)
+        title.append(" ")
+        title.append(_fit(text, spark_w, True).rstrip(), style)
+    return title
+
+
+def _row_line(
+    row: PaneRow, kept: list[tuple[Column, int]], spark_w: int, view: PaneView, pal: Palette
+) -> Text:
+    line = Text(no_wrap=True)
+    bold = Style(bold=True) if row.bold else Style.null()
+    for i, (col, w) in enumerate(kept):
+        if i:
+            line.append(" ")
+        if row.error is not None and i == 2:
+            rest = sum(cw + 1 for _, cw in kept[2:]) - 1
+            line.append(_fit(row.error.text, rest, True), pal.text(row.error.role))
+            break
+        cell = row.cell(col.key) or Cell("")
+        style = pal.text(cell.role, stale=view.stale)
+        line.append(_fit(cell.text, w, col.left), style + bold)
+    if spark_w:
+        line.append(" ")
+        shown = row.spark[-spark_w:]
+        values: list[float | None] = [None] * (spark_w - len(shown))
+        values += shown
+        fill = pal.fill(Role.NA if view.stale else Role.NORMAL)
+        line.append_text(spark_rows(values, 0.0, row.spark_max, 1, [fill] * spark_w)[0])
+    return line
+
+
+def _fit(text: str, width: int, left: bool) -> str:
+    if len(text) > width:
+        text = text[: max(width - 1, 0)] + "…" if width > 0 else ""
+    return text.ljust(width) if left else text.rjust(width)
+
+
+class WorkloadPane(Widget):
+    """A pane of ``COLUMNS``; ``show(view)`` updates it, ``None`` (no rows) hides it."""
+
+    COLUMNS: tuple[Column, ...] = ()
+
+    class RowSelected(Message):
+        """A row was clicked."""
+
+        def __init__(self, pane: WorkloadPane, index: int) -> None:
+            super().__init__()
+            self.pane = pane
+            self.index = index
+
+    DEFAULT_CSS = """
+    WorkloadPane { height: auto; width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view: PaneView | None = None
+        self.display = False
+
+    def show(self, view: PaneView | None) -> bool:
+        """Draw ``view``; returns whether anything changed."""
+        if view == self.view:
+            return False
+        self.view = view
+        visible = view is not None and bool(view.rows)
+        self.display = visible
+        if view is not None:
+            self.styles.height = len(view.rows) + 1
+        self.refresh()
+        return True
+
+    @property
+    def plain(self) -> str:
+        """The pane as plain text at its current width (tests read this)."""
+        return self.render().plain
+
+    def render(self) -> Text:
+        if self.view is None or not self.view.rows:
+            return Text()
+        return render_pane(self.view, self.COLUMNS, self.size.width or self.app.size.width)
+
+    def on_click(self, event: Click) -> None:
+        if self.view is not None and 1 <= event.y <= len(self.view.rows):
+            self.post_message(self.RowSelected(self, event.y - 1))
+
+
+class SglangPane(WorkloadPane):
+    COLUMNS = SGLANG_COLUMNS
+
+
+class JobsPane(WorkloadPane):
+    COLUMNS = JOB_COLUMNS
