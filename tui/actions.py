@@ -51,8 +51,15 @@ UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
 class ActionsMixin(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "restart_job", "Restart", tooltip="Restart the job under the cursor"),
-        Binding("s", "stop_job", "Stop", tooltip="Stop the job under the cursor"),
-        Binding("S", "start_job", "Start", tooltip="Start the (stopped) job under the cursor"),
+        # s / S stay out of the footer so it fits 80 columns (help and palette list them).
+        Binding("s", "stop_job", "Stop", tooltip="Stop the job under the cursor", show=False),
+        Binding(
+            "S",
+            "start_job",
+            "Start",
+            tooltip="Start the (stopped) job under the cursor",
+            show=False,
+        ),
         Binding("d", "doctor", "Doctor", tooltip="Torch / CUDA checks of the host (read-only)"),
         Binding("w", "swap_torch", "Torch", tooltip="Swap the host's torch CUDA variant"),
     ]

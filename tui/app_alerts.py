@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
     from .palette import Palette
 
-CRITICAL_TIMEOUT_S = 20.0
-WARNING_TIMEOUT_S = 8.0
-NOTICE_CHARS = 110  # a toast is 1/2 of the screen wide: about 3 lines at 80 columns
+CRITICAL_TIMEOUT_S = 10.0  # the strip keeps showing it after the toast is gone
+WARNING_TIMEOUT_S = 6.0
+NOTICE_CHARS = 80  # a toast is 1/2 of the screen wide: about 2 lines at 80 columns
 
 
 class AlertsMixin(App[int]):
@@ -45,12 +45,14 @@ class AlertsMixin(App[int]):
 
     strip: AlertStrip
     _early_alerts: list[Alert]
+    _pending_notices: list[Alert]
 
     def listen_to_alerts(self) -> None:
         """Listen to every host's alerts and flight recorder (call once, before starting
         the monitors)."""
         self.strip = AlertStrip(id="alert-strip")
         self._early_alerts = []
+        self._pending_notices = []
         for m in self.monitors:
             m.alerts.add_listener(self._on_alert)
             m.recorder.on_written = partial(self._on_recording_written, m.recorder.on_written)
@@ -68,20 +70,38 @@ class AlertsMixin(App[int]):
         self.announce(alert)
 
     def announce(self, alert: Alert) -> None:
-        """A new (or escalated) alert: a notification, and the bell when it is critical."""
-        critical = alert.severity is Health.CRITICAL
-        text = f"{alert_where(alert)}: {alert_message(alert)}"
+        """A new (or escalated) alert: the bell when it is critical, and a notification.
+
+        Alerts that arrive together (an OOM brings its log line, the memory drop and the
+        crash at once) share one notification, so toasts never bury the GPU rows."""
+        if alert.severity is Health.CRITICAL:
+            self.ring_bell(alert)
+        if not self._pending_notices:
+            self.call_later(self._notify_pending)
+        self._pending_notices.append(alert)
+        self.call_later(self.refresh_dashboard)  # the strip, the header's count
+
+    def _notify_pending(self) -> None:
+        alerts, self._pending_notices = self._pending_notices, []
+        if not alerts:
+            return
+        worst = max(alerts, key=lambda a: a.severity.rank)
+        critical = worst.severity is Health.CRITICAL
+        text = f"{alert_where(worst)}: {alert_message(worst)}"
         if len(text) > NOTICE_CHARS:  # the strip and the history have all of it
             text = text[: NOTICE_CHARS - 1] + "…"
+        title = alert_title(worst)
+        if len(alerts) > 1:
+            title = f"{title} (+{len(alerts) - 1} more: a)"
+        # One alert toast at a time: a newer one replaces the last (the strip and the
+        # history screen keep every alert), so toasts never stack over the GPU rows.
+        self.clear_notifications()
         self.notify(
             text,
-            title=alert_title(alert),
+            title=title,
             severity="error" if critical else "warning",
             timeout=CRITICAL_TIMEOUT_S if critical else WARNING_TIMEOUT_S,
         )
-        if critical:
-            self.ring_bell(alert)
-        self.call_later(self.refresh_dashboard)  # the strip, the header's count
 
     def ring_bell(self, alert: Alert) -> None:
         """The terminal bell for a new critical ``alert``: the one place gpumon rings

@@ -4,6 +4,7 @@ acknowledgement, the SGLang pane, GPU owners and what the action keys get as sel
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -91,11 +92,13 @@ async def test_the_oom_rings_once_per_critical_alert_and_fills_the_strip(
         assert [a.key for a in rung] == [a.key for a in critical]  # once each, in order
         assert len(bells) == (len(critical) if bell else 0)
         errors = [(m, t) for m, t, sev in seen if sev == "error"]
-        assert len(errors) == len(critical)
-        assert any("CUDA out of memory" in t and "GPU 6" in m for m, t in errors)
-        warnings = [a for a in announced if a.severity is Health.WARNING]
-        assert len([1 for *_, sev in seen if sev == "warning"]) == len(warnings)
-        assert all(len(m) <= 110 for m, _ in errors)  # long log lines are cut in toasts
+        assert 1 <= len(errors) <= len(critical)  # alerts arriving together share a toast
+        assert all("GPU 6" in m for m, _ in errors)
+        toasts = [(t, sev) for _, t, sev in seen if sev in ("error", "warning")]
+        shown = sum(1 + int(re.search(r"\(\+(\d+) more", t)[1]) if "more" in t else 1
+                    for t, _ in toasts)  # fmt: skip
+        assert shown == len(announced)  # every alert is in exactly one toast
+        assert all(len(m) <= 80 for m, _ in errors)  # long log lines are cut in toasts
         header = section.header.plain
         active = len(monitor.alerts.active())
         assert f"{active} alert" in header
