@@ -18,6 +18,7 @@ is removed (the demo that started it is gone, even if it was killed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import random
@@ -39,7 +40,7 @@ from .scenario import (
     scenario_time,
     wall_time,
 )
-from .state import record_restart, with_state
+from .state import record_restart, record_stop, with_state
 
 TOTAL_STEPS = 5000
 STEP_AT_T0 = 650  # run 0 resumed from this checkpoint at scenario time 0
@@ -190,7 +191,17 @@ def main(argv: list[str] | None = None) -> int:
         if not settings.state_dir:
             parser.error("--restarted needs a state dir (GPUMON_SIM_DIR)")
         record_restart(settings.state_dir, scenario_time(settings, time.time()))
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # even if our parent ignored it
+    if settings.state_dir:
+        # A stop (SIGTERM from gpumon's stop step) is recorded, so the simulated GPUs
+        # release the drafter's memory as a real stop would; then it ends at once.
+        def stopped(signum: int, frame: object) -> None:
+            with contextlib.suppress(OSError):
+                record_stop(str(settings.state_dir), scenario_time(settings, time.time()))
+            os._exit(128 + signum)
+
+        signal.signal(signal.SIGTERM, stopped)
+    else:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # even if our parent ignored it
     try:
         return run_job(settings, args.log, args.name, restarted=args.restarted)
     except KeyboardInterrupt:

@@ -102,6 +102,7 @@ class SimSettings:
     state_dir: str | None = None
     fault: str | None = None
     restarts: tuple[float, ...] = ()
+    stops: tuple[float, ...] = ()  # the drafter was stopped (SIGTERM) at these times
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -266,13 +267,22 @@ class DrafterRun(NamedTuple):
 
 
 def drafter_run(settings: SimSettings, t: float) -> DrafterRun | None:
-    """The drafter run alive at scenario time ``t``, or None when it is dead (after OOM)."""
+    """The drafter run alive at scenario time ``t``, or None when it is dead (after the
+    OOM, or stopped and not started again)."""
     if settings.scenario != "training-oom":
         return None
     started = [r for r in sorted(settings.restarts) if r <= t]
-    if started:
+    stopped = max((s for s in settings.stops if s <= t), default=-math.inf)
+    if started and started[-1] >= stopped:
         return DrafterRun(len(started), started[-1])
+    if started or stopped > -math.inf:
+        return None
     return DrafterRun(0, -math.inf) if t < OOM_AT else None
+
+
+def drafter_died_at(settings: SimSettings, t: float) -> float:
+    """When the drafter's current dead spell began: its OOM, or the last stop before ``t``."""
+    return max((s for s in settings.stops if s <= t), default=OOM_AT)
 
 
 class _Load(NamedTuple):
@@ -344,10 +354,12 @@ def oom_gpu_memory(t: float) -> float:
     return _RAMP_FROM + (_RAMP_TO - _RAMP_FROM) * math.pow(x, _RAMP_POWER)
 
 
-def _drafter_gpu(index: int, rng: random.Random, t: float, run: DrafterRun | None) -> SimGpu:
+def _drafter_gpu(
+    index: int, rng: random.Random, t: float, run: DrafterRun | None, died_at: float
+) -> SimGpu:
     load = _DRAFTER_LOAD[index]
     if run is None:
-        return _idle(index, rng, t - OOM_AT, load)
+        return _idle(index, rng, t - died_at, load)
     if run.number == 0:
         if index == OOM_GPU:
             used = min(oom_gpu_memory(t) + rng.randint(-12, 12), MEMORY_USABLE_MIB - 60)
@@ -375,7 +387,7 @@ def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
             load = _TARGET_LOAD._replace(temperature=_clamp_range(_TARGET_TEMPERATURE[i]))
             gpus.append(_busy(i, rng, _TARGET_MEMORY[i] + rng.randint(-3, 3), load))
         else:
-            gpus.append(_drafter_gpu(i, rng, t, run))
+            gpus.append(_drafter_gpu(i, rng, t, run, drafter_died_at(settings, t)))
     return gpus
 
 

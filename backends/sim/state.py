@@ -1,6 +1,7 @@
 """Files in the simulator's state dir (``GPUMON_SIM_DIR``) that change a running simulation.
 
-``restarts.json`` holds ``{"restarts": [R, ...]}``: scenario times at which the drafter job
+``restarts.json`` holds ``{"restarts": [R, ...], "stops": [S, ...]}``: scenario times at
+which the drafter job was stopped (SIGTERM) or
 was restarted (``scenario.drafter_run``). The restart action appends to it with
 ``record_restart``; a looping simulated nvidia-smi picks the change up on its next round.
 """
@@ -18,39 +19,58 @@ from .scenario import SimSettings
 RESTARTS_FILE = "restarts.json"
 
 
-def read_restarts(state_dir: str | None) -> tuple[float, ...]:
-    """Restart times (scenario seconds, sorted) from ``state_dir/restarts.json``.
-
-    The file holds ``{"restarts": [75.0, ...]}`` (a bare list also works). A missing,
-    unreadable or malformed file means no restarts.
-    """
+def _read(state_dir: str | None) -> dict[str, tuple[float, ...]]:
+    """``{"restarts": (...), "stops": (...)}`` from ``state_dir/restarts.json``; a missing,
+    unreadable or malformed file (or key) means none. A bare list is the restarts."""
+    out: dict[str, tuple[float, ...]] = {"restarts": (), "stops": ()}
     if not state_dir:
-        return ()
+        return out
     try:
         data = json.loads(Path(state_dir, RESTARTS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return ()
-    items = data.get("restarts") if isinstance(data, dict) else data
-    if not isinstance(items, list):
-        return ()
-    numbers = [x for x in items if isinstance(x, int | float) and not isinstance(x, bool)]
-    return tuple(sorted(float(x) for x in numbers if math.isfinite(x)))
+        return out
+    if isinstance(data, list):
+        data = {"restarts": data}
+    if not isinstance(data, dict):
+        return out
+    for key in out:
+        items = data.get(key)
+        if isinstance(items, list):
+            numbers = [x for x in items if isinstance(x, int | float) and not isinstance(x, bool)]
+            out[key] = tuple(sorted(float(x) for x in numbers if math.isfinite(x)))
+    return out
 
 
-def write_restarts(state_dir: str, restarts: tuple[float, ...]) -> None:
+def read_restarts(state_dir: str | None) -> tuple[float, ...]:
+    """Restart times (scenario seconds, sorted) from ``state_dir/restarts.json``."""
+    return _read(state_dir)["restarts"]
+
+
+def read_stops(state_dir: str | None) -> tuple[float, ...]:
+    """Times (scenario seconds, sorted) at which the drafter was stopped."""
+    return _read(state_dir)["stops"]
+
+
+def write_restarts(
+    state_dir: str, restarts: tuple[float, ...], stops: tuple[float, ...] | None = None
+) -> None:
     """Replace ``state_dir/restarts.json`` atomically (a running simulator may read it)."""
+    stops = read_stops(state_dir) if stops is None else stops
     path = Path(state_dir, RESTARTS_FILE)
     tmp = path.with_name(f".{RESTARTS_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"restarts": sorted(restarts)}) + "\n", encoding="utf-8")
+    text = json.dumps({"restarts": sorted(restarts), "stops": sorted(stops)}) + "\n"
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
 def with_state(settings: SimSettings) -> SimSettings:
-    """``settings`` with ``restarts`` as recorded in its state dir (unchanged without one)."""
+    """``settings`` with ``restarts`` and ``stops`` as recorded in its state dir."""
     if not settings.state_dir:
         return settings
-    restarts = read_restarts(settings.state_dir)
-    return settings if restarts == settings.restarts else replace(settings, restarts=restarts)
+    state = _read(settings.state_dir)
+    if (state["restarts"], state["stops"]) == (settings.restarts, settings.stops):
+        return settings
+    return replace(settings, restarts=state["restarts"], stops=state["stops"])
 
 
 def record_restart(state_dir: str, at: float) -> tuple[float, ...]:
@@ -58,3 +78,9 @@ def record_restart(state_dir: str, at: float) -> tuple[float, ...]:
     restarts = tuple(sorted((*read_restarts(state_dir), at)))
     write_restarts(state_dir, restarts)
     return restarts
+
+
+def record_stop(state_dir: str, at: float) -> None:
+    """The drafter was stopped at scenario time ``at``: its GPUs release their memory."""
+    state = _read(state_dir)
+    write_restarts(state_dir, state["restarts"], (*state["stops"], at))

@@ -6,10 +6,12 @@ output goes through the real parsers, exactly as the agent would see it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -513,3 +515,42 @@ def test_format_size_follows_pytorch() -> None:
     assert job.format_size(90.0) == "90.00 MiB"
     assert job.format_size(1024.0) == "1024.00 MiB"
     assert job.format_size(2048.0) == "2.00 GiB"
+
+
+def test_a_stopped_drafter_releases_its_gpus_until_restarted(tmp_path: Path) -> None:
+    from gpumon.backends.sim.scenario import DRAFTER_GPUS, drafter_run
+    from gpumon.backends.sim.state import record_restart, record_stop, with_state
+
+    settings = SimSettings(state_dir=str(tmp_path))
+    record_stop(str(tmp_path), 30.0)
+    s = with_state(settings)
+    assert s.stops == (30.0,) and drafter_run(s, 29.0) is not None
+    assert drafter_run(s, 31.0) is None
+    used = [gpu_states(s, 35.0)[i].memory_used_mib for i in DRAFTER_GPUS]
+    assert all(u is not None and u < 10 for u in used)
+    assert not [p for p in compute_processes(s, 35.0) if p.gpu_index in DRAFTER_GPUS]
+    record_restart(str(tmp_path), 40.0)
+    s = with_state(settings)
+    run = drafter_run(s, 45.0)
+    assert run is not None and run.number == 1 and s.stops == (30.0,)  # both kept
+    assert gpu_states(s, 70.0)[OOM_GPU].memory_used_mib > 80_000  # refilled, no OOM
+
+
+def test_sigterm_to_the_job_records_a_stop(tmp_path: Path) -> None:
+    from gpumon.backends.connect import demo_settings
+    from gpumon.backends.sim.state import read_stops
+
+    settings = dataclasses.replace(demo_settings(demo_time=10), state_dir=str(tmp_path))
+    env = {**os.environ, **settings.to_env()}
+    log = tmp_path / "drafter.log"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "gpumon.backends.sim.job", "--log", str(log)], env=env
+    )
+    deadline = time.monotonic() + 10
+    while not (log.exists() and log.read_text()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(timeout=5) == 128 + signal.SIGTERM
+    (stop,) = read_stops(str(tmp_path))
+    assert 9.0 <= stop <= 20.0  # the scenario time of the stop
