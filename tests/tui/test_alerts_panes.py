@@ -95,8 +95,7 @@ async def test_the_oom_rings_once_per_critical_alert_and_fills_the_strip(
         assert 1 <= len(errors) <= len(critical)  # alerts arriving together share a toast
         assert all("GPU 6" in m for m, _ in errors)
         toasts = [(t, sev) for _, t, sev in seen if sev in ("error", "warning")]
-        shown = sum(1 + int(re.search(r"\(\+(\d+) more", t)[1]) if "more" in t else 1
-                    for t, _ in toasts)  # fmt: skip
+        shown = sum(_alerts_in_toast(t) for t, _ in toasts)
         assert shown == len(announced)  # every alert is in exactly one toast
         assert all(len(m) <= 80 for m, _ in errors)  # long log lines are cut in toasts
         header = section.header.plain
@@ -241,3 +240,9 @@ async def test_full_in_shows_on_the_filling_gpu(
         assert monitor.alerts.time_to_full(6) is not None
         assert all("full" not in r.render().plain for r in app.sections[0].rows[:5])
         assert monitor.workloads.jobs["drafter"].state is JobState.RUNNING
+
+
+def _alerts_in_toast(title: str) -> int:
+    """How many alerts one toast stands for: 1, plus N for "(+N more: a)"."""
+    more = re.search(r"\(\+(\d+) more", title)
+    return 1 + (int(more[1]) if more else 0)
