@@ -21,6 +21,7 @@ from typing import Any
 from .agent import RowBatcher, bootstrap_argv
 from .alerts import AlertEngine
 from .config import HostConfig
+from .job_watch import JobWatch
 from .model import ConnState, GpuHistory, GpuProcess, HostSample, HostStatus, Source
 from .parsers.nvidia_smi import (
     PROCESS_FIELDS,
@@ -88,6 +89,7 @@ class HostMonitor:
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
         self.workloads = Workloads(host)
+        self.job_watch = JobWatch(self)
 
     # --- public ----------------------------------------------------------------------
     @property
@@ -109,6 +111,7 @@ class HostMonitor:
         return age is None or age > max(3 * self.interval, 3.0)
 
     def start(self) -> asyncio.Task[None]:
+        self.job_watch.attach()
         self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
         return self._task
 
@@ -117,6 +120,7 @@ class HostMonitor:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        await self.job_watch.detach()
         await self._close_stream()
         with contextlib.suppress(Exception):
             await self.transport.dispose()

@@ -402,6 +402,10 @@ class RunRegistry:
         runs alike."""
         self._finished.append(listener)
 
+    def remove_finished_listener(self, listener: Callable[[RestartRun], None]) -> None:
+        if listener in self._finished:
+            self._finished.remove(listener)
+
     def _on_progress(self, run: RestartRun, step: Step) -> None:
         if step is Step.DONE:
             for listener in list(self._finished):

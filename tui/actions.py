@@ -26,7 +26,6 @@ from textual.command import CommandPalette, DiscoveryHit, Hit, Hits, Provider
 from textual.notifications import SeverityLevel
 
 from gpumon.backends import audit
-from gpumon.backends.alerts import log_key_prefix
 from gpumon.backends.model import ConnState
 from gpumon.backends.restart import Action, ActionPlan, JobTarget, RestartRun, runs
 
@@ -166,20 +165,9 @@ class ActionsMixin(App[int]):
 
     async def _after_run(self, monitor: HostMonitor, run: RestartRun) -> None:
         outcome = await run.wait()
+        monitor.job_watch.on_finished(run)  # the job's alerts and tracker follow the outcome
         plan = run.plan
         job = plan.job
-        if outcome.ok:
-            tracker = monitor.workloads.jobs.get(job.name)
-            if plan.action == "stop":
-                if tracker is not None:
-                    tracker.mark_stopped(monitor.clock())
-            else:  # running again: its OOM / crash alerts are over
-                if job.log:
-                    monitor.alerts.clear(log_key_prefix(job.log))
-                for gpu in job.gpus:
-                    monitor.alerts.clear(f"oom_death:{gpu}:")
-                if tracker is not None:
-                    tracker.restarted(monitor.clock())
         severity: SeverityLevel = "warning"
         if outcome.status in ("ok", "failed"):
             severity = "information" if outcome.ok else "error"

@@ -320,3 +320,31 @@ def test_history_keeps_the_newest_when_resized() -> None:
     for i in range(5, 9):
         hist.append(float(i), GpuSample(index=0, memory_used_mib=i))
     assert len(hist) == 7 and hist.maxlen == 10
+
+
+async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None:
+    from gpumon.backends import audit
+
+    monitor = make_monitor(resolve_host(Config(path=None), "demo"), demo_settings(demo_time=57))
+    drafter = monitor.host.job("drafter")
+    assert drafter is not None and not drafter.auto_restart  # off by default
+    monitor.host = replace(monitor.host, jobs=(replace(drafter, auto_restart=True),))
+    monitor.start()
+    try:
+        deadline = time.monotonic() + 90
+        seen_empty = refilled = False
+        while not refilled:
+            assert time.monotonic() < deadline, f"no automatic restart: {monitor.alerts.active()}"
+            await monitor.wait_for_update(0.5)
+            used = monitor.latest.gpus[6].memory_used_mib if monitor.latest else None
+            seen_empty |= used is not None and used < 1000
+            refilled = seen_empty and used is not None and used > 50_000
+        kinds = [a.kind for a in monitor.alerts.history()]
+        assert "cuda_oom" in kinds and "auto_restart" in kinds
+        auto = [a for a in monitor.alerts.history() if a.kind == "auto_restart"]
+        assert auto[0].job == "drafter" and "automatic restart 1/3" in auto[0].message
+        assert not [a for a in monitor.alerts.active() if a.kind == "cuda_oom"]  # cleared
+        entries = [(e["action"], e["outcome"]) for e in audit.read_entries()]
+        assert ("auto-restart", "ok") in entries
+    finally:
+        await monitor.stop()
