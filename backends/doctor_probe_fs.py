@@ -223,6 +223,10 @@ def _ancestors() -> set[int]:
     return out
 
 
+# The name gpumon's agent bootstrap compiles its source under (backends/agent.py).
+AGENT_MARK = "'gpumon-agent'"
+
+
 def proc_facts(prefix: str) -> list[dict[str, Any]]:
     """Processes that use this environment: an argv word inside it, VIRTUAL_ENV naming it,
     or a file of it mapped (a torch library loaded). The probe and its ancestors excepted."""
@@ -241,6 +245,8 @@ def proc_facts(prefix: str) -> list[dict[str, Any]]:
                 argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
         except OSError:
             continue
+        if any(AGENT_MARK in a for a in argv):
+            continue  # gpumon's own agent reads GPUs with this Python; it holds no torch
         why = None
         if any(a.startswith(inside) for a in argv):
             why = "argv"

@@ -108,7 +108,7 @@ def venv_users(host: HostConfig, facts: dict[str, Any], venv: str) -> list[VenvU
                 matched.add(job.name)
                 break
         else:
-            if any("sglang" in a for a in argv):
+            if any("sglang.launch_server" in a or a.startswith("sglang::") for a in argv):
                 label = "SGLang server"
         out.append(VenvUser(label, int(proc.get("pid") or 0), argv))
     inside = venv.rstrip("/") + "/"

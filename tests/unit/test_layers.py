@@ -36,3 +36,10 @@ def test_agent_is_standard_library_only() -> None:
             top.add(node.module.split(".")[0])
     # pynvml is optional on the target and imported inside a try.
     assert top - set(sys.stdlib_module_names) - {"__future__"} == {"pynvml"}
+
+
+def test_the_doctor_recognises_gpumons_own_agent() -> None:
+    """The swap refuses while processes use the venv; gpumon's agent must not count."""
+    from gpumon.backends import agent, doctor_probe_fs
+
+    assert doctor_probe_fs.AGENT_MARK in agent._BOOTSTRAP
