@@ -6,6 +6,7 @@ OOM crash, within the job's limits, raising an alert for each automatic restart.
 
 from __future__ import annotations
 
+import weakref
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -27,11 +28,10 @@ class JobWatch:
     def __init__(self, monitor: HostMonitor) -> None:
         self.monitor = monitor
         self.auto: dict[str, AutoRestarter] = {}
-        self._listener = self.on_finished
-        self._handled: set[int] = set()
+        self._handled: weakref.WeakSet[RestartRun] = weakref.WeakSet()
 
     def attach(self) -> None:
-        runs.add_finished_listener(self._listener)
+        runs.add_finished_listener(self.on_finished)
         jobs = [j for j in self.monitor.host.jobs if j.auto_restart and j.start]
         if not jobs:
             return
@@ -46,7 +46,7 @@ class JobWatch:
         self.monitor.alerts.add_listener(self._on_alert)
 
     async def detach(self) -> None:
-        runs.remove_finished_listener(self._listener)
+        runs.remove_finished_listener(self.on_finished)
         for auto in self.auto.values():
             await auto.close()
 
@@ -56,9 +56,9 @@ class JobWatch:
         Called by the process-wide registry, and by a UI that ran it through a registry of
         its own; each run counts once."""
         outcome, plan, monitor = run.outcome, run.plan, self.monitor
-        if outcome is None or id(run) in self._handled or plan.host != monitor.name:
+        if outcome is None or run in self._handled or plan.host != monitor.name:
             return
-        self._handled.add(id(run))
+        self._handled.add(run)
         if not outcome.ok:
             return
         job = plan.job
