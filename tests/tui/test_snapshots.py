@@ -71,7 +71,13 @@ def wait_for_data(
         if keys:
             await pilot.press(*keys)
             if "a" in keys:
-                assert isinstance(app.screen, AlertHistoryScreen)
+                screen = app.screen
+                assert isinstance(screen, AlertHistoryScreen)
+                deadline = time.monotonic() + 10
+                while screen.table.row_count == 0:  # the rows land a refresh after mount
+                    assert time.monotonic() < deadline, "alert history stayed empty"
+                    await pilot.pause(0.05)
+                await pilot.pause(0.3)
         await pilot.pause(0.2)
 
     return run_before
