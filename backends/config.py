@@ -31,6 +31,7 @@ from .config_workloads import (
 from .config_workloads import boolean as _boolean
 from .config_workloads import integer as _integer
 from .config_workloads import number as _number
+from .untrusted import printable
 
 HostKind = Literal["ssh", "local", "demo"]
 BUILTIN_HOSTS: Mapping[str, HostKind] = MappingProxyType({"demo": "demo", "local": "local"})
@@ -121,12 +122,10 @@ class KeySpec:
     builtin: bool = True  # also applies to the built-in demo/local hosts
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def _text(v: object) -> str:
-    """A non-empty string without control characters that cannot be read as an option."""
-    if not isinstance(v, str) or not v.strip() or _CONTROL.search(v) or v.startswith("-"):
+    """A non-empty string of printable characters (no control or escape characters, C1
+    controls and bidi overrides included) that cannot be read as an option."""
+    if not isinstance(v, str) or not v.strip() or not v.isprintable() or v.startswith("-"):
         raise ValueError
     return v
 
@@ -485,7 +484,7 @@ def _show(value: object) -> str:
     if isinstance(value, list):
         text = "[" + ", ".join(_show(v) for v in value) + "]"
     elif isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=False)
+        text = printable(json.dumps(value, ensure_ascii=False))
     else:
         text = str(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .untrusted import printable, printable_text
+
 PRESETS = ("kv", "tqdm", "hf", "jsonl", "batch")
 PROGRESS_GROUPS = frozenset(
     {"step", "total_steps", "loss", "tokens_per_s", "tokens", "done", "total", "failed", "eta"}
@@ -61,7 +63,15 @@ class Invalid(Exception):
 
 
 def text(v: object) -> str:
-    if not isinstance(v, str) or not v.strip() or "\x00" in v:
+    """A non-empty string of printable characters (no control or escape characters)."""
+    if not isinstance(v, str) or not v.strip() or not v.isprintable():
+        raise ValueError
+    return v
+
+
+def command_text(v: object) -> str:
+    """A command template: printable characters, newlines and tabs (a multi-line script)."""
+    if not isinstance(v, str) or not v.strip() or printable_text(v) != v:
         raise ValueError
     return v
 
@@ -141,8 +151,10 @@ def string_table(v: object) -> Mapping[str, str]:
         raise TypeError
     out = {}
     for k, val in v.items():
-        if not isinstance(val, str):
-            raise Invalid(f"expected a string, got {val!r}", (k,))
+        if not isinstance(val, str) or not val.isprintable():
+            raise Invalid(
+                f"expected a string of printable characters, got {printable(repr(val))}", (k,)
+            )
         out[k] = val
     return MappingProxyType(out)
 
@@ -152,7 +164,7 @@ def param_table(v: object) -> Mapping[str, str | int | float | bool]:
         raise TypeError
     for k, val in v.items():
         if not isinstance(val, str | int | float | bool):
-            raise Invalid(f"expected a string, number or boolean, got {val!r}", (k,))
+            raise Invalid(f"expected a string, number or boolean, got {printable(repr(val))}", (k,))
     return MappingProxyType(dict(v))
 
 
@@ -167,8 +179,8 @@ JOB_KEYS: tuple[Spec, ...] = (
     ("gpus", gpu_list, "a non-empty list of GPU indices"),
     ("log", text, "a log file path or glob"),
     ("progress", progress_spec, f"a preset ({', '.join(PRESETS)}) or a regex"),
-    ("start", text, "a command template"),
-    ("stop", text, "a command template"),
+    ("start", command_text, "a command template"),
+    ("stop", command_text, "a command template"),
     ("workdir", text, "a directory path"),
     ("env", string_table, "a table of strings"),
     ("params", param_table, "a table of parameter defaults"),

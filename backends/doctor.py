@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import untrusted
 from .config import HostConfig
 from .doctor_checks import STATUSES, Check, Facts, Status, checks_torch
 from .doctor_extras import check_python, check_userspace, extra_checks, gpus_check
@@ -102,7 +103,7 @@ async def gather_facts(
         tail = " / ".join((res.stderr or res.stdout).strip().splitlines()[-3:]) or "no output"
         raise ProbeError(f"{python} on {host.name} failed (exit {res.exit_code}): {tail}")
     try:
-        facts: dict[str, Any] = json.loads(lines[-1])
+        facts: dict[str, Any] = untrusted.loads(lines[-1])
     except ValueError as e:
         raise ProbeError(f"{python} on {host.name}: unreadable probe output ({e})") from None
     return facts

@@ -13,11 +13,11 @@ and parameter values are substituted into them shell-quoted (``job_params``).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Literal
 
+from . import untrusted
 from .config_workloads import JobConfig
 from .transport import RunResult, Transport
 
@@ -270,7 +270,7 @@ class JobRecord:
     def from_json(cls, text: str) -> JobRecord:
         """Raises JobError when the text is not a record."""
         try:
-            d = json.loads(text)
+            d = untrusted.loads(text)
             return cls(
                 job=str(d["job"]),
                 pid=int(d["pid"]),

@@ -193,17 +193,6 @@ class GpuHistory:
         return len(self.times)
 
 
-def printable(text: str) -> str:
-    """``text`` with control characters (ANSI escapes, newlines, BEL) shown as ``\\xNN``.
-
-    Process names and tool output come from the target and may be hostile; they are
-    data, never terminal control.
-    """
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
-
-
 def iso_time(epoch: float) -> str:
     """Local time with its UTC offset, to the second: the JSON ``time`` format."""
     return dt.datetime.fromtimestamp(epoch, dt.UTC).astimezone().isoformat(timespec="seconds")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from . import untrusted
 from .agent import RowBatcher, bootstrap_argv
 from .alerts import AlertEngine
 from .config import HostConfig
@@ -239,7 +240,7 @@ class HostMonitor:
 
     def _handle_agent_line(self, line: bytes) -> bool:
         try:
-            msg: Any = json.loads(line)
+            msg: Any = untrusted.loads(line)
         except ValueError:
             self.skipped_lines += 1
             return False
@@ -254,8 +255,7 @@ class HostMonitor:
                 log.info("%s: %s", self.name, msg["note"])
             return False
         if kind == "gpus":
-            self._on_gpu_rows(msg.get("rows", []), msg.get("fields") or QUERY_FIELDS)
-            return True
+            return self._on_gpu_rows(msg.get("rows", []), msg.get("fields") or QUERY_FIELDS)
         if kind == "procs":
             self._on_process_rows(msg.get("rows", []))
             return False
@@ -300,19 +300,16 @@ class HostMonitor:
                         line = await stream.readline()
                 except TimeoutError:
                     if rows := batcher.flush():
-                        self._on_gpu_rows(rows, QUERY_FIELDS)
-                        got_data = True
+                        got_data |= self._on_gpu_rows(rows, QUERY_FIELDS)
                     continue
                 if not line:
                     break
-                text = line.decode("utf-8", "replace")
+                text = untrusted.printable_text(line.decode("utf-8", "replace"))
                 tail = [*tail[-19:], text.rstrip("\n")]
                 if rows := batcher.feed(text):
-                    self._on_gpu_rows(rows, QUERY_FIELDS)
-                    got_data = True
+                    got_data |= self._on_gpu_rows(rows, QUERY_FIELDS)
             if rows := batcher.flush():
-                self._on_gpu_rows(rows, QUERY_FIELDS)
-                got_data = True
+                got_data |= self._on_gpu_rows(rows, QUERY_FIELDS)
         finally:
             procs.cancel()
         if not got_data:
@@ -349,11 +346,12 @@ class HostMonitor:
         self.workloads.apply_alerts(self.alerts, now)
         self._notify()
 
-    def _on_gpu_rows(self, rows: list[str], fields: Any) -> None:
+    def _on_gpu_rows(self, rows: list[str], fields: Any) -> bool:
+        """Parse one round of rows; True when it held a GPU (junk lines are only counted)."""
         parsed = parse_query_gpu(rows, fields=tuple(fields))
         self.skipped_lines += parsed.skipped
         if not parsed.gpus:
-            return
+            return False
         self.ingest(
             HostSample(
                 host=self.name,
@@ -364,6 +362,7 @@ class HostMonitor:
                 skipped_lines=parsed.skipped,
             )
         )
+        return True
 
     def ingest(self, sample: HostSample) -> None:
         """Take one complete sample: histories, alerts, flight recorder, listeners."""

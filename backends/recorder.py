@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from . import untrusted
 from .alert_store import Alert
 from .model import GpuProcess, GpuSample, Health, HostSample, Source, iso_time
 
@@ -287,7 +288,7 @@ def load_recording(path: Path) -> Recording:
     if not lines or not lines[0].strip():
         raise RecordingError(f"{path}: empty recording")
     try:
-        header = json.loads(lines[0])
+        header = untrusted.loads(lines[0])
     except ValueError:
         raise RecordingError(f"{path}: first line is not a JSON header") from None
     if not isinstance(header, dict) or header.get("type") != "header":
@@ -302,7 +303,7 @@ def load_recording(path: Path) -> Recording:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = untrusted.loads(line)
             if obj.get("type") == "sample":
                 samples.append(sample_from_json(obj, gpu_fields, process_fields))
             elif obj.get("type") == "alert":

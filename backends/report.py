@@ -10,8 +10,9 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from .model import ConnState, GpuSample, Health, HostSample, iso_time, printable
+from .model import ConnState, GpuSample, Health, HostSample, iso_time
 from .monitor import HostMonitor
+from .untrusted import printable
 
 
 class CheckCode(enum.IntEnum):

@@ -25,6 +25,7 @@ from .torch_swap_cmds import Step, norm, parse_freeze, rollback_actions, rollbac
 from .torch_swap_verify import Expectation, Verification, expect_previous, expect_target, verify
 from .torch_variants import COMPANIONS, split_version
 from .transport import Transport, TransportError
+from .untrusted import printable
 
 StepState = Literal["running", "ok", "failed"]
 Result = Literal["swapped", "rolled-back", "rollback-failed", "unchanged", "refused"]
@@ -130,7 +131,9 @@ class _Run:
                 await proc.close_stdin()
                 async with asyncio.timeout(step.timeout):
                     while raw := await proc.readline():
-                        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                        # what a terminal would show: the last redraw of a progress line
+                        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                        line = printable(text.rpartition("\r")[2])
                         tail.append(line)
                         self.emit("line", step.key, line)
                     code = await proc.wait()

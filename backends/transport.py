@@ -29,6 +29,7 @@ from typing import Any
 
 from .config import HostConfig
 from .config_workloads import JobConfig, SglangConfig
+from .untrusted import printable_text
 
 # OpenSSH's default MaxSessions is 10; stay below it so a stock sshd never refuses a channel.
 MAX_CHANNELS = 8
@@ -38,12 +39,16 @@ class TransportError(Exception):
     """A machine could not be reached or refused us; the message is for the user."""
 
     def __init__(self, message: str, *, permanent: bool = False) -> None:
-        super().__init__(message)
+        # The message often quotes the machine (an SSH disconnect reason, a tool's error).
+        super().__init__(printable_text(message))
         self.permanent = permanent  # retrying will not help without a change (auth, host key)
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
+    """A finished command. ``stdout`` and ``stderr`` came from the machine and have been
+    made printable (``untrusted.printable_text``) by the transport."""
+
     exit_code: int | None
     stdout: str
     stderr: str
@@ -95,7 +100,8 @@ class Transport(abc.ABC):
             code = None
         finally:
             await stream.close()
-        return RunResult(code, b"".join(chunks).decode("utf-8", "replace"), stream.stderr_tail())
+        stdout = printable_text(b"".join(chunks).decode("utf-8", "replace"))
+        return RunResult(code, stdout, stream.stderr_tail())
 
     @abc.abstractmethod
     async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
@@ -127,11 +133,14 @@ class ProcessStream:
     async def _drain_stderr(self, stderr: Any) -> None:
         with contextlib.suppress(Exception):
             while line := await stderr.readline():
-                text = line.decode("utf-8", "replace").rstrip("\n")
+                text = printable_text(line.decode("utf-8", "replace").rstrip("\r\n"))
                 self._stderr_lines = [*self._stderr_lines[-19:], text]
 
     async def readline(self) -> bytes:
-        """The next stdout line including its newline; ``b""`` at end of stream."""
+        """The next stdout line including its newline; ``b""`` at end of stream.
+
+        The bytes are the machine's own: the caller makes them printable
+        (``untrusted.printable_text`` / ``untrusted.loads``) before anything shows them."""
         try:
             line: bytes = await self._stdout.readline()
         except (ConnectionError, OSError, EOFError):

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from gpumon.backends.alert_store import Alert
 from gpumon.backends.model import Health
-from gpumon.backends.model import printable as _printable
+from gpumon.backends.untrusted import printable as _printable
 
 from .cells import Cell, Role, alert_count_text, health_role
 

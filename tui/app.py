@@ -22,6 +22,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.driver import Driver
+from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import Footer
 
@@ -150,6 +151,21 @@ class GpumonApp(
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         await asyncio.gather(*(m.stop() for m in self.monitors), return_exceptions=True)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every notification is plain text: toasts quote alert messages, log lines and
+        tool errors from the watched machine, and Textual markup in them (``[@click=…]``,
+        ``[link=…]``, an unbalanced ``[/]``) would act on the operator's terminal or crash
+        the render. ``markup`` is accepted for Textual's signature and ignored."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def get_driver_class(self) -> type[Driver]:
         return hangup_safe(super().get_driver_class())

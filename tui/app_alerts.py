@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from textual.app import App
 
 from gpumon.backends.alert_store import Alert
-from gpumon.backends.model import Health, printable
+from gpumon.backends.model import Health
+from gpumon.backends.untrusted import printable
 
 from .alert_cells import alert_message, alert_title, alert_where, strip_alert
 from .screens.alerts import AlertHistoryScreen

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, HostStatus
-from gpumon.backends.model import printable as _printable
+from gpumon.backends.untrusted import printable as _printable
 
 MEMORY_WARNING = 0.90  # fraction of total memory in use
 MEMORY_CRITICAL = 0.97

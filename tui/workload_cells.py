@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpumon.backends.model import GpuSample, HostSample
-from gpumon.backends.model import printable as _printable
+from gpumon.backends.untrusted import printable as _printable
 from gpumon.backends.workloads import JobState, JobTracker, SglangTotals, SglangTracker
 
 from .cells import NA, Cell, Role, duration

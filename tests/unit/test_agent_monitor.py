@@ -202,7 +202,8 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
 
 
 def test_hostile_process_names_are_escaped_in_the_table() -> None:
-    from gpumon.backends.model import GpuProcess, GpuSample, HostSample, printable
+    from gpumon.backends.model import GpuProcess, GpuSample, HostSample
+    from gpumon.backends.untrusted import printable
 
     assert printable("evil\x1b[2Jname\x07") == "evil\\x1b[2Jname\\x07"
     assert printable("普通") == "普通"

@@ -48,7 +48,7 @@ class AlertHistoryScreen(Screen[None]):
         self.monitors = list(monitors)
         self.palette_of = palette_of
         self.on_change = on_change
-        self.title_line = Static(id="alerts-title")
+        self.title_line = Static(id="alerts-title", markup=False)
         self.table: DataTable[Text] = DataTable(
             id="alerts-table", cursor_type="row", zebra_stripes=False
         )

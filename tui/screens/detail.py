@@ -60,11 +60,11 @@ class DetailScreen(Screen[None]):
         self.window = window
         self.sample_of = sample_of
         self.palette_of = palette_of
-        self.title_line = Static(id="detail-title")
+        self.title_line = Static(id="detail-title", markup=False)
         self.plots = {
             name: PlotWidget(id=f"plot-{name}") for name in ("memory", "util", "temp", "power")
         }
-        self.processes = Static(id="detail-processes")
+        self.processes = Static(id="detail-processes", markup=False)
         self._text_key: tuple[object, ...] | None = None
         self._plot_key: tuple[object, ...] | None = None
 

@@ -97,9 +97,9 @@ class DoctorScreen(ModalScreen[None]):
         box.border_title = f"doctor {self.host.name}"
         box.border_subtitle = "read-only: changes nothing"
         with box:
-            yield Static(id="doctor-status")
+            yield Static(id="doctor-status", markup=False)
             with VerticalScroll(id="doctor-scroll"):
-                yield Static(id="doctor-table")
+                yield Static(id="doctor-table", markup=False)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:

@@ -61,7 +61,7 @@ class HelpScreen(ModalScreen[None]):
         box.border_title = "gpumon keys"
         box.border_subtitle = "Esc closes"
         with box:
-            yield Static(self._text(), id="help-text")
+            yield Static(self._text(), id="help-text", markup=False)
 
     def _text(self) -> Text:
         text = Text()

@@ -166,15 +166,15 @@ class RestartScreen(ModalScreen[None]):
         box.border_title = f"{what.capitalize()} {self.job.name} on {self.target.host.name}"
         with box:
             with VerticalScroll(id="restart-body"):
-                yield Static(self._waiting_text(), id="restart-plan")
+                yield Static(self._waiting_text(), id="restart-plan", markup=False)
                 for name, default in self.job.params.items():
                     with Horizontal(classes="param-row"):
-                        yield Label(name)
+                        yield Label(name, markup=False)
                         yield Input(format_value(default), id=f"param-{name}", name=name)
-                yield Static("", id="restart-error")
-            yield Static("", id="restart-steps")
+                yield Static("", id="restart-error", markup=False)
+            yield Static("", id="restart-steps", markup=False)
             with VerticalScroll(id="restart-result"):
-                yield Static("", id="restart-outcome")
+                yield Static("", id="restart-outcome", markup=False)
             with Horizontal(id="restart-buttons"):
                 yield Button(
                     f"{self.action.capitalize()} (y)",

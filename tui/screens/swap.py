@@ -108,7 +108,7 @@ class SwapScreen(ModalScreen[None]):
         box.border_title = f"torch swap on {self.host.name}"
         with box:
             with Horizontal(id="swap-form"):
-                yield Label("variant")
+                yield Label("variant", markup=False)
                 yield Select(
                     [(v, v) for v in VARIANT_NAMES],
                     value=DEFAULT_VARIANT,
@@ -116,14 +116,14 @@ class SwapScreen(ModalScreen[None]):
                     id="swap-variant",
                     compact=True,
                 )
-                yield Label("version")
+                yield Label("version", markup=False)
                 yield Input(placeholder="installed", id="swap-version", compact=True)
                 yield Checkbox("Force", id="swap-force", disabled=True, compact=True)
             with VerticalScroll(id="swap-plan-box"):
-                yield Static(id="swap-plan")
-            yield Static(id="swap-steps")
+                yield Static(id="swap-plan", markup=False)
+            yield Static(id="swap-steps", markup=False)
             yield Log(id="swap-log", max_lines=2000)
-            yield Static(id="swap-outcome")
+            yield Static(id="swap-outcome", markup=False)
             with Horizontal(id="swap-buttons"):
                 yield Button("Swap (y)", id="confirm", variant="error", disabled=True, compact=True)
                 yield Button("Close (Esc)", id="close", compact=True)

@@ -111,7 +111,7 @@ class HostSection(Vertical):
         self.shown: HostSample | None = None  # what the rows show (frozen while paused)
         self.header = HostHeader()
         self.titles = ColumnTitles()
-        self.waiting = Static("", classes="waiting")
+        self.waiting = Static("", classes="waiting", markup=False)
         self.rows: list[GpuRow] = []
         self.sglang = SglangPane(id=f"sglang-{index}")
         self.jobs = JobsPane(id=f"jobs-{index}")
