@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 from gpumon.backends.config import HostConfig
-from gpumon.backends.connect import demo_settings
-from gpumon.backends.monitor import HostMonitor
-from gpumon.backends.sim.wrapper import write_wrapper
+from gpumon.backends.monitor import HostMonitor, demo_settings
+from gpumon.backends.sim import write_wrapper
 from gpumon.backends.transport import LocalTransport
 
 OOM = (

@@ -17,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpumon.backends.alert_store import Alert
-from gpumon.backends.alerts import AlertEngine, AlertRules
+from gpumon.backends.alerts.engine import AlertEngine, AlertRules
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source
-from gpumon.backends.parsers.oom import LogScanner
-from gpumon.backends.recorder import FlightRecorder
+from gpumon.backends.parsers import LogScanner
+from gpumon.backends.recording import FlightRecorder
 
 TOTAL = 97887
 

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpumon.backends.parsers.nvidia_smi import query_gpu_args
+from gpumon.backends.parsers import query_gpu_args
 
 from sshd_server import SshServer
 
@@ -58,8 +58,8 @@ def client_script(server: SshServer, mode: str, samples: int) -> list[str]:
     code = f"""
 import asyncio
 from gpumon.backends.config import load_config, resolve_host
-from gpumon.backends.connect import make_monitor, make_transport
-from gpumon.backends.parsers.nvidia_smi import parse_query_gpu, query_gpu_args
+from gpumon.backends.monitor import make_monitor, make_transport
+from gpumon.backends.parsers import parse_query_gpu, query_gpu_args
 host = resolve_host(load_config({str(cfg)!r}), "ct200")
 async def stream():
     m = make_monitor(host)

@@ -32,12 +32,11 @@ from pathlib import Path
 from textual.pilot import Pilot
 
 from gpumon.backends.config import Config, resolve_host
-from gpumon.backends.connect import demo_settings, make_monitor
 from gpumon.backends.model import GpuHistory
-from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
 from gpumon.backends.workloads import JobTracker
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.screens.detail import DetailScreen
+from gpumon.tui.screens import DetailScreen
 
 GPUMON = Path(sys.executable).parent / "gpumon"
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -19,14 +19,13 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpumon.backends.parsers.progress import ProgressParser
-from gpumon.backends.parsers.sglang import (
+from gpumon.backends.parsers import (
+    ProgressParser,
     filter_metrics_text,
     parse_sglang_log_line,
     parse_sglang_metrics,
 )
-from gpumon.backends.sglang_tracker import LATENCY_EVERY_S
-from gpumon.backends.workloads import JobTracker, SglangTracker
+from gpumon.backends.workloads import LATENCY_EVERY_S, JobTracker, SglangTracker
 
 ROOT = Path(__file__).resolve().parent.parent
 SGLANG = ROOT / "tests" / "fixtures" / "sglang"

@@ -35,27 +35,27 @@ from gpumon.themes import (
     severity_variables,
     theme_order,
 )
-
-from .actions import HOST_ACTIONS, ActionCommands, ActionsMixin
-from .app_alerts import AlertsMixin
-from .app_cursor import CursorMixin
-from .app_replay import ReplayMixin
-from .commands import GpumonCommands
-from .hangup import hangup_safe, terminal_fd, terminal_gone
-from .keys import dashboard_keys
-from .layout import plan_layout
-from .notices import ConnectionWatch
-from .palette import Palette
-from .screens.alerts import AlertHistoryScreen
-from .screens.detail import DetailScreen
-from .screens.help import HelpScreen, help_rows
-from .state import remember_theme, remembered_theme
-from .widgets.gpu_table import HostSection, ViewContext
-from .widgets.plot import plotext
+from gpumon.tui.dashboard import (
+    HOST_ACTIONS,
+    ActionCommands,
+    ActionsMixin,
+    AlertsMixin,
+    ConnectionWatch,
+    CursorMixin,
+    GpumonCommands,
+    ReplayMixin,
+    dashboard_keys,
+    plan_layout,
+)
+from gpumon.tui.hangup import hangup_safe, terminal_fd, terminal_gone
+from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, HelpScreen, help_rows
+from gpumon.tui.state import remember_theme, remembered_theme
+from gpumon.tui.views import Palette
+from gpumon.tui.widgets import HostSection, ViewContext, plotext
 
 if TYPE_CHECKING:
     from gpumon.backends.config import HostConfig
-    from gpumon.backends.sim.scenario import SimSettings
+    from gpumon.backends.sim import SimSettings
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 TICK_S = 1.0
@@ -387,7 +387,7 @@ def run_dashboard(
     bell: bool = True,
 ) -> int:
     """Run the dashboard on ``hosts`` until the user quits; returns the exit status."""
-    from gpumon.backends.connect import make_monitor
+    from gpumon.backends.monitor import make_monitor
 
     if interval is not None:
         hosts = [replace(h, interval=interval) for h in hosts]

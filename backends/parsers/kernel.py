@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..model import GpuSample, Health
+from gpumon.backends.model import GpuSample, Health
 
 # Line prefixes before "NVRM:" (raw dmesg, dmesg -T, journalctl -k, /dev/kmsg) need no
 # stripping: the patterns search, they do not match at the start.

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..model import GpuProcess, GpuSample, Health
+from gpumon.backends.model import GpuProcess, GpuSample, Health
 
 PROCESS_FIELDS: tuple[str, ...] = ("pid", "process_name", "used_memory", "gpu_uuid", "gpu_bus_id")
 

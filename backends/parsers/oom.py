@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..model import Health
+from gpumon.backends.model import Health
 
 AFTERMATH_LINES = 100
 STALE_LINES = 200  # an open traceback that gets no line for this long is closed

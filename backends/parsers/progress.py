@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from .progress_presets import (
+from gpumon.backends.parsers.progress_presets import (
     ProgressUpdate,
     nonempty,
     parse_batch,
@@ -33,7 +33,7 @@ from .progress_presets import (
     read_eta,
     read_tokens_per_s,
 )
-from .units import parse_number
+from gpumon.backends.parsers.units import parse_number
 
 __all__ = [
     "MAX_LINE",

@@ -11,8 +11,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
-from .. import untrusted
-from .units import NUMBER, Rate, parse_duration, parse_number, parse_rate, parse_rates
+from gpumon.backends import untrusted
+from gpumon.backends.parsers.units import (
+    NUMBER,
+    Rate,
+    parse_duration,
+    parse_number,
+    parse_rate,
+    parse_rates,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .sglang_log import SglangLogStats, parse_sglang_log_line
+from gpumon.backends.parsers.sglang_log import SglangLogStats, parse_sglang_log_line
 
 __all__ = [
     "CORE_LINE_FILTER",

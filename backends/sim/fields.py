@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .scenario import (
+from gpumon.backends.sim.scenario import (
     GPU_COUNT,
     GPU_NAME,
     MAX_SM_CLOCK_MHZ,

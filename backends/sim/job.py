@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .scenario import (
+from gpumon.backends.sim.scenario import (
     DRAFTER_GPUS,
     MEMORY_USABLE_MIB,
     OOM_AT,
@@ -40,7 +40,7 @@ from .scenario import (
     scenario_time,
     wall_time,
 )
-from .state import record_restart, record_stop, with_state
+from gpumon.backends.sim.state import record_restart, record_stop, with_state
 
 TOTAL_STEPS = 5000
 STEP_AT_T0 = 650  # run 0 resumed from this checkpoint at scenario time 0

@@ -16,7 +16,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from .scenario import SimSettings, wall_time
+from gpumon.backends.sim.scenario import SimSettings, wall_time
 
 MODEL = "Qwen/Qwen3-8B"
 SERVERS = 8

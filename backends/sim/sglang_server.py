@@ -27,8 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
-from .scenario import SimSettings, scenario_time
-from .sglang_model import (
+from gpumon.backends.sim.scenario import SimSettings, scenario_time
+from gpumon.backends.sim.sglang_model import (
     CONTEXT_LEN,
     LOG_INTERVAL_S,
     MODEL,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from .fields import (
+from gpumon.backends.sim.fields import (
     CUDA_VERSION,
     DRIVER_VERSION,
     GPU_FIELD_BY_NAME,
@@ -31,7 +31,7 @@ from .fields import (
     PROCESS_FIELDS,
     help_text,
 )
-from .scenario import (
+from gpumon.backends.sim.scenario import (
     BUS_IDS,
     GPU_COUNT,
     GPU_NAME,
@@ -46,7 +46,7 @@ from .scenario import (
     scenario_time,
     wall_time,
 )
-from .state import RESTARTS_FILE, with_state
+from gpumon.backends.sim.state import RESTARTS_FILE, with_state
 
 # What nvidia-smi prints (stdout) and its exit code for each start-up failure:
 # fixtures/nvidia/nvidia_smi_errors/ and notes/formats.md section 3.

@@ -14,7 +14,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from .scenario import SimSettings
+from gpumon.backends.sim.scenario import SimSettings
 
 RESTARTS_FILE = "restarts.json"
 

@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .scenario import ENV_VARS, SimSettings
+from gpumon.backends.sim.scenario import ENV_VARS, SimSettings
 
 SMI_NAME = "nvidia-smi"
 JOB_NAME = "gpumon-sim-job"

@@ -24,12 +24,10 @@ from typing import Any
 
 import pytest
 
-from gpumon.backends import audit
+from gpumon.backends.actions import JobTarget, RunRegistry, audit, job_status, launch_job, make_plan
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
-from gpumon.backends.connect import demo_settings, make_monitor, make_transport
-from gpumon.backends.jobs import job_status, launch_job
-from gpumon.backends.restart import JobTarget, RunRegistry, make_plan
-from gpumon.tui import cli
+from gpumon.backends.monitor import demo_settings, make_monitor, make_transport
+from gpumon.tui.cli import command_line as cli
 
 from sshd_server import SshServer, descendants, processes_matching
 
@@ -38,7 +36,7 @@ JOB_SCRIPT = str(Path(__file__).resolve().parents[1] / "support" / "job_script.p
 GPUMON_RESTART = (
     [sys.executable, "-m", "gpumon.tui.cli", "restart"]
     if "restart" in cli.COMMANDS
-    else [sys.executable, "-m", "gpumon.tui.cli_restart"]
+    else [sys.executable, "-m", "gpumon.tui.cli.restart"]
 )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.config import load_config, resolve_host
-from gpumon.backends.connect import demo_settings, make_monitor
+from gpumon.backends.monitor import demo_settings, make_monitor
 
 from sshd_server import SshServer, free_port
 

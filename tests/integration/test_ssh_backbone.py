@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.config import load_config, resolve_host
-from gpumon.backends.connect import make_monitor
 from gpumon.backends.model import ConnState, Health, Source
-from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.monitor import HostMonitor, make_monitor
 
 from sshd_server import SshServer, free_port, processes_matching
 
@@ -188,8 +187,8 @@ def test_nothing_left_on_target_after_sigkill(
     cfg = write_config(tmp_path, sshd.config_toml(container=200, interval=0.5, python=python))
     script = (
         "import asyncio, sys\n"
-        "from gpumon.backends.config import load_config, resolve_host\n"
-        "from gpumon.backends.connect import make_monitor\n"
+        "from gpumon.backends.config.load import load_config, resolve_host\n"
+        "from gpumon.backends.monitor.compose import make_monitor\n"
         "async def main():\n"
         f"    m = make_monitor(resolve_host(load_config({str(cfg)!r}), 'ct200'))\n"
         "    m.start()\n"
@@ -239,9 +238,8 @@ async def _until(cond: object, timeout: float, what: str) -> None:
 def test_gpu_lost_fault_is_critical(
     sshd: SshServer, client_env: dict[str, str], tmp_path: Path
 ) -> None:
-    from gpumon.backends.connect import demo_settings
-    from gpumon.backends.sim.scenario import SimSettings
-    from gpumon.backends.sim.wrapper import write_wrapper
+    from gpumon.backends.monitor import demo_settings
+    from gpumon.backends.sim import SimSettings, write_wrapper
 
     settings: SimSettings = demo_settings(demo_time=10.0)
     faulty = sshd.root / "faulty"
@@ -265,8 +263,8 @@ def test_driver_failure_is_unknown_and_quotes_the_tool(
 ) -> None:
     from dataclasses import replace
 
-    from gpumon.backends.connect import demo_settings
-    from gpumon.backends.sim.wrapper import write_wrapper
+    from gpumon.backends.monitor import demo_settings
+    from gpumon.backends.sim import write_wrapper
 
     faulty = sshd.root / "faulty"
     faulty.mkdir()

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.backends.audit import read_entries
+from gpumon.backends.actions import read_entries
 
 from sshd_server import SshServer, free_port
 from torch_index import IndexServer, build_index, standard_bases
 
 pytestmark = pytest.mark.integration
-CLI = [sys.executable, "-m", "gpumon.tui.cli_torch"]
+CLI = [sys.executable, "-m", "gpumon.tui.cli.torch"]
 
 
 @pytest.fixture(scope="module")

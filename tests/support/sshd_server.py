@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpumon.backends.connect import demo_settings
-from gpumon.backends.sim.wrapper import write_wrapper
+from gpumon.backends.monitor import demo_settings
+from gpumon.backends.sim import write_wrapper
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 REPO = Path(__file__).resolve().parents[2]

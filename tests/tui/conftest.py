@@ -15,10 +15,8 @@ import pytest
 from textual.pilot import Pilot
 
 from gpumon.backends.config import Config, resolve_host
-from gpumon.backends.connect import demo_settings, make_monitor
-from gpumon.backends.monitor import HostMonitor
-from gpumon.backends.sim.scenario import SimSettings
-from gpumon.backends.sim.sglang_model import UPTIME_AT_T0, metrics_text
+from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
+from gpumon.backends.sim import UPTIME_AT_T0, SimSettings, metrics_text
 from gpumon.backends.workloads import SglangTracker
 
 MonitorFactory = Callable[..., HostMonitor]

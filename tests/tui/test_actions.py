@@ -16,19 +16,14 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Log, OptionList
 
-from gpumon.backends import audit
-from gpumon.backends.doctor import Check
+from gpumon.backends.actions import Outcome, RunRegistry, Step, audit
 from gpumon.backends.monitor import HostMonitor
-from gpumon.backends.restart import Outcome, RunRegistry, Step
-from gpumon.backends.torch_swap import SwapPlan, plan_swap
-from gpumon.backends.torch_swap_run import OnEvent, SwapEvent, SwapOutcome
+from gpumon.backends.torchenv import OnEvent, SwapEvent, SwapOutcome, SwapPlan, plan_swap
+from gpumon.backends.torchenv.doctor import Check
 from gpumon.backends.workloads import JobState
-from gpumon.tui import actions
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.screens import swap
-from gpumon.tui.screens.doctor import DoctorScreen
-from gpumon.tui.screens.restart import RestartScreen
-from gpumon.tui.screens.swap import SwapScreen
+from gpumon.tui.dashboard import actions
+from gpumon.tui.screens import DoctorScreen, RestartScreen, SwapScreen, swap
 
 Wait = Callable[..., Awaitable[None]]
 OOM_GPU = 6  # training-oom: the drafter (GPUs 5-7) died of CUDA OOM on GPU 6 at ~60 s

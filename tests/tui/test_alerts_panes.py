@@ -13,12 +13,12 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
 
-from gpumon.backends.alert_store import Alert
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import ConnState, Health
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.screens.alerts import AlertHistoryScreen
+from gpumon.tui.screens import AlertHistoryScreen
 
 Wait = Callable[..., Awaitable[None]]
 FROZEN_NOW = 1795962750.0

@@ -12,7 +12,7 @@ from rich.color import ColorSystem
 from rich.style import Style
 from textual.theme import BUILTIN_THEMES, Theme
 
-from gpumon.backends.alert_store import Alert
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import (
     ConnState,
     GpuProcess,
@@ -24,8 +24,9 @@ from gpumon.backends.model import (
 )
 from gpumon.themes import GPUMON_THEMES, choose_theme, severity_variables, theme_order
 from gpumon.tui import state
-from gpumon.tui.alert_cells import alert_count
-from gpumon.tui.cells import (
+from gpumon.tui.dashboard import ConnectionWatch
+from gpumon.tui.views import Palette, alert_count
+from gpumon.tui.views.gpu_cells import (
     NA,
     Cell,
     HeaderInput,
@@ -43,11 +44,20 @@ from gpumon.tui.cells import (
     short_name,
     temperature_role,
 )
-from gpumon.tui.notices import ConnectionWatch
-from gpumon.tui.palette import Palette
-from gpumon.tui.widgets.gpu_row import RowLayout, RowView, bar_text, render_row, row_layout
-from gpumon.tui.widgets.plot import PlotSpec, build_plot, series, window_ticks
-from gpumon.tui.widgets.sparkline import bin_series, spark_rows, spark_string
+from gpumon.tui.widgets import (
+    PlotSpec,
+    RowLayout,
+    RowView,
+    bar_text,
+    bin_series,
+    build_plot,
+    render_row,
+    row_layout,
+    series,
+    spark_rows,
+    spark_string,
+    window_ticks,
+)
 
 FULL = GpuSample(
     index=6,

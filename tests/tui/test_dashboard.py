@@ -15,10 +15,8 @@ from textual.pilot import Pilot
 from gpumon.backends.model import ConnState
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.app import INTERVALS, GpumonApp
-from gpumon.tui.screens.alerts import AlertHistoryScreen
-from gpumon.tui.screens.detail import DetailScreen
-from gpumon.tui.screens.help import HelpScreen, key_text
-from gpumon.tui.widgets.gpu_table import HostSection
+from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, HelpScreen, key_text
+from gpumon.tui.widgets import HostSection
 
 Wait = Callable[..., Awaitable[None]]
 FROZEN_NOW = 1795962750.0

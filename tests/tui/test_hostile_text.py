@@ -19,13 +19,11 @@ from hostile import CORPUS, forbidden_in
 from textual.widgets._toast import Toast
 
 from gpumon.backends.config import Config, resolve_host
-from gpumon.backends.connect import make_monitor
 from gpumon.backends.model import ConnState
-from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.monitor import HostMonitor, make_monitor
 from gpumon.backends.untrusted import printable
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.screens.alerts import AlertHistoryScreen
-from gpumon.tui.screens.detail import DetailScreen
+from gpumon.tui.screens import AlertHistoryScreen, DetailScreen
 
 Wait = Callable[..., Awaitable[None]]
 FAKE_SMI = Path(__file__).parents[1] / "support" / "hostile_smi.py"

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.backends.alert_rules import AlertRules
 from gpumon.backends.alerts import AlertEngine
+from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.model import GpuSample, HostSample
-from gpumon.backends.recorder import FlightRecorder, load_recording
-from gpumon.backends.replay import ReplayMonitor
+from gpumon.backends.recording import FlightRecorder, ReplayMonitor, load_recording
 from gpumon.tui import app as app_module
-from gpumon.tui import cli
 from gpumon.tui.app import GpumonApp
+from gpumon.tui.cli import command_line as cli
 
 Wait = Callable[..., Awaitable[None]]
 TOTAL_MIB = 97887

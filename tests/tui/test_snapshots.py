@@ -15,8 +15,7 @@ from textual.pilot import Pilot
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.screens.alerts import AlertHistoryScreen
-from gpumon.tui.screens.detail import DetailScreen
+from gpumon.tui.screens import AlertHistoryScreen, DetailScreen
 
 FROZEN_NOW = 1795962750.0
 

@@ -17,14 +17,13 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Select
 
-from gpumon.backends.audit import read_entries
+from gpumon.backends.actions import read_entries
 from gpumon.backends.config import HostConfig
-from gpumon.backends.connect import demo_settings
-from gpumon.backends.monitor import HostMonitor
-from gpumon.backends.sim.wrapper import write_wrapper
+from gpumon.backends.monitor import HostMonitor, demo_settings
+from gpumon.backends.sim import write_wrapper
 from gpumon.backends.transport import LocalTransport
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.screens.swap import SwapScreen
+from gpumon.tui.screens import SwapScreen
 
 from torch_index import IndexServer, build_index, standard_bases
 

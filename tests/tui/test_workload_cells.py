@@ -6,38 +6,43 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from gpumon.backends.alert_store import Alert
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
-from gpumon.backends.recorder import Recording
-from gpumon.backends.replay import ReplayMonitor
-from gpumon.backends.sim.scenario import SimSettings
-from gpumon.backends.sim.sglang_model import UPTIME_AT_T0, metrics_text
+from gpumon.backends.recording import Recording, ReplayMonitor
+from gpumon.backends.sim import UPTIME_AT_T0, SimSettings, metrics_text
 from gpumon.backends.workloads import JobTracker, SglangTracker
 from gpumon.themes import GPUMON_DARK
-from gpumon.tui.alert_cells import alert_title, history_cells, strip_alert
-from gpumon.tui.app_replay import replay_status
-from gpumon.tui.cells import NA, Cell, Role, gpu_cells, interval_text
-from gpumon.tui.layout import HostNeeds, plan_layout
-from gpumon.tui.palette import Palette
-from gpumon.tui.widgets.alert_strip import StripView, render_strip
-from gpumon.tui.widgets.gpu_row import RowView, full_in_text, render_row, row_layout
-from gpumon.tui.widgets.workload_panes import (
-    JOB_COLUMNS,
-    SGLANG_COLUMNS,
-    PaneView,
-    fit_columns,
-    render_pane,
-)
-from gpumon.tui.workload_cells import (
+from gpumon.tui.dashboard import HostNeeds, plan_layout, replay_status
+from gpumon.tui.views import (
+    Palette,
+    alert_title,
     gpu_list_text,
     gpu_owners,
+    history_cells,
     job_cells,
+    jobs_view,
     latency_pair,
+    limit_servers,
     model_short,
     rate_text,
     sglang_cells,
+    sglang_view,
+    strip_alert,
 )
-from gpumon.tui.workload_views import jobs_view, limit_servers, sglang_view
+from gpumon.tui.views.gpu_cells import NA, Cell, Role, gpu_cells, interval_text
+from gpumon.tui.widgets import (
+    JOB_COLUMNS,
+    SGLANG_COLUMNS,
+    PaneView,
+    RowView,
+    StripView,
+    fit_columns,
+    full_in_text,
+    render_pane,
+    render_row,
+    render_strip,
+    row_layout,
+)
 
 PALETTE = Palette.from_theme(GPUMON_DARK)
 

@@ -13,14 +13,21 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gpumon.backends import agent
 from gpumon.backends.config import Config, HostConfig, resolve_host
-from gpumon.backends.connect import demo_settings, make_monitor
 from gpumon.backends.model import ConnState, Health, Source
-from gpumon.backends.monitor import HostMonitor, backoff_delay
-from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS
-from gpumon.backends.report import CheckCode, check_verdict, snapshot_json, snapshot_table
-from gpumon.backends.sim.wrapper import write_wrapper
+from gpumon.backends.monitor import (
+    CheckCode,
+    HostMonitor,
+    backoff_delay,
+    check_verdict,
+    demo_settings,
+    make_monitor,
+    snapshot_json,
+    snapshot_table,
+)
+from gpumon.backends.parsers import PROCESS_FIELDS, QUERY_FIELDS
+from gpumon.backends.remote import agent
+from gpumon.backends.sim import write_wrapper
 from gpumon.backends.transport import LocalTransport, ssh_command, wrap_container
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia"
@@ -215,7 +222,7 @@ def test_hostile_process_names_are_escaped_in_the_table() -> None:
 
 
 async def test_demo_drafter_job_dies_of_oom_and_releases_memory() -> None:
-    from gpumon.backends.transport import SimTransport
+    from gpumon.backends.sim import SimTransport
 
     host = resolve_host(Config(path=None), "demo")
     monitor = make_monitor(host, demo_settings(demo_time=65))
@@ -284,7 +291,7 @@ async def test_demo_reconnects_after_its_agent_dies() -> None:
     monitor.start()
     try:
         await _sampled(monitor, 2)
-        from gpumon.backends.transport import SimTransport
+        from gpumon.backends.sim import SimTransport
 
         assert isinstance(monitor.transport, SimTransport)
         marker = str(monitor.transport.root)  # on the PATH of everything the demo runs
@@ -324,7 +331,7 @@ def test_history_keeps_the_newest_when_resized() -> None:
 
 
 async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None:
-    from gpumon.backends import audit
+    from gpumon.backends.actions import audit
 
     monitor = make_monitor(resolve_host(Config(path=None), "demo"), demo_settings(demo_time=57))
     drafter = monitor.host.job("drafter")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.backends.alert_rules import fit_time_to_full
-from gpumon.backends.alerts import (
+from gpumon.backends.alerts import fit_time_to_full
+from gpumon.backends.alerts.engine import (
     KINDS,
     Alert,
     AlertEngine,
@@ -22,22 +22,22 @@ from gpumon.backends.alerts import (
     log_key_prefix,
 )
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
-from gpumon.backends.parsers.nvidia_smi import (
+from gpumon.backends.parsers import (
     PROCESS_FIELDS,
     QUERY_FIELDS,
     parse_compute_apps,
     parse_query_gpu,
 )
-from gpumon.backends.sim import smi
-from gpumon.backends.sim.scenario import (
+from gpumon.backends.sim import (
     ENV_VARS,
     MEMORY_TOTAL_MIB,
     OOM_AT,
     OOM_GPU,
     SimSettings,
+    smi,
     wall_time,
+    write_job_wrapper,
 )
-from gpumon.backends.sim.wrapper import write_job_wrapper
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NVIDIA = FIXTURES / "nvidia"

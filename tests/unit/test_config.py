@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.backends.config import (
+from gpumon.backends.config import Invalid
+from gpumon.backends.config.load import (
     HOST_KEYS,
     HOST_SETTINGS,
     Config,
@@ -21,7 +22,6 @@ from gpumon.backends.config import (
     load_config,
     resolve_host,
 )
-from gpumon.backends.config_workloads import Invalid
 
 
 def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:

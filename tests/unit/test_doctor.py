@@ -18,26 +18,24 @@ from typing import Any
 
 import pytest
 
-from gpumon.backends import doctor_probe, doctor_probe_fs
 from gpumon.backends.config import HostConfig
-from gpumon.backends.doctor import (
+from gpumon.backends.remote import doctor_probe, doctor_probe_fs
+from gpumon.backends.torchenv import (
     STATUSES,
     DoctorReport,
+    arch_covers,
+    builtin_table,
+    driver_at_least,
     evaluate,
     format_report,
     probe_argv,
     run_doctor,
-)
-from gpumon.backends.doctor_checks import Check
-from gpumon.backends.torch_variants import (
-    arch_covers,
-    builtin_table,
-    driver_at_least,
     series_of,
     table_covers,
     variant_cuda,
     variant_from,
 )
+from gpumon.backends.torchenv.checks import Check
 from gpumon.backends.transport import LocalTransport
 
 ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]

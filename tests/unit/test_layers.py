@@ -27,7 +27,7 @@ def test_backend_module_imports_no_ui(path: Path) -> None:
 def test_agent_is_standard_library_only() -> None:
     import sys
 
-    tree = ast.parse((BACKENDS / "agent.py").read_text())
+    tree = ast.parse((BACKENDS / "remote" / "agent.py").read_text())
     top = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -40,6 +40,6 @@ def test_agent_is_standard_library_only() -> None:
 
 def test_the_doctor_recognises_gpumons_own_agent() -> None:
     """The swap refuses while processes use the venv; gpumon's agent must not count."""
-    from gpumon.backends import agent, doctor_probe_fs
+    from gpumon.backends.remote import agent, doctor_probe_fs
 
     assert doctor_probe_fs.AGENT_MARK in agent._BOOTSTRAP

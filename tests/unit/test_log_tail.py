@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpumon.backends.agent import LOG_BACKLOG_BYTES, LogTail
+from gpumon.backends.remote import LOG_BACKLOG_BYTES, LogTail
 
 
 def lines_of(msgs: list[dict[str, Any]]) -> list[str]:
@@ -90,8 +90,8 @@ def test_missing_file_is_quiet_until_it_appears(tmp_path: Path) -> None:
 def test_a_flood_keeps_the_oom_line_and_the_newest(tmp_path: Path) -> None:
     import re
 
-    from gpumon.backends.agent import LOG_FLOOD_NEWEST, LOG_MAX_LINES
-    from gpumon.backends.parsers.oom import KEEP_PATTERN
+    from gpumon.backends.parsers import KEEP_PATTERN
+    from gpumon.backends.remote import LOG_FLOOD_NEWEST, LOG_MAX_LINES
 
     log = tmp_path / "flood.log"
     log.write_text("")

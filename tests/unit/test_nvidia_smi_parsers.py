@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumon.backends.model import GpuProcess, GpuSample, Health
-from gpumon.backends.parsers.nvidia_smi import (
+from gpumon.backends.parsers import (
     PROCESS_FIELDS,
     QUERY_FIELDS,
     GpuParse,

@@ -9,19 +9,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumon.backends.model import Health
-from gpumon.backends.parsers.kernel import (
+from gpumon.backends.parsers import (
+    LogEvent,
+    LogScanner,
     gpu_for_pci,
     kernel_log_unreadable,
     parse_gpu_at_line,
     parse_host_oom_kill,
     parse_memory_events,
     parse_oom_memcg,
+    parse_query_gpu,
+    parse_visible_devices,
     parse_xid_line,
     pci_key,
     xid_level,
 )
-from gpumon.backends.parsers.nvidia_smi import parse_query_gpu
-from gpumon.backends.parsers.oom import LogEvent, LogScanner, parse_visible_devices
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NVIDIA = FIXTURES / "nvidia"

@@ -10,15 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.backends import config_workloads
-from gpumon.backends.parsers.progress import (
+from gpumon.backends.config import workloads as config_workloads
+from gpumon.backends.parsers import (
     PRESETS,
     PROGRESS_GROUPS,
     ProgressParser,
     ProgressSpecError,
     ProgressUpdate,
+    parse_duration,
+    parse_number,
+    parse_rate,
 )
-from gpumon.backends.parsers.units import parse_duration, parse_number, parse_rate
 from gpumon.backends.workloads import REVIVE_AFTER_S, JobState, JobTracker
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "progress"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpumon.backends.parsers.units import Rate, parse_duration, parse_number, parse_rate
+from gpumon.backends.parsers import Rate, parse_duration, parse_number, parse_rate
 
 # ------------------------------------------------------------------------------ units
 

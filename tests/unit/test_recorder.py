@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.backends.alert_store import Alert
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source
-from gpumon.backends.parsers.nvidia_smi import parse_compute_apps, parse_query_gpu
-from gpumon.backends.recorder import (
+from gpumon.backends.parsers import parse_compute_apps, parse_query_gpu
+from gpumon.backends.recording import (
     GPU_FIELDS,
     FlightRecorder,
     RecordingError,

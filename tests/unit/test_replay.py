@@ -6,11 +6,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from gpumon.backends.alert_rules import AlertRules
 from gpumon.backends.alerts import AlertEngine
+from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.model import ConnState, GpuSample, HostSample
-from gpumon.backends.recorder import FlightRecorder, load_recording
-from gpumon.backends.replay import ReplayMonitor
+from gpumon.backends.recording import FlightRecorder, ReplayMonitor, load_recording
 
 OOM_LINE = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "

@@ -19,28 +19,31 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.backends import audit
-from gpumon.backends.autorestart import AutoRestarter, AutoRestartPolicy, is_oom
-from gpumon.backends.config import HostConfig
-from gpumon.backends.config_workloads import JobConfig
-from gpumon.backends.job_params import (
-    ParamError,
-    ParamValue,
-    check_template,
-    merge_params,
-    render_command,
-)
-from gpumon.backends.jobs import JobRecord, JobStatus, job_status, parse_status, signal_job
-from gpumon.backends.model import Health
-from gpumon.backends.restart import (
+from gpumon.backends.actions import (
     ActionPlan,
+    AutoRestarter,
+    AutoRestartPolicy,
     GpuReadings,
     GpuUse,
+    JobRecord,
+    JobStatus,
     JobTarget,
+    ParamError,
+    ParamValue,
     RunRegistry,
     Step,
+    audit,
+    check_template,
+    is_oom,
+    job_status,
     make_plan,
+    merge_params,
+    parse_status,
+    render_command,
+    signal_job,
 )
+from gpumon.backends.config import HostConfig, JobConfig
+from gpumon.backends.model import Health
 from gpumon.backends.transport import LocalTransport
 
 import job_script
@@ -448,9 +451,8 @@ async def test_a_record_whose_pid_was_reused_is_never_signalled(
 def test_restarted_sim_job_records_its_restart_and_ends_with_its_state_dir(
     tmp_path: Path,
 ) -> None:
-    from gpumon.backends.connect import demo_settings
-    from gpumon.backends.sim.state import read_restarts
-    from gpumon.backends.sim.wrapper import write_job_wrapper
+    from gpumon.backends.monitor import demo_settings
+    from gpumon.backends.sim import read_restarts, write_job_wrapper
 
     state = tmp_path / "state"
     state.mkdir()

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.backends.parsers.sglang import (
+from gpumon.backends.parsers import (
     METRICS_LINE_FILTER,
     SglangParseError,
     filter_metrics_text,

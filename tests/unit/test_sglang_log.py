@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.backends.parsers.sglang import parse_sglang_log_line
+from gpumon.backends.parsers import parse_sglang_log_line
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sglang"
 STAMP = "[2026-08-25 14:21:16] "

@@ -16,10 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.backends.parsers.sglang import parse_sglang_log_line, parse_sglang_metrics
-from gpumon.backends.sim.scenario import ENV_VARS, SimSettings
-from gpumon.backends.sim.sglang_model import MODEL, TOKENS_PER_S, metrics_text
-from gpumon.backends.sim.sglang_server import SglangServers, parse_ports
+from gpumon.backends.parsers import parse_sglang_log_line, parse_sglang_metrics
+from gpumon.backends.sim import (
+    ENV_VARS,
+    MODEL,
+    TOKENS_PER_S,
+    SglangServers,
+    SimSettings,
+    metrics_text,
+    parse_ports,
+)
 from gpumon.backends.workloads import SglangTracker, sglang_totals
 
 # ------------------------------------------------------------- the simulator over real HTTP

@@ -19,32 +19,37 @@ from typing import Any
 import pytest
 
 from gpumon.backends.model import Health
-from gpumon.backends.parsers.nvidia_smi import (
+from gpumon.backends.parsers import (
     QUERY_FIELDS,
     classify_smi_failure,
     parse_compute_apps,
     parse_query_gpu,
 )
-from gpumon.backends.sim import job, smi
-from gpumon.backends.sim.fields import GPU_FIELDS, PROCESS_FIELDS
-from gpumon.backends.sim.scenario import (
+from gpumon.backends.sim import (
     DEFAULT_T0,
     DRAFTER_GPUS,
     ENV_VARS,
     GPU_COUNT,
+    GPU_FIELDS,
     MEMORY_RESERVED_MIB,
     MEMORY_TOTAL_MIB,
     OOM_AT,
     OOM_GPU,
+    PROCESS_FIELDS,
     TARGET_GPUS,
     UUIDS,
     SimSettings,
     compute_processes,
     gpu_states,
+    job,
+    read_restarts,
+    record_restart,
     scenario_time,
+    smi,
+    with_state,
+    write_job_wrapper,
+    write_wrapper,
 )
-from gpumon.backends.sim.state import read_restarts, record_restart, with_state
-from gpumon.backends.sim.wrapper import write_job_wrapper, write_wrapper
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
 SHARED_FIXTURES = Path("/work/shared/fixtures/nvidia")  # torch_oom_traceback.txt lives here
@@ -518,8 +523,13 @@ def test_format_size_follows_pytorch() -> None:
 
 
 def test_a_stopped_drafter_releases_its_gpus_until_restarted(tmp_path: Path) -> None:
-    from gpumon.backends.sim.scenario import DRAFTER_GPUS, drafter_run
-    from gpumon.backends.sim.state import record_restart, record_stop, with_state
+    from gpumon.backends.sim import (
+        DRAFTER_GPUS,
+        drafter_run,
+        record_restart,
+        record_stop,
+        with_state,
+    )
 
     settings = SimSettings(state_dir=str(tmp_path))
     record_stop(str(tmp_path), 30.0)
@@ -537,8 +547,8 @@ def test_a_stopped_drafter_releases_its_gpus_until_restarted(tmp_path: Path) -> 
 
 
 def test_sigterm_to_the_job_records_a_stop(tmp_path: Path) -> None:
-    from gpumon.backends.connect import demo_settings
-    from gpumon.backends.sim.state import read_stops
+    from gpumon.backends.monitor import demo_settings
+    from gpumon.backends.sim import read_stops
 
     settings = dataclasses.replace(demo_settings(demo_time=10), state_dir=str(tmp_path))
     env = {**os.environ, **settings.to_env()}

@@ -15,20 +15,25 @@ from typing import Any
 
 import pytest
 
-from gpumon.backends import audit, doctor
-from gpumon.backends.config import HostConfig
-from gpumon.backends.config_workloads import JobConfig
-from gpumon.backends.torch_swap import SwapPlan, build_plan
-from gpumon.backends.torch_swap_cmds import (
+from gpumon.backends.actions import audit
+from gpumon.backends.config import HostConfig, JobConfig
+from gpumon.backends.torchenv import (
+    MERGE,
+    WRITE,
+    Expectation,
+    SwapEvent,
+    SwapPlan,
+    build_plan,
+    doctor,
+    execute_swap,
     norm,
     parse_freeze,
     rollback_actions,
     rollback_steps,
+    verify,
 )
-from gpumon.backends.torch_swap_run import MERGE, WRITE, SwapEvent, execute_swap
-from gpumon.backends.torch_swap_verify import Expectation, verify
 from gpumon.backends.transport import ProcessStream, Transport
-from gpumon.tui import cli_torch
+from gpumon.tui.cli import torch as cli_torch
 
 VENV = "/root/venv"
 PY = f"{VENV}/bin/python"

@@ -1,1 +1,42 @@
-"""Dashboard screens (detail view, help)."""
+"""Screens and dialogs over the dashboard."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpumon.backends.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .alerts import AlertHistoryScreen
+    from .detail import DetailScreen, DetailTarget
+    from .doctor import DoctorScreen
+    from .help import HelpScreen, help_rows, key_text
+    from .restart import RestartScreen
+    from .swap import SwapScreen
+
+__all__ = [
+    "AlertHistoryScreen",
+    "DetailScreen",
+    "DetailTarget",
+    "DoctorScreen",
+    "HelpScreen",
+    "RestartScreen",
+    "SwapScreen",
+    "help_rows",
+    "key_text",
+]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "AlertHistoryScreen": "alerts",
+        "DetailScreen": "detail",
+        "DetailTarget": "detail",
+        "DoctorScreen": "doctor",
+        "HelpScreen": "help",
+        "RestartScreen": "restart",
+        "SwapScreen": "swap",
+        "help_rows": "help",
+        "key_text": "help",
+    },
+)

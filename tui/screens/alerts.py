@@ -12,12 +12,9 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from gpumon.backends.alert_store import Alert
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.monitor import HostMonitor
-
-from ..alert_cells import alert_count, history_cells
-from ..cells import Role
-from ..palette import Palette
+from gpumon.tui.views import Palette, Role, alert_count, history_cells
 
 COLUMNS = ("severity", "time", "host", "GPU", "job", "state", "message")
 

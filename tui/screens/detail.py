@@ -20,10 +20,17 @@ from textual.widgets import Footer, Static
 
 from gpumon.backends.model import GpuSample, HostSample
 from gpumon.backends.monitor import HostMonitor
-
-from ..cells import Role, duration, gib, gpu_cells, memory_role, process_name, temperature_role
-from ..palette import Palette, rgb
-from ..widgets.plot import PlotSpec, PlotWidget, series
+from gpumon.tui.views import Palette, rgb
+from gpumon.tui.views.gpu_cells import (
+    Role,
+    duration,
+    gib,
+    gpu_cells,
+    memory_role,
+    process_name,
+    temperature_role,
+)
+from gpumon.tui.widgets import PlotSpec, PlotWidget, series
 
 WINDOWS = {"1": 60.0, "2": 600.0, "3": 3600.0}
 WINDOW_NAMES = {60.0: "1 min", 600.0: "10 min", 3600.0: "1 h"}

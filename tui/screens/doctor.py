@@ -22,7 +22,7 @@ from textual.theme import Theme
 from textual.widgets import Footer, Static
 
 from gpumon.backends.config import HostConfig
-from gpumon.backends.doctor import (
+from gpumon.backends.torchenv.doctor import (
     STATUSES,
     Check,
     DoctorReport,
@@ -31,9 +31,7 @@ from gpumon.backends.doctor import (
     run_doctor,
 )
 from gpumon.backends.transport import Transport, TransportError
-
-from ..cells import Role
-from ..palette import Palette
+from gpumon.tui.views import Palette, Role
 
 STATUS_ROLES = {"ok": Role.OK, "warning": Role.WARNING, "problem": Role.CRITICAL, "n/a": Role.NA}
 STATUS_MARKS = {"ok": "✓", "warning": "!", "problem": "✗", "n/a": "-"}

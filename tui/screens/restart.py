@@ -25,22 +25,21 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from gpumon.backends.config_workloads import JobConfig
-from gpumon.backends.job_params import ParamError, format_value
-from gpumon.backends.jobs import JobError
-from gpumon.backends.restart import (
+from gpumon.backends.actions import (
     Action,
     ActionPlan,
+    JobError,
     JobTarget,
     Outcome,
+    ParamError,
     RestartRun,
     Step,
+    format_value,
     make_plan,
 )
+from gpumon.backends.config import JobConfig
 from gpumon.backends.transport import TransportError
-
-from ..cells import Role
-from ..palette import Palette
+from gpumon.tui.views import Palette, Role
 
 StartRun = Callable[[ActionPlan], RestartRun]
 LABEL_WIDTH = 14  # "  wait_free:  " : ActionPlan.lines() aligns its values here

@@ -27,15 +27,19 @@ from textual.timer import Timer
 from textual.widgets import Button, Checkbox, Input, Label, Log, Select, Static
 
 from gpumon.backends.config import HostConfig
-from gpumon.backends.doctor import ProbeError
-from gpumon.backends.torch_swap import SwapPlan, plan_swap
-from gpumon.backends.torch_swap_run import SwapEvent, SwapOutcome, execute_swap, record_refusal
-from gpumon.backends.torch_variants import VARIANT_NAMES
+from gpumon.backends.torchenv import (
+    VARIANT_NAMES,
+    ProbeError,
+    SwapEvent,
+    SwapOutcome,
+    SwapPlan,
+    execute_swap,
+    plan_swap,
+    record_refusal,
+)
 from gpumon.backends.transport import Transport, TransportError
-
-from ..cells import Role
-from ..palette import Palette
-from .doctor import checks_table
+from gpumon.tui.screens.doctor import checks_table
+from gpumon.tui.views import Palette, Role
 
 DEFAULT_VARIANT = "cu130"
 REPLAN_DELAY_S = 0.8  # after the last keystroke in the version field

@@ -1,1 +1,88 @@
-"""Dashboard widgets."""
+"""Widgets of the dashboard."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpumon.backends.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .alert_strip import AlertStrip, StripView, render_strip
+    from .gpu_row import GpuRow, RowLayout, RowView, bar_text, full_in_text, render_row, row_layout
+    from .host_section import HostSection, ViewContext
+    from .plot import PlotSpec, PlotWidget, build_plot, plotext, series, window_ticks
+    from .sparkline import bin_series, spark_rows, spark_string
+    from .workload_panes import (
+        JOB_COLUMNS,
+        SGLANG_COLUMNS,
+        PaneRow,
+        PaneView,
+        WorkloadPane,
+        fit_columns,
+        render_pane,
+    )
+
+__all__ = [
+    "JOB_COLUMNS",
+    "SGLANG_COLUMNS",
+    "AlertStrip",
+    "GpuRow",
+    "HostSection",
+    "PaneRow",
+    "PaneView",
+    "PlotSpec",
+    "PlotWidget",
+    "RowLayout",
+    "RowView",
+    "StripView",
+    "ViewContext",
+    "WorkloadPane",
+    "bar_text",
+    "bin_series",
+    "build_plot",
+    "fit_columns",
+    "full_in_text",
+    "plotext",
+    "render_pane",
+    "render_row",
+    "render_strip",
+    "row_layout",
+    "series",
+    "spark_rows",
+    "spark_string",
+    "window_ticks",
+]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "AlertStrip": "alert_strip",
+        "GpuRow": "gpu_row",
+        "HostSection": "host_section",
+        "JOB_COLUMNS": "workload_panes",
+        "PaneRow": "workload_panes",
+        "PaneView": "workload_panes",
+        "PlotSpec": "plot",
+        "PlotWidget": "plot",
+        "RowLayout": "gpu_row",
+        "RowView": "gpu_row",
+        "SGLANG_COLUMNS": "workload_panes",
+        "StripView": "alert_strip",
+        "ViewContext": "host_section",
+        "WorkloadPane": "workload_panes",
+        "bar_text": "gpu_row",
+        "bin_series": "sparkline",
+        "build_plot": "plot",
+        "fit_columns": "workload_panes",
+        "full_in_text": "gpu_row",
+        "plotext": "plot",
+        "render_pane": "workload_panes",
+        "render_row": "gpu_row",
+        "render_strip": "alert_strip",
+        "row_layout": "gpu_row",
+        "series": "plot",
+        "spark_rows": "sparkline",
+        "spark_string": "sparkline",
+        "window_ticks": "plot",
+    },
+)

@@ -13,12 +13,17 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
-from gpumon.backends.alert_store import Alert
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
-
-from ..alert_cells import SEVERITY_GLYPH, alert_message, alert_where, clock_time
-from ..cells import Role, health_role
-from ..palette import Palette
+from gpumon.tui.views import (
+    SEVERITY_GLYPH,
+    Palette,
+    Role,
+    alert_message,
+    alert_where,
+    clock_time,
+    health_role,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,8 @@ from textual.events import Click
 from textual.message import Message
 from textual.widget import Widget
 
-from ..cells import Cell, GpuCells, Role, memory_role
-from ..palette import Palette
-from .sparkline import spark_rows
+from gpumon.tui.views import Cell, GpuCells, Palette, Role, memory_role
+from gpumon.tui.widgets.sparkline import spark_rows
 
 PARTIAL = " ▏▎▍▌▋▊▉"
 MEM_W, PCT_W, UTIL_W, TEMP_W, POWER_W, PSTATE_W, CLOCK_W = 10, 4, 4, 5, 9, 3, 7

@@ -9,8 +9,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
-from ..cells import Cell, HeaderPart, Role, fit_parts
-from ..palette import Palette
+from gpumon.tui.views import Cell, HeaderPart, Palette, Role, fit_parts
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,8 @@ from textual.events import Click
 from textual.message import Message
 from textual.widget import Widget
 
-from ..cells import Cell, Role
-from ..palette import Palette
-from .sparkline import spark_rows
+from gpumon.tui.views import Cell, Palette, Role
+from gpumon.tui.widgets.sparkline import spark_rows
 
 MIN_SPARK = 8
 

@@ -1,0 +1,112 @@
+"""Actions that change a machine: job control, restart plans and runs, auto-restart, audit log."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpumon.backends.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .audit import read_entries
+    from .autorestart import AutoRestarter, AutoRestartPolicy, is_oom
+    from .job_watch import JobWatch
+    from .jobs import (
+        JobError,
+        JobRecord,
+        JobStatus,
+        job_status,
+        launch_job,
+        parse_status,
+        signal_job,
+    )
+    from .params import (
+        ParamError,
+        ParamValue,
+        check_template,
+        format_value,
+        merge_params,
+        render_command,
+    )
+    from .run import (
+        Action,
+        ActionPlan,
+        GpuReadings,
+        GpuUse,
+        JobTarget,
+        Outcome,
+        RestartRun,
+        RunRegistry,
+        Step,
+        find_job,
+        make_plan,
+        runs,
+    )
+
+__all__ = [
+    "Action",
+    "ActionPlan",
+    "AutoRestartPolicy",
+    "AutoRestarter",
+    "GpuReadings",
+    "GpuUse",
+    "JobError",
+    "JobRecord",
+    "JobStatus",
+    "JobTarget",
+    "JobWatch",
+    "Outcome",
+    "ParamError",
+    "ParamValue",
+    "RestartRun",
+    "RunRegistry",
+    "Step",
+    "check_template",
+    "find_job",
+    "format_value",
+    "is_oom",
+    "job_status",
+    "launch_job",
+    "make_plan",
+    "merge_params",
+    "parse_status",
+    "read_entries",
+    "render_command",
+    "runs",
+    "signal_job",
+]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Action": "run",
+        "ActionPlan": "run",
+        "AutoRestartPolicy": "autorestart",
+        "AutoRestarter": "autorestart",
+        "GpuReadings": "run",
+        "GpuUse": "run",
+        "JobError": "jobs",
+        "JobRecord": "jobs",
+        "JobStatus": "jobs",
+        "JobTarget": "run",
+        "JobWatch": "job_watch",
+        "Outcome": "run",
+        "ParamError": "params",
+        "ParamValue": "params",
+        "RestartRun": "run",
+        "RunRegistry": "run",
+        "Step": "run",
+        "check_template": "params",
+        "find_job": "run",
+        "format_value": "params",
+        "is_oom": "autorestart",
+        "job_status": "jobs",
+        "launch_job": "jobs",
+        "make_plan": "run",
+        "merge_params": "params",
+        "parse_status": "jobs",
+        "read_entries": "audit",
+        "render_command": "params",
+        "runs": "run",
+        "signal_job": "jobs",
+    },
+)

@@ -1,0 +1,89 @@
+"""What a monitor does about its jobs' restarts: after any restart, stop or start of one
+of its jobs (by a person, headless, or automatic) it clears the job's OOM alerts and
+tells the job tracker; for jobs with ``auto_restart = true`` it restarts them after an
+OOM crash, within the job's limits, raising an alert for each automatic restart.
+"""
+
+from __future__ import annotations
+
+import weakref
+from functools import partial
+from typing import TYPE_CHECKING
+
+from gpumon.backends.actions.run import RestartRun, runs
+from gpumon.backends.alerts.engine import log_key_prefix
+from gpumon.backends.alerts.store import Alert
+from gpumon.backends.model import Health
+
+if TYPE_CHECKING:
+    from gpumon.backends.actions.autorestart import AutoRestarter
+    from gpumon.backends.monitor.state import HostMonitor
+
+CRASH_KINDS = frozenset({"cuda_oom", "oom_death", "job_crashed"})
+
+
+class JobWatch:
+    """Attached to a running monitor (``attach``/``detach`` around its life)."""
+
+    def __init__(self, monitor: HostMonitor) -> None:
+        self.monitor = monitor
+        self.auto: dict[str, AutoRestarter] = {}
+        self._handled: weakref.WeakSet[RestartRun] = weakref.WeakSet()
+
+    def attach(self) -> None:
+        runs.add_finished_listener(self.on_finished)
+        jobs = [j for j in self.monitor.host.jobs if j.auto_restart and j.start]
+        if not jobs:
+            return
+        from gpumon.backends.actions.autorestart import AutoRestarter
+        from gpumon.backends.actions.plan import JobTarget
+
+        target = JobTarget.from_monitor(self.monitor, read_only=self.monitor.host.read_only)
+        for job in jobs:
+            self.auto[job.name] = AutoRestarter(
+                target, job.name, alert=partial(self._auto_alert, job.name)
+            )
+        self.monitor.alerts.add_listener(self._on_alert)
+
+    async def detach(self) -> None:
+        runs.remove_finished_listener(self.on_finished)
+        for auto in self.auto.values():
+            await auto.close()
+
+    def on_finished(self, run: RestartRun) -> None:
+        """A finished run of one of this host's jobs: alerts and tracker follow its outcome.
+
+        Called by the process-wide registry, and by a UI that ran it through a registry of
+        its own; each run counts once."""
+        outcome, plan, monitor = run.outcome, run.plan, self.monitor
+        if outcome is None or run in self._handled or plan.host != monitor.name:
+            return
+        self._handled.add(run)
+        if not outcome.ok:
+            return
+        job = plan.job
+        tracker = monitor.workloads.jobs.get(job.name)
+        now = monitor.clock()
+        if plan.action == "stop":
+            if tracker is not None:
+                tracker.mark_stopped(now)
+            return
+        if job.log:  # running again: its OOM / crash alerts are over
+            monitor.alerts.clear(log_key_prefix(job.log))
+        for gpu in job.gpus:
+            monitor.alerts.clear(f"oom_death:{gpu}:")
+        if tracker is not None:
+            tracker.restarted(now)
+        auto = self.auto.get(job.name)
+        if auto is not None and run.automatic is None:
+            auto.reset()  # a person restarted it: automatic restarts are re-armed
+
+    def _on_alert(self, alert: Alert) -> None:
+        # Only live crashes: a job found crashed in its log's backlog at start is not
+        # restarted behind the user's back (listeners never see backlog alerts).
+        auto = self.auto.get(alert.job or "")
+        if auto is not None and alert.kind in CRASH_KINDS:
+            auto.notify(True, alert.message, crash_key=alert.key)
+
+    def _auto_alert(self, job: str, severity: Health, message: str) -> None:
+        self.monitor.alerts.raise_alert("auto_restart", severity, message, job=job)

@@ -1,0 +1,431 @@
+"""Jobs on a target: detached launch, PID records, status, signals and log tails.
+
+A job started by gpumon runs detached from gpumon and from the SSH connection: in a tmux
+session ``gpumon-JOB`` when the target has tmux, else under ``setsid nohup`` (its parent
+exits at once, so it is re-parented to init and is nobody's descendant). The launch writes
+a PID record on the target, ``$XDG_STATE_HOME/gpumon/jobs/JOB.json`` (default
+``~/.local/state/gpumon/jobs``), inside the container when one is configured, so a later
+gpumon finds the job. Every command goes through the Transport as
+``["sh", "-c", SCRIPT, "gpumon-job", ARG...]``: values travel as positional arguments,
+never spliced into shell text. Only the job's ``start``/``stop`` templates are shell text,
+and parameter values are substituted into them shell-quoted (``job_params``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from gpumon.backends import untrusted
+from gpumon.backends.config.workloads import JobConfig
+from gpumon.backends.transport.base import RunResult, Transport
+
+LaunchMethod = Literal["auto", "tmux", "setsid"]
+
+JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # as config_workloads allows
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_GLOB = re.compile(r"[*?\[]")
+
+
+class JobError(Exception):
+    """A job operation that could not be done; ``str()`` is the whole message for the user."""
+
+
+# --- where records live ---------------------------------------------------------------
+
+
+def state_dir_for(transport: Transport) -> str:
+    """The jobs directory on the target ("" = ``$XDG_STATE_HOME/gpumon/jobs`` there).
+
+    A transport may set ``job_state_dir`` (the simulator keeps its records in its own dir).
+    """
+    return str(getattr(transport, "job_state_dir", "") or "")
+
+
+def method_for(transport: Transport) -> LaunchMethod:
+    """How to launch on this transport: ``auto`` (tmux when the target has it) unless the
+    transport sets ``job_launch_method``."""
+    method = getattr(transport, "job_launch_method", "auto")
+    if method == "tmux":
+        return "tmux"
+    return "setsid" if method == "setsid" else "auto"
+
+
+def session_name(job: str) -> str:
+    """The tmux session of a job (tmux turns '.' and ':' in names into '_')."""
+    return "gpumon-" + job.replace(".", "_").replace(":", "_")
+
+
+def log_argument(job: JobConfig) -> str:
+    """The log the launcher appends the job's output to: the job's ``log`` when it is a plain
+    path, else "" (the target then uses ``JOB.log`` in the jobs directory)."""
+    if job.log is None or _GLOB.search(job.log):
+        return ""
+    return job.log
+
+
+def _check_name(job: JobConfig) -> None:
+    if not JOB_NAME.fullmatch(job.name):
+        raise JobError(f"job name {job.name!r}: letters, digits, '_', '.', '-' only")
+
+
+def env_arguments(job: JobConfig) -> list[str]:
+    for name, value in job.env.items():
+        if not ENV_NAME.fullmatch(name):
+            raise JobError(f"job {job.name}: env name {name!r} is not a variable name")
+        if "\x00" in value:
+            raise JobError(f"job {job.name}: env {name} contains a NUL byte")
+    return [f"{k}={v}" for k, v in job.env.items()]
+
+
+# --- the shell on the target ----------------------------------------------------------
+
+# Shared by the scripts below: defines functions ($1.. are the script's own arguments).
+# `pct exec` may give a session without HOME: take it from the passwd entry (not exported).
+_FUNCS = r"""
+: "${HOME:=$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f6)}"
+jobs_dir() {
+  if [ -n "$1" ]; then printf '%s' "$1"
+  else printf '%s' "${XDG_STATE_HOME:-$HOME/.local/state}/gpumon/jobs"; fi
+}
+resolve_log() { # $1 log (may be empty), $2 workdir, $3 jobs dir, $4 job
+  case $1 in
+    "") printf '%s' "$3/$4.log" ;;
+    /*) printf '%s' "$1" ;;
+    "~/"*) printf '%s' "$HOME/${1#??}" ;;
+    *) printf '%s' "${2:-$PWD}/$1" ;;
+  esac
+}
+field() { sed -n "s/.*\"$1\": *\"\{0,1\}\([0-9][0-9]*\).*/\1/p" "$2" | head -n 1; }
+# Sets pid, pgid, stale, alive from record $1; members: live PIDs in its group or session.
+read_record() {
+  pid=$(field pid "$1"); pgid=$(field pgid "$1"); pstart=$(field proc_start "$1")
+  alive=0; stale=0
+  if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
+    set -- $(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null)
+    if [ $# -lt 20 ]; then :  # it exited just now
+    elif [ -n "$pstart" ] && [ "${20}" != "$pstart" ]; then stale=1  # the PID was reused
+    elif [ "$1" != Z ]; then alive=1; fi
+  fi
+}
+members() { # $1 group/session id; zombies do not count
+  [ -n "$1" ] && [ "$1" -gt 1 ] || return 0
+  cat /proc/[0-9]*/stat 2>/dev/null | awk -v g="$1" '{
+    pid = $1; line = $0; sub(/.*\) /, "", line); n = split(line, f, " ")
+    if ((f[3] == g || f[4] == g) && f[1] != "Z") printf "%s ", pid }'
+}
+"""
+
+_STATUS = (
+    _FUNCS
+    + r"""
+dir=$(jobs_dir "$1"); job=$2; log=$(resolve_log "$3" "$4" "$(jobs_dir "$1")" "$2")
+rec="$dir/$job.json"
+echo "dir=$dir"; echo "log=$log"
+command -v tmux >/dev/null 2>&1 && echo tmux=1
+command -v setsid >/dev/null 2>&1 && echo setsid=1
+if [ -r "$rec" ]; then
+  echo "record=$(tr -d '\n' < "$rec")"
+  read_record "$rec"
+  echo "alive=$alive"; echo "stale=$stale"
+  [ "$stale" = 1 ] || echo "pids=$(members "$pgid")"
+  [ -r "$dir/$job.exit" ] && echo "exit=$(cat "$dir/$job.exit")"
+fi
+[ -f "$log" ] && echo "logstat=$(stat -c '%s %Y' "$log" 2>/dev/null)"
+exit 0
+"""
+)
+
+_SIGNAL = (
+    _FUNCS
+    + r"""
+dir=$(jobs_dir "$1"); job=$2; sig=$3; rec="$dir/$job.json"
+[ -r "$rec" ] || exit 0
+read_record "$rec"
+[ "$stale" = 1 ] && exit 0
+pids=$(members "$pgid")
+[ -n "$pids" ] || exit 0
+kill -s "$sig" -- "-$pgid" 2>/dev/null
+for p in $pids; do kill -s "$sig" "$p" 2>/dev/null; done
+echo "signalled=$pids"
+"""
+)
+
+_RUNNER = r"""# gpumon job runner (generated): sh ./gpumon-run.sh JOB, run in the jobs directory
+job=$1; dir=$PWD
+. "./$job.env" || exit 70
+rm -f "./$job.env"
+log=$GPUMON_JOB_LOG cmd=$GPUMON_JOB_CMD wd=$GPUMON_JOB_WORKDIR method=$GPUMON_JOB_METHOD
+token=$GPUMON_JOB_TOKEN session=$GPUMON_JOB_SESSION
+unset GPUMON_JOB_LOG GPUMON_JOB_CMD GPUMON_JOB_WORKDIR GPUMON_JOB_METHOD GPUMON_JOB_TOKEN \
+  GPUMON_JOB_SESSION
+# stdin stays the tmux pane's terminal: tmux closes a pane whose terminal nobody holds
+exec >> "$log" 2>&1
+pgid=$$ sid=$$ pstart=
+if [ -r /proc/$$/stat ]; then
+  set -- $(sed 's/.*) //' /proc/$$/stat); pgid=$3 sid=$4 pstart=${20}
+fi
+esc() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'; }
+fmt='{"job": "%s", "pid": %s, "pgid": %s, "sid": %s, "proc_start": "%s", "started": %s, '
+fmt="$fmt"'"method": "%s", "session": "%s", "token": "%s", "log": "%s"}\n'
+printf "$fmt" "$job" $$ "$pgid" "$sid" "$pstart" "$(date +%s)" "$method" "$session" "$token" \
+  "$(esc "$log")" > "./$job.json.tmp" && mv "./$job.json.tmp" "./$job.json"
+if [ -n "$wd" ]; then cd "$wd" || exit 71; fi
+sh -c "$cmd" < /dev/null
+code=$?
+printf '%s %s %s\n' "$code" "$(date +%s)" "$token" > "$dir/$job.exit"
+exit $code
+"""
+
+_LAUNCH = (
+    _FUNCS
+    + r"""
+dir=$(jobs_dir "$1"); job=$2; wd=${4:-$PWD}; cmd=$5; method=$6
+log=$(resolve_log "$3" "$4" "$dir" "$2")
+shift 6
+mkdir -p "$dir" && cd "$dir" || { echo "gpumon: cannot create $dir" >&2; exit 70; }
+if [ ! -d "$wd" ]; then echo "gpumon: workdir $wd: no such directory" >&2; exit 71; fi
+if [ "$method" = auto ]; then
+  if command -v tmux >/dev/null 2>&1; then method=tmux; else method=setsid; fi
+fi
+if [ "$method" = setsid ] && ! command -v setsid >/dev/null 2>&1; then
+  echo "gpumon: neither tmux nor setsid on the target; cannot start a detached job" >&2; exit 72
+fi
+# One launch at a time per job (another gpumon may be restarting it too).
+find . -maxdepth 1 -name "$job.lock" -mmin +2 -exec rmdir {} \; 2>/dev/null
+mkdir "$job.lock" 2>/dev/null || { echo "gpumon: another gpumon is starting $job" >&2; exit 73; }
+trap 'rmdir "$dir/$job.lock" 2>/dev/null' EXIT
+if [ -r "$job.json" ]; then
+  read_record "$job.json"
+  running=$(members "$pgid")
+  if [ "$stale" = 0 ] && [ -n "$running" ]; then
+    echo "gpumon: $job is already running (PIDs ${running% })" >&2; exit 74
+  fi
+fi
+mkdir -p "$(dirname "$log")" 2>/dev/null
+( : >> "$log" ) 2>/dev/null || { echo "gpumon: cannot write the log $log" >&2; exit 75; }
+for a in "$@"; do export "$a" || exit 76; done
+session=; [ "$method" = tmux ] && session=$(printf '%s' "gpumon-$job" | tr '.:' '__')
+export GPUMON_JOB="$job" GPUMON_JOB_LOG="$log" GPUMON_JOB_CMD="$cmd" GPUMON_JOB_WORKDIR="$wd" \
+  GPUMON_JOB_METHOD="$method" GPUMON_JOB_SESSION="$session" GPUMON_JOB_TOKEN="$$.$(date +%s)"
+rm -f "$job.json" "$job.exit" "$job.launch.err"
+( umask 077; export -p > "$job.env.tmp" ) && mv "$job.env.tmp" "$job.env" || exit 77
+cat > "gpumon-run.sh.$$" <<'GPUMON_RUNNER_EOF'
+"""
+    + _RUNNER
+    + r"""GPUMON_RUNNER_EOF
+mv "gpumon-run.sh.$$" gpumon-run.sh
+if [ "$method" = tmux ]; then
+  tmux new-session -d -s "$session" -c "$dir" "exec sh ./gpumon-run.sh $job" \
+    </dev/null >/dev/null 2>"$job.launch.err" || {
+    echo "gpumon: tmux could not start session $session:" >&2; cat "$job.launch.err" >&2
+    rm -f "$job.env"; exit 78; }
+else
+  setsid nohup sh ./gpumon-run.sh "$job" </dev/null >"$job.launch.err" 2>&1 &
+fi
+i=0
+while [ $i -lt 100 ]; do
+  if [ -s "$job.json" ] && grep -q "\"token\": \"$GPUMON_JOB_TOKEN\"" "$job.json"; then
+    cat "$job.json"; exit 0
+  fi
+  sleep 0.1 2>/dev/null || sleep 1
+  i=$((i + 1))
+done
+echo "gpumon: $job did not write its PID record within 10 s" >&2
+cat "$job.launch.err" >&2 2>/dev/null
+exit 79
+"""
+)
+
+_STOP_COMMAND = r"""
+wd=$1; cmd=$2; shift 2
+for a in "$@"; do export "$a" || exit 76; done
+if [ -n "$wd" ]; then cd "$wd" || exit 71; fi
+exec sh -c "$cmd" </dev/null
+"""
+
+
+def _sh(script: str, *args: str) -> list[str]:
+    return ["sh", "-c", script, "gpumon-job", *args]
+
+
+# --- records and status ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What the launch wrote on the target: the job's PID and its process group."""
+
+    job: str
+    pid: int
+    pgid: int
+    method: str  # "tmux" or "setsid"
+    log: str
+    started: float | None = None
+    session: str | None = None  # the tmux session name
+    token: str = ""
+
+    @classmethod
+    def from_json(cls, text: str) -> JobRecord:
+        """Raises JobError when the text is not a record."""
+        try:
+            d = untrusted.loads(text)
+            return cls(
+                job=str(d["job"]),
+                pid=int(d["pid"]),
+                pgid=int(d["pgid"]),
+                method=str(d.get("method") or "setsid"),
+                log=str(d.get("log") or ""),
+                started=float(d["started"]) if d.get("started") not in (None, "") else None,
+                session=str(d["session"]) if d.get("session") else None,
+                token=str(d.get("token") or ""),
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise JobError(f"unreadable job record: {text[:200]!r}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """A job as the target sees it now."""
+
+    job: str
+    record: JobRecord | None = None  # None: gpumon never started it there
+    alive: bool = False  # the recorded main process is running
+    pids: tuple[int, ...] = ()  # live processes in its process group or session
+    exit_code: int | None = None  # how the last run ended, when it has
+    log_path: str = ""  # where the launcher appends its output
+    log_size: int | None = None
+    log_mtime: float | None = None
+    tmux: bool = False  # the target has tmux (the next launch uses it)
+    setsid: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.alive or bool(self.pids)
+
+    def describe(self) -> str:
+        """``running (PID 123; PIDs 123 124)``, ``exited (code 1)``, ``not started by gpumon``."""
+        if self.record is None:
+            return "not started by gpumon"
+        if self.running:
+            lead = f"PID {self.record.pid}" if self.alive else "main process gone"
+            return f"running ({lead}; PIDs {' '.join(map(str, self.pids))})"
+        if self.exit_code is not None:
+            return f"exited (code {self.exit_code})"
+        return f"not running (last PID {self.record.pid})"
+
+
+def parse_status(job: str, text: str) -> JobStatus:
+    """The status script's ``key=value`` lines as a JobStatus."""
+    kv: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            kv[key] = value
+    record = JobRecord.from_json(kv["record"]) if kv.get("record") else None
+    exit_code = None
+    if record is not None and kv.get("exit"):
+        code, _, rest = kv["exit"].partition(" ")
+        if rest.split(" ")[-1] == record.token and code.lstrip("-").isdigit():
+            exit_code = int(code)
+    size = mtime = None
+    if kv.get("logstat"):
+        parts = kv["logstat"].split()
+        if len(parts) == 2 and all(p.isdigit() for p in parts):
+            size, mtime = int(parts[0]), float(parts[1])
+    return JobStatus(
+        job=job,
+        record=record,
+        alive=kv.get("alive") == "1",
+        pids=tuple(int(p) for p in kv.get("pids", "").split() if p.isdigit()),
+        exit_code=exit_code,
+        log_path=kv.get("log", ""),
+        log_size=size,
+        log_mtime=mtime,
+        tmux=kv.get("tmux") == "1",
+        setsid=kv.get("setsid") == "1",
+    )
+
+
+def _failure(what: str, res: RunResult) -> JobError:
+    if res.exit_code is None:
+        return JobError(f"{what}: no answer from the target (timed out)")
+    text = (res.stderr or res.stdout).strip() or f"exit code {res.exit_code}"
+    return JobError(f"{what}: {text}")
+
+
+async def job_status(transport: Transport, job: JobConfig, timeout: float = 20.0) -> JobStatus:
+    """Read the job's PID record and check its processes and log. Raises JobError or
+    TransportError."""
+    _check_name(job)
+    argv = _sh(_STATUS, state_dir_for(transport), job.name, log_argument(job), job.workdir or "")
+    res = await transport.run(argv, timeout=timeout)
+    if res.exit_code != 0:
+        raise _failure(f"cannot read the state of {job.name}", res)
+    return parse_status(job.name, res.stdout)
+
+
+async def launch_job(
+    transport: Transport, job: JobConfig, command: str, timeout: float = 30.0
+) -> JobRecord:
+    """Start ``command`` (already rendered) detached on the target and return its record.
+
+    Refuses (JobError) when the job is already running, its workdir is missing, the log
+    cannot be written, or neither tmux nor setsid exists; the message carries the target's
+    stderr. Raises TransportError when the target cannot be reached.
+    """
+    _check_name(job)
+    argv = _sh(
+        _LAUNCH,
+        state_dir_for(transport),
+        job.name,
+        log_argument(job),
+        job.workdir or "",
+        command,
+        method_for(transport),
+        *env_arguments(job),
+    )
+    res = await transport.run(argv, timeout=timeout)
+    if res.exit_code != 0:
+        raise _failure(f"cannot start {job.name}", res)
+    return JobRecord.from_json(res.stdout.strip().splitlines()[-1])
+
+
+async def signal_job(
+    transport: Transport, job: JobConfig, sig: str, timeout: float = 20.0
+) -> tuple[int, ...]:
+    """Send ``sig`` (``TERM``, ``KILL``) to the job's process group and each live member
+    (checked on the target at that moment); returns the PIDs signalled (empty: none ran)."""
+    _check_name(job)
+    if sig not in ("TERM", "KILL", "INT", "HUP"):
+        raise JobError(f"unsupported signal {sig}")
+    res = await transport.run(
+        _sh(_SIGNAL, state_dir_for(transport), job.name, sig), timeout=timeout
+    )
+    if res.exit_code != 0:
+        raise _failure(f"cannot signal {job.name}", res)
+    for line in res.stdout.splitlines():
+        if line.startswith("signalled="):
+            return tuple(int(p) for p in line.partition("=")[2].split() if p.isdigit())
+    return ()
+
+
+async def run_stop_command(
+    transport: Transport, job: JobConfig, command: str, status: JobStatus, timeout: float
+) -> RunResult:
+    """Run the job's rendered ``stop`` command in its workdir with its env, plus
+    ``GPUMON_JOB`` and, when known, ``GPUMON_JOB_PID`` / ``GPUMON_JOB_PGID``."""
+    extra = [f"GPUMON_JOB={job.name}"]
+    if status.record is not None:
+        extra += [f"GPUMON_JOB_PID={status.record.pid}", f"GPUMON_JOB_PGID={status.record.pgid}"]
+    argv = _sh(_STOP_COMMAND, job.workdir or "", command, *env_arguments(job), *extra)
+    return await transport.run(argv, timeout=timeout)
+
+
+async def log_tail(transport: Transport, path: str, lines: int = 20) -> str:
+    """The last ``lines`` lines of ``path`` on the target ("" when it cannot be read)."""
+    if not path:
+        return ""
+    res = await transport.run(["tail", "-n", str(lines), "--", path], timeout=15.0)
+    return res.stdout.rstrip("\n") if res.exit_code == 0 else ""

@@ -1,0 +1,292 @@
+"""What a restart, stop or start of a job will do: the confirmation plan, and the GPU
+readings it and the run check (``GpuReadings`` from a HostMonitor, or any callable).
+
+``make_plan`` reads the job's state on the target; ``ActionPlan.lines()`` is the text of the
+confirmation dialog; ``ActionPlan.with_params`` re-renders it after the user edits a value.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+from gpumon.backends.actions.jobs import JobError, JobStatus, job_status, method_for, session_name
+from gpumon.backends.actions.params import ParamValue, merge_params, render_command
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.config.workloads import JobConfig
+from gpumon.backends.transport.base import Transport
+
+if TYPE_CHECKING:
+    from gpumon.backends.monitor.state import HostMonitor
+
+Action = Literal["restart", "stop", "start"]
+
+
+class Step(enum.StrEnum):
+    STOP = "stop"
+    WAIT_FREE = "wait_free"
+    START = "start"
+    VERIFY = "verify"
+    DONE = "done"  # the last progress call: the outcome's message
+
+
+STEPS: Mapping[Action, tuple[Step, ...]] = {
+    "restart": (Step.STOP, Step.WAIT_FREE, Step.START, Step.VERIFY),
+    "stop": (Step.STOP, Step.WAIT_FREE),
+    "start": (Step.WAIT_FREE, Step.START, Step.VERIFY),
+}
+
+# --- GPU readings ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUse:
+    used_mib: int | None  # None: not reported
+    pids: tuple[int, ...] = ()  # compute processes on this GPU (host PIDs)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReadings:
+    time: float  # epoch seconds the sample was taken (gpumon's clock)
+    gpus: Mapping[int, GpuUse]
+
+
+Readings = Callable[[], GpuReadings | None]
+
+
+def monitor_readings(monitor: HostMonitor) -> Readings:
+    """Readings from a running HostMonitor's latest sample (None before the first one, and
+    while the monitor's data is stale: old numbers must not pass for free GPUs)."""
+
+    def read() -> GpuReadings | None:
+        sample = monitor.latest
+        if sample is None or monitor.is_stale():
+            return None
+        gpus = {
+            g.index: GpuUse(g.memory_used_mib, tuple(p.pid for p in sample.processes_for(g)))
+            for g in sample.gpus
+        }
+        return GpuReadings(sample.time, gpus)
+
+    return read
+
+
+def mib(value: int | None) -> str:
+    return "not reported" if value is None else f"{value:,} MiB".replace(",", " ")
+
+
+def gpu_summary(readings: GpuReadings | None, gpus: tuple[int, ...]) -> str:
+    """``GPU 5: 12 MiB, GPU 6: 45 120 MiB (PID 123)``."""
+    if readings is None:
+        return "no GPU sample yet"
+    parts = []
+    for index in gpus:
+        use = readings.gpus.get(index)
+        if use is None:
+            parts.append(f"GPU {index}: not reported")
+            continue
+        pids = f" (PID {' '.join(map(str, use.pids))})" if use.pids else ""
+        parts.append(f"GPU {index}: {mib(use.used_mib)}{pids}")
+    return ", ".join(parts)
+
+
+# --- the plan -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobTarget:
+    """The host a job runs on and how to reach it; ``read_only`` is the global flag (the
+    host's own ``read_only`` applies as well)."""
+
+    host: HostConfig
+    transport: Transport
+    readings: Readings | None = None
+    read_only: bool = False
+
+    @classmethod
+    def from_monitor(cls, monitor: HostMonitor, *, read_only: bool = False) -> JobTarget:
+        """Through the monitor's own connection, with its GPU readings. The host is the
+        monitor's (for ``demo`` it carries the simulated ``drafter`` job)."""
+        return cls(monitor.host, monitor.transport, monitor_readings(monitor), read_only)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionPlan:
+    """Exactly what a restart/stop/start will do, for the confirmation dialog.
+
+    ``state`` and ``last_alert`` are what the caller knows (shown as given); ``status`` is
+    the job on the target when the plan was made. ``refusal`` says why it cannot run (read
+    only, no start command, already running); a run of a refused plan records "refused".
+    """
+
+    action: Action
+    host: str
+    host_label: str
+    job: JobConfig
+    params: Mapping[str, ParamValue]
+    start_command: str | None
+    stop_command: str | None
+    status: JobStatus
+    state: str | None = None
+    last_alert: str | None = None
+    gpus_now: str | None = None  # the job's GPUs when the plan was made
+    refusal: str | None = None
+    detached_by: str = "setsid nohup"  # or "tmux session gpumon-JOB"
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return STEPS[self.action]
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The PIDs the stop step would signal now (it re-reads them when it runs)."""
+        return self.status.pids if Step.STOP in self.steps else ()
+
+    @property
+    def commands(self) -> list[str]:
+        """The commands that will run (the stop as signals when there is no stop command)."""
+        out = []
+        if Step.STOP in self.steps:
+            out.append(self.stop_command or self._signal_text())
+        if Step.START in self.steps and self.start_command:
+            out.append(self.start_command)
+        return out
+
+    def _signal_text(self) -> str:
+        group = self.status.record.pgid if self.status.record else None
+        if group is None or not self.status.running:
+            return "(nothing to signal: not running)"
+        return f"kill -TERM -{group}; kill -KILL -{group} after {self.job.stop_timeout:g} s"
+
+    def with_params(self, overrides: Mapping[str, ParamValue | str]) -> ActionPlan:
+        """This plan with some parameters changed (text is parsed to the default's type).
+        Raises ParamError for an unknown name (listing the known ones) or a bad value."""
+        params = merge_params(self.job, {**self.params, **overrides})
+        start, stop = _commands(self.job, params)
+        return replace(self, params=params, start_command=start, stop_command=stop)
+
+    def lines(self) -> list[str]:
+        """The plan as text lines, for a dialog or the terminal."""
+        job = self.job
+        out = [f"{self.action.capitalize()} {job.name} on {self.host} ({self.host_label})"]
+        if self.state:
+            out.append(f"  state:      {self.state}")
+        out.append(f"  on target:  {self.status.describe()}")
+        if self.last_alert:
+            out.append(f"  last alert: {self.last_alert}")
+        if self.params:
+            shown = []
+            for name, value in self.params.items():
+                default = job.params.get(name)
+                note = "" if value == default else f" (default {default!r})"
+                shown.append(f"{name} = {value!r}{note}")
+            out.append("  parameters: " + "; ".join(shown))
+        for step in self.steps:
+            out.append(f"  {step.value + ':':<11} {self._step_text(step)}")
+        if self.refusal:
+            out.append(f"  REFUSED:    {self.refusal}")
+        return out
+
+    def _step_text(self, step: Step) -> str:
+        job = self.job
+        if step is Step.STOP:
+            if not self.status.running:
+                return "nothing to stop (not running)"
+            group = self.status.record.pgid if self.status.record else "?"
+            how = self.stop_command or f"SIGTERM to process group {group}"
+            return (
+                f"{how} (PIDs {join_pids(self.status.pids)}), SIGKILL after {job.stop_timeout:g} s"
+            )
+        if step is Step.WAIT_FREE:
+            if not job.gpus:
+                return "no GPUs configured: not waiting"
+            gpus = ", ".join(map(str, job.gpus))
+            now = f"; now {self.gpus_now}" if self.gpus_now else ""
+            return f"until GPUs {gpus} use < {job.free_mib} MiB{now}"
+        if step is Step.START:
+            how = self.detached_by
+            where = f" in {job.workdir}" if job.workdir else ""
+            return f"{self.start_command}{where}  [detached: {how}; log {self.status.log_path}]"
+        return f"alive after {job.verify_s:g} s and its log growing"
+
+
+def _commands(job: JobConfig, params: Mapping[str, ParamValue]) -> tuple[str | None, str | None]:
+    """The rendered (start, stop) commands."""
+    start = render_command(job.start, params) if job.start else None
+    return start, render_command(job.stop, params) if job.stop else None
+
+
+def _detached_by(transport: Transport, status: JobStatus, job: JobConfig) -> str:
+    method = method_for(transport)
+    if method == "tmux" or (method == "auto" and status.tmux):
+        return "tmux session " + session_name(job.name)
+    return "setsid nohup"
+
+
+def find_job(host: HostConfig, name: str) -> JobConfig:
+    """The job ``name`` of ``host``; JobError listing the configured jobs otherwise."""
+    job = host.job(name)
+    if job is None:
+        known = ", ".join(j.name for j in host.jobs) or "none configured"
+        raise JobError(f"host {host.name} has no job {name!r}; jobs: {known}")
+    return job
+
+
+async def make_plan(
+    target: JobTarget,
+    job_name: str,
+    action: Action = "restart",
+    *,
+    params: Mapping[str, ParamValue | str] | None = None,
+    state: str | None = None,
+    last_alert: str | None = None,
+) -> ActionPlan:
+    """The plan for ``action`` on the job, with its status read from the target now.
+
+    Raises JobError for an unknown job, ParamError for a bad parameter or template, and
+    TransportError when the target cannot be reached. A plan that must not run (read-only,
+    no ``start`` command, already running for ``start``) comes back with ``refusal`` set.
+    """
+    job = find_job(target.host, job_name)
+    values = merge_params(job, params)
+    start, stop = _commands(job, values)
+    status = await job_status(target.transport, job)
+    readings = target.readings() if target.readings and job.gpus else None
+    refusal = None
+    if target.read_only or target.host.read_only:
+        where = "gpumon runs with --read-only" if target.read_only else "the host is read_only"
+        refusal = f"read-only: {where}; nothing that changes {target.host.name} is allowed"
+    elif action != "stop" and not job.start:
+        refusal = f"job {job.name} has no start command in the config"
+    elif action == "start" and status.running:
+        refusal = f"{job.name} is already {status.describe()}; restart it instead"
+    return ActionPlan(
+        action=action,
+        host=target.host.name,
+        host_label=target.host.describe(),
+        job=job,
+        params=values,
+        status=status,
+        state=state,
+        last_alert=last_alert,
+        gpus_now=gpu_summary(readings, job.gpus) if readings else None,
+        refusal=refusal,
+        detached_by=_detached_by(target.transport, status, job),
+        start_command=start,
+        stop_command=stop,
+    )
+
+
+def join_pids(pids: list[int] | tuple[int, ...]) -> str:
+    return " ".join(map(str, pids))
+
+
+def busy_gpus(readings: GpuReadings, gpus: tuple[int, ...], free_mib: int) -> list[int]:
+    busy = []
+    for index in gpus:
+        use = readings.gpus.get(index)
+        if use is None or use.used_mib is None or use.used_mib >= free_mib:
+            busy.append(index)
+    return busy

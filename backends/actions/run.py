@@ -1,0 +1,479 @@
+"""Restarting, stopping and starting a job: the confirmation plan, the run with its steps,
+and the registry that keeps one run per job.
+
+    target = JobTarget.from_monitor(monitor, read_only=app_read_only)
+    plan = await make_plan(target, "drafter", "restart", state="crashed", last_alert=text)
+    plan = plan.with_params({"token_budget": "32768"})    # ParamError on a bad name/value
+    run = runs.start(plan, target, progress=lambda step, message: ...)
+    run.cancel()                                           # CancelResult; refused from start
+    outcome = await run.wait()                             # Outcome: ok/failed/cancelled/refused
+
+A restart is: stop (the job's ``stop`` command, else SIGTERM to its process group, SIGKILL
+after ``stop_timeout``), wait until the job's GPUs use less than ``free_mib``, start it
+detached, then verify that it is alive after ``verify_s`` and its log grew. Every run,
+refused ones included, is appended to the audit log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from gpumon.backends.actions import audit
+from gpumon.backends.actions.jobs import (
+    JobError,
+    job_status,
+    launch_job,
+    log_tail,
+    run_stop_command,
+    signal_job,
+)
+from gpumon.backends.actions.params import ParamError
+from gpumon.backends.actions.plan import (
+    STEPS,
+    Action,
+    ActionPlan,
+    GpuReadings,
+    GpuUse,
+    JobTarget,
+    Readings,
+    Step,
+    find_job,
+    gpu_summary,
+    make_plan,
+    monitor_readings,
+)
+from gpumon.backends.actions.plan import busy_gpus as _busy
+from gpumon.backends.actions.plan import join_pids as _join
+from gpumon.backends.actions.plan import mib as _mib
+from gpumon.backends.transport.base import TransportError
+
+log = logging.getLogger(__name__)
+
+OutcomeStatus = Literal["ok", "failed", "cancelled", "refused"]
+DEFAULT_FREE_TIMEOUT_S = 120.0  # waiting for the GPUs to release memory
+KILL_WAIT_S = 10.0  # after SIGKILL, how long processes may take to disappear
+POLL_S = 0.5
+Progress = Callable[[Step, str], None]
+
+
+# --- the run --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: OutcomeStatus
+    message: str
+    detail: str = ""  # on failure: the tail of the job's log / the command's stderr
+    pid: int | None = None  # the job's new PID, when it was started
+    signalled: tuple[int, ...] = ()
+    duration_s: float = 0.0
+    audit_error: str | None = None  # the audit log could not be written
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    cancelled: bool
+    message: str
+
+
+class StepFailed(Exception):
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message, self.detail = message, detail
+
+
+@dataclass
+class _Progress:
+    listeners: list[Progress] = field(default_factory=list)
+    history: list[tuple[Step, str]] = field(default_factory=list)
+
+    def emit(self, step: Step, message: str) -> None:
+        self.history.append((step, message))
+        for listener in list(self.listeners):
+            try:
+                listener(step, message)
+            except Exception:  # a broken progress display must not break the restart
+                log.exception("progress listener failed")
+
+
+class RestartRun:
+    """One run of a plan (restart, stop or start). ``start()`` it on the event loop (the
+    registry does), follow it with ``add_listener`` / ``history``, ``await wait()``."""
+
+    def __init__(
+        self,
+        plan: ActionPlan,
+        target: JobTarget,
+        *,
+        progress: Progress | None = None,
+        free_timeout: float = DEFAULT_FREE_TIMEOUT_S,
+        automatic: str | None = None,
+        poll_s: float = POLL_S,
+    ) -> None:
+        self.plan, self.target = plan, target
+        self.free_timeout, self.poll_s = free_timeout, poll_s
+        self.automatic = automatic  # why an automatic run started (None: a person asked)
+        self.step: Step | None = None
+        self.outcome: Outcome | None = None
+        self._progress = _Progress([progress] if progress else [])
+        self._task: asyncio.Task[Outcome] | None = None
+        self._cancel_requested = False
+        self._signalled: list[int] = []
+        self._stopped_at: float | None = None  # epoch time the stop finished, if it acted
+        self._new_pid: int | None = None
+        self._baseline: tuple[int | None, float | None] = (None, None)
+        self._steps_task: asyncio.Future[None] | None = None
+
+    @property
+    def history(self) -> list[tuple[Step, str]]:
+        return list(self._progress.history)
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None or (self._task is not None and self._task.done())
+
+    def add_listener(self, progress: Progress) -> None:
+        self._progress.listeners.append(progress)
+
+    def start(self) -> RestartRun:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._main())
+        return self
+
+    async def wait(self) -> Outcome:
+        """The outcome (waiting does not cancel the run when the waiter is cancelled)."""
+        task = self.start()._task
+        assert task is not None
+        return await asyncio.shield(task)
+
+    def cancel(self) -> CancelResult:
+        """Stop the run before its start step; from the start step on it is refused."""
+        if self.outcome is not None:
+            return CancelResult(False, f"already finished: {self.outcome.message}")
+        if self.step in (Step.START, Step.VERIFY):
+            return CancelResult(
+                False,
+                f"{self.plan.job.name} is being started; cancelling now would leave it "
+                "half started. Let it finish, then stop it.",
+            )
+        self._cancel_requested = True
+        if self._steps_task is not None:
+            self._steps_task.cancel()
+        return CancelResult(True, "cancelling")
+
+    async def _main(self) -> Outcome:
+        t0 = time.monotonic()
+        plan = self.plan
+        try:
+            if plan.refusal:
+                outcome = Outcome("refused", plan.refusal)
+            elif self._cancel_requested:
+                raise asyncio.CancelledError
+            else:
+                # The steps run in their own task so that cancel() interrupts them and
+                # this one still records the outcome.
+                self._steps_task = asyncio.ensure_future(self._steps())
+                await self._steps_task
+                outcome = Outcome("ok", self._success_text(), pid=self._new_pid)
+        except asyncio.CancelledError:
+            if not self._cancel_requested:  # gpumon is shutting down: take the steps along
+                if self._steps_task is not None:
+                    self._steps_task.cancel()
+                raise
+            done = f"; PIDs {_join(self._signalled)} were signalled" if self._signalled else ""
+            outcome = Outcome("cancelled", f"cancelled during {self.step or 'stop'}{done}")
+        except StepFailed as e:
+            outcome = Outcome("failed", f"{self.step}: {e.message}", e.detail, self._new_pid)
+        except (JobError, TransportError, OSError) as e:
+            outcome = Outcome("failed", f"{self.step}: {e}", pid=self._new_pid)
+        except Exception as e:  # a bug must still end the run with an audited outcome
+            log.exception("restart of %s failed", plan.job.name)
+            outcome = Outcome("failed", f"{self.step}: internal error: {e!r}", pid=self._new_pid)
+        outcome = replace(
+            outcome, signalled=tuple(self._signalled), duration_s=time.monotonic() - t0
+        )
+        self.outcome = self._audit(outcome)
+        self.step = Step.DONE
+        self._progress.emit(Step.DONE, self.outcome.message)
+        return self.outcome
+
+    async def _steps(self) -> None:
+        for step in self.plan.steps:
+            self.step = step
+            await getattr(self, f"_{step.value}")()
+
+    def _success_text(self) -> str:
+        name = self.plan.job.name
+        if self.plan.action == "stop":
+            return f"{name} stopped"
+        return f"{name} {self.plan.action}ed: PID {self._new_pid} running, log advancing"
+
+    def _audit(self, outcome: Outcome) -> Outcome:
+        plan = self.plan
+        detail = outcome.message
+        if self.automatic:
+            detail = f"automatic ({self.automatic}): {detail}"
+        if outcome.detail:
+            detail += "\n" + outcome.detail
+        try:
+            audit.record(
+                f"auto-{plan.action}" if self.automatic else plan.action,
+                plan.host,
+                outcome.status,
+                job=plan.job.name,
+                parameters=dict(plan.params),
+                commands=plan.commands,
+                pids=list(outcome.signalled),
+                duration_s=outcome.duration_s,
+                detail=detail,
+            )
+        except OSError as e:
+            note = f" (audit log not written: {e})"
+            return replace(outcome, audit_error=str(e), message=outcome.message + note)
+        return outcome
+
+    def _say(self, message: str) -> None:
+        self._progress.emit(self.step or Step.STOP, message)
+
+    # --- steps (each raises StepFailed, JobError or TransportError) -------------------
+    async def _stop(self) -> None:
+        job, transport = self.plan.job, self.target.transport
+        status = await job_status(transport, job)
+        if not status.running:
+            self._say(f"nothing to stop: {status.describe()}")
+            return
+        self._say(f"stopping {status.describe()}")
+        if self.plan.stop_command:
+            self._signalled += status.pids  # what the stop command is asked to end
+            res = await run_stop_command(
+                transport, job, self.plan.stop_command, status, job.stop_timeout
+            )
+            if res.exit_code != 0:
+                why = (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
+                self._say(f"stop command failed ({why}); sending SIGTERM")
+                self._signalled += await signal_job(transport, job, "TERM")
+        else:
+            self._signalled += await signal_job(transport, job, "TERM")
+        left = await self._wait_exit(job.stop_timeout)
+        if left:
+            self._say(f"PIDs {_join(left)} still running after {job.stop_timeout:g} s: SIGKILL")
+            self._signalled += await signal_job(transport, job, "KILL")
+            left = await self._wait_exit(KILL_WAIT_S)
+            if left:
+                raise StepFailed(
+                    f"PIDs {_join(left)} did not exit {KILL_WAIT_S:g} s after "
+                    "SIGKILL (stuck in the kernel, often the GPU driver)"
+                )
+        self._signalled = list(dict.fromkeys(self._signalled))
+        self._stopped_at = time.time()
+        self._say(f"stopped (signalled PIDs {_join(self._signalled) or 'none'})")
+
+    async def _wait_exit(self, seconds: float) -> tuple[int, ...]:
+        """Poll until the job has no live processes; returns those left after ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while True:
+            status = await job_status(self.target.transport, self.plan.job)
+            if not status.running:
+                return ()
+            if time.monotonic() >= deadline:
+                return status.pids
+            await asyncio.sleep(min(self.poll_s, max(deadline - time.monotonic(), 0.05)))
+
+    async def _wait_free(self) -> None:
+        job = self.plan.job
+        if not job.gpus:
+            self._say("no GPUs configured for the job: not waiting")
+            return
+        read = self.target.readings
+        if read is None:
+            raise StepFailed(f"no GPU readings for {self.plan.host}: cannot see GPUs free up")
+        deadline = time.monotonic() + self.free_timeout
+        shown, shown_at = "", 0.0
+        while True:
+            readings = read()
+            fresh = readings is not None and (
+                self._stopped_at is None or readings.time >= self._stopped_at
+            )
+            if readings is not None and fresh:
+                busy = _busy(readings, job.gpus, job.free_mib)
+                if not busy:
+                    self._say(f"GPUs free: {gpu_summary(readings, job.gpus)}")
+                    return
+                text = f"waiting for memory to be released: {gpu_summary(readings, job.gpus)}"
+            else:
+                text = "waiting for a GPU sample taken after the stop"
+            if time.monotonic() >= deadline:
+                raise StepFailed(self._not_free_text(readings if fresh else None))
+            if text != shown and time.monotonic() - shown_at >= 1.0:
+                self._say(text)
+                shown, shown_at = text, time.monotonic()
+            await asyncio.sleep(self.poll_s)
+
+    def _not_free_text(self, readings: GpuReadings | None) -> str:
+        job = self.plan.job
+        waited = f"after {self.free_timeout:g} s"
+        if readings is None:
+            return f"no fresh GPU sample {waited}; the GPUs' memory is unknown"
+        parts = []
+        for index in _busy(readings, job.gpus, job.free_mib):
+            use = readings.gpus.get(index)
+            if use is None or use.used_mib is None:
+                parts.append(f"GPU {index} memory not reported")
+                continue
+            holders = (
+                "PIDs " + _join(use.pids) + " hold it"
+                if use.pids
+                else "no process listed (inside a container nvidia-smi may not show them)"
+            )
+            parts.append(f"GPU {index} still uses {_mib(use.used_mib)}: {holders}")
+        return f"GPUs not free (< {job.free_mib} MiB) {waited}: " + "; ".join(parts)
+
+    async def _start(self) -> None:
+        job, transport = self.plan.job, self.target.transport
+        assert self.plan.start_command is not None  # a plan without one is refused
+        before = await job_status(transport, job)
+        if before.running:
+            raise StepFailed(f"{job.name} is already {before.describe()}")
+        self._baseline = (before.log_size, before.log_mtime)
+        self._say(f"starting: {self.plan.start_command}")
+        record = await launch_job(transport, job, self.plan.start_command)
+        self._new_pid = record.pid
+        how = f"tmux session {record.session}" if record.session else record.method
+        self._say(f"started PID {record.pid} ({how}); log {record.log}")
+
+    async def _verify(self) -> None:
+        job, transport = self.plan.job, self.target.transport
+        deadline = time.monotonic() + job.verify_s
+        self._say(f"checking PID {self._new_pid} stays up for {job.verify_s:g} s")
+        while True:
+            status = await job_status(transport, job)
+            if not status.running:
+                code = f" with code {status.exit_code}" if status.exit_code is not None else ""
+                tail = await log_tail(transport, status.log_path)
+                raise StepFailed(f"{job.name} exited{code} right after starting", tail)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(self.poll_s, left))
+        size, mtime = self._baseline
+        if status.log_size is None:
+            grew = False
+        elif size is None:  # no log before the start: the launcher creates it empty
+            grew = status.log_size > 0
+        else:  # a job may truncate and rewrite its log: a newer mtime counts as well
+            grew = status.log_size != size or (status.log_mtime or 0) > (mtime or 0)
+        if job.verify_s > 0 and not grew:
+            tail = await log_tail(transport, status.log_path)
+            raise StepFailed(
+                f"PID {self._new_pid} is alive but its log {status.log_path} did not grow "
+                f"in {job.verify_s:g} s",
+                tail,
+            )
+        gpus = ""
+        if job.gpus and self.target.readings is not None:
+            gpus = "; " + gpu_summary(self.target.readings(), job.gpus)
+        self._say(f"PID {self._new_pid} alive after {job.verify_s:g} s, log growing{gpus}")
+
+
+# --- one run per job --------------------------------------------------------------------
+
+
+class RunRegistry:
+    """The runs in progress in this process, at most one per (host, job)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[str, str], RestartRun] = {}
+        self._finished: list[Callable[[RestartRun], None]] = []
+
+    def running(self, host: str, job: str) -> RestartRun | None:
+        run = self._runs.get((host, job))
+        return run if run is not None and not run.done else None
+
+    def last(self, host: str, job: str) -> RestartRun | None:
+        """The job's latest run in this process, running or finished."""
+        return self._runs.get((host, job))
+
+    def add_finished_listener(self, listener: Callable[[RestartRun], None]) -> None:
+        """``listener(run)`` after every run ends (its ``outcome`` is set): the place to
+        clear the job's alerts or mark its tracker restarted, for manual and automatic
+        runs alike."""
+        self._finished.append(listener)
+
+    def remove_finished_listener(self, listener: Callable[[RestartRun], None]) -> None:
+        if listener in self._finished:
+            self._finished.remove(listener)
+
+    def _on_progress(self, run: RestartRun, step: Step) -> None:
+        if step is Step.DONE:
+            for listener in list(self._finished):
+                try:
+                    listener(run)
+                except Exception:
+                    log.exception("finished listener failed")
+
+    def start(
+        self,
+        plan: ActionPlan,
+        target: JobTarget,
+        *,
+        progress: Progress | None = None,
+        free_timeout: float = DEFAULT_FREE_TIMEOUT_S,
+        automatic: str | None = None,
+    ) -> RestartRun:
+        """Start ``plan``, or return the run already in progress for the same job (never
+        a second one; ``progress`` then follows that run, and its ``plan`` is not this
+        one). Call on the event loop."""
+        key = (plan.host, plan.job.name)
+        current = self.running(*key)
+        if current is not None:
+            if progress is not None:
+                current.add_listener(progress)
+            return current
+        run = RestartRun(
+            plan, target, progress=progress, free_timeout=free_timeout, automatic=automatic
+        )
+        run.add_listener(lambda step, _message: self._on_progress(run, step))
+        self._runs[key] = run
+        run.start()
+        return run
+
+    async def close(self) -> None:
+        """Cancel what can be cancelled and wait for every run to finish."""
+        for run in list(self._runs.values()):
+            run.cancel()
+            with contextlib.suppress(Exception):
+                await run.wait()
+
+
+runs = RunRegistry()  # the process-wide registry the UI and the auto-restart share
+
+__all__ = [
+    "STEPS",
+    "Action",
+    "ActionPlan",
+    "CancelResult",
+    "GpuReadings",
+    "GpuUse",
+    "JobTarget",
+    "Outcome",
+    "ParamError",
+    "Readings",
+    "RestartRun",
+    "RunRegistry",
+    "Step",
+    "find_job",
+    "gpu_summary",
+    "make_plan",
+    "monitor_readings",
+    "runs",
+]

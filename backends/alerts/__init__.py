@@ -1,0 +1,33 @@
+"""Alerts: rules and thresholds, the engine that raises and clears them, and their store."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpumon.backends.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .engine import KINDS, AlertEngine, check_level, log_key_prefix
+    from .rules import fit_time_to_full
+    from .store import CONDITION_KINDS
+
+__all__ = [
+    "CONDITION_KINDS",
+    "KINDS",
+    "AlertEngine",
+    "check_level",
+    "fit_time_to_full",
+    "log_key_prefix",
+]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "AlertEngine": "engine",
+        "CONDITION_KINDS": "store",
+        "KINDS": "engine",
+        "check_level": "engine",
+        "fit_time_to_full": "rules",
+        "log_key_prefix": "engine",
+    },
+)

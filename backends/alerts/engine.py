@@ -1,0 +1,420 @@
+"""AlertEngine: one host's alerts from GPU samples, job logs, the kernel log and cgroup counters.
+
+Feed it from the monitor (``on_sample``, ``on_log_lines``, ``on_kernel_lines``,
+``on_memory_events``, ``note``); read ``active()`` / ``history()`` / ``worst()``; listeners
+get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (alert_rules.py).
+
+Kinds and how each one ends (``active`` becomes False):
+
+- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``) last while
+  the condition holds (with hysteresis, see alert_rules). Acknowledging one only silences it
+  (``acknowledged``); it rings again if it gets worse.
+- event alerts end when acknowledged, when ``clear(key_prefix)`` is called (the restart
+  action), or on recovery:
+  - ``cuda_oom``, ``sglang_error``, ``job_crashed`` (key ``log:PATH:LINE``): the log gets new
+    lines ``LOG_RECOVERY_S`` or more after the event (a dead process writes nothing, so it is
+    a new run), or the event's GPU is seen below ``oom_death_low_pct`` after the event and
+    then at least ``RECOVERY_PCT`` used again (a restarted job filled it);
+  - ``oom_death`` (key ``oom_death:GPU:TIME``): the same GPU refill rule;
+  - ``kv_cache_full`` and warning-level ``sglang_error`` lines (health check): after
+    ``TRANSIENT_S`` without a repeat;
+  - ``xid``, ``host_oom_kill``, ``cgroup_oom_kill``: acknowledge or clear only.
+- Repeats do not raise again: an event of the same log, kind and GPU (or the same Xid on
+  the same GPU) while one is active only moves its ``last_seen``.
+- Backlog (``backlog=True``, the tail of a log read at start, or an old kernel buffer):
+  events are recorded as already past (in ``history()``, listeners not called, not
+  returned). Only a log that ENDS in a failure keeps it active: the last failure event
+  with at most ``BACKLOG_END_LINES`` non-blank lines after it (crash aftermath).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpumon.backends.alerts.rules import MIB_PER_GIB, AlertRules, GpuWatch
+from gpumon.backends.alerts.store import CONDITION_KINDS, KINDS, Alert, AlertStore, Listener
+from gpumon.backends.model import GpuSample, Health, HostSample
+from gpumon.backends.parsers.kernel import (
+    gpu_for_pci,
+    kernel_log_unreadable,
+    parse_gpu_at_line,
+    parse_host_oom_kill,
+    parse_memory_events,
+    parse_oom_memcg,
+    parse_xid_line,
+)
+from gpumon.backends.parsers.oom import LogEvent, LogScanner
+
+__all__ = [
+    "CONDITION_KINDS",
+    "KINDS",
+    "Alert",
+    "AlertEngine",
+    "AlertRules",
+    "Listener",
+    "check_level",
+    "log_key_prefix",
+]
+
+LOG_RECOVERY_S = 30.0
+RECOVERY_PCT = 50.0
+TRANSIENT_S = 120.0
+BACKLOG_END_LINES = 40
+_KERNEL_SEEN_MAX = 4096
+_FAILURE_KINDS = frozenset({"cuda_oom", "sglang_error", "job_crashed"})
+_GPU_EVENT_KINDS = frozenset({"oom_death", "cuda_oom", "sglang_error", "job_crashed"})
+
+
+@dataclass(frozen=True, slots=True)
+class _LogSource:
+    scanner: LogScanner
+    job: str | None
+    gpus: tuple[int, ...] | None
+
+
+class AlertEngine(AlertStore):
+    """Alerts of one host. Not thread-safe: call it from the monitor's event loop."""
+
+    def __init__(
+        self, host: str, rules: AlertRules, clock: Callable[[], float] = time.time
+    ) -> None:
+        super().__init__(host, clock)
+        self.rules = rules
+        self._watches: dict[int, GpuWatch] = {}
+        self._latest: HostSample | None = None
+        self._logs: dict[str, _LogSource] = {}
+        self._kernel_seen: set[str] = set()
+        self._kernel_order: deque[str] = deque()
+        self._pci_uuid: dict[str, str] = {}
+        self._memcg: str | None = None
+        self._oom_kills: int | None = None
+        self._oom_kill_base = 0
+
+    def time_to_full(self, gpu: int) -> float | None:
+        """Seconds until ``gpu``'s memory is full at the current trend, or None."""
+        watch = self._watches.get(gpu)
+        return None if watch is None else watch.ttf
+
+    # --- samples ----------------------------------------------------------------------
+    def on_sample(self, sample: HostSample) -> list[Alert]:
+        """Memory, time-to-full, OOM-death and GPU-health rules for one sample."""
+        now = sample.time
+        rules = self.rules
+        raised: list[Alert] = []
+        for gpu in sample.gpus:
+            i = gpu.index
+            watch = self._watches.get(i)
+            if watch is None:
+                watch = self._watches[i] = GpuWatch(i)
+            self._gpu_health(now, gpu, watch, raised)
+            fraction = gpu.memory_used_fraction
+            if fraction is None:
+                continue
+            level = watch.memory_level(gpu, fraction, rules)
+            key = f"memory:{i}"
+            if level is not Health.OK:
+                self._condition(key, "memory", level, i, _memory_text(gpu, fraction), now, raised)
+            elif key in self._active:
+                self._end(key)
+            self._time_to_full(now, gpu, fraction, watch, raised)
+            death = watch.death(now, fraction, rules)
+            if death is not None:
+                self._oom_death(now, gpu, fraction, death, raised)
+            elif fraction * 100.0 >= RECOVERY_PCT and watch.emptied_at is not None:
+                self._recover_gpu(i, watch.emptied_at)
+                watch.emptied_at = None
+        self._expire(now)
+        self._latest = sample
+        return self._announce(raised)
+
+    def _gpu_health(self, now: float, gpu: GpuSample, watch: GpuWatch, out: list[Alert]) -> None:
+        key = f"gpu_health:{gpu.index}"
+        if gpu.health is not Health.OK:
+            watch.health_calm = 0
+            text = f"GPU {gpu.index}: {'; '.join(gpu.problems) or gpu.health.value}"
+            self._condition(key, "gpu_health", gpu.health, gpu.index, text, now, out)
+        elif key in self._active:
+            watch.health_calm += 1
+            if watch.health_calm >= self.rules.clear_samples:
+                self._end(key)
+
+    def _time_to_full(
+        self, now: float, gpu: GpuSample, fraction: float, watch: GpuWatch, out: list[Alert]
+    ) -> None:
+        horizon = self.rules.ttf_horizon_s
+        ttf = watch.time_to_full(now, gpu, fraction, self.rules)
+        key = f"time_to_full:{gpu.index}"
+        if horizon <= 0:
+            return
+        if ttf is not None and ttf <= horizon:
+            watch.ttf_hits += 1
+            watch.ttf_calm = 0
+            if watch.ttf_hits >= 2 or key in self._active:
+                text = (
+                    f"GPU {gpu.index} memory full in ~{ttf:.0f} s at +{watch.rate:.0f} MiB/s "
+                    f"({fraction:.0%} used)"
+                )
+                self._condition(key, "time_to_full", Health.WARNING, gpu.index, text, now, out)
+            return
+        watch.ttf_hits = 0
+        if key in self._active and (ttf is None or ttf > horizon * 1.25):
+            watch.ttf_calm += 1
+            if watch.ttf_calm >= self.rules.clear_samples:
+                self._end(key)
+
+    def _oom_death(
+        self,
+        now: float,
+        gpu: GpuSample,
+        fraction: float,
+        death: tuple[float, float],
+        out: list[Alert],
+    ) -> None:
+        peak, seconds = death
+        pids = [str(p.pid) for p in self._latest.processes_for(gpu)] if self._latest else []
+        who = f" (process {', '.join(pids)})" if pids else ""
+        high = peak * 100.0 >= self.rules.memory_warning_pct
+        severity = Health.CRITICAL if high else Health.WARNING
+        text = (
+            f"GPU {gpu.index} memory fell from {peak:.0%} to {fraction:.0%} in {seconds:.0f} s"
+            f"{who}: likely OOM death"
+        )
+        key = f"oom_death:{gpu.index}:{now:.0f}"
+        out.append(self._new(key, "oom_death", severity, gpu.index, None, text, now))
+
+    def _recover_gpu(self, gpu: int, emptied_at: float) -> None:
+        for alert in list(self._active.values()):
+            if (
+                alert.gpu == gpu
+                and alert.kind in _GPU_EVENT_KINDS
+                and emptied_at >= alert.time - 15.0
+            ):
+                self._end(alert.key)
+
+    def _expire(self, now: float) -> None:
+        for alert in list(self._active.values()):
+            transient = alert.kind == "kv_cache_full" or (
+                alert.kind == "sglang_error" and alert.severity is Health.WARNING
+            )
+            if transient and now - alert.last_seen >= TRANSIENT_S:
+                self._end(alert.key)
+
+    # --- logs ---------------------------------------------------------------------------
+    def on_log_lines(
+        self,
+        path: str,
+        lines: Sequence[str],
+        *,
+        job: str | None = None,
+        gpus: tuple[int, ...] | None = None,
+        backlog: bool = False,
+        cuda_visible_devices: str | None = None,
+    ) -> list[Alert]:
+        """Scan new lines of the job log ``path`` (one scanner per path, kept across calls).
+
+        ``gpus``: the physical GPUs of the job, used when a message's device number cannot be
+        translated through CUDA_VISIBLE_DEVICES (``cuda_visible_devices``, e.g. read from
+        /proc/PID/environ, or a ``CUDA_VISIBLE_DEVICES=`` line in the log). ``job`` and
+        ``gpus`` left as None keep what an earlier call said for this path.
+        """
+        source = self._logs.get(path)
+        if source is None:
+            source = self._logs[path] = _LogSource(LogScanner(), job, gpus)
+        elif (job is not None and job != source.job) or (gpus is not None and gpus != source.gpus):
+            job = source.job if job is None else job
+            gpus = source.gpus if gpus is None else gpus
+            source = self._logs[path] = _LogSource(source.scanner, job, gpus)
+        if source.job is not None:
+            for g in source.gpus or ():
+                self._jobs_by_gpu[g] = source.job
+        scanner = source.scanner
+        if cuda_visible_devices is not None:
+            scanner.cuda_visible_devices = cuda_visible_devices
+        now = self.clock()
+        base = scanner.line_no
+        events = scanner.scan(lines) + scanner.flush()
+        raised: list[Alert] = []
+        if backlog:
+            self._backlog_events(path, source, events, lines, base, now)
+            return []
+        if not events and any(line.strip() for line in lines):
+            self._log_activity(path, now)
+        for event in events:
+            alert = self._log_event(path, source, event, now, active=True)
+            if alert is not None:
+                raised.append(alert)
+        self._expire(now)
+        return self._announce(raised)
+
+    def _log_activity(self, path: str, now: float) -> None:
+        prefix = log_key_prefix(path)
+        for alert in list(self._active.values()):
+            if (
+                alert.key.startswith(prefix)
+                and alert.kind in _FAILURE_KINDS
+                and now - alert.last_seen >= LOG_RECOVERY_S
+            ):
+                self._end(alert.key)
+
+    def _backlog_events(
+        self,
+        path: str,
+        source: _LogSource,
+        events: list[LogEvent],
+        lines: Sequence[str],
+        base: int,
+        now: float,
+    ) -> None:
+        failures = [e for e in events if e.kind in _FAILURE_KINDS and e.severity is Health.CRITICAL]
+        last = failures[-1] if failures else None
+        current = False
+        if last is not None:
+            after = lines[last.line_no - base :]
+            current = sum(1 for line in after if line.strip()) <= BACKLOG_END_LINES
+        for event in events:
+            self._log_event(path, source, event, now, active=current and event is last, past=True)
+
+    def _log_event(
+        self,
+        path: str,
+        source: _LogSource,
+        event: LogEvent,
+        now: float,
+        *,
+        active: bool,
+        past: bool = False,
+    ) -> Alert | None:
+        gpu, note = self._event_gpu(event, source.gpus)
+        head = f"{event.context}: {event.message}" if event.context else event.message
+        text = f"{head} [{note}]" if note else head
+        if past:
+            text += " (before gpumon started)"
+        identity = ("log", path, event.kind, gpu)
+        if self._coalesce(identity, event.severity, text, now, past and not active):
+            return None
+        key = f"{log_key_prefix(path)}{event.line_no}"
+        alert = self._new(key, event.kind, event.severity, gpu, source.job, text, now, active)
+        self._repeat[identity] = key
+        return None if past else alert
+
+    def _event_gpu(self, event: LogEvent, gpus: tuple[int, ...] | None) -> tuple[int | None, str]:
+        if event.gpu is not None:
+            return event.gpu, event.gpu_note
+        if event.gpu_uuid is not None and self._latest is not None:
+            for g in self._latest.gpus:
+                if g.uuid is not None and g.uuid.startswith(event.gpu_uuid):
+                    return g.index, f"{event.gpu_note} = GPU {g.index}"
+        k = event.local_gpu
+        if gpus and len(gpus) == 1:
+            note = (
+                f"GPU {k} (process-local) = GPU {gpus[0]}, the job's GPU" if k is not None else ""
+            )
+            return gpus[0], note
+        if k is not None and gpus and k not in gpus and k < len(gpus):
+            return gpus[k], f"process GPU {k} = GPU {gpus[k]} (job GPUs {','.join(map(str, gpus))})"
+        return k, event.gpu_note
+
+    # --- kernel log and cgroup --------------------------------------------------------
+    def on_kernel_lines(self, lines: Sequence[str], *, backlog: bool = False) -> list[Alert]:
+        """Xid and OOM-killer lines (dmesg / journalctl -k / kmsg). Repeated lines are ignored."""
+        now = self.clock()
+        raised: list[Alert] = []
+        for line in lines:
+            if kernel_log_unreadable(line):
+                self.note(f"kernel log not readable here: {line.strip()[:160]}")
+                continue
+            if "NVRM" not in line and "Kill" not in line and "oom-kill" not in line:
+                continue
+            if line in self._kernel_seen:
+                continue
+            self._remember_kernel_line(line)
+            alert = self._kernel_line(line, now, backlog)
+            if alert is not None and not backlog:
+                raised.append(alert)
+        return self._announce(raised)
+
+    def _remember_kernel_line(self, line: str) -> None:
+        self._kernel_seen.add(line)
+        self._kernel_order.append(line)
+        if len(self._kernel_order) > _KERNEL_SEEN_MAX:
+            self._kernel_seen.discard(self._kernel_order.popleft())
+
+    def _kernel_line(self, line: str, now: float, backlog: bool) -> Alert | None:
+        gpus = self._latest.gpus if self._latest is not None else ()
+        if "NVRM" in line:
+            at = parse_gpu_at_line(line)
+            if at is not None:
+                self._pci_uuid[at[0]] = at[1]
+            xid = parse_xid_line(line)
+            level = xid.level if xid is not None else None
+            if xid is None or level is None:
+                return None
+            gpu = gpu_for_pci(xid.pci, gpus)
+            uuid = self._pci_uuid.get(xid.pci)
+            if gpu is None and uuid is not None:
+                gpu = next((g.index for g in gpus if g.uuid == uuid), None)
+            text = xid.describe(gpu)
+            return self._event(("xid", xid.pci, xid.xid), "xid", level, gpu, text, now, backlog)
+        memcg = parse_oom_memcg(line)
+        if memcg is not None:
+            self._memcg = memcg
+            return None
+        kill = parse_host_oom_kill(line)
+        if kill is None:
+            return None
+        latest = self._latest
+        on_gpu = (
+            g for g in gpus if latest and any(p.pid == kill.pid for p in latest.processes_for(g))
+        )
+        gpu = next((g.index for g in on_gpu), None)
+        text, self._memcg = kill.describe(self._memcg), None
+        ident = ("host_oom_kill", kill.pid)
+        return self._event(ident, "host_oom_kill", Health.CRITICAL, gpu, text, now, backlog)
+
+    def on_memory_events(self, text: str) -> list[Alert]:
+        """cgroup v2 ``memory.events``: an ``oom_kill`` counter that rose raises an alert.
+
+        The first reading (and any reading lower than the last, a new cgroup) is the baseline.
+        """
+        count = parse_memory_events(text).get("oom_kill")
+        if count is None:
+            return []
+        before, self._oom_kills = self._oom_kills, count
+        if before is None or count <= before:
+            return []
+        now = self.clock()
+        ident = ("cgroup_oom_kill", "memory.events")
+        if self._repeat.get(ident) not in self._active:
+            self._oom_kill_base = before  # counted from here while the alert lasts
+        base = self._oom_kill_base
+        text = (
+            f"container memory limit: {count - base} process(es) OOM-killed "
+            f"(memory.events oom_kill {base} -> {count})"
+        )
+        alert = self._event(ident, "cgroup_oom_kill", Health.CRITICAL, None, text, now, False)
+        return self._announce([alert] if alert is not None else [])
+
+
+def log_key_prefix(path: str) -> str:
+    """Key prefix of every alert raised from the log ``path`` (for ``clear``)."""
+    return f"log:{path}:"
+
+
+def _memory_text(gpu: GpuSample, fraction: float) -> str:
+    free = gpu.memory_free_mib
+    tail = f", {free / MIB_PER_GIB:.1f} GiB free" if free is not None else ""
+    return f"GPU {gpu.index} memory {fraction * 100.0:.1f}% used{tail}"
+
+
+def check_level(engine: AlertEngine, sample: HostSample) -> tuple[Health, str]:
+    """For ``gpumon check``: feed ``sample``, then the worst active alert and its message."""
+    engine.on_sample(sample)
+    alerts = engine.active()
+    if not alerts:
+        return Health.OK, "no alerts"
+    top = alerts[0]
+    more = f" (+{len(alerts) - 1} more)" if len(alerts) > 1 else ""
+    return top.severity, top.message + more

@@ -1,0 +1,253 @@
+"""Alert thresholds (``AlertRules``, the ``[alerts]`` TOML table) and the per-GPU memory watch.
+
+``GpuWatch`` holds one GPU's recent memory values and decides, sample by sample:
+
+- the memory level, with hysteresis: it rises at once (warning at ``memory_warning_pct`` of
+  total or less than ``memory_warning_free_gib`` free, critical at ``memory_critical_pct``);
+  it steps down only after ``clear_samples`` samples in a row at least ``clear_margin_pct``
+  points below the threshold (and, for the free-memory rule, that many points of total
+  above it);
+- time to full: a robust line through the last ``ttf_window_s`` seconds of used memory
+  (median of slopes between points half the window apart, then the median level), full
+  meaning used + free (what the process can get). No estimate without ``ttf_min_points``
+  points spanning a third of the window, while any point in the window is under
+  ``ttf_min_used_pct`` (a job loading its weights is not a trend), or when the slope is under
+  ``ttf_min_rate_mib_s`` (flat or falling);
+- a likely OOM death: used memory falling from >= ``oom_death_high_pct`` to
+  < ``oom_death_low_pct`` within ``oom_death_window_s``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from gpumon.backends.model import GpuSample, Health
+
+MIB_PER_GIB = 1024.0
+_FIT_POINTS = 40  # longer windows are thinned to about this many points
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRules:
+    """Thresholds for one host. ``from_mapping`` reads the TOML table form."""
+
+    memory_warning_pct: float = 95.0
+    memory_warning_free_gib: float = 2.0  # 0 turns the free-memory rule off
+    memory_critical_pct: float = 98.5
+    clear_margin_pct: float = 2.0
+    clear_samples: int = 3
+    ttf_horizon_s: float = 60.0  # 0 turns time-to-full warnings off
+    ttf_window_s: float = 30.0
+    ttf_min_points: int = 8
+    ttf_min_rate_mib_s: float = 10.0
+    ttf_min_used_pct: float = 50.0
+    oom_death_high_pct: float = 90.0
+    oom_death_low_pct: float = 10.0
+    oom_death_window_s: float = 10.0
+
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], where: str, base: AlertRules | None = None
+    ) -> AlertRules:
+        """Rules from a TOML table; keys left out keep ``base``'s values (defaults if None).
+
+        Raises ValueError naming ``where.key`` for an unknown key or a bad value.
+        """
+        base = base or cls()
+        known = {f.name: f.type for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"{where}.{key}: unknown key{hint}")
+            lo, hi, integer = _LIMITS[key]
+            ok = not isinstance(value, bool) and isinstance(value, int if integer else int | float)
+            if not ok or not (lo <= value <= hi):
+                kind = "an integer" if integer else "a number"
+                raise ValueError(
+                    f"{where}.{key}: expected {kind} from {lo:g} to {hi:g}, got {value!r}"
+                )
+            values[key] = int(value) if integer else float(value)
+        rules = replace(base, **values)
+        if rules.memory_critical_pct < rules.memory_warning_pct:
+            raise ValueError(
+                f"{where}.memory_critical_pct: must be >= memory_warning_pct "
+                f"({rules.memory_warning_pct:g}), got {rules.memory_critical_pct:g}"
+            )
+        if rules.oom_death_low_pct >= rules.oom_death_high_pct:
+            raise ValueError(f"{where}.oom_death_low_pct: must be below oom_death_high_pct")
+        return rules
+
+
+# key -> (lowest, highest, integer)
+_LIMITS: dict[str, tuple[float, float, bool]] = {
+    "memory_warning_pct": (1.0, 100.0, False),
+    "memory_warning_free_gib": (0.0, 4096.0, False),
+    "memory_critical_pct": (1.0, 100.0, False),
+    "clear_margin_pct": (0.0, 50.0, False),
+    "clear_samples": (1, 1000, True),
+    "ttf_horizon_s": (0.0, 86400.0, False),
+    "ttf_window_s": (2.0, 3600.0, False),
+    "ttf_min_points": (3, 10000, True),
+    "ttf_min_rate_mib_s": (0.0, 1e6, False),
+    "ttf_min_used_pct": (0.0, 100.0, False),
+    "oom_death_high_pct": (1.0, 100.0, False),
+    "oom_death_low_pct": (0.0, 100.0, False),
+    "oom_death_window_s": (0.5, 3600.0, False),
+}
+
+
+def fit_time_to_full(
+    times: list[float], used: list[float], now: float, full: float, min_rate: float
+) -> tuple[float, float] | None:
+    """(seconds until ``used`` reaches ``full``, MiB/s) from a robust line, or None.
+
+    The slope is the median of the slopes between points half the series apart and one
+    less (two lags, so an alternating wobble cancels; robust to a few outliers, O(n)); the
+    level now is the median of the points carried to ``now``.
+    None for a slope under ``min_rate`` (flat or falling).
+    """
+    n = len(times)
+    if n > _FIT_POINTS:
+        step = math.ceil(n / _FIT_POINTS)
+        times, used = times[::-1][::step][::-1], used[::-1][::step][::-1]  # keep the newest
+        n = len(times)
+    h = n // 2
+    if h < 1:
+        return None
+    slopes = sorted(
+        (used[i + lag] - used[i]) / (times[i + lag] - times[i])
+        for lag in {h, max(h - 1, 1)}
+        for i in range(n - lag)
+        if times[i + lag] > times[i]
+    )
+    if not slopes:
+        return None
+    slope = _median(slopes)
+    if slope < min_rate or slope <= 0:
+        return None
+    level = _median(sorted(u + slope * (now - t) for t, u in zip(times, used, strict=True)))
+    return max(full - level, 0.0) / slope, slope
+
+
+def _median(ordered: list[float]) -> float:
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+class GpuWatch:
+    """Memory state of one GPU across samples (see the module docstring for the rules)."""
+
+    __slots__ = (
+        "calm",
+        "emptied_at",
+        "health_calm",
+        "high_at",
+        "index",
+        "level",
+        "peak",
+        "rate",
+        "times",
+        "ttf",
+        "ttf_calm",
+        "ttf_hits",
+        "used",
+    )
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.times: deque[float] = deque()
+        self.used: deque[float] = deque()
+        self.level = Health.OK  # memory level after hysteresis
+        self.calm = 0  # samples in a row below the current level's clear line
+        self.ttf: float | None = None
+        self.rate = 0.0  # MiB/s of the last estimate
+        self.ttf_hits = 0
+        self.ttf_calm = 0
+        self.high_at: float | None = None
+        self.peak = 0.0
+        self.emptied_at: float | None = None
+        self.health_calm = 0
+
+    def memory_level(self, gpu: GpuSample, fraction: float, rules: AlertRules) -> Health:
+        """Update and return the memory level for this sample."""
+        pct = fraction * 100.0
+        total = gpu.memory_total_mib or 0
+        free = gpu.memory_free_mib
+        free_line = rules.memory_warning_free_gib * MIB_PER_GIB
+        low_free = free is not None and free < free_line
+        if pct >= rules.memory_critical_pct:
+            target = Health.CRITICAL
+        elif pct >= rules.memory_warning_pct or low_free:
+            target = Health.WARNING
+        else:
+            target = Health.OK
+        if target.rank >= self.level.rank:
+            self.level, self.calm = target, 0
+            return target
+        margin = rules.clear_margin_pct
+        if pct >= rules.memory_critical_pct - margin:
+            lower = Health.CRITICAL
+        elif pct >= rules.memory_warning_pct - margin or (
+            free is not None and free < free_line + margin / 100.0 * total and free_line > 0
+        ):
+            lower = Health.WARNING
+        else:
+            lower = Health.OK
+        if lower.rank >= self.level.rank:
+            self.calm = 0
+        else:
+            self.calm += 1
+            if self.calm >= rules.clear_samples:
+                self.level, self.calm = lower, 0
+        return self.level
+
+    def time_to_full(
+        self, now: float, gpu: GpuSample, fraction: float, rules: AlertRules
+    ) -> float | None:
+        """Add this sample to the window and return the estimate (also kept in ``ttf``)."""
+        used = float(gpu.memory_used_mib or 0)
+        times, values = self.times, self.used
+        times.append(now)
+        values.append(used)
+        horizon = now - rules.ttf_window_s
+        while times and times[0] < horizon:
+            times.popleft()
+            values.popleft()
+        self.ttf = None
+        total = gpu.memory_total_mib or 0
+        floor = rules.ttf_min_used_pct / 100.0 * total
+        if (
+            len(times) < rules.ttf_min_points
+            or now - times[0] < rules.ttf_window_s / 3.0
+            or fraction * total < floor
+            or min(values) < floor
+        ):
+            return None
+        free = gpu.memory_free_mib
+        full = used + free if free is not None else total - (gpu.memory_reserved_mib or 0)
+        fit = fit_time_to_full(list(times), list(values), now, full, rules.ttf_min_rate_mib_s)
+        if fit is not None:
+            self.ttf, self.rate = fit
+        return self.ttf
+
+    def death(self, now: float, fraction: float, rules: AlertRules) -> tuple[float, float] | None:
+        """(peak fraction, seconds) when memory just fell from near-full to near-empty."""
+        if fraction >= rules.oom_death_high_pct / 100.0:
+            fresh = self.high_at is not None and now - self.high_at <= rules.oom_death_window_s
+            self.peak = max(self.peak, fraction) if fresh else fraction
+            self.high_at = now
+            return None
+        if fraction >= rules.oom_death_low_pct / 100.0:
+            return None
+        self.emptied_at = now
+        high_at, self.high_at = self.high_at, None
+        if high_at is not None and now - high_at <= rules.oom_death_window_s:
+            return self.peak, now - high_at
+        return None

@@ -1,0 +1,264 @@
+"""Alert records and their store: identity, history, acknowledgement, listeners.
+
+``AlertStore`` is the bookkeeping half of ``AlertEngine`` (alerts.py), which adds the rules.
+Keys are stable identities (``memory:6``, ``log:/path/job.log:1234``, ``xid:0000:ba:00:3``).
+Condition kinds (``CONDITION_KINDS``) stay active while their condition holds; acknowledging
+one only silences it. Any other alert is an event: acknowledging it ends it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpumon.backends.model import Health, iso_time
+
+log = logging.getLogger(__name__)
+
+KINDS = (
+    "memory",
+    "time_to_full",
+    "cuda_oom",
+    "oom_death",
+    "kv_cache_full",
+    "xid",
+    "host_oom_kill",
+    "cgroup_oom_kill",
+    "gpu_health",
+    "job_crashed",
+    "sglang_error",
+    "auto_restart",
+)
+CONDITION_KINDS = frozenset({"memory", "time_to_full", "gpu_health"})
+HISTORY_MAX = 500
+NOTES_MAX = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """One alert. ``key`` is its stable identity; ``time`` when first raised (epoch s)."""
+
+    key: str
+    severity: Health  # WARNING or CRITICAL
+    kind: str  # one of KINDS
+    host: str
+    gpu: int | None
+    job: str | None
+    message: str  # one line
+    time: float
+    last_seen: float
+    active: bool = True
+    acknowledged: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """``severity kind host gpu job message time``; time is local ISO 8601 with offset."""
+        stamp = iso_time(self.time)
+        return {
+            "severity": self.severity.value,
+            "kind": self.kind,
+            "host": self.host,
+            "gpu": self.gpu,
+            "job": self.job,
+            "message": self.message,
+            "time": stamp,
+        }
+
+
+Listener = Callable[[Alert], None]
+
+
+class AlertStore:
+    """Active alerts, a bounded history, notes and listeners of one host."""
+
+    def __init__(self, host: str, clock: Callable[[], float] = time.time) -> None:
+        self.host = host
+        self.clock = clock
+        self._active: dict[str, Alert] = {}
+        self._history: OrderedDict[str, Alert] = OrderedDict()
+        self._listeners: list[Listener] = []
+        self._repeat: dict[tuple[Any, ...], str] = {}  # coalescing identity -> its alert key
+        self._notes: list[tuple[float, str]] = []
+        self._jobs_by_gpu: dict[int, str] = {}
+        self._serial = 0
+
+    def active(self) -> list[Alert]:
+        """Active alerts, worst first, then newest first."""
+        return sorted(self._active.values(), key=lambda a: (-a.severity.rank, -a.time))
+
+    def history(self) -> list[Alert]:
+        """The last HISTORY_MAX alerts (active or not), newest first, in their current state."""
+        return list(reversed(self._history.values()))
+
+    def worst(self) -> Health:
+        """Worst severity among active alerts (acknowledged ones included)."""
+        return Health.worst(*(a.severity for a in self._active.values()))
+
+    def notes(self) -> list[tuple[float, str]]:
+        """Info-level notes (time, text), oldest first; each text once."""
+        return list(self._notes)
+
+    def add_listener(self, listener: Listener) -> None:
+        """``listener(alert)`` runs once per new alert and once per escalation."""
+        self._listeners.append(listener)
+
+    # --- user actions -------------------------------------------------------------------
+    def acknowledge(self, key: str) -> bool:
+        """Event alerts end; condition alerts are marked acknowledged. False if nothing to do."""
+        alert = self._active.get(key)
+        if alert is None or alert.acknowledged:
+            return False
+        if alert.kind in CONDITION_KINDS:
+            self._store(replace(alert, acknowledged=True))
+        else:
+            self._store(replace(alert, acknowledged=True, active=False))
+        return True
+
+    def acknowledge_all(self) -> int:
+        return sum(self.acknowledge(key) for key in list(self._active))
+
+    def clear(self, key_prefix: str) -> int:
+        """End every active alert whose key starts with ``key_prefix``; returns how many.
+
+        For a job restart: ``clear(log_key_prefix(path))`` and ``clear(f"oom_death:{gpu}:")``.
+        A condition alert that still holds is raised again by the next sample.
+        """
+        keys = [k for k in self._active if k.startswith(key_prefix)]
+        for key in keys:
+            self._end(key)
+        return len(keys)
+
+    def note(self, text: str) -> bool:
+        """Record an info-level note once (e.g. "kernel log not readable here"); True if new."""
+        text = " ".join(text.split())
+        if not text or any(t == text for _, t in self._notes):
+            return False
+        self._notes = [*self._notes[-(NOTES_MAX - 1) :], (self.clock(), text)]
+        log.info("%s: %s", self.host, text)
+        return True
+
+    def raise_alert(
+        self,
+        kind: str,
+        severity: Health,
+        message: str,
+        *,
+        gpu: int | None = None,
+        job: str | None = None,
+        key: str | None = None,
+        at: float | None = None,
+    ) -> Alert | None:
+        """An event alert from outside the engine's own rules (an automatic restart, an
+        alert replayed from a recording). It stays active until acknowledged or cleared and
+        reaches the listeners; None when ``key`` is already active (nothing new)."""
+        if key is not None and key in self._active:
+            return None
+        now = self.clock() if at is None else at
+        self._serial += 1
+        alert = self._new(
+            key or f"{kind}:event:{self._serial}", kind, severity, gpu, job, message, now
+        )
+        self._announce([alert])
+        return alert
+
+    # --- bookkeeping ------------------------------------------------------------------
+    def _event(
+        self,
+        identity: tuple[Any, ...],
+        kind: str,
+        severity: Health,
+        gpu: int | None,
+        text: str,
+        now: float,
+        past: bool,
+    ) -> Alert | None:
+        if self._coalesce(identity, severity, text, now, past):
+            return None
+        self._serial += 1
+        key = f"{kind}:{identity[1]}:{self._serial}"
+        alert = self._new(key, kind, severity, gpu, None, text, now, active=not past)
+        self._repeat[identity] = key
+        return alert
+
+    def _coalesce(
+        self, identity: tuple[Any, ...], severity: Health, text: str, now: float, past: bool
+    ) -> bool:
+        """Fold a repeat into the alert ``identity`` already has; False when it needs a new one.
+
+        A repeat folds into an active alert that is at least as severe (which ends otherwise),
+        or, for backlog events, into a past alert of the same read (same clock time).
+        """
+        known = self._repeat.get(identity)
+        old = self._history.get(known) if known is not None else None
+        if old is None or not (old.active or (past and old.time == now)):
+            return False
+        if severity.rank > old.severity.rank:
+            self._end(old.key)
+            return False
+        self._store(replace(old, message=text, last_seen=now))
+        return True
+
+    def _condition(
+        self,
+        key: str,
+        kind: str,
+        severity: Health,
+        gpu: int,
+        text: str,
+        now: float,
+        out: list[Alert],
+    ) -> None:
+        old = self._active.get(key)
+        if old is None:
+            out.append(self._new(key, kind, severity, gpu, self._jobs_by_gpu.get(gpu), text, now))
+        elif severity.rank > old.severity.rank:
+            new = replace(old, severity=severity, message=text, last_seen=now, acknowledged=False)
+            self._store(new)
+            out.append(new)
+        else:
+            self._store(replace(old, severity=severity, message=text, last_seen=now))
+
+    def _new(
+        self,
+        key: str,
+        kind: str,
+        severity: Health,
+        gpu: int | None,
+        job: str | None,
+        text: str,
+        now: float,
+        active: bool = True,
+    ) -> Alert:
+        if job is None and gpu is not None:
+            job = self._jobs_by_gpu.get(gpu)
+        alert = Alert(key, severity, kind, self.host, gpu, job, text, now, now, active)
+        self._history.pop(key, None)
+        self._store(alert)
+        return alert
+
+    def _store(self, alert: Alert) -> None:
+        if alert.active:
+            self._active[alert.key] = alert
+        else:
+            self._active.pop(alert.key, None)
+        self._history[alert.key] = alert
+        if len(self._history) > HISTORY_MAX:  # the oldest ended alert goes, else the oldest
+            oldest = next((k for k in self._history if k not in self._active), None)
+            del self._history[oldest if oldest is not None else next(iter(self._history))]
+
+    def _end(self, key: str) -> None:
+        alert = self._active.get(key)
+        if alert is not None:
+            self._store(replace(alert, active=False))
+
+    def _announce(self, alerts: list[Alert]) -> list[Alert]:
+        for alert in alerts:
+            for listener in list(self._listeners):
+                try:
+                    listener(alert)
+                except Exception:  # a broken listener must not stop alerting
+                    log.exception("alert listener failed")
+        return alerts

@@ -1,0 +1,57 @@
+"""Configuration: the TOML file, its checks, and the resolved hosts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpumon.backends.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .load import (
+        HOST_KEYS,
+        HOST_SETTINGS,
+        Config,
+        ConfigError,
+        HostConfig,
+        KeySpec,
+        config_path,
+        format_hosts,
+        load_config,
+        resolve_host,
+    )
+    from .workloads import Invalid, JobConfig, SglangConfig
+
+__all__ = [
+    "HOST_KEYS",
+    "HOST_SETTINGS",
+    "Config",
+    "ConfigError",
+    "HostConfig",
+    "Invalid",
+    "JobConfig",
+    "KeySpec",
+    "SglangConfig",
+    "config_path",
+    "format_hosts",
+    "load_config",
+    "resolve_host",
+]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Config": "load",
+        "ConfigError": "load",
+        "HOST_KEYS": "load",
+        "HOST_SETTINGS": "load",
+        "HostConfig": "load",
+        "Invalid": "workloads",
+        "JobConfig": "workloads",
+        "KeySpec": "load",
+        "SglangConfig": "workloads",
+        "config_path": "load",
+        "format_hosts": "load",
+        "load_config": "load",
+        "resolve_host": "load",
+    },
+)

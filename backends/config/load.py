@@ -1,0 +1,490 @@
+"""The TOML config: where it lives, what it may say, and the hosts it names.
+
+Every key is one row of a ``KeySpec`` table (name, checker, expected text, default), so a
+new key is one line and every error reads the same: ``FILE: dotted.key: expected X, got Y``.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from gpumon.backends.alerts.rules import AlertRules
+from gpumon.backends.config.workloads import Invalid as _Invalid
+from gpumon.backends.config.workloads import (
+    JobConfig,
+    SglangConfig,
+    jobs_table,
+    log_paths,
+    sglang_table,
+)
+from gpumon.backends.config.workloads import boolean as _boolean
+from gpumon.backends.config.workloads import integer as _integer
+from gpumon.backends.config.workloads import number as _number
+from gpumon.backends.untrusted import printable
+
+HostKind = Literal["ssh", "local", "demo"]
+BUILTIN_HOSTS: Mapping[str, HostKind] = MappingProxyType({"demo": "demo", "local": "local"})
+COMMAND_LINE = "command line"
+
+
+DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl"
+
+
+class ConfigError(Exception):
+    """A config file or host name that gpumon refuses; ``str()`` is the whole message.
+
+    ``source`` is the file (or "command line"), ``key`` the dotted key, when known.
+    """
+
+    def __init__(self, problem: str, *, source: str | None = None, key: str | None = None):
+        self.problem, self.source, self.key = problem, source, key
+        super().__init__(": ".join(p for p in (source, key, problem) if p))
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """One machine to watch, with every setting resolved (defaults applied)."""
+
+    name: str
+    kind: HostKind
+    ssh_host: str | None = None  # hostname, IP address (IPv6 without brackets) or alias
+    user: str | None = None  # None: ~/.ssh/config, else the local user name
+    port: int | None = None  # None: ~/.ssh/config, else 22
+    identity: tuple[str, ...] = ()  # empty: ssh's usual keys and agent
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
+    accept_new: bool = False
+    container: int | None = None  # Proxmox CT id: commands run as `pct exec ID -- ...`
+    python: str | None = None  # None: try python3
+    nvidia_smi: str = "nvidia-smi"
+    interval: float = 1.0
+    connect_timeout: float = 10.0
+    read_only: bool = False
+    watch_logs: tuple[str, ...] = ()  # logs the agent follows for OOM and error lines
+    kernel_log: bool = True  # read Xid / OOM-killer lines where the kernel log is readable
+    torch_index: str = DEFAULT_TORCH_INDEX
+    sglang: SglangConfig | None = None
+    jobs: tuple[JobConfig, ...] = ()
+    alerts: AlertRules = field(default_factory=AlertRules)
+    source: str = COMMAND_LINE
+
+    def job(self, name: str) -> JobConfig | None:
+        return next((j for j in self.jobs if j.name == name), None)
+
+    def describe(self) -> str:
+        """``ssh root@pve1:22 -> pct exec 200``, ``ssh gpu1``, ``local`` or ``simulator``."""
+        if self.kind == "demo":
+            return "simulator"
+        if self.kind == "local":
+            text = "local"
+        else:
+            text = "ssh " + _target_text(self.user, self.ssh_host or "", self.port)
+        return text if self.container is None else f"{text} -> pct exec {self.container}"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """A loaded config. ``path`` is the file read, None when none existed at the default
+    location; ``searched``/``reason`` say where gpumon looked and why."""
+
+    path: Path | None
+    hosts: dict[str, HostConfig] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=lambda: _builtin_defaults())
+    searched: Path | None = None
+    reason: str = ""
+
+
+# --- key specs ------------------------------------------------------------------------
+
+_REQUIRED: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpec:
+    """One key a table may hold. ``check`` returns the parsed value; it raises ValueError
+    or TypeError for "not what was expected" (the message is built from ``expected``),
+    or ``_Invalid`` for a more specific complaint."""
+
+    name: str
+    check: Callable[[object], Any]
+    expected: str
+    default: Any = None  # _REQUIRED: the key must be present
+    builtin: bool = True  # also applies to the built-in demo/local hosts
+
+
+def _text(v: object) -> str:
+    """A non-empty string of printable characters (no control or escape characters, C1
+    controls and bidi overrides included) that cannot be read as an option."""
+    if not isinstance(v, str) or not v.strip() or not v.isprintable() or v.startswith("-"):
+        raise ValueError
+    return v
+
+
+def _path(v: object) -> str:
+    return os.path.expanduser(_text(v))
+
+
+def _paths(v: object) -> tuple[str, ...]:
+    if isinstance(v, list):
+        return tuple(_path(item) for item in v)
+    return (_path(v),)
+
+
+_DIGITS = re.compile(r"[0-9]{1,12}")
+
+
+def _container(v: object) -> int:
+    if isinstance(v, str) and _DIGITS.fullmatch(v):
+        v = int(v)
+    return _integer(100, 999_999_999)(v)
+
+
+# A hostname or ~/.ssh/config alias: dot-separated labels, never starting with "-".
+_HOST = r"[A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*"
+_HOST_RE = re.compile(_HOST)
+_TARGET_RE = re.compile(
+    rf"""
+    (?:(?P<user> [A-Za-z0-9_][A-Za-z0-9._-]* )@)?
+    (?: \[(?P<v6> [0-9A-Fa-f:.]+ (?:%[A-Za-z0-9_.-]+)? )\]
+      | (?P<host> {_HOST} )
+      | (?P<bare6> [0-9A-Fa-f.]*:[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]* (?:%[A-Za-z0-9_.-]+)? )
+    )
+    (?::(?P<port> [0-9]{{1,5}} ))?
+    """,
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _SshTarget:
+    user: str | None
+    host: str
+    port: int | None
+
+
+def _ssh_target(v: object) -> _SshTarget:
+    """``[user@]host[:port]``, ``[user@][v6addr][:port]`` or a bare IPv6 address."""
+    if not isinstance(v, str):
+        raise TypeError
+    m = _TARGET_RE.fullmatch(v)
+    if m is None or (m["bare6"] and m["port"]):
+        raise ValueError
+    host = m["v6"] or m["bare6"]
+    if host:
+        ipaddress.IPv6Address(host)  # ValueError when it is not one
+    port = None if m["port"] is None else int(m["port"])
+    if port is not None and not 1 <= port <= 65535:
+        raise _Invalid(f"port {port} in {_show(v)} is out of range; expected 1..65535")
+    return _SshTarget(m["user"], host or m["host"], port)
+
+
+def _log_paths(v: object) -> tuple[str, ...]:
+    return tuple(os.path.expanduser(p) if p.startswith("~/") else p for p in log_paths(v))
+
+
+def _url(v: object) -> str:
+    s = _text(v)
+    if not re.fullmatch(r"https?://[^\s]+", s):
+        raise ValueError
+    return s.rstrip("/")
+
+
+def _alert_table(v: object) -> dict[str, Any]:
+    """Checked here (names the key); merged over [defaults.alerts] per host in _build_host."""
+    if not isinstance(v, dict):
+        raise TypeError
+    try:
+        AlertRules.from_mapping(v, "alerts")
+    except ValueError as e:
+        key, _, problem = str(e).partition(": ")
+        raise _Invalid(problem, tuple(key.split(".")[1:])) from None
+    return dict(v)
+
+
+def _rules(table: Mapping[str, Any]) -> AlertRules:
+    return AlertRules.from_mapping(table, "alerts")  # already checked: cannot fail here
+
+
+SSH_EXPECTED = "an SSH target: user@host[:port], host[:port], an ~/.ssh/config alias or [IPv6]:port"
+SECONDS = "a number of seconds between 0.1 and 3600"
+CONTAINER_EXPECTED = "a Proxmox container id: an integer 100..999999999 or a string of digits"
+PROGRAM = "a non-empty path or program name (not starting with '-')"
+
+# Keys shared by [defaults] and [hosts.NAME]. One row per key.
+HOST_SETTINGS: tuple[KeySpec, ...] = (
+    KeySpec("port", _integer(1, 65535), "an integer port 1..65535", None, builtin=False),
+    KeySpec("identity", _paths, "a key file path or a list of paths", (), builtin=False),
+    KeySpec("known_hosts", _path, "a known_hosts file path", None, builtin=False),
+    KeySpec("accept_new", _boolean, "true or false", False, builtin=False),
+    KeySpec("container", _container, CONTAINER_EXPECTED, None, builtin=False),
+    KeySpec("python", _text, PROGRAM, None),
+    KeySpec("nvidia_smi", _text, PROGRAM, "nvidia-smi"),
+    KeySpec("interval", _number(0.1, 3600), SECONDS, 1.0),
+    KeySpec("connect_timeout", _number(0.1, 3600), SECONDS, 10.0),
+    KeySpec("read_only", _boolean, "true or false", False),
+    KeySpec("watch_logs", _log_paths, "a list of log file paths or globs", (), builtin=False),
+    KeySpec("kernel_log", _boolean, "true or false", True),
+    KeySpec("torch_index", _url, "an http(s) URL of a PyTorch wheel index", DEFAULT_TORCH_INDEX),
+    KeySpec("alerts", _alert_table, "an alerts table", {}),
+)
+HOST_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("ssh", _ssh_target, SSH_EXPECTED),
+    *HOST_SETTINGS,
+    KeySpec("sglang", sglang_table, "a [hosts.NAME.sglang] table"),
+    KeySpec("jobs", jobs_table, "[hosts.NAME.jobs.JOB] tables"),
+)
+
+
+def _check_table(raw: object, specs: tuple[KeySpec, ...]) -> dict[str, Any]:
+    """The keys present in ``raw``, parsed. Raises _Invalid naming the key."""
+    if not isinstance(raw, dict):
+        raise TypeError
+    by_name = {s.name: s for s in specs}
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        spec = by_name.get(key)
+        if spec is None:
+            hint = difflib.get_close_matches(key, by_name, n=1)
+            maybe = f' (did you mean "{hint[0]}"?)' if hint else ""
+            known = ", ".join(sorted(by_name))
+            raise _Invalid(f"unknown key{maybe}; expected one of: {known}", (key,))
+        try:
+            out[key] = spec.check(value)
+        except _Invalid as e:
+            raise _Invalid(e.problem, (key, *e.path)) from None
+        except (ValueError, TypeError):
+            raise _Invalid(f"expected {spec.expected}, got {_show(value)}", (key,)) from None
+    for spec in specs:
+        if spec.default is _REQUIRED and spec.name not in out:
+            raise _Invalid(f"missing; expected {spec.expected}", (spec.name,))
+    return out
+
+
+def _host_tables(raw: object) -> dict[str, dict[str, Any]]:
+    if not isinstance(raw, dict):
+        raise TypeError
+    out: dict[str, dict[str, Any]] = {}
+    for name, table in raw.items():
+        if name in BUILTIN_HOSTS:
+            raise _Invalid(f'"{name}" is a built-in host; choose another name', (name,))
+        if not _HOST_RE.fullmatch(name):
+            raise _Invalid(
+                "expected a host name of letters, digits, '.', '_' and '-' "
+                "(not starting with '-' or '.')",
+                (name,),
+            )
+        if not isinstance(table, dict):
+            raise _Invalid(f"expected a table of host settings, got {_show(table)}", (name,))
+        try:
+            out[name] = _check_table(table, HOST_KEYS)
+        except _Invalid as e:
+            raise _Invalid(e.problem, (name, *e.path)) from None
+    return out
+
+
+TOP_LEVEL: tuple[KeySpec, ...] = (
+    KeySpec("defaults", lambda raw: _check_table(raw, HOST_SETTINGS), "a [defaults] table", {}),
+    KeySpec("hosts", _host_tables, "[hosts.NAME] tables", {}),
+)
+
+
+# --- locating and loading -------------------------------------------------------------
+
+
+def config_path(
+    explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> tuple[Path, str]:
+    """The config file to read and why: "--config", "$GPUMON_CONFIG" or "XDG default".
+
+    An empty ``explicit`` raises ConfigError; an empty $GPUMON_CONFIG counts as unset, and
+    a relative $XDG_CONFIG_HOME is ignored (as the XDG spec says).
+    """
+    env = os.environ if env is None else env
+    if explicit is not None:
+        if not os.fspath(explicit):
+            raise ConfigError("expected a file path, got an empty string", source="--config")
+        return Path(os.fspath(explicit)).expanduser(), "--config"
+    if env.get("GPUMON_CONFIG"):
+        return Path(env["GPUMON_CONFIG"]).expanduser(), "$GPUMON_CONFIG"
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else home / ".config"
+    return base / "gpumon" / "config.toml", "XDG default"
+
+
+def load_config(
+    explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Config:
+    """Read and validate the config (see ``config_path`` for which file).
+
+    A missing file at the XDG default gives an empty Config (``path`` None). Raises
+    ConfigError for a missing named file, unreadable or non-UTF-8 file, TOML syntax
+    error, unknown key, wrong type or bad value, naming the file and dotted key.
+    """
+    path, reason = config_path(explicit, env)
+    source = str(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if reason == "XDG default":
+            return Config(path=None, searched=path, reason=reason)
+        raise ConfigError(f"no such file (named by {reason})", source=source) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror or e}", source=source) from None
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not UTF-8 text (byte {e.start})", source=source) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"invalid TOML: {e}", source=source) from None
+    try:
+        top = _check_table(doc, TOP_LEVEL)
+        defaults = _builtin_defaults(top.get("defaults", {}))
+        hosts = {
+            name: _build_host(name, table, defaults, source)
+            for name, table in top.get("hosts", {}).items()
+        }
+    except _Invalid as e:
+        raise ConfigError(e.problem, source=source, key=_dotted(e.path)) from None
+    return Config(path=path, hosts=hosts, defaults=defaults, searched=path, reason=reason)
+
+
+def _builtin_defaults(overrides: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    values = {s.name: s.default for s in HOST_SETTINGS}
+    values.update(overrides or {})
+    return MappingProxyType(values)
+
+
+def _build_host(
+    name: str, table: Mapping[str, Any], defaults: Mapping[str, Any], source: str
+) -> HostConfig:
+    """Merge one validated [hosts.NAME] table over the defaults; ``ssh`` defaults to NAME."""
+    target: _SshTarget = table.get("ssh") or _SshTarget(None, name, None)
+    values = {**defaults, **{k: v for k, v in table.items() if k != "ssh"}}
+    values["alerts"] = _rules({**defaults.get("alerts", {}), **table.get("alerts", {})})
+    if target.port is not None:
+        if "port" in table and table["port"] != target.port:
+            raise _Invalid(
+                f"{table['port']} conflicts with port {target.port} in ssh; expected one port",
+                ("hosts", name, "port"),
+            )
+        values["port"] = target.port
+    return HostConfig(
+        name=name,
+        kind="ssh",
+        ssh_host=target.host,
+        user=target.user,
+        source=source,
+        **values,
+    )
+
+
+# --- resolving a name given on the command line ----------------------------------------
+
+
+def resolve_host(config: Config, name: str) -> HostConfig:
+    """The host for a name on the command line.
+
+    A configured name returns its entry; ``demo`` (simulator) and ``local`` are built in;
+    anything else is an ad-hoc SSH target (``user@host[:port]``, ``host:port``,
+    ``[::1]:2200`` or an ~/.ssh/config alias) with the defaults applied. Raises ConfigError
+    for anything else (whitespace, shell metacharacters, leading "-", empty parts).
+    """
+    if name in config.hosts:
+        return config.hosts[name]
+    if name in BUILTIN_HOSTS:
+        shared = {s.name: config.defaults[s.name] for s in HOST_SETTINGS if s.builtin}
+        shared["alerts"] = _rules(shared.get("alerts", {}))
+        return HostConfig(name=name, kind=BUILTIN_HOSTS[name], **shared)
+    try:
+        target = _ssh_target(name)
+    except (_Invalid, ValueError, TypeError) as e:
+        why = e.problem if isinstance(e, _Invalid) else f"expected {SSH_EXPECTED}"
+        where = f"in {config.path}" if config.path else "(no config file)"
+        raise ConfigError(
+            f"host {_show(name)}: not a configured host {where}, demo or local; {why}",
+            source=COMMAND_LINE,
+        ) from None
+    return _build_host(name, {"ssh": target}, config.defaults, COMMAND_LINE)
+
+
+# --- showing ---------------------------------------------------------------------------
+
+_UNSET_TEXT = {
+    "ssh_host": "-",
+    "user": "(from ~/.ssh/config, else your login name)",
+    "port": "(from ~/.ssh/config, else 22)",
+    "identity": "(ssh agent and default keys)",
+    "known_hosts": "(~/.ssh/known_hosts)",
+    "container": "(none: commands run on the host itself)",
+    "python": "(try python3)",
+}
+
+
+def format_hosts(config: Config) -> str:
+    """A listing for ``gpumon config check``: the file, then one block per configured
+    host with every resolved value, then the built-in names."""
+    if config.path is not None:
+        lines = [f"config: {config.path} ({config.reason})"]
+    elif config.searched is not None:
+        lines = [f"config: none at {config.searched} ({config.reason}); built-in defaults"]
+    else:
+        lines = ["config: none; built-in defaults"]
+    if not config.hosts:
+        lines.append("no hosts configured")
+    for host in config.hosts.values():
+        lines += ["", f"[hosts.{_dotted((host.name,))}]  {host.describe()}"]
+        for f in fields(host):
+            lines.append(f"  {f.name:<16} {_format_value(f.name, getattr(host, f.name))}")
+    lines += ["", "built in: demo (simulator), local (this machine)"]
+    return "\n".join(lines)
+
+
+def _format_value(key: str, value: object) -> str:
+    if value is None or value == ():
+        return _UNSET_TEXT.get(key, "-")
+    if isinstance(value, tuple):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and key in {"interval", "connect_timeout"}:
+        return f"{value:g} s"
+    return str(value)
+
+
+def _target_text(user: str | None, host: str, port: int | None) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"{user + '@' if user else ''}{shown}{'' if port is None else f':{port}'}"
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    """``hosts.ct200.interval``; parts that are not bare TOML keys are quoted."""
+    return ".".join(p if _BARE_KEY.fullmatch(p) else json.dumps(p) for p in path)
+
+
+def _show(value: object) -> str:
+    """A value as TOML would write it, shortened: ``"fast"``, ``true``, ``[1, 2]``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        text = "[" + ", ".join(_show(v) for v in value) + "]"
+    elif isinstance(value, str):
+        text = printable(json.dumps(value, ensure_ascii=False))
+    else:
+        text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."

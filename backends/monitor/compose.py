@@ -1,0 +1,84 @@
+"""Build the transport and monitor for a resolved host: the one place that picks SSH,
+local or the simulator."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.monitor.state import HostMonitor
+from gpumon.backends.transport.base import Transport
+from gpumon.backends.transport.local import LocalTransport
+
+if TYPE_CHECKING:
+    from gpumon.backends.sim.scenario import SimSettings
+
+
+def demo_settings(
+    scenario: str = "training-oom",
+    *,
+    seed: int = 0,
+    speed: float = 1.0,
+    demo_time: float = 0.0,
+    frozen: bool = False,
+    now: float | None = None,
+) -> SimSettings:
+    """Simulator settings whose scenario clock reads ``demo_time`` now and runs at ``speed``."""
+    from gpumon.backends.sim.scenario import SimSettings
+
+    now = time.time() if now is None else now
+    return SimSettings(
+        scenario=scenario,
+        seed=seed,
+        speed=speed,
+        t0=now - demo_time / speed,
+        frozen_at=demo_time if frozen else None,
+    )
+
+
+def make_transport(host: HostConfig, sim: SimSettings | None = None) -> Transport:
+    """The transport for ``host``; ``sim`` applies to the built-in ``demo`` host only."""
+    if host.kind == "demo":
+        from gpumon.backends.sim.transport import SimTransport
+
+        return SimTransport(host, sim if sim is not None else demo_settings())
+    if host.kind == "local":
+        return LocalTransport(host)
+    from gpumon.backends.transport.ssh import SshTransport
+
+    return SshTransport(host)
+
+
+def make_monitor(
+    host: HostConfig,
+    sim: SimSettings | None = None,
+    *,
+    reconnect: bool = True,
+    clock: Callable[[], float] = time.time,
+) -> HostMonitor:
+    """A monitor for ``host`` (not started). The demo's agent runs on gpumon's own Python.
+
+    ``clock`` is the monitor's notion of now (tests freeze it for stable screenshots).
+    For ``demo`` in training-oom, ``monitor.host`` has the job ``drafter`` (the host passed
+    in does not): look jobs up on the monitor's host.
+    """
+    if host.kind == "demo" and host.python is None:
+        host = replace(host, python=sys.executable)
+    transport = make_transport(host, sim)
+    if host.kind == "demo":
+        from gpumon.backends.sim.transport import SimTransport
+
+        # training-oom: the simulated drafter is a job gpumon can restart (`r`, `gpumon
+        # restart demo drafter`); the monitor's host carries it.
+        if isinstance(transport, SimTransport):
+            job = transport.drafter_job()
+            if job is not None and host.job(job.name) is None:
+                host = replace(host, jobs=(*host.jobs, job))
+            if host.sglang is None:  # sglang: the simulated servers, one per GPU
+                host = replace(host, sglang=transport.sglang_config())
+            transport.host = host
+    return HostMonitor(host, transport, reconnect=reconnect, clock=clock)

@@ -1,0 +1,314 @@
+"""Flight recorder: the last 30 minutes of one host in memory, written out around a critical alert.
+
+``FlightRecorder.record(sample)`` keeps each sample as one compact JSON line (GPU values
+as arrays in ``GPU_FIELDS`` order: about 2 KB for 8 GPUs, so 30 min at 1 Hz is ~4 MB).
+``on_alert(alert)`` keeps the alert; a CRITICAL one schedules a recording of
+``before_s`` (10 min) before to ``after_s`` (1 min) after it. The monitor calls
+``flush_due(now)`` after each sample: once the minute after has passed, the window is
+written in one go as ``.jsonl.gz`` to ``$XDG_STATE_HOME/gpumon/recordings/`` (default
+``~/.local/state``). ``flush_now()`` writes a pending recording at shutdown.
+
+File format (one JSON object per line):
+
+1. ``{"type": "header", "version": 1, "host", "created", "alert": {...}, "window": [t0, t1],
+   "gpu_fields": [...], "process_fields": [...]}``
+2. ``{"type": "sample", "host", "time", "source", "skipped_lines", "gpus": [[...], ...],
+   "processes": [[...], ...]}`` (``sample_to_json``; ``sample_from_json`` rebuilds the
+   HostSample exactly, ``None`` stays ``None``)
+3. ``{"type": "alert", "key", "active", "acknowledged", "last_seen", **Alert.to_json()}``
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import re
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from gpumon.backends import untrusted
+from gpumon.backends.alerts.store import Alert
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source, iso_time
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+GPU_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))
+PROCESS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuProcess))
+_GPU_INDEX = {name: i for i, name in enumerate(GPU_FIELDS)}
+_HEALTH = GPU_FIELDS.index("health")
+_PROBLEMS = GPU_FIELDS.index("problems")
+_COMPRESS_LEVEL = 6
+
+
+class RecordingError(Exception):
+    """A file that is not a gpumon recording (or not gzip at all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """A loaded recording. ``truncated``: the file ended early; ``problems`` says what."""
+
+    header: dict[str, Any]
+    samples: list[HostSample]
+    alerts: list[dict[str, Any]]
+    truncated: bool = False
+    problems: tuple[str, ...] = ()
+
+
+def recordings_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/gpumon/recordings`` (``~/.local/state`` when unset or relative)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_STATE_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".local" / "state"
+    return root / "gpumon" / "recordings"
+
+
+def sample_to_json(sample: HostSample) -> dict[str, Any]:
+    """A JSON-ready dict of ``sample``; GPUs and processes as arrays in field order."""
+    gpus = []
+    for gpu in sample.gpus:
+        row: list[Any] = [getattr(gpu, name) for name in GPU_FIELDS]
+        row[_HEALTH] = gpu.health.value
+        row[_PROBLEMS] = list(gpu.problems)
+        gpus.append(row)
+    return {
+        "type": "sample",
+        "host": sample.host,
+        "time": sample.time,
+        "source": None if sample.source is None else sample.source.value,
+        "skipped_lines": sample.skipped_lines,
+        "gpus": gpus,
+        "processes": [[getattr(p, name) for name in PROCESS_FIELDS] for p in sample.processes],
+    }
+
+
+def sample_from_json(
+    data: Mapping[str, Any],
+    gpu_fields: tuple[str, ...] = GPU_FIELDS,
+    process_fields: tuple[str, ...] = PROCESS_FIELDS,
+) -> HostSample:
+    """The HostSample ``sample_to_json`` made. Field lists come from the file's header, so
+    a recording with fewer or more fields still loads (unknown ones are ignored).
+
+    Raises ValueError / TypeError / KeyError for a malformed object.
+    """
+    gpus = []
+    for row in data["gpus"]:
+        values = {name: row[i] for i, name in enumerate(gpu_fields) if name in _GPU_INDEX}
+        if "health" in values:
+            values["health"] = Health(values["health"])
+        if "problems" in values:
+            values["problems"] = tuple(values["problems"])
+        gpus.append(GpuSample(**values))
+    processes = []
+    for row in data.get("processes") or ():
+        values = dict(zip(process_fields, row, strict=True))
+        processes.append(GpuProcess(**{k: v for k, v in values.items() if k in PROCESS_FIELDS}))
+    source = data.get("source")
+    return HostSample(
+        host=str(data["host"]),
+        time=float(data["time"]),
+        source=None if source is None else Source(source),
+        gpus=tuple(gpus),
+        processes=tuple(processes),
+        skipped_lines=int(data.get("skipped_lines", 0)),
+    )
+
+
+def _alert_json(alert: Alert) -> dict[str, Any]:
+    return {
+        "type": "alert",
+        "key": alert.key,
+        "active": alert.active,
+        "acknowledged": alert.acknowledged,
+        "epoch": alert.time,
+        "last_seen": alert.last_seen,
+        **alert.to_json(),
+    }
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass
+class _Pending:
+    alert: Alert
+    due: float
+    path: Path
+
+
+class FlightRecorder:
+    """Keeps ``keep_s`` seconds of samples and alerts; writes one window per critical alert.
+
+    ``on_written(path)`` is called after each file is written. Writing errors are logged
+    and kept in ``last_error``; they never raise into the caller. ``max_samples`` bounds
+    memory when the sampling interval is short.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        keep_s: float = 1800.0,
+        clock: Callable[[], float] = time.time,
+        *,
+        before_s: float = 600.0,
+        after_s: float = 60.0,
+        max_samples: int = 3600,
+        directory: Path | None = None,
+        on_written: Callable[[Path], None] | None = None,
+    ) -> None:
+        self.host = host
+        self.keep_s = keep_s
+        self.clock = clock
+        self.before_s = before_s
+        self.after_s = after_s
+        self.max_samples = max_samples
+        self.directory = directory  # None: recordings_dir() when the alert comes
+        self.on_written = on_written
+        self.written: list[Path] = []
+        self.last_error: str | None = None
+        self.last_write_s: float | None = None  # seconds the last write took
+        self._samples: deque[tuple[float, str]] = deque()
+        self._alerts: deque[tuple[float, Alert]] = deque()
+        self._pending: _Pending | None = None
+
+    @property
+    def pending_path(self) -> Path | None:
+        """Where the scheduled recording will be written, or None."""
+        return None if self._pending is None else self._pending.path
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def memory_bytes(self) -> int:
+        """Approximate bytes held by the sample lines (for the status line and tests)."""
+        return sum(len(line) + 90 for _, line in self._samples)
+
+    def record(self, sample: HostSample) -> None:
+        self._samples.append((sample.time, _dumps(sample_to_json(sample))))
+        horizon = sample.time - self.keep_s
+        samples = self._samples
+        while samples and (samples[0][0] < horizon or len(samples) > self.max_samples):
+            samples.popleft()
+
+    def on_alert(self, alert: Alert) -> None:
+        """Keep ``alert``; a CRITICAL one schedules a recording unless one is pending."""
+        self._alerts.append((alert.time, alert))
+        horizon = self.clock() - self.keep_s
+        while self._alerts and self._alerts[0][0] < horizon:
+            self._alerts.popleft()
+        if alert.severity is Health.CRITICAL and self._pending is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(alert.time))
+            name = f"{_safe(self.host)}-{stamp}-{_safe(alert.kind)}.jsonl.gz"
+            folder = self.directory or recordings_dir()
+            self._pending = _Pending(alert, alert.time + self.after_s, folder / name)
+
+    def flush_due(self, now: float | None = None) -> Path | None:
+        """Write the pending recording once its minute after has passed; the path, or None."""
+        pending = self._pending
+        now = self.clock() if now is None else now
+        if pending is None or now < pending.due:
+            return None
+        return self._write(pending)
+
+    def flush_now(self) -> Path | None:
+        """Write the pending recording now (shutdown), with what there is."""
+        return None if self._pending is None else self._write(self._pending)
+
+    def _write(self, pending: _Pending) -> Path | None:
+        self._pending = None
+        start, end = pending.alert.time - self.before_s, pending.alert.time + self.after_s
+        header = {
+            "type": "header",
+            "version": VERSION,
+            "host": self.host,
+            "created": iso_time(time.time()),
+            "alert": _alert_json(pending.alert),
+            "window": [start, end],
+            "gpu_fields": list(GPU_FIELDS),
+            "process_fields": list(PROCESS_FIELDS),
+        }
+        lines = [_dumps(header)]
+        lines += [line for t, line in self._samples if start <= t <= end]
+        lines += [_dumps(_alert_json(a)) for t, a in self._alerts if start <= t <= end]
+        began = time.perf_counter()
+        path = pending.path
+        try:
+            data = gzip.compress(("\n".join(lines) + "\n").encode(), _COMPRESS_LEVEL, mtime=0)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        except OSError as e:
+            self.last_error = f"cannot write {path}: {e.strerror or e}"
+            log.warning("%s: %s", self.host, self.last_error)
+            return None
+        self.last_write_s = time.perf_counter() - began
+        self.written.append(path)
+        if self.on_written is not None:
+            try:
+                self.on_written(path)
+            except Exception:
+                log.exception("recording callback failed")
+        return path
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:60] or "host"
+
+
+def load_recording(path: Path) -> Recording:
+    """Read a recording. A truncated file keeps what could be read (``truncated``, ``problems``).
+
+    Raises RecordingError when the file is not gzip, has no valid header, or is a newer
+    version; OSError when it cannot be read.
+    """
+    raw = bytearray()
+    problems: list[str] = []
+    truncated = False
+    try:
+        with gzip.open(path, "rb") as f:
+            while chunk := f.read(1 << 16):
+                raw += chunk
+    except gzip.BadGzipFile as e:
+        raise RecordingError(f"{path}: not a gzip file ({e})") from None
+    except (EOFError, zlib.error) as e:
+        truncated = True
+        problems.append(f"file is truncated or damaged ({e}); kept what could be read")
+    lines = bytes(raw).split(b"\n")
+    if not lines or not lines[0].strip():
+        raise RecordingError(f"{path}: empty recording")
+    try:
+        header = untrusted.loads(lines[0])
+    except ValueError:
+        raise RecordingError(f"{path}: first line is not a JSON header") from None
+    if not isinstance(header, dict) or header.get("type") != "header":
+        raise RecordingError(f"{path}: first line is not a gpumon recording header")
+    if header.get("version") != VERSION:
+        raise RecordingError(f"{path}: unsupported recording version {header.get('version')!r}")
+    gpu_fields = tuple(header.get("gpu_fields") or GPU_FIELDS)
+    process_fields = tuple(header.get("process_fields") or PROCESS_FIELDS)
+    samples: list[HostSample] = []
+    alerts: list[dict[str, Any]] = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            obj = untrusted.loads(line)
+            if obj.get("type") == "sample":
+                samples.append(sample_from_json(obj, gpu_fields, process_fields))
+            elif obj.get("type") == "alert":
+                alerts.append(obj)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            last = number == len(lines) and truncated
+            problems.append(f"line {number}: {'cut off' if last else 'unreadable'} ({e})")
+    return Recording(header, samples, alerts, truncated, tuple(problems))

@@ -1,0 +1,748 @@
+"""The gpumon agent: one standard-library-only file that runs on the target machine.
+
+gpumon sends this file over an SSH channel's stdin and runs it with the target's Python
+(inside the container when one is configured) through a tiny bootstrap that reads exactly
+this many bytes (see ``bootstrap_argv``), so stdin stays open afterwards: the agent exits
+within a moment of stdin closing, so a dropped connection leaves nothing behind.
+
+It writes one JSON object per line to stdout:
+
+- ``{"type": "hello", "agent": 1, "source": "agent/nvml" | "agent/nvidia-smi", ...}``
+- ``{"type": "gpus", "t": epoch, "fields": [...], "rows": ["<csv row>", ...]}``:
+  one sampling round. Rows are in nvidia-smi's ``csv,noheader,nounits`` shape whatever
+  the source (NVML values are printed the way nvidia-smi prints them), so the client
+  runs the same parser for every source. Junk lines from nvidia-smi's loop output (Xid
+  event text) are passed on unchanged; the client's parser skips and counts them.
+- ``{"type": "procs", "t": epoch, "rows": [...]}``: compute processes, same idea.
+- ``{"type": "smi_error", "t": epoch, "exit": code, "output": text}``: nvidia-smi failed.
+- ``{"type": "log", "tag": ..., "path": ..., "lines": [...], "backlog": bool}``: new lines
+  of a watched log file (``backlog``: the tail that was already there at start).
+- ``{"type": "kernel", "lines": [...]}``: kernel log lines (Xid, OOM killer), when readable.
+- ``{"type": "memory_events", "text": ...}``: the container's cgroup ``memory.events``.
+- ``{"type": "http", "tag": ..., "status": 200 | null, "error": ..., "body": ...}``: a fetch
+  of a URL on the target's localhost (SGLang ``/metrics``), filtered to wanted lines.
+- ``{"type": "note", "text": ...}``: something the user should know, said once.
+
+Commands arrive on stdin as JSON lines: ``{"cmd": "interval", "seconds": 2.0}``.
+
+This module is also imported by gpumon itself (``gpumon.backends.remote.agent``) for
+``RowBatcher`` and ``bootstrap_argv``; nothing here may import outside the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+AGENT_VERSION = 1
+SMI_TIMEOUT_S = 15.0  # a stuck driver can leave nvidia-smi in D state: never wait forever
+BATCH_QUIET_S = 0.15  # rows of one round arrive together; a pause this long ends a round
+
+# The bootstrap reads exactly N bytes of source from stdin, then leaves stdin open for
+# commands and for noticing the client going away.
+_BOOTSTRAP = (
+    "import sys;n=int(sys.argv[1]);s=sys.stdin.buffer.read(n);"
+    "sys.argv=sys.argv[1:];exec(compile(s,'gpumon-agent','exec'))"
+)
+
+
+def agent_source() -> bytes:
+    """The bytes of this file, as sent to the target."""
+    with open(__file__, "rb") as f:
+        return f.read()
+
+
+def bootstrap_argv(python: str, options: dict[str, Any]) -> tuple[list[str], bytes]:
+    """The argv that starts the agent with ``python`` and the bytes to write to its stdin."""
+    src = agent_source()
+    return [python, "-u", "-c", _BOOTSTRAP, str(len(src)), json.dumps(options)], src
+
+
+class RowBatcher:
+    """Groups nvidia-smi loop output into sampling rounds.
+
+    A round ends when a row's GPU index is not greater than the previous row's (the next
+    round has started) or when the caller sees a pause (``flush``). Lines that do not
+    look like rows (wrong column count: Xid text in the loop output) stay in the round,
+    so the parser can count them.
+    """
+
+    def __init__(self, index_col: int, ncols: int) -> None:
+        self.index_col = index_col
+        self.ncols = ncols
+        self._rows: list[str] = []
+        self._last_index: int | None = None
+
+    def feed(self, line: str) -> list[str] | None:
+        """Add one line; returns the finished previous round when this line starts a new one."""
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            return None
+        index = self._index_of(line)
+        done = None
+        if index is not None and self._last_index is not None and index <= self._last_index:
+            done = self.flush()
+        if index is not None:
+            self._last_index = index
+        self._rows.append(line)
+        return done
+
+    def flush(self) -> list[str] | None:
+        rows, self._rows, self._last_index = self._rows, [], None
+        return rows or None
+
+    def _index_of(self, line: str) -> int | None:
+        cells = line.split(", ")
+        if len(cells) != self.ncols:
+            return None
+        try:
+            return int(cells[self.index_col])
+        except ValueError:
+            return None
+
+
+class Output:
+    """Thread-safe JSON-lines writer; a closed stdout ends the agent."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        data = json.dumps(msg, separators=(",", ":")) + "\n"
+        with self._lock:
+            try:
+                self._stream.write(data)
+                self._stream.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                _shutdown(0)
+
+
+_children: list[subprocess.Popen[bytes]] = []
+_children_lock = threading.Lock()
+
+
+def _spawn(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so _shutdown can take it down
+    )
+    with _children_lock:
+        _children.append(proc)
+    return proc
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    with _children_lock:
+        if proc in _children:
+            _children.remove(proc)
+
+
+def _shutdown(code: int) -> None:
+    with _children_lock:
+        for proc in _children:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    os._exit(code)
+
+
+def run_once(argv: Sequence[str], timeout: float = SMI_TIMEOUT_S) -> tuple[int, str]:
+    """Run a short command; returns (exit code, combined output). 124 on timeout."""
+    try:
+        proc = _spawn(argv)
+    except OSError as e:
+        return 127, f"{argv[0]}: {e.strerror or e}"
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return 124, f"{argv[0]}: no answer within {timeout:.0f} s (killed)"
+    finally:
+        _reap(proc)
+
+
+class Agent:
+    def __init__(self, options: dict[str, Any], out: Output) -> None:
+        self.out = out
+        self.smi = str(options.get("nvidia_smi") or "nvidia-smi")
+        self.fields: list[str] = list(options["fields"])
+        self.process_fields: list[str] = list(options["process_fields"])
+        self.interval = float(options.get("interval", 1.0))
+        # Process lists change rarely and cost a process start each (nvidia-smi mode).
+        self.process_interval = float(options.get("process_interval", 5.0))
+        self.use_nvml = bool(options.get("nvml", True))
+        self.logs = [LogTail(spec) for spec in options.get("logs", [])]
+        self.kernel = bool(options.get("kernel", False))
+        self.http: list[dict[str, Any]] = list(options.get("http", []))
+        self.log_poll_s = float(options.get("log_poll_s", 0.25))
+        self.sglang_discover = bool(options.get("sglang_discover", False))
+        self.http_tags: set[str] = set()
+        self.wake = threading.Event()  # set when the interval changes
+        self.nvml: Any = None
+
+    # --- control -------------------------------------------------------------------
+    def handle_command(self, line: str) -> None:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(msg, dict) and msg.get("cmd") == "interval":
+            try:
+                seconds = float(msg["seconds"])
+            except (KeyError, TypeError, ValueError):
+                return
+            self.interval = min(max(seconds, 0.1), 3600.0)
+            self.wake.set()
+
+    # --- start ---------------------------------------------------------------------
+    def start(self) -> None:
+        source = "agent/nvidia-smi"
+        note = None
+        if self.use_nvml:
+            try:
+                import pynvml  # type: ignore[import-not-found,unused-ignore]
+
+                pynvml.nvmlInit()
+                self.nvml = pynvml
+                source = "agent/nvml"
+            except Exception as e:  # ImportError, NVMLError_LibraryNotFound, ...
+                note = f"NVML not used: {type(e).__name__}: {e}"
+        self.out.send(
+            {
+                "type": "hello",
+                "agent": AGENT_VERSION,
+                "source": source,
+                "python": sys.version.split()[0],
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "note": note,
+            }
+        )
+        gpu_loop = self.nvml_loop if self.nvml is not None else self.smi_loop
+        threading.Thread(target=gpu_loop, daemon=True, name="gpus").start()
+        threading.Thread(target=self.process_loop, daemon=True, name="procs").start()
+        if self.logs or self.kernel:
+            threading.Thread(target=self.log_loop, daemon=True, name="logs").start()
+        for target in self.http:
+            self.start_http(target)
+        if self.sglang_discover:
+            threading.Thread(target=self.discover_loop, daemon=True, name="discover").start()
+
+    # --- nvidia-smi ----------------------------------------------------------------
+    def supported_fields(self) -> list[str] | None:
+        """Drop fields this nvidia-smi does not know (one unknown field fails the query)."""
+        code, text = run_once([self.smi, "--help-query-gpu"])
+        if code != 0:
+            self.out.send({"type": "smi_error", "t": time.time(), "exit": code, "output": text})
+            return None
+        known = {w.strip('"') for w in text.split() if w.startswith('"') and w.endswith('"')}
+        if not known:  # unfamiliar help format: ask for everything and let it fail loudly
+            return self.fields
+        return [f for f in self.fields if f in known]
+
+    def smi_loop(self) -> None:
+        backoff = 2.0
+        fields: list[str] | None = None
+        while True:
+            if fields is None:
+                fields = self.supported_fields()
+                if fields is None:
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                    continue
+            ms = max(int(self.interval * 1000), 100)
+            argv = [self.smi, "--query-gpu=" + ",".join(fields)]
+            argv += ["--format=csv,noheader,nounits", "-lms", str(ms)]
+            got_rows = self.stream_smi(argv, fields)
+            if self.wake.is_set():
+                self.wake.clear()
+                continue  # interval changed: restart at the new rate at once
+            if got_rows:
+                backoff = 2.0
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 30.0)
+            fields = None  # the driver may have changed under us: probe again
+
+    def stream_smi(self, argv: list[str], fields: list[str]) -> bool:
+        """Run one nvidia-smi loop until it dies or the interval changes."""
+        try:
+            proc = _spawn(argv)
+        except OSError as e:
+            self.out.send({"type": "smi_error", "t": time.time(), "exit": 127, "output": str(e)})
+            return False
+        assert proc.stdout is not None
+        batcher = RowBatcher(fields.index("index") if "index" in fields else 1, len(fields))
+        fd = proc.stdout.fileno()
+        buf = b""
+        got_rows = False
+        tail: list[str] = []
+        try:
+            while not self.wake.is_set():
+                ready, _, _ = select.select([fd], [], [], BATCH_QUIET_S)
+                if not ready:
+                    rows = batcher.flush()
+                    if rows:
+                        got_rows = True
+                        self.send_rows(fields, rows)
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    line = raw.decode("utf-8", "replace")
+                    tail = [*tail[-19:], line]
+                    rows = batcher.feed(line)
+                    if rows:
+                        got_rows = True
+                        self.send_rows(fields, rows)
+            rows = batcher.flush()
+            if rows and not self.wake.is_set():
+                self.send_rows(fields, rows)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+            _reap(proc)
+        if not self.wake.is_set() and not got_rows:
+            self.out.send(
+                {"type": "smi_error", "t": time.time(), "exit": code, "output": "\n".join(tail)}
+            )
+        return got_rows
+
+    def send_rows(self, fields: list[str], rows: list[str]) -> None:
+        self.out.send({"type": "gpus", "t": time.time(), "fields": fields, "rows": rows})
+
+    def process_loop(self) -> None:
+        while True:
+            if self.nvml is not None:
+                rows = nvml_process_rows(self.nvml)
+                self.out.send({"type": "procs", "t": time.time(), "rows": rows})
+            else:
+                argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
+                code, text = run_once([*argv, "--format=csv,noheader,nounits"])
+                if code == 0:
+                    rows = [ln for ln in text.splitlines() if ln.strip()]
+                    self.out.send({"type": "procs", "t": time.time(), "rows": rows})
+            time.sleep(max(self.process_interval, self.interval))
+
+    # --- logs, kernel log, cgroup, HTTP ----------------------------------------------
+    def log_loop(self) -> None:
+        kmsg = open_kmsg(self.out) if self.kernel else None
+        events = "/sys/fs/cgroup/memory.events"
+        last_events = None
+        while True:
+            started = time.monotonic()
+            for tail in self.logs:
+                for msg in tail.poll():
+                    self.out.send(msg)
+            if kmsg is not None:
+                lines = read_kmsg(kmsg)
+                if lines:
+                    self.out.send({"type": "kernel", "t": time.time(), "lines": lines})
+            if self.kernel:
+                try:
+                    with open(events) as f:
+                        text = f.read()
+                except OSError:
+                    text = None
+                if text is not None and text != last_events:
+                    last_events = text
+                    self.out.send({"type": "memory_events", "t": time.time(), "text": text})
+            time.sleep(max(self.log_poll_s - (time.monotonic() - started), 0.01))
+
+    def start_http(self, target: dict[str, Any]) -> None:
+        if target["tag"] not in self.http_tags:
+            self.http_tags.add(target["tag"])
+            threading.Thread(target=self.http_loop, args=(target,), daemon=True).start()
+
+    def discover_loop(self) -> None:
+        """Find SGLang servers from their command lines (``sglang.launch_server --port N``)."""
+        template = self.http[0] if self.http else {"filter": None}
+        while True:
+            for port in sglang_ports():
+                self.start_http(
+                    {
+                        "url": f"http://127.0.0.1:{port}/metrics",
+                        "tag": f"sglang:{port}",
+                        "filter": template.get("filter"),
+                    }
+                )
+            time.sleep(10.0)
+
+    def http_loop(self, target: dict[str, Any]) -> None:
+        import re
+        import urllib.error
+        import urllib.request
+
+        wanted = re.compile(target["filter"]) if target.get("filter") else None
+        url, tag = str(target["url"]), str(target["tag"])
+        while True:
+            started = time.monotonic()
+            msg: dict[str, Any] = {"type": "http", "tag": tag, "t": time.time()}
+            try:
+                with urllib.request.urlopen(url, timeout=2.0) as resp:
+                    body = resp.read(8 << 20).decode("utf-8", "replace")
+                    msg["status"] = resp.status
+            except urllib.error.HTTPError as e:
+                msg.update(status=e.code, error=f"HTTP {e.code}", body="")
+            except Exception as e:  # refused, timeout, reset: the server is down
+                msg.update(status=None, error=f"{type(e).__name__}: {e}", body="")
+            else:
+                if wanted is not None:  # exposition text ends in a newline: keep it so
+                    body = "".join(ln + "\n" for ln in body.splitlines() if wanted.match(ln))
+                msg["body"] = body
+            self.out.send(msg)
+            time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
+
+    # --- NVML ----------------------------------------------------------------------
+    def nvml_loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            rows = nvml_gpu_rows(self.nvml, self.fields)
+            self.send_rows(self.fields, rows)
+            delay = self.interval - (time.monotonic() - started)
+            if self.wake.wait(max(delay, 0.0)):
+                self.wake.clear()
+
+
+def _nvml_text(nvml: Any, call: Callable[[], Any], fmt: Callable[[Any], str]) -> str:
+    """One cell, spelled the way nvidia-smi spells it, including its error tokens."""
+    try:
+        return fmt(call())
+    except nvml.NVMLError as e:
+        if isinstance(e, nvml.NVMLError_NotSupported):
+            return "[N/A]"
+        if isinstance(e, nvml.NVMLError_ResetRequired):
+            return "[GPU requires reset]"  # NVML says "restart", nvidia-smi says "reset"
+        return f"[{e}]"
+    except Exception as e:  # an older binding without a function: absent, not fatal
+        return f"[{type(e).__name__}]"
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def nvml_gpu_rows(nvml: Any, fields: Sequence[str]) -> list[str]:
+    """One round of rows in nvidia-smi's csv,noheader,nounits shape, from NVML."""
+    rows: list[str] = []
+    now = time.time()
+    stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    for i in range(nvml.nvmlDeviceGetCount()):
+        try:
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+        except nvml.NVMLError as e:
+            rows.append(", ".join([stamp, str(i)] + [f"[{e}]"] * (len(fields) - 2)))
+            continue
+        cells = [_nvml_field(nvml, h, i, f, stamp) for f in fields]
+        rows.append(", ".join(cells))
+    return rows
+
+
+def _memory(nvml: Any, h: Any) -> Any:
+    try:
+        return nvml.nvmlDeviceGetMemoryInfo(h, version=nvml.nvmlMemory_v2)
+    except Exception:
+        return nvml.nvmlDeviceGetMemoryInfo(h)
+
+
+def _mib(v: int) -> str:
+    return str(-(-v // (1024 * 1024)))  # nvidia-smi rounds each cell up
+
+
+def _nvml_field(nvml: Any, h: Any, i: int, field: str, stamp: str) -> str:
+    t = _nvml_text
+    if field == "timestamp":
+        return stamp
+    if field == "index":
+        return str(i)
+    if field == "uuid":
+        return t(nvml, lambda: nvml.nvmlDeviceGetUUID(h), _s)
+    if field == "name":
+        return t(nvml, lambda: nvml.nvmlDeviceGetName(h), _s)
+    if field == "pci.bus_id":
+        return t(nvml, lambda: nvml.nvmlDeviceGetPciInfo(h).busId, _s)
+    if field == "pstate":
+        return t(nvml, lambda: nvml.nvmlDeviceGetPerformanceState(h), lambda v: f"P{v}")
+    if field == "temperature.gpu":
+        return t(nvml, lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU), str)
+    if field == "temperature.memory":
+        return "N/A"  # NVML field 82 is HBM-only; nvidia-smi prints bare N/A on GDDR
+    if field in ("utilization.gpu", "utilization.memory"):
+        attr = "gpu" if field == "utilization.gpu" else "memory"
+        return t(nvml, lambda: getattr(nvml.nvmlDeviceGetUtilizationRates(h), attr), str)
+    if field.startswith("memory."):
+        attr = field.split(".", 1)[1]
+        return t(nvml, lambda: getattr(_memory(nvml, h), attr), _mib)
+    if field == "power.draw":
+        return t(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(h), lambda v: f"{v / 1000:.2f}")
+    if field == "power.limit":
+        return t(nvml, lambda: nvml.nvmlDeviceGetPowerManagementLimit(h), _watts)
+    if field == "enforced.power.limit":
+        return t(nvml, lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h), _watts)
+    if field == "clocks.current.sm":
+        return t(nvml, lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM), str)
+    if field == "clocks.current.memory":
+        return t(nvml, lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM), str)
+    if field == "clocks.max.sm":
+        return t(nvml, lambda: nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM), str)
+    if field == "fan.speed":
+        return t(nvml, lambda: nvml.nvmlDeviceGetFanSpeed(h), str)
+    if field == "clocks_event_reasons.active":
+        fn = (
+            getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
+        return t(nvml, lambda: fn(h), lambda v: f"0x{v:016x}")
+    if field.startswith("ecc.errors."):
+        kind = (
+            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+            if ".uncorrected." in field
+            else nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        )
+        return t(
+            nvml, lambda: nvml.nvmlDeviceGetTotalEccErrors(h, kind, nvml.NVML_VOLATILE_ECC), str
+        )
+    if field == "persistence_mode":
+        return t(
+            nvml,
+            lambda: nvml.nvmlDeviceGetPersistenceMode(h),
+            lambda v: "Enabled" if v else "Disabled",
+        )
+    if field == "compute_mode":
+        names = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+        return t(nvml, lambda: nvml.nvmlDeviceGetComputeMode(h), lambda v: names.get(v, str(v)))
+    return "[N/A]"  # a field NVML has no call for here: absent, like nvidia-smi's [N/A]
+
+
+def _watts(mw: int) -> str:
+    return f"{mw / 1000:.2f}"
+
+
+def nvml_process_rows(nvml: Any) -> list[str]:
+    """Compute processes as ``pid, process_name, used_memory, gpu_uuid, gpu_bus_id`` rows."""
+    rows: list[str] = []
+    try:
+        count = nvml.nvmlDeviceGetCount()
+    except nvml.NVMLError:
+        return rows
+    for i in range(count):
+        try:
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = _s(nvml.nvmlDeviceGetUUID(h))
+            bus = _s(nvml.nvmlDeviceGetPciInfo(h).busId)
+            procs = nvml.nvmlDeviceGetComputeRunningProcesses(h)
+        except nvml.NVMLError:
+            continue
+        for p in procs:
+            mem = "[N/A]" if p.usedGpuMemory is None else _mib(p.usedGpuMemory)
+            rows.append(f"{p.pid}, {_process_name(p.pid)}, {mem}, {uuid}, {bus}")
+    return rows
+
+
+def _process_name(pid: int) -> str:
+    # Inside an unprivileged container NVML returns host PIDs; like nvidia-smi we can only
+    # look in our own /proc, and say [Not Found] when the PID is not there.
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0", 1)[0].decode("utf-8", "replace")
+    except OSError:
+        return "[Not Found]"
+    return argv0.replace(",", "?") or "[Not Found]"
+
+
+LOG_BACKLOG_BYTES = 64 * 1024  # at start, this much of each log's tail is sent as backlog
+LOG_READ_BYTES = 4 << 20  # at most this much per file per poll, so GPU samples never wait
+LOG_MAX_LINES = 2000  # lines per message; more means a flood (see LogTail.keep)
+LOG_FLOOD_NEWEST = 200
+
+
+class LogTail:
+    """Follows one log path or glob: new lines only, through rotation and truncation.
+
+    ``filter`` (a regex) keeps the lines worth sending; the last line of every poll is
+    always sent too (progress lines only matter at their newest). Files that appear
+    after the start are read from their beginning.
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        import re
+
+        self.pattern = os.path.expanduser(str(spec["path"]))
+        self.tag = str(spec.get("tag") or self.pattern)
+        self.filter = re.compile(spec["filter"]) if spec.get("filter") else None
+        self.keep = re.compile(spec["keep"]) if spec.get("keep") else None
+        self.files: dict[str, list[Any]] = {}  # path -> [inode, offset, partial bytes]
+        self.started = False
+        self.last_glob = 0.0
+
+    def _paths(self) -> list[str]:
+        import glob
+
+        if any(ch in self.pattern for ch in "*?["):
+            return sorted(glob.glob(self.pattern))
+        return [self.pattern]
+
+    def poll(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        if not self.started or now - self.last_glob > 2.0:
+            self.last_glob = now
+            for path in self._paths():
+                if path not in self.files and os.path.exists(path):
+                    self.files[path] = [None, 0, b""]
+        out = []
+        for path, state in list(self.files.items()):
+            msg = self._poll_file(path, state, backlog=not self.started)
+            if msg is not None:
+                out.append(msg)
+        self.started = True
+        return out
+
+    def _poll_file(self, path: str, state: list[Any], backlog: bool) -> dict[str, Any] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None  # rotated away; a new file at the same path is picked up below
+        inode, offset, partial = state
+        if inode is not None and st.st_ino != inode:
+            offset, partial = 0, b""  # rotated: the new file is all new
+        elif st.st_size < offset:
+            offset, partial = 0, b""  # truncated in place
+        if backlog:
+            offset = max(st.st_size - LOG_BACKLOG_BYTES, 0)
+        if st.st_size == offset:
+            state[:] = [st.st_ino, offset, partial]
+            return None
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(LOG_READ_BYTES)
+        except OSError:
+            return None
+        offset += len(data)
+        data = partial + data
+        *complete, partial = data.split(b"\n")
+        if b"\r" in partial:  # a progress bar redraws with \r: its updates count as lines
+            head, _, partial = partial.rpartition(b"\r")
+            complete.append(head)
+        if backlog and offset - len(data) > 0 and complete:
+            complete = complete[1:]  # the first backlog line is probably cut
+        state[:] = [st.st_ino, offset, partial[-65536:]]
+        lines = [ln.decode("utf-8", "replace").rstrip("\r") for ln in complete]
+        if not lines:
+            return None
+        if self.filter is not None:
+            last = lines[-1]
+            lines = [ln for ln in lines if self.filter.search(ln)]
+            if not lines or lines[-1] is not last:
+                lines.append(last)
+        total = len(lines)
+        if total > LOG_MAX_LINES:
+            # A flood: keep what ``keep`` marks as important, then the newest lines.
+            newest = lines[-LOG_FLOOD_NEWEST:]
+            older = lines[:-LOG_FLOOD_NEWEST]
+            important = [ln for ln in older if self.keep.search(ln)] if self.keep else []
+            lines = important[-(LOG_MAX_LINES - LOG_FLOOD_NEWEST) :] + newest
+        return {
+            "type": "log",
+            "tag": self.tag,
+            "path": path,
+            "t": time.time(),
+            "backlog": backlog,
+            "lines": lines,
+            "dropped": total - len(lines),
+        }
+
+
+def sglang_ports() -> list[int]:
+    """Ports of SGLang servers running here, from /proc/*/cmdline (30000 when not given)."""
+    ports = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        if not any("sglang.launch_server" in a for a in argv):
+            continue
+        port = 30000
+        for i, a in enumerate(argv):
+            if a == "--port" and i + 1 < len(argv) and argv[i + 1].isdigit():
+                port = int(argv[i + 1])
+            elif a.startswith("--port=") and a[7:].isdigit():
+                port = int(a[7:])
+        ports.add(port)
+    return sorted(ports)
+
+
+KMSG_WANTED = ("NVRM: Xid", "Out of memory", "oom-kill", "Killed process", "oom_reaper")
+
+
+def open_kmsg(out: Output) -> int | None:
+    """/dev/kmsg opened at its end, or None (said once: unprivileged containers can't)."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(fd, 0, os.SEEK_END)
+        return fd
+    except OSError as e:
+        out.send(
+            {
+                "type": "note",
+                "text": f"kernel log not readable here ({e.strerror or e}): Xid and host "
+                "OOM-killer lines need gpumon on the Proxmox host itself",
+            }
+        )
+        return None
+
+
+def read_kmsg(fd: int) -> list[str]:
+    lines = []
+    while True:
+        try:
+            record = os.read(fd, 8192)
+        except BlockingIOError:
+            break
+        except OSError:  # EPIPE: records were overwritten before we read them
+            continue
+        if not record:
+            break
+        text = record.decode("utf-8", "replace").split(";", 1)[-1].split("\n", 1)[0]
+        if any(w in text for w in KMSG_WANTED):
+            lines.append(text)
+    return lines
+
+
+def main(argv: Sequence[str]) -> None:
+    options: dict[str, Any] = json.loads(argv[1]) if len(argv) > 1 else {}
+    signal.signal(signal.SIGTERM, lambda *_: _shutdown(0))
+    signal.signal(signal.SIGHUP, lambda *_: _shutdown(0))
+    out = Output(sys.stdout)
+    agent = Agent(options, out)
+    agent.start()
+    # Main thread: read commands until stdin closes, which means the client is gone.
+    for line in sys.stdin:
+        agent.handle_command(line)
+    _shutdown(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,145 @@
+"""``SimTransport``: the built-in simulated CT200 behind the ``demo`` host."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.config.workloads import JobConfig, SglangConfig
+from gpumon.backends.transport.base import TransportError
+from gpumon.backends.transport.local import LocalTransport, kill_group
+
+
+class SimTransport(LocalTransport):
+    """The simulated CT200: a local transport with the simulator's nvidia-smi on PATH.
+
+    In the ``training-oom`` scenario it also runs the simulated drafter job, which writes
+    its progress log (``job_log``) and dies of CUDA OOM at the scenario's OOM time. The job
+    is started like any gpumon job (``jobs.launch_job``, detached, PID record in
+    ``job_state_dir``), so ``drafter_job()`` can be restarted; a restarted run records its
+    restart in the simulator's state dir and the simulated GPUs fill up again.
+    """
+
+    job_launch_method = "setsid"  # never a tmux session on the user's own tmux server
+
+    def __init__(self, host: HostConfig, settings: Any) -> None:
+        from gpumon.backends.sim.wrapper import write_job_wrapper, write_wrapper
+
+        self.root = Path(tempfile.mkdtemp(prefix="gpumon-sim-"))
+        bin_dir, state = self.root / "bin", self.root / "state"
+        bin_dir.mkdir()
+        state.mkdir()
+        if settings.state_dir is None:
+            settings = dataclasses.replace(settings, state_dir=str(state))
+        self.settings = settings
+        self.job_log = Path(settings.state_dir) / "drafter.log"
+        self.job_state_dir = str(self.root / "jobs")
+        write_wrapper(bin_dir, settings)
+        self._job_wrapper = write_job_wrapper(bin_dir, settings)
+        self._job_started = False
+        self._servers: asyncio.subprocess.Process | None = None
+        self.sglang_ports = _sglang_ports() if settings.scenario == "sglang" else ()
+        env = dict(os.environ)
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        super().__init__(host, env)
+
+    @property
+    def label(self) -> str:
+        return f"simulator ({self.settings.scenario})"
+
+    def drafter_job(self) -> JobConfig | None:
+        """The simulated drafter as a restartable job (None outside ``training-oom``)."""
+        if self.settings.scenario != "training-oom":
+            return None
+        from gpumon.backends.sim.scenario import DRAFTER_GPUS
+
+        return JobConfig(
+            name="drafter",
+            gpus=DRAFTER_GPUS,
+            log=str(self.job_log),
+            start=self._drafter_command("--restarted"),
+            stop_timeout=5.0,
+            verify_s=3.0,
+        )
+
+    def sglang_config(self) -> SglangConfig | None:
+        """The simulated SGLang servers (``sglang`` scenario): one per GPU."""
+        if not self.sglang_ports:
+            return None
+        log = str(Path(self.settings.state_dir) / "sglang-*.log")
+        return SglangConfig(ports=self.sglang_ports, log=log, discover=False)
+
+    def _drafter_command(self, *flags: str) -> str:
+        return shlex.join([str(self._job_wrapper), "--log", str(self.job_log), *flags])
+
+    async def connect(self) -> None:
+        if self.sglang_ports and self._servers is None:
+            self._servers = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "gpumon.backends.sim.sglang_server",
+                "--ports",
+                ",".join(map(str, self.sglang_ports)),
+                "--log",
+                str(self.settings.state_dir),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                env={**(self.env or {}), **self.settings.to_env()},
+                start_new_session=True,
+            )
+        job = self.drafter_job()
+        if job is not None and not self._job_started:
+            from gpumon.backends.actions.jobs import JobError, launch_job
+
+            self._job_started = True  # before the await: a second connect must not launch
+            try:
+                await launch_job(self, job, self._drafter_command())
+            except JobError as e:
+                raise TransportError(f"the simulated drafter did not start: {e}") from e
+
+    async def dispose(self) -> None:
+        """Stop the simulated servers and drafter and remove the simulator's files.
+
+        (``close`` between reconnects keeps them: the machine does not vanish when a
+        session ends.)"""
+        servers, self._servers = self._servers, None
+        if servers is not None and servers.returncode is None:
+            kill_group(servers.pid)
+            await servers.wait()
+        job = self.drafter_job()
+        if job is not None and self._job_started:
+            from gpumon.backends.actions.jobs import JobError, signal_job
+
+            with contextlib.suppress(JobError, OSError):
+                await signal_job(self, job, "KILL")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _sglang_ports(count: int = 8, base: int = 30000) -> tuple[int, ...]:
+    """SGLang's usual 30000-30007 when they are free here, else any free ports."""
+    import socket
+
+    def free(port: int) -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) != 0
+
+    if all(free(p) for p in range(base, base + count)):
+        return tuple(range(base, base + count))
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return tuple(sorted(s.getsockname()[1] for s in socks))
+    finally:
+        for s in socks:
+            s.close()

@@ -1,0 +1,192 @@
+"""``gpumon doctor``: what state a machine's torch stack is in, without changing anything.
+
+The probe (``doctor_probe`` + ``doctor_probe_fs``, standard library only) is sent over stdin
+to the target's interpreter through the host's Transport (so inside the container when one
+is configured) and prints raw facts as JSON; ``doctor_checks`` / ``doctor_extras`` turn
+them into checks. For the UI: ``gather_facts`` + ``evaluate``, or ``run_doctor`` for both.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from gpumon.backends import untrusted
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.torchenv.checks import STATUSES, Check, Facts, Status, checks_torch
+from gpumon.backends.torchenv.extras import check_python, check_userspace, extra_checks, gpus_check
+from gpumon.backends.torchenv.variants import VariantTable, builtin_table
+from gpumon.backends.transport.base import Transport
+
+__all__ = [
+    "STATUSES",
+    "Check",
+    "DoctorReport",
+    "Facts",
+    "ProbeError",
+    "Status",
+    "evaluate",
+    "format_checks",
+    "format_report",
+    "gather_facts",
+    "host_python",
+    "probe_argv",
+    "run_doctor",
+]
+
+# Registers the helper module as ``gpumon_probe.doctor_probe_fs`` so the probe's relative
+# import finds it, then runs the probe as __main__. argv: "LEN_FS,LEN_PROBE" OPTIONS_JSON.
+_BOOTSTRAP = "\n".join(
+    [
+        "import sys, types",
+        "a, b = map(int, sys.argv[1].split(','))",
+        "read = sys.stdin.buffer.read",
+        "pkg = types.ModuleType('gpumon_probe'); pkg.__path__ = []",
+        "fs = types.ModuleType('gpumon_probe.doctor_probe_fs')",
+        "sys.modules.update({'gpumon_probe': pkg, fs.__name__: fs}); pkg.doctor_probe_fs = fs",
+        "exec(compile(read(a), 'doctor_probe_fs', 'exec'), fs.__dict__)",
+        "sys.argv = sys.argv[1:]",
+        "exec(compile(read(b), 'doctor_probe', 'exec'),"
+        " {'__name__': '__main__', '__package__': 'gpumon_probe'})",
+    ]
+)
+PROBE_SLACK_S = 60.0  # on top of the import timeouts: metadata, nvidia-smi, cache walks
+
+
+class ProbeError(Exception):
+    """The target's interpreter ran but the probe did not deliver facts (message for users)."""
+
+
+def probe_sources() -> tuple[bytes, bytes]:
+    remote = resources.files("gpumon.backends.remote")
+    return (remote / "doctor_probe_fs.py").read_bytes(), (remote / "doctor_probe.py").read_bytes()
+
+
+def probe_argv(python: str, options: dict[str, Any]) -> tuple[list[str], bytes]:
+    """The argv that runs the probe with ``python`` and the bytes to write to its stdin."""
+    fs, probe = probe_sources()
+    sizes = f"{len(fs)},{len(probe)}"
+    return [python, "-c", _BOOTSTRAP, sizes, json.dumps(options)], fs + probe
+
+
+def host_python(host: HostConfig) -> str:
+    """The interpreter the doctor and swaps act on: the host's ``python``, else python3
+    (the simulator's is gpumon's own)."""
+    if host.python:
+        return host.python
+    return sys.executable if host.kind == "demo" else "python3"
+
+
+async def gather_facts(
+    transport: Transport,
+    host: HostConfig,
+    *,
+    sections: Sequence[str] | None = None,
+    import_timeout: float = 90.0,
+) -> dict[str, Any]:
+    """Run the probe on ``host`` and return its facts. Raises TransportError when the host
+    cannot be reached, ProbeError when the interpreter fails or prints no facts."""
+    python = host_python(host)
+    options: dict[str, Any] = {"nvidia_smi": host.nvidia_smi, "import_timeout": import_timeout}
+    if sections is not None:
+        options["sections"] = list(sections)
+    argv, data = probe_argv(python, options)
+    res = await transport.run(argv, input=data, timeout=2 * import_timeout + PROBE_SLACK_S)
+    if res.exit_code is None:
+        raise ProbeError(f"{python} on {host.name}: the probe did not finish in time")
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if res.exit_code != 0 or not lines:
+        tail = " / ".join((res.stderr or res.stdout).strip().splitlines()[-3:]) or "no output"
+        raise ProbeError(f"{python} on {host.name} failed (exit {res.exit_code}): {tail}")
+    try:
+        facts: dict[str, Any] = untrusted.loads(lines[-1])
+    except ValueError as e:
+        raise ProbeError(f"{python} on {host.name}: unreadable probe output ({e})") from None
+    return facts
+
+
+def evaluate(
+    facts: dict[str, Any], *, host: str = "HOST", table: VariantTable | None = None
+) -> list[Check]:
+    """Every check, in display order, from probe facts (pure)."""
+    f = Facts(facts, host)
+    table = table or builtin_table()
+    return [
+        check_python(f),
+        gpus_check(f),
+        *checks_torch(f, table),
+        check_userspace(f),
+        *extra_checks(f),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorReport:
+    host: str
+    python: str
+    checks: tuple[Check, ...]
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def problems(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "problem"]
+
+    @property
+    def exit_code(self) -> int:
+        """0 when nothing is a problem, 1 otherwise."""
+        return 1 if self.problems else 0
+
+    def check(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "python": self.python,
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+
+async def run_doctor(
+    transport: Transport, host: HostConfig, *, table: VariantTable | None = None
+) -> DoctorReport:
+    """Probe and evaluate. A probe that cannot run becomes one "python" problem; an
+    unreachable host raises TransportError. The transport is neither opened nor closed."""
+    try:
+        facts = await gather_facts(transport, host)
+    except ProbeError as e:
+        check = Check(
+            "python",
+            "problem",
+            str(e),
+            "set the host's `python` to the venv interpreter (e.g. /root/venv/bin/python)",
+        )
+        return DoctorReport(host.name, host_python(host), (check,))
+    python = str((facts.get("python") or {}).get("executable") or host_python(host))
+    checks = evaluate(facts, host=host.name, table=table)
+    return DoctorReport(host.name, python, tuple(checks), facts)
+
+
+def format_checks(checks: Iterable[Check], indent: str = "  ") -> list[str]:
+    width = max((len(c.name) for c in checks), default=10)
+    lines = []
+    for c in checks:
+        lines.append(f"{indent}{c.status:<8} {c.name:<{width}}  {c.evidence}")
+        if c.fix:
+            lines.append(f"{indent}{'':<8} {'':<{width}}  fix: {c.fix}")
+    return lines
+
+
+def format_report(report: DoctorReport, label: str = "") -> str:
+    """The doctor's text output: a header, one line per check (+ its fix), a summary."""
+    counts = {s: sum(c.status == s for c in report.checks) for s in STATUSES}
+    where = f" ({label})" if label else ""
+    lines = [f"doctor {report.host}{where}: python {report.python}"]
+    lines += format_checks(list(report.checks))
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    lines.append(f"{len(report.problems)} problem(s); {summary}")
+    return "\n".join(lines)

@@ -1,0 +1,376 @@
+"""``gpumon swap-torch``: the plan. Which torch variant to install, with which companions,
+which commands (argv lists, exactly as run), and why it may be refused.
+
+``build_plan`` is pure (host config + probe facts in, ``SwapPlan`` out); ``plan_swap`` gathers
+the facts first. Running a plan is ``torch_swap_run.execute_swap``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.torchenv.checks import driver_floor
+from gpumon.backends.torchenv.doctor import Facts, gather_facts
+from gpumon.backends.torchenv.extras import nvidia_sets
+from gpumon.backends.torchenv.swap_steps import (
+    Step,
+    Tool,
+    VenvUser,
+    freeze_argv,
+    install_argv,
+    shared_names,
+    uninstall_argv,
+    venv_users,
+)
+from gpumon.backends.torchenv.variants import (
+    COMPANIONS,
+    VARIANT_NAMES,
+    Variant,
+    VariantTable,
+    builtin_table,
+    cuda_major,
+    driver_at_least,
+    gpu_compute_caps,
+    index_url,
+    series_of,
+    sm_name,
+    split_version,
+    table_covers,
+    variant_cuda,
+)
+from gpumon.backends.transport.base import Transport
+
+__all__ = ["Refusal", "Step", "SwapPlan", "VenvUser", "build_plan", "plan_swap"]
+
+MOVES_WITH_TORCH = ("cuda-toolkit", "cuda-bindings")  # major follows torch (nvidia-* too)
+_VERSION_ARG = re.compile(r"[0-9]+(?:\.[0-9]+){1,3}")
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: str
+    overridable: bool  # --force bypasses it
+
+
+@dataclass(frozen=True)
+class SwapPlan:
+    host: str
+    python: str  # the venv's interpreter, absolute, as the target reported it
+    venv: str
+    tool: Tool | None
+    current: str | None  # installed torch ("2.11.0+cu128"), None when not installed
+    current_variant: str | None
+    target: str  # "2.11.0+cu130"
+    variant: str
+    cuda: str | None  # the expected torch.version.cuda ("13.0"; None for cpu)
+    index_url: str
+    previous_index_url: str | None
+    pins: tuple[str, ...]  # "torch==2.11.0+cu130", "torchvision==0.26.0+cu130", ...
+    companions: tuple[tuple[str, str, str], ...]  # (name, installed, target)
+    uninstall: tuple[str, ...]
+    steps: tuple[Step, ...]
+    freeze_path: str
+    users: tuple[VenvUser, ...] = ()
+    refusals: tuple[Refusal, ...] = ()  # blocking
+    forced: tuple[Refusal, ...] = ()  # would refuse; --force given
+    warnings: tuple[str, ...] = ()
+    noop: bool = False  # the target is installed already
+    repair: bool = False  # reinstall of the installed variant (--force)
+    facts: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether it may run (no refusal and something to do)."""
+        return not self.refusals and not self.noop
+
+    def commands(self) -> list[str]:
+        return [s.command() for s in self.steps if s.argv]
+
+    def describe(self) -> str:
+        """The plan as text: what changes, the exact commands, refusals and warnings."""
+        now = self.current or "no torch"
+        lines = [f"swap-torch {self.host}: {now} -> {self.target} in {self.venv} ({self.tool})"]
+        lines.append(f"  index: {self.index_url}")
+        for name, old, new in self.companions:
+            lines.append(f"  moves with torch: {name} {old} -> {new}")
+        if self.uninstall:
+            lines.append(f"  removed first (other CUDA major): {' '.join(self.uninstall)}")
+        lines.append(f"  freeze saved to: {self.freeze_path}")
+        lines += [f"  uses the venv: {u.describe()}" for u in self.users]
+        lines.append("  commands:")
+        lines += [f"    {i}. {s.command()}" for i, s in enumerate(self.steps, 1)]
+        if self.previous_index_url:
+            lines.append(f"  on failure: restore the freeze from {self.previous_index_url}")
+        lines += [f"  refused: {r.reason}" for r in self.refusals]
+        lines += [f"  --force overrides: {r.reason}" for r in self.forced]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        if self.noop:
+            lines.append(f"  nothing to do: {self.current} is installed (--force reinstalls it)")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "python": self.python,
+            "venv": self.venv,
+            "tool": self.tool,
+            "current": self.current,
+            "target": self.target,
+            "index_url": self.index_url,
+            "companions": [list(c) for c in self.companions],
+            "uninstall": list(self.uninstall),
+            "commands": self.commands(),
+            "freeze_path": self.freeze_path,
+            "users": [u.describe() for u in self.users],
+            "refusals": [r.reason for r in self.refusals],
+            "forced": [r.reason for r in self.forced],
+            "warnings": list(self.warnings),
+            "noop": self.noop,
+        }
+
+
+# --- plan ---------------------------------------------------------------------------------
+
+
+def build_plan(
+    host: HostConfig,
+    facts: dict[str, Any],
+    variant: str,
+    *,
+    version: str | None = None,
+    force: bool = False,
+    read_only: bool = False,
+    table: VariantTable | None = None,
+    now: dt.datetime | None = None,
+) -> SwapPlan:
+    """The plan to move the venv of ``host.python`` to ``variant`` (pure)."""
+    table = table or builtin_table()
+    f = Facts(facts, host.name)
+    py = f.py
+    python, venv = f.python, str(py.get("prefix") or "")
+    refuse: list[Refusal] = []
+    warn: list[str] = []
+
+    def no(reason: str, overridable: bool = True) -> None:
+        refuse.append(Refusal(reason, overridable))
+
+    if read_only or host.read_only:
+        no(f"{host.name} is read-only (read_only in the config or --read-only)", False)
+    if host.kind == "demo":
+        no("the simulator has no venv to change", False)
+    if variant not in VARIANT_NAMES:
+        no(f"unknown variant {variant!r}; expected one of {', '.join(VARIANT_NAMES)}", False)
+    current = f.version
+    public = version or (split_version(current)[0] if current else "")
+    if version is not None and not _VERSION_ARG.fullmatch(version):
+        no(f"--version {version!r} is not a release number like 2.11.0", False)
+        public = split_version(current)[0] if current else "0.0.0"
+    if not public:
+        no("torch is not installed in this venv: pass --version", False)
+        public = "0.0.0"
+    target = f"{public}+{variant}"
+    series = series_of(public) or ""
+    row = table.variant(series, variant)
+    if series not in table.series():
+        no(f"torch {series} is not in the built-in variants table ({', '.join(table.series())})")
+    elif row is None and variant in VARIANT_NAMES:
+        no(f"no {variant} build of torch {series} in the table: {', '.join(table.names(series))}")
+    tool: Tool | None = "uv" if py.get("uv") else "pip" if py.get("pip") else None
+    if tool is None:
+        no(f"neither uv nor pip is available for {python}", False)
+    if not py.get("is_venv"):
+        no(f"{python} is not a virtual environment (sys.prefix is its base prefix)")
+    _gpu_rules(f, variant, series, row, table, no, warn)
+
+    pins = [f"torch=={target}"]
+    companions: list[tuple[str, str, str]] = []
+    release = table.release(public)
+    for name in COMPANIONS:
+        have = f.dist_version(name)
+        if have is None:
+            continue
+        paired = getattr(release, name) if release else None
+        if paired is None and current and split_version(current)[0] == public:
+            paired = split_version(have)[0]  # same torch release: same companion release
+        if paired is None:
+            no(f"no known {name} release pairs with torch {public}; uninstall {name} first", False)
+            continue
+        pins.append(f"{name}=={paired}+{variant}")
+        companions.append((name, have, f"{paired}+{variant}"))
+
+    want_major = cuda_major(variant_cuda(variant))
+    sets = nvidia_sets(f)
+    uninstall: list[str] = []
+    if want_major is not None and any(m != want_major for m in sets):
+        stale = [n for m, names in sets.items() if m != want_major for n in names]
+        uninstall = sorted(n for n in stale if n.startswith("nvidia-") or n in MOVES_WITH_TORCH)
+        relay = [n for n in sets.get(want_major, []) if n in shared_names(want_major)]
+        uninstall += sorted(relay)  # shared directories: lay them down again
+    cuda_python = f.dist_version("cuda-python")
+    if want_major and cuda_python and cuda_major(cuda_python) != want_major:
+        warn.append(
+            f"cuda-python {cuda_python} stays; SGLang on CUDA {want_major} needs "
+            f"cuda-python {want_major}.x"
+        )
+    if want_major is None and sets:
+        warn.append("nvidia-* packages stay installed (the CPU build does not use them)")
+    _extra_warnings(f, variant, public, python, warn)
+
+    users = venv_users(host, facts, venv)
+    running = [u for u in users if u.pid]
+    if running:
+        who = "; ".join(u.describe() for u in running)
+        no(f"{len(running)} process(es) use {venv}: {who}. Stop them first")
+
+    repair = bool(current) and current == target
+    noop = repair and not force
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    freeze_path = f"{venv.rstrip('/')}/.gpumon/freeze-{stamp}-{f.variant or 'none'}.txt"
+    url = index_url(host.torch_index, variant)
+    uv = py.get("uv")
+    steps: list[Step] = []
+    if tool is not None:
+        steps.append(
+            Step(
+                "freeze",
+                "save a freeze of the venv",
+                freeze_argv(tool, python, uv),
+                save_to=freeze_path,
+                timeout=300,
+            )
+        )
+        if uninstall:
+            steps.append(
+                Step(
+                    "uninstall",
+                    "remove the other CUDA major's runtime set",
+                    uninstall_argv(tool, python, uv, uninstall),
+                    timeout=600,
+                )
+            )
+        again = ["torch", *(c[0] for c in companions)]
+        again += shared_names(want_major) if want_major else []
+        steps.append(
+            Step(
+                "install",
+                f"install {' '.join(pins)}",
+                install_argv(tool, python, uv, pins, index=url, reinstall=again, repair=repair),
+            )
+        )
+        steps.append(
+            Step("verify", f"verify torch {target}, torch.version.cuda {variant_cuda(variant)}")
+        )
+    prev = f.variant
+    return SwapPlan(
+        host=host.name,
+        python=python,
+        venv=venv,
+        tool=tool,
+        current=current,
+        current_variant=prev,
+        target=target,
+        variant=variant,
+        cuda=variant_cuda(variant),
+        index_url=url,
+        previous_index_url=index_url(host.torch_index, prev) if prev else None,
+        pins=tuple(pins),
+        companions=tuple(companions),
+        uninstall=tuple(uninstall),
+        steps=tuple(steps),
+        freeze_path=freeze_path,
+        users=tuple(users),
+        refusals=tuple(r for r in refuse if not (force and r.overridable)),
+        forced=tuple(r for r in refuse if force and r.overridable),
+        warnings=tuple(warn),
+        noop=noop,
+        repair=repair and force,
+        facts=facts,
+    )
+
+
+def _gpu_rules(
+    f: Facts,
+    variant: str,
+    series: str,
+    row: Variant | None,
+    table: VariantTable,
+    no: Callable[[str], None],
+    warn: list[str],
+) -> None:
+    """Refusals for variants that cannot run on the GPUs or need a newer driver."""
+    if variant == "cpu":
+        if f.has_gpu:
+            warn.append(f"the CPU build cannot use the {len(f.gpus)} GPU(s)")
+        return
+    if not f.has_gpu:
+        no(f"no NVIDIA GPU on {f.host} ({f.no_gpu_text()}): only cpu is allowed without --force")
+        return
+    for cc in gpu_compute_caps(f.gpus):
+        covered = table_covers(row, cc) if row is not None else None
+        gpu = next(str(g.get("name")) for g in f.gpus if str(g.get("compute_cap")) == cc)
+        if covered is False:
+            no(f"{variant} has no code for {sm_name(cc)} (compute capability {cc} of {gpu})")
+        elif covered is None:
+            warn.append(f"the table does not say whether {variant} runs on {sm_name(cc)}")
+    driver = f.gpu.get("driver")
+    hard, soft = driver_floor(table, series, variant)
+    if not driver:
+        warn.append("the driver version could not be read")
+    elif hard and not driver_at_least(str(driver), hard):
+        no(f"{variant} needs NVIDIA driver >= {hard}; {f.host} has {driver}")
+    elif soft and not driver_at_least(str(driver), soft):
+        warn.append(f"driver {driver} is below {soft}, the one {variant}'s CUDA ships with")
+
+
+def _extra_warnings(f: Facts, variant: str, public: str, python: str, warn: list[str]) -> None:
+    """What the swap does not move: sglang-kernel, other labelled wheels; cache and disk."""
+    for name in ("sglang-kernel", "sgl-kernel"):
+        have = f.dist_version(name)
+        if have and variant != "cpu":
+            build = "cu130" if variant == "cu130" else "cu129"
+            base = split_version(have)[0]
+            warn.append(
+                f"{name} {have} is not moved; for {variant} install its +{build} build: "
+                f"uv pip install --python {shlex.quote(python)} --reinstall-package {name} "
+                f"'{name}=={base}+{build}' --extra-index-url https://docs.sglang.ai/whl/{build}"
+            )
+    moved = {"torch", *COMPANIONS}
+    for key, row in sorted(f.dists.items()):
+        label = split_version(str(row.get("version", "")))[1] or ""
+        if key not in moved and re.fullmatch(r"cu[0-9]+|cpu", label) and label != variant:
+            warn.append(f"{row.get('name')} {row.get('version')} is built for {label}; not moved")
+    if f.installed:
+        sizes = [
+            f"{row['name']} {int(row.get('bytes') or 0) >> 20} MiB"
+            for row in f.raw.get("caches") or []
+            if row.get("exists") and row.get("name") != "triton"  # inside inductor's
+        ]
+        held = f" ({', '.join(sizes)})" if sizes else ""
+        warn.append(f"compile caches{held} go cold: the first runs after the swap recompile")
+    disk = f.raw.get("disk") or []  # the first row is the venv's file system
+    if variant != "cpu" and disk and disk[0].get("free", 0) < 6 << 30:
+        warn.append(f"only {disk[0]['free'] >> 20} MiB free at {disk[0]['path']}")
+
+
+async def plan_swap(
+    transport: Transport,
+    host: HostConfig,
+    variant: str,
+    *,
+    version: str | None = None,
+    force: bool = False,
+    read_only: bool = False,
+    table: VariantTable | None = None,
+) -> SwapPlan:
+    """Probe ``host`` (no change) and build the plan. Raises TransportError / ProbeError."""
+    sections = ["python", "dists", "torch", "runtime", "gpu", "caches", "procs"]
+    facts = await gather_facts(transport, host, sections=sections)
+    return build_plan(
+        host, facts, variant, version=version, force=force, read_only=read_only, table=table
+    )

@@ -1,0 +1,189 @@
+"""How gpumon runs commands on a machine: one ``Transport`` interface, three implementations.
+
+- ``SshTransport``: a real host over SSH (asyncssh), one connection per host with
+  multiplexed channels, host keys verified.
+- ``LocalTransport``: the machine gpumon runs on (child processes, no SSH).
+- ``SimTransport``: the built-in simulated machine: a local transport whose PATH holds the
+  simulator's stand-in ``nvidia-smi``, so its output goes through the real agent and parsers.
+
+Commands are argv lists, never strings. When a Proxmox container is configured every
+command is wrapped as ``pct exec ID -- argv...``; for SSH the argv is then joined with
+``shlex.join`` so the remote shell sees each word exactly once.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.untrusted import printable_text
+
+# OpenSSH's default MaxSessions is 10; stay below it so a stock sshd never refuses a channel.
+MAX_CHANNELS = 8
+
+
+class TransportError(Exception):
+    """A machine could not be reached or refused us; the message is for the user."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        # The message often quotes the machine (an SSH disconnect reason, a tool's error).
+        super().__init__(printable_text(message))
+        self.permanent = permanent  # retrying will not help without a change (auth, host key)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """A finished command. ``stdout`` and ``stderr`` came from the machine and have been
+    made printable (``untrusted.printable_text``) by the transport."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+
+
+def wrap_container(argv: Sequence[str], container: int | None) -> list[str]:
+    """``argv`` as run inside Proxmox container ``container`` (``pct exec`` needs no shell)."""
+    if container is None:
+        return list(argv)
+    return ["pct", "exec", str(container), "--", *argv]
+
+
+class Transport(abc.ABC):
+    """Runs argv lists on one machine. Implementations must be safe to call concurrently."""
+
+    def __init__(self, host: HostConfig) -> None:
+        self.host = host
+        self._channels = asyncio.Semaphore(MAX_CHANNELS)
+
+    @property
+    def label(self) -> str:
+        return self.host.describe()
+
+    async def connect(self) -> None:  # noqa: B027 - optional for transports with no session
+        """Open the session (no-op for local); raises TransportError."""
+
+    async def close(self) -> None:  # noqa: B027
+        """Close the session; streams opened on it end. ``connect`` may follow."""
+
+    async def dispose(self) -> None:
+        """Final shutdown: close, and release whatever the transport set up for itself."""
+        await self.close()
+
+    async def run(
+        self, argv: Sequence[str], *, input: bytes | None = None, timeout: float = 30.0
+    ) -> RunResult:
+        """Run a command to completion; a timeout kills it and reports exit code None."""
+        stream = await self.open_stream(argv)
+        try:
+            if input:
+                stream.write(input)
+            await stream.close_stdin()
+            chunks: list[bytes] = []
+            async with asyncio.timeout(timeout):
+                while line := await stream.readline():
+                    chunks.append(line)
+            code = await stream.wait()
+        except TimeoutError:
+            code = None
+        finally:
+            await stream.close()
+        stdout = printable_text(b"".join(chunks).decode("utf-8", "replace"))
+        return RunResult(code, stdout, stream.stderr_tail())
+
+    @abc.abstractmethod
+    async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
+        """Start ``argv`` (wrapped for the container) and return its stream."""
+
+
+class ProcessStream:
+    """A running process: read its stdout by line, write its stdin; SSH and local alike."""
+
+    def __init__(
+        self,
+        stdout: Any,
+        stdin: Any,
+        stderr: Any,
+        waiter: Any,
+        terminate: Any,
+        release: Any,
+    ) -> None:
+        self._stdout = stdout
+        self._stdin = stdin
+        self._waiter = waiter
+        self._terminate = terminate
+        self._release = release
+        self._stderr_lines: list[str] = []
+        self._exit: int | None = None
+        self._closed = False
+        self._stderr_task = asyncio.ensure_future(self._drain_stderr(stderr))
+
+    async def _drain_stderr(self, stderr: Any) -> None:
+        with contextlib.suppress(Exception):
+            while line := await stderr.readline():
+                text = printable_text(line.decode("utf-8", "replace").rstrip("\r\n"))
+                self._stderr_lines = [*self._stderr_lines[-19:], text]
+
+    async def readline(self) -> bytes:
+        """The next stdout line including its newline; ``b""`` at end of stream.
+
+        The bytes are the machine's own: the caller makes them printable
+        (``untrusted.printable_text`` / ``untrusted.loads``) before anything shows them."""
+        try:
+            line: bytes = await self._stdout.readline()
+        except (ConnectionError, OSError, EOFError):
+            return b""
+        except Exception as e:  # asyncssh raises its own errors for a broken channel
+            if type(e).__module__.startswith("asyncssh"):
+                return b""
+            raise
+        return line
+
+    def write(self, data: bytes) -> None:
+        with contextlib.suppress(Exception):
+            self._stdin.write(data)
+
+    async def close_stdin(self) -> None:
+        with contextlib.suppress(Exception):
+            self._stdin.write_eof()
+
+    async def wait(self) -> int | None:
+        with contextlib.suppress(Exception):
+            self._exit = await self._waiter()
+        return self._exit
+
+    def stderr_tail(self) -> str:
+        """The last lines the process wrote to stderr (for error messages)."""
+        return "\n".join(self._stderr_lines)
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._exit
+
+    async def close(self) -> None:
+        """Close stdin (the agent then exits by itself), reap it, release the channel."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.close_stdin()
+        try:
+            async with asyncio.timeout(3.0):
+                await self.wait()
+        except TimeoutError:
+            with contextlib.suppress(Exception):
+                self._terminate()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                await self._stderr_task
+        self._stderr_task.cancel()
+        self._release()
+
+
+def ssh_command(argv: Sequence[str], container: int | None) -> str:
+    """The one string an SSH server hands to the remote shell for ``argv``."""
+    return shlex.join(wrap_container(argv, container))

@@ -1,0 +1,177 @@
+"""SSH transport on asyncssh: one verified connection per host, multiplexed channels.
+
+Honours ``~/.ssh/config`` (aliases, User, Port, IdentityFile, ProxyJump), the SSH agent
+and configured identities. Host keys are always verified: an unknown key is refused with
+its fingerprint and how to trust it, unless ``accept_new`` asks for trust on first use,
+in which case it is recorded in known_hosts. A *changed* key is always refused.
+
+asyncssh is imported lazily so ``gpumon --help`` and the demo never pay for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.transport.base import ProcessStream, Transport, TransportError, ssh_command
+
+if TYPE_CHECKING:
+    import asyncssh
+
+KEEPALIVE_S = 5.0  # a dead link is noticed within KEEPALIVE_S * KEEPALIVE_COUNT
+KEEPALIVE_COUNT = 3
+
+
+def default_known_hosts() -> Path:
+    return Path.home() / ".ssh" / "known_hosts"
+
+
+def _known_hosts_entry(host: str, port: int | None, key: asyncssh.SSHKey) -> str:
+    pattern = host if port in (None, 22) else f"[{host}]:{port}"
+    algo, data = key.export_public_key("openssh").decode().split()[:2]
+    return f"{pattern} {algo} {data}\n"
+
+
+def _client_factory(host_cfg: HostConfig, known_hosts: Path) -> tuple[Any, dict[str, Any]]:
+    """An asyncssh client class that records (and, with accept_new, trusts) an unknown key."""
+    import asyncssh
+
+    seen: dict[str, Any] = {}
+
+    class Client(asyncssh.SSHClient):
+        def validate_host_public_key(
+            self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+        ) -> bool:
+            seen.update(host=host, addr=addr, port=port, key=key)
+            known: Sequence[Any] = ()
+            if known_hosts.exists():
+                known = asyncssh.read_known_hosts(str(known_hosts)).match(host, addr, port)[0]
+            seen["conflict"] = bool(known)
+            if known or not host_cfg.accept_new:
+                return False
+            known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with known_hosts.open("a") as f:
+                f.write(_known_hosts_entry(host, port, key))
+            seen["recorded"] = True
+            return True
+
+    return Client, seen
+
+
+def _host_key_message(host_cfg: HostConfig, seen: dict[str, Any], known_hosts: Path) -> str:
+    key = seen.get("key")
+    if key is None:
+        return f"host key of {host_cfg.describe()} could not be verified"
+    host, port = seen["host"], seen["port"]
+    fp = key.get_fingerprint("sha256")
+    where = host if port in (None, 22) else f"{host}:{port}"
+    if seen.get("conflict"):
+        return (
+            f"HOST KEY CHANGED for {where}: offered {key.get_algorithm()} {fp} does not match "
+            f"{known_hosts}. This may be a man-in-the-middle attack; if the host was really "
+            f"reinstalled, remove its old line from {known_hosts} and connect again."
+        )
+    scan = f"ssh-keyscan{'' if port in (None, 22) else f' -p {port}'} {host}"
+    return (
+        f"unknown host key for {where}: {key.get_algorithm()} {fp}. If that is the host's "
+        f"key, trust it with `{scan} >> {known_hosts}`, or set accept_new = true for this "
+        f"host to record it on first use."
+    )
+
+
+class SshTransport(Transport):
+    """Commands over one SSH connection; at most MAX_CHANNELS channels at once."""
+
+    def __init__(self, host: HostConfig) -> None:
+        super().__init__(host)
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def known_hosts(self) -> Path:
+        return Path(self.host.known_hosts) if self.host.known_hosts else default_known_hosts()
+
+    async def connect(self) -> None:
+        async with self._lock:
+            if self._conn is not None and not self._conn.is_closed():
+                return
+            self._conn = await self._connect()
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        import asyncssh
+
+        h = self.host
+        known_hosts = self.known_hosts
+        client, seen = _client_factory(h, known_hosts)
+        kwargs: dict[str, Any] = {
+            "connect_timeout": h.connect_timeout,
+            "keepalive_interval": KEEPALIVE_S,
+            "keepalive_count_max": KEEPALIVE_COUNT,
+            "client_factory": client,
+            # An empty trust set when there is no file: every key is then "unknown" and
+            # goes through validate_host_public_key (refused, or recorded with accept_new).
+            "known_hosts": str(known_hosts)
+            if known_hosts.exists()
+            else asyncssh.import_known_hosts(""),
+        }
+        if h.user:
+            kwargs["username"] = h.user
+        if h.port:
+            kwargs["port"] = h.port
+        if h.identity:
+            kwargs["client_keys"] = [os.path.expanduser(p) for p in h.identity]
+        ssh_config = os.environ.get("GPUMON_SSH_CONFIG")
+        if ssh_config is not None:  # tests point this at an empty file
+            kwargs["config"] = [ssh_config] if ssh_config else []
+        target = h.ssh_host or h.name
+        try:
+            return await asyncssh.connect(target, **kwargs)
+        except asyncssh.HostKeyNotVerifiable as e:
+            raise TransportError(_host_key_message(h, seen, known_hosts), permanent=True) from e
+        except asyncssh.PermissionDenied as e:
+            who = f"{h.user + '@' if h.user else ''}{target}"
+            raise TransportError(
+                f"authentication refused by {who}: {e.reason or 'permission denied'} "
+                "(check identity / ssh-agent / authorized_keys)",
+                permanent=True,
+            ) from e
+        except TimeoutError as e:
+            raise TransportError(f"no answer from {target} within {h.connect_timeout:g} s") from e
+        except OSError as e:
+            raise TransportError(f"cannot connect to {target}: {e.strerror or e}") from e
+        except asyncssh.Error as e:
+            raise TransportError(f"SSH to {target} failed: {e.reason}") from e
+
+    async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
+        import asyncssh
+
+        await self.connect()
+        conn = self._conn
+        assert conn is not None
+        await self._channels.acquire()
+        try:
+            proc = await conn.create_process(ssh_command(argv, self.host.container), encoding=None)
+        except (asyncssh.Error, OSError) as e:
+            self._channels.release()
+            self._conn = None
+            raise TransportError(f"SSH channel to {self.host.name} failed: {e}") from e
+
+        async def wait() -> int | None:
+            await proc.wait()
+            return proc.exit_status
+
+        return ProcessStream(
+            proc.stdout, proc.stdin, proc.stderr, wait, proc.close, self._channels.release
+        )
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.wait_closed(), 2.0)

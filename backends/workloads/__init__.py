@@ -1,0 +1,44 @@
+"""Workloads on a host: SGLang servers and jobs, tracked from metrics and logs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpumon.backends.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .sglang import LATENCY_EVERY_S
+    from .trackers import (
+        REVIVE_AFTER_S,
+        JobState,
+        JobTracker,
+        SglangTotals,
+        SglangTracker,
+        sglang_totals,
+    )
+    from .watch import Workloads
+
+__all__ = [
+    "LATENCY_EVERY_S",
+    "REVIVE_AFTER_S",
+    "JobState",
+    "JobTracker",
+    "SglangTotals",
+    "SglangTracker",
+    "Workloads",
+    "sglang_totals",
+]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "JobState": "trackers",
+        "JobTracker": "trackers",
+        "LATENCY_EVERY_S": "sglang",
+        "REVIVE_AFTER_S": "trackers",
+        "SglangTotals": "trackers",
+        "SglangTracker": "trackers",
+        "Workloads": "watch",
+        "sglang_totals": "trackers",
+    },
+)

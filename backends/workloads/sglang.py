@@ -1,0 +1,331 @@
+"""``SglangTracker``: one SGLang server's live numbers from successive ``/metrics`` scrapes
+(or its log lines when metrics are off), and ``sglang_totals`` over a host's servers.
+
+Rates come from counter deltas between scrapes, never from one scrape: until two good
+scrapes in a row exist a rate is None. A counter going down means the server restarted:
+the tracker starts over from that scrape instead of reporting a negative rate. A failed
+fetch marks the server down and keeps the last values (``stale``). Times are local epoch
+seconds, as the caller received the data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from gpumon.backends.parsers.sglang import (
+    Histogram,
+    SglangLogStats,
+    SglangParseError,
+    SglangScrape,
+    histogram_quantile,
+    parse_sglang_log_line,
+    parse_sglang_metrics,
+)
+
+RATE_WINDOW_S = 5.0  # throughput: counter delta over (about) the last 5 s
+SLOW_WINDOW_S = 60.0  # cache hit rate and latency quantiles: over the last minute
+LATENCY_EVERY_S = 10.0  # histograms are 3/4 of the parsing cost; read them this often
+LOG_FALLBACK_S = 30.0  # log lines count only when no metrics scrape came for this long
+HISTORY_LEN = 120
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    t: float
+    scrape: SglangScrape
+
+
+def _delta(new: float | None, old: float | None) -> float | None:
+    return None if new is None or old is None else new - old
+
+
+def _ratio(part: float | None, whole: float | None) -> float | None:
+    if part is None or whole is None or not whole > 0:
+        return None
+    return min(max(part / whole, 0.0), 1.0)
+
+
+class SglangTracker:
+    """Live numbers of the SGLang server on ``port`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        port: int,
+        *,
+        rate_window_s: float = RATE_WINDOW_S,
+        slow_window_s: float = SLOW_WINDOW_S,
+        latency_every_s: float = LATENCY_EVERY_S,
+        history_len: int = HISTORY_LEN,
+    ) -> None:
+        self.port = port
+        self.rate_window_s = rate_window_s
+        self.slow_window_s = max(slow_window_s, rate_window_s)
+        self.latency_every_s = latency_every_s
+        self.up: bool | None = None  # None: never fetched
+        self.stale = False  # the values are older than the last attempt
+        self.error: str | None = None
+        self.metrics_enabled: bool | None = None  # False: /metrics said 404
+        self.restarts = 0  # counter resets seen
+        self.last_update: float | None = None
+        self.model: str | None = None
+        self.gen_tokens_per_s: float | None = None
+        self.running: float | None = None
+        self.queued: float | None = None
+        self.token_usage: float | None = None
+        self.used_tokens: float | None = None
+        self.max_total_tokens: float | None = None
+        self.cache_hit_rate: float | None = None
+        self.cache_parts: tuple[float, float] | None = None  # (cached, all) prompt tokens
+        self.ttft_p50_s: float | None = None
+        self.ttft_p95_s: float | None = None
+        self.itl_p50_s: float | None = None
+        self.itl_p95_s: float | None = None
+        self.history: deque[tuple[float, float | None]] = deque(maxlen=history_len)
+        self._points: deque[_Point] = deque()
+        self._last_scrape_t: float | None = None
+        self._last_latency_t: float | None = None
+        self._prefills: deque[tuple[float, int, int]] = deque()  # log mode: (t, new, cached)
+
+    # ------------------------------------------------------------------ feeding it
+    def wants_latency(self, t: float) -> bool:
+        """Whether the next scrape should include the histograms: until two scrapes in a
+        row have them (quantiles need a delta), then every ``latency_every_s``."""
+        with_histograms = sum(1 for p in self._points if p.scrape.ttft or p.scrape.itl)
+        last = self._last_latency_t
+        if with_histograms < 2 or last is None or t < last:
+            return True
+        return t - last >= self.latency_every_s - 0.05
+
+    def observe_http(
+        self, status: int | None, body: str, t: float, error: str | None = None
+    ) -> None:
+        """One fetch of ``/metrics``: status 200 is parsed; 404 means metrics are off
+        (the server is up; numbers come from its log); anything else, or no status
+        (refused, timeout), marks the server down."""
+        if status == 200:
+            self.observe_text(body, t)
+        elif status == 404:
+            self.up, self.metrics_enabled = True, False
+            self.error = "/metrics answers 404: SGLang runs without --enable-metrics"
+        else:
+            self.mark_down(t, error or f"HTTP {status}")
+
+    def observe_text(self, text: str, t: float) -> bool:
+        """Parse a ``/metrics`` body and observe it; False (and ``error`` set, values
+        stale) when the text does not parse."""
+        try:
+            scrape = parse_sglang_metrics(text, latency=self.wants_latency(t))
+        except SglangParseError as e:
+            self.up, self.stale, self.error = True, True, f"bad /metrics text: {e}"
+            return False
+        self.observe(scrape, t)
+        return True
+
+    def mark_down(self, t: float, reason: str) -> None:
+        """The server did not answer (or ``/health`` failed): keep the last values, stale.
+
+        The next good scrape starts the rates over (they need two scrapes in a row).
+        """
+        self.up, self.stale, self.error = False, True, reason
+        self._points.clear()
+        self.history.append((t, None))
+
+    def observe(self, scrape: SglangScrape, t: float) -> None:
+        """A good scrape at local time ``t``: updates every number."""
+        self.up, self.stale, self.error, self.metrics_enabled = True, False, None, True
+        if self._points:
+            last = self._points[-1]
+            if t <= last.t or _went_down(scrape, last.scrape):
+                if t > last.t:
+                    self.restarts += 1
+                self._points.clear()
+        self._points.append(_Point(t, scrape))
+        while len(self._points) > 2 and self._points[1].t <= t - self.slow_window_s:
+            self._points.popleft()
+        self._last_scrape_t = self.last_update = t
+        if scrape.ttft is not None or scrape.itl is not None:
+            self._last_latency_t = t
+        self.model = scrape.model or self.model
+        self.running, self.queued = scrape.running, scrape.queued
+        self.token_usage = scrape.token_usage
+        self.used_tokens, self.max_total_tokens = scrape.used_tokens, scrape.max_total_tokens
+        self._rates(scrape, t)
+        self.history.append((t, self.gen_tokens_per_s))
+
+    def observe_log_line(self, line: str, t: float) -> bool:
+        """A server log line; True when it was a stats line that was used."""
+        stats = parse_sglang_log_line(line)
+        return stats is not None and self.observe_log(stats, t)
+
+    def observe_log(self, stats: SglangLogStats, t: float) -> bool:
+        """A parsed stats line. Used only while no metrics scrape came for
+        ``LOG_FALLBACK_S`` (metrics off): returns whether it was used."""
+        if self._last_scrape_t is not None and t - self._last_scrape_t < LOG_FALLBACK_S:
+            return False
+        self.last_update = t
+        self.stale = False
+        if stats.running is not None:
+            self.running = float(stats.running)
+        if stats.queued is not None:
+            self.queued = float(stats.queued)
+        if stats.token_usage is not None:
+            self.token_usage = stats.token_usage
+        if stats.kind == "decode":
+            self.gen_tokens_per_s = stats.gen_throughput
+            self.history.append((t, stats.gen_throughput))
+        elif stats.new_tokens is not None and stats.cached_tokens is not None:
+            self._prefills.append((t, stats.new_tokens, stats.cached_tokens))
+            while self._prefills and self._prefills[0][0] < t - self.slow_window_s:
+                self._prefills.popleft()
+            cached = sum(c for _, _, c in self._prefills)
+            total = cached + sum(n for _, n, _ in self._prefills)
+            self.cache_parts = (float(cached), float(total)) if total else None
+            self.cache_hit_rate = _ratio(cached, total)
+        return True
+
+    # ------------------------------------------------------------------ rates
+    def _base(self, t: float, window: float, want: str | None = None) -> _Point | None:
+        """The oldest earlier point inside ``window`` (with histogram ``want``), else the
+        newest earlier one."""
+        earlier = [p for p in list(self._points)[:-1] if want is None or getattr(p.scrape, want)]
+        for p in earlier:
+            if p.t >= t - window - 1e-6:
+                return p
+        return earlier[-1] if earlier else None
+
+    def _rates(self, new: SglangScrape, t: float) -> None:
+        fast = self._base(t, self.rate_window_s)
+        slow = self._base(t, self.slow_window_s)
+        if new.decode_tokens is None and new.generation_tokens is None:
+            self.gen_tokens_per_s = new.gen_throughput  # no counters: the (stale) gauge
+        elif fast is None:
+            self.gen_tokens_per_s = None
+        else:
+            old, dt = fast.scrape, t - fast.t
+            tokens = _delta(new.decode_tokens, old.decode_tokens)
+            if tokens is None:
+                tokens = _delta(new.generation_tokens, old.generation_tokens)
+            self.gen_tokens_per_s = None if tokens is None else tokens / dt
+        self.cache_parts = None if slow is None else _cache_parts(new, slow.scrape)
+        self.cache_hit_rate = _ratio(*self.cache_parts) if self.cache_parts else None
+        if new.ttft is not None:
+            base = self._base(t, self.slow_window_s, "ttft")
+            self.ttft_p50_s, self.ttft_p95_s = _quantiles(
+                new.ttft, base.scrape.ttft if base else None
+            )
+        elif slow is None:
+            self.ttft_p50_s = self.ttft_p95_s = None
+        if new.itl is not None:
+            base = self._base(t, self.slow_window_s, "itl")
+            self.itl_p50_s, self.itl_p95_s = _quantiles(new.itl, base.scrape.itl if base else None)
+        elif slow is None:
+            self.itl_p50_s = self.itl_p95_s = None
+
+    # ------------------------------------------------------------------ output
+    def snapshot_json(self) -> dict[str, Any]:
+        """The snapshot object of this server; ``null`` where unknown."""
+
+        def r(v: float | None, digits: int) -> float | None:
+            return None if v is None else round(v, digits)
+
+        return {
+            "port": self.port,
+            "up": self.up,
+            "model": self.model,
+            "gen_tokens_per_s": r(self.gen_tokens_per_s, 2),
+            "running": None if self.running is None else round(self.running),
+            "queued": None if self.queued is None else round(self.queued),
+            "token_usage": r(self.token_usage, 4),
+            "cache_hit_rate": r(self.cache_hit_rate, 4),
+            "ttft_p50_s": r(self.ttft_p50_s, 4),
+            "ttft_p95_s": r(self.ttft_p95_s, 4),
+            "itl_p50_s": r(self.itl_p50_s, 5),
+        }
+
+
+def _went_down(new: SglangScrape, old: SglangScrape) -> bool:
+    pairs = zip(new.counters(), old.counters(), strict=True)
+    return any(a is not None and b is not None and a < b for a, b in pairs)
+
+
+def _cache_parts(new: SglangScrape, old: SglangScrape) -> tuple[float, float] | None:
+    """(cached, all) prompt tokens between two scrapes, from the best counters present."""
+    cache = _delta(new.prefill_cache_tokens, old.prefill_cache_tokens)
+    compute = _delta(new.prefill_compute_tokens, old.prefill_compute_tokens)
+    if cache is not None and compute is not None:
+        return cache, cache + compute
+    hit = _delta(new.effective_hit_tokens, old.effective_hit_tokens)
+    fresh = _delta(new.effective_input_tokens, old.effective_input_tokens)
+    if hit is not None and fresh is not None:
+        return hit, hit + fresh
+    cached = _delta(new.cached_tokens, old.cached_tokens)
+    prompt = _delta(new.prompt_tokens, old.prompt_tokens)
+    if cached is not None and prompt is not None:
+        return cached, prompt
+    return None
+
+
+def _quantiles(new: Histogram, old: Histogram | None) -> tuple[float | None, float | None]:
+    if old is None:
+        return None, None
+    window = new.minus(old)
+    if window is None:
+        return None, None
+    return histogram_quantile(0.5, window.buckets), histogram_quantile(0.95, window.buckets)
+
+
+@dataclass(frozen=True, slots=True)
+class SglangTotals:
+    """A host's servers together: sums over the servers that report (not down)."""
+
+    servers: int
+    up: int
+    gen_tokens_per_s: float | None
+    running: int | None
+    queued: int | None
+    token_usage: float | None  # sum of used KV tokens / sum of capacity
+    cache_hit_rate: float | None  # sum of cached prompt tokens / sum of prompt tokens
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "servers": self.servers,
+            "up": self.up,
+            "gen_tokens_per_s": (
+                None if self.gen_tokens_per_s is None else round(self.gen_tokens_per_s, 1)
+            ),
+            "running": self.running,
+            "queued": self.queued,
+            "token_usage": None if self.token_usage is None else round(self.token_usage, 4),
+            "cache_hit_rate": None
+            if self.cache_hit_rate is None
+            else round(self.cache_hit_rate, 4),
+        }
+
+
+def _sum(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(known) if known else None
+
+
+def sglang_totals(trackers: list[SglangTracker]) -> SglangTotals:
+    """Throughput, requests, KV usage and hit rate summed over ``trackers`` that are not
+    down; each value is None only when no such server reports it."""
+    live = [s for s in trackers if s.up is not False]
+    running, queued = _sum([s.running for s in live]), _sum([s.queued for s in live])
+    kv = [(s.used_tokens, s.max_total_tokens) for s in live]
+    kv_known = [(u, m) for u, m in kv if u is not None and m is not None]
+    capacity = sum(m for _, m in kv_known)
+    parts = [s.cache_parts for s in live if s.cache_parts is not None]
+    prompt = sum(a for _, a in parts)
+    return SglangTotals(
+        servers=len(trackers),
+        up=sum(1 for s in trackers if s.up),
+        gen_tokens_per_s=_sum([s.gen_tokens_per_s for s in live]),
+        running=None if running is None else round(running),
+        queued=None if queued is None else round(queued),
+        token_usage=sum(u for u, _ in kv_known) / capacity if capacity > 0 else None,
+        cache_hit_rate=sum(c for c, _ in parts) / prompt if prompt > 0 else None,
+    )

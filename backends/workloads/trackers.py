@@ -1,0 +1,243 @@
+"""Trackers for what runs on the GPUs: SGLang servers (``SglangTracker``, in
+``sglang_tracker``) and training / batch jobs followed through their logs (``JobTracker``).
+
+A ``JobTracker`` is fed log lines with the local time they arrived. It keeps the latest
+step, totals, loss and rates; a rate that the log does not print is derived from the
+counts it does print (two arrivals at least a second apart). Its state is ``running``
+until a line says the job finished (step == total, a final summary line) or the caller
+says otherwise: ``mark_crashed(reason)`` (the caller's OOM/crash matcher decided),
+``mark_stopped()`` (the process is gone without a crash), ``restarted()``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from dataclasses import replace
+from typing import Any
+
+from gpumon.backends.model import iso_time
+from gpumon.backends.parsers.progress import ProgressParser, ProgressUpdate
+from gpumon.backends.workloads.sglang import SglangTotals, SglangTracker, sglang_totals
+
+__all__ = [
+    "JobState",
+    "JobTracker",
+    "SglangTotals",
+    "SglangTracker",
+    "iso_time",
+    "sglang_totals",
+]
+
+RATE_WINDOW_S = 30.0  # derived rates: count delta over about the last 30 s
+MIN_RATE_SPAN_S = 1.0  # ... and never over less than this
+BURST_S = 0.05  # lines arriving together (a backlog) count as one observation
+REVIVE_AFTER_S = 15.0  # progress this long after a crash/stop means the job runs again
+HISTORY_LEN = 120
+
+
+class JobState(enum.StrEnum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+
+
+class _Counter:
+    """A cumulative count seen over time -> its rate (units per second) over a window."""
+
+    def __init__(self) -> None:
+        self.points: deque[tuple[float, float]] = deque()
+
+    def add(self, t: float, value: float) -> float | None:
+        """Record ``value`` at ``t``; returns the rate, or None while it is unknown."""
+        points = self.points
+        if points and value < points[-1][1]:
+            points.clear()  # went back (resumed from a checkpoint): start over
+        if points and t - points[-1][0] < BURST_S:
+            points[-1] = (points[-1][0], value)  # same burst: only its last state counts
+        else:
+            points.append((t, value))
+        while len(points) > 2 and points[1][0] <= t - RATE_WINDOW_S:
+            points.popleft()
+        (t0, v0), (t1, v1) = points[0], points[-1]
+        if t1 - t0 < MIN_RATE_SPAN_S:
+            return None
+        return (v1 - v0) / (t1 - t0)
+
+    def clear(self) -> None:
+        self.points.clear()
+
+
+class JobTracker:
+    """One job's progress from its log. ``progress`` is a preset name or a regex (raises
+    ``ProgressSpecError`` when it is neither)."""
+
+    def __init__(
+        self,
+        name: str,
+        progress: str = "kv",
+        gpus: tuple[int, ...] = (),
+        *,
+        history_len: int = HISTORY_LEN,
+    ) -> None:
+        self.name = name
+        self.gpus = gpus
+        self.parser = ProgressParser(progress)
+        self.state = JobState.RUNNING
+        self.crash_reason: str | None = None
+        self.ended_at: float | None = None
+        self.last_update: float | None = None
+        self.step: int | None = None
+        self.total_steps: int | None = None
+        self.done: int | None = None
+        self.total: int | None = None
+        self.failed: int | None = None
+        self.loss: float | None = None
+        self.tokens: float | None = None
+        self.tokens_per_s: float | None = None  # logged, else derived from ``tokens``
+        self.items_per_s: float | None = None  # steps/s or prompts/s: logged or derived
+        self.logged_eta_s: float | None = None
+        self.rate_history: deque[tuple[float, float]] = deque(maxlen=history_len)
+        self.rate_unit: str | None = None  # "tok/s", "steps/s" or "items/s"
+        self._steps, self._done, self._tokens = _Counter(), _Counter(), _Counter()
+        self._logged_tokens_rate = self._logged_items_rate = False
+        self._finished_by_count = False  # step == total (a per-epoch bar can do that)
+
+    # ------------------------------------------------------------------ feeding it
+    def feed(self, line: str, t: float) -> bool:
+        """One log line (``\\r``-separated bar updates inside are fine) that arrived at
+        local time ``t``; returns whether it carried progress."""
+        update = self.parser.parse(line)
+        if update is None:
+            return False
+        self.apply(update, t)
+        return True
+
+    def feed_lines(self, lines: list[str], t: float) -> int:
+        """Lines that arrived together; returns how many carried progress."""
+        return sum(self.feed(line, t) for line in lines)
+
+    def apply(self, u: ProgressUpdate, t: float) -> None:
+        """Take in one parsed update (what ``feed`` does after parsing)."""
+        if self.state in (JobState.CRASHED, JobState.STOPPED):
+            if self.ended_at is None or t < self.ended_at + REVIVE_AFTER_S:
+                return  # other ranks still printing while the job goes down
+            self.restarted(t)
+        self.last_update = t
+        if u.total_steps is not None and self.total_steps and u.total_steps < self.total_steps:
+            # a shorter bar beside the main one (HF's evaluation loop): not the job's steps
+            u = replace(u, step=None, total_steps=None, items_per_s=None, eta_s=None)
+        step_rate = done_rate = token_rate = None
+        if u.step is not None:
+            self.step = u.step
+            step_rate = self._steps.add(t, u.step)
+        if u.done is not None:
+            self.done = u.done
+            done_rate = self._done.add(t, u.done)
+        if u.tokens is not None:
+            self.tokens = u.tokens
+            token_rate = self._tokens.add(t, u.tokens)
+        self.total_steps = u.total_steps if u.total_steps is not None else self.total_steps
+        self.total = u.total if u.total is not None else self.total
+        self.failed = u.failed if u.failed is not None else self.failed
+        self.loss = u.loss if u.loss is not None else self.loss
+        # a rate the log prints wins; one derived from counts only stands in for it
+        self._logged_tokens_rate |= u.tokens_per_s is not None
+        self._logged_items_rate |= u.items_per_s is not None
+        if u.tokens_per_s is not None:
+            self.tokens_per_s = u.tokens_per_s
+        elif token_rate is not None and not self._logged_tokens_rate:
+            self.tokens_per_s = token_rate
+        derived = step_rate if step_rate is not None else done_rate
+        if u.items_per_s is not None:
+            self.items_per_s = u.items_per_s
+        elif derived is not None and not self._logged_items_rate:
+            self.items_per_s = derived
+        if u.eta_s is not None or u.step is not None or u.done is not None:
+            self.logged_eta_s = u.eta_s  # a progress line without an ETA drops the old one
+        self._record_rate(t)
+        if self.state is JobState.RUNNING and (u.finished or self._complete()):
+            self.state, self.ended_at = JobState.FINISHED, t
+            self._finished_by_count = not u.finished
+        elif self.state is JobState.FINISHED and self._finished_by_count and not self._complete():
+            self.state, self.ended_at = JobState.RUNNING, None  # the next epoch's bar began
+
+    def _complete(self) -> bool:
+        steps = self.step is not None and self.total_steps and self.step >= self.total_steps
+        items = self.done is not None and self.total and self.done >= self.total
+        return bool(steps or items)
+
+    def _record_rate(self, t: float) -> None:
+        if self.tokens_per_s is not None:
+            unit, value = "tok/s", self.tokens_per_s
+        elif self.items_per_s is not None:
+            unit = "steps/s" if self.step is not None else "items/s"
+            value = self.items_per_s
+        else:
+            return
+        if unit != self.rate_unit:
+            self.rate_history.clear()
+            self.rate_unit = unit
+        self.rate_history.append((t, value))
+
+    # ------------------------------------------------------------------ caller verdicts
+    def mark_crashed(self, reason: str, t: float | None = None) -> None:
+        """The job died; ``reason`` in words ("CUDA OOM on GPU 6"), from the caller's matcher."""
+        self.state, self.crash_reason = JobState.CRASHED, reason
+        self.ended_at = t if t is not None else self.last_update
+
+    def mark_stopped(self, t: float | None = None) -> None:
+        """The job's process is gone without a crash; a finished or crashed job stays so."""
+        if self.state is JobState.RUNNING:
+            self.state = JobState.STOPPED
+            self.ended_at = t if t is not None else self.last_update
+
+    def restarted(self, t: float | None = None) -> None:
+        """The job runs again (restarted by gpumon or seen making progress again)."""
+        self.state, self.crash_reason, self.ended_at = JobState.RUNNING, None, None
+        self.logged_eta_s = None
+        for counter in (self._steps, self._done, self._tokens):
+            counter.clear()
+
+    # ------------------------------------------------------------------ output
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds to go: as logged, else what remains over the step/item rate. None
+        unless running."""
+        if self.state is not JobState.RUNNING:
+            return None
+        if self.logged_eta_s is not None:
+            return self.logged_eta_s
+        rate = self.items_per_s
+        if self.step is not None and self.total_steps:
+            remaining = self.total_steps - self.step
+        elif self.done is not None and self.total:
+            remaining = self.total - self.done
+        else:
+            return None
+        if rate is None or not rate > 0 or not math.isfinite(rate):
+            return None
+        return max(remaining, 0) / rate
+
+    def snapshot_json(self) -> dict[str, Any]:
+        """The snapshot object of this job; ``null`` where unknown. ``tokens_per_s`` is the
+        last known rate (for a finished or crashed job: its rate when it ended)."""
+        eta = self.eta_s
+        rate = self.tokens_per_s
+        return {
+            "name": self.name,
+            "state": self.state.value,
+            "gpus": list(self.gpus),
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "done": self.done,
+            "total": self.total,
+            "failed": self.failed,
+            "loss": self.loss,
+            "tokens_per_s": None if rate is None else round(rate, 1),
+            "eta_s": None if eta is None else round(eta, 1),
+            "last_update": None if self.last_update is None else iso_time(self.last_update),
+            "crash_reason": self.crash_reason,
+        }

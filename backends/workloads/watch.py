@@ -1,0 +1,119 @@
+"""What runs on a host, as the monitor sees it: SGLang servers and jobs.
+
+Holds one ``SglangTracker`` per server port and one ``JobTracker`` per configured job,
+tells the agent what to fetch and follow, and feeds the trackers from its messages. The
+OOM verdict on a job comes from the alert engine (one matcher for the whole program).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpumon.backends.alerts.engine import AlertEngine
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.parsers.oom import KEEP_PATTERN
+from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
+from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
+
+CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
+_PORT_IN_PATH = re.compile(r"(?<!\d)(\d{2,5})(?!\d)")
+
+
+class Workloads:
+    def __init__(self, host: HostConfig) -> None:
+        self.host = host
+        ports = host.sglang.ports if host.sglang is not None else ()
+        self.sglang: dict[int, SglangTracker] = {p: SglangTracker(p) for p in ports}
+        self.jobs: dict[str, JobTracker] = {
+            j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs
+        }
+
+    # --- what the agent is asked to do -------------------------------------------------
+    def log_specs(self) -> list[dict[str, str]]:
+        """The logs the agent follows: watch_logs, every job's log, the SGLang log."""
+        h = self.host
+        specs = [{"path": p, "tag": "watch", "keep": KEEP_PATTERN} for p in h.watch_logs]
+        specs += [
+            {"path": j.log, "tag": f"job:{j.name}", "keep": KEEP_PATTERN} for j in h.jobs if j.log
+        ]
+        if h.sglang is not None and h.sglang.log:
+            specs.append({"path": h.sglang.log, "tag": "sglang", "keep": KEEP_PATTERN})
+        return specs
+
+    def http_targets(self) -> list[dict[str, str]]:
+        return [
+            {
+                "url": f"http://127.0.0.1:{port}/metrics",
+                "tag": f"sglang:{port}",
+                "filter": METRICS_LINE_FILTER,
+            }
+            for port in self.sglang
+        ]
+
+    def discover(self) -> bool:
+        return self.host.sglang is not None and self.host.sglang.discover
+
+    # --- agent messages ----------------------------------------------------------------
+    def on_http(self, msg: dict[str, Any], t: float) -> None:
+        tag = str(msg.get("tag", ""))
+        if not tag.startswith("sglang:"):
+            return
+        port = int(tag.split(":", 1)[1])
+        tracker = self.sglang.get(port)
+        if tracker is None:  # discovered by the agent
+            tracker = self.sglang[port] = SglangTracker(port)
+        status = msg.get("status")
+        tracker.observe_http(
+            status if isinstance(status, int) else None,
+            str(msg.get("body") or ""),
+            t,
+            msg.get("error"),
+        )
+
+    def on_log(self, tag: str, path: str, lines: list[str], t: float) -> None:
+        if tag.startswith("job:"):
+            job = self.jobs.get(tag[4:])
+            if job is not None:  # the tracker decides whether progress means "running again"
+                job.feed_lines(lines, t)
+        elif tag == "sglang":
+            tracker = self._server_for(path)
+            if tracker is not None:
+                for line in lines:
+                    tracker.observe_log_line(line, t)
+
+    def _server_for(self, path: str) -> SglangTracker | None:
+        """The server a log file belongs to: a configured port in its name, or the only one."""
+        name = path.rsplit("/", 1)[-1]
+        for m in _PORT_IN_PATH.finditer(name):
+            if int(m[1]) in self.sglang:
+                return self.sglang[int(m[1])]
+        return next(iter(self.sglang.values())) if len(self.sglang) == 1 else None
+
+    def apply_alerts(self, alerts: AlertEngine, t: float) -> None:
+        """A job whose log has an active OOM or crash alert has crashed (says which)."""
+        for alert in alerts.active():
+            reason = CRASH_KINDS.get(alert.kind)
+            job = self.jobs.get(alert.job or "")
+            if reason is None or job is None or job.state is JobState.CRASHED:
+                continue
+            where = f" on GPU {alert.gpu}" if alert.gpu is not None else ""
+            job.mark_crashed(f"{reason}{where}", t)
+
+    # --- views -------------------------------------------------------------------------
+    def rates_pending(self) -> bool:
+        """True while a server that is up, or a running job, still lacks its first rate."""
+        servers = any(s.up and s.gen_tokens_per_s is None for s in self.sglang.values())
+        jobs = any(
+            j.state is JobState.RUNNING
+            and j.last_update is not None
+            and (j.tokens_per_s is None or (j.eta_s is None and j.total_steps is not None))
+            for j in self.jobs.values()
+        )
+        return servers or jobs
+
+    def sglang_json(self) -> list[dict[str, Any]]:
+        return [self.sglang[p].snapshot_json() for p in sorted(self.sglang)]
+
+    def jobs_json(self) -> list[dict[str, Any]]:
+        return [j.snapshot_json() for j in self.jobs.values()]

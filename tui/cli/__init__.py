@@ -1,0 +1,15 @@
+"""The command line, Textual-free at import: headless commands and starting the dashboard."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpumon.backends.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .command_line import main
+
+__all__ = ["main"]
+
+# Lazy, so ``python -m gpumon.tui.cli.torch`` runs that module once, as __main__.
+__getattr__ = lazy_exports(__name__, {"main": "command_line"})

@@ -1,0 +1,283 @@
+"""The ``gpumon`` command.
+
+    gpumon HOST [HOST ...]        the dashboard (``demo`` is the built-in simulated CT200)
+    gpumon replay FILE            a flight recording in the dashboard (pause, step, speed)
+    gpumon snapshot HOST [--json] one complete sample, as a table or JSON
+    gpumon check HOST             one summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
+    gpumon config check|path      validate the config / say where it is read from
+    gpumon restart HOST JOB       stop, wait for free GPUs, start, verify (asks first)
+    gpumon doctor HOST [--json]   check the target's torch / CUDA environment
+    gpumon swap-torch HOST VARIANT  move torch between CUDA builds, verified, reversible
+
+Kept light at import time (no Textual, no asyncssh): headless commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpumon.backends.config import Config, ConfigError, HostConfig, load_config, resolve_host
+from gpumon.tui.cli import torch as cli_torch
+from gpumon.tui.cli.restart import build_parser as restart_parser
+from gpumon.tui.cli.restart import cmd_restart
+
+if TYPE_CHECKING:
+    from gpumon.backends.monitor import HostMonitor
+    from gpumon.backends.sim import SimSettings
+
+COMMANDS = ("snapshot", "check", "config", "restart", "replay")
+EXIT_USAGE = 2
+EXIT_UNKNOWN = 3
+RATE_WAIT_S = 10.0  # how long snapshot/check wait for throughput rates (two observations)
+
+
+def _common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--read-only", action="store_true", help="refuse every action that changes a machine"
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="config file (else $GPUMON_CONFIG, else $XDG_CONFIG_HOME/gpumon/config.toml)",
+    )
+    demo = parser.add_argument_group("demo machine (host name 'demo')")
+    demo.add_argument(
+        "--scenario",
+        default="training-oom",
+        choices=("training-oom", "sglang"),
+        help="what the simulated CT200 runs (default: training-oom)",
+    )
+    demo.add_argument(
+        "--demo-speed",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="scenario clock speed (default 1)",
+    )
+    demo.add_argument(
+        "--demo-time",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="start the scenario clock at SECONDS (e.g. 45: just before the OOM)",
+    )
+    demo.add_argument("--demo-seed", type=int, default=0, metavar="N", help="noise seed")
+    demo.add_argument("--demo-frozen", action="store_true", help=argparse.SUPPRESS)
+
+
+def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    main = argparse.ArgumentParser(
+        prog="gpumon",
+        description="Watch GPU machines over SSH: memory, OOM warnings, workloads. "
+        "Commands: snapshot, check, config, restart, doctor, swap-torch, replay "
+        "(see `gpumon COMMAND --help`).",
+    )
+    main.add_argument(
+        "hosts",
+        nargs="+",
+        metavar="HOST",
+        help="configured host name, user@host[:port], ssh alias, 'local' or 'demo'",
+    )
+    main.add_argument("--theme", help="colour theme (remembered)")
+    main.add_argument(
+        "--interval", type=float, metavar="SECONDS", help="sampling interval (overrides the config)"
+    )
+    main.add_argument(
+        "--no-bell", action="store_true", help="no terminal bell on a new critical alert"
+    )
+    _common_options(main)
+    subs: dict[str, argparse.ArgumentParser] = {}
+    snap = subs["snapshot"] = argparse.ArgumentParser(
+        prog="gpumon snapshot", description="Print one complete sample of HOST."
+    )
+    snap.add_argument("host", metavar="HOST")
+    snap.add_argument("--json", action="store_true", help="JSON (keys in the README)")
+    snap.add_argument("--timeout", type=float, default=20.0, help="give up after SECONDS")
+    check = subs["check"] = argparse.ArgumentParser(
+        prog="gpumon check",
+        description="One summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
+    )
+    check.add_argument("host", metavar="HOST")
+    check.add_argument("--timeout", type=float, default=20.0, help="give up after SECONDS")
+    cfg = subs["config"] = argparse.ArgumentParser(
+        prog="gpumon config", description="Validate the config, or show where it is read."
+    )
+    cfg.add_argument("action", choices=("check", "path"))
+    subs["restart"] = restart_parser()
+    for p in subs.values():
+        _common_options(p)
+    replay = subs["replay"] = argparse.ArgumentParser(
+        prog="gpumon replay",
+        description="Play a flight recording (written around a critical alert, see "
+        "$XDG_STATE_HOME/gpumon/recordings/) in the dashboard: p pauses, . steps one "
+        "sample while paused, ] and [ change the speed.",
+    )
+    replay.add_argument("file", metavar="FILE", help="a recording (.jsonl.gz)")
+    replay.add_argument("--theme", help="colour theme (remembered)")
+    replay.add_argument(
+        "--paused", action="store_true", help="start paused, before the first sample"
+    )
+    return main, subs
+
+
+def _sim_settings(args: argparse.Namespace) -> SimSettings:
+    from gpumon.backends.monitor import demo_settings
+
+    return demo_settings(
+        args.scenario,
+        seed=args.demo_seed,
+        speed=args.demo_speed,
+        demo_time=args.demo_time,
+        frozen=args.demo_frozen,
+    )
+
+
+async def _one_sample(
+    host: HostConfig, sim: SimSettings, timeout: float, *, rates: bool = True
+) -> HostMonitor:
+    """Connect once, wait for a GPU sample and (briefly) its process list and, with
+    ``rates``, the workloads' throughput (a rate needs two observations)."""
+    from gpumon.backends.model import ConnState
+    from gpumon.backends.monitor import make_monitor
+
+    monitor = make_monitor(host, sim, reconnect=False)
+    monitor.start()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    first_sample_at: float | None = None
+    try:
+        while (left := deadline - loop.time()) > 0:
+            if monitor.status.state == ConnState.FAILED:
+                break
+            if monitor.latest is not None:
+                first_sample_at = first_sample_at or loop.time()
+                # Processes are polled beside the samples, and a rate needs two
+                # observations: give them a moment, not forever.
+                waited = loop.time() - first_sample_at
+                processes = monitor.processes_time is not None or waited > 3
+                rated = not rates or not monitor.workloads.rates_pending() or waited > RATE_WAIT_S
+                if processes and rated:
+                    break
+            await monitor.wait_for_update(min(left, 0.5))
+    finally:
+        await monitor.stop()
+    return monitor
+
+
+def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
+    from gpumon.backends.monitor import snapshot_json, snapshot_table
+
+    host = resolve_host(config, args.host)
+    monitor = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout))
+    now = time.time()
+    if args.json:
+        print(json.dumps(snapshot_json(monitor, now), indent=2))
+    else:
+        print(snapshot_table(monitor, now))
+    return 0 if monitor.latest is not None else EXIT_UNKNOWN
+
+
+def _cmd_check(args: argparse.Namespace, config: Config) -> int:
+    from gpumon.backends.monitor import check_verdict
+
+    host = resolve_host(config, args.host)
+    # The verdict rests on GPUs and alerts, not on throughput: no waiting for rates.
+    monitor = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout, rates=False))
+    code, line = check_verdict(monitor, time.time())
+    print(line)
+    return int(code)
+
+
+def _cmd_config(args: argparse.Namespace, config: Config) -> int:
+    from gpumon.backends.config import config_path, format_hosts
+
+    if args.action == "path":
+        path, why = config_path(args.config)
+        exists = "" if path.exists() else " (does not exist)"
+        print(f"{path}{exists}  [{why}]")
+        return 0
+    print(format_hosts(config))
+    return 0
+
+
+def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
+    hosts = [resolve_host(config, name) for name in dict.fromkeys(args.hosts)]
+    from gpumon.tui.app import run_dashboard
+
+    return run_dashboard(
+        hosts,
+        sim=_sim_settings(args),
+        theme=args.theme,
+        read_only=args.read_only,
+        interval=args.interval,
+        bell=not args.no_bell,
+    )
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    """``gpumon replay FILE``: exit 2 with one line when FILE is not a usable recording."""
+    from pathlib import Path
+
+    from gpumon.backends.recording import RecordingError, ReplayMonitor
+
+    try:
+        monitor = ReplayMonitor.from_file(Path(args.file))
+    except (RecordingError, ValueError) as e:
+        print(f"gpumon replay: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:
+        print(f"gpumon replay: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
+    for problem in monitor.recording.problems:
+        print(f"gpumon replay: {args.file}: {problem}", file=sys.stderr)
+    monitor.set_paused(args.paused)
+    from gpumon.tui.app import GpumonApp, run_app
+
+    return run_app(GpumonApp([monitor], theme=args.theme, read_only=True, bell=False))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    main_parser, subs = _build_parsers()
+    pre = argparse.ArgumentParser(add_help=False)
+    _common_options(pre)
+    known, rest = pre.parse_known_args(argv)
+    if rest and rest[0] in cli_torch.COMMANDS:
+        return cli_torch.main(argv, read_only=known.read_only)
+    command = rest[0] if rest and rest[0] in COMMANDS else None
+    args: Any
+    if command is not None:
+        i = argv.index(command)
+        args = subs[command].parse_args(argv[:i] + argv[i + 1 :])
+    else:
+        args = main_parser.parse_args(argv)
+    if command == "replay":  # a recording needs no config
+        try:
+            return _cmd_replay(args)
+        except KeyboardInterrupt:
+            return 130
+    try:
+        config = load_config(args.config)
+        handler = {
+            "snapshot": _cmd_snapshot,
+            "check": _cmd_check,
+            "config": _cmd_config,
+            "restart": cmd_restart,
+            None: _cmd_dashboard,
+        }[command]
+        return handler(args, config)
+    except ConfigError as e:
+        print(f"gpumon: {e}", file=sys.stderr)
+        return EXIT_USAGE if command != "check" else EXIT_UNKNOWN
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The headless ``gpumon doctor`` and ``gpumon swap-torch`` commands.
+
+    gpumon doctor HOST [--json]
+        exit 0 nothing is a problem, 1 a problem, 3 the host cannot be reached
+    gpumon swap-torch HOST VARIANT [--version V] [--yes] [--dry-run] [--force]
+        exit 0 swapped (or dry run of a plan that would run, or nothing to do),
+        1 failed and rolled back / nothing changed, 2 refused or not confirmed,
+        3 the host cannot be reached, 4 rollback failed (venv state unknown)
+
+``main(argv, read_only=...)`` takes gpumon's whole argv (global options may come before
+the command). Also runnable as ``python -m gpumon.tui.cli.torch ...``. Light at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpumon.backends.config import ConfigError, HostConfig, load_config, resolve_host
+
+if TYPE_CHECKING:
+    from gpumon.backends.config import Config
+    from gpumon.backends.torchenv import SwapEvent
+
+COMMANDS = ("doctor", "swap-torch")
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+VARIANTS = ("cu126", "cu128", "cu129", "cu130", "cpu")
+
+
+def build_parser(command: str) -> argparse.ArgumentParser:
+    """The parser for one of COMMANDS (with gpumon's common options)."""
+    from gpumon.tui.cli.command_line import _common_options
+
+    if command == "doctor":
+        p = argparse.ArgumentParser(
+            prog="gpumon doctor",
+            description="Check HOST's torch / CUDA stack without changing anything. "
+            "Exit 0 no problem, 1 a problem, 3 host unreachable.",
+        )
+        p.add_argument("host", metavar="HOST")
+        p.add_argument("--json", action="store_true", help="JSON: host, python, checks")
+    else:
+        p = argparse.ArgumentParser(
+            prog="gpumon swap-torch",
+            description="Move HOST's venv to another torch CUDA variant (index: the host's "
+            "torch_index + /VARIANT), verify it, roll back on failure. Exit 0 swapped, "
+            "1 rolled back / unchanged, 2 refused, 3 unreachable, 4 rollback failed.",
+        )
+        p.add_argument("host", metavar="HOST")
+        p.add_argument("variant", metavar="VARIANT", choices=VARIANTS, help=", ".join(VARIANTS))
+        p.add_argument("--version", metavar="V", help="torch release (default: the installed)")
+        p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+        p.add_argument(
+            "--force",
+            action="store_true",
+            help="override refusals: running users, GPU/driver rules, no GPU, not a venv",
+        )
+    _common_options(p)  # includes --read-only
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, read_only: bool = False) -> int:
+    """Entry point for ``gpumon doctor`` / ``gpumon swap-torch`` (argv as gpumon's)."""
+    from gpumon.tui.cli.command_line import _common_options
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    _common_options(pre)
+    _, rest = pre.parse_known_args(argv)
+    command = rest[0] if rest and rest[0] in COMMANDS else None
+    if command is None:
+        print(f"gpumon: expected one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        return EXIT_USAGE
+    i = argv.index(command)
+    args = build_parser(command).parse_args(argv[:i] + argv[i + 1 :])
+    try:
+        config = load_config(args.config)
+        if command == "doctor":
+            return cmd_doctor(args, config)
+        return cmd_swap_torch(args, config, read_only=read_only or args.read_only)
+    except ConfigError as e:
+        print(f"gpumon: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def _host_and_transport(args: argparse.Namespace, config: Config) -> tuple[HostConfig, Any]:
+    from gpumon.backends.monitor import make_transport
+    from gpumon.tui.cli.command_line import _sim_settings
+
+    host = resolve_host(config, args.host)
+    return host, make_transport(host, _sim_settings(args))
+
+
+def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
+    from gpumon.backends.torchenv import format_report, host_python, run_doctor
+    from gpumon.backends.transport import TransportError
+
+    host, transport = _host_and_transport(args, config)
+
+    async def go() -> Any:
+        try:
+            await transport.connect()
+            return await run_doctor(transport, host)
+        finally:
+            await transport.dispose()
+
+    try:
+        report = asyncio.run(go())
+    except TransportError as e:
+        if args.json:
+            error = {"host": host.name, "python": host_python(host), "checks": [], "error": str(e)}
+            print(json.dumps(error, indent=2))
+        else:
+            print(f"UNKNOWN {host.name}: {e}")
+        return EXIT_UNREACHABLE
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(format_report(report, transport.label))
+    return int(report.exit_code)
+
+
+def _printer(out: Callable[[str], None]) -> Callable[[SwapEvent], None]:
+    def on_event(event: SwapEvent) -> None:
+        if event.kind == "line":
+            out(f"    | {event.text}")
+        else:
+            out(f"[{event.step}] {event.state}: {event.text}")
+
+    return on_event
+
+
+def audited(record: Callable[..., None], *args: Any) -> None:
+    """Write an audit entry; a log that cannot be written is reported, not fatal here
+    (nothing was changed)."""
+    try:
+        record(*args)
+    except OSError as e:
+        print(f"gpumon: audit log not written: {e}", file=sys.stderr)
+
+
+def _ask(question: str) -> bool:
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def cmd_swap_torch(
+    args: argparse.Namespace,
+    config: Config,
+    *,
+    read_only: bool = False,
+    confirm: Callable[[str], bool] | None = None,
+) -> int:
+    """Plan, confirm, run. ``confirm`` asks the user (default: a terminal prompt; without
+    a terminal and without --yes the swap is refused)."""
+    from gpumon.backends.torchenv import (
+        ProbeError,
+        execute_swap,
+        format_checks,
+        plan_swap,
+        record_refusal,
+    )
+    from gpumon.backends.transport import TransportError
+
+    host, transport = _host_and_transport(args, config)
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    async def go() -> int:
+        try:
+            plan = await plan_swap(
+                transport,
+                host,
+                args.variant,
+                version=args.version,
+                force=args.force,
+                read_only=read_only,
+            )
+        except (TransportError, ProbeError) as e:
+            say(f"UNKNOWN {host.name}: {e}")
+            return EXIT_UNREACHABLE
+        say(plan.describe())
+        if args.dry_run:
+            say("dry run: nothing changed")
+            return 0 if plan.ok or plan.noop else EXIT_USAGE
+        if plan.noop:
+            say(f"nothing to do: {plan.current} is installed")
+            return 0
+        if plan.refusals:
+            audited(record_refusal, plan)
+            print(f"gpumon: swap refused: {plan.refusals[0].reason}", file=sys.stderr)
+            return EXIT_USAGE
+        if not args.yes:
+            if confirm is None and not sys.stdin.isatty():
+                audited(record_refusal, plan, "not confirmed: no terminal and no --yes")
+                print("gpumon: not confirmed: no terminal to ask on; pass --yes", file=sys.stderr)
+                return EXIT_USAGE
+            ask = confirm or _ask
+            question = f"Swap {plan.current or 'no torch'} -> {plan.target} on {host.name}? [y/N] "
+            if not await asyncio.to_thread(ask, question):
+                audited(record_refusal, plan, "not confirmed: declined")
+                print("gpumon: not confirmed; nothing changed", file=sys.stderr)
+                return EXIT_USAGE
+        outcome = await execute_swap(plan, transport, host, on_event=_printer(say))
+        if outcome.verification:
+            say("torch checks after the swap:")
+            say("\n".join(format_checks(outcome.verification)))
+        say(outcome.message)
+        if outcome.audit_error:
+            print(f"gpumon: audit log not written: {outcome.audit_error}", file=sys.stderr)
+        return outcome.exit_code
+
+    async def run() -> int:
+        try:
+            return await go()
+        finally:
+            await transport.dispose()
+
+    return asyncio.run(run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The dashboard's side of alerts: notifications and the bell for new alerts, the strip,
+the history screen, and the flight recorder's "incident recorded" notice.
+
+``AlertsMixin`` is a base of ``GpumonApp``. The alert engines call ``_on_alert`` once per
+new alert and once per escalation (never for the backlog read at start), on the event
+loop, from inside the monitor: it only notifies, rings and marks the strip for redrawing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual.app import App
+
+from gpumon.backends.alerts.store import Alert
+from gpumon.backends.model import Health
+from gpumon.backends.untrusted import printable
+from gpumon.tui.screens import AlertHistoryScreen
+from gpumon.tui.views import alert_message, alert_title, alert_where, strip_alert
+from gpumon.tui.widgets import AlertStrip, StripView
+
+if TYPE_CHECKING:
+    from gpumon.backends.monitor import HostMonitor
+    from gpumon.tui.views import Palette
+
+CRITICAL_TIMEOUT_S = 10.0  # the strip keeps showing it after the toast is gone
+WARNING_TIMEOUT_S = 6.0
+NOTICE_CHARS = 80  # a toast is 1/2 of the screen wide: about 2 lines at 80 columns
+
+
+class AlertsMixin(App[int]):
+    if TYPE_CHECKING:  # provided by GpumonApp
+        monitors: list[HostMonitor]
+        palette: Palette
+        bell_enabled: bool
+        _mounted: bool
+
+        def refresh_dashboard(
+            self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
+        ) -> None: ...
+
+    strip: AlertStrip
+    _early_alerts: list[Alert]
+    _pending_notices: list[Alert]
+
+    def listen_to_alerts(self) -> None:
+        """Listen to every host's alerts and flight recorder (call once, before starting
+        the monitors)."""
+        self.strip = AlertStrip(id="alert-strip")
+        self._early_alerts = []
+        self._pending_notices = []
+        for m in self.monitors:
+            m.alerts.add_listener(self._on_alert)
+            m.recorder.on_written = partial(self._on_recording_written, m.recorder.on_written)
+
+    def announce_early_alerts(self) -> None:
+        """Alerts raised while the screen was being set up (call once mounted)."""
+        early, self._early_alerts = self._early_alerts, []
+        for alert in early:
+            self.announce(alert)
+
+    def _on_alert(self, alert: Alert) -> None:
+        if not self._mounted:
+            self._early_alerts.append(alert)
+            return
+        self.announce(alert)
+
+    def announce(self, alert: Alert) -> None:
+        """A new (or escalated) alert: the bell when it is critical, and a notification.
+
+        Alerts that arrive together (an OOM brings its log line, the memory drop and the
+        crash at once) share one notification, so toasts never bury the GPU rows."""
+        if alert.severity is Health.CRITICAL:
+            self.ring_bell(alert)
+        if not self._pending_notices:
+            self.call_later(self._notify_pending)
+        self._pending_notices.append(alert)
+        self.call_later(self.refresh_dashboard)  # the strip, the header's count
+
+    def _notify_pending(self) -> None:
+        alerts, self._pending_notices = self._pending_notices, []
+        if not alerts:
+            return
+        worst = max(alerts, key=lambda a: a.severity.rank)
+        critical = worst.severity is Health.CRITICAL
+        text = f"{alert_where(worst)}: {alert_message(worst)}"
+        if len(text) > NOTICE_CHARS:  # the strip and the history have all of it
+            text = text[: NOTICE_CHARS - 1] + "…"
+        title = alert_title(worst)
+        if len(alerts) > 1:
+            title = f"{title} (+{len(alerts) - 1} more: a)"
+        # One alert toast at a time: a newer one replaces the last (the strip and the
+        # history screen keep every alert), so toasts never stack over the GPU rows.
+        self.clear_notifications()
+        self.notify(
+            text,
+            title=title,
+            severity="error" if critical else "warning",
+            timeout=CRITICAL_TIMEOUT_S if critical else WARNING_TIMEOUT_S,
+        )
+
+    def ring_bell(self, alert: Alert) -> None:
+        """The terminal bell for a new critical ``alert``: the one place gpumon rings
+        (off with ``--no-bell``, and in a replay)."""
+        if self.bell_enabled:
+            self.bell()
+
+    def _on_recording_written(self, previous: Callable[[Path], None] | None, path: Path) -> None:
+        if previous is not None:
+            previous(path)
+        if self._mounted:
+            self.notify(
+                f"incident recorded: {printable(str(path))}",
+                title="Flight recorder",
+                timeout=12,
+            )
+
+    # --- the strip ----------------------------------------------------------------------
+    def strip_view(self) -> StripView | None:
+        """The strip's alert over every host, or None (hidden)."""
+        alert, more = strip_alert(a for m in self.monitors for a in m.alerts.active())
+        return None if alert is None else StripView(alert, more, self.palette)
+
+    def refresh_strip(self) -> bool:
+        """Show the alert that matters most now; returns whether the strip changed."""
+        if not self._mounted:
+            return False
+        return self.strip.show(self.strip_view())
+
+    # --- the history --------------------------------------------------------------------
+    def action_alerts(self) -> None:
+        if isinstance(self.screen, AlertHistoryScreen):
+            return
+        self.push_screen(
+            AlertHistoryScreen(
+                self.monitors, palette_of=lambda: self.palette, on_change=self._acknowledged
+            )
+        )
+
+    def _acknowledged(self) -> None:
+        self.refresh_strip()
+        self.refresh_dashboard()

@@ -1,0 +1,146 @@
+"""The cursor: it walks every host's GPU rows, then the rows of its jobs pane; what is
+under it is what the keys act on (``selected_monitor``, ``selected_job``, the detail view).
+
+``CursorMixin`` is a base of ``GpumonApp``. ``cursor`` is ``(host, row)``: rows below the
+host's GPU count are GPUs, the rest are jobs in the jobs pane's order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.app import App
+
+from gpumon.backends.config import JobConfig
+from gpumon.backends.monitor import HostMonitor
+from gpumon.tui.screens import DetailScreen, DetailTarget
+from gpumon.tui.widgets import GpuRow, WorkloadPane
+
+if TYPE_CHECKING:
+    from gpumon.tui.widgets import HostSection
+
+
+class CursorMixin(App[int]):
+    if TYPE_CHECKING:  # provided by GpumonApp
+        monitors: list[HostMonitor]
+        sections: list[HostSection]
+        cursor: tuple[int, int] | None
+
+        def refresh_dashboard(
+            self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
+        ) -> None: ...
+
+        def action_open_detail(self) -> None: ...
+
+    def _positions(self) -> list[tuple[int, int]]:
+        """Cursor positions: per host, its GPU rows, then its jobs pane's rows."""
+        return [
+            (i, p)
+            for i, s in enumerate(self.sections)
+            for p in range(len(s.gpus) + (len(s.job_names) if s.jobs.display else 0))
+        ]
+
+    _cursor_on: tuple[str, object] | None = None  # what the cursor was last on
+
+    def under_cursor(self) -> tuple[str, object] | None:
+        """What the cursor is on: ``("gpu", index)``, ``("job", name)`` or None."""
+        if self.cursor is None:
+            return None
+        i, pos = self.cursor
+        section = self.sections[i]
+        gpus, names = section.gpus, section.job_names
+        if pos < len(gpus):
+            return ("gpu", gpus[pos].index)
+        k = pos - len(gpus)
+        return ("job", names[k]) if k < len(names) else None
+
+    def follow_cursor(self) -> None:
+        """After rows came or went (the first sample, a lost GPU): keep the cursor on the
+        job it was on, and tell the footer when what is under it changed."""
+        was, now = self._cursor_on, self.under_cursor()
+        if now == was:
+            return
+        if was is not None and was[0] == "job" and self.cursor is not None:
+            i = self.cursor[0]
+            section = self.sections[i]
+            if was[1] in section.job_names:
+                self.cursor = (i, len(section.gpus) + section.job_names.index(str(was[1])))
+        self._cursor_on = self.under_cursor()
+        self.refresh_bindings()
+
+    def _move_cursor(self, delta: int) -> None:
+        positions = self._positions()
+        if not positions:
+            return
+        at = positions.index(self.cursor) + delta if self.cursor in positions else 0
+        new = positions[min(max(at, 0), len(positions) - 1)]
+        old, self.cursor = self.cursor, new
+        if old == new:
+            return
+        self._cursor_on = self.under_cursor()  # moved on purpose: nothing to follow
+        touched = {new[0]} | ({old[0]} if old else set())
+        self.refresh_dashboard(touched)
+        section = self.sections[new[0]]
+        if new[1] < len(section.rows):
+            section.rows[new[1]].scroll_visible(animate=False)
+        elif section.jobs.display:
+            section.jobs.scroll_visible(animate=False)
+        if isinstance(self.screen, DetailScreen) and (target := self._cursor_target()):
+            self.screen.show_gpu(target)
+        self.refresh_bindings()
+
+    def _cursor_target(self) -> DetailTarget | None:
+        """The GPU under the cursor (None on a job row)."""
+        if self.cursor is None:
+            return None
+        i, pos = self.cursor
+        gpus = self.sections[i].gpus
+        if pos >= len(gpus):
+            return None
+        return DetailTarget(self.monitors[i], gpus[pos].index)
+
+    def selected_monitor(self) -> HostMonitor | None:
+        """The host under the cursor (the first host before there is a cursor)."""
+        if self.cursor is not None:
+            return self.monitors[self.cursor[0]]
+        return self.monitors[0] if self.monitors else None
+
+    def selected_job(self) -> tuple[HostMonitor, JobConfig] | None:
+        """The job under the cursor: the jobs pane's row when the cursor is on one, else
+        the job whose GPUs include the GPU under the cursor (None without one). The job
+        comes from ``monitor.host`` (the demo adds its drafter there)."""
+        if self.cursor is None:
+            return None
+        i, pos = self.cursor
+        section, monitor = self.sections[i], self.monitors[i]
+        gpus = section.gpus
+        if pos >= len(gpus):
+            names = section.job_names
+            k = pos - len(gpus)
+            job = monitor.host.job(names[k]) if k < len(names) else None
+        else:
+            index = gpus[pos].index
+            job = next((j for j in monitor.host.jobs if index in j.gpus), None)
+        return (monitor, job) if job is not None else None
+
+    def on_gpu_row_selected(self, message: GpuRow.Selected) -> None:
+        host = next((i for i, s in enumerate(self.sections) if message.row in s.rows), None)
+        if host is None:
+            return
+        self._cursor_to((host, self.sections[host].rows.index(message.row)))
+        if message.open_detail:
+            self.action_open_detail()
+
+    def on_workload_pane_row_selected(self, message: WorkloadPane.RowSelected) -> None:
+        host = next((i for i, s in enumerate(self.sections) if message.pane is s.jobs), None)
+        if host is not None:
+            self._cursor_to((host, len(self.sections[host].gpus) + message.index))
+
+    def _cursor_to(self, target: tuple[int, int]) -> None:
+        positions = self._positions()
+        if target in positions:
+            cur = positions.index(self.cursor) if self.cursor in positions else 0
+            self._move_cursor(positions.index(target) - cur)
+
+    def action_cursor(self, delta: int) -> None:
+        self._move_cursor(delta)

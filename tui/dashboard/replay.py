@@ -1,0 +1,108 @@
+"""The dashboard on a flight recording (``gpumon replay FILE``): pause, step, speed, and
+the header's "REPLAY 2x, 14:32:07 (45/661)" instead of the connection state.
+
+``ReplayMixin`` is a base of ``GpumonApp``. A replay is the app with one
+``ReplayMonitor``: the rows, alerts and strip behave as during the incident. ``p`` pauses
+the recording itself (not only the rows), so ``.``/``n`` can step it one sample at a time.
+Keys that need a live machine are greyed out or hidden by ``check_replay_action``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.app import App
+
+from gpumon.backends.recording import SPEEDS, ReplayMonitor
+from gpumon.tui.views import clock_time
+
+if TYPE_CHECKING:
+    from gpumon.backends.monitor import HostMonitor
+
+REPLAY_ACTIONS = frozenset({"replay_step", "replay_faster", "replay_slower"})
+LIVE_ONLY = frozenset({"faster", "slower"})  # the sampling interval of a live host
+
+
+def speed_text(speed: float) -> str:
+    """2.0 -> "2x", 0.25 -> "0.25x"."""
+    return f"{speed:g}x"
+
+
+def replay_status(replay: ReplayMonitor) -> str:
+    """ "REPLAY 2x, 14:32:07 (45/661)"; "paused" or "ended" instead of the speed."""
+    samples = replay.recording.samples
+    shown = replay.latest.time if replay.latest is not None else samples[0].time
+    if replay.finished:
+        state = "ended"
+    elif replay.paused:
+        state = "paused"
+    else:
+        state = speed_text(replay.speed)
+    return f"REPLAY {state}, {clock_time(shown)} ({replay.position}/{len(samples)})"
+
+
+class ReplayMixin(App[int]):
+    if TYPE_CHECKING:  # provided by GpumonApp
+        monitors: list[HostMonitor]
+
+        def refresh_dashboard(
+            self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
+        ) -> None: ...
+
+        def _retime(self) -> None: ...
+
+    @property
+    def replay(self) -> ReplayMonitor | None:
+        """The recording on show, or None for live hosts."""
+        if len(self.monitors) == 1 and isinstance(self.monitors[0], ReplayMonitor):
+            return self.monitors[0]
+        return None
+
+    def replay_header(self, monitor: HostMonitor) -> str | None:
+        return replay_status(monitor) if isinstance(monitor, ReplayMonitor) else None
+
+    def check_replay_action(self, action: str) -> bool | None:
+        """Replay keys: hidden live; step only while paused, speed within its range.
+        Interval keys in a replay: greyed out. Anything else: True (not decided here)."""
+        replay = self.replay
+        if action in REPLAY_ACTIONS:
+            if replay is None:
+                return False
+            if action == "replay_step":
+                return True if replay.paused and not replay.finished else None
+            if replay.finished:
+                return None
+            edge = SPEEDS[-1] if action == "replay_faster" else SPEEDS[0]
+            return True if replay.speed != edge else None
+        if action in LIVE_ONLY and replay is not None:
+            return None
+        return True
+
+    def toggle_replay_pause(self, replay: ReplayMonitor) -> None:
+        replay.set_paused(not replay.paused)
+        self.refresh_bindings()
+        self.refresh_dashboard()
+
+    def action_replay_step(self) -> None:
+        replay = self.replay
+        if replay is None or not replay.paused:
+            return
+        if replay.step():
+            self.refresh_dashboard()
+        self.refresh_bindings()
+
+    def action_replay_faster(self) -> None:
+        self._replay_speed(faster=True)
+
+    def action_replay_slower(self) -> None:
+        self._replay_speed(faster=False)
+
+    def _replay_speed(self, *, faster: bool) -> None:
+        replay = self.replay
+        if replay is None:
+            return
+        speed = replay.faster() if faster else replay.slower()
+        self.notify(f"replay speed {speed_text(speed)}", timeout=2)
+        self._retime()
+        self.refresh_bindings()
+        self.refresh_dashboard()

@@ -1,0 +1,257 @@
+"""Pure functions from workload trackers to cells: SGLang servers, jobs, GPU owners.
+
+Like ``cells.py``: no colours, no widgets. A value a tracker does not know is the ``n/a``
+cell, never 0. Column keys are the ones ``widgets/workload_panes.py`` lays out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpumon.backends.model import GpuSample, HostSample
+from gpumon.backends.untrusted import printable as _printable
+from gpumon.backends.workloads import JobState, JobTracker, SglangTotals, SglangTracker
+from gpumon.tui.views.gpu_cells import NA, Cell, Role, duration
+
+BLANK = Cell("", Role.MUTED)
+SGLANG_PROCESS_MARK = "sglang"  # SGLang's GPU processes are named sglang::scheduler_TP<n>
+
+
+def rate_text(value: float) -> str:
+    """A throughput in at most 5 cells: 812 -> "812", 1203.4 -> "1.20k", 13000 -> "13.0k"."""
+    v = abs(value)
+    if v == 0:
+        return "0"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= scale * 0.9995:
+            return _three_digits(value / scale) + suffix
+    return _three_digits(value)
+
+
+def _three_digits(x: float) -> str:
+    """Three significant digits, trailing zeros kept: 13.0, 1.20, 812."""
+    v = abs(x)
+    return f"{x:.2f}" if v < 9.995 else f"{x:.1f}" if v < 99.95 else f"{x:.0f}"
+
+
+def count_text(value: float) -> str:
+    """A count in few cells: 709 -> "709", 12345 -> "12.3k"."""
+    return f"{value:.0f}" if abs(value) < 10000 else rate_text(value)
+
+
+def _known(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _pct(value: float | None, role: Role = Role.NORMAL) -> Cell:
+    if value is None or not _known(value):
+        return NA
+    return Cell(f"{math.floor(value * 100 + 1e-9):d}%", role)
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.1f}s"
+
+
+def latency_pair(p50: float | None, p95: float | None) -> Cell:
+    """TTFT p50/p95: "600/980ms", "0.60/1.90s"; "n/a" when the median is unknown."""
+    if p50 is None or not _known(p50):
+        return NA
+    if p95 is None or not _known(p95):
+        return Cell(_seconds(p50))
+    if p95 < 1:
+        return Cell(f"{p50 * 1000:.0f}/{p95 * 1000:.0f}ms")
+    return Cell(f"{p50:.2f}/{p95:.2f}s")
+
+
+def model_short(model: str | None) -> str | None:
+    """ "Qwen/Qwen3-8B" -> "Qwen3-8B"; a local path keeps its last part."""
+    if not model or not model.strip():
+        return None
+    return _printable(model.strip().rstrip("/").rsplit("/", 1)[-1])
+
+
+def kv_role(usage: float | None) -> Role:
+    if usage is None:
+        return Role.NA
+    return Role.CRITICAL if usage >= 0.98 else Role.WARNING if usage >= 0.92 else Role.NORMAL
+
+
+# --- SGLang ---------------------------------------------------------------------------------
+
+
+def sglang_cells(s: SglangTracker) -> dict[str, Cell]:
+    """One server's cells by column key. A down server's ``error`` cell says why."""
+    stale = s.stale or s.up is False
+    numbers = Role.MUTED if stale else Role.NORMAL
+    if s.up is None:
+        state = Cell("wait", Role.MUTED)
+    elif s.up:
+        state = Cell("up", Role.WARNING if s.stale else Role.OK)
+    else:
+        state = Cell("down", Role.CRITICAL)
+    out = {
+        "name": Cell(f":{s.port}", Role.NORMAL),
+        "state": state,
+        "model": Cell(model_short(s.model) or "n/a", Role.NORMAL if s.model else Role.NA),
+        "tok/s": _num(s.gen_tokens_per_s, numbers, rate_text),
+        "run": _num(s.running, numbers, count_text),
+        "queue": _num(s.queued, numbers, count_text),
+        "KV": _pct(s.token_usage, Role.MUTED if stale else kv_role(s.token_usage)),
+        "hit": _pct(s.cache_hit_rate, numbers),
+        "TTFT": latency_pair(s.ttft_p50_s, s.ttft_p95_s),
+        "ITL": NA if s.itl_p50_s is None else Cell(_seconds(s.itl_p50_s)),
+    }
+    if s.error and (s.up is False or s.stale):
+        out["error"] = Cell(_printable(s.error), Role.CRITICAL if s.up is False else Role.WARNING)
+    return out
+
+
+def sglang_total_cells(t: SglangTotals) -> dict[str, Cell]:
+    """The aggregate row: sums over the servers that report; latencies are per server."""
+    return {
+        "name": Cell("all", Role.NORMAL),
+        "state": Cell(f"{t.up}/{t.servers}", Role.OK if t.up == t.servers else Role.CRITICAL),
+        "model": BLANK,
+        "tok/s": _num(t.gen_tokens_per_s, Role.NORMAL, rate_text),
+        "run": _num(t.running, Role.NORMAL, count_text),
+        "queue": _num(t.queued, Role.NORMAL, count_text),
+        "KV": _pct(t.token_usage, kv_role(t.token_usage)),
+        "hit": _pct(t.cache_hit_rate),
+        "TTFT": BLANK,
+        "ITL": BLANK,
+    }
+
+
+def common_model(trackers: Iterable[SglangTracker]) -> str | None:
+    """The model every server that says one serves, when they agree."""
+    models = {model_short(s.model) for s in trackers if s.model}
+    return models.pop() if len(models) == 1 else None
+
+
+def _num(value: float | None, role: Role, fmt: Callable[[float], str]) -> Cell:
+    if value is None or not _known(value):
+        return NA
+    return Cell(fmt(float(value)), role)
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+
+def gpu_list_text(gpus: Sequence[int]) -> str:
+    """(5, 6, 7) -> "5-7"; (0, 2, 3) -> "0,2-3"; () -> ""."""
+    parts: list[str] = []
+    ordered = sorted(set(gpus))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def job_state_cell(job: JobTracker) -> Cell:
+    """ "running", "finished", "stopped", "crashed: OOM on GPU 6"; a job whose log said
+    nothing yet is "no progress yet"."""
+    if job.state is JobState.CRASHED:
+        reason = f": {_printable(job.crash_reason)}" if job.crash_reason else ""
+        return Cell(f"crashed{reason}", Role.CRITICAL)
+    if job.state is JobState.RUNNING and job.last_update is None:
+        return Cell("no progress yet", Role.MUTED)
+    role = {JobState.RUNNING: Role.OK, JobState.STOPPED: Role.WARNING}.get(job.state, Role.NORMAL)
+    return Cell(job.state.value, role)
+
+
+def job_rate(job: JobTracker) -> float | None:
+    """The value ``rate_history`` records: tokens/s if known, else steps or items per s."""
+    return job.tokens_per_s if job.rate_unit == "tok/s" else job.items_per_s
+
+
+def job_cells(job: JobTracker) -> dict[str, Cell]:
+    """One job's cells by column key. Numbers of a job that ended are muted (last known)."""
+    ended = job.state is not JobState.RUNNING
+    numbers = Role.MUTED if ended else Role.NORMAL
+    if job.step is not None:
+        total = f"/{count_text(job.total_steps)}" if job.total_steps else ""
+        progress = Cell(f"{count_text(job.step)}{total}", numbers)
+    elif job.done is not None:
+        total = f"/{count_text(job.total)}" if job.total else ""
+        progress = Cell(f"{count_text(job.done)}{total}", numbers)
+    else:
+        progress = NA
+    rate = job_rate(job)
+    unit = (job.rate_unit or "").replace("steps/s", "step/s")
+    rate_cell = NA
+    if rate is not None and _known(rate):
+        rate_cell = Cell(f"{rate_text(rate)} {unit}", numbers)
+    eta = job.eta_s
+    return {
+        "name": Cell(_printable(job.name), Role.NORMAL),
+        "state": job_state_cell(job),
+        "GPUs": Cell(gpu_list_text(job.gpus)) if job.gpus else NA,
+        "progress": progress,
+        "rate": rate_cell,
+        "loss": NA if job.loss is None or not _known(job.loss) else Cell(_loss(job.loss), numbers),
+        "ETA": NA if eta is None else Cell(duration(eta), numbers),
+    }
+
+
+def _loss(loss: float) -> str:
+    return f"{loss:.4f}" if abs(loss) < 10 else f"{loss:.4g}"
+
+
+# --- GPU owners -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """What runs on a GPU, in the words of the row: a job name or an SGLang port."""
+
+    text: str
+    role: Role
+
+
+def gpu_owners(
+    sample: HostSample | None,
+    jobs: Mapping[str, JobTracker],
+    servers: Mapping[int, SglangTracker],
+) -> dict[int, Owner]:
+    """GPU index -> its owner.
+
+    Jobs own the GPUs their config names (``gpus``). SGLang servers, sorted by port, map
+    onto the GPUs that run an ``sglang`` process, in index order, when there are as many of
+    those as servers; else onto every GPU in order when there are as many servers as GPUs
+    (server i <-> GPU i, the usual one-server-per-GPU layout). Otherwise servers own
+    nothing on the rows: a guess would be worse than no answer. A job wins over a server.
+    """
+    owners: dict[int, Owner] = {}
+    gpus = sample.gpus if sample is not None else ()
+    if servers and gpus:
+        ports = sorted(servers)
+        hosting = [g.index for g in gpus if _runs_sglang(sample, g)]
+        if len(hosting) != len(ports):
+            hosting = [g.index for g in gpus] if len(gpus) == len(ports) else []
+        for port, index in zip(ports, hosting, strict=False):
+            server = servers[port]
+            role = Role.CRITICAL if server.up is False else Role.NORMAL
+            owners[index] = Owner(f"sglang:{port}", role)
+    for job in jobs.values():
+        state = job.state
+        role = {
+            JobState.CRASHED: Role.CRITICAL,
+            JobState.STOPPED: Role.MUTED,
+            JobState.FINISHED: Role.MUTED,
+        }.get(state, Role.NORMAL)
+        for index in job.gpus:
+            owners[index] = Owner(_printable(job.name), role)
+    return owners
+
+
+def _runs_sglang(sample: HostSample | None, gpu: GpuSample) -> bool:
+    if sample is None:
+        return False
+    return any(SGLANG_PROCESS_MARK in (p.name or "") for p in sample.processes_for(gpu))

@@ -1,0 +1,103 @@
+"""The views of the workload panes, built from a host's trackers: which rows, in which
+order, with which sparkline. The panes (``widgets/workload_panes.py``) only draw them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from gpumon.backends.workloads import JobTracker, SglangTracker, sglang_totals
+from gpumon.tui.views.palette import Palette
+from gpumon.tui.views.workload_cells import (
+    common_model,
+    job_cells,
+    sglang_cells,
+    sglang_total_cells,
+)
+from gpumon.tui.widgets import PaneRow, PaneView, bin_series
+
+
+def history_bins(
+    history: Sequence[tuple[float, float | None]], *, end: float, span: float, count: int
+) -> tuple[float | None, ...]:
+    """A tracker's ``(time, value)`` history as ``count`` time slices ending at ``end``."""
+    if not history or count <= 0:
+        return ()
+    times = [t for t, _ in history]
+    values = [v for _, v in history]
+    return tuple(bin_series(times, values, end=end, span=span, count=count, mean=True))
+
+
+def _top(*series: Sequence[float | None]) -> float:
+    return max((v for s in series for v in s if v is not None), default=0.0)
+
+
+def sglang_view(
+    servers: Mapping[int, SglangTracker],
+    *,
+    end: float,
+    span: float,
+    count: int,
+    palette: Palette,
+    stale: bool = False,
+) -> PaneView | None:
+    """The SGLang pane: the aggregate row (two servers or more), then one row per server by
+    port (``limit_servers`` trims it to the lines there are). None without servers."""
+    if not servers:
+        return None
+    trackers = [servers[p] for p in sorted(servers)]
+    sparks = {s.port: history_bins(s.history, end=end, span=span, count=count) for s in trackers}
+    top = _top(*sparks.values())
+    rows: list[PaneRow] = []
+    if len(trackers) >= 2:
+        total: list[float | None] = []
+        for column in zip(*(s for s in sparks.values() if s), strict=True):
+            known = [v for v in column if v is not None]
+            total.append(sum(known) if known else None)
+        cells = sglang_total_cells(sglang_totals(trackers))
+        rows.append(
+            PaneRow("all", tuple(cells.items()), tuple(total), _top(total), bold=True),
+        )
+    for s in trackers:
+        cells = sglang_cells(s)
+        error = cells.pop("error", None)
+        rows.append(PaneRow(str(s.port), tuple(cells.items()), sparks[s.port], top, error))
+    model = common_model(trackers)
+    notes = (("model", f" · {model}"),) if model else ()
+    return PaneView("SGLang", "tok/s history", tuple(rows), palette, stale=stale, notes=notes)
+
+
+def limit_servers(view: PaneView | None, max_servers: int | None) -> PaneView | None:
+    """``view`` with at most ``max_servers`` server lines (None: all). The aggregate line
+    stays; servers with a problem (down, stale) go first; the title says how many are
+    left out."""
+    if view is None or max_servers is None:
+        return view
+    aggregate = view.rows[:1] if view.rows and view.rows[0].key == "all" else ()
+    servers = view.rows[len(aggregate) :]
+    if max_servers >= len(servers):
+        return view
+    ranked = sorted(servers, key=lambda r: r.error is None)[: max(max_servers, 0)]
+    kept = tuple(r for r in servers if r in ranked)
+    title = f"+{len(servers) - len(kept)} more · {view.spark_title}"
+    return replace(view, rows=(*aggregate, *kept), spark_title=title)
+
+
+def jobs_view(
+    jobs: Mapping[str, JobTracker],
+    *,
+    end: float,
+    span: float,
+    count: int,
+    palette: Palette,
+    cursor: int | None = None,
+    stale: bool = False,
+) -> PaneView | None:
+    """The jobs pane: one row per job in config order; None when the host has none."""
+    if not jobs:
+        return None
+    rows = []
+    for job in jobs.values():
+        spark = history_bins(job.rate_history, end=end, span=span, count=count)
+        rows.append(PaneRow(job.name, tuple(job_cells(job).items()), spark, _top(spark)))
+    return PaneView("jobs", "rate history", tuple(rows), palette, cursor=cursor, stale=stale)

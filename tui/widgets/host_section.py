@@ -1,0 +1,321 @@
+"""One host's section: its header, the column titles, a row per GPU, the SGLang pane and
+the jobs pane.
+
+The section reads its monitor's state (it never talks to the machine) and turns it into
+views; widgets redraw only when their view changed. While paused it keeps showing the
+sample (and the workload numbers) it had, so everything stands still while the monitor
+goes on collecting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widget import Widget
+from textual.widgets import Static
+
+from gpumon.backends.model import ConnState, GpuSample, HostSample
+from gpumon.backends.monitor import HostMonitor
+from gpumon.tui.dashboard import HostNeeds
+from gpumon.tui.views import Palette, alert_count, gpu_owners, jobs_view, limit_servers, sglang_view
+from gpumon.tui.views.gpu_cells import (
+    Cell,
+    HeaderInput,
+    Role,
+    gpu_cells,
+    header_error,
+    header_parts,
+    process_summary,
+)
+from gpumon.tui.widgets.gpu_row import (
+    MEM_W,
+    NAME_W,
+    OWNER_W,
+    PCT_W,
+    POWER_W,
+    PREFIX_W,
+    TEMP_W,
+    UTIL_W,
+    GpuRow,
+    RowView,
+)
+from gpumon.tui.widgets.gpu_row import row_layout as _row_layout
+from gpumon.tui.widgets.host_header import HeaderView, HostHeader
+from gpumon.tui.widgets.sparkline import bin_series, column_span
+from gpumon.tui.widgets.workload_panes import JobsPane, PaneView, SglangPane
+
+
+@dataclass(frozen=True, slots=True)
+class ViewContext:
+    """What every section needs to know to draw itself this time."""
+
+    now: float
+    paused: bool
+    palette: Palette
+    spark_memory: bool  # sparkline of memory (True) or utilisation (False)
+    row_height: int  # 1-3 lines per GPU
+    cursor: int | None  # position of the cursor's GPU row in this host, if it is there
+    job_cursor: int | None = None  # the cursor's row in this host's jobs pane
+    max_servers: int | None = None  # SGLang server lines that fit (None: all)
+    replay: str | None = None  # the replay's state, shown instead of the connection state
+
+
+class ColumnTitles(Widget):
+    DEFAULT_CSS = """
+    ColumnTitles { height: 1; width: 1fr; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view: tuple[bool, Palette, bool] | None = None
+
+    def show(self, spark_memory: bool, palette: Palette, owners: bool = False) -> None:
+        if self.view != (spark_memory, palette, owners):
+            self.view = (spark_memory, palette, owners)
+            self.refresh()
+
+    def render(self) -> Text:
+        if self.view is None:
+            return Text()
+        return column_titles(self.size.width, *self.view)
+
+
+def column_titles(width: int, spark_memory: bool, palette: Palette, owners: bool = False) -> Text:
+    """The column titles; ``owners``: some GPU has an owner (narrow: in the name column)."""
+    layout = _row_layout(width)
+    name = "owner/name" if owners and not layout.extras else "name"
+    text = " GPU ".ljust(PREFIX_W) + name.ljust(NAME_W) + " " + "memory".ljust(layout.bar) + " "
+    text += "used".rjust(MEM_W) + " " + "mem%".rjust(PCT_W) + " " + "util".rjust(UTIL_W)
+    text += "temp".rjust(TEMP_W) + "power".rjust(POWER_W)
+    if layout.extras:
+        text += " " + "P".rjust(3) + " " + "SM clk".rjust(7) + " " + "owner".ljust(OWNER_W)
+    if layout.spark:
+        label = "mem history" if spark_memory else "util history"
+        text += " " + label[: layout.spark]
+    return Text(text[:width], Style(color=palette.na, bold=True), no_wrap=True)
+
+
+class HostSection(Vertical):
+    """Header, column titles, GPU rows and workload panes of one host; ``refresh_view``
+    brings it up to date."""
+
+    DEFAULT_CSS = """
+    HostSection { height: auto; }
+    HostSection > .waiting { height: 1; }
+    """
+
+    def __init__(self, monitor: HostMonitor, index: int) -> None:
+        super().__init__(id=f"host-{index}", classes="host")
+        self.monitor = monitor
+        self.index = index
+        self.shown: HostSample | None = None  # what the rows show (frozen while paused)
+        self.header = HostHeader()
+        self.titles = ColumnTitles()
+        self.waiting = Static("", classes="waiting", markup=False)
+        self.rows: list[GpuRow] = []
+        self.sglang = SglangPane(id=f"sglang-{index}")
+        self.jobs = JobsPane(id=f"jobs-{index}")
+        self._spark_cache: dict[int, tuple[object, tuple[float | None, ...]]] = {}
+        self._full_in: dict[int, float] = {}  # time to full of the shown sample's GPUs
+        self._panes: tuple[PaneView | None, PaneView | None] = (None, None)  # all servers
+        self._stale = False
+
+    def compose(self) -> ComposeResult:
+        yield self.header
+        yield self.titles
+        yield self.waiting
+        yield self.sglang
+        yield self.jobs
+
+    @property
+    def gpus(self) -> tuple[GpuSample, ...]:
+        return self.shown.gpus if self.shown is not None else ()
+
+    @property
+    def job_names(self) -> list[str]:
+        """The jobs pane's rows, in order (the cursor walks them after the GPU rows)."""
+        return list(self.monitor.workloads.jobs)
+
+    def needs(self) -> HostNeeds:
+        """What this section would like to show, for the layout plan."""
+        w = self.monitor.workloads
+        sick = sum(1 for row in self.rows if row.view is not None and row.view.cells.problems.text)
+        extra = sick + (1 if self.monitor.status.error else 0)
+        return HostNeeds(len(self.gpus) or 8, extra, len(w.sglang), len(w.jobs))
+
+    def refresh_view(self, ctx: ViewContext, *, rows: bool = True) -> None:
+        """Bring header, rows and panes up to date with the monitor (they stay while
+        paused). ``rows=False``: the header only, unless the stale mark has to change."""
+        m = self.monitor
+        if rows and not ctx.paused and m.latest is not self.shown:
+            self.shown = m.latest
+            self._full_in = self._times_to_full(self.shown)
+        shown = self.shown
+        # Not being refreshed is stale too: while reconnecting the values are only a memory.
+        # A replay that ended is not: its last sample is what the recording holds.
+        down = m.status.state != ConnState.CONNECTED and ctx.replay is None
+        stale = shown is not None and (m.is_stale(ctx.now) or down)
+        count = alert_count(m.alerts.active())
+        self.header.show(
+            HeaderView(
+                tuple(
+                    header_parts(
+                        HeaderInput(
+                            name=m.name,
+                            status=m.status,
+                            shown_time=shown.time if shown else None,
+                            now=ctx.now,
+                            stale=stale,
+                            interval=m.interval,
+                            alerts=count.total,
+                            new_alerts=count.new,
+                            alert_role=count.role,
+                            paused=ctx.paused,
+                            replay=ctx.replay,
+                        )
+                    )
+                ),
+                None if ctx.replay is not None else header_error(m.status),
+                ctx.palette,
+            )
+        )
+        if not rows and stale == self._stale and self.rows:
+            return
+        self._stale = stale
+        if shown is None:
+            self.titles.display = False
+            self.waiting.display = True
+            self.waiting.update(Text(f"  waiting for the first sample from {m.name}…", "italic"))
+            self._refresh_panes(ctx, stale)
+            return
+        self.titles.display = True
+        self.waiting.display = False
+        w = m.workloads
+        owners = {i: Cell(o.text, o.role) for i, o in gpu_owners(shown, w.jobs, w.sglang).items()}
+        self.titles.show(ctx.spark_memory, ctx.palette, bool(owners))
+        self._sync_rows(len(shown.gpus))
+        count_spark = _row_layout(self.size.width or self.app.size.width).spark
+        in_container = m.host.container is not None
+        for pos, (row, gpu) in enumerate(zip(self.rows, shown.gpus, strict=True)):
+            spark = self._spark(gpu, shown, ctx.spark_memory, count_spark)
+            total = gpu.memory_total_mib
+            row.show(
+                RowView(
+                    cells=gpu_cells(gpu),
+                    spark=spark,
+                    spark_max=(float(total or 0) if ctx.spark_memory else 100.0),
+                    spark_is_memory=ctx.spark_memory,
+                    stale=stale,
+                    cursor=pos == ctx.cursor,
+                    height=ctx.row_height,
+                    processes=(
+                        process_summary(shown, gpu, in_container)
+                        if ctx.row_height >= 3
+                        else _NO_PROCESSES
+                    ),
+                    palette=ctx.palette,
+                    owner=owners.get(gpu.index),
+                    full_in=self._full_in.get(gpu.index),
+                )
+            )
+        self._refresh_panes(ctx, stale)
+
+    def _times_to_full(self, sample: HostSample | None) -> dict[int, float]:
+        """GPU -> seconds to full, for GPUs where the time-to-full warning applies (the
+        estimate is within the rule's horizon, or its alert is still on)."""
+        if sample is None:
+            return {}
+        alerts = self.monitor.alerts
+        horizon = alerts.rules.ttf_horizon_s
+        active = {a.key for a in alerts.active()}
+        out = {}
+        for gpu in sample.gpus:
+            ttf = alerts.time_to_full(gpu.index)
+            if ttf is not None and (ttf <= horizon or f"time_to_full:{gpu.index}" in active):
+                out[gpu.index] = ttf
+        return out
+
+    def _refresh_panes(self, ctx: ViewContext, stale: bool) -> None:
+        """The SGLang and jobs panes; while paused they keep their numbers (the cursor,
+        the colours and the number of server lines still follow)."""
+        w = self.monitor.workloads
+        views: tuple[PaneView | None, PaneView | None]
+        old = self._panes
+        if ctx.paused and any(v is not None for v in old):
+            views = (
+                _restyle(old[0], ctx, None, stale),
+                _restyle(old[1], ctx, ctx.job_cursor, stale),
+            )
+        else:
+            width = self.size.width or self.app.size.width
+            # trackers keep ~120 points, one per scrape or log line: 2 intervals a column
+            span = 2 * max(self.monitor.interval, 0.5)
+            end = ctx.now
+            views = (
+                sglang_view(
+                    w.sglang,
+                    end=end,
+                    span=span,
+                    count=width,
+                    palette=ctx.palette,
+                    stale=stale,
+                ),
+                jobs_view(
+                    w.jobs,
+                    end=end,
+                    span=span,
+                    count=width,
+                    palette=ctx.palette,
+                    cursor=ctx.job_cursor,
+                    stale=stale,
+                ),
+            )
+        self._panes = views
+        self.sglang.show(limit_servers(views[0], ctx.max_servers))
+        self.jobs.show(views[1])
+
+    def _sync_rows(self, n: int) -> None:
+        """One GpuRow per GPU (GPUs can appear or vanish between samples)."""
+        while len(self.rows) < n:
+            row = GpuRow(id=f"gpu-{self.index}-{len(self.rows)}")
+            self.rows.append(row)
+            self.mount(row, before=self.sglang)
+        while len(self.rows) > n:
+            self.rows.pop().remove()
+
+    def _spark(
+        self, gpu: GpuSample, shown: HostSample, memory: bool, count: int
+    ) -> tuple[float | None, ...]:
+        hist = self.monitor.histories.get(gpu.index)
+        if hist is None or count <= 0:
+            return ()
+        span = column_span(self.monitor.interval)
+        key = (memory, shown.time, len(hist), hist.times[-1] if hist.times else None, span, count)
+        cached = self._spark_cache.get(gpu.index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        series = hist.memory_used_mib if memory else hist.utilization_pct
+        values = tuple(
+            bin_series(hist.times, series, end=shown.time, span=span, count=count, mean=not memory)
+        )
+        self._spark_cache[gpu.index] = (key, values)
+        return values
+
+    def row_region_y(self, pos: int) -> int:
+        """Offset of row ``pos`` within this section (for scrolling the cursor into view)."""
+        return self.rows[pos].virtual_region.y if pos < len(self.rows) else 0
+
+
+def _restyle(
+    view: PaneView | None, ctx: ViewContext, cursor: int | None, stale: bool
+) -> PaneView | None:
+    if view is None:
+        return None
+    return replace(view, palette=ctx.palette, cursor=cursor, stale=stale)
+
+
+_NO_PROCESSES = Cell("", Role.MUTED)
