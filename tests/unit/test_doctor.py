@@ -660,7 +660,7 @@ def test_builtin_table_is_the_shipped_copy() -> None:
     assert release is not None and (release.torchvision, release.torchaudio) == ("0.26.0", "2.11.0")
     shared = Path(__file__).parents[3] / "shared" / "fixtures" / "torch" / "variants.toml"
     if shared.exists():  # the project's copy, where this checkout has one beside it
-        data = Path(__file__).parents[2] / "backends" / "data" / "torch_variants.toml"
+        data = Path(__file__).parents[2] / "backends" / "torchenv" / "data" / "torch_variants.toml"
         assert data.read_bytes() == shared.read_bytes()
 
 
