@@ -19,6 +19,8 @@ from gpumon.backends.monitor import HostMonitor, make_monitor
 
 from sshd_server import SshServer, free_port, processes_matching
 
+pytestmark = pytest.mark.integration
+
 GPUMON = [sys.executable, "-m", "gpumon.tui.cli"]
 
 

@@ -13,6 +13,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from gpumon.backends.config import Config, HostConfig, resolve_host
 from gpumon.backends.model import ConnState, Health, Source
 from gpumon.backends.monitor import (
@@ -29,6 +31,8 @@ from gpumon.backends.parsers import PROCESS_FIELDS, QUERY_FIELDS
 from gpumon.backends.remote import agent
 from gpumon.backends.sim import write_wrapper
 from gpumon.backends.transport import LocalTransport, ssh_command, wrap_container
+
+pytestmark = pytest.mark.system
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia"
 ROWS = (FIXTURES / "query_gpu_8x_rtxpro6000.csv").read_text().splitlines()

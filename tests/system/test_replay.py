@@ -6,10 +6,14 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from gpumon.backends.alerts import AlertEngine
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.model import ConnState, GpuSample, HostSample
 from gpumon.backends.recording import FlightRecorder, ReplayMonitor, load_recording
+
+pytestmark = pytest.mark.system
 
 OOM_LINE = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "

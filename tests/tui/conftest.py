@@ -23,26 +23,10 @@ MonitorFactory = Callable[..., HostMonitor]
 SGLANG_PORTS = tuple(range(30000, 30008))
 
 
-@pytest.fixture
-def utc() -> Iterator[None]:
-    """Local time is UTC for the test (alert times and the replay clock are local)."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if before is None:
-        os.environ.pop("TZ", None)
-    else:
-        os.environ["TZ"] = before
-    time.tzset()
-
-
 @pytest.fixture(autouse=True)
-def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test remembers its theme in its own tmp dir, never in ~/.local/state."""
-    path = tmp_path / "state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(path))
-    return path
+def _own_state_home(state_home: Path) -> Path:
+    """Every test remembers its theme in its own tmp dir (``state_home``, tests/conftest.py)."""
+    return state_home
 
 
 @pytest.fixture
