@@ -31,6 +31,7 @@ from gpumon.backends.config.workloads import (
 from gpumon.backends.config.workloads import boolean as _boolean
 from gpumon.backends.config.workloads import integer as _integer
 from gpumon.backends.config.workloads import number as _number
+from gpumon.backends.paths import default_config_file
 from gpumon.backends.untrusted import printable
 
 HostKind = Literal["ssh", "local", "demo"]
@@ -316,10 +317,7 @@ def config_path(
         return Path(os.fspath(explicit)).expanduser(), "--config"
     if env.get("GPUMON_CONFIG"):
         return Path(env["GPUMON_CONFIG"]).expanduser(), "$GPUMON_CONFIG"
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else home / ".config"
-    return base / "gpumon" / "config.toml", "XDG default"
+    return default_config_file(env), "XDG default"
 
 
 def load_config(

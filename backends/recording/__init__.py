@@ -13,7 +13,6 @@ if TYPE_CHECKING:
         Recording,
         RecordingError,
         load_recording,
-        recordings_dir,
         sample_from_json,
         sample_to_json,
     )
@@ -27,7 +26,6 @@ __all__ = [
     "RecordingError",
     "ReplayMonitor",
     "load_recording",
-    "recordings_dir",
     "sample_from_json",
     "sample_to_json",
 ]
@@ -42,7 +40,6 @@ __getattr__ = lazy_exports(
         "ReplayMonitor": "replay",
         "SPEEDS": "replay",
         "load_recording": "recorder",
-        "recordings_dir": "recorder",
         "sample_from_json": "recorder",
         "sample_to_json": "recorder",
     },
