@@ -31,6 +31,7 @@ from gpumon.backends.config.workloads import (
 from gpumon.backends.config.workloads import boolean as _boolean
 from gpumon.backends.config.workloads import integer as _integer
 from gpumon.backends.config.workloads import number as _number
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.paths import default_config_file
 from gpumon.backends.untrusted import printable
 
@@ -42,7 +43,7 @@ COMMAND_LINE = "command line"
 DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl"
 
 
-class ConfigError(Exception):
+class ConfigError(GpumonError):
     """A config file or host name that gpumon refuses; ``str()`` is the whole message.
 
     ``source`` is the file (or "command line"), ``key`` the dotted key, when known.

@@ -34,6 +34,7 @@ from typing import Any
 
 from gpumon.backends import untrusted
 from gpumon.backends.alerts.store import Alert
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source, iso_time
 from gpumon.backends.paths import recordings_dir
 
@@ -48,7 +49,7 @@ _PROBLEMS = GPU_FIELDS.index("problems")
 _COMPRESS_LEVEL = 6
 
 
-class RecordingError(Exception):
+class RecordingError(GpumonError):
     """A file that is not a gpumon recording (or not gzip at all)."""
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpumon.backends import untrusted
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.torchenv.checks import STATUSES, Check, Facts, Status, checks_torch
 from gpumon.backends.torchenv.extras import check_python, check_userspace, extra_checks, gpus_check
 from gpumon.backends.torchenv.variants import VariantTable, builtin_table
@@ -57,7 +58,7 @@ _BOOTSTRAP = "\n".join(
 PROBE_SLACK_S = 60.0  # on top of the import timeouts: metadata, nvidia-smi, cache walks
 
 
-class ProbeError(Exception):
+class ProbeError(GpumonError):
     """The target's interpreter ran but the probe did not deliver facts (message for users)."""
 
 
