@@ -305,10 +305,6 @@ class HostSection(Vertical):
         self._spark_cache[gpu.index] = (key, values)
         return values
 
-    def row_region_y(self, pos: int) -> int:
-        """Offset of row ``pos`` within this section (for scrolling the cursor into view)."""
-        return self.rows[pos].virtual_region.y if pos < len(self.rows) else 0
-
 
 def _restyle(
     view: PaneView | None, ctx: ViewContext, cursor: int | None, stale: bool
