@@ -31,9 +31,10 @@ def _own_state_home(state_home: Path) -> Path:
 
 @pytest.fixture
 def demo_monitor() -> Iterator[MonitorFactory]:
-    """``demo_monitor(frozen=True, fault=None, clock=None, demo_time=30,
+    """``demo_monitor(frozen=True, fault=None, clock=None, demo_time=30, speed=1,
     scenario="training-oom")`` -> a monitor on the simulated machine, not started (the app
-    starts and stops it)."""
+    starts and stops it). ``speed`` runs the scenario clock faster (``--demo-speed``), so a
+    test reaches the OOM sooner."""
 
     def make(
         *,
@@ -41,13 +42,14 @@ def demo_monitor() -> Iterator[MonitorFactory]:
         fault: str | None = None,
         clock: Callable[[], float] | None = None,
         demo_time: float = 30.0,
+        speed: float = 1.0,
         interval: float | None = None,
         scenario: str = "training-oom",
     ) -> HostMonitor:
         host = resolve_host(Config(path=None), "demo")
         if interval is not None:
             host = dataclasses.replace(host, interval=interval)
-        sim = demo_settings(scenario, demo_time=demo_time, frozen=frozen)
+        sim = demo_settings(scenario, demo_time=demo_time, speed=speed, frozen=frozen)
         if fault:
             sim = dataclasses.replace(sim, fault=fault)
         return make_monitor(host, sim, clock=clock or time.time)
