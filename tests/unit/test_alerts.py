@@ -629,3 +629,26 @@ def test_a_restarted_drafter_refilling_its_gpu_clears_the_oom_alerts(tmp_path: P
     assert engine.active() == []  # refilled after the restart; and no ttf alarm while loading
     kinds = [a.kind for a in engine.history()]
     assert "time_to_full" in kinds and kinds.count("time_to_full") == 1
+
+
+# ------------------------------------------------------------------- a GPU drops out
+
+
+def test_a_gpu_that_drops_out_of_the_listing_is_a_critical_alert_until_it_is_back() -> None:
+    engine, clock, heard = engine_with_log()
+    named = {"name": "NVIDIA RTX PRO 6000", "bus_id": "00000000:3B:00.0"}
+    engine.on_sample(sample(T0, gpu(0, 1000), gpu(3, at_pct(97), **named)))
+    assert [a.kind for a in engine.active()] == ["memory"]  # GPU 3 at 97 %: a warning
+    engine.on_sample(sample(T0 + 1, gpu(0, 1000)))
+    missing = [a for a in engine.active() if a.kind == "gpu_health"]
+    assert len(missing) == 1 and missing[0].gpu == 3 and missing[0].severity is Health.CRITICAL
+    assert "GPU 3 is no longer reported (NVIDIA RTX PRO 6000, 00000000:3B:00.0)" in (
+        missing[0].message
+    )
+    assert [a.kind for a in heard] == ["memory", "gpu_health"]
+    assert not any(a.kind == "memory" for a in engine.active())  # nothing observes it now
+    engine.on_sample(sample(T0 + 2, gpu(0, 1000)))
+    assert len(heard) == 2  # still missing: raised once
+    for k in range(3):  # back and healthy: ends after clear_samples samples
+        engine.on_sample(sample(T0 + 3 + k, gpu(0, 1000), gpu(3, 1000, **named)))
+    assert engine.active() == []

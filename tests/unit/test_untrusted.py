@@ -32,7 +32,7 @@ from gpumon.tui.views import Palette, alert_message, alert_title, alert_where, h
 from gpumon.tui.widgets import StripView, render_strip
 
 ROOT = Path(__file__).parents[2]
-FAKE_SMI = ROOT / "tests" / "support" / "hostile_smi.py"
+FAKE_SMI = ROOT / "tests" / "support" / "fake_smi.py"
 PALETTE = Palette.from_theme(GPUMON_THEMES[0])
 ANY_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=300)
 
