@@ -635,7 +635,7 @@ def test_a_restarted_drafter_refilling_its_gpu_clears_the_oom_alerts(tmp_path: P
 
 
 def test_a_gpu_that_drops_out_of_the_listing_is_a_critical_alert_until_it_is_back() -> None:
-    engine, clock, heard = engine_with_log()
+    engine, _clock, heard = engine_with_log()
     named = {"name": "NVIDIA RTX PRO 6000", "bus_id": "00000000:3B:00.0"}
     engine.on_sample(sample(T0, gpu(0, 1000), gpu(3, at_pct(97), **named)))
     assert [a.kind for a in engine.active()] == ["memory"]  # GPU 3 at 97 %: a warning
