@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -61,3 +64,34 @@ async def test_a_gpu_that_falls_off_the_bus_is_critical_in_alerts_and_check(
         await until(lambda: not monitor.alerts.active(), 15, "the alert to end")
     finally:
         await monitor.stop()
+
+
+@pytest.mark.parametrize("command", ["check", "snapshot"])
+def test_check_and_snapshot_on_a_target_without_python_judge_the_fresh_sample(
+    command: str, tmp_path: Path
+) -> None:
+    """No usable Python on the target: gpumon streams nvidia-smi itself. ``check`` was
+    always UNKNOWN and ``snapshot`` always stale: the age was taken after the stop, which
+    waited for nvidia-smi (it ignores stdin) to exit."""
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[defaults]\nnvidia_smi = "{FAKE_SMI}"\npython = "/bin/false"\nkernel_log = false\n',
+        encoding="utf-8",
+    )
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    args = [sys.executable, "-m", "gpumon.tui.cli", "--config", str(config), command, "local"]
+    out = subprocess.run(
+        [*args, *(["--json"] if command == "snapshot" else [])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    if command == "check":
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.startswith("OK local: 1 GPUs")
+    else:
+        assert out.returncode == 0, out.stderr
+        snap = json.loads(out.stdout)
+        assert snap["source"] == "nvidia-smi" and snap["stale_s"] < 3
+        assert snap["gpus"][0]["memory_used_mib"] == 1024
