@@ -190,9 +190,7 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
 
     host = resolve_host(config, args.host)
     # The verdict rests on GPUs and alerts, not on throughput: no waiting for rates.
-    monitor, now = asyncio.run(
-        _one_sample(host, _sim_settings(args), args.timeout, rates=False)
-    )
+    monitor, now = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout, rates=False))
     code, line = check_verdict(monitor, now)
     print(line)
     return int(code)
