@@ -27,11 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from sshd_server import SshServer, descendants
-
 from gpumon.backends.config import load_config
 from gpumon.backends.model import ConnState
 from gpumon.backends.monitor import HostMonitor, make_monitor
+
+from sshd_server import SshServer, descendants
 
 TIMEOUT_S = 60.0
 
