@@ -209,6 +209,20 @@ def test_plan_lines_show_state_alert_params_commands_and_pids() -> None:
     assert "REFUSED" not in text
 
 
+def test_plan_rows_carry_levels_and_steps_and_lines_print_them() -> None:
+    plan = _plan(refusal="read-only: the host is read_only")
+    rows = plan.rows()
+    assert [(r.label, r.level) for r in rows if r.level != "info"] == [
+        ("last alert", "warning"),
+        ("REFUSED", "problem"),
+    ]
+    assert [r.step for r in rows if r.step] == list(plan.steps)
+    stop = next(r for r in rows if r.step is Step.STOP)
+    assert stop.text == "SIGTERM to process group 100 (PIDs 100 101), SIGKILL after 30 s"
+    assert plan.title == "Restart drafter on ct200 (ssh root@pve1 -> pct exec 200)"
+    assert plan.lines() == [plan.title] + [f"  {r.label + ':':<11} {r.text}" for r in rows]
+
+
 def test_plan_with_params_rerenders_and_rejects_unknown_names() -> None:
     plan = _plan().with_params({"token_budget": "32768", "resume": "x y"})
     assert plan.start_command == "train --resume 'x y' --budget 32768"
@@ -320,6 +334,7 @@ async def test_cancel_while_waiting_for_gpus_starts_nothing(box: JobBox, tmp_pat
     assert run.cancel().cancelled
     outcome = await run.wait()
     assert outcome.status == "cancelled" and outcome.pid is None
+    assert (outcome.step, outcome.level) == (Step.WAIT_FREE, "warning")
     assert Step.START not in seen and seen[-1] is Step.DONE
     assert not (tmp_path / "jobs" / "j.json").exists()
     assert _audit_outcomes() == [("restart", "cancelled")]
@@ -339,6 +354,7 @@ async def test_cancel_is_refused_once_the_job_is_starting(box: JobBox, tmp_path:
     outcome = await run.wait()
     assert answers and answers[0].startswith("False: j is being started")
     assert outcome.ok and outcome.pid is not None
+    assert (outcome.step, outcome.level) == (None, "ok")
     assert [s for s, _ in run.history][-2:] == [Step.VERIFY, Step.DONE]
 
 
@@ -349,7 +365,7 @@ async def test_read_only_and_missing_start_are_refused_and_audited(
     plan = await make_plan(target, "j")
     assert plan.refusal is not None and "--read-only" in plan.refusal
     outcome = await RunRegistry().start(plan, target).wait()
-    assert outcome.status == "refused"
+    assert (outcome.status, outcome.step, outcome.level) == ("refused", None, "warning")
     no_start = _target(box, _local_job(tmp_path, start=None, params={}))
     plan = await make_plan(no_start, "j")
     assert plan.refusal == "job j has no start command in the config"
@@ -388,7 +404,7 @@ async def test_a_job_alive_whose_log_does_not_grow_fails_verify(
 ) -> None:
     target = _target(box, _local_job(tmp_path, start="sleep 30 # {tag}"))
     outcome = await RunRegistry().start(await make_plan(target, "j", "start"), target).wait()
-    assert outcome.status == "failed"
+    assert (outcome.status, outcome.step, outcome.level) == ("failed", Step.VERIFY, "problem")
     assert "is alive but its log" in outcome.message and "did not grow" in outcome.message
     assert _audit_outcomes() == [("start", "failed")]
 

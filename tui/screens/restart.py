@@ -39,10 +39,11 @@ from gpumon.backends.actions import (
 )
 from gpumon.backends.config import JobConfig
 from gpumon.backends.transport import TransportError
+from gpumon.tui.screens.dialog import level_style, outcome_line
 from gpumon.tui.views import Palette, Role
 
 StartRun = Callable[[ActionPlan], RestartRun]
-LABEL_WIDTH = 14  # "  wait_free:  " : ActionPlan.lines() aligns its values here
+LABEL_COLUMN = 14  # "  last alert: ": the widest label, then the texts wrap under themselves
 MARKS = {"done": "✓", "running": "▶", "failed": "✗", "cancelled": "■", "pending": "·"}
 ROLES = {
     "done": Role.OK,
@@ -50,12 +51,6 @@ ROLES = {
     "failed": Role.CRITICAL,
     "cancelled": Role.WARNING,
     "pending": Role.MUTED,
-}
-OUTCOME_ROLES = {
-    "ok": Role.OK,
-    "failed": Role.CRITICAL,
-    "cancelled": Role.WARNING,
-    "refused": Role.WARNING,
 }
 
 
@@ -69,11 +64,8 @@ def step_states(
     for step, message in history:
         if step is not Step.DONE:
             said[step], current = message, step
-    if outcome is not None and outcome.status != "ok":
-        # The failing step may have failed before it said anything: its name leads the
-        # outcome's message ("start: ...").
-        head = outcome.message.split(":", 1)[0]
-        current = next((s for s in steps if s.value == head), current)
+    if outcome is not None and outcome.step in steps:
+        current = outcome.step  # it may have failed before it said anything
     out = []
     reached = True
     for step in steps:
@@ -93,21 +85,17 @@ def step_states(
     return out
 
 
-def plan_view(lines: Sequence[str], pal: Palette) -> Group:
-    """``ActionPlan.lines()`` as a two-column grid: the label, then its text wrapped under
-    itself; the refusal in the critical colour, the last alert in the warning colour."""
+def plan_view(plan: ActionPlan, pal: Palette) -> Group:
+    """The plan's title in bold over a two-column grid: each row's label, then its text
+    wrapped under itself in its level's colour (the refusal critical, the last alert a
+    warning)."""
     grid = Table.grid(expand=True)
-    grid.add_column(no_wrap=True, width=LABEL_WIDTH)
+    grid.add_column(no_wrap=True, width=LABEL_COLUMN)
     grid.add_column(ratio=1, overflow="fold")
-    for line in lines[1:]:
-        label, value = line[:LABEL_WIDTH], line[LABEL_WIDTH:]
-        style = Style.null()
-        if label.strip() == "REFUSED:":
-            style = pal.text(Role.CRITICAL)
-        elif label.strip() == "last alert:":
-            style = pal.text(Role.WARNING)
-        grid.add_row(Text(label, pal.text(Role.MUTED)), Text(value, style))
-    return Group(Text(lines[0] if lines else "", Style(bold=True)), grid)
+    for row in plan.rows():
+        label = Text(f"  {row.label}:".ljust(LABEL_COLUMN), pal.text(Role.MUTED))
+        grid.add_row(label, Text(row.text, level_style(pal, row.level)))
+    return Group(Text(plan.title, Style(bold=True)), grid)
 
 
 class RestartScreen(ModalScreen[None]):
@@ -248,7 +236,7 @@ class RestartScreen(ModalScreen[None]):
         self._sync_buttons()
 
     def _render_plan(self, plan: ActionPlan) -> None:
-        self.query_one("#restart-plan", Static).update(plan_view(plan.lines(), self.palette))
+        self.query_one("#restart-plan", Static).update(plan_view(plan, self.palette))
         self._sync_buttons()
 
     @on(Input.Changed)
@@ -336,7 +324,7 @@ class RestartScreen(ModalScreen[None]):
             return
         pal = self.palette
         grid = Table.grid(expand=True)
-        grid.add_column(no_wrap=True, width=LABEL_WIDTH)
+        grid.add_column(no_wrap=True, width=LABEL_COLUMN)
         grid.add_column(ratio=1, overflow="fold")
         for step, state, message in step_states(run.plan.steps, run.history, run.outcome):
             style = pal.text(ROLES[state]) if state != "done" else Style(color=pal.ok)
@@ -353,10 +341,7 @@ class RestartScreen(ModalScreen[None]):
     def _outcome_text(outcome: Outcome | None, pal: Palette) -> Text:
         if outcome is None:
             return Text()
-        role = OUTCOME_ROLES[outcome.status]
-        colour = Style(color=pal.colour(role), bold=True)
-        text = Text(f"{outcome.status.upper()}: ", colour)
-        text.append(f"{outcome.message} ({outcome.duration_s:.1f} s)")
+        text = outcome_line(outcome.status, outcome.level, outcome.message, outcome.duration_s, pal)
         if outcome.detail:
             text.append("\nlast lines:\n", pal.text(Role.MUTED))
             text.append(outcome.detail.rstrip())
