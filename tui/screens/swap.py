@@ -11,6 +11,7 @@ declined (``record_refusal``). The dialog cannot be closed while the swap runs.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 from rich.console import Group
@@ -28,6 +29,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Log, Select, Static
 
 from gpumon.backends.config import HostConfig
 from gpumon.backends.torchenv import (
+    FORCED,
     VARIANT_NAMES,
     ProbeError,
     SwapEvent,
@@ -36,8 +38,10 @@ from gpumon.backends.torchenv import (
     execute_swap,
     plan_swap,
     record_refusal,
+    swap_row_text,
 )
 from gpumon.backends.transport import Transport, TransportError
+from gpumon.tui.screens.dialog import level_style, outcome_line
 from gpumon.tui.screens.doctor import checks_table
 from gpumon.tui.views import Palette, Role
 
@@ -45,31 +49,18 @@ DEFAULT_VARIANT = "cu130"
 REPLAN_DELAY_S = 0.8  # after the last keystroke in the version field
 STEP_MARKS = {"running": "▶", "ok": "✓", "failed": "✗"}
 STEP_ROLES = {"running": Role.NORMAL, "ok": Role.OK, "failed": Role.CRITICAL}
-RESULT_ROLES = {
-    "swapped": Role.OK,
-    "unchanged": Role.WARNING,
-    "rolled-back": Role.WARNING,
-    "refused": Role.WARNING,
-    "rollback-failed": Role.CRITICAL,
-}
 
 
 def plan_text(plan: SwapPlan, pal: Palette) -> Group:
-    """``plan.describe()`` with refusals and warnings in their severity colours, and
-    wrapped lines indented under their own start."""
-    lines = []
-    for line in plan.describe().splitlines():
-        body = line.strip()
-        style = Style.null()
-        if body.startswith("refused:"):
-            style = pal.text(Role.CRITICAL)
-        elif body.startswith(("warning:", "--force overrides:")):
-            style = pal.text(Role.WARNING)
-            body = body.replace("--force overrides:", "Force overrides:")
-        elif body.startswith("nothing to do"):
-            style = pal.text(Role.OK)
-        indent = len(line) - len(line.lstrip())
-        lines.append(Padding(Text(body, style), (0, 0, 0, indent)))
+    """The plan's title, then its rows in their level's colour (refusals critical,
+    warnings and what Force overrides in the warning colour), each wrapped line indented
+    under its own start."""
+    lines = [Padding(Text(plan.title), 0)]
+    for row in plan.rows():
+        if row.label == FORCED:
+            row = dataclasses.replace(row, label="Force overrides")  # the dialog's checkbox
+        indent, body = swap_row_text(row)
+        lines.append(Padding(Text(body, level_style(pal, row.level)), (0, 0, 0, indent)))
     return Group(*lines)
 
 
@@ -258,9 +249,7 @@ class SwapScreen(ModalScreen[None]):
 
     def _show_outcome(self, outcome: SwapOutcome) -> None:
         pal = self.palette
-        role = RESULT_ROLES.get(outcome.result, Role.WARNING)
-        text = Text(f"{outcome.result.upper()}: ", Style(color=pal.colour(role), bold=True))
-        text.append(f"{outcome.message} ({outcome.duration_s:.1f} s)")
+        text = outcome_line(outcome.result, outcome.level, outcome.message, outcome.duration_s, pal)
         if outcome.audit_error:
             text.append(f"\naudit log not written: {outcome.audit_error}", pal.text(Role.CRITICAL))
         shown = self.query_one("#swap-outcome", Static)
