@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -16,7 +17,15 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Log, OptionList
 
-from gpumon.backends.actions import Outcome, RunRegistry, Step, audit
+from gpumon.backends.actions import (
+    ActionPlan,
+    JobTarget,
+    Outcome,
+    RestartRun,
+    RunRegistry,
+    Step,
+    audit,
+)
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.torchenv import OnEvent, SwapEvent, SwapOutcome, SwapPlan, plan_swap
 from gpumon.backends.torchenv.doctor import Check
@@ -313,6 +322,37 @@ async def test_parameters_are_edited_in_place_and_bad_values_are_named(
         plan_text = shown(screen.query_one("#restart-plan"))
         assert "--budget 4096" in plan_text and "default 32768" in plan_text
         assert not screen.query_one("#confirm", Button).disabled
+
+
+async def test_closing_a_refused_dialog_says_when_the_audit_log_cannot_be_written(
+    oom_demo: HostMonitor, wait: Wait, state_home: Path
+) -> None:
+    (state_home / "gpumon" / "audit.jsonl").mkdir(parents=True)  # a directory: unwritable
+
+    def no_run(plan: ActionPlan) -> RestartRun:
+        raise AssertionError(f"a refused plan was run: {plan.title}")
+
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(120, 50)) as pilot:
+        await wait(pilot, lambda: oom_demo.latest is not None, what="a sample")
+        seen = record_notifications(app)
+
+        def told() -> list[tuple[str, str]]:
+            return [(m, sev) for m, sev in seen if m.startswith("audit log not written: ")]
+
+        target = JobTarget.from_monitor(oom_demo, read_only=True)
+        dialog = RestartScreen(target, oom_demo.host.jobs[-1], "restart", start_run=no_run)
+        await app.push_screen(dialog)
+        await wait(pilot, lambda: dialog.plan is not None, what="the restart plan")
+        assert dialog.plan is not None and dialog.plan.refusal
+        await pilot.press("escape")
+        await wait(pilot, lambda: len(told()) == 1, what="the restart's audit failure told")
+        swap_dialog = SwapScreen(oom_demo.host, oom_demo.transport, read_only=True)
+        await app.push_screen(swap_dialog)
+        await wait(pilot, lambda: swap_dialog.plan is not None, timeout=60, what="the swap plan")
+        await pilot.press("escape")
+        await wait(pilot, lambda: len(told()) == 2, what="the swap's audit failure told")
+        assert {sev for _, sev in told()} == {"error"} and app.screen is not swap_dialog
 
 
 async def test_job_keys_are_greyed_out_without_a_job_under_the_cursor(

@@ -21,11 +21,10 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.notifications import SeverityLevel
-from textual.screen import ModalScreen
 from textual.timer import Timer
-from textual.widgets import Button, Checkbox, Input, Label, Log, Select, Static
+from textual.widgets import Button, Checkbox, Input, Label, Log, Select
 
 from gpumon.backends.config import HostConfig
 from gpumon.backends.torchenv import (
@@ -41,7 +40,7 @@ from gpumon.backends.torchenv import (
     swap_row_text,
 )
 from gpumon.backends.transport import Transport, TransportError
-from gpumon.tui.screens.dialog import level_style, outcome_line
+from gpumon.tui.screens.dialog import Dialog, level_style, outcome_line
 from gpumon.tui.screens.doctor import checks_table
 from gpumon.tui.views import Palette, Role
 
@@ -64,13 +63,10 @@ def plan_text(plan: SwapPlan, pal: Palette) -> Group:
     return Group(*lines)
 
 
-class SwapScreen(ModalScreen[None]):
+class SwapScreen(Dialog):
+    NAME = "swap"
     DEFAULT_CSS = """
-    SwapScreen { align: center middle; }
-    #swap-box {
-        width: 100%; height: 100%;
-        border: round $primary; background: $surface; padding: 0 1;
-    }
+    #swap-box { width: 100%; height: 100%; }
     #swap-form { height: auto; }
     #swap-form Label { padding: 0 1 0 0; }
     #swap-variant { width: 12; margin-right: 2; }
@@ -78,8 +74,6 @@ class SwapScreen(ModalScreen[None]):
     #swap-plan-box { height: 1fr; min-height: 5; }
     #swap-steps, #swap-outcome { height: auto; display: none; }
     #swap-log { height: 1fr; min-height: 4; border: round $panel; display: none; }
-    #swap-buttons { height: auto; align-horizontal: right; }
-    #swap-buttons Button { margin-left: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "confirm", "Swap"),
@@ -87,7 +81,7 @@ class SwapScreen(ModalScreen[None]):
     ]
 
     def __init__(self, host: HostConfig, transport: Transport, *, read_only: bool = False) -> None:
-        super().__init__(id="swap")
+        super().__init__()
         self.host, self.transport, self.read_only = host, transport, read_only
         self.plan: SwapPlan | None = None
         self.planning = False
@@ -99,9 +93,7 @@ class SwapScreen(ModalScreen[None]):
         self._plan_request = 0
 
     def compose(self) -> ComposeResult:
-        box = Vertical(id="swap-box")
-        box.border_title = f"torch swap on {self.host.name}"
-        with box:
+        with self.frame(f"torch swap on {self.host.name}"):
             with Horizontal(id="swap-form"):
                 yield Label("variant", markup=False)
                 yield Select(
@@ -115,20 +107,16 @@ class SwapScreen(ModalScreen[None]):
                 yield Input(placeholder="installed", id="swap-version", compact=True)
                 yield Checkbox("Force", id="swap-force", disabled=True, compact=True)
             with VerticalScroll(id="swap-plan-box"):
-                yield Static(id="swap-plan", markup=False)
-            yield Static(id="swap-steps", markup=False)
+                yield self.static("plan")
+            yield self.static("steps")
             yield Log(id="swap-log", max_lines=2000)
-            yield Static(id="swap-outcome", markup=False)
-            with Horizontal(id="swap-buttons"):
+            yield self.static("outcome")
+            with self.button_row():
                 yield Button("Swap (y)", id="confirm", variant="error", disabled=True, compact=True)
-                yield Button("Close (Esc)", id="close", compact=True)
+                yield self.close_button()
 
     def on_mount(self) -> None:
         self.make_plan()
-
-    @property
-    def palette(self) -> Palette:
-        return Palette.from_theme(self.app.current_theme)
 
     @property
     def variant(self) -> str:
@@ -147,7 +135,7 @@ class SwapScreen(ModalScreen[None]):
         self._sync()
         version = self.query_one("#swap-version", Input).value.strip() or None
         force = self.query_one("#swap-force", Checkbox).value
-        self.query_one("#swap-plan", Static).update(
+        self.part("plan").update(
             Text(f"probing {self.host.name} for a plan to {self.variant} ...", Style(italic=True))
         )
         try:
@@ -161,12 +149,10 @@ class SwapScreen(ModalScreen[None]):
             )
         except (TransportError, ProbeError, OSError) as e:
             self.plan, self.error = None, f"cannot plan the swap: {e}"
-            self.query_one("#swap-plan", Static).update(
-                Text(self.error, self.palette.text(Role.CRITICAL))
-            )
+            self.part("plan").update(Text(self.error, self.palette.text(Role.CRITICAL)))
         else:
             self.plan = plan
-            self.query_one("#swap-plan", Static).update(plan_text(plan, self.palette))
+            self.part("plan").update(plan_text(plan, self.palette))
         finally:
             if request == self._plan_request:  # not replaced by a newer request meanwhile
                 self.planning = False
@@ -243,24 +229,20 @@ class SwapScreen(ModalScreen[None]):
                 f" {STEP_MARKS.get(state, '·')} {key:<16}", pal.text(STEP_ROLES.get(state, Role.NA))
             )
             text.append(f" {what}\n")
-        steps = self.query_one("#swap-steps", Static)
-        steps.update(text)
-        steps.display = True
+        self.show("steps", text, visible=True)
 
     def _show_outcome(self, outcome: SwapOutcome) -> None:
         pal = self.palette
         text = outcome_line(outcome.result, outcome.level, outcome.message, outcome.duration_s, pal)
         if outcome.audit_error:
             text.append(f"\naudit log not written: {outcome.audit_error}", pal.text(Role.CRITICAL))
-        shown = self.query_one("#swap-outcome", Static)
-        shown.update(text)
-        shown.display = True
+        self.show("outcome", text, visible=True)
         if outcome.verification:
-            self.query_one("#swap-plan", Static).update(checks_table(outcome.verification, pal))
+            self.part("plan").update(checks_table(outcome.verification, pal))
         severity: SeverityLevel = "information" if outcome.result == "swapped" else "error"
         self.notify(outcome.message, title=f"torch swap on {self.host.name}", severity=severity)
 
-    def action_close(self) -> None:
+    def before_close(self) -> bool:
         if self.running:
             self.notify(
                 "the swap is running: it cannot be stopped halfway; it rolls back by itself "
@@ -268,16 +250,12 @@ class SwapScreen(ModalScreen[None]):
                 title="Swap running",
                 severity="warning",
             )
-            return
+            return False
         plan = self.plan
         if self.outcome is None and plan is not None and not plan.noop:
             detail = None if plan.refusals else "not confirmed: declined"
             try:
                 record_refusal(plan, detail)
             except OSError as e:
-                self.app.notify(f"audit log not written: {e}", severity="error")
-        self.dismiss()
-
-    @on(Button.Pressed, "#close")
-    def _close_pressed(self) -> None:
-        self.action_close()
+                self.audit_not_written(str(e))
+        return True
