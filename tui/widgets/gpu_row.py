@@ -13,10 +13,10 @@ from rich.style import Style
 from rich.text import Text
 from textual.events import Click
 from textual.message import Message
-from textual.widget import Widget
 
 from gpumon.tui.views import Cell, GpuCells, Palette, Role, memory_role
 from gpumon.tui.widgets.sparkline import spark_rows
+from gpumon.tui.widgets.view_widget import ViewWidget
 
 PARTIAL = " ▏▎▍▌▋▊▉"
 MEM_W, PCT_W, UTIL_W, TEMP_W, POWER_W, PSTATE_W, CLOCK_W = 10, 4, 4, 5, 9, 3, 7
@@ -93,7 +93,7 @@ class RowView:
         return self.height + (1 if self.cells.problems.text else 0)
 
 
-class GpuRow(Widget):
+class GpuRow(ViewWidget[RowView]):
     """A GPU row; ``show(view)`` updates it. A click selects it, a double click opens
     its detail view."""
 
@@ -107,31 +107,20 @@ class GpuRow(Widget):
     GpuRow { height: 1; width: 1fr; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.view: RowView | None = None
-
-    def show(self, view: RowView) -> bool:
-        """Draw ``view``; returns whether anything changed."""
-        if view == self.view:
-            return False
-        old = self.view
-        self.view = view
+    def view_changed(self, old: RowView | None) -> None:
+        view = self.view
+        if view is None:
+            return
         if old is None or old.lines != view.lines:
             self.styles.height = view.lines
         self.set_class(view.cursor, "-cursor")
         self.set_class(view.cells.health == Role.CRITICAL, "-critical")
-        self.refresh()
-        return True
 
     def on_click(self, event: Click) -> None:
         self.post_message(self.Selected(self, open_detail=event.chain >= 2))
 
-    def render(self) -> Text:
-        view = self.view
-        if view is None:
-            return Text()
-        return render_row(view, row_layout(self.size.width))
+    def render_view(self, view: RowView, width: int) -> Text:
+        return render_row(view, row_layout(width))
 
 
 def render_row(view: RowView, layout: RowLayout) -> Text:

@@ -15,7 +15,6 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widget import Widget
 from textual.widgets import Static
 
 from gpumon.backends.model import ConnState, GpuSample, HostSample
@@ -46,6 +45,7 @@ from gpumon.tui.widgets.gpu_row import (
 from gpumon.tui.widgets.gpu_row import row_layout as _row_layout
 from gpumon.tui.widgets.host_header import HeaderView, HostHeader
 from gpumon.tui.widgets.sparkline import bin_series, column_span
+from gpumon.tui.widgets.view_widget import ViewWidget
 from gpumon.tui.widgets.workload_panes import JobsPane, PaneView, SglangPane
 
 
@@ -64,24 +64,20 @@ class ViewContext:
     replay: str | None = None  # the replay's state, shown instead of the connection state
 
 
-class ColumnTitles(Widget):
+@dataclass(frozen=True, slots=True)
+class TitlesView:
+    spark_memory: bool  # the sparkline column shows memory (else utilisation)
+    palette: Palette
+    owners: bool = False  # some GPU has an owner (narrow: it takes the name column)
+
+
+class ColumnTitles(ViewWidget[TitlesView]):
     DEFAULT_CSS = """
     ColumnTitles { height: 1; width: 1fr; }
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.view: tuple[bool, Palette, bool] | None = None
-
-    def show(self, spark_memory: bool, palette: Palette, owners: bool = False) -> None:
-        if self.view != (spark_memory, palette, owners):
-            self.view = (spark_memory, palette, owners)
-            self.refresh()
-
-    def render(self) -> Text:
-        if self.view is None:
-            return Text()
-        return column_titles(self.size.width, *self.view)
+    def render_view(self, view: TitlesView, width: int) -> Text:
+        return column_titles(width, view.spark_memory, view.palette, view.owners)
 
 
 def column_titles(width: int, spark_memory: bool, palette: Palette, owners: bool = False) -> Text:
@@ -196,7 +192,7 @@ class HostSection(Vertical):
         self.waiting.display = False
         w = m.workloads
         owners = {i: Cell(o.text, o.role) for i, o in gpu_owners(shown, w.jobs, w.sglang).items()}
-        self.titles.show(ctx.spark_memory, ctx.palette, bool(owners))
+        self.titles.show(TitlesView(ctx.spark_memory, ctx.palette, bool(owners)))
         self._sync_rows(len(shown.gpus))
         count_spark = _row_layout(self.size.width or self.app.size.width).spark
         in_container = m.host.container is not None
@@ -304,10 +300,6 @@ class HostSection(Vertical):
         )
         self._spark_cache[gpu.index] = (key, values)
         return values
-
-    def row_region_y(self, pos: int) -> int:
-        """Offset of row ``pos`` within this section (for scrolling the cursor into view)."""
-        return self.rows[pos].virtual_region.y if pos < len(self.rows) else 0
 
 
 def _restyle(
