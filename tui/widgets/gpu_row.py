@@ -14,6 +14,7 @@ from rich.text import Text
 from textual.events import Click
 from textual.message import Message
 
+from gpumon.backends.alerts.rules import AlertRules
 from gpumon.tui.views import Cell, GpuCells, Palette, Role, memory_role
 from gpumon.tui.widgets.sparkline import spark_rows
 from gpumon.tui.widgets.view_widget import ViewWidget
@@ -85,6 +86,7 @@ class RowView:
     height: int  # lines for the values and sparkline (1-3); a sick GPU adds one
     processes: Cell
     palette: Palette
+    memory_rules: AlertRules  # the host's: their thresholds colour the memory sparkline
     owner: Cell | None = None  # the job or SGLang server on this GPU
     full_in: float | None = None  # seconds until memory is full, while that warning applies
 
@@ -144,8 +146,7 @@ def render_row(view: RowView, layout: RowLayout) -> Text:
     else:  # narrow: what runs here says more than a model name every row shares
         line.append_text(cell(owner, NAME_W, left=True))
     line.append(" ")
-    role = memory_role(c.fraction)
-    fill = pal.fill(Role.NA if view.stale else role)
+    fill = pal.fill(Role.NA if view.stale else c.memory_role)
     track = pal.track_style
     line.append_text(bar_text(c.fraction, layout.bar, fill, track))
     line.append(" ")
@@ -222,8 +223,11 @@ def _draw_sparkline(lines: list[Text], view: RowView, count: int) -> None:
     if view.stale:
         styles = [pal.fill(Role.NA)] * len(values)
     elif view.spark_is_memory and view.spark_max > 0:
-        top = view.spark_max
-        styles = [pal.fill(memory_role(None if v is None else v / top)) for v in values]
+        top, rules = view.spark_max, view.memory_rules
+        styles = [
+            pal.fill(memory_role(None if v is None else rules.memory_health(v / top)))
+            for v in values
+        ]
     else:
         styles = [pal.fill(Role.NORMAL)] * len(values)
     rows = spark_rows(values, 0.0, view.spark_max, view.height, styles)

@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from gpumon.backends.model import ConnState, GpuSample, HostSample
+from gpumon.backends.model import ConnState, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.dashboard import HostNeeds
 from gpumon.tui.views import Palette, alert_count, gpu_owners, jobs_view, limit_servers, sglang_view
@@ -117,6 +117,8 @@ class HostSection(Vertical):
         self.jobs = JobsPane(id=f"jobs-{index}")
         self._spark_cache: dict[int, tuple[object, tuple[float | None, ...]]] = {}
         self._full_in: dict[int, float] = {}  # time to full of the shown sample's GPUs
+        # their memory levels as the alerts had them when the sample was taken
+        self._memory: dict[int, Health | None] = {}
         self._panes: tuple[PaneView | None, PaneView | None] = (None, None)  # all servers
         self._stale = False
 
@@ -150,6 +152,7 @@ class HostSection(Vertical):
         if rows and not ctx.paused and m.latest is not self.shown:
             self.shown = m.latest
             self._full_in = self._times_to_full(self.shown)
+            self._memory = self._memory_levels(self.shown)
         shown = self.shown
         # Not being refreshed is stale too: while reconnecting the values are only a memory.
         # A replay that ended is not: its last sample is what the recording holds.
@@ -201,7 +204,7 @@ class HostSection(Vertical):
             total = gpu.memory_total_mib
             row.show(
                 RowView(
-                    cells=gpu_cells(gpu),
+                    cells=gpu_cells(gpu, self._memory.get(gpu.index)),
                     spark=spark,
                     spark_max=(float(total or 0) if ctx.spark_memory else 100.0),
                     spark_is_memory=ctx.spark_memory,
@@ -214,11 +217,20 @@ class HostSection(Vertical):
                         else _NO_PROCESSES
                     ),
                     palette=ctx.palette,
+                    memory_rules=m.alerts.rules,
                     owner=owners.get(gpu.index),
                     full_in=self._full_in.get(gpu.index),
                 )
             )
         self._refresh_panes(ctx, stale)
+
+    def _memory_levels(self, sample: HostSample | None) -> dict[int, Health | None]:
+        """GPU -> memory level of ``sample`` from the host's alert engine, so a row is
+        coloured as its memory alert reads (the host's thresholds, its hysteresis)."""
+        if sample is None:
+            return {}
+        alerts = self.monitor.alerts
+        return {gpu.index: alerts.memory_level(gpu, sample.time) for gpu in sample.gpus}
 
     def _times_to_full(self, sample: HostSample | None) -> dict[int, float]:
         """GPU -> seconds to full, for GPUs where the time-to-full warning applies (the
