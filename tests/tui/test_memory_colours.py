@@ -69,9 +69,9 @@ async def test_a_gpu_at_97_5_percent_is_drawn_as_the_warning_its_alert_is(wait: 
         for k, level in enumerate(expected):
             await pilot.press("full_stop")
             await wait(pilot, lambda k=k: replay.position == k + 1, what=f"sample {k + 1}")
-            app.refresh_dashboard()
+            app.dashboard.refresh_dashboard()
             await pilot.pause()
-            row = app.sections[0].rows[6]
+            row = app.dashboard.sections[0].rows[6]
             assert row.view is not None
             assert memory_alert(replay, 6) is level, k
             assert row.view.cells.memory_pct.role == health_role(level), k
@@ -80,7 +80,10 @@ async def test_a_gpu_at_97_5_percent_is_drawn_as_the_warning_its_alert_is(wait: 
             want = warning if level is Health.WARNING else None  # OK text stays plain
             assert colour_of(row.render(), pct) == want, (k, pct)
             if k == 0:
-                assert "WARNING" in app.strip.plain and "GPU 6 memory 97.5% used" in app.strip.plain
+                assert (
+                    "WARNING" in app.dashboard.strip.plain
+                    and "GPU 6 memory 97.5% used" in app.dashboard.strip.plain
+                )
 
 
 async def test_row_colours_follow_the_hosts_own_alert_rules(
@@ -92,7 +95,7 @@ async def test_row_colours_follow_the_hosts_own_alert_rules(
     monitor.alerts.rules = AlertRules(memory_warning_pct=80.0, memory_critical_pct=90.0)
     app = GpumonApp([monitor])
     async with app.run_test(size=(80, 24)) as pilot:
-        rows: list[GpuRow] = app.sections[0].rows
+        rows: list[GpuRow] = app.dashboard.sections[0].rows
         await wait(pilot, lambda: len(rows) == 8 and all(r.view for r in rows), what="rows")
         levels = [memory_alert(monitor, i) for i in range(8)]
         assert {Health.WARNING, Health.CRITICAL} <= set(levels)
