@@ -99,6 +99,20 @@ class AlertEngine(AlertStore):
         watch = self._watches.get(gpu)
         return None if watch is None else watch.ttf
 
+    def memory_level(self, gpu: GpuSample, at: float) -> Health | None:
+        """The memory level of ``gpu``, from the sample taken at ``at``, as the alerts see
+        it: for the last sample fed, the level the memory alert has (hysteresis and the
+        free-memory rule included), so what a screen colours and what it alerts agree;
+        for an older sample (a paused screen) the thresholds' level of its values. None
+        when the GPU reports no memory fill."""
+        fraction = gpu.memory_used_fraction
+        if fraction is None:
+            return None
+        watch = self._watches.get(gpu.index)
+        if watch is not None and self._latest is not None and self._latest.time == at:
+            return watch.level
+        return self.rules.memory_health(fraction, gpu.memory_free_mib)
+
     # --- samples ----------------------------------------------------------------------
     def on_sample(self, sample: HostSample) -> list[Alert]:
         """Memory, time-to-full, OOM-death and GPU-health rules for one sample."""

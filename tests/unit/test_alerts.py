@@ -158,6 +158,21 @@ def test_too_little_free_memory_warns_even_under_the_percentage() -> None:
     assert quiet.active() == []
 
 
+def test_memory_level_is_the_alerts_level_for_the_last_sample() -> None:
+    """What a screen colours: the memory alert's level (hysteresis included) for the last
+    sample, the thresholds' level for an older one, None when memory is not reported."""
+    engine, _, _ = engine_with_log()
+    feed_pcts(engine, [97.5])
+    latest = gpu(0, at_pct(97.5))
+    assert engine.memory_level(latest, T0) is Health.WARNING  # under 98.5: not critical
+    assert engine.active()[0].severity is Health.WARNING
+    feed_pcts(engine, [94.0], start=T0 + 1)  # under 95, within the clear margin
+    assert engine.memory_level(gpu(0, at_pct(94.0)), T0 + 1) is Health.WARNING
+    assert engine.memory_level(gpu(0, at_pct(94.0)), T0) is Health.OK  # an older sample
+    assert engine.memory_level(gpu(0, None), T0 + 1) is None
+    assert engine.memory_level(gpu(5, at_pct(99.0)), T0 + 1) is Health.CRITICAL  # unseen GPU
+
+
 def test_unknown_memory_keeps_the_state() -> None:
     engine, _, _ = engine_with_log()
     feed_pcts(engine, [96.0])
