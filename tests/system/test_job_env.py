@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.actions import JobRecord, JobStatus, job_status, launch_job
+from gpumon.backends.actions.jobs import run_stop_command
 from gpumon.backends.config import HostConfig, JobConfig
 from gpumon.backends.transport import LocalTransport
 
@@ -168,3 +169,21 @@ async def test_a_job_whose_env_names_one_script_variable_gets_its_own_value(
 ) -> None:
     env = _colliding_env(tmp_path, box.job_launch_method)
     await _launch_twice(box, tmp_path, {name: env[name]})
+
+
+async def test_a_stop_command_whose_job_env_names_the_scripts_variables_gets_its_own(
+    shell: str, tmp_path: Path
+) -> None:
+    env = _colliding_env(tmp_path, "setsid")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    job = JobConfig(name="j", workdir=str(workdir), env=env)
+    seen = tmp_path / "seen.json"
+    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(DUMP)} {shlex.quote(str(seen))}"
+    box = JobBox(tmp_path / "jobs", "setsid")
+    res = await run_stop_command(box, job, command, JobStatus(job="j"), timeout=20.0)
+    assert (res.exit_code, res.stdout) == (7, "job ran\n"), res.stderr
+    got = json.loads(seen.read_text())
+    assert {k: got["env"].get(k) for k in SCRIPT_NAMES} == env
+    assert got["env"]["GPUMON_JOB"] == "j" and got["cwd"] == str(workdir)
+    assert not (tmp_path / "pwned").exists() and not (workdir / "pwned").exists()
