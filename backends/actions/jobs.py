@@ -73,6 +73,10 @@ def _check_name(job: JobConfig) -> None:
 
 
 def env_arguments(job: JobConfig) -> list[str]:
+    """The job's ``env`` as NAME=VALUE arguments for the launch and stop scripts, which
+    export them only where the job's command runs (a name may be any variable name, the
+    scripts' own included). Raises JobError for a name that is not a variable name or a
+    value with a NUL byte."""
     for name, value in job.env.items():
         if not ENV_NAME.fullmatch(name):
             raise JobError(f"job {job.name}: env name {name!r} is not a variable name")

@@ -28,14 +28,27 @@ if [ -r "$job.json" ]; then
 fi
 mkdir -p "$(dirname "$log")" 2>/dev/null
 ( : >> "$log" ) 2>/dev/null || { echo "gpumon: cannot write the log $log" >&2; exit 75; }
-# shellcheck disable=SC2163  # each argument is NAME=VALUE: it exports that assignment
-for a in "$@"; do export "$a" || exit 76; done
 session=; [ "$method" = tmux ] && session=$(printf '%s' "gpumon-$job" | tr '.:' '__')
-GPUMON_JOB_TOKEN="$$.$(date +%s)"
-export GPUMON_JOB="$job" GPUMON_JOB_LOG="$log" GPUMON_JOB_CMD="$cmd" GPUMON_JOB_WORKDIR="$wd" \
-  GPUMON_JOB_METHOD="$method" GPUMON_JOB_SESSION="$session" GPUMON_JOB_TOKEN
+token="$$.$(date +%s)"
 rm -f "$job.json" "$job.exit" "$job.launch.err"
-( umask 077; export -p > "$job.env.tmp" ) && mv "$job.env.tmp" "$job.env" || exit 77
+# JOB.env, which the runner sources: this shell's environment with the runner's values as
+# GPUMON_JOB_*, then the job's whole environment as the function gpumon_job_env (export -p
+# quotes every value), which the runner calls only in the subshell that runs the command.
+# The job's NAME=VALUE pairs are exported only in a subshell here, never in this shell, and
+# once they are set only positional parameters are read: a pair may name any variable.
+(
+  umask 077
+  ( export GPUMON_JOB_LOG="$log" GPUMON_JOB_CMD="$cmd" GPUMON_JOB_WORKDIR="$wd" \
+      GPUMON_JOB_METHOD="$method" GPUMON_JOB_SESSION="$session" GPUMON_JOB_TOKEN="$token"
+    export -p ) || exit
+  printf 'gpumon_job_env() {\n:\n'
+  set -- "$@" "$job"
+  # shellcheck disable=SC2163  # each argument is NAME=VALUE: it exports that assignment
+  ( while [ $# -gt 1 ]; do export "$1" || exit; shift; done
+    export GPUMON_JOB="$1"
+    export -p ) || exit
+  printf '}\n'
+) > "$job.env.tmp" && mv "$job.env.tmp" "$job.env" || exit 77
 cat > "gpumon-run.sh.$$" <<'GPUMON_RUNNER_EOF'
 . ./runner.sh
 GPUMON_RUNNER_EOF
@@ -50,7 +63,7 @@ else
 fi
 i=0
 while [ $i -lt 100 ]; do
-  if [ -s "$job.json" ] && grep -q "\"token\": \"$GPUMON_JOB_TOKEN\"" "$job.json"; then
+  if [ -s "$job.json" ] && grep -q "\"token\": \"$token\"" "$job.json"; then
     cat "$job.json"; exit 0
   fi
   sleep 0.1 2>/dev/null || sleep 1
