@@ -101,8 +101,8 @@ def fill_workloads(monitor: HostMonitor) -> None:
 
 def invalidate(app: GpumonApp) -> None:
     """Forget every drawn view so the next refresh recomputes and redraws everything."""
-    app.strip.view = None
-    for section in app.sections:
+    app.dashboard.strip.view = None
+    for section in app.dashboard.sections:
         section.header.view = None
         section.titles.view = None
         section.sglang.view = section.jobs.view = None
@@ -125,7 +125,7 @@ async def in_process(size: tuple[int, int], rounds: int, scenario: str = "traini
     monitor = make_monitor(host, demo_settings(scenario, demo_time=30))
     app = GpumonApp([monitor])
     async with app.run_test(size=size) as pilot:
-        await wait_for(pilot, lambda: len(app.sections[0].rows) == 8)
+        await wait_for(pilot, lambda: len(app.dashboard.sections[0].rows) == 8)
         await wait_for(pilot, lambda: monitor.processes_time is not None)
         servers = monitor.workloads.sglang
         await wait_for(pilot, lambda: all(s.model is not None for s in servers.values()))
@@ -134,9 +134,9 @@ async def in_process(size: tuple[int, int], rounds: int, scenario: str = "traini
         if scenario == "sglang":
             fill_workloads(monitor)
             panes = f"SGLang pane ({len(servers)} servers) and jobs pane"
-        app.refresh_dashboard()
+        app.dashboard.refresh_dashboard()
         await pilot.pause()
-        section = app.sections[0]
+        section = app.dashboard.sections[0]
         assert section.jobs.display and (section.sglang.display or scenario != "sglang")
         print(
             f"\n{size[0]}x{size[1]} {scenario}: 8 GPUs, {len(monitor.histories[0])} samples "
@@ -146,21 +146,21 @@ async def in_process(size: tuple[int, int], rounds: int, scenario: str = "traini
         for _ in range(rounds):
             invalidate(app)
             t0 = time.perf_counter()
-            app.refresh_dashboard()
+            app.dashboard.refresh_dashboard()
             full.append((time.perf_counter() - t0) * 1000)
             t0 = time.perf_counter()
-            for section in app.sections:  # what Textual then calls to draw the new views
+            for section in app.dashboard.sections:  # what Textual then calls to draw the new views
                 section.header.render()
                 section.titles.render()
                 for row in section.rows:
                     row.render()
                 section.sglang.render()
                 section.jobs.render()
-            app.strip.render()
+            app.dashboard.strip.render()
             render.append((time.perf_counter() - t0) * 1000)
             await pilot.pause()
             t0 = time.perf_counter()
-            app.refresh_dashboard(rows_of=set())  # a timer tick with no new sample
+            app.dashboard.refresh_dashboard(rows_of=set())  # a timer tick with no new sample
             steady.append((time.perf_counter() - t0) * 1000)
         both = [a + b for a, b in zip(full, render, strict=True)]
         summary("full refresh (views: 8 rows, panes)", full)
@@ -174,7 +174,7 @@ async def in_process(size: tuple[int, int], rounds: int, scenario: str = "traini
         screen = app.screen
         assert isinstance(screen, DetailScreen)
         await wait_for(pilot, lambda: all(p.builds for p in screen.plots.values()))
-        sample = app.sections[0].shown
+        sample = app.dashboard.sections[0].shown
         assert sample is not None
         gpu = sample.gpus[0]
         for window in (60.0, 600.0, 3600.0):

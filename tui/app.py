@@ -1,11 +1,11 @@
-"""The dashboard app: one section per host (GPU rows, SGLang and jobs panes), the alert
-strip, keys as actions, one refresh timer.
+"""The gpumon app: the monitors, the theme, the dashboard screen, and the keys that work
+on every screen (quit, help, theme, the command palette).
 
 Monitors are injected, not yet started (tests pass ones with a frozen clock); the app
-starts them on mount and stops them on exit. Monitor listeners only mark a host dirty
-(and react at once to a change of connection state); a timer at about 1 Hz redraws what
-changed, batched. Alerts (``app_alerts``), the replay (``app_replay``) and the keys that
-act on a machine (``actions``) live in mixins.
+starts them while the screen is set up and stops them on exit. What they show, and the
+keys that act on it, are the dashboard's (``gpumon.tui.dashboard``): its screen is the
+app's default screen, and every key, palette entry and help line comes from its action
+table.
 """
 
 from __future__ import annotations
@@ -15,18 +15,14 @@ import contextlib
 import signal
 from collections.abc import Sequence
 from dataclasses import replace
-from functools import partial
 from typing import TYPE_CHECKING, ClassVar
 
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
 from textual.driver import Driver
 from textual.notifications import SeverityLevel
-from textual.timer import Timer
-from textual.widgets import Footer
+from textual.screen import Screen
 
-from gpumon.backends.model import ConnState, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.themes import (
     GPUMON_THEMES,
@@ -35,47 +31,26 @@ from gpumon.themes import (
     severity_variables,
     theme_order,
 )
-from gpumon.tui.dashboard import (
-    HOST_ACTIONS,
-    ActionCommands,
-    ActionsMixin,
-    AlertsMixin,
-    ConnectionWatch,
-    CursorMixin,
-    GpumonCommands,
-    ReplayMixin,
-    dashboard_keys,
-    plan_layout,
-)
+from gpumon.tui.dashboard import DashboardScreen, GpumonCommands, bindings
 from gpumon.tui.hangup import hangup_safe, terminal_fd, terminal_gone
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, HelpScreen, help_rows
 from gpumon.tui.state import remember_theme, remembered_theme
 from gpumon.tui.views import Palette
-from gpumon.tui.widgets import HostSection, ViewContext, plotext
+from gpumon.tui.widgets import plotext
 
 if TYPE_CHECKING:
     from gpumon.backends.config import HostConfig
     from gpumon.backends.sim import SimSettings
 
-INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-TICK_S = 1.0
-ON_ALERT_SCREEN = frozenset(
-    {"quit", "help", "pop_screen", "command_palette", "cycle_theme", "set_theme"}
-)
+TERMINAL_CHECK_S = 1.0  # how often to look for a terminal that went away without a SIGHUP
 
 
-class HostList(VerticalScroll, can_focus=False):
-    """The scrolling column of host sections (never takes focus: keys go to the app)."""
-
-
-class GpumonApp(
-    ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin, App[int], inherit_bindings=False
-):
+class GpumonApp(App[int], inherit_bindings=False):
     TITLE = "gpumon"
     CSS_PATH = STYLESHEET
-    COMMANDS: ClassVar = App.COMMANDS | {GpumonCommands, ActionCommands}
-    # Not inherited: ``dashboard_keys`` lists every key once, in footer order.
-    BINDINGS: ClassVar[list[BindingType]] = dashboard_keys(ActionsMixin.BINDINGS)
+    COMMANDS: ClassVar = App.COMMANDS | {GpumonCommands}
+    # Textual's own (ctrl+q, ctrl+c; hidden), then the app's from the action table.
+    BINDINGS: ClassVar[list[BindingType]] = [*App.BINDINGS, *bindings("app")]
 
     def __init__(
         self,
@@ -88,8 +63,6 @@ class GpumonApp(
         super().__init__()
         self._mounted = False
         self.monitors = list(monitors)
-        self.read_only = read_only
-        self.bell_enabled = bell and self.replay is None  # a replay does not ring
         for t in GPUMON_THEMES:
             self.register_theme(t)
         name, self._theme_problem = choose_theme(
@@ -98,30 +71,21 @@ class GpumonApp(
         self.theme = name
         self._save_theme = theme is not None and self._theme_problem is None
         self.palette = Palette.from_theme(self.current_theme)
-        self.sections = [HostSection(m, i) for i, m in enumerate(self.monitors)]
-        self.paused = False
-        self.spark_memory = True
-        self.cursor: tuple[int, int] | None = None  # (host, row): GPU rows, then job rows
-        self.row_height = 1
-        self._dirty: set[int] = set()  # hosts with news since their rows were drawn
-        self._watches = [ConnectionWatch(m.name, m.status.state) for m in self.monitors]
-        self._timer: Timer | None = None
+        self.dashboard = DashboardScreen(
+            self.monitors, palette_of=lambda: self.palette, read_only=read_only, bell=bell
+        )
         self._tty: int | None = None
-        self.listen_to_alerts()
 
     # --- lifecycle -----------------------------------------------------------------------
-    def compose(self) -> ComposeResult:
-        yield HostList(*self.sections, id="hosts")
-        yield self.strip
-        yield Footer(compact=True)
+    def get_default_screen(self) -> Screen[None]:
+        return self.dashboard
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return severity_variables(self.current_theme)
 
     def on_load(self) -> None:
         # Connect while Textual sets up the screen: the first frame can show data.
-        for i, m in enumerate(self.monitors):
-            m.add_listener(partial(self._on_monitor_change, i))
+        for m in self.monitors:
             m.start()
 
     def on_mount(self) -> None:
@@ -130,23 +94,17 @@ class GpumonApp(
             self.notify(self._theme_problem, title="Theme", severity="warning", timeout=10)
         if self._save_theme:
             remember_theme(self.theme)
-        self._retime()
-        for i, m in enumerate(self.monitors):  # what happened while the screen was set up
-            self._on_monitor_change(i, m)
-        self.announce_early_alerts()
         # Load plotext off the event loop, before anyone opens a detail view.
         self.set_timer(2.0, lambda: self.run_worker(plotext, thread=True, group="warm-up"))
         if not self.is_headless:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_hangup)
             self._tty = terminal_fd()
-        self.refresh_dashboard()
-        self.call_after_refresh(self.refresh_bindings)  # a no-op until mounted: now it is
+            if self._tty is not None:
+                self.set_interval(TERMINAL_CHECK_S, self._check_terminal, name="terminal")
 
     async def on_unmount(self) -> None:
-        self._mounted = False  # monitors report "stopped" below; nothing to draw it on
-        if self._timer is not None:
-            self._timer.stop()
+        self._mounted = False
         if not self.is_headless:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
@@ -177,184 +135,26 @@ class GpumonApp(
             driver.gone = True
         self.exit(0)
 
-    def on_resize(self) -> None:
-        self.call_after_refresh(self.refresh_dashboard)
-
-    def _retime(self) -> None:
-        """One timer, about 1 Hz, faster when a host samples (or a replay plays) faster."""
-        fastest = min((m.interval for m in self.monitors), default=1.0)
-        if self.replay is not None:
-            fastest /= self.replay.speed
-        period = min(TICK_S, max(0.25, fastest))
-        if self._timer is not None:
-            self._timer.stop()
-        self._timer = self.set_interval(period, self._tick, name="refresh")
-
-    # --- monitor events ------------------------------------------------------------------
-    def _on_monitor_change(self, i: int, monitor: HostMonitor) -> None:
-        """A monitor listener: note the news; react now only to a new connection state
-        or the first data (the timer draws the rest)."""
-        if not self._mounted:
-            return
-        self._dirty.add(i)
-        watch = self._watches[i]
-        changed = monitor.status.state != watch.state
-        if changed:
-            notice = watch.change(monitor.status.state, monitor.status.error)
-            if notice is not None and self.replay is None:
-                self.notify(
-                    notice.message,
-                    title=notice.title,
-                    severity=notice.severity,
-                    timeout=notice.timeout,
-                )
-            self.refresh_bindings()
-        if changed or (monitor.latest is not None and self.sections[i].shown is None):
-            self.call_later(self.refresh_dashboard, {i})
-
-    def _tick(self) -> None:
+    def _check_terminal(self) -> None:
         if terminal_gone(self._tty):
             self._on_hangup()  # no SIGHUP came (nohup, a wrapper), but the terminal is gone
-            return
-        self.refresh_dashboard(rows_of=set(self._dirty))
 
-    # --- drawing -------------------------------------------------------------------------
-    def refresh_dashboard(
-        self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
-    ) -> None:
-        """Bring the sections (all, or ``hosts``), the strip and an open detail or alert
-        view up to date.
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.dashboard.refresh_dashboard)
 
-        Headers always (ages move); rows of every section, or with ``rows_of`` only of
-        those hosts (the timer passes the ones with news; stale marks are kept right).
-        """
-        if not self._mounted:
-            return
-        self.refresh_strip()
-        plan = plan_layout(
-            self.size.height, [s.needs() for s in self.sections], strip=self.strip.display
-        )
-        self.row_height = plan.row_height
-        with self.batch_update():
-            for i, section in enumerate(self.sections):
-                if hosts is not None and i not in hosts:
-                    continue
-                rows = rows_of is None or i in rows_of
-                if rows:
-                    self._dirty.discard(i)
-                ctx = replace(self._view_context(i), max_servers=plan.max_servers[i])
-                section.refresh_view(ctx, rows=rows)
-            if self.cursor is None and any(s.gpus for s in self.sections):
-                self._move_cursor(0)
-            self.follow_cursor()
-            if isinstance(self.screen, DetailScreen | AlertHistoryScreen):
-                self.screen.refresh_view()
-
-    def _view_context(self, i: int) -> ViewContext:
-        cursor = job_cursor = None
-        if self.cursor and self.cursor[0] == i:
-            gpus = len(self.sections[i].gpus)
-            pos = self.cursor[1]
-            cursor, job_cursor = (pos, None) if pos < gpus else (None, pos - gpus)
-        monitor = self.monitors[i]
-        return ViewContext(
-            now=monitor.clock(),
-            paused=self.paused,
-            palette=self.palette,
-            spark_memory=self.spark_memory,
-            row_height=self.row_height,
-            cursor=cursor,
-            job_cursor=job_cursor,
-            replay=self.replay_header(monitor),
-        )
-
-    def shown_sample(self, monitor: HostMonitor) -> HostSample | None:
-        """The sample the dashboard shows for ``monitor`` (frozen while paused)."""
-        return self.sections[self.monitors.index(monitor)].shown
-
-    # --- actions -------------------------------------------------------------------------
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        in_detail = isinstance(self.screen, DetailScreen)
-        if isinstance(self.screen, AlertHistoryScreen) and action not in ON_ALERT_SCREEN:
-            return False  # its own keys only: the dashboard's act on what is not on show
-        replay = self.check_replay_action(action)
-        if replay is not True:
-            return replay
-        if self.replay is not None and action in HOST_ACTIONS:
-            return False  # a recording has no machine to act on
-        if action == "toggle_spark" and in_detail:
-            return False  # no sparklines there
-        if action == "open_detail":
-            if in_detail:
-                return False
-            return True if self._cursor_target() is not None else None
-        if action in ("faster", "slower"):
-            m = self.selected_monitor()
-            if m is None or m.status.state != ConnState.CONNECTED:
-                return None
-            return True if self._next_interval(action == "faster") is not None else None
-        return super().check_action(action, parameters)
-
-    def action_open_detail(self) -> None:
-        target = self._cursor_target()
-        if target is None or isinstance(self.screen, DetailScreen):
-            return
-        self.push_screen(
-            DetailScreen(target, sample_of=self.shown_sample, palette_of=lambda: self.palette)
-        )
-        self.refresh_bindings()
-        self.call_after_refresh(self.refresh_dashboard)
-
+    # --- the app's own keys --------------------------------------------------------------
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
         rows = help_rows(
             [
-                ("Dashboard", self.dashboard_bindings()),
+                ("Dashboard", DashboardScreen.BINDINGS),
                 ("Detail view", DetailScreen.BINDINGS),
                 ("Alert history", AlertHistoryScreen.BINDINGS),
                 ("Anywhere", [Binding("ctrl+p", "command_palette", "Command palette")]),
             ]
         )
         self.push_screen(HelpScreen(rows))
-
-    def dashboard_bindings(self) -> list[BindingType]:
-        """The dashboard's keys (the action keys included), without Textual's own."""
-        return [b for b in self.BINDINGS if b not in App.BINDINGS]
-
-    def action_toggle_pause(self) -> None:
-        if self.replay is not None:
-            self.toggle_replay_pause(self.replay)
-            return
-        self.paused = not self.paused
-        self.refresh_dashboard()
-
-    def _next_interval(self, faster: bool) -> float | None:
-        m = self.selected_monitor()
-        if m is None:
-            return None
-        cur = m.interval
-        if faster:
-            options = [x for x in INTERVALS if x < cur - 1e-9]
-            return max(options) if options else None
-        options = [x for x in INTERVALS if x > cur + 1e-9]
-        return min(options) if options else None
-
-    def _change_interval(self, faster: bool) -> None:
-        new = self._next_interval(faster)
-        if new is None:
-            return
-        for m in self.monitors:
-            m.set_interval(new)
-        self._retime()
-        self.refresh_bindings()
-        self.refresh_dashboard()
-
-    def action_faster(self) -> None:
-        self._change_interval(faster=True)
-
-    def action_slower(self) -> None:
-        self._change_interval(faster=False)
 
     def action_cycle_theme(self) -> None:
         order = theme_order(self.available_themes)
@@ -370,11 +170,7 @@ class GpumonApp(
         if self._mounted:
             remember_theme(name)
             self.notify(f"Theme: {name}", timeout=2)
-            self.refresh_dashboard()
-
-    def action_toggle_spark(self) -> None:
-        self.spark_memory = not self.spark_memory
-        self.refresh_dashboard()
+            self.dashboard.refresh_dashboard()
 
 
 def run_dashboard(

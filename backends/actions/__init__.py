@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         merge_params,
         render_command,
     )
+    from .rows import Level, PlanRow
     from .run import (
         Action,
         ActionPlan,
@@ -54,9 +55,11 @@ __all__ = [
     "JobStatus",
     "JobTarget",
     "JobWatch",
+    "Level",
     "Outcome",
     "ParamError",
     "ParamValue",
+    "PlanRow",
     "RestartRun",
     "RunRegistry",
     "Step",
@@ -89,9 +92,11 @@ __getattr__ = lazy_exports(
         "JobStatus": "jobs",
         "JobTarget": "run",
         "JobWatch": "job_watch",
+        "Level": "rows",
         "Outcome": "run",
         "ParamError": "params",
         "ParamValue": "params",
+        "PlanRow": "rows",
         "RestartRun": "run",
         "RunRegistry": "run",
         "Step": "run",

@@ -6,8 +6,9 @@ exits at once, so it is re-parented to init and is nobody's descendant). The lau
 a PID record on the target, ``$XDG_STATE_HOME/gpumon/jobs/JOB.json`` (default
 ``~/.local/state/gpumon/jobs``), inside the container when one is configured, so a later
 gpumon finds the job. Every command goes through the Transport as
-``["sh", "-c", SCRIPT, "gpumon-job", ARG...]``: values travel as positional arguments,
-never spliced into shell text. Only the job's ``start``/``stop`` templates are shell text,
+``["sh", "-c", SCRIPT, "gpumon-job", ARG...]``, SCRIPT one of the POSIX sh scripts in
+``backends/remote/jobs/``: values travel as positional arguments, never spliced into shell
+text. Only the job's ``start``/``stop`` templates are shell text,
 and parameter values are substituted into them shell-quoted (``job_params``).
 """
 
@@ -20,6 +21,7 @@ from typing import Literal
 from gpumon.backends import untrusted
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.errors import GpumonError
+from gpumon.backends.remote.scripts import job_script
 from gpumon.backends.transport.base import RunResult, Transport
 
 LaunchMethod = Literal["auto", "tmux", "setsid"]
@@ -72,6 +74,10 @@ def _check_name(job: JobConfig) -> None:
 
 
 def env_arguments(job: JobConfig) -> list[str]:
+    """The job's ``env`` as NAME=VALUE arguments for the launch and stop scripts, which
+    export them only where the job's command runs (a name may be any variable name, the
+    scripts' own included). Raises JobError for a name that is not a variable name or a
+    value with a NUL byte."""
     for name, value in job.env.items():
         if not ENV_NAME.fullmatch(name):
             raise JobError(f"job {job.name}: env name {name!r} is not a variable name")
@@ -80,175 +86,10 @@ def env_arguments(job: JobConfig) -> list[str]:
     return [f"{k}={v}" for k, v in job.env.items()]
 
 
-# --- the shell on the target ----------------------------------------------------------
-
-# Shared by the scripts below: defines functions ($1.. are the script's own arguments).
-# `pct exec` may give a session without HOME: take it from the passwd entry (not exported).
-_FUNCS = r"""
-: "${HOME:=$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f6)}"
-jobs_dir() {
-  if [ -n "$1" ]; then printf '%s' "$1"
-  else printf '%s' "${XDG_STATE_HOME:-$HOME/.local/state}/gpumon/jobs"; fi
-}
-resolve_log() { # $1 log (may be empty), $2 workdir, $3 jobs dir, $4 job
-  case $1 in
-    "") printf '%s' "$3/$4.log" ;;
-    /*) printf '%s' "$1" ;;
-    "~/"*) printf '%s' "$HOME/${1#??}" ;;
-    *) printf '%s' "${2:-$PWD}/$1" ;;
-  esac
-}
-field() { sed -n "s/.*\"$1\": *\"\{0,1\}\([0-9][0-9]*\).*/\1/p" "$2" | head -n 1; }
-# Sets pid, pgid, stale, alive from record $1; members: live PIDs in its group or session.
-read_record() {
-  pid=$(field pid "$1"); pgid=$(field pgid "$1"); pstart=$(field proc_start "$1")
-  alive=0; stale=0
-  if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
-    set -- $(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null)
-    if [ $# -lt 20 ]; then :  # it exited just now
-    elif [ -n "$pstart" ] && [ "${20}" != "$pstart" ]; then stale=1  # the PID was reused
-    elif [ "$1" != Z ]; then alive=1; fi
-  fi
-}
-members() { # $1 group/session id; zombies do not count
-  [ -n "$1" ] && [ "$1" -gt 1 ] || return 0
-  cat /proc/[0-9]*/stat 2>/dev/null | awk -v g="$1" '{
-    pid = $1; line = $0; sub(/.*\) /, "", line); n = split(line, f, " ")
-    if ((f[3] == g || f[4] == g) && f[1] != "Z") printf "%s ", pid }'
-}
-"""
-
-_STATUS = (
-    _FUNCS
-    + r"""
-dir=$(jobs_dir "$1"); job=$2; log=$(resolve_log "$3" "$4" "$(jobs_dir "$1")" "$2")
-rec="$dir/$job.json"
-echo "dir=$dir"; echo "log=$log"
-command -v tmux >/dev/null 2>&1 && echo tmux=1
-command -v setsid >/dev/null 2>&1 && echo setsid=1
-if [ -r "$rec" ]; then
-  echo "record=$(tr -d '\n' < "$rec")"
-  read_record "$rec"
-  echo "alive=$alive"; echo "stale=$stale"
-  [ "$stale" = 1 ] || echo "pids=$(members "$pgid")"
-  [ -r "$dir/$job.exit" ] && echo "exit=$(cat "$dir/$job.exit")"
-fi
-[ -f "$log" ] && echo "logstat=$(stat -c '%s %Y' "$log" 2>/dev/null)"
-exit 0
-"""
-)
-
-_SIGNAL = (
-    _FUNCS
-    + r"""
-dir=$(jobs_dir "$1"); job=$2; sig=$3; rec="$dir/$job.json"
-[ -r "$rec" ] || exit 0
-read_record "$rec"
-[ "$stale" = 1 ] && exit 0
-pids=$(members "$pgid")
-[ -n "$pids" ] || exit 0
-kill -s "$sig" -- "-$pgid" 2>/dev/null
-for p in $pids; do kill -s "$sig" "$p" 2>/dev/null; done
-echo "signalled=$pids"
-"""
-)
-
-_RUNNER = r"""# gpumon job runner (generated): sh ./gpumon-run.sh JOB, run in the jobs directory
-job=$1; dir=$PWD
-. "./$job.env" || exit 70
-rm -f "./$job.env"
-log=$GPUMON_JOB_LOG cmd=$GPUMON_JOB_CMD wd=$GPUMON_JOB_WORKDIR method=$GPUMON_JOB_METHOD
-token=$GPUMON_JOB_TOKEN session=$GPUMON_JOB_SESSION
-unset GPUMON_JOB_LOG GPUMON_JOB_CMD GPUMON_JOB_WORKDIR GPUMON_JOB_METHOD GPUMON_JOB_TOKEN \
-  GPUMON_JOB_SESSION
-# stdin stays the tmux pane's terminal: tmux closes a pane whose terminal nobody holds
-exec >> "$log" 2>&1
-pgid=$$ sid=$$ pstart=
-if [ -r /proc/$$/stat ]; then
-  set -- $(sed 's/.*) //' /proc/$$/stat); pgid=$3 sid=$4 pstart=${20}
-fi
-esc() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'; }
-fmt='{"job": "%s", "pid": %s, "pgid": %s, "sid": %s, "proc_start": "%s", "started": %s, '
-fmt="$fmt"'"method": "%s", "session": "%s", "token": "%s", "log": "%s"}\n'
-printf "$fmt" "$job" $$ "$pgid" "$sid" "$pstart" "$(date +%s)" "$method" "$session" "$token" \
-  "$(esc "$log")" > "./$job.json.tmp" && mv "./$job.json.tmp" "./$job.json"
-if [ -n "$wd" ]; then cd "$wd" || exit 71; fi
-sh -c "$cmd" < /dev/null
-code=$?
-printf '%s %s %s\n' "$code" "$(date +%s)" "$token" > "$dir/$job.exit"
-exit $code
-"""
-
-_LAUNCH = (
-    _FUNCS
-    + r"""
-dir=$(jobs_dir "$1"); job=$2; wd=${4:-$PWD}; cmd=$5; method=$6
-log=$(resolve_log "$3" "$4" "$dir" "$2")
-shift 6
-mkdir -p "$dir" && cd "$dir" || { echo "gpumon: cannot create $dir" >&2; exit 70; }
-if [ ! -d "$wd" ]; then echo "gpumon: workdir $wd: no such directory" >&2; exit 71; fi
-if [ "$method" = auto ]; then
-  if command -v tmux >/dev/null 2>&1; then method=tmux; else method=setsid; fi
-fi
-if [ "$method" = setsid ] && ! command -v setsid >/dev/null 2>&1; then
-  echo "gpumon: neither tmux nor setsid on the target; cannot start a detached job" >&2; exit 72
-fi
-# One launch at a time per job (another gpumon may be restarting it too).
-find . -maxdepth 1 -name "$job.lock" -mmin +2 -exec rmdir {} \; 2>/dev/null
-mkdir "$job.lock" 2>/dev/null || { echo "gpumon: another gpumon is starting $job" >&2; exit 73; }
-trap 'rmdir "$dir/$job.lock" 2>/dev/null' EXIT
-if [ -r "$job.json" ]; then
-  read_record "$job.json"
-  running=$(members "$pgid")
-  if [ "$stale" = 0 ] && [ -n "$running" ]; then
-    echo "gpumon: $job is already running (PIDs ${running% })" >&2; exit 74
-  fi
-fi
-mkdir -p "$(dirname "$log")" 2>/dev/null
-( : >> "$log" ) 2>/dev/null || { echo "gpumon: cannot write the log $log" >&2; exit 75; }
-for a in "$@"; do export "$a" || exit 76; done
-session=; [ "$method" = tmux ] && session=$(printf '%s' "gpumon-$job" | tr '.:' '__')
-export GPUMON_JOB="$job" GPUMON_JOB_LOG="$log" GPUMON_JOB_CMD="$cmd" GPUMON_JOB_WORKDIR="$wd" \
-  GPUMON_JOB_METHOD="$method" GPUMON_JOB_SESSION="$session" GPUMON_JOB_TOKEN="$$.$(date +%s)"
-rm -f "$job.json" "$job.exit" "$job.launch.err"
-( umask 077; export -p > "$job.env.tmp" ) && mv "$job.env.tmp" "$job.env" || exit 77
-cat > "gpumon-run.sh.$$" <<'GPUMON_RUNNER_EOF'
-"""
-    + _RUNNER
-    + r"""GPUMON_RUNNER_EOF
-mv "gpumon-run.sh.$$" gpumon-run.sh
-if [ "$method" = tmux ]; then
-  tmux new-session -d -s "$session" -c "$dir" "exec sh ./gpumon-run.sh $job" \
-    </dev/null >/dev/null 2>"$job.launch.err" || {
-    echo "gpumon: tmux could not start session $session:" >&2; cat "$job.launch.err" >&2
-    rm -f "$job.env"; exit 78; }
-else
-  setsid nohup sh ./gpumon-run.sh "$job" </dev/null >"$job.launch.err" 2>&1 &
-fi
-i=0
-while [ $i -lt 100 ]; do
-  if [ -s "$job.json" ] && grep -q "\"token\": \"$GPUMON_JOB_TOKEN\"" "$job.json"; then
-    cat "$job.json"; exit 0
-  fi
-  sleep 0.1 2>/dev/null || sleep 1
-  i=$((i + 1))
-done
-echo "gpumon: $job did not write its PID record within 10 s" >&2
-cat "$job.launch.err" >&2 2>/dev/null
-exit 79
-"""
-)
-
-_STOP_COMMAND = r"""
-wd=$1; cmd=$2; shift 2
-for a in "$@"; do export "$a" || exit 76; done
-if [ -n "$wd" ]; then cd "$wd" || exit 71; fi
-exec sh -c "$cmd" </dev/null
-"""
-
-
 def _sh(script: str, *args: str) -> list[str]:
-    return ["sh", "-c", script, "gpumon-job", *args]
+    """``sh -c`` running the job script ``script`` (``backends/remote/jobs/SCRIPT.sh``)
+    with ``args`` as its positional arguments."""
+    return ["sh", "-c", job_script(script), "gpumon-job", *args]
 
 
 # --- records and status ---------------------------------------------------------------
@@ -360,7 +201,7 @@ async def job_status(transport: Transport, job: JobConfig, timeout: float = 20.0
     """Read the job's PID record and check its processes and log. Raises JobError or
     TransportError."""
     _check_name(job)
-    argv = _sh(_STATUS, state_dir_for(transport), job.name, log_argument(job), job.workdir or "")
+    argv = _sh("status", state_dir_for(transport), job.name, log_argument(job), job.workdir or "")
     res = await transport.run(argv, timeout=timeout)
     if res.exit_code != 0:
         raise _failure(f"cannot read the state of {job.name}", res)
@@ -378,7 +219,7 @@ async def launch_job(
     """
     _check_name(job)
     argv = _sh(
-        _LAUNCH,
+        "launch",
         state_dir_for(transport),
         job.name,
         log_argument(job),
@@ -402,7 +243,7 @@ async def signal_job(
     if sig not in ("TERM", "KILL", "INT", "HUP"):
         raise JobError(f"unsupported signal {sig}")
     res = await transport.run(
-        _sh(_SIGNAL, state_dir_for(transport), job.name, sig), timeout=timeout
+        _sh("signal", state_dir_for(transport), job.name, sig), timeout=timeout
     )
     if res.exit_code != 0:
         raise _failure(f"cannot signal {job.name}", res)
@@ -420,7 +261,7 @@ async def run_stop_command(
     extra = [f"GPUMON_JOB={job.name}"]
     if status.record is not None:
         extra += [f"GPUMON_JOB_PID={status.record.pid}", f"GPUMON_JOB_PGID={status.record.pgid}"]
-    argv = _sh(_STOP_COMMAND, job.workdir or "", command, *env_arguments(job), *extra)
+    argv = _sh("stop", job.workdir or "", command, *env_arguments(job), *extra)
     return await transport.run(argv, timeout=timeout)
 
 

@@ -1,8 +1,9 @@
 """What a restart, stop or start of a job will do: the confirmation plan, and the GPU
 readings it and the run check (``GpuReadings`` from a HostMonitor, or any callable).
 
-``make_plan`` reads the job's state on the target; ``ActionPlan.lines()`` is the text of the
-confirmation dialog; ``ActionPlan.with_params`` re-renders it after the user edits a value.
+``make_plan`` reads the job's state on the target; ``ActionPlan.rows()`` is what the
+confirmation shows (labelled rows with a level), ``ActionPlan.lines()`` the same as plain
+text for the terminal; ``ActionPlan.with_params`` re-renders it after the user edits a value.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from gpumon.backends.actions.jobs import JobError, JobStatus, job_status, method_for, session_name
 from gpumon.backends.actions.params import ParamValue, merge_params, render_command
+from gpumon.backends.actions.rows import PlanRow
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.transport.base import Transport
@@ -167,27 +169,37 @@ class ActionPlan:
         start, stop = _commands(self.job, params)
         return replace(self, params=params, start_command=start, stop_command=stop)
 
-    def lines(self) -> list[str]:
-        """The plan as text lines, for a dialog or the terminal."""
+    @property
+    def title(self) -> str:
+        """``Restart drafter on ct200 (ssh root@pve1 -> pct exec 200)``."""
+        return f"{self.action.capitalize()} {self.job.name} on {self.host} ({self.host_label})"
+
+    def rows(self) -> list[PlanRow]:
+        """What is known about the job, what each step will do, and why it is refused: the
+        last alert is a warning, the refusal a problem, the rest info."""
         job = self.job
-        out = [f"{self.action.capitalize()} {job.name} on {self.host} ({self.host_label})"]
+        out = []
         if self.state:
-            out.append(f"  state:      {self.state}")
-        out.append(f"  on target:  {self.status.describe()}")
+            out.append(PlanRow("state", self.state))
+        out.append(PlanRow("on target", self.status.describe()))
         if self.last_alert:
-            out.append(f"  last alert: {self.last_alert}")
+            out.append(PlanRow("last alert", self.last_alert, "warning"))
         if self.params:
             shown = []
             for name, value in self.params.items():
                 default = job.params.get(name)
                 note = "" if value == default else f" (default {default!r})"
                 shown.append(f"{name} = {value!r}{note}")
-            out.append("  parameters: " + "; ".join(shown))
-        for step in self.steps:
-            out.append(f"  {step.value + ':':<11} {self._step_text(step)}")
+            out.append(PlanRow("parameters", "; ".join(shown)))
+        out += [PlanRow(s.value, self._step_text(s), step=s) for s in self.steps]
         if self.refusal:
-            out.append(f"  REFUSED:    {self.refusal}")
+            out.append(PlanRow("REFUSED", self.refusal, "problem"))
         return out
+
+    def lines(self) -> list[str]:
+        """The plan as plain text for the terminal: the title, then one ``label: text`` line
+        per row, the texts aligned."""
+        return [self.title, *(f"  {r.label + ':':<11} {r.text}" for r in self.rows())]
 
     def _step_text(self, step: Step) -> str:
         job = self.job

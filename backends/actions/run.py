@@ -51,12 +51,19 @@ from gpumon.backends.actions.plan import (
 from gpumon.backends.actions.plan import busy_gpus as _busy
 from gpumon.backends.actions.plan import join_pids as _join
 from gpumon.backends.actions.plan import mib as _mib
+from gpumon.backends.actions.rows import Level
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.transport.base import TransportError
 
 log = logging.getLogger(__name__)
 
 OutcomeStatus = Literal["ok", "failed", "cancelled", "refused"]
+OUTCOME_LEVELS: dict[OutcomeStatus, Level] = {
+    "ok": "ok",
+    "failed": "problem",
+    "cancelled": "warning",
+    "refused": "warning",
+}
 DEFAULT_FREE_TIMEOUT_S = 120.0  # waiting for the GPUs to release memory
 KILL_WAIT_S = 10.0  # after SIGKILL, how long processes may take to disappear
 POLL_S = 0.5
@@ -68,6 +75,10 @@ Progress = Callable[[Step, str], None]
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """How a run ended. ``step`` is the step it ended in when that was not success: the one
+    that failed or was cancelled (None for a refusal, a success, or a run cancelled before
+    its first step)."""
+
     status: OutcomeStatus
     message: str
     detail: str = ""  # on failure: the tail of the job's log / the command's stderr
@@ -75,10 +86,15 @@ class Outcome:
     signalled: tuple[int, ...] = ()
     duration_s: float = 0.0
     audit_error: str | None = None  # the audit log could not be written
+    step: Step | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def level(self) -> Level:
+        return OUTCOME_LEVELS[self.status]
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +216,12 @@ class RestartRun:
         except Exception as e:  # a bug must still end the run with an audited outcome
             log.exception("restart of %s failed", plan.job.name)
             outcome = Outcome("failed", f"{self.step}: internal error: {e!r}", pid=self._new_pid)
+        ended_in = None if outcome.status in ("ok", "refused") else self.step
         outcome = replace(
-            outcome, signalled=tuple(self._signalled), duration_s=time.monotonic() - t0
+            outcome,
+            signalled=tuple(self._signalled),
+            duration_s=time.monotonic() - t0,
+            step=ended_in,
         )
         self.outcome = self._audit(outcome)
         self.step = Step.DONE
@@ -459,6 +479,7 @@ class RunRegistry:
 runs = RunRegistry()  # the process-wide registry the UI and the auto-restart share
 
 __all__ = [
+    "OUTCOME_LEVELS",
     "STEPS",
     "Action",
     "ActionPlan",

@@ -84,6 +84,7 @@ class AlertEngine(AlertStore):
         super().__init__(host, clock)
         self.rules = rules
         self._watches: dict[int, GpuWatch] = {}
+        self._last_seen: dict[int, tuple[float, GpuSample]] = {}  # index -> (time, sample)
         self._latest: HostSample | None = None
         self._logs: dict[str, _LogSource] = {}
         self._kernel_seen: set[str] = set()
@@ -97,6 +98,20 @@ class AlertEngine(AlertStore):
         """Seconds until ``gpu``'s memory is full at the current trend, or None."""
         watch = self._watches.get(gpu)
         return None if watch is None else watch.ttf
+
+    def memory_level(self, gpu: GpuSample, at: float) -> Health | None:
+        """The memory level of ``gpu``, from the sample taken at ``at``, as the alerts see
+        it: for the last sample fed, the level the memory alert has (hysteresis and the
+        free-memory rule included), so what a screen colours and what it alerts agree;
+        for an older sample (a paused screen) the thresholds' level of its values. None
+        when the GPU reports no memory fill."""
+        fraction = gpu.memory_used_fraction
+        if fraction is None:
+            return None
+        watch = self._watches.get(gpu.index)
+        if watch is not None and self._latest is not None and self._latest.time == at:
+            return watch.level
+        return self.rules.memory_health(fraction, gpu.memory_free_mib)
 
     # --- samples ----------------------------------------------------------------------
     def on_sample(self, sample: HostSample) -> list[Alert]:
@@ -126,9 +141,38 @@ class AlertEngine(AlertStore):
             elif fraction * 100.0 >= RECOVERY_PCT and watch.emptied_at is not None:
                 self._recover_gpu(i, watch.emptied_at)
                 watch.emptied_at = None
+        self._missing_gpus(now, sample, raised)
         self._expire(now)
         self._latest = sample
+        for gpu in sample.gpus:
+            self._last_seen[gpu.index] = (now, gpu)
         return self._announce(raised)
+
+    def _missing_gpus(self, now: float, sample: HostSample, out: list[Alert]) -> None:
+        """A GPU seen before and absent from this sample is a critical ``gpu_health``
+        condition: nvidia-smi and NVML stop listing a GPU that fell off the bus (Xid 79)
+        or whose driver state is gone. It ends like any health alert, after
+        ``clear_samples`` healthy samples once the GPU is listed again. Its memory and
+        time-to-full conditions end: nothing observes them any more."""
+        present = {gpu.index for gpu in sample.gpus}
+        for index, (seen_at, last) in self._last_seen.items():
+            if index in present:
+                continue
+            # Forget its memory trend: a GPU that comes back (after a reset) empty did not
+            # die of OOM, and its fill rate before the gap says nothing about after.
+            self._watches[index] = GpuWatch(index)
+            for kind in ("memory", "time_to_full"):
+                if f"{kind}:{index}" in self._active:
+                    self._end(f"{kind}:{index}")
+            what = ", ".join(x for x in (last.name, last.bus_id) if x)
+            text = (
+                f"GPU {index} is no longer reported{f' ({what})' if what else ''}: fallen off "
+                f"the bus? Last seen at {time.strftime('%H:%M:%S', time.localtime(seen_at))}; "
+                "look for Xid 79 in the kernel log"
+            )
+            self._condition(
+                f"gpu_health:{index}", "gpu_health", Health.CRITICAL, index, text, now, out
+            )
 
     def _gpu_health(self, now: float, gpu: GpuSample, watch: GpuWatch, out: list[Alert]) -> None:
         key = f"gpu_health:{gpu.index}"

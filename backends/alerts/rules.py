@@ -84,6 +84,17 @@ class AlertRules:
             raise ValueError(f"{where}.oom_death_low_pct: must be below oom_death_high_pct")
         return rules
 
+    def memory_health(self, fraction: float, free_mib: float | None = None) -> Health:
+        """The level a memory fill of ``fraction`` (0..1) with ``free_mib`` free reaches by
+        the thresholds alone (an alert's level also has hysteresis: ``GpuWatch``)."""
+        pct = fraction * 100.0
+        if pct >= self.memory_critical_pct:
+            return Health.CRITICAL
+        low_free = free_mib is not None and free_mib < self.memory_warning_free_gib * MIB_PER_GIB
+        if pct >= self.memory_warning_pct or low_free:
+            return Health.WARNING
+        return Health.OK
+
 
 # key -> (lowest, highest, integer)
 _LIMITS: dict[str, tuple[float, float, bool]] = {
@@ -181,13 +192,7 @@ class GpuWatch:
         total = gpu.memory_total_mib or 0
         free = gpu.memory_free_mib
         free_line = rules.memory_warning_free_gib * MIB_PER_GIB
-        low_free = free is not None and free < free_line
-        if pct >= rules.memory_critical_pct:
-            target = Health.CRITICAL
-        elif pct >= rules.memory_warning_pct or low_free:
-            target = Health.WARNING
-        else:
-            target = Health.OK
+        target = rules.memory_health(fraction, free)
         if target.rank >= self.level.rank:
             self.level, self.calm = target, 0
             return target

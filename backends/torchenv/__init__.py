@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         probe_argv,
         run_doctor,
     )
-    from .swap_plan import SwapPlan, build_plan, plan_swap
+    from .swap_plan import FORCED, SwapPlan, build_plan, plan_swap, swap_row_text
     from .swap_run import (
         MERGE,
         WRITE,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "FORCED",
     "MERGE",
     "STATUSES",
     "VARIANT_NAMES",
@@ -73,6 +74,7 @@ __all__ = [
     "rollback_steps",
     "run_doctor",
     "series_of",
+    "swap_row_text",
     "table_covers",
     "variant_cuda",
     "variant_from",
@@ -83,6 +85,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "DoctorReport": "doctor",
+        "FORCED": "swap_plan",
         "Expectation": "swap_verify",
         "MERGE": "swap_run",
         "OnEvent": "swap_run",
@@ -112,6 +115,7 @@ __getattr__ = lazy_exports(
         "rollback_steps": "swap_steps",
         "run_doctor": "doctor",
         "series_of": "variants",
+        "swap_row_text": "swap_plan",
         "table_covers": "variants",
         "variant_cuda": "variants",
         "variant_from": "variants",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumon.backends.actions.rows import PlanRow
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.torchenv.checks import driver_floor
 from gpumon.backends.torchenv.doctor import Facts, gather_facts
@@ -46,10 +47,28 @@ from gpumon.backends.torchenv.variants import (
 )
 from gpumon.backends.transport.base import Transport
 
-__all__ = ["Refusal", "Step", "SwapPlan", "VenvUser", "build_plan", "plan_swap"]
+__all__ = [
+    "FORCED",
+    "Refusal",
+    "Step",
+    "SwapPlan",
+    "VenvUser",
+    "build_plan",
+    "plan_swap",
+    "swap_row_text",
+]
 
+FORCED = "--force overrides"  # the label of a refusal that --force lifted
 MOVES_WITH_TORCH = ("cuda-toolkit", "cuda-bindings")  # major follows torch (nvidia-* too)
 _VERSION_ARG = re.compile(r"[0-9]+(?:\.[0-9]+){1,3}")
+
+
+def swap_row_text(row: PlanRow) -> tuple[int, str]:
+    """A row of a swap plan as (indent, ``label: text``): a command as ``1. COMMAND``,
+    two columns deeper than the rest; a heading without text as ``label:``."""
+    if row.step is not None:
+        return 4, f"{row.label} {row.text}"
+    return 2, f"{row.label}: {row.text}" if row.text else f"{row.label}:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,26 +111,42 @@ class SwapPlan:
     def commands(self) -> list[str]:
         return [s.command() for s in self.steps if s.argv]
 
-    def describe(self) -> str:
-        """The plan as text: what changes, the exact commands, refusals and warnings."""
+    @property
+    def title(self) -> str:
+        """``swap-torch ct200: 2.11.0+cu128 -> 2.11.0+cu130 in /root/venv (uv)``."""
         now = self.current or "no torch"
-        lines = [f"swap-torch {self.host}: {now} -> {self.target} in {self.venv} ({self.tool})"]
-        lines.append(f"  index: {self.index_url}")
+        return f"swap-torch {self.host}: {now} -> {self.target} in {self.venv} ({self.tool})"
+
+    def rows(self) -> list[PlanRow]:
+        """What changes, then the exact commands (one row per step, numbered, ``step`` its
+        key), then why it may not run: refusals are problems, what ``--force`` overrides
+        and the warnings are warnings, "nothing to do" is ok."""
+        rows = [PlanRow("index", self.index_url)]
         for name, old, new in self.companions:
-            lines.append(f"  moves with torch: {name} {old} -> {new}")
+            rows.append(PlanRow("moves with torch", f"{name} {old} -> {new}"))
         if self.uninstall:
-            lines.append(f"  removed first (other CUDA major): {' '.join(self.uninstall)}")
-        lines.append(f"  freeze saved to: {self.freeze_path}")
-        lines += [f"  uses the venv: {u.describe()}" for u in self.users]
-        lines.append("  commands:")
-        lines += [f"    {i}. {s.command()}" for i, s in enumerate(self.steps, 1)]
+            rows.append(PlanRow("removed first (other CUDA major)", " ".join(self.uninstall)))
+        rows.append(PlanRow("freeze saved to", self.freeze_path))
+        rows += [PlanRow("uses the venv", u.describe()) for u in self.users]
+        rows.append(PlanRow("commands", ""))
+        rows += [PlanRow(f"{i}.", s.command(), step=s.key) for i, s in enumerate(self.steps, 1)]
         if self.previous_index_url:
-            lines.append(f"  on failure: restore the freeze from {self.previous_index_url}")
-        lines += [f"  refused: {r.reason}" for r in self.refusals]
-        lines += [f"  --force overrides: {r.reason}" for r in self.forced]
-        lines += [f"  warning: {w}" for w in self.warnings]
+            restore = f"restore the freeze from {self.previous_index_url}"
+            rows.append(PlanRow("on failure", restore))
+        rows += [PlanRow("refused", r.reason, "problem") for r in self.refusals]
+        rows += [PlanRow(FORCED, r.reason, "warning") for r in self.forced]
+        rows += [PlanRow("warning", w, "warning") for w in self.warnings]
         if self.noop:
-            lines.append(f"  nothing to do: {self.current} is installed (--force reinstalls it)")
+            noop = f"{self.current} is installed (--force reinstalls it)"
+            rows.append(PlanRow("nothing to do", noop, "ok"))
+        return rows
+
+    def describe(self) -> str:
+        """The plan as plain text: the title, then each row indented (commands deeper)."""
+        lines = [self.title]
+        for row in self.rows():
+            indent, text = swap_row_text(row)
+            lines.append(" " * indent + text)
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:

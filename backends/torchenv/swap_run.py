@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpumon.backends.actions import audit
+from gpumon.backends.actions.rows import Level
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.torchenv.checks import Check
 from gpumon.backends.torchenv.doctor import ProbeError, gather_facts
@@ -47,6 +48,13 @@ EXIT_CODES: Mapping[str, int] = {
     "rolled-back": 1,
     "refused": 2,
     "rollback-failed": 4,
+}
+RESULT_LEVELS: Mapping[Result, Level] = {
+    "swapped": "ok",
+    "unchanged": "warning",
+    "rolled-back": "warning",
+    "refused": "warning",
+    "rollback-failed": "problem",
 }
 ACTION = "swap-torch"
 
@@ -89,6 +97,11 @@ class SwapOutcome:
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.result]
+
+    @property
+    def level(self) -> Level:
+        """ok when swapped, a problem when the venv's state is unknown, else a warning."""
+        return RESULT_LEVELS[self.result]
 
 
 def record_refusal(

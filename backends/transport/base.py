@@ -166,14 +166,18 @@ class ProcessStream:
     def exit_code(self) -> int | None:
         return self._exit
 
-    async def close(self) -> None:
-        """Close stdin (the agent then exits by itself), reap it, release the channel."""
+    async def close(self, grace: float = 3.0) -> None:
+        """Close stdin (the agent then exits by itself), reap it, release the channel.
+
+        A process that does not exit within ``grace`` seconds of its stdin closing is
+        killed; a program that ignores stdin (nvidia-smi's loop) is best closed with
+        ``grace=0``."""
         if self._closed:
             return
         self._closed = True
         await self.close_stdin()
         try:
-            async with asyncio.timeout(3.0):
+            async with asyncio.timeout(grace):
                 await self.wait()
         except TimeoutError:
             with contextlib.suppress(Exception):

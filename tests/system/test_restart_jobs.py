@@ -131,6 +131,7 @@ async def test_cancel_while_waiting_for_gpus_starts_nothing(box: JobBox, tmp_pat
     assert run.cancel().cancelled
     outcome = await run.wait()
     assert outcome.status == "cancelled" and outcome.pid is None
+    assert (outcome.step, outcome.level) == (Step.WAIT_FREE, "warning")
     assert Step.START not in seen and seen[-1] is Step.DONE
     assert not (tmp_path / "jobs" / "j.json").exists()
     assert _audit_outcomes() == [("restart", "cancelled")]
@@ -150,6 +151,7 @@ async def test_cancel_is_refused_once_the_job_is_starting(box: JobBox, tmp_path:
     outcome = await run.wait()
     assert answers and answers[0].startswith("False: j is being started")
     assert outcome.ok and outcome.pid is not None
+    assert (outcome.step, outcome.level) == (None, "ok")
     assert [s for s, _ in run.history][-2:] == [Step.VERIFY, Step.DONE]
 
 
@@ -160,7 +162,7 @@ async def test_read_only_and_missing_start_are_refused_and_audited(
     plan = await make_plan(target, "j")
     assert plan.refusal is not None and "--read-only" in plan.refusal
     outcome = await RunRegistry().start(plan, target).wait()
-    assert outcome.status == "refused"
+    assert (outcome.status, outcome.step, outcome.level) == ("refused", None, "warning")
     no_start = _target(box, _local_job(tmp_path, start=None, params={}))
     plan = await make_plan(no_start, "j")
     assert plan.refusal == "job j has no start command in the config"
@@ -199,7 +201,7 @@ async def test_a_job_alive_whose_log_does_not_grow_fails_verify(
 ) -> None:
     target = _target(box, _local_job(tmp_path, start="sleep 30 # {tag}"))
     outcome = await RunRegistry().start(await make_plan(target, "j", "start"), target).wait()
-    assert outcome.status == "failed"
+    assert (outcome.status, outcome.step, outcome.level) == ("failed", Step.VERIFY, "problem")
     assert "is alive but its log" in outcome.message and "did not grow" in outcome.message
     assert _audit_outcomes() == [("start", "failed")]
 

@@ -19,7 +19,7 @@ from gpumon.backends.untrusted import printable
 
 pytestmark = pytest.mark.system
 
-FAKE_SMI = Path(__file__).parents[1] / "support" / "hostile_smi.py"
+FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
 
 
 async def test_the_transport_cleans_command_output_stderr_and_errors(tmp_path: Path) -> None:

@@ -10,9 +10,12 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from textual import actions
 from textual.pilot import Pilot
+from textual.screen import Screen
 
 from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
@@ -55,6 +58,25 @@ def demo_monitor() -> Iterator[MonitorFactory]:
         return make_monitor(host, sim, clock=clock or time.time)
 
     yield make
+
+
+@pytest.fixture
+def key_actions() -> Callable[[Screen[Any]], set[str]]:
+    """``key_actions(screen)``: see ``actions_with_keys``."""
+    return actions_with_keys
+
+
+def actions_with_keys(screen: Screen[Any]) -> set[str]:
+    """The actions whose keys ``screen`` shows or greys out (not those it hides or lacks),
+    by name: ``app.quit`` is "quit", the detail view's ``dashboard('restart_job')`` is
+    "restart_job", ``cursor(1)`` is "cursor"."""
+    names = set()
+    for active in screen.active_bindings.values():
+        _, name, params = actions.parse(active.binding.action)
+        if name == "dashboard" and params:
+            _, name, _ = actions.parse(str(params[0]))
+        names.add(name)
+    return names
 
 
 def free_port() -> int:

@@ -7,25 +7,36 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from textual.command import Command, CommandPalette
 from textual.geometry import Region
 from textual.pilot import Pilot
+from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Log, OptionList
 
-from gpumon.backends.actions import Outcome, RunRegistry, Step, audit
+from gpumon.backends.actions import (
+    ActionPlan,
+    JobTarget,
+    Outcome,
+    RestartRun,
+    RunRegistry,
+    Step,
+    audit,
+)
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.torchenv import OnEvent, SwapEvent, SwapOutcome, SwapPlan, plan_swap
 from gpumon.backends.torchenv.doctor import Check
 from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.dashboard import actions
-from gpumon.tui.screens import DoctorScreen, RestartScreen, SwapScreen, swap
+from gpumon.tui.dashboard import ACTIONS, actions
+from gpumon.tui.screens import DetailScreen, DoctorScreen, RestartScreen, SwapScreen, swap
 
 Wait = Callable[..., Awaitable[None]]
+KeyActions = Callable[[Screen[Any]], set[str]]
 OOM_GPU = 6  # training-oom: the drafter (GPUs 5-7) died of CUDA OOM on GPU 6 at ~60 s
 
 
@@ -49,10 +60,16 @@ def shown(widget: Widget) -> str:
     return "\n".join(strip.text for strip in widget.render_lines(Region(0, 0, w, h)))
 
 
+def can(app: GpumonApp, action: str) -> bool:
+    """Whether the dashboard's ``action`` can act now."""
+    return app.dashboard.check_action(action, ()) is True
+
+
 async def on_gpu(pilot: Pilot[int], wait: Wait, app: GpumonApp, gpu: int) -> None:
-    await wait(pilot, lambda: all(len(s.rows) == 8 for s in app.sections), what="GPU rows")
+    sections = app.dashboard.sections
+    await wait(pilot, lambda: all(len(s.rows) == 8 for s in sections), what="GPU rows")
     await pilot.press(*["down"] * gpu)
-    assert app.cursor == (0, gpu)
+    assert app.dashboard.cursor == (0, gpu)
 
 
 async def oom_seen(pilot: Pilot[int], wait: Wait, monitor: HostMonitor) -> None:
@@ -95,7 +112,7 @@ async def test_restart_of_the_oom_job_confirms_runs_and_refills_its_gpu(
         await on_gpu(pilot, wait, app, OOM_GPU)
         await oom_seen(pilot, wait, oom_demo)
         assert oom_alerts(oom_demo), "the OOM alert is up before the restart"
-        assert app.check_action("restart_job", ()) is True
+        assert app.dashboard.check_action("restart_job", ()) is True
         screen = await open_plan(pilot, wait, app)
         plan = screen.plan
         assert plan is not None and plan.start_command
@@ -315,21 +332,52 @@ async def test_parameters_are_edited_in_place_and_bad_values_are_named(
         assert not screen.query_one("#confirm", Button).disabled
 
 
+async def test_closing_a_refused_dialog_says_when_the_audit_log_cannot_be_written(
+    oom_demo: HostMonitor, wait: Wait, state_home: Path
+) -> None:
+    (state_home / "gpumon" / "audit.jsonl").mkdir(parents=True)  # a directory: unwritable
+
+    def no_run(plan: ActionPlan) -> RestartRun:
+        raise AssertionError(f"a refused plan was run: {plan.title}")
+
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(120, 50)) as pilot:
+        await wait(pilot, lambda: oom_demo.latest is not None, what="a sample")
+        seen = record_notifications(app)
+
+        def told() -> list[tuple[str, str]]:
+            return [(m, sev) for m, sev in seen if m.startswith("audit log not written: ")]
+
+        target = JobTarget.from_monitor(oom_demo, read_only=True)
+        dialog = RestartScreen(target, oom_demo.host.jobs[-1], "restart", start_run=no_run)
+        await app.push_screen(dialog)
+        await wait(pilot, lambda: dialog.plan is not None, what="the restart plan")
+        assert dialog.plan is not None and dialog.plan.refusal
+        await pilot.press("escape")
+        await wait(pilot, lambda: len(told()) == 1, what="the restart's audit failure told")
+        swap_dialog = SwapScreen(oom_demo.host, oom_demo.transport, read_only=True)
+        await app.push_screen(swap_dialog)
+        await wait(pilot, lambda: swap_dialog.plan is not None, timeout=60, what="the swap plan")
+        await pilot.press("escape")
+        await wait(pilot, lambda: len(told()) == 2, what="the swap's audit failure told")
+        assert {sev for _, sev in told()} == {"error"} and app.screen is not swap_dialog
+
+
 async def test_job_keys_are_greyed_out_without_a_job_under_the_cursor(
     oom_demo: HostMonitor, wait: Wait
 ) -> None:
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(110, 40)) as pilot:
         await on_gpu(pilot, wait, app, 0)  # GPU 0 belongs to no job
-        await wait(pilot, lambda: app.check_action("doctor", ()) is True, what="connected")
+        await wait(pilot, lambda: can(app, "doctor"), what="connected")
         for action in ("restart_job", "stop_job", "start_job"):
-            assert app.check_action(action, ()) is None, action
+            assert app.dashboard.check_action(action, ()) is None, action
         footer = app.screen.active_bindings
         assert footer["r"].enabled is False and footer["S"].enabled is False
         await pilot.press("r")
         assert not isinstance(app.screen, RestartScreen)
         await pilot.press(*["down"] * OOM_GPU)
-        assert app.check_action("restart_job", ()) is True
+        assert app.dashboard.check_action("restart_job", ()) is True
         assert app.screen.active_bindings["r"].enabled is True
 
 
@@ -341,11 +389,11 @@ async def test_a_read_only_host_hides_its_mutating_keys(
     app = GpumonApp([monitor])
     async with app.run_test(size=(110, 40)) as pilot:
         await on_gpu(pilot, wait, app, OOM_GPU)
-        await wait(pilot, lambda: app.check_action("doctor", ()) is True, what="connected")
+        await wait(pilot, lambda: can(app, "doctor"), what="connected")
         for action in ("restart_job", "stop_job", "start_job", "swap_torch"):
-            assert app.check_action(action, ()) is False, action
+            assert app.dashboard.check_action(action, ()) is False, action
         seen = record_notifications(app)
-        app.action_stop_job()
+        app.dashboard.action_stop_job()
         assert seen == [("stop refused: host demo is read_only in the config", "warning")]
         assert [e["outcome"] for e in entries("stop")] == ["refused"]
 
@@ -370,22 +418,31 @@ async def test_read_only_hides_every_key_that_changes_the_machine(
     app = GpumonApp([oom_demo], read_only=True)
     async with app.run_test(size=(110, 40)) as pilot:
         await on_gpu(pilot, wait, app, OOM_GPU)
-        await wait(pilot, lambda: app.check_action("doctor", ()) is True, what="connected")
+        await wait(pilot, lambda: can(app, "doctor"), what="connected")
         keys = app.screen.active_bindings
         assert not {"r", "s", "S", "w"} & set(keys)
         assert keys["d"].enabled
+        hidden = {a.name for a in ACTIONS if app.dashboard.action_state(a) is False}
+        dangerous = {a.name for a in ACTIONS if a.dangerous}
+        assert hidden == dangerous | {a.name for a in ACTIONS if a.replay}  # exactly these
         assert await palette_titles(pilot, wait, app, "job") == []
         assert not any("torch" in t.lower() for t in await palette_titles(pilot, wait, app, "swap"))
         assert any("Doctor" in t for t in await palette_titles(pilot, wait, app, "doctor"))
 
         seen = record_notifications(app)
-        app.action_restart_job()
-        app.action_swap_torch()
+        app.dashboard.action_restart_job()
+        app.dashboard.action_swap_torch()
         await pilot.pause()
         assert not isinstance(app.screen, (RestartScreen, SwapScreen))
         assert ("restart refused: gpumon runs with --read-only", "warning") in seen
         assert ("swap-torch refused: gpumon runs with --read-only", "warning") in seen
         assert [e["outcome"] for e in entries()] == ["refused", "refused"]
+
+        await pilot.press("enter")  # nor on the detail view
+        await wait(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail view")
+        assert not {"r", "s", "S", "w"} & set(app.screen.active_bindings)
+        assert await palette_titles(pilot, wait, app, "job") == []
+        await pilot.press("escape")
 
         await pilot.press("d")  # the doctor only reads: still there
         await wait(pilot, lambda: isinstance(app.screen, DoctorScreen), what="the doctor")
@@ -393,11 +450,41 @@ async def test_read_only_hides_every_key_that_changes_the_machine(
         await wait(pilot, lambda: doctor.report is not None, timeout=60, what="the checks")
 
 
+async def test_the_detail_view_keeps_the_dashboard_keys_for_what_is_under_the_cursor(
+    oom_demo: HostMonitor, wait: Wait, key_actions: KeyActions
+) -> None:
+    """The detail view shares the dashboard's keys (as the table says): they act on the
+    dashboard behind it, on the GPU on show and its job."""
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await oom_seen(pilot, wait, oom_demo)
+        await pilot.press("enter")
+        await wait(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail view")
+        detail = app.screen
+        shared = {a.name for a in ACTIONS if a.in_detail and not a.replay}
+        assert shared <= key_actions(detail)
+        assert detail.active_bindings["r"].enabled
+        titles = await palette_titles(pilot, wait, app, "job drafter")
+        assert {"Restart job drafter", "Stop job drafter", "Start job drafter"} <= set(titles)
+        assert "Open GPU detail" not in await palette_titles(pilot, wait, app, "detail")
+        await pilot.press("p")
+        assert app.dashboard.paused  # the dashboard's pause, from the detail view
+        await pilot.press("p", "r")
+        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the dialog")
+        dialog = cast(RestartScreen, app.screen)
+        assert dialog.job.name == "drafter" and dialog.action == "restart"
+        await pilot.press("escape")
+        await wait(pilot, lambda: app.screen is detail, what="back on the detail view")
+        await pilot.press("escape")
+        await wait(pilot, lambda: app.screen is app.dashboard, what="back on the dashboard")
+
+
 async def test_the_palette_offers_the_job_actions(oom_demo: HostMonitor, wait: Wait) -> None:
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(110, 40)) as pilot:
         await on_gpu(pilot, wait, app, OOM_GPU)
-        await wait(pilot, lambda: app.check_action("doctor", ()) is True, what="connected")
+        await wait(pilot, lambda: can(app, "doctor"), what="connected")
         titles = await palette_titles(pilot, wait, app, "job drafter")
         assert {"Restart job drafter", "Stop job drafter", "Start job drafter"} <= set(titles)
         await pilot.press("ctrl+p")
@@ -410,15 +497,17 @@ async def test_the_palette_offers_the_job_actions(oom_demo: HostMonitor, wait: W
         assert screen.plan is not None and screen.plan.action == "restart"
 
 
-async def test_doctor_shows_the_checks_and_reruns(oom_demo: HostMonitor, wait: Wait) -> None:
+async def test_doctor_shows_the_checks_and_reruns(
+    oom_demo: HostMonitor, wait: Wait, key_actions: KeyActions
+) -> None:
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(120, 50)) as pilot:
         await on_gpu(pilot, wait, app, 0)
-        await wait(pilot, lambda: app.check_action("doctor", ()) is True, what="connected")
+        await wait(pilot, lambda: can(app, "doctor"), what="connected")
         await pilot.press("d")
         await wait(pilot, lambda: isinstance(app.screen, DoctorScreen), what="the doctor")
         screen = cast(DoctorScreen, app.screen)
-        assert app.check_action("restart_job", ()) is False  # no job keys under a dialog
+        assert "restart_job" not in key_actions(screen)  # no dashboard keys under a dialog
         await wait(pilot, lambda: screen.report is not None, timeout=60, what="the checks")
         await pilot.pause()
         report = screen.report
@@ -443,7 +532,7 @@ async def test_torch_swap_shows_the_plan_and_refuses_on_the_demo(
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(120, 50)) as pilot:
         await on_gpu(pilot, wait, app, 0)
-        await wait(pilot, lambda: app.check_action("swap_torch", ()) is True, what="connected")
+        await wait(pilot, lambda: can(app, "swap_torch"), what="connected")
         await pilot.press("w")
         await wait(pilot, lambda: isinstance(app.screen, SwapScreen), what="the swap dialog")
         screen = cast(SwapScreen, app.screen)
@@ -515,7 +604,7 @@ async def test_a_confirmed_swap_streams_its_output_and_ends_in_place(
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(120, 50)) as pilot:
         await on_gpu(pilot, wait, app, 0)
-        await wait(pilot, lambda: app.check_action("swap_torch", ()) is True, what="connected")
+        await wait(pilot, lambda: can(app, "swap_torch"), what="connected")
         await pilot.press("w")
         await wait(pilot, lambda: isinstance(app.screen, SwapScreen), what="the swap dialog")
         screen = cast(SwapScreen, app.screen)

@@ -11,14 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
+from textual.screen import Screen
 
 from gpumon.backends.model import ConnState
 from gpumon.backends.monitor import HostMonitor
-from gpumon.tui.app import INTERVALS, GpumonApp
+from gpumon.tui.app import GpumonApp
+from gpumon.tui.dashboard import INTERVALS, DashboardScreen
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, HelpScreen, key_text
 from gpumon.tui.widgets import HostSection
 
 Wait = Callable[..., Awaitable[None]]
+KeyActions = Callable[[Screen[Any]], set[str]]
 FROZEN_NOW = 1795962750.0
 
 
@@ -27,7 +30,7 @@ def frozen_clock() -> float:
 
 
 def section(app: GpumonApp, i: int = 0) -> HostSection:
-    return app.sections[i]
+    return app.dashboard.sections[i]
 
 
 def row_texts(app: GpumonApp, i: int = 0) -> list[str]:
@@ -36,7 +39,9 @@ def row_texts(app: GpumonApp, i: int = 0) -> list[str]:
 
 async def with_data(pilot: Pilot[int], wait: Wait, app: GpumonApp) -> None:
     """Wait until every connected host's rows are on screen."""
-    await wait(pilot, lambda: all(len(s.rows) == 8 for s in app.sections), what="GPU rows")
+    await wait(
+        pilot, lambda: all(len(s.rows) == 8 for s in app.dashboard.sections), what="GPU rows"
+    )
     await pilot.pause()
 
 
@@ -81,26 +86,26 @@ async def test_cursor_moves_between_gpus(
     app = GpumonApp([demo_monitor(clock=frozen_clock)])
     async with app.run_test(size=(80, 24)) as pilot:
         await with_data(pilot, wait, app)
-        assert app.cursor == (0, 0)
+        assert app.dashboard.cursor == (0, 0)
         await pilot.press("down", "down", "j")
-        assert app.cursor == (0, 3)
+        assert app.dashboard.cursor == (0, 3)
         assert section(app).rows[3].has_class("-cursor")
         assert not section(app).rows[0].has_class("-cursor")
         assert row_texts(app)[3].startswith("▶")
         await pilot.press("up", "k")
-        assert app.cursor == (0, 1)
+        assert app.dashboard.cursor == (0, 1)
         await pilot.press(*["down"] * 12)  # past the GPUs, into the jobs pane: the drafter
-        assert app.cursor == (0, 8)  # and no further: it is the last row
+        assert app.dashboard.cursor == (0, 8)  # and no further: it is the last row
         assert not any(r.has_class("-cursor") for r in section(app).rows)
         jobs = section(app).jobs.view
         assert jobs is not None and jobs.cursor == 0
-        assert app.check_action("open_detail", ()) is None  # no GPU under the cursor
+        assert app.dashboard.check_action("open_detail", ()) is None  # no GPU under the cursor
         await pilot.click("#gpu-0-5")
-        assert app.cursor == (0, 5)
+        assert app.dashboard.cursor == (0, 5)
 
 
 async def test_enter_opens_detail_with_plots_and_processes_esc_returns(
-    demo_monitor: Callable[..., HostMonitor], wait: Wait
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, key_actions: KeyActions
 ) -> None:
     monitor = demo_monitor(clock=frozen_clock)
     app = GpumonApp([monitor])
@@ -117,7 +122,9 @@ async def test_enter_opens_detail_with_plots_and_processes_esc_returns(
         assert "GPU 2" in str(screen.title_line.render())
         procs = str(screen.processes.render())
         assert "2418863" in procs and "/root/venv/bin/python3" in procs
-        assert app.check_action("open_detail", ()) is False  # no detail on top of detail
+        keys = key_actions(screen)
+        assert "open_detail" not in keys and "toggle_spark" not in keys  # not on the detail view
+        assert {"restart_job", "toggle_pause", "cursor", "alerts", "quit"} <= keys  # these are
         # the detail view follows the cursor
         await pilot.press("down")
         assert screen.target.gpu_index == 3
@@ -128,7 +135,6 @@ async def test_enter_opens_detail_with_plots_and_processes_esc_returns(
         assert screen.window == 3600.0
         await pilot.pause()
         assert "-1h" in screen.plots["power"].render().plain
-        assert app.check_action("toggle_spark", ()) is False  # no sparklines here
         await pilot.press("escape")
         assert not isinstance(app.screen, DetailScreen)
 
@@ -143,9 +149,9 @@ async def test_plots_redraw_only_for_new_samples(
         screen = app.screen
         assert isinstance(screen, DetailScreen)
         await wait(pilot, lambda: screen.plots["util"].builds > 0, what="first plot")
-        shown = app.sections[0].shown
+        shown = app.dashboard.sections[0].shown
         assert screen.refresh_view() is False  # same sample: nothing to redraw
-        await wait(pilot, lambda: app.sections[0].shown is not shown, what="a new sample")
+        await wait(pilot, lambda: app.dashboard.sections[0].shown is not shown, what="a new sample")
         builds = screen.plots["util"].builds
         await pilot.press("p")  # paused: new samples do not redraw
         await pilot.pause(2.5)
@@ -161,7 +167,7 @@ async def test_help_lists_every_key(demo_monitor: Callable[..., HostMonitor], wa
         assert isinstance(screen, HelpScreen)
         text = screen.plain
         for binding in [
-            *app.dashboard_bindings(),
+            *DashboardScreen.BINDINGS,
             *DetailScreen.BINDINGS,
             *AlertHistoryScreen.BINDINGS,
         ]:
@@ -179,7 +185,7 @@ async def test_pause_freezes_rows_while_the_monitor_collects(
     async with app.run_test(size=(80, 24)) as pilot:
         await with_data(pilot, wait, app)
         await pilot.press("p")
-        assert app.paused
+        assert app.dashboard.paused
         assert "PAUSED" in section(app).header.plain
         frozen = section(app).shown
         rows = row_texts(app)
@@ -194,7 +200,7 @@ async def test_pause_freezes_rows_while_the_monitor_collects(
         assert section(app).jobs.plain == jobs  # ...and its pane stands still
         assert monitor.latest is not frozen  # monitoring went on: no gap in history
         await pilot.press("p")
-        assert not app.paused
+        assert not app.dashboard.paused
         assert section(app).shown is monitor.latest
         assert "PAUSED" not in section(app).header.plain
 
@@ -209,14 +215,14 @@ async def test_plus_minus_change_the_interval_on_every_host(
         await wait(pilot, lambda: all(m.status.state == ConnState.CONNECTED for m in monitors))
         await pilot.press("plus")
         assert [m.interval for m in monitors] == [0.5, 0.5]
-        assert app.check_action("faster", ()) is None  # already the fastest: greyed
+        assert app.dashboard.check_action("faster", ()) is None  # already the fastest: greyed
         await pilot.press("minus", "minus", "minus")
         assert [m.interval for m in monitors] == [5.0, 5.0]
         await pilot.pause()
         assert "every 5s" in section(app).header.plain
         await pilot.press(*["minus"] * 10)
         assert monitors[0].interval == INTERVALS[-1]
-        assert app.check_action("slower", ()) is None
+        assert app.dashboard.check_action("slower", ()) is None
 
 
 async def test_keys_greyed_out_while_the_host_is_disconnected(
@@ -227,9 +233,11 @@ async def test_keys_greyed_out_while_the_host_is_disconnected(
     seen = record_notifications(app)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait(pilot, lambda: monitor.status.state == ConnState.RECONNECTING)
-        await wait(pilot, lambda: app.check_action("faster", ()) is None, what="greyed keys")
-        assert app.check_action("slower", ()) is None
-        assert app.check_action("open_detail", ()) is None
+        await wait(
+            pilot, lambda: app.dashboard.check_action("faster", ()) is None, what="greyed keys"
+        )
+        assert app.dashboard.check_action("slower", ()) is None
+        assert app.dashboard.check_action("open_detail", ()) is None
         interval = monitor.interval
         await pilot.press("plus", "enter")
         assert monitor.interval == interval
@@ -252,8 +260,8 @@ async def test_one_host_down_does_not_touch_the_other(
         await wait(pilot, lambda: len(section(app, 1).rows) == 8, what="demo rows")
         await wait(pilot, lambda: down.status.state == ConnState.RECONNECTING)
         await pilot.pause()
-        assert app.cursor == (1, 0)  # the cursor lands on the host with data
-        assert app.check_action("faster", ()) is True
+        assert app.dashboard.cursor == (1, 0)  # the cursor lands on the host with data
+        assert app.dashboard.check_action("faster", ()) is True
         assert section(app, 0).rows == []
         assert all("/95.6G" in r for r in row_texts(app, 1))
 
@@ -265,13 +273,13 @@ async def test_theme_key_cycles_and_is_remembered(
     async with app.run_test(size=(80, 24)) as pilot:
         await with_data(pilot, wait, app)
         assert app.theme == "gpumon-dark"
-        dark_rows = app.sections[0].rows[0].view
+        dark_rows = app.dashboard.sections[0].rows[0].view
         await pilot.press("t")
         await pilot.pause()
         assert app.theme == "gpumon-light"
         state = json.loads((state_home / "gpumon" / "state.json").read_text())
         assert state["theme"] == "gpumon-light"
-        assert app.sections[0].rows[0].view != dark_rows  # redrawn in the new colours
+        assert app.dashboard.sections[0].rows[0].view != dark_rows  # redrawn in the new colours
         await pilot.press("t")
         assert app.theme == "gpumon-contrast"
     again = GpumonApp([demo_monitor(clock=frozen_clock)])
@@ -301,7 +309,7 @@ async def test_palette_command_runs_an_action(
         await pilot.press(*"pause / resume")
         await pilot.pause(0.5)
         await pilot.press("enter")
-        await wait(pilot, lambda: app.paused, what="pause from the palette")
+        await wait(pilot, lambda: app.dashboard.paused, what="pause from the palette")
 
 
 async def test_m_toggles_the_sparkline(
@@ -310,13 +318,13 @@ async def test_m_toggles_the_sparkline(
     app = GpumonApp([demo_monitor(clock=frozen_clock)])
     async with app.run_test(size=(80, 24)) as pilot:
         await with_data(pilot, wait, app)
-        assert "mem history" in app.sections[0].titles.render().plain
-        assert app.sections[0].rows[0].view is not None
-        assert app.sections[0].rows[0].view.spark_is_memory
+        assert "mem history" in app.dashboard.sections[0].titles.render().plain
+        assert app.dashboard.sections[0].rows[0].view is not None
+        assert app.dashboard.sections[0].rows[0].view.spark_is_memory
         await pilot.press("m")
-        assert not app.spark_memory
-        assert "util history" in app.sections[0].titles.render().plain
-        view = app.sections[0].rows[0].view
+        assert not app.dashboard.spark_memory
+        assert "util history" in app.dashboard.sections[0].titles.render().plain
+        view = app.dashboard.sections[0].rows[0].view
         assert view is not None and not view.spark_is_memory and view.spark_max == 100.0
 
 
@@ -382,7 +390,7 @@ async def test_rows_grow_with_the_terminal(
     async with app.run_test(size=(200, 60)) as pilot:
         await with_data(pilot, wait, app)
         await pilot.pause()
-        assert app.row_height == 3
+        assert app.dashboard.row_height == 3
         rows = section(app).rows
         assert all(r.size.height == 3 for r in rows)
         assert rows[0].size.width == 200
@@ -390,7 +398,7 @@ async def test_rows_grow_with_the_terminal(
         wide_bar = rows[0].render().plain.count("█")
         await pilot.resize_terminal(80, 24)
         await wait(pilot, lambda: all(r.size.height == 1 for r in rows), what="the relayout")
-        assert app.row_height == 1
+        assert app.dashboard.row_height == 1
         assert all(r.size.height == 1 for r in rows)
         assert rows[0].render().plain.count("█") < wide_bar
         assert rows[7].region.bottom <= 23  # all 8 visible above the footer

@@ -26,7 +26,7 @@ from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen
 
 Wait = Callable[..., Awaitable[None]]
-FAKE_SMI = Path(__file__).parents[1] / "support" / "hostile_smi.py"
+FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
 HOSTILE_NAME = "RTX [@click=app.quit]PRO[/] \x1b]52;c;b3duZWQ=\x07\x1b]0;t\x07\x1b[2J6000"
 HOSTILE_PROCESS = "[@click=app.quit]py[/]\x1b[31m\u202e"
 

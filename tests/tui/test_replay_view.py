@@ -53,7 +53,7 @@ def write_incident(directory: Path) -> Path:
 
 
 def header(app: GpumonApp) -> str:
-    return app.sections[0].header.plain
+    return app.dashboard.sections[0].header.plain
 
 
 async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait, utc: None) -> None:
@@ -69,20 +69,22 @@ async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait,
         assert header(app).startswith("ct200")
         assert f"REPLAY paused, 00:16:40 (0/{total})" in header(app)  # 1000 s after epoch, UTC
         assert "connected" not in header(app)
-        assert app.check_action("faster", ()) is None  # greyed: no sampling interval here
-        assert app.check_action("slower", ()) is None
-        assert app.check_action("replay_step", ()) is True
-        assert app.check_action("restart_job", ()) is False  # no machine behind a recording
+        assert app.dashboard.check_action("faster", ()) is None  # greyed: no sampling interval here
+        assert app.dashboard.check_action("slower", ()) is None
+        assert app.dashboard.check_action("replay_step", ()) is True
+        assert (
+            app.dashboard.check_action("restart_job", ()) is False
+        )  # no machine behind a recording
         await pilot.press("full_stop")
         assert replay.position == 1
         await pilot.press("n")
         assert replay.position == 2
         await pilot.pause()
         assert f"(2/{total})" in header(app) and "00:16:41" in header(app)
-        assert len(app.sections[0].rows) == 8
+        assert len(app.dashboard.sections[0].rows) == 8
         await pilot.press("p")  # the recording plays on
-        assert not replay.paused and not app.paused
-        assert app.check_action("replay_step", ()) is None  # only while paused
+        assert not replay.paused and not app.dashboard.paused
+        assert app.dashboard.check_action("replay_step", ()) is None  # only while paused
         assert "REPLAY 1x" in header(app)
         await pilot.press("right_square_bracket")
         assert replay.speed == 2.0 and "REPLAY 2x" in header(app)
@@ -90,16 +92,18 @@ async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait,
         assert replay.speed == 0.5 and "REPLAY 0.5x" in header(app)
         await pilot.press(*["right_square_bracket"] * 10)
         assert replay.speed == 30.0
-        assert app.check_action("replay_faster", ()) is None  # the fastest there is
+        assert app.dashboard.check_action("replay_faster", ()) is None  # the fastest there is
         await wait(pilot, lambda: replay.finished, timeout=20, what="the end of the recording")
         await wait(pilot, lambda: "REPLAY ended" in header(app), what="the header saying so")
-        await wait(pilot, lambda: "CRITICAL" in app.strip.plain, what="the strip")
+        await wait(pilot, lambda: "CRITICAL" in app.dashboard.strip.plain, what="the strip")
         assert "REPLAY ended" in header(app) and f"({total}/{total})" in header(app)
         assert "end of recording" not in header(app)  # the state says it, not an error line
-        assert app.strip.display and "CRITICAL" in app.strip.plain  # GPU 6 went critical
-        assert "GPU 6" in app.strip.plain
+        assert (
+            app.dashboard.strip.display and "CRITICAL" in app.dashboard.strip.plain
+        )  # GPU 6 went critical
+        assert "GPU 6" in app.dashboard.strip.plain
         assert not bells  # a replay does not ring
-        assert not any(r.view is not None and r.view.stale for r in app.sections[0].rows)
+        assert not any(r.view is not None and r.view.stale for r in app.dashboard.sections[0].rows)
 
 
 async def test_live_hosts_hide_the_replay_keys(
@@ -108,9 +112,9 @@ async def test_live_hosts_hide_the_replay_keys(
     app = GpumonApp([demo_monitor()])  # type: ignore[list-item]
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        assert app.replay is None
+        assert app.dashboard.replay is None
         for action in ("replay_step", "replay_faster", "replay_slower"):
-            assert app.check_action(action, ()) is False
+            assert app.dashboard.check_action(action, ()) is False
 
 
 def test_replay_command_says_what_is_wrong_with_a_file(

@@ -57,7 +57,7 @@ def wait_for_data(
         if before is not None:
             before(monitor)
         await pilot.pause(0.3)  # the log's last lines
-        app.refresh_dashboard()
+        app.dashboard.refresh_dashboard()
         await pilot.pause()
         if detail:
             await pilot.press(*["down"] * 6, "enter")

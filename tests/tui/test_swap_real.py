@@ -82,7 +82,9 @@ async def test_w_swaps_torch_and_back_with_verification(
     )  # fmt: skip
     app = GpumonApp([HostMonitor(host, LocalTransport(host))])
     async with app.run_test(size=(120, 50)) as pilot:
-        await wait(pilot, lambda: app.check_action("swap_torch", ()) is True, what="connected")
+        await wait(
+            pilot, lambda: app.dashboard.check_action("swap_torch", ()) is True, what="connected"
+        )
         screen = await swap_to(pilot, app, "cu130", wait)
         outcome = screen.outcome
         assert outcome is not None and outcome.message == "swapped to 2.11.0+cu130, verified"

@@ -145,6 +145,21 @@ def test_too_little_free_memory_warns_even_under_the_percentage() -> None:
     assert quiet.active() == []
 
 
+def test_memory_level_is_the_alerts_level_for_the_last_sample() -> None:
+    """What a screen colours: the memory alert's level (hysteresis included) for the last
+    sample, the thresholds' level for an older one, None when memory is not reported."""
+    engine, _, _ = engine_with_log()
+    feed_pcts(engine, [97.5])
+    latest = gpu(0, at_pct(97.5))
+    assert engine.memory_level(latest, T0) is Health.WARNING  # under 98.5: not critical
+    assert engine.active()[0].severity is Health.WARNING
+    feed_pcts(engine, [94.0], start=T0 + 1)  # under 95, within the clear margin
+    assert engine.memory_level(gpu(0, at_pct(94.0)), T0 + 1) is Health.WARNING
+    assert engine.memory_level(gpu(0, at_pct(94.0)), T0) is Health.OK  # an older sample
+    assert engine.memory_level(gpu(0, None), T0 + 1) is None
+    assert engine.memory_level(gpu(5, at_pct(99.0)), T0 + 1) is Health.CRITICAL  # unseen GPU
+
+
 def test_unknown_memory_keeps_the_state() -> None:
     engine, _, _ = engine_with_log()
     feed_pcts(engine, [96.0])
@@ -549,3 +564,26 @@ def test_a_restarted_drafter_refilling_its_gpu_clears_the_oom_alerts(tmp_path: P
 
 def test_these_gpus_have_the_simulators_memory_size() -> None:
     assert MEMORY_TOTAL_MIB == TOTAL
+
+
+# ------------------------------------------------------------------- a GPU drops out
+
+
+def test_a_gpu_that_drops_out_of_the_listing_is_a_critical_alert_until_it_is_back() -> None:
+    engine, _clock, heard = engine_with_log()
+    named = {"name": "NVIDIA RTX PRO 6000", "bus_id": "00000000:3B:00.0"}
+    engine.on_sample(sample(T0, gpu(0, 1000), gpu(3, at_pct(97), **named)))
+    assert [a.kind for a in engine.active()] == ["memory"]  # GPU 3 at 97 %: a warning
+    engine.on_sample(sample(T0 + 1, gpu(0, 1000)))
+    missing = [a for a in engine.active() if a.kind == "gpu_health"]
+    assert len(missing) == 1 and missing[0].gpu == 3 and missing[0].severity is Health.CRITICAL
+    assert "GPU 3 is no longer reported (NVIDIA RTX PRO 6000, 00000000:3B:00.0)" in (
+        missing[0].message
+    )
+    assert [a.kind for a in heard] == ["memory", "gpu_health"]
+    assert not any(a.kind == "memory" for a in engine.active())  # nothing observes it now
+    engine.on_sample(sample(T0 + 2, gpu(0, 1000)))
+    assert len(heard) == 2  # still missing: raised once
+    for k in range(3):  # back and healthy: ends after clear_samples samples
+        engine.on_sample(sample(T0 + 3 + k, gpu(0, 1000), gpu(3, 1000, **named)))
+    assert engine.active() == []

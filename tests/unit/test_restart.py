@@ -14,6 +14,7 @@ from gpumon.backends.actions import (
     JobStatus,
     ParamError,
     ParamValue,
+    Step,
     check_template,
     is_oom,
     merge_params,
@@ -142,6 +143,20 @@ def test_plan_lines_show_state_alert_params_commands_and_pids() -> None:
         "train --resume latest --budget 65536",
     ]
     assert "REFUSED" not in text
+
+
+def test_plan_rows_carry_levels_and_steps_and_lines_print_them() -> None:
+    plan = _plan(refusal="read-only: the host is read_only")
+    rows = plan.rows()
+    assert [(r.label, r.level) for r in rows if r.level != "info"] == [
+        ("last alert", "warning"),
+        ("REFUSED", "problem"),
+    ]
+    assert [r.step for r in rows if r.step] == list(plan.steps)
+    stop = next(r for r in rows if r.step is Step.STOP)
+    assert stop.text == "SIGTERM to process group 100 (PIDs 100 101), SIGKILL after 30 s"
+    assert plan.title == "Restart drafter on ct200 (ssh root@pve1 -> pct exec 200)"
+    assert plan.lines() == [plan.title] + [f"  {r.label + ':':<11} {r.text}" for r in rows]
 
 
 def test_plan_with_params_rerenders_and_rejects_unknown_names() -> None:

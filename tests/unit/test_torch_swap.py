@@ -164,6 +164,29 @@ def test_cu126_refused_on_sm120_unless_forced() -> None:
     assert forced.ok and [r.reason for r in forced.forced] == [p.refusals[0].reason]
 
 
+def test_plan_rows_carry_levels_and_steps_and_describe_prints_them() -> None:
+    refused, forced, noop = plan("cu126"), plan("cu126", force=True), plan("cu128")
+    reason = refused.refusals[0].reason
+    assert ("refused", reason, "problem") in [(r.label, r.text, r.level) for r in refused.rows()]
+    assert ("--force overrides", reason, "warning") in [
+        (r.label, r.text, r.level) for r in forced.rows()
+    ]
+    assert all(r.level == "warning" for r in forced.rows() if r.label == "warning")
+    assert [(r.label, r.level) for r in noop.rows() if r.level == "ok"] == [("nothing to do", "ok")]
+    steps = [r for r in forced.rows() if r.step is not None]
+    assert [(r.label, r.step, r.text) for r in steps] == [
+        (f"{i}.", s.key, s.command()) for i, s in enumerate(forced.steps, 1)
+    ]
+    lines = forced.describe().splitlines()
+    assert (
+        lines[0]
+        == forced.title
+        == ("swap-torch ct200: 2.11.0+cu128 -> 2.11.0+cu126 in /root/venv (uv)")
+    )
+    assert f"  --force overrides: {reason}" in lines and "  commands:" in lines
+    assert f"    1. {forced.steps[0].command()}" in lines
+
+
 def test_driver_too_old_for_cu130_but_fine_for_cu128() -> None:
     f = facts("2.11.0+cu128")
     f["gpu"]["driver"] = "575.57.08"
@@ -522,10 +545,11 @@ def test_runner_swaps_streams_and_audits(tmp_path: Path) -> None:
     p = plan()
     venv = FakeVenv(host(), p.facts)
     outcome, events = run_swap(tmp_path, venv, p)
-    assert (outcome.result, outcome.message, outcome.exit_code) == (
+    assert (outcome.result, outcome.message, outcome.exit_code, outcome.level) == (
         "swapped",
         "swapped to 2.11.0+cu130, verified",
         0,
+        "ok",
     )
     assert venv.dists["torch"]["version"] == "2.11.0+cu130"
     assert not any(n in venv.dists for n in CU12)
@@ -565,6 +589,7 @@ def test_failed_install_rolls_back_to_the_freeze(tmp_path: Path) -> None:
     venv.installs.append(install_as_asked)
     outcome, events = run_swap(tmp_path, venv, p)
     assert outcome.result == "rolled-back" and outcome.exit_code == 1
+    assert outcome.level == "warning"
     assert outcome.message == (
         "install failed: ERROR: No matching distribution found; "
         "rolled back to 2.11.0+cu128, verified"
@@ -598,6 +623,7 @@ def test_failed_rollback_says_the_state_is_unknown(tmp_path: Path) -> None:
     venv.installs.append(lambda v, r: (1, ["ERROR: index unreachable"]))
     outcome, _ = run_swap(tmp_path, venv, p)
     assert outcome.result == "rollback-failed" and outcome.exit_code == 4
+    assert outcome.level == "problem"
     assert (
         f"rollback FAILED: venv state unknown, freeze saved at {p.freeze_path}" in outcome.message
     )

@@ -13,6 +13,8 @@ from rich.style import Style
 from textual.theme import BUILTIN_THEMES, Theme
 
 from gpumon.backends import paths
+from gpumon.backends.alerts import AlertEngine
+from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import (
     ConnState,
@@ -107,10 +109,16 @@ def test_short_name_honours_width() -> None:
     assert short_name("NVIDIA RTX PRO 6000 Blackwell Server Edition", width=8) == "RTX PRO…"
 
 
+def level_of(gpu: GpuSample) -> Health | None:
+    """The memory level a host with the default alert rules gives ``gpu``."""
+    return AlertEngine("test", AlertRules()).memory_level(gpu, 0.0)
+
+
 def test_cells_of_a_full_sample() -> None:
-    c = gpu_cells(FULL)
+    c = gpu_cells(FULL, level_of(FULL))  # 98.7 %: over the default 98.5 % critical line
     assert c.memory == Cell("94.4/95.6G", Role.CRITICAL)
     assert c.memory_pct == Cell("98%", Role.CRITICAL)
+    assert c.memory_role == Role.CRITICAL
     assert c.util == Cell("74%")
     assert c.temp == Cell("65°C", Role.OK)
     assert c.power == Cell("427/600W")
@@ -119,8 +127,16 @@ def test_cells_of_a_full_sample() -> None:
     assert c.problems.text == ""
 
 
+def test_memory_cells_take_the_level_they_are_given() -> None:
+    """The views hold no memory thresholds: the host's alert engine decides the level."""
+    c = gpu_cells(FULL, Health.WARNING)
+    assert c.memory.role == c.memory_pct.role == c.memory_role == Role.WARNING
+    assert gpu_cells(FULL, None).memory_role == Role.NA
+    assert gpu_cells(LOST, Health.CRITICAL).memory_role == Role.NA  # nothing reported
+
+
 def test_cells_of_a_lost_gpu_are_na_not_zero() -> None:
-    c = gpu_cells(LOST)
+    c = gpu_cells(LOST, level_of(LOST))
     for cell in (c.memory, c.memory_pct, c.util, c.temp, c.power, c.pstate, c.sm_clock):
         assert cell == NA
     assert c.fraction is None
@@ -130,18 +146,18 @@ def test_cells_of_a_lost_gpu_are_na_not_zero() -> None:
 
 
 def test_sick_gpu_without_problem_text_still_says_why() -> None:
-    c = gpu_cells(GpuSample(index=0, health=Health.WARNING))
+    c = gpu_cells(GpuSample(index=0, health=Health.WARNING), None)
     assert c.problems == Cell("warning", Role.WARNING)
     assert c.marker.role == Role.WARNING
 
 
 @pytest.mark.parametrize(
-    ("fraction", "role"),
-    [(None, Role.NA), (0.0, Role.OK), (0.899, Role.OK), (0.9, Role.WARNING),
-     (0.969, Role.WARNING), (0.97, Role.CRITICAL), (1.0, Role.CRITICAL)],
+    ("level", "role"),
+    [(None, Role.NA), (Health.OK, Role.OK), (Health.WARNING, Role.WARNING),
+     (Health.CRITICAL, Role.CRITICAL)],
 )  # fmt: skip
-def test_memory_role(fraction: float | None, role: Role) -> None:
-    assert memory_role(fraction) == role
+def test_memory_role(level: Health | None, role: Role) -> None:
+    assert memory_role(level) == role
 
 
 def test_temperature_and_power_roles() -> None:
@@ -266,7 +282,7 @@ def test_row_layout_uses_the_width() -> None:
 
 def _view(cells_of: GpuSample, height: int = 1, stale: bool = False) -> RowView:
     return RowView(
-        cells=gpu_cells(cells_of),
+        cells=gpu_cells(cells_of, level_of(cells_of)),
         spark=(50000.0, None, 97000.0),
         spark_max=97887.0,
         spark_is_memory=True,
@@ -275,6 +291,7 @@ def _view(cells_of: GpuSample, height: int = 1, stale: bool = False) -> RowView:
         height=height,
         processes=Cell("procs: 1 python 2.0G", Role.MUTED),
         palette=PALETTE,
+        memory_rules=AlertRules(),
     )
 
 

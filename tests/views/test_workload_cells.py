@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.recording import Recording, ReplayMonitor
@@ -213,7 +214,7 @@ def test_full_in_replaces_the_newest_sparkline_columns_and_fits() -> None:
     gpu = GpuSample(index=6, uuid="U", memory_total_mib=97887, memory_used_mib=93000)
     for width in (80, 120, 200):
         view = RowView(
-            cells=gpu_cells(gpu),
+            cells=gpu_cells(gpu, Health.WARNING),
             spark=(90000.0,) * 100,
             spark_max=97887.0,
             spark_is_memory=True,
@@ -222,6 +223,7 @@ def test_full_in_replaces_the_newest_sparkline_columns_and_fits() -> None:
             height=1,
             processes=Cell(""),
             palette=PALETTE,
+            memory_rules=AlertRules(),
             owner=Cell("drafter"),
             full_in=40.0,
         )

@@ -141,9 +141,11 @@ def _sim_settings(args: argparse.Namespace) -> SimSettings:
 
 async def _one_sample(
     host: HostConfig, sim: SimSettings, timeout: float, *, rates: bool = True
-) -> HostMonitor:
+) -> tuple[HostMonitor, float]:
     """Connect once, wait for a GPU sample and (briefly) its process list and, with
-    ``rates``, the workloads' throughput (a rate needs two observations)."""
+    ``rates``, the workloads' throughput (a rate needs two observations). Returns the
+    monitor and the moment observing ended: ages and verdicts are judged then, not after
+    the stop (which may wait for the target's processes to exit)."""
     from gpumon.backends.model import ConnState
     from gpumon.backends.monitor import make_monitor
 
@@ -166,17 +168,17 @@ async def _one_sample(
                 if processes and rated:
                     break
             await monitor.wait_for_update(min(left, 0.5))
+        observed_at = time.time()
     finally:
         await monitor.stop()
-    return monitor
+    return monitor, observed_at
 
 
 def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.monitor import snapshot_json, snapshot_table
 
     host = resolve_host(config, args.host)
-    monitor = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout))
-    now = time.time()
+    monitor, now = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout))
     if args.json:
         print(json.dumps(snapshot_json(monitor, now), indent=2))
     else:
@@ -189,8 +191,8 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
 
     host = resolve_host(config, args.host)
     # The verdict rests on GPUs and alerts, not on throughput: no waiting for rates.
-    monitor = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout, rates=False))
-    code, line = check_verdict(monitor, time.time())
+    monitor, now = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout, rates=False))
+    code, line = check_verdict(monitor, now)
     print(line)
     return int(code)
 

@@ -1,4 +1,4 @@
-"""The dashboard: its keys and actions, cursor, alerts and replay behaviour."""
+"""The dashboard: its screen, action table (keys, palette, help), cursor, alerts and replay."""
 
 from __future__ import annotations
 
@@ -7,26 +7,24 @@ from typing import TYPE_CHECKING
 from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .actions import HOST_ACTIONS, ActionCommands, ActionsMixin
-    from .alerts import AlertsMixin
+    from .action_table import ACTIONS, DashboardAction, actions_on, bindings
     from .commands import GpumonCommands
-    from .cursor import CursorMixin
-    from .keys import dashboard_keys
     from .layout import HostNeeds, plan_layout
     from .notices import ConnectionWatch
-    from .replay import ReplayMixin, replay_status
+    from .replay import replay_status
+    from .screen import INTERVALS, DashboardDetailScreen, DashboardScreen
 
 __all__ = [
-    "HOST_ACTIONS",
-    "ActionCommands",
-    "ActionsMixin",
-    "AlertsMixin",
+    "ACTIONS",
+    "INTERVALS",
     "ConnectionWatch",
-    "CursorMixin",
+    "DashboardAction",
+    "DashboardDetailScreen",
+    "DashboardScreen",
     "GpumonCommands",
     "HostNeeds",
-    "ReplayMixin",
-    "dashboard_keys",
+    "actions_on",
+    "bindings",
     "plan_layout",
     "replay_status",
 ]
@@ -34,16 +32,16 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "ActionCommands": "actions",
-        "ActionsMixin": "actions",
-        "AlertsMixin": "alerts",
+        "ACTIONS": "action_table",
         "ConnectionWatch": "notices",
-        "CursorMixin": "cursor",
+        "DashboardAction": "action_table",
+        "DashboardDetailScreen": "screen",
+        "DashboardScreen": "screen",
         "GpumonCommands": "commands",
-        "HOST_ACTIONS": "actions",
         "HostNeeds": "layout",
-        "ReplayMixin": "replay",
-        "dashboard_keys": "keys",
+        "INTERVALS": "screen",
+        "actions_on": "action_table",
+        "bindings": "action_table",
         "plan_layout": "layout",
         "replay_status": "replay",
     },

@@ -1,16 +1,15 @@
-"""The keys that act on a machine: restart / stop / start a job, the doctor, a torch swap.
+"""The dashboard's actions on a machine: restart / stop / start a job, the doctor, a torch swap.
 
-``ActionsMixin`` is the first base of the dashboard app (``class GpumonApp(ActionsMixin,
-App)``). It relies on the app for ``selected_monitor()`` (the host under the cursor),
-``selected_job()`` (the job under the cursor, with its monitor) and ``read_only``; the
-app's ``check_action`` must end with ``super().check_action(...)`` so these reach it.
+``ActionsMixin`` is a base of ``DashboardScreen``. It relies on the screen for
+``selected_monitor()`` (the host under the cursor), ``selected_job()`` (the job under the
+cursor, with its monitor) and ``read_only``; whether a key may act now is decided from the
+action table (``action_table``: dangerous, needs a job, a connected host...).
 
 k9s is the model: a key acts on what is under the cursor, a dialog says exactly what will
 happen before anything does, the result is reported in place, a key that cannot act is
 greyed out, and in read-only mode (``--read-only`` or the host's ``read_only``) every key
 that changes a machine is gone from the footer and the palette (the doctor stays: it
 only reads). Every action is audited by the backends; a refused attempt is audited here.
-``ActionCommands`` puts the same actions in the command palette.
 """
 
 from __future__ import annotations
@@ -18,48 +17,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from textual.app import App
-from textual.binding import Binding, BindingType
-from textual.command import CommandPalette, DiscoveryHit, Hit, Hits, Provider
 from textual.notifications import SeverityLevel
+from textual.screen import Screen
 
 from gpumon.backends.actions import Action, ActionPlan, JobTarget, RestartRun, audit, runs
-from gpumon.backends.model import ConnState
 from gpumon.tui.screens import DoctorScreen, RestartScreen, SwapScreen
 
 if TYPE_CHECKING:
     from gpumon.backends.config import JobConfig
     from gpumon.backends.monitor import HostMonitor
 
-JOB_ACTIONS: dict[str, Action] = {
-    "restart_job": "restart",
-    "stop_job": "stop",
-    "start_job": "start",
-}
-MUTATING = frozenset({*JOB_ACTIONS, "swap_torch"})
-HOST_ACTIONS = frozenset({*MUTATING, "doctor"})
 UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
 
 
-class ActionsMixin(App[int]):
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("r", "restart_job", "Restart", tooltip="Restart the job under the cursor"),
-        # s / S stay out of the footer so it fits 80 columns (help and palette list them).
-        Binding("s", "stop_job", "Stop", tooltip="Stop the job under the cursor", show=False),
-        Binding(
-            "S",
-            "start_job",
-            "Start",
-            tooltip="Start the (stopped) job under the cursor",
-            show=False,
-        ),
-        Binding("d", "doctor", "Doctor", tooltip="Torch / CUDA checks of the host (read-only)"),
-        Binding("w", "swap_torch", "Torch", tooltip="Swap the host's torch CUDA variant"),
-    ]
-
-    if TYPE_CHECKING:  # provided by the app
+class ActionsMixin(Screen[None]):
+    if TYPE_CHECKING:  # provided by the dashboard screen
         read_only: bool
 
         def selected_monitor(self) -> HostMonitor | None: ...
@@ -67,7 +41,7 @@ class ActionsMixin(App[int]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._job_runs: list[RestartRun] = []  # the runs this app started
+        self._job_runs: list[RestartRun] = []  # the runs this dashboard started
 
     # --- what may run now ---------------------------------------------------------------
     def read_only_reason(self, monitor: HostMonitor | None) -> str | None:
@@ -78,35 +52,9 @@ class ActionsMixin(App[int]):
             return f"host {monitor.host.name} is read_only in the config"
         return None
 
-    def _dashboard_on_top(self) -> bool:
-        """False while a dialog (or help) covers the dashboard; the palette does not count."""
-        for screen in reversed(self.screen_stack):
-            if not isinstance(screen, CommandPalette):
-                return not screen.is_modal
-        return True
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hidden (False) under a dialog and, for keys that change a machine, in read-only
-        mode; greyed out (None) without a connected host or job under the cursor."""
-        if action not in HOST_ACTIONS:
-            return super().check_action(action, parameters)
-        if not self._dashboard_on_top():
-            return False
-        monitor = self.selected_monitor()
-        if action in MUTATING and self.read_only_reason(monitor) is not None:
-            return False
-        if action in JOB_ACTIONS:
-            selected = self.selected_job()
-            if selected is None:
-                return None
-            monitor, job = selected
-            if runs.running(monitor.host.name, job.name) is not None:
-                return True  # shows the run's progress, connected or not
-            if JOB_ACTIONS[action] != "stop" and not job.start:
-                return None  # nothing to start it with
-        if monitor is None or monitor.status.state != ConnState.CONNECTED:
-            return None
-        return True
+    def running_run(self, monitor: HostMonitor, job: JobConfig) -> RestartRun | None:
+        """The run going for ``job`` (its key then shows its progress, connected or not)."""
+        return runs.running(monitor.host.name, job.name)
 
     def _refuse(self, what: str, reason: str, host: str, job: str | None = None) -> None:
         """Say no, and audit the attempt."""
@@ -140,7 +88,7 @@ class ActionsMixin(App[int]):
             return
         target = JobTarget.from_monitor(monitor, read_only=self.read_only)
         start = partial(self._start_run, monitor, target)
-        running = runs.running(monitor.host.name, job.name)
+        running = self.running_run(monitor, job)
         if running is not None:
             screen = RestartScreen(target, job, running.plan.action, start_run=start, run=running)
         else:
@@ -148,7 +96,7 @@ class ActionsMixin(App[int]):
             screen = RestartScreen(
                 target, job, action, start_run=start, state=state, last_alert=alert
             )
-        self.push_screen(screen)
+        self.app.push_screen(screen)
 
     def _start_run(self, monitor: HostMonitor, target: JobTarget, plan: ActionPlan) -> RestartRun:
         """Start ``plan`` in the shared registry (or join the run already going) and follow
@@ -170,10 +118,10 @@ class ActionsMixin(App[int]):
         self.notify(
             outcome.message, title=f"{plan.action} {job.name}: {outcome.status}", severity=severity
         )
-        self.refresh_bindings()
+        self.app.refresh_bindings()
 
     async def on_unmount(self) -> None:
-        """Leaving gpumon: cancel this app's runs that can still be cancelled (before
+        """Leaving gpumon: cancel the runs started here that can still be cancelled (before
         their start step) and give them a moment to write their outcome to the audit."""
         pending = [r for r in self._job_runs if not r.done]
         for run in pending:
@@ -191,7 +139,7 @@ class ActionsMixin(App[int]):
         if monitor is None:
             self.notify("doctor: no host under the cursor", severity="warning")
             return
-        self.push_screen(DoctorScreen(monitor.host, monitor.transport))
+        self.app.push_screen(DoctorScreen(monitor.host, monitor.transport))
 
     def action_swap_torch(self) -> None:
         monitor = self.selected_monitor()
@@ -202,27 +150,7 @@ class ActionsMixin(App[int]):
         if reason is not None:
             self._refuse("swap-torch", reason, monitor.host.name)
             return
-        self.push_screen(SwapScreen(monitor.host, monitor.transport, read_only=self.read_only))
-
-    # --- the command palette ------------------------------------------------------------
-    def action_commands(self) -> list[tuple[str, str, str]]:
-        """(title, help, action) of every action here that can run now."""
-        out = []
-        selected = self.selected_job()
-        monitor = self.selected_monitor()
-        host = monitor.name if monitor else "the host"
-        if selected is not None:
-            job = selected[1].name
-            out += [
-                (f"Restart job {job}", f"Stop {job} and start it again on {host}", "restart_job"),
-                (f"Stop job {job}", f"Stop {job} on {host}", "stop_job"),
-                (f"Start job {job}", f"Start {job} on {host}", "start_job"),
-            ]
-        out += [
-            (f"Doctor: check {host}", "Torch / CUDA checks, read-only", "doctor"),
-            (f"Swap torch on {host}", "Install another torch CUDA variant", "swap_torch"),
-        ]
-        return [c for c in out if self.check_action(c[2], ()) is True]
+        self.app.push_screen(SwapScreen(monitor.host, monitor.transport, read_only=self.read_only))
 
 
 def job_context(monitor: HostMonitor, job: JobConfig) -> tuple[str | None, str | None]:
@@ -238,24 +166,3 @@ def job_context(monitor: HostMonitor, job: JobConfig) -> tuple[str | None, str |
     alerts = alerts or [a for a in monitor.alerts.active() if a.gpu in job.gpus]
     newest = max(alerts, key=lambda a: a.time, default=None)
     return state, newest.message if newest else None
-
-
-class ActionCommands(Provider):
-    """Restart / stop / start, doctor and torch swap in the command palette (only those
-    that can run now: none that change a machine in read-only mode)."""
-
-    def _commands(self) -> list[tuple[str, str, str]]:
-        app = self.app
-        return app.action_commands() if isinstance(app, ActionsMixin) else []
-
-    async def discover(self) -> Hits:
-        for title, help_text, action in self._commands():
-            yield DiscoveryHit(title, partial(self.app.run_action, action), help=help_text)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for title, help_text, action in self._commands():
-            score = matcher.match(title)
-            if score > 0:
-                run = partial(self.app.run_action, action)
-                yield Hit(score, matcher.highlight(title), run, help=help_text)

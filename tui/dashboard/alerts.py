@@ -1,7 +1,7 @@
 """The dashboard's side of alerts: notifications and the bell for new alerts, the strip,
 the history screen, and the flight recorder's "incident recorded" notice.
 
-``AlertsMixin`` is a base of ``GpumonApp``. The alert engines call ``_on_alert`` once per
+``AlertsMixin`` is a base of ``DashboardScreen``. The alert engines call ``_on_alert`` once per
 new alert and once per escalation (never for the backlog read at start), on the event
 loop, from inside the monitor: it only notifies, rings and marks the strip for redrawing.
 """
@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textual.app import App
+from textual.screen import Screen
 
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
@@ -31,16 +31,18 @@ WARNING_TIMEOUT_S = 6.0
 NOTICE_CHARS = 80  # a toast is 1/2 of the screen wide: about 2 lines at 80 columns
 
 
-class AlertsMixin(App[int]):
-    if TYPE_CHECKING:  # provided by GpumonApp
+class AlertsMixin(Screen[None]):
+    if TYPE_CHECKING:  # provided by the dashboard screen
         monitors: list[HostMonitor]
-        palette: Palette
         bell_enabled: bool
         _mounted: bool
 
         def refresh_dashboard(
             self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
         ) -> None: ...
+
+        @property
+        def palette(self) -> Palette: ...
 
     strip: AlertStrip
     _early_alerts: list[Alert]
@@ -94,7 +96,7 @@ class AlertsMixin(App[int]):
             title = f"{title} (+{len(alerts) - 1} more: a)"
         # One alert toast at a time: a newer one replaces the last (the strip and the
         # history screen keep every alert), so toasts never stack over the GPU rows.
-        self.clear_notifications()
+        self.app.clear_notifications()
         self.notify(
             text,
             title=title,
@@ -106,7 +108,7 @@ class AlertsMixin(App[int]):
         """The terminal bell for a new critical ``alert``: the one place gpumon rings
         (off with ``--no-bell``, and in a replay)."""
         if self.bell_enabled:
-            self.bell()
+            self.app.bell()
 
     def _on_recording_written(self, previous: Callable[[Path], None] | None, path: Path) -> None:
         if previous is not None:
@@ -132,9 +134,9 @@ class AlertsMixin(App[int]):
 
     # --- the history --------------------------------------------------------------------
     def action_alerts(self) -> None:
-        if isinstance(self.screen, AlertHistoryScreen):
+        if isinstance(self.app.screen, AlertHistoryScreen):
             return
-        self.push_screen(
+        self.app.push_screen(
             AlertHistoryScreen(
                 self.monitors, palette_of=lambda: self.palette, on_change=self._acknowledged
             )

@@ -1,67 +1,58 @@
-"""The command palette's gpumon commands: every dashboard action, plus one per theme.
+"""The command palette's gpumon commands, from the action table: the actions of the screen
+the palette was opened from (the dashboard, or the detail view over it) that can run now,
+the app's own (quit, help, next theme) and one per theme.
 
 Actions that cannot run now (``check_action`` says so) are left out rather than shown
-and ignored.
+and ignored: in read-only mode no command that changes a machine is offered.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
+from typing import Protocol, runtime_checkable
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.dom import DOMNode
+
+from gpumon.tui.dashboard.action_table import PaletteEntry, actions_on, palette_entries
 
 
-@dataclass(frozen=True, slots=True)
-class PaletteCommand:
-    title: str
-    help: str
-    action: str  # an action string on the app, e.g. "toggle_pause"
+@runtime_checkable
+class PaletteSource(Protocol):
+    """A screen whose table actions go in the palette (run in the screen's namespace)."""
 
-
-COMMANDS: tuple[PaletteCommand, ...] = (
-    PaletteCommand(
-        "Open GPU detail", "History plots and processes of the GPU under the cursor", "open_detail"
-    ),
-    PaletteCommand("Alert history", "Active and past alerts; acknowledge them", "alerts"),
-    PaletteCommand("Pause / resume updates", "Freeze the rows; monitoring goes on", "toggle_pause"),
-    PaletteCommand("Replay: step one sample", "Play the next sample (while paused)", "replay_step"),
-    PaletteCommand("Replay: faster", "Play the recording faster", "replay_faster"),
-    PaletteCommand("Replay: slower", "Play the recording slower", "replay_slower"),
-    PaletteCommand("Refresh faster", "Shorter sampling interval on every host", "faster"),
-    PaletteCommand("Refresh slower", "Longer sampling interval on every host", "slower"),
-    PaletteCommand("Next theme", "Cycle through the colour themes", "cycle_theme"),
-    PaletteCommand(
-        "Sparkline: memory / utilisation", "Toggle what the sparklines show", "toggle_spark"
-    ),
-    PaletteCommand("Keys (help)", "List every key", "help"),
-    PaletteCommand("Quit gpumon", "Leave the dashboard", "quit"),
-)
+    def palette_entries(self) -> list[PaletteEntry]:
+        """The entries that can run now."""
+        ...
 
 
 class GpumonCommands(Provider):
-    """Dashboard actions and theme choices for the command palette."""
+    """The calling screen's actions, the app's own and the themes for the command palette."""
 
-    def _commands(self) -> list[tuple[str, str, str]]:
-        app = self.app
-        out = [
-            (c.title, c.help, c.action) for c in COMMANDS if app.check_action(c.action, ()) is True
-        ]
+    def _commands(self) -> list[tuple[PaletteEntry, DOMNode]]:
+        screen, app = self.screen, self.app
+        out: list[tuple[PaletteEntry, DOMNode]] = []
+        if isinstance(screen, PaletteSource):
+            out += [(e, screen) for e in screen.palette_entries()]
+        for entry in palette_entries(actions_on("app"), "app", job=None, host=""):
+            if app.check_action(entry.action, ()) is True:
+                out.append((entry, app))
         for name in sorted(app.available_themes):
-            out.append((f"Theme: {name}", f"Switch to the {name} theme", f"set_theme('{name}')"))
+            theme = PaletteEntry(
+                f"Theme: {name}", f"Switch to the {name} theme", f"set_theme({name!r})"
+            )
+            out.append((theme, app))
         return out
 
     async def discover(self) -> Hits:
-        for title, help_text, action in self._commands():
-            yield DiscoveryHit(title, partial(self._run, action), help=help_text)
+        for entry, namespace in self._commands():
+            run = partial(self.app.run_action, entry.action, namespace)
+            yield DiscoveryHit(entry.title, run, help=entry.help)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for title, help_text, action in self._commands():
-            score = matcher.match(title)
+        for entry, namespace in self._commands():
+            score = matcher.match(entry.title)
             if score > 0:
-                run = partial(self._run, action)
-                yield Hit(score, matcher.highlight(title), run, help=help_text)
-
-    async def _run(self, action: str) -> None:
-        await self.app.run_action(action)
+                run = partial(self.app.run_action, entry.action, namespace)
+                yield Hit(score, matcher.highlight(entry.title), run, help=entry.help)

@@ -1,7 +1,7 @@
 """The cursor: it walks every host's GPU rows, then the rows of its jobs pane; what is
 under it is what the keys act on (``selected_monitor``, ``selected_job``, the detail view).
 
-``CursorMixin`` is a base of ``GpumonApp``. ``cursor`` is ``(host, row)``: rows below the
+``CursorMixin`` is a base of ``DashboardScreen``. ``cursor`` is ``(host, row)``: rows below the
 host's GPU count are GPUs, the rest are jobs in the jobs pane's order.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from textual.app import App
+from textual.screen import Screen
 
 from gpumon.backends.config import JobConfig
 from gpumon.backends.monitor import HostMonitor
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from gpumon.tui.widgets import HostSection
 
 
-class CursorMixin(App[int]):
-    if TYPE_CHECKING:  # provided by GpumonApp
+class CursorMixin(Screen[None]):
+    if TYPE_CHECKING:  # provided by the dashboard screen
         monitors: list[HostMonitor]
         sections: list[HostSection]
         cursor: tuple[int, int] | None
@@ -66,7 +66,7 @@ class CursorMixin(App[int]):
             if was[1] in section.job_names:
                 self.cursor = (i, len(section.gpus) + section.job_names.index(str(was[1])))
         self._cursor_on = self.under_cursor()
-        self.refresh_bindings()
+        self.app.refresh_bindings()
 
     def _move_cursor(self, delta: int) -> None:
         positions = self._positions()
@@ -85,9 +85,10 @@ class CursorMixin(App[int]):
             section.rows[new[1]].scroll_visible(animate=False)
         elif section.jobs.display:
             section.jobs.scroll_visible(animate=False)
-        if isinstance(self.screen, DetailScreen) and (target := self._cursor_target()):
-            self.screen.show_gpu(target)
-        self.refresh_bindings()
+        on_show = self.app.screen
+        if isinstance(on_show, DetailScreen) and (target := self._cursor_target()):
+            on_show.show_gpu(target)
+        self.app.refresh_bindings()
 
     def _cursor_target(self) -> DetailTarget | None:
         """The GPU under the cursor (None on a job row)."""

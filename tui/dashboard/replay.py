@@ -1,26 +1,23 @@
 """The dashboard on a flight recording (``gpumon replay FILE``): pause, step, speed, and
 the header's "REPLAY 2x, 14:32:07 (45/661)" instead of the connection state.
 
-``ReplayMixin`` is a base of ``GpumonApp``. A replay is the app with one
+``ReplayMixin`` is a base of ``DashboardScreen``. A replay is the app with one
 ``ReplayMonitor``: the rows, alerts and strip behave as during the incident. ``p`` pauses
 the recording itself (not only the rows), so ``.``/``n`` can step it one sample at a time.
-Keys that need a live machine are greyed out or hidden by ``check_replay_action``.
+Keys that need a live machine are greyed out or hidden (the action table says which).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from textual.app import App
+from textual.screen import Screen
 
 from gpumon.backends.recording import SPEEDS, ReplayMonitor
 from gpumon.tui.views import clock_time
 
 if TYPE_CHECKING:
     from gpumon.backends.monitor import HostMonitor
-
-REPLAY_ACTIONS = frozenset({"replay_step", "replay_faster", "replay_slower"})
-LIVE_ONLY = frozenset({"faster", "slower"})  # the sampling interval of a live host
 
 
 def speed_text(speed: float) -> str:
@@ -41,8 +38,8 @@ def replay_status(replay: ReplayMonitor) -> str:
     return f"REPLAY {state}, {clock_time(shown)} ({replay.position}/{len(samples)})"
 
 
-class ReplayMixin(App[int]):
-    if TYPE_CHECKING:  # provided by GpumonApp
+class ReplayMixin(Screen[None]):
+    if TYPE_CHECKING:  # provided by the dashboard screen
         monitors: list[HostMonitor]
 
         def refresh_dashboard(
@@ -61,26 +58,19 @@ class ReplayMixin(App[int]):
     def replay_header(self, monitor: HostMonitor) -> str | None:
         return replay_status(monitor) if isinstance(monitor, ReplayMonitor) else None
 
-    def check_replay_action(self, action: str) -> bool | None:
-        """Replay keys: hidden live; step only while paused, speed within its range.
-        Interval keys in a replay: greyed out. Anything else: True (not decided here)."""
-        replay = self.replay
-        if action in REPLAY_ACTIONS:
-            if replay is None:
-                return False
-            if action == "replay_step":
-                return True if replay.paused and not replay.finished else None
-            if replay.finished:
-                return None
-            edge = SPEEDS[-1] if action == "replay_faster" else SPEEDS[0]
-            return True if replay.speed != edge else None
-        if action in LIVE_ONLY and replay is not None:
+    def replay_state(self, replay: ReplayMonitor, action: str) -> bool | None:
+        """A replay key's state: step only while paused, speed within its range, neither
+        once the recording ended (greyed out, None)."""
+        if action == "replay_step":
+            return True if replay.paused and not replay.finished else None
+        if replay.finished:
             return None
-        return True
+        edge = SPEEDS[-1] if action == "replay_faster" else SPEEDS[0]
+        return True if replay.speed != edge else None
 
     def toggle_replay_pause(self, replay: ReplayMonitor) -> None:
         replay.set_paused(not replay.paused)
-        self.refresh_bindings()
+        self.app.refresh_bindings()
         self.refresh_dashboard()
 
     def action_replay_step(self) -> None:
@@ -89,7 +79,7 @@ class ReplayMixin(App[int]):
             return
         if replay.step():
             self.refresh_dashboard()
-        self.refresh_bindings()
+        self.app.refresh_bindings()
 
     def action_replay_faster(self) -> None:
         self._replay_speed(faster=True)
@@ -104,5 +94,5 @@ class ReplayMixin(App[int]):
         speed = replay.faster() if faster else replay.slower()
         self.notify(f"replay speed {speed_text(speed)}", timeout=2)
         self._retime()
-        self.refresh_bindings()
+        self.app.refresh_bindings()
         self.refresh_dashboard()

@@ -71,7 +71,10 @@ class AlertHistoryScreen(Screen[None]):
 
     def refresh_view(self) -> bool:
         """Rebuild the table if any alert changed; returns whether it did. The cursor stays
-        on the alert it was on."""
+        on the alert it was on. Not before the table has its columns (``on_mount``): the
+        dashboard's refresh can reach a screen that is pushed but not yet mounted."""
+        if not self.table.columns:
+            return False
         alerts = self.alerts()
         pal = self.palette_of()
         key = (tuple(alerts), pal)

@@ -18,7 +18,7 @@ from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from gpumon.backends.model import GpuSample, HostSample
+from gpumon.backends.model import GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.views import Palette, rgb
 from gpumon.tui.views.gpu_cells import (
@@ -109,7 +109,7 @@ class DetailScreen(Screen[None]):
         if text_key != self._text_key:
             self._text_key = text_key
             lines = (self.title_line.render(), self.processes.render())
-            self.title_line.update(self._title(gpu, stale, pal))
+            self.title_line.update(self._title(gpu, sample, stale, pal))
             self.processes.update(self._process_table(gpu, sample, pal))
             if (self.title_line.render(), self.processes.render()) != lines:
                 # The text may take more or fewer lines: draw the plots at their new size.
@@ -159,10 +159,27 @@ class DetailScreen(Screen[None]):
                     mean=mean,
                     scale=scale,
                 )
-            colour = rgb(pal.colour(_role(name, gpu)))
+            colour = rgb(pal.colour(self._role(name, gpu, sample)))
             plot.show(PlotSpec(title, xs, values, self.window, y_max, colour, frame, gap))
 
-    def _title(self, gpu: GpuSample | None, stale: str | None, pal: Palette) -> Text:
+    def _memory_level(self, gpu: GpuSample, sample: HostSample | None) -> Health | None:
+        """The memory level the host's alerts give ``gpu`` of ``sample``."""
+        at = sample.time if sample is not None else self.target.monitor.clock()
+        return self.target.monitor.alerts.memory_level(gpu, at)
+
+    def _role(self, name: str, gpu: GpuSample | None, sample: HostSample | None) -> Role:
+        """The colour of plot ``name``: memory as its alert, temperature by its level."""
+        if gpu is None:
+            return Role.NA
+        if name == "memory":
+            return memory_role(self._memory_level(gpu, sample))
+        if name == "temp":
+            return temperature_role(gpu.temperature_c)
+        return Role.OK
+
+    def _title(
+        self, gpu: GpuSample | None, sample: HostSample | None, stale: str | None, pal: Palette
+    ) -> Text:
         m = self.target.monitor
         text = Text()
         text.append(f" {m.name} ", Style(bold=True, color=pal.accent))
@@ -170,7 +187,7 @@ class DetailScreen(Screen[None]):
         if gpu is None:
             text.append("  no data for this GPU", pal.text(Role.NA))
             return text
-        c = gpu_cells(gpu)
+        c = gpu_cells(gpu, self._memory_level(gpu, sample))
         text.append(f"  {gpu.name or 'n/a'}", Style(bold=True))
         text.append(f"  window {WINDOW_NAMES.get(self.window, duration(self.window))}")
         if stale is not None:
@@ -227,13 +244,3 @@ def _gpu(sample: HostSample | None, index: int) -> GpuSample | None:
     if sample is None:
         return None
     return next((g for g in sample.gpus if g.index == index), None)
-
-
-def _role(name: str, gpu: GpuSample | None) -> Role:
-    if gpu is None:
-        return Role.NA
-    if name == "memory":
-        return memory_role(gpu.memory_used_fraction)
-    if name == "temp":
-        return temperature_role(gpu.temperature_c)
-    return Role.OK

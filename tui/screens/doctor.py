@@ -16,10 +16,9 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.containers import VerticalScroll
 from textual.theme import Theme
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
 from gpumon.backends.config import HostConfig
 from gpumon.backends.torchenv.doctor import (
@@ -31,6 +30,7 @@ from gpumon.backends.torchenv.doctor import (
     run_doctor,
 )
 from gpumon.backends.transport import Transport, TransportError
+from gpumon.tui.screens.dialog import Dialog
 from gpumon.tui.views import Palette, Role
 
 STATUS_ROLES = {"ok": Role.OK, "warning": Role.WARNING, "problem": Role.CRITICAL, "n/a": Role.NA}
@@ -67,13 +67,10 @@ def summary(checks: Iterable[Check]) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in order if counts[s])
 
 
-class DoctorScreen(ModalScreen[None]):
+class DoctorScreen(Dialog):
+    NAME = "doctor"
     DEFAULT_CSS = """
-    DoctorScreen { align: center middle; }
-    #doctor-box {
-        width: 100%; height: 100%;
-        border: round $primary; background: $surface; padding: 0 1;
-    }
+    #doctor-box { width: 100%; height: 100%; }
     #doctor-status { height: auto; }
     #doctor-scroll { height: 1fr; }
     """
@@ -84,20 +81,17 @@ class DoctorScreen(ModalScreen[None]):
 
     def __init__(self, host: HostConfig, transport: Transport) -> None:
         """Checks ``host`` through ``transport`` (already connected: the monitor's own)."""
-        super().__init__(id="doctor")
+        super().__init__()
         self.host, self.transport = host, transport
         self.report: DoctorReport | None = None
         self.error: str | None = None
         self.running = False
 
     def compose(self) -> ComposeResult:
-        box = Vertical(id="doctor-box")
-        box.border_title = f"doctor {self.host.name}"
-        box.border_subtitle = "read-only: changes nothing"
-        with box:
-            yield Static(id="doctor-status", markup=False)
+        with self.frame(f"doctor {self.host.name}", subtitle="read-only: changes nothing"):
+            yield self.static("status")
             with VerticalScroll(id="doctor-scroll"):
-                yield Static(id="doctor-table", markup=False)
+                yield self.static("table")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -115,9 +109,7 @@ class DoctorScreen(ModalScreen[None]):
     async def run_checks(self) -> None:
         self.running, self.error = True, None
         self.refresh_bindings()
-        self.query_one("#doctor-status", Static).update(
-            Text(f"running checks on {self.python} ...", Style(italic=True))
-        )
+        self.part("status").update(Text(f"running checks on {self.python} ...", Style(italic=True)))
         try:
             self.report = await run_doctor(self.transport, self.host)
         except (TransportError, OSError) as e:
@@ -130,9 +122,8 @@ class DoctorScreen(ModalScreen[None]):
     def show_report(self) -> None:
         if self.running:
             return
-        pal = Palette.from_theme(self.app.current_theme)
-        status = self.query_one("#doctor-status", Static)
-        table = self.query_one("#doctor-table", Static)
+        pal = self.palette
+        status, table = self.part("status"), self.part("table")
         if self.error is not None:
             status.update(Text(self.error, pal.text(Role.CRITICAL)))
             return
@@ -154,6 +145,3 @@ class DoctorScreen(ModalScreen[None]):
     def action_rerun(self) -> None:
         if not self.running:
             self.run_checks()
-
-    def action_close(self) -> None:
-        self.dismiss()

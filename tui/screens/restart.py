@@ -14,16 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from rich.console import Group, RenderableType
+from rich.console import Group
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, Input, Label
 
 from gpumon.backends.actions import (
     Action,
@@ -39,10 +38,11 @@ from gpumon.backends.actions import (
 )
 from gpumon.backends.config import JobConfig
 from gpumon.backends.transport import TransportError
+from gpumon.tui.screens.dialog import Dialog, level_style, outcome_line
 from gpumon.tui.views import Palette, Role
 
 StartRun = Callable[[ActionPlan], RestartRun]
-LABEL_WIDTH = 14  # "  wait_free:  " : ActionPlan.lines() aligns its values here
+LABEL_COLUMN = 14  # "  last alert: ": the widest label, then the texts wrap under themselves
 MARKS = {"done": "✓", "running": "▶", "failed": "✗", "cancelled": "■", "pending": "·"}
 ROLES = {
     "done": Role.OK,
@@ -50,12 +50,6 @@ ROLES = {
     "failed": Role.CRITICAL,
     "cancelled": Role.WARNING,
     "pending": Role.MUTED,
-}
-OUTCOME_ROLES = {
-    "ok": Role.OK,
-    "failed": Role.CRITICAL,
-    "cancelled": Role.WARNING,
-    "refused": Role.WARNING,
 }
 
 
@@ -69,11 +63,8 @@ def step_states(
     for step, message in history:
         if step is not Step.DONE:
             said[step], current = message, step
-    if outcome is not None and outcome.status != "ok":
-        # The failing step may have failed before it said anything: its name leads the
-        # outcome's message ("start: ...").
-        head = outcome.message.split(":", 1)[0]
-        current = next((s for s in steps if s.value == head), current)
+    if outcome is not None and outcome.step in steps:
+        current = outcome.step  # it may have failed before it said anything
     out = []
     reached = True
     for step in steps:
@@ -93,33 +84,26 @@ def step_states(
     return out
 
 
-def plan_view(lines: Sequence[str], pal: Palette) -> Group:
-    """``ActionPlan.lines()`` as a two-column grid: the label, then its text wrapped under
-    itself; the refusal in the critical colour, the last alert in the warning colour."""
+def plan_view(plan: ActionPlan, pal: Palette) -> Group:
+    """The plan's title in bold over a two-column grid: each row's label, then its text
+    wrapped under itself in its level's colour (the refusal critical, the last alert a
+    warning)."""
     grid = Table.grid(expand=True)
-    grid.add_column(no_wrap=True, width=LABEL_WIDTH)
+    grid.add_column(no_wrap=True, width=LABEL_COLUMN)
     grid.add_column(ratio=1, overflow="fold")
-    for line in lines[1:]:
-        label, value = line[:LABEL_WIDTH], line[LABEL_WIDTH:]
-        style = Style.null()
-        if label.strip() == "REFUSED:":
-            style = pal.text(Role.CRITICAL)
-        elif label.strip() == "last alert:":
-            style = pal.text(Role.WARNING)
-        grid.add_row(Text(label, pal.text(Role.MUTED)), Text(value, style))
-    return Group(Text(lines[0] if lines else "", Style(bold=True)), grid)
+    for row in plan.rows():
+        label = Text(f"  {row.label}:".ljust(LABEL_COLUMN), pal.text(Role.MUTED))
+        grid.add_row(label, Text(row.text, level_style(pal, row.level)))
+    return Group(Text(plan.title, Style(bold=True)), grid)
 
 
-class RestartScreen(ModalScreen[None]):
+class RestartScreen(Dialog):
     """Confirm a job action, then follow its run. ``run`` given: the progress view of a
     run already going (a second ``r``)."""
 
+    NAME = "restart"
     DEFAULT_CSS = """
-    RestartScreen { align: center middle; }
-    #restart-box {
-        width: 96%; max-width: 130; height: auto; max-height: 96%;
-        border: round $primary; background: $surface; padding: 0 1;
-    }
+    #restart-box { width: 96%; max-width: 130; height: auto; max-height: 96%; }
     #restart-body { height: auto; max-height: 80vh; }
     #restart-box.-running #restart-body { max-height: 35vh; }
     #restart-result { height: auto; max-height: 30vh; display: none; }
@@ -128,8 +112,6 @@ class RestartScreen(ModalScreen[None]):
     .param-row Input { width: 1fr; }
     #restart-error { color: $error; height: auto; }
     #restart-error, #restart-steps, #restart-outcome { display: none; }
-    #restart-buttons { height: auto; align-horizontal: right; }
-    #restart-buttons Button { margin-left: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "confirm", "Confirm"),
@@ -148,7 +130,7 @@ class RestartScreen(ModalScreen[None]):
         last_alert: str | None = None,
         run: RestartRun | None = None,
     ) -> None:
-        super().__init__(id="restart")
+        super().__init__()
         self.target, self.job, self.action = target, job, action
         self.start_run = start_run
         self.state, self.last_alert = state, last_alert
@@ -160,21 +142,19 @@ class RestartScreen(ModalScreen[None]):
 
     # --- layout -------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        box = Vertical(id="restart-box")
         what = self.run.plan.action if self.run else self.action
-        box.border_title = f"{what.capitalize()} {self.job.name} on {self.target.host.name}"
-        with box:
+        with self.frame(f"{what.capitalize()} {self.job.name} on {self.target.host.name}"):
             with VerticalScroll(id="restart-body"):
-                yield Static(self._waiting_text(), id="restart-plan", markup=False)
+                yield self.static("plan", self._waiting_text())
                 for name, default in self.job.params.items():
                     with Horizontal(classes="param-row"):
                         yield Label(name, markup=False)
                         yield Input(format_value(default), id=f"param-{name}", name=name)
-                yield Static("", id="restart-error", markup=False)
-            yield Static("", id="restart-steps", markup=False)
+                yield self.static("error")
+            yield self.static("steps")
             with VerticalScroll(id="restart-result"):
-                yield Static("", id="restart-outcome", markup=False)
-            with Horizontal(id="restart-buttons"):
+                yield self.static("outcome")
+            with self.button_row():
                 yield Button(
                     f"{self.action.capitalize()} (y)",
                     id="confirm",
@@ -182,7 +162,7 @@ class RestartScreen(ModalScreen[None]):
                     compact=True,
                 )
                 yield Button("Cancel run (c)", id="cancel-run", variant="warning", compact=True)
-                yield Button("Close (Esc)", id="close", compact=True)
+                yield self.close_button()
 
     def on_mount(self) -> None:
         if self.run is not None:
@@ -194,16 +174,6 @@ class RestartScreen(ModalScreen[None]):
 
     def _waiting_text(self) -> str:
         return f"reading the state of {self.job.name} on {self.target.host.name} ..."
-
-    @property
-    def palette(self) -> Palette:
-        return Palette.from_theme(self.app.current_theme)
-
-    def _show(self, part: str, content: RenderableType, *, visible: bool | None = None) -> None:
-        """Update ``#restart-PART``; an empty one takes no room."""
-        static = self.query_one(f"#restart-{part}", Static)
-        static.update(content)
-        static.display = bool(content) if visible is None else visible
 
     # --- the plan -----------------------------------------------------------------------
     @work(exclusive=True, group="plan")
@@ -218,7 +188,7 @@ class RestartScreen(ModalScreen[None]):
             )
         except (JobError, ParamError, TransportError, OSError) as e:
             self._show_problem(f"cannot plan the {self.action}: {e}")
-            self.query_one("#restart-plan", Static).update(
+            self.part("plan").update(
                 f"{self.action.capitalize()} {self.job.name} on {self.target.host.name}"
             )
             return
@@ -239,16 +209,16 @@ class RestartScreen(ModalScreen[None]):
             self._show_problem(str(e))
             return
         self.problem = self.plan.refusal
-        self._show("error", "")
+        self.show("error", "")
         self._render_plan(self.plan)
 
     def _show_problem(self, text: str) -> None:
         self.problem = text
-        self._show("error", text)
+        self.show("error", text)
         self._sync_buttons()
 
     def _render_plan(self, plan: ActionPlan) -> None:
-        self.query_one("#restart-plan", Static).update(plan_view(plan.lines(), self.palette))
+        self.part("plan").update(plan_view(plan, self.palette))
         self._sync_buttons()
 
     @on(Input.Changed)
@@ -304,24 +274,28 @@ class RestartScreen(ModalScreen[None]):
             self.notify(result.message, title="Not cancelled", severity="warning")
         self._render_progress()
 
-    @on(Button.Pressed, "#close")
-    def action_close(self) -> None:
+    def before_close(self) -> bool:
         run = self.run
         if run is None and self.plan is not None and self.plan.refusal:
             # What the user tried was refused: the audit log says so (as the CLI does).
-            self.app.run_worker(RestartRun(self.plan, self.target).wait(), group="audit")
+            self.app.run_worker(self._audit_refusal(self.plan), group="audit")
         elif run is not None and run.outcome is None:
             self.notify(
                 f"{run.plan.job.name}: {run.plan.action} goes on; press r to follow it",
                 timeout=4,
             )
-        self.dismiss()
+        return True
+
+    async def _audit_refusal(self, plan: ActionPlan) -> None:
+        outcome = await RestartRun(plan, self.target).wait()  # recorded as "refused"
+        if outcome.audit_error is not None:
+            self.audit_not_written(outcome.audit_error)
 
     # --- progress -----------------------------------------------------------------------
     def _follow(self, run: RestartRun) -> None:
         self.run = run
         self.query_one("#restart-box").add_class("-running")
-        self._show("error", "")
+        self.show("error", "")
         self._render_plan(run.plan)
         run.add_listener(self._on_progress)
         self._render_progress()
@@ -336,16 +310,16 @@ class RestartScreen(ModalScreen[None]):
             return
         pal = self.palette
         grid = Table.grid(expand=True)
-        grid.add_column(no_wrap=True, width=LABEL_WIDTH)
+        grid.add_column(no_wrap=True, width=LABEL_COLUMN)
         grid.add_column(ratio=1, overflow="fold")
         for step, state, message in step_states(run.plan.steps, run.history, run.outcome):
             style = pal.text(ROLES[state]) if state != "done" else Style(color=pal.ok)
             grid.add_row(Text(f" {MARKS[state]} {step.value}", style), Text(message))
         note = self.cancel_note if run.outcome is None else None
         parts = [grid, Text(note, pal.text(Role.WARNING))] if note else [grid]
-        self._show("steps", Group(*parts), visible=True)
+        self.show("steps", Group(*parts), visible=True)
         done = run.outcome is not None
-        self._show("outcome", self._outcome_text(run.outcome, pal), visible=done)
+        self.show("outcome", self._outcome_text(run.outcome, pal), visible=done)
         self.query_one("#restart-result").display = done
         self._sync_buttons()
 
@@ -353,10 +327,7 @@ class RestartScreen(ModalScreen[None]):
     def _outcome_text(outcome: Outcome | None, pal: Palette) -> Text:
         if outcome is None:
             return Text()
-        role = OUTCOME_ROLES[outcome.status]
-        colour = Style(color=pal.colour(role), bold=True)
-        text = Text(f"{outcome.status.upper()}: ", colour)
-        text.append(f"{outcome.message} ({outcome.duration_s:.1f} s)")
+        text = outcome_line(outcome.status, outcome.level, outcome.message, outcome.duration_s, pal)
         if outcome.detail:
             text.append("\nlast lines:\n", pal.text(Role.MUTED))
             text.append(outcome.detail.rstrip())

@@ -11,6 +11,7 @@ declined (``record_refusal``). The dialog cannot be closed while the swap runs.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 from rich.console import Group
@@ -20,14 +21,14 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.notifications import SeverityLevel
-from textual.screen import ModalScreen
 from textual.timer import Timer
-from textual.widgets import Button, Checkbox, Input, Label, Log, Select, Static
+from textual.widgets import Button, Checkbox, Input, Label, Log, Select
 
 from gpumon.backends.config import HostConfig
 from gpumon.backends.torchenv import (
+    FORCED,
     VARIANT_NAMES,
     ProbeError,
     SwapEvent,
@@ -36,8 +37,10 @@ from gpumon.backends.torchenv import (
     execute_swap,
     plan_swap,
     record_refusal,
+    swap_row_text,
 )
 from gpumon.backends.transport import Transport, TransportError
+from gpumon.tui.screens.dialog import Dialog, level_style, outcome_line
 from gpumon.tui.screens.doctor import checks_table
 from gpumon.tui.views import Palette, Role
 
@@ -45,41 +48,25 @@ DEFAULT_VARIANT = "cu130"
 REPLAN_DELAY_S = 0.8  # after the last keystroke in the version field
 STEP_MARKS = {"running": "▶", "ok": "✓", "failed": "✗"}
 STEP_ROLES = {"running": Role.NORMAL, "ok": Role.OK, "failed": Role.CRITICAL}
-RESULT_ROLES = {
-    "swapped": Role.OK,
-    "unchanged": Role.WARNING,
-    "rolled-back": Role.WARNING,
-    "refused": Role.WARNING,
-    "rollback-failed": Role.CRITICAL,
-}
 
 
 def plan_text(plan: SwapPlan, pal: Palette) -> Group:
-    """``plan.describe()`` with refusals and warnings in their severity colours, and
-    wrapped lines indented under their own start."""
-    lines = []
-    for line in plan.describe().splitlines():
-        body = line.strip()
-        style = Style.null()
-        if body.startswith("refused:"):
-            style = pal.text(Role.CRITICAL)
-        elif body.startswith(("warning:", "--force overrides:")):
-            style = pal.text(Role.WARNING)
-            body = body.replace("--force overrides:", "Force overrides:")
-        elif body.startswith("nothing to do"):
-            style = pal.text(Role.OK)
-        indent = len(line) - len(line.lstrip())
-        lines.append(Padding(Text(body, style), (0, 0, 0, indent)))
+    """The plan's title, then its rows in their level's colour (refusals critical,
+    warnings and what Force overrides in the warning colour), each wrapped line indented
+    under its own start."""
+    lines = [Padding(Text(plan.title), 0)]
+    for row in plan.rows():
+        if row.label == FORCED:
+            row = dataclasses.replace(row, label="Force overrides")  # the dialog's checkbox
+        indent, body = swap_row_text(row)
+        lines.append(Padding(Text(body, level_style(pal, row.level)), (0, 0, 0, indent)))
     return Group(*lines)
 
 
-class SwapScreen(ModalScreen[None]):
+class SwapScreen(Dialog):
+    NAME = "swap"
     DEFAULT_CSS = """
-    SwapScreen { align: center middle; }
-    #swap-box {
-        width: 100%; height: 100%;
-        border: round $primary; background: $surface; padding: 0 1;
-    }
+    #swap-box { width: 100%; height: 100%; }
     #swap-form { height: auto; }
     #swap-form Label { padding: 0 1 0 0; }
     #swap-variant { width: 12; margin-right: 2; }
@@ -87,8 +74,6 @@ class SwapScreen(ModalScreen[None]):
     #swap-plan-box { height: 1fr; min-height: 5; }
     #swap-steps, #swap-outcome { height: auto; display: none; }
     #swap-log { height: 1fr; min-height: 4; border: round $panel; display: none; }
-    #swap-buttons { height: auto; align-horizontal: right; }
-    #swap-buttons Button { margin-left: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "confirm", "Swap"),
@@ -96,7 +81,7 @@ class SwapScreen(ModalScreen[None]):
     ]
 
     def __init__(self, host: HostConfig, transport: Transport, *, read_only: bool = False) -> None:
-        super().__init__(id="swap")
+        super().__init__()
         self.host, self.transport, self.read_only = host, transport, read_only
         self.plan: SwapPlan | None = None
         self.planning = False
@@ -108,9 +93,7 @@ class SwapScreen(ModalScreen[None]):
         self._plan_request = 0
 
     def compose(self) -> ComposeResult:
-        box = Vertical(id="swap-box")
-        box.border_title = f"torch swap on {self.host.name}"
-        with box:
+        with self.frame(f"torch swap on {self.host.name}"):
             with Horizontal(id="swap-form"):
                 yield Label("variant", markup=False)
                 yield Select(
@@ -124,20 +107,16 @@ class SwapScreen(ModalScreen[None]):
                 yield Input(placeholder="installed", id="swap-version", compact=True)
                 yield Checkbox("Force", id="swap-force", disabled=True, compact=True)
             with VerticalScroll(id="swap-plan-box"):
-                yield Static(id="swap-plan", markup=False)
-            yield Static(id="swap-steps", markup=False)
+                yield self.static("plan")
+            yield self.static("steps")
             yield Log(id="swap-log", max_lines=2000)
-            yield Static(id="swap-outcome", markup=False)
-            with Horizontal(id="swap-buttons"):
+            yield self.static("outcome")
+            with self.button_row():
                 yield Button("Swap (y)", id="confirm", variant="error", disabled=True, compact=True)
-                yield Button("Close (Esc)", id="close", compact=True)
+                yield self.close_button()
 
     def on_mount(self) -> None:
         self.make_plan()
-
-    @property
-    def palette(self) -> Palette:
-        return Palette.from_theme(self.app.current_theme)
 
     @property
     def variant(self) -> str:
@@ -156,7 +135,7 @@ class SwapScreen(ModalScreen[None]):
         self._sync()
         version = self.query_one("#swap-version", Input).value.strip() or None
         force = self.query_one("#swap-force", Checkbox).value
-        self.query_one("#swap-plan", Static).update(
+        self.part("plan").update(
             Text(f"probing {self.host.name} for a plan to {self.variant} ...", Style(italic=True))
         )
         try:
@@ -170,12 +149,10 @@ class SwapScreen(ModalScreen[None]):
             )
         except (TransportError, ProbeError, OSError) as e:
             self.plan, self.error = None, f"cannot plan the swap: {e}"
-            self.query_one("#swap-plan", Static).update(
-                Text(self.error, self.palette.text(Role.CRITICAL))
-            )
+            self.part("plan").update(Text(self.error, self.palette.text(Role.CRITICAL)))
         else:
             self.plan = plan
-            self.query_one("#swap-plan", Static).update(plan_text(plan, self.palette))
+            self.part("plan").update(plan_text(plan, self.palette))
         finally:
             if request == self._plan_request:  # not replaced by a newer request meanwhile
                 self.planning = False
@@ -252,26 +229,20 @@ class SwapScreen(ModalScreen[None]):
                 f" {STEP_MARKS.get(state, '·')} {key:<16}", pal.text(STEP_ROLES.get(state, Role.NA))
             )
             text.append(f" {what}\n")
-        steps = self.query_one("#swap-steps", Static)
-        steps.update(text)
-        steps.display = True
+        self.show("steps", text, visible=True)
 
     def _show_outcome(self, outcome: SwapOutcome) -> None:
         pal = self.palette
-        role = RESULT_ROLES.get(outcome.result, Role.WARNING)
-        text = Text(f"{outcome.result.upper()}: ", Style(color=pal.colour(role), bold=True))
-        text.append(f"{outcome.message} ({outcome.duration_s:.1f} s)")
+        text = outcome_line(outcome.result, outcome.level, outcome.message, outcome.duration_s, pal)
         if outcome.audit_error:
             text.append(f"\naudit log not written: {outcome.audit_error}", pal.text(Role.CRITICAL))
-        shown = self.query_one("#swap-outcome", Static)
-        shown.update(text)
-        shown.display = True
+        self.show("outcome", text, visible=True)
         if outcome.verification:
-            self.query_one("#swap-plan", Static).update(checks_table(outcome.verification, pal))
+            self.part("plan").update(checks_table(outcome.verification, pal))
         severity: SeverityLevel = "information" if outcome.result == "swapped" else "error"
         self.notify(outcome.message, title=f"torch swap on {self.host.name}", severity=severity)
 
-    def action_close(self) -> None:
+    def before_close(self) -> bool:
         if self.running:
             self.notify(
                 "the swap is running: it cannot be stopped halfway; it rolls back by itself "
@@ -279,16 +250,12 @@ class SwapScreen(ModalScreen[None]):
                 title="Swap running",
                 severity="warning",
             )
-            return
+            return False
         plan = self.plan
         if self.outcome is None and plan is not None and not plan.noop:
             detail = None if plan.refusals else "not confirmed: declined"
             try:
                 record_refusal(plan, detail)
             except OSError as e:
-                self.app.notify(f"audit log not written: {e}", severity="error")
-        self.dismiss()
-
-    @on(Button.Pressed, "#close")
-    def _close_pressed(self) -> None:
-        self.action_close()
+                self.audit_not_written(str(e))
+        return True

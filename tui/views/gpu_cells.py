@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, HostStatus
 from gpumon.backends.untrusted import printable as _printable
 
-MEMORY_WARNING = 0.90  # fraction of total memory in use
-MEMORY_CRITICAL = 0.97
 TEMPERATURE_WARNING_C = 80.0
 TEMPERATURE_CRITICAL_C = 90.0
 POWER_OVER_LIMIT = 1.05  # drawing more than this times the limit is worth a look
@@ -47,15 +45,10 @@ def health_role(health: Health) -> Role:
     return {Health.OK: Role.OK, Health.WARNING: Role.WARNING}.get(health, Role.CRITICAL)
 
 
-def memory_role(fraction: float | None) -> Role:
-    """Severity of a memory fill level (0..1); NA when unknown."""
-    if fraction is None:
-        return Role.NA
-    if fraction >= MEMORY_CRITICAL:
-        return Role.CRITICAL
-    if fraction >= MEMORY_WARNING:
-        return Role.WARNING
-    return Role.OK
+def memory_role(level: Health | None) -> Role:
+    """The role of a memory level from the host's alert engine (``AlertEngine.memory_level``:
+    its thresholds, so a row is coloured as its memory alert reads); NA when unknown."""
+    return Role.NA if level is None else health_role(level)
 
 
 def temperature_role(celsius: float | None) -> Role:
@@ -132,6 +125,7 @@ class GpuCells:
 
     index: int
     marker: Cell  # health glyph: blank when ok
+    memory_role: Role  # the memory bar's colour: the level of the host's memory alert
     name: Cell
     fraction: float | None
     memory: Cell  # "82.5/95.6G"
@@ -147,10 +141,12 @@ class GpuCells:
     problems: Cell  # why the GPU is sick; empty text when healthy
 
 
-def gpu_cells(gpu: GpuSample) -> GpuCells:
-    """The cells of one GPU row. Never raises on partial data: missing values are n/a."""
+def gpu_cells(gpu: GpuSample, memory_level: Health | None) -> GpuCells:
+    """The cells of one GPU row; ``memory_level`` is the host's alert engine's level for
+    this GPU's memory (``AlertEngine.memory_level``). Never raises on partial data: missing
+    values are n/a."""
     fraction = gpu.memory_used_fraction
-    mem_role = memory_role(fraction)
+    mem_role = Role.NA if fraction is None else memory_role(memory_level)
     if gpu.memory_used_mib is None:
         memory = NA
     elif gpu.memory_total_mib:
@@ -172,6 +168,7 @@ def gpu_cells(gpu: GpuSample) -> GpuCells:
     return GpuCells(
         index=gpu.index,
         marker=marker.get(health, Cell(" ")),
+        memory_role=mem_role,
         name=Cell(short_name(gpu.name)),
         fraction=fraction,
         memory=memory,

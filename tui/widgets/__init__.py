@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from .host_section import HostSection, ViewContext
     from .plot import PlotSpec, PlotWidget, build_plot, plotext, series, window_ticks
     from .sparkline import bin_series, spark_rows, spark_string
+    from .view_widget import ViewWidget
     from .workload_panes import (
         JOB_COLUMNS,
         SGLANG_COLUMNS,
@@ -36,6 +37,7 @@ __all__ = [
     "RowView",
     "StripView",
     "ViewContext",
+    "ViewWidget",
     "WorkloadPane",
     "bar_text",
     "bin_series",
@@ -69,6 +71,7 @@ __getattr__ = lazy_exports(
         "SGLANG_COLUMNS": "workload_panes",
         "StripView": "alert_strip",
         "ViewContext": "host_section",
+        "ViewWidget": "view_widget",
         "WorkloadPane": "workload_panes",
         "bar_text": "gpu_row",
         "bin_series": "sparkline",

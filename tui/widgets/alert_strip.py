@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
 
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
@@ -24,6 +23,7 @@ from gpumon.tui.views import (
     clock_time,
     health_role,
 )
+from gpumon.tui.widgets.view_widget import ViewWidget
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ def render_strip(view: StripView, width: int) -> Text:
     return line
 
 
-class AlertStrip(Widget):
+class AlertStrip(ViewWidget[StripView]):
     """``show(view)`` updates the strip; ``show(None)`` hides it."""
 
     DEFAULT_CSS = """
@@ -63,24 +63,10 @@ class AlertStrip(Widget):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.view: StripView | None = None
         self.display = False
 
-    def show(self, view: StripView | None) -> bool:
-        """Draw ``view``; returns whether anything changed."""
-        if view == self.view:
-            return False
-        self.view = view
-        self.display = view is not None
-        self.refresh()
-        return True
+    def view_changed(self, old: StripView | None) -> None:
+        self.display = self.view is not None
 
-    @property
-    def plain(self) -> str:
-        """The strip as plain text at its current width ("" while hidden)."""
-        return self.render().plain
-
-    def render(self) -> Text:
-        if self.view is None:
-            return Text()
-        return render_strip(self.view, self.size.width or self.app.size.width)
+    def render_view(self, view: StripView, width: int) -> Text:
+        return render_strip(view, width)

@@ -13,10 +13,11 @@ from rich.style import Style
 from rich.text import Text
 from textual.events import Click
 from textual.message import Message
-from textual.widget import Widget
 
+from gpumon.backends.alerts.rules import AlertRules
 from gpumon.tui.views import Cell, GpuCells, Palette, Role, memory_role
 from gpumon.tui.widgets.sparkline import spark_rows
+from gpumon.tui.widgets.view_widget import ViewWidget
 
 PARTIAL = " ▏▎▍▌▋▊▉"
 MEM_W, PCT_W, UTIL_W, TEMP_W, POWER_W, PSTATE_W, CLOCK_W = 10, 4, 4, 5, 9, 3, 7
@@ -85,6 +86,7 @@ class RowView:
     height: int  # lines for the values and sparkline (1-3); a sick GPU adds one
     processes: Cell
     palette: Palette
+    memory_rules: AlertRules  # the host's: their thresholds colour the memory sparkline
     owner: Cell | None = None  # the job or SGLang server on this GPU
     full_in: float | None = None  # seconds until memory is full, while that warning applies
 
@@ -93,7 +95,7 @@ class RowView:
         return self.height + (1 if self.cells.problems.text else 0)
 
 
-class GpuRow(Widget):
+class GpuRow(ViewWidget[RowView]):
     """A GPU row; ``show(view)`` updates it. A click selects it, a double click opens
     its detail view."""
 
@@ -107,31 +109,20 @@ class GpuRow(Widget):
     GpuRow { height: 1; width: 1fr; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.view: RowView | None = None
-
-    def show(self, view: RowView) -> bool:
-        """Draw ``view``; returns whether anything changed."""
-        if view == self.view:
-            return False
-        old = self.view
-        self.view = view
+    def view_changed(self, old: RowView | None) -> None:
+        view = self.view
+        if view is None:
+            return
         if old is None or old.lines != view.lines:
             self.styles.height = view.lines
         self.set_class(view.cursor, "-cursor")
         self.set_class(view.cells.health == Role.CRITICAL, "-critical")
-        self.refresh()
-        return True
 
     def on_click(self, event: Click) -> None:
         self.post_message(self.Selected(self, open_detail=event.chain >= 2))
 
-    def render(self) -> Text:
-        view = self.view
-        if view is None:
-            return Text()
-        return render_row(view, row_layout(self.size.width))
+    def render_view(self, view: RowView, width: int) -> Text:
+        return render_row(view, row_layout(width))
 
 
 def render_row(view: RowView, layout: RowLayout) -> Text:
@@ -155,8 +146,7 @@ def render_row(view: RowView, layout: RowLayout) -> Text:
     else:  # narrow: what runs here says more than a model name every row shares
         line.append_text(cell(owner, NAME_W, left=True))
     line.append(" ")
-    role = memory_role(c.fraction)
-    fill = pal.fill(Role.NA if view.stale else role)
+    fill = pal.fill(Role.NA if view.stale else c.memory_role)
     track = pal.track_style
     line.append_text(bar_text(c.fraction, layout.bar, fill, track))
     line.append(" ")
@@ -233,8 +223,11 @@ def _draw_sparkline(lines: list[Text], view: RowView, count: int) -> None:
     if view.stale:
         styles = [pal.fill(Role.NA)] * len(values)
     elif view.spark_is_memory and view.spark_max > 0:
-        top = view.spark_max
-        styles = [pal.fill(memory_role(None if v is None else v / top)) for v in values]
+        top, rules = view.spark_max, view.memory_rules
+        styles = [
+            pal.fill(memory_role(None if v is None else rules.memory_health(v / top)))
+            for v in values
+        ]
     else:
         styles = [pal.fill(Role.NORMAL)] * len(values)
     rows = spark_rows(values, 0.0, view.spark_max, view.height, styles)

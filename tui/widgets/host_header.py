@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
 
 from gpumon.tui.views import Cell, HeaderPart, Palette, Role, fit_parts
+from gpumon.tui.widgets.view_widget import ViewWidget
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,32 +19,16 @@ class HeaderView:
     palette: Palette
 
 
-class HostHeader(Widget):
+class HostHeader(ViewWidget[HeaderView]):
     DEFAULT_CSS = """
     HostHeader { height: 1; width: 1fr; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.view: HeaderView | None = None
+    def view_changed(self, old: HeaderView | None) -> None:
+        self.styles.height = 2 if self.view is not None and self.view.error else 1
 
-    def show(self, view: HeaderView) -> bool:
-        if view == self.view:
-            return False
-        self.view = view
-        self.styles.height = 2 if view.error else 1
-        self.refresh()
-        return True
-
-    @property
-    def plain(self) -> str:
-        """The header as plain text at the current width (tests read this)."""
-        return self.render().plain
-
-    def render(self) -> Text:
-        if self.view is None:
-            return Text()
-        return render_header(self.view, self.size.width or 80)
+    def render_view(self, view: HeaderView, width: int) -> Text:
+        return render_header(view, width)
 
 
 def render_header(view: HeaderView, width: int) -> Text:

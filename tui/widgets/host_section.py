@@ -15,10 +15,9 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widget import Widget
 from textual.widgets import Static
 
-from gpumon.backends.model import ConnState, GpuSample, HostSample
+from gpumon.backends.model import ConnState, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.dashboard import HostNeeds
 from gpumon.tui.views import Palette, alert_count, gpu_owners, jobs_view, limit_servers, sglang_view
@@ -46,6 +45,7 @@ from gpumon.tui.widgets.gpu_row import (
 from gpumon.tui.widgets.gpu_row import row_layout as _row_layout
 from gpumon.tui.widgets.host_header import HeaderView, HostHeader
 from gpumon.tui.widgets.sparkline import bin_series, column_span
+from gpumon.tui.widgets.view_widget import ViewWidget
 from gpumon.tui.widgets.workload_panes import JobsPane, PaneView, SglangPane
 
 
@@ -64,24 +64,20 @@ class ViewContext:
     replay: str | None = None  # the replay's state, shown instead of the connection state
 
 
-class ColumnTitles(Widget):
+@dataclass(frozen=True, slots=True)
+class TitlesView:
+    spark_memory: bool  # the sparkline column shows memory (else utilisation)
+    palette: Palette
+    owners: bool = False  # some GPU has an owner (narrow: it takes the name column)
+
+
+class ColumnTitles(ViewWidget[TitlesView]):
     DEFAULT_CSS = """
     ColumnTitles { height: 1; width: 1fr; }
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.view: tuple[bool, Palette, bool] | None = None
-
-    def show(self, spark_memory: bool, palette: Palette, owners: bool = False) -> None:
-        if self.view != (spark_memory, palette, owners):
-            self.view = (spark_memory, palette, owners)
-            self.refresh()
-
-    def render(self) -> Text:
-        if self.view is None:
-            return Text()
-        return column_titles(self.size.width, *self.view)
+    def render_view(self, view: TitlesView, width: int) -> Text:
+        return column_titles(width, view.spark_memory, view.palette, view.owners)
 
 
 def column_titles(width: int, spark_memory: bool, palette: Palette, owners: bool = False) -> Text:
@@ -121,6 +117,8 @@ class HostSection(Vertical):
         self.jobs = JobsPane(id=f"jobs-{index}")
         self._spark_cache: dict[int, tuple[object, tuple[float | None, ...]]] = {}
         self._full_in: dict[int, float] = {}  # time to full of the shown sample's GPUs
+        # their memory levels as the alerts had them when the sample was taken
+        self._memory: dict[int, Health | None] = {}
         self._panes: tuple[PaneView | None, PaneView | None] = (None, None)  # all servers
         self._stale = False
 
@@ -154,6 +152,7 @@ class HostSection(Vertical):
         if rows and not ctx.paused and m.latest is not self.shown:
             self.shown = m.latest
             self._full_in = self._times_to_full(self.shown)
+            self._memory = self._memory_levels(self.shown)
         shown = self.shown
         # Not being refreshed is stale too: while reconnecting the values are only a memory.
         # A replay that ended is not: its last sample is what the recording holds.
@@ -196,7 +195,7 @@ class HostSection(Vertical):
         self.waiting.display = False
         w = m.workloads
         owners = {i: Cell(o.text, o.role) for i, o in gpu_owners(shown, w.jobs, w.sglang).items()}
-        self.titles.show(ctx.spark_memory, ctx.palette, bool(owners))
+        self.titles.show(TitlesView(ctx.spark_memory, ctx.palette, bool(owners)))
         self._sync_rows(len(shown.gpus))
         count_spark = _row_layout(self.size.width or self.app.size.width).spark
         in_container = m.host.container is not None
@@ -205,7 +204,7 @@ class HostSection(Vertical):
             total = gpu.memory_total_mib
             row.show(
                 RowView(
-                    cells=gpu_cells(gpu),
+                    cells=gpu_cells(gpu, self._memory.get(gpu.index)),
                     spark=spark,
                     spark_max=(float(total or 0) if ctx.spark_memory else 100.0),
                     spark_is_memory=ctx.spark_memory,
@@ -218,11 +217,20 @@ class HostSection(Vertical):
                         else _NO_PROCESSES
                     ),
                     palette=ctx.palette,
+                    memory_rules=m.alerts.rules,
                     owner=owners.get(gpu.index),
                     full_in=self._full_in.get(gpu.index),
                 )
             )
         self._refresh_panes(ctx, stale)
+
+    def _memory_levels(self, sample: HostSample | None) -> dict[int, Health | None]:
+        """GPU -> memory level of ``sample`` from the host's alert engine, so a row is
+        coloured as its memory alert reads (the host's thresholds, its hysteresis)."""
+        if sample is None:
+            return {}
+        alerts = self.monitor.alerts
+        return {gpu.index: alerts.memory_level(gpu, sample.time) for gpu in sample.gpus}
 
     def _times_to_full(self, sample: HostSample | None) -> dict[int, float]:
         """GPU -> seconds to full, for GPUs where the time-to-full warning applies (the

@@ -16,10 +16,10 @@ from rich.style import Style
 from rich.text import Text
 from textual.events import Click
 from textual.message import Message
-from textual.widget import Widget
 
 from gpumon.tui.views import Cell, Palette, Role
 from gpumon.tui.widgets.sparkline import spark_rows
+from gpumon.tui.widgets.view_widget import ViewWidget
 
 MIN_SPARK = 8
 
@@ -172,7 +172,7 @@ def _fit(text: str, width: int, left: bool) -> str:
     return text.ljust(width) if left else text.rjust(width)
 
 
-class WorkloadPane(Widget):
+class WorkloadPane(ViewWidget[PaneView]):
     """A pane of ``COLUMNS``; ``show(view)`` updates it, ``None`` (no rows) hides it."""
 
     COLUMNS: tuple[Column, ...] = ()
@@ -191,30 +191,16 @@ class WorkloadPane(Widget):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.view: PaneView | None = None
         self.display = False
 
-    def show(self, view: PaneView | None) -> bool:
-        """Draw ``view``; returns whether anything changed."""
-        if view == self.view:
-            return False
-        self.view = view
-        visible = view is not None and bool(view.rows)
-        self.display = visible
+    def view_changed(self, old: PaneView | None) -> None:
+        view = self.view
+        self.display = view is not None and bool(view.rows)
         if view is not None:
             self.styles.height = len(view.rows) + 1
-        self.refresh()
-        return True
 
-    @property
-    def plain(self) -> str:
-        """The pane as plain text at its current width (tests read this)."""
-        return self.render().plain
-
-    def render(self) -> Text:
-        if self.view is None or not self.view.rows:
-            return Text()
-        return render_pane(self.view, self.COLUMNS, self.size.width or self.app.size.width)
+    def render_view(self, view: PaneView, width: int) -> Text:
+        return render_pane(view, self.COLUMNS, width) if view.rows else Text()
 
     def on_click(self, event: Click) -> None:
         if self.view is not None and 1 <= event.y <= len(self.view.rows):

@@ -1,0 +1,325 @@
+"""The dashboard screen: one section per host (GPU rows, SGLang and jobs panes), the alert
+strip, the footer; its keys, from the action table; one refresh timer.
+
+Monitor listeners only mark a host dirty (and react at once to a change of connection
+state); a timer at about 1 Hz redraws what changed, batched. The screen owns its keys, so
+they go away by themselves under another screen; the detail view over it
+(``DashboardDetailScreen``) takes the ones the table shares with it and passes them back
+here. Alerts (``alerts``), the replay (``replay``), the cursor (``cursor``) and the keys that
+act on a machine (``actions``) are its mixins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import ClassVar
+
+from textual import actions
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import VerticalScroll
+from textual.timer import Timer
+from textual.widgets import Footer
+
+from gpumon.backends.model import ConnState, HostSample
+from gpumon.backends.monitor import HostMonitor
+from gpumon.tui.dashboard.action_table import (
+    BY_NAME,
+    DashboardAction,
+    PaletteEntry,
+    Where,
+    actions_on,
+    bindings,
+    palette_entries,
+)
+from gpumon.tui.dashboard.actions import ActionsMixin
+from gpumon.tui.dashboard.alerts import AlertsMixin
+from gpumon.tui.dashboard.cursor import CursorMixin
+from gpumon.tui.dashboard.layout import plan_layout
+from gpumon.tui.dashboard.notices import ConnectionWatch
+from gpumon.tui.dashboard.replay import ReplayMixin
+from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DetailTarget
+from gpumon.tui.views import Palette
+from gpumon.tui.widgets import HostSection, ViewContext
+
+INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+TICK_S = 1.0
+
+
+class HostList(VerticalScroll, can_focus=False):
+    """The scrolling column of host sections (never takes focus: keys go to the screen)."""
+
+
+class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("dashboard"))
+
+    def __init__(
+        self,
+        monitors: Sequence[HostMonitor],
+        *,
+        palette_of: Callable[[], Palette],
+        read_only: bool = False,
+        bell: bool = True,
+    ) -> None:
+        """``monitors`` are started and stopped by the app; ``palette_of()`` is the current
+        theme's colours."""
+        super().__init__(id="dashboard")
+        self._mounted = False
+        self.monitors = list(monitors)
+        self.palette_of = palette_of
+        self.read_only = read_only
+        self.bell_enabled = bell and self.replay is None  # a replay does not ring
+        self.sections = [HostSection(m, i) for i, m in enumerate(self.monitors)]
+        self.paused = False
+        self.spark_memory = True
+        self.cursor: tuple[int, int] | None = None  # (host, row): GPU rows, then job rows
+        self.row_height = 1
+        self._dirty: set[int] = set()  # hosts with news since their rows were drawn
+        self._watches = [ConnectionWatch(m.name, m.status.state) for m in self.monitors]
+        self._timer: Timer | None = None
+        self.listen_to_alerts()
+        for i, m in enumerate(self.monitors):
+            m.add_listener(partial(self._on_monitor_change, i))
+        self._checks: dict[str, Callable[[], bool | None]] = {
+            "faster": partial(self._interval_state, faster=True),
+            "slower": partial(self._interval_state, faster=False),
+        }
+
+    @property
+    def palette(self) -> Palette:
+        return self.palette_of()
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield HostList(*self.sections, id="hosts")
+        yield self.strip
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self._mounted = True
+        self._retime()
+        for i, m in enumerate(self.monitors):  # what happened while the screen was set up
+            self._on_monitor_change(i, m)
+        self.announce_early_alerts()
+        self.refresh_dashboard()
+        self.call_after_refresh(self.refresh_bindings)  # a no-op until mounted: now it is
+
+    async def on_unmount(self) -> None:
+        # Textual calls every base's on_unmount too (the actions' waits for their runs).
+        self._mounted = False  # the monitors report "stopped" next; nothing to draw it on
+        if self._timer is not None:
+            self._timer.stop()
+
+    def _retime(self) -> None:
+        """One timer, about 1 Hz, faster when a host samples (or a replay plays) faster."""
+        fastest = min((m.interval for m in self.monitors), default=1.0)
+        if self.replay is not None:
+            fastest /= self.replay.speed
+        period = min(TICK_S, max(0.25, fastest))
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_interval(period, self._tick, name="refresh")
+
+    # --- monitor events ------------------------------------------------------------------
+    def _on_monitor_change(self, i: int, monitor: HostMonitor) -> None:
+        """A monitor listener: note the news; react now only to a new connection state
+        or the first data (the timer draws the rest)."""
+        if not self._mounted:
+            return
+        self._dirty.add(i)
+        watch = self._watches[i]
+        changed = monitor.status.state != watch.state
+        if changed:
+            notice = watch.change(monitor.status.state, monitor.status.error)
+            if notice is not None and self.replay is None:
+                self.notify(
+                    notice.message,
+                    title=notice.title,
+                    severity=notice.severity,
+                    timeout=notice.timeout,
+                )
+            self.app.refresh_bindings()
+        if changed or (monitor.latest is not None and self.sections[i].shown is None):
+            self.call_later(self.refresh_dashboard, {i})
+
+    def _tick(self) -> None:
+        self.refresh_dashboard(rows_of=set(self._dirty))
+
+    # --- drawing -------------------------------------------------------------------------
+    def refresh_dashboard(
+        self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
+    ) -> None:
+        """Bring the sections (all, or ``hosts``), the strip and an open detail or alert
+        view up to date.
+
+        Headers always (ages move); rows of every section, or with ``rows_of`` only of
+        those hosts (the timer passes the ones with news; stale marks are kept right).
+        """
+        if not self._mounted:
+            return
+        self.refresh_strip()
+        plan = plan_layout(
+            self.size.height, [s.needs() for s in self.sections], strip=self.strip.display
+        )
+        self.row_height = plan.row_height
+        with self.app.batch_update():
+            for i, section in enumerate(self.sections):
+                if hosts is not None and i not in hosts:
+                    continue
+                rows = rows_of is None or i in rows_of
+                if rows:
+                    self._dirty.discard(i)
+                ctx = replace(self._view_context(i), max_servers=plan.max_servers[i])
+                section.refresh_view(ctx, rows=rows)
+            if self.cursor is None and any(s.gpus for s in self.sections):
+                self._move_cursor(0)
+            self.follow_cursor()
+            on_show = self.app.screen
+            if isinstance(on_show, DetailScreen | AlertHistoryScreen):
+                on_show.refresh_view()
+
+    def _view_context(self, i: int) -> ViewContext:
+        cursor = job_cursor = None
+        if self.cursor and self.cursor[0] == i:
+            gpus = len(self.sections[i].gpus)
+            pos = self.cursor[1]
+            cursor, job_cursor = (pos, None) if pos < gpus else (None, pos - gpus)
+        monitor = self.monitors[i]
+        return ViewContext(
+            now=monitor.clock(),
+            paused=self.paused,
+            palette=self.palette,
+            spark_memory=self.spark_memory,
+            row_height=self.row_height,
+            cursor=cursor,
+            job_cursor=job_cursor,
+            replay=self.replay_header(monitor),
+        )
+
+    def shown_sample(self, monitor: HostMonitor) -> HostSample | None:
+        """The sample the dashboard shows for ``monitor`` (frozen while paused)."""
+        return self.sections[self.monitors.index(monitor)].shown
+
+    # --- what may run now ----------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        entry = BY_NAME.get(action)
+        if entry is None or entry.app:
+            return super().check_action(action, parameters)
+        return self.action_state(entry)
+
+    def action_state(self, entry: DashboardAction) -> bool | None:
+        """Whether ``entry`` can act now: True, greyed out (None) or hidden (False), from
+        what the action table says it needs."""
+        replay = self.replay
+        if entry.replay:
+            return False if replay is None else self.replay_state(replay, entry.name)
+        if replay is not None and entry.machine:
+            return False  # a recording has no machine to act on
+        if replay is not None and entry.live:
+            return None  # nor a sampling interval
+        monitor = self.selected_monitor()
+        if entry.dangerous and self.read_only_reason(monitor) is not None:
+            return False
+        if entry.needs_gpu and self._cursor_target() is None:
+            return None
+        if entry.needs_job:
+            selected = self.selected_job()
+            if selected is None:
+                return None
+            monitor, job = selected
+            if self.running_run(monitor, job) is not None:
+                return True  # shows the run's progress, connected or not
+            if entry.starts_job and not job.start:
+                return None  # nothing to start it with
+        if entry.needs_host and (monitor is None or monitor.status.state != ConnState.CONNECTED):
+            return None
+        check = self._checks.get(entry.name)
+        return True if check is None else check()
+
+    def palette_entries(self, where: Where = "dashboard") -> list[PaletteEntry]:
+        """The command palette's entries for the actions of this screen (or of the detail
+        view over it) that can run now; the app's own come from the app."""
+        ready = [a for a in actions_on(where) if not a.app and self.action_state(a) is True]
+        selected = self.selected_job()
+        monitor = self.selected_monitor()
+        job = selected[1].name if selected is not None else None
+        host = monitor.name if monitor is not None else "the host"
+        return palette_entries(ready, where, job=job, host=host)
+
+    # --- the view keys -------------------------------------------------------------------
+    def action_open_detail(self) -> None:
+        target = self._cursor_target()
+        if target is None or self.app.screen is not self:
+            return
+        self.app.push_screen(DashboardDetailScreen(self, target))
+        self.app.refresh_bindings()
+        self.call_after_refresh(self.refresh_dashboard)
+
+    def action_toggle_pause(self) -> None:
+        if self.replay is not None:
+            self.toggle_replay_pause(self.replay)
+            return
+        self.paused = not self.paused
+        self.refresh_dashboard()
+
+    def _next_interval(self, faster: bool) -> float | None:
+        m = self.selected_monitor()
+        if m is None:
+            return None
+        cur = m.interval
+        if faster:
+            options = [x for x in INTERVALS if x < cur - 1e-9]
+            return max(options) if options else None
+        options = [x for x in INTERVALS if x > cur + 1e-9]
+        return min(options) if options else None
+
+    def _interval_state(self, *, faster: bool) -> bool | None:
+        """Greyed out at the fastest (slowest) interval there is."""
+        return True if self._next_interval(faster) is not None else None
+
+    def _change_interval(self, faster: bool) -> None:
+        new = self._next_interval(faster)
+        if new is None:
+            return
+        for m in self.monitors:
+            m.set_interval(new)
+        self._retime()
+        self.app.refresh_bindings()
+        self.refresh_dashboard()
+
+    def action_faster(self) -> None:
+        self._change_interval(faster=True)
+
+    def action_slower(self) -> None:
+        self._change_interval(faster=False)
+
+    def action_toggle_spark(self) -> None:
+        self.spark_memory = not self.spark_memory
+        self.refresh_dashboard()
+
+
+class DashboardDetailScreen(DetailScreen):
+    """The detail view of the GPU under the dashboard's cursor. The keys the action table
+    shares with it (alerts, pause, restart, the cursor...) act on the dashboard behind it:
+    the cursor moves the view to the next GPU."""
+
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("detail"))
+
+    def __init__(self, dashboard: DashboardScreen, target: DetailTarget) -> None:
+        super().__init__(target, sample_of=dashboard.shown_sample, palette_of=dashboard.palette_of)
+        self.dashboard = dashboard
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "dashboard" and parameters:
+            _, name, params = actions.parse(str(parameters[0]))
+            return self.dashboard.check_action(name, params)
+        return super().check_action(action, parameters)
+
+    async def action_dashboard(self, action: str) -> None:
+        """Run the dashboard's ``action`` there."""
+        await self.app.run_action(action, self.dashboard)
+
+    def palette_entries(self) -> list[PaletteEntry]:
+        return self.dashboard.palette_entries("detail")

@@ -1,0 +1,113 @@
+"""What the action dialogs (restart, torch swap, doctor) share: the titled box, the parts
+addressed by name (``#restart-plan``, ``#swap-steps``), plan rows and outcomes styled by
+their level, audit-log failures told to the user, and closing.
+
+A dialog names itself with ``NAME``: its screen id, and the prefix of its parts' ids
+(``#NAME-box``, ``#NAME-plan``). Its parts are Statics that never parse markup (their text
+comes from the target). ``Close (Esc)`` (``#close``) and the ``close`` action ask
+``before_close()`` first, so a dialog can refuse to close (a swap running) or do what
+closing means for it (audit a refused plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from rich.console import RenderableType
+from rich.style import Style
+from rich.text import Text
+from textual import on
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from gpumon.backends.actions import Level
+from gpumon.tui.views import Palette, Role
+
+LEVEL_ROLES: Mapping[Level, Role] = {
+    "ok": Role.OK,
+    "info": Role.NORMAL,
+    "warning": Role.WARNING,
+    "problem": Role.CRITICAL,
+}
+
+
+def level_style(pal: Palette, level: Level) -> Style:
+    """A row's text in its level's colour (info and ok stay plain, as all calm text does)."""
+    return pal.text(LEVEL_ROLES[level])
+
+
+def outcome_line(word: str, level: Level, message: str, duration_s: float, pal: Palette) -> Text:
+    """``FAILED: verify: drafter exited with code 3 (12.5 s)``: the outcome's word in bold in
+    its level's colour, then its message and how long the run took."""
+    text = Text(f"{word.upper()}: ", Style(color=pal.colour(LEVEL_ROLES[level]), bold=True))
+    text.append(f"{message} ({duration_s:.1f} s)")
+    return text
+
+
+class Dialog(ModalScreen[None]):
+    """A modal dialog over the dashboard: one bordered box, titled with what it acts on."""
+
+    NAME: ClassVar[str]  # "restart": the screen's id and its parts' prefix
+    DEFAULT_CSS = """
+    Dialog { align: center middle; }
+    Dialog .dialog-box { border: round $primary; background: $surface; padding: 0 1; }
+    Dialog .dialog-buttons { height: auto; align-horizontal: right; }
+    Dialog .dialog-buttons Button { margin-left: 1; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__(id=self.NAME)
+
+    # --- layout -------------------------------------------------------------------------
+    def frame(self, title: str, *, subtitle: str = "") -> Vertical:
+        """The dialog's box (``#NAME-box``) with ``title`` on its border."""
+        box = Vertical(id=f"{self.NAME}-box", classes="dialog-box")
+        box.border_title = title
+        if subtitle:
+            box.border_subtitle = subtitle
+        return box
+
+    def static(self, part: str, content: RenderableType = "") -> Static:
+        """A part (``#NAME-PART``) that shows text as it is, never as markup."""
+        return Static(content, id=f"{self.NAME}-{part}", markup=False)
+
+    def button_row(self) -> Horizontal:
+        """The row of buttons at the bottom right (``#NAME-buttons``)."""
+        return Horizontal(id=f"{self.NAME}-buttons", classes="dialog-buttons")
+
+    @staticmethod
+    def close_button() -> Button:
+        return Button("Close (Esc)", id="close", compact=True)
+
+    def part(self, part: str) -> Static:
+        return self.query_one(f"#{self.NAME}-{part}", Static)
+
+    def show(self, part: str, content: RenderableType, *, visible: bool | None = None) -> None:
+        """Update a part; an empty one takes no room unless ``visible`` says otherwise."""
+        static = self.part(part)
+        static.update(content)
+        static.display = bool(content) if visible is None else visible
+
+    @property
+    def palette(self) -> Palette:
+        return Palette.from_theme(self.app.current_theme)
+
+    # --- audit and closing --------------------------------------------------------------
+    def audit_not_written(self, error: str) -> None:
+        """Tell the user that an audit entry could not be written (through the app: the
+        dialog may be closing)."""
+        self.app.notify(f"audit log not written: {error}", severity="error")
+
+    def before_close(self) -> bool:
+        """What closing does first; False keeps the dialog open."""
+        return True
+
+    def action_close(self) -> None:
+        if self.before_close():
+            self.dismiss()
+
+    @on(Button.Pressed, "#close")
+    def _close_pressed(self) -> None:
+        self.action_close()
