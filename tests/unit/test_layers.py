@@ -19,6 +19,6 @@ def test_remote_code_is_python_3_8(path: Path) -> None:
 
 def test_the_doctor_recognises_gpumons_own_agent() -> None:
     """The swap refuses while processes use the venv; gpumon's agent must not count."""
-    from gpumon.backends.remote import agent, doctor_probe_fs
+    from gpumon.backends.remote import doctor_probe_fs, program_tag
 
-    assert doctor_probe_fs.AGENT_MARK in agent._BOOTSTRAP
+    assert doctor_probe_fs.AGENT_MARK in program_tag("agent")
