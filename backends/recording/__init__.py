@@ -27,15 +27,18 @@ __all__ = [
     "sample_to_json",
 ]
 
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "FlightRecorder": "recorder",
-        "GPU_FIELDS": "recorder",
-        "Recording": "recorder",
-        "RecordingError": "recorder",
-        "load_recording": "recorder",
-        "sample_from_json": "recorder",
-        "sample_to_json": "recorder",
-    },
-)
+# Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
+# the names against the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "FlightRecorder": "recorder",
+            "GPU_FIELDS": "recorder",
+            "Recording": "recorder",
+            "RecordingError": "recorder",
+            "load_recording": "recorder",
+            "sample_from_json": "recorder",
+            "sample_to_json": "recorder",
+        },
+    )
