@@ -9,6 +9,7 @@ from gpumon.backends.lazy import lazy_exports
 if TYPE_CHECKING:
     from .recorder import (
         GPU_FIELDS,
+        WRITTEN_MAX,
         FlightRecorder,
         Recording,
         RecordingError,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GPU_FIELDS",
     "SPEEDS",
+    "WRITTEN_MAX",
     "FlightRecorder",
     "Recording",
     "RecordingError",
@@ -37,6 +39,7 @@ __getattr__ = lazy_exports(
     {
         "FlightRecorder": "recorder",
         "GPU_FIELDS": "recorder",
+        "WRITTEN_MAX": "recorder",
         "Recording": "recorder",
         "RecordingError": "recorder",
         "ReplayMonitor": "replay",

@@ -40,6 +40,7 @@ from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Sou
 log = logging.getLogger(__name__)
 
 VERSION = 1
+WRITTEN_MAX = 32  # paths of recordings this session remembers (the files stay)
 GPU_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))
 PROCESS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuProcess))
 _GPU_INDEX = {name: i for i, name in enumerate(GPU_FIELDS)}
@@ -174,7 +175,7 @@ class FlightRecorder:
         self.max_samples = max_samples
         self.directory = directory  # None: recordings_dir() when the alert comes
         self.on_written = on_written
-        self.written: list[Path] = []
+        self.written: list[Path] = []  # the newest WRITTEN_MAX recordings, oldest first
         self.last_error: str | None = None
         self.last_write_s: float | None = None  # seconds the last write took
         self._samples: deque[tuple[float, str]] = deque()
@@ -253,7 +254,7 @@ class FlightRecorder:
             log.warning("%s: %s", self.host, self.last_error)
             return None
         self.last_write_s = time.perf_counter() - began
-        self.written.append(path)
+        self.written = [*self.written[-(WRITTEN_MAX - 1) :], path]
         if self.on_written is not None:
             try:
                 self.on_written(path)
