@@ -32,7 +32,7 @@ from gpumon.backends.parsers import (
     parse_real_capture,
     query_gpu_args,
 )
-from gpumon.backends.remote import RowBatcher
+from gpumon.backends.remote import RowBatcher, doctor_probe
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
 CAPTURES = sorted((FIXTURES / "real-captures").glob("*.txt"))
@@ -563,6 +563,14 @@ def test_any_process_name_keeps_its_row_and_every_other_value(name: str, memory:
     (proc,) = parse_compute_apps(line).processes
     mib = None if memory == "[N/A]" else 84480
     assert proc == GpuProcess(2418861, expected_name(name), mib, UUIDS[0], BUSES[0])
+
+
+def test_doctor_keeps_a_gpu_whose_name_holds_commas() -> None:
+    rows = doctor_probe.parse_smi_rows(f"0, {COMMA_NAME}, 12.0, 580.95.05\n1, X,Y, 12.0, 1\n")
+    assert rows == [
+        {"index": "0", "name": COMMA_NAME, "compute_cap": "12.0", "driver": "580.95.05"},
+        {"index": "1", "name": "X,Y", "compute_cap": "12.0", "driver": "1"},
+    ]
 
 
 HOSTILE_SMI = Path(__file__).parents[1] / "support" / "hostile_smi.py"
