@@ -64,6 +64,7 @@ RECOVERY_PCT = 50.0
 TRANSIENT_S = 120.0
 BACKLOG_END_LINES = 40
 _KERNEL_SEEN_MAX = 4096
+LOG_SOURCES_MAX = 256  # logs scanned at once; a glob over rotated files names new ones
 _FAILURE_KINDS = frozenset({"cuda_oom", "sglang_error", "job_crashed"})
 _GPU_EVENT_KINDS = frozenset({"oom_death", "cuda_oom", "sglang_error", "job_crashed"})
 
@@ -264,13 +265,16 @@ class AlertEngine(AlertStore):
         /proc/PID/environ, or a ``CUDA_VISIBLE_DEVICES=`` line in the log). ``job`` and
         ``gpus`` left as None keep what an earlier call said for this path.
         """
-        source = self._logs.get(path)
+        source = self._logs.pop(path, None)  # put back last: the dict is in order of use
         if source is None:
-            source = self._logs[path] = _LogSource(LogScanner(), job, gpus)
+            if len(self._logs) >= LOG_SOURCES_MAX:  # the longest-silent log is forgotten
+                del self._logs[next(iter(self._logs))]
+            source = _LogSource(LogScanner(), job, gpus)
         elif (job is not None and job != source.job) or (gpus is not None and gpus != source.gpus):
             job = source.job if job is None else job
             gpus = source.gpus if gpus is None else gpus
-            source = self._logs[path] = _LogSource(source.scanner, job, gpus)
+            source = _LogSource(source.scanner, job, gpus)
+        self._logs[path] = source
         if source.job is not None:
             for g in source.gpus or ():
                 self._jobs_by_gpu[g] = source.job

@@ -252,7 +252,11 @@ class AlertStore:
         self._history[alert.key] = alert
         if len(self._history) > HISTORY_MAX:  # the oldest ended alert goes, else the oldest
             oldest = next((k for k in self._history if k not in self._active), None)
-            del self._history[oldest if oldest is not None else next(iter(self._history))]
+            key = oldest if oldest is not None else next(iter(self._history))
+            del self._history[key]
+            self._active.pop(key, None)  # HISTORY_MAX alerts still active: the oldest ends
+        if len(self._repeat) > 2 * HISTORY_MAX:  # identities of alerts gone from the history
+            self._repeat = {i: k for i, k in self._repeat.items() if k in self._history}
 
     def _end(self, key: str) -> None:
         alert = self._active.get(key)

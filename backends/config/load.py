@@ -20,6 +20,16 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from gpumon.backends.alerts.rules import AlertRules
+from gpumon.backends.config.limits import (
+    HOST_MAX,
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    PATH_MAX,
+    URL_MAX,
+    check_shape,
+    cut,
+)
+from gpumon.backends.config.limits import show as _show
 from gpumon.backends.config.workloads import Invalid as _Invalid
 from gpumon.backends.config.workloads import (
     JobConfig,
@@ -30,10 +40,10 @@ from gpumon.backends.config.workloads import (
 )
 from gpumon.backends.config.workloads import boolean as _boolean
 from gpumon.backends.config.workloads import integer as _integer
+from gpumon.backends.config.workloads import limited as _limited
 from gpumon.backends.config.workloads import number as _number
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.paths import default_config_file
-from gpumon.backends.untrusted import printable
 
 HostKind = Literal["ssh", "local", "demo"]
 BUILTIN_HOSTS: Mapping[str, HostKind] = MappingProxyType({"demo": "demo", "local": "local"})
@@ -126,10 +136,11 @@ class KeySpec:
 
 def _text(v: object) -> str:
     """A non-empty string of printable characters (no control or escape characters, C1
-    controls and bidi overrides included) that cannot be read as an option."""
+    controls and bidi overrides included) that cannot be read as an option, at most
+    PATH_MAX long."""
     if not isinstance(v, str) or not v.strip() or not v.isprintable() or v.startswith("-"):
         raise ValueError
-    return v
+    return _limited(v, PATH_MAX)
 
 
 def _path(v: object) -> str:
@@ -178,9 +189,14 @@ def _ssh_target(v: object) -> _SshTarget:
     """``[user@]host[:port]``, ``[user@][v6addr][:port]`` or a bare IPv6 address."""
     if not isinstance(v, str):
         raise TypeError
+    if len(v) > 2 * HOST_MAX + 8:  # user, "@", host, "[]", ":port": never a long regex run
+        raise _Invalid(f"{len(v)} characters; a host name has at most {HOST_MAX}")
     m = _TARGET_RE.fullmatch(v)
     if m is None or (m["bare6"] and m["port"]):
         raise ValueError
+    for part, what in ((m["user"], "user name"), (m["host"], "host name")):
+        if part is not None and len(part) > HOST_MAX:
+            raise _Invalid(f"a {what} of {len(part)} characters; at most {HOST_MAX}")
     host = m["v6"] or m["bare6"]
     if host:
         ipaddress.IPv6Address(host)  # ValueError when it is not one
@@ -195,7 +211,7 @@ def _log_paths(v: object) -> tuple[str, ...]:
 
 
 def _url(v: object) -> str:
-    s = _text(v)
+    s = _limited(_text(v), URL_MAX)
     if not re.fullmatch(r"https?://[^\s]+", s):
         raise ValueError
     return s.rstrip("/")
@@ -328,25 +344,37 @@ def load_config(
 
     A missing file at the XDG default gives an empty Config (``path`` None). Raises
     ConfigError for a missing named file, unreadable or non-UTF-8 file, TOML syntax
-    error, unknown key, wrong type or bad value, naming the file and dotted key.
+    error, unknown key, wrong type or bad value, or a file, nesting, key or value over
+    the limits in ``config.limits``, naming the file and dotted key; a quoted value or
+    key is cut to 60 characters.
     """
     path, reason = config_path(explicit, env)
     source = str(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         if reason == "XDG default":
             return Config(path=None, searched=path, reason=reason)
         raise ConfigError(f"no such file (named by {reason})", source=source) from None
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror or e}", source=source) from None
+    if len(data) > MAX_FILE_BYTES:
+        problem = f"larger than {MAX_FILE_BYTES >> 20} MiB; a config is a few KiB"
+        raise ConfigError(problem, source=source)
     try:
         doc = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ConfigError(f"not UTF-8 text (byte {e.start})", source=source) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"invalid TOML: {e}", source=source) from None
+    except RecursionError:  # the reader recurses once per level of [[[...]]] or {a={...}}
+        problem = f"tables and arrays nested too deeply to read (at most {MAX_DEPTH} levels)"
+        raise ConfigError(problem, source=source) from None
     try:
+        too_big = check_shape(doc)
+        if too_big is not None:
+            raise _Invalid(*too_big)
         top = _check_table(doc, TOP_LEVEL)
         defaults = _builtin_defaults(top.get("defaults", {}))
         hosts = {
@@ -470,20 +498,5 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _dotted(path: tuple[str, ...]) -> str:
-    """``hosts.ct200.interval``; parts that are not bare TOML keys are quoted."""
-    return ".".join(p if _BARE_KEY.fullmatch(p) else json.dumps(p) for p in path)
-
-
-def _show(value: object) -> str:
-    """A value as TOML would write it, shortened: ``"fast"``, ``true``, ``[1, 2]``."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        text = "[" + ", ".join(_show(v) for v in value) + "]"
-    elif isinstance(value, str):
-        text = printable(json.dumps(value, ensure_ascii=False))
-    else:
-        text = str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    """``hosts.ct200.interval``; parts that are not bare TOML keys are quoted, long ones cut."""
+    return ".".join(cut(p) if _BARE_KEY.fullmatch(p) else cut(json.dumps(p)) for p in path)

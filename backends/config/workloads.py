@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gpumon.backends.untrusted import printable, printable_text
+from gpumon.backends.config.limits import PATH_MAX, TEMPLATE_MAX, show
+from gpumon.backends.untrusted import printable_text
 
 PRESETS = ("kv", "tqdm", "hf", "jsonl", "batch")
 PROGRESS_GROUPS = frozenset(
@@ -62,18 +63,27 @@ class Invalid(Exception):
         self.problem, self.path = problem, path
 
 
+def limited(s: str, most: int) -> str:
+    """``s`` if it has at most ``most`` characters; raises Invalid saying both lengths."""
+    if len(s) > most:
+        raise Invalid(f"too long: {len(s)} characters; at most {most}")
+    return s
+
+
 def text(v: object) -> str:
-    """A non-empty string of printable characters (no control or escape characters)."""
+    """A non-empty string of printable characters (no control or escape characters), at
+    most PATH_MAX long (paths, globs, a progress regex)."""
     if not isinstance(v, str) or not v.strip() or not v.isprintable():
         raise ValueError
-    return v
+    return limited(v, PATH_MAX)
 
 
 def command_text(v: object) -> str:
-    """A command template: printable characters, newlines and tabs (a multi-line script)."""
+    """A command template: printable characters, newlines and tabs (a multi-line script),
+    at most TEMPLATE_MAX long."""
     if not isinstance(v, str) or not v.strip() or printable_text(v) != v:
         raise ValueError
-    return v
+    return limited(v, TEMPLATE_MAX)
 
 
 def boolean(v: object) -> bool:
@@ -152,9 +162,7 @@ def string_table(v: object) -> Mapping[str, str]:
     out = {}
     for k, val in v.items():
         if not isinstance(val, str) or not val.isprintable():
-            raise Invalid(
-                f"expected a string of printable characters, got {printable(repr(val))}", (k,)
-            )
+            raise Invalid(f"expected a string of printable characters, got {show(val)}", (k,))
         out[k] = val
     return MappingProxyType(out)
 
@@ -164,7 +172,7 @@ def param_table(v: object) -> Mapping[str, str | int | float | bool]:
         raise TypeError
     for k, val in v.items():
         if not isinstance(val, str | int | float | bool):
-            raise Invalid(f"expected a string, number or boolean, got {printable(repr(val))}", (k,))
+            raise Invalid(f"expected a string, number or boolean, got {show(val)}", (k,))
     return MappingProxyType(dict(v))
 
 
@@ -207,7 +215,7 @@ def check_keys(raw: object, specs: tuple[Spec, ...]) -> dict[str, Any]:
         except Invalid as e:
             raise Invalid(e.problem, (key, *e.path)) from None
         except (ValueError, TypeError):
-            raise Invalid(f"expected {expected}, got {value!r}", (key,)) from None
+            raise Invalid(f"expected {expected}, got {show(value)}", (key,)) from None
     return out
 
 

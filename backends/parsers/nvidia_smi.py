@@ -4,6 +4,13 @@ Pure functions, standard library only. Formats: notes/formats.md sections 1-3. E
 nvidia-smi could not fill (``[N/A]``, ``N/A``, ``[GPU is lost]``, ...) becomes ``None``, never
 0; rows that are not data (Xid text in a ``-lms`` stream, truncated lines) are counted, not
 raised on.
+
+nvidia-smi's CSV is not RFC 4180: cells are joined with ``", "`` and never quoted or escaped
+(checked against real captures and the exporters that parse it), so ``csv.reader`` would
+misread a name holding a ``"``. Rows are split on the separator instead, and the pieces a
+free-text cell (a GPU or process name) adds are given back to it by counting the fixed
+cells from both ends. Only a free-text cell may hold ``[`` or ``]``; there, only nvidia-smi's
+own error spellings mean "no value" (a process may really be called ``[kworker/0:1]``).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ _GPU_FIELDS: dict[str, tuple[str, str]] = {
     "timestamp": ("timestamp", "str"),
     "index": ("index", "index"),
     "uuid": ("uuid", "str"),
-    "name": ("name", "str"),
+    "name": ("name", "text"),
     "pci.bus_id": ("bus_id", "str"),
     "pstate": ("pstate", "str"),
     "temperature.gpu": ("temperature_c", "float"),
@@ -78,6 +85,60 @@ _PID = re.compile(r"[0-9]{1,10}")
 _TIMESTAMP = re.compile(r"[0-9]{4}/[0-9]{2}/[0-9]{2} ")
 
 _MISSING = frozenset({"", "N/A", "ERR!"})
+_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
+_UUID = re.compile(r"(?:GPU|MIG)-\S+")
+
+# Cells nvidia-smi fills with free text (not its own): they may contain the separator and
+# brackets. Extra pieces of a split row go to them, in this order of preference.
+_GPU_FREE_TEXT = ("name",)
+_PROCESS_FREE_TEXT = ("process_name", "gpu_name")
+
+# What nvidia-smi prints for a field it could not read: "[" + nvmlErrorString(code) + "]",
+# except NOT_SUPPORTED as "[N/A]" (``[Not Supported]`` on old drivers) and RESET_REQUIRED
+# as "[GPU requires reset]" (formats.md 1.4; the first nine are in the fixtures and real
+# captures). The rest are NVML's other error strings as NVML bindings reproduce them
+# (unverified against every driver); pynvml's own texts end in "." (normalised away).
+_ERROR_TEXTS = (
+    "N/A",
+    "Not Supported",
+    "Insufficient Permissions",
+    "Function Not Found",
+    "Requested functionality has been deprecated",
+    "Unknown Error",
+    "GPU requires reset",
+    "GPU is lost",
+    "Not Found",
+    "Uninitialized",
+    "Invalid Argument",
+    "Already Initialized",
+    "Insufficient Size",
+    "Insufficient External Power",
+    "Driver Not Loaded",
+    "Timeout",
+    "Interrupt Request Issue",
+    "NVML Shared Library Not Found",
+    "Corrupted infoROM",
+    "GPU requires restart",
+    "The operating system has blocked the request",
+    "RM has detected an NVML/RM version mismatch",
+    "In use by another client",
+    "Insufficient Memory",
+    "No data",
+    "The requested vgpu operation is not available on target device, because ECC is enabled",
+    "Insufficient Resources",
+    "Frequency not supported",
+    "Argument version mismatch",
+    "Deprecated",
+    "Not Ready",
+    "GPU not found",
+    "Invalid state",
+    "Reset type not supported",
+)
+_ERROR_CELLS = frozenset(f"[{t}]".casefold() for t in _ERROR_TEXTS)
+# error spellings that themselves contain the separator, as the pieces a split makes
+_SPLIT_ERROR_CELLS = tuple(
+    tuple(f"[{t}]".split(_SEPARATOR)) for t in _ERROR_TEXTS if _SEPARATOR in t
+)
 _CELL_PROBLEMS: dict[str, tuple[Health, str]] = {
     "[Unknown Error]": (Health.WARNING, "Unknown Error"),
     "[GPU requires reset]": (Health.CRITICAL, "GPU requires reset"),
@@ -134,6 +195,23 @@ def parse_cell(text: str) -> str | None:
     return s
 
 
+def is_error_cell(text: str) -> bool:
+    """True for one of nvidia-smi's own "could not read this field" spellings
+    (``[N/A]``, ``[Not Supported]``, ``[GPU is lost]``, ...; case and a final "." ignored).
+    An unknown bracketed text is not one: in a name it is the name."""
+    s = text.strip()
+    if s.endswith(".]"):
+        s = s[:-2] + "]"
+    return s.casefold() in _ERROR_CELLS
+
+
+def parse_free_text(text: str) -> str | None:
+    """A name cell: the stripped text, or None when empty, ``N/A`` or an error spelling
+    (``is_error_cell``). Brackets, commas and anything else in a real name are kept."""
+    s = text.strip()
+    return None if s in ("", "N/A") or is_error_cell(s) else s
+
+
 def cell_problem(text: str) -> tuple[Health, str] | None:
     """Health impact of an error cell: ``[Unknown Error]`` warns, lost / reset are critical."""
     return _CELL_PROBLEMS.get(text.strip())
@@ -172,10 +250,80 @@ def _to_index(text: str) -> int | None:
 _CONVERTERS = {
     "index": _to_index,
     "str": parse_cell,
+    "text": parse_free_text,
     "float": _to_float,
     "int": _to_int,
     "hex": _to_hex_int,
 }
+
+
+def _split_row(line: str, columns: Sequence[str], free_text: Sequence[str]) -> list[str] | None:
+    """The cells of one row, one per column, or None when it cannot be that row.
+
+    Split on the separator and error spellings that contain it put back together; any
+    extra pieces belong to one free-text column (``free_text``, most likely first): the
+    first choice that leaves every other cell well-formed (``_cell_fits``) wins, so a
+    stray piece is never read as another field's value. Linear in the row's length.
+    """
+    pieces = _rejoin_error_cells(line.split(_SEPARATOR))
+    extra = len(pieces) - len(columns)
+    if extra == 0:
+        return pieces
+    if extra < 0:
+        return None
+    for column in free_text:
+        if column not in columns:
+            continue
+        at = columns.index(column)
+        end = at + extra + 1
+        cells = [*pieces[:at], _SEPARATOR.join(pieces[at:end]), *pieces[end:]]
+        if all(_cell_fits(c, cell) for c, cell in zip(columns, cells, strict=True) if c != column):
+            return cells
+    return None
+
+
+_CELL_SHAPES: dict[str, re.Pattern[str]] = {
+    "timestamp": re.compile(r"[0-9]{4}/[0-9]{2}/[0-9]{2} \S+"),
+    "uuid": _UUID,
+    "gpu_uuid": _UUID,
+    "pci.bus_id": _BUS_ID,
+    "gpu_bus_id": _BUS_ID,
+    "pstate": re.compile(r"P[0-9]{1,2}"),
+    "pid": _PID,
+    "used_gpu_memory": _NUMBER,
+}
+
+
+def _cell_fits(column: str, cell: str) -> bool:
+    """Whether a cell could be ``column``'s: a "no value" spelling, or its field's shape."""
+    s = cell.strip()
+    if parse_cell(s) is None:
+        return True
+    shape = _CELL_SHAPES.get(column)
+    if shape is not None:
+        return shape.fullmatch(s) is not None
+    spec = _GPU_FIELDS.get(column)
+    if spec is None or spec[1] in ("str", "text"):
+        return True  # a field gpumon does not read, or free text
+    return _CONVERTERS[spec[1]](s) is not None
+
+
+def _rejoin_error_cells(pieces: list[str]) -> list[str]:
+    if not any(p.startswith("[") and not p.endswith("]") for p in pieces):
+        return pieces  # the usual row: nothing to look for
+    out: list[str] = []
+    i = 0
+    while i < len(pieces):
+        for parts in _SPLIT_ERROR_CELLS:
+            n = len(parts)
+            if [p.casefold() for p in pieces[i : i + n]] == [p.casefold() for p in parts]:
+                out.append(_SEPARATOR.join(pieces[i : i + n]))
+                i += n
+                break
+        else:
+            out.append(pieces[i])
+            i += 1
+    return out
 
 
 def _lines(text: str | Iterable[str]) -> Iterator[str]:
@@ -210,13 +358,13 @@ def parse_query_gpu(text: str | Iterable[str], fields: Sequence[str] = QUERY_FIE
     gpus: list[GpuSample] = []
     skipped = 0
     for line in _lines(text):
-        cells = line.split(_SEPARATOR)
-        names = _header_names(cells)
+        names = _header_names(line.split(_SEPARATOR))
         if names is not None and "index" in names:
             header = names
             columns = [_GPU_ALIASES.get(n, n) for n in names]
             continue
-        gpu = _gpu_from_row(columns, cells) if len(cells) == len(columns) else None
+        cells = _split_row(line, columns, _GPU_FREE_TEXT)
+        gpu = _gpu_from_row(columns, cells) if cells is not None else None
         if gpu is None:
             skipped += 1
         else:
@@ -253,21 +401,23 @@ def _gpu_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuSample | N
 def parse_compute_apps(text: str | Iterable[str]) -> ProcessParse:
     """Compute processes from ``--query-compute-apps`` output, with or without header/units.
 
-    Without a header the columns are PROCESS_FIELDS. The name column absorbs any extra
-    ``", "``-separated pieces, so names containing ``", "`` survive. ``[Not Found]`` name
-    (container PID namespace) and ``[N/A]`` memory (Windows WDDM) become None. Rows without
-    a numeric pid are counted in ``skipped``. Never raises on bad input.
+    Without a header the columns are PROCESS_FIELDS. Names containing ``", "`` survive: the
+    extra pieces go to the process name (or, with ``gpu_name`` also queried, to whichever
+    name leaves every other cell well-formed). ``[Not Found]`` name (container PID
+    namespace) and ``[N/A]`` memory (Windows WDDM) become None; a name that merely looks
+    bracketed (``[kworker/0:1]``) is kept. Rows without a numeric pid are counted in
+    ``skipped``. Never raises on bad input.
     """
     columns = [_PROCESS_ALIASES.get(f, f) for f in PROCESS_FIELDS]
     processes: list[GpuProcess] = []
     skipped = 0
     for line in _lines(text):
-        cells = line.split(_SEPARATOR)
-        names = _header_names(cells)
+        names = _header_names(line.split(_SEPARATOR))
         if names is not None and "pid" in names:
             columns = [_PROCESS_ALIASES.get(n, n) for n in names]
             continue
-        process = _process_from_row(columns, cells)
+        cells = _split_row(line, columns, _PROCESS_FREE_TEXT)
+        process = _process_from_row(columns, cells) if cells is not None else None
         if process is None:
             skipped += 1
         else:
@@ -276,21 +426,13 @@ def parse_compute_apps(text: str | Iterable[str]) -> ProcessParse:
 
 
 def _process_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuProcess | None:
-    width = len(columns)
-    if "process_name" in columns and len(cells) > width:
-        # split from both ends: fields left of the name from the front, the rest from the back
-        at = columns.index("process_name")
-        end = len(cells) - (width - at - 1)
-        cells = [*cells[:at], _SEPARATOR.join(cells[at:end]), *cells[end:]]
-    if len(cells) != width:
-        return None
     row = dict(zip(columns, cells, strict=True))
     pid_text = row.get("pid", "").strip()
     if not _PID.fullmatch(pid_text):
         return None
     return GpuProcess(
         pid=int(pid_text),
-        name=parse_cell(row.get("process_name", "")),
+        name=parse_free_text(row.get("process_name", "")),
         memory_mib=_to_int(row.get("used_gpu_memory", "")),
         gpu_uuid=parse_cell(row.get("gpu_uuid", "")),
         gpu_bus_id=parse_cell(row.get("gpu_bus_id", "")),

@@ -9,6 +9,7 @@ from gpumon.backends.lazy import lazy_exports
 if TYPE_CHECKING:
     from .recorder import (
         GPU_FIELDS,
+        WRITTEN_MAX,
         FlightRecorder,
         Recording,
         RecordingError,
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GPU_FIELDS",
+    "WRITTEN_MAX",
     "FlightRecorder",
     "Recording",
     "RecordingError",
@@ -35,6 +37,7 @@ if not TYPE_CHECKING:
         {
             "FlightRecorder": "recorder",
             "GPU_FIELDS": "recorder",
+            "WRITTEN_MAX": "recorder",
             "Recording": "recorder",
             "RecordingError": "recorder",
             "load_recording": "recorder",

@@ -42,6 +42,7 @@ from gpumon.backends.paths import recordings_dir
 log = logging.getLogger(__name__)
 
 VERSION = 1
+WRITTEN_MAX = 32  # paths of recordings this session remembers (the files stay)
 GPU_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))
 PROCESS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuProcess))
 _GPU_INDEX = {name: i for i, name in enumerate(GPU_FIELDS)}
@@ -171,7 +172,7 @@ class FlightRecorder:
         self.written_listeners: Listeners[[Path]] = Listeners("recording listener")
         if on_written is not None:
             self.written_listeners.add(on_written)
-        self.written: list[Path] = []
+        self.written: list[Path] = []  # the newest WRITTEN_MAX recordings, oldest first
         self.last_error: str | None = None
         self.last_write_s: float | None = None  # seconds the last write took
         self._samples: deque[tuple[float, str]] = deque()
@@ -250,7 +251,7 @@ class FlightRecorder:
             log.warning("%s: %s", self.host, self.last_error)
             return None
         self.last_write_s = time.perf_counter() - began
-        self.written.append(path)
+        self.written = [*self.written[-(WRITTEN_MAX - 1) :], path]
         self.written_listeners.emit(path)
         return path
 

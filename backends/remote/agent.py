@@ -42,7 +42,7 @@ class RowBatcher:
 
     A round ends when a row's GPU index is not greater than the previous row's (the next
     round has started) or when the caller sees a pause (``flush``). Lines that do not
-    look like rows (wrong column count: Xid text in the loop output) stay in the round,
+    look like rows (too few columns: Xid text in the loop output) stay in the round,
     so the parser can count them.
     """
 
@@ -72,7 +72,7 @@ class RowBatcher:
 
     def _index_of(self, line: str) -> int | None:
         cells = line.split(", ")
-        if len(cells) != self.ncols:
+        if len(cells) < self.ncols:  # more: a GPU name holding ", " (index comes before it)
             return None
         try:
             return int(cells[self.index_col])

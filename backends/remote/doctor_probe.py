@@ -208,7 +208,9 @@ def parse_smi_rows(text: str) -> list[dict[str, str]]:
     """``nvidia-smi --query-gpu=index,name,compute_cap,driver_version`` CSV rows."""
     rows = []
     for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",")]
+        index, _, rest = line.partition(",")
+        cells = [index, *rest.rsplit(",", 2)]  # a name may hold commas; the fields around not
+        cells = [c.strip() for c in cells]
         if len(cells) == len(SMI_FIELDS) and cells[0].isdigit():
             rows.append(dict(zip(("index", "name", "compute_cap", "driver"), cells)))
     return rows

@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
         print(fail)
         return 255
     if "--help-query-gpu" in argv:
-        print("\n".join(f'"{f}"' for f in [*VALUES, "name"]))
+        print("\n".join(f'"{f}"' for f in [*VALUES, "name", "uuid"]))
         return 0
     query = next((a for a in argv if a.startswith("--query-gpu=")), None)
     if query is not None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpumon.backends.config import Invalid
 from gpumon.backends.config.load import (
@@ -563,3 +566,162 @@ def test_alert_thresholds_global_and_per_host(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         _load_text(tmp_path, "[hosts.b.alerts]\nclear_samples = 2.5\n")
     assert err.value.key == "hosts.b.alerts.clear_samples" and "integer" in str(err.value)
+
+
+# --- limits: file size, nesting, lengths; errors quote a cut value ----------------------
+
+BIG = 5 << 20  # the fault campaign's 5 MB value
+
+
+def short_refusal(tmp_path: Path, text: str) -> tuple[Path, ConfigError]:
+    """The refusal of ``text``; its message is short whatever the file holds."""
+    path, err = refusal(tmp_path, text)
+    assert str(err).startswith(f"{path}: "), str(err)[:300]
+    assert len(str(err)) < len(str(path)) + 400, len(str(err))
+    return path, err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[hosts.x]\nssh = "h"\n[hosts.x.sglang]\nports = ' + "[" * 5000 + "]" * 5000 + "\n",
+        "a = " + "{b = " * 3000 + "1" + "}" * 3000 + "\n",
+    ],
+    ids=["arrays", "inline-tables"],
+)
+def test_nesting_too_deep_to_read_is_a_config_error_naming_the_file(
+    tmp_path: Path, text: str
+) -> None:
+    _, err = short_refusal(tmp_path, text)
+    assert "nested too deeply" in str(err) and err.key is None
+
+
+def test_nesting_deeper_than_the_limit_names_the_key(tmp_path: Path) -> None:
+    _, err = short_refusal(tmp_path, "[hosts.x.sglang]\nports = " + "[" * 40 + "]" * 40 + "\n")
+    assert err.key == "hosts.x.sglang.ports" and "more than 16 levels" in str(err)
+    # what a real config nests (hosts.N.jobs.J.env.V) is well within it
+    load(tmp_path, '[hosts.x.jobs.j]\nlog = "/j.log"\nenv = { A = "1" }\n')
+
+
+def test_a_file_over_one_mib_is_refused_unread(tmp_path: Path) -> None:
+    _, err = short_refusal(tmp_path, '[hosts.x]\nssh = "' + "a" * BIG + '"\n')
+    assert "larger than 1 MiB" in str(err)
+    load(tmp_path, "# " + "x" * ((1 << 20) - 10) + "\n")  # just under: read
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (
+            '[hosts.x.jobs.j]\nstop_timeout = "' + "A" * 10_000 + '"\n',
+            "hosts.x.jobs.j.stop_timeout",
+        ),
+        ("[hosts.x]\ninterval = [" + "1, " * 1000 + "]\n", "hosts.x.interval"),
+        ("[hosts.x.jobs.j]\nenv = { A = [" + '"v", ' * 1000 + "] }\n", "hosts.x.jobs.j.env.A"),
+        ("[hosts.x.jobs.j]\nparams = { a = [" + "1, " * 1000 + "] }\n", "hosts.x.jobs.j.params.a"),
+    ],
+    ids=["string", "list", "env", "params"],
+)
+def test_an_error_quotes_a_cut_value(tmp_path: Path, text: str, key: str) -> None:
+    _, err = short_refusal(tmp_path, text)
+    assert err.key == key
+    assert "..." in str(err)
+
+
+def test_a_long_key_is_refused_and_cut_in_the_message(tmp_path: Path) -> None:
+    _, err = short_refusal(tmp_path, "[hosts.x]\n" + "k" * 100_000 + " = 1\n")
+    assert "a key of 100000 characters; at most 255" in str(err)
+    assert err.key is not None and err.key.startswith("hosts.x.kkk") and err.key.endswith("...")
+    _, err = short_refusal(tmp_path, "[hosts." + "h" * 256 + "]\n")
+    assert "a key of 256 characters" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "most"),
+    [
+        ("ssh", "h" * 255, None),
+        ("ssh", "root@" + "h" * 256, "a host name of 256 characters; at most 255"),
+        ("ssh", "u" * 256 + "@h", "a user name of 256 characters; at most 255"),
+        ("ssh", "h" * 10_000, "a host name has at most 255"),
+        ("python", "/" + "p" * 4095, None),
+        ("python", "/" + "p" * 4096, "too long: 4097 characters; at most 4096"),
+        ("identity", "/" + "k" * 4096, "at most 4096"),
+        ("watch_logs", "/" + "l" * 4096, "at most 4096"),
+        ("torch_index", "https://x/" + "i" * 2040, "at most 2048"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 20 else f"{len(v)}" if v else "ok",
+)
+def test_values_have_length_limits(tmp_path: Path, key: str, value: str, most: str | None) -> None:
+    text = f'[hosts.x]\n{key} = "{value}"\n'
+    if most is None:
+        load(tmp_path, text)
+        return
+    _, err = short_refusal(tmp_path, text)
+    assert err.key == f"hosts.x.{key}" and most in str(err)
+
+
+def test_job_templates_and_paths_have_length_limits(tmp_path: Path) -> None:
+    job = '[hosts.x.jobs.j]\nlog = "/j.log"\n'
+    load(tmp_path, job + 'start = """' + "run\n" * 4096 + '"""\n')  # 16 KiB: a long script
+    _, err = short_refusal(tmp_path, job + 'start = """' + "run\n" * 4097 + '"""\n')
+    assert err.key == "hosts.x.jobs.j.start" and "at most 16384" in str(err)
+    _, err = short_refusal(tmp_path, job + 'workdir = "/' + "w" * 4096 + '"\n')
+    assert err.key == "hosts.x.jobs.j.workdir" and "at most 4096" in str(err)
+
+
+def test_tables_and_arrays_have_an_entry_limit(tmp_path: Path) -> None:
+    ports = ", ".join(str(30000 + i) for i in range(1025))
+    _, err = short_refusal(tmp_path, f"[hosts.x.sglang]\nports = [{ports}]\n")
+    assert err.key == "hosts.x.sglang.ports" and "1025 entries; at most 1024" in str(err)
+
+
+def test_a_long_ad_hoc_host_on_the_command_line_is_refused_shortly() -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve_host(Config(path=None), "root@" + "h" * 100_000)
+    assert "at most 255" in str(err.value) and len(str(err.value)) < 400
+
+
+TOML_PIECES = st.sampled_from(
+    [
+        "[hosts.x]",
+        "[hosts.x.jobs.j]",
+        "[defaults]",
+        "\n",
+        " = ",
+        "ssh",
+        "interval",
+        "ports",
+        "start",
+        '"',
+        "'",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        "1",
+        "3.5",
+        "true",
+        "a" * 300,
+        "\\u001b",
+        "=",
+        "[[hosts]]",
+        "#",
+        ".",
+        "env",
+        "log",
+        '"""',
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TOML_PIECES, max_size=40).map("".join))
+def test_any_config_text_loads_or_is_one_short_config_error(text: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "c.toml"
+        path.write_text(text, encoding="utf-8")
+        try:
+            load_config(path, env={})
+        except ConfigError as e:
+            assert str(e).startswith(str(path)) and len(str(e)) < len(str(path)) + 400

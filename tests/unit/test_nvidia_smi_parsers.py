@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gpumon.backends.model import GpuProcess, GpuSample, Health
@@ -20,12 +20,15 @@ from gpumon.backends.parsers import (
     cell_problem,
     classify_smi_failure,
     compute_apps_args,
+    is_error_cell,
     parse_cell,
     parse_compute_apps,
+    parse_free_text,
     parse_query_gpu,
     parse_real_capture,
     query_gpu_args,
 )
+from gpumon.backends.remote import RowBatcher, doctor_probe
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
 CAPTURES = sorted((FIXTURES / "real-captures").glob("*.txt"))
@@ -420,6 +423,152 @@ def test_compute_apps_hostile_process_name() -> None:
     assert (proc.pid, proc.memory_mib) == (999, 10)
 
 
+# ---------------------------------------------------------------- names with ", " and brackets
+
+# nvidia-smi joins cells with ", " and never quotes them; a name may hold the separator.
+COMMA_NAME = "NVIDIA RTX PRO 6000, Blackwell, Server Edition"
+VGPU_ECC = (
+    "[The requested vgpu operation is not available on target device, because ECC is enabled]"
+)
+
+
+@pytest.mark.parametrize("fixture", ["query_gpu_8x_rtxpro6000.csv", "query_gpu_units.csv"])
+def test_a_gpu_name_holding_the_separator_keeps_the_gpu_and_every_value(fixture: str) -> None:
+    result = parse_query_gpu(read(fixture).replace(RTX, COMMA_NAME))
+    assert result.skipped == 0
+    assert result.gpus == tuple(replace(g, name=COMMA_NAME) for g in expected_healthy())
+
+
+def test_rounds_of_gpus_whose_name_holds_the_separator_stay_apart() -> None:
+    rows = read("query_gpu_8x_rtxpro6000.csv").replace(RTX, COMMA_NAME).splitlines()
+    batcher = RowBatcher(QUERY_FIELDS.index("index"), len(QUERY_FIELDS))
+    assert [batcher.feed(r) for r in rows] == [None] * 8
+    assert batcher.feed(rows[0]) == rows  # index 0 again: one whole round of 8
+    assert [g.index for g in parse_query_gpu(rows).gpus] == list(range(8))
+
+
+def test_an_error_cell_holding_the_separator_is_one_missing_value() -> None:
+    row = read("query_gpu_8x_rtxpro6000.csv").splitlines()[0]
+    assert ", 592.17, " in row
+    (gpu,) = parse_query_gpu(row.replace(", 592.17, ", f", {VGPU_ECC}, ")).gpus
+    assert gpu == replace(expected_healthy()[0], power_w=None)
+
+
+@pytest.mark.parametrize("cell", ["P0, P1", "00000000:18:00.0, 0"])
+def test_a_stray_separator_in_a_value_cell_is_never_read_as_another_field(cell: str) -> None:
+    row = read("query_gpu_8x_rtxpro6000.csv").splitlines()[0]
+    result = parse_query_gpu(row.replace(", P0, ", f", {cell}, ", 1))
+    # the name could only take the piece if the cells after it moved into the wrong fields
+    assert (result.gpus, result.skipped) == ((), 1)
+
+
+@pytest.mark.parametrize(
+    "name", ["[kworker/0:1]", "[python3]", "[N/A] trainer", "[Some Future Error]", "[", "a]"]
+)
+def test_a_process_or_gpu_name_in_brackets_is_its_name(name: str) -> None:
+    (proc,) = parse_compute_apps(f"77, {name}, 512, GPU-1, 00000000:01:00.0").processes
+    assert proc == GpuProcess(77, name, 512, "GPU-1", "00000000:01:00.0")
+    (gpu,) = parse_query_gpu(
+        read("query_gpu_8x_rtxpro6000.csv").splitlines()[0].replace(RTX, name)
+    ).gpus
+    assert (gpu.name, gpu.health, gpu.memory_used_mib) == (name, Health.OK, 84522)
+
+
+NVIDIA_SMI_NO_VALUE = [
+    *(c for c in MISSING_SPELLINGS if c.strip().startswith("[") and c != "[Some Future Error]"),
+    "[not found]",  # case is not significant
+    "[The operating system has blocked the request.]",  # pynvml's text ends in "."
+    "[GPU requires restart]",  # NVML's own text for RESET_REQUIRED
+    "[Insufficient Memory]",
+    VGPU_ECC,
+    "",
+    "N/A",
+]
+
+
+@pytest.mark.parametrize("cell", NVIDIA_SMI_NO_VALUE)
+def test_only_nvidia_smi_spellings_mean_no_name(cell: str) -> None:
+    assert cell == "" or cell == "N/A" or is_error_cell(cell)
+    (proc,) = parse_compute_apps(f"77, {cell}, 512, GPU-1, 00000000:01:00.0").processes
+    assert proc == GpuProcess(77, None, 512, "GPU-1", "00000000:01:00.0")
+
+
+def test_compute_apps_a_gpu_name_holding_the_separator_goes_to_the_gpu_name() -> None:
+    text = (
+        "timestamp, gpu_name, gpu_bus_id, gpu_serial, gpu_uuid, pid, process_name, "
+        "used_gpu_memory [MiB]\n"
+        "2026/07/14 09:00:44.742, NVIDIA H200, NVL, 00000000:83:00.0, [N/A], GPU-1, 77, "
+        "[job], 2296 MiB\n"
+        "2026/07/14 09:00:44.742, NVIDIA H200, 00000000:83:00.0, [N/A], GPU-1, 78, "
+        "job, step 3, 2296 MiB\n"
+    )
+    assert parse_compute_apps(text) == ProcessParse(
+        (
+            GpuProcess(77, "[job]", 2296, "GPU-1", "00000000:83:00.0"),
+            GpuProcess(78, "job, step 3", 2296, "GPU-1", "00000000:83:00.0"),
+        ),
+        0,
+    )
+
+
+# pieces that look like other cells, so a misplaced split would show in the values
+NAME_PIECES = st.sampled_from(
+    [
+        "a",
+        "Z",
+        " ",
+        ",",
+        ", ",
+        "[",
+        "]",
+        "N/A",
+        "[N/A]",
+        "GPU-1",
+        "00000000:18:00.0",
+        "P0",
+        "7",
+        "0x1F",
+        "12.5 W",
+        "\x1b]0;t\x07",
+        "é",
+    ]
+)
+NAMES = st.lists(NAME_PIECES, max_size=12).map("".join)
+
+
+def expected_name(name: str) -> str | None:
+    return None if name.strip() in ("", "N/A") or is_error_cell(name) else name.strip()
+
+
+@settings(max_examples=300)
+@given(NAMES, st.integers(0, 7))
+def test_any_gpu_name_keeps_its_row_and_every_other_value(name: str, index: int) -> None:
+    assume(not is_error_cell(name))
+    rows = read("query_gpu_8x_rtxpro6000.csv").splitlines()
+    result = parse_query_gpu(rows[index].replace(RTX, name))
+    assert result.skipped == 0
+    (gpu,) = result.gpus
+    assert gpu == replace(expected_healthy()[index], name=expected_name(name))
+    assert parse_free_text(name) == expected_name(name)
+
+
+@settings(max_examples=300)
+@given(NAMES, st.sampled_from(["84480", "84480 MiB", "[N/A]"]))
+def test_any_process_name_keeps_its_row_and_every_other_value(name: str, memory: str) -> None:
+    line = f"2418861, {name}, {memory}, {UUIDS[0]}, {BUSES[0]}"
+    (proc,) = parse_compute_apps(line).processes
+    mib = None if memory == "[N/A]" else 84480
+    assert proc == GpuProcess(2418861, expected_name(name), mib, UUIDS[0], BUSES[0])
+
+
+def test_doctor_keeps_a_gpu_whose_name_holds_commas() -> None:
+    rows = doctor_probe.parse_smi_rows(f"0, {COMMA_NAME}, 12.0, 580.95.05\n1, X,Y, 12.0, 1\n")
+    assert rows == [
+        {"index": "0", "name": COMMA_NAME, "compute_cap": "12.0", "driver": "580.95.05"},
+        {"index": "1", "name": "X,Y", "compute_cap": "12.0", "driver": "1"},
+    ]
+
+
 # ---------------------------------------------------------------- failures
 
 
@@ -786,13 +935,14 @@ def test_query_gpu_never_invents_numbers(cells: list[str]) -> None:
 @given(st.lists(CELLS, min_size=0, max_size=40))
 def test_arbitrary_cell_rows_never_raise_or_invent_zero(cells: list[str]) -> None:
     line = ", ".join(cells)
+    pieces = line.split(", ")  # a number reported is one whole piece of the line
     for gpu in parse_query_gpu(line).gpus:
         for attr in NUMERIC_FIELDS.values():
             value = getattr(gpu, attr)
-            assert value is None or any(leading_number(c) == value for c in cells)
+            assert value is None or any(leading_number(c) == value for c in pieces)
     for proc in parse_compute_apps(line).processes:
-        assert any(PID.fullmatch(c.strip()) and int(c) == proc.pid for c in cells)
-        assert proc.memory_mib is None or any(leading_number(c) == proc.memory_mib for c in cells)
+        assert any(PID.fullmatch(c.strip()) and int(c) == proc.pid for c in pieces)
+        assert proc.memory_mib is None or any(leading_number(c) == proc.memory_mib for c in pieces)
     classify_smi_failure(line, 1)
 
 

@@ -1,0 +1,429 @@
+"""Soak: the demo for a simulated day; RSS per simulated hour must be flat after the first.
+
+    python bench/bench_soak.py [--hours 24] [--speed 0] [--interval 1] [--scrape-every 10]
+                               [--scenario both|training-oom|sglang]
+                               [--part both|monitor|dashboard] [--jobs 2]
+
+The simulated CT200 of ``gpumon demo`` drives a real ``HostMonitor`` (part ``monitor``) or a
+real ``GpumonApp`` with its monitor under Textual's headless driver (part ``dashboard``),
+through a transport whose agent stream is generated from the simulator's own pure
+functions on a simulated clock: the JSON lines the agent sends (a GPU round every
+``--interval``, the process list every 5 s, the job's log lines, each SGLang server's
+``/metrics`` and decode log), through the same ``untrusted.loads``, parsers, alert engine,
+flight recorder (incidents written to a temporary directory), trackers and, in the
+dashboard, views and toasts. The clock advances as the lines are read, so a day passes in
+minutes; ``--speed N`` caps it at N simulated seconds per second (0: as fast as the CPU
+goes). The dashboard is redrawn every simulated minute, besides its own timer.
+
+- ``training-oom`` is replayed every 10 simulated minutes: the drafter ramps GPU 6, dies of
+  CUDA OOM at 60 s (traceback in its log, OOM-death and memory alerts, an incident
+  recording) and stays down until the next replay: 144 OOMs a day.
+- ``sglang``: the eight servers' steady day. The agent scrapes ``/metrics`` every interval;
+  here every ``--scrape-every`` simulated seconds (10 by default, 69,120 scrapes a day),
+  because a scrape costs ~2 ms (``untrusted.loads`` of the body and the Prometheus
+  parse) and 1 s would make the day ~30 min of CPU per part.
+
+Each (scenario, part) runs in its own process, ``--jobs`` at a time. At every simulated
+hour it prints the RSS (after ``gc.collect()`` and ``malloc_trim``, so freed heap does not
+count), the live Python heap blocks and what the bounded buffers hold. Verdict:
+flat when no later hour is more than ``max(2 MiB, 2 %)`` above the RSS at the end of hour 1
+(every history full) and the least-squares slope over hours 1..N is under 0.1 MiB/h.
+Exit status 1 when a part grows or fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+SOAK_T0 = 1795962720.0  # the simulator's DEFAULT_T0: 2026-11-29 14:32:00 UTC
+CYCLE_S = 600.0  # training-oom replays every 10 simulated minutes
+PROCESS_EVERY_S = 5.0
+REDRAW_EVERY_S = 60.0
+YIELD_EVERY = 64  # lines between two turns of the event loop
+PORTS = tuple(range(30000, 30008))
+
+
+def settle() -> None:
+    """Collect garbage and hand freed heap back to the OS, so RSS counts what is live."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+# --- the simulated machine's agent stream ------------------------------------------------
+
+
+class DemoDay:
+    """The agent's JSON lines for one simulated scenario, one sampling round per
+    ``interval`` of a clock that only moves as the lines are taken."""
+
+    def __init__(
+        self, scenario: str, interval: float, scrape_every: float, hours: float, state: Path
+    ) -> None:
+        from gpumon.backends.parsers import METRICS_LINE_FILTER, PROCESS_FIELDS, QUERY_FIELDS
+        from gpumon.backends.sim import SimSettings, job, smi
+        from gpumon.backends.sim.scenario import DrafterRun
+
+        self.scenario = scenario
+        self.interval = interval
+        self.end = SOAK_T0 + hours * 3600.0
+        self.now = SOAK_T0
+        self.settings = SimSettings(scenario=scenario, t0=SOAK_T0)
+        shape = "--format=csv,noheader,nounits"  # what the agent asks for
+        gpu_cmd = smi.parse_args([f"--query-gpu={','.join(QUERY_FIELDS)}", shape])
+        proc_cmd = smi.parse_args([f"--query-compute-apps={','.join(PROCESS_FIELDS)}", shape])
+        self.gpus = smi.Printer(gpu_cmd, self.settings)
+        self.procs = smi.Printer(proc_cmd, self.settings)
+        self.fields = list(QUERY_FIELDS)
+        self.every = {
+            "procs": max(round(PROCESS_EVERY_S / interval), 1),
+            "scrape": max(round(scrape_every / interval), 1),
+        }
+        self.job_log = str(state / "drafter.log")
+        self.job_events = list(job.log_events(self.settings, "drafter", DrafterRun(0, 0.0)))
+        self.sglang_log = str(state / "sglang-{port}.log")
+        self.wanted = re.compile(METRICS_LINE_FILTER)
+        self.last_epoch = -1
+
+    def clock(self) -> float:
+        return self.now
+
+    def rounds(self, on_round: Callable[[float], None]) -> Iterator[dict[str, Any]]:
+        """Every message of the day, in order; ``on_round(now)`` runs before each round."""
+        yield {"type": "hello", "agent": 1, "source": "agent/nvidia-smi"}
+        k = 0
+        while (now := SOAK_T0 + k * self.interval) <= self.end:
+            self.now = now
+            on_round(now)
+            elapsed = now - SOAK_T0
+            t = elapsed % CYCLE_S if self.scenario == "training-oom" else elapsed
+            rows = self.gpus.gpu_round(t, now).splitlines()
+            yield {"type": "gpus", "t": now, "fields": self.fields, "rows": rows}
+            if k % self.every["procs"] == 0:
+                rows = self.procs.process_round(t, now).splitlines()
+                yield {"type": "procs", "t": now, "rows": rows}
+            if self.scenario == "training-oom":
+                yield from self._job_log(t)
+            else:
+                if k % self.every["scrape"] == 0:
+                    yield from self._scrapes(t)
+                yield from self._decode_logs(t)
+            k += 1
+
+    def _job_log(self, t: float) -> Iterator[dict[str, Any]]:
+        due = [text for at, text in self.job_events if t - self.interval < at <= t]
+        if due:
+            yield self._log("job:drafter", self.job_log, "\n".join(due).split("\n"))
+
+    def _scrapes(self, t: float) -> Iterator[dict[str, Any]]:
+        from gpumon.backends.sim import UPTIME_AT_T0, metrics_text
+
+        for i, port in enumerate(PORTS):
+            text = metrics_text(self.settings, i, t, -UPTIME_AT_T0)
+            body = "".join(ln + "\n" for ln in text.splitlines() if self.wanted.match(ln))
+            yield {
+                "type": "http",
+                "tag": f"sglang:{port}",
+                "t": self.now,
+                "status": 200,
+                "body": body,
+            }
+
+    def _decode_logs(self, t: float) -> Iterator[dict[str, Any]]:
+        from gpumon.backends.sim import UPTIME_AT_T0, sglang_model
+
+        epoch = int((t + UPTIME_AT_T0) // sglang_model.LOG_INTERVAL_S)
+        if epoch == self.last_epoch:
+            return
+        self.last_epoch = epoch
+        for i, port in enumerate(PORTS):
+            lines = sglang_model.log_lines(self.settings, i, epoch, -UPTIME_AT_T0)
+            yield self._log("sglang", self.sglang_log.format(port=port), lines)
+
+    def _log(self, tag: str, path: str, lines: list[str]) -> dict[str, Any]:
+        return {
+            "type": "log",
+            "tag": tag,
+            "path": path,
+            "t": self.now,
+            "backlog": False,
+            "lines": lines,
+            "dropped": 0,
+        }
+
+
+class _Stdout:
+    def __init__(
+        self, lines: Iterator[bytes], speed: float, day: DemoDay, ready: asyncio.Event
+    ) -> None:
+        self.lines = lines
+        self.speed = speed
+        self.day = day
+        self.ready = ready
+        self.started = time.monotonic()
+        self.count = 0
+
+    async def readline(self) -> bytes:
+        if not self.ready.is_set():  # the dashboard is up (the day starts on its screen)
+            await self.ready.wait()
+            self.started = time.monotonic()
+        self.count += 1
+        if self.count % YIELD_EVERY == 0:
+            await asyncio.sleep(0)  # the app's timers and the monitor's listeners get a turn
+        if self.speed > 0:
+            ahead = (self.day.now - SOAK_T0) / self.speed - (time.monotonic() - self.started)
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+        return next(self.lines, b"")
+
+
+class _Nothing:
+    async def readline(self) -> bytes:
+        return b""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def write_eof(self) -> None:
+        pass
+
+
+def soak_transport(
+    host: Any, day: DemoDay, speed: float, on_round: Callable[[float], None], ready: asyncio.Event
+) -> Any:
+    """A Transport whose one agent stream is the simulated day (and whose python exists);
+    the day starts when ``ready`` is set."""
+    from gpumon.backends.transport import ProcessStream, RunResult, Transport
+
+    class SoakTransport(Transport):
+        label = "simulated day"
+
+        async def run(
+            self, argv: Sequence[str], *, input: bytes | None = None, timeout: float = 30.0
+        ) -> RunResult:
+            return RunResult(0, "True\n", "")  # the monitor's "is there a python" probe
+
+        async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
+            messages = day.rounds(on_round)
+            lines = (json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in messages)
+
+            async def waiter() -> int:
+                return 0
+
+            return ProcessStream(
+                _Stdout(lines, speed, day, ready),
+                _Nothing(),
+                _Nothing(),
+                waiter,
+                lambda: None,
+                lambda: None,
+            )
+
+    return SoakTransport(host)
+
+
+# --- one (scenario, part) in this process --------------------------------------------------
+
+
+def census(monitor: Any, app: Any | None) -> dict[str, int]:
+    """What every bounded buffer holds now (entries), to attribute any growth."""
+    alerts = monitor.alerts
+    out = {
+        "history": max((len(h) for h in monitor.histories.values()), default=0),
+        "recorder": len(monitor.recorder),
+        "recorder_alerts": len(monitor.recorder._alerts),
+        "incidents": len(monitor.recorder.written),
+        "alert_history": len(alerts.history()),
+        "active_alerts": len(alerts.active()),
+        "alert_repeat": len(alerts._repeat),
+        "log_sources": len(alerts._logs),
+        "notes": len(alerts.notes()),
+    }
+    for tracker in monitor.workloads.sglang.values():
+        out["sglang_points"] = max(out.get("sglang_points", 0), len(tracker._points))
+        out["sglang_history"] = max(out.get("sglang_history", 0), len(tracker.history))
+    for job in monitor.workloads.jobs.values():
+        out["job_rate_history"] = len(job.rate_history)
+    if app is not None:
+        out["toasts"] = len(app._notifications)
+        out["screens"] = len(app.screen_stack)
+    out["gc_objects"] = len(gc.get_objects())
+    out["heap_blocks"] = sys.getallocatedblocks()  # every live Python object, strings too
+    return out
+
+
+def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
+    from gpumon.backends.config import Config, JobConfig, SglangConfig, resolve_host
+    from gpumon.backends.monitor import AgentSource, HostMonitor
+    from gpumon.backends.sim import DRAFTER_GPUS
+
+    state = Path(tempfile.mkdtemp(prefix="gpumon-soak-"))
+    os.environ["XDG_STATE_HOME"] = str(state / "xdg")  # incident recordings land here
+    hours, speed, interval = args.hours, args.speed, args.interval
+    day = DemoDay(scenario, interval, args.scrape_every, hours, state)
+    host = replace(resolve_host(Config(path=None), "demo"), interval=interval, kernel_log=False)
+    if scenario == "training-oom":
+        host = replace(host, jobs=(JobConfig("drafter", DRAFTER_GPUS, day.job_log),))
+    else:
+        host = replace(host, sglang=SglangConfig(PORTS, str(state / "sglang-*.log"), False))
+    done, ready = asyncio.Event(), asyncio.Event()
+    began = time.monotonic()
+    holder: dict[str, Any] = {}
+
+    def on_round(now: float) -> None:
+        elapsed = now - SOAK_T0
+        app = holder.get("app")
+        if app is not None and elapsed % REDRAW_EVERY_S < interval:
+            app.refresh_dashboard()
+        if elapsed % 3600.0 < interval and elapsed > 0:
+            settle()
+            row = {"hour": round(elapsed / 3600), "rss_mib": round(rss_mib(), 2)}
+            row["wall_s"] = round(time.monotonic() - began, 1)
+            print(json.dumps({**row, **census(holder["monitor"], app)}), flush=True)
+        if now + interval > day.end:
+            done.set()
+
+    transport = soak_transport(host, day, speed, on_round, ready)
+    monitor = HostMonitor(host, AgentSource(transport, reconnect=False), clock=day.clock)
+    holder["monitor"] = monitor
+
+    async def run_monitor() -> None:
+        monitor.start()
+        ready.set()
+        await done.wait()
+        await monitor.stop()
+
+    async def run_dashboard() -> None:
+        from gpumon.tui.app import GpumonApp
+
+        app = GpumonApp([monitor], bell=False)
+        holder["app"] = app
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            ready.set()
+            await done.wait()
+            await pilot.pause()
+
+    try:
+        asyncio.run(run_monitor() if part == "monitor" else run_dashboard())
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    print(
+        json.dumps(
+            {"done": True, "samples": monitor.samples, "incidents": len(monitor.recorder.written)}
+        ),
+        flush=True,
+    )
+    return 0
+
+
+# --- the driver ----------------------------------------------------------------------------
+
+
+def verdict(hours: list[dict[str, Any]]) -> tuple[bool, str]:
+    base = next((h for h in hours if h["hour"] == 1), None)
+    later = [h for h in hours if h["hour"] >= 1]
+    if base is None or len(later) < 3:
+        return False, "too few hours to judge (run --hours 3 or more)"
+    xs = [h["hour"] for h in later]
+    ys = [h["rss_mib"] for h in later]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+    rise = max(ys) - base["rss_mib"]
+    allowed = max(2.0, 0.02 * base["rss_mib"])
+    flat = rise <= allowed and slope < 0.1
+    blocks = max(h["heap_blocks"] for h in later) - base["heap_blocks"]
+    return flat, (
+        f"RSS hour 1 {base['rss_mib']:.1f} MiB, max after {max(ys):.1f} MiB (+{rise:.2f}, "
+        f"allowed {allowed:.1f}), slope {slope:+.3f} MiB/h, heap blocks +{blocks}: "
+        f"{'FLAT' if flat else 'GROWS'}"
+    )
+
+
+def run_child(args: argparse.Namespace, scenario: str, part: str) -> list[str]:
+    """Run one (scenario, part) in a fresh process; its report as printable lines."""
+    cmd = [sys.executable, __file__, "--child", scenario, part]
+    for name in ("hours", "speed", "interval", "scrape_every"):
+        cmd += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    began = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.monotonic() - began
+    out = [f"== {scenario}, {part}: {args.hours:g} simulated hours, interval {args.interval:g} s"]
+    rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    hours = [r for r in rows if "hour" in r]
+    if proc.returncode != 0:
+        return [*out, proc.stdout[-2000:], proc.stderr[-4000:], "FAILED"]
+    out.append(f"  {'hour':>4} {'RSS MiB':>8} {'wall s':>7}  buffers (entries)")
+    for h in hours:
+        buffers = " ".join(
+            f"{k}={v}" for k, v in h.items() if k not in {"hour", "rss_mib", "wall_s"}
+        )
+        out.append(f"  {h['hour']:>4} {h['rss_mib']:>8.1f} {h['wall_s']:>7.1f}  {buffers}")
+    flat, text = verdict(hours)
+    speed = args.hours * 3600 / wall
+    out.append(f"  {text}; {wall:.0f} s wall ({speed:.0f}x)")
+    return [*out, "" if flat else "GROWS"]
+
+
+def drive(args: argparse.Namespace) -> int:
+    scenarios = ["training-oom", "sglang"] if args.scenario == "both" else [args.scenario]
+    parts = ["monitor", "dashboard"] if args.part == "both" else [args.part]
+    runs = [(s, p) for s in scenarios for p in parts]
+    with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        reports = pool.map(lambda run: run_child(args, *run), runs)
+        ok = True
+        for lines in reports:  # in order, each as soon as it and those before it are done
+            print("\n".join(lines[:-1]), flush=True)
+            ok &= lines[-1] == ""
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    numbers = (
+        ("--hours", 24.0, "simulated hours"),
+        ("--speed", 0.0, "at most this many simulated seconds per second (0: no cap)"),
+        ("--interval", 1.0, "sampling interval, seconds"),
+        ("--scrape-every", 10.0, "simulated seconds between SGLang scrapes (agent: interval)"),
+    )
+    for flag, default, text in numbers:
+        p.add_argument(flag, type=float, default=default, help=f"{text} (default {default:g})")
+    p.add_argument("--scenario", choices=["both", "training-oom", "sglang"], default="both")
+    p.add_argument("--part", choices=["both", "monitor", "dashboard"], default="both")
+    p.add_argument("--jobs", type=int, default=2, help="processes at once (default 2)")
+    p.add_argument("--child", nargs=2, metavar=("SCENARIO", "PART"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return soak_one(args.child[0], args.child[1], args)
+    return drive(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
