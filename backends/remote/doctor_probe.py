@@ -210,7 +210,7 @@ def parse_smi_rows(text: str) -> list[dict[str, str]]:
     for line in text.splitlines():
         cells = [c.strip() for c in line.split(",")]
         if len(cells) == len(SMI_FIELDS) and cells[0].isdigit():
-            rows.append(dict(zip(("index", "name", "compute_cap", "driver"), cells)))  # noqa: B905
+            rows.append(dict(zip(("index", "name", "compute_cap", "driver"), cells)))
     return rows
 
 
