@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import Health, iso_time
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class AlertStore:
         self.clock = clock
         self._active: dict[str, Alert] = {}
         self._history: OrderedDict[str, Alert] = OrderedDict()
-        self._listeners: list[Listener] = []
+        self._listeners: Listeners[[Alert]] = Listeners("alert listener")
         self._repeat: dict[tuple[Any, ...], str] = {}  # coalescing identity -> its alert key
         self._notes: list[tuple[float, str]] = []
         self._jobs_by_gpu: dict[int, str] = {}
@@ -102,8 +103,12 @@ class AlertStore:
         return list(self._notes)
 
     def add_listener(self, listener: Listener) -> None:
-        """``listener(alert)`` runs once per new alert and once per escalation."""
-        self._listeners.append(listener)
+        """``listener(alert)`` runs once per new alert and once per escalation (a broken
+        listener is logged; it never stops alerting)."""
+        self._listeners.add(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
 
     # --- user actions -------------------------------------------------------------------
     def acknowledge(self, key: str) -> bool:
@@ -256,9 +261,5 @@ class AlertStore:
 
     def _announce(self, alerts: list[Alert]) -> list[Alert]:
         for alert in alerts:
-            for listener in list(self._listeners):
-                try:
-                    listener(alert)
-                except Exception:  # a broken listener must not stop alerting
-                    log.exception("alert listener failed")
+            self._listeners.emit(alert)
         return alerts

@@ -35,6 +35,7 @@ from typing import Any
 
 from gpumon.backends import untrusted
 from gpumon.backends.alerts.store import Alert
+from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source, iso_time
 
 log = logging.getLogger(__name__)
@@ -149,8 +150,9 @@ class _Pending:
 class FlightRecorder:
     """Keeps ``keep_s`` seconds of samples and alerts; writes one window per critical alert.
 
-    ``on_written(path)`` is called after each file is written. Writing errors are logged
-    and kept in ``last_error``; they never raise into the caller. ``max_samples`` bounds
+    ``written_listeners`` (``on_written`` among them) hear ``path`` after each file is
+    written. Writing errors are logged and kept in ``last_error``; they never raise into
+    the caller. ``max_samples`` bounds
     memory when the sampling interval is short.
     """
 
@@ -173,7 +175,9 @@ class FlightRecorder:
         self.after_s = after_s
         self.max_samples = max_samples
         self.directory = directory  # None: recordings_dir() when the alert comes
-        self.on_written = on_written
+        self.written_listeners: Listeners[[Path]] = Listeners("recording listener")
+        if on_written is not None:
+            self.written_listeners.add(on_written)
         self.written: list[Path] = []
         self.last_error: str | None = None
         self.last_write_s: float | None = None  # seconds the last write took
@@ -254,11 +258,7 @@ class FlightRecorder:
             return None
         self.last_write_s = time.perf_counter() - began
         self.written.append(path)
-        if self.on_written is not None:
-            try:
-                self.on_written(path)
-            except Exception:
-                log.exception("recording callback failed")
+        self.written_listeners.emit(path)
         return path
 
 

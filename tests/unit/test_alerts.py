@@ -524,14 +524,21 @@ def test_active_is_worst_first_then_newest_and_history_is_bounded() -> None:
 
 
 def test_a_broken_listener_does_not_stop_alerting() -> None:
-    engine, _, heard = engine_with_log()
+    engine = AlertEngine("h1", AlertRules(), clock=Clock())
+    heard: list[Alert] = []
 
     def broken(alert: Alert) -> None:
         raise RuntimeError("ui gone")
 
-    engine._listeners.insert(0, broken)
+    engine.add_listener(broken)  # before the one that works
+    engine.add_listener(heard.append)
     feed_pcts(engine, [99.0])
     assert len(heard) == 1
+    later: list[Alert] = []
+    engine.add_listener(later.append)
+    engine.remove_listener(heard.append)
+    engine.on_log_lines("/y.log", OOM_LINES)
+    assert [a.kind for a in later] == ["cuda_oom"] and len(heard) == 1  # removed: not told
 
 
 def test_check_level_reports_the_worst_alert() -> None:

@@ -8,8 +8,6 @@ loop, from inside the monitor: it only notifies, rings and marks the strip for r
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,7 +54,7 @@ class AlertsMixin(Screen[None]):
         self._pending_notices = []
         for m in self.monitors:
             m.alerts.add_listener(self._on_alert)
-            m.recorder.on_written = partial(self._on_recording_written, m.recorder.on_written)
+            m.recorder.written_listeners.add(self._on_recording_written)
 
     def announce_early_alerts(self) -> None:
         """Alerts raised while the screen was being set up (call once mounted)."""
@@ -110,9 +108,7 @@ class AlertsMixin(Screen[None]):
         if self.bell_enabled:
             self.app.bell()
 
-    def _on_recording_written(self, previous: Callable[[Path], None] | None, path: Path) -> None:
-        if previous is not None:
-            previous(path)
+    def _on_recording_written(self, path: Path) -> None:
         if self._mounted:
             self.notify(
                 f"incident recorded: {printable(str(path))}",
