@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 from gpumon.backends.config import HostConfig
-from gpumon.backends.monitor import HostMonitor, demo_settings
+from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
 from gpumon.backends.sim import write_wrapper
-from gpumon.backends.transport import LocalTransport
 
 OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
@@ -60,7 +59,7 @@ async def main() -> None:
             name="bench", kind="local", python=sys.executable, nvidia_smi=str(smi),
             interval=1.0, watch_logs=(str(log),), kernel_log=False,
         )  # fmt: skip
-        monitor = HostMonitor(host, LocalTransport(host), record=False)
+        monitor = make_monitor(host, record=False)
         monitor.start()
         while monitor.samples < 2:
             await monitor.wait_for_update(5)

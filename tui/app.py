@@ -5,7 +5,8 @@ Monitors are injected, not yet started (tests pass ones with a frozen clock); th
 starts them while the screen is set up and stops them on exit. What they show, and the
 keys that act on it, are the dashboard's (``gpumon.tui.dashboard``): its screen is the
 app's default screen, and every key, palette entry and help line comes from its action
-table.
+table. The app's ``Session`` (its own unless one is passed in) owns the runs those keys
+start and watches every monitor's jobs.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from textual.driver import Driver
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from gpumon.backends.actions import Session
 from gpumon.backends.monitor import HostMonitor
 from gpumon.themes import (
     GPUMON_THEMES,
@@ -59,10 +61,12 @@ class GpumonApp(App[int], inherit_bindings=False):
         theme: str | None = None,
         read_only: bool = False,
         bell: bool = True,
+        session: Session | None = None,
     ) -> None:
         super().__init__()
         self._mounted = False
         self.monitors = list(monitors)
+        self.session = session if session is not None else Session()
         for t in GPUMON_THEMES:
             self.register_theme(t)
         name, self._theme_problem = choose_theme(
@@ -72,7 +76,11 @@ class GpumonApp(App[int], inherit_bindings=False):
         self._save_theme = theme is not None and self._theme_problem is None
         self.palette = Palette.from_theme(self.current_theme)
         self.dashboard = DashboardScreen(
-            self.monitors, palette_of=lambda: self.palette, read_only=read_only, bell=bell
+            self.monitors,
+            palette_of=lambda: self.palette,
+            read_only=read_only,
+            bell=bell,
+            session=self.session,
         )
         self._tty: int | None = None
 
@@ -86,6 +94,7 @@ class GpumonApp(App[int], inherit_bindings=False):
     def on_load(self) -> None:
         # Connect while Textual sets up the screen: the first frame can show data.
         for m in self.monitors:
+            self.session.watch(m)
             m.start()
 
     def on_mount(self) -> None:
@@ -108,6 +117,7 @@ class GpumonApp(App[int], inherit_bindings=False):
         if not self.is_headless:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        await self.session.close()
         await asyncio.gather(*(m.stop() for m in self.monitors), return_exceptions=True)
 
     def notify(

@@ -1,4 +1,4 @@
-"""Actions that change a machine: job control, restart plans and runs, auto-restart, audit log."""
+"""Actions that change a machine: job control, restarts and their session, auto-restart, audit."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
         Step,
         find_job,
         make_plan,
-        runs,
     )
+    from .session import Session
 
 __all__ = [
     "Action",
@@ -62,6 +62,7 @@ __all__ = [
     "PlanRow",
     "RestartRun",
     "RunRegistry",
+    "Session",
     "Step",
     "check_template",
     "find_job",
@@ -74,7 +75,6 @@ __all__ = [
     "parse_status",
     "read_entries",
     "render_command",
-    "runs",
     "signal_job",
 ]
 
@@ -99,6 +99,7 @@ __getattr__ = lazy_exports(
         "PlanRow": "rows",
         "RestartRun": "run",
         "RunRegistry": "run",
+        "Session": "session",
         "Step": "run",
         "check_template": "params",
         "find_job": "run",
@@ -111,7 +112,6 @@ __getattr__ = lazy_exports(
         "parse_status": "jobs",
         "read_entries": "audit",
         "render_command": "params",
-        "runs": "run",
         "signal_job": "jobs",
     },
 )

@@ -5,7 +5,7 @@
 backoff). ``AutoRestarter`` is the small driver the monitor calls with what it sees
 (``notify(crashed, reason, crash_key=...)``); it raises an alert for every automatic restart
 (WARNING) and when it gives up (CRITICAL) through the ``alert`` callback, and runs the
-restart through the shared run registry, so it never races a restart a person started.
+restart through the session's run registry, so it never races a restart a person started.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gpumon.backends.actions import audit
 from gpumon.backends.actions.jobs import JobError
 from gpumon.backends.actions.params import ParamError
 from gpumon.backends.actions.plan import JobTarget, find_job, make_plan
-from gpumon.backends.actions.run import Outcome, RunRegistry, runs
+from gpumon.backends.actions.run import Outcome, RunRegistry
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import Health
 from gpumon.backends.transport.base import TransportError
@@ -134,7 +134,7 @@ class AutoRestarter:
         job_name: str,
         *,
         alert: AlertSink,
-        registry: RunRegistry = runs,
+        registry: RunRegistry,
         policy: AutoRestartPolicy | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:

@@ -2,15 +2,17 @@
 of its jobs (by a person, headless, or automatic) it clears the job's OOM alerts and
 tells the job tracker; for jobs with ``auto_restart = true`` it restarts them after an
 OOM crash, within the job's limits, raising an alert for each automatic restart.
+
+A ``Session`` makes one per watched monitor, on the session's run registry: every run of
+that registry reaches ``on_finished`` exactly once, whoever started it.
 """
 
 from __future__ import annotations
 
-import weakref
 from functools import partial
 from typing import TYPE_CHECKING
 
-from gpumon.backends.actions.run import RestartRun, runs
+from gpumon.backends.actions.run import RestartRun, RunRegistry
 from gpumon.backends.alerts.engine import log_key_prefix
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
@@ -23,15 +25,15 @@ CRASH_KINDS = frozenset({"cuda_oom", "oom_death", "job_crashed"})
 
 
 class JobWatch:
-    """Attached to a running monitor (``attach``/``detach`` around its life)."""
+    """Follows ``monitor``'s jobs through ``runs`` (``attach``/``detach`` around its life)."""
 
-    def __init__(self, monitor: HostMonitor) -> None:
+    def __init__(self, monitor: HostMonitor, runs: RunRegistry) -> None:
         self.monitor = monitor
+        self.runs = runs
         self.auto: dict[str, AutoRestarter] = {}
-        self._handled: weakref.WeakSet[RestartRun] = weakref.WeakSet()
 
     def attach(self) -> None:
-        runs.add_finished_listener(self.on_finished)
+        self.runs.finished.add(self.on_finished)
         jobs = [j for j in self.monitor.host.jobs if j.auto_restart and j.start]
         if not jobs:
             return
@@ -41,25 +43,21 @@ class JobWatch:
         target = JobTarget.from_monitor(self.monitor, read_only=self.monitor.host.read_only)
         for job in jobs:
             self.auto[job.name] = AutoRestarter(
-                target, job.name, alert=partial(self._auto_alert, job.name)
+                target, job.name, alert=partial(self._auto_alert, job.name), registry=self.runs
             )
         self.monitor.alerts.add_listener(self._on_alert)
 
     async def detach(self) -> None:
-        runs.remove_finished_listener(self.on_finished)
+        self.runs.finished.remove(self.on_finished)
+        self.monitor.alerts.remove_listener(self._on_alert)
         for auto in self.auto.values():
             await auto.close()
 
     def on_finished(self, run: RestartRun) -> None:
-        """A finished run of one of this host's jobs: alerts and tracker follow its outcome.
-
-        Called by the process-wide registry, and by a UI that ran it through a registry of
-        its own; each run counts once."""
+        """A finished run: when it is one of this host's jobs, the job's alerts and
+        tracker follow its outcome."""
         outcome, plan, monitor = run.outcome, run.plan, self.monitor
-        if outcome is None or run in self._handled or plan.host != monitor.name:
-            return
-        self._handled.add(run)
-        if not outcome.ok:
+        if outcome is None or plan.host != monitor.name or not outcome.ok:
             return
         job = plan.job
         tracker = monitor.workloads.jobs.get(job.name)

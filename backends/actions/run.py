@@ -4,7 +4,7 @@ and the registry that keeps one run per job.
     target = JobTarget.from_monitor(monitor, read_only=app_read_only)
     plan = await make_plan(target, "drafter", "restart", state="crashed", last_alert=text)
     plan = plan.with_params({"token_budget": "32768"})    # ParamError on a bad name/value
-    run = runs.start(plan, target, progress=lambda step, message: ...)
+    run = session.runs.start(plan, target, progress=lambda step, message: ...)
     run.cancel()                                           # CancelResult; refused from start
     outcome = await run.wait()                             # Outcome: ok/failed/cancelled/refused
 
@@ -52,6 +52,7 @@ from gpumon.backends.actions.plan import busy_gpus as _busy
 from gpumon.backends.actions.plan import join_pids as _join
 from gpumon.backends.actions.plan import mib as _mib
 from gpumon.backends.actions.rows import Level
+from gpumon.backends.listeners import Listeners
 from gpumon.backends.transport.base import TransportError
 
 log = logging.getLogger(__name__)
@@ -110,16 +111,13 @@ class StepFailed(Exception):
 
 @dataclass
 class _Progress:
-    listeners: list[Progress] = field(default_factory=list)
+    # a broken progress display must not break the restart: Listeners logs it
+    listeners: Listeners[[Step, str]] = field(default_factory=lambda: Listeners("progress"))
     history: list[tuple[Step, str]] = field(default_factory=list)
 
     def emit(self, step: Step, message: str) -> None:
         self.history.append((step, message))
-        for listener in list(self.listeners):
-            try:
-                listener(step, message)
-            except Exception:  # a broken progress display must not break the restart
-                log.exception("progress listener failed")
+        self.listeners.emit(step, message)
 
 
 class RestartRun:
@@ -141,7 +139,9 @@ class RestartRun:
         self.automatic = automatic  # why an automatic run started (None: a person asked)
         self.step: Step | None = None
         self.outcome: Outcome | None = None
-        self._progress = _Progress([progress] if progress else [])
+        self._progress = _Progress()
+        if progress is not None:
+            self._progress.listeners.add(progress)
         self._task: asyncio.Task[Outcome] | None = None
         self._cancel_requested = False
         self._signalled: list[int] = []
@@ -159,7 +159,7 @@ class RestartRun:
         return self.outcome is not None or (self._task is not None and self._task.done())
 
     def add_listener(self, progress: Progress) -> None:
-        self._progress.listeners.append(progress)
+        self._progress.listeners.add(progress)
 
     def start(self) -> RestartRun:
         if self._task is None:
@@ -409,37 +409,27 @@ class RestartRun:
 
 
 class RunRegistry:
-    """The runs in progress in this process, at most one per (host, job)."""
+    """The runs in progress in one session, at most one per (host, job).
+
+    ``finished`` listeners get every run once it ended (its ``outcome`` is set): the one
+    place where the job's alerts are cleared and its tracker follows the outcome, for
+    manual and automatic runs alike (``JobWatch``)."""
 
     def __init__(self) -> None:
         self._runs: dict[tuple[str, str], RestartRun] = {}
-        self._finished: list[Callable[[RestartRun], None]] = []
+        self.finished: Listeners[[RestartRun]] = Listeners("finished-run listener")
 
     def running(self, host: str, job: str) -> RestartRun | None:
         run = self._runs.get((host, job))
         return run if run is not None and not run.done else None
 
     def last(self, host: str, job: str) -> RestartRun | None:
-        """The job's latest run in this process, running or finished."""
+        """The job's latest run in this session, running or finished."""
         return self._runs.get((host, job))
-
-    def add_finished_listener(self, listener: Callable[[RestartRun], None]) -> None:
-        """``listener(run)`` after every run ends (its ``outcome`` is set): the place to
-        clear the job's alerts or mark its tracker restarted, for manual and automatic
-        runs alike."""
-        self._finished.append(listener)
-
-    def remove_finished_listener(self, listener: Callable[[RestartRun], None]) -> None:
-        if listener in self._finished:
-            self._finished.remove(listener)
 
     def _on_progress(self, run: RestartRun, step: Step) -> None:
         if step is Step.DONE:
-            for listener in list(self._finished):
-                try:
-                    listener(run)
-                except Exception:
-                    log.exception("finished listener failed")
+            self.finished.emit(run)
 
     def start(
         self,
@@ -475,8 +465,6 @@ class RunRegistry:
                 await run.wait()
 
 
-runs = RunRegistry()  # the process-wide registry the UI and the auto-restart share
-
 __all__ = [
     "OUTCOME_LEVELS",
     "STEPS",
@@ -496,5 +484,4 @@ __all__ = [
     "gpu_summary",
     "make_plan",
     "monitor_readings",
-    "runs",
 ]

@@ -7,33 +7,62 @@ from typing import TYPE_CHECKING
 from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .compose import demo_settings, make_monitor, make_transport
+    from .compose import demo_settings, make_monitor, make_transport, target_host
     from .report import CheckCode, check_verdict, snapshot_json, snapshot_table
-    from .state import HostMonitor, backoff_delay
+    from .sources import (
+        SPEEDS,
+        AgentSource,
+        Capabilities,
+        DirectSmiSource,
+        ReplaySource,
+        Sink,
+        Source,
+        backoff_delay,
+        replay_monitor,
+    )
+    from .state import HostMonitor
 
 __all__ = [
+    "SPEEDS",
+    "AgentSource",
+    "Capabilities",
     "CheckCode",
+    "DirectSmiSource",
     "HostMonitor",
+    "ReplaySource",
+    "Sink",
+    "Source",
     "backoff_delay",
     "check_verdict",
     "demo_settings",
     "make_monitor",
     "make_transport",
+    "replay_monitor",
     "snapshot_json",
     "snapshot_table",
+    "target_host",
 ]
 
 __getattr__ = lazy_exports(
     __name__,
     {
+        "AgentSource": "sources.agent",
+        "Capabilities": "sources.base",
         "CheckCode": "report",
+        "DirectSmiSource": "sources.direct",
         "HostMonitor": "state",
-        "backoff_delay": "state",
+        "ReplaySource": "sources.replay",
+        "SPEEDS": "sources.replay",
+        "Sink": "sources.base",
+        "Source": "sources.base",
+        "backoff_delay": "sources.connection",
         "check_verdict": "report",
         "demo_settings": "compose",
         "make_monitor": "compose",
         "make_transport": "compose",
+        "replay_monitor": "sources.replay",
         "snapshot_json": "report",
         "snapshot_table": "report",
+        "target_host": "compose",
     },
 )

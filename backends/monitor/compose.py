@@ -1,5 +1,5 @@
-"""Build the transport and monitor for a resolved host: the one place that picks SSH,
-local or the simulator."""
+"""The composition root: the transport, source and monitor for a resolved host, the one
+place that picks SSH, local or the simulator."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.monitor.sources.agent import AgentSource
 from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.transport.base import Transport
 from gpumon.backends.transport.local import LocalTransport
@@ -40,8 +41,17 @@ def demo_settings(
     )
 
 
+def target_host(host: HostConfig) -> HostConfig:
+    """``host`` as gpumon reaches it: the simulated machine runs on gpumon's own Python."""
+    if host.kind == "demo" and host.python is None:
+        return replace(host, python=sys.executable)
+    return host
+
+
 def make_transport(host: HostConfig, sim: SimSettings | None = None) -> Transport:
-    """The transport for ``host``; ``sim`` applies to the built-in ``demo`` host only."""
+    """The transport for ``host`` (its ``host`` is ``target_host(host)``); ``sim`` applies
+    to the built-in ``demo`` host only."""
+    host = target_host(host)
     if host.kind == "demo":
         from gpumon.backends.sim.transport import SimTransport
 
@@ -59,16 +69,17 @@ def make_monitor(
     *,
     reconnect: bool = True,
     clock: Callable[[], float] = time.time,
+    record: bool = True,
 ) -> HostMonitor:
-    """A monitor for ``host`` (not started). The demo's agent runs on gpumon's own Python.
+    """A monitor for ``host`` fed by gpumon's agent over its transport (not started).
 
-    ``clock`` is the monitor's notion of now (tests freeze it for stable screenshots).
-    For ``demo`` in training-oom, ``monitor.host`` has the job ``drafter`` (the host passed
-    in does not): look jobs up on the monitor's host.
+    ``clock`` is the monitor's notion of now (tests freeze it for stable screenshots);
+    ``record=False``: no flight recordings. For ``demo`` in training-oom, ``monitor.host``
+    has the job ``drafter`` (the host passed in does not): look jobs up on the monitor's
+    host. Nothing here acts on jobs: an ``actions.Session`` watches the monitor for that.
     """
-    if host.kind == "demo" and host.python is None:
-        host = replace(host, python=sys.executable)
     transport = make_transport(host, sim)
+    host = transport.host
     if host.kind == "demo":
         from gpumon.backends.sim.transport import SimTransport
 
@@ -81,4 +92,5 @@ def make_monitor(
             if host.sglang is None:  # sglang: the simulated servers, one per GPU
                 host = replace(host, sglang=transport.sglang_config())
             transport.host = host
-    return HostMonitor(host, transport, reconnect=reconnect, clock=clock)
+    source = AgentSource(transport, reconnect=reconnect)
+    return HostMonitor(host, source, clock=clock, record=record)

@@ -1,4 +1,4 @@
-"""The flight recorder and replaying what it wrote."""
+"""The flight recorder and reading what it wrote (``monitor.ReplaySource`` plays it)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,12 @@ if TYPE_CHECKING:
         sample_from_json,
         sample_to_json,
     )
-    from .replay import SPEEDS, ReplayMonitor
 
 __all__ = [
     "GPU_FIELDS",
-    "SPEEDS",
     "FlightRecorder",
     "Recording",
     "RecordingError",
-    "ReplayMonitor",
     "load_recording",
     "recordings_dir",
     "sample_from_json",
@@ -39,8 +36,6 @@ __getattr__ = lazy_exports(
         "GPU_FIELDS": "recorder",
         "Recording": "recorder",
         "RecordingError": "recorder",
-        "ReplayMonitor": "replay",
-        "SPEEDS": "replay",
         "load_recording": "recorder",
         "recordings_dir": "recorder",
         "sample_from_json": "recorder",

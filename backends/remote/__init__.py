@@ -6,14 +6,21 @@ from .agent import (
     LOG_MAX_LINES,
     LogTail,
     RowBatcher,
-    bootstrap_argv,
 )
+from .bootstrap import BOOTSTRAP, program_argv, program_tag
+from .protocol import AGENT_VERSION, MESSAGES, AgentOptions, SetInterval
 
 __all__ = [
+    "AGENT_VERSION",
+    "BOOTSTRAP",
     "LOG_BACKLOG_BYTES",
     "LOG_FLOOD_NEWEST",
     "LOG_MAX_LINES",
+    "MESSAGES",
+    "AgentOptions",
     "LogTail",
     "RowBatcher",
-    "bootstrap_argv",
+    "SetInterval",
+    "program_argv",
+    "program_tag",
 ]

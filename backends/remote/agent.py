@@ -1,32 +1,18 @@
-"""The gpumon agent: one standard-library-only file that runs on the target machine.
+"""The gpumon agent: runs on the target machine, standard library only (Python 3.8).
 
-gpumon sends this file over an SSH channel's stdin and runs it with the target's Python
-(inside the container when one is configured) through a tiny bootstrap that reads exactly
-this many bytes (see ``bootstrap_argv``), so stdin stays open afterwards: the agent exits
-within a moment of stdin closing, so a dropped connection leaves nothing behind.
+gpumon ships this module and ``protocol`` to the target's Python (inside the container
+when one is configured) through ``bootstrap``, which reads exactly their bytes from stdin,
+so stdin stays open afterwards: the agent exits within a moment of stdin closing, so a
+dropped connection leaves nothing behind.
 
-It writes one JSON object per line to stdout:
+What it says and hears is ``protocol``: a ``Hello`` first, then ``Gpus`` rounds (rows in
+nvidia-smi's CSV shape whatever the source, so the client runs one parser), ``Procs``,
+``SmiError``, ``Log`` lines of followed files, ``Kernel`` lines, ``MemoryEvents``,
+``Http`` fetches of SGLang ``/metrics`` and ``Note``s, one JSON object per line on stdout;
+``SetInterval`` commands on stdin.
 
-- ``{"type": "hello", "agent": 1, "source": "agent/nvml" | "agent/nvidia-smi", ...}``
-- ``{"type": "gpus", "t": epoch, "fields": [...], "rows": ["<csv row>", ...]}``:
-  one sampling round. Rows are in nvidia-smi's ``csv,noheader,nounits`` shape whatever
-  the source (NVML values are printed the way nvidia-smi prints them), so the client
-  runs the same parser for every source. Junk lines from nvidia-smi's loop output (Xid
-  event text) are passed on unchanged; the client's parser skips and counts them.
-- ``{"type": "procs", "t": epoch, "rows": [...]}``: compute processes, same idea.
-- ``{"type": "smi_error", "t": epoch, "exit": code, "output": text}``: nvidia-smi failed.
-- ``{"type": "log", "tag": ..., "path": ..., "lines": [...], "backlog": bool}``: new lines
-  of a watched log file (``backlog``: the tail that was already there at start).
-- ``{"type": "kernel", "lines": [...]}``: kernel log lines (Xid, OOM killer), when readable.
-- ``{"type": "memory_events", "text": ...}``: the container's cgroup ``memory.events``.
-- ``{"type": "http", "tag": ..., "status": 200 | null, "error": ..., "body": ...}``: a fetch
-  of a URL on the target's localhost (SGLang ``/metrics``), filtered to wanted lines.
-- ``{"type": "note", "text": ...}``: something the user should know, said once.
-
-Commands arrive on stdin as JSON lines: ``{"cmd": "interval", "seconds": 2.0}``.
-
-This module is also imported by gpumon itself (``gpumon.backends.remote.agent``) for
-``RowBatcher`` and ``bootstrap_argv``; nothing here may import outside the standard library.
+gpumon itself imports this module (``gpumon.backends.remote.agent``) for ``RowBatcher``;
+nothing here may import outside the standard library.
 """
 
 from __future__ import annotations
@@ -44,28 +30,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-AGENT_VERSION = 1
+from . import protocol
+from .protocol import AGENT_VERSION, AgentOptions
+
 SMI_TIMEOUT_S = 15.0  # a stuck driver can leave nvidia-smi in D state: never wait forever
 BATCH_QUIET_S = 0.15  # rows of one round arrive together; a pause this long ends a round
-
-# The bootstrap reads exactly N bytes of source from stdin, then leaves stdin open for
-# commands and for noticing the client going away.
-_BOOTSTRAP = (
-    "import sys;n=int(sys.argv[1]);s=sys.stdin.buffer.read(n);"
-    "sys.argv=sys.argv[1:];exec(compile(s,'gpumon-agent','exec'))"
-)
-
-
-def agent_source() -> bytes:
-    """The bytes of this file, as sent to the target."""
-    with open(__file__, "rb") as f:
-        return f.read()
-
-
-def bootstrap_argv(python: str, options: dict[str, Any]) -> tuple[list[str], bytes]:
-    """The argv that starts the agent with ``python`` and the bytes to write to its stdin."""
-    src = agent_source()
-    return [python, "-u", "-c", _BOOTSTRAP, str(len(src)), json.dumps(options)], src
 
 
 class RowBatcher:
@@ -118,8 +87,8 @@ class Output:
         self._stream = stream
         self._lock = threading.Lock()
 
-    def send(self, msg: dict[str, Any]) -> None:
-        data = json.dumps(msg, separators=(",", ":")) + "\n"
+    def send(self, msg: protocol.Message) -> None:
+        data = protocol.encode(msg)
         with self._lock:
             try:
                 self._stream.write(data)
@@ -177,36 +146,28 @@ def run_once(argv: Sequence[str], timeout: float = SMI_TIMEOUT_S) -> tuple[int, 
 
 
 class Agent:
-    def __init__(self, options: dict[str, Any], out: Output) -> None:
+    def __init__(self, options: AgentOptions, out: Output) -> None:
         self.out = out
-        self.smi = str(options.get("nvidia_smi") or "nvidia-smi")
-        self.fields: list[str] = list(options["fields"])
-        self.process_fields: list[str] = list(options["process_fields"])
-        self.interval = float(options.get("interval", 1.0))
-        # Process lists change rarely and cost a process start each (nvidia-smi mode).
-        self.process_interval = float(options.get("process_interval", 5.0))
-        self.use_nvml = bool(options.get("nvml", True))
-        self.logs = [LogTail(spec) for spec in options.get("logs", [])]
-        self.kernel = bool(options.get("kernel", False))
-        self.http: list[dict[str, Any]] = list(options.get("http", []))
-        self.log_poll_s = float(options.get("log_poll_s", 0.25))
-        self.sglang_discover = bool(options.get("sglang_discover", False))
+        self.smi = options.nvidia_smi
+        self.fields = list(options.fields)
+        self.process_fields = list(options.process_fields)
+        self.interval = options.interval
+        self.process_interval = options.process_interval
+        self.use_nvml = options.nvml
+        self.logs = [LogTail(spec) for spec in options.logs]
+        self.kernel = options.kernel
+        self.http: list[dict[str, Any]] = list(options.http)
+        self.log_poll_s = options.log_poll_s
+        self.sglang_discover = options.sglang_discover
         self.http_tags: set[str] = set()
         self.wake = threading.Event()  # set when the interval changes
         self.nvml: Any = None
 
     # --- control -------------------------------------------------------------------
     def handle_command(self, line: str) -> None:
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            return
-        if isinstance(msg, dict) and msg.get("cmd") == "interval":
-            try:
-                seconds = float(msg["seconds"])
-            except (KeyError, TypeError, ValueError):
-                return
-            self.interval = min(max(seconds, 0.1), 3600.0)
+        command = protocol.decode_command(line)
+        if command is not None:
+            self.interval = min(max(command.seconds, 0.1), 3600.0)
             self.wake.set()
 
     # --- start ---------------------------------------------------------------------
@@ -223,15 +184,14 @@ class Agent:
             except Exception as e:  # ImportError, NVMLError_LibraryNotFound, ...
                 note = f"NVML not used: {type(e).__name__}: {e}"
         self.out.send(
-            {
-                "type": "hello",
-                "agent": AGENT_VERSION,
-                "source": source,
-                "python": sys.version.split()[0],
-                "hostname": socket.gethostname(),
-                "pid": os.getpid(),
-                "note": note,
-            }
+            protocol.Hello(
+                agent=AGENT_VERSION,
+                source=source,
+                python=sys.version.split()[0],
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                note=note,
+            )
         )
         gpu_loop = self.nvml_loop if self.nvml is not None else self.smi_loop
         threading.Thread(target=gpu_loop, daemon=True, name="gpus").start()
@@ -248,7 +208,7 @@ class Agent:
         """Drop fields this nvidia-smi does not know (one unknown field fails the query)."""
         code, text = run_once([self.smi, "--help-query-gpu"])
         if code != 0:
-            self.out.send({"type": "smi_error", "t": time.time(), "exit": code, "output": text})
+            self.out.send(protocol.SmiError(time.time(), code, text))
             return None
         known = {w.strip('"') for w in text.split() if w.startswith('"') and w.endswith('"')}
         if not known:  # unfamiliar help format: ask for everything and let it fail loudly
@@ -283,7 +243,7 @@ class Agent:
         try:
             proc = _spawn(argv)
         except OSError as e:
-            self.out.send({"type": "smi_error", "t": time.time(), "exit": 127, "output": str(e)})
+            self.out.send(protocol.SmiError(time.time(), 127, str(e)))
             return False
         assert proc.stdout is not None
         batcher = RowBatcher(fields.index("index") if "index" in fields else 1, len(fields))
@@ -321,25 +281,23 @@ class Agent:
             code = proc.wait()
             _reap(proc)
         if not self.wake.is_set() and not got_rows:
-            self.out.send(
-                {"type": "smi_error", "t": time.time(), "exit": code, "output": "\n".join(tail)}
-            )
+            self.out.send(protocol.SmiError(time.time(), code, "\n".join(tail)))
         return got_rows
 
     def send_rows(self, fields: list[str], rows: list[str]) -> None:
-        self.out.send({"type": "gpus", "t": time.time(), "fields": fields, "rows": rows})
+        self.out.send(protocol.Gpus(time.time(), fields, rows))
 
     def process_loop(self) -> None:
         while True:
             if self.nvml is not None:
                 rows = nvml_process_rows(self.nvml)
-                self.out.send({"type": "procs", "t": time.time(), "rows": rows})
+                self.out.send(protocol.Procs(time.time(), rows))
             else:
                 argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
                 code, text = run_once([*argv, "--format=csv,noheader,nounits"])
                 if code == 0:
                     rows = [ln for ln in text.splitlines() if ln.strip()]
-                    self.out.send({"type": "procs", "t": time.time(), "rows": rows})
+                    self.out.send(protocol.Procs(time.time(), rows))
             time.sleep(max(self.process_interval, self.interval))
 
     # --- logs, kernel log, cgroup, HTTP ----------------------------------------------
@@ -355,7 +313,7 @@ class Agent:
             if kmsg is not None:
                 lines = read_kmsg(kmsg)
                 if lines:
-                    self.out.send({"type": "kernel", "t": time.time(), "lines": lines})
+                    self.out.send(protocol.Kernel(time.time(), lines))
             if self.kernel:
                 try:
                     with open(events) as f:
@@ -364,7 +322,7 @@ class Agent:
                     text = None
                 if text is not None and text != last_events:
                     last_events = text
-                    self.out.send({"type": "memory_events", "t": time.time(), "text": text})
+                    self.out.send(protocol.MemoryEvents(time.time(), text))
             time.sleep(max(self.log_poll_s - (time.monotonic() - started), 0.01))
 
     def start_http(self, target: dict[str, Any]) -> None:
@@ -395,19 +353,19 @@ class Agent:
         url, tag = str(target["url"]), str(target["tag"])
         while True:
             started = time.monotonic()
-            msg: dict[str, Any] = {"type": "http", "tag": tag, "t": time.time()}
+            t = time.time()
             try:
                 with urllib.request.urlopen(url, timeout=2.0) as resp:
                     body = resp.read(8 << 20).decode("utf-8", "replace")
-                    msg["status"] = resp.status
+                    status = resp.status
             except urllib.error.HTTPError as e:
-                msg.update(status=e.code, error=f"HTTP {e.code}", body="")
+                msg = protocol.Http(tag, t, e.code, error=f"HTTP {e.code}")
             except Exception as e:  # refused, timeout, reset: the server is down
-                msg.update(status=None, error=f"{type(e).__name__}: {e}", body="")
+                msg = protocol.Http(tag, t, None, error=f"{type(e).__name__}: {e}")
             else:
                 if wanted is not None:  # exposition text ends in a newline: keep it so
                     body = "".join(ln + "\n" for ln in body.splitlines() if wanted.match(ln))
-                msg["body"] = body
+                msg = protocol.Http(tag, t, status, body)
             self.out.send(msg)
             time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
 
@@ -600,7 +558,7 @@ class LogTail:
             return sorted(glob.glob(self.pattern))
         return [self.pattern]
 
-    def poll(self) -> list[dict[str, Any]]:
+    def poll(self) -> list[protocol.Log]:
         now = time.monotonic()
         if not self.started or now - self.last_glob > 2.0:
             self.last_glob = now
@@ -615,7 +573,7 @@ class LogTail:
         self.started = True
         return out
 
-    def _poll_file(self, path: str, state: list[Any], backlog: bool) -> dict[str, Any] | None:
+    def _poll_file(self, path: str, state: list[Any], backlog: bool) -> protocol.Log | None:
         try:
             st = os.stat(path)
         except OSError:
@@ -660,15 +618,7 @@ class LogTail:
             older = lines[:-LOG_FLOOD_NEWEST]
             important = [ln for ln in older if self.keep.search(ln)] if self.keep else []
             lines = important[-(LOG_MAX_LINES - LOG_FLOOD_NEWEST) :] + newest
-        return {
-            "type": "log",
-            "tag": self.tag,
-            "path": path,
-            "t": time.time(),
-            "backlog": backlog,
-            "lines": lines,
-            "dropped": total - len(lines),
-        }
+        return protocol.Log(self.tag, path, time.time(), backlog, lines, total - len(lines))
 
 
 def sglang_ports() -> list[int]:
@@ -705,11 +655,10 @@ def open_kmsg(out: Output) -> int | None:
         return fd
     except OSError as e:
         out.send(
-            {
-                "type": "note",
-                "text": f"kernel log not readable here ({e.strerror or e}): Xid and host "
-                "OOM-killer lines need gpumon on the Proxmox host itself",
-            }
+            protocol.Note(
+                f"kernel log not readable here ({e.strerror or e}): Xid and host "
+                "OOM-killer lines need gpumon on the Proxmox host itself"
+            )
         )
         return None
 
@@ -732,7 +681,9 @@ def read_kmsg(fd: int) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> None:
-    options: dict[str, Any] = json.loads(argv[1]) if len(argv) > 1 else {}
+    """Run until stdin closes. ``argv[1]``: the ``AgentOptions`` JSON (see ``bootstrap``)."""
+    raw = json.loads(argv[1]) if len(argv) > 1 else {}
+    options = AgentOptions.from_wire(raw if isinstance(raw, dict) else {})
     signal.signal(signal.SIGTERM, lambda *_: _shutdown(0))
     signal.signal(signal.SIGHUP, lambda *_: _shutdown(0))
     out = Output(sys.stdout)
@@ -742,7 +693,3 @@ def main(argv: Sequence[str]) -> None:
     for line in sys.stdin:
         agent.handle_command(line)
     _shutdown(0)
-
-
-if __name__ == "__main__":
-    main(sys.argv)

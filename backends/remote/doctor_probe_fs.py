@@ -223,8 +223,9 @@ def _ancestors() -> set[int]:
     return out
 
 
-# The name gpumon's agent bootstrap compiles its source under (backends/agent.py).
-AGENT_MARK = "'gpumon-agent'"
+# The word in the argv of gpumon's agent (``bootstrap.program_tag("agent")``); agents of
+# gpumon before the shared bootstrap carried it too, quoted inside their -c program.
+AGENT_MARK = "gpumon-agent"
 
 
 def proc_facts(prefix: str) -> list[dict[str, Any]]:

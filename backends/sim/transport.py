@@ -30,6 +30,7 @@ class SimTransport(LocalTransport):
     """
 
     job_launch_method = "setsid"  # never a tmux session on the user's own tmux server
+    python_env_locked = "the simulator has no venv to change"  # its Python is gpumon's own
 
     def __init__(self, host: HostConfig, settings: Any) -> None:
         from gpumon.backends.sim.wrapper import write_job_wrapper, write_wrapper

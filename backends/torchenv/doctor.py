@@ -1,22 +1,22 @@
 """``gpumon doctor``: what state a machine's torch stack is in, without changing anything.
 
-The probe (``doctor_probe`` + ``doctor_probe_fs``, standard library only) is sent over stdin
-to the target's interpreter through the host's Transport (so inside the container when one
-is configured) and prints raw facts as JSON; ``doctor_checks`` / ``doctor_extras`` turn
-them into checks. For the UI: ``gather_facts`` + ``evaluate``, or ``run_doctor`` for both.
+The probe (``doctor_probe`` + ``doctor_probe_fs``, standard library only) is shipped over
+stdin to the target's interpreter by ``remote.bootstrap``, through the host's Transport
+(so inside the container when one is configured) and prints raw facts as JSON;
+``doctor_checks`` / ``doctor_extras`` turn them into checks. For the UI:
+``gather_facts`` + ``evaluate``, or ``run_doctor`` for both.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from gpumon.backends import untrusted
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.remote.bootstrap import program_argv
 from gpumon.backends.torchenv.checks import STATUSES, Check, Facts, Status, checks_torch
 from gpumon.backends.torchenv.extras import check_python, check_userspace, extra_checks, gpus_check
 from gpumon.backends.torchenv.variants import VariantTable, builtin_table
@@ -38,22 +38,6 @@ __all__ = [
     "run_doctor",
 ]
 
-# Registers the helper module as ``gpumon_probe.doctor_probe_fs`` so the probe's relative
-# import finds it, then runs the probe as __main__. argv: "LEN_FS,LEN_PROBE" OPTIONS_JSON.
-_BOOTSTRAP = "\n".join(
-    [
-        "import sys, types",
-        "a, b = map(int, sys.argv[1].split(','))",
-        "read = sys.stdin.buffer.read",
-        "pkg = types.ModuleType('gpumon_probe'); pkg.__path__ = []",
-        "fs = types.ModuleType('gpumon_probe.doctor_probe_fs')",
-        "sys.modules.update({'gpumon_probe': pkg, fs.__name__: fs}); pkg.doctor_probe_fs = fs",
-        "exec(compile(read(a), 'doctor_probe_fs', 'exec'), fs.__dict__)",
-        "sys.argv = sys.argv[1:]",
-        "exec(compile(read(b), 'doctor_probe', 'exec'),"
-        " {'__name__': '__main__', '__package__': 'gpumon_probe'})",
-    ]
-)
 PROBE_SLACK_S = 60.0  # on top of the import timeouts: metadata, nvidia-smi, cache walks
 
 
@@ -61,24 +45,17 @@ class ProbeError(Exception):
     """The target's interpreter ran but the probe did not deliver facts (message for users)."""
 
 
-def probe_sources() -> tuple[bytes, bytes]:
-    remote = resources.files("gpumon.backends.remote")
-    return (remote / "doctor_probe_fs.py").read_bytes(), (remote / "doctor_probe.py").read_bytes()
-
-
 def probe_argv(python: str, options: dict[str, Any]) -> tuple[list[str], bytes]:
     """The argv that runs the probe with ``python`` and the bytes to write to its stdin."""
-    fs, probe = probe_sources()
-    sizes = f"{len(fs)},{len(probe)}"
-    return [python, "-c", _BOOTSTRAP, sizes, json.dumps(options)], fs + probe
+    return program_argv(
+        python, "doctor_probe", needs=("doctor_probe_fs",), args=[json.dumps(options)]
+    )
 
 
 def host_python(host: HostConfig) -> str:
     """The interpreter the doctor and swaps act on: the host's ``python``, else python3
-    (the simulator's is gpumon's own)."""
-    if host.python:
-        return host.python
-    return sys.executable if host.kind == "demo" else "python3"
+    (``monitor.target_host`` gives the simulator gpumon's own)."""
+    return host.python or "python3"
 
 
 async def gather_facts(

@@ -181,10 +181,12 @@ def build_plan(
     version: str | None = None,
     force: bool = False,
     read_only: bool = False,
+    env_locked: str | None = None,
     table: VariantTable | None = None,
     now: dt.datetime | None = None,
 ) -> SwapPlan:
-    """The plan to move the venv of ``host.python`` to ``variant`` (pure)."""
+    """The plan to move the venv of ``host.python`` to ``variant`` (pure). ``env_locked``:
+    why the machine's environment must not change (``Transport.python_env_locked``)."""
     table = table or builtin_table()
     f = Facts(facts, host.name)
     py = f.py
@@ -197,8 +199,8 @@ def build_plan(
 
     if read_only or host.read_only:
         no(f"{host.name} is read-only (read_only in the config or --read-only)", False)
-    if host.kind == "demo":
-        no("the simulator has no venv to change", False)
+    if env_locked:
+        no(env_locked, False)
     if variant not in VARIANT_NAMES:
         no(f"unknown variant {variant!r}; expected one of {', '.join(VARIANT_NAMES)}", False)
     current = f.version
@@ -407,5 +409,12 @@ async def plan_swap(
     sections = ["python", "dists", "torch", "runtime", "gpu", "caches", "procs"]
     facts = await gather_facts(transport, host, sections=sections)
     return build_plan(
-        host, facts, variant, version=version, force=force, read_only=read_only, table=table
+        host,
+        facts,
+        variant,
+        version=version,
+        force=force,
+        read_only=read_only,
+        env_locked=transport.python_env_locked,
+        table=table,
     )

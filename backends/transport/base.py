@@ -19,7 +19,7 @@ import contextlib
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.untrusted import printable_text
@@ -56,6 +56,10 @@ def wrap_container(argv: Sequence[str], container: int | None) -> list[str]:
 
 class Transport(abc.ABC):
     """Runs argv lists on one machine. Implementations must be safe to call concurrently."""
+
+    #: Why the Python environment of this machine must not be changed (no torch swap);
+    #: None: it may be, with the usual checks.
+    python_env_locked: ClassVar[str | None] = None
 
     def __init__(self, host: HostConfig) -> None:
         self.host = host
@@ -181,6 +185,9 @@ class ProcessStream:
         except TimeoutError:
             with contextlib.suppress(Exception):
                 self._terminate()
+            with contextlib.suppress(Exception):  # reap it: killed, it is gone in a moment
+                async with asyncio.timeout(1.0):
+                    await self.wait()
         with contextlib.suppress(Exception):
             async with asyncio.timeout(1.0):
                 await self._stderr_task

@@ -55,21 +55,18 @@ class Workloads:
         return self.host.sglang is not None and self.host.sglang.discover
 
     # --- agent messages ----------------------------------------------------------------
-    def on_http(self, msg: dict[str, Any], t: float) -> None:
-        tag = str(msg.get("tag", ""))
+    def on_http(self, tag: str, status: int | None, body: str, error: str | None, t: float) -> None:
+        """A fetch of ``tag``'s URL (``sglang:PORT``): HTTP status (None: no answer)."""
         if not tag.startswith("sglang:"):
             return
-        port = int(tag.split(":", 1)[1])
+        try:
+            port = int(tag[7:])
+        except ValueError:  # not a tag gpumon asked for
+            return
         tracker = self.sglang.get(port)
         if tracker is None:  # discovered by the agent
             tracker = self.sglang[port] = SglangTracker(port)
-        status = msg.get("status")
-        tracker.observe_http(
-            status if isinstance(status, int) else None,
-            str(msg.get("body") or ""),
-            t,
-            msg.get("error"),
-        )
+        tracker.observe_http(status, body, t, error)
 
     def on_log(self, tag: str, path: str, lines: list[str], t: float) -> None:
         if tag.startswith("job:"):

@@ -16,6 +16,7 @@ import pytest
 from gpumon.backends.config import load_config, resolve_host
 from gpumon.backends.model import ConnState, Health, Source
 from gpumon.backends.monitor import HostMonitor, make_monitor
+from gpumon.backends.remote import program_tag
 
 from sshd_server import SshServer, free_port, processes_matching
 
@@ -207,7 +208,7 @@ def test_nothing_left_on_target_after_sigkill(
         running = " ".join(cmd for _, cmd in processes_matching(marker))
         assert "gpumon.backends.sim.smi" in running, "nvidia-smi runs in loop mode"
         if python == "python3":
-            assert "int(sys.argv[1])" in running, "inside the agent"
+            assert program_tag("agent") in running, "inside the agent"
         started = time.monotonic()
         client.send_signal(signal.SIGKILL)
         client.wait()

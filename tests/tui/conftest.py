@@ -161,7 +161,7 @@ def fixed_sglang(
     simulator's ``/metrics`` once a second for the 30 s up to ``scenario_t``, the last one
     at ``now``; the live scrapes are ignored from here on. A frozen clock gives the live
     trackers no rates (every scrape at the same instant): these have them, always the same."""
-    monkeypatch.setattr(monitor.workloads, "on_http", lambda msg, t: None)
+    monkeypatch.setattr(monitor.workloads, "on_http", lambda *fetch: None)
     settings = SimSettings(scenario="sglang")
     trackers = {}
     for index, port in enumerate(SGLANG_PORTS):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +23,6 @@ from gpumon.backends.actions import (
     JobTarget,
     Outcome,
     RestartRun,
-    RunRegistry,
     Step,
     audit,
 )
@@ -32,20 +31,12 @@ from gpumon.backends.torchenv import OnEvent, SwapEvent, SwapOutcome, SwapPlan, 
 from gpumon.backends.torchenv.doctor import Check
 from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.dashboard import ACTIONS, actions
+from gpumon.tui.dashboard import ACTIONS
 from gpumon.tui.screens import DetailScreen, DoctorScreen, RestartScreen, SwapScreen, swap
 
 Wait = Callable[..., Awaitable[None]]
 KeyActions = Callable[[Screen[Any]], set[str]]
 OOM_GPU = 6  # training-oom: the drafter (GPUs 5-7) died of CUDA OOM on GPU 6 at ~60 s
-
-
-@pytest.fixture(autouse=True)
-def fresh_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[RunRegistry]:
-    """A run registry per test: runs of an earlier test's event loop never leak in."""
-    registry = RunRegistry()
-    monkeypatch.setattr(actions, "runs", registry)
-    yield registry
 
 
 @pytest.fixture
@@ -105,7 +96,7 @@ def entries(action: str | None = None) -> list[dict[str, Any]]:
 
 
 async def test_restart_of_the_oom_job_confirms_runs_and_refills_its_gpu(
-    oom_demo: HostMonitor, wait: Wait, fresh_runs: RunRegistry
+    oom_demo: HostMonitor, wait: Wait
 ) -> None:
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(110, 40)) as pilot:
@@ -125,7 +116,7 @@ async def test_restart_of_the_oom_job_confirms_runs_and_refills_its_gpu(
 
         await pilot.press("y")
         run = screen.run
-        assert run is not None and fresh_runs.running("demo", "drafter") is run
+        assert run is not None and app.session.runs.running("demo", "drafter") is run
         await wait(pilot, lambda: run.outcome is not None, timeout=30, what="the outcome")
         await pilot.pause()
         assert run.outcome is not None and run.outcome.status == "ok", run.outcome
@@ -148,9 +139,7 @@ async def test_restart_of_the_oom_job_confirms_runs_and_refills_its_gpu(
         assert entry["commands"][-1] == plan.start_command
 
 
-async def test_a_second_r_follows_the_running_restart(
-    oom_demo: HostMonitor, wait: Wait, fresh_runs: RunRegistry
-) -> None:
+async def test_a_second_r_follows_the_running_restart(oom_demo: HostMonitor, wait: Wait) -> None:
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(110, 40)) as pilot:
         await on_gpu(pilot, wait, app, OOM_GPU)
@@ -173,9 +162,7 @@ async def test_a_second_r_follows_the_running_restart(
         assert [e["outcome"] for e in entries("restart")] == ["ok"]  # one restart only
 
 
-async def test_esc_before_confirming_changes_nothing(
-    oom_demo: HostMonitor, wait: Wait, fresh_runs: RunRegistry
-) -> None:
+async def test_esc_before_confirming_changes_nothing(oom_demo: HostMonitor, wait: Wait) -> None:
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(110, 40)) as pilot:
         await on_gpu(pilot, wait, app, OOM_GPU)
@@ -185,7 +172,7 @@ async def test_esc_before_confirming_changes_nothing(
         await pilot.press("escape")
         await wait(pilot, lambda: not isinstance(app.screen, RestartScreen), what="closed")
         await pilot.pause(1.0)
-        assert fresh_runs.last("demo", "drafter") is None
+        assert app.session.runs.last("demo", "drafter") is None
         assert oom_demo.workloads.jobs["drafter"].state is JobState.CRASHED
         assert oom_alerts(oom_demo)
         assert entries() == []

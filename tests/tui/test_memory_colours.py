@@ -12,8 +12,8 @@ from rich.text import Text
 
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.model import GpuSample, Health, HostSample
-from gpumon.backends.monitor import HostMonitor
-from gpumon.backends.recording import Recording, ReplayMonitor
+from gpumon.backends.monitor import HostMonitor, ReplaySource, replay_monitor
+from gpumon.backends.recording import Recording
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.views import health_role
 from gpumon.tui.widgets import GpuRow
@@ -60,9 +60,10 @@ async def test_a_gpu_at_97_5_percent_is_drawn_as_the_warning_its_alert_is(wait: 
     hysteresis), and so does the row; after that both are OK."""
     pcts = [97.5, 94.0, 89.0, 89.0, 89.0]
     samples = [at_pct(1000.0 + k, p) for k, p in enumerate(pcts)]
-    replay = ReplayMonitor(Recording({"host": "ct200"}, samples, []))
+    replay = ReplaySource(Recording({"host": "ct200"}, samples, []))
     replay.set_paused(True)
-    app = GpumonApp([replay], read_only=True, bell=False)
+    monitor = replay_monitor(replay)
+    app = GpumonApp([monitor], read_only=True, bell=False)
     async with app.run_test(size=(100, 30)) as pilot:
         palette = app.palette
         expected = [Health.WARNING, Health.WARNING, Health.WARNING, Health.WARNING, Health.OK]
@@ -73,7 +74,7 @@ async def test_a_gpu_at_97_5_percent_is_drawn_as_the_warning_its_alert_is(wait: 
             await pilot.pause()
             row = app.dashboard.sections[0].rows[6]
             assert row.view is not None
-            assert memory_alert(replay, 6) is level, k
+            assert memory_alert(monitor, 6) is level, k
             assert row.view.cells.memory_pct.role == health_role(level), k
             pct = row.view.cells.memory_pct.text
             warning = Style(color=palette.warning).color

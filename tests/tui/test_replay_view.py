@@ -11,7 +11,8 @@ import pytest
 from gpumon.backends.alerts import AlertEngine
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.model import GpuSample, HostSample
-from gpumon.backends.recording import FlightRecorder, ReplayMonitor, load_recording
+from gpumon.backends.monitor import ReplaySource, replay_monitor
+from gpumon.backends.recording import FlightRecorder, load_recording
 from gpumon.tui import app as app_module
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cli import command_line as cli
@@ -59,9 +60,9 @@ def header(app: GpumonApp) -> str:
 async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait, utc: None) -> None:
     path = write_incident(tmp_path)
     total = len(load_recording(path).samples)
-    replay = ReplayMonitor.from_file(path)
+    replay = ReplaySource.from_file(path)
     replay.set_paused(True)
-    app = GpumonApp([replay], read_only=True, bell=False)
+    app = GpumonApp([replay_monitor(replay)], read_only=True, bell=False)
     bells: list[int] = []
     app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
     async with app.run_test(size=(80, 24)) as pilot:

@@ -19,9 +19,8 @@ from textual.widgets import Select
 
 from gpumon.backends.actions import read_entries
 from gpumon.backends.config import HostConfig
-from gpumon.backends.monitor import HostMonitor, demo_settings
+from gpumon.backends.monitor import demo_settings, make_monitor
 from gpumon.backends.sim import write_wrapper
-from gpumon.backends.transport import LocalTransport
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import SwapScreen
 
@@ -80,7 +79,7 @@ async def test_w_swaps_torch_and_back_with_verification(
         name="box", kind="local", python=str(python), nvidia_smi=str(smi), interval=0.5,
         torch_index=f"{index}/good", kernel_log=False,
     )  # fmt: skip
-    app = GpumonApp([HostMonitor(host, LocalTransport(host))])
+    app = GpumonApp([make_monitor(host)])
     async with app.run_test(size=(120, 50)) as pilot:
         await wait(
             pilot, lambda: app.dashboard.check_action("swap_torch", ()) is True, what="connected"

@@ -9,7 +9,8 @@ from pathlib import Path
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
-from gpumon.backends.recording import Recording, ReplayMonitor
+from gpumon.backends.monitor import ReplaySource, replay_monitor
+from gpumon.backends.recording import Recording
 from gpumon.backends.sim import UPTIME_AT_T0, SimSettings, metrics_text
 from gpumon.backends.workloads import JobTracker, SglangTracker
 from gpumon.themes import GPUMON_DARK
@@ -235,7 +236,8 @@ def test_full_in_replaces_the_newest_sparkline_columns_and_fits() -> None:
 
 def test_replay_status_says_speed_pause_end_and_position(utc: None, tmp_path: Path) -> None:
     samples = [HostSample("ct200", 1000.0 + i, None, _gpus(1)) for i in range(3)]
-    replay = ReplayMonitor(Recording({"host": "ct200"}, samples, []), tmp_path / "r.jsonl.gz")
+    replay = ReplaySource(Recording({"host": "ct200"}, samples, []), tmp_path / "r.jsonl.gz")
+    replay_monitor(replay)  # the monitor it plays into
     assert replay_status(replay) == "REPLAY 1x, 00:16:40 (0/3)"
     replay.set_paused(True)
     replay.step()

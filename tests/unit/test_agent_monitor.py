@@ -26,9 +26,9 @@ from gpumon.backends.monitor import (
     snapshot_table,
 )
 from gpumon.backends.parsers import PROCESS_FIELDS, QUERY_FIELDS
-from gpumon.backends.remote import agent
+from gpumon.backends.remote import AgentOptions, agent, program_argv, program_tag
 from gpumon.backends.sim import write_wrapper
-from gpumon.backends.transport import LocalTransport, ssh_command, wrap_container
+from gpumon.backends.transport import ssh_command, wrap_container
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia"
 ROWS = (FIXTURES / "query_gpu_8x_rtxpro6000.csv").read_text().splitlines()
@@ -46,14 +46,16 @@ def test_row_batcher_splits_rounds_on_index_reset_and_keeps_junk() -> None:
 
 
 def test_bootstrap_reads_exactly_the_source_and_keeps_stdin_open(tmp_path: Path) -> None:
-    options = {
-        "fields": list(QUERY_FIELDS),
-        "process_fields": list(PROCESS_FIELDS),
-        "nvidia_smi": str(write_wrapper(tmp_path, demo_settings(demo_time=5, frozen=True))),
-        "interval": 0.2,
-        "nvml": False,
-    }
-    argv, src = agent.bootstrap_argv(sys.executable, options)
+    options = AgentOptions(
+        fields=list(QUERY_FIELDS),
+        process_fields=list(PROCESS_FIELDS),
+        nvidia_smi=str(write_wrapper(tmp_path, demo_settings(demo_time=5, frozen=True))),
+        interval=0.2,
+        nvml=False,
+    )
+    argv, src = program_argv(
+        sys.executable, "agent", needs=("protocol",), args=[options.to_json()], flags=("-u",)
+    )
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(src)
@@ -135,7 +137,7 @@ async def test_nvidia_smi_failure_is_a_host_error_and_values_are_kept(tmp_path: 
     host = HostConfig(
         name="box", kind="local", python=sys.executable, nvidia_smi=str(smi), interval=0.2
     )
-    monitor = HostMonitor(host, LocalTransport(host))
+    monitor = make_monitor(host)
     monitor.start()
     try:
         await _sampled(monitor, 2)
@@ -295,7 +297,7 @@ async def test_demo_reconnects_after_its_agent_dies() -> None:
 
         assert isinstance(monitor.transport, SimTransport)
         marker = str(monitor.transport.root)  # on the PATH of everything the demo runs
-        agents = [p for p in _pids_with(marker) if b"int(sys.argv[1])" in _cmdline(p)]
+        agents = [p for p in _pids_with(marker) if program_tag("agent").encode() in _cmdline(p)]
         assert agents, "the agent runs"
         for pid in agents:
             os.kill(pid, 9)
@@ -331,12 +333,14 @@ def test_history_keeps_the_newest_when_resized() -> None:
 
 
 async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None:
-    from gpumon.backends.actions import audit
+    from gpumon.backends.actions import Session, audit
 
     monitor = make_monitor(resolve_host(Config(path=None), "demo"), demo_settings(demo_time=57))
     drafter = monitor.host.job("drafter")
     assert drafter is not None and not drafter.auto_restart  # off by default
     monitor.host = replace(monitor.host, jobs=(replace(drafter, auto_restart=True),))
+    session = Session()
+    session.watch(monitor)
     monitor.start()
     try:
         deadline = time.monotonic() + 90
@@ -354,5 +358,8 @@ async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None
         assert not [a for a in monitor.alerts.active() if a.kind == "cuda_oom"]  # cleared
         entries = [(e["action"], e["outcome"]) for e in audit.read_entries()]
         assert ("auto-restart", "ok") in entries
+        run = session.runs.last("demo", "drafter")  # the session's registry ran it
+        assert run is not None and run.automatic is not None and run.outcome is not None
     finally:
+        await session.close()
         await monitor.stop()

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from gpumon.backends.remote import LOG_BACKLOG_BYTES, LogTail
+from gpumon.backends.remote.protocol import Log
 
 
-def lines_of(msgs: list[dict[str, Any]]) -> list[str]:
-    return [ln for m in msgs for ln in m["lines"]]
+def lines_of(msgs: list[Log]) -> list[str]:
+    return [ln for m in msgs for ln in m.lines]
 
 
 def test_backlog_then_only_new_lines(tmp_path: Path) -> None:
@@ -19,13 +19,13 @@ def test_backlog_then_only_new_lines(tmp_path: Path) -> None:
     log.write_text("old 1\nold 2\n")
     tail = LogTail({"path": str(log), "tag": "train"})
     first = tail.poll()
-    assert lines_of(first) == ["old 1", "old 2"] and first[0]["backlog"] is True
+    assert lines_of(first) == ["old 1", "old 2"] and first[0].backlog is True
     assert tail.poll() == []
     with log.open("a") as f:
         f.write("new 1\nnew 2 partial")
     msgs = tail.poll()
-    assert lines_of(msgs) == ["new 1"] and msgs[0]["backlog"] is False
-    assert msgs[0]["tag"] == "train" and msgs[0]["path"] == str(log)
+    assert lines_of(msgs) == ["new 1"] and msgs[0].backlog is False
+    assert msgs[0].tag == "train" and msgs[0].path == str(log)
     with log.open("a") as f:
         f.write(" done\n")
     assert lines_of(tail.poll()) == ["new 2 partial done"]
@@ -65,7 +65,7 @@ def test_glob_picks_up_new_files_from_their_start(tmp_path: Path) -> None:
     tail.last_glob = 0.0  # the next poll looks for new files
     msgs = tail.poll()
     assert lines_of(msgs) == ["b first", "b second"]
-    assert msgs[0]["backlog"] is False and msgs[0]["path"].endswith("b.log")
+    assert msgs[0].backlog is False and msgs[0].path.endswith("b.log")
 
 
 def test_filter_keeps_matches_and_the_newest_line(tmp_path: Path) -> None:
@@ -102,10 +102,10 @@ def test_a_flood_keeps_the_oom_line_and_the_newest(tmp_path: Path) -> None:
     body[1000] = oom
     log.write_text("\n".join(body) + "\n")
     (msg,) = tail.poll()
-    assert oom in msg["lines"]
-    assert msg["lines"][-1] == "step 49999 | loss 2.0"
-    assert len(msg["lines"]) <= LOG_MAX_LINES and msg["dropped"] == 50_000 - len(msg["lines"])
-    assert msg["lines"][-LOG_FLOOD_NEWEST:] == body[-LOG_FLOOD_NEWEST:]
+    assert oom in msg.lines
+    assert msg.lines[-1] == "step 49999 | loss 2.0"
+    assert len(msg.lines) <= LOG_MAX_LINES and msg.dropped == 50_000 - len(msg.lines)
+    assert msg.lines[-LOG_FLOOD_NEWEST:] == body[-LOG_FLOOD_NEWEST:]
     assert re.compile(KEEP_PATTERN)
 
 

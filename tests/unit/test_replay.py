@@ -6,10 +6,14 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
+from gpumon.backends.actions import Session
 from gpumon.backends.alerts import AlertEngine
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.model import ConnState, GpuSample, HostSample
-from gpumon.backends.recording import FlightRecorder, ReplayMonitor, load_recording
+from gpumon.backends.monitor import ReplaySource, replay_monitor
+from gpumon.backends.recording import FlightRecorder, load_recording
 
 OOM_LINE = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
@@ -45,15 +49,18 @@ async def test_replay_plays_samples_and_alerts_with_pause_step_and_speed(tmp_pat
     path = _recording(tmp_path)
     recording = load_recording(path)
     assert len(recording.samples) > 60
-    replay = ReplayMonitor.from_file(path)
-    assert replay.name == "ct200" and replay.interval == 1.0
+    replay = ReplaySource.from_file(path)
+    monitor = replay_monitor(replay)
+    assert monitor.name == "ct200" and monitor.interval == 1.0
+    assert not replay.capabilities.actions and not replay.capabilities.interval
+    assert Session().watch(monitor) is None  # no machine: no jobs to act on
     replay.set_paused(True)
-    replay.start()
+    monitor.start()
     await asyncio.sleep(0.05)
-    assert replay.samples == 0  # paused before the first sample
-    assert replay.step() and replay.samples == 1
-    assert replay.latest is not None and replay.latest.time == recording.samples[0].time
-    assert replay.stale_s() == 0.0  # ages are read on the recording's clock
+    assert monitor.samples == 0  # paused before the first sample
+    assert replay.step() and monitor.samples == 1
+    assert monitor.latest is not None and monitor.latest.time == recording.samples[0].time
+    assert monitor.stale_s() == 0.0  # ages are read on the recording's clock
     for _ in range(10):
         assert replay.faster() >= 1.0
     assert replay.speed == 30.0
@@ -63,12 +70,16 @@ async def test_replay_plays_samples_and_alerts_with_pause_step_and_speed(tmp_pat
         assert time.monotonic() < deadline, "replay too slow at 30x"
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.05)
-    assert replay.status.state == ConnState.STOPPED and replay.status.error == "end of recording"
-    assert replay.samples == len(recording.samples)
-    assert any(a.severity.value == "critical" for a in replay.alerts.history())
-    replayed = [a for a in replay.alerts.history() if a.kind == "cuda_oom"]
+    assert monitor.status.state == ConnState.STOPPED
+    assert monitor.status.error == "end of recording"
+    assert monitor.samples == len(recording.samples)
+    assert any(a.severity.value == "critical" for a in monitor.alerts.history())
+    replayed = [a for a in monitor.alerts.history() if a.kind == "cuda_oom"]
     assert len(replayed) == 1 and replayed[0].gpu == 6 and replayed[0].job == "drafter"
     (recorded,) = [a for a in recording.alerts if a["kind"] == "cuda_oom"]
     assert replayed[0].time == recorded["epoch"]  # at its recorded moment
     assert not list(tmp_path.glob("**/*.jsonl.gz"))[1:]  # the replay recorded nothing more
-    await replay.stop()
+    await monitor.stop()
+    assert monitor.source.transport is None
+    with pytest.raises(LookupError, match="reaches no machine"):
+        _ = monitor.transport

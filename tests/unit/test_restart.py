@@ -30,6 +30,7 @@ from gpumon.backends.actions import (
     JobTarget,
     ParamError,
     ParamValue,
+    RestartRun,
     RunRegistry,
     Step,
     audit,
@@ -379,8 +380,15 @@ async def test_auto_restarter_restarts_an_oom_and_gives_up_critically(
     job = _local_job(tmp_path, auto_restart=True, max_restarts=1)
     alerts: list[tuple[Health, str]] = []
     policy = AutoRestartPolicy(job, backoff_first_s=0.0)
+    registry = RunRegistry()
+    finished: list[RestartRun] = []
+    registry.finished.add(finished.append)
     driver = AutoRestarter(
-        _target(box, job), "j", alert=lambda h, m: alerts.append((h, m)), policy=policy
+        _target(box, job),
+        "j",
+        alert=lambda h, m: alerts.append((h, m)),
+        registry=registry,
+        policy=policy,
     )
     try:
         decision = driver.notify(True, "CUDA out of memory", crash_key="oom@60")
@@ -389,6 +397,7 @@ async def test_auto_restarter_restarts_an_oom_and_gives_up_critically(
         assert driver.pending is not None
         outcome = await driver.pending
         assert outcome is not None and outcome.ok, outcome
+        assert [r.automatic for r in finished] == ["crash: CUDA out of memory"]  # its registry
         assert _audit_outcomes() == [("auto-restart", "ok")]
         assert "automatic (crash: CUDA out of memory)" in str(audit.read_entries()[0]["detail"])
         given_up = driver.notify(True, "CUDA out of memory", crash_key="oom@200")
@@ -433,7 +442,9 @@ async def test_stop_command_runs_with_the_job_pgid_and_is_audited(
 def test_auto_restarter_counts_each_crash_once(box: JobBox, tmp_path: Path) -> None:
     alerts: list[tuple[Health, str]] = []
     job = _local_job(tmp_path)  # auto_restart off: decisions without restarts
-    driver = AutoRestarter(_target(box, job), "j", alert=lambda h, m: alerts.append((h, m)))
+    driver = AutoRestarter(
+        _target(box, job), "j", alert=lambda h, m: alerts.append((h, m)), registry=RunRegistry()
+    )
     first = driver.notify(True, "CUDA out of memory")
     assert first is not None and not first.restart and "auto-restart is off" in first.message
     assert driver.notify(True, "CUDA out of memory") is None  # still the same crash
@@ -488,3 +499,36 @@ def test_restarted_sim_job_records_its_restart_and_ends_with_its_state_dir(
     finally:
         proc.kill()
         proc.wait()
+
+
+OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+
+
+async def test_a_session_tells_the_runs_host_once_and_no_other(box: JobBox, tmp_path: Path) -> None:
+    """One path for finished runs: the session's registry -> the JobWatch of the run's host."""
+    from gpumon.backends.actions import Session
+    from gpumon.backends.monitor import AgentSource, HostMonitor
+    from gpumon.backends.workloads import JobState
+
+    job = _local_job(tmp_path)
+    host = HostConfig(name="box", kind="local", jobs=(job,))
+    monitors = [HostMonitor(h, AgentSource(box)) for h in (host, replace(host, name="other"))]
+    for m in monitors:  # both saw the job die of an OOM (the monitors need not run)
+        m.alerts.on_log_lines(job.log or "", [OOM_LINE], job="j")
+        m.workloads.apply_alerts(m.alerts, m.clock())
+        assert m.workloads.jobs["j"].state is JobState.CRASHED
+    session = Session()
+    assert all(session.watch(m) is not None for m in monitors)
+    finished: list[RestartRun] = []
+    session.runs.finished.add(finished.append)
+    target = JobTarget.from_monitor(monitors[0])
+    run = session.runs.start(await make_plan(target, "j", "start"), target)
+    assert (await run.wait()).ok
+    assert finished == [run]
+    mine, other = monitors
+    assert not [a for a in mine.alerts.active() if a.kind == "cuda_oom"]  # cleared
+    assert mine.workloads.jobs["j"].state is JobState.RUNNING
+    assert [a.kind for a in other.alerts.active()] == ["cuda_oom"]  # another host's job
+    assert other.workloads.jobs["j"].state is JobState.CRASHED
+    await session.close()
+    assert len(session.runs.finished) == 1  # only ours is left listening

@@ -17,6 +17,8 @@ import pytest
 
 from gpumon.backends.actions import audit
 from gpumon.backends.config import HostConfig, JobConfig
+from gpumon.backends.remote import BOOTSTRAP
+from gpumon.backends.sim import SimTransport
 from gpumon.backends.torchenv import (
     MERGE,
     WRITE,
@@ -24,7 +26,6 @@ from gpumon.backends.torchenv import (
     SwapEvent,
     SwapPlan,
     build_plan,
-    doctor,
     execute_swap,
     norm,
     parse_freeze,
@@ -257,7 +258,7 @@ def test_no_gpu_allows_cpu_and_cuda_only_with_force() -> None:
         ({}, {"torch": {"installed": False}}, "torch is not installed in this venv", False),
         ({}, {"python": {"is_venv": False}}, "is not a virtual environment", True),
         ({}, {"python": {"uv": None, "pip": False}}, "neither uv nor pip", False),
-        ({"host": host(kind="demo")}, {}, "the simulator has no venv", False),
+        ({"env_locked": SimTransport.python_env_locked}, {}, "the simulator has no venv", False),
     ],
 )
 def test_refusals(
@@ -504,7 +505,7 @@ class FakeVenv(Transport):
         return ProcessStream(out, _Stdin(finish), err, wait, lambda: None, lambda: None)
 
     def respond(self, argv: list[str], stdin: bytes) -> tuple[int, str]:
-        if argv[1:3] == ["-c", doctor._BOOTSTRAP]:
+        if argv[1:3] == ["-c", BOOTSTRAP]:
             return 0, json.dumps(self.probe()) + "\n"
         if argv[1:3] == ["-c", WRITE]:
             self.files[argv[3]] = stdin

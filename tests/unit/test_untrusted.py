@@ -247,6 +247,7 @@ def test_a_multi_line_start_script_is_still_accepted(tmp_path: Path) -> None:
 
 def test_an_agent_message_full_of_escapes_lands_cleaned_in_the_monitor() -> None:
     from gpumon.backends.monitor import make_monitor
+    from gpumon.backends.monitor.sources.agent import dispatch, handlers
 
     host = dataclasses.replace(resolve_host(Config(path=None), "local"), kernel_log=False)
     monitor = make_monitor(host)
@@ -255,6 +256,6 @@ def test_an_agent_message_full_of_escapes_lands_cleaned_in_the_monitor() -> None
     fields += ["temperature.memory", "utilization.gpu", "utilization.memory", "memory.total"]
     fields += ["memory.reserved", "memory.used", "memory.free"]
     line = json.dumps({"type": "gpus", "t": 1.0, "fields": fields, "rows": [row]}).encode()
-    assert monitor._handle_agent_line(line) is True
+    assert dispatch(monitor, handlers(monitor, on_hello=lambda hello: False), line) is True
     assert monitor.latest is not None and monitor.latest.gpus[0].name == "RTX\\x1b]0;t\\x07"
     asyncio.run(monitor.transport.dispose())

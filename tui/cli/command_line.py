@@ -226,21 +226,23 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     """``gpumon replay FILE``: exit 2 with one line when FILE is not a usable recording."""
     from pathlib import Path
 
-    from gpumon.backends.recording import RecordingError, ReplayMonitor
+    from gpumon.backends.monitor import ReplaySource, replay_monitor
+    from gpumon.backends.recording import RecordingError
 
     try:
-        monitor = ReplayMonitor.from_file(Path(args.file))
+        replay = ReplaySource.from_file(Path(args.file))
     except (RecordingError, ValueError) as e:
         print(f"gpumon replay: {e}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:
         print(f"gpumon replay: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
-    for problem in monitor.recording.problems:
+    for problem in replay.recording.problems:
         print(f"gpumon replay: {args.file}: {problem}", file=sys.stderr)
-    monitor.set_paused(args.paused)
+    replay.set_paused(args.paused)
     from gpumon.tui.app import GpumonApp, run_app
 
+    monitor = replay_monitor(replay)
     return run_app(GpumonApp([monitor], theme=args.theme, read_only=True, bell=False))
 
 

@@ -124,9 +124,9 @@ async def _restart(
         JobTarget,
         ParamError,
         RestartRun,
+        Session,
         find_job,
         make_plan,
-        runs,
     )
     from gpumon.backends.monitor import make_monitor
     from gpumon.backends.transport import TransportError
@@ -135,6 +135,7 @@ async def _restart(
         print(text, file=out, flush=True)
 
     monitor = make_monitor(host, sim)
+    session = Session()
     try:
         try:
             job = find_job(monitor.host, args.job)  # the demo's drafter lives on monitor.host
@@ -142,6 +143,7 @@ async def _restart(
             print(f"gpumon restart: {e}", file=sys.stderr)
             return EXIT_REFUSED
         if job.gpus or host.kind == "demo":
+            session.watch(monitor)
             monitor.start()
             if job.gpus and (why := await _first_sample(monitor, args.timeout)) is not None:
                 print(f"gpumon restart: no GPU readings from {host.name}: {why}", file=sys.stderr)
@@ -170,13 +172,14 @@ async def _restart(
         def progress(step: Step, message: str) -> None:
             say(f"[{step.value}] {message}")
 
-        run = runs.start(plan, target, progress=progress, free_timeout=args.free_timeout)
+        run = session.runs.start(plan, target, progress=progress, free_timeout=args.free_timeout)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, lambda: say(run.cancel().message))
         outcome = await run.wait()
         return _report(outcome)
     finally:
+        await session.close()
         await monitor.stop()
 
 

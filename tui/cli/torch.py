@@ -95,8 +95,8 @@ def _host_and_transport(args: argparse.Namespace, config: Config) -> tuple[HostC
     from gpumon.backends.monitor import make_transport
     from gpumon.tui.cli.command_line import _sim_settings
 
-    host = resolve_host(config, args.host)
-    return host, make_transport(host, _sim_settings(args))
+    transport = make_transport(resolve_host(config, args.host), _sim_settings(args))
+    return transport.host, transport  # the demo's is gpumon's own Python
 
 
 def cmd_doctor(args: argparse.Namespace, config: Config) -> int:

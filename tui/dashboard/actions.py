@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from gpumon.backends.actions import Action, ActionPlan, JobTarget, RestartRun, audit, runs
+from gpumon.backends.actions import Action, ActionPlan, JobTarget, RestartRun, Session, audit
 from gpumon.tui.screens import DoctorScreen, RestartScreen, SwapScreen
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
 class ActionsMixin(Screen[None]):
     if TYPE_CHECKING:  # provided by the dashboard screen
         read_only: bool
+        session: Session  # owns the runs (the app's)
 
         def selected_monitor(self) -> HostMonitor | None: ...
         def selected_job(self) -> tuple[HostMonitor, JobConfig] | None: ...
@@ -54,7 +55,7 @@ class ActionsMixin(Screen[None]):
 
     def running_run(self, monitor: HostMonitor, job: JobConfig) -> RestartRun | None:
         """The run going for ``job`` (its key then shows its progress, connected or not)."""
-        return runs.running(monitor.host.name, job.name)
+        return self.session.runs.running(monitor.host.name, job.name)
 
     def _refuse(self, what: str, reason: str, host: str, job: str | None = None) -> None:
         """Say no, and audit the attempt."""
@@ -99,17 +100,16 @@ class ActionsMixin(Screen[None]):
         self.app.push_screen(screen)
 
     def _start_run(self, monitor: HostMonitor, target: JobTarget, plan: ActionPlan) -> RestartRun:
-        """Start ``plan`` in the shared registry (or join the run already going) and follow
-        it to its end, whether or not its view stays open."""
-        run = runs.start(plan, target)
+        """Start ``plan`` in the session's registry (or join the run already going) and
+        follow it to its end, whether or not its view stays open."""
+        run = self.session.runs.start(plan, target)
         if run.plan is plan:
             self._job_runs = [r for r in self._job_runs if not r.done] + [run]
             self.run_worker(self._after_run(monitor, run), group="job-runs", exit_on_error=False)
         return run
 
     async def _after_run(self, monitor: HostMonitor, run: RestartRun) -> None:
-        outcome = await run.wait()
-        monitor.job_watch.on_finished(run)  # the job's alerts and tracker follow the outcome
+        outcome = await run.wait()  # the session's job watch has seen it finish
         plan = run.plan
         job = plan.job
         severity: SeverityLevel = "warning"

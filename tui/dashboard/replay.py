@@ -1,8 +1,8 @@
 """The dashboard on a flight recording (``gpumon replay FILE``): pause, step, speed, and
 the header's "REPLAY 2x, 14:32:07 (45/661)" instead of the connection state.
 
-``ReplayMixin`` is a base of ``DashboardScreen``. A replay is the app with one
-``ReplayMonitor``: the rows, alerts and strip behave as during the incident. ``p`` pauses
+``ReplayMixin`` is a base of ``DashboardScreen``. A replay is the app with one monitor fed
+by a ``ReplaySource``: the rows, alerts and strip behave as during the incident. ``p`` pauses
 the recording itself (not only the rows), so ``.``/``n`` can step it one sample at a time.
 Keys that need a live machine are greyed out or hidden (the action table says which).
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from textual.screen import Screen
 
-from gpumon.backends.recording import SPEEDS, ReplayMonitor
+from gpumon.backends.monitor import SPEEDS, ReplaySource
 from gpumon.tui.views import clock_time
 
 if TYPE_CHECKING:
@@ -25,10 +25,10 @@ def speed_text(speed: float) -> str:
     return f"{speed:g}x"
 
 
-def replay_status(replay: ReplayMonitor) -> str:
+def replay_status(replay: ReplaySource) -> str:
     """ "REPLAY 2x, 14:32:07 (45/661)"; "paused" or "ended" instead of the speed."""
     samples = replay.recording.samples
-    shown = replay.latest.time if replay.latest is not None else samples[0].time
+    shown = replay.now  # the time of the sample on show (the first one before it plays)
     if replay.finished:
         state = "ended"
     elif replay.paused:
@@ -49,16 +49,17 @@ class ReplayMixin(Screen[None]):
         def _retime(self) -> None: ...
 
     @property
-    def replay(self) -> ReplayMonitor | None:
+    def replay(self) -> ReplaySource | None:
         """The recording on show, or None for live hosts."""
-        if len(self.monitors) == 1 and isinstance(self.monitors[0], ReplayMonitor):
-            return self.monitors[0]
+        if len(self.monitors) == 1 and isinstance(self.monitors[0].source, ReplaySource):
+            return self.monitors[0].source
         return None
 
     def replay_header(self, monitor: HostMonitor) -> str | None:
-        return replay_status(monitor) if isinstance(monitor, ReplayMonitor) else None
+        source = monitor.source
+        return replay_status(source) if isinstance(source, ReplaySource) else None
 
-    def replay_state(self, replay: ReplayMonitor, action: str) -> bool | None:
+    def replay_state(self, replay: ReplaySource, action: str) -> bool | None:
         """A replay key's state: step only while paused, speed within its range, neither
         once the recording ended (greyed out, None)."""
         if action == "replay_step":
@@ -68,7 +69,7 @@ class ReplayMixin(Screen[None]):
         edge = SPEEDS[-1] if action == "replay_faster" else SPEEDS[0]
         return True if replay.speed != edge else None
 
-    def toggle_replay_pause(self, replay: ReplayMonitor) -> None:
+    def toggle_replay_pause(self, replay: ReplaySource) -> None:
         replay.set_paused(not replay.paused)
         self.app.refresh_bindings()
         self.refresh_dashboard()

@@ -23,6 +23,7 @@ from textual.containers import VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Footer
 
+from gpumon.backends.actions import Session
 from gpumon.backends.model import ConnState, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.dashboard.action_table import (
@@ -62,12 +63,14 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         palette_of: Callable[[], Palette],
         read_only: bool = False,
         bell: bool = True,
+        session: Session | None = None,
     ) -> None:
         """``monitors`` are started and stopped by the app; ``palette_of()`` is the current
-        theme's colours."""
+        theme's colours; ``session`` owns the runs the keys start (the app's)."""
         super().__init__(id="dashboard")
         self._mounted = False
         self.monitors = list(monitors)
+        self.session = session if session is not None else Session()
         self.palette_of = palette_of
         self.read_only = read_only
         self.bell_enabled = bell and self.replay is None  # a replay does not ring
@@ -215,11 +218,12 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         replay = self.replay
         if entry.replay:
             return False if replay is None else self.replay_state(replay, entry.name)
-        if replay is not None and entry.machine:
-            return False  # a recording has no machine to act on
-        if replay is not None and entry.live:
-            return None  # nor a sampling interval
         monitor = self.selected_monitor()
+        can = monitor.source.capabilities if monitor is not None else None
+        if entry.machine and can is not None and not can.actions:
+            return False  # a recording has no machine to act on
+        if entry.live and can is not None and not can.interval:
+            return None  # nor a sampling interval
         if entry.dangerous and self.read_only_reason(monitor) is not None:
             return False
         if entry.needs_gpu and self._cursor_target() is None:

@@ -1,0 +1,178 @@
+"""``AgentSource``: gpumon's agent on the target, over the host's Transport.
+
+Each session looks for a usable Python there (the host's ``python``, else python3 /
+python), ships the agent to it (``remote.bootstrap``) and dispatches its messages
+(``remote.protocol``) to the monitor through one table. Without a usable Python the
+session streams nvidia-smi directly instead (``DirectSmiSource``), and the source's
+capabilities are that one's until a later session finds a Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+from gpumon.backends import untrusted
+from gpumon.backends.model import ConnState
+from gpumon.backends.model import Source as SampleSource
+from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS, classify_smi_failure
+from gpumon.backends.remote import protocol
+from gpumon.backends.remote.bootstrap import program_argv
+from gpumon.backends.transport.base import Transport, TransportError
+
+from .base import AGENT, Capabilities, Sink
+from .connection import TransportSource
+from .direct import DirectSmiSource
+
+__all__ = ["HELLO_TIMEOUT_S", "AgentSource", "Handler", "dispatch", "handlers"]
+
+log = logging.getLogger(__name__)
+
+HELLO_TIMEOUT_S = 20.0
+M = TypeVar("M", bound=protocol.Message)
+Handler = Callable[[dict[str, Any]], bool]  # a decoded line -> "it held GPU data"
+
+
+def _route(message: type[M], handle: Callable[[M], bool]) -> tuple[str, Handler]:
+    return message.TYPE, lambda raw: handle(message.from_wire(raw))
+
+
+def _quiet(ingest: Callable[[M], object]) -> Callable[[M], bool]:
+    """A handler for a message that carries no GPU data."""
+
+    def handle(message: M) -> bool:
+        ingest(message)
+        return False
+
+    return handle
+
+
+def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str, Handler]:
+    """The dispatch table: wire type -> what the monitor does with it."""
+    p = protocol
+
+    def smi_error(m: protocol.SmiError) -> None:
+        failure = classify_smi_failure(m.output, m.exit)
+        sink.ingest_error(failure.message if failure else f"nvidia-smi failed (exit {m.exit})")
+
+    return dict(
+        [
+            _route(p.Hello, on_hello),
+            _route(p.Gpus, lambda m: sink.ingest_gpu_rows(m.rows, m.fields or QUERY_FIELDS)),
+            _route(p.Procs, _quiet(lambda m: sink.ingest_process_rows(m.rows))),
+            _route(p.SmiError, _quiet(smi_error)),
+            _route(
+                p.Log, _quiet(lambda m: sink.ingest_log(m.tag, m.path, m.lines, backlog=m.backlog))
+            ),
+            _route(p.Http, _quiet(lambda m: sink.ingest_http(m.tag, m.status, m.body, m.error))),
+            _route(p.Kernel, _quiet(lambda m: sink.ingest_kernel_lines(m.lines))),
+            _route(p.MemoryEvents, _quiet(lambda m: sink.ingest_memory_events(m.text))),
+            _route(p.Note, _quiet(lambda m: sink.ingest_note(m.text))),
+        ]
+    )
+
+
+def dispatch(sink: Sink, table: dict[str, Handler], line: bytes) -> bool:
+    """One line of the agent's output through ``table``; True when it held GPU data.
+    A line that is not a JSON object is counted as skipped; an unknown type is ignored
+    (a newer agent's message)."""
+    try:
+        raw: Any = untrusted.loads(line)
+    except ValueError:
+        sink.count_skipped(1)
+        return False
+    if not isinstance(raw, dict):
+        sink.count_skipped(1)
+        return False
+    handle = table.get(str(raw.get("type")))
+    return handle(raw) if handle is not None else False
+
+
+class AgentSource(TransportSource):
+    """The agent's stream, reconnected as needed; nvidia-smi direct where no Python is."""
+
+    def __init__(self, transport: Transport, *, reconnect: bool = True) -> None:
+        super().__init__(transport, reconnect=reconnect)
+        self.direct = DirectSmiSource(transport, reconnect=reconnect)
+        self._direct_now = False  # this session streams nvidia-smi directly
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.direct.capabilities if self._direct_now else AGENT
+
+    def set_interval(self, seconds: float) -> None:
+        """The agent applies it at once (it restarts its own nvidia-smi loop)."""
+        if self._direct_now:
+            self.direct.set_interval(seconds)
+        elif (stream := self.stream) is not None:
+            stream.write(protocol.SetInterval(seconds).encode())
+
+    async def session(self, sink: Sink) -> bool:
+        python = await self._find_python(sink)
+        self._direct_now = python is None
+        if python is None:
+            return await self.direct.session(sink)
+        return await self._agent_session(sink, python)
+
+    async def close_stream(self, grace: float = 3.0) -> None:
+        await super().close_stream(grace)
+        await self.direct.close_stream(grace)
+
+    async def _find_python(self, sink: Sink) -> str | None:
+        host = sink.host
+        candidates = [host.python] if host.python else ["python3", "python"]
+        for py in candidates:
+            res = await self.transport.run(
+                [py, "-c", "import sys; print(sys.version_info >= (3, 8))"], timeout=15.0
+            )
+            if res.exit_code == 0 and res.stdout.strip() == "True":
+                return py
+        return None
+
+    async def _agent_session(self, sink: Sink, python: str) -> bool:
+        workloads = sink.workloads
+        options = protocol.AgentOptions(
+            fields=list(QUERY_FIELDS),
+            process_fields=list(PROCESS_FIELDS),
+            nvidia_smi=sink.host.nvidia_smi,
+            interval=sink.interval,
+            logs=list(workloads.log_specs()),
+            kernel=sink.host.kernel_log,
+            http=list(workloads.http_targets()),
+            sglang_discover=workloads.discover(),
+        )
+        argv, data = program_argv(
+            python, "agent", needs=("protocol",), args=[options.to_json()], flags=("-u",)
+        )
+        stream = await self.open_stream(argv)
+        stream.write(data)
+        table = handlers(sink, partial(self._on_hello, sink))
+        got_data = False
+        timeout: float | None = HELLO_TIMEOUT_S
+        while True:
+            try:
+                async with asyncio.timeout(timeout):
+                    line = await stream.readline()
+            except TimeoutError:
+                raise TransportError(f"the agent on {sink.name} did not start") from None
+            if not line:
+                break
+            timeout = None
+            got_data |= dispatch(sink, table, line)
+        tail = stream.stderr_tail()
+        if not got_data and tail:
+            sink.ingest_status(sink.status.state, error=f"agent failed: {tail.splitlines()[-1]}")
+        return got_data
+
+    def _on_hello(self, sink: Sink, hello: protocol.Hello) -> bool:
+        problem = protocol.version_problem(hello)
+        if problem is not None:  # retrying the same agent cannot help
+            raise TransportError(f"{sink.name}: {problem}", permanent=True)
+        source = SampleSource(hello.source) if hello.source in set(SampleSource) else None
+        sink.ingest_status(ConnState.CONNECTED, source=source, error=None)
+        if hello.note:
+            log.info("%s: %s", sink.name, hello.note)
+        return False

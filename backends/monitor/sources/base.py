@@ -1,0 +1,126 @@
+"""What every source of a monitor's data is: a ``Source`` feeds one monitor through its
+ingestion interface (``Sink``, which ``HostMonitor`` implements) and says what it can do
+(``Capabilities``), so nothing else has to ask what kind of host or source it is."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.model import ConnState, GpuProcess, Health, HostSample, HostStatus
+from gpumon.backends.model import Source as SampleSource
+from gpumon.backends.transport.base import Transport
+from gpumon.backends.workloads.watch import Workloads
+
+__all__ = ["AGENT", "DIRECT_SMI", "REPLAY", "Capabilities", "Sink", "Source"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a source can do; the UI and the session ask these, not the host's kind."""
+
+    actions: bool  # commands reach the machine: job restart / stop / start, doctor, swap
+    processes: bool  # GPU compute processes are reported
+    logs: bool  # logs (OOM lines, job progress), the kernel log, SGLang metrics are read
+    interval: bool  # the sampling interval can be changed
+
+
+AGENT = Capabilities(actions=True, processes=True, logs=True, interval=True)
+DIRECT_SMI = Capabilities(actions=True, processes=True, logs=False, interval=True)
+REPLAY = Capabilities(actions=False, processes=True, logs=False, interval=False)
+
+
+class Sink(Protocol):
+    """One monitor's typed ingestion interface: everything a source may tell it."""
+
+    host: HostConfig
+    interval: float
+    status: HostStatus
+    workloads: Workloads
+    clock: Callable[[], float]
+
+    @property
+    def name(self) -> str: ...
+
+    def ingest_gpu_rows(self, rows: Sequence[str], fields: Sequence[str]) -> bool:
+        """One round of ``--query-gpu`` CSV rows; True when it held a GPU."""
+
+    def ingest_sample(self, sample: HostSample) -> None: ...
+
+    def ingest_process_rows(self, rows: Sequence[str]) -> None:
+        """``--query-compute-apps`` CSV rows: the processes now."""
+
+    def ingest_processes(self, processes: tuple[GpuProcess, ...], at: float) -> None: ...
+
+    def ingest_log(self, tag: str, path: str, lines: Sequence[str], *, backlog: bool) -> None:
+        """New lines of a followed log (``tag``: ``job:NAME``, ``sglang`` or ``watch``)."""
+
+    def ingest_http(self, tag: str, status: int | None, body: str, error: str | None) -> None:
+        """A fetch of a workload's URL (``tag``: ``sglang:PORT``)."""
+
+    def ingest_kernel_lines(self, lines: Sequence[str]) -> None: ...
+
+    def ingest_memory_events(self, text: str) -> None:
+        """The container's cgroup ``memory.events`` text."""
+
+    def ingest_note(self, text: str) -> None:
+        """Something the user should know, said once."""
+
+    def ingest_alert(
+        self,
+        kind: str,
+        severity: Health,
+        message: str,
+        *,
+        gpu: int | None,
+        job: str | None,
+        key: str,
+        at: float,
+    ) -> None:
+        """An alert raised outside the rules (a recorded one, replayed)."""
+
+    def ingest_status(
+        self,
+        state: ConnState,
+        *,
+        error: str | None = None,
+        attempt: int | None = None,
+        next_retry_at: float | None = None,
+        source: SampleSource | None = None,
+    ) -> None:
+        """The connection's state; ``error`` None clears the host's error."""
+
+    def ingest_error(self, text: str) -> None:
+        """A host error (nvidia-smi failed) without a change of state."""
+
+    def count_skipped(self, lines: int) -> None:
+        """Lines that were not messages (counted, never shown)."""
+
+
+class Source(abc.ABC):
+    """Where one monitor's data comes from. ``run(sink)`` feeds it until the source is
+    done or cancelled (the monitor's ``stop``), then ``close()`` releases what it holds."""
+
+    #: The connection to the machine, for actions (None: the source reaches no machine).
+    transport: Transport | None = None
+
+    @property
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    @abc.abstractmethod
+    def label(self) -> str:
+        """How the source reaches its data, for the header: ``ssh root@pve1``."""
+
+    @abc.abstractmethod
+    async def run(self, sink: Sink) -> None: ...
+
+    def set_interval(self, seconds: float) -> None:  # noqa: B027 - a source may not care
+        """The monitor's interval changed to ``seconds`` (``capabilities.interval`` only)."""
+
+    async def close(self) -> None:  # noqa: B027
+        """Release the source's resources (after ``run`` ended or was cancelled)."""

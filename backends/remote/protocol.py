@@ -1,0 +1,324 @@
+"""The agent's wire protocol, one module for both ends.
+
+The agent on the target imports it from the package the bootstrap ships
+(``gpumon_remote.protocol``); gpumon imports it as ``gpumon.backends.remote.protocol``.
+Standard library only, Python 3.8 syntax: this file runs on the target.
+
+- gpumon -> agent, argv: ``AgentOptions`` as one JSON object.
+- agent -> gpumon, stdout: one JSON object per line, ``{"type": NAME, ...}`` (``MESSAGES``:
+  NAME -> its class). The first is always ``Hello``; its ``agent`` is the agent's
+  ``AGENT_VERSION``, and gpumon refuses an agent of another version (``version_problem``).
+  A type gpumon does not know is ignored.
+- gpumon -> agent, stdin: commands, one JSON object per line (``SetInterval``). stdin
+  closing is how the agent learns that gpumon is gone: it exits.
+
+``from_wire`` never trusts the other end: a field missing or of the wrong type becomes its
+empty value. The text it yields is the machine's own; the client has made it printable
+(``untrusted.loads``) before it gets here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
+
+AGENT_VERSION = 1  # the message shapes below; bump on any incompatible change
+
+_M = TypeVar("_M", bound="Message")
+
+
+# --- coercion of untrusted values -----------------------------------------------------
+
+
+def _text(raw: dict[str, Any], key: str, default: str = "") -> str:
+    value = raw.get(key)
+    return default if value is None else str(value)
+
+
+def _text_or_none(raw: dict[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    return None if value is None else str(value)
+
+
+def _texts(raw: dict[str, Any], key: str) -> list[str]:
+    value = raw.get(key)
+    return [str(x) for x in value] if isinstance(value, list) else []
+
+
+def _number(raw: dict[str, Any], key: str, default: float = 0.0) -> float:
+    value = raw.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return default
+
+
+def _int_or_none(raw: dict[str, Any], key: str) -> int | None:
+    value = raw.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _objects(raw: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = raw.get(key)
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
+# --- agent -> gpumon ------------------------------------------------------------------
+
+
+class Message:
+    """A message from the agent. ``TYPE`` is its wire name."""
+
+    TYPE: ClassVar[str] = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.TYPE}
+        for f in fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
+            out[f.name] = getattr(self, f.name)
+        return out
+
+    @classmethod
+    def from_wire(cls: type[_M], raw: dict[str, Any]) -> _M:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Hello(Message):
+    """The agent started: which version, and how it reads the GPUs."""
+
+    TYPE: ClassVar[str] = "hello"
+    agent: int
+    source: str  # "agent/nvml" or "agent/nvidia-smi"
+    python: str = ""
+    hostname: str = ""
+    pid: int | None = None
+    note: str | None = None  # e.g. why NVML is not used
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Hello:
+        version = _int_or_none(raw, "agent")
+        return cls(
+            agent=-1 if version is None else version,
+            source=_text(raw, "source"),
+            python=_text(raw, "python"),
+            hostname=_text(raw, "hostname"),
+            pid=_int_or_none(raw, "pid"),
+            note=_text_or_none(raw, "note"),
+        )
+
+
+@dataclass(frozen=True)
+class Gpus(Message):
+    """One sampling round, rows in nvidia-smi's ``csv,noheader,nounits`` shape whatever
+    the source (NVML values are printed the way nvidia-smi prints them). Junk lines of
+    nvidia-smi's loop output (Xid text) are passed on; the client's parser counts them."""
+
+    TYPE: ClassVar[str] = "gpus"
+    t: float
+    fields: list[str]
+    rows: list[str]
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Gpus:
+        return cls(_number(raw, "t"), _texts(raw, "fields"), _texts(raw, "rows"))
+
+
+@dataclass(frozen=True)
+class Procs(Message):
+    """Compute processes, rows as ``nvidia-smi --query-compute-apps`` prints them."""
+
+    TYPE: ClassVar[str] = "procs"
+    t: float
+    rows: list[str]
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Procs:
+        return cls(_number(raw, "t"), _texts(raw, "rows"))
+
+
+@dataclass(frozen=True)
+class SmiError(Message):
+    """nvidia-smi failed: its exit code and what it printed."""
+
+    TYPE: ClassVar[str] = "smi_error"
+    t: float
+    exit: int | None
+    output: str
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> SmiError:
+        return cls(_number(raw, "t"), _int_or_none(raw, "exit"), _text(raw, "output"))
+
+
+@dataclass(frozen=True)
+class Log(Message):
+    """New lines of a followed log file; ``backlog``: the tail that was there at start."""
+
+    TYPE: ClassVar[str] = "log"
+    tag: str
+    path: str
+    t: float
+    backlog: bool
+    lines: list[str]
+    dropped: int = 0  # lines left out of a flood
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Log:
+        tag = _text(raw, "tag")
+        return cls(
+            tag=tag,
+            path=_text(raw, "path", tag),
+            t=_number(raw, "t"),
+            backlog=bool(raw.get("backlog")),
+            lines=_texts(raw, "lines"),
+            dropped=_int_or_none(raw, "dropped") or 0,
+        )
+
+
+@dataclass(frozen=True)
+class Kernel(Message):
+    """Kernel log lines (Xid, OOM killer), where the kernel log is readable."""
+
+    TYPE: ClassVar[str] = "kernel"
+    t: float
+    lines: list[str]
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Kernel:
+        return cls(_number(raw, "t"), _texts(raw, "lines"))
+
+
+@dataclass(frozen=True)
+class MemoryEvents(Message):
+    """The container's cgroup ``memory.events``, whenever it changed."""
+
+    TYPE: ClassVar[str] = "memory_events"
+    t: float
+    text: str
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> MemoryEvents:
+        return cls(_number(raw, "t"), _text(raw, "text"))
+
+
+@dataclass(frozen=True)
+class Http(Message):
+    """A fetch of a URL on the target's localhost (SGLang ``/metrics``), filtered to the
+    wanted lines. ``status`` None: no answer (refused, timeout), ``error`` says why."""
+
+    TYPE: ClassVar[str] = "http"
+    tag: str
+    t: float
+    status: int | None
+    body: str = ""
+    error: str | None = None
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Http:
+        return cls(
+            tag=_text(raw, "tag"),
+            t=_number(raw, "t"),
+            status=_int_or_none(raw, "status"),
+            body=_text(raw, "body"),
+            error=_text_or_none(raw, "error"),
+        )
+
+
+@dataclass(frozen=True)
+class Note(Message):
+    """Something the user should know, said once (e.g. the kernel log is not readable)."""
+
+    TYPE: ClassVar[str] = "note"
+    text: str
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Note:
+        return cls(_text(raw, "text"))
+
+
+MESSAGES: dict[str, type[Message]] = {
+    cls.TYPE: cls for cls in (Hello, Gpus, Procs, SmiError, Log, Kernel, MemoryEvents, Http, Note)
+}
+
+
+def encode(message: Message) -> str:
+    """One line of the agent's output (with its newline)."""
+    return json.dumps(message.to_wire(), separators=(",", ":")) + "\n"
+
+
+def version_problem(hello: Hello) -> str | None:
+    """Why this side cannot talk to the agent that sent ``hello`` (None: it can)."""
+    if hello.agent == AGENT_VERSION:
+        return None
+    theirs = "an unknown version" if hello.agent < 0 else f"version {hello.agent}"
+    return (
+        f"incompatible agent: it speaks protocol {theirs}, this gpumon speaks version "
+        f"{AGENT_VERSION} (an agent left over from another gpumon?)"
+    )
+
+
+# --- gpumon -> agent ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetInterval:
+    """Sample every ``seconds`` from now on (the agent clamps it to 0.1 .. 3600)."""
+
+    CMD: ClassVar[str] = "interval"
+    seconds: float
+
+    def encode(self) -> bytes:
+        return (json.dumps({"cmd": self.CMD, "seconds": self.seconds}) + "\n").encode()
+
+
+def decode_command(line: str) -> SetInterval | None:
+    """A command line from gpumon; None for anything else (ignored)."""
+    try:
+        raw = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or raw.get("cmd") != SetInterval.CMD:
+        return None
+    seconds = raw.get("seconds")
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return None
+    return SetInterval(float(seconds))
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """What the agent is asked to do, passed as one JSON object in its argv.
+
+    ``logs``: ``{"path", "tag", "filter"?, "keep"?}`` per followed log (a path or glob);
+    ``http``: ``{"url", "tag", "filter"?}`` per URL fetched every interval."""
+
+    fields: list[str]
+    process_fields: list[str]
+    nvidia_smi: str = "nvidia-smi"
+    interval: float = 1.0
+    process_interval: float = 5.0  # process lists change rarely and cost a process start
+    nvml: bool = True  # use pynvml when the target has it
+    logs: list[dict[str, Any]] = field(default_factory=list)
+    kernel: bool = False
+    http: list[dict[str, Any]] = field(default_factory=list)
+    sglang_discover: bool = False
+    log_poll_s: float = 0.25
+
+    def to_json(self) -> str:
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)})
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> AgentOptions:
+        return cls(
+            fields=_texts(raw, "fields"),
+            process_fields=_texts(raw, "process_fields"),
+            nvidia_smi=_text(raw, "nvidia_smi") or "nvidia-smi",
+            interval=_number(raw, "interval", 1.0),
+            process_interval=_number(raw, "process_interval", 5.0),
+            nvml=bool(raw.get("nvml", True)),
+            logs=_objects(raw, "logs"),
+            kernel=bool(raw.get("kernel", False)),
+            http=_objects(raw, "http"),
+            sglang_discover=bool(raw.get("sglang_discover", False)),
+            log_poll_s=_number(raw, "log_poll_s", 0.25),
+        )
