@@ -9,8 +9,8 @@ bytes from stdin (their sizes are in argv), registers each as ``gpumon_remote.NA
 ``from . import protocol`` works there as it does here), and calls the last one's
 ``main(argv)`` with ``argv = ["gpumon-NAME", *args]``. stdin stays open after that: the
 agent reads its commands from it and exits when it closes. ``gpumon-NAME`` is also in the
-process's own argv, which is how the doctor tells gpumon's agent from a user of the venv
-(``doctor_probe_fs.AGENT_MARK``).
+process's own argv, which is how the doctor tells gpumon's programs from users of the venv
+(``doctor_probe_fs.GPUMON_PROGRAMS``).
 
 Standard library only, Python 3.8 syntax, like everything in this package (this module
 itself runs in gpumon, 3.11: ``importlib.resources.files``); the modules it ships must be.

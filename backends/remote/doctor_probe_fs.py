@@ -223,9 +223,20 @@ def _ancestors() -> set[int]:
     return out
 
 
-# The word in the argv of gpumon's agent (``bootstrap.program_tag("agent")``); agents of
-# gpumon before the shared bootstrap carried it too, quoted inside their -c program.
-AGENT_MARK = "gpumon-agent"
+# gpumon's own programs, shipped by its bootstrap: argv [python, ..., "-c", BOOTSTRAP,
+# "gpumon-NAME", ...] (``bootstrap.program_tag``), the bootstrap naming the package
+# "gpumon_remote". They read GPUs or probe with this Python and hold no torch themselves.
+GPUMON_PROGRAMS = ("gpumon-agent", "gpumon-doctor_probe")
+LEGACY_AGENT_MARK = "'gpumon-agent'"  # gpumon's agents before the shared bootstrap
+
+
+def is_gpumon_program(argv: list[str]) -> bool:
+    """Whether ``argv`` is one of gpumon's shipped programs (not a user of the venv: a
+    tmux session named ``gpumon-agent`` for a job called "agent" still counts)."""
+    for before, word in zip(argv, argv[1:]):
+        if word in GPUMON_PROGRAMS and "gpumon_remote" in before:
+            return True
+    return any(LEGACY_AGENT_MARK in a for a in argv)
 
 
 def proc_facts(prefix: str) -> list[dict[str, Any]]:
@@ -246,8 +257,8 @@ def proc_facts(prefix: str) -> list[dict[str, Any]]:
                 argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
         except OSError:
             continue
-        if any(AGENT_MARK in a for a in argv):
-            continue  # gpumon's own agent reads GPUs with this Python; it holds no torch
+        if is_gpumon_program(argv):
+            continue  # gpumon's agent (or another probe) uses this Python; it holds no torch
         why = None
         if any(a.startswith(inside) for a in argv):
             why = "argv"

@@ -24,8 +24,9 @@ def test_backend_module_imports_no_ui(path: Path) -> None:
     assert bad == [], f"{path.name} imports UI modules: {bad}"
 
 
-def test_the_doctor_recognises_gpumons_own_agent() -> None:
+def test_the_doctor_knows_the_tags_of_gpumons_own_programs() -> None:
     """The swap refuses while processes use the venv; gpumon's agent must not count."""
     from gpumon.backends.remote import doctor_probe_fs, program_tag
 
-    assert doctor_probe_fs.AGENT_MARK in program_tag("agent")
+    names = ("agent", "doctor_probe")
+    assert tuple(program_tag(n) for n in names) == doctor_probe_fs.GPUMON_PROGRAMS

@@ -178,18 +178,29 @@ def test_the_doctor_probe_runs_on_python_3_8() -> None:
     assert facts["python"]["version"].startswith("3.8.") and facts["errors"] == {}
 
 
-def test_the_doctor_tells_gpumons_agent_from_a_user_of_the_venv(tmp_path: Path) -> None:
-    """Both run this venv's Python; only the user counts (a swap waits for users)."""
+def test_the_doctor_tells_gpumons_programs_from_users_of_the_venv(tmp_path: Path) -> None:
+    """All run this venv's Python; only the users count (a swap waits for users): gpumon's
+    agent and another probe (a plan being replaced) do not; a user process whose argv
+    merely holds the word (a job "agent" in tmux session gpumon-agent) does."""
+    from gpumon.backends.torchenv import probe_argv
+
     agent = agent_process(sys.executable, tmp_path)
-    user = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    probe = subprocess.Popen(probe_argv(sys.executable, {})[0], stdin=subprocess.PIPE)
+    sleep = "import time; time.sleep(30)"
+    users = [
+        subprocess.Popen([sys.executable, "-c", sleep]),
+        subprocess.Popen([sys.executable, "-c", sleep, program_tag("agent")]),
+    ]
     try:
-        read_until_gpus(agent)
+        read_until_gpus(agent)  # the probe waits for its source on stdin meanwhile
         assert program_tag("agent").encode() in Path(f"/proc/{agent.pid}/cmdline").read_bytes()
         found = [p["pid"] for p in proc_facts(sys.prefix)]
-        assert user.pid in found and agent.pid not in found
+        assert [u.pid in found for u in users] == [True, True]
+        assert agent.pid not in found and probe.pid not in found
     finally:
-        user.kill()
-        user.wait()
+        for proc in (*users, probe):
+            proc.kill()
+            proc.wait()
         stop(agent)
 
 
