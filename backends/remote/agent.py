@@ -18,6 +18,7 @@ nothing here may import outside the standard library.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
@@ -35,6 +36,18 @@ from .protocol import AGENT_VERSION, AgentOptions
 
 SMI_TIMEOUT_S = 15.0  # a stuck driver can leave nvidia-smi in D state: never wait forever
 BATCH_QUIET_S = 0.15  # rows of one round arrive together; a pause this long ends a round
+# Retries after nvidia-smi failed: prompt, so a fixed driver shows data within seconds.
+SMI_RETRY_FIRST_S = 0.5
+SMI_RETRY_CAP_S = 2.0
+# The watchdog: a sampler that gives no usable row (a GPU row, not Xid text or garbage)
+# for STALL_ROUNDS of its intervals, at least STALL_MIN_S (10 s before its first row:
+# nvidia-smi's start can take seconds without persistence mode), is reported, killed with
+# its process group and started again.
+STALL_ROUNDS = 4
+STALL_MIN_S = 4.0
+STALL_FIRST_S = 10.0
+ROUND_MAX_LINES = 1024  # a round longer than this is junk: sent on (and counted) as it is
+LINE_MAX_BYTES = 64 * 1024  # a longer "line" (no newline in sight) is dropped, and said
 
 
 class RowBatcher:
@@ -63,12 +76,18 @@ class RowBatcher:
             done = self.flush()
         if index is not None:
             self._last_index = index
+        if done is None and len(self._rows) >= ROUND_MAX_LINES:
+            done = self.flush()  # a flood of junk never ends a round by itself: bounded
         self._rows.append(line)
         return done
 
     def flush(self) -> list[str] | None:
         rows, self._rows, self._last_index = self._rows, [], None
         return rows or None
+
+    def is_row(self, line: str) -> bool:
+        """Whether ``line`` looks like a GPU row (the watchdog's "usable row")."""
+        return self._index_of(line.rstrip("\r\n")) is not None
 
     def _index_of(self, line: str) -> int | None:
         cells = line.split(", ")
@@ -101,13 +120,40 @@ _children: list[subprocess.Popen[bytes]] = []
 _children_lock = threading.Lock()
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel SIGKILL the child when the agent dies, even
+    by SIGKILL (Linux ``PR_SET_PDEATHSIG``); None where prctl is not to be had."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the agent died before prctl took hold
+            os._exit(1)
+
+    return preexec
+
+
+_PREEXEC = _die_with_parent()
+
+
 def _spawn(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    # The death signal is tied to the thread that forks: every caller is one of the
+    # agent's loops, which live as long as the agent does.
     proc = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, so _shutdown can take it down
+        preexec_fn=_PREEXEC,
     )
     with _children_lock:
         _children.append(proc)
@@ -215,15 +261,19 @@ class Agent:
             return self.fields
         return [f for f in self.fields if f in known]
 
+    def stall_limit(self, first: bool) -> float:
+        """Seconds without a usable row before the watchdog restarts the sampler."""
+        return max(STALL_ROUNDS * self.interval, STALL_FIRST_S if first else STALL_MIN_S)
+
     def smi_loop(self) -> None:
-        backoff = 2.0
+        backoff = SMI_RETRY_FIRST_S
         fields: list[str] | None = None
         while True:
             if fields is None:
                 fields = self.supported_fields()
                 if fields is None:
                     time.sleep(backoff)
-                    backoff = min(backoff * 2, 30.0)
+                    backoff = min(backoff * 2, SMI_RETRY_CAP_S)
                     continue
             ms = max(int(self.interval * 1000), 100)
             argv = [self.smi, "--query-gpu=" + ",".join(fields)]
@@ -233,13 +283,14 @@ class Agent:
                 self.wake.clear()
                 continue  # interval changed: restart at the new rate at once
             if got_rows:
-                backoff = 2.0
+                backoff = SMI_RETRY_FIRST_S
             time.sleep(backoff)
-            backoff = min(backoff * 2, 30.0)
+            backoff = min(backoff * 2, SMI_RETRY_CAP_S)
             fields = None  # the driver may have changed under us: probe again
 
     def stream_smi(self, argv: list[str], fields: list[str]) -> bool:
-        """Run one nvidia-smi loop until it dies or the interval changes."""
+        """Run one nvidia-smi loop until it dies, the interval changes, or the watchdog
+        sees no usable row for ``stall_limit``; True when it gave a usable row."""
         try:
             proc = _spawn(argv)
         except OSError as e:
@@ -250,14 +301,19 @@ class Agent:
         fd = proc.stdout.fileno()
         buf = b""
         got_rows = False
+        stalled = False
+        dropped = 0  # bytes of over-long lines thrown away
         tail: list[str] = []
+        last_row = time.monotonic()
         try:
             while not self.wake.is_set():
+                if time.monotonic() - last_row > self.stall_limit(first=not got_rows):
+                    stalled = True
+                    break
                 ready, _, _ = select.select([fd], [], [], BATCH_QUIET_S)
                 if not ready:
                     rows = batcher.flush()
                     if rows:
-                        got_rows = True
                         self.send_rows(fields, rows)
                     continue
                 chunk = os.read(fd, 65536)
@@ -265,12 +321,20 @@ class Agent:
                     break
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
+                if len(buf) > LINE_MAX_BYTES:  # no newline in sight: never grow without end
+                    dropped += len(buf)
+                    buf = b""
                 for raw in lines:
+                    if len(raw) > LINE_MAX_BYTES:
+                        dropped += len(raw)
+                        continue
                     line = raw.decode("utf-8", "replace")
-                    tail = [*tail[-19:], line]
+                    tail = [*tail[-19:], line[:512]]
+                    if batcher.is_row(line):
+                        got_rows = True
+                        last_row = time.monotonic()
                     rows = batcher.feed(line)
                     if rows:
-                        got_rows = True
                         self.send_rows(fields, rows)
             rows = batcher.flush()
             if rows and not self.wake.is_set():
@@ -280,7 +344,21 @@ class Agent:
                 os.killpg(proc.pid, signal.SIGKILL)
             code = proc.wait()
             _reap(proc)
-        if not self.wake.is_set() and not got_rows:
+        if dropped:
+            self.out.send(
+                protocol.Note(f"nvidia-smi printed over-long lines: {dropped} bytes dropped")
+            )
+        if stalled:
+            quiet = time.monotonic() - last_row
+            self.out.send(
+                protocol.SmiError(
+                    time.time(),
+                    124,
+                    f"nvidia-smi gave no usable GPU row for {quiet:.0f} s (stuck, or "
+                    "printing something else): killed and started again",
+                )
+            )
+        elif not self.wake.is_set() and not got_rows:
             self.out.send(protocol.SmiError(time.time(), code, "\n".join(tail)))
         return got_rows
 
@@ -289,9 +367,11 @@ class Agent:
 
     def process_loop(self) -> None:
         while True:
-            if self.nvml is not None:
-                rows = nvml_process_rows(self.nvml)
-                self.out.send(protocol.Procs(time.time(), rows))
+            nvml = self.nvml
+            if nvml is not None:
+                done, rows = self.nvml_call(functools.partial(nvml_process_rows, nvml))
+                if done and isinstance(rows, list):
+                    self.out.send(protocol.Procs(time.time(), rows))
             else:
                 argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
                 code, text = run_once([*argv, "--format=csv,noheader,nounits"])
@@ -370,14 +450,52 @@ class Agent:
             time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
 
     # --- NVML ----------------------------------------------------------------------
+    def nvml_call(self, call: Callable[[], Any]) -> tuple[bool, Any]:
+        """``call()`` (NVML) in a thread of its own, waited for ``stall_limit``: a hung
+        driver call must not freeze the agent. (False, None) when it did not return: it
+        is said, NVML is given up for nvidia-smi (a process the watchdog can kill), and
+        the thread is left to its fate. An exception is returned as the value."""
+        box: list[Any] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box.append(call())
+            except Exception as e:  # NVMLError from a driver in trouble
+                box.append(e)
+            done.set()
+
+        threading.Thread(target=run, daemon=True, name="nvml-call").start()
+        limit = self.stall_limit(first=False)
+        if done.wait(limit):
+            return True, box[0]
+        if self.nvml is not None:
+            self.nvml = None
+            self.out.send(
+                protocol.SmiError(
+                    time.time(),
+                    124,
+                    f"NVML did not answer within {limit:.0f} s (a hung driver call): "
+                    "reading nvidia-smi instead",
+                )
+            )
+        return False, None
+
     def nvml_loop(self) -> None:
-        while True:
+        while self.nvml is not None:
+            nvml = self.nvml
             started = time.monotonic()
-            rows = nvml_gpu_rows(self.nvml, self.fields)
-            self.send_rows(self.fields, rows)
+            done, rows = self.nvml_call(functools.partial(nvml_gpu_rows, nvml, self.fields))
+            if not done:
+                break
+            if isinstance(rows, Exception):
+                self.out.send(protocol.SmiError(time.time(), 1, f"NVML: {rows}"))
+            else:
+                self.send_rows(self.fields, rows)
             delay = self.interval - (time.monotonic() - started)
             if self.wake.wait(max(delay, 0.0)):
                 self.wake.clear()
+        self.smi_loop()
 
 
 def _nvml_text(nvml: Any, call: Callable[[], Any], fmt: Callable[[Any], str]) -> str:
