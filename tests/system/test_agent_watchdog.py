@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.config import Config, resolve_host
-from gpumon.backends.model import ConnState
+from gpumon.backends.model import ConnState, Source
 from gpumon.backends.monitor import HostMonitor, make_monitor
 
 FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
@@ -159,5 +159,28 @@ async def test_a_line_without_end_is_dropped_and_said(faults: tuple[Path, Path])
         await until(
             lambda: any("bytes dropped" in t for _, t in monitor.alerts.notes()), 20, "the note"
         )
+    finally:
+        await monitor.stop()
+
+
+async def test_a_hung_nvml_call_is_said_and_nvidia_smi_takes_over(
+    faults: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hang = tmp_path / "hang"
+    path = os.environ.get("PYTHONPATH")
+    fake_nvml = str(FAKE_SMI.parent / "fake_nvml")
+    monkeypatch.setenv("PYTHONPATH", fake_nvml + (os.pathsep + path if path else ""))
+    monkeypatch.setenv("FAKE_NVML_HANG", str(hang))
+    monitor = local_monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.latest, 30, "the first sample")
+        assert monitor.status.source is Source.AGENT_NVML
+        hang.touch()
+        said = await until(lambda: "NVML did not answer" in (monitor.status.error or ""), 12, "it")
+        assert said < 8, said
+        after = time.time()
+        await until(lambda: fresh(monitor, after), 15, "data from nvidia-smi")
+        assert monitor.status.error is None
     finally:
         await monitor.stop()
