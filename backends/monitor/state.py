@@ -238,6 +238,24 @@ class HostMonitor:
         self.workloads.apply_alerts(self.alerts, now)
         self._notify()
 
+    def ingest_log_problem(self, tag: str, path: str, problem: str | None) -> None:
+        """A watched log that cannot be read is a warning alert while it lasts: OOM
+        watching there is off, and the header and the alert history say so."""
+        key = f"log_unreadable:{path}\n"  # the newline ends the path for ``clear``
+        if problem is None:
+            self.alerts.clear(key)
+        else:
+            self.alerts.clear(key)  # a new reason replaces the old one
+            what = f"job {tag[4:]}'s log" if tag.startswith("job:") else "watched log"
+            self.alerts.raise_alert(
+                "log_unreadable",
+                Health.WARNING,
+                f"{what} {path} cannot be read ({problem}): its OOM and progress lines "
+                "are not seen",
+                key=key,
+            )
+        self._notify()
+
     def ingest_http(self, tag: str, status: int | None, body: str, error: str | None) -> None:
         self.workloads.on_http(tag, status, body, error, self.clock())
         self._notify()

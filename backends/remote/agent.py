@@ -18,12 +18,14 @@ nothing here may import outside the standard library.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
 import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -390,6 +392,8 @@ class Agent:
             for tail in self.logs:
                 for msg in tail.poll():
                     self.out.send(msg)
+                for problem in tail.take_problems():
+                    self.out.send(problem)
             if kmsg is not None:
                 lines = read_kmsg(kmsg)
                 if lines:
@@ -666,6 +670,8 @@ class LogTail:
         self.filter = re.compile(spec["filter"]) if spec.get("filter") else None
         self.keep = re.compile(spec["keep"]) if spec.get("keep") else None
         self.files: dict[str, list[Any]] = {}  # path -> [inode, offset, partial bytes]
+        self.problems: dict[str, str] = {}  # path -> why it cannot be read (said once)
+        self._said: list[protocol.LogProblem] = []
         self.started = False
         self.last_glob = 0.0
 
@@ -677,11 +683,12 @@ class LogTail:
         return [self.pattern]
 
     def poll(self) -> list[protocol.Log]:
+        """New lines; changes in readability wait in ``take_problems()``."""
         now = time.monotonic()
         if not self.started or now - self.last_glob > 2.0:
             self.last_glob = now
             for path in self._paths():
-                if path not in self.files and os.path.exists(path):
+                if path not in self.files and self._exists(path):
                     self.files[path] = [None, 0, b""]
         out = []
         for path, state in list(self.files.items()):
@@ -691,11 +698,46 @@ class LogTail:
         self.started = True
         return out
 
+    def take_problems(self) -> list[protocol.LogProblem]:
+        """The changes in which paths can be read since the last call."""
+        said, self._said = self._said, []
+        return said
+
+    def _exists(self, path: str) -> bool:
+        """Whether ``path`` is there to follow; one that is there but hidden from us (a
+        directory we may not enter) is a problem, said. Absent is not: it may come."""
+        try:
+            os.stat(path)
+        except PermissionError as e:
+            self._say(path, e)
+            return False
+        except OSError:
+            return False
+        return True
+
+    def _say(self, path: str, error: OSError | None) -> None:
+        """A change in whether ``path`` can be read becomes one LogProblem message."""
+        problem = None if error is None else (error.strerror or type(error).__name__)
+        if problem == self.problems.get(path):
+            return
+        if problem is None:
+            del self.problems[path]
+        else:
+            self.problems[path] = problem
+        self._said.append(protocol.LogProblem(self.tag, path, problem))
+
     def _poll_file(self, path: str, state: list[Any], backlog: bool) -> protocol.Log | None:
         try:
             st = os.stat(path)
+        except PermissionError as e:
+            self._say(path, e)
+            return None
         except OSError:
             return None  # rotated away; a new file at the same path is picked up below
+        if stat.S_ISDIR(st.st_mode):  # replaced by a directory: nothing to follow
+            self._say(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+            state[:] = [None, 0, b""]  # a file there later is all new
+            return None
         inode, offset, partial = state
         if inode is not None and st.st_ino != inode:
             offset, partial = 0, b""  # rotated: the new file is all new
@@ -703,14 +745,16 @@ class LogTail:
             offset, partial = 0, b""  # truncated in place
         if backlog:
             offset = max(st.st_size - LOG_BACKLOG_BYTES, 0)
-        if st.st_size == offset:
-            state[:] = [st.st_ino, offset, partial]
-            return None
         try:
             with open(path, "rb") as f:
+                self._say(path, None)
+                if st.st_size == offset:
+                    state[:] = [st.st_ino, offset, partial]
+                    return None
                 f.seek(offset)
                 data = f.read(LOG_READ_BYTES)
-        except OSError:
+        except OSError as e:
+            self._say(path, e)
             return None
         offset += len(data)
         data = partial + data
