@@ -11,23 +11,17 @@ import json
 import logging
 import os
 import tempfile
-from pathlib import Path
 from typing import Any
 
+from gpumon.backends.paths import ui_state_file
+
 log = logging.getLogger(__name__)
-
-
-def state_path() -> Path:
-    """``$XDG_STATE_HOME/gpumon/state.json``, else ``~/.local/state/gpumon/state.json``."""
-    base = os.environ.get("XDG_STATE_HOME") or ""
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
-    return root / "gpumon" / "state.json"
 
 
 def load_state() -> dict[str, Any]:
     """The remembered settings; ``{}`` when there are none or the file is unusable."""
     try:
-        data = json.loads(state_path().read_text(encoding="utf-8"))
+        data = json.loads(ui_state_file().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -45,7 +39,7 @@ def remember_theme(name: str) -> None:
 
 def update_state(**values: Any) -> None:
     """Merge ``values`` into the state file, written atomically."""
-    path = state_path()
+    path = ui_state_file()
     data = {**load_state(), **values}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,18 +17,7 @@ from typing import Any
 
 from gpumon.backends import untrusted
 from gpumon.backends.model import iso_time
-
-
-def state_dir(env: Mapping[str, str] | None = None) -> Path:
-    """gpumon's XDG state directory (created on demand by writers, not here)."""
-    env = os.environ if env is None else env
-    xdg = env.get("XDG_STATE_HOME", "")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "state"
-    return base / "gpumon"
-
-
-def audit_path(env: Mapping[str, str] | None = None) -> Path:
-    return state_dir(env) / "audit.jsonl"
+from gpumon.backends.paths import audit_log
 
 
 def local_user() -> str:
@@ -65,7 +54,7 @@ def record(
         "duration_s": None if duration_s is None else round(duration_s, 3),
         "detail": detail,
     }
-    path = audit_path(env)
+    path = audit_log(env)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(entry, ensure_ascii=False) + "\n"
     # One write() of a short line with O_APPEND: concurrent gpumons do not interleave.
@@ -80,7 +69,7 @@ def record(
 def read_entries(env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """All entries (for tests and a future history view); unreadable lines are skipped."""
     try:
-        text = audit_path(env).read_text(encoding="utf-8")
+        text = audit_log(env).read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
     out = []

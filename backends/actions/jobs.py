@@ -20,6 +20,7 @@ from typing import Literal
 
 from gpumon.backends import untrusted
 from gpumon.backends.config.workloads import JobConfig
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.remote.scripts import job_script
 from gpumon.backends.transport.base import RunResult, Transport
 
@@ -30,7 +31,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GLOB = re.compile(r"[*?\[]")
 
 
-class JobError(Exception):
+class JobError(GpumonError):
     """A job operation that could not be done; ``str()`` is the whole message for the user."""
 
 

@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Mapping
 
 from gpumon.backends.config.workloads import JobConfig
+from gpumon.backends.errors import GpumonError
 
 ParamValue = str | int | float | bool
 
@@ -19,7 +20,7 @@ PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # same syntax the con
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tab is fine; newlines end commands
 
 
-class ParamError(ValueError):
+class ParamError(GpumonError, ValueError):
     """A bad parameter name or value, or a template that cannot take a value safely;
     ``str()`` is the whole message for the user."""
 

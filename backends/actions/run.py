@@ -52,6 +52,7 @@ from gpumon.backends.actions.plan import busy_gpus as _busy
 from gpumon.backends.actions.plan import join_pids as _join
 from gpumon.backends.actions.plan import mib as _mib
 from gpumon.backends.actions.rows import Level
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.transport.base import TransportError
 
@@ -103,7 +104,7 @@ class CancelResult:
     message: str
 
 
-class StepFailed(Exception):
+class StepFailed(GpumonError):
     def __init__(self, message: str, detail: str = "") -> None:
         super().__init__(message)
         self.message, self.detail = message, detail

@@ -37,21 +37,24 @@ __all__ = [
     "resolve_host",
 ]
 
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "Config": "load",
-        "ConfigError": "load",
-        "HOST_KEYS": "load",
-        "HOST_SETTINGS": "load",
-        "HostConfig": "load",
-        "Invalid": "workloads",
-        "JobConfig": "workloads",
-        "KeySpec": "load",
-        "SglangConfig": "workloads",
-        "config_path": "load",
-        "format_hosts": "load",
-        "load_config": "load",
-        "resolve_host": "load",
-    },
-)
+# Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
+# the names against the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "Config": "load",
+            "ConfigError": "load",
+            "HOST_KEYS": "load",
+            "HOST_SETTINGS": "load",
+            "HostConfig": "load",
+            "Invalid": "workloads",
+            "JobConfig": "workloads",
+            "KeySpec": "load",
+            "SglangConfig": "workloads",
+            "config_path": "load",
+            "format_hosts": "load",
+            "load_config": "load",
+            "resolve_host": "load",
+        },
+    )

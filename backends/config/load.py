@@ -31,6 +31,8 @@ from gpumon.backends.config.workloads import (
 from gpumon.backends.config.workloads import boolean as _boolean
 from gpumon.backends.config.workloads import integer as _integer
 from gpumon.backends.config.workloads import number as _number
+from gpumon.backends.errors import GpumonError
+from gpumon.backends.paths import default_config_file
 from gpumon.backends.untrusted import printable
 
 HostKind = Literal["ssh", "local", "demo"]
@@ -41,7 +43,7 @@ COMMAND_LINE = "command line"
 DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl"
 
 
-class ConfigError(Exception):
+class ConfigError(GpumonError):
     """A config file or host name that gpumon refuses; ``str()`` is the whole message.
 
     ``source`` is the file (or "command line"), ``key`` the dotted key, when known.
@@ -316,10 +318,7 @@ def config_path(
         return Path(os.fspath(explicit)).expanduser(), "--config"
     if env.get("GPUMON_CONFIG"):
         return Path(env["GPUMON_CONFIG"]).expanduser(), "$GPUMON_CONFIG"
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else home / ".config"
-    return base / "gpumon" / "config.toml", "XDG default"
+    return default_config_file(env), "XDG default"
 
 
 def load_config(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.parsers.progress_presets import (
     ProgressUpdate,
     nonempty,
@@ -52,7 +53,7 @@ PROGRESS_GROUPS = frozenset(
 MAX_LINE = 16384  # longer lines are not progress (and would cost regex time)
 
 
-class ProgressSpecError(ValueError):
+class ProgressSpecError(GpumonError, ValueError):
     """A progress spec that is neither a preset nor a usable regex; the message says why."""
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.parsers.sglang_log import SglangLogStats, parse_sglang_log_line
 
 __all__ = [
@@ -76,7 +77,7 @@ _CORE = re.compile(CORE_LINE_FILTER)
 _MAX_ERROR_TEXT = 160
 
 
-class SglangParseError(ValueError):
+class SglangParseError(GpumonError, ValueError):
     """The text is not a (complete) SGLang metrics page; the message says why."""
 
 

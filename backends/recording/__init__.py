@@ -13,7 +13,6 @@ if TYPE_CHECKING:
         Recording,
         RecordingError,
         load_recording,
-        recordings_dir,
         sample_from_json,
         sample_to_json,
     )
@@ -24,21 +23,22 @@ __all__ = [
     "Recording",
     "RecordingError",
     "load_recording",
-    "recordings_dir",
     "sample_from_json",
     "sample_to_json",
 ]
 
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "FlightRecorder": "recorder",
-        "GPU_FIELDS": "recorder",
-        "Recording": "recorder",
-        "RecordingError": "recorder",
-        "load_recording": "recorder",
-        "recordings_dir": "recorder",
-        "sample_from_json": "recorder",
-        "sample_to_json": "recorder",
-    },
-)
+# Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
+# the names against the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "FlightRecorder": "recorder",
+            "GPU_FIELDS": "recorder",
+            "Recording": "recorder",
+            "RecordingError": "recorder",
+            "load_recording": "recorder",
+            "sample_from_json": "recorder",
+            "sample_to_json": "recorder",
+        },
+    )

@@ -23,7 +23,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import os
 import re
 import time
 import zlib
@@ -35,8 +34,10 @@ from typing import Any
 
 from gpumon.backends import untrusted
 from gpumon.backends.alerts.store import Alert
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source, iso_time
+from gpumon.backends.paths import recordings_dir
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ _PROBLEMS = GPU_FIELDS.index("problems")
 _COMPRESS_LEVEL = 6
 
 
-class RecordingError(Exception):
+class RecordingError(GpumonError):
     """A file that is not a gpumon recording (or not gzip at all)."""
 
 
@@ -62,14 +63,6 @@ class Recording:
     alerts: list[dict[str, Any]]
     truncated: bool = False
     problems: tuple[str, ...] = ()
-
-
-def recordings_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_STATE_HOME/gpumon/recordings`` (``~/.local/state`` when unset or relative)."""
-    env = os.environ if env is None else env
-    base = env.get("XDG_STATE_HOME", "")
-    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".local" / "state"
-    return root / "gpumon" / "recordings"
 
 
 def sample_to_json(sample: HostSample) -> dict[str, Any]:

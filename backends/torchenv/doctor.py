@@ -16,6 +16,7 @@ from typing import Any
 
 from gpumon.backends import untrusted
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.remote.bootstrap import program_argv
 from gpumon.backends.torchenv.checks import STATUSES, Check, Facts, Status, checks_torch
 from gpumon.backends.torchenv.extras import (
@@ -48,7 +49,7 @@ __all__ = [
 PROBE_SLACK_S = 60.0  # on top of the import timeouts: metadata, nvidia-smi, cache walks
 
 
-class ProbeError(Exception):
+class ProbeError(GpumonError):
     """The target's interpreter ran but the probe did not deliver facts (message for users)."""
 
 

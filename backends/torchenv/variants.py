@@ -137,10 +137,6 @@ def builtin_table() -> VariantTable:
     return parse_table((Path(__file__).resolve().parent / "data" / DATA_NAME).read_text("utf-8"))
 
 
-def load_table(path: str | Path | None = None) -> VariantTable:
-    return builtin_table() if path is None else parse_table(Path(path).read_text("utf-8"))
-
-
 # --- versions and labels ---------------------------------------------------------------
 
 _VERSION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)*)([^+\s]*)(?:\+([A-Za-z0-9.]+))?\s*")

@@ -30,17 +30,20 @@ __all__ = [
     "wrap_container",
 ]
 
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "LocalTransport": "local",
-        "ProcessStream": "base",
-        "RunResult": "base",
-        "SshTransport": "ssh",
-        "Transport": "base",
-        "TransportError": "base",
-        "kill_group": "local",
-        "ssh_command": "base",
-        "wrap_container": "base",
-    },
-)
+# Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
+# the names against the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "LocalTransport": "local",
+            "ProcessStream": "base",
+            "RunResult": "base",
+            "SshTransport": "ssh",
+            "Transport": "base",
+            "TransportError": "base",
+            "kill_group": "local",
+            "ssh_command": "base",
+            "wrap_container": "base",
+        },
+    )

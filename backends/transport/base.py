@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.untrusted import printable_text
 
 # OpenSSH's default MaxSessions is 10; stay below it so a stock sshd never refuses a channel.
 MAX_CHANNELS = 8
 
 
-class TransportError(Exception):
+class TransportError(GpumonError):
     """A machine could not be reached or refused us; the message is for the user."""
 
     def __init__(self, message: str, *, permanent: bool = False) -> None:

@@ -29,16 +29,19 @@ __all__ = [
     "sglang_totals",
 ]
 
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "JobState": "trackers",
-        "JobTracker": "trackers",
-        "LATENCY_EVERY_S": "sglang",
-        "REVIVE_AFTER_S": "trackers",
-        "SglangTotals": "trackers",
-        "SglangTracker": "trackers",
-        "Workloads": "watch",
-        "sglang_totals": "trackers",
-    },
-)
+# Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
+# the names against the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "JobState": "trackers",
+            "JobTracker": "trackers",
+            "LATENCY_EVERY_S": "sglang",
+            "REVIVE_AFTER_S": "trackers",
+            "SglangTotals": "trackers",
+            "SglangTracker": "trackers",
+            "Workloads": "watch",
+            "sglang_totals": "trackers",
+        },
+    )

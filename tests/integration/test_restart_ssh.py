@@ -31,6 +31,8 @@ from gpumon.tui.cli import command_line as cli
 
 from sshd_server import SshServer, descendants, processes_matching
 
+pytestmark = pytest.mark.integration
+
 JOB_SCRIPT = str(Path(__file__).resolve().parents[1] / "support" / "job_script.py")
 # `gpumon restart` once cli.py has the subcommand; until then the module's own entry point.
 GPUMON_RESTART = (

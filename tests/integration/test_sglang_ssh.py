@@ -18,6 +18,8 @@ from gpumon.backends.monitor import demo_settings, make_monitor
 
 from sshd_server import SshServer, free_port
 
+pytestmark = pytest.mark.integration
+
 
 def start_servers(ports: list[int]) -> subprocess.Popen[bytes]:
     env = {**os.environ, **demo_settings("sglang").to_env()}

@@ -20,6 +20,8 @@ from gpumon.backends.remote import program_tag
 
 from sshd_server import SshServer, free_port, processes_matching
 
+pytestmark = pytest.mark.integration
+
 GPUMON = [sys.executable, "-m", "gpumon.tui.cli"]
 
 

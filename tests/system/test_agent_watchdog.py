@@ -23,6 +23,8 @@ from gpumon.backends.monitor import HostMonitor, make_monitor
 FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
 INTERVAL = 0.3
 
+pytestmark = pytest.mark.system
+
 
 def local_monitor(interval: float = INTERVAL) -> HostMonitor:
     host = dataclasses.replace(

@@ -25,6 +25,8 @@ from gpumon.backends.actions.jobs import run_stop_command
 from gpumon.backends.config import HostConfig, JobConfig
 from gpumon.backends.transport import LocalTransport
 
+pytestmark = pytest.mark.system
+
 # The names launch.sh and runner.sh use (or used) for their own variables.
 SCRIPT_NAMES = ("dir", "session", "i", "a", "job", "log", "cmd", "wd", "method", "token")
 # What the job's command does: saves its environment and working directory, writes a line

@@ -36,6 +36,8 @@ for _ in sys.stdin:
     print(json.dumps([[p.path, p.problem] for p in tail.take_problems()]), flush=True)
 """
 
+pytestmark = pytest.mark.system
+
 
 def _user() -> int | None:
     """The unprivileged user to run as (None: this test already is one)."""

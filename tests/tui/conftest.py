@@ -26,33 +26,18 @@ MonitorFactory = Callable[..., HostMonitor]
 SGLANG_PORTS = tuple(range(30000, 30008))
 
 
-@pytest.fixture
-def utc() -> Iterator[None]:
-    """Local time is UTC for the test (alert times and the replay clock are local)."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if before is None:
-        os.environ.pop("TZ", None)
-    else:
-        os.environ["TZ"] = before
-    time.tzset()
-
-
 @pytest.fixture(autouse=True)
-def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test remembers its theme in its own tmp dir, never in ~/.local/state."""
-    path = tmp_path / "state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(path))
-    return path
+def _own_state_home(state_home: Path) -> Path:
+    """Every test remembers its theme in its own tmp dir (``state_home``, tests/conftest.py)."""
+    return state_home
 
 
 @pytest.fixture
 def demo_monitor() -> Iterator[MonitorFactory]:
-    """``demo_monitor(frozen=True, fault=None, clock=None, demo_time=30,
+    """``demo_monitor(frozen=True, fault=None, clock=None, demo_time=30, speed=1,
     scenario="training-oom")`` -> a monitor on the simulated machine, not started (the app
-    starts and stops it)."""
+    starts and stops it). ``speed`` runs the scenario clock faster (``--demo-speed``), so a
+    test reaches the OOM sooner."""
 
     def make(
         *,
@@ -60,13 +45,14 @@ def demo_monitor() -> Iterator[MonitorFactory]:
         fault: str | None = None,
         clock: Callable[[], float] | None = None,
         demo_time: float = 30.0,
+        speed: float = 1.0,
         interval: float | None = None,
         scenario: str = "training-oom",
     ) -> HostMonitor:
         host = resolve_host(Config(path=None), "demo")
         if interval is not None:
             host = dataclasses.replace(host, interval=interval)
-        sim = demo_settings(scenario, demo_time=demo_time, frozen=frozen)
+        sim = demo_settings(scenario, demo_time=demo_time, speed=speed, frozen=frozen)
         if fault:
             sim = dataclasses.replace(sim, fault=fault)
         return make_monitor(host, sim, clock=clock or time.time)

@@ -53,7 +53,8 @@ async def with_rows(pilot: Pilot[int], wait: Wait, app: GpumonApp) -> None:
 async def test_the_oom_rings_once_per_critical_alert_and_fills_the_strip(
     demo_monitor: Callable[..., HostMonitor], wait: Wait, bell: bool, tmp_path: Path
 ) -> None:
-    monitor = demo_monitor(frozen=False, demo_time=55.0)  # the drafter dies at 60 s
+    # the drafter dies at 60 s of scenario time: 2.5 s from now at twice the speed
+    monitor = demo_monitor(frozen=False, demo_time=55.0, speed=2.0)
     monitor.recorder.directory = tmp_path
     monitor.recorder.after_s = 1.0  # write the incident a second after the first critical
     app = GpumonApp([monitor], bell=bell)
@@ -87,7 +88,18 @@ async def test_the_oom_rings_once_per_critical_alert_and_fills_the_strip(
             what="the drafter's crash in the jobs pane",
         )
         await wait(pilot, lambda: "CRITICAL" in app.dashboard.strip.plain, what="the strip")
-        await pilot.pause(1.5)  # the OOM death of GPU 6 follows within a sample or two
+
+        def toasts() -> list[tuple[str, str]]:
+            return [(t, sev) for _, t, sev in seen if sev in ("error", "warning")]
+
+        await wait(  # the OOM death of GPU 6 follows within a sample or two
+            pilot,
+            lambda: (
+                any(a.kind == "oom_death" for a in announced)
+                and sum(_alerts_in_toast(t) for t, _ in toasts()) >= len(announced)
+            ),
+            what="the OOM death and a toast for every alert",
+        )
         strip = app.dashboard.strip.plain
         assert app.dashboard.strip.display and "GPU 6" in strip and "drafter" in strip
         critical = [a for a in announced if a.severity is Health.CRITICAL]
@@ -97,8 +109,7 @@ async def test_the_oom_rings_once_per_critical_alert_and_fills_the_strip(
         errors = [(m, t) for m, t, sev in seen if sev == "error"]
         assert 1 <= len(errors) <= len(critical)  # alerts arriving together share a toast
         assert all("GPU 6" in m for m, _ in errors)
-        toasts = [(t, sev) for _, t, sev in seen if sev in ("error", "warning")]
-        shown = sum(_alerts_in_toast(t) for t, _ in toasts)
+        shown = sum(_alerts_in_toast(t) for t, _ in toasts())
         assert shown == len(announced)  # every alert is in exactly one toast
         assert all(len(m) <= 80 for m, _ in errors)  # long log lines are cut in toasts
         header = section.header.plain
@@ -180,7 +191,11 @@ async def test_sglang_pane_lists_every_server_with_the_aggregate_and_owners(
             timeout=20,
             what="throughput of every server",
         )
-        await pilot.pause(1.2)
+        await wait(
+            pilot,
+            lambda: _aggregate_line_complete(section.sglang.plain),
+            what="the pane showing every server's numbers",
+        )
         lines = section.sglang.plain.splitlines()
         assert lines[0].startswith("SGLang") and "tok/s" in lines[0] and "KV" in lines[0]
         assert lines[1].startswith("all") and "8/8" in lines[1]
@@ -204,10 +219,16 @@ async def test_selection_for_the_action_keys_follows_the_cursor(
     async with app.run_test(size=(80, 24)) as pilot:
         await with_rows(pilot, wait, app)
         await wait(pilot, lambda: monitor.status.state == ConnState.CONNECTED)
-        await pilot.pause(0.3)
-        # the footer caught up with the first cursor: Detail works, Restart has no job
-        keys = {k.key: k.has_class("-disabled") for k in app.screen.query(FooterKey)}
-        assert keys["enter"] is False and keys["r"] is True
+
+        def disabled() -> dict[str, bool]:
+            return {k.key: k.has_class("-disabled") for k in app.screen.query(FooterKey)}
+
+        # the footer catches up with the first cursor: Detail works, Restart has no job
+        await wait(
+            pilot,
+            lambda: disabled().get("enter") is False and disabled().get("r") is True,
+            what="the footer",
+        )
         assert app.dashboard.selected_monitor() is monitor
         assert app.dashboard.selected_job() is None  # GPU 0: the target side, not a job
         await pilot.press(*["down"] * 6)
@@ -245,6 +266,12 @@ async def test_full_in_shows_on_the_filling_gpu(
         assert monitor.alerts.time_to_full(6) is not None
         assert all("full" not in r.render().plain for r in app.dashboard.sections[0].rows[:5])
         assert monitor.workloads.jobs["drafter"].state is JobState.RUNNING
+
+
+def _aggregate_line_complete(pane: str) -> bool:
+    """The SGLang pane's "all" line counts every server and has all its numbers."""
+    lines = pane.splitlines()
+    return len(lines) > 1 and "8/8" in lines[1] and "n/a" not in lines[1]
 
 
 def _alerts_in_toast(title: str) -> int:

@@ -233,8 +233,9 @@ async def test_keys_greyed_out_while_the_host_is_disconnected(
     seen = record_notifications(app)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait(pilot, lambda: monitor.status.state == ConnState.RECONNECTING)
-        await pilot.pause(0.2)
-        assert app.dashboard.check_action("faster", ()) is None
+        await wait(
+            pilot, lambda: app.dashboard.check_action("faster", ()) is None, what="greyed keys"
+        )
         assert app.dashboard.check_action("slower", ()) is None
         assert app.dashboard.check_action("open_detail", ()) is None
         interval = monitor.interval
@@ -396,7 +397,7 @@ async def test_rows_grow_with_the_terminal(
         assert "SM clk" in section(app).titles.render().plain  # extra columns
         wide_bar = rows[0].render().plain.count("█")
         await pilot.resize_terminal(80, 24)
-        await pilot.pause(0.3)
+        await wait(pilot, lambda: all(r.size.height == 1 for r in rows), what="the relayout")
         assert app.dashboard.row_height == 1
         assert all(r.size.height == 1 for r in rows)
         assert rows[0].render().plain.count("█") < wide_bar

@@ -73,7 +73,7 @@ async def test_the_corpus_reaches_the_screen_as_text_and_acts_on_nothing(
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await wait(pilot, lambda: monitor.latest is not None, timeout=30, what="first sample")
         await wait(pilot, lambda: monitor.processes != (), timeout=30, what="processes")
-        await pilot.pause(0.2)
+        await wait(pilot, lambda: "RTX [@click=ap" in screen_text(app), what="the GPU name")
         gpu = monitor.latest.gpus[0] if monitor.latest else None
         assert gpu is not None and gpu.name == printable(HOSTILE_NAME)
         assert monitor.processes[0].name == printable(HOSTILE_PROCESS)
@@ -105,14 +105,14 @@ async def test_the_corpus_reaches_the_screen_as_text_and_acts_on_nothing(
         # Every alert in the strip and the history, every character of them.
         await pilot.press("a")
         await wait(pilot, lambda: isinstance(app.screen, AlertHistoryScreen), what="history")
-        await pilot.pause(0.3)
+        await wait(pilot, lambda: "[/bold]" in screen_text(app), what="the history's rows")
         frame = screen_text(app)
         assert forbidden_in(frame) == []
         assert "[/bold] after" in frame or "[/bold]" in frame
         await pilot.press("escape")
         await pilot.press("enter")
         await wait(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail view")
-        await pilot.pause(0.3)
+        await wait(pilot, lambda: "\\x1b]52;c;" in screen_text(app), what="the GPU's name")
         frame = screen_text(app)
         assert forbidden_in(frame) == []
         assert "\\x1b]52;c;" in frame  # the OSC 52 in the GPU name, shown as text

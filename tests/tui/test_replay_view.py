@@ -66,7 +66,7 @@ async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait,
     bells: list[int] = []
     app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause(0.2)
+        await wait(pilot, lambda: "REPLAY paused" in header(app), what="the replay header")
         assert header(app).startswith("ct200")
         assert f"REPLAY paused, 00:16:40 (0/{total})" in header(app)  # 1000 s after epoch, UTC
         assert "connected" not in header(app)
@@ -95,7 +95,8 @@ async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait,
         assert replay.speed == 30.0
         assert app.dashboard.check_action("replay_faster", ()) is None  # the fastest there is
         await wait(pilot, lambda: replay.finished, timeout=20, what="the end of the recording")
-        await pilot.pause(1.2)
+        await wait(pilot, lambda: "REPLAY ended" in header(app), what="the header saying so")
+        await wait(pilot, lambda: "CRITICAL" in app.dashboard.strip.plain, what="the strip")
         assert "REPLAY ended" in header(app) and f"({total}/{total})" in header(app)
         assert "end of recording" not in header(app)  # the state says it, not an error line
         assert (

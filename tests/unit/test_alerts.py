@@ -1,11 +1,10 @@
 """AlertEngine: memory hysteresis, time to full, OOM death, logs, kernel lines, cgroup counters,
-and the simulator's training-oom scenario end to end through the real nvidia-smi parser."""
+and a restarted drafter in the simulator's training-oom scenario (the scenario end to end,
+with the real job program: tests/system/test_alerts_scenario.py)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -22,22 +21,10 @@ from gpumon.backends.alerts.engine import (
     log_key_prefix,
 )
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
-from gpumon.backends.parsers import (
-    PROCESS_FIELDS,
-    QUERY_FIELDS,
-    parse_compute_apps,
-    parse_query_gpu,
-)
-from gpumon.backends.sim import (
-    ENV_VARS,
-    MEMORY_TOTAL_MIB,
-    OOM_AT,
-    OOM_GPU,
-    SimSettings,
-    smi,
-    wall_time,
-    write_job_wrapper,
-)
+from gpumon.backends.parsers import parse_query_gpu
+from gpumon.backends.sim import MEMORY_TOTAL_MIB, OOM_AT, SimSettings, wall_time
+
+from sim_samples import sim_printers, sim_sample
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NVIDIA = FIXTURES / "nvidia"
@@ -565,85 +552,14 @@ def test_on_sample_is_cheap_for_8_gpus() -> None:
 # --------------------------------------------------- the simulator's training-oom scenario
 
 
-def _sim_printers(settings: SimSettings) -> tuple[smi.Printer, smi.Printer]:
-    gpus = smi.parse_args(
-        [f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
-    )
-    procs = smi.parse_args(
-        [f"--query-compute-apps={','.join(PROCESS_FIELDS)}", "--format=csv,noheader,nounits"]
-    )
-    return smi.Printer(gpus, settings), smi.Printer(procs, settings)
-
-
-def _sim_sample(
-    printers: tuple[smi.Printer, smi.Printer], settings: SimSettings, t: float
-) -> HostSample:
-    wall = wall_time(settings, t)
-    parsed = parse_query_gpu(printers[0].gpu_round(t, wall))
-    assert parsed.skipped == 0 and len(parsed.gpus) == 8
-    procs = parse_compute_apps(printers[1].process_round(t, wall)).processes
-    return HostSample("ct200", wall, None, parsed.gpus, procs)
-
-
-def _drafter_log(tmp_path: Path) -> list[str]:
-    """The simulated job's whole log (started an hour late, it writes it all at once)."""
-    exe = write_job_wrapper(tmp_path / "bin", SimSettings(t0=time.time() - 3600.0))
-    log = tmp_path / "drafter.log"
-    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
-    done = subprocess.run([str(exe), "--log", str(log)], env=env, timeout=60, capture_output=True)
-    assert done.returncode == 1, done.stderr
-    return log.read_text(encoding="utf-8").splitlines()
-
-
-def test_training_oom_scenario_end_to_end(tmp_path: Path) -> None:
-    lines = _drafter_log(tmp_path)
-    crash_at = next(i for i, ln in enumerate(lines) if "CUDA_VISIBLE_DEVICES" in ln)
-    progress, crash = lines[:crash_at], lines[crash_at:]
-    settings = SimSettings()
-    printers = _sim_printers(settings)
-    clock = Clock()
-    engine = AlertEngine("ct200", AlertRules(), clock=clock)
-    heard: list[tuple[float, Alert]] = []
-    engine.add_listener(lambda a: heard.append((clock.t - settings.t0, a)))
-    ttf_at_50 = None
-    for t in range(91):
-        clock.t = wall_time(settings, t)
-        s = _sim_sample(printers, settings, t)
-        engine.on_sample(s)
-        if t == 50:
-            ttf_at_50 = engine.time_to_full(OOM_GPU)
-        if t < OOM_AT and t < len(progress):
-            assert engine.on_log_lines("/root/drafter.log", [progress[t]], job="drafter") == []
-        if t == OOM_AT:
-            new = engine.on_log_lines("/root/drafter.log", crash, job="drafter", gpus=(5, 6, 7))
-            assert [(a.kind, a.severity, a.gpu) for a in new] == [("cuda_oom", Health.CRITICAL, 6)]
-            assert "[process GPU 1 = GPU 6 (CUDA_VISIBLE_DEVICES=5,6,7)]" in new[0].message
-    before = [(t, a) for t, a in heard if t < OOM_AT]
-    assert all(a.gpu == OOM_GPU for _, a in before)  # the steady GPUs never alert
-    ttf = next(t for t, a in before if a.kind == "time_to_full")
-    warn = next((t, a) for t, a in before if a.kind == "memory")
-    assert ttf < warn[0] < OOM_AT and ttf <= 30  # the trend warns well before the threshold
-    assert warn[1].severity is Health.WARNING and float(warn[1].message.split()[3][:-1]) >= 95.0
-    assert any(a.kind == "memory" and a.severity is Health.CRITICAL for _, a in before)
-    assert ttf_at_50 is not None and 3.0 <= ttf_at_50 <= 20.0
-    at_oom = {a.kind: a for t, a in heard if t == OOM_AT}
-    assert set(at_oom) == {"oom_death", "cuda_oom"}
-    assert at_oom["oom_death"].gpu == OOM_GPU and at_oom["oom_death"].severity is Health.CRITICAL
-    assert at_oom["cuda_oom"].job == "drafter"
-    assert [t for t, _ in heard if t > OOM_AT] == []
-    assert {a.kind for a in engine.active()} == {"oom_death", "cuda_oom"}  # memory ones cleared
-    assert engine.time_to_full(OOM_GPU) is None and engine.worst() is Health.CRITICAL
-    assert MEMORY_TOTAL_MIB == TOTAL
-
-
 def test_a_restarted_drafter_refilling_its_gpu_clears_the_oom_alerts(tmp_path: Path) -> None:
     settings = SimSettings(restarts=(70.0,))
-    printers = _sim_printers(settings)
+    printers = sim_printers(settings)
     clock = Clock()
     engine = AlertEngine("ct200", AlertRules(), clock=clock)
     for t in range(101):
         clock.t = wall_time(settings, t)
-        engine.on_sample(_sim_sample(printers, settings, t))
+        engine.on_sample(sim_sample(printers, settings, t))
         if t == OOM_AT:
             engine.on_log_lines("/root/drafter.log", OOM_LINES, job="drafter")
         if t == OOM_AT + 3:
@@ -651,6 +567,10 @@ def test_a_restarted_drafter_refilling_its_gpu_clears_the_oom_alerts(tmp_path: P
     assert engine.active() == []  # refilled after the restart; and no ttf alarm while loading
     kinds = [a.kind for a in engine.history()]
     assert "time_to_full" in kinds and kinds.count("time_to_full") == 1
+
+
+def test_these_gpus_have_the_simulators_memory_size() -> None:
+    assert MEMORY_TOTAL_MIB == TOTAL
 
 
 # ------------------------------------------------------------------- a GPU drops out

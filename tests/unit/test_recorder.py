@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source
 from gpumon.backends.parsers import parse_compute_apps, parse_query_gpu
+from gpumon.backends.paths import recordings_dir
 from gpumon.backends.recording import (
     GPU_FIELDS,
     FlightRecorder,
     RecordingError,
     load_recording,
-    recordings_dir,
     sample_from_json,
     sample_to_json,
 )

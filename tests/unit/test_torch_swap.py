@@ -8,7 +8,6 @@ import copy
 import datetime as dt
 import json
 import shlex
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,6 @@ from gpumon.backends.torchenv import (
     verify,
 )
 from gpumon.backends.transport import ProcessStream, Transport
-from gpumon.tui.cli import torch as cli_torch
 
 VENV = "/root/venv"
 PY = f"{VENV}/bin/python"
@@ -676,18 +674,3 @@ def test_fresh_install_that_fails_verification_is_removed_again(tmp_path: Path) 
     assert "torch" not in venv.dists
     removal = [c for c in venv.calls if c[1:3] == ["-c", MERGE] and "uninstall" in c][-1]
     assert removal[-1] == "torch"
-
-
-def test_cli_routes_and_honours_the_global_read_only(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert cli_torch.main(["frobnicate"]) == 2
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(f'[defaults]\npython = "{sys.executable}"\nnvidia_smi = "/nonexistent"\n')
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    argv = ["--config", str(cfg), "swap-torch", "local", "cpu", "--version", "2.11.0", "--yes"]
-    assert cli_torch.main(argv, read_only=True) == 2
-    captured = capsys.readouterr()
-    assert "  refused: local is read-only (read_only in the config or --read-only)" in captured.out
-    assert "swap refused: local is read-only" in captured.err
-    assert [e["outcome"] for e in audit.read_entries()] == ["refused"]

@@ -12,4 +12,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 # Lazy, so ``python -m gpumon.tui.cli.torch`` runs that module once, as __main__.
-__getattr__ = lazy_exports(__name__, {"main": "command_line"})
+# Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
+# the names against the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(__name__, {"main": "command_line"})

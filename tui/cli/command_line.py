@@ -22,7 +22,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpumon.backends.config import Config, ConfigError, HostConfig, load_config, resolve_host
+from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
+from gpumon.backends.errors import GpumonError
 from gpumon.tui.cli import torch as cli_torch
 from gpumon.tui.cli.restart import build_parser as restart_parser
 from gpumon.tui.cli.restart import cmd_restart
@@ -276,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             None: _cmd_dashboard,
         }[command]
         return handler(args, config)
-    except ConfigError as e:
+    except GpumonError as e:  # a bad config, an unreachable host, ...: one line, no traceback
         print(f"gpumon: {e}", file=sys.stderr)
         return EXIT_USAGE if command != "check" else EXIT_UNKNOWN
     except KeyboardInterrupt:

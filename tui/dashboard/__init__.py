@@ -29,20 +29,23 @@ __all__ = [
     "replay_status",
 ]
 
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "ACTIONS": "action_table",
-        "ConnectionWatch": "notices",
-        "DashboardAction": "action_table",
-        "DashboardDetailScreen": "screen",
-        "DashboardScreen": "screen",
-        "GpumonCommands": "commands",
-        "HostNeeds": "layout",
-        "INTERVALS": "screen",
-        "actions_on": "action_table",
-        "bindings": "action_table",
-        "plan_layout": "layout",
-        "replay_status": "replay",
-    },
-)
+# Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
+# the names against the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "ACTIONS": "action_table",
+            "ConnectionWatch": "notices",
+            "DashboardAction": "action_table",
+            "DashboardDetailScreen": "screen",
+            "DashboardScreen": "screen",
+            "GpumonCommands": "commands",
+            "HostNeeds": "layout",
+            "INTERVALS": "screen",
+            "actions_on": "action_table",
+            "bindings": "action_table",
+            "plan_layout": "layout",
+            "replay_status": "replay",
+        },
+    )

@@ -26,17 +26,20 @@ __all__ = [
     "key_text",
 ]
 
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "AlertHistoryScreen": "alerts",
-        "DetailScreen": "detail",
-        "DetailTarget": "detail",
-        "DoctorScreen": "doctor",
-        "HelpScreen": "help",
-        "RestartScreen": "restart",
-        "SwapScreen": "swap",
-        "help_rows": "help",
-        "key_text": "help",
-    },
-)
+# Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
+# the names against the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "AlertHistoryScreen": "alerts",
+            "DetailScreen": "detail",
+            "DetailTarget": "detail",
+            "DoctorScreen": "doctor",
+            "HelpScreen": "help",
+            "RestartScreen": "restart",
+            "SwapScreen": "swap",
+            "help_rows": "help",
+            "key_text": "help",
+        },
+    )

@@ -29,21 +29,24 @@ __all__ = [
     "replay_monitor",
 ]
 
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "AGENT": "base",
-        "AgentSource": "agent",
-        "Capabilities": "base",
-        "DIRECT_SMI": "base",
-        "DirectSmiSource": "direct",
-        "REPLAY": "base",
-        "ReplaySource": "replay",
-        "SPEEDS": "replay",
-        "Sink": "base",
-        "Source": "base",
-        "TransportSource": "connection",
-        "backoff_delay": "connection",
-        "replay_monitor": "replay",
-    },
-)
+# Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
+# the names against the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "AGENT": "base",
+            "AgentSource": "agent",
+            "Capabilities": "base",
+            "DIRECT_SMI": "base",
+            "DirectSmiSource": "direct",
+            "REPLAY": "base",
+            "ReplaySource": "replay",
+            "SPEEDS": "replay",
+            "Sink": "base",
+            "Source": "base",
+            "TransportSource": "connection",
+            "backoff_delay": "connection",
+            "replay_monitor": "replay",
+        },
+    )

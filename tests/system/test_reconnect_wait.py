@@ -8,9 +8,13 @@ import asyncio
 import socket
 import time
 
+import pytest
+
 from gpumon.backends.config import HostConfig
 from gpumon.backends.monitor.sources import DirectSmiSource
 from gpumon.backends.transport import LocalTransport, SshTransport
+
+pytestmark = pytest.mark.system
 
 
 def _free_port() -> int:

@@ -13,6 +13,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from gpumon.backends.config import Config, HostConfig, resolve_host
 from gpumon.backends.model import ConnState, Health, Source
 from gpumon.backends.monitor import (
@@ -29,6 +31,8 @@ from gpumon.backends.parsers import PROCESS_FIELDS, QUERY_FIELDS
 from gpumon.backends.remote import AgentOptions, agent, program_argv, program_tag
 from gpumon.backends.sim import write_wrapper
 from gpumon.backends.transport import ssh_command, wrap_container
+
+pytestmark = pytest.mark.system
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia"
 ROWS = (FIXTURES / "query_gpu_8x_rtxpro6000.csv").read_text().splitlines()
@@ -335,7 +339,10 @@ def test_history_keeps_the_newest_when_resized() -> None:
 async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None:
     from gpumon.backends.actions import Session, audit
 
-    monitor = make_monitor(resolve_host(Config(path=None), "demo"), demo_settings(demo_time=57))
+    # The scenario clock at 4x: the OOM comes at once and the restarted drafter refills its
+    # GPU four times as fast (the backoff and the verify time stay real seconds).
+    settings = demo_settings(demo_time=57, speed=4.0)
+    monitor = make_monitor(resolve_host(Config(path=None), "demo"), settings)
     drafter = monitor.host.job("drafter")
     assert drafter is not None and not drafter.auto_restart  # off by default
     monitor.host = replace(monitor.host, jobs=(replace(drafter, auto_restart=True),))

@@ -19,6 +19,8 @@ from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.model import Health
 from gpumon.backends.monitor import CheckCode, HostMonitor, check_verdict, make_monitor
 
+pytestmark = pytest.mark.system
+
 FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
 
 

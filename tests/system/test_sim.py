@@ -51,6 +51,8 @@ from gpumon.backends.sim import (
     write_wrapper,
 )
 
+pytestmark = pytest.mark.system
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
 SHARED_FIXTURES = Path("/work/shared/fixtures/nvidia")  # torch_oom_traceback.txt lives here
 ALL_GPU_NAMES = [n for f in GPU_FIELDS for n in (f.name, *f.aliases)]

@@ -15,6 +15,8 @@ from gpumon.backends.model import ConnState, GpuSample, HostSample
 from gpumon.backends.monitor import ReplaySource, replay_monitor
 from gpumon.backends.recording import FlightRecorder, load_recording
 
+pytestmark = pytest.mark.system
+
 OOM_LINE = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
     "total capacity of 94.97 GiB of which 90.00 MiB is free."

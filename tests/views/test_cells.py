@@ -12,6 +12,7 @@ from rich.color import ColorSystem
 from rich.style import Style
 from textual.theme import BUILTIN_THEMES, Theme
 
+from gpumon.backends import paths
 from gpumon.backends.alerts import AlertEngine
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.alerts.store import Alert
@@ -397,7 +398,7 @@ def test_theme_order_and_choice() -> None:
 
 
 def test_state_file_round_trip_and_bad_files(state_home: Path) -> None:
-    path = state.state_path()
+    path = paths.ui_state_file()
     assert path == state_home / "gpumon" / "state.json"
     assert state.remembered_theme() is None
     state.remember_theme("gpumon-light")
@@ -413,9 +414,9 @@ def test_state_file_round_trip_and_bad_files(state_home: Path) -> None:
 def test_state_dir_defaults_to_local_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert state.state_path() == tmp_path / ".local" / "state" / "gpumon" / "state.json"
+    assert paths.ui_state_file() == tmp_path / ".local" / "state" / "gpumon" / "state.json"
     monkeypatch.setenv("XDG_STATE_HOME", "relative/dir")  # not absolute: ignored (XDG spec)
-    assert state.state_path() == tmp_path / ".local" / "state" / "gpumon" / "state.json"
+    assert paths.ui_state_file() == tmp_path / ".local" / "state" / "gpumon" / "state.json"
 
 
 def test_unwritable_state_dir_is_not_fatal(state_home: Path) -> None:

@@ -28,6 +28,8 @@ from gpumon.backends.sim import (
 )
 from gpumon.backends.workloads import SglangTracker, sglang_totals
 
+pytestmark = pytest.mark.system
+
 # ------------------------------------------------------------- the simulator over real HTTP
 
 

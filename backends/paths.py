@@ -1,0 +1,66 @@
+"""Where gpumon keeps its files on this machine: the XDG base directories.
+
+``$XDG_CONFIG_HOME/gpumon`` (default ``~/.config/gpumon``) holds the config,
+``$XDG_STATE_HOME/gpumon`` (default ``~/.local/state/gpumon``) what gpumon writes: the
+audit log, flight recordings, the dashboard's remembered settings. A relative or empty
+``$XDG_*_HOME`` is ignored, as the XDG spec says. Every function takes the environment
+(``os.environ`` when None) and creates nothing: writers make their directories on demand.
+
+(Job records on a target live in the target's ``$XDG_STATE_HOME``, found there by the job
+control script, not here.)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = [
+    "audit_log",
+    "config_dir",
+    "default_config_file",
+    "recordings_dir",
+    "state_dir",
+    "ui_state_file",
+]
+
+
+def _base(env: Mapping[str, str] | None, variable: str, default: str) -> Path:
+    """``$variable`` when it is an absolute path, else ``$HOME/default``."""
+    env = os.environ if env is None else env
+    value = env.get(variable, "")
+    if value and os.path.isabs(value):
+        return Path(value)
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    return home / default
+
+
+def config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/gpumon``, else ``~/.config/gpumon``."""
+    return _base(env, "XDG_CONFIG_HOME", ".config") / "gpumon"
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/gpumon``, else ``~/.local/state/gpumon``."""
+    return _base(env, "XDG_STATE_HOME", os.path.join(".local", "state")) / "gpumon"
+
+
+def default_config_file(env: Mapping[str, str] | None = None) -> Path:
+    """The config read when neither ``--config`` nor ``$GPUMON_CONFIG`` names one."""
+    return config_dir(env) / "config.toml"
+
+
+def audit_log(env: Mapping[str, str] | None = None) -> Path:
+    """The audit log: one JSON line per action that changes a machine."""
+    return state_dir(env) / "audit.jsonl"
+
+
+def recordings_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where the flight recorder writes its ``*.jsonl.gz`` incidents."""
+    return state_dir(env) / "recordings"
+
+
+def ui_state_file(env: Mapping[str, str] | None = None) -> Path:
+    """What the dashboard remembers between runs (the theme)."""
+    return state_dir(env) / "state.json"

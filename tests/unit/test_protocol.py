@@ -1,0 +1,73 @@
+"""The agent's wire protocol, one module for both ends: every message survives the wire,
+the client's dispatch table covers it, and nothing the target sends is trusted."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from typing import Any
+
+from gpumon.backends.config import HostConfig
+from gpumon.backends.monitor import make_monitor
+from gpumon.backends.monitor.sources.agent import dispatch, handlers
+from gpumon.backends.remote import protocol
+
+
+def sample_messages() -> list[protocol.Message]:
+    return [
+        protocol.Hello(protocol.AGENT_VERSION, "agent/nvml", "3.8.18", "ct200", 42, "note"),
+        protocol.Gpus(1.5, ["index", "name"], ["0, RTX"]),
+        protocol.Procs(1.5, ["1, python, 100, GPU-1, 00:01"]),
+        protocol.SmiError(1.5, 9, "NVIDIA-SMI has failed"),
+        protocol.Log("job:drafter", "/root/train.log", 1.5, True, ["step 1"], 3),
+        protocol.Kernel(1.5, ["NVRM: Xid 79"]),
+        protocol.MemoryEvents(1.5, "oom 1\n"),
+        protocol.Http("sglang:30000", 1.5, 200, "sglang:x 1\n"),
+        protocol.Note("kernel log not readable here"),
+    ]
+
+
+def test_every_message_survives_the_wire_and_has_a_client_handler() -> None:
+    messages = sample_messages()
+    assert {type(m) for m in messages} == set(protocol.MESSAGES.values())
+    for message in messages:
+        wire = json.loads(protocol.encode(message))
+        assert wire["type"] == message.TYPE
+        assert protocol.MESSAGES[wire["type"]].from_wire(wire) == message
+    monitor = make_monitor(HostConfig(name="box", kind="local"))
+    table = handlers(monitor, on_hello=lambda hello: False)
+    assert set(table) == set(protocol.MESSAGES)  # the dispatch table covers the protocol
+
+
+def test_a_hostile_message_is_coerced_never_trusted() -> None:
+    bad: dict[str, Any] = {"type": "log", "tag": 5, "lines": "not a list", "backlog": "yes"}
+    log = protocol.Log.from_wire(bad)
+    assert (log.tag, log.path, log.lines, log.t, log.dropped) == ("5", "5", [], 0.0, 0)
+    hello = protocol.Hello.from_wire({"type": "hello", "agent": "1", "pid": True})
+    assert hello.agent == -1 and hello.pid is None
+    problem = protocol.version_problem(hello)
+    assert problem is not None and "unknown version" in problem
+    assert protocol.version_problem(protocol.Hello(protocol.AGENT_VERSION, "x")) is None
+    http = protocol.Http.from_wire({"type": "http", "tag": "sglang:1", "status": 200.5})
+    assert http.status is None and http.body == ""
+    assert protocol.decode_command('{"cmd": "interval", "seconds": 2}') == protocol.SetInterval(2)
+    for line in ("", "[1]", '{"cmd": "interval", "seconds": true}', '{"cmd": "rm"}'):
+        assert protocol.decode_command(line) is None
+
+
+def test_lines_that_are_not_messages_are_counted_and_unknown_types_ignored() -> None:
+    monitor = make_monitor(HostConfig(name="box", kind="local"))
+    table = handlers(monitor, on_hello=lambda hello: False)
+    assert dispatch(monitor, table, b"not json\n") is False
+    assert dispatch(monitor, table, b"[1, 2]\n") is False
+    assert monitor.skipped_lines == 2
+    assert dispatch(monitor, table, b'{"type": "from_a_newer_agent"}\n') is False
+    assert monitor.skipped_lines == 2
+
+
+def test_options_round_trip_through_argv() -> None:
+    options = protocol.AgentOptions(
+        fields=["index"], process_fields=["pid"], interval=0.5, logs=[{"path": "/x", "tag": "t"}]
+    )
+    assert protocol.AgentOptions.from_wire(json.loads(options.to_json())) == options
+    assert {f.name for f in fields(options)} == set(json.loads(options.to_json()))
