@@ -37,8 +37,13 @@ TIMEOUT_S = 60.0
 
 
 def shows_stale(monitor: HostMonitor, now: float) -> bool:
-    """What the header shows as not live: a lost connection or data too old."""
-    return monitor.status.state is not ConnState.CONNECTED or monitor.is_stale(now)
+    """What the header shows as not live: a lost connection, "no data" (a silent stream)
+    or data too old."""
+    return (
+        monitor.status.state is not ConnState.CONNECTED
+        or monitor.no_data(now)
+        or monitor.is_stale(now)
+    )
 
 
 async def wait_for(condition: object, what: str) -> float:

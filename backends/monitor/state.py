@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -37,11 +39,18 @@ from gpumon.backends.workloads.watch import Workloads
 
 from .sources.base import Source
 
-__all__ = ["HISTORY_S", "HostMonitor", "Listener"]
+__all__ = ["HISTORY_S", "NO_DATA_FLOOR_S", "HostMonitor", "Listener"]
 
 log = logging.getLogger(__name__)
 
 HISTORY_S = 3600.0  # the detail view's longest window
+# A connected stream silent for two of its periods says "no data" at once, but never
+# sooner than this: a round's rows are batched until a 0.15 s pause (agent.BATCH_QUIET_S),
+# nvidia-smi's -lms period is the interval plus its own query time (tens to hundreds of
+# ms on a many-GPU box) and SSH adds its latency, so at a 0.1 s interval the gap between
+# two healthy rounds reaches about 0.5 s; 1 s keeps a 2x margin over that.
+NO_DATA_FLOOR_S = 1.0
+GAPS_KEPT = 9  # the stream's typical period is the median gap of the last rounds
 
 Listener = Callable[["HostMonitor"], None]
 
@@ -69,6 +78,8 @@ class HostMonitor:
         self.histories: dict[int, GpuHistory] = {}
         self.skipped_lines = 0  # malformed lines dropped since start
         self.samples = 0
+        self._last_data_at: float | None = None  # monitor clock when the last round came
+        self._gaps: deque[float] = deque(maxlen=GAPS_KEPT)
         self.listeners: Listeners[[HostMonitor]] = Listeners("monitor listener")
         self._history_s = history_s
         self._history_len = max(int(history_s / max(self.interval, 0.1)), 60)
@@ -108,6 +119,22 @@ class HostMonitor:
         age = self.stale_s(now)
         return age is None or age > max(3 * self.interval, 3.0)
 
+    def silence_limit(self) -> float:
+        """How long a connected stream may be silent before the header says "no data":
+        two of its periods (the interval, or the stream's typical gap when nvidia-smi is
+        slower than asked), at least ``NO_DATA_FLOOR_S``."""
+        typical = statistics.median(self._gaps) if self._gaps else self.interval
+        return max(2.0 * max(self.interval, typical), NO_DATA_FLOOR_S)
+
+    def no_data(self, now: float | None = None) -> bool:
+        """Connected, but no GPU data for longer than ``silence_limit()``: a hung link or a
+        stuck sampler, seen from the data itself long before SSH keepalive gives up.
+        Counted from the later of the last round and the session's start."""
+        if self.status.state != ConnState.CONNECTED or self._last_data_at is None:
+            return False
+        since = max(self._last_data_at, self.status.since)
+        return (now if now is not None else self.clock()) - since > self.silence_limit()
+
     def start(self) -> asyncio.Task[None]:
         self._task = asyncio.get_running_loop().create_task(self.source.run(self), name=self.name)
         return self._task
@@ -137,6 +164,7 @@ class HostMonitor:
 
         Histories are resized so they still cover ``history_s`` at the new rate."""
         self.interval = min(max(seconds, 0.1), 3600.0)
+        self._gaps.clear()  # the old rate's gaps say nothing about the new one
         self._history_len = max(int(self._history_s / self.interval), 60)
         for hist in self.histories.values():
             hist.resize(self._history_len)
@@ -166,6 +194,10 @@ class HostMonitor:
         """Take one complete sample: histories, alerts, flight recorder, listeners."""
         self.latest = sample
         self.samples += 1
+        now = self.clock()
+        if self._last_data_at is not None and self.status.state == ConnState.CONNECTED:
+            self._gaps.append(max(now - max(self._last_data_at, self.status.since), 0.0))
+        self._last_data_at = now
         for gpu in sample.gpus:
             hist = self.histories.get(gpu.index)
             if hist is None:
@@ -204,6 +236,24 @@ class HostMonitor:
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
         )
         self.workloads.apply_alerts(self.alerts, now)
+        self._notify()
+
+    def ingest_log_problem(self, tag: str, path: str, problem: str | None) -> None:
+        """A watched log that cannot be read is a warning alert while it lasts: OOM
+        watching there is off, and the header and the alert history say so."""
+        key = f"log_unreadable:{path}\n"  # the newline ends the path for ``clear``
+        if problem is None:
+            self.alerts.clear(key)
+        else:
+            self.alerts.clear(key)  # a new reason replaces the old one
+            what = f"job {tag[4:]}'s log" if tag.startswith("job:") else "watched log"
+            self.alerts.raise_alert(
+                "log_unreadable",
+                Health.WARNING,
+                f"{what} {path} cannot be read ({problem}): its OOM and progress lines "
+                "are not seen",
+                key=key,
+            )
         self._notify()
 
     def ingest_http(self, tag: str, status: int | None, body: str, error: str | None) -> None:

@@ -18,11 +18,14 @@ nothing here may import outside the standard library.
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import json
 import os
 import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -35,6 +38,18 @@ from .protocol import AGENT_VERSION, AgentOptions
 
 SMI_TIMEOUT_S = 15.0  # a stuck driver can leave nvidia-smi in D state: never wait forever
 BATCH_QUIET_S = 0.15  # rows of one round arrive together; a pause this long ends a round
+# Retries after nvidia-smi failed: prompt, so a fixed driver shows data within seconds.
+SMI_RETRY_FIRST_S = 0.5
+SMI_RETRY_CAP_S = 2.0
+# The watchdog: a sampler that gives no usable row (a GPU row, not Xid text or garbage)
+# for STALL_ROUNDS of its intervals, at least STALL_MIN_S (10 s before its first row:
+# nvidia-smi's start can take seconds without persistence mode), is reported, killed with
+# its process group and started again.
+STALL_ROUNDS = 4
+STALL_MIN_S = 4.0
+STALL_FIRST_S = 10.0
+ROUND_MAX_LINES = 1024  # a round longer than this is junk: sent on (and counted) as it is
+LINE_MAX_BYTES = 64 * 1024  # a longer "line" (no newline in sight) is dropped, and said
 
 
 class RowBatcher:
@@ -63,12 +78,18 @@ class RowBatcher:
             done = self.flush()
         if index is not None:
             self._last_index = index
+        if done is None and len(self._rows) >= ROUND_MAX_LINES:
+            done = self.flush()  # a flood of junk never ends a round by itself: bounded
         self._rows.append(line)
         return done
 
     def flush(self) -> list[str] | None:
         rows, self._rows, self._last_index = self._rows, [], None
         return rows or None
+
+    def is_row(self, line: str) -> bool:
+        """Whether ``line`` looks like a GPU row (the watchdog's "usable row")."""
+        return self._index_of(line.rstrip("\r\n")) is not None
 
     def _index_of(self, line: str) -> int | None:
         cells = line.split(", ")
@@ -101,13 +122,40 @@ _children: list[subprocess.Popen[bytes]] = []
 _children_lock = threading.Lock()
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel SIGKILL the child when the agent dies, even
+    by SIGKILL (Linux ``PR_SET_PDEATHSIG``); None where prctl is not to be had."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the agent died before prctl took hold
+            os._exit(1)
+
+    return preexec
+
+
+_PREEXEC = _die_with_parent()
+
+
 def _spawn(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    # The death signal is tied to the thread that forks: every caller is one of the
+    # agent's loops, which live as long as the agent does.
     proc = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, so _shutdown can take it down
+        preexec_fn=_PREEXEC,
     )
     with _children_lock:
         _children.append(proc)
@@ -215,15 +263,19 @@ class Agent:
             return self.fields
         return [f for f in self.fields if f in known]
 
+    def stall_limit(self, first: bool) -> float:
+        """Seconds without a usable row before the watchdog restarts the sampler."""
+        return max(STALL_ROUNDS * self.interval, STALL_FIRST_S if first else STALL_MIN_S)
+
     def smi_loop(self) -> None:
-        backoff = 2.0
+        backoff = SMI_RETRY_FIRST_S
         fields: list[str] | None = None
         while True:
             if fields is None:
                 fields = self.supported_fields()
                 if fields is None:
                     time.sleep(backoff)
-                    backoff = min(backoff * 2, 30.0)
+                    backoff = min(backoff * 2, SMI_RETRY_CAP_S)
                     continue
             ms = max(int(self.interval * 1000), 100)
             argv = [self.smi, "--query-gpu=" + ",".join(fields)]
@@ -233,13 +285,14 @@ class Agent:
                 self.wake.clear()
                 continue  # interval changed: restart at the new rate at once
             if got_rows:
-                backoff = 2.0
+                backoff = SMI_RETRY_FIRST_S
             time.sleep(backoff)
-            backoff = min(backoff * 2, 30.0)
+            backoff = min(backoff * 2, SMI_RETRY_CAP_S)
             fields = None  # the driver may have changed under us: probe again
 
     def stream_smi(self, argv: list[str], fields: list[str]) -> bool:
-        """Run one nvidia-smi loop until it dies or the interval changes."""
+        """Run one nvidia-smi loop until it dies, the interval changes, or the watchdog
+        sees no usable row for ``stall_limit``; True when it gave a usable row."""
         try:
             proc = _spawn(argv)
         except OSError as e:
@@ -250,14 +303,19 @@ class Agent:
         fd = proc.stdout.fileno()
         buf = b""
         got_rows = False
+        stalled = False
+        dropped = 0  # bytes of over-long lines thrown away
         tail: list[str] = []
+        last_row = time.monotonic()
         try:
             while not self.wake.is_set():
+                if time.monotonic() - last_row > self.stall_limit(first=not got_rows):
+                    stalled = True
+                    break
                 ready, _, _ = select.select([fd], [], [], BATCH_QUIET_S)
                 if not ready:
                     rows = batcher.flush()
                     if rows:
-                        got_rows = True
                         self.send_rows(fields, rows)
                     continue
                 chunk = os.read(fd, 65536)
@@ -265,12 +323,20 @@ class Agent:
                     break
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
+                if len(buf) > LINE_MAX_BYTES:  # no newline in sight: never grow without end
+                    dropped += len(buf)
+                    buf = b""
                 for raw in lines:
+                    if len(raw) > LINE_MAX_BYTES:
+                        dropped += len(raw)
+                        continue
                     line = raw.decode("utf-8", "replace")
-                    tail = [*tail[-19:], line]
+                    tail = [*tail[-19:], line[:512]]
+                    if batcher.is_row(line):
+                        got_rows = True
+                        last_row = time.monotonic()
                     rows = batcher.feed(line)
                     if rows:
-                        got_rows = True
                         self.send_rows(fields, rows)
             rows = batcher.flush()
             if rows and not self.wake.is_set():
@@ -280,7 +346,21 @@ class Agent:
                 os.killpg(proc.pid, signal.SIGKILL)
             code = proc.wait()
             _reap(proc)
-        if not self.wake.is_set() and not got_rows:
+        if dropped:
+            self.out.send(
+                protocol.Note(f"nvidia-smi printed over-long lines: {dropped} bytes dropped")
+            )
+        if stalled:
+            quiet = time.monotonic() - last_row
+            self.out.send(
+                protocol.SmiError(
+                    time.time(),
+                    124,
+                    f"nvidia-smi gave no usable GPU row for {quiet:.0f} s (stuck, or "
+                    "printing something else): killed and started again",
+                )
+            )
+        elif not self.wake.is_set() and not got_rows:
             self.out.send(protocol.SmiError(time.time(), code, "\n".join(tail)))
         return got_rows
 
@@ -289,9 +369,11 @@ class Agent:
 
     def process_loop(self) -> None:
         while True:
-            if self.nvml is not None:
-                rows = nvml_process_rows(self.nvml)
-                self.out.send(protocol.Procs(time.time(), rows))
+            nvml = self.nvml
+            if nvml is not None:
+                done, rows = self.nvml_call(functools.partial(nvml_process_rows, nvml))
+                if done and isinstance(rows, list):
+                    self.out.send(protocol.Procs(time.time(), rows))
             else:
                 argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
                 code, text = run_once([*argv, "--format=csv,noheader,nounits"])
@@ -310,6 +392,8 @@ class Agent:
             for tail in self.logs:
                 for msg in tail.poll():
                     self.out.send(msg)
+                for problem in tail.take_problems():
+                    self.out.send(problem)
             if kmsg is not None:
                 lines = read_kmsg(kmsg)
                 if lines:
@@ -370,14 +454,52 @@ class Agent:
             time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
 
     # --- NVML ----------------------------------------------------------------------
+    def nvml_call(self, call: Callable[[], Any]) -> tuple[bool, Any]:
+        """``call()`` (NVML) in a thread of its own, waited for ``stall_limit``: a hung
+        driver call must not freeze the agent. (False, None) when it did not return: it
+        is said, NVML is given up for nvidia-smi (a process the watchdog can kill), and
+        the thread is left to its fate. An exception is returned as the value."""
+        box: list[Any] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box.append(call())
+            except Exception as e:  # NVMLError from a driver in trouble
+                box.append(e)
+            done.set()
+
+        threading.Thread(target=run, daemon=True, name="nvml-call").start()
+        limit = self.stall_limit(first=False)
+        if done.wait(limit):
+            return True, box[0]
+        if self.nvml is not None:
+            self.nvml = None
+            self.out.send(
+                protocol.SmiError(
+                    time.time(),
+                    124,
+                    f"NVML did not answer within {limit:.0f} s (a hung driver call): "
+                    "reading nvidia-smi instead",
+                )
+            )
+        return False, None
+
     def nvml_loop(self) -> None:
-        while True:
+        while self.nvml is not None:
+            nvml = self.nvml
             started = time.monotonic()
-            rows = nvml_gpu_rows(self.nvml, self.fields)
-            self.send_rows(self.fields, rows)
+            done, rows = self.nvml_call(functools.partial(nvml_gpu_rows, nvml, self.fields))
+            if not done:
+                break
+            if isinstance(rows, Exception):
+                self.out.send(protocol.SmiError(time.time(), 1, f"NVML: {rows}"))
+            else:
+                self.send_rows(self.fields, rows)
             delay = self.interval - (time.monotonic() - started)
             if self.wake.wait(max(delay, 0.0)):
                 self.wake.clear()
+        self.smi_loop()
 
 
 def _nvml_text(nvml: Any, call: Callable[[], Any], fmt: Callable[[Any], str]) -> str:
@@ -548,6 +670,8 @@ class LogTail:
         self.filter = re.compile(spec["filter"]) if spec.get("filter") else None
         self.keep = re.compile(spec["keep"]) if spec.get("keep") else None
         self.files: dict[str, list[Any]] = {}  # path -> [inode, offset, partial bytes]
+        self.problems: dict[str, str] = {}  # path -> why it cannot be read (said once)
+        self._said: list[protocol.LogProblem] = []
         self.started = False
         self.last_glob = 0.0
 
@@ -559,11 +683,12 @@ class LogTail:
         return [self.pattern]
 
     def poll(self) -> list[protocol.Log]:
+        """New lines; changes in readability wait in ``take_problems()``."""
         now = time.monotonic()
         if not self.started or now - self.last_glob > 2.0:
             self.last_glob = now
             for path in self._paths():
-                if path not in self.files and os.path.exists(path):
+                if path not in self.files and self._exists(path):
                     self.files[path] = [None, 0, b""]
         out = []
         for path, state in list(self.files.items()):
@@ -573,11 +698,46 @@ class LogTail:
         self.started = True
         return out
 
+    def take_problems(self) -> list[protocol.LogProblem]:
+        """The changes in which paths can be read since the last call."""
+        said, self._said = self._said, []
+        return said
+
+    def _exists(self, path: str) -> bool:
+        """Whether ``path`` is there to follow; one that is there but hidden from us (a
+        directory we may not enter) is a problem, said. Absent is not: it may come."""
+        try:
+            os.stat(path)
+        except PermissionError as e:
+            self._say(path, e)
+            return False
+        except OSError:
+            return False
+        return True
+
+    def _say(self, path: str, error: OSError | None) -> None:
+        """A change in whether ``path`` can be read becomes one LogProblem message."""
+        problem = None if error is None else (error.strerror or type(error).__name__)
+        if problem == self.problems.get(path):
+            return
+        if problem is None:
+            del self.problems[path]
+        else:
+            self.problems[path] = problem
+        self._said.append(protocol.LogProblem(self.tag, path, problem))
+
     def _poll_file(self, path: str, state: list[Any], backlog: bool) -> protocol.Log | None:
         try:
             st = os.stat(path)
+        except PermissionError as e:
+            self._say(path, e)
+            return None
         except OSError:
             return None  # rotated away; a new file at the same path is picked up below
+        if stat.S_ISDIR(st.st_mode):  # replaced by a directory: nothing to follow
+            self._say(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+            state[:] = [None, 0, b""]  # a file there later is all new
+            return None
         inode, offset, partial = state
         if inode is not None and st.st_ino != inode:
             offset, partial = 0, b""  # rotated: the new file is all new
@@ -585,14 +745,16 @@ class LogTail:
             offset, partial = 0, b""  # truncated in place
         if backlog:
             offset = max(st.st_size - LOG_BACKLOG_BYTES, 0)
-        if st.st_size == offset:
-            state[:] = [st.st_ino, offset, partial]
-            return None
         try:
             with open(path, "rb") as f:
+                self._say(path, None)
+                if st.st_size == offset:
+                    state[:] = [st.st_ino, offset, partial]
+                    return None
                 f.seek(offset)
                 data = f.read(LOG_READ_BYTES)
-        except OSError:
+        except OSError as e:
+            self._say(path, e)
             return None
         offset += len(data)
         data = partial + data

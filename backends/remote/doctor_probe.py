@@ -6,7 +6,8 @@ never imported here: its version is read from metadata and ``torch/version.py``,
 import itself (``runtime``) and ``import sgl_kernel`` run in child processes with a timeout.
 
 argv[1] is a JSON object of options: ``sections`` (list, default all of SECTIONS),
-``nvidia_smi`` (program), ``import_timeout`` (seconds).
+``nvidia_smi`` (program), ``import_timeout`` (seconds), ``logs`` (the watched log paths
+or globs: each is opened and read, as the agent would, to say which cannot be).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from . import doctor_probe_fs as fs
 from .doctor_probe_fs import child
 
 PROBE_VERSION = 1
-SECTIONS = ("python", "dists", "torch", "runtime", "gpu", "extras", "caches", "procs")
+SECTIONS = ("python", "dists", "torch", "runtime", "gpu", "extras", "caches", "procs", "logs")
 SHARED_DIRS = ("cudnn", "nccl", "cusparselt", "nvshmem")
 
 # Run by the venv's interpreter in a child: torch's own view of itself, as one JSON line.
@@ -253,6 +254,30 @@ def gpu_facts(smi: str) -> dict[str, Any]:
     return out
 
 
+def log_facts(patterns: list[str]) -> list[dict[str, Any]]:
+    """Each watched log as the agent would follow it: ``error`` None when it can be read,
+    ``missing`` when nothing is there (yet), else why not (Permission denied, ...)."""
+    import glob
+
+    out: list[dict[str, Any]] = []
+    for pattern in patterns:
+        pattern = os.path.expanduser(str(pattern))
+        paths = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
+        if not paths:
+            out.append({"pattern": pattern, "path": pattern, "error": "missing"})
+        for path in paths:
+            error: str | None = None
+            try:
+                with open(path, "rb") as f:
+                    f.read(1)
+            except FileNotFoundError:
+                error = "missing"
+            except OSError as e:
+                error = e.strerror or type(e).__name__
+            out.append({"pattern": pattern, "path": path, "error": error})
+    return out
+
+
 def main(argv: list[str]) -> None:
     opts = json.loads(argv[1]) if len(argv) > 1 else {}
     sections = set(opts.get("sections") or SECTIONS)
@@ -268,6 +293,7 @@ def main(argv: list[str]) -> None:
         ("runtime", lambda: runtime_facts(timeout)),
         ("extras", lambda: fs.extras_facts(py["purelib"], timeout)),
         ("caches", lambda: fs.cache_facts(py["user"])),
+        ("logs", lambda: log_facts(list(opts.get("logs") or []))),
     )
     for name, fn in steps:
         if name not in sections:

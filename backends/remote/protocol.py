@@ -176,6 +176,22 @@ class Log(Message):
 
 
 @dataclass(frozen=True)
+class LogProblem(Message):
+    """A followed log that cannot be read (``problem``: why, e.g. "Permission denied"),
+    or that can be again (``problem`` None). Sent when that changes, so once per cause."""
+
+    TYPE: ClassVar[str] = "log_problem"
+    tag: str
+    path: str
+    problem: str | None
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> LogProblem:
+        tag = _text(raw, "tag")
+        return cls(tag, _text(raw, "path", tag), _text_or_none(raw, "problem"))
+
+
+@dataclass(frozen=True)
 class Kernel(Message):
     """Kernel log lines (Xid, OOM killer), where the kernel log is readable."""
 
@@ -237,7 +253,8 @@ class Note(Message):
 
 
 MESSAGES: dict[str, type[Message]] = {
-    cls.TYPE: cls for cls in (Hello, Gpus, Procs, SmiError, Log, Kernel, MemoryEvents, Http, Note)
+    cls.TYPE: cls
+    for cls in (Hello, Gpus, Procs, SmiError, Log, LogProblem, Kernel, MemoryEvents, Http, Note)
 }
 
 

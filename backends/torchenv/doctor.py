@@ -19,9 +19,16 @@ from gpumon.backends.config.load import HostConfig
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.remote.bootstrap import program_argv
 from gpumon.backends.torchenv.checks import STATUSES, Check, Facts, Status, checks_torch
-from gpumon.backends.torchenv.extras import check_python, check_userspace, extra_checks, gpus_check
+from gpumon.backends.torchenv.extras import (
+    check_logs,
+    check_python,
+    check_userspace,
+    extra_checks,
+    gpus_check,
+)
 from gpumon.backends.torchenv.variants import VariantTable, builtin_table
 from gpumon.backends.transport.base import Transport
+from gpumon.backends.workloads.watch import Workloads
 
 __all__ = [
     "STATUSES",
@@ -69,7 +76,11 @@ async def gather_facts(
     """Run the probe on ``host`` and return its facts. Raises TransportError when the host
     cannot be reached, ProbeError when the interpreter fails or prints no facts."""
     python = host_python(host)
-    options: dict[str, Any] = {"nvidia_smi": host.nvidia_smi, "import_timeout": import_timeout}
+    options: dict[str, Any] = {
+        "nvidia_smi": host.nvidia_smi,
+        "import_timeout": import_timeout,
+        "logs": [spec["path"] for spec in Workloads(host).log_specs()],
+    }
     if sections is not None:
         options["sections"] = list(sections)
     argv, data = probe_argv(python, options)
@@ -99,6 +110,7 @@ def evaluate(
         *checks_torch(f, table),
         check_userspace(f),
         *extra_checks(f),
+        check_logs(f),
     ]
 
 

@@ -321,3 +321,28 @@ def extra_checks(f: Facts) -> list[Check]:
         check_disk(f),
         check_processes(f),
     ]
+
+
+def check_logs(f: Facts) -> Check:
+    """The watched logs (watch_logs, the jobs', SGLang's) can be read on the target: one
+    that cannot leaves OOM watching off there. Missing is fine (a job not started yet)."""
+    if "logs" not in f.raw:
+        return Check("logs", "n/a", "not probed")
+    logs = [x for x in f.raw.get("logs") or [] if isinstance(x, dict)]
+    if not logs:
+        return Check("logs", "n/a", "no watched logs configured")
+    bad = [x for x in logs if x.get("error") not in (None, "missing")]
+    if bad:
+        said = "; ".join(f"{x.get('path')}: {x.get('error')}" for x in bad[:3])
+        more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+        return Check(
+            "logs",
+            "problem",
+            f"cannot read {said}{more}: OOM and progress lines there are not seen",
+            "make the log readable by the user gpumon connects as (or fix the path)",
+        )
+    readable = sum(x.get("error") is None for x in logs)
+    missing = len(logs) - readable
+    return Check(
+        "logs", "ok", f"{readable} readable" + (f", {missing} not there yet" if missing else "")
+    )

@@ -76,6 +76,11 @@ class Transport(abc.ABC):
     async def close(self) -> None:  # noqa: B027
         """Close the session; streams opened on it end. ``connect`` may follow."""
 
+    async def reachable(self, timeout: float) -> bool | None:
+        """Whether the machine answers at all now (a cheap probe, no session), within
+        ``timeout`` seconds; None: this transport cannot tell (local, simulator)."""
+        return None
+
     async def dispose(self) -> None:
         """Final shutdown: close, and release whatever the transport set up for itself."""
         await self.close()

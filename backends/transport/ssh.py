@@ -102,6 +102,21 @@ class SshTransport(Transport):
                 return
             self._conn = await self._connect()
 
+    async def reachable(self, timeout: float) -> bool | None:
+        """A TCP connect to the SSH port (no SSH traffic). A host only known to the SSH
+        config by an alias may not resolve here: then it reads as unreachable, and the
+        reconnect loop simply keeps its backoff."""
+        target = self.host.ssh_host or self.host.name
+        try:
+            async with asyncio.timeout(timeout):
+                _, writer = await asyncio.open_connection(target, self.host.port or 22)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+
     async def _connect(self) -> asyncssh.SSHClientConnection:
         import asyncssh
 

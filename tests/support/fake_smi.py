@@ -7,6 +7,12 @@ printed on stdout, exit 255, the way nvidia-smi reports a driver problem). Answe
 the agent asks: ``--help-query-gpu``, ``--query-gpu=... -lms N`` (one round of rows per
 interval until killed) and ``--query-compute-apps``.
 
+Faults the test switches on and off while it runs: the file ``FAKE_SMI_MODE`` names holds
+``stall`` (the loop stops printing, alive), ``garbage`` (lines that are not rows),
+``flood`` (20000 rows at once, then silence), ``nolf:N`` (N bytes without a newline, then
+silence) or ``fail`` (the driver error, exit 9); empty or absent: normal. Each run
+writes ``PID PPID`` into a file in the directory ``FAKE_SMI_PIDS`` names.
+
 Values are in the ``csv,noheader,nounits`` shape; a field it does not know is ``[N/A]``.
 """
 
@@ -42,11 +48,54 @@ def _row(index: int, fields: list[str]) -> str:
     return ", ".join(values.get(f, "[N/A]") for f in fields)
 
 
+DRIVER_FAIL = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running."
+)
+
+
+def _mode() -> str:
+    path = os.environ.get("FAKE_SMI_MODE")
+    try:
+        with open(path or "", encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _silence() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def _faulty_round(mode: str, fields: list[str], count: int) -> None:
+    """One round of the loop in fault ``mode`` (returns only for ``garbage``)."""
+    if mode == "garbage":
+        sys.stdout.write("".join(f"garbled {i} ~~~\n" for i in range(count)))
+    elif mode == "flood":
+        sys.stdout.write("".join(_row(i % count, fields) + "\n" for i in range(20000)))
+    elif mode.startswith("nolf:"):
+        size = int(mode[5:])
+        while size > 0:
+            sys.stdout.write("x" * min(65536, size))
+            size -= 65536
+    sys.stdout.flush()
+    if mode != "garbage":
+        _silence()
+
+
 def main(argv: list[str]) -> int:
+    pids = os.environ.get("FAKE_SMI_PIDS")
+    if pids:
+        with open(os.path.join(pids, str(os.getpid())), "w", encoding="utf-8") as f:
+            f.write(f"{os.getpid()} {os.getppid()}\n")
     fail = os.environ.get("HOSTILE_FAIL")
     if fail is not None:
         print(fail)
         return 255
+    if _mode() == "fail":
+        print(DRIVER_FAIL)
+        return 9
     if "--help-query-gpu" in argv:
         print("\n".join(f'"{f}"' for f in [*VALUES, "name", "uuid"]))
         return 0
@@ -57,6 +106,14 @@ def main(argv: list[str]) -> int:
         drop = os.environ.get("FAKE_SMI_DROP")
         loop_ms = int(argv[argv.index("-lms") + 1]) if "-lms" in argv else None
         while True:
+            mode = _mode()
+            if mode == "fail":
+                print(DRIVER_FAIL)
+                return 9
+            if mode:
+                _faulty_round(mode, fields, count)
+                time.sleep((loop_ms or 1000) / 1000)
+                continue
             listed = count - 1 if drop and os.path.exists(drop) else count
             sys.stdout.write("".join(_row(i, fields) + "\n" for i in range(listed)))
             sys.stdout.flush()

@@ -787,3 +787,22 @@ def test_driver_without_devices_is_not_a_problem() -> None:
     checks = by_name(facts)
     assert checks["gpus"].status == "n/a" and checks["gpus"].evidence == "nvidia-smi lists no GPU"
     assert checks["arch list"].status == "n/a"
+
+
+def test_the_doctor_says_which_watched_logs_cannot_be_read(tmp_path: Path) -> None:
+    """The probe opens each watched log as the agent would; one it cannot read (here a
+    directory: root reads any file) is a problem naming the path and the reason."""
+    from gpumon.backends.remote.doctor_probe import log_facts
+    from gpumon.backends.torchenv.checks import Facts
+    from gpumon.backends.torchenv.extras import check_logs
+
+    good = tmp_path / "train.log"
+    good.write_text("x\n")
+    bad = tmp_path / "gone.log"
+    bad.mkdir()
+    facts = log_facts([str(good), str(bad), str(tmp_path / "later.log")])
+    check = check_logs(Facts({"logs": facts}))
+    assert check.status == "problem"
+    assert f"{bad}: Is a directory" in check.evidence
+    ok = check_logs(Facts({"logs": log_facts([str(good), str(tmp_path / "later.log")])}))
+    assert (ok.status, ok.evidence) == ("ok", "1 readable, 1 not there yet")

@@ -124,3 +124,25 @@ def test_keep_pattern_agrees_with_the_scanner_prefilter() -> None:
     keep = re.compile(oom.KEEP_PATTERN)
     assert len(lines) > 500
     assert [bool(keep.search(ln)) for ln in lines] == [oom._interesting(ln) for ln in lines]
+
+
+def test_a_log_replaced_by_a_directory_is_said_once_and_cleared_when_back(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("old\n")
+    tail = LogTail({"path": str(log), "tag": "job:train"})
+    tail.poll()
+    assert tail.take_problems() == []
+    log.unlink()
+    log.mkdir()
+    tail.poll()
+    (said,) = tail.take_problems()
+    assert (said.tag, said.path, said.problem) == ("job:train", str(log), "Is a directory")
+    tail.poll()
+    assert tail.take_problems() == []  # once, not every poll
+    log.rmdir()
+    log.write_text("new\n")
+    assert lines_of(tail.poll()) == ["new"]
+    (cleared,) = tail.take_problems()
+    assert cleared.problem is None

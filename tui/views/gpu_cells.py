@@ -278,6 +278,7 @@ class HeaderInput:
     alert_role: Role = Role.CRITICAL
     new_alerts: int | None = None  # not yet acknowledged (None: all of them)
     replay: str | None = None  # "REPLAY 2x, 14:32:07 (45/661)": shown instead of the state
+    no_data: bool = False  # connected, but the stream has gone silent (HostMonitor.no_data)
 
 
 def header_parts(h: HeaderInput) -> list[HeaderPart]:
@@ -286,6 +287,8 @@ def header_parts(h: HeaderInput) -> list[HeaderPart]:
     state = h.status.state.value
     if h.status.state == ConnState.RECONNECTING and h.status.attempt:
         state += f" #{h.status.attempt}"
+    if h.no_data and h.status.state == ConnState.CONNECTED:
+        glyph, role, state = "◌", Role.CRITICAL, "no data"
     parts = [HeaderPart(_printable(h.name), Role.NORMAL, 100)]
     if h.replay is not None:
         parts.append(HeaderPart(h.replay, Role.WARNING, 99, badge=True))

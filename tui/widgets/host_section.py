@@ -175,6 +175,7 @@ class HostSection(Vertical):
                             alert_role=count.role,
                             paused=ctx.paused,
                             replay=ctx.replay,
+                            no_data=ctx.replay is None and m.no_data(ctx.now),
                         )
                     )
                 ),

@@ -58,6 +58,9 @@ class Sink(Protocol):
     def ingest_log(self, tag: str, path: str, lines: Sequence[str], *, backlog: bool) -> None:
         """New lines of a followed log (``tag``: ``job:NAME``, ``sglang`` or ``watch``)."""
 
+    def ingest_log_problem(self, tag: str, path: str, problem: str | None) -> None:
+        """A followed log cannot be read (``problem``: why), or can be again (None)."""
+
     def ingest_http(self, tag: str, status: int | None, body: str, error: str | None) -> None:
         """A fetch of a workload's URL (``tag``: ``sglang:PORT``)."""
 

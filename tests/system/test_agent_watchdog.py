@@ -1,0 +1,188 @@
+"""The agent's watchdog and retries, through the real agent (run locally) and a stand-in
+nvidia-smi whose faults the test switches on and off: a stuck or garbled sampler is said
+within a few intervals and restarted (no process left behind), a fixed driver shows data
+within seconds, and no nvidia-smi outlives the agent, even when it is SIGKILLed."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpumon.backends.config import Config, resolve_host
+from gpumon.backends.model import ConnState, Source
+from gpumon.backends.monitor import HostMonitor, make_monitor
+
+FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
+INTERVAL = 0.3
+
+pytestmark = pytest.mark.system
+
+
+def local_monitor(interval: float = INTERVAL) -> HostMonitor:
+    host = dataclasses.replace(
+        resolve_host(Config(path=None), "local"),
+        nvidia_smi=str(FAKE_SMI),
+        python=sys.executable,
+        interval=interval,
+        kernel_log=False,
+    )
+    return make_monitor(host)
+
+
+async def until(condition: Callable[[], object], timeout: float, what: str) -> float:
+    """Seconds until ``condition()`` holds; fails after ``timeout``."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - start
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead too
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def loops(pids: Path) -> dict[int, int]:
+    """nvidia-smi runs so far: pid -> parent pid (the ``-lms`` loops and the probes)."""
+    out = {}
+    for f in pids.iterdir():
+        pid, ppid = f.read_text(encoding="utf-8").split()
+        out[int(pid)] = int(ppid)
+    return out
+
+
+@pytest.fixture
+def faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    mode, pids = tmp_path / "mode", tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("FAKE_SMI_MODE", str(mode))
+    monkeypatch.setenv("FAKE_SMI_PIDS", str(pids))
+    return mode, pids
+
+
+def fresh(monitor: HostMonitor, after: float) -> bool:
+    return monitor.latest is not None and monitor.latest.time > after
+
+
+@pytest.mark.parametrize("fault", ["stall", "garbage", "flood"])
+async def test_a_stuck_or_garbled_sampler_is_said_killed_and_restarted(
+    fault: str, faults: tuple[Path, Path]
+) -> None:
+    mode, pids = faults
+    monitor = local_monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.latest, 30, "the first sample")
+        before = set(alive_pids := [p for p in loops(pids) if alive(p)])
+        assert alive_pids
+        mode.write_text(fault, encoding="utf-8")
+        # Said within a few intervals (the watchdog's 4 s floor, plus its restart).
+        said = await until(
+            lambda: "no usable GPU row" in (monitor.status.error or ""), 12, "the stall"
+        )
+        assert said < 10, said
+        assert monitor.status.state is ConnState.CONNECTED  # the link is fine
+        assert monitor.no_data()  # and the header says "no data", not "connected"
+        assert not any(alive(p) for p in before)  # the stuck loop was killed
+        mode.write_text("", encoding="utf-8")
+        fixed = time.time()
+        await until(lambda: fresh(monitor, fixed), 10, "fresh data")
+        assert monitor.status.error is None
+    finally:
+        await monitor.stop()
+
+
+async def test_data_is_back_within_seconds_after_a_driver_error_is_fixed(
+    faults: tuple[Path, Path],
+) -> None:
+    """The agent's retries stay prompt: they used to back off to 30 s (16 s seen)."""
+    mode, _ = faults
+    mode.write_text("fail", encoding="utf-8")
+    monitor = local_monitor()
+    monitor.start()
+    try:
+        await until(
+            lambda: "communicate with the NVIDIA driver" in (monitor.status.error or ""),
+            30,
+            "the driver error",
+        )
+        # Long enough for the old doubling backoff (2, 4, 8, 16 s) to wait 16 s next.
+        await asyncio.sleep(14.5)
+        mode.write_text("", encoding="utf-8")
+        fixed = time.time()
+        took = await until(lambda: fresh(monitor, fixed), 20, "fresh data")
+        assert took < 5, took
+    finally:
+        await monitor.stop()
+
+
+async def test_no_nvidia_smi_outlives_a_sigkilled_agent(faults: tuple[Path, Path]) -> None:
+    """At a 20 s interval the loop sleeps between rounds: a broken pipe would end it only
+    at its next write; the kernel's parent-death signal ends it at once."""
+    _, pids = faults
+    monitor = local_monitor(interval=20.0)
+    monitor.start()
+    try:
+        await until(lambda: monitor.latest, 30, "the first sample")
+        await until(lambda: any(alive(p) for p in loops(pids)), 10, "the loop")
+        running = {p: pp for p, pp in loops(pids).items() if alive(p)}
+        (agent,) = set(running.values())
+        os.kill(agent, signal.SIGKILL)
+        await until(lambda: not any(alive(p) for p in running), 5, "the loop to die")
+    finally:
+        await monitor.stop()
+
+
+async def test_a_line_without_end_is_dropped_and_said(faults: tuple[Path, Path]) -> None:
+    """10 MB with no newline: the agent drops it (its buffer stays bounded) and says so."""
+    mode, _ = faults
+    monitor = local_monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.latest, 30, "the first sample")
+        mode.write_text(f"nolf:{10 << 20}", encoding="utf-8")
+        await until(
+            lambda: any("bytes dropped" in t for _, t in monitor.alerts.notes()), 20, "the note"
+        )
+    finally:
+        await monitor.stop()
+
+
+async def test_a_hung_nvml_call_is_said_and_nvidia_smi_takes_over(
+    faults: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hang = tmp_path / "hang"
+    path = os.environ.get("PYTHONPATH")
+    fake_nvml = str(FAKE_SMI.parent / "fake_nvml")
+    monkeypatch.setenv("PYTHONPATH", fake_nvml + (os.pathsep + path if path else ""))
+    monkeypatch.setenv("FAKE_NVML_HANG", str(hang))
+    monitor = local_monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.latest, 30, "the first sample")
+        assert monitor.status.source is Source.AGENT_NVML
+        hang.touch()
+        said = await until(lambda: "NVML did not answer" in (monitor.status.error or ""), 12, "it")
+        assert said < 8, said
+        after = time.time()
+        await until(lambda: fresh(monitor, after), 15, "data from nvidia-smi")
+        assert monitor.status.error is None
+    finally:
+        await monitor.stop()

@@ -1,0 +1,234 @@
+"""What runs on the target: the wire protocol both ends share, the one bootstrap that ships
+the agent and the doctor's probe, and that they stay standard library only on Python 3.8
+(run for real on a 3.8 interpreter where this machine has one)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpumon.backends.config import HostConfig
+from gpumon.backends.model import ConnState, Source
+from gpumon.backends.monitor import demo_settings, make_monitor
+from gpumon.backends.monitor.sources.agent import dispatch, handlers
+from gpumon.backends.parsers import PROCESS_FIELDS, QUERY_FIELDS
+from gpumon.backends.remote import protocol
+from gpumon.backends.remote.bootstrap import program_argv, program_tag
+from gpumon.backends.remote.doctor_probe_fs import proc_facts
+from gpumon.backends.sim import write_wrapper
+
+REMOTE = Path(__file__).parents[2] / "backends" / "remote"
+
+
+def python_3_8() -> str | None:
+    """A Python 3.8 that runs here (a pyenv shim on PATH may not), or None."""
+    found = [
+        shutil.which("python3.8"),
+        *map(str, Path.home().glob(".pyenv/versions/3.8*/bin/python3.8")),
+    ]
+    for python in filter(None, found):
+        check = [python, "-c", "import sys; print(sys.version_info[:2] == (3, 8))"]
+        res = subprocess.run(check, capture_output=True, text=True, check=False)
+        if res.stdout.strip() == "True":
+            return python
+    return None
+
+
+PY38 = python_3_8()
+
+
+def sample_messages() -> list[protocol.Message]:
+    return [
+        protocol.Hello(protocol.AGENT_VERSION, "agent/nvml", "3.8.18", "ct200", 42, "note"),
+        protocol.Gpus(1.5, ["index", "name"], ["0, RTX"]),
+        protocol.Procs(1.5, ["1, python, 100, GPU-1, 00:01"]),
+        protocol.SmiError(1.5, 9, "NVIDIA-SMI has failed"),
+        protocol.Log("job:drafter", "/root/train.log", 1.5, True, ["step 1"], 3),
+        protocol.Kernel(1.5, ["NVRM: Xid 79"]),
+        protocol.MemoryEvents(1.5, "oom 1\n"),
+        protocol.Http("sglang:30000", 1.5, 200, "sglang:x 1\n"),
+        protocol.Note("kernel log not readable here"),
+    ]
+
+
+def test_every_message_survives_the_wire_and_has_a_client_handler() -> None:
+    messages = sample_messages()
+    assert {type(m) for m in messages} == set(protocol.MESSAGES.values())
+    for message in messages:
+        wire = json.loads(protocol.encode(message))
+        assert wire["type"] == message.TYPE
+        assert protocol.MESSAGES[wire["type"]].from_wire(wire) == message
+    monitor = make_monitor(HostConfig(name="box", kind="local"))
+    table = handlers(monitor, on_hello=lambda hello: False)
+    assert set(table) == set(protocol.MESSAGES)  # the dispatch table covers the protocol
+
+
+def test_a_hostile_message_is_coerced_never_trusted() -> None:
+    bad: dict[str, Any] = {"type": "log", "tag": 5, "lines": "not a list", "backlog": "yes"}
+    log = protocol.Log.from_wire(bad)
+    assert (log.tag, log.path, log.lines, log.t, log.dropped) == ("5", "5", [], 0.0, 0)
+    hello = protocol.Hello.from_wire({"type": "hello", "agent": "1", "pid": True})
+    assert hello.agent == -1 and hello.pid is None
+    problem = protocol.version_problem(hello)
+    assert problem is not None and "unknown version" in problem
+    assert protocol.version_problem(protocol.Hello(protocol.AGENT_VERSION, "x")) is None
+    http = protocol.Http.from_wire({"type": "http", "tag": "sglang:1", "status": 200.5})
+    assert http.status is None and http.body == ""
+    assert protocol.decode_command('{"cmd": "interval", "seconds": 2}') == protocol.SetInterval(2)
+    for line in ("", "[1]", '{"cmd": "interval", "seconds": true}', '{"cmd": "rm"}'):
+        assert protocol.decode_command(line) is None
+
+
+def test_lines_that_are_not_messages_are_counted_and_unknown_types_ignored() -> None:
+    monitor = make_monitor(HostConfig(name="box", kind="local"))
+    table = handlers(monitor, on_hello=lambda hello: False)
+    assert dispatch(monitor, table, b"not json\n") is False
+    assert dispatch(monitor, table, b"[1, 2]\n") is False
+    assert monitor.skipped_lines == 2
+    assert dispatch(monitor, table, b'{"type": "from_a_newer_agent"}\n') is False
+    assert monitor.skipped_lines == 2
+
+
+def test_options_round_trip_through_argv() -> None:
+    options = protocol.AgentOptions(
+        fields=["index"], process_fields=["pid"], interval=0.5, logs=[{"path": "/x", "tag": "t"}]
+    )
+    assert protocol.AgentOptions.from_wire(json.loads(options.to_json())) == options
+    assert {f.name for f in fields(options)} == set(json.loads(options.to_json()))
+
+
+@pytest.mark.parametrize("path", sorted(REMOTE.glob("*.py")), ids=lambda p: p.name)
+def test_remote_modules_are_standard_library_python_3_8(path: Path) -> None:
+    source = path.read_text()
+    tree = ast.parse(source, feature_version=(3, 8))  # no syntax newer than the target's
+    top = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            top |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            top.add(node.module.split(".")[0])
+    # pynvml is optional on the target and imported inside a try.
+    assert top - set(sys.stdlib_module_names) - {"__future__", "pynvml"} == set()
+
+
+def agent_process(python: str, tmp_path: Path) -> subprocess.Popen[bytes]:
+    smi = write_wrapper(tmp_path / "bin", demo_settings(demo_time=5, frozen=True))
+    options = protocol.AgentOptions(
+        fields=list(QUERY_FIELDS),
+        process_fields=list(PROCESS_FIELDS),
+        nvidia_smi=str(smi),
+        interval=0.2,
+        nvml=False,
+    )
+    argv, data = program_argv(
+        python, "agent", needs=("protocol",), args=[options.to_json()], flags=("-u",)
+    )
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(data)
+    proc.stdin.flush()
+    return proc
+
+
+def read_until_gpus(proc: subprocess.Popen[bytes]) -> protocol.Hello:
+    assert proc.stdout is not None
+    raw = json.loads(proc.stdout.readline())
+    hello = protocol.Hello.from_wire(raw)
+    while json.loads(proc.stdout.readline())["type"] != "gpus":
+        pass
+    return hello
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()  # how the agent learns gpumon is gone
+    assert proc.wait(timeout=5) == 0
+
+
+@pytest.mark.skipif(PY38 is None, reason="no Python 3.8 interpreter on this machine")
+def test_the_agent_runs_on_python_3_8(tmp_path: Path) -> None:
+    assert PY38 is not None
+    proc = agent_process(PY38, tmp_path)
+    try:
+        hello = read_until_gpus(proc)
+        assert hello.python.startswith("3.8.") and hello.source == Source.AGENT_SMI.value
+        assert protocol.version_problem(hello) is None
+    finally:
+        stop(proc)
+
+
+@pytest.mark.skipif(PY38 is None, reason="no Python 3.8 interpreter on this machine")
+def test_the_doctor_probe_runs_on_python_3_8() -> None:
+    assert PY38 is not None
+    from gpumon.backends.torchenv import probe_argv
+
+    argv, data = probe_argv(PY38, {"sections": ["python", "gpu"], "nvidia_smi": "/nonexistent"})
+    res = subprocess.run(argv, input=data, capture_output=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr.decode()
+    facts = json.loads(res.stdout.decode().splitlines()[-1])
+    assert facts["python"]["version"].startswith("3.8.") and facts["errors"] == {}
+
+
+def test_the_doctor_tells_gpumons_programs_from_users_of_the_venv(tmp_path: Path) -> None:
+    """All run this venv's Python; only the users count (a swap waits for users): gpumon's
+    agent and another probe (a plan being replaced) do not; a user process whose argv
+    merely holds the word (a job "agent" in tmux session gpumon-agent) does."""
+    from gpumon.backends.torchenv import probe_argv
+
+    agent = agent_process(sys.executable, tmp_path)
+    probe = subprocess.Popen(probe_argv(sys.executable, {})[0], stdin=subprocess.PIPE)
+    sleep = "import time; time.sleep(30)"
+    users = [
+        subprocess.Popen([sys.executable, "-c", sleep]),
+        subprocess.Popen([sys.executable, "-c", sleep, program_tag("agent")]),
+    ]
+    try:
+        read_until_gpus(agent)  # the probe waits for its source on stdin meanwhile
+        assert program_tag("agent").encode() in Path(f"/proc/{agent.pid}/cmdline").read_bytes()
+        found = [p["pid"] for p in proc_facts(sys.prefix)]
+        assert [u.pid in found for u in users] == [True, True]
+        assert agent.pid not in found and probe.pid not in found
+    finally:
+        for proc in (*users, probe):
+            proc.kill()
+            proc.wait()
+        stop(agent)
+
+
+def test_an_agent_of_another_version_is_a_clear_host_error(tmp_path: Path) -> None:
+    """A "python" that passes the version probe but answers with a version-99 agent."""
+    fake = tmp_path / "python"
+    hello = {"type": "hello", "agent": 99, "source": "agent/nvml"}
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$2" in *version_info*) echo True; exit 0;; esac\n'
+        f"echo '{json.dumps(hello)}'\n"
+        "cat > /dev/null\n"
+    )
+    fake.chmod(0o755)
+    host = HostConfig(name="box", kind="local", python=str(fake), kernel_log=False)
+    monitor = make_monitor(host, reconnect=False)
+
+    async def go() -> None:
+        monitor.start()
+        deadline = time.monotonic() + 15
+        while monitor.status.state != ConnState.FAILED:
+            assert time.monotonic() < deadline, monitor.status
+            await monitor.wait_for_update(0.5)
+        await monitor.stop()
+
+    import asyncio
+
+    asyncio.run(go())
+    error = monitor.status.error or ""
+    assert "incompatible agent" in error and "version 99" in error, error
+    assert monitor.samples == 0

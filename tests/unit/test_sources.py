@@ -1,0 +1,80 @@
+"""Where a monitor's data comes from: the direct nvidia-smi stream (a target without
+Python), run for real on this machine with the simulator's nvidia-smi."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+
+from gpumon.backends.config import HostConfig
+from gpumon.backends.model import Source as SampleSource
+from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
+from gpumon.backends.sim import write_wrapper
+
+
+def direct_host(smi: Path, interval: float) -> HostConfig:
+    """A local host whose "Python" is ``false``: gpumon streams nvidia-smi directly."""
+    return HostConfig(
+        name="box",
+        kind="local",
+        python=shutil.which("false") or "/bin/false",
+        nvidia_smi=str(smi),
+        interval=interval,
+        kernel_log=False,
+    )
+
+
+async def until(monitor: HostMonitor, condition: object, what: str, timeout: float = 15) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: {monitor.status}"
+        await monitor.wait_for_update(0.5)
+
+
+async def test_a_direct_stream_follows_a_new_interval(tmp_path: Path) -> None:
+    """``+`` on a host without Python: the nvidia-smi loop restarts at the new rate, so
+    samples arrive as often as the (shorter) stale limit expects."""
+    smi = write_wrapper(tmp_path / "bin", demo_settings(demo_time=5, frozen=True))
+    monitor = make_monitor(direct_host(smi, interval=4.0))
+    monitor.start()
+    try:
+        await until(monitor, lambda: monitor.samples >= 1, "no first sample")
+        assert monitor.status.source == SampleSource.SMI_DIRECT
+        monitor.set_interval(0.2)
+        count = monitor.samples
+        await asyncio.sleep(2.5)
+        # At 0.2 s that is about a dozen samples; the old 4 s loop gives at most one.
+        assert monitor.samples - count >= 5, monitor.samples - count
+        assert not monitor.is_stale()
+    finally:
+        await monitor.stop()
+
+
+async def test_a_failed_process_poll_is_said_and_polling_goes_on(tmp_path: Path) -> None:
+    """nvidia-smi vanishes for a while (the transport cannot start it): the process poll
+    says so and keeps polling; the list comes back once nvidia-smi does."""
+    smi = write_wrapper(tmp_path / "bin", demo_settings(demo_time=5, frozen=True))
+    loop_errors: list[object] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: loop_errors.append(ctx))
+    monitor = make_monitor(direct_host(smi, interval=0.5))
+    monitor.start()
+    try:
+        await until(monitor, lambda: monitor.processes_time is not None, "no process list")
+        script = smi.read_text()
+        smi.unlink()  # the running loop keeps streaming; new nvidia-smi runs fail to start
+        await until(
+            monitor,
+            lambda: any("cannot run" in text for _, text in monitor.alerts.notes()),
+            "the failed poll was not said",
+        )
+        smi.write_text(script)
+        smi.chmod(0o755)
+        polled = monitor.processes_time
+        await until(monitor, lambda: monitor.processes_time != polled, "polling stopped")
+        assert monitor.latest is not None and monitor.latest.processes
+    finally:
+        await monitor.stop()
+    assert loop_errors == []
