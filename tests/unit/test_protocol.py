@@ -24,6 +24,7 @@ def sample_messages() -> list[protocol.Message]:
         protocol.MemoryEvents(1.5, "oom 1\n"),
         protocol.Http("sglang:30000", 1.5, 200, "sglang:x 1\n"),
         protocol.Note("kernel log not readable here"),
+        protocol.LogProblem("watch", "/var/log/x.log", "Permission denied"),
     ]
 
 
