@@ -1,8 +1,9 @@
 """From an OOM line appended on the target to the alert in the monitor, and whether a log
-growing at 50,000 lines/s delays GPU samples. Runs the real agent and monitor on this
-machine (``local`` transport) with the simulator's nvidia-smi; only files it creates.
+flooding at 200,000 lines/s (20 MB/s) delays GPU samples or its own OOM lines. Runs the
+real agent and monitor on this machine (``local`` transport) with the simulator's
+nvidia-smi; only files it creates.
 
-    python bench/bench_alert_latency.py [--rounds N] [--flood-s S]
+    python bench/bench_alert_latency.py [--rounds N] [--flood-s S] [--flood-rate LINES]
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import statistics
 import sys
 import tempfile
@@ -27,28 +29,70 @@ OOM = (
 )
 
 
-def flood(path: Path, rate: int, seconds: float, stop: threading.Event) -> int:
-    """Append ``rate`` ordinary lines a second for ``seconds``; returns lines written."""
-    written = 0
-    batch = max(rate // 100, 1)
-    start = time.monotonic()
-    with path.open("a") as f:
-        while not stop.is_set() and time.monotonic() - start < seconds:
-            f.write(
-                "".join(f"step {written + i} | loss 2.31 | 12.8 Ktok/s\n" for i in range(batch))
-            )
-            f.flush()
-            written += batch
-            delay = start + written / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-    return written
+LINE = "[rank0] step {:>9} | loss 2.3100 | lr 1.0e-4 | grad_norm 0.93 | 12.8 Ktok/s | mem 71.2G\n"
+
+
+def agent_cpu_s(marker: str) -> tuple[float, int]:
+    """CPU seconds and RSS (KiB) of the agent whose command line holds ``marker``."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read()
+            if b"gpumon-agent" not in argv or marker.encode() not in argv:
+                continue
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/status") as f:
+                rss = next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
+        except (OSError, ValueError, StopIteration):
+            continue
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), rss
+    return float("nan"), 0
+
+
+class Flood:
+    """Appends ``rate`` ordinary ~100-byte lines a second from a thread; ``oom()`` puts an
+    OOM line into the stream (between whole lines) and returns when it was written."""
+
+    def __init__(self, path: Path, rate: int) -> None:
+        self.path, self.rate = path, rate
+        self.block = "".join(LINE.format(i) for i in range(max(rate // 100, 1)))
+        self.lines = self.block.count("\n")
+        self.written = 0
+        self.stop = threading.Event()
+        self._oom = threading.Event()
+        self._oom_at: list[float] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        with self.path.open("a") as f:
+            while not self.stop.is_set():
+                if self._oom.is_set():
+                    f.write(OOM + "\n")
+                    f.flush()
+                    self._oom_at.append(time.monotonic())
+                    self._oom.clear()
+                f.write(self.block)
+                f.flush()
+                self.written += self.lines
+                delay = start + self.written / self.rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+
+    def oom(self) -> float:
+        self._oom.set()
+        while self._oom.is_set():
+            time.sleep(0.0005)
+        return self._oom_at[-1]
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--flood-s", type=float, default=10.0)
+    ap.add_argument("--flood-s", type=float, default=25.0)
+    ap.add_argument("--flood-rate", type=int, default=200_000, help="lines per second")
+    ap.add_argument("--oom-every-s", type=float, default=2.0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -80,7 +124,7 @@ async def main() -> None:
             f"max {max(latencies) * 1000:.0f} ms (target: one sampling interval, 1000 ms)"
         )
 
-        # A log flood: are GPU samples still on time, and is an OOM in the flood caught?
+        # A log flood: are GPU samples still on time, and is each OOM in it caught at once?
         times: list[float] = []  # arrival of each new GPU sample
         counted = [monitor.samples]
 
@@ -90,29 +134,62 @@ async def main() -> None:
                 times.append(time.monotonic())
 
         monitor.add_listener(on_change)
-        stop = threading.Event()
-        result: list[int] = []
-        writer = threading.Thread(
-            target=lambda: result.append(flood(log, 50_000, args.flood_s, stop)), daemon=True
-        )
-        before = {a.key for a in monitor.alerts.history()}
-        writer.start()
-        await asyncio.sleep(args.flood_s / 2)
-        with log.open("a") as f:
-            f.write(OOM + "\n")
-        await asyncio.sleep(args.flood_s / 2 + 1.5)
-        stop.set()
-        writer.join()
+        flood = Flood(log, args.flood_rate)
+        cpu0, _ = agent_cpu_s(tmp)
+        flood.thread.start()
+        started = time.monotonic()
+        in_flood: list[tuple[float, float]] = []  # (seconds into the flood, latency)
+        missed = 0
+        while time.monotonic() - started < args.flood_s:
+            await asyncio.sleep(args.oom_every_s)
+            before = {a.key for a in monitor.alerts.history() if a.kind == "cuda_oom"}
+            t0 = await asyncio.to_thread(flood.oom)
+            while not {a.key for a in monitor.alerts.history() if a.kind == "cuda_oom"} - before:
+                if time.monotonic() - t0 > 10:
+                    missed += 1
+                    break
+                await asyncio.sleep(0.005)
+            else:
+                in_flood.append((t0 - started, time.monotonic() - t0))
+            monitor.alerts.acknowledge_all()
+        elapsed = time.monotonic() - started
+        cpu1, rss = agent_cpu_s(tmp)
+        flood.stop.set()
+        flood.thread.join()
         gaps = [b - a for a, b in itertools.pairwise(times)]
-        caught = {a.key for a in monitor.alerts.history() if a.kind == "cuda_oom"} - before
-        rate = result[0] / args.flood_s if result else 0
-        print(f"log flood: {rate:,.0f} lines/s for {args.flood_s:g} s")
+        print(
+            f"log flood: {flood.written / elapsed:,.0f} lines/s "
+            f"({flood.written * len(LINE) / elapsed / 1e6:.1f} MB/s) for {elapsed:.0f} s"
+        )
+        print(
+            f"  agent: {(cpu1 - cpu0) / elapsed * 100:.0f} % of one core, RSS {rss / 1024:.1f} MiB"
+        )
         if gaps:
             print(
                 f"  GPU sample gaps during the flood: median {statistics.median(gaps):.2f} s, "
                 f"max {max(gaps):.2f} s (interval 1 s)"
             )
-        print(f"  OOM line inside the flood caught: {'yes' if caught else 'NO'}")
+        lags = [lag for _, lag in in_flood]
+        if lags:
+            first = [lag for at, lag in in_flood if at < elapsed / 2]
+            last = [lag for at, lag in in_flood if at >= elapsed / 2]
+            print(
+                f"  OOM line inside the flood -> alert: {len(lags)} caught, {missed} missed; "
+                f"median {statistics.median(lags) * 1000:.0f} ms, max {max(lags) * 1000:.0f} ms "
+                "(target < 1000 ms)"
+            )
+            if first and last:
+                print(
+                    f"  first half median {statistics.median(first) * 1000:.0f} ms, second half "
+                    f"{statistics.median(last) * 1000:.0f} ms (a growing lag means falling behind)"
+                )
+        else:
+            print(f"  OOM line inside the flood: NONE caught ({missed} missed)")
+        (flow,) = [f for f in monitor.log_flow_json() if f["path"] == str(log)]
+        print(
+            f"  reported: {flow['lines']:,} lines received, {flow['lines_dropped']:,} dropped "
+            f"(flood), {flow['bytes_skipped']:,} bytes skipped unread"
+        )
         await monitor.stop()
 
 

@@ -57,6 +57,7 @@ def snapshot_json(monitor: HostMonitor, now: float) -> dict[str, Any]:
         "alerts": [a.to_json() for a in monitor.alerts.active()],
         "sglang": monitor.workloads.sglang_json(),
         "jobs": monitor.workloads.jobs_json(),
+        "logs": monitor.log_flow_json(),
     }
 
 

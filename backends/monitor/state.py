@@ -18,7 +18,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.config.load import HostConfig
@@ -50,9 +50,20 @@ HISTORY_S = 3600.0  # the detail view's longest window
 # ms on a many-GPU box) and SSH adds its latency, so at a 0.1 s interval the gap between
 # two healthy rounds reaches about 0.5 s; 1 s keeps a 2x margin over that.
 NO_DATA_FLOOR_S = 1.0
+LOG_FLOWS_KEPT = 64  # followed files whose counts are kept (a glob's rotated names come and go)
 GAPS_KEPT = 9  # the stream's typical period is the median gap of the last rounds
 
 Listener = Callable[["HostMonitor"], None]
+
+
+@dataclass(slots=True)
+class LogFlow:
+    """What one followed log file sent so far (``snapshot --json``'s ``logs``)."""
+
+    tag: str
+    lines: int = 0
+    lines_dropped: int = 0  # left out of floods by the agent (keyword lines and newest kept)
+    bytes_skipped: int = 0  # skipped unread: written faster than the agent scans
 
 
 class HostMonitor:
@@ -77,6 +88,7 @@ class HostMonitor:
         self.processes_time: float | None = None
         self.histories: dict[int, GpuHistory] = {}
         self.skipped_lines = 0  # malformed lines dropped since start
+        self.log_flow: dict[str, LogFlow] = {}  # per followed file: what came, what did not
         self.samples = 0
         self._last_data_at: float | None = None  # monitor clock when the last round came
         self._gaps: deque[float] = deque(maxlen=GAPS_KEPT)
@@ -222,10 +234,20 @@ class HostMonitor:
             self.latest = replace(self.latest, processes=self.processes)
         self._notify()
 
-    def ingest_log(self, tag: str, path: str, lines: Sequence[str], *, backlog: bool) -> None:
+    def ingest_log(
+        self,
+        tag: str,
+        path: str,
+        lines: Sequence[str],
+        *,
+        backlog: bool,
+        dropped: int = 0,
+        skipped_bytes: int = 0,
+    ) -> None:
         job = self.host.job(tag[4:]) if tag.startswith("job:") else None
         now = self.clock()
         lines = list(lines)
+        self._count_log_flow(tag, path, len(lines), dropped, skipped_bytes, now)
         self.workloads.on_log(tag, path, lines, now)
         self.alerts.on_log_lines(
             path,
@@ -237,6 +259,49 @@ class HostMonitor:
         )
         self.workloads.apply_alerts(self.alerts, now)
         self._notify()
+
+    def _count_log_flow(
+        self, tag: str, path: str, lines: int, dropped: int, skipped: int, now: float
+    ) -> None:
+        """Counts what a followed log sent and left out; a flood is said once per log (a
+        note), bytes skipped unread are a warning: an OOM line there would be missed."""
+        flow = self.log_flow.get(path)
+        if flow is None:
+            if len(self.log_flow) >= LOG_FLOWS_KEPT:  # rotated names: forget the oldest
+                del self.log_flow[next(iter(self.log_flow))]
+            flow = self.log_flow[path] = LogFlow(tag)
+        flow.lines += lines
+        flow.lines_dropped += dropped
+        flow.bytes_skipped += skipped
+        what = f"job {tag[4:]}'s log" if tag.startswith("job:") else "watched log"
+        if dropped:
+            self.alerts.note(
+                f"{what} {path} floods: only its OOM/error lines and "
+                "the newest are read, the rest are counted as dropped"
+            )
+        if skipped:
+            self.alerts.raise_alert(
+                "log_flood",
+                Health.WARNING,
+                f"{what} {path} is written faster than gpumon can scan it: "
+                f"{flow.bytes_skipped / 2**20:,.0f} MiB skipped unread; an OOM line there "
+                "is missed",
+                key=f"log_flood:{path}\n",
+                at=now,
+            )
+
+    def log_flow_json(self) -> list[dict[str, object]]:
+        """Per followed log: lines received, left out of floods, bytes skipped unread."""
+        return [
+            {
+                "path": path,
+                "tag": f.tag,
+                "lines": f.lines,
+                "lines_dropped": f.lines_dropped,
+                "bytes_skipped": f.bytes_skipped,
+            }
+            for path, f in self.log_flow.items()
+        ]
 
     def ingest_log_problem(self, tag: str, path: str, problem: str | None) -> None:
         """A watched log that cannot be read is a warning alert while it lasts: OOM

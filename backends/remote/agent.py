@@ -18,14 +18,12 @@ nothing here may import outside the standard library.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import json
 import os
 import select
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -34,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import protocol
+from .logtail import LogTail
 from .protocol import AGENT_VERSION, AgentOptions
 
 SMI_TIMEOUT_S = 15.0  # a stuck driver can leave nvidia-smi in D state: never wait forever
@@ -646,141 +645,6 @@ def _process_name(pid: int) -> str:
     except OSError:
         return "[Not Found]"
     return argv0.replace(",", "?") or "[Not Found]"
-
-
-LOG_BACKLOG_BYTES = 64 * 1024  # at start, this much of each log's tail is sent as backlog
-LOG_READ_BYTES = 4 << 20  # at most this much per file per poll, so GPU samples never wait
-LOG_MAX_LINES = 2000  # lines per message; more means a flood (see LogTail.keep)
-LOG_FLOOD_NEWEST = 200
-
-
-class LogTail:
-    """Follows one log path or glob: new lines only, through rotation and truncation.
-
-    ``filter`` (a regex) keeps the lines worth sending; the last line of every poll is
-    always sent too (progress lines only matter at their newest). Files that appear
-    after the start are read from their beginning.
-    """
-
-    def __init__(self, spec: dict[str, Any]) -> None:
-        import re
-
-        self.pattern = os.path.expanduser(str(spec["path"]))
-        self.tag = str(spec.get("tag") or self.pattern)
-        self.filter = re.compile(spec["filter"]) if spec.get("filter") else None
-        self.keep = re.compile(spec["keep"]) if spec.get("keep") else None
-        self.files: dict[str, list[Any]] = {}  # path -> [inode, offset, partial bytes]
-        self.problems: dict[str, str] = {}  # path -> why it cannot be read (said once)
-        self._said: list[protocol.LogProblem] = []
-        self.started = False
-        self.last_glob = 0.0
-
-    def _paths(self) -> list[str]:
-        import glob
-
-        if any(ch in self.pattern for ch in "*?["):
-            return sorted(glob.glob(self.pattern))
-        return [self.pattern]
-
-    def poll(self) -> list[protocol.Log]:
-        """New lines; changes in readability wait in ``take_problems()``."""
-        now = time.monotonic()
-        if not self.started or now - self.last_glob > 2.0:
-            self.last_glob = now
-            for path in self._paths():
-                if path not in self.files and self._exists(path):
-                    self.files[path] = [None, 0, b""]
-        out = []
-        for path, state in list(self.files.items()):
-            msg = self._poll_file(path, state, backlog=not self.started)
-            if msg is not None:
-                out.append(msg)
-        self.started = True
-        return out
-
-    def take_problems(self) -> list[protocol.LogProblem]:
-        """The changes in which paths can be read since the last call."""
-        said, self._said = self._said, []
-        return said
-
-    def _exists(self, path: str) -> bool:
-        """Whether ``path`` is there to follow; one that is there but hidden from us (a
-        directory we may not enter) is a problem, said. Absent is not: it may come."""
-        try:
-            os.stat(path)
-        except PermissionError as e:
-            self._say(path, e)
-            return False
-        except OSError:
-            return False
-        return True
-
-    def _say(self, path: str, error: OSError | None) -> None:
-        """A change in whether ``path`` can be read becomes one LogProblem message."""
-        problem = None if error is None else (error.strerror or type(error).__name__)
-        if problem == self.problems.get(path):
-            return
-        if problem is None:
-            del self.problems[path]
-        else:
-            self.problems[path] = problem
-        self._said.append(protocol.LogProblem(self.tag, path, problem))
-
-    def _poll_file(self, path: str, state: list[Any], backlog: bool) -> protocol.Log | None:
-        try:
-            st = os.stat(path)
-        except PermissionError as e:
-            self._say(path, e)
-            return None
-        except OSError:
-            return None  # rotated away; a new file at the same path is picked up below
-        if stat.S_ISDIR(st.st_mode):  # replaced by a directory: nothing to follow
-            self._say(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
-            state[:] = [None, 0, b""]  # a file there later is all new
-            return None
-        inode, offset, partial = state
-        if inode is not None and st.st_ino != inode:
-            offset, partial = 0, b""  # rotated: the new file is all new
-        elif st.st_size < offset:
-            offset, partial = 0, b""  # truncated in place
-        if backlog:
-            offset = max(st.st_size - LOG_BACKLOG_BYTES, 0)
-        try:
-            with open(path, "rb") as f:
-                self._say(path, None)
-                if st.st_size == offset:
-                    state[:] = [st.st_ino, offset, partial]
-                    return None
-                f.seek(offset)
-                data = f.read(LOG_READ_BYTES)
-        except OSError as e:
-            self._say(path, e)
-            return None
-        offset += len(data)
-        data = partial + data
-        *complete, partial = data.split(b"\n")
-        if b"\r" in partial:  # a progress bar redraws with \r: its updates count as lines
-            head, _, partial = partial.rpartition(b"\r")
-            complete.append(head)
-        if backlog and offset - len(data) > 0 and complete:
-            complete = complete[1:]  # the first backlog line is probably cut
-        state[:] = [st.st_ino, offset, partial[-65536:]]
-        lines = [ln.decode("utf-8", "replace").rstrip("\r") for ln in complete]
-        if not lines:
-            return None
-        if self.filter is not None:
-            last = lines[-1]
-            lines = [ln for ln in lines if self.filter.search(ln)]
-            if not lines or lines[-1] is not last:
-                lines.append(last)
-        total = len(lines)
-        if total > LOG_MAX_LINES:
-            # A flood: keep what ``keep`` marks as important, then the newest lines.
-            newest = lines[-LOG_FLOOD_NEWEST:]
-            older = lines[:-LOG_FLOOD_NEWEST]
-            important = [ln for ln in older if self.keep.search(ln)] if self.keep else []
-            lines = important[-(LOG_MAX_LINES - LOG_FLOOD_NEWEST) :] + newest
-        return protocol.Log(self.tag, path, time.time(), backlog, lines, total - len(lines))
 
 
 def sglang_ports() -> list[int]:

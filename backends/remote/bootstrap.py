@@ -1,6 +1,6 @@
 """Ships modules of this package to the target's interpreter and runs one (client side).
 
-    argv, data = program_argv(python, "agent", needs=("protocol",), args=[options])
+    argv, data = program_argv(python, "agent", args=[options])
     stream = await transport.open_stream(argv)
     stream.write(data)
 
@@ -55,17 +55,23 @@ def module_source(name: str) -> bytes:
     return (resources.files(__package__ or "gpumon.backends.remote") / f"{name}.py").read_bytes()
 
 
+# The modules each program imports (``from . import protocol``), shipped before it.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "agent": ("protocol", "logtail"),
+    "doctor_probe": ("doctor_probe_fs",),
+}
+
+
 def program_argv(
     python: str,
     main: str,
     *,
-    needs: Sequence[str] = (),
     args: Sequence[str] = (),
     flags: Sequence[str] = (),
 ) -> tuple[list[str], bytes]:
-    """The argv that runs module ``main`` (after the modules it ``needs``) with ``python``
-    and ``flags`` (``-u``), and the bytes to write to its stdin."""
-    sources = {n: module_source(n) for n in [*needs, main] if n != main}
+    """The argv that runs module ``main`` (after the modules it needs, ``NEEDS``) with
+    ``python`` and ``flags`` (``-u``), and the bytes to write to its stdin."""
+    sources = {n: module_source(n) for n in NEEDS.get(main, ()) if n != main}
     sources[main] = module_source(main)  # last: the one whose main() runs
     manifest = ",".join(f"{n}:{len(s)}" for n, s in sources.items())
     argv = [python, *flags, "-c", BOOTSTRAP, program_tag(main), manifest, *args]

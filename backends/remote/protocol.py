@@ -160,7 +160,8 @@ class Log(Message):
     t: float
     backlog: bool
     lines: list[str]
-    dropped: int = 0  # lines left out of a flood
+    dropped: int = 0  # lines left out of a flood (only keyword lines and the newest sent)
+    skipped_bytes: int = 0  # written faster than the agent can scan: skipped unread
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> Log:
@@ -172,6 +173,7 @@ class Log(Message):
             backlog=bool(raw.get("backlog")),
             lines=_texts(raw, "lines"),
             dropped=_int_or_none(raw, "dropped") or 0,
+            skipped_bytes=_int_or_none(raw, "skipped_bytes") or 0,
         )
 
 

@@ -55,9 +55,7 @@ class ProbeError(GpumonError):
 
 def probe_argv(python: str, options: dict[str, Any]) -> tuple[list[str], bytes]:
     """The argv that runs the probe with ``python`` and the bytes to write to its stdin."""
-    return program_argv(
-        python, "doctor_probe", needs=("doctor_probe_fs",), args=[json.dumps(options)]
-    )
+    return program_argv(python, "doctor_probe", args=[json.dumps(options)])
 
 
 def host_python(host: HostConfig) -> str:

@@ -57,9 +57,7 @@ def test_bootstrap_reads_exactly_the_source_and_keeps_stdin_open(tmp_path: Path)
         interval=0.2,
         nvml=False,
     )
-    argv, src = program_argv(
-        sys.executable, "agent", needs=("protocol",), args=[options.to_json()], flags=("-u",)
-    )
+    argv, src = program_argv(sys.executable, "agent", args=[options.to_json()], flags=("-u",))
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(src)
@@ -191,7 +189,10 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
     now = time.time()
     data = snapshot_json(monitor, now)
     keys = ["host", "time", "source", "stale_s", "error", "gpus", "alerts", "sglang", "jobs"]
-    assert list(data) == keys
+    assert list(data) == [*keys, "logs"]
+    for flow in data["logs"]:  # the demo job's log, followed by the agent
+        assert list(flow) == ["path", "tag", "lines", "lines_dropped", "bytes_skipped"]
+        assert flow["lines_dropped"] == 0 and flow["bytes_skipped"] == 0
     assert {a["kind"] for a in data["alerts"]} == {"gpu_health"}  # GPU 4 is lost
     assert data["host"] == "demo" and data["source"] == "agent/nvidia-smi"
     gpu_keys = [

@@ -29,7 +29,7 @@ REMOTE = Path(__file__).parents[2] / "backends" / "remote"
 CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[2])
-from gpumon_remote.agent import LogTail
+from gpumon_remote.logtail import LogTail
 tail = LogTail({"path": sys.argv[1], "tag": "watch"})
 for _ in sys.stdin:
     tail.poll()
@@ -74,7 +74,7 @@ def test_a_log_that_cannot_be_read_is_said_once_and_cleared(open_dir: Path) -> N
     package = tmp_path / "pkg" / "gpumon_remote"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    for name in ("agent.py", "protocol.py"):
+    for name in ("logtail.py", "protocol.py"):
         (package / name).write_text((REMOTE / name).read_text(encoding="utf-8"))
     for d in (package.parent, package):
         d.chmod(0o755)

@@ -50,9 +50,7 @@ def agent_process(python: str, tmp_path: Path) -> subprocess.Popen[bytes]:
         interval=0.2,
         nvml=False,
     )
-    argv, data = program_argv(
-        python, "agent", needs=("protocol",), args=[options.to_json()], flags=("-u",)
-    )
+    argv, data = program_argv(python, "agent", args=[options.to_json()], flags=("-u",))
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None
     proc.stdin.write(data)

@@ -146,3 +146,116 @@ def test_a_log_replaced_by_a_directory_is_said_once_and_cleared_when_back(
     assert lines_of(tail.poll()) == ["new"]
     (cleared,) = tail.take_problems()
     assert cleared.problem is None
+
+
+def _flood_tail(tmp_path: Path) -> tuple[Path, LogTail]:
+    from gpumon.backends.parsers import KEEP_PATTERN
+
+    log = tmp_path / "flood.log"
+    log.write_text("")
+    tail = LogTail({"path": str(log), "keep": KEEP_PATTERN, "tag": "job:train"})
+    tail.poll()
+    return log, tail
+
+
+OOM_LINE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 6 has a "
+    "total capacity of 94.97 GiB of which 90.00 MiB is free."
+)
+
+
+def test_a_flood_of_many_chunks_keeps_every_keyword_line_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A second of a 200,000 lines/s flood of ~100-byte lines (20 MB, five read chunks):
+    the OOM lines anywhere in it (also across a chunk boundary), the traceback start and
+    the newest lines are sent; every other line is counted as dropped, none invented."""
+    from gpumon.backends.remote import LOG_FLOOD_NEWEST
+    from gpumon.backends.remote.logtail import LOG_READ_BYTES
+
+    log, tail = _flood_tail(tmp_path)
+    body = [
+        f"[rank0] step {i:>9} | loss 2.3100 | lr 1.0e-4 | 12.8 Ktok/s | mem 71.2G"
+        for i in range(200_000)
+    ]
+    width = len(body[0]) + 1
+    at_boundary = LOG_READ_BYTES // width  # the line that straddles the first chunk's end
+    special = {10: "Traceback (most recent call last):", at_boundary: OOM_LINE, 150_000: OOM_LINE}
+    for i, text in special.items():
+        body[i] = text
+    log.write_text("\n".join(body) + "\n")
+    (msg,) = tail.poll()
+    assert msg.lines[: len(special)] == list(special.values())
+    assert msg.lines[len(special) :] == body[-LOG_FLOOD_NEWEST:]
+    assert msg.dropped == len(body) - len(msg.lines) and msg.skipped_bytes == 0
+    assert tail.poll() == []  # all of it was read: nothing is behind
+
+
+def test_a_log_written_faster_than_it_can_be_scanned_is_skipped_ahead_and_said(
+    tmp_path: Path,
+) -> None:
+    from gpumon.backends.remote.logtail import LOG_READ_BYTES, LOG_SCAN_BYTES
+
+    log, tail = _flood_tail(tmp_path)
+    line = b"x" * 99 + b"\n"
+    size = LOG_SCAN_BYTES + 8 * LOG_READ_BYTES
+    with log.open("wb") as f:
+        f.write(line * (size // len(line)) + OOM_LINE.encode() + b"\nthe newest\n")
+    (msg,) = tail.poll()
+    total = log.stat().st_size
+    assert msg.skipped_bytes == total - LOG_READ_BYTES
+    assert OOM_LINE in msg.lines and msg.lines[-1] == "the newest"  # the newest bytes are read
+    assert tail.poll() == []
+
+
+def test_a_progress_bar_redraw_is_sent_once_it_sits_still(tmp_path: Path) -> None:
+    """tqdm writes "\\r" + bar with no newline: the newest bar is sent when the file has
+    not grown for one poll, once; a newer redraw replaces it, a newline ends it."""
+    log = tmp_path / "bar.log"
+    log.write_text("")
+    tail = LogTail({"path": str(log)})
+    tail.poll()
+    with log.open("a") as f:
+        f.write("\r 25%|##5       | 2500/10000 [00:10<00:30, 250.00it/s]")
+    assert tail.poll() == []  # just written: it may still be growing
+    assert lines_of(tail.poll()) == [" 25%|##5       | 2500/10000 [00:10<00:30, 250.00it/s]"]
+    assert tail.poll() == []  # once
+    with log.open("a") as f:
+        f.write("\r 42%|####2     | 4200/10000 [00:17<00:23, 250.00it/s]")
+    assert tail.poll() == []
+    assert lines_of(tail.poll()) == [" 42%|####2     | 4200/10000 [00:17<00:23, 250.00it/s]"]
+    with log.open("a") as f:
+        f.write("\n")  # tqdm's close(): the bar's line ends; it was sent already
+    assert tail.poll() == []
+    with log.open("a") as f:
+        f.write("\r 50%|#####     | 5000/10000 [00:20<00:20, 250.00it/s]\rdone 5001\n")
+    assert lines_of(tail.poll()) == [
+        "\r 50%|#####     | 5000/10000 [00:20<00:20, 250.00it/s]\rdone 5001"
+    ]
+
+
+def test_an_unterminated_plain_line_is_not_lost_after_a_quiet_poll(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("")
+    tail = LogTail({"path": str(log)})
+    tail.poll()
+    with log.open("a") as f:
+        f.write("Loading checkpoint shards")
+    assert tail.poll() == [] and tail.poll() == []
+    with log.open("a") as f:
+        f.write(" ... done\n")
+    assert lines_of(tail.poll()) == ["Loading checkpoint shards ... done"]
+
+
+def test_keyword_lines_finds_every_matching_line_once() -> None:
+    import re
+
+    from gpumon.backends.parsers import KEEP_PATTERN
+    from gpumon.backends.remote.logtail import keyword_lines, literal_alternatives
+
+    words = literal_alternatives(KEEP_PATTERN)
+    assert words is not None and b"Traceback" in words
+    assert literal_alternatives(r"step \d+") is None
+    data = b"a\nTraceback x Traceback\nb\nout of memory\nCUDA out of memory OutOfMemory"
+    got = keyword_lines(data, words, re.compile(KEEP_PATTERN))
+    assert got == [b"Traceback x Traceback", b"out of memory", b"CUDA out of memory OutOfMemory"]

@@ -65,7 +65,17 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
             _route(p.Procs, _quiet(lambda m: sink.ingest_process_rows(m.rows))),
             _route(p.SmiError, _quiet(smi_error)),
             _route(
-                p.Log, _quiet(lambda m: sink.ingest_log(m.tag, m.path, m.lines, backlog=m.backlog))
+                p.Log,
+                _quiet(
+                    lambda m: sink.ingest_log(
+                        m.tag,
+                        m.path,
+                        m.lines,
+                        backlog=m.backlog,
+                        dropped=m.dropped,
+                        skipped_bytes=m.skipped_bytes,
+                    )
+                ),
             ),
             _route(
                 p.LogProblem, _quiet(lambda m: sink.ingest_log_problem(m.tag, m.path, m.problem))
@@ -147,9 +157,7 @@ class AgentSource(TransportSource):
             http=list(workloads.http_targets()),
             sglang_discover=workloads.discover(),
         )
-        argv, data = program_argv(
-            python, "agent", needs=("protocol",), args=[options.to_json()], flags=("-u",)
-        )
+        argv, data = program_argv(python, "agent", args=[options.to_json()], flags=("-u",))
         stream = await self.open_stream(argv)
         stream.write(data)
         table = handlers(sink, partial(self._on_hello, sink))

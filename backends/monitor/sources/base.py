@@ -55,8 +55,18 @@ class Sink(Protocol):
 
     def ingest_processes(self, processes: tuple[GpuProcess, ...], at: float) -> None: ...
 
-    def ingest_log(self, tag: str, path: str, lines: Sequence[str], *, backlog: bool) -> None:
-        """New lines of a followed log (``tag``: ``job:NAME``, ``sglang`` or ``watch``)."""
+    def ingest_log(
+        self,
+        tag: str,
+        path: str,
+        lines: Sequence[str],
+        *,
+        backlog: bool,
+        dropped: int = 0,
+        skipped_bytes: int = 0,
+    ) -> None:
+        """New lines of a followed log (``tag``: ``job:NAME``, ``sglang`` or ``watch``);
+        ``dropped``: lines the agent left out of a flood, ``skipped_bytes``: not read."""
 
     def ingest_log_problem(self, tag: str, path: str, problem: str | None) -> None:
         """A followed log cannot be read (``problem``: why), or can be again (None)."""
