@@ -51,6 +51,7 @@ HISTORY_S = 3600.0  # the detail view's longest window
 # two healthy rounds reaches about 0.5 s; 1 s keeps a 2x margin over that.
 NO_DATA_FLOOR_S = 1.0
 LOG_FLOWS_KEPT = 64  # followed files whose counts are kept (a glob's rotated names come and go)
+STOP_TIMEOUT_S = 10.0  # stop() waits this long for the source to close its connection
 GAPS_KEPT = 9  # the stream's typical period is the median gap of the last rounds
 
 Listener = Callable[["HostMonitor"], None]
@@ -156,7 +157,11 @@ class HostMonitor:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        await self.source.close()
+        try:
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                await self.source.close()
+        except TimeoutError:  # a transport that does not let go must not hang the exit
+            log.warning("%s: the connection did not close within %g s", self.name, STOP_TIMEOUT_S)
         with contextlib.suppress(OSError):
             self.recorder.flush_now()
         self.ingest_status(ConnState.STOPPED, error=self.status.error)

@@ -368,6 +368,7 @@ async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None
         assert ("auto-restart", "ok") in entries
         run = session.runs.last("demo", "drafter")  # the session's registry ran it
         assert run is not None and run.automatic is not None and run.outcome is not None
-    finally:
-        await session.close()
-        await monitor.stop()
+    finally:  # bounded: a teardown that hangs would stall the whole run
+        async with asyncio.timeout(30):
+            await session.close()
+            await monitor.stop()
