@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import protocol
-from .logtail import LogTail
+from .logtail import LogTail, Waker
 from .protocol import AGENT_VERSION, AgentOptions
 
 SMI_TIMEOUT_S = 15.0  # a stuck driver can leave nvidia-smi in D state: never wait forever
@@ -383,16 +383,27 @@ class Agent:
 
     # --- logs, kernel log, cgroup, HTTP ----------------------------------------------
     def log_loop(self) -> None:
+        """Follows the logs, the kernel log and the cgroup's memory events; sleeps until
+        one of them changes (``Waker``), polling only what inotify cannot watch."""
         kmsg = open_kmsg(self.out) if self.kernel else None
         events = "/sys/fs/cgroup/memory.events"
         last_events = None
+        waker = Waker(self.log_poll_s)
+        if kmsg is not None:
+            waker.extra.append(kmsg)
+        if self.kernel and os.path.exists(events):
+            # cgroup v2: a change in memory.events is a file-modified event
+            waker.must_poll = not waker.watch(events)
         while True:
-            started = time.monotonic()
+            busy = False
             for tail in self.logs:
                 for msg in tail.poll():
                     self.out.send(msg)
+                    busy = True
                 for problem in tail.take_problems():
                     self.out.send(problem)
+                busy = busy or tail.holding()
+            waker.watch_logs([tail.pattern for tail in self.logs])
             if kmsg is not None:
                 lines = read_kmsg(kmsg)
                 if lines:
@@ -406,7 +417,7 @@ class Agent:
                 if text is not None and text != last_events:
                     last_events = text
                     self.out.send(protocol.MemoryEvents(time.time(), text))
-            time.sleep(max(self.log_poll_s - (time.monotonic() - started), 0.01))
+            waker.wait(busy)
 
     def start_http(self, target: dict[str, Any]) -> None:
         if target["tag"] not in self.http_tags:
