@@ -21,6 +21,7 @@ from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS, classify_smi_failure
 from gpumon.backends.remote import protocol
 from gpumon.backends.remote.bootstrap import program_argv
+from gpumon.backends.remote.doctor_probe_fs import GPUMON_CHECK
 from gpumon.backends.transport.base import Transport, TransportError
 
 from .base import AGENT, Capabilities, Sink
@@ -139,7 +140,8 @@ class AgentSource(TransportSource):
         candidates = [host.python] if host.python else ["python3", "python"]
         for py in candidates:
             res = await self.transport.run(
-                [py, "-c", "import sys; print(sys.version_info >= (3, 8))"], timeout=15.0
+                [py, "-c", "import sys; print(sys.version_info >= (3, 8))", GPUMON_CHECK],
+                timeout=15.0,
             )
             if res.exit_code == 0 and res.stdout.strip() == "True":
                 return py
