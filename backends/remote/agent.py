@@ -415,7 +415,7 @@ class Agent:
             threading.Thread(target=self.http_loop, args=(target,), daemon=True).start()
 
     def discover_loop(self) -> None:
-        """Find SGLang servers from their command lines (``sglang.launch_server --port N``)."""
+        """Find SGLang servers from their command lines (``sglang_ports``)."""
         template = self.http[0] if self.http else {"filter": None}
         while True:
             for port in sglang_ports():
@@ -424,6 +424,8 @@ class Agent:
                         "url": f"http://127.0.0.1:{port}/metrics",
                         "tag": f"sglang:{port}",
                         "filter": template.get("filter"),
+                        "info": template.get("info"),
+                        "info_tag": f"sglang-info:{port}",
                     }
                 )
             time.sleep(10.0)
@@ -435,6 +437,8 @@ class Agent:
 
         wanted = re.compile(target["filter"]) if target.get("filter") else None
         url, tag = str(target["url"]), str(target["tag"])
+        info = [url[: url.rindex("/")] + str(p) for p in target.get("info") or ()]
+        informed = False  # server info sent since the server last came up
         while True:
             started = time.monotonic()
             t = time.time()
@@ -451,7 +455,25 @@ class Agent:
                     body = "".join(ln + "\n" for ln in body.splitlines() if wanted.match(ln))
                 msg = protocol.Http(tag, t, status, body)
             self.out.send(msg)
+            if msg.status is None:
+                informed = False
+            elif not informed and info:
+                informed = True
+                self.fetch_info(info, str(target.get("info_tag") or tag))
             time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
+
+    def fetch_info(self, urls: list[str], tag: str) -> None:
+        """The first of ``urls`` that answers 200 (SGLang's server info), sent once."""
+        import urllib.request
+
+        for url in urls:
+            try:
+                with urllib.request.urlopen(url, timeout=5.0) as resp:
+                    body = resp.read(4 << 20).decode("utf-8", "replace")
+            except Exception:  # 404 on versions without this path, or no answer
+                continue
+            self.out.send(protocol.Http(tag, time.time(), 200, body))
+            return
 
     # --- NVML ----------------------------------------------------------------------
     def nvml_call(self, call: Callable[[], Any]) -> tuple[bool, Any]:
@@ -784,7 +806,9 @@ class LogTail:
 
 
 def sglang_ports() -> list[int]:
-    """Ports of SGLang servers running here, from /proc/*/cmdline (30000 when not given)."""
+    """Ports of SGLang servers running here, from /proc/*/cmdline (30000 when not given):
+    ``python -m sglang.launch_server ...`` and ``sglang serve ...`` (the console script,
+    recommended since 0.5.7: ``.../bin/python .../bin/sglang serve --port N``)."""
     ports = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -794,7 +818,7 @@ def sglang_ports() -> list[int]:
                 argv = f.read().decode("utf-8", "replace").split("\0")
         except OSError:
             continue
-        if not any("sglang.launch_server" in a for a in argv):
+        if not is_sglang_server(argv):
             continue
         port = 30000
         for i, a in enumerate(argv):
@@ -804,6 +828,16 @@ def sglang_ports() -> list[int]:
                 port = int(a[7:])
         ports.add(port)
     return sorted(ports)
+
+
+def is_sglang_server(argv: list[str]) -> bool:
+    """``sglang.launch_server`` anywhere, or ``sglang serve`` (the script or ``-m sglang``)."""
+    if any("sglang.launch_server" in a for a in argv):
+        return True
+    for i, a in enumerate(argv[:-1]):
+        if a.rsplit("/", 1)[-1] in ("sglang", "sglang.cli.main") and argv[i + 1] == "serve":
+            return True
+    return False
 
 
 KMSG_WANTED = ("NVRM: Xid", "Out of memory", "oom-kill", "Killed process", "oom_reaper")
