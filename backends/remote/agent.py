@@ -831,11 +831,18 @@ def sglang_ports() -> list[int]:
 
 
 def is_sglang_server(argv: list[str]) -> bool:
-    """``sglang.launch_server`` anywhere, or ``sglang serve`` (the script or ``-m sglang``)."""
+    """``sglang.launch_server`` anywhere, or ``sglang serve``: the console script (run as
+    ``sglang serve`` or, through its shebang, ``python .../bin/sglang serve``) or
+    ``python -m sglang.cli.main serve``."""
     if any("sglang.launch_server" in a for a in argv):
         return True
-    for i, a in enumerate(argv[:-1]):
-        if a.rsplit("/", 1)[-1] in ("sglang", "sglang.cli.main") and argv[i + 1] == "serve":
+    python = bool(argv) and os.path.basename(argv[0]).startswith("python")
+    for i in range(len(argv) - 1):
+        if argv[i + 1] != "serve":
+            continue
+        script = os.path.basename(argv[i]) == "sglang" and (i == 0 or python)
+        module = i > 0 and argv[i - 1] == "-m" and argv[i] in ("sglang", "sglang.cli.main")
+        if script or module:
             return True
     return False
 

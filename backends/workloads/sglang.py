@@ -95,13 +95,15 @@ def parse_server_info(body: str) -> ServerInfo | None:
         return v if isinstance(v, str) and v else None
 
     total = raw.get("max_total_num_tokens")
+    attn_dp = size("attn_dp_size")  # 0.5.23: --attn-dp-size, beside the deprecated flag
+    dp = max(size("dp_size") or 1, attn_dp or 1) if size("dp_size") or attn_dp else None
     return ServerInfo(
         model=text("served_model_name") or text("model_path"),
         version=text("version"),
         tp=size("tp_size"),
-        dp=size("dp_size"),
+        dp=dp,
         pp=size("pp_size"),
-        dp_attention=raw.get("enable_dp_attention") is True,
+        dp_attention=raw.get("enable_dp_attention") is True or (attn_dp or 1) > 1,
         max_total_tokens=float(total) if isinstance(total, int | float) and total > 0 else None,
     )
 
