@@ -416,7 +416,7 @@ class Agent:
 
     def discover_loop(self) -> None:
         """Find SGLang servers from their command lines (``sglang_ports``)."""
-        template = self.http[0] if self.http else {"filter": None}
+        template = self.http[0] if self.http else DISCOVERED_TARGET
         while True:
             for port in sglang_ports():
                 self.start_http(
@@ -803,6 +803,10 @@ class LogTail:
             important = [ln for ln in older if self.keep.search(ln)] if self.keep else []
             lines = important[-(LOG_MAX_LINES - LOG_FLOOD_NEWEST) :] + newest
         return protocol.Log(self.tag, path, time.time(), backlog, lines, total - len(lines))
+
+
+# What a discovered server is asked for when no configured one gives the monitor's spec.
+DISCOVERED_TARGET = {"filter": None, "info": ["/server_info", "/get_server_info"]}
 
 
 def sglang_ports() -> list[int]:
