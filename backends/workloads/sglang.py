@@ -76,6 +76,14 @@ class ServerInfo:
             parts.append(f"TP {self.tp or 1}")
         return ", ".join(parts)
 
+    @property
+    def short(self) -> str | None:
+        """The parallelism for a narrow cell: ``"DP 8 TP 8"``, ``"TP 2"``; None for one GPU."""
+        text = self.parallel
+        if text is None or text == "TP 1":
+            return None
+        return text.replace(" (attention)", "").replace(",", "")
+
 
 def parse_server_info(body: str) -> ServerInfo | None:
     """The parallelism, model and version in a server-info JSON body; None if not JSON."""
