@@ -185,6 +185,7 @@ class SglangScrape:
     itl: Histogram | None = None
     samples: int = 0
     ranks: int = 0
+    ranked: bool = False  # scheduler series carry tp_rank (0.5.x), else merged by the server
 
     def counters(self) -> tuple[float | None, ...]:
         """The monotonic totals, for spotting a counter reset (server restart)."""
@@ -390,6 +391,7 @@ def _build(text: str, latency: bool) -> SglangScrape:
         ),
         samples=len(samples),
         ranks=max(len(leader), 1 if sums.per_rank else 0),
+        ranked=bool(leader),
     )
 
 

@@ -175,6 +175,8 @@ class SglangTracker:
         self._last_latency_t: float | None = None
         self._prefills: deque[tuple[float, int, int]] = deque()  # log mode: (t, new, cached)
         self._log_ranks: dict[tuple[int | None, int | None, int | None], _RankLine] = {}
+        self._log_t: float | None = None  # the last stats line used
+        self._one_rank_page = False  # the last page spoke for one DP rank of several
 
     # ------------------------------------------------------------------ feeding it
     def wants_latency(self, t: float) -> bool:
@@ -247,6 +249,13 @@ class SglangTracker:
         self.token_usage = scrape.token_usage
         self.used_tokens, self.max_total_tokens = scrape.used_tokens, scrape.max_total_tokens
         self._rates(scrape, t)
+        # SGLang 0.4.x pages carry no rank labels and (from 0.4.4 on) keep the most recent
+        # DP rank's gauges only: with several DP ranks the log, which every leader writes,
+        # is the whole server.
+        info = self.info
+        self._one_rank_page = info is not None and (info.dp or 1) > 1 and not scrape.ranked
+        if self._one_rank_page and self._log_t is not None and t - self._log_t < LOG_FALLBACK_S:
+            self._log_numbers()
         self.history.append((t, self.gen_tokens_per_s))
 
     def observe_log_line(self, line: str, t: float) -> bool:
@@ -256,10 +265,12 @@ class SglangTracker:
 
     def observe_log(self, stats: SglangLogStats, t: float) -> bool:
         """A parsed stats line. Used only while no metrics scrape came for
-        ``LOG_FALLBACK_S`` (metrics off): returns whether it was used."""
-        if self._last_scrape_t is not None and t - self._last_scrape_t < LOG_FALLBACK_S:
+        ``LOG_FALLBACK_S`` (metrics off), or while the pages speak for one DP rank of
+        several (SGLang 0.4.x): returns whether it was used."""
+        recent = self._last_scrape_t is not None and t - self._last_scrape_t < LOG_FALLBACK_S
+        if recent and not self._one_rank_page:
             return False
-        self.last_update = t
+        self.last_update = self._log_t = t
         self.stale = False
         key = (stats.rank("DP"), stats.rank("PP"), stats.rank("TP"))
         old = self._log_ranks.get(key)
@@ -269,15 +280,8 @@ class SglangTracker:
         self._log_ranks[key] = _RankLine(t, stats, gen)
         for k in [k for k, v in self._log_ranks.items() if v.t < t - LOG_RANK_TTL_S]:
             del self._log_ranks[k]
-        leaders = _log_leaders(self._log_ranks)
-        self.running = _sum([_f(r.stats.running) for r in leaders])
-        self.queued = _sum([_f(r.stats.queued) for r in leaders])
-        usage = [r.stats.token_usage for r in leaders if r.stats.token_usage is not None]
-        if usage:
-            self.token_usage = sum(usage) / len(usage)  # DP ranks hold equal KV pools
+        leaders = self._log_numbers()
         if stats.kind == "decode":
-            self.gen_tokens_per_s = _sum([r.gen_throughput for r in leaders])
-            self.gen_tokens_per_s_source = "log"
             self.history.append((t, self.gen_tokens_per_s))
         elif (
             stats.new_tokens is not None
@@ -292,6 +296,20 @@ class SglangTracker:
             self.cache_parts = (float(cached), float(total)) if total else None
             self.cache_hit_rate = _ratio(cached, total)
         return True
+
+    def _log_numbers(self) -> list[_RankLine]:
+        """Running, queued, KV usage and (once a decode line came) the rate from the
+        latest line of each leader; returns the leaders' lines."""
+        leaders = _log_leaders(self._log_ranks)
+        self.running = _sum([_f(r.stats.running) for r in leaders])
+        self.queued = _sum([_f(r.stats.queued) for r in leaders])
+        usage = [r.stats.token_usage for r in leaders if r.stats.token_usage is not None]
+        if usage:
+            self.token_usage = sum(usage) / len(usage)  # DP ranks hold equal KV pools
+        rates = [r.gen_throughput for r in leaders if r.gen_throughput is not None]
+        if rates:
+            self.gen_tokens_per_s, self.gen_tokens_per_s_source = sum(rates), "log"
+        return leaders
 
     # ------------------------------------------------------------------ rates
     def _base(self, t: float, window: float, want: str | None = None) -> _Point | None:

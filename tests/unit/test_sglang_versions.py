@@ -8,6 +8,7 @@ tests/integration/test_sglang_versions_ssh.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,34 @@ def test_snapshot_waits_while_a_configured_server_is_not_known_up_or_down() -> N
     assert w.sglang[30000].up is False and not w.rates_pending()
     w.on_http("sglang-info:30000", 200, fixture("0.5.18", "server_info.json"), None, 2.0)
     assert w.sglang[30000].info == parse_server_info(fixture("0.5.18", "server_info.json"))
+
+
+def test_v0_4_6_dp_page_speaks_for_one_rank_so_the_leaders_log_counts() -> None:
+    """0.4.6 gauges are `multiprocess_mode="mostrecent"` without rank labels: with DP
+    attention the page holds whichever leader wrote last. The log has every leader."""
+    info = json.loads(fixture("0.4.6", "server_info.json"))
+    info.update(tp_size=4, dp_size=4, enable_dp_attention=True)
+    tr = SglangTracker(30000)
+    tr.observe_info(200, json.dumps(info))
+    assert tr.observe_text(fixture("0.4.6", "metrics.prom"), 100.0)
+    assert tr.running == 20.0  # one rank's page: all there is so far
+    for i, line in enumerate(fixture("0.4.6", "server.log").splitlines()):
+        assert tr.observe_log_line(line, 100.5 + i * 0.01)
+    assert tr.observe_text(fixture("0.4.6", "metrics_later.prom"), 105.0)
+    assert (tr.running, tr.queued, tr.gen_tokens_per_s) == (26.0, 3.0, 961.0)
+    assert tr.gen_tokens_per_s_source == "log"
+    # a server of one DP rank: the page is the whole server and the log is not used
+    single = page_tracker("0.4.6")
+    single.observe_info(200, fixture("0.4.6", "server_info.json"))
+    assert not single.observe_log_line(fixture("0.4.6", "server.log").splitlines()[-1], 106.0)
+    assert single.running == 20.0
+
+
+def test_the_full_v0_5_18_server_info_answer() -> None:
+    """tests/fixtures/sglang/server_info.json: a whole v0.5.18 /server_info (479 keys)."""
+    info = parse_server_info((FIXTURES / "server_info.json").read_text())
+    assert info is not None
+    assert (info.version, info.parallel, info.model) == ("0.5.18", "TP 1", "Qwen/Qwen3-8B")
+    assert info.max_total_tokens == 344864
+    assert parse_server_info("<html>502</html>") is None
+    assert parse_server_info("[1, 2]") is None
