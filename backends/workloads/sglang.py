@@ -330,11 +330,11 @@ class SglangTracker:
             self.gen_tokens_per_s = new.gen_throughput
             self.gen_tokens_per_s_source = None if new.gen_throughput is None else "gauge"
         else:
-            self.gen_tokens_per_s_source = "counter"
             tokens = None if fast is None else _delta(new.decode_tokens, fast.scrape.decode_tokens)
             self.gen_tokens_per_s = (
                 None if tokens is None or fast is None else tokens / (t - fast.t)
             )
+            self.gen_tokens_per_s_source = None if self.gen_tokens_per_s is None else "counter"
         self.cache_parts = None if slow is None else _cache_parts(new, slow.scrape)
         self.cache_hit_rate = _ratio(*self.cache_parts) if self.cache_parts else None
         if new.ttft is not None:

@@ -156,6 +156,13 @@ def test_server_info_capacity_stands_in_for_the_missing_gauge() -> None:
     assert tr.capacity() == 4 * 120000  # DP rank 0's pool, four DP ranks
 
 
+def test_the_rate_source_is_null_until_there_is_a_rate() -> None:
+    tr = SglangTracker(30000)
+    tr.observe_text(fixture("0.5.9", "metrics.prom"), 100.0)  # one scrape: no delta yet
+    assert tr.snapshot_json()["gen_tokens_per_s"] is None
+    assert tr.snapshot_json()["gen_tokens_per_s_source"] is None
+
+
 def test_v0_5_5_rate_is_the_gauge_not_finished_requests() -> None:
     """generation_tokens_total grew by 3100 in those 5 s (620 tok/s, only requests that
     finished): the server's gauge says 1045.6."""
