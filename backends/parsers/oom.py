@@ -95,7 +95,13 @@ _CRASH_LINE = re.compile(
     r"|(?P<watchdog>Scheduler watchdog timeout)|(?P<health>Health check failed\.)"
     r"|(?P<child>ChildFailedError)"
 )
-_HIT = re.compile(r"(Scheduler|DetokenizerManager|TokenizerManager|DataParallelController) hit an")
+# Every `X hit an exception: {traceback}` of SGLang 0.4.3-0.5.23; the Multi*Router ones
+# run with --tokenizer-worker-num > 1 (managers/multi_tokenizer_mixin.py).
+_HIT = re.compile(
+    r"(Scheduler|DetokenizerManager|TokenizerManager|DataParallelController"
+    r"|MultiTokenizerRouter|MultiDetokenizerRouter|TpModelWorkerClient|GrpcRequestManager)"
+    r" hit an"
+)
 _CVD = re.compile(r"CUDA_VISIBLE_DEVICES['\"]?\s{0,3}[=:]\s{0,3}['\"]?([A-Za-z0-9,\-]{0,400})")
 _GPU_NUMBER = (
     re.compile(r"\bGPU (\d{1,4}) has a total capaci?ty"),

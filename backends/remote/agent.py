@@ -425,8 +425,8 @@ class Agent:
             threading.Thread(target=self.http_loop, args=(target,), daemon=True).start()
 
     def discover_loop(self) -> None:
-        """Find SGLang servers from their command lines (``sglang.launch_server --port N``)."""
-        template = self.http[0] if self.http else {"filter": None}
+        """Find SGLang servers from their command lines (``sglang_ports``)."""
+        template = self.http[0] if self.http else DISCOVERED_TARGET
         while True:
             for port in sglang_ports():
                 self.start_http(
@@ -434,6 +434,8 @@ class Agent:
                         "url": f"http://127.0.0.1:{port}/metrics",
                         "tag": f"sglang:{port}",
                         "filter": template.get("filter"),
+                        "info": template.get("info"),
+                        "info_tag": f"sglang-info:{port}",
                     }
                 )
             time.sleep(10.0)
@@ -445,6 +447,8 @@ class Agent:
 
         wanted = re.compile(target["filter"]) if target.get("filter") else None
         url, tag = str(target["url"]), str(target["tag"])
+        info = [url[: url.rindex("/")] + str(p) for p in target.get("info") or ()]
+        informed = False  # server info sent since the server last came up
         while True:
             started = time.monotonic()
             t = time.time()
@@ -461,7 +465,25 @@ class Agent:
                     body = "".join(ln + "\n" for ln in body.splitlines() if wanted.match(ln))
                 msg = protocol.Http(tag, t, status, body)
             self.out.send(msg)
+            if msg.status is None:
+                informed = False
+            elif not informed and info:
+                informed = True
+                self.fetch_info(info, str(target.get("info_tag") or tag))
             time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
+
+    def fetch_info(self, urls: list[str], tag: str) -> None:
+        """The first of ``urls`` that answers 200 (SGLang's server info), sent once."""
+        import urllib.request
+
+        for url in urls:
+            try:
+                with urllib.request.urlopen(url, timeout=5.0) as resp:
+                    body = resp.read(1 << 20).decode("utf-8", "replace")  # ~40 KB real
+            except Exception:  # 404 on versions without this path, or no answer
+                continue
+            self.out.send(protocol.Http(tag, time.time(), 200, body))
+            return
 
     # --- NVML ----------------------------------------------------------------------
     def nvml_call(self, call: Callable[[], Any]) -> tuple[bool, Any]:
@@ -658,8 +680,14 @@ def _process_name(pid: int) -> str:
     return argv0.replace(",", "?") or "[Not Found]"
 
 
+# What a discovered server is asked for when no configured one gives the monitor's spec.
+DISCOVERED_TARGET = {"filter": None, "info": ["/server_info", "/get_server_info"]}
+
+
 def sglang_ports() -> list[int]:
-    """Ports of SGLang servers running here, from /proc/*/cmdline (30000 when not given)."""
+    """Ports of SGLang servers running here, from /proc/*/cmdline (30000 when not given):
+    ``python -m sglang.launch_server ...`` and ``sglang serve ...`` (the console script,
+    recommended since 0.5.7: ``.../bin/python .../bin/sglang serve --port N``)."""
     ports = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -669,7 +697,7 @@ def sglang_ports() -> list[int]:
                 argv = f.read().decode("utf-8", "replace").split("\0")
         except OSError:
             continue
-        if not any("sglang.launch_server" in a for a in argv):
+        if not is_sglang_server(argv):
             continue
         port = 30000
         for i, a in enumerate(argv):
@@ -679,6 +707,23 @@ def sglang_ports() -> list[int]:
                 port = int(a[7:])
         ports.add(port)
     return sorted(ports)
+
+
+def is_sglang_server(argv: list[str]) -> bool:
+    """``sglang.launch_server`` anywhere, or ``sglang serve``: the console script (run as
+    ``sglang serve`` or, through its shebang, ``python .../bin/sglang serve``) or
+    ``python -m sglang.cli.main serve``."""
+    if any("sglang.launch_server" in a for a in argv):
+        return True
+    python = bool(argv) and os.path.basename(argv[0]).startswith("python")
+    for i in range(len(argv) - 1):
+        if argv[i + 1] != "serve":
+            continue
+        script = os.path.basename(argv[i]) == "sglang" and (i == 0 or python)
+        module = i > 0 and argv[i - 1] == "-m" and argv[i] in ("sglang", "sglang.cli.main")
+        if script or module:
+            return True
+    return False
 
 
 KMSG_WANTED = ("NVRM: Xid", "Out of memory", "oom-kill", "Killed process", "oom_reaper")

@@ -309,7 +309,9 @@ class AgentOptions:
     """What the agent is asked to do, passed as one JSON object in its argv.
 
     ``logs``: ``{"path", "tag", "filter"?, "keep"?}`` per followed log (a path or glob);
-    ``http``: ``{"url", "tag", "filter"?}`` per URL fetched every interval."""
+    ``http``: ``{"url", "tag", "filter"?, "info"?, "info_tag"?}`` per URL fetched every
+    interval; ``info`` paths on the same server are tried in order once it answers (again
+    after each time it was down) and the first 200 is sent under ``info_tag``."""
 
     fields: list[str]
     process_fields: list[str]

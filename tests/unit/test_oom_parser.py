@@ -316,6 +316,25 @@ def test_sglang_kv_allocator_failure_in_a_scheduler_traceback() -> None:
     assert e.message == "RuntimeError: Prefill out of memory. Try to lower your batch size."
 
 
+@pytest.mark.parametrize("router", ["MultiTokenizerRouter", "MultiDetokenizerRouter"])
+def test_sglang_0_5_18_multi_tokenizer_router_crash_is_critical(router: str) -> None:
+    """managers/multi_tokenizer_mixin.py (0.5.18 l.641/753): with --tokenizer-worker-num
+    > 1 the routers log `{router} hit an exception: {traceback}` and the server dies."""
+    text = "\n".join(
+        [
+            f"[2026-08-25 15:02:11] {router} hit an exception: Traceback (most recent call last):",
+            *FRAMES[1:],
+            "zmq.error.ZMQError: Address already in use (addr='ipc:///tmp/sglang_ipc_7')",
+            "",
+        ]
+    )
+    (e,) = scan_text(text)
+    assert (e.kind, e.severity, e.context) == ("sglang_error", Health.CRITICAL, f"SGLang {router}")
+    assert (
+        e.message == "zmq.error.ZMQError: Address already in use (addr='ipc:///tmp/sglang_ipc_7')"
+    )
+
+
 def test_sglang_crash_lines_without_a_memory_failure() -> None:
     events = scan_text(
         "\n".join(
