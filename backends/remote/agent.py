@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import protocol
+from .fetch import FetchError, http_get
 from .logtail import LogTail, Waker
 from .protocol import AGENT_VERSION, AgentOptions
 
@@ -442,8 +443,6 @@ class Agent:
 
     def http_loop(self, target: dict[str, Any]) -> None:
         import re
-        import urllib.error
-        import urllib.request
 
         wanted = re.compile(target["filter"]) if target.get("filter") else None
         url, tag = str(target["url"]), str(target["tag"])
@@ -453,17 +452,17 @@ class Agent:
             started = time.monotonic()
             t = time.time()
             try:
-                with urllib.request.urlopen(url, timeout=2.0) as resp:
-                    body = resp.read(8 << 20).decode("utf-8", "replace")
-                    status = resp.status
-            except urllib.error.HTTPError as e:
-                msg = protocol.Http(tag, t, e.code, error=f"HTTP {e.code}")
-            except Exception as e:  # refused, timeout, reset: the server is down
-                msg = protocol.Http(tag, t, None, error=f"{type(e).__name__}: {e}")
+                status, raw = http_get(url, timeout=2.0, limit=8 << 20)
+            except FetchError as e:  # refused, timeout, reset: the server is down
+                msg = protocol.Http(tag, t, None, error=str(e))
             else:
-                if wanted is not None:  # exposition text ends in a newline: keep it so
-                    body = "".join(ln + "\n" for ln in body.splitlines() if wanted.match(ln))
-                msg = protocol.Http(tag, t, status, body)
+                if status >= 400:
+                    msg = protocol.Http(tag, t, status, error=f"HTTP {status}")
+                else:
+                    body = raw.decode("utf-8", "replace")
+                    if wanted is not None:  # exposition text ends in a newline: keep it so
+                        body = "".join(ln + "\n" for ln in body.splitlines() if wanted.match(ln))
+                    msg = protocol.Http(tag, t, status, body)
             self.out.send(msg)
             if msg.status is None:
                 informed = False
@@ -474,15 +473,14 @@ class Agent:
 
     def fetch_info(self, urls: list[str], tag: str) -> None:
         """The first of ``urls`` that answers 200 (SGLang's server info), sent once."""
-        import urllib.request
-
         for url in urls:
             try:
-                with urllib.request.urlopen(url, timeout=5.0) as resp:
-                    body = resp.read(1 << 20).decode("utf-8", "replace")  # ~40 KB real
-            except Exception:  # 404 on versions without this path, or no answer
+                status, raw = http_get(url, timeout=5.0, limit=1 << 20)  # ~40 KB real
+            except FetchError:  # no answer
                 continue
-            self.out.send(protocol.Http(tag, time.time(), 200, body))
+            if status != 200:  # 404 on versions without this path
+                continue
+            self.out.send(protocol.Http(tag, time.time(), 200, raw.decode("utf-8", "replace")))
             return
 
     # --- NVML ----------------------------------------------------------------------
