@@ -293,7 +293,12 @@ class Agent:
         known = {w.strip('"') for w in text.split() if w.startswith('"') and w.endswith('"')}
         if not known:  # unfamiliar help format: ask for everything and let it fail loudly
             return self.fields
-        return [f for f in self.fields if f in known]
+        out = []
+        for f in self.fields:  # before R535 clocks_event_reasons.* has its older name
+            old = f.replace("clocks_event_reasons.", "clocks_throttle_reasons.", 1)
+            if f in known or old in known:
+                out.append(f if f in known else old)
+        return out
 
     def stall_limit(self, first: bool) -> float:
         """Seconds without a usable row before the watchdog restarts the sampler."""
