@@ -236,7 +236,7 @@ class Agent:
         note = None
         if self.use_nvml:
             try:
-                import pynvml  # type: ignore[import-not-found,unused-ignore]
+                import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
                 pynvml.nvmlInit()
                 self.nvml = pynvml
