@@ -239,7 +239,7 @@ def build_plan(
         if series not in table.series():
             known = ", ".join(table.series())
             no(f"torch {series} is not in the built-in variants table ({known})")
-        elif row is None and variant in VARIANT_NAMES:
+        elif row is None and variant_ok(variant):
             names = ", ".join(table.names(series))
             no(f"no {variant} build of torch {series} in the table: {names}")
     tool: Tool | None = "uv" if py.get("uv") else "pip" if py.get("pip") else None

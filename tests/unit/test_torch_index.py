@@ -132,6 +132,8 @@ def test_an_unreadable_index_leaves_the_table_in_charge() -> None:
     plan = build_plan(host(), facts(), "cu130", version="2.11.0", index=broken)
     assert plan.ok
     assert plan.warnings[0].startswith("the index http://127.0.0.1:1/current/cu130 could not")
+    untabled = build_plan(host(), facts(), "cu132", version="2.11.0", index=broken)
+    assert untabled.refusals[0].reason.startswith("no cu132 build of torch 2.11 in the table")
     later = build_plan(host(), facts(), "cu130", version="2.13.0", index=broken)
     assert later.refusals[0].reason.startswith("torch 2.13 is not in the built-in")
     gone = IndexListing(

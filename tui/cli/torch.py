@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 COMMANDS = ("doctor", "swap-torch")
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
-VARIANTS = ("cu126", "cu128", "cu129", "cu130", "cpu")
+VARIANTS = ("cu126", "cu128", "cu129", "cu130", "cu132", "cpu")
 
 
 def _variant(text: str) -> str:
