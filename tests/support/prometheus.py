@@ -24,7 +24,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
@@ -42,7 +42,29 @@ def get_json(url: str, timeout: float = 5.0) -> Any:
         return json.loads(resp.read())
 
 
-class _Server:
+class Startable:
+    """``with X() as x``: ``start()`` on entry, ``stop()`` on exit."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class _Server(Startable):
     """A child server process with a readiness URL; use as a context manager."""
 
     name = "server"
@@ -94,18 +116,6 @@ class _Server:
             self.proc.kill()
             self.proc.wait()
 
-    def __enter__(self) -> _Server:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 class PrometheusServer(_Server):
     """Prometheus scraping ``scrape_targets`` ("host:port") every ``scrape_interval``."""
@@ -133,10 +143,6 @@ class PrometheusServer(_Server):
             f"--storage.tsdb.path={self.root / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",
         ]
-
-    def __enter__(self) -> PrometheusServer:
-        self.start()
-        return self
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         """The instant vector ``promql`` evaluates to now (``data.result``); raises on an
@@ -187,10 +193,6 @@ class AlertmanagerServer(_Server):
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--cluster.listen-address=",
         ]
-
-    def __enter__(self) -> AlertmanagerServer:
-        self.start()
-        return self
 
     def alerts(self, active: bool = True, resolved: bool = False) -> list[dict[str, Any]]:
         """Alerts from ``GET /api/v2/alerts`` (by default only the active ones)."""
