@@ -69,10 +69,19 @@ class NotifierConfig:
     secret_env: str | None = None
     command: tuple[str, ...] = ()
     tty: str = "/dev/tty"
-    group_s: float = 30.0  # a host's further alerts within this window go out as one message
+    group_s: float | None = None  # see group_window
     max_per_minute: int = 20  # per notifier; beyond it messages wait (nothing is dropped)
     resend_s: float = 60.0  # alertmanager: re-send the active alerts this often
     timeout_s: float = 10.0
+
+    @property
+    def group_window(self) -> float:
+        """Seconds in which a host's further alerts wait and go out as one message after
+        the first went at once: ``group_s``, by default 30, but 0 for Alertmanager (it
+        groups by itself: ``group_by`` / ``group_wait`` in its route)."""
+        if self.group_s is not None:
+            return self.group_s
+        return 0.0 if self.kind == "alertmanager" else 30.0
 
     def wants(self, host: str, kind: str, severity: Health) -> bool:
         """Whether an alert of ``kind`` and ``severity`` on ``host`` goes to this notifier."""

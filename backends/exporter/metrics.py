@@ -37,7 +37,8 @@ OOM_KINDS = frozenset({"cuda_oom", "oom_death", "host_oom_kill", "cgroup_oom_kil
 JOB_STATES = ("running", "finished", "crashed", "stopped")
 
 _GPU = ("host", "gpu", "uuid", "name")
-_JOB = ("host", "job")
+# Not "job": Prometheus sets that label to the scrape job (and renames ours exported_job).
+_JOB = ("host", "job_name")
 _SGLANG = ("host", "port")
 # name -> (help, labels); every gauge the collector fills, and the README's table.
 GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -139,7 +140,9 @@ class GpumonCollector(Collector):
                 for kind in KINDS:
                     put("gpumon_alerts_active", [host, severity, kind], counts[(severity, kind)])
         ooms = CounterMetricFamily(
-            OOM_COUNTER, "OOM events seen (critical alerts)", labels=["host", "gpu", "job", "kind"]
+            OOM_COUNTER,
+            "OOM events seen (critical alerts)",
+            labels=["host", "gpu", "job_name", "kind"],
         )
         for key, count in self.ooms.items():
             ooms.add_metric(list(key), count)

@@ -225,10 +225,11 @@ class NotifyHub:
 
     def _not_before(self, cfg: NotifierConfig, host: str, now: float) -> float:
         start = self._window.get((cfg.name, host))
-        if start is None or now - start >= cfg.group_s:
+        window = cfg.group_window
+        if start is None or now - start >= window:
             self._window[(cfg.name, host)] = now
             return now
-        return start + cfg.group_s
+        return start + window
 
     # --- delivery -----------------------------------------------------------------------
     async def start(self) -> None:
