@@ -20,6 +20,7 @@ from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.monitor import HostMonitor, demo_settings
 from gpumon.backends.notify.watch import WatchService
+
 from prometheus import AlertmanagerServer, PrometheusServer, free_port
 
 pytestmark = [
