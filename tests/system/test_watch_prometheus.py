@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -22,6 +24,8 @@ from gpumon.backends.monitor import HostMonitor, demo_settings
 from gpumon.backends.notify.watch import WatchService
 
 from prometheus import AlertmanagerServer, PrometheusServer, free_port
+
+T = TypeVar("T")
 
 pytestmark = [
     pytest.mark.system,
@@ -37,10 +41,11 @@ def auto_restart(monitor: HostMonitor) -> None:
     monitor.host = replace(monitor.host, jobs=jobs)
 
 
-async def until(what: str, check: object, timeout: float) -> object:
+async def until(what: str, check: Callable[[], T], timeout: float) -> T:
+    """Poll ``check`` (in a thread: the event loop keeps serving) until it is truthy."""
     deadline = time.monotonic() + timeout
     while True:
-        value = await asyncio.to_thread(check)  # type: ignore[arg-type]
+        value = await asyncio.to_thread(check)
         if value:
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -62,10 +67,10 @@ async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_i
         await service.start()
         try:
 
-            def oom_alerts() -> list[dict[str, object]]:
+            def oom_alerts() -> list[dict[str, Any]]:
                 return [a for a in am.alerts() if a["labels"].get("alertname") == "gpumon_cuda_oom"]
 
-            [alert] = await until("the OOM in Alertmanager", oom_alerts, 60)  # type: ignore[misc]
+            [alert] = await until("the OOM in Alertmanager", oom_alerts, 60)
             labels = alert["labels"]
             assert labels == {
                 "alertname": "gpumon_cuda_oom",
@@ -99,14 +104,14 @@ async def test_prometheus_scrapes_gpu6_memory_and_the_oom_counter(tmp_path: Path
     try:
         with PrometheusServer(tmp_path, [f"127.0.0.1:{port}"]) as prom:
             memory = 'gpumon_gpu_memory_used_bytes{host="demo",gpu="6"}'
-            [row] = await until("GPU 6 memory", lambda: prom.query(memory), 60)  # type: ignore[misc]
+            [row] = await until("GPU 6 memory", lambda: prom.query(memory), 60)
             assert (
                 row["metric"]["uuid"].startswith("GPU-") and "RTX PRO 6000" in row["metric"]["name"]
             )
             value = float(row["value"][1])
             assert 0 <= value <= 97887 * 1024 * 1024
             ooms = 'gpumon_oom_events_total{host="demo",gpu="6",kind="cuda_oom"}'
-            [oom] = await until("the OOM counter", lambda: prom.query(ooms), 60)  # type: ignore[misc]
+            [oom] = await until("the OOM counter", lambda: prom.query(ooms), 60)
             assert float(oom["value"][1]) >= 1 and oom["metric"]["job_name"] == "drafter"
             # Prometheus's value is what the monitor saw (the 1 s scrape of a 1 s stream).
             [target] = prom.targets()
