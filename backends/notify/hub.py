@@ -187,7 +187,9 @@ class NotifyHub:
             self.monitors.remove(monitor)
 
     def attach_session(self, session: Session) -> None:
-        session.runs.finished.add(self._on_run)
+        runs = session.runs
+        runs.finished.add(self._on_run)
+        self.tracker.restarting = lambda host, job: runs.running(host, job) is not None
 
     def _on_run(self, run: RestartRun) -> None:
         if run.outcome is None or run.plan.action == "stop":

@@ -8,7 +8,7 @@ calls it after every change) and returns the incident events to deliver:
   ``update``; nothing is ever paged twice for one open incident;
 - an incident resolves when no active alert has its key any more (the OOM alert ends
   once the job runs again and its GPU refilled, or a restart cleared it), but not before it
-  has been open ``min_open_s``: an alert that flaps back within that time continues the
+  has been open ``min_open_s``, nor while a restart of its job is running: an alert that flaps back within that time continues the
   same incident (the alert rules' hysteresis damps the samples, this damps the incidents);
 - ``auto_restart`` alerts are not incidents of their own: they say what gpumon did about
   the job's crash (attempted / gave up), and a finished automatic restart
@@ -20,7 +20,7 @@ No I/O, no clock of its own; not thread-safe (the event loop calls it).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from gpumon.backends.alerts.store import Alert
@@ -49,8 +49,16 @@ class _JobNote:
 class IncidentTracker:
     """Open incidents of every host, from their active alerts."""
 
-    def __init__(self, min_open_s: float = 30.0, gpumon_host: str = "") -> None:
+    def __init__(
+        self,
+        min_open_s: float = 30.0,
+        gpumon_host: str = "",
+        restarting: Callable[[str, str], bool] | None = None,
+    ) -> None:
         self.min_open_s = min_open_s
+        # (host, job) -> whether a restart of it is running: its incidents resolve once
+        # it ended, so the resolve can say whether the restart worked and who ran it.
+        self.restarting = restarting
         self.gpumon_host = gpumon_host
         self.open: dict[str, OpenIncident] = {}
         self._jobs: dict[tuple[str, str], _JobNote] = {}
@@ -155,6 +163,9 @@ class IncidentTracker:
 
     def _maybe_resolve(self, key: str, inc: OpenIncident, now: float) -> list[IncidentEvent]:
         if now - inc.event.opened_at < self.min_open_s:
+            return []
+        job = inc.event.job
+        if job and self.restarting is not None and self.restarting(inc.event.host, job):
             return []
         del self.open[key]
         ev = inc.event

@@ -121,3 +121,14 @@ def test_event_json_has_exactly_the_documented_keys() -> None:
     assert data["summary"].startswith("[CRITICAL] cuda_oom on ct200 GPU 6 job drafter")
     assert dt.datetime.fromisoformat(data["opened_at"]).timestamp() == 100.0
     assert data["gpu"] == 6 and data["job"] == "drafter" and data["count"] == 1
+
+
+def test_an_incident_waits_for_a_running_restart_to_say_how_it_ended() -> None:
+    busy = {("ct200", "drafter")}
+    t = IncidentTracker(min_open_s=0, restarting=lambda host, job: (host, job) in busy)
+    t.observe("ct200", [oom()], 100.0)
+    assert t.observe("ct200", [], 105.0) == []  # the GPU refilled while the restart verifies
+    busy.clear()
+    t.note_restart("ct200", "drafter", automatic=True, ok=True, at=108.0)
+    [resolved] = t.due(108.5)
+    assert (resolved.resolved_by, resolved.action) == ("auto-restart", "auto-restart succeeded")
