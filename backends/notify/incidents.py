@@ -8,8 +8,9 @@ calls it after every change) and returns the incident events to deliver:
   ``update``; nothing is ever paged twice for one open incident;
 - an incident resolves when no active alert has its key any more (the OOM alert ends
   once the job runs again and its GPU refilled, or a restart cleared it), but not before it
-  has been open ``min_open_s``, nor while a restart of its job is running: an alert that flaps back within that time continues the
-  same incident (the alert rules' hysteresis damps the samples, this damps the incidents);
+  has been open ``min_open_s`` (an alert that flaps back within that time continues the
+  same incident: the alert rules' hysteresis damps the samples, this damps the incidents),
+  nor while a restart of its job is running (the resolve says how that ended);
 - ``auto_restart`` alerts are not incidents of their own: they say what gpumon did about
   the job's crash (attempted / gave up), and a finished automatic restart
   (``note_restart``) says it succeeded and who fixed it.
