@@ -224,6 +224,7 @@ def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
         read_only=args.read_only,
         interval=args.interval,
         bell=not args.no_bell,
+        notify=config.notify,
     )
 
 
