@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import Health
-from gpumon.backends.notify.event import IncidentEvent, this_host
+from gpumon.backends.notify.event import IncidentEvent, incident_key, this_host
 from gpumon.backends.notify.incidents import IncidentTracker
 from gpumon.backends.notify.notifiers import (
     DeliveryError,
@@ -135,7 +135,7 @@ def test_event(name: str, now: float) -> IncidentEvent:
     host = this_host()
     return IncidentEvent(
         event="test",
-        key=f"{host}/gpumon-test/{name}",
+        key=incident_key(host, None, None, f"test-{name}"),
         host=host,
         gpu=None,
         job=None,

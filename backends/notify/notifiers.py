@@ -111,6 +111,9 @@ def _pagerduty(
             body["payload"] = {k: v for k, v in body["payload"].items() if v is not None}
             body["client"] = "gpumon"
         out.append(_request(config, body, {}))
+        if ev.event == "test":  # a test must not leave an incident open on the pager
+            resolve = {"routing_key": key, "event_action": "resolve", "dedup_key": ev.key}
+            out.append(_request(config, resolve, {}))
     return out
 
 

@@ -52,6 +52,15 @@ def test_pagerduty_triggers_and_resolves_with_one_dedup_key() -> None:
     assert bodies[0]["payload"]["source"] == "ct200"
 
 
+def test_a_pagerduty_test_event_resolves_itself() -> None:
+    from gpumon.backends.notify.hub import test_event
+
+    reqs = render(cfg("pagerduty", routing_key="k"), [test_event("pd", 1000.0)], 1000.0, {})
+    bodies = [json.loads(r.body) for r in reqs]
+    assert [check_pagerduty(b, "k") for b in bodies] == ["trigger", "resolve"]
+    assert bodies[0]["payload"]["severity"] == "info"
+
+
 def test_a_secret_from_an_unset_variable_fails_the_delivery_by_name() -> None:
     with pytest.raises(DeliveryError, match=r"\$PD_KEY .* is not set"):
         render(cfg("pagerduty", routing_key_env="PD_KEY"), [OPEN], 1000.0, {})

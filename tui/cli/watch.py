@@ -158,6 +158,7 @@ def cmd_watch(args: argparse.Namespace, config: Config) -> int:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    log.setLevel(logging.INFO)  # its own lines (start, reload, stop); the library's warnings
     hosts = _hosts(config, args.hosts)
     try:
         lock = hold_watch_lock()
@@ -206,7 +207,7 @@ async def _watch(
         except GpumonError as e:
             log.warning("reload refused, the old config stays: %s", e)
             return
-        log.warning("config reloaded: %s", "; ".join(changes) or "nothing changed")
+        log.info("config reloaded: %s", "; ".join(changes) or "nothing changed")
 
     loop.add_signal_handler(signal.SIGTERM, done.set)
     loop.add_signal_handler(signal.SIGINT, done.set)
@@ -216,7 +217,7 @@ async def _watch(
         f"; metrics on {service.metrics.host}:{service.metrics.port}" if service.metrics else ""
     )
     notifiers = ", ".join(settings.notifiers) or "none"
-    log.warning("watching %s; notifiers: %s%s", names, notifiers, metrics)
+    log.info("watching %s; notifiers: %s%s", names, notifiers, metrics)
     try:
         await done.wait()
     finally:
@@ -226,7 +227,7 @@ async def _watch(
             with contextlib.suppress(Exception):
                 await task
         await service.stop()
-    log.warning("stopped")
+    log.info("stopped")
     return 0
 
 
