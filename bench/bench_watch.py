@@ -214,20 +214,28 @@ async def scrape(rounds: int, tmp: Path) -> None:
         while len([s for s in monitor.workloads.sglang.values() if s.running is not None]) < 8:
             assert time.monotonic() < deadline, "the 8 servers did not answer"
             await asyncio.sleep(0.2)
+        await asyncio.sleep(2)  # a few rounds of everything
         url = f"http://127.0.0.1:{service.metrics.port}/metrics"
 
-        def get() -> tuple[float, int]:
+        def get() -> tuple[float, str]:
             t0 = time.perf_counter()
             with urllib.request.urlopen(url, timeout=10) as resp:
-                body = resp.read()
-            return (time.perf_counter() - t0) * 1000, len(body)
+                body = resp.read().decode()
+            return (time.perf_counter() - t0) * 1000, body
 
         times = []
-        size = 0
+        body = ""
         for _ in range(rounds):
-            ms, size = await asyncio.to_thread(get)
+            ms, body = await asyncio.to_thread(get)
             times.append(ms)
-        spread(f"GET /metrics ({size / 1024:.0f} KiB)", times)
+        series = [x for x in body.splitlines() if x.startswith("gpumon_")]
+        gpus = {x.split('gpu="')[1].split('"')[0] for x in series if x.startswith("gpumon_gpu_")}
+        servers = {x.split('port="')[1].split('"')[0] for x in series if "sglang" in x}
+        print(
+            f"  {len(series)} series: {len(gpus)} GPUs, {len(servers)} SGLang servers, "
+            f"{len(body) / 1024:.1f} KiB"
+        )
+        spread("GET /metrics", times)
     finally:
         await service.stop()
 

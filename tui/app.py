@@ -116,6 +116,8 @@ class GpumonApp(App[int], inherit_bindings=False):
         # Load plotext off the event loop, before anyone opens a detail view.
         self.set_timer(2.0, lambda: self.run_worker(plotext, thread=True, group="warm-up"))
         if not self.is_headless:
+            if self.hub is not None:
+                self.hub.terminal = self._write_terminal
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_hangup)
             self._tty = terminal_fd()
@@ -147,6 +149,13 @@ class GpumonApp(App[int], inherit_bindings=False):
         ``[link=…]``, an unbalanced ``[/]``) would act on the operator's terminal or crash
         the render. ``markup`` is accepted for Textual's signature and ignored."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
+    def _write_terminal(self, data: bytes) -> None:
+        """A ``terminal`` notifier's sequences, through the driver's writer: between
+        frames, never inside one."""
+        driver = self._driver
+        if driver is not None:
+            driver.write(data.decode())
 
     def get_driver_class(self) -> type[Driver]:
         return hangup_safe(super().get_driver_class())

@@ -81,13 +81,18 @@ async def deliver(
     events: Sequence[IncidentEvent],
     now: float,
     env: Mapping[str, str],
+    terminal: Callable[[bytes], None] | None = None,
 ) -> None:
     """Send one message (``events`` of one host) the way ``config.kind`` does; raises
-    DeliveryError when the receiver did not take it."""
+    DeliveryError when the receiver did not take it. ``terminal``: where the ``terminal``
+    kind writes instead of its ``tty`` (the dashboard: between its own frames)."""
     if config.kind == "command":
         await _run_command(config, command_input(events, now))
     elif config.kind == "terminal":
         data = terminal_bytes(events, tmux=bool(env.get("TMUX")))
+        if terminal is not None:
+            terminal(data)
+            return
         try:
             await asyncio.to_thread(_write_tty, config.tty, data)
         except OSError as e:
@@ -175,6 +180,7 @@ class NotifyHub:
         self._window: dict[tuple[str, str], float] = {}  # (notifier, host) -> window start
         self._sent: dict[str, deque[float]] = {}
         self._resent: dict[str, float] = {}
+        self.terminal: Callable[[bytes], None] | None = None  # see ``deliver``
 
     # --- wiring -------------------------------------------------------------------------
     def attach(self, monitor: HostMonitor) -> None:
@@ -307,7 +313,7 @@ class NotifyHub:
             events = [r.event for r in rows]
             ids = [r.id for r in rows]
             try:
-                await deliver(cfg, events, now, self.env)
+                await deliver(cfg, events, now, self.env, self.terminal)
             except DeliveryError as e:
                 failures = self.outbox.failures(name)
                 delay = e.retry_after

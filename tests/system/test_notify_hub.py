@@ -131,3 +131,22 @@ async def test_a_removed_notifier_keeps_its_messages(tmp_path: Path) -> None:
         await hub.reconfigure(hub_for(tmp_path, hook(rx, group_s=0)).settings)
         await until(lambda: len(rx.received()) == 1)
         await hub.close()
+
+
+async def test_terminal_notifications_go_to_the_tty_or_the_dashboards_writer(
+    tmp_path: Path,
+) -> None:
+    tty = tmp_path / "tty"
+    tty.touch()
+    term = NotifierConfig(name="desk", kind="terminal", tty=str(tty), group_s=0)
+    hub = hub_for(tmp_path, term)
+    await hub.start()
+    hub.publish([event(6)])
+    await until(lambda: tty.stat().st_size > 0)
+    assert tty.read_bytes().startswith(b"\x1b]9;[CRITICAL] xid on ct200 GPU 6")
+    written: list[bytes] = []
+    hub.terminal = written.append  # the dashboard's driver
+    hub.publish([event(6, host="gpu2")])
+    await until(lambda: bool(written))
+    assert b"xid on gpu2 GPU 6" in written[0] and written[0].endswith(b"\a")
+    await hub.close()
