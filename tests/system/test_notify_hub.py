@@ -31,11 +31,14 @@ def event(n: int, host: str = "ct200") -> IncidentEvent:
                          f"Xid 79 on GPU {n}", None, None, now, now, None)  # fmt: skip
 
 
-def hub_for(tmp_path: Path, *notifiers: NotifierConfig) -> NotifyHub:
-    settings = NotifySettings(
+def settings_for(*notifiers: NotifierConfig) -> NotifySettings:
+    return NotifySettings(
         notifiers={n.name: n for n in notifiers}, retry_first_s=0.1, retry_max_s=0.5
     )
-    return NotifyHub(settings, Outbox(tmp_path / "outbox.sqlite3"))
+
+
+def hub_for(tmp_path: Path, *notifiers: NotifierConfig) -> NotifyHub:
+    return NotifyHub(settings_for(*notifiers), Outbox(tmp_path / "outbox.sqlite3"))
 
 
 async def until(check: Callable[[], bool], timeout: float = 20) -> None:
@@ -61,6 +64,8 @@ async def test_a_429_is_retried_after_its_retry_after(tmp_path: Path) -> None:
         [status] = hub.outbox.status()
         assert status["pending"] == 0 and "HTTP 429" in status["last_error"]
         await hub.close()
+    hub.outbox.close()
+        hub.outbox.close()
 
 
 async def test_a_storm_on_one_host_is_one_message_per_window(tmp_path: Path) -> None:
@@ -77,6 +82,8 @@ async def test_a_storm_on_one_host_is_one_message_per_window(tmp_path: Path) -> 
         assert bodies[1][0]["host"] == "other"
         assert [e["gpu"] for e in bodies[2]] == list(range(1, 8))
         await hub.close()
+    hub.outbox.close()
+        hub.outbox.close()
 
 
 async def test_the_rate_limit_holds_messages_back_and_drops_none(tmp_path: Path) -> None:
@@ -89,12 +96,15 @@ async def test_the_rate_limit_holds_messages_back_and_drops_none(tmp_path: Path)
         await asyncio.sleep(0.5)
         assert len(rx.received()) == 2 and len(hub.outbox.pending("hook")) == 2
         await hub.close()
+    hub.outbox.close()
+        hub.outbox.close()
         # Nothing lost: a new hub (a new gpumon, its own minute) sends the rest, in order.
         hub2 = NotifyHub(hub.settings, Outbox(tmp_path / "outbox.sqlite3"))
         await hub2.start()
         await until(lambda: len(rx.received()) == 4)
         assert [r.json()["events"][0]["host"] for r in rx.received()] == ["h0", "h1", "h2", "h3"]
         await hub2.close()
+        hub2.outbox.close()
 
 
 async def test_a_failing_command_is_retried_until_it_succeeds(tmp_path: Path) -> None:
@@ -116,6 +126,7 @@ async def test_a_failing_command_is_retried_until_it_succeeds(tmp_path: Path) ->
     [ev] = check_webhook(json.loads(out.read_text()))
     assert ev["gpu"] == 3
     await hub.close()
+    hub.outbox.close()
 
 
 async def test_a_removed_notifier_keeps_its_messages(tmp_path: Path) -> None:
@@ -128,9 +139,11 @@ async def test_a_removed_notifier_keeps_its_messages(tmp_path: Path) -> None:
         await hub.reconfigure(NotifySettings())
         assert [r.event.gpu for r in hub.outbox.pending("hook")] == [1]
         rx.start()
-        await hub.reconfigure(hub_for(tmp_path, hook(rx, group_s=0)).settings)
+        await hub.reconfigure(settings_for(hook(rx, group_s=0)))
         await until(lambda: len(rx.received()) == 1)
         await hub.close()
+    hub.outbox.close()
+        hub.outbox.close()
 
 
 async def test_terminal_notifications_go_to_the_tty_or_the_dashboards_writer(
@@ -150,3 +163,4 @@ async def test_terminal_notifications_go_to_the_tty_or_the_dashboards_writer(
     await until(lambda: bool(written))
     assert b"xid on gpu2 GPU 6" in written[0] and written[0].endswith(b"\a")
     await hub.close()
+    hub.outbox.close()
