@@ -64,7 +64,6 @@ async def test_a_429_is_retried_after_its_retry_after(tmp_path: Path) -> None:
         [status] = hub.outbox.status()
         assert status["pending"] == 0 and "HTTP 429" in status["last_error"]
         await hub.close()
-    hub.outbox.close()
         hub.outbox.close()
 
 
@@ -82,7 +81,6 @@ async def test_a_storm_on_one_host_is_one_message_per_window(tmp_path: Path) -> 
         assert bodies[1][0]["host"] == "other"
         assert [e["gpu"] for e in bodies[2]] == list(range(1, 8))
         await hub.close()
-    hub.outbox.close()
         hub.outbox.close()
 
 
@@ -96,7 +94,6 @@ async def test_the_rate_limit_holds_messages_back_and_drops_none(tmp_path: Path)
         await asyncio.sleep(0.5)
         assert len(rx.received()) == 2 and len(hub.outbox.pending("hook")) == 2
         await hub.close()
-    hub.outbox.close()
         hub.outbox.close()
         # Nothing lost: a new hub (a new gpumon, its own minute) sends the rest, in order.
         hub2 = NotifyHub(hub.settings, Outbox(tmp_path / "outbox.sqlite3"))
@@ -142,7 +139,6 @@ async def test_a_removed_notifier_keeps_its_messages(tmp_path: Path) -> None:
         await hub.reconfigure(settings_for(hook(rx, group_s=0)))
         await until(lambda: len(rx.received()) == 1)
         await hub.close()
-    hub.outbox.close()
         hub.outbox.close()
 
 
