@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumon.backends.config.notify import NotifierConfig
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.model import iso_time
 from gpumon.backends.notify.event import IncidentEvent, webhook_body
 
@@ -36,7 +37,7 @@ SIGNATURE_HEADER = "X-Gpumon-Signature"
 AM_ENDS_AFTER_RESENDS = 4  # an active alert's endsAt: this many re-send periods ahead
 
 
-class DeliveryError(Exception):
+class DeliveryError(GpumonError):
     """A message did not reach its receiver; ``retry_after`` is the receiver's wish (s)."""
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:

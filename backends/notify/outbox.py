@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gpumon.backends import untrusted
 from gpumon.backends.notify.event import IncidentEvent
 
 __all__ = ["KEEP_SENT", "Outbox", "OutboxRow"]
@@ -69,7 +70,8 @@ class OutboxRow:
 
 
 def _event_from(text: str) -> IncidentEvent:
-    return IncidentEvent(**json.loads(text))
+    # The events quote the target (alert messages): read back as the target's text.
+    return IncidentEvent(**untrusted.loads(text))
 
 
 def _dump(event: IncidentEvent) -> str:

@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING
 from gpumon.backends.actions.session import Session
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.notify import NotifySettings
+from gpumon.backends.errors import GpumonError
 from gpumon.backends.exporter.metrics import GpumonCollector, MetricsServer, OomCounter
 from gpumon.backends.monitor.compose import make_monitor
 from gpumon.backends.monitor.state import HostMonitor
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["WatchLocked", "WatchService", "hold_watch_lock", "watch_running"]
 
 
-class WatchLocked(Exception):
+class WatchLocked(GpumonError):
     """Another ``gpumon watch`` holds the lock (it would deliver every alert twice)."""
 
 

@@ -49,7 +49,7 @@ def test_gpu_metrics_in_base_units_and_the_oom_counter() -> None:
     assert count == 2 and oom_labels == {
         "host": "ct200",
         "gpu": "6",
-        "job": "drafter",
+        "job_name": "drafter",
         "kind": "cuda_oom",
     }
     active = {(lab["severity"], lab["kind"]): v for lab, v in metrics["gpumon_alerts_active"]}
