@@ -230,7 +230,9 @@ async def scrape(rounds: int, tmp: Path) -> None:
             times.append(ms)
         series = [x for x in body.splitlines() if x.startswith("gpumon_")]
         gpus = {x.split('gpu="')[1].split('"')[0] for x in series if x.startswith("gpumon_gpu_")}
-        servers = {x.split('port="')[1].split('"')[0] for x in series if "sglang" in x}
+        servers = {
+            x.split('port="')[1].split('"')[0] for x in series if x.startswith("gpumon_sglang_")
+        }
         print(
             f"  {len(series)} series: {len(gpus)} GPUs, {len(servers)} SGLang servers, "
             f"{len(body) / 1024:.1f} KiB"

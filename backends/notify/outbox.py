@@ -30,6 +30,7 @@ __all__ = ["KEEP_SENT", "Outbox", "OutboxRow"]
 
 KEEP_SENT = 1000
 _SCAN = 500  # rows looked at per notifier to find the next due batch
+BATCH_MAX = 100  # events in one message (after an outage: the backlog in several)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -186,7 +187,7 @@ class Outbox:
         for rows in by_host.values():  # insertion order: the host with the oldest row first
             if rows[0].not_before <= now:
                 batch = []
-                for row in rows:
+                for row in rows[:BATCH_MAX]:
                     if row.not_before > now:
                         break
                     batch.append(row)

@@ -79,3 +79,16 @@ def test_failures_are_recorded_and_everything_survives_a_reopen(tmp_path: Path) 
     box.mark_sent("hook", ids, 18.0)
     assert box.failures("hook") == 0 and box.retry_at("hook") == 0.0
     assert [r.event.gpu for r in box.sent("hook")] == [1, 0]  # newest first
+
+
+def test_a_backlog_goes_out_in_messages_of_at_most_batch_max(tmp_path: Path) -> None:
+    from gpumon.backends.notify.outbox import BATCH_MAX
+
+    box = Outbox(tmp_path / "o.sqlite3")
+    for n in range(BATCH_MAX + 5):
+        box.add("hook", event(n), now=10.0, not_before=10.0)
+    rows, _ = box.due_batch("hook", 10.0)
+    assert len(rows) == BATCH_MAX and rows[0].event.gpu == 0
+    box.mark_sent("hook", [r.id for r in rows], 11.0)
+    rows, _ = box.due_batch("hook", 11.0)
+    assert [r.event.gpu for r in rows] == list(range(BATCH_MAX, BATCH_MAX + 5))
