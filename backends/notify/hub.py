@@ -291,6 +291,16 @@ class NotifyHub:
                 await wake.wait()
 
     async def _deliver_loop(self, name: str) -> None:
+        while True:
+            try:
+                await self._deliver_some(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a locked or broken outbox file: log it, keep trying
+                log.exception("notify.%s: delivery loop failed; retrying in 5 s", name)
+                await asyncio.sleep(5.0)
+
+    async def _deliver_some(self, name: str) -> None:
         sent = self._sent.setdefault(name, deque())
         while True:
             cfg = self.settings.notifiers[name]
@@ -333,10 +343,13 @@ class NotifyHub:
         while True:
             await asyncio.sleep(TICK_S)
             now = self.clock()
-            self.publish(self.tracker.due(now))
-            for cfg in self.settings.notifiers.values():
-                if cfg.kind == "alertmanager":
-                    await self._resend(cfg, now)
+            try:
+                self.publish(self.tracker.due(now))
+                for cfg in list(self.settings.notifiers.values()):
+                    if cfg.kind == "alertmanager":
+                        await self._resend(cfg, now)
+            except Exception:
+                log.exception("notify: periodic resolve / re-send failed")
 
     async def _resend(self, cfg: NotifierConfig, now: float) -> None:
         """Alertmanager forgets an alert nobody re-sends: every open incident again."""

@@ -61,6 +61,7 @@ async def test_a_429_is_retried_after_its_retry_after(tmp_path: Path) -> None:
         hub.publish([event(1)])
         await until(lambda: len(rx.received()) == 1)
         assert rx.received()[0].at - t0 >= 0.45  # waited as told, not the 0.1 s backoff
+        await until(lambda: not hub.outbox.pending("hook"))  # marked once its answer came
         [status] = hub.outbox.status()
         assert status["pending"] == 0 and "HTTP 429" in status["last_error"]
         await hub.close()
