@@ -1,6 +1,6 @@
 """A test HTTP receiver on 127.0.0.1 standing in for PagerDuty, ntfy, Slack and webhooks.
 
-It records every POST (path, headers, body) in arrival order, answers 202 (or what
+It records every POST it answered with success (path, headers, body) in order, answers 202 (or what
 ``answers`` says next: ``[429, 500]`` fails the next two), and can go down and come back
 on the same port (``stop()`` / ``start()``) to play an outage.
 
@@ -55,16 +55,18 @@ class Receiver(Startable):
                 body = self.rfile.read(length)
                 with receiver._lock:
                     status = receiver.answers.pop(0) if receiver.answers else 202
-                    if status < 300:
-                        receiver.requests.append(
-                            Received(self.path, dict(self.headers.items()), body, time.time())
-                        )
                 self.send_response(status)
                 if status == 429 and receiver.retry_after is not None:
                     self.send_header("Retry-After", receiver.retry_after)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"{}")
+                self.wfile.flush()
+                if status < 300:  # counted once answered: a sender that got no answer retries
+                    with receiver._lock:
+                        receiver.requests.append(
+                            Received(self.path, dict(self.headers.items()), body, time.time())
+                        )
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
