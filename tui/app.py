@@ -240,7 +240,10 @@ def dashboard_hub(settings: NotifySettings | None) -> NotifyHub | None:
 
     if settings.dashboard_delivery == "auto" and watch_running():
         return None
-    return NotifyHub(settings, Outbox(default_outbox(settings)))
+    hub = NotifyHub(settings, Outbox(default_outbox(settings)))
+    if settings.dashboard_delivery == "auto":  # a watch started later takes over
+        hub.standby = watch_running
+    return hub
 
 
 def run_app(app: GpumonApp) -> int:

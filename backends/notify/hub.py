@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 SETTLE_SAMPLES = 3  # a host's alerts count from its third sample (its logs' backlog read)
 TICK_S = 1.0
+STANDBY_POLL_S = 5.0
 
 
 def _post(req: HttpRequest, timeout: float) -> None:
@@ -181,6 +182,9 @@ class NotifyHub:
         self._sent: dict[str, deque[float]] = {}
         self._resent: dict[str, float] = {}
         self.terminal: Callable[[bytes], None] | None = None  # see ``deliver``
+        # The dashboard's "auto" delivery: while this says True (a `gpumon watch` runs and
+        # pages for the same alerts) nothing is queued or sent here; the watch delivers.
+        self.standby: Callable[[], bool] | None = None
 
     # --- wiring -------------------------------------------------------------------------
     def attach(self, monitor: HostMonitor) -> None:
@@ -220,9 +224,12 @@ class NotifyHub:
     def publish(self, events: Sequence[IncidentEvent]) -> None:
         """Store each event for every notifier that wants it and wake their tasks."""
         now = self.clock()
+        standby = bool(events) and self._standing_by()
         for ev in events:
             self.outbox.save_incident(ev)
             self.changes.emit(ev)
+            if standby:
+                continue
             for cfg in self.settings.notifiers.values():
                 if not cfg.wants(ev.host, ev.kind, _severity(ev)):
                     continue
@@ -230,6 +237,9 @@ class NotifyHub:
                 wake = self._wake.get(cfg.name)
                 if wake is not None:
                     wake.set()
+
+    def _standing_by(self) -> bool:
+        return self.standby is not None and self.standby()
 
     def _not_before(self, cfg: NotifierConfig, host: str, now: float) -> float:
         start = self._window.get((cfg.name, host))
@@ -304,6 +314,9 @@ class NotifyHub:
         sent = self._sent.setdefault(name, deque())
         while True:
             cfg = self.settings.notifiers[name]
+            if self._standing_by():
+                await asyncio.sleep(STANDBY_POLL_S)
+                continue
             self._wake[name].clear()
             now = self.clock()
             retry_at = self.outbox.retry_at(name)
@@ -346,7 +359,7 @@ class NotifyHub:
             try:
                 self.publish(self.tracker.due(now))
                 for cfg in list(self.settings.notifiers.values()):
-                    if cfg.kind == "alertmanager":
+                    if cfg.kind == "alertmanager" and not self._standing_by():
                         await self._resend(cfg, now)
             except Exception:
                 log.exception("notify: periodic resolve / re-send failed")

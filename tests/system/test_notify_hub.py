@@ -161,3 +161,21 @@ async def test_terminal_notifications_go_to_the_tty_or_the_dashboards_writer(
     assert b"xid on gpu2 GPU 6" in written[0] and written[0].endswith(b"\a")
     await hub.close()
     hub.outbox.close()
+
+
+async def test_a_hub_on_standby_queues_and_sends_nothing(tmp_path: Path) -> None:
+    with Receiver() as rx:
+        hub = hub_for(tmp_path, hook(rx, group_s=0))
+        watch_runs = True
+        hub.standby = lambda: watch_runs  # the dashboard while a `gpumon watch` runs
+        seen: list[IncidentEvent] = []
+        hub.changes.add(seen.append)
+        await hub.start()
+        hub.publish([event(1)])
+        assert len(seen) == 1 and hub.outbox.pending() == []  # logged, not queued
+        watch_runs = False  # the watch stopped: the dashboard delivers again
+        hub.publish([event(2)])
+        await until(lambda: len(rx.received()) == 1, timeout=10)
+        assert check_webhook(rx.received()[0].json())[0]["gpu"] == 2
+        await hub.close()
+        hub.outbox.close()
