@@ -27,13 +27,16 @@ from prometheus import AlertmanagerServer, PrometheusServer, free_port
 
 T = TypeVar("T")
 
-pytestmark = [
-    pytest.mark.system,
-    pytest.mark.skipif(
-        not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")),
-        reason="needs the Debian packages prometheus and prometheus-alertmanager (.ci/run)",
-    ),
-]
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture(autouse=True)
+def _require_servers() -> None:
+    if not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")):
+        pytest.fail(
+            "Prometheus / Alertmanager not installed (apt-get install prometheus "
+            "prometheus-alertmanager); .ci/run installs them"
+        )
 
 
 def auto_restart(monitor: HostMonitor) -> None:
