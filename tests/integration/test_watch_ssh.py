@@ -35,9 +35,7 @@ def agent_up(port: int) -> dict[str, float]:
 def wait_for(what: str, check: Callable[[], bool], log: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, (
-            f"timed out waiting for {what}:\n{log.read_text()}\n{_page()}"
-        )
+        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{log.read_text()}"
         time.sleep(0.2)
 
 
