@@ -53,6 +53,10 @@ __all__ = ["NotifyHub", "deliver", "test_event"]
 
 log = logging.getLogger(__name__)
 
+# Answers that refuse the message itself: it is set aside (kept, counted, said) so the
+# messages behind it still go out. 401/403/404 (a wrong key or URL) fail every message
+# alike: those are retried until the config is fixed and reloaded.
+REJECTED = frozenset({400, 413, 422})
 SETTLE_SAMPLES = 3  # a host's alerts count from its third sample (its logs' backlog read)
 TICK_S = 1.0
 STANDBY_POLL_S = 5.0
@@ -71,7 +75,9 @@ def _post(req: HttpRequest, timeout: float) -> None:
                 retry_after = float(e.headers.get("Retry-After", ""))
             if e.code == 429 and retry_after is None:
                 retry_after = 30.0  # PagerDuty: back off on 429 even without a hint
-        raise DeliveryError(f"HTTP {e.code} from {req.url}: {body[:200]}", retry_after) from None
+        raise DeliveryError(
+            f"HTTP {e.code} from {req.url}: {body[:200]}", retry_after, rejected=e.code in REJECTED
+        ) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise DeliveryError(f"cannot reach {req.url}: {reason}") from None
@@ -180,6 +186,7 @@ class NotifyHub:
         self._ticker: asyncio.Task[None] | None = None
         self._window: dict[tuple[str, str], float] = {}  # (notifier, host) -> window start
         self._sent: dict[str, deque[float]] = {}
+        self._singly: set[str] = set()  # notifiers sending one event a message for now
         self._resent: dict[str, float] = {}
         self.terminal: Callable[[bytes], None] | None = None  # see ``deliver``
         # The dashboard's "auto" delivery: while this says True (a `gpumon watch` runs and
@@ -330,7 +337,10 @@ class NotifyHub:
                 await asyncio.sleep(sent[0] + 60.0 - now)
                 continue
             rows, next_due = self.outbox.due_batch(name, now)
+            if rows and name in self._singly:
+                rows = rows[:1]  # a grouped message was refused: find the one it was
             if not rows:
+                self._singly.discard(name)
                 await self._wait(name, None if next_due is None else max(next_due - now, 0.0))
                 continue
             events = [r.event for r in rows]
@@ -338,6 +348,18 @@ class NotifyHub:
             try:
                 await deliver(cfg, events, now, self.env, self.terminal)
             except DeliveryError as e:
+                if e.rejected and len(rows) > 1:
+                    self._singly.add(name)
+                    log.warning("notify.%s: %s; sending that message's events one by one", name, e)
+                    continue
+                if e.rejected:
+                    self._singly.discard(name)  # found: the rest may be grouped again
+                    self.outbox.mark_rejected(name, ids, str(e), self.clock())
+                    log.error(
+                        "notify.%s: %s; the receiver refused this message, set aside: %s",
+                        name, e, ", ".join(f"{ev.event} {ev.key}" for ev in events),
+                    )  # fmt: skip
+                    continue
                 failures = self.outbox.failures(name)
                 delay = e.retry_after
                 if delay is None:

@@ -33,6 +33,9 @@ _GAVE_UP = re.compile(r"gives up|gave up")
 _ATTEMPT = re.compile(r"automatic restart (\d+)/(\d+)")
 
 
+NO_LONGER_WATCHED = "no longer watched (host removed from the config)"
+
+
 @dataclass(slots=True)
 class OpenIncident:
     event: IncidentEvent  # the last event sent (or its state, for a repeat)
@@ -152,6 +155,18 @@ class IncidentTracker:
             if inc.cleared_at is None:
                 inc.cleared_at = now
             out.extend(self._maybe_resolve(key, inc, now))
+        return out
+
+    def forget_hosts(self, keep: Iterable[str], now: float) -> list[IncidentEvent]:
+        """Resolves for the open incidents of hosts no longer watched (dropped from the
+        config by a reload, or restored from an outbox of hosts this watch does not
+        have): nothing would ever clear them, and a pager must not stay open forever."""
+        kept = set(keep)
+        out = []
+        for key, inc in list(self.open.items()):
+            if inc.event.host not in kept:
+                del self.open[key]
+                out.append(inc.event.with_event("resolve", now, resolved_by=NO_LONGER_WATCHED))
         return out
 
     def due(self, now: float) -> list[IncidentEvent]:

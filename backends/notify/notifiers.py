@@ -38,11 +38,16 @@ AM_ENDS_AFTER_RESENDS = 4  # an active alert's endsAt: this many re-send periods
 
 
 class DeliveryError(GpumonError):
-    """A message did not reach its receiver; ``retry_after`` is the receiver's wish (s)."""
+    """A message did not reach its receiver; ``retry_after`` is the receiver's wish (s).
+    ``rejected``: the receiver refused this message itself (HTTP 400, 413, 422), so
+    sending it again cannot help, unlike a receiver that is down or a key that is wrong."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, retry_after: float | None = None, *, rejected: bool = False
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.rejected = rejected
 
 
 @dataclass(frozen=True, slots=True)

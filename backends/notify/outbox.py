@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     event TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
     last_error TEXT,
-    sent_at REAL
+    sent_at REAL,
+    rejected REAL
 );
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (notifier, sent_at, id);
 CREATE TABLE IF NOT EXISTS notifiers (
@@ -89,6 +90,9 @@ class Outbox:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(outbox)")}
+        if "rejected" not in columns:  # a file from before refused messages were set aside
+            self._db.execute("ALTER TABLE outbox ADD COLUMN rejected REAL")
 
     def close(self) -> None:
         self._db.close()
@@ -143,6 +147,23 @@ class Outbox:
             )
         row = self._db.execute("SELECT failures FROM notifiers WHERE name = ?", (notifier,))
         return int(row.fetchone()[0])
+
+    def mark_rejected(self, notifier: str, ids: list[int], error: str, now: float) -> None:
+        """The receiver refused these rows' message itself: they leave the queue (kept
+        with ``rejected`` set, for ``notify status``) and the notifier is not backed off."""
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = ?, rejected = ?, "
+                "sent_at = ? WHERE id = ?",
+                [(error, now, now, i) for i in ids],
+            )
+            self._db.execute(
+                "INSERT INTO notifiers (name, last_error, last_error_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET last_error = excluded.last_error, "
+                "last_error_at = excluded.last_error_at",
+                (notifier, f"refused, set aside: {error}", now),
+            )
 
     # --- reading ------------------------------------------------------------------------
     def retry_at(self, notifier: str) -> float:
@@ -206,7 +227,12 @@ class Outbox:
                 (name,),
             ).fetchone()
             sent = self._db.execute(
-                "SELECT COUNT(*) FROM outbox WHERE notifier = ? AND sent_at IS NOT NULL", (name,)
+                "SELECT COUNT(*) FROM outbox WHERE notifier = ? AND sent_at IS NOT NULL "
+                "AND rejected IS NULL",
+                (name,),
+            ).fetchone()
+            refused = self._db.execute(
+                "SELECT COUNT(*) FROM outbox WHERE notifier = ? AND rejected IS NOT NULL", (name,)
             ).fetchone()
             state = known.get(name)
             out.append(
@@ -215,6 +241,7 @@ class Outbox:
                     "pending": int(pending[0]),
                     "oldest_pending": pending[1],
                     "sent_kept": int(sent[0]),
+                    "rejected": int(refused[0]),
                     "failures": int(state[2]) if state else 0,
                     "retry_at": float(state[1]) if state and state[1] else None,
                     "last_ok": state[3] if state else None,

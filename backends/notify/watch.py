@@ -114,6 +114,7 @@ class WatchService:
         await self.hub.start()
         for host in self._hosts.values():
             self._start_monitor(host)
+        self.hub.publish(self.hub.tracker.forget_hosts(self._hosts, self.hub.clock()))
 
     def _start_monitor(self, host: HostConfig) -> HostMonitor:
         monitor = make_monitor(host, self.sim)
@@ -153,6 +154,7 @@ class WatchService:
                 self._start_monitor(host)
                 changes.append(f"now watching {name}")
         self._hosts = wanted
+        self.hub.publish(self.hub.tracker.forget_hosts(wanted, self.hub.clock()))
         old = dict(self.settings.notifiers)
         self.settings = settings
         await self.hub.reconfigure(settings)

@@ -179,3 +179,31 @@ async def test_a_hub_on_standby_queues_and_sends_nothing(tmp_path: Path) -> None
         assert check_webhook(rx.received()[0].json())[0]["gpu"] == 2
         await hub.close()
         hub.outbox.close()
+
+
+async def test_a_refused_message_is_set_aside_and_the_rest_still_go_out(tmp_path: Path) -> None:
+    """A receiver that refuses one message itself (HTTP 422: sending it again cannot help)
+    must not block everything behind it: the grouped message is split, the refused event
+    is set aside (counted, said in ``notify status``), the others are delivered in order.
+    A 401 (a wrong key) is retried instead: every message would fail alike."""
+    with Receiver() as rx:
+        hub = hub_for(tmp_path, hook(rx, group_s=1.0))
+        await hub.start()
+        hub.publish([event(0)])
+        await until(lambda: len(rx.received()) == 1)
+        # the storm's grouped message: refused; then one by one: 1 ok, 2 refused, 3 ok
+        rx.answers = [422, 202, 422]
+        hub.publish([event(n) for n in (1, 2, 3)])
+        await until(lambda: not hub.outbox.pending("hook"), timeout=10)
+        gpus = [e["gpu"] for r in rx.received() for e in check_webhook(r.json())]
+        assert gpus == [0, 1, 3]
+        [status] = hub.outbox.status()
+        assert status["rejected"] == 1 and status["failures"] == 0
+        assert "refused, set aside" in status["last_error"] and "HTTP 422" in status["last_error"]
+        rx.answers = [401]
+        hub.publish([event(4)])
+        await until(lambda: 4 in [e["gpu"] for r in rx.received() for e in check_webhook(r.json())])
+        [status] = hub.outbox.status()
+        assert status["rejected"] == 1  # the 401 was retried, not set aside
+        await hub.close()
+        hub.outbox.close()

@@ -132,3 +132,16 @@ def test_an_incident_waits_for_a_running_restart_to_say_how_it_ended() -> None:
     t.note_restart("ct200", "drafter", automatic=True, ok=True, at=108.0)
     [resolved] = t.due(108.5)
     assert (resolved.resolved_by, resolved.action) == ("auto-restart", "auto-restart succeeded")
+
+
+def test_incidents_of_hosts_no_longer_watched_resolve_at_once() -> None:
+    """A reload that drops a host (or a restarted watch without it) must not leave its
+    pages open forever: nothing would ever clear them."""
+    from gpumon.backends.notify.incidents import NO_LONGER_WATCHED
+
+    t = IncidentTracker(min_open_s=600)  # not the minimum open time: the host is gone
+    [kept] = t.observe("ct200", [oom()], 100.0)
+    [gone] = t.observe("ct201", [oom(host="ct201")], 100.0)
+    [ev] = t.forget_hosts(["ct200"], 101.0)
+    assert (ev.event, ev.key, ev.resolved_by) == ("resolve", gone.key, NO_LONGER_WATCHED)
+    assert set(t.open) == {kept.key} and t.forget_hosts(["ct200"], 102.0) == []

@@ -311,6 +311,8 @@ def cmd_notify_status(args: argparse.Namespace, config: Config) -> int:
             line += f", oldest waiting since {_age(r.get('oldest_pending'), now)}"
         if r.get("failures"):
             line += f", {r['failures']} failures in a row"
+        if r.get("rejected"):
+            line += f", {r['rejected']} refused by the receiver and set aside"
         print(line)
         if r.get("last_error"):
             print(f"      last error ({_age(r.get('last_error_at'), now)}): {r['last_error']}")
