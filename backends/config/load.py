@@ -14,12 +14,13 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
 from gpumon.backends.alerts.rules import AlertRules
+from gpumon.backends.config.fleet import FleetConfig, fleet_tables
 from gpumon.backends.config.limits import (
     HOST_MAX,
     MAX_DEPTH,
@@ -114,6 +115,7 @@ class Config:
     defaults: Mapping[str, Any] = field(default_factory=lambda: _builtin_defaults())
     searched: Path | None = None
     reason: str = ""
+    fleets: dict[str, FleetConfig] = field(default_factory=dict)  # [fleet.NAME]
 
 
 # --- key specs ------------------------------------------------------------------------
@@ -313,6 +315,7 @@ def _host_tables(raw: object) -> dict[str, dict[str, Any]]:
 TOP_LEVEL: tuple[KeySpec, ...] = (
     KeySpec("defaults", lambda raw: _check_table(raw, HOST_SETTINGS), "a [defaults] table", {}),
     KeySpec("hosts", _host_tables, "[hosts.NAME] tables", {}),
+    KeySpec("fleet", fleet_tables, "[fleet.NAME] tables", {}),
 )
 
 
@@ -381,9 +384,12 @@ def load_config(
             name: _build_host(name, table, defaults, source)
             for name, table in top.get("hosts", {}).items()
         }
+        fleets = {n: replace(f, source=source) for n, f in top.get("fleet", {}).items()}
     except _Invalid as e:
         raise ConfigError(e.problem, source=source, key=_dotted(e.path)) from None
-    return Config(path=path, hosts=hosts, defaults=defaults, searched=path, reason=reason)
+    return Config(
+        path=path, hosts=hosts, defaults=defaults, searched=path, reason=reason, fleets=fleets
+    )
 
 
 def _builtin_defaults(overrides: Mapping[str, Any] | None = None) -> Mapping[str, Any]:

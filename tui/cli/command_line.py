@@ -8,6 +8,7 @@
     gpumon restart HOST JOB       stop, wait for free GPUs, start, verify (asks first)
     gpumon doctor HOST [--json]   check the target's torch / CUDA environment
     gpumon swap-torch HOST VARIANT  move torch between CUDA builds, verified, reversible
+    gpumon fleet [NAME] [--json|--check]  many nodes from Prometheus, sorted by trouble
 
 Kept light at import time (no Textual, no asyncssh): headless commands start fast.
 """
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
 from gpumon.backends.errors import GpumonError
+from gpumon.tui.cli import fleet as cli_fleet
 from gpumon.tui.cli import torch as cli_torch
 from gpumon.tui.cli.restart import build_parser as restart_parser
 from gpumon.tui.cli.restart import cmd_restart
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from gpumon.backends.monitor import HostMonitor
     from gpumon.backends.sim import SimSettings
 
-COMMANDS = ("snapshot", "check", "config", "restart", "replay")
+COMMANDS = ("snapshot", "check", "config", "restart", "replay", "fleet")
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 RATE_WAIT_S = 10.0  # how long snapshot/check wait for throughput rates (two observations)
@@ -76,7 +78,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     main = argparse.ArgumentParser(
         prog="gpumon",
         description="Watch GPU machines over SSH: memory, OOM warnings, workloads. "
-        "Commands: snapshot, check, config, restart, doctor, swap-torch, replay "
+        "Commands: snapshot, check, config, restart, doctor, swap-torch, replay, fleet "
         "(see `gpumon COMMAND --help`).",
     )
     main.add_argument(
@@ -111,6 +113,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     )
     cfg.add_argument("action", choices=("check", "path"))
     subs["restart"] = restart_parser()
+    subs["fleet"] = cli_fleet.build_parser()
     for p in subs.values():
         _common_options(p)
     replay = subs["replay"] = argparse.ArgumentParser(
@@ -247,6 +250,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return run_app(GpumonApp([monitor], theme=args.theme, read_only=True, bell=False))
 
 
+def _fleet_check(command: str | None, args: Any) -> bool:
+    """``gpumon fleet --check`` is a Nagios plugin too: its failures are UNKNOWN (3)."""
+    return command == "fleet" and bool(getattr(args, "check", False))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     main_parser, subs = _build_parsers()
@@ -274,12 +282,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "check": _cmd_check,
             "config": _cmd_config,
             "restart": cmd_restart,
+            "fleet": cli_fleet.cmd_fleet,
             None: _cmd_dashboard,
         }[command]
         return handler(args, config)
     except GpumonError as e:  # a bad config, an unreachable host, ...: one line, no traceback
         print(f"gpumon: {e}", file=sys.stderr)
-        return EXIT_USAGE if command != "check" else EXIT_UNKNOWN
+        return EXIT_UNKNOWN if command == "check" or _fleet_check(command, args) else EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 

@@ -1,0 +1,216 @@
+"""Asking Prometheus: its HTTP query API over httpx, values and errors as gpumon reports them.
+
+httpx because its ``AsyncClient`` runs on the asyncio loop Textual already runs (no thread
+per request, no second loop), keeps one pooled connection to the server between refreshes,
+has per-request timeouts and is typed (mypy strict). aiohttp would do as well but brings
+its own connector and C extensions; urllib in a thread would block a worker per query.
+
+The API (https://prometheus.io/docs/prometheus/latest/querying/api/) answers JSON with
+``status`` "success" or "error" (``errorType``, ``error``), and optionally ``warnings``
+(a partial answer: say so, use the data). Sample values are strings: ``"NaN"``,
+``"+Inf"``, ``"-Inf"`` included. 400 is a bad query, 422 one that cannot be executed,
+503 a timeout or an overloaded server.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from gpumon.backends.errors import GpumonError
+from gpumon.backends.untrusted import printable
+
+GET_MAX = 1500  # longer expressions are POSTed (form-encoded): URLs have length limits
+ERROR_MAX = 300  # characters of a server's error message quoted
+
+
+class PrometheusError(GpumonError):
+    """A query Prometheus answered with an error. ``status`` is the HTTP status (0: none),
+    ``kind`` Prometheus' ``errorType`` (``bad_data``, ``execution``, ``timeout``...)."""
+
+    def __init__(self, message: str, *, status: int = 0, kind: str = "") -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+class PrometheusUnreachable(PrometheusError):
+    """No answer at all: refused, timed out, DNS, TLS."""
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One series of a result: its labels and its (time, value) points, oldest first."""
+
+    labels: Mapping[str, str]
+    points: tuple[tuple[float, float], ...]
+
+    @property
+    def value(self) -> float:
+        """The last point's value (an instant vector has one point)."""
+        return self.points[-1][1]
+
+    @property
+    def time(self) -> float:
+        return self.points[-1][0]
+
+
+@dataclass(slots=True)
+class QueryStats:
+    """What one refresh cost: requests, bytes received, seconds spent waiting."""
+
+    requests: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+def parse_value(text: object) -> float:
+    """A sample value as Prometheus sends it (a string): ``"12.5"``, ``"NaN"``, ``"+Inf"``,
+    ``"-Inf"``. Raises ``ValueError`` for anything else."""
+    if not isinstance(text, str):
+        raise ValueError(f"sample value {text!r} is not a string")
+    return float(text)  # Python reads NaN, +Inf, -Inf as Prometheus writes them
+
+
+def finite(v: float | None) -> float | None:
+    """``v``, or None for NaN and infinities (a value that says nothing about a GPU)."""
+    return v if v is not None and math.isfinite(v) else None
+
+
+def _short(text: str) -> str:
+    text = printable(text)
+    return text if len(text) <= ERROR_MAX else text[: ERROR_MAX - 1] + "…"
+
+
+def parse_response(status: int, body: bytes, what: str) -> tuple[list[Series], list[str]]:
+    """The series and warnings of one API answer. Raises ``PrometheusError`` saying the
+    HTTP status, Prometheus' error type and message (or that the body is not its JSON)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        snippet = _short(body[:200].decode("utf-8", "replace"))
+        raise PrometheusError(
+            f"{what}: HTTP {status}, not a Prometheus API answer: {snippet!r}", status=status
+        )
+    if doc.get("status") != "success":
+        kind = str(doc.get("errorType", "")) or "error"
+        message = _short(str(doc.get("error", "no error message")))
+        meaning = {400: "bad query", 422: "cannot be executed", 503: "timed out or overloaded"}
+        why = meaning.get(status, "")
+        raise PrometheusError(
+            f"{what}: HTTP {status}{f' ({why})' if why else ''}: {kind}: {message}",
+            status=status,
+            kind=kind,
+        )
+    warnings = [_short(str(w)) for w in doc.get("warnings") or ()]
+    data = doc.get("data") or {}
+    result_type: Any = data.get("resultType")
+    result: Any = data.get("result")
+    try:
+        if result_type == "vector":
+            series = [_series(r["metric"], [r["value"]]) for r in result]
+        elif result_type == "matrix":
+            series = [_series(r["metric"], r["values"]) for r in result]
+        elif result_type == "scalar":
+            series = [_series({}, [result])]
+        else:
+            raise PrometheusError(f"{what}: unexpected result type {result_type!r}", status=status)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise PrometheusError(f"{what}: malformed result: {_short(str(e))}", status=status) from e
+    return series, warnings
+
+
+def _series(metric: Mapping[str, Any], points: Sequence[Sequence[Any]]) -> Series:
+    labels = {str(k): str(v) for k, v in metric.items()}
+    return Series(labels, tuple((float(t), parse_value(v)) for t, v in points))
+
+
+class PrometheusClient:
+    """Instant and range queries against one Prometheus; one pooled HTTP connection.
+
+    ``stats`` collects the cost of the queries since the last ``take_stats()``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        basic_auth: tuple[str, str] | None = None,
+        timeout: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=dict(headers or {}),
+            auth=basic_auth,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            follow_redirects=False,
+        )
+        self.stats = QueryStats()
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def take_stats(self) -> QueryStats:
+        out, self.stats = self.stats, QueryStats()
+        return out
+
+    async def query(self, expr: str, at: float | None = None) -> list[Series]:
+        """An instant query (``/api/v1/query``) at ``at`` (server time when None)."""
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        return await self._call("/api/v1/query", params, expr)
+
+    async def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
+        """A range query (``/api/v1/query_range``): points every ``step`` seconds."""
+        params = {
+            "query": expr,
+            "start": f"{start:.3f}",
+            "end": f"{end:.3f}",
+            "step": f"{max(step, 0.001):.3f}",
+        }
+        return await self._call("/api/v1/query_range", params, expr)
+
+    async def _call(self, path: str, params: dict[str, str], expr: str) -> list[Series]:
+        what = f"query {_short(expr) if len(expr) < 80 else _short(expr[:77]) + '…'}"
+        started = time.perf_counter()
+        try:
+            if len(expr) > GET_MAX:
+                response = await self._client.post(path, data=params)
+            else:
+                response = await self._client.get(path, params=params)
+        except httpx.TimeoutException:
+            raise PrometheusUnreachable(
+                f"Prometheus at {self.base_url} did not answer within {self.timeout:g} s"
+            ) from None
+        except httpx.HTTPError as e:
+            reason = _short(str(e) or type(e).__name__)
+            raise PrometheusUnreachable(
+                f"Prometheus at {self.base_url} unreachable: {reason}"
+            ) from None
+        finally:
+            self.stats.seconds += time.perf_counter() - started
+        self.stats.requests += 1
+        self.stats.bytes += len(response.content)
+        if response.status_code in (401, 403):
+            raise PrometheusError(
+                f"Prometheus at {self.base_url}: HTTP {response.status_code}: "
+                "not allowed (check headers, token_env, basic_auth)",
+                status=response.status_code,
+            )
+        series, warnings = parse_response(response.status_code, response.content, what)
+        self.stats.warnings += warnings
+        return series
