@@ -27,7 +27,7 @@ ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 GPUMON_ALERTS = "gpumon_alerts_active"
 
 XID_WINDOW = "15m"
-IDLE_WINDOW = "10m"
+IDLE_WINDOW_S = 600
 IDLE_MEMORY_MIB = 2048  # "allocated": more than 2 GiB held ...
 IDLE_UTIL_PCT = 5  # ... at under 5 % utilisation, for the whole window
 KNOWN_WINDOW = "1h"  # a node seen in the last hour stays on the screen (as "no data")
@@ -46,6 +46,7 @@ class FleetQueries:
 
     selector: str = ""
     node_labels: tuple[str, ...] = ("Hostname", "hostname", "instance")
+    idle_window_s: int = IDLE_WINDOW_S  # the rule's 10 min (tests shorten it)
 
     def metric(self, name: str) -> str:
         """``name`` with the fleet's selector: ``DCGM_FI_DEV_FB_USED{cluster="a"}``."""
@@ -69,9 +70,14 @@ class FleetQueries:
         m, n = self.metric, self.by_node
         used = n(m(FB_USED))
         xid_15m = n(f"max_over_time({m(XID)}[{XID_WINDOW}])")
+        w = self.idle_window_s
+        # Held and idle over the whole window: a GPU with less history than the window
+        # (its first sample inside the last tenth is missing) is not judged yet (0).
         idle = (
-            f"(({n(f'min_over_time({m(FB_USED)}[{IDLE_WINDOW}])')} > bool {IDLE_MEMORY_MIB})"
-            f" * ({n(f'max_over_time({m(GPU_UTIL)}[{IDLE_WINDOW}])')} < bool {IDLE_UTIL_PCT}))"
+            f"((({n(f'min_over_time({m(FB_USED)}[{w}s])')} > bool {IDLE_MEMORY_MIB})"
+            f" * ({n(f'max_over_time({m(GPU_UTIL)}[{w}s])')} < bool {IDLE_UTIL_PCT})"
+            f" * {n(f'present_over_time({m(FB_USED)}[{w // 10}s] offset {w - w // 10}s)')})"
+            f" or {used} * 0)"
         )
         return {
             "gpus": f"count by (node) ({used})",

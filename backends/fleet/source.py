@@ -87,9 +87,10 @@ class FleetSource:
         client: PrometheusClient | None = None,
         clock: Callable[[], float] = time.time,
         env: Mapping[str, str] | None = None,
+        queries: FleetQueries | None = None,
     ) -> None:
         self.fleet = fleet
-        self.queries = FleetQueries(fleet.selector, fleet.node_labels)
+        self.queries = queries or FleetQueries(fleet.selector, fleet.node_labels)
         if client is None:
             try:
                 headers, basic = fleet.auth_headers(env), fleet.basic_credentials(env)
@@ -104,6 +105,9 @@ class FleetSource:
         self.spark_columns = SPARK_COLUMNS
         self.last: FleetSnapshot | None = None
         self._error_since: float | None = None
+        # Each node's newest sample time seen by this source: a node whose series went
+        # stale keeps its exact last time (the hour's subquery has 1 min steps).
+        self._seen: dict[str, float] = {}
 
     async def close(self) -> None:
         await self.client.close()
@@ -175,6 +179,9 @@ class FleetSource:
                     {k: s.labels[k] for k in LABELS_KEPT if s.labels.get(k)}
                 )
         seen_before = col["seen"]
+        for node, t in col["last_seen"].items():
+            if t is not None:
+                self._seen[node] = t
         down = {(s.labels.get("job"), s.labels.get("instance")) for s in results.get("down", [])}
         alerts: dict[str, dict[str, float]] = defaultdict(dict)
         for s in results.get("alerts", []):
@@ -187,12 +194,14 @@ class FleetSource:
             if node:
                 spark[node] = {round((t - start) / step): finite(v) for t, v in s.points}
         names = set(col["gpus"]) | set(labels) | set(col["last_seen"])
+        self._seen = {n: t for n, t in self._seen.items() if n in names}  # the hour's nodes
         rows: list[NodeRow] = []
         for node in names:
             node_labels = labels.get(node, {})
             target = (node_labels.get("job"), node_labels.get("instance"))
             points = spark.get(node, {})
             last = col["last_seen"].get(node)
+            before = self._seen.get(node, seen_before.get(node))
             row = NodeRow(
                 node=node,
                 labels=MappingProxyType(node_labels),
@@ -210,7 +219,7 @@ class FleetSource:
                 idle_allocated=_int(col["idle_allocated"].get(node)),
                 alerts_critical=int(alerts.get(node, {}).get("critical", 0)),
                 alerts_warning=int(alerts.get(node, {}).get("warning", 0)),
-                last_seen=last if last is not None else seen_before.get(node),
+                last_seen=last if last is not None else before,
                 current=last is not None,
                 exporter_down=target in down,
                 spark=tuple(points.get(i) for i in range(self.spark_columns)),

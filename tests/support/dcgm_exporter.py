@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 # (field, type, help, int?) in default-counters.csv order (its enabled rows).
 COUNTERS: tuple[tuple[str, str, str, bool], ...] = (
@@ -170,8 +171,11 @@ class DcgmExporter:
     """Serves ``nodes`` at ``http://127.0.0.1:PORT/metrics`` from a thread. Change the
     nodes under ``lock``; the next scrape sees the change."""
 
-    def __init__(self, nodes: list[FakeNode]) -> None:
+    def __init__(self, nodes: list[FakeNode], *, extra: str = "", cache: bool = False) -> None:
         self.nodes = nodes
+        self.extra = extra  # more exposition text after dcgm's (gpumon watch's metrics)
+        self.cache = cache  # render once (a large fleet that does not change)
+        self._body: bytes | None = None
         self.lock = threading.Lock()
         self.scrapes = 0
         exporter = self
@@ -182,7 +186,11 @@ class DcgmExporter:
                     self.send_error(404)
                     return
                 with exporter.lock:
-                    body = render(exporter.nodes).encode()
+                    body = exporter._body
+                    if body is None:
+                        body = (render(exporter.nodes) + exporter.extra).encode()
+                        if exporter.cache:
+                            exporter._body = body
                     exporter.scrapes += 1
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -214,12 +222,24 @@ class DcgmExporter:
 
 
 @contextlib.contextmanager
-def serving(nodes: list[FakeNode]) -> Iterator[DcgmExporter]:
-    exporter = DcgmExporter(nodes).start()
+def serving(nodes: list[FakeNode], **options: Any) -> Iterator[DcgmExporter]:
+    exporter = DcgmExporter(nodes, **options).start()
     try:
         yield exporter
     finally:
         exporter.stop()
+
+
+def gpumon_alerts(alerts: list[tuple[str, str, str, int]]) -> str:
+    """gpumon watch's alert gauge for (host, severity, kind, count) rows."""
+    lines = [
+        "# HELP gpumon_alerts_active Active gpumon alerts.",
+        "# TYPE gpumon_alerts_active gauge",
+    ]
+    lines += [
+        f'gpumon_alerts_active{{host="{h}",severity="{s}",kind="{k}"}} {n}' for h, s, k, n in alerts
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def closed_port() -> int:

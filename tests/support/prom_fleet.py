@@ -28,13 +28,21 @@ class FleetPrometheus:
     """Prometheus scraping ``jobs`` (job name -> "host:port" targets)."""
 
     def __init__(
-        self, root: Path, jobs: Mapping[str, Sequence[str]], *, scrape_interval: str = "1s"
+        self,
+        root: Path,
+        jobs: Mapping[str, Sequence[str]],
+        *,
+        scrape_interval: str = "1s",
+        scrape_timeout: str = "1s",
+        args: Sequence[str] = (),
     ) -> None:
         self.root = root / "prometheus"
         self.root.mkdir(parents=True, exist_ok=True)
         self.port = closed_port()
         self.jobs = {k: list(v) for k, v in jobs.items()}
         self.scrape_interval = scrape_interval
+        self.scrape_timeout = scrape_timeout
+        self.args = list(args)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.root / "prometheus.log"
 
@@ -44,7 +52,10 @@ class FleetPrometheus:
 
     def start(self, timeout: float = 60.0) -> FleetPrometheus:
         config = {  # JSON is YAML
-            "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": "1s"},
+            "global": {
+                "scrape_interval": self.scrape_interval,
+                "scrape_timeout": self.scrape_timeout,
+            },
             "scrape_configs": [
                 {"job_name": job, "honor_labels": True, "static_configs": [{"targets": t}]}
                 for job, t in self.jobs.items()
@@ -59,6 +70,7 @@ class FleetPrometheus:
                     f"--config.file={path}",
                     f"--storage.tsdb.path={self.root / 'data'}",
                     f"--web.listen-address=127.0.0.1:{self.port}",
+                    *self.args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
