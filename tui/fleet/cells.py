@@ -18,37 +18,40 @@ SEVERITY_ROLE = {Severity.OK: Role.OK, Severity.WARNING: Role.WARNING}
 class Column:
     key: str
     title: str
-    width: int
+    width: int  # 0: the rest of the line
     right: bool = True
+    drop: int = 0  # given up first (1), second (2)... when the line is narrow; 0: kept
 
 
 COLUMNS: tuple[Column, ...] = (
     Column("state", "", 1, right=False),
-    Column("node", "NODE", 16, right=False),
+    Column("node", "NODE", 14, right=False),
     Column("gpus", "GPU", 3),
-    Column("memory", "MEM GiB", 11),
+    Column("memory", "MEM GiB", 9),
     Column("fullest", "MAX%", 4),
-    Column("util", "UTIL m/x", 8),
+    Column("util", "UTIL", 7),
     Column("temp", "TEMP", 4),
-    Column("power", "POWER", 6),
-    Column("xid", "XID", 4),
-    Column("remap", "RMP", 3),
-    Column("alerts", "ALRT", 4),
-    Column("age", "AGE", 6),
-    Column("spark", "UTIL 30 min", 20, right=False),
-    Column("problem", "PROBLEM", 0, right=False),  # the rest of the line
+    Column("power", "POWER", 5),
+    Column("xid", "XID", 3, drop=4),
+    Column("remap", "RMP", 3, drop=3),
+    Column("alerts", "ALRT", 4, drop=2),
+    Column("age", "AGE", 5),
+    Column("spark", "UTIL 30 min", 20, right=False, drop=1),
+    Column("problem", "PROBLEM", 0, right=False),
 )
 SPARK_COLUMN = next(c for c in COLUMNS if c.key == "spark")
-PROBLEM_MIN = 24  # the sparkline gives way below this much room for the problem text
+PROBLEM_MIN = 20  # columns give way (XID, RMP and ALRT are in the problem text too)
 
 
 def columns_for(width: int) -> tuple[Column, ...]:
-    """The columns that fit ``width``: the sparkline only where the problem text keeps
-    at least PROBLEM_MIN cells (on 80 columns the problem matters more)."""
-    fixed = sum(c.width + 1 for c in COLUMNS if c.width)
-    if width - fixed >= PROBLEM_MIN:
-        return COLUMNS
-    return tuple(c for c in COLUMNS if c.key != "spark")
+    """The columns that fit ``width``: optional ones are dropped, in their order, until
+    the problem text has PROBLEM_MIN cells (on 80 columns the problem matters more)."""
+    columns = list(COLUMNS)
+    for rank in sorted({c.drop for c in COLUMNS if c.drop}):
+        if width - sum(c.width + 1 for c in columns if c.width) >= PROBLEM_MIN:
+            break
+        columns = [c for c in columns if c.drop != rank]
+    return tuple(columns)
 
 
 def memory_role(fraction: float | None) -> Role:
