@@ -156,12 +156,15 @@ class FleetScreen(Screen[None]):
             text.append("\n")
             if snap.unreachable:
                 since = snap.error_since or snap.taken_at
+                kept = (
+                    ""
+                    if snap.data_at is None
+                    else f", rows from {duration(now - snap.data_at)} ago"
+                )
                 text.append(
-                    f"PROMETHEUS UNREACHABLE for {duration(now - since)}: {snap.error}",
+                    f"PROMETHEUS UNREACHABLE for {duration(now - since)}{kept}: {snap.error}",
                     palette.text(Role.CRITICAL),
                 )
-                if snap.data_at is not None:
-                    text.append(f"  (rows from {duration(now - snap.data_at)} ago)")
             elif snap.error is not None:
                 text.append(snap.error, palette.text(Role.CRITICAL))
             else:
