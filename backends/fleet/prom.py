@@ -1,9 +1,14 @@
-"""Asking Prometheus: its HTTP query API over httpx, values and errors as gpumon reports them.
+"""Asking Prometheus: its HTTP query API over httpcore, values and errors as gpumon reports them.
 
-httpx because its ``AsyncClient`` runs on the asyncio loop Textual already runs (no thread
-per request, no second loop), keeps one pooled connection to the server between refreshes,
-has per-request timeouts and is typed (mypy strict). aiohttp would do as well but brings
-its own connector and C extensions; urllib in a thread would block a worker per query.
+The client is httpcore, the connection pool under httpx: async on the asyncio loop
+Textual already runs (no thread per request, no second loop), pooled keep-alive
+connections to the one server between refreshes, per-request timeouts, typed. httpx
+itself would be the usual pick, but ``import httpx`` also imports its command-line module,
+which loads Rich, click and Pygments wherever they are installed (Rich always is, beside
+Textual): the headless ``gpumon fleet --check`` would start with the UI libraries and the
+library layer would load Rich. httpcore is the same engine without that (its only
+dependencies: h11, certifi, anyio); the little httpx adds here (query strings, form
+bodies, basic auth) is a few lines of the standard library.
 
 The API (https://prometheus.io/docs/prometheus/latest/querying/api/) answers JSON with
 ``status`` "success" or "error" (``errorType``, ``error``), and optionally ``warnings``
@@ -14,20 +19,24 @@ The API (https://prometheus.io/docs/prometheus/latest/querying/api/) answers JSO
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpcore
 
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.untrusted import printable
 
 GET_MAX = 1500  # longer expressions are POSTed (form-encoded): URLs have length limits
 ERROR_MAX = 300  # characters of a server's error message quoted
+MAX_CONNECTIONS = 20  # a refresh's queries at once (Prometheus runs 20 by default)
+KEEPALIVE_S = 120.0  # longer than the default refresh: one connection set is reused
 
 
 class PrometheusError(GpumonError):
@@ -134,7 +143,7 @@ def _series(metric: Mapping[str, Any], points: Sequence[Sequence[Any]]) -> Serie
 
 
 class PrometheusClient:
-    """Instant and range queries against one Prometheus; one pooled HTTP connection.
+    """Instant and range queries against one Prometheus; pooled HTTP connections.
 
     ``stats`` collects the cost of the queries since the last ``take_stats()``.
     """
@@ -146,22 +155,23 @@ class PrometheusClient:
         headers: Mapping[str, str] | None = None,
         basic_auth: tuple[str, str] | None = None,
         timeout: float = 10.0,
-        transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=dict(headers or {}),
-            auth=basic_auth,
-            timeout=httpx.Timeout(timeout),
-            transport=transport,
-            follow_redirects=False,
+        sent = {"Accept": "application/json", "User-Agent": "gpumon", **(headers or {})}
+        if basic_auth is not None:
+            pair = f"{basic_auth[0]}:{basic_auth[1]}".encode()
+            sent["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+        self._headers = [(k.encode(), v.encode()) for k, v in sent.items()]
+        self._timeouts = dict.fromkeys(("connect", "read", "write", "pool"), timeout)
+        self._pool = httpcore.AsyncConnectionPool(
+            max_connections=max_connections, keepalive_expiry=KEEPALIVE_S
         )
         self.stats = QueryStats()
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._pool.aclose()
 
     def take_stats(self) -> QueryStats:
         out, self.stats = self.stats, QueryStats()
@@ -186,17 +196,22 @@ class PrometheusClient:
 
     async def _call(self, path: str, params: dict[str, str], expr: str) -> list[Series]:
         what = f"query {_short(expr) if len(expr) < 80 else _short(expr[:77]) + '…'}"
+        form = urllib.parse.urlencode(params)
+        url, method, body, headers = f"{self.base_url}{path}?{form}", "GET", b"", self._headers
+        if len(expr) > GET_MAX:  # the form in the body: URLs have length limits
+            url, method, body = f"{self.base_url}{path}", "POST", form.encode()
+            headers = [*headers, (b"Content-Type", b"application/x-www-form-urlencoded")]
         started = time.perf_counter()
         try:
-            if len(expr) > GET_MAX:
-                response = await self._client.post(path, data=params)
-            else:
-                response = await self._client.get(path, params=params)
-        except httpx.TimeoutException:
+            response = await self._pool.request(
+                method, url, headers=headers, content=body, extensions={"timeout": self._timeouts}
+            )
+        except httpcore.TimeoutException:
             raise PrometheusUnreachable(
                 f"Prometheus at {self.base_url} did not answer within {self.timeout:g} s"
             ) from None
-        except httpx.HTTPError as e:
+        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol,
+                OSError) as e:  # fmt: skip
             reason = _short(str(e) or type(e).__name__)
             raise PrometheusUnreachable(
                 f"Prometheus at {self.base_url} unreachable: {reason}"
@@ -205,12 +220,12 @@ class PrometheusClient:
             self.stats.seconds += time.perf_counter() - started
         self.stats.requests += 1
         self.stats.bytes += len(response.content)
-        if response.status_code in (401, 403):
+        if response.status in (401, 403):
             raise PrometheusError(
-                f"Prometheus at {self.base_url}: HTTP {response.status_code}: "
+                f"Prometheus at {self.base_url}: HTTP {response.status}: "
                 "not allowed (check headers, token_env, basic_auth)",
-                status=response.status_code,
+                status=response.status,
             )
-        series, warnings = parse_response(response.status_code, response.content, what)
+        series, warnings = parse_response(response.status, response.content, what)
         self.stats.warnings += warnings
         return series

@@ -25,6 +25,7 @@ from dcgm_exporter import (
     DcgmExporter,
     FakeGpu,
     FakeNode,
+    closed_port,
     fleet,
     gpumon_alerts,
     serving,
@@ -304,3 +305,24 @@ async def test_headless_json_and_check(tmp_path: Path) -> None:
     assert len(doc["nodes"]) == 4 and doc["error"] is None
     assert check.returncode == 2 and check.stdout.startswith("FLEET lab CRITICAL - 1 critical")
     assert gone.returncode == 3 and "unreachable" in gone.stdout
+
+
+def test_the_headless_check_loads_no_ui_library(tmp_path: Path) -> None:
+    """``fleet --check`` starts as the other headless commands do: no Textual, no Rich
+    (httpx would bring Rich in through its command-line module; httpcore does not)."""
+    config = tmp_path / "config.toml"
+    config.write_text(f'[fleet.lab]\nprometheus = "http://127.0.0.1:{closed_port()}"\n')
+    code = (
+        "import json, sys\n"
+        "from gpumon.tui.cli import main\n"
+        "rc = main(['fleet', 'lab', '--check'])\n"
+        "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules})]))\n"
+    )
+    env = {**os.environ, "GPUMON_CONFIG": str(config)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    rc, modules = json.loads(out.stdout.splitlines()[-1])
+    assert rc == 3 and out.stdout.startswith("FLEET lab UNKNOWN - Prometheus at")
+    assert {"httpcore"} <= set(modules)
+    assert set(modules) & {"textual", "rich", "plotext", "asyncssh", "httpx"} == set()

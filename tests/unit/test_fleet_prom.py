@@ -4,6 +4,7 @@ server on 127.0.0.1 (a thread) that answers what each test sets."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
@@ -57,10 +58,11 @@ class CannedPrometheus:
                 a = outer.answer
                 time.sleep(a.delay)
                 data = a.body if isinstance(a.body, bytes) else json.dumps(a.body).encode()
-                self.send_response(a.status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.send_response(a.status)  # the client may have given up waiting
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
 
             def do_GET(self) -> None:
                 q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
