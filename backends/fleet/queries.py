@@ -59,56 +59,68 @@ class FleetQueries:
             expr = f'label_replace({expr}, "node", "$1", "{label}", "(.+)")'
         return expr
 
+    def agg(self, op: str, inner: str, *extra: str) -> str:
+        """``op`` of ``inner`` by node (and ``extra`` labels). Aggregated by the node labels
+        first, so the relabelling runs on one series per node, not one per GPU (8x less
+        work for Prometheus); ``count`` is counted, then summed."""
+        first = ", ".join((*self.node_labels, *(x for x in extra if x not in self.node_labels)))
+        outer = ", ".join(("node", *extra))
+        then = "sum" if op == "count" else op
+        return f"{then} by ({outer}) ({self.by_node(f'{op} by ({first}) ({inner})')})"
+
     def _total(self) -> str:
-        used, free = self.by_node(self.metric(FB_USED)), self.by_node(self.metric(FB_FREE))
-        # dcgm-exporter's total is used + free + reserved; older ones have no reserved.
-        reserved = f"({self.by_node(self.metric(FB_RESERVED))} or {used} * 0)"
-        return f"({used} + {free} + {reserved})"
+        """A node's memory: dcgm-exporter's total is used + free + reserved (summed per
+        node first: 1,000 series to match, not 8,000); older exporters have no reserved."""
+        used, free = self.agg("sum", self.metric(FB_USED)), self.agg("sum", self.metric(FB_FREE))
+        reserved = self.agg("sum", self.metric(FB_RESERVED))
+        return f"{used} + {free} + ({reserved} or {used} * 0)"
 
     def instant(self) -> dict[str, str]:
         """Name -> expression for the instant queries of one refresh (all by node)."""
-        m, n = self.metric, self.by_node
-        used = n(m(FB_USED))
-        xid_15m = n(f"max_over_time({m(XID)}[{XID_WINDOW}])")
+        m, agg = self.metric, self.agg
+        used, util = m(FB_USED), m(GPU_UTIL)
+        xid_15m = f"max_over_time({m(XID)}[{XID_WINDOW}])"
         w = self.idle_window_s
         # Held and idle over the whole window: a GPU with less history than the window
         # (its first sample inside the last tenth is missing) is not judged yet (0).
         idle = (
-            f"((({n(f'min_over_time({m(FB_USED)}[{w}s])')} > bool {IDLE_MEMORY_MIB})"
-            f" * ({n(f'max_over_time({m(GPU_UTIL)}[{w}s])')} < bool {IDLE_UTIL_PCT})"
-            f" * {n(f'present_over_time({m(FB_USED)}[{w // 10}s] offset {w - w // 10}s)')})"
+            f"((min_over_time({used}[{w}s]) > bool {IDLE_MEMORY_MIB})"
+            f" * (max_over_time({util}[{w}s]) < bool {IDLE_UTIL_PCT})"
+            f" * present_over_time({used}[{w // 10}s] offset {w - w // 10}s)"
             f" or {used} * 0)"
         )
+        newest = f"max by ({', '.join(self.node_labels)}) (timestamp({used}))"
         return {
-            "gpus": f"count by (node) ({used})",
-            "mem_used": f"sum by (node) ({used})",
-            "mem_total": f"sum by (node) ({self._total()})",
-            "mem_fullest": f"max by (node) ({used} / {self._total()})",
-            "util_mean": f"avg by (node) ({n(m(GPU_UTIL))})",
-            "util_max": f"max by (node) ({n(m(GPU_UTIL))})",
-            "temp_max": f"max by (node) ({n(m(GPU_TEMP))})",
-            "power": f"sum by (node) ({n(m(POWER))})",
-            "xid_last": f"max by (node) ({xid_15m})",
-            "xid_gpus": f"sum by (node) ({xid_15m} > bool 0)",
-            "remap_failures": f"sum by (node) ({n(m(ROW_REMAP_FAILURE))} > bool 0)",
-            "idle_allocated": f"sum by (node) ({idle})",
-            "last_seen": f"max by (node) ({n(f'timestamp({m(FB_USED)})')})",
+            "gpus": agg("count", used),
+            "mem_used": agg("sum", used),
+            "mem_total": self._total(),
+            # The fullest GPU: used of what it can hand out (used + free; reserved is the
+            # driver's). One division per GPU, the cheapest per-GPU match there is.
+            "mem_fullest": agg("max", f"{used} / ({used} + {m(FB_FREE)})"),
+            "util_mean": f"{agg('sum', util)} / {agg('count', util)}",
+            "util_max": agg("max", util),
+            "temp_max": agg("max", m(GPU_TEMP)),
+            "power": agg("sum", m(POWER)),
+            "xid_last": agg("max", xid_15m),
+            "xid_gpus": agg("sum", f"{xid_15m} > bool 0"),
+            "remap_failures": agg("sum", f"{m(ROW_REMAP_FAILURE)} > bool 0"),
+            "idle_allocated": agg("sum", idle),
+            "last_seen": agg("max", f"timestamp({used})"),
             # Nodes of the last hour, with their target: one whose series went stale (its
-            # exporter is down) stays listed; "seen" is its last sample's time (1 min steps).
-            "known": (
-                "group by (node, instance, job, modelName) "
-                f"({n(f'last_over_time({m(FB_USED)}[{KNOWN_WINDOW}])')})"
+            # exporter is down) stays listed; "seen" is its last sample's time (5 min steps:
+            # the source remembers exact times of the nodes it saw itself).
+            "known": agg(
+                "group", f"last_over_time({used}[{KNOWN_WINDOW}])", "instance", "job", "modelName"
             ),
-            "seen": (
-                f"max by (node) ({n(f'max_over_time(timestamp({m(FB_USED)})[{KNOWN_WINDOW}:1m])')})"
-            ),
+            "seen": agg("max", f"max_over_time({newest}[{KNOWN_WINDOW}:5m])"),
             "down": f"up{{{self.selector}}} == 0" if self.selector else "up == 0",
             "alerts": f"sum by (host, severity) ({m(GPUMON_ALERTS)})",
         }
 
     def spark(self) -> str:
         """The utilisation sparkline: mean GPU utilisation per node (a range query)."""
-        return f"avg by (node) ({self.by_node(self.metric(GPU_UTIL))})"
+        util = self.metric(GPU_UTIL)
+        return f"{self.agg('sum', util)} / {self.agg('count', util)}"
 
     def _only(self, expr: str, node: str) -> str:
         one = promql_string(node.replace("$", "$$"))  # $ is a group reference there
@@ -130,7 +142,15 @@ class FleetQueries:
         }
 
     def one_node(self, node: str) -> str:
-        """Every current dcgm series of one node: what a per-node design would ask
-        (used by the benchmark to compare)."""
+        """What a per-node design would ask for each node (the benchmark compares): the
+        current series the fleet columns need, selected by the node's label directly."""
+        names = "|".join(
+            n.removeprefix("DCGM_FI_DEV_")
+            for n in (FB_USED, FB_FREE, GPU_UTIL, GPU_TEMP, POWER, XID, ROW_REMAP_FAILURE)
+        )
         sel = f",{self.selector}" if self.selector else ""
-        return self._only(self.by_node(f'{{__name__=~"DCGM_FI_DEV_.*"{sel}}}'), node)
+        one = promql_string(node)
+        return " or ".join(
+            f'{{__name__=~"DCGM_FI_DEV_({names})",{label}={one}{sel}}}'
+            for label in self.node_labels
+        )

@@ -149,7 +149,8 @@ class FleetSource:
             rows = previous.rows if previous is not None else ()
             data_at = previous.data_at if previous is not None else None
         else:
-            rows = self._rows(results, now, step, start)
+            # Off the event loop (1,000 nodes: a few tens of ms of Python).
+            rows = await asyncio.to_thread(self._rows, results, now, step, start)
             data_at = done
         snap = FleetSnapshot(
             fleet=self.fleet.name,

@@ -248,3 +248,21 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def main() -> None:
+    """``python tests/support/dcgm_exporter.py NODES [GPUS]``: serve a fleet (rendered once)
+    from its own process and print the port (the benchmark keeps it out of its RSS)."""
+    import sys
+    import time
+
+    count = int(sys.argv[1])
+    gpus = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+    exporter = DcgmExporter(fleet(count, gpus=gpus, seed=1), cache=True).start()
+    print(exporter.port, flush=True)
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

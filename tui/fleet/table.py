@@ -12,7 +12,6 @@ from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
@@ -78,8 +77,7 @@ class FleetTable(ScrollView, can_focus=True):
     def _move_to(self, index: int) -> None:
         if not self.rows:
             return
-        self.cursor = max(0, min(index, len(self.rows) - 1))
-        self._cache.clear()
+        self.cursor = max(0, min(index, len(self.rows) - 1))  # cached lines know the cursor
         self.scroll_to_region(Region(0, self.cursor, 1, 1), animate=False, immediate=True)
         self.refresh()
 
@@ -115,30 +113,26 @@ class FleetTable(ScrollView, can_focus=True):
         return strip
 
     def _render_row(self, row: NodeRow, under_cursor: bool, width: int) -> Strip:
+        """One node's line as segments (no Rich Text layout: a line is ~14 segments)."""
         cells = row_cells(row, self.now)
         palette = self.palette
-        text = Text(no_wrap=True, overflow="crop")
+        base = palette.cursor_style if under_cursor else Style.null()
+        segments: list[Segment] = []
         used = 0
         for c in columns_for(width):
             if used >= width:
                 break
             if c.key == "spark":
-                values = [v for v in row.spark][: c.width]
-                values += [None] * (c.width - len(values))
-                line = spark_rows(values, 0, 100, 1, [palette.fill(Role.NORMAL)] * c.width)[0]
-                text.append_text(line)
+                values = list(row.spark[: c.width]) + [None] * (c.width - len(row.spark))
+                text = spark_rows(values, 0, 100, 1)[0].plain
+                style = base + palette.fill(Role.NORMAL)
                 w = c.width
             else:
                 w = c.width if c.width else max(0, width - used)
                 cell = cells[c.key]
-                text.append(fit(cell.text, w, c.right), palette.text(cell.role))
-            text.append(" ")
+                text = fit(cell.text, w, c.right)
+                style = base + palette.text(cell.role)
+            segments.append(Segment(text, style))
+            segments.append(Segment(" ", base))
             used += w + 1
-        text.truncate(width, pad=True)
-        base = palette.cursor_style if under_cursor else Style.null()
-        segments = [
-            Segment(s.text, base + s.style if s.style else base)
-            for s in text.render(self.app.console)
-            if s.text != "\n"
-        ]
-        return Strip(segments, width)
+        return Strip(segments).adjust_cell_length(width, base)
