@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 from gpumon.backends.config import Config  # noqa: E402
 from gpumon.backends.config.fleet import FleetConfig  # noqa: E402
 from gpumon.backends.fleet import FleetQueries, FleetSource, PrometheusClient  # noqa: E402
+from gpumon.backends.fleet.prom import MAX_CONNECTIONS  # noqa: E402
 from gpumon.tui.fleet.app import FleetApp  # noqa: E402
 
 from prom_fleet import FleetPrometheus  # noqa: E402
@@ -65,8 +66,9 @@ async def loop_cpu(work: Callable[[], Coroutine[Any, Any, Any]]) -> tuple[Any, f
     return result, time.perf_counter() - wall, time.thread_time() - cpu
 
 
-async def queries(url: str, nodes: int, rounds: int) -> None:
-    source = FleetSource(FleetConfig("bench", url, timeout=120))
+async def queries(url: str, nodes: int, rounds: int, connections: int) -> None:
+    client = PrometheusClient(url, timeout=120, max_connections=connections)
+    source = FleetSource(FleetConfig("bench", url, timeout=120), client=client)
     walls, cpus, sizes = [], [], []
     snap = None
     for _ in range(rounds):
@@ -76,12 +78,14 @@ async def queries(url: str, nodes: int, rounds: int) -> None:
         cpus.append(cpu * 1000)
         sizes.append(snap.stats.bytes / 1024)
     assert snap is not None and len(snap.rows) == nodes
-    print(f"aggregated: {snap.stats.requests} requests per refresh, {len(snap.rows)} rows")
+    print(
+        f"aggregated: {snap.stats.requests} requests per refresh ({connections} at once), "
+        f"{len(snap.rows)} rows"
+    )
     line("refresh wall time (all queries at once)", walls)
     line("  of it on the event loop (parse JSON, build rows)", cpus)
     line("bytes received per refresh", sizes, "KiB")
     # Which queries cost what (one at a time).
-    client = source.client
     for name, expr in FleetQueries().instant().items():
         t0 = time.perf_counter()
         await client.query(expr)
@@ -93,7 +97,7 @@ async def queries(url: str, nodes: int, rounds: int) -> None:
 
     # The alternative: one query per node (every dcgm series of that node), 20 at a time.
     names = sorted(r.node for r in snap.rows)
-    per_node = PrometheusClient(url, timeout=120)
+    per_node = PrometheusClient(url, timeout=120, max_connections=20)
     q = FleetQueries()
     sem = asyncio.Semaphore(20)
 
@@ -162,6 +166,9 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--warm", type=float, default=40.0)
+    parser.add_argument(
+        "--connections", type=int, default=0, help="queries at once (default: gpumon's)"
+    )
     args = parser.parse_args()
     exporter = subprocess.Popen(
         [
@@ -188,7 +195,8 @@ def main() -> None:
                 series = prom.query("count({__name__=~'DCGM_.*'})")[0]["value"][1]
                 print(f"Prometheus {prom.url}: {series} dcgm series; warming {args.warm:g} s")
                 time.sleep(args.warm)
-                asyncio.run(queries(prom.url, args.nodes, args.rounds))
+                connections = args.connections or MAX_CONNECTIONS
+                asyncio.run(queries(prom.url, args.nodes, args.rounds, connections))
                 asyncio.run(screen(prom.url, args.nodes, args.rounds))
             finally:
                 prom.stop()

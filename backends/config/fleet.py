@@ -47,6 +47,28 @@ class FleetConfig:
     timeout: float = DEFAULT_TIMEOUT_S
     source: str = ""
 
+    def settings(self) -> list[tuple[str, str]]:
+        """(key, value) for ``gpumon config check``; header values and secrets unshown."""
+        auth = self.basic_auth
+        return [
+            ("selector", self.selector or "(none)"),
+            (
+                "node_label",
+                ", ".join(self.node_labels)
+                + ("" if len(self.node_labels) == 1 else " (first present)"),
+            ),
+            ("headers", ", ".join(self.headers) or "(none)"),
+            ("token_env", f"${self.token_env}" if self.token_env else "(none)"),
+            (
+                "basic_auth",
+                f"{auth.user}, password from ${auth.password_env}" if auth else "(none)",
+            ),
+            ("ssh_template", self.ssh_template or "(none: only configured hosts over SSH)"),
+            ("container", "(none)" if self.container is None else str(self.container)),
+            ("refresh", f"{self.refresh:g} s"),
+            ("timeout", f"{self.timeout:g} s"),
+        ]
+
     def auth_headers(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """The HTTP headers for every request: ``headers``, then the bearer token from
         ``token_env`` when that variable is set. Raises ``Invalid`` naming the variable

@@ -479,6 +479,9 @@ def format_hosts(config: Config) -> str:
         lines += ["", f"[hosts.{_dotted((host.name,))}]  {host.describe()}"]
         for f in fields(host):
             lines.append(f"  {f.name:<16} {_format_value(f.name, getattr(host, f.name))}")
+    for fleet in config.fleets.values():
+        lines += ["", f"[fleet.{_dotted((fleet.name,))}]  prometheus {fleet.prometheus}"]
+        lines += [f"  {key:<16} {value}" for key, value in fleet.settings()]
     lines += ["", "built in: demo (simulator), local (this machine)"]
     return "\n".join(lines)
 

@@ -36,7 +36,7 @@ from gpumon.backends.untrusted import printable
 
 GET_MAX = 1500  # longer expressions are POSTed (form-encoded): URLs have length limits
 ERROR_MAX = 300  # characters of a server's error message quoted
-MAX_CONNECTIONS = 20  # a refresh's queries at once (Prometheus runs 20 by default)
+MAX_CONNECTIONS = 4  # queries at once: more only made a 2-core Prometheus slower (bench_fleet)
 KEEPALIVE_S = 120.0  # longer than the default refresh: one connection set is reused
 
 

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.backends.config import Config, ConfigError, FleetConfig, Invalid, load_config
+from gpumon.backends.config import (
+    Config,
+    ConfigError,
+    FleetConfig,
+    Invalid,
+    format_hosts,
+    load_config,
+)
 from gpumon.backends.config.fleet import DEFAULT_NODE_LABELS
 from gpumon.backends.fleet import FleetSource
 from gpumon.tui.cli.fleet import pick_fleet
@@ -138,3 +145,16 @@ prometheus = "http://127.0.0.1:9090"
     )
     hostile = FleetConfig("a", "http://x:1", ssh_template="root@{node}")
     assert node_host(config, hostile, "-oProxyCommand=x") is None  # not an SSH target
+
+
+def test_config_check_lists_fleets_without_header_values(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        '[fleet.a]\nprometheus = "http://127.0.0.1:9090"\n'
+        'headers = { X-Api-Key = "s3cret" }\n'
+        'basic_auth = { user = "gpumon", password_env = "PROM_PASSWORD" }\n',
+    )
+    text = format_hosts(config)
+    assert "[fleet.a]  prometheus http://127.0.0.1:9090" in text
+    assert "X-Api-Key" in text and "s3cret" not in text
+    assert "gpumon, password from $PROM_PASSWORD" in text
