@@ -18,9 +18,11 @@ import pytest
 
 from gpumon.backends.config.fleet import FleetConfig
 from gpumon.backends.fleet import FleetQueries, FleetSnapshot, FleetSource, Severity
+from gpumon.backends.fleet.prom import GET_MAX
 from gpumon.backends.fleet.report import CheckCode, fleet_check, fleet_json
 
 from dcgm_exporter import (
+    RESERVED_MIB,
     TOTAL_MIB,
     DcgmExporter,
     FakeGpu,
@@ -100,7 +102,7 @@ async def test_one_row_per_node_with_both_label_spellings(
     assert one.gpus == 8
     assert one.mem_used_mib == sum(g.used_mib for g in truth)
     assert one.mem_total_mib == 8 * TOTAL_MIB  # used + free + reserved
-    fullest = max(g.used_mib / TOTAL_MIB for g in truth)
+    fullest = max(g.used_mib / (TOTAL_MIB - RESERVED_MIB) for g in truth)  # of used + free
     assert one.mem_fullest == pytest.approx(fullest)
     assert one.util_max == max(g.util for g in truth)
     assert one.util_mean == pytest.approx(sum(g.util for g in truth) / 8)
@@ -160,6 +162,21 @@ async def test_a_node_alone_from_prometheus(lab: tuple[FleetPrometheus, DcgmExpo
     assert [g.remap_failure for g in gpus] == [bool(g.remap_failure) for g in truth]
     assert gpus[0].mem_total_mib is not None and gpus[0].uuid == exporter.node("node-0004").uuid(0)
     assert blank[1].power_w is None and blank[0].power_w is not None  # not reported: None
+
+
+async def test_long_expressions_are_posted_and_answer_the_same(
+    lab: tuple[FleetPrometheus, DcgmExporter],
+) -> None:
+    prom, _ = lab
+    long_selector = 'modelName!~"' + "|".join(f"nope-{i:04d}" for i in range(150)) + '"'
+    source = source_for(prom.url, selector=long_selector)
+    assert min(len(e) for e in source.queries.instant().values()) > GET_MAX  # all POSTed
+    posted = await refresh(source)
+    await source.close()
+    plain = await once(prom.url)
+    assert posted.error is None
+    assert {r.node: r.gpus for r in posted.rows} == {r.node: r.gpus for r in plain.rows}
+    assert len(posted.rows) == 20
 
 
 async def test_a_bad_selector_is_reported_as_prometheus_says(
