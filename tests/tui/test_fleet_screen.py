@@ -36,6 +36,9 @@ async def test_no_prometheus_at_all_is_said_in_80x24(wait: Wait) -> None:
         assert f"Prometheus at {url} unreachable" in text  # in the table's place
         await pilot.press("enter", "s", "r")  # nothing to open; nothing breaks
         assert app.screen is app.fleet
+        theme = app.theme
+        await pilot.press("t")  # the next theme redraws the fleet in its colours
+        assert app.theme != theme and "PROMETHEUS UNREACHABLE" in screen_text(app)
 
 
 async def test_prometheus_goes_away_and_comes_back(tmp_path: Path, wait: Wait) -> None:

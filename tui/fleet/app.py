@@ -114,6 +114,12 @@ class FleetApp(GpumonApp):
             await watch.detach()
         await monitor.stop()
 
+    def watch_theme(self, name: str) -> None:
+        super().watch_theme(name)
+        fleet = getattr(self, "fleet", None)  # the theme is first set in GpumonApp.__init__
+        if fleet is not None and fleet.is_mounted:
+            fleet.show()  # the table's colours come from the palette
+
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
