@@ -106,7 +106,7 @@ class FleetSource:
         self.last: FleetSnapshot | None = None
         self._error_since: float | None = None
         # Each node's newest sample time seen by this source: a node whose series went
-        # stale keeps its exact last time (the hour's subquery has 1 min steps).
+        # stale keeps its exact last time (the hour's subquery has 5 min steps).
         self._seen: dict[str, float] = {}
 
     async def close(self) -> None:
@@ -195,6 +195,14 @@ class FleetSource:
             if node:
                 spark[node] = {round((t - start) / step): finite(v) for t, v in s.points}
         names = set(col["gpus"]) | set(labels) | set(col["last_seen"])
+        # Which nodes have series now: from the newest-sample query, else (it failed) from
+        # the GPU count, else unknown: a failed query must not make every node "down".
+        if "last_seen" in results:
+            current = set(col["last_seen"])
+        elif "gpus" in results:
+            current = set(col["gpus"])
+        else:
+            current = names
         self._seen = {n: t for n, t in self._seen.items() if n in names}  # the hour's nodes
         rows: list[NodeRow] = []
         for node in names:
@@ -221,8 +229,8 @@ class FleetSource:
                 alerts_critical=int(alerts.get(node, {}).get("critical", 0)),
                 alerts_warning=int(alerts.get(node, {}).get("warning", 0)),
                 last_seen=last if last is not None else before,
-                current=last is not None,
-                exporter_down=target in down,
+                current=node in current,
+                exporter_down=target[1] is not None and target in down,
                 spark=tuple(points.get(i) for i in range(self.spark_columns)),
             )
             rows.append(replace(row, problems=judge(row, now)))

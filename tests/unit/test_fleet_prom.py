@@ -10,7 +10,7 @@ import math
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -48,6 +48,7 @@ class CannedPrometheus:
 
     def __init__(self) -> None:
         self.answer = Answer()
+        self.answer_for: Callable[[str], Answer] | None = None  # an answer per query
         self.seen: list[Seen] = []
         outer = self
 
@@ -55,7 +56,7 @@ class CannedPrometheus:
             def _reply(self, method: str, query: str) -> None:
                 path = self.path.split("?", 1)[0]
                 outer.seen.append(Seen(method, path, query, dict(self.headers.items())))
-                a = outer.answer
+                a = outer.answer_for(query) if outer.answer_for else outer.answer
                 time.sleep(a.delay)
                 data = a.body if isinstance(a.body, bytes) else json.dumps(a.body).encode()
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -232,3 +233,26 @@ async def test_an_error_keeps_the_last_rows_and_says_since_when(prom: CannedProm
     assert bad.error is not None and bad.error.startswith(f"{asked} of {asked} queries failed: ")
     assert "HTTP 503 (timed out or overloaded): timeout: query timed out" in bad.error
     assert again.error_since == bad.error_since is not None
+
+
+async def test_a_failed_query_does_not_make_every_node_down(prom: CannedPrometheus) -> None:
+    """Only the newest-sample query fails (a 503): the nodes are not called down."""
+    source = FleetSource(FleetConfig("a", prom.url))
+    exprs = source.queries.instant()
+    last_seen, no_series = exprs["last_seen"], {exprs["seen"], exprs["down"], exprs["alerts"]}
+
+    ok = vector(({"node": "n1"}, "8"))
+    failing = {"status": "error", "errorType": "timeout", "error": "query timed out"}
+
+    def answer_for(query: str) -> Answer:
+        if query == last_seen:
+            return Answer(status=503, body=failing)
+        return Answer(body=vector() if query in no_series else ok)
+
+    prom.answer_for = answer_for
+    snap = await source.refresh()
+    await source.close()
+    (row,) = snap.rows
+    assert row.current and row.gpus == 8
+    assert not {"exporter-down", "stale"} & {p.rule for p in row.problems}
+    assert snap.error is not None and "1 of" in snap.error and "HTTP 503" in snap.error
