@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import math
 import time
 import urllib.parse
@@ -32,7 +31,7 @@ from typing import Any
 import httpcore
 
 from gpumon.backends.errors import GpumonError
-from gpumon.backends.untrusted import printable
+from gpumon.backends.untrusted import loads, printable
 
 GET_MAX = 1500  # longer expressions are POSTed (form-encoded): URLs have length limits
 ERROR_MAX = 300  # characters of a server's error message quoted
@@ -102,7 +101,7 @@ def parse_response(status: int, body: bytes, what: str) -> tuple[list[Series], l
     """The series and warnings of one API answer. Raises ``PrometheusError`` saying the
     HTTP status, Prometheus' error type and message (or that the body is not its JSON)."""
     try:
-        doc = json.loads(body)
+        doc = loads(body)  # label values are a target's text: made printable
     except ValueError:
         doc = None
     if not isinstance(doc, dict):

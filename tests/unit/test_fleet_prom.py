@@ -256,3 +256,11 @@ async def test_a_failed_query_does_not_make_every_node_down(prom: CannedPromethe
     assert row.current and row.gpus == 8
     assert not {"exporter-down", "stale"} & {p.rule for p in row.problems}
     assert snap.error is not None and "1 of" in snap.error and "HTTP 503" in snap.error
+
+
+def test_label_values_arrive_printable() -> None:
+    """A node name is a target's text: a JSON escape for ESC must not reach the screen."""
+    body = json.dumps(vector(({"node": "gpu\u001b]0;owned\u0007-1"}, "1"))).encode()
+    (series,), _ = parse_response(200, body, "q")
+    assert "\x1b" not in series.labels["node"] and "\x07" not in series.labels["node"]
+    assert series.labels["node"].startswith("gpu")

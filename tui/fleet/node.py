@@ -114,8 +114,8 @@ class PromNodeScreen(Screen[None]):
         self.error: str | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="node-header")
-        yield Static(id="node-gpus")
+        yield Static(id="node-header", markup=False)
+        yield Static(id="node-gpus", markup=False)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:

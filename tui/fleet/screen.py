@@ -72,8 +72,8 @@ class FleetScreen(Screen[None]):
         self.refreshes = 0
 
     def compose(self) -> ComposeResult:
-        yield Static(id="fleet-header")
-        yield Static(id="fleet-columns")
+        yield Static(id="fleet-header", markup=False)
+        yield Static(id="fleet-columns", markup=False)
         yield self.table
         yield Input(placeholder="filter: node name, label value, or label=value", id="fleet-filter")
         yield Footer(compact=True)
