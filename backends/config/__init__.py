@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .fleet import FleetConfig
     from .load import (
         HOST_KEYS,
         HOST_SETTINGS,
@@ -26,6 +27,7 @@ __all__ = [
     "HOST_SETTINGS",
     "Config",
     "ConfigError",
+    "FleetConfig",
     "HostConfig",
     "Invalid",
     "JobConfig",
@@ -45,6 +47,7 @@ if not TYPE_CHECKING:
         {
             "Config": "load",
             "ConfigError": "load",
+            "FleetConfig": "fleet",
             "HOST_KEYS": "load",
             "HOST_SETTINGS": "load",
             "HostConfig": "load",

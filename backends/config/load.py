@@ -14,12 +14,13 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpumon.backends.alerts.rules import AlertRules
+from gpumon.backends.config.fleet import FleetConfig, fleet_tables
 from gpumon.backends.config.limits import (
     HOST_MAX,
     MAX_DEPTH,
@@ -124,6 +125,8 @@ class Config:
         from gpumon.backends.config.notify import NotifySettings
 
         return self.notify if self.notify is not None else NotifySettings()
+
+    fleets: dict[str, FleetConfig] = field(default_factory=dict)  # [fleet.NAME]
 
 
 # --- key specs ------------------------------------------------------------------------
@@ -325,6 +328,7 @@ TOP_LEVEL: tuple[KeySpec, ...] = (
     KeySpec("hosts", _host_tables, "[hosts.NAME] tables", {}),
     KeySpec("notify", lambda raw: _notify_part("notify_tables", raw), "[notify.NAME] tables"),
     KeySpec("watch", lambda raw: _notify_part("watch_table", raw), "a [watch] table"),
+    KeySpec("fleet", fleet_tables, "[fleet.NAME] tables", {}),
 )
 
 
@@ -405,10 +409,17 @@ def load_config(
             from gpumon.backends.config.notify import notify_settings
 
             notify = notify_settings(top.get("notify"), top.get("watch"))
+        fleets = {n: replace(f, source=source) for n, f in top.get("fleet", {}).items()}
     except _Invalid as e:
         raise ConfigError(e.problem, source=source, key=_dotted(e.path)) from None
     return Config(
-        path=path, hosts=hosts, defaults=defaults, searched=path, reason=reason, notify=notify
+        path=path,
+        hosts=hosts,
+        defaults=defaults,
+        searched=path,
+        reason=reason,
+        notify=notify,
+        fleets=fleets,
     )
 
 
@@ -499,6 +510,9 @@ def format_hosts(config: Config) -> str:
         lines += ["", f"[hosts.{_dotted((host.name,))}]  {host.describe()}"]
         for f in fields(host):
             lines.append(f"  {f.name:<16} {_format_value(f.name, getattr(host, f.name))}")
+    for fleet in config.fleets.values():
+        lines += ["", f"[fleet.{_dotted((fleet.name,))}]  prometheus {fleet.prometheus}"]
+        lines += [f"  {key:<16} {value}" for key, value in fleet.settings()]
     lines += ["", "built in: demo (simulator), local (this machine)"]
     return "\n".join(lines)
 

@@ -260,7 +260,7 @@ SSH = "expected an SSH target"
     ("text", "key", "says"),
     [
         # unknown keys, everywhere
-        ('colour = "red"\n', "colour", "unknown key; expected one of: defaults, hosts"),
+        ('colour = "red"\n', "colour", "unknown key; expected one of: defaults, fleet, hosts"),
         ('[host.x]\nssh = "h"\n', "host", 'unknown key (did you mean "hosts"?)'),
         ("[hosts.ct200]\nintervl = 2\n", "hosts.ct200.intervl", 'did you mean "interval"'),
         ('[defaults]\nssh = "root@h"\n', "defaults.ssh", "unknown key"),

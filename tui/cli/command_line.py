@@ -10,6 +10,7 @@
     gpumon swap-torch HOST VARIANT  move torch between CUDA builds, verified, reversible
     gpumon watch [HOST ...]       headless: alerts to the [notify.*] notifiers, /metrics
     gpumon notify test|status     test a notifier, show the outbox
+    gpumon fleet [NAME] [--json|--check]  many nodes from Prometheus, sorted by trouble
 
 Kept light at import time (no Textual, no asyncssh): headless commands start fast.
 """
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
 from gpumon.backends.errors import GpumonError
+from gpumon.tui.cli import fleet as cli_fleet
 from gpumon.tui.cli import torch as cli_torch
 from gpumon.tui.cli import watch as cli_watch
 from gpumon.tui.cli.restart import build_parser as restart_parser
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from gpumon.backends.monitor import HostMonitor
     from gpumon.backends.sim import SimSettings
 
-COMMANDS = ("snapshot", "check", "config", "restart", "replay")
+COMMANDS = ("snapshot", "check", "config", "restart", "replay", "fleet")
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 RATE_WAIT_S = 10.0  # how long snapshot/check wait for throughput rates (two observations)
@@ -80,7 +82,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
         prog="gpumon",
         description="Watch GPU machines over SSH: memory, OOM warnings, workloads. "
         "Commands: snapshot, check, config, restart, doctor, swap-torch, replay, "
-        "watch, notify "
+        "watch, notify, fleet "
         "(see `gpumon COMMAND --help`).",
     )
     main.add_argument(
@@ -115,6 +117,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     )
     cfg.add_argument("action", choices=("check", "path"))
     subs["restart"] = restart_parser()
+    subs["fleet"] = cli_fleet.build_parser()
     for p in subs.values():
         _common_options(p)
     replay = subs["replay"] = argparse.ArgumentParser(
@@ -252,6 +255,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return run_app(GpumonApp([monitor], theme=args.theme, read_only=True, bell=False))
 
 
+def _fleet_check(command: str | None, args: Any) -> bool:
+    """``gpumon fleet --check`` is a Nagios plugin too: its failures are UNKNOWN (3)."""
+    return command == "fleet" and bool(getattr(args, "check", False))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     main_parser, subs = _build_parsers()
@@ -281,12 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "check": _cmd_check,
             "config": _cmd_config,
             "restart": cmd_restart,
+            "fleet": cli_fleet.cmd_fleet,
             None: _cmd_dashboard,
         }[command]
         return handler(args, config)
     except GpumonError as e:  # a bad config, an unreachable host, ...: one line, no traceback
         print(f"gpumon: {e}", file=sys.stderr)
-        return EXIT_USAGE if command != "check" else EXIT_UNKNOWN
+        return EXIT_UNKNOWN if command == "check" or _fleet_check(command, args) else EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 

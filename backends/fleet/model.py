@@ -1,0 +1,150 @@
+"""What the fleet view shows: one row per node, the fleet rules over it, and the sorts.
+
+Records are frozen; a value Prometheus did not have (the metric is not exported, the
+node's series went stale, the value was NaN) is None, never 0.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gpumon.backends.fleet.queries import IDLE_MEMORY_MIB, IDLE_UTIL_PCT
+
+STALE_AFTER_S = 180.0  # a last sample older than this is said (scrapes are 15-60 s apart)
+DCGM_COLLECT_S = 30  # dcgm-exporter's default collection interval (-c 30000)
+# Xid codes that mean the GPU needs a person now (NVIDIA's Xid catalogue): double-bit
+# ECC, row-remap events, NVLink, fallen off the bus, contained/uncontained ECC, GSP.
+CRITICAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+
+
+class Severity(enum.IntEnum):
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+
+    @property
+    def word(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One fleet rule that fired on a node."""
+
+    rule: str  # exporter-down, stale, xid, row-remap-failure, idle-allocated, gpumon-alerts
+    severity: Severity
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One node, as the latest refresh saw it."""
+
+    node: str
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    gpus: int | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    mem_fullest: float | None = None  # the fullest GPU's used / total, 0..1
+    util_mean: float | None = None
+    util_max: float | None = None
+    temp_max: float | None = None
+    power_w: float | None = None
+    xid_last: int | None = None  # the highest Xid code in the last 15 min (0: none)
+    xid_gpus: int | None = None  # GPUs with an Xid in the last 15 min
+    remap_failures: int | None = None  # GPUs whose row remapping failed
+    idle_allocated: int | None = None  # GPUs > 2 GiB held at < 5 % for 10 min
+    alerts_critical: int = 0  # active gpumon alerts (gpumon watch's exporter)
+    alerts_warning: int = 0
+    last_seen: float | None = None  # the newest sample's time (Prometheus' clock)
+    current: bool = True  # has series now (False: only seen earlier in the hour)
+    exporter_down: bool = False  # its target's ``up`` is 0
+    spark: tuple[float | None, ...] = ()  # mean utilisation, oldest first
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def severity(self) -> Severity:
+        return max((p.severity for p in self.problems), default=Severity.OK)
+
+    def age(self, now: float) -> float | None:
+        return None if self.last_seen is None else max(0.0, now - self.last_seen)
+
+    def matches(self, text: str) -> bool:
+        """The ``/`` filter: a substring of the node name or of a label value, or
+        ``label=value`` (substring of that label's value); case-insensitive."""
+        t = text.strip().lower()
+        if not t:
+            return True
+        key, eq, want = t.partition("=")
+        if eq:
+            return any(k.lower() == key and want in v.lower() for k, v in self.labels.items())
+        return t in self.node.lower() or any(t in v.lower() for v in self.labels.values())
+
+
+def judge(row: NodeRow, now: float, stale_after: float = STALE_AFTER_S) -> tuple[Problem, ...]:
+    """The fleet rules on one node, worst first."""
+    out: list[Problem] = []
+    age = row.age(now)
+    if row.exporter_down:
+        target = row.labels.get("instance", "its target")
+        out.append(Problem("exporter-down", Severity.CRITICAL, f"exporter down (up 0: {target})"))
+    elif not row.current:
+        seen = "" if age is None else f" for {age:.0f} s"
+        out.append(Problem("exporter-down", Severity.CRITICAL, f"no data{seen}: exporter gone?"))
+    elif age is not None and age > stale_after:
+        out.append(Problem("stale", Severity.WARNING, f"last sample {age:.0f} s old"))
+    if row.remap_failures:
+        n = row.remap_failures
+        out.append(
+            Problem("row-remap-failure", Severity.CRITICAL, f"row-remap failure on {_gpus(n)}")
+        )
+    if row.xid_gpus and row.xid_last:
+        sev = Severity.CRITICAL if row.xid_last in CRITICAL_XIDS else Severity.WARNING
+        text = f"Xid {row.xid_last} on {_gpus(row.xid_gpus)} in the last 15 min"
+        out.append(Problem("xid", sev, text))
+    if row.alerts_critical:
+        out.append(
+            Problem("gpumon-alerts", Severity.CRITICAL, f"{row.alerts_critical} critical alert(s)")
+        )
+    elif row.alerts_warning:
+        out.append(
+            Problem("gpumon-alerts", Severity.WARNING, f"{row.alerts_warning} warning alert(s)")
+        )
+    if row.idle_allocated:
+        text = (
+            f"idle but allocated: {_gpus(row.idle_allocated)} hold > {IDLE_MEMORY_MIB // 1024}"
+            f" GiB at < {IDLE_UTIL_PCT} % for 10 min"
+        )
+        out.append(Problem("idle-allocated", Severity.WARNING, text))
+    out.sort(key=lambda p: -p.severity)
+    return tuple(out)
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _low(v: float | None) -> float:
+    return float("inf") if v is None else -v  # descending, unknown last
+
+
+SORTS: tuple[tuple[str, Callable[[NodeRow, float], tuple[object, ...]]], ...] = (
+    ("trouble", lambda r, now: (-r.severity, _low(r.mem_fullest), r.node)),
+    ("name", lambda r, now: (r.node,)),
+    ("memory", lambda r, now: (_low(r.mem_fullest), r.node)),
+    ("utilisation", lambda r, now: (_low(r.util_mean), r.node)),
+    ("temperature", lambda r, now: (_low(r.temp_max), r.node)),
+    ("power", lambda r, now: (_low(r.power_w), r.node)),
+    ("age", lambda r, now: (_low(r.age(now)), r.node)),
+)
+SORT_NAMES = tuple(name for name, _ in SORTS)
+
+
+def sort_rows(rows: list[NodeRow], how: str, now: float) -> list[NodeRow]:
+    """``rows`` in the order ``how`` names (one of SORT_NAMES): "trouble" is critical
+    first, then warning, then the fullest GPU memory; the others put the largest first."""
+    key = dict(SORTS)[how]
+    return sorted(rows, key=lambda r: key(r, now))

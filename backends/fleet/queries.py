@@ -1,0 +1,156 @@
+"""The fleet's PromQL: a fixed, small set of aggregated queries per refresh, by node.
+
+Every expression names the node the same way: a ``node`` label set from the first
+present of the configured labels (default ``Hostname``, ``hostname``, ``instance``), with
+the fleet's ``selector`` on every metric. ``label_replace`` with ``(.+)`` leaves a series
+alone when the source label is absent, so applying the labels lowest priority first makes
+the first present one win.
+
+Metric names are dcgm-exporter's (``etc/default-counters.csv``): memory in MiB, power in
+W, utilisation in %, ``DCGM_FI_DEV_XID_ERRORS`` the code of the last Xid (a gauge),
+``DCGM_FI_DEV_ROW_REMAP_FAILURE`` 1 when row remapping failed. gpumon's own exporter
+(``gpumon watch``) publishes ``gpumon_alerts_active{host,severity,kind}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FB_USED = "DCGM_FI_DEV_FB_USED"
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
+FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
+POWER = "DCGM_FI_DEV_POWER_USAGE"
+XID = "DCGM_FI_DEV_XID_ERRORS"
+ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+GPUMON_ALERTS = "gpumon_alerts_active"
+
+XID_WINDOW = "15m"
+IDLE_WINDOW_S = 600
+IDLE_MEMORY_MIB = 2048  # "allocated": more than 2 GiB held ...
+IDLE_UTIL_PCT = 5  # ... at under 5 % utilisation, for the whole window
+KNOWN_WINDOW = "1h"  # a node seen in the last hour stays on the screen (as "no data")
+SPARK_WINDOW_S = 30 * 60.0
+
+
+def promql_string(text: str) -> str:
+    """``text`` as a double-quoted PromQL string literal."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+@dataclass(frozen=True, slots=True)
+class FleetQueries:
+    """The expressions for one fleet (its selector and node labels)."""
+
+    selector: str = ""
+    node_labels: tuple[str, ...] = ("Hostname", "hostname", "instance")
+    idle_window_s: int = IDLE_WINDOW_S  # the rule's 10 min (tests shorten it)
+
+    def metric(self, name: str) -> str:
+        """``name`` with the fleet's selector: ``DCGM_FI_DEV_FB_USED{cluster="a"}``."""
+        return f"{name}{{{self.selector}}}" if self.selector else name
+
+    def by_node(self, inner: str) -> str:
+        """``inner`` (a vector expression) with a ``node`` label from the node labels."""
+        expr = inner
+        for label in reversed(self.node_labels):
+            expr = f'label_replace({expr}, "node", "$1", "{label}", "(.+)")'
+        return expr
+
+    def agg(self, op: str, inner: str, *extra: str) -> str:
+        """``op`` of ``inner`` by node (and ``extra`` labels). Aggregated by the node labels
+        first, so the relabelling runs on one series per node, not one per GPU (8x less
+        work for Prometheus); ``count`` is counted, then summed."""
+        first = ", ".join((*self.node_labels, *(x for x in extra if x not in self.node_labels)))
+        outer = ", ".join(("node", *extra))
+        then = "sum" if op == "count" else op
+        return f"{then} by ({outer}) ({self.by_node(f'{op} by ({first}) ({inner})')})"
+
+    def _total(self) -> str:
+        """A node's memory: dcgm-exporter's total is used + free + reserved (summed per
+        node first: 1,000 series to match, not 8,000); older exporters have no reserved."""
+        used, free = self.agg("sum", self.metric(FB_USED)), self.agg("sum", self.metric(FB_FREE))
+        reserved = self.agg("sum", self.metric(FB_RESERVED))
+        return f"{used} + {free} + ({reserved} or {used} * 0)"
+
+    def instant(self) -> dict[str, str]:
+        """Name -> expression for the instant queries of one refresh (all by node)."""
+        m, agg = self.metric, self.agg
+        used, util = m(FB_USED), m(GPU_UTIL)
+        xid_15m = f"max_over_time({m(XID)}[{XID_WINDOW}])"
+        w = self.idle_window_s
+        # Held and idle over the whole window: a GPU with less history than the window
+        # (its first sample inside the last tenth is missing) is not judged yet (0).
+        idle = (
+            f"((min_over_time({used}[{w}s]) > bool {IDLE_MEMORY_MIB})"
+            f" * (max_over_time({util}[{w}s]) < bool {IDLE_UTIL_PCT})"
+            f" * present_over_time({used}[{w // 10}s] offset {w - w // 10}s)"
+            f" or {used} * 0)"
+        )
+        newest = f"max by ({', '.join(self.node_labels)}) (timestamp({used}))"
+        return {
+            "gpus": agg("count", used),
+            "mem_used": agg("sum", used),
+            "mem_total": self._total(),
+            # The fullest GPU: used of what it can hand out (used + free; reserved is the
+            # driver's). One division per GPU, the cheapest per-GPU match there is.
+            "mem_fullest": agg("max", f"{used} / ({used} + {m(FB_FREE)})"),
+            "util_mean": f"{agg('sum', util)} / {agg('count', util)}",
+            "util_max": agg("max", util),
+            "temp_max": agg("max", m(GPU_TEMP)),
+            "power": agg("sum", m(POWER)),
+            "xid_last": agg("max", xid_15m),
+            "xid_gpus": agg("sum", f"{xid_15m} > bool 0"),
+            "remap_failures": agg("sum", f"{m(ROW_REMAP_FAILURE)} > bool 0"),
+            "idle_allocated": agg("sum", idle),
+            "last_seen": agg("max", f"timestamp({used})"),
+            # Nodes of the last hour, with their target: one whose series went stale (its
+            # exporter is down) stays listed; "seen" is its last sample's time (5 min steps:
+            # the source remembers exact times of the nodes it saw itself).
+            "known": agg(
+                "group", f"last_over_time({used}[{KNOWN_WINDOW}])", "instance", "job", "modelName"
+            ),
+            "seen": agg("max", f"max_over_time({newest}[{KNOWN_WINDOW}:5m])"),
+            "down": f"up{{{self.selector}}} == 0" if self.selector else "up == 0",
+            "alerts": f"sum by (host, severity) ({m(GPUMON_ALERTS)})",
+        }
+
+    def spark(self) -> str:
+        """The utilisation sparkline: mean GPU utilisation per node (a range query)."""
+        util = self.metric(GPU_UTIL)
+        return f"{self.agg('sum', util)} / {self.agg('count', util)}"
+
+    def _only(self, expr: str, node: str) -> str:
+        one = promql_string(node.replace("$", "$$"))  # $ is a group reference there
+        return f'({expr}) and on (node) label_replace(vector(1), "node", {one}, "", "")'
+
+    def node_gpus(self, node: str) -> dict[str, str]:
+        """The per-GPU queries of one node (the drill-down without SSH)."""
+        names = "|".join(
+            n.removeprefix("DCGM_FI_DEV_")
+            for n in (FB_USED, FB_FREE, GPU_UTIL, GPU_TEMP, POWER, ROW_REMAP_FAILURE)
+        )
+        sel = f",{self.selector}" if self.selector else ""
+        now = f'{{__name__=~"DCGM_FI_DEV_({names})"{sel}}}'
+        xid = f"max_over_time({self.metric(XID)}[{XID_WINDOW}])"
+        return {
+            "now": self._only(self.by_node(now), node),
+            "xid": self._only(self.by_node(xid), node),
+            "seen": self._only(self.by_node(f"timestamp({self.metric(FB_USED)})"), node),
+        }
+
+    def one_node(self, node: str) -> str:
+        """What a per-node design would ask for each node (the benchmark compares): the
+        current series the fleet columns need, selected by the node's label directly."""
+        names = "|".join(
+            n.removeprefix("DCGM_FI_DEV_")
+            for n in (FB_USED, FB_FREE, GPU_UTIL, GPU_TEMP, POWER, XID, ROW_REMAP_FAILURE)
+        )
+        sel = f",{self.selector}" if self.selector else ""
+        one = promql_string(node)
+        return " or ".join(
+            f'{{__name__=~"DCGM_FI_DEV_({names})",{label}={one}{sel}}}'
+            for label in self.node_labels
+        )

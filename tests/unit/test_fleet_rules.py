@@ -1,0 +1,119 @@
+"""The fleet rules, the sorts, the filter and the headless verdicts, on rows made here."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+from gpumon.backends.fleet import FleetSnapshot, NodeRow, Severity, judge, sort_rows
+from gpumon.backends.fleet.model import SORT_NAMES, STALE_AFTER_S
+from gpumon.backends.fleet.queries import FleetQueries, promql_string
+from gpumon.backends.fleet.report import CheckCode, fleet_check, fleet_json
+
+NOW = 1_800_000_000.0
+
+
+def node(name: str, **values: object) -> NodeRow:
+    row = NodeRow(name, last_seen=NOW - 5, gpus=8, **values)  # type: ignore[arg-type]
+    return replace(row, problems=judge(row, NOW))
+
+
+def rules(row: NodeRow) -> list[tuple[str, Severity]]:
+    return [(p.rule, p.severity) for p in row.problems]
+
+
+def test_each_rule() -> None:
+    assert rules(node("ok", xid_gpus=0, xid_last=0, remap_failures=0, idle_allocated=0)) == []
+    assert rules(node("a", remap_failures=2)) == [("row-remap-failure", Severity.CRITICAL)]
+    assert rules(node("b", xid_gpus=1, xid_last=79)) == [("xid", Severity.CRITICAL)]
+    assert rules(node("c", xid_gpus=1, xid_last=13)) == [("xid", Severity.WARNING)]
+    assert rules(node("d", idle_allocated=3)) == [("idle-allocated", Severity.WARNING)]
+    assert rules(node("e", alerts_critical=1, alerts_warning=4)) == [
+        ("gpumon-alerts", Severity.CRITICAL)
+    ]
+    assert rules(node("f", alerts_warning=2)) == [("gpumon-alerts", Severity.WARNING)]
+    down = node("g", exporter_down=True, labels=MappingProxyType({"instance": "g:9400"}))
+    assert down.problems[0].message == "exporter down (up 0: g:9400)"
+    gone = node("h", current=False)
+    assert rules(gone) == [("exporter-down", Severity.CRITICAL)]
+    assert gone.problems[0].message == "no data for 5 s: exporter gone?"
+    old = replace(NodeRow("i", last_seen=NOW - STALE_AFTER_S - 1))
+    assert [p.rule for p in judge(old, NOW)] == ["stale"]
+    many = node("j", idle_allocated=1, remap_failures=1, xid_gpus=1, xid_last=13)
+    assert [p.severity for p in many.problems] == sorted(
+        (p.severity for p in many.problems), reverse=True
+    )
+    assert many.severity == Severity.CRITICAL
+
+
+def test_trouble_sort_then_fullest_memory_and_the_other_sorts() -> None:
+    rows = [
+        node("calm-full", mem_fullest=0.9, util_mean=10, temp_max=40, power_w=100),
+        node("warn", idle_allocated=1, mem_fullest=0.1, util_mean=0, temp_max=30),
+        node("crit", remap_failures=1, mem_fullest=0.2, util_mean=50, temp_max=70),
+        node("calm-empty", mem_fullest=0.3, util_mean=90, temp_max=None, power_w=900),
+        node("unknown"),
+    ]
+    by = {how: [r.node for r in sort_rows(rows, how, NOW)] for how in SORT_NAMES}
+    assert by["trouble"] == ["crit", "warn", "calm-full", "calm-empty", "unknown"]
+    assert by["name"] == sorted(by["name"])
+    assert by["utilisation"][:2] == ["calm-empty", "crit"] and by["utilisation"][-1] == "unknown"
+    assert by["temperature"][0] == "crit" and by["temperature"][-2:] == ["calm-empty", "unknown"]
+    assert by["power"][:2] == ["calm-empty", "calm-full"]
+
+
+def test_filter_by_name_label_value_or_label_equals() -> None:
+    row = NodeRow("gpu-017", labels=MappingProxyType({"job": "dcgm", "modelName": "H200"}))
+    assert row.matches("017") and row.matches("GPU") and row.matches("h200")
+    assert row.matches("job=dcg") and not row.matches("job=h200")
+    assert not row.matches("gpu-018") and row.matches("  ")
+
+
+def test_json_keeps_unknowns_null_and_check_lines() -> None:
+    rows = (
+        node("n1", remap_failures=1, mem_used_mib=1024.0, mem_total_mib=8192.0),
+        node("n2"),
+    )
+    snap = FleetSnapshot("lab", "http://p:9090", NOW, rows=rows)
+    doc = fleet_json(snap)
+    first, second = doc["nodes"]
+    assert first["node"] == "n1" and first["severity"] == "critical"
+    assert first["problems"] == [
+        {
+            "rule": "row-remap-failure",
+            "severity": "critical",
+            "message": "row-remap failure on 1 GPU",
+        }
+    ]
+    assert second["power_w"] is None and second["memory_used_mib"] is None  # not 0
+    assert second["last_sample_age_s"] == 5.0 and second["exporter_down"] is False
+    code, line = fleet_check(snap)
+    assert code == CheckCode.CRITICAL
+    assert line == (
+        "FLEET lab CRITICAL - 1 critical, 0 warning of 2 nodes; n1: row-remap failure on 1 GPU"
+        " | nodes=2 critical=1 warning=0"
+    )
+    assert fleet_check(replace(snap, rows=(rows[1],)))[0] == CheckCode.OK
+    assert fleet_check(replace(snap, rows=()))[0] == CheckCode.UNKNOWN
+    gone = replace(snap, error="Prometheus at http://p:9090 unreachable: refused", unreachable=True)
+    assert fleet_check(gone) == (
+        CheckCode.UNKNOWN,
+        "FLEET lab UNKNOWN - Prometheus at http://p:9090 unreachable: refused",
+    )
+    partial = replace(snap, rows=(rows[1],), error="1 of 17 queries failed: x")
+    assert fleet_check(partial)[0] == CheckCode.UNKNOWN  # OK on half the data is not OK
+
+
+def test_queries_are_a_fixed_set_by_node_with_the_selector_everywhere() -> None:
+    q = FleetQueries('cluster="a"')
+    exprs = q.instant()
+    assert all("by (node" in e or e.startswith("up{") or "by (host" in e for e in exprs.values())
+    metrics = [e for k, e in exprs.items() if k not in ("down", "alerts")]
+    assert all('{cluster="a"}' in e for e in metrics)
+    assert exprs["down"] == 'up{cluster="a"} == 0'
+    # The first present label wins: Hostname is applied last, instance first.
+    spark = q.spark()
+    assert spark.index('"Hostname"') > spark.index('"hostname"') > spark.index('"instance"')
+    one = q.node_gpus('we"ird$1')["now"]
+    assert '"we\\"ird$$1"' in one  # a PromQL string, $ not a group reference
+    assert promql_string("a\\b\n") == '"a\\\\b\\n"'

@@ -1,0 +1,75 @@
+"""Fleet rows as cells: what each column says, not-reported as n/a, and what fits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpumon.backends.fleet import NodeRow, judge
+from gpumon.tui.fleet.cells import COLUMNS, columns_for, fit, memory_role, row_cells
+from gpumon.tui.fleet.table import header_text
+from gpumon.tui.views.gpu_cells import Role
+
+NOW = 1_800_000_000.0
+
+
+def test_a_full_row() -> None:
+    row = NodeRow(
+        "gpu-01",
+        gpus=8,
+        mem_used_mib=400 * 1024,
+        mem_total_mib=765 * 1024,
+        mem_fullest=0.991,
+        util_mean=45.4,
+        util_max=97,
+        temp_max=91,
+        power_w=3235.2,
+        xid_gpus=1,
+        xid_last=79,
+        remap_failures=0,
+        alerts_warning=2,
+        last_seen=NOW - 75,
+    )
+    row = replace(row, problems=judge(row, NOW))
+    cells = row_cells(row, NOW)
+    text = {k: c.text for k, c in cells.items()}
+    assert text == {
+        "state": "!",
+        "node": "gpu-01",
+        "gpus": "8",
+        "memory": "400/765",
+        "fullest": "99",
+        "util": "45/97",
+        "temp": "91",
+        "power": "3235",
+        "xid": "79",
+        "remap": "-",
+        "alerts": "2",
+        "age": "1m15s",
+        "problem": "Xid 79 on 1 GPU in the last 15 min (+1)",
+    }
+    assert cells["fullest"].role == Role.CRITICAL and cells["temp"].role == Role.CRITICAL
+    assert cells["xid"].role == Role.CRITICAL and cells["alerts"].role == Role.WARNING
+
+
+def test_nothing_reported_is_na_not_zero() -> None:
+    cells = row_cells(NodeRow("n", current=False), NOW)
+    for key in ("gpus", "memory", "fullest", "util", "temp", "power", "xid", "remap", "age"):
+        assert (cells[key].text, cells[key].role) == ("n/a", Role.NA), key
+
+
+def test_memory_colours_follow_the_dashboard_thresholds() -> None:
+    assert [memory_role(f) for f in (None, 0.5, 0.95, 0.985)] == [
+        Role.NA,
+        Role.OK,
+        Role.WARNING,
+        Role.CRITICAL,
+    ]
+
+
+def test_80_columns_keep_the_problem_and_drop_the_sparkline() -> None:
+    assert "spark" not in [c.key for c in columns_for(80)]
+    assert [c.key for c in columns_for(140)] == [c.key for c in COLUMNS]
+    head = header_text(80)
+    assert len(head) == 80 and head.split()[:3] == ["NODE", "GPU", "MEM"]
+    assert "PROBLEM" in head
+    assert fit("a-very-long-node-name", 8, False) == "a-very-…" and fit("7", 3, True) == "  7"

@@ -1,0 +1,76 @@
+"""``gpumon fleet [NAME] [--json | --check]``: the fleet view on Prometheus, or its verdict
+without a terminal.
+
+    gpumon fleet [NAME]          the fleet screen (NAME may be left out with one fleet)
+    gpumon fleet NAME --json     one refresh, one object per node (keys in the README)
+    gpumon fleet NAME --check    Nagios: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import TYPE_CHECKING
+
+from gpumon.backends.config import Config, ConfigError, FleetConfig
+
+if TYPE_CHECKING:
+    from gpumon.backends.fleet import FleetSnapshot
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpumon fleet",
+        description="Many GPU nodes from Prometheus (dcgm-exporter, gpumon watch), sorted by "
+        "trouble; Enter opens a node's live dashboard. Configure [fleet.NAME] in the config.",
+    )
+    parser.add_argument("name", nargs="?", metavar="NAME", help="a [fleet.NAME] of the config")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--json", action="store_true", help="print one refresh as JSON and exit")
+    mode.add_argument(
+        "--check", action="store_true", help="one line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN"
+    )
+    parser.add_argument("--theme", help="colour theme (remembered)")
+    return parser
+
+
+def pick_fleet(config: Config, name: str | None) -> FleetConfig:
+    """The fleet ``name`` names, or the only one; ConfigError listing the fleets otherwise."""
+    known = ", ".join(sorted(config.fleets)) or "none configured"
+    where = str(config.path) if config.path else "(no config file)"
+    if name is None:
+        if len(config.fleets) == 1:
+            return next(iter(config.fleets.values()))
+        raise ConfigError(f"name a fleet: gpumon fleet NAME (fleets in {where}: {known})")
+    if name not in config.fleets:
+        raise ConfigError(f"no [fleet.{name}] in {where} (fleets: {known})")
+    return config.fleets[name]
+
+
+async def _one_refresh(fleet: FleetConfig) -> FleetSnapshot:
+    from gpumon.backends.fleet import FleetSource
+
+    source = FleetSource(fleet)
+    try:
+        return await source.refresh()
+    finally:
+        await source.close()
+
+
+def cmd_fleet(args: argparse.Namespace, config: Config) -> int:
+    fleet = pick_fleet(config, args.name)
+    if args.json or args.check:
+        from gpumon.backends.fleet import fleet_check, fleet_json
+
+        snap = asyncio.run(_one_refresh(fleet))
+        if args.json:
+            print(json.dumps(fleet_json(snap), indent=2))
+            return 0 if snap.error is None else 3
+        code, line = fleet_check(snap)
+        print(line)
+        return int(code)
+    from gpumon.backends.fleet import FleetSource
+    from gpumon.tui.fleet.app import run_fleet
+
+    return run_fleet(config, FleetSource(fleet), theme=args.theme, read_only=args.read_only)
