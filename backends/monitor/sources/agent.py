@@ -10,6 +10,7 @@ capabilities are that one's until a later session finds a Python.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -26,6 +27,7 @@ from gpumon.backends.transport.base import Transport, TransportError
 from .base import AGENT, Capabilities, Sink
 from .connection import TransportSource
 from .direct import DirectSmiSource
+from .host_procs import HostProcessFeed
 
 __all__ = ["HELLO_TIMEOUT_S", "AgentSource", "Handler", "dispatch", "handlers"]
 
@@ -63,6 +65,10 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
             _route(p.Hello, on_hello),
             _route(p.Gpus, lambda m: sink.ingest_gpu_rows(m.rows, m.fields or QUERY_FIELDS)),
             _route(p.Procs, _quiet(lambda m: sink.ingest_process_rows(m.rows))),
+            _route(
+                p.ProcRecords,
+                _quiet(lambda m: sink.ingest_proc_records(m.source, m.records, sink.clock())),
+            ),
             _route(p.SmiError, _quiet(smi_error)),
             _route(
                 p.Log, _quiet(lambda m: sink.ingest_log(m.tag, m.path, m.lines, backlog=m.backlog))
@@ -101,6 +107,7 @@ class AgentSource(TransportSource):
         super().__init__(transport, reconnect=reconnect)
         self.direct = DirectSmiSource(transport, reconnect=reconnect)
         self._direct_now = False  # this session streams nvidia-smi directly
+        self.host_feed = HostProcessFeed(transport)  # the Proxmox host's view, beside
 
     @property
     def capabilities(self) -> Capabilities:
@@ -114,11 +121,17 @@ class AgentSource(TransportSource):
             stream.write(protocol.SetInterval(seconds).encode())
 
     async def session(self, sink: Sink) -> bool:
-        python = await self._find_python(sink)
-        self._direct_now = python is None
-        if python is None:
-            return await self.direct.session(sink)
-        return await self._agent_session(sink, python)
+        feed = asyncio.create_task(self.host_feed.run(sink), name=f"{sink.name} host procs")
+        try:
+            python = await self._find_python(sink)
+            self._direct_now = python is None
+            if python is None:
+                return await self.direct.session(sink)
+            return await self._agent_session(sink, python)
+        finally:
+            feed.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await feed
 
     async def close_stream(self, grace: float = 3.0) -> None:
         await super().close_stream(grace)
@@ -148,7 +161,11 @@ class AgentSource(TransportSource):
             sglang_discover=workloads.discover(),
         )
         argv, data = program_argv(
-            python, "agent", needs=("protocol",), args=[options.to_json()], flags=("-u",)
+            python,
+            "agent",
+            needs=("protocol", "host_procs"),
+            args=[options.to_json()],
+            flags=("-u",),
         )
         stream = await self.open_stream(argv)
         stream.write(data)
