@@ -91,6 +91,10 @@ def make_monitor(
                 host = replace(host, jobs=(*host.jobs, job))
             if host.sglang is None:  # sglang: the simulated servers, one per GPU
                 host = replace(host, sglang=transport.sglang_config())
+            if host.container is None:  # the simulated machine is CT 200 on a Proxmox host
+                from gpumon.backends.sim.scenario import CONTAINER
+
+                host = replace(host, container=CONTAINER)
             transport.host = host
     source = AgentSource(transport, reconnect=reconnect)
     return HostMonitor(host, source, clock=clock, record=record)

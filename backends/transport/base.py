@@ -65,6 +65,7 @@ class Transport(abc.ABC):
     def __init__(self, host: HostConfig) -> None:
         self.host = host
         self._channels = asyncio.Semaphore(MAX_CHANNELS)
+        self.host_proc_root = "/proc"  # the host side's /proc (the simulator has its own)
 
     @property
     def label(self) -> str:

@@ -50,12 +50,14 @@ class HostProcessFeed:
         poll = self.poll_s if self.poll_s is not None else max(HOST_POLL_S, sink.interval)
         try:
             python = await self._find_python()
+            proc = self.transport.host_proc_root
+            options = {"interval": poll, "nvidia_smi": sink.host.nvidia_smi, "proc": proc}
             if python is not None:
                 argv, data = program_argv(
                     python,
                     "host_procs",
                     needs=("protocol", "agent"),
-                    args=[json.dumps({"interval": poll, "nvidia_smi": sink.host.nvidia_smi})],
+                    args=[json.dumps(options)],
                     flags=("-u",),
                 )
                 self.method = python
@@ -66,7 +68,7 @@ class HostProcessFeed:
                 self.method = "shell loop"
                 argv = ["sh", "-c", host_procs.SHELL_LOOP, "gpumon-host-procs"]
                 stream = await self.transport.open_host_stream(
-                    [*argv, f"{poll:g}", sink.host.nvidia_smi]
+                    [*argv, f"{poll:g}", sink.host.nvidia_smi, proc]
                 )
                 rounds = host_procs.ShellRound()
                 await self._read(sink, stream, lambda line: _shell_line(rounds, line))
