@@ -478,6 +478,10 @@ def host_process(host_pid: int) -> HostProcess | None:
     """What the host's /proc says of one of the simulator's GPU PIDs (None: not one)."""
     if host_pid == JUPYTER_PID:
         return HostProcess(host_pid, JUPYTER_CONTAINER, 88, JUPYTER_COMMAND)
+    sglang, rest = divmod(host_pid - _SGLANG_PID, 168)
+    if rest == 0 and 0 <= sglang < GPU_COUNT:
+        command = f"{SGLANG_PROCESS_NAME} (python3 -m sglang.launch_server --port {30000 + sglang})"
+        return HostProcess(host_pid, CONTAINER, host_pid - 2418000, command)
     if host_pid in _TARGET_PIDS:
         command = f"{PROCESS_NAME} -m train.target --rank {_TARGET_PIDS.index(host_pid)}"
         return HostProcess(host_pid, CONTAINER, host_pid - 2418000, command)
@@ -492,7 +496,7 @@ def host_process(host_pid: int) -> HostProcess | None:
 
 def simulated_pids(runs: int = 50) -> list[int]:
     """Every GPU PID the training-oom scenario can list (restarted runs up to ``runs``)."""
-    pids = [*_TARGET_PIDS, JUPYTER_PID]
+    pids = [*_TARGET_PIDS, JUPYTER_PID, *(_SGLANG_PID + 168 * g for g in range(GPU_COUNT))]
     pids += [_DRAFTER_PID + k for k in range(len(DRAFTER_GPUS))]
     pids += [
         _RESTART_PID + 100 * n + k for n in range(1, runs + 1) for k in range(len(DRAFTER_GPUS))
