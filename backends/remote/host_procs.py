@@ -476,7 +476,7 @@ def in_container(proc: str = "/proc") -> bool:
 # --- the shell loop for a host without Python ------------------------------------------
 
 SHELL_LOOP = r"""
-interval=$1; smi=$2; proc=${3:-/proc}
+interval=$1; smi=$2; proc=${3:-/proc}  # $4 = once: one round, then exit
 while :; do
   echo "@round $(date +%s)"
   cat "$proc/stat" 2>/dev/null | grep '^btime ' | sed 's/^/@btime /'
@@ -501,6 +501,7 @@ while :; do
     done
   fi
   echo "@end"
+  [ "$4" = once ] && exit 0
   sleep "$interval" || exit 0
 done
 """
