@@ -213,6 +213,7 @@ def record_from_facts(
     hz: int = CLK_TCK_DEFAULT,
     page: int = PAGE_DEFAULT,
     host_names: dict[int, str] | None = None,
+    from_host: bool = True,
 ) -> dict[str, Any]:
     """The record of host PID ``pid`` from its ``/proc`` texts (``facts``: ``cgroup``,
     ``status``, ``uid_map``, ``stat`` as str, ``cmdline`` as bytes, ``passwd``: the
@@ -232,7 +233,7 @@ def record_from_facts(
     rec["host_uid"] = host_uid
     uid = None
     if host_uid is not None:
-        uid_map = parse_uid_map(facts.get("uid_map") or "")
+        uid_map = parse_uid_map(facts.get("uid_map") or "") if from_host else []
         uid = inner_uid(host_uid, uid_map) if uid_map else host_uid
     rec["uid"] = uid
     inside_names = passwd_names(facts.get("passwd") or "")
@@ -242,6 +243,9 @@ def record_from_facts(
         rec["user"] = None
     names = host_names or {}
     rec["host_user"] = None if host_uid is None else names.get(host_uid, str(host_uid))
+    if not from_host:  # this namespace's own PID; the container is the watched one
+        rec["pid"], rec["container"] = pid, None
+        rec["host_pid"] = rec["host_uid"] = rec["host_user"] = None
     raw = facts.get("cmdline")
     rec["command"] = command_line(raw if isinstance(raw, bytes) else b"", status)
     st = parse_stat(facts.get("stat") or "")
@@ -293,9 +297,15 @@ def host_passwd() -> dict[int, str]:
 
 
 def describe(
-    proc: str, pids: list[int], cpu: CpuClock, now: float | None = None
+    proc: str,
+    pids: list[int],
+    cpu: CpuClock,
+    now: float | None = None,
+    *,
+    from_host: bool = True,
 ) -> list[dict[str, Any]]:
-    """Records for host PIDs ``pids`` read from ``proc`` (``/proc``)."""
+    """Records for host PIDs ``pids`` read from ``proc`` (``/proc``); ``from_host``: see
+    ``record_from_facts``."""
     now = time.time() if now is None else now
     try:
         btime = boot_time(_read(proc + "/stat"))
@@ -307,29 +317,24 @@ def describe(
     out = []
     alive = []
     for pid in pids:
+        facts = read_facts(proc, pid)
         rec = record_from_facts(
             pid,
-            read_facts(proc, pid),
+            facts,
             now=now,
             btime=btime,
             cpu=cpu,
             hz=hz,
             page=page,
             host_names=names,
+            from_host=from_host,
         )
         out.append(rec)
-        st = parse_stat(_safe_read(proc, pid, "stat"))
+        st = parse_stat(facts.get("stat") or "")
         if st is not None:
             alive.append((pid, st[1]))
     cpu.forget_others(alive)
     return out
-
-
-def _safe_read(proc: str, pid: int, name: str) -> str:
-    try:
-        return str(_read(f"{proc}/{pid}/{name}"))
-    except OSError:
-        return ""
 
 
 # --- GPU processes on the host --------------------------------------------------------
@@ -452,11 +457,8 @@ def device_file_users(proc: str = "/proc") -> list[dict[str, Any]]:
             held[int(entry)] = sorted(gpus)
     if not held:
         return out
-    for rec in describe(proc, sorted(held), cpu):
-        rec["gpus"] = held[rec["host_pid"]]
-        rec["pid"] = rec["host_pid"]  # this namespace's own PID
-        rec["host_pid"] = None  # not known from inside
-        rec["container"] = None
+    for rec in describe(proc, sorted(held), cpu, from_host=False):
+        rec["gpus"] = held[rec["pid"]]
         rec["memory_mib"] = None
         out.append(rec)
     return out
