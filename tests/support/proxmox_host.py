@@ -180,8 +180,16 @@ def skip_reason() -> str | None:
     if cgroup2_root() is None:
         return "no cgroup2 mount in /proc/mounts"
     probe = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount", "--mount-proc",
-         "true"],
+        [
+            "unshare",
+            "--user",
+            "--map-root-user",
+            "--pid",
+            "--fork",
+            "--mount",
+            "--mount-proc",
+            "true",
+        ],
         capture_output=True,
         text=True,
     )
@@ -299,6 +307,7 @@ class ProxmoxHost:
             "setpriv", f"--reuid={CT_UID}", f"--regid={CT_UID}", "--clear-groups",
             "unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount",
             "--mount-proc", "--propagation", "private",
+            "env", "container=lxc",  # as LXC marks its containers' init
             "sh", str(self.root / "init.sh"), str(d),
         ]  # fmt: skip
         proc = subprocess.Popen(
