@@ -342,10 +342,13 @@ class ProxmoxHost:
         n = len(c.procs)
         lock = str(c.dir / f"gpu{n}.lock")
         marker = f"gpu-proc-{self.root.name}-{ct}-{n}"
+        program, *rest = label.split()  # the script is named as the label says
+        script = self.root / program
+        if not script.exists():
+            shutil.copy(self.root / "gpu_process.py", script)
         argv = [
             str(self.pct_path), "exec", str(ct), "--",
-            SYSTEM_PYTHON, str(self.root / "gpu_process.py"), lock, ",".join(map(str, gpus)),
-            *label.split(), marker,
+            SYSTEM_PYTHON, str(script), lock, ",".join(map(str, gpus)), *rest, marker,
         ]  # fmt: skip
         subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
         p = GpuProc(ct, gpus, memory_mib, label, lock=lock)
