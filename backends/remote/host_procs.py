@@ -479,27 +479,41 @@ def in_container(proc: str = "/proc") -> bool:
 
 SHELL_LOOP = r"""
 interval=$1; smi=$2; proc=${3:-/proc}  # $4 = once: one round, then exit
+# Shell builtins (read, echo, case) wherever they do: each fork costs a host-side poll more
+# than everything else together. Per round: nvidia-smi, and one tr per GPU process.
 while :; do
-  echo "@round $(date +%s)"
-  cat "$proc/stat" 2>/dev/null | grep '^btime ' | sed 's/^/@btime /'
+  echo "@round"
+  while IFS= read -r l; do
+    case $l in btime*) echo "@btime $l"; break;; esac
+  done < "$proc/stat"
   out=$("$smi" --query-compute-apps=pid,used_memory,gpu_uuid,gpu_bus_id \
     --format=csv,noheader,nounits 2>&1)
   code=$?
   if [ "$code" -ne 0 ]; then
     echo "@smi_error $code"
-    printf '%s\n' "$out" | head -5 | sed 's/^/@text /'
+    printf '%s\n' "$out" | while IFS= read -r l; do echo "@text $l"; done
   else
-    printf '%s\n' "$out" | sed -n 's/^/@app /p'
-    for pid in $(printf '%s\n' "$out" | cut -d, -f1 | sort -u); do
+    pids=" "
+    while IFS= read -r l; do
+      [ -n "$l" ] || continue
+      echo "@app $l"
+      pid=${l%%,*}
       case "$pid" in *[!0-9]*|'') continue;; esac
+      case "$pids" in *" $pid "*) ;; *) pids="$pids$pid ";; esac
+    done <<EOF_APPS
+$out
+EOF_APPS
+    for pid in $pids; do
       d="$proc/$pid"
       echo "@pid $pid"
       if ! [ -r "$d/status" ]; then echo "@error $d: not readable"; continue; fi
-      sed 's/^/@cgroup /' "$d/cgroup" 2>/dev/null
-      grep -E '^(Name|Uid|NSpid):' "$d/status" 2>/dev/null | sed 's/^/@status /'
-      sed 's/^/@uid_map /' "$d/uid_map" 2>/dev/null
-      printf '@stat %s\n' "$(cat "$d/stat" 2>/dev/null)"
-      printf '@cmdline %s\n' "$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null)"
+      while IFS= read -r l; do echo "@cgroup $l"; done < "$d/cgroup"
+      while IFS= read -r l; do
+        case $l in Name:*|Uid:*|NSpid:*) echo "@status $l";; esac
+      done < "$d/status"
+      while IFS= read -r l; do echo "@uid_map $l"; done < "$d/uid_map"
+      IFS= read -r l < "$d/stat" && echo "@stat $l"
+      echo "@cmdline $(tr '\0' ' ' < "$d/cmdline")"
     done
   fi
   echo "@end"
@@ -532,7 +546,7 @@ class ShellRound:
         tag, _, value = line.partition(" ")
         if tag == "@round":
             self._reset()
-            self.now = float(value) if value.isdigit() else None
+            self.now = float(value) if value.isdigit() else None  # else: when it ends
         elif tag == "@btime":
             self.btime = boot_time(value)
         elif tag == "@app":
