@@ -351,10 +351,10 @@ class RestartRun:
             if use is None or use.used_mib is None:
                 parts.append(f"GPU {index} memory not reported")
                 continue
-            if use.holders:
-                holders = "held by " + ", ".join(use.holders)
-            elif use.pids:
+            if use.pids:
                 holders = "PIDs " + _join(use.pids) + " hold it"
+                if use.holders:  # who they are: "874 train.py in CT200"
+                    holders += ": " + ", ".join(use.holders)
             else:
                 holders = "no process listed (inside a container nvidia-smi may not show them)"
             parts.append(f"GPU {index} still uses {_mib(use.used_mib)}: {holders}")

@@ -95,7 +95,10 @@ def check_verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
     summary = _summary(sample)
     if worst == Health.OK:
         return code, f"OK {name}: {summary}"
-    top = [a for a in alerts if a.severity == worst]
+    # Who else holds memory is context for the headline, not the headline itself.
+    top = sorted(
+        (a for a in alerts if a.severity == worst), key=lambda a: a.kind == "foreign_process"
+    )
     if top:
         what = top[0].message + (f" (+{len(alerts) - 1} more alerts)" if len(alerts) > 1 else "")
     else:

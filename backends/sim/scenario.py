@@ -11,7 +11,8 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Two scenarios:
   From ``JUPYTER_AT`` a "jupyter" in another container (CT 201) holds ``JUPYTER_MIB`` of
   GPU 6, taken out of what the drafter has there (so the drafter OOMs because someone
   else took memory); it holds it until it is killed (``kills`` in the state dir, the
-  ``K`` key through ``sim.kill``). ``host_processes`` is what the Proxmox host sees.
+  ``K`` key through ``sim.kill``) or until the OOM, which its kernel does not survive
+  either. ``host_process`` is what the Proxmox host's /proc says of a simulated PID.
 - ``sglang``: eight SGLang servers, one per GPU, steady and busy.
 
 Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. Noise comes from
@@ -295,8 +296,8 @@ def drafter_run(settings: SimSettings, t: float) -> DrafterRun | None:
 def jupyter_alive(settings: SimSettings, t: float) -> bool:
     """Whether the foreign jupyter holds GPU 6 at scenario time ``t`` (training-oom only:
     from ``JUPYTER_AT`` until a kill)."""
-    if settings.scenario != "training-oom" or t < JUPYTER_AT:
-        return False
+    if settings.scenario != "training-oom" or not JUPYTER_AT <= t < OOM_AT:
+        return False  # at the OOM its kernel dies too: its next allocation fails as well
     return not any(JUPYTER_AT <= k <= t for k in settings.kills)
 
 
@@ -408,7 +409,7 @@ def _with_jupyter(gpu: SimGpu, settings: SimSettings, t: float, run: DrafterRun 
     used = gpu.memory_used_mib
     if run is None and jupyter_alive(settings, t):
         used += JUPYTER_MIB
-    elif run is not None and jupyter_killed(settings, t):
+    elif run is not None and run.number == 0 and jupyter_killed(settings, t):
         used -= JUPYTER_MIB
     return replace(gpu, memory_used_mib=min(max(used, 0), MEMORY_USABLE_MIB))
 
@@ -494,7 +495,7 @@ def host_process(host_pid: int) -> HostProcess | None:
     return None
 
 
-def simulated_pids(runs: int = 50) -> list[int]:
+def simulated_pids(runs: int = 8) -> list[int]:
     """Every GPU PID the training-oom scenario can list (restarted runs up to ``runs``)."""
     pids = [*_TARGET_PIDS, JUPYTER_PID, *(_SGLANG_PID + 168 * g for g in range(GPU_COUNT))]
     pids += [_DRAFTER_PID + k for k in range(len(DRAFTER_GPUS))]

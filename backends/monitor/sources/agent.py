@@ -108,6 +108,7 @@ class AgentSource(TransportSource):
         self.direct = DirectSmiSource(transport, reconnect=reconnect)
         self._direct_now = False  # this session streams nvidia-smi directly
         self.host_feed = HostProcessFeed(transport)  # the Proxmox host's view, beside
+        self._feed: asyncio.Task[None] | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -121,17 +122,26 @@ class AgentSource(TransportSource):
             stream.write(protocol.SetInterval(seconds).encode())
 
     async def session(self, sink: Sink) -> bool:
-        feed = asyncio.create_task(self.host_feed.run(sink), name=f"{sink.name} host procs")
         try:
             python = await self._find_python(sink)
             self._direct_now = python is None
             if python is None:
+                self._start_host_feed(sink)
                 return await self.direct.session(sink)
             return await self._agent_session(sink, python)
         finally:
-            feed.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await feed
+            feed, self._feed = self._feed, None
+            if feed is not None:
+                feed.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await feed
+
+    def _start_host_feed(self, sink: Sink) -> None:
+        """The host-side collector, once the session's own stream is up (it must not
+        slow the agent's start: the first samples come first)."""
+        if self._feed is None:
+            run = self.host_feed.run(sink)
+            self._feed = asyncio.create_task(run, name=f"{sink.name} host procs")
 
     async def close_stream(self, grace: float = 3.0) -> None:
         await super().close_stream(grace)
@@ -193,6 +203,7 @@ class AgentSource(TransportSource):
             raise TransportError(f"{sink.name}: {problem}", permanent=True)
         source = SampleSource(hello.source) if hello.source in set(SampleSource) else None
         sink.ingest_status(ConnState.CONNECTED, source=source, error=None)
+        self._start_host_feed(sink)
         if hello.note:
             log.info("%s: %s", sink.name, hello.note)
         return False
