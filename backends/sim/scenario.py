@@ -11,8 +11,9 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Two scenarios:
   From ``JUPYTER_AT`` a "jupyter" in another container (CT 201) holds ``JUPYTER_MIB`` of
   GPU 6, taken out of what the drafter has there (so the drafter OOMs because someone
   else took memory); it holds it until it is killed (``kills`` in the state dir, the
-  ``K`` key through ``sim.kill``) or until the OOM, which its kernel does not survive
-  either. ``host_process`` is what the Proxmox host's /proc says of a simulated PID.
+  ``K`` key through ``sim.kill``) or until the drafter's first run ends (at the OOM
+  its kernel dies too: its next allocation fails as well). ``host_process`` is what the
+  Proxmox host's /proc says of a simulated PID.
 - ``sglang``: eight SGLang servers, one per GPU, steady and busy.
 
 Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. Noise comes from
@@ -295,16 +296,25 @@ def drafter_run(settings: SimSettings, t: float) -> DrafterRun | None:
 
 def jupyter_alive(settings: SimSettings, t: float) -> bool:
     """Whether the foreign jupyter holds GPU 6 at scenario time ``t`` (training-oom only:
-    from ``JUPYTER_AT`` until a kill)."""
-    if settings.scenario != "training-oom" or not JUPYTER_AT <= t < OOM_AT:
+    from ``JUPYTER_AT`` until a kill or the end of the drafter's first run)."""
+    if settings.scenario != "training-oom" or t < JUPYTER_AT or not _first_run(settings, t):
         return False  # at the OOM its kernel dies too: its next allocation fails as well
     return not any(JUPYTER_AT <= k <= t for k in settings.kills)
 
 
+def _first_run(settings: SimSettings, t: float) -> bool:
+    """The drafter's first run is still going (the jupyter lives beside it only)."""
+    run = drafter_run(settings, t)
+    return run is not None and run.number == 0
+
+
 def jupyter_killed(settings: SimSettings, t: float) -> bool:
-    """The jupyter was there and has been killed by ``t`` (its memory is free again)."""
+    """The jupyter was killed by ``t`` while the drafter's first run goes on (what it held
+    of GPU 6 is free again)."""
     return (
-        settings.scenario == "training-oom" and t >= JUPYTER_AT and not jupyter_alive(settings, t)
+        settings.scenario == "training-oom"
+        and _first_run(settings, t)
+        and any(JUPYTER_AT <= k <= t for k in settings.kills)
     )
 
 
@@ -401,17 +411,11 @@ def _drafter_gpu(
 
 
 def _with_jupyter(gpu: SimGpu, settings: SimSettings, t: float, run: DrafterRun | None) -> SimGpu:
-    """GPU 6 with the jupyter's share: while the drafter runs, the jupyter's memory is part
-    of what the GPU reports (taken from the drafter's); on an idle GPU it is all there is;
-    once killed, it is gone from both."""
-    if gpu.index != JUPYTER_GPU:
+    """GPU 6 with the jupyter's share: while it lives its memory is part of what the GPU
+    reports (taken from the drafter's); once killed, that memory is free."""
+    if gpu.index != JUPYTER_GPU or not jupyter_killed(settings, t):
         return gpu
-    used = gpu.memory_used_mib
-    if run is None and jupyter_alive(settings, t):
-        used += JUPYTER_MIB
-    elif run is not None and run.number == 0 and jupyter_killed(settings, t):
-        used -= JUPYTER_MIB
-    return replace(gpu, memory_used_mib=min(max(used, 0), MEMORY_USABLE_MIB))
+    return replace(gpu, memory_used_mib=max(gpu.memory_used_mib - JUPYTER_MIB, 0))
 
 
 def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
