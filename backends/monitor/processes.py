@@ -31,7 +31,7 @@ __all__ = [
     "unattributed_mib",
 ]
 
-# Used memory no process accounts for, in the real captures (../shared/fixtures/nvidia/
+# Used memory no process accounts for, in the real captures (tests/fixtures/nvidia/
 # real-captures, one loaded nvidia-smi table each): 16-20 MiB on H100/H200/L40S, 69-73 MiB
 # with MIG, 215-586 MiB on GeForce cards whose desktop's graphics contexts are not compute
 # apps. 1 GiB stays well above all of them (tests/unit/test_processes.py reads them) and

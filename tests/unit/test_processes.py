@@ -23,7 +23,7 @@ from gpumon.backends.monitor.processes import (
 )
 from gpumon.backends.remote import host_procs as hp
 
-CAPTURES = Path(__file__).resolve().parents[3] / "shared/fixtures/nvidia/real-captures"
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures/nvidia/real-captures"
 DOCKER_ID = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f9012345678901234567890abcdef12"
 
 
