@@ -62,6 +62,8 @@ def process_line(p: GpuProcess, watched: int | None) -> ProcessLine:
         where = container_label(p.container)
     elif p.source == ProcessSource.DEVICE_FILES:
         where = "files"
+    elif p.pid is None:  # a driver PID that is no process here: whose, nobody can say
+        where = "?"
     else:
         where = "" if watched is None else f"CT{watched}"
     command = printable(p.command or p.name or "[not visible from here]")
