@@ -33,6 +33,7 @@ from gpumon.tui.views.process_cells import memory_flag, process_lines
 from gpumon.tui.widgets import PlotSpec, PlotWidget, series
 
 WINDOWS = {"1": 60.0, "2": 600.0, "3": 3600.0}
+WIDE_TABLE = 110  # from this width the process table shows host PID, CPU and RSS too
 WINDOW_NAMES = {60.0: "1 min", 600.0: "10 min", 3600.0: "1 h"}
 
 
@@ -249,11 +250,11 @@ class DetailScreen(Screen[None]):
     def _process_table(
         self, gpu: GpuSample | None, sample: HostSample | None, pal: Palette
     ) -> Text:
-        head = Text(
-            f"   {'WHERE':<7} {'PID':>8} {'HOST PID':>9} {'USER':<8} {'CPU':>5} {'RSS':>6}"
-            f" {'MEMORY':>7}  COMMAND",
-            Style(bold=True, color=pal.na),
-        )
+        width = max(self.size.width or self.app.size.width, 40)
+        wide = width >= WIDE_TABLE
+        cols = f"   {'WHERE':<7} {'PID':>8} "
+        cols += f"{'HOST PID':>9} {'USER':<8} {'CPU':>5} {'RSS':>6}" if wide else f"{'USER':<8}"
+        head = Text(f"{cols} {'MEMORY':>7}  COMMAND", Style(bold=True, color=pal.na))
         if gpu is None or sample is None:
             return Text("\n").join([head, Text("  no data", pal.text(Role.NA))])
         watched = self.target.monitor.host.container
@@ -262,18 +263,21 @@ class DetailScreen(Screen[None]):
         procs = process_lines(sample, gpu, watched)
         if not procs:
             lines.append(Text("  no compute processes", pal.text(Role.MUTED)))
-        width = max(self.size.width or self.app.size.width, 60)
         for pos, line in enumerate(procs):
             p = line.process
             mark = "▶ " if pos == min(self.selected, len(procs) - 1) else "  "
             host_pid = "-" if p.host_pid is None else str(p.host_pid)
             pid = "-" if p.pid is None else str(p.pid)  # not in the watched container
+            if not wide and p.pid is None:
+                pid = line.pid  # "h3187442": the host's, as the narrow table has no column
             cpu = "-" if p.cpu_pct is None else f"{p.cpu_pct:.0f}%"
             rss = "-" if p.rss_mib is None else f"{gib(p.rss_mib)}G"
-            cols = (
-                f"{mark} {line.where[:7]:<7} {pid:>8} {host_pid:>9} {line.user[:8]:<8}"
-                f" {cpu:>5} {rss:>6} {line.memory:>7}  "
-            )
+            cols = f"{mark} {line.where[:7]:<7} {pid:>8} "
+            if wide:
+                cols += f"{host_pid:>9} {line.user[:8]:<8} {cpu:>5} {rss:>6}"
+            else:
+                cols += f"{line.user[:8]:<8}"
+            cols += f" {line.memory:>7}  "
             room = max(width - len(cols), 10)
             command = line.command if len(line.command) <= room else line.command[: room - 1] + "…"
             text = Text(cols + command, pal.text(line.role))
