@@ -91,6 +91,7 @@ class AlertEngine(AlertStore):
         super().__init__(host, clock)
         self.rules = rules
         self.container = container  # the watched Proxmox CT: others' processes are foreign
+        self.last_foreign: dict[int, tuple[float, str]] = {}  # GPU -> (when, who else held it)
         self._watches: dict[int, GpuWatch] = {}
         self._last_seen: dict[int, tuple[float, GpuSample]] = {}  # index -> (time, sample)
         self._latest: HostSample | None = None
@@ -200,9 +201,16 @@ class AlertEngine(AlertStore):
         key = f"foreign_process:{gpu.index}"
         text = foreign_memory(gpu, sample.processes_for(gpu), self.container)
         if text is not None:
+            self.last_foreign[gpu.index] = (now, text)
             self._condition(key, "foreign_process", Health.WARNING, gpu.index, text, now, out)
         elif key in self._active:
             self._end(key)
+
+    def foreign_holder(self, gpu: int, now: float, within_s: float = 60.0) -> str | None:
+        """Who else held memory on ``gpu`` lately (``GPU 6: 6.0 GiB held by CT 201 ...``):
+        a crash verdict names them even when they died with the job."""
+        seen = self.last_foreign.get(gpu)
+        return seen[1] if seen is not None and now - seen[0] <= within_s else None
 
     def _time_to_full(
         self, now: float, gpu: GpuSample, fraction: float, watch: GpuWatch, out: list[Alert]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import statistics
 import time
 from collections import deque
@@ -274,7 +275,20 @@ class HostMonitor:
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
         )
         self.workloads.apply_alerts(self.alerts, now)
+        self._name_holders(now)
         self._notify()
+
+    def _name_holders(self, now: float) -> None:
+        """A job that crashed on a GPU another container (or the host) held memory on says
+        so in its verdict: "OOM on GPU 6 (GPU 6: 6.0 GiB held by CT 201 jupyter-lab)"."""
+        for job in self.workloads.jobs.values():
+            reason = job.crash_reason
+            found = re.search(r" on GPU (\d+)$", reason or "")
+            if reason is None or found is None:
+                continue
+            holder = self.alerts.foreign_holder(int(found.group(1)), now)
+            if holder is not None:
+                job.crash_reason = f"{reason} ({holder})"
 
     def ingest_log_problem(self, tag: str, path: str, problem: str | None) -> None:
         """A watched log that cannot be read is a warning alert while it lasts: OOM
