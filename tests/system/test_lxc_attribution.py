@@ -177,3 +177,49 @@ def test_inside_the_container_the_agent_lists_device_file_users(
     else:  # new driver: our own PIDs, the other container's dropped
         assert {p.pid for p in driver} == {train.pid}
         assert mine[0].source == ProcessSource.CONTAINER_NVML and mine[0].memory_mib == 30000
+
+
+class FakeNvml:
+    """The few NVML calls the host collector makes, listing the test's GPU processes by
+    host PID (what NVML on the Proxmox host says)."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, procs: list[GpuProc]) -> None:
+        self.procs = procs
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 8
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return f"GPU-{h}"
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> Any:
+        return type("Pci", (), {"busId": f"00000000:{h:02X}:00.0"})()
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        return [
+            type("P", (), {"pid": p.host_pid, "usedGpuMemory": p.memory_mib << 20})()
+            for p in self.procs
+            if p.gpus[0] == h
+        ]
+
+
+def test_the_host_collector_reads_nvml_where_the_host_has_it(
+    pve: tuple[ProxmoxHost, GpuProc, GpuProc],
+) -> None:
+    _, train, jupyter = pve
+    collector = host_procs.HostCollector({}, FakeNvml([train, jupyter]))
+    records, error = collector.poll()
+    assert error is None
+    got = by_host_pid(records)
+    assert (got[train.host_pid]["container"], got[train.host_pid]["pid"]) == ("200", train.pid)
+    assert got[train.host_pid]["gpu_uuid"] == "GPU-0"
+    assert (got[jupyter.host_pid]["container"], got[jupyter.host_pid]["memory_mib"]) == (
+        "201",
+        6144,
+    )
