@@ -90,6 +90,18 @@ def shell_cost(smi: Path, polls: int, interval: float) -> tuple[float, int]:
     return (cpu_children() - before) / max(rounds, 1), rounds
 
 
+def device_scan_cost(n: int = 10) -> tuple[float, int]:
+    """(CPU s per ``device_file_users`` scan of this machine's /proc, processes scanned):
+    what the agent inside a container pays per process poll without host access."""
+    import time
+
+    started = time.process_time()
+    for _ in range(n):
+        host_procs.device_file_users()
+    count = sum(1 for e in os.listdir("/proc") if e.isdigit())
+    return (time.process_time() - started) / n, count
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--procs", type=int, default=8)
@@ -109,6 +121,7 @@ def main() -> None:
         for p in sleepers:
             p.kill()
             p.wait()
+    scan, scanned = device_scan_cost()
     print(f"GPU processes: {args.procs}; polls: python {py_polls}, shell {sh_polls}")
     print(f"stand-in nvidia-smi alone: {per_smi * 1000:.1f} ms CPU per call")
     print(
@@ -119,6 +132,10 @@ def main() -> None:
     print(
         f"shell loop (no Python): {sh * 1000:.1f} ms CPU per poll "
         f"({(sh - per_smi) * 1000:.1f} ms without nvidia-smi)"
+    )
+    print(
+        f"inside a container without host access: /proc/*/fd scan {scan * 1000:.1f} ms CPU "
+        f"for {scanned} processes"
     )
     every = 3.0
     print(
