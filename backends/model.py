@@ -39,19 +39,60 @@ class Source(enum.StrEnum):
     SMI_DIRECT = "nvidia-smi"  # no usable Python on the target: nvidia-smi streamed directly
 
 
+class ProcessSource(enum.StrEnum):
+    """Where a process record comes from; the JSON ``source`` of a process."""
+
+    HOST = "host"  # the Proxmox host's own view: host PID mapped to its container
+    CONTAINER_NVML = "container-nvml"  # NVML / nvidia-smi run inside the watched machine
+    DEVICE_FILES = "device-files"  # /proc/*/fd holding /dev/nvidiaN, inside the container
+
+
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
-    """One compute process on a GPU, as nvidia-smi / NVML report it.
+    """One compute process on a GPU.
 
-    Inside an unprivileged LXC container the PID is the *host* PID and the name is
+    ``pid`` is the PID as seen inside the watched container (or on the watched machine),
+    None when the process is not in it (another container's, the host's) or when the
+    PID the driver gave does not resolve here. ``host_pid`` is the Proxmox host's PID
+    where known. ``container`` names the process's container (``"200"``,
+    ``"docker:3f2a..."``, ``"lxc:name"``, ``"k8s:..."``), None for the host itself or
+    when unknown. ``gpus`` lists GPU indexes for a ``device-files`` record (the process
+    holds those ``/dev/nvidiaN``; no per-GPU memory is known then). ``started`` is the
+    epoch time the process started.
+
+    Inside an unprivileged LXC container NVML's PID is the *host* PID and the name is
     usually ``None`` (nvidia-smi prints ``[Not Found]``).
     """
 
-    pid: int
+    pid: int | None
     name: str | None
     memory_mib: int | None
     gpu_uuid: str | None = None
     gpu_bus_id: str | None = None
+    host_pid: int | None = None
+    container: str | None = None
+    user: str | None = None
+    host_user: str | None = None
+    command: str | None = None
+    cpu_pct: float | None = None
+    rss_mib: float | None = None
+    started: float | None = None
+    source: str = ProcessSource.CONTAINER_NVML.value
+    gpus: tuple[int, ...] = ()
+
+    @property
+    def short_name(self) -> str | None:
+        """The program's base name (``python3``, ``jupyter``), from the command line."""
+        text = self.command or self.name
+        if not text:
+            return None
+        words = text.split()
+        head = words[0].rsplit("/", 1)[-1] if words else ""
+        if head.startswith("python") and len(words) > 1:
+            for word in words[1:]:  # python -m jupyter / python train.py: the script
+                if not word.startswith("-"):
+                    return word.rsplit("/", 1)[-1]
+        return head or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +154,14 @@ class HostSample:
     skipped_lines: int = 0  # malformed rows dropped by the parser in this round
 
     def processes_for(self, gpu: GpuSample) -> tuple[GpuProcess, ...]:
-        """The processes on ``gpu``, matched by UUID, else by PCI bus id."""
+        """The processes on ``gpu``, matched by UUID, else by PCI bus id (device-file
+        records by GPU index)."""
         out = []
         for p in self.processes:
-            if (gpu.uuid is not None and p.gpu_uuid == gpu.uuid) or (
-                p.gpu_uuid is None and gpu.bus_id is not None and p.gpu_bus_id == gpu.bus_id
-            ):
+            by_index = bool(p.gpus) and gpu.index in p.gpus  # device files: an index
+            by_uuid = gpu.uuid is not None and p.gpu_uuid == gpu.uuid
+            by_bus = p.gpu_uuid is None and gpu.bus_id is not None and p.gpu_bus_id == gpu.bus_id
+            if by_index or by_uuid or by_bus:
                 out.append(p)
         return tuple(out)
 

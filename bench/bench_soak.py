@@ -226,7 +226,12 @@ def soak_transport(
         label = "simulated day"
 
         async def run(
-            self, argv: Sequence[str], *, input: bytes | None = None, timeout: float = 30.0
+            self,
+            argv: Sequence[str],
+            *,
+            input: bytes | None = None,
+            timeout: float = 30.0,
+            on_host: bool = False,
         ) -> RunResult:
             return RunResult(0, "True\n", "")  # the monitor's "is there a python" probe
 

@@ -18,6 +18,7 @@ from gpumon.backends.actions.params import ParamValue, merge_params, render_comm
 from gpumon.backends.actions.rows import PlanRow
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
+from gpumon.backends.monitor.processes import process_words
 from gpumon.backends.transport.base import Transport
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ STEPS: Mapping[Action, tuple[Step, ...]] = {
 class GpuUse:
     used_mib: int | None  # None: not reported
     pids: tuple[int, ...] = ()  # compute processes on this GPU (host PIDs)
+    holders: tuple[str, ...] = ()  # the same, in words: "1234 python3 in CT200"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +68,12 @@ def monitor_readings(monitor: HostMonitor) -> Readings:
         sample = monitor.latest
         if sample is None or monitor.is_stale():
             return None
-        gpus = {
-            g.index: GpuUse(g.memory_used_mib, tuple(p.pid for p in sample.processes_for(g)))
-            for g in sample.gpus
-        }
+        gpus = {}
+        for g in sample.gpus:
+            procs = sample.processes_for(g)
+            pids = tuple(n for p in procs if (n := p.pid or p.host_pid) is not None)
+            holders = tuple(process_words(p) for p in procs)
+            gpus[g.index] = GpuUse(g.memory_used_mib, pids, holders)
         return GpuReadings(sample.time, gpus)
 
     return read
@@ -90,6 +94,8 @@ def gpu_summary(readings: GpuReadings | None, gpus: tuple[int, ...]) -> str:
             parts.append(f"GPU {index}: not reported")
             continue
         pids = f" (PID {' '.join(map(str, use.pids))})" if use.pids else ""
+        if use.holders:
+            pids = f" (held by {', '.join(use.holders)})"
         parts.append(f"GPU {index}: {mib(use.used_mib)}{pids}")
     return ", ".join(parts)
 

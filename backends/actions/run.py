@@ -351,11 +351,12 @@ class RestartRun:
             if use is None or use.used_mib is None:
                 parts.append(f"GPU {index} memory not reported")
                 continue
-            holders = (
-                "PIDs " + _join(use.pids) + " hold it"
-                if use.pids
-                else "no process listed (inside a container nvidia-smi may not show them)"
-            )
+            if use.pids:
+                holders = "PIDs " + _join(use.pids) + " hold it"
+                if use.holders:  # who they are: "874 train.py in CT200"
+                    holders += ": " + ", ".join(use.holders)
+            else:
+                holders = "no process listed (inside a container nvidia-smi may not show them)"
             parts.append(f"GPU {index} still uses {_mib(use.used_mib)}: {holders}")
         return f"GPUs not free (< {job.free_mib} MiB) {waited}: " + "; ".join(parts)
 

@@ -34,9 +34,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpumon.backends.alerts.rules import MIB_PER_GIB, AlertRules, GpuWatch
+from gpumon.backends.alerts.rules import MIB_PER_GIB, AlertRules, GpuWatch, foreign_memory
 from gpumon.backends.alerts.store import CONDITION_KINDS, KINDS, Alert, AlertStore, Listener
 from gpumon.backends.model import GpuSample, Health, HostSample
+from gpumon.backends.monitor.processes import process_words
 from gpumon.backends.parsers.kernel import (
     gpu_for_pci,
     kernel_log_unreadable,
@@ -80,10 +81,17 @@ class AlertEngine(AlertStore):
     """Alerts of one host. Not thread-safe: call it from the monitor's event loop."""
 
     def __init__(
-        self, host: str, rules: AlertRules, clock: Callable[[], float] = time.time
+        self,
+        host: str,
+        rules: AlertRules,
+        clock: Callable[[], float] = time.time,
+        *,
+        container: int | None = None,
     ) -> None:
         super().__init__(host, clock)
         self.rules = rules
+        self.container = container  # the watched Proxmox CT: others' processes are foreign
+        self.last_foreign: dict[int, tuple[float, str]] = {}  # GPU -> (when, who else held it)
         self._watches: dict[int, GpuWatch] = {}
         self._last_seen: dict[int, tuple[float, GpuSample]] = {}  # index -> (time, sample)
         self._latest: HostSample | None = None
@@ -126,6 +134,7 @@ class AlertEngine(AlertStore):
             if watch is None:
                 watch = self._watches[i] = GpuWatch(i)
             self._gpu_health(now, gpu, watch, raised)
+            self._foreign(now, gpu, sample, raised)
             fraction = gpu.memory_used_fraction
             if fraction is None:
                 continue
@@ -186,6 +195,23 @@ class AlertEngine(AlertStore):
             if watch.health_calm >= self.rules.clear_samples:
                 self._end(key)
 
+    def _foreign(self, now: float, gpu: GpuSample, sample: HostSample, out: list[Alert]) -> None:
+        """``foreign_process`` (warning) while another container or the host holds memory
+        on ``gpu``: the classic cause of an OOM that no tool inside the CT can see."""
+        key = f"foreign_process:{gpu.index}"
+        text = foreign_memory(gpu, sample.processes_for(gpu), self.container)
+        if text is not None:
+            self.last_foreign[gpu.index] = (now, text)
+            self._condition(key, "foreign_process", Health.WARNING, gpu.index, text, now, out)
+        elif key in self._active:
+            self._end(key)
+
+    def foreign_holder(self, gpu: int, now: float, within_s: float = 60.0) -> str | None:
+        """Who else held memory on ``gpu`` lately (``GPU 6: 6.0 GiB held by CT 201 ...``):
+        a crash verdict names them even when they died with the job."""
+        seen = self.last_foreign.get(gpu)
+        return seen[1] if seen is not None and now - seen[0] <= within_s else None
+
     def _time_to_full(
         self, now: float, gpu: GpuSample, fraction: float, watch: GpuWatch, out: list[Alert]
     ) -> None:
@@ -219,8 +245,8 @@ class AlertEngine(AlertStore):
         out: list[Alert],
     ) -> None:
         peak, seconds = death
-        pids = [str(p.pid) for p in self._latest.processes_for(gpu)] if self._latest else []
-        who = f" (process {', '.join(pids)})" if pids else ""
+        procs = self._latest.processes_for(gpu) if self._latest else ()
+        who = f" (process {', '.join(process_words(p) for p in procs)})" if procs else ""
         high = peak * 100.0 >= self.rules.memory_warning_pct
         severity = Health.CRITICAL if high else Health.WARNING
         text = (

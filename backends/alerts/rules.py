@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from gpumon.backends.model import GpuSample, Health
+from gpumon.backends.model import GpuProcess, GpuSample, Health
+from gpumon.backends.monitor.processes import foreign, holder_text
 
 MIB_PER_GIB = 1024.0
 _FIT_POINTS = 40  # longer windows are thinned to about this many points
@@ -256,3 +257,19 @@ class GpuWatch:
         if high_at is not None and now - high_at <= rules.oom_death_window_s:
             return self.peak, now - high_at
         return None
+
+
+def foreign_memory(
+    gpu: GpuSample, processes: tuple[GpuProcess, ...], watched: int | None
+) -> str | None:
+    """The ``foreign_process`` text for ``gpu`` (``GPU 6: 20.1 GiB held by CT 201
+    jupyter``) when processes of another container or of the host hold memory on it,
+    the biggest holder named; None when none do (or nothing is known of them)."""
+    others = [p for p in foreign(processes, watched) if p.memory_mib]
+    if not others:
+        return None
+    others.sort(key=lambda p: -(p.memory_mib or 0))
+    total = sum(p.memory_mib or 0 for p in others)
+    who = holder_text(others[0])
+    more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+    return f"GPU {gpu.index}: {total / MIB_PER_GIB:.1f} GiB held by {who}{more}"

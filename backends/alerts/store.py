@@ -33,8 +33,9 @@ KINDS = (
     "job_crashed",
     "sglang_error",
     "auto_restart",
+    "foreign_process",
 )
-CONDITION_KINDS = frozenset({"memory", "time_to_full", "gpu_health"})
+CONDITION_KINDS = frozenset({"memory", "time_to_full", "gpu_health", "foreign_process"})
 HISTORY_MAX = 500
 NOTES_MAX = 50
 

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from gpumon.backends.config.notify import NotifySettings
 
 HostKind = Literal["ssh", "local", "demo"]
+HostProcesses = bool | Literal["auto"]
 BUILTIN_HOSTS: Mapping[str, HostKind] = MappingProxyType({"demo": "demo", "local": "local"})
 COMMAND_LINE = "command line"
 
@@ -88,6 +89,9 @@ class HostConfig:
     read_only: bool = False
     watch_logs: tuple[str, ...] = ()  # logs the agent follows for OOM and error lines
     kernel_log: bool = True  # read Xid / OOM-killer lines where the kernel log is readable
+    # GPU processes seen from the Proxmox host itself (with `container`): "auto" (on when
+    # the host side answers), True (on; a failure is said), False (off)
+    host_processes: HostProcesses = "auto"
     torch_index: str = DEFAULT_TORCH_INDEX
     sglang: SglangConfig | None = None
     jobs: tuple[JobConfig, ...] = ()
@@ -167,6 +171,12 @@ def _paths(v: object) -> tuple[str, ...]:
 
 
 _DIGITS = re.compile(r"[0-9]{1,12}")
+
+
+def _host_processes(v: object) -> HostProcesses:
+    if v == "auto":
+        return "auto"
+    return _boolean(v)
 
 
 def _container(v: object) -> int:
@@ -265,6 +275,7 @@ HOST_SETTINGS: tuple[KeySpec, ...] = (
     KeySpec("read_only", _boolean, "true or false", False),
     KeySpec("watch_logs", _log_paths, "a list of log file paths or globs", (), builtin=False),
     KeySpec("kernel_log", _boolean, "true or false", True),
+    KeySpec("host_processes", _host_processes, '"auto", true or false', "auto"),
     KeySpec("torch_index", _url, "an http(s) URL of a PyTorch wheel index", DEFAULT_TORCH_INDEX),
     KeySpec("alerts", _alert_table, "an alerts table", {}),
 )

@@ -42,9 +42,14 @@ def demo_settings(
 
 
 def target_host(host: HostConfig) -> HostConfig:
-    """``host`` as gpumon reaches it: the simulated machine runs on gpumon's own Python."""
+    """``host`` as gpumon reaches it: the simulated machine runs on gpumon's own Python,
+    and it is CT 200 on a (simulated) Proxmox host."""
     if host.kind == "demo" and host.python is None:
-        return replace(host, python=sys.executable)
+        host = replace(host, python=sys.executable)
+    if host.kind == "demo" and host.container is None:
+        from gpumon.backends.sim.scenario import CONTAINER
+
+        host = replace(host, container=CONTAINER)
     return host
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from gpumon.backends.model import ConnState, GpuSample, Health, HostSample, iso_time
+from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, iso_time
+from gpumon.backends.monitor.processes import container_label, unattributed_mib
 from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.untrusted import printable
 
@@ -36,10 +37,27 @@ def gpu_json(gpu: GpuSample, sample: HostSample) -> dict[str, Any]:
         "power_limit_w": gpu.power_limit_w,
         "health": gpu.health.value,
         "problems": list(gpu.problems),
-        "processes": [
-            {"pid": p.pid, "name": p.name, "memory_mib": p.memory_mib}
-            for p in sample.processes_for(gpu)
-        ],
+        "processes": [process_json(p) for p in sample.processes_for(gpu)],
+        "memory_unattributed_mib": unattributed_mib(gpu, sample.processes_for(gpu)),
+    }
+
+
+def process_json(p: GpuProcess) -> dict[str, Any]:
+    """One process of a GPU's ``processes`` (README: the JSON reference)."""
+    return {
+        "pid": p.pid,
+        "host_pid": p.host_pid,
+        "container": p.container,
+        "user": p.user,
+        "host_user": p.host_user,
+        "name": p.name,
+        "command": p.command,
+        "cpu_pct": p.cpu_pct,
+        "rss_mib": p.rss_mib,
+        "started": None if p.started is None else iso_time(p.started),
+        "memory_mib": p.memory_mib,
+        "source": p.source,
+        "gpus": list(p.gpus) if p.gpus else None,
     }
 
 
@@ -78,7 +96,10 @@ def check_verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
     summary = _summary(sample)
     if worst == Health.OK:
         return code, f"OK {name}: {summary}"
-    top = [a for a in alerts if a.severity == worst]
+    # Who else holds memory is context for the headline, not the headline itself.
+    top = sorted(
+        (a for a in alerts if a.severity == worst), key=lambda a: a.kind == "foreign_process"
+    )
     if top:
         what = top[0].message + (f" (+{len(alerts) - 1} more alerts)" if len(alerts) > 1 else "")
     else:
@@ -141,8 +162,15 @@ def snapshot_table(monitor: HostMonitor, now: float) -> str:
     procs = [(g.index, p) for g in sample.gpus for p in sample.processes_for(g)]
     if procs:
         lines.append("")
-        lines.append(f"{'GPU':>3}  {'PID':>8}  {'MEMORY MiB':>10}  PROCESS")
+        lines.append(
+            f"{'GPU':>3}  {'WHERE':<7} {'PID':>8} {'HOST PID':>9} {'USER':<8} "
+            f"{'MEMORY MiB':>10}  PROCESS"
+        )
         for idx, p in procs:
-            name = printable(p.name or "[not visible from here]")
-            lines.append(f"{idx:>3}  {p.pid:>8}  {fmt(p.memory_mib):>10}  {name}")
+            name = printable(p.command or p.name or "[not visible from here]")
+            where = container_label(p.container) if p.source == "host" else p.source
+            lines.append(
+                f"{idx:>3}  {where[:7]:<7} {fmt(p.pid):>8} {fmt(p.host_pid):>9} "
+                f"{printable(p.user or '-')[:8]:<8} {fmt(p.memory_mib):>10}  {name}"
+            )
     return "\n".join(lines)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.config.load import HostConfig
@@ -30,6 +32,7 @@ from gpumon.backends.model import (
     Health,
     HostSample,
     HostStatus,
+    ProcessSource,
 )
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import parse_compute_apps, parse_query_gpu
@@ -37,6 +40,7 @@ from gpumon.backends.recording.recorder import FlightRecorder
 from gpumon.backends.transport.base import Transport
 from gpumon.backends.workloads.watch import Workloads
 
+from .processes import container_view, from_record
 from .sources.base import Source
 
 __all__ = ["HISTORY_S", "NO_DATA_FLOOR_S", "HostMonitor", "Listener"]
@@ -85,8 +89,14 @@ class HostMonitor:
         self.interval = host.interval
         self.status = HostStatus(ConnState.CONNECTING, clock(), transport=source.label)
         self.latest: HostSample | None = None
-        self.processes: tuple[GpuProcess, ...] = ()
+        self.processes: tuple[GpuProcess, ...] = ()  # what the samples carry (see below)
         self.processes_time: float | None = None
+        # The lists ``processes`` is made of: the driver's inside the container, the
+        # device-file users there, and the Proxmox host's (which wins while it is fresh).
+        self._driver_processes: tuple[GpuProcess, ...] = ()
+        self._device_processes: tuple[GpuProcess, ...] = ()
+        self._host_processes: tuple[GpuProcess, ...] = ()
+        self.host_processes_time: float | None = None
         self.histories: dict[int, GpuHistory] = {}
         self.skipped_lines = 0  # malformed lines dropped since start
         self.log_flow: dict[str, LogFlow] = {}  # per followed file: what came, what did not
@@ -98,7 +108,7 @@ class HostMonitor:
         self._history_len = max(int(history_s / max(self.interval, 0.1)), 60)
         self._task: asyncio.Task[None] | None = None
         self._updated = asyncio.Event()
-        self.alerts = AlertEngine(host.name, host.alerts, clock=clock)
+        self.alerts = AlertEngine(host.name, host.alerts, clock=clock, container=host.container)
         self.recorder = FlightRecorder(host.name, clock=clock)
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
@@ -233,7 +243,36 @@ class HostMonitor:
         self.ingest_processes(parse_compute_apps(list(rows)).processes, self.clock())
 
     def ingest_processes(self, processes: tuple[GpuProcess, ...], at: float) -> None:
-        self.processes = processes
+        self._driver_processes = processes
+        self._set_processes(at)
+
+    def ingest_proc_records(
+        self, source: str, records: Sequence[Mapping[str, Any]], at: float
+    ) -> None:
+        watched = self.host.container
+        procs = tuple(from_record(r, source, watched) for r in records)
+        if source == ProcessSource.HOST:
+            self._host_processes = procs
+            self.host_processes_time = at
+        else:
+            self._device_processes = procs
+        self._set_processes(at)
+
+    def host_side_fresh(self, now: float | None = None) -> bool:
+        """Whether the Proxmox host's process list is current (it then replaces the
+        container's own view)."""
+        at = self.host_processes_time
+        if at is None:
+            return False
+        limit = max(4.0 * max(self.interval, 3.0), 15.0)
+        return (now if now is not None else self.clock()) - at <= limit
+
+    def _set_processes(self, at: float) -> None:
+        if self.host_side_fresh(at):
+            self.processes = self._host_processes
+        else:
+            watched = self.host.container
+            self.processes = container_view(self._driver_processes, self._device_processes, watched)
         self.processes_time = at
         if self.latest is not None:
             self.latest = replace(self.latest, processes=self.processes)
@@ -263,6 +302,7 @@ class HostMonitor:
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
         )
         self.workloads.apply_alerts(self.alerts, now)
+        self._name_holders(now)
         self._notify()
 
     def _count_log_flow(
@@ -307,6 +347,18 @@ class HostMonitor:
             }
             for path, f in self.log_flow.items()
         ]
+
+    def _name_holders(self, now: float) -> None:
+        """A job that crashed on a GPU another container (or the host) held memory on says
+        so in its verdict: "OOM on GPU 6 (GPU 6: 6.0 GiB held by CT 201 jupyter-lab)"."""
+        for job in self.workloads.jobs.values():
+            reason = job.crash_reason
+            found = re.search(r" on GPU (\d+)$", reason or "")
+            if reason is None or found is None:
+                continue
+            holder = self.alerts.foreign_holder(int(found.group(1)), now)
+            if holder is not None:
+                job.crash_reason = f"{reason} ({holder})"
 
     def ingest_log_problem(self, tag: str, path: str, problem: str | None) -> None:
         """A watched log that cannot be read is a warning alert while it lasts: OOM

@@ -106,6 +106,8 @@ def sample_from_json(
     processes = []
     for row in data.get("processes") or ():
         values = dict(zip(process_fields, row, strict=True))
+        if isinstance(values.get("gpus"), list):  # a tuple, written as a JSON array
+            values["gpus"] = tuple(values["gpus"])
         processes.append(GpuProcess(**{k: v for k, v in values.items() if k in PROCESS_FIELDS}))
     source = data.get("source")
     return HostSample(

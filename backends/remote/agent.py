@@ -222,6 +222,7 @@ class Agent:
         self.http_tags: set[str] = set()
         self.wake = threading.Event()  # set when the interval changes
         self.nvml: Any = None
+        self.device_files: bool | None = None  # scan /proc/*/fd: decided at the first poll
 
     # --- control -------------------------------------------------------------------
     def handle_command(self, line: str) -> None:
@@ -419,7 +420,19 @@ class Agent:
                 if code == 0:
                     rows = [ln for ln in text.splitlines() if ln.strip()]
                     self.out.send(protocol.Procs(time.time(), rows))
+            self.send_device_users()
             time.sleep(max(self.process_interval, self.interval))
+
+    def send_device_users(self) -> None:
+        """Inside a container the driver's PIDs may be the host's (or missing): who holds
+        ``/dev/nvidiaN`` here is sent beside them (``host_procs.device_file_users``)."""
+        from . import host_procs  # shipped beside the agent (``bootstrap.NEEDS``)
+
+        if self.device_files is None:
+            self.device_files = host_procs.in_container()
+        if self.device_files:
+            users = host_procs.device_file_users()
+            self.out.send(protocol.ProcRecords(time.time(), "device-files", users))
 
     # --- logs, kernel log, cgroup, HTTP ----------------------------------------------
     def log_loop(self) -> None:

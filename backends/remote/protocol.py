@@ -137,6 +137,29 @@ class Procs(Message):
 
 
 @dataclass(frozen=True)
+class ProcRecords(Message):
+    """GPU processes described from ``/proc`` (``host_procs``): ``source`` ``host`` (the
+    Proxmox host's collector, every GPU process with its container) or ``device-files``
+    (the agent inside a container: who holds ``/dev/nvidiaN``). ``error``: why the list
+    is empty or partial (nvidia-smi failed, ``/proc`` not readable)."""
+
+    TYPE: ClassVar[str] = "proc_records"
+    t: float
+    source: str
+    records: list[dict[str, Any]]
+    error: str | None = None
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> ProcRecords:
+        return cls(
+            _number(raw, "t"),
+            _text(raw, "source"),
+            _objects(raw, "records"),
+            _text_or_none(raw, "error"),
+        )
+
+
+@dataclass(frozen=True)
 class SmiError(Message):
     """nvidia-smi failed: its exit code and what it printed."""
 
@@ -278,6 +301,7 @@ MESSAGES: dict[str, type[Message]] = {
         Hello,
         Gpus,
         Procs,
+        ProcRecords,
         SmiError,
         Log,
         LogProblem,

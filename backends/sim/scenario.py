@@ -8,6 +8,12 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Two scenarios:
   (P8 a few seconds later) and the drafter processes disappear. A restart recorded at
   scenario time R (``restarts.json`` in the state dir, see ``state``) brings the drafter
   back: memory refills over ``REFILL_S`` to a steady level that does not OOM again.
+  From ``JUPYTER_AT`` a "jupyter" in another container (CT 201) holds ``JUPYTER_MIB`` of
+  GPU 6, taken out of what the drafter has there (so the drafter OOMs because someone
+  else took memory); it holds it until it is killed (``kills`` in the state dir, the
+  ``K`` key through ``sim.kill``) or until the drafter's first run ends (at the OOM
+  its kernel dies too: its next allocation fails as well). ``host_process`` is what the
+  Proxmox host's /proc says of a simulated PID.
 - ``sglang``: eight SGLang servers, one per GPU, steady and busy.
 
 Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. Noise comes from
@@ -20,7 +26,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 SCENARIOS = ("training-oom", "sglang")
@@ -81,6 +87,13 @@ _RESTART_PID = 2433100  # + 100 * run + (gpu - 5)
 _SGLANG_PID = 2419020  # + 168 * gpu
 _DRAFTER_STEADY = {5: 86214, 6: 88100, 7: 86198}  # after a restart; 6 no longer OOMs
 _RAMP_FROM, _RAMP_TO, _RAMP_POWER = 84500.0, 97160.0, 1.0  # GPU 6: 95% at ~40 s, 96% at 45 s
+JUPYTER_AT = 32.0  # scenario seconds: someone starts a notebook on GPU 6 from CT 201
+JUPYTER_GPU = 6
+JUPYTER_MIB = 6144
+JUPYTER_PID = 3187442  # the host's PID; 88 inside CT 201
+JUPYTER_CONTAINER = 201
+CONTAINER = 200  # the simulated machine is CT 200; its PIDs inside are the host's - 2418000
+JUPYTER_COMMAND = "/usr/bin/python3 /usr/local/bin/jupyter-lab --no-browser --port 8888"
 _SGLANG_MEMORY = (86870, 87120, 86940, 87310, 86650, 87480, 86990, 87240)
 
 
@@ -103,6 +116,7 @@ class SimSettings:
     fault: str | None = None
     restarts: tuple[float, ...] = ()
     stops: tuple[float, ...] = ()  # the drafter was stopped (SIGTERM) at these times
+    kills: tuple[float, ...] = ()  # the foreign jupyter was killed at these times
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -280,6 +294,30 @@ def drafter_run(settings: SimSettings, t: float) -> DrafterRun | None:
     return DrafterRun(0, -math.inf) if t < OOM_AT else None
 
 
+def jupyter_alive(settings: SimSettings, t: float) -> bool:
+    """Whether the foreign jupyter holds GPU 6 at scenario time ``t`` (training-oom only:
+    from ``JUPYTER_AT`` until a kill or the end of the drafter's first run)."""
+    if settings.scenario != "training-oom" or t < JUPYTER_AT or not _first_run(settings, t):
+        return False  # at the OOM its kernel dies too: its next allocation fails as well
+    return not any(JUPYTER_AT <= k <= t for k in settings.kills)
+
+
+def _first_run(settings: SimSettings, t: float) -> bool:
+    """The drafter's first run is still going (the jupyter lives beside it only)."""
+    run = drafter_run(settings, t)
+    return run is not None and run.number == 0
+
+
+def jupyter_killed(settings: SimSettings, t: float) -> bool:
+    """The jupyter was killed by ``t`` while the drafter's first run goes on (what it held
+    of GPU 6 is free again)."""
+    return (
+        settings.scenario == "training-oom"
+        and _first_run(settings, t)
+        and any(JUPYTER_AT <= k <= t for k in settings.kills)
+    )
+
+
 def drafter_died_at(settings: SimSettings, t: float) -> float:
     """When the drafter's current dead spell began: its OOM, or the last stop before ``t``."""
     return max((s for s in settings.stops if s <= t), default=OOM_AT)
@@ -372,6 +410,14 @@ def _drafter_gpu(
     return _busy(index, rng, used, load, scale=0.2 + 0.8 * fill)
 
 
+def _with_jupyter(gpu: SimGpu, settings: SimSettings, t: float, run: DrafterRun | None) -> SimGpu:
+    """GPU 6 with the jupyter's share: while it lives its memory is part of what the GPU
+    reports (taken from the drafter's); once killed, that memory is free."""
+    if gpu.index != JUPYTER_GPU or not jupyter_killed(settings, t):
+        return gpu
+    return replace(gpu, memory_used_mib=max(gpu.memory_used_mib - JUPYTER_MIB, 0))
+
+
 def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
     """All 8 GPUs at scenario time ``t`` (negative times read as 0), in index order."""
     t = max(t, 0.0)
@@ -387,7 +433,8 @@ def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
             load = _TARGET_LOAD._replace(temperature=_clamp_range(_TARGET_TEMPERATURE[i]))
             gpus.append(_busy(i, rng, _TARGET_MEMORY[i] + rng.randint(-3, 3), load))
         else:
-            gpus.append(_drafter_gpu(i, rng, t, run, drafter_died_at(settings, t)))
+            gpu = _drafter_gpu(i, rng, t, run, drafter_died_at(settings, t))
+            gpus.append(_with_jupyter(gpu, settings, t, run))
     return gpus
 
 
@@ -410,10 +457,53 @@ def compute_processes(settings: SimSettings, t: float) -> list[SimProcess]:
         for i in TARGET_GPUS
     ]
     run = drafter_run(settings, t)
+    jupyter = jupyter_alive(settings, t)
     if run is not None:
         for i in DRAFTER_GPUS:
             offset = i - DRAFTER_GPUS[0]
             base = _DRAFTER_PID if run.number == 0 else _RESTART_PID + 100 * run.number
-            used = max(gpus[i].memory_used_mib - 20, 0)
+            used = max(gpus[i].memory_used_mib - 20 - (JUPYTER_MIB if jupyter and i == 6 else 0), 0)
             procs.append(SimProcess(base + offset, PROCESS_NAME, used, i))
+    if jupyter:  # inside CT 200 its PID does not resolve: nvidia-smi says [Not Found]
+        procs.append(SimProcess(JUPYTER_PID, "[Not Found]", JUPYTER_MIB, JUPYTER_GPU))
     return procs
+
+
+@dataclass(frozen=True, slots=True)
+class HostProcess:
+    """A simulated process as the Proxmox host's /proc describes it."""
+
+    host_pid: int
+    container: int  # the CT it runs in
+    pid: int  # inside that CT
+    command: str
+
+
+def host_process(host_pid: int) -> HostProcess | None:
+    """What the host's /proc says of one of the simulator's GPU PIDs (None: not one)."""
+    if host_pid == JUPYTER_PID:
+        return HostProcess(host_pid, JUPYTER_CONTAINER, 88, JUPYTER_COMMAND)
+    sglang, rest = divmod(host_pid - _SGLANG_PID, 168)
+    if rest == 0 and 0 <= sglang < GPU_COUNT:
+        command = f"{SGLANG_PROCESS_NAME} (python3 -m sglang.launch_server --port {30000 + sglang})"
+        return HostProcess(host_pid, CONTAINER, host_pid - 2418000, command)
+    if host_pid in _TARGET_PIDS:
+        command = f"{PROCESS_NAME} -m train.target --rank {_TARGET_PIDS.index(host_pid)}"
+        return HostProcess(host_pid, CONTAINER, host_pid - 2418000, command)
+    drafter = (
+        host_pid - _DRAFTER_PID if host_pid < _RESTART_PID else (host_pid - _RESTART_PID) % 100
+    )
+    if 0 <= drafter < len(DRAFTER_GPUS):
+        command = f"{PROCESS_NAME} -m train.drafter --rank {drafter} --cfg drafter.yaml"
+        return HostProcess(host_pid, CONTAINER, host_pid - 2418000, command)
+    return None
+
+
+def simulated_pids(runs: int = 8) -> list[int]:
+    """Every GPU PID the training-oom scenario can list (restarted runs up to ``runs``)."""
+    pids = [*_TARGET_PIDS, JUPYTER_PID, *(_SGLANG_PID + 168 * g for g in range(GPU_COUNT))]
+    pids += [_DRAFTER_PID + k for k in range(len(DRAFTER_GPUS))]
+    pids += [
+        _RESTART_PID + 100 * n + k for n in range(1, runs + 1) for k in range(len(DRAFTER_GPUS))
+    ]
+    return pids

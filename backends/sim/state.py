@@ -1,9 +1,10 @@
 """Files in the simulator's state dir (``GPUMON_SIM_DIR``) that change a running simulation.
 
-``restarts.json`` holds ``{"restarts": [R, ...], "stops": [S, ...]}``: scenario times at
-which the drafter job was stopped (SIGTERM) or
-was restarted (``scenario.drafter_run``). The restart action appends to it with
-``record_restart``; a looping simulated nvidia-smi picks the change up on its next round.
+``restarts.json`` holds ``{"restarts": [R, ...], "stops": [S, ...], "kills": [K, ...]}``:
+scenario times at which the drafter job was stopped (SIGTERM) or was restarted
+(``scenario.drafter_run``), and at which the foreign jupyter was killed (``sim.kill``).
+The restart action appends to it with ``record_restart``; a looping simulated nvidia-smi
+picks the change up on its next round.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ RESTARTS_FILE = "restarts.json"
 def _read(state_dir: str | None) -> dict[str, tuple[float, ...]]:
     """``{"restarts": (...), "stops": (...)}`` from ``state_dir/restarts.json``; a missing,
     unreadable or malformed file (or key) means none. A bare list is the restarts."""
-    out: dict[str, tuple[float, ...]] = {"restarts": (), "stops": ()}
+    out: dict[str, tuple[float, ...]] = {"restarts": (), "stops": (), "kills": ()}
     if not state_dir:
         return out
     try:
@@ -52,13 +53,19 @@ def read_stops(state_dir: str | None) -> tuple[float, ...]:
 
 
 def write_restarts(
-    state_dir: str, restarts: tuple[float, ...], stops: tuple[float, ...] | None = None
+    state_dir: str,
+    restarts: tuple[float, ...],
+    stops: tuple[float, ...] | None = None,
+    kills: tuple[float, ...] | None = None,
 ) -> None:
     """Replace ``state_dir/restarts.json`` atomically (a running simulator may read it)."""
-    stops = read_stops(state_dir) if stops is None else stops
+    state = _read(state_dir)
+    stops = state["stops"] if stops is None else stops
+    kills = state["kills"] if kills is None else kills
     path = Path(state_dir, RESTARTS_FILE)
     tmp = path.with_name(f".{RESTARTS_FILE}.{os.getpid()}.tmp")
-    text = json.dumps({"restarts": sorted(restarts), "stops": sorted(stops)}) + "\n"
+    data = {"restarts": sorted(restarts), "stops": sorted(stops), "kills": sorted(kills)}
+    text = json.dumps(data) + "\n"
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
@@ -68,9 +75,10 @@ def with_state(settings: SimSettings) -> SimSettings:
     if not settings.state_dir:
         return settings
     state = _read(settings.state_dir)
-    if (state["restarts"], state["stops"]) == (settings.restarts, settings.stops):
+    now = (state["restarts"], state["stops"], state["kills"])
+    if now == (settings.restarts, settings.stops, settings.kills):
         return settings
-    return replace(settings, restarts=state["restarts"], stops=state["stops"])
+    return replace(settings, restarts=now[0], stops=now[1], kills=now[2])
 
 
 def record_restart(state_dir: str, at: float) -> tuple[float, ...]:
@@ -84,3 +92,9 @@ def record_stop(state_dir: str, at: float) -> None:
     """The drafter was stopped at scenario time ``at``: its GPUs release their memory."""
     state = _read(state_dir)
     write_restarts(state_dir, state["restarts"], (*state["stops"], at))
+
+
+def record_kill(state_dir: str, at: float) -> None:
+    """The foreign jupyter was killed at scenario time ``at``: GPU 6 gets its memory back."""
+    state = _read(state_dir)
+    write_restarts(state_dir, state["restarts"], kills=(*state["kills"], at))

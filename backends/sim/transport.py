@@ -10,6 +10,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ class SimTransport(LocalTransport):
     python_env_locked = "the simulator has no venv to change"  # its Python is gpumon's own
 
     def __init__(self, host: HostConfig, settings: Any) -> None:
-        from gpumon.backends.sim.wrapper import write_job_wrapper, write_wrapper
+        from gpumon.backends.sim.host_proc import write_proc_tree
+        from gpumon.backends.sim.wrapper import write_job_wrapper, write_kill_wrapper, write_wrapper
 
         self.root = Path(tempfile.mkdtemp(prefix="gpumon-sim-"))
         bin_dir, state = self.root / "bin", self.root / "state"
@@ -45,6 +47,9 @@ class SimTransport(LocalTransport):
         self.job_log = Path(settings.state_dir) / "drafter.log"
         self.job_state_dir = str(self.root / "jobs")
         write_wrapper(bin_dir, settings)
+        write_kill_wrapper(bin_dir, settings)  # K on a simulated PID never reaches a real one
+        # The simulated Proxmox host's /proc for its GPU PIDs, read by the host-side collector
+        proc_root = str(write_proc_tree(self.root / "proc", settings.t0 - 86400.0))
         self._job_wrapper = write_job_wrapper(bin_dir, settings)
         self._job_started = False
         self._servers: asyncio.subprocess.Process | None = None
@@ -52,10 +57,15 @@ class SimTransport(LocalTransport):
         env = dict(os.environ)
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
         super().__init__(host, env)
+        self.host_proc_root = proc_root
 
     @property
     def label(self) -> str:
         return f"simulator ({self.settings.scenario})"
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """The simulated CT 200 and its host are this machine: no ``pct exec``."""
+        return list(argv)
 
     def drafter_job(self) -> JobConfig | None:
         """The simulated drafter as a restartable job (None outside ``training-oom``)."""

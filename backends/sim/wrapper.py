@@ -48,3 +48,12 @@ def write_job_wrapper(bin_dir: Path, settings: SimSettings, python: str = sys.ex
     """Write an executable ``bin_dir/gpumon-sim-job`` (the simulated training job)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     return _write_script(bin_dir / JOB_NAME, settings, python, "gpumon.backends.sim.job")
+
+
+KILL_NAME = "kill"
+
+
+def write_kill_wrapper(bin_dir: Path, settings: SimSettings, python: str = sys.executable) -> Path:
+    """Write an executable ``bin_dir/kill``: the simulated machine's (``sim.kill``)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    return _write_script(bin_dir / KILL_NAME, settings, python, "gpumon.backends.sim.kill")

@@ -19,6 +19,7 @@ from gpumon.backends.config.load import HostConfig
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.remote.bootstrap import program_argv
 from gpumon.backends.torchenv.checks import STATUSES, Check, Facts, Status, checks_torch
+from gpumon.backends.torchenv.doctor_procs import process_checks
 from gpumon.backends.torchenv.extras import (
     check_logs,
     check_python,
@@ -156,6 +157,7 @@ async def run_doctor(
         return DoctorReport(host.name, host_python(host), (check,))
     python = str((facts.get("python") or {}).get("executable") or host_python(host))
     checks = evaluate(facts, host=host.name, table=table)
+    checks += await process_checks(transport, host)
     return DoctorReport(host.name, python, tuple(checks), facts)
 
 

@@ -65,6 +65,7 @@ class Transport(abc.ABC):
     def __init__(self, host: HostConfig) -> None:
         self.host = host
         self._channels = asyncio.Semaphore(MAX_CHANNELS)
+        self.host_proc_root = "/proc"  # the host side's /proc (the simulator has its own)
 
     @property
     def label(self) -> str:
@@ -92,10 +93,17 @@ class Transport(abc.ABC):
         await self.close()
 
     async def run(
-        self, argv: Sequence[str], *, input: bytes | None = None, timeout: float = 30.0
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        timeout: float = 30.0,
+        on_host: bool = False,
     ) -> RunResult:
-        """Run a command to completion; a timeout kills it and reports exit code None."""
-        stream = await self.open_stream(argv)
+        """Run a command to completion; a timeout kills it and reports exit code None.
+        ``on_host``: on the container's host itself (``open_host_stream``)."""
+        opened = self.open_host_stream(argv) if on_host else self.open_stream(argv)
+        stream = await opened
         try:
             if input:
                 stream.write(input)
@@ -115,6 +123,15 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
         """Start ``argv`` (wrapped for the container) and return its stream."""
+
+    async def open_host_stream(self, argv: Sequence[str]) -> ProcessStream:
+        """Start ``argv`` on the machine that holds the container (the Proxmox host),
+        outside ``pct exec``: the host-side process collector and its ``kill``. Where no
+        container is configured that is the machine itself. Raises TransportError where
+        the transport cannot reach the host side."""
+        if self.host.container is None:
+            return await self.open_stream(argv)
+        raise TransportError(f"{self.label}: commands cannot reach the container's host")
 
 
 class ProcessStream:

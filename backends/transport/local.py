@@ -27,8 +27,17 @@ class LocalTransport(Transport):
         container has its own interpreters."""
         return sys.executable if self.host.container is None and sys.executable else None
 
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` as started for ``open_stream`` (inside the container, if any)."""
+        return wrap_container(argv, self.host.container)
+
     async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
-        full = wrap_container(argv, self.host.container)
+        return await self._start(self.wrap(argv))
+
+    async def open_host_stream(self, argv: Sequence[str]) -> ProcessStream:
+        return await self._start(list(argv))
+
+    async def _start(self, full: list[str]) -> ProcessStream:
         await self._channels.acquire()
         try:
             proc = await asyncio.create_subprocess_exec(

@@ -163,6 +163,13 @@ class SshTransport(Transport):
             raise TransportError(f"SSH to {target} failed: {e.reason}") from e
 
     async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
+        return await self._start(ssh_command(argv, self.host.container))
+
+    async def open_host_stream(self, argv: Sequence[str]) -> ProcessStream:
+        """On the SSH host itself, outside ``pct exec``."""
+        return await self._start(ssh_command(argv, None))
+
+    async def _start(self, command: str) -> ProcessStream:
         import asyncssh
 
         await self.connect()
@@ -170,7 +177,7 @@ class SshTransport(Transport):
         assert conn is not None
         await self._channels.acquire()
         try:
-            proc = await conn.create_process(ssh_command(argv, self.host.container), encoding=None)
+            proc = await conn.create_process(command, encoding=None)
         except (asyncssh.Error, OSError) as e:
             self._channels.release()
             self._conn = None

@@ -198,9 +198,14 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
     gpu_keys = [
         "index", "uuid", "name", "bus_id", "memory_used_mib", "memory_total_mib",
         "utilization_pct", "temperature_c", "power_w", "power_limit_w", "health",
-        "problems", "processes",
+        "problems", "processes", "memory_unattributed_mib",
     ]  # fmt: skip
     assert all(list(g) == gpu_keys for g in data["gpus"])
+    process_keys = [
+        "pid", "host_pid", "container", "user", "host_user", "name", "command", "cpu_pct",
+        "rss_mib", "started", "memory_mib", "source", "gpus",
+    ]  # fmt: skip
+    assert all(list(p) == process_keys for g in data["gpus"] for p in g["processes"])
     lost = data["gpus"][4]
     assert lost["health"] == "critical" and lost["memory_used_mib"] is None
     assert lost["temperature_c"] is None and lost["power_w"] is None

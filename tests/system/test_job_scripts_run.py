@@ -43,10 +43,15 @@ class Recorder(LocalTransport):
         self.argvs: list[list[str]] = []
 
     async def run(
-        self, argv: Sequence[str], *, input: bytes | None = None, timeout: float = 30.0
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        timeout: float = 30.0,
+        on_host: bool = False,
     ) -> RunResult:
         self.argvs.append(list(argv))
-        return await super().run(argv, input=input, timeout=timeout)
+        return await super().run(argv, input=input, timeout=timeout, on_host=on_host)
 
 
 async def test_values_travel_as_positional_arguments_after_the_script(tmp_path: Path) -> None:

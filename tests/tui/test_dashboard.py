@@ -121,7 +121,8 @@ async def test_enter_opens_detail_with_plots_and_processes_esc_returns(
         assert "memory GiB" in screen.plots["memory"].render().plain
         assert "GPU 2" in str(screen.title_line.render())
         procs = str(screen.processes.render())
-        assert "2418863" in procs and "/root/venv/bin/python3" in procs
+        # as CT 200 numbers it (the host's PID 2418863), from the Proxmox host's list
+        assert "CT200" in procs and " 863 " in procs and "/root/venv/bin/python3" in procs
         keys = key_actions(screen)
         assert "open_detail" not in keys and "toggle_spark" not in keys  # not on the detail view
         assert {"restart_job", "toggle_pause", "cursor", "alerts", "quit"} <= keys  # these are

@@ -42,7 +42,8 @@ def wait_for_data(
     before: Callable[[HostMonitor], None] | None = None,
     keys: tuple[str, ...] = (),
 ) -> Callable[[Pilot[int]], object]:
-    """A ``run_before`` that waits for the first sample, the process list and ``ready``,
+    """A ``run_before`` that waits for the first sample, the process list (the Proxmox
+    host's too: the demo is CT 200) and ``ready``,
     runs ``before(monitor)``, opens the detail view of GPU 6 if asked, presses ``keys``
     and lets the screen settle."""
 
@@ -51,7 +52,12 @@ def wait_for_data(
         assert isinstance(app, GpumonApp)
         monitor = app.monitors[0]
         deadline = time.monotonic() + 20
-        while monitor.latest is None or monitor.processes_time is None or not ready(monitor):
+        while (
+            monitor.latest is None
+            or monitor.processes_time is None
+            or (monitor.host.container is not None and monitor.host_processes_time is None)
+            or not ready(monitor)
+        ):
             assert time.monotonic() < deadline, "no data from the simulator"
             await pilot.pause(0.05)
         if before is not None:

@@ -234,7 +234,7 @@ def test_memory_collapse_is_a_likely_oom_death_without_any_log() -> None:
     assert death[0].severity is Health.CRITICAL and death[0].gpu == 0
     assert (
         death[0].message
-        == "GPU 0 memory fell from 98% to 0% in 1 s (process 4242): likely OOM death"
+        == "GPU 0 memory fell from 98% to 0% in 1 s (process 4242 python3): likely OOM death"
     )
 
 

@@ -800,7 +800,7 @@ def test_real_capture_compute_apps(path: Path) -> None:
     assert idle.skipped == 0 and load.skipped == 0
     assert len(load.processes) >= 2
     for proc in (*idle.processes, *load.processes):
-        assert proc.pid > 0
+        assert proc.pid is not None and proc.pid > 0
         assert proc.name
         assert proc.gpu_uuid is not None and proc.gpu_uuid.startswith("GPU-")
         assert proc.gpu_bus_id is not None and proc.gpu_bus_id.startswith("00000000:")

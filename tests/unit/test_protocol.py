@@ -18,6 +18,7 @@ def sample_messages() -> list[protocol.Message]:
         protocol.Hello(protocol.AGENT_VERSION, "agent/nvml", "3.8.18", "ct200", 42, "note"),
         protocol.Gpus(1.5, ["index", "name"], ["0, RTX"]),
         protocol.Procs(1.5, ["1, python, 100, GPU-1, 00:01"]),
+        protocol.ProcRecords(1.5, "host", [{"host_pid": 9, "container": "200", "pid": 1}]),
         protocol.SmiError(1.5, 9, "NVIDIA-SMI has failed"),
         protocol.Log("job:drafter", "/root/train.log", 1.5, True, ["step 1"], 3),
         protocol.Kernel(1.5, ["NVRM: Xid 79"]),

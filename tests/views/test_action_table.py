@@ -55,7 +55,7 @@ def test_the_footer_shows_the_tables_labels_in_its_order() -> None:
     shown = [b for b in bindings("dashboard") if b.show]
     assert [b.description for b in shown] == [a.label for a in ACTIONS if a.footer]
     hidden = {a.keys for a in ACTIONS if not a.footer}
-    assert {"s", "S", "down,j", "up,k"} == hidden  # the footer has room for ten or so
+    assert {"s", "S", "K", "down,j", "up,k"} == hidden  # the footer has room for ten or so
 
 
 def test_help_lists_every_action_with_its_help_line() -> None:
@@ -80,7 +80,7 @@ def test_palette_entries_name_the_job_and_host_and_skip_job_actions_without_a_jo
 
 def test_read_only_concerns_exactly_the_actions_that_change_a_machine() -> None:
     dangerous = {a.name for a in ACTIONS if a.dangerous}
-    assert dangerous == {"restart_job", "stop_job", "start_job", "swap_torch"}
+    assert dangerous == {"restart_job", "stop_job", "start_job", "swap_torch", "kill_process"}
     assert all(a.machine and a.needs_host for a in ACTIONS if a.dangerous)
     doctor = next(a for a in ACTIONS if a.name == "doctor")
     assert doctor.machine and not doctor.dangerous  # it only reads

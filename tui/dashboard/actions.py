@@ -23,11 +23,16 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from gpumon.backends.actions import Action, ActionPlan, JobTarget, RestartRun, Session, audit
-from gpumon.tui.screens import DoctorScreen, RestartScreen, SwapScreen
+from gpumon.backends.actions.kill import KillError, kill_plan
+from gpumon.backends.model import GpuProcess
+from gpumon.backends.monitor.processes import foreign
+from gpumon.tui.screens import DetailScreen, DoctorScreen, RestartScreen, SwapScreen
+from gpumon.tui.screens.kill import KillScreen
 
 if TYPE_CHECKING:
     from gpumon.backends.config import JobConfig
     from gpumon.backends.monitor import HostMonitor
+    from gpumon.tui.screens.detail import DetailTarget
 
 UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
 
@@ -39,6 +44,7 @@ class ActionsMixin(Screen[None]):
 
         def selected_monitor(self) -> HostMonitor | None: ...
         def selected_job(self) -> tuple[HostMonitor, JobConfig] | None: ...
+        def _cursor_target(self) -> DetailTarget | None: ...
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -64,6 +70,52 @@ class ActionsMixin(Screen[None]):
             audit.record(what, host, "refused", job=job, detail=f"read-only: {reason}")
         except OSError as e:
             self.notify(f"audit log not written: {e}", severity="error")
+
+    # --- terminate a GPU process ----------------------------------------------------------
+    def process_to_kill(self) -> tuple[HostMonitor, GpuProcess] | None:
+        """The process ``K`` acts on: the one selected in the detail view on show, else the
+        biggest holder of the GPU under the cursor (another container's first)."""
+        screen = self.app.screen
+        if isinstance(screen, DetailScreen):
+            process = screen.selected_process()
+            return None if process is None else (screen.target.monitor, process)
+        monitor = self.selected_monitor()
+        target = self._cursor_target()
+        sample = monitor.latest if monitor is not None else None
+        if monitor is None or target is None or sample is None:
+            return None
+        gpu = next((g for g in sample.gpus if g.index == target.gpu_index), None)
+        procs = sample.processes_for(gpu) if gpu is not None else ()
+        if not procs:
+            return None
+        others = foreign(procs, monitor.host.container)
+        pick = max(others or procs, key=lambda p: p.memory_mib or 0)
+        return monitor, pick
+
+    def _kill_state(self) -> bool | None:
+        return True if self.process_to_kill() is not None else None
+
+    def action_kill_process(self) -> None:
+        chosen = self.process_to_kill()
+        if chosen is None:
+            self.notify("terminate: no GPU process selected", severity="warning")
+            return
+        monitor, process = chosen
+        reason = self.read_only_reason(monitor)
+        if reason is not None:
+            self._refuse("kill", reason, monitor.host.name)
+            return
+        try:
+            plan = kill_plan(
+                monitor.host.name,
+                process,
+                host_access=monitor.host_side_fresh(),
+                container=monitor.host.container,
+            )
+        except KillError as e:
+            self.notify(str(e), title="Cannot terminate", severity="warning", markup=False)
+            return
+        self.app.push_screen(KillScreen(monitor.transport, plan))
 
     # --- restart / stop / start ---------------------------------------------------------
     def action_restart_job(self) -> None:

@@ -88,6 +88,7 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         self._checks: dict[str, Callable[[], bool | None]] = {
             "faster": partial(self._interval_state, faster=True),
             "slower": partial(self._interval_state, faster=False),
+            "kill_process": self._kill_state,
         }
 
     @property
@@ -314,6 +315,7 @@ class DashboardDetailScreen(DetailScreen):
     def __init__(self, dashboard: DashboardScreen, target: DetailTarget) -> None:
         super().__init__(target, sample_of=dashboard.shown_sample, palette_of=dashboard.palette_of)
         self.dashboard = dashboard
+        self.can_kill = lambda: dashboard.action_state(BY_NAME["kill_process"]) is True
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "dashboard" and parameters:

@@ -18,7 +18,7 @@ from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from gpumon.backends.model import GpuSample, Health, HostSample
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.views import Palette, rgb
 from gpumon.tui.views.gpu_cells import (
@@ -27,12 +27,13 @@ from gpumon.tui.views.gpu_cells import (
     gib,
     gpu_cells,
     memory_role,
-    process_name,
     temperature_role,
 )
+from gpumon.tui.views.process_cells import memory_flag, process_lines
 from gpumon.tui.widgets import PlotSpec, PlotWidget, series
 
 WINDOWS = {"1": 60.0, "2": 600.0, "3": 3600.0}
+WIDE_TABLE = 110  # from this width the process table shows host PID, CPU and RSS too
 WINDOW_NAMES = {60.0: "1 min", 600.0: "10 min", 3600.0: "1 h"}
 
 
@@ -50,6 +51,21 @@ class DetailScreen(Screen[None]):
         Binding("1", "window(60)", "Window", key_display="1-3", tooltip="Plot the last minute"),
         Binding("2", "window(600)", "10 min", show=False, tooltip="Plot the last 10 minutes"),
         Binding("3", "window(3600)", "1 h", show=False, tooltip="Plot the last hour"),
+        Binding(
+            "tab",
+            "select_process(1)",
+            "Process",
+            key_display="tab",
+            show=False,
+            tooltip="Select the next process (K terminates it)",
+        ),
+        Binding(
+            "shift+tab",
+            "select_process(-1)",
+            "Previous process",
+            show=False,
+            tooltip="Select the previous process",
+        ),
     ]
 
     def __init__(
@@ -72,6 +88,8 @@ class DetailScreen(Screen[None]):
             name: PlotWidget(id=f"plot-{name}") for name in ("memory", "util", "temp", "power")
         }
         self.processes = Static(id="detail-processes", markup=False)
+        self.selected = 0  # the process under the process cursor (K acts on it)
+        self.can_kill: Callable[[], bool] = lambda: False  # whether K may act here
         self._text_key: tuple[object, ...] | None = None
         self._plot_key: tuple[object, ...] | None = None
 
@@ -90,7 +108,25 @@ class DetailScreen(Screen[None]):
     def show_gpu(self, target: DetailTarget) -> None:
         """Follow the cursor to another GPU."""
         self.target = target
+        self.selected = 0
         self.refresh_view()
+
+    def action_select_process(self, delta: int) -> None:
+        count = len(self._processes())
+        if count:
+            self.selected = (self.selected + delta) % count
+            self._text_key = None
+            self.refresh_view()
+
+    def _processes(self) -> tuple[GpuProcess, ...]:
+        sample = self.sample_of(self.target.monitor)
+        gpu = _gpu(sample, self.target.gpu_index)
+        return () if gpu is None or sample is None else sample.processes_for(gpu)
+
+    def selected_process(self) -> GpuProcess | None:
+        """The process under the process cursor (None: no processes on this GPU)."""
+        procs = self._processes()
+        return procs[min(self.selected, len(procs) - 1)] if procs else None
 
     def on_resize(self) -> None:
         self.call_after_refresh(self.refresh_view)
@@ -105,7 +141,7 @@ class DetailScreen(Screen[None]):
         gpu = _gpu(sample, idx)
         now = m.clock()
         stale = None if sample is None or not m.is_stale(now) else duration(now - sample.time)
-        text_key = (id(m), idx, id(sample), stale, self.window, pal)
+        text_key = (id(m), idx, id(sample), stale, self.window, pal, self.selected, self.size)
         if text_key != self._text_key:
             self._text_key = text_key
             lines = (self.title_line.render(), self.processes.render())
@@ -214,21 +250,45 @@ class DetailScreen(Screen[None]):
     def _process_table(
         self, gpu: GpuSample | None, sample: HostSample | None, pal: Palette
     ) -> Text:
-        head = Text(f" {'PID':>9}  {'MEMORY':>8}  PROCESS", Style(bold=True, color=pal.na))
+        width = max(self.size.width or self.app.size.width, 40)
+        wide = width >= WIDE_TABLE
+        cols = f"   {'WHERE':<7} {'PID':>8} "
+        cols += f"{'HOST PID':>9} {'USER':<8} {'CPU':>5} {'RSS':>6}" if wide else f"{'USER':<8}"
+        head = Text(f"{cols} {'MEMORY':>7}  COMMAND", Style(bold=True, color=pal.na))
         if gpu is None or sample is None:
             return Text("\n").join([head, Text("  no data", pal.text(Role.NA))])
-        procs = sample.processes_for(gpu)
-        if not procs:
-            return Text("\n").join([head, Text("  no compute processes", pal.text(Role.MUTED))])
-        in_container = self.target.monitor.host.container is not None
+        watched = self.target.monitor.host.container
         lines = [head]
-        for p in procs:
-            mem = "n/a" if p.memory_mib is None else f"{gib(p.memory_mib)}G"
-            line = Text(f" {p.pid:>9}  ")
-            line.append(f"{mem:>8}", pal.text(Role.NA if p.memory_mib is None else Role.NORMAL))
-            name = process_name(p, in_container)
-            line.append(f"  {name}", pal.text(Role.NORMAL if p.name else Role.NA))
-            lines.append(line)
+        flag = memory_flag(sample, gpu, watched)
+        procs = process_lines(sample, gpu, watched)
+        if not procs:
+            lines.append(Text("  no compute processes", pal.text(Role.MUTED)))
+        for pos, line in enumerate(procs):
+            p = line.process
+            mark = "▶ " if pos == min(self.selected, len(procs) - 1) else "  "
+            host_pid = "-" if p.host_pid is None else str(p.host_pid)
+            pid = "-" if p.pid is None else str(p.pid)  # not in the watched container
+            if not wide and p.pid is None:
+                pid = line.pid  # "h3187442": the host's, as the narrow table has no column
+            cpu = "-" if p.cpu_pct is None else f"{p.cpu_pct:.0f}%"
+            rss = "-" if p.rss_mib is None else f"{gib(p.rss_mib)}G"
+            cols = f"{mark} {line.where[:7]:<7} {pid:>8} "
+            if wide:
+                cols += f"{host_pid:>9} {line.user[:8]:<8} {cpu:>5} {rss:>6}"
+            else:
+                cols += f"{line.user[:8]:<8}"
+            cols += f" {line.memory:>7}  "
+            room = max(width - len(cols), 10)
+            command = line.command if len(line.command) <= room else line.command[: room - 1] + "…"
+            text = Text(cols + command, pal.text(line.role))
+            if mark.strip():
+                text.stylize(Style(bold=True))
+            lines.append(text)
+        if flag is not None:
+            lines.append(Text(f"  {flag.text}", pal.text(flag.role)))
+        if len(procs) > 1 or (procs and self.can_kill()):
+            hint = "tab: next process" + ("  K: terminate it" if self.can_kill() else "")
+            lines.append(Text(f"  {hint}", pal.text(Role.MUTED)))
         return Text("\n").join(lines)
 
 

@@ -12,7 +12,15 @@ import math
 import re
 from dataclasses import dataclass
 
-from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, HostStatus
+from gpumon.backends.model import (
+    ConnState,
+    GpuProcess,
+    GpuSample,
+    Health,
+    HostSample,
+    HostStatus,
+    ProcessSource,
+)
 from gpumon.backends.untrusted import printable as _printable
 
 TEMPERATURE_WARNING_C = 80.0
@@ -220,15 +228,26 @@ def process_name(process: GpuProcess, in_container: bool) -> str:
 
 
 def process_summary(sample: HostSample, gpu: GpuSample, in_container: bool) -> Cell:
-    """ "pid 2418861 python3 82.5G, ..." for a tall row's third line."""
+    """ "pid 2418861 python3 82.5G, ..." for a tall row's third line; with host-side
+    attribution "CT200 861 python3 82.5G, CT201 h3187442 jupyter-lab 6.0G"."""
     procs = sample.processes_for(gpu)
     if not procs:
         return Cell("no compute processes", Role.MUTED)
     parts = []
     for p in procs:
-        name = process_name(p, in_container).rsplit("/", 1)[-1]
+        name = (p.short_name or process_name(p, in_container)).rsplit("/", 1)[-1]
         mem = "" if p.memory_mib is None else f" {gib(p.memory_mib)}G"
-        parts.append(f"{p.pid} {name}{mem}")
+        if p.source == ProcessSource.HOST:
+            where = (
+                "host"
+                if p.container is None
+                else (f"CT{p.container}" if p.container.isdigit() else p.container)
+            )
+            pid = str(p.pid) if p.pid is not None else f"h{p.host_pid}"
+            parts.append(f"{where} {pid} {_printable(name)}{mem}")
+        else:
+            pid = str(p.pid) if p.pid is not None else f"h{p.host_pid}"
+            parts.append(f"{pid} {_printable(name)}{mem}")
     return Cell("procs: " + ", ".join(parts), Role.MUTED)
 
 

@@ -89,10 +89,11 @@ class RowView:
     memory_rules: AlertRules  # the host's: their thresholds colour the memory sparkline
     owner: Cell | None = None  # the job or SGLang server on this GPU
     full_in: float | None = None  # seconds until memory is full, while that warning applies
+    flag: Cell | None = None  # who holds the memory: "6.0 GiB held by CT 201 jupyter"
 
     @property
     def lines(self) -> int:
-        return self.height + (1 if self.cells.problems.text else 0)
+        return self.height + (1 if self.cells.problems.text else 0) + (1 if self.flag else 0)
 
 
 class GpuRow(ViewWidget[RowView]):
@@ -176,6 +177,11 @@ def render_row(view: RowView, layout: RowLayout) -> Text:
         problem.append(f"{c.marker.text} {c.problems.text}", pal.text(c.problems.role))
         problem.truncate(layout.width, overflow="ellipsis")
         lines.append(problem)
+    if view.flag is not None:
+        flag = Text(" " * PREFIX_W)
+        flag.append(f"GPU {c.index}: {view.flag.text}", pal.text(view.flag.role, stale=view.stale))
+        flag.truncate(layout.width, overflow="ellipsis")
+        lines.append(flag)
     return Text("\n").join(lines)
 
 

@@ -30,6 +30,7 @@ from gpumon.tui.views.gpu_cells import (
     header_parts,
     process_summary,
 )
+from gpumon.tui.views.process_cells import memory_flag
 from gpumon.tui.widgets.gpu_row import (
     MEM_W,
     NAME_W,
@@ -221,6 +222,7 @@ class HostSection(Vertical):
                     memory_rules=m.alerts.rules,
                     owner=owners.get(gpu.index),
                     full_in=self._full_in.get(gpu.index),
+                    flag=memory_flag(shown, gpu, m.host.container),
                 )
             )
         self._refresh_panes(ctx, stale)

@@ -10,6 +10,7 @@ the source's capabilities are that one's until a later session finds a Python.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from gpumon.backends.transport.base import Transport, TransportError
 from .base import AGENT, Capabilities, Sink
 from .connection import TransportSource
 from .direct import DirectSmiSource
+from .host_procs import HostProcessFeed
 
 __all__ = ["HELLO_TIMEOUT_S", "AgentSource", "Handler", "dispatch", "handlers"]
 
@@ -73,6 +75,10 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
             _route(p.Hello, on_hello),
             _route(p.Gpus, lambda m: sink.ingest_gpu_rows(m.rows, m.fields or QUERY_FIELDS)),
             _route(p.Procs, _quiet(lambda m: sink.ingest_process_rows(m.rows))),
+            _route(
+                p.ProcRecords,
+                _quiet(lambda m: sink.ingest_proc_records(m.source, m.records, sink.clock())),
+            ),
             _route(p.SmiError, _quiet(smi_error)),
             _route(
                 p.Log,
@@ -122,6 +128,8 @@ class AgentSource(TransportSource):
         super().__init__(transport, reconnect=reconnect)
         self.direct = DirectSmiSource(transport, reconnect=reconnect)
         self._direct_now = False  # this session streams nvidia-smi directly
+        self.host_feed = HostProcessFeed(transport)  # the Proxmox host's view, beside
+        self._feed: asyncio.Task[None] | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -135,11 +143,26 @@ class AgentSource(TransportSource):
             stream.write(protocol.SetInterval(seconds).encode())
 
     async def session(self, sink: Sink) -> bool:
-        python = await self._find_python(sink)
-        self._direct_now = python is None
-        if python is None:
-            return await self.direct.session(sink)
-        return await self._agent_session(sink, python)
+        try:
+            python = await self._find_python(sink)
+            self._direct_now = python is None
+            if python is None:
+                self._start_host_feed(sink)
+                return await self.direct.session(sink)
+            return await self._agent_session(sink, python)
+        finally:
+            feed, self._feed = self._feed, None
+            if feed is not None:
+                feed.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await feed
+
+    def _start_host_feed(self, sink: Sink) -> None:
+        """The host-side collector, once the session's own stream is up (it must not
+        slow the agent's start: the first samples come first)."""
+        if self._feed is None:
+            run = self.host_feed.run(sink)
+            self._feed = asyncio.create_task(run, name=f"{sink.name} host procs")
 
     async def close_stream(self, grace: float = 3.0) -> None:
         await super().close_stream(grace)
@@ -199,6 +222,7 @@ class AgentSource(TransportSource):
             raise TransportError(f"{sink.name}: {problem}", permanent=True)
         source = SampleSource(hello.source) if hello.source in set(SampleSource) else None
         sink.ingest_status(ConnState.CONNECTED, source=source, error=None)
+        self._start_host_feed(sink)
         if hello.note:
             log.info("%s: %s", sink.name, hello.note)
         return False

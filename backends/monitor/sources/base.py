@@ -5,9 +5,9 @@ ingestion interface (``Sink``, which ``HostMonitor`` implements) and says what i
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import ConnState, GpuProcess, Health, HostSample, HostStatus
@@ -54,6 +54,12 @@ class Sink(Protocol):
         """``--query-compute-apps`` CSV rows: the processes now."""
 
     def ingest_processes(self, processes: tuple[GpuProcess, ...], at: float) -> None: ...
+
+    def ingest_proc_records(
+        self, source: str, records: Sequence[Mapping[str, Any]], at: float
+    ) -> None:
+        """Process records from ``/proc`` (``remote.host_procs``): ``host`` (the Proxmox
+        host's collector) or ``device-files`` (the agent inside the container)."""
 
     def ingest_log(
         self,

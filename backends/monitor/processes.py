@@ -1,0 +1,177 @@
+"""Who holds a GPU's memory: process records from the host side and from inside the
+container made into ``GpuProcess``es, attributed to the watched container, and what no
+process accounts for.
+
+- ``from_record``: a ``protocol.ProcRecords`` record (``remote.host_procs``) -> GpuProcess,
+  every value checked (the other end is not trusted);
+- ``container_view``: without host access, the driver's list merged with the device-file
+  users: a driver PID that is not a process of this namespace keeps its memory but loses
+  its ``pid`` (it is someone else's, or the host's number for one of ours);
+- ``foreign``: memory on a GPU held by a process of another container or of the host;
+- ``unattributed_mib``: used memory beyond what the listed processes hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from gpumon.backends.model import GpuProcess, GpuSample, ProcessSource
+from gpumon.backends.untrusted import printable
+
+__all__ = [
+    "UNATTRIBUTED_MIN_MIB",
+    "container_label",
+    "container_view",
+    "foreign",
+    "from_record",
+    "holder_text",
+    "process_words",
+    "unattributed_mib",
+]
+
+# Used memory no process accounts for, in the real captures (tests/fixtures/nvidia/
+# real-captures, one loaded nvidia-smi table each): 16-20 MiB on H100/H200/L40S, 69-73 MiB
+# with MIG, 215-586 MiB on GeForce cards whose desktop's graphics contexts are not compute
+# apps. 1 GiB stays well above all of them (tests/unit/test_processes.py reads them) and
+# still shows anything that matters on a 96 GiB board.
+UNATTRIBUTED_MIN_MIB = 1024
+
+
+def _int(raw: Mapping[str, Any], key: str) -> int | None:
+    v = raw.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _float(raw: Mapping[str, Any], key: str) -> float | None:
+    v = raw.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v)
+
+
+def _text(raw: Mapping[str, Any], key: str, limit: int = 4096) -> str | None:
+    v = raw.get(key)
+    return printable(v[:limit]) if isinstance(v, str) and v else None
+
+
+def from_record(raw: Mapping[str, Any], source: str, watched: int | None) -> GpuProcess:
+    """A process from one record. ``source`` ``host``: ``pid`` is the PID inside the
+    watched container ``watched`` when the process is in it, else None; ``device-files``:
+    the record's own ``pid`` (this namespace's) and its ``gpus``."""
+    container = _text(raw, "container", 80)
+    pid = _int(raw, "pid")
+    if source == ProcessSource.HOST and watched is not None and container != str(watched):
+        pid = None  # another container's or the host's: no PID in the watched one
+    gpus = raw.get("gpus")
+    indexes = tuple(g for g in gpus if isinstance(g, int)) if isinstance(gpus, list) else ()
+    command = _text(raw, "command")
+    return GpuProcess(
+        pid=pid,
+        name=command.split(" ", 1)[0] if command else None,
+        memory_mib=_int(raw, "memory_mib"),
+        gpu_uuid=_text(raw, "gpu_uuid", 80),
+        gpu_bus_id=_text(raw, "gpu_bus_id", 80),
+        host_pid=_int(raw, "host_pid"),
+        container=container,
+        user=_text(raw, "user", 64),
+        host_user=_text(raw, "host_user", 64),
+        command=command,
+        cpu_pct=_float(raw, "cpu_pct"),
+        rss_mib=_float(raw, "rss_mib"),
+        started=_float(raw, "started"),
+        source=ProcessSource.HOST.value
+        if source == ProcessSource.HOST
+        else ProcessSource.DEVICE_FILES.value,
+        gpus=indexes,
+    )
+
+
+def container_view(
+    driver: Iterable[GpuProcess], files: Iterable[GpuProcess], watched: int | None
+) -> tuple[GpuProcess, ...]:
+    """The processes as seen from inside the container: the driver's (NVML / nvidia-smi)
+    rows whose PID is a device-file user here get that process's details; a row whose
+    PID is none of them keeps its memory with ``pid`` None and the driver's number as
+    ``host_pid`` (old drivers report host PIDs); device-file users the driver did not
+    list (new drivers drop what the caller cannot see) follow with unknown memory.
+    Without device-file records the driver's rows are returned as they are (their
+    ``container`` unknown: None)."""
+    files = tuple(files)
+    driver = tuple(driver)
+    inside = None if watched is None else str(watched)
+    if not files:  # nothing to tell our PIDs from the host's: as the driver said
+        return driver
+    local = {p.pid: p for p in files if p.pid is not None}
+    out = []
+    matched = set()
+    for p in driver:
+        f = None if p.pid is None else local.get(p.pid)
+        if f is None:
+            out.append(replace(p, pid=None, host_pid=p.pid, container=None))
+            continue
+        matched.add(f.pid)
+        out.append(
+            replace(
+                f,
+                name=p.name or f.name,
+                memory_mib=p.memory_mib,
+                gpu_uuid=p.gpu_uuid,
+                gpu_bus_id=p.gpu_bus_id,
+                gpus=(),
+                container=inside,
+                source=ProcessSource.CONTAINER_NVML.value,
+            )
+        )
+    out.extend(replace(f, container=inside) for f in files if f.pid not in matched)
+    return tuple(out)
+
+
+def foreign(processes: Iterable[GpuProcess], watched: int | None) -> tuple[GpuProcess, ...]:
+    """The host-side processes that are not in the watched container (another
+    container's or the host's own); none without a watched container."""
+    if watched is None:
+        return ()
+    return tuple(
+        p for p in processes if p.source == ProcessSource.HOST and p.container != str(watched)
+    )
+
+
+def container_label(container: str | None) -> str:
+    """``CT200`` for a Proxmox id, ``docker:3f2a...`` as it is, ``host`` for None."""
+    if container is None:
+        return "host"
+    return f"CT{container}" if container.isdigit() else container
+
+
+def holder_text(p: GpuProcess) -> str:
+    """``CT 201 jupyter`` / ``host python3`` / ``CT 200 python train.py`` in a sentence."""
+    where = container_label(p.container)
+    if where.startswith("CT"):
+        where = f"CT {where[2:]}"
+    return f"{where} {p.short_name or '[unknown]'}"
+
+
+def process_words(p: GpuProcess) -> str:
+    """``4242``, ``4242 python3``, ``1234 python3 in CT200``, ``host PID 9 jupyter in
+    CT201``: which process held the memory, for the OOM alert and the restart's wait."""
+    pid = str(p.pid) if p.pid is not None else f"host PID {p.host_pid or '?'}"
+    name = p.short_name
+    words = f"{pid} {name}" if name else pid
+    if p.source == ProcessSource.HOST:
+        words += f" in {container_label(p.container)}"
+    return words
+
+
+def unattributed_mib(gpu: GpuSample, processes: Iterable[GpuProcess]) -> int | None:
+    """Used memory on ``gpu`` that no listed process with a known amount accounts for,
+    when it exceeds ``UNATTRIBUTED_MIN_MIB`` (a driver's own reserve is less); None when
+    it does not, when used memory is unknown, or when a process's memory is unknown
+    (device-file users: nothing can be said)."""
+    used = gpu.memory_used_mib
+    procs = tuple(processes)
+    if used is None or any(p.memory_mib is None for p in procs):
+        return None
+    rest = used - sum(p.memory_mib or 0 for p in procs)
+    return rest if rest > UNATTRIBUTED_MIN_MIB else None

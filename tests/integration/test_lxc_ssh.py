@@ -1,0 +1,190 @@
+"""Issue 10 end to end over the real sshd, on the test Proxmox host of real namespaces
+(``tests/support/proxmox_host``): gpumon watches CT 200 through ``pct exec`` and, on the
+same connection, collects the GPU processes on the host itself. CT 200's process is
+attributed with its inner PID, CT 201's "jupyter" is foreign (flagged, alerted), the
+memory no process holds is "not attributed", ``K`` ends the right process through the
+host and through ``pct``, the fallback without host access lists device-file users, and
+the doctor says which applies. Skipped with the reason where unshare or cgroup2 is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from proxmox_host import SYSTEM_PYTHON, GpuProc, ProxmoxHost, skip_reason
+
+from gpumon.backends.actions import audit
+from gpumon.backends.actions.kill import kill_plan, send_signal, wait_gone
+from gpumon.backends.config import load_config, resolve_host
+from gpumon.backends.model import ProcessSource
+from gpumon.backends.monitor import HostMonitor, make_monitor, snapshot_json
+from gpumon.backends.monitor.sources import host_procs as feed
+from gpumon.backends.torchenv.doctor_procs import process_checks
+
+from sshd_server import SSHD, SshServer
+
+pytestmark = pytest.mark.integration
+
+REASON = skip_reason()
+
+
+@dataclass
+class Lab:
+    host: ProxmoxHost
+    server: SshServer
+    train: GpuProc
+    jupyter: GpuProc
+    config: Path
+
+    def monitor(self, **extra: object) -> HostMonitor:
+        text = self.server.config_toml(
+            "ct200", container=200, python=SYSTEM_PYTHON, interval=0.5, **extra
+        )
+        self.config.write_text(text)
+        return make_monitor(resolve_host(load_config(self.config), "ct200"), record=False)
+
+
+@pytest.fixture
+def lab(monkeypatch: pytest.MonkeyPatch, state_home: Path, tmp_path: Path) -> Iterator[Lab]:
+    if REASON is not None:
+        print(f"SKIPPED (no test Proxmox host here): {REASON}")
+        pytest.skip(REASON)
+    if not Path(SSHD).exists():
+        pytest.fail("OpenSSH server not installed (apt-get install openssh-server)")
+    monkeypatch.setenv("GPUMON_SSH_CONFIG", "")
+    monkeypatch.setattr(feed, "HOST_POLL_S", 1.0)
+    host = ProxmoxHost(base_mib=(4096, 0, 0, 0, 0, 0, 0, 0))  # 4 GiB on GPU 0 no one holds
+    server = SshServer(host.root / "sshd")  # under the host's 0755 root: CT root reads it
+    try:
+        server.setup()
+        for tool in ("pct", "nvidia-smi"):  # the test Proxmox host's, not the stand-ins
+            shutil.copy(host.bin / tool, server.bin / tool)
+        server.start()
+        host.start_container(200)
+        host.start_container(201)
+        train = host.start_gpu_process(200, (0,), 30000, "train.py --cfg drafter.yaml")
+        jupyter = host.start_gpu_process(201, (6,), 6144, "jupyter-lab --no-browser")
+        yield Lab(host, server, train, jupyter, tmp_path / "gpumon.toml")
+    finally:
+        server.kill()
+        host.stop()
+    assert not host.cgroup.exists()
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def test_processes_are_attributed_foreign_memory_flagged_and_unattributed_shown(
+    lab: Lab,
+) -> None:
+    monitor = lab.monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.host_side_fresh() and monitor.latest is not None, "data")
+        procs = {p.host_pid: p for p in monitor.processes}
+        mine, theirs = procs[lab.train.host_pid], procs[lab.jupyter.host_pid]
+        assert (mine.pid, mine.container, mine.user, mine.source) == (
+            lab.train.pid,
+            "200",
+            "root",
+            ProcessSource.HOST,
+        )
+        assert (theirs.pid, theirs.container, theirs.memory_mib) == (None, "201", 6144)
+        assert mine.host_user == "100000" and mine.command and "train.py" in mine.command
+
+        def foreign() -> list[str]:
+            return [a.message for a in monitor.alerts.active() if a.kind == "foreign_process"]
+
+        await until(lambda: bool(foreign()), "the foreign_process alert")
+        assert foreign() == ["GPU 6: 6.0 GiB held by CT 201 jupyter-lab"]
+        data = snapshot_json(monitor, time.time())
+        gpu0, gpu6 = data["gpus"][0], data["gpus"][6]
+        assert gpu0["memory_unattributed_mib"] == 4096
+        [p0] = gpu0["processes"]
+        assert (p0["pid"], p0["host_pid"], p0["container"], p0["source"]) == (
+            lab.train.pid,
+            lab.train.host_pid,
+            "200",
+            "host",
+        )
+        assert [p["container"] for p in gpu6["processes"]] == ["201"]
+        assert gpu6["processes"][0]["pid"] is None
+        assert any(a["kind"] == "foreign_process" for a in data["alerts"])
+    finally:
+        await monitor.stop()
+
+
+async def test_k_ends_the_right_process_through_the_host_and_through_pct(lab: Lab) -> None:
+    monitor = lab.monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.host_side_fresh(), "the host-side list")
+        procs = {p.host_pid: p for p in monitor.processes}
+        via_host = kill_plan("ct200", procs[lab.jupyter.host_pid], host_access=True, container=200)
+        assert via_host.on_host and via_host.pid == lab.jupyter.host_pid
+        outcome = await send_signal(monitor.transport, via_host, "TERM")
+        assert outcome.ok, outcome.message
+        assert await wait_gone(monitor.transport, via_host, timeout=10)
+        assert not lab.jupyter.alive() and lab.train.alive()
+
+        via_pct = kill_plan("ct200", procs[lab.train.host_pid], host_access=False, container=200)
+        assert not via_pct.on_host and via_pct.pid == lab.train.pid  # CT 200's own PID
+        before = lab.host.pct_log.read_text().count("200")
+        outcome = await send_signal(monitor.transport, via_pct, "TERM")
+        assert outcome.ok, outcome.message
+        assert await wait_gone(monitor.transport, via_pct, timeout=10)
+        assert not lab.train.alive()
+        assert lab.host.pct_log.read_text().count("200") > before  # it went through pct
+        entries = [e for e in audit.read_entries() if e["action"] == "kill"]
+        assert [(e["outcome"], e["parameters"]["via"], e["pids"]) for e in entries] == [
+            ("ok", "host", [lab.jupyter.host_pid]),
+            ("ok", "container", [lab.train.pid]),
+        ]
+    finally:
+        await monitor.stop()
+
+
+async def test_without_host_access_the_container_lists_device_file_users(lab: Lab) -> None:
+    monitor = lab.monitor(host_processes=False)
+    monitor.start()
+    try:
+
+        def listed() -> bool:
+            return any(p.source == ProcessSource.DEVICE_FILES for p in monitor.processes)
+
+        await until(listed, "the device-file users")
+        assert monitor.host_processes_time is None
+        files = [p for p in monitor.processes if p.source == ProcessSource.DEVICE_FILES]
+        assert [(p.pid, p.gpus, p.memory_mib, p.user) for p in files] == [
+            (lab.train.pid, (0,), None, "root")
+        ]
+        unresolved = {p.host_pid for p in monitor.processes if p.pid is None}
+        assert unresolved == {lab.train.host_pid, lab.jupyter.host_pid}  # old driver: host PIDs
+    finally:
+        await monitor.stop()
+
+
+@pytest.mark.parametrize(("mode", "translates"), [("host", "no"), ("translate", "yes")])
+async def test_doctor_says_host_access_and_whether_the_driver_translates_pids(
+    lab: Lab, mode: str, translates: str
+) -> None:
+    lab.host.set_mode(mode)
+    monitor = lab.monitor()
+    try:
+        host_check, pid_check = await process_checks(monitor.transport, monitor.host)
+        assert host_check.status == "ok" and "host access: yes" in host_check.evidence
+        assert "containers: 200, 201" in host_check.evidence
+        assert f"driver translates PIDs into the container: {translates}" in pid_check.evidence
+    finally:
+        await monitor.stop()

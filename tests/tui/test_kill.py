@@ -1,0 +1,111 @@
+"""The ``K`` key on the demo: the foreign jupyter in CT 201 holds 6 GiB of GPU 6 from 32 s;
+the detail view lists it (host-side attribution through the real collector), the GPU row
+flags it, ``K`` names it, Cancel is the default, ``y`` terminates it through the host's
+(simulated) ``kill``, GPU 6 gets the memory back, and the signal is audited."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+from textual.geometry import Region
+from textual.widget import Widget
+from textual.widgets import Button
+
+from gpumon.backends.actions import audit
+from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.sim.scenario import JUPYTER_MIB, JUPYTER_PID
+from gpumon.tui.app import GpumonApp
+from gpumon.tui.screens import DetailScreen
+from gpumon.tui.screens.kill import KillScreen
+
+Wait = Callable[..., Awaitable[None]]
+GPU = 6
+
+
+def shown(widget: Widget) -> str:
+    w, h = widget.size
+    return "\n".join(strip.text for strip in widget.render_lines(Region(0, 0, w, h)))
+
+
+def jupyter_listed(monitor: HostMonitor) -> bool:
+    return any(p.host_pid == JUPYTER_PID for p in monitor.processes)
+
+
+async def test_k_terminates_the_foreign_jupyter_through_the_host(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(frozen=False, demo_time=40.0, interval=0.5)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(130, 45)) as pilot:
+        sections = app.dashboard.sections
+        await wait(pilot, lambda: all(len(s.rows) == 8 for s in sections), what="GPU rows")
+        await wait(pilot, lambda: jupyter_listed(monitor), timeout=20, what="host-side list")
+        assert monitor.host_side_fresh()
+
+        def foreign_alerts() -> list[str]:
+            return [a.message for a in monitor.alerts.active() if a.kind == "foreign_process"]
+
+        await wait(pilot, lambda: bool(foreign_alerts()), what="the foreign_process alert")
+        assert foreign_alerts() == ["GPU 6: 6.0 GiB held by CT 201 jupyter-lab"]
+        app.dashboard.refresh_dashboard()
+        await pilot.pause()
+        assert "GPU 6: 6.0 GiB held by CT 201 jupyter-lab" in shown(sections[0].rows[GPU])
+
+        await pilot.press(*["down"] * GPU, "enter")
+        await wait(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail view")
+        detail = cast(DetailScreen, app.screen)
+        table = shown(detail.processes)
+        assert "CT201" in table and f"h{JUPYTER_PID}" not in table  # no PID in CT 200
+        assert "jupyter-lab --no-browser" in table and "CT200" in table
+        procs = [p.host_pid for p in detail._processes()]
+        for _ in range(procs.index(JUPYTER_PID)):
+            await pilot.press("tab")
+        selected = detail.selected_process()
+        assert selected is not None and selected.host_pid == JUPYTER_PID
+
+        await pilot.press("K")
+        await wait(pilot, lambda: isinstance(app.screen, KillScreen), what="the kill dialog")
+        dialog = cast(KillScreen, app.screen)
+        what = shown(dialog.query_one("#kill-what"))
+        assert f"host PID {JUPYTER_PID}" in what and "in CT201" in what and "user root" in what
+        assert f"kill -s TERM {JUPYTER_PID} on the Proxmox host" in what
+        assert app.focused is dialog.query_one("#close", Button)  # Cancel is the default
+        await pilot.press("enter")  # = Cancel
+        await wait(pilot, lambda: app.screen is detail, what="cancelled")
+        assert audit.read_entries() == [] and jupyter_listed(monitor)
+
+        await pilot.press("K")
+        await wait(pilot, lambda: isinstance(app.screen, KillScreen), what="the kill dialog")
+        dialog = cast(KillScreen, app.screen)
+        await pilot.press("y")
+        await wait(pilot, lambda: dialog.state == "done", timeout=20, what="the kill")
+        assert f"PID {JUPYTER_PID} has ended" in shown(dialog.query_one("#kill-status"))
+        [entry] = audit.read_entries()
+        assert entry["action"] == "kill" and entry["outcome"] == "ok"
+        assert entry["pids"] == [JUPYTER_PID] and entry["parameters"]["container"] == "201"
+        assert entry["commands"] == [f"kill -s TERM {JUPYTER_PID}"]
+
+        def gpu6() -> int:
+            sample = monitor.latest
+            return (sample.gpus[GPU].memory_used_mib or 0) if sample else 0
+
+        before = gpu6()
+        await wait(pilot, lambda: not jupyter_listed(monitor), timeout=20, what="gone")
+        await wait(pilot, lambda: gpu6() < before - JUPYTER_MIB // 2, timeout=10, what="freed")
+        await wait(pilot, lambda: not foreign_alerts(), timeout=10, what="the alert to end")
+
+
+async def test_read_only_hides_k_and_refuses_it(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(frozen=False, demo_time=40.0, interval=0.5)
+    app = GpumonApp([monitor], read_only=True)
+    async with app.run_test(size=(130, 45)) as pilot:
+        await wait(pilot, lambda: jupyter_listed(monitor), timeout=20, what="host-side list")
+        await pilot.press(*["down"] * GPU)
+        assert "K" not in app.screen.active_bindings
+        app.dashboard.action_kill_process()
+        await pilot.pause()
+        assert not isinstance(app.screen, KillScreen)
+        assert [e["outcome"] for e in audit.read_entries()] == ["refused"]

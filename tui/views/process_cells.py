@@ -1,0 +1,115 @@
+"""Process lines and the memory flags of a GPU row (pure: records to text and roles).
+
+- ``process_line``: ``CT200 1234 root python train.py --cfg … 92.9G`` in a given width;
+  the command line is what gives way (ellipsis), the memory stays at the right;
+- ``memory_flag``: ``20.1 GiB held by CT 201 jupyter`` (warning) when another container or
+  the host holds memory on the GPU, else ``12.0 GiB not attributed`` (muted) when used
+  memory beyond the driver's reserve is held by no listed process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpumon.backends.model import GpuProcess, GpuSample, HostSample, ProcessSource
+from gpumon.backends.monitor.processes import (
+    container_label,
+    foreign,
+    holder_text,
+    unattributed_mib,
+)
+from gpumon.backends.untrusted import printable
+
+from .gpu_cells import Cell, Role, gib
+
+__all__ = ["ProcessLine", "memory_flag", "process_line", "process_lines"]
+
+MEM_W = 7  # "  92.9G"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessLine:
+    """One process, cut into the columns a line shows."""
+
+    where: str  # CT200, host, docker:3f2a…
+    pid: str  # inside the watched container; "h1234" (host PID) when not in it
+    user: str
+    command: str
+    memory: str  # "92.9G", "?" (device files: not known), "n/a"
+    role: Role  # WARNING for another container's / the host's process
+    process: GpuProcess
+
+    def text(self, width: int) -> str:
+        """The line in ``width`` cells (the command is cut to fit, with an ellipsis)."""
+        head = f"{self.where} {self.pid} {self.user} "
+        room = max(width - len(head) - MEM_W, 8)
+        command = self.command if len(self.command) <= room else self.command[: room - 1] + "…"
+        return f"{head}{command.ljust(room)}{self.memory.rjust(MEM_W)}"[: max(width, 0)]
+
+
+def process_line(p: GpuProcess, watched: int | None) -> ProcessLine:
+    if p.pid is not None:
+        pid = str(p.pid)
+    elif p.host_pid is not None:
+        pid = f"h{p.host_pid}"
+    else:
+        pid = "?"
+    if p.source == ProcessSource.DEVICE_FILES:
+        memory = "?"
+    else:
+        memory = "n/a" if p.memory_mib is None else f"{gib(p.memory_mib)}G"
+    if p.source == ProcessSource.HOST:
+        where = container_label(p.container)
+    elif p.source == ProcessSource.DEVICE_FILES:
+        where = "files"
+    elif p.pid is None:  # a driver PID that is no process here: whose, nobody can say
+        where = "?"
+    else:
+        where = "" if watched is None else f"CT{watched}"
+    command = printable(p.command or p.name or "[not visible from here]")
+    if p.source == ProcessSource.DEVICE_FILES and p.gpus:
+        command += f"  (uses GPUs {_ranges(p.gpus)}, device files)"
+    foreign_one = bool(foreign((p,), watched))
+    return ProcessLine(
+        where=where,
+        pid=pid,
+        user=printable(p.user or "?"),
+        command=command,
+        memory=memory,
+        role=Role.WARNING if foreign_one else Role.NORMAL,
+        process=p,
+    )
+
+
+def process_lines(sample: HostSample, gpu: GpuSample, watched: int | None) -> list[ProcessLine]:
+    return [process_line(p, watched) for p in sample.processes_for(gpu)]
+
+
+def memory_flag(sample: HostSample, gpu: GpuSample, watched: int | None) -> Cell | None:
+    """What the GPU row says about who holds its memory, or None when all is accounted."""
+    procs = sample.processes_for(gpu)
+    others = [p for p in foreign(procs, watched) if p.memory_mib]
+    if others:
+        total = sum(p.memory_mib or 0 for p in others)
+        biggest = max(others, key=lambda p: p.memory_mib or 0)
+        more = f" +{len(others) - 1}" if len(others) > 1 else ""
+        return Cell(f"{gib(total)} GiB held by {holder_text(biggest)}{more}", Role.WARNING)
+    rest = unattributed_mib(gpu, procs)
+    if rest is not None:
+        return Cell(f"{gib(rest)} GiB not attributed", Role.MUTED)
+    return None
+
+
+def _ranges(indexes: tuple[int, ...]) -> str:
+    """0,1,2,3,5 -> "0-3,5"."""
+    out: list[str] = []
+    values = sorted(set(indexes))
+    start = prev = values[0]
+    for v in [*values[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ",".join(out)
