@@ -97,6 +97,7 @@ class HostMonitor:
         self._history_s = history_s
         self._history_len = max(int(history_s / max(self.interval, 0.1)), 60)
         self._task: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
         self._updated = asyncio.Event()
         self.alerts = AlertEngine(host.name, host.alerts, clock=clock)
         self.recorder = FlightRecorder(host.name, clock=clock)
@@ -148,15 +149,40 @@ class HostMonitor:
         since = max(self._last_data_at, self.status.since)
         return (now if now is not None else self.clock()) - since > self.silence_limit()
 
+    def silent_s(self, now: float | None = None) -> float | None:
+        """Seconds a connected host has sent no GPU data (counted from the later of the last
+        round and the session's start); None while not connected."""
+        if self.status.state != ConnState.CONNECTED:
+            return None
+        since = max(self._last_data_at or self.status.since, self.status.since)
+        return max((now if now is not None else self.clock()) - since, 0.0)
+
+    def check_silence(self, now: float | None = None) -> None:
+        """Raise, escalate or end the ``stale_data`` alert for the silence now (the
+        watchdog calls this between samples; a sample ends the alert by itself)."""
+        at = self.clock() if now is None else now
+        before = self.alerts.active()
+        self.alerts.on_silence(self.silent_s(at), self.interval, at)
+        if self.alerts.active() != before:
+            self._notify()
+
     def start(self) -> asyncio.Task[None]:
-        self._task = asyncio.get_running_loop().create_task(self.source.run(self), name=self.name)
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self.source.run(self), name=self.name)
+        self._watchdog = loop.create_task(self._watch_silence(), name=f"{self.name} watchdog")
         return self._task
 
+    async def _watch_silence(self) -> None:
+        while True:
+            await asyncio.sleep(min(max(self.interval, 0.5), 5.0))
+            self.check_silence()
+
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        for task in (self._watchdog, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         try:
             async with asyncio.timeout(STOP_TIMEOUT_S):
                 await self.source.close()
