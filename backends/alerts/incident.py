@@ -38,6 +38,7 @@ __all__ = [
     "Incident",
     "IncidentBell",
     "alert_headline",
+    "by_urgency",
     "incidents",
     "line",
 ]
@@ -139,9 +140,8 @@ def incidents(
     alerts: Iterable[Alert], *, restartable: Collection[str] | Callable[[str], bool] | None = None
 ) -> list[Incident]:
     """Group ``alerts`` (any mix of hosts, active or not) into incidents, the most urgent
-    first: active before ended, unacknowledged before acknowledged, then by severity, then
-    the newest. ``restartable``: the jobs a restart can fix (names, or a predicate); None
-    means any job."""
+    first (``by_urgency``). ``restartable``: the jobs a restart can fix (names, or a
+    predicate); None means any job."""
     groups: list[tuple[Subject, list[Alert]]] = []
     open_by_subject: dict[Subject, int] = {}
     for alert in sorted(alerts, key=lambda a: a.time):
@@ -155,9 +155,16 @@ def incidents(
                 continue
         open_by_subject[key] = len(groups)
         groups.append((key, [alert]))
-    out = [_incident(members, restartable) for _, members in groups]
-    out.sort(key=lambda i: (not i.active, i.acknowledged, -i.severity.rank, -i.last_seen, -i.time))
-    return out
+    return by_urgency(_incident(members, restartable) for _, members in groups)
+
+
+def by_urgency(found: Iterable[Incident]) -> list[Incident]:
+    """``found`` the most urgent first: active before ended, unacknowledged before
+    acknowledged, then by severity, then the newest (also for incidents of several hosts)."""
+    return sorted(
+        found,
+        key=lambda i: (not i.active, i.acknowledged, -i.severity.rank, -i.time, -i.last_seen),
+    )
 
 
 def _incident(

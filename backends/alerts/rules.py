@@ -124,6 +124,23 @@ class AlertRules:
         return Health.OK
 
 
+def check_rules(rules: AlertRules, window_s: float, interval_s: float) -> AlertRules:
+    """``rules`` for a ``gpumon check`` that watches only ``window_s`` seconds at
+    ``interval_s``: the time-to-full line may start once half the window has passed (it
+    needs a third of ``ttf_window_s`` and ``ttf_min_points``), so the two estimates in a
+    row that warn fit in the window and a check sees the memory ramp the dashboard has
+    been warning about. Other rules stay."""
+    if window_s <= 0:
+        return rules
+    half = window_s / 2.0
+    points = max(int(half / max(interval_s, 0.1)) + 1, 3)
+    return replace(
+        rules,
+        ttf_window_s=min(rules.ttf_window_s, max(3.0 * half, 2.0)),
+        ttf_min_points=min(rules.ttf_min_points, points),
+    )
+
+
 # key -> (lowest, highest, integer)
 _LIMITS: dict[str, tuple[float, float, bool]] = {
     "memory_warning_pct": (1.0, 100.0, False),
