@@ -85,6 +85,16 @@ class AlertEngine(AlertStore):
     ) -> None:
         super().__init__(host, clock)
         self.rules = rules
+        self._reset_rules_state()
+
+    def reset(self) -> None:
+        """Forget every alert, note and trend; the listeners stay (a replay rewinding)."""
+        listeners = self._listeners
+        AlertStore.__init__(self, self.host, self.clock)
+        self._listeners = listeners
+        self._reset_rules_state()
+
+    def _reset_rules_state(self) -> None:
         self._watches: dict[int, GpuWatch] = {}
         self._last_seen: dict[int, tuple[float, GpuSample]] = {}  # index -> (time, sample)
         self._latest: HostSample | None = None

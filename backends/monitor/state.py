@@ -101,6 +101,7 @@ class HostMonitor:
         self._updated = asyncio.Event()
         self.alerts = AlertEngine(host.name, host.alerts, clock=clock)
         self.recorder = FlightRecorder(host.name, clock=clock)
+        self.recorder.jobs = [{"name": j.name, "gpus": list(j.gpus)} for j in host.jobs]
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
         self.workloads = Workloads(host)
@@ -165,6 +166,20 @@ class HostMonitor:
         self.alerts.on_silence(self.silent_s(at), self.interval, at)
         if self.alerts.active() != before:
             self._notify()
+
+    def clear_state(self) -> None:
+        """Forget every sample, history, alert and workload state, as before the first
+        sample (a replay that rewinds plays into the same monitor again); listeners stay."""
+        self.latest = None
+        self.processes, self.processes_time = (), None
+        self.histories.clear()
+        self.samples = 0
+        self.log_flow.clear()
+        self._last_data_at = None
+        self._gaps.clear()
+        self.alerts.reset()
+        self.workloads = Workloads(self.host)
+        self._notify()
 
     def start(self) -> asyncio.Task[None]:
         loop = asyncio.get_running_loop()
@@ -279,6 +294,11 @@ class HostMonitor:
         now = self.clock()
         lines = list(lines)
         self._count_log_flow(tag, path, len(lines), dropped, skipped_bytes, now)
+        # On the samples' clock (the target's), which a recording and its replay run on.
+        at = now
+        if self.latest is not None and self._last_data_at is not None:
+            at = self.latest.time + max(now - self._last_data_at, 0.0)
+        self.recorder.record_log(tag, path, lines, at, backlog=backlog)
         self.workloads.on_log(tag, path, lines, now)
         self.alerts.on_log_lines(
             path,

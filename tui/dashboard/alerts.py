@@ -24,7 +24,7 @@ from gpumon.tui.views.alert_cells import incident_text, incident_title, strip_in
 from gpumon.tui.widgets import AlertStrip, StripView
 
 if TYPE_CHECKING:
-    from gpumon.backends.monitor import HostMonitor
+    from gpumon.backends.monitor import HostMonitor, ReplaySource
     from gpumon.tui.views import Palette
 
 CRITICAL_TIMEOUT_S = 10.0  # the strip keeps showing it after the toast is gone
@@ -44,6 +44,9 @@ class AlertsMixin(Screen[None]):
 
         @property
         def palette(self) -> Palette: ...
+
+        @property
+        def replay(self) -> ReplaySource | None: ...
 
     strip: AlertStrip
     _early_alerts: list[Alert]
@@ -70,6 +73,8 @@ class AlertsMixin(Screen[None]):
             self.announce(alert)
 
     def _on_alert(self, alert: Alert) -> None:
+        if self.replay is not None and self.replay.seeking:
+            return  # a replay playing ahead to a jump's target: the strip shows where it is
         if not self._mounted:
             self._early_alerts.append(alert)
             return
