@@ -208,6 +208,9 @@ def alert_headline(alert: Alert, job: str | None = None) -> str:
         )
         detail = ", ".join(f for f in facts if f)
         what = f"CUDA OOM{on_gpu}" + (f" ({detail})" if detail else "")
+        if not detail:  # a form without PyTorch's numbers: say what it does say
+            rest = _NOTE.sub("", message).partition("out of memory")[2].strip(" .:;,")
+            what += f": {rest}" if rest else ""
     elif alert.kind in ("memory", "time_to_full", "oom_death", "gpu_health"):
         what = alert.peak_message or message
         what = _NOTE.sub("", " ".join(what.split()))

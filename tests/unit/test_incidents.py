@@ -185,3 +185,13 @@ def test_stale_data_ends_when_not_connected_and_can_be_turned_off() -> None:
     assert off.on_silence(1e6, 1.0, T0) == []
     with pytest.raises(ValueError, match="stale_critical_intervals"):
         AlertRules.from_mapping({"stale_warning_intervals": 9, "stale_critical_intervals": 3}, "a")
+
+
+def test_an_oom_line_without_pytorchs_numbers_keeps_its_words() -> None:
+    plain = Alert("k", Health.CRITICAL, "cuda_oom", "h", 2, None, "x", T0, T0)
+    text = "RuntimeError: CUDA out of memory. while capturing graph [process GPU 0 = GPU 2]"
+    assert alert_headline(dataclasses.replace(plain, message=text)) == (
+        "CUDA OOM on GPU 2: while capturing graph"
+    )
+    bare = dataclasses.replace(plain, message="CUDA error: out of memory", gpu=None)
+    assert alert_headline(bare) == "CUDA OOM"
