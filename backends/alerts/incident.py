@@ -63,7 +63,7 @@ CAUSE_ORDER = (
 _RANK = {kind: i for i, kind in enumerate(CAUSE_ORDER)}
 _TRIED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", re.IGNORECASE)
 _FREE = re.compile(r"of which ([\d.]+ ?[KMGT]?i?B) (?:is )?free", re.IGNORECASE)
-_NOTE = re.compile(r"\s*\[[^\]]*\]\s*$")  # the engine's "[process GPU 1 = GPU 6 ...]"
+_NOTE = re.compile(r"\s*\[(?:process )?GPU [^\]]*\]\s*$")  # "[process GPU 1 = GPU 6 ...]"
 _SIZE = re.compile(r"([\d.]+) ?([KMGT]?i?B)", re.IGNORECASE)
 
 Subject = tuple[str, str, object]  # (host, "job" | "gpu" | "key", value)

@@ -195,3 +195,5 @@ def test_an_oom_line_without_pytorchs_numbers_keeps_its_words() -> None:
     )
     bare = dataclasses.replace(plain, message="CUDA error: out of memory", gpu=None)
     assert alert_headline(bare) == "CUDA OOM"
+    markup = dataclasses.replace(bare, message="CUDA out of memory. [b]x[/]")
+    assert alert_headline(markup) == "CUDA OOM: [b]x[/]"  # only the engine's GPU note goes
