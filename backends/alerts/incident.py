@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 INCIDENT_GAP_S = 120.0
+BELL_SUBJECTS_KEPT = 1024  # subjects the bell remembers (the oldest-rung go first)
 # Kinds in the order they explain an incident: the first present leads.
 CAUSE_ORDER = (
     "cuda_oom",
@@ -251,6 +252,10 @@ class IncidentBell:
     def __init__(self) -> None:
         self._rung: dict[Subject, set[str]] = {}  # subject -> keys active when it rang
 
+    def __len__(self) -> int:
+        """How many subjects it remembers (bounded by ``BELL_SUBJECTS_KEPT``)."""
+        return len(self._rung)
+
     def rings(self, alert: Alert, active: Iterable[Alert]) -> bool:
         if alert.severity is not Health.CRITICAL:
             return False
@@ -261,5 +266,8 @@ class IncidentBell:
         if rung is not None and rung & live:
             rung.add(alert.key)
             return False
+        self._rung.pop(key, None)  # re-inserted last: the dict is oldest-rung first
         self._rung[key] = live | {alert.key}
+        while len(self._rung) > BELL_SUBJECTS_KEPT:  # one-off alerts are subjects too
+            del self._rung[next(iter(self._rung))]
         return True

@@ -10,6 +10,7 @@ import pytest
 
 from gpumon.backends.alerts.engine import Alert, AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import (
+    BELL_SUBJECTS_KEPT,
     INCIDENT_GAP_S,
     IncidentBell,
     alert_headline,
@@ -106,6 +107,11 @@ def test_a_warning_never_rings_and_other_subjects_ring_on_their_own() -> None:
     assert not bell.rings(warn, [warn])
     assert bell.rings(crit0, [warn, crit0])
     assert bell.rings(crit1, [warn, crit0, crit1])  # another GPU: another incident
+    for k in range(BELL_SUBJECTS_KEPT + 10):  # one-off alerts each their own subject
+        lone = Alert(f"cgroup_oom_kill:m:{k}", Health.CRITICAL, "cgroup_oom_kill", "h", None,
+                     None, "x", T0, T0)  # fmt: skip
+        assert bell.rings(lone, [lone])
+    assert len(bell) == BELL_SUBJECTS_KEPT
 
 
 def test_incidents_split_by_subject_and_by_time() -> None:
