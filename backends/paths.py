@@ -20,9 +20,11 @@ __all__ = [
     "audit_log",
     "config_dir",
     "default_config_file",
+    "outbox_file",
     "recordings_dir",
     "state_dir",
     "ui_state_file",
+    "watch_lock",
 ]
 
 
@@ -59,6 +61,16 @@ def audit_log(env: Mapping[str, str] | None = None) -> Path:
 def recordings_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where the flight recorder writes its ``*.jsonl.gz`` incidents."""
     return state_dir(env) / "recordings"
+
+
+def outbox_file(env: Mapping[str, str] | None = None) -> Path:
+    """The notifiers' outbox (SQLite): messages not yet delivered, open incidents."""
+    return state_dir(env) / "outbox.sqlite3"
+
+
+def watch_lock(env: Mapping[str, str] | None = None) -> Path:
+    """Held (flock) by a running ``gpumon watch``: the dashboard then leaves delivery to it."""
+    return state_dir(env) / "watch.lock"
 
 
 def ui_state_file(env: Mapping[str, str] | None = None) -> Path:

@@ -67,6 +67,16 @@ def _private_xdg_dirs(
 
 
 @pytest.fixture(autouse=True)
+def _no_real_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Child processes import the stand-in tests/support/no_nvml/pynvml.py (an ImportError)
+    before the real nvidia-ml-py: on a machine with GPUs the agents the tests start read
+    the stand-in nvidia-smi, as everywhere else."""
+    path = os.environ.get("PYTHONPATH")
+    stub = str(TESTS / "support" / "no_nvml")
+    monkeypatch.setenv("PYTHONPATH", stub + (os.pathsep + path if path else ""))
+
+
+@pytest.fixture(autouse=True)
 def _in_process_only(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:

@@ -42,6 +42,8 @@ from gpumon.tui.widgets import plotext
 
 if TYPE_CHECKING:
     from gpumon.backends.config import HostConfig
+    from gpumon.backends.config.notify import NotifySettings
+    from gpumon.backends.notify.hub import NotifyHub
     from gpumon.backends.sim import SimSettings
 
 TERMINAL_CHECK_S = 1.0  # how often to look for a terminal that went away without a SIGHUP
@@ -62,9 +64,12 @@ class GpumonApp(App[int], inherit_bindings=False):
         read_only: bool = False,
         bell: bool = True,
         session: Session | None = None,
+        hub: NotifyHub | None = None,
     ) -> None:
         super().__init__()
         self._mounted = False
+        self.hub = hub  # alerts to the [notify.*] notifiers, as `gpumon watch` delivers them
+        self._hub_start: asyncio.Task[None] | None = None
         self.monitors = list(monitors)
         self.session = session if session is not None else Session()
         for t in GPUMON_THEMES:
@@ -95,7 +100,12 @@ class GpumonApp(App[int], inherit_bindings=False):
         # Connect while Textual sets up the screen: the first frame can show data.
         for m in self.monitors:
             self.session.watch(m)
+            if self.hub is not None:
+                self.hub.attach(m)
             m.start()
+        if self.hub is not None:
+            self.hub.attach_session(self.session)
+            self._hub_start = asyncio.get_running_loop().create_task(self.hub.start())
 
     def on_mount(self) -> None:
         self._mounted = True
@@ -106,6 +116,8 @@ class GpumonApp(App[int], inherit_bindings=False):
         # Load plotext off the event loop, before anyone opens a detail view.
         self.set_timer(2.0, lambda: self.run_worker(plotext, thread=True, group="warm-up"))
         if not self.is_headless:
+            if self.hub is not None:
+                self.hub.terminal = self._write_terminal
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_hangup)
             self._tty = terminal_fd()
@@ -119,6 +131,9 @@ class GpumonApp(App[int], inherit_bindings=False):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         await self.session.close()
         await asyncio.gather(*(m.stop() for m in self.monitors), return_exceptions=True)
+        if self.hub is not None:
+            await self.hub.close()
+            self.hub.outbox.close()
 
     def notify(
         self,
@@ -134,6 +149,13 @@ class GpumonApp(App[int], inherit_bindings=False):
         ``[link=…]``, an unbalanced ``[/]``) would act on the operator's terminal or crash
         the render. ``markup`` is accepted for Textual's signature and ignored."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
+    def _write_terminal(self, data: bytes) -> None:
+        """A ``terminal`` notifier's sequences, through the driver's writer: between
+        frames, never inside one."""
+        driver = self._driver
+        if driver is not None:
+            driver.write(data.decode())
 
     def get_driver_class(self) -> type[Driver]:
         return hangup_safe(super().get_driver_class())
@@ -191,14 +213,37 @@ def run_dashboard(
     read_only: bool = False,
     interval: float | None = None,
     bell: bool = True,
+    notify: NotifySettings | None = None,
 ) -> int:
-    """Run the dashboard on ``hosts`` until the user quits; returns the exit status."""
+    """Run the dashboard on ``hosts`` until the user quits; returns the exit status.
+    With ``notify`` notifiers, alerts are delivered as ``gpumon watch`` delivers them
+    (``dashboard_delivery``: "auto" only while no watch runs, "always", "never")."""
     from gpumon.backends.monitor import make_monitor
 
     if interval is not None:
         hosts = [replace(h, interval=interval) for h in hosts]
     monitors = [make_monitor(h, sim) for h in hosts]
-    return run_app(GpumonApp(monitors, theme=theme, read_only=read_only, bell=bell))
+    app = GpumonApp(
+        monitors, theme=theme, read_only=read_only, bell=bell, hub=dashboard_hub(notify)
+    )
+    return run_app(app)
+
+
+def dashboard_hub(settings: NotifySettings | None) -> NotifyHub | None:
+    """The dashboard's delivery, or None: no notifiers, ``dashboard_delivery = "never"``,
+    or "auto" while a ``gpumon watch`` runs (it delivers; the dashboard would page twice)."""
+    if settings is None or not settings.notifiers or settings.dashboard_delivery == "never":
+        return None
+    from gpumon.backends.notify.hub import NotifyHub, default_outbox
+    from gpumon.backends.notify.outbox import Outbox
+    from gpumon.backends.notify.watch import watch_running
+
+    if settings.dashboard_delivery == "auto" and watch_running():
+        return None
+    hub = NotifyHub(settings, Outbox(default_outbox(settings)))
+    if settings.dashboard_delivery == "auto":  # a watch started later takes over
+        hub.standby = watch_running
+    return hub
 
 
 def run_app(app: GpumonApp) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.config.limits import (
@@ -44,6 +44,9 @@ from gpumon.backends.config.workloads import limited as _limited
 from gpumon.backends.config.workloads import number as _number
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.paths import default_config_file
+
+if TYPE_CHECKING:
+    from gpumon.backends.config.notify import NotifySettings
 
 HostKind = Literal["ssh", "local", "demo"]
 BUILTIN_HOSTS: Mapping[str, HostKind] = MappingProxyType({"demo": "demo", "local": "local"})
@@ -114,6 +117,13 @@ class Config:
     defaults: Mapping[str, Any] = field(default_factory=lambda: _builtin_defaults())
     searched: Path | None = None
     reason: str = ""
+    notify: NotifySettings | None = None  # [notify.*] and [watch]; None: neither given
+
+    def notify_settings(self) -> NotifySettings:
+        """The notifiers and ``gpumon watch`` settings, defaults where the file has none."""
+        from gpumon.backends.config.notify import NotifySettings
+
+        return self.notify if self.notify is not None else NotifySettings()
 
 
 # --- key specs ------------------------------------------------------------------------
@@ -313,7 +323,16 @@ def _host_tables(raw: object) -> dict[str, dict[str, Any]]:
 TOP_LEVEL: tuple[KeySpec, ...] = (
     KeySpec("defaults", lambda raw: _check_table(raw, HOST_SETTINGS), "a [defaults] table", {}),
     KeySpec("hosts", _host_tables, "[hosts.NAME] tables", {}),
+    KeySpec("notify", lambda raw: _notify_part("notify_tables", raw), "[notify.NAME] tables"),
+    KeySpec("watch", lambda raw: _notify_part("watch_table", raw), "a [watch] table"),
 )
+
+
+def _notify_part(checker: str, raw: object) -> Any:
+    """[notify.*] and [watch] are checked in config.notify (imported when present)."""
+    from gpumon.backends.config import notify
+
+    return getattr(notify, checker)(raw)
 
 
 # --- locating and loading -------------------------------------------------------------
@@ -381,9 +400,16 @@ def load_config(
             name: _build_host(name, table, defaults, source)
             for name, table in top.get("hosts", {}).items()
         }
+        notify = None
+        if "notify" in top or "watch" in top:
+            from gpumon.backends.config.notify import notify_settings
+
+            notify = notify_settings(top.get("notify"), top.get("watch"))
     except _Invalid as e:
         raise ConfigError(e.problem, source=source, key=_dotted(e.path)) from None
-    return Config(path=path, hosts=hosts, defaults=defaults, searched=path, reason=reason)
+    return Config(
+        path=path, hosts=hosts, defaults=defaults, searched=path, reason=reason, notify=notify
+    )
 
 
 def _builtin_defaults(overrides: Mapping[str, Any] | None = None) -> Mapping[str, Any]:

@@ -29,7 +29,7 @@ class SglangConfig:
 
     ports: tuple[int, ...] = ()
     log: str | None = None  # path or glob of the servers' logs (used when metrics are off)
-    discover: bool = True  # also find `sglang.launch_server --port N` processes
+    discover: bool = True  # also find `sglang.launch_server` / `sglang serve` processes
 
 
 @dataclass(frozen=True, slots=True)

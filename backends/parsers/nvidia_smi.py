@@ -182,6 +182,31 @@ def query_gpu_args(fields: Sequence[str] = QUERY_FIELDS, loop_ms: int | None = N
     return args
 
 
+_HELP_FIELD = re.compile(r'"([A-Za-z_][A-Za-z0-9_.]*)"')
+_RENAMED = ("clocks_event_reasons.", "clocks_throttle_reasons.")  # R535 name, older name
+
+
+def fields_for_help(help_text: str, wanted: Sequence[str] = QUERY_FIELDS) -> tuple[str, ...]:
+    """The query field list this nvidia-smi accepts, from its ``--help-query-gpu``: one
+    field it does not know fails the whole query (``Field "..." is not a valid field to
+    query.``), so a field the help does not list is left out, and ``clocks_event_reasons.*``
+    (the R535 names; R535+ help lists both, ``"clocks_event_reasons.active" or
+    "clocks_throttle_reasons.active"``) is asked by its older name where only that is
+    listed (drivers before R535). A help text without quoted names (unfamiliar) keeps
+    ``wanted``: the query then fails loudly rather than quietly dropping fields."""
+    known = frozenset(_HELP_FIELD.findall(help_text))
+    if not known:
+        return tuple(wanted)
+    out: list[str] = []
+    new, old = _RENAMED
+    for field in wanted:
+        if field in known:
+            out.append(field)
+        elif field.startswith(new) and old + field[len(new) :] in known:
+            out.append(old + field[len(new) :])
+    return tuple(out)
+
+
 def compute_apps_args() -> list[str]:
     """The argv after ``nvidia-smi`` for the per-process query (PROCESS_FIELDS, no header)."""
     return [f"--query-compute-apps={','.join(PROCESS_FIELDS)}", _FORMAT_ARG]

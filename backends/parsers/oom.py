@@ -80,7 +80,8 @@ _SGLANG_PREFIX = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?((?: [A-
 _RAY_PREFIX = re.compile(r"\((?:\w+ )?pid=\d{1,10}(?:, ip=[0-9a-fA-F.:]{1,45})?\)\s")
 
 _MEMORY_FAILURE = re.compile(
-    r"(?P<torch>torch\.(?:cuda\.)?OutOfMemoryError\b|\b(?:CUDA|HIP|XPU) out of memory\.)"
+    r"(?P<torch>torch\.(?:cuda\.)?OutOfMemoryError\b|\b(?:CUDA|HIP|XPU) out of memory\."
+    r"|\bAllocation on device \d{1,4} would exceed allowed memory\. \(out of memory\))"
     r"|(?P<runtime>CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation)"
     r"|(?P<lib>\b(?:CUBLAS|CUDNN|CUSOLVER|CUSPARSE|CUFFT|CURAND)_STATUS_ALLOC_FAILED\b)"
     r"|(?P<nccl>Cuda failure (?:\d{1,4} )?'out of memory')"
@@ -95,10 +96,17 @@ _CRASH_LINE = re.compile(
     r"|(?P<watchdog>Scheduler watchdog timeout)|(?P<health>Health check failed\.)"
     r"|(?P<child>ChildFailedError)"
 )
-_HIT = re.compile(r"(Scheduler|DetokenizerManager|TokenizerManager|DataParallelController) hit an")
+# Every `X hit an exception: {traceback}` of SGLang 0.4.3-0.5.23; the Multi*Router ones
+# run with --tokenizer-worker-num > 1 (managers/multi_tokenizer_mixin.py).
+_HIT = re.compile(
+    r"(Scheduler|DetokenizerManager|TokenizerManager|DataParallelController"
+    r"|MultiTokenizerRouter|MultiDetokenizerRouter|TpModelWorkerClient|GrpcRequestManager)"
+    r" hit an"
+)
 _CVD = re.compile(r"CUDA_VISIBLE_DEVICES['\"]?\s{0,3}[=:]\s{0,3}['\"]?([A-Za-z0-9,\-]{0,400})")
 _GPU_NUMBER = (
     re.compile(r"\bGPU (\d{1,4}) has a total capaci?ty"),
+    re.compile(r"\bAllocation on device (\d{1,4}) would exceed"),  # cudaMallocAsync backend
     re.compile(r"\(GPU (\d{1,4}); "),
     re.compile(r"^\S{1,100}:\d{1,10}:\d{1,10} \[(\d{1,4})\] "),  # NCCL: host:pid:tid [dev]
     re.compile(r"\b(?:cuda|xpu|hip):(\d{1,4})\b"),

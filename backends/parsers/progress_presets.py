@@ -41,6 +41,7 @@ class ProgressUpdate:
     eta_s: float | None = None
     items_per_s: float | None = None
     finished: bool = False
+    unit: str | None = None  # what ``items_per_s`` counts when a bar names it ("B", "img")
 
     def merged(self, later: ProgressUpdate) -> ProgressUpdate:
         """This update with every value ``later`` has replaced."""
@@ -151,10 +152,67 @@ def parse_kv(line: str) -> ProgressUpdate | None:
 
 # ---------------------------------------------------------------------------------- tqdm
 
+# tqdm.std.tqdm.format_meter (tqdm 4.70): r_bar is "| {n_fmt}/{total_fmt} [{elapsed}<{remaining},
+# {rate_fmt}{postfix}]", without a total "{n_fmt}{unit} [{elapsed}, {rate_fmt}{postfix}]".
+# With unit_scale, n_fmt / total_fmt are format_sizeof(n, divisor=unit_divisor) (prefixes
+# k M G T P E Z, then Y), but the rate is format_sizeof(rate) with the default divisor 1000:
+# "50.0M/100M [00:05<00:05, 10.5MB/s]" for a unit_divisor=1024 byte bar is 50 MiB of 100 MiB
+# at 10.5e6 B/s. rate_fmt is "{rate}{unit}/s", or "{1/rate}s/{unit}" when slower than 1/s.
 _TQDM = re.compile(
-    r"(\d[\d.]*[kMGT]?)(?:/(\d[\d.]*[kMGT]?|\?))?\s*([A-Za-z]+\s*)?"
+    r"(\d[\d.]*[kMGTPEZY]?)(?:/(\d[\d.]*[kMGTPEZY]?|\?))?\s*([A-Za-z]+\s*)?"
     r"\[\s*([\d:]+(?:\.\d+)?|\?)\s*(?:<\s*([^,\]]*))?,\s*([^,\]]*)(?:,\s*([^\]]*))?\]"
 )
+_TQDM_PREFIX = {"": 1, "k": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6, "Z": 7, "Y": 8}
+_TQDM_COUNT = re.compile(r"(\d+(?:\.\d+)?)([kMGTPEZY]?)")
+_TQDM_RATE = re.compile(
+    rf"\s*(?:({NUMBER})([kMGTPEZY]?)|\?)([^\s/\d][^\s/]*)/s\s*"  # 10.5MB/s, 5.41it/s, ?B/s
+    rf"|\s*({NUMBER})([kMGTPEZY]?)s/([^\s/]+)\s*"  # 3.20s/it
+)
+_TQDM_PERCENT = re.compile(r"(\d{1,3})%\|[^|]*\|\s*$")
+_BYTE_UNITS = frozenset({"B", "iB", "b"})
+
+
+def _tqdm_count(text: str | None, divisor: int) -> float | None:
+    m = _TQDM_COUNT.fullmatch(text or "")
+    if m is None:
+        return None
+    power = 0 if not m[2] else _TQDM_PREFIX[m[2]]
+    value = float(m[1]) * divisor**power
+    return value if math.isfinite(value) else None
+
+
+def _tqdm_rate(text: str) -> tuple[float | None, str | None]:
+    """(per second, unit) of tqdm's rate_fmt; the prefix is always SI (divisor 1000)."""
+    m = _TQDM_RATE.fullmatch(text)
+    if m is None:
+        return None, None
+    if m[3] is not None:
+        if m[1] is None:
+            return None, m[3]  # "?B/s": no rate yet
+        value = float(m[1]) * 1000 ** (_TQDM_PREFIX[m[2]] if m[2] else 0)
+        return (value if math.isfinite(value) else None), m[3]
+    seconds = float(m[4]) * 1000 ** (_TQDM_PREFIX[m[5]] if m[5] else 0)
+    return (1.0 / seconds if seconds > 0 and math.isfinite(seconds) else None), m[6]
+
+
+def _tqdm_divisor(n: str, total: str | None, unit: str | None, percent: str | None) -> int:
+    """The unit_divisor a scaled bar was printed with. The text does not say it; the
+    bar's percentage (n / total, format "{:3.0f}") tells when the two divisors disagree
+    on it, else a byte bar is taken as binary (tqdm's documented byte idiom,
+    ``unit="B", unit_scale=True, unit_divisor=1024``) and anything else as 1000."""
+    if percent is not None and total:
+        fits = []
+        for divisor in (1000, 1024):
+            a, b = _tqdm_count(n, divisor), _tqdm_count(total, divisor)
+            if a is not None and b:
+                fits.append((abs(a / b * 100 - int(percent)), divisor))
+        if len(fits) == 2 and abs(fits[0][0] - fits[1][0]) > 0.5:
+            return min(fits)[1]
+    return 1024 if unit in _BYTE_UNITS else 1000
+
+
+def _scaled(*texts: str | None) -> bool:
+    return any(t is not None and (t[-1:].isalpha() or "." in t) for t in texts)
 
 
 def parse_tqdm(line: str) -> ProgressUpdate | None:
@@ -162,18 +220,28 @@ def parse_tqdm(line: str) -> ProgressUpdate | None:
     if not bars:
         return None
     m = bars[-1]  # the newest bar on the line
-    rate = parse_rate(m[6])
+    rate, rate_unit = _tqdm_rate(m[6])
+    unit = (m[3] or "").strip() or rate_unit
     postfix = parse_kv(m[7]) if m[7] else None
-    n = read_count(m[1])
-    total = read_count(m[2]) if m[2] and m[2] != "?" else None
-    tokens = "tok" in f"{m[3]} {m[6]}".lower()  # unit="tok" bars count tokens, not steps
+    total_text = m[2] if m[2] and m[2] != "?" else None
+    if _scaled(m[1], total_text):  # unit_scale: 1.00k, 50.0M, 0.00
+        percent = _TQDM_PERCENT.search(line, 0, m.start())
+        divisor = _tqdm_divisor(m[1], total_text, unit, percent[1] if percent else None)
+        n_value, total_value = _tqdm_count(m[1], divisor), _tqdm_count(total_text, divisor)
+        n = int(n_value) if n_value is not None and n_value < 1e18 else None
+        total = int(total_value) if total_value is not None and total_value < 1e18 else None
+    else:
+        n, total = read_count(m[1]), read_count(total_text)
+    tokens = (unit or "").lower().startswith("tok")  # unit="tok" bars count tokens, not steps
+    named = unit if unit and unit not in ("it", "tok") else None
     base = ProgressUpdate(
         step=None if tokens else n,
         total_steps=None if tokens else total,
         tokens=float(n) if tokens and n is not None else None,
-        tokens_per_s=rate.per_second if rate and tokens else None,
-        items_per_s=rate.per_second if rate and not tokens else None,
+        tokens_per_s=rate if rate is not None and tokens else None,
+        items_per_s=rate if rate is not None and not tokens else None,
         eta_s=read_eta(m[5]) if m[5] else None,
+        unit=named,
     )
     return base.merged(postfix) if postfix else base
 
@@ -207,7 +275,11 @@ def parse_hf(line: str) -> ProgressUpdate | None:
         return None
     if not isinstance(d, dict) or not all(isinstance(k, str) for k in d):
         return None
-    final = "train_runtime" in d
+    # The end of a run is Trainer's final summary (``_inner_training_loop`` /
+    # ``_finalize_training``: speed_metrics("train", ...) + train_loss, no "loss"). From
+    # 4.48 on, with include_num_input_tokens_seen every periodic log also carries
+    # train_runtime / train_tokens_per_second (``Trainer.log``), beside its "loss".
+    final = "train_runtime" in d and "loss" not in d
     loss = _dict_value(d, "train_loss" if final else "loss", "loss")
     if loss is None and not final:
         return None  # eval dicts and others: no training progress

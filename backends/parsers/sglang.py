@@ -6,11 +6,25 @@ costs ~25 us per sample and a busy server prints ~500 samples. The agent can app
 same filter on the target to cut bandwidth.
 
 Both name prefixes are accepted: ``sglang:`` (SGLang's own page) and ``sglang_``
-(Prometheus 3 underscore escaping, the router's ``/engine_metrics``). Series of TP ranks
-other than 0 are dropped (``--enable-metrics-for-all-schedulers`` repeats the same batch
-on every rank); everything else (``dp_rank``, ``is_streaming``, ``pid``, ...) is summed.
-``NaN`` and infinite values read as absent. A family the text does not carry is ``None``,
-never 0. Log lines (metrics off) are in ``sglang_log``.
+(Prometheus 3 underscore escaping, the router's ``/engine_metrics``). ``NaN`` and infinite
+values read as absent. A family the text does not carry is ``None``, never 0. Log lines
+(metrics off) are in ``sglang_log``.
+
+Which series count (formats.md 8.2, checked against SGLang 0.4.3-0.5.23):
+
+- Scheduler series carry ``tp_rank`` (since 0.5.x; 0.4.x pages have one series that the
+  server itself merged). Each stats-logging rank (``attn_tp_rank == 0``) counts once:
+  per ``dp_rank`` the lowest ``tp_rank`` is the leader (DP attention: DP k has the global
+  ``tp_rank``; ``--enable-metrics-for-all-schedulers`` adds followers, which repeat the
+  leader's batch), and the leaders are summed.
+- Pipeline parallel: every stage's scheduler records the same requests and tokens under
+  its own ``pp_rank``; only the first stage (lowest ``pp_rank``) is read.
+- ``--enable-priority-scheduling`` (0.5.10+): scheduler gauges carry ``priority=""`` (the
+  total) plus ``priority="<int>"`` breakdowns of the queue counts: only ``""`` is read.
+  Tokenizer series (no ``tp_rank``) are labelled with each request's priority, a
+  partition: they are summed, as are ``is_streaming``, ``cache_source`` parts and ``pid``.
+- Ratios are never summed: KV usage over several ranks is weighted by each rank's
+  ``max_total_num_tokens`` (the plain mean where that gauge is absent, before 0.5.7).
 """
 
 from __future__ import annotations
@@ -57,7 +71,12 @@ CORE_FAMILIES = (
     "prefill_effective_tokens_total",
 )
 # Histograms (about 70 samples): only needed for latency quantiles over a long window.
-LATENCY_FAMILIES = ("time_to_first_token_seconds", "inter_token_latency_seconds")
+# 0.4.3 names the ITL histogram ``time_per_output_token_seconds`` (renamed by 0.4.6).
+LATENCY_FAMILIES = (
+    "time_to_first_token_seconds",
+    "inter_token_latency_seconds",
+    "time_per_output_token_seconds",
+)
 
 
 def _line_pattern(latency: bool) -> str:
@@ -135,10 +154,16 @@ class SglangScrape:
     """The numbers of one ``/metrics`` fetch of one server. ``None``: not in the text.
 
     Counters are raw totals since the server started (the tracker turns two scrapes into
-    rates). ``token_usage`` is the unrounded max(full, swa, mamba) when the server prints
-    those, else its 2-decimal ``token_usage`` gauge. ``gen_throughput`` is SGLang's own
-    gauge: stale between log lines, kept only as a fallback for servers without token
-    counters. ``ttft``/``itl`` are None when histograms were not parsed this time.
+    rates), summed over the stats-logging ranks (module docstring). ``token_usage`` is,
+    per rank, the largest of ``full_token_usage`` (unrounded, 0.5.10+; else
+    ``token_usage``), ``swa_token_usage`` and ``mamba_usage``, then weighted by capacity
+    over the ranks. The hybrid gauges count only where the model is hybrid: SGLang sets
+    them only for hybrid SWA / SSM pools and leaves them at their 0.0 default otherwise
+    (``SchedulerStats``), so a non-hybrid server's usage is its ``token_usage``.
+    ``gen_throughput`` is SGLang's own gauge summed over the ranks: stale between log
+    lines, used only where there is no ``realtime_tokens_total`` (before 0.5.7).
+    ``ttft``/``itl`` are None when histograms were not parsed this time. ``ranks`` is
+    how many stats-logging ranks the numbers cover.
     """
 
     model: str | None = None
@@ -159,6 +184,8 @@ class SglangScrape:
     ttft: Histogram | None = None
     itl: Histogram | None = None
     samples: int = 0
+    ranks: int = 0
+    ranked: bool = False  # scheduler series carry tp_rank (0.5.x), else merged by the server
 
     def counters(self) -> tuple[float | None, ...]:
         """The monotonic totals, for spotting a counter reset (server restart)."""
@@ -206,6 +233,50 @@ def parse_sglang_metrics(text: str, latency: bool = True) -> SglangScrape:
         raise SglangParseError(f"invalid Prometheus text: {detail}") from None
 
 
+_RANK_GAUGES = (
+    "token_usage",
+    "full_token_usage",
+    "swa_token_usage",
+    "mamba_usage",
+    "max_total_num_tokens",
+)
+
+_Sample = tuple[str, dict[str, str], float]
+
+
+def _rank_int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isascii() and text.isdigit() else None
+
+
+def _leaders(samples: list[_Sample]) -> tuple[int | None, dict[str, int]]:
+    """The first pipeline stage and, per ``dp_rank``, the lowest ``tp_rank`` on it."""
+    stages = [_rank_int(lb.get("pp_rank", "0")) for _, lb, _ in samples if "tp_rank" in lb]
+    known = [p for p in stages if p is not None]
+    first = min(known) if known else None
+    leader: dict[str, int] = {}
+    for _, labels, _ in samples:
+        tp = _rank_int(labels.get("tp_rank"))
+        if tp is None or _rank_int(labels.get("pp_rank", "0")) != first:
+            continue
+        dp = labels.get("dp_rank", "")
+        leader[dp] = min(tp, leader.get(dp, tp))
+    return first, leader
+
+
+def _rank_key(labels: dict[str, str], first: int | None, leader: dict[str, int]) -> str | None:
+    """The DP group a scheduler sample is the stats-logging leader of; ``""`` for a
+    tokenizer sample or an unranked 0.4.x one; None when the sample is not counted."""
+    if "tp_rank" not in labels:
+        return ""
+    if labels.get("priority", ""):  # a per-priority breakdown of the total under ""
+        return None
+    tp, pp = _rank_int(labels["tp_rank"]), _rank_int(labels.get("pp_rank", "0"))
+    dp = labels.get("dp_rank", "")
+    if tp is None or pp != first or leader.get(dp) != tp:
+        return None
+    return dp
+
+
 class _Sums:
     """Per-name sums of the samples kept, plus histogram pieces."""
 
@@ -213,17 +284,11 @@ class _Sums:
         self.values: dict[str, float] = {}
         self.by_label: dict[tuple[str, str], float] = {}  # (name, mode/cache_source) -> sum
         self.buckets: dict[str, dict[float, float]] = {}
+        self.per_rank: dict[str, dict[str, float]] = {}  # dp group -> usage gauges
         self.model: str | None = None
-        self.seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-        self.samples = 0
 
-    def add(self, name: str, labels: dict[str, str], value: float) -> None:
-        key = (name, tuple(sorted(labels.items())))
-        if key in self.seen:
-            raise SglangParseError(f"series repeated in the text: {name}{labels}")
-        self.seen.add(key)
-        self.samples += 1
-        if labels.get("tp_rank", "0") != "0" or not math.isfinite(value):
+    def add(self, name: str, labels: dict[str, str], value: float, rank: str) -> None:
+        if not math.isfinite(value):
             return
         if self.model is None and labels.get("model_name"):
             self.model = labels["model_name"]
@@ -238,6 +303,9 @@ class _Sums:
         part = labels.get("mode", labels.get("cache_source"))
         if part is not None:
             self.by_label[name, part] = self.by_label.get((name, part), 0.0) + value
+        if name in _RANK_GAUGES:
+            gauges = self.per_rank.setdefault(rank, {})
+            gauges[name] = gauges.get(name, 0.0) + value
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -245,31 +313,55 @@ class _Sums:
     def part(self, name: str, label: str) -> float | None:
         return self.by_label.get((name, label))
 
-    def histogram(self, name: str) -> Histogram | None:
-        per = self.buckets.get(name)
-        if not per or math.inf not in per:
-            return None  # no buckets, or cut before the +Inf bucket
-        buckets = tuple(sorted(per.items()))
-        count = self.values.get(name + "_count", per[math.inf])
-        return Histogram(buckets, count, self.values.get(name + "_sum"))
+    def histogram(self, *names: str) -> Histogram | None:
+        for name in names:
+            per = self.buckets.get(name)
+            if not per or math.inf not in per:
+                continue  # no buckets, or cut before the +Inf bucket
+            buckets = tuple(sorted(per.items()))
+            count = self.values.get(name + "_count", per[math.inf])
+            return Histogram(buckets, count, self.values.get(name + "_sum"))
+        return None
+
+    def token_usage(self) -> float | None:
+        """Per rank the largest pool usage, weighted by capacity over the ranks."""
+        usage: list[tuple[float, float | None]] = []
+        for gauges in self.per_rank.values():
+            base = gauges.get("full_token_usage", gauges.get("token_usage"))
+            parts = (base, gauges.get("swa_token_usage"), gauges.get("mamba_usage"))
+            known = [v for v in parts if v is not None]
+            if known:
+                usage.append((max(known), gauges.get("max_total_num_tokens")))
+        if not usage:
+            return None
+        caps = [c for _, c in usage if c is not None and c > 0]
+        if len(caps) == len(usage):
+            return sum(u * (c or 0.0) for u, c in usage) / sum(caps)
+        return sum(u for u, _ in usage) / len(usage)
 
 
 def _build(text: str, latency: bool) -> SglangScrape:
-    sums = _Sums()
+    samples: list[_Sample] = []
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name
             if not name.startswith(("sglang:", "sglang_")):
                 continue
-            sums.add(name[7:], sample.labels, float(sample.value))
-    if not sums.samples:
+            key = (name[7:], tuple(sorted(sample.labels.items())))
+            if key in seen:
+                raise SglangParseError(f"series repeated in the text: {name}{sample.labels}")
+            seen.add(key)
+            samples.append((name[7:], sample.labels, float(sample.value)))
+    if not samples:
         raise SglangParseError("no SGLang metrics in the text (expected sglang:num_running_reqs)")
+    first, leader = _leaders(samples)
+    sums = _Sums()
+    for name, labels, value in samples:
+        rank = _rank_key(labels, first, leader)
+        if rank is not None:
+            sums.add(name, labels, value, rank)
 
-    usage_parts = [
-        v
-        for v in (sums.get(n) for n in ("full_token_usage", "swa_token_usage", "mamba_usage"))
-        if v is not None
-    ]
     hits = [sums.part("prefill_effective_tokens_total", m) for m in _HIT_MODES]
     cached = sums.part("cached_tokens_total", "total")
     return SglangScrape(
@@ -277,7 +369,7 @@ def _build(text: str, latency: bool) -> SglangScrape:
         running=sums.get("num_running_reqs"),
         queued=sums.get("num_queue_reqs"),
         gen_throughput=sums.get("gen_throughput"),
-        token_usage=max(usage_parts) if usage_parts else sums.get("token_usage"),
+        token_usage=sums.token_usage(),
         used_tokens=sums.get("num_used_tokens"),
         max_total_tokens=sums.get("max_total_num_tokens"),
         decode_tokens=sums.part("realtime_tokens_total", "decode"),
@@ -292,8 +384,14 @@ def _build(text: str, latency: bool) -> SglangScrape:
             sum(h for h in hits if h is not None) if any(h is not None for h in hits) else None
         ),
         ttft=sums.histogram("time_to_first_token_seconds") if latency else None,
-        itl=sums.histogram("inter_token_latency_seconds") if latency else None,
-        samples=sums.samples,
+        itl=(
+            sums.histogram("inter_token_latency_seconds", "time_per_output_token_seconds")
+            if latency
+            else None
+        ),
+        samples=len(samples),
+        ranks=max(len(leader), 1 if sums.per_rank else 0),
+        ranked=bool(leader),
     )
 
 

@@ -45,7 +45,8 @@ _MAX_LINE = 8192
 
 @dataclass(frozen=True, slots=True)
 class SglangLogStats:
-    """One stats line. ``time`` is the server's local time text; ``ranks`` e.g. "DP6 TP6".
+    """One stats line. ``time`` is the server's local time text; ``ranks`` e.g. "DP6 TP6"
+    (0.4.x always prints `` TP{n}``; 0.5.3-0.5.5 order DP TP EP PP, 0.5.6+ DP PP ... TP EP).
 
     ``token_usage`` is the largest of the usage items (normal, full, swa, mamba, gpu),
     ``tokens`` the KV slots in use (``#token`` or ``#full token``). ``extra`` keeps the
@@ -67,6 +68,13 @@ class SglangLogStats:
     pending_tokens: int | None = None
     cuda_graph: bool | None = None
     extra: tuple[tuple[str, str], ...] = ()
+
+    def rank(self, name: str) -> int | None:
+        """The number after ``name`` (``DP``, ``PP``, ``TP``, ...) in ``ranks``, or None."""
+        for part in self.ranks.split():
+            if part.startswith(name) and part[len(name) :].isdigit():
+                return int(part[len(name) :])
+        return None
 
 
 def _int(text: str) -> int | None:

@@ -32,7 +32,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import protocol
-from .logtail import LogTail
+from .fetch import FetchError, http_get
+from .logtail import LogTail, Waker
 from .protocol import AGENT_VERSION, AgentOptions
 
 SMI_TIMEOUT_S = 15.0  # a stuck driver can leave nvidia-smi in D state: never wait forever
@@ -49,6 +50,18 @@ STALL_MIN_S = 4.0
 STALL_FIRST_S = 10.0
 ROUND_MAX_LINES = 1024  # a round longer than this is junk: sent on (and counted) as it is
 LINE_MAX_BYTES = 64 * 1024  # a longer "line" (no newline in sight) is dropped, and said
+THREAD_RESTART_S = 5.0  # a thread that died of an exception runs again after this long
+
+
+def _where(e: BaseException) -> str:
+    """``file:line in function`` of the innermost frame of ``e``'s traceback."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    code = tb.tb_frame.f_code
+    return f"{os.path.basename(code.co_filename)}:{tb.tb_lineno} in {code.co_name}"
 
 
 class RowBatcher:
@@ -223,7 +236,7 @@ class Agent:
         note = None
         if self.use_nvml:
             try:
-                import pynvml  # type: ignore[import-not-found,unused-ignore]
+                import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
                 pynvml.nvmlInit()
                 self.nvml = pynvml
@@ -240,15 +253,35 @@ class Agent:
                 note=note,
             )
         )
-        gpu_loop = self.nvml_loop if self.nvml is not None else self.smi_loop
-        threading.Thread(target=gpu_loop, daemon=True, name="gpus").start()
-        threading.Thread(target=self.process_loop, daemon=True, name="procs").start()
+        self.spawn("gpus", lambda: self.nvml_loop() if self.nvml is not None else self.smi_loop())
+        self.spawn("procs", self.process_loop)
         if self.logs or self.kernel:
-            threading.Thread(target=self.log_loop, daemon=True, name="logs").start()
+            self.spawn("logs", self.log_loop)
         for target in self.http:
             self.start_http(target)
         if self.sglang_discover:
-            threading.Thread(target=self.discover_loop, daemon=True, name="discover").start()
+            self.spawn("discover", self.discover_loop)
+
+    def spawn(self, name: str, loop: Callable[[], Any]) -> None:
+        """Run ``loop`` in a daemon thread that says its own death (``ThreadDied``, once
+        per distinct error) and runs it again after ``THREAD_RESTART_S``: a bug or an
+        exception nobody expected (pynvml 13's NVMLLibraryMismatchError is not an
+        NVMLError) never leaves a part of the agent silently gone."""
+
+        def guarded() -> None:
+            said = None
+            while True:
+                try:
+                    loop()
+                    return  # a loop that ends by design (none does today)
+                except Exception as e:
+                    error = f"{type(e).__name__}: {e}"
+                    if error != said:
+                        said = error
+                        self.out.send(protocol.ThreadDied(time.time(), name, error, _where(e)))
+                time.sleep(THREAD_RESTART_S)
+
+        threading.Thread(target=guarded, daemon=True, name=name).start()
 
     # --- nvidia-smi ----------------------------------------------------------------
     def supported_fields(self) -> list[str] | None:
@@ -260,7 +293,12 @@ class Agent:
         known = {w.strip('"') for w in text.split() if w.startswith('"') and w.endswith('"')}
         if not known:  # unfamiliar help format: ask for everything and let it fail loudly
             return self.fields
-        return [f for f in self.fields if f in known]
+        out = []
+        for f in self.fields:  # before R535 clocks_event_reasons.* has its older name
+            old = f.replace("clocks_event_reasons.", "clocks_throttle_reasons.", 1)
+            if f in known or old in known:
+                out.append(f if f in known else old)
+        return out
 
     def stall_limit(self, first: bool) -> float:
         """Seconds without a usable row before the watchdog restarts the sampler."""
@@ -371,6 +409,8 @@ class Agent:
             nvml = self.nvml
             if nvml is not None:
                 done, rows = self.nvml_call(functools.partial(nvml_process_rows, nvml))
+                if done and isinstance(rows, Exception):
+                    raise rows  # said by spawn, and the loop runs again
                 if done and isinstance(rows, list):
                     self.out.send(protocol.Procs(time.time(), rows))
             else:
@@ -383,16 +423,27 @@ class Agent:
 
     # --- logs, kernel log, cgroup, HTTP ----------------------------------------------
     def log_loop(self) -> None:
+        """Follows the logs, the kernel log and the cgroup's memory events; sleeps until
+        one of them changes (``Waker``), polling only what inotify cannot watch."""
         kmsg = open_kmsg(self.out) if self.kernel else None
         events = "/sys/fs/cgroup/memory.events"
         last_events = None
+        waker = Waker(self.log_poll_s)
+        if kmsg is not None:
+            waker.extra.append(kmsg)
+        if self.kernel and os.path.exists(events):
+            # cgroup v2: a change in memory.events is a file-modified event
+            waker.must_poll = not waker.watch(events)
         while True:
-            started = time.monotonic()
+            busy = False
             for tail in self.logs:
                 for msg in tail.poll():
                     self.out.send(msg)
+                    busy = True
                 for problem in tail.take_problems():
                     self.out.send(problem)
+                busy = busy or tail.holding()
+            waker.watch_logs([tail.pattern for tail in self.logs])
             if kmsg is not None:
                 lines = read_kmsg(kmsg)
                 if lines:
@@ -406,16 +457,16 @@ class Agent:
                 if text is not None and text != last_events:
                     last_events = text
                     self.out.send(protocol.MemoryEvents(time.time(), text))
-            time.sleep(max(self.log_poll_s - (time.monotonic() - started), 0.01))
+            waker.wait(busy)
 
     def start_http(self, target: dict[str, Any]) -> None:
         if target["tag"] not in self.http_tags:
             self.http_tags.add(target["tag"])
-            threading.Thread(target=self.http_loop, args=(target,), daemon=True).start()
+            self.spawn(str(target["tag"]), functools.partial(self.http_loop, target))
 
     def discover_loop(self) -> None:
-        """Find SGLang servers from their command lines (``sglang.launch_server --port N``)."""
-        template = self.http[0] if self.http else {"filter": None}
+        """Find SGLang servers from their command lines (``sglang_ports``)."""
+        template = self.http[0] if self.http else DISCOVERED_TARGET
         while True:
             for port in sglang_ports():
                 self.start_http(
@@ -423,34 +474,53 @@ class Agent:
                         "url": f"http://127.0.0.1:{port}/metrics",
                         "tag": f"sglang:{port}",
                         "filter": template.get("filter"),
+                        "info": template.get("info"),
+                        "info_tag": f"sglang-info:{port}",
                     }
                 )
             time.sleep(10.0)
 
     def http_loop(self, target: dict[str, Any]) -> None:
         import re
-        import urllib.error
-        import urllib.request
 
         wanted = re.compile(target["filter"]) if target.get("filter") else None
         url, tag = str(target["url"]), str(target["tag"])
+        info = [url[: url.rindex("/")] + str(p) for p in target.get("info") or ()]
+        informed = False  # server info sent since the server last came up
         while True:
             started = time.monotonic()
             t = time.time()
             try:
-                with urllib.request.urlopen(url, timeout=2.0) as resp:
-                    body = resp.read(8 << 20).decode("utf-8", "replace")
-                    status = resp.status
-            except urllib.error.HTTPError as e:
-                msg = protocol.Http(tag, t, e.code, error=f"HTTP {e.code}")
-            except Exception as e:  # refused, timeout, reset: the server is down
-                msg = protocol.Http(tag, t, None, error=f"{type(e).__name__}: {e}")
+                status, raw = http_get(url, timeout=2.0, limit=8 << 20)
+            except FetchError as e:  # refused, timeout, reset: the server is down
+                msg = protocol.Http(tag, t, None, error=str(e))
             else:
-                if wanted is not None:  # exposition text ends in a newline: keep it so
-                    body = "".join(ln + "\n" for ln in body.splitlines() if wanted.match(ln))
-                msg = protocol.Http(tag, t, status, body)
+                if status >= 400:
+                    msg = protocol.Http(tag, t, status, error=f"HTTP {status}")
+                else:
+                    body = raw.decode("utf-8", "replace")
+                    if wanted is not None:  # exposition text ends in a newline: keep it so
+                        body = "".join(ln + "\n" for ln in body.splitlines() if wanted.match(ln))
+                    msg = protocol.Http(tag, t, status, body)
             self.out.send(msg)
+            if msg.status is None:
+                informed = False
+            elif not informed and info:
+                informed = True
+                self.fetch_info(info, str(target.get("info_tag") or tag))
             time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
+
+    def fetch_info(self, urls: list[str], tag: str) -> None:
+        """The first of ``urls`` that answers 200 (SGLang's server info), sent once."""
+        for url in urls:
+            try:
+                status, raw = http_get(url, timeout=5.0, limit=1 << 20)  # ~40 KB real
+            except FetchError:  # no answer
+                continue
+            if status != 200:  # 404 on versions without this path
+                continue
+            self.out.send(protocol.Http(tag, time.time(), 200, raw.decode("utf-8", "replace")))
+            return
 
     # --- NVML ----------------------------------------------------------------------
     def nvml_call(self, call: Callable[[], Any]) -> tuple[bool, Any]:
@@ -530,9 +600,56 @@ def nvml_gpu_rows(nvml: Any, fields: Sequence[str]) -> list[str]:
         except nvml.NVMLError as e:
             rows.append(", ".join([stamp, str(i)] + [f"[{e}]"] * (len(fields) - 2)))
             continue
-        cells = [_nvml_field(nvml, h, i, f, stamp) for f in fields]
+        wanted = [FIELD_VALUES[f] for f in fields if f in FIELD_VALUES]
+        values = _field_values(nvml, h, wanted) if wanted else {}
+        cells = [_nvml_field(nvml, h, i, f, stamp, values) for f in fields]
         rows.append(", ".join(cells))
     return rows
+
+
+# nvidia-smi fields NVML only gives through nvmlDeviceGetFieldValues (nvml.h field ids, the
+# same in nvidia-ml-py 11.x-13.x pynvml.py): NVML_FI_DEV_MEMORY_TEMP (HBM boards: H100,
+# H200; GDDR boards answer NOT_SUPPORTED, where nvidia-smi prints a bare N/A) and
+# NVML_FI_DEV_POWER_INSTANT (milliwatts).
+FIELD_VALUES = {"temperature.memory": 82, "power.draw.instant": 186}
+_NOT_SUPPORTED = 3
+_VALUE_ATTRS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # valueType
+
+
+def _field_values(nvml: Any, h: Any, ids: list[int]) -> dict[int, Any]:
+    """Field id -> the filled c_nvmlFieldValue_t, or the error of the whole call."""
+    try:
+        got = nvml.nvmlDeviceGetFieldValues(h, ids)
+    except Exception as e:  # NVMLError, or a binding without the call
+        return dict.fromkeys(ids, e)
+    return {int(v.fieldId): v for v in got}
+
+
+def _field_value_text(nvml: Any, field: str, values: dict[int, Any] | None) -> str:
+    value = (values or {}).get(FIELD_VALUES[field])
+    if value is None:
+        return "[N/A]"
+    if isinstance(value, Exception):
+        return _nvml_text(nvml, _raiser(value), str)
+    if value.nvmlReturn != 0:
+        if value.nvmlReturn == _NOT_SUPPORTED:
+            return "N/A" if field == "temperature.memory" else "[N/A]"
+        try:
+            return f"[{nvml.NVMLError(value.nvmlReturn)}]"
+        except Exception:
+            return "[Unknown Error]"
+    kind = int(value.valueType)
+    number = getattr(value.value, _VALUE_ATTRS[kind] if 0 <= kind < 7 else "uiVal")
+    if field == "power.draw.instant":
+        return f"{number / 1000:.2f}"
+    return str(number)
+
+
+def _raiser(e: Exception) -> Callable[[], Any]:
+    def call() -> Any:
+        raise e
+
+    return call
 
 
 def _memory(nvml: Any, h: Any) -> Any:
@@ -546,7 +663,9 @@ def _mib(v: int) -> str:
     return str(-(-v // (1024 * 1024)))  # nvidia-smi rounds each cell up
 
 
-def _nvml_field(nvml: Any, h: Any, i: int, field: str, stamp: str) -> str:
+def _nvml_field(
+    nvml: Any, h: Any, i: int, field: str, stamp: str, values: dict[int, Any] | None = None
+) -> str:
     t = _nvml_text
     if field == "timestamp":
         return stamp
@@ -562,8 +681,8 @@ def _nvml_field(nvml: Any, h: Any, i: int, field: str, stamp: str) -> str:
         return t(nvml, lambda: nvml.nvmlDeviceGetPerformanceState(h), lambda v: f"P{v}")
     if field == "temperature.gpu":
         return t(nvml, lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU), str)
-    if field == "temperature.memory":
-        return "N/A"  # NVML field 82 is HBM-only; nvidia-smi prints bare N/A on GDDR
+    if field in FIELD_VALUES:
+        return _field_value_text(nvml, field, values)
     if field in ("utilization.gpu", "utilization.memory"):
         attr = "gpu" if field == "utilization.gpu" else "memory"
         return t(nvml, lambda: getattr(nvml.nvmlDeviceGetUtilizationRates(h), attr), str)
@@ -627,13 +746,85 @@ def nvml_process_rows(nvml: Any) -> list[str]:
             h = nvml.nvmlDeviceGetHandleByIndex(i)
             uuid = _s(nvml.nvmlDeviceGetUUID(h))
             bus = _s(nvml.nvmlDeviceGetPciInfo(h).busId)
-            procs = nvml.nvmlDeviceGetComputeRunningProcesses(h)
+            procs = nvml_compute_processes(nvml, h)
         except nvml.NVMLError:
             continue
-        for p in procs:
-            mem = "[N/A]" if p.usedGpuMemory is None else _mib(p.usedGpuMemory)
-            rows.append(f"{p.pid}, {_process_name(p.pid)}, {mem}, {uuid}, {bus}")
+        for pid, used in procs:
+            mem = "[N/A]" if used is None else _mib(used)
+            rows.append(f"{pid}, {_process_name(pid)}, {mem}, {uuid}, {bus}")
     return rows
+
+
+# The process call the driver's library has, chosen once: (symbol, struct fields). pynvml
+# 13.x's nvmlDeviceGetComputeRunningProcesses is _v3 only and raises
+# NVMLLibraryMismatchError (not an NVMLError) where the library lacks it; 12.535.x raises
+# NVMLError_FunctionNotFound; neither tries _v2 or v1. Like nvitop (api/libnvml.py), look
+# the symbols up and call the one there is with the struct that driver fills: _v3 (with
+# usedGpuCcProtectedMemory where the R535 confidential-computing call exists without
+# nvmlDeviceGetRunningProcessDetailList), else _v2, else the unversioned v1.
+_PROC_V1 = (("pid", "c_uint"), ("usedGpuMemory", "c_ulonglong"))
+_PROC_V2 = (*_PROC_V1, ("gpuInstanceId", "c_uint"), ("computeInstanceId", "c_uint"))
+_PROC_V3_CC = (*_PROC_V2, ("usedGpuCcProtectedMemory", "c_ulonglong"))
+_proc_api: list[Any] = []  # [(symbol, ctypes struct)] once chosen
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_VALUE_NOT_AVAILABLE = (1 << 64) - 1  # usedGpuMemory under WDDM
+
+
+def _has_symbol(nvml: Any, name: str) -> bool:
+    try:
+        nvml._nvmlGetFunctionPointer(name)
+    except nvml.NVMLError:  # NVMLError_FunctionNotFound
+        return False
+    return True
+
+
+def _choose_proc_api(nvml: Any) -> tuple[str, Any]:
+    import ctypes
+
+    def struct(layout: Sequence[tuple[str, str]]) -> Any:
+        fields = [(name, getattr(ctypes, kind)) for name, kind in layout]
+        return type("ProcessInfo", (ctypes.Structure,), {"_fields_": fields})
+
+    base = "nvmlDeviceGetComputeRunningProcesses"
+    if _has_symbol(nvml, base + "_v3"):
+        cc = _has_symbol(nvml, "nvmlDeviceGetConfComputeMemSizeInfo") and not _has_symbol(
+            nvml, "nvmlDeviceGetRunningProcessDetailList"
+        )
+        return base + "_v3", struct(_PROC_V3_CC if cc else _PROC_V2)
+    if _has_symbol(nvml, base + "_v2"):
+        return base + "_v2", struct(_PROC_V2)
+    return base, struct(_PROC_V1)
+
+
+def nvml_compute_processes(nvml: Any, handle: Any) -> list[tuple[int, int | None]]:
+    """(pid, used bytes or None) of the compute processes on ``handle``, through whichever
+    of _v3 / _v2 / v1 the library has. A binding without ``_nvmlGetFunctionPointer`` is
+    asked through its own function."""
+    import ctypes
+
+    if not callable(getattr(nvml, "_nvmlGetFunctionPointer", None)):
+        procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        return [(p.pid, p.usedGpuMemory) for p in procs]
+    if not _proc_api:
+        _proc_api.append(_choose_proc_api(nvml))
+    symbol, struct = _proc_api[0]
+    fn = nvml._nvmlGetFunctionPointer(symbol)
+    count = ctypes.c_uint(0)
+    ret = fn(handle, ctypes.byref(count), None)
+    if ret == 0:
+        return []
+    if ret != NVML_ERROR_INSUFFICIENT_SIZE:
+        raise nvml.NVMLError(ret)
+    count.value = count.value * 2 + 5  # room for processes started in between
+    buffer = (struct * count.value)()
+    ret = fn(handle, ctypes.byref(count), buffer)
+    if ret != 0:
+        raise nvml.NVMLError(ret)
+    out: list[tuple[int, int | None]] = []
+    for i in range(count.value):
+        used = buffer[i].usedGpuMemory
+        out.append((buffer[i].pid, None if used == NVML_VALUE_NOT_AVAILABLE else used))
+    return out
 
 
 def _process_name(pid: int) -> str:
@@ -647,8 +838,14 @@ def _process_name(pid: int) -> str:
     return argv0.replace(",", "?") or "[Not Found]"
 
 
+# What a discovered server is asked for when no configured one gives the monitor's spec.
+DISCOVERED_TARGET = {"filter": None, "info": ["/server_info", "/get_server_info"]}
+
+
 def sglang_ports() -> list[int]:
-    """Ports of SGLang servers running here, from /proc/*/cmdline (30000 when not given)."""
+    """Ports of SGLang servers running here, from /proc/*/cmdline (30000 when not given):
+    ``python -m sglang.launch_server ...`` and ``sglang serve ...`` (the console script,
+    recommended since 0.5.7: ``.../bin/python .../bin/sglang serve --port N``)."""
     ports = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -658,7 +855,7 @@ def sglang_ports() -> list[int]:
                 argv = f.read().decode("utf-8", "replace").split("\0")
         except OSError:
             continue
-        if not any("sglang.launch_server" in a for a in argv):
+        if not is_sglang_server(argv):
             continue
         port = 30000
         for i, a in enumerate(argv):
@@ -668,6 +865,23 @@ def sglang_ports() -> list[int]:
                 port = int(a[7:])
         ports.add(port)
     return sorted(ports)
+
+
+def is_sglang_server(argv: list[str]) -> bool:
+    """``sglang.launch_server`` anywhere, or ``sglang serve``: the console script (run as
+    ``sglang serve`` or, through its shebang, ``python .../bin/sglang serve``) or
+    ``python -m sglang.cli.main serve``."""
+    if any("sglang.launch_server" in a for a in argv):
+        return True
+    python = bool(argv) and os.path.basename(argv[0]).startswith("python")
+    for i in range(len(argv) - 1):
+        if argv[i + 1] != "serve":
+            continue
+        script = os.path.basename(argv[i]) == "sglang" and (i == 0 or python)
+        module = i > 0 and argv[i - 1] == "-m" and argv[i] in ("sglang", "sglang.cli.main")
+        if script or module:
+            return True
+    return False
 
 
 KMSG_WANTED = ("NVRM: Xid", "Out of memory", "oom-kill", "Killed process", "oom_reaper")

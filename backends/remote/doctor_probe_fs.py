@@ -228,11 +228,16 @@ def _ancestors() -> set[int]:
 # "gpumon_remote". They read GPUs or probe with this Python and hold no torch themselves.
 GPUMON_PROGRAMS = ("gpumon-agent", "gpumon-doctor_probe")
 LEGACY_AGENT_MARK = "'gpumon-agent'"  # gpumon's agents before the shared bootstrap
+# gpumon's one-line checks: argv [python, "-c", CODE, "gpumon-check"] (the agent's Python
+# version check runs on every reconnect, e.g. while a swap's next plan is probed).
+GPUMON_CHECK = "gpumon-check"
 
 
 def is_gpumon_program(argv: list[str]) -> bool:
     """Whether ``argv`` is one of gpumon's shipped programs (not a user of the venv: a
     tmux session named ``gpumon-agent`` for a job called "agent" still counts)."""
+    if len(argv) >= 4 and argv[1] == "-c" and argv[3] == GPUMON_CHECK:
+        return True
     for before, word in zip(argv, argv[1:]):
         if word in GPUMON_PROGRAMS and "gpumon_remote" in before:
             return True

@@ -137,6 +137,10 @@ class LogTail:
         self.started = True
         return out
 
+    def holding(self) -> bool:
+        """Whether a progress bar's redraw waits to be sent once it sits still."""
+        return any(st[2].startswith(b"\r") and not st[3] for st in self.files.values())
+
     def take_problems(self) -> list[protocol.LogProblem]:
         """The changes in which paths can be read since the last call."""
         said, self._said = self._said, []
@@ -287,3 +291,97 @@ class LogTail:
                 lines.append(last)
         dropped = max(total - len(lines), 0)
         return protocol.Log(self.tag, path, time.time(), backlog, lines, dropped, skipped)
+
+
+# inotify(7) event bits: a file in a watched directory written, created, moved or removed.
+_IN_EVENTS = 0x2 | 0x8 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800
+_IN_IGNORED = 0x8000  # the watch is gone (its directory was removed)
+LOG_IDLE_S = 2.0  # with every followed directory watched: a safety poll this often
+LOG_MIN_GAP_S = 0.05  # a flood's events are taken together, at most this often
+
+
+class Waker:
+    """Lets the log loop sleep until there is work: a followed file's directory changed
+    (inotify, through ctypes), a kernel log record or a cgroup memory event arrived, or a
+    timeout. Where inotify is not there (not Linux, no libc, out of watches, a directory
+    that does not exist yet or is a glob), ``wait`` is the plain fixed poll it replaces."""
+
+    def __init__(self, poll_s: float) -> None:
+        self.poll_s = poll_s
+        self.fd: int | None = None
+        self.watched: dict[str, int] = {}  # path -> watch descriptor (-1: could not)
+        self.unwatched: list[str] = []  # followed patterns no watch covers (polled)
+        self.extra: list[int] = []  # other fds to wake on (/dev/kmsg)
+        self.must_poll = False  # something else cannot be watched: poll every poll_s
+        self._last = 0.0
+        try:
+            import ctypes
+
+            self._libc = ctypes.CDLL(None, use_errno=True)
+            fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError):
+            return
+        self.fd = fd if fd >= 0 else None
+
+    def watch(self, path: str) -> bool:
+        """Wake when ``path`` (a directory: anything in it; a file: it) changes."""
+        if path not in self.watched:
+            wd = -1
+            if self.fd is not None:
+                wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_EVENTS)
+            self.watched[path] = wd
+        return self.watched[path] >= 0
+
+    def watch_logs(self, patterns: list[str]) -> None:
+        """The directories of followed paths (called every poll: a directory that
+        appears later is watched from then on)."""
+        self.unwatched = []
+        for pattern in patterns:
+            directory = os.path.dirname(pattern) or "."
+            plain = not any(ch in directory for ch in "*?[")
+            if not (plain and os.path.isdir(directory) and self.watch(directory)):
+                self.unwatched.append(pattern)
+
+    @property
+    def complete(self) -> bool:
+        """Every change that matters wakes us: no fixed short poll needed."""
+        return self.fd is not None and not self.unwatched and not self.must_poll
+
+    def wait(self, busy: bool) -> None:
+        """Until the next poll. ``busy``: the last poll had news (or holds a progress bar
+        redraw), so poll again within ``poll_s`` even without an event."""
+        import select
+
+        timeout = self.poll_s if busy or not self.complete else LOG_IDLE_S
+        fds = [fd for fd in [self.fd, *self.extra] if fd is not None]
+        if fds:
+            ready = select.select(fds, [], [], timeout)[0]
+            if self.fd is not None and self.fd in ready:
+                self._drain(self.fd)
+        else:
+            time.sleep(timeout)
+        gap = time.monotonic() - self._last
+        if gap < LOG_MIN_GAP_S:
+            time.sleep(LOG_MIN_GAP_S - gap)
+        self._last = time.monotonic()
+
+    def _drain(self, fd: int) -> None:
+        """Reads the pending events; a watch the kernel dropped (its directory was
+        removed: IN_IGNORED) is forgotten, so the directory made again is watched anew."""
+        import struct
+
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            at = 0
+            while at + 16 <= len(data):
+                wd, mask, _cookie, size = struct.unpack_from("iIII", data, at)
+                at += 16 + size
+                if mask & _IN_IGNORED:
+                    for path, known in list(self.watched.items()):
+                        if known == wd:
+                            del self.watched[path]

@@ -254,9 +254,39 @@ class Note(Message):
         return cls(_text(raw, "text"))
 
 
+@dataclass(frozen=True)
+class ThreadDied(Message):
+    """One of the agent's threads (``gpus``, ``procs``, ``logs``, ...) ended with an
+    exception: what it raised, and its innermost frame. The agent starts it again."""
+
+    TYPE: ClassVar[str] = "thread_died"
+    t: float
+    thread: str
+    error: str
+    where: str = ""
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> ThreadDied:
+        return cls(
+            _number(raw, "t"), _text(raw, "thread"), _text(raw, "error"), _text(raw, "where")
+        )
+
+
 MESSAGES: dict[str, type[Message]] = {
     cls.TYPE: cls
-    for cls in (Hello, Gpus, Procs, SmiError, Log, LogProblem, Kernel, MemoryEvents, Http, Note)
+    for cls in (
+        Hello,
+        Gpus,
+        Procs,
+        SmiError,
+        Log,
+        LogProblem,
+        Kernel,
+        MemoryEvents,
+        Http,
+        Note,
+        ThreadDied,
+    )
 }
 
 
@@ -309,7 +339,9 @@ class AgentOptions:
     """What the agent is asked to do, passed as one JSON object in its argv.
 
     ``logs``: ``{"path", "tag", "filter"?, "keep"?}`` per followed log (a path or glob);
-    ``http``: ``{"url", "tag", "filter"?}`` per URL fetched every interval."""
+    ``http``: ``{"url", "tag", "filter"?, "info"?, "info_tag"?}`` per URL fetched every
+    interval; ``info`` paths on the same server are tried in order once it answers (again
+    after each time it was down) and the first 200 is sent under ``info_tag``."""
 
     fields: list[str]
     process_fields: list[str]

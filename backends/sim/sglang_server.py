@@ -31,6 +31,7 @@ from gpumon.backends.sim.scenario import SimSettings, scenario_time
 from gpumon.backends.sim.sglang_model import (
     CONTEXT_LEN,
     LOG_INTERVAL_S,
+    MAX_TOTAL_TOKENS,
     MODEL,
     UPTIME_AT_T0,
     log_lines,
@@ -49,6 +50,17 @@ MODEL_INFO = {
     "has_audio_understanding": False,
     "model_type": "qwen3",
     "architectures": ["Qwen3ForCausalLM"],
+}
+# The keys gpumon reads of a v0.5.18 `/server_info` (one GPU per server on the CT200).
+SERVER_INFO = {
+    "model_path": MODEL,
+    "served_model_name": MODEL,
+    "tp_size": 1,
+    "pp_size": 1,
+    "dp_size": 1,
+    "enable_dp_attention": False,
+    "max_total_num_tokens": MAX_TOTAL_TOKENS,
+    "version": "0.5.18",
 }
 
 
@@ -172,6 +184,9 @@ class SglangServers:
             return 200, "text/plain; charset=utf-8", b""
         if path in ("/model_info", "/get_model_info"):
             return 200, "application/json", json.dumps(MODEL_INFO).encode()
+        if path in ("/server_info", "/get_server_info"):
+            info = {**SERVER_INFO, "port": port}
+            return 200, "application/json", json.dumps(info).encode()
         if path == "/v1/models":
             model = {"id": MODEL, "object": "model", "owned_by": "sglang", "root": MODEL}
             data = {"object": "list", "data": [{**model, "max_model_len": CONTEXT_LEN}]}

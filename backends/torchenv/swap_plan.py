@@ -19,6 +19,7 @@ from gpumon.backends.config.load import HostConfig
 from gpumon.backends.torchenv.checks import driver_floor
 from gpumon.backends.torchenv.doctor import Facts, gather_facts
 from gpumon.backends.torchenv.extras import nvidia_sets
+from gpumon.backends.torchenv.index import IndexListing, read_index
 from gpumon.backends.torchenv.swap_steps import (
     Step,
     Tool,
@@ -184,9 +185,15 @@ def build_plan(
     env_locked: str | None = None,
     table: VariantTable | None = None,
     now: dt.datetime | None = None,
+    index: IndexListing | None = None,
 ) -> SwapPlan:
     """The plan to move the venv of ``host.python`` to ``variant`` (pure). ``env_locked``:
-    why the machine's environment must not change (``Transport.python_env_locked``)."""
+    why the machine's environment must not change (``Transport.python_env_locked``).
+
+    ``index``: what the host's ``torch_index`` serves for ``variant`` (``read_index``).
+    When it answered, it alone says which torch versions exist (any ``cuNNN`` it serves);
+    the built-in table then only gives driver floors and compute-capability coverage.
+    Without an answer (None, or it could not be read) the table decides, as before."""
     table = table or builtin_table()
     f = Facts(facts, host.name)
     py = f.py
@@ -201,8 +208,9 @@ def build_plan(
         no(f"{host.name} is read-only (read_only in the config or --read-only)", False)
     if env_locked:
         no(env_locked, False)
-    if variant not in VARIANT_NAMES:
-        no(f"unknown variant {variant!r}; expected one of {', '.join(VARIANT_NAMES)}", False)
+    if not variant_ok(variant):
+        known = ", ".join(VARIANT_NAMES)
+        no(f"unknown variant {variant!r}; expected cuNNN or cpu (e.g. {known})", False)
     current = f.version
     public = version or (split_version(current)[0] if current else "")
     if version is not None and not _VERSION_ARG.fullmatch(version):
@@ -214,10 +222,26 @@ def build_plan(
     target = f"{public}+{variant}"
     series = series_of(public) or ""
     row = table.variant(series, variant)
-    if series not in table.series():
-        no(f"torch {series} is not in the built-in variants table ({', '.join(table.series())})")
-    elif row is None and variant in VARIANT_NAMES:
-        no(f"no {variant} build of torch {series} in the table: {', '.join(table.names(series))}")
+    url = index_url(host.torch_index, variant)
+    served = index.versions("torch", variant) if index is not None else None
+    if index is not None and served is not None and variant_ok(variant):
+        if public not in served:
+            there = ", ".join(served[-12:]) if served else "no torch for this interpreter"
+            no(f"torch {public}+{variant} is not on {url} ({index.for_target()}): {there}", False)
+    else:
+        if index is not None:
+            problem = index.problem("torch")
+            page = index.page("torch")
+            if page is not None and page.status == 404:
+                no(f"{url} has no torch (HTTP 404): no {variant} wheels there", False)
+            else:
+                warn.append(f"the index {url} could not be read ({problem}): the table decides")
+        if series not in table.series():
+            known = ", ".join(table.series())
+            no(f"torch {series} is not in the built-in variants table ({known})")
+        elif row is None and variant_ok(variant):
+            names = ", ".join(table.names(series))
+            no(f"no {variant} build of torch {series} in the table: {names}")
     tool: Tool | None = "uv" if py.get("uv") else "pip" if py.get("pip") else None
     if tool is None:
         no(f"neither uv nor pip is available for {python}", False)
@@ -232,9 +256,11 @@ def build_plan(
         have = f.dist_version(name)
         if have is None:
             continue
-        paired = getattr(release, name) if release else None
+        paired: str | None = getattr(release, name) if release else None
         if paired is None and current and split_version(current)[0] == public:
             paired = split_version(have)[0]  # same torch release: same companion release
+        if paired is None and index is not None:
+            paired = companion_on_index(index, name, public, variant)
         if paired is None:
             no(f"no known {name} release pairs with torch {public}; uninstall {name} first", False)
             continue
@@ -269,7 +295,6 @@ def build_plan(
     noop = repair and not force
     stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
     freeze_path = f"{venv.rstrip('/')}/.gpumon/freeze-{stamp}-{f.variant or 'none'}.txt"
-    url = index_url(host.torch_index, variant)
     uv = py.get("uv")
     steps: list[Step] = []
     if tool is not None:
@@ -408,6 +433,11 @@ async def plan_swap(
     """Probe ``host`` (no change) and build the plan. Raises TransportError / ProbeError."""
     sections = ["python", "dists", "torch", "runtime", "gpu", "caches", "procs"]
     facts = await gather_facts(transport, host, sections=sections)
+    index = None
+    if variant_ok(variant) and not (read_only or host.read_only or transport.python_env_locked):
+        f = Facts(facts, host.name)
+        projects = ["torch", *(n for n in COMPANIONS if f.dist_version(n) is not None)]
+        index = await read_index(transport, host, f.python, variant, projects)
     return build_plan(
         host,
         facts,
@@ -417,4 +447,25 @@ async def plan_swap(
         read_only=read_only,
         env_locked=transport.python_env_locked,
         table=table,
+        index=index,
     )
+
+
+def variant_ok(variant: str) -> bool:
+    """A variant name an index may serve: ``cuNNN`` (cu126 ... cu132 and later) or cpu."""
+    return re.fullmatch(r"cu[0-9]{3}|cpu", variant) is not None
+
+
+def companion_on_index(index: IndexListing, name: str, public: str, variant: str) -> str | None:
+    """The release of ``name`` the index pairs with torch ``public`` when the table does
+    not know it: torchaudio shares torch's number; torchvision 0.(minor+15) (0.15 came with
+    torch 2.0, 0.26 with 2.11), its newest patch there. None when the index has none."""
+    served = index.versions(name, variant) or []
+    parts = public.split(".")
+    if name == "torchaudio":
+        return public if public in served else None
+    if name == "torchvision" and len(parts) >= 2 and parts[0] == "2" and parts[1].isdigit():
+        minor = f"0.{int(parts[1]) + 15}"
+        matching = [v for v in served if v == minor or v.startswith(minor + ".")]
+        return matching[-1] if matching else None
+    return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.remote.agent import is_sglang_server
 
 Tool = Literal["uv", "pip"]
 SHARED = ("cudnn", "nccl", "cusparselt", "nvshmem")  # one directory for both CUDA majors
@@ -108,7 +109,7 @@ def venv_users(host: HostConfig, facts: dict[str, Any], venv: str) -> list[VenvU
                 matched.add(job.name)
                 break
         else:
-            if any("sglang.launch_server" in a or a.startswith("sglang::") for a in argv):
+            if is_sglang_server(list(argv)) or any(a.startswith("sglang::") for a in argv):
                 label = "SGLang server"
         out.append(VenvUser(label, int(proc.get("pid") or 0), argv))
     inside = venv.rstrip("/") + "/"

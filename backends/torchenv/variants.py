@@ -17,7 +17,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-VARIANT_NAMES = ("cu126", "cu128", "cu129", "cu130", "cpu")
+# The variants offered to choose from (the dashboard's list); swap-torch accepts any cuNNN
+# the host's index serves (swap_plan.variant_ok), these are only the usual ones.
+VARIANT_NAMES = ("cu126", "cu128", "cu129", "cu130", "cu132", "cpu")
 COMPANIONS = ("torchvision", "torchaudio")
 
 # Compute capabilities each variant's torch build carries SASS for, and the PTX it adds

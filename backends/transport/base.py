@@ -70,6 +70,12 @@ class Transport(abc.ABC):
     def label(self) -> str:
         return self.host.describe()
 
+    @property
+    def own_python(self) -> str | None:
+        """An interpreter to try first for the agent when the host names none: None, but
+        for the local machine outside a container gpumon's own (``LocalTransport``)."""
+        return None
+
     async def connect(self) -> None:  # noqa: B027 - optional for transports with no session
         """Open the session (no-op for local); raises TransportError."""
 

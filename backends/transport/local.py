@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 from collections.abc import Mapping, Sequence
 
 from gpumon.backends.config.load import HostConfig
@@ -18,6 +19,13 @@ class LocalTransport(Transport):
     def __init__(self, host: HostConfig, env: Mapping[str, str] | None = None) -> None:
         super().__init__(host)
         self.env = dict(env) if env is not None else None
+
+    @property
+    def own_python(self) -> str | None:
+        """gpumon's own interpreter: a pipx/venv install has nvidia-ml-py (a dependency)
+        there, where ``python3`` on PATH usually lacks it. Not inside a container: the
+        container has its own interpreters."""
+        return sys.executable if self.host.container is None and sys.executable else None
 
     async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
         full = wrap_container(argv, self.host.container)

@@ -6,6 +6,13 @@ scrapes in a row exist a rate is None. A counter going down means the server res
 the tracker starts over from that scrape instead of reporting a negative rate. A failed
 fetch marks the server down and keeps the last values (``stale``). Times are local epoch
 seconds, as the caller received the data.
+
+The generation rate says where it came from (``gen_tokens_per_s_source``): ``counter``
+(``realtime_tokens_total{mode="decode"}``, bumped every decode step, 0.5.7+), ``gauge``
+(SGLang's ``gen_throughput``, before 0.5.7: ``generation_tokens_total`` only grows when a
+request finishes, so it is never used for the rate) or ``log`` (metrics off). In log mode
+every stats-logging rank prints its own line (``[... DP3 TP3]``): the latest line of each
+leader is kept and the leaders are summed, as on the metrics page.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from gpumon.backends import untrusted
 from gpumon.backends.parsers.sglang import (
     Histogram,
     SglangLogStats,
@@ -29,7 +37,83 @@ RATE_WINDOW_S = 5.0  # throughput: counter delta over (about) the last 5 s
 SLOW_WINDOW_S = 60.0  # cache hit rate and latency quantiles: over the last minute
 LATENCY_EVERY_S = 10.0  # histograms are 3/4 of the parsing cost; read them this often
 LOG_FALLBACK_S = 30.0  # log lines count only when no metrics scrape came for this long
+LOG_RANK_TTL_S = 120.0  # a rank whose last stats line is this old no longer counts
 HISTORY_LEN = 120
+
+
+@dataclass(frozen=True, slots=True)
+class _RankLine:
+    """The latest stats of one logging rank, and its latest decode throughput."""
+
+    t: float
+    stats: SglangLogStats
+    gen_throughput: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What ``/server_info`` (0.5.9+) or ``/get_server_info`` says about a server."""
+
+    model: str | None = None
+    version: str | None = None
+    tp: int | None = None
+    dp: int | None = None
+    pp: int | None = None
+    dp_attention: bool = False
+    max_total_tokens: float | None = None
+
+    @property
+    def parallel(self) -> str | None:
+        """``"DP 8 (attention), TP 8"``, ``"TP 2"``, ``"TP 1"``; None when unknown."""
+        if self.tp is None and self.dp is None and self.pp is None:
+            return None
+        parts = []
+        if (self.dp or 1) > 1:
+            parts.append(f"DP {self.dp}" + (" (attention)" if self.dp_attention else ""))
+        if (self.pp or 1) > 1:
+            parts.append(f"PP {self.pp}")
+        if (self.tp or 1) > 1 or not parts:
+            parts.append(f"TP {self.tp or 1}")
+        return ", ".join(parts)
+
+    @property
+    def short(self) -> str | None:
+        """The parallelism for a narrow cell: ``"DP 8 TP 8"``, ``"TP 2"``; None for one GPU."""
+        text = self.parallel
+        if text is None or text == "TP 1":
+            return None
+        return text.replace(" (attention)", "").replace(",", "")
+
+
+def parse_server_info(body: str) -> ServerInfo | None:
+    """The parallelism, model and version in a server-info JSON body; None if not JSON."""
+    try:
+        raw = untrusted.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+
+    def size(key: str) -> int | None:
+        v = raw.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    def text(key: str) -> str | None:
+        v = raw.get(key)
+        return v if isinstance(v, str) and v else None
+
+    total = raw.get("max_total_num_tokens")
+    attn_dp = size("attn_dp_size")  # 0.5.23: --attn-dp-size, beside the deprecated flag
+    dp = max(size("dp_size") or 1, attn_dp or 1) if size("dp_size") or attn_dp else None
+    return ServerInfo(
+        model=text("served_model_name") or text("model_path"),
+        version=text("version"),
+        tp=size("tp_size"),
+        dp=dp,
+        pp=size("pp_size"),
+        dp_attention=raw.get("enable_dp_attention") is True or (attn_dp or 1) > 1,
+        max_total_tokens=float(total) if isinstance(total, int | float) and total > 0 else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +156,8 @@ class SglangTracker:
         self.last_update: float | None = None
         self.model: str | None = None
         self.gen_tokens_per_s: float | None = None
+        self.gen_tokens_per_s_source: str | None = None  # counter | gauge | log
+        self.info: ServerInfo | None = None
         self.running: float | None = None
         self.queued: float | None = None
         self.token_usage: float | None = None
@@ -88,6 +174,9 @@ class SglangTracker:
         self._last_scrape_t: float | None = None
         self._last_latency_t: float | None = None
         self._prefills: deque[tuple[float, int, int]] = deque()  # log mode: (t, new, cached)
+        self._log_ranks: dict[tuple[int | None, int | None, int | None], _RankLine] = {}
+        self._log_t: float | None = None  # the last stats line used
+        self._one_rank_page = False  # the last page spoke for one DP rank of several
 
     # ------------------------------------------------------------------ feeding it
     def wants_latency(self, t: float) -> bool:
@@ -124,6 +213,13 @@ class SglangTracker:
         self.observe(scrape, t)
         return True
 
+    def observe_info(self, status: int | None, body: str) -> None:
+        """The server-info answer (fetched once per server start): model, parallelism."""
+        info = parse_server_info(body) if status == 200 else None
+        if info is not None:
+            self.info = info
+            self.model = self.model or info.model
+
     def mark_down(self, t: float, reason: str) -> None:
         """The server did not answer (or ``/health`` failed): keep the last values, stale.
 
@@ -153,6 +249,13 @@ class SglangTracker:
         self.token_usage = scrape.token_usage
         self.used_tokens, self.max_total_tokens = scrape.used_tokens, scrape.max_total_tokens
         self._rates(scrape, t)
+        # SGLang 0.4.x pages carry no rank labels and (from 0.4.4 on) keep the most recent
+        # DP rank's gauges only: with several DP ranks the log, which every leader writes,
+        # is the whole server.
+        info = self.info
+        self._one_rank_page = info is not None and (info.dp or 1) > 1 and not scrape.ranked
+        if self._one_rank_page and self._log_t is not None and t - self._log_t < LOG_FALLBACK_S:
+            self._log_numbers()
         self.history.append((t, self.gen_tokens_per_s))
 
     def observe_log_line(self, line: str, t: float) -> bool:
@@ -162,21 +265,29 @@ class SglangTracker:
 
     def observe_log(self, stats: SglangLogStats, t: float) -> bool:
         """A parsed stats line. Used only while no metrics scrape came for
-        ``LOG_FALLBACK_S`` (metrics off): returns whether it was used."""
-        if self._last_scrape_t is not None and t - self._last_scrape_t < LOG_FALLBACK_S:
+        ``LOG_FALLBACK_S`` (metrics off), or while the pages speak for one DP rank of
+        several (SGLang 0.4.x): returns whether it was used."""
+        recent = self._last_scrape_t is not None and t - self._last_scrape_t < LOG_FALLBACK_S
+        if recent and not self._one_rank_page:
             return False
-        self.last_update = t
+        self.last_update = self._log_t = t
         self.stale = False
-        if stats.running is not None:
-            self.running = float(stats.running)
-        if stats.queued is not None:
-            self.queued = float(stats.queued)
-        if stats.token_usage is not None:
-            self.token_usage = stats.token_usage
+        key = (stats.rank("DP"), stats.rank("PP"), stats.rank("TP"))
+        old = self._log_ranks.get(key)
+        gen = stats.gen_throughput if stats.kind == "decode" else None
+        if gen is None and old is not None:
+            gen = old.gen_throughput
+        self._log_ranks[key] = _RankLine(t, stats, gen)
+        for k in [k for k, v in self._log_ranks.items() if v.t < t - LOG_RANK_TTL_S]:
+            del self._log_ranks[k]
+        leaders = self._log_numbers()
         if stats.kind == "decode":
-            self.gen_tokens_per_s = stats.gen_throughput
-            self.history.append((t, stats.gen_throughput))
-        elif stats.new_tokens is not None and stats.cached_tokens is not None:
+            self.history.append((t, self.gen_tokens_per_s))
+        elif (
+            stats.new_tokens is not None
+            and stats.cached_tokens is not None
+            and any(r.stats is stats for r in leaders)
+        ):
             self._prefills.append((t, stats.new_tokens, stats.cached_tokens))
             while self._prefills and self._prefills[0][0] < t - self.slow_window_s:
                 self._prefills.popleft()
@@ -185,6 +296,20 @@ class SglangTracker:
             self.cache_parts = (float(cached), float(total)) if total else None
             self.cache_hit_rate = _ratio(cached, total)
         return True
+
+    def _log_numbers(self) -> list[_RankLine]:
+        """Running, queued, KV usage and (once a decode line came) the rate from the
+        latest line of each leader; returns the leaders' lines."""
+        leaders = _log_leaders(self._log_ranks)
+        self.running = _sum([_f(r.stats.running) for r in leaders])
+        self.queued = _sum([_f(r.stats.queued) for r in leaders])
+        usage = [r.stats.token_usage for r in leaders if r.stats.token_usage is not None]
+        if usage:
+            self.token_usage = sum(usage) / len(usage)  # DP ranks hold equal KV pools
+        rates = [r.gen_throughput for r in leaders if r.gen_throughput is not None]
+        if rates:
+            self.gen_tokens_per_s, self.gen_tokens_per_s_source = sum(rates), "log"
+        return leaders
 
     # ------------------------------------------------------------------ rates
     def _base(self, t: float, window: float, want: str | None = None) -> _Point | None:
@@ -199,16 +324,17 @@ class SglangTracker:
     def _rates(self, new: SglangScrape, t: float) -> None:
         fast = self._base(t, self.rate_window_s)
         slow = self._base(t, self.slow_window_s)
-        if new.decode_tokens is None and new.generation_tokens is None:
-            self.gen_tokens_per_s = new.gen_throughput  # no counters: the (stale) gauge
-        elif fast is None:
-            self.gen_tokens_per_s = None
+        if new.decode_tokens is None:
+            # Before 0.5.7 (or before the first decode step): SGLang's own gauge. The
+            # finished-request counter would read 0 during long generations, then spike.
+            self.gen_tokens_per_s = new.gen_throughput
+            self.gen_tokens_per_s_source = None if new.gen_throughput is None else "gauge"
         else:
-            old, dt = fast.scrape, t - fast.t
-            tokens = _delta(new.decode_tokens, old.decode_tokens)
-            if tokens is None:
-                tokens = _delta(new.generation_tokens, old.generation_tokens)
-            self.gen_tokens_per_s = None if tokens is None else tokens / dt
+            tokens = None if fast is None else _delta(new.decode_tokens, fast.scrape.decode_tokens)
+            self.gen_tokens_per_s = (
+                None if tokens is None or fast is None else tokens / (t - fast.t)
+            )
+            self.gen_tokens_per_s_source = None if self.gen_tokens_per_s is None else "counter"
         self.cache_parts = None if slow is None else _cache_parts(new, slow.scrape)
         self.cache_hit_rate = _ratio(*self.cache_parts) if self.cache_parts else None
         if new.ttft is not None:
@@ -225,6 +351,16 @@ class SglangTracker:
             self.itl_p50_s = self.itl_p95_s = None
 
     # ------------------------------------------------------------------ output
+    def capacity(self) -> float | None:
+        """KV slots of the whole server: the metrics' sum over ranks, else server info's
+        (``DataParallelController`` reports DP rank 0's pool: times ``dp_size``)."""
+        if self.max_total_tokens is not None:
+            return self.max_total_tokens
+        info = self.info
+        if info is None or info.max_total_tokens is None:
+            return None
+        return info.max_total_tokens * (info.dp or 1)
+
     def snapshot_json(self) -> dict[str, Any]:
         """The snapshot object of this server; ``null`` where unknown."""
 
@@ -235,7 +371,10 @@ class SglangTracker:
             "port": self.port,
             "up": self.up,
             "model": self.model,
+            "version": self.info.version if self.info else None,
+            "parallel": self.info.parallel if self.info else None,
             "gen_tokens_per_s": r(self.gen_tokens_per_s, 2),
+            "gen_tokens_per_s_source": self.gen_tokens_per_s_source,
             "running": None if self.running is None else round(self.running),
             "queued": None if self.queued is None else round(self.queued),
             "token_usage": r(self.token_usage, 4),
@@ -244,6 +383,28 @@ class SglangTracker:
             "ttft_p95_s": r(self.ttft_p95_s, 4),
             "itl_p50_s": r(self.itl_p50_s, 5),
         }
+
+
+def _f(v: int | None) -> float | None:
+    return None if v is None else float(v)
+
+
+def _log_leaders(
+    ranks: dict[tuple[int | None, int | None, int | None], _RankLine],
+) -> list[_RankLine]:
+    """The stats-logging leaders among the ranks heard: the first pipeline stage, and per
+    DP group its lowest TP rank (``--enable-metrics-for-all-schedulers`` makes TP
+    followers print the same batch before 0.5.10)."""
+    stages = [pp for _, pp, _ in ranks if pp is not None]
+    first = min(stages) if stages else None
+    best: dict[int | None, tuple[int, _RankLine]] = {}
+    for (dp, pp, tp), line in ranks.items():
+        if pp != first:
+            continue
+        tp_rank = -1 if tp is None else tp
+        if dp not in best or tp_rank < best[dp][0]:
+            best[dp] = (tp_rank, line)
+    return [line for _, line in best.values()]
 
 
 def _went_down(new: SglangScrape, old: SglangScrape) -> bool:
@@ -312,12 +473,20 @@ def _sum(values: list[float | None]) -> float | None:
 
 def sglang_totals(trackers: list[SglangTracker]) -> SglangTotals:
     """Throughput, requests, KV usage and hit rate summed over ``trackers`` that are not
-    down; each value is None only when no such server reports it."""
+    down; each value is None only when no such server reports it. KV usage is weighted
+    by each server's capacity (``max_total_num_tokens``, else the server-info one); where
+    a server's capacity is unknown (before 0.5.7, no server info) it is the plain mean of
+    the servers' own usage, never a sum."""
     live = [s for s in trackers if s.up is not False]
     running, queued = _sum([s.running for s in live]), _sum([s.queued for s in live])
-    kv = [(s.used_tokens, s.max_total_tokens) for s in live]
-    kv_known = [(u, m) for u, m in kv if u is not None and m is not None]
-    capacity = sum(m for _, m in kv_known)
+    kv = [(s.token_usage, s.capacity()) for s in live if s.token_usage is not None]
+    caps = [c for _, c in kv if c is not None and c > 0]
+    if not kv:
+        usage = None
+    elif len(caps) == len(kv):
+        usage = sum(u * (c or 0.0) for u, c in kv) / sum(caps)
+    else:
+        usage = sum(u for u, _ in kv) / len(kv)
     parts = [s.cache_parts for s in live if s.cache_parts is not None]
     prompt = sum(a for _, a in parts)
     return SglangTotals(
@@ -326,6 +495,6 @@ def sglang_totals(trackers: list[SglangTracker]) -> SglangTotals:
         gen_tokens_per_s=_sum([s.gen_tokens_per_s for s in live]),
         running=None if running is None else round(running),
         queued=None if queued is None else round(queued),
-        token_usage=sum(u for u, _ in kv_known) / capacity if capacity > 0 else None,
+        token_usage=usage,
         cache_hit_rate=sum(c for c, _ in parts) / prompt if prompt > 0 else None,
     )

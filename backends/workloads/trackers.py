@@ -100,10 +100,12 @@ class JobTracker:
         self.items_per_s: float | None = None  # steps/s or prompts/s: logged or derived
         self.logged_eta_s: float | None = None
         self.rate_history: deque[tuple[float, float]] = deque(maxlen=history_len)
-        self.rate_unit: str | None = None  # "tok/s", "steps/s" or "items/s"
+        self.rate_unit: str | None = None  # "tok/s", "steps/s", "items/s" or a bar's "B/s"
+        self.items_unit: str | None = None  # what a bar counts when it names it ("B")
         self._steps, self._done, self._tokens = _Counter(), _Counter(), _Counter()
         self._logged_tokens_rate = self._logged_items_rate = False
         self._finished_by_count = False  # step == total (a per-epoch bar can do that)
+        self._finished_at: tuple[int | None, int | None] = (None, None)  # (step, done) then
 
     # ------------------------------------------------------------------ feeding it
     def feed(self, line: str, t: float) -> bool:
@@ -153,6 +155,7 @@ class JobTracker:
         derived = step_rate if step_rate is not None else done_rate
         if u.items_per_s is not None:
             self.items_per_s = u.items_per_s
+            self.items_unit = u.unit
         elif derived is not None and not self._logged_items_rate:
             self.items_per_s = derived
         if u.eta_s is not None or u.step is not None or u.done is not None:
@@ -161,8 +164,21 @@ class JobTracker:
         if self.state is JobState.RUNNING and (u.finished or self._complete()):
             self.state, self.ended_at = JobState.FINISHED, t
             self._finished_by_count = not u.finished
-        elif self.state is JobState.FINISHED and self._finished_by_count and not self._complete():
-            self.state, self.ended_at = JobState.RUNNING, None  # the next epoch's bar began
+            self._finished_at = (self.step, self.done)
+        elif self._runs_again(u):
+            # the next epoch's bar began, or the "final" line was not the end
+            self.state, self.ended_at = JobState.RUNNING, None
+
+    def _runs_again(self, u: ProgressUpdate) -> bool:
+        """Whether ``u`` shows a FINISHED job still making progress."""
+        if self.state is not JobState.FINISHED or u.finished or self._complete():
+            return False
+        return self._finished_by_count or self._moved_since_finish(u)
+
+    def _moved_since_finish(self, u: ProgressUpdate) -> bool:
+        """A progress count other than the one the job finished at: it still runs."""
+        step, done = self._finished_at
+        return (u.step is not None and u.step != step) or (u.done is not None and u.done != done)
 
     def _complete(self) -> bool:
         steps = self.step is not None and self.total_steps and self.step >= self.total_steps
@@ -174,6 +190,7 @@ class JobTracker:
             unit, value = "tok/s", self.tokens_per_s
         elif self.items_per_s is not None:
             unit = "steps/s" if self.step is not None else "items/s"
+            unit = f"{self.items_unit}/s" if self.items_unit else unit
             value = self.items_per_s
         else:
             return

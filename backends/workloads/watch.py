@@ -17,6 +17,9 @@ from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 
 CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
+# Fetched once per server start, for the model and parallelism: ``/server_info`` since
+# 0.5.9; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 _PORT_IN_PATH = re.compile(r"(?<!\d)(\d{2,5})(?!\d)")
 
 
@@ -41,12 +44,14 @@ class Workloads:
             specs.append({"path": h.sglang.log, "tag": "sglang", "keep": KEEP_PATTERN})
         return specs
 
-    def http_targets(self) -> list[dict[str, str]]:
+    def http_targets(self) -> list[dict[str, Any]]:
         return [
             {
                 "url": f"http://127.0.0.1:{port}/metrics",
                 "tag": f"sglang:{port}",
                 "filter": METRICS_LINE_FILTER,
+                "info": list(SERVER_INFO_PATHS),
+                "info_tag": f"sglang-info:{port}",
             }
             for port in self.sglang
         ]
@@ -56,17 +61,22 @@ class Workloads:
 
     # --- agent messages ----------------------------------------------------------------
     def on_http(self, tag: str, status: int | None, body: str, error: str | None, t: float) -> None:
-        """A fetch of ``tag``'s URL (``sglang:PORT``): HTTP status (None: no answer)."""
-        if not tag.startswith("sglang:"):
+        """A fetch of ``tag``'s URL (``sglang:PORT``, or ``sglang-info:PORT`` for its
+        server info): HTTP status (None: no answer)."""
+        kind, _, number = tag.partition(":")
+        if kind not in ("sglang", "sglang-info"):
             return
         try:
-            port = int(tag[7:])
+            port = int(number)
         except ValueError:  # not a tag gpumon asked for
             return
         tracker = self.sglang.get(port)
         if tracker is None:  # discovered by the agent
             tracker = self.sglang[port] = SglangTracker(port)
-        tracker.observe_http(status, body, t, error)
+        if kind == "sglang-info":
+            tracker.observe_info(status, body)
+        else:
+            tracker.observe_http(status, body, t, error)
 
     def on_log(self, tag: str, path: str, lines: list[str], t: float) -> None:
         if tag.startswith("job:"):
@@ -99,8 +109,11 @@ class Workloads:
 
     # --- views -------------------------------------------------------------------------
     def rates_pending(self) -> bool:
-        """True while a server that is up, or a running job, still lacks its first rate."""
-        servers = any(s.up and s.gen_tokens_per_s is None for s in self.sglang.values())
+        """True while a server is not yet known up or down, or one that is up (or a
+        running job) still lacks its first rate."""
+        servers = any(
+            s.up is None or (s.up and s.gen_tokens_per_s is None) for s in self.sglang.values()
+        )
         jobs = any(
             j.state is JobState.RUNNING
             and j.last_update is not None

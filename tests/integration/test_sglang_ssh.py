@@ -71,6 +71,7 @@ async def test_rates_over_ssh_and_a_server_going_down_and_back(
             assert t.up and t.model == "Qwen/Qwen3-8B"
             assert t.gen_tokens_per_s is not None and 900 < t.gen_tokens_per_s < 1500
             assert t.running is not None and t.running > 0
+            assert t.snapshot_json()["version"] == "0.5.18"  # its /server_info, read once
         os.killpg(servers.pid, signal.SIGKILL)
         servers.wait()
         await _until(lambda: all(trackers[p].up is False for p in ports), 10, "down")

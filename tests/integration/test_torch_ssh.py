@@ -18,7 +18,7 @@ import pytest
 from gpumon.backends.actions import read_entries
 
 from sshd_server import SshServer, free_port
-from torch_index import IndexServer, build_index, standard_bases
+from torch_index import IndexServer, build_index, release_bases, standard_bases
 
 pytestmark = pytest.mark.integration
 CLI = [sys.executable, "-m", "gpumon.tui.cli.torch"]
@@ -26,7 +26,7 @@ CLI = [sys.executable, "-m", "gpumon.tui.cli.torch"]
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = build_index(tmp_path_factory.mktemp("torch-index"), standard_bases())
+    root = build_index(tmp_path_factory.mktemp("torch-index"), standard_bases() | release_bases())
     with IndexServer(root) as server:
         yield server.url
 
@@ -231,3 +231,26 @@ def test_doctor_unreachable_host_exits_3(client_env: dict[str, str]) -> None:
     res = gpumon(["doctor", f"root@127.0.0.1:{free_port()}", "--json"], client_env)
     assert res.returncode == 3
     assert "cannot connect" in json.loads(res.stdout)["error"]
+
+
+def test_todays_torch_from_what_the_index_serves(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path, venv: Path, index: str
+) -> None:
+    """Issue 17 point 18: the plan asks the configured index from the target (through
+    pct exec) which torch versions exist for the variant, in download.pytorch.org's
+    layout (tests/support/torch_index.py release_bases): 2.13.0 for cu128 is refused,
+    naming what cu128 has; 2.13.0+cu132, unknown to the built-in table, is installed and
+    verified with the torchvision the index pairs with it."""
+    cfg = config(tmp_path, sshd, venv, f"{index}/current")
+    res = swap(cfg, client_env, "cu128", "--version", "2.13.0", "--dry-run")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert (
+        f"  refused: torch 2.13.0+cu128 is not on {index}/current/cu128 (cp311 x86_64): "
+        "2.9.0, 2.9.1, 2.10.0, 2.11.0\n"
+    ) in res.stdout
+    res = swap(cfg, client_env, "cu132", "--version", "2.13.0", "--yes")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "moves with torch: torchvision 0.26.0+cu128 -> 0.28.0+cu132" in res.stdout
+    assert "warning: the table does not say whether cu132 runs on sm_120" in res.stdout
+    assert res.stdout.strip().splitlines()[-1] == "swapped to 2.13.0+cu132, verified"
+    assert torch_state(venv) == "2.13.0+cu132 13.2 0.28.0+cu132"

@@ -14,13 +14,20 @@ silence) or ``fail`` (the driver error, exit 9); empty or absent: normal. Each r
 writes ``PID PPID`` into a file in the directory ``FAKE_SMI_PIDS`` names.
 
 Values are in the ``csv,noheader,nounits`` shape; a field it does not know is ``[N/A]``.
+
+``FAKE_SMI_DRIVER=pre-r535``: a driver before R535. ``--help-query-gpu`` prints
+tests/fixtures/nvidia/help_query_gpu_pre_r535.txt, and a query naming a field that help
+does not list (``clocks_event_reasons.active``, ``power.draw.instant``) fails the way
+nvidia-smi fails it: ``Field "NAME" is not a valid field to query.``, exit 2, no rows.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
+from pathlib import Path
 
 UUID = "GPU-6e1f0c4e-0000-4000-8000-0000000000"  # + two digits: the index
 VALUES = {
@@ -34,7 +41,17 @@ VALUES = {
     "memory.free": "96863",
     "power.draw": "80.5",
     "power.limit": "600.00",
+    "clocks_event_reasons.active": "0x0000000000000004",  # SwPowerCap
+    "clocks_throttle_reasons.active": "0x0000000000000004",  # its name before R535
 }
+OLD_HELP = Path(__file__).parents[1] / "fixtures" / "nvidia" / "help_query_gpu_pre_r535.txt"
+
+
+def _old_driver_fields() -> set[str] | None:
+    """The fields a pre-R535 nvidia-smi knows; None for the current driver."""
+    if os.environ.get("FAKE_SMI_DRIVER") != "pre-r535":
+        return None
+    return set(re.findall(r'"([A-Za-z_][A-Za-z0-9_.]*)"', OLD_HELP.read_text()))
 
 
 def _row(index: int, fields: list[str]) -> str:
@@ -96,12 +113,23 @@ def main(argv: list[str]) -> int:
     if _mode() == "fail":
         print(DRIVER_FAIL)
         return 9
+    old_fields = _old_driver_fields()
     if "--help-query-gpu" in argv:
-        print("\n".join(f'"{f}"' for f in [*VALUES, "name", "uuid"]))
+        if old_fields is not None:
+            lines = OLD_HELP.read_text().splitlines()
+            print("\n".join(ln for ln in lines if not ln.startswith("#")))
+            return 0
+        known = [f for f in VALUES if not f.startswith("clocks_")]  # as before: no reasons
+        print("\n".join(f'"{f}"' for f in [*known, "name", "uuid"]))
         return 0
     query = next((a for a in argv if a.startswith("--query-gpu=")), None)
     if query is not None:
         fields = query.split("=", 1)[1].split(",")
+        unknown = [f for f in fields if old_fields is not None and f not in old_fields]
+        if unknown:
+            print(f'Field "{unknown[0]}" is not a valid field to query.')
+            print()
+            return 2
         count = int(os.environ.get("FAKE_SMI_GPUS", "1"))
         drop = os.environ.get("FAKE_SMI_DROP")
         loop_ms = int(argv[argv.index("-lms") + 1]) if "-lms" in argv else None

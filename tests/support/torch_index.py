@@ -109,14 +109,22 @@ def broken_wheel(dest: Path, name: str, version: str) -> Path:
     return wheel
 
 
-def write_project_page(project_dir: Path) -> None:
-    """``index.html`` listing the wheels in ``project_dir`` (PEP 503, hrefs %-quoted)."""
+def write_project_page(project_dir: Path, listed: Iterable[str] = ()) -> None:
+    """``index.html`` listing the wheels in ``project_dir`` the way download.pytorch.org's
+    project pages do (PEP 503): ``<h1>Links for NAME</h1>``, then one
+    ``<a href="/whl/VARIANT/FILE#sha256=...">FILE</a><br/>`` per wheel, the href absolute
+    from the server's root with ``+`` quoted as ``%2B``, the text the plain file name.
+    ``listed``: names of wheels the page lists that are not there (other releases, other
+    interpreters and machines, for plan-time tests: never installed)."""
+    root_path = "/" + "/".join(project_dir.parts[-3:-1])  # /<base>/<variant>
     links = []
-    for w in sorted(project_dir.glob("*.whl")):
-        sha = hashlib.sha256(w.read_bytes()).hexdigest()
-        href = f"{urllib.parse.quote(w.name)}#sha256={sha}"
-        links.append(f'<a href="{href}">{html.escape(w.name)}</a><br>')
-    body = "\n".join(["<!DOCTYPE html>", "<html><body>", *links, "</body></html>", ""])
+    rows = [(w.name, hashlib.sha256(w.read_bytes()).hexdigest()) for w in project_dir.glob("*.whl")]
+    rows += [(name, hashlib.sha256(name.encode()).hexdigest()) for name in listed]
+    for name, sha in sorted(rows):
+        href = f"{root_path}/{project_dir.name}/{urllib.parse.quote(name)}#sha256={sha}"
+        links.append(f'    <a href="{href}">{html.escape(name)}</a><br/>')
+    head = ["<!DOCTYPE html>", "<html>", "  <body>", f"    <h1>Links for {project_dir.name}</h1>"]
+    body = "\n".join([*head, *links, "  </body>", "</html>", ""])
     (project_dir / "index.html").write_text(body)
 
 
@@ -128,6 +136,20 @@ class Spec:
     cuda: str | None  # what its version.py claims
     torchvision: str | None = None
     broken: bool = False  # the torch wheel is not a zip
+    listed: tuple[str, ...] = ()  # torch wheels the page names that are not there
+
+
+def matrix_files(
+    project: str, versions: Iterable[str], variant: str, pythons: Iterable[str] = ("310", "311")
+) -> tuple[str, ...]:
+    """Wheel names as download.pytorch.org spells them, for each version x interpreter,
+    on x86_64 and aarch64 Linux: ``torch-2.13.0+cu132-cp311-cp311-manylinux_2_28_x86_64.whl``."""
+    return tuple(
+        f"{project}-{v}+{variant}-cp{py}-cp{py}-manylinux_2_28_{machine}.whl"
+        for v in versions
+        for py in pythons
+        for machine in ("x86_64", "aarch64")
+    )
 
 
 def build_index(root: Path, bases: Mapping[str, Mapping[str, Iterable[Spec]]]) -> Path:
@@ -143,8 +165,9 @@ def build_index(root: Path, bases: Mapping[str, Mapping[str, Iterable[Spec]]]) -
                     torch_wheel(tdir, spec.torch, spec.cuda)
                 if spec.torchvision:
                     torchvision_wheel(vdir / "torchvision", spec.torchvision)
+            listed = [name for spec in specs for name in spec.listed]
             for project in vdir.iterdir():
-                write_project_page(project)
+                write_project_page(project, listed if project.name == "torch" else ())
             names = sorted(p.name for p in vdir.iterdir() if p.is_dir())
             links = "".join(f'<a href="{n}/">{n}</a><br>' for n in names)
             (vdir / "index.html").write_text(f"<html><body>{links}</body></html>\n")
@@ -152,16 +175,57 @@ def build_index(root: Path, bases: Mapping[str, Mapping[str, Iterable[Spec]]]) -
 
 
 def standard_bases() -> dict[str, dict[str, list[Spec]]]:
-    """good: torch + torchvision 2.11.0 for cu128 and cu130; badverify: its cu130 torch
+    """good: torch + torchvision 2.11.0 for cu126, cu128 and cu130; badverify: its cu130 torch
     claims CUDA 12.8; badinstall: its cu130 torch wheel is not a zip."""
     cu128 = [Spec("2.11.0+cu128", "12.8", "0.26.0+cu128")]
     return {
-        "good": {"cu128": cu128, "cu130": [Spec("2.11.0+cu130", "13.0", "0.26.0+cu130")]},
+        "good": {
+            "cu126": [Spec("2.11.0+cu126", "12.6", "0.26.0+cu126")],
+            "cu128": cu128,
+            "cu130": [Spec("2.11.0+cu130", "13.0", "0.26.0+cu130")],
+        },
         "badverify": {"cu128": cu128, "cu130": [Spec("2.11.0+cu130", "12.8", "0.26.0+cu130")]},
         "badinstall": {
             "cu128": cu128,
             "cu130": [Spec("2.11.0+cu130", "13.0", "0.26.0+cu130", broken=True)],
         },
+    }
+
+
+def release_bases() -> dict[str, dict[str, list[Spec]]]:
+    """current: the index after 2.11 as issue 17 describes it: 2.12 and 2.13 are built for
+    cu126/cu130/cu132, no longer for cu128. Installable stand-ins: 2.11.0 for cu128 and
+    cu130, 2.13.0+cu132 with torchvision 0.28.0+cu132; every other release is only named on
+    the page (real wheel names, two interpreters, two machines)."""
+    older = ["2.9.0", "2.9.1", "2.10.0"]
+    newer = ["2.12.0", "2.12.1"]
+    return {
+        "current": {
+            "cu128": [
+                Spec(
+                    "2.11.0+cu128",
+                    "12.8",
+                    "0.26.0+cu128",
+                    listed=matrix_files("torch", older, "cu128"),
+                )
+            ],
+            "cu130": [
+                Spec(
+                    "2.11.0+cu130",
+                    "13.0",
+                    "0.26.0+cu130",
+                    listed=matrix_files("torch", [*older, *newer, "2.13.0"], "cu130"),
+                )
+            ],
+            "cu132": [
+                Spec(
+                    "2.13.0+cu132",
+                    "13.2",
+                    "0.28.0+cu132",
+                    listed=matrix_files("torch", newer, "cu132"),
+                )
+            ],
+        }
     }
 
 

@@ -377,3 +377,34 @@ async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None
         async with asyncio.timeout(30):
             await session.close()
             await monitor.stop()
+
+
+def test_snapshot_local_runs_the_agent_on_gpumons_own_interpreter(tmp_path: Path) -> None:
+    """Issue 17 point 13: a pipx/venv install on a GPU box. ``python3`` on PATH is one
+    without pynvml (here: one that does not even run); gpumon's own interpreter has
+    nvidia-ml-py, so ``local`` says ``agent/nvml`` (pynvml is the stand-in of
+    tests/support/fake_nvml on its path: this machine has no GPU)."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    for name in ("python3", "python"):
+        (shim / name).write_text("#!/bin/sh\nexit 1\n")
+        (shim / name).chmod(0o755)
+    config = tmp_path / "gpumon.toml"
+    config.write_text("")
+    fake = Path(__file__).parents[1] / "support" / "fake_nvml"
+    env = {
+        **os.environ,
+        "PATH": f"{shim}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(fake), os.environ.get("PYTHONPATH")) if p),
+        "GPUMON_CONFIG": str(config),
+    }
+    res = subprocess.run(
+        [sys.executable, "-m", "gpumon.tui.cli", "snapshot", "local", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert res.returncode == 0, res.stderr
+    snap = json.loads(res.stdout)
+    assert snap["source"] == "agent/nvml" and len(snap["gpus"]) == 1, snap

@@ -216,3 +216,92 @@ async def test_a_stalled_sampler_raises_a_stale_data_alert_and_fresh_data_ends_i
         assert not monitor.alerts.history()[0].active
     finally:
         await monitor.stop()
+
+
+# ------------------------------------------ issue 17 points 10, 11: NVML on every driver
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """The agent imports tests/support/fake_nvml/pynvml.py (see its docstring)."""
+    path = os.environ.get("PYTHONPATH")
+    fake = str(FAKE_SMI.parent / "fake_nvml")
+    monkeypatch.setenv("PYTHONPATH", fake + (os.pathsep + path if path else ""))
+    return monkeypatch
+
+
+@pytest.mark.parametrize(
+    ("binding", "driver"),
+    [
+        ("13", "r470"),  # nvidia-ml-py 13.580.82 on a driver without _v3: _v2
+        ("13", "r418"),  # ... and without _v2: the unversioned v1 call
+        ("12", "r470"),  # 12.535.161: no _v2 binding at all, the agent's own call
+        ("13", "r535cc"),  # _v3 with the 5-field struct (usedGpuCcProtectedMemory)
+        ("13", "current"),
+    ],
+)
+async def test_process_list_on_every_driver_branch(
+    faults: tuple[Path, Path], fake_nvml: pytest.MonkeyPatch, binding: str, driver: str
+) -> None:
+    """pynvml 13.x raises NVMLLibraryMismatchError (not an NVMLError) and 12.535.x
+    NVMLError_FunctionNotFound where libnvidia-ml lacks _v3: the agent falls back _v3 ->
+    _v2 -> v1 as nvitop does and reads the struct that driver fills: two processes, their
+    pids and memory exactly (a 4-field read of the 5-field array would garble the second)."""
+    fake_nvml.setenv("FAKE_NVML_BINDING", binding)
+    fake_nvml.setenv("FAKE_NVML_DRIVER", driver)
+    me = os.getpid()
+    fake_nvml.setenv("FAKE_NVML_PROCESS_PID", f"{me},{os.getppid()}")
+    monitor = local_monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.processes, 30, "the process list")
+        assert monitor.status.source is Source.AGENT_NVML
+        got = sorted((p.pid, p.memory_mib) for p in monitor.processes)
+        assert got == sorted([(me, 1000), (os.getppid(), 1024)])
+        assert monitor.status.error is None
+    finally:
+        await monitor.stop()
+
+
+async def test_a_thread_that_dies_says_so_at_host_level(
+    faults: tuple[Path, Path], fake_nvml: pytest.MonkeyPatch
+) -> None:
+    """An exception nobody expected in the process thread: a CRITICAL host-level alert
+    naming the thread and the error, and the GPU rows keep coming."""
+    fake_nvml.setenv("FAKE_NVML_PROC_FAULT", "1")
+    monitor = local_monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.latest, 30, "the first sample")
+
+        def died() -> list[str]:
+            return [a.message for a in monitor.alerts.active() if a.kind == "agent_error"]
+
+        await until(died, 15, "the thread's death")
+        (text,) = died()
+        assert "procs thread died" in text and "RuntimeError" in text, text
+        assert "the library was unloaded under us" in text
+        after = time.time()
+        await until(lambda: fresh(monitor, after), 10, "GPU rows after it")
+    finally:
+        await monitor.stop()
+
+
+@pytest.mark.parametrize(("gpu", "memory_c"), [("hbm", 47.0), ("gddr", None)])
+async def test_nvml_field_values_fill_memory_temperature_and_instant_power(
+    faults: tuple[Path, Path], fake_nvml: pytest.MonkeyPatch, gpu: str, memory_c: float | None
+) -> None:
+    """temperature.memory (NVML_FI_DEV_MEMORY_TEMP, HBM boards) and power.draw.instant
+    (NVML_FI_DEV_POWER_INSTANT, mW) come from nvmlDeviceGetFieldValues; a GDDR board's
+    NOT_SUPPORTED stays n/a."""
+    fake_nvml.setenv("FAKE_NVML_GPU", gpu)
+    monitor = local_monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.latest, 30, "the first sample")
+        assert monitor.latest is not None
+        (sample,) = monitor.latest.gpus
+        assert sample.power_instant_w == 83.25 and sample.power_w == 80.5
+        assert sample.memory_temperature_c == memory_c
+    finally:
+        await monitor.stop()

@@ -108,3 +108,28 @@ def test_doctor_on_a_real_cpu_torch(cpu_torch_venv: Path) -> None:
     assert checks["python"].status == "ok" and str(cpu_torch_venv) in checks["python"].evidence
     assert report.exit_code == 0
     assert json.loads(json.dumps(report.to_json()))["python"] == python
+
+
+def test_proc_facts_leaves_out_gpumon_s_own_python_check(tmp_path: Path) -> None:
+    """The agent's version check (``python -c ... gpumon-check``, run on every reconnect)
+    started with the venv's Python does not block a swap as a "user of the venv"."""
+    from gpumon.backends.remote.doctor_probe_fs import GPUMON_CHECK
+
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    python = prefix / "bin" / "python"
+    python.symlink_to(sys.executable)
+    check = subprocess.Popen([str(python), "-c", "import time; time.sleep(30)", GPUMON_CHECK])
+    user = subprocess.Popen([str(python), "-c", "import time; time.sleep(30)", "a job"])
+    try:
+        deadline = time.monotonic() + 10
+        for proc in (check, user):
+            while str(python).encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+                assert time.monotonic() < deadline, "the child never showed its argv"
+                time.sleep(0.01)
+        found = doctor_probe_fs.proc_facts(str(prefix))
+        assert [p["pid"] for p in found] == [user.pid]
+    finally:
+        for proc in (check, user):
+            proc.kill()
+            proc.wait()

@@ -4,7 +4,9 @@ Python), run for real on this machine with the simulator's nvidia-smi."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -82,3 +84,32 @@ async def test_a_failed_process_poll_is_said_and_polling_goes_on(tmp_path: Path)
     finally:
         await monitor.stop()
     assert loop_errors == []
+
+
+FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
+
+
+@pytest.mark.parametrize("python", ["false", "agent"])
+async def test_a_driver_before_r535_still_shows_its_gpus(
+    python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17 point 12: before R535 nvidia-smi knows neither clocks_event_reasons.active
+    (it is clocks_throttle_reasons.active) nor power.draw.instant, and one unknown field
+    fails the whole query. Direct mode and the agent both ask what its --help-query-gpu
+    lists (tests/fixtures/nvidia/help_query_gpu_pre_r535.txt), under the old name."""
+    monkeypatch.setenv("FAKE_SMI_DRIVER", "pre-r535")
+    host = direct_host(FAKE_SMI, interval=0.3)
+    if python == "agent":
+        host = dataclasses.replace(host, python=sys.executable)
+    monitor = make_monitor(host)
+    monitor.start()
+    try:
+        await until(monitor, lambda: monitor.samples >= 1, "no sample from the old driver")
+        want = SampleSource.SMI_DIRECT if python == "false" else SampleSource.AGENT_SMI
+        assert monitor.status.source == want
+        assert monitor.latest is not None
+        (gpu,) = monitor.latest.gpus
+        assert gpu.clocks_event_reasons == 0x4 and gpu.power_w == 80.5
+        assert gpu.power_instant_w is None and monitor.status.error is None
+    finally:
+        await monitor.stop()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from gpumon.backends.remote import LOG_BACKLOG_BYTES, LogTail
 from gpumon.backends.remote.protocol import Log
 
@@ -259,3 +261,62 @@ def test_keyword_lines_finds_every_matching_line_once() -> None:
     data = b"a\nTraceback x Traceback\nb\nout of memory\nCUDA out of memory OutOfMemory"
     got = keyword_lines(data, words, re.compile(KEEP_PATTERN))
     assert got == [b"Traceback x Traceback", b"out of memory", b"CUDA out of memory OutOfMemory"]
+
+
+def test_the_waker_sleeps_until_a_followed_directory_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No fixed short poll while idle: with every followed directory watched the loop sleeps
+    (LOG_IDLE_S, here 60 s) until a write there wakes it."""
+    import threading
+    import time
+
+    from gpumon.backends.remote import logtail
+
+    monkeypatch.setattr(logtail, "LOG_IDLE_S", 60.0)
+    waker = logtail.Waker(poll_s=0.25)
+    assert waker.fd is not None  # Linux with libc: inotify is there
+    log = tmp_path / "train.log"
+    waker.watch_logs([str(log)])
+    assert waker.complete
+    timer = threading.Timer(0.3, lambda: log.write_text("step 1\n"))
+    started = time.monotonic()
+    timer.start()
+    waker.wait(busy=False)
+    timer.join()
+    assert time.monotonic() - started < 30  # woken by the write, not by the 60 s timeout
+
+
+def test_the_waker_polls_what_it_cannot_watch_and_watches_it_once_it_can(
+    tmp_path: Path,
+) -> None:
+    from gpumon.backends.remote.logtail import Waker
+
+    waker = Waker(poll_s=0.25)
+    later = tmp_path / "later" / "job.log"
+    waker.watch_logs([str(later), str(tmp_path / "runs-*" / "x.log")])
+    assert not waker.complete and len(waker.unwatched) == 2
+    later.parent.mkdir()
+    waker.watch_logs([str(later)])
+    assert waker.complete
+    # The directory removed and made again: the kernel drops the watch; a new one is set.
+    later.parent.rmdir()
+    waker.wait(busy=True)  # reads the IN_IGNORED event
+    assert str(later.parent) not in waker.watched
+    later.parent.mkdir()
+    waker.watch_logs([str(later)])
+    assert waker.complete and waker.watched[str(later.parent)] >= 0
+
+
+def test_a_log_tail_holding_a_redraw_says_so(tmp_path: Path) -> None:
+    log = tmp_path / "bar.log"
+    log.write_text("")
+    tail = LogTail({"path": str(log)})
+    tail.poll()
+    assert not tail.holding()
+    with log.open("a") as f:
+        f.write("\r 10%|#         | 1/10")
+    tail.poll()
+    assert tail.holding()  # the loop must poll again soon to see it sit still
+    tail.poll()
+    assert not tail.holding()

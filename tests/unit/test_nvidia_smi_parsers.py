@@ -28,6 +28,7 @@ from gpumon.backends.parsers import (
     parse_real_capture,
     query_gpu_args,
 )
+from gpumon.backends.parsers.nvidia_smi import fields_for_help
 from gpumon.backends.remote import RowBatcher, doctor_probe
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
@@ -965,3 +966,28 @@ def test_count_fields_reject_fractions_and_keep_big_values_exact() -> None:
     assert gpu.memory_used_mib is None
     assert gpu.memory_total_mib == 97887
     assert gpu.ecc_corrected == 123456789012345678
+
+
+# ------------------------------------------- issue 17 point 12: drivers before R535
+
+
+def test_the_query_asks_what_the_driver_knows() -> None:
+    """fields_for_help: every real R535+ capture's --help-query-gpu (590.x to 610.x) lists
+    all 27 fields; the pre-R535 help (fixtures/nvidia/help_query_gpu_pre_r535.txt) lists
+    the clock reasons only as clocks_throttle_reasons.* and no power.draw.instant: the query
+    asks the old name and leaves the instant power out instead of failing whole."""
+    for path in sorted((FIXTURES / "real-captures").glob("linux-*.txt")):
+        help_text = parse_real_capture(path.read_text(encoding="utf-8"))[
+            "capabilities :: help-query-gpu"
+        ]
+        assert fields_for_help(help_text) == QUERY_FIELDS, path.name
+    old = fields_for_help((FIXTURES / "help_query_gpu_pre_r535.txt").read_text())
+    assert "clocks_throttle_reasons.active" in old and "clocks_event_reasons.active" not in old
+    assert "power.draw.instant" not in old
+    assert [f for f in QUERY_FIELDS if f not in old] == [
+        "power.draw.instant",
+        "clocks_event_reasons.active",
+    ]
+    row = parse_query_gpu(["0, 0x0000000000000044"], ("index", "clocks_throttle_reasons.active"))
+    assert row.gpus[0].clocks_event_reasons == 0x44
+    assert fields_for_help("no quoted names here") == QUERY_FIELDS  # unfamiliar: all of them

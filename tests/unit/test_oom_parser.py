@@ -316,6 +316,25 @@ def test_sglang_kv_allocator_failure_in_a_scheduler_traceback() -> None:
     assert e.message == "RuntimeError: Prefill out of memory. Try to lower your batch size."
 
 
+@pytest.mark.parametrize("router", ["MultiTokenizerRouter", "MultiDetokenizerRouter"])
+def test_sglang_0_5_18_multi_tokenizer_router_crash_is_critical(router: str) -> None:
+    """managers/multi_tokenizer_mixin.py (0.5.18 l.641/753): with --tokenizer-worker-num
+    > 1 the routers log `{router} hit an exception: {traceback}` and the server dies."""
+    text = "\n".join(
+        [
+            f"[2026-08-25 15:02:11] {router} hit an exception: Traceback (most recent call last):",
+            *FRAMES[1:],
+            "zmq.error.ZMQError: Address already in use (addr='ipc:///tmp/sglang_ipc_7')",
+            "",
+        ]
+    )
+    (e,) = scan_text(text)
+    assert (e.kind, e.severity, e.context) == ("sglang_error", Health.CRITICAL, f"SGLang {router}")
+    assert (
+        e.message == "zmq.error.ZMQError: Address already in use (addr='ipc:///tmp/sglang_ipc_7')"
+    )
+
+
 def test_sglang_crash_lines_without_a_memory_failure() -> None:
     events = scan_text(
         "\n".join(
@@ -540,3 +559,43 @@ def test_memory_events_and_unreadable_kernel_log() -> None:
     assert parse_memory_events("") == {}
     assert kernel_log_unreadable("dmesg: read kernel buffer failed: Operation not permitted")
     assert not kernel_log_unreadable("[12.3] NVRM: loading NVIDIA UNIX Open Kernel Module")
+
+
+# ------------------------------------------------- issue 17 point 17: the other OOM spellings
+
+
+def test_cudamallocasync_oom_names_its_device() -> None:
+    """``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``: the allocator's own message, from
+    pytorch/pytorch c10/cuda/CUDAMallocAsyncAllocator.cpp (``TORCH_CHECK_WITH(OutOfMemoryError,
+    ..., "Allocation on device ", device, " would exceed allowed memory. (out of memory)",
+    "\\nCurrently allocated     : ", ...)``, torch 2.x): one OOM, on the device it names."""
+    events = scan_file(NVIDIA / "oom_variants" / "torch_cudamallocasync_oom.txt", "0,1,2,3")
+    assert [(e.kind, e.severity, e.local_gpu, e.gpu) for e in events] == [
+        ("cuda_oom", Health.CRITICAL, 3, 3)
+    ]
+    assert events[0].message == (
+        "torch.OutOfMemoryError: Allocation on device 3 would exceed allowed memory. "
+        "(out of memory)"
+    )
+    assert events[0].context == "rank 3"
+
+
+def test_oom_logged_without_its_class_name() -> None:
+    """A caught OOM logged as ``logger.error(str(e))``: str() of torch's OutOfMemoryError is
+    the bare allocator text (c10/cuda/CUDACachingAllocator.cpp "CUDA out of memory. Tried to
+    allocate ..."; CUDAMallocAsyncAllocator.cpp "Allocation on device N ..."): still OOMs,
+    translated through the CUDA_VISIBLE_DEVICES the log printed."""
+    events = scan_file(NVIDIA / "oom_variants" / "torch_oom_logged_without_class.txt")
+    assert [(e.kind, e.local_gpu, e.gpu, e.line_no) for e in events] == [
+        ("cuda_oom", 1, 6, 3),
+        ("cuda_oom", 2, 7, 5),
+    ]
+    assert events[0].message.endswith("of which 1.23 GiB is free.")
+    assert "Allocation on device 2 would exceed allowed memory" in events[1].message
+
+
+def test_allocation_words_alone_are_not_an_oom() -> None:
+    """Only the allocator's full sentence counts: a log that talks about allowed memory is
+    not an OOM."""
+    assert scan_text("Allocation on device 0 is within the allowed memory (out of 80 GiB)") == []
+    assert scan_text("note: allocations would exceed allowed memory if batch > 64") == []

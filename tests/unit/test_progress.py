@@ -389,3 +389,118 @@ def test_units_never_raise(text: str) -> None:
     parse_number(text)
     parse_rate(text)
     parse_duration(text)
+
+
+# ------------------------------------------------ issue 17 point 16: HF Trainer's end of run
+
+
+@pytest.mark.parametrize(
+    ("fixture", "final_loss"),
+    [
+        # transformers 4.57.0 trainer.py Trainer.log: logs.update(speed_metrics("train", ...))
+        # on every periodic log (since 4.52.0; 4.47-4.51 computed it and threw it away);
+        # trainer_callback.py ProgressCallback.on_log prints str(logs), epoch rounded.
+        ("hf_trainer_tokens_seen_4.57.log", 2.3187),
+        # transformers 5.23.0: the same keys, ProgressCallback prints floats as f"{v:.4g}".
+        ("hf_trainer_tokens_seen_5.23.log", 2.319),
+    ],
+)
+def test_hf_periodic_logs_with_tokens_seen_do_not_end_the_run(
+    fixture: str, final_loss: float
+) -> None:
+    """include_num_input_tokens_seen: each periodic dict carries train_runtime and
+    train_tokens_per_second beside its loss; only the final summary (train_loss, no loss:
+    _inner_training_loop 4.x / _finalize_training 5.x) ends the run."""
+    job = JobTracker("sft", "hf")
+    lines = read(fixture).split("\n")
+    periodic = [i for i, ln in enumerate(lines) if "'loss'" in ln]
+    for i, line in enumerate(lines[: periodic[1] + 1]):
+        job.feed(line, 1000.0 + i)
+        assert state(job) is JobState.RUNNING, line
+    assert job.loss == pytest.approx(2.352, abs=6e-4)
+    assert job.tokens_per_s == pytest.approx(26770, rel=1e-3)  # train_tokens_per_second
+    feed_file(job, fixture)
+    assert state(job) is JobState.FINISHED and job.loss == final_loss
+    p = ProgressParser("hf")
+    summary = next(ln for ln in lines if "train_loss" in ln)
+    parsed = p.parse(summary)
+    assert parsed is not None and parsed.finished
+    parsed = p.parse(lines[periodic[0]])
+    assert parsed is not None and not parsed.finished
+
+
+def test_a_progress_line_after_a_wrong_finish_means_it_runs() -> None:
+    """A "finished" that was not the end (a line that only looked final) is taken back by
+    the next progress line with another step; the same step again (a bar's closing redraw)
+    leaves it finished."""
+    job = JobTracker("train", "kv")
+    job.feed("step 100/300 | loss 2.31", 1000.0)
+    job.feed("step 100/300 | training is complete for this shard", 1001.0)
+    assert state(job) is JobState.FINISHED
+    job.feed("step 100/300 | loss 2.31", 1002.0)
+    assert state(job) is JobState.FINISHED
+    job.feed("step 102/300 | loss 2.29", 1003.0)
+    assert state(job) is JobState.RUNNING and job.ended_at is None
+    job.feed("step 300/300 | loss 2.01", 1100.0)
+    job.feed("training complete", 1101.0)
+    assert state(job) is JobState.FINISHED
+
+
+# ------------------------------------------------------- issue 17 point 15: tqdm byte bars
+
+
+def test_tqdm_byte_bar_with_binary_divisor() -> None:
+    """tqdm_bytes_1024.log is tqdm 4.70.0's own tqdm.format_meter output (tqdm/std.py) for
+    ``unit="B", unit_scale=True, unit_divisor=1024`` as tqdm writes it ("\\r" + bar): the
+    counts are MiB (format_sizeof(n, divisor=unit_divisor)), the rate SI (format_sizeof(rate)
+    has no divisor): 52.5M/100M at 10.5MB/s is 55050240 of 104857600 bytes, 10.5e6 B/s."""
+    job = JobTracker("download", "tqdm")
+    feed_file(job, "tqdm_bytes_1024.log")
+    assert (job.step, job.total_steps) == (int(52.5 * 2**20), 100 * 2**20)
+    assert job.items_per_s == pytest.approx(10.5e6)
+    assert job.rate_unit == "B/s" and job.eta_s == 4.0
+
+
+@pytest.mark.parametrize(
+    ("bar", "update"),
+    [
+        # tqdm 4.70.0 format_meter, unit="B", unit_scale=True (divisor 1000): the bar's own
+        # 50% rules out 1024 (512000 / 1048576 would print 49%)
+        (
+            " 50%|████████████████████                    | 500k/1.00M [00:01<00:01, 500kB/s]",
+            ProgressUpdate(
+                step=500_000, total_steps=1_000_000, items_per_s=500e3, eta_s=1.0, unit="B"
+            ),
+        ),
+        # unit_divisor=1024, no total: "{n_fmt}{unit} [{elapsed}, {rate_fmt}]"
+        (
+            "5.00MB [00:02, 2.62MB/s]",
+            ProgressUpdate(step=5 * 2**20, items_per_s=2.62e6, unit="B"),
+        ),
+        # slower than one per second: rate_fmt is "{1/rate}s/{unit}"
+        (
+            " 10%|███▉                                   | 100/0.98k [06:40<1:00:00, 4.00s/B]",
+            ProgressUpdate(
+                step=100, total_steps=int(0.98 * 1024), items_per_s=0.25, eta_s=3600.0, unit="B"
+            ),
+        ),
+        # the first redraw: no rate yet
+        (
+            "  0%|                                               | 0.00/1.00M [00:00<?, ?B/s]",
+            ProgressUpdate(step=0, total_steps=2**20, unit="B"),
+        ),
+        # a scaled bar that is not bytes: SI
+        (
+            "tokenizing: 25.6ktok [00:02, 12.8ktok/s]",
+            ProgressUpdate(tokens=25600.0, tokens_per_s=12800.0),
+        ),
+        (
+            "  3%|▎         | 1.20M/40.0M [00:10<05:23, 120kimg/s]",
+            ProgressUpdate(
+                step=1_200_000, total_steps=40_000_000, items_per_s=120e3, eta_s=323.0, unit="img"
+            ),
+        ),
+    ],
+)
+def test_tqdm_scaled_bars(bar: str, update: ProgressUpdate) -> None:
+    assert ProgressParser("tqdm").parse(bar) == update

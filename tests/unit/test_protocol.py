@@ -25,6 +25,7 @@ def sample_messages() -> list[protocol.Message]:
         protocol.Http("sglang:30000", 1.5, 200, "sglang:x 1\n"),
         protocol.Note("kernel log not readable here"),
         protocol.LogProblem("watch", "/var/log/x.log", "Permission denied"),
+        protocol.ThreadDied(1.5, "procs", "NVMLLibraryMismatchError: ...", "agent.py:9 in f"),
     ]
 
 

@@ -208,11 +208,13 @@ def test_running_configured_job_and_sglang_server_refuse() -> None:
     f["procs"] = [
         {"pid": 4242, "argv": [PY, "train.py", "--steps", "100"], "why": "argv"},
         {"pid": 4343, "argv": [PY, "-m", "sglang.launch_server", "--port", "30000"]},
+        # ``sglang serve``, the console script recommended since SGLang 0.5.7
+        {"pid": 4444, "argv": [PY, "/root/venv/bin/sglang", "serve", "--port", "30001"]},
     ]
     p = plan(f=f, host=host(jobs=(job,)))
-    assert [u.label for u in p.users] == ["job train", "SGLang server"]
+    assert [u.label for u in p.users] == ["job train", "SGLang server", "SGLang server"]
     (refusal,) = p.refusals
-    assert refusal.overridable and "2 process(es) use /root/venv" in refusal.reason
+    assert refusal.overridable and "3 process(es) use /root/venv" in refusal.reason
     assert "job train (pid 4242" in refusal.reason
     assert plan(f=f, host=host(jobs=(job,)), force=True).ok
 

@@ -206,3 +206,20 @@ def test_an_agent_message_full_of_escapes_lands_cleaned_in_the_monitor() -> None
     assert dispatch(monitor, handlers(monitor, on_hello=lambda hello: False), line) is True
     assert monitor.latest is not None and monitor.latest.gpus[0].name == "RTX\\x1b]0;t\\x07"
     asyncio.run(monitor.transport.dispose())
+
+
+@given(
+    st.text(
+        alphabet=st.sampled_from(
+            ["a", " ", "\n", "\t", "\r", "\x1b", "\x07", "é", "\u202e", "\x00", "\ufeff"]
+        )
+    )
+)
+def test_printable_text_fast_path_agrees_with_the_character_by_character_rule(text: str) -> None:
+    from gpumon.backends.untrusted import _KEEP_MULTILINE, _escape, printable_text
+
+    ref = text.replace("\r\n", "\n").replace("\r", "\n")
+    expected = "".join(
+        ch if ch.isprintable() or ch in _KEEP_MULTILINE else _escape(ch) for ch in ref
+    )
+    assert printable_text(text) == expected

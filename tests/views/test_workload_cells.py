@@ -291,3 +291,14 @@ def test_replay_status_says_speed_pause_end_and_position(utc: None, tmp_path: Pa
     replay.step()
     replay.step()
     assert replay_status(replay) == "REPLAY ended, 00:16:42 (3/3)"
+
+
+def test_the_model_cell_says_the_servers_parallelism_from_its_server_info() -> None:
+    """SGLang 0.5.9 `/server_info` of DP attention 4 on 8 GPUs (tests/fixtures/sglang)."""
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures" / "sglang"
+    s = SglangTracker(30000)
+    s.observe_info(200, (fixtures / "0.5.9" / "server_info.json").read_text())
+    assert sglang_cells(s)["model"].text == "DeepSeek-V3 DP 4 TP 8"
+    single = SglangTracker(30001)
+    single.observe_info(200, (fixtures / "0.5.10" / "server_info.json").read_text())
+    assert sglang_cells(single)["model"].text == "Qwen3-8B"  # one GPU: nothing to add

@@ -8,6 +8,8 @@
     gpumon restart HOST JOB       stop, wait for free GPUs, start, verify (asks first)
     gpumon doctor HOST [--json]   check the target's torch / CUDA environment
     gpumon swap-torch HOST VARIANT  move torch between CUDA builds, verified, reversible
+    gpumon watch [HOST ...]       headless: alerts to the [notify.*] notifiers, /metrics
+    gpumon notify test|status     test a notifier, show the outbox
 
 Kept light at import time (no Textual, no asyncssh): headless commands start fast.
 """
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
 from gpumon.backends.errors import GpumonError
 from gpumon.tui.cli import torch as cli_torch
+from gpumon.tui.cli import watch as cli_watch
 from gpumon.tui.cli.restart import build_parser as restart_parser
 from gpumon.tui.cli.restart import cmd_restart
 
@@ -77,7 +80,8 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     main = argparse.ArgumentParser(
         prog="gpumon",
         description="Watch GPU machines over SSH: memory, OOM warnings, workloads. "
-        "Commands: snapshot, check, config, restart, doctor, swap-torch, replay "
+        "Commands: snapshot, check, config, restart, doctor, swap-torch, replay, "
+        "watch, notify "
         "(see `gpumon COMMAND --help`).",
     )
     main.add_argument(
@@ -246,6 +250,7 @@ def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
         read_only=args.read_only,
         interval=args.interval,
         bell=not args.no_bell,
+        notify=config.notify,
     )
 
 
@@ -281,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     known, rest = pre.parse_known_args(argv)
     if rest and rest[0] in cli_torch.COMMANDS:
         return cli_torch.main(argv, read_only=known.read_only)
+    if rest and rest[0] in cli_watch.COMMANDS:
+        return cli_watch.main(argv)
     command = rest[0] if rest and rest[0] in COMMANDS else None
     args: Any
     if command is not None:

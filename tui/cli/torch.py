@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,14 @@ if TYPE_CHECKING:
 COMMANDS = ("doctor", "swap-torch")
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
-VARIANTS = ("cu126", "cu128", "cu129", "cu130", "cpu")
+VARIANTS = ("cu126", "cu128", "cu129", "cu130", "cu132", "cpu")
+
+
+def _variant(text: str) -> str:
+    """A variant name the index may serve (the plan asks the index which exist)."""
+    if re.fullmatch(r"cu[0-9]{3}|cpu", text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not cuNNN or cpu")
+    return text
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
@@ -52,7 +60,12 @@ def build_parser(command: str) -> argparse.ArgumentParser:
             "1 rolled back / unchanged, 2 refused, 3 unreachable, 4 rollback failed.",
         )
         p.add_argument("host", metavar="HOST")
-        p.add_argument("variant", metavar="VARIANT", choices=VARIANTS, help=", ".join(VARIANTS))
+        p.add_argument(
+            "variant",
+            metavar="VARIANT",
+            type=_variant,
+            help=f"cuNNN or cpu, as the index serves them (e.g. {', '.join(VARIANTS)})",
+        )
         p.add_argument("--version", metavar="V", help="torch release (default: the installed)")
         p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")

@@ -95,7 +95,7 @@ def sglang_cells(s: SglangTracker) -> dict[str, Cell]:
     out = {
         "name": Cell(f":{s.port}", Role.NORMAL),
         "state": state,
-        "model": Cell(model_short(s.model) or "n/a", Role.NORMAL if s.model else Role.NA),
+        "model": _model_cell(s),
         "tok/s": _num(s.gen_tokens_per_s, numbers, rate_text),
         "run": _num(s.running, numbers, count_text),
         "queue": _num(s.queued, numbers, count_text),
@@ -107,6 +107,13 @@ def sglang_cells(s: SglangTracker) -> dict[str, Cell]:
     if s.error and (s.up is False or s.stale):
         out["error"] = Cell(_printable(s.error), Role.CRITICAL if s.up is False else Role.WARNING)
     return out
+
+
+def _model_cell(s: SglangTracker) -> Cell:
+    """The model and, from the server info, its parallelism: ``DeepSeek-V3 DP 4 TP 8``."""
+    parallel = s.info.short if s.info is not None else None
+    text = " ".join(t for t in (model_short(s.model), parallel) if t)
+    return Cell(text or "n/a", Role.NORMAL if text else Role.NA)
 
 
 def sglang_total_cells(t: SglangTotals) -> dict[str, Cell]:

@@ -1,26 +1,28 @@
 """``AgentSource``: gpumon's agent on the target, over the host's Transport.
 
-Each session looks for a usable Python there (the host's ``python``, else python3 /
-python), ships the agent to it (``remote.bootstrap``) and dispatches its messages
-(``remote.protocol``) to the monitor through one table. Without a usable Python the
-session streams nvidia-smi directly instead (``DirectSmiSource``), and the source's
-capabilities are that one's until a later session finds a Python.
+Each session looks for a usable Python there (the host's ``python``, else gpumon's own
+for ``local``, python3, python), ships the agent to it (``remote.bootstrap``) and
+dispatches its messages (``remote.protocol``) to the monitor through one table. Without a
+usable Python the session streams nvidia-smi directly instead (``DirectSmiSource``), and
+the source's capabilities are that one's until a later session finds a Python.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
 from gpumon.backends import untrusted
-from gpumon.backends.model import ConnState
+from gpumon.backends.model import ConnState, Health
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS, classify_smi_failure
 from gpumon.backends.remote import protocol
 from gpumon.backends.remote.bootstrap import program_argv
+from gpumon.backends.remote.doctor_probe_fs import GPUMON_CHECK
 from gpumon.backends.transport.base import Transport, TransportError
 
 from .base import AGENT, Capabilities, Sink
@@ -58,6 +60,14 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
         failure = classify_smi_failure(m.output, m.exit)
         sink.ingest_error(failure.message if failure else f"nvidia-smi failed (exit {m.exit})")
 
+    def thread_died(m: protocol.ThreadDied) -> None:
+        where = f" at {m.where}" if m.where else ""
+        text = f"agent: its {m.thread} thread died ({m.error}{where}); it is started again"
+        sink.ingest_error(text)
+        key = f"agent_thread:{m.thread}:{m.error}"
+        at = m.t if m.t > 0 else time.time()
+        sink.ingest_alert("agent_error", Health.CRITICAL, text, gpu=None, job=None, key=key, at=at)
+
     return dict(
         [
             _route(p.Hello, on_hello),
@@ -84,6 +94,7 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
             _route(p.Kernel, _quiet(lambda m: sink.ingest_kernel_lines(m.lines))),
             _route(p.MemoryEvents, _quiet(lambda m: sink.ingest_memory_events(m.text))),
             _route(p.Note, _quiet(lambda m: sink.ingest_note(m.text))),
+            _route(p.ThreadDied, _quiet(thread_died)),
         ]
     )
 
@@ -136,10 +147,14 @@ class AgentSource(TransportSource):
 
     async def _find_python(self, sink: Sink) -> str | None:
         host = sink.host
-        candidates = [host.python] if host.python else ["python3", "python"]
+        own = self.transport.own_python
+        candidates = (
+            [host.python] if host.python else [*([own] if own else []), "python3", "python"]
+        )
         for py in candidates:
             res = await self.transport.run(
-                [py, "-c", "import sys; print(sys.version_info >= (3, 8))"], timeout=15.0
+                [py, "-c", "import sys; print(sys.version_info >= (3, 8))", GPUMON_CHECK],
+                timeout=15.0,
             )
             if res.exit_code == 0 and res.stdout.strip() == "True":
                 return py

@@ -15,6 +15,7 @@ from gpumon.backends.parsers.nvidia_smi import (
     QUERY_FIELDS,
     classify_smi_failure,
     compute_apps_args,
+    fields_for_help,
     query_gpu_args,
 )
 from gpumon.backends.remote.agent import BATCH_QUIET_S, RowBatcher
@@ -37,6 +38,7 @@ class DirectSmiSource(TransportSource):
     def __init__(self, transport: Transport, *, reconnect: bool = True) -> None:
         super().__init__(transport, reconnect=reconnect)
         self._restart = asyncio.Event()
+        self.fields: tuple[str, ...] = QUERY_FIELDS  # what this driver's nvidia-smi knows
 
     @property
     def capabilities(self) -> Capabilities:
@@ -48,22 +50,36 @@ class DirectSmiSource(TransportSource):
 
     async def _open(self, sink: Sink) -> ProcessStream:
         ms = max(int(sink.interval * 1000), 100)
-        argv = [sink.host.nvidia_smi, *query_gpu_args(QUERY_FIELDS, loop_ms=ms)]
+        argv = [sink.host.nvidia_smi, *query_gpu_args(self.fields, loop_ms=ms)]
         return await self.open_stream(argv)
+
+    async def _probe_fields(self, sink: Sink) -> tuple[str, ...]:
+        """The fields this nvidia-smi knows (``fields_for_help``): before R535 there is no
+        ``clocks_event_reasons.*``, and one unknown field fails the whole query. Probed
+        each session (a driver upgrade comes with a reconnect); no answer: all of them."""
+        try:
+            res = await self.transport.run([sink.host.nvidia_smi, "--help-query-gpu"], timeout=15)
+        except TransportError:
+            return QUERY_FIELDS
+        if res.exit_code != 0:
+            return QUERY_FIELDS
+        return fields_for_help(res.stdout) or QUERY_FIELDS
 
     async def session(self, sink: Sink) -> bool:
         self._restart.clear()
+        self.fields = fields = await self._probe_fields(sink)
         stream = await self._open(sink)
         sink.ingest_status(ConnState.CONNECTED, source=SampleSource.SMI_DIRECT, error=None)
         procs = asyncio.create_task(self._poll_processes(sink))
-        batcher = RowBatcher(QUERY_FIELDS.index("index"), len(QUERY_FIELDS))
+        index = fields.index("index") if "index" in fields else 1
+        batcher = RowBatcher(index, len(fields))
         got_data = False
         tail: list[str] = []
 
         def flush() -> None:
             nonlocal got_data
             if rows := batcher.flush():
-                got_data |= sink.ingest_gpu_rows(rows, QUERY_FIELDS)
+                got_data |= sink.ingest_gpu_rows(rows, fields)
 
         try:
             while True:
@@ -83,7 +99,7 @@ class DirectSmiSource(TransportSource):
                 text = untrusted.printable_text(line.decode("utf-8", "replace"))
                 tail = [*tail[-19:], text.rstrip("\n")]
                 if rows := batcher.feed(text):
-                    got_data |= sink.ingest_gpu_rows(rows, QUERY_FIELDS)
+                    got_data |= sink.ingest_gpu_rows(rows, fields)
             flush()
         finally:
             procs.cancel()

@@ -1,25 +1,75 @@
 """A stand-in pynvml for the agent (put this directory on the agent's PYTHONPATH): one
 GPU with plausible values; while the file ``FAKE_NVML_HANG`` names exists, every device
 call hangs (a driver call that never returns). Any call not written out here raises
-``NVMLError_NotSupported`` (the agent then prints ``[N/A]``, as nvidia-smi does)."""
+``NVMLError_NotSupported`` (the agent then prints ``[N/A]``, as nvidia-smi does).
+
+What the test chooses through the environment, in the real module's own terms:
+
+- ``FAKE_NVML_BINDING``: the nvidia-ml-py release being imitated. ``13`` (default) is
+  13.580.82's pynvml.py: ``nvmlDeviceGetComputeRunningProcesses`` is wrapped in
+  ``throwOnVersionMismatch``, so a library without ``..._v3`` raises
+  ``NVMLLibraryMismatchError`` (an ``Exception``, not an ``NVMLError``); it has a ``_v2``
+  binding. ``12`` is 12.535.161's: the unversioned call is ``_v3`` with nothing around it
+  (``NVMLError_FunctionNotFound``), and there is no ``_v2`` binding.
+- ``FAKE_NVML_DRIVER``: which symbols the "libnvidia-ml.so" has and the struct its
+  process calls fill (the C side, reached through ``_nvmlGetFunctionPointer`` as in the
+  real module): ``current`` (default: ``_v3`` with the 4-field v2 struct, and
+  ``nvmlDeviceGetRunningProcessDetailList``), ``r535cc`` (``_v3`` filling the 5-field
+  struct with ``usedGpuCcProtectedMemory``, ``nvmlDeviceGetConfComputeMemSizeInfo`` but no
+  ``RunningProcessDetailList``: the R535 branch nvitop's libnvml.py singles out), ``r470``
+  (no ``_v3``; ``_v2``), ``r418`` (only the unversioned v1 call, 2-field struct).
+- ``FAKE_NVML_GPU``: ``hbm`` (an H200: NVML_FI_DEV_MEMORY_TEMP answers) or the default
+  GDDR7 board (memory temperature NOT_SUPPORTED); NVML_FI_DEV_POWER_INSTANT answers on both.
+- ``FAKE_NVML_PROCESS_PID``: the pids of the compute processes, comma-separated (default:
+  none), using 1000, 1024, ... MiB; ``FAKE_NVML_PROC_FAULT``: the process calls raise a
+  RuntimeError (what no one expected: the agent's thread must say it died).
+"""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+NVML_SUCCESS = 0
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_FI_DEV_POWER_INSTANT = 186
+
 
 class NVMLError(Exception):
-    pass
+    def __init__(self, value: int = 999) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return {
+            NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+            NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+        }.get(self.value, "Unknown Error")
 
 
 class NVMLError_NotSupported(NVMLError):
-    pass
+    def __init__(self, value: object = None) -> None:
+        super().__init__(NVML_ERROR_NOT_SUPPORTED)
+
+
+class NVMLError_FunctionNotFound(NVMLError):
+    def __init__(self, value: object = None) -> None:
+        super().__init__(NVML_ERROR_FUNCTION_NOT_FOUND)
 
 
 class NVMLError_ResetRequired(NVMLError):
+    pass
+
+
+class NVMLLibraryMismatchError(Exception):  # 13.x: deliberately not an NVMLError
     pass
 
 
@@ -27,6 +77,15 @@ NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 nvmlMemory_v2 = 2
+MIB = 1024 * 1024
+
+
+def _binding() -> str:
+    return os.environ.get("FAKE_NVML_BINDING", "13")
+
+
+def _driver() -> str:
+    return os.environ.get("FAKE_NVML_DRIVER", "current")
 
 
 def nvmlInit() -> None:
@@ -48,7 +107,7 @@ def nvmlDeviceGetUUID(h: int) -> str:
 
 
 def nvmlDeviceGetName(h: int) -> str:
-    return "NVIDIA RTX PRO 6000"
+    return "NVIDIA H200" if os.environ.get("FAKE_NVML_GPU") == "hbm" else "NVIDIA RTX PRO 6000"
 
 
 def nvmlDeviceGetPciInfo(h: int) -> Any:
@@ -56,8 +115,7 @@ def nvmlDeviceGetPciInfo(h: int) -> Any:
 
 
 def nvmlDeviceGetMemoryInfo(h: int, version: int = 1) -> Any:
-    mib = 1024 * 1024
-    return SimpleNamespace(total=97887 * mib, used=1024 * mib, free=96863 * mib)
+    return SimpleNamespace(total=97887 * MIB, used=1024 * MIB, free=96863 * MIB)
 
 
 def nvmlDeviceGetUtilizationRates(h: int) -> Any:
@@ -72,11 +130,144 @@ def nvmlDeviceGetPowerUsage(h: int) -> int:
     return 80500
 
 
-def nvmlDeviceGetComputeRunningProcesses(h: int) -> list[Any]:
-    return []
+def nvmlDeviceGetFieldValues(h: int, field_ids: list[int]) -> list[Any]:
+    """As the real call fills c_nvmlFieldValue_t: per entry its nvmlReturn and value."""
+    out = []
+    for fid in field_ids:
+        value, ret = 0, NVML_ERROR_NOT_SUPPORTED
+        if fid == NVML_FI_DEV_POWER_INSTANT:
+            value, ret = 83250, NVML_SUCCESS  # mW
+        elif fid == NVML_FI_DEV_MEMORY_TEMP and os.environ.get("FAKE_NVML_GPU") == "hbm":
+            value, ret = 47, NVML_SUCCESS
+        out.append(
+            SimpleNamespace(
+                fieldId=fid,
+                nvmlReturn=ret,
+                valueType=NVML_VALUE_TYPE_UNSIGNED_INT,
+                value=SimpleNamespace(uiVal=value, ullVal=value, dVal=float(value)),
+            )
+        )
+    return out
+
+
+# --- the C side of the process calls ---------------------------------------------------
+
+
+class _V1(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+class _V2(ctypes.Structure):
+    _fields_ = [
+        *_V1._fields_,
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+class _V3CC(ctypes.Structure):
+    _fields_ = [*_V2._fields_, ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
+
+
+_SYMBOLS: dict[str, dict[str, type[ctypes.Structure] | None]] = {
+    "current": {
+        "nvmlDeviceGetComputeRunningProcesses_v3": _V2,
+        "nvmlDeviceGetComputeRunningProcesses_v2": _V2,
+        "nvmlDeviceGetComputeRunningProcesses": _V1,
+        "nvmlDeviceGetConfComputeMemSizeInfo": None,
+        "nvmlDeviceGetRunningProcessDetailList": None,
+    },
+    "r535cc": {
+        "nvmlDeviceGetComputeRunningProcesses_v3": _V3CC,
+        "nvmlDeviceGetComputeRunningProcesses_v2": _V2,
+        "nvmlDeviceGetComputeRunningProcesses": _V1,
+        "nvmlDeviceGetConfComputeMemSizeInfo": None,
+    },
+    "r470": {
+        "nvmlDeviceGetComputeRunningProcesses_v2": _V2,
+        "nvmlDeviceGetComputeRunningProcesses": _V1,
+    },
+    "r418": {"nvmlDeviceGetComputeRunningProcesses": _V1},
+}
+
+
+def _processes() -> list[tuple[int, int]]:
+    pids = os.environ.get("FAKE_NVML_PROCESS_PID", "")
+    return [(int(pid), (1000 + 24 * n) * MIB) for n, pid in enumerate(pids.split(",")) if pid]
+
+
+def _process_call(struct: type[ctypes.Structure]) -> Callable[..., int]:
+    """The driver's ``nvmlDeviceGet*RunningProcesses*``: count first, then it writes its
+    own struct layout into the caller's buffer, whatever type the caller declared."""
+
+    def call(handle: int, count_ref: Any, buffer: Any) -> int:
+        count = count_ref._obj  # the c_uint behind byref()
+        procs = _processes()
+        if buffer is None or count.value < len(procs):
+            count.value = len(procs)
+            return NVML_ERROR_INSUFFICIENT_SIZE if procs else NVML_SUCCESS
+        raw = b"".join(
+            bytes(struct(pid, used, *([0xFFFFFFFF] * 2 if struct is not _V1 else [])))
+            for pid, used in procs
+        )
+        ctypes.memmove(ctypes.addressof(buffer), raw, len(raw))
+        count.value = len(procs)
+        return NVML_SUCCESS
+
+    return call
+
+
+def _nvmlGetFunctionPointer(name: str) -> Any:
+    if os.environ.get("FAKE_NVML_PROC_FAULT") and "Processes" in name:
+        raise RuntimeError(f"{name}: the library was unloaded under us")  # not an NVMLError
+    symbols = _SYMBOLS[_driver()]
+    if name not in symbols:
+        raise NVMLError_FunctionNotFound()
+    struct = symbols[name]
+    return _process_call(struct) if struct is not None else (lambda *_a: NVML_SUCCESS)
+
+
+def _python_binding(symbol: str) -> Callable[[int], list[Any]]:
+    """pynvml's own wrapper: it reads the buffer as ITS struct (the v2 layout for _v3)."""
+
+    def call(handle: int) -> list[Any]:
+        fn = _nvmlGetFunctionPointer(symbol)
+        count = ctypes.c_uint(0)
+        ret = fn(handle, ctypes.byref(count), None)
+        if ret == NVML_SUCCESS:
+            return []
+        count.value = count.value * 2 + 5
+        buffer = (_V2 * count.value)()
+        fn(handle, ctypes.byref(count), buffer)
+        return [
+            SimpleNamespace(pid=buffer[i].pid, usedGpuMemory=buffer[i].usedGpuMemory)
+            for i in range(count.value)
+        ]
+
+    return call
+
+
+nvmlDeviceGetComputeRunningProcesses_v3 = _python_binding("nvmlDeviceGetComputeRunningProcesses_v3")
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[Any]:
+    if _binding() == "12":
+        return nvmlDeviceGetComputeRunningProcesses_v3(handle)
+    try:  # 13.x: @throwOnVersionMismatch
+        return nvmlDeviceGetComputeRunningProcesses_v3(handle)
+    except NVMLError_FunctionNotFound:
+        raise NVMLLibraryMismatchError(
+            "Unversioned function called and the pyNVML version does not match the NVML lib "
+            "version. Either use matching pyNVML and NVML lib versions or use a versioned "
+            "function such as nvmlDeviceGetComputeRunningProcesses_v2"
+        ) from None
 
 
 def __getattr__(name: str) -> Any:
+    if name == "nvmlDeviceGetComputeRunningProcesses_v2":
+        if _binding() == "12":
+            raise AttributeError(name)  # 12.535.x has no _v2 binding
+        return _python_binding(name)
     if name.startswith("NVML_"):  # a constant
         return 0
     if name.startswith("nvml"):

@@ -1,0 +1,247 @@
+"""The ``[notify.NAME]`` and ``[watch]`` tables: where alerts are delivered, and how
+``gpumon watch`` runs.
+
+    [watch]
+    metrics_port = 9947          # gpumon watch's /metrics (0: off)
+    min_open_s = 30              # an incident stays open at least this long
+    dashboard_delivery = "auto"  # auto | always | never
+
+    [notify.oncall]
+    kind = "pagerduty"
+    routing_key_env = "PD_KEY"   # secrets from the environment: configs can be committed
+    min_severity = "critical"
+    hosts = ["ct200"]            # optional filters
+    kinds = ["cuda_oom", "oom_death"]
+
+Checked like every other table (``FILE: notify.oncall.kind: expected ...``). Standard
+library only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.backends.alerts.store import KINDS
+from gpumon.backends.config.limits import URL_MAX
+from gpumon.backends.config.load import KeySpec, _check_table
+from gpumon.backends.config.workloads import Invalid, integer, limited, number, text
+from gpumon.backends.model import Health
+
+__all__ = [
+    "DEFAULT_METRICS_PORT",
+    "NOTIFIER_KINDS",
+    "NotifierConfig",
+    "NotifySettings",
+    "notify_settings",
+]
+
+# Not dcgm-exporter's 9400 (the other GPU exporter likely on the same machine), not
+# Prometheus's 9090 / Alertmanager's 9093-9094 / node_exporter's 9100, nor the NVIDIA GPU
+# exporters' 9445 and 9835: 9947, in the 9100-9999 range Prometheus reserves for exporters.
+DEFAULT_METRICS_PORT = 9947
+NOTIFIER_KINDS = ("pagerduty", "alertmanager", "ntfy", "slack", "webhook", "command", "terminal")
+PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+_NEEDS_URL = frozenset({"alertmanager", "ntfy", "slack", "webhook"})
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SEVERITIES = {"warning": Health.WARNING, "critical": Health.CRITICAL}
+
+
+@dataclass(frozen=True, slots=True)
+class NotifierConfig:
+    """One ``[notify.NAME]`` table, checked. Secrets are either given (``routing_key``) or
+    named (``routing_key_env``) and read from the environment when a message is sent."""
+
+    name: str
+    kind: str
+    min_severity: Health = Health.WARNING
+    hosts: tuple[str, ...] = ()  # empty: every host
+    kinds: tuple[str, ...] = ()  # empty: every alert kind
+    url: str | None = None
+    url_env: str | None = None
+    routing_key: str | None = None
+    routing_key_env: str | None = None
+    token: str | None = None
+    token_env: str | None = None
+    secret: str | None = None
+    secret_env: str | None = None
+    command: tuple[str, ...] = ()
+    tty: str = "/dev/tty"
+    group_s: float | None = None  # see group_window
+    max_per_minute: int = 20  # per notifier; beyond it messages wait (nothing is dropped)
+    resend_s: float = 60.0  # alertmanager: re-send the active alerts this often
+    timeout_s: float = 10.0
+
+    @property
+    def group_window(self) -> float:
+        """Seconds in which a host's further alerts wait and go out as one message after
+        the first went at once: ``group_s``, by default 30, but 0 for Alertmanager (it
+        groups by itself: ``group_by`` / ``group_wait`` in its route)."""
+        if self.group_s is not None:
+            return self.group_s
+        return 0.0 if self.kind == "alertmanager" else 30.0
+
+    def wants(self, host: str, kind: str, severity: Health) -> bool:
+        """Whether an alert of ``kind`` and ``severity`` on ``host`` goes to this notifier."""
+        return (
+            severity.rank >= self.min_severity.rank
+            and (not self.hosts or host in self.hosts)
+            and (not self.kinds or kind in self.kinds)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NotifySettings:
+    """The ``[notify.*]`` notifiers and the ``[watch]`` settings, defaults applied."""
+
+    notifiers: Mapping[str, NotifierConfig] = field(default_factory=dict)
+    metrics_port: int = DEFAULT_METRICS_PORT
+    metrics_host: str = "127.0.0.1"
+    min_open_s: float = 30.0
+    dashboard_delivery: str = "auto"  # auto: only while no `gpumon watch` runs
+    retry_first_s: float = 2.0
+    retry_max_s: float = 300.0
+    outbox: str | None = None  # None: $XDG_STATE_HOME/gpumon/outbox.sqlite3
+
+
+def _url(v: object) -> str:
+    s = limited(text(v), URL_MAX)
+    if not re.fullmatch(r"https?://[^\s]+", s):
+        raise ValueError
+    return s
+
+
+def _env_name(v: object) -> str:
+    if not isinstance(v, str) or not _ENV_NAME.fullmatch(v):
+        raise ValueError
+    return v
+
+
+def _severity(v: object) -> Health:
+    if not isinstance(v, str) or v not in _SEVERITIES:
+        raise ValueError
+    return _SEVERITIES[v]
+
+
+def _names(v: object) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise ValueError
+    return tuple(limited(text(x), 200) for x in v)
+
+
+def _alert_kinds(v: object) -> tuple[str, ...]:
+    kinds = _names(v)
+    unknown = [k for k in kinds if k not in KINDS and k != "log_unreadable"]
+    if unknown:
+        raise Invalid(f"unknown alert kind {unknown[0]!r}; expected some of: {', '.join(KINDS)}")
+    return kinds
+
+
+def _kind(v: object) -> str:
+    if not isinstance(v, str) or v not in NOTIFIER_KINDS:
+        raise ValueError
+    return v
+
+
+def _command(v: object) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not v:
+        raise ValueError
+    return tuple(text(x) for x in v)
+
+
+def _secret(v: object) -> str:
+    if not isinstance(v, str) or not v or not v.isprintable():
+        raise ValueError
+    return limited(v, 1000)
+
+
+_CHOICE_DELIVERY = ("auto", "always", "never")
+
+
+def _delivery(v: object) -> str:
+    if v not in _CHOICE_DELIVERY:
+        raise ValueError
+    return str(v)
+
+
+SECONDS = "a number of seconds"
+NOTIFIER_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("kind", _kind, f"one of {', '.join(NOTIFIER_KINDS)}"),
+    KeySpec("min_severity", _severity, '"warning" or "critical"'),
+    KeySpec("hosts", _names, "a list of host names"),
+    KeySpec("kinds", _alert_kinds, "a list of alert kinds"),
+    KeySpec("url", _url, "an http(s) URL"),
+    KeySpec("url_env", _env_name, "an environment variable name"),
+    KeySpec("routing_key", _secret, "a string"),
+    KeySpec("routing_key_env", _env_name, "an environment variable name"),
+    KeySpec("token", _secret, "a string"),
+    KeySpec("token_env", _env_name, "an environment variable name"),
+    KeySpec("secret", _secret, "a string"),
+    KeySpec("secret_env", _env_name, "an environment variable name"),
+    KeySpec("command", _command, "a program and its arguments (a list of strings)"),
+    KeySpec("tty", text, "a terminal device path"),
+    KeySpec("group_s", number(0, 3600), f"{SECONDS} from 0 to 3600"),
+    KeySpec("max_per_minute", integer(1, 10_000), "an integer from 1 to 10000"),
+    KeySpec("resend_s", number(1, 3600), f"{SECONDS} from 1 to 3600"),
+    KeySpec("timeout_s", number(0.1, 600), f"{SECONDS} from 0.1 to 600"),
+)
+WATCH_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("metrics_port", integer(0, 65535), "a port 1..65535, or 0 for no exporter"),
+    KeySpec("metrics_host", text, "an address to listen on"),
+    KeySpec("min_open_s", number(0, 86400), f"{SECONDS} from 0 to 86400"),
+    KeySpec("dashboard_delivery", _delivery, '"auto", "always" or "never"'),
+    KeySpec("retry_first_s", number(0.01, 3600), f"{SECONDS} from 0.01 to 3600"),
+    KeySpec("retry_max_s", number(0.01, 86400), f"{SECONDS} from 0.01 to 86400"),
+    KeySpec("outbox", text, "a file path"),
+)
+
+
+def _notifier(name: str, raw: object) -> NotifierConfig:
+    table = _check_table(raw, NOTIFIER_KEYS)
+    if "kind" not in table:
+        raise Invalid(f"missing; expected one of {', '.join(NOTIFIER_KINDS)}", ("kind",))
+    kind = table["kind"]
+    if kind in _NEEDS_URL and "url" not in table and "url_env" not in table:
+        raise Invalid(f"a {kind} notifier needs url (or url_env)", ("url",))
+    if kind == "pagerduty":
+        if "routing_key" not in table and "routing_key_env" not in table:
+            raise Invalid("pagerduty needs routing_key or routing_key_env", ("routing_key",))
+        table.setdefault("url", PAGERDUTY_URL)
+    if kind == "command" and "command" not in table:
+        raise Invalid("missing; a command notifier runs this program", ("command",))
+    return NotifierConfig(name=name, **table)
+
+
+def notify_tables(raw: object) -> dict[str, NotifierConfig]:
+    """``[notify.NAME]`` tables -> notifiers by name; raises Invalid naming the key."""
+    if not isinstance(raw, dict):
+        raise TypeError
+    out: dict[str, NotifierConfig] = {}
+    for name, table in raw.items():
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+            raise Invalid("expected a notifier name of letters, digits, '_' and '-'", (name,))
+        try:
+            out[name] = _notifier(name, table)
+        except Invalid as e:
+            raise Invalid(e.problem, (name, *e.path)) from None
+    return out
+
+
+def watch_table(raw: object) -> dict[str, Any]:
+    """The ``[watch]`` table, checked (keys present only)."""
+    table = _check_table(raw, WATCH_KEYS)
+    if table.get("retry_max_s", 300.0) < table.get("retry_first_s", 2.0):
+        raise Invalid("must be >= retry_first_s", ("retry_max_s",))
+    return table
+
+
+def notify_settings(
+    notifiers: Mapping[str, NotifierConfig] | None, watch: Mapping[str, Any] | None
+) -> NotifySettings:
+    """The settings from the checked tables (missing ones: defaults)."""
+    values = dict(watch or {})
+    return NotifySettings(notifiers=dict(notifiers or {}), **values)

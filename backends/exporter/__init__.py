@@ -1,0 +1,1 @@
+"""The Prometheus exporter: ``metrics.GpumonCollector`` and ``metrics.MetricsServer``."""

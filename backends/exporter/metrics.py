@@ -1,0 +1,202 @@
+"""The Prometheus exporter of ``gpumon watch``: what the monitors know, at scrape time.
+
+``GpumonCollector(monitors)`` reads the monitors when Prometheus scrapes (nothing is
+copied between scrapes); ``OomCounter`` counts OOM alerts as they are raised (a counter
+must only go up, so it cannot be derived from the alert list, which forgets);
+``MetricsServer`` answers ``GET /metrics`` on the event loop, from its own registry (no
+process or Python metrics of gpumon itself mixed in).
+
+Names follow the Prometheus conventions: the ``gpumon_`` prefix, base units (bytes,
+watts, celsius, seconds, ratios 0..1), ``_total`` for counters. A value the GPU did not
+report is left out (never exported as 0). The README lists every metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpumon.backends.alerts.store import KINDS, Alert
+
+if TYPE_CHECKING:
+    from gpumon.backends.monitor.state import HostMonitor
+
+__all__ = ["METRIC_NAMES", "GpumonCollector", "MetricsServer", "OomCounter"]
+
+MIB = 1024 * 1024
+OOM_KINDS = frozenset({"cuda_oom", "oom_death", "host_oom_kill", "cgroup_oom_kill"})
+JOB_STATES = ("running", "finished", "crashed", "stopped")
+
+_GPU = ("host", "gpu", "uuid", "name")
+# Not "job": Prometheus sets that label to the scrape job (and renames ours exported_job).
+_JOB = ("host", "job_name")
+_SGLANG = ("host", "port")
+# name -> (help, labels); every gauge the collector fills, and the README's table.
+GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gpumon_gpu_memory_used_bytes": ("GPU memory in use", _GPU),
+    "gpumon_gpu_memory_total_bytes": ("GPU memory in total", _GPU),
+    "gpumon_gpu_utilization_ratio": ("GPU utilisation, 0..1", _GPU),
+    "gpumon_gpu_temperature_celsius": ("GPU temperature", _GPU),
+    "gpumon_gpu_power_watts": ("GPU power draw", _GPU),
+    "gpumon_job_state": ("1 for the job's current state, 0 for the others", (*_JOB, "state")),
+    "gpumon_job_step": ("the job's last logged step", _JOB),
+    "gpumon_job_rate": ("the job's throughput, unit in the label", (*_JOB, "unit")),
+    "gpumon_job_eta_seconds": ("time left until the job finishes", _JOB),
+    "gpumon_sglang_up": ("1 while the SGLang server answers", _SGLANG),
+    "gpumon_sglang_running_requests": ("requests running", _SGLANG),
+    "gpumon_sglang_queued_requests": ("requests waiting", _SGLANG),
+    "gpumon_sglang_kv_usage_ratio": ("KV cache tokens in use, 0..1", _SGLANG),
+    "gpumon_sglang_generation_tokens_per_second": ("generation throughput", _SGLANG),
+    "gpumon_alerts_active": ("active alerts", ("host", "severity", "kind")),
+    "gpumon_agent_up": ("1 while gpumon receives fresh samples from the host", ("host",)),
+    "gpumon_sample_age_seconds": ("age of the newest GPU sample", ("host",)),
+}
+OOM_COUNTER = "gpumon_oom_events"  # exposed as gpumon_oom_events_total
+METRIC_NAMES = (*GAUGES, f"{OOM_COUNTER}_total")
+
+
+class OomCounter:
+    """OOM alerts seen per (host, gpu, job, kind), from the alert listeners."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str, str, str]] = Counter()
+        self._lock = threading.Lock()  # cheap insurance should a scrape ever run elsewhere
+
+    def listener(self, alert: Alert) -> None:
+        if alert.kind in OOM_KINDS and alert.severity.value == "critical":
+            key = (alert.host, _gpu(alert.gpu), alert.job or "", alert.kind)
+            with self._lock:
+                self.counts[key] += 1
+
+    def attach(self, monitor: HostMonitor) -> None:
+        monitor.alerts.add_listener(self.listener)
+
+    def items(self) -> list[tuple[tuple[str, str, str, str], int]]:
+        with self._lock:
+            return list(self.counts.items())
+
+
+def _gpu(index: int | None) -> str:
+    return "" if index is None else str(index)
+
+
+class GpumonCollector(Collector):
+    """Reads ``monitors()`` at every scrape (a callable, so a reload's new hosts count)."""
+
+    def __init__(
+        self, monitors: Callable[[], Sequence[HostMonitor]], ooms: OomCounter | None = None
+    ) -> None:
+        self.monitors = monitors
+        self.ooms = ooms or OomCounter()
+
+    def collect(self) -> Iterable[Metric]:
+        g = {
+            name: GaugeMetricFamily(name, text, labels=labels)
+            for name, (text, labels) in GAUGES.items()
+        }
+
+        def put(name: str, labels: list[str], value: float | None) -> None:
+            if value is not None:  # not reported: left out, never 0
+                g[name].add_metric(labels, value)
+
+        for m in list(self.monitors()):
+            host = m.name
+            put("gpumon_agent_up", [host], 0.0 if m.is_stale() or m.no_data() else 1.0)
+            put("gpumon_sample_age_seconds", [host], m.stale_s())
+            for gpu in m.latest.gpus if m.latest is not None else ():
+                labels = [host, str(gpu.index), gpu.uuid or "", gpu.name or ""]
+                used, total, util = gpu.memory_used_mib, gpu.memory_total_mib, gpu.utilization_pct
+                put("gpumon_gpu_memory_used_bytes", labels, None if used is None else used * MIB)
+                put("gpumon_gpu_memory_total_bytes", labels, None if total is None else total * MIB)
+                put("gpumon_gpu_utilization_ratio", labels, None if util is None else util / 100)
+                put("gpumon_gpu_temperature_celsius", labels, gpu.temperature_c)
+                put("gpumon_gpu_power_watts", labels, gpu.power_w)
+            for name, job in m.workloads.jobs.items():
+                state = job.state.value
+                for s in JOB_STATES if state in JOB_STATES else (*JOB_STATES, state):
+                    put("gpumon_job_state", [host, name, s], 1.0 if s == state else 0.0)
+                put("gpumon_job_step", [host, name], job.step)
+                put("gpumon_job_rate", [host, name, "tokens_per_second"], job.tokens_per_s)
+                put("gpumon_job_rate", [host, name, "items_per_second"], job.items_per_s)
+                put("gpumon_job_eta_seconds", [host, name], job.eta_s)
+            for port, srv in m.workloads.sglang.items():
+                labels = [host, str(port)]
+                put("gpumon_sglang_up", labels, None if srv.up is None else float(srv.up))
+                put("gpumon_sglang_running_requests", labels, srv.running)
+                put("gpumon_sglang_queued_requests", labels, srv.queued)
+                put("gpumon_sglang_kv_usage_ratio", labels, srv.token_usage)
+                put("gpumon_sglang_generation_tokens_per_second", labels, srv.gen_tokens_per_s)
+            counts = Counter((a.severity.value, a.kind) for a in m.alerts.active())
+            for severity in ("warning", "critical"):
+                for kind in KINDS:
+                    put("gpumon_alerts_active", [host, severity, kind], counts[(severity, kind)])
+        ooms = CounterMetricFamily(
+            OOM_COUNTER,
+            "OOM events seen (critical alerts)",
+            labels=["host", "gpu", "job_name", "kind"],
+        )
+        for key, count in self.ooms.items():
+            ooms.add_metric(list(key), count)
+        yield from g.values()
+        yield ooms
+
+
+def registry_for(collector: GpumonCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+class MetricsServer:
+    """``GET /metrics`` on ``host:port``, answered on the event loop: the collector reads
+    the monitors on the thread that changes them (prometheus_client's own server would
+    read them from another thread while they change)."""
+
+    def __init__(self, collector: GpumonCollector, port: int, host: str = "127.0.0.1") -> None:
+        self.registry = registry_for(collector)
+        self.port, self.host = port, host
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        """Listen; raises OSError when the port is taken. ``port`` 0 picks a free one."""
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(10):
+                request = await reader.readuntil(b"\r\n\r\n")
+            line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
+            if len(line) < 2 or line[0] not in ("GET", "HEAD"):
+                status, body, ctype = "405 Method Not Allowed", b"GET only\n", "text/plain"
+            elif line[1].split("?")[0] in ("/metrics", "/"):
+                status, body, ctype = "200 OK", generate_latest(self.registry), CONTENT_TYPE
+            else:
+                status, body, ctype = "404 Not Found", b"see /metrics\n", "text/plain"
+            body_out = b"" if line and line[0] == "HEAD" else body
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + body_out)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()

@@ -1,0 +1,391 @@
+"""``NotifyHub``: from the monitors' alerts to the notifiers, through the outbox.
+
+    hub = NotifyHub(settings, Outbox(path))
+    hub.attach(monitor)            # before or after monitor.start()
+    hub.attach_session(session)    # who restarted a job, and whether it worked
+    await hub.start()              # one delivery task per notifier
+    ...
+    await hub.close()
+
+After every change of a monitor the hub asks the ``IncidentTracker`` what changed; each
+open / update / resolve is stored in the outbox for every notifier that wants it (its
+``min_severity``, ``hosts`` and ``kinds``) and the notifier's task delivers it (see
+``outbox`` for the order, the grouping and the retries). A host's first alert in a
+notifier's ``group_s`` window goes out at once; the ones after it wait for the window's
+end and go out together. ``max_per_minute`` holds messages back (it never drops one).
+Alertmanager notifiers also get every open incident again every ``resend_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpumon.backends.config.notify import NotifierConfig, NotifySettings
+from gpumon.backends.listeners import Listeners
+from gpumon.backends.model import Health
+from gpumon.backends.notify.event import IncidentEvent, incident_key, this_host
+from gpumon.backends.notify.incidents import IncidentTracker
+from gpumon.backends.notify.notifiers import (
+    DeliveryError,
+    HttpRequest,
+    command_input,
+    render,
+    terminal_bytes,
+)
+from gpumon.backends.notify.outbox import Outbox
+
+if TYPE_CHECKING:
+    from gpumon.backends.actions.run import RestartRun
+    from gpumon.backends.actions.session import Session
+    from gpumon.backends.monitor.state import HostMonitor
+
+__all__ = ["NotifyHub", "deliver", "test_event"]
+
+log = logging.getLogger(__name__)
+
+SETTLE_SAMPLES = 3  # a host's alerts count from its third sample (its logs' backlog read)
+TICK_S = 1.0
+STANDBY_POLL_S = 5.0
+
+
+def _post(req: HttpRequest, timeout: float) -> None:
+    request = urllib.request.Request(req.url, data=req.body, headers=dict(req.headers))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            resp.read()
+    except urllib.error.HTTPError as e:
+        body = e.read(300).decode("utf-8", "replace").strip()
+        retry_after = None
+        if e.code == 429 or e.code >= 500:
+            with contextlib.suppress(TypeError, ValueError):
+                retry_after = float(e.headers.get("Retry-After", ""))
+            if e.code == 429 and retry_after is None:
+                retry_after = 30.0  # PagerDuty: back off on 429 even without a hint
+        raise DeliveryError(f"HTTP {e.code} from {req.url}: {body[:200]}", retry_after) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise DeliveryError(f"cannot reach {req.url}: {reason}") from None
+
+
+async def deliver(
+    config: NotifierConfig,
+    events: Sequence[IncidentEvent],
+    now: float,
+    env: Mapping[str, str],
+    terminal: Callable[[bytes], None] | None = None,
+) -> None:
+    """Send one message (``events`` of one host) the way ``config.kind`` does; raises
+    DeliveryError when the receiver did not take it. ``terminal``: where the ``terminal``
+    kind writes instead of its ``tty`` (the dashboard: between its own frames)."""
+    if config.kind == "command":
+        await _run_command(config, command_input(events, now))
+    elif config.kind == "terminal":
+        data = terminal_bytes(events, tmux=bool(env.get("TMUX")))
+        if terminal is not None:
+            terminal(data)
+            return
+        try:
+            await asyncio.to_thread(_write_tty, config.tty, data)
+        except OSError as e:
+            raise DeliveryError(f"cannot write to {config.tty}: {e.strerror or e}") from None
+    else:
+        for req in render(config, events, now, env):
+            await asyncio.to_thread(_post, req, config.timeout_s)
+
+
+def _write_tty(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+async def _run_command(config: NotifierConfig, data: bytes) -> None:
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *config.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise DeliveryError(f"cannot run {config.command[0]}: {e.strerror or e}") from None
+    try:
+        async with asyncio.timeout(config.timeout_s):
+            _, err = await proc.communicate(data)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise DeliveryError(
+            f"{config.command[0]} did not finish in {config.timeout_s:g} s"
+        ) from None
+    if proc.returncode != 0:
+        tail = err.decode("utf-8", "replace").strip()[-200:]
+        raise DeliveryError(f"{config.command[0]} exited {proc.returncode}: {tail}")
+
+
+def test_event(name: str, now: float) -> IncidentEvent:
+    """The event ``gpumon notify test NAME`` sends."""
+    host = this_host()
+    return IncidentEvent(
+        event="test",
+        key=incident_key(host, None, None, f"test-{name}"),
+        host=host,
+        gpu=None,
+        job=None,
+        kind="test",
+        severity="warning",
+        cause=f"notifier {name} reaches you (sent by gpumon notify test)",
+        action=None,
+        resolved_by=None,
+        opened_at=now,
+        time=now,
+        recording=None,
+        gpumon_host=host,
+    )
+
+
+class NotifyHub:
+    def __init__(
+        self,
+        settings: NotifySettings,
+        outbox: Outbox,
+        *,
+        clock: Callable[[], float] = time.time,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.outbox = outbox
+        self.clock = clock
+        self.env = os.environ if env is None else env
+        self.tracker = IncidentTracker(settings.min_open_s, this_host())
+        self.tracker.restore(outbox.open_incidents())
+        self.changes: Listeners[[IncidentEvent]] = Listeners("incident listener")
+        self.delivered: Listeners[[str, list[IncidentEvent]]] = Listeners("delivery listener")
+        self.monitors: list[HostMonitor] = []
+        self._wake: dict[str, asyncio.Event] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._ticker: asyncio.Task[None] | None = None
+        self._window: dict[tuple[str, str], float] = {}  # (notifier, host) -> window start
+        self._sent: dict[str, deque[float]] = {}
+        self._resent: dict[str, float] = {}
+        self.terminal: Callable[[bytes], None] | None = None  # see ``deliver``
+        # The dashboard's "auto" delivery: while this says True (a `gpumon watch` runs and
+        # pages for the same alerts) nothing is queued or sent here; the watch delivers.
+        self.standby: Callable[[], bool] | None = None
+
+    # --- wiring -------------------------------------------------------------------------
+    def attach(self, monitor: HostMonitor) -> None:
+        self.monitors.append(monitor)
+        monitor.add_listener(self._on_monitor)
+
+    def detach(self, monitor: HostMonitor) -> None:
+        monitor.listeners.remove(self._on_monitor)
+        if monitor in self.monitors:
+            self.monitors.remove(monitor)
+
+    def attach_session(self, session: Session) -> None:
+        runs = session.runs
+        runs.finished.add(self._on_run)
+        self.tracker.restarting = lambda host, job: runs.running(host, job) is not None
+
+    def _on_run(self, run: RestartRun) -> None:
+        if run.outcome is None or run.plan.action == "stop":
+            return
+        self.tracker.note_restart(
+            run.plan.host,
+            run.plan.job.name,
+            automatic=run.automatic is not None,
+            ok=run.outcome.ok,
+            at=self.clock(),
+        )
+
+    def _on_monitor(self, monitor: HostMonitor) -> None:
+        if monitor.samples < SETTLE_SAMPLES:
+            return
+        recorder = monitor.recorder
+        path = recorder.pending_path or (recorder.written[-1] if recorder.written else None)
+        self.tracker.note_recording(monitor.name, str(path) if path else None)
+        self.publish(self.tracker.observe(monitor.name, monitor.alerts.active(), self.clock()))
+
+    # --- queueing -----------------------------------------------------------------------
+    def publish(self, events: Sequence[IncidentEvent]) -> None:
+        """Store each event for every notifier that wants it and wake their tasks."""
+        now = self.clock()
+        standby = bool(events) and self._standing_by()
+        for ev in events:
+            self.outbox.save_incident(ev)
+            self.changes.emit(ev)
+            if standby:
+                continue
+            for cfg in self.settings.notifiers.values():
+                if not cfg.wants(ev.host, ev.kind, _severity(ev)):
+                    continue
+                self.outbox.add(cfg.name, ev, now, self._not_before(cfg, ev.host, now))
+                wake = self._wake.get(cfg.name)
+                if wake is not None:
+                    wake.set()
+
+    def _standing_by(self) -> bool:
+        return self.standby is not None and self.standby()
+
+    def _not_before(self, cfg: NotifierConfig, host: str, now: float) -> float:
+        start = self._window.get((cfg.name, host))
+        window = cfg.group_window
+        if start is None or now - start >= window:
+            self._window[(cfg.name, host)] = now
+            return now
+        return start + window
+
+    # --- delivery -----------------------------------------------------------------------
+    async def start(self) -> None:
+        for cfg in self.settings.notifiers.values():
+            self._start_notifier(cfg)
+        self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="notify-tick")
+
+    def _start_notifier(self, cfg: NotifierConfig) -> None:
+        self._wake[cfg.name] = asyncio.Event()
+        self._tasks[cfg.name] = asyncio.get_running_loop().create_task(
+            self._deliver_loop(cfg.name), name=f"notify-{cfg.name}"
+        )
+
+    async def reconfigure(self, settings: NotifySettings) -> None:
+        """New notifier settings (SIGHUP): changed and removed notifiers restart, new ones
+        start; undelivered rows of a removed notifier stay in the outbox."""
+        old = self.settings.notifiers
+        self.settings = settings
+        self.tracker.min_open_s = settings.min_open_s
+        for name in list(self._tasks):
+            if old.get(name) != settings.notifiers.get(name):
+                await self._stop_notifier(name)
+        for cfg in settings.notifiers.values():
+            if cfg.name not in self._tasks:
+                self._start_notifier(cfg)
+
+    async def _stop_notifier(self, name: str) -> None:
+        task = self._tasks.pop(name, None)
+        self._wake.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def close(self) -> None:
+        for name in list(self._tasks):
+            await self._stop_notifier(name)
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        for monitor in list(self.monitors):
+            self.detach(monitor)
+
+    async def _wait(self, name: str, timeout: float | None) -> None:
+        wake = self._wake.get(name)
+        if wake is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await wake.wait()
+
+    async def _deliver_loop(self, name: str) -> None:
+        while True:
+            try:
+                await self._deliver_some(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a locked or broken outbox file: log it, keep trying
+                log.exception("notify.%s: delivery loop failed; retrying in 5 s", name)
+                await asyncio.sleep(5.0)
+
+    async def _deliver_some(self, name: str) -> None:
+        sent = self._sent.setdefault(name, deque())
+        while True:
+            cfg = self.settings.notifiers[name]
+            if self._standing_by():
+                await asyncio.sleep(STANDBY_POLL_S)
+                continue
+            self._wake[name].clear()
+            now = self.clock()
+            retry_at = self.outbox.retry_at(name)
+            if retry_at > now:
+                await self._wait(name, retry_at - now)
+                if self.clock() < retry_at:
+                    continue  # woken early by a new event: still backing off
+            while sent and sent[0] <= now - 60.0:
+                sent.popleft()
+            if len(sent) >= cfg.max_per_minute:
+                await asyncio.sleep(sent[0] + 60.0 - now)
+                continue
+            rows, next_due = self.outbox.due_batch(name, now)
+            if not rows:
+                await self._wait(name, None if next_due is None else max(next_due - now, 0.0))
+                continue
+            events = [r.event for r in rows]
+            ids = [r.id for r in rows]
+            try:
+                await deliver(cfg, events, now, self.env, self.terminal)
+            except DeliveryError as e:
+                failures = self.outbox.failures(name)
+                delay = e.retry_after
+                if delay is None:
+                    delay = min(
+                        self.settings.retry_max_s, self.settings.retry_first_s * 2**failures
+                    )
+                at = self.clock()
+                self.outbox.mark_failed(name, ids, str(e), at, at + delay)
+                log.warning("notify.%s: %s; retrying in %.3g s", name, e, delay)
+                continue
+            sent.append(now)
+            self.outbox.mark_sent(name, ids, self.clock())
+            self.delivered.emit(name, events)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = self.clock()
+            try:
+                self.publish(self.tracker.due(now))
+                for cfg in list(self.settings.notifiers.values()):
+                    if cfg.kind == "alertmanager" and not self._standing_by():
+                        await self._resend(cfg, now)
+            except Exception:
+                log.exception("notify: periodic resolve / re-send failed")
+
+    async def _resend(self, cfg: NotifierConfig, now: float) -> None:
+        """Alertmanager forgets an alert nobody re-sends: every open incident again."""
+        if now - self._resent.get(cfg.name, 0.0) < cfg.resend_s or self.outbox.pending(cfg.name):
+            return
+        self._resent[cfg.name] = now
+        events = [
+            inc.event
+            for inc in self.tracker.open.values()
+            if cfg.wants(inc.event.host, inc.event.kind, _severity(inc.event))
+        ]
+        if events:
+            try:
+                await deliver(cfg, events, now, self.env)
+            except DeliveryError as e:
+                log.info("notify.%s: re-send: %s", cfg.name, e)
+
+
+def _severity(ev: IncidentEvent) -> Health:
+    return Health.CRITICAL if ev.severity == "critical" else Health.WARNING
+
+
+def default_outbox(settings: NotifySettings) -> Path:
+    from gpumon.backends.paths import outbox_file
+
+    return Path(settings.outbox).expanduser() if settings.outbox else outbox_file()

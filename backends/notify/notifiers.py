@@ -1,0 +1,262 @@
+"""Each notifier kind: how a group of incident events becomes what its receiver takes.
+
+``render(config, events, now, env)`` returns the HTTP requests for the web kinds
+(PagerDuty Events API v2, Alertmanager ``/api/v2/alerts``, ntfy, Slack incoming webhooks,
+the generic webhook with an optional HMAC signature); ``command_input`` is the JSON the
+``command`` kind gets on stdin; ``terminal_bytes`` the OSC 9 / OSC 777 desktop
+notification (wrapped for tmux, with a BEL). Pure functions: delivery is ``deliver``.
+
+A secret named by ``*_env`` is read from ``env`` when the message is rendered; when the
+variable is unset the delivery fails (and is retried) with a message that names it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpumon.backends.config.notify import NotifierConfig
+from gpumon.backends.errors import GpumonError
+from gpumon.backends.model import iso_time
+from gpumon.backends.notify.event import IncidentEvent, webhook_body
+
+__all__ = [
+    "DeliveryError",
+    "HttpRequest",
+    "alertmanager_alert",
+    "command_input",
+    "render",
+    "terminal_bytes",
+]
+
+SIGNATURE_HEADER = "X-Gpumon-Signature"
+AM_ENDS_AFTER_RESENDS = 4  # an active alert's endsAt: this many re-send periods ahead
+
+
+class DeliveryError(GpumonError):
+    """A message did not reach its receiver; ``retry_after`` is the receiver's wish (s)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    url: str
+    body: bytes
+    headers: Mapping[str, str]
+
+
+def secret(config: NotifierConfig, name: str, env: Mapping[str, str]) -> str | None:
+    """``config.<name>``, or the environment variable ``config.<name>_env`` names."""
+    value: str | None = getattr(config, name)
+    variable: str | None = getattr(config, f"{name}_env")
+    if value is None and variable is not None:
+        value = env.get(variable) or None
+        if value is None:
+            raise DeliveryError(f"${variable} (notify.{config.name}.{name}_env) is not set")
+    return value
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _text(events: Sequence[IncidentEvent]) -> tuple[str, str]:
+    """(title, body) of a chat message for a group of one host's events."""
+    if len(events) == 1:
+        ev = events[0]
+        return ev.summary(), ev.details()
+    hosts = sorted({ev.host for ev in events})
+    title = f"{len(events)} alert changes on {', '.join(hosts)}"
+    lines = []
+    for ev in events:
+        lines.append(ev.summary())
+        lines.extend(f"  {line}" for line in ev.details().splitlines())
+    return title, "\n".join(lines)
+
+
+def _details(ev: IncidentEvent) -> dict[str, Any]:
+    return {
+        k: v for k, v in ev.to_json().items() if k not in ("summary", "event") and v is not None
+    }
+
+
+def _pagerduty(
+    config: NotifierConfig, events: Sequence[IncidentEvent], env: Mapping[str, str]
+) -> list[HttpRequest]:
+    key = secret(config, "routing_key", env)
+    out = []
+    for ev in events:
+        body: dict[str, Any] = {
+            "routing_key": key,
+            "event_action": "resolve" if ev.event == "resolve" else "trigger",
+            "dedup_key": ev.key,
+        }
+        if ev.event != "resolve":
+            body["payload"] = {
+                "summary": ev.summary()[:1024],
+                "source": ev.host,
+                "severity": "info" if ev.event == "test" else ev.severity,
+                "timestamp": iso_time(ev.opened_at),
+                "component": f"gpu{ev.gpu}" if ev.gpu is not None else None,
+                "group": ev.job,
+                "class": ev.kind,
+                "custom_details": _details(ev),
+            }
+            body["payload"] = {k: v for k, v in body["payload"].items() if v is not None}
+            body["client"] = "gpumon"
+        out.append(_request(config, body, {}))
+        if ev.event == "test":  # a test must not leave an incident open on the pager
+            resolve = {"routing_key": key, "event_action": "resolve", "dedup_key": ev.key}
+            out.append(_request(config, resolve, {}))
+    return out
+
+
+def alertmanager_alert(ev: IncidentEvent, now: float, resend_s: float) -> dict[str, Any]:
+    """One Alertmanager alert for ``ev``: labels identify the incident, ``endsAt`` is the
+    resolve time, or a few re-send periods ahead while it is open (an alert gpumon stops
+    re-sending then expires by itself)."""
+    labels = {
+        "alertname": f"gpumon_{ev.kind}",
+        "host": ev.host,
+        "kind": ev.kind,
+        "severity": ev.severity if ev.event != "test" else "info",
+        "incident": ev.key,
+        "source": "gpumon",
+    }
+    if ev.gpu is not None:
+        labels["gpu"] = str(ev.gpu)
+    if ev.job:
+        labels["job"] = ev.job
+    annotations = {"summary": ev.summary(), "cause": ev.cause}
+    if ev.action:
+        annotations["action"] = ev.action
+    if ev.recording:
+        annotations["recording"] = ev.recording
+    if ev.resolved_by:
+        annotations["resolved_by"] = ev.resolved_by
+    ends = now if ev.event == "resolve" else now + AM_ENDS_AFTER_RESENDS * resend_s
+    return {
+        "labels": labels,
+        "annotations": annotations,
+        "startsAt": iso_time(ev.opened_at),
+        "endsAt": iso_time(ends),
+        "generatorURL": f"gpumon://{ev.gpumon_host or 'gpumon'}/{ev.key}",
+    }
+
+
+def _ntfy(
+    config: NotifierConfig, events: Sequence[IncidentEvent], env: Mapping[str, str]
+) -> list[HttpRequest]:
+    title, body = _text(events)
+    worst = max(events, key=lambda e: (e.event != "resolve", e.severity == "critical"))
+    if worst.event == "resolve":
+        priority, tags = "3", "white_check_mark"
+    elif worst.event == "test":
+        priority, tags = "3", "test_tube"
+    elif worst.severity == "critical":
+        priority, tags = "5", "rotating_light"
+    else:
+        priority, tags = "4", "warning"
+    headers = {
+        "Title": title.encode("ascii", "replace").decode(),
+        "Priority": priority,
+        "Tags": f"{tags},gpumon",
+        "Content-Type": "text/plain; charset=utf-8",
+    }
+    token = secret(config, "token", env)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    text = body or title
+    return [HttpRequest(_url(config, env), text.encode(), headers)]
+
+
+def _slack(
+    config: NotifierConfig, events: Sequence[IncidentEvent], env: Mapping[str, str]
+) -> list[HttpRequest]:
+    title, _ = _text(events)
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": title[:150]}}
+    ]
+    for ev in events:
+        text = ev.summary() + ("\n" + ev.details() if ev.details() else "")
+        blocks.append({"type": "section", "text": {"type": "plain_text", "text": text[:3000]}})
+    return [_request(config, {"text": title, "blocks": blocks[:50]}, env)]
+
+
+def _webhook(
+    config: NotifierConfig,
+    events: Sequence[IncidentEvent],
+    now: float,
+    env: Mapping[str, str],
+) -> list[HttpRequest]:
+    body = _json(webhook_body([ev.to_json() for ev in events], now))
+    headers = {"Content-Type": "application/json"}
+    key = secret(config, "secret", env)
+    if key:
+        mac = hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+        headers[SIGNATURE_HEADER] = f"sha256={mac}"
+    return [HttpRequest(_url(config, env), body, headers)]
+
+
+def _url(config: NotifierConfig, env: Mapping[str, str]) -> str:
+    url = secret(config, "url", env)
+    if url is None:
+        raise DeliveryError(f"notify.{config.name} has no url")
+    return url
+
+
+def _request(config: NotifierConfig, body: Any, env: Mapping[str, str]) -> HttpRequest:
+    return HttpRequest(_url(config, env), _json(body), {"Content-Type": "application/json"})
+
+
+def render(
+    config: NotifierConfig,
+    events: Sequence[IncidentEvent],
+    now: float,
+    env: Mapping[str, str],
+) -> list[HttpRequest]:
+    """The HTTP requests that deliver ``events`` (one host's group) for a web kind."""
+    if config.kind == "pagerduty":
+        return _pagerduty(config, events, env)
+    if config.kind == "alertmanager":
+        alerts = [alertmanager_alert(ev, now, config.resend_s) for ev in events]
+        url = _url(config, env).rstrip("/") + "/api/v2/alerts"
+        return [HttpRequest(url, _json(alerts), {"Content-Type": "application/json"})]
+    if config.kind == "ntfy":
+        return _ntfy(config, events, env)
+    if config.kind == "slack":
+        return _slack(config, events, env)
+    if config.kind == "webhook":
+        return _webhook(config, events, now, env)
+    raise ValueError(f"{config.kind} is not a web notifier")
+
+
+def command_input(events: Sequence[IncidentEvent], now: float) -> bytes:
+    """The ``command`` notifier's stdin: the webhook JSON."""
+    return _json(webhook_body([ev.to_json() for ev in events], now)) + b"\n"
+
+
+def _clean(text: str) -> str:
+    """No control characters (an alert's text must not end the escape sequence) and no
+    ';' (OSC 777's field separator)."""
+    return "".join(ch if ch.isprintable() and ch != ";" else " " for ch in text)[:400]
+
+
+def terminal_bytes(events: Sequence[IncidentEvent], *, tmux: bool) -> bytes:
+    """OSC 9 (iTerm2, Windows Terminal, kitty...) and OSC 777 (rxvt, foot, WezTerm)
+    desktop notifications, then BEL for terminals that know neither. Inside tmux each
+    sequence is wrapped in tmux's passthrough (needs ``allow-passthrough on``); the BEL
+    goes to tmux itself, which marks the window."""
+    title, body = _text(events)
+    title, body = _clean(title), _clean(body.replace("\n", " | "))
+    sequences = [f"\x1b]9;{title}\x07", f"\x1b]777;notify;{title};{body}\x07"]
+    if tmux:
+        sequences = ["\x1bPtmux;" + s.replace("\x1b", "\x1b\x1b") + "\x1b\\" for s in sequences]
+    return ("".join(sequences) + "\a").encode()

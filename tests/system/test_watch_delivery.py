@@ -1,0 +1,238 @@
+"""``gpumon watch`` as a process, delivering to a test receiver on 127.0.0.1 that stands in
+for PagerDuty, ntfy, Slack and a webhook: every body matches the documented schema; the
+receiver goes down, the watch is restarted mid-outage, and when the receiver is back every
+open and resolve arrives once, in order. Also: SIGHUP reloads the notifiers, SIGTERM exits
+0, ``gpumon notify test`` and ``gpumon notify status``.
+
+The demo runs from scenario time 57 s at 4x with the drafter's auto-restart on: the OOM
+comes at once, the automatic restart (10 s backoff, 3 s verify) and the refill resolve it
+about 20 s later."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from notify_schema import check_ntfy, check_pagerduty, check_signature, check_slack, check_webhook
+from receiver import Receiver
+
+pytestmark = pytest.mark.system
+
+GPUMON = [sys.executable, "-m", "gpumon.tui.cli"]
+SECRET = "hook-secret"
+PD_KEY = "R0UT1NGKEY"
+
+
+def config(rx: Receiver, extra: str = "") -> str:
+    return f"""
+[watch]
+metrics_port = 0
+min_open_s = 0
+retry_first_s = 0.2
+retry_max_s = 1
+
+[notify.pd]
+kind = "pagerduty"
+url = "{rx.url("/pd")}"
+routing_key_env = "TEST_PD_KEY"
+min_severity = "critical"
+group_s = 1
+
+[notify.phone]
+kind = "ntfy"
+url = "{rx.url("/ntfy")}"
+group_s = 1
+
+[notify.chat]
+kind = "slack"
+url = "{rx.url("/slack")}"
+group_s = 1
+
+[notify.hook]
+kind = "webhook"
+url = "{rx.url("/hook")}"
+secret_env = "TEST_HOOK_SECRET"
+group_s = 1
+{extra}"""
+
+
+class Watch:
+    def __init__(self, cfg: Path, log: Path, *demo: str) -> None:
+        env = {**os.environ, "TEST_PD_KEY": PD_KEY, "TEST_HOOK_SECRET": SECRET}
+        self.log = log
+        self.proc = subprocess.Popen(
+            [*GPUMON, "watch", "demo", "--config", str(cfg), "--log-format", "json", *demo],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("ab"),
+            env=env,
+        )
+
+    def lines(self) -> list[dict[str, Any]]:
+        return [json.loads(x) for x in self.log.read_text().splitlines() if x.startswith("{")]
+
+    def changes(self) -> list[dict[str, Any]]:
+        return [x for x in self.lines() if "event" in x]
+
+    def wait_log(self, pred: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(pred(x) for x in self.lines()):
+            assert self.proc.poll() is None, self.log.read_text()[-2000:]
+            assert time.monotonic() < deadline, self.log.read_text()[-2000:]
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def rx() -> Iterator[Receiver]:
+    with Receiver() as receiver:
+        yield receiver
+
+
+def status(cfg: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [*GPUMON, "notify", "status", "--json", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(json.loads(out.stdout))
+
+
+def pending(cfg: Path) -> int:
+    return sum(n.get("pending", 0) for n in status(cfg)["notifiers"])
+
+
+def test_every_message_arrives_once_in_order_across_an_outage_and_a_restart(
+    rx: Receiver, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(config(rx))
+    log = tmp_path / "watch.log"
+    demo = ("--demo-time", "57", "--demo-speed", "4", "--demo-auto-restart")
+    first = Watch(cfg, log, *demo)
+    try:
+        # The OOM opens; the first message of each notifier goes out at once.
+        first.wait_log(lambda x: x.get("event") == "open" and x["kind"] == "cuda_oom", 60)
+        rx.wait_for(1, "/pd")
+        rx.stop()  # the receiver goes down: the resolves wait in the outbox
+        first.wait_log(lambda x: x.get("event") == "resolve" and x["kind"] == "cuda_oom", 90)
+        deadline = time.monotonic() + 30
+        while not status(cfg)["notifiers"] or not any(
+            n.get("last_error") for n in status(cfg)["notifiers"]
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        before = status(cfg)
+        assert before["watch_running"] and pending(cfg) > 0
+        assert first.stop() == 0  # SIGTERM mid-outage: a clean exit, the outbox kept
+    finally:
+        if first.proc.poll() is None:
+            first.proc.kill()
+    changes = first.changes()
+    opened = [c["key"] for c in changes if c["event"] == "open"]
+    resolved = [c["key"] for c in changes if c["event"] == "resolve"]
+    assert "demo/gpu6/drafter/cuda_oom" in opened and set(resolved) <= set(opened)
+    oom_resolve = next(c for c in changes if c["event"] == "resolve" and c["kind"] == "cuda_oom")
+    assert oom_resolve["resolved_by"] == "auto-restart"
+    assert oom_resolve["action"] == "auto-restart succeeded"
+    left = pending(cfg)
+    assert left > 0 and not status(cfg)["watch_running"]
+
+    # A new watch (the demo far from its OOM: no new alerts) resumes the outbox; the
+    # receiver comes back on the same port.
+    second = Watch(cfg, log, "--demo-time", "0")
+    try:
+        time.sleep(1.0)
+        rx.start()
+        deadline = time.monotonic() + 60
+        while pending(cfg):
+            assert time.monotonic() < deadline, status(cfg)
+            time.sleep(0.3)
+        assert second.stop() == 0
+    finally:
+        if second.proc.poll() is None:
+            second.proc.kill()
+
+    # Everything, once, in order, per receiver; every body as documented.
+    hook_events = []
+    for r in rx.received("/hook"):
+        check_signature(r.body, r.headers, SECRET)
+        hook_events += check_webhook(r.json())
+    assert [(e["event"], e["key"]) for e in hook_events] == [
+        (c["event"], c["key"]) for c in changes
+    ]
+    pd = [r.json() for r in rx.received("/pd")]
+    actions = [(check_pagerduty(b, PD_KEY), b["dedup_key"]) for b in pd]
+    assert actions == [
+        ("trigger" if c["event"] != "resolve" else "resolve", c["key"])
+        for c in changes
+        if c["severity"] == "critical"  # pd's min_severity
+    ]
+    for r in rx.received("/slack"):
+        check_slack(r.json())
+    for r in rx.received("/ntfy"):
+        check_ntfy(r.headers, r.body)
+    slack_text = "\n".join(r.body.decode() for r in rx.received("/slack"))
+    ntfy_text = "\n".join(r.headers["Title"] + r.body.decode() for r in rx.received("/ntfy"))
+    for text in (slack_text, ntfy_text):
+        assert "cuda_oom on demo GPU 6 job drafter" in text and "[RESOLVED] cuda_oom" in text
+        assert "auto-restart" in text and "flight recording: " in text
+    after = {n["notifier"]: n for n in status(cfg)["notifiers"]}
+    assert all(n["pending"] == 0 and n["failures"] == 0 for n in after.values())
+    assert status(cfg)["open_incidents"] == []
+
+
+def test_sighup_reloads_notifiers_and_notify_test_sends(rx: Receiver, tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(config(rx))
+    watch = Watch(cfg, tmp_path / "watch.log", "--demo-time", "0")
+    try:
+        watch.wait_log(lambda x: "watching demo" in x.get("message", ""), 30)
+        out = tmp_path / "cmd.json"
+        extra = f"""
+[notify.script]
+kind = "command"
+command = ["sh", "-c", "cat > {out}"]
+"""
+        cfg.write_text(config(rx, extra))
+        watch.proc.send_signal(signal.SIGHUP)
+        watch.wait_log(lambda x: "notifier script added" in x.get("message", ""), 30)
+        cfg.write_text("[notify.broken]\nkind = 3\n")
+        watch.proc.send_signal(signal.SIGHUP)
+        watch.wait_log(lambda x: "reload refused" in x.get("message", ""), 30)
+        assert watch.proc.poll() is None  # a bad config keeps the old one running
+        assert watch.stop() == 0
+    finally:
+        if watch.proc.poll() is None:
+            watch.proc.kill()
+    cfg.write_text(config(rx, extra))
+    env = {**os.environ, "TEST_HOOK_SECRET": SECRET}
+    for name in ("hook", "script"):
+        done = subprocess.run(
+            [*GPUMON, "notify", "test", name, "--config", str(cfg)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert done.returncode == 0 and f"notify test {name}: sent" in done.stdout, done.stderr
+    [test_event] = check_webhook(rx.received("/hook")[-1].json())
+    assert test_event["event"] == "test"
+    assert check_webhook(json.loads(out.read_text()))[0]["event"] == "test"
+    # No routing key in the environment: a failure that names the variable, exit 1.
+    failed = subprocess.run(
+        [*GPUMON, "notify", "test", "pd", "--config", str(cfg)], capture_output=True, text=True
+    )
+    assert failed.returncode == 1 and "$TEST_PD_KEY" in failed.stderr

@@ -1,0 +1,125 @@
+"""``gpumon watch``'s service against the real Alertmanager and Prometheus (the Debian
+packages, started here on 127.0.0.1 with their own config and data dir): a demo OOM opens
+an alert in Alertmanager with the right labels and the automatic restart resolves it;
+Prometheus scrapes the exporter and answers PromQL for GPU 6's memory and the OOM counter.
+
+The demo's clock starts at 57 s and runs 4x: the OOM comes at once, the restarted drafter
+refills its GPU in 5 s (the auto-restart's 10 s backoff stays real time)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from gpumon.backends.config import Config, resolve_host
+from gpumon.backends.config.notify import NotifierConfig, NotifySettings
+from gpumon.backends.monitor import HostMonitor, demo_settings
+from gpumon.backends.notify.watch import WatchService
+
+from prometheus import AlertmanagerServer, PrometheusServer, free_port
+
+T = TypeVar("T")
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture(autouse=True)
+def _require_servers() -> None:
+    if not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")):
+        pytest.fail(
+            "Prometheus / Alertmanager not installed (apt-get install prometheus "
+            "prometheus-alertmanager); .ci/run installs them"
+        )
+
+
+def auto_restart(monitor: HostMonitor) -> None:
+    jobs = tuple(replace(j, auto_restart=True) for j in monitor.host.jobs)
+    monitor.host = replace(monitor.host, jobs=jobs)
+
+
+async def until(what: str, check: Callable[[], T], timeout: float) -> T:
+    """Poll ``check`` (in a thread: the event loop keeps serving) until it is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await asyncio.to_thread(check)
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.3)
+
+
+async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_it(
+    tmp_path: Path,
+) -> None:
+    with AlertmanagerServer(tmp_path) as am:
+        am_notifier = NotifierConfig(name="am", kind="alertmanager", url=am.url, resend_s=2)
+        settings = NotifySettings(
+            notifiers={"am": am_notifier}, min_open_s=0, metrics_port=0, retry_first_s=0.2
+        )
+        host = resolve_host(Config(path=None), "demo")
+        service = WatchService(
+            [host], settings, sim=demo_settings(demo_time=57, speed=4.0), prepare=auto_restart
+        )
+        await service.start()
+        try:
+
+            def oom_alerts() -> list[dict[str, Any]]:
+                return [a for a in am.alerts() if a["labels"].get("alertname") == "gpumon_cuda_oom"]
+
+            [alert] = await until("the OOM in Alertmanager", oom_alerts, 60)
+            labels = alert["labels"]
+            assert labels == {
+                "alertname": "gpumon_cuda_oom",
+                "host": "demo",
+                "gpu": "6",
+                "job": "drafter",
+                "kind": "cuda_oom",
+                "severity": "critical",
+                "incident": "demo/gpu6/drafter/cuda_oom",
+                "source": "gpumon",
+            }
+            assert alert["status"]["state"] == "active"
+            assert "CUDA out of memory" in alert["annotations"]["cause"]
+            assert alert["annotations"]["action"].startswith("auto-restart attempted")
+            # The auto-restart runs the drafter again; the resolve sets endsAt: gone from the
+            # active alerts (the periodic re-sends kept it there until then).
+            await until("the resolve", lambda: not oom_alerts(), 90)
+            run = service.session.runs.last("demo", "drafter")
+            assert run is not None and run.automatic is not None and run.outcome is not None
+            assert run.outcome.ok
+        finally:
+            await service.stop()
+
+
+async def test_prometheus_scrapes_gpu6_memory_and_the_oom_counter(tmp_path: Path) -> None:
+    port = free_port()
+    settings = NotifySettings(metrics_port=port)
+    host = resolve_host(Config(path=None), "demo")
+    service = WatchService([host], settings, sim=demo_settings(demo_time=57, speed=4.0))
+    await service.start()
+    try:
+        with PrometheusServer(tmp_path, [f"127.0.0.1:{port}"]) as prom:
+            memory = 'gpumon_gpu_memory_used_bytes{host="demo",gpu="6"}'
+            [row] = await until("GPU 6 memory", lambda: prom.query(memory), 60)
+            assert (
+                row["metric"]["uuid"].startswith("GPU-") and "RTX PRO 6000" in row["metric"]["name"]
+            )
+            value = float(row["value"][1])
+            assert 0 <= value <= 97887 * 1024 * 1024
+            ooms = 'gpumon_oom_events_total{host="demo",gpu="6",kind="cuda_oom"}'
+            [oom] = await until("the OOM counter", lambda: prom.query(ooms), 60)
+            assert float(oom["value"][1]) >= 1 and oom["metric"]["job_name"] == "drafter"
+            # Prometheus's value is what the monitor saw (the 1 s scrape of a 1 s stream).
+            [target] = prom.targets()
+            assert target["health"] == "up"
+            latest = service.monitors["demo"].latest
+            assert latest is not None and latest.gpus[6].memory_used_mib is not None
+    finally:
+        await service.stop()

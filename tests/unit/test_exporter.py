@@ -1,0 +1,72 @@
+"""The exporter's metrics from a monitor fed the simulated CT200 (in process)."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpumon.backends.config import HostConfig
+from gpumon.backends.exporter.metrics import (
+    METRIC_NAMES,
+    GpumonCollector,
+    OomCounter,
+    registry_for,
+)
+from gpumon.backends.model import Health
+from gpumon.backends.monitor import demo_settings, make_monitor
+
+from sim_samples import sim_printers, sim_sample
+
+
+def scrape(collector: GpumonCollector) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = generate_latest(registry_for(collector)).decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def test_gpu_metrics_in_base_units_and_the_oom_counter() -> None:
+    settings = demo_settings(demo_time=30, frozen=True)
+    monitor = make_monitor(HostConfig(name="ct200", kind="local"), record=False)
+    sample = sim_sample(sim_printers(settings), settings, 30.0)
+    monitor.ingest_sample(sample)
+    ooms = OomCounter()
+    ooms.attach(monitor)
+    monitor.alerts.raise_alert("cuda_oom", Health.CRITICAL, "CUDA OOM", gpu=6, job="drafter")
+    monitor.alerts.raise_alert("cuda_oom", Health.CRITICAL, "CUDA OOM", gpu=6, job="drafter")
+    metrics = scrape(GpumonCollector(lambda: [monitor], ooms))
+    gpu6 = sample.gpus[6]
+    assert gpu6.memory_used_mib is not None
+    used = {lab["gpu"]: v for lab, v in metrics["gpumon_gpu_memory_used_bytes"]}
+    assert used["6"] == gpu6.memory_used_mib * 1024 * 1024 and len(used) == 8
+    [(labels, _)] = [x for x in metrics["gpumon_gpu_memory_total_bytes"] if x[0]["gpu"] == "6"]
+    assert labels == {"host": "ct200", "gpu": "6", "uuid": gpu6.uuid, "name": gpu6.name}
+    util = {lab["gpu"]: v for lab, v in metrics["gpumon_gpu_utilization_ratio"]}
+    assert all(0.0 <= v <= 1.0 for v in util.values())
+    [(oom_labels, count)] = metrics["gpumon_oom_events_total"]
+    assert count == 2 and oom_labels == {
+        "host": "ct200",
+        "gpu": "6",
+        "job_name": "drafter",
+        "kind": "cuda_oom",
+    }
+    active = {(lab["severity"], lab["kind"]): v for lab, v in metrics["gpumon_alerts_active"]}
+    assert active[("critical", "cuda_oom")] == 2 and active[("warning", "xid")] == 0
+    assert {n.removesuffix("_total") for n in metrics} <= {
+        n.removesuffix("_total") for n in METRIC_NAMES
+    } | {"gpumon_oom_events_created"}
+
+
+def test_a_value_not_reported_is_left_out_not_zero() -> None:
+    from dataclasses import replace
+
+    settings = demo_settings(demo_time=30, frozen=True)
+    monitor = make_monitor(HostConfig(name="ct200", kind="local"), record=False)
+    sample = sim_sample(sim_printers(settings), settings, 30.0)
+    gpus = tuple(replace(g, power_w=None) if g.index == 3 else g for g in sample.gpus)
+    monitor.ingest_sample(replace(sample, gpus=gpus))
+    metrics = scrape(GpumonCollector(lambda: [monitor]))
+    assert {lab["gpu"] for lab, _ in metrics["gpumon_gpu_power_watts"]} == set("0124567")
+    assert metrics["gpumon_agent_up"] == [({"host": "ct200"}, 1.0)]

@@ -1,0 +1,320 @@
+"""``gpumon watch`` (headless monitoring, alerts delivered, the exporter) and ``gpumon
+notify test|status``.
+
+    gpumon watch [HOST ...] [--config F] [--read-only] [--log-format text|json]
+                 [--metrics-port N] [--metrics-host ADDR]
+    gpumon notify test NAME       send a test event through notifier NAME now
+    gpumon notify status [--json] the outbox: pending messages, last errors, open incidents
+
+``watch`` without HOST watches every ``[hosts.NAME]`` of the config. SIGTERM and SIGINT
+stop it cleanly (exit 0); SIGHUP reloads the config: new hosts start, gone ones stop,
+changed notifiers restart, the rest keeps running. One line per incident change goes to
+stderr (JSON lines with ``--log-format json``). No Textual is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gpumon.backends.config import Config, ConfigError, HostConfig, load_config, resolve_host
+from gpumon.backends.errors import GpumonError
+from gpumon.backends.model import iso_time
+
+COMMANDS = ("watch", "notify")
+EXIT_USAGE = 2
+
+log = logging.getLogger("gpumon.watch")
+
+
+def build_parser(command: str) -> argparse.ArgumentParser:
+    from gpumon.tui.cli.command_line import _common_options
+
+    if command == "watch":
+        p = argparse.ArgumentParser(
+            prog="gpumon watch",
+            description="Watch hosts without a dashboard: the same alerts, auto-restarts and "
+            "flight recordings; alerts go to the [notify.*] notifiers (README, 'On call').",
+        )
+        p.add_argument("hosts", nargs="*", metavar="HOST", help="default: every configured host")
+        p.add_argument("--log-format", choices=("text", "json"), default="text")
+        p.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="PORT",
+            help="serve Prometheus /metrics here (default: [watch] metrics_port, 9947; 0: off)",
+        )
+        p.add_argument("--metrics-host", metavar="ADDR", help="listen address (127.0.0.1)")
+        p.add_argument(
+            "--demo-auto-restart",
+            action="store_true",
+            help="the demo's drafter restarts by itself after its OOM (auto_restart = true)",
+        )
+    else:
+        p = argparse.ArgumentParser(
+            prog="gpumon notify", description="Test a notifier, or show the outbox."
+        )
+        p.add_argument("action", choices=("test", "status"))
+        p.add_argument("name", nargs="?", metavar="NAME", help="the notifier (test)")
+        p.add_argument("--json", action="store_true", help="status as JSON")
+    _common_options(p)
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    from gpumon.tui.cli.command_line import _common_options
+
+    argv = list(argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    _common_options(pre)
+    _, rest = pre.parse_known_args(argv)
+    command = rest[0]
+    i = argv.index(command)
+    args = build_parser(command).parse_args(argv[:i] + argv[i + 1 :])
+    try:
+        config = load_config(args.config)
+        if command == "watch":
+            return cmd_watch(args, config)
+        if args.action == "test":
+            if not args.name:
+                print(
+                    "gpumon notify test: name the notifier: gpumon notify test NAME",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+            return cmd_notify_test(args, config)
+        return cmd_notify_status(args, config)
+    except GpumonError as e:
+        print(f"gpumon: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+# --- gpumon watch -------------------------------------------------------------------------
+
+
+def _hosts(config: Config, names: Sequence[str]) -> list[HostConfig]:
+    chosen = list(dict.fromkeys(names)) or list(config.hosts)
+    if not chosen:
+        raise ConfigError(
+            "no HOST given and no [hosts.NAME] in the config; name the hosts to watch",
+            source="command line",
+        )
+    return [resolve_host(config, name) for name in chosen]
+
+
+class _JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(
+            {
+                "time": iso_time(record.created),
+                "level": record.levelname.lower(),
+                "message": record.getMessage(),
+            }
+        )
+
+
+def _log_change(fmt: str, ev: Any) -> None:
+    from gpumon.backends.notify.event import IncidentEvent
+
+    assert isinstance(ev, IncidentEvent)
+    if fmt == "json":
+        print(json.dumps({"logged_at": iso_time(time.time()), **ev.to_json()}), file=sys.stderr)
+    else:
+        extra = "".join(
+            f" [{x}]" for x in (ev.action, ev.resolved_by and f"by {ev.resolved_by}") if x
+        )
+        print(
+            f"{iso_time(ev.time)} {ev.event} {ev.severity} {ev.key}: {ev.cause}{extra}",
+            file=sys.stderr,
+        )
+    sys.stderr.flush()
+
+
+def _demo_auto_restart(monitor: Any) -> None:
+    from dataclasses import replace
+
+    if monitor.host.kind == "demo":
+        jobs = tuple(replace(j, auto_restart=True) if j.start else j for j in monitor.host.jobs)
+        monitor.host = replace(monitor.host, jobs=jobs)
+
+
+def cmd_watch(args: argparse.Namespace, config: Config) -> int:
+    from gpumon.backends.notify.watch import WatchLocked, hold_watch_lock
+    from gpumon.tui.cli.command_line import _sim_settings
+
+    handler = logging.StreamHandler(sys.stderr)
+    if args.log_format == "json":
+        handler.setFormatter(_JsonLines())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    log.setLevel(logging.INFO)  # its own lines (start, reload, stop); the library's warnings
+    hosts = _hosts(config, args.hosts)
+    try:
+        lock = hold_watch_lock()
+    except WatchLocked as e:
+        print(f"gpumon watch: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return asyncio.run(_watch(args, config, hosts, _sim_settings(args)))
+    finally:
+        lock.close()
+
+
+async def _watch(
+    args: argparse.Namespace, config: Config, hosts: list[HostConfig], sim: Any
+) -> int:
+    from gpumon.backends.notify.watch import WatchService
+
+    settings = config.notify_settings()
+    service = WatchService(
+        hosts,
+        settings,
+        sim=sim,
+        read_only=args.read_only,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        prepare=_demo_auto_restart if args.demo_auto_restart else None,
+    )
+    service.hub.changes.add(lambda ev: _log_change(args.log_format, ev))
+    try:
+        await service.start()
+    except OSError as e:
+        await service.stop()
+        port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
+        print(
+            f"gpumon watch: cannot serve metrics on port {port}: {e.strerror or e}", file=sys.stderr
+        )
+        return EXIT_USAGE
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    reloads: list[asyncio.Task[None]] = []
+
+    async def reload() -> None:
+        try:
+            new = load_config(args.config)
+            changes = await service.reload(_hosts(new, args.hosts), new.notify_settings())
+        except GpumonError as e:
+            log.warning("reload refused, the old config stays: %s", e)
+            return
+        log.info("config reloaded: %s", "; ".join(changes) or "nothing changed")
+
+    loop.add_signal_handler(signal.SIGTERM, done.set)
+    loop.add_signal_handler(signal.SIGINT, done.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(reload())))
+    names = ", ".join(m for m in service.monitors)
+    metrics = (
+        f"; metrics on {service.metrics.host}:{service.metrics.port}" if service.metrics else ""
+    )
+    notifiers = ", ".join(settings.notifiers) or "none"
+    log.info("watching %s; notifiers: %s%s", names, notifiers, metrics)
+    try:
+        await done.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+        for task in reloads:
+            with contextlib.suppress(Exception):
+                await task
+        await service.stop()
+    log.info("stopped")
+    return 0
+
+
+# --- gpumon notify ------------------------------------------------------------------------
+
+
+def cmd_notify_test(args: argparse.Namespace, config: Config) -> int:
+    import os
+
+    from gpumon.backends.notify.hub import deliver, test_event
+    from gpumon.backends.notify.notifiers import DeliveryError
+
+    settings = config.notify_settings()
+    cfg = settings.notifiers.get(args.name)
+    if cfg is None:
+        known = ", ".join(settings.notifiers) or "none configured"
+        print(f"gpumon notify: no notifier {args.name!r} ({known})", file=sys.stderr)
+        return EXIT_USAGE
+    now = time.time()
+    try:
+        asyncio.run(deliver(cfg, [test_event(cfg.name, now)], now, os.environ))
+    except DeliveryError as e:
+        print(f"gpumon notify test {cfg.name}: FAILED: {e}", file=sys.stderr)
+        return 1
+    print(f"gpumon notify test {cfg.name}: sent ({cfg.kind})")
+    return 0
+
+
+def _age(then: float | None, now: float) -> str:
+    return "-" if then is None else f"{max(now - then, 0):.0f} s ago"
+
+
+def cmd_notify_status(args: argparse.Namespace, config: Config) -> int:
+    from gpumon.backends.notify.hub import default_outbox
+    from gpumon.backends.notify.outbox import Outbox
+    from gpumon.backends.notify.watch import watch_running
+
+    settings = config.notify_settings()
+    path = default_outbox(settings)
+    now = time.time()
+    if not path.exists():
+        rows: list[dict[str, Any]] = []
+        incidents: list[Any] = []
+    else:
+        outbox = Outbox(path)
+        try:
+            rows, incidents = outbox.status(), outbox.open_incidents()
+        finally:
+            outbox.close()
+    names = sorted(set(settings.notifiers) | {r["notifier"] for r in rows})
+    by_name = {r["notifier"]: r for r in rows}
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "outbox": str(path),
+                    "watch_running": watch_running(),
+                    "notifiers": [
+                        {
+                            "configured": n in settings.notifiers,
+                            **by_name.get(n, {"notifier": n, "pending": 0}),
+                        }
+                        for n in names
+                    ],
+                    "open_incidents": [ev.to_json() for ev in incidents],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(f"outbox: {path}{'' if path.exists() else ' (not created yet)'}")
+    print(f"gpumon watch running: {'yes' if watch_running() else 'no'}")
+    for n in names:
+        r = by_name.get(n, {})
+        kind = settings.notifiers[n].kind if n in settings.notifiers else "not configured"
+        line = (
+            f"  {n} ({kind}): {r.get('pending', 0)} pending"
+            f", last delivered {_age(r.get('last_ok'), now)}"
+        )
+        if r.get("pending"):
+            line += f", oldest waiting since {_age(r.get('oldest_pending'), now)}"
+        if r.get("failures"):
+            line += f", {r['failures']} failures in a row"
+        print(line)
+        if r.get("last_error"):
+            print(f"      last error ({_age(r.get('last_error_at'), now)}): {r['last_error']}")
+    print(f"open incidents: {len(incidents)}")
+    for ev in incidents:
+        print(f"  {ev.key} {ev.severity} since {iso_time(ev.opened_at)}: {ev.cause}")
+    return 0
