@@ -1,4 +1,5 @@
-"""Alerts: rules and thresholds, the engine that raises and clears them, and their store."""
+"""Alerts: rules and thresholds, the engine that raises and clears them, their store, and
+the incidents they group into."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .engine import KINDS, AlertEngine, check_level, log_key_prefix
+    from .incident import Incident, IncidentBell, incidents
     from .rules import fit_time_to_full
     from .store import CONDITION_KINDS
 
@@ -15,8 +17,11 @@ __all__ = [
     "CONDITION_KINDS",
     "KINDS",
     "AlertEngine",
+    "Incident",
+    "IncidentBell",
     "check_level",
     "fit_time_to_full",
+    "incidents",
     "log_key_prefix",
 ]
 
@@ -27,6 +32,9 @@ if not TYPE_CHECKING:
         __name__,
         {
             "AlertEngine": "engine",
+            "Incident": "incident",
+            "IncidentBell": "incident",
+            "incidents": "incident",
             "CONDITION_KINDS": "store",
             "KINDS": "engine",
             "check_level": "engine",

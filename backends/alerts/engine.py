@@ -6,8 +6,9 @@ get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (aler
 
 Kinds and how each one ends (``active`` becomes False):
 
-- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``) last while
-  the condition holds (with hysteresis, see alert_rules). Acknowledging one only silences it
+- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``) and
+  ``stale_data`` (key ``stale_data``, from ``on_silence``) last while the condition
+  holds (with hysteresis, see alert_rules). Acknowledging one only silences it
   (``acknowledged``); it rings again if it gets worse.
 - event alerts end when acknowledged, when ``clear(key_prefix)`` is called (the restart
   action), or on recovery:
@@ -91,6 +92,16 @@ class AlertEngine(AlertStore):
         super().__init__(host, clock)
         self.rules = rules
         self.container = container  # the watched Proxmox CT: others' processes are foreign
+        self._reset_rules_state()
+
+    def reset(self) -> None:
+        """Forget every alert, note and trend; the listeners stay (a replay rewinding)."""
+        listeners = self._listeners
+        AlertStore.__init__(self, self.host, self.clock)
+        self._listeners = listeners
+        self._reset_rules_state()
+
+    def _reset_rules_state(self) -> None:
         self.last_foreign: dict[int, tuple[float, str]] = {}  # GPU -> (when, who else held it)
         self._watches: dict[int, GpuWatch] = {}
         self._last_seen: dict[int, tuple[float, GpuSample]] = {}  # index -> (time, sample)
@@ -141,7 +152,8 @@ class AlertEngine(AlertStore):
             level = watch.memory_level(gpu, fraction, rules)
             key = f"memory:{i}"
             if level is not Health.OK:
-                self._condition(key, "memory", level, i, _memory_text(gpu, fraction), now, raised)
+                text = _memory_text(gpu, fraction)
+                self._condition(key, "memory", level, i, text, now, raised, score=fraction)
             elif key in self._active:
                 self._end(key)
             self._time_to_full(now, gpu, fraction, watch, raised)
@@ -152,6 +164,8 @@ class AlertEngine(AlertStore):
                 self._recover_gpu(i, watch.emptied_at)
                 watch.emptied_at = None
         self._missing_gpus(now, sample, raised)
+        if "stale_data" in self._active:
+            self._end("stale_data")
         self._expire(now)
         self._latest = sample
         for gpu in sample.gpus:
@@ -228,7 +242,9 @@ class AlertEngine(AlertStore):
                     f"GPU {gpu.index} memory full in ~{ttf:.0f} s at +{watch.rate:.0f} MiB/s "
                     f"({fraction:.0%} used)"
                 )
-                self._condition(key, "time_to_full", Health.WARNING, gpu.index, text, now, out)
+                self._condition(
+                    key, "time_to_full", Health.WARNING, gpu.index, text, now, out, score=-ttf
+                )
             return
         watch.ttf_hits = 0
         if key in self._active and (ttf is None or ttf > horizon * 1.25):
@@ -272,6 +288,27 @@ class AlertEngine(AlertStore):
             )
             if transient and now - alert.last_seen >= TRANSIENT_S:
                 self._end(alert.key)
+
+    # --- silence ------------------------------------------------------------------------
+    def on_silence(self, age_s: float | None, interval_s: float, now: float) -> list[Alert]:
+        """``stale_data``: the host is connected and its newest GPU data is ``age_s``
+        seconds old (None: it is not connected, or nothing is expected yet, which ends the
+        alert: a lost connection says so itself). Levels: ``AlertRules.stale_level``.
+        A sample ends it too (``on_sample``)."""
+        key = "stale_data"
+        level = Health.OK if age_s is None else self.rules.stale_level(age_s, interval_s)
+        if level is Health.OK or age_s is None:
+            if key in self._active:
+                self._end(key)
+            return []
+        raised: list[Alert] = []
+        last = time.strftime("%H:%M:%S", time.localtime(now - age_s))
+        text = (
+            f"no GPU data for {age_s:.0f} s while connected (last at {last}): the agent, "
+            "nvidia-smi or NVML is not answering"
+        )
+        self._condition(key, "stale_data", level, None, text, now, raised, score=age_s)
+        return self._announce(raised)
 
     # --- logs ---------------------------------------------------------------------------
     def on_log_lines(
@@ -364,7 +401,7 @@ class AlertEngine(AlertStore):
         gpu, note = self._event_gpu(event, source.gpus)
         head = f"{event.context}: {event.message}" if event.context else event.message
         text = f"{head} [{note}]" if note else head
-        if past:
+        if past and not active:  # a failure that is still the job's state is not "before"
             text += " (before gpumon started)"
         identity = ("log", path, event.kind, gpu)
         if self._coalesce(identity, event.severity, text, now, past and not active):

@@ -15,6 +15,10 @@
   ``ttf_min_rate_mib_s`` (flat or falling);
 - a likely OOM death: used memory falling from >= ``oom_death_high_pct`` to
   < ``oom_death_low_pct`` within ``oom_death_window_s``.
+
+Stale data (``stale_level``): no GPU data for ``stale_warning_intervals`` sampling
+intervals is a warning, for ``stale_critical_intervals`` critical (a frozen agent, a hung
+NVML: the link is up and nothing comes).
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from gpumon.backends.model import GpuProcess, GpuSample, Health
 from gpumon.backends.monitor.processes import foreign, holder_text
 
 MIB_PER_GIB = 1024.0
+# A slow nvidia-smi round is not a frozen agent: at a short interval the stale levels
+# start no sooner than these.
+STALE_WARNING_FLOOR_S = 3.0
+STALE_CRITICAL_FLOOR_S = 10.0
 _FIT_POINTS = 40  # longer windows are thinned to about this many points
 
 
@@ -50,6 +58,21 @@ class AlertRules:
     oom_death_high_pct: float = 90.0
     oom_death_low_pct: float = 10.0
     oom_death_window_s: float = 10.0
+    stale_warning_intervals: float = 5.0  # no data for this many sampling intervals; 0: off
+    stale_critical_intervals: float = 30.0
+
+    def stale_level(self, age_s: float, interval_s: float) -> Health:
+        """The ``stale_data`` level of data ``age_s`` old at ``interval_s`` sampling; never
+        sooner than ``STALE_WARNING_FLOOR_S`` / ``STALE_CRITICAL_FLOOR_S``."""
+        if self.stale_warning_intervals <= 0:
+            return Health.OK
+        period = max(interval_s, 0.1)
+        critical = max(self.stale_critical_intervals * period, STALE_CRITICAL_FLOOR_S)
+        if self.stale_critical_intervals > 0 and age_s >= critical:
+            return Health.CRITICAL
+        if age_s >= max(self.stale_warning_intervals * period, STALE_WARNING_FLOOR_S):
+            return Health.WARNING
+        return Health.OK
 
     @classmethod
     def from_mapping(
@@ -81,6 +104,11 @@ class AlertRules:
                 f"{where}.memory_critical_pct: must be >= memory_warning_pct "
                 f"({rules.memory_warning_pct:g}), got {rules.memory_critical_pct:g}"
             )
+        if 0 < rules.stale_critical_intervals < rules.stale_warning_intervals:
+            raise ValueError(
+                f"{where}.stale_critical_intervals: must be >= stale_warning_intervals "
+                f"({rules.stale_warning_intervals:g}) or 0 (off)"
+            )
         if rules.oom_death_low_pct >= rules.oom_death_high_pct:
             raise ValueError(f"{where}.oom_death_low_pct: must be below oom_death_high_pct")
         return rules
@@ -95,6 +123,23 @@ class AlertRules:
         if pct >= self.memory_warning_pct or low_free:
             return Health.WARNING
         return Health.OK
+
+
+def check_rules(rules: AlertRules, window_s: float, interval_s: float) -> AlertRules:
+    """``rules`` for a ``gpumon check`` that watches only ``window_s`` seconds at
+    ``interval_s``: the time-to-full line may start once half the window has passed (it
+    needs a third of ``ttf_window_s`` and ``ttf_min_points``), so the two estimates in a
+    row that warn fit in the window and a check sees the memory ramp the dashboard has
+    been warning about. Other rules stay."""
+    if window_s <= 0:
+        return rules
+    half = window_s / 2.0
+    points = max(int(half / max(interval_s, 0.1)) + 1, 3)
+    return replace(
+        rules,
+        ttf_window_s=min(rules.ttf_window_s, max(3.0 * half, 2.0)),
+        ttf_min_points=min(rules.ttf_min_points, points),
+    )
 
 
 # key -> (lowest, highest, integer)
@@ -112,6 +157,8 @@ _LIMITS: dict[str, tuple[float, float, bool]] = {
     "oom_death_high_pct": (1.0, 100.0, False),
     "oom_death_low_pct": (0.0, 100.0, False),
     "oom_death_window_s": (0.5, 3600.0, False),
+    "stale_warning_intervals": (0.0, 10000.0, False),
+    "stale_critical_intervals": (0.0, 100000.0, False),
 }
 
 

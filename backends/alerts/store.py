@@ -34,15 +34,23 @@ KINDS = (
     "sglang_error",
     "auto_restart",
     "foreign_process",
+    "stale_data",
 )
-CONDITION_KINDS = frozenset({"memory", "time_to_full", "gpu_health", "foreign_process"})
+CONDITION_KINDS = frozenset(
+    {"memory", "time_to_full", "gpu_health", "foreign_process", "stale_data"}
+)
 HISTORY_MAX = 500
 NOTES_MAX = 50
 
 
 @dataclass(frozen=True, slots=True)
 class Alert:
-    """One alert. ``key`` is its stable identity; ``time`` when first raised (epoch s)."""
+    """One alert. ``key`` is its stable identity; ``time`` when first raised (epoch s).
+
+    ``message`` is what is true now (a condition's latest value); ``first_message`` what was
+    true when it was raised and ``peak_message`` at its worst (``peak_severity``, and within
+    it the highest ``peak_score`` its rule gave): the history shows those, not the values
+    an alert had while it cleared. Empty strings mean "the same as ``message``"."""
 
     key: str
     severity: Health  # WARNING or CRITICAL
@@ -55,9 +63,29 @@ class Alert:
     last_seen: float
     active: bool = True
     acknowledged: bool = False
+    first_message: str = ""
+    peak_message: str = ""
+    peak_severity: Health | None = None
+    peak_score: float = 0.0
+
+    @property
+    def raised_text(self) -> str:
+        """The message as it was when the alert was raised."""
+        return self.first_message or self.message
+
+    @property
+    def peak_text(self) -> str:
+        """The message at the alert's worst."""
+        return self.peak_message or self.message
+
+    @property
+    def peak(self) -> Health:
+        """The worst severity it reached (a condition steps down before it ends)."""
+        return self.peak_severity or self.severity
 
     def to_json(self) -> dict[str, Any]:
-        """``severity kind host gpu job message time``; time is local ISO 8601 with offset."""
+        """``severity kind host gpu job message time`` and ``first_message``,
+        ``peak_message``, ``peak_severity``; time is local ISO 8601 with offset."""
         stamp = iso_time(self.time)
         return {
             "severity": self.severity.value,
@@ -67,6 +95,9 @@ class Alert:
             "job": self.job,
             "message": self.message,
             "time": stamp,
+            "first_message": self.raised_text,
+            "peak_message": self.peak_text,
+            "peak_severity": self.peak.value,
         }
 
 
@@ -212,20 +243,32 @@ class AlertStore:
         key: str,
         kind: str,
         severity: Health,
-        gpu: int,
+        gpu: int | None,
         text: str,
         now: float,
         out: list[Alert],
+        score: float = 0.0,
     ) -> None:
+        """Raise, update or escalate the condition ``key``. ``score``: how bad this value
+        is within its severity (higher is worse: the fill fraction, minus the seconds to
+        full); the peak is the highest (severity, score) seen."""
         old = self._active.get(key)
         if old is None:
-            out.append(self._new(key, kind, severity, gpu, self._jobs_by_gpu.get(gpu), text, now))
-        elif severity.rank > old.severity.rank:
-            new = replace(old, severity=severity, message=text, last_seen=now, acknowledged=False)
+            new = self._new(key, kind, severity, gpu, None, text, now)
+            new = replace(new, peak_score=score)
+            self._store(new)
+            out.append(new)
+            return
+        peak = (severity.rank, score) > (old.peak.rank, old.peak_score)
+        changes: dict[str, Any] = {"severity": severity, "message": text, "last_seen": now}
+        if peak:
+            changes.update(peak_message=text, peak_severity=severity, peak_score=score)
+        if severity.rank > old.severity.rank:
+            new = replace(old, acknowledged=False, **changes)
             self._store(new)
             out.append(new)
         else:
-            self._store(replace(old, severity=severity, message=text, last_seen=now))
+            self._store(replace(old, **changes))
 
     def _new(
         self,
@@ -240,7 +283,21 @@ class AlertStore:
     ) -> Alert:
         if job is None and gpu is not None:
             job = self._jobs_by_gpu.get(gpu)
-        alert = Alert(key, severity, kind, self.host, gpu, job, text, now, now, active)
+        alert = Alert(
+            key,
+            severity,
+            kind,
+            self.host,
+            gpu,
+            job,
+            text,
+            now,
+            now,
+            active,
+            first_message=text,
+            peak_message=text,
+            peak_severity=severity,
+        )
         self._history.pop(key, None)
         self._store(alert)
         return alert

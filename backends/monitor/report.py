@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from gpumon.backends.alerts.incident import Incident, incidents, line
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, iso_time
 from gpumon.backends.monitor.processes import container_label, unattributed_mib
 from gpumon.backends.monitor.state import HostMonitor
@@ -79,29 +80,49 @@ def snapshot_json(monitor: HostMonitor, now: float) -> dict[str, Any]:
     }
 
 
+def active_incidents(monitor: HostMonitor) -> list[Incident]:
+    """The host's active alerts as incidents, the most urgent first; ``fix`` only for jobs
+    the config can restart (a ``start`` command)."""
+    restartable = {job.name for job in monitor.host.jobs if job.start}
+    return incidents(monitor.alerts.active(), restartable=restartable)
+
+
+def restart_hint(monitor: HostMonitor, incident: Incident) -> str | None:
+    """ "fix: gpumon restart HOST JOB" for an incident a restart fixes, else None."""
+    if incident.fix is None:
+        return None
+    return f"fix: gpumon restart {monitor.name} {incident.fix}"
+
+
 def check_verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
-    """Exit code and the one summary line of ``gpumon check``."""
+    """Exit code and the one summary line of ``gpumon check``: the most urgent incident's
+    headline first (physical GPU, job, the fix), then the host's summary."""
     name = monitor.name
     sample = monitor.latest
-    if sample is None or monitor.is_stale(now):
+    stale = [i for i in active_incidents(monitor) if i.cause.kind == "stale_data"]
+    if sample is None or (monitor.is_stale(now) and not stale):
         why = monitor.status.error or f"no data ({monitor.status.state.value})"
         return CheckCode.UNKNOWN, f"UNKNOWN {name}: {why}"
     if monitor.status.error and monitor.status.state != ConnState.CONNECTED:
         return CheckCode.UNKNOWN, f"UNKNOWN {name}: {monitor.status.error}"
-    alerts = monitor.alerts.active()  # GPU health problems are alerts too
-    worst = Health.worst(*(g.health for g in sample.gpus), *(a.severity for a in alerts))
+    found = active_incidents(monitor)  # GPU health problems are alerts too
+    # Who else holds memory is context for the headline, not the headline itself.
+    found.sort(key=lambda i: (-i.severity.rank, i.cause.kind == "foreign_process"))
+    worst = Health.worst(*(g.health for g in sample.gpus), *(i.severity for i in found))
     code = {Health.OK: CheckCode.OK, Health.WARNING: CheckCode.WARNING}.get(
         worst, CheckCode.CRITICAL
     )
     summary = _summary(sample)
     if worst == Health.OK:
         return code, f"OK {name}: {summary}"
-    # Who else holds memory is context for the headline, not the headline itself.
-    top = sorted(
-        (a for a in alerts if a.severity == worst), key=lambda a: a.kind == "foreign_process"
-    )
-    if top:
-        what = top[0].message + (f" (+{len(alerts) - 1} more alerts)" if len(alerts) > 1 else "")
+    if found:
+        top = found[0]
+        what = line(top, restart_hint(monitor, top))
+        extra = [f"{len(top.evidence)} evidence"] if top.evidence else []
+        if len(found) > 1:
+            extra.append(f"+{len(found) - 1} more incident{'s' if len(found) > 2 else ''}")
+        if extra:
+            what += f" ({', '.join(extra)})"
     else:
         sick = [g for g in sample.gpus if g.health == worst]
         what = "; ".join(f"GPU {g.index}: {', '.join(g.problems) or worst.value}" for g in sick)
@@ -148,11 +169,13 @@ def snapshot_table(monitor: HostMonitor, now: float) -> str:
         f"{'GPU':>3}  {'NAME':<44}  {'MEMORY MiB':>17} {'MEM%':>6}  {'UTIL':>5}  {'TEMP':>5}"
         f"  {'POWER W':>11}  HEALTH"
     )
+    found = active_incidents(monitor)
+    jobs = monitor.workloads.jobs_json()
     for g in sample.gpus:
         frac = g.memory_used_fraction
         mem = f"{fmt(g.memory_used_mib)}/{fmt(g.memory_total_mib)}"
         power = f"{fmt(g.power_w, '.0f')}/{fmt(g.power_limit_w, '.0f')}"
-        health = g.health.value + (f" ({'; '.join(g.problems)})" if g.problems else "")
+        health = gpu_health_text(g, found, jobs)
         lines.append(
             f"{g.index:>3}  {(g.name or 'n/a')[:44]:<44}  {mem:>17} "
             f"{fmt(None if frac is None else frac * 100, '.1f', '%'):>6}  "
@@ -173,4 +196,73 @@ def snapshot_table(monitor: HostMonitor, now: float) -> str:
                 f"{idx:>3}  {where[:7]:<7} {fmt(p.pid):>8} {fmt(p.host_pid):>9} "
                 f"{printable(p.user or '-')[:8]:<8} {fmt(p.memory_mib):>10}  {name}"
             )
+    lines += _alert_lines(monitor, found)
+    for title, objects in (
+        ("JOBS", jobs),
+        ("SGLANG", monitor.workloads.sglang_json()),
+        ("LOGS", monitor.log_flow_json()),
+    ):
+        if objects:
+            lines += ["", title, *(f"  {_object_line(o)}" for o in objects)]
     return "\n".join(lines)
+
+
+def gpu_health_text(gpu: GpuSample, found: list[Incident], jobs: list[dict[str, Any]]) -> str:
+    """The HEALTH cell: the worst of the GPU's own health, the active alerts on it and the
+    state of the job on it (a crashed job's GPUs are not ``ok``), with the reason."""
+    levels = [gpu.health]
+    reasons = list(gpu.problems)
+    told: set[object] = set()  # jobs an incident's headline already names
+    for incident in found:
+        on_it = [a for a in incident.alerts if a.active and a.gpu == gpu.index]
+        if on_it:
+            levels.append(Health.worst(*(a.severity for a in on_it)))
+            reasons.append(incident.headline)
+            told.add(incident.job)
+    for job in jobs:
+        crashed = job.get("state") == "crashed" and job.get("name") not in told
+        if crashed and gpu.index in (job.get("gpus") or ()):
+            levels.append(Health.CRITICAL)
+            why = job.get("crash_reason")
+            reasons.append(f"job {job.get('name')} crashed" + (f": {why}" if why else ""))
+    worst = Health.worst(*levels)
+    unique = list(dict.fromkeys(printable(r) for r in reasons))
+    return worst.value + (f" ({'; '.join(unique)})" if unique else "")
+
+
+def _alert_lines(monitor: HostMonitor, found: list[Incident]) -> list[str]:
+    """The ALERTS section: each incident's headline (and fix), then its active alerts as
+    the JSON has them: severity, kind, GPU, job, time, message."""
+    if not found:
+        return ["", "ALERTS  none"]
+    out = ["", "ALERTS"]
+    for incident in found:
+        hint = restart_hint(monitor, incident)
+        out.append(f"  {incident.severity.value.upper()}  {printable(line(incident, hint))}")
+        for a in incident.alerts:
+            if not a.active:
+                continue
+            data = a.to_json()
+            gpu = "-" if a.gpu is None else str(a.gpu)
+            out.append(
+                f"    {data['severity']:<8} {data['kind']:<15} GPU {gpu:<2} "
+                f"{printable(a.job or '-'):<12} {data['time']}  {printable(a.message)}"
+            )
+    return out
+
+
+def _object_line(data: dict[str, Any]) -> str:
+    """A snapshot JSON object on one line, its keys in the JSON's order: ``key value``,
+    ``n/a`` for null, lists comma-separated."""
+    parts = []
+    for key, value in data.items():
+        if value is None:
+            text = "n/a"
+        elif isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif isinstance(value, list | tuple):
+            text = ",".join(str(v) for v in value) or "-"
+        else:
+            text = str(value)
+        parts.append(f"{key} {printable(text)}")
+    return "  ".join(parts)

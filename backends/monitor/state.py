@@ -107,9 +107,11 @@ class HostMonitor:
         self._history_s = history_s
         self._history_len = max(int(history_s / max(self.interval, 0.1)), 60)
         self._task: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
         self._updated = asyncio.Event()
         self.alerts = AlertEngine(host.name, host.alerts, clock=clock, container=host.container)
         self.recorder = FlightRecorder(host.name, clock=clock)
+        self.recorder.jobs = [{"name": j.name, "gpus": list(j.gpus)} for j in host.jobs]
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
         self.workloads = Workloads(host)
@@ -158,15 +160,54 @@ class HostMonitor:
         since = max(self._last_data_at, self.status.since)
         return (now if now is not None else self.clock()) - since > self.silence_limit()
 
+    def silent_s(self, now: float | None = None) -> float | None:
+        """Seconds a connected host has sent no GPU data (counted from the later of the last
+        round and the session's start); None while not connected."""
+        if self.status.state != ConnState.CONNECTED:
+            return None
+        since = max(self._last_data_at or self.status.since, self.status.since)
+        return max((now if now is not None else self.clock()) - since, 0.0)
+
+    def check_silence(self, now: float | None = None) -> None:
+        """Raise, escalate or end the ``stale_data`` alert for the silence now (the
+        watchdog calls this between samples; a sample ends the alert by itself)."""
+        at = self.clock() if now is None else now
+        before = self.alerts.active()
+        self.alerts.on_silence(self.silent_s(at), self.interval, at)
+        if self.alerts.active() != before:
+            self._notify()
+
+    def clear_state(self) -> None:
+        """Forget every sample, history, alert and workload state, as before the first
+        sample (a replay that rewinds plays into the same monitor again); listeners stay."""
+        self.latest = None
+        self.processes, self.processes_time = (), None
+        self.histories.clear()
+        self.samples = 0
+        self.log_flow.clear()
+        self._last_data_at = None
+        self._gaps.clear()
+        self.alerts.reset()
+        self.workloads = Workloads(self.host)
+        self._notify()
+
     def start(self) -> asyncio.Task[None]:
-        self._task = asyncio.get_running_loop().create_task(self.source.run(self), name=self.name)
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self.source.run(self), name=self.name)
+        self._watchdog = loop.create_task(self._watch_silence(), name=f"{self.name} watchdog")
         return self._task
 
+    async def _watch_silence(self) -> None:
+        while True:
+            await asyncio.sleep(min(max(self.interval, 0.5), 5.0))
+            self.check_silence()
+
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        for task in (self._watchdog, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         try:
             async with asyncio.timeout(STOP_TIMEOUT_S):
                 await self.source.close()
@@ -292,6 +333,11 @@ class HostMonitor:
         now = self.clock()
         lines = list(lines)
         self._count_log_flow(tag, path, len(lines), dropped, skipped_bytes, now)
+        # On the samples' clock (the target's), which a recording and its replay run on.
+        at = now
+        if self.latest is not None and self._last_data_at is not None:
+            at = self.latest.time + max(now - self._last_data_at, 0.0)
+        self.recorder.record_log(tag, path, lines, at, backlog=backlog)
         self.workloads.on_log(tag, path, lines, now)
         self.alerts.on_log_lines(
             path,

@@ -16,6 +16,11 @@ File format (one JSON object per line):
    "processes": [[...], ...]}`` (``sample_to_json``; ``sample_from_json`` rebuilds the
    HostSample exactly, ``None`` stays ``None``)
 3. ``{"type": "alert", "key", "active", "acknowledged", "last_seen", **Alert.to_json()}``
+4. ``{"type": "log", "time", "tag", "path", "backlog", "lines": [...], "dropped"}``: the new
+   lines of a followed log (``record_log``; at most ``LOG_LINES_KEPT`` per read, the
+   newest), so a replay's jobs pane and log alerts come from the lines as they came; the
+   last read of each log before the window is included as backlog. The header's
+   ``"jobs": [{"name", "gpus"}]`` names the jobs those lines belong to.
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ import re
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +54,8 @@ _GPU_INDEX = {name: i for i, name in enumerate(GPU_FIELDS)}
 _HEALTH = GPU_FIELDS.index("health")
 _PROBLEMS = GPU_FIELDS.index("problems")
 _COMPRESS_LEVEL = 6
+LOG_LINES_KEPT = 200  # per read of a log: a flood keeps its newest lines
+LOG_READS_KEPT = 4096  # reads of all logs kept in memory
 
 
 class RecordingError(GpumonError):
@@ -64,6 +71,7 @@ class Recording:
     alerts: list[dict[str, Any]]
     truncated: bool = False
     problems: tuple[str, ...] = ()
+    logs: list[dict[str, Any]] = field(default_factory=list)  # "log" lines, in order
 
 
 def sample_to_json(sample: HostSample) -> dict[str, Any]:
@@ -179,7 +187,9 @@ class FlightRecorder:
         self.last_write_s: float | None = None  # seconds the last write took
         self._samples: deque[tuple[float, str]] = deque()
         self._alerts: deque[tuple[float, Alert]] = deque()
+        self._logs: deque[tuple[float, str, dict[str, Any]]] = deque()  # (time, path, entry)
         self._pending: _Pending | None = None
+        self.jobs: list[dict[str, Any]] = []  # [{"name", "gpus"}]: the header's "jobs"
 
     @property
     def pending_path(self) -> Path | None:
@@ -199,6 +209,40 @@ class FlightRecorder:
         samples = self._samples
         while samples and (samples[0][0] < horizon or len(samples) > self.max_samples):
             samples.popleft()
+
+    def record_log(
+        self, tag: str, path: str, lines: Sequence[str], at: float, *, backlog: bool = False
+    ) -> None:
+        """Keep one read of the followed log ``path`` (its newest ``LOG_LINES_KEPT`` lines)."""
+        if not lines:
+            return
+        kept = list(lines[-LOG_LINES_KEPT:])
+        entry = {
+            "type": "log",
+            "time": at,
+            "tag": tag,
+            "path": path,
+            "backlog": backlog,
+            "lines": kept,
+            "dropped": len(lines) - len(kept),
+        }
+        self._logs.append((at, path, entry))
+        horizon = at - self.keep_s
+        logs = self._logs
+        while logs and (logs[0][0] < horizon or len(logs) > LOG_READS_KEPT):
+            logs.popleft()
+
+    def _log_lines(self, start: float, end: float) -> list[str]:
+        """The log reads in the window, after the last read of each log before it (as
+        backlog: what the log said when the window opened)."""
+        before: dict[str, dict[str, Any]] = {}
+        inside: list[str] = []
+        for t, path, entry in self._logs:
+            if t < start:
+                before[path] = entry
+            elif t <= end:
+                inside.append(_dumps(entry))
+        return [_dumps({**entry, "backlog": True}) for entry in before.values()] + inside
 
     def on_alert(self, alert: Alert) -> None:
         """Keep ``alert``; a CRITICAL one schedules a recording unless one is pending."""
@@ -236,10 +280,12 @@ class FlightRecorder:
             "window": [start, end],
             "gpu_fields": list(GPU_FIELDS),
             "process_fields": list(PROCESS_FIELDS),
+            "jobs": self.jobs,
         }
         lines = [_dumps(header)]
         lines += [line for t, line in self._samples if start <= t <= end]
         lines += [_dumps(_alert_json(a)) for t, a in self._alerts if start <= t <= end]
+        lines += self._log_lines(start, end)
         began = time.perf_counter()
         path = pending.path
         try:
@@ -295,6 +341,7 @@ def load_recording(path: Path) -> Recording:
     process_fields = tuple(header.get("process_fields") or PROCESS_FIELDS)
     samples: list[HostSample] = []
     alerts: list[dict[str, Any]] = []
+    logs: list[dict[str, Any]] = []
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -304,7 +351,27 @@ def load_recording(path: Path) -> Recording:
                 samples.append(sample_from_json(obj, gpu_fields, process_fields))
             elif obj.get("type") == "alert":
                 alerts.append(obj)
+            elif obj.get("type") == "log":
+                logs.append(_log_from_json(obj))
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
             last = number == len(lines) and truncated
             problems.append(f"line {number}: {'cut off' if last else 'unreadable'} ({e})")
-    return Recording(header, samples, alerts, truncated, tuple(problems))
+    return Recording(header, samples, alerts, truncated, tuple(problems), logs)
+
+
+def _log_from_json(obj: dict[str, Any]) -> dict[str, Any]:
+    """A "log" line checked: time, tag, path, backlog and lines of the right types (else
+    TypeError, and the loader skips the line)."""
+    lines = obj.get("lines")
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+        raise TypeError("log lines are not a list of strings")
+    tag, path = obj.get("tag"), obj.get("path")
+    if not isinstance(tag, str) or not isinstance(path, str):
+        raise TypeError("log tag or path is not a string")
+    return {
+        "time": float(obj["time"]),
+        "tag": tag,
+        "path": path,
+        "backlog": bool(obj.get("backlog")),
+        "lines": lines,
+    }

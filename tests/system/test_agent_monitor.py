@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.config import Config, HostConfig, resolve_host
 from gpumon.backends.model import ConnState, Health, Source
 from gpumon.backends.monitor import (
@@ -269,14 +270,18 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_check_demo_warns_before_the_oom_and_is_critical_after() -> None:
     before = _cli("check", "demo", "--demo-time", "45")
     assert before.returncode == 1, before.stdout + before.stderr
-    assert before.stdout.startswith("WARNING demo: GPU 6 memory 9")
+    assert before.stdout.startswith("WARNING demo: drafter: GPU 6 memory ")
     after = _cli("check", "demo", "--demo-time", "90")
     assert after.returncode == 2, after.stdout + after.stderr
-    assert after.stdout.startswith("CRITICAL demo: torch.OutOfMemoryError: CUDA out of memory.")
+    assert after.stdout.startswith(
+        "CRITICAL demo: drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+    )
+    assert "before gpumon started" not in after.stdout  # still the job's state
     snap = json.loads(_cli("snapshot", "demo", "--demo-time", "90", "--json").stdout)
     oom = [a for a in snap["alerts"] if a["kind"] == "cuda_oom"]
     assert len(oom) == 1 and oom[0]["gpu"] == 6 and oom[0]["severity"] == "critical"
-    assert list(oom[0]) == ["severity", "kind", "host", "gpu", "job", "message", "time"]
+    record = Alert("k", Health.CRITICAL, "cuda_oom", "demo", 6, None, "m", 0.0, 0.0)
+    assert list(oom[0]) == list(record.to_json())  # the documented keys (test_alerts pins them)
 
 
 def test_demo_workloads_in_the_snapshot() -> None:

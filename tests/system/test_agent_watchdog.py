@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.config import Config, resolve_host
-from gpumon.backends.model import ConnState, Source
-from gpumon.backends.monitor import HostMonitor, make_monitor
+from gpumon.backends.model import ConnState, Health, Source
+from gpumon.backends.monitor import HostMonitor, check_verdict, make_monitor
 
 FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
 INTERVAL = 0.3
@@ -184,6 +185,35 @@ async def test_a_hung_nvml_call_is_said_and_nvidia_smi_takes_over(
         after = time.time()
         await until(lambda: fresh(monitor, after), 15, "data from nvidia-smi")
         assert monitor.status.error is None
+    finally:
+        await monitor.stop()
+
+
+async def test_a_stalled_sampler_raises_a_stale_data_alert_and_fresh_data_ends_it(
+    faults: tuple[Path, Path],
+) -> None:
+    """The link is up and nothing comes: after a few intervals (the 3 s floor at this
+    interval) a stale_data warning reaches the listeners (the dashboard's toast), check
+    says it instead of a stale "OK", and fresh data ends it."""
+    mode, _ = faults
+    monitor = local_monitor()
+    heard: list[Alert] = []
+    monitor.alerts.add_listener(heard.append)
+    monitor.start()
+    try:
+        await until(lambda: monitor.latest, 30, "the first sample")
+        mode.write_text("stall", encoding="utf-8")
+        took = await until(lambda: any(a.kind == "stale_data" for a in heard), 15, "the alert")
+        assert 2.5 < took < 8, took
+        alert = next(a for a in heard if a.kind == "stale_data")
+        assert alert.severity is Health.WARNING and alert.message.startswith("no GPU data for")
+        assert monitor.status.state is ConnState.CONNECTED
+        code, line = check_verdict(monitor, time.time())
+        assert (code.name, line.split(":")[0]) == ("WARNING", "WARNING local")
+        assert "no GPU data for" in line
+        mode.write_text("", encoding="utf-8")
+        await until(lambda: not monitor.alerts.active(), 15, "the alert to end")
+        assert not monitor.alerts.history()[0].active
     finally:
         await monitor.stop()
 

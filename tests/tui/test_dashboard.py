@@ -194,10 +194,12 @@ async def test_pause_freezes_rows_while_the_monitor_collects(
         step = monitor.workloads.jobs["drafter"].step
         samples = monitor.samples
         await wait(pilot, lambda: monitor.samples >= samples + 2, what="two more samples")
+        await wait(  # the job went on (its log's next progress line)...
+            pilot, lambda: monitor.workloads.jobs["drafter"].step != step, what="a new step"
+        )
         await pilot.pause(1.1)  # at least one refresh tick
         assert section(app).shown is frozen
         assert row_texts(app) == rows
-        assert monitor.workloads.jobs["drafter"].step != step  # the job went on...
         assert section(app).jobs.plain == jobs  # ...and its pane stands still
         assert monitor.latest is not frozen  # monitoring went on: no gap in history
         await pilot.press("p")

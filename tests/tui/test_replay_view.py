@@ -3,6 +3,8 @@ and the header saying REPLAY instead of the connection state."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 from gpumon.backends.alerts import AlertEngine
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.model import GpuSample, HostSample
-from gpumon.backends.monitor import ReplaySource, replay_monitor
+from gpumon.backends.monitor import HostMonitor, ReplaySource, replay_monitor
 from gpumon.backends.recording import FlightRecorder, load_recording
 from gpumon.tui import app as app_module
 from gpumon.tui.app import GpumonApp
@@ -78,10 +80,16 @@ async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait,
         )  # no machine behind a recording
         await pilot.press("full_stop")
         assert replay.position == 1
-        await pilot.press("n")
+        await pilot.press("full_stop")
         assert replay.position == 2
         await pilot.pause()
         assert f"(2/{total})" in header(app) and "00:16:41" in header(app)
+        await pilot.press("right_square_bracket")  # speed keys work while paused
+        assert replay.speed == 2.0 and replay.paused
+        await pilot.pause()
+        assert "REPLAY paused 2x" in header(app)
+        await pilot.press("left_square_bracket")
+        assert replay.speed == 1.0
         assert len(app.dashboard.sections[0].rows) == 8
         await pilot.press("p")  # the recording plays on
         assert not replay.paused and not app.dashboard.paused
@@ -107,6 +115,57 @@ async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait,
         assert not any(r.view is not None and r.view.stale for r in app.dashboard.sections[0].rows)
 
 
+async def test_a_demo_incident_replays_its_jobs_pane_once_each_alert_and_jumps(
+    demo_monitor: Callable[..., HostMonitor], tmp_path: Path, wait: Wait
+) -> None:
+    """The drafter's OOM recorded by the live demo, replayed: the jobs
+    pane comes back from the recorded log lines, no alert is shown twice (recorded and
+    derived again), and ``n`` / ``N`` jump between the recording's alerts."""
+    live = demo_monitor(frozen=False, demo_time=52.0)
+    live.recorder.directory = tmp_path
+    live.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not {"cuda_oom", "oom_death"} <= {a.kind for a in live.alerts.active()}:
+            assert time.monotonic() < deadline, "the demo's drafter did not die"
+            await asyncio.sleep(0.1)
+        assert live.recorder.pending_path is not None  # since the memory went critical
+        live.recorder.flush_now()
+    finally:
+        await live.stop()
+    recorded = load_recording(live.recorder.written[0])
+    assert recorded.logs and {a["kind"] for a in recorded.alerts} >= {"memory", "cuda_oom"}
+    replay = ReplaySource.from_file(live.recorder.written[0])
+    replay.set_paused(True)
+    monitor = replay_monitor(replay)
+    app = GpumonApp([monitor], read_only=True, bell=False)
+    section = app.dashboard.sections[0]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait(pilot, lambda: "REPLAY paused" in header(app), what="the replay header")
+        assert app.dashboard.check_action("replay_previous_alert", ()) is None
+        await pilot.press("n")  # the first alert: GPU 6 memory
+        await pilot.pause()
+        first = replay.now
+        assert any(a.kind == "memory" for a in monitor.alerts.active())
+        assert "drafter" in section.jobs.plain and "running" in section.jobs.plain
+        while app.dashboard.check_action("replay_next_alert", ()) is True:
+            await pilot.press("n")
+        await pilot.press("p")
+        await wait(pilot, lambda: replay.finished, timeout=20, what="the end")
+        await wait(pilot, lambda: "crashed: OOM on GPU 6" in section.jobs.plain, what="the crash")
+        keys = [a.key for a in monitor.alerts.history()]
+        kinds = [a.kind for a in monitor.alerts.history()]
+        assert len(keys) == len(set(keys)) and kinds.count("cuda_oom") == 1
+        assert kinds.count("oom_death") <= 1 and kinds.count("memory") == 1
+        assert "drafter: CUDA OOM on GPU 6" in app.dashboard.strip.plain
+        while app.dashboard.check_action("replay_previous_alert", ()) is True:
+            await pilot.press("N")  # back to the first alert: played again from the start
+        await pilot.pause()
+        assert replay.now == first and not replay.finished
+        assert [a.kind for a in monitor.alerts.history()] == ["memory"]
+        assert "crashed" not in section.jobs.plain
+
+
 async def test_live_hosts_hide_the_replay_keys(
     demo_monitor: Callable[..., object], wait: Wait
 ) -> None:
@@ -114,7 +173,13 @@ async def test_live_hosts_hide_the_replay_keys(
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         assert app.dashboard.replay is None
-        for action in ("replay_step", "replay_faster", "replay_slower"):
+        for action in (
+            "replay_step",
+            "replay_faster",
+            "replay_slower",
+            "replay_next_alert",
+            "replay_previous_alert",
+        ):
             assert app.dashboard.check_action(action, ()) is False
 
 

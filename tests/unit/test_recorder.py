@@ -3,6 +3,7 @@ under XDG_STATE_HOME, damaged files and the memory bound."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source
+from gpumon.backends.monitor import ReplaySource
 from gpumon.backends.parsers import parse_compute_apps, parse_query_gpu
 from gpumon.backends.paths import recordings_dir
 from gpumon.backends.recording import (
@@ -231,3 +233,47 @@ def test_a_write_failure_is_reported_not_raised(tmp_path: Path) -> None:
     assert rec.flush_now() is None
     assert rec.last_error is not None and "cannot write" in rec.last_error
     assert rec.written == []
+
+
+def test_log_reads_are_recorded_in_the_window_and_replayed_once_each_alert(
+    tmp_path: Path,
+) -> None:
+    """A read before the window comes back as backlog (what the log said when it opened);
+    the replay plays no alert that the samples or the recorded lines raise again, and a
+    key recorded twice (raised, then escalated) once."""
+    clock = Clock()
+    recorder = FlightRecorder("ct200", clock=clock, directory=tmp_path, before_s=60.0)
+    recorder.jobs = [{"name": "drafter", "gpus": [5, 6, 7]}]
+    recorder.record_log("job:drafter", "/d.log", ["step 1"], T0 - 100)  # before the window
+    recorder.record_log("job:drafter", "/d.log", ["step 2"], T0 - 99)
+    recorder.record_log("job:drafter", "/d.log", [f"x {i}" for i in range(500)], T0 - 5)
+    recorder.record_log("job:drafter", "/d.log", [], T0 - 4)  # nothing new: nothing kept
+    for k in range(10):
+        clock.t = T0 - 9 + k
+        recorder.record(host_sample(clock.t))
+    oom = dataclasses.replace(critical(T0), key="log:/d.log:7")  # its lines are recorded
+    for alert in (
+        Alert("memory:6", Health.WARNING, "memory", "ct200", 6, None, "95%", T0 - 8, T0 - 8),
+        Alert("memory:6", Health.CRITICAL, "memory", "ct200", 6, None, "99%", T0 - 8, T0 - 2),
+        oom,
+        Alert("oom_death:6:1", Health.CRITICAL, "oom_death", "ct200", 6, None, "f", T0, T0),
+        Alert("xid:a:1", Health.WARNING, "xid", "ct200", 6, None, "xid 31", T0, T0),
+        Alert("xid:a:1", Health.CRITICAL, "xid", "ct200", 6, None, "xid 31!", T0, T0 + 1),
+    ):
+        recorder.on_alert(alert)
+    path = recorder.flush_now()
+    assert path is not None
+    recording = load_recording(path)
+    assert recording.header["jobs"] == [{"name": "drafter", "gpus": [5, 6, 7]}]
+    assert [(e["lines"][:1], e["backlog"]) for e in recording.logs] == [
+        (["step 2"], True),
+        (["x 300"], False),  # a flood keeps its newest lines
+    ]
+    assert len(recording.logs[1]["lines"]) == 200
+    replay = ReplaySource(recording, path)
+    assert [j.name for j in replay.host.jobs] == ["drafter"]
+    events = replay.alerts_to_replay
+    assert [(e["key"], e["severity"], e["message"]) for e in events] == [
+        ("xid:a:1", "critical", "xid 31!")  # once, at its worst; the rest are derived again
+    ]
+    assert replay.alert_times == [T0 - 8, T0]

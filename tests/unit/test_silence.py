@@ -5,13 +5,13 @@ monitor says "no data" and the header shows it instead of "connected"."""
 from __future__ import annotations
 
 from gpumon.backends.config import HostConfig
-from gpumon.backends.model import ConnState, GpuSample, HostSample
+from gpumon.backends.model import ConnState, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.sources import AgentSource
 from gpumon.backends.monitor.state import NO_DATA_FLOOR_S
 from gpumon.backends.transport import LocalTransport
 from gpumon.tui.views import Role
-from gpumon.tui.views.gpu_cells import HeaderInput, header_parts
+from gpumon.tui.views.gpu_cells import HeaderInput, HeaderPart, header_parts
 
 
 class Clock:
@@ -80,11 +80,10 @@ def test_a_new_session_is_not_no_data_until_it_had_its_time() -> None:
     assert monitor.no_data()
 
 
-def test_the_header_says_no_data_instead_of_connected() -> None:
-    monitor, clock = _monitor(interval=1.0)
-    _round(monitor, clock, 1.0)
-    clock.now += 3.0
-    parts = header_parts(
+def _header(
+    monitor: HostMonitor, clock: Clock, stale_alert: Health | None = None
+) -> list[HeaderPart]:
+    return header_parts(
         HeaderInput(
             name="box",
             status=monitor.status,
@@ -92,11 +91,41 @@ def test_the_header_says_no_data_instead_of_connected() -> None:
             now=clock.now,
             stale=monitor.is_stale(),
             interval=monitor.interval,
-            alerts=0,
+            alerts=len(monitor.alerts.active()),
             paused=False,
             no_data=monitor.no_data(),
+            stale_alert=stale_alert,
         )
     )
+
+
+def test_the_header_says_no_data_instead_of_connected() -> None:
+    monitor, clock = _monitor(interval=1.0)
+    _round(monitor, clock, 1.0)
+    clock.now += 3.0
+    parts = _header(monitor, clock)
     assert parts[1].text == "◌ no data"
-    assert parts[1].role == Role.CRITICAL
+    assert parts[1].role == Role.WARNING  # said at once; the stale_data alert colours it
     assert "connected" not in "  ".join(p.text for p in parts)
+
+
+def test_a_stale_data_alert_colours_the_header_and_a_sample_ends_it() -> None:
+    monitor, clock = _monitor(interval=1.0)
+    _round(monitor, clock, 1.0)
+    for wait, level, role in (
+        (5.0, Health.WARNING, Role.WARNING),
+        (26.0, Health.CRITICAL, Role.CRITICAL),
+    ):
+        clock.now += wait
+        monitor.check_silence()
+        (alert,) = monitor.alerts.active()
+        assert (alert.kind, alert.severity) == ("stale_data", level)
+        parts = _header(monitor, clock, alert.severity)
+        assert parts[1].text == "◌ no data" and parts[1].role == role
+        assert any(p.text.startswith("stale ") and p.role == role for p in parts)
+    _round(monitor, clock, 0.5)
+    assert monitor.alerts.active() == []
+    monitor.ingest_status(ConnState.RECONNECTING)  # a lost link says so itself
+    clock.now += 60
+    monitor.check_silence()
+    assert monitor.alerts.active() == []

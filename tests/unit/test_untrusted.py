@@ -21,12 +21,14 @@ from rich.console import Console
 from textual.content import Content
 
 from gpumon.backends import untrusted
+from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.config import Config, ConfigError, load_config, resolve_host
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable, printable_text
 from gpumon.themes import GPUMON_THEMES
 from gpumon.tui.views import Palette, alert_message, alert_title, alert_where, history_cells
+from gpumon.tui.views.alert_cells import incident_text
 from gpumon.tui.widgets import StripView, render_strip
 
 ROOT = Path(__file__).parents[2]
@@ -151,8 +153,10 @@ def test_any_alert_text_renders_as_plain_text_everywhere(message: str, job: str)
         for cell in history_cells(alert, alert.time):
             console.print(cell.text, markup=False, highlight=False)
         console.print(alert_title(alert), markup=False, highlight=False)
+        (incident,) = incidents([alert])
+        console.print(incident_text(incident), markup=False, highlight=False)
         for width in (40, 80, 200):
-            console.print(render_strip(StripView(alert, 2, PALETTE), width))
+            console.print(render_strip(StripView(incident, 2, PALETTE), width))
     assert forbidden_in(capture.get().replace("\n", "")) == []
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
@@ -30,6 +31,12 @@ from gpumon.tui.views import (
     sglang_cells,
     sglang_view,
     strip_alert,
+)
+from gpumon.tui.views.alert_cells import (
+    evidence_cells,
+    incident_cells,
+    incident_title,
+    strip_incident,
 )
 from gpumon.tui.views.gpu_cells import NA, Cell, Role, gpu_cells, interval_text
 from gpumon.tui.widgets import (
@@ -186,24 +193,60 @@ def test_jobs_pane_marks_the_cursor_row() -> None:
 
 def _alert(key: str, severity: Health, t: float, **kw: object) -> Alert:
     base = Alert(key, severity, "cuda_oom", "ct200", 6, "drafter", "OOM\x1b[2J!", t, t)
+    if "message" in kw:
+        base = dataclasses.replace(base, first_message="", peak_message="")
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
 
-def test_the_strip_picks_the_newest_critical_before_any_warning() -> None:
-    old = _alert("a", Health.CRITICAL, 10.0)
+def test_the_strip_shows_the_most_urgent_incident_headline_first() -> None:
+    old = _alert("a", Health.CRITICAL, 10.0, job="target", gpu=0, kind="xid")
     new = _alert("b", Health.CRITICAL, 20.0)
-    warn = _alert("c", Health.WARNING, 30.0)
+    drop = _alert("d", Health.CRITICAL, 21.0, kind="oom_death", message="GPU 6 memory fell")
+    warn = _alert("c", Health.WARNING, 30.0, job=None, gpu=3, kind="memory")
     assert strip_alert([old, warn, new]) == (new, 2)
-    assert strip_alert([warn]) == (warn, 0)
-    assert strip_alert([dataclasses.replace(new, acknowledged=True), warn]) == (warn, 0)
-    assert strip_alert([dataclasses.replace(new, active=False)]) == (None, 0)
-    line = render_strip(StripView(new, 2, PALETTE), 80).plain
-    assert "CRITICAL" in line and "ct200 GPU 6 drafter" in line and "+2 more" in line
-    assert "\x1b" not in line and "\\x1b" in line  # hostile log text stays text
-    assert len(render_strip(StripView(new, 0, PALETTE), 40).plain) <= 40
+    found = incidents([old, warn, new, drop])
+    top, more = strip_incident(found)
+    assert top is not None and top.cause is new and top.evidence == (drop,) and more == 2
+    assert strip_incident(incidents([warn]))[0] == incidents([warn])[0]
+    acked = [dataclasses.replace(a, acknowledged=True) for a in (old, new, drop)]
+    assert strip_incident(incidents([*acked, warn]))[0] == incidents([warn])[0]
+    assert strip_incident(incidents([dataclasses.replace(new, active=False)])) == (None, 0)
+    line = render_strip(StripView(top, more, PALETTE), 120).plain
+    assert "CRITICAL" in line and "ct200" in line and "drafter: CUDA OOM on GPU 6" in line
+    assert "— r restart" in line and "+1 evidence, +2 more, a: list" in line
+    assert "\x1b" not in line
+    roomy = render_strip(StripView(top, more, PALETTE), 60).plain
+    assert roomy == " ✖  drafter: CUDA OOM on GPU 6 — r restart  (+3)"  # counts shrink
+    narrow = render_strip(StripView(top, more, PALETTE), 40).plain
+    assert len(narrow) == 40 and narrow.endswith("… — r restart")  # the headline is cut
     assert alert_title(new) == "CRITICAL: CUDA out of memory"
+    assert incident_title(top) == "CRITICAL: CUDA out of memory"
     cells = history_cells(dataclasses.replace(new, active=False, acknowledged=True), 25.0)
     assert cells[5].text == "✓ack" and cells[0].role == Role.MUTED
+
+
+def test_history_rows_keep_the_raised_and_peak_values_and_show_now_apart() -> None:
+    cleared = dataclasses.replace(
+        _alert("m", Health.CRITICAL, 10.0, kind="memory"),
+        message="GPU 6 memory 0.0% used, 95.0 GiB free",
+        first_message="GPU 6 memory 95.1% used, 4.1 GiB free",
+        peak_message="GPU 6 memory 99.0% used, 0.4 GiB free",
+        peak_severity=Health.CRITICAL,
+    )
+    ended = history_cells(dataclasses.replace(cleared, active=False), 20.0)
+    assert ended[0].text.endswith("critical")
+    assert ended[6].text == (
+        "GPU 6 memory 95.1% used, 4.1 GiB free · peak GPU 6 memory 99.0% used, 0.4 GiB free"
+    )
+    assert "0.0%" not in ended[6].text and ended[7].text == ""  # no rewritten history
+    stepped_down = dataclasses.replace(cleared, severity=Health.WARNING)
+    live = history_cells(stepped_down, 20.0)
+    assert live[0].text.endswith("critical") and live[7].text.startswith("GPU 6 memory 0.0%")
+    (incident,) = incidents([stepped_down, _alert("o", Health.CRITICAL, 11.0)])
+    head = incident_cells(incident, 20.0)
+    assert head[6].text.startswith("drafter: CUDA OOM on GPU 6") and head[5].text == "active"
+    (evidence,) = [evidence_cells(a, 20.0) for a in incident.evidence]
+    assert evidence[0].text == "└ critical" and evidence[0].role == Role.MUTED
 
 
 def test_full_in_replaces_the_newest_sparkline_columns_and_fits() -> None:

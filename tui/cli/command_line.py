@@ -41,6 +41,7 @@ COMMANDS = ("snapshot", "check", "config", "restart", "replay", "fleet")
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 RATE_WAIT_S = 10.0  # how long snapshot/check wait for throughput rates (two observations)
+CHECK_WINDOW_S = 5.0  # how long check watches: trends and silences need more than one sample
 
 
 def _common_options(parser: argparse.ArgumentParser) -> None:
@@ -112,6 +113,14 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     )
     check.add_argument("host", metavar="HOST")
     check.add_argument("--timeout", type=float, default=20.0, help="give up after SECONDS")
+    check.add_argument(
+        "--window",
+        type=float,
+        default=CHECK_WINDOW_S,
+        metavar="SECONDS",
+        help="watch this long after the first sample, so time-to-full and stale-data "
+        f"rules can fire (default {CHECK_WINDOW_S:g}; 0: one sample)",
+    )
     cfg = subs["config"] = argparse.ArgumentParser(
         prog="gpumon config", description="Validate the config, or show where it is read."
     )
@@ -147,12 +156,19 @@ def _sim_settings(args: argparse.Namespace) -> SimSettings:
 
 
 async def _one_sample(
-    host: HostConfig, sim: SimSettings, timeout: float, *, rates: bool = True
+    host: HostConfig,
+    sim: SimSettings,
+    timeout: float,
+    *,
+    rates: bool = True,
+    window: float = 0.0,
 ) -> tuple[HostMonitor, float]:
     """Connect once, wait for a GPU sample and (briefly) its process list and, with
-    ``rates``, the workloads' throughput (a rate needs two observations). Returns the
-    monitor and the moment observing ended: ages and verdicts are judged then, not after
-    the stop (which may wait for the target's processes to exit)."""
+    ``rates``, the workloads' throughput (a rate needs two observations), and keep
+    watching for ``window`` seconds after the first sample (``check``: the alert rules
+    see a trend, a silence). Returns the monitor and the moment observing ended: ages and
+    verdicts are judged then, not after the stop (which may wait for the target's
+    processes to exit)."""
     from gpumon.backends.model import ConnState
     from gpumon.backends.monitor import make_monitor
 
@@ -172,8 +188,10 @@ async def _one_sample(
                 waited = loop.time() - first_sample_at
                 processes = monitor.processes_time is not None or waited > 3
                 rated = not rates or not monitor.workloads.rates_pending() or waited > RATE_WAIT_S
-                if processes and rated:
+                if processes and rated and waited >= window:
                     break
+            if monitor.latest is not None and first_sample_at is not None:
+                left = min(left, max(first_sample_at + window - loop.time(), 0.05))
             await monitor.wait_for_update(min(left, 0.5))
         observed_at = time.time()
     finally:
@@ -194,11 +212,19 @@ def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
+    from dataclasses import replace
+
+    from gpumon.backends.alerts.rules import check_rules
     from gpumon.backends.monitor import check_verdict
 
+    if args.window < 0:
+        print("gpumon check: --window must be 0 or more seconds", file=sys.stderr)
+        return EXIT_UNKNOWN
     host = resolve_host(config, args.host)
+    host = replace(host, alerts=check_rules(host.alerts, args.window, host.interval))
     # The verdict rests on GPUs and alerts, not on throughput: no waiting for rates.
-    monitor, now = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout, rates=False))
+    run = _one_sample(host, _sim_settings(args), args.timeout, rates=False, window=args.window)
+    monitor, now = asyncio.run(run)
     code, line = check_verdict(monitor, now)
     print(line)
     return int(code)

@@ -1,9 +1,11 @@
-"""The dashboard's side of alerts: notifications and the bell for new alerts, the strip,
-the history screen, and the flight recorder's "incident recorded" notice.
+"""The dashboard's side of alerts: notifications and the bell for new incidents, the
+strip, the history screen, and the flight recorder's "incident recorded" notice.
 
 ``AlertsMixin`` is a base of ``DashboardScreen``. The alert engines call ``_on_alert`` once per
 new alert and once per escalation (never for the backlog read at start), on the event
 loop, from inside the monitor: it only notifies, rings and marks the strip for redrawing.
+Alerts are shown as incidents (``backends.alerts.incident``): the toast, the strip and the
+history say the incident's headline, and the bell rings once per incident.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ from typing import TYPE_CHECKING
 
 from textual.screen import Screen
 
+from gpumon.backends.alerts.incident import Incident, IncidentBell, by_urgency, incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable
 from gpumon.tui.screens import AlertHistoryScreen
-from gpumon.tui.views import alert_message, alert_title, alert_where, strip_alert
+from gpumon.tui.views.alert_cells import incident_text, incident_title, strip_incident
 from gpumon.tui.widgets import AlertStrip, StripView
 
 if TYPE_CHECKING:
-    from gpumon.backends.monitor import HostMonitor
+    from gpumon.backends.monitor import HostMonitor, ReplaySource
     from gpumon.tui.views import Palette
 
 CRITICAL_TIMEOUT_S = 10.0  # the strip keeps showing it after the toast is gone
@@ -42,9 +45,14 @@ class AlertsMixin(Screen[None]):
         @property
         def palette(self) -> Palette: ...
 
+        @property
+        def replay(self) -> ReplaySource | None: ...
+
     strip: AlertStrip
     _early_alerts: list[Alert]
     _pending_notices: list[Alert]
+    _bell: IncidentBell
+    bells: int  # rung so far (tests read it)
 
     def listen_to_alerts(self) -> None:
         """Listen to every host's alerts and flight recorder (call once, before starting
@@ -52,6 +60,8 @@ class AlertsMixin(Screen[None]):
         self.strip = AlertStrip(id="alert-strip")
         self._early_alerts = []
         self._pending_notices = []
+        self._bell = IncidentBell()
+        self.bells = 0
         for m in self.monitors:
             m.alerts.add_listener(self._on_alert)
             m.recorder.written_listeners.add(self._on_recording_written)
@@ -63,17 +73,22 @@ class AlertsMixin(Screen[None]):
             self.announce(alert)
 
     def _on_alert(self, alert: Alert) -> None:
+        if self.replay is not None and self.replay.seeking:
+            return  # a replay playing ahead to a jump's target: the strip shows where it is
         if not self._mounted:
             self._early_alerts.append(alert)
             return
         self.announce(alert)
 
     def announce(self, alert: Alert) -> None:
-        """A new (or escalated) alert: the bell when it is critical, and a notification.
+        """A new (or escalated) alert: the bell when it starts a critical incident (once
+        per incident, not per alert), and a notification with its incident's headline.
 
         Alerts that arrive together (an OOM brings its log line, the memory drop and the
         crash at once) share one notification, so toasts never bury the GPU rows."""
-        if alert.severity is Health.CRITICAL:
+        monitor = next((m for m in self.monitors if m.name == alert.host), None)
+        active = monitor.alerts.active() if monitor is not None else [alert]
+        if self._bell.rings(alert, active):
             self.ring_bell(alert)
         if not self._pending_notices:
             self.call_later(self._notify_pending)
@@ -85,13 +100,21 @@ class AlertsMixin(Screen[None]):
         if not alerts:
             return
         worst = max(alerts, key=lambda a: a.severity.rank)
-        critical = worst.severity is Health.CRITICAL
-        text = f"{alert_where(worst)}: {alert_message(worst)}"
+        found = self.incidents_now()
+        incident = next((i for i in found if worst.key in i.keys), None)
+        if incident is None:  # ended already (an escalation that cleared at once)
+            incident = next(iter(incidents([worst])))
+        critical = incident.severity is Health.CRITICAL
+        text = incident_text(incident)
+        if len(self.monitors) > 1:
+            text = f"{printable(incident.host)}: {text}"
         if len(text) > NOTICE_CHARS:  # the strip and the history have all of it
             text = text[: NOTICE_CHARS - 1] + "…"
-        title = alert_title(worst)
-        if len(alerts) > 1:
-            title = f"{title} (+{len(alerts) - 1} more: a)"
+        title = incident_title(incident)
+        others = {i.cause.key for a in alerts for i in found if a.key in i.keys}
+        others.discard(incident.cause.key)
+        if others:
+            title = f"{title} (+{len(others)} more: a)"
         # One alert toast at a time: a newer one replaces the last (the strip and the
         # history screen keep every alert), so toasts never stack over the GPU rows.
         self.app.clear_notifications()
@@ -106,6 +129,7 @@ class AlertsMixin(Screen[None]):
         """The terminal bell for a new critical ``alert``: the one place gpumon rings
         (off with ``--no-bell``, and in a replay)."""
         if self.bell_enabled:
+            self.bells += 1
             self.app.bell()
 
     def _on_recording_written(self, path: Path) -> None:
@@ -116,11 +140,25 @@ class AlertsMixin(Screen[None]):
                 timeout=12,
             )
 
-    # --- the strip ----------------------------------------------------------------------
+    # --- incidents and the strip -------------------------------------------------------
+    def incidents_now(self) -> list[Incident]:
+        """Every host's active alerts as incidents, the most urgent first; an incident's
+        ``fix`` is set only for a job its host's config can restart."""
+        restartable = {(m.name, j.name) for m in self.monitors for j in m.host.jobs if j.start}
+        out: list[Incident] = []
+        for m in self.monitors:
+            names = {job for host, job in restartable if host == m.name}
+            out += incidents(m.alerts.active(), restartable=names)
+        return by_urgency(out)
+
+    def strip_incident(self) -> Incident | None:
+        """The incident the strip shows (None: hidden)."""
+        return strip_incident(self.incidents_now())[0]
+
     def strip_view(self) -> StripView | None:
-        """The strip's alert over every host, or None (hidden)."""
-        alert, more = strip_alert(a for m in self.monitors for a in m.alerts.active())
-        return None if alert is None else StripView(alert, more, self.palette)
+        """The strip's incident over every host, or None (hidden)."""
+        incident, more = strip_incident(self.incidents_now())
+        return None if incident is None else StripView(incident, more, self.palette)
 
     def refresh_strip(self) -> bool:
         """Show the alert that matters most now; returns whether the strip changed."""

@@ -1,5 +1,8 @@
-"""The alert history (``a``): active and past alerts of every host, newest first; the alert
-under the cursor is acknowledged with Enter or Space, all of them with ``A``."""
+"""The alert history (``a``): the incidents of every host, the most urgent first, each its
+headline's row with its evidence (its other alerts) folded under it ("└"); Enter or Space
+acknowledges the row under the cursor (an incident's row: all of its alerts), ``A`` all.
+Rows show what was true when an alert was raised and at its peak; "now" its current value.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +15,13 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from gpumon.backends.alerts.incident import Incident, by_urgency, incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.monitor import HostMonitor
-from gpumon.tui.views import Palette, Role, alert_count, history_cells
+from gpumon.tui.views import Palette, Role, alert_count
+from gpumon.tui.views.alert_cells import evidence_cells, incident_cells
 
-COLUMNS = ("severity", "time", "host", "GPU", "job", "state", "message")
+COLUMNS = ("severity", "time", "host", "GPU", "job", "state", "message", "now")
 
 
 class AlertHistoryScreen(Screen[None]):
@@ -51,6 +56,8 @@ class AlertHistoryScreen(Screen[None]):
         )
         self._shown: tuple[object, ...] | None = None
         self.keys: list[tuple[int, str]] = []  # (host index, alert key) of each table row
+        self.row_incidents: list[Incident] = []  # the incident of each table row
+        self.heads: list[bool] = []  # whether each row is an incident's headline row
 
     def compose(self) -> ComposeResult:
         yield self.title_line
@@ -69,6 +76,16 @@ class AlertHistoryScreen(Screen[None]):
         out.sort(key=lambda ia: ia[1].time, reverse=True)
         return out
 
+    def incidents(self) -> list[tuple[int, Incident]]:
+        """(host index, incident) of every host's history, the most urgent first: active
+        ones, then the ended ones newest first."""
+        index = {m.name: i for i, m in enumerate(self.monitors)}
+        found: list[Incident] = []
+        for m in self.monitors:
+            restartable = {j.name for j in m.host.jobs if j.start}
+            found += incidents(m.alerts.history(), restartable=restartable)
+        return [(index.get(i.host, 0), i) for i in by_urgency(found)]
+
     def refresh_view(self) -> bool:
         """Rebuild the table if any alert changed; returns whether it did. The cursor stays
         on the alert it was on. Not before the table has its columns (``on_mount``): the
@@ -82,20 +99,29 @@ class AlertHistoryScreen(Screen[None]):
             return False
         self._shown = key
         counts = alert_count([a for _, a in alerts])
+        found = self.incidents()
         title = Text()
         title.append(" Alerts ", pal.badge(counts.role if counts.new else Role.MUTED))
-        title.append(f"  {counts.text}, {len(alerts)} in the history", pal.text(Role.MUTED))
+        title.append(
+            f"  {counts.text}, {len(alerts)} in the history in {len(found)} "
+            f"incident{'s' if len(found) != 1 else ''}",
+            pal.text(Role.MUTED),
+        )
         title.append("   ⏎/Space acknowledge  A all  Esc back", pal.text(Role.MUTED))
         self.title_line.update(title)
         table = self.table
         at = self.keys[table.cursor_row] if 0 <= table.cursor_row < len(self.keys) else None
         table.clear()
-        self.keys = []
-        for i, alert in alerts:
+        self.keys, self.row_incidents, self.heads = [], [], []
+        for i, incident in found:
             now = self.monitors[i].clock()
-            cells = [Text(c.text, pal.text(c.role)) for c in history_cells(alert, now)]
-            table.add_row(*cells)
-            self.keys.append((i, alert.key))
+            rows = [(incident.cause, incident_cells(incident, now))]
+            rows += [(a, evidence_cells(a, now)) for a in incident.evidence]
+            for k, (alert, cells) in enumerate(rows):
+                table.add_row(*(Text(c.text, pal.text(c.role)) for c in cells))
+                self.keys.append((i, alert.key))
+                self.row_incidents.append(incident)
+                self.heads.append(k == 0)
         if at in self.keys:
             table.move_cursor(row=self.keys.index(at), animate=False)
         return True
@@ -104,12 +130,21 @@ class AlertHistoryScreen(Screen[None]):
         row = self.table.cursor_row
         return self.keys[row] if 0 <= row < len(self.keys) else None
 
+    def selected_incident(self) -> Incident | None:
+        """The incident of the row under the cursor (its headline or its evidence)."""
+        row = self.table.cursor_row
+        return self.row_incidents[row] if 0 <= row < len(self.row_incidents) else None
+
     def action_acknowledge(self) -> None:
         picked = self.selected()
         if picked is None:
             return
         host, key = picked
-        if not self.monitors[host].alerts.acknowledge(key):
+        row = self.table.cursor_row
+        incident = self.row_incidents[row] if self.heads[row] else None
+        keys = [a.key for a in incident.alerts if a.active] if incident else [key]
+        done = sum(self.monitors[host].alerts.acknowledge(k) for k in keys)
+        if not done:
             self.notify("already acknowledged or over", timeout=2)
             return
         self.refresh_view()

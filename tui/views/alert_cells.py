@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from gpumon.backends.alerts.incident import Incident, line
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable as _printable
@@ -52,6 +53,33 @@ def strip_alert(alerts: Iterable[Alert]) -> tuple[Alert | None, int]:
     return top, len(new) - 1
 
 
+FIX_HINT = "r restart"  # the screen's words for an incident's fix (the key that does it)
+
+
+def strip_incident(found: Sequence[Incident]) -> tuple[Incident | None, int]:
+    """The incident the strip shows, and how many other unacknowledged active incidents
+    there are: the first active one not yet acknowledged (``incidents()`` puts the most
+    urgent first: critical before warning, then the newest). None when nothing is new."""
+    new = [i for i in found if i.active and not i.acknowledged]
+    if not new:
+        return None, 0
+    return new[0], len(new) - 1
+
+
+def incident_text(incident: Incident) -> str:
+    """The incident's one line on screen: headline and fix ("drafter: CUDA OOM on GPU 6
+    (tried 2.00 GiB, 90 MiB free) — r restart"), control characters made visible. The
+    toast, the strip and the history say exactly this."""
+    return _printable(" ".join(line(incident, FIX_HINT).split()))
+
+
+def incident_title(incident: Incident) -> str:
+    """A notification's title for an incident: its cause's, "CRITICAL: CUDA out of memory",
+    at the incident's severity."""
+    kind = KIND_TITLES.get(incident.cause.kind, _printable(incident.cause.kind))
+    return f"{incident.severity.value.upper()}: {kind}"
+
+
 def clock_time(epoch: float) -> str:
     """Local wall-clock time of ``epoch``: "14:32:07"."""
     return time.strftime("%H:%M:%S", time.localtime(epoch))
@@ -76,7 +104,7 @@ def alert_where(alert: Alert) -> str:
 
 def alert_message(alert: Alert) -> str:
     """The message on one line, control characters made visible."""
-    return _printable(" ".join(alert.message.split()))
+    return alert_text(alert.message)
 
 
 def alert_state(alert: Alert) -> Cell:
@@ -90,18 +118,67 @@ def alert_state(alert: Alert) -> Cell:
 
 
 def history_cells(alert: Alert, now: float) -> tuple[Cell, ...]:
-    """The history table's cells: severity, time, host, GPU, job, state, message."""
-    role = health_role(alert.severity) if alert.active and not alert.acknowledged else Role.MUTED
-    glyph = SEVERITY_GLYPH.get(alert.severity, " ")
+    """The history table's cells of one alert: severity, time, host, GPU, job, state,
+    message, now. The severity is the worst it reached and the message what was true when
+    it was raised and at its peak ("... · peak ..."); "now" is its current value, only
+    while it is active and differs from the peak (an alert that clears is not rewritten
+    with the values it had on the way down)."""
+    role = health_role(alert.peak) if alert.active and not alert.acknowledged else Role.MUTED
+    glyph = SEVERITY_GLYPH.get(alert.peak, " ")
+    raised, peak = alert_text(alert.raised_text), alert_text(alert.peak_text)
+    message = raised if peak == raised else f"{raised} · peak {peak}"
+    current = alert_message(alert)
     return (
-        Cell(f"{glyph} {alert.severity.value}", role),
+        Cell(f"{glyph} {alert.peak.value}", role),
         Cell(alert_time(alert.time, now), Role.NORMAL),
         Cell(_printable(alert.host), Role.NORMAL),
         Cell("" if alert.gpu is None else str(alert.gpu), Role.NORMAL),
         Cell(_printable(alert.job) if alert.job else "", Role.NORMAL),
         alert_state(alert),
-        Cell(alert_message(alert), Role.NORMAL if alert.active else Role.MUTED),
+        Cell(message, Role.NORMAL if alert.active else Role.MUTED),
+        Cell(current if alert.active and current != peak else "", health_role(alert.severity)),
     )
+
+
+def incident_cells(incident: Incident, now: float) -> tuple[Cell, ...]:
+    """The history row of an incident (its evidence follows as ``evidence_cells``): the
+    cause's row with the incident's headline and fix as the message, its worst severity."""
+    cause = history_cells(incident.cause, now)
+    worst = Health.worst(*(a.peak for a in incident.alerts))
+    live = incident.active and not incident.acknowledged
+    glyph = SEVERITY_GLYPH.get(worst, " ")
+    return (
+        Cell(f"{glyph} {worst.value}", health_role(worst) if live else Role.MUTED),
+        Cell(alert_time(incident.time, now), Role.NORMAL),
+        cause[2],
+        Cell("" if incident.gpu is None else str(incident.gpu), Role.NORMAL),
+        Cell(_printable(incident.job) if incident.job else "", Role.NORMAL),
+        incident_state(incident),
+        Cell(incident_text(incident), Role.NORMAL if incident.active else Role.MUTED),
+        cause[7],
+    )
+
+
+def evidence_cells(alert: Alert, now: float) -> tuple[Cell, ...]:
+    """An alert folded under its incident's row: its own cells, the severity marked as
+    evidence ("└"), muted."""
+    cells = history_cells(alert, now)
+    first = Cell(f"└ {alert.peak.value}", Role.MUTED)
+    return (first, *cells[1:6], Cell(cells[6].text, Role.MUTED), cells[7])
+
+
+def incident_state(incident: Incident) -> Cell:
+    """ "active", "active ✓ack", "ended" for an incident: its cause's state, or "active"
+    while any of its alerts is."""
+    if incident.cause.active or not incident.active:
+        return alert_state(incident.cause)
+    live = [a for a in incident.alerts if a.active]
+    return alert_state(live[0])
+
+
+def alert_text(message: str) -> str:
+    """A message on one line, control characters made visible."""
+    return _printable(" ".join(message.split()))
 
 
 KIND_TITLES = {
@@ -116,6 +193,8 @@ KIND_TITLES = {
     "gpu_health": "GPU health",
     "job_crashed": "Job crashed",
     "sglang_error": "SGLang error",
+    "stale_data": "No data",
+    "auto_restart": "Automatic restart",
 }
 
 

@@ -298,6 +298,7 @@ class HeaderInput:
     new_alerts: int | None = None  # not yet acknowledged (None: all of them)
     replay: str | None = None  # "REPLAY 2x, 14:32:07 (45/661)": shown instead of the state
     no_data: bool = False  # connected, but the stream has gone silent (HostMonitor.no_data)
+    stale_alert: Health | None = None  # the active stale_data alert's severity, if any
 
 
 def header_parts(h: HeaderInput) -> list[HeaderPart]:
@@ -306,8 +307,11 @@ def header_parts(h: HeaderInput) -> list[HeaderPart]:
     state = h.status.state.value
     if h.status.state == ConnState.RECONNECTING and h.status.attempt:
         state += f" #{h.status.attempt}"
-    if h.no_data and h.status.state == ConnState.CONNECTED:
-        glyph, role, state = "◌", Role.CRITICAL, "no data"
+    # Silence is said at once ("no data", a warning); the stale_data alert that follows a
+    # few intervals later gives the header its colour (warning, then critical).
+    stale_role = health_role(h.stale_alert) if h.stale_alert is not None else None
+    if (h.no_data or stale_role) and h.status.state == ConnState.CONNECTED:
+        glyph, role, state = "◌", stale_role or Role.WARNING, "no data"
     parts = [HeaderPart(_printable(h.name), Role.NORMAL, 100)]
     if h.replay is not None:
         parts.append(HeaderPart(h.replay, Role.WARNING, 99, badge=True))
@@ -325,7 +329,7 @@ def header_parts(h: HeaderInput) -> list[HeaderPart]:
     if h.shown_time is not None:
         age = duration(h.now - h.shown_time)
         if h.stale:
-            parts.append(HeaderPart(f"stale {age}", Role.CRITICAL, 94, badge=True))
+            parts.append(HeaderPart(f"stale {age}", stale_role or Role.CRITICAL, 94, badge=True))
         else:
             parts.append(HeaderPart(f"age {age}", Role.MUTED, 60))
     if h.shown_time is not None or h.alerts:

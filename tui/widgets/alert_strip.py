@@ -1,8 +1,12 @@
-"""The alert strip: one line above the footer with the alert that matters most now.
+"""The alert strip: one line above the footer with the incident that matters most now.
 
-It shows the newest unacknowledged critical alert (else the newest unacknowledged
-warning): severity, time, host, GPU, job and the message on one line, and how many more
-there are. With nothing unacknowledged it is hidden, not an empty line.
+It shows the most urgent unacknowledged incident (``incidents()``: the alerts of one job or
+GPU, cause first): severity, time, host and the incident's headline with its fix
+("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free) — r restart"), how much
+evidence is folded under it and how many other incidents there are. When the line is
+short the time goes first, then the host, then the severity's word (its glyph stays),
+then the counts shrink to "(+N)", and the headline is cut before the fix is. With
+nothing unacknowledged it is hidden, not an empty line.
 """
 
 from __future__ import annotations
@@ -12,44 +16,74 @@ from dataclasses import dataclass
 from rich.style import Style
 from rich.text import Text
 
+from gpumon.backends.alerts.incident import Incident
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
-from gpumon.tui.views import (
-    SEVERITY_GLYPH,
-    Palette,
-    Role,
-    alert_message,
-    alert_where,
-    clock_time,
-    health_role,
-)
+from gpumon.backends.untrusted import printable
+from gpumon.tui.views import SEVERITY_GLYPH, Palette, Role, clock_time, health_role
+from gpumon.tui.views.alert_cells import FIX_HINT
 from gpumon.tui.widgets.view_widget import ViewWidget
 
 
 @dataclass(frozen=True, slots=True)
 class StripView:
-    alert: Alert
-    more: int  # other unacknowledged alerts
+    incident: Incident
+    more: int  # other unacknowledged incidents
     palette: Palette
+
+    @property
+    def alert(self) -> Alert:
+        """The incident's cause (the alert its headline comes from)."""
+        return self.incident.cause
 
 
 def render_strip(view: StripView, width: int) -> Text:
     """The strip's line (pure: tests read it)."""
-    a, pal = view.alert, view.palette
-    role = health_role(a.severity)
-    label = "CRITICAL" if a.severity is Health.CRITICAL else "WARNING"
+    incident, pal = view.incident, view.palette
+    role = health_role(incident.severity)
+    label = "CRITICAL" if incident.severity is Health.CRITICAL else "WARNING"
+    glyph = SEVERITY_GLYPH.get(incident.severity, "!")
+    fix = f" — {FIX_HINT}" if incident.fix else ""
+    headline = printable(" ".join(incident.headline.split()))
+    folded = [f"+{len(incident.evidence)} evidence"] if incident.evidence else []
+    if view.more:
+        folded.append(f"+{view.more} more")
+    tail_full = "  " + ", ".join([*folded, "a: list"])
+    count = len(incident.evidence) + view.more
+    tail_short = f"  (+{count})" if count else ""
+    host = printable(incident.host)
+    # (badge, time, host, tail) from the richest to the barest; the first that leaves the
+    # whole headline room wins, else the barest one and the headline is cut.
+    options = [
+        (f" {glyph} {label} ", True, True, tail_full),
+        (f" {glyph} {label} ", False, True, tail_full),
+        (f" {glyph} {label} ", False, False, tail_full),
+        (f" {glyph} ", False, False, tail_full),
+        (f" {glyph} ", False, False, tail_short),
+        (f" {glyph} ", False, False, ""),
+    ]
+    need = len(headline) + len(fix)
+    for badge, with_time, with_host, tail in options:
+        head = len(badge) + (11 if with_time else 0) + (len(host) + 2 if with_host else 1)
+        if head + need + len(tail) <= width:
+            break
     line = Text(no_wrap=True, overflow="ellipsis")
-    line.append(f" {SEVERITY_GLYPH.get(a.severity, '!')} {label} ", pal.badge(role))
-    line.append(f" {clock_time(a.time)} ", pal.text(Role.MUTED))
-    line.append(alert_where(a), Style(bold=True))
-    line.append("  ")
-    tail = Text(f"  +{view.more} more, a: list" if view.more else "  a: list", pal.text(Role.MUTED))
-    room = max(width - line.cell_len - tail.cell_len, 0)
-    message = Text(alert_message(a), pal.text(role))
+    line.append(badge, pal.badge(role))
+    if with_time:
+        line.append(f" {clock_time(incident.time)} ", pal.text(Role.MUTED))
+    else:
+        line.append(" ")
+    if with_host:
+        line.append(host, Style(bold=True))
+        line.append("  ")
+    room = max(width - line.cell_len - len(fix) - len(tail), 0)
+    message = Text(headline, pal.text(role))
     message.truncate(room, overflow="ellipsis")
     line.append_text(message)
-    if line.cell_len + tail.cell_len <= width:
-        line.append_text(tail)
+    if fix and line.cell_len + len(fix) <= width:
+        line.append(fix, Style(bold=True))
+    if tail and line.cell_len + len(tail) <= width:
+        line.append(tail, pal.text(Role.MUTED))
     line.truncate(width, overflow="ellipsis")
     return line
 

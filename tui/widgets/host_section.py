@@ -159,7 +159,9 @@ class HostSection(Vertical):
         # A replay that ended is not: its last sample is what the recording holds.
         down = m.status.state != ConnState.CONNECTED and ctx.replay is None
         stale = shown is not None and (m.is_stale(ctx.now) or down)
-        count = alert_count(m.alerts.active())
+        active = m.alerts.active()
+        count = alert_count(active)
+        stale_alert = next((a.severity for a in active if a.kind == "stale_data"), None)
         self.header.show(
             HeaderView(
                 tuple(
@@ -177,6 +179,7 @@ class HostSection(Vertical):
                             paused=ctx.paused,
                             replay=ctx.replay,
                             no_data=ctx.replay is None and m.no_data(ctx.now),
+                            stale_alert=stale_alert,
                         )
                     )
                 ),

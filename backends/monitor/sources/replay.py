@@ -6,8 +6,13 @@
 
 The samples go through the monitor the dashboard watches live, so histories, alerts and
 the screen behave as they did during the incident; ages and "full in ~40 s" read as they
-did then, because the monitor's clock is the recording's. Event alerts (a CUDA OOM from a
-log, an Xid) are not in the samples: they are replayed at their recorded time. A replay
+did then, because the monitor's clock is the recording's. The recorded log reads go
+through it too (the jobs pane, and the log alerts re-derived from the lines). Recorded
+alerts are replayed at their recorded time only when nothing replayed derives them again:
+not the sample rules' (memory, time-to-full, GPU health, OOM death, stale data), not those
+of a log whose lines are in the recording, and each key once. ``next_alert()`` /
+``previous_alert()`` jump to the recording's next / previous alert (going back plays the
+recording again from its start into the cleared monitor, ``seeking`` meanwhile). A replay
 reaches no machine: no actions, no interval to change, and nothing is recorded again.
 """
 
@@ -15,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpumon.backends.alerts.store import CONDITION_KINDS
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import ConnState, Health
 from gpumon.backends.recording.recorder import Recording, load_recording
 
@@ -29,6 +36,7 @@ from .base import REPLAY, Capabilities, Sink, Source
 __all__ = ["SPEEDS", "ReplaySource", "replay_monitor"]
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+SAMPLE_KINDS = CONDITION_KINDS | {"oom_death"}  # what the samples raise again by themselves
 
 
 class ReplaySource(Source):
@@ -40,12 +48,23 @@ class ReplaySource(Source):
         self.recording = recording
         self.path = path
         name = str(recording.header.get("host") or recording.samples[0].host)
-        self.host = HostConfig(name=name, kind="local", interval=_interval(recording))
-        self.position = 0  # index of the next sample to play
-        self._events = sorted(
-            (a for a in recording.alerts if a.get("kind") not in CONDITION_KINDS),
-            key=lambda a: float(a.get("epoch") or 0.0),
+        self.host = HostConfig(
+            name=name,
+            kind="local",
+            interval=_interval(recording),
+            jobs=_jobs(recording.header.get("jobs")),
         )
+        self.position = 0  # index of the next sample to play
+        self.alert_times = sorted(
+            {t for a in recording.alerts if (t := _epoch(a)) is not None}
+        )  # every recorded alert, derived again or not: where n / N jump
+        self.alerts_to_replay = _events(recording)
+        self._events = list(self.alerts_to_replay)
+        self._logs = list(recording.logs)
+        self._next_log = 0
+        self.seeking = False  # playing ahead to a jump's target (the screen stays quiet)
+        self._jumped_to: float | None = None
+        self.on_rewind: Callable[[], None] | None = None  # clears the monitor played into
         self.speed = 1.0
         self.paused = False
         self.now = recording.samples[0].time  # the recording's clock
@@ -86,6 +105,55 @@ class ReplaySource(Source):
         self._play_next(self._sink)
         return True
 
+    def has_next_alert(self) -> bool:
+        return self._next_target() is not None
+
+    def has_previous_alert(self) -> bool:
+        return self._previous_target() is not None
+
+    def _next_target(self) -> float | None:
+        after = self.now + 1e-6 if self.position else self.now - 1e-6  # nothing played yet
+        return next((t for t in self.alert_times if t > after), None)
+
+    def _previous_target(self) -> float | None:
+        at = self.now if self._jumped_to is None else min(self._jumped_to, self.now)
+        return next((t for t in reversed(self.alert_times) if t < at - 1e-6), None)
+
+    def next_alert(self) -> bool:
+        """Play on to the sample of the next recorded alert (the recording stays paused
+        or playing as it was); False when there is none after the sample on show."""
+        target = self._next_target()
+        if target is None or self._sink is None:
+            return False
+        self._seek(target)
+        return True
+
+    def previous_alert(self) -> bool:
+        """Back to the sample of the previous recorded alert (before the one jumped to
+        last, when no sample played since): the monitor is cleared and the recording
+        played again from its start up to it; False when there is none."""
+        target = self._previous_target()
+        if target is None or self._sink is None or self.on_rewind is None:
+            return False
+        self.on_rewind()
+        self.position, self._next_log = 0, 0
+        self._events = list(self.alerts_to_replay)
+        self.now = self.recording.samples[0].time
+        self._seek(target)
+        return True
+
+    def _seek(self, target: float) -> None:
+        sink = self._sink
+        assert sink is not None
+        self.seeking = True
+        try:
+            while not self.finished and (self.position == 0 or self.now < target):
+                self._play_next(sink)
+        finally:
+            self.seeking = False
+        self._jumped_to = target  # between two samples: "previous" is before this one
+        self._wake.set()  # the player's wait starts again from here
+
     def faster(self) -> float:
         self.speed = next((s for s in SPEEDS if s > self.speed), SPEEDS[-1])
         self._wake.set()
@@ -118,6 +186,14 @@ class ReplaySource(Source):
     def _play_next(self, sink: Sink) -> None:
         sample = self.recording.samples[self.position]
         self.position += 1
+        if not self.seeking:
+            self._jumped_to = None
+        logs = self._logs
+        while self._next_log < len(logs) and logs[self._next_log]["time"] <= sample.time:
+            entry = logs[self._next_log]
+            self._next_log += 1
+            self.now = max(self.now, entry["time"])
+            sink.ingest_log(entry["tag"], entry["path"], entry["lines"], backlog=entry["backlog"])
         self.now = sample.time
         sink.ingest_processes(sample.processes, sample.time)
         sink.ingest_sample(sample)
@@ -147,7 +223,43 @@ def replay_monitor(source: ReplaySource) -> HostMonitor:
     an incident does not record it again."""
     monitor = HostMonitor(source.host, source, clock=source.clock, record=False)
     source.bind(monitor)
+    source.on_rewind = monitor.clear_state
     return monitor
+
+
+def _epoch(alert: dict[str, Any]) -> float | None:
+    try:
+        return float(alert["epoch"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _events(recording: Recording) -> list[dict[str, Any]]:
+    """The recorded alerts to replay (see the module docstring), oldest first: each key
+    once, at its first time, with its last (worst) record's severity and message."""
+    logged = {entry["path"] for entry in recording.logs}
+    by_key: dict[str, dict[str, Any]] = {}
+    for alert in recording.alerts:
+        key, kind, at = str(alert.get("key")), alert.get("kind"), _epoch(alert)
+        if kind in SAMPLE_KINDS or at is None:
+            continue
+        if key.startswith("log:") and key[4:].rpartition(":")[0] in logged:
+            continue  # its log's lines are replayed: the engine raises it again
+        first = by_key.get(key)
+        by_key[key] = alert if first is None else {**alert, "epoch": _epoch(first)}
+    return sorted(by_key.values(), key=lambda a: float(a["epoch"]))
+
+
+def _jobs(data: object) -> tuple[JobConfig, ...]:
+    """The header's "jobs" as configs (name and GPUs: enough for the jobs pane)."""
+    out = []
+    for job in data if isinstance(data, list) else ():
+        if not isinstance(job, dict) or not isinstance(job.get("name"), str):
+            continue
+        gpus = job.get("gpus")
+        listed = gpus if isinstance(gpus, list) else []
+        out.append(JobConfig(name=job["name"], gpus=tuple(g for g in listed if isinstance(g, int))))
+    return tuple(out)
 
 
 def _interval(recording: Recording) -> float:

@@ -1,0 +1,273 @@
+"""Incidents: the alerts of one failure, grouped, with the cause first.
+
+When a job dies of CUDA OOM the engine raises several alerts about the same thing: the
+memory-critical condition while it filled, the CUDA OOM line of its log, the memory drop
+of its GPUs, maybe a crash. A tired person needs one line that says what happened in the
+physical GPU's terms and what fixes it; the rest is evidence. ``incidents(alerts)`` groups
+alerts into ``Incident`` views (nothing is stored: the alerts stay the record):
+
+- the subject: alerts of the same host and job are one incident; without a job, those of
+  the same GPU; anything else (a container OOM kill, a stale stream) stands alone;
+- time: an alert joins its subject's incident while that incident is active or ended at
+  most ``INCIDENT_GAP_S`` before it was raised, so yesterday's OOM is its own incident;
+- the cause: the alert whose kind explains the others best (``CAUSE_ORDER``: the CUDA OOM
+  line before the crash, before the memory drop, before the memory condition), ties by
+  severity then the earliest;
+- ``headline``: one line in the physical GPU's terms, e.g. "drafter: CUDA OOM on GPU 6
+  (tried 2.00 GiB, 90 MiB free)" (PyTorch's own device number, which CUDA_VISIBLE_DEVICES
+  renumbers, is left to the evidence);
+- ``fix``: the job to restart, when the incident has one.
+
+``line(incident, fix_hint)`` adds the fix in the caller's words ("r restart" on the
+screen, "gpumon restart demo drafter" in ``check``). ``IncidentBell`` says when a new
+critical alert starts an incident worth a bell (once per incident, not per alert).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from gpumon.backends.alerts.store import Alert
+from gpumon.backends.model import Health
+
+__all__ = [
+    "CAUSE_ORDER",
+    "INCIDENT_GAP_S",
+    "Incident",
+    "IncidentBell",
+    "alert_headline",
+    "by_urgency",
+    "incidents",
+    "line",
+]
+
+INCIDENT_GAP_S = 120.0
+BELL_SUBJECTS_KEPT = 1024  # subjects the bell remembers (the oldest-rung go first)
+# Kinds in the order they explain an incident: the first present leads.
+CAUSE_ORDER = (
+    "cuda_oom",
+    "host_oom_kill",
+    "cgroup_oom_kill",
+    "xid",
+    "job_crashed",
+    "oom_death",
+    "gpu_health",
+    "sglang_error",
+    "kv_cache_full",
+    "stale_data",
+    "time_to_full",
+    "memory",
+    "auto_restart",
+)
+_RANK = {kind: i for i, kind in enumerate(CAUSE_ORDER)}
+_TRIED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", re.IGNORECASE)
+_FREE = re.compile(r"of which ([\d.]+ ?[KMGT]?i?B) (?:is )?free", re.IGNORECASE)
+_NOTE = re.compile(r"\s*\[(?:process )?GPU [^\]]*\]\s*$")  # "[process GPU 1 = GPU 6 ...]"
+_SIZE = re.compile(r"([\d.]+) ?([KMGT]?i?B)", re.IGNORECASE)
+
+Subject = tuple[str, str, object]  # (host, "job" | "gpu" | "key", value)
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """One failure as the user sees it: ``cause`` leads, ``evidence`` is the rest (newest
+    first). ``severity``: the worst of its active alerts, or of all once it ended."""
+
+    cause: Alert
+    evidence: tuple[Alert, ...]
+    headline: str
+    fix: str | None  # the job whose restart fixes it
+
+    @property
+    def alerts(self) -> tuple[Alert, ...]:
+        return (self.cause, *self.evidence)
+
+    @property
+    def host(self) -> str:
+        return self.cause.host
+
+    @property
+    def job(self) -> str | None:
+        return next((a.job for a in self.alerts if a.job), None)
+
+    @property
+    def gpu(self) -> int | None:
+        """The physical GPU of the cause (else of the first alert that names one)."""
+        if self.cause.gpu is not None:
+            return self.cause.gpu
+        return next((a.gpu for a in self.alerts if a.gpu is not None), None)
+
+    @property
+    def active(self) -> bool:
+        return any(a.active for a in self.alerts)
+
+    @property
+    def acknowledged(self) -> bool:
+        """Every active alert of it is acknowledged (nothing new to look at)."""
+        live = [a for a in self.alerts if a.active]
+        return bool(live) and all(a.acknowledged for a in live)
+
+    @property
+    def severity(self) -> Health:
+        live = [a for a in self.alerts if a.active] or list(self.alerts)
+        return Health.worst(*(a.severity for a in live))
+
+    @property
+    def time(self) -> float:
+        """When its first alert was raised."""
+        return min(a.time for a in self.alerts)
+
+    @property
+    def last_seen(self) -> float:
+        return max(a.last_seen for a in self.alerts)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(a.key for a in self.alerts)
+
+
+def subject(alert: Alert) -> Subject:
+    """What an alert is about: its job, else its GPU, else only itself."""
+    if alert.job:
+        return (alert.host, "job", alert.job)
+    if alert.gpu is not None:
+        return (alert.host, "gpu", alert.gpu)
+    return (alert.host, "key", alert.key)
+
+
+def incidents(
+    alerts: Iterable[Alert], *, restartable: Collection[str] | Callable[[str], bool] | None = None
+) -> list[Incident]:
+    """Group ``alerts`` (any mix of hosts, active or not) into incidents, the most urgent
+    first (``by_urgency``). ``restartable``: the jobs a restart can fix (names, or a
+    predicate); None means any job."""
+    groups: list[tuple[Subject, list[Alert]]] = []
+    open_by_subject: dict[Subject, int] = {}
+    for alert in sorted(alerts, key=lambda a: a.time):
+        key = subject(alert)
+        at = open_by_subject.get(key)
+        if at is not None:
+            members = groups[at][1]
+            live = any(a.active for a in members)
+            if live or alert.time - max(a.last_seen for a in members) <= INCIDENT_GAP_S:
+                members.append(alert)
+                continue
+        open_by_subject[key] = len(groups)
+        groups.append((key, [alert]))
+    return by_urgency(_incident(members, restartable) for _, members in groups)
+
+
+def by_urgency(found: Iterable[Incident]) -> list[Incident]:
+    """``found`` the most urgent first: active before ended, unacknowledged before
+    acknowledged, then by severity, then the newest (also for incidents of several hosts)."""
+    return sorted(
+        found,
+        key=lambda i: (not i.active, i.acknowledged, -i.severity.rank, -i.time, -i.last_seen),
+    )
+
+
+def _incident(
+    members: Sequence[Alert], restartable: Collection[str] | Callable[[str], bool] | None
+) -> Incident:
+    live = [a for a in members if a.active] or list(members)
+    cause = min(
+        live,
+        key=lambda a: (_RANK.get(a.kind, len(_RANK)), -a.severity.rank, a.time),
+    )
+    evidence = tuple(
+        sorted((a for a in members if a is not cause), key=lambda a: a.time, reverse=True)
+    )
+    job = cause.job or next((a.job for a in members if a.job), None)
+    fix = job if job is not None and _can_restart(job, restartable) else None
+    return Incident(cause, evidence, alert_headline(cause, job), fix)
+
+
+def _can_restart(job: str, restartable: Collection[str] | Callable[[str], bool] | None) -> bool:
+    if restartable is None:
+        return True
+    if callable(restartable):
+        return restartable(job)
+    return job in restartable
+
+
+def alert_headline(alert: Alert, job: str | None = None) -> str:
+    """One alert as a headline: "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)".
+
+    The job (``job``, else the alert's) leads; the GPU is the physical index the engine
+    resolved; a condition alert says its peak (what was true at its worst)."""
+    job = job or alert.job
+    gpu = alert.gpu
+    on_gpu = f" on GPU {gpu}" if gpu is not None else ""
+    message = " ".join(alert.message.split())
+    if alert.kind == "cuda_oom":
+        tried, free = _TRIED.search(message), _FREE.search(message)
+        facts = (
+            f"tried {_size(tried.group(1))}" if tried else "",
+            f"{_size(free.group(1))} free" if free else "",
+        )
+        detail = ", ".join(f for f in facts if f)
+        what = f"CUDA OOM{on_gpu}" + (f" ({detail})" if detail else "")
+        if not detail:  # a form without PyTorch's numbers: say what it does say
+            rest = _NOTE.sub("", message).partition("out of memory")[2].strip(" .:;,")
+            what += f": {rest}" if rest else ""
+    elif alert.kind in ("memory", "time_to_full", "oom_death", "gpu_health"):
+        what = alert.peak_message or message
+        what = _NOTE.sub("", " ".join(what.split()))
+    else:
+        what = _NOTE.sub("", message)
+        if gpu is not None and f"GPU {gpu}" not in what:
+            what = f"{what} (GPU {gpu})"
+    if job and not what.startswith(f"{job}:"):
+        return f"{job}: {what}"
+    return what
+
+
+def _size(text: str) -> str:
+    """ "90.00 MiB" -> "90 MiB"; "2.00 GiB" stays (PyTorch's own precision for GiB)."""
+    m = _SIZE.fullmatch(text.strip())
+    if m is None:
+        return text
+    number, unit = m.groups()
+    if unit.upper().startswith(("M", "K", "B")) and number.endswith(".00"):
+        number = number[:-3]
+    return f"{number} {unit}"
+
+
+def line(incident: Incident, fix_hint: str | None = None) -> str:
+    """The headline with the fix in the caller's words: ``fix_hint`` "r restart" gives
+    "drafter: CUDA OOM on GPU 6 (...) — r restart"; no hint (or no fix): the headline."""
+    if incident.fix is None or not fix_hint:
+        return incident.headline
+    return f"{incident.headline} — {fix_hint}"
+
+
+class IncidentBell:
+    """Once per incident: ``rings(alert, active)`` is True for a critical ``alert`` that no
+    other active critical alert of its subject (job, else GPU) already rang for.
+
+    ``active``: the host's active alerts, ``alert`` included or not."""
+
+    def __init__(self) -> None:
+        self._rung: dict[Subject, set[str]] = {}  # subject -> keys active when it rang
+
+    def __len__(self) -> int:
+        """How many subjects it remembers (bounded by ``BELL_SUBJECTS_KEPT``)."""
+        return len(self._rung)
+
+    def rings(self, alert: Alert, active: Iterable[Alert]) -> bool:
+        if alert.severity is not Health.CRITICAL:
+            return False
+        key = subject(alert)
+        live = {a.key for a in active if a.active and subject(a) == key}
+        live.discard(alert.key)
+        rung = self._rung.get(key)
+        if rung is not None and rung & live:
+            rung.add(alert.key)
+            return False
+        self._rung.pop(key, None)  # re-inserted last: the dict is oldest-rung first
+        self._rung[key] = live | {alert.key}
+        while len(self._rung) > BELL_SUBJECTS_KEPT:  # one-off alerts are subjects too
+            del self._rung[next(iter(self._rung))]
+        return True

@@ -1,0 +1,91 @@
+"""``gpumon check`` and ``gpumon snapshot`` on the simulated CT200, as a user runs them:
+check watches a short window, so the time-to-full warning the dashboard shows is in its
+verdict, and it leads with the incident's headline; the text snapshot prints the alerts
+and the workloads and never says ``ok`` for a GPU near full or a crashed job's GPUs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.system
+
+HEADLINE = "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+
+
+def gpumon(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon.tui.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_check_sees_the_ramp_in_its_window_that_one_sample_misses() -> None:
+    one = gpumon("check", "demo", "--demo-time", "25", "--window", "0")
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert one.stdout.startswith("OK demo: 8 GPUs")
+    watched = gpumon("check", "demo", "--demo-time", "25")  # the default window: 5 s
+    assert watched.returncode == 1, watched.stdout + watched.stderr
+    assert re.match(
+        r"WARNING demo: drafter: GPU 6 memory full in ~\d+ s at \+\d+ MiB/s \(\d+% used\) "
+        r"— fix: gpumon restart demo drafter \(",
+        watched.stdout,
+    ), watched.stdout
+    assert len(watched.stdout.splitlines()) == 1
+    bad = gpumon("check", "demo", "--window", "-1")
+    assert bad.returncode == 3 and "--window" in bad.stderr
+
+
+def test_check_leads_with_the_incident_after_the_oom() -> None:
+    out = gpumon("check", "demo", "--demo-time", "70", "--window", "1")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stdout.startswith(f"CRITICAL demo: {HEADLINE} — fix: gpumon restart demo drafter")
+    assert "GPU 1" not in out.stdout and "before gpumon started" not in out.stdout
+
+
+def _health(table: str) -> dict[int, str]:
+    """GPU index -> its HEALTH cell, from the snapshot's GPU table (the column under the
+    HEADER's "HEALTH", whatever the other columns are)."""
+    lines = table.splitlines()
+    head = next(i for i, row in enumerate(lines) if "HEALTH" in row and "GPU" in row)
+    at = lines[head].index("HEALTH")
+    out = {}
+    for row in lines[head + 1 :]:
+        if not row.strip() or not row.split()[0].isdigit():
+            break
+        out[int(row.split()[0])] = row[at:]
+    return out
+
+
+def test_snapshot_text_prints_alerts_and_workloads_and_a_crash_is_not_ok() -> None:
+    after = gpumon("snapshot", "demo", "--demo-time", "90")
+    assert after.returncode == 0, after.stderr
+    text = after.stdout
+    health = _health(text)
+    assert sorted(health) == list(range(8))
+    assert all(health[i] == "ok" for i in range(5))
+    assert all(health[i].startswith("critical") for i in (5, 6, 7)), health
+    assert HEADLINE in health[6] and "drafter crashed" in health[5]
+    alerts = text.split("\nALERTS\n", 1)[1]
+    assert alerts.startswith(f"  CRITICAL  {HEADLINE} — fix: gpumon restart demo drafter\n")
+    assert re.search(r"\n    critical cuda_oom +GPU 6 +drafter +\d{4}-\d\d-\d\dT", alerts)
+    jobs = text.split("\nJOBS\n", 1)[1].splitlines()[0]
+    assert jobs.startswith("  name drafter  state crashed  gpus 5,6,7  step ")
+    assert "crash_reason OOM on GPU 6" in jobs
+
+
+def test_snapshot_text_says_a_gpu_near_full_is_not_ok() -> None:
+    near = gpumon("snapshot", "demo", "--demo-time", "50")
+    assert near.returncode == 0, near.stderr
+    health = _health(near.stdout)
+    assert health[6].startswith(("warning (drafter: GPU 6 memory", "critical (drafter: GPU 6")), (
+        health
+    )
+    assert health[5] == "ok"
+    assert "\nALERTS\n  WARNING  drafter: GPU 6 memory" in near.stdout or "CRITICAL" in near.stdout
+    sglang = gpumon("snapshot", "demo", "--scenario", "sglang")
+    assert "\nALERTS  none" in sglang.stdout
+    servers = sglang.stdout.split("\nSGLANG\n", 1)[1].splitlines()[:8]
+    assert all(re.match(r"  port 3000\d  up yes  model Qwen/Qwen3-8B  ", s) for s in servers)

@@ -1,0 +1,205 @@
+"""Incidents: the simulator's drafter OOM (memory critical, CUDA OOM line, memory drop) is
+one incident, cause first, in the physical GPU's terms; one bell per incident; history
+keeps the values an alert had when raised and at its peak; stale data is an alert."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpumon.backends.alerts.engine import Alert, AlertEngine, AlertRules
+from gpumon.backends.alerts.incident import (
+    BELL_SUBJECTS_KEPT,
+    INCIDENT_GAP_S,
+    IncidentBell,
+    alert_headline,
+    incidents,
+    line,
+)
+from gpumon.backends.model import GpuSample, Health, HostSample
+from gpumon.backends.sim import OOM_AT, SimSettings, wall_time
+from gpumon.backends.sim.job import oom_message
+
+from sim_samples import sim_printers, sim_sample
+
+T0 = 1_800_000_000.0
+OOM_LOG = ["CUDA_VISIBLE_DEVICES=5,6,7", "Traceback (most recent call last):", oom_message()]
+
+
+class Clock:
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def drafter_oom(
+    until: float, settings: SimSettings | None = None
+) -> tuple[AlertEngine, list[Alert]]:
+    """The training-oom scenario from its start to ``until`` through a real engine: the
+    samples of the simulated nvidia-smi and the drafter's log at the OOM."""
+    settings = settings or SimSettings()
+    printers = sim_printers(settings)
+    clock = Clock()
+    engine = AlertEngine("ct200", AlertRules(), clock=clock)
+    heard: list[Alert] = []
+    engine.add_listener(heard.append)
+    engine.on_log_lines("/root/drafter.log", ["step 1"], job="drafter", gpus=(5, 6, 7))
+    t = 0.0
+    while t <= until:
+        clock.t = wall_time(settings, t)
+        engine.on_sample(sim_sample(printers, settings, t))
+        if t == OOM_AT:
+            engine.on_log_lines("/root/drafter.log", OOM_LOG)
+        t += 0.5
+    return engine, heard
+
+
+def test_the_drafter_oom_is_one_incident_with_the_cuda_oom_first() -> None:
+    engine, _ = drafter_oom(OOM_AT + 3)
+    kinds = {a.kind for a in engine.history()}
+    assert {"memory", "cuda_oom", "oom_death"} <= kinds
+    (incident,) = incidents(engine.history())
+    assert incident.cause.kind == "cuda_oom"
+    assert incident.headline == "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+    assert "GPU 1" not in incident.headline  # PyTorch's process-local number stays evidence
+    assert (incident.gpu, incident.job, incident.fix) == (6, "drafter", "drafter")
+    assert incident.severity is Health.CRITICAL and incident.active
+    assert {a.kind for a in incident.evidence} >= {"memory", "oom_death"}
+    assert line(incident, "r restart") == f"{incident.headline} — r restart"
+    # Only the active alerts (the strip, check): the same incident, the same headline.
+    (live,) = incidents(engine.active())
+    assert live.headline == incident.headline and live.cause.key == incident.cause.key
+
+
+def test_before_the_oom_the_incident_is_the_warning_with_its_time_to_full() -> None:
+    engine, _ = drafter_oom(OOM_AT - 15)
+    (incident,) = incidents(engine.active())
+    assert incident.cause.kind == "time_to_full"
+    assert incident.headline.startswith("drafter: GPU 6 memory full in ~")
+    assert incident.severity is Health.WARNING
+
+
+def test_one_bell_per_incident_not_per_alert() -> None:
+    _, heard = drafter_oom(OOM_AT + 3)
+    bell = IncidentBell()
+    live: list[Alert] = []
+    rings = []
+    for alert in heard:  # in the order the listeners heard them, as the dashboard does
+        live = [a for a in live if a.key != alert.key] + [alert]
+        rings.append(bell.rings(alert, live))
+    criticals = [a.kind for a in heard if a.severity is Health.CRITICAL]
+    assert len(criticals) >= 3  # memory critical, the CUDA OOM, the drop: one bell
+    assert sum(rings) == 1
+    # Once it is over, the next critical alert of the job is a new incident: it rings.
+    ended = [dataclasses.replace(a, active=False) for a in live]
+    again = dataclasses.replace(heard[-1], key="log:/root/drafter.log:999", time=T0 + 9999)
+    assert bell.rings(again, [*ended, again])
+
+
+def test_a_warning_never_rings_and_other_subjects_ring_on_their_own() -> None:
+    bell = IncidentBell()
+    warn = Alert("memory:1", Health.WARNING, "memory", "h", 1, None, "m", T0, T0)
+    crit0 = Alert("xid:a:1", Health.CRITICAL, "xid", "h", 0, None, "x", T0, T0)
+    crit1 = dataclasses.replace(crit0, key="xid:b:2", gpu=1)
+    assert not bell.rings(warn, [warn])
+    assert bell.rings(crit0, [warn, crit0])
+    assert bell.rings(crit1, [warn, crit0, crit1])  # another GPU: another incident
+    for k in range(BELL_SUBJECTS_KEPT + 10):  # one-off alerts each their own subject
+        lone = Alert(f"cgroup_oom_kill:m:{k}", Health.CRITICAL, "cgroup_oom_kill", "h", None,
+                     None, "x", T0, T0)  # fmt: skip
+        assert bell.rings(lone, [lone])
+    assert len(bell) == BELL_SUBJECTS_KEPT
+
+
+def test_incidents_split_by_subject_and_by_time() -> None:
+    def alert(key: str, kind: str, t: float, **kw: object) -> Alert:
+        base = Alert(key, Health.CRITICAL, kind, "h", None, None, f"{kind} text", t, t, False)
+        return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+    old = alert("a", "cuda_oom", T0, job="drafter", gpu=6)
+    new = alert("b", "cuda_oom", T0 + INCIDENT_GAP_S + 60, job="drafter", gpu=6, active=True)
+    other_gpu = alert("c", "xid", T0 + 1, gpu=2)
+    lone = alert("d", "cgroup_oom_kill", T0 + 2)
+    found = incidents([old, new, other_gpu, lone])
+    assert len(found) == 4
+    assert found[0].cause is new  # the active one first
+    assert incidents([old, new], restartable={"target"})[0].fix is None
+
+
+def test_history_keeps_the_raised_and_peak_values_while_the_alert_clears() -> None:
+    engine, _ = drafter_oom(OOM_AT + 3)
+    memory = next(a for a in engine.history() if a.kind == "memory")
+    assert not memory.active and memory.peak is Health.CRITICAL
+    raised = float(memory.raised_text.split("memory ")[1].split("%")[0])
+    peak = float(memory.peak_text.split("memory ")[1].split("%")[0])
+    assert 95.0 <= raised < peak and peak >= 98.5
+    assert "0.0% used" in memory.message  # what it read while clearing, shown apart
+    ttf = next(a for a in engine.history() if a.kind == "time_to_full")
+    first = float(ttf.raised_text.split("~")[1].split(" s")[0])
+    closest = float(ttf.peak_text.split("~")[1].split(" s")[0])
+    assert closest < first  # the peak of a countdown is its nearest point
+    assert alert_headline(memory).startswith(f"drafter: {memory.peak_text}")
+    out = memory.to_json()
+    assert out["first_message"] == memory.raised_text and out["peak_severity"] == "critical"
+
+
+def test_an_oom_still_current_at_start_is_not_before_gpumon_started() -> None:
+    engine = AlertEngine("h", AlertRules(), clock=Clock())
+    engine.on_log_lines("/d.log", [*OOM_LOG, "step 2"], job="drafter", backlog=True)
+    (current,) = engine.active()
+    assert "before gpumon started" not in current.message
+    engine = AlertEngine("h", AlertRules(), clock=Clock())
+    engine.on_log_lines("/d.log", [*OOM_LOG, *[f"step {i}" for i in range(60)]], backlog=True)
+    (past,) = engine.history()
+    assert not past.active and past.message.endswith("(before gpumon started)")
+
+
+def _gpu_sample(t: float) -> HostSample:
+    gpu = GpuSample(index=0, memory_used_mib=1000, memory_total_mib=90000, memory_free_mib=89000)
+    return HostSample("h", t, None, (gpu,), ())
+
+
+@pytest.mark.parametrize("interval", [1.0, 0.1])
+def test_stale_data_warns_then_turns_critical_and_a_sample_ends_it(interval: float) -> None:
+    rules = AlertRules(stale_warning_intervals=5, stale_critical_intervals=30)
+    engine = AlertEngine("h", rules, clock=Clock())
+    heard: list[Alert] = []
+    engine.add_listener(heard.append)
+    engine.on_sample(_gpu_sample(T0))
+    warn_at = max(5 * interval, 3.0)
+    assert engine.on_silence(warn_at - 0.1, interval, T0 + warn_at - 0.1) == []
+    (warn,) = engine.on_silence(warn_at, interval, T0 + warn_at)
+    assert (warn.kind, warn.severity, warn.key) == ("stale_data", Health.WARNING, "stale_data")
+    assert f"no GPU data for {warn_at:.0f} s" in warn.message
+    crit_at = max(30 * interval, 10.0) + 0.5
+    assert engine.on_silence(crit_at, interval, T0 + crit_at)[0].severity is Health.CRITICAL
+    assert [a.severity for a in heard] == [Health.WARNING, Health.CRITICAL]
+    engine.on_sample(_gpu_sample(T0 + 40))
+    assert engine.active() == []
+    assert engine.history()[0].peak is Health.CRITICAL
+
+
+def test_stale_data_ends_when_not_connected_and_can_be_turned_off() -> None:
+    engine = AlertEngine("h", AlertRules(), clock=Clock())
+    assert engine.on_silence(10.0, 1.0, T0)
+    engine.on_silence(None, 1.0, T0 + 1)
+    assert engine.active() == []
+    off = AlertEngine("h", AlertRules(stale_warning_intervals=0), clock=Clock())
+    assert off.on_silence(1e6, 1.0, T0) == []
+    with pytest.raises(ValueError, match="stale_critical_intervals"):
+        AlertRules.from_mapping({"stale_warning_intervals": 9, "stale_critical_intervals": 3}, "a")
+
+
+def test_an_oom_line_without_pytorchs_numbers_keeps_its_words() -> None:
+    plain = Alert("k", Health.CRITICAL, "cuda_oom", "h", 2, None, "x", T0, T0)
+    text = "RuntimeError: CUDA out of memory. while capturing graph [process GPU 0 = GPU 2]"
+    assert alert_headline(dataclasses.replace(plain, message=text)) == (
+        "CUDA OOM on GPU 2: while capturing graph"
+    )
+    bare = dataclasses.replace(plain, message="CUDA error: out of memory", gpu=None)
+    assert alert_headline(bare) == "CUDA OOM"
+    markup = dataclasses.replace(bare, message="CUDA out of memory. [b]x[/]")
+    assert alert_headline(markup) == "CUDA OOM: [b]x[/]"  # only the engine's GPU note goes
