@@ -76,7 +76,9 @@ def test_check_reports_ok_summary(
     sshd: SshServer, client_env: dict[str, str], tmp_path: Path
 ) -> None:
     cfg = write_config(tmp_path, sshd.config_toml(container=200))
-    res = gpumon(["--config", str(cfg), "check", "ct200"], client_env)
+    # One sample (--window 0): the simulator's GPU 6 is ramping towards its OOM, which a
+    # watching window rightly reports as a time-to-full warning (tests/system/test_check_snapshot).
+    res = gpumon(["--config", str(cfg), "check", "ct200", "--window", "0"], client_env)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.startswith("OK ct200: 8 GPUs")
     assert len(res.stdout.strip().splitlines()) == 1
@@ -101,13 +103,14 @@ def test_unknown_host_key_refused_then_accept_new_records_it(
     assert sshd.known_hosts.read_text() == ""  # refusing records nothing
 
     cfg = write_config(tmp_path, sshd.config_toml(accept_new=True))
-    res = gpumon(["--config", str(cfg), "check", "ct200"], client_env)
+    res = gpumon(["--config", str(cfg), "check", "ct200", "--window", "0"], client_env)
     assert res.returncode == 0, res.stdout
     assert sshd.host_key_pub in sshd.known_hosts.read_text()
 
     # Recorded: now trusted without accept_new.
     cfg = write_config(tmp_path, sshd.config_toml())
-    assert gpumon(["--config", str(cfg), "check", "ct200"], client_env).returncode == 0
+    res = gpumon(["--config", str(cfg), "check", "ct200", "--window", "0"], client_env)
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_changed_host_key_is_refused_even_with_accept_new(
