@@ -350,22 +350,23 @@ async def test_closing_a_refused_dialog_says_when_the_audit_log_cannot_be_writte
         assert {sev for _, sev in told()} == {"error"} and app.screen is not swap_dialog
 
 
-async def test_job_keys_are_greyed_out_without_a_job_under_the_cursor(
+async def test_job_keys_without_a_job_under_the_cursor_say_why_r_takes_the_incident(
     oom_demo: HostMonitor, wait: Wait
 ) -> None:
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(110, 40)) as pilot:
         await on_gpu(pilot, wait, app, 0)  # GPU 0 belongs to no job
         await wait(pilot, lambda: can(app, "doctor"), what="connected")
+        await oom_seen(pilot, wait, oom_demo)
         for action in ("restart_job", "stop_job", "start_job"):
-            assert app.dashboard.check_action(action, ()) is None, action
-        footer = app.screen.active_bindings
-        assert footer["r"].enabled is False and footer["S"].enabled is False
-        await pilot.press("r")
+            assert app.dashboard.check_action(action, ()) is True, action
+        seen = record_notifications(app)
+        await pilot.press("s")  # stop acts on the cursor's job only: it says why not
         assert not isinstance(app.screen, RestartScreen)
-        await pilot.press(*["down"] * OOM_GPU)
-        assert app.dashboard.check_action("restart_job", ()) is True
-        assert app.screen.active_bindings["r"].enabled is True
+        assert seen and seen[0][0].startswith("stop: GPU 0 runs no configured job"), seen
+        await pilot.press("r")  # restart takes the incident's job: the crashed drafter
+        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the dialog")
+        assert cast(RestartScreen, app.screen).job.name == "drafter"
 
 
 async def test_a_read_only_host_hides_its_mutating_keys(

@@ -23,6 +23,7 @@ _SPEED = Binding.Group("Speed", compact=True)
 _INTERVAL = Binding.Group("Interval", compact=True)
 
 Where = Literal["app", "dashboard", "detail"]
+JUMP_HELP = "Jump to that GPU of the host under the cursor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +183,7 @@ ACTIONS: tuple[DashboardAction, ...] = (
     ),
     DashboardAction(
         "replay_step",
-        "full_stop,n",
+        "full_stop",
         "Step",
         "Replay: play the next sample (while paused)",
         "Replay: step one sample",
@@ -256,6 +257,31 @@ ACTIONS: tuple[DashboardAction, ...] = (
     ),
     DashboardAction("cursor(1)", "down,j", "Next row", "Next row", footer=False),
     DashboardAction("cursor(-1)", "up,k", "Previous row", "Previous row", footer=False),
+    # Navigation as in k9s and htop (all keys only: the help screen lists them).
+    DashboardAction("cursor_end(-1)", "g,home", "First row", "First row", footer=False),
+    DashboardAction("cursor_end(1)", "G,end", "Last row", "Last row", footer=False),
+    DashboardAction("cursor_page(1)", "pagedown", "Page down", "One page down", footer=False),
+    DashboardAction("cursor_page(-1)", "pageup", "Page up", "One page up", footer=False),
+    DashboardAction(
+        "next_alerting(1)", "n", "Next alert", "Next row with an active alert", footer=False
+    ),
+    DashboardAction(
+        "next_alerting(-1)", "N", "Prev alert", "Previous row with an active alert", footer=False
+    ),
+    # The digits jump to that GPU of the host under the cursor (on the detail view they
+    # choose the plots' window instead).
+    *(
+        DashboardAction(
+            f"jump_gpu({n})",
+            str(n),
+            f"GPU {n}",
+            JUMP_HELP,
+            footer=False,
+            in_detail=False,
+            needs_gpu=False,
+        )
+        for n in range(10)
+    ),
 )
 
 # by name: cursor(1) and cursor(-1) need the same, so either stands for both

@@ -16,12 +16,16 @@ from textual.screen import Screen
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable
+from gpumon.tui.dashboard.action_table import BY_NAME
+from gpumon.tui.dashboard.actions import alert_job
 from gpumon.tui.screens import AlertHistoryScreen
 from gpumon.tui.views import alert_message, alert_title, alert_where, strip_alert
 from gpumon.tui.widgets import AlertStrip, StripView
 
 if TYPE_CHECKING:
+    from gpumon.backends.config import JobConfig
     from gpumon.backends.monitor import HostMonitor
+    from gpumon.tui.dashboard.action_table import DashboardAction
     from gpumon.tui.views import Palette
 
 CRITICAL_TIMEOUT_S = 10.0  # the strip keeps showing it after the toast is gone
@@ -41,6 +45,10 @@ class AlertsMixin(Screen[None]):
 
         @property
         def palette(self) -> Palette: ...
+
+        def restart_target(self) -> tuple[HostMonitor, JobConfig] | None: ...
+        def action_state(self, entry: DashboardAction) -> bool | None: ...
+        def restart_alert_job(self, monitor: HostMonitor, alert: Alert) -> None: ...
 
     strip: AlertStrip
     _early_alerts: list[Alert]
@@ -118,9 +126,22 @@ class AlertsMixin(Screen[None]):
 
     # --- the strip ----------------------------------------------------------------------
     def strip_view(self) -> StripView | None:
-        """The strip's alert over every host, or None (hidden)."""
+        """The strip's alert over every host, or None (hidden); it offers ``r restart JOB``
+        when ``r`` would restart the job that alert is about."""
         alert, more = strip_alert(a for m in self.monitors for a in m.alerts.active())
-        return None if alert is None else StripView(alert, more, self.palette)
+        if alert is None:
+            return None
+        return StripView(alert, more, self.palette, fix=self.strip_fix(alert))
+
+    def strip_fix(self, alert: Alert) -> str:
+        """``r restart drafter`` when ``r`` can act now on the job ``alert`` is about."""
+        target = self.restart_target()
+        if target is None or self.action_state(BY_NAME["restart_job"]) is not True:
+            return ""
+        monitor, job = target
+        if monitor.name != alert.host or alert_job(monitor, alert) != job:
+            return ""
+        return f"r restart {job.name}"
 
     def refresh_strip(self) -> bool:
         """Show the alert that matters most now; returns whether the strip changed."""
@@ -134,7 +155,10 @@ class AlertsMixin(Screen[None]):
             return
         self.app.push_screen(
             AlertHistoryScreen(
-                self.monitors, palette_of=lambda: self.palette, on_change=self._acknowledged
+                self.monitors,
+                palette_of=lambda: self.palette,
+                on_change=self._acknowledged,
+                on_restart=self.restart_alert_job,
             )
         )
 

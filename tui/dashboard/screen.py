@@ -229,14 +229,20 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         if entry.needs_gpu and self._cursor_target() is None:
             return None
         if entry.needs_job:
-            selected = self.selected_job()
+            selected = self.restart_target() if entry.name == "restart_job" else self.selected_job()
             if selected is None:
-                return None
+                # The key stays: pressed, it says why it has nothing to act on (a silent
+                # greyed-out key on GPU 0 reads as broken at 3 a.m.).
+                return self._host_state(entry, monitor)
             monitor, job = selected
             if self.running_run(monitor, job) is not None:
                 return True  # shows the run's progress, connected or not
             if entry.starts_job and not job.start:
                 return None  # nothing to start it with
+        return self._host_state(entry, monitor)
+
+    def _host_state(self, entry: DashboardAction, monitor: HostMonitor | None) -> bool | None:
+        """Greyed out while the host it needs is not connected, else its own check."""
         if entry.needs_host and (monitor is None or monitor.status.state != ConnState.CONNECTED):
             return None
         check = self._checks.get(entry.name)
@@ -246,11 +252,14 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         """The command palette's entries for the actions of this screen (or of the detail
         view over it) that can run now; the app's own come from the app."""
         ready = [a for a in actions_on(where) if not a.app and self.action_state(a) is True]
-        selected = self.selected_job()
         monitor = self.selected_monitor()
-        job = selected[1].name if selected is not None else None
         host = monitor.name if monitor is not None else "the host"
-        return palette_entries(ready, where, job=job, host=host)
+        out = []
+        for a in ready:  # restart names the incident's job when the cursor is on none
+            selected = self.restart_target() if a.name == "restart_job" else self.selected_job()
+            job = selected[1].name if selected is not None else None
+            out += palette_entries([a], where, job=job, host=host)
+        return out
 
     # --- the view keys -------------------------------------------------------------------
     def action_open_detail(self) -> None:

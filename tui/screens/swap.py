@@ -113,7 +113,7 @@ class SwapScreen(Dialog):
             yield self.static("outcome")
             with self.button_row():
                 yield Button("Swap (y)", id="confirm", variant="error", disabled=True, compact=True)
-                yield self.close_button()
+                yield self.close_button("Cancel")
 
     def on_mount(self) -> None:
         self.make_plan()
@@ -148,9 +148,13 @@ class SwapScreen(Dialog):
                 read_only=self.read_only,
             )
         except (TransportError, ProbeError, OSError) as e:
+            if not self.is_open:  # closed while the probe ran: nothing to show it on
+                return
             self.plan, self.error = None, f"cannot plan the swap: {e}"
             self.part("plan").update(Text(self.error, self.palette.text(Role.CRITICAL)))
         else:
+            if not self.is_open:
+                return
             self.plan = plan
             self.part("plan").update(plan_text(plan, self.palette))
         finally:

@@ -2,7 +2,8 @@
 
 It shows the newest unacknowledged critical alert (else the newest unacknowledged
 warning): severity, time, host, GPU, job and the message on one line, and how many more
-there are. With nothing unacknowledged it is hidden, not an empty line.
+there are, and the key to the incident's fix (``r restart drafter``) when ``r`` would act
+on the alert's job. With nothing unacknowledged it is hidden, not an empty line.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class StripView:
     alert: Alert
     more: int  # other unacknowledged alerts
     palette: Palette
+    fix: str = ""  # the key to the incident's fix, "r restart drafter" ("": none)
 
 
 def render_strip(view: StripView, width: int) -> Text:
@@ -43,7 +45,10 @@ def render_strip(view: StripView, width: int) -> Text:
     line.append(f" {clock_time(a.time)} ", pal.text(Role.MUTED))
     line.append(alert_where(a), Style(bold=True))
     line.append("  ")
-    tail = Text(f"  +{view.more} more, a: list" if view.more else "  a: list", pal.text(Role.MUTED))
+    tail = Text()
+    if view.fix:  # the fix and the count always fit: the message gives way
+        tail.append(f"  {view.fix}", Style(bold=True))
+    tail.append(f"  +{view.more} more, a: list" if view.more else "  a: list", pal.text(Role.MUTED))
     room = max(width - line.cell_len - tail.cell_len, 0)
     message = Text(alert_message(a), pal.text(role))
     message.truncate(room, overflow="ellipsis")
