@@ -282,6 +282,13 @@ async def test_theme_key_cycles_and_is_remembered(
         assert app.dashboard.sections[0].rows[0].view != dark_rows  # redrawn in the new colours
         await pilot.press("t")
         assert app.theme == "gpumon-contrast"
+        await pilot.press("t")  # t cycles gpumon's own three, not Textual's dozen
+        assert app.theme == "gpumon-dark"
+        app.theme = "nord"  # chosen in the palette: t goes back to gpumon's own
+        await pilot.press("t")
+        assert app.theme == "gpumon-dark"
+        await pilot.press("t", "t")
+        assert app.theme == "gpumon-contrast"
     again = GpumonApp([demo_monitor(clock=frozen_clock)])
     async with again.run_test(size=(80, 24)):
         assert again.theme == "gpumon-contrast"

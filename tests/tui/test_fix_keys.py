@@ -214,3 +214,35 @@ async def test_navigation_keys_move_the_cursor(
         assert d.cursor == sorted(alerting)[-1] or len(alerting) == 1
         await pilot.press("n")
         assert d.cursor == first or len(alerting) == 1
+
+
+async def test_the_palettes_screenshot_saves_an_svg_and_says_where(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, state_home: Any
+) -> None:
+    from textual.command import CommandPalette
+
+    app = GpumonApp([demo_monitor(demo_time=30.0)])
+    seen = notes(app)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
+        await pilot.press("ctrl+p")
+        await wait(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
+        await pilot.press(*"screenshot")
+        await pilot.pause(0.6)
+        await pilot.press("enter")
+        folder = state_home / "gpumon" / "screenshots"
+        await wait(pilot, lambda: folder.is_dir() and any(folder.iterdir()), what="the file")
+        [svg] = list(folder.iterdir())
+        assert svg.suffix == ".svg" and "<svg" in svg.read_text()
+        await wait(pilot, lambda: any(m == f"saved {svg}" for m in seen), what="the notice")
+
+
+async def test_ctrl_c_quits_the_dashboard(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    app = GpumonApp([demo_monitor(demo_time=30.0)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0

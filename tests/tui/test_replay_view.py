@@ -3,6 +3,7 @@ and the header saying REPLAY instead of the connection state."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -78,7 +79,7 @@ async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait,
         )  # no machine behind a recording
         await pilot.press("full_stop")
         assert replay.position == 1
-        await pilot.press("n")
+        await pilot.press("full_stop")  # n/N are the next/previous alerting row
         assert replay.position == 2
         await pilot.pause()
         assert f"(2/{total})" in header(app) and "00:16:41" in header(app)
@@ -138,6 +139,7 @@ def test_no_bell_reaches_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
         return 0
 
     monkeypatch.setattr(app_module, "run_dashboard", run_dashboard)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # the dashboard needs a terminal
     assert cli.main(["demo", "--no-bell"]) == 0
     assert cli.main(["demo"]) == 0
     assert [c["bell"] for c in calls] == [False, True]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -165,16 +166,36 @@ def test_demo_in_tmux_lists_every_gpu_relayouts_and_quits(tmux: Tmux, tmp_path: 
     assert tmux.info("#{alternate_on}") == "0"  # the terminal was given back
 
 
-def test_demo_exits_when_its_terminal_goes_away(tmux: Tmux) -> None:
+@pytest.mark.parametrize("how", ["hangup", "SIGTERM"])
+def test_demo_cleans_up_when_its_terminal_goes_away_or_on_sigterm(tmux: Tmux, how: str) -> None:
     tmux.start([str(GPUMON), "demo"], 80, 24)
     tmux.wait_for(lambda s: len(gpu_rows(s)) == 8, 20, "8 GPU rows")
     pid = int(tmux.info("#{pane_pid}"))
     sim = str(tmux.tmpdir)
     assert processes_mentioning(sim), "the simulator's tools should be running"
-    tmux.kill()  # the pane's terminal goes away: SIGHUP
-    deadline = time.monotonic() + 10
+    if how == "hangup":
+        tmux.kill()  # the pane's terminal goes away: SIGHUP
+    else:
+        os.kill(pid, signal.SIGTERM)  # leaves like q
+    deadline = time.monotonic() + 15
     while alive(pid) or processes_mentioning(sim):
         left = processes_mentioning(sim) | ({pid} if alive(pid) else set())
-        assert time.monotonic() < deadline, f"still running after hangup: {sorted(left)}"
+        assert time.monotonic() < deadline, f"still running after {how}: {sorted(left)}"
         time.sleep(0.05)
+    assert not any(tmux.tmpdir.iterdir()), f"the simulator's files were not cleaned up ({how})"
+
+
+def test_ctrl_c_quits(tmux: Tmux, tmp_path: Path) -> None:
+    status = tmp_path / "exit-status"
+    script = f'{shlex.quote(str(GPUMON))} demo; echo "$?" > {shlex.quote(str(status))}'
+    tmux.start(["sh", "-c", script], 80, 24)
+    tmux.wait_for(lambda s: len(gpu_rows(s)) == 8, 20, "8 GPU rows")
+    tmux.run("send-keys", "-t", "t", "C-c")
+    deadline = time.monotonic() + 10
+    while not status.exists() or not status.read_text().strip():
+        assert time.monotonic() < deadline, "gpumon did not exit on Ctrl+C:\n" + "\n".join(
+            tmux.screen()
+        )
+        time.sleep(0.05)
+    assert status.read_text().strip() == "0"
     assert not any(tmux.tmpdir.iterdir()), "the simulator's files were not cleaned up"

@@ -27,6 +27,7 @@ KEY_NAMES = {
     "home": "Home",
     "end": "End",
     "ctrl+p": "Ctrl+P",
+    "ctrl+c": "Ctrl+C",
     "full_stop": ".",
     "left_square_bracket": "[",
     "right_square_bracket": "]",
