@@ -4,6 +4,7 @@ private server per test), read back with ``capture-pane`` like a person would se
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -199,3 +200,67 @@ def test_ctrl_c_quits(tmux: Tmux, tmp_path: Path) -> None:
         time.sleep(0.05)
     assert status.read_text().strip() == "0"
     assert not any(tmux.tmpdir.iterdir()), "the simulator's files were not cleaned up"
+
+
+Cell = tuple[str, int | None]  # (character, background: a 256-colour index, None: default)
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def cells_of(line: str) -> list[Cell]:
+    """One ``capture-pane -e`` line as (character, background) cells; only 256-colour and
+    default backgrounds are tracked (a truecolor one is -1)."""
+    out: list[Cell] = []
+    bg: int | None = None
+    pos = 0
+    for m in SGR.finditer(line + "\x1b[m"):
+        out += [(ch, bg) for ch in line[pos : m.start()]]
+        pos = m.end()
+        params = [int(p) if p else 0 for p in m.group(1).split(";")]
+        k = 0
+        while k < len(params):
+            p = params[k]
+            if p in (0, 49):
+                bg = None
+            elif p == 48 and params[k + 1 : k + 2] == [5]:
+                bg, k = params[k + 2], k + 2
+            elif p == 48 and params[k + 1 : k + 2] == [2]:
+                bg, k = -1, k + 4
+            elif p in (38, 58) and params[k + 1 : k + 2] == [5]:
+                k += 2
+            elif p in (38, 58) and params[k + 1 : k + 2] == [2]:
+                k += 4
+            k += 1
+    return out
+
+
+def is_grey(index: int | None) -> bool:
+    """A 256-colour index on the grey ramp (or black / white / the cube's greys)."""
+    return index is None or 232 <= index <= 255 or index in (0, 7, 8, 15, 16, 59, 102, 145, 188)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+@pytest.mark.parametrize("colours", ["256", "NO_COLOR"])
+def test_an_empty_memory_bar_never_takes_the_cursor_colour(
+    tmux: Tmux, size: tuple[int, int], colours: str
+) -> None:
+    env = ["env", "-u", "COLORTERM", "TERM=screen-256color"]
+    if colours == "NO_COLOR":
+        env.append("NO_COLOR=1")
+    # 70 s: after the OOM, the drafter's GPUs 5-7 are empty; the cursor is on GPU 0
+    tmux.start([*env, str(GPUMON), "demo", "--demo-time", "70"], *size)
+    tmux.wait_for(
+        lambda s: len(gpu_rows(s)) == 8 and " 0.0/95.6G" in gpu_rows(s)[6], 20, "the empty GPU 6"
+    )
+    lines = tmux.run("capture-pane", "-p", "-e", "-t", "t").splitlines()
+    plain = [SGR.sub("", line) for line in lines]
+    rows = {i: cells_of(lines[plain.index(text)]) for i, text in gpu_rows(plain).items()}
+    cursor_bg = next(bg for ch, bg in rows[0] if ch == "▶")
+    assert "█" in "".join(ch for ch, _ in rows[1])  # a full bar shows as blocks
+    empty = rows[6]
+    assert "█" not in "".join(ch for ch, _ in empty)
+    backgrounds = {bg for _, bg in empty}
+    assert cursor_bg not in backgrounds, (cursor_bg, backgrounds)  # the empty bar reads empty
+    assert len(backgrounds) >= 2, "the empty bar's track is drawn"
+    assert all(is_grey(bg) for bg in backgrounds), backgrounds  # no cube colour like #005F5F
+    if colours == "NO_COLOR":
+        assert not any("38;2;" in line or "48;2;" in line for line in lines)

@@ -445,3 +445,20 @@ def test_connection_watch_announces_transitions_only() -> None:
     assert first is not None and first.message == "gpu2: cannot connect: refused"
     never.change(ConnState.CONNECTING, None)
     assert never.change(ConnState.RECONNECTING, "refused") is None  # said once
+
+
+@pytest.mark.parametrize("theme", [*GPUMON_THEMES, *BUILTIN_THEMES.values()], ids=lambda t: t.name)
+def test_the_bar_track_stays_grey_in_256_colours_never_the_cursors_colour(theme: Theme) -> None:
+    """tmux without truecolor: a bluish track (#26303B) became the cube's #005F5F, the
+    cursor row's colour too, and an empty bar looked full."""
+    pal = Palette.from_theme(theme)
+
+    def eight_bit(colour: str) -> int | None:
+        return RichColor.parse(colour).downgrade(ColorSystem.EIGHT_BIT).number
+
+    track = eight_bit(pal.track)
+    if RichColor.parse(pal.track).triplet is None:
+        return  # an ANSI theme: the terminal's own palette
+    assert track is not None and (232 <= track <= 255 or track in (16, 59, 102, 145, 188, 231))
+    if pal.cursor is not None:
+        assert track != eight_bit(pal.cursor)
