@@ -223,7 +223,7 @@ class DetailScreen(Screen[None]):
         in_container = self.target.monitor.host.container is not None
         lines = [head]
         for p in procs:
-            mem = "n/a" if p.memory_mib is None else f"{gib(p.memory_mib)}G"
+            mem = "n/a" if p.memory_mib is None else f"{gib(p.memory_mib)} GiB"
             line = Text(f" {p.pid:>9}  ")
             line.append(f"{mem:>8}", pal.text(Role.NA if p.memory_mib is None else Role.NORMAL))
             name = process_name(p, in_container)
