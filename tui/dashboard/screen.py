@@ -42,6 +42,8 @@ from gpumon.tui.dashboard.layout import plan_layout
 from gpumon.tui.dashboard.notices import ConnectionWatch
 from gpumon.tui.dashboard.replay import ReplayMixin
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DetailTarget
+from gpumon.tui.screens.detail import fitting_window
+from gpumon.tui.state import remember_window, remembered_window
 from gpumon.tui.views import Palette
 from gpumon.tui.widgets import HostSection, ViewContext
 
@@ -79,6 +81,7 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         self.spark_memory = True
         self.cursor: tuple[int, int] | None = None  # (host, row): GPU rows, then job rows
         self.row_height = 1
+        self._detail_window = remembered_window()  # the plot window chosen last
         self._dirty: set[int] = set()  # hosts with news since their rows were drawn
         self._watches = [ConnectionWatch(m.name, m.status.state) for m in self.monitors]
         self._timer: Timer | None = None
@@ -262,6 +265,19 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         return out
 
     # --- the view keys -------------------------------------------------------------------
+    def detail_window(self, target: DetailTarget) -> float:
+        """The detail view's plot window: the one chosen last (this run or an earlier one),
+        else the shortest that holds the GPU's history."""
+        if self._detail_window is not None:
+            return self._detail_window
+        hist = target.monitor.histories.get(target.gpu_index)
+        span = hist.times[-1] - hist.times[0] if hist is not None and hist.times else 0.0
+        return fitting_window(span)
+
+    def remember_detail_window(self, seconds: float) -> None:
+        self._detail_window = seconds
+        remember_window(seconds)
+
     def action_open_detail(self) -> None:
         target = self._cursor_target()
         if target is None or self.app.screen is not self:
@@ -321,7 +337,13 @@ class DashboardDetailScreen(DetailScreen):
     BINDINGS: ClassVar[list[BindingType]] = list(bindings("detail"))
 
     def __init__(self, dashboard: DashboardScreen, target: DetailTarget) -> None:
-        super().__init__(target, sample_of=dashboard.shown_sample, palette_of=dashboard.palette_of)
+        super().__init__(
+            target,
+            sample_of=dashboard.shown_sample,
+            palette_of=dashboard.palette_of,
+            window=dashboard.detail_window(target),
+            on_window=dashboard.remember_detail_window,
+        )
         self.dashboard = dashboard
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
