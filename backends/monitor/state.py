@@ -28,6 +28,7 @@ from gpumon.backends.model import (
     GpuHistory,
     GpuProcess,
     Health,
+    HostLoad,
     HostSample,
     HostStatus,
 )
@@ -87,6 +88,7 @@ class HostMonitor:
         self.latest: HostSample | None = None
         self.processes: tuple[GpuProcess, ...] = ()
         self.processes_time: float | None = None
+        self.host_load: HostLoad | None = None  # the target's CPU, RAM, load, swap
         self.histories: dict[int, GpuHistory] = {}
         self.skipped_lines = 0  # malformed lines dropped since start
         self.log_flow: dict[str, LogFlow] = {}  # per followed file: what came, what did not
@@ -339,6 +341,9 @@ class HostMonitor:
 
     def ingest_note(self, text: str) -> None:
         self.alerts.note(text)
+
+    def ingest_host_load(self, load: HostLoad) -> None:
+        self.host_load = load  # the dashboard's host line reads it at its next redraw
 
     def ingest_alert(
         self,

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import protocol
+from .hoststats import HostStatsReader
 from .logtail import LogTail
 from .protocol import AGENT_VERSION, AgentOptions
 
@@ -249,6 +250,15 @@ class Agent:
             self.start_http(target)
         if self.sglang_discover:
             threading.Thread(target=self.discover_loop, daemon=True, name="discover").start()
+        threading.Thread(target=self.host_stats_loop, daemon=True, name="host").start()
+
+    # --- the target's own CPU, memory, load, swap ----------------------------------
+    def host_stats_loop(self) -> None:
+        """``HostStats`` every interval (its own thread: /proc reads never wait on NVML)."""
+        reader = HostStatsReader()
+        while True:
+            self.out.send(reader.read())
+            time.sleep(self.interval)
 
     # --- nvidia-smi ----------------------------------------------------------------
     def supported_fields(self) -> list[str] | None:

@@ -57,7 +57,7 @@ def module_source(name: str) -> bytes:
 
 # The modules each program imports (``from . import protocol``), shipped before it.
 NEEDS: dict[str, tuple[str, ...]] = {
-    "agent": ("protocol", "logtail"),
+    "agent": ("protocol", "logtail", "hoststats"),
     "doctor_probe": ("doctor_probe_fs",),
 }
 

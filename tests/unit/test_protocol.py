@@ -25,6 +25,7 @@ def sample_messages() -> list[protocol.Message]:
         protocol.Http("sglang:30000", 1.5, 200, "sglang:x 1\n"),
         protocol.Note("kernel log not readable here"),
         protocol.LogProblem("watch", "/var/log/x.log", "Permission denied"),
+        protocol.HostStats(1.5, 12.5, 64, 1000, 500, 100, 50, [1.0, 2.0, 3.0]),
     ]
 
 

@@ -177,7 +177,11 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
                 rows = rows_of is None or i in rows_of
                 if rows:
                     self._dirty.discard(i)
-                ctx = replace(self._view_context(i), max_servers=plan.max_servers[i])
+                ctx = replace(
+                    self._view_context(i),
+                    max_servers=plan.max_servers[i],
+                    host_line=plan.host_line,
+                )
                 section.refresh_view(ctx, rows=rows)
             if self.cursor is None and any(s.gpus for s in self.sections):
                 self._move_cursor(0)

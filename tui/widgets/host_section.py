@@ -20,7 +20,15 @@ from textual.widgets import Static
 from gpumon.backends.model import ConnState, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.dashboard import HostNeeds
-from gpumon.tui.views import Palette, alert_count, gpu_owners, jobs_view, limit_servers, sglang_view
+from gpumon.tui.views import (
+    Palette,
+    alert_count,
+    gpu_owners,
+    host_load_text,
+    jobs_view,
+    limit_servers,
+    sglang_view,
+)
 from gpumon.tui.views.gpu_cells import (
     Cell,
     HeaderInput,
@@ -64,6 +72,7 @@ class ViewContext:
     job_cursor: int | None = None  # the cursor's row in this host's jobs pane
     max_servers: int | None = None  # SGLang server lines that fit (None: all)
     replay: str | None = None  # the replay's state, shown instead of the connection state
+    host_line: bool = False  # room for the target's CPU / RAM / load / swap line
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +124,7 @@ class HostSection(Vertical):
     DEFAULT_CSS = """
     HostSection { height: auto; }
     HostSection > .waiting { height: 1; }
+    HostSection > .host-line { height: 1; }
     """
 
     def __init__(self, monitor: HostMonitor, index: int) -> None:
@@ -123,6 +133,8 @@ class HostSection(Vertical):
         self.index = index
         self.shown: HostSample | None = None  # what the rows show (frozen while paused)
         self.header = HostHeader()
+        self.host_line = Static("", classes="host-line", markup=False)
+        self.host_line.display = False
         self.titles = ColumnTitles()
         self.waiting = Static("", classes="waiting", markup=False)
         self.rows: list[GpuRow] = []
@@ -137,6 +149,7 @@ class HostSection(Vertical):
 
     def compose(self) -> ComposeResult:
         yield self.header
+        yield self.host_line
         yield self.titles
         yield self.waiting
         yield self.sglang
@@ -196,6 +209,10 @@ class HostSection(Vertical):
                 ctx.palette,
             )
         )
+        load = m.host_load if ctx.host_line and ctx.replay is None else None
+        self.host_line.display = load is not None
+        if load is not None:
+            self.host_line.update(host_load_text(load, ctx.palette, stale=stale))
         if not rows and stale == self._stale and self.rows:
             return
         self._stale = stale
