@@ -246,3 +246,21 @@ async def test_ctrl_c_quits_the_dashboard(
         await pilot.press("ctrl+c")
         await pilot.pause()
         assert app.return_code == 0
+
+
+async def test_the_force_checkbox_is_empty_when_off(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    from textual.widgets import Checkbox
+
+    app = GpumonApp([demo_monitor(demo_time=30.0)])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait(pilot, lambda: app.dashboard.check_action("swap_torch", ()) is True)
+        await pilot.press("w")
+        await wait(pilot, lambda: isinstance(app.screen, SwapScreen), what="the swap dialog")
+        force = app.screen.query_one("#swap-force", Checkbox)
+        await pilot.pause()
+        assert not force.value and "X" not in force.render().plain  # no tick: it is off
+        force.value = True
+        await pilot.pause()
+        assert "X" in force.render().plain
