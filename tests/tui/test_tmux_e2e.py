@@ -264,3 +264,49 @@ def test_an_empty_memory_bar_never_takes_the_cursor_colour(
     assert all(is_grey(bg) for bg in backgrounds), backgrounds  # no cube colour like #005F5F
     if colours == "NO_COLOR":
         assert not any("38;2;" in line or "48;2;" in line for line in lines)
+
+
+def gib_used(row: str) -> float:
+    """The used GiB of a GPU row ("82.5/95.6GiB")."""
+    field = next(f for f in row.split() if f.endswith("GiB") and "/" in f)
+    return float(field.split("/")[0])
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_the_story_from_the_oom_to_the_fix_in_one_key(tmux: Tmux, size: tuple[int, int]) -> None:
+    """The drafter dies of its OOM (60 s of scenario time, 2.5 s from the start at twice
+    the speed); the strip offers the fix; r opens the restart dialog from GPU 0 with Cancel
+    focused (Enter closes it, nothing runs); r and y restart it and GPUs 5-7 refill."""
+    tmux.start([str(GPUMON), "demo", "--demo-time", "55", "--demo-speed", "2"], *size)
+    lines = tmux.wait_for(
+        lambda s: (
+            any("r restart drafter" in line for line in s)
+            and any("crashed: OOM on GPU 6" in line for line in s)
+            and all(gib_used(gpu_rows(s)[i]) < 1.0 for i in (5, 6, 7) if i in gpu_rows(s))
+        ),
+        30,
+        "the crash, its emptied GPUs and the strip's fix",
+    )
+    assert any("CRITICAL" in line and "r restart drafter" in line for line in lines)
+    tmux.run("send-keys", "-t", "t", "r")
+    tmux.wait_for(lambda s: any("Restart drafter on demo" in line for line in s), 10, "dialog")
+    tmux.wait_for(lambda s: any("Cancel (Esc)" in line for line in s), 10, "the buttons")
+    tmux.run("send-keys", "-t", "t", "Enter")  # Cancel has the focus: nothing happens
+    tmux.wait_for(lambda s: not any("Restart drafter on demo" in x for x in s), 10, "closed")
+    tmux.run("send-keys", "-t", "t", "r")
+    tmux.wait_for(
+        lambda s: (
+            any("Restart (y)" in line for line in s)
+            and not any("reading the state" in line for line in s)
+        ),
+        20,
+        "the plan",
+    )
+    tmux.run("send-keys", "-t", "t", "y")
+    tmux.wait_for(lambda s: any("OK:" in line for line in s), 60, "the restart's outcome")
+    tmux.run("send-keys", "-t", "t", "Escape")
+    tmux.wait_for(
+        lambda s: len(gpu_rows(s)) == 8 and all(gib_used(gpu_rows(s)[i]) > 1.0 for i in (5, 6, 7)),
+        30,
+        "GPUs 5-7 filling up again",
+    )
