@@ -28,12 +28,18 @@ def toasts(app: GpumonApp) -> list[Region]:
 
 
 def clear_of(app: GpumonApp, *widgets: Widget) -> None:
-    """Every toast on show misses every one of ``widgets``."""
+    """No toast on show covers any cell of ``widgets``: what the screen draws on top at
+    each cell a toast would reach is the widget (or one inside it), never the toast."""
     shown = toasts(app)
     assert shown, "no toast on show"
+    screen = app.screen
     for widget in widgets:
         for toast in shown:
-            assert not toast.overlaps(widget.region), (widget, toast, widget.region)
+            common = toast.intersection(widget.region)
+            for y in range(common.y, common.bottom):
+                for x in range(common.x, common.right):
+                    top, _ = screen.get_widget_at(x, y)
+                    assert not isinstance(top, Toast), (widget, toast, (x, y))
 
 
 async def with_toast(pilot: Pilot[int], wait: Wait, app: GpumonApp) -> None:
