@@ -272,12 +272,25 @@ def gib_used(row: str) -> float:
     return float(field.split("/")[0])
 
 
-@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
-def test_the_story_from_the_oom_to_the_fix_in_one_key(tmux: Tmux, size: tuple[int, int]) -> None:
+@pytest.mark.parametrize(
+    ("size", "colours"),
+    [((80, 24), "truecolor"), ((120, 40), "truecolor"), ((80, 24), "256"), ((80, 24), "NO_COLOR")],
+    ids=["80x24", "120x40", "80x24-256", "80x24-NO_COLOR"],
+)
+def test_the_story_from_the_oom_to_the_fix_in_one_key(
+    tmux: Tmux, size: tuple[int, int], colours: str
+) -> None:
     """The drafter dies of its OOM (60 s of scenario time, 2.5 s from the start at twice
     the speed); the strip offers the fix; r opens the restart dialog from GPU 0 with Cancel
-    focused (Enter closes it, nothing runs); r and y restart it and GPUs 5-7 refill."""
-    tmux.start([str(GPUMON), "demo", "--demo-time", "55", "--demo-speed", "2"], *size)
+    focused (Enter closes it, nothing runs); r and y restart it and GPUs 5-7 refill. Also in
+    a 256-colour terminal and with NO_COLOR."""
+    env = {
+        "truecolor": ["env", "COLORTERM=truecolor"],
+        "256": ["env", "-u", "COLORTERM", "TERM=screen-256color"],
+        "NO_COLOR": ["env", "NO_COLOR=1"],
+    }[colours]
+    demo = [str(GPUMON), "demo", "--demo-time", "55", "--demo-speed", "2"]
+    tmux.start([*env, *demo], *size)
     lines = tmux.wait_for(
         lambda s: (
             any("r restart drafter" in line for line in s)
