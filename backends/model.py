@@ -191,6 +191,21 @@ class HostStatus:
     transport: str = ""  # "ssh root@pve:22 -> pct 200", "local", "simulator"
 
 
+@dataclass(frozen=True, slots=True)
+class HostLoad:
+    """The target's own load (the agent's ``HostStats``): CPU busy %, memory and swap in
+    kiB, the 1/5/15 min load average; None where the target did not say."""
+
+    time: float
+    cpu_pct: float | None = None
+    cpus: int | None = None
+    mem_total_kib: int | None = None
+    mem_available_kib: int | None = None
+    swap_total_kib: int | None = None
+    swap_free_kib: int | None = None
+    load: tuple[float, float, float] | None = None
+
+
 class GpuHistory:
     """Bounded history of one GPU's headline values; owned by the monitor.
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.driver import Driver
 from textual.notifications import SeverityLevel
@@ -26,6 +27,7 @@ from textual.screen import Screen
 
 from gpumon.backends.actions import Session
 from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.paths import state_dir
 from gpumon.themes import (
     GPUMON_THEMES,
     STYLESHEET,
@@ -46,6 +48,12 @@ if TYPE_CHECKING:
     from gpumon.backends.notify.hub import NotifyHub
     from gpumon.backends.sim import SimSettings
 
+
+def screenshots_dir() -> Path:
+    """Where the palette's Screenshot writes its SVGs: ``$XDG_STATE_HOME/gpumon/screenshots``."""
+    return state_dir() / "screenshots"
+
+
 TERMINAL_CHECK_S = 1.0  # how often to look for a terminal that went away without a SIGHUP
 
 
@@ -53,8 +61,13 @@ class GpumonApp(App[int], inherit_bindings=False):
     TITLE = "gpumon"
     CSS_PATH = STYLESHEET
     COMMANDS: ClassVar = App.COMMANDS | {GpumonCommands}
-    # Textual's own (ctrl+q, ctrl+c; hidden), then the app's from the action table.
-    BINDINGS: ClassVar[list[BindingType]] = [*App.BINDINGS, *bindings("app")]
+    # Textual's own (ctrl+q; hidden) but Ctrl+C quits as in htop and k9s (Textual's only
+    # says how to quit), then the app's from the action table.
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *(b for b in App.BINDINGS if not (isinstance(b, Binding) and b.key == "ctrl+c")),
+        Binding("ctrl+c", "quit", "Quit", show=False, tooltip="Quit gpumon"),
+        *bindings("app"),
+    ]
 
     def __init__(
         self,
@@ -119,7 +132,10 @@ class GpumonApp(App[int], inherit_bindings=False):
             if self.hub is not None:
                 self.hub.terminal = self._write_terminal
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_hangup)
+                loop = asyncio.get_running_loop()
+                loop.add_signal_handler(signal.SIGHUP, self._on_hangup)
+                # SIGTERM leaves like q: monitors stopped, the demo's job and its folder gone
+                loop.add_signal_handler(signal.SIGTERM, self.exit, 0)
             self._tty = terminal_fd()
             if self._tty is not None:
                 self.set_interval(TERMINAL_CHECK_S, self._check_terminal, name="terminal")
@@ -128,7 +144,8 @@ class GpumonApp(App[int], inherit_bindings=False):
         self._mounted = False
         if not self.is_headless:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+                for signum in (signal.SIGHUP, signal.SIGTERM):
+                    asyncio.get_running_loop().remove_signal_handler(signum)
         await self.session.close()
         await asyncio.gather(*(m.stop() for m in self.monitors), return_exceptions=True)
         if self.hub is not None:
@@ -174,6 +191,31 @@ class GpumonApp(App[int], inherit_bindings=False):
     def on_resize(self) -> None:
         self.call_after_refresh(self.dashboard.refresh_dashboard)
 
+    # --- the palette's system commands ----------------------------------------------------
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        """Textual's, with its Screenshot (which hands the file to the terminal, where it
+        gets lost) replaced by one that writes the SVG to gpumon's state dir and says where."""
+        for command in super().get_system_commands(screen):
+            if command.title == "Screenshot":
+                yield SystemCommand(
+                    "Screenshot",
+                    f"Save an SVG of the screen in {screenshots_dir()}",
+                    lambda: self.set_timer(0.1, self.action_save_screenshot),
+                )
+            else:
+                yield command
+
+    def action_save_screenshot(self) -> None:
+        """Write an SVG of the screen on show; a notification names the file (or the error)."""
+        folder = screenshots_dir()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = self.save_screenshot(path=str(folder))
+        except OSError as e:
+            self.notify(f"screenshot not saved: {e}", title="Screenshot", severity="error")
+            return
+        self.notify(f"saved {path}", title="Screenshot", timeout=6)
+
     # --- the app's own keys --------------------------------------------------------------
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
@@ -183,13 +225,22 @@ class GpumonApp(App[int], inherit_bindings=False):
                 ("Dashboard", DashboardScreen.BINDINGS),
                 ("Detail view", DetailScreen.BINDINGS),
                 ("Alert history", AlertHistoryScreen.BINDINGS),
-                ("Anywhere", [Binding("ctrl+p", "command_palette", "Command palette")]),
+                (
+                    "Anywhere",
+                    [
+                        Binding("ctrl+p", "command_palette", "Command palette"),
+                        Binding("ctrl+c", "quit", "Quit gpumon"),
+                    ],
+                ),
             ]
         )
         self.push_screen(HelpScreen(rows))
 
     def action_cycle_theme(self) -> None:
-        order = theme_order(self.available_themes)
+        """``t``: gpumon's own themes in turn (the palette offers every theme); from a
+        theme chosen there, back to gpumon's first."""
+        own = [t.name for t in GPUMON_THEMES if t.name in self.available_themes]
+        order = own or theme_order(self.available_themes)
         at = order.index(self.theme) if self.theme in order else -1
         self.theme = order[(at + 1) % len(order)]
 

@@ -1,8 +1,8 @@
 """What the dashboard remembers between runs: ``$XDG_STATE_HOME/gpumon/state.json``.
 
-Only the theme for now. A missing, unreadable or malformed file reads as "nothing
-remembered"; a failed write is logged and otherwise ignored: losing a preference must
-never stop the dashboard.
+The theme and the detail view's plot window. A missing, unreadable or malformed file
+reads as "nothing remembered"; a failed write is logged and otherwise ignored: losing a
+preference must never stop the dashboard.
 """
 
 from __future__ import annotations
@@ -35,6 +35,17 @@ def remembered_theme() -> str | None:
 def remember_theme(name: str) -> None:
     """Store ``name`` as the theme for the next run (other keys are kept)."""
     update_state(theme=name)
+
+
+def remembered_window() -> float | None:
+    """The detail view's plot window chosen last (seconds), or None."""
+    window = load_state().get("detail_window")
+    return float(window) if isinstance(window, int | float) and window > 0 else None
+
+
+def remember_window(seconds: float) -> None:
+    """Store the detail view's plot window for the next opening and the next run."""
+    update_state(detail_window=seconds)
 
 
 def update_state(**values: Any) -> None:

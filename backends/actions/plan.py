@@ -80,11 +80,15 @@ def monitor_readings(monitor: HostMonitor) -> Readings:
 
 
 def mib(value: int | None) -> str:
-    return "not reported" if value is None else f"{value:,} MiB".replace(",", " ")
+    """GPU memory as the screen shows it: ``84.2 GiB`` from 1 GiB up, ``12 MiB`` below
+    (never ``86 214 MiB``, which reads as two numbers); ``not reported`` for None."""
+    if value is None:
+        return "not reported"
+    return f"{value / 1024:.1f} GiB" if value >= 1024 else f"{value} MiB"
 
 
 def gpu_summary(readings: GpuReadings | None, gpus: tuple[int, ...]) -> str:
-    """``GPU 5: 12 MiB, GPU 6: 45 120 MiB (PID 123)``."""
+    """``GPU 5: 12 MiB, GPU 6: 44.1 GiB (PID 123)``."""
     if readings is None:
         return "no GPU sample yet"
     parts = []
@@ -222,7 +226,7 @@ class ActionPlan:
                 return "no GPUs configured: not waiting"
             gpus = ", ".join(map(str, job.gpus))
             now = f"; now {self.gpus_now}" if self.gpus_now else ""
-            return f"until GPUs {gpus} use < {job.free_mib} MiB{now}"
+            return f"until GPUs {gpus} use < {mib(job.free_mib)}{now}"
         if step is Step.START:
             how = self.detached_by
             where = f" in {job.workdir}" if job.workdir else ""

@@ -358,7 +358,7 @@ class RestartRun:
             else:
                 holders = "no process listed (inside a container nvidia-smi may not show them)"
             parts.append(f"GPU {index} still uses {_mib(use.used_mib)}: {holders}")
-        return f"GPUs not free (< {job.free_mib} MiB) {waited}: " + "; ".join(parts)
+        return f"GPUs not free (< {_mib(job.free_mib)}) {waited}: " + "; ".join(parts)
 
     async def _start(self) -> None:
         job, transport = self.plan.job, self.target.transport

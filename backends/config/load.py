@@ -519,8 +519,7 @@ def format_hosts(config: Config) -> str:
         lines.append("no hosts configured")
     for host in config.hosts.values():
         lines += ["", f"[hosts.{_dotted((host.name,))}]  {host.describe()}"]
-        for f in fields(host):
-            lines.append(f"  {f.name:<16} {_format_value(f.name, getattr(host, f.name))}")
+        lines += _table_lines(host, "  ")
     for fleet in config.fleets.values():
         lines += ["", f"[fleet.{_dotted((fleet.name,))}]  prometheus {fleet.prometheus}"]
         lines += [f"  {key:<16} {value}" for key, value in fleet.settings()]
@@ -528,9 +527,34 @@ def format_hosts(config: Config) -> str:
     return "\n".join(lines)
 
 
+def _table_lines(obj: Any, indent: str) -> list[str]:
+    """``key  value`` rows of a config record; a nested record (sglang, alerts, each job)
+    is its own indented table under its name, never a dataclass repr."""
+    lines: list[str] = []
+    width = max(16, *(len(f.name) + 1 for f in fields(obj)))
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        records = value if isinstance(value, tuple) else (value,)
+        if records and all(hasattr(r, "__dataclass_fields__") for r in records):
+            for r in records:
+                name = getattr(r, "name", None) if f.name == "jobs" else None
+                lines.append(f"{indent}{f.name}{'.' + name if name else ''}")
+                lines += [row for row in _table_lines(r, indent + "  ") if not _is_name(row, r)]
+            continue
+        lines.append(f"{indent}{f.name:<{width}} {_format_value(f.name, value)}")
+    return lines
+
+
+def _is_name(row: str, record: Any) -> bool:
+    """The ``name`` row of a job's table (its name is already in the table's title)."""
+    return row.split() == ["name", str(getattr(record, "name", ""))]
+
+
 def _format_value(key: str, value: object) -> str:
-    if value is None or value == ():
+    if value is None or value == () or (isinstance(value, Mapping) and not value):
         return _UNSET_TEXT.get(key, "-")
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, tuple):
         return ", ".join(str(v) for v in value)
     if isinstance(value, bool):

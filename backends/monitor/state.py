@@ -30,6 +30,7 @@ from gpumon.backends.model import (
     GpuHistory,
     GpuProcess,
     Health,
+    HostLoad,
     HostSample,
     HostStatus,
     ProcessSource,
@@ -97,6 +98,7 @@ class HostMonitor:
         self._device_processes: tuple[GpuProcess, ...] = ()
         self._host_processes: tuple[GpuProcess, ...] = ()
         self.host_processes_time: float | None = None
+        self.host_load: HostLoad | None = None  # the target's CPU, RAM, load, swap
         self.histories: dict[int, GpuHistory] = {}
         self.skipped_lines = 0  # malformed lines dropped since start
         self.log_flow: dict[str, LogFlow] = {}  # per followed file: what came, what did not
@@ -437,6 +439,9 @@ class HostMonitor:
 
     def ingest_note(self, text: str) -> None:
         self.alerts.note(text)
+
+    def ingest_host_load(self, load: HostLoad) -> None:
+        self.host_load = load  # the dashboard's host line reads it at its next redraw
 
     def ingest_alert(
         self,

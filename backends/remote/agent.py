@@ -33,6 +33,7 @@ from typing import Any
 
 from . import protocol
 from .fetch import FetchError, http_get
+from .hoststats import HostStatsReader
 from .logtail import LogTail, Waker
 from .protocol import AGENT_VERSION, AgentOptions
 
@@ -262,6 +263,7 @@ class Agent:
             self.start_http(target)
         if self.sglang_discover:
             self.spawn("discover", self.discover_loop)
+        self.spawn("host", self.host_stats_loop)
 
     def spawn(self, name: str, loop: Callable[[], Any]) -> None:
         """Run ``loop`` in a daemon thread that says its own death (``ThreadDied``, once
@@ -283,6 +285,14 @@ class Agent:
                 time.sleep(THREAD_RESTART_S)
 
         threading.Thread(target=guarded, daemon=True, name=name).start()
+
+    # --- the target's own CPU, memory, load, swap ----------------------------------
+    def host_stats_loop(self) -> None:
+        """``HostStats`` every interval (its own thread: /proc reads never wait on NVML)."""
+        reader = HostStatsReader()
+        while True:
+            self.out.send(reader.read())
+            time.sleep(self.interval)
 
     # --- nvidia-smi ----------------------------------------------------------------
     def supported_fields(self) -> list[str] | None:

@@ -295,6 +295,48 @@ class ThreadDied(Message):
         )
 
 
+def _float_or_none(raw: dict[str, Any], key: str) -> float | None:
+    value = raw.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+@dataclass(frozen=True)
+class HostStats(Message):
+    """The target's own load (``hoststats``): CPU busy % since the last one, memory and
+    swap in kiB, the 1/5/15 min load average; None where /proc did not say."""
+
+    TYPE: ClassVar[str] = "host_stats"
+    t: float
+    cpu_pct: float | None = None
+    cpus: int | None = None
+    mem_total_kib: int | None = None
+    mem_available_kib: int | None = None
+    swap_total_kib: int | None = None
+    swap_free_kib: int | None = None
+    load: list[float] | None = None  # 1, 5, 15 min
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> HostStats:
+        load = raw.get("load")
+        numbers = (
+            [float(x) for x in load if isinstance(x, (int, float)) and not isinstance(x, bool)]
+            if isinstance(load, list)
+            else []
+        )
+        return cls(
+            t=_number(raw, "t"),
+            cpu_pct=_float_or_none(raw, "cpu_pct"),
+            cpus=_int_or_none(raw, "cpus"),
+            mem_total_kib=_int_or_none(raw, "mem_total_kib"),
+            mem_available_kib=_int_or_none(raw, "mem_available_kib"),
+            swap_total_kib=_int_or_none(raw, "swap_total_kib"),
+            swap_free_kib=_int_or_none(raw, "swap_free_kib"),
+            load=numbers if len(numbers) == 3 else None,
+        )
+
+
 MESSAGES: dict[str, type[Message]] = {
     cls.TYPE: cls
     for cls in (
@@ -310,6 +352,7 @@ MESSAGES: dict[str, type[Message]] = {
         Http,
         Note,
         ThreadDied,
+        HostStats,
     )
 }
 

@@ -31,7 +31,6 @@ class SimTransport(LocalTransport):
     """
 
     job_launch_method = "setsid"  # never a tmux session on the user's own tmux server
-    python_env_locked = "the simulator has no venv to change"  # its Python is gpumon's own
 
     def __init__(self, host: HostConfig, settings: Any) -> None:
         from gpumon.backends.sim.host_proc import write_proc_tree
@@ -56,6 +55,11 @@ class SimTransport(LocalTransport):
         self.sglang_ports = _sglang_ports() if settings.scenario == "sglang" else ()
         env = dict(os.environ)
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        if host.python == sys.executable:  # no python of the user's: the simulated venv's
+            from gpumon.backends.sim.venv import make_venv
+
+            python, index = make_venv(self.root)  # d reads it, w swaps torch in it
+            host = dataclasses.replace(host, python=python, torch_index=index)
         super().__init__(host, env)
         self.host_proc_root = proc_root
 

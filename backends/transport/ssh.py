@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -158,7 +159,8 @@ class SshTransport(Transport):
         except TimeoutError as e:
             raise TransportError(f"no answer from {target} within {h.connect_timeout:g} s") from e
         except OSError as e:
-            raise TransportError(f"cannot connect to {target}: {e.strerror or e}") from e
+            port = f" port {h.port}" if h.port else ""
+            raise TransportError(f"cannot connect to {target}{port}: {os_reason(e)}") from e
         except asyncssh.Error as e:
             raise TransportError(f"SSH to {target} failed: {e.reason}") from e
 
@@ -197,3 +199,17 @@ class SshTransport(Transport):
             conn.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.wait_closed(), 2.0)
+
+
+def os_reason(error: OSError) -> str:
+    """An OSError in words, one sentence: "connection refused", "name or service not
+    known", never asyncio's "Connect call failed ('127.0.0.1', 22)" or its "Multiple
+    exceptions: [Errno 111] ..., [Errno 99] ..." listing (the first errno said once)."""
+    errno = error.errno
+    if errno is None:
+        found = re.search(r"\[Errno (\d+)\]", str(error))
+        errno = int(found.group(1)) if found else None
+    if errno is not None and errno > 0:
+        return os.strerror(errno).lower()
+    text = str(error.strerror or error) or type(error).__name__
+    return text[:1].lower() + text[1:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
@@ -16,7 +17,7 @@ from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Button, Checkbox, Input, Log, OptionList
+from textual.widgets import Button, Checkbox, Input, Log, OptionList, Select
 
 from gpumon.backends.actions import (
     ActionPlan,
@@ -350,22 +351,23 @@ async def test_closing_a_refused_dialog_says_when_the_audit_log_cannot_be_writte
         assert {sev for _, sev in told()} == {"error"} and app.screen is not swap_dialog
 
 
-async def test_job_keys_are_greyed_out_without_a_job_under_the_cursor(
+async def test_job_keys_without_a_job_under_the_cursor_say_why_r_takes_the_incident(
     oom_demo: HostMonitor, wait: Wait
 ) -> None:
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(110, 40)) as pilot:
         await on_gpu(pilot, wait, app, 0)  # GPU 0 belongs to no job
         await wait(pilot, lambda: can(app, "doctor"), what="connected")
+        await oom_seen(pilot, wait, oom_demo)
         for action in ("restart_job", "stop_job", "start_job"):
-            assert app.dashboard.check_action(action, ()) is None, action
-        footer = app.screen.active_bindings
-        assert footer["r"].enabled is False and footer["S"].enabled is False
-        await pilot.press("r")
+            assert app.dashboard.check_action(action, ()) is True, action
+        seen = record_notifications(app)
+        await pilot.press("s")  # stop acts on the cursor's job only: it says why not
         assert not isinstance(app.screen, RestartScreen)
-        await pilot.press(*["down"] * OOM_GPU)
-        assert app.dashboard.check_action("restart_job", ()) is True
-        assert app.screen.active_bindings["r"].enabled is True
+        assert seen and seen[0][0].startswith("stop: GPU 0 runs no configured job"), seen
+        await pilot.press("r")  # restart takes the incident's job: the crashed drafter
+        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the dialog")
+        assert cast(RestartScreen, app.screen).job.name == "drafter"
 
 
 async def test_a_read_only_host_hides_its_mutating_keys(
@@ -500,7 +502,8 @@ async def test_doctor_shows_the_checks_and_reruns(
         report = screen.report
         assert report is not None
         torch = report.check("torch")
-        assert torch is not None and torch.status in ("n/a", "problem")
+        # the demo's simulated venv: a torch cu128 the doctor can read
+        assert torch is not None and torch.status == "ok" and "2.11.0+cu128" in torch.evidence
         table = shown(screen.query_one("#doctor-table"))
         row = next(line for line in table.splitlines() if " torch " in f" {line} ")
         assert torch.status in row and torch.evidence[:30] in row
@@ -513,37 +516,53 @@ async def test_doctor_shows_the_checks_and_reruns(
         await wait(pilot, lambda: not isinstance(app.screen, DoctorScreen), what="back")
 
 
-async def test_torch_swap_shows_the_plan_and_refuses_on_the_demo(
+async def swap_demo_to(
+    pilot: Pilot[int], wait: Wait, app: GpumonApp, variant: str, cuda: str
+) -> None:
+    """``w``, choose ``variant``, check the plan names it (never torch==0.0.0) and Force is
+    off, ``y``, see it swapped and verified (torch.version.cuda ``cuda``), close."""
+    await pilot.press("w")
+    await wait(pilot, lambda: isinstance(app.screen, SwapScreen), what="the dialog")
+    screen = cast(SwapScreen, app.screen)
+    await wait(pilot, lambda: screen.plan is not None, timeout=60, what="the plan")
+    if screen.variant != variant:
+        screen.query_one("#swap-variant", Select).value = variant
+        await wait(pilot, lambda: screen.plan is None, timeout=10, what="replanning")
+    await wait(pilot, lambda: screen.can_confirm, timeout=60, what="a plan to confirm")
+    text = shown(screen.query_one("#swap-plan"))
+    assert f"torch==2.11.0+{variant}" in text and "0.0.0" not in text, text
+    force = screen.query_one("#swap-force", Checkbox)
+    assert not force.value and "X" not in force.render().plain
+    await pilot.press("y")
+    await wait(pilot, lambda: screen.outcome is not None, timeout=120, what="the swap")
+    outcome = screen.outcome
+    assert outcome is not None
+    assert outcome.message == f"swapped to 2.11.0+{variant}, verified", outcome.message
+    assert cuda in shown(screen.query_one("#swap-plan"))  # the verification
+    await pilot.press("escape")
+    await wait(pilot, lambda: not isinstance(app.screen, SwapScreen), what="closed")
+
+
+async def test_w_on_the_demo_swaps_its_simulated_venv_to_cu130_and_back(
     oom_demo: HostMonitor, wait: Wait
 ) -> None:
+    """The demo has a venv of its own (torch 2.11.0+cu128, stand-in wheels from the
+    simulator's local index): the plan names the real target, never torch==0.0.0, and the
+    swap runs, verified, there and back; gpumon's own environment is not touched."""
+    python = oom_demo.host.python
+    assert python is not None and "gpumon-sim-" in python and python != sys.executable
     app = GpumonApp([oom_demo])
     async with app.run_test(size=(120, 50)) as pilot:
         await on_gpu(pilot, wait, app, 0)
         await wait(pilot, lambda: can(app, "swap_torch"), what="connected")
-        await pilot.press("w")
-        await wait(pilot, lambda: isinstance(app.screen, SwapScreen), what="the swap dialog")
-        screen = cast(SwapScreen, app.screen)
-        await wait(pilot, lambda: screen.plan is not None, timeout=60, what="the plan")
-        await pilot.pause()
-        text = shown(screen.query_one("#swap-plan"))
-        assert "refused: the simulator has no venv to change" in text
-        assert "pip install" in text and "/whl/cu130" in text  # the exact command
-        assert screen.query_one("#confirm", Button).disabled
-        assert screen.check_action("confirm", ()) is None
-        await pilot.press("y")
-        assert screen.outcome is None and not screen.running
-
-        force = screen.query_one("#swap-force", Checkbox)
-        assert not force.disabled  # some refusals can be overridden...
-        first = screen.plan
-        force.value = True
-        await wait(pilot, lambda: screen.plan is not first and not screen.planning, what="replan")
-        assert screen.plan is not None and screen.plan.forced
-        assert screen.query_one("#confirm", Button).disabled  # ...but not "no venv"
-        await pilot.press("escape")
-        await wait(pilot, lambda: not isinstance(app.screen, SwapScreen), what="closed")
-        [entry] = entries("swap-torch")
-        assert entry["outcome"] == "refused" and "no venv" in entry["detail"]
+        for variant, cuda in (("cu130", "13.0"), ("cu128", "12.8")):
+            await swap_demo_to(pilot, wait, app, variant, cuda)
+        await pilot.press("d")  # the doctor reads the same venv
+        await wait(pilot, lambda: isinstance(app.screen, DoctorScreen), what="the doctor")
+        doctor = cast(DoctorScreen, app.screen)
+        await wait(pilot, lambda: doctor.report is not None, timeout=60, what="the checks")
+        assert "2.11.0+cu128" in shown(doctor.query_one("#doctor-table"))
+    assert [e["outcome"] for e in entries("swap-torch")] == ["started", "swapped"] * 2
 
 
 async def test_torch_swap_plan_is_refused_when_read_only(oom_demo: HostMonitor, wait: Wait) -> None:

@@ -4,6 +4,7 @@ and the header saying REPLAY instead of the connection state."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -142,13 +143,13 @@ async def test_a_demo_incident_replays_its_jobs_pane_once_each_alert_and_jumps(
     section = app.dashboard.sections[0]
     async with app.run_test(size=(120, 40)) as pilot:
         await wait(pilot, lambda: "REPLAY paused" in header(app), what="the replay header")
-        assert app.dashboard.check_action("replay_previous_alert", ()) is None
+        assert not replay.has_previous_alert()
         await pilot.press("n")  # the first alert: GPU 6 memory
         await pilot.pause()
         first = replay.now
         assert any(a.kind == "memory" for a in monitor.alerts.active())
         assert "drafter" in section.jobs.plain and "running" in section.jobs.plain
-        while app.dashboard.check_action("replay_next_alert", ()) is True:
+        while replay.has_next_alert():
             await pilot.press("n")
         await pilot.press("p")
         await wait(pilot, lambda: replay.finished, timeout=20, what="the end")
@@ -158,7 +159,7 @@ async def test_a_demo_incident_replays_its_jobs_pane_once_each_alert_and_jumps(
         assert len(keys) == len(set(keys)) and kinds.count("cuda_oom") == 1
         assert kinds.count("oom_death") <= 1 and kinds.count("memory") == 1
         assert "drafter: CUDA OOM on GPU 6" in app.dashboard.strip.plain
-        while app.dashboard.check_action("replay_previous_alert", ()) is True:
+        while replay.has_previous_alert():
             await pilot.press("N")  # back to the first alert: played again from the start
         await pilot.pause()
         assert replay.now == first and not replay.finished
@@ -177,8 +178,6 @@ async def test_live_hosts_hide_the_replay_keys(
             "replay_step",
             "replay_faster",
             "replay_slower",
-            "replay_next_alert",
-            "replay_previous_alert",
         ):
             assert app.dashboard.check_action(action, ()) is False
 
@@ -203,6 +202,7 @@ def test_no_bell_reaches_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
         return 0
 
     monkeypatch.setattr(app_module, "run_dashboard", run_dashboard)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # the dashboard needs a terminal
     assert cli.main(["demo", "--no-bell"]) == 0
     assert cli.main(["demo"]) == 0
     assert [c["bell"] for c in calls] == [False, True]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 from textual.pilot import Pilot
 
+from gpumon.backends.model import HostLoad
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
@@ -29,6 +30,26 @@ def frozen_clock() -> float:
 @pytest.fixture(autouse=True)
 def _times_in_utc(utc: None) -> None:
     """Alert times and the replay clock are local times: show them in UTC."""
+
+
+FIXED_LOAD = HostLoad(
+    time=FROZEN_NOW,
+    cpu_pct=37.5,
+    cpus=64,
+    mem_total_kib=528 * 1024 * 1024,
+    mem_available_kib=400 * 1024 * 1024,
+    swap_total_kib=8 * 1024 * 1024,
+    swap_free_kib=8 * 1024 * 1024,
+    load=(12.3, 10.1, 9.8),
+)
+
+
+@pytest.fixture(autouse=True)
+def _fixed_host_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent reads this machine's /proc: the host line shows fixed values instead."""
+    monkeypatch.setattr(
+        HostMonitor, "ingest_host_load", lambda self, load: setattr(self, "host_load", FIXED_LOAD)
+    )
 
 
 def jobs_reported(monitor: HostMonitor) -> bool:

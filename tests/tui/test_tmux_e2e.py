@@ -4,8 +4,10 @@ private server per test), read back with ``capture-pane`` like a person would se
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -127,8 +129,8 @@ def test_demo_in_tmux_lists_every_gpu_relayouts_and_quits(tmux: Tmux, tmp_path: 
     lines = tmux.wait_for(lambda s: len(gpu_rows(s)) == 8, 20, "8 GPU rows")
     rows = gpu_rows(lines)
     assert sorted(rows) == list(range(8))
-    assert all("RTX PRO 6000 Bw" in rows[i] for i in range(5))
-    assert all("drafter" in rows[i] for i in (5, 6, 7))  # narrow: the owner, not the model
+    assert all(rows[i].replace("▶", " ").split()[1] == "-" for i in range(5))  # owner column
+    assert all("drafter" in rows[i] for i in (5, 6, 7))  # the owner, not the model
     lines = tmux.wait_for(
         lambda s: any(line.startswith("drafter ") and "/5000" in line for line in s),
         10,
@@ -165,16 +167,159 @@ def test_demo_in_tmux_lists_every_gpu_relayouts_and_quits(tmux: Tmux, tmp_path: 
     assert tmux.info("#{alternate_on}") == "0"  # the terminal was given back
 
 
-def test_demo_exits_when_its_terminal_goes_away(tmux: Tmux) -> None:
+@pytest.mark.parametrize("how", ["hangup", "SIGTERM"])
+def test_demo_cleans_up_when_its_terminal_goes_away_or_on_sigterm(tmux: Tmux, how: str) -> None:
     tmux.start([str(GPUMON), "demo"], 80, 24)
     tmux.wait_for(lambda s: len(gpu_rows(s)) == 8, 20, "8 GPU rows")
     pid = int(tmux.info("#{pane_pid}"))
     sim = str(tmux.tmpdir)
     assert processes_mentioning(sim), "the simulator's tools should be running"
-    tmux.kill()  # the pane's terminal goes away: SIGHUP
-    deadline = time.monotonic() + 10
+    if how == "hangup":
+        tmux.kill()  # the pane's terminal goes away: SIGHUP
+    else:
+        os.kill(pid, signal.SIGTERM)  # leaves like q
+    deadline = time.monotonic() + 15
     while alive(pid) or processes_mentioning(sim):
         left = processes_mentioning(sim) | ({pid} if alive(pid) else set())
-        assert time.monotonic() < deadline, f"still running after hangup: {sorted(left)}"
+        assert time.monotonic() < deadline, f"still running after {how}: {sorted(left)}"
         time.sleep(0.05)
+    assert not any(tmux.tmpdir.iterdir()), f"the simulator's files were not cleaned up ({how})"
+
+
+def test_ctrl_c_quits(tmux: Tmux, tmp_path: Path) -> None:
+    status = tmp_path / "exit-status"
+    script = f'{shlex.quote(str(GPUMON))} demo; echo "$?" > {shlex.quote(str(status))}'
+    tmux.start(["sh", "-c", script], 80, 24)
+    tmux.wait_for(lambda s: len(gpu_rows(s)) == 8, 20, "8 GPU rows")
+    tmux.run("send-keys", "-t", "t", "C-c")
+    deadline = time.monotonic() + 10
+    while not status.exists() or not status.read_text().strip():
+        assert time.monotonic() < deadline, "gpumon did not exit on Ctrl+C:\n" + "\n".join(
+            tmux.screen()
+        )
+        time.sleep(0.05)
+    assert status.read_text().strip() == "0"
     assert not any(tmux.tmpdir.iterdir()), "the simulator's files were not cleaned up"
+
+
+Cell = tuple[str, int | None]  # (character, background: a 256-colour index, None: default)
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def cells_of(line: str) -> list[Cell]:
+    """One ``capture-pane -e`` line as (character, background) cells; only 256-colour and
+    default backgrounds are tracked (a truecolor one is -1)."""
+    out: list[Cell] = []
+    bg: int | None = None
+    pos = 0
+    for m in SGR.finditer(line + "\x1b[m"):
+        out += [(ch, bg) for ch in line[pos : m.start()]]
+        pos = m.end()
+        params = [int(p) if p else 0 for p in m.group(1).split(";")]
+        k = 0
+        while k < len(params):
+            p = params[k]
+            if p in (0, 49):
+                bg = None
+            elif p == 48 and params[k + 1 : k + 2] == [5]:
+                bg, k = params[k + 2], k + 2
+            elif p == 48 and params[k + 1 : k + 2] == [2]:
+                bg, k = -1, k + 4
+            elif p in (38, 58) and params[k + 1 : k + 2] == [5]:
+                k += 2
+            elif p in (38, 58) and params[k + 1 : k + 2] == [2]:
+                k += 4
+            k += 1
+    return out
+
+
+def is_grey(index: int | None) -> bool:
+    """A 256-colour index on the grey ramp (or black / white / the cube's greys)."""
+    return index is None or 232 <= index <= 255 or index in (0, 7, 8, 15, 16, 59, 102, 145, 188)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+@pytest.mark.parametrize("colours", ["256", "NO_COLOR"])
+def test_an_empty_memory_bar_never_takes_the_cursor_colour(
+    tmux: Tmux, size: tuple[int, int], colours: str
+) -> None:
+    env = ["env", "-u", "COLORTERM", "TERM=screen-256color"]
+    if colours == "NO_COLOR":
+        env.append("NO_COLOR=1")
+    # 70 s: after the OOM, the drafter's GPUs 5-7 are empty; the cursor is on GPU 0
+    tmux.start([*env, str(GPUMON), "demo", "--demo-time", "70"], *size)
+    tmux.wait_for(
+        lambda s: len(gpu_rows(s)) == 8 and " 0.0/95.6G" in gpu_rows(s)[6], 20, "the empty GPU 6"
+    )
+    lines = tmux.run("capture-pane", "-p", "-e", "-t", "t").splitlines()
+    plain = [SGR.sub("", line) for line in lines]
+    rows = {i: cells_of(lines[plain.index(text)]) for i, text in gpu_rows(plain).items()}
+    cursor_bg = next(bg for ch, bg in rows[0] if ch == "▶")
+    assert "█" in "".join(ch for ch, _ in rows[1])  # a full bar shows as blocks
+    empty = rows[6]
+    assert "█" not in "".join(ch for ch, _ in empty)
+    backgrounds = {bg for _, bg in empty}
+    assert cursor_bg not in backgrounds, (cursor_bg, backgrounds)  # the empty bar reads empty
+    assert len(backgrounds) >= 2, "the empty bar's track is drawn"
+    assert all(is_grey(bg) for bg in backgrounds), backgrounds  # no cube colour like #005F5F
+    if colours == "NO_COLOR":
+        assert not any("38;2;" in line or "48;2;" in line for line in lines)
+
+
+def gib_used(row: str) -> float:
+    """The used GiB of a GPU row ("82.5/95.6GiB")."""
+    field = next(f for f in row.split() if f.endswith("GiB") and "/" in f)
+    return float(field.split("/")[0])
+
+
+@pytest.mark.parametrize(
+    ("size", "colours"),
+    [((80, 24), "truecolor"), ((120, 40), "truecolor"), ((80, 24), "256"), ((80, 24), "NO_COLOR")],
+    ids=["80x24", "120x40", "80x24-256", "80x24-NO_COLOR"],
+)
+def test_the_story_from_the_oom_to_the_fix_in_one_key(
+    tmux: Tmux, size: tuple[int, int], colours: str
+) -> None:
+    """The drafter dies of its OOM (60 s of scenario time, 2.5 s from the start at twice
+    the speed); the strip offers the fix; r opens the restart dialog from GPU 0 with Cancel
+    focused (Enter closes it, nothing runs); r and y restart it and GPUs 5-7 refill. Also in
+    a 256-colour terminal and with NO_COLOR."""
+    env = {
+        "truecolor": ["env", "COLORTERM=truecolor"],
+        "256": ["env", "-u", "COLORTERM", "TERM=screen-256color"],
+        "NO_COLOR": ["env", "NO_COLOR=1"],
+    }[colours]
+    demo = [str(GPUMON), "demo", "--demo-time", "55", "--demo-speed", "2"]
+    tmux.start([*env, *demo], *size)
+    lines = tmux.wait_for(
+        lambda s: (
+            any("r restart drafter" in line for line in s)
+            and any("crashed: OOM on GPU 6" in line for line in s)
+            and all(gib_used(gpu_rows(s)[i]) < 1.0 for i in (5, 6, 7) if i in gpu_rows(s))
+        ),
+        30,
+        "the crash, its emptied GPUs and the strip's fix",
+    )
+    assert any("CRITICAL" in line and "r restart drafter" in line for line in lines)
+    tmux.run("send-keys", "-t", "t", "r")
+    tmux.wait_for(lambda s: any("Restart drafter on demo" in line for line in s), 10, "dialog")
+    tmux.wait_for(lambda s: any("Cancel (Esc)" in line for line in s), 10, "the buttons")
+    tmux.run("send-keys", "-t", "t", "Enter")  # Cancel has the focus: nothing happens
+    tmux.wait_for(lambda s: not any("Restart drafter on demo" in x for x in s), 10, "closed")
+    tmux.run("send-keys", "-t", "t", "r")
+    tmux.wait_for(
+        lambda s: (
+            any("Restart (y)" in line for line in s)
+            and not any("reading the state" in line for line in s)
+        ),
+        20,
+        "the plan",
+    )
+    tmux.run("send-keys", "-t", "t", "y")
+    tmux.wait_for(lambda s: any("OK:" in line for line in s), 60, "the restart's outcome")
+    tmux.run("send-keys", "-t", "t", "Escape")
+    tmux.wait_for(
+        lambda s: len(gpu_rows(s)) == 8 and all(gib_used(gpu_rows(s)[i]) > 1.0 for i in (5, 6, 7)),
+        30,
+        "GPUs 5-7 filling up again",
+    )

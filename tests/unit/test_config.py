@@ -449,11 +449,31 @@ def test_format_hosts_lists_every_resolved_value(tmp_path: Path) -> None:
     assert "[hosts.ct200]  ssh root@pve1:22 -> pct exec 200" in text
     assert "[hosts.gpu2]  ssh gpu2" in text
     for f in dataclasses.fields(HostConfig):
-        assert text.count(f"  {f.name} ") == 2, f.name
+        if f.name != "alerts":  # a table of its own under each host
+            assert text.count(f"  {f.name} ") == 2, f.name
+    assert len(re.findall(r"\n  alerts\n    memory_warning_pct +95\.0\n", text)) == 2
+    assert "AlertRules(" not in text and "JobConfig(" not in text  # tables, not reprs
     assert "  interval         0.5 s" in text
     assert "  identity         /k/a, /k/b" in text
     assert "  read_only        true" in text
     assert "  python           (try python3)" in text
+
+
+def test_format_hosts_shows_jobs_and_sglang_as_tables(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        '[hosts.ct200]\n[hosts.ct200.sglang]\nports = "30000-30001"\n'
+        '[hosts.ct200.jobs.drafter]\ngpus = [5, 6]\nstart = "python train.py"\n'
+        'env = { CUDA_VISIBLE_DEVICES = "5,6" }\n',
+    )
+    lines = format_hosts(config).splitlines()
+    at = lines.index("  jobs.drafter")
+    assert lines[at + 1 : at + 3] == ["    gpus             5, 6", "    log              -"]
+    assert "    env              CUDA_VISIBLE_DEVICES=5,6" in lines
+    assert "    params           -" in lines
+    at = lines.index("  sglang")
+    assert lines[at + 1] == "    ports            30000, 30001"
+    assert not any("Config(" in line or "mappingproxy" in line for line in lines)
 
 
 def test_format_hosts_without_a_file(tmp_path: Path) -> None:

@@ -135,7 +135,7 @@ def test_plan_lines_show_state_alert_params_commands_and_pids() -> None:
     assert "state:      crashed (CUDA OOM on GPU 6)" in text
     assert "last alert: GPU 6: CUDA out of memory" in text
     assert "SIGTERM to process group 100 (PIDs 100 101), SIGKILL after 30 s" in text
-    assert "until GPUs 5, 6, 7 use < 1024 MiB" in text
+    assert "until GPUs 5, 6, 7 use < 1.0 GiB" in text
     assert "train --resume latest --budget 65536" in text
     assert plan.pids == (100, 101)
     assert plan.commands == [
@@ -202,3 +202,12 @@ def test_policy_window_forgets_old_restarts_and_ignores_other_crashes() -> None:
     assert not off.restart and "auto-restart is off" in off.message
     assert AutoRestartPolicy(_job(auto_restart=True, max_restarts=0)).decide(0, True, "oom").give_up
     assert is_oom("CUDA out of memory") and not is_oom("zoom") and not is_oom(None)
+
+
+def test_gpu_memory_in_dialogs_reads_as_one_number() -> None:
+    from gpumon.backends.actions.plan import mib
+
+    assert mib(86214) == "84.2 GiB"  # not "86 214 MiB", which reads as two numbers
+    assert mib(1024) == "1.0 GiB"
+    assert mib(12) == "12 MiB"
+    assert mib(None) == "not reported"

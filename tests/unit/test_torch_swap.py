@@ -17,7 +17,6 @@ import pytest
 from gpumon.backends.actions import audit
 from gpumon.backends.config import HostConfig, JobConfig
 from gpumon.backends.remote import BOOTSTRAP
-from gpumon.backends.sim import SimTransport
 from gpumon.backends.torchenv import (
     MERGE,
     WRITE,
@@ -258,7 +257,7 @@ def test_no_gpu_allows_cpu_and_cuda_only_with_force() -> None:
         ({}, {"torch": {"installed": False}}, "torch is not installed in this venv", False),
         ({}, {"python": {"is_venv": False}}, "is not a virtual environment", True),
         ({}, {"python": {"uv": None, "pip": False}}, "neither uv nor pip", False),
-        ({"env_locked": SimTransport.python_env_locked}, {}, "the simulator has no venv", False),
+        ({"env_locked": "the venv is managed by the image"}, {}, "managed by the image", False),
     ],
 )
 def test_refusals(

@@ -55,12 +55,28 @@ def test_the_footer_shows_the_tables_labels_in_its_order() -> None:
     shown = [b for b in bindings("dashboard") if b.show]
     assert [b.description for b in shown] == [a.label for a in ACTIONS if a.footer]
     hidden = {a.keys for a in ACTIONS if not a.footer}
-    assert {"s", "S", "K", "down,j", "up,k", "N"} == hidden  # the footer has room for ten or so
+    navigation = {"g,home", "G,end", "pagedown", "pageup", "n", "N", *"0123456789"}
+    assert {"s", "S", "K", "down,j", "up,k"} | navigation == hidden  # room for ten or so
+
+
+def test_the_digits_share_one_help_row_and_stay_off_the_detail_view() -> None:
+    rows = help_rows([("Dashboard", DashboardScreen.BINDINGS)])
+    [digits] = [r for r in rows if r[2].startswith("Jump to that GPU")]
+    assert digits[1] == "0 1 2 3 4 5 6 7 8 9"
+    detail = keys_of([*DetailScreen.BINDINGS, *bindings("detail")])  # type: ignore[list-item]
+    assert detail.count("1") == 1  # the window key, not a jump
 
 
 def test_help_lists_every_action_with_its_help_line() -> None:
     rows = help_rows([("Dashboard", DashboardScreen.BINDINGS)])
-    assert rows == [("Dashboard", key_text(a.keys), a.help) for a in ACTIONS]
+    expected: list[tuple[str, str, str]] = []
+    for a in ACTIONS:  # neighbours with the same help line share a row
+        if expected and expected[-1][2] == a.help:
+            expected[-1] = ("Dashboard", f"{expected[-1][1]} {key_text(a.keys)}", a.help)
+        else:
+            expected.append(("Dashboard", key_text(a.keys), a.help))
+    assert rows == expected
+    assert len(rows) == len(ACTIONS) - 9  # the ten digits on one row
 
 
 def test_palette_entries_name_the_job_and_host_and_skip_job_actions_without_a_job() -> None:

@@ -44,6 +44,7 @@ from gpumon.tui.views.gpu_cells import (
     power_cell,
     process_name,
     process_summary,
+    reported_details,
     short_name,
     temperature_role,
 )
@@ -116,7 +117,7 @@ def level_of(gpu: GpuSample) -> Health | None:
 
 def test_cells_of_a_full_sample() -> None:
     c = gpu_cells(FULL, level_of(FULL))  # 98.7 %: over the default 98.5 % critical line
-    assert c.memory == Cell("94.4/95.6G", Role.CRITICAL)
+    assert c.memory == Cell("94.4/95.6GiB", Role.CRITICAL)
     assert c.memory_pct == Cell("98%", Role.CRITICAL)
     assert c.memory_role == Role.CRITICAL
     assert c.util == Cell("74%")
@@ -203,7 +204,7 @@ def test_process_names_are_printable_and_say_when_hidden() -> None:
     assert process_name(GpuProcess(1, None, 10), False) == "[name not reported]"
     gpu = GpuSample(index=0, uuid="U")
     sample = HostSample("h", 0.0, None, (gpu,), processes=(GpuProcess(7, None, 2048, "U"),))
-    assert process_summary(sample, gpu, True).text == "procs: 7 [not visible in container] 2.0G"
+    assert process_summary(sample, gpu, True).text == "procs: 7 [not visible in container] 2.0GiB"
 
 
 def _header(**kw: object) -> HeaderInput:
@@ -289,7 +290,7 @@ def _view(cells_of: GpuSample, height: int = 1, stale: bool = False) -> RowView:
         stale=stale,
         cursor=True,
         height=height,
-        processes=Cell("procs: 1 python 2.0G", Role.MUTED),
+        processes=Cell("procs: 1 python 2.0GiB", Role.MUTED),
         palette=PALETTE,
         memory_rules=AlertRules(),
     )
@@ -300,7 +301,7 @@ def test_render_row_fits_the_width_and_draws_every_part() -> None:
         text = render_row(_view(FULL), row_layout(width))
         assert len(text.plain) == width
         assert text.plain.startswith("▶ 6")
-        assert "94.4/95.6G" in text.plain and text.plain.endswith("▄ █")
+        assert "94.4/95.6GiB" in text.plain and text.plain.endswith("▄ █")
     tall = render_row(_view(FULL, height=3), row_layout(200)).plain.split("\n")
     assert len(tall) == 3 and "procs: 1 python" in tall[2]
     assert "P0" not in tall[1]  # P-state has its own column at this width
@@ -445,3 +446,48 @@ def test_connection_watch_announces_transitions_only() -> None:
     assert first is not None and first.message == "gpu2: cannot connect: refused"
     never.change(ConnState.CONNECTING, None)
     assert never.change(ConnState.RECONNECTING, "refused") is None  # said once
+    other = ConnectionWatch("ct200", ConnState.CONNECTING)
+    said = other.change(ConnState.FAILED, "cannot connect to pve1 port 22: connection refused")
+    assert said is not None  # one sentence, "cannot connect" once
+    assert said.message == "ct200: cannot connect to pve1 port 22: connection refused"
+
+
+def test_os_errors_read_as_one_sentence() -> None:
+    from gpumon.backends.transport.ssh import os_reason
+
+    refused = ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 22)")
+    assert os_reason(refused) == "connection refused"
+    both = OSError("Multiple exceptions: [Errno 111] Connect call failed ('127.0.0.1', 22), "
+                   "[Errno 99] Cannot assign requested address")  # fmt: skip
+    assert os_reason(both) == "connection refused"
+    assert os_reason(OSError("Network is down")) == "network is down"
+
+
+@pytest.mark.parametrize("theme", [*GPUMON_THEMES, *BUILTIN_THEMES.values()], ids=lambda t: t.name)
+def test_the_bar_track_stays_grey_in_256_colours_never_the_cursors_colour(theme: Theme) -> None:
+    """tmux without truecolor: a bluish track (#26303B) became the cube's #005F5F, the
+    cursor row's colour too, and an empty bar looked full."""
+    pal = Palette.from_theme(theme)
+
+    def eight_bit(colour: str) -> int | None:
+        return RichColor.parse(colour).downgrade(ColorSystem.EIGHT_BIT).number
+
+    track = eight_bit(pal.track)
+    if RichColor.parse(pal.track).triplet is None:
+        return  # an ANSI theme: the terminal's own palette
+    assert track is not None and (232 <= track <= 255 or track in (16, 59, 102, 145, 188, 231))
+    if pal.cursor is not None:
+        assert track != eight_bit(pal.cursor)
+
+
+def test_details_a_host_never_reports_are_left_out_not_na_on_every_row() -> None:
+    """An RTX PRO 6000 reports no memory temperature and no fan: those stay out of every
+    tall row; a value one GPU has and another lacks is n/a on the one that lacks it."""
+    a = GpuSample(index=0, uuid="A", pstate="P0", sm_clock_mhz=2400, ecc_uncorrected=0)
+    b = GpuSample(index=1, uuid="B", pstate="P0", sm_clock_mhz=None, ecc_uncorrected=0)
+    reported = reported_details([a, b])
+    assert reported == {"pstate", "sm_clock_mhz", "ecc_uncorrected"}
+    text = gpu_cells(b, None, reported=reported).details.text
+    assert text == "P0  SM n/a  ECC 0"
+    assert "fan" not in text and "mem temp" not in text
+    assert "fan n/a" in gpu_cells(b, None).details.text  # nothing said: everything shown

@@ -61,9 +61,9 @@ def test_numbers_read_short_and_unknown_is_na() -> None:
         "0", "9.99", "812", "1.20k", "13.0k", "1.50M",
     ]  # fmt: skip
     assert latency_pair(None, 0.9) == NA
-    assert latency_pair(0.12, 0.45).text == "120/450ms"
+    assert latency_pair(0.12, 0.45).text == "0.12/0.45s"  # one unit per column: seconds
     assert latency_pair(0.6, 2.67).text == "0.60/2.67s"
-    assert latency_pair(0.3, None).text == "300ms"
+    assert latency_pair(0.3, None).text == "0.30s"
     assert model_short("Qwen/Qwen3-8B") == "Qwen3-8B"
     assert model_short("/models/llama\x1b[2J/") == "llama\\x1b[2J"
     assert model_short(None) is None
@@ -98,8 +98,9 @@ def test_job_cells_say_how_it_ended_and_never_invent_zeros() -> None:
     job.mark_crashed("OOM on GPU 6", 102.0)
     cells = job_cells(job)
     assert cells["state"] == Cell("crashed: OOM on GPU 6", Role.CRITICAL)
-    assert cells["rate"].role == Role.MUTED  # the last known rate, not a live one
+    assert cells["rate"] == Cell("-", Role.MUTED)  # a crashed job runs at no rate
     assert cells["ETA"] == NA
+    assert cells["progress"].text == "701/5000"  # where it stopped stays
 
 
 def _gpus(n: int) -> tuple[GpuSample, ...]:
@@ -273,7 +274,7 @@ def test_full_in_replaces_the_newest_sparkline_columns_and_fits() -> None:
         )
         text = render_row(view, row_layout(width)).plain
         assert len(text) == width and text.rstrip().endswith("s")
-        assert "full in ~40" in text
+        assert "full" in text and "~40" in text  # "full ~40s" at 80 columns
         assert ("drafter" in text) and (("RTX" in text) is False)
 
 

@@ -1,6 +1,7 @@
 """The ``gpumon`` command.
 
-    gpumon HOST [HOST ...]        the dashboard (``demo`` is the built-in simulated CT200)
+    gpumon [HOST ...]             the dashboard (``demo`` is the built-in simulated CT200;
+                                  no HOST: every configured host)
     gpumon replay FILE            a flight recording in the dashboard (pause, step, speed)
     gpumon snapshot HOST [--json] one complete sample, as a table or JSON
     gpumon check HOST             one summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
@@ -12,7 +13,8 @@
     gpumon notify test|status     test a notifier, show the outbox
     gpumon fleet [NAME] [--json|--check]  many nodes from Prometheus, sorted by trouble
 
-Kept light at import time (no Textual, no asyncssh): headless commands start fast.
+Kept light at import time (no Textual, no asyncssh): headless commands start fast. The
+subcommand words are listed in ``words`` (a typo of one is answered "did you mean").
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gpumon.backends.errors import GpumonError
 from gpumon.tui.cli import fleet as cli_fleet
 from gpumon.tui.cli import torch as cli_torch
 from gpumon.tui.cli import watch as cli_watch
+from gpumon.tui.cli import words
 from gpumon.tui.cli.restart import build_parser as restart_parser
 from gpumon.tui.cli.restart import cmd_restart
 
@@ -42,6 +45,32 @@ EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 RATE_WAIT_S = 10.0  # how long snapshot/check wait for throughput rates (two observations)
 CHECK_WINDOW_S = 5.0  # how long check watches: trends and silences need more than one sample
+INTERVAL_RANGE = (0.1, 3600.0)  # seconds, as the config's `interval`
+HOW_TO_START = (
+    "try `gpumon demo` (a simulated GPU machine) or `gpumon local` (this machine), "
+    "or add a [hosts.NAME] table to the config (`gpumon config path` says where)"
+)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"gpumon {version('gpumon-tui')}"
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "gpumon (version unknown: not installed)"
+
+
+def _interval(text: str) -> float:
+    """``--interval``: seconds between samples, 0.1 to 3600 (what the config allows)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    low, high = INTERVAL_RANGE
+    if not low <= value <= high:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text} s is out of range: {low:g} to {high:g} s")
+    return value
 
 
 def _common_options(parser: argparse.ArgumentParser) -> None:
@@ -88,13 +117,18 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     )
     main.add_argument(
         "hosts",
-        nargs="+",
+        nargs="*",
         metavar="HOST",
-        help="configured host name, user@host[:port], ssh alias, 'local' or 'demo'",
+        help="configured host name, user@host[:port], ssh alias, 'local' or 'demo' "
+        "(none: every configured host)",
     )
+    main.add_argument("--version", action="version", version=_version())
     main.add_argument("--theme", help="colour theme (remembered)")
     main.add_argument(
-        "--interval", type=float, metavar="SECONDS", help="sampling interval (overrides the config)"
+        "--interval",
+        type=_interval,
+        metavar="SECONDS",
+        help="sampling interval, 0.1 to 3600 s (overrides the config)",
     )
     main.add_argument(
         "--no-bell", action="store_true", help="no terminal bell on a new critical alert"
@@ -242,8 +276,38 @@ def _cmd_config(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _no_terminal(command: str) -> int | None:
+    """Refuse a full-screen command when stdout is not a terminal (piped, redirected): exit
+    2 with one line saying what to use instead; None when there is a terminal."""
+    if sys.stdout.isatty():
+        return None
+    print(
+        f"gpumon: {command} needs a terminal (stdout is not one); "
+        "for text use `gpumon snapshot HOST` or `gpumon check HOST`",
+        file=sys.stderr,
+    )
+    return EXIT_USAGE
+
+
 def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
-    hosts = [resolve_host(config, name) for name in dict.fromkeys(args.hosts)]
+    names = list(dict.fromkeys(args.hosts)) or list(config.hosts)
+    if not names:
+        where = f" in {config.path}" if config.path else ""
+        print(f"gpumon: no hosts configured{where}; {HOW_TO_START}", file=sys.stderr)
+        return EXIT_USAGE
+    meant = words.suggestion(names[0], config.hosts) if args.hosts else None
+    if meant is not None:
+        print(
+            f"gpumon: {names[0]!r} is not a command or a known host; did you mean "
+            f"`gpumon {meant}`? (for a host of that name, write it as user@{names[0]} or "
+            "configure it)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    refused = _no_terminal("the dashboard")
+    if refused is not None:
+        return refused
+    hosts = [resolve_host(config, name) for name in names]
     from gpumon.tui.app import run_dashboard
 
     return run_dashboard(
@@ -274,6 +338,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     for problem in replay.recording.problems:
         print(f"gpumon replay: {args.file}: {problem}", file=sys.stderr)
+    refused = _no_terminal("replay")
+    if refused is not None:
+        return refused
     replay.set_paused(args.paused)
     from gpumon.tui.app import GpumonApp, run_app
 

@@ -23,6 +23,7 @@ _SPEED = Binding.Group("Speed", compact=True)
 _INTERVAL = Binding.Group("Interval", compact=True)
 
 Where = Literal["app", "dashboard", "detail"]
+JUMP_HELP = "Jump to that GPU of the host under the cursor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,25 +195,6 @@ ACTIONS: tuple[DashboardAction, ...] = (
         "Freeze the rows; monitoring goes on",
     ),
     DashboardAction(
-        "replay_next_alert",
-        "n",
-        "Next alert",
-        "Replay: jump to the next alert in the recording",
-        "Replay: next alert",
-        "Play on to the next alert",
-        replay=True,
-    ),
-    DashboardAction(
-        "replay_previous_alert",
-        "N",
-        "Prev alert",
-        "Replay: jump back to the previous alert in the recording",
-        "Replay: previous alert",
-        "Play the recording again up to the previous alert",
-        footer=False,
-        replay=True,
-    ),
-    DashboardAction(
         "replay_step",
         "full_stop",
         "Step",
@@ -288,6 +270,39 @@ ACTIONS: tuple[DashboardAction, ...] = (
     ),
     DashboardAction("cursor(1)", "down,j", "Next row", "Next row", footer=False),
     DashboardAction("cursor(-1)", "up,k", "Previous row", "Previous row", footer=False),
+    # Navigation as in k9s and htop (all keys only: the help screen lists them).
+    DashboardAction("cursor_end(-1)", "g,home", "First row", "First row", footer=False),
+    DashboardAction("cursor_end(1)", "G,end", "Last row", "Last row", footer=False),
+    DashboardAction("cursor_page(1)", "pagedown", "Page down", "One page down", footer=False),
+    DashboardAction("cursor_page(-1)", "pageup", "Page up", "One page up", footer=False),
+    DashboardAction(
+        "next_alerting(1)",
+        "n",
+        "Next alert",
+        "Next row with an active alert (replay: the recording's next alert)",
+        footer=False,
+    ),
+    DashboardAction(
+        "next_alerting(-1)",
+        "N",
+        "Prev alert",
+        "Previous row with an active alert (replay: the recording's previous alert)",
+        footer=False,
+    ),
+    # The digits jump to that GPU of the host under the cursor (on the detail view they
+    # choose the plots' window instead).
+    *(
+        DashboardAction(
+            f"jump_gpu({n})",
+            str(n),
+            f"GPU {n}",
+            JUMP_HELP,
+            footer=False,
+            in_detail=False,
+            needs_gpu=False,
+        )
+        for n in range(10)
+    ),
 )
 
 # by name: cursor(1) and cursor(-1) need the same, so either stands for both

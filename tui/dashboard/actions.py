@@ -24,7 +24,8 @@ from textual.screen import Screen
 
 from gpumon.backends.actions import Action, ActionPlan, JobTarget, RestartRun, Session, audit
 from gpumon.backends.actions.kill import KillError, kill_plan
-from gpumon.backends.model import GpuProcess
+from gpumon.backends.alerts.store import Alert
+from gpumon.backends.model import GpuProcess, Health
 from gpumon.backends.monitor.processes import foreign
 from gpumon.tui.screens import DetailScreen, DoctorScreen, RestartScreen, SwapScreen
 from gpumon.tui.screens.kill import KillScreen
@@ -39,12 +40,14 @@ UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
 
 class ActionsMixin(Screen[None]):
     if TYPE_CHECKING:  # provided by the dashboard screen
+        monitors: list[HostMonitor]
         read_only: bool
         session: Session  # owns the runs (the app's)
 
         def selected_monitor(self) -> HostMonitor | None: ...
         def selected_job(self) -> tuple[HostMonitor, JobConfig] | None: ...
         def _cursor_target(self) -> DetailTarget | None: ...
+        def under_cursor(self) -> tuple[str, object] | None: ...
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -117,9 +120,63 @@ class ActionsMixin(Screen[None]):
             return
         self.app.push_screen(KillScreen(monitor.transport, plan))
 
+    # --- the incident's fix: one key from anywhere ----------------------------------------
+    def incident_job(self) -> tuple[HostMonitor, JobConfig, Alert] | None:
+        """The job of the newest active critical alert that names one (by its job, else by
+        its GPU), with its monitor and the alert; None without such an alert."""
+        found = []
+        for m in self.monitors:
+            for a in m.alerts.active():
+                if a.severity is Health.CRITICAL and (job := alert_job(m, a)) is not None:
+                    found.append((a.time, a.last_seen, m, job, a))
+        if not found:
+            return None
+        _, _, monitor, job, alert = max(found, key=lambda f: (f[0], f[1]))
+        return monitor, job, alert
+
+    def restart_target(self) -> tuple[HostMonitor, JobConfig] | None:
+        """What ``r`` restarts: the job under the cursor, else the incident's job."""
+        selected = self.selected_job()
+        if selected is not None:
+            return selected
+        incident = self.incident_job()
+        return None if incident is None else (incident[0], incident[1])
+
+    def no_job_reason(self, action: Action) -> str:
+        """Why ``action`` has nothing to act on here (the cursor is on a GPU without a job)."""
+        monitor = self.selected_monitor()
+        where = self.under_cursor()
+        row = f"GPU {where[1]}" if where is not None and where[0] == "gpu" else "this row"
+        if monitor is None:
+            return f"{action}: no host"
+        jobs = monitor.host.jobs
+        if not jobs:
+            return f"{action}: {monitor.name} has no configured job"
+        owners = ", ".join(f"{j.name} (GPUs {', '.join(map(str, j.gpus))})" for j in jobs)
+        return f"{action}: {row} runs no configured job; move to {owners}"
+
     # --- restart / stop / start ---------------------------------------------------------
     def action_restart_job(self) -> None:
-        self.open_job_action("restart")
+        target = self.restart_target()
+        if target is None:
+            self.notify(self.no_job_reason("restart"), severity="warning", timeout=6)
+            return
+        self.open_job_action("restart", target)
+
+    def restart_alert_job(self, monitor: HostMonitor, alert: Alert) -> None:
+        """``r`` in the alert history: restart the job of ``alert`` (else say why)."""
+        job = alert_job(monitor, alert)
+        if job is None:
+            where = f"GPU {alert.gpu}" if alert.gpu is not None else monitor.name
+            self.notify(
+                f"restart: this alert names no job ({where} runs none)",
+                severity="warning",
+                timeout=6,
+            )
+            return
+        self.open_job_action("restart", (monitor, job))
+
+    # --- restart / stop / start ---------------------------------------------------------
 
     def action_stop_job(self) -> None:
         self.open_job_action("stop")
@@ -127,12 +184,14 @@ class ActionsMixin(Screen[None]):
     def action_start_job(self) -> None:
         self.open_job_action("start")
 
-    def open_job_action(self, action: Action) -> None:
-        """The dialog for ``action`` on the job under the cursor, or the progress view of
-        the run already going for that job (never a second run)."""
-        selected = self.selected_job()
+    def open_job_action(
+        self, action: Action, selected: tuple[HostMonitor, JobConfig] | None = None
+    ) -> None:
+        """The dialog for ``action`` on ``selected`` (default: the job under the cursor), or
+        the progress view of the run already going for that job (never a second run)."""
+        selected = selected or self.selected_job()
         if selected is None:
-            self.notify(f"{action}: no job under the cursor", severity="warning")
+            self.notify(self.no_job_reason(action), severity="warning", timeout=6)
             return
         monitor, job = selected
         reason = self.read_only_reason(monitor)
@@ -203,6 +262,16 @@ class ActionsMixin(Screen[None]):
             self._refuse("swap-torch", reason, monitor.host.name)
             return
         self.app.push_screen(SwapScreen(monitor.host, monitor.transport, read_only=self.read_only))
+
+
+def alert_job(monitor: HostMonitor, alert: Alert) -> JobConfig | None:
+    """The configured job ``alert`` is about: the one it names, else the one whose GPUs
+    include its GPU (None: neither)."""
+    if alert.job is not None:
+        return monitor.host.job(alert.job)
+    if alert.gpu is None:
+        return None
+    return next((j for j in monitor.host.jobs if alert.gpu in j.gpus), None)
 
 
 def job_context(monitor: HostMonitor, job: JobConfig) -> tuple[str | None, str | None]:

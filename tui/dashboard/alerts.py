@@ -19,12 +19,16 @@ from gpumon.backends.alerts.incident import Incident, IncidentBell, by_urgency, 
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable
+from gpumon.tui.dashboard.action_table import BY_NAME
+from gpumon.tui.dashboard.actions import alert_job
 from gpumon.tui.screens import AlertHistoryScreen
 from gpumon.tui.views.alert_cells import incident_text, incident_title, strip_incident
 from gpumon.tui.widgets import AlertStrip, StripView
 
 if TYPE_CHECKING:
+    from gpumon.backends.config import JobConfig
     from gpumon.backends.monitor import HostMonitor, ReplaySource
+    from gpumon.tui.dashboard.action_table import DashboardAction
     from gpumon.tui.views import Palette
 
 CRITICAL_TIMEOUT_S = 10.0  # the strip keeps showing it after the toast is gone
@@ -47,6 +51,9 @@ class AlertsMixin(Screen[None]):
 
         @property
         def replay(self) -> ReplaySource | None: ...
+        def restart_target(self) -> tuple[HostMonitor, JobConfig] | None: ...
+        def action_state(self, entry: DashboardAction) -> bool | None: ...
+        def restart_alert_job(self, monitor: HostMonitor, alert: Alert) -> None: ...
 
     strip: AlertStrip
     _early_alerts: list[Alert]
@@ -156,9 +163,22 @@ class AlertsMixin(Screen[None]):
         return strip_incident(self.incidents_now())[0]
 
     def strip_view(self) -> StripView | None:
-        """The strip's incident over every host, or None (hidden)."""
+        """The strip's incident over every host, or None (hidden); it offers
+        ``r restart JOB`` when ``r`` would restart the job the incident is about."""
         incident, more = strip_incident(self.incidents_now())
-        return None if incident is None else StripView(incident, more, self.palette)
+        if incident is None:
+            return None
+        return StripView(incident, more, self.palette, fix=self.strip_fix(incident))
+
+    def strip_fix(self, incident: Incident) -> str:
+        """``r restart drafter`` when ``r`` can act now on the job ``incident`` is about."""
+        target = self.restart_target()
+        if target is None or self.action_state(BY_NAME["restart_job"]) is not True:
+            return ""
+        monitor, job = target
+        if monitor.name != incident.host or alert_job(monitor, incident.cause) != job:
+            return ""
+        return f"r restart {job.name}"
 
     def refresh_strip(self) -> bool:
         """Show the alert that matters most now; returns whether the strip changed."""
@@ -172,7 +192,10 @@ class AlertsMixin(Screen[None]):
             return
         self.app.push_screen(
             AlertHistoryScreen(
-                self.monitors, palette_of=lambda: self.palette, on_change=self._acknowledged
+                self.monitors,
+                palette_of=lambda: self.palette,
+                on_change=self._acknowledged,
+                on_restart=self.restart_alert_job,
             )
         )
 

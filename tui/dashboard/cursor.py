@@ -25,6 +25,7 @@ class CursorMixin(Screen[None]):
         monitors: list[HostMonitor]
         sections: list[HostSection]
         cursor: tuple[int, int] | None
+        row_height: int
 
         def refresh_dashboard(
             self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
@@ -145,3 +146,55 @@ class CursorMixin(Screen[None]):
 
     def action_cursor(self, delta: int) -> None:
         self._move_cursor(delta)
+
+    # --- navigation as in k9s and htop ---------------------------------------------------
+    def action_cursor_end(self, direction: int) -> None:
+        """``g``/Home: the first row; ``G``/End: the last one (of every host)."""
+        positions = self._positions()
+        if positions:
+            self._cursor_to(positions[-1] if direction > 0 else positions[0])
+
+    def action_cursor_page(self, direction: int) -> None:
+        """PgDn / PgUp: a screenful of rows (as many as the host list shows) down or up."""
+        rows = self.query_one("#hosts").size.height // max(self.row_height, 1)
+        self._move_cursor(direction * max(rows - 1, 1))
+
+    def action_jump_gpu(self, index: int) -> None:
+        """A digit: the GPU of that index on the host under the cursor (else says why)."""
+        host = self.cursor[0] if self.cursor is not None else 0
+        if not self.sections:
+            return
+        gpus = self.sections[host].gpus
+        row = next((k for k, g in enumerate(gpus) if g.index == index), None)
+        if row is None:
+            name = self.monitors[host].name
+            self.notify(f"{name} has no GPU {index}", severity="warning", timeout=3)
+            return
+        self._cursor_to((host, row))
+
+    def alerting_positions(self) -> list[tuple[int, int]]:
+        """Cursor positions whose row has an active alert: a GPU row for an alert on that
+        GPU, a job row for an alert of that job."""
+        out = []
+        for i, (section, monitor) in enumerate(zip(self.sections, self.monitors, strict=True)):
+            active = monitor.alerts.active()
+            gpus = {a.gpu for a in active if a.gpu is not None}
+            jobs = {a.job for a in active if a.job is not None}
+            out += [(i, p) for p, g in enumerate(section.gpus) if g.index in gpus]
+            if section.jobs.display:
+                base = len(section.gpus)
+                out += [(i, base + k) for k, n in enumerate(section.job_names) if n in jobs]
+        return out
+
+    def action_next_alerting(self, direction: int) -> None:
+        """``n`` / ``N``: the next (previous) row with an active alert, wrapping around."""
+        positions = self._positions()
+        alerting = [p for p in positions if p in set(self.alerting_positions())]
+        if not alerting:
+            self.notify("no row has an active alert", timeout=3)
+            return
+        at = positions.index(self.cursor) if self.cursor in positions else -1
+        n = len(positions)
+        order = sorted(alerting, key=lambda p: (positions.index(p) - at) * direction % n)
+        ahead = [p for p in order if p != self.cursor]
+        self._cursor_to(ahead[0] if ahead else order[0])

@@ -5,8 +5,9 @@ Per host, always: the header (2 lines with an error), the column titles, one lin
 (plus one per sick GPU), the jobs pane (a title line and every job: they are what the
 action keys act on) and the SGLang pane's title and aggregate line. What is left goes to
 SGLang server lines (all of them when they fit, else as many as fit, down ones first),
-then, from ``TALL_SCREEN`` lines, to 2-3 line GPU rows. When even the minimum does not
-fit, the host list scrolls.
+then, from ``TALL_SCREEN`` lines, to each host's host line (the target's CPU, RAM, load,
+swap) and to 2-3 line GPU rows. When even the minimum does not fit, the host list scrolls.
+80x24 keeps one line per GPU and no host line.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class HostNeeds:
 class LayoutPlan:
     row_height: int  # lines per GPU row (1-3)
     max_servers: tuple[int | None, ...]  # per host: server lines to show (None: all)
+    host_line: bool = False  # every host shows its host line (CPU, RAM, load, swap)
 
 
 def sglang_lines(servers: int, shown: int) -> int:
@@ -62,6 +64,9 @@ def plan_layout(height: int, hosts: Sequence[HostNeeds], *, strip: bool = False)
         max_servers.append(None if give == want else minimum + give)
     gpus = sum(h.gpus for h in hosts)
     row_height = 1
+    host_line = height >= TALL_SCREEN and free >= len(hosts)
+    if host_line:
+        free -= len(hosts)
     if height >= TALL_SCREEN and gpus:
         row_height = min(max((free + gpus) // gpus, 1), MAX_ROW_HEIGHT)
-    return LayoutPlan(row_height, tuple(max_servers))
+    return LayoutPlan(row_height, tuple(max_servers), host_line)

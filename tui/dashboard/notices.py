@@ -50,5 +50,8 @@ class ConnectionWatch:
             return Notice(f"{self.name}: connection lost: {why}", "Connection lost", "error", 10)
         if not self.ever_connected and not self._told_cannot_connect:
             self._told_cannot_connect = True
-            return Notice(f"{self.name}: cannot connect: {why}", "Not connected", "error", 10)
+            # the transport's error already says it could not connect ("cannot connect to
+            # pve1 port 22: connection refused"): one sentence, not "cannot connect" twice
+            said = why if why.startswith("cannot connect") else f"cannot connect: {why}"
+            return Notice(f"{self.name}: {said}", "Not connected", "error", 10)
         return None

@@ -42,6 +42,8 @@ from gpumon.tui.dashboard.layout import plan_layout
 from gpumon.tui.dashboard.notices import ConnectionWatch
 from gpumon.tui.dashboard.replay import ReplayMixin
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DetailTarget
+from gpumon.tui.screens.detail import fitting_window
+from gpumon.tui.state import remember_window, remembered_window
 from gpumon.tui.views import Palette
 from gpumon.tui.widgets import HostSection, ViewContext
 
@@ -79,6 +81,7 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         self.spark_memory = True
         self.cursor: tuple[int, int] | None = None  # (host, row): GPU rows, then job rows
         self.row_height = 1
+        self._detail_window = remembered_window()  # the plot window chosen last
         self._dirty: set[int] = set()  # hosts with news since their rows were drawn
         self._watches = [ConnectionWatch(m.name, m.status.state) for m in self.monitors]
         self._timer: Timer | None = None
@@ -175,7 +178,11 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
                 rows = rows_of is None or i in rows_of
                 if rows:
                     self._dirty.discard(i)
-                ctx = replace(self._view_context(i), max_servers=plan.max_servers[i])
+                ctx = replace(
+                    self._view_context(i),
+                    max_servers=plan.max_servers[i],
+                    host_line=plan.host_line,
+                )
                 section.refresh_view(ctx, rows=rows)
             if self.cursor is None and any(s.gpus for s in self.sections):
                 self._move_cursor(0)
@@ -207,6 +214,14 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         return self.sections[self.monitors.index(monitor)].shown
 
     # --- what may run now ----------------------------------------------------------------
+    def action_next_alerting(self, direction: int) -> None:
+        """``n`` / ``N``: the next (previous) row with an active alert; in a replay, the
+        recording's next (previous) alert."""
+        if self.replay is not None:
+            self._replay_jump(forward=direction > 0)
+        else:
+            super().action_next_alerting(direction)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         entry = BY_NAME.get(action)
         if entry is None or entry.app:
@@ -219,6 +234,9 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         replay = self.replay
         if entry.replay:
             return False if replay is None else self.replay_state(replay, entry.name)
+        if entry.name == "next_alerting" and replay is not None:
+            # in a replay n/N go to the recording's next / previous alert
+            return replay.has_next_alert() or replay.has_previous_alert() or None
         monitor = self.selected_monitor()
         can = monitor.source.capabilities if monitor is not None else None
         if entry.machine and can is not None and not can.actions:
@@ -230,14 +248,20 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         if entry.needs_gpu and self._cursor_target() is None:
             return None
         if entry.needs_job:
-            selected = self.selected_job()
+            selected = self.restart_target() if entry.name == "restart_job" else self.selected_job()
             if selected is None:
-                return None
+                # The key stays: pressed, it says why it has nothing to act on (a silent
+                # greyed-out key on GPU 0 reads as broken at 3 a.m.).
+                return self._host_state(entry, monitor)
             monitor, job = selected
             if self.running_run(monitor, job) is not None:
                 return True  # shows the run's progress, connected or not
             if entry.starts_job and not job.start:
                 return None  # nothing to start it with
+        return self._host_state(entry, monitor)
+
+    def _host_state(self, entry: DashboardAction, monitor: HostMonitor | None) -> bool | None:
+        """Greyed out while the host it needs is not connected, else its own check."""
         if entry.needs_host and (monitor is None or monitor.status.state != ConnState.CONNECTED):
             return None
         check = self._checks.get(entry.name)
@@ -247,13 +271,29 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         """The command palette's entries for the actions of this screen (or of the detail
         view over it) that can run now; the app's own come from the app."""
         ready = [a for a in actions_on(where) if not a.app and self.action_state(a) is True]
-        selected = self.selected_job()
         monitor = self.selected_monitor()
-        job = selected[1].name if selected is not None else None
         host = monitor.name if monitor is not None else "the host"
-        return palette_entries(ready, where, job=job, host=host)
+        out = []
+        for a in ready:  # restart names the incident's job when the cursor is on none
+            selected = self.restart_target() if a.name == "restart_job" else self.selected_job()
+            job = selected[1].name if selected is not None else None
+            out += palette_entries([a], where, job=job, host=host)
+        return out
 
     # --- the view keys -------------------------------------------------------------------
+    def detail_window(self, target: DetailTarget) -> float:
+        """The detail view's plot window: the one chosen last (this run or an earlier one),
+        else the shortest that holds the GPU's history."""
+        if self._detail_window is not None:
+            return self._detail_window
+        hist = target.monitor.histories.get(target.gpu_index)
+        span = hist.times[-1] - hist.times[0] if hist is not None and hist.times else 0.0
+        return fitting_window(span)
+
+    def remember_detail_window(self, seconds: float) -> None:
+        self._detail_window = seconds
+        remember_window(seconds)
+
     def action_open_detail(self) -> None:
         target = self._cursor_target()
         if target is None or self.app.screen is not self:
@@ -313,7 +353,13 @@ class DashboardDetailScreen(DetailScreen):
     BINDINGS: ClassVar[list[BindingType]] = list(bindings("detail"))
 
     def __init__(self, dashboard: DashboardScreen, target: DetailTarget) -> None:
-        super().__init__(target, sample_of=dashboard.shown_sample, palette_of=dashboard.palette_of)
+        super().__init__(
+            target,
+            sample_of=dashboard.shown_sample,
+            palette_of=dashboard.palette_of,
+            window=dashboard.detail_window(target),
+            on_window=dashboard.remember_detail_window,
+        )
         self.dashboard = dashboard
         self.can_kill = lambda: dashboard.action_state(BY_NAME["kill_process"]) is True
 

@@ -36,6 +36,7 @@ class AlertHistoryScreen(Screen[None]):
             tooltip="Acknowledge the alert under the cursor",
         ),
         Binding("A", "acknowledge_all", "Ack all", tooltip="Acknowledge every active alert"),
+        Binding("r", "restart", "Restart job", tooltip="Restart the job of the selected alert"),
     ]
 
     def __init__(
@@ -44,12 +45,16 @@ class AlertHistoryScreen(Screen[None]):
         *,
         palette_of: Callable[[], Palette],
         on_change: Callable[[], None],
+        on_restart: Callable[[HostMonitor, Alert], None] | None = None,
     ) -> None:
-        """``on_change()`` runs after an acknowledgement (the dashboard redraws)."""
+        """``on_change()`` runs after an acknowledgement (the dashboard redraws);
+        ``on_restart(monitor, alert)`` is ``r`` on an alert (the dashboard restarts its
+        job, or says why it cannot)."""
         super().__init__(id="alerts")
         self.monitors = list(monitors)
         self.palette_of = palette_of
         self.on_change = on_change
+        self.on_restart = on_restart
         self.title_line = Static(id="alerts-title", markup=False)
         self.table: DataTable[Text] = DataTable(
             id="alerts-table", cursor_type="row", zebra_stripes=False
@@ -107,7 +112,9 @@ class AlertHistoryScreen(Screen[None]):
             f"incident{'s' if len(found) != 1 else ''}",
             pal.text(Role.MUTED),
         )
-        title.append("   ⏎/Space acknowledge  A all  Esc back", pal.text(Role.MUTED))
+        title.append(
+            "   ⏎/Space acknowledge  A all  r restart its job  Esc back", pal.text(Role.MUTED)
+        )
         self.title_line.update(title)
         table = self.table
         at = self.keys[table.cursor_row] if 0 <= table.cursor_row < len(self.keys) else None
@@ -155,3 +162,19 @@ class AlertHistoryScreen(Screen[None]):
         self.notify(f"{done} alert{'s' if done != 1 else ''} acknowledged", timeout=3)
         self.refresh_view()
         self.on_change()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "restart":
+            return self.on_restart is not None
+        return True
+
+    def action_restart(self) -> None:
+        """Restart the job of the alert under the cursor (the dashboard's dialog)."""
+        picked = self.selected()
+        if picked is None or self.on_restart is None:
+            return
+        host, key = picked
+        monitor = self.monitors[host]
+        alert = next((a for a in monitor.alerts.history() if a.key == key), None)
+        if alert is not None:
+            self.on_restart(monitor, alert)

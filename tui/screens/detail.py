@@ -7,7 +7,7 @@ sample (or when the window, size or theme changes). While paused nothing moves.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from rich.style import Style
@@ -18,7 +18,7 @@ from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
+from gpumon.backends.model import GpuHistory, GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.views import Palette, rgb
 from gpumon.tui.views.gpu_cells import (
@@ -31,10 +31,18 @@ from gpumon.tui.views.gpu_cells import (
 )
 from gpumon.tui.views.process_cells import memory_flag, process_lines
 from gpumon.tui.widgets import PlotSpec, PlotWidget, series
+from gpumon.tui.widgets.plot import RGB
 
 WINDOWS = {"1": 60.0, "2": 600.0, "3": 3600.0}
 WIDE_TABLE = 110  # from this width the process table shows host PID, CPU and RSS too
 WINDOW_NAMES = {60.0: "1 min", 600.0: "10 min", 3600.0: "1 h"}
+
+
+def fitting_window(history_s: float) -> float:
+    """The shortest plot window that holds ``history_s`` seconds of history (the longest
+    when none does): a dashboard 40 s old opens on 1 min, not on a 10 min plot that is
+    nine-tenths empty."""
+    return next((w for w in sorted(WINDOW_NAMES) if history_s <= w), max(WINDOW_NAMES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +83,15 @@ class DetailScreen(Screen[None]):
         sample_of: Callable[[HostMonitor], HostSample | None],
         palette_of: Callable[[], Palette],
         window: float = 600.0,
+        on_window: Callable[[float], None] | None = None,
     ) -> None:
         """``sample_of(monitor)`` is the sample the dashboard shows (frozen while paused);
-        ``palette_of()`` the current theme's colours."""
+        ``palette_of()`` the current theme's colours; ``on_window(seconds)`` hears of a
+        window the user chose (the dashboard remembers it)."""
         super().__init__()
         self.target = target
         self.window = window
+        self.on_window = on_window
         self.sample_of = sample_of
         self.palette_of = palette_of
         self.title_line = Static(id="detail-title", markup=False)
@@ -102,6 +113,8 @@ class DetailScreen(Screen[None]):
 
     def action_window(self, seconds: float) -> None:
         self.window = float(seconds)
+        if self.on_window is not None:
+            self.on_window(self.window)
         self.refresh_bindings()
         self.refresh_view()
 
@@ -178,6 +191,7 @@ class DetailScreen(Screen[None]):
             "temp": ("temperature °C", 1.0, 100.0, False),
             "power": ("power W", 1.0, limit or 0.0, True),
         }
+        levels, y_min = self._memory_levels(total, hist, end, pal)
         for name, (title, scale, y_max, mean) in specs.items():
             plot = self.plots[name]
             if hist is None:
@@ -196,7 +210,29 @@ class DetailScreen(Screen[None]):
                     scale=scale,
                 )
             colour = rgb(pal.colour(self._role(name, gpu, sample)))
-            plot.show(PlotSpec(title, xs, values, self.window, y_max, colour, frame, gap))
+            spec = PlotSpec(title, xs, values, self.window, y_max, colour, frame, gap)
+            if name == "memory":
+                spec = replace(spec, levels=levels, y_min=y_min)
+            plot.show(spec)
+
+    def _memory_levels(
+        self, total_mib: int | None, hist: GpuHistory | None, end: float, pal: Palette
+    ) -> tuple[tuple[tuple[float, RGB], ...], float]:
+        """The memory plot's capacity and warning lines (GiB) and the bottom of its axis:
+        zoomed in so a ramp of a few GiB towards full is visible (from 0 when usage is low).
+        """
+        if not total_mib:
+            return (), 0.0
+        rules = self.target.monitor.alerts.rules
+        warn_mib = total_mib * rules.memory_warning_pct / 100.0
+        if rules.memory_warning_free_gib > 0:
+            warn_mib = min(warn_mib, total_mib - rules.memory_warning_free_gib * 1024)
+        levels = ((total_mib / 1024, rgb(pal.critical)), (warn_mib / 1024, rgb(pal.warning)))
+        start = end - self.window
+        pairs = zip(hist.times, hist.memory_used_mib, strict=True) if hist else iter(())
+        low = min([warn_mib, *(v for t, v in pairs if v is not None and t >= start)])
+        span = total_mib - low
+        return levels, max(0.0, (low - span) / 1024)
 
     def _memory_level(self, gpu: GpuSample, sample: HostSample | None) -> Health | None:
         """The memory level the host's alerts give ``gpu`` of ``sample``."""

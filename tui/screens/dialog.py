@@ -7,6 +7,10 @@ A dialog names itself with ``NAME``: its screen id, and the prefix of its parts'
 comes from the target). ``Close (Esc)`` (``#close``) and the ``close`` action ask
 ``before_close()`` first, so a dialog can refuse to close (a swap running) or do what
 closing means for it (audit a refused plan).
+
+Enter never confirms a destructive action: the focused button when a dialog opens is
+``#close`` (``AUTO_FOCUS``; "Cancel (Esc)" in a dialog that asks first), so Enter cancels;
+confirming takes the dialog's explicit key (``y``) or moving focus to its confirm button.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class Dialog(ModalScreen[None]):
     """A modal dialog over the dashboard: one bordered box, titled with what it acts on."""
 
     NAME: ClassVar[str]  # "restart": the screen's id and its parts' prefix
+    AUTO_FOCUS = "#close"  # Enter on a fresh dialog cancels, never confirms
     DEFAULT_CSS = """
     Dialog { align: center middle; }
     Dialog .dialog-box { border: round $primary; background: $surface; padding: 0 1; }
@@ -78,8 +83,10 @@ class Dialog(ModalScreen[None]):
         return Horizontal(id=f"{self.NAME}-buttons", classes="dialog-buttons")
 
     @staticmethod
-    def close_button() -> Button:
-        return Button("Close (Esc)", id="close", compact=True)
+    def close_button(label: str = "Close") -> Button:
+        """``#close``: "Close (Esc)", or "Cancel (Esc)" in a dialog that asks before it acts;
+        it has the focus when the dialog opens."""
+        return Button(f"{label} (Esc)", id="close", compact=True)
 
     def part(self, part: str) -> Static:
         return self.query_one(f"#{self.NAME}-{part}", Static)
@@ -89,6 +96,12 @@ class Dialog(ModalScreen[None]):
         static = self.part(part)
         static.update(content)
         static.display = bool(content) if visible is None else visible
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the dialog is still on the screen stack (a worker that outlived its
+        closing has nothing left to draw on)."""
+        return self.is_attached and self in self.app.screen_stack
 
     @property
     def palette(self) -> Palette:

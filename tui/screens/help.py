@@ -24,7 +24,10 @@ KEY_NAMES = {
     "down": "↓",
     "pageup": "PgUp",
     "pagedown": "PgDn",
+    "home": "Home",
+    "end": "End",
     "ctrl+p": "Ctrl+P",
+    "ctrl+c": "Ctrl+C",
     "full_stop": ".",
     "left_square_bracket": "[",
     "right_square_bracket": "]",
@@ -38,12 +41,18 @@ def key_text(keys: str) -> str:
 
 
 def help_rows(sections: Sequence[tuple[str, Iterable[BindingType]]]) -> list[tuple[str, str, str]]:
-    """(where, keys, what) for every binding with a description, in order."""
-    rows = []
+    """(where, keys, what) for every binding with a description, in order; neighbours that
+    say the same (the digits: "Jump to that GPU") share one row, their keys joined."""
+    rows: list[tuple[str, str, str]] = []
     for where, bindings in sections:
         for b in bindings:
-            if isinstance(b, Binding) and b.description:
-                rows.append((where, key_text(b.key), b.tooltip or b.description))
+            if not (isinstance(b, Binding) and b.description):
+                continue
+            what = b.tooltip or b.description
+            if rows and rows[-1][0] == where and rows[-1][2] == what:
+                rows[-1] = (where, f"{rows[-1][1]} {key_text(b.key)}", what)
+            else:
+                rows.append((where, key_text(b.key), what))
     return rows
 
 

@@ -162,7 +162,7 @@ class RestartScreen(Dialog):
                     compact=True,
                 )
                 yield Button("Cancel run (c)", id="cancel-run", variant="warning", compact=True)
-                yield self.close_button()
+                yield self.close_button("Close" if self.run else "Cancel")
 
     def on_mount(self) -> None:
         if self.run is not None:
@@ -194,8 +194,6 @@ class RestartScreen(Dialog):
             return
         self._base_plan = plan
         self._apply_params()
-        if not self.job.params:
-            self.query_one("#confirm", Button).focus()
 
     def _param_values(self) -> dict[str, str]:
         return {str(i.name): i.value for i in self.query(Input) if i.name}
@@ -229,8 +227,10 @@ class RestartScreen(Dialog):
 
     @on(Input.Submitted)
     def _param_submitted(self, event: Input.Submitted) -> None:
+        """Enter in a parameter's input ends the edit on Cancel: a second Enter must not
+        start the run (``y`` does)."""
         event.stop()
-        self.query_one("#confirm", Button).focus()
+        self.query_one("#close", Button).focus()
 
     # --- confirm / cancel / close -------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

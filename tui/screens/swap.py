@@ -22,6 +22,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
+from textual.content import Content
 from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import Button, Checkbox, Input, Label, Log, Select
@@ -61,6 +62,17 @@ def plan_text(plan: SwapPlan, pal: Palette) -> Group:
         indent, body = swap_row_text(row)
         lines.append(Padding(Text(body, level_style(pal, row.level)), (0, 0, 0, indent)))
     return Group(*lines)
+
+
+class TickBox(Checkbox):
+    """A checkbox whose box is empty when off. Textual draws its X either way and only the
+    colour tells them apart, which reads as ticked in 256 colours, with NO_COLOR or to a
+    colour-blind eye: "Force" looked on when it was off."""
+
+    @property
+    def _button(self) -> Content:
+        self.BUTTON_INNER = "X" if self.value else " "
+        return super()._button
 
 
 class SwapScreen(Dialog):
@@ -105,7 +117,7 @@ class SwapScreen(Dialog):
                 )
                 yield Label("version", markup=False)
                 yield Input(placeholder="installed", id="swap-version", compact=True)
-                yield Checkbox("Force", id="swap-force", disabled=True, compact=True)
+                yield TickBox("Force", id="swap-force", disabled=True, compact=True)
             with VerticalScroll(id="swap-plan-box"):
                 yield self.static("plan")
             yield self.static("steps")
@@ -113,7 +125,7 @@ class SwapScreen(Dialog):
             yield self.static("outcome")
             with self.button_row():
                 yield Button("Swap (y)", id="confirm", variant="error", disabled=True, compact=True)
-                yield self.close_button()
+                yield self.close_button("Cancel")
 
     def on_mount(self) -> None:
         self.make_plan()
@@ -148,9 +160,13 @@ class SwapScreen(Dialog):
                 read_only=self.read_only,
             )
         except (TransportError, ProbeError, OSError) as e:
+            if not self.is_open:  # closed while the probe ran: nothing to show it on
+                return
             self.plan, self.error = None, f"cannot plan the swap: {e}"
             self.part("plan").update(Text(self.error, self.palette.text(Role.CRITICAL)))
         else:
+            if not self.is_open:
+                return
             self.plan = plan
             self.part("plan").update(plan_text(plan, self.palette))
         finally:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         short_name,
         temperature_role,
     )
+    from .host_cells import host_load_parts, host_load_text
     from .palette import Palette, rgb
     from .workload_cells import (
         gpu_list_text,
@@ -74,6 +75,8 @@ __all__ = [
     "header_parts",
     "health_role",
     "history_cells",
+    "host_load_parts",
+    "host_load_text",
     "interval_text",
     "job_cells",
     "jobs_view",
@@ -122,6 +125,8 @@ if not TYPE_CHECKING:
             "header_parts": "gpu_cells",
             "health_role": "gpu_cells",
             "history_cells": "alert_cells",
+            "host_load_parts": "host_cells",
+            "host_load_text": "host_cells",
             "interval_text": "gpu_cells",
             "job_cells": "workload_cells",
             "jobs_view": "workload_views",

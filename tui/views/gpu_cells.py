@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from gpumon.backends.model import (
@@ -149,18 +150,32 @@ class GpuCells:
     problems: Cell  # why the GPU is sick; empty text when healthy
 
 
-def gpu_cells(gpu: GpuSample, memory_level: Health | None) -> GpuCells:
+# the secondary values of a tall row's second line, by GpuSample field
+DETAIL_FIELDS = (
+    "pstate",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "memory_temperature_c",
+    "fan_pct",
+    "ecc_uncorrected",
+)
+
+
+def gpu_cells(
+    gpu: GpuSample, memory_level: Health | None, *, reported: Collection[str] = DETAIL_FIELDS
+) -> GpuCells:
     """The cells of one GPU row; ``memory_level`` is the host's alert engine's level for
-    this GPU's memory (``AlertEngine.memory_level``). Never raises on partial data: missing
-    values are n/a."""
+    this GPU's memory (``AlertEngine.memory_level``); ``reported`` the detail fields the host
+    reports at all (``reported_details``). Never raises on partial data: missing values
+    are n/a."""
     fraction = gpu.memory_used_fraction
     mem_role = Role.NA if fraction is None else memory_role(memory_level)
     if gpu.memory_used_mib is None:
         memory = NA
     elif gpu.memory_total_mib:
-        memory = Cell(f"{gib(gpu.memory_used_mib)}/{gib(gpu.memory_total_mib)}G", mem_role)
+        memory = Cell(f"{gib(gpu.memory_used_mib)}/{gib(gpu.memory_total_mib)}GiB", mem_role)
     else:
-        memory = Cell(f"{gib(gpu.memory_used_mib)}G", Role.NORMAL)
+        memory = Cell(f"{gib(gpu.memory_used_mib)}GiB", Role.NORMAL)
     memory_pct = NA if fraction is None else Cell(percent(fraction * 100), mem_role)
     util = NA if gpu.utilization_pct is None else Cell(percent(gpu.utilization_pct))
     temp = (
@@ -186,8 +201,8 @@ def gpu_cells(gpu: GpuSample, memory_level: Health | None) -> GpuCells:
         power=power_cell(gpu.power_w, gpu.power_limit_w),
         pstate=NA if gpu.pstate is None else Cell(_printable(gpu.pstate)),
         sm_clock=NA if gpu.sm_clock_mhz is None else Cell(f"{gpu.sm_clock_mhz}MHz"),
-        details=Cell(details_text(gpu), Role.MUTED),
-        details_short=Cell(details_text(gpu, clocks=False), Role.MUTED),
+        details=Cell(details_text(gpu, reported=reported), Role.MUTED),
+        details_short=Cell(details_text(gpu, clocks=False, reported=reported), Role.MUTED),
         health=health,
         problems=Cell(problems, health),
     )
@@ -203,21 +218,35 @@ def power_cell(power_w: float | None, limit_w: float | None) -> Cell:
     return Cell(f"{power_w:.0f}/{limit_w:.0f}W", role)
 
 
-def details_text(gpu: GpuSample, *, clocks: bool = True) -> str:
-    """One line of secondary values; unknown ones say n/a. ``clocks=False`` leaves out
-    the P-state and SM clock."""
+def reported_details(gpus: Iterable[GpuSample]) -> frozenset[str]:
+    """The detail fields (``DETAIL_FIELDS``) that at least one of ``gpus`` reports: a field
+    none of a host's GPUs reports is left out of the rows, not n/a on each of them."""
+    gpus = list(gpus)
+    return frozenset(f for f in DETAIL_FIELDS if any(getattr(g, f) is not None for g in gpus))
+
+
+def details_text(
+    gpu: GpuSample, *, clocks: bool = True, reported: Collection[str] = DETAIL_FIELDS
+) -> str:
+    """One line of secondary values; an unknown one says n/a, one the host never reports
+    (not in ``reported``) is left out. ``clocks=False`` leaves out the P-state and SM
+    clock."""
 
     def val(v: float | int | None, unit: str, spec: str = ".0f") -> str:
         return "n/a" if v is None else f"{v:{spec}}{unit}"
 
-    parts = [f"{gpu.pstate or 'n/a'}", f"SM {val(gpu.sm_clock_mhz, 'MHz', 'd')}"] if clocks else []
-    parts += [
-        f"mem {val(gpu.memory_clock_mhz, 'MHz', 'd')}",
-        f"mem temp {val(gpu.memory_temperature_c, '°C')}",
-        f"fan {val(gpu.fan_pct, '%')}",
-        f"ECC {val(gpu.ecc_uncorrected, '', 'd')}",
+    parts = [
+        ("pstate", f"{gpu.pstate or 'n/a'}"),
+        ("sm_clock_mhz", f"SM {val(gpu.sm_clock_mhz, 'MHz', 'd')}"),
     ]
-    return _printable("  ".join(parts))
+    parts = parts if clocks else []
+    parts += [
+        ("memory_clock_mhz", f"mem {val(gpu.memory_clock_mhz, 'MHz', 'd')}"),
+        ("memory_temperature_c", f"mem temp {val(gpu.memory_temperature_c, '°C')}"),
+        ("fan_pct", f"fan {val(gpu.fan_pct, '%')}"),
+        ("ecc_uncorrected", f"ECC {val(gpu.ecc_uncorrected, '', 'd')}"),
+    ]
+    return _printable("  ".join(text for key, text in parts if key in reported))
 
 
 def process_name(process: GpuProcess, in_container: bool) -> str:
@@ -228,15 +257,15 @@ def process_name(process: GpuProcess, in_container: bool) -> str:
 
 
 def process_summary(sample: HostSample, gpu: GpuSample, in_container: bool) -> Cell:
-    """ "pid 2418861 python3 82.5G, ..." for a tall row's third line; with host-side
-    attribution "CT200 861 python3 82.5G, CT201 h3187442 jupyter-lab 6.0G"."""
+    """ "pid 2418861 python3 82.5GiB, ..." for a tall row's third line; with host-side
+    attribution "CT200 861 python3 82.5GiB, CT201 h3187442 jupyter-lab 6.0GiB"."""
     procs = sample.processes_for(gpu)
     if not procs:
         return Cell("no compute processes", Role.MUTED)
     parts = []
     for p in procs:
         name = (p.short_name or process_name(p, in_container)).rsplit("/", 1)[-1]
-        mem = "" if p.memory_mib is None else f" {gib(p.memory_mib)}G"
+        mem = "" if p.memory_mib is None else f" {gib(p.memory_mib)}GiB"
         if p.source == ProcessSource.HOST:
             where = (
                 "host"

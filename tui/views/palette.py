@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 
 from rich.color import Color as RichColor
-from rich.color import ColorParseError
+from rich.color import ColorParseError, ColorSystem
 from rich.style import Style
 from textual.color import Color as TextualColor
 from textual.color import ColorParseError as TextualColorParseError
@@ -45,16 +45,17 @@ class Palette:
         sev = {k: _rich(v) for k, v in severity_variables(theme).items()}
         system = theme.to_color_system().generate()
         bg = system["background"]
+        cursor = _blend(system["primary"], bg, CURSOR_ALPHA)
         return cls(
             ok=sev["gpumon-ok"],
             warning=sev["gpumon-warning"],
             critical=sev["gpumon-critical"],
             na=sev["gpumon-na"],
-            track=sev["gpumon-track"],
+            track=neutral(sev["gpumon-track"], avoid=cursor, lighter=theme.dark),
             foreground=_rich(solid_colour(system["foreground"], bg) or "ansi_default"),
             background=_rich(solid_colour(bg, bg) or "ansi_default"),
             accent=_rich(solid_colour(system["primary"], bg) or "ansi_blue"),
-            cursor=_blend(system["primary"], bg, CURSOR_ALPHA),
+            cursor=cursor,
         )
 
     def colour(self, role: Role) -> str:
@@ -124,6 +125,40 @@ def _blend(colour: str, background: str, alpha: float) -> str | None:
     if top.ansi is not None or base.ansi is not None:
         return None
     return base.blend(top.with_alpha(1.0), alpha).hex
+
+
+def neutral(colour: str, *, avoid: str | None = None, lighter: bool = True) -> str:
+    """``colour`` as the grey of the same lightness (an ANSI name kept as it is), moved a
+    step of the grey ramp (``lighter`` or darker) while it falls on the same 256-colour
+    index as ``avoid`` (the cursor row's background).
+
+    A bar's empty track must read as empty on every terminal: in 256 colours (tmux without
+    truecolor) a bluish grey like ``#26303B`` becomes the colour cube's ``#005F5F``, the very
+    colour the cursor row's background becomes, and an empty bar looks full. Greys map to
+    the 256-colour grey ramp."""
+    try:
+        parsed = RichColor.parse(colour)
+    except ColorParseError:
+        return colour
+    if parsed.triplet is None:
+        return colour  # a terminal palette colour: the terminal decides
+    r, g, b = parsed.triplet
+    grey = round(0.2126 * r + 0.7152 * g + 0.0722 * b)
+    step = 10 if lighter else -10  # the grey ramp's spacing
+    for _ in range(4):
+        text = f"#{grey:02x}{grey:02x}{grey:02x}"
+        if avoid is None or _eight_bit(text) != _eight_bit(avoid):
+            return text
+        grey = min(max(grey + step, 0), 255)
+    return text
+
+
+def _eight_bit(colour: str) -> int | None:
+    """The 256-colour index a terminal without truecolor shows ``colour`` as."""
+    try:
+        return RichColor.parse(colour).downgrade(ColorSystem.EIGHT_BIT).number
+    except ColorParseError:
+        return None
 
 
 def _rich(colour: str) -> str:

@@ -51,18 +51,18 @@ def _pct(value: float | None, role: Role = Role.NORMAL) -> Cell:
     return Cell(f"{math.floor(value * 100 + 1e-9):d}%", role)
 
 
-def _seconds(value: float) -> str:
-    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.1f}s"
+def _milliseconds(value: float) -> str:
+    """ITL, always in ms (one unit per column): "25ms", "1200ms"."""
+    return f"{value * 1000:.0f}ms"
 
 
 def latency_pair(p50: float | None, p95: float | None) -> Cell:
-    """TTFT p50/p95: "600/980ms", "0.60/1.90s"; "n/a" when the median is unknown."""
+    """TTFT p50/p95, always in seconds (one unit per column, so rows compare at a glance):
+    "0.12/0.45s", "0.60/2.67s"; "n/a" when the median is unknown."""
     if p50 is None or not _known(p50):
         return NA
     if p95 is None or not _known(p95):
-        return Cell(_seconds(p50))
-    if p95 < 1:
-        return Cell(f"{p50 * 1000:.0f}/{p95 * 1000:.0f}ms")
+        return Cell(f"{p50:.2f}s")
     return Cell(f"{p50:.2f}/{p95:.2f}s")
 
 
@@ -102,7 +102,7 @@ def sglang_cells(s: SglangTracker) -> dict[str, Cell]:
         "KV": _pct(s.token_usage, Role.MUTED if stale else kv_role(s.token_usage)),
         "hit": _pct(s.cache_hit_rate, numbers),
         "TTFT": latency_pair(s.ttft_p50_s, s.ttft_p95_s),
-        "ITL": NA if s.itl_p50_s is None else Cell(_seconds(s.itl_p50_s)),
+        "ITL": NA if s.itl_p50_s is None else Cell(_milliseconds(s.itl_p50_s)),
     }
     if s.error and (s.up is False or s.stale):
         out["error"] = Cell(_printable(s.error), Role.CRITICAL if s.up is False else Role.WARNING)
@@ -193,7 +193,9 @@ def job_cells(job: JobTracker) -> dict[str, Cell]:
     rate = job_rate(job)
     unit = (job.rate_unit or "").replace("steps/s", "step/s")
     rate_cell = NA
-    if rate is not None and _known(rate):
+    if job.state in (JobState.CRASHED, JobState.STOPPED):
+        rate_cell = Cell("-", Role.MUTED)  # a dead job makes no progress: no old rate
+    elif rate is not None and _known(rate):
         rate_cell = Cell(f"{rate_text(rate)} {unit}", numbers)
     eta = job.eta_s
     return {

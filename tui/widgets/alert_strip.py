@@ -2,7 +2,8 @@
 
 It shows the most urgent unacknowledged incident (``incidents()``: the alerts of one job or
 GPU, cause first): severity, time, host and the incident's headline with its fix
-("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free) — r restart"), how much
+("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free) — r restart drafter", the
+key to the fix when ``r`` would act on the incident's job), how much
 evidence is folded under it and how many other incidents there are. When the line is
 short the time goes first, then the host, then the severity's word (its glyph stays),
 then the counts shrink to "(+N)", and the headline is cut before the fix is. With
@@ -30,6 +31,9 @@ class StripView:
     incident: Incident
     more: int  # other unacknowledged incidents
     palette: Palette
+    # The key to the incident's fix as the screen offers it ("r restart drafter"; "": none,
+    # ``r`` cannot act on it now); None: the plain hint when the incident has a fix.
+    fix: str | None = None
 
     @property
     def alert(self) -> Alert:
@@ -43,7 +47,10 @@ def render_strip(view: StripView, width: int) -> Text:
     role = health_role(incident.severity)
     label = "CRITICAL" if incident.severity is Health.CRITICAL else "WARNING"
     glyph = SEVERITY_GLYPH.get(incident.severity, "!")
-    fix = f" — {FIX_HINT}" if incident.fix else ""
+    if view.fix is None:
+        fix = f" — {FIX_HINT}" if incident.fix else ""
+    else:
+        fix = f" — {view.fix}" if view.fix else ""
     headline = printable(" ".join(incident.headline.split()))
     folded = [f"+{len(incident.evidence)} evidence"] if incident.evidence else []
     if view.more:

@@ -20,7 +20,7 @@ from gpumon.tui.widgets.sparkline import spark_rows
 from gpumon.tui.widgets.view_widget import ViewWidget
 
 PARTIAL = " ▏▎▍▌▋▊▉"
-MEM_W, PCT_W, UTIL_W, TEMP_W, POWER_W, PSTATE_W, CLOCK_W = 10, 4, 4, 5, 9, 3, 7
+MEM_W, PCT_W, UTIL_W, TEMP_W, POWER_W, PSTATE_W, CLOCK_W = 12, 4, 4, 5, 9, 3, 7
 PREFIX_W = 5  # cursor glyph, index (2), health glyph, space
 NAME_W = 15
 OWNER_W = 14  # its own column from EXTRAS_WIDTH on; before that it takes the name's place
@@ -88,6 +88,7 @@ class RowView:
     palette: Palette
     memory_rules: AlertRules  # the host's: their thresholds colour the memory sparkline
     owner: Cell | None = None  # the job or SGLang server on this GPU
+    owners: bool = False  # some GPU of the host has one: narrow, the column is the owner's
     full_in: float | None = None  # seconds until memory is full, while that warning applies
     flag: Cell | None = None  # who holds the memory: "6.0 GiB held by CT 201 jupyter"
 
@@ -142,10 +143,11 @@ def render_row(view: RowView, layout: RowLayout) -> Text:
     line.append(c.marker.text, pal.text(c.marker.role))
     line.append(" ")
     owner = view.owner
-    if layout.extras or owner is None:
+    if layout.extras or not (view.owners or owner is not None):
         line.append_text(cell(c.name, NAME_W, left=True))
-    else:  # narrow: what runs here says more than a model name every row shares
-        line.append_text(cell(owner, NAME_W, left=True))
+    else:  # narrow: what runs here says more than a model name every row shares; an idle
+        # GPU says "-" there, never its model among the job names (the column is "owner")
+        line.append_text(cell(owner or _NO_OWNER, NAME_W, left=True))
     line.append(" ")
     fill = pal.fill(Role.NA if view.stale else c.memory_role)
     track = pal.track_style
@@ -242,4 +244,4 @@ def _draw_sparkline(lines: list[Text], view: RowView, count: int) -> None:
         line.append_text(spark)
 
 
-_NO_OWNER = Cell("", Role.MUTED)
+_NO_OWNER = Cell("-", Role.MUTED)

@@ -20,15 +20,25 @@ from textual.widgets import Static
 from gpumon.backends.model import ConnState, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.dashboard import HostNeeds
-from gpumon.tui.views import Palette, alert_count, gpu_owners, jobs_view, limit_servers, sglang_view
+from gpumon.tui.views import (
+    Palette,
+    alert_count,
+    gpu_owners,
+    host_load_text,
+    jobs_view,
+    limit_servers,
+    sglang_view,
+)
 from gpumon.tui.views.gpu_cells import (
     Cell,
     HeaderInput,
     Role,
+    duration,
     gpu_cells,
     header_error,
     header_parts,
     process_summary,
+    reported_details,
 )
 from gpumon.tui.views.process_cells import memory_flag
 from gpumon.tui.widgets.gpu_row import (
@@ -63,6 +73,7 @@ class ViewContext:
     job_cursor: int | None = None  # the cursor's row in this host's jobs pane
     max_servers: int | None = None  # SGLang server lines that fit (None: all)
     replay: str | None = None  # the replay's state, shown instead of the connection state
+    host_line: bool = False  # room for the target's CPU / RAM / load / swap line
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +81,7 @@ class TitlesView:
     spark_memory: bool  # the sparkline column shows memory (else utilisation)
     palette: Palette
     owners: bool = False  # some GPU has an owner (narrow: it takes the name column)
+    column_s: float = 0.0  # seconds of history per sparkline column (0: no time scale)
 
 
 class ColumnTitles(ViewWidget[TitlesView]):
@@ -78,21 +90,31 @@ class ColumnTitles(ViewWidget[TitlesView]):
     """
 
     def render_view(self, view: TitlesView, width: int) -> Text:
-        return column_titles(width, view.spark_memory, view.palette, view.owners)
+        return column_titles(
+            width, view.spark_memory, view.palette, view.owners, column_s=view.column_s
+        )
 
 
-def column_titles(width: int, spark_memory: bool, palette: Palette, owners: bool = False) -> Text:
-    """The column titles; ``owners``: some GPU has an owner (narrow: in the name column)."""
+def column_titles(
+    width: int, spark_memory: bool, palette: Palette, owners: bool = False, *, column_s: float = 0
+) -> Text:
+    """The column titles; ``owners``: some GPU has an owner (narrow: in the name column);
+    ``column_s``: seconds per sparkline column, for its time scale ("mem, last 48s")."""
     layout = _row_layout(width)
-    name = "owner/name" if owners and not layout.extras else "name"
+    name = "owner" if owners and not layout.extras else "name"
     text = " GPU ".ljust(PREFIX_W) + name.ljust(NAME_W) + " " + "memory".ljust(layout.bar) + " "
     text += "used".rjust(MEM_W) + " " + "mem%".rjust(PCT_W) + " " + "util".rjust(UTIL_W)
     text += "temp".rjust(TEMP_W) + "power".rjust(POWER_W)
     if layout.extras:
         text += " " + "P".rjust(3) + " " + "SM clk".rjust(7) + " " + "owner".ljust(OWNER_W)
     if layout.spark:
-        label = "mem history" if spark_memory else "util history"
-        text += " " + label[: layout.spark]
+        what = "mem" if spark_memory else "util"
+        span = duration(column_s * layout.spark) if column_s > 0 else ""
+        labels = [f"{what} history"]
+        if span:  # the time scale: how far back the sparkline's left edge is
+            labels = [f"{what} history, last {span}", f"{what}, last {span}", f"{what} {span}"]
+        fits = [label for label in labels if len(label) <= layout.spark]
+        text += " " + (fits[0] if fits else what)[: layout.spark]
     return Text(text[:width], Style(color=palette.na, bold=True), no_wrap=True)
 
 
@@ -103,6 +125,7 @@ class HostSection(Vertical):
     DEFAULT_CSS = """
     HostSection { height: auto; }
     HostSection > .waiting { height: 1; }
+    HostSection > .host-line { height: 1; }
     """
 
     def __init__(self, monitor: HostMonitor, index: int) -> None:
@@ -111,6 +134,8 @@ class HostSection(Vertical):
         self.index = index
         self.shown: HostSample | None = None  # what the rows show (frozen while paused)
         self.header = HostHeader()
+        self.host_line = Static("", classes="host-line", markup=False)
+        self.host_line.display = False
         self.titles = ColumnTitles()
         self.waiting = Static("", classes="waiting", markup=False)
         self.rows: list[GpuRow] = []
@@ -125,6 +150,7 @@ class HostSection(Vertical):
 
     def compose(self) -> ComposeResult:
         yield self.header
+        yield self.host_line
         yield self.titles
         yield self.waiting
         yield self.sglang
@@ -187,6 +213,10 @@ class HostSection(Vertical):
                 ctx.palette,
             )
         )
+        load = m.host_load if ctx.host_line and ctx.replay is None else None
+        self.host_line.display = load is not None
+        if load is not None:
+            self.host_line.update(host_load_text(load, ctx.palette, stale=stale))
         if not rows and stale == self._stale and self.rows:
             return
         self._stale = stale
@@ -200,16 +230,18 @@ class HostSection(Vertical):
         self.waiting.display = False
         w = m.workloads
         owners = {i: Cell(o.text, o.role) for i, o in gpu_owners(shown, w.jobs, w.sglang).items()}
-        self.titles.show(TitlesView(ctx.spark_memory, ctx.palette, bool(owners)))
+        span = column_span(m.interval)
+        self.titles.show(TitlesView(ctx.spark_memory, ctx.palette, bool(owners), span))
         self._sync_rows(len(shown.gpus))
         count_spark = _row_layout(self.size.width or self.app.size.width).spark
         in_container = m.host.container is not None
+        reported = reported_details(shown.gpus)  # what this host never reports stays out
         for pos, (row, gpu) in enumerate(zip(self.rows, shown.gpus, strict=True)):
             spark = self._spark(gpu, shown, ctx.spark_memory, count_spark)
             total = gpu.memory_total_mib
             row.show(
                 RowView(
-                    cells=gpu_cells(gpu, self._memory.get(gpu.index)),
+                    cells=gpu_cells(gpu, self._memory.get(gpu.index), reported=reported),
                     spark=spark,
                     spark_max=(float(total or 0) if ctx.spark_memory else 100.0),
                     spark_is_memory=ctx.spark_memory,
@@ -224,6 +256,7 @@ class HostSection(Vertical):
                     palette=ctx.palette,
                     memory_rules=m.alerts.rules,
                     owner=owners.get(gpu.index),
+                    owners=bool(owners),
                     full_in=self._full_in.get(gpu.index),
                     flag=memory_flag(shown, gpu, m.host.container),
                 )

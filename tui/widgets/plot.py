@@ -36,6 +36,10 @@ class PlotSpec:
     colour: RGB
     frame: RGB  # axes and tick labels
     gap_s: float  # consecutive points farther apart than this are not joined
+    # horizontal lines across the window, (value, colour): the memory plot's capacity and
+    # warning threshold, so a ramp towards full shows how close it is
+    levels: tuple[tuple[float, RGB], ...] = ()
+    y_min: float = 0.0  # bottom of the y axis (the memory plot zooms in on a ramp)
 
 
 def series(
@@ -110,12 +114,22 @@ def build_plot(spec: PlotSpec, width: int, height: int) -> Text:
     known = [y for y in spec.ys if y is not None]
     top = max([spec.y_max, *known]) if known else spec.y_max
     top = top if top > 0 else 1.0
-    fig.ruler("y").lim(0.0, top)
+    bottom = min([spec.y_min, *known]) if known else spec.y_min
+    bottom = bottom if 0 <= bottom < top else 0.0
+    fig.ruler("y").lim(bottom, top)
     n = 2 if height < 8 else 3 if height < 16 else 5
-    ticks = [top * k / (n - 1) for k in range(n)]
+    ticks = [bottom + (top - bottom) * k / (n - 1) for k in range(n)]
+    if spec.levels:  # the levels are the ticks that matter: the bottom, threshold, capacity
+        ticks = sorted({bottom, *(v for v, _ in spec.levels if bottom < v <= top)})
     fig.ruler("y").ticks(ticks, [_tick_label(v, top) for v in ticks])
     positions, labels = window_ticks(spec.window)
     fig.ruler("x").ticks(positions, labels)
+    for value, colour in spec.levels:
+        if bottom < value <= top:
+            level = plt.marker("hd", pixel=plt.pixel(foreground=colour))
+            line = fig.signal([-spec.window, 0.0], [value, value], marker=level)
+            line.lines()
+            fig.draw(line)
     xs = [x for x, y in zip(spec.xs, spec.ys, strict=True) if y is not None]
     ys = [y for y in spec.ys if y is not None]
     if xs:

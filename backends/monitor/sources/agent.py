@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from gpumon.backends import untrusted
-from gpumon.backends.model import ConnState, Health
+from gpumon.backends.model import ConnState, Health, HostLoad
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS, classify_smi_failure
 from gpumon.backends.remote import protocol
@@ -101,6 +101,7 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
             _route(p.MemoryEvents, _quiet(lambda m: sink.ingest_memory_events(m.text))),
             _route(p.Note, _quiet(lambda m: sink.ingest_note(m.text))),
             _route(p.ThreadDied, _quiet(thread_died)),
+            _route(p.HostStats, _quiet(lambda m: sink.ingest_host_load(host_load(m)))),
         ]
     )
 
@@ -226,3 +227,18 @@ class AgentSource(TransportSource):
         if hello.note:
             log.info("%s: %s", sink.name, hello.note)
         return False
+
+
+def host_load(m: protocol.HostStats) -> HostLoad:
+    """The agent's ``HostStats`` as the monitor's record."""
+    load = m.load
+    return HostLoad(
+        time=m.t,
+        cpu_pct=m.cpu_pct,
+        cpus=m.cpus,
+        mem_total_kib=m.mem_total_kib,
+        mem_available_kib=m.mem_available_kib,
+        swap_total_kib=m.swap_total_kib,
+        swap_free_kib=m.swap_free_kib,
+        load=(load[0], load[1], load[2]) if load is not None and len(load) == 3 else None,
+    )

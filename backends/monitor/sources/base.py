@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpumon.backends.config.load import HostConfig
-from gpumon.backends.model import ConnState, GpuProcess, Health, HostSample, HostStatus
+from gpumon.backends.model import ConnState, GpuProcess, Health, HostLoad, HostSample, HostStatus
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.transport.base import Transport
 from gpumon.backends.workloads.watch import Workloads
@@ -87,6 +87,9 @@ class Sink(Protocol):
 
     def ingest_note(self, text: str) -> None:
         """Something the user should know, said once."""
+
+    def ingest_host_load(self, load: HostLoad) -> None:
+        """The target's CPU, memory, load average and swap."""
 
     def ingest_alert(
         self,

@@ -1,0 +1,266 @@
+"""One key from the alert to the fix, and navigation as in k9s and htop (issue 11, points
+6 and 7): the strip offers ``r restart drafter`` and ``r`` from any row opens that dialog,
+``r`` in the alert history acts on the selected alert's job, ``r`` with nothing to act on
+says why; the dialogs open with Cancel focused, so Enter cancels and ``y`` confirms;
+g/G, Home/End, PgUp/PgDn, digits and n/N move the cursor. On the simulated CT200 with the
+demo's clock (``demo_time``), at 80x24 and 120x40."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Button, DataTable
+
+from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.workloads import JobState
+from gpumon.tui.app import GpumonApp
+from gpumon.tui.screens import AlertHistoryScreen, RestartScreen, SwapScreen
+
+Wait = Callable[..., Awaitable[None]]
+SIZES = [(80, 24), (120, 40)]
+SIZE_IDS = ["80x24", "120x40"]
+
+
+def notes(app: GpumonApp) -> list[str]:
+    """The messages of every notification from here on."""
+    seen: list[str] = []
+    original = app.notify
+
+    def notify(message: str, **kwargs: Any) -> None:
+        seen.append(message)
+        original(message, **kwargs)
+
+    app.notify = notify  # type: ignore[method-assign]
+    return seen
+
+
+async def crashed(pilot: Pilot[int], wait: Wait, app: GpumonApp, monitor: HostMonitor) -> None:
+    """GPU rows up, the drafter crashed of its OOM, the host connected."""
+    await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
+    drafter = monitor.workloads.jobs["drafter"]
+    await wait(pilot, lambda: drafter.state is JobState.CRASHED, what="the drafter's crash")
+    await wait(
+        pilot, lambda: app.dashboard.strip.display and app.dashboard.strip_view(), what="strip"
+    )
+    await pilot.pause()
+
+
+async def dialog(pilot: Pilot[int], wait: Wait, app: GpumonApp) -> RestartScreen:
+    await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the restart dialog")
+    screen = cast(RestartScreen, app.screen)
+    await wait(pilot, lambda: screen.plan is not None or screen.problem, what="the plan")
+    await pilot.pause()
+    return screen
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+async def test_the_strip_offers_the_fix_and_r_from_gpu_0_opens_it_with_cancel_focused(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, size: tuple[int, int]
+) -> None:
+    monitor = demo_monitor(demo_time=70.0)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=size) as pilot:
+        await crashed(pilot, wait, app, monitor)
+        assert app.dashboard.cursor == (0, 0)  # GPU 0 belongs to no job
+        assert app.dashboard.selected_job() is None
+        strip = app.dashboard.strip.render().plain
+        assert "r restart drafter" in strip, strip
+        assert "a: list" in strip  # the count and the list key stay in view beside it
+
+        await pilot.press("r")
+        screen = await dialog(pilot, wait, app)
+        assert screen.job.name == "drafter" and screen.action == "restart"
+        focused = app.focused
+        assert isinstance(focused, Button) and focused.id == "close"
+        assert "Cancel" in str(focused.label)
+        await pilot.press("enter")  # Enter cancels: nothing ran
+        await wait(pilot, lambda: not isinstance(app.screen, RestartScreen), what="closed")
+        assert app.session.runs.last("demo", "drafter") is None
+
+
+async def test_y_confirms_the_dialog_enter_does_not(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(frozen=False, demo_time=70.0, interval=0.5)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await crashed(pilot, wait, app, monitor)
+        await pilot.press("r")
+        screen = await dialog(pilot, wait, app)
+        assert screen.can_confirm
+        await pilot.press("y")
+        run = screen.run
+        assert run is not None and app.session.runs.running("demo", "drafter") is run
+        await wait(pilot, lambda: run.outcome is not None, timeout=60, what="the outcome")
+        assert run.outcome is not None and run.outcome.ok, run.outcome
+
+
+async def test_the_swap_dialog_opens_with_cancel_focused(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(demo_time=30.0)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
+        await wait(pilot, lambda: app.dashboard.check_action("swap_torch", ()) is True)
+        await pilot.press("w")
+        await wait(pilot, lambda: isinstance(app.screen, SwapScreen), what="the swap dialog")
+        await pilot.pause()
+        focused = app.focused
+        assert isinstance(focused, Button) and focused.id == "close"
+        assert "Cancel" in str(focused.label)
+        await pilot.press("enter")
+        await wait(pilot, lambda: not isinstance(app.screen, SwapScreen), what="closed")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+async def test_r_with_no_job_anywhere_says_why(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, size: tuple[int, int]
+) -> None:
+    monitor = demo_monitor(demo_time=20.0)  # the drafter runs: no critical alert yet
+    app = GpumonApp([monitor])
+    seen = notes(app)
+    async with app.run_test(size=size) as pilot:
+        await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
+        await wait(pilot, lambda: app.dashboard.check_action("restart_job", ()) is True)
+        assert app.screen.active_bindings["r"].enabled  # not greyed out: it explains
+        await pilot.press("r")
+        await pilot.pause()
+        assert not isinstance(app.screen, RestartScreen)
+        assert any("GPU 0 runs no configured job" in m and "drafter" in m for m in seen), seen
+        await pilot.press("s")
+        await pilot.pause()
+        assert any(m.startswith("stop: GPU 0 runs no configured job") for m in seen), seen
+
+
+async def test_r_in_the_alert_history_restarts_the_selected_alerts_job(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(demo_time=70.0)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await crashed(pilot, wait, app, monitor)
+        await pilot.press("a")
+        await wait(pilot, lambda: isinstance(app.screen, AlertHistoryScreen), what="history")
+        history = cast(AlertHistoryScreen, app.screen)
+        await pilot.pause()
+        rows = [a for _, a in history.alerts()]
+        pick = next(k for k, a in enumerate(rows) if a.job == "drafter" or a.gpu in (5, 6, 7))
+        history.query_one(DataTable).move_cursor(row=pick)
+        await pilot.press("r")
+        screen = await dialog(pilot, wait, app)
+        assert screen.job.name == "drafter"
+
+
+async def test_r_on_an_alert_without_a_job_says_why(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    from gpumon.backends.alerts.store import Alert
+    from gpumon.backends.model import Health
+
+    monitor = demo_monitor(demo_time=20.0)
+    app = GpumonApp([monitor])
+    seen = notes(app)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
+        t = monitor.clock()
+        lone = Alert("x", Health.CRITICAL, "xid", "demo", 0, None, "Xid 79 on GPU 0", t, t)
+        app.dashboard.restart_alert_job(monitor, lone)
+        await pilot.pause()
+        assert not isinstance(app.screen, RestartScreen)
+        assert any("names no job" in m and "GPU 0" in m for m in seen), seen
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+async def test_navigation_keys_move_the_cursor(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, size: tuple[int, int]
+) -> None:
+    monitor = demo_monitor(demo_time=70.0)
+    app = GpumonApp([monitor])
+    seen = notes(app)
+    async with app.run_test(size=size) as pilot:
+        await crashed(pilot, wait, app, monitor)
+        d = app.dashboard
+        last = d._positions()[-1]
+        assert last[1] >= 8  # the jobs pane's drafter row comes after the 8 GPUs
+        await pilot.press("G")
+        assert d.cursor == last
+        await pilot.press("g")
+        assert d.cursor == (0, 0)
+        await pilot.press("end")
+        assert d.cursor == last
+        await pilot.press("home")
+        assert d.cursor == (0, 0)
+        await pilot.press("6")
+        assert d.cursor == (0, 6) and d.under_cursor() == ("gpu", 6)
+        await pilot.press("0")
+        assert d.cursor == (0, 0)
+        await pilot.press("9")
+        assert d.cursor == (0, 0) and "demo has no GPU 9" in seen
+        await pilot.press("pagedown")
+        assert d.cursor is not None and d.cursor[1] > 0
+        await pilot.press("pageup")
+        assert d.cursor == (0, 0)
+
+        alerting = d.alerting_positions()
+        assert alerting, "the OOM puts alerts on the drafter's GPUs"
+        await pilot.press("n")
+        first = d.cursor
+        assert first in alerting and first != (0, 0)
+        await pilot.press("N")  # wraps around backwards to the last alerting row
+        assert d.cursor == sorted(alerting)[-1] or len(alerting) == 1
+        await pilot.press("n")
+        assert d.cursor == first or len(alerting) == 1
+
+
+async def test_the_palettes_screenshot_saves_an_svg_and_says_where(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, state_home: Any
+) -> None:
+    from textual.command import CommandPalette
+
+    app = GpumonApp([demo_monitor(demo_time=30.0)])
+    seen = notes(app)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
+        await pilot.press("ctrl+p")
+        await wait(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
+        await pilot.press(*"screenshot")
+        await pilot.pause(0.6)
+        await pilot.press("enter")
+        folder = state_home / "gpumon" / "screenshots"
+        await wait(pilot, lambda: folder.is_dir() and any(folder.iterdir()), what="the file")
+        [svg] = list(folder.iterdir())
+        assert svg.suffix == ".svg" and "<svg" in svg.read_text()
+        await wait(pilot, lambda: any(m == f"saved {svg}" for m in seen), what="the notice")
+
+
+async def test_ctrl_c_quits_the_dashboard(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    app = GpumonApp([demo_monitor(demo_time=30.0)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0
+
+
+async def test_the_force_checkbox_is_empty_when_off(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    from textual.widgets import Checkbox
+
+    app = GpumonApp([demo_monitor(demo_time=30.0)])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait(pilot, lambda: app.dashboard.check_action("swap_torch", ()) is True)
+        await pilot.press("w")
+        await wait(pilot, lambda: isinstance(app.screen, SwapScreen), what="the swap dialog")
+        force = app.screen.query_one("#swap-force", Checkbox)
+        await pilot.pause()
+        assert not force.value and "X" not in force.render().plain  # no tick: it is off
+        force.value = True
+        await pilot.pause()
+        assert "X" in force.render().plain
