@@ -132,19 +132,23 @@ def broken_wheel(dest: Path, name: str, version: str) -> Path:
     return wheel
 
 
-def write_project_page(project_dir: Path, listed: Iterable[str] = ()) -> None:
+def write_project_page(
+    project_dir: Path, listed: Iterable[str] = (), *, absolute: bool = True
+) -> None:
     """``index.html`` listing the wheels in ``project_dir`` the way download.pytorch.org's
     project pages do (PEP 503): ``<h1>Links for NAME</h1>``, then one
     ``<a href="/whl/VARIANT/FILE#sha256=...">FILE</a><br/>`` per wheel, the href absolute
     from the server's root with ``+`` quoted as ``%2B``, the text the plain file name.
     ``listed``: names of wheels the page lists that are not there (other releases, other
-    interpreters and machines, for plan-time tests: never installed)."""
+    interpreters and machines, for plan-time tests: never installed). ``absolute=False``:
+    hrefs relative to the page, for an index read as ``file://`` (the demo's)."""
     root_path = "/" + "/".join(project_dir.parts[-3:-1])  # /<base>/<variant>
     links = []
     rows = [(w.name, hashlib.sha256(w.read_bytes()).hexdigest()) for w in project_dir.glob("*.whl")]
     rows += [(name, hashlib.sha256(name.encode()).hexdigest()) for name in listed]
     for name, sha in sorted(rows):
-        href = f"{root_path}/{project_dir.name}/{urllib.parse.quote(name)}#sha256={sha}"
+        where = f"{root_path}/{project_dir.name}/" if absolute else ""
+        href = f"{where}{urllib.parse.quote(name)}#sha256={sha}"
         links.append(f'    <a href="{href}">{html.escape(name)}</a><br/>')
     head = ["<!DOCTYPE html>", "<html>", "  <body>", f"    <h1>Links for {project_dir.name}</h1>"]
     body = "\n".join([*head, *links, "  </body>", "</html>", ""])
@@ -177,8 +181,11 @@ def matrix_files(
     )
 
 
-def build_index(root: Path, bases: Mapping[str, Mapping[str, Iterable[Spec]]]) -> Path:
-    """``bases``: base name -> variant -> specs. Returns ``root``."""
+def build_index(
+    root: Path, bases: Mapping[str, Mapping[str, Iterable[Spec]]], *, absolute: bool = True
+) -> Path:
+    """``bases``: base name -> variant -> specs. Returns ``root``. ``absolute``: hrefs as
+    download.pytorch.org writes them (from the server's root); False for a file:// index."""
     for base, variants in bases.items():
         for variant, specs in variants.items():
             vdir = root / base / variant
@@ -192,7 +199,9 @@ def build_index(root: Path, bases: Mapping[str, Mapping[str, Iterable[Spec]]]) -
                     torchvision_wheel(vdir / "torchvision", spec.torchvision)
             listed = [name for spec in specs for name in spec.listed]
             for project in vdir.iterdir():
-                write_project_page(project, listed if project.name == "torch" else ())
+                write_project_page(
+                    project, listed if project.name == "torch" else (), absolute=absolute
+                )
             names = sorted(p.name for p in vdir.iterdir() if p.is_dir())
             links = "".join(f'<a href="{n}/">{n}</a><br>' for n in names)
             (vdir / "index.html").write_text(f"<html><body>{links}</body></html>\n")

@@ -30,7 +30,7 @@ VARIANTS = {
 def make_venv(root: Path) -> tuple[str, str]:
     """Make the venv under ``root``: returns (its python, the ``torch_index`` base URL).
     Raises OSError or subprocess.CalledProcessError when it cannot be made."""
-    index = build_index(root / "index", {"whl": VARIANTS}) / "whl"
+    index = build_index(root / "index", {"whl": VARIANTS}, absolute=False) / "whl"
     venv = root / "venv"
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(venv)],

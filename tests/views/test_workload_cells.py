@@ -217,9 +217,9 @@ def test_the_strip_shows_the_most_urgent_incident_headline_first() -> None:
     assert "— r restart" in line and "+1 evidence, +2 more, a: list" in line
     assert "\x1b" not in line
     roomy = render_strip(StripView(top, more, PALETTE), 60).plain
-    assert roomy == " ✖  drafter: CUDA OOM on GPU 6 — r restart  (+3)"  # counts shrink
+    assert roomy == " ✖  drafter: CUDA OOM on GPU 6 — r restart  (+3) a: list"  # counts shrink
     narrow = render_strip(StripView(top, more, PALETTE), 40).plain
-    assert len(narrow) == 40 and narrow.endswith("… — r restart")  # the headline is cut
+    assert len(narrow) == 40 and narrow.endswith("… — r restart  (+3) a: list")  # headline cut
     assert alert_title(new) == "CRITICAL: CUDA out of memory"
     assert incident_title(top) == "CRITICAL: CUDA out of memory"
     cells = history_cells(dataclasses.replace(new, active=False, acknowledged=True), 25.0)

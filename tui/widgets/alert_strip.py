@@ -6,7 +6,8 @@ GPU, cause first): severity, time, host and the incident's headline with its fix
 key to the fix when ``r`` would act on the incident's job), how much
 evidence is folded under it and how many other incidents there are. When the line is
 short the time goes first, then the host, then the severity's word (its glyph stays),
-then the counts shrink to "(+N)", and the headline is cut before the fix is. With
+then the counts shrink to "(+N)", and the headline is cut before the fix and the list key
+("a: list") are. With
 nothing unacknowledged it is hidden, not an empty line.
 """
 
@@ -57,7 +58,7 @@ def render_strip(view: StripView, width: int) -> Text:
         folded.append(f"+{view.more} more")
     tail_full = "  " + ", ".join([*folded, "a: list"])
     count = len(incident.evidence) + view.more
-    tail_short = f"  (+{count})" if count else ""
+    tail_short = f"  (+{count}) a: list" if count else "  a: list"  # the key always shows
     host = printable(incident.host)
     # (badge, time, host, tail) from the richest to the barest; the first that leaves the
     # whole headline room wins, else the barest one and the headline is cut.
@@ -67,7 +68,6 @@ def render_strip(view: StripView, width: int) -> Text:
         (f" {glyph} {label} ", False, False, tail_full),
         (f" {glyph} ", False, False, tail_full),
         (f" {glyph} ", False, False, tail_short),
-        (f" {glyph} ", False, False, ""),
     ]
     need = len(headline) + len(fix)
     for badge, with_time, with_host, tail in options:
