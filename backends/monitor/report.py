@@ -166,18 +166,18 @@ def snapshot_table(monitor: HostMonitor, now: float) -> str:
     if sample is None:
         return "\n".join(lines)
     lines.append(
-        f"{'GPU':>3}  {'NAME':<44}  {'MEMORY MiB':>17} {'MEM%':>6}  {'UTIL':>5}  {'TEMP':>5}"
+        f"{'GPU':>3}  {'NAME':<44}  {'MEMORY GiB':>11} {'MEM%':>6}  {'UTIL':>5}  {'TEMP':>5}"
         f"  {'POWER W':>11}  HEALTH"
     )
     found = active_incidents(monitor)
     jobs = monitor.workloads.jobs_json()
     for g in sample.gpus:
         frac = g.memory_used_fraction
-        mem = f"{fmt(g.memory_used_mib)}/{fmt(g.memory_total_mib)}"
+        mem = f"{_gib(g.memory_used_mib)}/{_gib(g.memory_total_mib)}"
         power = f"{fmt(g.power_w, '.0f')}/{fmt(g.power_limit_w, '.0f')}"
         health = gpu_health_text(g, found, jobs)
         lines.append(
-            f"{g.index:>3}  {(g.name or 'n/a')[:44]:<44}  {mem:>17} "
+            f"{g.index:>3}  {(g.name or 'n/a')[:44]:<44}  {mem:>11} "
             f"{fmt(None if frac is None else frac * 100, '.1f', '%'):>6}  "
             f"{fmt(g.utilization_pct, '.0f', '%'):>5}  {fmt(g.temperature_c, '.0f', 'C'):>5}"
             f"  {power:>11}  {health}"
@@ -186,15 +186,14 @@ def snapshot_table(monitor: HostMonitor, now: float) -> str:
     if procs:
         lines.append("")
         lines.append(
-            f"{'GPU':>3}  {'WHERE':<7} {'PID':>8} {'HOST PID':>9} {'USER':<8} "
-            f"{'MEMORY MiB':>10}  PROCESS"
+            f"{'GPU':>3}  {'WHERE':<7} {'PID':>8} {'HOST PID':>9} {'USER':<8} {'GiB':>6}  PROCESS"
         )
         for idx, p in procs:
             name = printable(p.command or p.name or "[not visible from here]")
             where = container_label(p.container) if p.source == "host" else p.source
             lines.append(
                 f"{idx:>3}  {where[:7]:<7} {fmt(p.pid):>8} {fmt(p.host_pid):>9} "
-                f"{printable(p.user or '-')[:8]:<8} {fmt(p.memory_mib):>10}  {name}"
+                f"{printable(p.user or '-')[:8]:<8} {_gib(p.memory_mib):>6}  {name}"
             )
     lines += _alert_lines(monitor, found)
     for title, objects in (
@@ -205,6 +204,11 @@ def snapshot_table(monitor: HostMonitor, now: float) -> str:
         if objects:
             lines += ["", title, *(f"  {_object_line(o)}" for o in objects)]
     return "\n".join(lines)
+
+
+def _gib(mib: float | None) -> str:
+    """GiB with one decimal, as on the dashboard; n/a when not reported (never 0)."""
+    return "n/a" if mib is None else f"{mib / 1024:.1f}"
 
 
 def gpu_health_text(gpu: GpuSample, found: list[Incident], jobs: list[dict[str, Any]]) -> str:

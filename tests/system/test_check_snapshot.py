@@ -63,6 +63,7 @@ def test_snapshot_text_prints_alerts_and_workloads_and_a_crash_is_not_ok() -> No
     after = gpumon("snapshot", "demo", "--demo-time", "90")
     assert after.returncode == 0, after.stderr
     text = after.stdout
+    assert "MEMORY GiB" in text and " 0.0/95.6 " in text  # GiB, as on the dashboard
     health = _health(text)
     assert sorted(health) == list(range(8))
     assert all(health[i] == "ok" for i in range(5))
