@@ -374,6 +374,10 @@ async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None
         auto = [a for a in monitor.alerts.history() if a.kind == "auto_restart"]
         assert auto[0].job == "drafter" and "automatic restart 1/3" in auto[0].message
         assert not [a for a in monitor.alerts.active() if a.kind == "cuda_oom"]  # cleared
+        # The GPUs refill before the run's verification ends; its outcome is audited then.
+        while (run := session.runs.last("demo", "drafter")) is None or run.outcome is None:
+            assert time.monotonic() < deadline, "the automatic restart never ended"
+            await asyncio.sleep(0.1)
         entries = [(e["action"], e["outcome"]) for e in audit.read_entries()]
         assert ("auto-restart", "ok") in entries
         run = session.runs.last("demo", "drafter")  # the session's registry ran it
