@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import itertools
 import os
 import statistics
@@ -18,10 +19,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from gpumon.backends.config import HostConfig
 from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
 from gpumon.backends.sim import write_wrapper
+
+# The dashboard bench's CPU accounting (bench/ is this script's folder).
+_dashboard: Any = importlib.import_module("bench_dashboard")
 
 OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
@@ -33,20 +38,20 @@ LINE = "[rank0] step {:>9} | loss 2.3100 | lr 1.0e-4 | grad_norm 0.93 | 12.8 Kto
 
 
 def agent_cpu_s(marker: str) -> tuple[float, int]:
-    """CPU seconds and RSS (KiB) of the agent whose command line holds ``marker``."""
+    """CPU seconds and RSS (KiB) of the agent whose command line holds ``marker`` (its CPU
+    through the dashboard bench's ``cpu_ticks``)."""
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 argv = f.read()
             if b"gpumon-agent" not in argv or marker.encode() not in argv:
                 continue
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
             with open(f"/proc/{entry}/status") as f:
                 rss = next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
         except (OSError, ValueError, StopIteration):
             continue
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), rss
+        own, _ = _dashboard.cpu_ticks(int(entry))
+        return own / _dashboard.CLK_TCK, rss
     return float("nan"), 0
 
 
