@@ -518,6 +518,9 @@ class Agent:
             except FetchError as e:  # refused, timeout, reset: the server is down
                 msg = protocol.Http(tag, t, None, error=str(e))
             else:
+                # The counters were read somewhere between the request and the answer:
+                # the midpoint, so a slow answer (a loaded machine) does not skew a rate.
+                t += (time.monotonic() - started) / 2
                 if status >= 400:
                     msg = protocol.Http(tag, t, status, error=f"HTTP {status}")
                 else:

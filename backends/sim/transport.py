@@ -19,6 +19,8 @@ from gpumon.backends.config.workloads import JobConfig, SglangConfig
 from gpumon.backends.transport.base import TransportError
 from gpumon.backends.transport.local import LocalTransport, kill_group
 
+SERVERS_START_S = 30.0  # the simulated SGLang servers' start-up, on a loaded machine
+
 
 class SimTransport(LocalTransport):
     """The simulated CT200: a local transport with the simulator's nvidia-smi on PATH.
@@ -107,11 +109,18 @@ class SimTransport(LocalTransport):
                 "--log",
                 str(self.settings.state_dir),
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL,
                 env={**(self.env or {}), **self.settings.to_env()},
                 start_new_session=True,
             )
+            try:
+                await self._servers_listening(self._servers)
+            except TransportError:
+                servers, self._servers = self._servers, None
+                kill_group(servers.pid)
+                await servers.wait()
+                raise
         job = self.drafter_job()
         if job is not None and not self._job_started:
             from gpumon.backends.actions.jobs import JobError, launch_job
@@ -121,6 +130,23 @@ class SimTransport(LocalTransport):
                 await launch_job(self, job, self._drafter_command())
             except JobError as e:
                 raise TransportError(f"the simulated drafter did not start: {e}") from e
+
+    async def _servers_listening(self, servers: asyncio.subprocess.Process) -> None:
+        """Wait for the simulated servers' one start-up line: they listen once it is
+        printed. The first poll must find them up (on a loaded machine the interpreter
+        takes seconds to start, and a refused connection reads as a server that is
+        down), and a server that cannot listen is said, not left to look dead."""
+        assert servers.stdout is not None
+        try:
+            line = await asyncio.wait_for(servers.stdout.readline(), SERVERS_START_S)
+        except TimeoutError:
+            line = b""
+        text = line.decode(errors="replace").strip()
+        if not text.startswith("gpumon-sim-sglang: serving"):
+            why = text.removeprefix("gpumon-sim-sglang: ") or (
+                f"no answer in {SERVERS_START_S:.0f} s"
+            )
+            raise TransportError(f"the simulated SGLang servers did not start: {why}")
 
     async def dispose(self) -> None:
         """Stop the simulated servers and drafter and remove the simulator's files.
