@@ -136,6 +136,7 @@ class HostSection(Vertical):
         self.header = HostHeader()
         self.host_line = Static("", classes="host-line", markup=False)
         self.host_line.display = False
+        self._host_text: Text | None = None
         self.titles = ColumnTitles()
         self.waiting = Static("", classes="waiting", markup=False)
         self.rows: list[GpuRow] = []
@@ -216,7 +217,10 @@ class HostSection(Vertical):
         load = m.host_load if ctx.host_line and ctx.replay is None else None
         self.host_line.display = load is not None
         if load is not None:
-            self.host_line.update(host_load_text(load, ctx.palette, stale=stale))
+            line = host_load_text(load, ctx.palette, stale=stale)
+            if line != self._host_text:  # one line, always: no layout pass for a new value
+                self._host_text = line
+                self.host_line.update(line, layout=False)
         if not rows and stale == self._stale and self.rows:
             return
         self._stale = stale

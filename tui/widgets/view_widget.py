@@ -4,13 +4,26 @@ The dashboard redraws about once a second; most of the time nothing a widget sho
 changed, so each widget is handed a frozen view and repaints only when the view differs
 from the one it has. ``render_view`` is the pure drawing (tests and the bench call the
 module-level render functions behind it); ``plain`` is what the widget shows now, as text.
+
+The widget draws through Textual's line API (``render_line``), not ``render``: the rows
+change every second, and Textual's general path (Rich ``Text`` to ``Content``, wrapped,
+re-styled span by span) cost twice the building of the text itself. Our lines are
+already cut to the width, with spans one after another, so ``text_strip`` turns each
+into segments directly, and a line that did not change keeps its strip. A line it cannot
+take (wider than the widget, overlapping spans, a tab, justified) goes through Textual's
+path as before, so nothing is drawn differently.
 """
 
 from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style as RichStyle
 from rich.text import Text
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 V = TypeVar("V")
@@ -19,9 +32,14 @@ V = TypeVar("V")
 class ViewWidget(Widget, Generic[V]):
     """Draws ``self.view``; ``show(view)`` replaces it. ``None`` draws nothing."""
 
+    ALLOW_SELECT = False  # the line API draws no selection; tmux's copy mode still works
+    _strips: list[Strip] | None = None  # the lines drawn since the last refresh
+    _strips_key: object = None
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.view: V | None = None
+        self._line_strips: dict[tuple[object, ...], Strip] = {}  # the last drawing's lines
 
     def show(self, view: V | None) -> bool:
         """Draw ``view``; returns whether it differs from the one on show (only then is
@@ -46,7 +64,74 @@ class ViewWidget(Widget, Generic[V]):
             return Text()
         return self.render_view(self.view, self.size.width or self.app.size.width)
 
+    def refresh(
+        self,
+        *regions: Region,
+        repaint: bool = True,
+        layout: bool = False,
+        recompose: bool = False,
+    ) -> ViewWidget[V]:
+        self._strips = None  # whatever asked for the repaint (a view, a size, a theme)
+        super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+        return self
+
+    def render_line(self, y: int) -> Strip:
+        strips = self._drawn()
+        if strips is None:  # a line Textual's own path must take
+            return super().render_line(y)
+        if y < len(strips):
+            return strips[y]
+        return Strip.blank(self.size.width, self.visual_style.rich_style)
+
+    def _drawn(self) -> list[Strip] | None:
+        style = self.visual_style
+        key = (self.size, style)
+        if self._strips is not None and self._strips_key == key:
+            return self._strips
+        width = self.size.width
+        base = style.rich_style
+        drawn: dict[tuple[object, ...], Strip] = {}
+        strips: list[Strip] = []
+        for line in self.render().split("\n", allow_blank=True)[: self.size.height]:
+            line_key = (line.plain, tuple(line.spans), line.style, base, width)
+            strip = self._line_strips.get(line_key) or text_strip(line, base, width)
+            if strip is None:
+                self._strips = None
+                return None
+            drawn[line_key] = strip
+            strips.append(strip)
+        self._line_strips = drawn
+        self._strips, self._strips_key = strips, key
+        return strips
+
     @property
     def plain(self) -> str:
         """The widget's text at its current width ("" without a view)."""
         return self.render().plain
+
+
+def text_strip(line: Text, base: RichStyle, width: int) -> Strip | None:
+    """One line of ``Text`` as a strip on ``base`` (the widget's style), or None when it
+    needs Textual's general path: wider than ``width``, spans that overlap or are out of
+    order, a tab, or a justification."""
+    plain = line.plain
+    length = cell_len(plain)
+    if length > width or "\t" in plain or line.justify not in (None, "default", "left"):
+        return None
+    get = RichStyle.parse
+    ground = base + (get(line.style) if isinstance(line.style, str) else line.style)
+    segments: list[Segment] = []
+    at = 0
+    for span in line.spans:
+        start, end = span.start, min(span.end, len(plain))
+        if start < at:
+            return None
+        if start > at:
+            segments.append(Segment(plain[at:start], ground))
+        if end > start:
+            style = get(span.style) if isinstance(span.style, str) else span.style
+            segments.append(Segment(plain[start:end], ground + style))
+        at = max(end, at)
+    if at < len(plain):
+        segments.append(Segment(plain[at:], ground))
+    return Strip(segments, length)
