@@ -152,6 +152,17 @@ class HostSample:
     gpus: tuple[GpuSample, ...]
     processes: tuple[GpuProcess, ...] = ()
     skipped_lines: int = 0  # malformed rows dropped by the parser in this round
+    # (GPU index, used MiB) when ``processes`` arrived: memory not attributed to a
+    # process is judged against the memory of that moment, not of a later sample.
+    memory_at_processes: tuple[tuple[int, int], ...] = ()
+
+    def memory_used_at_processes(self, gpu: GpuSample) -> int | None:
+        """``gpu``'s used memory when the process list was taken (the sample's own when
+        the list came before any sample)."""
+        for index, used in self.memory_at_processes:
+            if index == gpu.index:
+                return used
+        return gpu.memory_used_mib
 
     def processes_for(self, gpu: GpuSample) -> tuple[GpuProcess, ...]:
         """The processes on ``gpu``, matched by UUID, else by PCI bus id (device-file

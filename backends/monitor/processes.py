@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpumon.backends.model import GpuProcess, GpuSample, ProcessSource
+from gpumon.backends.model import GpuProcess, GpuSample, HostSample, ProcessSource
 from gpumon.backends.untrusted import printable
 
 __all__ = [
@@ -164,13 +164,15 @@ def process_words(p: GpuProcess) -> str:
     return words
 
 
-def unattributed_mib(gpu: GpuSample, processes: Iterable[GpuProcess]) -> int | None:
+def unattributed_mib(sample: HostSample, gpu: GpuSample) -> int | None:
     """Used memory on ``gpu`` that no listed process with a known amount accounts for,
     when it exceeds ``UNATTRIBUTED_MIN_MIB`` (a driver's own reserve is less); None when
     it does not, when used memory is unknown, or when a process's memory is unknown
-    (device-file users: nothing can be said)."""
-    used = gpu.memory_used_mib
-    procs = tuple(processes)
+    (device-file users: nothing can be said). The used memory is the one of the moment
+    the process list was taken: a job that grew since is not "unattributed" until the
+    next list (the flag would blink with every sample between two lists)."""
+    used = sample.memory_used_at_processes(gpu)
+    procs = sample.processes_for(gpu)
     if used is None or any(p.memory_mib is None for p in procs):
         return None
     rest = used - sum(p.memory_mib or 0 for p in procs)

@@ -39,7 +39,7 @@ def gpu_json(gpu: GpuSample, sample: HostSample) -> dict[str, Any]:
         "health": gpu.health.value,
         "problems": list(gpu.problems),
         "processes": [process_json(p) for p in sample.processes_for(gpu)],
-        "memory_unattributed_mib": unattributed_mib(gpu, sample.processes_for(gpu)),
+        "memory_unattributed_mib": unattributed_mib(sample, gpu),
     }
 
 

@@ -92,6 +92,7 @@ class HostMonitor:
         self.latest: HostSample | None = None
         self.processes: tuple[GpuProcess, ...] = ()  # what the samples carry (see below)
         self.processes_time: float | None = None
+        self._memory_at_processes: tuple[tuple[int, int], ...] = ()  # HostSample's
         # The lists ``processes`` is made of: the driver's inside the container, the
         # device-file users there, and the Proxmox host's (which wins while it is fresh).
         self._driver_processes: tuple[GpuProcess, ...] = ()
@@ -184,6 +185,7 @@ class HostMonitor:
         sample (a replay that rewinds plays into the same monitor again); listeners stay."""
         self.latest = None
         self.processes, self.processes_time = (), None
+        self._memory_at_processes = ()
         self.histories.clear()
         self.samples = 0
         self.log_flow.clear()
@@ -256,6 +258,7 @@ class HostMonitor:
                 gpus=parsed.gpus,
                 processes=self.processes,
                 skipped_lines=parsed.skipped,
+                memory_at_processes=self._memory_at_processes,
             )
         )
         return True
@@ -318,7 +321,16 @@ class HostMonitor:
             self.processes = container_view(self._driver_processes, self._device_processes, watched)
         self.processes_time = at
         if self.latest is not None:
-            self.latest = replace(self.latest, processes=self.processes)
+            self._memory_at_processes = tuple(
+                (g.index, g.memory_used_mib)
+                for g in self.latest.gpus
+                if g.memory_used_mib is not None
+            )
+            self.latest = replace(
+                self.latest,
+                processes=self.processes,
+                memory_at_processes=self._memory_at_processes,
+            )
         self._notify()
 
     def ingest_log(

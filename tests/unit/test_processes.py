@@ -12,7 +12,9 @@ import pytest
 
 from gpumon.backends.alerts.engine import Alert, AlertEngine
 from gpumon.backends.alerts.rules import AlertRules, foreign_memory
+from gpumon.backends.config import HostConfig
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample, ProcessSource
+from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.processes import (
     UNATTRIBUTED_MIN_MIB,
     container_view,
@@ -21,7 +23,9 @@ from gpumon.backends.monitor.processes import (
     process_words,
     unattributed_mib,
 )
+from gpumon.backends.monitor.sources import AgentSource
 from gpumon.backends.remote import host_procs as hp
+from gpumon.backends.transport import LocalTransport
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures/nvidia/real-captures"
 DOCKER_ID = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f9012345678901234567890abcdef12"
@@ -240,13 +244,23 @@ def test_the_unattributed_threshold_is_above_what_real_drivers_keep() -> None:
     assert len(residues) >= 14
     worst = max(r for _, r in residues)
     assert 500 < worst < UNATTRIBUTED_MIN_MIB, residues  # a desktop's compositor, the most
-    gpu = GpuSample(0, uuid="GPU-a", memory_used_mib=30000 + worst)
     held = (GpuProcess(1, "x", 30000, "GPU-a"),)
-    assert unattributed_mib(gpu, held) is None
-    gpu = GpuSample(0, uuid="GPU-a", memory_used_mib=30000 + 12288)
-    assert unattributed_mib(gpu, held) == 12288
+
+    def rest(
+        used: int, procs: tuple[GpuProcess, ...] = held, at_list: int | None = None
+    ) -> int | None:
+        gpu = GpuSample(0, uuid="GPU-a", memory_used_mib=used)
+        at = () if at_list is None else ((0, at_list),)
+        sample = HostSample("h", 0.0, None, (gpu,), procs, memory_at_processes=at)
+        return unattributed_mib(sample, gpu)
+
+    assert rest(30000 + worst) is None
+    assert rest(30000 + 12288) == 12288
     unknown = (GpuProcess(1, "x", None, source=ProcessSource.DEVICE_FILES, gpus=(0,)),)
-    assert unattributed_mib(gpu, unknown) is None  # device files: nothing can be said
+    assert rest(30000 + 12288, unknown) is None  # device files: nothing can be said
+    # The job grew 2 GiB since its list was taken: not "unattributed" until the next list
+    assert rest(30000 + 2048, at_list=30000) is None
+    assert rest(30000 + 2048, at_list=30000 + 12288) == 12288  # what that moment said
 
 
 def test_foreign_memory_raises_and_ends_the_foreign_process_alert() -> None:
@@ -274,3 +288,25 @@ def test_foreign_memory_raises_and_ends_the_foreign_process_alert() -> None:
         now[0] += 1
         engine.on_sample(HostSample("ct200", now[0], None, (gpu,), processes=(ours,)))
     assert not [a for a in engine.active() if a.kind == "foreign_process"]
+
+
+def test_memory_not_attributed_is_judged_at_the_moment_of_the_process_list() -> None:
+    """The process list comes every few seconds, the memory every second: a job that
+    grows between two lists must not make "not attributed" blink on and off."""
+    host = HostConfig(name="box", kind="local", interval=1.0, kernel_log=False)
+    monitor = HostMonitor(host, AgentSource(LocalTransport(host)), record=False)
+    fields = ("index", "uuid", "memory.used", "memory.total")
+    monitor.ingest_gpu_rows(["0, GPU-a, 30000, 97887"], fields)
+    monitor.ingest_processes((GpuProcess(1, "train", 29500, "GPU-a"),), monitor.clock())
+    assert (
+        monitor.latest is not None
+        and unattributed_mib(monitor.latest, monitor.latest.gpus[0]) is None
+    )
+    monitor.ingest_gpu_rows(["0, GPU-a, 33000, 97887"], fields)  # the job grew 3 GB
+    latest = monitor.latest
+    assert latest is not None
+    assert latest.gpus[0].memory_used_mib == 33000 and latest.memory_at_processes == ((0, 30000),)
+    assert unattributed_mib(latest, latest.gpus[0]) is None
+    monitor.ingest_processes((GpuProcess(1, "train", 29500, "GPU-a"),), monitor.clock())
+    latest = monitor.latest
+    assert unattributed_mib(latest, latest.gpus[0]) == 3500  # the list says so

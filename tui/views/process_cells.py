@@ -94,7 +94,7 @@ def memory_flag(sample: HostSample, gpu: GpuSample, watched: int | None) -> Cell
         biggest = max(others, key=lambda p: p.memory_mib or 0)
         more = f" +{len(others) - 1}" if len(others) > 1 else ""
         return Cell(f"{gib(total)} GiB held by {holder_text(biggest)}{more}", Role.WARNING)
-    rest = unattributed_mib(gpu, procs)
+    rest = unattributed_mib(sample, gpu)
     if rest is not None:
         return Cell(f"{gib(rest)} GiB not attributed", Role.MUTED)
     return None
