@@ -65,8 +65,8 @@ def guarded_script(pid: int, start_ticks: int, sig: Signal, proc: str = "/proc")
     ``REUSED_EXIT`` when it is another process now; else ``kill``'s own status."""
     stat = shlex.quote(f"{proc}/{pid}/stat")
     return (
-        f"set -f; s=$(cat {stat} 2>/dev/null) || "
-        f'{{ echo "kill: ({pid}) - No such process" >&2; exit {GONE_EXIT}; }}; '
+        f"set -f; s=$(cat {stat}) || "
+        f'{{ echo "no process {pid} ({proc}/{pid}/stat)" >&2; exit {GONE_EXIT}; }}; '
         f'set -- ${{s##*)}}; [ "${{20}}" = {start_ticks} ] || '
         f'{{ echo "PID {pid} started at tick ${{20}}, not {start_ticks}" >&2; '
         f"exit {REUSED_EXIT}; }}; exec kill -s {sig} {pid}"
