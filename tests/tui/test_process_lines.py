@@ -32,6 +32,14 @@ def shown(widget: Widget) -> str:
     return "\n".join(strip.text for strip in widget.render_lines(Region(0, 0, w, h)))
 
 
+def highlighted(row: Widget, line: int, d: DashboardScreen) -> bool:
+    """Whether line ``line`` of ``row`` is drawn on the cursor's background."""
+    strip = row.render_lines(Region(0, line, row.size.width, 1))[0]
+    cursor = d.palette.cursor_style.bgcolor
+    text = [seg for seg in strip if seg.text.strip()]
+    return bool(text) and all(seg.style is not None and seg.style.bgcolor == cursor for seg in text)
+
+
 def gpu6_host_pids(monitor: HostMonitor) -> list[int | None]:
     sample = monitor.latest
     if sample is None:
@@ -85,6 +93,7 @@ async def test_the_cursor_walks_the_process_lines_and_k_names_the_selected_one(
         view = row.view
         assert view is not None and not view.cursor and view.selected_line == 0
         assert "▶" not in text[0] and "▶" in text[2] and "▶" not in text[3]
+        assert highlighted(row, 2, d) and not highlighted(row, 3, d)  # the cursor's colours
         assert d.under_cursor() == ("gpu", GPU)  # the keys of a GPU row act on GPU 6
         await pilot.press("down")
         assert selected_host_pid(d) == order[1]
@@ -142,6 +151,22 @@ async def test_gpu_row_keys_act_on_the_row_and_enter_keeps_the_process_selected(
         assert detail.target.gpu_index == GPU
         picked = detail.selected_process()
         assert picked is not None and process_key(picked) == process_key(chosen)
+        await pilot.press("down")  # the detail view's cursor: the next GPU, not the first
+        assert detail.target.gpu_index == GPU + 1 and d.cursor == (0, GPU + 1)
+        await pilot.press("escape")
+        await wait(pilot, lambda: app.screen is d, what="back on the dashboard")
+
+        first, last = d.row_processes(0, GPU)
+        await pilot.press("up")  # from GPU 7 onto GPU 6's last process line
+        assert d.cursor == (0, GPU) and d.selected_process() == last
+        row = d.sections[0].rows[GPU]
+        view = row.view
+        assert view is not None
+        assert await pilot.click(row, offset=(10, view.lines - 2))  # a click selects a line
+        assert d.cursor == (0, GPU) and d.selected_process() == first
+        await pilot.pause(0.6)  # not a double click (that opens the detail view)
+        assert await pilot.click(row, offset=(10, 0))  # and on the row itself, the row
+        assert d.cursor == (0, GPU) and d.process_cursor is None and app.screen is d
 
 
 async def test_collapsing_or_the_process_ending_puts_the_cursor_back_on_its_gpu_row(

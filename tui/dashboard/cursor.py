@@ -141,6 +141,8 @@ class CursorMixin(Screen[None]):
         if not stops:
             return
         here = self._here()
+        if here not in stops and self.cursor is not None:
+            here = (*self.cursor, None)  # from the detail view: its process line is no stop
         at = stops.index(here) + delta if here in stops else 0
         self._move_to(stops[min(max(at, 0), len(stops) - 1)])
 
