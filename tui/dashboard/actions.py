@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from gpumon.backends.config import JobConfig
     from gpumon.backends.monitor import HostMonitor
     from gpumon.tui.screens.detail import DetailTarget
+    from gpumon.tui.views.process_cells import ProcessKey
 
 UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
 
@@ -43,6 +44,7 @@ class ActionsMixin(Screen[None]):
         monitors: list[HostMonitor]
         read_only: bool
         session: Session  # owns the runs (the app's)
+        process_cursor: ProcessKey | None  # the process line under the cursor
 
         def selected_monitor(self) -> HostMonitor | None: ...
         def selected_job(self) -> tuple[HostMonitor, JobConfig] | None: ...
@@ -88,9 +90,9 @@ class ActionsMixin(Screen[None]):
         target = self._cursor_target()
         if monitor is None or target is None:
             return None
-        selected = self.selected_process()
-        if selected is not None:
-            return monitor, selected, None
+        if self.process_cursor is not None:  # a process line: that one, or none if it ended
+            selected = self.selected_process()
+            return None if selected is None else (monitor, selected, None)
         sample = monitor.latest
         gpu = (
             next((g for g in sample.gpus if g.index == target.gpu_index), None) if sample else None
