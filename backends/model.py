@@ -58,7 +58,9 @@ class GpuProcess:
     ``"docker:3f2a..."``, ``"lxc:name"``, ``"k8s:..."``), None for the host itself or
     when unknown. ``gpus`` lists GPU indexes for a ``device-files`` record (the process
     holds those ``/dev/nvidiaN``; no per-GPU memory is known then). ``started`` is the
-    epoch time the process started.
+    epoch time the process started; ``start_ticks`` the same as ``/proc/<pid>/stat`` has
+    it (field 22, clock ticks after boot: the same number inside the container's PID
+    namespace), which ``K`` checks before it signals (the PID may have been reused).
 
     Inside an unprivileged LXC container NVML's PID is the *host* PID and the name is
     usually ``None`` (nvidia-smi prints ``[Not Found]``).
@@ -77,6 +79,7 @@ class GpuProcess:
     cpu_pct: float | None = None
     rss_mib: float | None = None
     started: float | None = None
+    start_ticks: int | None = None
     source: str = ProcessSource.CONTAINER_NVML.value
     gpus: tuple[int, ...] = ()
 

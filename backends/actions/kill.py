@@ -9,12 +9,23 @@ a while, SIGKILL if the user says so; through the right namespace; audited.
 - A process with neither (another container's, seen without host access) cannot be
   reached: ``kill_plan`` raises ``KillError`` saying so.
 
-Every signal sent is one audit entry (``audit.record("kill", ...)``), success or not.
+Between the listing and the key the PID may have ended and been given to another
+process. So when the record has the process's start time (``start_ticks``: field 22 of
+``/proc/PID/stat``, clock ticks after boot, the same number in every PID namespace of
+one kernel) the signal goes in one ``sh -c`` that reads the stat file of that PID (after
+the last ``)``: the command name may hold spaces and parentheses), compares the start
+time and only then execs ``kill``; a mismatch exits ``REUSED_EXIT`` and nothing is
+signalled. Without a known start time the plain ``kill`` runs and the dialog says that
+PID reuse is not ruled out.
+
+Every signal sent (or not sent: a reused PID) is one audit entry
+(``audit.record("kill", ...)``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shlex
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -23,16 +34,43 @@ from gpumon.backends.actions import audit
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.model import GpuProcess, ProcessSource
 from gpumon.backends.monitor.processes import container_label
-from gpumon.backends.transport.base import Transport, TransportError
+from gpumon.backends.transport.base import Transport, TransportError, wrap_container
 
-__all__ = ["KillError", "KillOutcome", "KillPlan", "kill_plan", "send_signal", "wait_gone"]
+__all__ = [
+    "REUSED_EXIT",
+    "KillError",
+    "KillOutcome",
+    "KillPlan",
+    "guarded_script",
+    "kill_plan",
+    "send_signal",
+    "wait_gone",
+]
 
-Signal = Literal["TERM", "KILL"]
+Signal = Literal["TERM", "KILL", "0"]  # "0": is it there (``kill -s 0``)
 TERM_WAIT_S = 10.0  # how long SIGTERM gets before SIGKILL is offered
+REUSED_EXIT = 3  # the guard's exit status when the PID is now another process's
+GONE_EXIT = 1  # no such process (as ``kill`` says it)
 
 
 class KillError(GpumonError):
     """The process cannot be signalled from here; the message says why."""
+
+
+def guarded_script(pid: int, start_ticks: int, sig: Signal, proc: str = "/proc") -> str:
+    """The ``sh -c`` text that sends ``sig`` to ``pid`` only while ``{proc}/{pid}/stat``
+    still says the process started at ``start_ticks``: ``${20}`` after the last ``)`` is
+    field 22. ``exec kill`` runs the ``kill`` program of PATH (not the shell's builtin:
+    the simulator's stand-in is there). Exits ``GONE_EXIT`` when there is no such PID,
+    ``REUSED_EXIT`` when it is another process now; else ``kill``'s own status."""
+    stat = shlex.quote(f"{proc}/{pid}/stat")
+    return (
+        f"set -f; s=$(cat {stat}) || "
+        f'{{ echo "no process {pid} ({proc}/{pid}/stat)" >&2; exit {GONE_EXIT}; }}; '
+        f'set -- ${{s##*)}}; [ "${{20}}" = {start_ticks} ] || '
+        f'{{ echo "PID {pid} started at tick ${{20}}, not {start_ticks}" >&2; '
+        f"exit {REUSED_EXIT}; }}; exec kill -s {sig} {pid}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,18 +82,44 @@ class KillPlan:
     pid: int  # the PID the kill command names
     on_host: bool  # True: on the Proxmox host by host PID; False: inside the container
     container: int | None  # the watched CT (``pct exec`` wraps the command)
+    proc: str = "/proc"  # where the command's side has /proc (the simulator's own)
+
+    @property
+    def start_ticks(self) -> int | None:
+        """The start time the guard compares (None: unknown, not guarded)."""
+        return self.process.start_ticks
 
     def command(self, sig: Signal) -> list[str]:
-        return ["kill", "-s", sig, str(self.pid)]
+        """The argv the transport runs (inside the container: it wraps it in pct exec)."""
+        if self.start_ticks is None:
+            return ["kill", "-s", sig, str(self.pid)]
+        return ["sh", "-c", guarded_script(self.pid, self.start_ticks, sig, self.proc)]
+
+    def shell_line(self, sig: Signal) -> str:
+        """Exactly what the target's shell runs: ``pct exec 200 -- sh -c '...'`` inside
+        the container, the command alone on the host."""
+        argv = self.command(sig)
+        return shlex.join(argv if self.on_host else wrap_container(argv, self.container))
+
+    @property
+    def where(self) -> str:
+        if self.on_host:
+            return "on the Proxmox host"
+        return "on the host" if self.container is None else f"inside CT {self.container}"
 
     def describe(self, sig: Signal) -> str:
-        """``kill -s TERM 3187442 on the Proxmox host`` / ``... inside CT 200``."""
-        where = (
-            "on the Proxmox host"
-            if self.on_host
-            else ("on the host" if self.container is None else f"inside CT {self.container}")
+        """``kill -s TERM 3187442 on the Proxmox host`` / ``... inside CT 200`` (in words:
+        the command that runs is ``shell_line``)."""
+        return f"kill -s {sig} {self.pid} {self.where}"
+
+    def guard_text(self) -> str:
+        """What the dialog says about PID reuse."""
+        if self.start_ticks is None:
+            return "start time unknown: a reused PID is not ruled out"
+        return (
+            f"first checks that PID {self.pid} still started at tick {self.start_ticks} "
+            "(else signals nothing)"
         )
-        return f"{' '.join(self.command(sig))} {where}"
 
     @property
     def summary(self) -> str:
@@ -75,11 +139,17 @@ class KillPlan:
 
 
 def kill_plan(
-    host: str, process: GpuProcess, *, host_access: bool, container: int | None
+    host: str,
+    process: GpuProcess,
+    *,
+    host_access: bool,
+    container: int | None,
+    host_proc: str = "/proc",
 ) -> KillPlan:
-    """How ``process`` can be signalled. Raises KillError when it cannot be reached."""
+    """How ``process`` can be signalled (``host_proc``: the host side's /proc, where the
+    guard reads on the host). Raises KillError when it cannot be reached."""
     if host_access and process.host_pid is not None and process.source == ProcessSource.HOST:
-        return KillPlan(host, process, process.host_pid, True, container)
+        return KillPlan(host, process, process.host_pid, True, container, host_proc)
     if process.pid is not None:
         return KillPlan(host, process, process.pid, False, container)
     where = container_label(process.container)
@@ -93,6 +163,7 @@ def kill_plan(
 class KillOutcome:
     ok: bool
     message: str
+    reused: bool = False  # the PID is another process's now: nothing was signalled
 
 
 async def send_signal(transport: Transport, plan: KillPlan, sig: Signal) -> KillOutcome:
@@ -106,15 +177,21 @@ async def send_signal(transport: Transport, plan: KillPlan, sig: Signal) -> Kill
     else:
         if res.exit_code == 0:
             outcome = KillOutcome(True, f"sent SIG{sig} ({plan.describe(sig)})")
+        elif res.exit_code == REUSED_EXIT and plan.start_ticks is not None:
+            why = (res.stderr or res.stdout).strip().splitlines()
+            detail = f" ({why[-1]})" if why else ""
+            text = f"PID {plan.pid} is now a different process; not killed{detail}"
+            outcome = KillOutcome(False, text, reused=True)
         else:
             why = (res.stderr or res.stdout).strip().splitlines()
             text = why[-1] if why else f"exit {res.exit_code}"
             outcome = KillOutcome(False, f"{plan.describe(sig)} failed: {text}")
+    status = "ok" if outcome.ok else ("refused" if outcome.reused else "failed")
     try:
         audit.record(
             "kill",
             plan.host,
-            "ok" if outcome.ok else "failed",
+            status,
             parameters={
                 "signal": sig,
                 "host_pid": plan.process.host_pid,
@@ -122,8 +199,9 @@ async def send_signal(transport: Transport, plan: KillPlan, sig: Signal) -> Kill
                 "container": plan.process.container,
                 "command": plan.process.command or plan.process.name,
                 "via": "host" if plan.on_host else "container",
+                "start_ticks": plan.start_ticks,
             },
-            commands=[" ".join(argv)],
+            commands=[plan.shell_line(sig)],
             pids=[plan.pid],
             duration_s=time.monotonic() - started,
             detail=outcome.message,
@@ -134,9 +212,10 @@ async def send_signal(transport: Transport, plan: KillPlan, sig: Signal) -> Kill
 
 
 async def alive(transport: Transport, plan: KillPlan) -> bool:
-    """Whether the PID is still there (``kill -0``; an unreachable machine counts as yes)."""
+    """Whether the process is still there (``kill -s 0``, guarded as the signal was: a
+    PID now another process's means it ended; an unreachable machine counts as yes)."""
     try:
-        res = await transport.run(["kill", "-0", str(plan.pid)], timeout=10.0, on_host=plan.on_host)
+        res = await transport.run(plan.command("0"), timeout=10.0, on_host=plan.on_host)
     except TransportError:
         return True
     return res.exit_code == 0

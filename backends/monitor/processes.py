@@ -81,6 +81,7 @@ def from_record(raw: Mapping[str, Any], source: str, watched: int | None) -> Gpu
         cpu_pct=_float(raw, "cpu_pct"),
         rss_mib=_float(raw, "rss_mib"),
         started=_float(raw, "started"),
+        start_ticks=_int(raw, "start_ticks"),
         source=ProcessSource.HOST.value
         if source == ProcessSource.HOST
         else ProcessSource.DEVICE_FILES.value,

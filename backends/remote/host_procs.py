@@ -18,8 +18,9 @@ records with the same functions (``record_from_facts``).
 A record is a dict: ``host_pid``, ``pid`` (inside its container), ``container`` (``"200"``,
 ``"lxc:NAME"``, ``"docker:ID12"``, ``"containerd:ID12"``, ``"k8s:POD-UID"``, None for the
 host), ``user``, ``host_user``, ``uid``, ``host_uid``, ``command``, ``cpu_pct``, ``rss_mib``,
-``started`` (epoch s), ``memory_mib``, ``gpu_uuid``, ``gpu_bus_id``, ``gpus`` (device-file
-indexes), ``error`` (why ``/proc/<pid>`` could not be read, else None).
+``started`` (epoch s), ``start_ticks`` (field 22 of ``/proc/<pid>/stat``: clock ticks after
+boot, what ``K``'s PID-reuse guard compares), ``memory_mib``, ``gpu_uuid``, ``gpu_bus_id``,
+``gpus`` (device-file indexes), ``error`` (why ``/proc/<pid>`` could not be read, else None).
 """
 
 from __future__ import annotations
@@ -249,9 +250,10 @@ def record_from_facts(
     raw = facts.get("cmdline")
     rec["command"] = command_line(raw if isinstance(raw, bytes) else b"", status)
     st = parse_stat(facts.get("stat") or "")
-    rec["cpu_pct"] = rec["rss_mib"] = rec["started"] = None
+    rec["cpu_pct"] = rec["rss_mib"] = rec["started"] = rec["start_ticks"] = None
     if st is not None:
         ticks, start, rss = st
+        rec["start_ticks"] = start
         rec["cpu_pct"] = cpu.percent(pid, start, ticks, now, hz)
         rec["rss_mib"] = round(rss * page / MIB, 1)
         rec["started"] = None if btime is None else round(btime + start / hz, 2)

@@ -3,8 +3,10 @@
 same connection, collects the GPU processes on the host itself. CT 200's process is
 attributed with its inner PID, CT 201's "jupyter" is foreign (flagged, alerted), the
 memory no process holds is "not attributed", ``K`` ends the right process through the
-host and through ``pct``, the fallback without host access lists device-file users, and
-the doctor says which applies. Skipped with the reason where unshare or cgroup2 is missing.
+host and through ``pct`` and signals nothing when the PID's start time is not the one
+listed (a reused PID), the start time read inside the container is the host's, the
+fallback without host access lists device-file users, and the doctor says which applies.
+Skipped with the reason where unshare or cgroup2 is missing.
 """
 
 from __future__ import annotations
@@ -13,18 +15,19 @@ import asyncio
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 from proxmox_host import SYSTEM_PYTHON, GpuProc, ProxmoxHost, skip_reason
 
 from gpumon.backends.actions import audit
-from gpumon.backends.actions.kill import kill_plan, send_signal, wait_gone
+from gpumon.backends.actions.kill import KillPlan, Signal, kill_plan, send_signal, wait_gone
 from gpumon.backends.config import load_config, resolve_host
 from gpumon.backends.model import ProcessSource
 from gpumon.backends.monitor import HostMonitor, make_monitor, snapshot_json
 from gpumon.backends.monitor.sources import host_procs as feed
+from gpumon.backends.remote.host_procs import parse_stat
 from gpumon.backends.torchenv.doctor_procs import process_checks
 
 from sshd_server import SSHD, SshServer
@@ -75,6 +78,21 @@ def lab(monkeypatch: pytest.MonkeyPatch, state_home: Path, tmp_path: Path) -> It
         server.kill()
         host.stop()
     assert not host.cgroup.exists()
+
+
+def start_ticks(host_pid: int) -> int:
+    """Field 22 of the host's /proc/PID/stat, read here (not through gpumon)."""
+    st = parse_stat(Path(f"/proc/{host_pid}/stat").read_text())
+    assert st is not None
+    return st[1]
+
+
+def guarded(plan: KillPlan, sig: Signal = "TERM") -> None:
+    """The plan's command checks the start time before it signals, and names the PID."""
+    line = plan.shell_line(sig)
+    assert plan.start_ticks is not None
+    assert f'[ "${{20}}" = {plan.start_ticks} ]' in line and f"/proc/{plan.pid}/stat" in line
+    assert line.endswith(f"exec kill -s {sig} {plan.pid}'")
 
 
 async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -133,6 +151,8 @@ async def test_k_ends_the_right_process_through_the_host_and_through_pct(lab: La
         procs = {p.host_pid: p for p in monitor.processes}
         via_host = kill_plan("ct200", procs[lab.jupyter.host_pid], host_access=True, container=200)
         assert via_host.on_host and via_host.pid == lab.jupyter.host_pid
+        assert via_host.start_ticks == start_ticks(lab.jupyter.host_pid)
+        guarded(via_host)
         outcome = await send_signal(monitor.transport, via_host, "TERM")
         assert outcome.ok, outcome.message
         assert await wait_gone(monitor.transport, via_host, timeout=10)
@@ -140,6 +160,8 @@ async def test_k_ends_the_right_process_through_the_host_and_through_pct(lab: La
 
         via_pct = kill_plan("ct200", procs[lab.train.host_pid], host_access=False, container=200)
         assert not via_pct.on_host and via_pct.pid == lab.train.pid  # CT 200's own PID
+        guarded(via_pct)
+        assert via_pct.shell_line("TERM").startswith("pct exec 200 -- sh -c ")
         before = lab.host.pct_log.read_text().count("200")
         outcome = await send_signal(monitor.transport, via_pct, "TERM")
         assert outcome.ok, outcome.message
@@ -151,6 +173,60 @@ async def test_k_ends_the_right_process_through_the_host_and_through_pct(lab: La
             ("ok", "host", [lab.jupyter.host_pid]),
             ("ok", "container", [lab.train.pid]),
         ]
+        assert [e["commands"] for e in entries] == [
+            [via_host.shell_line("TERM")],
+            [via_pct.shell_line("TERM")],
+        ]
+    finally:
+        await monitor.stop()
+
+
+async def test_a_pid_whose_start_time_is_not_the_listed_one_is_not_signalled(lab: Lab) -> None:
+    """A reused PID, simulated by a listed start time one tick off: on the host and
+    through pct the check fails on the target, nothing is signalled, the outcome and the
+    audit log say so; the same processes then end with the right start time."""
+    monitor = lab.monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.host_side_fresh(), "the host-side list")
+        procs = {p.host_pid: p for p in monitor.processes}
+        cases = [(lab.jupyter, True), (lab.train, False)]  # via the host, via pct
+        for gp, host_access in cases:
+            listed = procs[gp.host_pid]
+            assert listed.start_ticks == start_ticks(gp.host_pid)
+            assert listed.start_ticks is not None
+            other = replace(listed, start_ticks=listed.start_ticks + 1)
+            plan = kill_plan("ct200", other, host_access=host_access, container=200)
+            signals: tuple[Signal, ...] = ("TERM", "KILL")
+            for sig in signals:
+                outcome = await send_signal(monitor.transport, plan, sig)
+                assert outcome.reused and not outcome.ok, outcome.message
+                assert outcome.message.startswith(
+                    f"PID {plan.pid} is now a different process; not killed"
+                )
+                assert f"started at tick {listed.start_ticks}, not {other.start_ticks}" in (
+                    outcome.message
+                )
+            await asyncio.sleep(0.3)
+            assert gp.alive()  # not even SIGKILL reached it
+            # what was listed counts as ended: that PID is another process's now
+            assert await wait_gone(monitor.transport, plan, timeout=0)
+        entries = [e for e in audit.read_entries() if e["action"] == "kill"]
+        assert [(e["outcome"], e["parameters"]["via"]) for e in entries] == [
+            ("refused", "host"),
+            ("refused", "host"),
+            ("refused", "container"),
+            ("refused", "container"),
+        ]
+        assert all("different process" in e["detail"] for e in entries)
+        assert entries[2]["commands"][0].startswith("pct exec 200 -- sh -c ")
+
+        for gp, host_access in cases:  # the listed start time: it ends
+            plan = kill_plan("ct200", procs[gp.host_pid], host_access=host_access, container=200)
+            outcome = await send_signal(monitor.transport, plan, "TERM")
+            assert outcome.ok, outcome.message
+            assert await wait_gone(monitor.transport, plan, timeout=10)
+            assert not gp.alive()
     finally:
         await monitor.stop()
 
@@ -171,6 +247,15 @@ async def test_without_host_access_the_container_lists_device_file_users(lab: La
         ]
         unresolved = {p.host_pid for p in monitor.processes if p.pid is None}
         assert unresolved == {lab.train.host_pid, lab.jupyter.host_pid}  # old driver: host PIDs
+        # read in CT 200's own /proc (its PID namespace), the start time is the host's: K's
+        # guard compares the same number on either side
+        assert files[0].start_ticks == start_ticks(lab.train.host_pid)
+        plan = kill_plan("ct200", files[0], host_access=False, container=200)
+        guarded(plan)
+        outcome = await send_signal(monitor.transport, plan, "TERM")
+        assert outcome.ok, outcome.message
+        assert await wait_gone(monitor.transport, plan, timeout=10)
+        assert not lab.train.alive()
     finally:
         await monitor.stop()
 

@@ -92,7 +92,7 @@ def test_the_shell_loop_reads_the_same_facts(pve: tuple[ProxmoxHost, GpuProc, Gp
     [(records, error)] = done
     assert error is None
     python, _ = host_procs.HostCollector({"nvidia_smi": str(host.bin / "nvidia-smi")}).poll()
-    keys = ("container", "pid", "uid", "user", "command", "memory_mib", "gpu_uuid")
+    keys = ("container", "pid", "uid", "user", "command", "memory_mib", "gpu_uuid", "start_ticks")
     for pid in (train.host_pid, jupyter.host_pid):
         shell, py = by_host_pid(records)[pid], by_host_pid(python)[pid]
         assert {k: shell[k] for k in keys} == {k: py[k] for k in keys}

@@ -28,6 +28,10 @@ def shown(widget: Widget) -> str:
     return "\n".join(strip.text for strip in widget.render_lines(Region(0, 0, w, h)))
 
 
+def squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
 def jupyter_listed(monitor: HostMonitor) -> bool:
     return any(p.host_pid == JUPYTER_PID for p in monitor.processes)
 
@@ -69,7 +73,14 @@ async def test_k_terminates_the_foreign_jupyter_through_the_host(
         dialog = cast(KillScreen, app.screen)
         what = shown(dialog.query_one("#kill-what"))
         assert f"host PID {JUPYTER_PID}" in what and "in CT201" in what and "user root" in what
-        assert f"kill -s TERM {JUPYTER_PID} on the Proxmox host" in what
+        assert "cursor is on" not in what  # selected: no "biggest holder" note
+        plan = dialog.plan
+        assert plan.on_host and plan.start_ticks is not None  # the record has its start
+        command = plan.shell_line("TERM")  # exactly what runs, the reuse check in it
+        assert f'[ "${{20}}" = {plan.start_ticks} ]' in command
+        assert command.endswith(f"exec kill -s TERM {JUPYTER_PID}'")
+        assert "SIGTERM on the Proxmox host:" in what
+        assert squeezed(command) in squeezed(what)  # wrapped over lines, but all there
         assert app.focused is dialog.query_one("#close", Button)  # Cancel is the default
         await pilot.press("enter")  # = Cancel
         await wait(pilot, lambda: app.screen is detail, what="cancelled")
@@ -84,7 +95,8 @@ async def test_k_terminates_the_foreign_jupyter_through_the_host(
         [entry] = audit.read_entries()
         assert entry["action"] == "kill" and entry["outcome"] == "ok"
         assert entry["pids"] == [JUPYTER_PID] and entry["parameters"]["container"] == "201"
-        assert entry["commands"] == [f"kill -s TERM {JUPYTER_PID}"]
+        assert entry["commands"] == [command]
+        assert entry["parameters"]["start_ticks"] == plan.start_ticks
 
         def gpu6() -> int:
             sample = monitor.latest

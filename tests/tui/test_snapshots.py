@@ -7,13 +7,14 @@ the same screen. Update with ``--snapshot-update`` after looking at the new SVGs
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from textual.pilot import Pilot
 
 from gpumon.backends.model import HostLoad
 from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.sim.scenario import JUPYTER_PID
 from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen
@@ -62,7 +63,7 @@ def wait_for_data(
     ready: Callable[[HostMonitor], bool] = jobs_reported,
     before: Callable[[HostMonitor], None] | None = None,
     keys: tuple[str, ...] = (),
-) -> Callable[[Pilot[int]], object]:
+) -> Callable[[Pilot[int]], Awaitable[None]]:
     """A ``run_before`` that waits for the first sample, the process list (the Proxmox
     host's too: the demo is CT 200) and ``ready``,
     runs ``before(monitor)``, opens the detail view of GPU 6 if asked, presses ``keys``
@@ -169,3 +170,25 @@ def test_alert_history(snap_compare: SnapCompare, demo_monitor: Callable[..., Ho
     app = GpumonApp([demo_monitor(clock=frozen_clock, demo_time=70.0)])
     run_before = wait_for_data(ready=crashed, keys=("a",))
     assert snap_compare(app, terminal_size=(100, 24), run_before=run_before)
+
+
+def jupyter_listed(monitor: HostMonitor) -> bool:
+    """The jobs' logs are read and the Proxmox host's list has CT 201's jupyter."""
+    return jobs_reported(monitor) and any(p.host_pid == JUPYTER_PID for p in monitor.processes)
+
+
+def test_expanded_gpu_row_with_a_process_selected(
+    snap_compare: SnapCompare, demo_monitor: Callable[..., HostMonitor]
+) -> None:
+    """GPU 6 expanded (``x``) at 40 s: its memory flag, then the drafter's line and the
+    foreign jupyter's, the cursor on the second one (highlighted, ``▶``)."""
+    app = GpumonApp([demo_monitor(clock=frozen_clock, demo_time=40.0)])
+    keys = (*["down"] * 6, "x", "down", "down")
+    settle = wait_for_data(ready=jupyter_listed, keys=keys)
+
+    async def run_before(pilot: Pilot[int]) -> None:
+        await settle(pilot)
+        app.clear_notifications()  # the foreign_process toast: gone at a time of its own
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)

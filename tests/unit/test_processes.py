@@ -103,6 +103,7 @@ def test_a_record_has_the_pid_inside_the_user_inside_and_on_the_host() -> None:
         "python3 train.py --cfg x.yaml",
     )
     assert rec["started"] == 500.0 + 12345 / 100 and rec["rss_mib"] == 10.0
+    assert rec["start_ticks"] == 12345  # as /proc/PID/stat has it: K's PID-reuse guard
     later = hp.record_from_facts(
         4242,
         {

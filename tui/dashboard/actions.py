@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from gpumon.backends.config import JobConfig
     from gpumon.backends.monitor import HostMonitor
     from gpumon.tui.screens.detail import DetailTarget
+    from gpumon.tui.views.process_cells import ProcessKey
 
 UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
 
@@ -43,11 +44,13 @@ class ActionsMixin(Screen[None]):
         monitors: list[HostMonitor]
         read_only: bool
         session: Session  # owns the runs (the app's)
+        process_cursor: ProcessKey | None  # the process line under the cursor
 
         def selected_monitor(self) -> HostMonitor | None: ...
         def selected_job(self) -> tuple[HostMonitor, JobConfig] | None: ...
         def _cursor_target(self) -> DetailTarget | None: ...
         def under_cursor(self) -> tuple[str, object] | None: ...
+        def selected_process(self) -> GpuProcess | None: ...
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -75,25 +78,38 @@ class ActionsMixin(Screen[None]):
             self.notify(f"audit log not written: {e}", severity="error")
 
     # --- terminate a GPU process ----------------------------------------------------------
-    def process_to_kill(self) -> tuple[HostMonitor, GpuProcess] | None:
-        """The process ``K`` acts on: the one selected in the detail view on show, else the
-        biggest holder of the GPU under the cursor (another container's first)."""
+    def process_to_kill(self) -> tuple[HostMonitor, GpuProcess, str | None] | None:
+        """The process ``K`` acts on, with how it was chosen when nobody selected it: the
+        one selected in the detail view on show, else the process line under the cursor,
+        else the biggest holder of the GPU under the cursor (another container's first)."""
         screen = self.app.screen
         if isinstance(screen, DetailScreen):
             process = screen.selected_process()
-            return None if process is None else (screen.target.monitor, process)
+            return None if process is None else (screen.target.monitor, process, None)
         monitor = self.selected_monitor()
         target = self._cursor_target()
-        sample = monitor.latest if monitor is not None else None
-        if monitor is None or target is None or sample is None:
+        if monitor is None or target is None:
             return None
-        gpu = next((g for g in sample.gpus if g.index == target.gpu_index), None)
-        procs = sample.processes_for(gpu) if gpu is not None else ()
+        if self.process_cursor is not None:  # a process line: that one, or none if it ended
+            selected = self.selected_process()
+            return None if selected is None else (monitor, selected, None)
+        sample = monitor.latest
+        gpu = (
+            next((g for g in sample.gpus if g.index == target.gpu_index), None) if sample else None
+        )
+        procs = sample.processes_for(gpu) if sample is not None and gpu is not None else ()
         if not procs:
             return None
         others = foreign(procs, monitor.host.container)
         pick = max(others or procs, key=lambda p: p.memory_mib or 0)
-        return monitor, pick
+        row = f"the cursor is on GPU {target.gpu_index}'s row"
+        first = " (another container's first)" if others else ""
+        why = (
+            f"{row}: its only process"
+            if len(procs) == 1
+            else f"{row}: the biggest of its {len(procs)} processes{first}; x lists them"
+        )
+        return monitor, pick, why
 
     def _kill_state(self) -> bool | None:
         return True if self.process_to_kill() is not None else None
@@ -103,7 +119,7 @@ class ActionsMixin(Screen[None]):
         if chosen is None:
             self.notify("terminate: no GPU process selected", severity="warning")
             return
-        monitor, process = chosen
+        monitor, process, why = chosen
         reason = self.read_only_reason(monitor)
         if reason is not None:
             self._refuse("kill", reason, monitor.host.name)
@@ -114,11 +130,12 @@ class ActionsMixin(Screen[None]):
                 process,
                 host_access=monitor.host_side_fresh(),
                 container=monitor.host.container,
+                host_proc=monitor.transport.host_proc_root,
             )
         except KillError as e:
             self.notify(str(e), title="Cannot terminate", severity="warning", markup=False)
             return
-        self.app.push_screen(KillScreen(monitor.transport, plan))
+        self.app.push_screen(KillScreen(monitor.transport, plan, why=why))
 
     # --- the incident's fix: one key from anywhere ----------------------------------------
     def incident_job(self) -> tuple[HostMonitor, JobConfig, Alert] | None:

@@ -3,6 +3,14 @@ under it is what the keys act on (``selected_monitor``, ``selected_job``, the de
 
 ``CursorMixin`` is a base of ``DashboardScreen``. ``cursor`` is ``(host, row)``: rows below the
 host's GPU count are GPUs, the rest are jobs in the jobs pane's order.
+
+A GPU row can be expanded (``x``, ``expanded`` holds ``(host, GPU index)``): its process
+lines show under it and the cursor steps onto each of them (``process_cursor``: which
+process, by ``process_key``, never by position, so a process that ends or a list that
+reorders never leaves it on another one). ``cursor`` stays on the GPU row meanwhile, so
+every key that acts on a GPU row acts on it as before; ``K`` acts on the selected process.
+The cursor is back on the GPU row when the row is collapsed or the process is no longer
+in the sample on show.
 """
 
 from __future__ import annotations
@@ -12,9 +20,13 @@ from typing import TYPE_CHECKING
 from textual.screen import Screen
 
 from gpumon.backends.config import JobConfig
+from gpumon.backends.model import GpuProcess
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.screens import DetailScreen, DetailTarget
+from gpumon.tui.views.process_cells import ProcessKey, process_key
 from gpumon.tui.widgets import GpuRow, WorkloadPane
+
+Stop = tuple[int, int, ProcessKey | None]  # where the cursor can be: (host, row, process)
 
 if TYPE_CHECKING:
     from gpumon.tui.widgets import HostSection
@@ -25,6 +37,8 @@ class CursorMixin(Screen[None]):
         monitors: list[HostMonitor]
         sections: list[HostSection]
         cursor: tuple[int, int] | None
+        process_cursor: ProcessKey | None  # the process line selected under the cursor's row
+        expanded: set[tuple[int, int]]  # (host, GPU index) of the rows that list processes
         row_height: int
 
         def refresh_dashboard(
@@ -57,7 +71,11 @@ class CursorMixin(Screen[None]):
 
     def follow_cursor(self) -> None:
         """After rows came or went (the first sample, a lost GPU): keep the cursor on the
-        job it was on, and tell the footer when what is under it changed."""
+        job it was on, back on its GPU row when its process line is gone, and tell the
+        footer when what is under it changed."""
+        if self.process_cursor is not None and self.selected_process() is None:
+            self.process_cursor = None  # the rows drew the cursor on the GPU row already
+            self.app.refresh_bindings()
         was, now = self._cursor_on, self.under_cursor()
         if now == was:
             return
@@ -69,15 +87,71 @@ class CursorMixin(Screen[None]):
         self._cursor_on = self.under_cursor()
         self.app.refresh_bindings()
 
+    # --- process lines of expanded GPU rows ----------------------------------------------
+    def row_processes(self, host: int, row: int) -> tuple[GpuProcess, ...]:
+        """The processes listed under GPU row ``row`` of ``host`` (none unless expanded),
+        from the sample the row shows."""
+        section = self.sections[host]
+        gpus, shown = section.gpus, section.shown
+        if row >= len(gpus) or shown is None or (host, gpus[row].index) not in self.expanded:
+            return ()
+        return shown.processes_for(gpus[row])
+
+    def selected_process(self) -> GpuProcess | None:
+        """The process line under the cursor (None: the cursor is on no process line)."""
+        if self.cursor is None or self.process_cursor is None:
+            return None
+        procs = self.row_processes(*self.cursor)
+        return next((p for p in procs if process_key(p) == self.process_cursor), None)
+
+    def action_toggle_processes(self) -> None:
+        """``x``: show or hide the process lines of the GPU row under the cursor."""
+        target = self._cursor_target()
+        if target is None or self.cursor is None:
+            return
+        key = (self.cursor[0], target.gpu_index)
+        if key in self.expanded:
+            self.expanded.discard(key)
+            self.process_cursor = None  # back on its GPU row
+        else:
+            self.expanded.add(key)
+        self.refresh_dashboard({self.cursor[0]})
+        self.app.refresh_bindings()
+
+    def _stops(self) -> list[Stop]:
+        """Where the cursor can go, in order: each GPU row, then its process lines when it
+        is expanded (not while the detail view is on show: its own list selects there),
+        then the host's job rows."""
+        lines = self.app.screen is self
+        out: list[Stop] = []
+        for i, s in enumerate(self.sections):
+            for row in range(len(s.gpus)):
+                out.append((i, row, None))
+                if lines:
+                    out += [(i, row, process_key(p)) for p in self.row_processes(i, row)]
+            if s.jobs.display:
+                out += [(i, len(s.gpus) + k, None) for k in range(len(s.job_names))]
+        return out
+
+    def _here(self) -> Stop | None:
+        return None if self.cursor is None else (*self.cursor, self.process_cursor)
+
     def _move_cursor(self, delta: int) -> None:
-        positions = self._positions()
-        if not positions:
+        stops = self._stops()
+        if not stops:
             return
-        at = positions.index(self.cursor) + delta if self.cursor in positions else 0
-        new = positions[min(max(at, 0), len(positions) - 1)]
-        old, self.cursor = self.cursor, new
-        if old == new:
+        here = self._here()
+        if here not in stops and self.cursor is not None:
+            here = (*self.cursor, None)  # from the detail view: its process line is no stop
+        at = stops.index(here) + delta if here in stops else 0
+        self._move_to(stops[min(max(at, 0), len(stops) - 1)])
+
+    def _move_to(self, stop: Stop) -> None:
+        old = self.cursor
+        if stop == self._here():
             return
+        new = (stop[0], stop[1])
+        self.cursor, self.process_cursor = new, stop[2]
         self._cursor_on = self.under_cursor()  # moved on purpose: nothing to follow
         touched = {new[0]} | ({old[0]} if old else set())
         self.refresh_dashboard(touched)
@@ -87,7 +161,7 @@ class CursorMixin(Screen[None]):
         elif section.jobs.display:
             section.jobs.scroll_visible(animate=False)
         on_show = self.app.screen
-        if isinstance(on_show, DetailScreen) and (target := self._cursor_target()):
+        if old != new and isinstance(on_show, DetailScreen) and (target := self._cursor_target()):
             on_show.show_gpu(target)
         self.app.refresh_bindings()
 
@@ -129,7 +203,11 @@ class CursorMixin(Screen[None]):
         host = next((i for i, s in enumerate(self.sections) if message.row in s.rows), None)
         if host is None:
             return
-        self._cursor_to((host, self.sections[host].rows.index(message.row)))
+        row = self.sections[host].rows.index(message.row)
+        procs = self.row_processes(host, row)
+        line = message.line
+        key = process_key(procs[line]) if line is not None and line < len(procs) else None
+        self._cursor_to((host, row), key)
         if message.open_detail:
             self.action_open_detail()
 
@@ -138,11 +216,11 @@ class CursorMixin(Screen[None]):
         if host is not None:
             self._cursor_to((host, len(self.sections[host].gpus) + message.index))
 
-    def _cursor_to(self, target: tuple[int, int]) -> None:
-        positions = self._positions()
-        if target in positions:
-            cur = positions.index(self.cursor) if self.cursor in positions else 0
-            self._move_cursor(positions.index(target) - cur)
+    def _cursor_to(self, target: tuple[int, int], process: ProcessKey | None = None) -> None:
+        """The cursor to row ``target`` (on its line of ``process``, if it lists it)."""
+        stop = (*target, process)
+        if stop in self._stops():
+            self._move_to(stop)
 
     def action_cursor(self, delta: int) -> None:
         self._move_cursor(delta)

@@ -45,6 +45,7 @@ from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DetailTarget
 from gpumon.tui.screens.detail import fitting_window
 from gpumon.tui.state import remember_window, remembered_window
 from gpumon.tui.views import Palette
+from gpumon.tui.views.process_cells import ProcessKey
 from gpumon.tui.widgets import HostSection, ViewContext
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -80,6 +81,8 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         self.paused = False
         self.spark_memory = True
         self.cursor: tuple[int, int] | None = None  # (host, row): GPU rows, then job rows
+        self.process_cursor: ProcessKey | None = None  # on a process line of the cursor's row
+        self.expanded: set[tuple[int, int]] = set()  # (host, GPU index): process lines shown
         self.row_height = 1
         self._detail_window = remembered_window()  # the plot window chosen last
         self._dirty: set[int] = set()  # hosts with news since their rows were drawn
@@ -192,11 +195,12 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
                 on_show.refresh_view()
 
     def _view_context(self, i: int) -> ViewContext:
-        cursor = job_cursor = None
+        cursor = job_cursor = process = None
         if self.cursor and self.cursor[0] == i:
             gpus = len(self.sections[i].gpus)
             pos = self.cursor[1]
             cursor, job_cursor = (pos, None) if pos < gpus else (None, pos - gpus)
+            process = self.process_cursor
         monitor = self.monitors[i]
         return ViewContext(
             now=monitor.clock(),
@@ -207,6 +211,8 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
             cursor=cursor,
             job_cursor=job_cursor,
             replay=self.replay_header(monitor),
+            expanded=frozenset(g for h, g in self.expanded if h == i),
+            process_cursor=process,
         )
 
     def shown_sample(self, monitor: HostMonitor) -> HostSample | None:
@@ -298,7 +304,11 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         target = self._cursor_target()
         if target is None or self.app.screen is not self:
             return
-        self.app.push_screen(DashboardDetailScreen(self, target))
+        detail = DashboardDetailScreen(self, target)
+        process = self.selected_process()
+        if process is not None:  # opened from its process line: that one stays selected
+            detail.select(process)
+        self.app.push_screen(detail)
         self.app.refresh_bindings()
         self.call_after_refresh(self.refresh_dashboard)
 

@@ -131,6 +131,13 @@ class DetailScreen(Screen[None]):
             self._text_key = None
             self.refresh_view()
 
+    def select(self, process: GpuProcess) -> None:
+        """Put the process cursor on ``process`` (as the dashboard had it selected)."""
+        procs = self._processes()
+        if process in procs:
+            self.selected = procs.index(process)
+            self._text_key = None
+
     def _processes(self) -> tuple[GpuProcess, ...]:
         sample = self.sample_of(self.target.monitor)
         gpu = _gpu(sample, self.target.gpu_index)

@@ -1,9 +1,11 @@
 """The terminate-process dialog (``K``): what will be signalled, then SIGTERM, then an
 offer of SIGKILL when the process is still there after ``TERM_WAIT_S``.
 
-It names the process exactly (host PID, container PID, user, command, GPU memory) and the
-command that will run where. Cancel has the focus; only an explicit ``y`` (or the button)
-acts. Every signal is audited (``actions.kill``).
+It names the process exactly (host PID, container PID, user, command, GPU memory), how it
+was chosen (``why``: the GPU's biggest holder when the cursor is on a GPU row), and the
+command that will run, exactly as the target's shell gets it, with its PID-reuse check.
+Cancel has the focus; only an explicit ``y`` (or the button) acts. Every signal is
+audited (``actions.kill``).
 """
 
 from __future__ import annotations
@@ -42,11 +44,18 @@ class KillScreen(Dialog):
     """
 
     def __init__(
-        self, transport: Transport, plan: KillPlan, *, term_wait_s: float = TERM_WAIT_S
+        self,
+        transport: Transport,
+        plan: KillPlan,
+        *,
+        term_wait_s: float = TERM_WAIT_S,
+        why: str | None = None,
     ) -> None:
+        """``why``: how this process was chosen, when the user did not select it."""
         super().__init__()
         self.transport = transport
         self.plan = plan
+        self.why = why
         self.term_wait_s = term_wait_s
         self.state: State = "ask"
         self.messages: list[str] = []
@@ -65,12 +74,18 @@ class KillScreen(Dialog):
 
     def _what(self) -> Text:
         p = self.plan.process
+        muted = self.palette.text(Role.MUTED)
         text = Text()
+        if self.why:
+            text.append(f"{self.why}\n", self.palette.text(Role.WARNING))
         text.append(f"{self.plan.summary}\n", "bold")
         text.append(printable(p.command or p.name or "[command not visible]") + "\n")
         mem = "unknown" if p.memory_mib is None else f"{gib(p.memory_mib)} GiB"
-        text.append(f"GPU memory {mem}\n", self.palette.text(Role.MUTED))
-        text.append(f"SIGTERM: {self.plan.describe('TERM')}", self.palette.text(Role.MUTED))
+        text.append(f"GPU memory {mem}\n", muted)
+        guard_role = Role.MUTED if self.plan.start_ticks is not None else Role.WARNING
+        text.append(f"{self.plan.guard_text()}\n", self.palette.text(guard_role))
+        text.append(f"SIGTERM {self.plan.where}: ", muted)
+        text.append(self.plan.shell_line("TERM"))
         return text
 
     def _show_status(self) -> None:
@@ -113,6 +128,8 @@ class KillScreen(Dialog):
     async def _signal(self, sig: Literal["TERM", "KILL"], wait_s: float) -> None:
         outcome = await send_signal(self.transport, self.plan, sig)
         self.messages.append(outcome.message)
+        if outcome.reused:  # said where it stays after the dialog is closed too
+            self.notify(outcome.message, title="Not killed", severity="warning", markup=False)
         if not outcome.ok:
             self.state = "done"
             self._show_status()
@@ -123,6 +140,7 @@ class KillScreen(Dialog):
             self.messages.append(f"PID {self.plan.pid} has ended")
             self.state = "done"
         elif sig == "TERM":
+            self.messages.append(f"SIGKILL {self.plan.where}: {self.plan.shell_line('KILL')}")
             self.state = "offer_kill"
         else:
             self.messages.append(f"PID {self.plan.pid} is still there after SIGKILL")

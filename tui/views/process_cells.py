@@ -2,6 +2,8 @@
 
 - ``process_line``: ``CT200 1234 root python train.py --cfg … 92.9G`` in a given width;
   the command line is what gives way (ellipsis), the memory stays at the right;
+- ``process_key``: which process a line is from one sample to the next (host PID, else
+  PID, and start time: a reused PID is another key), for the dashboard's cursor;
 - ``memory_flag``: ``20.1 GiB held by CT 201 jupyter`` (warning) when another container or
   the host holds memory on the GPU, else ``12.0 GiB not attributed`` (muted) when used
   memory beyond the driver's reserve is held by no listed process.
@@ -22,9 +24,25 @@ from gpumon.backends.untrusted import printable
 
 from .gpu_cells import Cell, Role, gib
 
-__all__ = ["ProcessLine", "memory_flag", "process_line", "process_lines"]
+__all__ = [
+    "ProcessKey",
+    "ProcessLine",
+    "memory_flag",
+    "process_key",
+    "process_line",
+    "process_lines",
+]
 
 MEM_W = 7  # "  92.9G"
+
+ProcessKey = tuple[int | None, int | None, float | None]
+
+
+def process_key(p: GpuProcess) -> ProcessKey:
+    """``(host PID, PID when there is no host PID, start time)``: the same process in
+    every sample that lists it, another key for a new process that got its PID."""
+    start = float(p.start_ticks) if p.start_ticks is not None else p.started
+    return (p.host_pid, p.pid if p.host_pid is None else None, start)
 
 
 @dataclass(frozen=True, slots=True)

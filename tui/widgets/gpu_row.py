@@ -1,4 +1,6 @@
-"""One GPU's row: index, name, memory bar, values, sparkline; 1 to 3 lines tall.
+"""One GPU's row: index, name, memory bar, values, sparkline; 1 to 3 lines tall, and,
+expanded (``x``), a line per process under it (the cursor walks them; ``K`` acts on the
+one selected).
 
 The row draws a ``RowView`` (plain data, compared for equality) and redraws only when
 the view or its width changes. Column widths come from ``row_layout`` so the column
@@ -16,6 +18,7 @@ from textual.message import Message
 
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.tui.views import Cell, GpuCells, Palette, Role, memory_role
+from gpumon.tui.views.process_cells import ProcessLine
 from gpumon.tui.widgets.sparkline import spark_rows
 from gpumon.tui.widgets.view_widget import ViewWidget
 
@@ -91,10 +94,24 @@ class RowView:
     owners: bool = False  # some GPU of the host has one: narrow, the column is the owner's
     full_in: float | None = None  # seconds until memory is full, while that warning applies
     flag: Cell | None = None  # who holds the memory: "6.0 GiB held by CT 201 jupyter"
+    expanded: bool = False  # its process lines are shown under it
+    process_lines: tuple[ProcessLine, ...] = ()
+    selected_line: int | None = None  # the process line under the cursor
+
+    @property
+    def listed_lines(self) -> int:
+        """Lines of the process list (an expanded row without processes says so)."""
+        return max(len(self.process_lines), 1) if self.expanded else 0
 
     @property
     def lines(self) -> int:
-        return self.height + (1 if self.cells.problems.text else 0) + (1 if self.flag else 0)
+        sick = 1 if self.cells.problems.text else 0
+        return self.height + sick + (1 if self.flag else 0) + self.listed_lines
+
+    def line_at(self, y: int) -> int | None:
+        """The process line at ``y`` lines into the row (None: not a process line)."""
+        k = y - (self.lines - self.listed_lines)
+        return k if 0 <= k < len(self.process_lines) else None
 
 
 class GpuRow(ViewWidget[RowView]):
@@ -102,10 +119,13 @@ class GpuRow(ViewWidget[RowView]):
     its detail view."""
 
     class Selected(Message):
-        def __init__(self, row: GpuRow, open_detail: bool) -> None:
+        """The row was clicked; ``line``: on that process line of an expanded row."""
+
+        def __init__(self, row: GpuRow, open_detail: bool, line: int | None = None) -> None:
             super().__init__()
             self.row = row
             self.open_detail = open_detail
+            self.line = line
 
     DEFAULT_CSS = """
     GpuRow { height: 1; width: 1fr; }
@@ -121,7 +141,8 @@ class GpuRow(ViewWidget[RowView]):
         self.set_class(view.cells.health == Role.CRITICAL, "-critical")
 
     def on_click(self, event: Click) -> None:
-        self.post_message(self.Selected(self, open_detail=event.chain >= 2))
+        line = self.view.line_at(event.y) if self.view is not None else None
+        self.post_message(self.Selected(self, open_detail=event.chain >= 2, line=line))
 
     def render_view(self, view: RowView, width: int) -> Text:
         return render_row(view, row_layout(width))
@@ -184,7 +205,27 @@ def render_row(view: RowView, layout: RowLayout) -> Text:
         flag.append(f"GPU {c.index}: {view.flag.text}", pal.text(view.flag.role, stale=view.stale))
         flag.truncate(layout.width, overflow="ellipsis")
         lines.append(flag)
+    if view.expanded:
+        lines += _process_lines(view, layout.width)
     return Text("\n").join(lines)
+
+
+def _process_lines(view: RowView, width: int) -> list[Text]:
+    """The expanded row's process lines: ``  ▶ CT200 861 root python train.py … 82.5G``,
+    the selected one in the cursor's colours."""
+    pal = view.palette
+    if not view.process_lines:
+        return [Text(" " * PREFIX_W + "no compute processes", pal.text(Role.MUTED))]
+    out = []
+    for k, p in enumerate(view.process_lines):
+        selected = k == view.selected_line
+        text = Text("   ")
+        text.append("▶ " if selected else "  ", Style(color=pal.accent, bold=True))
+        text.append(p.text(width - PREFIX_W), pal.text(p.role, stale=view.stale))
+        if selected:
+            text.stylize(pal.cursor_style + Style(bold=True))
+        out.append(text)
+    return out
 
 
 def _indented(x: Cell, view: RowView, layout: RowLayout) -> Text:

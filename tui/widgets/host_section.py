@@ -40,7 +40,7 @@ from gpumon.tui.views.gpu_cells import (
     process_summary,
     reported_details,
 )
-from gpumon.tui.views.process_cells import memory_flag
+from gpumon.tui.views.process_cells import ProcessKey, memory_flag, process_key, process_lines
 from gpumon.tui.widgets.gpu_row import (
     MEM_W,
     NAME_W,
@@ -74,6 +74,8 @@ class ViewContext:
     max_servers: int | None = None  # SGLang server lines that fit (None: all)
     replay: str | None = None  # the replay's state, shown instead of the connection state
     host_line: bool = False  # room for the target's CPU / RAM / load / swap line
+    expanded: frozenset[int] = frozenset()  # GPU indexes whose process lines are shown
+    process_cursor: ProcessKey | None = None  # the process line under the cursor's GPU row
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +171,10 @@ class HostSection(Vertical):
     def needs(self) -> HostNeeds:
         """What this section would like to show, for the layout plan."""
         w = self.monitor.workloads
-        sick = sum(1 for row in self.rows if row.view is not None and row.view.cells.problems.text)
-        extra = sick + (1 if self.monitor.status.error else 0)
+        views = [row.view for row in self.rows if row.view is not None]
+        sick = sum(1 for v in views if v.cells.problems.text)
+        listed = sum(v.listed_lines for v in views)  # expanded rows' process lines
+        extra = sick + listed + (1 if self.monitor.status.error else 0)
         return HostNeeds(len(self.gpus) or 8, extra, len(w.sglang), len(w.jobs))
 
     def refresh_view(self, ctx: ViewContext, *, rows: bool = True) -> None:
@@ -243,6 +247,13 @@ class HostSection(Vertical):
         for pos, (row, gpu) in enumerate(zip(self.rows, shown.gpus, strict=True)):
             spark = self._spark(gpu, shown, ctx.spark_memory, count_spark)
             total = gpu.memory_total_mib
+            expanded = gpu.index in ctx.expanded
+            lines = tuple(process_lines(shown, gpu, m.host.container)) if expanded else ()
+            selected = None
+            if pos == ctx.cursor and ctx.process_cursor is not None:
+                keys = [process_key(line.process) for line in lines]
+                # gone from this sample: the cursor is back on the GPU row
+                selected = keys.index(ctx.process_cursor) if ctx.process_cursor in keys else None
             row.show(
                 RowView(
                     cells=gpu_cells(gpu, self._memory.get(gpu.index), reported=reported),
@@ -250,7 +261,7 @@ class HostSection(Vertical):
                     spark_max=(float(total or 0) if ctx.spark_memory else 100.0),
                     spark_is_memory=ctx.spark_memory,
                     stale=stale,
-                    cursor=pos == ctx.cursor,
+                    cursor=pos == ctx.cursor and selected is None,
                     height=ctx.row_height,
                     processes=(
                         process_summary(shown, gpu, in_container)
@@ -263,6 +274,9 @@ class HostSection(Vertical):
                     owners=bool(owners),
                     full_in=self._full_in.get(gpu.index),
                     flag=memory_flag(shown, gpu, m.host.container),
+                    expanded=expanded,
+                    process_lines=lines,
+                    selected_line=selected,
                 )
             )
         self._refresh_panes(ctx, stale)
