@@ -33,8 +33,6 @@ import math
 import re
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.parsers.sglang_log import SglangLogStats, parse_sglang_log_line
 
@@ -341,6 +339,10 @@ class _Sums:
 
 
 def _build(text: str, latency: bool) -> SglangScrape:
+    # Imported here: prometheus_client (with its exposition's HTTP server) costs every
+    # start-up ~20 ms, and most hosts have no SGLang server.
+    from prometheus_client.parser import text_string_to_metric_families
+
     samples: list[_Sample] = []
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for family in text_string_to_metric_families(text):

@@ -61,6 +61,25 @@ def _version() -> str:
         return "gpumon (version unknown: not installed)"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked (importlib.metadata costs every other
+    command ~12 ms of start-up)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show the version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(_version())
+        parser.exit()
+
+
 def _interval(text: str) -> float:
     """``--interval``: seconds between samples, 0.1 to 3600 (what the config allows)."""
     try:
@@ -122,7 +141,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
         help="configured host name, user@host[:port], ssh alias, 'local' or 'demo' "
         "(none: every configured host)",
     )
-    main.add_argument("--version", action="version", version=_version())
+    main.add_argument("--version", action=_VersionAction)
     main.add_argument("--theme", help="colour theme (remembered)")
     main.add_argument(
         "--interval",
@@ -177,6 +196,12 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     return main, subs
 
 
+def _demo_only(args: argparse.Namespace, host: HostConfig) -> SimSettings | None:
+    """The simulator's settings for the demo host, None for any other (its import is
+    start-up time a one-shot command on a real host does not spend)."""
+    return _sim_settings(args) if host.kind == "demo" else None
+
+
 def _sim_settings(args: argparse.Namespace) -> SimSettings:
     from gpumon.backends.monitor import demo_settings
 
@@ -191,7 +216,7 @@ def _sim_settings(args: argparse.Namespace) -> SimSettings:
 
 async def _one_sample(
     host: HostConfig,
-    sim: SimSettings,
+    sim: SimSettings | None,
     timeout: float,
     *,
     rates: bool = True,
@@ -237,7 +262,7 @@ def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.monitor import snapshot_json, snapshot_table
 
     host = resolve_host(config, args.host)
-    monitor, now = asyncio.run(_one_sample(host, _sim_settings(args), args.timeout))
+    monitor, now = asyncio.run(_one_sample(host, _demo_only(args, host), args.timeout))
     if args.json:
         print(json.dumps(snapshot_json(monitor, now), indent=2))
     else:
@@ -257,7 +282,7 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     host = resolve_host(config, args.host)
     host = replace(host, alerts=check_rules(host.alerts, args.window, host.interval))
     # The verdict rests on GPUs and alerts, not on throughput: no waiting for rates.
-    run = _one_sample(host, _sim_settings(args), args.timeout, rates=False, window=args.window)
+    run = _one_sample(host, _demo_only(args, host), args.timeout, rates=False, window=args.window)
     monitor, now = asyncio.run(run)
     code, line = check_verdict(monitor, now)
     print(line)
