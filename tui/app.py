@@ -40,7 +40,6 @@ from gpumon.tui.hangup import hangup_safe, terminal_fd, terminal_gone
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, HelpScreen, help_rows
 from gpumon.tui.state import remember_theme, remembered_theme
 from gpumon.tui.views import Palette
-from gpumon.tui.widgets import plotext
 
 if TYPE_CHECKING:
     from gpumon.backends.config import HostConfig
@@ -126,8 +125,6 @@ class GpumonApp(App[int], inherit_bindings=False):
             self.notify(self._theme_problem, title="Theme", severity="warning", timeout=10)
         if self._save_theme:
             remember_theme(self.theme)
-        # Load plotext off the event loop, before anyone opens a detail view.
-        self.set_timer(2.0, lambda: self.run_worker(plotext, thread=True, group="warm-up"))
         if not self.is_headless:
             if self.hub is not None:
                 self.hub.terminal = self._write_terminal
