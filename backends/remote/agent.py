@@ -189,6 +189,17 @@ def _shutdown(code: int) -> None:
     os._exit(code)
 
 
+def malloc_trim() -> None:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim(0)``: start-up
+    leaves ~1 MiB of them); nothing where the C library has no such call (musl)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def run_once(argv: Sequence[str], timeout: float = SMI_TIMEOUT_S) -> tuple[int, str]:
     """Run a short command; returns (exit code, combined output). 124 on timeout."""
     try:
@@ -204,6 +215,56 @@ def run_once(argv: Sequence[str], timeout: float = SMI_TIMEOUT_S) -> tuple[int, 
         return 124, f"{argv[0]}: no answer within {timeout:.0f} s (killed)"
     finally:
         _reap(proc)
+
+
+# How import_nvml found pynvml (said in the Hello's note).
+FOUND_SITE = "with site processing"
+FOUND_NO_SITE = "without site processing: site-packages, sitecustomize"
+FOUND_FULL_SITE = "only through full site processing (.pth files)"
+
+
+def _site_packages() -> list[str]:
+    """This interpreter's site-packages as ``site`` would add them: the venv's in a venv.
+    Under ``-S`` before 3.11 ``sys.prefix`` is the base interpreter's (``site.venv`` is
+    what moves it), so the venv is found the way ``site.venv`` finds it: a
+    ``pyvenv.cfg`` beside the executable or one level up."""
+    import site  # with -S importing site does not run site.main()
+
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    for conf in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(exe_dir, "..", "pyvenv.cfg")):
+        if os.path.isfile(conf):
+            return site.getsitepackages([os.path.dirname(exe_dir)])
+    return site.getsitepackages()
+
+
+def import_nvml() -> tuple[Any, str]:
+    """pynvml, and how it was found. The agent runs with ``-S``: no site processing at
+    start-up, so a venv's ``.pth`` files (which import pathlib, re, urllib, certifi...)
+    cost the target nothing. NVML needs only site-packages on ``sys.path`` and
+    ``sitecustomize`` run as site runs it (an admin's NVML set-up; the benches' NVML
+    shim). Where that does not find pynvml (a venv with system site packages, a ``.pth``
+    path), the full ``site.main()`` runs and the import is tried again, so what was found
+    before ``-S`` still is. Raises ImportError when nothing finds it."""
+    if not sys.flags.no_site:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        return pynvml, FOUND_SITE
+    import site
+
+    for directory in _site_packages():
+        if directory not in sys.path and os.path.isdir(directory):
+            sys.path.append(directory)
+    site.execsitecustomize()
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore,no-redef]
+
+        return pynvml, FOUND_NO_SITE
+    except ImportError:
+        pass
+    site.main()
+    import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore,no-redef]
+
+    return pynvml, FOUND_FULL_SITE
 
 
 class Agent:
@@ -224,6 +285,7 @@ class Agent:
         self.wake = threading.Event()  # set when the interval changes
         self.nvml: Any = None
         self.device_files: bool | None = None  # scan /proc/*/fd: decided at the first poll
+        self.trimmed = False  # malloc_trim after the first sample
 
     # --- control -------------------------------------------------------------------
     def handle_command(self, line: str) -> None:
@@ -238,11 +300,11 @@ class Agent:
         note = None
         if self.use_nvml:
             try:
-                import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
-
+                pynvml, found = import_nvml()
                 pynvml.nvmlInit()
                 self.nvml = pynvml
                 source = "agent/nvml"
+                note = f"NVML: pynvml {getattr(pynvml, '__file__', '?')}, found {found}"
             except Exception as e:  # ImportError, NVMLError_LibraryNotFound, ...
                 note = f"NVML not used: {type(e).__name__}: {e}"
         self.out.send(
@@ -414,6 +476,9 @@ class Agent:
 
     def send_rows(self, fields: list[str], rows: list[str]) -> None:
         self.out.send(protocol.Gpus(time.time(), fields, rows))
+        if not self.trimmed:  # start-up is over: its garbage goes back to the system
+            self.trimmed = True
+            malloc_trim()
 
     def process_loop(self) -> None:
         while True:

@@ -46,8 +46,10 @@ log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 20.0
 M = TypeVar("M", bound=protocol.Message)
 Handler = Callable[[dict[str, Any]], bool]  # a decoded line -> "it held GPU data"
-# The interpreter flags the agent runs with: -u, its lines leave at once.
-AGENT_FLAGS = ("-u",)
+# The interpreter flags the agent runs with: -u, its lines leave at once; -S, no site
+# processing at start-up (a venv's .pth files import much the agent never uses: 2-5 MiB
+# of RSS); the agent finds pynvml itself (``remote.agent.import_nvml``).
+AGENT_FLAGS = ("-u", "-S")
 
 
 def agent_argv(python: str, options: protocol.AgentOptions) -> tuple[list[str], bytes]:
