@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import protocol
+from . import procfacts, protocol
 from .fetch import FetchError, http_get
 from .hoststats import HostStatsReader
 from .logtail import LogTail, Waker
@@ -500,13 +500,11 @@ class Agent:
 
     def send_device_users(self) -> None:
         """Inside a container the driver's PIDs may be the host's (or missing): who holds
-        ``/dev/nvidiaN`` here is sent beside them (``host_procs.device_file_users``)."""
-        from . import host_procs  # shipped beside the agent (``bootstrap.NEEDS``)
-
+        ``/dev/nvidiaN`` here is sent beside them (``procfacts.device_file_users``)."""
         if self.device_files is None:
-            self.device_files = host_procs.in_container()
+            self.device_files = procfacts.in_container()
         if self.device_files:
-            users = host_procs.device_file_users()
+            users = procfacts.device_file_users()
             self.out.send(protocol.ProcRecords(time.time(), "device-files", users))
 
     # --- logs, kernel log, cgroup, HTTP ----------------------------------------------

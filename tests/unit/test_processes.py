@@ -22,6 +22,7 @@ from gpumon.backends.monitor.processes import (
     unattributed_mib,
 )
 from gpumon.backends.remote import host_procs as hp
+from gpumon.backends.remote import procfacts
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures/nvidia/real-captures"
 DOCKER_ID = "3f2a9c1b7d4e5f60718293a4b5c6d7e8f9012345678901234567890abcdef12"
@@ -72,8 +73,8 @@ STAT = (
 
 
 def test_stat_parsing_survives_a_command_name_with_parentheses() -> None:
-    assert hp.parse_stat(STAT) == (300, 12345, 2560)
-    assert hp.parse_stat("4242 (short) S 1") is None
+    assert procfacts.parse_stat(STAT) == (300, 12345, 2560)
+    assert procfacts.parse_stat("4242 (short) S 1") is None
 
 
 def facts(pid: int, nspid: str, uid: int, cgroup: str) -> dict[str, object]:
@@ -88,7 +89,7 @@ def facts(pid: int, nspid: str, uid: int, cgroup: str) -> dict[str, object]:
 
 
 def test_a_record_has_the_pid_inside_the_user_inside_and_on_the_host() -> None:
-    cpu = hp.CpuClock()
+    cpu = procfacts.CpuClock()
     rec = hp.record_from_facts(
         4242, facts(4242, "4242\t88", 101000, "0::/lxc/200/ns\n"), now=1000.0, btime=500.0, cpu=cpu
     )
@@ -274,3 +275,9 @@ def test_foreign_memory_raises_and_ends_the_foreign_process_alert() -> None:
         now[0] += 1
         engine.on_sample(HostSample("ct200", now[0], None, (gpu,), processes=(ours,)))
     assert not [a for a in engine.active() if a.kind == "foreign_process"]
+
+
+def test_only_gpu_device_files_count_as_gpus() -> None:
+    paths = ["/dev/nvidia0", "/dev/nvidia12", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/null"]
+    assert [procfacts.device_index(p) for p in paths] == [0, 12, None, None, None]
+    assert procfacts.device_index("/dev/nvidia-caps/nvidia-cap1") is None
