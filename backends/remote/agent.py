@@ -267,6 +267,57 @@ def import_nvml() -> tuple[Any, str]:
     return pynvml, FOUND_FULL_SITE
 
 
+class NvmlWorker:
+    """One long-lived thread that makes the agent's NVML calls, one at a time (a thread
+    per call would be a thread start every sample). ``call`` waits for the answer at most
+    ``limit`` seconds; a call that does not return by then leaves the worker stuck for
+    good: every later call answers (False, None) at once, and the thread is abandoned
+    (a daemon: it never holds up the agent's exit)."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Lock()  # callers (the gpus and procs loops) take turns
+        self._asked = threading.Event()
+        self._answered = threading.Event()
+        self._job: Callable[[], Any] | None = None
+        self._answer: Any = None
+        self._thread: threading.Thread | None = None
+        self.stuck = False
+
+    def call(self, job: Callable[[], Any], limit: float) -> tuple[bool, Any]:
+        """(True, ``job()`` or the Exception it raised), or (False, None): no answer."""
+        if not self._turn.acquire(timeout=limit):
+            return False, None  # the caller before us is waiting on a hung call
+        try:
+            if self.stuck:
+                return False, None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, daemon=True, name="nvml")
+                self._thread.start()
+            self._answered.clear()
+            self._job = job
+            self._asked.set()
+            if not self._answered.wait(limit):
+                self.stuck = True
+                return False, None
+            answer, self._answer = self._answer, None
+            return True, answer
+        finally:
+            self._turn.release()
+
+    def _serve(self) -> None:
+        while True:
+            self._asked.wait()
+            self._asked.clear()
+            job, self._job = self._job, None
+            if job is None:
+                continue
+            try:
+                self._answer = job()
+            except Exception as e:  # NVMLError from a driver in trouble
+                self._answer = e
+            self._answered.set()
+
+
 class Agent:
     def __init__(self, options: AgentOptions, out: Output) -> None:
         self.out = out
@@ -286,6 +337,7 @@ class Agent:
         self.nvml: Any = None
         self.device_files: bool | None = None  # scan /proc/*/fd: decided at the first poll
         self.trimmed = False  # malloc_trim after the first sample
+        self.nvml_worker = NvmlWorker()
 
     # --- control -------------------------------------------------------------------
     def handle_command(self, line: str) -> None:
@@ -613,24 +665,14 @@ class Agent:
 
     # --- NVML ----------------------------------------------------------------------
     def nvml_call(self, call: Callable[[], Any]) -> tuple[bool, Any]:
-        """``call()`` (NVML) in a thread of its own, waited for ``stall_limit``: a hung
+        """``call()`` (NVML) in the NVML worker thread, waited for ``stall_limit``: a hung
         driver call must not freeze the agent. (False, None) when it did not return: it
         is said, NVML is given up for nvidia-smi (a process the watchdog can kill), and
-        the thread is left to its fate. An exception is returned as the value."""
-        box: list[Any] = []
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                box.append(call())
-            except Exception as e:  # NVMLError from a driver in trouble
-                box.append(e)
-            done.set()
-
-        threading.Thread(target=run, daemon=True, name="nvml-call").start()
+        the worker is left to its fate. An exception is returned as the value."""
         limit = self.stall_limit(first=False)
-        if done.wait(limit):
-            return True, box[0]
+        done, value = self.nvml_worker.call(call, limit)
+        if done:
+            return True, value
         if self.nvml is not None:
             self.nvml = None
             self.out.send(
