@@ -13,7 +13,11 @@ nvidia-smi; optionally watching 8 simulated SGLang servers (``sim.sglang_server`
   (/proc/PID/task/*/status; a thread that ended inside the window is not counted);
 - messages/s by type (how often the process list is polled, for one).
 
-    python bench/bench_agent.py [--window 60] [--cases nvml,smi,nvml+work,smi+work]
+Cases: ``nvml`` or ``smi``, plus ``+work`` (the SGLang servers and logs) and ``+steady``
+(the simulated nvidia-smi frozen: GPU memory that does not move, as on a steady job; the
+NVML shim's memory always moves).
+
+    python bench/bench_agent.py [--window 60] [--cases nvml,smi,nvml+work,smi+work,...]
         [--python /tmp/anchors-venv/bin/python] [--shim ../shared/bench/nvml_shim]
 """
 
@@ -106,8 +110,8 @@ class Reader(threading.Thread):
 
 def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     nvml = case.startswith("nvml")
-    work = case.endswith("+work")
-    smi = write_wrapper(tmp / "bin", demo_settings())
+    work = "+work" in case
+    smi = write_wrapper(tmp / "bin", demo_settings(frozen="+steady" in case))
     sleepers = [subprocess.Popen(["sleep", "100000"]) for _ in range(8)]
     env = {
         "PATH": f"{smi.parent}:/usr/bin:/bin",
@@ -206,7 +210,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=8.0)
-    parser.add_argument("--cases", default="nvml,smi,nvml+work,smi+work")
+    parser.add_argument("--cases", default="nvml,smi,nvml+work,smi+work,smi+steady")
     default_python = ANCHORS_PYTHON if ANCHORS_PYTHON.exists() else Path(sys.executable)
     parser.add_argument("--python", type=Path, default=default_python)
     parser.add_argument("--shim", type=Path, default=SHIM)

@@ -326,6 +326,10 @@ class Agent:
         self.process_fields = list(options.process_fields)
         self.interval = options.interval
         self.process_interval = options.process_interval
+        self.process_fallback_s = options.process_fallback_s
+        self.procs_due = threading.Event()  # GPU memory changed since the last process poll
+        self.gpu_memory: tuple[str, ...] | None = None  # memory_key of the latest round
+        self.polled_memory: tuple[str, ...] | None = None  # ... as the last poll began
         self.use_nvml = options.nvml
         self.logs = [LogTail(spec) for spec in options.logs]
         self.kernel = options.kernel
@@ -528,27 +532,56 @@ class Agent:
 
     def send_rows(self, fields: list[str], rows: list[str]) -> None:
         self.out.send(protocol.Gpus(time.time(), fields, rows))
+        key = memory_key(fields, rows)
+        if key:
+            self.gpu_memory = key
+            if key != self.polled_memory:
+                self.procs_due.set()
         if not self.trimmed:  # start-up is over: its garbage goes back to the system
             self.trimmed = True
             malloc_trim()
 
     def process_loop(self) -> None:
+        """The process list (and who holds the device files), polled only when there is
+        work: at start, after a round whose used memory or GPU count differs from the
+        one before the last poll (``send_rows``), else every ``process_fallback_s``."""
         while True:
-            nvml = self.nvml
-            if nvml is not None:
-                done, rows = self.nvml_call(functools.partial(nvml_process_rows, nvml))
-                if done and isinstance(rows, Exception):
-                    raise rows  # said by spawn, and the loop runs again
-                if done and isinstance(rows, list):
-                    self.out.send(protocol.Procs(time.time(), rows))
-            else:
-                argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
-                code, text = run_once([*argv, "--format=csv,noheader,nounits"])
-                if code == 0:
-                    rows = [ln for ln in text.splitlines() if ln.strip()]
-                    self.out.send(protocol.Procs(time.time(), rows))
-            self.send_device_users()
-            time.sleep(max(self.process_interval, self.interval))
+            self.procs_due.clear()
+            self.polled_memory = self.gpu_memory
+            polled = time.monotonic()
+            self.poll_processes()
+            self.wait_for_process_work(polled)
+
+    def wait_for_process_work(self, polled: float) -> None:
+        """Sleeps until the next process poll is due (no fixed short poll): a change
+        waits for ``max(process_interval, interval)`` since the last poll to have passed."""
+        while True:
+            since = time.monotonic() - polled
+            if since >= self.process_fallback_s:
+                return
+            if not self.procs_due.is_set():
+                self.procs_due.wait(self.process_fallback_s - since)
+                continue
+            gap = max(self.process_interval, self.interval)
+            if since >= gap:
+                return
+            time.sleep(min(gap, self.process_fallback_s) - since)
+
+    def poll_processes(self) -> None:
+        nvml = self.nvml
+        if nvml is not None:
+            done, rows = self.nvml_call(functools.partial(nvml_process_rows, nvml))
+            if done and isinstance(rows, Exception):
+                raise rows  # said by spawn, and the loop runs again
+            if done and isinstance(rows, list):
+                self.out.send(protocol.Procs(time.time(), rows))
+        else:
+            argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
+            code, text = run_once([*argv, "--format=csv,noheader,nounits"])
+            if code == 0:
+                rows = [ln for ln in text.splitlines() if ln.strip()]
+                self.out.send(protocol.Procs(time.time(), rows))
+        self.send_device_users()
 
     def send_device_users(self) -> None:
         """Inside a container the driver's PIDs may be the host's (or missing): who holds
@@ -700,6 +733,30 @@ class Agent:
             if self.wake.wait(max(delay, 0.0)):
                 self.wake.clear()
         self.smi_loop()
+
+
+def memory_key(fields: Sequence[str], rows: Sequence[str]) -> tuple[str, ...]:
+    """What a change of the process list shows in a round: each GPU row's index and used
+    memory (every row's cells, only the GPU count, where ``memory.used`` is not asked
+    for). Rows that are not GPU rows (Xid text) are left out; a GPU name holding ", "
+    (cells after the name shift) is allowed for. Empty: no GPU row."""
+    if "index" not in fields:
+        return ()
+    ncols = len(fields)
+    name = fields.index("name") if "name" in fields else ncols
+    wanted = [fields.index("index")]
+    if "memory.used" in fields:
+        wanted.append(fields.index("memory.used"))
+    key: list[str] = []
+    for row in rows:
+        cells = row.split(", ")
+        extra = len(cells) - ncols
+        if extra < 0 or (extra > 0 and name == ncols):
+            continue
+        picked = [cells[i + extra if i > name else i] for i in wanted]
+        if picked[0].strip().isdigit():
+            key.extend(picked)
+    return tuple(key)
 
 
 def _nvml_text(nvml: Any, call: Callable[[], Any], fmt: Callable[[Any], str]) -> str:

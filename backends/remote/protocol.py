@@ -414,7 +414,11 @@ class AgentOptions:
     process_fields: list[str]
     nvidia_smi: str = "nvidia-smi"
     interval: float = 1.0
-    process_interval: float = 5.0  # process lists change rarely and cost a process start
+    # The process list is polled at start, when a GPU's used memory or the GPU count
+    # changed (at most every process_interval: with nvidia-smi a poll is a process start)
+    # and at least every process_fallback_s (a process replaced by one of the same size).
+    process_interval: float = 5.0
+    process_fallback_s: float = 60.0
     nvml: bool = True  # use pynvml when the target has it
     logs: list[dict[str, Any]] = field(default_factory=list)
     kernel: bool = False
@@ -433,6 +437,7 @@ class AgentOptions:
             nvidia_smi=_text(raw, "nvidia_smi") or "nvidia-smi",
             interval=_number(raw, "interval", 1.0),
             process_interval=_number(raw, "process_interval", 5.0),
+            process_fallback_s=_number(raw, "process_fallback_s", 60.0),
             nvml=bool(raw.get("nvml", True)),
             logs=_objects(raw, "logs"),
             kernel=bool(raw.get("kernel", False)),

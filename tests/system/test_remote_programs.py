@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -208,3 +209,58 @@ def test_an_agent_of_another_version_is_a_clear_host_error(tmp_path: Path) -> No
     error = monitor.status.error or ""
     assert "incompatible agent" in error and "version 99" in error, error
     assert monitor.samples == 0
+
+
+FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
+
+
+def test_the_process_list_is_polled_only_when_the_gpus_change(tmp_path: Path) -> None:
+    """Steady GPUs (fake_smi: fixed memory): the process list at start, then only at the
+    fallback; a GPU falling off (a changed round) brings a poll within a round or two."""
+    drop = tmp_path / "drop"
+    options = protocol.AgentOptions(
+        fields=list(QUERY_FIELDS),
+        process_fields=list(PROCESS_FIELDS),
+        nvidia_smi=str(FAKE_SMI),
+        interval=0.2,
+        process_interval=0.2,
+        process_fallback_s=3.0,
+        nvml=False,
+    )
+    argv, data = agent_argv(sys.executable, options)
+    env = {**os.environ, "FAKE_SMI_GPUS": "2", "FAKE_SMI_DROP": str(drop)}
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(data)
+    proc.stdin.flush()
+    arrived: list[tuple[float, str]] = []
+    reader = threading.Thread(
+        target=lambda: arrived.extend(
+            (time.monotonic(), json.loads(line)["type"]) for line in proc.stdout or ()
+        ),
+        daemon=True,
+    )
+    reader.start()
+
+    def procs(since: float) -> list[float]:
+        return [t for t, kind in list(arrived) if kind == "procs" and t >= since]
+
+    try:
+        while not procs(0.0):
+            time.sleep(0.05)
+        start = procs(0.0)[0]
+        time.sleep(2.0)  # steady: ~10 rounds, no poll after the first round's
+        quiet = start + 0.8
+        gpus = [t for t, kind in list(arrived) if kind == "gpus" and t >= quiet]
+        assert len(gpus) >= 4 and procs(quiet) == [], arrived
+        dropped = time.monotonic()
+        drop.touch()
+        while not procs(dropped) and time.monotonic() - dropped < 5:
+            time.sleep(0.05)
+        assert procs(dropped) and procs(dropped)[0] - dropped < 1.5, procs(start)
+        polled = procs(dropped)[0]
+        time.sleep(3.6)  # the fallback, once: the GPUs are steady again
+        later = procs(polled + 0.1)
+        assert len(later) == 1 and 2.5 < later[0] - polled < 3.6, (polled, later)
+    finally:
+        stop(proc)

@@ -1,11 +1,13 @@
-"""The agent's NVML worker: one thread for every call, and a hung call given up on."""
+"""The agent's NVML worker (one thread for every call, a hung call given up on) and what
+tells its process loop that there is work (``memory_key``)."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from gpumon.backends.remote.agent import NvmlWorker
+from gpumon.backends.parsers import QUERY_FIELDS
+from gpumon.backends.remote.agent import NvmlWorker, memory_key
 
 
 def test_every_call_runs_in_one_long_lived_thread() -> None:
@@ -51,3 +53,29 @@ def test_a_second_caller_waits_its_turn_and_gives_up_behind_a_hung_call() -> Non
     first.join(5)
     assert results == [(False, None)]
     release.set()
+
+
+def row(index: int, used: int, name: str = "NVIDIA H200") -> str:
+    values = {"index": str(index), "memory.used": str(used), "name": name}
+    return ", ".join(values.get(f, "1") for f in QUERY_FIELDS)
+
+
+def test_the_memory_key_is_each_gpus_index_and_used_memory() -> None:
+    fields = list(QUERY_FIELDS)
+    rows = [row(0, 1024), row(1, 80000)]
+    assert memory_key(fields, rows) == ("0", "1024", "1", "80000")
+    assert memory_key(fields, [row(0, 1024), row(1, 80001)]) != memory_key(fields, rows)
+    assert memory_key(fields, rows[:1]) != memory_key(fields, rows)  # a GPU fell off
+
+
+def test_the_memory_key_skips_junk_and_allows_for_a_name_with_a_comma() -> None:
+    fields = list(QUERY_FIELDS)
+    xid = "NVRM: Xid (PCI:0000:ba:00): 79, pid=1, name=x, GPU has fallen off"
+    rows = [row(0, 1024, name="NVIDIA A100, SXM4"), xid]
+    assert memory_key(fields, rows) == ("0", "1024")
+    assert memory_key(fields, [xid]) == ()
+
+
+def test_without_memory_used_the_key_is_the_gpu_count() -> None:
+    assert memory_key(["index", "name"], ["0, a", "1, b"]) == ("0", "1")
+    assert memory_key(["name"], ["a"]) == ()
