@@ -96,6 +96,11 @@ class RowBatcher:
         self._rows.append(line)
         return done
 
+    @property
+    def pending(self) -> bool:
+        """Lines of an unfinished round are held."""
+        return bool(self._rows)
+
     def flush(self) -> list[str] | None:
         rows, self._rows, self._last_index = self._rows, [], None
         return rows or None
@@ -338,6 +343,9 @@ class Agent:
         self.sglang_discover = options.sglang_discover
         self.http_tags: set[str] = set()
         self.wake = threading.Event()  # set when the interval changes
+        # ... and a byte in this pipe then, so the nvidia-smi loop's select wakes for it
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
         self.nvml: Any = None
         self.device_files: bool | None = None  # scan /proc/*/fd: decided at the first poll
         self.trimmed = False  # malloc_trim after the first sample
@@ -349,6 +357,8 @@ class Agent:
         if command is not None:
             self.interval = min(max(command.seconds, 0.1), 3600.0)
             self.wake.set()
+            with contextlib.suppress(OSError):  # full: a wake-up is pending anyway
+                os.write(self.wake_w, b"!")
 
     # --- start ---------------------------------------------------------------------
     def start(self) -> None:
@@ -478,7 +488,18 @@ class Agent:
                 if time.monotonic() - last_row > self.stall_limit(first=not got_rows):
                     stalled = True
                     break
-                ready, _, _ = select.select([fd], [], [], BATCH_QUIET_S)
+                # A round's rows come together: a pause of BATCH_QUIET_S ends it. With
+                # none pending, sleep until the next line, the interval changes or the
+                # watchdog's limit (no fixed short poll).
+                quiet = BATCH_QUIET_S
+                if not batcher.pending:
+                    limit = self.stall_limit(first=not got_rows)
+                    quiet = max(limit - (time.monotonic() - last_row), 0.0) + 0.01
+                ready, _, _ = select.select([fd, self.wake_r], [], [], quiet)
+                if self.wake_r in ready:
+                    with contextlib.suppress(OSError):
+                        os.read(self.wake_r, 4096)
+                    continue
                 if not ready:
                     rows = batcher.flush()
                     if rows:
