@@ -28,14 +28,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
 
 from . import procfacts, protocol
 from .fetch import FetchError, http_get
 from .hoststats import HostStatsReader
 from .logtail import LogTail, Waker
 from .protocol import AGENT_VERSION, AgentOptions
+
+TYPE_CHECKING = False  # typing is not imported on the target (see protocol)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 SMI_TIMEOUT_S = 15.0  # a stuck driver can leave nvidia-smi in D state: never wait forever
 BATCH_QUIET_S = 0.15  # rows of one round arrive together; a pause this long ends a round
