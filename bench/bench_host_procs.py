@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpumon.backends.remote import host_procs
+from gpumon.backends.remote import host_procs, procfacts
 from gpumon.backends.remote.bootstrap import program_argv
 
 
@@ -95,7 +95,7 @@ def device_scan_cost(n: int = 10) -> tuple[float, int]:
 
     started = time.process_time()
     for _ in range(n):
-        host_procs.device_file_users()
+        procfacts.device_file_users()
     count = sum(1 for e in os.listdir("/proc") if e.isdigit())
     return (time.process_time() - started) / n, count
 

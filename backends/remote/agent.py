@@ -28,14 +28,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
 
-from . import protocol
+from . import procfacts, protocol
 from .fetch import FetchError, http_get
 from .hoststats import HostStatsReader
 from .logtail import LogTail, Waker
 from .protocol import AGENT_VERSION, AgentOptions
+
+TYPE_CHECKING = False  # typing is not imported on the target (see protocol)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 SMI_TIMEOUT_S = 15.0  # a stuck driver can leave nvidia-smi in D state: never wait forever
 BATCH_QUIET_S = 0.15  # rows of one round arrive together; a pause this long ends a round
@@ -95,6 +98,11 @@ class RowBatcher:
             done = self.flush()  # a flood of junk never ends a round by itself: bounded
         self._rows.append(line)
         return done
+
+    @property
+    def pending(self) -> bool:
+        """Lines of an unfinished round are held."""
+        return bool(self._rows)
 
     def flush(self) -> list[str] | None:
         rows, self._rows, self._last_index = self._rows, [], None
@@ -189,6 +197,17 @@ def _shutdown(code: int) -> None:
     os._exit(code)
 
 
+def malloc_trim() -> None:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim(0)``: start-up
+    leaves ~1 MiB of them); nothing where the C library has no such call (musl)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def run_once(argv: Sequence[str], timeout: float = SMI_TIMEOUT_S) -> tuple[int, str]:
     """Run a short command; returns (exit code, combined output). 124 on timeout."""
     try:
@@ -206,6 +225,107 @@ def run_once(argv: Sequence[str], timeout: float = SMI_TIMEOUT_S) -> tuple[int, 
         _reap(proc)
 
 
+# How import_nvml found pynvml (said in the Hello's note).
+FOUND_SITE = "with site processing"
+FOUND_NO_SITE = "without site processing: site-packages, sitecustomize"
+FOUND_FULL_SITE = "only through full site processing (.pth files)"
+
+
+def _site_packages() -> list[str]:
+    """This interpreter's site-packages as ``site`` would add them: the venv's in a venv.
+    Under ``-S`` before 3.11 ``sys.prefix`` is the base interpreter's (``site.venv`` is
+    what moves it), so the venv is found the way ``site.venv`` finds it: a
+    ``pyvenv.cfg`` beside the executable or one level up."""
+    import site  # with -S importing site does not run site.main()
+
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    for conf in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(exe_dir, "..", "pyvenv.cfg")):
+        if os.path.isfile(conf):
+            return site.getsitepackages([os.path.dirname(exe_dir)])
+    return site.getsitepackages()
+
+
+def import_nvml() -> tuple[Any, str]:
+    """pynvml, and how it was found. The agent runs with ``-S``: no site processing at
+    start-up, so a venv's ``.pth`` files (which import pathlib, re, urllib, certifi...)
+    cost the target nothing. NVML needs only site-packages on ``sys.path`` and
+    ``sitecustomize`` run as site runs it (an admin's NVML set-up; the benches' NVML
+    shim). Where that does not find pynvml (a venv with system site packages, a ``.pth``
+    path), the full ``site.main()`` runs and the import is tried again, so what was found
+    before ``-S`` still is. Raises ImportError when nothing finds it."""
+    if not sys.flags.no_site:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        return pynvml, FOUND_SITE
+    import site
+
+    for directory in _site_packages():
+        if directory not in sys.path and os.path.isdir(directory):
+            sys.path.append(directory)
+    site.execsitecustomize()
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore,no-redef]
+
+        return pynvml, FOUND_NO_SITE
+    except ImportError:
+        pass
+    site.main()
+    import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore,no-redef]
+
+    return pynvml, FOUND_FULL_SITE
+
+
+class NvmlWorker:
+    """One long-lived thread that makes the agent's NVML calls, one at a time (a thread
+    per call would be a thread start every sample). ``call`` waits for the answer at most
+    ``limit`` seconds; a call that does not return by then leaves the worker stuck for
+    good: every later call answers (False, None) at once, and the thread is abandoned
+    (a daemon: it never holds up the agent's exit)."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Lock()  # callers (the gpus and procs loops) take turns
+        self._asked = threading.Event()
+        self._answered = threading.Event()
+        self._job: Callable[[], Any] | None = None
+        self._answer: Any = None
+        self._thread: threading.Thread | None = None
+        self.stuck = False
+
+    def call(self, job: Callable[[], Any], limit: float) -> tuple[bool, Any]:
+        """(True, ``job()`` or the Exception it raised), or (False, None): no answer."""
+        if not self._turn.acquire(timeout=limit):
+            return False, None  # the caller before us is waiting on a hung call
+        try:
+            if self.stuck:
+                return False, None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, daemon=True, name="nvml")
+                self._thread.start()
+            self._answered.clear()
+            self._job = job
+            self._asked.set()
+            if not self._answered.wait(limit):
+                self.stuck = True
+                return False, None
+            answer, self._answer = self._answer, None
+            return True, answer
+        finally:
+            self._turn.release()
+
+    def _serve(self) -> None:
+        while True:
+            self._asked.wait()
+            self._asked.clear()
+            job, self._job = self._job, None
+            if job is None:
+                continue
+            try:
+                self._answer = job()
+            except Exception as e:  # NVMLError from a driver in trouble
+                self._answer = e
+            self._answered.set()
+
+
 class Agent:
     def __init__(self, options: AgentOptions, out: Output) -> None:
         self.out = out
@@ -214,6 +334,10 @@ class Agent:
         self.process_fields = list(options.process_fields)
         self.interval = options.interval
         self.process_interval = options.process_interval
+        self.process_fallback_s = options.process_fallback_s
+        self.procs_due = threading.Event()  # GPU memory changed since the last process poll
+        self.gpu_memory: tuple[str, ...] | None = None  # memory_key of the latest round
+        self.polled_memory: tuple[str, ...] | None = None  # ... as the last poll began
         self.use_nvml = options.nvml
         self.logs = [LogTail(spec) for spec in options.logs]
         self.kernel = options.kernel
@@ -222,8 +346,13 @@ class Agent:
         self.sglang_discover = options.sglang_discover
         self.http_tags: set[str] = set()
         self.wake = threading.Event()  # set when the interval changes
+        # ... and a byte in this pipe then, so the nvidia-smi loop's select wakes for it
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
         self.nvml: Any = None
         self.device_files: bool | None = None  # scan /proc/*/fd: decided at the first poll
+        self.trimmed = False  # malloc_trim after the first sample
+        self.nvml_worker = NvmlWorker()
 
     # --- control -------------------------------------------------------------------
     def handle_command(self, line: str) -> None:
@@ -231,6 +360,8 @@ class Agent:
         if command is not None:
             self.interval = min(max(command.seconds, 0.1), 3600.0)
             self.wake.set()
+            with contextlib.suppress(OSError):  # full: a wake-up is pending anyway
+                os.write(self.wake_w, b"!")
 
     # --- start ---------------------------------------------------------------------
     def start(self) -> None:
@@ -238,11 +369,11 @@ class Agent:
         note = None
         if self.use_nvml:
             try:
-                import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
-
+                pynvml, found = import_nvml()
                 pynvml.nvmlInit()
                 self.nvml = pynvml
                 source = "agent/nvml"
+                note = f"NVML: pynvml {getattr(pynvml, '__file__', '?')}, found {found}"
             except Exception as e:  # ImportError, NVMLError_LibraryNotFound, ...
                 note = f"NVML not used: {type(e).__name__}: {e}"
         self.out.send(
@@ -360,7 +491,18 @@ class Agent:
                 if time.monotonic() - last_row > self.stall_limit(first=not got_rows):
                     stalled = True
                     break
-                ready, _, _ = select.select([fd], [], [], BATCH_QUIET_S)
+                # A round's rows come together: a pause of BATCH_QUIET_S ends it. With
+                # none pending, sleep until the next line, the interval changes or the
+                # watchdog's limit (no fixed short poll).
+                quiet = BATCH_QUIET_S
+                if not batcher.pending:
+                    limit = self.stall_limit(first=not got_rows)
+                    quiet = max(limit - (time.monotonic() - last_row), 0.0) + 0.01
+                ready, _, _ = select.select([fd, self.wake_r], [], [], quiet)
+                if self.wake_r in ready:
+                    with contextlib.suppress(OSError):
+                        os.read(self.wake_r, 4096)
+                    continue
                 if not ready:
                     rows = batcher.flush()
                     if rows:
@@ -414,34 +556,64 @@ class Agent:
 
     def send_rows(self, fields: list[str], rows: list[str]) -> None:
         self.out.send(protocol.Gpus(time.time(), fields, rows))
+        key = memory_key(fields, rows)
+        if key:
+            self.gpu_memory = key
+            if key != self.polled_memory:
+                self.procs_due.set()
+        if not self.trimmed:  # start-up is over: its garbage goes back to the system
+            self.trimmed = True
+            malloc_trim()
 
     def process_loop(self) -> None:
+        """The process list (and who holds the device files), polled only when there is
+        work: at start, after a round whose used memory or GPU count differs from the
+        one before the last poll (``send_rows``), else every ``process_fallback_s``."""
         while True:
-            nvml = self.nvml
-            if nvml is not None:
-                done, rows = self.nvml_call(functools.partial(nvml_process_rows, nvml))
-                if done and isinstance(rows, Exception):
-                    raise rows  # said by spawn, and the loop runs again
-                if done and isinstance(rows, list):
-                    self.out.send(protocol.Procs(time.time(), rows))
-            else:
-                argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
-                code, text = run_once([*argv, "--format=csv,noheader,nounits"])
-                if code == 0:
-                    rows = [ln for ln in text.splitlines() if ln.strip()]
-                    self.out.send(protocol.Procs(time.time(), rows))
-            self.send_device_users()
-            time.sleep(max(self.process_interval, self.interval))
+            self.procs_due.clear()
+            self.polled_memory = self.gpu_memory
+            polled = time.monotonic()
+            self.poll_processes()
+            self.wait_for_process_work(polled)
+
+    def wait_for_process_work(self, polled: float) -> None:
+        """Sleeps until the next process poll is due (no fixed short poll): a change
+        waits for ``max(process_interval, interval)`` since the last poll to have passed."""
+        while True:
+            since = time.monotonic() - polled
+            if since >= self.process_fallback_s:
+                return
+            if not self.procs_due.is_set():
+                self.procs_due.wait(self.process_fallback_s - since)
+                continue
+            gap = max(self.process_interval, self.interval)
+            if since >= gap:
+                return
+            time.sleep(min(gap, self.process_fallback_s) - since)
+
+    def poll_processes(self) -> None:
+        nvml = self.nvml
+        if nvml is not None:
+            done, rows = self.nvml_call(functools.partial(nvml_process_rows, nvml))
+            if done and isinstance(rows, Exception):
+                raise rows  # said by spawn, and the loop runs again
+            if done and isinstance(rows, list):
+                self.out.send(protocol.Procs(time.time(), rows))
+        else:
+            argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
+            code, text = run_once([*argv, "--format=csv,noheader,nounits"])
+            if code == 0:
+                rows = [ln for ln in text.splitlines() if ln.strip()]
+                self.out.send(protocol.Procs(time.time(), rows))
+        self.send_device_users()
 
     def send_device_users(self) -> None:
         """Inside a container the driver's PIDs may be the host's (or missing): who holds
-        ``/dev/nvidiaN`` here is sent beside them (``host_procs.device_file_users``)."""
-        from . import host_procs  # shipped beside the agent (``bootstrap.NEEDS``)
-
+        ``/dev/nvidiaN`` here is sent beside them (``procfacts.device_file_users``)."""
         if self.device_files is None:
-            self.device_files = host_procs.in_container()
+            self.device_files = procfacts.in_container()
         if self.device_files:
-            users = host_procs.device_file_users()
+            users = procfacts.device_file_users()
             self.out.send(protocol.ProcRecords(time.time(), "device-files", users))
 
     # --- logs, kernel log, cgroup, HTTP ----------------------------------------------
@@ -550,24 +722,14 @@ class Agent:
 
     # --- NVML ----------------------------------------------------------------------
     def nvml_call(self, call: Callable[[], Any]) -> tuple[bool, Any]:
-        """``call()`` (NVML) in a thread of its own, waited for ``stall_limit``: a hung
+        """``call()`` (NVML) in the NVML worker thread, waited for ``stall_limit``: a hung
         driver call must not freeze the agent. (False, None) when it did not return: it
         is said, NVML is given up for nvidia-smi (a process the watchdog can kill), and
-        the thread is left to its fate. An exception is returned as the value."""
-        box: list[Any] = []
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                box.append(call())
-            except Exception as e:  # NVMLError from a driver in trouble
-                box.append(e)
-            done.set()
-
-        threading.Thread(target=run, daemon=True, name="nvml-call").start()
+        the worker is left to its fate. An exception is returned as the value."""
         limit = self.stall_limit(first=False)
-        if done.wait(limit):
-            return True, box[0]
+        done, value = self.nvml_worker.call(call, limit)
+        if done:
+            return True, value
         if self.nvml is not None:
             self.nvml = None
             self.out.send(
@@ -595,6 +757,30 @@ class Agent:
             if self.wake.wait(max(delay, 0.0)):
                 self.wake.clear()
         self.smi_loop()
+
+
+def memory_key(fields: Sequence[str], rows: Sequence[str]) -> tuple[str, ...]:
+    """What a change of the process list shows in a round: each GPU row's index and used
+    memory (every row's cells, only the GPU count, where ``memory.used`` is not asked
+    for). Rows that are not GPU rows (Xid text) are left out; a GPU name holding ", "
+    (cells after the name shift) is allowed for. Empty: no GPU row."""
+    if "index" not in fields:
+        return ()
+    ncols = len(fields)
+    name = fields.index("name") if "name" in fields else ncols
+    wanted = [fields.index("index")]
+    if "memory.used" in fields:
+        wanted.append(fields.index("memory.used"))
+    key: list[str] = []
+    for row in rows:
+        cells = row.split(", ")
+        extra = len(cells) - ncols
+        if extra < 0 or (extra > 0 and name == ncols):
+            continue
+        picked = [cells[i + extra if i > name else i] for i in wanted]
+        if picked[0].strip().isdigit():
+            key.extend(picked)
+    return tuple(key)
 
 
 def _nvml_text(nvml: Any, call: Callable[[], Any], fmt: Callable[[Any], str]) -> str:

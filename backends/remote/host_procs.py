@@ -1,6 +1,7 @@
 """Who holds the GPUs, from ``/proc``: standard library only, Python 3.8 (runs on targets).
 
-Two programs use it:
+Its records are made on ``procfacts`` (what reads ``/proc/<pid>/``, shared with the agent).
+Two programs use them:
 
 - the host-side collector (``main``), run on the Proxmox host itself, outside ``pct``: every
   ``interval`` seconds it lists the GPU compute processes (NVML with the host's pynvml,
@@ -8,8 +9,9 @@ Two programs use it:
   ``/proc/<pid>/``: its container (``cgroup``), its PID inside that container (``NSpid``),
   its user inside and on the host (``uid_map``), command line, CPU %, RSS and start time.
   It sends ``protocol.ProcRecords`` (source ``host``) and exits when its stdin closes.
-- the agent inside a container (``device_file_users``): the processes of this PID
-  namespace that hold ``/dev/nvidiaN`` open, for when the driver's PIDs do not resolve here.
+- the agent inside a container (``procfacts.device_file_users``, without this module): the
+  processes of this PID namespace that hold ``/dev/nvidiaN`` open, for when the driver's
+  PIDs do not resolve here.
 
 Where the host has no Python, gpumon streams ``SHELL_LOOP`` (POSIX sh) instead, which
 prints the same ``/proc`` facts as text; ``parse_shell_round`` turns them into the same
@@ -25,7 +27,6 @@ boot, what ``K``'s PID-reuse guard compares), ``memory_mib``, ``gpu_uuid``, ``gp
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -35,11 +36,16 @@ import threading
 import time
 from typing import Any
 
-from . import protocol
+from . import procfacts, protocol
+from .procfacts import (
+    CpuClock,
+    boot_time,
+    passwd_names,
+    read_text,
+    status_fields,
+    user_name,
+)
 
-CLK_TCK_DEFAULT = 100  # what the shell loop assumes (it cannot ask sysconf); Linux's USER_HZ
-PAGE_DEFAULT = 4096
-MIB = 1024 * 1024
 SMI_PROCESS_FIELDS = ("pid", "used_memory", "gpu_uuid", "gpu_bus_id")
 
 # --- containers from cgroup paths -----------------------------------------------------
@@ -102,24 +108,10 @@ def container_of(cgroup_text: str) -> str | None:
 # --- /proc/<pid>/status, uid_map, stat ------------------------------------------------
 
 
-def status_fields(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
 def ns_pids(status: dict[str, str]) -> list[int]:
     """``NSpid`` as integers, outermost first (one entry: no nested PID namespace)."""
     words = status.get("NSpid", "").split()
     return [int(w) for w in words if w.isdigit()]
-
-
-def real_uid(status: dict[str, str]) -> int | None:
-    words = status.get("Uid", "").split()
-    return int(words[0]) if words and words[0].isdigit() else None
 
 
 def parse_uid_map(text: str) -> list[tuple[int, int, int]]:
@@ -141,69 +133,6 @@ def inner_uid(host_uid: int, uid_map: list[tuple[int, int, int]]) -> int | None:
     return None
 
 
-def parse_stat(text: str) -> tuple[int, int, int] | None:
-    """``(utime + stime ticks, starttime ticks, rss pages)`` from ``/proc/<pid>/stat``,
-    or None. The command name is in parentheses and may hold spaces and ``)``."""
-    _, sep, rest = text.rpartition(")")
-    words = rest.split()
-    if not sep or len(words) < 22:
-        return None
-    try:  # fields 14, 15, 22, 24 (1-based) are words 11, 12, 19, 21 after the name
-        return int(words[11]) + int(words[12]), int(words[19]), int(words[21])
-    except ValueError:
-        return None
-
-
-def boot_time(stat_text: str) -> float | None:
-    for line in stat_text.splitlines():
-        if line.startswith("btime "):
-            try:
-                return float(line.split()[1])
-            except (IndexError, ValueError):
-                return None
-    return None
-
-
-def passwd_names(text: str) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for line in text.splitlines():
-        parts = line.split(":")
-        if len(parts) >= 3 and parts[2].isdigit():
-            out.setdefault(int(parts[2]), parts[0])
-    return out
-
-
-def command_line(cmdline: bytes, status: dict[str, str]) -> str | None:
-    """The command line with its words joined by spaces; the short name for a process
-    without one (a kernel thread, a zombie)."""
-    words = [w.decode("utf-8", "replace") for w in cmdline.split(b"\0") if w]
-    if words:
-        return " ".join(words)
-    name = status.get("Name")
-    return "[" + name + "]" if name else None
-
-
-class CpuClock:
-    """CPU % between two polls of the same process (None on its first poll)."""
-
-    def __init__(self) -> None:
-        self._last: dict[tuple[int, int], tuple[float, int]] = {}
-
-    def percent(self, pid: int, start: int, ticks: int, now: float, hz: int) -> float | None:
-        key = (pid, start)  # a PID reused by a new process starts over
-        last = self._last.get(key)
-        self._last[key] = (now, ticks)
-        if last is None or now <= last[0]:
-            return None
-        return round(100.0 * (ticks - last[1]) / hz / (now - last[0]), 1)
-
-    def forget_others(self, alive: list[tuple[int, int]]) -> None:
-        keep = set(alive)
-        for key in list(self._last):
-            if key not in keep:
-                del self._last[key]
-
-
 def record_from_facts(
     pid: int,
     facts: dict[str, Any],
@@ -211,89 +140,48 @@ def record_from_facts(
     now: float,
     btime: float | None,
     cpu: CpuClock,
-    hz: int = CLK_TCK_DEFAULT,
-    page: int = PAGE_DEFAULT,
+    hz: int = procfacts.CLK_TCK_DEFAULT,
+    page: int = procfacts.PAGE_DEFAULT,
     host_names: dict[int, str] | None = None,
     from_host: bool = True,
 ) -> dict[str, Any]:
     """The record of host PID ``pid`` from its ``/proc`` texts (``facts``: ``cgroup``,
     ``status``, ``uid_map``, ``stat`` as str, ``cmdline`` as bytes, ``passwd``: the
-    container's /etc/passwd text, any may be missing). Never raises on bad input."""
-    status = status_fields(facts.get("status") or "")
-    rec: dict[str, Any] = {"host_pid": pid, "error": facts.get("error")}
+    container's /etc/passwd text, any may be missing). Never raises on bad input.
+    ``from_host`` False: the PID is this namespace's own and the container the watched
+    one (``procfacts.local_record``)."""
+    rec = procfacts.local_record(pid, facts, now=now, btime=btime, cpu=cpu, hz=hz, page=page)
+    if not from_host:
+        return rec
     container = container_of(facts.get("cgroup") or "")
-    rec["container"] = container
     # The PID as the container's own PID namespace (what ``pct exec`` sees) numbers it:
     # NSpid's second entry; a process nested deeper (Docker inside the CT) has more.
-    pids = ns_pids(status)
+    pids = ns_pids(status_fields(facts.get("status") or ""))
+    host_uid = rec["uid"]  # the real uid as this (the host's) namespace sees it
+    uid = host_uid
+    uid_map = parse_uid_map(facts.get("uid_map") or "")
+    if host_uid is not None and uid_map:
+        uid = inner_uid(host_uid, uid_map)
+    rec["host_pid"] = pid
+    rec["container"] = container
     if container is None:
         rec["pid"] = pids[0] if pids else pid
     else:
         rec["pid"] = pids[1] if len(pids) > 1 else None
-    host_uid = real_uid(status)
     rec["host_uid"] = host_uid
-    uid = None
-    if host_uid is not None:
-        uid_map = parse_uid_map(facts.get("uid_map") or "") if from_host else []
-        uid = inner_uid(host_uid, uid_map) if uid_map else host_uid
     rec["uid"] = uid
-    inside_names = passwd_names(facts.get("passwd") or "")
-    if uid is not None:
-        rec["user"] = inside_names.get(uid) or ("root" if uid == 0 else str(uid))
-    else:
-        rec["user"] = None
+    rec["user"] = user_name(uid, passwd_names(facts.get("passwd") or ""))
     names = host_names or {}
     rec["host_user"] = None if host_uid is None else names.get(host_uid, str(host_uid))
-    if not from_host:  # this namespace's own PID; the container is the watched one
-        rec["pid"], rec["container"] = pid, None
-        rec["host_pid"] = rec["host_uid"] = rec["host_user"] = None
-    raw = facts.get("cmdline")
-    rec["command"] = command_line(raw if isinstance(raw, bytes) else b"", status)
-    st = parse_stat(facts.get("stat") or "")
-    rec["cpu_pct"] = rec["rss_mib"] = rec["started"] = rec["start_ticks"] = None
-    if st is not None:
-        ticks, start, rss = st
-        rec["start_ticks"] = start
-        rec["cpu_pct"] = cpu.percent(pid, start, ticks, now, hz)
-        rec["rss_mib"] = round(rss * page / MIB, 1)
-        rec["started"] = None if btime is None else round(btime + start / hz, 2)
     return rec
 
 
 # --- reading /proc --------------------------------------------------------------------
 
 
-def _read(path: str, binary: bool = False) -> Any:
-    with open(path, "rb") as f:
-        data = f.read(1 << 20)
-    return data if binary else data.decode("utf-8", "replace")
-
-
-def read_facts(proc: str, pid: int) -> dict[str, Any]:
-    """The ``/proc/<pid>`` texts ``record_from_facts`` reads; ``error``: why the process
-    could not be read at all (gone, hidden by ``hidepid``, not permitted)."""
-    base = f"{proc}/{pid}/"
-    facts: dict[str, Any] = {}
-    try:
-        facts["status"] = _read(base + "status")
-    except OSError as e:
-        facts["error"] = f"{proc}/{pid}: {e.strerror or e}"
-        return facts
-    for name, binary in (("cgroup", False), ("uid_map", False), ("stat", False)):
-        with contextlib.suppress(OSError):
-            facts[name] = _read(base + name, binary)
-    try:
-        facts["cmdline"] = _read(base + "cmdline", True)
-    except OSError:
-        facts["cmdline"] = b""
-    with contextlib.suppress(OSError):  # the container's own user names: root may look
-        facts["passwd"] = _read(base + "root/etc/passwd")  # through /proc/PID/root
-    return facts
-
-
 def host_passwd() -> dict[int, str]:
     try:
-        return passwd_names(_read("/etc/passwd"))
+        return passwd_names(read_text("/etc/passwd"))
     except OSError:
         return {}
 
@@ -303,40 +191,14 @@ def describe(
     pids: list[int],
     cpu: CpuClock,
     now: float | None = None,
-    *,
-    from_host: bool = True,
 ) -> list[dict[str, Any]]:
-    """Records for host PIDs ``pids`` read from ``proc`` (``/proc``); ``from_host``: see
-    ``record_from_facts``."""
-    now = time.time() if now is None else now
-    try:
-        btime = boot_time(_read(proc + "/stat"))
-    except OSError:
-        btime = None
-    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else CLK_TCK_DEFAULT
-    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else PAGE_DEFAULT
+    """Host-side records for host PIDs ``pids`` read from ``proc`` (``/proc``)."""
     names = host_passwd()
-    out = []
-    alive = []
-    for pid in pids:
-        facts = read_facts(proc, pid)
-        rec = record_from_facts(
-            pid,
-            facts,
-            now=now,
-            btime=btime,
-            cpu=cpu,
-            hz=hz,
-            page=page,
-            host_names=names,
-            from_host=from_host,
-        )
-        out.append(rec)
-        st = parse_stat(facts.get("stat") or "")
-        if st is not None:
-            alive.append((pid, st[1]))
-    cpu.forget_others(alive)
-    return out
+
+    def record(pid: int, facts: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        return record_from_facts(pid, facts, host_names=names, **kw)
+
+    return procfacts.describe(proc, pids, cpu, now, record)
 
 
 # --- GPU processes on the host --------------------------------------------------------
@@ -422,59 +284,6 @@ def _drop_name(row: str) -> str:
     if len(cells) < 5:
         return row
     return ", ".join([cells[0], cells[-3], cells[-2], cells[-1]])
-
-
-# --- inside a container: who holds /dev/nvidiaN ----------------------------------------
-
-_DEVICE = re.compile(r"^/dev/nvidia(\d+)$")
-
-
-def device_file_users(proc: str = "/proc") -> list[dict[str, Any]]:
-    """The processes of this PID namespace holding ``/dev/nvidia<N>`` open, each with the
-    device numbers (``gpus``) it holds; memory is not known this way. Processes that
-    cannot be looked into (another user's, without root) are left out."""
-    cpu = CpuClock()
-    out: list[dict[str, Any]] = []
-    try:
-        entries = [e for e in os.listdir(proc) if e.isdigit()]
-    except OSError:
-        return out
-    held: dict[int, list[int]] = {}
-    for entry in entries:
-        base = f"{proc}/{entry}/fd"
-        try:
-            fds = os.listdir(base)
-        except OSError:
-            continue
-        gpus = set()
-        for fd in fds:
-            try:
-                target = os.readlink(base + "/" + fd)
-            except OSError:
-                continue
-            m = _DEVICE.match(target)
-            if m:
-                gpus.add(int(m.group(1)))
-        if gpus:
-            held[int(entry)] = sorted(gpus)
-    if not held:
-        return out
-    for rec in describe(proc, sorted(held), cpu, from_host=False):
-        rec["gpus"] = held[rec["pid"]]
-        rec["memory_mib"] = None
-        out.append(rec)
-    return out
-
-
-def in_container(proc: str = "/proc") -> bool:
-    """Whether this looks like a container (LXC/Docker/systemd-nspawn mark themselves)."""
-    try:
-        environ = _read(proc + "/1/environ", True)
-    except OSError:
-        environ = b""
-    if b"container=" in environ:
-        return True
-    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
 
 
 # --- the shell loop for a host without Python ------------------------------------------

@@ -17,9 +17,12 @@ import os
 import re
 import stat
 import time
-from typing import Any, Pattern
 
 from . import protocol
+
+TYPE_CHECKING = False  # typing is not imported on the target (see protocol)
+if TYPE_CHECKING:
+    from typing import Any, Pattern
 
 LOG_BACKLOG_BYTES = 64 * 1024  # at start, this much of each log's tail is sent as backlog
 LOG_READ_BYTES = 4 << 20  # read (and scanned) in chunks of this; bounds the buffers

@@ -27,7 +27,7 @@ from gpumon.backends.config import load_config, resolve_host
 from gpumon.backends.model import ProcessSource
 from gpumon.backends.monitor import HostMonitor, make_monitor, snapshot_json
 from gpumon.backends.monitor.sources import host_procs as feed
-from gpumon.backends.remote.host_procs import parse_stat
+from gpumon.backends.remote.procfacts import parse_stat
 from gpumon.backends.torchenv.doctor_procs import process_checks
 
 from sshd_server import SSHD, SshServer

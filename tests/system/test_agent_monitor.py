@@ -124,6 +124,26 @@ async def test_demo_monitor_histories_and_interval_change() -> None:
     assert _state(monitor) == ConnState.STOPPED
 
 
+async def test_a_shorter_interval_reaches_an_idle_nvidia_smi_loop_at_once() -> None:
+    """Between rounds the agent's nvidia-smi loop sleeps until its next line (no fixed
+    short poll); a new interval still restarts it at once, not at the next 4 s round."""
+    host = resolve_host(Config(path=None), "demo")
+    monitor = make_monitor(replace(host, interval=4.0), demo_settings(demo_time=20))
+    monitor.start()
+    try:
+        await _sampled(monitor, 1)
+        n = monitor.samples
+        await asyncio.sleep(0.3)  # inside the 4 s pause
+        assert monitor.samples == n
+        monitor.set_interval(0.2)
+        asked = time.monotonic()
+        while monitor.samples == n:  # a restarted loop's first round, not the 4 s one
+            assert time.monotonic() - asked < 1.5, "the new interval waited for a round"
+            await monitor.wait_for_update(0.1)
+    finally:
+        await monitor.stop()
+
+
 def _state(monitor: HostMonitor) -> ConnState:
     """Read afresh (the state changes under awaits; mypy would keep it narrowed)."""
     return monitor.status.state

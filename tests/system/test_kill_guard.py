@@ -18,7 +18,7 @@ from gpumon.backends.actions import audit
 from gpumon.backends.actions.kill import REUSED_EXIT, kill_plan, send_signal, wait_gone
 from gpumon.backends.config import HostConfig
 from gpumon.backends.model import GpuProcess, ProcessSource
-from gpumon.backends.remote import host_procs
+from gpumon.backends.remote import host_procs, procfacts
 from gpumon.backends.transport.local import LocalTransport
 
 pytestmark = pytest.mark.system
@@ -43,7 +43,7 @@ def tricky() -> Iterator[subprocess.Popen[bytes]]:
 
 def listed(pid: int) -> GpuProcess:
     """The process as the collector describes it (its record's start_ticks)."""
-    [rec] = host_procs.describe("/proc", [pid], host_procs.CpuClock())
+    [rec] = host_procs.describe("/proc", [pid], procfacts.CpuClock())
     assert rec["start_ticks"] is not None and f"({TRICKY})" in Path(f"/proc/{pid}/stat").read_text()
     return GpuProcess(
         pid=pid,

@@ -20,9 +20,9 @@ from proxmox_host import SYSTEM_PYTHON, GpuProc, ProxmoxHost, skip_reason
 
 from gpumon.backends.model import ProcessSource
 from gpumon.backends.monitor.processes import container_view, foreign, from_record
+from gpumon.backends.monitor.sources.agent import agent_argv
 from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS, parse_compute_apps
 from gpumon.backends.remote import host_procs, protocol
-from gpumon.backends.remote.bootstrap import program_argv
 
 pytestmark = pytest.mark.system
 
@@ -111,12 +111,7 @@ def agent_messages(
         process_interval=0.5,
         nvml=False,
     )
-    argv, data = program_argv(
-        SYSTEM_PYTHON,
-        "agent",
-        args=[options.to_json()],
-        flags=("-u",),
-    )
+    argv, data = agent_argv(SYSTEM_PYTHON, options)
     proc = subprocess.Popen(
         [str(host.pct_path), "exec", "200", "--", *argv],
         stdin=subprocess.PIPE,

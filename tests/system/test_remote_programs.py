@@ -5,9 +5,11 @@ programs from users of the venv, and an agent of another protocol version refuse
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,9 +18,11 @@ import pytest
 from gpumon.backends.config import HostConfig
 from gpumon.backends.model import ConnState, Source
 from gpumon.backends.monitor import demo_settings, make_monitor
+from gpumon.backends.monitor.sources.agent import agent_argv
 from gpumon.backends.parsers import PROCESS_FIELDS, QUERY_FIELDS
 from gpumon.backends.remote import protocol
-from gpumon.backends.remote.bootstrap import program_argv, program_tag
+from gpumon.backends.remote.agent import FOUND_FULL_SITE, FOUND_NO_SITE
+from gpumon.backends.remote.bootstrap import program_tag
 from gpumon.backends.remote.doctor_probe_fs import proc_facts
 from gpumon.backends.sim import write_wrapper
 
@@ -41,17 +45,19 @@ PY38 = python_3_8()
 pytestmark = pytest.mark.system
 
 
-def agent_process(python: str, tmp_path: Path) -> subprocess.Popen[bytes]:
+def agent_process(python: str, tmp_path: Path, nvml: bool = False) -> subprocess.Popen[bytes]:
+    """The agent as ``AgentSource`` starts it (``agent_argv``: its interpreter flags)."""
     smi = write_wrapper(tmp_path / "bin", demo_settings(demo_time=5, frozen=True))
     options = protocol.AgentOptions(
         fields=list(QUERY_FIELDS),
         process_fields=list(PROCESS_FIELDS),
         nvidia_smi=str(smi),
         interval=0.2,
-        nvml=False,
+        nvml=nvml,
     )
-    argv, data = program_argv(python, "agent", args=[options.to_json()], flags=("-u",))
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    argv, data = agent_argv(python, options)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert proc.stdin is not None
     proc.stdin.write(data)
     proc.stdin.flush()
@@ -95,6 +101,58 @@ def test_the_doctor_probe_runs_on_python_3_8() -> None:
     assert res.returncode == 0, res.stderr.decode()
     facts = json.loads(res.stdout.decode().splitlines()[-1])
     assert facts["python"]["version"].startswith("3.8.") and facts["errors"] == {}
+
+
+FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml" / "pynvml.py"
+
+
+def venv_python(python: str, where: Path) -> tuple[str, Path]:
+    """A new venv of ``python`` (no pip): its python and its site-packages."""
+    subprocess.run([python, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120)
+    code = "import sys, site; print(site.getsitepackages()[0])"
+    venv = str(where / "bin" / "python")
+    out = subprocess.run([venv, "-c", code], capture_output=True, text=True, check=True)
+    return venv, Path(out.stdout.strip())
+
+
+@pytest.mark.parametrize("python", [sys.executable, PY38], ids=["this", "3.8"])
+@pytest.mark.parametrize("where", ["site-packages", "pth"])
+def test_the_agent_runs_without_site_and_still_finds_pynvml(
+    tmp_path: Path, python: str | None, where: str
+) -> None:
+    """The agent runs with -S (no .pth processing); pynvml in the venv's site-packages is
+    found without it (also before 3.11, where -S leaves sys.prefix the base's); one that
+    only a .pth file puts on the path is found through the full site processing. The
+    Hello says which."""
+    if python is None:
+        pytest.skip("no Python 3.8 interpreter on this machine")
+    venv, site_packages = venv_python(python, tmp_path / "venv")
+    if where == "site-packages":
+        shutil.copy(FAKE_NVML, site_packages)
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        shutil.copy(FAKE_NVML, tmp_path / "elsewhere")
+        (site_packages / "extra.pth").write_text(f"{tmp_path / 'elsewhere'}\n")
+    proc = agent_process(venv, tmp_path, nvml=True)
+    try:
+        hello = read_until_gpus(proc)
+    finally:
+        stop(proc)
+    assert hello.source == Source.AGENT_NVML.value
+    found = FOUND_NO_SITE if where == "site-packages" else FOUND_FULL_SITE
+    assert hello.note is not None and hello.note.endswith(f"found {found}"), hello.note
+    assert str(site_packages if where == "site-packages" else tmp_path / "elsewhere") in hello.note
+
+
+def test_without_pynvml_the_agent_says_why_and_reads_nvidia_smi(tmp_path: Path) -> None:
+    venv, _ = venv_python(sys.executable, tmp_path / "venv")
+    proc = agent_process(venv, tmp_path, nvml=True)
+    try:
+        hello = read_until_gpus(proc)
+    finally:
+        stop(proc)
+    assert hello.source == Source.AGENT_SMI.value
+    assert hello.note == "NVML not used: ModuleNotFoundError: No module named 'pynvml'"
 
 
 def test_the_doctor_tells_gpumons_programs_from_users_of_the_venv(tmp_path: Path) -> None:
@@ -151,3 +209,58 @@ def test_an_agent_of_another_version_is_a_clear_host_error(tmp_path: Path) -> No
     error = monitor.status.error or ""
     assert "incompatible agent" in error and "version 99" in error, error
     assert monitor.samples == 0
+
+
+FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
+
+
+def test_the_process_list_is_polled_only_when_the_gpus_change(tmp_path: Path) -> None:
+    """Steady GPUs (fake_smi: fixed memory): the process list at start, then only at the
+    fallback; a GPU falling off (a changed round) brings a poll within a round or two."""
+    drop = tmp_path / "drop"
+    options = protocol.AgentOptions(
+        fields=list(QUERY_FIELDS),
+        process_fields=list(PROCESS_FIELDS),
+        nvidia_smi=str(FAKE_SMI),
+        interval=0.2,
+        process_interval=0.2,
+        process_fallback_s=3.0,
+        nvml=False,
+    )
+    argv, data = agent_argv(sys.executable, options)
+    env = {**os.environ, "FAKE_SMI_GPUS": "2", "FAKE_SMI_DROP": str(drop)}
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(data)
+    proc.stdin.flush()
+    arrived: list[tuple[float, str]] = []
+    reader = threading.Thread(
+        target=lambda: arrived.extend(
+            (time.monotonic(), json.loads(line)["type"]) for line in proc.stdout or ()
+        ),
+        daemon=True,
+    )
+    reader.start()
+
+    def procs(since: float) -> list[float]:
+        return [t for t, kind in list(arrived) if kind == "procs" and t >= since]
+
+    try:
+        while not procs(0.0):
+            time.sleep(0.05)
+        start = procs(0.0)[0]
+        time.sleep(2.0)  # steady: ~10 rounds, no poll after the first round's
+        quiet = start + 0.8
+        gpus = [t for t, kind in list(arrived) if kind == "gpus" and t >= quiet]
+        assert len(gpus) >= 4 and procs(quiet) == [], arrived
+        dropped = time.monotonic()
+        drop.touch()
+        while not procs(dropped) and time.monotonic() - dropped < 5:
+            time.sleep(0.05)
+        assert procs(dropped) and procs(dropped)[0] - dropped < 1.5, procs(start)
+        polled = procs(dropped)[0]
+        time.sleep(3.6)  # the fallback, once: the GPUs are steady again
+        later = procs(polled + 0.1)
+        assert len(later) == 1 and 2.5 < later[0] - polled < 3.6, (polled, later)
+    finally:
+        stop(proc)

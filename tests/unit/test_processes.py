@@ -25,6 +25,7 @@ from gpumon.backends.monitor.processes import (
 )
 from gpumon.backends.monitor.sources import AgentSource
 from gpumon.backends.remote import host_procs as hp
+from gpumon.backends.remote import procfacts
 from gpumon.backends.transport import LocalTransport
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures/nvidia/real-captures"
@@ -76,8 +77,8 @@ STAT = (
 
 
 def test_stat_parsing_survives_a_command_name_with_parentheses() -> None:
-    assert hp.parse_stat(STAT) == (300, 12345, 2560)
-    assert hp.parse_stat("4242 (short) S 1") is None
+    assert procfacts.parse_stat(STAT) == (300, 12345, 2560)
+    assert procfacts.parse_stat("4242 (short) S 1") is None
 
 
 def facts(pid: int, nspid: str, uid: int, cgroup: str) -> dict[str, object]:
@@ -92,7 +93,7 @@ def facts(pid: int, nspid: str, uid: int, cgroup: str) -> dict[str, object]:
 
 
 def test_a_record_has_the_pid_inside_the_user_inside_and_on_the_host() -> None:
-    cpu = hp.CpuClock()
+    cpu = procfacts.CpuClock()
     rec = hp.record_from_facts(
         4242, facts(4242, "4242\t88", 101000, "0::/lxc/200/ns\n"), now=1000.0, btime=500.0, cpu=cpu
     )
@@ -311,3 +312,9 @@ def test_memory_not_attributed_is_judged_at_the_moment_of_the_process_list() -> 
     monitor.ingest_processes((GpuProcess(1, "train", 29500, "GPU-a"),), monitor.clock())
     latest = monitor.latest
     assert unattributed_mib(latest, latest.gpus[0]) == 3500  # the list says so
+
+
+def test_only_gpu_device_files_count_as_gpus() -> None:
+    paths = ["/dev/nvidia0", "/dev/nvidia12", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/null"]
+    assert [procfacts.device_index(p) for p in paths] == [0, 12, None, None, None]
+    assert procfacts.device_index("/dev/nvidia-caps/nvidia-cap1") is None

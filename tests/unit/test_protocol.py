@@ -3,9 +3,11 @@ the client's dispatch table covers it, and nothing the target sends is trusted."
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import fields
 from typing import Any
+
+import pytest
 
 from gpumon.backends.config import HostConfig
 from gpumon.backends.monitor import make_monitor
@@ -74,4 +76,48 @@ def test_options_round_trip_through_argv() -> None:
         fields=["index"], process_fields=["pid"], interval=0.5, logs=[{"path": "/x", "tag": "t"}]
     )
     assert protocol.AgentOptions.from_wire(json.loads(options.to_json())) == options
-    assert {f.name for f in fields(options)} == set(json.loads(options.to_json()))
+    assert {f.name for f in protocol.fields(options)} == set(json.loads(options.to_json()))
+
+
+def test_records_behave_as_the_dataclasses_they_stand_for() -> None:
+    """protocol's classes are made by its own ``record`` (dataclasses is not imported on
+    the target): the same constructor, equality, hash, repr and frozenness as the
+    ``@dataclass(frozen=True)`` the type checker sees."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Real:
+        t: float
+        rows: list[str]
+
+    hello = protocol.Hello(1, "agent/nvml", pid=7)
+    assert "__dataclass_fields__" not in vars(protocol.Hello)  # the record, not a dataclass
+    assert hello == protocol.Hello(agent=1, source="agent/nvml", python="", pid=7)
+    assert hello != protocol.Hello(1, "agent/nvml", pid=8)
+    assert hello.__eq__(Real(1.0, [])) is NotImplemented
+    assert repr(hello) == (
+        "Hello(agent=1, source='agent/nvml', python='', hostname='', pid=7, note=None)"
+    )
+    assert hash(hello) == hash(protocol.Hello(1, "agent/nvml", pid=7))
+    assert protocol.Hello.__match_args__ == ("agent", "source", "python", "hostname", "pid", "note")
+    with pytest.raises(AttributeError):
+        hello.pid = 8  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del hello.pid
+    ours = protocol.Procs(1.0, ["1"])
+    real = Real(1.0, ["1"])
+    assert [f.name for f in protocol.fields(ours)] == ["t", "rows"]
+    assert repr(ours).replace("Procs", "Real") == repr(real)[repr(real).index("Real(") :]
+    for make in (protocol.Procs, Real):
+        with pytest.raises(TypeError):
+            make(1.0)  # type: ignore[call-arg]
+        with pytest.raises(TypeError):
+            make(1.0, [], rows=[])  # type: ignore[misc]
+        with pytest.raises(TypeError):
+            make(1.0, [], nope=1)  # type: ignore[call-arg]
+    a = protocol.AgentOptions([], [])
+    b = protocol.AgentOptions([], [])
+    assert a.logs == [] and a.logs is not b.logs  # default_factory: one list each
+    assert protocol.AgentOptions.interval == 1.0  # a plain default stays on the class
+    assert not hasattr(protocol.AgentOptions, "logs")  # a factory's does not
+    with pytest.raises(TypeError):
+        hash(ours)  # a list inside: unhashable, as the dataclass is

@@ -31,13 +31,30 @@ from .connection import TransportSource
 from .direct import DirectSmiSource
 from .host_procs import HostProcessFeed
 
-__all__ = ["HELLO_TIMEOUT_S", "AgentSource", "Handler", "dispatch", "handlers"]
+__all__ = [
+    "AGENT_FLAGS",
+    "HELLO_TIMEOUT_S",
+    "AgentSource",
+    "Handler",
+    "agent_argv",
+    "dispatch",
+    "handlers",
+]
 
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 20.0
 M = TypeVar("M", bound=protocol.Message)
 Handler = Callable[[dict[str, Any]], bool]  # a decoded line -> "it held GPU data"
+# The interpreter flags the agent runs with: -u, its lines leave at once; -S, no site
+# processing at start-up (a venv's .pth files import much the agent never uses: 2-5 MiB
+# of RSS); the agent finds pynvml itself (``remote.agent.import_nvml``).
+AGENT_FLAGS = ("-u", "-S")
+
+
+def agent_argv(python: str, options: protocol.AgentOptions) -> tuple[list[str], bytes]:
+    """The argv that starts the agent with ``python`` and the bytes for its stdin."""
+    return program_argv(python, "agent", args=[options.to_json()], flags=AGENT_FLAGS)
 
 
 def _route(message: type[M], handle: Callable[[M], bool]) -> tuple[str, Handler]:
@@ -196,7 +213,7 @@ class AgentSource(TransportSource):
             http=list(workloads.http_targets()),
             sglang_discover=workloads.discover(),
         )
-        argv, data = program_argv(python, "agent", args=[options.to_json()], flags=("-u",))
+        argv, data = agent_argv(python, options)
         stream = await self.open_stream(argv)
         stream.write(data)
         table = handlers(sink, partial(self._on_hello, sink))

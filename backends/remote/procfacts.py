@@ -1,0 +1,270 @@
+"""A process's facts from ``/proc``: standard library only, Python 3.8 (runs on targets).
+
+The part of ``host_procs`` the agent needs too, so the agent ships this small module
+instead of the host-side collector: reading ``/proc/<pid>/`` (``read_facts``), the
+namespace-local record of a process (``local_record``: its PID, user, command line, CPU %,
+RSS and start time as this PID namespace sees them), and, inside a container, the
+processes that hold ``/dev/nvidiaN`` open (``device_file_users``, ``in_container``).
+``host_procs`` builds its host-side records (container, NSpid, uid_map) on the same
+functions. The record's keys are described there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+TYPE_CHECKING = False  # typing is not imported on the target (its import costs memory)
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    # record(pid, facts, now=, btime=, cpu=, hz=, page=) -> a record (``local_record``)
+    RecordMaker = Callable[..., dict[str, Any]]
+
+CLK_TCK_DEFAULT = 100  # what the shell loop assumes (it cannot ask sysconf); Linux's USER_HZ
+PAGE_DEFAULT = 4096
+MIB = 1024 * 1024
+DEVICE_PREFIX = "/dev/nvidia"  # /dev/nvidia<N>: the GPU device files (not nvidiactl, -uvm)
+
+
+def status_fields(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def real_uid(status: dict[str, str]) -> int | None:
+    words = status.get("Uid", "").split()
+    return int(words[0]) if words and words[0].isdigit() else None
+
+
+def parse_stat(text: str) -> tuple[int, int, int] | None:
+    """``(utime + stime ticks, starttime ticks, rss pages)`` from ``/proc/<pid>/stat``,
+    or None. The command name is in parentheses and may hold spaces and ``)``."""
+    _, sep, rest = text.rpartition(")")
+    words = rest.split()
+    if not sep or len(words) < 22:
+        return None
+    try:  # fields 14, 15, 22, 24 (1-based) are words 11, 12, 19, 21 after the name
+        return int(words[11]) + int(words[12]), int(words[19]), int(words[21])
+    except ValueError:
+        return None
+
+
+def boot_time(stat_text: str) -> float | None:
+    for line in stat_text.splitlines():
+        if line.startswith("btime "):
+            try:
+                return float(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def passwd_names(text: str) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":")
+        if len(parts) >= 3 and parts[2].isdigit():
+            out.setdefault(int(parts[2]), parts[0])
+    return out
+
+
+def user_name(uid: int | None, names: dict[int, str]) -> str | None:
+    """The name of ``uid`` in ``names`` (a passwd), else root or the number."""
+    if uid is None:
+        return None
+    return names.get(uid) or ("root" if uid == 0 else str(uid))
+
+
+def command_line(cmdline: bytes, status: dict[str, str]) -> str | None:
+    """The command line with its words joined by spaces; the short name for a process
+    without one (a kernel thread, a zombie)."""
+    words = [w.decode("utf-8", "replace") for w in cmdline.split(b"\0") if w]
+    if words:
+        return " ".join(words)
+    name = status.get("Name")
+    return "[" + name + "]" if name else None
+
+
+class CpuClock:
+    """CPU % between two polls of the same process (None on its first poll)."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[int, int], tuple[float, int]] = {}
+
+    def percent(self, pid: int, start: int, ticks: int, now: float, hz: int) -> float | None:
+        key = (pid, start)  # a PID reused by a new process starts over
+        last = self._last.get(key)
+        self._last[key] = (now, ticks)
+        if last is None or now <= last[0]:
+            return None
+        return round(100.0 * (ticks - last[1]) / hz / (now - last[0]), 1)
+
+    def forget_others(self, alive: list[tuple[int, int]]) -> None:
+        keep = set(alive)
+        for key in list(self._last):
+            if key not in keep:
+                del self._last[key]
+
+
+def local_record(
+    pid: int,
+    facts: dict[str, Any],
+    *,
+    now: float,
+    btime: float | None,
+    cpu: CpuClock,
+    hz: int = CLK_TCK_DEFAULT,
+    page: int = PAGE_DEFAULT,
+) -> dict[str, Any]:
+    """The record of ``pid`` as this PID namespace sees it (``host_*`` and ``container``
+    None: the container is the watched one) from its ``facts`` (``read_facts``). Never
+    raises on bad input."""
+    status = status_fields(facts.get("status") or "")
+    uid = real_uid(status)
+    raw = facts.get("cmdline")
+    rec: dict[str, Any] = {
+        "host_pid": None,
+        "error": facts.get("error"),
+        "container": None,
+        "pid": pid,
+        "host_uid": None,
+        "uid": uid,
+        "user": user_name(uid, passwd_names(facts.get("passwd") or "")),
+        "host_user": None,
+        "command": command_line(raw if isinstance(raw, bytes) else b"", status),
+        "cpu_pct": None,
+        "rss_mib": None,
+        "started": None,
+        "start_ticks": None,  # field 22 of stat: K's guard against a reused PID
+    }
+    st = parse_stat(facts.get("stat") or "")
+    if st is not None:
+        ticks, start, rss = st
+        rec["start_ticks"] = start
+        rec["cpu_pct"] = cpu.percent(pid, start, ticks, now, hz)
+        rec["rss_mib"] = round(rss * page / MIB, 1)
+        rec["started"] = None if btime is None else round(btime + start / hz, 2)
+    return rec
+
+
+# --- reading /proc --------------------------------------------------------------------
+
+
+def read_text(path: str, binary: bool = False) -> Any:
+    with open(path, "rb") as f:
+        data = f.read(1 << 20)
+    return data if binary else data.decode("utf-8", "replace")
+
+
+def read_facts(proc: str, pid: int) -> dict[str, Any]:
+    """The ``/proc/<pid>`` texts the records are made of; ``error``: why the process
+    could not be read at all (gone, hidden by ``hidepid``, not permitted)."""
+    base = f"{proc}/{pid}/"
+    facts: dict[str, Any] = {}
+    try:
+        facts["status"] = read_text(base + "status")
+    except OSError as e:
+        facts["error"] = f"{proc}/{pid}: {e.strerror or e}"
+        return facts
+    for name, binary in (("cgroup", False), ("uid_map", False), ("stat", False)):
+        with contextlib.suppress(OSError):
+            facts[name] = read_text(base + name, binary)
+    try:
+        facts["cmdline"] = read_text(base + "cmdline", True)
+    except OSError:
+        facts["cmdline"] = b""
+    with contextlib.suppress(OSError):  # the container's own user names: root may look
+        facts["passwd"] = read_text(base + "root/etc/passwd")  # through /proc/PID/root
+    return facts
+
+
+def describe(
+    proc: str,
+    pids: list[int],
+    cpu: CpuClock,
+    now: float | None = None,
+    record: RecordMaker | None = None,
+) -> list[dict[str, Any]]:
+    """Records for ``pids`` read from ``proc`` (``/proc``), made by ``record``
+    (``local_record`` unless told)."""
+    make = record or local_record
+    now = time.time() if now is None else now
+    try:
+        btime = boot_time(read_text(proc + "/stat"))
+    except OSError:
+        btime = None
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else CLK_TCK_DEFAULT
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else PAGE_DEFAULT
+    out: list[dict[str, Any]] = []
+    alive = []
+    for pid in pids:
+        facts = read_facts(proc, pid)
+        out.append(make(pid, facts, now=now, btime=btime, cpu=cpu, hz=hz, page=page))
+        st = parse_stat(facts.get("stat") or "")
+        if st is not None:
+            alive.append((pid, st[1]))
+    cpu.forget_others(alive)
+    return out
+
+
+# --- inside a container: who holds /dev/nvidiaN ----------------------------------------
+
+
+def device_index(target: str) -> int | None:
+    """N of ``/dev/nvidia<N>``; None for any other path (``/dev/nvidiactl``, ...)."""
+    if not target.startswith(DEVICE_PREFIX):
+        return None
+    number = target[len(DEVICE_PREFIX) :]
+    return int(number) if number.isdigit() and number.isascii() else None
+
+
+def device_file_users(proc: str = "/proc") -> list[dict[str, Any]]:
+    """The processes of this PID namespace holding ``/dev/nvidia<N>`` open, each with the
+    device numbers (``gpus``) it holds; memory is not known this way. Processes that
+    cannot be looked into (another user's, without root) are left out."""
+    out: list[dict[str, Any]] = []
+    try:
+        entries = [e for e in os.listdir(proc) if e.isdigit()]
+    except OSError:
+        return out
+    held: dict[int, list[int]] = {}
+    for entry in entries:
+        base = f"{proc}/{entry}/fd"
+        try:
+            fds = os.listdir(base)
+        except OSError:
+            continue
+        gpus = set()
+        for fd in fds:
+            try:
+                index = device_index(os.readlink(base + "/" + fd))
+            except OSError:
+                continue
+            if index is not None:
+                gpus.add(index)
+        if gpus:
+            held[int(entry)] = sorted(gpus)
+    if not held:
+        return out
+    for rec in describe(proc, sorted(held), CpuClock()):
+        rec["gpus"] = held[rec["pid"]]
+        rec["memory_mib"] = None
+        out.append(rec)
+    return out
+
+
+def in_container(proc: str = "/proc") -> bool:
+    """Whether this looks like a container (LXC/Docker/systemd-nspawn mark themselves)."""
+    try:
+        environ = read_text(proc + "/1/environ", True)
+    except OSError:
+        environ = b""
+    if b"container=" in environ:
+        return True
+    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")

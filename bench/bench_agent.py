@@ -1,0 +1,238 @@
+"""The agent's own cost on the target: RSS, CPU and wake-ups at 1 Hz.
+
+Starts the real agent as ``gpumon local`` starts it (``sources.agent.agent_argv``: the
+same interpreter flags and shipped modules) with the shared bench's NVML shim on
+PYTHONPATH (8 fake GPUs behind the real nvidia-ml-py) or, with NVML off, the simulator's
+nvidia-smi; optionally watching 8 simulated SGLang servers (``sim.sglang_server``, their
+``/metrics`` every interval) and their logs. After a warm-up it measures a window:
+
+- CPU: the agent's own utime+stime over the window, % of one core (its nvidia-smi
+  children apart: the simulator's nvidia-smi is a Python program, not the real one);
+- RSS: VmRSS, RssAnon, RssFile at the end, VmHWM;
+- wake-ups/s: voluntary context switches of the agent's live threads over the window
+  (/proc/PID/task/*/status; a thread that ended inside the window is not counted);
+- messages/s by type (how often the process list is polled, for one).
+
+Cases: ``nvml`` or ``smi``, plus ``+work`` (the SGLang servers and logs) and ``+steady``
+(the simulated nvidia-smi frozen: GPU memory that does not move, as on a steady job; the
+NVML shim's memory always moves).
+
+    python bench/bench_agent.py [--window 60] [--cases nvml,smi,nvml+work,smi+work,...]
+        [--python /tmp/anchors-venv/bin/python] [--shim ../shared/bench/nvml_shim]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from gpumon.backends.monitor import demo_settings
+from gpumon.backends.monitor.sources.agent import agent_argv
+from gpumon.backends.parsers import PROCESS_FIELDS, QUERY_FIELDS
+from gpumon.backends.parsers.oom import KEEP_PATTERN
+from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
+from gpumon.backends.remote.protocol import AgentOptions
+from gpumon.backends.sim import write_wrapper
+from gpumon.backends.workloads.watch import SERVER_INFO_PATHS
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIM = ROOT.parent / "shared" / "bench" / "nvml_shim"
+ANCHORS_PYTHON = Path("/tmp/anchors-venv/bin/python")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SERVERS = 8
+
+
+def stat_ticks(pid: int) -> tuple[int, int]:
+    """(utime+stime of ``pid``, cutime+cstime: its reaped children)."""
+    words = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(words[11]) + int(words[12]), int(words[13]) + int(words[14])
+
+
+def children_ticks(pid: int) -> int:
+    """utime+stime of the live children of ``pid`` (its nvidia-smi loop)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for child in (task / "children").read_text().split():
+                with contextlib.suppress(OSError):
+                    total += sum(stat_ticks(int(child)))
+    return total
+
+
+def wakeups(pid: int) -> tuple[int, int]:
+    """(voluntary context switches summed over the live threads, thread count)."""
+    total = threads = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, StopIteration, ValueError):
+            lines = (task / "status").read_text().splitlines()
+            total += int(next(ln for ln in lines if ln.startswith("voluntary_ctxt")).split()[1])
+            threads += 1
+    return total, threads
+
+
+def memory(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+class Reader(threading.Thread):
+    """Drains the agent's stdout, counting messages by type; keeps the Hello."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.hello: dict[str, Any] | None = None
+
+    def run(self) -> None:
+        for line in self.stream:
+            with contextlib.suppress(ValueError):
+                msg = json.loads(line)
+                self.counts[str(msg.get("type"))] += 1
+                if self.hello is None and msg.get("type") == "hello":
+                    self.hello = msg
+
+
+def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    nvml = case.startswith("nvml")
+    work = "+work" in case
+    smi = write_wrapper(tmp / "bin", demo_settings(frozen="+steady" in case))
+    sleepers = [subprocess.Popen(["sleep", "100000"]) for _ in range(8)]
+    env = {
+        "PATH": f"{smi.parent}:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(args.shim),
+        "NVML_SHIM_PIDS": ",".join(str(p.pid) for p in sleepers),
+    }
+    servers = None
+    logs: list[dict[str, str]] = []
+    http: list[dict[str, Any]] = []
+    if work:
+        base = random.randrange(32000, 60000, 16)  # beside other engineers' servers
+        ports = list(range(base, base + SERVERS))
+        log_dir = tmp / "logs"
+        log_dir.mkdir()
+        sim = [sys.executable, "-m", "gpumon.backends.sim.sglang_server"]
+        servers = subprocess.Popen(
+            [*sim, "--ports", f"{ports[0]}-{ports[-1]}", "--log", str(log_dir)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert servers.stdout is not None
+        print("  ", servers.stdout.readline().strip(), file=sys.stderr)  # its start-up line
+        logs = [{"path": str(log_dir / f"sglang-{p}.log"), "tag": "sglang", "keep": KEEP_PATTERN}
+                for p in ports]  # fmt: skip
+        http = [
+            {
+                "url": f"http://127.0.0.1:{p}/metrics",
+                "tag": f"sglang:{p}",
+                "filter": METRICS_LINE_FILTER,
+                "info": list(SERVER_INFO_PATHS),
+                "info_tag": f"sglang-info:{p}",
+            }
+            for p in ports
+        ]
+    options = AgentOptions(
+        fields=list(QUERY_FIELDS),
+        process_fields=list(PROCESS_FIELDS),
+        nvidia_smi=str(smi),
+        interval=1.0,
+        nvml=nvml,
+        logs=logs,
+        http=http,
+    )
+    argv, data = agent_argv(str(args.python), options)
+    agent = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert agent.stdin is not None and agent.stdout is not None
+    agent.stdin.write(data)
+    agent.stdin.flush()
+    reader = Reader(agent.stdout)
+    reader.start()
+    try:
+        time.sleep(args.warmup)
+        own0, reaped0 = stat_ticks(agent.pid)
+        live0 = children_ticks(agent.pid)
+        wake0, _ = wakeups(agent.pid)
+        counts0 = dict(reader.counts)
+        t0 = time.monotonic()
+        time.sleep(args.window)
+        own1, reaped1 = stat_ticks(agent.pid)
+        live1 = children_ticks(agent.pid)
+        wake1, threads = wakeups(agent.pid)
+        wall = time.monotonic() - t0
+        mem = memory(agent.pid)
+        counts = {k: (v - counts0.get(k, 0)) / wall for k, v in reader.counts.items()}
+    finally:
+        agent.stdin.close()
+        agent.wait(10)
+        if servers is not None:
+            servers.terminate()
+            servers.wait(10)
+        for s in sleepers:
+            s.kill()
+            s.wait()
+    hello = reader.hello or {}
+    return {
+        "case": case,
+        "source": hello.get("source"),
+        "note": hello.get("note"),
+        "cpu_pct": round(100.0 * (own1 - own0) / CLK_TCK / wall, 2),
+        "children_cpu_pct": round(
+            100.0 * ((reaped1 - reaped0) + (live1 - live0)) / CLK_TCK / wall, 2
+        ),
+        "rss_mib": round(mem["VmRSS"] / 1024, 1),
+        "anon_mib": round(mem["RssAnon"] / 1024, 1),
+        "file_mib": round(mem["RssFile"] / 1024, 1),
+        "hwm_mib": round(mem["VmHWM"] / 1024, 1),
+        "threads": threads,
+        "wakeups_per_s": round((wake1 - wake0) / wall, 1),
+        "messages_per_s": {k: round(v, 2) for k, v in sorted(counts.items()) if v},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--window", type=float, default=60.0)
+    parser.add_argument("--warmup", type=float, default=8.0)
+    parser.add_argument("--cases", default="nvml,smi,nvml+work,smi+work,smi+steady")
+    default_python = ANCHORS_PYTHON if ANCHORS_PYTHON.exists() else Path(sys.executable)
+    parser.add_argument("--python", type=Path, default=default_python)
+    parser.add_argument("--shim", type=Path, default=SHIM)
+    parser.add_argument("--json", action="store_true", help="one JSON object per case")
+    args = parser.parse_args()
+    print(f"agent python: {args.python}; window {args.window:.0f} s", file=sys.stderr)
+    for case in args.cases.split(","):
+        with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp:
+            result = run_case(case, args, Path(tmp))
+        if args.json:
+            print(json.dumps(result), flush=True)
+            continue
+        print(
+            f"{case:10} RSS {result['rss_mib']:5.1f} MiB (anon {result['anon_mib']:4.1f}, "
+            f"file {result['file_mib']:4.1f}, hwm {result['hwm_mib']:4.1f})  "
+            f"CPU {result['cpu_pct']:5.2f} %  (children {result['children_cpu_pct']:5.2f} %)  "
+            f"wake-ups {result['wakeups_per_s']:5.1f}/s  threads {result['threads']}",
+            flush=True,
+        )
+        print(f"{'':10} {result['source']}  note: {result['note']}", flush=True)
+        print(f"{'':10} messages/s {result['messages_per_s']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

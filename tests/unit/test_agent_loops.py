@@ -1,0 +1,81 @@
+"""The agent's NVML worker (one thread for every call, a hung call given up on) and what
+tells its process loop that there is work (``memory_key``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from gpumon.backends.parsers import QUERY_FIELDS
+from gpumon.backends.remote.agent import NvmlWorker, memory_key
+
+
+def test_every_call_runs_in_one_long_lived_thread() -> None:
+    worker = NvmlWorker()
+    before = threading.active_count()
+    threads = [worker.call(lambda: threading.get_ident(), 5.0) for _ in range(20)]
+    assert {done for done, _ in threads} == {True}
+    assert len({ident for _, ident in threads}) == 1
+    assert threading.get_ident() not in {ident for _, ident in threads}
+    assert threading.active_count() == before + 1
+
+
+def test_an_exception_is_the_answer() -> None:
+    def fail() -> None:
+        raise RuntimeError("driver in trouble")
+
+    done, answer = NvmlWorker().call(fail, 5.0)
+    assert done and isinstance(answer, RuntimeError) and str(answer) == "driver in trouble"
+
+
+def test_a_hung_call_is_given_up_and_so_is_every_later_one() -> None:
+    worker = NvmlWorker()
+    release = threading.Event()
+    started = time.monotonic()
+    assert worker.call(release.wait, 0.3) == (False, None)
+    assert 0.25 < time.monotonic() - started < 2.0
+    started = time.monotonic()
+    assert worker.call(lambda: 1, 5.0) == (False, None)  # at once: the worker is stuck
+    assert time.monotonic() - started < 0.5 and worker.stuck
+    release.set()
+
+
+def test_a_second_caller_waits_its_turn_and_gives_up_behind_a_hung_call() -> None:
+    worker = NvmlWorker()
+    release = threading.Event()
+    results: list[tuple[bool, object]] = []
+    first = threading.Thread(target=lambda: results.append(worker.call(release.wait, 0.5)))
+    first.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    second = worker.call(lambda: 2, 0.2)  # the lock is held by the hung call
+    assert second == (False, None) and time.monotonic() - started < 1.0
+    first.join(5)
+    assert results == [(False, None)]
+    release.set()
+
+
+def row(index: int, used: int, name: str = "NVIDIA H200") -> str:
+    values = {"index": str(index), "memory.used": str(used), "name": name}
+    return ", ".join(values.get(f, "1") for f in QUERY_FIELDS)
+
+
+def test_the_memory_key_is_each_gpus_index_and_used_memory() -> None:
+    fields = list(QUERY_FIELDS)
+    rows = [row(0, 1024), row(1, 80000)]
+    assert memory_key(fields, rows) == ("0", "1024", "1", "80000")
+    assert memory_key(fields, [row(0, 1024), row(1, 80001)]) != memory_key(fields, rows)
+    assert memory_key(fields, rows[:1]) != memory_key(fields, rows)  # a GPU fell off
+
+
+def test_the_memory_key_skips_junk_and_allows_for_a_name_with_a_comma() -> None:
+    fields = list(QUERY_FIELDS)
+    xid = "NVRM: Xid (PCI:0000:ba:00): 79, pid=1, name=x, GPU has fallen off"
+    rows = [row(0, 1024, name="NVIDIA A100, SXM4"), xid]
+    assert memory_key(fields, rows) == ("0", "1024")
+    assert memory_key(fields, [xid]) == ()
+
+
+def test_without_memory_used_the_key_is_the_gpu_count() -> None:
+    assert memory_key(["index", "name"], ["0, a", "1, b"]) == ("0", "1")
+    assert memory_key(["name"], ["a"]) == ()
