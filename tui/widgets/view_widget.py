@@ -47,9 +47,31 @@ class ViewWidget(Widget, Generic[V]):
         if view == self.view:
             return False
         old, self.view = self.view, view
+        before = self._strips if self._strips_key == self._draw_key() else None
         self.view_changed(old)
-        self.refresh()
+        self._repaint_changed(before)
         return True
+
+    def _repaint_changed(self, before: list[Strip] | None) -> None:
+        """Repaint only the lines that differ from ``before`` (the lines on screen): a
+        GPU row's values change every second, its clock, process and sparkline lines
+        mostly do not, and each line repainted costs Textual's styling and compositing."""
+        if before is None or self._strips is not before:  # a size, style or layout change
+            self.refresh()
+            return
+        self._strips = None
+        after = self._drawn()
+        if after is None or len(after) != len(before):
+            self.refresh()
+            return
+        width = self.size.width
+        changed = [
+            Region(0, y, width, 1)
+            for y, (a, b) in enumerate(zip(before, after, strict=True))
+            if a is not b
+        ]
+        if changed:
+            super().refresh(*changed)  # not self.refresh: that would drop ``after``
 
     def view_changed(self, old: V | None) -> None:
         """Called with the previous view once ``self.view`` is new: a subclass sets its
@@ -83,9 +105,12 @@ class ViewWidget(Widget, Generic[V]):
             return strips[y]
         return Strip.blank(self.size.width, self.visual_style.rich_style)
 
+    def _draw_key(self) -> tuple[object, ...]:
+        return (self.size, self.visual_style)
+
     def _drawn(self) -> list[Strip] | None:
+        key = self._draw_key()
         style = self.visual_style
-        key = (self.size, style)
         if self._strips is not None and self._strips_key == key:
             return self._strips
         width = self.size.width
