@@ -22,8 +22,9 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from rich.text import Text
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.strip import Strip
+from textual.style import Style as VisualStyle
 from textual.widget import Widget
 
 V = TypeVar("V")
@@ -105,12 +106,12 @@ class ViewWidget(Widget, Generic[V]):
             return strips[y]
         return Strip.blank(self.size.width, self.visual_style.rich_style)
 
-    def _draw_key(self) -> tuple[object, ...]:
+    def _draw_key(self) -> tuple[Size, VisualStyle]:
         return (self.size, self.visual_style)
 
     def _drawn(self) -> list[Strip] | None:
         key = self._draw_key()
-        style = self.visual_style
+        style = key[1]
         if self._strips is not None and self._strips_key == key:
             return self._strips
         width = self.size.width
