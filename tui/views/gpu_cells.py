@@ -50,8 +50,11 @@ class Cell:
 NA = Cell("n/a", Role.NA)
 
 
+_HEALTH_ROLES = {Health.OK: Role.OK, Health.WARNING: Role.WARNING}
+
+
 def health_role(health: Health) -> Role:
-    return {Health.OK: Role.OK, Health.WARNING: Role.WARNING}.get(health, Role.CRITICAL)
+    return _HEALTH_ROLES.get(health, Role.CRITICAL)
 
 
 def memory_role(level: Health | None) -> Role:

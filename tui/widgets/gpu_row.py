@@ -17,9 +17,11 @@ from textual.events import Click
 from textual.message import Message
 
 from gpumon.backends.alerts.rules import AlertRules
+from gpumon.backends.model import Health
 from gpumon.tui.views import Cell, GpuCells, Palette, Role, memory_role
 from gpumon.tui.views.process_cells import ProcessLine
 from gpumon.tui.widgets.sparkline import spark_rows
+from gpumon.tui.widgets.text_line import Line
 from gpumon.tui.widgets.view_widget import ViewWidget
 
 PARTIAL = " ▏▎▍▌▋▊▉"
@@ -147,47 +149,52 @@ class GpuRow(ViewWidget[RowView]):
     def render_view(self, view: RowView, width: int) -> Text:
         return render_row(view, row_layout(width))
 
+    def render_view_lines(self, view: RowView, width: int) -> list[Text]:
+        return row_lines(view, row_layout(width))
+
 
 def render_row(view: RowView, layout: RowLayout) -> Text:
     """The row's lines as one Text (pure: for tests and the bench too)."""
+    return Text("\n").join(row_lines(view, layout))
+
+
+def row_lines(view: RowView, layout: RowLayout) -> list[Text]:
+    """The row's lines, top first."""
     c, pal = view.cells, view.palette
 
-    def cell(x: Cell, width: int, left: bool = False) -> Text:
+    def cell(x: Cell, width: int, left: bool = False) -> None:
         text = x.text[:width]
-        text = text.ljust(width) if left else text.rjust(width)
-        style = pal.text(x.role, stale=view.stale)
-        return Text(text, style)
+        line.add(text.ljust(width) if left else text.rjust(width), pal.text(x.role, stale=stale))
 
-    line = Text()
-    line.append("▶" if view.cursor else " ", Style(color=pal.accent, bold=True))
-    line.append(f"{c.index:>2}", Style(bold=True))
-    line.append(c.marker.text, pal.text(c.marker.role))
-    line.append(" ")
+    stale = view.stale
+    line = Line("▶" if view.cursor else " ", Style(color=pal.accent, bold=True))
+    line.add(f"{c.index:>2}", _BOLD)
+    line.add(c.marker.text, pal.text(c.marker.role))
+    line.add(" ")
     owner = view.owner
     if layout.extras or not (view.owners or owner is not None):
-        line.append_text(cell(c.name, NAME_W, left=True))
+        cell(c.name, NAME_W, left=True)
     else:  # narrow: what runs here says more than a model name every row shares; an idle
         # GPU says "-" there, never its model among the job names (the column is "owner")
-        line.append_text(cell(owner or _NO_OWNER, NAME_W, left=True))
-    line.append(" ")
-    fill = pal.fill(Role.NA if view.stale else c.memory_role)
-    track = pal.track_style
-    line.append_text(bar_text(c.fraction, layout.bar, fill, track))
-    line.append(" ")
-    line.append_text(cell(c.memory, MEM_W))
-    line.append(" ")
-    line.append_text(cell(c.memory_pct, PCT_W))
-    line.append(" ")
-    line.append_text(cell(c.util, UTIL_W))
-    line.append_text(cell(c.temp, TEMP_W))
-    line.append_text(cell(c.power, POWER_W))
+        cell(owner or _NO_OWNER, NAME_W, left=True)
+    line.add(" ")
+    fill = pal.fill(Role.NA if stale else c.memory_role)
+    line.add_text(bar_text(c.fraction, layout.bar, fill, pal.track_style))
+    line.add(" ")
+    cell(c.memory, MEM_W)
+    line.add(" ")
+    cell(c.memory_pct, PCT_W)
+    line.add(" ")
+    cell(c.util, UTIL_W)
+    cell(c.temp, TEMP_W)
+    cell(c.power, POWER_W)
     if layout.extras:
-        line.append(" ")
-        line.append_text(cell(c.pstate, PSTATE_W))
-        line.append(" ")
-        line.append_text(cell(c.sm_clock, CLOCK_W))
-        line.append(" ")
-        line.append_text(cell(owner or _NO_OWNER, OWNER_W, left=True))
+        line.add(" ")
+        cell(c.pstate, PSTATE_W)
+        line.add(" ")
+        cell(c.sm_clock, CLOCK_W)
+        line.add(" ")
+        cell(owner or _NO_OWNER, OWNER_W, left=True)
     lines = [line]
     if view.height >= 2:
         lines.append(_indented(c.details_short if layout.extras else c.details, view, layout))
@@ -195,19 +202,20 @@ def render_row(view: RowView, layout: RowLayout) -> Text:
         lines.append(_indented(view.processes, view, layout))
     if layout.spark > 0:
         _append_sparkline(lines, view, layout)
+    out = [x.text() for x in lines]
     if c.problems.text:
         problem = Text(" " * PREFIX_W)
         problem.append(f"{c.marker.text} {c.problems.text}", pal.text(c.problems.role))
         problem.truncate(layout.width, overflow="ellipsis")
-        lines.append(problem)
+        out.append(problem)
     if view.flag is not None:
         flag = Text(" " * PREFIX_W)
         flag.append(f"GPU {c.index}: {view.flag.text}", pal.text(view.flag.role, stale=view.stale))
         flag.truncate(layout.width, overflow="ellipsis")
-        lines.append(flag)
+        out.append(flag)
     if view.expanded:
-        lines += _process_lines(view, layout.width)
-    return Text("\n").join(lines)
+        out += _process_lines(view, layout.width)
+    return out
 
 
 def _process_lines(view: RowView, width: int) -> list[Text]:
@@ -228,12 +236,14 @@ def _process_lines(view: RowView, width: int) -> list[Text]:
     return out
 
 
-def _indented(x: Cell, view: RowView, layout: RowLayout) -> Text:
+def _indented(x: Cell, view: RowView, layout: RowLayout) -> Line:
     width = layout.fixed + layout.bar + 1
     text = Text(" " * PREFIX_W)
     text.append(x.text, view.palette.text(x.role, stale=view.stale))
     text.truncate(width, overflow="ellipsis", pad=True)
-    return text
+    line = Line()
+    line.add_text(text)
+    return line
 
 
 def full_in_text(seconds: float, width: int) -> str:
@@ -247,7 +257,7 @@ def full_in_text(seconds: float, width: int) -> str:
     return ""
 
 
-def _append_sparkline(lines: list[Text], view: RowView, layout: RowLayout) -> None:
+def _append_sparkline(lines: list[Line], view: RowView, layout: RowLayout) -> None:
     pal = view.palette
     count = layout.spark
     note = ""
@@ -258,11 +268,11 @@ def _append_sparkline(lines: list[Text], view: RowView, layout: RowLayout) -> No
     _draw_sparkline(lines, view, count)
     if note:
         drawn = count + 1 if count else 0
-        lines[0].append(" " * (layout.spark + 1 - drawn - len(note)))
-        lines[0].append(note, pal.text(Role.WARNING, stale=view.stale))
+        lines[0].add(" " * (layout.spark + 1 - drawn - len(note)))
+        lines[0].add(note, pal.text(Role.WARNING, stale=view.stale))
 
 
-def _draw_sparkline(lines: list[Text], view: RowView, count: int) -> None:
+def _draw_sparkline(lines: list[Line], view: RowView, count: int) -> None:
     if count <= 0:
         return
     pal = view.palette
@@ -273,16 +283,16 @@ def _draw_sparkline(lines: list[Text], view: RowView, count: int) -> None:
         styles = [pal.fill(Role.NA)] * len(values)
     elif view.spark_is_memory and view.spark_max > 0:
         top, rules = view.spark_max, view.memory_rules
-        styles = [
-            pal.fill(memory_role(None if v is None else rules.memory_health(v / top)))
-            for v in values
-        ]
+        by_health = {h: pal.fill(memory_role(h)) for h in Health}
+        gap = pal.fill(memory_role(None))
+        styles = [gap if v is None else by_health[rules.memory_health(v / top)] for v in values]
     else:
         styles = [pal.fill(Role.NORMAL)] * len(values)
     rows = spark_rows(values, 0.0, view.spark_max, view.height, styles)
     for line, spark in zip(lines, rows, strict=False):
-        line.append(" ")
-        line.append_text(spark)
+        line.add(" ")
+        line.add_text(spark)
 
 
 _NO_OWNER = Cell("-", Role.MUTED)
+_BOLD = Style(bold=True)

@@ -8,11 +8,12 @@ dashboard must not draw data it did not get.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 MIN_SPAN_S = 5.0
@@ -75,6 +76,12 @@ def spark_levels(value: float | None, lo: float, hi: float, height: int) -> int:
     return max(1, round(frac * total))
 
 
+@functools.cache
+def _row_chars(row: int, height: int) -> str:
+    """The character of each level (-1 .. 8 * height) on line ``row`` (0: the bottom)."""
+    return " " + "".join(BLOCKS[min(max(lv - 8 * row, 0), 8)] for lv in range(8 * height + 1))
+
+
 def spark_rows(
     values: Sequence[float | None],
     lo: float,
@@ -83,25 +90,29 @@ def spark_rows(
     styles: Iterable[Style] | None = None,
 ) -> list[Text]:
     """``height`` lines of text, top first, one column per value. Neighbouring columns of
-    one style become one span (a 100-column sparkline is a handful of spans)."""
+    one style become one span (a 100-column sparkline is a handful of spans).
+
+    Every row of every GPU is drawn each second, so this builds each line's string in one
+    join and its spans directly (no ``Text.append`` per run); styles are compared by
+    identity first (the palette hands out one object per role)."""
     levels = [spark_levels(v, lo, hi, height) for v in values]
     style_list = list(styles) if styles is not None else [Style.null()] * len(levels)
     rows: list[Text] = []
     for row in range(height - 1, -1, -1):  # row 0 is the bottom line
-        text = Text()
-        run: list[str] = []
+        lut = _row_chars(row, height)
+        chars = [lut[lv + 1] for lv in levels]
+        spans: list[Span] = []
+        start = 0
         run_style: Style | None = None
-        for lv, st in zip(levels, style_list, strict=False):
-            char = " " if lv < 0 else BLOCKS[min(max(lv - 8 * row, 0), 8)]
+        for i, (char, st) in enumerate(zip(chars, style_list, strict=False)):
             style = None if char == " " else st
-            if style != run_style and run:
-                text.append("".join(run), run_style)
-                run = []
-            run_style = style
-            run.append(char)
-        if run:
-            text.append("".join(run), run_style)
-        rows.append(text)
+            if style is not run_style and style != run_style:
+                if run_style is not None:
+                    spans.append(Span(start, i, run_style))
+                start, run_style = i, style
+        if run_style is not None:
+            spans.append(Span(start, min(len(chars), len(style_list)), run_style))
+        rows.append(Text("".join(chars[: len(style_list)]), spans=spans))
     return rows
 
 

@@ -16,6 +16,7 @@ path as before, so nothing is drawn differently.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 from rich.cells import cell_len
@@ -82,6 +83,11 @@ class ViewWidget(Widget, Generic[V]):
         """``view`` drawn ``width`` cells wide."""
         raise NotImplementedError
 
+    def render_view_lines(self, view: V, width: int) -> Sequence[Text]:
+        """``render_view``'s lines (a subclass that builds lines one by one returns them
+        here, so they are not joined into one Text only to be split again)."""
+        return list(self.render_view(view, width).split("\n", allow_blank=True))
+
     def render(self) -> Text:
         if self.view is None:
             return Text()
@@ -118,7 +124,11 @@ class ViewWidget(Widget, Generic[V]):
         base = style.rich_style
         drawn: dict[tuple[object, ...], Strip] = {}
         strips: list[Strip] = []
-        for line in self.render().split("\n", allow_blank=True)[: self.size.height]:
+        view = self.view
+        lines: Sequence[Text] = ()
+        if view is not None:
+            lines = self.render_view_lines(view, width or self.app.size.width)
+        for line in lines[: self.size.height]:
             line_key = (line.plain, tuple(line.spans), line.style, base, width)
             strip = self._line_strips.get(line_key) or text_strip(line, base, width)
             if strip is None:
