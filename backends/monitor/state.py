@@ -93,6 +93,7 @@ class HostMonitor:
         self.processes: tuple[GpuProcess, ...] = ()  # what the samples carry (see below)
         self.processes_time: float | None = None
         self._memory_at_processes: tuple[tuple[int, int], ...] = ()  # HostSample's
+        self._memory_with_processes: dict[str, int] = {}  # used MiB by UUID, with the list
         # The lists ``processes`` is made of: the driver's inside the container, the
         # device-file users there, and the Proxmox host's (which wins while it is fresh).
         self._driver_processes: tuple[GpuProcess, ...] = ()
@@ -186,6 +187,7 @@ class HostMonitor:
         self.latest = None
         self.processes, self.processes_time = (), None
         self._memory_at_processes = ()
+        self._memory_with_processes = {}
         self.histories.clear()
         self.samples = 0
         self.log_flow.clear()
@@ -285,7 +287,10 @@ class HostMonitor:
         else:
             self._notify()
 
-    def ingest_process_rows(self, rows: Sequence[str]) -> None:
+    def ingest_process_rows(
+        self, rows: Sequence[str], memory: Mapping[str, int] | None = None
+    ) -> None:
+        self._memory_with_processes = dict(memory or {})
         self.ingest_processes(parse_compute_apps(list(rows)).processes, self.clock())
 
     def ingest_processes(self, processes: tuple[GpuProcess, ...], at: float) -> None:
@@ -321,8 +326,14 @@ class HostMonitor:
             self.processes = container_view(self._driver_processes, self._device_processes, watched)
         self.processes_time = at
         if self.latest is not None:
+            # the used memory read with the driver's list where the agent sent it (NVML),
+            # else the newest sample's: a list taken between two samples of a growing job
+            # must not show the growth as memory no process accounts for
+            with_list = (
+                {} if self.processes is self._host_processes else self._memory_with_processes
+            )
             self._memory_at_processes = tuple(
-                (g.index, g.memory_used_mib)
+                (g.index, with_list.get(g.uuid or "", g.memory_used_mib))
                 for g in self.latest.gpus
                 if g.memory_used_mib is not None
             )

@@ -594,11 +594,12 @@ class Agent:
     def poll_processes(self) -> None:
         nvml = self.nvml
         if nvml is not None:
-            done, rows = self.nvml_call(functools.partial(nvml_process_rows, nvml))
+            memory: dict[str, int] = {}
+            done, rows = self.nvml_call(functools.partial(nvml_process_rows, nvml, memory))
             if done and isinstance(rows, Exception):
                 raise rows  # said by spawn, and the loop runs again
             if done and isinstance(rows, list):
-                self.out.send(protocol.Procs(time.time(), rows))
+                self.out.send(protocol.Procs(time.time(), rows, memory))
         else:
             argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
             code, text = run_once([*argv, "--format=csv,noheader,nounits"])
@@ -946,8 +947,11 @@ def _watts(mw: int) -> str:
     return f"{mw / 1000:.2f}"
 
 
-def nvml_process_rows(nvml: Any) -> list[str]:
-    """Compute processes as ``pid, process_name, used_memory, gpu_uuid, gpu_bus_id`` rows."""
+def nvml_process_rows(nvml: Any, memory: dict[str, int] | None = None) -> list[str]:
+    """Compute processes as ``pid, process_name, used_memory, gpu_uuid, gpu_bus_id`` rows.
+    ``memory``: filled with each GPU's used MiB (by UUID) read right after its processes,
+    as the sample reads it, so the client compares the two of one moment (a job that
+    grows between a sample and this list is not "memory no process accounts for")."""
     rows: list[str] = []
     try:
         count = nvml.nvmlDeviceGetCount()
@@ -959,6 +963,8 @@ def nvml_process_rows(nvml: Any) -> list[str]:
             uuid = _s(nvml.nvmlDeviceGetUUID(h))
             bus = _s(nvml.nvmlDeviceGetPciInfo(h).busId)
             procs = nvml_compute_processes(nvml, h)
+            if memory is not None:
+                memory[uuid] = int(_mib(_memory(nvml, h).used))
         except nvml.NVMLError:
             continue
         for pid, used in procs:

@@ -230,15 +230,25 @@ class Gpus(Message):
 
 @record(frozen=True)
 class Procs(Message):
-    """Compute processes, rows as ``nvidia-smi --query-compute-apps`` prints them."""
+    """Compute processes, rows as ``nvidia-smi --query-compute-apps`` prints them.
+    ``memory``: used MiB per GPU UUID read with the list (NVML; empty from nvidia-smi)."""
 
     TYPE: ClassVar[str] = "procs"
     t: float
     rows: list[str]
+    memory: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> Procs:
-        return cls(_number(raw, "t"), _texts(raw, "rows"))
+        value = raw.get("memory")
+        memory = {}
+        if isinstance(value, dict):
+            memory = {
+                str(k): v
+                for k, v in value.items()
+                if isinstance(v, int) and not isinstance(v, bool)
+            }
+        return cls(_number(raw, "t"), _texts(raw, "rows"), memory)
 
 
 @record(frozen=True)

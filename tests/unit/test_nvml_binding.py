@@ -125,3 +125,28 @@ def test_field_values_through_the_real_binding(library: Any, hbm: bool, memory: 
     values = agent._field_values(pynvml, ctypes.c_void_p(0), [82, 186])
     assert agent._field_value_text(pynvml, "temperature.memory", values) == memory
     assert agent._field_value_text(pynvml, "power.draw.instant", values) == "83.25"
+
+
+def test_the_process_list_carries_the_memory_read_with_it(
+    library: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each GPU's used memory is read in the pass that lists its processes (the client
+    compares the two; a sample a second older would count a growing job's growth as
+    memory no process accounts for), rounded up to MiB as the sample's column is."""
+    library("current", "4242")
+    fake = _fake_module()
+    for name in ("nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUUID"):
+        monkeypatch.setattr(pynvml, name, getattr(fake, name))
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetPciInfo", fake.nvmlDeviceGetPciInfo)
+    used = [(1 << 30) + 1]  # one byte over 1024 MiB: the column says 1025
+    monkeypatch.setattr(
+        pynvml,
+        "nvmlDeviceGetMemoryInfo",
+        lambda h, version=1: type("M", (), {"used": used[0], "total": 1 << 36})(),
+    )
+    memory: dict[str, int] = {}
+    rows = agent.nvml_process_rows(pynvml, memory)
+    uuid = fake.nvmlDeviceGetUUID(0)
+    assert [r.split(", ")[0] for r in rows] == ["4242"] and uuid in rows[0]
+    assert memory == {uuid: 1025}
+    assert agent.nvml_process_rows(pynvml) == rows  # without a dict: the rows alone

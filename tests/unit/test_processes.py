@@ -314,6 +314,27 @@ def test_memory_not_attributed_is_judged_at_the_moment_of_the_process_list() -> 
     assert unattributed_mib(latest, latest.gpus[0]) == 3500  # the list says so
 
 
+def test_memory_read_with_the_process_list_is_the_one_compared_with_it() -> None:
+    """NVML's process list comes with each GPU's used memory read in the same pass: a
+    list taken between two samples of a growing job (the sample said 30000, the job
+    already had 31500 when listed) is compared with its own reading, not the sample's."""
+    host = HostConfig(name="box", kind="local", interval=1.0, kernel_log=False)
+    monitor = HostMonitor(host, AgentSource(LocalTransport(host)), record=False)
+    fields = ("index", "uuid", "memory.used", "memory.total")
+    monitor.ingest_gpu_rows(["0, GPU-a, 30000, 97887"], fields)
+    row = "1, train, 31500, GPU-a, 00000000:18:00.0"
+    monitor.ingest_process_rows([row], {"GPU-a": 32100})
+    latest = monitor.latest
+    assert latest is not None and latest.memory_at_processes == ((0, 32100),)
+    assert unattributed_mib(latest, latest.gpus[0]) is None  # 600 MiB: the driver's own
+    monitor.ingest_process_rows([row])  # nvidia-smi sends no reading: the sample's
+    latest = monitor.latest
+    assert latest is not None and latest.memory_at_processes == ((0, 30000),)
+    monitor.ingest_process_rows([row], {"GPU-a": 33000})
+    latest = monitor.latest
+    assert latest is not None and unattributed_mib(latest, latest.gpus[0]) == 1500
+
+
 def test_only_gpu_device_files_count_as_gpus() -> None:
     paths = ["/dev/nvidia0", "/dev/nvidia12", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/null"]
     assert [procfacts.device_index(p) for p in paths] == [0, 12, None, None, None]

@@ -20,6 +20,7 @@ def sample_messages() -> list[protocol.Message]:
         protocol.Hello(protocol.AGENT_VERSION, "agent/nvml", "3.8.18", "ct200", 42, "note"),
         protocol.Gpus(1.5, ["index", "name"], ["0, RTX"]),
         protocol.Procs(1.5, ["1, python, 100, GPU-1, 00:01"]),
+        protocol.Procs(1.5, ["1, python, 100, GPU-1, 00:01"], {"GPU-1": 700}),
         protocol.ProcRecords(1.5, "host", [{"host_pid": 9, "container": "200", "pid": 1}]),
         protocol.SmiError(1.5, 9, "NVIDIA-SMI has failed"),
         protocol.Log("job:drafter", "/root/train.log", 1.5, True, ["step 1"], 3),
@@ -88,6 +89,7 @@ def test_records_behave_as_the_dataclasses_they_stand_for() -> None:
     class Real:
         t: float
         rows: list[str]
+        memory: dict[str, int] = dataclasses.field(default_factory=dict)
 
     hello = protocol.Hello(1, "agent/nvml", pid=7)
     assert "__dataclass_fields__" not in vars(protocol.Hello)  # the record, not a dataclass
@@ -105,7 +107,7 @@ def test_records_behave_as_the_dataclasses_they_stand_for() -> None:
         del hello.pid
     ours = protocol.Procs(1.0, ["1"])
     real = Real(1.0, ["1"])
-    assert [f.name for f in protocol.fields(ours)] == ["t", "rows"]
+    assert [f.name for f in protocol.fields(ours)] == ["t", "rows", "memory"]
     assert repr(ours).replace("Procs", "Real") == repr(real)[repr(real).index("Real(") :]
     for make in (protocol.Procs, Real):
         with pytest.raises(TypeError):

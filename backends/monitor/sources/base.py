@@ -50,8 +50,11 @@ class Sink(Protocol):
 
     def ingest_sample(self, sample: HostSample) -> None: ...
 
-    def ingest_process_rows(self, rows: Sequence[str]) -> None:
-        """``--query-compute-apps`` CSV rows: the processes now."""
+    def ingest_process_rows(
+        self, rows: Sequence[str], memory: Mapping[str, int] | None = None
+    ) -> None:
+        """``--query-compute-apps`` CSV rows: the processes now; ``memory``: each GPU's
+        used MiB (by UUID) read with them, where the source has it."""
 
     def ingest_processes(self, processes: tuple[GpuProcess, ...], at: float) -> None: ...
 
