@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from gpumon.backends.remote import protocol
 from gpumon.backends.remote.bootstrap import program_argv
 from gpumon.backends.remote.doctor_probe_fs import GPUMON_CHECK
 from gpumon.backends.transport.base import Transport, TransportError
+from gpumon.backends.transport.prestart import AGENT_FLAGS, installed_argv
 
 from .base import AGENT, Capabilities, Sink
 from .connection import TransportSource
@@ -46,14 +48,18 @@ log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 20.0
 M = TypeVar("M", bound=protocol.Message)
 Handler = Callable[[dict[str, Any]], bool]  # a decoded line -> "it held GPU data"
-# The interpreter flags the agent runs with: -u, its lines leave at once; -S, no site
-# processing at start-up (a venv's .pth files import much the agent never uses: 2-5 MiB
-# of RSS); the agent finds pynvml itself (``remote.agent.import_nvml``).
-AGENT_FLAGS = ("-u", "-S")
 
 
-def agent_argv(python: str, options: protocol.AgentOptions) -> tuple[list[str], bytes]:
-    """The argv that starts the agent with ``python`` and the bytes for its stdin."""
+def agent_argv(
+    python: str, options: protocol.AgentOptions, *, installed: bool = False
+) -> tuple[list[str], bytes]:
+    """The argv that starts the agent with ``python`` and the bytes for its stdin: its
+    source shipped (``remote.bootstrap``), or with ``installed`` (gpumon's own interpreter
+    on its own machine) its installed modules run with their ``.pyc`` and the options
+    sent as the first line (``transport.prestart``: the argv a prestarted agent has)."""
+    if installed:
+        line = json.dumps([options.to_json()]) + "\n"
+        return installed_argv(python, "agent", AGENT_FLAGS), line.encode()
     return program_argv(python, "agent", args=[options.to_json()], flags=AGENT_FLAGS)
 
 
@@ -193,6 +199,8 @@ class AgentSource(TransportSource):
             [host.python] if host.python else [*([own] if own else []), "python3", "python"]
         )
         for py in candidates:
+            if py == own:  # gpumon's own interpreter, running this: 3.8 or later for sure
+                return py
             res = await self.transport.run(
                 [py, "-c", "import sys; print(sys.version_info >= (3, 8))", GPUMON_CHECK],
                 timeout=15.0,
@@ -213,7 +221,7 @@ class AgentSource(TransportSource):
             http=list(workloads.http_targets()),
             sglang_discover=workloads.discover(),
         )
-        argv, data = agent_argv(python, options)
+        argv, data = agent_argv(python, options, installed=python == self.transport.own_python)
         stream = await self.open_stream(argv)
         stream.write(data)
         table = handlers(sink, partial(self._on_hello, sink))
