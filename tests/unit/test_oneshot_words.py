@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpumon.backends.monitor.sources.agent import agent_argv
+from gpumon.backends.monitor.sources.agent import agent_argv, python_usable
 from gpumon.backends.remote import AgentOptions, program_tag
 from gpumon.backends.remote.doctor_probe_fs import is_gpumon_program
 from gpumon.backends.transport.prestart import AGENT_FLAGS, REMOTE_DIR, installed_argv
@@ -60,3 +60,21 @@ def test_the_early_argv_is_the_one_the_agent_source_starts_on_gpumons_interprete
     assert is_gpumon_program(argv)  # the doctor still tells it from a user of the venv
     shipped, source = agent_argv(sys.executable, options)  # any other Python: shipped
     assert shipped[-1] == options.to_json() and len(source) > 10_000
+
+
+@pytest.mark.parametrize(
+    ("version", "usable"),
+    [
+        ("3.8.0", True),
+        ("3.11.7", True),
+        ("3.10", True),
+        ("4.0.1", True),
+        ("3.7.17", False),
+        ("2.7.18", False),
+        ("3", False),
+        ("", False),
+        ("3.x", False),
+    ],
+)
+def test_a_hello_names_a_usable_python_as_the_probe_judges_one(version: str, usable: bool) -> None:
+    assert python_usable(version) is usable

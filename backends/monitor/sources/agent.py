@@ -154,6 +154,7 @@ class AgentSource(TransportSource):
         self._direct_now = False  # this session streams nvidia-smi directly
         self.host_feed = HostProcessFeed(transport)  # the Proxmox host's view, beside
         self._feed: asyncio.Task[None] | None = None
+        self._first_failed = False  # the first choice of Python gave no agent: probe first
 
     @property
     def capabilities(self) -> Capabilities:
@@ -168,12 +169,23 @@ class AgentSource(TransportSource):
 
     async def session(self, sink: Sink) -> bool:
         try:
+            first = self._candidates(sink)[0]
+            if first != self.transport.own_python and not self._first_failed:
+                # The agent on the first choice straight away: a working Python, the usual
+                # case, costs no probe first (over SSH a channel and an interpreter
+                # start). One that gives not a line (none there, too old) leaves the
+                # choice to the probes, as without this, and is not tried first again.
+                done = await self._agent_session(sink, first, first_try=True)
+                if done is not None:
+                    return done
+                self._first_failed = True
+                await self.close_stream()
             python = await self._find_python(sink)
             self._direct_now = python is None
             if python is None:
                 self._start_host_feed(sink)
                 return await self.direct.session(sink)
-            return await self._agent_session(sink, python)
+            return bool(await self._agent_session(sink, python))  # never None: probed
         finally:
             feed, self._feed = self._feed, None
             if feed is not None:
@@ -192,13 +204,16 @@ class AgentSource(TransportSource):
         await super().close_stream(grace)
         await self.direct.close_stream(grace)
 
-    async def _find_python(self, sink: Sink) -> str | None:
-        host = sink.host
+    def _candidates(self, sink: Sink) -> list[str]:
+        """The interpreters to try, in order: the host's ``python``, else gpumon's own
+        (``local``), python3, python."""
         own = self.transport.own_python
-        candidates = (
-            [host.python] if host.python else [*([own] if own else []), "python3", "python"]
-        )
-        for py in candidates:
+        python = sink.host.python
+        return [python] if python else [*([own] if own else []), "python3", "python"]
+
+    async def _find_python(self, sink: Sink) -> str | None:
+        own = self.transport.own_python
+        for py in self._candidates(sink):
             if py == own:  # gpumon's own interpreter, running this: 3.8 or later for sure
                 return py
             res = await self.transport.run(
@@ -209,7 +224,12 @@ class AgentSource(TransportSource):
                 return py
         return None
 
-    async def _agent_session(self, sink: Sink, python: str) -> bool:
+    async def _agent_session(
+        self, sink: Sink, python: str, *, first_try: bool = False
+    ) -> bool | None:
+        """The agent's session on ``python``; whether it delivered GPU data. With
+        ``first_try`` (no probe has vouched for ``python``): None when the stream ended
+        before the agent's first line or its Hello names a Python older than 3.8."""
         workloads = sink.workloads
         options = protocol.AgentOptions(
             fields=list(QUERY_FIELDS),
@@ -224,7 +244,7 @@ class AgentSource(TransportSource):
         argv, data = agent_argv(python, options, installed=python == self.transport.own_python)
         stream = await self.open_stream(argv)
         stream.write(data)
-        table = handlers(sink, partial(self._on_hello, sink))
+        table = handlers(sink, partial(self._on_hello, sink, first_try))
         got_data = False
         timeout: float | None = HELLO_TIMEOUT_S
         while True:
@@ -234,15 +254,22 @@ class AgentSource(TransportSource):
             except TimeoutError:
                 raise TransportError(f"the agent on {sink.name} did not start") from None
             if not line:
+                if first_try and timeout is not None:
+                    return None
                 break
             timeout = None
-            got_data |= dispatch(sink, table, line)
+            try:
+                got_data |= dispatch(sink, table, line)
+            except _TooOld:
+                return None
         tail = stream.stderr_tail()
         if not got_data and tail:
             sink.ingest_status(sink.status.state, error=f"agent failed: {tail.splitlines()[-1]}")
         return got_data
 
-    def _on_hello(self, sink: Sink, hello: protocol.Hello) -> bool:
+    def _on_hello(self, sink: Sink, first_try: bool, hello: protocol.Hello) -> bool:
+        if first_try and not python_usable(hello.python):
+            raise _TooOld(hello.python)
         problem = protocol.version_problem(hello)
         if problem is not None:  # retrying the same agent cannot help
             raise TransportError(f"{sink.name}: {problem}", permanent=True)
@@ -252,6 +279,20 @@ class AgentSource(TransportSource):
         if hello.note:
             log.info("%s: %s", sink.name, hello.note)
         return False
+
+
+class _TooOld(Exception):
+    """The agent's Hello names a Python that the probe would have refused."""
+
+
+def python_usable(version: str) -> bool:
+    """Whether a Hello's ``python`` (``3.11.7``) is one the agent supports: 3.8 or
+    later, what the probe asks (``sys.version_info >= (3, 8)``)."""
+    try:
+        parts = tuple(int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    return len(parts) == 2 and parts >= (3, 8)
 
 
 def host_load(m: protocol.HostStats) -> HostLoad:
