@@ -39,11 +39,20 @@ def record_starts(monitor: HostMonitor) -> list[list[str]]:
     return started
 
 
-async def until_sample(monitor: HostMonitor, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while monitor.latest is None:
-        assert time.monotonic() < deadline, monitor.status
-        await monitor.wait_for_update(0.5)
+async def first_sample(host: HostConfig, timeout: float = 20) -> tuple[object, list[list[str]]]:
+    """One session on ``host`` until its first sample: the sample's source and every
+    argv the transport started."""
+    monitor = make_monitor(host, reconnect=False)
+    started = record_starts(monitor)
+    monitor.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while monitor.latest is None:
+            assert time.monotonic() < deadline, monitor.status
+            await monitor.wait_for_update(0.5)
+        return monitor.status.source, started
+    finally:
+        await monitor.stop()
 
 
 async def test_the_first_choice_runs_the_agent_with_no_probe(
@@ -53,14 +62,8 @@ async def test_the_first_choice_runs_the_agent_with_no_probe(
     python = tmp_path / "python3"  # not gpumon's own by name: shipped and started as any
     python.symlink_to(sys.executable)
     host = HostConfig(name="box", kind="local", python=str(python), kernel_log=False)
-    monitor = make_monitor(host, reconnect=False)
-    started = record_starts(monitor)
-    monitor.start()
-    try:
-        await until_sample(monitor)
-        assert monitor.status.source == SampleSource.AGENT_NVML
-    finally:
-        await monitor.stop()
+    source, started = await first_sample(host)
+    assert source == SampleSource.AGENT_NVML
     assert len(started) == 1 and started[0][0] == str(python), started
     assert "gpumon-agent" in started[0] and GPUMON_CHECK not in started[0]
 
@@ -71,13 +74,7 @@ async def test_a_first_choice_that_gives_no_agent_is_probed_as_before(tmp_path: 
     smi = write_wrapper(tmp_path / "bin", demo_settings(demo_time=5, frozen=True))
     false = shutil.which("false") or "/bin/false"
     host = HostConfig(name="box", kind="local", python=false, nvidia_smi=str(smi), kernel_log=False)
-    monitor = make_monitor(host, reconnect=False)
-    started = record_starts(monitor)
-    monitor.start()
-    try:
-        await until_sample(monitor)
-        assert monitor.status.source == SampleSource.SMI_DIRECT
-    finally:
-        await monitor.stop()
+    source, started = await first_sample(host)
+    assert source == SampleSource.SMI_DIRECT
     assert [argv[0] for argv in started[:3]] == [false, false, str(smi)], started
     assert "gpumon-agent" in started[0] and GPUMON_CHECK in started[1]
