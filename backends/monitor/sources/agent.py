@@ -2,7 +2,10 @@
 
 Each session looks for a usable Python there (the host's ``python``, else gpumon's own
 for ``local``, python3, python), ships the agent to it (``remote.bootstrap``) and
-dispatches its messages (``remote.protocol``) to the monitor through one table. Without a
+dispatches its messages (``remote.protocol``) to the monitor through one table. The first
+choice is tried with the agent itself, no probe first; only when that gives no agent do
+probes choose. gpumon's own interpreter runs the installed agent modules instead of a
+shipped copy (``transport.prestart``, which may have started it already). Without a
 usable Python the session streams nvidia-smi directly instead (``DirectSmiSource``), and
 the source's capabilities are that one's until a later session finds a Python.
 """
