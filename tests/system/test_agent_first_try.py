@@ -15,6 +15,7 @@ import pytest
 from gpumon.backends.config import HostConfig
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
+from gpumon.backends.remote import protocol
 from gpumon.backends.remote.doctor_probe_fs import GPUMON_CHECK
 from gpumon.backends.sim import write_wrapper
 from gpumon.backends.transport.base import ProcessStream
@@ -77,4 +78,28 @@ async def test_a_first_choice_that_gives_no_agent_is_probed_as_before(tmp_path: 
     source, started = await first_sample(host)
     assert source == SampleSource.SMI_DIRECT
     assert [argv[0] for argv in started[:3]] == [false, false, str(smi)], started
+    assert "gpumon-agent" in started[0] and GPUMON_CHECK in started[1]
+
+
+async def test_a_first_choice_whose_hello_names_python_3_7_is_probed_as_before(
+    tmp_path: Path,
+) -> None:
+    """A "python" that starts the agent but is 3.7 (its Hello says so): refused as the
+    probe refuses it (it answers False), and nvidia-smi is streamed directly."""
+    smi = write_wrapper(tmp_path / "bin", demo_settings(demo_time=5, frozen=True))
+    hello = protocol.encode(protocol.Hello(protocol.AGENT_VERSION, "agent/nvml", "3.7.17"))
+    old = tmp_path / "python3.7"
+    old.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *{GPUMON_CHECK}*) echo False; exit 0;; esac\n'
+        f"printf '%s' '{hello}'\n"
+        "exec cat >/dev/null\n"
+    )
+    old.chmod(0o755)
+    host = HostConfig(
+        name="box", kind="local", python=str(old), nvidia_smi=str(smi), kernel_log=False
+    )
+    source, started = await first_sample(host)
+    assert source == SampleSource.SMI_DIRECT
+    assert [argv[0] for argv in started[:3]] == [str(old), str(old), str(smi)], started
     assert "gpumon-agent" in started[0] and GPUMON_CHECK in started[1]

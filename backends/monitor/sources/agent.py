@@ -232,7 +232,8 @@ class AgentSource(TransportSource):
     ) -> bool | None:
         """The agent's session on ``python``; whether it delivered GPU data. With
         ``first_try`` (no probe has vouched for ``python``): None when the stream ended
-        before the agent's first line or its Hello names a Python older than 3.8."""
+        or the wait for it ran out before the agent's first line, or its Hello names a
+        Python older than 3.8."""
         workloads = sink.workloads
         options = protocol.AgentOptions(
             fields=list(QUERY_FIELDS),
@@ -255,6 +256,8 @@ class AgentSource(TransportSource):
                 async with asyncio.timeout(timeout):
                     line = await stream.readline()
             except TimeoutError:
+                if first_try:  # a Python that hangs: the probes (with their timeout) judge
+                    return None
                 raise TransportError(f"the agent on {sink.name} did not start") from None
             if not line:
                 if first_try and timeout is not None:
