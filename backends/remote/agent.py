@@ -275,6 +275,33 @@ def import_nvml() -> tuple[Any, str]:
     return pynvml, FOUND_FULL_SITE
 
 
+_nvml_opened: list[Any] = []  # open_nvml's one outcome: (pynvml, found) or its Exception
+
+
+def open_nvml() -> tuple[Any, str]:
+    """``import_nvml()`` and ``nvmlInit()``, done once: pynvml and how it was found.
+    Raises what they raised (ImportError, NVMLError...), on every call."""
+    if not _nvml_opened:
+        try:
+            pynvml, found = import_nvml()
+            pynvml.nvmlInit()
+            _nvml_opened.append((pynvml, found))
+        except Exception as e:
+            _nvml_opened.append(e)
+    opened = _nvml_opened[0]
+    if isinstance(opened, Exception):
+        raise opened
+    return opened  # type: ignore[no-any-return]
+
+
+def prepare() -> None:
+    """The start's work that no option changes, done by ``transport.prestart``'s loader
+    before the options arrive (the agent then starts while gpumon is still importing):
+    NVML opened, which ``Agent.start`` then finds done (a failure is said there)."""
+    with contextlib.suppress(Exception):
+        open_nvml()
+
+
 class NvmlWorker:
     """One long-lived thread that makes the agent's NVML calls, one at a time (a thread
     per call would be a thread start every sample). ``call`` waits for the answer at most
@@ -369,8 +396,7 @@ class Agent:
         note = None
         if self.use_nvml:
             try:
-                pynvml, found = import_nvml()
-                pynvml.nvmlInit()
+                pynvml, found = open_nvml()
                 self.nvml = pynvml
                 source = "agent/nvml"
                 note = f"NVML: pynvml {getattr(pynvml, '__file__', '?')}, found {found}"

@@ -5,12 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gpumon.backends.config.load import HostConfig
 
+from . import prestart
 from .base import ProcessStream, Transport, TransportError, wrap_container
+
+STREAM_LIMIT = 1 << 22  # the longest line a stream reads (the agent's largest messages)
 
 
 class LocalTransport(Transport):
@@ -39,6 +44,15 @@ class LocalTransport(Transport):
 
     async def _start(self, full: list[str]) -> ProcessStream:
         await self._channels.acquire()
+        early = prestart.take(full) if self.env is None else None
+        if early is not None:  # started before gpumon's imports (``prestart``): the same
+            try:
+                return await _adopt(early, self._channels.release)
+            except BaseException:
+                kill_group(early.pid)
+                early.wait()
+                self._channels.release()
+                raise
         try:
             proc = await asyncio.create_subprocess_exec(
                 *full,
@@ -47,7 +61,7 @@ class LocalTransport(Transport):
                 stderr=asyncio.subprocess.PIPE,
                 env=self.env,
                 start_new_session=True,
-                limit=1 << 22,
+                limit=STREAM_LIMIT,
             )
         except OSError as e:
             self._channels.release()
@@ -60,6 +74,29 @@ class LocalTransport(Transport):
             lambda: kill_group(proc.pid),
             self._channels.release,
         )
+
+
+async def _adopt(proc: subprocess.Popen[bytes], release: Any) -> ProcessStream:
+    """A stream on a child that ``subprocess`` started before the event loop ran: its
+    pipes as the loop's streams, its exit waited for in a thread."""
+    loop = asyncio.get_running_loop()
+
+    async def reader(pipe: Any) -> asyncio.StreamReader:
+        stream = asyncio.StreamReader(limit=STREAM_LIMIT, loop=loop)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), pipe)
+        return stream
+
+    stdout = await reader(proc.stdout)
+    stderr = await reader(proc.stderr)
+    pipe, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.streams.FlowControlMixin(loop), proc.stdin
+    )
+    stdin = asyncio.StreamWriter(pipe, protocol, None, loop)
+
+    async def wait() -> int:
+        return await asyncio.to_thread(proc.wait)
+
+    return ProcessStream(stdout, stdin, stderr, wait, lambda: kill_group(proc.pid), release)
 
 
 def kill_group(pid: int) -> None:

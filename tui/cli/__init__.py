@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .command_line import main
+    from .launch import main
 
 __all__ = ["main"]
 
@@ -15,4 +15,4 @@ __all__ = ["main"]
 # Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
 # the names against the TYPE_CHECKING imports above instead.
 if not TYPE_CHECKING:
-    __getattr__ = lazy_exports(__name__, {"main": "command_line"})
+    __getattr__ = lazy_exports(__name__, {"main": "launch"})

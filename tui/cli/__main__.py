@@ -2,6 +2,6 @@
 
 import sys
 
-from .command_line import main
+from .launch import main
 
 sys.exit(main())

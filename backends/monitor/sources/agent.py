@@ -2,7 +2,10 @@
 
 Each session looks for a usable Python there (the host's ``python``, else gpumon's own
 for ``local``, python3, python), ships the agent to it (``remote.bootstrap``) and
-dispatches its messages (``remote.protocol``) to the monitor through one table. Without a
+dispatches its messages (``remote.protocol``) to the monitor through one table. The first
+choice is tried with the agent itself, no probe first; only when that gives no agent do
+probes choose. gpumon's own interpreter runs the installed agent modules instead of a
+shipped copy (``transport.prestart``, which may have started it already). Without a
 usable Python the session streams nvidia-smi directly instead (``DirectSmiSource``), and
 the source's capabilities are that one's until a later session finds a Python.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -25,6 +29,7 @@ from gpumon.backends.remote import protocol
 from gpumon.backends.remote.bootstrap import program_argv
 from gpumon.backends.remote.doctor_probe_fs import GPUMON_CHECK
 from gpumon.backends.transport.base import Transport, TransportError
+from gpumon.backends.transport.prestart import AGENT_FLAGS, installed_argv
 
 from .base import AGENT, Capabilities, Sink
 from .connection import TransportSource
@@ -46,14 +51,18 @@ log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 20.0
 M = TypeVar("M", bound=protocol.Message)
 Handler = Callable[[dict[str, Any]], bool]  # a decoded line -> "it held GPU data"
-# The interpreter flags the agent runs with: -u, its lines leave at once; -S, no site
-# processing at start-up (a venv's .pth files import much the agent never uses: 2-5 MiB
-# of RSS); the agent finds pynvml itself (``remote.agent.import_nvml``).
-AGENT_FLAGS = ("-u", "-S")
 
 
-def agent_argv(python: str, options: protocol.AgentOptions) -> tuple[list[str], bytes]:
-    """The argv that starts the agent with ``python`` and the bytes for its stdin."""
+def agent_argv(
+    python: str, options: protocol.AgentOptions, *, installed: bool = False
+) -> tuple[list[str], bytes]:
+    """The argv that starts the agent with ``python`` and the bytes for its stdin: its
+    source shipped (``remote.bootstrap``), or with ``installed`` (gpumon's own interpreter
+    on its own machine) its installed modules run with their ``.pyc`` and the options
+    sent as the first line (``transport.prestart``: the argv a prestarted agent has)."""
+    if installed:
+        line = json.dumps([options.to_json()]) + "\n"
+        return installed_argv(python, "agent", AGENT_FLAGS), line.encode()
     return program_argv(python, "agent", args=[options.to_json()], flags=AGENT_FLAGS)
 
 
@@ -148,6 +157,7 @@ class AgentSource(TransportSource):
         self._direct_now = False  # this session streams nvidia-smi directly
         self.host_feed = HostProcessFeed(transport)  # the Proxmox host's view, beside
         self._feed: asyncio.Task[None] | None = None
+        self._first_failed = False  # the first choice of Python gave no agent: probe first
 
     @property
     def capabilities(self) -> Capabilities:
@@ -162,12 +172,23 @@ class AgentSource(TransportSource):
 
     async def session(self, sink: Sink) -> bool:
         try:
+            first = self._candidates(sink)[0]
+            if first != self.transport.own_python and not self._first_failed:
+                # The agent on the first choice straight away: a working Python, the usual
+                # case, costs no probe first (over SSH a channel and an interpreter
+                # start). One that gives not a line (none there, too old) leaves the
+                # choice to the probes, as without this, and is not tried first again.
+                done = await self._agent_session(sink, first, first_try=True)
+                if done is not None:
+                    return done
+                self._first_failed = True
+                await self.close_stream()
             python = await self._find_python(sink)
             self._direct_now = python is None
             if python is None:
                 self._start_host_feed(sink)
                 return await self.direct.session(sink)
-            return await self._agent_session(sink, python)
+            return bool(await self._agent_session(sink, python))  # never None: probed
         finally:
             feed, self._feed = self._feed, None
             if feed is not None:
@@ -186,13 +207,18 @@ class AgentSource(TransportSource):
         await super().close_stream(grace)
         await self.direct.close_stream(grace)
 
-    async def _find_python(self, sink: Sink) -> str | None:
-        host = sink.host
+    def _candidates(self, sink: Sink) -> list[str]:
+        """The interpreters to try, in order: the host's ``python``, else gpumon's own
+        (``local``), python3, python."""
         own = self.transport.own_python
-        candidates = (
-            [host.python] if host.python else [*([own] if own else []), "python3", "python"]
-        )
-        for py in candidates:
+        python = sink.host.python
+        return [python] if python else [*([own] if own else []), "python3", "python"]
+
+    async def _find_python(self, sink: Sink) -> str | None:
+        own = self.transport.own_python
+        for py in self._candidates(sink):
+            if py == own:  # gpumon's own interpreter, running this: 3.8 or later for sure
+                return py
             res = await self.transport.run(
                 [py, "-c", "import sys; print(sys.version_info >= (3, 8))", GPUMON_CHECK],
                 timeout=15.0,
@@ -201,7 +227,13 @@ class AgentSource(TransportSource):
                 return py
         return None
 
-    async def _agent_session(self, sink: Sink, python: str) -> bool:
+    async def _agent_session(
+        self, sink: Sink, python: str, *, first_try: bool = False
+    ) -> bool | None:
+        """The agent's session on ``python``; whether it delivered GPU data. With
+        ``first_try`` (no probe has vouched for ``python``): None when the stream ended
+        or the wait for it ran out before the agent's first line, or its Hello names a
+        Python older than 3.8."""
         workloads = sink.workloads
         options = protocol.AgentOptions(
             fields=list(QUERY_FIELDS),
@@ -213,10 +245,10 @@ class AgentSource(TransportSource):
             http=list(workloads.http_targets()),
             sglang_discover=workloads.discover(),
         )
-        argv, data = agent_argv(python, options)
+        argv, data = agent_argv(python, options, installed=python == self.transport.own_python)
         stream = await self.open_stream(argv)
         stream.write(data)
-        table = handlers(sink, partial(self._on_hello, sink))
+        table = handlers(sink, partial(self._on_hello, sink, first_try))
         got_data = False
         timeout: float | None = HELLO_TIMEOUT_S
         while True:
@@ -224,17 +256,26 @@ class AgentSource(TransportSource):
                 async with asyncio.timeout(timeout):
                     line = await stream.readline()
             except TimeoutError:
+                if first_try:  # a Python that hangs: the probes (with their timeout) judge
+                    return None
                 raise TransportError(f"the agent on {sink.name} did not start") from None
             if not line:
+                if first_try and timeout is not None:
+                    return None
                 break
             timeout = None
-            got_data |= dispatch(sink, table, line)
+            try:
+                got_data |= dispatch(sink, table, line)
+            except _TooOld:
+                return None
         tail = stream.stderr_tail()
         if not got_data and tail:
             sink.ingest_status(sink.status.state, error=f"agent failed: {tail.splitlines()[-1]}")
         return got_data
 
-    def _on_hello(self, sink: Sink, hello: protocol.Hello) -> bool:
+    def _on_hello(self, sink: Sink, first_try: bool, hello: protocol.Hello) -> bool:
+        if first_try and not python_usable(hello.python):
+            raise _TooOld(hello.python)
         problem = protocol.version_problem(hello)
         if problem is not None:  # retrying the same agent cannot help
             raise TransportError(f"{sink.name}: {problem}", permanent=True)
@@ -244,6 +285,20 @@ class AgentSource(TransportSource):
         if hello.note:
             log.info("%s: %s", sink.name, hello.note)
         return False
+
+
+class _TooOld(Exception):
+    """The agent's Hello names a Python that the probe would have refused."""
+
+
+def python_usable(version: str) -> bool:
+    """Whether a Hello's ``python`` (``3.11.7``) is one the agent supports: 3.8 or
+    later, what the probe asks (``sys.version_info >= (3, 8)``)."""
+    try:
+        parts = tuple(int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    return len(parts) == 2 and parts >= (3, 8)
 
 
 def host_load(m: protocol.HostStats) -> HostLoad:

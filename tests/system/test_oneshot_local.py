@@ -1,0 +1,168 @@
+"""``gpumon snapshot local`` / ``check local`` start the agent before gpumon's imports
+(``transport.prestart``, ``tui.cli.launch``); on gpumon's own interpreter the agent runs
+from the installed modules. Run for real: the agent's child processes, the fake NVML of
+tests/support/fake_nvml."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpumon.backends.parsers import PROCESS_FIELDS, QUERY_FIELDS
+from gpumon.backends.remote import AgentOptions
+from gpumon.backends.transport import prestart
+from gpumon.tui.cli import launch
+
+from sshd_server import processes_matching
+
+pytestmark = pytest.mark.system
+
+FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml"
+
+
+def _read_json_line(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, "the agent said nothing"
+    got: dict[str, Any] = json.loads(line)
+    return got
+
+
+def _fake_nvml_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(FAKE_NVML)}
+
+
+def test_the_installed_agent_reads_its_options_from_stdin_and_uses_nvml() -> None:
+    argv = prestart.installed_argv(sys.executable, "agent", prestart.AGENT_FLAGS)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_fake_nvml_env()
+    )
+    assert proc.stdin is not None
+    try:
+        options = AgentOptions(list(QUERY_FIELDS), list(PROCESS_FIELDS), interval=0.2)
+        proc.stdin.write(json.dumps([options.to_json()]).encode() + b"\n")
+        proc.stdin.flush()
+        hello = _read_json_line(proc)
+        assert hello["type"] == "hello" and hello["source"] == "agent/nvml", hello
+        assert "found without site processing" in hello["note"]  # -S, as shipped
+        types = {_read_json_line(proc)["type"] for _ in range(4)}
+        assert "gpus" in types, types
+    finally:
+        proc.stdin.close()  # the client is gone: the agent ends by itself
+    assert proc.wait(timeout=5) == 0
+
+
+def test_an_installed_agent_whose_stdin_closes_before_its_options_exits_quietly() -> None:
+    argv = prestart.installed_argv(sys.executable, "agent", prestart.AGENT_FLAGS)
+    res = subprocess.run(argv, input=b"", capture_output=True, timeout=10, env=_fake_nvml_env())
+    assert (res.returncode, res.stdout, res.stderr) == (0, b"", b"")
+
+
+@pytest.fixture
+def early_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An empty config, the fake NVML for the agent, and a mark in the environment that
+    every process started from here inherits: what ``processes_matching`` looks for."""
+    mark = f"GPUMON_EARLY_TEST={uuid.uuid4()}"
+    config = tmp_path / "gpumon.toml"
+    config.write_text("")
+    monkeypatch.setenv("GPUMON_CONFIG", str(config))
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_NVML))
+    monkeypatch.setenv(*mark.split("="))
+    return mark
+
+
+class Spy:
+    """Records what ``prestart`` started, handed over and ended."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.started: list[list[str] | None] = []
+        self.taken: list[subprocess.Popen[bytes] | None] = []
+        self.discarded: list[int] = []
+        start, take, discard = prestart.start_agent, prestart.take, prestart.discard
+
+        def spy_start() -> list[str] | None:
+            self.started.append(start())
+            return self.started[-1]
+
+        def spy_take(argv: Any) -> subprocess.Popen[bytes] | None:
+            self.taken.append(take(argv))
+            return self.taken[-1]
+
+        def spy_discard() -> int:
+            self.discarded.append(discard())
+            return self.discarded[-1]
+
+        monkeypatch.setattr(prestart, "start_agent", spy_start)
+        monkeypatch.setattr(prestart, "take", spy_take)
+        monkeypatch.setattr(prestart, "discard", spy_discard)
+
+
+def _alive(mark: str) -> list[tuple[int, str]]:
+    deadline = time.monotonic() + 5  # a killed process is reaped at once; its children soon
+    while (found := processes_matching(mark)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
+
+
+def test_snapshot_local_uses_the_early_agent(
+    early_env: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spy = Spy(monkeypatch)
+    assert launch.main(["snapshot", "local", "--json"]) == 0
+    snap = json.loads(capsys.readouterr().out)
+    assert snap["source"] == "agent/nvml" and len(snap["gpus"]) == 1, snap
+    assert spy.started and spy.started[0] is not None
+    adopted = [p for p in spy.taken if p is not None]
+    assert len(adopted) == 1, spy.taken  # the early one, not a second agent
+    assert adopted[0].returncode is not None  # ended with the session, reaped
+    assert spy.discarded == [0]  # nothing left over to end
+    assert _alive(early_env) == []
+
+
+def test_check_local_uses_the_early_agent(
+    early_env: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spy = Spy(monkeypatch)
+    code = launch.main(["check", "--window", "0", "local"])
+    line = capsys.readouterr().out
+    assert code in (0, 1) and line.startswith(("OK", "WARNING")), line  # the fake GPU's state
+    assert [p is not None for p in spy.taken] == [True] and spy.discarded == [0]
+    assert _alive(early_env) == []
+
+
+def test_an_early_agent_is_ended_when_the_config_is_bad(
+    early_env: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Path(os.environ["GPUMON_CONFIG"]).write_text("[hosts.x\n")
+    spy = Spy(monkeypatch)
+    assert launch.main(["snapshot", "local"]) == 2
+    assert "gpumon:" in capsys.readouterr().err
+    assert spy.started[0] is not None and spy.taken == [] and spy.discarded == [1]
+    assert _alive(early_env) == []
+
+
+def test_an_early_agent_is_not_used_by_another_interpreter_and_is_ended(
+    early_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``[defaults] python`` names another interpreter (a link to this one, so it runs):
+    the agent is shipped to it as to any target; the early one is ended unused."""
+    other = tmp_path / "python3"
+    other.symlink_to(sys.executable)
+    Path(os.environ["GPUMON_CONFIG"]).write_text(f'[defaults]\npython = "{other}"\n')
+    spy = Spy(monkeypatch)
+    assert launch.main(["snapshot", "local", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"] == "agent/nvml"
+    assert spy.started[0] is not None and spy.discarded == [1]
+    assert spy.taken and not any(spy.taken)  # asked for (the probe, the agent), not given
+    assert _alive(early_env) == []
