@@ -34,6 +34,10 @@ from gpumon.backends.parsers.sglang import (
 )
 
 RATE_WINDOW_S = 5.0  # throughput: counter delta over (about) the last 5 s
+# No counter rate over less than this: a scrape's time is its request's midpoint, and on a
+# loaded target an answer late by a quarter second made the first rate of two scrapes
+# 0.5 s apart read 1.8x the server's (a rate waits a second or two more to be right)
+MIN_RATE_SPAN_S = 2.0
 SLOW_WINDOW_S = 60.0  # cache hit rate and latency quantiles: over the last minute
 LATENCY_EVERY_S = 10.0  # histograms are 3/4 of the parsing cost; read them this often
 LOG_FALLBACK_S = 30.0  # log lines count only when no metrics scrape came for this long
@@ -143,9 +147,11 @@ class SglangTracker:
         slow_window_s: float = SLOW_WINDOW_S,
         latency_every_s: float = LATENCY_EVERY_S,
         history_len: int = HISTORY_LEN,
+        min_rate_span_s: float = MIN_RATE_SPAN_S,
     ) -> None:
         self.port = port
         self.rate_window_s = rate_window_s
+        self.min_rate_span_s = min(min_rate_span_s, rate_window_s)
         self.slow_window_s = max(slow_window_s, rate_window_s)
         self.latency_every_s = latency_every_s
         self.up: bool | None = None  # None: never fetched
@@ -330,6 +336,8 @@ class SglangTracker:
             self.gen_tokens_per_s = new.gen_throughput
             self.gen_tokens_per_s_source = None if new.gen_throughput is None else "gauge"
         else:
+            if fast is not None and t - fast.t < self.min_rate_span_s:
+                fast = None
             tokens = None if fast is None else _delta(new.decode_tokens, fast.scrape.decode_tokens)
             self.gen_tokens_per_s = (
                 None if tokens is None or fast is None else tokens / (t - fast.t)

@@ -72,7 +72,7 @@ def cluster() -> Iterator[SglangServers]:
 
 def test_real_servers_rates_match_the_configured_throughput(cluster: SglangServers) -> None:
     trackers = {p: SglangTracker(p) for p in cluster.ports}
-    for _ in range(2):
+    for _ in range(3):  # a rate needs two seconds of counters (MIN_RATE_SPAN_S)
         for port, tr in trackers.items():
             tr.observe_http(*fetch(port)[:2], time.time())
         time.sleep(1.0)
@@ -100,7 +100,7 @@ def test_real_server_endpoints(cluster: SglangServers) -> None:
 
 def test_server_going_down_and_coming_back(cluster: SglangServers) -> None:
     port = cluster.ports[1]
-    tr = SglangTracker(port)
+    tr = SglangTracker(port, min_rate_span_s=0.25)  # scrapes 0.3 s apart
     tr.observe_http(*fetch(port)[:2], time.time())
     time.sleep(0.3)
     tr.observe_http(*fetch(port)[:2], time.time())

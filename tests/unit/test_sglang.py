@@ -220,7 +220,7 @@ def test_counter_reset_is_a_restart_not_a_negative_rate() -> None:
     tr.observe_text(IDLE, 0.0)
     tr.observe_text(BUSY, 1.0)  # every counter went down: the server restarted
     assert tr.restarts == 1 and tr.gen_tokens_per_s is None and tr.cache_hit_rate is None
-    tr.observe_text(IDLE, 2.0)
+    tr.observe_text(IDLE, 3.0)  # two seconds after the restart: a rate again
     assert tr.gen_tokens_per_s is not None and tr.gen_tokens_per_s > 0
 
 
@@ -279,3 +279,17 @@ def test_totals_sum_servers_that_report() -> None:
     assert totals.token_usage == pytest.approx(300377 / (2 * 344864))
     assert sglang_totals([never]).gen_tokens_per_s is None
     assert set(totals.to_json()) >= {"gen_tokens_per_s", "running", "queued", "token_usage"}
+
+
+def test_no_counter_rate_over_less_than_two_seconds() -> None:
+    """A scrape's time is its request's midpoint: over half a second, a quarter second of
+    answer delay on a loaded target is a 50 % error, so the first rate waits for a span
+    of two seconds (over real SGLang 0.5.18 counters, BUSY then IDLE pages)."""
+    tr = SglangTracker(30000)
+    tr.observe_text(BUSY, 0.0)
+    tr.observe_text(IDLE, 0.5)
+    tr.observe_text(IDLE, 1.0)
+    assert tr.gen_tokens_per_s is None and tr.gen_tokens_per_s_source is None
+    tr.observe_text(IDLE, 2.0)
+    assert tr.gen_tokens_per_s is not None and tr.gen_tokens_per_s > 0
+    assert tr.gen_tokens_per_s_source == "counter"
