@@ -56,7 +56,7 @@ from gpumon.tui.widgets.gpu_row import (
 from gpumon.tui.widgets.gpu_row import row_layout as _row_layout
 from gpumon.tui.widgets.host_header import HeaderView, HostHeader
 from gpumon.tui.widgets.sparkline import bin_series, column_span
-from gpumon.tui.widgets.view_widget import ViewWidget
+from gpumon.tui.widgets.view_widget import TextWidget, ViewWidget
 from gpumon.tui.widgets.workload_panes import JobsPane, PaneView, SglangPane
 
 
@@ -136,9 +136,8 @@ class HostSection(Vertical):
         self.index = index
         self.shown: HostSample | None = None  # what the rows show (frozen while paused)
         self.header = HostHeader()
-        self.host_line = Static("", classes="host-line", markup=False)
+        self.host_line = TextWidget(classes="host-line")
         self.host_line.display = False
-        self._host_text: Text | None = None
         self.titles = ColumnTitles()
         self.waiting = Static("", classes="waiting", markup=False)
         self.rows: list[GpuRow] = []
@@ -221,10 +220,8 @@ class HostSection(Vertical):
         load = m.host_load if ctx.host_line and ctx.replay is None else None
         self.host_line.display = load is not None
         if load is not None:
-            line = host_load_text(load, ctx.palette, stale=stale)
-            if line != self._host_text:  # one line, always: no layout pass for a new value
-                self._host_text = line
-                self.host_line.update(line, layout=False)
+            # one line, always: no layout pass, and only the cells that changed repainted
+            self.host_line.show(host_load_text(load, ctx.palette, stale=stale))
         if not rows and stale == self._stale and self.rows:
             return
         self._stale = stale
