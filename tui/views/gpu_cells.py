@@ -8,6 +8,7 @@ colours in one place. A value the GPU did not report is the ``n/a`` cell, never 
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from collections.abc import Collection, Iterable
@@ -86,6 +87,7 @@ _NAME_RULES: tuple[tuple[str, str], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=256)  # eight GPUs of one model, drawn every second
 def short_name(name: str | None, width: int = NAME_WIDTH) -> str:
     """A GPU model name that fits ``width`` cells: vendor and marketing words dropped.
 

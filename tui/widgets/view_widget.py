@@ -120,7 +120,8 @@ class ViewWidget(Widget, Generic[V]):
         style = key[1]
         if self._strips is not None and self._strips_key == key:
             return self._strips
-        width = self.size.width
+        size = key[0]
+        width = size.width
         base = style.rich_style
         drawn: dict[tuple[object, ...], Strip] = {}
         strips: list[Strip] = []
@@ -128,7 +129,7 @@ class ViewWidget(Widget, Generic[V]):
         lines: Sequence[Text] = ()
         if view is not None:
             lines = self.render_view_lines(view, width or self.app.size.width)
-        for line in lines[: self.size.height]:
+        for line in lines[: size.height]:
             line_key = (line.plain, tuple(line.spans), line.style, base, width)
             strip = self._line_strips.get(line_key) or text_strip(line, base, width)
             if strip is None:
