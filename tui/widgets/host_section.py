@@ -55,7 +55,7 @@ from gpumon.tui.widgets.gpu_row import (
 )
 from gpumon.tui.widgets.gpu_row import row_layout as _row_layout
 from gpumon.tui.widgets.host_header import HeaderView, HostHeader
-from gpumon.tui.widgets.sparkline import bin_series, column_span
+from gpumon.tui.widgets.sparkline import BinnedSeries, column_span
 from gpumon.tui.widgets.view_widget import TextWidget, ViewWidget
 from gpumon.tui.widgets.workload_panes import JobsPane, PaneView, SglangPane
 
@@ -144,6 +144,7 @@ class HostSection(Vertical):
         self.sglang = SglangPane(id=f"sglang-{index}")
         self.jobs = JobsPane(id=f"jobs-{index}")
         self._spark_cache: dict[int, tuple[object, tuple[float | None, ...]]] = {}
+        self._binned: dict[tuple[int, bool], BinnedSeries] = {}  # by GPU and series
         self._full_in: dict[int, float] = {}  # time to full of the shown sample's GPUs
         # their memory levels as the alerts had them when the sample was taken
         self._memory: dict[int, Health | None] = {}
@@ -361,8 +362,9 @@ class HostSection(Vertical):
         if cached is not None and cached[0] == key:
             return cached[1]
         series = hist.memory_used_mib if memory else hist.utilization_pct
+        binned = self._binned.setdefault((gpu.index, memory), BinnedSeries())
         values = tuple(
-            bin_series(hist.times, series, end=shown.time, span=span, count=count, mean=not memory)
+            binned.bins(hist.times, series, end=shown.time, span=span, count=count, mean=not memory)
         )
         self._spark_cache[gpu.index] = (key, values)
         return values
