@@ -212,6 +212,23 @@ def malloc_trim() -> None:
         pass
 
 
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def one_malloc_arena() -> None:
+    """One malloc arena for all the agent's threads (glibc's ``mallopt(M_ARENA_MAX, 1)``,
+    before any thread starts): glibc gives each thread that allocates its own arena,
+    and with 8 SGLang servers (a thread each) they hold ~0.3 MiB more, measured; the
+    threads allocate little and seldom, so one lock costs nothing. Nothing where the C
+    library has no such call (musl)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1)
+    except (OSError, AttributeError):
+        pass
+
+
 def run_once(argv: Sequence[str], timeout: float = SMI_TIMEOUT_S) -> tuple[int, str]:
     """Run a short command; returns (exit code, combined output). 124 on timeout."""
     import subprocess
@@ -1205,6 +1222,7 @@ def main(argv: Sequence[str]) -> None:
     """Run until stdin closes. ``argv[1]``: the ``AgentOptions`` JSON (see ``bootstrap``)."""
     raw = json.loads(argv[1]) if len(argv) > 1 else {}
     options = AgentOptions.from_wire(raw if isinstance(raw, dict) else {})
+    one_malloc_arena()
     signal.signal(signal.SIGTERM, lambda *_: _shutdown(0))
     signal.signal(signal.SIGHUP, lambda *_: _shutdown(0))
     out = Output(sys.stdout)

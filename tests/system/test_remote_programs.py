@@ -4,8 +4,10 @@ programs from users of the venv, and an agent of another protocol version refuse
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -299,16 +301,10 @@ def extension_modules(names: list[str]) -> dict[str, str]:
     return out
 
 
-def test_the_agent_with_nvml_loads_nothing_it_does_not_use(tmp_path: Path) -> None:
-    """With NVML and nothing to scrape the agent starts no child and opens no socket, and
-    pynvml calls no ``find_library``: subprocess, socket and ctypes.util (shutil's bz2 and
-    lzma) are not imported (~2.5 MiB of RSS, measured with bench/bench_agent.py). Seen
-    from outside, in /proc/PID/maps: their C parts are not mapped, beside ones that are."""
+def nvml_agent_maps(tmp_path: Path) -> tuple[protocol.Hello, str]:
+    """The agent with NVML (the real nvidia-ml-py before ``LIBNVML_SITECUSTOMIZE``) and
+    nothing to scrape: its Hello and its /proc/PID/maps after its first GPU round."""
     (tmp_path / "sitecustomize.py").write_text(LIBNVML_SITECUSTOMIZE)
-    unused = extension_modules(["_posixsubprocess", "_socket", "_bz2", "_lzma"])
-    used = extension_modules(["_json", "_ctypes"])
-    if not unused or not used:
-        pytest.skip("this interpreter has those modules built in")
     options = protocol.AgentOptions(
         fields=list(QUERY_FIELDS),
         process_fields=list(PROCESS_FIELDS),
@@ -324,12 +320,54 @@ def test_the_agent_with_nvml_loads_nothing_it_does_not_use(tmp_path: Path) -> No
     proc.stdin.flush()
     try:
         hello = read_until_gpus(proc)
+        time.sleep(0.5)  # a few rounds: every thread has run
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
     finally:
         stop(proc)
     assert hello.source == Source.AGENT_NVML.value, hello.note
+    return hello, maps
+
+
+def test_the_agent_with_nvml_loads_nothing_it_does_not_use(tmp_path: Path) -> None:
+    """With NVML and nothing to scrape the agent starts no child and opens no socket, and
+    pynvml calls no ``find_library``: subprocess, socket and ctypes.util (shutil's bz2 and
+    lzma) are not imported (~2 MiB of RSS, measured with bench/bench_agent.py). Seen
+    from outside, in /proc/PID/maps: their C parts are not mapped, beside ones that are."""
+    unused = extension_modules(["_posixsubprocess", "_socket", "_bz2", "_lzma"])
+    used = extension_modules(["_json", "_ctypes"])
+    if not unused or not used:
+        pytest.skip("this interpreter has those modules built in")
+    _, maps = nvml_agent_maps(tmp_path)
     assert all(f"/{so}\n" in maps for so in used.values()), (used, maps)
     assert [n for n, so in unused.items() if f"/{so}\n" in maps] == []
+
+
+HEAP_MAX = 64 << 20  # glibc's thread arena: HEAP_MAX_SIZE reserved, its used part rw
+
+
+def thread_arenas(maps: str) -> int:
+    """glibc thread arenas in /proc/PID/maps: an anonymous rw part and the ---p rest of
+    its reservation right after it, together exactly ``HEAP_MAX``."""
+    rows = []
+    for line in maps.splitlines():
+        cells = line.split()
+        start, end = (int(x, 16) for x in cells[0].split("-"))
+        rows.append((start, end, cells[1], len(cells) > 5))
+    return sum(
+        1
+        for (s1, e1, p1, named1), (s2, e2, p2, named2) in itertools.pairwise(rows)
+        if p1 == "rw-p" and p2 == "---p" and not (named1 or named2)
+        and e1 == s2 and e2 - s1 == HEAP_MAX
+    )  # fmt: skip
+
+
+def test_the_agents_threads_share_one_malloc_arena(tmp_path: Path) -> None:
+    """``mallopt(M_ARENA_MAX, 1)`` before its threads start: none of them (gpus, the
+    NVML worker, procs, host stats) gets an arena of its own."""
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    _, maps = nvml_agent_maps(tmp_path)
+    assert thread_arenas(maps) == 0, maps
 
 
 LAZY_CTYPES_UTIL = """
