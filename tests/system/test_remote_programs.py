@@ -420,3 +420,30 @@ def test_without_ever_using_it_ctypes_util_is_never_imported() -> None:
     res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["False", "False"]
+
+
+TRIM_SCRIPT = """
+from gpumon.backends.remote import agent
+
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+
+held = [bytes(4000) + bytes([i % 256]) for i in range(8000)]  # ~32 MB of malloc'd blocks
+pin = bytes(4000)  # above them: free() alone cannot shrink the heap past it
+del held[::2], held[::2]  # 3 of 4 freed, scattered: holes no free() gives back
+before = anon()
+agent.malloc_trim()
+print(before - anon())
+"""
+
+
+def test_malloc_trim_gives_the_heaps_free_pages_back() -> None:
+    """The heap's free pages inside it (not only at its top) go back to the system."""
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    argv = [sys.executable, "-c", TRIM_SCRIPT]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    assert int(res.stdout) > 8 * 1024, res.stdout  # kB: of ~24 MB freed, the whole pages
