@@ -15,7 +15,9 @@ nvidia-smi; optionally watching 8 simulated SGLang servers (``sim.sglang_server`
 
 Cases: ``nvml`` or ``smi``, plus ``+work`` (the SGLang servers and logs) and ``+steady``
 (the simulated nvidia-smi frozen: GPU memory that does not move, as on a steady job; the
-NVML shim's memory always moves).
+NVML shim's memory always moves). ``shim-cost``: the NVML shim's own RSS (its uuid,
+hashlib and libcrypto), a bare interpreter without and with its import, to take from the
+NVML figures for what a real GPU host sees (where libnvidia-ml.so takes the shim's place).
 
     python bench/bench_agent.py [--window 60] [--cases nvml,smi,nvml+work,smi+work,...]
         [--python /tmp/anchors-venv/bin/python] [--shim ../shared/bench/nvml_shim]
@@ -206,11 +208,61 @@ def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     }
 
 
+# The shim's own cost: a bare interpreter (the agent's -S) importing pynvml as the agent
+# does (ctypes.util a stand-in, site-packages appended), without and with the shim's
+# sitecustomize (which imports pynvml itself). The difference is what a real GPU host,
+# where libnvidia-ml.so stands in place of the shim, would not see of the figures above.
+BARE = """
+import sys, types, ctypes, time
+sys.path.append({site!r})
+util = types.ModuleType("ctypes.util")
+util.find_library = None
+sys.modules["ctypes.util"] = util
+ctypes.util = util
+{imports}
+del sys.modules["ctypes.util"]
+sys.stdout.write("ready\\n")
+sys.stdout.flush()
+time.sleep(60)
+"""
+
+
+def bare_memory(python: Path, code: str) -> dict[str, int]:
+    proc = subprocess.Popen(
+        [str(python), "-S", "-u", "-c", code], stdout=subprocess.PIPE, env={"LANG": "C.UTF-8"}
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"
+        time.sleep(0.3)
+        return memory(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def shim_cost(args: argparse.Namespace) -> dict[str, Any]:
+    where = "import site; print(site.getsitepackages()[0])"
+    site = subprocess.run(
+        [str(args.python), "-c", where], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    shim = f"sys.path.insert(0, {str(args.shim)!r})\nimport sitecustomize"
+    runs = {
+        "pynvml": bare_memory(args.python, BARE.format(site=site, imports="import pynvml")),
+        "shim": bare_memory(args.python, BARE.format(site=site, imports=shim)),
+    }
+    out: dict[str, Any] = {"case": "shim-cost"}
+    for key, name in (("VmRSS", "rss"), ("RssAnon", "anon"), ("RssFile", "file")):
+        out[f"{name}_mib"] = {k: round(v[key] / 1024, 1) for k, v in runs.items()}
+        out[f"shim_{name}_mib"] = round((runs["shim"][key] - runs["pynvml"][key]) / 1024, 1)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=8.0)
-    parser.add_argument("--cases", default="nvml,smi,nvml+work,smi+work,smi+steady")
+    parser.add_argument("--cases", default="nvml,smi,nvml+work,smi+work,smi+steady,shim-cost")
     default_python = ANCHORS_PYTHON if ANCHORS_PYTHON.exists() else Path(sys.executable)
     parser.add_argument("--python", type=Path, default=default_python)
     parser.add_argument("--shim", type=Path, default=SHIM)
@@ -218,6 +270,19 @@ def main() -> None:
     args = parser.parse_args()
     print(f"agent python: {args.python}; window {args.window:.0f} s", file=sys.stderr)
     for case in args.cases.split(","):
+        if case == "shim-cost":
+            cost = shim_cost(args)
+            if args.json:
+                print(json.dumps(cost), flush=True)
+                continue
+            print(
+                f"{case:10} bare -S interpreter, RSS with pynvml {cost['rss_mib']['pynvml']} "
+                f"MiB, with the shim {cost['rss_mib']['shim']} MiB: the shim's own "
+                f"{cost['shim_rss_mib']} MiB (anon {cost['shim_anon_mib']}, "
+                f"file {cost['shim_file_mib']})",
+                flush=True,
+            )
+            continue
         with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp:
             result = run_case(case, args, Path(tmp))
         if args.json:

@@ -4,8 +4,10 @@ programs from users of the venv, and an agent of another protocol version refuse
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -264,3 +266,184 @@ def test_the_process_list_is_polled_only_when_the_gpus_change(tmp_path: Path) ->
         assert len(later) == 1 and 2.5 < later[0] - polled < 3.6, (polled, later)
     finally:
         stop(proc)
+
+
+# A stand-in for libnvidia-ml.so behind the real nvidia-ml-py, loaded as sitecustomize is
+# (as the benches' NVML shim is): one GPU whose every query is NOT_SUPPORTED.
+LIBNVML_SITECUSTOMIZE = """
+import pynvml
+
+class Lib:
+    def __getattr__(self, name):
+        return lambda *args: 3  # NVML_ERROR_NOT_SUPPORTED
+
+    nvmlInitWithFlags = staticmethod(lambda *args: 0)
+
+    @staticmethod
+    def nvmlDeviceGetCount_v2(ref):
+        ref._obj.value = 1
+        return 0
+
+pynvml.nvmlLib = Lib()
+"""
+
+
+def extension_modules(names: list[str]) -> dict[str, str]:
+    """Of ``names``, those this interpreter loads from a shared object: name -> its file
+    name (a built-in one never shows in /proc/PID/maps)."""
+    import importlib.util
+
+    out = {}
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and spec.origin.endswith(".so"):
+            out[name] = os.path.basename(spec.origin)
+    return out
+
+
+def nvml_agent_maps(tmp_path: Path) -> tuple[protocol.Hello, str]:
+    """The agent with NVML (the real nvidia-ml-py before ``LIBNVML_SITECUSTOMIZE``) and
+    nothing to scrape: its Hello and its /proc/PID/maps after its first GPU round."""
+    (tmp_path / "sitecustomize.py").write_text(LIBNVML_SITECUSTOMIZE)
+    options = protocol.AgentOptions(
+        fields=list(QUERY_FIELDS),
+        process_fields=list(PROCESS_FIELDS),
+        nvidia_smi="/nonexistent/nvidia-smi",
+        interval=0.2,
+        nvml=True,
+    )
+    argv, data = agent_argv(sys.executable, options)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert proc.stdin is not None
+    proc.stdin.write(data)
+    proc.stdin.flush()
+    try:
+        hello = read_until_gpus(proc)
+        time.sleep(0.5)  # a few rounds: every thread has run
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    finally:
+        stop(proc)
+    assert hello.source == Source.AGENT_NVML.value, hello.note
+    return hello, maps
+
+
+def test_the_agent_with_nvml_loads_nothing_it_does_not_use(tmp_path: Path) -> None:
+    """With NVML and nothing to scrape the agent starts no child and opens no socket, and
+    pynvml calls no ``find_library``: subprocess, socket and ctypes.util (shutil's bz2 and
+    lzma) are not imported (~2 MiB of RSS, measured with bench/bench_agent.py). Seen
+    from outside, in /proc/PID/maps: their C parts are not mapped, beside ones that are."""
+    unused = extension_modules(["_posixsubprocess", "_socket", "_bz2", "_lzma"])
+    used = extension_modules(["_json", "_ctypes"])
+    if not unused or not used:
+        pytest.skip("this interpreter has those modules built in")
+    _, maps = nvml_agent_maps(tmp_path)
+    assert all(f"/{so}\n" in maps for so in used.values()), (used, maps)
+    assert [n for n, so in unused.items() if f"/{so}\n" in maps] == []
+
+
+HEAP_MAX = 64 << 20  # glibc's thread arena: HEAP_MAX_SIZE reserved, its used part rw
+
+
+def thread_arenas(maps: str) -> int:
+    """glibc thread arenas in /proc/PID/maps: an anonymous rw part and the ---p rest of
+    its reservation right after it, together exactly ``HEAP_MAX``."""
+    rows = []
+    for line in maps.splitlines():
+        cells = line.split()
+        start, end = (int(x, 16) for x in cells[0].split("-"))
+        rows.append((start, end, cells[1], len(cells) > 5))
+    return sum(
+        1
+        for (s1, e1, p1, named1), (s2, e2, p2, named2) in itertools.pairwise(rows)
+        if p1 == "rw-p" and p2 == "---p" and not (named1 or named2)
+        and e1 == s2 and e2 - s1 == HEAP_MAX
+    )  # fmt: skip
+
+
+def test_the_agents_threads_share_one_malloc_arena(tmp_path: Path) -> None:
+    """``mallopt(M_ARENA_MAX, 1)`` before its threads start: none of them (gpus, the
+    NVML worker, procs, host stats) gets an arena of its own."""
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    _, maps = nvml_agent_maps(tmp_path)
+    assert thread_arenas(maps) == 0, maps
+
+
+LAZY_CTYPES_UTIL = """
+import json, sys
+from gpumon.backends.remote import agent
+assert "ctypes.util" not in sys.modules, "imported before the test"
+import ctypes
+with agent._lazy_ctypes_util():
+    from ctypes.util import find_library
+    import ctypes.util as util_then
+    before_call = type(sys.modules["ctypes.util"]).__name__, type(util_then).__name__
+    found = find_library("c")
+    after_call = type(sys.modules["ctypes.util"]).__name__
+after = sys.modules.get("ctypes.util")
+import ctypes.util
+print(json.dumps({
+    "before_call": before_call,
+    "after_call": after_call,
+    "real_after": ctypes.util is after and type(after).__name__ == "module",
+    "found": found,
+    "same": found == ctypes.util.find_library("c"),
+}))
+"""
+
+
+def test_the_ctypes_util_stand_in_loads_the_real_one_when_used() -> None:
+    """While pynvml is imported ``ctypes.util`` is a stand-in: ``find_library`` through it
+    imports the real module at the first call and answers as it does; afterwards the real
+    module is what ``import ctypes.util`` gives. A fresh interpreter (no ctypes.util yet)."""
+    argv = [sys.executable, "-c", LAZY_CTYPES_UTIL]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["before_call"] == ["_CtypesUtilStandIn", "_CtypesUtilStandIn"], got
+    assert got["after_call"] == "module" and got["real_after"], got
+    assert got["found"] and got["same"], got
+
+
+def test_without_ever_using_it_ctypes_util_is_never_imported() -> None:
+    """The stand-in leaves: after the block nothing of it is left in sys.modules or on
+    the ctypes package, and the real module was never imported."""
+    script = (
+        "import sys, ctypes\n"
+        "from gpumon.backends.remote import agent\n"
+        "with agent._lazy_ctypes_util():\n"
+        "    from ctypes.util import find_library\n"
+        "print('ctypes.util' in sys.modules, hasattr(ctypes, 'util'))\n"
+    )
+    argv = [sys.executable, "-c", script]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "False"]
+
+
+TRIM_SCRIPT = """
+from gpumon.backends.remote import agent
+
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+
+held = [bytes(4000) + bytes([i % 256]) for i in range(8000)]  # ~32 MB of malloc'd blocks
+pin = bytes(4000)  # above them: free() alone cannot shrink the heap past it
+del held[::2], held[::2]  # 3 of 4 freed, scattered: holes no free() gives back
+before = anon()
+agent.malloc_trim()
+print(before - anon())
+"""
+
+
+def test_malloc_trim_gives_the_heaps_free_pages_back() -> None:
+    """The heap's free pages inside it (not only at its top) go back to the system."""
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    argv = [sys.executable, "-c", TRIM_SCRIPT]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    assert int(res.stdout) > 8 * 1024, res.stdout  # kB: of ~24 MB freed, the whole pages

@@ -3,11 +3,17 @@ tells its process loop that there is work (``memory_key``)."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 import time
 
+import pytest
+
 from gpumon.backends.parsers import QUERY_FIELDS
+from gpumon.backends.remote import agent
 from gpumon.backends.remote.agent import NvmlWorker, memory_key
+from gpumon.backends.remote.protocol import AgentOptions
 
 
 def test_every_call_runs_in_one_long_lived_thread() -> None:
@@ -79,3 +85,48 @@ def test_the_memory_key_skips_junk_and_allows_for_a_name_with_a_comma() -> None:
 def test_without_memory_used_the_key_is_the_gpu_count() -> None:
     assert memory_key(["index", "name"], ["0, a", "1, b"]) == ("0", "1")
     assert memory_key(["name"], ["a"]) == ()
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Out:
+    """Output's ``send``: keeps the messages; raises ``_Stop`` (ending the loop) once told."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+        self.stop = False
+
+    def send(self, msg: object) -> None:
+        if self.stop:
+            raise _Stop
+        self.sent.append(msg)
+
+
+def test_the_host_stats_loop_trims_the_heap_every_so_often(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every ``TRIM_EVERY_S``, in the host-stats loop's own rounds (no wake-up of its own),
+    never at every round."""
+    trims: list[float] = []
+    monkeypatch.setattr(agent, "malloc_trim", lambda: trims.append(time.monotonic()))
+    monkeypatch.setattr(agent, "TRIM_EVERY_S", 0.1)
+    options = AgentOptions(
+        fields=list(QUERY_FIELDS), process_fields=[], nvidia_smi="nvidia-smi", interval=0.01
+    )
+    out = _Out()
+    loop = agent.Agent(options, out)  # type: ignore[arg-type]
+
+    def run() -> None:
+        with contextlib.suppress(_Stop):
+            loop.host_stats_loop()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(0.55)
+    out.stop = True
+    thread.join(5)
+    assert not thread.is_alive()
+    assert len(out.sent) >= 20 and 3 <= len(trims) <= 6, (len(out.sent), trims)
+    assert all(b - a >= 0.1 for a, b in itertools.pairwise(trims)), trims
