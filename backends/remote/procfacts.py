@@ -228,12 +228,31 @@ def device_file_users(proc: str = "/proc") -> list[dict[str, Any]]:
     """The processes of this PID namespace holding ``/dev/nvidia<N>`` open, each with the
     device numbers (``gpus``) it holds; memory is not known this way. Processes that
     cannot be looked into (another user's, without root) are left out."""
+    return describe_device_users(device_file_holders(proc), proc)
+
+
+def describe_device_users(held: dict[int, list[int]], proc: str = "/proc") -> list[dict[str, Any]]:
+    """Records of the processes in ``held`` (PID -> the device numbers it holds) that are
+    still there (``device_file_holders``' scan is the costly part: it is reused)."""
     out: list[dict[str, Any]] = []
+    if not held:
+        return out
+    for rec in describe(proc, sorted(held), CpuClock()):
+        if rec.get("error"):
+            continue  # gone since the scan
+        rec["gpus"] = held[rec["pid"]]
+        rec["memory_mib"] = None
+        out.append(rec)
+    return out
+
+
+def device_file_holders(proc: str = "/proc") -> dict[int, list[int]]:
+    """PID -> the ``/dev/nvidia<N>`` numbers it holds open: every ``/proc/*/fd`` read."""
+    held: dict[int, list[int]] = {}
     try:
         entries = [e for e in os.listdir(proc) if e.isdigit()]
     except OSError:
-        return out
-    held: dict[int, list[int]] = {}
+        return held
     for entry in entries:
         base = f"{proc}/{entry}/fd"
         try:
@@ -250,13 +269,7 @@ def device_file_users(proc: str = "/proc") -> list[dict[str, Any]]:
                 gpus.add(index)
         if gpus:
             held[int(entry)] = sorted(gpus)
-    if not held:
-        return out
-    for rec in describe(proc, sorted(held), CpuClock()):
-        rec["gpus"] = held[rec["pid"]]
-        rec["memory_mib"] = None
-        out.append(rec)
-    return out
+    return held
 
 
 def in_container(proc: str = "/proc") -> bool:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gpumon.backends.parsers import QUERY_FIELDS
-from gpumon.backends.remote import agent
+from gpumon.backends.remote import agent, procfacts
 from gpumon.backends.remote.agent import NvmlWorker, memory_key
 from gpumon.backends.remote.protocol import AgentOptions
 
@@ -130,3 +130,50 @@ def test_the_host_stats_loop_trims_the_heap_every_so_often(
     assert not thread.is_alive()
     assert len(out.sent) >= 20 and 3 <= len(trims) <= 6, (len(out.sent), trims)
     assert all(b - a >= 0.1 for a, b in itertools.pairwise(trims)), trims
+
+
+def test_device_file_holders_are_scanned_again_only_when_they_may_have_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading every /proc/*/fd is the costly part of a process poll inside a container:
+    it is done again when the driver's PIDs change, a holder is gone, or
+    ``DEVICE_RESCAN_S`` has passed; in between only the holders are described again (so
+    their CPU and RSS stay fresh)."""
+    import os
+
+    scans: list[int] = []
+    me = os.getpid()
+    holders = {me: [0]}
+
+    def scan(proc: str = "/proc") -> dict[int, list[int]]:
+        scans.append(1)
+        return dict(holders)
+
+    monkeypatch.setattr(procfacts, "device_file_holders", scan)
+    options = AgentOptions(fields=list(QUERY_FIELDS), process_fields=[], nvidia_smi="nvidia-smi")
+    out = _Out()
+    loop = agent.Agent(options, out)  # type: ignore[arg-type]
+    loop.device_files = True  # as inside a container
+    loop.send_device_users({"4242"})
+    loop.send_device_users({"4242"})
+    assert len(scans) == 1
+    sent = [m for m in out.sent if getattr(m, "source", None) == "device-files"]
+    assert len(sent) == 2 and [r["pid"] for r in sent[1].records] == [me]  # type: ignore[attr-defined]
+    loop.send_device_users({"4242", "5151"})  # a new process in the driver's list
+    assert len(scans) == 2
+    holders.clear()
+    holders[2**22 + 7] = [1]  # a holder that then exits
+    loop.send_device_users({"4242"})
+    assert len(scans) == 3
+    loop.send_device_users({"4242"})  # the held PID is gone: scanned again
+    assert len(scans) == 4
+    holders.clear()
+    holders[me] = [0]
+    loop.send_device_users({"4242"})
+    loop.send_device_users({"4242"})
+    assert len(scans) == 5  # the gone PID made the first of these rescan, not the second
+    monkeypatch.setattr(agent, "DEVICE_RESCAN_S", 0.0)
+    loop.send_device_users({"4242"})
+    assert len(scans) == 6
+    loop.send_device_users(None)  # no driver list this poll: who holds what is unknown
+    assert len(scans) == 7
