@@ -349,6 +349,166 @@ def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
     return 0
 
 
+# --- part local-tmux: the real `gpumon local` in tmux, real time --------------------------
+
+SHIM = Path(os.environ.get("GPUMON_NVML_SHIM", "/work/shared/bench/nvml_shim"))
+
+
+def _status_kib(pid: int, *keys: str) -> dict[str, int]:
+    """``VmRSS``/``VmHWM``... of one process from /proc/PID/status, in KiB (0 when gone)."""
+    out = dict.fromkeys(keys, 0)
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            key = line.split(":", 1)[0]
+            if key in out:
+                out[key] = int(line.split()[1])
+    return out
+
+
+def _ticks(pid: int) -> int:
+    """utime + stime of one process, in clock ticks (0 when gone)."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (the dashboard's agent and whatever it starts)."""
+    found, frontier = [], [pid]
+    while frontier:
+        kids = []
+        for p in frontier:
+            for task in Path(f"/proc/{p}/task").glob("*"):
+                with contextlib.suppress(OSError):
+                    kids += [int(k) for k in (task / "children").read_text().split()]
+        found += kids
+        frontier = kids
+    return found
+
+
+def local_tmux(args: argparse.Namespace) -> int:
+    """``gpumon local --interval N`` in tmux at 120x40 over the NVML shim for ``--minutes``
+    of real time; every ``--sample-every`` s the dashboard's VmRSS and VmHWM and the RSS of
+    its agent (its descendants). Prints one JSON line per sample, then the summary: start,
+    after 10 min, end, max, least-squares slope over the whole run and after the first
+    10 minutes."""
+    gpumon = args.gpumon or str(Path(sys.executable).with_name("gpumon"))
+    sleepers = [subprocess.Popen(["sleep", "1000000"]) for _ in range(8)]
+    sock = f"gpumon-soak-{os.getpid()}"
+    env = [
+        "env",
+        "-i",
+        f"PATH={Path(gpumon).parent}:/usr/bin:/bin",
+        f"HOME={os.environ.get('HOME', '/root')}",
+        "LANG=C.UTF-8",
+        "TERM=$TERM",  # tmux's own, expanded by the pane's shell
+        f"PYTHONPATH={SHIM}",
+        "NVML_SHIM_PIDS=" + ",".join(str(s.pid) for s in sleepers),
+    ]
+    cmd = " ".join([*env, gpumon, "local", "--interval", f"{args.interval:g}"])
+    tmux = ["tmux", "-L", sock, "-f", "/dev/null"]
+    rows: list[dict[str, Any]] = []
+    out = open(args.out, "a", encoding="utf-8") if args.out else None  # noqa: SIM115
+    try:
+        subprocess.run(
+            [*tmux, "new-session", "-d", "-x", "120", "-y", "40", "-s", "m", f"exec {cmd}"],
+            check=True,
+        )
+        pid = int(
+            subprocess.run(
+                [*tmux, "display", "-p", "#{pane_pid}"], check=True, capture_output=True, text=True
+            ).stdout
+        )
+        began, hz = time.monotonic(), os.sysconf("SC_CLK_TCK")
+        time.sleep(args.warmup)  # start-up is not the steady state (the first sample is)
+        last_ticks: tuple[float, int, int] | None = None
+        n = 0
+        end_s = args.warmup + args.minutes * 60
+        while (elapsed := time.monotonic() - began) <= end_s + 1:
+            if not Path(f"/proc/{pid}").exists():
+                print(json.dumps({"error": f"dashboard {pid} exited at {elapsed:.0f} s"}))
+                return 1
+            agents = _descendants(pid)
+            mine = _status_kib(pid, "VmRSS", "VmHWM")
+            ticks = (_ticks(pid), sum(_ticks(a) for a in agents))
+            row: dict[str, Any] = {
+                "t_s": round(elapsed, 1),
+                "rss_mib": round(mine["VmRSS"] / 1024, 2),
+                "hwm_mib": round(mine["VmHWM"] / 1024, 2),
+                "agent_rss_mib": round(
+                    sum(_status_kib(a, "VmRSS")["VmRSS"] for a in agents) / 1024, 2
+                ),
+                "agents": len(agents),
+            }
+            if last_ticks is not None:  # CPU over the last sample window, % of one core
+                dt = elapsed - last_ticks[0]
+                row["cpu_pct"] = round(100 * (ticks[0] - last_ticks[1]) / hz / dt, 2)
+                row["agent_cpu_pct"] = round(100 * (ticks[1] - last_ticks[2]) / hz / dt, 2)
+            last_ticks = (elapsed, *ticks)
+            rows.append(row)
+            line = json.dumps(row)
+            print(line, flush=True)
+            if out:
+                out.write(line + "\n")
+                out.flush()
+            if n == 0 or end_s - elapsed < args.sample_every:
+                screen = subprocess.run(
+                    [*tmux, "capture-pane", "-p"], capture_output=True, text=True
+                ).stdout
+                print("\n".join(screen.splitlines()[:3]), flush=True)
+            n += 1
+            time.sleep(max(began + args.warmup + n * args.sample_every - time.monotonic(), 0))
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        for s in sleepers:
+            s.kill()
+            s.wait()
+        if out:
+            out.close()
+    print(local_summary(rows), flush=True)
+    return 0
+
+
+def local_summary(rows: list[dict[str, Any]]) -> str:
+    """The table of a local-tmux run: RSS at start, 10 min, end, max; slopes in MiB/h."""
+
+    t0 = rows[0]["t_s"]  # the first sample, after the warm-up
+
+    def at(minute: float) -> dict[str, Any]:
+        return min(rows, key=lambda r: abs(r["t_s"] - t0 - minute * 60))
+
+    def per_hour(key: str, since_s: float) -> str:
+        pts = [(r["t_s"] / 3600, r[key]) for r in rows if r["t_s"] - t0 >= since_s]
+        return f"{slope(pts):+.3f}" if len(pts) >= 3 else "n/a"
+
+    end = (rows[-1]["t_s"] - t0) / 60
+    lines = [
+        f"| {'':<16} | start | 10 min | end ({end:.0f} min) | max | slope all MiB/h "
+        "| slope after 10 min MiB/h |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, name in (
+        ("rss_mib", "dashboard VmRSS"),
+        ("hwm_mib", "dashboard VmHWM"),
+        ("agent_rss_mib", "agent RSS"),
+    ):
+        top = max(r[key] for r in rows)
+        lines.append(
+            f"| {name:<16} | {rows[0][key]:.1f} | {at(10)[key]:.1f} | {rows[-1][key]:.1f} "
+            f"| {top:.1f} | {per_hour(key, 0)} | {per_hour(key, 600)} |"
+        )
+    cpu = [r["cpu_pct"] for r in rows if "cpu_pct" in r]
+    agent = [r["agent_cpu_pct"] for r in rows if "agent_cpu_pct" in r]
+    if cpu:
+        lines.append(
+            f"CPU, % of one core, mean over the run: dashboard {sum(cpu) / len(cpu):.2f}, "
+            f"agent {sum(agent) / len(agent):.2f}"
+        )
+    return "\n".join(lines)
+
+
 # --- the driver ----------------------------------------------------------------------------
 
 
@@ -429,12 +589,19 @@ def main(argv: list[str] | None = None) -> int:
     for flag, default, text in numbers:
         p.add_argument(flag, type=float, default=default, help=f"{text} (default {default:g})")
     p.add_argument("--scenario", choices=["both", "training-oom", "sglang"], default="both")
-    p.add_argument("--part", choices=["both", "monitor", "dashboard"], default="both")
+    p.add_argument("--part", choices=["both", "monitor", "dashboard", "local-tmux"], default="both")
+    p.add_argument("--minutes", type=float, default=60.0, help="local-tmux: real minutes")
+    p.add_argument("--sample-every", type=float, default=30.0, help="local-tmux: seconds")
+    p.add_argument("--warmup", type=float, default=10.0, help="local-tmux: seconds before")
+    p.add_argument("--gpumon", help="local-tmux: the gpumon command (default: beside python)")
+    p.add_argument("--out", help="local-tmux: also append each sample to this JSONL file")
     p.add_argument("--jobs", type=int, default=2, help="processes at once (default 2)")
     p.add_argument("--child", nargs=2, metavar=("SCENARIO", "PART"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         return soak_one(args.child[0], args.child[1], args)
+    if args.part == "local-tmux":
+        return local_tmux(args)
     return drive(args)
 
 
