@@ -306,7 +306,7 @@ def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
         elapsed = now - SOAK_T0
         app = holder.get("app")
         if app is not None and elapsed % REDRAW_EVERY_S < interval:
-            app.refresh_dashboard()
+            app.dashboard.refresh_dashboard()  # the DashboardScreen draws
         if elapsed % 3600.0 < interval and elapsed > 0:
             settle()
             row = {"hour": round(elapsed / 3600), "rss_mib": round(rss_mib(), 2)}
@@ -319,10 +319,23 @@ def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
     monitor = HostMonitor(host, AgentSource(transport, reconnect=False), clock=day.clock)
     holder["monitor"] = monitor
 
+    async def until_done() -> None:
+        """Wait for the day's end, or fail with what ended the monitor's stream task
+        first (an exception there, in the bench's callbacks too, would otherwise leave
+        the loop idle forever: nothing reads the stream any more)."""
+        stream = monitor._task
+        assert stream is not None, "the monitor was not started"
+        finished = asyncio.ensure_future(done.wait())
+        await asyncio.wait({finished, stream}, return_when=asyncio.FIRST_COMPLETED)
+        if not finished.done():
+            finished.cancel()
+            error = stream.exception() if not stream.cancelled() else None
+            raise RuntimeError(f"the monitor's stream ended early: {error!r}") from error
+
     async def run_monitor() -> None:
         monitor.start()
         ready.set()
-        await done.wait()
+        await until_done()
         await monitor.stop()
 
     async def run_dashboard() -> None:
@@ -333,7 +346,7 @@ def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             ready.set()
-            await done.wait()
+            await until_done()
             await pilot.pause()
 
     try:
