@@ -3,6 +3,21 @@
     python bench/bench_soak.py [--hours 24] [--speed 0] [--interval 1] [--scrape-every 10]
                                [--scenario both|training-oom|sglang]
                                [--part both|monitor|dashboard] [--jobs 2]
+    python bench/bench_soak.py --part local-tmux [--minutes 60] [--interval 1]
+                               [--sample-every 30] [--warmup 10] [--out FILE.jsonl]
+                               [--trace DIR [--trace-every 300]] [--gpumon PATH]
+
+Part ``local-tmux`` is real time instead: ``gpumon local --interval N`` (by default the
+``gpumon`` beside this Python) runs in tmux at 120x40 over the shared NVML shim
+(``$GPUMON_NVML_SHIM``, default /work/shared/bench/nvml_shim; 8 simulated GPUs whose
+processes are 8 ``sleep`` PIDs this bench starts), as ``../shared/bench/side-by-side.sh``
+runs it. After ``--warmup`` s, every ``--sample-every`` s it prints the dashboard's VmRSS
+and VmHWM, the RSS of its agent (the pane process's descendants) and both CPUs, then a
+table: start, after 10 min, end, max and the least-squares slope in MiB/h over the run
+and after its first 10 minutes. ``--trace DIR`` runs the same dashboard inside this
+script under tracemalloc (it costs ~20 % of a core and its own memory: not a run to read
+RSS from) and prints what grew from the 10th minute to the end, by allocating line and
+traceback, and the gc's object counts by type.
 
 The simulated CT200 of ``gpumon demo`` drives a real ``HostMonitor`` (part ``monitor``) or a
 real ``GpumonApp`` with its monitor under Textual's headless driver (part ``dashboard``),
@@ -364,6 +379,7 @@ def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
 
 # --- part local-tmux: the real `gpumon local` in tmux, real time --------------------------
 
+TRACE_FRAMES = 6  # frames kept per allocation by the traced dashboard (--trace)
 SHIM = Path(os.environ.get("GPUMON_NVML_SHIM", "/work/shared/bench/nvml_shim"))
 
 
@@ -420,7 +436,12 @@ def local_tmux(args: argparse.Namespace) -> int:
         f"PYTHONPATH={SHIM}",
         "NVML_SHIM_PIDS=" + ",".join(str(s.pid) for s in sleepers),
     ]
-    cmd = " ".join([*env, gpumon, "local", "--interval", f"{args.interval:g}"])
+    gpumon_args = ["local", "--interval", f"{args.interval:g}"]
+    if args.trace:  # the same dashboard, in bench_soak's own interpreter under tracemalloc
+        Path(args.trace).mkdir(parents=True, exist_ok=True)
+        every = f"{args.trace_every:g}"
+        gpumon = f"{sys.executable} {Path(__file__).resolve()} --traced-gpumon {args.trace} {every}"
+    cmd = " ".join([*env, gpumon, *gpumon_args])
     tmux = ["tmux", "-L", sock, "-f", "/dev/null"]
     rows: list[dict[str, Any]] = []
     out = open(args.out, "a", encoding="utf-8") if args.out else None  # noqa: SIM115
@@ -481,7 +502,76 @@ def local_tmux(args: argparse.Namespace) -> int:
         if out:
             out.close()
     print(local_summary(rows), flush=True)
+    if args.trace:
+        print(trace_diff(Path(args.trace), since_s=args.warmup + 600), flush=True)
     return 0
+
+
+def traced_gpumon(where: str, every: float, argv: list[str]) -> int:
+    """``gpumon ARGV`` in this process under tracemalloc: every ``every`` seconds a
+    snapshot (``snap-SECONDS.tracemalloc``) and the gc's live objects counted by type
+    (``types-SECONDS.json``) land in ``where``, taken from a thread while the app runs."""
+    import threading
+    import tracemalloc
+    from collections import Counter
+
+    from gpumon.tui.cli import main as gpumon_main
+
+    out = Path(where)
+    tracemalloc.start(TRACE_FRAMES)
+    began = time.monotonic()
+
+    def probe() -> None:
+        n = 0
+        while True:
+            n += 1
+            time.sleep(max(began + n * every - time.monotonic(), 0))
+            gc.collect()
+            t = round(time.monotonic() - began)
+            tracemalloc.take_snapshot().dump(str(out / f"snap-{t:05d}.tracemalloc"))
+            types = Counter(
+                type(o).__module__ + "." + type(o).__qualname__ for o in gc.get_objects()
+            )
+            (out / f"types-{t:05d}.json").write_text(json.dumps(types))
+
+    threading.Thread(target=probe, name="soak probe", daemon=True).start()
+    return gpumon_main(argv)
+
+
+def trace_diff(where: Path, since_s: float, top: int = 15) -> str:
+    """What grew between the snapshot nearest ``since_s`` and the last: tracemalloc by
+    allocating line (this project's frames first) and gc object counts by type."""
+    import tracemalloc
+
+    snaps = sorted(where.glob("snap-*.tracemalloc"))
+    if len(snaps) < 2:
+        return f"trace: fewer than two snapshots in {where}"
+    first = min(snaps[:-1], key=lambda p: abs(int(p.stem.split("-")[1]) - since_s))
+    last = snaps[-1]
+    keep = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<*")]
+    a = tracemalloc.Snapshot.load(str(first)).filter_traces(keep)
+    b = tracemalloc.Snapshot.load(str(last)).filter_traces(keep)
+    t0, t1 = (int(p.stem.split("-")[1]) for p in (first, last))
+    total = sum(s.size for s in b.statistics("filename")) - sum(
+        s.size for s in a.statistics("filename")
+    )
+    lines = [f"traced heap {t0} s -> {t1} s: {total / 2**20:+.2f} MiB; top lines:"]
+    for stat in b.compare_to(a, "lineno")[:top]:
+        frame = stat.traceback[0]
+        lines.append(
+            f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  "
+            f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno}"
+        )
+    lines.append("by traceback, grouped from the allocating frame up (the top 5):")
+    for stat in b.compare_to(a, "traceback")[:5]:
+        lines.append(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks")
+        for frame in stat.traceback[:TRACE_FRAMES]:
+            lines.append(f"      {frame.filename.split('site-packages/')[-1]}:{frame.lineno}")
+    ta = json.loads((where / f"types-{t0:05d}.json").read_text())
+    tb = json.loads((where / f"types-{t1:05d}.json").read_text())
+    grown = sorted(((tb.get(k, 0) - ta.get(k, 0), k) for k in {*ta, *tb}), reverse=True)
+    lines.append("gc objects by type, change: " + ", ".join(f"{k} {d:+d}" for d, k in grown[:top]))
+    return "\n".join(lines)
 
 
 def local_summary(rows: list[dict[str, Any]]) -> str:
@@ -592,6 +682,9 @@ def drive(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--traced-gpumon"]:  # the dashboard of local-tmux --trace
+        return traced_gpumon(argv[1], float(argv[2]), argv[3:])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     numbers = (
         ("--hours", 24.0, "simulated hours"),
@@ -608,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=10.0, help="local-tmux: seconds before")
     p.add_argument("--gpumon", help="local-tmux: the gpumon command (default: beside python)")
     p.add_argument("--out", help="local-tmux: also append each sample to this JSONL file")
+    p.add_argument("--trace", help="local-tmux: tracemalloc the dashboard, snapshots in DIR")
+    p.add_argument("--trace-every", type=float, default=300.0, help="local-tmux: seconds")
     p.add_argument("--jobs", type=int, default=2, help="processes at once (default 2)")
     p.add_argument("--child", nargs=2, metavar=("SCENARIO", "PART"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
