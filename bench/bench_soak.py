@@ -67,7 +67,10 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typed, so mypy sees the bench's calls into the app (a renamed method)
+    from gpumon.tui.app import GpumonApp
 
 SOAK_T0 = 1795962720.0  # the simulator's DEFAULT_T0: 2026-11-29 14:32:00 UTC
 CYCLE_S = 600.0  # training-oom replays every 10 simulated minutes
@@ -315,24 +318,23 @@ def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
         host = replace(host, sglang=SglangConfig(PORTS, str(state / "sglang-*.log"), False))
     done, ready = asyncio.Event(), asyncio.Event()
     began = time.monotonic()
-    holder: dict[str, Any] = {}
+    apps: list[GpumonApp] = []  # the dashboard part's app, once made
 
     def on_round(now: float) -> None:
         elapsed = now - SOAK_T0
-        app = holder.get("app")
+        app = apps[0] if apps else None
         if app is not None and elapsed % REDRAW_EVERY_S < interval:
             app.dashboard.refresh_dashboard()  # the DashboardScreen draws
         if elapsed % 3600.0 < interval and elapsed > 0:
             settle()
             row = {"hour": round(elapsed / 3600), "rss_mib": round(rss_mib(), 2)}
             row["wall_s"] = round(time.monotonic() - began, 1)
-            print(json.dumps({**row, **census(holder["monitor"], app)}), flush=True)
+            print(json.dumps({**row, **census(monitor, app)}), flush=True)
         if now + interval > day.end:
             done.set()
 
     transport = soak_transport(host, day, speed, on_round, ready)
     monitor = HostMonitor(host, AgentSource(transport, reconnect=False), clock=day.clock)
-    holder["monitor"] = monitor
 
     async def until_done() -> None:
         """Wait for the day's end, or fail with what ended the monitor's stream task
@@ -357,7 +359,7 @@ def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
         from gpumon.tui.app import GpumonApp
 
         app = GpumonApp([monitor], bell=False)
-        holder["app"] = app
+        apps.append(app)
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             ready.set()
