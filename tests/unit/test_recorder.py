@@ -25,6 +25,7 @@ from gpumon.backends.recording import (
     sample_from_json,
     sample_to_json,
 )
+from gpumon.backends.recording.recorder import CHUNK_SAMPLES
 
 NVIDIA = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
 T0 = 1_800_000_000.0
@@ -222,6 +223,44 @@ def test_memory_stays_bounded_for_30_minutes_of_8_gpus() -> None:
     for k in range(5000):  # 10 Hz
         fast.record(host_sample(T0 + k / 10))
     assert len(fast) == 1000
+
+
+def varied(t: float) -> HostSample:
+    """A sample whose values move with ``t`` (every line differs, as live ones do)."""
+    k = int(t - T0)
+    gpus = tuple(
+        dataclasses.replace(g, temperature_c=30 + (k * 7 + i) % 50, utilization_pct=(k + i) % 101)
+        for i, g in enumerate(GPUS)
+    )
+    return host_sample(t, gpus)
+
+
+def test_compressed_chunks_give_back_every_kept_sample_exactly(tmp_path: Path) -> None:
+    """Samples are kept as zlib chunks of CHUNK_SAMPLES lines: the recording still holds
+    exactly the kept samples in order (the oldest chunk trimmed mid-way, the newest lines
+    not yet compressed), and they take a fraction of their JSON's size."""
+    rec = FlightRecorder("ct200", clock=Clock(), before_s=1800.0, directory=tmp_path)
+    n = 3600 + CHUNK_SAMPLES // 2  # the last half chunk stays uncompressed
+    for k in range(n):
+        rec.record(varied(T0 + k))
+    kept = [T0 + k for k in range(n - 1801, n)]  # 30 minutes, both ends
+    assert len(rec) == 1801 and (n - 1801) % CHUNK_SAMPLES != 0  # trimmed inside a chunk
+    raw = sum(len(json.dumps(sample_to_json(varied(t)), separators=(",", ":"))) for t in kept)
+    assert rec.memory_bytes() < raw / 5
+    rec.on_alert(critical(kept[-1]))  # the window: 30 min before, so every kept sample
+    path = rec.flush_now()
+    assert path is not None
+    got = load_recording(path)
+    assert [s.time for s in got.samples] == kept
+    assert got.samples == [varied(t) for t in kept]
+    few = FlightRecorder("ct200", clock=Clock(), max_samples=100, before_s=1800.0)
+    few.directory = tmp_path / "few"
+    for k in range(n):  # max_samples drops samples still inside the window's 30 minutes
+        few.record(varied(T0 + k))
+    few.on_alert(critical(T0 + n - 1))
+    path = few.flush_now()
+    assert path is not None and len(few) == 100
+    assert [s.time for s in load_recording(path).samples] == kept[-100:]
 
 
 def test_a_write_failure_is_reported_not_raised(tmp_path: Path) -> None:
