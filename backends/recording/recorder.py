@@ -27,7 +27,9 @@ File format (one JSON object per line):
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import itertools
 import json
 import logging
 import re
@@ -35,7 +37,7 @@ import time
 import zlib
 from array import array
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -252,18 +254,17 @@ class FlightRecorder:
             self._chunks.popleft()
             self._skip = 0
 
-    def _sample_lines(self, start: float, end: float) -> list[str]:
-        """The kept sample lines with ``start <= time <= end``, oldest first (only the
-        chunks that hold one are decompressed)."""
-        out: list[str] = []
+    def _sample_lines(self, start: float, end: float) -> Iterator[list[str]]:
+        """The kept sample lines with ``start <= time <= end``, oldest first, a chunk's at
+        a time (only the chunks that hold one are decompressed, one at a time)."""
         for i, chunk in enumerate(self._chunks):
             first = self._skip if i == 0 else 0
             times = chunk.times[first:]
             if any(start <= t <= end for t in times):
                 lines = chunk.lines()[first:]
-                out += [line for t, line in zip(times, lines, strict=True) if start <= t <= end]
+                yield [line for t, line in zip(times, lines, strict=True) if start <= t <= end]
         pairs = zip(self._open_times, self._open_lines, strict=True)
-        return out + [line for t, line in pairs if start <= t <= end]
+        yield [line for t, line in pairs if start <= t <= end]
 
     def record_log(
         self, tag: str, path: str, lines: Sequence[str], at: float, *, backlog: bool = False
@@ -337,21 +338,29 @@ class FlightRecorder:
             "process_fields": list(PROCESS_FIELDS),
             "jobs": self.jobs,
         }
-        lines = [_dumps(header)]
-        lines += self._sample_lines(start, end)
-        lines += [_dumps(_alert_json(a)) for t, a in self._alerts if start <= t <= end]
-        lines += self._log_lines(start, end)
+        parts = itertools.chain(
+            [[_dumps(header)]],
+            self._sample_lines(start, end),  # lazily: one chunk's lines at a time
+            [[_dumps(_alert_json(a)) for t, a in self._alerts if start <= t <= end]],
+            [self._log_lines(start, end)],
+        )
         began = time.perf_counter()
         path = pending.path
+        tmp = path.with_name(f".{path.name}.tmp")
         try:
-            data = gzip.compress(("\n".join(lines) + "\n").encode(), _COMPRESS_LEVEL, mtime=0)
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_bytes(data)
+            # A part at a time: the window's text never exists whole (a 10-minute window
+            # of 8 GPUs is ~2.6 MB of JSON, which the dashboard's RSS would keep).
+            with gzip.GzipFile(tmp, "wb", _COMPRESS_LEVEL, mtime=0) as out:
+                for part in parts:
+                    if part:
+                        out.write(("\n".join(part) + "\n").encode())
             tmp.replace(path)
         except OSError as e:
             self.last_error = f"cannot write {path}: {e.strerror or e}"
             log.warning("%s: %s", self.host, self.last_error)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             return None
         self.last_write_s = time.perf_counter() - began
         self.written = [*self.written[-(WRITTEN_MAX - 1) :], path]
