@@ -3,6 +3,21 @@
     python bench/bench_soak.py [--hours 24] [--speed 0] [--interval 1] [--scrape-every 10]
                                [--scenario both|training-oom|sglang]
                                [--part both|monitor|dashboard] [--jobs 2]
+    python bench/bench_soak.py --part local-tmux [--minutes 60] [--interval 1]
+                               [--sample-every 30] [--warmup 10] [--out FILE.jsonl]
+                               [--trace DIR [--trace-every 300]] [--gpumon PATH]
+
+Part ``local-tmux`` is real time instead: ``gpumon local --interval N`` (by default the
+``gpumon`` beside this Python) runs in tmux at 120x40 over the shared NVML shim
+(``$GPUMON_NVML_SHIM``, default /work/shared/bench/nvml_shim; 8 simulated GPUs whose
+processes are 8 ``sleep`` PIDs this bench starts), as ``../shared/bench/side-by-side.sh``
+runs it. After ``--warmup`` s, every ``--sample-every`` s it prints the dashboard's VmRSS
+and VmHWM, the RSS of its agent (the pane process's descendants) and both CPUs, then a
+table: start, after 10 min, end, max and the least-squares slope in MiB/h over the run
+and after its first 10 minutes. ``--trace DIR`` runs the same dashboard inside this
+script under tracemalloc (it costs ~20 % of a core and its own memory: not a run to read
+RSS from) and prints what grew from the 10th minute to the end, by allocating line and
+traceback, and the gc's object counts by type.
 
 The simulated CT200 of ``gpumon demo`` drives a real ``HostMonitor`` (part ``monitor``) or a
 real ``GpumonApp`` with its monitor under Textual's headless driver (part ``dashboard``),
@@ -52,7 +67,10 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typed, so mypy sees the bench's calls into the app (a renamed method)
+    from gpumon.tui.app import GpumonApp
 
 SOAK_T0 = 1795962720.0  # the simulator's DEFAULT_T0: 2026-11-29 14:32:00 UTC
 CYCLE_S = 600.0  # training-oom replays every 10 simulated minutes
@@ -300,40 +318,52 @@ def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
         host = replace(host, sglang=SglangConfig(PORTS, str(state / "sglang-*.log"), False))
     done, ready = asyncio.Event(), asyncio.Event()
     began = time.monotonic()
-    holder: dict[str, Any] = {}
+    apps: list[GpumonApp] = []  # the dashboard part's app, once made
 
     def on_round(now: float) -> None:
         elapsed = now - SOAK_T0
-        app = holder.get("app")
+        app = apps[0] if apps else None
         if app is not None and elapsed % REDRAW_EVERY_S < interval:
-            app.refresh_dashboard()
+            app.dashboard.refresh_dashboard()  # the DashboardScreen draws
         if elapsed % 3600.0 < interval and elapsed > 0:
             settle()
             row = {"hour": round(elapsed / 3600), "rss_mib": round(rss_mib(), 2)}
             row["wall_s"] = round(time.monotonic() - began, 1)
-            print(json.dumps({**row, **census(holder["monitor"], app)}), flush=True)
+            print(json.dumps({**row, **census(monitor, app)}), flush=True)
         if now + interval > day.end:
             done.set()
 
     transport = soak_transport(host, day, speed, on_round, ready)
     monitor = HostMonitor(host, AgentSource(transport, reconnect=False), clock=day.clock)
-    holder["monitor"] = monitor
+
+    async def until_done() -> None:
+        """Wait for the day's end, or fail with what ended the monitor's stream task
+        first (an exception there, in the bench's callbacks too, would otherwise leave
+        the loop idle forever: nothing reads the stream any more)."""
+        stream = monitor._task
+        assert stream is not None, "the monitor was not started"
+        finished = asyncio.ensure_future(done.wait())
+        await asyncio.wait({finished, stream}, return_when=asyncio.FIRST_COMPLETED)
+        if not finished.done():
+            finished.cancel()
+            error = stream.exception() if not stream.cancelled() else None
+            raise RuntimeError(f"the monitor's stream ended early: {error!r}") from error
 
     async def run_monitor() -> None:
         monitor.start()
         ready.set()
-        await done.wait()
+        await until_done()
         await monitor.stop()
 
     async def run_dashboard() -> None:
         from gpumon.tui.app import GpumonApp
 
         app = GpumonApp([monitor], bell=False)
-        holder["app"] = app
+        apps.append(app)
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             ready.set()
-            await done.wait()
+            await until_done()
             await pilot.pause()
 
     try:
@@ -347,6 +377,241 @@ def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0
+
+
+# --- part local-tmux: the real `gpumon local` in tmux, real time --------------------------
+
+TRACE_FRAMES = 6  # frames kept per allocation by the traced dashboard (--trace)
+SHIM = Path(os.environ.get("GPUMON_NVML_SHIM", "/work/shared/bench/nvml_shim"))
+
+
+def _status_kib(pid: int, *keys: str) -> dict[str, int]:
+    """``VmRSS``/``VmHWM``... of one process from /proc/PID/status, in KiB (0 when gone)."""
+    out = dict.fromkeys(keys, 0)
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            key = line.split(":", 1)[0]
+            if key in out:
+                out[key] = int(line.split()[1])
+    return out
+
+
+def _ticks(pid: int) -> int:
+    """utime + stime of one process, in clock ticks (0 when gone)."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (the dashboard's agent and whatever it starts)."""
+    found, frontier = [], [pid]
+    while frontier:
+        kids = []
+        for p in frontier:
+            for task in Path(f"/proc/{p}/task").glob("*"):
+                with contextlib.suppress(OSError):
+                    kids += [int(k) for k in (task / "children").read_text().split()]
+        found += kids
+        frontier = kids
+    return found
+
+
+def local_tmux(args: argparse.Namespace) -> int:
+    """``gpumon local --interval N`` in tmux at 120x40 over the NVML shim for ``--minutes``
+    of real time; every ``--sample-every`` s the dashboard's VmRSS and VmHWM and the RSS of
+    its agent (its descendants). Prints one JSON line per sample, then the summary: start,
+    after 10 min, end, max, least-squares slope over the whole run and after the first
+    10 minutes."""
+    gpumon = args.gpumon or str(Path(sys.executable).with_name("gpumon"))
+    sleepers = [subprocess.Popen(["sleep", "1000000"]) for _ in range(8)]
+    sock = f"gpumon-soak-{os.getpid()}"
+    env = [
+        "env",
+        "-i",
+        f"PATH={Path(gpumon).parent}:/usr/bin:/bin",
+        f"HOME={os.environ.get('HOME', '/root')}",
+        "LANG=C.UTF-8",
+        "TERM=$TERM",  # tmux's own, expanded by the pane's shell
+        f"PYTHONPATH={SHIM}",
+        "NVML_SHIM_PIDS=" + ",".join(str(s.pid) for s in sleepers),
+    ]
+    gpumon_args = ["local", "--interval", f"{args.interval:g}"]
+    if args.trace:  # the same dashboard, in bench_soak's own interpreter under tracemalloc
+        Path(args.trace).mkdir(parents=True, exist_ok=True)
+        every = f"{args.trace_every:g}"
+        gpumon = f"{sys.executable} {Path(__file__).resolve()} --traced-gpumon {args.trace} {every}"
+    cmd = " ".join([*env, gpumon, *gpumon_args])
+    tmux = ["tmux", "-L", sock, "-f", "/dev/null"]
+    rows: list[dict[str, Any]] = []
+    out = open(args.out, "a", encoding="utf-8") if args.out else None  # noqa: SIM115
+    try:
+        subprocess.run(
+            [*tmux, "new-session", "-d", "-x", "120", "-y", "40", "-s", "m", f"exec {cmd}"],
+            check=True,
+        )
+        pid = int(
+            subprocess.run(
+                [*tmux, "display", "-p", "#{pane_pid}"], check=True, capture_output=True, text=True
+            ).stdout
+        )
+        began, hz = time.monotonic(), os.sysconf("SC_CLK_TCK")
+        time.sleep(args.warmup)  # start-up is not the steady state (the first sample is)
+        last_ticks: tuple[float, int, int] | None = None
+        n = 0
+        end_s = args.warmup + args.minutes * 60
+        while (elapsed := time.monotonic() - began) <= end_s + 1:
+            if not Path(f"/proc/{pid}").exists():
+                print(json.dumps({"error": f"dashboard {pid} exited at {elapsed:.0f} s"}))
+                return 1
+            agents = _descendants(pid)
+            mine = _status_kib(pid, "VmRSS", "VmHWM")
+            ticks = (_ticks(pid), sum(_ticks(a) for a in agents))
+            row: dict[str, Any] = {
+                "t_s": round(elapsed, 1),
+                "rss_mib": round(mine["VmRSS"] / 1024, 2),
+                "hwm_mib": round(mine["VmHWM"] / 1024, 2),
+                "agent_rss_mib": round(
+                    sum(_status_kib(a, "VmRSS")["VmRSS"] for a in agents) / 1024, 2
+                ),
+                "agents": len(agents),
+            }
+            if last_ticks is not None:  # CPU over the last sample window, % of one core
+                dt = elapsed - last_ticks[0]
+                row["cpu_pct"] = round(100 * (ticks[0] - last_ticks[1]) / hz / dt, 2)
+                row["agent_cpu_pct"] = round(100 * (ticks[1] - last_ticks[2]) / hz / dt, 2)
+            last_ticks = (elapsed, *ticks)
+            rows.append(row)
+            line = json.dumps(row)
+            print(line, flush=True)
+            if out:
+                out.write(line + "\n")
+                out.flush()
+            if n == 0 or end_s - elapsed < args.sample_every:
+                screen = subprocess.run(
+                    [*tmux, "capture-pane", "-p"], capture_output=True, text=True
+                ).stdout
+                print("\n".join(screen.splitlines()[:3]), flush=True)
+            n += 1
+            time.sleep(max(began + args.warmup + n * args.sample_every - time.monotonic(), 0))
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        for s in sleepers:
+            s.kill()
+            s.wait()
+        if out:
+            out.close()
+    print(local_summary(rows), flush=True)
+    if args.trace:
+        print(trace_diff(Path(args.trace), since_s=args.warmup + 600), flush=True)
+    return 0
+
+
+def traced_gpumon(where: str, every: float, argv: list[str]) -> int:
+    """``gpumon ARGV`` in this process under tracemalloc: every ``every`` seconds a
+    snapshot (``snap-SECONDS.tracemalloc``) and the gc's live objects counted by type
+    (``types-SECONDS.json``) land in ``where``, taken from a thread while the app runs."""
+    import threading
+    import tracemalloc
+    from collections import Counter
+
+    from gpumon.tui.cli import main as gpumon_main
+
+    out = Path(where)
+    tracemalloc.start(TRACE_FRAMES)
+    began = time.monotonic()
+
+    def probe() -> None:
+        n = 0
+        while True:
+            n += 1
+            time.sleep(max(began + n * every - time.monotonic(), 0))
+            gc.collect()
+            t = round(time.monotonic() - began)
+            tracemalloc.take_snapshot().dump(str(out / f"snap-{t:05d}.tracemalloc"))
+            types = Counter(
+                type(o).__module__ + "." + type(o).__qualname__ for o in gc.get_objects()
+            )
+            (out / f"types-{t:05d}.json").write_text(json.dumps(types))
+
+    threading.Thread(target=probe, name="soak probe", daemon=True).start()
+    return gpumon_main(argv)
+
+
+def trace_diff(where: Path, since_s: float, top: int = 15) -> str:
+    """What grew between the snapshot nearest ``since_s`` and the last: tracemalloc by
+    allocating line (this project's frames first) and gc object counts by type."""
+    import tracemalloc
+
+    snaps = sorted(where.glob("snap-*.tracemalloc"))
+    if len(snaps) < 2:
+        return f"trace: fewer than two snapshots in {where}"
+    first = min(snaps[:-1], key=lambda p: abs(int(p.stem.split("-")[1]) - since_s))
+    last = snaps[-1]
+    keep = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<*")]
+    a = tracemalloc.Snapshot.load(str(first)).filter_traces(keep)
+    b = tracemalloc.Snapshot.load(str(last)).filter_traces(keep)
+    t0, t1 = (int(p.stem.split("-")[1]) for p in (first, last))
+    total = sum(s.size for s in b.statistics("filename")) - sum(
+        s.size for s in a.statistics("filename")
+    )
+    lines = [f"traced heap {t0} s -> {t1} s: {total / 2**20:+.2f} MiB; top lines:"]
+    for stat in b.compare_to(a, "lineno")[:top]:
+        frame = stat.traceback[0]
+        lines.append(
+            f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  "
+            f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno}"
+        )
+    lines.append("by traceback, grouped from the allocating frame up (the top 5):")
+    for stat in b.compare_to(a, "traceback")[:5]:
+        lines.append(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks")
+        for frame in stat.traceback[:TRACE_FRAMES]:
+            lines.append(f"      {frame.filename.split('site-packages/')[-1]}:{frame.lineno}")
+    ta = json.loads((where / f"types-{t0:05d}.json").read_text())
+    tb = json.loads((where / f"types-{t1:05d}.json").read_text())
+    grown = sorted(((tb.get(k, 0) - ta.get(k, 0), k) for k in {*ta, *tb}), reverse=True)
+    lines.append("gc objects by type, change: " + ", ".join(f"{k} {d:+d}" for d, k in grown[:top]))
+    return "\n".join(lines)
+
+
+def local_summary(rows: list[dict[str, Any]]) -> str:
+    """The table of a local-tmux run: RSS at start, 10 min, end, max; slopes in MiB/h."""
+
+    t0 = rows[0]["t_s"]  # the first sample, after the warm-up
+
+    def at(minute: float) -> dict[str, Any]:
+        return min(rows, key=lambda r: abs(r["t_s"] - t0 - minute * 60))
+
+    def per_hour(key: str, since_s: float) -> str:
+        pts = [(r["t_s"] / 3600, r[key]) for r in rows if r["t_s"] - t0 >= since_s]
+        return f"{slope(pts):+.3f}" if len(pts) >= 3 else "n/a"
+
+    end = (rows[-1]["t_s"] - t0) / 60
+    lines = [
+        f"| {'':<16} | start | 10 min | end ({end:.0f} min) | max | slope all MiB/h "
+        "| slope after 10 min MiB/h |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, name in (
+        ("rss_mib", "dashboard VmRSS"),
+        ("hwm_mib", "dashboard VmHWM"),
+        ("agent_rss_mib", "agent RSS"),
+    ):
+        top = max(r[key] for r in rows)
+        lines.append(
+            f"| {name:<16} | {rows[0][key]:.1f} | {at(10)[key]:.1f} | {rows[-1][key]:.1f} "
+            f"| {top:.1f} | {per_hour(key, 0)} | {per_hour(key, 600)} |"
+        )
+    cpu = [r["cpu_pct"] for r in rows if "cpu_pct" in r]
+    agent = [r["agent_cpu_pct"] for r in rows if "agent_cpu_pct" in r]
+    if cpu:
+        lines.append(
+            f"CPU, % of one core, mean over the run: dashboard {sum(cpu) / len(cpu):.2f}, "
+            f"agent {sum(agent) / len(agent):.2f}"
+        )
+    return "\n".join(lines)
 
 
 # --- the driver ----------------------------------------------------------------------------
@@ -419,6 +684,9 @@ def drive(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--traced-gpumon"]:  # the dashboard of local-tmux --trace
+        return traced_gpumon(argv[1], float(argv[2]), argv[3:])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     numbers = (
         ("--hours", 24.0, "simulated hours"),
@@ -429,12 +697,21 @@ def main(argv: list[str] | None = None) -> int:
     for flag, default, text in numbers:
         p.add_argument(flag, type=float, default=default, help=f"{text} (default {default:g})")
     p.add_argument("--scenario", choices=["both", "training-oom", "sglang"], default="both")
-    p.add_argument("--part", choices=["both", "monitor", "dashboard"], default="both")
+    p.add_argument("--part", choices=["both", "monitor", "dashboard", "local-tmux"], default="both")
+    p.add_argument("--minutes", type=float, default=60.0, help="local-tmux: real minutes")
+    p.add_argument("--sample-every", type=float, default=30.0, help="local-tmux: seconds")
+    p.add_argument("--warmup", type=float, default=10.0, help="local-tmux: seconds before")
+    p.add_argument("--gpumon", help="local-tmux: the gpumon command (default: beside python)")
+    p.add_argument("--out", help="local-tmux: also append each sample to this JSONL file")
+    p.add_argument("--trace", help="local-tmux: tracemalloc the dashboard, snapshots in DIR")
+    p.add_argument("--trace-every", type=float, default=300.0, help="local-tmux: seconds")
     p.add_argument("--jobs", type=int, default=2, help="processes at once (default 2)")
     p.add_argument("--child", nargs=2, metavar=("SCENARIO", "PART"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         return soak_one(args.child[0], args.child[1], args)
+    if args.part == "local-tmux":
+        return local_tmux(args)
     return drive(args)
 
 

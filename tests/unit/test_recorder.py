@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from gpumon.backends.recording import (
     sample_from_json,
     sample_to_json,
 )
+from gpumon.backends.recording.recorder import CHUNK_SAMPLES
 
 NVIDIA = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
 T0 = 1_800_000_000.0
@@ -222,6 +224,65 @@ def test_memory_stays_bounded_for_30_minutes_of_8_gpus() -> None:
     for k in range(5000):  # 10 Hz
         fast.record(host_sample(T0 + k / 10))
     assert len(fast) == 1000
+
+
+def varied(t: float) -> HostSample:
+    """A sample whose values move with ``t`` (every line differs, as live ones do)."""
+    k = int(t - T0)
+    gpus = tuple(
+        dataclasses.replace(g, temperature_c=30 + (k * 7 + i) % 50, utilization_pct=(k + i) % 101)
+        for i, g in enumerate(GPUS)
+    )
+    return host_sample(t, gpus)
+
+
+def test_compressed_chunks_give_back_every_kept_sample_exactly(tmp_path: Path) -> None:
+    """Samples are kept as zlib chunks of CHUNK_SAMPLES lines: the recording still holds
+    exactly the kept samples in order (the oldest chunk trimmed mid-way, the newest lines
+    not yet compressed), and they take a fraction of their JSON's size."""
+    rec = FlightRecorder("ct200", clock=Clock(), before_s=1800.0, directory=tmp_path)
+    n = 3600 + CHUNK_SAMPLES // 2  # the last half chunk stays uncompressed
+    for k in range(n):
+        rec.record(varied(T0 + k))
+    kept = [T0 + k for k in range(n - 1801, n)]  # 30 minutes, both ends
+    assert len(rec) == 1801 and (n - 1801) % CHUNK_SAMPLES != 0  # trimmed inside a chunk
+    raw = sum(len(json.dumps(sample_to_json(varied(t)), separators=(",", ":"))) for t in kept)
+    assert rec.memory_bytes() < raw / 5
+    rec.on_alert(critical(kept[-1]))  # the window: 30 min before, so every kept sample
+    path = rec.flush_now()
+    assert path is not None
+    got = load_recording(path)
+    assert [s.time for s in got.samples] == kept
+    assert got.samples == [varied(t) for t in kept]
+    few = FlightRecorder("ct200", clock=Clock(), max_samples=100, before_s=1800.0)
+    few.directory = tmp_path / "few"
+    for k in range(n):  # max_samples drops samples still inside the window's 30 minutes
+        few.record(varied(T0 + k))
+    few.on_alert(critical(T0 + n - 1))
+    path = few.flush_now()
+    assert path is not None and len(few) == 100
+    assert [s.time for s in load_recording(path).samples] == kept[-100:]
+
+
+def test_a_recording_is_written_a_chunk_at_a_time(tmp_path: Path) -> None:
+    """Writing a window never holds its whole text: the peak of Python memory while
+    writing stays under the window's JSON size (~0.5x: one chunk's lines at a time;
+    joined and encoded whole it was ~3x, a step in the dashboard's RSS per incident)."""
+    rec = FlightRecorder("ct200", clock=Clock(), directory=tmp_path)
+    for k in range(1800):
+        rec.record(varied(T0 + k))
+    alert_at = T0 + 1799
+    rec.on_alert(critical(alert_at))
+    window = [T0 + k for k in range(1199, 1800)]  # 10 minutes before; none after yet
+    raw = sum(len(json.dumps(sample_to_json(varied(t)), separators=(",", ":"))) for t in window)
+    tracemalloc.start()
+    try:
+        path = rec.flush_now()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert path is not None and len(load_recording(path).samples) == len(window)
+    assert peak < raw, (peak, raw)  # whole, the text and its bytes were ~3x raw at peak
 
 
 def test_a_write_failure_is_reported_not_raised(tmp_path: Path) -> None:
