@@ -276,10 +276,7 @@ def _append_shared(series: deque[float | None], value: float | None) -> None:
     memory."""
     if value is not None:
         last = series[-1] if series else None
-        if last is not None and last == value:
-            value = last
-        else:
-            value = _WHOLE.get(value, value)
+        value = last if last is not None and last == value else _WHOLE.get(value, value)
     series.append(value)
 
 
