@@ -19,6 +19,7 @@ from textual.message import Message
 
 from gpumon.tui.views import Cell, Palette, Role
 from gpumon.tui.widgets.sparkline import spark_rows
+from gpumon.tui.widgets.text_line import Line
 from gpumon.tui.widgets.view_widget import ViewWidget
 
 MIN_SPARK = 8
@@ -112,16 +113,21 @@ def fit_columns(
 
 def render_pane(view: PaneView, columns: Sequence[Column], width: int) -> Text:
     """The pane's lines as one Text (pure: for tests and the bench too)."""
+    return Text("\n").join(pane_lines(view, columns, width))
+
+
+def pane_lines(view: PaneView, columns: Sequence[Column], width: int) -> list[Text]:
+    """The pane's lines, the title line first."""
     pal = view.palette
     kept, spark_w = fit_columns(columns, view.rows, width)
     lines = [_title_line(view, kept, spark_w, Style(color=pal.na, bold=True))]
     cursor_style = pal.cursor_style
     for n, row in enumerate(view.rows):
-        line = _row_line(row, kept, spark_w, view, pal)
+        line = _row_line(row, kept, spark_w, view, pal).text()
         if n == view.cursor:
             line.stylize(cursor_style)
         lines.append(line)
-    return Text("\n").join(lines)
+    return lines
 
 
 def _title_line(view: PaneView, kept: list[tuple[Column, int]], spark_w: int, style: Style) -> Text:
@@ -143,27 +149,31 @@ def _title_line(view: PaneView, kept: list[tuple[Column, int]], spark_w: int, st
 
 def _row_line(
     row: PaneRow, kept: list[tuple[Column, int]], spark_w: int, view: PaneView, pal: Palette
-) -> Text:
-    line = Text(no_wrap=True)
+) -> Line:
+    line = Line()  # eight server lines a second: parts and spans, one Text at the end
     bold = Style(bold=True) if row.bold else Style.null()
+    cells = dict(row.cells)
     for i, (col, w) in enumerate(kept):
         if i:
-            line.append(" ")
+            line.add(" ")
         if row.error is not None and i == 2:
             rest = sum(cw + 1 for _, cw in kept[2:]) - 1
-            line.append(_fit(row.error.text, rest, True), pal.text(row.error.role))
+            line.add(_fit(row.error.text, rest, True), pal.text(row.error.role))
             break
-        cell = row.cell(col.key) or Cell("")
+        cell = cells.get(col.key) or _EMPTY
         style = pal.text(cell.role, stale=view.stale)
-        line.append(_fit(cell.text, w, col.left), style + bold)
+        line.add(_fit(cell.text, w, col.left), style + bold)
     if spark_w:
-        line.append(" ")
+        line.add(" ")
         shown = row.spark[-spark_w:]
         values: list[float | None] = [None] * (spark_w - len(shown))
         values += shown
         fill = pal.fill(Role.NA if view.stale else Role.NORMAL)
-        line.append_text(spark_rows(values, 0.0, row.spark_max, 1, [fill] * spark_w)[0])
+        line.add_text(spark_rows(values, 0.0, row.spark_max, 1, [fill] * spark_w)[0])
     return line
+
+
+_EMPTY = Cell("")
 
 
 def _fit(text: str, width: int, left: bool) -> str:
@@ -201,6 +211,9 @@ class WorkloadPane(ViewWidget[PaneView]):
 
     def render_view(self, view: PaneView, width: int) -> Text:
         return render_pane(view, self.COLUMNS, width) if view.rows else Text()
+
+    def render_view_lines(self, view: PaneView, width: int) -> list[Text]:
+        return pane_lines(view, self.COLUMNS, width) if view.rows else [Text()]
 
     def on_click(self, event: Click) -> None:
         if self.view is not None and 1 <= event.y <= len(self.view.rows):
