@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 COMMANDS = ("snapshot", "check", "config", "restart", "replay", "fleet")
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
-RATE_WAIT_S = 10.0  # how long snapshot/check wait for throughput rates (two observations)
+RATE_WAIT_S = 10.0  # how long snapshot/check wait for throughput rates (2 s of scrapes at least)
 CHECK_WINDOW_S = 5.0  # how long check watches: trends and silences need more than one sample
 INTERVAL_RANGE = (0.1, 3600.0)  # seconds, as the config's `interval`
 HOW_TO_START = (
