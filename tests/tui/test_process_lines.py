@@ -15,6 +15,7 @@ from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widget import Widget
 
+from gpumon.backends.model import GpuProcess
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.sim.scenario import JUPYTER_PID
 from gpumon.tui.app import GpumonApp
@@ -25,6 +26,11 @@ from gpumon.tui.views.process_cells import process_key
 
 Wait = Callable[..., Awaitable[None]]
 GPU = 6
+
+
+def _key(process: GpuProcess | None) -> object:
+    """Who the process is (its memory and CPU move between two process lists)."""
+    return None if process is None else process_key(process)
 
 
 def shown(widget: Widget) -> str:
@@ -143,7 +149,7 @@ async def test_gpu_row_keys_act_on_the_row_and_enter_keeps_the_process_selected(
         await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="restart dialog")
         await pilot.press("escape")
         await wait(pilot, lambda: app.screen is d, what="cancelled")
-        assert d.selected_process() == chosen  # still on its line
+        assert _key(d.selected_process()) == process_key(chosen)  # still on its line
 
         await pilot.press("enter")  # the detail view of GPU 6, that process selected
         await wait(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail view")
@@ -158,12 +164,12 @@ async def test_gpu_row_keys_act_on_the_row_and_enter_keeps_the_process_selected(
 
         first, last = d.row_processes(0, GPU)
         await pilot.press("up")  # from GPU 7 onto GPU 6's last process line
-        assert d.cursor == (0, GPU) and d.selected_process() == last
+        assert d.cursor == (0, GPU) and _key(d.selected_process()) == process_key(last)
         row = d.sections[0].rows[GPU]
         view = row.view
         assert view is not None
         assert await pilot.click(row, offset=(10, view.lines - 2))  # a click selects a line
-        assert d.cursor == (0, GPU) and d.selected_process() == first
+        assert d.cursor == (0, GPU) and _key(d.selected_process()) == process_key(first)
         await pilot.pause(0.6)  # not a double click (that opens the detail view)
         assert await pilot.click(row, offset=(10, 0))  # and on the row itself, the row
         assert d.cursor == (0, GPU) and d.process_cursor is None and app.screen is d
