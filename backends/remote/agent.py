@@ -732,14 +732,14 @@ class Agent:
                 raise rows  # said by spawn, and the loop runs again
             if done and isinstance(rows, list):
                 self.out.send(protocol.Procs(time.time(), rows, memory))
-                driver = {r.split(",", 1)[0].strip() for r in rows}
+                driver = row_pids(rows)
         else:
             argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
             code, text = run_once([*argv, "--format=csv,noheader,nounits"])
             if code == 0:
                 rows = [ln for ln in text.splitlines() if ln.strip()]
                 self.out.send(protocol.Procs(time.time(), rows))
-                driver = {r.split(",", 1)[0].strip() for r in rows}
+                driver = row_pids(rows)
         self.send_device_users(driver)
 
     def send_device_users(self, driver: set[str] | None = None) -> None:
@@ -1097,6 +1097,11 @@ def _nvml_field(
 
 def _watts(mw: int) -> str:
     return f"{mw / 1000:.2f}"
+
+
+def row_pids(rows: Sequence[str]) -> set[str]:
+    """The PID cells of compute-process rows (``pid, ...``, as both sources write them)."""
+    return {r.split(",", 1)[0].strip() for r in rows}
 
 
 def nvml_process_rows(nvml: Any, memory: dict[str, int] | None = None) -> list[str]:
