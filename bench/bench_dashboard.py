@@ -108,8 +108,8 @@ def invalidate(app: GpumonApp) -> None:
         section.sglang.view = section.jobs.view = None
         section._panes = (None, None)
         section._spark_cache.clear()
-        for row in section.rows:
-            row.view = None
+        section.gpu_rows.view = None
+        section.gpu_rows._row_lines.clear()
 
 
 async def wait_for(pilot: Pilot[int], check: Callable[[], bool], timeout: float = 20) -> None:
@@ -152,8 +152,7 @@ async def in_process(size: tuple[int, int], rounds: int, scenario: str = "traini
             for section in app.dashboard.sections:  # what Textual then calls to draw the new views
                 section.header.render()
                 section.titles.render()
-                for row in section.rows:
-                    row.render()
+                section.gpu_rows.render()
                 section.sglang.render()
                 section.jobs.render()
             app.dashboard.strip.render()

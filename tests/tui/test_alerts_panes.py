@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpu_rows import click_row
 from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widgets._footer import FooterKey
@@ -260,7 +261,7 @@ async def test_selection_for_the_action_keys_follows_the_cursor(
         assert picked is not None and picked[1].name == "drafter"
         jobs = app.dashboard.sections[0].jobs
         assert jobs.view is not None and jobs.view.cursor == 0
-        await pilot.click("#gpu-0-2")
+        await click_row(pilot, app, 2)
         assert app.dashboard.selected_job() is None
         await pilot.click("#jobs-0", offset=(2, 1))  # a click on the drafter's line
         assert app.dashboard.cursor == (0, 8)

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from gpu_rows import click_row
 from textual.pilot import Pilot
 from textual.screen import Screen
 
@@ -90,18 +91,19 @@ async def test_cursor_moves_between_gpus(
         assert app.dashboard.cursor == (0, 0)
         await pilot.press("down", "down", "j")
         assert app.dashboard.cursor == (0, 3)
-        assert section(app).rows[3].has_class("-cursor")
-        assert not section(app).rows[0].has_class("-cursor")
+        assert [r.view is not None and r.view.cursor for r in section(app).rows] == [
+            k == 3 for k in range(8)
+        ]
         assert row_texts(app)[3].startswith("▶")
         await pilot.press("up", "k")
         assert app.dashboard.cursor == (0, 1)
         await pilot.press(*["down"] * 12)  # past the GPUs, into the jobs pane: the drafter
         assert app.dashboard.cursor == (0, 8)  # and no further: it is the last row
-        assert not any(r.has_class("-cursor") for r in section(app).rows)
+        assert not any(r.view is not None and r.view.cursor for r in section(app).rows)
         jobs = section(app).jobs.view
         assert jobs is not None and jobs.cursor == 0
         assert app.dashboard.check_action("open_detail", ()) is None  # no GPU under the cursor
-        await pilot.click("#gpu-0-5")
+        await click_row(pilot, app, 5)
         assert app.dashboard.cursor == (0, 5)
 
 

@@ -18,14 +18,18 @@ from gpumon.backends.sim.scenario import JUPYTER_MIB, JUPYTER_PID
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import DetailScreen
 from gpumon.tui.screens.kill import KillScreen
+from gpumon.tui.widgets import RowRef
 
 Wait = Callable[..., Awaitable[None]]
 GPU = 6
 
 
-def shown(widget: Widget) -> str:
-    w, h = widget.size
-    return "\n".join(strip.text for strip in widget.render_lines(Region(0, 0, w, h)))
+def shown(what: Widget | RowRef) -> str:
+    """A widget's or a GPU row's lines as drawn on screen."""
+    if isinstance(what, RowRef):
+        return "\n".join(strip.text for strip in what.drawn())
+    w, h = what.size
+    return "\n".join(strip.text for strip in what.render_lines(Region(0, 0, w, h)))
 
 
 def squeezed(text: str) -> str:

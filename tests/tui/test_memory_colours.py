@@ -16,7 +16,6 @@ from gpumon.backends.monitor import HostMonitor, ReplaySource, replay_monitor
 from gpumon.backends.recording import Recording
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.views import health_role
-from gpumon.tui.widgets import GpuRow
 
 Wait = Callable[..., Awaitable[None]]
 FROZEN_NOW = 1795962750.0
@@ -96,8 +95,11 @@ async def test_row_colours_follow_the_hosts_own_alert_rules(
     monitor.alerts.rules = AlertRules(memory_warning_pct=80.0, memory_critical_pct=90.0)
     app = GpumonApp([monitor])
     async with app.run_test(size=(80, 24)) as pilot:
-        rows: list[GpuRow] = app.dashboard.sections[0].rows
-        await wait(pilot, lambda: len(rows) == 8 and all(r.view for r in rows), what="rows")
+        section = app.dashboard.sections[0]
+        await wait(
+            pilot, lambda: len(section.rows) == 8 and all(r.view for r in section.rows), what="rows"
+        )
+        rows = section.rows
         levels = [memory_alert(monitor, i) for i in range(8)]
         assert {Health.WARNING, Health.CRITICAL} <= set(levels)
         for i, row in enumerate(rows):

@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import cast
 
+from gpu_rows import click_row
 from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widget import Widget
@@ -23,6 +24,7 @@ from gpumon.tui.dashboard.screen import DashboardScreen
 from gpumon.tui.screens import DetailScreen, RestartScreen
 from gpumon.tui.screens.kill import KillScreen
 from gpumon.tui.views.process_cells import process_key
+from gpumon.tui.widgets import RowRef
 
 Wait = Callable[..., Awaitable[None]]
 GPU = 6
@@ -33,14 +35,17 @@ def _key(process: GpuProcess | None) -> object:
     return None if process is None else process_key(process)
 
 
-def shown(widget: Widget) -> str:
-    w, h = widget.size
-    return "\n".join(strip.text for strip in widget.render_lines(Region(0, 0, w, h)))
+def shown(what: Widget | RowRef) -> str:
+    """A widget's or a GPU row's lines as drawn on screen."""
+    if isinstance(what, RowRef):
+        return "\n".join(strip.text for strip in what.drawn())
+    w, h = what.size
+    return "\n".join(strip.text for strip in what.render_lines(Region(0, 0, w, h)))
 
 
-def highlighted(row: Widget, line: int, d: DashboardScreen) -> bool:
+def highlighted(row: RowRef, line: int, d: DashboardScreen) -> bool:
     """Whether line ``line`` of ``row`` is drawn on the cursor's background."""
-    strip = row.render_lines(Region(0, line, row.size.width, 1))[0]
+    strip = row.drawn()[line]
     cursor = d.palette.cursor_style.bgcolor
     text = [seg for seg in strip if seg.text.strip()]
     return bool(text) and all(seg.style is not None and seg.style.bgcolor == cursor for seg in text)
@@ -168,10 +173,10 @@ async def test_gpu_row_keys_act_on_the_row_and_enter_keeps_the_process_selected(
         row = d.sections[0].rows[GPU]
         view = row.view
         assert view is not None
-        assert await pilot.click(row, offset=(10, view.lines - 2))  # a click selects a line
+        await click_row(pilot, app, GPU, line=view.lines - 2)  # a click selects a line
         assert d.cursor == (0, GPU) and _key(d.selected_process()) == process_key(first)
         await pilot.pause(0.6)  # not a double click (that opens the detail view)
-        assert await pilot.click(row, offset=(10, 0))  # and on the row itself, the row
+        await click_row(pilot, app, GPU)  # and on the row itself, the row
         assert d.cursor == (0, GPU) and d.process_cursor is None and app.screen is d
 
 

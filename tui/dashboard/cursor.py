@@ -24,7 +24,7 @@ from gpumon.backends.model import GpuProcess
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.screens import DetailScreen, DetailTarget
 from gpumon.tui.views.process_cells import ProcessKey, process_key
-from gpumon.tui.widgets import GpuRow, WorkloadPane
+from gpumon.tui.widgets import GpuRows, WorkloadPane
 
 Stop = tuple[int, int, ProcessKey | None]  # where the cursor can be: (host, row, process)
 
@@ -157,7 +157,7 @@ class CursorMixin(Screen[None]):
         self.refresh_dashboard(touched)
         section = self.sections[new[0]]
         if new[1] < len(section.rows):
-            section.rows[new[1]].scroll_visible(animate=False)
+            section.gpu_rows.scroll_row_visible(new[1])
         elif section.jobs.display:
             section.jobs.scroll_visible(animate=False)
         on_show = self.app.screen
@@ -199,11 +199,11 @@ class CursorMixin(Screen[None]):
             job = next((j for j in monitor.host.jobs if index in j.gpus), None)
         return (monitor, job) if job is not None else None
 
-    def on_gpu_row_selected(self, message: GpuRow.Selected) -> None:
-        host = next((i for i, s in enumerate(self.sections) if message.row in s.rows), None)
+    def on_gpu_rows_selected(self, message: GpuRows.Selected) -> None:
+        host = next((i for i, s in enumerate(self.sections) if message.rows is s.gpu_rows), None)
         if host is None:
             return
-        row = self.sections[host].rows.index(message.row)
+        row = message.row
         procs = self.row_processes(host, row)
         line = message.line
         key = process_key(procs[line]) if line is not None and line < len(procs) else None

@@ -15,7 +15,7 @@ from textual.theme import Theme
 from gpumon.themes import severity_variables, solid_colour
 from gpumon.tui.views.gpu_cells import Role
 
-CURSOR_ALPHA = 0.22  # as the stylesheet's `GpuRow.-cursor { background: $primary 22%; }`
+CURSOR_ALPHA = 0.22  # the cursor row's background: $primary at 22 % (``GpuRows``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,7 @@ class Palette:
 
     @property
     def cursor_style(self) -> Style:
-        """The cursor row's background, as ``GpuRow.-cursor`` draws it ($primary 22%)."""
+        """The cursor row's background, as ``GpuRows`` draws it ($primary 22%)."""
         return Style(bgcolor=self.cursor) if self.cursor else Style(reverse=True)
 
     @classmethod

@@ -8,7 +8,17 @@ from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .alert_strip import AlertStrip, StripView, render_strip
-    from .gpu_row import GpuRow, RowLayout, RowView, bar_text, full_in_text, render_row, row_layout
+    from .gpu_row import (
+        GpuRows,
+        RowLayout,
+        RowRef,
+        RowsView,
+        RowView,
+        bar_text,
+        full_in_text,
+        render_row,
+        row_layout,
+    )
     from .host_section import HostSection, ViewContext
     from .plot import PlotSpec, PlotWidget, build_plot, plotext, series, window_ticks
     from .sparkline import bin_series, spark_rows, spark_string
@@ -27,14 +37,16 @@ __all__ = [
     "JOB_COLUMNS",
     "SGLANG_COLUMNS",
     "AlertStrip",
-    "GpuRow",
+    "GpuRows",
     "HostSection",
     "PaneRow",
     "PaneView",
     "PlotSpec",
     "PlotWidget",
     "RowLayout",
+    "RowRef",
     "RowView",
+    "RowsView",
     "StripView",
     "ViewContext",
     "ViewWidget",
@@ -62,7 +74,9 @@ if not TYPE_CHECKING:
         __name__,
         {
             "AlertStrip": "alert_strip",
-            "GpuRow": "gpu_row",
+            "GpuRows": "gpu_row",
+            "RowRef": "gpu_row",
+            "RowsView": "gpu_row",
             "HostSection": "host_section",
             "JOB_COLUMNS": "workload_panes",
             "PaneRow": "workload_panes",

@@ -1,24 +1,29 @@
-"""One GPU's row: index, name, memory bar, values, sparkline; 1 to 3 lines tall, and,
-expanded (``x``), a line per process under it (the cursor walks them; ``K`` acts on the
-one selected).
+"""A host's GPU rows (``GpuRows``, one widget). A row: index, name, memory bar, values,
+sparkline; 1 to 3 lines tall, and, expanded (``x``), a line per process under it (the
+cursor walks them; ``K`` acts on the one selected).
 
-The row draws a ``RowView`` (plain data, compared for equality) and redraws only when
+Each row draws a ``RowView`` (plain data, compared for equality) and is redrawn only when
 the view or its width changes. Column widths come from ``row_layout`` so the column
 titles and every row agree.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.style import Style
 from rich.text import Text
-from textual.events import Click
+from textual.color import Color
+from textual.containers import ScrollableContainer
+from textual.events import Click, Leave, MouseMove
+from textual.geometry import Region, Size
 from textual.message import Message
+from textual.strip import Strip
 
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.model import Health
 from gpumon.tui.views import Cell, GpuCells, Palette, Role, memory_role
+from gpumon.tui.views.palette import CURSOR_ALPHA
 from gpumon.tui.views.process_cells import ProcessLine
 from gpumon.tui.widgets.sparkline import spark_rows
 from gpumon.tui.widgets.text_line import Line
@@ -116,41 +121,207 @@ class RowView:
         return k if 0 <= k < len(self.process_lines) else None
 
 
-class GpuRow(ViewWidget[RowView]):
-    """A GPU row; ``show(view)`` updates it. A click selects it, a double click opens
-    its detail view."""
+@dataclass(frozen=True, slots=True)
+class RowsView:
+    """A host's GPU rows, top first, and the one under the mouse (``hover``)."""
+
+    rows: tuple[RowView, ...]
+    hover: int | None = None
+
+    @property
+    def lines(self) -> int:
+        return sum(row.lines for row in self.rows)
+
+    def top(self, k: int) -> int:
+        """The first line of row ``k``."""
+        return sum(row.lines for row in self.rows[:k])
+
+    def row_at(self, y: int) -> tuple[int, int] | None:
+        """(row, line within it) at line ``y``; None below the last row."""
+        for k, row in enumerate(self.rows):
+            if y < row.lines:
+                return (k, y) if y >= 0 else None
+            y -= row.lines
+        return None
+
+
+class GpuRows(ViewWidget[RowsView]):
+    """All GPU rows of a host in one widget; ``show(view)`` updates them. A click selects
+    a row, a double click opens its detail view.
+
+    One widget rather than one per GPU: every second each row's values change, and each
+    widget repainted costs Textual a message round (refresh, idle, update), its region,
+    opacity and background lookups and its styles pass, whatever the lines cost; with
+    eight rows that overhead was most of the compositor's time. A row whose view did not
+    change keeps its lines (``_row_lines``), and only lines that changed are repainted.
+    The cursor row's and the hovered row's backgrounds are Textual's own colour sums
+    (``$primary 22%`` and ``$boost`` over the widget's background), as the stylesheet
+    drew them when each row was a widget.
+    """
 
     class Selected(Message):
-        """The row was clicked; ``line``: on that process line of an expanded row."""
+        """Row ``row`` was clicked; ``line``: on that process line of an expanded row."""
 
-        def __init__(self, row: GpuRow, open_detail: bool, line: int | None = None) -> None:
+        def __init__(
+            self, rows: GpuRows, row: int, open_detail: bool, line: int | None = None
+        ) -> None:
             super().__init__()
+            self.rows = rows
             self.row = row
             self.open_detail = open_detail
             self.line = line
 
     DEFAULT_CSS = """
-    GpuRow { height: 1; width: 1fr; }
+    GpuRows { height: 0; width: 1fr; }
     """
 
-    def view_changed(self, old: RowView | None) -> None:
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        # row -> (its view, the layout, hovered, its lines): an unchanged row is not redrawn
+        self._row_lines: dict[int, tuple[RowView, RowLayout, bool, list[Text]]] = {}
+        self._backgrounds: tuple[object, Style, Style] | None = None
+
+    def view_changed(self, old: RowsView | None) -> None:
         view = self.view
-        if view is None:
-            return
-        if old is None or old.lines != view.lines:
-            self.styles.height = view.lines
-        self.set_class(view.cursor, "-cursor")
-        self.set_class(view.cells.health == Role.CRITICAL, "-critical")
+        lines = view.lines if view is not None else 0
+        if old is None or old.lines != lines:
+            self.styles.height = lines
+
+    def row(self, k: int) -> RowRef:
+        return RowRef(self, k)
 
     def on_click(self, event: Click) -> None:
-        line = self.view.line_at(event.y) if self.view is not None else None
-        self.post_message(self.Selected(self, open_detail=event.chain >= 2, line=line))
+        at = self.view.row_at(event.y) if self.view is not None else None
+        if at is None:
+            return
+        k, y = at
+        line = self.view.rows[k].line_at(y) if self.view is not None else None
+        self.post_message(self.Selected(self, k, open_detail=event.chain >= 2, line=line))
 
-    def render_view(self, view: RowView, width: int) -> Text:
-        return render_row(view, row_layout(width))
+    def on_mouse_move(self, event: MouseMove) -> None:
+        at = self.view.row_at(event.y) if self.view is not None else None
+        self._hover(at[0] if at is not None else None)
 
-    def render_view_lines(self, view: RowView, width: int) -> list[Text]:
-        return row_lines(view, row_layout(width))
+    def on_leave(self, event: Leave) -> None:
+        self._hover(None)
+
+    def _hover(self, k: int | None) -> None:
+        if self.view is not None and self.view.hover != k:
+            self.show(replace(self.view, hover=k))
+
+    def scroll_row_visible(self, k: int) -> None:
+        """Scroll the host list so that row ``k`` is in view (after the next refresh, when
+        the rows' layout is the one drawn)."""
+        self.call_after_refresh(self._scroll_row_visible, k)
+
+    def _scroll_row_visible(self, k: int) -> None:
+        view = self.view
+        if view is None or k >= len(view.rows) or not self.is_mounted:
+            return
+        container = next((a for a in self.ancestors if isinstance(a, ScrollableContainer)), None)
+        if container is None:
+            return
+        mine, theirs = self.region, container.content_region
+        row = Region(mine.x, mine.y + view.top(k), mine.width, view.rows[k].lines)
+        virtual = row.translate(container.scroll_offset - theirs.offset)
+        container.scroll_to_region(virtual, animate=False, immediate=True)
+
+    def render_view(self, view: RowsView, width: int) -> Text:
+        return Text("\n").join(self.render_view_lines(view, width))
+
+    def render_view_lines(self, view: RowsView, width: int) -> list[Text]:
+        layout = row_layout(width)
+        cached, self._row_lines = self._row_lines, {}
+        out: list[Text] = []
+        for k, row in enumerate(view.rows):
+            hover = k == view.hover
+            entry = cached.get(k)
+            if entry is None or entry[1] != layout or entry[2] != hover or entry[0] != row:
+                lines = row_lines(row, layout)
+                if row.cursor or hover:
+                    cursor, hovered = self._row_backgrounds()
+                    lines = [_on(line, cursor if row.cursor else hovered, width) for line in lines]
+                entry = (row, layout, hover, lines)
+            self._row_lines[k] = entry
+            out += entry[3]
+        return out
+
+    def _row_backgrounds(self) -> tuple[Style, Style]:
+        """The cursor row's and the hovered row's backgrounds, as the stylesheet's
+        ``background: $primary 22%`` and ``background: $boost`` made them."""
+        key = (self.app.theme, self.background_colors[1])
+        if self._backgrounds is None or self._backgrounds[0] != key:
+            variables = self.app.get_css_variables()
+            below = key[1]
+            cursor = below + Color.parse(variables["primary"]).with_alpha(CURSOR_ALPHA)
+            boost = below + Color.parse(variables["boost"])
+            self._backgrounds = (
+                key,
+                Style(bgcolor=cursor.rich_color),
+                Style(bgcolor=boost.rich_color),
+            )
+        return self._backgrounds[1], self._backgrounds[2]
+
+    def row_text(self, k: int) -> Text:
+        """Row ``k`` as drawn at the widget's width, without the cursor's or the mouse's
+        background (an empty Text without it)."""
+        view = self.view
+        if view is None or k >= len(view.rows):
+            return Text()
+        return render_row(view.rows[k], row_layout(self.size.width or self.app.size.width))
+
+
+@dataclass(frozen=True, slots=True)
+class RowRef:
+    """Row ``index`` of a ``GpuRows``: its view, its text and its place on screen."""
+
+    rows: GpuRows
+    index: int
+
+    @property
+    def view(self) -> RowView | None:
+        view = self.rows.view
+        return view.rows[self.index] if view is not None and self.index < len(view.rows) else None
+
+    @property
+    def plain(self) -> str:
+        return self.render().plain
+
+    def render(self) -> Text:
+        return self.rows.row_text(self.index)
+
+    @property
+    def size(self) -> Size:
+        return self.region.size
+
+    def drawn(self) -> list[Strip]:
+        """The row's lines as the widget draws them on screen (backgrounds included)."""
+        view, row = self.rows.view, self.view
+        if view is None or row is None:
+            return []
+        top = view.top(self.index)
+        return self.rows.render_lines(Region(0, top, self.rows.size.width, row.lines))
+
+    @property
+    def region(self) -> Region:
+        """The row's lines on screen."""
+        view, whole = self.rows.view, self.rows.region
+        row = self.view
+        if view is None or row is None:
+            return Region(whole.x, whole.y, whole.width, 0)
+        return Region(whole.x, whole.y + view.top(self.index), whole.width, row.lines)
+
+
+def _on(line: Text, background: Style, width: int) -> Text:
+    """``line`` on ``background``, padded to ``width`` (a row's background spans the
+    widget, as a widget's own background did)."""
+    out = line.copy()
+    own = out.style
+    out.style = background + (Style.parse(own) if isinstance(own, str) else own)
+    pad = width - out.cell_len
+    if pad > 0:
+        out.append(" " * pad)
+    return out
 
 
 def render_row(view: RowView, layout: RowLayout) -> Text:

@@ -50,7 +50,9 @@ from gpumon.tui.widgets.gpu_row import (
     PREFIX_W,
     TEMP_W,
     UTIL_W,
-    GpuRow,
+    GpuRows,
+    RowRef,
+    RowsView,
     RowView,
 )
 from gpumon.tui.widgets.gpu_row import row_layout as _row_layout
@@ -140,7 +142,7 @@ class HostSection(Vertical):
         self.host_line.display = False
         self.titles = ColumnTitles()
         self.waiting = Static("", classes="waiting", markup=False)
-        self.rows: list[GpuRow] = []
+        self.gpu_rows = GpuRows(id=f"gpu-rows-{index}")
         self.sglang = SglangPane(id=f"sglang-{index}")
         self.jobs = JobsPane(id=f"jobs-{index}")
         self._spark_cache: dict[int, tuple[object, tuple[float | None, ...]]] = {}
@@ -156,12 +158,19 @@ class HostSection(Vertical):
         yield self.host_line
         yield self.titles
         yield self.waiting
+        yield self.gpu_rows
         yield self.sglang
         yield self.jobs
 
     @property
     def gpus(self) -> tuple[GpuSample, ...]:
         return self.shown.gpus if self.shown is not None else ()
+
+    @property
+    def rows(self) -> list[RowRef]:
+        """The GPU rows on show, top first."""
+        view = self.gpu_rows.view
+        return [self.gpu_rows.row(k) for k in range(len(view.rows))] if view is not None else []
 
     @property
     def job_names(self) -> list[str]:
@@ -171,7 +180,7 @@ class HostSection(Vertical):
     def needs(self) -> HostNeeds:
         """What this section would like to show, for the layout plan."""
         w = self.monitor.workloads
-        views = [row.view for row in self.rows if row.view is not None]
+        views = self.gpu_rows.view.rows if self.gpu_rows.view is not None else ()
         sick = sum(1 for v in views if v.cells.problems.text)
         listed = sum(v.listed_lines for v in views)  # expanded rows' process lines
         extra = sick + listed + (1 if self.monitor.status.error else 0)
@@ -238,11 +247,11 @@ class HostSection(Vertical):
         owners = {i: Cell(o.text, o.role) for i, o in gpu_owners(shown, w.jobs, w.sglang).items()}
         span = column_span(m.interval)
         self.titles.show(TitlesView(ctx.spark_memory, ctx.palette, bool(owners), span))
-        self._sync_rows(len(shown.gpus))
         count_spark = _row_layout(self.size.width or self.app.size.width).spark
         in_container = m.host.container is not None
         reported = reported_details(shown.gpus)  # what this host never reports stays out
-        for pos, (row, gpu) in enumerate(zip(self.rows, shown.gpus, strict=True)):
+        views: list[RowView] = []
+        for pos, gpu in enumerate(shown.gpus):
             spark = self._spark(gpu, shown, ctx.spark_memory, count_spark)
             total = gpu.memory_total_mib
             expanded = gpu.index in ctx.expanded
@@ -252,7 +261,7 @@ class HostSection(Vertical):
                 keys = [process_key(line.process) for line in lines]
                 # gone from this sample: the cursor is back on the GPU row
                 selected = keys.index(ctx.process_cursor) if ctx.process_cursor in keys else None
-            row.show(
+            views.append(
                 RowView(
                     cells=gpu_cells(gpu, self._memory.get(gpu.index), reported=reported),
                     spark=spark,
@@ -277,6 +286,10 @@ class HostSection(Vertical):
                     selected_line=selected,
                 )
             )
+        hover = self.gpu_rows.view.hover if self.gpu_rows.view is not None else None
+        self.gpu_rows.show(
+            RowsView(tuple(views), hover if hover is None or hover < len(views) else None)
+        )
         self._refresh_panes(ctx, stale)
 
     def _memory_levels(self, sample: HostSample | None) -> dict[int, Health | None]:
@@ -340,15 +353,6 @@ class HostSection(Vertical):
         self._panes = views
         self.sglang.show(limit_servers(views[0], ctx.max_servers))
         self.jobs.show(views[1])
-
-    def _sync_rows(self, n: int) -> None:
-        """One GpuRow per GPU (GPUs can appear or vanish between samples)."""
-        while len(self.rows) < n:
-            row = GpuRow(id=f"gpu-{self.index}-{len(self.rows)}")
-            self.rows.append(row)
-            self.mount(row, before=self.sglang)
-        while len(self.rows) > n:
-            self.rows.pop().remove()
 
     def _spark(
         self, gpu: GpuSample, shown: HostSample, memory: bool, count: int
