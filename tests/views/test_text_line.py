@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 
 from gpumon.tui.widgets.text_line import Line
 
@@ -45,3 +45,35 @@ def test_first_piece_in_the_constructor() -> None:
     line.add(" x")
     assert line.text().plain == "▶ x"
     assert line.text().spans == Text.assemble(("▶", Style(bold=True)), " x").spans
+
+
+@given(pieces, st.integers(min_value=0, max_value=30))
+def test_a_line_reads_as_its_text_and_on_a_background_as_the_text_would(
+    parts: list[tuple[bool, str, Style | None, Style | None]], width: int
+) -> None:
+    """What the drawer reads of a Line (``plain``, ``spans``, ``style``) is its Text's,
+    and ``on`` is a Text copied onto the background and padded with spaces."""
+    line = Line()
+    for as_text, piece, style, _ in parts:
+        if as_text:
+            line.add_text(Text(piece, style or ""))
+        else:
+            line.add(piece, style)
+    text = line.text()
+    assert (line.plain, line.spans, line.cell_len) == (text.plain, text.spans, text.cell_len)
+    background = Style(bgcolor="blue")
+    on = line.on(background, width).text()
+    expected = text.copy()
+    expected.style = background + Style.parse("")
+    if width > expected.cell_len:
+        expected.append(" " * (width - expected.cell_len))
+    assert (on.plain, on.spans, on.style) == (expected.plain, expected.spans, expected.style)
+    assert line.text().plain == text.plain  # the original is left alone
+
+
+def test_add_spans_equals_add_text_of_the_same_text() -> None:
+    spans = [Span(0, 2, Style(color="red")), Span(2, 3, Style(bold=True))]
+    a, b = Line("x"), Line("x")
+    a.add_spans("▁▂▃", spans)
+    b.add_text(Text("▁▂▃", spans=spans))
+    assert (a.plain, a.spans) == (b.plain, b.spans) == (b.text().plain, b.text().spans)

@@ -25,7 +25,7 @@ from gpumon.backends.model import Health
 from gpumon.tui.views import Cell, GpuCells, Palette, Role, memory_role
 from gpumon.tui.views.palette import CURSOR_ALPHA
 from gpumon.tui.views.process_cells import ProcessLine
-from gpumon.tui.widgets.sparkline import spark_rows
+from gpumon.tui.widgets.sparkline import spark_parts
 from gpumon.tui.widgets.text_line import Line
 from gpumon.tui.widgets.view_widget import ViewWidget
 
@@ -68,19 +68,24 @@ def row_layout(width: int) -> RowLayout:
 
 def bar_text(fraction: float | None, width: int, fill: Style, track: Style) -> Text:
     """A horizontal bar with eighth-cell resolution; all track when ``fraction`` is None."""
-    text = Text()
+    line = Line()
+    add_bar(line, fraction, width, fill, track)
+    return line.text()
+
+
+def add_bar(line: Line, fraction: float | None, width: int, fill: Style, track: Style) -> None:
+    """``bar_text``'s pieces added to ``line``."""
     if width <= 0:
-        return text
+        return
     if fraction is None:
-        text.append(" " * width, track)
-        return text
+        line.add(" " * width, track)
+        return
     eighths = round(min(max(fraction, 0.0), 1.0) * width * 8)
     full, part = divmod(eighths, 8)
-    text.append("█" * full, fill)
+    line.add("█" * full, fill)
     if full < width:
-        text.append(PARTIAL[part], fill + track if part else track)
-        text.append(" " * (width - full - 1), track)
-    return text
+        line.add(PARTIAL[part], fill + track if part else track)
+        line.add(" " * (width - full - 1), track)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +183,7 @@ class GpuRows(ViewWidget[RowsView]):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         # row -> (its view, the layout, hovered, its lines): an unchanged row is not redrawn
-        self._row_lines: dict[int, tuple[RowView, RowLayout, bool, list[Text]]] = {}
+        self._row_lines: dict[int, tuple[RowView, RowLayout, bool, list[Line | Text]]] = {}
         self._backgrounds: tuple[object, Style, Style] | None = None
 
     def view_changed(self, old: RowsView | None) -> None:
@@ -227,12 +232,12 @@ class GpuRows(ViewWidget[RowsView]):
         container.scroll_to_region(virtual, animate=False, immediate=True)
 
     def render_view(self, view: RowsView, width: int) -> Text:
-        return Text("\n").join(self.render_view_lines(view, width))
+        return Text("\n").join(as_text(line) for line in self.render_view_lines(view, width))
 
-    def render_view_lines(self, view: RowsView, width: int) -> list[Text]:
+    def render_view_lines(self, view: RowsView, width: int) -> list[Line | Text]:
         layout = row_layout(width)
         cached, self._row_lines = self._row_lines, {}
-        out: list[Text] = []
+        out: list[Line | Text] = []
         for k, row in enumerate(view.rows):
             hover = k == view.hover
             entry = cached.get(k)
@@ -312,9 +317,11 @@ class RowRef:
         return Region(whole.x, whole.y + view.top(self.index), whole.width, row.lines)
 
 
-def _on(line: Text, background: Style, width: int) -> Text:
+def _on(line: Line | Text, background: Style, width: int) -> Line | Text:
     """``line`` on ``background``, padded to ``width`` (a row's background spans the
     widget, as a widget's own background did)."""
+    if isinstance(line, Line):
+        return line.on(background, width)
     out = line.copy()
     own = out.style
     out.style = background + (Style.parse(own) if isinstance(own, str) else own)
@@ -326,10 +333,14 @@ def _on(line: Text, background: Style, width: int) -> Text:
 
 def render_row(view: RowView, layout: RowLayout) -> Text:
     """The row's lines as one Text (pure: for tests and the bench too)."""
-    return Text("\n").join(row_lines(view, layout))
+    return Text("\n").join(as_text(line) for line in row_lines(view, layout))
 
 
-def row_lines(view: RowView, layout: RowLayout) -> list[Text]:
+def as_text(line: Line | Text) -> Text:
+    return line.text() if isinstance(line, Line) else line
+
+
+def row_lines(view: RowView, layout: RowLayout) -> list[Line | Text]:
     """The row's lines, top first."""
     c, pal = view.cells, view.palette
 
@@ -350,7 +361,7 @@ def row_lines(view: RowView, layout: RowLayout) -> list[Text]:
         cell(owner or _NO_OWNER, NAME_W, left=True)
     line.add(" ")
     fill = pal.fill(Role.NA if stale else c.memory_role)
-    line.add_text(bar_text(c.fraction, layout.bar, fill, pal.track_style))
+    add_bar(line, c.fraction, layout.bar, fill, pal.track_style)
     line.add(" ")
     cell(c.memory, MEM_W)
     line.add(" ")
@@ -373,7 +384,7 @@ def row_lines(view: RowView, layout: RowLayout) -> list[Text]:
         lines.append(_indented(view.processes, view, layout))
     if layout.spark > 0:
         _append_sparkline(lines, view, layout)
-    out = [x.text() for x in lines]
+    out: list[Line | Text] = list(lines)
     if c.problems.text:
         problem = Text(" " * PREFIX_W)
         problem.append(f"{c.marker.text} {c.problems.text}", pal.text(c.problems.role))
@@ -459,10 +470,10 @@ def _draw_sparkline(lines: list[Line], view: RowView, count: int) -> None:
         styles = [gap if v is None else by_health[rules.memory_health(v / top)] for v in values]
     else:
         styles = [pal.fill(Role.NORMAL)] * len(values)
-    rows = spark_rows(values, 0.0, view.spark_max, view.height, styles)
-    for line, spark in zip(lines, rows, strict=False):
+    rows = spark_parts(values, 0.0, view.spark_max, view.height, styles)
+    for line, (plain, spans) in zip(lines, rows, strict=False):
         line.add(" ")
-        line.add_text(spark)
+        line.add_spans(plain, spans)
 
 
 _NO_OWNER = Cell("-", Role.MUTED)

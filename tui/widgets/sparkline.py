@@ -153,14 +153,27 @@ def spark_rows(
     styles: Iterable[Style] | None = None,
 ) -> list[Text]:
     """``height`` lines of text, top first, one column per value. Neighbouring columns of
-    one style become one span (a 100-column sparkline is a handful of spans).
+    one style become one span (a 100-column sparkline is a handful of spans)."""
+    return [
+        Text(plain, spans=spans) for plain, spans in spark_parts(values, lo, hi, height, styles)
+    ]
+
+
+def spark_parts(
+    values: Sequence[float | None],
+    lo: float,
+    hi: float,
+    height: int,
+    styles: Iterable[Style] | None = None,
+) -> list[tuple[str, list[Span]]]:
+    """``spark_rows`` as (plain text, spans) per line, for ``Line.add_spans``.
 
     Every row of every GPU is drawn each second, so this builds each line's string in one
-    join and its spans directly (no ``Text.append`` per run); styles are compared by
-    identity first (the palette hands out one object per role)."""
+    join and its spans directly (no ``Text.append`` per run, no ``Text`` at all);
+    styles are compared by identity first (the palette hands out one object per role)."""
     levels = [spark_levels(v, lo, hi, height) for v in values]
     style_list = list(styles) if styles is not None else [Style.null()] * len(levels)
-    rows: list[Text] = []
+    rows: list[tuple[str, list[Span]]] = []
     for row in range(height - 1, -1, -1):  # row 0 is the bottom line
         lut = _row_chars(row, height)
         chars = [lut[lv + 1] for lv in levels]
@@ -175,7 +188,7 @@ def spark_rows(
                 start, run_style = i, style
         if run_style is not None:
             spans.append(Span(start, min(len(chars), len(style_list)), run_style))
-        rows.append(Text("".join(chars[: len(style_list)]), spans=spans))
+        rows.append(("".join(chars[: len(style_list)]), spans))
     return rows
 
 

@@ -28,6 +28,8 @@ from textual.strip import Strip
 from textual.style import Style as VisualStyle
 from textual.widget import Widget
 
+from gpumon.tui.widgets.text_line import Line
+
 V = TypeVar("V")
 
 
@@ -37,6 +39,8 @@ class ViewWidget(Widget, Generic[V]):
     ALLOW_SELECT = False  # the line API draws no selection; tmux's copy mode still works
     _strips: list[Strip] | None = None  # the lines drawn since the last refresh
     _strips_key: object = None
+    _in_frame = False  # render_lines is running: its _drawn() is in _frame
+    _frame: list[Strip] | None = None
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -83,9 +87,10 @@ class ViewWidget(Widget, Generic[V]):
         """``view`` drawn ``width`` cells wide."""
         raise NotImplementedError
 
-    def render_view_lines(self, view: V, width: int) -> Sequence[Text]:
+    def render_view_lines(self, view: V, width: int) -> Sequence[Text | Line]:
         """``render_view``'s lines (a subclass that builds lines one by one returns them
-        here, so they are not joined into one Text only to be split again)."""
+        here, as ``Line``s or Texts, so they are not joined into one Text only to be split
+        again)."""
         return list(self.render_view(view, width).split("\n", allow_blank=True))
 
     def render(self) -> Text:
@@ -104,8 +109,17 @@ class ViewWidget(Widget, Generic[V]):
         super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
         return self
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # The drawing is checked against the widget's size and style once per call here,
+        # not once per line in render_line (each check is a region lookup on the screen).
+        self._frame, self._in_frame = self._drawn(), True
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame, self._in_frame = None, False
+
     def render_line(self, y: int) -> Strip:
-        strips = self._drawn()
+        strips = self._frame if self._in_frame else self._drawn()
         if strips is None:  # a line Textual's own path must take
             return super().render_line(y)
         if y < len(strips):
@@ -126,7 +140,7 @@ class ViewWidget(Widget, Generic[V]):
         drawn: dict[tuple[object, ...], Strip] = {}
         strips: list[Strip] = []
         view = self.view
-        lines: Sequence[Text] = ()
+        lines: Sequence[Text | Line] = ()
         if view is not None:
             lines = self.render_view_lines(view, width or self.app.size.width)
         for line in lines[: size.height]:
@@ -147,10 +161,10 @@ class ViewWidget(Widget, Generic[V]):
         return self.render().plain
 
 
-def text_strip(line: Text, base: RichStyle, width: int) -> Strip | None:
-    """One line of ``Text`` as a strip on ``base`` (the widget's style), or None when it
-    needs Textual's general path: wider than ``width``, spans that overlap or are out of
-    order, a tab, or a justification."""
+def text_strip(line: Text | Line, base: RichStyle, width: int) -> Strip | None:
+    """One line (a ``Text`` or a ``Line``) as a strip on ``base`` (the widget's style), or
+    None when it needs Textual's general path: wider than ``width``, spans that overlap or
+    are out of order, a tab, or a justification."""
     plain = line.plain
     length = cell_len(plain)
     if length > width or "\t" in plain or line.justify not in (None, "default", "left"):
