@@ -317,18 +317,13 @@ class RowRef:
         return Region(whole.x, whole.y + view.top(self.index), whole.width, row.lines)
 
 
-def _on(line: Line | Text, background: Style, width: int) -> Line | Text:
+def _on(line: Line | Text, background: Style, width: int) -> Line:
     """``line`` on ``background``, padded to ``width`` (a row's background spans the
     widget, as a widget's own background did)."""
-    if isinstance(line, Line):
-        return line.on(background, width)
-    out = line.copy()
-    own = out.style
-    out.style = background + (Style.parse(own) if isinstance(own, str) else own)
-    pad = width - out.cell_len
-    if pad > 0:
-        out.append(" " * pad)
-    return out
+    if isinstance(line, Text):
+        text, line = line, Line()
+        line.add_text(text)
+    return line.on(background, width)
 
 
 def render_row(view: RowView, layout: RowLayout) -> Text:
