@@ -232,7 +232,8 @@ class HostSection(Vertical):
         if load is not None:
             # one line, always: no layout pass, and only the cells that changed repainted
             self.host_line.show(host_load_text(load, ctx.palette, stale=stale))
-        if not rows and stale == self._stale and self.rows:
+        shown_rows = self.gpu_rows.view
+        if not rows and stale == self._stale and shown_rows is not None and shown_rows.rows:
             return
         self._stale = stale
         if shown is None:
