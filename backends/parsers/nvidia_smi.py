@@ -282,6 +282,27 @@ _CONVERTERS = {
 }
 
 
+# A GPU's name, UUID, bus id, limits and clocks repeat every second: each (kind, cell) is
+# converted once and remembered with its problem (pure functions of the text; a bounded
+# table, emptied when full, so it holds at most ~1000 short strings).
+_CONVERTED: dict[tuple[str, str], tuple[Any, tuple[Health, str] | None]] = {}
+_CONVERTED_MAX = 1024
+
+
+def _convert(kind: str, cell: str) -> tuple[Any, tuple[Health, str] | None]:
+    """(the cell's value as ``kind``, its ``cell_problem``)."""
+    key = (kind, cell)
+    try:
+        return _CONVERTED[key]
+    except KeyError:
+        pass
+    value = (_CONVERTERS[kind](cell), cell_problem(cell))
+    if len(_CONVERTED) >= _CONVERTED_MAX:
+        _CONVERTED.clear()
+    _CONVERTED[key] = value
+    return value
+
+
 def _split_row(line: str, columns: Sequence[str], free_text: Sequence[str]) -> list[str] | None:
     """The cells of one row, one per column, or None when it cannot be that row.
 
@@ -407,7 +428,8 @@ def _gpu_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuSample | N
             continue  # a field gpumon does not use
         if column == "timestamp" and parse_cell(cell) and not _TIMESTAMP.match(cell.strip()):
             return None  # not a data row (Xid / ECC event text in a loop stream)
-        problem = cell_problem(cell)
+        attr, kind = spec
+        values[attr], problem = _convert(kind, cell)
         if problem is not None:
             severity, what = problem
             health = Health.worst(health, severity)
@@ -415,8 +437,6 @@ def _gpu_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuSample | N
             text = what if severity is Health.CRITICAL else f"{column}: {what}"
             if text not in problems:
                 problems.append(text)
-        attr, kind = spec
-        values[attr] = _CONVERTERS[kind](cell)
     index = values.pop("index", None)
     if index is None:
         return None

@@ -21,6 +21,7 @@ from gpumon.backends.parsers import (
     classify_smi_failure,
     compute_apps_args,
     is_error_cell,
+    nvidia_smi,
     parse_cell,
     parse_compute_apps,
     parse_free_text,
@@ -991,3 +992,23 @@ def test_the_query_asks_what_the_driver_knows() -> None:
     row = parse_query_gpu(["0, 0x0000000000000044"], ("index", "clocks_throttle_reasons.active"))
     assert row.gpus[0].clocks_event_reasons == 0x44
     assert fields_for_help("no quoted names here") == QUERY_FIELDS  # unfamiliar: all of them
+
+
+@given(
+    st.sampled_from(sorted(nvidia_smi._CONVERTERS)),
+    st.text(alphabet=st.sampled_from("0123456789.x [],-NA/GPUislotErr! MiBW%"), max_size=14),
+)
+def test_a_remembered_conversion_is_the_conversion(kind: str, cell: str) -> None:
+    """The memo of cell conversions (``_convert``) gives what converting afresh gives,
+    the first time and every time after."""
+    fresh = (nvidia_smi._CONVERTERS[kind](cell), nvidia_smi.cell_problem(cell))
+    assert nvidia_smi._convert(kind, cell) == fresh
+    assert nvidia_smi._convert(kind, cell) == fresh
+
+
+def test_the_conversion_memo_stays_bounded() -> None:
+    """A day of ever-new readings never grows the memo past its bound."""
+    for k in range(3 * nvidia_smi._CONVERTED_MAX):
+        nvidia_smi._convert("int", f"{k} MiB")
+        assert len(nvidia_smi._CONVERTED) <= nvidia_smi._CONVERTED_MAX
+    assert nvidia_smi._convert("int", "12 MiB") == (12, None)
