@@ -29,7 +29,7 @@ import time
 import types
 
 from . import procfacts, protocol
-from .fetch import FetchError, http_get
+from .fetch import Connection, FetchError, split_url
 from .hoststats import HostStatsReader
 from .logtail import LogTail, Waker
 from .protocol import AGENT_VERSION, AgentOptions
@@ -833,13 +833,21 @@ class Agent:
 
         wanted = re.compile(target["filter"]) if target.get("filter") else None
         url, tag = str(target["url"]), str(target["tag"])
-        info = [url[: url.rindex("/")] + str(p) for p in target.get("info") or ()]
+        try:
+            host, port, path = split_url(url)
+            bad = None
+        except FetchError as e:  # said every interval, as a fetch that failed
+            host, port, path, bad = "", 0, "/", str(e)
+        info = [path[: path.rindex("/")] + str(p) for p in target.get("info") or ()]
+        conn = Connection(host, port)  # kept open between scrapes (see fetch)
         informed = False  # server info sent since the server last came up
         while True:
             started = time.monotonic()
             t = time.time()
             try:
-                status, raw = http_get(url, timeout=2.0, limit=8 << 20)
+                if bad is not None:
+                    raise FetchError(bad)
+                status, raw = conn.get(path, timeout=2.0, limit=8 << 20)
             except FetchError as e:  # refused, timeout, reset: the server is down
                 msg = protocol.Http(tag, t, None, error=str(e))
             else:
@@ -858,14 +866,14 @@ class Agent:
                 informed = False
             elif not informed and info:
                 informed = True
-                self.fetch_info(info, str(target.get("info_tag") or tag))
+                self.fetch_info(conn, info, str(target.get("info_tag") or tag))
             time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
 
-    def fetch_info(self, urls: list[str], tag: str) -> None:
-        """The first of ``urls`` that answers 200 (SGLang's server info), sent once."""
-        for url in urls:
+    def fetch_info(self, conn: Connection, paths: list[str], tag: str) -> None:
+        """The first of ``paths`` that answers 200 (SGLang's server info), sent once."""
+        for path in paths:
             try:
-                status, raw = http_get(url, timeout=5.0, limit=1 << 20)  # ~40 KB real
+                status, raw = conn.get(path, timeout=5.0, limit=1 << 20)  # ~40 KB real
             except FetchError:  # no answer
                 continue
             if status != 200:  # 404 on versions without this path
