@@ -110,6 +110,28 @@ class Reader(threading.Thread):
                     self.hello = msg
 
 
+def start_servers(log_dir: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    """The simulated SGLang servers on free ports (random ones, beside other engineers'
+    servers: another try when one is taken) and their ports."""
+    log_dir.mkdir()
+    sim = [sys.executable, "-m", "gpumon.backends.sim.sglang_server"]
+    for _ in range(10):
+        base = random.randrange(32000, 60000, 16)
+        ports = list(range(base, base + SERVERS))
+        servers = subprocess.Popen(
+            [*sim, "--ports", f"{ports[0]}-{ports[-1]}", "--log", str(log_dir)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert servers.stdout is not None
+        line = servers.stdout.readline().strip()  # its start-up line
+        print("  ", line, file=sys.stderr)
+        if "serving" in line:
+            return servers, ports
+        servers.wait(10)
+    raise SystemExit("bench_agent: no free ports for the SGLang servers")
+
+
 def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     nvml = case.startswith("nvml")
     work = "+work" in case
@@ -126,18 +148,8 @@ def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     logs: list[dict[str, str]] = []
     http: list[dict[str, Any]] = []
     if work:
-        base = random.randrange(32000, 60000, 16)  # beside other engineers' servers
-        ports = list(range(base, base + SERVERS))
         log_dir = tmp / "logs"
-        log_dir.mkdir()
-        sim = [sys.executable, "-m", "gpumon.backends.sim.sglang_server"]
-        servers = subprocess.Popen(
-            [*sim, "--ports", f"{ports[0]}-{ports[-1]}", "--log", str(log_dir)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert servers.stdout is not None
-        print("  ", servers.stdout.readline().strip(), file=sys.stderr)  # its start-up line
+        servers, ports = start_servers(log_dir)
         logs = [{"path": str(log_dir / f"sglang-{p}.log"), "tag": "sglang", "keep": KEEP_PATTERN}
                 for p in ports]  # fmt: skip
         http = [
