@@ -13,7 +13,9 @@ nvidia-smi; optionally watching 8 simulated SGLang servers (``sim.sglang_server`
   (/proc/PID/task/*/status; a thread that ended inside the window is not counted);
 - messages/s by type (how often the process list is polled, for one).
 
-Cases: ``nvml`` or ``smi``, plus ``+work`` (the SGLang servers and logs) and ``+steady``
+Cases: ``nvml`` or ``smi``, plus ``+work`` (the SGLang servers and logs; ``+http``: the
+servers' scrapes alone, ``+logs``: their logs alone, which then lack the access line of
+each scrape, 8 of their ~11 lines/s) and ``+steady``
 (the simulated nvidia-smi frozen: GPU memory that does not move, as on a steady job; the
 NVML shim's memory always moves). ``shim-cost``: the NVML shim's own RSS (its uuid,
 hashlib and libcrypto), a bare interpreter without and with its import, to take from the
@@ -134,7 +136,8 @@ def start_servers(log_dir: Path) -> tuple[subprocess.Popen[str], list[int]]:
 
 def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     nvml = case.startswith("nvml")
-    work = "+work" in case
+    scrape = "+work" in case or "+http" in case
+    follow = "+work" in case or "+logs" in case
     smi = write_wrapper(tmp / "bin", demo_settings(frozen="+steady" in case))
     sleepers = [subprocess.Popen(["sleep", "100000"]) for _ in range(8)]
     env = {
@@ -147,11 +150,13 @@ def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     servers = None
     logs: list[dict[str, str]] = []
     http: list[dict[str, Any]] = []
-    if work:
+    if scrape or follow:
         log_dir = tmp / "logs"
         servers, ports = start_servers(log_dir)
+    if follow:
         logs = [{"path": str(log_dir / f"sglang-{p}.log"), "tag": "sglang", "keep": KEEP_PATTERN}
                 for p in ports]  # fmt: skip
+    if scrape:
         http = [
             {
                 "url": f"http://127.0.0.1:{p}/metrics",

@@ -206,6 +206,7 @@ class Connection:
         next(job.answer)  # to its first wait for bytes
         if self.sock is not None:
             job.phase = "send"
+            self._step()  # a request this small goes at once: no wait to be writable
             return
         job.addresses = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
         self._connect(None)
