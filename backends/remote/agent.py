@@ -1022,8 +1022,8 @@ class Scrape:
             return protocol.Http(self.tag, t, status, error=f"HTTP {status}")
         body = raw.decode("utf-8", "replace")
         if self.wanted is not None:  # exposition text ends in a newline: keep it so
-            match = self.wanted.match
-            body = "".join([ln + "\n" for ln in body.splitlines() if match(ln)])
+            kept = list(filter(self.wanted.match, body.splitlines()))  # no Python loop
+            body = "\n".join(kept) + "\n" if kept else ""
         return protocol.Http(self.tag, t, status, body)
 
 

@@ -187,3 +187,20 @@ def test_a_target_added_later_is_scraped_at_once(out: Out, servers: list[Server]
     got = out.http(f"sglang:{servers[1].port}")
     assert len(got) == 1 and got[0][0] - added < 0.2
     assert len(out.http(f"sglang:{servers[0].port}")) == 1
+
+
+@pytest.mark.parametrize(
+    ("page", "pattern", "body"),
+    [
+        (PAGE, METRICS_LINE_FILTER, "sglang:num_running_reqs 3.0\nsglang:token_usage 0.5\n"),
+        # CRLF, an empty line (kept by a pattern that matches it), no newline at the end
+        ("a 1\r\n\nb 2\r\nsglang:x 3", r"sglang|b|$", "\nb 2\nsglang:x 3\n"),
+        ("x\n\n", r"$", "\n"),  # only an empty line wanted: still its newline
+        ("nothing wanted\n", METRICS_LINE_FILTER, ""),
+    ],
+)
+def test_the_filter_keeps_each_wanted_line_with_its_newline(
+    page: str, pattern: str, body: str
+) -> None:
+    scrape = agent.Scrape(target(1, filter=pattern))
+    assert scrape.page_message((200, page.encode()), None).body == body
