@@ -8,6 +8,8 @@ nvidia-smi; optionally watching 8 simulated SGLang servers (``sim.sglang_server`
 
 - CPU: the agent's own utime+stime over the window, % of one core (its nvidia-smi
   children apart: the simulator's nvidia-smi is a Python program, not the real one);
+  "exact": the same from its live threads' schedstat run time in ns (utime+stime are
+  10 ms ticks, sampled: +-0.1 % of a core over 60 s at these rates);
 - RSS: VmRSS, RssAnon, RssFile at the end, VmHWM;
 - wake-ups/s: voluntary context switches of the agent's live threads over the window
   (/proc/PID/task/*/status; a thread that ended inside the window is not counted);
@@ -72,6 +74,16 @@ def children_ticks(pid: int) -> int:
                 with contextlib.suppress(OSError):
                     total += sum(stat_ticks(int(child)))
     return total
+
+
+def run_ns(pid: int) -> dict[str, int]:
+    """Each live thread's time on a CPU so far, in ns (/proc/PID/task/TID/schedstat: exact,
+    where utime+stime are counted in 10 ms ticks: +-0.1 % over a 60 s window)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            out[task.name] = int((task / "schedstat").read_text().split()[0])
+    return out
 
 
 def wakeups(pid: int) -> tuple[int, int]:
@@ -188,12 +200,14 @@ def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         own0, reaped0 = stat_ticks(agent.pid)
         live0 = children_ticks(agent.pid)
         wake0, _ = wakeups(agent.pid)
+        ns0 = run_ns(agent.pid)
         counts0 = dict(reader.counts)
         t0 = time.monotonic()
         time.sleep(args.window)
         own1, reaped1 = stat_ticks(agent.pid)
         live1 = children_ticks(agent.pid)
         wake1, threads = wakeups(agent.pid)
+        ns1 = run_ns(agent.pid)
         wall = time.monotonic() - t0
         mem = memory(agent.pid)
         counts = {k: (v - counts0.get(k, 0)) / wall for k, v in reader.counts.items()}
@@ -212,6 +226,9 @@ def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "source": hello.get("source"),
         "note": hello.get("note"),
         "cpu_pct": round(100.0 * (own1 - own0) / CLK_TCK / wall, 2),
+        "cpu_exact_pct": round(
+            100.0 * sum(v - ns0.get(k, 0) for k, v in ns1.items()) / 1e9 / wall, 3
+        ),
         "children_cpu_pct": round(
             100.0 * ((reaped1 - reaped0) + (live1 - live0)) / CLK_TCK / wall, 2
         ),
@@ -308,7 +325,8 @@ def main() -> None:
         print(
             f"{case:10} RSS {result['rss_mib']:5.1f} MiB (anon {result['anon_mib']:4.1f}, "
             f"file {result['file_mib']:4.1f}, hwm {result['hwm_mib']:4.1f})  "
-            f"CPU {result['cpu_pct']:5.2f} %  (children {result['children_cpu_pct']:5.2f} %)  "
+            f"CPU {result['cpu_pct']:5.2f} % (exact {result['cpu_exact_pct']:5.3f} %, "
+            f"children {result['children_cpu_pct']:5.2f} %)  "
             f"wake-ups {result['wakeups_per_s']:5.1f}/s  threads {result['threads']}",
             flush=True,
         )
