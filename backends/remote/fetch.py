@@ -88,7 +88,7 @@ class _Job:
         self.out = memoryview(request)
         self.reused = False  # on a kept connection (which the server may have closed)
         self.got = False  # any byte of the answer came
-        self.parser = _Parser()
+        self.parser = _Parser()  # a new one for each try (Connection._start)
         self.answer = self.parser.response(limit)
 
 
@@ -101,7 +101,7 @@ class Connection:
         self.port = port
         self.keep_alive = keep_alive
         self.sock: socket.socket | None = None
-        self.connects = 0  # connections opened (for tests and the bench)
+        self.connects = 0  # connections opened (tests read it)
         self.job: _Job | None = None
 
     def close(self) -> None:
