@@ -103,14 +103,17 @@ def test_real_server_endpoints(cluster: SglangServers) -> None:
 def test_servers_keep_connections_alive_as_uvicorn_does(
     cluster: SglangServers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """HTTP/1.1 keep-alive; an idle connection closed after the keep-alive timeout (short
-    here); a server taken down or restarted closes its connections."""
+    """HTTP/1.1 keep-alive with TCP_NODELAY; an idle connection closed after the
+    keep-alive timeout (short here); a server taken down or restarted closes its
+    connections."""
     monkeypatch.setattr(sglang_server._Handler, "timeout", 0.3)
     conn = Connection("127.0.0.1", cluster.ports[0])
     try:
         for path in ("/metrics", "/server_info", "/metrics"):
             assert conn.get(path, timeout=5, limit=8 << 20)[0] == 200
         assert conn.connects == 1
+        (served,) = cluster._open[cluster.ports[0]]  # as asyncio's: no Nagle delay
+        assert served.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
         time.sleep(0.8)  # idle past the timeout: the server closed it
         assert conn.sock is not None and conn.sock.recv(1) == b""
         assert conn.get("/metrics", timeout=5, limit=8 << 20)[0] == 200
