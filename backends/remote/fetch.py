@@ -333,17 +333,16 @@ class _Parser:
                 raise FetchError("headers too long")
             if not (yield from self._more()):
                 raise FetchError("connection closed before the answer")
-        status_line = (yield from self._line()).decode("latin-1")
+        at = self.buf.index(b"\r\n\r\n")  # the status line and headers, at once
+        status_line, *lines = self.buf[:at].decode("latin-1").split("\r\n")
+        del self.buf[: at + 4]
         parts = status_line.split(None, 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
             raise FetchError(f"not an HTTP answer: {status_line[:80]!r}")
         status = int(parts[1])
         headers: dict[str, str] = {}
-        while True:
-            line = yield from self._line()
-            if not line:
-                break
-            name, _, value = line.decode("latin-1").partition(":")
+        for line in lines:
+            name, _, value = line.partition(":")
             name = name.strip().lower()
             value = value.strip()
             if name == "connection" and "connection" in headers:
