@@ -8,12 +8,16 @@ nvidia-smi; optionally watching 8 simulated SGLang servers (``sim.sglang_server`
 
 - CPU: the agent's own utime+stime over the window, % of one core (its nvidia-smi
   children apart: the simulator's nvidia-smi is a Python program, not the real one);
+  "exact": the same from its live threads' schedstat run time in ns (utime+stime are
+  10 ms ticks, sampled: +-0.1 % of a core over 60 s at these rates);
 - RSS: VmRSS, RssAnon, RssFile at the end, VmHWM;
 - wake-ups/s: voluntary context switches of the agent's live threads over the window
   (/proc/PID/task/*/status; a thread that ended inside the window is not counted);
 - messages/s by type (how often the process list is polled, for one).
 
-Cases: ``nvml`` or ``smi``, plus ``+work`` (the SGLang servers and logs) and ``+steady``
+Cases: ``nvml`` or ``smi``, plus ``+work`` (the SGLang servers and logs; ``+http``: the
+servers' scrapes alone, ``+logs``: their logs alone, which then lack the access line of
+each scrape, 8 of their ~11 lines/s) and ``+steady``
 (the simulated nvidia-smi frozen: GPU memory that does not move, as on a steady job; the
 NVML shim's memory always moves). ``shim-cost``: the NVML shim's own RSS (its uuid,
 hashlib and libcrypto), a bare interpreter without and with its import, to take from the
@@ -72,6 +76,16 @@ def children_ticks(pid: int) -> int:
     return total
 
 
+def run_ns(pid: int) -> dict[str, int]:
+    """Each live thread's time on a CPU so far, in ns (/proc/PID/task/TID/schedstat: exact,
+    where utime+stime are counted in 10 ms ticks: +-0.1 % over a 60 s window)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            out[task.name] = int((task / "schedstat").read_text().split()[0])
+    return out
+
+
 def wakeups(pid: int) -> tuple[int, int]:
     """(voluntary context switches summed over the live threads, thread count)."""
     total = threads = 0
@@ -110,9 +124,32 @@ class Reader(threading.Thread):
                     self.hello = msg
 
 
+def start_servers(log_dir: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    """The simulated SGLang servers on free ports (random ones, beside other engineers'
+    servers: another try when one is taken) and their ports."""
+    log_dir.mkdir()
+    sim = [sys.executable, "-m", "gpumon.backends.sim.sglang_server"]
+    for _ in range(10):
+        base = random.randrange(32000, 60000, 16)
+        ports = list(range(base, base + SERVERS))
+        servers = subprocess.Popen(
+            [*sim, "--ports", f"{ports[0]}-{ports[-1]}", "--log", str(log_dir)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert servers.stdout is not None
+        line = servers.stdout.readline().strip()  # its start-up line
+        print("  ", line, file=sys.stderr)
+        if "serving" in line:
+            return servers, ports
+        servers.wait(10)
+    raise SystemExit("bench_agent: no free ports for the SGLang servers")
+
+
 def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     nvml = case.startswith("nvml")
-    work = "+work" in case
+    scrape = "+work" in case or "+http" in case
+    follow = "+work" in case or "+logs" in case
     smi = write_wrapper(tmp / "bin", demo_settings(frozen="+steady" in case))
     sleepers = [subprocess.Popen(["sleep", "100000"]) for _ in range(8)]
     env = {
@@ -125,21 +162,13 @@ def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     servers = None
     logs: list[dict[str, str]] = []
     http: list[dict[str, Any]] = []
-    if work:
-        base = random.randrange(32000, 60000, 16)  # beside other engineers' servers
-        ports = list(range(base, base + SERVERS))
+    if scrape or follow:
         log_dir = tmp / "logs"
-        log_dir.mkdir()
-        sim = [sys.executable, "-m", "gpumon.backends.sim.sglang_server"]
-        servers = subprocess.Popen(
-            [*sim, "--ports", f"{ports[0]}-{ports[-1]}", "--log", str(log_dir)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert servers.stdout is not None
-        print("  ", servers.stdout.readline().strip(), file=sys.stderr)  # its start-up line
+        servers, ports = start_servers(log_dir)
+    if follow:
         logs = [{"path": str(log_dir / f"sglang-{p}.log"), "tag": "sglang", "keep": KEEP_PATTERN}
                 for p in ports]  # fmt: skip
+    if scrape:
         http = [
             {
                 "url": f"http://127.0.0.1:{p}/metrics",
@@ -171,12 +200,14 @@ def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         own0, reaped0 = stat_ticks(agent.pid)
         live0 = children_ticks(agent.pid)
         wake0, _ = wakeups(agent.pid)
+        ns0 = run_ns(agent.pid)
         counts0 = dict(reader.counts)
         t0 = time.monotonic()
         time.sleep(args.window)
         own1, reaped1 = stat_ticks(agent.pid)
         live1 = children_ticks(agent.pid)
         wake1, threads = wakeups(agent.pid)
+        ns1 = run_ns(agent.pid)
         wall = time.monotonic() - t0
         mem = memory(agent.pid)
         counts = {k: (v - counts0.get(k, 0)) / wall for k, v in reader.counts.items()}
@@ -195,6 +226,9 @@ def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "source": hello.get("source"),
         "note": hello.get("note"),
         "cpu_pct": round(100.0 * (own1 - own0) / CLK_TCK / wall, 2),
+        "cpu_exact_pct": round(
+            100.0 * sum(v - ns0.get(k, 0) for k, v in ns1.items()) / 1e9 / wall, 3
+        ),
         "children_cpu_pct": round(
             100.0 * ((reaped1 - reaped0) + (live1 - live0)) / CLK_TCK / wall, 2
         ),
@@ -291,7 +325,8 @@ def main() -> None:
         print(
             f"{case:10} RSS {result['rss_mib']:5.1f} MiB (anon {result['anon_mib']:4.1f}, "
             f"file {result['file_mib']:4.1f}, hwm {result['hwm_mib']:4.1f})  "
-            f"CPU {result['cpu_pct']:5.2f} %  (children {result['children_cpu_pct']:5.2f} %)  "
+            f"CPU {result['cpu_pct']:5.2f} % (exact {result['cpu_exact_pct']:5.3f} %, "
+            f"children {result['children_cpu_pct']:5.2f} %)  "
             f"wake-ups {result['wakeups_per_s']:5.1f}/s  threads {result['threads']}",
             flush=True,
         )

@@ -29,7 +29,7 @@ import time
 import types
 
 from . import procfacts, protocol
-from .fetch import FetchError, http_get
+from .fetch import Connection, FetchError, split_url
 from .hoststats import HostStatsReader
 from .logtail import LogTail, Waker
 from .protocol import AGENT_VERSION, AgentOptions
@@ -57,6 +57,9 @@ STALL_FIRST_S = 10.0
 ROUND_MAX_LINES = 1024  # a round longer than this is junk: sent on (and counted) as it is
 LINE_MAX_BYTES = 64 * 1024  # a longer "line" (no newline in sight) is dropped, and said
 THREAD_RESTART_S = 5.0  # a thread that died of an exception runs again after this long
+# A scrape of a /metrics page (busy SGLang: ~100 KB), and of the server info (~40 KB).
+PAGE_TIMEOUT_S, PAGE_MAX_BYTES = 2.0, 8 << 20
+INFO_TIMEOUT_S, INFO_MAX_BYTES = 5.0, 1 << 20
 DEVICE_RESCAN_S = 60.0  # who holds /dev/nvidiaN: every /proc/*/fd read again at most this late
 
 
@@ -469,6 +472,10 @@ class Agent:
         self.log_poll_s = options.log_poll_s
         self.sglang_discover = options.sglang_discover
         self.http_tags: set[str] = set()
+        self.http_lock = threading.Lock()
+        self.http_targets: list[dict[str, Any]] = []  # every target scraped, in order
+        self.http_started = False
+        self.http_wake_r = self.http_wake_w = -1  # a byte: a new target (the HTTP thread's)
         self.wake = threading.Event()  # set when the interval changes
         # ... and a byte in this pipe then, so the nvidia-smi loop's select wakes for it
         self.wake_r, self.wake_w = os.pipe()
@@ -808,9 +815,21 @@ class Agent:
             waker.wait(busy)
 
     def start_http(self, target: dict[str, Any]) -> None:
-        if target["tag"] not in self.http_tags:
+        """Scrape ``target`` from now on (once per tag), in the one HTTP thread."""
+        with self.http_lock:
+            if target["tag"] in self.http_tags:
+                return
             self.http_tags.add(target["tag"])
-            self.spawn(str(target["tag"]), functools.partial(self.http_loop, target))
+            self.http_targets.append(target)
+            first = not self.http_started
+            self.http_started = True
+        if first:
+            self.http_wake_r, self.http_wake_w = os.pipe()
+            os.set_blocking(self.http_wake_w, False)
+            self.spawn("http", self.http_loop)
+        else:
+            with contextlib.suppress(OSError):  # full: a wake-up is pending anyway
+                os.write(self.http_wake_w, b"!")
 
     def discover_loop(self) -> None:
         """Find SGLang servers from their command lines (``sglang_ports``)."""
@@ -828,50 +847,42 @@ class Agent:
                 )
             time.sleep(10.0)
 
-    def http_loop(self, target: dict[str, Any]) -> None:
-        import re
+    def http_loop(self) -> None:
+        """Every HTTP target's scrapes in this one thread: each server's connection is
+        non-blocking with its own deadline, so a slow or silent server delays none of
+        the others (a thread per server cost a wake-up and a GIL hand-off per scrape)."""
+        import select
 
-        wanted = re.compile(target["filter"]) if target.get("filter") else None
-        url, tag = str(target["url"]), str(target["tag"])
-        info = [url[: url.rindex("/")] + str(p) for p in target.get("info") or ()]
-        informed = False  # server info sent since the server last came up
+        scrapes: dict[str, Scrape] = {}
         while True:
-            started = time.monotonic()
-            t = time.time()
-            try:
-                status, raw = http_get(url, timeout=2.0, limit=8 << 20)
-            except FetchError as e:  # refused, timeout, reset: the server is down
-                msg = protocol.Http(tag, t, None, error=str(e))
-            else:
-                # The counters were read somewhere between the request and the answer:
-                # the midpoint, so a slow answer (a loaded machine) does not skew a rate.
-                t += (time.monotonic() - started) / 2
-                if status >= 400:
-                    msg = protocol.Http(tag, t, status, error=f"HTTP {status}")
+            with self.http_lock:  # targets added since (all of them after a restart)
+                for target in self.http_targets[len(scrapes) :]:
+                    scrapes[str(target["tag"])] = Scrape(target)
+            poll = select.poll()
+            poll.register(self.http_wake_r, select.POLLIN)
+            busy: dict[int, Scrape] = {}
+            wake = float("inf")
+            now = time.monotonic()
+            for scrape in scrapes.values():
+                if not scrape.conn.busy and scrape.due <= now:
+                    scrape.begin(self.out, self.interval)
+                if scrape.conn.busy:
+                    assert scrape.conn.sock is not None  # a busy connection has its socket
+                    busy[scrape.conn.sock.fileno()] = scrape
+                    poll.register(scrape.conn.sock, scrape.conn.events)
+                    wake = min(wake, scrape.conn.deadline)
                 else:
-                    body = raw.decode("utf-8", "replace")
-                    if wanted is not None:  # exposition text ends in a newline: keep it so
-                        body = "".join(ln + "\n" for ln in body.splitlines() if wanted.match(ln))
-                    msg = protocol.Http(tag, t, status, body)
-            self.out.send(msg)
-            if msg.status is None:
-                informed = False
-            elif not informed and info:
-                informed = True
-                self.fetch_info(info, str(target.get("info_tag") or tag))
-            time.sleep(max(self.interval - (time.monotonic() - started), 0.05))
-
-    def fetch_info(self, urls: list[str], tag: str) -> None:
-        """The first of ``urls`` that answers 200 (SGLang's server info), sent once."""
-        for url in urls:
-            try:
-                status, raw = http_get(url, timeout=5.0, limit=1 << 20)  # ~40 KB real
-            except FetchError:  # no answer
-                continue
-            if status != 200:  # 404 on versions without this path
-                continue
-            self.out.send(protocol.Http(tag, time.time(), 200, raw.decode("utf-8", "replace")))
-            return
+                    wake = min(wake, scrape.due)
+            wait = max(wake - time.monotonic(), 0.0)
+            for fd, _ in poll.poll(None if wait == float("inf") else int(wait * 1000) + 1):
+                if fd == self.http_wake_r:
+                    os.read(self.http_wake_r, 4096)
+                elif fd in busy:
+                    busy.pop(fd).step(self.out, self.interval)
+            now = time.monotonic()
+            for scrape in busy.values():
+                if scrape.conn.deadline <= now:
+                    scrape.expire(self.out, self.interval)
 
     # --- NVML ----------------------------------------------------------------------
     def nvml_call(self, call: Callable[[], Any]) -> tuple[bool, Any]:
@@ -910,6 +921,110 @@ class Agent:
             if self.wake.wait(max(delay, 0.0)):
                 self.wake.clear()
         self.smi_loop()
+
+
+class Scrape:
+    """One HTTP target (SGLang ``/metrics``) as the HTTP thread scrapes it: a kept-alive
+    ``Connection``, what is under way on it (the page, or the server info after the
+    server came up), and when the next scrape is due. Each answer or error is sent on
+    as an ``Http`` message."""
+
+    def __init__(self, target: dict[str, Any]) -> None:
+        import re
+
+        self.wanted = re.compile(target["filter"]) if target.get("filter") else None
+        url, self.tag = str(target["url"]), str(target["tag"])
+        self.info_tag = str(target.get("info_tag") or self.tag)
+        try:
+            host, port, self.path = split_url(url)
+            self.bad: str | None = None
+        except FetchError as e:  # said every interval, as a fetch that failed
+            host, port, self.path, self.bad = "", 0, "/", str(e)
+        base = self.path[: self.path.rindex("/")]
+        self.info = [base + str(p) for p in target.get("info") or ()]
+        self.conn = Connection(host, port)
+        self.informed = False  # server info sent since the server last came up
+        self.fetching = ""  # "page" or "info": what the connection is busy with
+        self.info_left: list[str] = []  # server info paths not tried yet
+        self.due = 0.0  # monotonic time of the next scrape
+        self.started = 0.0
+        self.t = 0.0
+
+    def begin(self, out: Output, interval: float) -> None:
+        """Start a scrape of the page (an error at once is sent at once)."""
+        self.started = time.monotonic()
+        self.t = time.time()
+        self.fetching = "page"
+        try:
+            if self.bad is not None:
+                raise FetchError(self.bad)
+            self.conn.begin(self.path, PAGE_TIMEOUT_S, PAGE_MAX_BYTES)
+        except FetchError as e:
+            self.done(out, None, e, interval)
+
+    def step(self, out: Output, interval: float) -> None:
+        """The connection's socket is ready."""
+        try:
+            answer = self.conn.step()
+        except FetchError as e:
+            self.done(out, None, e, interval)
+        else:
+            if answer is not None:
+                self.done(out, answer, None, interval)
+
+    def expire(self, out: Output, interval: float) -> None:
+        """The deadline of what is under way passed."""
+        try:
+            self.conn.expire()
+        except FetchError as e:
+            self.done(out, None, e, interval)
+
+    def done(
+        self,
+        out: Output,
+        answer: tuple[int, bytes] | None,
+        error: Exception | None,
+        interval: float,
+    ) -> None:
+        if self.fetching == "info":
+            if answer is not None and answer[0] == 200:  # 404 on versions without a path
+                self.info_left = []
+                text = answer[1].decode("utf-8", "replace")
+                out.send(protocol.Http(self.info_tag, time.time(), 200, text))
+        else:
+            msg = self.page_message(answer, error)
+            out.send(msg)
+            if msg.status is None:
+                self.informed = False
+            elif not self.informed and self.info:
+                self.informed = True
+                self.info_left = list(self.info)
+        while self.info_left:  # the first server info path that answers 200, sent once
+            self.fetching = "info"
+            try:
+                self.conn.begin(self.info_left.pop(0), INFO_TIMEOUT_S, INFO_MAX_BYTES)
+                return
+            except FetchError:  # no answer
+                continue
+        self.fetching = ""
+        self.due = max(self.started + interval, time.monotonic() + 0.05)
+
+    def page_message(
+        self, answer: tuple[int, bytes] | None, error: Exception | None
+    ) -> protocol.Http:
+        if answer is None:  # refused, timeout, reset: the server is down
+            return protocol.Http(self.tag, self.t, None, error=str(error))
+        status, raw = answer
+        # The counters were read somewhere between the request and the answer: the
+        # midpoint, so a slow answer (a loaded machine) does not skew a rate.
+        t = self.t + (time.monotonic() - self.started) / 2
+        if status >= 400:
+            return protocol.Http(self.tag, t, status, error=f"HTTP {status}")
+        body = raw.decode("utf-8", "replace")
+        if self.wanted is not None:  # exposition text ends in a newline: keep it so
+            kept = list(filter(self.wanted.match, body.splitlines()))  # no Python loop
+            body = "\n".join(kept) + "\n" if kept else ""
+        return protocol.Http(self.tag, t, status, body)
 
 
 def memory_key(fields: Sequence[str], rows: Sequence[str]) -> tuple[str, ...]:

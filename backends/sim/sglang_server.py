@@ -2,7 +2,9 @@
 
 Real HTTP servers on 127.0.0.1 (one thread each, all in this process) serving what
 SGLang v0.5.18 serves to a monitor: ``/metrics`` (Prometheus text from ``sglang_model``),
-``/health`` (200, empty body), ``/model_info`` and ``/get_model_info``, ``/v1/models``.
+``/health`` (200, empty body), ``/model_info`` and ``/get_model_info``, ``/v1/models``,
+over HTTP/1.1 keep-alive as uvicorn serves them (an idle connection closed after
+``KEEP_ALIVE_S``; a stopped or restarted server's connections closed with it).
 The i-th port is the server of GPU i. ``--down PORT`` makes that server answer 503 to
 everything; ``--down PORT:refuse`` leaves its port closed. ``--log DIR`` writes
 ``DIR/sglang-PORT.log`` for each server: a v0.5.18 ``Decode batch`` line every 40 decode
@@ -20,6 +22,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +42,9 @@ from gpumon.backends.sim.sglang_model import (
 )
 
 HOST = "127.0.0.1"
+# uvicorn's timeout_keep_alive, which SGLang passes as 5 (SGLANG_TIMEOUT_KEEP_ALIVE in
+# 0.5.18, a literal 5 in 0.5.6): an idle keep-alive connection is closed after it.
+KEEP_ALIVE_S = 5.0
 DownMode = Literal["503", "refuse"]
 MODEL_INFO = {
     "model_path": MODEL,
@@ -65,11 +71,25 @@ SERVER_INFO = {
 
 
 class _Handler(BaseHTTPRequestHandler):
+    # As uvicorn serves SGLang: HTTP/1.1 keep-alive, an idle connection closed after
+    # KEEP_ALIVE_S (the socket timeout on the wait for the next request line), and
+    # TCP_NODELAY (asyncio sets it on every TCP transport): without it the body, written
+    # after the headers, waits for the client's delayed ACK (~5 ms on a kept connection).
     server_version = "uvicorn"
     sys_version = ""
     protocol_version = "HTTP/1.1"
+    timeout = KEEP_ALIVE_S
+    disable_nagle_algorithm = True
     cluster: SglangServers
     port: int
+
+    def setup(self) -> None:
+        super().setup()
+        self.cluster.opened(self.port, self.connection)
+
+    def finish(self) -> None:
+        self.cluster.closed(self.port, self.connection)
+        super().finish()
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -108,6 +128,7 @@ class SglangServers:
         self._stop = threading.Event()
         self._logged = dict.fromkeys(ports, -1)  # last decode log epoch written
         self._threads: list[threading.Thread] = []
+        self._open: dict[int, set[socket.socket]] = {port: set() for port in ports}
 
     # ------------------------------------------------------------------ control
     def now(self) -> float:
@@ -138,6 +159,8 @@ class SglangServers:
         for server in servers:
             server.shutdown()
             server.server_close()
+        for port in self.ports:
+            self._drop_connections(port)
 
     def set_down(self, port: int, mode: DownMode | None) -> None:
         """Take server ``port`` down (503 or a closed port) or, with None, bring it back."""
@@ -150,6 +173,7 @@ class SglangServers:
         if server is not None:
             server.shutdown()
             server.server_close()
+            self._drop_connections(port)
         if mode != "refuse" and port not in self._servers and not self._stop.is_set():
             self._listen(port)
 
@@ -158,8 +182,25 @@ class SglangServers:
         with self._lock:
             self.started[port] = self.now()
             self._logged[port] = -1
+        self._drop_connections(port)  # a new process: the old one's connections are gone
 
     # ------------------------------------------------------------------ serving
+    def opened(self, port: int, conn: socket.socket) -> None:
+        with self._lock:
+            self._open[port].add(conn)
+
+    def closed(self, port: int, conn: socket.socket) -> None:
+        with self._lock:
+            self._open[port].discard(conn)
+
+    def _drop_connections(self, port: int) -> None:
+        """A stopped server's kept-alive connections end with it (as uvicorn's do)."""
+        with self._lock:
+            conns, self._open[port] = list(self._open[port]), set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
     def _listen(self, port: int) -> None:
         handler = type("Handler", (_Handler,), {"cluster": self, "port": port})
         server = ThreadingHTTPServer((HOST, port), handler)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.parsers import parse_sglang_log_line, parse_sglang_metrics
+from gpumon.backends.remote.fetch import Connection, FetchError
 from gpumon.backends.sim import (
     ENV_VARS,
     MODEL,
@@ -25,6 +26,7 @@ from gpumon.backends.sim import (
     SimSettings,
     metrics_text,
     parse_ports,
+    sglang_server,
 )
 from gpumon.backends.workloads import SglangTracker, sglang_totals
 
@@ -96,6 +98,34 @@ def test_real_server_endpoints(cluster: SglangServers) -> None:
     assert fetch(port, "/nope")[0] == 404
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         assert resp.headers["content-type"].startswith("text/plain; version=0.0.4")
+
+
+def test_servers_keep_connections_alive_as_uvicorn_does(
+    cluster: SglangServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP/1.1 keep-alive with TCP_NODELAY; an idle connection closed after the
+    keep-alive timeout (short here); a server taken down or restarted closes its
+    connections."""
+    monkeypatch.setattr(sglang_server._Handler, "timeout", 0.3)
+    conn = Connection("127.0.0.1", cluster.ports[0])
+    try:
+        for path in ("/metrics", "/server_info", "/metrics"):
+            assert conn.get(path, timeout=5, limit=8 << 20)[0] == 200
+        assert conn.connects == 1
+        (served,) = cluster._open[cluster.ports[0]]  # as asyncio's: no Nagle delay
+        assert served.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        time.sleep(0.8)  # idle past the timeout: the server closed it
+        assert conn.sock is not None and conn.sock.recv(1) == b""
+        assert conn.get("/metrics", timeout=5, limit=8 << 20)[0] == 200
+        assert conn.connects == 2
+        cluster.restart(cluster.ports[0])
+        assert conn.get("/metrics", timeout=5, limit=8 << 20)[0] == 200
+        assert conn.connects == 3
+        cluster.set_down(cluster.ports[0], "refuse")
+        with pytest.raises(FetchError, match="Refused"):
+            conn.get("/metrics", timeout=5, limit=8 << 20)
+    finally:
+        conn.close()
 
 
 def test_server_going_down_and_coming_back(cluster: SglangServers) -> None:

@@ -1,16 +1,22 @@
 """The agent's small HTTP GET (``remote/fetch.py``) against real HTTP servers on
-127.0.0.1: Content-Length, chunked and read-to-close bodies, errors, limits, timeouts."""
+127.0.0.1: Content-Length, chunked and read-to-close bodies, errors, limits, timeouts,
+and the kept-alive ``Connection``: reuse, a connection the server closed (retried once),
+the answers that end a connection."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import socket
+import struct
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpumon.backends.remote.fetch import FetchError, http_get, split_url
+from gpumon.backends.remote.fetch import Connection, FetchError, http_get, split_url
 
 PAGE = b"".join(b'sglang:num_running_reqs{tp_rank="%d"} 3.0\n' % i for i in range(5000))
 
@@ -108,3 +114,238 @@ def test_split_url() -> None:
     assert split_url("http://[::1]:8080/get_server_info") == ("::1", 8080, "/get_server_info")
     with pytest.raises(FetchError):
         split_url("https://example.invalid/")
+
+
+# --- Connection: one kept-alive connection per server -------------------------------
+
+
+class Scripted:
+    """A raw TCP server on 127.0.0.1 that answers the n-th request of each connection
+    with ``answer(conn_index, request_index)``: bytes to send, then ``"close"``,
+    ``"reset"`` or ``"keep"``; ``None`` closes without a byte. Counts its connections."""
+
+    def __init__(self, answer: Callable[[int, int], tuple[bytes | None, str]]) -> None:
+        self.answer = answer
+        self.accepted = 0
+        self.requests: list[bytes] = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            index, self.accepted = self.accepted, self.accepted + 1
+            threading.Thread(target=self._connection, args=(conn, index), daemon=True).start()
+
+    def _connection(self, conn: socket.socket, index: int) -> None:
+        buf = b""
+        with conn:
+            for n in itertools.count():
+                while b"\r\n\r\n" not in buf:
+                    got = conn.recv(65536)
+                    if not got:
+                        return
+                    buf += got
+                request, buf = buf.split(b"\r\n\r\n", 1)
+                self.requests.append(request)
+                answer, then = self.answer(index, n)
+                if answer is None:
+                    return
+                conn.sendall(answer)
+                if then == "reset":
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return
+                if then == "close":
+                    return
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the accept (Linux), then the port is shut
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+
+def ok(body: bytes = b"page\n", extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body)
+
+
+@pytest.fixture
+def scripted() -> Iterator[Callable[..., Scripted]]:
+    made: list[Scripted] = []
+
+    def make(answer: Callable[[int, int], tuple[bytes | None, str]]) -> Scripted:
+        made.append(Scripted(answer))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/chunked"])
+def test_a_connection_is_reused_scrape_after_scrape(server: str, path: str) -> None:
+    host, port, _ = split_url(server)
+    conn = Connection(host, port)
+    try:
+        for _ in range(3):
+            assert conn.get(path, timeout=5, limit=8 << 20) == (200, PAGE)
+        assert conn.get("/nope", timeout=5, limit=100) == (404, b"not found")
+        assert conn.get(path, timeout=5, limit=8 << 20) == (200, PAGE)
+        assert conn.connects == 1
+    finally:
+        conn.close()
+
+
+def test_the_request_asks_keep_alive_and_the_one_shot_asks_close(
+    scripted: Callable[..., Scripted],
+) -> None:
+    srv = scripted(lambda c, n: (ok(), "keep"))
+    conn = Connection("127.0.0.1", srv.port)
+    assert conn.get("/metrics", timeout=2, limit=100) == (200, b"page\n")
+    conn.close()
+    assert http_get(f"http://127.0.0.1:{srv.port}/metrics", timeout=2, limit=100)[0] == 200
+    first, second = (r.lower() for r in srv.requests)
+    assert first.startswith(b"get /metrics http/1.1\r\n") and b"connection:" not in first
+    assert b"connection: close" in second
+
+
+def test_a_connection_the_server_closed_while_idle_is_opened_again() -> None:
+    """The simulator's idle timeout (uvicorn's timeout_keep_alive) closes it meanwhile."""
+    handler = type("Idle", (Handler,), {"timeout": 0.2})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    conn = Connection("127.0.0.1", httpd.server_address[1])
+    try:
+        assert conn.get("/metrics", timeout=5, limit=8 << 20) == (200, PAGE)
+        assert conn.get("/metrics", timeout=5, limit=8 << 20) == (200, PAGE)
+        assert conn.connects == 1
+        time.sleep(0.6)
+        assert conn.get("/metrics", timeout=5, limit=8 << 20) == (200, PAGE)
+        assert conn.connects == 2
+    finally:
+        conn.close()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.parametrize("how", ["eof", "reset"])
+def test_a_reused_connection_ending_before_the_answer_is_retried_once(
+    scripted: Callable[..., Scripted], how: str
+) -> None:
+    """The server closes it just as the request goes (after the idle check): EOF or a
+    reset before any byte of the answer sends the request again on a fresh connection."""
+
+    def answer(c: int, n: int) -> tuple[bytes | None, str]:
+        if c == 0 and n == 1:
+            return (None, "") if how == "eof" else (b"", "reset")
+        return ok(b"%d:%d\n" % (c, n)), "keep"
+
+    srv = scripted(answer)
+    conn = Connection("127.0.0.1", srv.port)
+    assert conn.get("/metrics", timeout=2, limit=100) == (200, b"0:0\n")
+    assert conn.get("/metrics", timeout=2, limit=100) == (200, b"1:0\n")
+    assert conn.get("/metrics", timeout=2, limit=100) == (200, b"1:1\n")
+    assert (srv.accepted, conn.connects, len(srv.requests)) == (2, 2, 4)
+    conn.close()
+
+
+def test_no_retry_on_a_fresh_connection_nor_after_part_of_the_answer(
+    scripted: Callable[..., Scripted],
+) -> None:
+    fresh = scripted(lambda c, n: (None, ""))
+    conn = Connection("127.0.0.1", fresh.port)
+    with pytest.raises(FetchError, match="closed before the answer"):
+        conn.get("/metrics", timeout=2, limit=100)
+    assert fresh.accepted == 1 and conn.sock is None
+    half = scripted(lambda c, n: (ok(), "keep") if n == 0 else (b"HTTP/1.1 200 OK\r\n", "close"))
+    conn = Connection("127.0.0.1", half.port)
+    conn.get("/metrics", timeout=2, limit=100)
+    with pytest.raises(FetchError, match="closed before the answer"):
+        conn.get("/metrics", timeout=2, limit=100)
+    assert half.accepted == 1 and conn.sock is None
+
+
+def test_a_retry_that_finds_the_server_gone_is_refused(
+    scripted: Callable[..., Scripted],
+) -> None:
+    srv = scripted(lambda c, n: (ok(), "keep") if n == 0 else (None, ""))
+    conn = Connection("127.0.0.1", srv.port)
+    conn.get("/metrics", timeout=2, limit=100)
+    srv.close()  # no new connections: the retry is refused
+    with pytest.raises(FetchError, match="Refused"):
+        conn.get("/metrics", timeout=2, limit=100)
+    assert conn.sock is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "body"),
+    [
+        (ok(extra=b"Connection: close\r\n"), b"page\n"),  # the server says so
+        (b"HTTP/1.0 200 OK\r\ncontent-length: 5\r\n\r\npage\n", b"page\n"),  # 1.0: no
+        (b"HTTP/1.1 200 OK\r\n\r\npage\n", b"page\n"),  # read to the close
+        (ok(b"x" * 500), b"x" * 100),  # cut at the limit: the rest is still coming
+        (ok() + b"HTTP/1.1 200 OK\r\n", b"page\n"),  # bytes nobody asked for
+    ],
+    ids=["connection-close", "http-1.0", "read-to-close", "limit", "extra-bytes"],
+)
+def test_answers_that_end_the_connection_drop_it(
+    scripted: Callable[..., Scripted], answer: bytes, body: bytes
+) -> None:
+    srv = scripted(lambda c, n: (answer, "close" if b"content-length" not in answer else "keep"))
+    conn = Connection("127.0.0.1", srv.port)
+    for _ in range(2):
+        assert conn.get("/metrics", timeout=2, limit=100) == (200, body)
+        assert conn.sock is None
+    assert srv.accepted == conn.connects == 2
+
+
+def test_chunked_with_trailers_keeps_the_connection_in_step(
+    scripted: Callable[..., Scripted],
+) -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nX-Trailer: 1\r\n\r\n"
+    )
+    srv = scripted(lambda c, n: (chunked if n != 1 else ok(), "keep"))
+    conn = Connection("127.0.0.1", srv.port)
+    assert conn.get("/metrics", timeout=2, limit=100) == (200, b"abcde")
+    assert conn.get("/metrics", timeout=2, limit=100) == (200, b"page\n")
+    assert conn.get("/metrics", timeout=2, limit=100) == (200, b"abcde")
+    assert conn.get("/metrics", timeout=2, limit=4) == (200, b"abcd")  # cut: dropped
+    assert conn.sock is None and srv.accepted == 1
+    conn.close()
+
+
+def test_a_timeout_drops_the_connection(scripted: Callable[..., Scripted]) -> None:
+    def answer(c: int, n: int) -> tuple[bytes | None, str]:
+        if n == 1:
+            time.sleep(1.0)  # silent past the deadline
+        return ok(), "keep"
+
+    srv = scripted(answer)
+    conn = Connection("127.0.0.1", srv.port)
+    conn.get("/metrics", timeout=2, limit=100)
+    started = time.monotonic()
+    with pytest.raises(FetchError, match="timed out"):
+        conn.get("/metrics", timeout=0.3, limit=100)
+    assert time.monotonic() - started < 0.9
+    assert conn.sock is None
+    assert conn.get("/metrics", timeout=2, limit=100) == (200, b"page\n")  # a fresh one
+    assert conn.connects == 2
+    conn.close()
+
+
+def test_garbage_on_a_reused_connection_is_an_error_not_a_retry(
+    scripted: Callable[..., Scripted],
+) -> None:
+    srv = scripted(lambda c, n: (ok() if n == 0 else b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "keep"))
+    conn = Connection("127.0.0.1", srv.port)
+    conn.get("/metrics", timeout=2, limit=100)
+    with pytest.raises(FetchError, match="not an HTTP answer"):
+        conn.get("/metrics", timeout=2, limit=100)
+    assert conn.sock is None and srv.accepted == 1
