@@ -306,6 +306,8 @@ class TimeRing(_Ring, Sequence[float]):
     @overload
     def __getitem__(self, index: slice) -> list[float]: ...
     def __getitem__(self, index: int | slice) -> float | list[float]:
+        if index == -1 and self._len:  # the newest: the slot before the next one
+            return self._buf[self._head - 1]
         if isinstance(index, slice):
             return list(self._forward())[index]
         return self._buf[self._slot(index)]
@@ -339,7 +341,7 @@ class SeriesRing(_Ring, Sequence[float | None]):
     def __getitem__(self, index: int | slice) -> float | list[float | None] | None:
         if isinstance(index, slice):
             return list(self)[index]
-        v = self._buf[self._slot(index)]
+        v = self._buf[self._head - 1 if index == -1 and self._len else self._slot(index)]
         return None if v != v else v
 
     def __iter__(self) -> Iterator[float | None]:
