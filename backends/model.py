@@ -275,16 +275,21 @@ class _Ring:
         i += self._head
         return i - n if i >= n else i
 
+    # Not yet full: the slots before ``_head``, in order. Full: from ``_head`` round to it.
     def _forward(self) -> Iterator[float]:
         view, head = self._view, self._head
-        if self._len < len(self._buf):
-            return iter(view[: self._len])
+        if head == self._len:
+            return iter(view[:head])
+        if not head:
+            return iter(view)
         return chain(view[head:], view[:head])
 
     def _backward(self) -> Iterator[float]:
         view, head = self._view, self._head
-        if self._len < len(self._buf):
-            return reversed(view[: self._len])
+        if head == self._len:
+            return reversed(view[:head])
+        if not head:
+            return reversed(view)
         return chain(reversed(view[:head]), reversed(view[head:]))
 
 
@@ -312,11 +317,8 @@ class TimeRing(_Ring, Sequence[float]):
             return list(self._forward())[index]
         return self._buf[self._slot(index)]
 
-    def __iter__(self) -> Iterator[float]:
-        return self._forward()
-
-    def __reversed__(self) -> Iterator[float]:
-        return self._backward()
+    __iter__ = _Ring._forward
+    __reversed__ = _Ring._backward
 
 
 class SeriesRing(_Ring, Sequence[float | None]):
