@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from collections import deque
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from typing import overload
 
 
 class Health(enum.StrEnum):
@@ -220,11 +223,152 @@ class HostLoad:
     load: tuple[float, float, float] | None = None
 
 
+class _Ring:
+    """A fixed-size ring of doubles: ``maxlen`` slots allocated and written in full when it
+    is made (every page touched then, so the process takes its memory at the start, not as
+    an hour of samples fills it), oldest first to its readers, the oldest overwritten once
+    full (as ``deque(maxlen=...)`` drops it). NaN marks a slot whose value was not
+    reported; ``_nans`` counts those in the window, so a window without any is read at C
+    speed."""
+
+    __slots__ = ("_buf", "_head", "_len", "_nans", "_view")
+
+    def __init__(self, maxlen: int) -> None:
+        self._buf = array("d", _NAN_SLOT) * max(maxlen, 0)
+        self._view = memoryview(self._buf)  # slices of it copy nothing
+        self._head = 0  # the slot the next value goes to
+        self._len = 0
+        self._nans = 0
+
+    @property
+    def maxlen(self) -> int:
+        return len(self._buf)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _put(self, value: float) -> None:
+        buf, head = self._buf, self._head
+        size = len(buf)
+        if not size:
+            return
+        if self._len == size:
+            old = buf[head]
+            if old != old:
+                self._nans -= 1
+        else:
+            self._len += 1
+        if value != value:
+            self._nans += 1
+        buf[head] = value
+        head += 1
+        self._head = 0 if head == size else head
+
+    def _slot(self, i: int) -> int:
+        n = self._len
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("history index out of range")
+        if n < len(self._buf):  # not yet full: slots 0 .. n-1, oldest first
+            return i
+        i += self._head
+        return i - n if i >= n else i
+
+    # Not yet full: the slots before ``_head``, in order. Full: from ``_head`` round to it.
+    def _forward(self) -> Iterator[float]:
+        view, head = self._view, self._head
+        if head == self._len:
+            return iter(view[:head])
+        if not head:
+            return iter(view)
+        return chain(view[head:], view[:head])
+
+    def _backward(self) -> Iterator[float]:
+        view, head = self._view, self._head
+        if head == self._len:
+            return reversed(view[:head])
+        if not head:
+            return reversed(view)
+        return chain(reversed(view[:head]), reversed(view[head:]))
+
+
+class TimeRing(_Ring, Sequence[float]):
+    """A history's sample times (epoch seconds), oldest first."""
+
+    __slots__ = ()
+
+    def __init__(self, maxlen: int, values: Iterable[float] = ()) -> None:
+        super().__init__(maxlen)
+        for v in values:
+            self._put(v)
+
+    def append(self, value: float) -> None:
+        self._put(value)
+
+    @overload
+    def __getitem__(self, index: int) -> float: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[float]: ...
+    def __getitem__(self, index: int | slice) -> float | list[float]:
+        if index == -1 and self._len:  # the newest: the slot before the next one
+            return self._buf[self._head - 1]
+        if isinstance(index, slice):
+            return list(self._forward())[index]
+        return self._buf[self._slot(index)]
+
+    __iter__ = _Ring._forward
+    __reversed__ = _Ring._backward
+
+
+class SeriesRing(_Ring, Sequence[float | None]):
+    """One measured series of a history, oldest first; ``None`` where the GPU did not
+    report the value (stored as NaN: a reported NaN reads as ``None`` too, never as NaN,
+    and nothing not reported ever reads as 0)."""
+
+    __slots__ = ()
+
+    def __init__(self, maxlen: int, values: Iterable[float | None] = ()) -> None:
+        super().__init__(maxlen)
+        for v in values:
+            self.append(v)
+
+    def append(self, value: float | None) -> None:
+        self._put(_NAN if value is None else value)
+
+    @overload
+    def __getitem__(self, index: int) -> float | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[float | None]: ...
+    def __getitem__(self, index: int | slice) -> float | list[float | None] | None:
+        if isinstance(index, slice):
+            return list(self)[index]
+        v = self._buf[self._head - 1 if index == -1 and self._len else self._slot(index)]
+        return None if v != v else v
+
+    def __iter__(self) -> Iterator[float | None]:
+        if not self._nans:
+            return self._forward()
+        return (None if v != v else v for v in self._forward())
+
+    def __reversed__(self) -> Iterator[float | None]:
+        if not self._nans:
+            return self._backward()
+        return (None if v != v else v for v in self._backward())
+
+
+_NAN = float("nan")
+_NAN_SLOT = array("d", [_NAN])
+
+
 class GpuHistory:
     """Bounded history of one GPU's headline values; owned by the monitor.
 
     All series share one length; entry ``i`` of each belongs to ``times[i]`` (local epoch
-    seconds). A value the GPU did not report is ``None`` in its series.
+    seconds). A value the GPU did not report is ``None`` in its series. Each series is a
+    ring of ``maxlen`` doubles allocated in full when the GPU is first seen (an hour at
+    1 Hz: 8 x 3600 x 5 x 8 bytes = 1.1 MiB for 8 GPUs, from the start), so the dashboard's
+    memory does not grow as the histories fill.
     """
 
     __slots__ = (
@@ -238,46 +382,44 @@ class GpuHistory:
 
     def __init__(self, maxlen: int) -> None:
         self.maxlen = maxlen
-        self.times: deque[float] = deque(maxlen=maxlen)
-        self.memory_used_mib: deque[float | None] = deque(maxlen=maxlen)
-        self.utilization_pct: deque[float | None] = deque(maxlen=maxlen)
-        self.temperature_c: deque[float | None] = deque(maxlen=maxlen)
-        self.power_w: deque[float | None] = deque(maxlen=maxlen)
+        self.times = TimeRing(maxlen)
+        self.memory_used_mib = SeriesRing(maxlen)
+        self.utilization_pct = SeriesRing(maxlen)
+        self.temperature_c = SeriesRing(maxlen)
+        self.power_w = SeriesRing(maxlen)
 
     def append(self, t: float, gpu: GpuSample) -> None:
+        self.append_values(
+            t, gpu.memory_used_mib, gpu.utilization_pct, gpu.temperature_c, gpu.power_w
+        )
+
+    def append_values(
+        self,
+        t: float,
+        memory_used_mib: float | None,
+        utilization_pct: float | None,
+        temperature_c: float | None,
+        power_w: float | None,
+    ) -> None:
+        """One entry of every series at time ``t`` (``None``: not reported)."""
         self.times.append(t)
-        used = gpu.memory_used_mib
-        _append_shared(self.memory_used_mib, None if used is None else float(used))
-        _append_shared(self.utilization_pct, gpu.utilization_pct)
-        _append_shared(self.temperature_c, gpu.temperature_c)
-        _append_shared(self.power_w, gpu.power_w)
+        self.memory_used_mib.append(memory_used_mib)
+        self.utilization_pct.append(utilization_pct)
+        self.temperature_c.append(temperature_c)
+        self.power_w.append(power_w)
 
     def resize(self, maxlen: int) -> None:
-        """Keep the newest ``maxlen`` entries from now on (after an interval change)."""
+        """Keep the newest ``maxlen`` entries from now on (after an interval change): new
+        rings (readers holding the old ones see a different object, as with a deque)."""
         if maxlen == self.maxlen:
             return
         self.maxlen = maxlen
-        for name in ("times", "memory_used_mib", "utilization_pct", "temperature_c", "power_w"):
-            setattr(self, name, deque(getattr(self, name), maxlen=maxlen))
+        self.times = TimeRing(maxlen, self.times)
+        for name in ("memory_used_mib", "utilization_pct", "temperature_c", "power_w"):
+            setattr(self, name, SeriesRing(maxlen, getattr(self, name)))
 
     def __len__(self) -> int:
         return len(self.times)
-
-
-# One float object per whole number up to 1024: utilisation, temperatures and many power
-# readings are whole numbers, and an hour of 8 GPUs' histories holds 115,200 of them
-# (a float object is 24 bytes; the deque's slot is 8 either way).
-_WHOLE = {float(n): float(n) for n in range(1025)}
-
-
-def _append_shared(series: deque[float | None], value: float | None) -> None:
-    """Appends ``value``, as the object already there when it equals the previous entry
-    (a steady GPU repeats itself) or is a small whole number: the same values, less
-    memory."""
-    if value is not None:
-        last = series[-1] if series else None
-        value = last if last is not None and last == value else _WHOLE.get(value, value)
-    series.append(value)
 
 
 def iso_time(epoch: float) -> str:

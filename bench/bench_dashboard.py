@@ -65,18 +65,16 @@ def fill_history(monitor: HostMonitor, seconds: float = 3600.0) -> None:
             if t >= real.times[0]:
                 break
             wave = 0.5 + 0.4 * math.sin(k / 300 + gpu.index)
-            hist.times.append(t)
             total = gpu.memory_total_mib or 97887
-            hist.memory_used_mib.append(total * wave)
-            hist.utilization_pct.append(100 * wave)
-            hist.temperature_c.append(40 + 40 * wave)
-            hist.power_w.append(600 * wave)
+            hist.append_values(t, total * wave, 100 * wave, 40 + 40 * wave, 600 * wave)
         for i in range(len(real)):
-            hist.times.append(real.times[i])
-            hist.memory_used_mib.append(real.memory_used_mib[i])
-            hist.utilization_pct.append(real.utilization_pct[i])
-            hist.temperature_c.append(real.temperature_c[i])
-            hist.power_w.append(real.power_w[i])
+            hist.append_values(
+                real.times[i],
+                real.memory_used_mib[i],
+                real.utilization_pct[i],
+                real.temperature_c[i],
+                real.power_w[i],
+            )
         monitor.histories[gpu.index] = hist
 
 

@@ -567,13 +567,46 @@ def trace_diff(where: Path, since_s: float, top: int = 15) -> str:
     lines.append("by traceback, grouped from the allocating frame up (the top 5):")
     for stat in b.compare_to(a, "traceback")[:5]:
         lines.append(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks")
-        for frame in stat.traceback[:TRACE_FRAMES]:
+        for frame in reversed(stat.traceback):  # stored oldest first
             lines.append(f"      {frame.filename.split('site-packages/')[-1]}:{frame.lineno}")
+    lines.append("by the project's innermost frame (what here asked for it; the top lines):")
+    for size, where_from in _by_project_frame(b.compare_to(a, "traceback"))[:top]:
+        lines.append(f"  {size / 1024:+9.1f} KiB  {where_from}")
+    lines.append(
+        "traced heap at each snapshot, MiB (growth that stops: something filling to its bound): "
+        + " ".join(
+            f"{int(p.stem.split('-')[1])}s={_traced_total(p, keep) / 2**20:.2f}" for p in snaps
+        )
+    )
     ta = json.loads((where / f"types-{t0:05d}.json").read_text())
     tb = json.loads((where / f"types-{t1:05d}.json").read_text())
     grown = sorted(((tb.get(k, 0) - ta.get(k, 0), k) for k in {*ta, *tb}), reverse=True)
     lines.append("gc objects by type, change: " + ", ".join(f"{k} {d:+d}" for d, k in grown[:top]))
     return "\n".join(lines)
+
+
+def _by_project_frame(stats: list[Any]) -> list[tuple[int, str]]:
+    """Size changes summed by the innermost (most recent) frame in this project's files,
+    else the allocating frame, biggest change first."""
+    root = str(Path(__file__).resolve().parent.parent) + "/"
+    sums: dict[str, int] = {}
+    for stat in stats:
+        ours = [
+            f
+            for f in stat.traceback
+            if f.filename.startswith(root) and "-packages/" not in f.filename
+        ]
+        frame = ours[-1] if ours else stat.traceback[-1]  # frames run oldest first
+        key = f"{frame.filename.removeprefix(root).split('site-packages/')[-1]}:{frame.lineno}"
+        sums[key] = sums.get(key, 0) + stat.size_diff
+    return sorted(((v, k) for k, v in sums.items()), key=lambda kv: -abs(kv[0]))
+
+
+def _traced_total(path: Path, keep: list[Any]) -> int:
+    import tracemalloc
+
+    snap = tracemalloc.Snapshot.load(str(path)).filter_traces(keep)
+    return sum(s.size for s in snap.statistics("filename"))
 
 
 def local_summary(rows: list[dict[str, Any]]) -> str:

@@ -39,6 +39,7 @@ from gpumon.tui.dashboard import DashboardScreen, GpumonCommands, bindings
 from gpumon.tui.hangup import hangup_safe, terminal_fd, terminal_gone
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, HelpScreen, help_rows
 from gpumon.tui.state import remember_theme, remembered_theme
+from gpumon.tui.textual_fixes import cache_inner_outer_by_colour
 from gpumon.tui.views import Palette
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class GpumonApp(App[int], inherit_bindings=False):
         hub: NotifyHub | None = None,
     ) -> None:
         super().__init__()
+        cache_inner_outer_by_colour()  # no widget's render cache outlives it (textual_fixes)
         self._mounted = False
         self.hub = hub  # alerts to the [notify.*] notifiers, as `gpumon watch` delivers them
         self._hub_start: asyncio.Task[None] | None = None

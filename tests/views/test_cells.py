@@ -331,6 +331,11 @@ def test_series_raw_and_binned() -> None:
     bx, by, bgap = series(times, values, end=99.0, window=60, max_points=10, interval=1.0)
     assert len(bx) == 11 and all(-66 <= x <= 0 for x in bx)
     assert max(y for y in by if y is not None) == 99.0 and bgap >= 15.0
+    # 61 points: raw up to 61 allowed (or no limit), binned from one fewer on
+    assert series(times, values, end=99.0, window=60, max_points=61, interval=1.0) == (xs, ys, gap)
+    assert series(times, values, end=99.0, window=60, max_points=0, interval=1.0) == (xs, ys, gap)
+    cx, _, _ = series(times, values, end=99.0, window=60, max_points=60, interval=1.0)
+    assert len(cx) == 61 and cx != xs  # 61 bin centres, not the samples
 
 
 def test_build_plot_draws_title_ticks_and_no_backgrounds() -> None:

@@ -235,9 +235,17 @@ class DetailScreen(Screen[None]):
         if rules.memory_warning_free_gib > 0:
             warn_mib = min(warn_mib, total_mib - rules.memory_warning_free_gib * 1024)
         levels = ((total_mib / 1024, rgb(pal.critical)), (warn_mib / 1024, rgb(pal.warning)))
+        # the lowest known value since the window's start: walked back from the newest
+        # sample and stopped at the window's start, as the plot's own points are (a 1 min
+        # window reads 60 samples of an hour's 3,600, not all of them)
         start = end - self.window
-        pairs = zip(hist.times, hist.memory_used_mib, strict=True) if hist else iter(())
-        low = min([warn_mib, *(v for t, v in pairs if v is not None and t >= start)])
+        low = warn_mib
+        if hist:
+            for t, v in zip(reversed(hist.times), reversed(hist.memory_used_mib), strict=True):
+                if t < start:
+                    break
+                if v is not None and v < low:
+                    low = v
         span = total_mib - low
         return levels, max(0.0, (low - span) / 1024)
 

@@ -61,17 +61,21 @@ def series(
     start = end - window
     xs: list[float] = []
     ys: list[float | None] = []
+    raw, limit = True, max_points if max_points > 0 else -1
     for t, v in zip(reversed(times), reversed(values), strict=True):
         if t > end:
             continue
         if t < start:
             break
+        if len(xs) == limit:  # one more than fits: binned, the rest need not be read
+            raw = False
+            break
         xs.append(t - end)
         ys.append(None if v is None else v * scale)
-    xs.reverse()
-    ys.reverse()
     gap = 3.0 * max(interval, 1.0)
-    if len(xs) <= max_points or max_points <= 0:
+    if raw:
+        xs.reverse()
+        ys.reverse()
         return tuple(xs), tuple(ys), gap
     span = window / max_points
     binned = bin_series(times, values, end=end, span=span, count=max_points + 1, mean=mean)
