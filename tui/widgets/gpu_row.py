@@ -197,11 +197,12 @@ class GpuRows(ViewWidget[RowsView]):
         return RowRef(self, k)
 
     def on_click(self, event: Click) -> None:
-        at = self.view.row_at(event.y) if self.view is not None else None
-        if at is None:
+        view = self.view
+        at = view.row_at(event.y) if view is not None else None
+        if view is None or at is None:
             return
         k, y = at
-        line = self.view.rows[k].line_at(y) if self.view is not None else None
+        line = view.rows[k].line_at(y)
         self.post_message(self.Selected(self, k, open_detail=event.chain >= 2, line=line))
 
     def on_mouse_move(self, event: MouseMove) -> None:
@@ -227,9 +228,8 @@ class GpuRows(ViewWidget[RowsView]):
         container = next((a for a in self.ancestors if isinstance(a, ScrollableContainer)), None)
         if container is None:
             return
-        mine, theirs = self.region, container.content_region
-        row = Region(mine.x, mine.y + view.top(k), mine.width, view.rows[k].lines)
-        virtual = row.translate(container.scroll_offset - theirs.offset)
+        row = self.row(k).region  # on screen
+        virtual = row.translate(container.scroll_offset - container.content_region.offset)
         container.scroll_to_region(virtual, animate=False, immediate=True)
 
     def render_view(self, view: RowsView, width: int) -> Text:

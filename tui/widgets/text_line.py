@@ -25,7 +25,6 @@ class Line:
     __slots__ = ("_length", "_parts", "_plain", "_spans", "style")
 
     justify = None  # as a Text's: never justified
-    end = "\n"
 
     def __init__(self, text: str = "", style: Style | None = None) -> None:
         self._parts: list[str] = []
@@ -60,7 +59,7 @@ class Line:
         out._parts = list(self._parts)
         out._spans = list(self._spans)
         out._length = self._length
-        out._plain = None
+        out._plain = self._plain
         own = self.style
         out.style = background + (Style.parse(own) if isinstance(own, str) else own)
         pad = width - self.cell_len
@@ -102,4 +101,4 @@ class Line:
         self._plain = None
 
     def text(self) -> Text:
-        return Text(self.plain, self.style, spans=list(self._spans), end="\n")
+        return Text(self.plain, self.style, spans=list(self._spans))
