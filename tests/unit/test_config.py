@@ -18,13 +18,12 @@ from gpumon.backends.config.load import (
     Config,
     ConfigError,
     HostConfig,
-    KeySpec,
-    _check_table,
     config_path,
     format_hosts,
     load_config,
     resolve_host,
 )
+from gpumon.backends.config.schema import KeySpec, check_table
 
 
 def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
@@ -505,12 +504,12 @@ def test_nested_spec_tables_report_the_full_dotted_key() -> None:
         return [int(p) for p in value]
 
     ports = KeySpec("ports", port_list, "a list of port numbers", [])
-    sglang = KeySpec("sglang", lambda raw: _check_table(raw, (ports,)), "a table", {})
+    sglang = KeySpec("sglang", lambda raw: check_table(raw, (ports,)), "a table", {})
     with pytest.raises(Invalid) as caught:
-        _check_table({"sglang": {"ports": ["x"]}}, (sglang,))
+        check_table({"sglang": {"ports": ["x"]}}, (sglang,))
     assert caught.value.path == ("sglang", "ports")
     assert caught.value.problem == 'expected a list of port numbers, got ["x"]'
-    assert _check_table({"sglang": {"ports": ["1"]}}, (sglang,)) == {"sglang": {"ports": [1]}}
+    assert check_table({"sglang": {"ports": ["1"]}}, (sglang,)) == {"sglang": {"ports": [1]}}
 
 
 # --- workloads: [hosts.NAME.sglang], [hosts.NAME.jobs.JOB], watch_logs ------------------
@@ -672,7 +671,8 @@ def test_a_long_key_is_refused_and_cut_in_the_message(tmp_path: Path) -> None:
     ids=lambda v: v if isinstance(v, str) and len(v) < 20 else f"{len(v)}" if v else "ok",
 )
 def test_values_have_length_limits(tmp_path: Path, key: str, value: str, most: str | None) -> None:
-    text = f'[hosts.x]\n{key} = "{value}"\n'
+    rendered = f'["{value}"]' if key == "watch_logs" else f'"{value}"'  # a list of paths
+    text = f"[hosts.x]\n{key} = {rendered}\n"
     if most is None:
         load(tmp_path, text)
         return
