@@ -46,17 +46,21 @@ def _not_regular(mode: int) -> str | None:
     return f"not a regular file ({kind})"
 
 
+def _kind_of(path: str) -> str | None:
+    """Why ``path`` is refused as the key's file, or None (regular, or cannot be stat'ed)."""
+    try:
+        return _not_regular(os.stat(path).st_mode)
+    except OSError:
+        return None
+
+
 def regular_file(v: object) -> str:
     """A checker: a path (``~`` expanded) that is a regular file or does not exist (yet).
 
     Raises ``Invalid`` for a device, FIFO, socket or directory, naming what it is.
     """
     path = os.path.expanduser(word(v))
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:  # missing or unreachable: the command that reads it says so
-        return path
-    why = _not_regular(mode)
+    why = _kind_of(path)  # None also when missing: the command that reads it says so
     if why is not None:
         raise Invalid(f"{show(path)}: {why}")
     return path
@@ -72,8 +76,9 @@ def read_bounded(path: str, most: int, key: str) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise FileRefused(f"{key} {path}: no such file") from None
-    except OSError as e:
-        raise FileRefused(f"{key} {path}: cannot read: {e.strerror or e}") from None
+    except OSError as e:  # a socket cannot be opened: say what it is, not ENXIO
+        why = _kind_of(path) or f"cannot read: {e.strerror or e}"
+        raise FileRefused(f"{key} {path}: {why}") from None
     with os.fdopen(fd, "rb") as f:
         why = _not_regular(os.fstat(fd).st_mode)
         if why is not None:

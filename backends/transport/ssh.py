@@ -147,18 +147,19 @@ class SshTransport(Transport):
         return True
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
-        import asyncssh
-
         h = self.host
         known_hosts = self.known_hosts
-        try:
-            # Read here, bounded, and handed over as data. An empty trust set when there
-            # is no file: every key is then "unknown" and goes through
-            # validate_host_public_key (refused, or recorded with accept_new).
-            trusted = asyncssh.import_known_hosts(_read_known_hosts(known_hosts))
+        try:  # read here, bounded, and handed to asyncssh as data
+            known_text = _read_known_hosts(known_hosts)
             identities = _client_keys([os.path.expanduser(p) for p in h.identity])
         except FileRefused as e:
             raise TransportError(f"cannot connect to {h.describe()}: {e}", permanent=True) from e
+
+        import asyncssh
+
+        # An empty trust set when there is no file: every key is then "unknown" and goes
+        # through validate_host_public_key (refused, or recorded with accept_new).
+        trusted = asyncssh.import_known_hosts(known_text)
         client, seen = _client_factory(h, known_hosts, trusted)
         kwargs: dict[str, Any] = {
             "connect_timeout": h.connect_timeout,

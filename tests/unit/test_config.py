@@ -572,6 +572,47 @@ def test_workload_errors_name_the_key(tmp_path: Path, table: str, key: str, expe
     assert expected in str(err.value) and str(tmp_path / "c.toml") in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("table", "key", "says"),
+    [
+        # nvidia_smi is a path run as one program: shell text used to end as UNKNOWN
+        ('[hosts.h]\nnvidia_smi = "nvidia-smi -i 0"', "hosts.h.nvidia_smi", "has a space"),
+        ('[defaults]\nnvidia_smi = "timeout 5 nvidia-smi"', "defaults.nvidia_smi", "a space"),
+        ('[hosts.h]\nnvidia_smi = "nvidia-smi;reboot"', "hosts.h.nvidia_smi", "has ';'"),
+        ('[hosts.h]\nnvidia_smi = "$(which nvidia-smi)"', "hosts.h.nvidia_smi", "has '$'"),
+        ('[hosts.h]\nnvidia_smi = "nvidia-smi|tee"', "hosts.h.nvidia_smi", "not a command line"),
+        # watch_logs is a list (a string was taken as a list of its one path)
+        ('[hosts.h]\nwatch_logs = "/var/log/x.log"', "hosts.h.watch_logs", "expected a list"),
+        # a parameter value with a newline was refused only at restart
+        (
+            '[hosts.h.jobs.j]\nparams = { tag = "a\\nreboot" }',
+            "hosts.h.jobs.j.params.tag",
+            "control characters (a newline ends the command)",
+        ),
+        ('[hosts.h.jobs.j]\nparams = { tag = "a\\u0000" }', "hosts.h.jobs.j.params.tag", "control"),
+    ],
+)
+def test_values_refused_at_config_check_instead_of_later(
+    tmp_path: Path, table: str, key: str, says: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        _load_text(tmp_path, table + "\n")
+    assert err.value.key == key
+    assert says in str(err.value), str(err.value)
+
+
+def test_paths_and_tabs_that_stay_accepted(tmp_path: Path) -> None:
+    cfg = _load_text(
+        tmp_path,
+        '[hosts.h]\nnvidia_smi = "/opt/nvidia/bin/nvidia-smi"\nwatch_logs = ["/l/*.log"]\n'
+        '[hosts.h.jobs.j]\nparams = { sep = "a\\tb", n = 3 }\n',
+    )
+    host = cfg.hosts["h"]
+    assert host.nvidia_smi == "/opt/nvidia/bin/nvidia-smi" and host.watch_logs == ("/l/*.log",)
+    job = host.job("j")
+    assert job is not None and job.params == {"sep": "a\tb", "n": 3}
+
+
 def test_alert_thresholds_global_and_per_host(tmp_path: Path) -> None:
     cfg = _load_text(
         tmp_path,
