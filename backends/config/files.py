@@ -1,12 +1,14 @@
-"""Local files the config names (``identity``, ``known_hosts``, ``outbox``): refused at
-load when they are not regular files, and read with a bound.
+"""Local files the config names (``identity``, ``known_hosts``, ``outbox``, a terminal
+notifier's ``tty``): refused at load when they are not what they must be, and read with a
+bound.
 
 ``known_hosts = "/dev/zero"`` once passed ``config check`` and then grew ``snapshot`` to
 17 GB as the SSH library read it to the end; a FIFO would block the read for ever. So:
-``regular_file`` is the checker of those keys (a path that exists must be a regular file,
-following links; a missing one is left to the command that uses it, which names it), and
-``read_bounded`` is how a command reads one: opened without blocking, refused unless it is
-a regular file, never more than ``most`` bytes read.
+``regular_file`` is the checker of the files gpumon reads or keeps (a path that exists must
+be a regular file, following links; a missing one is left to the command that uses it,
+which names it), ``terminal`` that of the tty it writes to, and ``read_bounded`` is how a
+command reads one: opened without blocking, refused unless it is a regular file, never more
+than ``most`` bytes read.
 
 Standard library only.
 """
@@ -38,12 +40,16 @@ _KINDS = (
 )
 
 
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` is, in words: "a FIFO", "a regular file"."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((what for test, what in _KINDS if test(mode)), "something else")
+
+
 def _not_regular(mode: int) -> str | None:
     """Why a file of ``mode`` is refused, or None for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    kind = next((what for test, what in _KINDS if test(mode)), "something else")
-    return f"not a regular file ({kind})"
+    return None if stat.S_ISREG(mode) else f"not a regular file ({_kind(mode)})"
 
 
 def _kind_of(path: str) -> str | None:
@@ -66,6 +72,20 @@ def regular_file(v: object) -> str:
     return path
 
 
+def terminal(v: object) -> str:
+    """A checker for a terminal to write to (``[notify.NAME] tty``): a path that is a
+    character device, a regular file, or does not exist; a FIFO (whose opening would wait
+    for a reader for ever), socket or directory is refused."""
+    path = os.path.expanduser(word(v))
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return path
+    if not stat.S_ISCHR(mode) and not stat.S_ISREG(mode):
+        raise Invalid(f"{show(path)}: not a terminal or a regular file ({_kind(mode)})")
+    return path
+
+
 def read_bounded(path: str, most: int, key: str) -> bytes:
     """The bytes of the regular file ``path``, at most ``most`` of them.
 
@@ -77,8 +97,8 @@ def read_bounded(path: str, most: int, key: str) -> bytes:
     except FileNotFoundError:
         raise FileRefused(f"{key} {path}: no such file") from None
     except OSError as e:  # a socket cannot be opened: say what it is, not ENXIO
-        why = _kind_of(path) or f"cannot read: {e.strerror or e}"
-        raise FileRefused(f"{key} {path}: {why}") from None
+        problem = _kind_of(path) or f"cannot read: {e.strerror or e}"
+        raise FileRefused(f"{key} {path}: {problem}") from None
     with os.fdopen(fd, "rb") as f:
         why = _not_regular(os.fstat(fd).st_mode)
         if why is not None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.backends.alerts.store import KINDS
-from gpumon.backends.config.files import regular_file
+from gpumon.backends.config.files import regular_file, terminal
 from gpumon.backends.config.limits import show
 from gpumon.backends.config.schema import (
     REQUIRED,
@@ -188,7 +188,7 @@ NOTIFIER_KEYS: tuple[KeySpec, ...] = (
     KeySpec("secret", _secret, "a string"),
     KeySpec("secret_env", env_name, "an environment variable name"),
     KeySpec("command", _command, "a program and its arguments (a list of strings)"),
-    KeySpec("tty", text, "a terminal device path"),
+    KeySpec("tty", terminal, "a terminal device path"),
     KeySpec("group_s", number(0, 3600), f"{SECONDS} from 0 to 3600"),
     KeySpec("max_per_minute", integer(1, 10_000), "an integer from 1 to 10000"),
     KeySpec("resend_s", number(1, 3600), f"{SECONDS} from 1 to 3600"),

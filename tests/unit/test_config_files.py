@@ -85,6 +85,20 @@ def test_a_symlink_to_a_device_is_refused(tmp_path: Path) -> None:
         regular_file(str(link))
 
 
+def test_a_terminal_notifier_writes_to_a_terminal_or_a_file_never_a_fifo(
+    tmp_path: Path, fifo: Path
+) -> None:
+    base = '[notify.desk]\nkind = "terminal"\ntty = '
+    err = refused(tmp_path, f'{base}"{fifo}"\n')
+    assert err.key == "notify.desk.tty"
+    assert "not a terminal or a regular file (a FIFO)" in err.problem
+    for ok in ("/dev/null", str(tmp_path / "capture"), str(tmp_path / "later")):
+        (tmp_path / "capture").touch()
+        path = tmp_path / "ok.toml"
+        path.write_text(f'{base}"{ok}"\n', encoding="utf-8")
+        assert load_config(path, env={}).notify_settings().notifiers["desk"].tty == ok
+
+
 # --- reading bounded ---------------------------------------------------------------------
 
 
