@@ -8,7 +8,9 @@ returns the parsed value; it raises ValueError or TypeError for "not what was ex
 complaint. Tables of named tables (``[hosts.NAME]``, ``[notify.NAME]``, ``[fleet.NAME]``,
 ``[hosts.NAME.jobs.JOB]``) go through ``named_tables``.
 
-Standard library only; nothing here knows which table it checks.
+Standard library only; nothing here knows which table it checks. (msgspec, measured for
+this: its import alone took 23-30 ms here against ~15 ms for all the config modules, and
+its errors would still need this layer for the expected text and "did you mean".)
 """
 
 from __future__ import annotations
