@@ -513,6 +513,8 @@ def _format_value(key: str, value: object) -> str:
         return _UNSET_TEXT.get(key, "-")
     if isinstance(value, Mapping):
         return ", ".join(f"{k}={v}" for k, v in value.items())
+    if key == "identity" and isinstance(value, tuple):  # said here, not only at connect
+        return ", ".join(p if os.path.exists(p) else f"{p} (no such file)" for p in value)
     if isinstance(value, tuple):
         return ", ".join(str(v) for v in value)
     if isinstance(value, bool):

@@ -453,7 +453,7 @@ def test_format_hosts_lists_every_resolved_value(tmp_path: Path) -> None:
     assert len(re.findall(r"\n  alerts\n    memory_warning_pct +95\.0\n", text)) == 2
     assert "AlertRules(" not in text and "JobConfig(" not in text  # tables, not reprs
     assert "  interval         0.5 s" in text
-    assert "  identity         /k/a, /k/b" in text
+    assert "  identity         /k/a (no such file), /k/b (no such file)" in text
     assert "  read_only        true" in text
     assert "  python           (try python3)" in text
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.backends.config import ConfigError, HostConfig, load_config
+from gpumon.backends.config import ConfigError, HostConfig, format_hosts, load_config
 from gpumon.backends.config.files import FileRefused, read_bounded, regular_file
 from gpumon.backends.config.schema import Invalid
 from gpumon.backends.transport import TransportError
@@ -76,6 +76,15 @@ def test_a_regular_file_or_a_missing_one_is_accepted_at_load(tmp_path: Path) -> 
     host = load_config(path, env={}).hosts["x"]
     assert host.identity == (str(key), str(link))
     assert host.known_hosts == str(tmp_path / "kh")
+
+
+def test_config_check_names_a_missing_identity_file(tmp_path: Path) -> None:
+    key = tmp_path / "id"
+    key.write_text("key\n")
+    path = tmp_path / "config.toml"
+    path.write_text(f'[hosts.x]\nidentity = ["{key}", "{tmp_path / "gone"}"]\n', "utf-8")
+    listing = format_hosts(load_config(path, env={}))
+    assert f"  identity         {key}, {tmp_path / 'gone'} (no such file)\n" in listing
 
 
 def test_a_symlink_to_a_device_is_refused(tmp_path: Path) -> None:
