@@ -14,13 +14,13 @@ if TYPE_CHECKING:
         Config,
         ConfigError,
         HostConfig,
-        KeySpec,
         config_path,
         format_hosts,
         load_config,
         resolve_host,
     )
-    from .workloads import Invalid, JobConfig, SglangConfig
+    from .schema import Invalid, KeySpec
+    from .workloads import JobConfig, SglangConfig
 
 __all__ = [
     "HOST_KEYS",
@@ -51,9 +51,9 @@ if not TYPE_CHECKING:
             "HOST_KEYS": "load",
             "HOST_SETTINGS": "load",
             "HostConfig": "load",
-            "Invalid": "workloads",
+            "Invalid": "schema",
             "JobConfig": "workloads",
-            "KeySpec": "load",
+            "KeySpec": "schema",
             "SglangConfig": "workloads",
             "config_path": "load",
             "format_hosts": "load",

@@ -12,10 +12,20 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from gpumon.backends.config.limits import HOST_MAX, URL_MAX, show
-from gpumon.backends.config.workloads import Invalid, integer, limited, number
+from gpumon.backends.config.schema import (
+    REQUIRED,
+    Invalid,
+    KeySpec,
+    base_url,
+    check_table,
+    env_name,
+    integer,
+    limited,
+    named_tables,
+    number,
+)
 
 DEFAULT_REFRESH_S = 15.0
 DEFAULT_TIMEOUT_S = 10.0
@@ -96,17 +106,10 @@ class FleetConfig:
 
 
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # an HTTP token (RFC 9110)
 # One matcher: label, operator, a double-quoted PromQL string (escapes allowed).
 _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
 _SELECTOR = re.compile(rf"(?:{_MATCHER})(?:,(?:{_MATCHER}))*,?\s*")
-
-
-def _url(v: object) -> str:
-    if not isinstance(v, str) or not re.fullmatch(r"https?://[^\s]+", v):
-        raise ValueError
-    return limited(v, URL_MAX).rstrip("/")
 
 
 def _selector(v: object) -> str:
@@ -128,12 +131,6 @@ def _label(v: object) -> tuple[str, ...]:
     return (limited(v, HOST_MAX),)
 
 
-def _env_name(v: object) -> str:
-    if not isinstance(v, str) or not _ENV.fullmatch(v):
-        raise ValueError
-    return limited(v, HOST_MAX)
-
-
 def _headers(v: object) -> Mapping[str, str]:
     if not isinstance(v, dict):
         raise TypeError
@@ -147,18 +144,20 @@ def _headers(v: object) -> Mapping[str, str]:
     return MappingProxyType(out)
 
 
+def _user(v: object) -> str:
+    if not isinstance(v, str) or not v or ":" in v or not v.isprintable():
+        raise ValueError
+    return limited(v, HOST_MAX)
+
+
+BASIC_AUTH_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("user", _user, "a user name without ':'", REQUIRED),
+    KeySpec("password_env", env_name, "an environment variable name", REQUIRED),
+)
+
+
 def _basic_auth(v: object) -> BasicAuth:
-    if not isinstance(v, dict):
-        raise TypeError
-    unknown = set(v) - {"user", "password_env"}
-    if unknown:
-        raise Invalid("unknown key; expected user and password_env", (sorted(unknown)[0],))
-    user, var = v.get("user"), v.get("password_env")
-    if not isinstance(user, str) or not user or ":" in user or not user.isprintable():
-        raise Invalid(f"expected a user name without ':', got {show(user)}", ("user",))
-    if not isinstance(var, str) or not _ENV.fullmatch(var):
-        raise Invalid(f"expected an environment variable name, got {show(var)}", ("password_env",))
-    return BasicAuth(limited(user, HOST_MAX), var)
+    return BasicAuth(**check_table(v, BASIC_AUTH_KEYS))
 
 
 def _ssh_template(v: object) -> str:
@@ -171,47 +170,28 @@ def _ssh_template(v: object) -> str:
     return limited(v, HOST_MAX)
 
 
-FLEET_KEYS: tuple[tuple[str, Any, str], ...] = (
-    ("prometheus", _url, "an http(s) URL of a Prometheus server"),
-    ("headers", _headers, "a table of HTTP header names and values"),
-    ("token_env", _env_name, "an environment variable name holding a bearer token"),
-    ("basic_auth", _basic_auth, "a table with user and password_env"),
-    ("selector", _selector, 'PromQL label matchers, e.g. cluster="a",rack=~"r1.*"'),
-    ("node_label", _label, "a Prometheus label name"),
-    ("ssh_template", _ssh_template, 'an SSH target with {node}, e.g. "root@{node}"'),
-    ("container", integer(100, 999_999_999), "a Proxmox container id 100..999999999"),
-    ("refresh", number(1, 3600), "a number of seconds between 1 and 3600"),
-    ("timeout", number(0.5, 600), "a number of seconds between 0.5 and 600"),
+FLEET_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("prometheus", base_url, "an http(s) URL of a Prometheus server", REQUIRED),
+    KeySpec("headers", _headers, "a table of HTTP header names and values"),
+    KeySpec("token_env", env_name, "an environment variable name holding a bearer token"),
+    KeySpec("basic_auth", _basic_auth, "a table with user and password_env"),
+    KeySpec("selector", _selector, 'PromQL label matchers, e.g. cluster="a",rack=~"r1.*"'),
+    KeySpec("node_label", _label, "a Prometheus label name", attr="node_labels"),
+    KeySpec("ssh_template", _ssh_template, 'an SSH target with {node}, e.g. "root@{node}"'),
+    KeySpec("container", integer(100, 999_999_999), "a Proxmox container id 100..999999999"),
+    KeySpec("refresh", number(1, 3600), "a number of seconds between 1 and 3600"),
+    KeySpec("timeout", number(0.5, 600), "a number of seconds between 0.5 and 600"),
 )
-_ATTR: dict[str, str] = {"node_label": "node_labels"}
+_FLEET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
-def fleet_tables(raw: object, source: str = "") -> dict[str, FleetConfig]:
-    """The ``[fleet.NAME]`` tables, checked. Raises ``Invalid`` naming NAME and the key."""
-    if not isinstance(raw, dict):
-        raise TypeError
-    specs = {name: (check, expected) for name, check, expected in FLEET_KEYS}
-    out: dict[str, FleetConfig] = {}
-    for name, table in raw.items():
-        name = str(name)
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", name):
-            raise Invalid("expected a fleet name of letters, digits, '.', '_' and '-'", (name,))
-        if not isinstance(table, dict):
-            raise Invalid(f"expected a table of fleet settings, got {show(table)}", (name,))
-        values: dict[str, Any] = {}
-        for key, value in table.items():
-            key = str(key)
-            if key not in specs:
-                known = ", ".join(sorted(specs))
-                raise Invalid(f"unknown key; expected one of: {known}", (name, key))
-            check, expected = specs[key]
-            try:
-                values[_ATTR.get(key, key)] = check(value)
-            except Invalid as e:
-                raise Invalid(e.problem, (name, key, *e.path)) from None
-            except (ValueError, TypeError):
-                raise Invalid(f"expected {expected}, got {show(value)}", (name, key)) from None
-        if "prometheus" not in values:
-            raise Invalid(f"missing; expected {specs['prometheus'][1]}", (name, "prometheus"))
-        out[name] = FleetConfig(name=name, source=source, **values)
-    return out
+def fleet_tables(raw: object) -> dict[str, FleetConfig]:
+    """The ``[fleet.NAME]`` tables, checked (``source`` is set by the loader). Raises
+    ``Invalid`` naming NAME and the key."""
+    return named_tables(
+        raw,
+        _FLEET_NAME,
+        "a fleet name of letters, digits, '.', '_' and '-'",
+        "a table of fleet settings",
+        lambda name, table: FleetConfig(name=name, **check_table(table, FLEET_KEYS)),
+    )

@@ -1,53 +1,46 @@
 """The TOML config: where it lives, what it may say, and the hosts it names.
 
-Every key is one row of a ``KeySpec`` table (name, checker, expected text, default), so a
-new key is one line and every error reads the same: ``FILE: dotted.key: expected X, got Y``.
-Standard library only.
+Every key is one row of a ``KeySpec`` table (name, checker, expected text, default)
+checked by ``config.schema``, so a new key is one line and every error reads the same:
+``FILE: dotted.key: expected X, got Y``. Standard library only.
 """
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import json
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpumon.backends.alerts.rules import AlertRules
+from gpumon.backends.config.files import regular_file
 from gpumon.backends.config.fleet import FleetConfig, fleet_tables
-from gpumon.backends.config.limits import (
-    HOST_MAX,
-    MAX_DEPTH,
-    MAX_FILE_BYTES,
-    PATH_MAX,
-    URL_MAX,
-    check_shape,
-    cut,
-)
+from gpumon.backends.config.limits import HOST_MAX, MAX_DEPTH, MAX_FILE_BYTES, check_shape, cut
 from gpumon.backends.config.limits import show as _show
-from gpumon.backends.config.workloads import Invalid as _Invalid
-from gpumon.backends.config.workloads import (
-    JobConfig,
-    SglangConfig,
-    jobs_table,
-    log_paths,
-    sglang_table,
+from gpumon.backends.config.schema import Invalid as _Invalid
+from gpumon.backends.config.schema import (
+    KeySpec,
+    base_url,
+    boolean,
+    check_table,
+    integer,
+    named_tables,
+    number,
+    text_list,
+    word,
 )
-from gpumon.backends.config.workloads import boolean as _boolean
-from gpumon.backends.config.workloads import integer as _integer
-from gpumon.backends.config.workloads import limited as _limited
-from gpumon.backends.config.workloads import number as _number
+from gpumon.backends.config.workloads import JobConfig, SglangConfig, jobs_table, sglang_table
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.paths import default_config_file
 
 if TYPE_CHECKING:
-    from gpumon.backends.config.notify import NotifySettings
+    from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 
 HostKind = Literal["ssh", "local", "demo"]
 HostProcesses = bool | Literal["auto"]
@@ -133,41 +126,32 @@ class Config:
     fleets: dict[str, FleetConfig] = field(default_factory=dict)  # [fleet.NAME]
 
 
-# --- key specs ------------------------------------------------------------------------
-
-_REQUIRED: Any = object()
+# --- key checkers ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class KeySpec:
-    """One key a table may hold. ``check`` returns the parsed value; it raises ValueError
-    or TypeError for "not what was expected" (the message is built from ``expected``),
-    or ``_Invalid`` for a more specific complaint."""
-
-    name: str
-    check: Callable[[object], Any]
-    expected: str
-    default: Any = None  # _REQUIRED: the key must be present
-    builtin: bool = True  # also applies to the built-in demo/local hosts
-
-
-def _text(v: object) -> str:
-    """A non-empty string of printable characters (no control or escape characters, C1
-    controls and bidi overrides included) that cannot be read as an option, at most
-    PATH_MAX long."""
-    if not isinstance(v, str) or not v.strip() or not v.isprintable() or v.startswith("-"):
-        raise ValueError
-    return _limited(v, PATH_MAX)
-
-
-def _path(v: object) -> str:
-    return os.path.expanduser(_text(v))
-
-
-def _paths(v: object) -> tuple[str, ...]:
+def _identities(v: object) -> tuple[str, ...]:
     if isinstance(v, list):
-        return tuple(_path(item) for item in v)
-    return (_path(v),)
+        return tuple(regular_file(item) for item in v)
+    return (regular_file(v),)
+
+
+# The one program nvidia_smi names runs as one word of an argv, never through a shell.
+_PROGRAM = re.compile(r"[A-Za-z0-9_./+@%,=~-]+")
+
+
+def _program_path(v: object) -> str:
+    """A path or program name: ``word`` without white space or shell characters, so
+    ``"nvidia-smi -i 0"`` or ``"timeout 5 nvidia-smi"`` is refused here with the reason
+    instead of failing as a missing program on the target."""
+    s = word(v)
+    if not _PROGRAM.fullmatch(s):
+        bad = next(c for c in s if not _PROGRAM.fullmatch(c))
+        what = "a space" if bad == " " else f"{bad!r}"
+        raise _Invalid(
+            f"{_show(s)} has {what}: expected a path or program name, not a command line "
+            "(it runs as one program, without a shell)"
+        )
+    return s
 
 
 _DIGITS = re.compile(r"[0-9]{1,12}")
@@ -176,13 +160,13 @@ _DIGITS = re.compile(r"[0-9]{1,12}")
 def _host_processes(v: object) -> HostProcesses:
     if v == "auto":
         return "auto"
-    return _boolean(v)
+    return boolean(v)
 
 
 def _container(v: object) -> int:
     if isinstance(v, str) and _DIGITS.fullmatch(v):
         v = int(v)
-    return _integer(100, 999_999_999)(v)
+    return integer(100, 999_999_999)(v)
 
 
 # A hostname or ~/.ssh/config alias: dot-separated labels, never starting with "-".
@@ -230,14 +214,7 @@ def _ssh_target(v: object) -> _SshTarget:
 
 
 def _log_paths(v: object) -> tuple[str, ...]:
-    return tuple(os.path.expanduser(p) if p.startswith("~/") else p for p in log_paths(v))
-
-
-def _url(v: object) -> str:
-    s = _limited(_text(v), URL_MAX)
-    if not re.fullmatch(r"https?://[^\s]+", s):
-        raise ValueError
-    return s.rstrip("/")
+    return tuple(os.path.expanduser(p) if p.startswith("~/") else p for p in text_list(v))
 
 
 def _alert_table(v: object) -> dict[str, Any]:
@@ -260,23 +237,28 @@ SSH_EXPECTED = "an SSH target: user@host[:port], host[:port], an ~/.ssh/config a
 SECONDS = "a number of seconds between 0.1 and 3600"
 CONTAINER_EXPECTED = "a Proxmox container id: an integer 100..999999999 or a string of digits"
 PROGRAM = "a non-empty path or program name (not starting with '-')"
+KEY_FILE = "a key file path or a list of paths (regular files)"
 
-# Keys shared by [defaults] and [hosts.NAME]. One row per key.
+# Keys shared by [defaults] and [hosts.NAME]. One row per key: name, checker, what the
+# error says was expected, the default (also what `config check` shows), and whether the
+# built-in demo/local hosts take it from [defaults].
 HOST_SETTINGS: tuple[KeySpec, ...] = (
-    KeySpec("port", _integer(1, 65535), "an integer port 1..65535", None, builtin=False),
-    KeySpec("identity", _paths, "a key file path or a list of paths", (), builtin=False),
-    KeySpec("known_hosts", _path, "a known_hosts file path", None, builtin=False),
-    KeySpec("accept_new", _boolean, "true or false", False, builtin=False),
+    KeySpec("port", integer(1, 65535), "an integer port 1..65535", None, builtin=False),
+    KeySpec("identity", _identities, KEY_FILE, (), builtin=False),
+    KeySpec("known_hosts", regular_file, "a known_hosts file path", None, builtin=False),
+    KeySpec("accept_new", boolean, "true or false", False, builtin=False),
     KeySpec("container", _container, CONTAINER_EXPECTED, None, builtin=False),
-    KeySpec("python", _text, PROGRAM, None),
-    KeySpec("nvidia_smi", _text, PROGRAM, "nvidia-smi"),
-    KeySpec("interval", _number(0.1, 3600), SECONDS, 1.0),
-    KeySpec("connect_timeout", _number(0.1, 3600), SECONDS, 10.0),
-    KeySpec("read_only", _boolean, "true or false", False),
+    KeySpec("python", word, PROGRAM, None),
+    KeySpec("nvidia_smi", _program_path, PROGRAM, "nvidia-smi"),
+    KeySpec("interval", number(0.1, 3600), SECONDS, 1.0),
+    KeySpec("connect_timeout", number(0.1, 3600), SECONDS, 10.0),
+    KeySpec("read_only", boolean, "true or false", False),
     KeySpec("watch_logs", _log_paths, "a list of log file paths or globs", (), builtin=False),
-    KeySpec("kernel_log", _boolean, "true or false", True),
+    KeySpec("kernel_log", boolean, "true or false", True),
     KeySpec("host_processes", _host_processes, '"auto", true or false', "auto"),
-    KeySpec("torch_index", _url, "an http(s) URL of a PyTorch wheel index", DEFAULT_TORCH_INDEX),
+    KeySpec(
+        "torch_index", base_url, "an http(s) URL of a PyTorch wheel index", DEFAULT_TORCH_INDEX
+    ),
     KeySpec("alerts", _alert_table, "an alerts table", {}),
 )
 HOST_KEYS: tuple[KeySpec, ...] = (
@@ -287,67 +269,43 @@ HOST_KEYS: tuple[KeySpec, ...] = (
 )
 
 
-def _check_table(raw: object, specs: tuple[KeySpec, ...]) -> dict[str, Any]:
-    """The keys present in ``raw``, parsed. Raises _Invalid naming the key."""
-    if not isinstance(raw, dict):
-        raise TypeError
-    by_name = {s.name: s for s in specs}
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        spec = by_name.get(key)
-        if spec is None:
-            hint = difflib.get_close_matches(key, by_name, n=1)
-            maybe = f' (did you mean "{hint[0]}"?)' if hint else ""
-            known = ", ".join(sorted(by_name))
-            raise _Invalid(f"unknown key{maybe}; expected one of: {known}", (key,))
-        try:
-            out[key] = spec.check(value)
-        except _Invalid as e:
-            raise _Invalid(e.problem, (key, *e.path)) from None
-        except (ValueError, TypeError):
-            raise _Invalid(f"expected {spec.expected}, got {_show(value)}", (key,)) from None
-    for spec in specs:
-        if spec.default is _REQUIRED and spec.name not in out:
-            raise _Invalid(f"missing; expected {spec.expected}", (spec.name,))
-    return out
+def _host(name: str, table: dict[str, Any]) -> dict[str, Any]:
+    if name in BUILTIN_HOSTS:
+        raise _Invalid(f'"{name}" is a built-in host; choose another name')
+    return check_table(table, HOST_KEYS)
 
 
 def _host_tables(raw: object) -> dict[str, dict[str, Any]]:
-    if not isinstance(raw, dict):
-        raise TypeError
-    out: dict[str, dict[str, Any]] = {}
-    for name, table in raw.items():
-        if name in BUILTIN_HOSTS:
-            raise _Invalid(f'"{name}" is a built-in host; choose another name', (name,))
-        if not _HOST_RE.fullmatch(name):
-            raise _Invalid(
-                "expected a host name of letters, digits, '.', '_' and '-' "
-                "(not starting with '-' or '.')",
-                (name,),
-            )
-        if not isinstance(table, dict):
-            raise _Invalid(f"expected a table of host settings, got {_show(table)}", (name,))
-        try:
-            out[name] = _check_table(table, HOST_KEYS)
-        except _Invalid as e:
-            raise _Invalid(e.problem, (name, *e.path)) from None
-    return out
+    return named_tables(
+        raw,
+        _HOST_RE,
+        "a host name of letters, digits, '.', '_' and '-' (not starting with '-' or '.')",
+        "a table of host settings",
+        _host,
+    )
+
+
+def _notify_tables(raw: object) -> dict[str, NotifierConfig]:
+    # Imported when the file has [notify.*] or [watch]: the other commands never pay for
+    # config.notify (and the alert kinds it checks against).
+    from gpumon.backends.config.notify import notify_tables
+
+    return notify_tables(raw)
+
+
+def _watch_table(raw: object) -> dict[str, Any]:
+    from gpumon.backends.config.notify import watch_table
+
+    return watch_table(raw)
 
 
 TOP_LEVEL: tuple[KeySpec, ...] = (
-    KeySpec("defaults", lambda raw: _check_table(raw, HOST_SETTINGS), "a [defaults] table", {}),
+    KeySpec("defaults", lambda raw: check_table(raw, HOST_SETTINGS), "a [defaults] table", {}),
     KeySpec("hosts", _host_tables, "[hosts.NAME] tables", {}),
-    KeySpec("notify", lambda raw: _notify_part("notify_tables", raw), "[notify.NAME] tables"),
-    KeySpec("watch", lambda raw: _notify_part("watch_table", raw), "a [watch] table"),
+    KeySpec("notify", _notify_tables, "[notify.NAME] tables"),
+    KeySpec("watch", _watch_table, "a [watch] table"),
     KeySpec("fleet", fleet_tables, "[fleet.NAME] tables", {}),
 )
-
-
-def _notify_part(checker: str, raw: object) -> Any:
-    """[notify.*] and [watch] are checked in config.notify (imported when present)."""
-    from gpumon.backends.config import notify
-
-    return getattr(notify, checker)(raw)
 
 
 # --- locating and loading -------------------------------------------------------------
@@ -409,7 +367,7 @@ def load_config(
         too_big = check_shape(doc)
         if too_big is not None:
             raise _Invalid(*too_big)
-        top = _check_table(doc, TOP_LEVEL)
+        top = check_table(doc, TOP_LEVEL)
         defaults = _builtin_defaults(top.get("defaults", {}))
         hosts = {
             name: _build_host(name, table, defaults, source)
@@ -555,6 +513,8 @@ def _format_value(key: str, value: object) -> str:
         return _UNSET_TEXT.get(key, "-")
     if isinstance(value, Mapping):
         return ", ".join(f"{k}={v}" for k, v in value.items())
+    if key == "identity" and isinstance(value, tuple):  # said here, not only at connect
+        return ", ".join(p if os.path.exists(p) else f"{p} (no such file)" for p in value)
     if isinstance(value, tuple):
         return ", ".join(str(v) for v in value)
     if isinstance(value, bool):

@@ -25,9 +25,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.backends.alerts.store import KINDS
-from gpumon.backends.config.limits import URL_MAX
-from gpumon.backends.config.load import KeySpec, _check_table
-from gpumon.backends.config.workloads import Invalid, integer, limited, number, text
+from gpumon.backends.config.files import regular_file, terminal
+from gpumon.backends.config.limits import show
+from gpumon.backends.config.schema import (
+    REQUIRED,
+    Invalid,
+    KeySpec,
+    check_table,
+    env_name,
+    integer,
+    limited,
+    named_tables,
+    number,
+    text,
+    url,
+)
 from gpumon.backends.model import Health
 
 __all__ = [
@@ -45,7 +57,6 @@ DEFAULT_METRICS_PORT = 9947
 NOTIFIER_KINDS = ("pagerduty", "alertmanager", "ntfy", "slack", "webhook", "command", "terminal")
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
 _NEEDS_URL = frozenset({"alertmanager", "ntfy", "slack", "webhook"})
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SEVERITIES = {"warning": Health.WARNING, "critical": Health.CRITICAL}
 
 
@@ -106,19 +117,6 @@ class NotifySettings:
     outbox: str | None = None  # None: $XDG_STATE_HOME/gpumon/outbox.sqlite3
 
 
-def _url(v: object) -> str:
-    s = limited(text(v), URL_MAX)
-    if not re.fullmatch(r"https?://[^\s]+", s):
-        raise ValueError
-    return s
-
-
-def _env_name(v: object) -> str:
-    if not isinstance(v, str) or not _ENV_NAME.fullmatch(v):
-        raise ValueError
-    return v
-
-
 def _severity(v: object) -> Health:
     if not isinstance(v, str) or v not in _SEVERITIES:
         raise ValueError
@@ -146,8 +144,15 @@ def _kind(v: object) -> str:
 
 
 def _command(v: object) -> tuple[str, ...]:
+    """A program and its arguments, run without a shell: a string would be one program
+    named with its spaces (``"page-me --urgent"``), so it is refused with the list form."""
     if isinstance(v, str):
-        v = [v]
+        words = v.split() or [v]
+        shown = "[" + ", ".join(show(w) for w in words) + "]"
+        raise Invalid(
+            f"expected a list of strings, the program and its arguments (no shell), "
+            f"got the string {show(v)}; write {shown}"
+        )
     if not isinstance(v, list) or not v:
         raise ValueError
     return tuple(text(x) for x in v)
@@ -170,20 +175,20 @@ def _delivery(v: object) -> str:
 
 SECONDS = "a number of seconds"
 NOTIFIER_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("kind", _kind, f"one of {', '.join(NOTIFIER_KINDS)}"),
+    KeySpec("kind", _kind, f"one of {', '.join(NOTIFIER_KINDS)}", REQUIRED),
     KeySpec("min_severity", _severity, '"warning" or "critical"'),
     KeySpec("hosts", _names, "a list of host names"),
     KeySpec("kinds", _alert_kinds, "a list of alert kinds"),
-    KeySpec("url", _url, "an http(s) URL"),
-    KeySpec("url_env", _env_name, "an environment variable name"),
+    KeySpec("url", url, "an http(s) URL"),
+    KeySpec("url_env", env_name, "an environment variable name"),
     KeySpec("routing_key", _secret, "a string"),
-    KeySpec("routing_key_env", _env_name, "an environment variable name"),
+    KeySpec("routing_key_env", env_name, "an environment variable name"),
     KeySpec("token", _secret, "a string"),
-    KeySpec("token_env", _env_name, "an environment variable name"),
+    KeySpec("token_env", env_name, "an environment variable name"),
     KeySpec("secret", _secret, "a string"),
-    KeySpec("secret_env", _env_name, "an environment variable name"),
+    KeySpec("secret_env", env_name, "an environment variable name"),
     KeySpec("command", _command, "a program and its arguments (a list of strings)"),
-    KeySpec("tty", text, "a terminal device path"),
+    KeySpec("tty", terminal, "a terminal device path"),
     KeySpec("group_s", number(0, 3600), f"{SECONDS} from 0 to 3600"),
     KeySpec("max_per_minute", integer(1, 10_000), "an integer from 1 to 10000"),
     KeySpec("resend_s", number(1, 3600), f"{SECONDS} from 1 to 3600"),
@@ -196,14 +201,12 @@ WATCH_KEYS: tuple[KeySpec, ...] = (
     KeySpec("dashboard_delivery", _delivery, '"auto", "always" or "never"'),
     KeySpec("retry_first_s", number(0.01, 3600), f"{SECONDS} from 0.01 to 3600"),
     KeySpec("retry_max_s", number(0.01, 86400), f"{SECONDS} from 0.01 to 86400"),
-    KeySpec("outbox", text, "a file path"),
+    KeySpec("outbox", regular_file, "a file path"),
 )
 
 
-def _notifier(name: str, raw: object) -> NotifierConfig:
-    table = _check_table(raw, NOTIFIER_KEYS)
-    if "kind" not in table:
-        raise Invalid(f"missing; expected one of {', '.join(NOTIFIER_KINDS)}", ("kind",))
+def _notifier(name: str, raw: dict[str, Any]) -> NotifierConfig:
+    table = check_table(raw, NOTIFIER_KEYS)
     kind = table["kind"]
     if kind in _NEEDS_URL and "url" not in table and "url_env" not in table:
         raise Invalid(f"a {kind} notifier needs url (or url_env)", ("url",))
@@ -216,24 +219,23 @@ def _notifier(name: str, raw: object) -> NotifierConfig:
     return NotifierConfig(name=name, **table)
 
 
+_NOTIFIER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 def notify_tables(raw: object) -> dict[str, NotifierConfig]:
     """``[notify.NAME]`` tables -> notifiers by name; raises Invalid naming the key."""
-    if not isinstance(raw, dict):
-        raise TypeError
-    out: dict[str, NotifierConfig] = {}
-    for name, table in raw.items():
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
-            raise Invalid("expected a notifier name of letters, digits, '_' and '-'", (name,))
-        try:
-            out[name] = _notifier(name, table)
-        except Invalid as e:
-            raise Invalid(e.problem, (name, *e.path)) from None
-    return out
+    return named_tables(
+        raw,
+        _NOTIFIER_NAME,
+        "a notifier name of letters, digits, '_' and '-'",
+        "a table of notifier settings",
+        _notifier,
+    )
 
 
 def watch_table(raw: object) -> dict[str, Any]:
     """The ``[watch]`` table, checked (keys present only)."""
-    table = _check_table(raw, WATCH_KEYS)
+    table = check_table(raw, WATCH_KEYS)
     if table.get("retry_max_s", 300.0) < table.get("retry_first_s", 2.0):
         raise Invalid("must be >= retry_first_s", ("retry_max_s",))
     return table

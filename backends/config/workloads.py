@@ -1,18 +1,28 @@
 """Config tables for what runs on a host: ``[hosts.NAME.sglang]`` and
-``[hosts.NAME.jobs.JOB]``, plus ``watch_logs``, and the value checkers config.py shares.
-Same rules as config.py: one row per key, errors name the dotted key and what was
-expected (``Invalid`` carries the path).
+``[hosts.NAME.jobs.JOB]``. One ``KeySpec`` row per key, checked by ``config.schema``:
+errors name the dotted key and what was expected.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gpumon.backends.config.limits import PATH_MAX, TEMPLATE_MAX, show
+from gpumon.backends.config.limits import TEMPLATE_MAX, show
+from gpumon.backends.config.schema import (
+    Invalid,
+    KeySpec,
+    boolean,
+    check_table,
+    integer,
+    limited,
+    named_tables,
+    number,
+    text,
+)
 from gpumon.backends.untrusted import printable_text
 
 PRESETS = ("kv", "tqdm", "hf", "jsonl", "batch")
@@ -55,64 +65,12 @@ class JobConfig:
     restart_window: float = 3600.0
 
 
-class Invalid(Exception):
-    """A bad value at ``path`` (relative to the table being checked)."""
-
-    def __init__(self, problem: str, path: tuple[str, ...] = ()) -> None:
-        super().__init__(problem)
-        self.problem, self.path = problem, path
-
-
-def limited(s: str, most: int) -> str:
-    """``s`` if it has at most ``most`` characters; raises Invalid saying both lengths."""
-    if len(s) > most:
-        raise Invalid(f"too long: {len(s)} characters; at most {most}")
-    return s
-
-
-def text(v: object) -> str:
-    """A non-empty string of printable characters (no control or escape characters), at
-    most PATH_MAX long (paths, globs, a progress regex)."""
-    if not isinstance(v, str) or not v.strip() or not v.isprintable():
-        raise ValueError
-    return limited(v, PATH_MAX)
-
-
 def command_text(v: object) -> str:
     """A command template: printable characters, newlines and tabs (a multi-line script),
     at most TEMPLATE_MAX long."""
     if not isinstance(v, str) or not v.strip() or printable_text(v) != v:
         raise ValueError
     return limited(v, TEMPLATE_MAX)
-
-
-def boolean(v: object) -> bool:
-    if not isinstance(v, bool):
-        raise TypeError
-    return v
-
-
-def number(lo: float, hi: float) -> Callable[[object], float]:
-    def check(v: object) -> float:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
-            raise ValueError
-        return float(v)
-
-    return check
-
-
-def integer(lo: int, hi: int) -> Callable[[object], int]:
-    def check(v: object) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise ValueError
-        return v
-
-    return check
-
-
-def log_paths(v: object) -> tuple[str, ...]:
-    items = v if isinstance(v, list) else [v]
-    return tuple(text(item) for item in items)
 
 
 def gpu_list(v: object) -> tuple[int, ...]:
@@ -167,80 +125,72 @@ def string_table(v: object) -> Mapping[str, str]:
     return MappingProxyType(out)
 
 
+# Control characters other than tab: a newline in a value would end the command it is
+# substituted into (actions.params refuses it at restart; the config says so at once).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
 def param_table(v: object) -> Mapping[str, str | int | float | bool]:
     if not isinstance(v, dict):
         raise TypeError
     for k, val in v.items():
         if not isinstance(val, str | int | float | bool):
             raise Invalid(f"expected a string, number or boolean, got {show(val)}", (k,))
+        if isinstance(val, str) and _CONTROL.search(val):
+            raise Invalid(
+                f"control characters (a newline ends the command) in {show(val)}; "
+                "expected one line of text",
+                (k,),
+            )
     return MappingProxyType(dict(v))
 
 
-Spec = tuple[str, Callable[[object], Any], str]
-
-SGLANG_KEYS: tuple[Spec, ...] = (
-    ("ports", port_list, 'a list of ports or a range such as "30000-30007"'),
-    ("log", text, "a log file path or glob"),
-    ("discover", boolean, "true or false"),
+SGLANG_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("ports", port_list, 'a list of ports or a range such as "30000-30007"'),
+    KeySpec("log", text, "a log file path or glob"),
+    KeySpec("discover", boolean, "true or false"),
 )
-JOB_KEYS: tuple[Spec, ...] = (
-    ("gpus", gpu_list, "a non-empty list of GPU indices"),
-    ("log", text, "a log file path or glob"),
-    ("progress", progress_spec, f"a preset ({', '.join(PRESETS)}) or a regex"),
-    ("start", command_text, "a command template"),
-    ("stop", command_text, "a command template"),
-    ("workdir", text, "a directory path"),
-    ("env", string_table, "a table of strings"),
-    ("params", param_table, "a table of parameter defaults"),
-    ("stop_timeout", number(1, 3600), "seconds between 1 and 3600"),
-    ("verify_s", number(0, 3600), "seconds between 0 and 3600"),
-    ("free_mib", integer(0, 1 << 24), "MiB, an integer >= 0"),
-    ("auto_restart", boolean, "true or false"),
-    ("max_restarts", integer(0, 1000), "an integer 0..1000"),
-    ("restart_window", number(1, 7 * 86400), "seconds between 1 and 604800"),
+JOB_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("gpus", gpu_list, "a non-empty list of GPU indices"),
+    KeySpec("log", text, "a log file path or glob"),
+    KeySpec("progress", progress_spec, f"a preset ({', '.join(PRESETS)}) or a regex"),
+    KeySpec("start", command_text, "a command template"),
+    KeySpec("stop", command_text, "a command template"),
+    KeySpec("workdir", text, "a directory path"),
+    KeySpec("env", string_table, "a table of strings"),
+    KeySpec("params", param_table, "a table of parameter defaults"),
+    KeySpec("stop_timeout", number(1, 3600), "seconds between 1 and 3600"),
+    KeySpec("verify_s", number(0, 3600), "seconds between 0 and 3600"),
+    KeySpec("free_mib", integer(0, 1 << 24), "MiB, an integer >= 0"),
+    KeySpec("auto_restart", boolean, "true or false"),
+    KeySpec("max_restarts", integer(0, 1000), "an integer 0..1000"),
+    KeySpec("restart_window", number(1, 7 * 86400), "seconds between 1 and 604800"),
 )
-
-
-def check_keys(raw: object, specs: tuple[Spec, ...]) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise TypeError
-    by_name = {name: (check, expected) for name, check, expected in specs}
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in by_name:
-            raise Invalid(f"unknown key; expected one of: {', '.join(sorted(by_name))}", (key,))
-        check, expected = by_name[key]
-        try:
-            out[key] = check(value)
-        except Invalid as e:
-            raise Invalid(e.problem, (key, *e.path)) from None
-        except (ValueError, TypeError):
-            raise Invalid(f"expected {expected}, got {show(value)}", (key,)) from None
-    return out
 
 
 def sglang_table(raw: object) -> SglangConfig:
-    return SglangConfig(**check_keys(raw, SGLANG_KEYS))
+    return SglangConfig(**check_table(raw, SGLANG_KEYS))
+
+
+def _job(name: str, table: dict[str, Any]) -> JobConfig:
+    job = JobConfig(name=name, **check_table(table, JOB_KEYS))
+    if job.start is not None:
+        missing = set(_PLACEHOLDER.findall(job.start)) - set(job.params)
+        if missing:
+            raise Invalid(
+                f"placeholders without a default in params: {', '.join(sorted(missing))}",
+                ("start",),
+            )
+    return job
 
 
 def jobs_table(raw: object) -> tuple[JobConfig, ...]:
-    if not isinstance(raw, dict):
-        raise TypeError
-    jobs = []
-    for name, table in raw.items():
-        if not _NAME.fullmatch(name):
-            raise Invalid("a job name: letters, digits, '_', '.', '-' (at most 64)", (name,))
-        try:
-            values = check_keys(table, JOB_KEYS)
-        except Invalid as e:
-            raise Invalid(e.problem, (name, *e.path)) from None
-        job = JobConfig(name=name, **values)
-        if job.start is not None:
-            missing = set(_PLACEHOLDER.findall(job.start)) - set(job.params)
-            if missing:
-                raise Invalid(
-                    f"placeholders without a default in params: {', '.join(sorted(missing))}",
-                    (name, "start"),
-                )
-        jobs.append(job)
-    return tuple(jobs)
+    """``[hosts.NAME.jobs.JOB]`` tables, checked; raises Invalid naming JOB and the key."""
+    jobs = named_tables(
+        raw,
+        _NAME,
+        "a job name of letters, digits, '_', '.' and '-' (at most 64)",
+        "a table of job settings",
+        _job,
+    )
+    return tuple(jobs.values())

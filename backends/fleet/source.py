@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 from gpumon.backends.config.fleet import FleetConfig
 from gpumon.backends.config.load import ConfigError
-from gpumon.backends.config.workloads import Invalid
+from gpumon.backends.config.schema import Invalid
 from gpumon.backends.fleet.model import NodeRow, judge
 from gpumon.backends.fleet.prom import (
     PrometheusClient,

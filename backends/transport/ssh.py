@@ -18,6 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpumon.backends.config.files import (
+    IDENTITY_MAX,
+    KNOWN_HOSTS_MAX,
+    FileRefused,
+    read_bounded,
+)
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.transport.base import ProcessStream, Transport, TransportError, ssh_command
 
@@ -38,8 +44,32 @@ def _known_hosts_entry(host: str, port: int | None, key: asyncssh.SSHKey) -> str
     return f"{pattern} {algo} {data}\n"
 
 
-def _client_factory(host_cfg: HostConfig, known_hosts: Path) -> tuple[Any, dict[str, Any]]:
-    """An asyncssh client class that records (and, with accept_new, trusts) an unknown key."""
+def _read_known_hosts(path: Path) -> str:
+    """The known_hosts file's text ("" when it does not exist yet), read bounded: asyncssh
+    would read a path to its end (``/dev/zero``: until memory runs out)."""
+    if not path.exists():
+        return ""
+    return read_bounded(str(path), KNOWN_HOSTS_MAX, "known_hosts").decode("utf-8", "replace")
+
+
+def _client_keys(paths: Sequence[str]) -> list[tuple[bytes, bytes | None]]:
+    """Each identity file (and its ``-cert.pub`` when there is one), read bounded, as the
+    (key, certificate) pairs asyncssh takes instead of paths it would read unbounded."""
+    keys: list[tuple[bytes, bytes | None]] = []
+    for path in paths:
+        key = read_bounded(path, IDENTITY_MAX, "identity")
+        cert = None
+        if os.path.exists(path + "-cert.pub"):
+            cert = read_bounded(path + "-cert.pub", IDENTITY_MAX, "identity certificate")
+        keys.append((key, cert))
+    return keys
+
+
+def _client_factory(
+    host_cfg: HostConfig, known_hosts: Path, trusted: asyncssh.SSHKnownHosts
+) -> tuple[Any, dict[str, Any]]:
+    """An asyncssh client class that records (and, with accept_new, trusts) an unknown key;
+    ``trusted`` is the known_hosts file as read for this connection."""
     import asyncssh
 
     seen: dict[str, Any] = {}
@@ -49,9 +79,7 @@ def _client_factory(host_cfg: HostConfig, known_hosts: Path) -> tuple[Any, dict[
             self, host: str, addr: str, port: int, key: asyncssh.SSHKey
         ) -> bool:
             seen.update(host=host, addr=addr, port=port, key=key)
-            known: Sequence[Any] = ()
-            if known_hosts.exists():
-                known = asyncssh.read_known_hosts(str(known_hosts)).match(host, addr, port)[0]
+            known: Sequence[Any] = trusted.match(host, addr, port)[0]
             seen["conflict"] = bool(known)
             if known or not host_cfg.accept_new:
                 return False
@@ -119,28 +147,33 @@ class SshTransport(Transport):
         return True
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
-        import asyncssh
-
         h = self.host
         known_hosts = self.known_hosts
-        client, seen = _client_factory(h, known_hosts)
+        try:  # read here, bounded, and handed to asyncssh as data
+            known_text = _read_known_hosts(known_hosts)
+            identities = _client_keys([os.path.expanduser(p) for p in h.identity])
+        except FileRefused as e:
+            raise TransportError(f"cannot connect to {h.describe()}: {e}", permanent=True) from e
+
+        import asyncssh
+
+        # An empty trust set when there is no file: every key is then "unknown" and goes
+        # through validate_host_public_key (refused, or recorded with accept_new).
+        trusted = asyncssh.import_known_hosts(known_text)
+        client, seen = _client_factory(h, known_hosts, trusted)
         kwargs: dict[str, Any] = {
             "connect_timeout": h.connect_timeout,
             "keepalive_interval": KEEPALIVE_S,
             "keepalive_count_max": KEEPALIVE_COUNT,
             "client_factory": client,
-            # An empty trust set when there is no file: every key is then "unknown" and
-            # goes through validate_host_public_key (refused, or recorded with accept_new).
-            "known_hosts": str(known_hosts)
-            if known_hosts.exists()
-            else asyncssh.import_known_hosts(""),
+            "known_hosts": trusted,
         }
         if h.user:
             kwargs["username"] = h.user
         if h.port:
             kwargs["port"] = h.port
-        if h.identity:
-            kwargs["client_keys"] = [os.path.expanduser(p) for p in h.identity]
+        if identities:
+            kwargs["client_keys"] = identities
         ssh_config = os.environ.get("GPUMON_SSH_CONFIG")
         if ssh_config is not None:  # tests point this at an empty file
             kwargs["config"] = [ssh_config] if ssh_config else []

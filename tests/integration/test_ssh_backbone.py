@@ -145,15 +145,17 @@ def test_unreachable_host_is_unknown(client_env: dict[str, str], tmp_path: Path)
 def test_shell_metacharacters_in_paths_stay_literal(
     sshd: SshServer, client_env: dict[str, str], tmp_path: Path
 ) -> None:
+    # The interpreter's path goes into the SSH command line (nvidia_smi is refused with
+    # such characters at config check: it is a path, not a command line).
     odd = sshd.root / "bin dir; touch pwned $(id)"
     odd.mkdir()
-    (odd / "nvidia-smi").symlink_to(sshd.bin / "nvidia-smi")
-    cfg = write_config(
-        tmp_path, sshd.config_toml(container=200, nvidia_smi=str(odd / "nvidia-smi"))
-    )
+    (odd / "python3").symlink_to(Path(sys.executable).resolve())
+    cfg = write_config(tmp_path, sshd.config_toml(container=200, python=str(odd / "python3")))
     res = gpumon(["--config", str(cfg), "snapshot", "ct200", "--json"], client_env)
     assert res.returncode == 0, res.stderr
-    assert len(json.loads(res.stdout)["gpus"]) == 8
+    snapshot = json.loads(res.stdout)
+    assert len(snapshot["gpus"]) == 8
+    assert snapshot["source"].startswith("agent/")  # the agent ran on that interpreter
     assert not list(Path("/").glob("pwned*")) and not (Path.home() / "pwned").exists()
 
 

@@ -18,13 +18,12 @@ from gpumon.backends.config.load import (
     Config,
     ConfigError,
     HostConfig,
-    KeySpec,
-    _check_table,
     config_path,
     format_hosts,
     load_config,
     resolve_host,
 )
+from gpumon.backends.config.schema import KeySpec, check_table
 
 
 def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
@@ -454,7 +453,7 @@ def test_format_hosts_lists_every_resolved_value(tmp_path: Path) -> None:
     assert len(re.findall(r"\n  alerts\n    memory_warning_pct +95\.0\n", text)) == 2
     assert "AlertRules(" not in text and "JobConfig(" not in text  # tables, not reprs
     assert "  interval         0.5 s" in text
-    assert "  identity         /k/a, /k/b" in text
+    assert "  identity         /k/a (no such file), /k/b (no such file)" in text
     assert "  read_only        true" in text
     assert "  python           (try python3)" in text
 
@@ -505,12 +504,12 @@ def test_nested_spec_tables_report_the_full_dotted_key() -> None:
         return [int(p) for p in value]
 
     ports = KeySpec("ports", port_list, "a list of port numbers", [])
-    sglang = KeySpec("sglang", lambda raw: _check_table(raw, (ports,)), "a table", {})
+    sglang = KeySpec("sglang", lambda raw: check_table(raw, (ports,)), "a table", {})
     with pytest.raises(Invalid) as caught:
-        _check_table({"sglang": {"ports": ["x"]}}, (sglang,))
+        check_table({"sglang": {"ports": ["x"]}}, (sglang,))
     assert caught.value.path == ("sglang", "ports")
     assert caught.value.problem == 'expected a list of port numbers, got ["x"]'
-    assert _check_table({"sglang": {"ports": ["1"]}}, (sglang,)) == {"sglang": {"ports": [1]}}
+    assert check_table({"sglang": {"ports": ["1"]}}, (sglang,)) == {"sglang": {"ports": [1]}}
 
 
 # --- workloads: [hosts.NAME.sglang], [hosts.NAME.jobs.JOB], watch_logs ------------------
@@ -571,6 +570,47 @@ def test_workload_errors_name_the_key(tmp_path: Path, table: str, key: str, expe
         _load_text(tmp_path, table + "\n")
     assert err.value.key == key
     assert expected in str(err.value) and str(tmp_path / "c.toml") in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "says"),
+    [
+        # nvidia_smi is a path run as one program: shell text used to end as UNKNOWN
+        ('[hosts.h]\nnvidia_smi = "nvidia-smi -i 0"', "hosts.h.nvidia_smi", "has a space"),
+        ('[defaults]\nnvidia_smi = "timeout 5 nvidia-smi"', "defaults.nvidia_smi", "a space"),
+        ('[hosts.h]\nnvidia_smi = "nvidia-smi;reboot"', "hosts.h.nvidia_smi", "has ';'"),
+        ('[hosts.h]\nnvidia_smi = "$(which nvidia-smi)"', "hosts.h.nvidia_smi", "has '$'"),
+        ('[hosts.h]\nnvidia_smi = "nvidia-smi|tee"', "hosts.h.nvidia_smi", "not a command line"),
+        # watch_logs is a list (a string was taken as a list of its one path)
+        ('[hosts.h]\nwatch_logs = "/var/log/x.log"', "hosts.h.watch_logs", "expected a list"),
+        # a parameter value with a newline was refused only at restart
+        (
+            '[hosts.h.jobs.j]\nparams = { tag = "a\\nreboot" }',
+            "hosts.h.jobs.j.params.tag",
+            "control characters (a newline ends the command)",
+        ),
+        ('[hosts.h.jobs.j]\nparams = { tag = "a\\u0000" }', "hosts.h.jobs.j.params.tag", "control"),
+    ],
+)
+def test_values_refused_at_config_check_instead_of_later(
+    tmp_path: Path, table: str, key: str, says: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        _load_text(tmp_path, table + "\n")
+    assert err.value.key == key
+    assert says in str(err.value), str(err.value)
+
+
+def test_paths_and_tabs_that_stay_accepted(tmp_path: Path) -> None:
+    cfg = _load_text(
+        tmp_path,
+        '[hosts.h]\nnvidia_smi = "/opt/nvidia/bin/nvidia-smi"\nwatch_logs = ["/l/*.log"]\n'
+        '[hosts.h.jobs.j]\nparams = { sep = "a\\tb", n = 3 }\n',
+    )
+    host = cfg.hosts["h"]
+    assert host.nvidia_smi == "/opt/nvidia/bin/nvidia-smi" and host.watch_logs == ("/l/*.log",)
+    job = host.job("j")
+    assert job is not None and job.params == {"sep": "a\tb", "n": 3}
 
 
 def test_alert_thresholds_global_and_per_host(tmp_path: Path) -> None:
@@ -672,7 +712,8 @@ def test_a_long_key_is_refused_and_cut_in_the_message(tmp_path: Path) -> None:
     ids=lambda v: v if isinstance(v, str) and len(v) < 20 else f"{len(v)}" if v else "ok",
 )
 def test_values_have_length_limits(tmp_path: Path, key: str, value: str, most: str | None) -> None:
-    text = f'[hosts.x]\n{key} = "{value}"\n'
+    rendered = f'["{value}"]' if key == "watch_logs" else f'"{value}"'  # a list of paths
+    text = f"[hosts.x]\n{key} = {rendered}\n"
     if most is None:
         load(tmp_path, text)
         return

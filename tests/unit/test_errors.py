@@ -20,7 +20,7 @@ from gpumon.backends.transport import TransportError
 
 # Exceptions that never reach the user as they are, and why.
 NOT_FOR_THE_USER = {
-    "gpumon.backends.config.workloads.Invalid": "turned into a ConfigError naming the key",
+    "gpumon.backends.config.schema.Invalid": "turned into a ConfigError naming the key",
     "gpumon.backends.monitor.sources.agent._TooOld": "control flow: the probes then choose",
     "gpumon.backends.sim.smi.UsageError": "the simulated nvidia-smi's own usage error",
     "gpumon.backends.sim.smi._Stop": "control flow: SIGTERM ends the simulator's loop",

@@ -79,7 +79,7 @@ def test_defaults(tmp_path: Path) -> None:
         ("refresh = 0.1", "fleet.a.refresh: expected a number of seconds between 1 and 3600"),
         ('headers = { "bad header" = "x" }', 'fleet.a.headers."bad header": not an HTTP header'),
         ('basic_auth = { user = "a:b", password_env = "P" }', "fleet.a.basic_auth.user"),
-        ("refrsh = 5", "fleet.a.refrsh: unknown key; expected one of:"),
+        ("refrsh = 5", 'fleet.a.refrsh: unknown key (did you mean "refresh"?); expected one of:'),
     ],
 )
 def test_refusals_name_the_key(tmp_path: Path, table: str, expected: str) -> None:

@@ -54,6 +54,14 @@ def test_no_tables_means_defaults(tmp_path: Path) -> None:
         ('[notify.a]\nkind = "slack"', "notify.a.url", "needs url"),
         ('[notify.a]\nkind = "pagerduty"', "notify.a.routing_key", "routing_key_env"),
         ('[notify.a]\nkind = "command"', "notify.a.command", "missing"),
+        (
+            '[notify.a]\nkind = "command"\ncommand = "/bin/page-me --urgent"',
+            "notify.a.command",
+            'got the string "/bin/page-me --urgent"; write ["/bin/page-me", "--urgent"]',
+        ),
+        ("[notify.a]\nkind = 3", "notify.a.kind", "expected one of pagerduty"),
+        ("[notify]\na = 3", "notify.a", "expected a table of notifier settings, got 3"),
+        ('[notify.a]\nkind = "webhook"\nurl = "http://x"\nhost = ["h"]', "notify.a.host", "hosts"),
         ('[notify.a]\nkind = "ntfy"\nurl = "ftp://x"', "notify.a.url", "http(s) URL"),
         (
             '[notify.a]\nkind = "webhook"\nurl = "http://x"\nsecret_env = "1X"',
