@@ -1402,9 +1402,10 @@ def _config_port(path: str) -> int | None:
 
 
 def is_sglang_server(argv: list[str]) -> bool:
-    """``sglang.launch_server`` anywhere, or ``sglang serve``: the console script (run as
-    ``sglang serve`` or, through its shebang, ``python .../bin/sglang serve``) or
-    ``python -m sglang.cli.main serve``."""
+    """``sglang.launch_server`` anywhere, or ``sglang serve``: the console script of
+    0.5.5+ (run as ``sglang serve`` or, through its shebang, ``python .../bin/sglang
+    serve``), or a wrapper's ``python -m sglang.cli.main serve`` (SGLang's own
+    ``sglang.cli.main`` has no ``__main__`` block up to 0.5.23: only the script runs it)."""
     if any("sglang.launch_server" in a for a in argv):
         return True
     python = bool(argv) and os.path.basename(argv[0]).startswith("python")

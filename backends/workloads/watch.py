@@ -19,7 +19,7 @@ from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTrack
 
 CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
 # Fetched once per server start, for the model and parallelism: ``/server_info`` since
-# 0.5.9; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
+# 0.5.6; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 _PORT_IN_PATH = re.compile(r"(?<!\d)(\d{2,5})(?!\d)")
 
