@@ -172,6 +172,16 @@ class AlertEngine(AlertStore):
             self._last_seen[gpu.index] = (now, gpu)
         return self._announce(raised)
 
+    def on_processes(self, sample: HostSample) -> list[Alert]:
+        """The process list changed between samples (``sample``: the latest one, with the
+        new list): who else holds memory (``foreign_process``) is judged now, so the
+        Proxmox host's list counts from the moment it arrives; the other rules wait for
+        the next sample."""
+        raised: list[Alert] = []
+        for gpu in sample.gpus:
+            self._foreign(sample.time, gpu, sample, raised)
+        return self._announce(raised)
+
     def _missing_gpus(self, now: float, sample: HostSample, out: list[Alert]) -> None:
         """A GPU seen before and absent from this sample is a critical ``gpu_health``
         condition: nvidia-smi and NVML stop listing a GPU that fell off the bus (Xid 79)

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.config.workloads import SglangConfig
 from gpumon.backends.monitor.sources.agent import AgentSource
 from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.transport.base import Transport
@@ -94,8 +95,10 @@ def make_monitor(
             job = transport.drafter_job()
             if job is not None and host.job(job.name) is None:
                 host = replace(host, jobs=(*host.jobs, job))
-            if host.sglang is None:  # sglang: the simulated servers, one per GPU
-                host = replace(host, sglang=transport.sglang_config())
+            if host.sglang is None:  # sglang: the simulated servers, one per GPU;
+                # training-oom: none, and no discovery (it would look at this machine)
+                config = transport.sglang_config() or SglangConfig(discover=False)
+                host = replace(host, sglang=config)
             transport.host = host
     source = AgentSource(transport, reconnect=reconnect)
     return HostMonitor(host, source, clock=clock, record=record)

@@ -8,6 +8,7 @@ object, never rename. A value the machine did not report is ``null``, never 0.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Any
 
 from gpumon.backends.alerts.incident import Incident, incidents, line
@@ -62,8 +63,11 @@ def process_json(p: GpuProcess) -> dict[str, Any]:
     }
 
 
-def snapshot_json(monitor: HostMonitor, now: float) -> dict[str, Any]:
-    """The ``gpumon snapshot --json`` object for one host."""
+def snapshot_json(
+    monitor: HostMonitor, now: float, incomplete: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The ``gpumon snapshot --json`` object for one host; ``incomplete``: the sources
+    that did not answer in time, in words (``"host processes: no answer in 10 s"``)."""
     sample = monitor.latest
     stale = monitor.stale_s(now)
     return {
@@ -77,6 +81,7 @@ def snapshot_json(monitor: HostMonitor, now: float) -> dict[str, Any]:
         "sglang": monitor.workloads.sglang_json(),
         "jobs": monitor.workloads.jobs_json(),
         "logs": monitor.log_flow_json(),
+        "incomplete": list(incomplete),
     }
 
 
@@ -94,9 +99,19 @@ def restart_hint(monitor: HostMonitor, incident: Incident) -> str | None:
     return f"fix: gpumon restart {monitor.name} {incident.fix}"
 
 
-def check_verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
+def check_verdict(
+    monitor: HostMonitor, now: float, incomplete: Sequence[str] = ()
+) -> tuple[CheckCode, str]:
     """Exit code and the one summary line of ``gpumon check``: the most urgent incident's
-    headline first (physical GPU, job, the fix), then the host's summary."""
+    headline first (physical GPU, job, the fix), then the host's summary, then the
+    sources that did not answer in time (``incomplete``: the verdict is without them)."""
+    code, text = _verdict(monitor, now)
+    if incomplete and code != CheckCode.UNKNOWN:
+        text += f" [incomplete: {'; '.join(incomplete)}]"
+    return code, text
+
+
+def _verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
     name = monitor.name
     sample = monitor.latest
     stale = [i for i in active_incidents(monitor) if i.cause.kind == "stale_data"]
@@ -149,8 +164,9 @@ def fmt(value: float | int | None, spec: str = "", unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
-def snapshot_table(monitor: HostMonitor, now: float) -> str:
-    """The plain-text ``gpumon snapshot`` view."""
+def snapshot_table(monitor: HostMonitor, now: float, incomplete: Sequence[str] = ()) -> str:
+    """The plain-text ``gpumon snapshot`` view; ``incomplete`` is one line under the
+    header (the sources that did not answer in time)."""
     sample = monitor.latest
     status = monitor.status
     stale = monitor.stale_s(now)
@@ -163,6 +179,8 @@ def snapshot_table(monitor: HostMonitor, now: float) -> str:
     lines = [head]
     if status.error:
         lines.append(f"error: {status.error}")
+    if incomplete:
+        lines.append(f"incomplete: {'; '.join(incomplete)}")
     if sample is None:
         return "\n".join(lines)
     lines.append(

@@ -44,7 +44,7 @@ from gpumon.backends.workloads.watch import Workloads
 from .processes import container_view, from_record
 from .sources.base import Source
 
-__all__ = ["HISTORY_S", "NO_DATA_FLOOR_S", "HostMonitor", "Listener"]
+__all__ = ["FIRST_ROUNDS_S", "HISTORY_S", "NO_DATA_FLOOR_S", "HostMonitor", "Listener"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,10 @@ NO_DATA_FLOOR_S = 1.0
 LOG_FLOWS_KEPT = 64  # followed files whose counts are kept (a glob's rotated names come and go)
 STOP_TIMEOUT_S = 10.0  # stop() waits this long for the source to close its connection
 GAPS_KEPT = 9  # the stream's typical period is the median gap of the last rounds
+# A one-shot answer (snapshot, check) and watch's first report wait this long after the
+# first GPU sample for every other source's first round (``waiting_for``): the Proxmox
+# host's process list takes an SSH channel and a host-side nvidia-smi, a rate two scrapes.
+FIRST_ROUNDS_S = 10.0
 
 Listener = Callable[["HostMonitor"], None]
 
@@ -106,6 +110,7 @@ class HostMonitor:
         self.log_flow: dict[str, LogFlow] = {}  # per followed file: what came, what did not
         self.samples = 0
         self._last_data_at: float | None = None  # monitor clock when the last round came
+        self.first_data_at: float | None = None  # ... and the first one (FIRST_ROUNDS_S)
         self._gaps: deque[float] = deque(maxlen=GAPS_KEPT)
         self.listeners: Listeners[[HostMonitor]] = Listeners("monitor listener")
         self._history_s = history_s
@@ -191,7 +196,7 @@ class HostMonitor:
         self.histories.clear()
         self.samples = 0
         self.log_flow.clear()
-        self._last_data_at = None
+        self._last_data_at = self.first_data_at = None
         self._gaps.clear()
         self.alerts.reset()
         self.workloads = Workloads(self.host)
@@ -273,6 +278,8 @@ class HostMonitor:
         if self._last_data_at is not None and self.status.state == ConnState.CONNECTED:
             self._gaps.append(max(now - max(self._last_data_at, self.status.since), 0.0))
         self._last_data_at = now
+        if self.first_data_at is None:
+            self.first_data_at = now
         for gpu in sample.gpus:
             hist = self.histories.get(gpu.index)
             if hist is None:
@@ -318,6 +325,29 @@ class HostMonitor:
         limit = max(4.0 * max(self.interval, 3.0), 15.0)
         return (now if now is not None else self.clock()) - at <= limit
 
+    def waiting_for(self) -> list[tuple[str, str]]:
+        """The sources of this host that have not answered once yet, as (source, what did
+        not come): the process list, the Proxmox host's (``source.waiting_for``), and
+        where the source reads logs and URLs the followed logs' first poll, SGLang
+        discovery's first round and each server's first two observations. Only sources
+        that exist: ``local`` without logs or servers waits for its process list alone."""
+        caps = self.source.capabilities
+        out = []
+        if caps.processes and self.processes_time is None:
+            out.append(("processes", "no answer"))
+        out += [(part, "no answer") for part in self.source.waiting_for(self)]
+        if caps.logs:
+            out += self.workloads.waiting_for()
+        return out
+
+    def first_rounds_done(self, now: float | None = None) -> bool:
+        """Whether a first report may be made: a GPU sample came and every source has
+        answered once (``waiting_for``), or ``FIRST_ROUNDS_S`` passed since that sample."""
+        if self.first_data_at is None:
+            return False
+        at = self.clock() if now is None else now
+        return at - self.first_data_at >= FIRST_ROUNDS_S or not self.waiting_for()
+
     def _set_processes(self, at: float) -> None:
         if self.host_side_fresh(at):
             self.processes = self._host_processes
@@ -342,6 +372,8 @@ class HostMonitor:
                 processes=self.processes,
                 memory_at_processes=self._memory_at_processes,
             )
+            # who else holds memory is judged on the new list now, not at the next sample
+            self.alerts.on_processes(self.latest)
         self._notify()
 
     def ingest_log(
@@ -462,6 +494,11 @@ class HostMonitor:
 
     def ingest_note(self, text: str) -> None:
         self.alerts.note(text)
+        self._notify()  # a note can end a wait (the host-side feed turned off)
+
+    def ingest_first_round(self, part: str, ports: Sequence[int]) -> None:
+        self.workloads.on_first_round(part, ports)
+        self._notify()
 
     def ingest_host_load(self, load: HostLoad) -> None:
         self.host_load = load  # the dashboard's host line reads it at its next redraw

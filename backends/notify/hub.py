@@ -220,7 +220,9 @@ class NotifyHub:
         )
 
     def _on_monitor(self, monitor: HostMonitor) -> None:
-        if monitor.samples < SETTLE_SAMPLES:
+        # the first report waits for every source's first round too (bounded): who
+        # holds a GPU's memory is the Proxmox host's list, not the container's view
+        if monitor.samples < SETTLE_SAMPLES or not monitor.first_rounds_done():
             return
         recorder = monitor.recorder
         path = recorder.pending_path or (recorder.written[-1] if recorder.written else None)

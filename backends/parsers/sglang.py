@@ -24,7 +24,7 @@ Which series count (formats.md 8.2, checked against SGLang 0.4.3-0.5.23):
   Tokenizer series (no ``tp_rank``) are labelled with each request's priority, a
   partition: they are summed, as are ``is_streaming``, ``cache_source`` parts and ``pid``.
 - Ratios are never summed: KV usage over several ranks is weighted by each rank's
-  ``max_total_num_tokens`` (the plain mean where that gauge is absent, before 0.5.7).
+  ``max_total_num_tokens`` (the plain mean where that gauge is absent, before 0.5.6).
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ __all__ = [
 ]
 
 # Families read every scrape: gauges and counters (21 samples on a v0.5.18 server). Left
-# out on purpose: the ``cache_hit_rate`` gauge (last prefill batch only, zeroed by every
-# decode log: the tracker computes the rate from counters) and anything not shown.
+# out on purpose: the ``cache_hit_rate`` gauge (last prefill batch only, and before 0.5.20
+# zeroed by every decode log: the tracker computes the rate from counters) and anything
+# not shown.
 CORE_FAMILIES = (
     "num_running_reqs",
     "num_queue_reqs",

@@ -21,6 +21,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import select
 import signal
 import sys
@@ -789,6 +790,7 @@ class Agent:
         if self.kernel and os.path.exists(events):
             # cgroup v2: a change in memory.events is a file-modified event
             waker.must_poll = not waker.watch(events)
+        first = bool(self.logs)
         while True:
             busy = False
             for tail in self.logs:
@@ -798,6 +800,9 @@ class Agent:
                 for problem in tail.take_problems():
                     self.out.send(problem)
                 busy = busy or tail.holding()
+            if first:  # every followed log polled once: a one-shot answer may go
+                first = False
+                self.out.send(protocol.FirstRound("logs"))
             waker.watch_logs([tail.pattern for tail in self.logs])
             if kmsg is not None:
                 lines = read_kmsg(kmsg)
@@ -834,8 +839,10 @@ class Agent:
     def discover_loop(self) -> None:
         """Find SGLang servers from their command lines (``sglang_ports``)."""
         template = self.http[0] if self.http else DISCOVERED_TARGET
+        first = True
         while True:
-            for port in sglang_ports():
+            ports = sglang_ports()
+            for port in ports:
                 self.start_http(
                     {
                         "url": f"http://127.0.0.1:{port}/metrics",
@@ -845,6 +852,9 @@ class Agent:
                         "info_tag": f"sglang-info:{port}",
                     }
                 )
+            if first:  # after start_http: the servers found are being fetched already
+                first = False
+                self.out.send(protocol.FirstRound("discover", ports))
             time.sleep(10.0)
 
     def http_loop(self) -> None:
@@ -1332,10 +1342,16 @@ def _process_name(pid: int) -> str:
 DISCOVERED_TARGET = {"filter": None, "info": ["/server_info", "/get_server_info"]}
 
 
+SGLANG_DEFAULT_PORT = 30000  # ServerArgs.port
+# A top-level ``port:`` of a ``--config`` YAML file (SGLang's ConfigArgumentMerger turns
+# each key into ``--KEY VALUE``): ``port: 31613``, ``port: "31613"``, a comment after it.
+_YAML_PORT = re.compile(r"""port[ \t]*:[ \t]*(["']?)(\d{1,5})\1[ \t]*(?:#.*)?""")
+
+
 def sglang_ports() -> list[int]:
-    """Ports of SGLang servers running here, from /proc/*/cmdline (30000 when not given):
-    ``python -m sglang.launch_server ...`` and ``sglang serve ...`` (the console script,
-    recommended since 0.5.7: ``.../bin/python .../bin/sglang serve --port N``)."""
+    """Ports of SGLang servers running here, from /proc/*/cmdline: ``python -m
+    sglang.launch_server ...`` and ``sglang serve ...`` (the console script, 0.5.5+:
+    ``.../bin/python .../bin/sglang serve --port N``). See ``server_port``."""
     ports = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -1345,22 +1361,51 @@ def sglang_ports() -> list[int]:
                 argv = f.read().decode("utf-8", "replace").split("\0")
         except OSError:
             continue
-        if not is_sglang_server(argv):
-            continue
-        port = 30000
-        for i, a in enumerate(argv):
-            if a == "--port" and i + 1 < len(argv) and argv[i + 1].isdigit():
-                port = int(argv[i + 1])
-            elif a.startswith("--port=") and a[7:].isdigit():
-                port = int(a[7:])
-        ports.add(port)
+        if is_sglang_server(argv):
+            ports.add(server_port(argv, f"/proc/{entry}/cwd"))
     return sorted(ports)
 
 
+def server_port(argv: list[str], cwd: str) -> int:
+    """The port an SGLang server's ``argv`` listens on, as SGLang reads it: the last
+    ``--port N`` / ``--port=N``, else ``port:`` in the YAML of ``--config FILE`` (a
+    relative FILE from the process's ``cwd``) where this agent can read it, else 30000.
+    SGLang merges the config's arguments before the command line's, so those win."""
+    port = None
+    config = None
+    for i, a in enumerate(argv):
+        if a == "--port" and i + 1 < len(argv) and argv[i + 1].isdigit():
+            port = int(argv[i + 1])
+        elif a.startswith("--port=") and a[7:].isdigit():
+            port = int(a[7:])
+        elif a == "--config" and i + 1 < len(argv):  # as SGLang: only this spelling
+            config = argv[i + 1]
+    if port is None and config:
+        port = _config_port(os.path.join(cwd, config))
+    return port if port is not None and 0 < port < 65536 else SGLANG_DEFAULT_PORT
+
+
+def _config_port(path: str) -> int | None:
+    """``port`` at the top level of a YAML file (no YAML parser on the target: the one
+    line is enough); None when the file cannot be read or has none."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+    port = None
+    for line in text.splitlines():
+        m = _YAML_PORT.fullmatch(line.rstrip())
+        if m is not None:
+            port = int(m.group(2))  # a key given twice: YAML keeps the last
+    return port
+
+
 def is_sglang_server(argv: list[str]) -> bool:
-    """``sglang.launch_server`` anywhere, or ``sglang serve``: the console script (run as
-    ``sglang serve`` or, through its shebang, ``python .../bin/sglang serve``) or
-    ``python -m sglang.cli.main serve``."""
+    """``sglang.launch_server`` anywhere, or ``sglang serve``: the console script of
+    0.5.5+ (run as ``sglang serve`` or, through its shebang, ``python .../bin/sglang
+    serve``), or a wrapper's ``python -m sglang.cli.main serve`` (SGLang's own
+    ``sglang.cli.main`` has no ``__main__`` block up to 0.5.23: only the script runs it)."""
     if any("sglang.launch_server" in a for a in argv):
         return True
     python = bool(argv) and os.path.basename(argv[0]).startswith("python")

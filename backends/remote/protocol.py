@@ -410,6 +410,27 @@ class ThreadDied(Message):
         )
 
 
+@record(frozen=True)
+class FirstRound(Message):
+    """One part of the agent finished its first round: ``logs`` (every followed log polled
+    once) or ``discover`` (SGLang servers looked for; ``ports``: the ones found). A
+    one-shot answer waits for these, so it never reports before a source has spoken."""
+
+    TYPE: ClassVar[str] = "first_round"
+    part: str
+    ports: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> FirstRound:
+        ports = raw.get("ports")
+        found = (
+            [p for p in ports if isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536]
+            if isinstance(ports, list)
+            else []
+        )
+        return cls(_text(raw, "part"), found)
+
+
 def _float_or_none(raw: dict[str, Any], key: str) -> float | None:
     value = raw.get(key)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -468,6 +489,7 @@ MESSAGES: dict[str, type[Message]] = {
         Note,
         ThreadDied,
         HostStats,
+        FirstRound,
     )
 }
 

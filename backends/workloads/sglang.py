@@ -56,7 +56,7 @@ class _RankLine:
 
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
-    """What ``/server_info`` (0.5.9+) or ``/get_server_info`` says about a server."""
+    """What ``/server_info`` (0.5.6+) or ``/get_server_info`` says about a server."""
 
     model: str | None = None
     version: str | None = None
@@ -483,8 +483,8 @@ def sglang_totals(trackers: list[SglangTracker]) -> SglangTotals:
     """Throughput, requests, KV usage and hit rate summed over ``trackers`` that are not
     down; each value is None only when no such server reports it. KV usage is weighted
     by each server's capacity (``max_total_num_tokens``, else the server-info one); where
-    a server's capacity is unknown (before 0.5.7, no server info) it is the plain mean of
-    the servers' own usage, never a sum."""
+    a server's capacity is unknown (no ``max_total_num_tokens`` gauge before 0.5.6, and no
+    server info) it is the plain mean of the servers' own usage, never a sum."""
     live = [s for s in trackers if s.up is not False]
     running, queued = _sum([s.running for s in live]), _sum([s.queued for s in live])
     kv = [(s.token_usage, s.capacity()) for s in live if s.token_usage is not None]

@@ -8,6 +8,7 @@ OOM verdict on a job comes from the alert engine (one matcher for the whole prog
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
@@ -18,7 +19,7 @@ from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTrack
 
 CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
 # Fetched once per server start, for the model and parallelism: ``/server_info`` since
-# 0.5.9; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
+# 0.5.6; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 _PORT_IN_PATH = re.compile(r"(?<!\d)(\d{2,5})(?!\d)")
 
@@ -31,6 +32,7 @@ class Workloads:
         self.jobs: dict[str, JobTracker] = {
             j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs
         }
+        self.first_rounds: set[str] = set()  # the agent's parts that answered once
 
     # --- what the agent is asked to do -------------------------------------------------
     def log_specs(self) -> list[dict[str, str]]:
@@ -57,9 +59,19 @@ class Workloads:
         ]
 
     def discover(self) -> bool:
-        return self.host.sglang is not None and self.host.sglang.discover
+        """SGLang discovery is on unless the host's ``[hosts.NAME.sglang]`` table says
+        ``discover = false``: no table needed."""
+        return self.host.sglang is None or self.host.sglang.discover
 
     # --- agent messages ----------------------------------------------------------------
+    def on_first_round(self, part: str, ports: Sequence[int]) -> None:
+        """A part of the agent answered once (``logs``, ``discover``); the servers that
+        discovery found are tracked from now on, unknown (``up`` null) until fetched."""
+        self.first_rounds.add(part)
+        if part == "discover":
+            for port in ports:
+                self.sglang.setdefault(port, SglangTracker(port))
+
     def on_http(self, tag: str, status: int | None, body: str, error: str | None, t: float) -> None:
         """A fetch of ``tag``'s URL (``sglang:PORT``, or ``sglang-info:PORT`` for its
         server info): HTTP status (None: no answer)."""
@@ -121,6 +133,24 @@ class Workloads:
             for j in self.jobs.values()
         )
         return servers or jobs
+
+    def waiting_for(self) -> list[tuple[str, str]]:
+        """What a one-shot answer still waits for, as (source, what did not come): the
+        first poll of the followed logs, discovery's first round, each server's first
+        answer and, for a server that is up, its second observation (a rate needs two;
+        a server without ``/metrics`` has none to give)."""
+        out = []
+        if self.log_specs() and "logs" not in self.first_rounds:
+            out.append(("followed logs", "no answer"))
+        if self.discover() and "discover" not in self.first_rounds:
+            out.append(("SGLang discovery", "no answer"))
+        for port in sorted(self.sglang):
+            s = self.sglang[port]
+            if s.up is None:
+                out.append((f"SGLang :{port}", "no answer"))
+            elif s.up and s.metrics_enabled is not False and s.gen_tokens_per_s is None:
+                out.append((f"SGLang :{port}", "no second observation"))
+        return out
 
     def sglang_json(self) -> list[dict[str, Any]]:
         return [self.sglang[p].snapshot_json() for p in sorted(self.sglang)]

@@ -12,7 +12,10 @@ Skipped with the reason where unshare or cgroup2 is missing.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -273,3 +276,81 @@ async def test_doctor_says_host_access_and_whether_the_driver_translates_pids(
         assert f"driver translates PIDs into the container: {translates}" in pid_check.evidence
     finally:
         await monitor.stop()
+
+
+def _gpumon(lab: Lab, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``gpumon --config CONFIG ARGS`` as a user runs it, against CT 200 (no sglang table:
+    discovery is on, and looks inside CT 200)."""
+    text = lab.server.config_toml("ct200", container=200, python=SYSTEM_PYTHON, interval=0.5)
+    lab.config.write_text(text)
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon.tui.cli", "--config", str(lab.config), *args],
+        env=env, capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+
+
+def test_the_first_snapshot_has_the_host_side_list_and_the_foreign_process(
+    lab: Lab, client_env: dict[str, str]
+) -> None:
+    """Issue 23: snapshot returned before the host-side collector's first round, so every
+    process was the container's view (``container-nvml``, no container) and GPU 6 had no
+    ``foreign_process``. The first call now waits for it."""
+    res = _gpumon(lab, client_env, "snapshot", "ct200", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    gpu0, gpu6 = data["gpus"][0], data["gpus"][6]
+    [mine] = gpu0["processes"]
+    assert (mine["container"], mine["pid"], mine["host_pid"], mine["source"]) == (
+        "200",
+        lab.train.pid,
+        lab.train.host_pid,
+        "host",
+    )
+    assert "/train.py " in mine["command"] and "--cfg drafter.yaml" in mine["command"]
+    [theirs] = gpu6["processes"]
+    assert (theirs["container"], theirs["pid"], theirs["host_pid"]) == (
+        "201",
+        None,
+        lab.jupyter.host_pid,
+    )
+    assert "/jupyter-lab " in theirs["command"] and "--no-browser" in theirs["command"]
+    assert gpu0["memory_unattributed_mib"] == 4096  # on the host-side list: 4 GiB no one holds
+    foreign = [a for a in data["alerts"] if a["kind"] == "foreign_process"]
+    assert [(a["gpu"], a["message"]) for a in foreign] == [
+        (6, "GPU 6: 6.0 GiB held by CT 201 jupyter-lab")
+    ]
+    assert data["incomplete"] == []
+
+
+def test_check_judges_foreign_memory_from_the_host_side_list(
+    lab: Lab, client_env: dict[str, str]
+) -> None:
+    res = _gpumon(lab, client_env, "check", "ct200", "--window", "0")
+    assert res.returncode == 1, res.stdout + res.stderr
+    [line] = res.stdout.splitlines()
+    assert line.startswith("WARNING ct200: GPU 6: 6.0 GiB held by CT 201 jupyter-lab"), line
+    assert "incomplete" not in line
+
+
+def test_a_host_side_list_that_does_not_come_is_named_not_replaced_silently(
+    lab: Lab, client_env: dict[str, str]
+) -> None:
+    """The Proxmox host's nvidia-smi hangs on its process query (the container's answers):
+    the snapshot waits its 10 s, then names the source that did not answer; the
+    container's own view stands in, and says it is that."""
+    smi = lab.server.bin / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *--query-compute-apps*)\n'
+        "  grep -q /lxc/ /proc/self/cgroup || exec sleep 600;;\n"
+        "esac\n"
+        f'exec {lab.host.bin / "nvidia-smi"} "$@"\n'
+    )
+    res = _gpumon(lab, client_env, "snapshot", "ct200", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["incomplete"] == ["host processes: no answer in 10 s"]
+    procs = [p for g in data["gpus"] for p in g["processes"]]
+    assert procs and all(p["source"] != "host" for p in procs)
+    text = _gpumon(lab, client_env, "snapshot", "ct200")
+    assert "\nincomplete: host processes: no answer in 10 s\n" in text.stdout, text.stdout

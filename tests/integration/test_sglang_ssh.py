@@ -4,6 +4,7 @@ localhost and the monitor turns counters into rates; a server goes down and come
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -89,3 +90,76 @@ async def test_rates_over_ssh_and_a_server_going_down_and_back(
         if servers.poll() is None:
             os.killpg(servers.pid, signal.SIGKILL)
             servers.wait()
+
+
+SGLANG_SCRIPT = """#!{python}
+# A stand-in for SGLang's console script (0.5.5+): `sglang serve --port N` or `sglang serve
+# --config FILE` (its YAML's `port:`) runs the simulated server there.
+import re, sys
+from gpumon.backends.sim.sglang_server import main
+args = sys.argv[1:]
+assert args[0] == "serve", args
+if "--port" in args:
+    port = args[args.index("--port") + 1]
+else:
+    with open(args[args.index("--config") + 1]) as f:
+        port = re.search(r"^port: *(\\d+)", f.read(), re.M).group(1)
+sys.exit(main(["--ports", port]))
+"""
+
+
+def _answers(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_sglang_serve_is_in_the_first_snapshot_without_a_sglang_table(
+    sshd: SshServer, tmp_path: Path, client_env: dict[str, str]
+) -> None:
+    """Issue 23: discovery is on by default, and the first snapshot waits for its round
+    and two observations of each server found. One server is started as `sglang serve
+    --model-path M --port N`, one as `sglang serve --config server.yaml` (a relative
+    path: the process's working directory) with the port in the YAML."""
+    by_flag, by_yaml = free_port(), free_port()
+    script = tmp_path / "bin" / "sglang"
+    script.parent.mkdir()
+    script.write_text(SGLANG_SCRIPT.format(python=sys.executable))
+    script.chmod(0o755)
+    (tmp_path / "server.yaml").write_text(f"model-path: Qwen/Qwen3-8B\nport: {by_yaml}\n")
+    env = {**os.environ, **demo_settings("sglang").to_env()}
+    servers = [
+        subprocess.Popen(
+            [str(script), "serve", *args], cwd=tmp_path, env=env, start_new_session=True
+        )
+        for args in (
+            ["--model-path", "Qwen/Qwen3-8B", "--port", str(by_flag)],
+            ["--config", "server.yaml"],
+        )
+    ]
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(sshd.config_toml(interval=0.5))  # no [hosts.ct200.sglang] at all
+    try:
+        deadline = time.monotonic() + 20
+        while not (_answers(by_flag) and _answers(by_yaml)):
+            assert time.monotonic() < deadline, "the stand-in servers did not start"
+            time.sleep(0.05)
+        res = subprocess.run(
+            [sys.executable, "-m", "gpumon.tui.cli", "--config", str(cfg), "snapshot",
+             "ct200", "--json"],
+            env=client_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        for proc in servers:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    found = {s["port"]: s for s in data["sglang"]}
+    for port in (by_flag, by_yaml):
+        assert found[port]["up"] is True, found
+        assert found[port]["model"] == "Qwen/Qwen3-8B"
+        rate = found[port]["gen_tokens_per_s"]  # two observations: a rate
+        assert rate is not None and rate > 0, found[port]
+    assert data["incomplete"] == []

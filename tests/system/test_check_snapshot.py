@@ -5,6 +5,7 @@ and the workloads and never says ``ok`` for a GPU near full or a crashed job's G
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -90,3 +91,15 @@ def test_snapshot_text_says_a_gpu_near_full_is_not_ok() -> None:
     assert "\nALERTS  none" in sglang.stdout
     servers = sglang.stdout.split("\nSGLANG\n", 1)[1].splitlines()[:8]
     assert all(re.match(r"  port 3000\d  up yes  model Qwen/Qwen3-8B  ", s) for s in servers)
+
+
+def test_the_demo_snapshot_waits_for_the_host_side_list_and_discovers_nothing() -> None:
+    """The simulated CT200 has a Proxmox host: its processes come from the host side from
+    the first call, nothing is incomplete, and discovery stays off (the simulated host is
+    this machine: it would report servers that are not the demo's)."""
+    out = gpumon("snapshot", "demo", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["incomplete"] == [] and data["sglang"] == []
+    procs = [p for g in data["gpus"] for p in g["processes"]]
+    assert procs and {(p["source"], p["container"]) for p in procs} == {("host", "200")}

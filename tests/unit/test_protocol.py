@@ -31,6 +31,8 @@ def sample_messages() -> list[protocol.Message]:
         protocol.LogProblem("watch", "/var/log/x.log", "Permission denied"),
         protocol.ThreadDied(1.5, "procs", "NVMLLibraryMismatchError: ...", "agent.py:9 in f"),
         protocol.HostStats(1.5, 12.5, 64, 1000, 500, 100, 50, [1.0, 2.0, 3.0]),
+        protocol.FirstRound("discover", [30000, 31613]),
+        protocol.FirstRound("logs"),
     ]
 
 

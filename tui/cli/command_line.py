@@ -43,7 +43,11 @@ if TYPE_CHECKING:
 COMMANDS = ("snapshot", "check", "config", "restart", "replay", "fleet")
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
-RATE_WAIT_S = 10.0  # how long snapshot/check wait for throughput rates (2 s of scrapes at least)
+# How long snapshot/check wait after the first GPU sample for the other sources' first
+# round (the Proxmox host's process list, SGLang discovery and two observations of each
+# server, the followed logs) and for job rates: the monitor's FIRST_ROUNDS_S, said here
+# for --help without importing the monitor at start-up (a test holds them equal).
+FIRST_ROUNDS_S = 10.0
 CHECK_WINDOW_S = 5.0  # how long check watches: trends and silences need more than one sample
 INTERVAL_RANGE = (0.1, 3600.0)  # seconds, as the config's `interval`
 HOW_TO_START = (
@@ -159,13 +163,27 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     )
     snap.add_argument("host", metavar="HOST")
     snap.add_argument("--json", action="store_true", help="JSON (keys in the README)")
-    snap.add_argument("--timeout", type=float, default=20.0, help="give up after SECONDS")
+    snap.add_argument(
+        "--timeout",
+        type=float,
+        default=20.0,
+        help="give up after SECONDS without a GPU sample (default 20); after it, the other "
+        f"sources (host-side processes, SGLang servers, logs) get {FIRST_ROUNDS_S:g} s in all "
+        "to answer once, and any that did not are named (`incomplete`)",
+    )
     check = subs["check"] = argparse.ArgumentParser(
         prog="gpumon check",
         description="One summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
     )
     check.add_argument("host", metavar="HOST")
-    check.add_argument("--timeout", type=float, default=20.0, help="give up after SECONDS")
+    check.add_argument(
+        "--timeout",
+        type=float,
+        default=20.0,
+        help="give up after SECONDS without a GPU sample (default 20); the other sources "
+        f"get {FIRST_ROUNDS_S:g} s in all after it to answer once (those that did not are "
+        "named on the line)",
+    )
     check.add_argument(
         "--window",
         type=float,
@@ -221,13 +239,16 @@ async def _one_sample(
     *,
     rates: bool = True,
     window: float = 0.0,
-) -> tuple[HostMonitor, float]:
-    """Connect once, wait for a GPU sample and (briefly) its process list and, with
-    ``rates``, the workloads' throughput (a rate needs two observations), and keep
+) -> tuple[HostMonitor, float, list[str]]:
+    """Connect once, wait (``timeout``) for a GPU sample, then up to ``FIRST_ROUNDS_S``
+    in all for every other source's first round (``HostMonitor.waiting_for``: the
+    process lists, the Proxmox host's included, SGLang discovery and two observations of
+    each server, the followed logs) and, with ``rates``, the jobs' throughput; keep
     watching for ``window`` seconds after the first sample (``check``: the alert rules
-    see a trend, a silence). Returns the monitor and the moment observing ended: ages and
-    verdicts are judged then, not after the stop (which may wait for the target's
-    processes to exit)."""
+    see a trend, a silence). Returns the monitor, the moment observing ended (ages and
+    verdicts are judged then, not after the stop, which may wait for the target's
+    processes to exit) and the sources that did not answer in time, in words
+    (``"host processes: no answer in 10 s"``): never silently left out."""
     from gpumon.backends.model import ConnState
     from gpumon.backends.monitor import make_monitor
 
@@ -236,37 +257,39 @@ async def _one_sample(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     first_sample_at: float | None = None
+    waited = 0.0
     try:
         while (left := deadline - loop.time()) > 0:
             if monitor.status.state == ConnState.FAILED:
                 break
             if monitor.latest is not None:
                 first_sample_at = first_sample_at or loop.time()
-                # Processes are polled beside the samples, and a rate needs two
-                # observations: give them a moment, not forever.
                 waited = loop.time() - first_sample_at
-                processes = monitor.processes_time is not None or waited > 3
-                rated = not rates or not monitor.workloads.rates_pending() or waited > RATE_WAIT_S
-                if processes and rated and waited >= window:
+                answered = not monitor.waiting_for()
+                rated = not rates or not monitor.workloads.rates_pending()
+                if (waited >= FIRST_ROUNDS_S or (answered and rated)) and waited >= window:
                     break
-            if monitor.latest is not None and first_sample_at is not None:
-                left = min(left, max(first_sample_at + window - loop.time(), 0.05))
+                until = window if answered and rated else max(window, FIRST_ROUNDS_S)
+                left = min(left, max(first_sample_at + until - loop.time(), 0.05))
             await monitor.wait_for_update(min(left, 0.5))
         observed_at = time.time()
     finally:
         await monitor.stop()
-    return monitor, observed_at
+    incomplete = [] if monitor.latest is None else monitor.waiting_for()
+    said = f"{min(waited, FIRST_ROUNDS_S):.0f} s"
+    return monitor, observed_at, [f"{source}: {what} in {said}" for source, what in incomplete]
 
 
 def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.monitor import snapshot_json, snapshot_table
 
     host = resolve_host(config, args.host)
-    monitor, now = asyncio.run(_one_sample(host, _demo_only(args, host), args.timeout))
+    run = _one_sample(host, _demo_only(args, host), args.timeout)
+    monitor, now, incomplete = asyncio.run(run)
     if args.json:
-        print(json.dumps(snapshot_json(monitor, now), indent=2))
+        print(json.dumps(snapshot_json(monitor, now, incomplete), indent=2))
     else:
-        print(snapshot_table(monitor, now))
+        print(snapshot_table(monitor, now, incomplete))
     return 0 if monitor.latest is not None else EXIT_UNKNOWN
 
 
@@ -281,10 +304,11 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
         return EXIT_UNKNOWN
     host = resolve_host(config, args.host)
     host = replace(host, alerts=check_rules(host.alerts, args.window, host.interval))
-    # The verdict rests on GPUs and alerts, not on throughput: no waiting for rates.
+    # The verdict rests on GPUs and alerts, not on the jobs' throughput: no waiting for
+    # their rates (the sources' first rounds are waited for: who holds memory is one).
     run = _one_sample(host, _demo_only(args, host), args.timeout, rates=False, window=args.window)
-    monitor, now = asyncio.run(run)
-    code, line = check_verdict(monitor, now)
+    monitor, now, incomplete = asyncio.run(run)
+    code, line = check_verdict(monitor, now, incomplete)
     print(line)
     return int(code)
 

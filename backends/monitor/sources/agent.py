@@ -128,6 +128,7 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
             _route(p.Note, _quiet(lambda m: sink.ingest_note(m.text))),
             _route(p.ThreadDied, _quiet(thread_died)),
             _route(p.HostStats, _quiet(lambda m: sink.ingest_host_load(host_load(m)))),
+            _route(p.FirstRound, _quiet(lambda m: sink.ingest_first_round(m.part, m.ports))),
         ]
     )
 
@@ -162,6 +163,11 @@ class AgentSource(TransportSource):
     @property
     def capabilities(self) -> Capabilities:
         return self.direct.capabilities if self._direct_now else AGENT
+
+    def waiting_for(self, sink: Sink) -> list[str]:
+        """The Proxmox host's process list while it is wanted and has neither come nor
+        been turned off (``HostProcessFeed.answered``)."""
+        return ["host processes"] if self.host_feed.pending(sink) else []
 
     def set_interval(self, seconds: float) -> None:
         """The agent applies it at once (it restarts its own nvidia-smi loop)."""

@@ -94,6 +94,10 @@ class Sink(Protocol):
     def ingest_host_load(self, load: HostLoad) -> None:
         """The target's CPU, memory, load average and swap."""
 
+    def ingest_first_round(self, part: str, ports: Sequence[int]) -> None:
+        """A part of the agent finished its first round: ``logs`` (each followed log polled
+        once) or ``discover`` (SGLang servers looked for; ``ports``: those found)."""
+
     def ingest_alert(
         self,
         kind: str,
@@ -143,6 +147,12 @@ class Source(abc.ABC):
 
     @abc.abstractmethod
     async def run(self, sink: Sink) -> None: ...
+
+    def waiting_for(self, sink: Sink) -> list[str]:
+        """The parts of this source beside the agent's stream that have not answered once
+        yet, in words (``"host processes"``): a one-shot answer waits for them, bounded.
+        None by default."""
+        return []
 
     def set_interval(self, seconds: float) -> None:  # noqa: B027 - a source may not care
         """The monitor's interval changed to ``seconds`` (``capabilities.interval`` only)."""

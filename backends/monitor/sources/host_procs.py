@@ -37,9 +37,16 @@ class HostProcessFeed:
         self.poll_s = poll_s
         self.state = "not started"
         self.method: str | None = None  # "python3 (NVML)", "shell loop", None: off
+        # A first round came, or the feed was turned off with its note: until then a
+        # one-shot answer waits (its processes would otherwise be the container's view).
+        self.answered = False
 
     def wanted(self, sink: Sink) -> bool:
         return sink.host.container is not None and sink.host.host_processes is not False
+
+    def pending(self, sink: Sink) -> bool:
+        """Wanted, and neither a first round nor the "off" note has come yet."""
+        return self.wanted(sink) and not self.answered
 
     async def run(self, sink: Sink) -> None:
         """Feed ``sink`` until the session ends (cancelled); returns at once when the host
@@ -110,7 +117,7 @@ class HostProcessFeed:
                 if error is not None and not any(not r.get("error") for r in records):
                     self._off(sink, error)
                     return
-                got = True
+                got = self.answered = True
                 self.state = f"on ({self.method})"
                 sink.ingest_proc_records(source, records, sink.clock())
         finally:
@@ -132,6 +139,7 @@ class HostProcessFeed:
     def _off(self, sink: Sink, why: str) -> None:
         self.state = f"off: {why}"
         self.method = None
+        self.answered = True
         how = "" if sink.host.host_processes is True else " (host_processes = false to not try)"
         sink.ingest_note(
             f"host-side process attribution is off for {sink.name}: {why}; processes are "
