@@ -37,11 +37,11 @@ from gpumon.backends.model import (
 )
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import parse_compute_apps, parse_query_gpu
+from gpumon.backends.parsers.processes import container_view, from_record
 from gpumon.backends.recording.recorder import FlightRecorder
 from gpumon.backends.transport.base import Transport
 from gpumon.backends.workloads.watch import Workloads
 
-from .processes import container_view, from_record
 from .sources.base import Source
 
 __all__ = ["HISTORY_S", "NO_DATA_FLOOR_S", "HostMonitor", "Listener"]

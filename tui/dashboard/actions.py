@@ -26,7 +26,7 @@ from gpumon.backends.actions import Action, ActionPlan, JobTarget, RestartRun, S
 from gpumon.backends.actions.kill import KillError, kill_plan
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, Health
-from gpumon.backends.monitor.processes import foreign
+from gpumon.backends.parsers.processes import foreign
 from gpumon.tui.screens import DetailScreen, DoctorScreen, RestartScreen, SwapScreen
 from gpumon.tui.screens.kill import KillScreen
 

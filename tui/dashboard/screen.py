@@ -38,13 +38,13 @@ from gpumon.tui.dashboard.action_table import (
 from gpumon.tui.dashboard.actions import ActionsMixin
 from gpumon.tui.dashboard.alerts import AlertsMixin
 from gpumon.tui.dashboard.cursor import CursorMixin
-from gpumon.tui.dashboard.layout import plan_layout
 from gpumon.tui.dashboard.notices import ConnectionWatch
 from gpumon.tui.dashboard.replay import ReplayMixin
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DetailTarget
 from gpumon.tui.screens.detail import fitting_window
 from gpumon.tui.state import remember_window, remembered_window
 from gpumon.tui.views import Palette
+from gpumon.tui.views.layout import plan_layout
 from gpumon.tui.views.process_cells import ProcessKey
 from gpumon.tui.widgets import HostSection, ViewContext
 

@@ -19,7 +19,6 @@ from textual.widgets import Static
 
 from gpumon.backends.model import ConnState, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
-from gpumon.tui.dashboard import HostNeeds
 from gpumon.tui.views import (
     Palette,
     alert_count,
@@ -40,7 +39,10 @@ from gpumon.tui.views.gpu_cells import (
     process_summary,
     reported_details,
 )
+from gpumon.tui.views.layout import HostNeeds
 from gpumon.tui.views.process_cells import ProcessKey, memory_flag, process_key, process_lines
+from gpumon.tui.views.sparkline import BinnedSeries, column_span
+from gpumon.tui.views.workload_views import PaneView
 from gpumon.tui.widgets.gpu_row import (
     MEM_W,
     NAME_W,
@@ -57,9 +59,8 @@ from gpumon.tui.widgets.gpu_row import (
 )
 from gpumon.tui.widgets.gpu_row import row_layout as _row_layout
 from gpumon.tui.widgets.host_header import HeaderView, HostHeader
-from gpumon.tui.widgets.sparkline import BinnedSeries, column_span
 from gpumon.tui.widgets.view_widget import TextWidget, ViewWidget
-from gpumon.tui.widgets.workload_panes import JobsPane, PaneView, SglangPane
+from gpumon.tui.widgets.workload_panes import JobsPane, SglangPane
 
 
 @dataclass(frozen=True, slots=True)
