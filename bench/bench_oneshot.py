@@ -128,7 +128,7 @@ def tool_env(venv_bin: Path, pids: str, extra: dict[str, str]) -> str:
 
 
 def one_shot(env: str, cmd: str, runs: int) -> list[float]:
-    """Wall seconds of ``cmd`` as side-by-side.sh's ``oneshot`` measures them."""
+    """Wall seconds of ``cmd`` as the side-by-side runs measure their one-shots."""
     out = []
     for i in range(runs + 1):
         start = time.time()

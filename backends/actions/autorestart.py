@@ -145,7 +145,6 @@ class AutoRestarter:
         self.policy = policy or AutoRestartPolicy(self.job)
         self.clock = clock
         self.pending: asyncio.Task[Outcome | None] | None = None
-        self.last_outcome: Outcome | None = None
         self._in_crash = False
         self._last_key: object = None
 
@@ -201,7 +200,6 @@ class AutoRestarter:
             return None
         run = self.registry.start(plan, self.target, automatic=f"crash: {reason}")
         outcome = await run.wait()
-        self.last_outcome = outcome
         if outcome.ok:
             self._in_crash = False  # the next crash is a new one even without a key
         else:

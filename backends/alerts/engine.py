@@ -2,7 +2,7 @@
 
 Feed it from the monitor (``on_sample``, ``on_log_lines``, ``on_kernel_lines``,
 ``on_memory_events``, ``note``); read ``active()`` / ``history()`` / ``worst()``; listeners
-get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (alert_rules.py).
+get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (rules.py).
 
 Kinds and how each one ends (``active`` becomes False):
 

@@ -45,7 +45,7 @@ from gpumon.backends.notify.notifiers import (
 from gpumon.backends.notify.outbox import Outbox
 
 if TYPE_CHECKING:
-    from gpumon.backends.actions.run import RestartRun
+    from gpumon.backends.actions.run import JobRun
     from gpumon.backends.actions.session import Session
     from gpumon.backends.monitor.state import HostMonitor
 
@@ -208,7 +208,7 @@ class NotifyHub:
         runs.finished.add(self._on_run)
         self.tracker.restarting = lambda host, job: runs.running(host, job) is not None
 
-    def _on_run(self, run: RestartRun) -> None:
+    def _on_run(self, run: JobRun) -> None:
         if run.outcome is None or run.plan.action == "stop":
             return
         self.tracker.note_restart(

@@ -32,7 +32,7 @@ EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_CANCELLED = 0, 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``restart`` subcommand's parser (cli.py adds the common options)."""
+    """The ``restart`` subcommand's parser (its caller adds ``options.common_options``)."""
     p = argparse.ArgumentParser(
         prog="gpumon restart",
         description="Restart a configured job: stop it, wait for its GPUs to free their "
@@ -110,9 +110,9 @@ async def _restart(
 ) -> int:
     from gpumon.backends.actions import (
         JobError,
+        JobRun,
         JobTarget,
         ParamError,
-        RestartRun,
         Session,
         find_job,
         make_plan,
@@ -152,7 +152,7 @@ async def _restart(
             say("dry run: nothing changed")
             return EXIT_OK
         if plan.refusal:
-            outcome = await RestartRun(plan, target).wait()  # audited as "refused"
+            outcome = await JobRun(plan, target).wait()  # audited as "refused"
             print(f"gpumon restart: refused: {outcome.message}", file=sys.stderr)
             return EXIT_REFUSED
         if not args.yes and not await _confirm(f"Restart {job.name} on {host.name}? [y/N] "):

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from gpumon.backends.actions import Action, ActionPlan, JobTarget, RestartRun, Session, audit
+from gpumon.backends.actions import Action, ActionPlan, JobRun, JobTarget, Session, audit
 from gpumon.backends.actions.kill import KillError, kill_plan
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, Health
 from gpumon.backends.parsers.processes import foreign
 from gpumon.tui.dashboard.action_table import DashboardAction
 from gpumon.tui.dashboard.cursor import CursorModel
-from gpumon.tui.screens import DetailScreen, DoctorScreen, RestartScreen, SwapScreen
+from gpumon.tui.screens import DetailScreen, DoctorScreen, JobActionScreen, SwapScreen
 from gpumon.tui.screens.kill import KillScreen
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class JobActions:
         self.monitors = cursor.monitors
         self.session = session
         self.read_only = read_only
-        self._job_runs: list[RestartRun] = []  # the runs this dashboard started
+        self._job_runs: list[JobRun] = []  # the runs this dashboard started
 
     def notify(self, message: str, **kwargs: Any) -> None:
         self.screen.notify(message, **kwargs)
@@ -65,7 +65,7 @@ class JobActions:
             return f"host {monitor.host.name} is read_only in the config"
         return None
 
-    def running_run(self, monitor: HostMonitor, job: JobConfig) -> RestartRun | None:
+    def running_run(self, monitor: HostMonitor, job: JobConfig) -> JobRun | None:
         """The run going for ``job`` (its key then shows its progress, connected or not)."""
         return self.session.runs.running(monitor.host.name, job.name)
 
@@ -216,15 +216,15 @@ class JobActions:
         start = partial(self._start_run, monitor, target)
         running = self.running_run(monitor, job)
         if running is not None:
-            screen = RestartScreen(target, job, running.plan.action, start_run=start, run=running)
+            screen = JobActionScreen(target, job, running.plan.action, start_run=start, run=running)
         else:
             state, alert = job_context(monitor, job)
-            screen = RestartScreen(
+            screen = JobActionScreen(
                 target, job, action, start_run=start, state=state, last_alert=alert
             )
         self.screen.app.push_screen(screen)
 
-    def _start_run(self, monitor: HostMonitor, target: JobTarget, plan: ActionPlan) -> RestartRun:
+    def _start_run(self, monitor: HostMonitor, target: JobTarget, plan: ActionPlan) -> JobRun:
         """Start ``plan`` in the session's registry (or join the run already going) and
         follow it to its end, whether or not its view stays open."""
         run = self.session.runs.start(plan, target)
@@ -235,7 +235,7 @@ class JobActions:
             )
         return run
 
-    async def _after_run(self, monitor: HostMonitor, run: RestartRun) -> None:
+    async def _after_run(self, monitor: HostMonitor, run: JobRun) -> None:
         outcome = await run.wait()  # the session's job watch has seen it finish
         plan = run.plan
         job = plan.job
