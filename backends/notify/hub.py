@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpumon.backends.backoff import backoff_s
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import Health
@@ -363,8 +364,8 @@ class NotifyHub:
                 failures = self.outbox.failures(name)
                 delay = e.retry_after
                 if delay is None:
-                    delay = min(
-                        self.settings.retry_max_s, self.settings.retry_first_s * 2**failures
+                    delay = backoff_s(
+                        failures, first=self.settings.retry_first_s, cap=self.settings.retry_max_s
                     )
                 at = self.clock()
                 self.outbox.mark_failed(name, ids, str(e), at, at + delay)
