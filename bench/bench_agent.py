@@ -1,7 +1,7 @@
 """The agent's own cost on the target: RSS, CPU and wake-ups at 1 Hz.
 
 Starts the real agent as ``gpumon local`` starts it (``sources.agent.agent_argv``: the
-same interpreter flags and shipped modules) with the shared bench's NVML shim on
+same interpreter flags and shipped modules) with the benches' NVML shim (``bench/nvml_shim``) on
 PYTHONPATH (8 fake GPUs behind the real nvidia-ml-py) or, with NVML off, the simulator's
 nvidia-smi; optionally watching 8 simulated SGLang servers (``sim.sglang_server``, their
 ``/metrics`` every interval) and their logs. After a warm-up it measures a window:
@@ -24,7 +24,7 @@ hashlib and libcrypto), a bare interpreter without and with its import, to take 
 NVML figures for what a real GPU host sees (where libnvidia-ml.so takes the shim's place).
 
     python bench/bench_agent.py [--window 60] [--cases nvml,smi,nvml+work,smi+work,...]
-        [--python /tmp/anchors-venv/bin/python] [--shim ../shared/bench/nvml_shim]
+        [--python /tmp/anchors-venv/bin/python] [--shim bench/nvml_shim]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from gpumon.backends.sim import write_wrapper
 from gpumon.backends.workloads.watch import SERVER_INFO_PATHS
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIM = ROOT.parent / "shared" / "bench" / "nvml_shim"
+SHIM = ROOT / "bench" / "nvml_shim"
 ANCHORS_PYTHON = Path("/tmp/anchors-venv/bin/python")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SERVERS = 8

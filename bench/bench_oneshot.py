@@ -4,7 +4,7 @@ Two targets: ``local`` (the agent on gpumon's own interpreter) and ``HOST``, a r
 on 127.0.0.1 (``tests/support/sshd_server.py``: throwaway keys; its sessions get the NVML
 shim on PYTHONPATH through sshd's SetEnv, so both see the same 8 simulated GPUs).
 
-- total: each command timed as ``../shared/bench/side-by-side.sh`` times its one-shots
+- total: each command timed as the side-by-side runs time their one-shots
   (``bash -c "env -i PATH=VENV/bin:/usr/bin:/bin HOME=... LANG=C.UTF-8 TERM=dumb
   PYTHONPATH=SHIM NVML_SHIM_PIDS=... CMD"``, stdout and stderr to /dev/null, one
   unrecorded warm-up run, then the median of ``--runs``); nvitop from ``--nvitop-venv``,
@@ -35,7 +35,7 @@ from pathlib import Path
 from sshd_server import SshServer
 
 REPO = Path(__file__).resolve().parents[1]
-SHIM = REPO.parent / "shared" / "bench" / "nvml_shim"
+SHIM = REPO / "bench" / "nvml_shim"
 VENV_BIN = Path(sys.executable).parent
 
 # Runs ``gpumon ARGS`` as the ``gpumon`` script does, and prints one JSON object of time
@@ -128,7 +128,7 @@ def tool_env(venv_bin: Path, pids: str, extra: dict[str, str]) -> str:
 
 
 def one_shot(env: str, cmd: str, runs: int) -> list[float]:
-    """Wall seconds of ``cmd`` as side-by-side.sh's ``oneshot`` measures them."""
+    """Wall seconds of ``cmd`` as the side-by-side runs measure their one-shots."""
     out = []
     for i in range(runs + 1):
         start = time.time()

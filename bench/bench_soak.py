@@ -8,13 +8,13 @@
                                [--trace DIR [--trace-every 300]] [--gpumon PATH]
 
 Part ``local-tmux`` is real time instead: ``gpumon local --interval N`` (by default the
-``gpumon`` beside this Python) runs in tmux at 120x40 over the shared NVML shim
-(``$GPUMON_NVML_SHIM``, default /work/shared/bench/nvml_shim; 8 simulated GPUs whose
-processes are 8 ``sleep`` PIDs this bench starts), as ``../shared/bench/side-by-side.sh``
-runs it. After ``--warmup`` s, every ``--sample-every`` s it prints the dashboard's VmRSS
-and VmHWM, the RSS of its agent (the pane process's descendants) and both CPUs, then a
-table: start, after 10 min, end, max and the least-squares slope in MiB/h over the run
-and after its first 10 minutes. ``--trace DIR`` runs the same dashboard inside this
+``gpumon`` beside this Python) runs in tmux at 120x40 over the benches' NVML shim
+(``$GPUMON_NVML_SHIM``, default ``bench/nvml_shim``; 8 simulated GPUs whose processes are
+8 ``sleep`` PIDs this bench starts), as the side-by-side runs with nvitop run it. After
+``--warmup`` s, every ``--sample-every`` s it prints the dashboard's VmRSS and VmHWM, the
+RSS of its agent (the pane process's descendants) and both CPUs, then a table: start,
+after 10 min, end, max and the least-squares slope in MiB/h over the run and after its
+first 10 minutes. ``--trace DIR`` runs the same dashboard inside this
 script under tracemalloc (it costs ~20 % of a core and its own memory: not a run to read
 RSS from) and prints what grew from the 10th minute to the end, by allocating line and
 traceback, and the gc's object counts by type.
@@ -382,7 +382,7 @@ def soak_one(scenario: str, part: str, args: argparse.Namespace) -> int:
 # --- part local-tmux: the real `gpumon local` in tmux, real time --------------------------
 
 TRACE_FRAMES = 6  # frames kept per allocation by the traced dashboard (--trace)
-SHIM = Path(os.environ.get("GPUMON_NVML_SHIM", "/work/shared/bench/nvml_shim"))
+SHIM = Path(os.environ.get("GPUMON_NVML_SHIM", Path(__file__).parent / "nvml_shim"))
 
 
 def _status_kib(pid: int, *keys: str) -> dict[str, int]:

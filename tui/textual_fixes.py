@@ -7,6 +7,11 @@ gone, until 1,024 of them have been seen. In the dashboard every toast brings tw
 widgets (the toast and its holder): with an alert every few minutes, the RSS climbed by
 about 1.5 MiB an hour for many hours (tracemalloc over a ``gpumon local`` run). The
 values depend only on the two colours, so the cache is keyed on them alone here.
+
+Upstream: Textual issue #6665 (https://github.com/Textualize/textual/issues/6665), open
+when this was written; no release fixes it yet (Textual's main, commit 03d11c9, still
+decorates the method). Drop this module with the pin that fixes it: the patch is applied
+only while the method is such a cache, and does nothing once it is not.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from gpumon.backends.actions.jobs import JobError
 from gpumon.backends.actions.params import ParamError
 from gpumon.backends.actions.plan import JobTarget, find_job, make_plan
 from gpumon.backends.actions.run import Outcome, RunRegistry
+from gpumon.backends.backoff import backoff_s
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import Health
 from gpumon.backends.transport.base import TransportError
@@ -109,7 +110,7 @@ class AutoRestartPolicy:
                 f"{self.job} crashed again ({what}) after {done} automatic restarts in "
                 f"{_span(self.window)}; auto-restart gives up: restart it by hand",
             )
-        delay = min(self.backoff_cap_s, self.backoff_first_s * 2.0**done)
+        delay = backoff_s(done, first=self.backoff_first_s, cap=self.backoff_cap_s)
         self.restarts.append(now)
         return Decision(
             True,
@@ -145,7 +146,6 @@ class AutoRestarter:
         self.policy = policy or AutoRestartPolicy(self.job)
         self.clock = clock
         self.pending: asyncio.Task[Outcome | None] | None = None
-        self.last_outcome: Outcome | None = None
         self._in_crash = False
         self._last_key: object = None
 
@@ -201,7 +201,6 @@ class AutoRestarter:
             return None
         run = self.registry.start(plan, self.target, automatic=f"crash: {reason}")
         outcome = await run.wait()
-        self.last_outcome = outcome
         if outcome.ok:
             self._in_crash = False  # the next crash is a new one even without a key
         else:

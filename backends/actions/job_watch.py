@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
-from gpumon.backends.actions.run import RestartRun, RunRegistry
+from gpumon.backends.actions.run import JobRun, RunRegistry
 from gpumon.backends.alerts.engine import log_key_prefix
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
@@ -53,7 +53,7 @@ class JobWatch:
         for auto in self.auto.values():
             await auto.close()
 
-    def on_finished(self, run: RestartRun) -> None:
+    def on_finished(self, run: JobRun) -> None:
         """A finished run: when it is one of this host's jobs, the job's alerts and
         tracker follow its outcome."""
         outcome, plan, monitor = run.outcome, run.plan, self.monitor

@@ -33,7 +33,7 @@ from typing import Literal
 from gpumon.backends.actions import audit
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.model import GpuProcess, ProcessSource
-from gpumon.backends.monitor.processes import container_label
+from gpumon.backends.parsers.processes import container_label
 from gpumon.backends.transport.base import Transport, TransportError, wrap_container
 
 __all__ = [

@@ -18,7 +18,7 @@ from gpumon.backends.actions.params import ParamValue, merge_params, render_comm
 from gpumon.backends.actions.rows import PlanRow
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
-from gpumon.backends.monitor.processes import process_words
+from gpumon.backends.parsers.processes import process_words
 from gpumon.backends.transport.base import Transport
 
 if TYPE_CHECKING:

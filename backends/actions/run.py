@@ -121,7 +121,7 @@ class _Progress:
         self.listeners.emit(step, message)
 
 
-class RestartRun:
+class JobRun:
     """One run of a plan (restart, stop or start). ``start()`` it on the event loop (the
     registry does), follow it with ``add_listener`` / ``history``, ``await wait()``."""
 
@@ -162,7 +162,7 @@ class RestartRun:
     def add_listener(self, progress: Progress) -> None:
         self._progress.listeners.add(progress)
 
-    def start(self) -> RestartRun:
+    def start(self) -> JobRun:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._main())
         return self
@@ -229,9 +229,15 @@ class RestartRun:
         return self.outcome
 
     async def _steps(self) -> None:
+        steps = {
+            Step.STOP: self._stop,
+            Step.WAIT_FREE: self._wait_free,
+            Step.START: self._start,
+            Step.VERIFY: self._verify,
+        }
         for step in self.plan.steps:
             self.step = step
-            await getattr(self, f"_{step.value}")()
+            await steps[step]()
 
     def _success_text(self) -> str:
         name = self.plan.job.name
@@ -418,18 +424,18 @@ class RunRegistry:
     manual and automatic runs alike (``JobWatch``)."""
 
     def __init__(self) -> None:
-        self._runs: dict[tuple[str, str], RestartRun] = {}
-        self.finished: Listeners[[RestartRun]] = Listeners("finished-run listener")
+        self._runs: dict[tuple[str, str], JobRun] = {}
+        self.finished: Listeners[[JobRun]] = Listeners("finished-run listener")
 
-    def running(self, host: str, job: str) -> RestartRun | None:
+    def running(self, host: str, job: str) -> JobRun | None:
         run = self._runs.get((host, job))
         return run if run is not None and not run.done else None
 
-    def last(self, host: str, job: str) -> RestartRun | None:
+    def last(self, host: str, job: str) -> JobRun | None:
         """The job's latest run in this session, running or finished."""
         return self._runs.get((host, job))
 
-    def _on_progress(self, run: RestartRun, step: Step) -> None:
+    def _on_progress(self, run: JobRun, step: Step) -> None:
         if step is Step.DONE:
             self.finished.emit(run)
 
@@ -441,7 +447,7 @@ class RunRegistry:
         progress: Progress | None = None,
         free_timeout: float = DEFAULT_FREE_TIMEOUT_S,
         automatic: str | None = None,
-    ) -> RestartRun:
+    ) -> JobRun:
         """Start ``plan``, or return the run already in progress for the same job (never
         a second one; ``progress`` then follows that run, and its ``plan`` is not this
         one). Call on the event loop."""
@@ -451,7 +457,7 @@ class RunRegistry:
             if progress is not None:
                 current.add_listener(progress)
             return current
-        run = RestartRun(
+        run = JobRun(
             plan, target, progress=progress, free_timeout=free_timeout, automatic=automatic
         )
         run.add_listener(lambda step, _message: self._on_progress(run, step))
@@ -475,11 +481,11 @@ __all__ = [
     "CancelResult",
     "GpuReadings",
     "GpuUse",
+    "JobRun",
     "JobTarget",
     "Outcome",
     "ParamError",
     "Readings",
-    "RestartRun",
     "RunRegistry",
     "Step",
     "find_job",

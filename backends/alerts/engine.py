@@ -2,7 +2,7 @@
 
 Feed it from the monitor (``on_sample``, ``on_log_lines``, ``on_kernel_lines``,
 ``on_memory_events``, ``note``); read ``active()`` / ``history()`` / ``worst()``; listeners
-get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (alert_rules.py).
+get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (rules.py).
 
 Kinds and how each one ends (``active`` becomes False):
 
@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from gpumon.backends.alerts.rules import MIB_PER_GIB, AlertRules, GpuWatch, foreign_memory
 from gpumon.backends.alerts.store import CONDITION_KINDS, KINDS, Alert, AlertStore, Listener
 from gpumon.backends.model import GpuSample, Health, HostSample
-from gpumon.backends.monitor.processes import process_words
 from gpumon.backends.parsers.kernel import (
     gpu_for_pci,
     kernel_log_unreadable,
@@ -49,6 +48,7 @@ from gpumon.backends.parsers.kernel import (
     parse_xid_line,
 )
 from gpumon.backends.parsers.oom import LogEvent, LogScanner
+from gpumon.backends.parsers.processes import process_words
 
 __all__ = [
     "CONDITION_KINDS",

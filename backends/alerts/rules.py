@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gpumon.backends.model import GpuProcess, GpuSample, Health
-from gpumon.backends.monitor.processes import foreign, holder_text
+from gpumon.backends.parsers.processes import foreign, holder_text
 
 MIB_PER_GIB = 1024.0
 # A slow nvidia-smi round is not a frozen agent: at a short interval the stale levels

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .compose import demo_settings, make_monitor, make_transport, target_host
+    from .compose import demo_settings, make_monitor, make_transport, replay_monitor, target_host
     from .report import CheckCode, check_verdict, snapshot_json, snapshot_table
     from .sources import (
         SPEEDS,
@@ -18,7 +18,6 @@ if TYPE_CHECKING:
         Sink,
         Source,
         backoff_delay,
-        replay_monitor,
     )
     from .state import HostMonitor
 
@@ -63,7 +62,7 @@ if not TYPE_CHECKING:
             "demo_settings": "compose",
             "make_monitor": "compose",
             "make_transport": "compose",
-            "replay_monitor": "sources.replay",
+            "replay_monitor": "compose",
             "snapshot_json": "report",
             "snapshot_table": "report",
             "target_host": "compose",

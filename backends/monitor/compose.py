@@ -1,5 +1,6 @@
 """The composition root: the transport, source and monitor for a resolved host, the one
-place that picks SSH, local or the simulator."""
+place that picks SSH, local or the simulator; and the monitor a replay plays into (the
+sources never build a monitor: ``state`` imports them)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from gpumon.backends.transport.base import Transport
 from gpumon.backends.transport.local import LocalTransport
 
 if TYPE_CHECKING:
+    from gpumon.backends.monitor.sources.replay import ReplaySource
     from gpumon.backends.sim.scenario import SimSettings
 
 
@@ -102,3 +104,12 @@ def make_monitor(
             transport.host = host
     source = AgentSource(transport, reconnect=reconnect)
     return HostMonitor(host, source, clock=clock, record=record)
+
+
+def replay_monitor(source: ReplaySource) -> HostMonitor:
+    """The monitor a replay plays into (not started), on the recording's clock; replaying
+    an incident does not record it again."""
+    monitor = HostMonitor(source.host, source, clock=source.clock, record=False)
+    source.bind(monitor)
+    source.on_rewind = monitor.clear_state
+    return monitor

@@ -13,8 +13,8 @@ from typing import Any
 
 from gpumon.backends.alerts.incident import Incident, incidents, line
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, iso_time
-from gpumon.backends.monitor.processes import container_label, unattributed_mib
 from gpumon.backends.monitor.state import HostMonitor
+from gpumon.backends.parsers.processes import container_label, unattributed_mib
 from gpumon.backends.untrusted import printable
 
 

@@ -37,11 +37,11 @@ from gpumon.backends.model import (
 )
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import parse_compute_apps, parse_query_gpu
+from gpumon.backends.parsers.processes import container_view, from_record
 from gpumon.backends.recording.recorder import FlightRecorder
 from gpumon.backends.transport.base import Transport
-from gpumon.backends.workloads.watch import Workloads
+from gpumon.backends.workloads.watch import LogSource, Workloads
 
-from .processes import container_view, from_record
 from .sources.base import Source
 
 __all__ = ["FIRST_ROUNDS_S", "HISTORY_S", "NO_DATA_FLOOR_S", "HostMonitor", "Listener"]
@@ -386,7 +386,8 @@ class HostMonitor:
         dropped: int = 0,
         skipped_bytes: int = 0,
     ) -> None:
-        job = self.host.job(tag[4:]) if tag.startswith("job:") else None
+        source = LogSource.from_tag(tag)
+        job = self.host.job(source.job) if source.job is not None else None
         now = self.clock()
         lines = list(lines)
         self._count_log_flow(tag, path, len(lines), dropped, skipped_bytes, now)
@@ -421,7 +422,7 @@ class HostMonitor:
         flow.lines += lines
         flow.lines_dropped += dropped
         flow.bytes_skipped += skipped
-        what = f"job {tag[4:]}'s log" if tag.startswith("job:") else "watched log"
+        what = LogSource.from_tag(tag).what()
         if dropped:
             self.alerts.note(
                 f"{what} {path} floods: only its OOM/error lines and "
@@ -471,7 +472,7 @@ class HostMonitor:
             self.alerts.clear(key)
         else:
             self.alerts.clear(key)  # a new reason replaces the old one
-            what = f"job {tag[4:]}'s log" if tag.startswith("job:") else "watched log"
+            what = LogSource.from_tag(tag).what()
             self.alerts.raise_alert(
                 "log_unreadable",
                 Health.WARNING,

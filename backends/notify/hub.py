@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpumon.backends.backoff import backoff_s
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import Health
@@ -45,7 +46,7 @@ from gpumon.backends.notify.notifiers import (
 from gpumon.backends.notify.outbox import Outbox
 
 if TYPE_CHECKING:
-    from gpumon.backends.actions.run import RestartRun
+    from gpumon.backends.actions.run import JobRun
     from gpumon.backends.actions.session import Session
     from gpumon.backends.monitor.state import HostMonitor
 
@@ -208,7 +209,7 @@ class NotifyHub:
         runs.finished.add(self._on_run)
         self.tracker.restarting = lambda host, job: runs.running(host, job) is not None
 
-    def _on_run(self, run: RestartRun) -> None:
+    def _on_run(self, run: JobRun) -> None:
         if run.outcome is None or run.plan.action == "stop":
             return
         self.tracker.note_restart(
@@ -365,8 +366,8 @@ class NotifyHub:
                 failures = self.outbox.failures(name)
                 delay = e.retry_after
                 if delay is None:
-                    delay = min(
-                        self.settings.retry_max_s, self.settings.retry_first_s * 2**failures
+                    delay = backoff_s(
+                        failures, first=self.settings.retry_first_s, cap=self.settings.retry_max_s
                     )
                 at = self.clock()
                 self.outbox.mark_failed(name, ids, str(e), at, at + delay)

@@ -1,6 +1,6 @@
 """Kernel-log and cgroup lines about GPUs and memory: Xid events, the OOM killer, memory.events.
 
-Pure functions, standard library only. Formats: notes/formats.md sections 4 (Xid) and 5.6
+Pure functions, standard library only. Formats: docs/formats.md sections 4 (Xid) and 5.6
 (OOM killer). Every parser returns None for a line that is not its kind; none raises on
 arbitrary text.
 
@@ -35,7 +35,7 @@ _PCI = re.compile(
 )
 _RECOVERY = re.compile(r"to 0x([0-9a-fA-F]+)")
 
-# Xid -> (mnemonic, gpumon level). None: informational, no alert (formats.md 4.3).
+# Xid -> (mnemonic, gpumon level). None: informational, no alert (docs/formats.md 4.3).
 _XID_LEVELS: dict[int, tuple[str, Health | None]] = {
     8: ("GPU stopped processing", Health.WARNING),
     13: ("graphics engine exception", Health.WARNING),

@@ -1,6 +1,6 @@
 """nvidia-smi ``--query-gpu`` / ``--query-compute-apps`` CSV and failure texts to typed records.
 
-Pure functions, standard library only. Formats: notes/formats.md sections 1-3. Every cell
+Pure functions, standard library only. Formats: docs/formats.md sections 1-3. Every cell
 nvidia-smi could not fill (``[N/A]``, ``N/A``, ``[GPU is lost]``, ...) becomes ``None``, never
 0; rows that are not data (Xid text in a ``-lms`` stream, truncated lines) are counted, not
 raised on.
@@ -28,7 +28,7 @@ _FORMAT_ARG = "--format=csv,noheader,nounits"
 _SEPARATOR = ", "  # nvidia-smi never quotes cells; comma + space separates them
 
 # Canonical --query-gpu field -> (GpuSample attribute, value kind). Its keys, in this order,
-# are the recommended 27-field query (notes/formats.md 1.1).
+# are the recommended 27-field query (docs/formats.md 1.1).
 _GPU_FIELDS: dict[str, tuple[str, str]] = {
     "timestamp": ("timestamp", "str"),
     "index": ("index", "index"),
@@ -95,7 +95,7 @@ _PROCESS_FREE_TEXT = ("process_name", "gpu_name")
 
 # What nvidia-smi prints for a field it could not read: "[" + nvmlErrorString(code) + "]",
 # except NOT_SUPPORTED as "[N/A]" (``[Not Supported]`` on old drivers) and RESET_REQUIRED
-# as "[GPU requires reset]" (formats.md 1.4; the first nine are in the fixtures and real
+# as "[GPU requires reset]" (docs/formats.md 1.4; the first nine are in the fixtures and real
 # captures). The rest are NVML's other error strings as NVML bindings reproduce them
 # (unverified against every driver); pynvml's own texts end in "." (normalised away).
 _ERROR_TEXTS = (

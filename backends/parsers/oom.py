@@ -1,7 +1,7 @@
 """OOM and crash events in job logs (PyTorch, CUDA, NCCL, SGLang), one scanner per log file.
 
 ``LogScanner`` is fed the lines of one log in order and returns ``LogEvent``s. Formats:
-notes/formats.md sections 5 (OOM shapes) and 8.11 (SGLang crash lines). Rules:
+docs/formats.md sections 5 (OOM shapes) and 6.11 (SGLang crash lines). Rules:
 
 - A Python traceback is ONE event, raised at its key line (the exception line that ends
   it; ``Traceback (most recent call last):`` starts it). Frame lines are never matched.

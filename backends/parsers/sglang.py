@@ -10,7 +10,7 @@ Both name prefixes are accepted: ``sglang:`` (SGLang's own page) and ``sglang_``
 values read as absent. A family the text does not carry is ``None``, never 0. Log lines
 (metrics off) are in ``sglang_log``.
 
-Which series count (formats.md 8.2, checked against SGLang 0.4.3-0.5.23):
+Which series count (docs/formats.md 6.2, checked against SGLang 0.4.3-0.5.23):
 
 - Scheduler series carry ``tp_rank`` (since 0.5.x; 0.4.x pages have one series that the
   server itself merged). Each stats-logging rank (``attn_tp_rank == 0``) counts once:

@@ -1,7 +1,7 @@
 """SGLang scheduler stats lines ("Decode batch, ..." / "Prefill batch, ...") -> numbers.
 
 Used when a server runs without ``--enable-metrics``. Every format from v0.5.3 to
-v0.5.18 is accepted (formats.md 8.6-8.9): an optional Ray tag, the ``[date time{.ms}
+v0.5.18 is accepted (docs/formats.md 6.6-6.9): an optional Ray tag, the ``[date time{.ms}
 {DP0 TP0 ...}]`` prefix (also absent), ``batch.`` or ``batch,``, an optional ``[iter]``,
 items split on ``", "`` with an optional trailing ``", "``, the graph flag under any
 device name, and hybrid-model usage keys. Unknown items are kept, not errors.

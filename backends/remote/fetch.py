@@ -63,18 +63,6 @@ def split_url(url: str) -> tuple[str, int, str]:
     return host, int(port), slash + path if slash else "/"
 
 
-def http_get(url: str, timeout: float, limit: int) -> tuple[int, bytes]:
-    """GET ``url`` on a connection of its own (``Connection: close``): (status, body of
-    at most ``limit`` bytes). The whole exchange takes at most about ``timeout`` seconds.
-    Raises ``FetchError`` when there is no answer."""
-    host, port, path = split_url(url)
-    conn = Connection(host, port, keep_alive=False)
-    try:
-        return conn.get(path, timeout, limit)
-    finally:
-        conn.close()
-
-
 class _Job:
     """One GET under way on a ``Connection``."""
 

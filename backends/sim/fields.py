@@ -3,7 +3,7 @@
 Each field has nvidia-smi's canonical name (what the csv header prints, even when the
 caller used an alias), its aliases, the unit its header and values carry, how to read it
 from the model, and the one-line description ``--help-query-gpu`` lists. Spellings and
-value shapes follow real 590-driver captures (notes/formats.md section 1).
+value shapes follow real 590-driver captures (docs/formats.md section 1).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from gpumon.backends.sim.scenario import (
 from gpumon.backends.sim.state import RESTARTS_FILE, with_state
 
 # What nvidia-smi prints (stdout) and its exit code for each start-up failure:
-# fixtures/nvidia/nvidia_smi_errors/ and notes/formats.md section 3.
+# tests/fixtures/nvidia/nvidia_smi_errors/ and docs/formats.md section 3.
 FAULTS: dict[str, tuple[str, int]] = {
     "driver_not_loaded": (
         "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "

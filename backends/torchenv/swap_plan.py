@@ -21,7 +21,7 @@ from gpumon.backends.torchenv.doctor import Facts, gather_facts
 from gpumon.backends.torchenv.extras import nvidia_sets
 from gpumon.backends.torchenv.index import IndexListing, read_index
 from gpumon.backends.torchenv.swap_steps import (
-    Step,
+    SwapCommand,
     Tool,
     VenvUser,
     freeze_argv,
@@ -51,7 +51,7 @@ from gpumon.backends.transport.base import Transport
 __all__ = [
     "FORCED",
     "Refusal",
-    "Step",
+    "SwapCommand",
     "SwapPlan",
     "VenvUser",
     "build_plan",
@@ -94,7 +94,7 @@ class SwapPlan:
     pins: tuple[str, ...]  # "torch==2.11.0+cu130", "torchvision==0.26.0+cu130", ...
     companions: tuple[tuple[str, str, str], ...]  # (name, installed, target)
     uninstall: tuple[str, ...]
-    steps: tuple[Step, ...]
+    steps: tuple[SwapCommand, ...]
     freeze_path: str
     users: tuple[VenvUser, ...] = ()
     refusals: tuple[Refusal, ...] = ()  # blocking
@@ -296,10 +296,10 @@ def build_plan(
     stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
     freeze_path = f"{venv.rstrip('/')}/.gpumon/freeze-{stamp}-{f.variant or 'none'}.txt"
     uv = py.get("uv")
-    steps: list[Step] = []
+    steps: list[SwapCommand] = []
     if tool is not None:
         steps.append(
-            Step(
+            SwapCommand(
                 "freeze",
                 "save a freeze of the venv",
                 freeze_argv(tool, python, uv),
@@ -309,7 +309,7 @@ def build_plan(
         )
         if uninstall:
             steps.append(
-                Step(
+                SwapCommand(
                     "uninstall",
                     "remove the other CUDA major's runtime set",
                     uninstall_argv(tool, python, uv, uninstall),
@@ -319,14 +319,16 @@ def build_plan(
         again = ["torch", *(c[0] for c in companions)]
         again += shared_names(want_major) if want_major else []
         steps.append(
-            Step(
+            SwapCommand(
                 "install",
                 f"install {' '.join(pins)}",
                 install_argv(tool, python, uv, pins, index=url, reinstall=again, repair=repair),
             )
         )
         steps.append(
-            Step("verify", f"verify torch {target}, torch.version.cuda {variant_cuda(variant)}")
+            SwapCommand(
+                "verify", f"verify torch {target}, torch.version.cuda {variant_cuda(variant)}"
+            )
         )
     prev = f.variant
     return SwapPlan(

@@ -23,7 +23,7 @@ from gpumon.backends.torchenv.checks import Check
 from gpumon.backends.torchenv.doctor import ProbeError, gather_facts
 from gpumon.backends.torchenv.swap_plan import SwapPlan
 from gpumon.backends.torchenv.swap_steps import (
-    Step,
+    SwapCommand,
     norm,
     parse_freeze,
     rollback_actions,
@@ -76,7 +76,7 @@ class SwapEvent:
     ``kind="line"``: one line of a running step's output."""
 
     kind: Literal["step", "line"]
-    step: str  # Step.key: freeze, uninstall, install, verify, rollback-*
+    step: str  # SwapCommand.key: freeze, uninstall, install, verify, rollback-*
     text: str
     state: StepState | None = None
 
@@ -144,7 +144,7 @@ class _Run:
         if self.on_event is not None:
             self.on_event(SwapEvent(kind, step, text, state))
 
-    async def stream(self, step: Step) -> tuple[bool, str]:
+    async def stream(self, step: SwapCommand) -> tuple[bool, str]:
         """Run one step, streaming its output; (succeeded, last lines)."""
         self.emit("step", step.key, step.title, "running")
         self.commands.append(step.command())
@@ -180,7 +180,7 @@ class _Run:
         )
         return ok, last
 
-    async def save_freeze(self, step: Step) -> str | None:
+    async def save_freeze(self, step: SwapCommand) -> str | None:
         """Freeze the venv and save it on the target; None when saved, else why not."""
         self.emit("step", step.key, step.title, "running")
         self.commands.append(step.command())

@@ -21,7 +21,7 @@ PROTECTED = frozenset({"pip", "setuptools", "wheel", "uv"})  # never removed by 
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class SwapCommand:
     """One command of a plan. ``argv`` is run as is (no shell); an empty argv is done by
     gpumon itself (verification). With ``save_to`` the command's stdout is saved to that
     file on the target."""
@@ -185,14 +185,16 @@ def rollback_steps(
     remove: Sequence[str],
     restore: Sequence[str],
     index: str | None,
-) -> list[Step]:
+) -> list[SwapCommand]:
     """The rollback's commands: remove what the swap added, reinstall what it changed."""
     steps = []
     if remove:
         argv = uninstall_argv(tool, python, uv, list(remove))
-        steps.append(Step("rollback-uninstall", "remove what the swap added", argv, timeout=600))
+        steps.append(
+            SwapCommand("rollback-uninstall", "remove what the swap added", argv, timeout=600)
+        )
     if restore:
         names = [norm(re.split(r"[=@\s\[]", r, maxsplit=1)[0]) for r in restore]
         argv = install_argv(tool, python, uv, list(restore), index=index, reinstall=names)
-        steps.append(Step("rollback-install", "reinstall the saved versions", argv))
+        steps.append(SwapCommand("rollback-install", "reinstall the saved versions", argv))
     return steps

@@ -23,7 +23,8 @@ VARIANT_NAMES = ("cu126", "cu128", "cu129", "cu130", "cu132", "cpu")
 COMPANIONS = ("torchvision", "torchaudio")
 
 # Compute capabilities each variant's torch build carries SASS for, and the PTX it adds
-# (notes/torch-env.md section 1.3; the TOML only records sm_120). Keyed by (series, variant);
+# (PyTorch's TORCH_CUDA_ARCH_LIST per CUDA version, PT-build-cuda in
+# data/torch_variants.toml; the TOML only records sm_120). Keyed by (series, variant);
 # None in the series slot applies to every series without its own row.
 _ARCHS: dict[tuple[str | None, str], tuple[tuple[str, ...], tuple[str, ...]]] = {
     (None, "cu126"): (("5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0"), ()),

@@ -174,7 +174,6 @@ class SglangTracker:
         self.ttft_p50_s: float | None = None
         self.ttft_p95_s: float | None = None
         self.itl_p50_s: float | None = None
-        self.itl_p95_s: float | None = None
         self.history: deque[tuple[float, float | None]] = deque(maxlen=history_len)
         self._points: deque[_Point] = deque()
         self._last_scrape_t: float | None = None
@@ -354,9 +353,9 @@ class SglangTracker:
             self.ttft_p50_s = self.ttft_p95_s = None
         if new.itl is not None:
             base = self._base(t, self.slow_window_s, "itl")
-            self.itl_p50_s, self.itl_p95_s = _quantiles(new.itl, base.scrape.itl if base else None)
+            self.itl_p50_s = _quantiles(new.itl, base.scrape.itl if base else None)[0]
         elif slow is None:
-            self.itl_p50_s = self.itl_p95_s = None
+            self.itl_p50_s = None
 
     # ------------------------------------------------------------------ output
     def capacity(self) -> float | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
@@ -22,6 +23,35 @@ CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
 # 0.5.6; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 _PORT_IN_PATH = re.compile(r"(?<!\d)(\d{2,5})(?!\d)")
+
+
+@dataclass(frozen=True, slots=True)
+class LogSource:
+    """Which followed log a tag names: a job's (``job``), the SGLang log (``sglang``), or
+    one of ``watch_logs``. ``tag`` is what the agent is given and sends back with each
+    batch of lines, and what recordings and ``snapshot --json`` keep: ``job:NAME``,
+    ``sglang``, ``watch``."""
+
+    job: str | None = None
+    sglang: bool = False
+
+    @property
+    def tag(self) -> str:
+        if self.job is not None:
+            return f"job:{self.job}"
+        return "sglang" if self.sglang else "watch"
+
+    @classmethod
+    def from_tag(cls, tag: str) -> LogSource:
+        """The source ``tag`` names (a tag gpumon did not give reads as a watched log)."""
+        kind, sep, name = tag.partition(":")
+        if kind == "job" and sep:
+            return cls(job=name)
+        return cls(sglang=tag == "sglang")
+
+    def what(self) -> str:
+        """In a message: "job drafter's log", "watched log"."""
+        return f"job {self.job}'s log" if self.job is not None else "watched log"
 
 
 class Workloads:
@@ -38,13 +68,11 @@ class Workloads:
     def log_specs(self) -> list[dict[str, str]]:
         """The logs the agent follows: watch_logs, every job's log, the SGLang log."""
         h = self.host
-        specs = [{"path": p, "tag": "watch", "keep": KEEP_PATTERN} for p in h.watch_logs]
-        specs += [
-            {"path": j.log, "tag": f"job:{j.name}", "keep": KEEP_PATTERN} for j in h.jobs if j.log
-        ]
+        sources = [(p, LogSource()) for p in h.watch_logs]
+        sources += [(j.log, LogSource(job=j.name)) for j in h.jobs if j.log]
         if h.sglang is not None and h.sglang.log:
-            specs.append({"path": h.sglang.log, "tag": "sglang", "keep": KEEP_PATTERN})
-        return specs
+            sources.append((h.sglang.log, LogSource(sglang=True)))
+        return [{"path": p, "tag": s.tag, "keep": KEEP_PATTERN} for p, s in sources]
 
     def http_targets(self) -> list[dict[str, Any]]:
         return [
@@ -91,11 +119,12 @@ class Workloads:
             tracker.observe_http(status, body, t, error)
 
     def on_log(self, tag: str, path: str, lines: list[str], t: float) -> None:
-        if tag.startswith("job:"):
-            job = self.jobs.get(tag[4:])
+        source = LogSource.from_tag(tag)
+        if source.job is not None:
+            job = self.jobs.get(source.job)
             if job is not None:  # the tracker decides whether progress means "running again"
                 job.feed_lines(lines, t)
-        elif tag == "sglang":
+        elif source.sglang:
             tracker = self._server_for(path)
             if tracker is not None:
                 for line in lines:

@@ -27,19 +27,13 @@ import pytest
 from gpumon.backends.actions import JobTarget, RunRegistry, audit, job_status, launch_job, make_plan
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
 from gpumon.backends.monitor import demo_settings, make_monitor, make_transport
-from gpumon.tui.cli import command_line as cli
 
 from sshd_server import SshServer, descendants, processes_matching
 
 pytestmark = pytest.mark.integration
 
 JOB_SCRIPT = str(Path(__file__).resolve().parents[1] / "support" / "job_script.py")
-# `gpumon restart` once cli.py has the subcommand; until then the module's own entry point.
-GPUMON_RESTART = (
-    [sys.executable, "-m", "gpumon.tui.cli", "restart"]
-    if "restart" in cli.COMMANDS
-    else [sys.executable, "-m", "gpumon.tui.cli.restart"]
-)
+GPUMON_RESTART = [sys.executable, "-m", "gpumon.tui.cli", "restart"]
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ import pytest
 from proxmox_host import SYSTEM_PYTHON, GpuProc, ProxmoxHost, skip_reason
 
 from gpumon.backends.model import ProcessSource
-from gpumon.backends.monitor.processes import container_view, foreign, from_record
 from gpumon.backends.monitor.sources.agent import agent_argv
 from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS, parse_compute_apps
+from gpumon.backends.parsers.processes import container_view, foreign, from_record
 from gpumon.backends.remote import host_procs, protocol
 
 pytestmark = pytest.mark.system

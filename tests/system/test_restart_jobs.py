@@ -25,8 +25,8 @@ from gpumon.backends.actions import (
     AutoRestartPolicy,
     GpuReadings,
     GpuUse,
+    JobRun,
     JobTarget,
-    RestartRun,
     RunRegistry,
     Step,
     audit,
@@ -178,7 +178,7 @@ async def test_auto_restarter_restarts_an_oom_and_gives_up_critically(
     alerts: list[tuple[Health, str]] = []
     policy = AutoRestartPolicy(job, backoff_first_s=0.0)
     registry = RunRegistry()
-    finished: list[RestartRun] = []
+    finished: list[JobRun] = []
     registry.finished.add(finished.append)
     driver = AutoRestarter(
         _target(box, job),
@@ -316,7 +316,7 @@ async def test_a_session_tells_the_runs_host_once_and_no_other(box: JobBox, tmp_
         assert m.workloads.jobs["j"].state is JobState.CRASHED
     session = Session()
     assert all(session.watch(m) is not None for m in monitors)
-    finished: list[RestartRun] = []
+    finished: list[JobRun] = []
     session.runs.finished.add(finished.append)
     target = JobTarget.from_monitor(monitors[0])
     run = session.runs.start(await make_plan(target, "j", "start"), target)

@@ -54,7 +54,6 @@ from gpumon.backends.sim import (
 pytestmark = pytest.mark.system
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia"
-SHARED_FIXTURES = Path("/work/shared/fixtures/nvidia")  # torch_oom_traceback.txt lives here
 ALL_GPU_NAMES = [n for f in GPU_FIELDS for n in (f.name, *f.aliases)]
 ALL_PROCESS_NAMES = [n for f in PROCESS_FIELDS for n in (f.name, *f.aliases)]
 PROCESS_QUERY = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid,gpu_bus_id"
@@ -469,17 +468,14 @@ def test_a_late_job_writes_the_whole_log_and_the_oom_traceback_then_exits_1(tmp_
     assert len(progress) == int(OOM_AT) - 1
     cut = lines.index("Traceback (most recent call last):")
     assert lines[cut - 1] == "drafter ranks: CUDA_VISIBLE_DEVICES=5,6,7"
-    reference = next(
-        (p for p in (FIXTURES, SHARED_FIXTURES) if (p / "torch_oom_traceback.txt").exists()), None
-    )
-    if reference is not None:  # same frames, carets and message shape as the fixture
-        fixture = (reference / "torch_oom_traceback.txt").read_text(encoding="utf-8").splitlines()
-        frames = fixture[fixture.index("Traceback (most recent call last):") : -1]
-        frames = [
-            f.replace("/opt/venvs/train", "/root/venv").replace("/srv/drafter", "/root/drafter")
-            for f in frames
-        ]
-        assert lines[cut:-1] == frames
+    # same frames, carets and message shape as the real traceback in the fixture
+    fixture = (FIXTURES / "torch_oom_traceback.txt").read_text(encoding="utf-8").splitlines()
+    frames = fixture[fixture.index("Traceback (most recent call last):") : -1]
+    frames = [
+        f.replace("/opt/venvs/train", "/root/venv").replace("/srv/drafter", "/root/drafter")
+        for f in frames
+    ]
+    assert lines[cut:-1] == frames
 
 
 def test_the_job_keeps_pace_with_the_clock_and_stops_at_once_on_sigterm(tmp_path: Path) -> None:

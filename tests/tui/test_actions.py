@@ -21,9 +21,9 @@ from textual.widgets import Button, Checkbox, Input, Log, OptionList, Select
 
 from gpumon.backends.actions import (
     ActionPlan,
+    JobRun,
     JobTarget,
     Outcome,
-    RestartRun,
     Step,
     audit,
 )
@@ -33,7 +33,7 @@ from gpumon.backends.torchenv.doctor import Check
 from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.dashboard import ACTIONS
-from gpumon.tui.screens import DetailScreen, DoctorScreen, RestartScreen, SwapScreen, swap
+from gpumon.tui.screens import DetailScreen, DoctorScreen, JobActionScreen, SwapScreen, swap
 
 Wait = Callable[..., Awaitable[None]]
 KeyActions = Callable[[Screen[Any]], set[str]]
@@ -73,10 +73,12 @@ def oom_alerts(monitor: HostMonitor) -> list[str]:
     return [a.key for a in monitor.alerts.active() if a.job == "drafter" or a.gpu == OOM_GPU]
 
 
-async def open_plan(pilot: Pilot[int], wait: Wait, app: GpumonApp, key: str = "r") -> RestartScreen:
+async def open_plan(
+    pilot: Pilot[int], wait: Wait, app: GpumonApp, key: str = "r"
+) -> JobActionScreen:
     await pilot.press(key)
-    await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the dialog")
-    screen = cast(RestartScreen, app.screen)
+    await wait(pilot, lambda: isinstance(app.screen, JobActionScreen), what="the dialog")
+    screen = cast(JobActionScreen, app.screen)
     await wait(pilot, lambda: screen.plan is not None or screen.problem, what="the plan")
     await pilot.pause()
     return screen
@@ -150,11 +152,11 @@ async def test_a_second_r_follows_the_running_restart(oom_demo: HostMonitor, wai
         first = screen.run
         assert first is not None
         await pilot.press("escape")  # closes the view; the run goes on
-        await wait(pilot, lambda: not isinstance(app.screen, RestartScreen), what="closed")
+        await wait(pilot, lambda: not isinstance(app.screen, JobActionScreen), what="closed")
         assert first.outcome is None
         await pilot.press("r")
-        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="progress")
-        again = cast(RestartScreen, app.screen)
+        await wait(pilot, lambda: isinstance(app.screen, JobActionScreen), what="progress")
+        again = cast(JobActionScreen, app.screen)
         assert again.run is first  # the same run, not a new plan
         assert again.query_one("#confirm").display is False
         await wait(pilot, lambda: first.outcome is not None, timeout=30, what="the outcome")
@@ -171,7 +173,7 @@ async def test_esc_before_confirming_changes_nothing(oom_demo: HostMonitor, wait
         screen = await open_plan(pilot, wait, app)
         assert screen.plan is not None and screen.plan.refusal is None
         await pilot.press("escape")
-        await wait(pilot, lambda: not isinstance(app.screen, RestartScreen), what="closed")
+        await wait(pilot, lambda: not isinstance(app.screen, JobActionScreen), what="closed")
         await pilot.pause(1.0)
         assert app.session.runs.last("demo", "drafter") is None
         assert oom_demo.workloads.jobs["drafter"].state is JobState.CRASHED
@@ -179,7 +181,7 @@ async def test_esc_before_confirming_changes_nothing(oom_demo: HostMonitor, wait
         assert entries() == []
 
 
-async def confirm_and_finish(pilot: Pilot[int], wait: Wait, screen: RestartScreen) -> Outcome:
+async def confirm_and_finish(pilot: Pilot[int], wait: Wait, screen: JobActionScreen) -> Outcome:
     await pilot.press("y")
     run = screen.run
     assert run is not None
@@ -282,7 +284,7 @@ async def test_a_failed_start_shows_why_and_the_log_tail_in_place(
         await oom_seen(pilot, wait, oom_demo)
         outcome = await confirm_and_finish(pilot, wait, await open_plan(pilot, wait, app))
         assert outcome.status == "failed"
-        screen = cast(RestartScreen, app.screen)
+        screen = cast(JobActionScreen, app.screen)
         result = shown(screen.query_one("#restart-outcome"))
         assert result.startswith("FAILED: verify: drafter exited with code 3")
         assert "last lines:" in result and "bad config: token_budget too big" in result
@@ -325,7 +327,7 @@ async def test_closing_a_refused_dialog_says_when_the_audit_log_cannot_be_writte
 ) -> None:
     (state_home / "gpumon" / "audit.jsonl").mkdir(parents=True)  # a directory: unwritable
 
-    def no_run(plan: ActionPlan) -> RestartRun:
+    def no_run(plan: ActionPlan) -> JobRun:
         raise AssertionError(f"a refused plan was run: {plan.title}")
 
     app = GpumonApp([oom_demo])
@@ -337,7 +339,7 @@ async def test_closing_a_refused_dialog_says_when_the_audit_log_cannot_be_writte
             return [(m, sev) for m, sev in seen if m.startswith("audit log not written: ")]
 
         target = JobTarget.from_monitor(oom_demo, read_only=True)
-        dialog = RestartScreen(target, oom_demo.host.jobs[-1], "restart", start_run=no_run)
+        dialog = JobActionScreen(target, oom_demo.host.jobs[-1], "restart", start_run=no_run)
         await app.push_screen(dialog)
         await wait(pilot, lambda: dialog.plan is not None, what="the restart plan")
         assert dialog.plan is not None and dialog.plan.refusal
@@ -363,11 +365,11 @@ async def test_job_keys_without_a_job_under_the_cursor_say_why_r_takes_the_incid
             assert app.dashboard.check_action(action, ()) is True, action
         seen = record_notifications(app)
         await pilot.press("s")  # stop acts on the cursor's job only: it says why not
-        assert not isinstance(app.screen, RestartScreen)
+        assert not isinstance(app.screen, JobActionScreen)
         assert seen and seen[0][0].startswith("stop: GPU 0 runs no configured job"), seen
         await pilot.press("r")  # restart takes the incident's job: the crashed drafter
-        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the dialog")
-        assert cast(RestartScreen, app.screen).job.name == "drafter"
+        await wait(pilot, lambda: isinstance(app.screen, JobActionScreen), what="the dialog")
+        assert cast(JobActionScreen, app.screen).job.name == "drafter"
 
 
 async def test_a_read_only_host_hides_its_mutating_keys(
@@ -422,7 +424,7 @@ async def test_read_only_hides_every_key_that_changes_the_machine(
         app.dashboard.action_restart_job()
         app.dashboard.action_swap_torch()
         await pilot.pause()
-        assert not isinstance(app.screen, (RestartScreen, SwapScreen))
+        assert not isinstance(app.screen, (JobActionScreen, SwapScreen))
         assert ("restart refused: gpumon runs with --read-only", "warning") in seen
         assert ("swap-torch refused: gpumon runs with --read-only", "warning") in seen
         assert [e["outcome"] for e in entries()] == ["refused", "refused"]
@@ -460,8 +462,8 @@ async def test_the_detail_view_keeps_the_dashboard_keys_for_what_is_under_the_cu
         await pilot.press("p")
         assert app.dashboard.paused  # the dashboard's pause, from the detail view
         await pilot.press("p", "r")
-        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the dialog")
-        dialog = cast(RestartScreen, app.screen)
+        await wait(pilot, lambda: isinstance(app.screen, JobActionScreen), what="the dialog")
+        dialog = cast(JobActionScreen, app.screen)
         assert dialog.job.name == "drafter" and dialog.action == "restart"
         await pilot.press("escape")
         await wait(pilot, lambda: app.screen is detail, what="back on the detail view")
@@ -480,8 +482,8 @@ async def test_the_palette_offers_the_job_actions(oom_demo: HostMonitor, wait: W
         await pilot.press(*"restart job")
         await pilot.pause(0.5)
         await pilot.press("enter")
-        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the dialog")
-        screen = cast(RestartScreen, app.screen)
+        await wait(pilot, lambda: isinstance(app.screen, JobActionScreen), what="the dialog")
+        screen = cast(JobActionScreen, app.screen)
         await wait(pilot, lambda: screen.plan is not None, what="the plan")
         assert screen.plan is not None and screen.plan.action == "restart"
 

@@ -17,7 +17,7 @@ from textual.widgets import Button, DataTable
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.screens import AlertHistoryScreen, RestartScreen, SwapScreen
+from gpumon.tui.screens import AlertHistoryScreen, JobActionScreen, SwapScreen
 
 Wait = Callable[..., Awaitable[None]]
 SIZES = [(80, 24), (120, 40)]
@@ -48,9 +48,9 @@ async def crashed(pilot: Pilot[int], wait: Wait, app: GpumonApp, monitor: HostMo
     await pilot.pause()
 
 
-async def dialog(pilot: Pilot[int], wait: Wait, app: GpumonApp) -> RestartScreen:
-    await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the restart dialog")
-    screen = cast(RestartScreen, app.screen)
+async def dialog(pilot: Pilot[int], wait: Wait, app: GpumonApp) -> JobActionScreen:
+    await wait(pilot, lambda: isinstance(app.screen, JobActionScreen), what="the restart dialog")
+    screen = cast(JobActionScreen, app.screen)
     await wait(pilot, lambda: screen.plan is not None or screen.problem, what="the plan")
     await pilot.pause()
     return screen
@@ -77,7 +77,7 @@ async def test_the_strip_offers_the_fix_and_r_from_gpu_0_opens_it_with_cancel_fo
         assert isinstance(focused, Button) and focused.id == "close"
         assert "Cancel" in str(focused.label)
         await pilot.press("enter")  # Enter cancels: nothing ran
-        await wait(pilot, lambda: not isinstance(app.screen, RestartScreen), what="closed")
+        await wait(pilot, lambda: not isinstance(app.screen, JobActionScreen), what="closed")
         assert app.session.runs.last("demo", "drafter") is None
 
 
@@ -129,7 +129,7 @@ async def test_r_with_no_job_anywhere_says_why(
         assert app.screen.active_bindings["r"].enabled  # not greyed out: it explains
         await pilot.press("r")
         await pilot.pause()
-        assert not isinstance(app.screen, RestartScreen)
+        assert not isinstance(app.screen, JobActionScreen)
         assert any("GPU 0 runs no configured job" in m and "drafter" in m for m in seen), seen
         await pilot.press("s")
         await pilot.pause()
@@ -170,7 +170,7 @@ async def test_r_on_an_alert_without_a_job_says_why(
         lone = Alert("x", Health.CRITICAL, "xid", "demo", 0, None, "Xid 79 on GPU 0", t, t)
         app.dashboard.restart_alert_job(monitor, lone)
         await pilot.pause()
-        assert not isinstance(app.screen, RestartScreen)
+        assert not isinstance(app.screen, JobActionScreen)
         assert any("names no job" in m and "GPU 0" in m for m in seen), seen
 
 

@@ -21,7 +21,7 @@ from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.sim.scenario import JUPYTER_PID
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.dashboard.screen import DashboardScreen
-from gpumon.tui.screens import DetailScreen, RestartScreen
+from gpumon.tui.screens import DetailScreen, JobActionScreen
 from gpumon.tui.screens.kill import KillScreen
 from gpumon.tui.views.process_cells import process_key
 from gpumon.tui.widgets import RowRef
@@ -151,7 +151,7 @@ async def test_gpu_row_keys_act_on_the_row_and_enter_keeps_the_process_selected(
         selected = d.selected_job()
         assert selected is not None and selected[1].name == "drafter"  # GPU 6's job
         await pilot.press("r")
-        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="restart dialog")
+        await wait(pilot, lambda: isinstance(app.screen, JobActionScreen), what="restart dialog")
         await pilot.press("escape")
         await wait(pilot, lambda: app.screen is d, what="cancelled")
         assert _key(d.selected_process()) == process_key(chosen)  # still on its line

@@ -15,7 +15,7 @@ from textual.widgets._toast import Toast
 
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.screens import DetailScreen, RestartScreen, SwapScreen
+from gpumon.tui.screens import DetailScreen, JobActionScreen, SwapScreen
 
 Wait = Callable[..., Awaitable[None]]
 SIZES = [(80, 24), (120, 40)]
@@ -97,9 +97,9 @@ async def test_toasts_over_a_dialog_miss_its_buttons(
         await wait(pilot, lambda: app.dashboard.check_action("restart_job", ()) is True)
         await wait(pilot, lambda: app.dashboard.restart_target() is not None, what="the OOM")
         await pilot.press("r")
-        await wait(pilot, lambda: isinstance(app.screen, RestartScreen), what="the dialog")
+        await wait(pilot, lambda: isinstance(app.screen, JobActionScreen), what="the dialog")
         screen = app.screen
-        assert isinstance(screen, RestartScreen)
+        assert isinstance(screen, JobActionScreen)
         await wait(pilot, lambda: screen.plan is not None or bool(screen.problem), what="plan")
         app.notify(LONG, title="CRITICAL demo GPU 6", severity="error")
         app.notify("second", title="another")

@@ -16,9 +16,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpumon.backends.remote.fetch import Connection, FetchError, http_get, split_url
+from gpumon.backends.remote.fetch import Connection, FetchError, split_url
 
 PAGE = b"".join(b'sglang:num_running_reqs{tp_rank="%d"} 3.0\n' % i for i in range(5000))
+
+
+def http_get(url: str, timeout: float, limit: int) -> tuple[int, bytes]:
+    """One GET of ``url`` on a connection of its own (``Connection: close``)."""
+    host, port, path = split_url(url)
+    conn = Connection(host, port, keep_alive=False)
+    try:
+        return conn.get(path, timeout, limit)
+    finally:
+        conn.close()
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -13,7 +13,9 @@ from typing import Any
 import grimp
 import pytest
 from importlinter.configuration import configure
+from importlinter.contracts.acyclic_siblings import AcyclicSiblingsContract
 from importlinter.contracts.forbidden import ForbiddenContract
+from importlinter.contracts.layers import LayersContract
 from importlinter.domain.contract import Contract
 
 from import_contracts import StandardLibraryOnlyContract
@@ -23,7 +25,9 @@ CONFIG: dict[str, Any] = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["t
     "importlinter"
 ]
 TYPES: dict[str, type[Contract]] = {
+    "acyclic_siblings": AcyclicSiblingsContract,
     "forbidden": ForbiddenContract,
+    "layers": LayersContract,
     "standard_library_only": StandardLibraryOnlyContract,
 }
 
@@ -34,12 +38,26 @@ VIOLATIONS = {
         ("gpumon.backends.alerts.store", "gpumon.tui.views"),
         ("gpumon.backends.config.load", "gpumon.themes"),
     ],
-    "actions-over-monitor": [("gpumon.backends.monitor.report", "gpumon.backends.actions.audit")],
     "remote-standard-library": [
         ("gpumon.backends.remote.agent", "gpumon.backends.untrusted"),
         ("gpumon.backends.remote.doctor_probe_fs", "asyncssh"),
     ],
-    "transport-without-sim": [("gpumon.backends.transport.base", "gpumon.backends.sim.smi")],
+    "backends-layers": [
+        ("gpumon.backends.monitor.report", "gpumon.backends.actions.audit"),
+        ("gpumon.backends.transport.base", "gpumon.backends.sim.smi"),
+        ("gpumon.backends.alerts.rules", "gpumon.backends.monitor.state"),
+        ("gpumon.backends.fleet.report", "gpumon.backends.torchenv.doctor"),
+        ("gpumon.backends.model", "gpumon.backends.config.load"),
+    ],
+    "tui-layers": [
+        ("gpumon.tui.widgets.host_section", "gpumon.tui.dashboard.screen"),
+        ("gpumon.tui.views.workload_views", "gpumon.tui.widgets.workload_panes"),
+        ("gpumon.tui.app", "gpumon.tui.cli.command_line"),
+    ],
+    "no-cycles": [
+        ("gpumon.tui.cli.restart", "gpumon.tui.cli.command_line"),
+        ("gpumon.backends.monitor.sources.replay", "gpumon.backends.monitor.state"),
+    ],
 }
 
 
@@ -80,3 +98,10 @@ def test_the_forbidden_import_breaks_it(
     broken = copy.deepcopy(graph)
     broken.add_import(importer=importer, imported=imported, line_number=1, line_contents="x")
     assert not contract(contract_id).check(broken, verbose=False).kept
+
+
+def test_function_level_imports_are_in_the_graph(graph: grimp.ImportGraph) -> None:
+    """The contracts see imports inside functions too (the dashboard is started from one)."""
+    assert graph.direct_import_exists(
+        importer="gpumon.tui.cli.command_line", imported="gpumon.tui.app"
+    )

@@ -15,7 +15,8 @@ from gpumon.backends.alerts.rules import AlertRules, foreign_memory
 from gpumon.backends.config import HostConfig
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample, ProcessSource
 from gpumon.backends.monitor import HostMonitor
-from gpumon.backends.monitor.processes import (
+from gpumon.backends.monitor.sources import AgentSource
+from gpumon.backends.parsers.processes import (
     UNATTRIBUTED_MIN_MIB,
     container_view,
     foreign,
@@ -23,7 +24,6 @@ from gpumon.backends.monitor.processes import (
     process_words,
     unattributed_mib,
 )
-from gpumon.backends.monitor.sources import AgentSource
 from gpumon.backends.remote import host_procs as hp
 from gpumon.backends.remote import procfacts
 from gpumon.backends.transport import LocalTransport

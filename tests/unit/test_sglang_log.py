@@ -1,4 +1,4 @@
-"""SGLang scheduler stats lines of every version v0.5.3 - v0.5.18 (formats.md 8.6-8.9)."""
+"""SGLang scheduler stats lines of every version v0.5.3 - v0.5.18 (docs/formats.md 6.6-6.9)."""
 
 from __future__ import annotations
 

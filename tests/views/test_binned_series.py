@@ -8,7 +8,7 @@ from collections import deque
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.tui.widgets.sparkline import BinnedSeries, bin_series
+from gpumon.tui.views.sparkline import BinnedSeries, bin_series
 
 steps = st.lists(
     st.tuples(

@@ -48,18 +48,16 @@ from gpumon.tui.views.gpu_cells import (
     short_name,
     temperature_role,
 )
+from gpumon.tui.views.sparkline import bin_series, spark_rows, spark_string
 from gpumon.tui.widgets import (
     PlotSpec,
     RowLayout,
     RowView,
     bar_text,
-    bin_series,
     build_plot,
     render_row,
     row_layout,
     series,
-    spark_rows,
-    spark_string,
     window_ticks,
 )
 

@@ -21,9 +21,9 @@ from gpumon.backends.actions import (
 from gpumon.backends.config import JobConfig
 from gpumon.backends.torchenv import SwapPlan
 from gpumon.backends.torchenv.swap_plan import Refusal
-from gpumon.backends.torchenv.swap_steps import Step as SwapStep
+from gpumon.backends.torchenv.swap_steps import SwapCommand
 from gpumon.themes import GPUMON_DARK
-from gpumon.tui.screens import restart, swap
+from gpumon.tui.screens import job_action, swap
 from gpumon.tui.views import Palette, Role
 
 PAL = Palette.from_theme(GPUMON_DARK)
@@ -59,7 +59,7 @@ def restart_plan(**kw: object) -> ActionPlan:
 
 
 def test_restart_plan_view_colours_rows_by_level() -> None:
-    view = restart.plan_view(restart_plan(), PAL)
+    view = job_action.plan_view(restart_plan(), PAL)
     assert style_of(view, "read-only: the host") == PAL.text(Role.CRITICAL)
     assert style_of(view, "GPU 6: CUDA out of memory") == PAL.text(Role.WARNING)
     assert style_of(view, "train --budget 8") == Style.null()
@@ -73,7 +73,7 @@ def test_a_step_that_failed_before_saying_anything_is_the_failed_one() -> None:
     steps = (Step.STOP, Step.WAIT_FREE, Step.START, Step.VERIFY)
     history = [(Step.STOP, "stopped"), (Step.WAIT_FREE, "GPUs free")]
     failed = Outcome("failed", "cannot start drafter: workdir missing", step=Step.START)
-    states = restart.step_states(steps, history, failed)
+    states = job_action.step_states(steps, history, failed)
     assert [(s, state) for s, state, _ in states] == [
         (Step.STOP, "done"),
         (Step.WAIT_FREE, "done"),
@@ -81,7 +81,7 @@ def test_a_step_that_failed_before_saying_anything_is_the_failed_one() -> None:
         (Step.VERIFY, "pending"),
     ]
     unknown = replace(failed, step=None)  # no step known: the last one that spoke
-    assert restart.step_states(steps, history, unknown)[1][1] == "failed"
+    assert job_action.step_states(steps, history, unknown)[1][1] == "failed"
 
 
 def swap_plan(**kw: object) -> SwapPlan:
@@ -100,7 +100,7 @@ def swap_plan(**kw: object) -> SwapPlan:
         "pins": ("torch==2.11.0+cu126",),
         "companions": (),
         "uninstall": (),
-        "steps": (SwapStep("install", "install torch", ("uv", "pip", "install", "torch")),),
+        "steps": (SwapCommand("install", "install torch", ("uv", "pip", "install", "torch")),),
         "freeze_path": "/root/venv/.gpumon/freeze.txt",
         "warnings": ("compile caches go cold",),
     }

@@ -15,9 +15,11 @@ from gpumon.backends.recording import Recording
 from gpumon.backends.sim import UPTIME_AT_T0, SimSettings, metrics_text
 from gpumon.backends.workloads import JobTracker, SglangTracker
 from gpumon.themes import GPUMON_DARK
-from gpumon.tui.dashboard import HostNeeds, plan_layout, replay_status
+from gpumon.tui.dashboard import replay_status
 from gpumon.tui.views import (
+    HostNeeds,
     Palette,
+    PaneView,
     alert_title,
     gpu_list_text,
     gpu_owners,
@@ -27,6 +29,7 @@ from gpumon.tui.views import (
     latency_pair,
     limit_servers,
     model_short,
+    plan_layout,
     rate_text,
     sglang_cells,
     sglang_view,
@@ -42,7 +45,6 @@ from gpumon.tui.views.gpu_cells import NA, Cell, Role, gpu_cells, interval_text
 from gpumon.tui.widgets import (
     JOB_COLUMNS,
     SGLANG_COLUMNS,
-    PaneView,
     RowView,
     StripView,
     fit_columns,

@@ -33,6 +33,7 @@ from gpumon.tui.cli import fleet as cli_fleet
 from gpumon.tui.cli import torch as cli_torch
 from gpumon.tui.cli import watch as cli_watch
 from gpumon.tui.cli import words
+from gpumon.tui.cli.options import common_options, sim_settings
 from gpumon.tui.cli.restart import build_parser as restart_parser
 from gpumon.tui.cli.restart import cmd_restart
 
@@ -96,40 +97,6 @@ def _interval(text: str) -> float:
     return value
 
 
-def _common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--read-only", action="store_true", help="refuse every action that changes a machine"
-    )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="config file (else $GPUMON_CONFIG, else $XDG_CONFIG_HOME/gpumon/config.toml)",
-    )
-    demo = parser.add_argument_group("demo machine (host name 'demo')")
-    demo.add_argument(
-        "--scenario",
-        default="training-oom",
-        choices=("training-oom", "sglang"),
-        help="what the simulated CT200 runs (default: training-oom)",
-    )
-    demo.add_argument(
-        "--demo-speed",
-        type=float,
-        default=1.0,
-        metavar="FACTOR",
-        help="scenario clock speed (default 1)",
-    )
-    demo.add_argument(
-        "--demo-time",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="start the scenario clock at SECONDS (e.g. 45: just before the OOM)",
-    )
-    demo.add_argument("--demo-seed", type=int, default=0, metavar="N", help="noise seed")
-    demo.add_argument("--demo-frozen", action="store_true", help=argparse.SUPPRESS)
-
-
 def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     main = argparse.ArgumentParser(
         prog="gpumon",
@@ -156,7 +123,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     main.add_argument(
         "--no-bell", action="store_true", help="no terminal bell on a new critical alert"
     )
-    _common_options(main)
+    common_options(main)
     subs: dict[str, argparse.ArgumentParser] = {}
     snap = subs["snapshot"] = argparse.ArgumentParser(
         prog="gpumon snapshot", description="Print one complete sample of HOST."
@@ -199,7 +166,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     subs["restart"] = restart_parser()
     subs["fleet"] = cli_fleet.build_parser()
     for p in subs.values():
-        _common_options(p)
+        common_options(p)
     replay = subs["replay"] = argparse.ArgumentParser(
         prog="gpumon replay",
         description="Play a flight recording (written around a critical alert, see "
@@ -217,19 +184,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
 def _demo_only(args: argparse.Namespace, host: HostConfig) -> SimSettings | None:
     """The simulator's settings for the demo host, None for any other (its import is
     start-up time a one-shot command on a real host does not spend)."""
-    return _sim_settings(args) if host.kind == "demo" else None
-
-
-def _sim_settings(args: argparse.Namespace) -> SimSettings:
-    from gpumon.backends.monitor import demo_settings
-
-    return demo_settings(
-        args.scenario,
-        seed=args.demo_seed,
-        speed=args.demo_speed,
-        demo_time=args.demo_time,
-        frozen=args.demo_frozen,
-    )
+    return sim_settings(args) if host.kind == "demo" else None
 
 
 async def _one_sample(
@@ -361,7 +316,7 @@ def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
 
     return run_dashboard(
         hosts,
-        sim=_sim_settings(args),
+        sim=sim_settings(args),
         theme=args.theme,
         read_only=args.read_only,
         interval=args.interval,
@@ -406,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     main_parser, subs = _build_parsers()
     pre = argparse.ArgumentParser(add_help=False)
-    _common_options(pre)
+    common_options(pre)
     known, rest = pre.parse_known_args(argv)
     if rest and rest[0] in cli_torch.COMMANDS:
         return cli_torch.main(argv, read_only=known.read_only)

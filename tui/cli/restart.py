@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from gpumon.backends.config import Config, ConfigError, HostConfig, resolve_host
+from gpumon.tui.cli.options import common_options, sim_settings
 
 if TYPE_CHECKING:
     from gpumon.backends.actions import Outcome, Step
@@ -31,7 +32,7 @@ EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_CANCELLED = 0, 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``restart`` subcommand's parser (cli.py adds the common options)."""
+    """The ``restart`` subcommand's parser (its caller adds ``options.common_options``)."""
     p = argparse.ArgumentParser(
         prog="gpumon restart",
         description="Restart a configured job: stop it, wait for its GPUs to free their "
@@ -76,18 +77,6 @@ def parse_params(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _sim_settings(args: argparse.Namespace) -> SimSettings:
-    from gpumon.backends.monitor import demo_settings
-
-    return demo_settings(
-        getattr(args, "scenario", "training-oom"),
-        seed=getattr(args, "demo_seed", 0),
-        speed=getattr(args, "demo_speed", 1.0),
-        demo_time=getattr(args, "demo_time", 0.0),
-        frozen=getattr(args, "demo_frozen", False),
-    )
-
-
 def cmd_restart(args: argparse.Namespace, config: Config) -> int:
     """Run ``gpumon restart`` with parsed ``args``; returns the exit code."""
     try:
@@ -96,7 +85,7 @@ def cmd_restart(args: argparse.Namespace, config: Config) -> int:
         print(f"gpumon restart: {e}", file=sys.stderr)
         return EXIT_REFUSED
     host = resolve_host(config, args.host)
-    return asyncio.run(_restart(args, host, params, _sim_settings(args), sys.stdout))
+    return asyncio.run(_restart(args, host, params, sim_settings(args), sys.stdout))
 
 
 async def _first_sample(monitor: HostMonitor, timeout: float) -> str | None:
@@ -121,9 +110,9 @@ async def _restart(
 ) -> int:
     from gpumon.backends.actions import (
         JobError,
+        JobRun,
         JobTarget,
         ParamError,
-        RestartRun,
         Session,
         find_job,
         make_plan,
@@ -163,7 +152,7 @@ async def _restart(
             say("dry run: nothing changed")
             return EXIT_OK
         if plan.refusal:
-            outcome = await RestartRun(plan, target).wait()  # audited as "refused"
+            outcome = await JobRun(plan, target).wait()  # audited as "refused"
             print(f"gpumon restart: refused: {outcome.message}", file=sys.stderr)
             return EXIT_REFUSED
         if not args.yes and not await _confirm(f"Restart {job.name} on {host.name}? [y/N] "):
@@ -216,10 +205,9 @@ def _report(outcome: Outcome) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m gpumon.tui.cli.restart HOST JOB ...`` (the same as ``gpumon restart``)."""
     from gpumon.backends.config import load_config
-    from gpumon.tui.cli.command_line import _common_options
 
     parser = build_parser()
-    _common_options(parser)
+    common_options(parser)
     args = parser.parse_args(argv)
     try:
         return cmd_restart(args, load_config(args.config))

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpumon.backends.config import ConfigError, HostConfig, load_config, resolve_host
+from gpumon.tui.cli.options import common_options, sim_settings
 
 if TYPE_CHECKING:
     from gpumon.backends.config import Config
@@ -42,8 +43,6 @@ def _variant(text: str) -> str:
 
 def build_parser(command: str) -> argparse.ArgumentParser:
     """The parser for one of COMMANDS (with gpumon's common options)."""
-    from gpumon.tui.cli.command_line import _common_options
-
     if command == "doctor":
         p = argparse.ArgumentParser(
             prog="gpumon doctor",
@@ -74,17 +73,15 @@ def build_parser(command: str) -> argparse.ArgumentParser:
             action="store_true",
             help="override refusals: running users, GPU/driver rules, no GPU, not a venv",
         )
-    _common_options(p)  # includes --read-only
+    common_options(p)  # includes --read-only
     return p
 
 
 def main(argv: Sequence[str] | None = None, *, read_only: bool = False) -> int:
     """Entry point for ``gpumon doctor`` / ``gpumon swap-torch`` (argv as gpumon's)."""
-    from gpumon.tui.cli.command_line import _common_options
-
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
-    _common_options(pre)
+    common_options(pre)
     _, rest = pre.parse_known_args(argv)
     command = rest[0] if rest and rest[0] in COMMANDS else None
     if command is None:
@@ -106,9 +103,8 @@ def main(argv: Sequence[str] | None = None, *, read_only: bool = False) -> int:
 
 def _host_and_transport(args: argparse.Namespace, config: Config) -> tuple[HostConfig, Any]:
     from gpumon.backends.monitor import make_transport
-    from gpumon.tui.cli.command_line import _sim_settings
 
-    transport = make_transport(resolve_host(config, args.host), _sim_settings(args))
+    transport = make_transport(resolve_host(config, args.host), sim_settings(args))
     return transport.host, transport  # the demo's is gpumon's own Python
 
 

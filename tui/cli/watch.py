@@ -28,6 +28,7 @@ from typing import Any
 from gpumon.backends.config import Config, ConfigError, HostConfig, load_config, resolve_host
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.model import iso_time
+from gpumon.tui.cli.options import common_options, sim_settings
 
 COMMANDS = ("watch", "notify")
 EXIT_USAGE = 2
@@ -36,8 +37,6 @@ log = logging.getLogger("gpumon.watch")
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
-    from gpumon.tui.cli.command_line import _common_options
-
     if command == "watch":
         p = argparse.ArgumentParser(
             prog="gpumon watch",
@@ -65,16 +64,14 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("action", choices=("test", "status"))
         p.add_argument("name", nargs="?", metavar="NAME", help="the notifier (test)")
         p.add_argument("--json", action="store_true", help="status as JSON")
-    _common_options(p)
+    common_options(p)
     return p
 
 
 def main(argv: Sequence[str]) -> int:
-    from gpumon.tui.cli.command_line import _common_options
-
     argv = list(argv)
     pre = argparse.ArgumentParser(add_help=False)
-    _common_options(pre)
+    common_options(pre)
     _, rest = pre.parse_known_args(argv)
     command = rest[0]
     i = argv.index(command)
@@ -150,7 +147,6 @@ def _demo_auto_restart(monitor: Any) -> None:
 
 def cmd_watch(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.notify.watch import WatchLocked, hold_watch_lock
-    from gpumon.tui.cli.command_line import _sim_settings
 
     handler = logging.StreamHandler(sys.stderr)
     if args.log_format == "json":
@@ -166,7 +162,7 @@ def cmd_watch(args: argparse.Namespace, config: Config) -> int:
         print(f"gpumon watch: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return asyncio.run(_watch(args, config, hosts, _sim_settings(args)))
+        return asyncio.run(_watch(args, config, hosts, sim_settings(args)))
     finally:
         lock.close()
 

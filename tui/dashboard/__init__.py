@@ -9,7 +9,6 @@ from gpumon.backends.lazy import lazy_exports
 if TYPE_CHECKING:
     from .action_table import ACTIONS, DashboardAction, actions_on, bindings
     from .commands import GpumonCommands
-    from .layout import HostNeeds, plan_layout
     from .notices import ConnectionWatch
     from .replay import replay_status
     from .screen import INTERVALS, DashboardDetailScreen, DashboardScreen
@@ -22,10 +21,8 @@ __all__ = [
     "DashboardDetailScreen",
     "DashboardScreen",
     "GpumonCommands",
-    "HostNeeds",
     "actions_on",
     "bindings",
-    "plan_layout",
     "replay_status",
 ]
 
@@ -41,11 +38,9 @@ if not TYPE_CHECKING:
             "DashboardDetailScreen": "screen",
             "DashboardScreen": "screen",
             "GpumonCommands": "commands",
-            "HostNeeds": "layout",
             "INTERVALS": "screen",
             "actions_on": "action_table",
             "bindings": "action_table",
-            "plan_layout": "layout",
             "replay_status": "replay",
         },
     )

@@ -50,6 +50,8 @@ class DashboardAction:
     needs_host: bool = False  # greyed out unless the host under the cursor is connected
     needs_gpu: bool = False  # greyed out without a GPU under the cursor
     needs_job: bool = False  # greyed out without a job under the cursor
+    # with no job under the cursor, acts on the job of the newest critical incident
+    incident_job: bool = False
     starts_job: bool = False  # greyed out when the job has no start command
 
     @property
@@ -123,6 +125,7 @@ ACTIONS: tuple[DashboardAction, ...] = (
         needs_host=True,
         needs_job=True,
         starts_job=True,
+        incident_job=True,
     ),
     # s / S stay out of the footer so it fits 80 columns (help and palette list them).
     DashboardAction(

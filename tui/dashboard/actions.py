@@ -1,9 +1,9 @@
 """The dashboard's actions on a machine: restart / stop / start a job, the doctor, a torch swap.
 
-``ActionsMixin`` is a base of ``DashboardScreen``. It relies on the screen for
-``selected_monitor()`` (the host under the cursor), ``selected_job()`` (the job under the
-cursor, with its monitor) and ``read_only``; whether a key may act now is decided from the
-action table (``action_table``: dangerous, needs a job, a connected host...).
+``JobActions`` is the dashboard screen's controller for them: it acts on what its
+``CursorModel`` has under the cursor, opens its dialogs and notifies through the screen,
+and follows the runs it starts; whether a key may act now is decided from the action
+table (``action_table``: dangerous, needs a job, a connected host...).
 
 k9s is the model: a key acts on what is under the cursor, a dialog says exactly what will
 happen before anything does, the result is reported in place, a key that cannot act is
@@ -22,39 +22,39 @@ from typing import TYPE_CHECKING, Any
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from gpumon.backends.actions import Action, ActionPlan, JobTarget, RestartRun, Session, audit
+from gpumon.backends.actions import Action, ActionPlan, JobRun, JobTarget, Session, audit
 from gpumon.backends.actions.kill import KillError, kill_plan
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, Health
-from gpumon.backends.monitor.processes import foreign
-from gpumon.tui.screens import DetailScreen, DoctorScreen, RestartScreen, SwapScreen
+from gpumon.backends.parsers.processes import foreign
+from gpumon.tui.dashboard.action_table import DashboardAction
+from gpumon.tui.dashboard.cursor import CursorModel
+from gpumon.tui.screens import DetailScreen, DoctorScreen, JobActionScreen, SwapScreen
 from gpumon.tui.screens.kill import KillScreen
 
 if TYPE_CHECKING:
     from gpumon.backends.config import JobConfig
     from gpumon.backends.monitor import HostMonitor
-    from gpumon.tui.screens.detail import DetailTarget
-    from gpumon.tui.views.process_cells import ProcessKey
 
 UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
 
 
-class ActionsMixin(Screen[None]):
-    if TYPE_CHECKING:  # provided by the dashboard screen
-        monitors: list[HostMonitor]
-        read_only: bool
-        session: Session  # owns the runs (the app's)
-        process_cursor: ProcessKey | None  # the process line under the cursor
+class JobActions:
+    """The keys that act on a machine, for the dashboard ``screen`` (its dialogs and
+    notifications), on what ``cursor`` has under it; ``session`` owns the runs (the app's)."""
 
-        def selected_monitor(self) -> HostMonitor | None: ...
-        def selected_job(self) -> tuple[HostMonitor, JobConfig] | None: ...
-        def _cursor_target(self) -> DetailTarget | None: ...
-        def under_cursor(self) -> tuple[str, object] | None: ...
-        def selected_process(self) -> GpuProcess | None: ...
+    def __init__(
+        self, screen: Screen[None], cursor: CursorModel, *, session: Session, read_only: bool
+    ) -> None:
+        self.screen = screen
+        self.cursor = cursor
+        self.monitors = cursor.monitors
+        self.session = session
+        self.read_only = read_only
+        self._job_runs: list[JobRun] = []  # the runs this dashboard started
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._job_runs: list[RestartRun] = []  # the runs this dashboard started
+    def notify(self, message: str, **kwargs: Any) -> None:
+        self.screen.notify(message, **kwargs)
 
     # --- what may run now ---------------------------------------------------------------
     def read_only_reason(self, monitor: HostMonitor | None) -> str | None:
@@ -65,11 +65,11 @@ class ActionsMixin(Screen[None]):
             return f"host {monitor.host.name} is read_only in the config"
         return None
 
-    def running_run(self, monitor: HostMonitor, job: JobConfig) -> RestartRun | None:
+    def running_run(self, monitor: HostMonitor, job: JobConfig) -> JobRun | None:
         """The run going for ``job`` (its key then shows its progress, connected or not)."""
         return self.session.runs.running(monitor.host.name, job.name)
 
-    def _refuse(self, what: str, reason: str, host: str, job: str | None = None) -> None:
+    def refuse(self, what: str, reason: str, host: str, job: str | None = None) -> None:
         """Say no, and audit the attempt."""
         self.notify(f"{what} refused: {reason}", title="Read-only", severity="warning")
         try:
@@ -82,16 +82,16 @@ class ActionsMixin(Screen[None]):
         """The process ``K`` acts on, with how it was chosen when nobody selected it: the
         one selected in the detail view on show, else the process line under the cursor,
         else the biggest holder of the GPU under the cursor (another container's first)."""
-        screen = self.app.screen
+        screen = self.screen.app.screen
         if isinstance(screen, DetailScreen):
             process = screen.selected_process()
             return None if process is None else (screen.target.monitor, process, None)
-        monitor = self.selected_monitor()
-        target = self._cursor_target()
+        monitor = self.cursor.selected_monitor()
+        target = self.cursor.target()
         if monitor is None or target is None:
             return None
-        if self.process_cursor is not None:  # a process line: that one, or none if it ended
-            selected = self.selected_process()
+        if self.cursor.process_cursor is not None:  # a process line: that one, or none
+            selected = self.cursor.selected_process()
             return None if selected is None else (monitor, selected, None)
         sample = monitor.latest
         gpu = (
@@ -111,10 +111,10 @@ class ActionsMixin(Screen[None]):
         )
         return monitor, pick, why
 
-    def _kill_state(self) -> bool | None:
+    def kill_state(self) -> bool | None:
         return True if self.process_to_kill() is not None else None
 
-    def action_kill_process(self) -> None:
+    def kill_process(self) -> None:
         chosen = self.process_to_kill()
         if chosen is None:
             self.notify("terminate: no GPU process selected", severity="warning")
@@ -122,7 +122,7 @@ class ActionsMixin(Screen[None]):
         monitor, process, why = chosen
         reason = self.read_only_reason(monitor)
         if reason is not None:
-            self._refuse("kill", reason, monitor.host.name)
+            self.refuse("kill", reason, monitor.host.name)
             return
         try:
             plan = kill_plan(
@@ -135,7 +135,7 @@ class ActionsMixin(Screen[None]):
         except KillError as e:
             self.notify(str(e), title="Cannot terminate", severity="warning", markup=False)
             return
-        self.app.push_screen(KillScreen(monitor.transport, plan, why=why))
+        self.screen.app.push_screen(KillScreen(monitor.transport, plan, why=why))
 
     # --- the incident's fix: one key from anywhere ----------------------------------------
     def incident_job(self) -> tuple[HostMonitor, JobConfig, Alert] | None:
@@ -153,16 +153,21 @@ class ActionsMixin(Screen[None]):
 
     def restart_target(self) -> tuple[HostMonitor, JobConfig] | None:
         """What ``r`` restarts: the job under the cursor, else the incident's job."""
-        selected = self.selected_job()
+        selected = self.cursor.selected_job()
         if selected is not None:
             return selected
         incident = self.incident_job()
         return None if incident is None else (incident[0], incident[1])
 
+    def job_for(self, entry: DashboardAction) -> tuple[HostMonitor, JobConfig] | None:
+        """The job ``entry`` acts on now (with its monitor): the one under the cursor, or
+        for an action on the incident's job without one there, that job."""
+        return self.restart_target() if entry.incident_job else self.cursor.selected_job()
+
     def no_job_reason(self, action: Action) -> str:
         """Why ``action`` has nothing to act on here (the cursor is on a GPU without a job)."""
-        monitor = self.selected_monitor()
-        where = self.under_cursor()
+        monitor = self.cursor.selected_monitor()
+        where = self.cursor.under_cursor()
         row = f"GPU {where[1]}" if where is not None and where[0] == "gpu" else "this row"
         if monitor is None:
             return f"{action}: no host"
@@ -173,7 +178,7 @@ class ActionsMixin(Screen[None]):
         return f"{action}: {row} runs no configured job; move to {owners}"
 
     # --- restart / stop / start ---------------------------------------------------------
-    def action_restart_job(self) -> None:
+    def restart_job(self) -> None:
         target = self.restart_target()
         if target is None:
             self.notify(self.no_job_reason("restart"), severity="warning", timeout=6)
@@ -193,50 +198,44 @@ class ActionsMixin(Screen[None]):
             return
         self.open_job_action("restart", (monitor, job))
 
-    # --- restart / stop / start ---------------------------------------------------------
-
-    def action_stop_job(self) -> None:
-        self.open_job_action("stop")
-
-    def action_start_job(self) -> None:
-        self.open_job_action("start")
-
     def open_job_action(
         self, action: Action, selected: tuple[HostMonitor, JobConfig] | None = None
     ) -> None:
         """The dialog for ``action`` on ``selected`` (default: the job under the cursor), or
         the progress view of the run already going for that job (never a second run)."""
-        selected = selected or self.selected_job()
+        selected = selected or self.cursor.selected_job()
         if selected is None:
             self.notify(self.no_job_reason(action), severity="warning", timeout=6)
             return
         monitor, job = selected
         reason = self.read_only_reason(monitor)
         if reason is not None:
-            self._refuse(action, reason, monitor.host.name, job.name)
+            self.refuse(action, reason, monitor.host.name, job.name)
             return
         target = JobTarget.from_monitor(monitor, read_only=self.read_only)
         start = partial(self._start_run, monitor, target)
         running = self.running_run(monitor, job)
         if running is not None:
-            screen = RestartScreen(target, job, running.plan.action, start_run=start, run=running)
+            screen = JobActionScreen(target, job, running.plan.action, start_run=start, run=running)
         else:
             state, alert = job_context(monitor, job)
-            screen = RestartScreen(
+            screen = JobActionScreen(
                 target, job, action, start_run=start, state=state, last_alert=alert
             )
-        self.app.push_screen(screen)
+        self.screen.app.push_screen(screen)
 
-    def _start_run(self, monitor: HostMonitor, target: JobTarget, plan: ActionPlan) -> RestartRun:
+    def _start_run(self, monitor: HostMonitor, target: JobTarget, plan: ActionPlan) -> JobRun:
         """Start ``plan`` in the session's registry (or join the run already going) and
         follow it to its end, whether or not its view stays open."""
         run = self.session.runs.start(plan, target)
         if run.plan is plan:
             self._job_runs = [r for r in self._job_runs if not r.done] + [run]
-            self.run_worker(self._after_run(monitor, run), group="job-runs", exit_on_error=False)
+            self.screen.run_worker(
+                self._after_run(monitor, run), group="job-runs", exit_on_error=False
+            )
         return run
 
-    async def _after_run(self, monitor: HostMonitor, run: RestartRun) -> None:
+    async def _after_run(self, monitor: HostMonitor, run: JobRun) -> None:
         outcome = await run.wait()  # the session's job watch has seen it finish
         plan = run.plan
         job = plan.job
@@ -246,9 +245,9 @@ class ActionsMixin(Screen[None]):
         self.notify(
             outcome.message, title=f"{plan.action} {job.name}: {outcome.status}", severity=severity
         )
-        self.app.refresh_bindings()
+        self.screen.app.refresh_bindings()
 
-    async def on_unmount(self) -> None:
+    async def cancel_runs(self) -> None:
         """Leaving gpumon: cancel the runs started here that can still be cancelled (before
         their start step) and give them a moment to write their outcome to the audit."""
         pending = [r for r in self._job_runs if not r.done]
@@ -262,23 +261,24 @@ class ActionsMixin(Screen[None]):
                 )
 
     # --- doctor and torch swap ----------------------------------------------------------
-    def action_doctor(self) -> None:
-        monitor = self.selected_monitor()
+    def doctor(self) -> None:
+        monitor = self.cursor.selected_monitor()
         if monitor is None:
             self.notify("doctor: no host under the cursor", severity="warning")
             return
-        self.app.push_screen(DoctorScreen(monitor.host, monitor.transport))
+        self.screen.app.push_screen(DoctorScreen(monitor.host, monitor.transport))
 
-    def action_swap_torch(self) -> None:
-        monitor = self.selected_monitor()
+    def swap_torch(self) -> None:
+        monitor = self.cursor.selected_monitor()
         if monitor is None:
             self.notify("torch swap: no host under the cursor", severity="warning")
             return
         reason = self.read_only_reason(monitor)
         if reason is not None:
-            self._refuse("swap-torch", reason, monitor.host.name)
+            self.refuse("swap-torch", reason, monitor.host.name)
             return
-        self.app.push_screen(SwapScreen(monitor.host, monitor.transport, read_only=self.read_only))
+        swap = SwapScreen(monitor.host, monitor.transport, read_only=self.read_only)
+        self.screen.app.push_screen(swap)
 
 
 def alert_job(monitor: HostMonitor, alert: Alert) -> JobConfig | None:

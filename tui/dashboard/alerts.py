@@ -1,15 +1,17 @@
 """The dashboard's side of alerts: notifications and the bell for new incidents, the
 strip, the history screen, and the flight recorder's "incident recorded" notice.
 
-``AlertsMixin`` is a base of ``DashboardScreen``. The alert engines call ``_on_alert`` once per
-new alert and once per escalation (never for the backlog read at start), on the event
-loop, from inside the monitor: it only notifies, rings and marks the strip for redrawing.
+``AlertPresenter`` is the dashboard screen's: it notifies through the screen and owns the
+strip. The alert engines call ``_on_alert`` once per new alert and once per escalation
+(never for the backlog read at start), on the event loop, from inside the monitor: it
+only notifies, rings and marks the strip for redrawing.
 Alerts are shown as incidents (``backends.alerts.incident``): the toast, the strip and the
 history say the incident's headline, and the bell rings once per incident.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +21,6 @@ from gpumon.backends.alerts.incident import Incident, IncidentBell, by_urgency, 
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable
-from gpumon.tui.dashboard.action_table import BY_NAME
 from gpumon.tui.dashboard.actions import alert_job
 from gpumon.tui.screens import AlertHistoryScreen
 from gpumon.tui.views.alert_cells import incident_text, incident_title, strip_incident
@@ -28,7 +29,6 @@ from gpumon.tui.widgets import AlertStrip, StripView
 if TYPE_CHECKING:
     from gpumon.backends.config import JobConfig
     from gpumon.backends.monitor import HostMonitor, ReplaySource
-    from gpumon.tui.dashboard.action_table import DashboardAction
     from gpumon.tui.views import Palette
 
 CRITICAL_TIMEOUT_S = 10.0  # the strip keeps showing it after the toast is gone
@@ -36,40 +36,43 @@ WARNING_TIMEOUT_S = 6.0
 NOTICE_CHARS = 80  # a toast is 1/2 of the screen wide: about 2 lines at 80 columns
 
 
-class AlertsMixin(Screen[None]):
-    if TYPE_CHECKING:  # provided by the dashboard screen
-        monitors: list[HostMonitor]
-        bell_enabled: bool
-        _mounted: bool
+class AlertPresenter:
+    """The alerts of ``monitors`` on the dashboard ``screen``.
 
-        def refresh_dashboard(
-            self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
-        ) -> None: ...
+    ``palette_of()``: the theme's colours; ``refresh()``: redraw the dashboard;
+    ``mounted()``: whether the screen can show anything yet; ``fixable()``: the job ``r``
+    would restart now, when it can (the strip offers it); ``on_restart``: ``r`` in the
+    history. ``replay``: the recording on show (no bell, nothing announced while seeking).
+    """
 
-        @property
-        def palette(self) -> Palette: ...
-
-        @property
-        def replay(self) -> ReplaySource | None: ...
-        def restart_target(self) -> tuple[HostMonitor, JobConfig] | None: ...
-        def action_state(self, entry: DashboardAction) -> bool | None: ...
-        def restart_alert_job(self, monitor: HostMonitor, alert: Alert) -> None: ...
-
-    strip: AlertStrip
-    _early_alerts: list[Alert]
-    _pending_notices: list[Alert]
-    _bell: IncidentBell
-    bells: int  # rung so far (tests read it)
-
-    def listen_to_alerts(self) -> None:
-        """Listen to every host's alerts and flight recorder (call once, before starting
-        the monitors)."""
+    def __init__(
+        self,
+        screen: Screen[None],
+        monitors: list[HostMonitor],
+        *,
+        bell: bool,
+        replay: ReplaySource | None,
+        palette_of: Callable[[], Palette],
+        refresh: Callable[[], None],
+        mounted: Callable[[], bool],
+        fixable: Callable[[], tuple[HostMonitor, JobConfig] | None],
+        on_restart: Callable[[HostMonitor, Alert], None],
+    ) -> None:
+        self.screen = screen
+        self.monitors = monitors
+        self.bell_enabled = bell and replay is None  # a replay does not ring
+        self.replay = replay
+        self.palette_of = palette_of
+        self.refresh_dashboard = refresh
+        self.mounted = mounted
+        self.fixable = fixable
+        self.on_restart = on_restart
         self.strip = AlertStrip(id="alert-strip")
-        self._early_alerts = []
-        self._pending_notices = []
+        self._early_alerts: list[Alert] = []
+        self._pending_notices: list[Alert] = []
         self._bell = IncidentBell()
-        self.bells = 0
-        for m in self.monitors:
+        self.bells = 0  # rung so far (tests read it)
+        for m in self.monitors:  # before the monitors start: no alert is missed
             m.alerts.add_listener(self._on_alert)
             m.recorder.written_listeners.add(self._on_recording_written)
 
@@ -82,7 +85,7 @@ class AlertsMixin(Screen[None]):
     def _on_alert(self, alert: Alert) -> None:
         if self.replay is not None and self.replay.seeking:
             return  # a replay playing ahead to a jump's target: the strip shows where it is
-        if not self._mounted:
+        if not self.mounted():
             self._early_alerts.append(alert)
             return
         self.announce(alert)
@@ -98,9 +101,9 @@ class AlertsMixin(Screen[None]):
         if self._bell.rings(alert, active):
             self.ring_bell(alert)
         if not self._pending_notices:
-            self.call_later(self._notify_pending)
+            self.screen.call_later(self._notify_pending)
         self._pending_notices.append(alert)
-        self.call_later(self.refresh_dashboard)  # the strip, the header's count
+        self.screen.call_later(self.refresh_dashboard)  # the strip, the header's count
 
     def _notify_pending(self) -> None:
         alerts, self._pending_notices = self._pending_notices, []
@@ -124,8 +127,8 @@ class AlertsMixin(Screen[None]):
             title = f"{title} (+{len(others)} more: a)"
         # One alert toast at a time: a newer one replaces the last (the strip and the
         # history screen keep every alert), so toasts never stack over the GPU rows.
-        self.app.clear_notifications()
-        self.notify(
+        self.screen.app.clear_notifications()
+        self.screen.notify(
             text,
             title=title,
             severity="error" if critical else "warning",
@@ -137,11 +140,11 @@ class AlertsMixin(Screen[None]):
         (off with ``--no-bell``, and in a replay)."""
         if self.bell_enabled:
             self.bells += 1
-            self.app.bell()
+            self.screen.app.bell()
 
     def _on_recording_written(self, path: Path) -> None:
-        if self._mounted:
-            self.notify(
+        if self.mounted():
+            self.screen.notify(
                 f"incident recorded: {printable(str(path))}",
                 title="Flight recorder",
                 timeout=12,
@@ -168,12 +171,12 @@ class AlertsMixin(Screen[None]):
         incident, more = strip_incident(self.incidents_now())
         if incident is None:
             return None
-        return StripView(incident, more, self.palette, fix=self.strip_fix(incident))
+        return StripView(incident, more, self.palette_of(), fix=self.strip_fix(incident))
 
     def strip_fix(self, incident: Incident) -> str:
         """``r restart drafter`` when ``r`` can act now on the job ``incident`` is about."""
-        target = self.restart_target()
-        if target is None or self.action_state(BY_NAME["restart_job"]) is not True:
+        target = self.fixable()
+        if target is None:
             return ""
         monitor, job = target
         if monitor.name != incident.host or alert_job(monitor, incident.cause) != job:
@@ -182,20 +185,20 @@ class AlertsMixin(Screen[None]):
 
     def refresh_strip(self) -> bool:
         """Show the alert that matters most now; returns whether the strip changed."""
-        if not self._mounted:
+        if not self.mounted():
             return False
         return self.strip.show(self.strip_view())
 
     # --- the history --------------------------------------------------------------------
-    def action_alerts(self) -> None:
-        if isinstance(self.app.screen, AlertHistoryScreen):
+    def open_history(self) -> None:
+        if isinstance(self.screen.app.screen, AlertHistoryScreen):
             return
-        self.app.push_screen(
+        self.screen.app.push_screen(
             AlertHistoryScreen(
                 self.monitors,
-                palette_of=lambda: self.palette,
+                palette_of=self.palette_of,
                 on_change=self._acknowledged,
-                on_restart=self.restart_alert_job,
+                on_restart=self.on_restart,
             )
         )
 

@@ -1,8 +1,10 @@
 """The cursor: it walks every host's GPU rows, then the rows of its jobs pane; what is
 under it is what the keys act on (``selected_monitor``, ``selected_job``, the detail view).
 
-``CursorMixin`` is a base of ``DashboardScreen``. ``cursor`` is ``(host, row)``: rows below the
-host's GPU count are GPUs, the rest are jobs in the jobs pane's order.
+``CursorModel`` is the dashboard screen's: it reads the host sections and says where the
+cursor can go and what is under it; the screen moves it and draws. ``cursor`` is ``(host,
+row)``: rows below the host's GPU count are GPUs, the rest are jobs in the jobs pane's
+order.
 
 A GPU row can be expanded (``x``, ``expanded`` holds ``(host, GPU index)``): its process
 lines show under it and the cursor steps onto each of them (``process_cursor``: which
@@ -15,47 +17,36 @@ in the sample on show.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from textual.screen import Screen
+from collections.abc import Sequence
 
 from gpumon.backends.config import JobConfig
 from gpumon.backends.model import GpuProcess
 from gpumon.backends.monitor import HostMonitor
-from gpumon.tui.screens import DetailScreen, DetailTarget
+from gpumon.tui.screens import DetailTarget
 from gpumon.tui.views.process_cells import ProcessKey, process_key
-from gpumon.tui.widgets import GpuRows, WorkloadPane
+from gpumon.tui.widgets import HostSection
 
 Stop = tuple[int, int, ProcessKey | None]  # where the cursor can be: (host, row, process)
 
-if TYPE_CHECKING:
-    from gpumon.tui.widgets import HostSection
 
+class CursorModel:
+    """The cursor over ``sections`` (one per monitor, in the same order)."""
 
-class CursorMixin(Screen[None]):
-    if TYPE_CHECKING:  # provided by the dashboard screen
-        monitors: list[HostMonitor]
-        sections: list[HostSection]
-        cursor: tuple[int, int] | None
-        process_cursor: ProcessKey | None  # the process line selected under the cursor's row
-        expanded: set[tuple[int, int]]  # (host, GPU index) of the rows that list processes
-        row_height: int
+    def __init__(self, monitors: Sequence[HostMonitor], sections: Sequence[HostSection]) -> None:
+        self.monitors = monitors
+        self.sections = sections
+        self.cursor: tuple[int, int] | None = None  # (host, row): GPU rows, then job rows
+        self.process_cursor: ProcessKey | None = None  # on a process line of the cursor's row
+        self.expanded: set[tuple[int, int]] = set()  # (host, GPU index): process lines shown
+        self._on: tuple[str, object] | None = None  # what the cursor was last on
 
-        def refresh_dashboard(
-            self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
-        ) -> None: ...
-
-        def action_open_detail(self) -> None: ...
-
-    def _positions(self) -> list[tuple[int, int]]:
+    def positions(self) -> list[tuple[int, int]]:
         """Cursor positions: per host, its GPU rows, then its jobs pane's rows."""
         return [
             (i, p)
             for i, s in enumerate(self.sections)
             for p in range(len(s.gpus) + (len(s.job_names) if s.jobs.display else 0))
         ]
-
-    _cursor_on: tuple[str, object] | None = None  # what the cursor was last on
 
     def under_cursor(self) -> tuple[str, object] | None:
         """What the cursor is on: ``("gpu", index)``, ``("job", name)`` or None."""
@@ -69,23 +60,24 @@ class CursorMixin(Screen[None]):
         k = pos - len(gpus)
         return ("job", names[k]) if k < len(names) else None
 
-    def follow_cursor(self) -> None:
+    def follow(self) -> bool:
         """After rows came or went (the first sample, a lost GPU): keep the cursor on the
-        job it was on, back on its GPU row when its process line is gone, and tell the
-        footer when what is under it changed."""
+        job it was on, back on its GPU row when its process line is gone. Returns whether
+        what is under it changed (the footer's keys then change too)."""
+        changed = False
         if self.process_cursor is not None and self.selected_process() is None:
             self.process_cursor = None  # the rows drew the cursor on the GPU row already
-            self.app.refresh_bindings()
-        was, now = self._cursor_on, self.under_cursor()
+            changed = True
+        was, now = self._on, self.under_cursor()
         if now == was:
-            return
+            return changed
         if was is not None and was[0] == "job" and self.cursor is not None:
             i = self.cursor[0]
             section = self.sections[i]
             if was[1] in section.job_names:
                 self.cursor = (i, len(section.gpus) + section.job_names.index(str(was[1])))
-        self._cursor_on = self.under_cursor()
-        self.app.refresh_bindings()
+        self._on = self.under_cursor()
+        return True
 
     # --- process lines of expanded GPU rows ----------------------------------------------
     def row_processes(self, host: int, row: int) -> tuple[GpuProcess, ...]:
@@ -104,25 +96,25 @@ class CursorMixin(Screen[None]):
         procs = self.row_processes(*self.cursor)
         return next((p for p in procs if process_key(p) == self.process_cursor), None)
 
-    def action_toggle_processes(self) -> None:
-        """``x``: show or hide the process lines of the GPU row under the cursor."""
-        target = self._cursor_target()
+    def toggle_processes(self) -> int | None:
+        """Show or hide the process lines of the GPU row under the cursor; returns its
+        host (None: the cursor is on no GPU row)."""
+        target = self.target()
         if target is None or self.cursor is None:
-            return
+            return None
         key = (self.cursor[0], target.gpu_index)
         if key in self.expanded:
             self.expanded.discard(key)
             self.process_cursor = None  # back on its GPU row
         else:
             self.expanded.add(key)
-        self.refresh_dashboard({self.cursor[0]})
-        self.app.refresh_bindings()
+        return self.cursor[0]
 
-    def _stops(self) -> list[Stop]:
-        """Where the cursor can go, in order: each GPU row, then its process lines when it
-        is expanded (not while the detail view is on show: its own list selects there),
-        then the host's job rows."""
-        lines = self.app.screen is self
+    # --- moving --------------------------------------------------------------------------
+    def stops(self, *, lines: bool) -> list[Stop]:
+        """Where the cursor can go, in order: each GPU row, then (``lines``: not while the
+        detail view is on show, its own list selects there) its process lines when it is
+        expanded, then the host's job rows."""
         out: list[Stop] = []
         for i, s in enumerate(self.sections):
             for row in range(len(s.gpus)):
@@ -133,39 +125,56 @@ class CursorMixin(Screen[None]):
                 out += [(i, len(s.gpus) + k, None) for k in range(len(s.job_names))]
         return out
 
-    def _here(self) -> Stop | None:
+    def here(self) -> Stop | None:
         return None if self.cursor is None else (*self.cursor, self.process_cursor)
 
-    def _move_cursor(self, delta: int) -> None:
-        stops = self._stops()
+    def step(self, delta: int, *, lines: bool) -> Stop | None:
+        """The stop ``delta`` stops away (clamped to the first and last; None: no stop)."""
+        stops = self.stops(lines=lines)
         if not stops:
-            return
-        here = self._here()
+            return None
+        here = self.here()
         if here not in stops and self.cursor is not None:
             here = (*self.cursor, None)  # from the detail view: its process line is no stop
         at = stops.index(here) + delta if here in stops else 0
-        self._move_to(stops[min(max(at, 0), len(stops) - 1)])
+        return stops[min(max(at, 0), len(stops) - 1)]
 
-    def _move_to(self, stop: Stop) -> None:
-        old = self.cursor
-        if stop == self._here():
-            return
-        new = (stop[0], stop[1])
-        self.cursor, self.process_cursor = new, stop[2]
-        self._cursor_on = self.under_cursor()  # moved on purpose: nothing to follow
-        touched = {new[0]} | ({old[0]} if old else set())
-        self.refresh_dashboard(touched)
-        section = self.sections[new[0]]
-        if new[1] < len(section.rows):
-            section.gpu_rows.scroll_row_visible(new[1])
-        elif section.jobs.display:
-            section.jobs.scroll_visible(animate=False)
-        on_show = self.app.screen
-        if old != new and isinstance(on_show, DetailScreen) and (target := self._cursor_target()):
-            on_show.show_gpu(target)
-        self.app.refresh_bindings()
+    def place(self, stop: Stop) -> bool:
+        """The cursor to ``stop``; returns whether it moved."""
+        if stop == self.here():
+            return False
+        self.cursor, self.process_cursor = (stop[0], stop[1]), stop[2]
+        self._on = self.under_cursor()  # moved on purpose: nothing to follow
+        return True
 
-    def _cursor_target(self) -> DetailTarget | None:
+    def alerting_next(self, direction: int) -> tuple[int, int] | None:
+        """The next (previous) position with an active alert, wrapping around."""
+        positions = self.positions()
+        alerting = [p for p in positions if p in set(self.alerting_positions())]
+        if not alerting:
+            return None
+        at = positions.index(self.cursor) if self.cursor in positions else -1
+        n = len(positions)
+        order = sorted(alerting, key=lambda p: (positions.index(p) - at) * direction % n)
+        ahead = [p for p in order if p != self.cursor]
+        return ahead[0] if ahead else order[0]
+
+    def alerting_positions(self) -> list[tuple[int, int]]:
+        """Cursor positions whose row has an active alert: a GPU row for an alert on that
+        GPU, a job row for an alert of that job."""
+        out = []
+        for i, (section, monitor) in enumerate(zip(self.sections, self.monitors, strict=True)):
+            active = monitor.alerts.active()
+            gpus = {a.gpu for a in active if a.gpu is not None}
+            jobs = {a.job for a in active if a.job is not None}
+            out += [(i, p) for p, g in enumerate(section.gpus) if g.index in gpus]
+            if section.jobs.display:
+                base = len(section.gpus)
+                out += [(i, base + k) for k, n in enumerate(section.job_names) if n in jobs]
+        return out
+
+    # --- what the keys act on ------------------------------------------------------------
+    def target(self) -> DetailTarget | None:
         """The GPU under the cursor (None on a job row)."""
         if self.cursor is None:
             return None
@@ -198,81 +207,3 @@ class CursorMixin(Screen[None]):
             index = gpus[pos].index
             job = next((j for j in monitor.host.jobs if index in j.gpus), None)
         return (monitor, job) if job is not None else None
-
-    def on_gpu_rows_selected(self, message: GpuRows.Selected) -> None:
-        host = next((i for i, s in enumerate(self.sections) if message.rows is s.gpu_rows), None)
-        if host is None:
-            return
-        row = message.row
-        procs = self.row_processes(host, row)
-        line = message.line
-        key = process_key(procs[line]) if line is not None and line < len(procs) else None
-        self._cursor_to((host, row), key)
-        if message.open_detail:
-            self.action_open_detail()
-
-    def on_workload_pane_row_selected(self, message: WorkloadPane.RowSelected) -> None:
-        host = next((i for i, s in enumerate(self.sections) if message.pane is s.jobs), None)
-        if host is not None:
-            self._cursor_to((host, len(self.sections[host].gpus) + message.index))
-
-    def _cursor_to(self, target: tuple[int, int], process: ProcessKey | None = None) -> None:
-        """The cursor to row ``target`` (on its line of ``process``, if it lists it)."""
-        stop = (*target, process)
-        if stop in self._stops():
-            self._move_to(stop)
-
-    def action_cursor(self, delta: int) -> None:
-        self._move_cursor(delta)
-
-    # --- navigation as in k9s and htop ---------------------------------------------------
-    def action_cursor_end(self, direction: int) -> None:
-        """``g``/Home: the first row; ``G``/End: the last one (of every host)."""
-        positions = self._positions()
-        if positions:
-            self._cursor_to(positions[-1] if direction > 0 else positions[0])
-
-    def action_cursor_page(self, direction: int) -> None:
-        """PgDn / PgUp: a screenful of rows (as many as the host list shows) down or up."""
-        rows = self.query_one("#hosts").size.height // max(self.row_height, 1)
-        self._move_cursor(direction * max(rows - 1, 1))
-
-    def action_jump_gpu(self, index: int) -> None:
-        """A digit: the GPU of that index on the host under the cursor (else says why)."""
-        host = self.cursor[0] if self.cursor is not None else 0
-        if not self.sections:
-            return
-        gpus = self.sections[host].gpus
-        row = next((k for k, g in enumerate(gpus) if g.index == index), None)
-        if row is None:
-            name = self.monitors[host].name
-            self.notify(f"{name} has no GPU {index}", severity="warning", timeout=3)
-            return
-        self._cursor_to((host, row))
-
-    def alerting_positions(self) -> list[tuple[int, int]]:
-        """Cursor positions whose row has an active alert: a GPU row for an alert on that
-        GPU, a job row for an alert of that job."""
-        out = []
-        for i, (section, monitor) in enumerate(zip(self.sections, self.monitors, strict=True)):
-            active = monitor.alerts.active()
-            gpus = {a.gpu for a in active if a.gpu is not None}
-            jobs = {a.job for a in active if a.job is not None}
-            out += [(i, p) for p, g in enumerate(section.gpus) if g.index in gpus]
-            if section.jobs.display:
-                base = len(section.gpus)
-                out += [(i, base + k) for k, n in enumerate(section.job_names) if n in jobs]
-        return out
-
-    def action_next_alerting(self, direction: int) -> None:
-        """``n`` / ``N``: the next (previous) row with an active alert, wrapping around."""
-        positions = self._positions()
-        alerting = [p for p in positions if p in set(self.alerting_positions())]
-        if not alerting:
-            self.notify("no row has an active alert", timeout=3)
-            return
-        at = positions.index(self.cursor) if self.cursor in positions else -1
-        n = len(positions)
-        order = sorted(alerting, key=lambda p: (positions.index(p) - at) * direction % n)
-        ahead = [p for p in order if p != self.cursor]
-        self._cursor_to(ahead[0] if ahead else order[0])

@@ -1,16 +1,17 @@
 """The dashboard on a flight recording (``gpumon replay FILE``): pause, step, speed, and
 the header's "REPLAY 2x, 14:32:07 (45/661)" instead of the connection state.
 
-``ReplayMixin`` is a base of ``DashboardScreen``. A replay is the app with one monitor fed
-by a ``ReplaySource``: the rows, alerts, jobs pane and strip behave as during the incident.
-``p`` pauses the recording itself (not only the rows), so ``.`` can step it one sample at a
-time; ``n`` / ``N`` jump to the next / previous alert; ``[`` / ``]`` change the speed, also
-while paused (the header says "paused 2x"). Keys that need a live machine are greyed out
-or hidden (the action table says which).
+``ReplayControls`` are the dashboard screen's keys on a recording. A replay is the app
+with one monitor fed by a ``ReplaySource``: the rows, alerts, jobs pane and strip behave
+as during the incident. ``p`` pauses the recording itself (not only the rows), so ``.``
+can step it one sample at a time; ``n`` / ``N`` jump to the next / previous alert; ``[`` /
+``]`` change the speed, also while paused (the header says "paused 2x"). Keys that need a
+live machine are greyed out or hidden (the action table says which).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from textual.screen import Screen
@@ -41,30 +42,40 @@ def replay_status(replay: ReplaySource) -> str:
     return f"REPLAY {state}, {clock_time(shown)} ({replay.position}/{len(samples)})"
 
 
-class ReplayMixin(Screen[None]):
-    if TYPE_CHECKING:  # provided by the dashboard screen
-        monitors: list[HostMonitor]
+def replay_of(monitors: Sequence[HostMonitor]) -> ReplaySource | None:
+    """The recording a dashboard of ``monitors`` shows, or None for live hosts."""
+    if len(monitors) == 1 and isinstance(monitors[0].source, ReplaySource):
+        return monitors[0].source
+    return None
 
-        def refresh_dashboard(
-            self, hosts: set[int] | None = None, *, rows_of: set[int] | None = None
-        ) -> None: ...
 
-        def _retime(self) -> None: ...
+def replay_header(monitor: HostMonitor) -> str | None:
+    """The header's replay status of ``monitor`` (None: it is live)."""
+    source = monitor.source
+    return replay_status(source) if isinstance(source, ReplaySource) else None
 
-    @property
-    def replay(self) -> ReplaySource | None:
-        """The recording on show, or None for live hosts."""
-        if len(self.monitors) == 1 and isinstance(self.monitors[0].source, ReplaySource):
-            return self.monitors[0].source
-        return None
 
-    def replay_header(self, monitor: HostMonitor) -> str | None:
-        source = monitor.source
-        return replay_status(source) if isinstance(source, ReplaySource) else None
+class ReplayControls:
+    """The replay keys on the dashboard ``screen``; ``moved()`` after a jump or a new
+    speed (the timer's pace), ``refresh()`` redraws the dashboard."""
 
-    def replay_state(self, replay: ReplaySource, action: str) -> bool | None:
+    def __init__(
+        self,
+        replay: ReplaySource,
+        screen: Screen[None],
+        *,
+        refresh: Callable[[], None],
+        moved: Callable[[], None],
+    ) -> None:
+        self.replay = replay
+        self.screen = screen
+        self.refresh = refresh
+        self.moved = moved
+
+    def state(self, action: str) -> bool | None:
         """A replay key's state: step only while paused, speed within its range, neither
         once the recording ended (greyed out, None)."""
+        replay = self.replay
         if action == "replay_step":
             return True if replay.paused and not replay.finished else None
         if action == "replay_next_alert":
@@ -76,51 +87,34 @@ class ReplayMixin(Screen[None]):
         edge = SPEEDS[-1] if action == "replay_faster" else SPEEDS[0]
         return True if replay.speed != edge else None
 
-    def toggle_replay_pause(self, replay: ReplaySource) -> None:
-        replay.set_paused(not replay.paused)
-        self.app.refresh_bindings()
-        self.refresh_dashboard()
+    def toggle_pause(self) -> None:
+        self.replay.set_paused(not self.replay.paused)
+        self.screen.app.refresh_bindings()
+        self.refresh()
 
-    def action_replay_step(self) -> None:
-        replay = self.replay
-        if replay is None or not replay.paused:
+    def step(self) -> None:
+        if not self.replay.paused:
             return
-        if replay.step():
-            self.refresh_dashboard()
-        self.app.refresh_bindings()
+        if self.replay.step():
+            self.refresh()
+        self.screen.app.refresh_bindings()
 
-    def action_replay_next_alert(self) -> None:
-        self._replay_jump(forward=True)
-
-    def action_replay_previous_alert(self) -> None:
-        self._replay_jump(forward=False)
-
-    def _replay_jump(self, *, forward: bool) -> None:
+    def jump(self, *, forward: bool) -> None:
         replay = self.replay
-        if replay is None:
-            return
         moved = replay.next_alert() if forward else replay.previous_alert()
         if not moved:
-            self.notify(f"no {'later' if forward else 'earlier'} alert in the recording", timeout=2)
+            where = "later" if forward else "earlier"
+            self.screen.notify(f"no {where} alert in the recording", timeout=2)
             return
-        self._replay_moved()
+        self._moved()
 
-    def action_replay_faster(self) -> None:
-        self._replay_speed(faster=True)
+    def speed(self, *, faster: bool) -> None:
+        speed = self.replay.faster() if faster else self.replay.slower()
+        self.screen.notify(f"replay speed {speed_text(speed)}", timeout=2)
+        self._moved()
 
-    def action_replay_slower(self) -> None:
-        self._replay_speed(faster=False)
-
-    def _replay_speed(self, *, faster: bool) -> None:
-        replay = self.replay
-        if replay is None:
-            return
-        speed = replay.faster() if faster else replay.slower()
-        self.notify(f"replay speed {speed_text(speed)}", timeout=2)
-        self._replay_moved()
-
-    def _replay_moved(self) -> None:
+    def _moved(self) -> None:
         """After a jump or a new speed: the timer's pace, the keys' states, the screen."""
-        self._retime()
-        self.app.refresh_bindings()
-        self.refresh_dashboard()
+        self.moved()
+        self.screen.app.refresh_bindings()
+        self.refresh()

@@ -5,8 +5,11 @@ Monitor listeners only mark a host dirty (and react at once to a change of conne
 state); a timer at about 1 Hz redraws what changed, batched. The screen owns its keys, so
 they go away by themselves under another screen; the detail view over it
 (``DashboardDetailScreen``) takes the ones the table shares with it and passes them back
-here. Alerts (``alerts``), the replay (``replay``), the cursor (``cursor``) and the keys that
-act on a machine (``actions``) are its mixins.
+here. It owns plain objects and passes each what it needs: the cursor model (``cursor``),
+the job-actions controller (``actions``: the keys that act on a machine), the alert
+presenter (``alerts``) and, on a recording, the replay controls (``replay``). Its action
+methods are the keys' entry points (Textual looks them up on the screen) and stay one line
+where one of those does the work.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from textual import actions
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import VerticalScroll
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer
 
 from gpumon.backends.actions import Session
-from gpumon.backends.model import ConnState, HostSample
+from gpumon.backends.alerts.store import Alert
+from gpumon.backends.config import JobConfig
+from gpumon.backends.model import ConnState, GpuProcess, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.dashboard.action_table import (
     BY_NAME,
@@ -35,18 +41,18 @@ from gpumon.tui.dashboard.action_table import (
     bindings,
     palette_entries,
 )
-from gpumon.tui.dashboard.actions import ActionsMixin
-from gpumon.tui.dashboard.alerts import AlertsMixin
-from gpumon.tui.dashboard.cursor import CursorMixin
-from gpumon.tui.dashboard.layout import plan_layout
+from gpumon.tui.dashboard.actions import JobActions
+from gpumon.tui.dashboard.alerts import AlertPresenter
+from gpumon.tui.dashboard.cursor import CursorModel, Stop
 from gpumon.tui.dashboard.notices import ConnectionWatch
-from gpumon.tui.dashboard.replay import ReplayMixin
+from gpumon.tui.dashboard.replay import ReplayControls, replay_header, replay_of
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DetailTarget
 from gpumon.tui.screens.detail import fitting_window
 from gpumon.tui.state import remember_window, remembered_window
 from gpumon.tui.views import Palette
-from gpumon.tui.views.process_cells import ProcessKey
-from gpumon.tui.widgets import HostSection, ViewContext
+from gpumon.tui.views.layout import plan_layout
+from gpumon.tui.views.process_cells import ProcessKey, process_key
+from gpumon.tui.widgets import GpuRows, HostSection, StripView, ViewContext, WorkloadPane
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 TICK_S = 1.0
@@ -56,7 +62,7 @@ class HostList(VerticalScroll, can_focus=False):
     """The scrolling column of host sections (never takes focus: keys go to the screen)."""
 
 
-class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
+class DashboardScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = list(bindings("dashboard"))
 
     def __init__(
@@ -76,30 +82,54 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         self.session = session if session is not None else Session()
         self.palette_of = palette_of
         self.read_only = read_only
-        self.bell_enabled = bell and self.replay is None  # a replay does not ring
         self.sections = [HostSection(m, i) for i, m in enumerate(self.monitors)]
         self.paused = False
         self.spark_memory = True
-        self.cursor: tuple[int, int] | None = None  # (host, row): GPU rows, then job rows
-        self.process_cursor: ProcessKey | None = None  # on a process line of the cursor's row
-        self.expanded: set[tuple[int, int]] = set()  # (host, GPU index): process lines shown
         self.row_height = 1
+        self.replay = replay_of(self.monitors)  # the recording on show, None for live hosts
+        self.cursor_model = CursorModel(self.monitors, self.sections)
+        self.actions = JobActions(
+            self, self.cursor_model, session=self.session, read_only=read_only
+        )
+        self.alerts = AlertPresenter(
+            self,
+            self.monitors,
+            bell=bell,
+            replay=self.replay,
+            palette_of=palette_of,
+            refresh=self.refresh_dashboard,
+            mounted=lambda: self._mounted,
+            fixable=self._fixable,
+            on_restart=self.actions.restart_alert_job,
+        )
+        self.strip = self.alerts.strip
+        self.replay_controls = (
+            None
+            if self.replay is None
+            else ReplayControls(
+                self.replay, self, refresh=self.refresh_dashboard, moved=self._retime
+            )
+        )
         self._detail_window = remembered_window()  # the plot window chosen last
         self._dirty: set[int] = set()  # hosts with news since their rows were drawn
         self._watches = [ConnectionWatch(m.name, m.status.state) for m in self.monitors]
         self._timer: Timer | None = None
-        self.listen_to_alerts()
         for i, m in enumerate(self.monitors):
             m.add_listener(partial(self._on_monitor_change, i))
         self._checks: dict[str, Callable[[], bool | None]] = {
             "faster": partial(self._interval_state, faster=True),
             "slower": partial(self._interval_state, faster=False),
-            "kill_process": self._kill_state,
+            "kill_process": self.actions.kill_state,
         }
 
     @property
     def palette(self) -> Palette:
         return self.palette_of()
+
+    @property
+    def bells(self) -> int:
+        """Times the bell rang (tests read it)."""
+        return self.alerts.bells
 
     # --- lifecycle -----------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -112,15 +142,15 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         self._retime()
         for i, m in enumerate(self.monitors):  # what happened while the screen was set up
             self._on_monitor_change(i, m)
-        self.announce_early_alerts()
+        self.alerts.announce_early_alerts()
         self.refresh_dashboard()
         self.call_after_refresh(self.refresh_bindings)  # a no-op until mounted: now it is
 
     async def on_unmount(self) -> None:
-        # Textual calls every base's on_unmount too (the actions' waits for their runs).
         self._mounted = False  # the monitors report "stopped" next; nothing to draw it on
         if self._timer is not None:
             self._timer.stop()
+        await self.actions.cancel_runs()
 
     def _retime(self) -> None:
         """One timer, about 1 Hz, faster when a host samples (or a replay plays) faster."""
@@ -169,7 +199,7 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         """
         if not self._mounted:
             return
-        self.refresh_strip()
+        self.alerts.refresh_strip()
         plan = plan_layout(
             self.size.height, [s.needs() for s in self.sections], strip=self.strip.display
         )
@@ -189,7 +219,8 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
                 section.refresh_view(ctx, rows=rows)
             if self.cursor is None and any(s.gpus for s in self.sections):
                 self._move_cursor(0)
-            self.follow_cursor()
+            if self.cursor_model.follow():
+                self.app.refresh_bindings()
             on_show = self.app.screen
             if isinstance(on_show, DetailScreen | AlertHistoryScreen):
                 on_show.refresh_view()
@@ -210,7 +241,7 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
             row_height=self.row_height,
             cursor=cursor,
             job_cursor=job_cursor,
-            replay=self.replay_header(monitor),
+            replay=replay_header(monitor),
             expanded=frozenset(g for h, g in self.expanded if h == i),
             process_cursor=process,
         )
@@ -219,15 +250,141 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         """The sample the dashboard shows for ``monitor`` (frozen while paused)."""
         return self.sections[self.monitors.index(monitor)].shown
 
-    # --- what may run now ----------------------------------------------------------------
-    def action_next_alerting(self, direction: int) -> None:
-        """``n`` / ``N``: the next (previous) row with an active alert; in a replay, the
-        recording's next (previous) alert."""
-        if self.replay is not None:
-            self._replay_jump(forward=direction > 0)
-        else:
-            super().action_next_alerting(direction)
+    def strip_view(self) -> StripView | None:
+        """The alert strip's view (None: hidden)."""
+        return self.alerts.strip_view()
 
+    # --- the cursor (what is under it: ``cursor_model``) --------------------------------
+    @property
+    def cursor(self) -> tuple[int, int] | None:
+        """``(host, row)``: rows below the host's GPU count are GPUs, then its job rows."""
+        return self.cursor_model.cursor
+
+    @property
+    def process_cursor(self) -> ProcessKey | None:
+        """The process line selected under the cursor's GPU row (None: the row itself)."""
+        return self.cursor_model.process_cursor
+
+    @property
+    def expanded(self) -> set[tuple[int, int]]:
+        """(host, GPU index) of the rows that list their processes."""
+        return self.cursor_model.expanded
+
+    def _positions(self) -> list[tuple[int, int]]:
+        return self.cursor_model.positions()
+
+    def under_cursor(self) -> tuple[str, object] | None:
+        return self.cursor_model.under_cursor()
+
+    def row_processes(self, host: int, row: int) -> tuple[GpuProcess, ...]:
+        return self.cursor_model.row_processes(host, row)
+
+    def selected_process(self) -> GpuProcess | None:
+        return self.cursor_model.selected_process()
+
+    def selected_monitor(self) -> HostMonitor | None:
+        return self.cursor_model.selected_monitor()
+
+    def selected_job(self) -> tuple[HostMonitor, JobConfig] | None:
+        return self.cursor_model.selected_job()
+
+    def alerting_positions(self) -> list[tuple[int, int]]:
+        return self.cursor_model.alerting_positions()
+
+    def _move_cursor(self, delta: int) -> None:
+        stop = self.cursor_model.step(delta, lines=self.app.screen is self)
+        if stop is not None:
+            self._move_to(stop)
+
+    def _cursor_to(self, target: tuple[int, int], process: ProcessKey | None = None) -> None:
+        """The cursor to row ``target`` (on its line of ``process``, if it lists it)."""
+        stop = (*target, process)
+        if stop in self.cursor_model.stops(lines=self.app.screen is self):
+            self._move_to(stop)
+
+    def _move_to(self, stop: Stop) -> None:
+        """The cursor to ``stop``: the rows it left and reached redrawn, its row scrolled
+        into view, an open detail view on its GPU."""
+        old = self.cursor
+        if not self.cursor_model.place(stop):
+            return
+        new = (stop[0], stop[1])
+        self.refresh_dashboard({new[0]} | ({old[0]} if old else set()))
+        section = self.sections[new[0]]
+        if new[1] < len(section.rows):
+            section.gpu_rows.scroll_row_visible(new[1])
+        elif section.jobs.display:
+            section.jobs.scroll_visible(animate=False)
+        on_show = self.app.screen
+        target = self.cursor_model.target()
+        if old != new and isinstance(on_show, DetailScreen) and target is not None:
+            on_show.show_gpu(target)
+        self.app.refresh_bindings()
+
+    def on_gpu_rows_selected(self, message: GpuRows.Selected) -> None:
+        host = next((i for i, s in enumerate(self.sections) if message.rows is s.gpu_rows), None)
+        if host is None:
+            return
+        row = message.row
+        procs = self.row_processes(host, row)
+        line = message.line
+        key = process_key(procs[line]) if line is not None and line < len(procs) else None
+        self._cursor_to((host, row), key)
+        if message.open_detail:
+            self.action_open_detail()
+
+    def on_workload_pane_row_selected(self, message: WorkloadPane.RowSelected) -> None:
+        host = next((i for i, s in enumerate(self.sections) if message.pane is s.jobs), None)
+        if host is not None:
+            self._cursor_to((host, len(self.sections[host].gpus) + message.index))
+
+    def action_cursor(self, delta: int) -> None:
+        self._move_cursor(delta)
+
+    def action_cursor_end(self, direction: int) -> None:
+        """``g``/Home: the first row; ``G``/End: the last one (of every host)."""
+        positions = self._positions()
+        if positions:
+            self._cursor_to(positions[-1] if direction > 0 else positions[0])
+
+    def action_cursor_page(self, direction: int) -> None:
+        """PgDn / PgUp: a screenful of rows (as many as the host list shows) down or up."""
+        rows = self.query_one("#hosts").size.height // max(self.row_height, 1)
+        self._move_cursor(direction * max(rows - 1, 1))
+
+    def action_jump_gpu(self, index: int) -> None:
+        """A digit: the GPU of that index on the host under the cursor (else says why)."""
+        host = self.cursor[0] if self.cursor is not None else 0
+        if not self.sections:
+            return
+        gpus = self.sections[host].gpus
+        row = next((k for k, g in enumerate(gpus) if g.index == index), None)
+        if row is None:
+            name = self.monitors[host].name
+            self.notify(f"{name} has no GPU {index}", severity="warning", timeout=3)
+            return
+        self._cursor_to((host, row))
+
+    def action_next_alerting(self, direction: int) -> None:
+        """``n`` / ``N``: the next (previous) row with an active alert, wrapping around;
+        in a replay, the recording's next (previous) alert."""
+        if self.replay_controls is not None:
+            self.replay_controls.jump(forward=direction > 0)
+            return
+        position = self.cursor_model.alerting_next(direction)
+        if position is None:
+            self.notify("no row has an active alert", timeout=3)
+            return
+        self._cursor_to(position)
+
+    def action_toggle_processes(self) -> None:
+        """``x``: show or hide the process lines of the GPU row under the cursor."""
+        host = self.cursor_model.toggle_processes()
+        if host is not None:
+            self.refresh_dashboard({host})
+            self.app.refresh_bindings()
+
+    # --- what may run now ----------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         entry = BY_NAME.get(action)
         if entry is None or entry.app:
@@ -237,30 +394,30 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
     def action_state(self, entry: DashboardAction) -> bool | None:
         """Whether ``entry`` can act now: True, greyed out (None) or hidden (False), from
         what the action table says it needs."""
-        replay = self.replay
+        replay = self.replay_controls
         if entry.replay:
-            return False if replay is None else self.replay_state(replay, entry.name)
+            return False if replay is None else replay.state(entry.name)
         if entry.name == "next_alerting" and replay is not None:
             # in a replay n/N go to the recording's next / previous alert
-            return replay.has_next_alert() or replay.has_previous_alert() or None
+            return replay.replay.has_next_alert() or replay.replay.has_previous_alert() or None
         monitor = self.selected_monitor()
         can = monitor.source.capabilities if monitor is not None else None
         if entry.machine and can is not None and not can.actions:
             return False  # a recording has no machine to act on
         if entry.live and can is not None and not can.interval:
             return None  # nor a sampling interval
-        if entry.dangerous and self.read_only_reason(monitor) is not None:
+        if entry.dangerous and self.actions.read_only_reason(monitor) is not None:
             return False
-        if entry.needs_gpu and self._cursor_target() is None:
+        if entry.needs_gpu and self.cursor_model.target() is None:
             return None
         if entry.needs_job:
-            selected = self.restart_target() if entry.name == "restart_job" else self.selected_job()
+            selected = self.actions.job_for(entry)
             if selected is None:
                 # The key stays: pressed, it says why it has nothing to act on (a silent
                 # greyed-out key on GPU 0 reads as broken at 3 a.m.).
                 return self._host_state(entry, monitor)
             monitor, job = selected
-            if self.running_run(monitor, job) is not None:
+            if self.actions.running_run(monitor, job) is not None:
                 return True  # shows the run's progress, connected or not
             if entry.starts_job and not job.start:
                 return None  # nothing to start it with
@@ -273,6 +430,12 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         check = self._checks.get(entry.name)
         return True if check is None else check()
 
+    def _fixable(self) -> tuple[HostMonitor, JobConfig] | None:
+        """The job ``r`` restarts now, when it can (the strip offers it)."""
+        if self.action_state(BY_NAME["restart_job"]) is not True:
+            return None
+        return self.actions.restart_target()
+
     def palette_entries(self, where: Where = "dashboard") -> list[PaletteEntry]:
         """The command palette's entries for the actions of this screen (or of the detail
         view over it) that can run now; the app's own come from the app."""
@@ -281,10 +444,61 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         host = monitor.name if monitor is not None else "the host"
         out = []
         for a in ready:  # restart names the incident's job when the cursor is on none
-            selected = self.restart_target() if a.name == "restart_job" else self.selected_job()
+            selected = self.actions.job_for(a)
             job = selected[1].name if selected is not None else None
             out += palette_entries([a], where, job=job, host=host)
         return out
+
+    # --- the keys that act on a machine (``actions``) -----------------------------------
+    def restart_target(self) -> tuple[HostMonitor, JobConfig] | None:
+        """What ``r`` restarts: the job under the cursor, else the incident's job."""
+        return self.actions.restart_target()
+
+    def restart_alert_job(self, monitor: HostMonitor, alert: Alert) -> None:
+        """``r`` in the alert history: restart the job of ``alert`` (else say why)."""
+        self.actions.restart_alert_job(monitor, alert)
+
+    def action_restart_job(self) -> None:
+        self.actions.restart_job()
+
+    def action_stop_job(self) -> None:
+        self.actions.open_job_action("stop")
+
+    def action_start_job(self) -> None:
+        self.actions.open_job_action("start")
+
+    def action_kill_process(self) -> None:
+        self.actions.kill_process()
+
+    def action_doctor(self) -> None:
+        self.actions.doctor()
+
+    def action_swap_torch(self) -> None:
+        self.actions.swap_torch()
+
+    # --- alerts (``alerts``) and the replay (``replay_controls``) -----------------------
+    def action_alerts(self) -> None:
+        self.alerts.open_history()
+
+    def action_replay_step(self) -> None:
+        if self.replay_controls is not None:
+            self.replay_controls.step()
+
+    def action_replay_next_alert(self) -> None:
+        if self.replay_controls is not None:
+            self.replay_controls.jump(forward=True)
+
+    def action_replay_previous_alert(self) -> None:
+        if self.replay_controls is not None:
+            self.replay_controls.jump(forward=False)
+
+    def action_replay_faster(self) -> None:
+        if self.replay_controls is not None:
+            self.replay_controls.speed(faster=True)
+
+    def action_replay_slower(self) -> None:
+        if self.replay_controls is not None:
+            self.replay_controls.speed(faster=False)
 
     # --- the view keys -------------------------------------------------------------------
     def detail_window(self, target: DetailTarget) -> float:
@@ -301,7 +515,7 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         remember_window(seconds)
 
     def action_open_detail(self) -> None:
-        target = self._cursor_target()
+        target = self.cursor_model.target()
         if target is None or self.app.screen is not self:
             return
         detail = DashboardDetailScreen(self, target)
@@ -313,8 +527,8 @@ class DashboardScreen(ActionsMixin, AlertsMixin, ReplayMixin, CursorMixin):
         self.call_after_refresh(self.refresh_dashboard)
 
     def action_toggle_pause(self) -> None:
-        if self.replay is not None:
-            self.toggle_replay_pause(self.replay)
+        if self.replay_controls is not None:
+            self.replay_controls.toggle_pause()
             return
         self.paused = not self.paused
         self.refresh_dashboard()

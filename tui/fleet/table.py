@@ -21,7 +21,7 @@ from gpumon.backends.fleet.model import NodeRow
 from gpumon.tui.fleet.cells import columns_for, fit, row_cells
 from gpumon.tui.views import Palette
 from gpumon.tui.views.gpu_cells import Role
-from gpumon.tui.widgets.sparkline import spark_rows
+from gpumon.tui.views.sparkline import spark_rows
 
 
 def header_text(width: int) -> str:

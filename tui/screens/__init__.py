@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from .detail import DetailScreen, DetailTarget
     from .doctor import DoctorScreen
     from .help import HelpScreen, help_rows, key_text
-    from .restart import RestartScreen
+    from .job_action import JobActionScreen
     from .swap import SwapScreen
 
 __all__ = [
@@ -20,7 +20,7 @@ __all__ = [
     "DetailTarget",
     "DoctorScreen",
     "HelpScreen",
-    "RestartScreen",
+    "JobActionScreen",
     "SwapScreen",
     "help_rows",
     "key_text",
@@ -37,7 +37,7 @@ if not TYPE_CHECKING:
             "DetailTarget": "detail",
             "DoctorScreen": "doctor",
             "HelpScreen": "help",
-            "RestartScreen": "restart",
+            "JobActionScreen": "job_action",
             "SwapScreen": "swap",
             "help_rows": "help",
             "key_text": "help",

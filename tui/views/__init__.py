@@ -40,7 +40,9 @@ if TYPE_CHECKING:
         temperature_role,
     )
     from .host_cells import host_load_parts, host_load_text
+    from .layout import HostNeeds, plan_layout
     from .palette import Palette, rgb
+    from .sparkline import bin_series, spark_rows, spark_string
     from .workload_cells import (
         gpu_list_text,
         gpu_owners,
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
         rate_text,
         sglang_cells,
     )
-    from .workload_views import jobs_view, limit_servers, sglang_view
+    from .workload_views import PaneRow, PaneView, jobs_view, limit_servers, sglang_view
 
 __all__ = [
     "NA",
@@ -59,12 +61,16 @@ __all__ = [
     "GpuCells",
     "HeaderInput",
     "HeaderPart",
+    "HostNeeds",
     "Palette",
+    "PaneRow",
+    "PaneView",
     "Role",
     "alert_count",
     "alert_message",
     "alert_title",
     "alert_where",
+    "bin_series",
     "clock_time",
     "duration",
     "fit_parts",
@@ -85,6 +91,7 @@ __all__ = [
     "memory_role",
     "model_short",
     "percent",
+    "plan_layout",
     "power_cell",
     "process_name",
     "process_summary",
@@ -93,6 +100,8 @@ __all__ = [
     "sglang_cells",
     "sglang_view",
     "short_name",
+    "spark_rows",
+    "spark_string",
     "strip_alert",
     "temperature_role",
 ]
@@ -107,14 +116,18 @@ if not TYPE_CHECKING:
             "GpuCells": "gpu_cells",
             "HeaderInput": "gpu_cells",
             "HeaderPart": "gpu_cells",
+            "HostNeeds": "layout",
             "NA": "gpu_cells",
             "Palette": "palette",
+            "PaneRow": "workload_views",
+            "PaneView": "workload_views",
             "Role": "gpu_cells",
             "SEVERITY_GLYPH": "alert_cells",
             "alert_count": "alert_cells",
             "alert_message": "alert_cells",
             "alert_title": "alert_cells",
             "alert_where": "alert_cells",
+            "bin_series": "sparkline",
             "clock_time": "alert_cells",
             "duration": "gpu_cells",
             "fit_parts": "gpu_cells",
@@ -135,6 +148,7 @@ if not TYPE_CHECKING:
             "memory_role": "gpu_cells",
             "model_short": "workload_cells",
             "percent": "gpu_cells",
+            "plan_layout": "layout",
             "power_cell": "gpu_cells",
             "process_name": "gpu_cells",
             "process_summary": "gpu_cells",
@@ -143,6 +157,8 @@ if not TYPE_CHECKING:
             "sglang_cells": "workload_cells",
             "sglang_view": "workload_views",
             "short_name": "gpu_cells",
+            "spark_rows": "sparkline",
+            "spark_string": "sparkline",
             "strip_alert": "alert_cells",
             "temperature_role": "gpu_cells",
         },

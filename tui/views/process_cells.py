@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample, ProcessSource
-from gpumon.backends.monitor.processes import (
+from gpumon.backends.parsers.processes import (
     container_label,
     foreign,
     holder_text,

@@ -4,17 +4,46 @@ order, with which sparkline. The panes (``widgets/workload_panes.py``) only draw
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gpumon.backends.workloads import JobTracker, SglangTracker, sglang_totals
+from gpumon.tui.views.gpu_cells import Cell
 from gpumon.tui.views.palette import Palette
+from gpumon.tui.views.sparkline import bin_series
 from gpumon.tui.views.workload_cells import (
     common_model,
     job_cells,
     sglang_cells,
     sglang_total_cells,
 )
-from gpumon.tui.widgets import PaneRow, PaneView, bin_series
+
+
+@dataclass(frozen=True, slots=True)
+class PaneRow:
+    """One line: cells by column key, a sparkline (oldest first) and its top value.
+    ``error`` replaces the cells after ``state`` (a server that is down says why)."""
+
+    key: str
+    cells: tuple[tuple[str, Cell], ...]
+    spark: tuple[float | None, ...] = ()
+    spark_max: float = 0.0
+    error: Cell | None = None
+    bold: bool = False
+
+    def cell(self, key: str) -> Cell | None:
+        return next((c for k, c in self.cells if k == key), None)
+
+
+@dataclass(frozen=True, slots=True)
+class PaneView:
+    label: str  # in the first column of the title line: "SGLang", "jobs"
+    spark_title: str  # "tok/s history · Qwen3-8B"
+    rows: tuple[PaneRow, ...]
+    palette: Palette
+    cursor: int | None = None  # row index under the cursor
+    stale: bool = False  # the host's data is stale: every number is dimmed
+    # (column key, text): added to the sparkline's title when that column is left out
+    notes: tuple[tuple[str, str], ...] = ()
 
 
 def history_bins(

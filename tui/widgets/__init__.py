@@ -21,13 +21,10 @@ if TYPE_CHECKING:
     )
     from .host_section import HostSection, ViewContext
     from .plot import PlotSpec, PlotWidget, build_plot, plotext, series, window_ticks
-    from .sparkline import bin_series, spark_rows, spark_string
     from .view_widget import ViewWidget
     from .workload_panes import (
         JOB_COLUMNS,
         SGLANG_COLUMNS,
-        PaneRow,
-        PaneView,
         WorkloadPane,
         fit_columns,
         render_pane,
@@ -39,8 +36,6 @@ __all__ = [
     "AlertStrip",
     "GpuRows",
     "HostSection",
-    "PaneRow",
-    "PaneView",
     "PlotSpec",
     "PlotWidget",
     "RowLayout",
@@ -52,7 +47,6 @@ __all__ = [
     "ViewWidget",
     "WorkloadPane",
     "bar_text",
-    "bin_series",
     "build_plot",
     "fit_columns",
     "full_in_text",
@@ -62,8 +56,6 @@ __all__ = [
     "render_strip",
     "row_layout",
     "series",
-    "spark_rows",
-    "spark_string",
     "window_ticks",
 ]
 
@@ -79,8 +71,6 @@ if not TYPE_CHECKING:
             "RowsView": "gpu_row",
             "HostSection": "host_section",
             "JOB_COLUMNS": "workload_panes",
-            "PaneRow": "workload_panes",
-            "PaneView": "workload_panes",
             "PlotSpec": "plot",
             "PlotWidget": "plot",
             "RowLayout": "gpu_row",
@@ -91,7 +81,6 @@ if not TYPE_CHECKING:
             "ViewWidget": "view_widget",
             "WorkloadPane": "workload_panes",
             "bar_text": "gpu_row",
-            "bin_series": "sparkline",
             "build_plot": "plot",
             "fit_columns": "workload_panes",
             "full_in_text": "gpu_row",
@@ -101,8 +90,6 @@ if not TYPE_CHECKING:
             "render_strip": "alert_strip",
             "row_layout": "gpu_row",
             "series": "plot",
-            "spark_rows": "sparkline",
-            "spark_string": "sparkline",
             "window_ticks": "plot",
         },
     )

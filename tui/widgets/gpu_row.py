@@ -25,7 +25,7 @@ from gpumon.backends.model import Health
 from gpumon.tui.views import Cell, GpuCells, Palette, Role, memory_role
 from gpumon.tui.views.palette import CURSOR_ALPHA
 from gpumon.tui.views.process_cells import ProcessLine
-from gpumon.tui.widgets.sparkline import spark_parts
+from gpumon.tui.views.sparkline import spark_parts
 from gpumon.tui.widgets.text_line import Line
 from gpumon.tui.widgets.view_widget import ViewWidget
 

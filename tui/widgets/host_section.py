@@ -19,7 +19,6 @@ from textual.widgets import Static
 
 from gpumon.backends.model import ConnState, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
-from gpumon.tui.dashboard import HostNeeds
 from gpumon.tui.views import (
     Palette,
     alert_count,
@@ -40,7 +39,10 @@ from gpumon.tui.views.gpu_cells import (
     process_summary,
     reported_details,
 )
+from gpumon.tui.views.layout import HostNeeds
 from gpumon.tui.views.process_cells import ProcessKey, memory_flag, process_key, process_lines
+from gpumon.tui.views.sparkline import BinnedSeries, column_span
+from gpumon.tui.views.workload_views import PaneView
 from gpumon.tui.widgets.gpu_row import (
     MEM_W,
     NAME_W,
@@ -57,9 +59,8 @@ from gpumon.tui.widgets.gpu_row import (
 )
 from gpumon.tui.widgets.gpu_row import row_layout as _row_layout
 from gpumon.tui.widgets.host_header import HeaderView, HostHeader
-from gpumon.tui.widgets.sparkline import BinnedSeries, column_span
 from gpumon.tui.widgets.view_widget import TextWidget, ViewWidget
-from gpumon.tui.widgets.workload_panes import JobsPane, PaneView, SglangPane
+from gpumon.tui.widgets.workload_panes import JobsPane, SglangPane
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,17 @@ class HostSection(Vertical):
         # A replay that ended is not: its last sample is what the recording holds.
         down = m.status.state != ConnState.CONNECTED and ctx.replay is None
         stale = shown is not None and (m.is_stale(ctx.now) or down)
+        self._refresh_header(ctx, stale)
+        shown_rows = self.gpu_rows.view
+        if not rows and stale == self._stale and shown_rows is not None and shown_rows.rows:
+            return
+        self._stale = stale
+        self._refresh_rows(ctx, stale)
+        self._refresh_panes(ctx, stale)
+
+    def _refresh_header(self, ctx: ViewContext, stale: bool) -> None:
+        """The header (connection, data age, alert count) and, with room, the host line."""
+        m, shown = self.monitor, self.shown
         active = m.alerts.active()
         count = alert_count(active)
         stale_alert = next((a.severity for a in active if a.kind == "stale_data"), None)
@@ -232,15 +244,15 @@ class HostSection(Vertical):
         if load is not None:
             # one line, always: no layout pass, and only the cells that changed repainted
             self.host_line.show(host_load_text(load, ctx.palette, stale=stale))
-        shown_rows = self.gpu_rows.view
-        if not rows and stale == self._stale and shown_rows is not None and shown_rows.rows:
-            return
-        self._stale = stale
+
+    def _refresh_rows(self, ctx: ViewContext, stale: bool) -> None:
+        """The column titles and a row view per GPU of the shown sample (before the first
+        sample, a waiting line instead)."""
+        m, shown = self.monitor, self.shown
         if shown is None:
             self.titles.display = False
             self.waiting.display = True
             self.waiting.update(Text(f"  waiting for the first sample from {m.name}…", "italic"))
-            self._refresh_panes(ctx, stale)
             return
         self.titles.display = True
         self.waiting.display = False
@@ -249,49 +261,60 @@ class HostSection(Vertical):
         span = column_span(m.interval)
         self.titles.show(TitlesView(ctx.spark_memory, ctx.palette, bool(owners), span))
         count_spark = _row_layout(self.size.width or self.app.size.width).spark
-        in_container = m.host.container is not None
         reported = reported_details(shown.gpus)  # what this host never reports stays out
-        views: list[RowView] = []
-        for pos, gpu in enumerate(shown.gpus):
-            spark = self._spark(gpu, shown, ctx.spark_memory, count_spark)
-            total = gpu.memory_total_mib
-            expanded = gpu.index in ctx.expanded
-            lines = tuple(process_lines(shown, gpu, m.host.container)) if expanded else ()
-            selected = None
-            if pos == ctx.cursor and ctx.process_cursor is not None:
-                keys = [process_key(line.process) for line in lines]
-                # gone from this sample: the cursor is back on the GPU row
-                selected = keys.index(ctx.process_cursor) if ctx.process_cursor in keys else None
-            views.append(
-                RowView(
-                    cells=gpu_cells(gpu, self._memory.get(gpu.index), reported=reported),
-                    spark=spark,
-                    spark_max=(float(total or 0) if ctx.spark_memory else 100.0),
-                    spark_is_memory=ctx.spark_memory,
-                    stale=stale,
-                    cursor=pos == ctx.cursor and selected is None,
-                    height=ctx.row_height,
-                    processes=(
-                        process_summary(shown, gpu, in_container)
-                        if ctx.row_height >= 3
-                        else _NO_PROCESSES
-                    ),
-                    palette=ctx.palette,
-                    memory_rules=m.alerts.rules,
-                    owner=owners.get(gpu.index),
-                    owners=bool(owners),
-                    full_in=self._full_in.get(gpu.index),
-                    flag=memory_flag(shown, gpu, m.host.container),
-                    expanded=expanded,
-                    process_lines=lines,
-                    selected_line=selected,
-                )
-            )
+        views = [
+            self._row_view(ctx, shown, pos, gpu, stale, owners, reported, count_spark)
+            for pos, gpu in enumerate(shown.gpus)
+        ]
         hover = self.gpu_rows.view.hover if self.gpu_rows.view is not None else None
         self.gpu_rows.show(
             RowsView(tuple(views), hover if hover is None or hover < len(views) else None)
         )
-        self._refresh_panes(ctx, stale)
+
+    def _row_view(
+        self,
+        ctx: ViewContext,
+        shown: HostSample,
+        pos: int,
+        gpu: GpuSample,
+        stale: bool,
+        owners: dict[int, Cell],
+        reported: frozenset[str],
+        count_spark: int,
+    ) -> RowView:
+        """The view of GPU row ``pos`` (``gpu`` of ``shown``)."""
+        m = self.monitor
+        spark = self._spark(gpu, shown, ctx.spark_memory, count_spark)
+        total = gpu.memory_total_mib
+        expanded = gpu.index in ctx.expanded
+        lines = tuple(process_lines(shown, gpu, m.host.container)) if expanded else ()
+        selected = None
+        if pos == ctx.cursor and ctx.process_cursor is not None:
+            keys = [process_key(line.process) for line in lines]
+            # gone from this sample: the cursor is back on the GPU row
+            selected = keys.index(ctx.process_cursor) if ctx.process_cursor in keys else None
+        in_container = m.host.container is not None
+        return RowView(
+            cells=gpu_cells(gpu, self._memory.get(gpu.index), reported=reported),
+            spark=spark,
+            spark_max=(float(total or 0) if ctx.spark_memory else 100.0),
+            spark_is_memory=ctx.spark_memory,
+            stale=stale,
+            cursor=pos == ctx.cursor and selected is None,
+            height=ctx.row_height,
+            processes=(
+                process_summary(shown, gpu, in_container) if ctx.row_height >= 3 else _NO_PROCESSES
+            ),
+            palette=ctx.palette,
+            memory_rules=m.alerts.rules,
+            owner=owners.get(gpu.index),
+            owners=bool(owners),
+            full_in=self._full_in.get(gpu.index),
+            flag=memory_flag(shown, gpu, m.host.container),
+            expanded=expanded,
+            process_lines=lines,
+            selected_line=selected,
+        )
 
     def _memory_levels(self, sample: HostSample | None) -> dict[int, Health | None]:
         """GPU -> memory level of ``sample`` from the host's alert engine, so a row is

@@ -20,7 +20,7 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from gpumon.tui.widgets.sparkline import bin_series
+from gpumon.tui.views.sparkline import bin_series
 
 RGB = tuple[int, int, int]
 _BACKGROUND_SGR = re.compile(r"\x1b\[48;[0-9;]*m")

@@ -18,7 +18,8 @@ from textual.events import Click
 from textual.message import Message
 
 from gpumon.tui.views import Cell, Palette, Role
-from gpumon.tui.widgets.sparkline import spark_rows
+from gpumon.tui.views.sparkline import spark_rows
+from gpumon.tui.views.workload_views import PaneRow, PaneView
 from gpumon.tui.widgets.text_line import Line
 from gpumon.tui.widgets.view_widget import ViewWidget
 
@@ -60,34 +61,6 @@ JOB_COLUMNS: tuple[Column, ...] = (
     Column("loss", "loss", 4, 7, 60),
     Column("ETA", "ETA", 3, 6, 85),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PaneRow:
-    """One line: cells by column key, a sparkline (oldest first) and its top value.
-    ``error`` replaces the cells after ``state`` (a server that is down says why)."""
-
-    key: str
-    cells: tuple[tuple[str, Cell], ...]
-    spark: tuple[float | None, ...] = ()
-    spark_max: float = 0.0
-    error: Cell | None = None
-    bold: bool = False
-
-    def cell(self, key: str) -> Cell | None:
-        return next((c for k, c in self.cells if k == key), None)
-
-
-@dataclass(frozen=True, slots=True)
-class PaneView:
-    label: str  # in the first column of the title line: "SGLang", "jobs"
-    spark_title: str  # "tok/s history · Qwen3-8B"
-    rows: tuple[PaneRow, ...]
-    palette: Palette
-    cursor: int | None = None  # row index under the cursor
-    stale: bool = False  # the host's data is stale: every number is dimmed
-    # (column key, text): added to the sparkline's title when that column is left out
-    notes: tuple[tuple[str, str], ...] = ()
 
 
 def fit_columns(

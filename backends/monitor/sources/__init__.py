@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from .base import AGENT, DIRECT_SMI, REPLAY, Capabilities, Sink, Source
     from .connection import TransportSource, backoff_delay
     from .direct import DirectSmiSource
-    from .replay import SPEEDS, ReplaySource, replay_monitor
+    from .replay import SPEEDS, ReplaySource
 
 __all__ = [
     "AGENT",
@@ -26,7 +26,6 @@ __all__ = [
     "Source",
     "TransportSource",
     "backoff_delay",
-    "replay_monitor",
 ]
 
 # Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
@@ -47,6 +46,5 @@ if not TYPE_CHECKING:
             "Source": "base",
             "TransportSource": "connection",
             "backoff_delay": "connection",
-            "replay_monitor": "replay",
         },
     )

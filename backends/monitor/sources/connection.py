@@ -16,6 +16,7 @@ import contextlib
 import random
 from collections.abc import Sequence
 
+from gpumon.backends.backoff import backoff_s
 from gpumon.backends.model import ConnState
 from gpumon.backends.transport.base import ProcessStream, Transport, TransportError
 
@@ -30,7 +31,7 @@ PROBE_S = 1.0  # one TCP connect a second while a machine is down: cheap, and fa
 
 def backoff_delay(attempt: int, rng: random.Random) -> float:
     """Capped exponential backoff with jitter: attempt 1 -> ~1 s, doubling, at most 30 s."""
-    base: float = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2.0 ** max(attempt - 1, 0))
+    base = backoff_s(attempt - 1, first=BACKOFF_FIRST_S, cap=BACKOFF_CAP_S)
     return base * rng.uniform(0.5, 1.0)
 
 

@@ -1,7 +1,7 @@
 """``ReplaySource``: a flight recording played into a monitor, as it happened.
 
     source = ReplaySource.from_file(path)
-    monitor = replay_monitor(source)       # a HostMonitor on the recording's clock
+    monitor = replay_monitor(source)       # monitor.compose: a HostMonitor on its clock
     source.set_paused(True); source.step(); source.faster()
 
 The samples go through the monitor the dashboard watches live, so histories, alerts and
@@ -30,10 +30,9 @@ from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import ConnState, Health
 from gpumon.backends.recording.recorder import Recording, load_recording
 
-from ..state import HostMonitor
 from .base import REPLAY, Capabilities, Sink, Source
 
-__all__ = ["SPEEDS", "ReplaySource", "replay_monitor"]
+__all__ = ["SPEEDS", "ReplaySource"]
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 SAMPLE_KINDS = CONDITION_KINDS | {"oom_death"}  # what the samples raise again by themselves
@@ -216,15 +215,6 @@ class ReplaySource(Source):
             )
         except (KeyError, ValueError, TypeError):
             pass  # a malformed alert line in the recording is skipped, like the loader does
-
-
-def replay_monitor(source: ReplaySource) -> HostMonitor:
-    """The monitor a replay plays into (not started), on the recording's clock; replaying
-    an incident does not record it again."""
-    monitor = HostMonitor(source.host, source, clock=source.clock, record=False)
-    source.bind(monitor)
-    source.on_rewind = monitor.clear_state
-    return monitor
 
 
 def _epoch(alert: dict[str, Any]) -> float | None:

@@ -1,12 +1,12 @@
 """The restart / stop / start dialog of a job: the plan to confirm, then the run's progress.
 
-Opened by ``ActionsMixin`` (``r`` / ``s`` / ``S``). First it reads the job on the target
-(``make_plan``) and shows exactly what will happen: state, last alert, an input per
-parameter (an edit re-renders the plan; a bad value shows its ParamError in place), the
-commands and PIDs. ``y`` or the Confirm button starts the run through ``start_run`` (the
-app's: one run per job, in the shared registry) and the dialog becomes the run's progress
-view; ``c`` cancels until the start step (after that the refusal says why), Esc closes
-the view and the run goes on (``r`` again shows it).
+Opened by the dashboard's ``JobActions`` (``r`` / ``s`` / ``S``). First it reads the job
+on the target (``make_plan``) and shows exactly what will happen: state, last alert, an
+input per parameter (an edit re-renders the plan; a bad value shows its ParamError in
+place), the commands and PIDs. ``y`` or the Confirm button starts the run through
+``start_run`` (the app's: one run per job, in the shared registry) and the dialog becomes
+the run's progress view; ``c`` cancels until the start step (after that the refusal says
+why), Esc closes the view and the run goes on (``r`` again shows it).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from gpumon.backends.actions import (
     Action,
     ActionPlan,
     JobError,
+    JobRun,
     JobTarget,
     Outcome,
     ParamError,
-    RestartRun,
     Step,
     format_value,
     make_plan,
@@ -41,7 +41,7 @@ from gpumon.backends.transport import TransportError
 from gpumon.tui.screens.dialog import Dialog, level_style, outcome_line
 from gpumon.tui.views import Palette, Role
 
-StartRun = Callable[[ActionPlan], RestartRun]
+StartRun = Callable[[ActionPlan], JobRun]
 LABEL_COLUMN = 14  # "  last alert: ": the widest label, then the texts wrap under themselves
 MARKS = {"done": "✓", "running": "▶", "failed": "✗", "cancelled": "■", "pending": "·"}
 ROLES = {
@@ -97,7 +97,7 @@ def plan_view(plan: ActionPlan, pal: Palette) -> Group:
     return Group(Text(plan.title, Style(bold=True)), grid)
 
 
-class RestartScreen(Dialog):
+class JobActionScreen(Dialog):
     """Confirm a job action, then follow its run. ``run`` given: the progress view of a
     run already going (a second ``r``)."""
 
@@ -128,13 +128,13 @@ class RestartScreen(Dialog):
         start_run: StartRun,
         state: str | None = None,
         last_alert: str | None = None,
-        run: RestartRun | None = None,
+        run: JobRun | None = None,
     ) -> None:
         super().__init__()
         self.target, self.job, self.action = target, job, action
         self.start_run = start_run
         self.state, self.last_alert = state, last_alert
-        self.run: RestartRun | None = run
+        self.run: JobRun | None = run
         self.plan: ActionPlan | None = None  # the plan on show (with the edited params)
         self._base_plan: ActionPlan | None = None
         self.problem: str | None = None  # why the plan cannot be confirmed as edited
@@ -287,12 +287,12 @@ class RestartScreen(Dialog):
         return True
 
     async def _audit_refusal(self, plan: ActionPlan) -> None:
-        outcome = await RestartRun(plan, self.target).wait()  # recorded as "refused"
+        outcome = await JobRun(plan, self.target).wait()  # recorded as "refused"
         if outcome.audit_error is not None:
             self.audit_not_written(outcome.audit_error)
 
     # --- progress -----------------------------------------------------------------------
-    def _follow(self, run: RestartRun) -> None:
+    def _follow(self, run: JobRun) -> None:
         self.run = run
         self.query_one("#restart-box").add_class("-running")
         self.show("error", "")
