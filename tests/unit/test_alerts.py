@@ -420,19 +420,29 @@ def test_kernel_xids_map_to_gpus_and_skip_informational_ones() -> None:
     assert new == heard
     got = [(a.gpu, a.severity, a.message.split(":")[0]) for a in new]
     assert got == [
-        (0, Health.WARNING, "Xid 13 on GPU 0 (PCI 0000"),  # two Xid 13 lines: one alert
-        (5, Health.WARNING, "Xid 31 on GPU 5 (PCI 0000"),
-        (2, Health.CRITICAL, "Xid 48 on GPU 2 (PCI 0000"),
-        (2, Health.CRITICAL, "Xid 171 on GPU 2 (PCI 0000"),
-        (2, Health.WARNING, "Xid 63 on GPU 2 (PCI 0000"),
-        (2, Health.CRITICAL, "Xid 154 on GPU 2 (PCI 0000"),
-        (3, Health.WARNING, "Xid 94 on GPU 3 (PCI 0000"),
-        (7, Health.CRITICAL, "Xid 119 on GPU 7 (PCI 0000"),
-        (7, Health.CRITICAL, "Xid 154 on GPU 7 (PCI 0000"),
-        (4, Health.CRITICAL, "Xid 79 on GPU 4 (PCI 0000"),
-        (4, Health.CRITICAL, "Xid 154 on GPU 4 (PCI 0000"),
+        (0, Health.WARNING, "Xid 13 on GPU 0"),  # two Xid 13 lines: one alert
+        (5, Health.WARNING, "Xid 31 on GPU 5"),
+        (2, Health.CRITICAL, "Xid 48 on GPU 2"),
+        (2, Health.CRITICAL, "Xid 171 on GPU 2"),
+        (2, Health.WARNING, "Xid 63 on GPU 2"),
+        (2, Health.CRITICAL, "Xid 154 on GPU 2"),
+        (3, Health.WARNING, "Xid 94 on GPU 3"),
+        (7, Health.CRITICAL, "Xid 119 on GPU 7"),
+        (7, Health.CRITICAL, "Xid 154 on GPU 7"),
+        (4, Health.CRITICAL, "Xid 79 on GPU 4"),
+        (4, Health.CRITICAL, "Xid 154 on GPU 4"),
     ]
-    assert "(pid 2419020 sglang::schedul)" in new[1].message
+    assert "pid 2419020 sglang::schedul)" in new[1].message
+    # The table's meaning and NVIDIA's action, said once (not "GPU has fallen off the bus:
+    # GPU has fallen off the bus."); the driver's words only where they add something.
+    assert (
+        new[9].message == "Xid 79 on GPU 4: fallen off the bus — reboot the node (PCI 0000:9a:00)"
+    )
+    assert new[10].message.endswith(
+        "GPU recovery action changed — reboot the node (PCI 0000:9a:00)"
+    )
+    assert new[1].message.startswith("Xid 31 on GPU 5: GPU memory page fault — restart the app")
+    assert "[Ch 00000010, intr 00000000. MMU Fault: ENGINE GRAPHICS" in new[1].message
     assert engine.on_kernel_lines(lines) == []  # dmesg re-read after a reconnect: no repeats
 
 

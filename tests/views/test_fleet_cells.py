@@ -45,7 +45,7 @@ def test_a_full_row() -> None:
         "remap": "-",
         "alerts": "2",
         "age": "1m15s",
-        "problem": "Xid 79 on 1 GPU in the last 15 min (+1)",
+        "problem": "Xid 79 on 1 GPU in the last 15 min: fallen off the bus — reboot the node (+1)",
     }
     assert cells["fullest"].role == Role.CRITICAL and cells["temp"].role == Role.CRITICAL
     assert cells["xid"].role == Role.CRITICAL and cells["alerts"].role == Role.WARNING
