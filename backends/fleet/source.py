@@ -27,6 +27,7 @@ from gpumon.backends.fleet.prom import (
     finite,
 )
 from gpumon.backends.fleet.queries import SPARK_WINDOW_S, FleetQueries
+from gpumon.backends.parsers.xid import worst_xid
 
 SPARK_COLUMNS = 20
 MIN_STEP_S = 15.0
@@ -70,6 +71,21 @@ class GpuLine:
 
 def _by_node(series: list[Series]) -> dict[str, float | None]:
     return {s.labels["node"]: finite(s.value) for s in series if s.labels.get("node")}
+
+
+def _xid_code(s: Series) -> int | None:
+    text = s.labels.get("xid", "")
+    return int(float(text)) if text.replace(".", "", 1).isdigit() else None
+
+
+def _xid_gpus(
+    col: Mapping[str, Mapping[str, float | None]], results: Mapping[str, list[Series]], node: str
+) -> int | None:
+    """GPUs with an Xid in the window: 0 when the query answered without this node (count
+    of nothing), None when it failed."""
+    if "xid_gpus" not in results:
+        return None
+    return _int(col["xid_gpus"].get(node)) or 0
 
 
 def _int(v: float | None) -> int | None:
@@ -189,6 +205,11 @@ class FleetSource:
             host, sev = s.labels.get("host"), s.labels.get("severity", "")
             if host:
                 alerts[host][sev] = finite(s.value) or 0.0
+        xids: dict[str, dict[int, int]] = defaultdict(dict)  # node: {code: GPUs}
+        for s in results.get("xids", []):
+            node, code, gpus = s.labels.get("node"), _xid_code(s), finite(s.value)
+            if node and code and gpus:
+                xids[node][code] = int(gpus)
         spark: dict[str, dict[int, float | None]] = {}
         for s in results.get("spark", []):
             node = s.labels.get("node")
@@ -222,8 +243,9 @@ class FleetSource:
                 util_max=col["util_max"].get(node),
                 temp_max=col["temp_max"].get(node),
                 power_w=col["power"].get(node),
-                xid_last=_int(col["xid_last"].get(node)),
-                xid_gpus=_int(col["xid_gpus"].get(node)),
+                xid_last=(worst_xid(xids.get(node, {})) or 0) if "xids" in results else None,
+                xid_gpus=_xid_gpus(col, results, node),
+                xids=MappingProxyType(xids.get(node, {})),
                 remap_failures=_int(col["remap_failures"].get(node)),
                 idle_allocated=_int(col["idle_allocated"].get(node)),
                 alerts_critical=int(alerts.get(node, {}).get("critical", 0)),
@@ -250,8 +272,11 @@ class FleetSource:
             for k in ("UUID", "modelName"):
                 if k in s.labels:
                     info[gpu][k] = s.labels[k]
+        codes: dict[str, list[int]] = defaultdict(list)  # per GPU, the Xids of the window
         for s in xid_s:
-            by_gpu[s.labels.get("gpu", "?")]["XID"] = finite(s.value)
+            code = _xid_code(s)
+            if code:
+                codes[s.labels.get("gpu", "?")].append(code)
         for s in seen_s:
             by_gpu[s.labels.get("gpu", "?")]["SEEN"] = finite(s.value)
         out = []
@@ -268,7 +293,7 @@ class FleetSource:
                     util=v.get("GPU_UTIL"),
                     temp=v.get("GPU_TEMP"),
                     power_w=v.get("POWER_USAGE"),
-                    xid_last=_int(v.get("XID")),
+                    xid_last=worst_xid(codes.get(gpu, ())) or 0,
                     remap_failure=None if failure is None else failure > 0,
                     last_seen=v.get("SEEN"),
                 )
