@@ -212,6 +212,13 @@ async def test_an_xid_the_exporter_still_holds_is_not_recent_a_new_one_is(tmp_pa
                 "Xid 79 on 1 GPU in the last 15 min: fallen off the bus — reboot the node;"
                 " also Xid 13"
             )
+            assert source.last is not None
+            node = next(n for n in fleet_json(source.last)["nodes"] if n["node"] == "node-0002")
+            assert (node["xid_last_15m"], node["xid_gpus_15m"], node["xids_15m"]) == (
+                79,
+                1,
+                {"13": 1, "79": 1},
+            )
             gpus = {g.gpu: g.xid_last for g in await source.node_gpus("node-0002")}
             assert gpus["5"] == 79 and gpus["0"] == 0
             assert {g.xid_last for g in await source.node_gpus("node-0001")} == {0}  # held

@@ -393,6 +393,32 @@ def test_clear_by_prefix_for_the_restart_action() -> None:
     assert [a.key for a in engine.active()] == ["log:/logs/d.log.1:6"]
 
 
+def test_a_soft_watchdog_dump_warns_and_the_hard_timeout_after_it_is_critical() -> None:
+    engine, clock, heard = engine_with_log()
+    soft = "Scheduler watchdog timeout (self.watchdog_timeout=120.0, self.soft=True)"
+    hard = "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"
+    engine.on_log_lines("/s.log", [f"[2026-08-25 14:22:03 TP0] {soft}"], gpus=(5,))
+    (a,) = engine.active()
+    assert (a.kind, a.severity, a.gpu) == ("sglang_error", Health.WARNING, 5)
+    assert (
+        a.message
+        == "SGLang Scheduler TP0: SGLang watchdog dump (soft): the scheduler was stuck 120 s"
+    )
+    clock.t += 180
+    engine.on_log_lines(
+        "/s.log",
+        [
+            f"[2026-08-25 14:25:03 TP0] {hard}",
+            "[2026-08-25 14:25:08] SIGQUIT received. signum=None, frame=None. It usually means"
+            " one child failed.",
+        ],
+    )
+    (b,) = engine.active()  # the shutdown is the watchdog's, not a second alert
+    assert (b.kind, b.severity) == ("sglang_error", Health.CRITICAL)
+    assert b.message.endswith("the scheduler was stuck 300 s; the server is being killed (SIGQUIT)")
+    assert [x.severity for x in heard] == [Health.WARNING, Health.CRITICAL]
+
+
 def test_kv_cache_warnings_coalesce_and_expire() -> None:
     engine, clock, heard = engine_with_log()
     line = "[2026-08-25 14:22:03] KV cache pool is full. Retract requests. #retracted_reqs: 3"

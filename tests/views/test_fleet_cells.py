@@ -51,6 +51,17 @@ def test_a_full_row() -> None:
     assert cells["xid"].role == Role.CRITICAL and cells["alerts"].role == Role.WARNING
 
 
+def test_the_xid_cell_is_coloured_by_the_xid_table_not_by_the_row() -> None:
+    def xid_cell(code: int) -> tuple[str, Role]:
+        row = NodeRow("n", last_seen=NOW, xid_gpus=1, xid_last=code, remap_failures=1)
+        cell = row_cells(replace(row, problems=judge(row, NOW)), NOW)["xid"]
+        return cell.text, cell.role
+
+    assert xid_cell(13) == ("13", Role.WARNING)  # the row is critical (remap), the Xid not
+    assert xid_cell(79) == ("79", Role.CRITICAL)
+    assert xid_cell(45) == ("45", Role.MUTED)  # informational
+
+
 def test_nothing_reported_is_na_not_zero() -> None:
     cells = row_cells(NodeRow("n", current=False), NOW)
     for key in ("gpus", "memory", "fullest", "util", "temp", "power", "xid", "remap", "age"):
