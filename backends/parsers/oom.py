@@ -44,10 +44,12 @@ MAX_MESSAGE = 240
 
 # The same keywords as one regex, for the agent: in a flood of log lines it keeps the
 # lines matching this (plus the newest) so an OOM line is never among those dropped.
+# Literal alternatives only (the agent searches them as bytes): "atchdog timeout" is both
+# SGLang's "Watchdog timeout" (<= 0.5.6) and "Scheduler watchdog timeout" (0.5.7+).
 KEEP_PATTERN = (
     r"of memory|OutOfMemory|Traceback|enough memory|ALLOC_FAILED|OUT_OF_MEMORY|"
     r"cudaErrorMemory|KV cache pool|CUDA_VISIBLE_DEVICES|hit an exception|crashed with exit|"
-    r"sigquit|SIGQUIT|[Ww]atchdog timeout|Health check failed|Capture cuda graph|ChildFailedError"
+    r"sigquit|SIGQUIT|atchdog timeout|Health check failed|Capture cuda graph|ChildFailedError"
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from gpumon.backends.model import Health
 from gpumon.backends.parsers import (
+    KEEP_PATTERN,
     LogEvent,
     LogScanner,
     gpu_for_pci,
@@ -376,6 +378,7 @@ def test_the_hard_watchdog_of_every_version_is_critical_with_its_shutdown() -> N
     new = _Watchdog("Scheduler", 300, False).line()
     assert new == "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"
     for line in (old, new):
+        assert re.search(KEEP_PATTERN, line)  # the agent keeps it in a flood
         events = scan_text(
             "\n".join(
                 [
