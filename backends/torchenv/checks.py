@@ -168,9 +168,13 @@ def cuda12_choice(f: Facts, driver_cuda: str | None = None) -> tuple[str, str] |
         ]
         where = "the index offers"
     else:
-        series = series_of(installed or "") or ""
+        # The installed version, or (none installed) every release the table lists.
+        known = [installed] if installed else [r.torch for r in f.table.releases]
         served = [
-            (v, installed) for v in CUDA12_VARIANTS if installed and f.table.variant(series, v)
+            (v, ver)
+            for v in CUDA12_VARIANTS
+            for ver in known
+            if f.table.variant(series_of(ver) or "", v)
         ]
         where = "the built-in table knows"
     ceiling = version_key(driver_cuda) if driver_cuda else None

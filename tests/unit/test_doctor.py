@@ -638,6 +638,10 @@ def test_below_580_the_cuda12_fix_is_a_build_the_index_offers() -> None:
     ampere["index_cuda12"] = INDEX_CUDA12
     fix = by_name(ampere)["driver"].fix or ""
     assert fix.endswith("gpumon swap-torch ct200 cu126 --version 2.12.1")  # same version
+    missing = ct200()
+    missing["gpu"]["driver"] = "570.172.08"
+    _not_installed(missing)  # no index read: the newest release the table has for CUDA 12
+    assert by_name(missing)["torch"].fix == "gpumon swap-torch ct200 cu128 --version 2.11.0"
 
 
 def test_below_580_with_no_cuda12_build_for_the_gpu_the_fix_is_the_driver() -> None:
