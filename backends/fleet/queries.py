@@ -87,8 +87,9 @@ class FleetQueries:
 
     @property
     def xid_step_s(self) -> int:
-        """The Xid window's resolution: 30 steps (30 s for 15 min)."""
-        return max(1, self.xid_window_s // 30)
+        """The Xid window's resolution: 15 steps (60 s for 15 min; dcgm-exporter collects
+        every 30 s). Each step costs a pass over every GPU's Xid series (bench_fleet.py)."""
+        return max(1, self.xid_window_s // 15)
 
     def xid_codes(self) -> str:
         """Per GPU and code (label ``xid``), 1 when that Xid happened in the window."""
@@ -108,7 +109,6 @@ class FleetQueries:
         """Name -> expression for the instant queries of one refresh (all by node)."""
         m, agg = self.metric, self.agg
         used, util = m(FB_USED), m(GPU_UTIL)
-        gpu = ", ".join((*self.node_labels, "gpu"))
         w = self.idle_window_s
         # Held and idle over the whole window: a GPU with less history than the window
         # (its first sample inside the last tenth is missing) is not judged yet (0).
@@ -130,9 +130,9 @@ class FleetQueries:
             "util_max": agg("max", util),
             "temp_max": agg("max", m(GPU_TEMP)),
             "power": agg("sum", m(POWER)),
-            # GPUs per Xid code that happened in the window (label xid), and GPUs with any.
-            "xids": agg("count", self.xid_codes(), "xid"),
-            "xid_gpus": agg("count", f"max by ({gpu}) ({self.xid_codes()})"),
+            # Each GPU with an Xid in the window and its codes (label xid): only those GPUs
+            # come back; the source counts GPUs per code and GPUs with any.
+            "xids": agg("group", self.xid_codes(), "gpu", "xid"),
             "remap_failures": agg("sum", f"{m(ROW_REMAP_FAILURE)} > bool 0"),
             "idle_allocated": agg("sum", idle),
             "last_seen": agg("max", f"timestamp({used})"),

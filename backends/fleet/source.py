@@ -78,14 +78,13 @@ def _xid_code(s: Series) -> int | None:
     return int(float(text)) if text.replace(".", "", 1).isdigit() else None
 
 
-def _xid_gpus(
-    col: Mapping[str, Mapping[str, float | None]], results: Mapping[str, list[Series]], node: str
-) -> int | None:
-    """GPUs with an Xid in the window: 0 when the query answered without this node (count
-    of nothing), None when it failed."""
-    if "xid_gpus" not in results:
-        return None
-    return _int(col["xid_gpus"].get(node)) or 0
+def _gpus_per_code(gpus: Mapping[str, set[int]]) -> dict[int, int]:
+    """``{gpu: codes}`` -> ``{code: GPUs with it}``."""
+    out: dict[int, int] = defaultdict(int)
+    for codes in gpus.values():
+        for code in codes:
+            out[code] += 1
+    return dict(out)
 
 
 def _int(v: float | None) -> int | None:
@@ -205,11 +204,12 @@ class FleetSource:
             host, sev = s.labels.get("host"), s.labels.get("severity", "")
             if host:
                 alerts[host][sev] = finite(s.value) or 0.0
-        xids: dict[str, dict[int, int]] = defaultdict(dict)  # node: {code: GPUs}
+        xid_gpus: dict[str, dict[str, set[int]]] = defaultdict(dict)  # node: {gpu: codes}
         for s in results.get("xids", []):
-            node, code, gpus = s.labels.get("node"), _xid_code(s), finite(s.value)
-            if node and code and gpus:
-                xids[node][code] = int(gpus)
+            node, code = s.labels.get("node"), _xid_code(s)
+            if node and code:
+                xid_gpus[node].setdefault(s.labels.get("gpu", "?"), set()).add(code)
+        xids = {node: _gpus_per_code(gpus) for node, gpus in xid_gpus.items()}
         spark: dict[str, dict[int, float | None]] = {}
         for s in results.get("spark", []):
             node = s.labels.get("node")
@@ -244,7 +244,7 @@ class FleetSource:
                 temp_max=col["temp_max"].get(node),
                 power_w=col["power"].get(node),
                 xid_last=(worst_xid(xids.get(node, {})) or 0) if "xids" in results else None,
-                xid_gpus=_xid_gpus(col, results, node),
+                xid_gpus=len(xid_gpus.get(node, {})) if "xids" in results else None,
                 xids=MappingProxyType(xids.get(node, {})),
                 remap_failures=_int(col["remap_failures"].get(node)),
                 idle_allocated=_int(col["idle_allocated"].get(node)),

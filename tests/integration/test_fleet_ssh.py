@@ -22,7 +22,7 @@ from dcgm_exporter import TOTAL_MIB, FakeNode, fleet, serving
 from prom_fleet import FleetPrometheus
 from sshd_server import SshServer
 
-XID_WINDOW_S = 60  # the Xid column's window, shortened from 15 min (2 s steps)
+XID_WINDOW_S = 60  # the Xid column's window, shortened from 15 min (4 s steps)
 
 pytestmark = pytest.mark.integration
 

@@ -117,7 +117,7 @@ class FleetPrometheus:
 
     def wait_for_xid_history(self, gpus: int, window_s: int) -> None:
         """Waits until each of ``gpus`` GPUs has more than one step of the fleet's Xid
-        window (``window_s`` / 30) in its Xid gauge: an Xid is a change against the value
+        window (``window_s`` / 15) in its Xid gauge: an Xid is a change against the value
         a step before, so a GPU needs that history before a change can show."""
-        samples = max(1, window_s // 30) + 2  # at 1 s scrapes
+        samples = max(1, window_s // 15) + 2  # at 1 s scrapes
         self.wait_for(f"count_over_time(DCGM_FI_DEV_XID_ERRORS[1m]) >= {samples}", gpus)

@@ -37,7 +37,7 @@ from prom_fleet import PROMETHEUS, FleetPrometheus
 pytestmark = pytest.mark.system
 
 IDLE_WINDOW_S = 12  # the idle-but-allocated rule's window, shortened from 10 min
-XID_WINDOW_S = 120  # the Xid column's window, shortened from 15 min (4 s steps)
+XID_WINDOW_S = 120  # the Xid column's window, shortened from 15 min (8 s steps)
 
 
 @pytest.fixture(autouse=True)
