@@ -31,7 +31,7 @@ Kinds and how each one ends (``active`` becomes False):
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -92,6 +92,9 @@ class AlertEngine(AlertStore):
         super().__init__(host, clock)
         self.rules = rules
         self.container = container  # the watched Proxmox CT: others' processes are foreign
+        # Xid events raised (not repeats, not a backlog), per (GPU, code), for the exporter's
+        # counter: it only goes up, so a reset keeps it.
+        self.xid_counts: Counter[tuple[int | None, int]] = Counter()
         self._reset_rules_state()
 
     def reset(self) -> None:
@@ -478,7 +481,10 @@ class AlertEngine(AlertStore):
             if gpu is None and uuid is not None:
                 gpu = next((g.index for g in gpus if g.uuid == uuid), None)
             text = xid.describe(gpu)
-            return self._event(("xid", xid.pci, xid.xid), "xid", level, gpu, text, now, backlog)
+            alert = self._event(("xid", xid.pci, xid.xid), "xid", level, gpu, text, now, backlog)
+            if alert is not None and not backlog:
+                self.xid_counts[(gpu, xid.xid)] += 1
+            return alert
         memcg = parse_oom_memcg(line)
         if memcg is not None:
             self._memcg = memcg

@@ -3,8 +3,10 @@
 ``GpumonCollector(monitors)`` reads the monitors when Prometheus scrapes (nothing is
 copied between scrapes); ``OomCounter`` counts OOM alerts as they are raised (a counter
 must only go up, so it cannot be derived from the alert list, which forgets);
-``MetricsServer`` answers ``GET /metrics`` on the event loop, from its own registry (no
-process or Python metrics of gpumon itself mixed in).
+``gpumon_xid_events_total`` counts the kernel's Xid events per GPU and code, labelled
+with the Xid table's level and NVIDIA's action (``parsers/xid.py``, the table the alerts
+and the fleet use); ``MetricsServer`` answers ``GET /metrics`` on the event loop, from its
+own registry (no process or Python metrics of gpumon itself mixed in).
 
 Names follow the Prometheus conventions: the ``gpumon_`` prefix, base units (bytes,
 watts, celsius, seconds, ratios 0..1), ``_total`` for counters. A value the GPU did not
@@ -26,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpumon.backends.alerts.store import KINDS, Alert
+from gpumon.backends.parsers.xid import xid_action, xid_level
 
 if TYPE_CHECKING:
     from gpumon.backends.monitor.state import HostMonitor
@@ -61,7 +64,8 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpumon_sample_age_seconds": ("age of the newest GPU sample", ("host",)),
 }
 OOM_COUNTER = "gpumon_oom_events"  # exposed as gpumon_oom_events_total
-METRIC_NAMES = (*GAUGES, f"{OOM_COUNTER}_total")
+XID_COUNTER = "gpumon_xid_events"  # exposed as gpumon_xid_events_total
+METRIC_NAMES = (*GAUGES, f"{OOM_COUNTER}_total", f"{XID_COUNTER}_total")
 
 
 class OomCounter:
@@ -104,6 +108,12 @@ class GpumonCollector(Collector):
             for name, (text, labels) in GAUGES.items()
         }
 
+        xids = CounterMetricFamily(
+            XID_COUNTER,
+            "Xid events in the kernel log, with the Xid table's level and NVIDIA's action",
+            labels=["host", "gpu", "xid", "severity", "action"],
+        )
+
         def put(name: str, labels: list[str], value: float | None) -> None:
             if value is not None:  # not reported: left out, never 0
                 g[name].add_metric(labels, value)
@@ -135,6 +145,11 @@ class GpumonCollector(Collector):
                 put("gpumon_sglang_queued_requests", labels, srv.queued)
                 put("gpumon_sglang_kv_usage_ratio", labels, srv.token_usage)
                 put("gpumon_sglang_generation_tokens_per_second", labels, srv.gen_tokens_per_s)
+            for (gpu_index, code), n in sorted(m.alerts.xid_counts.items(), key=str):
+                level = xid_level(code)  # 154: by its message; the count keeps no message
+                severity = level.value if level is not None else "info"
+                action = xid_action(code) or ""
+                xids.add_metric([host, _gpu(gpu_index), str(code), severity, action], n)
             counts = Counter((a.severity.value, a.kind) for a in m.alerts.active())
             for severity in ("warning", "critical"):
                 for kind in KINDS:
@@ -148,6 +163,7 @@ class GpumonCollector(Collector):
             ooms.add_metric(list(key), count)
         yield from g.values()
         yield ooms
+        yield xids
 
 
 def registry_for(collector: GpumonCollector) -> CollectorRegistry:

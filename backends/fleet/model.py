@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gpumon.backends.fleet.queries import IDLE_MEMORY_MIB, IDLE_UTIL_PCT
+from gpumon.backends.model import Health
+from gpumon.backends.parsers.xid import xid_level, xid_summary
 
 STALE_AFTER_S = 180.0  # a last sample older than this is said (scrapes are 15-60 s apart)
 DCGM_COLLECT_S = 30  # dcgm-exporter's default collection interval (-c 30000)
-# Xid codes that mean the GPU needs a person now (NVIDIA's Xid catalogue): double-bit
-# ECC, row-remap events, NVLink, fallen off the bus, contained/uncontained ECC, GSP.
-CRITICAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 
 
 class Severity(enum.IntEnum):
@@ -53,8 +52,9 @@ class NodeRow:
     util_max: float | None = None
     temp_max: float | None = None
     power_w: float | None = None
-    xid_last: int | None = None  # the highest Xid code in the last 15 min (0: none)
+    xid_last: int | None = None  # the worst Xid (by the Xid table) of the last 15 min (0: none)
     xid_gpus: int | None = None  # GPUs with an Xid in the last 15 min
+    xids: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))  # code: GPUs
     remap_failures: int | None = None  # GPUs whose row remapping failed
     idle_allocated: int | None = None  # GPUs > 2 GiB held at < 5 % for 10 min
     alerts_critical: int = 0  # active gpumon alerts (gpumon watch's exporter)
@@ -101,10 +101,9 @@ def judge(row: NodeRow, now: float, stale_after: float = STALE_AFTER_S) -> tuple
         out.append(
             Problem("row-remap-failure", Severity.CRITICAL, f"row-remap failure on {_gpus(n)}")
         )
-    if row.xid_gpus and row.xid_last:
-        sev = Severity.CRITICAL if row.xid_last in CRITICAL_XIDS else Severity.WARNING
-        text = f"Xid {row.xid_last} on {_gpus(row.xid_gpus)} in the last 15 min"
-        out.append(Problem("xid", sev, text))
+    xid = _xid_problem(row)
+    if xid is not None:
+        out.append(xid)
     if row.alerts_critical:
         out.append(
             Problem("gpumon-alerts", Severity.CRITICAL, f"{row.alerts_critical} critical alert(s)")
@@ -121,6 +120,22 @@ def judge(row: NodeRow, now: float, stale_after: float = STALE_AFTER_S) -> tuple
         out.append(Problem("idle-allocated", Severity.WARNING, text))
     out.sort(key=lambda p: -p.severity)
     return tuple(out)
+
+
+def _xid_problem(row: NodeRow) -> Problem | None:
+    """The worst Xid of the window with the table's meaning and NVIDIA's action (the
+    others named after it); None when there was none or only informational ones."""
+    code = row.xid_last
+    level = xid_level(code) if row.xid_gpus and code else None
+    if code is None or level is None:
+        return None
+    sev = Severity.CRITICAL if level is Health.CRITICAL else Severity.WARNING
+    gpus = row.xids.get(code, row.xid_gpus or 1)
+    text = f"Xid {code} on {_gpus(gpus)} in the last 15 min: {xid_summary(code)}"
+    others = sorted(c for c in row.xids if c != code)
+    if others:
+        text += "; also Xid " + ", ".join(map(str, others))
+    return Problem("xid", sev, text)
 
 
 def _gpus(n: int) -> str:

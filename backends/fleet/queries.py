@@ -8,7 +8,13 @@ the first present one win.
 
 Metric names are dcgm-exporter's (``etc/default-counters.csv``): memory in MiB, power in
 W, utilisation in %, ``DCGM_FI_DEV_XID_ERRORS`` the code of the last Xid (a gauge),
-``DCGM_FI_DEV_ROW_REMAP_FAILURE`` 1 when row remapping failed. gpumon's own exporter
+``DCGM_FI_DEV_ROW_REMAP_FAILURE`` 1 when row remapping failed.
+
+The Xid gauge keeps the last code until the exporter restarts (dcgm-exporter issue #500),
+so "an Xid in the window" is a change of that value inside the window, never its mere
+presence; and since dcgm-exporter 3.3.6 the series carries ``err_code``/``err_msg`` labels,
+so a GPU whose Xid changed is two series: every Xid expression first takes one value per
+GPU (``max by (node labels, gpu)``) and counts GPUs, not series. gpumon's own exporter
 (``gpumon watch``) publishes ``gpumon_alerts_active{host,severity,kind}``.
 """
 
@@ -26,7 +32,7 @@ XID = "DCGM_FI_DEV_XID_ERRORS"
 ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 GPUMON_ALERTS = "gpumon_alerts_active"
 
-XID_WINDOW = "15m"
+XID_WINDOW_S = 900  # "an Xid in the last 15 min"
 IDLE_WINDOW_S = 600
 IDLE_MEMORY_MIB = 2048  # "allocated": more than 2 GiB held ...
 IDLE_UTIL_PCT = 5  # ... at under 5 % utilisation, for the whole window
@@ -47,6 +53,7 @@ class FleetQueries:
     selector: str = ""
     node_labels: tuple[str, ...] = ("Hostname", "hostname", "instance")
     idle_window_s: int = IDLE_WINDOW_S  # the rule's 10 min (tests shorten it)
+    xid_window_s: int = XID_WINDOW_S  # the Xid column's 15 min (tests shorten it)
 
     def metric(self, name: str) -> str:
         """``name`` with the fleet's selector: ``DCGM_FI_DEV_FB_USED{cluster="a"}``."""
@@ -68,6 +75,29 @@ class FleetQueries:
         then = "sum" if op == "count" else op
         return f"{then} by ({outer}) ({self.by_node(f'{op} by ({first}) ({inner})')})"
 
+    def _xid_new(self) -> str:
+        """Per GPU, the Xid code where it differs from the one a step before (and is not 0):
+        the moment an Xid happened. A GPU seen for the first time is not new: its first
+        value may be an Xid of last week that the exporter still holds."""
+        step = self.xid_step_s
+        by = ", ".join((*self.node_labels, "gpu"))
+        now = f"max by ({by}) ({self.metric(XID)})"
+        before = f"max by ({by}) ({self.metric(XID)} offset {step}s)"
+        return f"({now} != {before}) > 0"
+
+    @property
+    def xid_step_s(self) -> int:
+        """The Xid window's resolution: 15 steps (60 s for 15 min; dcgm-exporter collects
+        every 30 s). Each step costs a pass over every GPU's Xid series (bench_fleet.py)."""
+        return max(1, self.xid_window_s // 15)
+
+    def xid_codes(self) -> str:
+        """Per GPU and code (label ``xid``), 1 when that Xid happened in the window."""
+        w, step = self.xid_window_s, self.xid_step_s
+        by = ", ".join((*self.node_labels, "gpu"))
+        codes = f'count_values by ({by}) ("xid", {self._xid_new()})'
+        return f"max_over_time(({codes})[{w}s:{step}s])"
+
     def _total(self) -> str:
         """A node's memory: dcgm-exporter's total is used + free + reserved (summed per
         node first: 1,000 series to match, not 8,000); older exporters have no reserved."""
@@ -79,7 +109,6 @@ class FleetQueries:
         """Name -> expression for the instant queries of one refresh (all by node)."""
         m, agg = self.metric, self.agg
         used, util = m(FB_USED), m(GPU_UTIL)
-        xid_15m = f"max_over_time({m(XID)}[{XID_WINDOW}])"
         w = self.idle_window_s
         # Held and idle over the whole window: a GPU with less history than the window
         # (its first sample inside the last tenth is missing) is not judged yet (0).
@@ -101,8 +130,9 @@ class FleetQueries:
             "util_max": agg("max", util),
             "temp_max": agg("max", m(GPU_TEMP)),
             "power": agg("sum", m(POWER)),
-            "xid_last": agg("max", xid_15m),
-            "xid_gpus": agg("sum", f"{xid_15m} > bool 0"),
+            # Each GPU with an Xid in the window and its codes (label xid): only those GPUs
+            # come back; the source counts GPUs per code and GPUs with any.
+            "xids": agg("group", self.xid_codes(), "gpu", "xid"),
             "remap_failures": agg("sum", f"{m(ROW_REMAP_FAILURE)} > bool 0"),
             "idle_allocated": agg("sum", idle),
             "last_seen": agg("max", f"timestamp({used})"),
@@ -134,10 +164,9 @@ class FleetQueries:
         )
         sel = f",{self.selector}" if self.selector else ""
         now = f'{{__name__=~"DCGM_FI_DEV_({names})"{sel}}}'
-        xid = f"max_over_time({self.metric(XID)}[{XID_WINDOW}])"
         return {
             "now": self._only(self.by_node(now), node),
-            "xid": self._only(self.by_node(xid), node),
+            "xid": self._only(self.by_node(self.xid_codes()), node),  # per GPU and code
             "seen": self._only(self.by_node(f"timestamp({self.metric(FB_USED)})"), node),
         }
 

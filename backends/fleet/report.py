@@ -48,6 +48,7 @@ def node_json(row: NodeRow, now: float) -> dict[str, Any]:
         "power_w": _round(row.power_w),
         "xid_last_15m": row.xid_last,
         "xid_gpus_15m": row.xid_gpus,
+        "xids_15m": {str(code): gpus for code, gpus in sorted(row.xids.items())},
         "row_remap_failures": row.remap_failures,
         "idle_allocated_gpus": row.idle_allocated,
         "gpumon_alerts": {"critical": row.alerts_critical, "warning": row.alerts_warning},

@@ -27,6 +27,7 @@ from gpumon.backends.fleet.prom import (
     finite,
 )
 from gpumon.backends.fleet.queries import SPARK_WINDOW_S, FleetQueries
+from gpumon.backends.parsers.xid import worst_xid
 
 SPARK_COLUMNS = 20
 MIN_STEP_S = 15.0
@@ -70,6 +71,20 @@ class GpuLine:
 
 def _by_node(series: list[Series]) -> dict[str, float | None]:
     return {s.labels["node"]: finite(s.value) for s in series if s.labels.get("node")}
+
+
+def _xid_code(s: Series) -> int | None:
+    text = s.labels.get("xid", "")
+    return int(float(text)) if text.replace(".", "", 1).isdigit() else None
+
+
+def _gpus_per_code(gpus: Mapping[str, set[int]]) -> dict[int, int]:
+    """``{gpu: codes}`` -> ``{code: GPUs with it}``."""
+    out: dict[int, int] = defaultdict(int)
+    for codes in gpus.values():
+        for code in codes:
+            out[code] += 1
+    return dict(out)
 
 
 def _int(v: float | None) -> int | None:
@@ -189,6 +204,12 @@ class FleetSource:
             host, sev = s.labels.get("host"), s.labels.get("severity", "")
             if host:
                 alerts[host][sev] = finite(s.value) or 0.0
+        xid_gpus: dict[str, dict[str, set[int]]] = defaultdict(dict)  # node: {gpu: codes}
+        for s in results.get("xids", []):
+            node, code = s.labels.get("node"), _xid_code(s)
+            if node and code:
+                xid_gpus[node].setdefault(s.labels.get("gpu", "?"), set()).add(code)
+        xids = {node: _gpus_per_code(gpus) for node, gpus in xid_gpus.items()}
         spark: dict[str, dict[int, float | None]] = {}
         for s in results.get("spark", []):
             node = s.labels.get("node")
@@ -222,8 +243,9 @@ class FleetSource:
                 util_max=col["util_max"].get(node),
                 temp_max=col["temp_max"].get(node),
                 power_w=col["power"].get(node),
-                xid_last=_int(col["xid_last"].get(node)),
-                xid_gpus=_int(col["xid_gpus"].get(node)),
+                xid_last=(worst_xid(xids.get(node, {})) or 0) if "xids" in results else None,
+                xid_gpus=len(xid_gpus.get(node, {})) if "xids" in results else None,
+                xids=MappingProxyType(xids.get(node, {})),
                 remap_failures=_int(col["remap_failures"].get(node)),
                 idle_allocated=_int(col["idle_allocated"].get(node)),
                 alerts_critical=int(alerts.get(node, {}).get("critical", 0)),
@@ -250,8 +272,11 @@ class FleetSource:
             for k in ("UUID", "modelName"):
                 if k in s.labels:
                     info[gpu][k] = s.labels[k]
+        codes: dict[str, list[int]] = defaultdict(list)  # per GPU, the Xids of the window
         for s in xid_s:
-            by_gpu[s.labels.get("gpu", "?")]["XID"] = finite(s.value)
+            code = _xid_code(s)
+            if code:
+                codes[s.labels.get("gpu", "?")].append(code)
         for s in seen_s:
             by_gpu[s.labels.get("gpu", "?")]["SEEN"] = finite(s.value)
         out = []
@@ -268,7 +293,7 @@ class FleetSource:
                     util=v.get("GPU_UTIL"),
                     temp=v.get("GPU_TEMP"),
                     power_w=v.get("POWER_USAGE"),
-                    xid_last=_int(v.get("XID")),
+                    xid_last=worst_xid(codes.get(gpu, ())) or 0,
                     remap_failure=None if failure is None else failure > 0,
                     last_seen=v.get("SEEN"),
                 )

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
         parse_oom_memcg,
         parse_xid_line,
         pci_key,
-        xid_level,
     )
     from .nvidia_smi import (
         PROCESS_FIELDS,
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
         parse_sglang_metrics,
     )
     from .units import Rate, parse_duration, parse_number, parse_rate
+    from .xid import XIDS, XidInfo, xid_action, xid_info, xid_level, xid_summary
 
 __all__ = [
     "KEEP_PATTERN",
@@ -62,6 +62,7 @@ __all__ = [
     "PROCESS_FIELDS",
     "PROGRESS_GROUPS",
     "QUERY_FIELDS",
+    "XIDS",
     "GpuParse",
     "Histogram",
     "LogEvent",
@@ -74,6 +75,7 @@ __all__ = [
     "SglangLogStats",
     "SglangParseError",
     "SglangScrape",
+    "XidInfo",
     "cell_problem",
     "classify_smi_failure",
     "compute_apps_args",
@@ -100,7 +102,10 @@ __all__ = [
     "parse_xid_line",
     "pci_key",
     "query_gpu_args",
+    "xid_action",
+    "xid_info",
     "xid_level",
+    "xid_summary",
 ]
 
 # Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
@@ -153,6 +158,11 @@ if not TYPE_CHECKING:
             "parse_xid_line": "kernel",
             "pci_key": "kernel",
             "query_gpu_args": "nvidia_smi",
-            "xid_level": "kernel",
+            "XIDS": "xid",
+            "XidInfo": "xid",
+            "xid_action": "xid",
+            "xid_info": "xid",
+            "xid_level": "xid",
+            "xid_summary": "xid",
         },
     )

@@ -1,8 +1,8 @@
 """Kernel-log and cgroup lines about GPUs and memory: Xid events, the OOM killer, memory.events.
 
 Pure functions, standard library only. Formats: docs/formats.md sections 4 (Xid) and 5.6
-(OOM killer). Every parser returns None for a line that is not its kind; none raises on
-arbitrary text.
+(OOM killer). What each Xid means and what to do about it: ``xid.py`` (the one table).
+Every parser returns None for a line that is not its kind; none raises on arbitrary text.
 
 PCI ids come in two spellings: the kernel prints ``PCI:0000:ba:00`` (4-digit domain, bus,
 device, usually lower-case, no function) and nvidia-smi prints ``00000000:BA:00.0`` (8-digit
@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpumon.backends.model import GpuSample, Health
+from gpumon.backends.parsers.xid import xid_info, xid_level, xid_summary
 
 # Line prefixes before "NVRM:" (raw dmesg, dmesg -T, journalctl -k, /dev/kmsg) need no
 # stripping: the patterns search, they do not match at the start.
@@ -33,33 +34,6 @@ _PCI = re.compile(
     r"(?:PCI:)?(?:(?P<dom>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
     r"(?:\.[0-7])?"
 )
-_RECOVERY = re.compile(r"to 0x([0-9a-fA-F]+)")
-
-# Xid -> (mnemonic, gpumon level). None: informational, no alert (docs/formats.md 4.3).
-_XID_LEVELS: dict[int, tuple[str, Health | None]] = {
-    8: ("GPU stopped processing", Health.WARNING),
-    13: ("graphics engine exception", Health.WARNING),
-    31: ("GPU memory page fault", Health.WARNING),
-    43: ("GPU stopped processing (channel reset)", None),
-    45: ("preemptive cleanup", None),
-    46: ("GPU stopped processing", Health.WARNING),
-    48: ("uncorrectable ECC error (DBE)", Health.CRITICAL),
-    62: ("internal micro-controller halt", Health.CRITICAL),
-    63: ("row remapping / page retirement recorded", Health.WARNING),
-    64: ("row remapping / page retirement failed", Health.CRITICAL),
-    74: ("NVLink error", Health.CRITICAL),
-    79: ("GPU has fallen off the bus", Health.CRITICAL),
-    92: ("excessive single-bit ECC errors", Health.WARNING),
-    94: ("contained memory error", Health.WARNING),
-    95: ("uncontained memory error", Health.CRITICAL),
-    109: ("context switch timeout", Health.WARNING),
-    119: ("GSP RPC timeout", Health.CRITICAL),
-    120: ("GSP error", Health.CRITICAL),
-    140: ("unrecovered ECC error", Health.CRITICAL),
-    143: ("GPU initialisation error", Health.CRITICAL),
-    154: ("GPU recovery action changed", None),  # level from the action, see xid_level
-    171: ("uncorrectable GDDR DRAM error", Health.CRITICAL),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,21 +49,25 @@ class XidEvent:
     compute_instance: int | None = None
 
     @property
-    def mnemonic(self) -> str:
-        known = _XID_LEVELS.get(self.xid)
-        return known[0] if known else "unlisted Xid"
-
-    @property
     def level(self) -> Health | None:
         """gpumon's level for this event (None: informational, not worth an alert)."""
         return xid_level(self.xid, self.message)
 
     def describe(self, gpu: int | None) -> str:
-        """One line: ``Xid 79 on GPU 4 (PCI 0000:9a:00): GPU has fallen off the bus: ...``."""
-        where = f"GPU {gpu} (PCI {self.pci})" if gpu is not None else f"PCI {self.pci}"
-        name = f" {self.name}" if self.name else ""
-        who = f" (pid {self.pid}{name})" if self.pid is not None else ""
-        return f"Xid {self.xid} on {where}: {self.mnemonic}: {self.message[:160]}{who}"
+        """One line: ``Xid 79 on GPU 6: fallen off the bus — reboot the node (PCI 0000:9a:00,
+        pid 9962 python)``, then the driver's own words when they add to the table's
+        (``[Ch 00000007, intr 00000000. MMU Fault: …]``). GPU unknown: ``on PCI 0000:9a:00``."""
+        where, refs = (
+            (f"GPU {gpu}", [f"PCI {self.pci}"]) if gpu is not None else (f"PCI {self.pci}", [])
+        )
+        if self.pid is not None:
+            refs.append(f"pid {self.pid} {self.name}" if self.name else f"pid {self.pid}")
+        text = f"Xid {self.xid} on {where}: {xid_summary(self.xid, self.message)}"
+        text += f" ({', '.join(refs)})" if refs else ""
+        detail = self.message.rstrip(". ")
+        if detail and self.xid != 154 and xid_info(self.xid).meaning.lower() not in detail.lower():
+            text += f" [{detail[:160]}]"
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,19 +86,6 @@ class HostOomKill:
         rss = f", {self.anon_rss_kib / 1048576:.1f} GiB anon" if self.anon_rss_kib else ""
         where = f" in {memcg}" if memcg else ""
         return f"OOM killer ({scope}) killed {self.comm} (pid {self.pid}{rss}){where}"
-
-
-def xid_level(xid: int, message: str = "") -> Health | None:
-    """WARNING/CRITICAL for Xids worth an alert, None for informational ones.
-
-    Xid 154 takes its level from the new recovery action: ``0x0 (None)`` is informational,
-    any other action (reset, reboot, drain) is critical. Unlisted Xids warn.
-    """
-    if xid == 154:
-        m = _RECOVERY.search(message)
-        return Health.CRITICAL if m is None or int(m.group(1), 16) != 0 else None
-    known = _XID_LEVELS.get(xid)
-    return known[1] if known else Health.WARNING
 
 
 def parse_xid_line(line: str) -> XidEvent | None:

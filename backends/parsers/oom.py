@@ -16,6 +16,11 @@ docs/formats.md sections 5 (OOM shapes) and 6.11 (SGLang crash lines). Rules:
 - Crash reports within ``AFTERMATH_LINES`` lines after a memory failure (SGLang
   ``SIGQUIT received``, torchrun ``ChildFailedError``, a chained exception) belong to it.
 - ``KV cache pool is full. Retract requests.`` is a WARNING (``kv_cache_full``).
+- SGLang's watchdog (``sglang_error``): the hard one (``Watchdog timeout
+  (self.watchdog_timeout=300)`` up to 0.5.6, ``Scheduler watchdog timeout (…, self.soft=False)``
+  from 0.5.7) is CRITICAL: five seconds later it SIGQUITs the server, and that shutdown
+  belongs to it. The soft one (``--soft-watchdog-timeout``, ``self.soft=True``, from any of
+  the server's processes) only dumps stacks while the server keeps running: a WARNING.
 - The GPU a message names is the process's own CUDA ordinal. It is translated through
   ``CUDA_VISIBLE_DEVICES`` (given, or seen earlier in the log as ``CUDA_VISIBLE_DEVICES=5,6,7``);
   when that is unknown the event says so in ``gpu_note``.
@@ -39,10 +44,12 @@ MAX_MESSAGE = 240
 
 # The same keywords as one regex, for the agent: in a flood of log lines it keeps the
 # lines matching this (plus the newest) so an OOM line is never among those dropped.
+# Literal alternatives only (the agent searches them as bytes): "atchdog timeout" is both
+# SGLang's "Watchdog timeout" (<= 0.5.6) and "Scheduler watchdog timeout" (0.5.7+).
 KEEP_PATTERN = (
     r"of memory|OutOfMemory|Traceback|enough memory|ALLOC_FAILED|OUT_OF_MEMORY|"
     r"cudaErrorMemory|KV cache pool|CUDA_VISIBLE_DEVICES|hit an exception|crashed with exit|"
-    r"sigquit|SIGQUIT|watchdog timeout|Health check failed|Capture cuda graph|ChildFailedError"
+    r"sigquit|SIGQUIT|atchdog timeout|Health check failed|Capture cuda graph|ChildFailedError"
 )
 
 
@@ -65,7 +72,7 @@ def _interesting(line: str) -> bool:
         or "crashed with exit" in line
         or "sigquit" in line
         or "SIGQUIT" in line
-        or "watchdog timeout" in line
+        or "atchdog timeout" in line  # Watchdog (<= 0.5.6) / Scheduler watchdog (0.5.7+)
         or "Health check failed" in line
         or "Capture cuda graph" in line
         or "ChildFailedError" in line
@@ -89,11 +96,18 @@ _MEMORY_FAILURE = re.compile(
     r"|(?P<kvalloc>\b(?:Prefill out|Decode out|Out) of memory\. Try to lower your batch size)"
     r"|(?P<graph>Capture cuda graph failed)"
 )
+# utils/watchdog.py (0.5.7+): f"{debug_name} watchdog timeout ({self.watchdog_timeout=},
+# {self.soft=})"; scheduler_runtime_checker_mixin.py (<= 0.5.6): f"Watchdog timeout
+# ({self.watchdog_timeout=})". The timeout prints as 300 (the default) or 300.0 (from the CLI).
+_WATCHDOG = re.compile(
+    r"(?:\b(?P<who>[A-Z]\w{0,40}) watchdog|\bWatchdog) timeout "
+    r"\(self\.watchdog_timeout=(?P<s>\d{1,9}(?:\.\d{1,6})?)(?:, self\.soft=(?P<soft>True|False))?\)"
+)
 _KV_FULL = re.compile(r"KV cache pool is full\. Retract requests|Decode out of memory happened")
 _CRASH_LINE = re.compile(
     r"(?P<sub>Subprocess \S{1,80} \(pid=\d{1,10}\) crashed with exit code -?\d{1,4})"
     r"|(?P<sigquit>SIGQUIT received\.|Received sigquit from a child process)"
-    r"|(?P<watchdog>Scheduler watchdog timeout)|(?P<health>Health check failed\.)"
+    r"|(?P<health>Health check failed\.)"
     r"|(?P<child>ChildFailedError)"
 )
 # Every `X hit an exception: {traceback}` of SGLang 0.4.3-0.5.23; the Multi*Router ones
@@ -333,6 +347,10 @@ class LogScanner:
         if _KV_FULL.search(text) is not None:
             out.append(LogEvent("kv_cache_full", Health.WARNING, _trim(_clean(text)), self.line_no))
             return
+        watchdog = _WATCHDOG.search(text) if "atchdog timeout" in text else None
+        if watchdog is not None:
+            self._watchdog(watchdog, text, context, out)
+            return
         crash = _CRASH_LINE.search(text)
         if crash is None:
             return
@@ -344,6 +362,25 @@ class LogScanner:
         kind = "job_crashed" if crash.group("child") else "sglang_error"
         severity = Health.WARNING if kind == "job_crashed" else Health.CRITICAL
         out.append(LogEvent(kind, severity, _trim(_clean(text)), self.line_no, context=context))
+
+    def _watchdog(
+        self, m: re.Match[str], text: str, context: str | None, out: list[LogEvent]
+    ) -> None:
+        """SGLang's watchdog line: hard (the server is killed) or soft (a dump only)."""
+        who = m.group("who") or "Scheduler"  # <= 0.5.6 only the scheduler had one
+        seconds = f"{float(m.group('s')):g}"
+        process = "scheduler" if who == "Scheduler" else who
+        ctx = context or f"SGLang {who}{_sglang_context(text.strip())}"
+        if m.group("soft") == "True":
+            message = f"SGLang watchdog dump (soft): the {process} was stuck {seconds} s"
+            out.append(LogEvent("sglang_error", Health.WARNING, message, self.line_no, context=ctx))
+            return
+        message = (
+            f"SGLang watchdog: the {process} was stuck {seconds} s; "
+            "the server is being killed (SIGQUIT)"
+        )
+        self._last_failure_line = self.line_no  # the SIGQUIT shutdown that follows is this
+        out.append(LogEvent("sglang_error", Health.CRITICAL, message, self.line_no, context=ctx))
 
     def _key_line(self, group: _Group, key: str, text: str, out: list[LogEvent]) -> None:
         """The exception line that ends a traceback's frames."""

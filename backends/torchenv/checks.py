@@ -8,19 +8,23 @@ known, a one-line fix.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gpumon.backends.torchenv.index import version_key
 from gpumon.backends.torchenv.variants import (
     COMPANIONS,
     VariantTable,
     arch_covers,
+    builtin_table,
     cuda_major,
     driver_at_least,
     gpu_compute_caps,
     series_of,
     sm_name,
     split_version,
+    table_archs,
     table_covers,
     variant_cuda,
     variant_from,
@@ -50,8 +54,11 @@ class Check:
 class Facts:
     """Typed accessors over the probe's JSON (missing sections read as empty)."""
 
-    def __init__(self, raw: dict[str, Any], host: str = "HOST") -> None:
+    def __init__(
+        self, raw: dict[str, Any], host: str = "HOST", table: VariantTable | None = None
+    ) -> None:
         self.raw, self.host = raw, host
+        self._table = table
         self.py: dict[str, Any] = raw.get("python") or {}
         self.torch: dict[str, Any] = raw.get("torch") or {}
         self.rt: dict[str, Any] = raw.get("runtime") or {}
@@ -102,6 +109,12 @@ class Facts:
     def python(self) -> str:
         return str(self.py.get("executable") or "python3")
 
+    @property
+    def table(self) -> VariantTable:
+        if self._table is None:
+            self._table = builtin_table()
+        return self._table
+
     def dist_version(self, name: str) -> str | None:
         row = self.dists.get(name)
         return str(row["version"]) if row else None
@@ -114,17 +127,116 @@ class Facts:
         return "nvidia-smi lists no GPU"
 
 
+# CUDA 12 builds, newest CUDA first: what a driver below 580 (CUDA 13's floor) can run.
+# Which of them a torch release has is the index's to say: 2.12 dropped cu128 and cu129
+# (pytorch/pytorch#178665), leaving cu126, which has no Blackwell (sm_100/sm_120) code.
+CUDA12_VARIANTS = ("cu129", "cu128", "cu126")
+CUDA13_DRIVER = "580"
+_FOUND_CUDA = re.compile(r"found version ([0-9]{4,6})")
+
+
+def needs_cuda12(f: Facts) -> bool:
+    """A GPU on a driver below 580: only a CUDA 12 build runs there."""
+    driver = f.gpu.get("driver")
+    return f.has_gpu and bool(driver) and not driver_at_least(str(driver), CUDA13_DRIVER)
+
+
 def suggest_variant(f: Facts) -> str:
-    """The variant to suggest in fixes: cu130 on a >=580 driver, cu128 below, cpu without GPU."""
+    """The variant to suggest in fixes: cu130 on a >=580 driver, the CUDA 12 build the
+    index (or the table) offers below (cu128 when nothing says), cpu without a GPU."""
     if not f.has_gpu:
         return "cpu"
-    driver = f.gpu.get("driver")
-    return "cu130" if driver and driver_at_least(str(driver), "580") else "cu128"
+    if not needs_cuda12(f):
+        return "cu130"
+    choice = cuda12_choice(f)
+    return choice[0] if isinstance(choice, tuple) else "cu128"
 
 
-def _swap_fix(f: Facts, variant: str | None = None, force: bool = False) -> str:
-    variant = variant or suggest_variant(f)
+def cuda12_choice(f: Facts, driver_cuda: str | None = None) -> tuple[str, str] | str:
+    """``(variant, version)`` of a CUDA 12 build that exists, runs on this driver and has
+    code for these GPUs: the installed version when one is offered, else the newest offered
+    (a build whose recommended driver floor is met before one only at its hard floor); or a
+    sentence saying why there is none. From the target's index (``index_cuda12`` in
+    the facts: variant -> versions, read by the doctor), else from the built-in table."""
+    installed = split_version(f.version)[0] if f.version else None
+    offers = f.raw.get("index_cuda12")
+    if isinstance(offers, dict) and not offers.get("error"):
+        served = [
+            (variant, str(version))
+            for variant in CUDA12_VARIANTS
+            for version in (offers.get(variant) or [])
+        ]
+        where = "the index offers"
+    else:
+        # The installed version, or (none installed) every release the table lists.
+        known = [installed] if installed else [r.torch for r in f.table.releases]
+        served = [
+            (v, ver)
+            for v in CUDA12_VARIANTS
+            for ver in known
+            if f.table.variant(series_of(ver) or "", v)
+        ]
+        where = "the built-in table knows"
+    ceiling = version_key(driver_cuda) if driver_cuda else None
+    usable = [
+        (v, ver)
+        for v, ver in served
+        if _runs_here(f, v, ver)
+        and (ceiling is None or version_key(variant_cuda(v) or "") <= ceiling)
+    ]
+    if not usable:
+        caps = ", ".join(sm_name(c) for c in gpu_compute_caps(f.gpus)) or "these GPUs"
+        indexed = isinstance(offers, dict) and not offers.get("error")
+        what = "torch" if indexed or not installed else f"torch {installed}"
+        why = offers.get("error") if isinstance(offers, dict) else None
+        tail = f"; the index could not be read: {why}" if why else ""
+        return f"{where} no CUDA 12 build of {what} for {caps} on this driver{tail}"
+
+    # The installed version first, then a driver at the build's recommended floor (not
+    # only its hard one), then the newest release, then the newest CUDA.
+    def rank(c: tuple[str, str]) -> tuple[bool, bool, tuple[int, ...], int]:
+        _, soft = driver_floor(f.table, series_of(c[1]) or "", c[0])
+        driver = str(f.gpu.get("driver") or "")
+        at_soft = soft is None or not driver or driver_at_least(driver, soft)
+        return (c[1] == installed, at_soft, version_key(c[1]), -CUDA12_VARIANTS.index(c[0]))
+
+    return max(usable, key=rank)
+
+
+def _runs_here(f: Facts, variant: str, version: str) -> bool:
+    """The build's driver floor is met and (where known) it has code for every GPU."""
+    series = series_of(version) or ""
+    hard, _ = driver_floor(f.table, series, variant)
+    driver = str(f.gpu.get("driver") or "")
+    if hard and driver and not driver_at_least(driver, hard):
+        return False
+    row = f.table.variant(series, variant)
+    archs = table_archs(series, variant)
+    for cc in gpu_compute_caps(f.gpus):
+        verdict = table_covers(row, cc) if row is not None else None
+        if verdict is None and archs is not None:
+            verdict = arch_covers(archs, cc)
+        if verdict is False:
+            return False
+    return True
+
+
+def _swap_fix(
+    f: Facts,
+    variant: str | None = None,
+    force: bool = False,
+    cuda12: bool = False,
+    driver_cuda: str | None = None,
+) -> str:
+    """``gpumon swap-torch HOST VARIANT --version V``; below a 580 driver with no variant
+    given, the CUDA 12 build that exists (``cuda12_choice``), or the driver upgrade."""
     version = split_version(f.version)[0] if f.version else "2.11.0"
+    if variant is None and (cuda12 or needs_cuda12(f)):
+        choice = cuda12_choice(f, driver_cuda)
+        if isinstance(choice, str):
+            return f"upgrade the driver to >= {CUDA13_DRIVER} ({choice})"
+        variant, version = choice
+    variant = variant or suggest_variant(f)
     return f"gpumon swap-torch {f.host} {variant} --version {version}" + (" --force" * force)
 
 
@@ -247,7 +359,9 @@ def check_available(f: Facts) -> Check:
         return Check(name, status, f"False; {f.no_gpu_text()}{extra}")
     fix = "check /dev/nvidia* inside the container and CUDA_VISIBLE_DEVICES"
     if told and "too old" in told:
-        fix = f"driver too old for CUDA {f.cuda}: {_swap_fix(f, 'cu128')}"
+        found = _FOUND_CUDA.search(told)  # "found version 12080": the driver runs CUDA 12.8
+        runs = f"{int(found[1]) // 1000}.{int(found[1]) % 1000 // 10}" if found else None
+        fix = f"driver too old for CUDA {f.cuda}: {_swap_fix(f, cuda12=True, driver_cuda=runs)}"
     return Check(name, "problem", f"False while nvidia-smi lists {len(f.gpus)} GPU(s){extra}", fix)
 
 
@@ -306,6 +420,14 @@ def driver_floor(table: VariantTable, series: str, variant: str) -> tuple[str | 
     return {13: ("580", None), 12: ("525.60.13", None)}.get(major or 0, (None, None))
 
 
+def _driver_fix(f: Facts, floor: str) -> str:
+    """Upgrade the driver, or swap to a CUDA 12 build that exists for it."""
+    choice = cuda12_choice(f) if needs_cuda12(f) else None
+    if isinstance(choice, str):
+        return f"upgrade the driver to >= {floor} ({choice})"
+    return f"upgrade the driver to >= {floor}, or {_swap_fix(f)}"
+
+
 def check_driver(f: Facts, table: VariantTable) -> Check:
     name = "driver"
     driver = f.gpu.get("driver")
@@ -321,7 +443,7 @@ def check_driver(f: Facts, table: VariantTable) -> Check:
             name,
             "problem",
             f"{driver} ({src}) is below {hard}, the minimum for {variant}",
-            f"upgrade the driver to >= {soft or hard}, or {_swap_fix(f, 'cu128')}",
+            _driver_fix(f, soft or hard),
         )
     if soft and not driver_at_least(str(driver), soft):
         return Check(

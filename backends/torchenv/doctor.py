@@ -18,7 +18,15 @@ from gpumon.backends import untrusted
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.remote.bootstrap import program_argv
-from gpumon.backends.torchenv.checks import STATUSES, Check, Facts, Status, checks_torch
+from gpumon.backends.torchenv.checks import (
+    CUDA12_VARIANTS,
+    STATUSES,
+    Check,
+    Facts,
+    Status,
+    checks_torch,
+    needs_cuda12,
+)
 from gpumon.backends.torchenv.doctor_procs import process_checks
 from gpumon.backends.torchenv.extras import (
     check_logs,
@@ -27,6 +35,7 @@ from gpumon.backends.torchenv.extras import (
     extra_checks,
     gpus_check,
 )
+from gpumon.backends.torchenv.index import read_variants
 from gpumon.backends.torchenv.variants import VariantTable, builtin_table
 from gpumon.backends.transport.base import Transport
 from gpumon.backends.workloads.watch import Workloads
@@ -101,8 +110,8 @@ def evaluate(
     facts: dict[str, Any], *, host: str = "HOST", table: VariantTable | None = None
 ) -> list[Check]:
     """Every check, in display order, from probe facts (pure)."""
-    f = Facts(facts, host)
     table = table or builtin_table()
+    f = Facts(facts, host, table)
     return [
         check_python(f),
         gpus_check(f),
@@ -156,9 +165,28 @@ async def run_doctor(
         )
         return DoctorReport(host.name, host_python(host), (check,))
     python = str((facts.get("python") or {}).get("executable") or host_python(host))
+    if needs_cuda12(Facts(facts, host.name)):
+        facts["index_cuda12"] = await cuda12_offers(transport, host, python)
     checks = evaluate(facts, host=host.name, table=table)
     checks += await process_checks(transport, host)
     return DoctorReport(host.name, python, tuple(checks), facts)
+
+
+async def cuda12_offers(transport: Transport, host: HostConfig, python: str) -> dict[str, Any]:
+    """The torch releases the host's index offers per CUDA 12 variant, for this target
+    (``{"cu126": ["2.11.0", "2.12.1"], ...}``), or ``{"error": why}``: a driver below 580
+    needs one, and which exist changes with each release (2.12 has no cu128)."""
+    listings = await read_variants(transport, host, python, CUDA12_VARIANTS, "torch")
+    offers: dict[str, Any] = {}
+    for variant, listing in listings.items():
+        versions = listing.versions("torch", variant)
+        if versions is None:
+            page = listing.page("torch")
+            if listing.error or page is None or page.status != 404:
+                return {"error": listing.problem("torch") or "unreadable"}
+            versions = []  # no page for this variant (HTTP 404): it offers nothing
+        offers[variant] = versions
+    return offers
 
 
 def format_checks(checks: Iterable[Check], indent: str = "  ") -> list[str]:

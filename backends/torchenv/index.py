@@ -29,7 +29,15 @@ from gpumon.backends.transport.base import Transport, TransportError
 
 from .variants import index_url, split_version
 
-__all__ = ["IndexListing", "IndexPage", "Wheel", "read_index", "version_key", "wheel_of"]
+__all__ = [
+    "IndexListing",
+    "IndexPage",
+    "Wheel",
+    "read_index",
+    "read_variants",
+    "version_key",
+    "wheel_of",
+]
 
 INDEX_TIMEOUT_S = 15.0
 _VERSION_KEY = re.compile(r"[0-9]+")
@@ -190,20 +198,52 @@ async def read_index(
     Never raises: a probe that cannot run is the listing's ``error``."""
     names = list(dict.fromkeys(projects))
     index = index_url(host.torch_index, variant)
-    urls = [project_url(host.torch_index, variant, p) for p in names]
+    raw, error = await _probe(
+        transport, python, [project_url(host.torch_index, variant, p) for p in names]
+    )
+    if error is not None:
+        return IndexListing(index, None, None, error=error)
+    return parse_probe(index, raw, names)
+
+
+async def read_variants(
+    transport: Transport, host: HostConfig, python: str, variants: Iterable[str], project: str
+) -> dict[str, IndexListing]:
+    """``project``'s page under each of ``variants`` (one probe): variant -> listing.
+    Never raises: a probe that cannot run is every listing's ``error``."""
+    names = list(dict.fromkeys(variants))
+    raw, error = await _probe(
+        transport, python, [project_url(host.torch_index, v, project) for v in names]
+    )
+    if error is not None:
+        return {
+            v: IndexListing(index_url(host.torch_index, v), None, None, error=error) for v in names
+        }
+    by_variant = parse_probe(host.torch_index, raw, names)  # pages keyed by variant here
+    out = {}
+    for v in names:
+        page = by_variant.page(v)
+        pages = {project: page} if page is not None else {}
+        out[v] = IndexListing(
+            index_url(host.torch_index, v), by_variant.python_tag, by_variant.machine, pages
+        )
+    return out
+
+
+async def _probe(transport: Transport, python: str, urls: list[str]) -> tuple[Any, str | None]:
+    """Run ``remote.index_probe`` on ``urls``: (its JSON object, None) or (None, why not)."""
     options = {"urls": urls, "timeout": INDEX_TIMEOUT_S}
     argv, data = program_argv(python, "index_probe", args=[json.dumps(options)])
     limit = INDEX_TIMEOUT_S * (len(urls) + 1) + 30
     try:
         res = await transport.run(argv, input=data, timeout=limit)
     except TransportError as e:
-        return IndexListing(index, None, None, error=str(e))
+        return None, str(e)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
     if res.exit_code != 0 or not lines:
         tail = " / ".join((res.stderr or res.stdout).strip().splitlines()[-2:]) or "no output"
-        return IndexListing(index, None, None, error=f"the index probe failed: {tail}")
+        return None, f"the index probe failed: {tail}"
     try:
-        raw = untrusted.loads(lines[-1])
+        return untrusted.loads(lines[-1]), None
     except ValueError as e:
-        return IndexListing(index, None, None, error=f"unreadable index probe output ({e})")
-    return parse_probe(index, raw, names)
+        return None, f"unreadable index probe output ({e})"

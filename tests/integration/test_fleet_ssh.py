@@ -12,7 +12,7 @@ import pytest
 from textual.pilot import Pilot
 
 from gpumon.backends.config import load_config
-from gpumon.backends.fleet import FleetSource
+from gpumon.backends.fleet import FleetQueries, FleetSource
 from gpumon.backends.model import ConnState
 from gpumon.tui.fleet.app import FleetApp
 from gpumon.tui.fleet.node import NodeDashboardScreen, PromNodeScreen
@@ -21,6 +21,8 @@ from gpumon.tui.fleet.screen import FleetScreen
 from dcgm_exporter import TOTAL_MIB, FakeNode, fleet, serving
 from prom_fleet import FleetPrometheus
 from sshd_server import SshServer
+
+XID_WINDOW_S = 60  # the Xid column's window, shortened from 15 min (4 s steps)
 
 pytestmark = pytest.mark.integration
 
@@ -44,18 +46,23 @@ async def test_twenty_nodes_sort_filter_and_drill_down_over_ssh(
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     nodes = fleet(20, seed=7)
     nodes[12].gpus[4].remap_failure = 1  # node-0013: critical
-    nodes[4].gpus[0].xid = 13  # node-0005: warning
     with serving(nodes) as exporter:
         prom = FleetPrometheus(tmp_path, {"dcgm": [exporter.target]}).start()
         try:
             prom.wait_for("DCGM_FI_DEV_FB_USED", 160)
+            prom.wait_for_xid_history(160, XID_WINDOW_S)
+            with exporter.lock:  # an Xid while Prometheus watches: node-0005 warns
+                exporter.node("node-0005").gpus[0].xid = 13
+            prom.wait_for("DCGM_FI_DEV_XID_ERRORS > 0")
             config_file = tmp_path / "config.toml"
             config_file.write_text(
                 sshd.config_toml("node-0007")
                 + f'\n[fleet.lab]\nprometheus = "{prom.url}"\nrefresh = 2\n'
             )
             config = load_config(config_file)
-            app = FleetApp(config, FleetSource(config.fleets["lab"]))
+            lab = config.fleets["lab"]
+            queries = FleetQueries(lab.selector, lab.node_labels, xid_window_s=XID_WINDOW_S)
+            app = FleetApp(config, FleetSource(lab, queries=queries))
             async with app.run_test(size=(140, 36)) as pilot:
                 await drive(app, pilot, exporter.nodes)
         finally:
@@ -65,6 +72,12 @@ async def test_twenty_nodes_sort_filter_and_drill_down_over_ssh(
 async def drive(app: FleetApp, pilot: Pilot[int], truth: list[FakeNode]) -> None:
     screen = app.fleet
     await wait_until(pilot, lambda: len(screen.shown) == 20, 30, "20 fleet rows")
+
+    # The Xid shows once a step of the window has passed since it happened.
+    def xid_shown() -> bool:
+        return [r.node for r in screen.shown][1:2] == ["node-0005"]
+
+    await wait_until(pilot, xid_shown, 30, "node-0005's Xid")
     order = [r.node for r in screen.shown]
     assert order[:2] == ["node-0013", "node-0005"]  # critical, then warning
     fullest = {n.name: max(g.used_mib for g in n.gpus) / TOTAL_MIB for n in truth}

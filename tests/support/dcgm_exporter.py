@@ -7,6 +7,11 @@ DCGM_FI_DRIVER_VERSION="…"} VALUE``, integers as ``%d`` and doubles as ``%f``,
 (unsupported) value left out. The host label is ``Hostname`` before dcgm-exporter's 2026
 rename and ``hostname`` after: each fake node picks one. Prometheus scrapes it with
 ``honor_labels`` so one exporter can stand for a whole fleet.
+
+``DCGM_FI_DEV_XID_ERRORS`` carries ``err_code`` and ``err_msg`` after the other labels, as
+dcgm-exporter 3.3.6 and later write them (``collector/gpu_collector.go``, the texts from
+``collector/xid_errors.go``): a GPU whose Xid changes becomes a new series. Its value is
+held until the exporter restarts (dcgm-exporter issue #500).
 """
 
 from __future__ import annotations
@@ -69,6 +74,17 @@ COUNTERS: tuple[tuple[str, str, str, bool], ...] = (
         False,
     ),
 )
+# dcgm-exporter's xidErrCodeToText, for the codes the tests use.
+XID_TEXT = {
+    0: "No Error",
+    13: "Graphics Engine Exception",
+    31: "GPU memory page fault",
+    45: "Preemptive cleanup, due to previous errors -- "
+    "Most likely to see when running multiple cuda",
+    48: "Double Bit ECC Error",
+    79: "GPU has fallen off the bus",
+    94: "Contained ECC error",
+}
 MODEL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 DRIVER = "580.95.05"
 TOTAL_MIB = 97887
@@ -139,11 +155,15 @@ def render(nodes: list[FakeNode]) -> str:
                 if v is None:
                     continue
                 text = f"{int(v)}" if is_int else f"{float(v):f}"
+                attrs = ""
+                if counter == "DCGM_FI_DEV_XID_ERRORS":
+                    msg = XID_TEXT.get(int(v), "Unknown Error")
+                    attrs = f',err_code="{int(v)}",err_msg="{msg}"'
                 out.append(
                     f'{counter}{{gpu="{i}",UUID="{node.uuid(i)}",'
                     f'pci_bus_id="00000000:{i + 1:02X}:00.0",device="nvidia{i}",'
                     f'modelName="{node.model}",{node.host_label}="{node.name}",'
-                    f'DCGM_FI_DRIVER_VERSION="{DRIVER}"}} {text}\n'
+                    f'DCGM_FI_DRIVER_VERSION="{DRIVER}"{attrs}}} {text}\n'
                 )
     return "".join(out)
 

@@ -114,3 +114,10 @@ class FleetPrometheus:
                 return result
             time.sleep(0.25)
         raise AssertionError(f"{expr!r}: {len(result)} series after {timeout} s, wanted {count}")
+
+    def wait_for_xid_history(self, gpus: int, window_s: int) -> None:
+        """Waits until each of ``gpus`` GPUs has more than one step of the fleet's Xid
+        window (``window_s`` / 15) in its Xid gauge: an Xid is a change against the value
+        a step before, so a GPU needs that history before a change can show."""
+        samples = max(1, window_s // 15) + 2  # at 1 s scrapes
+        self.wait_for(f"count_over_time(DCGM_FI_DEV_XID_ERRORS[1m]) >= {samples}", gpus)

@@ -10,14 +10,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpumon.backends.config.fleet import FleetConfig
-from gpumon.backends.fleet import FleetQueries, FleetSnapshot, FleetSource, Severity
+from gpumon.backends.fleet import FleetQueries, FleetSnapshot, FleetSource, NodeRow, Severity
 from gpumon.backends.fleet.prom import GET_MAX
 from gpumon.backends.fleet.report import CheckCode, fleet_check, fleet_json
 
@@ -37,6 +37,7 @@ from prom_fleet import PROMETHEUS, FleetPrometheus
 pytestmark = pytest.mark.system
 
 IDLE_WINDOW_S = 12  # the idle-but-allocated rule's window, shortened from 10 min
+XID_WINDOW_S = 120  # the Xid column's window, shortened from 15 min (8 s steps)
 
 
 @pytest.fixture(autouse=True)
@@ -59,16 +60,17 @@ async def once(url: str, **options: Any) -> FleetSnapshot:
 
 
 def source_for(url: str, **options: Any) -> FleetSource:
+    xid_window_s = options.pop("xid_window_s", XID_WINDOW_S)
     config = FleetConfig("lab", url, **options)
-    queries = FleetQueries(config.selector, config.node_labels, idle_window_s=IDLE_WINDOW_S)
+    queries = FleetQueries(
+        config.selector, config.node_labels, idle_window_s=IDLE_WINDOW_S, xid_window_s=xid_window_s
+    )
     return FleetSource(config, queries=queries)
 
 
 def lab_nodes() -> list[FakeNode]:
     nodes = fleet(20)
     nodes[3].gpus[2].remap_failure = 1  # node-0004
-    nodes[5].gpus[0].xid = 79  # node-0006: fallen off the bus (critical)
-    nodes[7].gpus[5].xid = 13  # node-0008: a graphics engine exception (warning)
     nodes[8].gpus[1].power_reported = False  # node-0009: one GPU's power is blank
     nodes[9].gpus = [FakeGpu(used_mib=10_000, util=0) for _ in range(8)]  # node-0010: idle
     return nodes
@@ -82,6 +84,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FleetPrometh
         prom = FleetPrometheus(root, {"dcgm": [exporter.target]}).start()
         try:
             prom.wait_for("DCGM_FI_DEV_FB_USED", 160)
+            prom.wait_for_xid_history(160, XID_WINDOW_S)
+            with exporter.lock:  # Xids that happen while Prometheus watches
+                exporter.node("node-0006").gpus[0].xid = 79  # fallen off the bus (critical)
+                exporter.node("node-0008").gpus[5].xid = 13  # graphics exception (warning)
+            prom.wait_for("DCGM_FI_DEV_XID_ERRORS > 0", 2)
             yield prom, exporter
         finally:
             prom.stop()
@@ -148,6 +155,79 @@ async def test_fleet_rules_and_the_trouble_order(lab: tuple[FleetPrometheus, Dcg
     code, line = fleet_check(snap)
     assert code == CheckCode.CRITICAL
     assert line.startswith("FLEET lab CRITICAL - 3 critical, 3 warning of 20 nodes")
+
+
+async def _xids_when(
+    source: FleetSource, node: str, ready: Callable[[NodeRow], bool], timeout: float
+) -> NodeRow:
+    """Refreshes until ``node``'s row is ``ready`` (the Xid window moves in 1 s steps)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        row = next(r for r in (await source.refresh()).rows if r.node == node)
+        if ready(row) or time.monotonic() > deadline:
+            return row
+        time.sleep(0.5)
+
+
+async def test_an_xid_the_exporter_still_holds_is_not_recent_a_new_one_is(tmp_path: Path) -> None:
+    """dcgm-exporter keeps the last Xid code until it restarts (its issue #500): last
+    week's Xid 79 on node-0001 is no Xid of the window. A new Xid is, for the window, and
+    a GPU whose Xid changed (a series per err_code: 0, 13, 79) counts once."""
+    window = 10  # s (1 s steps)
+    nodes = fleet(3)
+    nodes[0].gpus[2].xid = 79  # held since last week
+    with serving(nodes) as exporter:
+        prom = FleetPrometheus(tmp_path, {"dcgm": [exporter.target]}).start()
+        source = source_for(prom.url, xid_window_s=window)
+        try:
+            prom.wait_for("DCGM_FI_DEV_FB_USED", 24)
+            prom.wait_for_xid_history(24, window)
+            held = next(r for r in (await source.refresh()).rows if r.node == "node-0001")
+            assert (held.xid_gpus, held.xid_last, held.problems) == (0, 0, ())
+            with exporter.lock:
+                exporter.node("node-0002").gpus[5].xid = 13
+            row = await _xids_when(source, "node-0002", lambda r: bool(r.xid_gpus), 15)
+            assert (row.xid_gpus, row.xid_last, dict(row.xids)) == (1, 13, {13: 1})
+            assert [(p.rule, p.severity, p.message) for p in row.problems] == [
+                (
+                    "xid",
+                    Severity.WARNING,
+                    "Xid 13 on 1 GPU in the last 15 min: graphics engine exception"
+                    " — restart the application",
+                )
+            ]
+            with exporter.lock:
+                exporter.node("node-0002").gpus[5].xid = 79
+            row = await _xids_when(source, "node-0002", lambda r: r.xid_last == 79, 15)
+            label = exporter.node("node-0002").host_label
+            one_gpu = f'DCGM_FI_DEV_XID_ERRORS{{gpu="5",{label}="node-0002"}}'
+            [split] = prom.query(f"count(last_over_time({one_gpu}[20s]))")
+            assert split["value"][1] == "3"  # err_code 0, 13 and 79: three series, one GPU
+            assert (row.xid_gpus, dict(row.xids), row.severity) == (
+                1,
+                {13: 1, 79: 1},
+                Severity.CRITICAL,
+            )
+            assert row.problems[0].message == (
+                "Xid 79 on 1 GPU in the last 15 min: fallen off the bus — reboot the node;"
+                " also Xid 13"
+            )
+            assert source.last is not None
+            node = next(n for n in fleet_json(source.last)["nodes"] if n["node"] == "node-0002")
+            assert (node["xid_last_15m"], node["xid_gpus_15m"], node["xids_15m"]) == (
+                79,
+                1,
+                {"13": 1, "79": 1},
+            )
+            gpus = {g.gpu: g.xid_last for g in await source.node_gpus("node-0002")}
+            assert gpus["5"] == 79 and gpus["0"] == 0
+            assert {g.xid_last for g in await source.node_gpus("node-0001")} == {0}  # held
+            # Out of the window, it is no longer recent.
+            row = await _xids_when(source, "node-0002", lambda r: not r.xid_gpus, window + 15)
+            assert (row.xid_gpus, row.xid_last, row.problems) == (0, 0, ())
+        finally:
+            await source.close()
+            prom.stop()
 
 
 async def test_a_node_alone_from_prometheus(lab: tuple[FleetPrometheus, DcgmExporter]) -> None:

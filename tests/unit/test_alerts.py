@@ -393,6 +393,32 @@ def test_clear_by_prefix_for_the_restart_action() -> None:
     assert [a.key for a in engine.active()] == ["log:/logs/d.log.1:6"]
 
 
+def test_a_soft_watchdog_dump_warns_and_the_hard_timeout_after_it_is_critical() -> None:
+    engine, clock, heard = engine_with_log()
+    soft = "Scheduler watchdog timeout (self.watchdog_timeout=120.0, self.soft=True)"
+    hard = "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"
+    engine.on_log_lines("/s.log", [f"[2026-08-25 14:22:03 TP0] {soft}"], gpus=(5,))
+    (a,) = engine.active()
+    assert (a.kind, a.severity, a.gpu) == ("sglang_error", Health.WARNING, 5)
+    assert (
+        a.message
+        == "SGLang Scheduler TP0: SGLang watchdog dump (soft): the scheduler was stuck 120 s"
+    )
+    clock.t += 180
+    engine.on_log_lines(
+        "/s.log",
+        [
+            f"[2026-08-25 14:25:03 TP0] {hard}",
+            "[2026-08-25 14:25:08] SIGQUIT received. signum=None, frame=None. It usually means"
+            " one child failed.",
+        ],
+    )
+    (b,) = engine.active()  # the shutdown is the watchdog's, not a second alert
+    assert (b.kind, b.severity) == ("sglang_error", Health.CRITICAL)
+    assert b.message.endswith("the scheduler was stuck 300 s; the server is being killed (SIGQUIT)")
+    assert [x.severity for x in heard] == [Health.WARNING, Health.CRITICAL]
+
+
 def test_kv_cache_warnings_coalesce_and_expire() -> None:
     engine, clock, heard = engine_with_log()
     line = "[2026-08-25 14:22:03] KV cache pool is full. Retract requests. #retracted_reqs: 3"
@@ -420,19 +446,29 @@ def test_kernel_xids_map_to_gpus_and_skip_informational_ones() -> None:
     assert new == heard
     got = [(a.gpu, a.severity, a.message.split(":")[0]) for a in new]
     assert got == [
-        (0, Health.WARNING, "Xid 13 on GPU 0 (PCI 0000"),  # two Xid 13 lines: one alert
-        (5, Health.WARNING, "Xid 31 on GPU 5 (PCI 0000"),
-        (2, Health.CRITICAL, "Xid 48 on GPU 2 (PCI 0000"),
-        (2, Health.CRITICAL, "Xid 171 on GPU 2 (PCI 0000"),
-        (2, Health.WARNING, "Xid 63 on GPU 2 (PCI 0000"),
-        (2, Health.CRITICAL, "Xid 154 on GPU 2 (PCI 0000"),
-        (3, Health.WARNING, "Xid 94 on GPU 3 (PCI 0000"),
-        (7, Health.CRITICAL, "Xid 119 on GPU 7 (PCI 0000"),
-        (7, Health.CRITICAL, "Xid 154 on GPU 7 (PCI 0000"),
-        (4, Health.CRITICAL, "Xid 79 on GPU 4 (PCI 0000"),
-        (4, Health.CRITICAL, "Xid 154 on GPU 4 (PCI 0000"),
+        (0, Health.WARNING, "Xid 13 on GPU 0"),  # two Xid 13 lines: one alert
+        (5, Health.WARNING, "Xid 31 on GPU 5"),
+        (2, Health.CRITICAL, "Xid 48 on GPU 2"),
+        (2, Health.CRITICAL, "Xid 171 on GPU 2"),
+        (2, Health.WARNING, "Xid 63 on GPU 2"),
+        (2, Health.CRITICAL, "Xid 154 on GPU 2"),
+        (3, Health.WARNING, "Xid 94 on GPU 3"),
+        (7, Health.CRITICAL, "Xid 119 on GPU 7"),
+        (7, Health.CRITICAL, "Xid 154 on GPU 7"),
+        (4, Health.CRITICAL, "Xid 79 on GPU 4"),
+        (4, Health.CRITICAL, "Xid 154 on GPU 4"),
     ]
-    assert "(pid 2419020 sglang::schedul)" in new[1].message
+    assert "pid 2419020 sglang::schedul)" in new[1].message
+    # The table's meaning and NVIDIA's action, said once (not "GPU has fallen off the bus:
+    # GPU has fallen off the bus."); the driver's words only where they add something.
+    assert (
+        new[9].message == "Xid 79 on GPU 4: fallen off the bus — reboot the node (PCI 0000:9a:00)"
+    )
+    assert new[10].message.endswith(
+        "GPU recovery action changed — reboot the node (PCI 0000:9a:00)"
+    )
+    assert new[1].message.startswith("Xid 31 on GPU 5: GPU memory page fault — restart the app")
+    assert "[Ch 00000010, intr 00000000. MMU Fault: ENGINE GRAPHICS" in new[1].message
     assert engine.on_kernel_lines(lines) == []  # dmesg re-read after a reconnect: no repeats
 
 

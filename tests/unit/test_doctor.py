@@ -604,6 +604,62 @@ def test_fixes_name_the_host_and_a_runnable_variant() -> None:
     assert fix.endswith("uninstall --python /root/venv/bin/python nvidia-nccl-cu12")
 
 
+def _on_torch_2_12_below_580(facts: dict[str, Any], cap: str = "12.0") -> dict[str, Any]:
+    """torch 2.12.1+cu130 on a 570 driver: CUDA 13 cannot run, a CUDA 12 build must."""
+    for key in ("dists.torch", "torch", "torch.version_py", "runtime"):
+        _set(f"{key}.version", "2.12.1+cu130")(facts)
+    facts["runtime"].update(available=False, arch_list=[])
+    facts["gpu"]["driver"] = "570.172.08"
+    for g in facts["gpu"]["gpus"]:
+        g["compute_cap"] = cap
+    return facts
+
+
+# What download.pytorch.org serves for CUDA 12 after 2.11 (pytorch/pytorch#178665: 2.12
+# builds cu126, cu130, cu132; cu128's last release is 2.11, cu129 had no 2.12).
+INDEX_CUDA12 = {
+    "cu126": ["2.10.0", "2.11.0", "2.12.0", "2.12.1"],
+    "cu128": ["2.10.0", "2.11.0"],
+    "cu129": ["2.11.0"],
+}
+
+
+def test_below_580_the_cuda12_fix_is_a_build_the_index_offers() -> None:
+    """torch 2.12 has no cu128: the fix never names ``cu128 --version 2.12.1``."""
+    facts = _on_torch_2_12_below_580(ct200())
+    facts["index_cuda12"] = INDEX_CUDA12
+    checks = by_name(facts)
+    # Blackwell: cu126 has no sm_120, so the newest CUDA 12 release with it, at the
+    # driver's recommended floor (cu129 wants 575.57): cu128 2.11.0.
+    assert checks["driver"].fix == (
+        "upgrade the driver to >= 580, or gpumon swap-torch ct200 cu128 --version 2.11.0"
+    )
+    ampere = _on_torch_2_12_below_580(ct200(), cap="8.6")
+    ampere["index_cuda12"] = INDEX_CUDA12
+    fix = by_name(ampere)["driver"].fix or ""
+    assert fix.endswith("gpumon swap-torch ct200 cu126 --version 2.12.1")  # same version
+    missing = ct200()
+    missing["gpu"]["driver"] = "570.172.08"
+    _not_installed(missing)  # no index read: the newest release the table has for CUDA 12
+    assert by_name(missing)["torch"].fix == "gpumon swap-torch ct200 cu128 --version 2.11.0"
+
+
+def test_below_580_with_no_cuda12_build_for_the_gpu_the_fix_is_the_driver() -> None:
+    facts = _on_torch_2_12_below_580(ct200())
+    facts["index_cuda12"] = {"cu126": ["2.12.1"], "cu128": [], "cu129": []}
+    assert by_name(facts)["driver"].fix == (
+        "upgrade the driver to >= 580 (the index offers no CUDA 12 build of torch for"
+        " sm_120 on this driver)"
+    )
+    unread = _on_torch_2_12_below_580(ct200())
+    unread["index_cuda12"] = {"error": "the index probe failed: timed out"}
+    assert by_name(unread)["driver"].fix == (
+        "upgrade the driver to >= 580 (the built-in table knows no CUDA 12 build of torch"
+        " 2.12.1 for sm_120 on this driver; the index could not be read: the index probe"
+        " failed: timed out)"
+    )
+
+
 def test_driver_warning_from_torch_names_the_fix() -> None:
     facts = ct200()
     facts["runtime"].update(

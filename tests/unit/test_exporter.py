@@ -14,6 +14,7 @@ from gpumon.backends.exporter.metrics import (
 )
 from gpumon.backends.model import Health
 from gpumon.backends.monitor import demo_settings, make_monitor
+from gpumon.backends.parsers import pci_key
 
 from sim_samples import sim_printers, sim_sample
 
@@ -56,7 +57,31 @@ def test_gpu_metrics_in_base_units_and_the_oom_counter() -> None:
     assert active[("critical", "cuda_oom")] == 2 and active[("warning", "xid")] == 0
     assert {n.removesuffix("_total") for n in metrics} <= {
         n.removesuffix("_total") for n in METRIC_NAMES
-    } | {"gpumon_oom_events_created"}
+    } | {"gpumon_oom_events_created", "gpumon_xid_events_created"}
+
+
+def test_xid_events_carry_the_tables_level_and_action() -> None:
+    settings = demo_settings(demo_time=30, frozen=True)
+    monitor = make_monitor(HostConfig(name="ct200", kind="local"), record=False)
+    sample = sim_sample(sim_printers(settings), settings, 30.0)
+    monitor.ingest_sample(sample)
+    bus = f"PCI:{pci_key(sample.gpus[6].bus_id)}"  # 00000000:BA:00.0 -> PCI:0000:ba:00
+    lines = [
+        f"[1.0] NVRM: Xid ({bus}): 79, pid=9962, name=python, GPU has fallen off the bus.",
+        f"[1.0] NVRM: Xid ({bus}): 79, pid=9962, name=python, GPU has fallen off the bus.",
+        f"[2.0] NVRM: Xid ({bus}): 13, pid=9962, name=python, Graphics Exception: ESR 0x1",
+    ]
+    monitor.alerts.on_kernel_lines(lines, backlog=True)  # before gpumon: not counted
+    monitor.alerts.on_kernel_lines([line.replace("[", "[9") for line in lines])
+    metrics = scrape(GpumonCollector(lambda: [monitor]))
+    got = {
+        (lab["gpu"], lab["xid"], lab["severity"], lab["action"]): v
+        for lab, v in metrics["gpumon_xid_events_total"]
+    }
+    assert got == {
+        ("6", "79", "critical", "reboot the node"): 1.0,  # the repeated line: one event
+        ("6", "13", "warning", "restart the application"): 1.0,
+    }
 
 
 def test_a_value_not_reported_is_left_out_not_zero() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from gpumon.backends.model import Health
 from gpumon.backends.parsers import (
+    KEEP_PATTERN,
     LogEvent,
     LogScanner,
     gpu_for_pci,
@@ -351,6 +353,56 @@ def test_sglang_crash_lines_without_a_memory_failure() -> None:
         ("sglang_error", Health.WARNING),
     ]
     assert events[0].message.startswith("Subprocess detokenizer (pid=42) crashed with exit code -9")
+
+
+# The watchdog lines as SGLang's own format strings print them: <= 0.5.6
+# managers/scheduler_runtime_checker_mixin.py f"Watchdog timeout ({self.watchdog_timeout=})";
+# 0.5.7+ utils/watchdog.py f"{self.debug_name} watchdog timeout ({self.watchdog_timeout=},
+# {self.soft=})", then (hard only) 5 s later SIGQUIT to the parent.
+class _Watchdog:
+    """Stands in for SGLang's ``self`` so its f-strings print here as they print there."""
+
+    def __init__(self, debug_name: str, watchdog_timeout: float, soft: bool) -> None:
+        self.debug_name, self.watchdog_timeout, self.soft = debug_name, watchdog_timeout, soft
+
+    def old_line(self) -> str:  # <= 0.5.6, verbatim
+        return f"Watchdog timeout ({self.watchdog_timeout=})"
+
+    def line(self) -> str:  # 0.5.7+, verbatim
+        return f"{self.debug_name} watchdog timeout ({self.watchdog_timeout=}, {self.soft=})"
+
+
+def test_the_hard_watchdog_of_every_version_is_critical_with_its_shutdown() -> None:
+    old = _Watchdog("Scheduler", 300, False).old_line()
+    assert old == "Watchdog timeout (self.watchdog_timeout=300)"
+    new = _Watchdog("Scheduler", 300, False).line()
+    assert new == "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"
+    for line in (old, new):
+        assert re.search(KEEP_PATTERN, line)  # the agent keeps it in a flood
+        events = scan_text(
+            "\n".join(
+                [
+                    "[2025-04-03 20:06:34 DP1 TP0] Scheduler debug info:",
+                    f"[2025-04-03 20:06:34 DP1 TP0] {line}",
+                    "",
+                    "[2025-04-03 20:06:39] SIGQUIT received. signum=None, frame=None. "
+                    "It usually means one child failed.",
+                ]
+            )
+        )
+        assert [(e.kind, e.severity) for e in events] == [("sglang_error", Health.CRITICAL)]
+        assert events[0].message == (
+            "SGLang watchdog: the scheduler was stuck 300 s; the server is being killed (SIGQUIT)"
+        )
+        assert events[0].context == "SGLang Scheduler DP1 TP0"
+
+
+def test_the_soft_watchdog_is_a_warning_the_server_lives_on() -> None:
+    for who, process in (("Scheduler", "scheduler"), ("TokenizerManager", "TokenizerManager")):
+        line = _Watchdog(who, 120.0, True).line()  # --soft-watchdog-timeout 120 (a float)
+        events = scan_text(f"[2026-08-25 15:41:00 TP0] {line}")
+        assert [(e.kind, e.severity) for e in events] == [("sglang_error", Health.WARNING)]
+        assert events[0].message == f"SGLang watchdog dump (soft): the {process} was stuck 120 s"
 
 
 NEGATIVES = [

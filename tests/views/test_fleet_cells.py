@@ -45,10 +45,21 @@ def test_a_full_row() -> None:
         "remap": "-",
         "alerts": "2",
         "age": "1m15s",
-        "problem": "Xid 79 on 1 GPU in the last 15 min (+1)",
+        "problem": "Xid 79 on 1 GPU in the last 15 min: fallen off the bus — reboot the node (+1)",
     }
     assert cells["fullest"].role == Role.CRITICAL and cells["temp"].role == Role.CRITICAL
     assert cells["xid"].role == Role.CRITICAL and cells["alerts"].role == Role.WARNING
+
+
+def test_the_xid_cell_is_coloured_by_the_xid_table_not_by_the_row() -> None:
+    def xid_cell(code: int) -> tuple[str, Role]:
+        row = NodeRow("n", last_seen=NOW, xid_gpus=1, xid_last=code, remap_failures=1)
+        cell = row_cells(replace(row, problems=judge(row, NOW)), NOW)["xid"]
+        return cell.text, cell.role
+
+    assert xid_cell(13) == ("13", Role.WARNING)  # the row is critical (remap), the Xid not
+    assert xid_cell(79) == ("79", Role.CRITICAL)
+    assert xid_cell(45) == ("45", Role.MUTED)  # informational
 
 
 def test_nothing_reported_is_na_not_zero() -> None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.fleet.model import NodeRow, Severity
+from gpumon.backends.model import Health
+from gpumon.backends.parsers.xid import xid_level
 from gpumon.backends.untrusted import printable
 from gpumon.tui.views.gpu_cells import NA, Cell, Role, duration, temperature_role
 
@@ -89,7 +91,7 @@ def row_cells(row: NodeRow, now: float) -> dict[str, Cell]:
     if row.xid_gpus is None:
         xid = NA
     elif row.xid_gpus and row.xid_last:
-        xid = Cell(str(row.xid_last), Role.CRITICAL if sev == Severity.CRITICAL else Role.WARNING)
+        xid = Cell(str(row.xid_last), xid_role(row.xid_last))
     else:
         xid = Cell("-", Role.MUTED)
     if row.remap_failures is None:
@@ -134,3 +136,11 @@ def fit(text: str, width: int, right: bool) -> str:
     if len(text) > width:
         text = text[: width - 1] + "…"
     return text.rjust(width) if right else text.ljust(width)
+
+
+def xid_role(code: int) -> Role:
+    """The Xid table's level as a colour: critical, warning, or muted (informational)."""
+    level = xid_level(code)
+    if level is Health.CRITICAL:
+        return Role.CRITICAL
+    return Role.WARNING if level is Health.WARNING else Role.MUTED

@@ -19,7 +19,7 @@ from gpumon.backends.fleet.prom import PrometheusError
 from gpumon.backends.fleet.source import FleetSource, GpuLine
 from gpumon.backends.untrusted import printable
 from gpumon.tui.dashboard import DashboardScreen
-from gpumon.tui.fleet.cells import memory_role
+from gpumon.tui.fleet.cells import memory_role, xid_role
 from gpumon.tui.views import Palette
 from gpumon.tui.views.gpu_cells import Role, duration, short_name, temperature_role
 
@@ -76,7 +76,11 @@ def gpu_table(gpus: Sequence[GpuLine], palette: Palette, now: float) -> Table:
         xid = (
             na(None)
             if g.xid_last is None
-            else (Text(str(g.xid_last), palette.text(Role.CRITICAL)) if g.xid_last else Text("-"))
+            else (
+                Text(str(g.xid_last), palette.text(xid_role(g.xid_last)))
+                if g.xid_last
+                else Text("-")
+            )
         )
         remap = (
             na(None)
