@@ -136,8 +136,11 @@ class GpumonCollector(Collector):
                 put("gpumon_sglang_kv_usage_ratio", labels, srv.token_usage)
                 put("gpumon_sglang_generation_tokens_per_second", labels, srv.gen_tokens_per_s)
             counts = Counter((a.severity.value, a.kind) for a in m.alerts.active())
+            # Every documented kind (0 when quiet), and any other kind active now
+            # (log_unreadable, log_flood, agent_error): an active alert is never left out.
+            kinds = (*KINDS, *sorted({kind for _, kind in counts} - set(KINDS)))
             for severity in ("warning", "critical"):
-                for kind in KINDS:
+                for kind in kinds:
                     put("gpumon_alerts_active", [host, severity, kind], counts[(severity, kind)])
         ooms = CounterMetricFamily(
             OOM_COUNTER,
