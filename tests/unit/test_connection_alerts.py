@@ -43,8 +43,9 @@ class Clock:
         return self.t
 
 
-def _monitor(clock: Clock, **alerts: float) -> HostMonitor:
-    host = HostConfig(name="box", kind="local", kernel_log=False, alerts=AlertRules(**alerts))
+def _monitor(clock: Clock, unreachable_critical_s: float = 120.0) -> HostMonitor:
+    rules = AlertRules(unreachable_critical_s=unreachable_critical_s)
+    host = HostConfig(name="box", kind="local", kernel_log=False, alerts=rules)
     return HostMonitor(host, AgentSource(LocalTransport(host)), clock=clock, record=False)
 
 
