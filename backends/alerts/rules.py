@@ -21,8 +21,9 @@ intervals is a warning, for ``stale_critical_intervals`` critical (a frozen agen
 NVML: the link is up and nothing comes).
 
 An unreachable host (``unreachable_level``): ``UNREACHABLE_WARNING_FAILURES`` sessions in a
-row that failed is a warning, no GPU data for ``unreachable_critical_s`` with the host
-still unreachable is critical (the host is down, its sshd or its network is gone).
+row that failed (or one, and no GPU data for ``UNREACHABLE_WARNING_S``) is a warning, no GPU
+data for ``unreachable_critical_s`` with the host still unreachable is critical (the host
+is down, its sshd or its network is gone).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ STALE_CRITICAL_FLOOR_S = 10.0
 # One failed session is a blip (a restarted sshd, a dropped link that comes straight
 # back); three in a row, about 4 s of backoff when the host refuses, is a host that is down.
 UNREACHABLE_WARNING_FAILURES = 3
+# ... and so is one whose tries are slow to fail (a connect timeout) or far apart (a
+# refused key or a changed host key is retried every 30 s): blind this long after one.
+UNREACHABLE_WARNING_S = 30.0
 _FIT_POINTS = 40  # longer windows are thinned to about this many points
 
 
@@ -89,7 +93,7 @@ class AlertRules:
             return Health.OK
         if 0 < self.unreachable_critical_s <= down_s:
             return Health.CRITICAL
-        if failures >= UNREACHABLE_WARNING_FAILURES:
+        if failures >= UNREACHABLE_WARNING_FAILURES or down_s >= UNREACHABLE_WARNING_S:
             return Health.WARNING
         return Health.OK
 

@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
-from gpumon.backends.alerts.rules import UNREACHABLE_WARNING_FAILURES
+from gpumon.backends.alerts.rules import UNREACHABLE_WARNING_FAILURES, UNREACHABLE_WARNING_S
 from gpumon.backends.config import HostConfig
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.exporter.metrics import GpumonCollector, registry_for
@@ -77,6 +77,12 @@ def test_the_engine_warns_after_a_few_failures_and_is_critical_after_the_limit()
     assert engine.active() == [] and engine.history()[0].peak is Health.CRITICAL
     never = AlertEngine("box", AlertRules(unreachable_critical_s=0), clock=Clock())
     assert never.on_unreachable(50, 1e6, REFUSED, T0)[0].severity is Health.WARNING
+    # Tries that are far apart (a refused key is retried every 30 s): blind 30 s is enough.
+    slow = AlertEngine("box", AlertRules(), clock=Clock())
+    refused = "authentication refused by me@box: permission denied"
+    assert slow.on_unreachable(1, UNREACHABLE_WARNING_S - 1, refused, T0) == []
+    (warn,) = slow.on_unreachable(1, UNREACHABLE_WARNING_S, refused, T0 + 1)
+    assert warn.severity is Health.WARNING and warn.message.startswith(refused)
     once = AlertEngine("box", AlertRules(), clock=Clock())  # a one-shot's only try
     (gave_up,) = once.on_unreachable(1, 0.5, REFUSED, T0, gave_up=True)
     assert gave_up.severity is Health.WARNING and "1 attempt failed" in gave_up.message
