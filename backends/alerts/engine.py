@@ -6,10 +6,11 @@ get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (rule
 
 Kinds and how each one ends (``active`` becomes False):
 
-- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``) and
-  ``stale_data`` (key ``stale_data``, from ``on_silence``) last while the condition
-  holds (with hysteresis, see alert_rules). Acknowledging one only silences it
-  (``acknowledged``); it rings again if it gets worse.
+- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``),
+  ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
+  (from ``on_unreachable``) last while the condition holds (with hysteresis, see
+  alert_rules). Acknowledging one only silences it (``acknowledged``); it rings again if
+  it gets worse.
 - event alerts end when acknowledged, when ``clear(key_prefix)`` is called (the restart
   action), or on recovery:
   - ``cuda_oom``, ``sglang_error``, ``job_crashed`` (key ``log:PATH:LINE``): the log gets new
@@ -35,7 +36,13 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpumon.backends.alerts.rules import MIB_PER_GIB, AlertRules, GpuWatch, foreign_memory
+from gpumon.backends.alerts.rules import (
+    MIB_PER_GIB,
+    STALE_WARNING_FLOOR_S,
+    AlertRules,
+    GpuWatch,
+    foreign_memory,
+)
 from gpumon.backends.alerts.store import CONDITION_KINDS, KINDS, Alert, AlertStore, Listener
 from gpumon.backends.model import GpuSample, Health, HostSample
 from gpumon.backends.parsers.kernel import (
@@ -69,6 +76,7 @@ _KERNEL_SEEN_MAX = 4096
 LOG_SOURCES_MAX = 256  # logs scanned at once; a glob over rotated files names new ones
 _FAILURE_KINDS = frozenset({"cuda_oom", "sglang_error", "job_crashed"})
 _GPU_EVENT_KINDS = frozenset({"oom_death", "cuda_oom", "sglang_error", "job_crashed"})
+_SILENCE_KINDS = ("stale_data", "driver_error")  # their key is their kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +175,9 @@ class AlertEngine(AlertStore):
                 self._recover_gpu(i, watch.emptied_at)
                 watch.emptied_at = None
         self._missing_gpus(now, sample, raised)
-        if "stale_data" in self._active:
-            self._end("stale_data")
+        for key in _SILENCE_KINDS:  # data again: neither a silence nor its cause holds
+            if key in self._active:
+                self._end(key)
         self._expire(now)
         self._latest = sample
         for gpu in sample.gpus:
@@ -302,25 +311,83 @@ class AlertEngine(AlertStore):
             if transient and now - alert.last_seen >= TRANSIENT_S:
                 self._end(alert.key)
 
-    # --- silence ------------------------------------------------------------------------
-    def on_silence(self, age_s: float | None, interval_s: float, now: float) -> list[Alert]:
+    # --- silence ---------------------------------------------------------------------
+    def on_silence(
+        self,
+        age_s: float | None,
+        interval_s: float,
+        now: float,
+        *,
+        error: str | None = None,
+        driver: bool = False,
+    ) -> list[Alert]:
         """``stale_data``: the host is connected and its newest GPU data is ``age_s``
         seconds old (None: it is not connected, or nothing is expected yet, which ends the
-        alert: a lost connection says so itself). Levels: ``AlertRules.stale_level``.
-        A sample ends it too (``on_sample``)."""
-        key = "stale_data"
-        level = Health.OK if age_s is None else self.rules.stale_level(age_s, interval_s)
-        if level is Health.OK or age_s is None:
-            if key in self._active:
+        alert: ``host_unreachable`` covers a lost connection). Levels:
+        ``AlertRules.stale_level``. A sample ends it too (``on_sample``).
+
+        ``error``: the host's error now (nvidia-smi's words), said in the message. With
+        ``driver`` the error is the driver's own verdict (GPU lost, driver not loaded,
+        version mismatch): the silence is a critical ``driver_error`` whose message is
+        those words and what to do, instead of a ``stale_data`` that guesses, once the
+        host has been silent ``STALE_WARNING_FLOOR_S`` (at any interval)."""
+        kind = "driver_error" if driver and error else "stale_data"
+        if age_s is None:
+            level = Health.OK
+        elif kind == "driver_error":  # its own verdict: no intervals to wait, a blip's floor
+            level = Health.CRITICAL if age_s >= STALE_WARNING_FLOOR_S else Health.OK
+        else:
+            level = self.rules.stale_level(age_s, interval_s)
+        for key in _SILENCE_KINDS:
+            if key in self._active and (key != kind or level is Health.OK or age_s is None):
                 self._end(key)
+        if level is Health.OK or age_s is None:
             return []
         raised: list[Alert] = []
+        if kind == "driver_error":
+            assert error is not None
+            self._condition(kind, kind, Health.CRITICAL, None, error, now, raised, score=age_s)
+            return self._announce(raised)
         last = time.strftime("%H:%M:%S", time.localtime(now - age_s))
         text = (
             f"no GPU data for {age_s:.0f} s while connected (last at {last}): the agent, "
             "nvidia-smi or NVML is not answering"
         )
-        self._condition(key, "stale_data", level, None, text, now, raised, score=age_s)
+        if error:
+            text += f"; {error}"
+        self._condition(kind, kind, level, None, text, now, raised, score=age_s)
+        return self._announce(raised)
+
+    def on_unreachable(
+        self,
+        failures: int,
+        down_s: float | None,
+        error: str | None,
+        now: float,
+        *,
+        gave_up: bool = False,
+    ) -> list[Alert]:
+        """``host_unreachable``: ``failures`` sessions in a row failed (the connection
+        refused, timed out, the name did not resolve, the agent did not start), the last
+        with ``error``, and the host has sent no GPU data for ``down_s`` seconds. Levels:
+        ``AlertRules.unreachable_level``; ``gave_up`` (a one-shot's only try failed: there
+        is no retry to wait for) is at least a warning. None for ``down_s`` (connected,
+        or stopped) ends it: the host is back."""
+        key = "host_unreachable"
+        level = Health.OK
+        if down_s is not None:
+            level = self.rules.unreachable_level(failures, down_s)
+            if gave_up and failures:
+                level = Health.worst(level, Health.WARNING)
+        if level is Health.OK:
+            if key in self._active:
+                self._end(key)
+            return []
+        assert down_s is not None
+        tries = f"{failures} attempt{'s' if failures != 1 else ''} failed"
+        text = f"{error or 'no connection'} (unreachable for {down_s:.0f} s, {tries})"
+        raised: list[Alert] = []
+        self._condition(key, key, level, None, text, now, raised, score=down_s)
         return self._announce(raised)
 
     # --- logs ---------------------------------------------------------------------------

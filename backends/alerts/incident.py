@@ -56,6 +56,8 @@ CAUSE_ORDER = (
     "gpu_health",
     "sglang_error",
     "kv_cache_full",
+    "driver_error",
+    "host_unreachable",
     "stale_data",
     "time_to_full",
     "memory",

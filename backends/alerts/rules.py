@@ -19,6 +19,11 @@
 Stale data (``stale_level``): no GPU data for ``stale_warning_intervals`` sampling
 intervals is a warning, for ``stale_critical_intervals`` critical (a frozen agent, a hung
 NVML: the link is up and nothing comes).
+
+An unreachable host (``unreachable_level``): ``UNREACHABLE_WARNING_FAILURES`` sessions in a
+row that failed (or one, and no GPU data for ``UNREACHABLE_WARNING_S``) is a warning, no GPU
+data for ``unreachable_critical_s`` with the host still unreachable is critical (the host
+is down, its sshd or its network is gone).
 """
 
 from __future__ import annotations
@@ -38,6 +43,12 @@ MIB_PER_GIB = 1024.0
 # start no sooner than these.
 STALE_WARNING_FLOOR_S = 3.0
 STALE_CRITICAL_FLOOR_S = 10.0
+# One failed session is a blip (a restarted sshd, a dropped link that comes straight
+# back); three in a row, about 4 s of backoff when the host refuses, is a host that is down.
+UNREACHABLE_WARNING_FAILURES = 3
+# ... and so is one whose tries are slow to fail (a connect timeout) or far apart (a
+# refused key or a changed host key is retried every 30 s): blind this long after one.
+UNREACHABLE_WARNING_S = 30.0
 _FIT_POINTS = 40  # longer windows are thinned to about this many points
 
 
@@ -60,6 +71,7 @@ class AlertRules:
     oom_death_window_s: float = 10.0
     stale_warning_intervals: float = 5.0  # no data for this many sampling intervals; 0: off
     stale_critical_intervals: float = 30.0
+    unreachable_critical_s: float = 120.0  # unreachable this long is critical; 0: never
 
     def stale_level(self, age_s: float, interval_s: float) -> Health:
         """The ``stale_data`` level of data ``age_s`` old at ``interval_s`` sampling; never
@@ -71,6 +83,17 @@ class AlertRules:
         if self.stale_critical_intervals > 0 and age_s >= critical:
             return Health.CRITICAL
         if age_s >= max(self.stale_warning_intervals * period, STALE_WARNING_FLOOR_S):
+            return Health.WARNING
+        return Health.OK
+
+    def unreachable_level(self, failures: int, down_s: float) -> Health:
+        """The ``host_unreachable`` level after ``failures`` failed sessions in a row,
+        ``down_s`` seconds since the host last delivered (or since the start)."""
+        if failures < 1:
+            return Health.OK
+        if 0 < self.unreachable_critical_s <= down_s:
+            return Health.CRITICAL
+        if failures >= UNREACHABLE_WARNING_FAILURES or down_s >= UNREACHABLE_WARNING_S:
             return Health.WARNING
         return Health.OK
 
@@ -159,6 +182,7 @@ _LIMITS: dict[str, tuple[float, float, bool]] = {
     "oom_death_window_s": (0.5, 3600.0, False),
     "stale_warning_intervals": (0.0, 10000.0, False),
     "stale_critical_intervals": (0.0, 100000.0, False),
+    "unreachable_critical_s": (0.0, 604800.0, False),
 }
 
 

@@ -35,9 +35,19 @@ KINDS = (
     "auto_restart",
     "foreign_process",
     "stale_data",
+    "driver_error",
+    "host_unreachable",
 )
 CONDITION_KINDS = frozenset(
-    {"memory", "time_to_full", "gpu_health", "foreign_process", "stale_data"}
+    {
+        "memory",
+        "time_to_full",
+        "gpu_health",
+        "foreign_process",
+        "stale_data",
+        "driver_error",
+        "host_unreachable",
+    }
 )
 HISTORY_MAX = 500
 NOTES_MAX = 50

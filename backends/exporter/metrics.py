@@ -151,8 +151,11 @@ class GpumonCollector(Collector):
                 action = xid_action(code) or ""
                 xids.add_metric([host, _gpu(gpu_index), str(code), severity, action], n)
             counts = Counter((a.severity.value, a.kind) for a in m.alerts.active())
+            # Every documented kind (0 when quiet), and any other kind active now
+            # (log_unreadable, log_flood, agent_error): an active alert is never left out.
+            kinds = (*KINDS, *sorted({kind for _, kind in counts} - set(KINDS)))
             for severity in ("warning", "critical"):
-                for kind in KINDS:
+                for kind in kinds:
                     put("gpumon_alerts_active", [host, severity, kind], counts[(severity, kind)])
         ooms = CounterMetricFamily(
             OOM_COUNTER,

@@ -104,7 +104,9 @@ def check_verdict(
 ) -> tuple[CheckCode, str]:
     """Exit code and the one summary line of ``gpumon check``: the most urgent incident's
     headline first (physical GPU, job, the fix), then the host's summary, then the
-    sources that did not answer in time (``incomplete``: the verdict is without them)."""
+    sources that did not answer in time (``incomplete``: the verdict is without them). A
+    driver that says why no data comes ("GPU is lost") is CRITICAL with its words, data or
+    not; a host that cannot be judged (unreachable, no data) is UNKNOWN with the reason."""
     code, text = _verdict(monitor, now)
     if incomplete and code != CheckCode.UNKNOWN:
         text += f" [incomplete: {'; '.join(incomplete)}]"
@@ -114,15 +116,23 @@ def check_verdict(
 def _verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
     name = monitor.name
     sample = monitor.latest
-    stale = [i for i in active_incidents(monitor) if i.cause.kind == "stale_data"]
+    found = active_incidents(monitor)  # GPU health problems are alerts too
+    # Who else holds memory is context for the headline, not the headline itself.
+    found.sort(key=lambda i: (-i.severity.rank, i.cause.kind == "foreign_process"))
+    fatal = [i for i in found if i.cause.kind == "driver_error"]
+    driver = monitor.driver_failure()
+    if fatal or driver is not None:  # it explains every other incident: it leads
+        found = fatal + [i for i in found if i not in fatal]
+        # Before its alert is raised (a short check) the alert's words all the same.
+        what = _headlines(monitor, found) if fatal or driver is None else driver.message
+        tail = f" ({_summary(sample)})" if sample is not None else ""
+        return CheckCode.CRITICAL, f"CRITICAL {name}: {what}{tail}"
+    stale = [i for i in found if i.cause.kind == "stale_data"]
     if sample is None or (monitor.is_stale(now) and not stale):
         why = monitor.status.error or f"no data ({monitor.status.state.value})"
         return CheckCode.UNKNOWN, f"UNKNOWN {name}: {why}"
     if monitor.status.error and monitor.status.state != ConnState.CONNECTED:
         return CheckCode.UNKNOWN, f"UNKNOWN {name}: {monitor.status.error}"
-    found = active_incidents(monitor)  # GPU health problems are alerts too
-    # Who else holds memory is context for the headline, not the headline itself.
-    found.sort(key=lambda i: (-i.severity.rank, i.cause.kind == "foreign_process"))
     worst = Health.worst(*(g.health for g in sample.gpus), *(i.severity for i in found))
     code = {Health.OK: CheckCode.OK, Health.WARNING: CheckCode.WARNING}.get(
         worst, CheckCode.CRITICAL
@@ -131,17 +141,23 @@ def _verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
     if worst == Health.OK:
         return code, f"OK {name}: {summary}"
     if found:
-        top = found[0]
-        what = line(top, restart_hint(monitor, top))
-        extra = [f"{len(top.evidence)} evidence"] if top.evidence else []
-        if len(found) > 1:
-            extra.append(f"+{len(found) - 1} more incident{'s' if len(found) > 2 else ''}")
-        if extra:
-            what += f" ({', '.join(extra)})"
+        what = _headlines(monitor, found)
     else:
         sick = [g for g in sample.gpus if g.health == worst]
         what = "; ".join(f"GPU {g.index}: {', '.join(g.problems) or worst.value}" for g in sick)
     return code, f"{code.name} {name}: {what} ({summary})"
+
+
+def _headlines(monitor: HostMonitor, found: list[Incident]) -> str:
+    """The first incident's line (and fix), then how much more there is."""
+    top = found[0]
+    what = line(top, restart_hint(monitor, top))
+    extra = [f"{len(top.evidence)} evidence"] if top.evidence else []
+    if len(found) > 1:
+        extra.append(f"+{len(found) - 1} more incident{'s' if len(found) > 2 else ''}")
+    if extra:
+        what += f" ({', '.join(extra)})"
+    return what
 
 
 def _summary(sample: HostSample) -> str:

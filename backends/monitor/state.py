@@ -6,7 +6,9 @@ its listeners after every change. Where the data comes from is its ``source`` (t
 over a transport, nvidia-smi direct, a replay: ``monitor.sources``), which feeds it
 through the ``ingest_*`` methods. The UI and the CLI read from the monitor; nothing else
 talks to the machine for monitoring. While disconnected the last values stay, and
-``stale_s()`` says how old they are.
+``stale_s()`` says how old they are. The monitor judges its own connection: a host it
+cannot reach (``host_unreachable``), a connected one that sends nothing (``stale_data``)
+and a driver that says why nothing comes (``driver_error``) are alerts like any other.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from gpumon.backends.model import (
     ProcessSource,
 )
 from gpumon.backends.model import Source as SampleSource
-from gpumon.backends.parsers.nvidia_smi import parse_compute_apps, parse_query_gpu
+from gpumon.backends.parsers.nvidia_smi import SmiFailure, parse_compute_apps, parse_query_gpu
 from gpumon.backends.parsers.processes import container_view, from_record
 from gpumon.backends.recording.recorder import FlightRecorder
 from gpumon.backends.transport.base import Transport
@@ -111,6 +113,8 @@ class HostMonitor:
         self.samples = 0
         self._last_data_at: float | None = None  # monitor clock when the last round came
         self.first_data_at: float | None = None  # ... and the first one (FIRST_ROUNDS_S)
+        self._started_at = clock()  # blind since then until the first round
+        self._smi_failure: SmiFailure | None = None  # the last one since the last round
         self._gaps: deque[float] = deque(maxlen=GAPS_KEPT)
         self.listeners: Listeners[[HostMonitor]] = Listeners("monitor listener")
         self._history_s = history_s
@@ -177,14 +181,58 @@ class HostMonitor:
         since = max(self._last_data_at or self.status.since, self.status.since)
         return max((now if now is not None else self.clock()) - since, 0.0)
 
+    def blind_s(self, now: float | None = None) -> float:
+        """Seconds since the host last sent GPU data (or since the start, before any)."""
+        since = self._last_data_at if self._last_data_at is not None else self._started_at
+        return max((now if now is not None else self.clock()) - since, 0.0)
+
+    def driver_failure(self) -> SmiFailure | None:
+        """The driver's own word on why no GPU data comes ("GPU is lost", no driver, a
+        version mismatch: ``SmiFailure.driver``): the last nvidia-smi failure since the
+        last round, while the host is connected or its last session ended with it (a host
+        that then went down is unreachable, whatever its driver said before)."""
+        failure = self._smi_failure
+        if failure is None or not failure.driver:
+            return None
+        if self.status.state == ConnState.CONNECTED or self.status.error == failure.message:
+            return failure
+        return None
+
     def check_silence(self, now: float | None = None) -> None:
-        """Raise, escalate or end the ``stale_data`` alert for the silence now (the
-        watchdog calls this between samples; a sample ends the alert by itself)."""
-        at = self.clock() if now is None else now
-        before = self.alerts.active()
-        self.alerts.on_silence(self.silent_s(at), self.interval, at)
-        if self.alerts.active() != before:
+        """Raise, escalate or end the alerts about the connection now: ``stale_data`` /
+        ``driver_error`` (connected, no GPU data) and ``host_unreachable`` (sessions keep
+        failing). The watchdog calls this between samples and every change of the
+        connection does; a sample ends them by itself. A stopped monitor keeps them as
+        they were (a one-shot's verdict reads them after the stop)."""
+        if self._judge_connection(self.clock() if now is None else now):
             self._notify()
+
+    def _judge_connection(self, at: float) -> bool:
+        """``check_silence`` without telling the listeners; True when the alerts changed."""
+        state = self.status.state
+        if state == ConnState.STOPPED:
+            return False
+        before = self.alerts.active()
+        driver = self.driver_failure()
+        if driver is not None:  # it answered: the driver says why nothing comes
+            self.alerts.on_silence(
+                self.blind_s(at), self.interval, at, error=driver.message, driver=True
+            )
+            self.alerts.on_unreachable(0, None, None, at)
+        elif state == ConnState.CONNECTED:
+            silent = self.silent_s(at)
+            self.alerts.on_silence(silent, self.interval, at, error=self.status.error)
+            self.alerts.on_unreachable(0, None, None, at)
+        else:
+            self.alerts.on_silence(None, self.interval, at)
+            self.alerts.on_unreachable(
+                self.status.attempt,
+                self.blind_s(at),
+                self.status.error,
+                at,
+                gave_up=state == ConnState.FAILED,
+            )
+        return self.alerts.active() != before
 
     def clear_state(self) -> None:
         """Forget every sample, history, alert and workload state, as before the first
@@ -197,6 +245,7 @@ class HostMonitor:
         self.samples = 0
         self.log_flow.clear()
         self._last_data_at = self.first_data_at = None
+        self._smi_failure = None
         self._gaps.clear()
         self.alerts.reset()
         self.workloads = Workloads(self.host)
@@ -204,6 +253,7 @@ class HostMonitor:
 
     def start(self) -> asyncio.Task[None]:
         loop = asyncio.get_running_loop()
+        self._started_at = self.clock()
         self._task = loop.create_task(self.source.run(self), name=self.name)
         self._watchdog = loop.create_task(self._watch_silence(), name=f"{self.name} watchdog")
         return self._task
@@ -280,6 +330,7 @@ class HostMonitor:
         self._last_data_at = now
         if self.first_data_at is None:
             self.first_data_at = now
+        self._smi_failure = None  # data again: whatever failed before has passed
         for gpu in sample.gpus:
             hist = self.histories.get(gpu.index)
             if hist is None:
@@ -521,6 +572,10 @@ class HostMonitor:
     def ingest_error(self, text: str) -> None:
         self.ingest_status(self.status.state, error=text)
 
+    def ingest_smi_failure(self, failure: SmiFailure) -> None:
+        self._smi_failure = failure
+        self.ingest_error(failure.message)
+
     def count_skipped(self, lines: int) -> None:
         self.skipped_lines += lines
 
@@ -543,6 +598,7 @@ class HostMonitor:
             source=source if source is not None else old.source,
             transport=self.source.label,
         )
+        self._judge_connection(self.clock())  # a failed try, a lost or a new connection
         self._notify()
 
     def _notify(self) -> None:

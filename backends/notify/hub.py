@@ -7,7 +7,8 @@
     ...
     await hub.close()
 
-After every change of a monitor the hub asks the ``IncidentTracker`` what changed; each
+After every change of a monitor (from its third sample, or ``SETTLE_S`` after it was
+attached, whichever comes first) the hub asks the ``IncidentTracker`` what changed; each
 open / update / resolve is stored in the outbox for every notifier that wants it (its
 ``min_severity``, ``hosts`` and ``kinds``) and the notifier's task delivers it (see
 ``outbox`` for the order, the grouping and the retries). A host's first alert in a
@@ -58,7 +59,9 @@ log = logging.getLogger(__name__)
 # messages behind it still go out. 401/403/404 (a wrong key or URL) fail every message
 # alike: those are retried until the config is fixed and reloaded.
 REJECTED = frozenset({400, 413, 422})
-SETTLE_SAMPLES = 3  # a host's alerts count from its third sample (its logs' backlog read)
+SETTLE_SAMPLES = 3  # a host's alerts count from its third sample (its logs' backlog read),
+SETTLE_S = 10.0  # or this long after it was attached, whatever it sent: a host that is
+# down, or whose nvidia-smi hangs, from the start never sends a third sample
 TICK_S = 1.0
 STANDBY_POLL_S = 5.0
 
@@ -182,6 +185,7 @@ class NotifyHub:
         self.changes: Listeners[[IncidentEvent]] = Listeners("incident listener")
         self.delivered: Listeners[[str, list[IncidentEvent]]] = Listeners("delivery listener")
         self.monitors: list[HostMonitor] = []
+        self._settling: dict[HostMonitor, float] = {}  # not yet settled -> attached at
         self._wake: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
@@ -197,10 +201,12 @@ class NotifyHub:
     # --- wiring -------------------------------------------------------------------------
     def attach(self, monitor: HostMonitor) -> None:
         self.monitors.append(monitor)
+        self._settling[monitor] = self.clock()
         monitor.add_listener(self._on_monitor)
 
     def detach(self, monitor: HostMonitor) -> None:
         monitor.listeners.remove(self._on_monitor)
+        self._settling.pop(monitor, None)
         if monitor in self.monitors:
             self.monitors.remove(monitor)
 
@@ -220,10 +226,29 @@ class NotifyHub:
             at=self.clock(),
         )
 
+    def _settled(self, monitor: HostMonitor) -> bool:
+        """Whether ``monitor``'s alerts count yet: from its third sample once every source
+        answered once (``first_rounds_done``: who holds a GPU's memory is the Proxmox
+        host's list, not the container's view), or ``SETTLE_S`` after it was attached,
+        whatever it sent (a host broken from its start is paged too)."""
+        since = self._settling.get(monitor)
+        if since is None:
+            return True
+        early = monitor.samples < SETTLE_SAMPLES or not monitor.first_rounds_done()
+        if early and self.clock() - since < SETTLE_S:
+            return False
+        del self._settling[monitor]
+        return True
+
+    def observe_settled(self) -> None:
+        """Observe the monitors that settled by time since the last tick: a silent host
+        does not change, so nothing else would look at its alerts."""
+        for monitor in list(self._settling):
+            if self._settled(monitor):
+                self._on_monitor(monitor)
+
     def _on_monitor(self, monitor: HostMonitor) -> None:
-        # the first report waits for every source's first round too (bounded): who
-        # holds a GPU's memory is the Proxmox host's list, not the container's view
-        if monitor.samples < SETTLE_SAMPLES or not monitor.first_rounds_done():
+        if not self._settled(monitor):
             return
         recorder = monitor.recorder
         path = recorder.pending_path or (recorder.written[-1] if recorder.written else None)
@@ -382,6 +407,7 @@ class NotifyHub:
             await asyncio.sleep(TICK_S)
             now = self.clock()
             try:
+                self.observe_settled()
                 self.publish(self.tracker.due(now))
                 for cfg in list(self.settings.notifiers.values()):
                     if cfg.kind == "alertmanager" and not self._standing_by():

@@ -165,6 +165,12 @@ class SmiFailure:
     message: str
     exit_code: int | None
 
+    @property
+    def driver(self) -> bool:
+        """The driver's own verdict (a GPU lost, no driver, a version mismatch): no GPU
+        data comes until someone acts, so it is the cause of the silence, not a stall."""
+        return self.kind in DRIVER_FAILURES
+
 
 def query_gpu_args(fields: Sequence[str] = QUERY_FIELDS, loop_ms: int | None = None) -> list[str]:
     """The argv after ``nvidia-smi`` for a CSV GPU query (``-lms N`` when ``loop_ms`` is given).
@@ -510,13 +516,28 @@ _HINTS: dict[str, str] = {
     "no_devices": "No NVIDIA GPU is visible: device nodes not passed into the container, or "
     "the GPUs are not bound to the nvidia driver",
     "device_handle": "One GPU cannot be reached and the whole nvidia-smi call fails; check the "
-    "host's kernel log for Xid errors",
+    "host's kernel log for Xid errors, then reset that GPU (nvidia-smi -r -i {bus}, with no "
+    "process on it) or reboot the host",
     "library_not_found": "The NVIDIA user-space libraries are missing (in an LXC: install the "
     "driver's user-space part without the kernel module, then run ldconfig)",
     "invalid_field": "This driver does not know one of the queried fields, and one bad field "
     "fails the whole query",
     "not_found": "The nvidia-smi command is missing, or not on PATH, on the target",
 }
+# What the driver says about itself; ``other`` (an exit code alone, a stall the agent
+# killed), ``invalid_field`` (our query) and ``not_found`` (no nvidia-smi) are not in it.
+DRIVER_FAILURES = frozenset(
+    {
+        "driver_not_loaded",
+        "version_mismatch",
+        "no_supported_gpus",
+        "nvml_unknown_error",
+        "no_devices",
+        "device_handle",
+        "library_not_found",
+    }
+)
+_HANDLE_BUS = re.compile(r"for GPU ?([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f])")
 _GPU_LOST_HINT = "The GPU has fallen off the bus (Xid 79); reboot the host to recover it"
 _NOT_FOUND = re.compile(r"nvidia-smi'?: (?:command )?not found|No such file or directory")
 _EXIT_FALLBACK = {9: "driver_not_loaded", 12: "library_not_found", 127: "not_found"}
@@ -542,6 +563,9 @@ def classify_smi_failure(output: str, exit_code: int | None) -> SmiFailure | Non
             extra = next((line for line in lines if line.startswith("NVML library version")), "")
         elif kind == "device_handle" and "GPU is lost" in matched:
             hint = _GPU_LOST_HINT
+        elif kind == "device_handle":
+            bus = _HANDLE_BUS.search(matched)
+            hint = hint.format(bus=bus.group(1) if bus else "BUS_ID")
         return SmiFailure(kind, _message(first, matched, exit_code, extra, hint), exit_code)
     if exit_code is None or exit_code == 0:
         return None

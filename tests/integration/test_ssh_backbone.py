@@ -266,7 +266,7 @@ def test_gpu_lost_fault_is_critical(
     assert snap["gpus"][4]["memory_used_mib"] is None  # not reported: null, never 0
 
 
-def test_driver_failure_is_unknown_and_quotes_the_tool(
+def test_driver_failure_is_critical_and_quotes_the_tool(
     sshd: SshServer, client_env: dict[str, str], tmp_path: Path
 ) -> None:
     from dataclasses import replace
@@ -279,5 +279,7 @@ def test_driver_failure_is_unknown_and_quotes_the_tool(
     write_wrapper(faulty, replace(demo_settings(), fault="version_mismatch"))
     cfg = write_config(tmp_path, sshd.config_toml(nvidia_smi=str(faulty / "nvidia-smi")))
     res = gpumon(["--config", str(cfg), "check", "ct200", "--timeout", "8"], client_env)
-    assert res.returncode == 3
+    # The driver's own verdict: CRITICAL in its words (issue 28), no longer UNKNOWN.
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stdout.startswith("CRITICAL ct200: nvidia-smi:")
     assert "Driver/library version mismatch" in res.stdout

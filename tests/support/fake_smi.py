@@ -10,7 +10,9 @@ interval until killed) and ``--query-compute-apps``.
 Faults the test switches on and off while it runs: the file ``FAKE_SMI_MODE`` names holds
 ``stall`` (the loop stops printing, alive), ``garbage`` (lines that are not rows),
 ``flood`` (20000 rows at once, then silence), ``nolf:N`` (N bytes without a newline, then
-silence) or ``fail`` (the driver error, exit 9); empty or absent: normal. Each run
+silence), ``fail`` (the driver error, exit 9) or ``lost`` (a GPU fallen off the bus: the
+query and the process list fail with the driver's "GPU is lost", exit 15, as after an
+Xid 79; ``--help-query-gpu`` still answers); empty or absent: normal. Each run
 writes ``PID PPID`` into a file in the directory ``FAKE_SMI_PIDS`` names.
 
 Values are in the ``csv,noheader,nounits`` shape; a field it does not know is ``[N/A]``.
@@ -69,6 +71,11 @@ DRIVER_FAIL = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running."
 )
+GPU_LOST = (
+    "Unable to determine the device handle for GPU0000:18:00.0: GPU is lost. "
+    "Reboot the system to recover this GPU"
+)
+GPU_LOST_EXIT = 15
 
 
 def _mode() -> str:
@@ -138,6 +145,9 @@ def main(argv: list[str]) -> int:
             if mode == "fail":
                 print(DRIVER_FAIL)
                 return 9
+            if mode == "lost":
+                print(GPU_LOST)
+                return GPU_LOST_EXIT
             if mode:
                 _faulty_round(mode, fields, count)
                 time.sleep((loop_ms or 1000) / 1000)
@@ -149,6 +159,9 @@ def main(argv: list[str]) -> int:
                 return 0
             time.sleep(loop_ms / 1000)
     if any(a.startswith("--query-compute-apps=") for a in argv):
+        if _mode() == "lost":
+            print(GPU_LOST)
+            return GPU_LOST_EXIT
         name = os.environ.get("HOSTILE_PROCESS", "python")
         print(f"4242, {name}, 1000, {UUID}00, 00000000:18:00.0")
         return 0

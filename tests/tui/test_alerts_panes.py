@@ -50,6 +50,24 @@ def record_notifications(app: GpumonApp) -> list[tuple[str, str, str]]:
     return seen
 
 
+def fake_smi_app(
+    mode: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[HostMonitor, GpumonApp, list[tuple[str, str, str]]]:
+    """The dashboard on ``local`` with tests/support/fake_smi.py as nvidia-smi, its fault
+    mode read from ``mode``; and the notifications it shows from here on."""
+    monkeypatch.setenv("FAKE_SMI_MODE", str(mode))
+    host = dataclasses.replace(
+        resolve_host(Config(path=None), "local"),
+        nvidia_smi=str(FAKE_SMI),
+        python=sys.executable,
+        interval=0.3,
+        kernel_log=False,
+    )
+    monitor = make_monitor(host)
+    app = GpumonApp([monitor], bell=False)
+    return monitor, app, record_notifications(app)
+
+
 async def with_rows(pilot: Pilot[int], wait: Wait, app: GpumonApp) -> None:
     await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
     await pilot.pause()
@@ -307,17 +325,7 @@ async def test_stale_data_is_a_toast_and_colours_the_header(
     """The agent's nvidia-smi loop stops printing (alive, the link up): a warning toast
     "No data" and the header's state in the warning colour, not a green "● connected"."""
     mode = tmp_path / "mode"
-    monkeypatch.setenv("FAKE_SMI_MODE", str(mode))
-    host = dataclasses.replace(
-        resolve_host(Config(path=None), "local"),
-        nvidia_smi=str(FAKE_SMI),
-        python=sys.executable,
-        interval=0.3,
-        kernel_log=False,
-    )
-    monitor = make_monitor(host)
-    app = GpumonApp([monitor], bell=False)
-    seen = record_notifications(app)
+    monitor, app, seen = fake_smi_app(mode, monkeypatch)
     section = app.dashboard.sections[0]
     async with app.run_test(size=(80, 24)) as pilot:
         await wait(pilot, lambda: monitor.latest is not None, timeout=30, what="data")
@@ -340,3 +348,52 @@ async def test_stale_data_is_a_toast_and_colours_the_header(
         assert "WARNING" in app.dashboard.strip.plain or "▲" in app.dashboard.strip.plain
         mode.write_text("", encoding="utf-8")
         await wait(pilot, lambda: not monitor.alerts.active(), timeout=15, what="fresh data")
+
+
+async def test_a_lost_gpu_is_a_critical_driver_error_on_the_screen(
+    wait: Wait, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nvidia-smi says "GPU is lost" from the start: a critical toast "Driver error" in the
+    driver's words, the strip leads with them and the header says "no data" critical."""
+    mode = tmp_path / "mode"
+    mode.write_text("lost", encoding="utf-8")
+    _, app, seen = fake_smi_app(mode, monkeypatch)
+    section = app.dashboard.sections[0]
+    async with app.run_test(size=(100, 24)) as pilot:
+        await wait(
+            pilot,
+            lambda: any(t == "CRITICAL: Driver error" for _, t, _ in seen),
+            timeout=20,
+            what="the driver-error toast",
+        )
+        message = next(m for m, t, _ in seen if t == "CRITICAL: Driver error")
+        assert message.startswith('nvidia-smi: "Unable to determine the device handle')
+        await wait(pilot, lambda: "GPU is lost" in app.dashboard.strip.plain, what="the strip")
+        await wait(pilot, lambda: "◌ no data" in section.header.plain, what="the header")
+        view = section.header.view
+        assert view is not None
+        assert next(p for p in view.parts if p.text == "◌ no data").role == Role.CRITICAL
+
+
+async def test_a_host_that_cannot_be_reached_is_an_alert_on_the_screen(wait: Wait) -> None:
+    """Nothing listens on the host's SSH port: after three refused tries a warning toast
+    "Host unreachable" with the reason, the strip says it, the header counts it."""
+    from prometheus import free_port
+
+    host = resolve_host(Config(path=None), f"nobody@127.0.0.1:{free_port()}")
+    monitor = make_monitor(host)
+    app = GpumonApp([monitor], bell=False)
+    seen = record_notifications(app)
+    section = app.dashboard.sections[0]
+    async with app.run_test(size=(100, 24)) as pilot:
+        await wait(
+            pilot,
+            lambda: any(t == "WARNING: Host unreachable" for _, t, _ in seen),
+            timeout=30,
+            what="the unreachable toast",
+        )
+        message = next(m for m, t, _ in seen if t == "WARNING: Host unreachable")
+        assert "connection refused" in message
+        await wait(pilot, lambda: "connection refused" in app.dashboard.strip.plain, what="strip")
+        await wait(pilot, lambda: "1 alert" in section.header.plain, what="the header's count")
+        assert monitor.status.state is ConnState.RECONNECTING

@@ -194,6 +194,8 @@ KIND_TITLES = {
     "job_crashed": "Job crashed",
     "sglang_error": "SGLang error",
     "stale_data": "No data",
+    "driver_error": "Driver error",
+    "host_unreachable": "Host unreachable",
     "auto_restart": "Automatic restart",
 }
 

@@ -332,7 +332,7 @@ class HeaderInput:
     new_alerts: int | None = None  # not yet acknowledged (None: all of them)
     replay: str | None = None  # "REPLAY 2x, 14:32:07 (45/661)": shown instead of the state
     no_data: bool = False  # connected, but the stream has gone silent (HostMonitor.no_data)
-    stale_alert: Health | None = None  # the active stale_data alert's severity, if any
+    stale_alert: Health | None = None  # the active stale_data / driver_error severity
 
 
 def header_parts(h: HeaderInput) -> list[HeaderPart]:

@@ -213,7 +213,8 @@ class HostSection(Vertical):
         m, shown = self.monitor, self.shown
         active = m.alerts.active()
         count = alert_count(active)
-        stale_alert = next((a.severity for a in active if a.kind == "stale_data"), None)
+        silence = ("stale_data", "driver_error")
+        stale_alert = next((a.severity for a in active if a.kind in silence), None)
         self.header.show(
             HeaderView(
                 tuple(

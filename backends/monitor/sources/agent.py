@@ -86,7 +86,10 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
 
     def smi_error(m: protocol.SmiError) -> None:
         failure = classify_smi_failure(m.output, m.exit)
-        sink.ingest_error(failure.message if failure else f"nvidia-smi failed (exit {m.exit})")
+        if failure is None:
+            sink.ingest_error(f"nvidia-smi failed (exit {m.exit})")
+        else:
+            sink.ingest_smi_failure(failure)
 
     def thread_died(m: protocol.ThreadDied) -> None:
         where = f" at {m.where}" if m.where else ""

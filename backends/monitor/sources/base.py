@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import ConnState, GpuProcess, Health, HostLoad, HostSample, HostStatus
 from gpumon.backends.model import Source as SampleSource
+from gpumon.backends.parsers.nvidia_smi import SmiFailure
 from gpumon.backends.transport.base import Transport
 from gpumon.backends.workloads.watch import Workloads
 
@@ -124,6 +125,10 @@ class Sink(Protocol):
 
     def ingest_error(self, text: str) -> None:
         """A host error (nvidia-smi failed) without a change of state."""
+
+    def ingest_smi_failure(self, failure: SmiFailure) -> None:
+        """nvidia-smi failed (``failure.message`` becomes the host's error); a driver
+        failure (``failure.driver``) is then the cause of the silence."""
 
     def count_skipped(self, lines: int) -> None:
         """Lines that were not messages (counted, never shown)."""

@@ -109,7 +109,7 @@ class DirectSmiSource(TransportSource):
             await stream.close()
             failure = classify_smi_failure("\n".join(tail), stream.exit_code)
             if failure is not None:
-                sink.ingest_error(failure.message)
+                sink.ingest_smi_failure(failure)
         return got_data
 
     async def _poll_processes(self, sink: Sink) -> None:

@@ -1,0 +1,122 @@
+"""Issue 28 points 1, 2 and 4 end to end: ``gpumon watch`` over real SSH (sshd on
+127.0.0.1) with a webhook notifier and a live receiver. A host that is down from the
+start, comes up, then loses its sshd and every session pages ``host_unreachable`` (warning,
+then critical) and resolves each time it is back; a host whose nvidia-smi hangs from the
+start pages ``stale_data``; one whose GPU is lost pages a critical ``driver_error`` in the
+driver's own words, and ``check`` exits 2 with them. Before, each of the three posted
+nothing in 60 s."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fake_smi import GPU_LOST
+from prometheus import free_port
+from receiver import Receiver
+from sshd_server import SshServer
+from watch_faults import (
+    GPUMON,
+    Watch,
+    faulty_config,
+    gauges,
+    hook_events,
+    is_event,
+    wait_agent_up,
+    wait_event,
+    watch_config,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def rx() -> Iterator[Receiver]:
+    with Receiver() as receiver:
+        yield receiver
+
+
+def alerts_active(port: int) -> dict[tuple[str, ...], float]:
+    return gauges(port, "gpumon_alerts_active", "host", "kind", "severity")
+
+
+def test_a_host_down_from_the_start_or_whose_sshd_dies_pages_and_resolves(
+    sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
+) -> None:
+    sshd.kill()  # down from the start: nothing listens on its port
+    port = free_port()
+    cfg = tmp_path / "config.toml"
+    hosts = sshd.config_toml("box") + "[hosts.box.alerts]\nunreachable_critical_s = 12\n"
+    cfg.write_text(watch_config(rx, hosts, port))
+    log = tmp_path / "watch.log"
+    unreachable = [("box", "host_unreachable", level) for level in ("warning", "critical")]
+    with Watch(cfg, client_env, log):
+        opened, took = wait_event(rx, log, is_event("open", "host_unreachable"))
+        assert opened["key"] == "box/gpu-/-/host_unreachable"
+        assert "connection refused" in opened["cause"] and "unreachable for" in opened["cause"]
+        assert opened["summary"].startswith(f"[{opened['severity'].upper()}] host_unreachable")
+        print(f"never reachable: paged after {took:.1f} s")
+        sshd.start()  # up: the incident resolves, fresh data follows
+        wait_event(rx, log, is_event("resolve", "host_unreachable"))
+        assert [alerts_active(port).get(k) for k in unreachable] == [0, 0]
+        wait_agent_up(port, log)
+
+        before = len(hook_events(rx))
+        sshd.kill()  # sshd and every session it serves die mid-stream
+        down = time.monotonic()
+        opened, took = wait_event(rx, log, is_event("open", "host_unreachable"), since=before)
+        assert opened["severity"] == "warning" and "connection refused" in opened["cause"]
+        print(f"sshd killed: warning paged after {took:.1f} s")
+        assert alerts_active(port)[unreachable[0]] == 1
+        update, _ = wait_event(rx, log, is_event("update", "host_unreachable"), since=before)
+        assert (update["key"], update["severity"]) == (opened["key"], "critical")
+        assert time.monotonic() - down >= 11  # unreachable_critical_s, from the last data
+        assert alerts_active(port)[unreachable[1]] == 1
+        sshd.start()
+        wait_event(rx, log, is_event("resolve", "host_unreachable"), since=before)
+    changes = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    said = [(c["event"], c["kind"]) for c in changes if "event" in c]
+    assert said.count(("open", "host_unreachable")) == 2  # the log says what was posted
+
+
+def test_a_host_whose_nvidia_smi_hangs_from_the_start_pages_stale_data(
+    sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
+) -> None:
+    cfg, log = faulty_config(sshd, rx, tmp_path, "stall")
+    with Watch(cfg, client_env, log):
+        opened, took = wait_event(rx, log, is_event("open", "stale_data"))
+        print(f"nvidia-smi hanging from the start: paged after {took:.1f} s")
+        assert opened["key"] == "box/gpu-/-/stale_data"
+        assert opened["cause"].startswith("no GPU data for")
+
+
+def test_a_lost_gpu_pages_a_critical_driver_error_in_the_drivers_words(
+    sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
+) -> None:
+    cfg, log = faulty_config(sshd, rx, tmp_path, "lost")
+    with Watch(cfg, client_env, log):
+        opened, took = wait_event(rx, log, is_event("open", "driver_error"))
+        print(f"GPU lost from the start: paged after {took:.1f} s")
+        assert opened["severity"] == "critical"
+        assert opened["cause"].startswith(f'nvidia-smi: "{GPU_LOST}" (exit 15)')
+        assert "reboot the host" in opened["cause"]
+        assert not any(ev["kind"] == "stale_data" for ev in hook_events(rx))
+    run = [*GPUMON, "--config", str(cfg)]
+    check = subprocess.run(
+        [*run, "check", "box", "--timeout", "8"], capture_output=True, text=True,
+        env=client_env, timeout=60,
+    )  # fmt: skip
+    assert check.returncode == 2, check.stdout + check.stderr
+    assert check.stdout.startswith(f'CRITICAL box: nvidia-smi: "{GPU_LOST}"')
+    snap = subprocess.run(
+        [*run, "snapshot", "box", "--json", "--timeout", "8"], capture_output=True, text=True,
+        env=client_env, timeout=60,
+    )  # fmt: skip
+    [alert] = json.loads(snap.stdout)["alerts"]
+    assert (alert["kind"], alert["severity"]) == ("driver_error", "critical")
+    assert alert["message"] == opened["cause"]
