@@ -47,6 +47,7 @@ async def until(
     ``FakeClock``'s ``sleep`` in the in-process lanes. Fails the test ("timed out waiting
     for WHAT after N s") once ``timeout`` seconds of ``clock`` have passed; ``what`` may be
     a function, called then, to say the state things were left in."""
+    __tracebackhide__ = True  # a timeout reads as the test's own line
     wait = pause or asyncio.sleep
     start = clock()
     while True:
@@ -69,6 +70,7 @@ async def seconds_until(
 ) -> float:
     """How many seconds of ``clock`` passed until ``condition()`` held (``until``'s
     polling and failure), for a test that pins how soon something happens."""
+    __tracebackhide__ = True
     start = clock()
     await until(condition, timeout=timeout, what=what, step=step, clock=clock)
     return clock() - start
