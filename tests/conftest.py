@@ -6,7 +6,10 @@ flight recorder, the audit log, the remembered theme) writes into the real home.
 The lanes are the folders under tests/ (README, "How it is built"):
 
 - ``unit/`` and ``views/``: in process, no child processes, no real-time waits; the fast
-  lane (``scripts/test --fast``). A test here that starts a child process fails.
+  lane (``scripts/test --fast``). A test here that starts a child process, or that sleeps
+  (``time.sleep`` / ``asyncio.sleep`` for more than 0 s, the code under test's sleeps
+  included), fails. A test marked ``slow`` (in process, but seconds of work: the soak)
+  runs in the whole suite, not in the fast lane.
 - ``system/`` (marker ``system``): the real-time simulator, child processes, real shells
   and interpreters.
 - ``integration/`` (marker ``integration``): a real sshd on 127.0.0.1.
@@ -19,6 +22,7 @@ file in the wrong lane.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
@@ -27,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest_plugins = ["pytester"]  # tests/unit/test_lanes.py runs the lane rules on test files
 
 TESTS = Path(__file__).parent
 IN_PROCESS_LANES = frozenset({"unit", "views"})
@@ -97,6 +103,52 @@ def _in_process_only(
     yield
     if started:
         pytest.fail(f"tests/{lane_of(request.path)}/ runs in process; this test started {started}")
+
+
+NO_SLEEP_ADVICE = (
+    "the in-process lanes (tests/unit, tests/views) allow no real-time wait. Either move "
+    "the test to tests/system/ (pytestmark = pytest.mark.system), or wait on a condition "
+    "with the shared `until` (tests/support/waiting.py) and a `FakeClock` passed as the "
+    "code's clock and sleep"
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_sleeps(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """In the fast lanes ``time.sleep`` and ``asyncio.sleep`` with a delay above 0 fail
+    the test (``asyncio.sleep(0)``, a yield to the loop, is fine), in the test and in the
+    code under test, in any thread, even where that code catches the error. A test that
+    runs pytest on a tree of its own (``pytester``) leaves the rules to that tree."""
+    if lane_of(request.path) not in IN_PROCESS_LANES or "pytester" in request.fixturenames:
+        yield
+        return
+    slept: list[str] = []
+    yield_now = asyncio.sleep
+
+    def refuse(call: str) -> None:
+        slept.append(call)
+        raise AssertionError(f"{call}: {NO_SLEEP_ADVICE}")
+
+    def no_time_sleep(seconds: float) -> None:
+        if seconds > 0:
+            refuse(f"time.sleep({seconds!r})")
+
+    async def no_asyncio_sleep(delay: float, result: Any = None) -> Any:
+        if delay > 0:
+            refuse(f"asyncio.sleep({delay!r})")
+        return await yield_now(0, result)
+
+    monkeypatch.setattr(time, "sleep", no_time_sleep)
+    monkeypatch.setattr(asyncio, "sleep", no_asyncio_sleep)
+    monkeypatch.setattr(asyncio.tasks, "sleep", no_asyncio_sleep)
+    yield
+    if slept:
+        pytest.fail(
+            f"tests/{lane_of(request.path)}/: this test slept ({', '.join(slept)}); "
+            + NO_SLEEP_ADVICE
+        )
 
 
 @pytest.fixture

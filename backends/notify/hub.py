@@ -141,6 +141,11 @@ async def _run_command(config: NotifierConfig, data: bytes) -> None:
         raise DeliveryError(
             f"{config.command[0]} did not finish in {config.timeout_s:g} s"
         ) from None
+    except asyncio.CancelledError:  # the hub closing: the command does not outlive it
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()  # reaped while the loop runs (its transport closes with it)
+        raise
     if proc.returncode != 0:
         tail = err.decode("utf-8", "replace").strip()[-200:]
         raise DeliveryError(f"{config.command[0]} exited {proc.returncode}: {tail}")

@@ -212,14 +212,11 @@ def cache_facts(user: str) -> dict[str, Any]:
 
 
 def _ancestors() -> set[int]:
-    out, pid = set(), os.getpid()
-    while pid > 1 and pid not in out:
+    out: set[int] = set()
+    pid: int | None = os.getpid()
+    while pid is not None and pid > 1 and pid not in out:
         out.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
+        pid = _parent(pid)
     return out
 
 
@@ -244,9 +241,27 @@ def is_gpumon_program(argv: list[str]) -> bool:
     return any(LEGACY_AGENT_MARK in a for a in argv)
 
 
+def _argv(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def proc_facts(prefix: str) -> list[dict[str, Any]]:
     """Processes that use this environment: an argv word inside it, VIRTUAL_ENV naming it,
-    or a file of it mapped (a torch library loaded). The probe and its ancestors excepted."""
+    or a file of it mapped (a torch library loaded). The probe and its ancestors excepted,
+    and gpumon's own programs and their children: another probe still running (a plan made
+    a moment ago for another choice) imports torch in a child of its own."""
     mine = _ancestors()
     inside = prefix.rstrip("/") + "/"
     found = []
@@ -257,13 +272,14 @@ def proc_facts(prefix: str) -> list[dict[str, Any]]:
     for pid in pids:
         if pid in mine:
             continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
-        except OSError:
+        argv = _argv(pid)
+        if argv is None:
             continue
         if is_gpumon_program(argv):
             continue  # gpumon's agent (or another probe) uses this Python; it holds no torch
+        parent = _parent(pid)
+        if parent is not None and is_gpumon_program(_argv(parent) or []):
+            continue  # a probe's own child (its torch import), gone when the probe is
         why = None
         if any(a.startswith(inside) for a in argv):
             why = "argv"

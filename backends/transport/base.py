@@ -27,6 +27,7 @@ from gpumon.backends.untrusted import printable_text
 
 # OpenSSH's default MaxSessions is 10; stay below it so a stock sshd never refuses a channel.
 MAX_CHANNELS = 8
+REAP_S = 10.0  # how long a killed process may take to be reaped (seconds on a loaded machine)
 
 
 class TransportError(GpumonError):
@@ -153,6 +154,7 @@ class ProcessStream:
         self._release = release
         self._stderr_lines: list[str] = []
         self._exit: int | None = None
+        self._reaped = False  # the waiter returned: the process is gone
         self._closed = False
         self._stderr_task = asyncio.ensure_future(self._drain_stderr(stderr))
 
@@ -188,6 +190,7 @@ class ProcessStream:
     async def wait(self) -> int | None:
         with contextlib.suppress(Exception):
             self._exit = await self._waiter()
+            self._reaped = True
         return self._exit
 
     def stderr_tail(self) -> str:
@@ -203,7 +206,9 @@ class ProcessStream:
 
         A process that does not exit within ``grace`` seconds of its stdin closing is
         killed; a program that ignores stdin (nvidia-smi's loop) is best closed with
-        ``grace=0``."""
+        ``grace=0``. A close that is itself cancelled (an app shutting down) kills and
+        reaps it too: a child left running outlives the event loop, and its transport
+        then fails in ``__del__`` ("Event loop is closed")."""
         if self._closed:
             return
         self._closed = True
@@ -212,11 +217,14 @@ class ProcessStream:
             async with asyncio.timeout(grace):
                 await self.wait()
         except TimeoutError:
-            with contextlib.suppress(Exception):
-                self._terminate()
-            with contextlib.suppress(Exception):  # reap it: killed, it is gone in a moment
-                async with asyncio.timeout(1.0):
-                    await self.wait()
+            pass
+        finally:
+            if not self._reaped:
+                with contextlib.suppress(Exception):
+                    self._terminate()
+                with contextlib.suppress(Exception):  # reap it: killed, it is gone soon
+                    async with asyncio.timeout(REAP_S):
+                        await self.wait()
         with contextlib.suppress(Exception):
             async with asyncio.timeout(1.0):
                 await self._stderr_task

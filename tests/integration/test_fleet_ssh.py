@@ -4,8 +4,6 @@ configured host, reached over the test sshd (the live per-host dashboard), Esc b
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from gpumon.tui.fleet.screen import FleetScreen
 from dcgm_exporter import TOTAL_MIB, FakeNode, fleet, serving
 from prom_fleet import FleetPrometheus
 from sshd_server import SshServer
+from waiting import until
 
 XID_WINDOW_S = 60  # the Xid column's window, shortened from 15 min (4 s steps)
 
@@ -29,14 +28,6 @@ pytestmark = pytest.mark.integration
 
 def screen_text(app: FleetApp) -> str:
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
-async def wait_until(pilot: Pilot[int], ok: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
 
 
 async def test_twenty_nodes_sort_filter_and_drill_down_over_ssh(
@@ -71,13 +62,13 @@ async def test_twenty_nodes_sort_filter_and_drill_down_over_ssh(
 
 async def drive(app: FleetApp, pilot: Pilot[int], truth: list[FakeNode]) -> None:
     screen = app.fleet
-    await wait_until(pilot, lambda: len(screen.shown) == 20, 30, "20 fleet rows")
+    await until(lambda: len(screen.shown) == 20, 30, "20 fleet rows", pause=pilot.pause)
 
     # The Xid shows once a step of the window has passed since it happened.
     def xid_shown() -> bool:
         return [r.node for r in screen.shown][1:2] == ["node-0005"]
 
-    await wait_until(pilot, xid_shown, 30, "node-0005's Xid")
+    await until(xid_shown, 30, "node-0005's Xid", pause=pilot.pause)
     order = [r.node for r in screen.shown]
     assert order[:2] == ["node-0013", "node-0005"]  # critical, then warning
     fullest = {n.name: max(g.used_mib for g in n.gpus) / TOTAL_MIB for n in truth}
@@ -101,12 +92,12 @@ async def drive(app: FleetApp, pilot: Pilot[int], truth: list[FakeNode]) -> None
     assert isinstance(app.screen, NodeDashboardScreen)
     monitor = app.node_monitor
     assert monitor is not None and monitor.host.name == "node-0007"
-    await wait_until(pilot, lambda: monitor.latest is not None, 60, "a sample over SSH")
+    await until(lambda: monitor.latest is not None, 60, "a sample over SSH", pause=pilot.pause)
     assert monitor.status.state == ConnState.CONNECTED
-    await wait_until(pilot, lambda: "RTX PRO 6000" in screen_text(app), 10, "its GPU rows")
+    await until(lambda: "RTX PRO 6000" in screen_text(app), 10, "its GPU rows", pause=pilot.pause)
 
     await pilot.press("escape")  # back to the fleet; the node's stream stops
-    await wait_until(pilot, lambda: monitor.status.state != ConnState.CONNECTED, 15, "stop")
+    await until(lambda: monitor.status.state != ConnState.CONNECTED, 15, "stop", pause=pilot.pause)
     assert isinstance(app.screen, FleetScreen) and app.node_monitor is None
     assert [r.node for r in screen.shown] == ["node-0007"]  # the filter is kept
 
@@ -118,7 +109,9 @@ async def drive(app: FleetApp, pilot: Pilot[int], truth: list[FakeNode]) -> None
     await pilot.press("enter")
     assert isinstance(app.screen, PromNodeScreen)
     node_screen = app.screen
-    await wait_until(pilot, lambda: len(node_screen.gpus) == 8, 15, "its GPUs from Prometheus")
+    await until(
+        lambda: len(node_screen.gpus) == 8, 15, "its GPUs from Prometheus", pause=pilot.pause
+    )
     assert "from Prometheus only" in screen_text(app)
     await pilot.press("escape")
     assert isinstance(app.screen, FleetScreen)

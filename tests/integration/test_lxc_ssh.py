@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from gpumon.backends.remote.procfacts import parse_stat
 from gpumon.backends.torchenv.doctor_procs import process_checks
 
 from sshd_server import SSHD, SshServer
+from waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -98,21 +99,13 @@ def guarded(plan: KillPlan, sig: Signal = "TERM") -> None:
     assert line.endswith(f"exec kill -s {sig} {plan.pid}'")
 
 
-async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
 async def test_processes_are_attributed_foreign_memory_flagged_and_unattributed_shown(
     lab: Lab,
 ) -> None:
     monitor = lab.monitor()
     monitor.start()
     try:
-        await until(lambda: monitor.host_side_fresh() and monitor.latest is not None, "data")
+        await until(lambda: monitor.host_side_fresh() and monitor.latest is not None, 30, "data")
         procs = {p.host_pid: p for p in monitor.processes}
         mine, theirs = procs[lab.train.host_pid], procs[lab.jupyter.host_pid]
         assert (mine.pid, mine.container, mine.user, mine.source) == (
@@ -127,7 +120,7 @@ async def test_processes_are_attributed_foreign_memory_flagged_and_unattributed_
         def foreign() -> list[str]:
             return [a.message for a in monitor.alerts.active() if a.kind == "foreign_process"]
 
-        await until(lambda: bool(foreign()), "the foreign_process alert")
+        await until(lambda: bool(foreign()), 30, "the foreign_process alert")
         assert foreign() == ["GPU 6: 6.0 GiB held by CT 201 jupyter-lab"]
         data = snapshot_json(monitor, time.time())
         gpu0, gpu6 = data["gpus"][0], data["gpus"][6]
@@ -150,7 +143,7 @@ async def test_k_ends_the_right_process_through_the_host_and_through_pct(lab: La
     monitor = lab.monitor()
     monitor.start()
     try:
-        await until(lambda: monitor.host_side_fresh(), "the host-side list")
+        await until(lambda: monitor.host_side_fresh(), 30, "the host-side list")
         procs = {p.host_pid: p for p in monitor.processes}
         via_host = kill_plan("ct200", procs[lab.jupyter.host_pid], host_access=True, container=200)
         assert via_host.on_host and via_host.pid == lab.jupyter.host_pid
@@ -191,7 +184,7 @@ async def test_a_pid_whose_start_time_is_not_the_listed_one_is_not_signalled(lab
     monitor = lab.monitor()
     monitor.start()
     try:
-        await until(lambda: monitor.host_side_fresh(), "the host-side list")
+        await until(lambda: monitor.host_side_fresh(), 30, "the host-side list")
         procs = {p.host_pid: p for p in monitor.processes}
         cases = [(lab.jupyter, True), (lab.train, False)]  # via the host, via pct
         for gp, host_access in cases:
@@ -242,7 +235,7 @@ async def test_without_host_access_the_container_lists_device_file_users(lab: La
         def listed() -> bool:
             return any(p.source == ProcessSource.DEVICE_FILES for p in monitor.processes)
 
-        await until(listed, "the device-file users")
+        await until(listed, 30, "the device-file users")
         assert monitor.host_processes_time is None
         files = [p for p in monitor.processes if p.source == ProcessSource.DEVICE_FILES]
         assert [(p.pid, p.gpus, p.memory_mib, p.user) for p in files] == [

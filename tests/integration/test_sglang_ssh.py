@@ -3,7 +3,6 @@ localhost and the monitor turns counters into rates; a server goes down and come
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -18,6 +17,7 @@ from gpumon.backends.config import load_config, resolve_host
 from gpumon.backends.monitor import demo_settings, make_monitor
 
 from sshd_server import SshServer, free_port
+from waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -41,14 +41,6 @@ def start_servers(ports: list[int]) -> subprocess.Popen[bytes]:
     raise RuntimeError("simulated SGLang servers did not start")
 
 
-async def _until(cond: object, timeout: float, what: str) -> None:
-    assert callable(cond)
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def test_rates_over_ssh_and_a_server_going_down_and_back(
     sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -64,7 +56,7 @@ async def test_rates_over_ssh_and_a_server_going_down_and_back(
     monitor.start()
     try:
         trackers = monitor.workloads.sglang
-        await _until(
+        await until(
             lambda: all(trackers[p].gen_tokens_per_s is not None for p in ports), 20, "rates"
         )
         for p in ports:
@@ -75,10 +67,10 @@ async def test_rates_over_ssh_and_a_server_going_down_and_back(
             assert t.snapshot_json()["version"] == "0.5.18"  # its /server_info, read once
         os.killpg(servers.pid, signal.SIGKILL)
         servers.wait()
-        await _until(lambda: all(trackers[p].up is False for p in ports), 10, "down")
+        await until(lambda: all(trackers[p].up is False for p in ports), 10, "down")
         assert trackers[ports[0]].stale and trackers[ports[0]].error
         servers = start_servers(ports)
-        await _until(
+        await until(
             lambda: all(trackers[p].up and trackers[p].gen_tokens_per_s for p in ports),
             20,
             "back up with rates",

@@ -6,15 +6,12 @@ knowing every configured server up or down."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,15 +23,9 @@ from gpumon.backends.monitor import make_monitor
 from gpumon.backends.workloads import SglangTracker
 
 from sshd_server import SshServer, free_port
+from waiting import until
 
 pytestmark = pytest.mark.integration
-
-
-async def _until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def _config(sshd: SshServer, tmp_path: Path, table: str) -> Path:
@@ -55,7 +46,7 @@ async def test_each_release_over_ssh_reads_as_the_server_means(
     monitor.start()
     try:
         trackers = monitor.workloads.sglang
-        await _until(
+        await until(
             lambda: trackers[port].gen_tokens_per_s is not None and trackers[port].info is not None,
             30,
             "a rate and the server info",
@@ -93,7 +84,7 @@ async def test_log_mode_over_ssh_sums_the_leaders_of_each_release(
     try:
         t = monitor.workloads.sglang[port]
         want = CASES[version].log
-        await _until(lambda: t.running == want.running and t.up is not None, 30, "the log")
+        await until(lambda: t.running == want.running and t.up is not None, 30, "the log")
         assert t.up and t.metrics_enabled is False
         assert t.queued == want.queued
         assert t.token_usage == pytest.approx(want.token_usage, abs=1e-9)
@@ -118,12 +109,12 @@ async def test_sglang_serve_is_discovered_over_ssh(
     )
     cfg = _config(sshd, tmp_path, "discover = true\n")
     try:
-        await _until(lambda: _answers(port), 10, "the stand-in sglang serve")
+        await until(lambda: _answers(port), 10, "the stand-in sglang serve")
         monitor = make_monitor(resolve_host(load_config(cfg), "ct200"))
         monitor.start()
         try:
             trackers = monitor.workloads.sglang
-            await _until(lambda: port in trackers and trackers[port].info is not None, 30, "found")
+            await until(lambda: port in trackers and trackers[port].info is not None, 30, "found")
             assert trackers[port].up and trackers[port].running == 40
             assert trackers[port].snapshot_json()["parallel"] == "DP 4 (attention), TP 4"
         finally:

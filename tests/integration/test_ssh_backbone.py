@@ -3,7 +3,6 @@ host keys, auth, a server dying mid-stream, and nothing left behind after SIGKIL
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from gpumon.backends.monitor import HostMonitor, make_monitor
 from gpumon.backends.remote import program_tag
 
 from sshd_server import SshServer, free_port, processes_matching
+from waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -168,19 +168,19 @@ async def test_server_killed_mid_stream_marks_stale_then_recovers(
     monitor = make_monitor(host)
     monitor.start()
     try:
-        await _until(lambda: monitor.samples >= 3, 20, "first samples")
+        await until(lambda: monitor.samples >= 3, 20, "first samples")
         assert _state(monitor) == ConnState.CONNECTED
         before = monitor.latest
         sshd.kill()
-        await _until(lambda: _state(monitor) is ConnState.RECONNECTING, 20, "drop noticed")
+        await until(lambda: _state(monitor) is ConnState.RECONNECTING, 20, "drop noticed")
         assert monitor.status.error
         assert monitor.latest is before  # the last values stay on screen...
-        await _until(lambda: monitor.is_stale(), 10, "stale")
+        await until(lambda: monitor.is_stale(), 10, "stale")
         age = monitor.stale_s()
         assert age is not None and age > 0.6  # ...marked stale, with their age
         sshd.start()
         count = monitor.samples
-        await _until(lambda: monitor.samples > count + 2, 60, "recovery")
+        await until(lambda: monitor.samples > count + 2, 60, "recovery")
         assert _state(monitor) == ConnState.CONNECTED
         assert monitor.status.error is None
         assert not monitor.is_stale()
@@ -232,15 +232,6 @@ def test_nothing_left_on_target_after_sigkill(
 def _state(monitor: HostMonitor) -> ConnState:
     """Read afresh (the state changes under awaits; mypy would keep it narrowed)."""
     return monitor.status.state
-
-
-async def _until(cond: object, timeout: float, what: str) -> None:
-    assert callable(cond)
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def test_gpu_lost_fault_is_critical(

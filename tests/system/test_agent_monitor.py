@@ -33,6 +33,8 @@ from gpumon.backends.remote import AgentOptions, agent, program_argv, program_ta
 from gpumon.backends.sim import write_wrapper
 from gpumon.backends.transport import ssh_command, wrap_container
 
+from waiting import until
+
 pytestmark = pytest.mark.system
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia"
@@ -98,10 +100,14 @@ def test_backoff_is_capped_exponential_with_jitter() -> None:
 
 
 async def _sampled(monitor: HostMonitor, count: int = 1, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while monitor.samples < count or monitor.processes_time is None:
-        assert time.monotonic() < deadline, f"no samples: {monitor.status}"
-        await monitor.wait_for_update(0.5)
+    """Until ``count`` samples and a process list have come (the shared ``until``)."""
+    await until(
+        lambda: monitor.samples >= count and monitor.processes_time is not None,
+        timeout,
+        lambda: f"{count} samples and a process list ({monitor.status})",
+        pause=monitor.wait_for_update,
+        step=0.5,
+    )
 
 
 async def test_demo_monitor_histories_and_interval_change() -> None:

@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,8 @@ from gpumon.backends.alerts.store import Alert
 from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.model import ConnState, Health, Source
 from gpumon.backends.monitor import HostMonitor, check_verdict, make_monitor
+
+from waiting import seconds_until, until
 
 FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
 INTERVAL = 0.3
@@ -36,16 +37,6 @@ def local_monitor(interval: float = INTERVAL) -> HostMonitor:
         kernel_log=False,
     )
     return make_monitor(host)
-
-
-async def until(condition: Callable[[], object], timeout: float, what: str) -> float:
-    """Seconds until ``condition()`` holds; fails after ``timeout``."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - start
 
 
 def alive(pid: int) -> bool:
@@ -95,7 +86,7 @@ async def test_a_stuck_or_garbled_sampler_is_said_killed_and_restarted(
         assert alive_pids
         mode.write_text(fault, encoding="utf-8")
         # Said within a few intervals (the watchdog's 4 s floor, plus its restart).
-        said = await until(
+        said = await seconds_until(
             lambda: "no usable GPU row" in (monitor.status.error or ""), 12, "the stall"
         )
         assert said < 10, said
@@ -128,7 +119,7 @@ async def test_data_is_back_within_seconds_after_a_driver_error_is_fixed(
         await asyncio.sleep(14.5)
         mode.write_text("", encoding="utf-8")
         fixed = time.time()
-        took = await until(lambda: fresh(monitor, fixed), 20, "fresh data")
+        took = await seconds_until(lambda: fresh(monitor, fixed), 20, "fresh data")
         assert took < 5, took
     finally:
         await monitor.stop()
@@ -180,7 +171,9 @@ async def test_a_hung_nvml_call_is_said_and_nvidia_smi_takes_over(
         await until(lambda: monitor.latest, 30, "the first sample")
         assert monitor.status.source is Source.AGENT_NVML
         hang.touch()
-        said = await until(lambda: "NVML did not answer" in (monitor.status.error or ""), 12, "it")
+        said = await seconds_until(
+            lambda: "NVML did not answer" in (monitor.status.error or ""), 12, "it"
+        )
         assert said < 8, said
         after = time.time()
         await until(lambda: fresh(monitor, after), 15, "data from nvidia-smi")
@@ -203,7 +196,9 @@ async def test_a_stalled_sampler_raises_a_stale_data_alert_and_fresh_data_ends_i
     try:
         await until(lambda: monitor.latest, 30, "the first sample")
         mode.write_text("stall", encoding="utf-8")
-        took = await until(lambda: any(a.kind == "stale_data" for a in heard), 15, "the alert")
+        took = await seconds_until(
+            lambda: any(a.kind == "stale_data" for a in heard), 15, "the alert"
+        )
         assert 2.5 < took < 8, took
         alert = next(a for a in heard if a.kind == "stale_data")
         assert alert.severity is Health.WARNING and alert.message.startswith("no GPU data for")

@@ -5,6 +5,7 @@ throwaway venv (a ~20 s install, cached between runs)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -133,3 +134,42 @@ def test_proc_facts_leaves_out_gpumon_s_own_python_check(tmp_path: Path) -> None
         for proc in (check, user):
             proc.kill()
             proc.wait()
+
+
+def test_proc_facts_leaves_out_the_children_of_another_probe(tmp_path: Path) -> None:
+    """A plan's probe still running (the choice changed a moment ago and a new plan is being
+    made) imports torch in a child run with the venv's Python: not a "user of the venv"
+    either (it refused test_swap_real's swap back under load)."""
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    python = prefix / "bin" / "python"
+    python.symlink_to(sys.executable)
+    code = (
+        "# a stand-in for gpumon_remote's doctor probe: a torch import in a child\n"
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.argv[2], '-c', 'import time; time.sleep(30)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    probe = subprocess.Popen(
+        [sys.executable, "-c", code, "gpumon-doctor_probe", str(python)], stdout=subprocess.PIPE
+    )
+    user = subprocess.Popen([str(python), "-c", "import time; time.sleep(30)", "a job"])
+    child: int | None = None
+    try:
+        assert probe.stdout is not None
+        child = int(probe.stdout.readline())
+        deadline = time.monotonic() + 10
+        for pid in (child, user.pid):
+            while str(python).encode() not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                assert time.monotonic() < deadline, "the child never showed its argv"
+                time.sleep(0.01)
+        found = doctor_probe_fs.proc_facts(str(prefix))
+        assert [p["pid"] for p in found] == [user.pid]
+    finally:
+        for proc in (probe, user):
+            proc.kill()
+            proc.wait()
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, 9)

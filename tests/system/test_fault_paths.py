@@ -3,14 +3,12 @@ what the monitor, the alerts and ``check`` say when the machine misbehaves."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,8 @@ import pytest
 from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.model import Health
 from gpumon.backends.monitor import CheckCode, HostMonitor, check_verdict, make_monitor
+
+from waiting import until
 
 pytestmark = pytest.mark.system
 
@@ -34,14 +34,6 @@ def local_monitor(**changes: object) -> HostMonitor:
         **changes,  # type: ignore[arg-type]
     )
     return make_monitor(host)
-
-
-async def until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_a_gpu_that_falls_off_the_bus_is_critical_in_alerts_and_check(

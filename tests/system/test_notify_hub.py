@@ -1,15 +1,15 @@
 """The hub's delivery against a live receiver: a 429 is retried after its Retry-After, a
 storm on one host goes out as one message per window, the rate limit holds messages back
-without dropping any, a failing command is retried, and a removed notifier's messages
-stay in the outbox."""
+without dropping any, a failing command is retried (and ended when the hub closes), and a
+removed notifier's messages stay in the outbox."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ from gpumon.backends.notify.outbox import Outbox
 
 from notify_schema import check_webhook
 from receiver import Receiver
+from waiting import until
 
 pytestmark = pytest.mark.system
 
@@ -39,13 +40,6 @@ def settings_for(*notifiers: NotifierConfig) -> NotifySettings:
 
 def hub_for(tmp_path: Path, *notifiers: NotifierConfig) -> NotifyHub:
     return NotifyHub(settings_for(*notifiers), Outbox(tmp_path / "outbox.sqlite3"))
-
-
-async def until(check: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 def hook(rx: Receiver, **values: object) -> NotifierConfig:
@@ -125,6 +119,27 @@ async def test_a_failing_command_is_retried_until_it_succeeds(tmp_path: Path) ->
     assert ev["gpu"] == 3
     await hub.close()
     hub.outbox.close()
+
+
+async def test_closing_the_hub_ends_a_command_still_running(tmp_path: Path) -> None:
+    """The hub closes while a command notifier runs: the command is killed and reaped
+    then, not left running with a transport that outlives the event loop."""
+    pid_file = tmp_path / "pid"
+    script = tmp_path / "notify.py"
+    script.write_text(
+        f"import os, pathlib, time\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+        "time.sleep(60)\n"
+    )
+    cmd = NotifierConfig(name="cmd", kind="command", command=(sys.executable, str(script)))
+    hub = hub_for(tmp_path, cmd)
+    await hub.start()
+    hub.publish([event(3)])
+    await until(lambda: pid_file.exists() and pid_file.read_text(), 20, "the command")
+    pid = int(pid_file.read_text())
+    await hub.close()
+    hub.outbox.close()
+    with pytest.raises(ProcessLookupError):  # killed and reaped: not even a zombie
+        os.kill(pid, 0)
 
 
 async def test_a_removed_notifier_keeps_its_messages(tmp_path: Path) -> None:

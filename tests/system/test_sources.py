@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import shutil
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,8 @@ from gpumon.backends.config import HostConfig
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
 from gpumon.backends.sim import write_wrapper
+
+from waiting import until
 
 pytestmark = pytest.mark.system
 
@@ -32,12 +34,9 @@ def direct_host(smi: Path, interval: float) -> HostConfig:
     )
 
 
-async def until(monitor: HostMonitor, condition: object, what: str, timeout: float = 15) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: {monitor.status}"
-        await monitor.wait_for_update(0.5)
+def said(monitor: HostMonitor, what: str) -> Callable[[], str]:
+    """``what``, with the monitor's status when the wait timed out."""
+    return lambda: f"{what} ({monitor.status})"
 
 
 async def test_a_direct_stream_follows_a_new_interval(tmp_path: Path) -> None:
@@ -47,7 +46,12 @@ async def test_a_direct_stream_follows_a_new_interval(tmp_path: Path) -> None:
     monitor = make_monitor(direct_host(smi, interval=4.0))
     monitor.start()
     try:
-        await until(monitor, lambda: monitor.samples >= 1, "no first sample")
+        await until(
+            lambda: monitor.samples >= 1,
+            15,
+            said(monitor, "a first sample"),
+            pause=monitor.wait_for_update,
+        )
         assert monitor.status.source == SampleSource.SMI_DIRECT
         monitor.set_interval(0.2)
         count = monitor.samples
@@ -68,18 +72,29 @@ async def test_a_failed_process_poll_is_said_and_polling_goes_on(tmp_path: Path)
     monitor = make_monitor(direct_host(smi, interval=0.5))
     monitor.start()
     try:
-        await until(monitor, lambda: monitor.processes_time is not None, "no process list")
+        await until(
+            lambda: monitor.processes_time is not None,
+            15,
+            said(monitor, "a process list"),
+            pause=monitor.wait_for_update,
+        )
         script = smi.read_text()
         smi.unlink()  # the running loop keeps streaming; new nvidia-smi runs fail to start
         await until(
-            monitor,
             lambda: any("cannot run" in text for _, text in monitor.alerts.notes()),
-            "the failed poll was not said",
+            15,
+            said(monitor, "the failed poll to be said"),
+            pause=monitor.wait_for_update,
         )
         smi.write_text(script)
         smi.chmod(0o755)
         polled = monitor.processes_time
-        await until(monitor, lambda: monitor.processes_time != polled, "polling stopped")
+        await until(
+            lambda: monitor.processes_time != polled,
+            15,
+            said(monitor, "polling to go on"),
+            pause=monitor.wait_for_update,
+        )
         assert monitor.latest is not None and monitor.latest.processes
     finally:
         await monitor.stop()
@@ -104,7 +119,12 @@ async def test_a_driver_before_r535_still_shows_its_gpus(
     monitor = make_monitor(host)
     monitor.start()
     try:
-        await until(monitor, lambda: monitor.samples >= 1, "no sample from the old driver")
+        await until(
+            lambda: monitor.samples >= 1,
+            15,
+            said(monitor, "a sample from the old driver"),
+            pause=monitor.wait_for_update,
+        )
         want = SampleSource.SMI_DIRECT if python == "false" else SampleSource.AGENT_SMI
         assert monitor.status.source == want
         assert monitor.latest is not None

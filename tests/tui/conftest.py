@@ -22,6 +22,8 @@ from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
 from gpumon.backends.sim import UPTIME_AT_T0, SimSettings, metrics_text
 from gpumon.backends.workloads import SglangTracker
 
+from waiting import until
+
 MonitorFactory = Callable[..., HostMonitor]
 SGLANG_PORTS = tuple(range(30000, 30008))
 
@@ -98,16 +100,13 @@ def unreachable_monitor() -> Callable[[], HostMonitor]:
 
 async def wait_until(
     pilot: Pilot[object] | Pilot[int],
-    condition: Callable[[], bool],
+    condition: Callable[[], object],
     timeout: float = 15.0,
     what: str = "condition",
 ) -> None:
-    """Let the app run until ``condition()`` holds; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
+    """Let the app run until ``condition()`` holds; fail the test after ``timeout`` (the
+    shared ``until``, pausing with the pilot)."""
+    await until(condition, timeout, what, pause=pilot.pause)
 
 
 @pytest.fixture

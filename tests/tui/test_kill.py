@@ -108,7 +108,7 @@ async def test_k_terminates_the_foreign_jupyter_through_the_host(
 
         before = gpu6()
         await wait(pilot, lambda: not jupyter_listed(monitor), timeout=20, what="gone")
-        await wait(pilot, lambda: gpu6() < before - JUPYTER_MIB // 2, timeout=10, what="freed")
+        await wait(pilot, lambda: gpu6() < before - JUPYTER_MIB // 2, timeout=30, what="freed")
         await wait(pilot, lambda: not foreign_alerts(), timeout=10, what="the alert to end")
 
 

@@ -5,20 +5,16 @@ the answers that end a connection."""
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import socket
-import struct
 import threading
-import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from gpumon.backends.remote.fetch import Connection, FetchError, split_url
 
-PAGE = b"".join(b'sglang:num_running_reqs{tp_rank="%d"} 3.0\n' % i for i in range(5000))
+from scripted_http import PAGE, Handler, Scripted, ok
 
 
 def http_get(url: str, timeout: float, limit: int) -> tuple[int, bytes]:
@@ -29,39 +25,6 @@ def http_get(url: str, timeout: float, limit: int) -> tuple[int, bytes]:
         return conn.get(path, timeout, limit)
     finally:
         conn.close()
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        if self.path == "/metrics":
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(PAGE)))
-            self.end_headers()
-            self.wfile.write(PAGE)
-        elif self.path == "/chunked":
-            self.send_response(200)
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            for i in range(0, len(PAGE), 7000):
-                part = PAGE[i : i + 7000]
-                self.wfile.write(b"%x;ext=1\r\n%s\r\n" % (len(part), part))
-            self.wfile.write(b"0\r\n\r\n")
-        elif self.path == "/to-close":
-            self.protocol_version = "HTTP/1.0"
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(PAGE)
-            self.close_connection = True
-        else:
-            self.send_response(404)
-            self.send_header("Content-Length", "9")
-            self.end_headers()
-            self.wfile.write(b"not found")
 
 
 @pytest.fixture(scope="module")
@@ -129,61 +92,6 @@ def test_split_url() -> None:
 # --- Connection: one kept-alive connection per server -------------------------------
 
 
-class Scripted:
-    """A raw TCP server on 127.0.0.1 that answers the n-th request of each connection
-    with ``answer(conn_index, request_index)``: bytes to send, then ``"close"``,
-    ``"reset"`` or ``"keep"``; ``None`` closes without a byte. Counts its connections."""
-
-    def __init__(self, answer: Callable[[int, int], tuple[bytes | None, str]]) -> None:
-        self.answer = answer
-        self.accepted = 0
-        self.requests: list[bytes] = []
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            index, self.accepted = self.accepted, self.accepted + 1
-            threading.Thread(target=self._connection, args=(conn, index), daemon=True).start()
-
-    def _connection(self, conn: socket.socket, index: int) -> None:
-        buf = b""
-        with conn:
-            for n in itertools.count():
-                while b"\r\n\r\n" not in buf:
-                    got = conn.recv(65536)
-                    if not got:
-                        return
-                    buf += got
-                request, buf = buf.split(b"\r\n\r\n", 1)
-                self.requests.append(request)
-                answer, then = self.answer(index, n)
-                if answer is None:
-                    return
-                conn.sendall(answer)
-                if then == "reset":
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    return
-                if then == "close":
-                    return
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):  # wakes the accept (Linux), then the port is shut
-            self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
-
-
-def ok(body: bytes = b"page\n", extra: bytes = b"") -> bytes:
-    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body)
-
-
 @pytest.fixture
 def scripted() -> Iterator[Callable[..., Scripted]]:
     made: list[Scripted] = []
@@ -222,25 +130,6 @@ def test_the_request_asks_keep_alive_and_the_one_shot_asks_close(
     first, second = (r.lower() for r in srv.requests)
     assert first.startswith(b"get /metrics http/1.1\r\n") and b"connection:" not in first
     assert b"connection: close" in second
-
-
-def test_a_connection_the_server_closed_while_idle_is_opened_again() -> None:
-    """The simulator's idle timeout (uvicorn's timeout_keep_alive) closes it meanwhile."""
-    handler = type("Idle", (Handler,), {"timeout": 0.2})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    conn = Connection("127.0.0.1", httpd.server_address[1])
-    try:
-        assert conn.get("/metrics", timeout=5, limit=8 << 20) == (200, PAGE)
-        assert conn.get("/metrics", timeout=5, limit=8 << 20) == (200, PAGE)
-        assert conn.connects == 1
-        time.sleep(0.6)
-        assert conn.get("/metrics", timeout=5, limit=8 << 20) == (200, PAGE)
-        assert conn.connects == 2
-    finally:
-        conn.close()
-        httpd.shutdown()
-        httpd.server_close()
 
 
 @pytest.mark.parametrize("how", ["eof", "reset"])
@@ -328,25 +217,6 @@ def test_chunked_with_trailers_keeps_the_connection_in_step(
     assert conn.get("/metrics", timeout=2, limit=100) == (200, b"abcde")
     assert conn.get("/metrics", timeout=2, limit=4) == (200, b"abcd")  # cut: dropped
     assert conn.sock is None and srv.accepted == 1
-    conn.close()
-
-
-def test_a_timeout_drops_the_connection(scripted: Callable[..., Scripted]) -> None:
-    def answer(c: int, n: int) -> tuple[bytes | None, str]:
-        if n == 1:
-            time.sleep(1.0)  # silent past the deadline
-        return ok(), "keep"
-
-    srv = scripted(answer)
-    conn = Connection("127.0.0.1", srv.port)
-    conn.get("/metrics", timeout=2, limit=100)
-    started = time.monotonic()
-    with pytest.raises(FetchError, match="timed out"):
-        conn.get("/metrics", timeout=0.3, limit=100)
-    assert time.monotonic() - started < 0.9
-    assert conn.sock is None
-    assert conn.get("/metrics", timeout=2, limit=100) == (200, b"page\n")  # a fresh one
-    assert conn.connects == 2
     conn.close()
 
 

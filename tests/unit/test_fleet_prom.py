@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import socket
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,7 +32,6 @@ from dcgm_exporter import closed_port
 class Answer:
     status: int = 200
     body: object = field(default_factory=dict)
-    delay: float = 0.0
 
 
 @dataclass
@@ -57,7 +56,6 @@ class CannedPrometheus:
                 path = self.path.split("?", 1)[0]
                 outer.seen.append(Seen(method, path, query, dict(self.headers.items())))
                 a = outer.answer_for(query) if outer.answer_for else outer.answer
-                time.sleep(a.delay)
                 data = a.body if isinstance(a.body, bytes) else json.dumps(a.body).encode()
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.send_response(a.status)  # the client may have given up waiting
@@ -194,16 +192,18 @@ async def test_basic_auth_and_a_refusal(prom: CannedPrometheus) -> None:
     assert prom.seen[0].headers["Authorization"] == "Basic Z3B1bW9uOnB3"
 
 
-async def test_nothing_listening_and_no_answer_in_time(prom: CannedPrometheus) -> None:
+async def test_nothing_listening_and_no_answer_in_time() -> None:
     nobody = PrometheusClient(f"http://127.0.0.1:{closed_port()}")
     with pytest.raises(PrometheusUnreachable, match="unreachable"):
         await nobody.query("up")
     await nobody.close()
-    prom.answer = Answer(body=vector(), delay=1.0)
-    slow = PrometheusClient(prom.url, timeout=0.2)
-    with pytest.raises(PrometheusUnreachable, match=r"did not answer within 0\.2 s"):
-        await slow.query("up")
-    await slow.close()
+    with socket.socket() as silent:  # accepts (backlog), answers nothing
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        slow = PrometheusClient(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.2)
+        with pytest.raises(PrometheusUnreachable, match=r"did not answer within 0\.2 s"):
+            await slow.query("up")
+        await slow.close()
 
 
 async def test_nan_is_not_reported_and_warnings_reach_the_snapshot(prom: CannedPrometheus) -> None:

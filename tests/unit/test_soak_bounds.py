@@ -131,6 +131,7 @@ def assert_within_bounds(monitor: HostMonitor, now: float) -> None:
             assert len(counter.points) <= RATE_WINDOW_S / INTERVAL + 2
 
 
+@pytest.mark.slow  # ~25 s of work: the whole suite runs it, the fast lane does not
 def test_hours_of_samples_keep_every_buffer_within_its_bound(
     monitor_and_day: tuple[HostMonitor, Day],
 ) -> None:
