@@ -283,8 +283,12 @@ def parse_hf(line: str) -> ProgressUpdate | None:
     loss = _dict_value(d, "train_loss" if final else "loss", "loss")
     if loss is None and not final:
         return None  # eval dicts and others: no training progress
+    # With include_num_input_tokens_seen every log carries the running token count
+    # (``num_input_tokens_seen``, an int); 5.x prints the floats as 4-digit strings.
+    seen = _dict_value(d, "num_input_tokens_seen")
     return ProgressUpdate(
         loss=loss,
+        tokens=seen if seen is not None and seen >= 0 else None,
         tokens_per_s=_dict_value(d, "train_tokens_per_second", "tokens_per_second"),
         step=read_count(str(d.get("step", d.get("global_step", "")))),
         finished=final,

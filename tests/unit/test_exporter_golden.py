@@ -7,11 +7,9 @@ diff; rerun the capture when the change is meant."""
 from __future__ import annotations
 
 from importlib.metadata import version
-from pathlib import Path
 
 from exporter_scene import exporter_page
-
-UPSTREAM = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"
+from upstream_captures import UPSTREAM
 
 
 def test_the_exporter_writes_its_golden_page() -> None:

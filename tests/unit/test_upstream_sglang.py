@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpumon.backends.parsers import parse_sglang_metrics
 
-UPSTREAM = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"
+from upstream_captures import UPSTREAM
+
 PAGES = sorted(
     (p.parent.name, p.name.removesuffix(".prom.gz")) for p in UPSTREAM.glob("sglang-*/*.prom.gz")
 )

@@ -15,24 +15,28 @@ from gpumon.backends.parsers import ProgressParser
 from gpumon.backends.remote import LogTail
 from gpumon.backends.workloads import JobTracker
 
-UPSTREAM = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"
+from upstream_captures import UPSTREAM, fed_tracker, read_log
+
 VERSIONS = sorted(p.name for p in UPSTREAM.glob("tqdm-*"))
 FILES = ("steps.log", "tokens.log", "bytes.log", "slow.log", "unknown_total.log", "midline.log")
 
 
 def capture(version: str, name: str) -> tuple[str, dict[str, Any]]:
     """The file's text as tqdm wrote it (carriage returns kept) and its truth."""
-    text = (UPSTREAM / version / name).read_bytes().decode("utf-8")
+    text = read_log(version, name)
     truth = json.loads((UPSTREAM / version / "truth.json").read_text())["files"][name]
     return text, truth
 
 
 def shown(value: float, scaled: bool, divisor: int = 1000) -> float:
-    """How far a count tqdm printed may be from the true one: 3 significant digits when
-    ``unit_scale`` (format_sizeof), exact otherwise."""
-    if not scaled or value < 1000:
-        return 0.0 if not scaled else 0.005 * max(value, 1)
-    return 0.005 * divisor ** math.floor(math.log(value, divisor)) * 10
+    """How far a count tqdm printed may be from the true one: exact without
+    ``unit_scale``, else half a unit in the third significant digit of the scaled number
+    (format_sizeof: "60.1M", "768k", "1.02M")."""
+    if not scaled or value <= 0:
+        return 0.0
+    power = float(divisor) ** max(math.floor(math.log(value, divisor)), 0)
+    digits = math.floor(math.log10(value / power))
+    return 0.5 * 10.0 ** (digits - 2) * power
 
 
 def test_two_versions_are_captured() -> None:
@@ -43,9 +47,7 @@ def test_two_versions_are_captured() -> None:
 @pytest.mark.parametrize("name", FILES)
 def test_the_tracker_reads_what_tqdm_meant(version: str, name: str) -> None:
     text, truth = capture(version, name)
-    job = JobTracker("capture", "tqdm")
-    for i, line in enumerate(text.split("\n")):
-        job.feed(line, 1000.0 + i)
+    job = fed_tracker("tqdm", text)
     scaled, divisor = truth["unit_scale"], truth["unit_divisor"]
     n, total, rate, unit = truth["n"], truth["total"], truth["rate"], truth["unit"]
     if unit == "tok":  # a token bar counts tokens, not steps
@@ -69,11 +71,8 @@ def test_the_tracker_reads_what_tqdm_meant(version: str, name: str) -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_postfix_and_a_line_written_between_redraws(version: str) -> None:
     text, truth = capture(version, "steps.log")
-    job = JobTracker("train", "tqdm")
-    lines = text.split("\n")
-    assert "saved checkpoint-24" in lines[0]  # tqdm.write: cleared the bar, wrote, redrew
-    for i, line in enumerate(lines):
-        job.feed(line, 1000.0 + i)
+    assert "saved checkpoint-24" in text.split("\n")[0]  # tqdm.write: cleared, wrote, redrew
+    job = fed_tracker("tqdm", text)
     assert truth["postfix"].startswith("loss=")
     assert job.loss == float(truth["postfix"].removeprefix("loss="))
 
