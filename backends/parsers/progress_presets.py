@@ -277,8 +277,9 @@ def parse_hf(line: str) -> ProgressUpdate | None:
         return None
     # The end of a run is Trainer's final summary (``_inner_training_loop`` /
     # ``_finalize_training``: speed_metrics("train", ...) + train_loss, no "loss"). From
-    # 4.48 on, with include_num_input_tokens_seen every periodic log also carries
-    # train_runtime / train_tokens_per_second (``Trainer.log``), beside its "loss".
+    # 4.52 on (not 4.51.3: tests/fixtures/upstream), with include_num_input_tokens_seen
+    # every periodic log also carries train_runtime / train_tokens_per_second
+    # (``Trainer.log``), beside its "loss".
     final = "train_runtime" in d and "loss" not in d
     loss = _dict_value(d, "train_loss" if final else "loss", "loss")
     if loss is None and not final:
