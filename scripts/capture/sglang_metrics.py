@@ -32,6 +32,7 @@ import importlib.util
 import inspect
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -381,17 +382,20 @@ def main(out: Path) -> None:
     # SGLang's own setup: with PROMETHEUS_MULTIPROC_DIR set (as here, before anything
     # imports prometheus_client) it makes a temporary directory inside and the values go
     # to the directory the variable names.
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="sglang-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = values = tempfile.mkdtemp(prefix="sglang-metrics-")
     importlib.import_module("sglang.srt.utils").set_prometheus_multiproc_dir()
     module = importlib.import_module(module_name)
     has = features(module)
     out.mkdir(parents=True, exist_ok=True)
     made = {}
-    for name, scenario in scenarios(has).items():
-        page = capture(module_name, scenario, has)
-        # gzip: a 0.5.23 page is ~150 KB of text (histograms per priority and rank), 8 KB packed
-        (out / f"{name}.prom.gz").write_bytes(gzip.compress(page, 9, mtime=0))
-        made[name] = scenario
+    try:
+        for name, scenario in scenarios(has).items():
+            page = capture(module_name, scenario, has)
+            # gzip: a 0.5.23 page is ~150 KB of text (histograms per priority and rank), 8 KB
+            (out / f"{name}.prom.gz").write_bytes(gzip.compress(page, 9, mtime=0))
+            made[name] = scenario
+    finally:
+        shutil.rmtree(values, ignore_errors=True)
     facts = {"module": module_name, "requests": REQUESTS, "scenarios": made}
     (out / "scenario.json").write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
     every = "pp_rank" in has
