@@ -6,7 +6,8 @@ Presets (``PRESETS``):
   (the simulator's job), ``step=690 loss=2.31 tok/s=12800``, ``Step: 690/5000, loss: 2.31``.
 - ``tqdm``: progress bars, also several ``\\r``-separated updates in one line:
   ``45%|████▌     | 450/1000 [01:23<01:40, 5.41it/s, loss=2.31]``.
-- ``hf``: Hugging Face Trainer dict lines ``{'loss': 2.31, 'learning_rate': 2e-05, ...}``,
+- ``hf``: Hugging Face Trainer dict lines ``{'loss': 2.31, 'learning_rate': 2e-05, ...}``
+  (5.x: ``{'loss': '2.31', ...}``, strings), ``num_input_tokens_seen`` as the token count,
   the final ``{'train_runtime': ...}`` summary, and its tqdm bar.
 - ``jsonl``: one JSON object per line with keys such as step/total_steps/loss/tokens_per_s.
 - ``batch``: batch generation: ``Processed 1200/193010 prompts (3 failed), 5.2M output

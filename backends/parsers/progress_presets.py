@@ -277,15 +277,20 @@ def parse_hf(line: str) -> ProgressUpdate | None:
         return None
     # The end of a run is Trainer's final summary (``_inner_training_loop`` /
     # ``_finalize_training``: speed_metrics("train", ...) + train_loss, no "loss"). From
-    # 4.52.0 on, with include_num_input_tokens_seen every periodic log also carries
-    # train_runtime / train_tokens_per_second (``Trainer.log``), beside its "loss" (4.48
-    # to 4.51 computed them there and dropped the result).
+    # 4.52.0 on (not 4.51.3: tests/fixtures/upstream), with include_num_input_tokens_seen
+    # every periodic log also carries train_runtime / train_tokens_per_second
+    # (``Trainer.log``), beside its "loss" (4.48 to 4.51 computed them there and dropped
+    # the result).
     final = "train_runtime" in d and "loss" not in d
     loss = _dict_value(d, "train_loss" if final else "loss", "loss")
     if loss is None and not final:
         return None  # eval dicts and others: no training progress
+    # With include_num_input_tokens_seen every log carries the running token count
+    # (``num_input_tokens_seen``, an int); 5.x prints the floats as 4-digit strings.
+    seen = _dict_value(d, "num_input_tokens_seen")
     return ProgressUpdate(
         loss=loss,
+        tokens=seen if seen is not None and seen >= 0 else None,
         tokens_per_s=_dict_value(d, "train_tokens_per_second", "tokens_per_second"),
         step=read_count(str(d.get("step", d.get("global_step", "")))),
         finished=final,

@@ -12,8 +12,10 @@ values read as absent. A family the text does not carry is ``None``, never 0. Lo
 
 Which series count (docs/formats.md 6.2, checked against SGLang 0.4.3-0.5.23):
 
-- Scheduler series carry ``tp_rank`` (since 0.5.x; 0.4.x pages have one series that the
-  server itself merged). Each stats-logging rank (``attn_tp_rank == 0``) counts once:
+- Scheduler series carry ``tp_rank`` (since 0.5.x). 0.4.x pages have one series per
+  gauge, ``mostrecent`` over the schedulers: with DP attention it is the last DP group
+  that logged, not their sum (the 0.4.6 capture in tests/fixtures/upstream shows it), and
+  nothing in the page can say more. Each stats-logging rank (``attn_tp_rank == 0``) counts once:
   per ``dp_rank`` the lowest ``tp_rank`` is the leader (DP attention: DP k has the global
   ``tp_rank``; ``--enable-metrics-for-all-schedulers`` adds followers, which repeat the
   leader's batch), and the leaders are summed.

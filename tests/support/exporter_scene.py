@@ -1,0 +1,30 @@
+"""One fixed scene for the exporter's golden page: the simulated CT200 at scenario time 30
+s, seen 2 s later by a monitor on a frozen clock, with two OOM alerts on GPU 6. Shared by
+``scripts/capture/exporter_golden.py`` (which writes the golden file) and the test that
+compares the exporter's page with it."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+
+from gpumon.backends.config import HostConfig
+from gpumon.backends.exporter.metrics import GpumonCollector, OomCounter, registry_for
+from gpumon.backends.model import Health
+from gpumon.backends.monitor import demo_settings, make_monitor
+
+from sim_samples import sim_printers, sim_sample
+
+
+def exporter_page() -> bytes:
+    """The exporter's ``/metrics`` body for the scene, as ``MetricsServer`` serves it."""
+    settings = demo_settings(demo_time=30, frozen=True)
+    sample = sim_sample(sim_printers(settings), settings, 30.0)
+    monitor = make_monitor(
+        HostConfig(name="ct200", kind="local"), record=False, clock=lambda: sample.time + 2.0
+    )
+    monitor.ingest_sample(sample)
+    ooms = OomCounter()
+    ooms.attach(monitor)
+    for _ in range(2):
+        monitor.alerts.raise_alert("cuda_oom", Health.CRITICAL, "CUDA OOM", gpu=6, job="drafter")
+    return generate_latest(registry_for(GpumonCollector(lambda: [monitor], ooms)))
