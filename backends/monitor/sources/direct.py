@@ -18,7 +18,15 @@ from gpumon.backends.parsers.nvidia_smi import (
     fields_for_help,
     query_gpu_args,
 )
-from gpumon.backends.remote.agent import BATCH_QUIET_S, RowBatcher
+from gpumon.backends.remote.agent import (
+    BATCH_QUIET_S,
+    LINE_MAX_BYTES,
+    LongLine,
+    RowBatcher,
+    long_line_note,
+    name_cut_note,
+    shorten_row,
+)
 from gpumon.backends.transport.base import ProcessStream, Transport, TransportError
 
 from .base import DIRECT_SMI, Capabilities, Sink
@@ -39,6 +47,8 @@ class DirectSmiSource(TransportSource):
         super().__init__(transport, reconnect=reconnect)
         self._restart = asyncio.Event()
         self.fields: tuple[str, ...] = QUERY_FIELDS  # what this driver's nvidia-smi knows
+        self._names_cut: set[str] = set()  # GPUs whose long name was cut (said once each)
+        self._dropped_said = False  # a long line that is no GPU row was said this session
 
     @property
     def capabilities(self) -> Capabilities:
@@ -67,6 +77,7 @@ class DirectSmiSource(TransportSource):
 
     async def session(self, sink: Sink) -> bool:
         self._restart.clear()
+        self._dropped_said = False
         self.fields = fields = await self._probe_fields(sink)
         stream = await self._open(sink)
         sink.ingest_status(ConnState.CONNECTED, source=SampleSource.SMI_DIRECT, error=None)
@@ -96,6 +107,11 @@ class DirectSmiSource(TransportSource):
                     continue
                 if not line:
                     break
+                if len(line) > LINE_MAX_BYTES:  # the agent's bound, said as it says it
+                    kept = self._long_row(sink, LongLine(line.rstrip(b"\n")), fields)
+                    if kept is None:
+                        continue
+                    line = kept
                 text = untrusted.printable_text(line.decode("utf-8", "replace"))
                 tail = [*tail[-19:], text.rstrip("\n")]
                 if rows := batcher.feed(text):
@@ -111,6 +127,21 @@ class DirectSmiSource(TransportSource):
             if failure is not None:
                 sink.ingest_error(failure.message)
         return got_data
+
+    def _long_row(self, sink: Sink, line: LongLine, fields: tuple[str, ...]) -> bytes | None:
+        """A line over the agent's bound, as the agent takes it: the GPU row with its
+        name cut (said once per GPU), else dropped (said once per session)."""
+        kept = shorten_row(line, fields)
+        if kept is None:
+            if not self._dropped_said:
+                self._dropped_said = True
+                sink.ingest_note(long_line_note(line.size))
+            return None
+        row, index = kept
+        if index not in self._names_cut:
+            self._names_cut.add(index)
+            sink.ingest_note(name_cut_note(index, line.size))
+        return row.encode()
 
     async def _poll_processes(self, sink: Sink) -> None:
         """The process list every ``max(2 s, interval)``. A poll the transport cannot run
