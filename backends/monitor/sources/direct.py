@@ -31,6 +31,7 @@ from gpumon.backends.transport.base import ProcessStream, Transport, TransportEr
 
 from .base import DIRECT_SMI, Capabilities, Sink
 from .connection import TransportSource
+from .link import LinkWatch
 
 __all__ = ["PROCESS_POLL_MIN_S", "DirectSmiSource"]
 
@@ -86,6 +87,7 @@ class DirectSmiSource(TransportSource):
         batcher = RowBatcher(index, len(fields))
         got_data = False
         tail: list[str] = []
+        link = LinkWatch(self.transport, sink)  # a quiet stream has its link probed
 
         def flush() -> None:
             nonlocal got_data
@@ -99,14 +101,17 @@ class DirectSmiSource(TransportSource):
                     flush()
                     await self.close_stream(grace=0.0)  # nvidia-smi never reads stdin
                     stream = await self._open(sink)
+                    link.heard()  # the new loop's quiet counts from its start
                 try:
                     async with asyncio.timeout(BATCH_QUIET_S):
                         line = await stream.readline()
                 except TimeoutError:
                     flush()
+                    link.check()
                     continue
                 if not line:
                     break
+                link.heard()
                 if len(line) > LINE_MAX_BYTES:  # the agent's bound, said as it says it
                     kept = self._long_row(sink, LongLine(line.rstrip(b"\n")), fields)
                     if kept is None:
@@ -121,7 +126,9 @@ class DirectSmiSource(TransportSource):
             procs.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await procs
-        if not got_data:
+        if (hung := link.lost()) is not None:
+            sink.ingest_error(hung)
+        elif not got_data:
             await stream.close()
             failure = classify_smi_failure("\n".join(tail), stream.exit_code)
             if failure is not None:
