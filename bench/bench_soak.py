@@ -5,6 +5,7 @@
                                [--part both|monitor|dashboard] [--jobs 2]
     python bench/bench_soak.py --part watch [--minutes 60] [--demo-speed 10]
                                [--scenario training-oom|sglang] [--sample-every 30]
+                               [--target demo|ssh] [--trace DIR]
     python bench/bench_soak.py --part local-tmux [--minutes 60] [--interval 1]
                                [--sample-every 30] [--warmup 10] [--out FILE.jsonl]
                                [--trace DIR [--trace-every 300]] [--gpumon PATH]
@@ -23,7 +24,11 @@ traceback, and the gc's object counts by type.
 
 Part ``watch`` is real time too: ``gpumon watch demo`` (no notifier, its state in a
 temporary directory) with the demo's clock at ``--demo-speed`` (10: an OOM cycle a minute),
-sampled and summed up as local-tmux is.
+sampled and summed up as local-tmux is (``--trace DIR`` too: what grew after 5 minutes).
+``--target ssh``: ``gpumon watch`` of a real sshd on 127.0.0.1 (the integration tests'
+``sshd_server``) whose nvidia-smi is the simulator's at that speed: asyncssh, the agent
+over SSH, as the field runs it (the agent is sshd's child there, not watch's: its RSS
+reads 0).
 
 The simulated CT200 of ``gpumon demo`` drives a real ``HostMonitor`` (part ``monitor``) or a
 real ``GpumonApp`` with its monitor under Textual's headless driver (part ``dashboard``),
@@ -535,6 +540,24 @@ def sample(
 # --- part watch: the real `gpumon watch demo`, real time, the demo's clock sped up --------
 
 
+def ssh_target(tmp: Path, sim: Any, stack: contextlib.ExitStack) -> str:
+    """A real sshd on 127.0.0.1 (``tests/support/sshd_server.py``) whose nvidia-smi is
+    the simulator's at ``sim``; the config file that names it ``ct200``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+    from gpumon.backends.sim import write_wrapper
+
+    from sshd_server import SshServer
+
+    server = SshServer(tmp / "sshd")
+    server.setup()
+    write_wrapper(server.bin, sim)
+    server.start()
+    stack.callback(server.kill)
+    config = tmp / "config.toml"
+    config.write_text(server.config_toml(python="python3"), encoding="utf-8")
+    return str(config)
+
+
 def watch_demo(args: argparse.Namespace) -> int:
     """``gpumon watch demo --demo-speed S --scenario X`` (issue 28: its RSS rose 52.9 ->
     56.0 MiB in 15 minutes) for ``--minutes`` of real time, sampled as local-tmux is: the
@@ -544,14 +567,25 @@ def watch_demo(args: argparse.Namespace) -> int:
     gpumon = args.gpumon or str(Path(sys.executable).with_name("gpumon"))
     scenario = "training-oom" if args.scenario == "both" else args.scenario
     out = open(args.out, "a", encoding="utf-8") if args.out else None  # noqa: SIM115
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         env = {**os.environ, "XDG_STATE_HOME": f"{tmp}/state", "XDG_CONFIG_HOME": tmp}
         with socket.socket() as s:  # the exporter on, as in the field (nothing scrapes it)
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        argv = [gpumon, "watch", "demo", "--scenario", scenario, "--metrics-port", str(port)]
-        argv += ["--demo-speed", f"{args.demo_speed:g}"]
+        from gpumon.backends.monitor import demo_settings
+
+        sim = demo_settings(scenario, speed=args.demo_speed)
+        host = ["demo", "--scenario", scenario, "--demo-speed", f"{args.demo_speed:g}"]
+        if args.target == "ssh":  # the test sshd, its nvidia-smi the simulator's, sped up
+            host = ["ct200", "--config", ssh_target(Path(tmp), sim, stack)]
+            env["GPUMON_SSH_CONFIG"] = ""
+        argv = [gpumon, "watch", *host, "--metrics-port", str(port)]
         print(f"== {' '.join(argv[1:])}: {args.minutes:g} min", flush=True)
+        if args.trace:  # the same watch, in this script's interpreter under tracemalloc
+            Path(args.trace).mkdir(parents=True, exist_ok=True)
+            every = f"{args.trace_every:g}"
+            argv[:1] = [sys.executable, str(Path(__file__).resolve()), "--traced-gpumon"]
+            argv[3:3] = [args.trace, every]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
             rows = sample(proc.pid, args, out, None)
@@ -563,6 +597,8 @@ def watch_demo(args: argparse.Namespace) -> int:
     if not rows or "error" in rows[-1]:
         return 1
     print(local_summary(rows, "watch"), flush=True)
+    if args.trace:
+        print(trace_diff(Path(args.trace), since_s=args.warmup + 300), flush=True)
     return 0
 
 
@@ -791,6 +827,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = ["both", "monitor", "dashboard", "local-tmux", "watch"]
     p.add_argument("--part", choices=parts, default="both")
     p.add_argument("--demo-speed", type=float, default=10.0, help="watch: the demo's clock")
+    p.add_argument("--target", choices=["demo", "ssh"], default="demo", help="watch: the host")
     p.add_argument("--minutes", type=float, default=60.0, help="local-tmux: real minutes")
     p.add_argument("--sample-every", type=float, default=30.0, help="local-tmux: seconds")
     p.add_argument("--warmup", type=float, default=10.0, help="local-tmux: seconds before")
