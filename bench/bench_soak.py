@@ -5,7 +5,7 @@
                                [--part both|monitor|dashboard] [--jobs 2]
     python bench/bench_soak.py --part watch [--minutes 60] [--demo-speed 10]
                                [--scenario training-oom|sglang] [--sample-every 30]
-                               [--target demo|ssh] [--trace DIR]
+                               [--target demo|ssh [--churn S]] [--trace DIR]
     python bench/bench_soak.py --part local-tmux [--minutes 60] [--interval 1]
                                [--sample-every 30] [--warmup 10] [--out FILE.jsonl]
                                [--trace DIR [--trace-every 300]] [--gpumon PATH]
@@ -28,7 +28,8 @@ sampled and summed up as local-tmux is (``--trace DIR`` too: what grew after 5 m
 ``--target ssh``: ``gpumon watch`` of a real sshd on 127.0.0.1 (the integration tests'
 ``sshd_server``) whose nvidia-smi is the simulator's at that speed: asyncssh, the agent
 over SSH, as the field runs it (the agent is sshd's child there, not watch's: its RSS
-reads 0).
+reads 0); ``--churn S`` SIGKILLs the sshd serving the session every S seconds (a
+reconnection each time).
 
 The simulated CT200 of ``gpumon demo`` drives a real ``HostMonitor`` (part ``monitor``) or a
 real ``GpumonApp`` with its monitor under Textual's headless driver (part ``dashboard``),
@@ -540,19 +541,35 @@ def sample(
 # --- part watch: the real `gpumon watch demo`, real time, the demo's clock sped up --------
 
 
-def ssh_target(tmp: Path, sim: Any, stack: contextlib.ExitStack) -> str:
+def ssh_target(tmp: Path, sim: Any, stack: contextlib.ExitStack, churn: float) -> str:
     """A real sshd on 127.0.0.1 (``tests/support/sshd_server.py``) whose nvidia-smi is
-    the simulator's at ``sim``; the config file that names it ``ct200``."""
+    the simulator's at ``sim``; the config file that names it ``ct200``. ``churn`` > 0:
+    every ``churn`` seconds the sshd processes serving the session are SIGKILLed (the
+    link drops, gpumon connects again)."""
+    import signal
+    import threading
+
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
     from gpumon.backends.sim import write_wrapper
 
-    from sshd_server import SshServer
+    from sshd_server import SshServer, serving_sshd
 
     server = SshServer(tmp / "sshd")
     server.setup()
     write_wrapper(server.bin, sim)
     server.start()
     stack.callback(server.kill)
+    stop = threading.Event()
+    stack.callback(stop.set)  # runs first: no kill while the server goes
+
+    def drop_links() -> None:
+        while not stop.wait(churn):
+            for pid in serving_sshd(server):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    if churn > 0:
+        threading.Thread(target=drop_links, name="churn", daemon=True).start()
     config = tmp / "config.toml"
     config.write_text(server.config_toml(python="python3"), encoding="utf-8")
     return str(config)
@@ -577,7 +594,7 @@ def watch_demo(args: argparse.Namespace) -> int:
         sim = demo_settings(scenario, speed=args.demo_speed)
         host = ["demo", "--scenario", scenario, "--demo-speed", f"{args.demo_speed:g}"]
         if args.target == "ssh":  # the test sshd, its nvidia-smi the simulator's, sped up
-            host = ["ct200", "--config", ssh_target(Path(tmp), sim, stack)]
+            host = ["ct200", "--config", ssh_target(Path(tmp), sim, stack, args.churn)]
             env["GPUMON_SSH_CONFIG"] = ""
         argv = [gpumon, "watch", *host, "--metrics-port", str(port)]
         print(f"== {' '.join(argv[1:])}: {args.minutes:g} min", flush=True)
@@ -828,6 +845,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part", choices=parts, default="both")
     p.add_argument("--demo-speed", type=float, default=10.0, help="watch: the demo's clock")
     p.add_argument("--target", choices=["demo", "ssh"], default="demo", help="watch: the host")
+    p.add_argument("--churn", type=float, default=0.0, help="watch, ssh: drop the link every S s")
     p.add_argument("--minutes", type=float, default=60.0, help="local-tmux: real minutes")
     p.add_argument("--sample-every", type=float, default=30.0, help="local-tmux: seconds")
     p.add_argument("--warmup", type=float, default=10.0, help="local-tmux: seconds before")
