@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import re
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ class Health(enum.StrEnum):
         return max(values, key=lambda h: h.rank, default=Health.OK)
 
 
+_PATH_PART = re.compile(r"[\w.+@-]+")  # a part of a relative path (venv/bin/python)
 _HEALTH_RANK = {Health.OK: 0, Health.WARNING: 1, Health.CRITICAL: 2}
 
 
@@ -88,17 +90,30 @@ class GpuProcess:
 
     @property
     def short_name(self) -> str | None:
-        """The program's base name (``python3``, ``jupyter``), from the command line."""
+        """The program's base name (``python3``, ``jupyter``), from the command line
+        (``program_name`` of its first word; for a Python, of its script)."""
         text = self.command or self.name
         if not text:
             return None
         words = text.split()
-        head = words[0].rsplit("/", 1)[-1] if words else ""
+        head = program_name(words[0]) if words else ""
         if head.startswith("python") and len(words) > 1:
             for word in words[1:]:  # python -m jupyter / python train.py: the script
                 if not word.startswith("-"):
-                    return word.rsplit("/", 1)[-1]
+                    return program_name(word)
         return head or None
+
+
+def program_name(word: str) -> str:
+    """``/usr/bin/python3`` -> ``python3``: the last part of a word that is a path; any
+    other word whole. A process names itself (argv[0], its comm): ``a[/]b`` or a kernel
+    thread's ``[kworker/0:1]`` are names, not paths whose last part is the program."""
+    parts = word.split("/")
+    if len(parts) == 1 or not parts[-1]:
+        return word
+    if word.startswith(("/", "./", "../", "~/")) or all(map(_PATH_PART.fullmatch, parts)):
+        return parts[-1]
+    return word
 
 
 @dataclass(frozen=True, slots=True)

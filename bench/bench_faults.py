@@ -10,9 +10,13 @@ simulator's nvidia-smi on the session PATH) and one HostMonitor on it, at a 1 s 
 - ``hang``: every sshd session process is SIGSTOPped (the TCP connection stays up, no
   RST: a hung link), then SIGCONTed after ``--outage`` seconds. Measured: hang -> stale
   mark, and resume -> a fresh sample.
+- ``stop``: only the sshd processes that serve the session are SIGSTOPped, and left so
+  until gpumon has replaced the link (issue 28 point 5: a hung link; the listener still
+  accepts). Measured: stop -> a new session's sshd exists (the new connection), and stop
+  -> a fresh sample (over it); the issue wants the new connection within 5 s, 5 of 5.
 
 Run: ``PYTHONPATH=tests/support .venv/bin/python bench/bench_faults.py [--kills 20]
-[--hangs 5] [--outage 2]``. Prints median and max of each figure.
+[--hangs 5] [--stops 5] [--outage 2]``. Prints median and max of each figure.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from gpumon.backends.config import load_config
 from gpumon.backends.model import ConnState
 from gpumon.backends.monitor import HostMonitor, make_monitor
 
-from sshd_server import SshServer, descendants
+from sshd_server import SshServer, descendants, serving_sshd
 
 TIMEOUT_S = 60.0
 
@@ -95,7 +99,25 @@ async def one_hang(server: SshServer, monitor: HostMonitor, outage: float) -> tu
     return stale, await fresh_after(monitor, resumed)
 
 
+async def one_stop(server: SshServer, monitor: HostMonitor) -> tuple[float, float]:
+    await fresh_after(monitor, time.time())
+    stopped = serving_sshd(server)
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    at, began = time.time(), time.monotonic()
+    try:
+        new = await wait_for(lambda: set(serving_sshd(server)) - set(stopped), "a new sshd")
+        fresh = time.monotonic() - began + await fresh_after(monitor, at)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    return new, fresh
+
+
 def report(name: str, figures: list[tuple[float, float]]) -> None:
+    if not figures:
+        return
     stale = [s for s, _ in figures]
     back = [b for _, b in figures]
     print(
@@ -121,6 +143,18 @@ async def main(args: argparse.Namespace) -> None:
             report("kill", kills)
             hangs = [await one_hang(server, monitor, args.outage) for _ in range(args.hangs)]
             report("hang", hangs)
+            stops = [await one_stop(server, monitor) for _ in range(args.stops)]
+            for i, (new, fresh) in enumerate(stops, 1):
+                print(f"stop  #{i}: new connection {new:5.2f} s, fresh data {fresh:5.2f} s")
+            if stops:
+                new_s = [n for n, _ in stops]
+                print(
+                    f"stop  x{len(stops):<3} new connection: median "
+                    f"{statistics.median(new_s):5.2f} s, max {max(new_s):5.2f} s, "
+                    f"{sum(n < 5.0 for n in new_s)}/{len(new_s)} under 5 s; fresh data: "
+                    f"median {statistics.median(f for _, f in stops):5.2f} s, "
+                    f"max {max(f for _, f in stops):5.2f} s"
+                )
         finally:
             await monitor.stop()
             server.kill()
@@ -130,5 +164,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--hangs", type=int, default=5)
+    parser.add_argument("--stops", type=int, default=5)
     parser.add_argument("--outage", type=float, default=2.0, help="seconds the host is down")
     asyncio.run(main(parser.parse_args()))

@@ -3,6 +3,9 @@
     python bench/bench_soak.py [--hours 24] [--speed 0] [--interval 1] [--scrape-every 10]
                                [--scenario both|training-oom|sglang]
                                [--part both|monitor|dashboard] [--jobs 2]
+    python bench/bench_soak.py --part watch [--minutes 60] [--demo-speed 10]
+                               [--scenario training-oom|sglang] [--sample-every 30]
+                               [--target demo|ssh [--churn S]] [--trace DIR]
     python bench/bench_soak.py --part local-tmux [--minutes 60] [--interval 1]
                                [--sample-every 30] [--warmup 10] [--out FILE.jsonl]
                                [--trace DIR [--trace-every 300]] [--gpumon PATH]
@@ -18,6 +21,15 @@ first 10 minutes. ``--trace DIR`` runs the same dashboard inside this
 script under tracemalloc (it costs ~20 % of a core and its own memory: not a run to read
 RSS from) and prints what grew from the 10th minute to the end, by allocating line and
 traceback, and the gc's object counts by type.
+
+Part ``watch`` is real time too: ``gpumon watch demo`` (no notifier, its state in a
+temporary directory) with the demo's clock at ``--demo-speed`` (10: an OOM cycle a minute),
+sampled and summed up as local-tmux is (``--trace DIR`` too: what grew after 5 minutes).
+``--target ssh``: ``gpumon watch`` of a real sshd on 127.0.0.1 (the integration tests'
+``sshd_server``) whose nvidia-smi is the simulator's at that speed: asyncssh, the agent
+over SSH, as the field runs it (the agent is sshd's child there, not watch's: its RSS
+reads 0); ``--churn S`` SIGKILLs the sshd serving the session every S seconds (a
+reconnection each time).
 
 The simulated CT200 of ``gpumon demo`` drives a real ``HostMonitor`` (part ``monitor``) or a
 real ``GpumonApp`` with its monitor under Textual's headless driver (part ``dashboard``),
@@ -59,6 +71,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -457,45 +470,15 @@ def local_tmux(args: argparse.Namespace) -> int:
                 [*tmux, "display", "-p", "#{pane_pid}"], check=True, capture_output=True, text=True
             ).stdout
         )
-        began, hz = time.monotonic(), os.sysconf("SC_CLK_TCK")
-        time.sleep(args.warmup)  # start-up is not the steady state (the first sample is)
-        last_ticks: tuple[float, int, int] | None = None
-        n = 0
-        end_s = args.warmup + args.minutes * 60
-        while (elapsed := time.monotonic() - began) <= end_s + 1:
-            if not Path(f"/proc/{pid}").exists():
-                print(json.dumps({"error": f"dashboard {pid} exited at {elapsed:.0f} s"}))
-                return 1
-            agents = _descendants(pid)
-            mine = _status_kib(pid, "VmRSS", "VmHWM")
-            ticks = (_ticks(pid), sum(_ticks(a) for a in agents))
-            row: dict[str, Any] = {
-                "t_s": round(elapsed, 1),
-                "rss_mib": round(mine["VmRSS"] / 1024, 2),
-                "hwm_mib": round(mine["VmHWM"] / 1024, 2),
-                "agent_rss_mib": round(
-                    sum(_status_kib(a, "VmRSS")["VmRSS"] for a in agents) / 1024, 2
-                ),
-                "agents": len(agents),
-            }
-            if last_ticks is not None:  # CPU over the last sample window, % of one core
-                dt = elapsed - last_ticks[0]
-                row["cpu_pct"] = round(100 * (ticks[0] - last_ticks[1]) / hz / dt, 2)
-                row["agent_cpu_pct"] = round(100 * (ticks[1] - last_ticks[2]) / hz / dt, 2)
-            last_ticks = (elapsed, *ticks)
-            rows.append(row)
-            line = json.dumps(row)
-            print(line, flush=True)
-            if out:
-                out.write(line + "\n")
-                out.flush()
-            if n == 0 or end_s - elapsed < args.sample_every:
-                screen = subprocess.run(
-                    [*tmux, "capture-pane", "-p"], capture_output=True, text=True
-                ).stdout
-                print("\n".join(screen.splitlines()[:3]), flush=True)
-            n += 1
-            time.sleep(max(began + args.warmup + n * args.sample_every - time.monotonic(), 0))
+
+        def screen() -> str:
+            return subprocess.run(
+                [*tmux, "capture-pane", "-p"], capture_output=True, text=True
+            ).stdout
+
+        rows = sample(pid, args, out, screen)
+        if not rows or "error" in rows[-1]:
+            return 1
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
         for s in sleepers:
@@ -506,6 +489,133 @@ def local_tmux(args: argparse.Namespace) -> int:
     print(local_summary(rows), flush=True)
     if args.trace:
         print(trace_diff(Path(args.trace), since_s=args.warmup + 600), flush=True)
+    return 0
+
+
+def sample(
+    pid: int, args: argparse.Namespace, out: Any, screen: Callable[[], str] | None
+) -> list[dict[str, Any]]:
+    """Every ``--sample-every`` s for ``--minutes`` after ``--warmup`` s: the VmRSS and
+    VmHWM of ``pid``, the RSS of its descendants (its agent) and both CPUs, one JSON line
+    each (also to ``out``); the first and last with the top of ``screen()``. A last row
+    with ``error`` when ``pid`` exited early."""
+    rows: list[dict[str, Any]] = []
+    began, hz = time.monotonic(), os.sysconf("SC_CLK_TCK")
+    time.sleep(args.warmup)  # start-up is not the steady state (the first sample is)
+    last_ticks: tuple[float, int, int] | None = None
+    n = 0
+    end_s = args.warmup + args.minutes * 60
+    while (elapsed := time.monotonic() - began) <= end_s + 1:
+        if not Path(f"/proc/{pid}").exists():
+            rows.append({"error": f"process {pid} exited at {elapsed:.0f} s"})
+            print(json.dumps(rows[-1]))
+            return rows
+        agents = _descendants(pid)
+        mine = _status_kib(pid, "VmRSS", "VmHWM")
+        ticks = (_ticks(pid), sum(_ticks(a) for a in agents))
+        row: dict[str, Any] = {
+            "t_s": round(elapsed, 1),
+            "rss_mib": round(mine["VmRSS"] / 1024, 2),
+            "hwm_mib": round(mine["VmHWM"] / 1024, 2),
+            "agent_rss_mib": round(sum(_status_kib(a, "VmRSS")["VmRSS"] for a in agents) / 1024, 2),
+            "agents": len(agents),
+        }
+        if last_ticks is not None:  # CPU over the last sample window, % of one core
+            dt = elapsed - last_ticks[0]
+            row["cpu_pct"] = round(100 * (ticks[0] - last_ticks[1]) / hz / dt, 2)
+            row["agent_cpu_pct"] = round(100 * (ticks[1] - last_ticks[2]) / hz / dt, 2)
+        last_ticks = (elapsed, *ticks)
+        rows.append(row)
+        line = json.dumps(row)
+        print(line, flush=True)
+        if out:
+            out.write(line + "\n")
+            out.flush()
+        if screen is not None and (n == 0 or end_s - elapsed < args.sample_every):
+            print("\n".join(screen().splitlines()[:3]), flush=True)
+        n += 1
+        time.sleep(max(began + args.warmup + n * args.sample_every - time.monotonic(), 0))
+    return rows
+
+
+# --- part watch: the real `gpumon watch demo`, real time, the demo's clock sped up --------
+
+
+def ssh_target(tmp: Path, sim: Any, stack: contextlib.ExitStack, churn: float) -> str:
+    """A real sshd on 127.0.0.1 (``tests/support/sshd_server.py``) whose nvidia-smi is
+    the simulator's at ``sim``; the config file that names it ``ct200``. ``churn`` > 0:
+    every ``churn`` seconds the sshd processes serving the session are SIGKILLed (the
+    link drops, gpumon connects again)."""
+    import signal
+    import threading
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+    from gpumon.backends.sim import write_wrapper
+
+    from sshd_server import SshServer, serving_sshd
+
+    server = SshServer(tmp / "sshd")
+    server.setup()
+    write_wrapper(server.bin, sim)
+    server.start()
+    stack.callback(server.kill)
+    stop = threading.Event()
+    stack.callback(stop.set)  # runs first: no kill while the server goes
+
+    def drop_links() -> None:
+        while not stop.wait(churn):
+            for pid in serving_sshd(server):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    if churn > 0:
+        threading.Thread(target=drop_links, name="churn", daemon=True).start()
+    config = tmp / "config.toml"
+    config.write_text(server.config_toml(python="python3"), encoding="utf-8")
+    return str(config)
+
+
+def watch_demo(args: argparse.Namespace) -> int:
+    """``gpumon watch demo --demo-speed S --scenario X`` (issue 28: its RSS rose 52.9 ->
+    56.0 MiB in 15 minutes) for ``--minutes`` of real time, sampled as local-tmux is: the
+    same JSON lines and summary table. The state (outbox, incidents, recordings) goes to
+    a temporary directory; no notifier is configured (the outbox keeps what it would
+    send, with its own bound)."""
+    gpumon = args.gpumon or str(Path(sys.executable).with_name("gpumon"))
+    scenario = "training-oom" if args.scenario == "both" else args.scenario
+    out = open(args.out, "a", encoding="utf-8") if args.out else None  # noqa: SIM115
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        env = {**os.environ, "XDG_STATE_HOME": f"{tmp}/state", "XDG_CONFIG_HOME": tmp}
+        with socket.socket() as s:  # the exporter on, as in the field (nothing scrapes it)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        from gpumon.backends.monitor import demo_settings
+
+        sim = demo_settings(scenario, speed=args.demo_speed)
+        host = ["demo", "--scenario", scenario, "--demo-speed", f"{args.demo_speed:g}"]
+        if args.target == "ssh":  # the test sshd, its nvidia-smi the simulator's, sped up
+            host = ["ct200", "--config", ssh_target(Path(tmp), sim, stack, args.churn)]
+            env["GPUMON_SSH_CONFIG"] = ""
+        argv = [gpumon, "watch", *host, "--metrics-port", str(port)]
+        print(f"== {' '.join(argv[1:])}: {args.minutes:g} min", flush=True)
+        if args.trace:  # the same watch, in this script's interpreter under tracemalloc
+            Path(args.trace).mkdir(parents=True, exist_ok=True)
+            every = f"{args.trace_every:g}"
+            argv[:1] = [sys.executable, str(Path(__file__).resolve()), "--traced-gpumon"]
+            argv[3:3] = [args.trace, every]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        try:
+            rows = sample(proc.pid, args, out, None)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            if out:
+                out.close()
+    if not rows or "error" in rows[-1]:
+        return 1
+    print(local_summary(rows, "watch"), flush=True)
+    if args.trace:
+        print(trace_diff(Path(args.trace), since_s=args.warmup + 300), flush=True)
     return 0
 
 
@@ -609,8 +719,9 @@ def _traced_total(path: Path, keep: list[Any]) -> int:
     return sum(s.size for s in snap.statistics("filename"))
 
 
-def local_summary(rows: list[dict[str, Any]]) -> str:
-    """The table of a local-tmux run: RSS at start, 10 min, end, max; slopes in MiB/h."""
+def local_summary(rows: list[dict[str, Any]], name: str = "dashboard") -> str:
+    """The table of a local-tmux (or watch) run: RSS at start, 10 min, end, max; slopes
+    in MiB/h. ``name``: what the sampled process is."""
 
     t0 = rows[0]["t_s"]  # the first sample, after the warm-up
 
@@ -627,21 +738,21 @@ def local_summary(rows: list[dict[str, Any]]) -> str:
         "| slope after 10 min MiB/h |",
         "|---|---|---|---|---|---|---|",
     ]
-    for key, name in (
-        ("rss_mib", "dashboard VmRSS"),
-        ("hwm_mib", "dashboard VmHWM"),
+    for key, label in (
+        ("rss_mib", f"{name} VmRSS"),
+        ("hwm_mib", f"{name} VmHWM"),
         ("agent_rss_mib", "agent RSS"),
     ):
         top = max(r[key] for r in rows)
         lines.append(
-            f"| {name:<16} | {rows[0][key]:.1f} | {at(10)[key]:.1f} | {rows[-1][key]:.1f} "
+            f"| {label:<16} | {rows[0][key]:.1f} | {at(10)[key]:.1f} | {rows[-1][key]:.1f} "
             f"| {top:.1f} | {per_hour(key, 0)} | {per_hour(key, 600)} |"
         )
     cpu = [r["cpu_pct"] for r in rows if "cpu_pct" in r]
     agent = [r["agent_cpu_pct"] for r in rows if "agent_cpu_pct" in r]
     if cpu:
         lines.append(
-            f"CPU, % of one core, mean over the run: dashboard {sum(cpu) / len(cpu):.2f}, "
+            f"CPU, % of one core, mean over the run: {name} {sum(cpu) / len(cpu):.2f}, "
             f"agent {sum(agent) / len(agent):.2f}"
         )
     return "\n".join(lines)
@@ -730,7 +841,11 @@ def main(argv: list[str] | None = None) -> int:
     for flag, default, text in numbers:
         p.add_argument(flag, type=float, default=default, help=f"{text} (default {default:g})")
     p.add_argument("--scenario", choices=["both", "training-oom", "sglang"], default="both")
-    p.add_argument("--part", choices=["both", "monitor", "dashboard", "local-tmux"], default="both")
+    parts = ["both", "monitor", "dashboard", "local-tmux", "watch"]
+    p.add_argument("--part", choices=parts, default="both")
+    p.add_argument("--demo-speed", type=float, default=10.0, help="watch: the demo's clock")
+    p.add_argument("--target", choices=["demo", "ssh"], default="demo", help="watch: the host")
+    p.add_argument("--churn", type=float, default=0.0, help="watch, ssh: drop the link every S s")
     p.add_argument("--minutes", type=float, default=60.0, help="local-tmux: real minutes")
     p.add_argument("--sample-every", type=float, default=30.0, help="local-tmux: seconds")
     p.add_argument("--warmup", type=float, default=10.0, help="local-tmux: seconds before")
@@ -745,6 +860,8 @@ def main(argv: list[str] | None = None) -> int:
         return soak_one(args.child[0], args.child[1], args)
     if args.part == "local-tmux":
         return local_tmux(args)
+    if args.part == "watch":
+        return watch_demo(args)
     return drive(args)
 
 

@@ -56,7 +56,9 @@ STALL_ROUNDS = 4
 STALL_MIN_S = 4.0
 STALL_FIRST_S = 10.0
 ROUND_MAX_LINES = 1024  # a round longer than this is junk: sent on (and counted) as it is
-LINE_MAX_BYTES = 64 * 1024  # a longer "line" (no newline in sight) is dropped, and said
+LINE_MAX_BYTES = 64 * 1024  # a longer line is kept as its ends (``LongLine``), never whole
+LINE_END_BYTES = 4096  # what a LongLine keeps of each end: the cells before and after a name
+NAME_MAX_CHARS = 96  # a GPU name cut from a long line: NVML's own bound (its name buffer)
 THREAD_RESTART_S = 5.0  # a thread that died of an exception runs again after this long
 # A scrape of a /metrics page (busy SGLang: ~100 KB), and of the server info (~40 KB).
 PAGE_TIMEOUT_S, PAGE_MAX_BYTES = 2.0, 8 << 20
@@ -127,6 +129,78 @@ class RowBatcher:
             return int(cells[self.index_col])
         except ValueError:
             return None
+
+
+class LongLine:
+    """A line over ``LINE_MAX_BYTES``, as its first and last ``LINE_END_BYTES`` and its
+    size: enough to give back a GPU row whose name is what is long (``shorten_row``)
+    without ever holding the whole line."""
+
+    def __init__(self, data: bytes) -> None:
+        self.head = data[:LINE_END_BYTES]
+        self.tail = data[-LINE_END_BYTES:]
+        self.size = len(data)
+
+    def add(self, data: bytes) -> None:
+        self.tail = (self.tail + data)[-LINE_END_BYTES:]
+        self.size += len(data)
+
+
+class LineSplitter:
+    """nvidia-smi's output as lines: bytes, or a ``LongLine`` for one over the bound."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.long: LongLine | None = None  # a long line under way (no newline yet)
+
+    def feed(self, chunk: bytes) -> list[bytes | LongLine]:
+        *lines, rest = (self.buf + chunk).split(b"\n")
+        out: list[bytes | LongLine] = []
+        if self.long is not None:
+            if not lines:
+                self.long.add(rest)
+                self.buf = b""
+                return out
+            self.long.add(lines.pop(0))
+            out.append(self.long)
+            self.long = None
+        out += [LongLine(raw) if len(raw) > LINE_MAX_BYTES else raw for raw in lines]
+        if len(rest) > LINE_MAX_BYTES:  # no newline in sight: never grow without end
+            self.long, rest = LongLine(rest), b""
+        self.buf = rest
+        return out
+
+
+def shorten_row(line: LongLine, fields: Sequence[str]) -> tuple[str, str] | None:
+    """A long line as a GPU row with its name cut to ``NAME_MAX_CHARS`` (and ``...``),
+    with the row's index cell; None when it is not a row whose name is what is long (the
+    cells before the name in its head, the ones after in its tail)."""
+    if "name" not in fields or "index" not in fields:
+        return None
+    at, after = fields.index("name"), len(fields) - fields.index("name") - 1
+    head = line.head.decode("utf-8", "replace").split(", ", at)
+    tail = line.tail.decode("utf-8", "replace").rstrip("\r").rsplit(", ", after)
+    if len(head) <= at or len(tail) <= after or fields.index("index") > at:
+        return None
+    name = head[at][:NAME_MAX_CHARS].rstrip() + "..."
+    return ", ".join([*head[:at], name, *tail[1:]]), head[fields.index("index")].strip()
+
+
+def long_line_note(size: int) -> str:
+    """What is said when a line over the bound is no GPU row with a long name."""
+    return (
+        f"nvidia-smi printed a line of {size:,} bytes, over gpumon's "
+        f"{LINE_MAX_BYTES >> 10} KiB line bound, that is not a GPU row: dropped"
+    )
+
+
+def name_cut_note(index: str, size: int) -> str:
+    """What is said (once per GPU) when ``shorten_row`` kept a GPU."""
+    return (
+        f"GPU {index}: nvidia-smi printed a line of {size:,} bytes, over gpumon's "
+        f"{LINE_MAX_BYTES >> 10} KiB line bound: the GPU is kept, its name cut to "
+        f"{NAME_MAX_CHARS} characters"
+    )
 
 
 class Output:
@@ -487,6 +561,7 @@ class Agent:
         self.device_scanned = 0.0
         self.device_driver_pids: set[str] | None = None  # the driver's PIDs at that scan
         self.trimmed = False  # malloc_trim after the first sample
+        self.names_cut: set[str] = set()  # GPUs whose long name was cut (said once each)
         self.nvml_worker = NvmlWorker()
 
     # --- control -------------------------------------------------------------------
@@ -619,7 +694,7 @@ class Agent:
         assert proc.stdout is not None
         batcher = RowBatcher(fields.index("index") if "index" in fields else 1, len(fields))
         fd = proc.stdout.fileno()
-        buf = b""
+        splitter = LineSplitter()
         got_rows = False
         stalled = False
         dropped = 0  # bytes of over-long lines thrown away
@@ -650,16 +725,16 @@ class Agent:
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     break
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                if len(buf) > LINE_MAX_BYTES:  # no newline in sight: never grow without end
-                    dropped += len(buf)
-                    buf = b""
-                for raw in lines:
-                    if len(raw) > LINE_MAX_BYTES:
-                        dropped += len(raw)
-                        continue
-                    line = raw.decode("utf-8", "replace")
+                for raw in splitter.feed(chunk):
+                    if isinstance(raw, LongLine):
+                        line = self.long_row(raw, fields)
+                        if line is None:
+                            if not dropped:  # said at once, the total when the loop ends
+                                self.out.send(protocol.Note(long_line_note(raw.size)))
+                            dropped += raw.size
+                            continue
+                    else:
+                        line = raw.decode("utf-8", "replace")
                     tail = [*tail[-19:], line[:512]]
                     if batcher.is_row(line):
                         got_rows = True
@@ -670,6 +745,8 @@ class Agent:
             rows = batcher.flush()
             if rows and not self.wake.is_set():
                 self.send_rows(fields, rows)
+            if splitter.long is not None:  # a long line the loop ended in: dropped
+                dropped += splitter.long.size
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -692,6 +769,18 @@ class Agent:
         elif not self.wake.is_set() and not got_rows:
             self.out.send(protocol.SmiError(time.time(), code, "\n".join(tail)))
         return got_rows
+
+    def long_row(self, line: LongLine, fields: list[str]) -> str | None:
+        """A line over the bound: the GPU row with its name cut (said once per GPU), or
+        None (dropped: said when the loop ends, with the bytes)."""
+        kept = shorten_row(line, fields)
+        if kept is None:
+            return None
+        row, index = kept
+        if index not in self.names_cut:
+            self.names_cut.add(index)
+            self.out.send(protocol.Note(name_cut_note(index, line.size)))
+        return row
 
     def send_rows(self, fields: list[str], rows: list[str]) -> None:
         self.out.send(protocol.Gpus(time.time(), fields, rows))

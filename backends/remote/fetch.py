@@ -4,7 +4,10 @@ The agent scrapes SGLang's ``/metrics`` on 127.0.0.1 every interval. ``urllib.re
 would do it, but importing it (``http.client``, ``email``, ``ssl``...) costs the agent
 about 7 MiB of RSS on the target, beside the training job, for a plain-text GET. This
 speaks just what such servers answer: ``Content-Length``, ``chunked`` or read-to-close
-bodies, no TLS, no redirects; every read is bounded in time and size.
+bodies, no TLS, no redirects; every read is bounded in time and size. An answer is whole
+or an error: a page over the size bound is refused (from its ``Content-Length`` before a
+byte of it is read, else once the bound is passed), and one cut short by the close (fewer
+bytes than its ``Content-Length``, a chunked body without its last chunk) is no answer.
 
 ``Connection`` keeps one persistent (keep-alive) connection to a server and reuses it
 scrape after scrape: a new TCP connection per scrape (connect, accept, close on both
@@ -14,7 +17,7 @@ connection open and closes it after ``timeout_keep_alive`` idle seconds (SGLang 
 longer interval, or when the server restarted, the reused connection is found closed and
 the request goes once more on a fresh connection, within the same deadline. An answer
 that cannot be followed by another on the same connection (``Connection: close``, a
-body read to the close, one cut at the limit, a timeout, any error) drops it.
+body read to the close, a timeout, any error) drops it.
 
 A ``Connection`` is non-blocking underneath (``begin``, then ``step`` whenever its socket
 is ready for ``events``, until an answer), so that one thread can scrape every server,
@@ -347,17 +350,24 @@ class _Parser:
         length = headers.get("content-length", "")
         if length.isdigit():
             want = int(length)
-            body = yield from self._take(min(want, limit))
-            return status, body, keep and want <= limit and len(body) == want
-        while len(self.buf) < limit and (yield from self._more()):
+            if want > limit:  # refused from its header: not a byte of it is read
+                raise FetchError(too_large(limit))
+            body = yield from self._take(want)
+            if len(body) < want:
+                raise FetchError(f"connection closed mid-answer ({len(body)} of {want} bytes)")
+            return status, body, keep
+        while len(self.buf) <= limit and (yield from self._more()):
             pass
-        return status, bytes(self.buf[:limit]), False  # read to the close
+        if len(self.buf) > limit:
+            raise FetchError(too_large(limit))
+        return status, bytes(self.buf), False  # read to the close
 
     def _chunked(self, limit: int) -> Generator[None, bytes, tuple[bytes, bool]]:
-        """(body, whether it ended as chunked bodies end: a last chunk, trailers, CRLF)."""
+        """(body, whether it ended as chunked bodies end: a last chunk, trailers, CRLF).
+        A body over ``limit`` or cut before its last chunk raises ``FetchError``."""
         body = bytearray()
         complete = True
-        while len(body) < limit:
+        while True:
             size_text = (yield from self._line()).split(b";", 1)[0].strip()
             size = int(size_text, 16)
             if size == 0:
@@ -367,9 +377,18 @@ class _Parser:
                 except FetchError:  # closed before it: the body is whole
                     return bytes(body), False
                 return bytes(body), complete
+            if len(body) + size > limit:
+                raise FetchError(too_large(limit))
             chunk = yield from self._take(size)
             body += chunk
-            if len(chunk) < size:  # closed mid-chunk: what came is what there is
-                return bytes(body[:limit]), False
+            if len(chunk) < size:
+                raise FetchError("connection closed mid-answer (in a chunk)")
             complete = (yield from self._take(2)) == b"\r\n" and complete  # the chunk's CRLF
-        return bytes(body[:limit]), False
+
+
+def too_large(limit: int) -> str:
+    """The error of a page over ``limit`` bytes: ``page larger than 8 MiB: not read``."""
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if limit >= size and limit % size == 0:
+            return f"page larger than {limit // size} {unit}: not read"
+    return f"page larger than {limit} bytes: not read"

@@ -89,6 +89,20 @@ class Transport(abc.ABC):
         ``timeout`` seconds; None: this transport cannot tell (local, simulator)."""
         return None
 
+    def probe_link(self) -> bool:
+        """The session's stream has been quiet too long: find out now whether its link
+        still answers, closing it (its streams end) when it does not. False: this
+        transport has no link to probe (local, simulator); nothing is done."""
+        return False
+
+    def link_answered(self) -> None:  # noqa: B027 - only for transports that probe
+        """Data came again after ``probe_link``: the probing ends."""
+
+    def link_lost(self) -> bool:
+        """The session's link was closed under it (a probe went unanswered, the peer
+        hung up), as opposed to a stream that ended by itself."""
+        return False
+
     async def dispose(self) -> None:
         """Final shutdown: close, and release whatever the transport set up for itself."""
         await self.close()

@@ -30,8 +30,12 @@ from gpumon.backends.transport.base import ProcessStream, Transport, TransportEr
 if TYPE_CHECKING:
     import asyncssh
 
-KEEPALIVE_S = 5.0  # a dead link is noticed within KEEPALIVE_S * KEEPALIVE_COUNT
+KEEPALIVE_S = 5.0  # an idle dead link is closed after KEEPALIVE_S * (KEEPALIVE_COUNT + 1)
 KEEPALIVE_COUNT = 3
+# A probed link (``probe_link``: its stream went quiet): a keepalive every LINK_PROBE_S
+# while nothing comes, closed after LINK_PROBE_COUNT unanswered (about 1.5 s).
+LINK_PROBE_S = 0.5
+LINK_PROBE_COUNT = 2
 
 
 def default_known_hosts() -> Path:
@@ -130,6 +134,24 @@ class SshTransport(Transport):
             if self._conn is not None and not self._conn.is_closed():
                 return
             self._conn = await self._connect()
+
+    def probe_link(self) -> bool:
+        """asyncssh's keepalive, quickened: a request every LINK_PROBE_S while nothing is
+        received, the connection closed (with every channel on it) when LINK_PROBE_COUNT
+        go unanswered; a link that answers keeps its session."""
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            return False
+        conn.set_keepalive(LINK_PROBE_S, LINK_PROBE_COUNT)
+        return True
+
+    def link_answered(self) -> None:
+        conn = self._conn
+        if conn is not None and not conn.is_closed():
+            conn.set_keepalive(KEEPALIVE_S, KEEPALIVE_COUNT)
+
+    def link_lost(self) -> bool:
+        return self._conn is not None and self._conn.is_closed()
 
     async def reachable(self, timeout: float) -> bool | None:
         """A TCP connect to the SSH port (no SSH traffic). A host only known to the SSH

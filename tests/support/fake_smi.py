@@ -2,7 +2,8 @@
 """A stand-in nvidia-smi whose output the test chooses: ``FAKE_SMI_GPUS`` GPUs (default 1)
 whose name, and one process whose name, the test sets (``HOSTILE_NAME``,
 ``HOSTILE_PROCESS``); while the file ``FAKE_SMI_DROP`` names exists, the last GPU is not
-listed (fallen off the bus); or a failure whose output the test chooses (``HOSTILE_FAIL``:
+listed (fallen off the bus); ``FAKE_SMI_LONG_NAME=I:N``: GPU I's name is N characters
+long; or a failure whose output the test chooses (``HOSTILE_FAIL``:
 printed on stdout, exit 255, the way nvidia-smi reports a driver problem). Answers what
 the agent asks: ``--help-query-gpu``, ``--query-gpu=... -lms N`` (one round of rows per
 interval until killed) and ``--query-compute-apps``.
@@ -64,6 +65,9 @@ def _row(index: int, fields: list[str]) -> str:
         "pci.bus_id": f"00000000:{0x18 + index:02X}:00.0",
         "name": os.environ.get("HOSTILE_NAME", "NVIDIA RTX PRO 6000"),
     }
+    long_gpu, _, long_size = os.environ.get("FAKE_SMI_LONG_NAME", "").partition(":")
+    if long_gpu == str(index):  # "3:100000": GPU 3's name is 100,000 characters
+        values["name"] = "NVIDIA " + "X" * (int(long_size) - 7)
     return ", ".join(values.get(f, "[N/A]") for f in fields)
 
 

@@ -61,6 +61,18 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def serving_sshd(server: SshServer) -> list[int]:
+    """The sshd processes that serve ``server``'s sessions now (``sshd`` or, OpenSSH 9.8
+    on, ``sshd-session``: the listener's descendants, not what the sessions run)."""
+    assert server.proc is not None
+    found = []
+    for pid in descendants(server.proc.pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() in ("sshd", "sshd-session"):
+                found.append(pid)
+    return found
+
+
 def processes_matching(marker: str, where: str = "environ") -> list[tuple[int, str]]:
     """(pid, cmdline) of live processes whose environment (or command line, with
     ``where="cmdline"``) contains ``marker``.

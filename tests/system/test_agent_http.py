@@ -21,6 +21,7 @@ from gpumon.backends.parsers import QUERY_FIELDS
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
 from gpumon.backends.remote import agent, protocol
 from gpumon.backends.remote.protocol import AgentOptions
+from gpumon.backends.workloads.sglang import SglangTracker
 
 pytestmark = pytest.mark.system
 
@@ -189,3 +190,46 @@ def test_a_target_added_later_is_scraped_at_once(out: Out, servers: list[Server]
     got = out.http(f"sglang:{servers[1].port}")
     assert len(got) == 1 and got[0][0] - added < 0.2
     assert len(out.http(f"sglang:{servers[0].port}")) == 1
+
+
+class Huge(BaseHTTPRequestHandler):
+    """A ``/metrics`` of 10 MB (issue 28's oversized page), sent as fast as it is read."""
+
+    protocol_version = "HTTP/1.1"
+    PAGE = b"sglang:num_running_reqs 3.0\n" * (10_000_000 // 28)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.PAGE)))
+        self.end_headers()
+        with contextlib.suppress(OSError):  # the agent hangs up after the header
+            self.wfile.write(self.PAGE)
+
+
+def test_a_page_over_8_mib_is_said_and_the_server_is_down(out: Out) -> None:
+    """Issue 28: a 10 MB page was an answer with every number missing (``up: true``,
+    ``wait n/a`` for ever); it is an error as a hang or an HTTP 500 is."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Huge)
+    httpd.daemon_threads = True
+    threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
+    port = httpd.server_address[1]
+    try:
+        start(out, 0.1, [target(port, filter=METRICS_LINE_FILTER)])
+        deadline = time.monotonic() + 5
+        while len(out.http(f"sglang:{port}")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    got = [m for _, m in out.http(f"sglang:{port}")][:2]
+    assert [(m.status, m.error, m.body) for m in got] == [
+        (None, "page larger than 8 MiB: not read", "")
+    ] * 2
+    tracker = SglangTracker(port)
+    tracker.observe_http(got[0].status, got[0].body, got[0].t, got[0].error)
+    assert (tracker.up, tracker.error) == (False, "page larger than 8 MiB: not read")

@@ -15,6 +15,7 @@ import pytest
 from gpumon.backends.config import HostConfig
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
+from gpumon.backends.remote.agent import NAME_MAX_CHARS
 from gpumon.backends.sim import write_wrapper
 
 from waiting import until
@@ -104,6 +105,12 @@ async def test_a_failed_process_poll_is_said_and_polling_goes_on(tmp_path: Path)
 FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
 
 
+def fake_smi_host(python: str) -> HostConfig:
+    """tests/support/fake_smi.py streamed directly (``false``) or through the agent."""
+    host = direct_host(FAKE_SMI, interval=0.3)
+    return dataclasses.replace(host, python=sys.executable) if python == "agent" else host
+
+
 @pytest.mark.parametrize("python", ["false", "agent"])
 async def test_a_driver_before_r535_still_shows_its_gpus(
     python: str, monkeypatch: pytest.MonkeyPatch
@@ -113,10 +120,7 @@ async def test_a_driver_before_r535_still_shows_its_gpus(
     fails the whole query. Direct mode and the agent both ask what its --help-query-gpu
     lists (tests/fixtures/nvidia/help_query_gpu_pre_r535.txt), under the old name."""
     monkeypatch.setenv("FAKE_SMI_DRIVER", "pre-r535")
-    host = direct_host(FAKE_SMI, interval=0.3)
-    if python == "agent":
-        host = dataclasses.replace(host, python=sys.executable)
-    monitor = make_monitor(host)
+    monitor = make_monitor(fake_smi_host(python))
     monitor.start()
     try:
         await until(
@@ -131,5 +135,31 @@ async def test_a_driver_before_r535_still_shows_its_gpus(
         (gpu,) = monitor.latest.gpus
         assert gpu.clocks_event_reasons == 0x4 and gpu.power_w == 80.5
         assert gpu.power_instant_w is None and monitor.status.error is None
+    finally:
+        await monitor.stop()
+
+
+@pytest.mark.parametrize("python", ["false", "agent"])
+async def test_a_gpu_whose_line_is_over_the_bound_is_kept_its_name_cut_and_said(
+    python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28 point 7: a 100,000-character name put GPU 3's line over the agent's
+    64 KiB line bound and the GPU was gone (7 of 8, nothing said); streamed directly it
+    came whole. Both ways the GPU stays, its name cut to NAME_MAX_CHARS, said once."""
+    monkeypatch.setenv("FAKE_SMI_GPUS", "8")
+    monkeypatch.setenv("FAKE_SMI_LONG_NAME", "3:100000")
+    monitor = make_monitor(fake_smi_host(python))
+    monitor.start()
+    try:
+        await until(monitor, lambda: monitor.samples >= 3, "no samples")
+        assert monitor.latest is not None
+        gpus = {g.index: g for g in monitor.latest.gpus}
+        assert sorted(gpus) == list(range(8))
+        name = gpus[3].name
+        assert name is not None and name == "NVIDIA " + "X" * (NAME_MAX_CHARS - 7) + "..."
+        assert gpus[3].memory_total_mib == 97887 and gpus[3].power_w == 80.5  # after the name
+        assert gpus[2].name == gpus[4].name == "NVIDIA RTX PRO 6000"
+        said = [text for _, text in monitor.alerts.notes() if "name cut" in text]
+        assert len(said) == 1 and said[0].startswith("GPU 3: nvidia-smi printed a line of 100,")
     finally:
         await monitor.stop()

@@ -205,6 +205,26 @@ def test_process_names_are_printable_and_say_when_hidden() -> None:
     assert process_summary(sample, gpu, True).text == "procs: 7 [not visible in container] 2.0GiB"
 
 
+@pytest.mark.parametrize(
+    ("name", "command", "shown"),
+    [
+        ("a[/]b", None, "a[/]b"),  # issue 28: shown as "]b"
+        ("/usr/bin/python3", None, "python3"),
+        (None, "/opt/conda/bin/python -u /srv/train.py --lr 1", "train.py"),
+        (None, "venv/bin/python -m jupyter lab", "jupyter"),
+        (None, "[kworker/0:1]", "[kworker/0:1]"),  # no command line: the kernel's name
+        (None, "./bin/serve --port 1", "serve"),
+    ],
+)
+def test_a_process_shows_its_program_name_not_a_path_split_of_a_name(
+    name: str | None, command: str | None, shown: str
+) -> None:
+    gpu = GpuSample(index=0, uuid="U")
+    proc = GpuProcess(7, name, 2048, "U", command=command)
+    sample = HostSample("h", 0.0, None, (gpu,), processes=(proc,))
+    assert process_summary(sample, gpu, False).text == f"procs: 7 {shown} 2.0GiB"
+
+
 def _header(**kw: object) -> HeaderInput:
     base: dict[str, object] = dict(
         name="ct200",

@@ -269,7 +269,7 @@ def process_summary(sample: HostSample, gpu: GpuSample, in_container: bool) -> C
         return Cell("no compute processes", Role.MUTED)
     parts = []
     for p in procs:
-        name = (p.short_name or process_name(p, in_container)).rsplit("/", 1)[-1]
+        name = p.short_name or process_name(p, in_container)
         mem = "" if p.memory_mib is None else f" {gib(p.memory_mib)}GiB"
         if p.source == ProcessSource.HOST:
             where = (

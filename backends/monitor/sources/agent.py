@@ -35,6 +35,7 @@ from .base import AGENT, Capabilities, Sink
 from .connection import TransportSource
 from .direct import DirectSmiSource
 from .host_procs import HostProcessFeed
+from .link import LinkWatch
 
 __all__ = [
     "AGENT_FLAGS",
@@ -259,24 +260,30 @@ class AgentSource(TransportSource):
         stream.write(data)
         table = handlers(sink, partial(self._on_hello, sink, first_try))
         got_data = False
-        timeout: float | None = HELLO_TIMEOUT_S
+        link: LinkWatch | None = None  # from the first line on: a quiet stream is probed
         while True:
-            try:
-                async with asyncio.timeout(timeout):
-                    line = await stream.readline()
-            except TimeoutError:
-                if first_try:  # a Python that hangs: the probes (with their timeout) judge
+            if link is not None:
+                line = await link.readline(stream)
+            else:
+                try:
+                    async with asyncio.timeout(HELLO_TIMEOUT_S):
+                        line = await stream.readline()
+                except TimeoutError:
+                    if first_try:  # a Python that hangs: the probes (with their timeout) judge
+                        return None
+                    raise TransportError(f"the agent on {sink.name} did not start") from None
+                if not line and first_try:
                     return None
-                raise TransportError(f"the agent on {sink.name} did not start") from None
+                link = LinkWatch(self.transport, sink)
             if not line:
-                if first_try and timeout is not None:
-                    return None
                 break
-            timeout = None
             try:
                 got_data |= dispatch(sink, table, line)
             except _TooOld:
                 return None
+        if link is not None and (hung := link.lost()) is not None:
+            sink.ingest_error(hung)
+            return got_data
         tail = stream.stderr_tail()
         if not got_data and tail:
             sink.ingest_status(sink.status.state, error=f"agent failed: {tail.splitlines()[-1]}")

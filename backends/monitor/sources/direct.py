@@ -18,11 +18,20 @@ from gpumon.backends.parsers.nvidia_smi import (
     fields_for_help,
     query_gpu_args,
 )
-from gpumon.backends.remote.agent import BATCH_QUIET_S, RowBatcher
+from gpumon.backends.remote.agent import (
+    BATCH_QUIET_S,
+    LINE_MAX_BYTES,
+    LongLine,
+    RowBatcher,
+    long_line_note,
+    name_cut_note,
+    shorten_row,
+)
 from gpumon.backends.transport.base import ProcessStream, Transport, TransportError
 
 from .base import DIRECT_SMI, Capabilities, Sink
 from .connection import TransportSource
+from .link import LinkWatch
 
 __all__ = ["PROCESS_POLL_MIN_S", "DirectSmiSource"]
 
@@ -39,6 +48,8 @@ class DirectSmiSource(TransportSource):
         super().__init__(transport, reconnect=reconnect)
         self._restart = asyncio.Event()
         self.fields: tuple[str, ...] = QUERY_FIELDS  # what this driver's nvidia-smi knows
+        self._names_cut: set[str] = set()  # GPUs whose long name was cut (said once each)
+        self._dropped_said = False  # a long line that is no GPU row was said this session
 
     @property
     def capabilities(self) -> Capabilities:
@@ -67,6 +78,7 @@ class DirectSmiSource(TransportSource):
 
     async def session(self, sink: Sink) -> bool:
         self._restart.clear()
+        self._dropped_said = False
         self.fields = fields = await self._probe_fields(sink)
         stream = await self._open(sink)
         sink.ingest_status(ConnState.CONNECTED, source=SampleSource.SMI_DIRECT, error=None)
@@ -75,6 +87,7 @@ class DirectSmiSource(TransportSource):
         batcher = RowBatcher(index, len(fields))
         got_data = False
         tail: list[str] = []
+        link = LinkWatch(self.transport, sink)  # a quiet stream has its link probed
 
         def flush() -> None:
             nonlocal got_data
@@ -88,14 +101,22 @@ class DirectSmiSource(TransportSource):
                     flush()
                     await self.close_stream(grace=0.0)  # nvidia-smi never reads stdin
                     stream = await self._open(sink)
+                    link.heard()  # the new loop's quiet counts from its start
                 try:
                     async with asyncio.timeout(BATCH_QUIET_S):
                         line = await stream.readline()
                 except TimeoutError:
                     flush()
+                    link.check()
                     continue
                 if not line:
                     break
+                link.heard()
+                if len(line) > LINE_MAX_BYTES:  # the agent's bound, said as it says it
+                    kept = self._long_row(sink, LongLine(line.rstrip(b"\n")), fields)
+                    if kept is None:
+                        continue
+                    line = kept
                 text = untrusted.printable_text(line.decode("utf-8", "replace"))
                 tail = [*tail[-19:], text.rstrip("\n")]
                 if rows := batcher.feed(text):
@@ -105,12 +126,29 @@ class DirectSmiSource(TransportSource):
             procs.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await procs
-        if not got_data:
+        if (hung := link.lost()) is not None:
+            sink.ingest_error(hung)
+        elif not got_data:
             await stream.close()
             failure = classify_smi_failure("\n".join(tail), stream.exit_code)
             if failure is not None:
                 sink.ingest_smi_failure(failure)
         return got_data
+
+    def _long_row(self, sink: Sink, line: LongLine, fields: tuple[str, ...]) -> bytes | None:
+        """A line over the agent's bound, as the agent takes it: the GPU row with its
+        name cut (said once per GPU), else dropped (said once per session)."""
+        kept = shorten_row(line, fields)
+        if kept is None:
+            if not self._dropped_said:
+                self._dropped_said = True
+                sink.ingest_note(long_line_note(line.size))
+            return None
+        row, index = kept
+        if index not in self._names_cut:
+            self._names_cut.add(index)
+            sink.ingest_note(name_cut_note(index, line.size))
+        return row.encode()
 
     async def _poll_processes(self, sink: Sink) -> None:
         """The process list every ``max(2 s, interval)``. A poll the transport cannot run
