@@ -122,7 +122,13 @@ class HostMonitor:
         self._task: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._updated = asyncio.Event()
-        self.alerts = AlertEngine(host.name, host.alerts, clock=clock, container=host.container)
+        self.alerts = AlertEngine(
+            host.name,
+            host.alerts,
+            clock=clock,
+            container=host.container,
+            jobs={j.name: j.gpus for j in host.jobs},
+        )
         self.recorder = FlightRecorder(host.name, clock=clock)
         self.recorder.jobs = [{"name": j.name, "gpus": list(j.gpus)} for j in host.jobs]
         if record:  # the flight recorder writes an incident's window on a critical alert
