@@ -226,7 +226,9 @@ class AlertEngine(AlertStore):
                 keys.add(key)
                 text = self._idle_text(job, group, sample)
                 seconds = min(s for _, s in group)
-                self._condition(key, "gpu_idle_held", Health.WARNING, first, text, now, out, seconds)
+                self._condition(
+                    key, "gpu_idle_held", Health.WARNING, first, text, now, out, seconds
+                )
                 if job is not None and self._active[key].job != job:  # a configured job's
                     self._store(replace(self._active[key], job=job))
         for key in [k for k, a in self._active.items() if a.kind == "gpu_idle_held"]:

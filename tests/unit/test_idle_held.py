@@ -136,5 +136,5 @@ def test_one_definition_with_the_fleet(used: int, util: float | None, idle: bool
 def test_the_keys_are_checked() -> None:
     rules = AlertRules.from_mapping({"idle_held_after_s": 10, "idle_util_pct": 3}, "alerts")
     assert rules.idle_held == IdleHeld(2048, 3.0, 10.0)
-    with pytest.raises(ValueError, match="alerts.idle_util_pct: expected a number"):
+    with pytest.raises(ValueError, match=r"alerts\.idle_util_pct: expected a number"):
         AlertRules.from_mapping({"idle_util_pct": 0}, "alerts")
