@@ -45,6 +45,7 @@ from gpumon.backends.alerts.rules import (
     STALE_WARNING_FLOOR_S,
     AlertRules,
     GpuWatch,
+    IdleHeld,
     foreign_memory,
 )
 from gpumon.backends.alerts.store import CONDITION_KINDS, KINDS, Alert, AlertStore, Listener
@@ -132,6 +133,7 @@ class AlertEngine(AlertStore):
         self._oom_kills: int | None = None
         self._oom_kill_base = 0
         self._shortest_gap = math.inf  # between two samples: the sampling interval, about
+        self._idle_test: tuple[AlertRules, IdleHeld] | None = None
 
     def time_to_full(self, gpu: int) -> float | None:
         """Seconds until ``gpu``'s memory is full at the current trend, or None."""
@@ -208,17 +210,20 @@ class AlertEngine(AlertStore):
         (``IdleHeld``), naming who holds them; the GPUs of one job are one alert (the job's
         incident), the others one per GPU. Ends when the GPU is busy again, frees its
         memory or stops reporting its utilisation."""
-        test = self.rules.idle_held
+        cached = self._idle_test
+        if cached is None or cached[0] is not self.rules:  # rules are frozen: build it once
+            cached = self._idle_test = (self.rules, self.rules.idle_held)
+        test = cached[1]
         if self._latest is not None and now > self._latest.time:
             self._shortest_gap = min(self._shortest_gap, now - self._latest.time)
         gap_s = max(STALE_WARNING_FLOOR_S, IDLE_GAP_INTERVALS * self._shortest_gap)
         idle: dict[str | None, list[tuple[GpuSample, float]]] = {}
-        for gpu in sample.gpus:
+        for gpu in sample.gpus if test.after_s > 0 else ():  # 0: off
             watch = self._watches[gpu.index]
             seconds = watch.idle_for(now, gpu, test, gap_s)
-            if seconds is not None and test.after_s > 0 and seconds >= test.after_s:
+            if seconds is not None and seconds >= test.after_s:
                 idle.setdefault(self._job_for(gpu.index), []).append((gpu, seconds))
-        keys = set()
+        keys: set[str] = set()
         for job, gpus in idle.items():
             for group in [gpus] if job is not None else [[g] for g in gpus]:
                 first = group[0][0].index
