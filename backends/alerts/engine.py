@@ -108,6 +108,9 @@ class AlertEngine(AlertStore):
         self.container = container  # the watched Proxmox CT: others' processes are foreign
         # The configured jobs' GPUs: their idle GPUs are one gpu_idle_held alert per job.
         self.job_of_gpu: dict[int, str] = {g: job for job, gs in (jobs or {}).items() for g in gs}
+        # The sampling interval the monitor asks for (None: the shortest gap seen between
+        # two samples stands for it): a gap of IDLE_GAP_INTERVALS of it breaks an idle run.
+        self.interval_s: float | None = None
         # Xid events raised (not repeats, not a backlog), per (GPU, code), for the exporter's
         # counter: it only goes up, so a reset keeps it.
         self.xid_counts: Counter[tuple[int | None, int]] = Counter()
@@ -216,7 +219,8 @@ class AlertEngine(AlertStore):
         test = cached[1]
         if self._latest is not None and now > self._latest.time:
             self._shortest_gap = min(self._shortest_gap, now - self._latest.time)
-        gap_s = max(STALE_WARNING_FLOOR_S, IDLE_GAP_INTERVALS * self._shortest_gap)
+        period = self.interval_s or self._shortest_gap
+        gap_s = max(STALE_WARNING_FLOOR_S, IDLE_GAP_INTERVALS * period)
         idle: dict[str | None, list[tuple[GpuSample, float]]] = {}
         for gpu in sample.gpus if test.after_s > 0 else ():  # 0: off
             watch = self._watches[gpu.index]

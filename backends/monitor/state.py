@@ -129,6 +129,7 @@ class HostMonitor:
             container=host.container,
             jobs={j.name: j.gpus for j in host.jobs},
         )
+        self.alerts.interval_s = self.interval
         self.recorder = FlightRecorder(host.name, clock=clock)
         self.recorder.jobs = [{"name": j.name, "gpus": list(j.gpus)} for j in host.jobs]
         if record:  # the flight recorder writes an incident's window on a critical alert
@@ -302,6 +303,7 @@ class HostMonitor:
 
         Histories are resized so they still cover ``history_s`` at the new rate."""
         self.interval = min(max(seconds, 0.1), 3600.0)
+        self.alerts.interval_s = self.interval
         self._gaps.clear()  # the old rate's gaps say nothing about the new one
         self._history_len = max(int(self._history_s / self.interval), 60)
         for hist in self.histories.values():

@@ -105,6 +105,19 @@ def test_a_gap_in_the_samples_is_not_idle_time() -> None:
     assert idle_alerts(engine)
 
 
+def test_a_slow_interval_is_not_a_gap() -> None:
+    """Sampled every 10 s (two samples once came 0.2 s apart): 10 s between samples is the
+    rate asked for, not stale data; 60 s without one is."""
+    engine = AlertEngine("h", AlertRules(idle_held_after_s=60.0))
+    engine.interval_s = 10.0
+    feed(engine, range(0, 1))
+    engine.on_sample(HostSample("h", T0 + 0.2, None, (held(0),)))
+    feed(engine, range(10, 70, 10))
+    assert idle_alerts(engine)
+    feed(engine, range(130, 180, 10))  # after a minute of nothing: 40 s seen since
+    assert idle_alerts(engine) == []
+
+
 def test_a_jobs_gpus_are_one_incident() -> None:
     engine = AlertEngine("h", RULES, jobs={"drafter": (5, 6, 7)})
     gpus = (held(4, util=90.0), held(5, 88 * GIB, 0.0), held(6, 88 * GIB, 2.0), held(7, 88 * GIB))
