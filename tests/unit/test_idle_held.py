@@ -6,12 +6,20 @@ idle-allocated PromQL is built from the same test."""
 from __future__ import annotations
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.alerts.rules import IdleHeld
+from gpumon.backends.config import HostConfig
+from gpumon.backends.config.workloads import JobConfig
+from gpumon.backends.exporter.metrics import GpumonCollector, registry_for
 from gpumon.backends.fleet.queries import IDLE_HELD, FleetQueries
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
+from gpumon.backends.monitor import CheckCode, HostMonitor, check_verdict, snapshot_json
+from gpumon.backends.monitor.sources import AgentSource
+from gpumon.backends.transport import LocalTransport
 
 T0 = 1_800_000_000.0
 GIB = 1024
@@ -156,3 +164,34 @@ def test_the_keys_are_checked() -> None:
     assert rules.idle_held == IdleHeld(2048, 3.0, 10.0)
     with pytest.raises(ValueError, match=r"alerts\.idle_util_pct: expected a number"):
         AlertRules.from_mapping({"idle_util_pct": 0}, "alerts")
+
+
+def test_the_monitor_check_snapshot_and_exporter_say_it() -> None:
+    """Through a HostMonitor with a configured job: ``check`` warns with the incident's
+    headline, ``snapshot --json`` has the kind, the exporter gauges it; a busy sample
+    ends it everywhere."""
+    host = HostConfig(
+        name="box", kind="local", kernel_log=False, alerts=RULES, jobs=(JobConfig("drafter", (5,)),)
+    )
+    monitor = HostMonitor(host, AgentSource(LocalTransport(host)), record=False)
+    for t in range(12):
+        monitor.ingest_sample(HostSample("box", T0 + t, None, (held(5),), (proc(7, 5),)))
+    now = T0 + 11
+    code, line = check_verdict(monitor, now, [])
+    assert code is CheckCode.WARNING
+    assert line.startswith("WARNING box: drafter's GPU 5 idle (0 %) for 11 s while holding 86 GiB")
+    assert [a["kind"] for a in snapshot_json(monitor, now)["alerts"]] == ["gpu_idle_held"]
+
+    def gauge() -> float:
+        text = generate_latest(registry_for(GpumonCollector(lambda: [monitor]))).decode()
+        return next(
+            s.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "gpumon_alerts_active"
+            for s in family.samples
+            if s.labels["kind"] == "gpu_idle_held" and s.labels["severity"] == "warning"
+        )
+
+    assert gauge() == 1
+    monitor.ingest_sample(HostSample("box", T0 + 12, None, (held(5, util=80.0),)))
+    assert gauge() == 0 and check_verdict(monitor, T0 + 12, [])[0] is CheckCode.OK
