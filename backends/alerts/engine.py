@@ -7,6 +7,8 @@ get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (rule
 Kinds and how each one ends (``active`` becomes False):
 
 - condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``),
+  ``gpu_idle_held`` (key ``gpu_idle_held:GPU``, or ``gpu_idle_held:job:NAME`` for the
+  GPUs of a job, one alert for all of them),
   ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
   (from ``on_unreachable``) last while the condition holds (with hysteresis, see
   alert_rules). Acknowledging one only silences it (``acknowledged``); it rings again if
@@ -31,20 +33,23 @@ Kinds and how each one ends (``active`` becomes False):
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from gpumon.backends.alerts.rules import (
+    IDLE_GAP_INTERVALS,
     MIB_PER_GIB,
     STALE_WARNING_FLOOR_S,
     AlertRules,
     GpuWatch,
+    IdleHeld,
     foreign_memory,
 )
 from gpumon.backends.alerts.store import CONDITION_KINDS, KINDS, Alert, AlertStore, Listener
-from gpumon.backends.model import GpuSample, Health, HostSample
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.parsers.kernel import (
     gpu_for_pci,
     kernel_log_unreadable,
@@ -96,10 +101,16 @@ class AlertEngine(AlertStore):
         clock: Callable[[], float] = time.time,
         *,
         container: int | None = None,
+        jobs: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         super().__init__(host, clock)
         self.rules = rules
         self.container = container  # the watched Proxmox CT: others' processes are foreign
+        # The configured jobs' GPUs: their idle GPUs are one gpu_idle_held alert per job.
+        self.job_of_gpu: dict[int, str] = {g: job for job, gs in (jobs or {}).items() for g in gs}
+        # The sampling interval the monitor asks for (None: the shortest gap seen between
+        # two samples stands for it): a gap of IDLE_GAP_INTERVALS of it breaks an idle run.
+        self.interval_s: float | None = None
         # Xid events raised (not repeats, not a backlog), per (GPU, code), for the exporter's
         # counter: it only goes up, so a reset keeps it.
         self.xid_counts: Counter[tuple[int | None, int]] = Counter()
@@ -124,6 +135,8 @@ class AlertEngine(AlertStore):
         self._memcg: str | None = None
         self._oom_kills: int | None = None
         self._oom_kill_base = 0
+        self._shortest_gap = math.inf  # between two samples: the sampling interval, about
+        self._idle_test: tuple[AlertRules, IdleHeld] | None = None
 
     def time_to_full(self, gpu: int) -> float | None:
         """Seconds until ``gpu``'s memory is full at the current trend, or None."""
@@ -174,6 +187,7 @@ class AlertEngine(AlertStore):
             elif fraction * 100.0 >= RECOVERY_PCT and watch.emptied_at is not None:
                 self._recover_gpu(i, watch.emptied_at)
                 watch.emptied_at = None
+        self._idle_held(now, sample, raised)
         self._missing_gpus(now, sample, raised)
         for key in _SILENCE_KINDS:  # data again: neither a silence nor its cause holds
             if key in self._active:
@@ -193,6 +207,71 @@ class AlertEngine(AlertStore):
         for gpu in sample.gpus:
             self._foreign(sample.time, gpu, sample, raised)
         return self._announce(raised)
+
+    def _idle_held(self, now: float, sample: HostSample, out: list[Alert]) -> None:
+        """``gpu_idle_held`` (warning): GPUs held and idle for ``idle_held_after_s``
+        (``IdleHeld``), naming who holds them; the GPUs of one job are one alert (the job's
+        incident), the others one per GPU. Ends when the GPU is busy again, frees its
+        memory or stops reporting its utilisation."""
+        cached = self._idle_test
+        if cached is None or cached[0] is not self.rules:  # rules are frozen: build it once
+            cached = self._idle_test = (self.rules, self.rules.idle_held)
+        test = cached[1]
+        if self._latest is not None and now > self._latest.time:
+            self._shortest_gap = min(self._shortest_gap, now - self._latest.time)
+        period = self.interval_s or self._shortest_gap
+        gap_s = max(STALE_WARNING_FLOOR_S, IDLE_GAP_INTERVALS * period)
+        idle: dict[str | None, list[tuple[GpuSample, float]]] = {}
+        for gpu in sample.gpus if test.after_s > 0 else ():  # 0: off
+            watch = self._watches[gpu.index]
+            seconds = watch.idle_for(now, gpu, test, gap_s)
+            if seconds is not None and seconds >= test.after_s:
+                idle.setdefault(self._job_for(gpu.index), []).append((gpu, seconds))
+        keys: set[str] = set()
+        for job, gpus in idle.items():
+            for group in [gpus] if job is not None else [[g] for g in gpus]:
+                first = group[0][0].index
+                key = f"gpu_idle_held:job:{job}" if job else f"gpu_idle_held:{first}"
+                keys.add(key)
+                text = self._idle_text(job, group, sample)
+                seconds = min(s for _, s in group)
+                self._condition(
+                    key, "gpu_idle_held", Health.WARNING, first, text, now, out, seconds
+                )
+                if job is not None and self._active[key].job != job:  # a configured job's
+                    self._store(replace(self._active[key], job=job))
+        for key in [k for k, a in self._active.items() if a.kind == "gpu_idle_held"]:
+            if key not in keys:
+                self._end(key)
+
+    def _job_for(self, gpu: int) -> str | None:
+        return self.job_of_gpu.get(gpu) or self._jobs_by_gpu.get(gpu)
+
+    def _idle_text(
+        self, job: str | None, group: list[tuple[GpuSample, float]], sample: HostSample
+    ) -> str:
+        """``drafter's GPUs 5-7 idle (0-2 %) for 6 min while holding 88 GiB each; held by
+        PID 4242 python train.py`` (``GPU 3 idle (0 %) ...`` without a job)."""
+        indexes = [g.index for g, _ in group]
+        watches = [self._watches[i] for i in indexes]
+        low = min(w.idle_low for w in watches)
+        high = max(w.idle_high for w in watches)
+        util = f"{low:.0f} %" if f"{low:.0f}" == f"{high:.0f}" else f"{low:.0f}-{high:.0f} %"
+        gib = sorted({f"{(g.memory_used_mib or 0) / MIB_PER_GIB:.0f}" for g, _ in group}, key=int)
+        if len(group) == 1:
+            held = f"{gib[0]} GiB"
+        else:
+            held = f"{gib[0]} GiB each" if len(gib) == 1 else f"{gib[0]}-{gib[-1]} GiB each"
+        which = f"GPU {indexes[0]}" if len(indexes) == 1 else f"GPUs {_index_ranges(indexes)}"
+        who = f"{job}'s {which}" if job else which
+        seconds = min(s for _, s in group)
+        procs: dict[tuple[object, ...], GpuProcess] = {}
+        for gpu, _ in group:
+            for p in sample.processes_for(gpu):
+                procs.setdefault((p.pid, p.host_pid, p.container), p)
+        return f"{who} idle ({util}) for {_duration(seconds)} while holding {held}; " + (
+            _holders(list(procs.values()))
+        )
 
     def _missing_gpus(self, now: float, sample: HostSample, out: list[Alert]) -> None:
         """A GPU seen before and absent from this sample is a critical ``gpu_health``
@@ -595,6 +674,42 @@ class AlertEngine(AlertStore):
 def log_key_prefix(path: str) -> str:
     """Key prefix of every alert raised from the log ``path`` (for ``clear``)."""
     return f"log:{path}:"
+
+
+def _index_ranges(indexes: Sequence[int]) -> str:
+    """``5-7``, ``1,3,5-6``."""
+    ordered = sorted(set(indexes))
+    runs: list[list[int]] = []
+    for i in ordered:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
+
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``6 min``, ``2.5 h``: how long a condition has held, to a headline's
+    precision."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _holders(procs: list[GpuProcess]) -> str:
+    """``held by PID 4242 python train.py in CT200 (+2 more)``, the biggest first; what
+    to say when the process list has none."""
+    if not procs:
+        return "no process listed on it (another container's? host_processes shows them)"
+    procs.sort(key=lambda p: -(p.memory_mib or 0))
+    first = procs[0]
+    words = process_words(first)
+    if first.pid is not None:
+        words = f"PID {words}"
+    more = f" (+{len(procs) - 1} more)" if len(procs) > 1 else ""
+    return f"held by {words}{more}"
 
 
 def _memory_text(gpu: GpuSample, fraction: float) -> str:

@@ -59,6 +59,7 @@ CAUSE_ORDER = (
     "driver_error",
     "host_unreachable",
     "stale_data",
+    "gpu_idle_held",
     "time_to_full",
     "memory",
     "auto_restart",
@@ -219,9 +220,9 @@ def alert_headline(alert: Alert, job: str | None = None) -> str:
         what = _NOTE.sub("", " ".join(what.split()))
     else:
         what = _NOTE.sub("", message)
-        if gpu is not None and f"GPU {gpu}" not in what:
+        if gpu is not None and f"GPU {gpu}" not in what and alert.kind != "gpu_idle_held":
             what = f"{what} (GPU {gpu})"
-    if job and not what.startswith(f"{job}:"):
+    if job and not what.startswith((f"{job}:", f"{job}'s ")):
         return f"{job}: {what}"
     return what
 

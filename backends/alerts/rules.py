@@ -24,6 +24,14 @@ An unreachable host (``unreachable_level``): ``UNREACHABLE_WARNING_FAILURES`` se
 row that failed (or one, and no GPU data for ``UNREACHABLE_WARNING_S``) is a warning, no GPU
 data for ``unreachable_critical_s`` with the host still unreachable is critical (the host
 is down, its sshd or its network is gone).
+
+A GPU held and idle (``IdleHeld``, ``GpuWatch.idle_for``): more than ``idle_held_min_mib``
+used at under ``idle_util_pct`` utilisation, sample after sample, for
+``idle_held_after_s``. One definition for the host alert ``gpu_idle_held`` and the
+fleet's ``idle-allocated`` rule (its PromQL is built from the same thresholds). A GPU
+whose utilisation is not reported is never idle (None is not 0); a sample at or above the
+threshold, below the memory minimum, or after a gap of ``IDLE_GAP_INTERVALS`` sampling
+intervals (stale data is not idle time) starts the count again.
 """
 
 from __future__ import annotations
@@ -50,6 +58,43 @@ UNREACHABLE_WARNING_FAILURES = 3
 # refused key or a changed host key is retried every 30 s): blind this long after one.
 UNREACHABLE_WARNING_S = 30.0
 _FIT_POINTS = 40  # longer windows are thinned to about this many points
+# GPU held and idle: the defaults of the host rule and of the fleet's idle-allocated rule.
+IDLE_HELD_MIN_MIB = 2048  # "held": more than 2 GiB used ...
+IDLE_UTIL_PCT = 5.0  # ... at under 5 % utilisation ...
+IDLE_HELD_AFTER_S = 600.0  # ... for 10 min
+# A gap between two samples longer than this many sampling intervals (the shortest gap
+# seen) and ``STALE_WARNING_FLOOR_S`` breaks an idle run: what happened in it is unknown.
+IDLE_GAP_INTERVALS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class IdleHeld:
+    """The held-and-idle test: more than ``min_mib`` used at under ``util_pct`` for
+    ``after_s`` (the host rule's and the fleet rule's one definition)."""
+
+    min_mib: float = IDLE_HELD_MIN_MIB
+    util_pct: float = IDLE_UTIL_PCT
+    after_s: float = IDLE_HELD_AFTER_S
+
+    def sample(self, used_mib: float | None, util_pct: float | None) -> bool:
+        """This one sample is held and idle. False when either value is not reported:
+        a GPU whose utilisation is unknown is never judged idle."""
+        if used_mib is None or util_pct is None:
+            return False
+        return used_mib > self.min_mib and util_pct < self.util_pct
+
+    def promql(self, used: str, util: str, window_s: int) -> str:
+        """The same test over a PromQL range: 1 for a GPU held and idle over the whole of
+        the last ``window_s`` (a GPU with less history than the window, its first sample
+        inside the last tenth missing, is not judged yet: 0). A GPU without a utilisation
+        series is 0 (None is not idle)."""
+        w = window_s
+        return (
+            f"((min_over_time({used}[{w}s]) > bool {self.min_mib:g})"
+            f" * (max_over_time({util}[{w}s]) < bool {self.util_pct:g})"
+            f" * present_over_time({used}[{w // 10}s] offset {w - w // 10}s)"
+            f" or {used} * 0)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +117,14 @@ class AlertRules:
     stale_warning_intervals: float = 5.0  # no data for this many sampling intervals; 0: off
     stale_critical_intervals: float = 30.0
     unreachable_critical_s: float = 120.0  # unreachable this long is critical; 0: never
+    idle_held_min_mib: float = IDLE_HELD_MIN_MIB  # gpu_idle_held: more than this used ...
+    idle_util_pct: float = IDLE_UTIL_PCT  # ... at under this utilisation ...
+    idle_held_after_s: float = IDLE_HELD_AFTER_S  # ... for this long; 0 turns it off
+
+    @property
+    def idle_held(self) -> IdleHeld:
+        """The ``gpu_idle_held`` test with these thresholds."""
+        return IdleHeld(self.idle_held_min_mib, self.idle_util_pct, self.idle_held_after_s)
 
     def stale_level(self, age_s: float, interval_s: float) -> Health:
         """The ``stale_data`` level of data ``age_s`` old at ``interval_s`` sampling; never
@@ -183,6 +236,9 @@ _LIMITS: dict[str, tuple[float, float, bool]] = {
     "stale_warning_intervals": (0.0, 10000.0, False),
     "stale_critical_intervals": (0.0, 100000.0, False),
     "unreachable_critical_s": (0.0, 604800.0, False),
+    "idle_held_min_mib": (0.0, 1e7, False),
+    "idle_util_pct": (0.1, 100.0, False),
+    "idle_held_after_s": (0.0, 604800.0, False),
 }
 
 
@@ -232,6 +288,10 @@ class GpuWatch:
         "emptied_at",
         "health_calm",
         "high_at",
+        "idle_at",
+        "idle_high",
+        "idle_last",
+        "idle_low",
         "index",
         "level",
         "peak",
@@ -257,6 +317,28 @@ class GpuWatch:
         self.peak = 0.0
         self.emptied_at: float | None = None
         self.health_calm = 0
+        self.idle_at: float | None = None  # when the current held-and-idle run began
+        self.idle_last: float | None = None  # its last sample
+        self.idle_low = 0.0  # utilisation range of the run (the headline says it)
+        self.idle_high = 0.0
+
+    def idle_for(self, now: float, gpu: GpuSample, test: IdleHeld, gap_s: float) -> float | None:
+        """Seconds ``gpu`` has been held and idle up to this sample (0 for the first such
+        sample), or None when it is not (``IdleHeld.sample``). A gap of more than
+        ``gap_s`` since the run's last sample starts the run again: stale data is not
+        idle time."""
+        util = gpu.utilization_pct
+        if not test.sample(gpu.memory_used_mib, util):
+            self.idle_at = self.idle_last = None
+            return None
+        assert util is not None
+        last = self.idle_last
+        if self.idle_at is None or last is None or now - last > gap_s:
+            self.idle_at, self.idle_low, self.idle_high = now, util, util
+        else:
+            self.idle_low, self.idle_high = min(self.idle_low, util), max(self.idle_high, util)
+        self.idle_last = now
+        return now - self.idle_at
 
     def memory_level(self, gpu: GpuSample, fraction: float, rules: AlertRules) -> Health:
         """Update and return the memory level for this sample."""

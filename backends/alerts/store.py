@@ -37,6 +37,7 @@ KINDS = (
     "stale_data",
     "driver_error",
     "host_unreachable",
+    "gpu_idle_held",
 )
 CONDITION_KINDS = frozenset(
     {
@@ -47,6 +48,7 @@ CONDITION_KINDS = frozenset(
         "stale_data",
         "driver_error",
         "host_unreachable",
+        "gpu_idle_held",
     }
 )
 HISTORY_MAX = 500

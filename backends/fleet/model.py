@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from gpumon.backends.fleet.queries import IDLE_MEMORY_MIB, IDLE_UTIL_PCT
+from gpumon.backends.fleet.queries import IDLE_MEMORY_MIB, IDLE_UTIL_PCT, IDLE_WINDOW_S
 from gpumon.backends.model import Health
 from gpumon.backends.parsers.xid import xid_level, xid_summary
 
@@ -115,7 +115,7 @@ def judge(row: NodeRow, now: float, stale_after: float = STALE_AFTER_S) -> tuple
     if row.idle_allocated:
         text = (
             f"idle but allocated: {_gpus(row.idle_allocated)} hold > {IDLE_MEMORY_MIB // 1024}"
-            f" GiB at < {IDLE_UTIL_PCT} % for 10 min"
+            f" GiB at < {IDLE_UTIL_PCT:g} % for {IDLE_WINDOW_S // 60} min"
         )
         out.append(Problem("idle-allocated", Severity.WARNING, text))
     out.sort(key=lambda p: -p.severity)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpumon.backends.alerts.rules import IdleHeld
+
 FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
 FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
@@ -33,9 +35,12 @@ ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 GPUMON_ALERTS = "gpumon_alerts_active"
 
 XID_WINDOW_S = 900  # "an Xid in the last 15 min"
-IDLE_WINDOW_S = 600
-IDLE_MEMORY_MIB = 2048  # "allocated": more than 2 GiB held ...
-IDLE_UTIL_PCT = 5  # ... at under 5 % utilisation, for the whole window
+# idle-allocated is the host rule gpu_idle_held (alerts/rules.py IdleHeld) at its defaults:
+# more than 2 GiB held at under 5 % utilisation for the whole of the last 10 min.
+IDLE_HELD = IdleHeld()
+IDLE_WINDOW_S = int(IDLE_HELD.after_s)
+IDLE_MEMORY_MIB = int(IDLE_HELD.min_mib)
+IDLE_UTIL_PCT = IDLE_HELD.util_pct
 KNOWN_WINDOW = "1h"  # a node seen in the last hour stays on the screen (as "no data")
 SPARK_WINDOW_S = 30 * 60.0
 
@@ -109,15 +114,8 @@ class FleetQueries:
         """Name -> expression for the instant queries of one refresh (all by node)."""
         m, agg = self.metric, self.agg
         used, util = m(FB_USED), m(GPU_UTIL)
-        w = self.idle_window_s
-        # Held and idle over the whole window: a GPU with less history than the window
-        # (its first sample inside the last tenth is missing) is not judged yet (0).
-        idle = (
-            f"((min_over_time({used}[{w}s]) > bool {IDLE_MEMORY_MIB})"
-            f" * (max_over_time({util}[{w}s]) < bool {IDLE_UTIL_PCT})"
-            f" * present_over_time({used}[{w // 10}s] offset {w - w // 10}s)"
-            f" or {used} * 0)"
-        )
+        # Held and idle over the whole window (IdleHeld.promql: the host rule's test).
+        idle = IDLE_HELD.promql(used, util, self.idle_window_s)
         newest = f"max by ({', '.join(self.node_labels)}) (timestamp({used}))"
         return {
             "gpus": agg("count", used),

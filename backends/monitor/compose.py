@@ -8,10 +8,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from gpumon.backends.config.load import HostConfig
-from gpumon.backends.config.workloads import SglangConfig
+from gpumon.backends.config.workloads import JobConfig, SglangConfig
 from gpumon.backends.monitor.sources.agent import AgentSource
 from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.transport.base import Transport
@@ -101,9 +102,37 @@ def make_monitor(
                 # training-oom: none, and no discovery (it would look at this machine)
                 config = transport.sglang_config() or SglangConfig(discover=False)
                 host = replace(host, sglang=config)
+            if transport.settings.scenario == "idle":
+                host = _idle_demo(host)
             transport.host = host
     source = AgentSource(transport, reconnect=reconnect)
-    return HostMonitor(host, source, clock=clock, record=record)
+    monitor = HostMonitor(host, source, clock=clock, record=record)
+    if host.kind == "demo" and isinstance(transport, SimTransport):
+        settings = transport.settings
+        if settings.scenario == "idle" and settings.frozen_at is None:
+            from gpumon.backends.sim.past import past_samples
+
+            # The last 10 min (or the rule's window and a margin): how long it has been
+            # idle is said as a dashboard watching since then would.
+            seconds = max(host.alerts.idle_held_after_s + 10.0, 600.0)
+            monitor.past = partial(
+                past_samples, settings, host.name, seconds=seconds, interval=host.interval
+            )
+    return monitor
+
+
+def _idle_demo(host: HostConfig) -> HostConfig:
+    """The ``idle`` scenario's demo host: the drafter's GPUs are a job (one incident for
+    them), and ``idle_held_after_s`` left at its default is the demo's compressed
+    ``DEMO_IDLE_HELD_AFTER_S`` (the story plays in minutes, not hours)."""
+    from gpumon.backends.alerts.rules import IDLE_HELD_AFTER_S
+    from gpumon.backends.sim.scenario import DEMO_IDLE_HELD_AFTER_S, DRAFTER_GPUS
+
+    if host.job("drafter") is None:
+        host = replace(host, jobs=(*host.jobs, JobConfig(name="drafter", gpus=DRAFTER_GPUS)))
+    if host.alerts.idle_held_after_s == IDLE_HELD_AFTER_S:
+        host = replace(host, alerts=replace(host.alerts, idle_held_after_s=DEMO_IDLE_HELD_AFTER_S))
+    return host
 
 
 def replay_monitor(source: ReplaySource) -> HostMonitor:

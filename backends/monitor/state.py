@@ -122,12 +122,22 @@ class HostMonitor:
         self._task: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._updated = asyncio.Event()
-        self.alerts = AlertEngine(host.name, host.alerts, clock=clock, container=host.container)
+        self.alerts = AlertEngine(
+            host.name,
+            host.alerts,
+            clock=clock,
+            container=host.container,
+            jobs={j.name: j.gpus for j in host.jobs},
+        )
+        self.alerts.interval_s = self.interval
         self.recorder = FlightRecorder(host.name, clock=clock)
         self.recorder.jobs = [{"name": j.name, "gpus": list(j.gpus)} for j in host.jobs]
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
         self.workloads = Workloads(host)
+        # The host's samples before a first live one (until its time), where a source
+        # knows them: the simulator's idle scenario, whose story is a duration.
+        self.past: Callable[[float], Sequence[HostSample]] | None = None
 
     # --- public ----------------------------------------------------------------------
     @property
@@ -293,6 +303,7 @@ class HostMonitor:
 
         Histories are resized so they still cover ``history_s`` at the new rate."""
         self.interval = min(max(seconds, 0.1), 3600.0)
+        self.alerts.interval_s = self.interval
         self._gaps.clear()  # the old rate's gaps say nothing about the new one
         self._history_len = max(int(self._history_s / self.interval), 60)
         for hist in self.histories.values():
@@ -322,6 +333,10 @@ class HostMonitor:
 
     def ingest_sample(self, sample: HostSample) -> None:
         """Take one complete sample: histories, alerts, flight recorder, listeners."""
+        if self.first_data_at is None and self.past is not None:
+            for past in self.past(sample.time):  # histories and alerts, as if watched
+                self._histories_add(past)
+                self.alerts.on_sample(past)
         self.latest = sample
         self.samples += 1
         now = self.clock()
@@ -331,11 +346,7 @@ class HostMonitor:
         if self.first_data_at is None:
             self.first_data_at = now
         self._smi_failure = None  # data again: whatever failed before has passed
-        for gpu in sample.gpus:
-            hist = self.histories.get(gpu.index)
-            if hist is None:
-                hist = self.histories[gpu.index] = GpuHistory(self._history_len)
-            hist.append(sample.time, gpu)
+        self._histories_add(sample)
         self.recorder.record(sample)
         self.alerts.on_sample(sample)
         with contextlib.suppress(OSError):  # a full disk must not stop monitoring
@@ -344,6 +355,13 @@ class HostMonitor:
             self.ingest_status(ConnState.CONNECTED, error=None)
         else:
             self._notify()
+
+    def _histories_add(self, sample: HostSample) -> None:
+        for gpu in sample.gpus:
+            hist = self.histories.get(gpu.index)
+            if hist is None:
+                hist = self.histories[gpu.index] = GpuHistory(self._history_len)
+            hist.append(sample.time, gpu)
 
     def ingest_process_rows(
         self, rows: Sequence[str], memory: Mapping[str, int] | None = None

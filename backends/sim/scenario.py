@@ -15,6 +15,9 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Two scenarios:
   its kernel dies too: its next allocation fails as well). ``host_process`` is what the
   Proxmox host's /proc says of a simulated PID.
 - ``sglang``: eight SGLang servers, one per GPU, steady and busy.
+- ``idle``: the reference machine after a torch swap: the target side busy on GPUs 0-4
+  and the drafter's processes alive on GPUs 5-7, holding their memory, but from
+  ``IDLE_AT`` at 0-2 % utilisation (GPUs held and idle: ``gpu_idle_held``).
 
 Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. Noise comes from
 ``random.Random(f"{seed}:{gpu}:{tick}")`` with ``tick`` the sample tick of scenario time, so
@@ -29,7 +32,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-SCENARIOS = ("training-oom", "sglang")
+SCENARIOS = (
+    "training-oom",
+    "sglang",
+    "idle",
+)
 INIT_FAULTS = (  # nvidia-smi fails before printing anything (texts and codes live in smi.py)
     "driver_not_loaded",
     "version_mismatch",
@@ -95,6 +102,8 @@ JUPYTER_CONTAINER = 201
 CONTAINER = 200  # the simulated machine is CT 200; its PIDs inside are the host's - 2418000
 JUPYTER_COMMAND = "/usr/bin/python3 /usr/local/bin/jupyter-lab --no-browser --port 8888"
 _SGLANG_MEMORY = (86870, 87120, 86940, 87310, 86650, 87480, 86990, 87240)
+IDLE_AT = 30.0  # idle scenario: the drafter's GPUs go idle (memory still held) here
+DEMO_IDLE_HELD_AFTER_S = 60.0  # ... and the demo host says so after this (not 600 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +348,9 @@ _DRAFTER_LOAD = {
 }
 _SGLANG_LOAD = _Load((90, 100), (55, 70), (450.0, 590.0), (65, 78), (2520, 2700))
 _IDLE_POWER = (30.0, 40.0)
+# Held and idle: the drafter's memory stays, its kernels do not run (a process blocked on
+# the CPU side: a data loader, a lock, a mis-built torch falling back to slow paths).
+_HELD_IDLE_LOAD = _Load((0, 2), (0, 1), (72.0, 80.0), (40, 42), (2700, 2760))
 
 
 def _rng(seed: int, gpu: int, tick: int) -> random.Random:
@@ -429,6 +441,9 @@ def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
         rng = _rng(seed, i, tick)
         if settings.scenario == "sglang":
             gpus.append(_busy(i, rng, _SGLANG_MEMORY[i] + rng.randint(-4, 4), _SGLANG_LOAD))
+        elif settings.scenario == "idle" and i in DRAFTER_GPUS:
+            load = _DRAFTER_LOAD[i] if t < IDLE_AT else _HELD_IDLE_LOAD
+            gpus.append(_busy(i, rng, _DRAFTER_STEADY[i] + rng.randint(-3, 3), load))
         elif i in TARGET_GPUS:
             load = _TARGET_LOAD._replace(temperature=_clamp_range(_TARGET_TEMPERATURE[i]))
             gpus.append(_busy(i, rng, _TARGET_MEMORY[i] + rng.randint(-3, 3), load))
@@ -457,6 +472,8 @@ def compute_processes(settings: SimSettings, t: float) -> list[SimProcess]:
         for i in TARGET_GPUS
     ]
     run = drafter_run(settings, t)
+    if settings.scenario == "idle":  # run 0 goes on, idle or not
+        run = DrafterRun(0, -math.inf)
     jupyter = jupyter_alive(settings, t)
     if run is not None:
         for i in DRAFTER_GPUS:

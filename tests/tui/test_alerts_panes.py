@@ -397,3 +397,39 @@ async def test_a_host_that_cannot_be_reached_is_an_alert_on_the_screen(wait: Wai
         await wait(pilot, lambda: "connection refused" in app.dashboard.strip.plain, what="strip")
         await wait(pilot, lambda: "1 alert" in section.header.plain, what="the header's count")
         assert monitor.status.state is ConnState.RECONNECTING
+
+
+async def test_the_idle_drafter_is_one_incident_on_the_screen(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """The demo's idle scenario at 150 s: the drafter's GPUs held and idle are one
+    warning incident, its headline in the strip and a "GPU held and idle" toast; the
+    alert names the holder from the Proxmox host's list once it comes."""
+    monitor = demo_monitor(frozen=False, demo_time=150.0, scenario="idle")
+    app = GpumonApp([monitor], bell=False)
+    seen = record_notifications(app)
+    async with app.run_test(size=(120, 40)) as pilot:
+        strip = app.dashboard.strip
+        await wait(pilot, lambda: "drafter's GPUs 5-7 idle" in strip.plain, what="the strip")
+        assert "while holding 84-86 GiB each" in strip.plain
+        await wait(pilot, lambda: any(t == "WARNING: GPU held and idle" for _, t, _ in seen))
+        message = next(m for m, t, _ in seen if t == "WARNING: GPU held and idle")
+        assert message.startswith("drafter's GPUs 5-7 idle (")  # the toast cuts the holder
+        host_side = "held by PID 874 train.drafter in CT200 (+2 more)"  # the Proxmox host's list
+
+        def said() -> list[str]:
+            return [a.message for a in monitor.alerts.active() if a.kind == "gpu_idle_held"]
+
+        await wait(pilot, lambda: said()[0].endswith(host_side), what="the host-side holder")
+
+
+async def test_held_and_idle_not_before_the_window(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(frozen=False, demo_time=40.0, scenario="idle")
+    app = GpumonApp([monitor], bell=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
+        await pilot.pause(0.5)
+        assert "idle" not in app.dashboard.strip.plain
+        assert not [a for a in monitor.alerts.history() if a.kind == "gpu_idle_held"]

@@ -197,6 +197,7 @@ KIND_TITLES = {
     "driver_error": "Driver error",
     "host_unreachable": "Host unreachable",
     "auto_restart": "Automatic restart",
+    "gpu_idle_held": "GPU held and idle",
 }
 
 

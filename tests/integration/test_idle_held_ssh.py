@@ -1,0 +1,64 @@
+"""gpu_idle_held over the real sshd, the agent and the simulator's nvidia-smi in its
+``idle`` scenario (GPUs 5-7 hold 84-86 GiB at 0-2 % from scenario time 30 s): with
+``idle_held_after_s = 10`` the job's GPUs are one alert naming the job, a GPU of no job
+its own, each naming the process nvidia-smi lists on it; the busy GPUs 0-4 are not."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpumon.backends.config import load_config, resolve_host
+from gpumon.backends.monitor import demo_settings, make_monitor, snapshot_json
+from gpumon.backends.sim import write_wrapper
+
+from sshd_server import SshServer
+from waiting import until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def idle_sshd(sshd: SshServer) -> Iterator[SshServer]:
+    write_wrapper(sshd.bin, demo_settings("idle", demo_time=40.0))  # idle for 10 s already
+    yield sshd
+
+
+async def test_held_and_idle_gpus_are_named_with_their_holder(
+    idle_sshd: SshServer, tmp_path: Path, state_home: Path
+) -> None:
+    config = tmp_path / "gpumon.toml"
+    config.write_text(
+        idle_sshd.config_toml("ct200", interval=0.5)
+        + "[hosts.ct200.alerts]\nidle_held_after_s = 10\n"
+        + "[hosts.ct200.jobs.drafter]\ngpus = [5, 6]\n"
+    )
+    monitor = make_monitor(resolve_host(load_config(config), "ct200"), record=False)
+    monitor.start()
+    started = time.monotonic()
+    try:
+
+        def idle() -> dict[str, str]:
+            return {a.key: a.message for a in monitor.alerts.active() if a.kind == "gpu_idle_held"}
+
+        await until(lambda: len(idle()) == 2, 60, lambda: f"two gpu_idle_held alerts: {idle()}")
+        waited = time.monotonic() - started
+        assert waited >= 10.0  # the agent's own samples: 10 s of them, not the scenario's
+        by_key = idle()
+        job = by_key["gpu_idle_held:job:drafter"]
+        assert job.startswith("drafter's GPUs 5,6 idle (")
+        assert "while holding 84-86 GiB each; held by PID 2418874 python3 (+1 more)" in job
+        alone = by_key["gpu_idle_held:7"]
+        assert alone.startswith("GPU 7 idle (") and "while holding 84 GiB; " in alone
+        assert alone.endswith("held by PID 2418875 python3")
+        alerts = snapshot_json(monitor, time.time())["alerts"]
+        kinds = {(a["kind"], a["job"], a["gpu"]) for a in alerts}
+        assert {k for k in kinds if k[0] == "gpu_idle_held"} == {
+            ("gpu_idle_held", None, 7),
+            ("gpu_idle_held", "drafter", 5),
+        }
+    finally:
+        await monitor.stop()
