@@ -37,6 +37,7 @@ KINDS = (
     "stale_data",
     "driver_error",
     "host_unreachable",
+    "job_stalled",
 )
 CONDITION_KINDS = frozenset(
     {
@@ -47,6 +48,7 @@ CONDITION_KINDS = frozenset(
         "stale_data",
         "driver_error",
         "host_unreachable",
+        "job_stalled",
     }
 )
 HISTORY_MAX = 500
@@ -258,13 +260,14 @@ class AlertStore:
         now: float,
         out: list[Alert],
         score: float = 0.0,
+        job: str | None = None,
     ) -> None:
         """Raise, update or escalate the condition ``key``. ``score``: how bad this value
         is within its severity (higher is worse: the fill fraction, minus the seconds to
         full); the peak is the highest (severity, score) seen."""
         old = self._active.get(key)
         if old is None:
-            new = self._new(key, kind, severity, gpu, None, text, now)
+            new = self._new(key, kind, severity, gpu, job, text, now)
             new = replace(new, peak_score=score)
             self._store(new)
             out.append(new)

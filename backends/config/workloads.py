@@ -63,6 +63,7 @@ class JobConfig:
     auto_restart: bool = False
     max_restarts: int = 3
     restart_window: float = 3600.0
+    stall_after_s: float | None = None  # None: max(5 x its median step interval, 120 s)
 
 
 def command_text(v: object) -> str:
@@ -165,6 +166,7 @@ JOB_KEYS: tuple[KeySpec, ...] = (
     KeySpec("auto_restart", boolean, "true or false"),
     KeySpec("max_restarts", integer(0, 1000), "an integer 0..1000"),
     KeySpec("restart_window", number(1, 7 * 86400), "seconds between 1 and 604800"),
+    KeySpec("stall_after_s", number(1, 7 * 86400), "seconds between 1 and 604800"),
 )
 
 

@@ -338,6 +338,7 @@ class HostMonitor:
             hist.append(sample.time, gpu)
         self.recorder.record(sample)
         self.alerts.on_sample(sample)
+        self.workloads.judge_stalls(self.alerts, sample, now)
         with contextlib.suppress(OSError):  # a full disk must not stop monitoring
             self.recorder.flush_due(sample.time)
         if self.status.error is not None or self.status.state != ConnState.CONNECTED:
@@ -457,6 +458,7 @@ class HostMonitor:
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
         )
         self.workloads.apply_alerts(self.alerts, now)
+        self.workloads.judge_stalls(self.alerts, self.latest, now)
         self._name_holders(now)
         self._notify()
 

@@ -14,8 +14,10 @@ from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.model import Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
+from gpumon.backends.workloads.stall import stall_verdict
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 
 CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
@@ -63,6 +65,7 @@ class Workloads:
             j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs
         }
         self.first_rounds: set[str] = set()  # the agent's parts that answered once
+        self.held_since: dict[str, float] = {}  # job -> since when processes hold its GPUs
 
     # --- what the agent is asked to do -------------------------------------------------
     def log_specs(self) -> list[dict[str, str]]:
@@ -146,7 +149,31 @@ class Workloads:
             if reason is None or job is None or job.state is JobState.CRASHED:
                 continue
             where = f" on GPU {alert.gpu}" if alert.gpu is not None else ""
-            job.mark_crashed(f"{reason}{where}", t)
+            first = f" ({job.root_cause.text})" if job.root_cause is not None else ""
+            job.mark_crashed(f"{reason}{where}{first}", t)
+
+    def judge_stalls(self, alerts: AlertEngine, sample: HostSample | None, now: float) -> None:
+        """``job_stalled`` for each job (``stall.py``): raised, updated or ended at local
+        time ``now``; ``sample``: the newest GPU sample, whose processes say whether the
+        job's GPUs are held (None: not known yet, nothing is judged)."""
+        if sample is None:
+            return
+        by_index = {g.index: g for g in sample.gpus}
+        for job in self.jobs.values():
+            held = any(sample.processes_for(by_index[i]) for i in job.gpus if i in by_index)
+            if not held:
+                self.held_since.pop(job.name, None)
+            else:
+                self.held_since.setdefault(job.name, now)
+            config = self.host.job(job.name)
+            configured = config.stall_after_s if config is not None else None
+            stall = stall_verdict(job, now, self.held_since.get(job.name), configured)
+            text = None if stall is None else stall.message
+            gpu = None if stall is None else stall.gpu
+            score = 0.0 if stall is None else stall.silent_s
+            alerts.on_job_condition(
+                "job_stalled", job.name, Health.CRITICAL, text, now, gpu=gpu, score=score
+            )
 
     # --- views -------------------------------------------------------------------------
     def rates_pending(self) -> bool:
