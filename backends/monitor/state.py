@@ -338,7 +338,9 @@ class HostMonitor:
             hist.append(sample.time, gpu)
         self.recorder.record(sample)
         self.alerts.on_sample(sample)
-        self.workloads.judge_stalls(self.alerts, sample, now)
+        # a sample comes without the process list (it arrives on its own): the newest one
+        held = sample if sample.processes else replace(sample, processes=self.processes)
+        self.workloads.judge_stalls(self.alerts, held, now)
         with contextlib.suppress(OSError):  # a full disk must not stop monitoring
             self.recorder.flush_due(sample.time)
         if self.status.error is not None or self.status.state != ConnState.CONNECTED:
@@ -426,6 +428,7 @@ class HostMonitor:
             )
             # who else holds memory is judged on the new list now, not at the next sample
             self.alerts.on_processes(self.latest)
+            self.workloads.judge_stalls(self.alerts, self.latest, at)
         self._notify()
 
     def ingest_log(

@@ -74,10 +74,11 @@ class SimTransport(LocalTransport):
         return list(argv)
 
     def drafter_job(self) -> JobConfig | None:
-        """The simulated drafter as a restartable job (None outside ``training-oom``)."""
-        if self.settings.scenario != "training-oom":
+        """The simulated drafter as a restartable job (None outside ``TRAINING_SCENARIOS``)."""
+        from gpumon.backends.sim.scenario import DRAFTER_GPUS, TRAINING_SCENARIOS
+
+        if self.settings.scenario not in TRAINING_SCENARIOS:
             return None
-        from gpumon.backends.sim.scenario import DRAFTER_GPUS
 
         return JobConfig(
             name="drafter",

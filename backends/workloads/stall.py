@@ -61,6 +61,10 @@ def stall_verdict(
             limit *= BUSY_GRACE
         if silent < limit:
             return None
+    if timeout is not None and timeout.timeout_s is not None:
+        # the watchdog waited this long for a collective: no step came in that time either
+        # (a log read from its backlog arrives at once and says nothing of when)
+        silent = max(silent, timeout.timeout_s)
     gpu = None
     if timeout is not None and timeout.rank is not None and timeout.rank < len(job.gpus):
         gpu = job.gpus[timeout.rank]  # a rank's own watchdog line: local rank k = k-th GPU

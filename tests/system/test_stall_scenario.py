@@ -1,0 +1,46 @@
+"""The ``stall`` demo scenario, as a user runs it: the drafter's ranks hang in an all-reduce
+at 30 s, rank 1's NCCL watchdog says so at 90 s, and ``gpumon check`` leads with the
+incident by 150 s (critical, the fix key); before the watchdog line a one-shot sees nothing
+(its silence is the dashboard's to time, not a single read's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.system
+
+HEADLINE = "drafter stalled: rank 1 (GPU 6) timed out in ALLREDUCE #8812 after 60 s"
+
+
+def gpumon(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon.tui.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_check_says_the_stall_by_150_s() -> None:
+    out = gpumon("check", "demo", "--scenario", "stall", "--demo-time", "150")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stdout.startswith(f"CRITICAL demo: {HEADLINE}; no step for 60 s — fix: gpumon ")
+    assert "restart demo drafter" in out.stdout
+
+
+def test_before_the_watchdog_line_a_one_shot_is_ok() -> None:
+    out = gpumon("check", "demo", "--scenario", "stall", "--demo-time", "60")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_snapshot_json_has_the_kind_and_the_spinning_gpus() -> None:
+    out = gpumon("snapshot", "demo", "--scenario", "stall", "--demo-time", "150", "--json")
+    snap = json.loads(out.stdout)
+    kinds = [a["kind"] for a in snap["alerts"]]
+    assert kinds.count("job_stalled") == 1, out.stdout
+    (job,) = [j for j in snap["jobs"] if j["name"] == "drafter"]
+    assert job["state"] == "running" and job["step"] == 680
+    gpus = {g["index"]: g for g in snap["gpus"]}
+    for i in (5, 6, 7):  # NCCL's busy-wait: full utilisation at low power, memory held
+        assert gpus[i]["utilization_pct"] == 100 and gpus[i]["power_w"] < 150
