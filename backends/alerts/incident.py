@@ -62,9 +62,10 @@ CAUSE_ORDER = (
     "stale_data",
     "time_to_full",
     "memory",
+    "job_slow",
     "auto_restart",
 )
-_JOB_LED_KINDS = frozenset({"job_stalled"})
+_JOB_LED_KINDS = frozenset({"job_stalled", "job_slow"})
 _RANK = {kind: i for i, kind in enumerate(CAUSE_ORDER)}
 _TRIED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", re.IGNORECASE)
 _FREE = re.compile(r"of which ([\d.]+ ?[KMGT]?i?B) (?:is )?free", re.IGNORECASE)

@@ -38,6 +38,7 @@ KINDS = (
     "driver_error",
     "host_unreachable",
     "job_stalled",
+    "job_slow",
 )
 CONDITION_KINDS = frozenset(
     {
@@ -49,6 +50,7 @@ CONDITION_KINDS = frozenset(
         "driver_error",
         "host_unreachable",
         "job_stalled",
+        "job_slow",
     }
 )
 HISTORY_MAX = 500

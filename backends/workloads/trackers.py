@@ -105,6 +105,7 @@ class JobTracker:
         self.crash_reason: str | None = None
         self.ended_at: float | None = None
         self.last_update: float | None = None
+        self.run_started_at: float | None = None  # first progress of this run
         self.step: int | None = None
         self.total_steps: int | None = None
         self.done: int | None = None
@@ -173,6 +174,8 @@ class JobTracker:
             if self.ended_at is None or t < self.ended_at + REVIVE_AFTER_S:
                 return  # other ranks still printing while the job goes down
             self.restarted(t)
+        if self.run_started_at is None:
+            self.run_started_at = t
         if self.last_update is not None and t - self.last_update >= BURST_S:
             self.intervals.append(t - self.last_update)
         self.last_update = t
@@ -263,7 +266,7 @@ class JobTracker:
     def restarted(self, t: float | None = None) -> None:
         """The job runs again (restarted by gpumon or seen making progress again)."""
         self.state, self.crash_reason, self.ended_at = JobState.RUNNING, None, None
-        self.logged_eta_s = None
+        self.logged_eta_s = self.run_started_at = None
         for counter in (self._steps, self._done, self._tokens):
             counter.clear()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
@@ -17,6 +18,8 @@ from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
+from gpumon.backends.paths import state_dir
+from gpumon.backends.workloads.slow import RunBaselines, SlowWatch, judge_slow
 from gpumon.backends.workloads.stall import stall_verdict
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 
@@ -57,8 +60,13 @@ class LogSource:
 
 
 class Workloads:
-    def __init__(self, host: HostConfig) -> None:
+    def __init__(self, host: HostConfig, baselines: Path | None = None) -> None:
+        """``baselines``: the JSON file of the jobs' good runs (``slow.py``); by default
+        ``baselines/HOST.json`` in the state directory."""
         self.host = host
+        path = baselines or state_dir() / "baselines" / f"{_file_name(host.name)}.json"
+        self.baselines = RunBaselines(path)
+        self.slow: dict[str, SlowWatch] = {}
         ports = host.sglang.ports if host.sglang is not None else ()
         self.sglang: dict[int, SglangTracker] = {p: SglangTracker(p) for p in ports}
         self.jobs: dict[str, JobTracker] = {
@@ -174,6 +182,20 @@ class Workloads:
             alerts.on_job_condition(
                 "job_stalled", job.name, Health.CRITICAL, text, now, gpu=gpu, score=score
             )
+            if config is not None:
+                gpus = [by_index[i] for i in job.gpus if i in by_index]
+                slow = judge_slow(
+                    job,
+                    self.slow.setdefault(job.name, SlowWatch()),
+                    now,
+                    expect=config.expect_tokens_per_s,
+                    below=config.slow_below,
+                    for_s=config.slow_for_s,
+                    gpu_util=_mean([g.utilization_pct for g in gpus]),
+                    gpu_power=_mean([g.power_w for g in gpus]),
+                    baselines=self.baselines,
+                )
+                alerts.on_job_condition("job_slow", job.name, Health.WARNING, slow, now)
 
     # --- views -------------------------------------------------------------------------
     def rates_pending(self) -> bool:
@@ -213,3 +235,13 @@ class Workloads:
 
     def jobs_json(self) -> list[dict[str, Any]]:
         return [j.snapshot_json() for j in self.jobs.values()]
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _file_name(host: str) -> str:
+    """A host name as a file name (an ``user@host:port`` name has no slash, but be sure)."""
+    return re.sub(r"[^\w.@:-]", "_", host) or "_"
