@@ -5,6 +5,7 @@ silent is stalled after ``stall_after_s`` and resolves by itself when a step com
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -15,8 +16,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpumon.backends.config import load_config, resolve_host
+from gpumon.backends.monitor import make_monitor
+
 from prometheus import free_port
 from sshd_server import SshServer
+from waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +42,10 @@ def config(sshd: SshServer, log: Path, stall_after_s: float) -> str:
     )
 
 
-def steps(log: Path, first: int, n: int) -> None:
+def steps(log: Path, first: int, n: int, ktok: float = 12.8) -> None:
     with log.open("a") as f:
         for k in range(first, first + n):
-            f.write(f"step {k}/5000 | loss 2.3100 | 12.8 Ktok/s | tokens {k * 0.0128:.2f}M\n")
+            f.write(f"step {k}/5000 | loss 2.3100 | {ktok} Ktok/s\n")
 
 
 def test_the_nccl_watchdog_line_names_rank_gpu_and_allreduce(
@@ -124,3 +129,41 @@ def test_held_gpus_and_a_silent_log_stall_after_stall_after_s_then_resolve(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(("ktok", "slow"), [(4.6, True), (20.3, False)])
+async def test_a_job_at_4_6_ktok_s_of_20000_expected_is_slow_one_at_20_3_is_not(
+    sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ktok: float, slow: bool
+) -> None:
+    monkeypatch.setenv("GPUMON_SSH_CONFIG", "")
+    log = tmp_path / "train.log"
+    log.touch()
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        config(sshd, log, 600).replace(
+            "stall_after_s = 600\n",
+            "stall_after_s = 600\nexpect_tokens_per_s = 20000\nslow_for_s = 15\n",
+        )
+    )
+    monitor = make_monitor(resolve_host(load_config(cfg), "box"))
+    monitor.start()
+
+    def slow_alerts() -> list[str]:
+        return [a.message for a in monitor.alerts.active() if a.kind == "job_slow"]
+
+    try:
+        await until(lambda: monitor.samples >= 1, 30, "first sample")
+        for k in range(1, 26):  # 25 s of steps: past slow_for_s with room for the first rate
+            steps(log, k, 1, ktok)
+            await asyncio.sleep(1.0)
+        if slow:
+            await until(slow_alerts, 30, "job_slow")
+            (message,) = slow_alerts()
+            assert message.startswith(
+                "trainer at 4.6 Ktok/s, 23 % of its expected 20.0 Ktok/s (ETA "
+            ), message
+        else:
+            assert monitor.workloads.jobs["trainer"].tokens_per_s == 20300.0
+            assert slow_alerts() == []
+    finally:
+        await monitor.stop()
