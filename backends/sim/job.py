@@ -8,7 +8,8 @@ In ``training-oom`` run 0 dies at ``OOM_AT``: it writes a ``CUDA_VISIBLE_DEVICES
 PyTorch CUDA OOM traceback naming ``GPU 1`` (the process-local ordinal of physical GPU 6),
 then exits 1. In ``stall`` run 0 writes its last step at ``STALL_AT``, then at
 ``STALL_TIMEOUT_AT`` rank 1's NCCL watchdog line (an ALLREDUCE that timed out after
-``STALL_TIMEOUT_S``), then nothing: its ranks hang until stopped. A job started after a
+``STALL_TIMEOUT_S``), then nothing: its ranks hang until stopped. In ``slow`` run 0 trains
+at ``SLOW_TOKENS_PER_S`` (a step every 2.8 s) and never ends. A job started after a
 restart recorded in the state dir is that restarted run: it resumes from the checkpoint
 and never OOMs (nor stalls). The log is a function of scenario time only: a job started
 late first writes the lines it missed, then keeps pace with the clock. Settings come from
@@ -36,6 +37,7 @@ from gpumon.backends.sim.scenario import (
     MEMORY_USABLE_MIB,
     OOM_AT,
     OOM_GPU,
+    SLOW_TOKENS_PER_S,
     STALL_AT,
     STALL_TIMEOUT_AT,
     STALL_TIMEOUT_S,
@@ -115,11 +117,13 @@ def _stamp(settings: SimSettings, t: float) -> str:
     return time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(wall_time(settings, t)))
 
 
-def progress_line(settings: SimSettings, t: float, step: int) -> str:
+def progress_line(
+    settings: SimSettings, t: float, step: int, tokens_per_s: float = TOKENS_PER_STEP
+) -> str:
     """The log line for ``step``, written at scenario time ``t`` (deterministic)."""
     rng = random.Random(f"{settings.seed}:job:{step}")
     loss = 1.9 + 1.3 * math.exp(-step / 600) + rng.uniform(-0.01, 0.01)
-    rate = TOKENS_PER_STEP / 1000 + rng.uniform(-0.3, 0.3)
+    rate = tokens_per_s / 1000 + rng.uniform(-0.3, 0.3) * tokens_per_s / TOKENS_PER_STEP
     tokens = step * TOKENS_PER_STEP / 1e6
     return (
         f"{_stamp(settings, t)} step {step}/{TOTAL_STEPS} | loss {loss:.4f} | lr 2.0e-04 | "
@@ -159,6 +163,11 @@ def log_events(settings: SimSettings, name: str, run: DrafterRun) -> Iterator[tu
             k += 1
         yield STALL_TIMEOUT_AT, watchdog_line(settings, LOCAL_OOM_GPU)
         return
+    if run.number == 0 and settings.scenario == "slow":  # one step per TOKENS_PER_STEP tokens
+        every = TOKENS_PER_STEP / SLOW_TOKENS_PER_S
+        while True:
+            yield k * every, progress_line(settings, k * every, step + k, SLOW_TOKENS_PER_S)
+            k += 1
     while run.number > 0 or start + k < OOM_AT:
         yield start + k, progress_line(settings, start + k, step + k)
         k += 1

@@ -1,7 +1,8 @@
-"""The ``stall`` demo scenario, as a user runs it: the drafter's ranks hang in an all-reduce
-at 30 s, rank 1's NCCL watchdog says so at 90 s, and ``gpumon check`` leads with the
-incident by 150 s (critical, the fix key); before the watchdog line a one-shot sees nothing
-(its silence is the dashboard's to time, not a single read's)."""
+"""The ``stall`` and ``slow`` demo scenarios, as a user runs them. ``stall``: the
+drafter's ranks hang in an all-reduce at 30 s, rank 1's NCCL watchdog says so at 90 s, and
+``gpumon check`` leads with the incident by 150 s (critical, the fix key); before the
+watchdog line a one-shot sees nothing (its silence is the dashboard's to time, not a single
+read's). ``slow``: a warning with both rates by 150 s."""
 
 from __future__ import annotations
 
@@ -44,3 +45,18 @@ def test_snapshot_json_has_the_kind_and_the_spinning_gpus() -> None:
     gpus = {g["index"]: g for g in snap["gpus"]}
     for i in (5, 6, 7):  # NCCL's busy-wait: full utilisation at low power, memory held
         assert gpus[i]["utilization_pct"] == 100 and gpus[i]["power_w"] < 150
+
+
+def test_check_says_the_slow_run_by_150_s() -> None:
+    """``slow``: after a swap the drafter trains at 4.6 Ktok/s, its GPUs starved."""
+    out = gpumon("check", "demo", "--scenario", "slow", "--demo-time", "150")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stdout.startswith(
+        "WARNING demo: drafter at 4.6 Ktok/s, 36 % of its expected 12.8 Ktok/s (ETA "
+    ), out.stdout
+    assert "its GPUs at 2 % utilisation" in out.stdout or "its GPUs at 1 % " in out.stdout
+
+
+def test_the_training_oom_drafter_at_its_usual_rate_is_not_slow() -> None:
+    out = gpumon("snapshot", "demo", "--demo-time", "20", "--json")
+    assert "job_slow" not in [a["kind"] for a in json.loads(out.stdout)["alerts"]]

@@ -35,6 +35,7 @@ def common_options(parser: argparse.ArgumentParser) -> None:
             "training-oom",
             "sglang",
             "stall",
+            "slow",
         ),
         help="what the simulated CT200 runs (default: training-oom)",
     )
