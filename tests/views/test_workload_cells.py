@@ -319,3 +319,9 @@ def test_job_state_says_torchrun_restarts_and_the_crash_its_root_cause() -> None
     job.mark_crashed(f"crash ({job.root_cause.text if job.root_cause else ''})", 104.0)
     cell = job_cells(job)["state"]
     assert cell == Cell("crashed: crash (first failure: rank 2 exited with 1)", Role.CRITICAL)
+
+
+def test_stalled_and_slow_jobs_have_their_own_titles() -> None:
+    for kind, title in (("job_stalled", "Job stalled"), ("job_slow", "Job slow")):
+        alert = Alert(f"{kind}:drafter", Health.CRITICAL, kind, "ct200", None, "drafter", "x", 1, 1)
+        assert alert_title(alert) == f"CRITICAL: {title}"

@@ -197,6 +197,8 @@ KIND_TITLES = {
     "driver_error": "Driver error",
     "host_unreachable": "Host unreachable",
     "auto_restart": "Automatic restart",
+    "job_stalled": "Job stalled",
+    "job_slow": "Job slow",
 }
 
 
