@@ -127,7 +127,8 @@ class HostMonitor:
         self.recorder.jobs = [{"name": j.name, "gpus": list(j.gpus)} for j in host.jobs]
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
-        self.workloads = Workloads(host)
+        # a replay reaches no machine, and its runs must not become the live baseline
+        self.workloads = Workloads(host, learn=source.capabilities.actions)
 
     # --- public ----------------------------------------------------------------------
     @property
@@ -248,7 +249,7 @@ class HostMonitor:
         self._smi_failure = None
         self._gaps.clear()
         self.alerts.reset()
-        self.workloads = Workloads(self.host)
+        self.workloads = Workloads(self.host, learn=self.source.capabilities.actions)
         self._notify()
 
     def start(self) -> asyncio.Task[None]:

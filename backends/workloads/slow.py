@@ -60,8 +60,9 @@ class RunBaselines:
     read or parsed is an empty history (and is overwritten at the next save): a lost
     baseline only delays the rule until runs are learned again."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, *, learn: bool = True) -> None:
         self.path = path
+        self.learn = learn  # False: read only (a replay must not teach the live baseline)
         self._runs: dict[str, list[RunRecord]] | None = None
 
     def runs(self, job: str) -> list[RunRecord]:
@@ -95,7 +96,7 @@ class RunBaselines:
         return self._runs
 
     def _save(self, data: dict[str, list[RunRecord]]) -> None:
-        if self.path is None:
+        if self.path is None or not self.learn:
             return
         out = {job: [asdict(r) for r in runs] for job, runs in data.items()}
         with contextlib.suppress(OSError):  # a full disk must not stop monitoring

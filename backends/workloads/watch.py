@@ -60,12 +60,15 @@ class LogSource:
 
 
 class Workloads:
-    def __init__(self, host: HostConfig, baselines: Path | None = None) -> None:
+    def __init__(
+        self, host: HostConfig, baselines: Path | None = None, *, learn: bool = True
+    ) -> None:
         """``baselines``: the JSON file of the jobs' good runs (``slow.py``); by default
-        ``baselines/HOST.json`` in the state directory."""
+        ``baselines/HOST.json`` in the state directory. ``learn``: False reads it only
+        (a replay)."""
         self.host = host
         path = baselines or state_dir() / "baselines" / f"{_file_name(host.name)}.json"
-        self.baselines = RunBaselines(path)
+        self.baselines = RunBaselines(path, learn=learn)
         self.slow: dict[str, SlowWatch] = {}
         ports = host.sglang.ports if host.sglang is not None else ()
         self.sglang: dict[int, SglangTracker] = {p: SglangTracker(p) for p in ports}

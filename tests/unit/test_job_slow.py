@@ -12,7 +12,7 @@ from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
-from gpumon.backends.workloads.slow import MIN_RUN_S, WARMUP_S, RunBaselines
+from gpumon.backends.workloads.slow import MIN_RUN_S, WARMUP_S, RunBaselines, RunRecord
 from gpumon.backends.workloads.watch import Workloads
 
 GPUS = (5, 6, 7)
@@ -113,3 +113,11 @@ def test_a_broken_baselines_file_is_an_empty_history(tmp_path: Path) -> None:
     path = tmp_path / "runs.json"
     path.write_text("{not json")
     assert RunBaselines(path).runs("drafter") == []
+
+
+def test_a_read_only_history_learns_nothing(tmp_path: Path) -> None:
+    """A replay reads the baseline but must not teach it its recorded runs."""
+    path = tmp_path / "runs.json"
+    runs = RunBaselines(path, learn=False)
+    runs.record("drafter", RunRecord(1.0, 20100.0, "tok/s"))
+    assert not path.exists() and RunBaselines(path).runs("drafter") == []
