@@ -153,15 +153,20 @@ class Workloads:
         return next(iter(self.sglang.values())) if len(self.sglang) == 1 else None
 
     def apply_alerts(self, alerts: AlertEngine, t: float) -> None:
-        """A job whose log has an active OOM or crash alert has crashed (says which)."""
+        """A job whose log has an active OOM or crash alert has crashed (says which, and
+        torchrun's first observed failure and restarts where its log had them)."""
         for alert in alerts.active():
             reason = CRASH_KINDS.get(alert.kind)
             job = self.jobs.get(alert.job or "")
             if reason is None or job is None or job.state is JobState.CRASHED:
                 continue
             where = f" on GPU {alert.gpu}" if alert.gpu is not None else ""
-            first = f" ({job.root_cause.text})" if job.root_cause is not None else ""
-            job.mark_crashed(f"{reason}{where}{first}", t)
+            facts = [job.root_cause.text] if job.root_cause is not None else []
+            n = job.elastic_restarts
+            if n:
+                facts.append(f"after {n} torchrun restart{'s' if n != 1 else ''}")
+            told = f" ({'; '.join(facts)})" if facts else ""
+            job.mark_crashed(f"{reason}{where}{told}", t)
 
     def judge_stalls(self, alerts: AlertEngine, sample: HostSample | None, now: float) -> None:
         """``job_stalled`` for each job (``stall.py``): raised, updated or ended at local

@@ -204,4 +204,6 @@ def test_restarts_and_root_cause_reach_the_job_and_its_crash_verdict() -> None:
     assert job.snapshot_json()["root_cause"] == "first failure: rank 3 exited with -6 (SIGABRT)"
     engine.raise_alert("job_crashed", Health.CRITICAL, "ChildFailedError", job="drafter")
     w.apply_alerts(engine, clock.t)
-    assert job.crash_reason == "crash (first failure: rank 3 exited with -6 (SIGABRT))"
+    assert job.crash_reason == (
+        "crash (first failure: rank 3 exited with -6 (SIGABRT); after 1 torchrun restart)"
+    )
