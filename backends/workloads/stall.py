@@ -7,11 +7,13 @@ GPUs, and either
   line (at once: the watchdog already waited its ``Timeout(ms)``), or
 - no progress line came for ``stall_after_s`` (the job's key; default
   max(``STALL_STEPS`` x its median step interval, ``STALL_MIN_S``)), counted from its last
-  progress line, or from when its GPUs were first seen held when it printed none yet.
+  progress line; before its first one, from its last line of any kind or when its GPUs
+  were first seen held (a log whose lines the progress preset does not read is not silent).
 
 A checkpoint save or an evaluation the log announced since the last progress line gets
 ``BUSY_GRACE`` times as long. A job without configured GPUs, or whose GPUs hold no process,
-is never stalled (a job that lost its processes is stopped or crashed, not stalled).
+is never stalled (a job that lost its processes is stopped or crashed, not stalled), nor
+one without a ``log`` (nothing says whether it progresses).
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ def stall_verdict(
     were first seen held by processes in the current stretch (None: not held now)."""
     if job.state is not JobState.RUNNING or held_since is None or not job.gpus:
         return None
-    since = job.last_update if job.last_update is not None else held_since
+    since = job.last_update
+    if since is None:  # no progress line yet: a log that speaks is not silent
+        since = max(held_since, job.last_line_at or held_since)
     silent = max(now - since, 0.0)
     timeout = job.collective
     if timeout is None:

@@ -106,6 +106,7 @@ class JobTracker:
         self.ended_at: float | None = None
         self.last_update: float | None = None
         self.run_started_at: float | None = None  # first progress of this run
+        self.last_line_at: float | None = None  # any line, progress or not
         self.step: int | None = None
         self.total_steps: int | None = None
         self.done: int | None = None
@@ -135,6 +136,7 @@ class JobTracker:
     def feed(self, line: str, t: float) -> bool:
         """One log line (``\\r``-separated bar updates inside are fine) that arrived at
         local time ``t``; returns whether it carried progress."""
+        self.last_line_at = t
         self._note_events(line, t)
         update = self.parser.parse(line)
         if update is None:

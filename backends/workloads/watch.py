@@ -183,7 +183,9 @@ class Workloads:
                 self.held_since.setdefault(job.name, now)
             config = self.host.job(job.name)
             configured = config.stall_after_s if config is not None else None
-            stall = stall_verdict(job, now, self.held_since.get(job.name), configured)
+            followed = config is not None and config.log is not None
+            held_since = self.held_since.get(job.name) if followed else None
+            stall = stall_verdict(job, now, held_since, configured)
             text = None if stall is None else stall.message
             gpu = None if stall is None else stall.gpu
             score = 0.0 if stall is None else stall.silent_s

@@ -84,8 +84,10 @@ class Clock:
         return self.t
 
 
-def setup(stall_after_s: float | None = 30.0) -> tuple[Workloads, AlertEngine, Clock]:
-    job = JobConfig(name="drafter", gpus=GPUS, log="/l/d.log", stall_after_s=stall_after_s)
+def setup(
+    stall_after_s: float | None = 30.0, log: str | None = "/l/d.log"
+) -> tuple[Workloads, AlertEngine, Clock]:
+    job = JobConfig(name="drafter", gpus=GPUS, log=log, stall_after_s=stall_after_s)
     host = HostConfig(name="box", kind="local", jobs=(job,))
     clock = Clock()
     return Workloads(host), AlertEngine("box", AlertRules(), clock), clock
@@ -207,3 +209,17 @@ def test_restarts_and_root_cause_reach_the_job_and_its_crash_verdict() -> None:
     assert job.crash_reason == (
         "crash (first failure: rank 3 exited with -6 (SIGABRT); after 1 torchrun restart)"
     )
+
+
+def test_a_log_the_preset_cannot_read_is_not_silent() -> None:
+    w, engine, clock = setup(stall_after_s=30.0)
+    for _ in range(10):
+        clock.t += 20.0
+        assert feed(w, engine, clock, ["epoch 1 batch 17 (a line the kv preset skips)"]) == []
+
+
+def test_a_job_without_a_log_is_never_stalled() -> None:
+    w, engine, clock = setup(stall_after_s=30.0, log=None)
+    assert feed(w, engine, clock, []) == []
+    clock.t += 300.0
+    assert feed(w, engine, clock, []) == []
