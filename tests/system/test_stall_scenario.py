@@ -7,6 +7,7 @@ read's). ``slow``: a warning with both rates by 150 s."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -51,10 +52,13 @@ def test_check_says_the_slow_run_by_150_s() -> None:
     """``slow``: after a swap the drafter trains at 4.6 Ktok/s, its GPUs starved."""
     out = gpumon("check", "demo", "--scenario", "slow", "--demo-time", "150")
     assert out.returncode == 1, out.stdout + out.stderr
-    assert out.stdout.startswith(
-        "WARNING demo: drafter at 4.6 Ktok/s, 36 % of its expected 12.8 Ktok/s (ETA "
+    # the logged rate is 4.6 Ktok/s give or take 0.1 (the simulator's noise), whichever
+    # line was the last one read
+    assert re.match(
+        r"WARNING demo: drafter at 4\.[5-7] Ktok/s, 3[5-7] % of its expected 12\.8 Ktok/s "
+        r"\(ETA [\d.]+ h instead of \d+ min\); its GPUs at [0-3] % utilisation, \d+ W — fix: ",
+        out.stdout,
     ), out.stdout
-    assert "its GPUs at 2 % utilisation" in out.stdout or "its GPUs at 1 % " in out.stdout
 
 
 def test_the_training_oom_drafter_at_its_usual_rate_is_not_slow() -> None:
