@@ -390,6 +390,29 @@ class AlertEngine(AlertStore):
             if transient and now - alert.last_seen >= TRANSIENT_S:
                 self._end(alert.key)
 
+    # --- jobs ------------------------------------------------------------------------
+    def on_job_condition(
+        self,
+        kind: str,
+        job: str,
+        severity: Health,
+        text: str | None,
+        now: float,
+        *,
+        gpu: int | None = None,
+        score: float = 0.0,
+    ) -> list[Alert]:
+        """A job's condition judged by the workloads (``job_stalled``): ``text`` raises or
+        updates it (key ``KIND:JOB``), None ends it (progress resumed, the job ended)."""
+        key = f"{kind}:{job}"
+        if text is None:
+            if key in self._active:
+                self._end(key)
+            return []
+        raised: list[Alert] = []
+        self._condition(key, kind, severity, gpu, text, now, raised, score=score, job=job)
+        return self._announce(raised)
+
     # --- silence ---------------------------------------------------------------------
     def on_silence(
         self,

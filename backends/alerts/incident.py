@@ -51,6 +51,7 @@ CAUSE_ORDER = (
     "host_oom_kill",
     "cgroup_oom_kill",
     "xid",
+    "job_stalled",
     "job_crashed",
     "oom_death",
     "gpu_health",
@@ -62,8 +63,10 @@ CAUSE_ORDER = (
     "gpu_idle_held",
     "time_to_full",
     "memory",
+    "job_slow",
     "auto_restart",
 )
+_JOB_LED_KINDS = frozenset({"job_stalled", "job_slow"})
 _RANK = {kind: i for i, kind in enumerate(CAUSE_ORDER)}
 _TRIED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", re.IGNORECASE)
 _FREE = re.compile(r"of which ([\d.]+ ?[KMGT]?i?B) (?:is )?free", re.IGNORECASE)
@@ -215,6 +218,8 @@ def alert_headline(alert: Alert, job: str | None = None) -> str:
         if not detail:  # a form without PyTorch's numbers: say what it does say
             rest = _NOTE.sub("", message).partition("out of memory")[2].strip(" .:;,")
             what += f": {rest}" if rest else ""
+    elif alert.kind in _JOB_LED_KINDS:  # its message leads with the job: "drafter stalled: ..."
+        return message
     elif alert.kind in ("memory", "time_to_full", "oom_death", "gpu_health"):
         what = alert.peak_message or message
         what = _NOTE.sub("", " ".join(what.split()))

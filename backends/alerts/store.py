@@ -38,6 +38,8 @@ KINDS = (
     "driver_error",
     "host_unreachable",
     "gpu_idle_held",
+    "job_stalled",
+    "job_slow",
 )
 CONDITION_KINDS = frozenset(
     {
@@ -49,6 +51,8 @@ CONDITION_KINDS = frozenset(
         "driver_error",
         "host_unreachable",
         "gpu_idle_held",
+        "job_stalled",
+        "job_slow",
     }
 )
 HISTORY_MAX = 500
@@ -260,13 +264,14 @@ class AlertStore:
         now: float,
         out: list[Alert],
         score: float = 0.0,
+        job: str | None = None,
     ) -> None:
         """Raise, update or escalate the condition ``key``. ``score``: how bad this value
         is within its severity (higher is worse: the fill fraction, minus the seconds to
         full); the peak is the highest (severity, score) seen."""
         old = self._active.get(key)
         if old is None:
-            new = self._new(key, kind, severity, gpu, None, text, now)
+            new = self._new(key, kind, severity, gpu, job, text, now)
             new = replace(new, peak_score=score)
             self._store(new)
             out.append(new)

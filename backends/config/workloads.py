@@ -63,6 +63,10 @@ class JobConfig:
     auto_restart: bool = False
     max_restarts: int = 3
     restart_window: float = 3600.0
+    stall_after_s: float | None = None  # None: max(5 x its median step interval, 120 s)
+    expect_tokens_per_s: float | None = None  # None: learned from its previous good runs
+    slow_below: float = 0.5  # job_slow below this share of its baseline ...
+    slow_for_s: float = 300.0  # ... for this long
 
 
 def command_text(v: object) -> str:
@@ -165,6 +169,10 @@ JOB_KEYS: tuple[KeySpec, ...] = (
     KeySpec("auto_restart", boolean, "true or false"),
     KeySpec("max_restarts", integer(0, 1000), "an integer 0..1000"),
     KeySpec("restart_window", number(1, 7 * 86400), "seconds between 1 and 604800"),
+    KeySpec("stall_after_s", number(1, 7 * 86400), "seconds between 1 and 604800"),
+    KeySpec("expect_tokens_per_s", number(1, 1e12), "tokens per second, a number >= 1"),
+    KeySpec("slow_below", number(0.01, 1), "a share between 0.01 and 1"),
+    KeySpec("slow_for_s", number(1, 7 * 86400), "seconds between 1 and 604800"),
 )
 
 

@@ -134,7 +134,8 @@ class HostMonitor:
         self.recorder.jobs = [{"name": j.name, "gpus": list(j.gpus)} for j in host.jobs]
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
-        self.workloads = Workloads(host)
+        # a replay reaches no machine, and its runs must not become the live baseline
+        self.workloads = Workloads(host, learn=source.capabilities.actions)
         # The host's samples before a first live one (until its time), where a source
         # knows them: the simulator's idle scenario, whose story is a duration.
         self.past: Callable[[float], Sequence[HostSample]] | None = None
@@ -258,7 +259,7 @@ class HostMonitor:
         self._smi_failure = None
         self._gaps.clear()
         self.alerts.reset()
-        self.workloads = Workloads(self.host)
+        self.workloads = Workloads(self.host, learn=self.source.capabilities.actions)
         self._notify()
 
     def start(self) -> asyncio.Task[None]:
@@ -349,6 +350,9 @@ class HostMonitor:
         self._histories_add(sample)
         self.recorder.record(sample)
         self.alerts.on_sample(sample)
+        # a sample comes without the process list (it arrives on its own): the newest one
+        held = sample if sample.processes else replace(sample, processes=self.processes)
+        self.workloads.judge_stalls(self.alerts, held, now)
         with contextlib.suppress(OSError):  # a full disk must not stop monitoring
             self.recorder.flush_due(sample.time)
         if self.status.error is not None or self.status.state != ConnState.CONNECTED:
@@ -443,6 +447,7 @@ class HostMonitor:
             )
             # who else holds memory is judged on the new list now, not at the next sample
             self.alerts.on_processes(self.latest)
+            self.workloads.judge_stalls(self.alerts, self.latest, at)
         self._notify()
 
     def ingest_log(
@@ -475,6 +480,7 @@ class HostMonitor:
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
         )
         self.workloads.apply_alerts(self.alerts, now)
+        self.workloads.judge_stalls(self.alerts, self.latest, now)
         self._name_holders(now)
         self._notify()
 

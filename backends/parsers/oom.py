@@ -49,7 +49,11 @@ MAX_MESSAGE = 240
 KEEP_PATTERN = (
     r"of memory|OutOfMemory|Traceback|enough memory|ALLOC_FAILED|OUT_OF_MEMORY|"
     r"cudaErrorMemory|KV cache pool|CUDA_VISIBLE_DEVICES|hit an exception|crashed with exit|"
-    r"sigquit|SIGQUIT|atchdog timeout|Health check failed|Capture cuda graph|ChildFailedError"
+    r"sigquit|SIGQUIT|atchdog timeout|Health check failed|Capture cuda graph|ChildFailedError|"
+    # stalled collectives and torchrun's restarts (parsers/collective.py KEEP_WORDS)
+    r"collective operation timeout|watchdog got stuck|dump signal due to a collective|"
+    r"NCCL operations have failed|attempts left; will restart|first observed failure|"
+    r"rank      :|exitcode  :"
 )
 
 

@@ -6,10 +6,14 @@ Appends one progress line per second of scenario time to ``--log``::
 
 In ``training-oom`` run 0 dies at ``OOM_AT``: it writes a ``CUDA_VISIBLE_DEVICES`` line and a
 PyTorch CUDA OOM traceback naming ``GPU 1`` (the process-local ordinal of physical GPU 6),
-then exits 1. A job started after a restart recorded in the state dir is that restarted
-run: it resumes from the checkpoint and never OOMs. The log is a function of scenario
-time only: a job started late first writes the lines it missed, then keeps pace with the
-clock. Settings come from ``GPUMON_SIM_*``; SIGTERM ends it at once (default action).
+then exits 1. In ``stall`` run 0 writes its last step at ``STALL_AT``, then at
+``STALL_TIMEOUT_AT`` rank 1's NCCL watchdog line (an ALLREDUCE that timed out after
+``STALL_TIMEOUT_S``), then nothing: its ranks hang until stopped. In ``slow`` run 0 trains
+at ``SLOW_TOKENS_PER_S`` (a step every 2.8 s) and never ends. A job started after a
+restart recorded in the state dir is that restarted run: it resumes from the checkpoint
+and never OOMs (nor stalls). The log is a function of scenario time only: a job started
+late first writes the lines it missed, then keeps pace with the clock. Settings come from
+``GPUMON_SIM_*``; SIGTERM ends it at once (default action).
 ``--restarted`` first records a restart at the scenario time now (``state.record_restart``),
 so this job is the restarted run and the simulated GPUs refill; it ends when the state dir
 is removed (the demo that started it is gone, even if it was killed).
@@ -33,6 +37,11 @@ from gpumon.backends.sim.scenario import (
     MEMORY_USABLE_MIB,
     OOM_AT,
     OOM_GPU,
+    SLOW_TOKENS_PER_S,
+    STALL_AT,
+    STALL_TIMEOUT_AT,
+    STALL_TIMEOUT_S,
+    TRAINING_SCENARIOS,
     DrafterRun,
     SimSettings,
     drafter_run,
@@ -49,6 +58,7 @@ SCRIPT = "/root/drafter/train_drafter.py"
 SITE = "/root/venv/lib/python3.12/site-packages"
 VISIBLE = ",".join(str(g) for g in DRAFTER_GPUS)
 LOCAL_OOM_GPU = DRAFTER_GPUS.index(OOM_GPU)  # "GPU 1" in torch's message is physical GPU 6
+STALL_SEQ = 8812  # the all-reduce the stall scenario's ranks hang in
 
 _TRACEBACK = f"""Traceback (most recent call last):
   File "{SCRIPT}", line 418, in <module>
@@ -107,11 +117,13 @@ def _stamp(settings: SimSettings, t: float) -> str:
     return time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(wall_time(settings, t)))
 
 
-def progress_line(settings: SimSettings, t: float, step: int) -> str:
+def progress_line(
+    settings: SimSettings, t: float, step: int, tokens_per_s: float = TOKENS_PER_STEP
+) -> str:
     """The log line for ``step``, written at scenario time ``t`` (deterministic)."""
     rng = random.Random(f"{settings.seed}:job:{step}")
     loss = 1.9 + 1.3 * math.exp(-step / 600) + rng.uniform(-0.01, 0.01)
-    rate = TOKENS_PER_STEP / 1000 + rng.uniform(-0.3, 0.3)
+    rate = tokens_per_s / 1000 + rng.uniform(-0.3, 0.3) * tokens_per_s / TOKENS_PER_STEP
     tokens = step * TOKENS_PER_STEP / 1e6
     return (
         f"{_stamp(settings, t)} step {step}/{TOTAL_STEPS} | loss {loss:.4f} | lr 2.0e-04 | "
@@ -119,8 +131,22 @@ def progress_line(settings: SimSettings, t: float, step: int) -> str:
     )
 
 
+def watchdog_line(settings: SimSettings, rank: int) -> str:
+    """PyTorch's NCCL watchdog line (2.4+ spelling, its ``[rankN]:`` prefix) for ``rank``
+    of the stall scenario's all-reduce."""
+    stamp = time.strftime("%m%d %H:%M:%S", time.localtime(wall_time(settings, STALL_TIMEOUT_AT)))
+    ms = round(STALL_TIMEOUT_S * 1000)
+    return (
+        f"[rank{rank}]:[E{stamp}.426415540 ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog "
+        f"caught collective operation timeout: WorkNCCL(SeqNum={STALL_SEQ}, OpType=ALLREDUCE, "
+        f"NumelIn=33554432, NumelOut=33554432, Timeout(ms)={ms}) ran for {ms + 81} "
+        "milliseconds before timing out."
+    )
+
+
 def log_events(settings: SimSettings, name: str, run: DrafterRun) -> Iterator[tuple[float, str]]:
-    """(scenario time, text) of every log write of ``run``, in order; run 0's ends at the OOM."""
+    """(scenario time, text) of every log write of ``run``, in order; run 0's ends at the OOM
+    (training-oom) or at its NCCL watchdog line (stall)."""
     # run 0 never reaches the next checkpoint, so every restart resumes from the same one
     start, step = (0.0 if run.number == 0 else run.start), STEP_AT_T0
     yield (
@@ -131,6 +157,17 @@ def log_events(settings: SimSettings, name: str, run: DrafterRun) -> Iterator[tu
         ),
     )
     k = 1
+    if run.number == 0 and settings.scenario == "stall":
+        while k <= STALL_AT:
+            yield k, progress_line(settings, k, step + k)
+            k += 1
+        yield STALL_TIMEOUT_AT, watchdog_line(settings, LOCAL_OOM_GPU)
+        return
+    if run.number == 0 and settings.scenario == "slow":  # one step per TOKENS_PER_STEP tokens
+        every = TOKENS_PER_STEP / SLOW_TOKENS_PER_S
+        while True:
+            yield k * every, progress_line(settings, k * every, step + k, SLOW_TOKENS_PER_S)
+            k += 1
     while run.number > 0 or start + k < OOM_AT:
         yield start + k, progress_line(settings, start + k, step + k)
         k += 1
@@ -161,11 +198,19 @@ def run_job(settings: SimSettings, log: Path, name: str, *, restarted: bool = Fa
             _wait_until(settings, t)
             f.write(text + "\n")
             f.flush()
-            if t >= OOM_AT and run.number == 0:
+            if t >= OOM_AT and run.number == 0 and settings.scenario == "training-oom":
                 return 1
             if restarted and settings.state_dir and not Path(settings.state_dir).is_dir():
                 return 0
+    if settings.scenario == "stall" and run.number == 0:
+        _hang(settings)
     return 0  # pragma: no cover - restarted runs write forever
+
+
+def _hang(settings: SimSettings) -> None:
+    """The stall scenario's hung ranks: nothing more until stopped or the demo is gone."""
+    while settings.state_dir is None or Path(settings.state_dir).is_dir():
+        time.sleep(1.0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = SimSettings.from_env(os.environ)
     except ValueError as e:
         parser.error(str(e))
-    if settings.scenario != "training-oom":
+    if settings.scenario not in TRAINING_SCENARIOS:
         print(f"gpumon-sim-job: the {settings.scenario} scenario runs no training job")
         return 0
     if args.restarted:

@@ -18,6 +18,14 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Two scenarios:
 - ``idle``: the reference machine after a torch swap: the target side busy on GPUs 0-4
   and the drafter's processes alive on GPUs 5-7, holding their memory, but from
   ``IDLE_AT`` at 0-2 % utilisation (GPUs held and idle: ``gpu_idle_held``).
+- ``stall``: the training-oom machine without the OOM and the jupyter: at ``STALL_AT`` the
+  drafter's ranks hang in an all-reduce (its GPUs keep their memory and spin at 100 %
+  utilisation at low power, NCCL's busy-wait) and its log stops; at ``STALL_TIMEOUT_AT``
+  rank 1's NCCL watchdog prints its collective timeout (``sim.job``), and the hung
+  processes stay. A restart brings a drafter that trains again.
+- ``slow``: the reference machine's story after a torch swap: the drafter trains at
+  ``SLOW_TOKENS_PER_S`` instead of its usual rate, its GPUs holding their memory at near
+  0 % utilisation. A restart brings a drafter at its usual rate.
 
 Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. Noise comes from
 ``random.Random(f"{seed}:{gpu}:{tick}")`` with ``tick`` the sample tick of scenario time, so
@@ -36,7 +44,10 @@ SCENARIOS = (
     "training-oom",
     "sglang",
     "idle",
+    "stall",
+    "slow",
 )
+TRAINING_SCENARIOS = ("training-oom", "stall", "slow")  # the ones that run the drafter job
 INIT_FAULTS = (  # nvidia-smi fails before printing anything (texts and codes live in smi.py)
     "driver_not_loaded",
     "version_mismatch",
@@ -94,6 +105,10 @@ _RESTART_PID = 2433100  # + 100 * run + (gpu - 5)
 _SGLANG_PID = 2419020  # + 168 * gpu
 _DRAFTER_STEADY = {5: 86214, 6: 88100, 7: 86198}  # after a restart; 6 no longer OOMs
 _RAMP_FROM, _RAMP_TO, _RAMP_POWER = 84500.0, 97160.0, 1.0  # GPU 6: 95% at ~40 s, 96% at 45 s
+SLOW_TOKENS_PER_S = 4600.0  # slow: the drafter's rate after the swap
+STALL_AT = 30.0  # stall: the drafter's last step
+STALL_TIMEOUT_S = 60.0  # ... its NCCL timeout (TORCH_NCCL timeout=60 s in this story)
+STALL_TIMEOUT_AT = STALL_AT + STALL_TIMEOUT_S
 JUPYTER_AT = 32.0  # scenario seconds: someone starts a notebook on GPU 6 from CT 201
 JUPYTER_GPU = 6
 JUPYTER_MIB = 6144
@@ -292,7 +307,7 @@ class DrafterRun(NamedTuple):
 def drafter_run(settings: SimSettings, t: float) -> DrafterRun | None:
     """The drafter run alive at scenario time ``t``, or None when it is dead (after the
     OOM, or stopped and not started again)."""
-    if settings.scenario != "training-oom":
+    if settings.scenario not in TRAINING_SCENARIOS:
         return None
     started = [r for r in sorted(settings.restarts) if r <= t]
     stopped = max((s for s in settings.stops if s <= t), default=-math.inf)
@@ -300,7 +315,13 @@ def drafter_run(settings: SimSettings, t: float) -> DrafterRun | None:
         return DrafterRun(len(started), started[-1])
     if started or stopped > -math.inf:
         return None
-    return DrafterRun(0, -math.inf) if t < OOM_AT else None
+    alive = t < OOM_AT or settings.scenario != "training-oom"  # only training-oom OOMs
+    return DrafterRun(0, -math.inf) if alive else None
+
+
+def stalled(settings: SimSettings, t: float, run: DrafterRun | None) -> bool:
+    """Whether the drafter's ranks hang in a collective at ``t`` (``stall``, run 0)."""
+    return settings.scenario == "stall" and run is not None and run.number == 0 and t >= STALL_AT
 
 
 def jupyter_alive(settings: SimSettings, t: float) -> bool:
@@ -346,6 +367,8 @@ _DRAFTER_LOAD = {
     6: _Load((65, 78), (27, 31), (400.0, 440.0), (65, 67), (2640, 2680)),
     7: _Load((18, 35), (6, 9), (185.0, 215.0), (54, 56), (2720, 2770)),
 }
+_STARVED_LOAD = _Load((0, 3), (0, 1), (58.0, 66.0), (40, 42), (2700, 2760))
+_NCCL_SPIN_LOAD = _Load((100, 100), (0, 1), (105.0, 125.0), (48, 50), (2700, 2760))
 _SGLANG_LOAD = _Load((90, 100), (55, 70), (450.0, 590.0), (65, 78), (2520, 2700))
 _IDLE_POWER = (30.0, 40.0)
 # Held and idle: the drafter's memory stays, its kernels do not run (a process blocked on
@@ -405,11 +428,21 @@ def oom_gpu_memory(t: float) -> float:
 
 
 def _drafter_gpu(
-    index: int, rng: random.Random, t: float, run: DrafterRun | None, died_at: float
+    index: int,
+    rng: random.Random,
+    t: float,
+    run: DrafterRun | None,
+    died_at: float,
+    settings: SimSettings,
 ) -> SimGpu:
     load = _DRAFTER_LOAD[index]
     if run is None:
         return _idle(index, rng, t - died_at, load)
+    if run.number == 0 and settings.scenario == "stall":  # steady memory, no OOM ramp
+        spin = stalled(settings, t, run)
+        return _busy(index, rng, _DRAFTER_STEADY[index], _NCCL_SPIN_LOAD if spin else load)
+    if run.number == 0 and settings.scenario == "slow":  # memory held, the GPUs starved
+        return _busy(index, rng, _DRAFTER_STEADY[index], _STARVED_LOAD)
     if run.number == 0:
         if index == OOM_GPU:
             used = min(oom_gpu_memory(t) + rng.randint(-12, 12), MEMORY_USABLE_MIB - 60)
@@ -448,7 +481,7 @@ def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
             load = _TARGET_LOAD._replace(temperature=_clamp_range(_TARGET_TEMPERATURE[i]))
             gpus.append(_busy(i, rng, _TARGET_MEMORY[i] + rng.randint(-3, 3), load))
         else:
-            gpu = _drafter_gpu(i, rng, t, run, drafter_died_at(settings, t))
+            gpu = _drafter_gpu(i, rng, t, run, drafter_died_at(settings, t), settings)
             gpus.append(_with_jupyter(gpu, settings, t, run))
     return gpus
 

@@ -74,10 +74,12 @@ class SimTransport(LocalTransport):
         return list(argv)
 
     def drafter_job(self) -> JobConfig | None:
-        """The simulated drafter as a restartable job (None outside ``training-oom``)."""
-        if self.settings.scenario != "training-oom":
+        """The simulated drafter as a restartable job (None outside ``TRAINING_SCENARIOS``)."""
+        from gpumon.backends.sim.job import TOKENS_PER_STEP
+        from gpumon.backends.sim.scenario import DRAFTER_GPUS, TRAINING_SCENARIOS
+
+        if self.settings.scenario not in TRAINING_SCENARIOS:
             return None
-        from gpumon.backends.sim.scenario import DRAFTER_GPUS
 
         return JobConfig(
             name="drafter",
@@ -86,6 +88,9 @@ class SimTransport(LocalTransport):
             start=self._drafter_command("--restarted"),
             stop_timeout=5.0,
             verify_s=3.0,
+            # slow: its usual rate, and short enough for a 5-s check window to see it
+            expect_tokens_per_s=TOKENS_PER_STEP if self.settings.scenario == "slow" else None,
+            slow_for_s=3.0 if self.settings.scenario == "slow" else 300.0,
         )
 
     def sglang_config(self) -> SglangConfig | None:

@@ -7,17 +7,25 @@ counts it does print (two arrivals at least a second apart). Its state is ``runn
 until a line says the job finished (step == total, a final summary line) or the caller
 says otherwise: ``mark_crashed(reason)`` (the caller's OOM/crash matcher decided),
 ``mark_stopped()`` (the process is gone without a crash), ``restarted()``.
+
+It also keeps what a stall verdict (``stall.py``) needs: the intervals between progress
+lines (their median), the last collective timeout of PyTorch's NCCL watchdog since the
+last progress, a checkpoint save or evaluation the log announced, and torchrun's elastic
+restarts and the first failure of its ``ChildFailedError`` (``parsers/collective.py``).
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import re
+import statistics
 from collections import deque
 from dataclasses import replace
 from typing import Any
 
 from gpumon.backends.model import iso_time
+from gpumon.backends.parsers.collective import CollectiveScanner, StallLine
 from gpumon.backends.parsers.progress import ProgressParser, ProgressUpdate
 from gpumon.backends.workloads.sglang import SglangTotals, SglangTracker, sglang_totals
 
@@ -35,6 +43,14 @@ MIN_RATE_SPAN_S = 1.0  # ... and never over less than this
 BURST_S = 0.05  # lines arriving together (a backlog) count as one observation
 REVIVE_AFTER_S = 15.0  # progress this long after a crash/stop means the job runs again
 HISTORY_LEN = 120
+INTERVALS_KEPT = 64  # progress intervals the median step interval is taken over
+# A log line announcing a pause in progress that is not a stall: HF Trainer's "Saving model
+# checkpoint to ...", "***** Running Evaluation *****", and the plain words most loops print.
+_BUSY = re.compile(
+    r"(?i)\b(?:sav(?:e|ing)|writ(?:e|ing))\b[^|]{0,40}?\bcheckpoint"
+    r"|\bcheckpoint(?:ing)?\b[^|]{0,20}?\bsav(?:e|ing)\b"
+    r"|running evaluation|\bevaluating\b|\bstart(?:ing)? eval"
+)
 
 
 class JobState(enum.StrEnum):
@@ -89,6 +105,8 @@ class JobTracker:
         self.crash_reason: str | None = None
         self.ended_at: float | None = None
         self.last_update: float | None = None
+        self.run_started_at: float | None = None  # first progress of this run
+        self.last_line_at: float | None = None  # any line, progress or not
         self.step: int | None = None
         self.total_steps: int | None = None
         self.done: int | None = None
@@ -106,11 +124,20 @@ class JobTracker:
         self._logged_tokens_rate = self._logged_items_rate = False
         self._finished_by_count = False  # step == total (a per-epoch bar can do that)
         self._finished_at: tuple[int | None, int | None] = (None, None)  # (step, done) then
+        self.intervals: deque[float] = deque(maxlen=INTERVALS_KEPT)  # between progress lines
+        self.collective: StallLine | None = None  # a collective timeout since the last progress
+        self.busy: str | None = None  # a checkpoint save / evaluation announced since then
+        self.busy_at: float | None = None
+        self.elastic_restarts = 0  # torchrun's "will restart worker group" lines
+        self.root_cause: StallLine | None = None  # torchrun's first observed failure
+        self._collective_scan = CollectiveScanner()
 
     # ------------------------------------------------------------------ feeding it
     def feed(self, line: str, t: float) -> bool:
         """One log line (``\\r``-separated bar updates inside are fine) that arrived at
         local time ``t``; returns whether it carried progress."""
+        self.last_line_at = t
+        self._note_events(line, t)
         update = self.parser.parse(line)
         if update is None:
             return False
@@ -121,13 +148,40 @@ class JobTracker:
         """Lines that arrived together; returns how many carried progress."""
         return sum(self.feed(line, t) for line in lines)
 
+    def _note_events(self, line: str, t: float) -> None:
+        """A collective timeout, an elastic restart, a root cause, a save or evaluation."""
+        found = self._collective_scan.scan(line)
+        if found is not None:
+            if found.kind == "timeout":
+                # the first timeout names the collective; later ones are its echoes
+                if self.collective is None or self.collective.seq is None:
+                    self.collective = found
+            elif found.kind == "restart":
+                self.elastic_restarts += 1
+            else:
+                self.root_cause = found
+            return
+        m = _BUSY.search(line)
+        if m is not None:
+            self.busy, self.busy_at = m.group(0).strip().lower(), t
+
+    @property
+    def median_interval_s(self) -> float | None:
+        """The median time between progress lines (None before two)."""
+        return statistics.median(self.intervals) if self.intervals else None
+
     def apply(self, u: ProgressUpdate, t: float) -> None:
         """Take in one parsed update (what ``feed`` does after parsing)."""
         if self.state in (JobState.CRASHED, JobState.STOPPED):
             if self.ended_at is None or t < self.ended_at + REVIVE_AFTER_S:
                 return  # other ranks still printing while the job goes down
             self.restarted(t)
+        if self.run_started_at is None:
+            self.run_started_at = t
+        if self.last_update is not None and t - self.last_update >= BURST_S:
+            self.intervals.append(t - self.last_update)
         self.last_update = t
+        self.collective = self.busy = self.busy_at = None  # progress: no stall, no pause
         if u.total_steps is not None and self.total_steps and u.total_steps < self.total_steps:
             # a shorter bar beside the main one (HF's evaluation loop): not the job's steps
             u = replace(u, step=None, total_steps=None, items_per_s=None, eta_s=None)
@@ -214,7 +268,7 @@ class JobTracker:
     def restarted(self, t: float | None = None) -> None:
         """The job runs again (restarted by gpumon or seen making progress again)."""
         self.state, self.crash_reason, self.ended_at = JobState.RUNNING, None, None
-        self.logged_eta_s = None
+        self.logged_eta_s = self.run_started_at = None
         for counter in (self._steps, self._done, self._tokens):
             counter.clear()
 
@@ -257,4 +311,6 @@ class JobTracker:
             "eta_s": None if eta is None else round(eta, 1),
             "last_update": None if self.last_update is None else iso_time(self.last_update),
             "crash_reason": self.crash_reason,
+            "elastic_restarts": self.elastic_restarts,
+            "root_cause": None if self.root_cause is None else self.root_cause.text,
         }

@@ -10,12 +10,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.model import Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
+from gpumon.backends.paths import state_dir
+from gpumon.backends.workloads.slow import RunBaselines, SlowWatch, judge_slow
+from gpumon.backends.workloads.stall import stall_verdict
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 
 CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
@@ -55,14 +60,23 @@ class LogSource:
 
 
 class Workloads:
-    def __init__(self, host: HostConfig) -> None:
+    def __init__(
+        self, host: HostConfig, baselines: Path | None = None, *, learn: bool = True
+    ) -> None:
+        """``baselines``: the JSON file of the jobs' good runs (``slow.py``); by default
+        ``baselines/HOST.json`` in the state directory. ``learn``: False reads it only
+        (a replay)."""
         self.host = host
+        path = baselines or state_dir() / "baselines" / f"{_file_name(host.name)}.json"
+        self.baselines = RunBaselines(path, learn=learn)
+        self.slow: dict[str, SlowWatch] = {}
         ports = host.sglang.ports if host.sglang is not None else ()
         self.sglang: dict[int, SglangTracker] = {p: SglangTracker(p) for p in ports}
         self.jobs: dict[str, JobTracker] = {
             j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs
         }
         self.first_rounds: set[str] = set()  # the agent's parts that answered once
+        self.held_since: dict[str, float] = {}  # job -> since when processes hold its GPUs
 
     # --- what the agent is asked to do -------------------------------------------------
     def log_specs(self) -> list[dict[str, str]]:
@@ -139,14 +153,59 @@ class Workloads:
         return next(iter(self.sglang.values())) if len(self.sglang) == 1 else None
 
     def apply_alerts(self, alerts: AlertEngine, t: float) -> None:
-        """A job whose log has an active OOM or crash alert has crashed (says which)."""
+        """A job whose log has an active OOM or crash alert has crashed (says which, and
+        torchrun's first observed failure and restarts where its log had them)."""
         for alert in alerts.active():
             reason = CRASH_KINDS.get(alert.kind)
             job = self.jobs.get(alert.job or "")
             if reason is None or job is None or job.state is JobState.CRASHED:
                 continue
             where = f" on GPU {alert.gpu}" if alert.gpu is not None else ""
-            job.mark_crashed(f"{reason}{where}", t)
+            facts = [job.root_cause.text] if job.root_cause is not None else []
+            n = job.elastic_restarts
+            if n:
+                facts.append(f"after {n} torchrun restart{'s' if n != 1 else ''}")
+            told = f" ({'; '.join(facts)})" if facts else ""
+            job.mark_crashed(f"{reason}{where}{told}", t)
+
+    def judge_stalls(self, alerts: AlertEngine, sample: HostSample | None, now: float) -> None:
+        """``job_stalled`` for each job (``stall.py``): raised, updated or ended at local
+        time ``now``; ``sample``: the newest GPU sample, whose processes say whether the
+        job's GPUs are held (None: not known yet, nothing is judged)."""
+        if sample is None:
+            return
+        by_index = {g.index: g for g in sample.gpus}
+        for job in self.jobs.values():
+            held = any(sample.processes_for(by_index[i]) for i in job.gpus if i in by_index)
+            if not held:
+                self.held_since.pop(job.name, None)
+            else:
+                self.held_since.setdefault(job.name, now)
+            config = self.host.job(job.name)
+            configured = config.stall_after_s if config is not None else None
+            followed = config is not None and config.log is not None
+            held_since = self.held_since.get(job.name) if followed else None
+            stall = stall_verdict(job, now, held_since, configured)
+            text = None if stall is None else stall.message
+            gpu = None if stall is None else stall.gpu
+            score = 0.0 if stall is None else stall.silent_s
+            alerts.on_job_condition(
+                "job_stalled", job.name, Health.CRITICAL, text, now, gpu=gpu, score=score
+            )
+            if config is not None:
+                gpus = [by_index[i] for i in job.gpus if i in by_index]
+                slow = judge_slow(
+                    job,
+                    self.slow.setdefault(job.name, SlowWatch()),
+                    now,
+                    expect=config.expect_tokens_per_s,
+                    below=config.slow_below,
+                    for_s=config.slow_for_s,
+                    gpu_util=_mean([g.utilization_pct for g in gpus]),
+                    gpu_power=_mean([g.power_w for g in gpus]),
+                    baselines=self.baselines,
+                )
+                alerts.on_job_condition("job_slow", job.name, Health.WARNING, slow, now)
 
     # --- views -------------------------------------------------------------------------
     def rates_pending(self) -> bool:
@@ -186,3 +245,13 @@ class Workloads:
 
     def jobs_json(self) -> list[dict[str, Any]]:
         return [j.snapshot_json() for j in self.jobs.values()]
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _file_name(host: str) -> str:
+    """A host name as a file name (an ``user@host:port`` name has no slash, but be sure)."""
+    return re.sub(r"[^\w.@:-]", "_", host) or "_"

@@ -467,9 +467,10 @@ def test_format_hosts_shows_jobs_and_sglang_as_tables(tmp_path: Path) -> None:
     )
     lines = format_hosts(config).splitlines()
     at = lines.index("  jobs.drafter")
-    assert lines[at + 1 : at + 3] == ["    gpus             5, 6", "    log              -"]
-    assert "    env              CUDA_VISIBLE_DEVICES=5,6" in lines
-    assert "    params           -" in lines
+    # the column fits the longest job key, expect_tokens_per_s
+    assert lines[at + 1 : at + 3] == ["    gpus                 5, 6", "    log                  -"]
+    assert "    env                  CUDA_VISIBLE_DEVICES=5,6" in lines
+    assert "    params               -" in lines
     at = lines.index("  sglang")
     assert lines[at + 1] == "    ports            30000, 30001"
     assert not any("Config(" in line or "mappingproxy" in line for line in lines)

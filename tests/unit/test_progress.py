@@ -38,6 +38,8 @@ SNAPSHOT_KEYS = {
     "eta_s",
     "last_update",
     "crash_reason",
+    "elastic_restarts",
+    "root_cause",
 }
 
 
@@ -269,9 +271,8 @@ def test_bad_user_regex_is_a_clear_error(spec: str, message: str) -> None:
 
 def test_snapshot_before_any_progress_is_all_null() -> None:
     snap = JobTracker("idle", "kv").snapshot_json()
-    assert snap == {"name": "idle", "state": "running", "gpus": []} | dict.fromkeys(
-        SNAPSHOT_KEYS - {"name", "state", "gpus"}
-    )
+    known = {"name": "idle", "state": "running", "gpus": [], "elastic_restarts": 0}  # counted
+    assert snap == known | dict.fromkeys(SNAPSHOT_KEYS - set(known))
 
 
 def test_last_update_is_iso_time() -> None:

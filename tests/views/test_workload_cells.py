@@ -305,3 +305,23 @@ def test_the_model_cell_says_the_servers_parallelism_from_its_server_info() -> N
     single = SglangTracker(30001)
     single.observe_info(200, (fixtures / "0.5.10" / "server_info.json").read_text())
     assert sglang_cells(single)["model"].text == "Qwen3-8B"  # one GPU: nothing to add
+
+
+def test_job_state_says_torchrun_restarts_and_the_crash_its_root_cause() -> None:
+    job = JobTracker("drafter", "kv", (5, 6, 7))
+    job.feed("step 1/100 | loss 2.0", 100.0)
+    job.feed("[default] Worker group FAILED. 3/3 attempts left; will restart worker group", 101.0)
+    job.feed("[default] Worker group FAILED. 2/3 attempts left; will restart worker group", 102.0)
+    assert job_cells(job)["state"] == Cell("running, 2 torchrun restarts", Role.WARNING)
+    for text in ("Root Cause (first observed failure):", "  rank      : 2 (local_rank: 2)"):
+        job.feed(text, 103.0)
+    job.feed("  exitcode  : 1 (pid: 4120)", 103.0)
+    job.mark_crashed(f"crash ({job.root_cause.text if job.root_cause else ''})", 104.0)
+    cell = job_cells(job)["state"]
+    assert cell == Cell("crashed: crash (first failure: rank 2 exited with 1)", Role.CRITICAL)
+
+
+def test_stalled_and_slow_jobs_have_their_own_titles() -> None:
+    for kind, title in (("job_stalled", "Job stalled"), ("job_slow", "Job slow")):
+        alert = Alert(f"{kind}:drafter", Health.CRITICAL, kind, "ct200", None, "drafter", "x", 1, 1)
+        assert alert_title(alert) == f"CRITICAL: {title}"

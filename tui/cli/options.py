@@ -31,7 +31,13 @@ def common_options(parser: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--scenario",
         default="training-oom",
-        choices=("training-oom", "sglang", "idle"),
+        choices=(
+            "training-oom",
+            "sglang",
+            "idle",
+            "stall",
+            "slow",
+        ),
         help="what the simulated CT200 runs (default: training-oom)",
     )
     demo.add_argument(

@@ -198,6 +198,8 @@ KIND_TITLES = {
     "host_unreachable": "Host unreachable",
     "auto_restart": "Automatic restart",
     "gpu_idle_held": "GPU held and idle",
+    "job_stalled": "Job stalled",
+    "job_slow": "Job slow",
 }
 
 

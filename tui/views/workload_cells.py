@@ -163,7 +163,11 @@ def gpu_list_text(gpus: Sequence[int]) -> str:
 
 def job_state_cell(job: JobTracker) -> Cell:
     """ "running", "finished", "stopped", "crashed: OOM on GPU 6"; a job whose log said
-    nothing yet is "no progress yet"."""
+    nothing yet is "no progress yet"; a running job torchrun restarted says how often
+    ("running, 2 torchrun restarts": it lost progress each time)."""
+    if job.state is JobState.RUNNING and job.elastic_restarts:
+        n = job.elastic_restarts
+        return Cell(f"running, {n} torchrun restart{'s' if n != 1 else ''}", Role.WARNING)
     if job.state is JobState.CRASHED:
         reason = f": {_printable(job.crash_reason)}" if job.crash_reason else ""
         return Cell(f"crashed{reason}", Role.CRITICAL)

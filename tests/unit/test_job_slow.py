@@ -1,0 +1,123 @@
+"""job_slow: a job's rate below ``slow_below`` of its baseline for ``slow_for_s`` (the
+configured ``expect_tokens_per_s``, else the median of its previous good runs, kept in the
+state directory across restarts), with both rates and both ETAs; a job at its usual rate,
+and a run shorter than warm-up plus MIN_RUN_S are not slow or learned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpumon.backends.alerts.engine import Alert, AlertEngine, AlertRules
+from gpumon.backends.alerts.incident import incidents
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.config.workloads import JobConfig
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
+from gpumon.backends.workloads.slow import MIN_RUN_S, WARMUP_S, RunBaselines, RunRecord
+from gpumon.backends.workloads.watch import Workloads
+
+GPUS = (5, 6, 7)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def setup(
+    tmp_path: Path, expect: float | None = 20000.0, slow_for_s: float = 15.0
+) -> tuple[Workloads, AlertEngine, Clock]:
+    job = JobConfig(
+        name="drafter",
+        gpus=GPUS,
+        log="/l/d.log",
+        expect_tokens_per_s=expect,
+        slow_for_s=slow_for_s,
+    )
+    host = HostConfig(name="box", kind="local", jobs=(job,))
+    clock = Clock()
+    return Workloads(host, tmp_path / "runs.json"), AlertEngine("box", AlertRules(), clock), clock
+
+
+def sample(t: float, util: float = 2.0, power: float = 95.0) -> HostSample:
+    gpus = tuple(
+        GpuSample(i, uuid=f"GPU-{i}", utilization_pct=util, power_w=power) for i in range(8)
+    )
+    procs = tuple(GpuProcess(100 + i, "python", 80000, gpu_uuid=f"GPU-{i}") for i in GPUS)
+    return HostSample("box", t, None, gpus, procs)
+
+
+def step(n: int, ktok: float) -> str:
+    return f"step {n}/1000000 | loss 2.3100 | {ktok:.1f} Ktok/s"
+
+
+def run(
+    w: Workloads, engine: AlertEngine, clock: Clock, seconds: int, ktok: float, first: int = 1
+) -> list[Alert]:
+    """One progress line a second for ``seconds``; the job_slow alerts after the last."""
+    for k in range(first, first + seconds):
+        clock.t += 1.0
+        w.on_log("job:drafter", "/l/d.log", [step(k, ktok)], clock.t)
+        w.judge_stalls(engine, sample(clock.t), clock.t)
+    return [a for a in engine.active() if a.kind == "job_slow"]
+
+
+def test_a_job_at_4_6_ktok_s_of_an_expected_20000_is_slow_after_slow_for_s(
+    tmp_path: Path,
+) -> None:
+    w, engine, clock = setup(tmp_path)
+    assert run(w, engine, clock, 14, 4.6) == []  # not before slow_for_s
+    (alert,) = run(w, engine, clock, 3, 4.6, first=15)
+    assert alert.severity is Health.WARNING and alert.job == "drafter"
+    # one step a second of 1,000,000: ETA ~11.6 d now, 23 % of that at the expected rate
+    assert alert.message.startswith(
+        "drafter at 4.6 Ktok/s, 23 % of its expected 20.0 Ktok/s (ETA 12 d instead of 2.7 d)"
+    ), alert.message
+    assert "its GPUs at 2 % utilisation, 95 W" in alert.message
+    (incident,) = incidents(engine.active())
+    assert incident.headline == alert.message  # led by the job, not "drafter: drafter ..."
+    assert run(w, engine, clock, 2, 20.3, first=18) == []  # back to speed: resolved
+
+
+def test_a_job_at_20_3_ktok_s_is_not_slow(tmp_path: Path) -> None:
+    w, engine, clock = setup(tmp_path)
+    assert run(w, engine, clock, 60, 20.3) == []
+
+
+def test_the_baseline_is_learned_from_good_runs_and_survives_a_restart(tmp_path: Path) -> None:
+    w, engine, clock = setup(tmp_path, expect=None, slow_for_s=15.0)
+    good = int(WARMUP_S + MIN_RUN_S) + 5
+    assert run(w, engine, clock, good, 20.1) == []
+    (kept,) = RunBaselines(tmp_path / "runs.json").runs("drafter")
+    assert kept.rate == 20100.0 and kept.util_pct == 2.0 and kept.unit == "tok/s"
+    # gpumon restarts (a new Workloads on the same file); the job restarts, slow after a swap
+    w, engine, clock2 = setup(tmp_path, expect=None, slow_for_s=15.0)
+    clock2.t = clock.t + 100.0
+    (alert,) = run(w, engine, clock2, 20, 4.6)
+    assert alert.message.startswith("drafter at 4.6 Ktok/s, 23 % of its usual 20.1 Ktok/s")
+    assert "2 % utilisation (baseline run 2 %)" in alert.message
+
+
+def test_without_a_baseline_nothing_is_slow_and_a_short_run_is_not_learned(
+    tmp_path: Path,
+) -> None:
+    w, engine, clock = setup(tmp_path, expect=None)
+    assert run(w, engine, clock, 60, 0.5) == []  # nothing to compare with yet
+    runs = RunBaselines(tmp_path / "runs.json")
+    assert runs.runs("drafter") == []  # not yet past warm-up and MIN_RUN_S
+
+
+def test_a_broken_baselines_file_is_an_empty_history(tmp_path: Path) -> None:
+    path = tmp_path / "runs.json"
+    path.write_text("{not json")
+    assert RunBaselines(path).runs("drafter") == []
+
+
+def test_a_read_only_history_learns_nothing(tmp_path: Path) -> None:
+    """A replay reads the baseline but must not teach it its recorded runs."""
+    path = tmp_path / "runs.json"
+    runs = RunBaselines(path, learn=False)
+    runs.record("drafter", RunRecord(1.0, 20100.0, "tok/s"))
+    assert not path.exists() and RunBaselines(path).runs("drafter") == []
