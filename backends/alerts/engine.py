@@ -8,7 +8,8 @@ Kinds and how each one ends (``active`` becomes False):
 
 - condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``),
   ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
-  (from ``on_unreachable``) last while the condition holds (with hysteresis, see
+  (from ``on_unreachable``) and ``sglang_hung`` (key ``sglang_hung:PORT``, from
+  ``on_sglang_hung``) last while the condition holds (with hysteresis, see
   alert_rules). Acknowledging one only silences it (``acknowledged``); it rings again if
   it gets worse.
 - event alerts end when acknowledged, when ``clear(key_prefix)`` is called (the restart
@@ -388,6 +389,21 @@ class AlertEngine(AlertStore):
         text = f"{error or 'no connection'} (unreachable for {down_s:.0f} s, {tries})"
         raised: list[Alert] = []
         self._condition(key, key, level, None, text, now, raised, score=down_s)
+        return self._announce(raised)
+
+    def on_sglang_hung(
+        self, port: int, text: str | None, now: float, *, silent_s: float = 0.0
+    ) -> list[Alert]:
+        """``sglang_hung`` (critical) for the server on ``port`` while ``text`` (its
+        headline and evidence) is given; None ends it: tokens come again, the requests are
+        gone, or the server went down (a verdict of its own)."""
+        key = f"sglang_hung:{port}"
+        if text is None:
+            if key in self._active:
+                self._end(key)
+            return []
+        raised: list[Alert] = []
+        self._condition(key, "sglang_hung", Health.CRITICAL, None, text, now, raised, silent_s)
         return self._announce(raised)
 
     # --- logs ---------------------------------------------------------------------------

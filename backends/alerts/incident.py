@@ -54,6 +54,7 @@ CAUSE_ORDER = (
     "job_crashed",
     "oom_death",
     "gpu_health",
+    "sglang_hung",
     "sglang_error",
     "kv_cache_full",
     "driver_error",

@@ -37,6 +37,7 @@ KINDS = (
     "stale_data",
     "driver_error",
     "host_unreachable",
+    "sglang_hung",
 )
 CONDITION_KINDS = frozenset(
     {
@@ -47,6 +48,7 @@ CONDITION_KINDS = frozenset(
         "stale_data",
         "driver_error",
         "host_unreachable",
+        "sglang_hung",
     }
 )
 HISTORY_MAX = 500

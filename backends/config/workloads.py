@@ -40,6 +40,7 @@ class SglangConfig:
     ports: tuple[int, ...] = ()
     log: str | None = None  # path or glob of the servers' logs (used when metrics are off)
     discover: bool = True  # also find `sglang.launch_server` / `sglang serve` processes
+    hung_after_s: float = 60.0  # requests and no token this long: ``sglang_hung``
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,7 @@ SGLANG_KEYS: tuple[KeySpec, ...] = (
     KeySpec("ports", port_list, 'a list of ports or a range such as "30000-30007"'),
     KeySpec("log", text, "a log file path or glob"),
     KeySpec("discover", boolean, "true or false"),
+    KeySpec("hung_after_s", number(5, 86400), "seconds between 5 and 86400"),
 )
 JOB_KEYS: tuple[KeySpec, ...] = (
     KeySpec("gpus", gpu_list, "a non-empty list of GPU indices"),

@@ -457,6 +457,8 @@ class HostMonitor:
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
         )
         self.workloads.apply_alerts(self.alerts, now)
+        if source.sglang:
+            self.workloads.judge_hung(self.alerts, now)
         self._name_holders(now)
         self._notify()
 
@@ -534,7 +536,9 @@ class HostMonitor:
         self._notify()
 
     def ingest_http(self, tag: str, status: int | None, body: str, error: str | None) -> None:
-        self.workloads.on_http(tag, status, body, error, self.clock())
+        now = self.clock()
+        self.workloads.on_http(tag, status, body, error, now)
+        self.workloads.judge_hung(self.alerts, now)
         self._notify()
 
     def ingest_kernel_lines(self, lines: Sequence[str]) -> None:

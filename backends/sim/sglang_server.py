@@ -45,6 +45,7 @@ HOST = "127.0.0.1"
 # uvicorn's timeout_keep_alive, which SGLang passes as 5 (SGLANG_TIMEOUT_KEEP_ALIVE in
 # 0.5.18, a literal 5 in 0.5.6): an idle keep-alive connection is closed after it.
 KEEP_ALIVE_S = 5.0
+HANG_LOG_BACKLOG = 60  # log intervals (~150 s) written at start in the hang scenario
 DownMode = Literal["503", "refuse"]
 MODEL_INFO = {
     "model_path": MODEL,
@@ -146,8 +147,12 @@ class SglangServers:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             now = self.now()
-            for port in self.ports:  # a log starts now, not at the server's start
-                self._logged[port] = int((now - self.started[port]) // LOG_INTERVAL_S) - 1
+            # A log starts now, not at the server's start; in ``hang`` it holds the last
+            # ``HANG_LOG_BACKLOG`` log intervals, so a log read from its tail says when the
+            # hung server last decoded.
+            back = HANG_LOG_BACKLOG if self.settings.scenario == "hang" else 1
+            for port in self.ports:
+                self._logged[port] = int((now - self.started[port]) // LOG_INTERVAL_S) - back
             thread = threading.Thread(target=self._log_loop, name="sglang-sim-log", daemon=True)
             thread.start()
             self._threads.append(thread)

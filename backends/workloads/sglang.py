@@ -13,11 +13,23 @@ The generation rate says where it came from (``gen_tokens_per_s_source``): ``cou
 request finishes, so it is never used for the rate) or ``log`` (metrics off). In log mode
 every stats-logging rank prints its own line (``[... DP3 TP3]``): the latest line of each
 leader is kept and the leaders are summed, as on the metrics page.
+
+Hung (``hung``): requests are running or queued and no token was made for
+``hung_after_s``. Progress is any of the server's token counters moving between two
+scrapes (``realtime_tokens_total`` decode and prefill modes from 0.5.7, else
+``generation_tokens_total`` / ``prompt_tokens_total``), or a ``Decode batch`` /
+``Prefill batch`` log line, dated by its own stamp (a log read from its tail says when
+the server last decoded, before gpumon watched). ``gen_throughput`` is never progress: it
+keeps its last value while nothing is decoded. With metrics on, the counters must also be
+seen standing still over two scrapes ``MIN_RATE_SPAN_S`` apart, so a log stamp in another
+time zone cannot make a busy server hung; a server whose decode counter is still 0 (it
+just started) or that restarted counts from when it was first seen.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +55,7 @@ LATENCY_EVERY_S = 10.0  # histograms are 3/4 of the parsing cost; read them this
 LOG_FALLBACK_S = 30.0  # log lines count only when no metrics scrape came for this long
 LOG_RANK_TTL_S = 120.0  # a rank whose last stats line is this old no longer counts
 HISTORY_LEN = 120
+HUNG_AFTER_S = 60.0  # ``[hosts.NAME.sglang] hung_after_s``
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +134,39 @@ def parse_server_info(body: str) -> ServerInfo | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Hung:
+    """A server with requests and no token for ``silent_s`` seconds (``SglangTracker.hung``).
+
+    ``last_decode``: the log's last ``Decode batch`` line and its age in seconds, when the
+    log is followed."""
+
+    port: int
+    running: int
+    queued: int
+    silent_s: float
+    last_decode: tuple[str, float] | None = None
+
+    def headline(self) -> str:
+        """``sglang :30000 hung: 37 running, no token for 94 s``."""
+        queued = f", {self.queued} queued" if self.queued else ""
+        return (
+            f"sglang :{self.port} hung: {self.running} running{queued}, "
+            f"no token for {self.silent_s:.0f} s"
+        )
+
+
+def stamp_epoch(stamp: str | None) -> float | None:
+    """The epoch seconds of a log stamp ``2026-11-29 14:32:00`` read as local time; None
+    when there is none or it does not parse."""
+    if stamp is None:
+        return None
+    try:
+        return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class _Point:
     t: float
     scrape: SglangScrape
@@ -182,6 +228,14 @@ class SglangTracker:
         self._log_ranks: dict[tuple[int | None, int | None, int | None], _RankLine] = {}
         self._log_t: float | None = None  # the last stats line used
         self._one_rank_page = False  # the last page spoke for one DP rank of several
+        # hung: when this run of the server was first seen, when a counter last moved,
+        # since when the counters stand still, the last progress line of the log
+        self.watched_since: float | None = None
+        self._run_seen: float | None = None  # the first scrape of this run of the server
+        self.counter_progress_at: float | None = None
+        self._frozen_since: float | None = None
+        self.log_progress_at: float | None = None
+        self.last_decode_line: tuple[float, str] | None = None  # (its time, the line)
 
     # ------------------------------------------------------------------ feeding it
     def wants_latency(self, t: float) -> bool:
@@ -232,6 +286,7 @@ class SglangTracker:
         """
         self.up, self.stale, self.error = False, True, reason
         self._points.clear()
+        self._frozen_since = None
         self.history.append((t, None))
 
     def observe(self, scrape: SglangScrape, t: float) -> None:
@@ -242,7 +297,10 @@ class SglangTracker:
             if t <= last.t or _went_down(scrape, last.scrape):
                 if t > last.t:
                     self.restarts += 1
+                    self.watched_since = self._run_seen = t  # a new run: it just started
+                    self.counter_progress_at = self.log_progress_at = None
                 self._points.clear()
+        self._track_progress(scrape, t)
         self._points.append(_Point(t, scrape))
         while len(self._points) > 2 and self._points[1].t <= t - self.slow_window_s:
             self._points.popleft()
@@ -266,7 +324,74 @@ class SglangTracker:
     def observe_log_line(self, line: str, t: float) -> bool:
         """A server log line; True when it was a stats line that was used."""
         stats = parse_sglang_log_line(line)
-        return stats is not None and self.observe_log(stats, t)
+        if stats is None:
+            return False
+        self._log_progress(stats, line, t)
+        return self.observe_log(stats, t)
+
+    # ------------------------------------------------------------------ hung
+    def _track_progress(self, scrape: SglangScrape, t: float) -> None:
+        """Counter progress: any token counter above the previous scrape's."""
+        if self.watched_since is None:
+            self.watched_since = t
+        if self._run_seen is None:
+            self._run_seen = t
+        if not self._points:
+            self._frozen_since = t
+            return
+        before = self._points[-1].scrape
+        pairs = zip(scrape.counters(), before.counters(), strict=True)
+        if any(a is not None and b is not None and a > b for a, b in pairs):
+            self.counter_progress_at = self._frozen_since = t
+        elif self._frozen_since is None:
+            self._frozen_since = self._points[-1].t
+
+    def _log_progress(self, stats: SglangLogStats, line: str, t: float) -> None:
+        """A stats line is progress at its own stamp (never later than it came)."""
+        if self.watched_since is None:
+            self.watched_since = t
+        stamped = stamp_epoch(stats.time)
+        at = t if stamped is None else min(stamped, t)
+        if self.log_progress_at is None or at > self.log_progress_at:
+            self.log_progress_at = at
+        if stats.kind == "decode":
+            self.last_decode_line = (at, line.strip())
+
+    def hung(self, t: float, after_s: float = HUNG_AFTER_S) -> Hung | None:
+        """The hung verdict at ``t`` (module docstring), or None: the server is down or
+        unknown, idle (nothing running or queued), making tokens, or not yet watched
+        long enough to tell."""
+        if self.up is not True or self.stale or self.watched_since is None:
+            return None
+        running, queued = round(self.running or 0), round(self.queued or 0)
+        if running + queued <= 0:
+            return None
+        if self.metrics_enabled:
+            frozen = self._frozen_since
+            if frozen is None or t - frozen < self.min_rate_span_s:
+                return None
+        known = [x for x in (self.counter_progress_at, self.log_progress_at) if x is not None]
+        if self._never_decoded() and self._run_seen is not None:
+            known.append(self._run_seen)  # this run just started: older lines are another's
+        last = max(known) if known else self.watched_since
+        silent = t - last
+        if silent < after_s:
+            return None
+        decode = None
+        if self.last_decode_line is not None:
+            at, text = self.last_decode_line
+            decode = (text, max(t - at, 0.0))
+        return Hung(self.port, running, queued, silent, decode)
+
+    def _never_decoded(self) -> bool:
+        """The newest scrape's generated-token counter is 0: a server that just started."""
+        if not self._points:
+            return False
+        scrape = self._points[-1].scrape
+        made = scrape.decode_tokens
+        if made is None:
+            made = scrape.generation_tokens
+        return made is not None and made <= 0
 
     def observe_log(self, stats: SglangLogStats, t: float) -> bool:
         """A parsed stats line. Used only while no metrics scrape came for

@@ -15,7 +15,8 @@ from typing import Any
 from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.parsers.oom import KEEP_PATTERN
-from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
+from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
+from gpumon.backends.workloads.sglang import HUNG_AFTER_S, Hung
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 
 CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
@@ -147,6 +148,42 @@ class Workloads:
                 continue
             where = f" on GPU {alert.gpu}" if alert.gpu is not None else ""
             job.mark_crashed(f"{reason}{where}", t)
+
+    def judge_hung(self, alerts: AlertEngine, t: float) -> None:
+        """Raise or end ``sglang_hung`` for every server (``SglangTracker.hung``)."""
+        after = self.host.sglang.hung_after_s if self.host.sglang is not None else HUNG_AFTER_S
+        for port, tracker in self.sglang.items():
+            verdict = tracker.hung(t, after)
+            if verdict is None:
+                alerts.on_sglang_hung(port, None, t)
+                continue
+            text = self._hung_text(verdict, alerts)
+            alerts.on_sglang_hung(port, text, t, silent_s=verdict.silent_s)
+
+    def _hung_text(self, verdict: Hung, alerts: AlertEngine) -> str:
+        """The headline, then the evidence: what the server's log said of it lately (a
+        watchdog dump, a failed health check, a crashed scheduler) and its last decode line."""
+        parts = [verdict.headline()]
+        tracker = self.sglang[verdict.port]
+        said = [
+            a
+            for a in alerts.active()
+            if a.kind in ("sglang_error", "kv_cache_full")
+            and a.key.startswith("log:")
+            and self._server_for(a.key.removeprefix("log:").rpartition(":")[0]) is tracker
+        ]
+        if said:
+            newest = max(said, key=lambda a: a.last_seen).message
+            if newest.startswith("Health check failed"):
+                parts.append("/health_generate timed out (its log)")
+            else:
+                parts.append(f"its log: {newest[:120]}")
+        if verdict.last_decode is not None:
+            line, age = verdict.last_decode
+            stamp = parse_sglang_log_line(line)
+            when = f" at {stamp.time[-8:]}" if stamp is not None and stamp.time else ""
+            parts.append(f"last decode line{when} ({age:.0f} s ago)")
+        return "; ".join(parts)
 
     # --- views -------------------------------------------------------------------------
     def rates_pending(self) -> bool:

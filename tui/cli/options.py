@@ -31,7 +31,7 @@ def common_options(parser: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--scenario",
         default="training-oom",
-        choices=("training-oom", "sglang"),
+        choices=("training-oom", "sglang", "hang"),
         help="what the simulated CT200 runs (default: training-oom)",
     )
     demo.add_argument(

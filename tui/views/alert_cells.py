@@ -197,6 +197,7 @@ KIND_TITLES = {
     "driver_error": "Driver error",
     "host_unreachable": "Host unreachable",
     "auto_restart": "Automatic restart",
+    "sglang_hung": "SGLang server hung",
 }
 
 
