@@ -42,6 +42,7 @@ from gpumon.backends.parsers.nvidia_smi import SmiFailure, parse_compute_apps, p
 from gpumon.backends.parsers.processes import container_view, from_record
 from gpumon.backends.recording.recorder import FlightRecorder
 from gpumon.backends.transport.base import Transport
+from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S
 from gpumon.backends.workloads.watch import LogSource, Workloads
 
 from .sources.base import Source
@@ -458,7 +459,7 @@ class HostMonitor:
         )
         self.workloads.apply_alerts(self.alerts, now)
         if source.sglang:
-            self.workloads.judge_hung(self.alerts, now)
+            self._judge_hung(now)
         self._name_holders(now)
         self._notify()
 
@@ -538,8 +539,14 @@ class HostMonitor:
     def ingest_http(self, tag: str, status: int | None, body: str, error: str | None) -> None:
         now = self.clock()
         self.workloads.on_http(tag, status, body, error, now)
-        self.workloads.judge_hung(self.alerts, now)
+        self._judge_hung(now)
         self._notify()
+
+    def _judge_hung(self, now: float) -> None:
+        """``sglang_hung`` for every server; the agent asks a hung one's
+        ``/health_generate`` (once per ``hung_after_s``)."""
+        for url, tag in self.workloads.judge_hung(self.alerts, now):
+            self.source.probe(url, tag, HEALTH_PROBE_TIMEOUT_S)
 
     def ingest_kernel_lines(self, lines: Sequence[str]) -> None:
         self.alerts.on_kernel_lines(list(lines))

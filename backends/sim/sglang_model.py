@@ -272,7 +272,8 @@ def metrics_text(settings: SimSettings, index: int, t: float, started: float) ->
     return "\n".join(p.lines) + "\n"
 
 
-def _stamp(settings: SimSettings, t: float) -> str:
+def log_stamp(settings: SimSettings, t: float) -> str:
+    """The log stamp of scenario time ``t``: ``[2026-11-29 14:32:00]``."""
     return time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(wall_time(settings, t)))
 
 
@@ -281,7 +282,7 @@ def log_lines(settings: SimSettings, index: int, epoch: int, started: float) -> 
     every third one is preceded by a prefill line."""
     t = started + epoch * LOG_INTERVAL_S
     s = server_state(settings, index, t + 1e-6, started)
-    stamp = _stamp(settings, t)
+    stamp = log_stamp(settings, t)
     stop = stopped_at(settings, index, started)
     if stop is not None and t >= stop:
         return _stopped_lines(settings, s, t, stop, stamp)
@@ -318,7 +319,7 @@ def _stopped_lines(
         tic = time.strftime("%H:%M:%S", time.localtime(wall_time(settings, failed - 20.0)))
         beat = time.strftime("%H:%M:%S", time.localtime(wall_time(settings, stop)))
         return [
-            f"{_stamp(settings, failed)} Health check failed. Server couldn't get a response "
+            f"{log_stamp(settings, failed)} Health check failed. Server couldn't get a response "
             f"from detokenizer for last 20 seconds. tic start time: {tic}. "
             f"last_heartbeat time: {beat}"
         ]

@@ -56,6 +56,10 @@ LOG_FALLBACK_S = 30.0  # log lines count only when no metrics scrape came for th
 LOG_RANK_TTL_S = 120.0  # a rank whose last stats line is this old no longer counts
 HISTORY_LEN = 120
 HUNG_AFTER_S = 60.0  # ``[hosts.NAME.sglang] hung_after_s``
+# SGLang's /health_generate waits SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for a token, then
+# answers 503: the probe waits a little longer than that.
+HEALTH_PROBE_TIMEOUT_S = 25.0
+HEALTH_SLOW_S = 15.0  # a 503 this late is SGLang's own health timeout, not a quick refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +240,10 @@ class SglangTracker:
         self._frozen_since: float | None = None
         self.log_progress_at: float | None = None
         self.last_decode_line: tuple[float, str] | None = None  # (its time, the line)
+        self.health_asked_at: float | None = None  # /health_generate, asked when hung
+        self.health: tuple[float, int | None, str | None] | None = None  # (t, status, error)
+        self._health_pending = False  # asked, no answer yet
+        self._health_waited: float | None = None  # how long the last answer took
 
     # ------------------------------------------------------------------ feeding it
     def wants_latency(self, t: float) -> bool:
@@ -382,6 +390,40 @@ class SglangTracker:
             at, text = self.last_decode_line
             decode = (text, max(t - at, 0.0))
         return Hung(self.port, running, queued, silent, decode)
+
+    def wants_health_probe(self, t: float, after_s: float) -> bool:
+        """Whether to ask ``/health_generate`` now: asked only while hung (the caller
+        says so) and never more than once per ``after_s``; True also marks it asked."""
+        asked = self.health_asked_at
+        if asked is not None and asked <= t < asked + after_s:
+            return False
+        if self._health_pending and asked is not None and t < asked + HEALTH_PROBE_TIMEOUT_S + 5:
+            return False  # the last one is still under way (SGLang holds it 20 s)
+        self.health_asked_at, self._health_pending = t, True
+        return True
+
+    def observe_health(self, status: int | None, error: str | None, t: float) -> None:
+        """The answer to ``/health_generate`` (None: none came, ``error`` says why)."""
+        self.health = (t, status, error)
+        asked = self.health_asked_at
+        self._health_waited = None if asked is None or not self._health_pending else t - asked
+        self._health_pending = False
+
+    def health_text(self, t: float, within_s: float) -> str | None:
+        """What the last ``/health_generate`` said, if it came within ``within_s``:
+        ``/health_generate timed out``, ``/health_generate answered 503``."""
+        if self.health is None or t - self.health[0] > within_s:
+            return None
+        _, status, error = self.health
+        waited = self._health_waited
+        if status == 503 and waited is not None and waited >= HEALTH_SLOW_S:
+            # SGLang's answer when no token came in its health timeout (20 s)
+            return f"/health_generate timed out (503 after {waited:.0f} s)"
+        if status is not None:
+            return f"/health_generate answered {status}"
+        if error is not None and "timed out" in error:
+            return "/health_generate timed out"
+        return f"/health_generate did not answer ({error or 'no answer'})"
 
     def _never_decoded(self) -> bool:
         """The newest scrape's generated-token counter is 0: a server that just started."""

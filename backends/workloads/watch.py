@@ -16,7 +16,7 @@ from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
-from gpumon.backends.workloads.sglang import HUNG_AFTER_S, Hung
+from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S, HUNG_AFTER_S, Hung
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 
 CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
@@ -105,7 +105,7 @@ class Workloads:
         """A fetch of ``tag``'s URL (``sglang:PORT``, or ``sglang-info:PORT`` for its
         server info): HTTP status (None: no answer)."""
         kind, _, number = tag.partition(":")
-        if kind not in ("sglang", "sglang-info"):
+        if kind not in ("sglang", "sglang-info", "sglang-health"):
             return
         try:
             port = int(number)
@@ -114,7 +114,9 @@ class Workloads:
         tracker = self.sglang.get(port)
         if tracker is None:  # discovered by the agent
             tracker = self.sglang[port] = SglangTracker(port)
-        if kind == "sglang-info":
+        if kind == "sglang-health":
+            tracker.observe_health(status, error, t)
+        elif kind == "sglang-info":
             tracker.observe_info(status, body)
         else:
             tracker.observe_http(status, body, t, error)
@@ -149,22 +151,34 @@ class Workloads:
             where = f" on GPU {alert.gpu}" if alert.gpu is not None else ""
             job.mark_crashed(f"{reason}{where}", t)
 
-    def judge_hung(self, alerts: AlertEngine, t: float) -> None:
-        """Raise or end ``sglang_hung`` for every server (``SglangTracker.hung``)."""
+    def judge_hung(self, alerts: AlertEngine, t: float) -> list[tuple[str, str]]:
+        """Raise or end ``sglang_hung`` for every server (``SglangTracker.hung``); returns
+        the ``/health_generate`` probes to ask now, as (URL, tag): only of hung servers,
+        at most once per ``hung_after_s`` each (SGLang holds the probe 20 s, and each one
+        is a generation request)."""
         after = self.host.sglang.hung_after_s if self.host.sglang is not None else HUNG_AFTER_S
+        probes = []
         for port, tracker in self.sglang.items():
             verdict = tracker.hung(t, after)
             if verdict is None:
                 alerts.on_sglang_hung(port, None, t)
                 continue
-            text = self._hung_text(verdict, alerts)
+            if tracker.wants_health_probe(t, after):
+                url = f"http://127.0.0.1:{port}/health_generate"
+                probes.append((url, f"sglang-health:{port}"))
+            text = self._hung_text(verdict, alerts, t, after)
             alerts.on_sglang_hung(port, text, t, silent_s=verdict.silent_s)
+        return probes
 
-    def _hung_text(self, verdict: Hung, alerts: AlertEngine) -> str:
-        """The headline, then the evidence: what the server's log said of it lately (a
-        watchdog dump, a failed health check, a crashed scheduler) and its last decode line."""
+    def _hung_text(self, verdict: Hung, alerts: AlertEngine, t: float, after: float) -> str:
+        """The headline, then the evidence: what ``/health_generate`` answered, what the
+        server's log said of it lately (a watchdog dump, a failed health check, a crashed
+        scheduler) and its last decode line."""
         parts = [verdict.headline()]
         tracker = self.sglang[verdict.port]
+        health = tracker.health_text(t, after + HEALTH_PROBE_TIMEOUT_S)
+        if health is not None:
+            parts.append(health)
         said = [
             a
             for a in alerts.active()
@@ -175,7 +189,8 @@ class Workloads:
         if said:
             newest = max(said, key=lambda a: a.last_seen).message
             if newest.startswith("Health check failed"):
-                parts.append("/health_generate timed out (its log)")
+                if health is None:
+                    parts.append("/health_generate timed out (its log)")
             else:
                 parts.append(f"its log: {newest[:120]}")
         if verdict.last_decode is not None:

@@ -186,6 +186,9 @@ async def test_a_hung_server_is_sglang_hung_and_a_long_prefill_is_not(
     monitor = make_monitor(resolve_host(load_config(cfg), "ct200"))
     monitor.start()
 
+    def active_message() -> str:
+        return " ".join(a.message for a in monitor.alerts.active() if a.kind == "sglang_hung")
+
     def hung(port: int) -> list[str]:
         return [a.message for a in monitor.alerts.history() if a.key == f"sglang_hung:{port}"]
 
@@ -198,8 +201,16 @@ async def test_a_hung_server_is_sglang_hung_and_a_long_prefill_is_not(
         await until(lambda: time.time() - hang_at >= hung_after + 12.0, 30, "a while more")
         assert hung(ports[1]) == []
         assert monitor.workloads.sglang[ports[1]].running == 12
-        active = [a.key for a in monitor.alerts.active() if a.kind == "sglang_hung"]
-        assert active == [f"sglang_hung:{ports[0]}"]
+        active = [a for a in monitor.alerts.active() if a.kind == "sglang_hung"]
+        assert [a.key for a in active] == [f"sglang_hung:{ports[0]}"]
+        # the agent asked /health_generate once; the server held it 20 s and said 503
+        said = "; /health_generate timed out (503 after 2"
+        tracker = monitor.workloads.sglang[ports[0]]
+        await until(
+            lambda: said in active_message(),
+            40,
+            lambda: f"the /health_generate answer: {tracker.health} in {active_message()!r}",
+        )
     finally:
         await monitor.stop()
         os.killpg(servers.pid, signal.SIGKILL)

@@ -168,3 +168,40 @@ def test_the_alert_is_a_critical_condition_with_the_headline(after: float) -> No
     tracker.observe(SglangScrape(running=37.0, queued=2.0, decode_tokens=600.0), 200.0)
     workloads.judge_hung(engine, 200.0)
     assert engine.active() == []  # progress resumed: it resolves by itself
+
+
+def test_health_generate_is_asked_only_while_hung_and_once_per_threshold() -> None:
+    host = HostConfig(name="ct200", kind="ssh", sglang=SglangConfig(ports=(30000,)))
+    workloads = Workloads(host)
+    engine = AlertEngine("ct200", AlertRules(), clock=lambda: 0.0)
+    tracker = workloads.sglang[30000]
+    asked: list[tuple[int, tuple[str, str]]] = []
+
+    def watch(start: int, end: int) -> None:
+        for t in range(start, end, 5):
+            tracker.observe(SglangScrape(running=37.0, decode_tokens=500.0), float(t))
+            asked.extend((t, probe) for probe in workloads.judge_hung(engine, float(t)))
+
+    watch(0, 125)
+    url, tag = "http://127.0.0.1:30000/health_generate", "sglang-health:30000"
+    workloads.on_http(tag, 503, "", None, 141.0)  # SGLang's answer 21 s after the ask
+    watch(145, 150)
+    [alert] = engine.active()
+    assert alert.message.startswith(
+        "sglang :30000 hung: 37 running, no token for 145 s; "
+        "/health_generate timed out (503 after 21 s)"
+    )
+    watch(150, 200)
+    assert asked == [(60, (url, tag)), (120, (url, tag)), (180, (url, tag))]
+    workloads.on_http(tag, None, "", "timed out", 205.0)
+    watch(205, 210)
+    assert "; /health_generate timed out;" in engine.active()[0].message + ";"
+
+
+def test_the_agent_takes_only_local_probes() -> None:
+    from gpumon.backends.remote import protocol
+
+    probe = protocol.Probe("http://127.0.0.1:30000/health_generate", "sglang-health:30000", 25)
+    assert protocol.decode_command(probe.encode().decode()) == probe
+    other = protocol.Probe("http://10.0.0.1:30000/health_generate", "x", 25)
+    assert protocol.decode_command(other.encode().decode()) is None
