@@ -9,7 +9,8 @@ Kinds and how each one ends (``active`` becomes False):
 - condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``),
   ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
   (from ``on_unreachable``) and ``sglang_hung`` (key ``sglang_hung:PORT``, from
-  ``on_sglang_hung``) last while the condition holds (with hysteresis, see
+  ``on_sglang_hung``) and ``spec_accept_low`` (``on_spec_accept_low``) last while the
+  condition holds (with hysteresis, see
   alert_rules). Acknowledging one only silences it (``acknowledged``); it rings again if
   it gets worse.
 - event alerts end when acknowledged, when ``clear(key_prefix)`` is called (the restart
@@ -397,13 +398,23 @@ class AlertEngine(AlertStore):
         """``sglang_hung`` (critical) for the server on ``port`` while ``text`` (its
         headline and evidence) is given; None ends it: tokens come again, the requests are
         gone, or the server went down (a verdict of its own)."""
-        key = f"sglang_hung:{port}"
+        return self._server_condition("sglang_hung", Health.CRITICAL, port, text, now, silent_s)
+
+    def on_spec_accept_low(self, port: int, text: str | None, now: float) -> list[Alert]:
+        """``spec_accept_low`` (warning) for the server on ``port`` while ``text`` is
+        given; None ends it."""
+        return self._server_condition("spec_accept_low", Health.WARNING, port, text, now, 0.0)
+
+    def _server_condition(
+        self, kind: str, level: Health, port: int, text: str | None, now: float, score: float
+    ) -> list[Alert]:
+        key = f"{kind}:{port}"
         if text is None:
             if key in self._active:
                 self._end(key)
             return []
         raised: list[Alert] = []
-        self._condition(key, "sglang_hung", Health.CRITICAL, None, text, now, raised, silent_s)
+        self._condition(key, kind, level, None, text, now, raised, score)
         return self._announce(raised)
 
     # --- logs ---------------------------------------------------------------------------

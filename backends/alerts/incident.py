@@ -63,6 +63,7 @@ CAUSE_ORDER = (
     "time_to_full",
     "memory",
     "auto_restart",
+    "spec_accept_low",
 )
 _RANK = {kind: i for i, kind in enumerate(CAUSE_ORDER)}
 _TRIED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", re.IGNORECASE)

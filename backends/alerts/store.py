@@ -38,6 +38,7 @@ KINDS = (
     "driver_error",
     "host_unreachable",
     "sglang_hung",
+    "spec_accept_low",
 )
 CONDITION_KINDS = frozenset(
     {
@@ -49,6 +50,7 @@ CONDITION_KINDS = frozenset(
         "driver_error",
         "host_unreachable",
         "sglang_hung",
+        "spec_accept_low",
     }
 )
 HISTORY_MAX = 500

@@ -13,7 +13,9 @@ server stuck in a collective does: its token counters and its log stand still wi
 ``HUNG_RUNNING`` requests running and the queue growing by one every
 ``HUNG_QUEUE_EVERY_S``; the ``gen_throughput`` gauge keeps its last value (SGLang sets it
 only when it logs a decode batch), and 25 s in the tokenizer logs a failed
-``/health_generate`` (a load balancer's probe). Server ``PREFILL_INDEX`` starts one long
+``/health_generate`` (a load balancer's probe). Server ``SPEC_INDEX`` runs speculative
+decoding whose drafter is almost always rejected: accept length ``SPEC_ACCEPT_LENGTH``
+from the start, on its page and in its decode lines. Server ``PREFILL_INDEX`` starts one long
 chunked prefill at the same moment: its decode counter stands still too, while its
 prefill counter grows ``PREFILL_CHUNK`` tokens and it logs a ``Prefill batch`` line every
 log interval.
@@ -50,6 +52,9 @@ HUNG_QUEUE_EVERY_S = 10.0
 HEALTH_FAILED_AFTER_S = 25.0  # a probe at HANG_AT + 5 s times out 20 s later
 PREFILL_CHUNK = 8192  # --chunked-prefill-size
 PREFILL_RUNNING = 12
+SPEC_INDEX = 2  # hang: the server of GPU 2 runs a drafter whose tokens are rejected
+SPEC_ACCEPT_LENGTH = 1.04  # tokens per verify step (1 + accepted drafts)
+SPEC_DRAFT_TOKENS = 4  # --speculative-num-draft-tokens
 _SWELL, _SWELL_PERIOD_S = 0.04, 47.0
 _TTFT = (0.6, 0.9)  # log-normal (median s, sigma)
 _ITL = (0.055, 0.25)
@@ -158,6 +163,33 @@ def _stopped_state(
     )
 
 
+def _speculative(settings: SimSettings, index: int) -> bool:
+    return settings.scenario == "hang" and index == SPEC_INDEX
+
+
+def _spec_accept_rate() -> float:
+    """Accepted drafts over proposed ones: (length - 1) / draft tokens."""
+    return (SPEC_ACCEPT_LENGTH - 1.0) / SPEC_DRAFT_TOKENS
+
+
+def _spec_gauges(settings: SimSettings, index: int) -> tuple[tuple[str, str, float], ...]:
+    """SGLang's speculative gauges: 0.0 on a server without a drafter, as it exports."""
+    spec = _speculative(settings, index)
+    return (
+        (
+            "spec_accept_length",
+            "The average acceptance length of speculative decoding.",
+            SPEC_ACCEPT_LENGTH if spec else 0.0,
+        ),
+        (
+            "spec_accept_rate",
+            "The average acceptance rate of speculative decoding "
+            "(`accepted tokens / total draft tokens` in batch).",
+            round(_spec_accept_rate(), 4) if spec else 0.0,
+        ),
+    )
+
+
 def _labels(**labels: str) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 
@@ -216,10 +248,14 @@ def metrics_text(settings: SimSettings, index: int, t: float, started: float) ->
         ("page_size", "KV cache page size in tokens.", 1),
         ("fwd_occupancy", "Forward pass GPU occupancy percentage.", math.nan),
         ("is_cuda_graph", "Whether the batch is using CUDA graph.", 0.0),
+        *_spec_gauges(settings, index),
     )
     for name, help_text, value in gauges:
         p.family(name, "gauge", help_text)
         p.sample(name, _SCHED, value)
+    if _speculative(settings, index):
+        p.family("spec_verify_calls_total", "counter", "Total number of verify steps.")
+        p.sample("spec_verify_calls_total", _SCHED, int(d / SPEC_ACCEPT_LENGTH))
     p.family("num_retracted_reqs", "gauge", "The number of retracted requests.")
     p.sample("num_retracted_reqs", {**_SCHED, "pid": str(2419020 + 168 * index)}, 0)
 
@@ -298,9 +334,14 @@ def log_lines(settings: SimSettings, index: int, epoch: int, started: float) -> 
             f"#pending-token: {s.queued * 2200}, cuda graph: True, "
             f"input throughput (token/s): {new / LOG_INTERVAL_S:.2f}"
         )
+    spec = (
+        f"accept len: {SPEC_ACCEPT_LENGTH:.2f}, accept rate: {_spec_accept_rate():.2f}, "
+        if _speculative(settings, index)
+        else ""
+    )
     lines.append(
         f"{stamp} Decode batch, #running-req: {s.running}, #token: {used}, "
-        f"token usage: {s.token_usage:.2f}, cuda graph: True, "
+        f"token usage: {s.token_usage:.2f}, {spec}cuda graph: True, "
         f"gen throughput (token/s): {s.gen_throughput:.2f}, #queue-req: {s.queued}"
     )
     return lines

@@ -56,6 +56,8 @@ LOG_FALLBACK_S = 30.0  # log lines count only when no metrics scrape came for th
 LOG_RANK_TTL_S = 120.0  # a rank whose last stats line is this old no longer counts
 HISTORY_LEN = 120
 HUNG_AFTER_S = 60.0  # ``[hosts.NAME.sglang] hung_after_s``
+SPEC_ACCEPT_MIN = 1.5  # ``[hosts.NAME.sglang] spec_accept_min``
+SPEC_LOW_FOR_S = 60.0  # the accept length stays below the minimum this long: a warning
 # SGLang's /health_generate waits SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for a token, then
 # answers 503: the probe waits a little longer than that.
 HEALTH_PROBE_TIMEOUT_S = 25.0
@@ -241,6 +243,15 @@ class SglangTracker:
         self.log_progress_at: float | None = None
         self.last_decode_line: tuple[float, str] | None = None  # (its time, the line)
         self.health_asked_at: float | None = None  # /health_generate, asked when hung
+        # speculative decoding (None: no drafter, or not exported) and KV pressure
+        self.spec_accept_length: float | None = None
+        self.spec_accept_rate: float | None = None
+        self.spec_low_since: float | None = None  # accept length below the minimum since
+        self._spec_log: deque[tuple[float, float]] = deque()  # (decode line time, length)
+        self.retracted: float | None = None
+        self.retracted_total: float | None = None
+        self.paused: float | None = None
+        self.aborted_total: float | None = None
         self.health: tuple[float, int | None, str | None] | None = None  # (t, status, error)
         self._health_pending = False  # asked, no answer yet
         self._health_waited: float | None = None  # how long the last answer took
@@ -319,6 +330,11 @@ class SglangTracker:
         self.running, self.queued = scrape.running, scrape.queued
         self.token_usage = scrape.token_usage
         self.used_tokens, self.max_total_tokens = scrape.used_tokens, scrape.max_total_tokens
+        if scrape.spec_accept_length is not None or scrape.spec_verify_calls is not None:
+            self.spec_accept_length = scrape.spec_accept_length
+            self.spec_accept_rate = scrape.spec_accept_rate
+        self.retracted, self.retracted_total = scrape.retracted, scrape.retracted_total
+        self.paused, self.aborted_total = scrape.paused, scrape.aborted_total
         self._rates(scrape, t)
         # SGLang 0.4.x pages carry no rank labels and (from 0.4.4 on) keep the most recent
         # DP rank's gauges only: with several DP ranks the log, which every leader writes,
@@ -364,6 +380,15 @@ class SglangTracker:
             self.log_progress_at = at
         if stats.kind == "decode":
             self.last_decode_line = (at, line.strip())
+            extra = dict(stats.extra)
+            length, rate = _number(extra.get("accept len")), _number(extra.get("accept rate"))
+            recent = self._last_scrape_t is not None and t - self._last_scrape_t < LOG_FALLBACK_S
+            if length is not None and not (recent and self.spec_accept_length is not None):
+                self.spec_accept_length, self.spec_accept_rate = length, rate
+            if length is not None:
+                self._spec_log.append((at, length))
+                while self._spec_log and self._spec_log[0][0] < t - 2 * SPEC_LOW_FOR_S:
+                    self._spec_log.popleft()
 
     def hung(self, t: float, after_s: float = HUNG_AFTER_S) -> Hung | None:
         """The hung verdict at ``t`` (module docstring), or None: the server is down or
@@ -424,6 +449,25 @@ class SglangTracker:
         if error is not None and "timed out" in error:
             return "/health_generate timed out"
         return f"/health_generate did not answer ({error or 'no answer'})"
+
+    def spec_low(self, t: float, minimum: float = SPEC_ACCEPT_MIN) -> float | None:
+        """Seconds the accept length has stayed below ``minimum`` while the server
+        decodes (tokens come: a rate above 0), or None (no drafter, above the minimum,
+        not decoding: an idle server's gauge keeps its last batch's value)."""
+        length = self.spec_accept_length
+        decoding = (self.gen_tokens_per_s or 0.0) > 0 and not self.stale and self.up is True
+        if length is None or length >= minimum or not decoding:
+            self.spec_low_since = None
+            return None
+        if self.spec_low_since is None:
+            self.spec_low_since = t
+        # the log's decode lines say how long before that it was already low
+        since = self.spec_low_since
+        for at, value in reversed(self._spec_log):
+            if value >= minimum:
+                break
+            since = min(since, at)
+        return t - since
 
     def _never_decoded(self) -> bool:
         """The newest scrape's generated-token counter is 0: a server that just started."""
@@ -556,7 +600,28 @@ class SglangTracker:
             "ttft_p50_s": r(self.ttft_p50_s, 4),
             "ttft_p95_s": r(self.ttft_p95_s, 4),
             "itl_p50_s": r(self.itl_p50_s, 5),
+            "spec_accept_length": r(self.spec_accept_length, 3),
+            "spec_accept_rate": r(self.spec_accept_rate, 4),
+            "retracted_reqs": _int(self.retracted),
+            "retracted_requests_total": _int(self.retracted_total),
+            "paused_reqs": _int(self.paused),
+            "aborted_requests_total": _int(self.aborted_total),
         }
+
+
+def _int(v: float | None) -> int | None:
+    return None if v is None else round(v)
+
+
+def _number(text: str | None) -> float | None:
+    """A log item's number (``1.04``), or None."""
+    if text is None:
+        return None
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _f(v: int | None) -> float | None:

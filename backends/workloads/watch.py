@@ -16,7 +16,13 @@ from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
-from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S, HUNG_AFTER_S, Hung
+from gpumon.backends.workloads.sglang import (
+    HEALTH_PROBE_TIMEOUT_S,
+    HUNG_AFTER_S,
+    SPEC_ACCEPT_MIN,
+    SPEC_LOW_FOR_S,
+    Hung,
+)
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 
 CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
@@ -169,6 +175,24 @@ class Workloads:
             text = self._hung_text(verdict, alerts, t, after)
             alerts.on_sglang_hung(port, text, t, silent_s=verdict.silent_s)
         return probes
+
+    def judge_spec(self, alerts: AlertEngine, t: float) -> None:
+        """``spec_accept_low`` for every server whose drafter's accept length stayed
+        below ``spec_accept_min`` for ``SPEC_LOW_FOR_S`` while it decodes."""
+        minimum = self.host.sglang.spec_accept_min if self.host.sglang else SPEC_ACCEPT_MIN
+        for port, tracker in self.sglang.items():
+            low = tracker.spec_low(t, minimum)
+            if low is None or low < SPEC_LOW_FOR_S:
+                alerts.on_spec_accept_low(port, None, t)
+                continue
+            rate = tracker.spec_accept_rate
+            of = f" (accept rate {rate:.0%})" if rate is not None else ""
+            text = (
+                f"sglang :{port} drafter tokens rejected: accept length "
+                f"{tracker.spec_accept_length:.2f}{of} for {low:.0f} s, below {minimum:g}: "
+                "speculative decoding costs more than it saves"
+            )
+            alerts.on_spec_accept_low(port, text, t)
 
     def _hung_text(self, verdict: Hung, alerts: AlertEngine, t: float, after: float) -> str:
         """The headline, then the evidence: what ``/health_generate`` answered, what the

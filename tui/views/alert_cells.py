@@ -198,6 +198,7 @@ KIND_TITLES = {
     "host_unreachable": "Host unreachable",
     "auto_restart": "Automatic restart",
     "sglang_hung": "SGLang server hung",
+    "spec_accept_low": "Drafter tokens rejected",
 }
 
 
