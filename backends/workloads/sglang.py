@@ -29,6 +29,7 @@ just started) or that restarted counts from when it was first seen.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -55,6 +56,12 @@ LATENCY_EVERY_S = 10.0  # histograms are 3/4 of the parsing cost; read them this
 LOG_FALLBACK_S = 30.0  # log lines count only when no metrics scrape came for this long
 LOG_RANK_TTL_S = 120.0  # a rank whose last stats line is this old no longer counts
 HISTORY_LEN = 120
+# ``KV cache pool is full. Retract requests. #retracted_reqs: 3, ...`` (0.5.x) and the older
+# ``Decode out of memory happened. #retracted_reqs: 1, ...`` (docs/formats.md 5.5)
+_RETRACTED = re.compile(
+    r"(?:KV cache pool is full\. Retract requests\.|Decode out of memory happened\.) "
+    r"#retracted_reqs: (\d{1,9})"
+)
 HUNG_AFTER_S = 60.0  # ``[hosts.NAME.sglang] hung_after_s``
 SPEC_ACCEPT_MIN = 1.5  # ``[hosts.NAME.sglang] spec_accept_min``
 SPEC_LOW_FOR_S = 60.0  # the accept length stays below the minimum this long: a warning
@@ -252,6 +259,8 @@ class SglangTracker:
         self.retracted_total: float | None = None
         self.paused: float | None = None
         self.aborted_total: float | None = None
+        # #retracted_reqs of the log's retract lines, summed (None: no log line seen)
+        self.retracted_log: int | None = None
         self.health: tuple[float, int | None, str | None] | None = None  # (t, status, error)
         self._health_pending = False  # asked, no answer yet
         self._health_waited: float | None = None  # how long the last answer took
@@ -348,6 +357,9 @@ class SglangTracker:
     def observe_log_line(self, line: str, t: float) -> bool:
         """A server log line; True when it was a stats line that was used."""
         stats = parse_sglang_log_line(line)
+        retracted = _RETRACTED.search(line) if stats is None else None
+        # KV pressure: requests pushed back to the queue
+        self.retracted_log = (self.retracted_log or 0) + (int(retracted[1]) if retracted else 0)
         if stats is None:
             return False
         self._log_progress(stats, line, t)
@@ -606,6 +618,7 @@ class SglangTracker:
             "retracted_requests_total": _int(self.retracted_total),
             "paused_reqs": _int(self.paused),
             "aborted_requests_total": _int(self.aborted_total),
+            "retracted_in_log": self.retracted_log,
         }
 
 

@@ -48,6 +48,7 @@ SNAPSHOT_KEYS = {
     "retracted_requests_total",
     "paused_reqs",
     "aborted_requests_total",
+    "retracted_in_log",
 }
 
 

@@ -104,3 +104,17 @@ def test_the_log_gives_the_numbers_and_how_long_they_were_low() -> None:
     assert (tracker.spec_accept_length, tracker.spec_accept_rate) == (1.04, 0.01)
     workloads.judge_spec(engine, now)
     assert [a.kind for a in engine.active()] == ["spec_accept_low"]
+
+
+def test_retract_lines_are_counted_in_both_wordings() -> None:
+    tracker = _host().sglang[PORT]
+    lines = [
+        "[2025-03-07 21:49:33 TP13] Decode out of memory happened. #retracted_reqs: 1, "
+        "#new_token_ratio: 0.1474 -> 0.1845",
+        "[2026-08-25 14:22:03] KV cache pool is full. Retract requests. #retracted_reqs: 3, "
+        "#new_tokens_gained: 14592, #new_token_ratio: 0.0980 -> 0.5342",
+        "[2026-08-25 14:22:04] Decode batch, #running-req: 3, #retracted_reqs: 9",  # not one
+    ]
+    for line in lines:
+        tracker.observe_log_line(line, 1.0)
+    assert tracker.snapshot_json()["retracted_in_log"] == 4
