@@ -393,12 +393,21 @@ class AlertEngine(AlertStore):
         return self._announce(raised)
 
     def on_sglang_hung(
-        self, port: int, text: str | None, now: float, *, silent_s: float = 0.0
+        self,
+        port: int,
+        text: str | None,
+        now: float,
+        *,
+        silent_s: float = 0.0,
+        gpu: int | None = None,
     ) -> list[Alert]:
         """``sglang_hung`` (critical) for the server on ``port`` while ``text`` (its
         headline and evidence) is given; None ends it: tokens come again, the requests are
-        gone, or the server went down (a verdict of its own)."""
-        return self._server_condition("sglang_hung", Health.CRITICAL, port, text, now, silent_s)
+        gone, or the server went down (a verdict of its own). ``gpu``: its (first) GPU,
+        so what else happens on that GPU folds into its incident."""
+        return self._server_condition(
+            "sglang_hung", Health.CRITICAL, port, text, now, silent_s, gpu
+        )
 
     def on_spec_accept_low(self, port: int, text: str | None, now: float) -> list[Alert]:
         """``spec_accept_low`` (warning) for the server on ``port`` while ``text`` is
@@ -406,7 +415,14 @@ class AlertEngine(AlertStore):
         return self._server_condition("spec_accept_low", Health.WARNING, port, text, now, 0.0)
 
     def _server_condition(
-        self, kind: str, level: Health, port: int, text: str | None, now: float, score: float
+        self,
+        kind: str,
+        level: Health,
+        port: int,
+        text: str | None,
+        now: float,
+        score: float,
+        gpu: int | None = None,
     ) -> list[Alert]:
         key = f"{kind}:{port}"
         if text is None:
@@ -414,7 +430,7 @@ class AlertEngine(AlertStore):
                 self._end(key)
             return []
         raised: list[Alert] = []
-        self._condition(key, kind, level, None, text, now, raised, score)
+        self._condition(key, kind, level, gpu, text, now, raised, score)
         return self._announce(raised)
 
     # --- logs ---------------------------------------------------------------------------

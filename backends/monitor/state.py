@@ -545,7 +545,7 @@ class HostMonitor:
     def _judge_hung(self, now: float) -> None:
         """``sglang_hung`` and ``spec_accept_low`` for every server; the agent asks a
         hung one's ``/health_generate`` (once per ``hung_after_s``)."""
-        for url, tag in self.workloads.judge_hung(self.alerts, now):
+        for url, tag in self.workloads.judge_hung(self.alerts, now, self.latest):
             self.source.probe(url, tag, HEALTH_PROBE_TIMEOUT_S)
         self.workloads.judge_spec(self.alerts, now)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.model import HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
 from gpumon.backends.workloads.sglang import (
@@ -26,6 +27,8 @@ from gpumon.backends.workloads.sglang import (
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 
 CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
+NCCL_SPIN_UTIL_PCT = 95.0  # every rank this busy ...
+NCCL_SPIN_POWER_SHARE = 0.35  # ... on less than this share of its power limit: a spin
 # Fetched once per server start, for the model and parallelism: ``/server_info`` since
 # 0.5.6; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
@@ -157,13 +160,35 @@ class Workloads:
             where = f" on GPU {alert.gpu}" if alert.gpu is not None else ""
             job.mark_crashed(f"{reason}{where}", t)
 
-    def judge_hung(self, alerts: AlertEngine, t: float) -> list[tuple[str, str]]:
+    def server_gpus(self, sample: HostSample | None) -> dict[int, tuple[int, ...]]:
+        """Port -> the GPUs its ranks run on, where that can be told: one server owns
+        every GPU that runs an ``sglang`` process; several map onto those GPUs in order
+        when there are as many, else onto all GPUs when there are as many as servers
+        (one server per GPU). Otherwise nothing: a guess would mislead the evidence."""
+        if sample is None or not self.sglang:
+            return {}
+        ports = sorted(self.sglang)
+        hosting = [
+            g.index
+            for g in sample.gpus
+            if any("sglang" in (p.name or "") for p in sample.processes_for(g))
+        ]
+        if len(ports) == 1:
+            return {ports[0]: tuple(hosting)} if hosting else {}
+        if len(hosting) != len(ports):
+            hosting = [g.index for g in sample.gpus] if len(sample.gpus) == len(ports) else []
+        return {port: (index,) for port, index in zip(ports, hosting, strict=False)}
+
+    def judge_hung(
+        self, alerts: AlertEngine, t: float, sample: HostSample | None = None
+    ) -> list[tuple[str, str]]:
         """Raise or end ``sglang_hung`` for every server (``SglangTracker.hung``); returns
         the ``/health_generate`` probes to ask now, as (URL, tag): only of hung servers,
         at most once per ``hung_after_s`` each (SGLang holds the probe 20 s, and each one
         is a generation request)."""
         after = self.host.sglang.hung_after_s if self.host.sglang is not None else HUNG_AFTER_S
         probes = []
+        gpus = self.server_gpus(sample)
         for port, tracker in self.sglang.items():
             verdict = tracker.hung(t, after)
             if verdict is None:
@@ -173,7 +198,10 @@ class Workloads:
                 url = f"http://127.0.0.1:{port}/health_generate"
                 probes.append((url, f"sglang-health:{port}"))
             text = self._hung_text(verdict, alerts, t, after)
-            alerts.on_sglang_hung(port, text, t, silent_s=verdict.silent_s)
+            spin = _gpu_evidence(sample, gpus.get(port, ()))
+            text += f"; {spin}" if spin else ""
+            first = gpus.get(port, (None,))[0]
+            alerts.on_sglang_hung(port, text, t, silent_s=verdict.silent_s, gpu=first)
         return probes
 
     def judge_spec(self, alerts: AlertEngine, t: float) -> None:
@@ -262,3 +290,35 @@ class Workloads:
 
     def jobs_json(self) -> list[dict[str, Any]]:
         return [j.snapshot_json() for j in self.jobs.values()]
+
+
+def _gpu_evidence(sample: HostSample | None, gpus: tuple[int, ...]) -> str | None:
+    """What a hung server's GPUs do: every rank busy at low power is the NCCL-spin
+    signature (a kernel spins waiting for a peer that never comes: "utilisation" counts a
+    resident kernel, the power says nothing is computed); idle GPUs point at the CPU
+    side (a stuck scheduler or tokenizer)."""
+    if sample is None or not gpus:
+        return None
+    by_index = {g.index: g for g in sample.gpus}
+    shown = [by_index[i] for i in gpus if i in by_index]
+    utils = [g.utilization_pct for g in shown]
+    powers = [(g.power_w, g.power_limit_w or g.enforced_power_limit_w) for g in shown]
+    if not shown or any(u is None for u in utils):
+        return None
+    which = (
+        f"GPU {shown[0].index}"
+        if len(shown) == 1
+        else f"GPUs {','.join(str(g.index) for g in shown)}"
+    )
+    if all(u is not None and u >= NCCL_SPIN_UTIL_PCT for u in utils) and all(
+        w is not None and cap and w < NCCL_SPIN_POWER_SHARE * cap for w, cap in powers
+    ):
+        watts = "/".join(f"{w:.0f}" for w, _ in powers if w is not None)
+        cap = powers[0][1] or 0.0
+        return (
+            f"{which} at 100 % utilisation on {watts} W of {cap:.0f} W: "
+            "an NCCL spin (a rank waits in a collective for a peer)"
+        )
+    if all(u is not None and u <= 5 for u in utils):
+        return f"{which} idle ({max(u or 0 for u in utils):.0f} %): stuck off the GPU"
+    return None
