@@ -449,11 +449,14 @@ class HostMonitor:
             at = self.latest.time + max(now - self._last_data_at, 0.0)
         self.recorder.record_log(tag, path, lines, at, backlog=backlog)
         self.workloads.on_log(tag, path, lines, now)
+        gpus = job.gpus if job and job.gpus else None
+        if source.sglang:  # the server's GPUs, where known: its incident folds them in
+            gpus = self.workloads.log_gpus(path, self.latest)
         self.alerts.on_log_lines(
             path,
             lines,
             job=job.name if job else None,
-            gpus=job.gpus if job and job.gpus else None,
+            gpus=gpus,
             backlog=backlog,
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
         )

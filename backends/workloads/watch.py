@@ -179,6 +179,14 @@ class Workloads:
             hosting = [g.index for g in sample.gpus] if len(sample.gpus) == len(ports) else []
         return {port: (index,) for port, index in zip(ports, hosting, strict=False)}
 
+    def log_gpus(self, path: str, sample: HostSample | None) -> tuple[int, ...] | None:
+        """The GPUs of the server whose log ``path`` is, where they can be told
+        (``server_gpus``): its failures are then on its GPU, beside its other alerts."""
+        server = self._server_for(path)
+        if server is None:
+            return None
+        return self.server_gpus(sample).get(server.port) or None
+
     def judge_hung(
         self, alerts: AlertEngine, t: float, sample: HostSample | None = None
     ) -> list[tuple[str, str]]:

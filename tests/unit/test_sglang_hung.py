@@ -242,3 +242,26 @@ def test_the_hung_servers_gpus_say_how_it_hangs(
         assert "GPU" not in alert.message
     else:
         assert f"; {said}" in alert.message
+
+
+def test_the_servers_log_failures_fold_into_its_hung_incident() -> None:
+    """One server per GPU: the log of :30002 is GPU 2's; its failed health check is
+    evidence under the hung incident, not an incident of its own."""
+    ports = tuple(range(30000, 30008))
+    host = HostConfig(name="ct200", kind="ssh", sglang=SglangConfig(ports=ports))
+    workloads = Workloads(host)
+    gpus = tuple(GpuSample(index=i, uuid=f"GPU-{i}") for i in range(8))
+    sample = HostSample("ct200", 0.0, None, gpus)
+    assert workloads.log_gpus("/var/log/sglang/sglang-30002.log", sample) == (2,)
+    assert workloads.log_gpus("/var/log/sglang/other.log", sample) is None  # which server?
+    engine = AlertEngine("ct200", AlertRules(), clock=lambda: 100.0)
+    line = (
+        "[2026-11-29 14:33:25] Health check failed. Server couldn't get a response from "
+        "detokenizer for last 20 seconds. tic start time: 14:33:05. last_heartbeat time: "
+        "14:33:00"
+    )
+    engine.on_log_lines("/var/log/sglang/sglang-30002.log", [line], gpus=(2,))
+    engine.on_sglang_hung(30002, "sglang :30002 hung: 37 running", 101.0, gpu=2)
+    [incident] = incidents(engine.active())
+    assert incident.cause.kind == "sglang_hung"
+    assert [a.kind for a in incident.evidence] == ["sglang_error"]
