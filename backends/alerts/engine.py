@@ -10,7 +10,9 @@ Kinds and how each one ends (``active`` becomes False):
   ``gpu_idle_held`` (key ``gpu_idle_held:GPU``, or ``gpu_idle_held:job:NAME`` for the
   GPUs of a job, one alert for all of them),
   ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
-  (from ``on_unreachable``) last while the condition holds (with hysteresis, see
+  (from ``on_unreachable``) and ``sglang_hung`` (key ``sglang_hung:PORT``, from
+  ``on_sglang_hung``) and ``spec_accept_low`` (``on_spec_accept_low``) last while the
+  condition holds (with hysteresis, see
   alert_rules). Acknowledging one only silences it (``acknowledged``); it rings again if
   it gets worse.
 - event alerts end when acknowledged, when ``clear(key_prefix)`` is called (the restart
@@ -490,6 +492,47 @@ class AlertEngine(AlertStore):
         text = f"{error or 'no connection'} (unreachable for {down_s:.0f} s, {tries})"
         raised: list[Alert] = []
         self._condition(key, key, level, None, text, now, raised, score=down_s)
+        return self._announce(raised)
+
+    def on_sglang_hung(
+        self,
+        port: int,
+        text: str | None,
+        now: float,
+        *,
+        silent_s: float = 0.0,
+        gpu: int | None = None,
+    ) -> list[Alert]:
+        """``sglang_hung`` (critical) for the server on ``port`` while ``text`` (its
+        headline and evidence) is given; None ends it: tokens come again, the requests are
+        gone, or the server went down (a verdict of its own). ``gpu``: its (first) GPU,
+        so what else happens on that GPU folds into its incident."""
+        return self._server_condition(
+            "sglang_hung", Health.CRITICAL, port, text, now, silent_s, gpu
+        )
+
+    def on_spec_accept_low(self, port: int, text: str | None, now: float) -> list[Alert]:
+        """``spec_accept_low`` (warning) for the server on ``port`` while ``text`` is
+        given; None ends it."""
+        return self._server_condition("spec_accept_low", Health.WARNING, port, text, now, 0.0)
+
+    def _server_condition(
+        self,
+        kind: str,
+        level: Health,
+        port: int,
+        text: str | None,
+        now: float,
+        score: float,
+        gpu: int | None = None,
+    ) -> list[Alert]:
+        key = f"{kind}:{port}"
+        if text is None:
+            if key in self._active:
+                self._end(key)
+            return []
+        raised: list[Alert] = []
+        self._condition(key, kind, level, gpu, text, now, raised, score)
         return self._announce(raised)
 
     # --- logs ---------------------------------------------------------------------------

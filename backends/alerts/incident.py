@@ -55,6 +55,7 @@ CAUSE_ORDER = (
     "job_crashed",
     "oom_death",
     "gpu_health",
+    "sglang_hung",
     "sglang_error",
     "kv_cache_full",
     "driver_error",
@@ -65,6 +66,7 @@ CAUSE_ORDER = (
     "memory",
     "job_slow",
     "auto_restart",
+    "spec_accept_low",
 )
 _JOB_LED_KINDS = frozenset({"job_stalled", "job_slow"})
 _RANK = {kind: i for i, kind in enumerate(CAUSE_ORDER)}

@@ -40,6 +40,8 @@ KINDS = (
     "gpu_idle_held",
     "job_stalled",
     "job_slow",
+    "sglang_hung",
+    "spec_accept_low",
 )
 CONDITION_KINDS = frozenset(
     {
@@ -53,6 +55,8 @@ CONDITION_KINDS = frozenset(
         "gpu_idle_held",
         "job_stalled",
         "job_slow",
+        "sglang_hung",
+        "spec_accept_low",
     }
 )
 HISTORY_MAX = 500

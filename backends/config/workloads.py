@@ -40,6 +40,8 @@ class SglangConfig:
     ports: tuple[int, ...] = ()
     log: str | None = None  # path or glob of the servers' logs (used when metrics are off)
     discover: bool = True  # also find `sglang.launch_server` / `sglang serve` processes
+    hung_after_s: float = 60.0  # requests and no token this long: ``sglang_hung``
+    spec_accept_min: float = 1.5  # accept length below this for 60 s: ``spec_accept_low``
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +155,8 @@ SGLANG_KEYS: tuple[KeySpec, ...] = (
     KeySpec("ports", port_list, 'a list of ports or a range such as "30000-30007"'),
     KeySpec("log", text, "a log file path or glob"),
     KeySpec("discover", boolean, "true or false"),
+    KeySpec("hung_after_s", number(5, 86400), "seconds between 5 and 86400"),
+    KeySpec("spec_accept_min", number(0, 64), "an accept length between 0 and 64"),
 )
 JOB_KEYS: tuple[KeySpec, ...] = (
     KeySpec("gpus", gpu_list, "a non-empty list of GPU indices"),

@@ -59,6 +59,7 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpumon_sglang_queued_requests": ("requests waiting", _SGLANG),
     "gpumon_sglang_kv_usage_ratio": ("KV cache tokens in use, 0..1", _SGLANG),
     "gpumon_sglang_generation_tokens_per_second": ("generation throughput", _SGLANG),
+    "gpumon_sglang_spec_accept_length": ("a drafter's tokens per verify step", _SGLANG),
     "gpumon_alerts_active": ("active alerts", ("host", "severity", "kind")),
     "gpumon_agent_up": ("1 while gpumon receives fresh samples from the host", ("host",)),
     "gpumon_sample_age_seconds": ("age of the newest GPU sample", ("host",)),
@@ -145,6 +146,7 @@ class GpumonCollector(Collector):
                 put("gpumon_sglang_queued_requests", labels, srv.queued)
                 put("gpumon_sglang_kv_usage_ratio", labels, srv.token_usage)
                 put("gpumon_sglang_generation_tokens_per_second", labels, srv.gen_tokens_per_s)
+                put("gpumon_sglang_spec_accept_length", labels, srv.spec_accept_length)
             for (gpu_index, code), n in sorted(m.alerts.xid_counts.items(), key=str):
                 level = xid_level(code)  # 154: by its message; the count keeps no message
                 severity = level.value if level is not None else "info"

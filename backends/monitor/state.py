@@ -42,6 +42,7 @@ from gpumon.backends.parsers.nvidia_smi import SmiFailure, parse_compute_apps, p
 from gpumon.backends.parsers.processes import container_view, from_record
 from gpumon.backends.recording.recorder import FlightRecorder
 from gpumon.backends.transport.base import Transport
+from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S
 from gpumon.backends.workloads.watch import LogSource, Workloads
 
 from .sources.base import Source
@@ -471,16 +472,21 @@ class HostMonitor:
             at = self.latest.time + max(now - self._last_data_at, 0.0)
         self.recorder.record_log(tag, path, lines, at, backlog=backlog)
         self.workloads.on_log(tag, path, lines, now)
+        gpus = job.gpus if job and job.gpus else None
+        if source.sglang:  # the server's GPUs, where known: its incident folds them in
+            gpus = self.workloads.log_gpus(path, self.latest)
         self.alerts.on_log_lines(
             path,
             lines,
             job=job.name if job else None,
-            gpus=job.gpus if job and job.gpus else None,
+            gpus=gpus,
             backlog=backlog,
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
         )
         self.workloads.apply_alerts(self.alerts, now)
         self.workloads.judge_stalls(self.alerts, self.latest, now)
+        if source.sglang:
+            self._judge_hung(now)
         self._name_holders(now)
         self._notify()
 
@@ -558,8 +564,17 @@ class HostMonitor:
         self._notify()
 
     def ingest_http(self, tag: str, status: int | None, body: str, error: str | None) -> None:
-        self.workloads.on_http(tag, status, body, error, self.clock())
+        now = self.clock()
+        self.workloads.on_http(tag, status, body, error, now)
+        self._judge_hung(now)
         self._notify()
+
+    def _judge_hung(self, now: float) -> None:
+        """``sglang_hung`` and ``spec_accept_low`` for every server; the agent asks a
+        hung one's ``/health_generate`` (once per ``hung_after_s``)."""
+        for url, tag in self.workloads.judge_hung(self.alerts, now, self.latest):
+            self.source.probe(url, tag, HEALTH_PROBE_TIMEOUT_S)
+        self.workloads.judge_spec(self.alerts, now)
 
     def ingest_kernel_lines(self, lines: Sequence[str]) -> None:
         self.alerts.on_kernel_lines(list(lines))

@@ -51,7 +51,7 @@ __all__ = [
     "parse_sglang_metrics",
 ]
 
-# Families read every scrape: gauges and counters (21 samples on a v0.5.18 server). Left
+# Families read every scrape: gauges and counters (27 samples on a v0.5.18 server). Left
 # out on purpose: the ``cache_hit_rate`` gauge (last prefill batch only, and before 0.5.20
 # zeroed by every decode log: the tracker computes the rate from counters) and anything
 # not shown.
@@ -70,6 +70,15 @@ CORE_FAMILIES = (
     "prompt_tokens_total",
     "cached_tokens_total",
     "prefill_effective_tokens_total",
+    # speculative decoding (docs/formats.md 6.13): gauges of the last decode log batch
+    "spec_accept_length",
+    "spec_accept_rate",
+    "spec_verify_calls_total",
+    # KV pressure and failures, where the version exports them
+    "num_retracted_reqs",
+    "num_retracted_requests_total",
+    "num_paused_reqs",
+    "num_aborted_requests_total",
 )
 # Histograms (about 70 samples): only needed for latency quantiles over a long window.
 # 0.4.3 names the ITL histogram ``time_per_output_token_seconds`` (renamed by 0.4.6).
@@ -88,7 +97,7 @@ def _line_pattern(latency: bool) -> str:
 
 
 # For ``re.match`` on one line (no newline): the sample lines of every family used here
-# (89 of 500 on a busy v0.5.18 server), or without the histograms (21). HELP and TYPE
+# (95 of 500 on a busy v0.5.18 server), or without the histograms (27). HELP and TYPE
 # lines are left out: values are read by sample name, so types are not needed.
 METRICS_LINE_FILTER = _line_pattern(latency=True)
 CORE_LINE_FILTER = _line_pattern(latency=False)
@@ -184,6 +193,15 @@ class SglangScrape:
     effective_hit_tokens: float | None = None  # ... summed over the *_hit modes
     ttft: Histogram | None = None
     itl: Histogram | None = None
+    # speculative decoding: the mean over the ranks that report one (a server without a
+    # drafter exports 0.0: None here); SGLang's verify steps so far
+    spec_accept_length: float | None = None
+    spec_accept_rate: float | None = None
+    spec_verify_calls: float | None = None
+    retracted: float | None = None  # num_retracted_reqs: retracted in the last batch
+    retracted_total: float | None = None  # num_retracted_requests_total
+    paused: float | None = None  # num_paused_reqs
+    aborted_total: float | None = None  # num_aborted_requests_total
     samples: int = 0
     ranks: int = 0
     ranked: bool = False  # scheduler series carry tp_rank (0.5.x), else merged by the server
@@ -283,6 +301,7 @@ class _Sums:
 
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
+        self.counts: dict[str, int] = {}  # samples above 0 per name (for ratio means)
         self.by_label: dict[tuple[str, str], float] = {}  # (name, mode/cache_source) -> sum
         self.buckets: dict[str, dict[float, float]] = {}
         self.per_rank: dict[str, dict[str, float]] = {}  # dp group -> usage gauges
@@ -301,6 +320,7 @@ class _Sums:
                 per[bound] = per.get(bound, 0.0) + value
             return
         self.values[name] = self.values.get(name, 0.0) + value
+        self.counts[name] = self.counts.get(name, 0) + (value > 0)
         part = labels.get("mode", labels.get("cache_source"))
         if part is not None:
             self.by_label[name, part] = self.by_label.get((name, part), 0.0) + value
@@ -310,6 +330,12 @@ class _Sums:
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
+
+    def mean(self, name: str) -> float | None:
+        """The mean of the samples above 0 (a ratio gauge, never summed); None when none
+        is (SGLang's default 0.0: the feature is off)."""
+        n = self.counts.get(name, 0)
+        return self.values[name] / n if n else None
 
     def part(self, name: str, label: str) -> float | None:
         return self.by_label.get((name, label))
@@ -394,6 +420,13 @@ def _build(text: str, latency: bool) -> SglangScrape:
             if latency
             else None
         ),
+        spec_accept_length=sums.mean("spec_accept_length"),
+        spec_accept_rate=sums.mean("spec_accept_rate"),
+        spec_verify_calls=sums.get("spec_verify_calls_total"),
+        retracted=sums.get("num_retracted_reqs"),
+        retracted_total=sums.get("num_retracted_requests_total"),
+        paused=sums.get("num_paused_reqs"),
+        aborted_total=sums.get("num_aborted_requests_total"),
         samples=len(samples),
         ranks=max(len(leader), 1 if sums.per_rank else 0),
         ranked=bool(leader),

@@ -567,11 +567,29 @@ class Agent:
     # --- control -------------------------------------------------------------------
     def handle_command(self, line: str) -> None:
         command = protocol.decode_command(line)
-        if command is not None:
+        if isinstance(command, protocol.Probe):
+            name = f"probe {command.tag}"
+            threading.Thread(target=self.probe, args=(command,), name=name, daemon=True).start()
+        elif command is not None:
             self.interval = min(max(command.seconds, 0.1), 3600.0)
             self.wake.set()
             with contextlib.suppress(OSError):  # full: a wake-up is pending anyway
                 os.write(self.wake_w, b"!")
+
+    def probe(self, command: protocol.Probe) -> None:
+        """One GET of ``command.url`` on its own connection (a hung server holds it for
+        its own health timeout, 20 s for SGLang): the answer, or None and why."""
+        status, error = None, None
+        try:
+            host, port, path = split_url(command.url)
+            conn = Connection(host, port, keep_alive=False)
+            try:
+                status = conn.get(path, command.timeout, 4096)[0]
+            finally:
+                conn.close()
+        except (FetchError, OSError) as e:
+            error = str(e) or type(e).__name__
+        self.out.send(protocol.Http(command.tag, time.time(), status, "", error))
 
     # --- start ---------------------------------------------------------------------
     def start(self) -> None:

@@ -524,12 +524,36 @@ class SetInterval:
         return (json.dumps({"cmd": self.CMD, "seconds": self.seconds}) + "\n").encode()
 
 
-def decode_command(line: str) -> SetInterval | None:
+@record(frozen=True)
+class Probe:
+    """GET ``url`` once (a 127.0.0.1 URL), waiting up to ``timeout`` seconds, and send
+    the answer as an ``Http`` message under ``tag`` (SGLang's ``/health_generate`` when a
+    server looks hung: asked only then)."""
+
+    CMD: ClassVar[str] = "probe"
+    url: str
+    tag: str
+    timeout: float
+
+    def encode(self) -> bytes:
+        raw = {"cmd": self.CMD, "url": self.url, "tag": self.tag, "timeout": self.timeout}
+        return (json.dumps(raw) + "\n").encode()
+
+
+def decode_command(line: str) -> SetInterval | Probe | None:
     """A command line from gpumon; None for anything else (ignored)."""
     try:
         raw = json.loads(line)
     except ValueError:
         return None
+    if isinstance(raw, dict) and raw.get("cmd") == Probe.CMD:
+        url, tag, timeout = raw.get("url"), raw.get("tag"), raw.get("timeout")
+        local = isinstance(url, str) and url.startswith("http://127.0.0.1:")
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+            return None
+        if not local or not isinstance(tag, str):
+            return None
+        return Probe(str(url), tag, min(max(float(timeout), 0.1), 120.0))
     if not isinstance(raw, dict) or raw.get("cmd") != SetInterval.CMD:
         return None
     seconds = raw.get("seconds")

@@ -26,6 +26,11 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Two scenarios:
 - ``slow``: the reference machine's story after a torch swap: the drafter trains at
   ``SLOW_TOKENS_PER_S`` instead of its usual rate, its GPUs holding their memory at near
   0 % utilisation. A restart brings a drafter at its usual rate.
+- ``hang``: the ``sglang`` machine, where at ``HANG_AT`` server 0 (port 30000, GPU 0)
+  hangs in a collective: its decode counter and log stop with 37 requests running and
+  the queue growing, and GPU 0 spins at 100 % utilisation on little power (an NCCL
+  spin). At the same moment server 1 starts one long chunked prefill: its decode counter
+  stands still too, but its prefill counter and ``Prefill batch`` lines move (not hung).
 
 Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. Noise comes from
 ``random.Random(f"{seed}:{gpu}:{tick}")`` with ``tick`` the sample tick of scenario time, so
@@ -46,8 +51,11 @@ SCENARIOS = (
     "idle",
     "stall",
     "slow",
+    "hang",
 )
 TRAINING_SCENARIOS = ("training-oom", "stall", "slow")  # the ones that run the drafter job
+SGLANG_SCENARIOS = ("sglang", "hang")  # the machines of eight SGLang servers
+HANG_AT = 60.0  # scenario seconds at which server 0 of ``hang`` stops making tokens
 INIT_FAULTS = (  # nvidia-smi fails before printing anything (texts and codes live in smi.py)
     "driver_not_loaded",
     "version_mismatch",
@@ -370,6 +378,9 @@ _DRAFTER_LOAD = {
 _STARVED_LOAD = _Load((0, 3), (0, 1), (58.0, 66.0), (40, 42), (2700, 2760))
 _NCCL_SPIN_LOAD = _Load((100, 100), (0, 1), (105.0, 125.0), (48, 50), (2700, 2760))
 _SGLANG_LOAD = _Load((90, 100), (55, 70), (450.0, 590.0), (65, 78), (2520, 2700))
+# A rank spinning in an NCCL kernel that waits for a peer: 100 % "utilisation" (a kernel
+# is resident), almost no memory traffic, a fraction of the power of real work.
+_NCCL_SPIN = _Load((100, 100), (0, 1), (105.0, 125.0), (48, 52), (2520, 2700))
 _IDLE_POWER = (30.0, 40.0)
 # Held and idle: the drafter's memory stays, its kernels do not run (a process blocked on
 # the CPU side: a data loader, a lock, a mis-built torch falling back to slow paths).
@@ -472,8 +483,10 @@ def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
     gpus = []
     for i in range(GPU_COUNT):
         rng = _rng(seed, i, tick)
-        if settings.scenario == "sglang":
-            gpus.append(_busy(i, rng, _SGLANG_MEMORY[i] + rng.randint(-4, 4), _SGLANG_LOAD))
+        if settings.scenario in SGLANG_SCENARIOS:
+            load = _NCCL_SPIN if settings.scenario == "hang" and i == 0 and t >= HANG_AT else None
+            used = _SGLANG_MEMORY[i] + rng.randint(-4, 4)
+            gpus.append(_busy(i, rng, used, load or _SGLANG_LOAD))
         elif settings.scenario == "idle" and i in DRAFTER_GPUS:
             load = _DRAFTER_LOAD[i] if t < IDLE_AT else _HELD_IDLE_LOAD
             gpus.append(_busy(i, rng, _DRAFTER_STEADY[i] + rng.randint(-3, 3), load))
@@ -495,7 +508,7 @@ def compute_processes(settings: SimSettings, t: float) -> list[SimProcess]:
     """The compute processes at scenario time ``t``, one per busy GPU, in GPU order."""
     t = max(t, 0.0)
     gpus = gpu_states(settings, t)
-    if settings.scenario == "sglang":
+    if settings.scenario in SGLANG_SCENARIOS:
         return [
             SimProcess(_SGLANG_PID + 168 * g.index, SGLANG_PROCESS_NAME, g.memory_used_mib - 20, i)
             for i, g in enumerate(gpus)

@@ -7,6 +7,18 @@ advances at about ``TOKENS_PER_S[i]`` (1,180 tok/s; 9.4K tok/s for all eight) wi
 interval (40 decode steps), as SGLang's do. Noise comes from
 ``random.Random(f"{seed}:sglang:{i}:{k}")``, so the same settings and time always give
 the same text. Standard library only.
+
+Scenario ``hang`` (``scenario.HANG_AT``): server ``HUNG_INDEX`` stops at ``HANG_AT`` as a
+server stuck in a collective does: its token counters and its log stand still with
+``HUNG_RUNNING`` requests running and the queue growing by one every
+``HUNG_QUEUE_EVERY_S``; the ``gen_throughput`` gauge keeps its last value (SGLang sets it
+only when it logs a decode batch), and 25 s in the tokenizer logs a failed
+``/health_generate`` (a load balancer's probe). Server ``SPEC_INDEX`` runs speculative
+decoding whose drafter is almost always rejected: accept length ``SPEC_ACCEPT_LENGTH``
+from the start, on its page and in its decode lines. Server ``PREFILL_INDEX`` starts one long
+chunked prefill at the same moment: its decode counter stands still too, while its
+prefill counter grows ``PREFILL_CHUNK`` tokens and it logs a ``Prefill batch`` line every
+log interval.
 """
 
 from __future__ import annotations
@@ -16,7 +28,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from gpumon.backends.sim.scenario import SimSettings, wall_time
+from gpumon.backends.sim.scenario import HANG_AT, SimSettings, wall_time
 
 MODEL = "Qwen/Qwen3-8B"
 SERVERS = 8
@@ -33,6 +45,16 @@ PREFILL_PER_DECODE = 2.2  # prompt tokens computed per generated token
 CACHE_PER_DECODE = 1.55  # prompt tokens served from the radix cache per generated token
 TOKENS_PER_REQUEST = 610.0
 STREAMING_SHARE = 0.94
+HUNG_INDEX = 0  # hang: the server of GPU 0 (port 30000) hangs
+PREFILL_INDEX = 1  # hang: the server of GPU 1 runs one long prefill (not hung)
+HUNG_RUNNING = 37
+HUNG_QUEUE_EVERY_S = 10.0
+HEALTH_FAILED_AFTER_S = 25.0  # a probe at HANG_AT + 5 s times out 20 s later
+PREFILL_CHUNK = 8192  # --chunked-prefill-size
+PREFILL_RUNNING = 12
+SPEC_INDEX = 2  # hang: the server of GPU 2 runs a drafter whose tokens are rejected
+SPEC_ACCEPT_LENGTH = 1.04  # tokens per verify step (1 + accepted drafts)
+SPEC_DRAFT_TOKENS = 4  # --speculative-num-draft-tokens
 _SWELL, _SWELL_PERIOD_S = 0.04, 47.0
 _TTFT = (0.6, 0.9)  # log-normal (median s, sigma)
 _ITL = (0.055, 0.25)
@@ -73,6 +95,7 @@ class ServerState:
     token_usage: float
     gen_throughput: float
     log_epoch: int  # number of decode log lines so far
+    prefill_extra: int = 0  # prompt tokens of the long prefill (scenario hang)
 
 
 def decode_tokens(index: int, uptime: float, seed: int) -> int:
@@ -84,8 +107,19 @@ def decode_tokens(index: int, uptime: float, seed: int) -> int:
     return int(TOKENS_PER_S[index] * (u + swell))
 
 
+def stopped_at(settings: SimSettings, index: int, started: float) -> float | None:
+    """The scenario time at which server ``index`` stopped decoding (hung, or in its long
+    prefill), or None: it decodes. A server restarted after it decodes again."""
+    if settings.scenario != "hang" or index not in (HUNG_INDEX, PREFILL_INDEX):
+        return None
+    return HANG_AT if started < HANG_AT else None
+
+
 def server_state(settings: SimSettings, index: int, t: float, started: float) -> ServerState:
     """Server ``index`` at scenario time ``t``, (re)started at scenario time ``started``."""
+    stop = stopped_at(settings, index, started)
+    if stop is not None and t >= stop:
+        return _stopped_state(settings, index, t, started, stop)
     uptime = max(t - started, 0.0)
     epoch = math.floor(uptime / LOG_INTERVAL_S)
     rng = random.Random(f"{settings.seed}:sglang:{index}:{epoch}")
@@ -101,6 +135,58 @@ def server_state(settings: SimSettings, index: int, t: float, started: float) ->
         token_usage=TOKEN_USAGE + rng.uniform(-0.012, 0.012) if epoch > 0 else 0.0,
         gen_throughput=max(gen, 0.0) if epoch > 0 else 0.0,
         log_epoch=epoch,
+    )
+
+
+def _stopped_state(
+    settings: SimSettings, index: int, t: float, started: float, stop: float
+) -> ServerState:
+    """A server that stopped decoding at ``stop``: its counters and gauges as they were
+    then (``gen_throughput`` too: nothing logs a decode batch), its requests as they are."""
+    before = server_state(settings, index, stop - 1e-6, started)
+    since = t - stop
+    if index == HUNG_INDEX:
+        running, queued, extra = HUNG_RUNNING, before.queued + int(since / HUNG_QUEUE_EVERY_S), 0
+    else:
+        chunks = math.floor(since / LOG_INTERVAL_S) + 1
+        running, queued, extra = PREFILL_RUNNING, 3, chunks * PREFILL_CHUNK
+    return ServerState(
+        index=index,
+        uptime=max(t - started, 0.0),
+        decode_tokens=before.decode_tokens,
+        running=running,
+        queued=queued,
+        token_usage=before.token_usage,
+        gen_throughput=before.gen_throughput,
+        log_epoch=before.log_epoch,
+        prefill_extra=extra,
+    )
+
+
+def _speculative(settings: SimSettings, index: int) -> bool:
+    return settings.scenario == "hang" and index == SPEC_INDEX
+
+
+def _spec_accept_rate() -> float:
+    """Accepted drafts over proposed ones: (length - 1) / draft tokens."""
+    return (SPEC_ACCEPT_LENGTH - 1.0) / SPEC_DRAFT_TOKENS
+
+
+def _spec_gauges(settings: SimSettings, index: int) -> tuple[tuple[str, str, float], ...]:
+    """SGLang's speculative gauges: 0.0 on a server without a drafter, as it exports."""
+    spec = _speculative(settings, index)
+    return (
+        (
+            "spec_accept_length",
+            "The average acceptance length of speculative decoding.",
+            SPEC_ACCEPT_LENGTH if spec else 0.0,
+        ),
+        (
+            "spec_accept_rate",
+            "The average acceptance rate of speculative decoding "
+            "(`accepted tokens / total draft tokens` in batch).",
+            round(_spec_accept_rate(), 4) if spec else 0.0,
+        ),
     )
 
 
@@ -136,7 +222,7 @@ def metrics_text(settings: SimSettings, index: int, t: float, started: float) ->
     """The ``/metrics`` page of server ``index`` at scenario time ``t`` (v0.5.18 shape)."""
     s = server_state(settings, index, t, started)
     d = s.decode_tokens
-    compute, cache = int(d * PREFILL_PER_DECODE), int(d * CACHE_PER_DECODE)
+    compute, cache = int(d * PREFILL_PER_DECODE) + s.prefill_extra, int(d * CACHE_PER_DECODE)
     requests = int(d / TOKENS_PER_REQUEST)
     used = int(s.token_usage * MAX_TOTAL_TOKENS)
     p = _Page()
@@ -162,10 +248,14 @@ def metrics_text(settings: SimSettings, index: int, t: float, started: float) ->
         ("page_size", "KV cache page size in tokens.", 1),
         ("fwd_occupancy", "Forward pass GPU occupancy percentage.", math.nan),
         ("is_cuda_graph", "Whether the batch is using CUDA graph.", 0.0),
+        *_spec_gauges(settings, index),
     )
     for name, help_text, value in gauges:
         p.family(name, "gauge", help_text)
         p.sample(name, _SCHED, value)
+    if _speculative(settings, index):
+        p.family("spec_verify_calls_total", "counter", "Total number of verify steps.")
+        p.sample("spec_verify_calls_total", _SCHED, int(d / SPEC_ACCEPT_LENGTH))
     p.family("num_retracted_reqs", "gauge", "The number of retracted requests.")
     p.sample("num_retracted_reqs", {**_SCHED, "pid": str(2419020 + 168 * index)}, 0)
 
@@ -218,7 +308,8 @@ def metrics_text(settings: SimSettings, index: int, t: float, started: float) ->
     return "\n".join(p.lines) + "\n"
 
 
-def _stamp(settings: SimSettings, t: float) -> str:
+def log_stamp(settings: SimSettings, t: float) -> str:
+    """The log stamp of scenario time ``t``: ``[2026-11-29 14:32:00]``."""
     return time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime(wall_time(settings, t)))
 
 
@@ -227,7 +318,10 @@ def log_lines(settings: SimSettings, index: int, epoch: int, started: float) -> 
     every third one is preceded by a prefill line."""
     t = started + epoch * LOG_INTERVAL_S
     s = server_state(settings, index, t + 1e-6, started)
-    stamp = _stamp(settings, t)
+    stamp = log_stamp(settings, t)
+    stop = stopped_at(settings, index, started)
+    if stop is not None and t >= stop:
+        return _stopped_lines(settings, s, t, stop, stamp)
     used = int(s.token_usage * MAX_TOTAL_TOKENS)
     lines = []
     if epoch % 3 == 0:
@@ -240,9 +334,40 @@ def log_lines(settings: SimSettings, index: int, epoch: int, started: float) -> 
             f"#pending-token: {s.queued * 2200}, cuda graph: True, "
             f"input throughput (token/s): {new / LOG_INTERVAL_S:.2f}"
         )
+    spec = (
+        f"accept len: {SPEC_ACCEPT_LENGTH:.2f}, accept rate: {_spec_accept_rate():.2f}, "
+        if _speculative(settings, index)
+        else ""
+    )
     lines.append(
         f"{stamp} Decode batch, #running-req: {s.running}, #token: {used}, "
-        f"token usage: {s.token_usage:.2f}, cuda graph: True, "
+        f"token usage: {s.token_usage:.2f}, {spec}cuda graph: True, "
         f"gen throughput (token/s): {s.gen_throughput:.2f}, #queue-req: {s.queued}"
     )
     return lines
+
+
+def _stopped_lines(
+    settings: SimSettings, s: ServerState, t: float, stop: float, stamp: str
+) -> list[str]:
+    """The log of a stopped server at its log time ``t``: the hung one writes nothing but
+    the tokenizer's failed health check (once); the one in a long prefill writes a
+    ``Prefill batch`` line for each chunk (its running requests wait, nothing decodes)."""
+    if s.index == HUNG_INDEX:
+        failed = stop + HEALTH_FAILED_AFTER_S
+        if not t - LOG_INTERVAL_S < failed <= t:
+            return []
+        tic = time.strftime("%H:%M:%S", time.localtime(wall_time(settings, failed - 20.0)))
+        beat = time.strftime("%H:%M:%S", time.localtime(wall_time(settings, stop)))
+        return [
+            f"{log_stamp(settings, failed)} Health check failed. Server couldn't get a response "
+            f"from detokenizer for last 20 seconds. tic start time: {tic}. "
+            f"last_heartbeat time: {beat}"
+        ]
+    return [
+        f"{stamp} Prefill batch, #new-seq: 1, #new-token: {PREFILL_CHUNK}, "
+        f"#cached-token: 0, token usage: {s.token_usage:.2f}, "
+        f"#running-req: {s.running}, #queue-req: {s.queued}, "
+        f"#pending-token: {s.queued * 2200}, cuda graph: False, "
+        f"input throughput (token/s): {PREFILL_CHUNK / LOG_INTERVAL_S:.2f}"
+    ]

@@ -30,21 +30,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
-from gpumon.backends.sim.scenario import SimSettings, scenario_time
+from gpumon.backends.sim.scenario import HANG_AT, SimSettings, scenario_time, wall_time
 from gpumon.backends.sim.sglang_model import (
     CONTEXT_LEN,
+    HUNG_INDEX,
     LOG_INTERVAL_S,
     MAX_TOTAL_TOKENS,
     MODEL,
     UPTIME_AT_T0,
     log_lines,
+    log_stamp,
     metrics_text,
+    stopped_at,
 )
 
 HOST = "127.0.0.1"
 # uvicorn's timeout_keep_alive, which SGLang passes as 5 (SGLANG_TIMEOUT_KEEP_ALIVE in
 # 0.5.18, a literal 5 in 0.5.6): an idle keep-alive connection is closed after it.
 KEEP_ALIVE_S = 5.0
+HEALTH_CHECK_TIMEOUT_S = 20.0  # SGLang's SGLANG_HEALTH_CHECK_TIMEOUT
+HANG_LOG_BACKLOG = 60  # log intervals (~150 s) written at start in the hang scenario
 DownMode = Literal["503", "refuse"]
 MODEL_INFO = {
     "model_path": MODEL,
@@ -146,8 +151,12 @@ class SglangServers:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             now = self.now()
-            for port in self.ports:  # a log starts now, not at the server's start
-                self._logged[port] = int((now - self.started[port]) // LOG_INTERVAL_S) - 1
+            # A log starts now, not at the server's start; in ``hang`` it holds the last
+            # ``HANG_LOG_BACKLOG`` log intervals, so a log read from its tail says when the
+            # hung server last decoded.
+            back = HANG_LOG_BACKLOG if self.settings.scenario == "hang" else 1
+            for port in self.ports:
+                self._logged[port] = int((now - self.started[port]) // LOG_INTERVAL_S) - back
             thread = threading.Thread(target=self._log_loop, name="sglang-sim-log", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -221,6 +230,19 @@ class SglangServers:
             index = self.ports.index(port)
             text = metrics_text(self.settings, index, self.now(), self.started[port])
             return 200, "text/plain; version=0.0.4; charset=utf-8", text.encode()
+        if path == "/health_generate" and self._hung(port):
+            # SGLang waits HEALTH_CHECK_TIMEOUT (20 s) for a token, logs it, answers 503
+            if self._stop.wait(HEALTH_CHECK_TIMEOUT_S):
+                return 503, "text/plain; charset=utf-8", b""
+            now = self.now()
+            tic = time.strftime("%H:%M:%S", time.localtime(wall_time(self.settings, now - 20)))
+            beat = time.strftime("%H:%M:%S", time.localtime(wall_time(self.settings, HANG_AT)))
+            self._append(port, [
+                f"{log_stamp(self.settings, now)} Health check failed. Server couldn't get a "
+                f"response from detokenizer for last 20 seconds. tic start time: {tic}. "
+                f"last_heartbeat time: {beat}"
+            ])  # fmt: skip
+            return 503, "text/plain; charset=utf-8", b""
         if path in ("/health", "/health_generate", "/ping"):
             return 200, "text/plain; charset=utf-8", b""
         if path in ("/model_info", "/get_model_info"):
@@ -233,6 +255,12 @@ class SglangServers:
             data = {"object": "list", "data": [{**model, "max_model_len": CONTEXT_LEN}]}
             return 200, "application/json", json.dumps(data).encode()
         return 404, "application/json", b'{"detail":"Not Found"}'
+
+    def _hung(self, port: int) -> bool:
+        """Whether server ``port`` is the hung one of scenario ``hang`` by now."""
+        index = self.ports.index(port)
+        stop = stopped_at(self.settings, index, self.started[port])
+        return index == HUNG_INDEX and stop is not None and self.now() >= stop
 
     # ------------------------------------------------------------------ logs
     def _log_path(self, port: int) -> Path:

@@ -54,7 +54,10 @@ class SimTransport(LocalTransport):
         self._job_wrapper = write_job_wrapper(bin_dir, settings)
         self._job_started = False
         self._servers: asyncio.subprocess.Process | None = None
-        self.sglang_ports = _sglang_ports() if settings.scenario == "sglang" else ()
+        from gpumon.backends.sim.scenario import SGLANG_SCENARIOS
+
+        sglang = settings.scenario in SGLANG_SCENARIOS
+        self.sglang_ports = _sglang_ports() if sglang else ()
         env = dict(os.environ)
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
         if host.python == sys.executable:  # no python of the user's: the simulated venv's

@@ -13,11 +13,24 @@ The generation rate says where it came from (``gen_tokens_per_s_source``): ``cou
 request finishes, so it is never used for the rate) or ``log`` (metrics off). In log mode
 every stats-logging rank prints its own line (``[... DP3 TP3]``): the latest line of each
 leader is kept and the leaders are summed, as on the metrics page.
+
+Hung (``hung``): requests are running or queued and no token was made for
+``hung_after_s``. Progress is any of the server's token counters moving between two
+scrapes (``realtime_tokens_total`` decode and prefill modes from 0.5.7, else
+``generation_tokens_total`` / ``prompt_tokens_total``), or a ``Decode batch`` /
+``Prefill batch`` log line, dated by its own stamp (a log read from its tail says when
+the server last decoded, before gpumon watched). ``gen_throughput`` is never progress: it
+keeps its last value while nothing is decoded. With metrics on, the counters must also be
+seen standing still over two scrapes ``MIN_RATE_SPAN_S`` apart, so a log stamp in another
+time zone cannot make a busy server hung; a server whose decode counter is still 0 (it
+just started) or that restarted counts from when it was first seen.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +56,19 @@ LATENCY_EVERY_S = 10.0  # histograms are 3/4 of the parsing cost; read them this
 LOG_FALLBACK_S = 30.0  # log lines count only when no metrics scrape came for this long
 LOG_RANK_TTL_S = 120.0  # a rank whose last stats line is this old no longer counts
 HISTORY_LEN = 120
+# ``KV cache pool is full. Retract requests. #retracted_reqs: 3, ...`` (0.5.x) and the older
+# ``Decode out of memory happened. #retracted_reqs: 1, ...`` (docs/formats.md 5.5)
+_RETRACTED = re.compile(
+    r"(?:KV cache pool is full\. Retract requests\.|Decode out of memory happened\.) "
+    r"#retracted_reqs: (\d{1,9})"
+)
+HUNG_AFTER_S = 60.0  # ``[hosts.NAME.sglang] hung_after_s``
+SPEC_ACCEPT_MIN = 1.5  # ``[hosts.NAME.sglang] spec_accept_min``
+SPEC_LOW_FOR_S = 60.0  # the accept length stays below the minimum this long: a warning
+# SGLang's /health_generate waits SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for a token, then
+# answers 503: the probe waits a little longer than that.
+HEALTH_PROBE_TIMEOUT_S = 25.0
+HEALTH_SLOW_S = 15.0  # a 503 this late is SGLang's own health timeout, not a quick refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +147,39 @@ def parse_server_info(body: str) -> ServerInfo | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Hung:
+    """A server with requests and no token for ``silent_s`` seconds (``SglangTracker.hung``).
+
+    ``last_decode``: the log's last ``Decode batch`` line and its age in seconds, when the
+    log is followed."""
+
+    port: int
+    running: int
+    queued: int
+    silent_s: float
+    last_decode: tuple[str, float] | None = None
+
+    def headline(self) -> str:
+        """``sglang :30000 hung: 37 running, no token for 94 s``."""
+        queued = f", {self.queued} queued" if self.queued else ""
+        return (
+            f"sglang :{self.port} hung: {self.running} running{queued}, "
+            f"no token for {self.silent_s:.0f} s"
+        )
+
+
+def stamp_epoch(stamp: str | None) -> float | None:
+    """The epoch seconds of a log stamp ``2026-11-29 14:32:00`` read as local time; None
+    when there is none or it does not parse."""
+    if stamp is None:
+        return None
+    try:
+        return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class _Point:
     t: float
     scrape: SglangScrape
@@ -182,6 +241,29 @@ class SglangTracker:
         self._log_ranks: dict[tuple[int | None, int | None, int | None], _RankLine] = {}
         self._log_t: float | None = None  # the last stats line used
         self._one_rank_page = False  # the last page spoke for one DP rank of several
+        # hung: when this run of the server was first seen, when a counter last moved,
+        # since when the counters stand still, the last progress line of the log
+        self.watched_since: float | None = None
+        self._run_seen: float | None = None  # the first scrape of this run of the server
+        self.counter_progress_at: float | None = None
+        self._frozen_since: float | None = None
+        self.log_progress_at: float | None = None
+        self.last_decode_line: tuple[float, str] | None = None  # (its time, the line)
+        self.health_asked_at: float | None = None  # /health_generate, asked when hung
+        # speculative decoding (None: no drafter, or not exported) and KV pressure
+        self.spec_accept_length: float | None = None
+        self.spec_accept_rate: float | None = None
+        self.spec_low_since: float | None = None  # accept length below the minimum since
+        self._spec_log: deque[tuple[float, float]] = deque()  # (decode line time, length)
+        self.retracted: float | None = None
+        self.retracted_total: float | None = None
+        self.paused: float | None = None
+        self.aborted_total: float | None = None
+        # #retracted_reqs of the log's retract lines, summed (None: no log line seen)
+        self.retracted_log: int | None = None
+        self.health: tuple[float, int | None, str | None] | None = None  # (t, status, error)
+        self._health_pending = False  # asked, no answer yet
+        self._health_waited: float | None = None  # how long the last answer took
 
     # ------------------------------------------------------------------ feeding it
     def wants_latency(self, t: float) -> bool:
@@ -232,6 +314,7 @@ class SglangTracker:
         """
         self.up, self.stale, self.error = False, True, reason
         self._points.clear()
+        self._frozen_since = None
         self.history.append((t, None))
 
     def observe(self, scrape: SglangScrape, t: float) -> None:
@@ -242,7 +325,10 @@ class SglangTracker:
             if t <= last.t or _went_down(scrape, last.scrape):
                 if t > last.t:
                     self.restarts += 1
+                    self.watched_since = self._run_seen = t  # a new run: it just started
+                    self.counter_progress_at = self.log_progress_at = None
                 self._points.clear()
+        self._track_progress(scrape, t)
         self._points.append(_Point(t, scrape))
         while len(self._points) > 2 and self._points[1].t <= t - self.slow_window_s:
             self._points.popleft()
@@ -253,6 +339,11 @@ class SglangTracker:
         self.running, self.queued = scrape.running, scrape.queued
         self.token_usage = scrape.token_usage
         self.used_tokens, self.max_total_tokens = scrape.used_tokens, scrape.max_total_tokens
+        if scrape.spec_accept_length is not None or scrape.spec_verify_calls is not None:
+            self.spec_accept_length = scrape.spec_accept_length
+            self.spec_accept_rate = scrape.spec_accept_rate
+        self.retracted, self.retracted_total = scrape.retracted, scrape.retracted_total
+        self.paused, self.aborted_total = scrape.paused, scrape.aborted_total
         self._rates(scrape, t)
         # SGLang 0.4.x pages carry no rank labels and (from 0.4.4 on) keep the most recent
         # DP rank's gauges only: with several DP ranks the log, which every leader writes,
@@ -266,7 +357,139 @@ class SglangTracker:
     def observe_log_line(self, line: str, t: float) -> bool:
         """A server log line; True when it was a stats line that was used."""
         stats = parse_sglang_log_line(line)
-        return stats is not None and self.observe_log(stats, t)
+        retracted = _RETRACTED.search(line) if stats is None else None
+        # KV pressure: requests pushed back to the queue
+        self.retracted_log = (self.retracted_log or 0) + (int(retracted[1]) if retracted else 0)
+        if stats is None:
+            return False
+        self._log_progress(stats, line, t)
+        return self.observe_log(stats, t)
+
+    # ------------------------------------------------------------------ hung
+    def _track_progress(self, scrape: SglangScrape, t: float) -> None:
+        """Counter progress: any token counter above the previous scrape's."""
+        if self.watched_since is None:
+            self.watched_since = t
+        if self._run_seen is None:
+            self._run_seen = t
+        if not self._points:
+            self._frozen_since = t
+            return
+        before = self._points[-1].scrape
+        pairs = zip(scrape.counters(), before.counters(), strict=True)
+        if any(a is not None and b is not None and a > b for a, b in pairs):
+            self.counter_progress_at = self._frozen_since = t
+        elif self._frozen_since is None:
+            self._frozen_since = self._points[-1].t
+
+    def _log_progress(self, stats: SglangLogStats, line: str, t: float) -> None:
+        """A stats line is progress at its own stamp (never later than it came)."""
+        if self.watched_since is None:
+            self.watched_since = t
+        stamped = stamp_epoch(stats.time)
+        at = t if stamped is None else min(stamped, t)
+        if self.log_progress_at is None or at > self.log_progress_at:
+            self.log_progress_at = at
+        if stats.kind == "decode":
+            self.last_decode_line = (at, line.strip())
+            extra = dict(stats.extra)
+            length, rate = _number(extra.get("accept len")), _number(extra.get("accept rate"))
+            recent = self._last_scrape_t is not None and t - self._last_scrape_t < LOG_FALLBACK_S
+            if length is not None and not (recent and self.spec_accept_length is not None):
+                self.spec_accept_length, self.spec_accept_rate = length, rate
+            if length is not None:
+                self._spec_log.append((at, length))
+                while self._spec_log and self._spec_log[0][0] < t - 2 * SPEC_LOW_FOR_S:
+                    self._spec_log.popleft()
+
+    def hung(self, t: float, after_s: float = HUNG_AFTER_S) -> Hung | None:
+        """The hung verdict at ``t`` (module docstring), or None: the server is down or
+        unknown, idle (nothing running or queued), making tokens, or not yet watched
+        long enough to tell."""
+        if self.up is not True or self.stale or self.watched_since is None:
+            return None
+        running, queued = round(self.running or 0), round(self.queued or 0)
+        if running + queued <= 0:
+            return None
+        if self.metrics_enabled:
+            frozen = self._frozen_since
+            if frozen is None or t - frozen < self.min_rate_span_s:
+                return None
+        known = [x for x in (self.counter_progress_at, self.log_progress_at) if x is not None]
+        if self._never_decoded() and self._run_seen is not None:
+            known.append(self._run_seen)  # this run just started: older lines are another's
+        last = max(known) if known else self.watched_since
+        silent = t - last
+        if silent < after_s:
+            return None
+        decode = None
+        if self.last_decode_line is not None:
+            at, text = self.last_decode_line
+            decode = (text, max(t - at, 0.0))
+        return Hung(self.port, running, queued, silent, decode)
+
+    def wants_health_probe(self, t: float, after_s: float) -> bool:
+        """Whether to ask ``/health_generate`` now: asked only while hung (the caller
+        says so) and never more than once per ``after_s``; True also marks it asked."""
+        asked = self.health_asked_at
+        if asked is not None and asked <= t < asked + after_s:
+            return False
+        if self._health_pending and asked is not None and t < asked + HEALTH_PROBE_TIMEOUT_S + 5:
+            return False  # the last one is still under way (SGLang holds it 20 s)
+        self.health_asked_at, self._health_pending = t, True
+        return True
+
+    def observe_health(self, status: int | None, error: str | None, t: float) -> None:
+        """The answer to ``/health_generate`` (None: none came, ``error`` says why)."""
+        self.health = (t, status, error)
+        asked = self.health_asked_at
+        self._health_waited = None if asked is None or not self._health_pending else t - asked
+        self._health_pending = False
+
+    def health_text(self, t: float, within_s: float) -> str | None:
+        """What the last ``/health_generate`` said, if it came within ``within_s``:
+        ``/health_generate timed out``, ``/health_generate answered 503``."""
+        if self.health is None or t - self.health[0] > within_s:
+            return None
+        _, status, error = self.health
+        waited = self._health_waited
+        if status == 503 and waited is not None and waited >= HEALTH_SLOW_S:
+            # SGLang's answer when no token came in its health timeout (20 s)
+            return f"/health_generate timed out (503 after {waited:.0f} s)"
+        if status is not None:
+            return f"/health_generate answered {status}"
+        if error is not None and "timed out" in error:
+            return "/health_generate timed out"
+        return f"/health_generate did not answer ({error or 'no answer'})"
+
+    def spec_low(self, t: float, minimum: float = SPEC_ACCEPT_MIN) -> float | None:
+        """Seconds the accept length has stayed below ``minimum`` while the server
+        decodes (tokens come: a rate above 0), or None (no drafter, above the minimum,
+        not decoding: an idle server's gauge keeps its last batch's value)."""
+        length = self.spec_accept_length
+        decoding = (self.gen_tokens_per_s or 0.0) > 0 and not self.stale and self.up is True
+        if length is None or length >= minimum or not decoding:
+            self.spec_low_since = None
+            return None
+        if self.spec_low_since is None:
+            self.spec_low_since = t
+        # the log's decode lines say how long before that it was already low
+        since = self.spec_low_since
+        for at, value in reversed(self._spec_log):
+            if value >= minimum:
+                break
+            since = min(since, at)
+        return t - since
+
+    def _never_decoded(self) -> bool:
+        """The newest scrape's generated-token counter is 0: a server that just started."""
+        if not self._points:
+            return False
+        scrape = self._points[-1].scrape
+        made = scrape.decode_tokens
+        if made is None:
+            made = scrape.generation_tokens
+        return made is not None and made <= 0
 
     def observe_log(self, stats: SglangLogStats, t: float) -> bool:
         """A parsed stats line. Used only while no metrics scrape came for
@@ -389,7 +612,29 @@ class SglangTracker:
             "ttft_p50_s": r(self.ttft_p50_s, 4),
             "ttft_p95_s": r(self.ttft_p95_s, 4),
             "itl_p50_s": r(self.itl_p50_s, 5),
+            "spec_accept_length": r(self.spec_accept_length, 3),
+            "spec_accept_rate": r(self.spec_accept_rate, 4),
+            "retracted_reqs": _int(self.retracted),
+            "retracted_requests_total": _int(self.retracted_total),
+            "paused_reqs": _int(self.paused),
+            "aborted_requests_total": _int(self.aborted_total),
+            "retracted_in_log": self.retracted_log,
         }
+
+
+def _int(v: float | None) -> int | None:
+    return None if v is None else round(v)
+
+
+def _number(text: str | None) -> float | None:
+    """A log item's number (``1.04``), or None."""
+    if text is None:
+        return None
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _f(v: int | None) -> float | None:

@@ -17,13 +17,22 @@ from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
-from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
+from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
 from gpumon.backends.paths import state_dir
+from gpumon.backends.workloads.sglang import (
+    HEALTH_PROBE_TIMEOUT_S,
+    HUNG_AFTER_S,
+    SPEC_ACCEPT_MIN,
+    SPEC_LOW_FOR_S,
+    Hung,
+)
 from gpumon.backends.workloads.slow import RunBaselines, SlowWatch, judge_slow
 from gpumon.backends.workloads.stall import stall_verdict
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 
 CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
+NCCL_SPIN_UTIL_PCT = 95.0  # every rank this busy ...
+NCCL_SPIN_POWER_SHARE = 0.35  # ... on less than this share of its power limit: a spin
 # Fetched once per server start, for the model and parallelism: ``/server_info`` since
 # 0.5.6; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
@@ -118,7 +127,7 @@ class Workloads:
         """A fetch of ``tag``'s URL (``sglang:PORT``, or ``sglang-info:PORT`` for its
         server info): HTTP status (None: no answer)."""
         kind, _, number = tag.partition(":")
-        if kind not in ("sglang", "sglang-info"):
+        if kind not in ("sglang", "sglang-info", "sglang-health"):
             return
         try:
             port = int(number)
@@ -127,7 +136,9 @@ class Workloads:
         tracker = self.sglang.get(port)
         if tracker is None:  # discovered by the agent
             tracker = self.sglang[port] = SglangTracker(port)
-        if kind == "sglang-info":
+        if kind == "sglang-health":
+            tracker.observe_health(status, error, t)
+        elif kind == "sglang-info":
             tracker.observe_info(status, body)
         else:
             tracker.observe_http(status, body, t, error)
@@ -207,6 +218,106 @@ class Workloads:
                 )
                 alerts.on_job_condition("job_slow", job.name, Health.WARNING, slow, now)
 
+    def server_gpus(self, sample: HostSample | None) -> dict[int, tuple[int, ...]]:
+        """Port -> the GPUs its ranks run on, where that can be told: one server owns
+        every GPU that runs an ``sglang`` process; several map onto those GPUs in order
+        when there are as many, else onto all GPUs when there are as many as servers
+        (one server per GPU). Otherwise nothing: a guess would mislead the evidence."""
+        if sample is None or not self.sglang:
+            return {}
+        ports = sorted(self.sglang)
+        hosting = [
+            g.index
+            for g in sample.gpus
+            if any("sglang" in (p.name or "") for p in sample.processes_for(g))
+        ]
+        if len(ports) == 1:
+            return {ports[0]: tuple(hosting)} if hosting else {}
+        if len(hosting) != len(ports):
+            hosting = [g.index for g in sample.gpus] if len(sample.gpus) == len(ports) else []
+        return {port: (index,) for port, index in zip(ports, hosting, strict=False)}
+
+    def log_gpus(self, path: str, sample: HostSample | None) -> tuple[int, ...] | None:
+        """The GPUs of the server whose log ``path`` is, where they can be told
+        (``server_gpus``): its failures are then on its GPU, beside its other alerts."""
+        server = self._server_for(path)
+        if server is None:
+            return None
+        return self.server_gpus(sample).get(server.port) or None
+
+    def judge_hung(
+        self, alerts: AlertEngine, t: float, sample: HostSample | None = None
+    ) -> list[tuple[str, str]]:
+        """Raise or end ``sglang_hung`` for every server (``SglangTracker.hung``); returns
+        the ``/health_generate`` probes to ask now, as (URL, tag): only of hung servers,
+        at most once per ``hung_after_s`` each (SGLang holds the probe 20 s, and each one
+        is a generation request)."""
+        after = self.host.sglang.hung_after_s if self.host.sglang is not None else HUNG_AFTER_S
+        probes = []
+        gpus = self.server_gpus(sample)
+        for port, tracker in self.sglang.items():
+            verdict = tracker.hung(t, after)
+            if verdict is None:
+                alerts.on_sglang_hung(port, None, t)
+                continue
+            if tracker.wants_health_probe(t, after):
+                url = f"http://127.0.0.1:{port}/health_generate"
+                probes.append((url, f"sglang-health:{port}"))
+            text = self._hung_text(verdict, alerts, t, after)
+            spin = _gpu_evidence(sample, gpus.get(port, ()))
+            text += f"; {spin}" if spin else ""
+            first = gpus.get(port, (None,))[0]
+            alerts.on_sglang_hung(port, text, t, silent_s=verdict.silent_s, gpu=first)
+        return probes
+
+    def judge_spec(self, alerts: AlertEngine, t: float) -> None:
+        """``spec_accept_low`` for every server whose drafter's accept length stayed
+        below ``spec_accept_min`` for ``SPEC_LOW_FOR_S`` while it decodes."""
+        minimum = self.host.sglang.spec_accept_min if self.host.sglang else SPEC_ACCEPT_MIN
+        for port, tracker in self.sglang.items():
+            low = tracker.spec_low(t, minimum)
+            if low is None or low < SPEC_LOW_FOR_S:
+                alerts.on_spec_accept_low(port, None, t)
+                continue
+            rate = tracker.spec_accept_rate
+            of = f" (accept rate {rate:.0%})" if rate is not None else ""
+            text = (
+                f"sglang :{port} drafter tokens rejected: accept length "
+                f"{tracker.spec_accept_length:.2f}{of} for {low:.0f} s, below {minimum:g}: "
+                "speculative decoding costs more than it saves"
+            )
+            alerts.on_spec_accept_low(port, text, t)
+
+    def _hung_text(self, verdict: Hung, alerts: AlertEngine, t: float, after: float) -> str:
+        """The headline, then the evidence: what ``/health_generate`` answered, what the
+        server's log said of it lately (a watchdog dump, a failed health check, a crashed
+        scheduler) and its last decode line."""
+        parts = [verdict.headline()]
+        tracker = self.sglang[verdict.port]
+        health = tracker.health_text(t, after + HEALTH_PROBE_TIMEOUT_S)
+        if health is not None:
+            parts.append(health)
+        said = [
+            a
+            for a in alerts.active()
+            if a.kind in ("sglang_error", "kv_cache_full")
+            and a.key.startswith("log:")
+            and self._server_for(a.key.removeprefix("log:").rpartition(":")[0]) is tracker
+        ]
+        if said:
+            newest = max(said, key=lambda a: a.last_seen).message
+            if newest.startswith("Health check failed"):
+                if health is None:
+                    parts.append("/health_generate timed out (its log)")
+            else:
+                parts.append(f"its log: {newest[:120]}")
+        if verdict.last_decode is not None:
+            line, age = verdict.last_decode
+            stamp = parse_sglang_log_line(line)
+            when = f" at {stamp.time[-8:]}" if stamp is not None and stamp.time else ""
+            parts.append(f"last decode line{when} ({age:.0f} s ago)")
+        return "; ".join(parts)
+
     # --- views -------------------------------------------------------------------------
     def rates_pending(self) -> bool:
         """True while a server is not yet known up or down, or one that is up (or a
@@ -255,3 +366,35 @@ def _mean(values: Sequence[float | None]) -> float | None:
 def _file_name(host: str) -> str:
     """A host name as a file name (an ``user@host:port`` name has no slash, but be sure)."""
     return re.sub(r"[^\w.@:-]", "_", host) or "_"
+
+
+def _gpu_evidence(sample: HostSample | None, gpus: tuple[int, ...]) -> str | None:
+    """What a hung server's GPUs do: every rank busy at low power is the NCCL-spin
+    signature (a kernel spins waiting for a peer that never comes: "utilisation" counts a
+    resident kernel, the power says nothing is computed); idle GPUs point at the CPU
+    side (a stuck scheduler or tokenizer)."""
+    if sample is None or not gpus:
+        return None
+    by_index = {g.index: g for g in sample.gpus}
+    shown = [by_index[i] for i in gpus if i in by_index]
+    utils = [g.utilization_pct for g in shown]
+    powers = [(g.power_w, g.power_limit_w or g.enforced_power_limit_w) for g in shown]
+    if not shown or any(u is None for u in utils):
+        return None
+    which = (
+        f"GPU {shown[0].index}"
+        if len(shown) == 1
+        else f"GPUs {','.join(str(g.index) for g in shown)}"
+    )
+    if all(u is not None and u >= NCCL_SPIN_UTIL_PCT for u in utils) and all(
+        w is not None and cap and w < NCCL_SPIN_POWER_SHARE * cap for w, cap in powers
+    ):
+        watts = "/".join(f"{w:.0f}" for w, _ in powers if w is not None)
+        cap = powers[0][1] or 0.0
+        return (
+            f"{which} at 100 % utilisation on {watts} W of {cap:.0f} W: "
+            "an NCCL spin (a rank waits in a collective for a peer)"
+        )
+    if all(u is not None and u <= 5 for u in utils):
+        return f"{which} idle ({max(u or 0 for u in utils):.0f} %): stuck off the GPU"
+    return None

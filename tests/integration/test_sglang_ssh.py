@@ -155,3 +155,63 @@ def test_sglang_serve_is_in_the_first_snapshot_without_a_sglang_table(
         rate = found[port]["gen_tokens_per_s"]  # two observations: a rate
         assert rate is not None and rate > 0, found[port]
     assert data["incomplete"] == []
+
+
+async def test_a_hung_server_is_sglang_hung_and_a_long_prefill_is_not(
+    sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25.1: over the real sshd, the simulated server of GPU 0 hangs (37 running,
+    its counters frozen) and is ``sglang_hung`` within ``hung_after_s`` + 10 s; the one
+    of GPU 1, in a long prefill from the same moment (decode flat, prefill moving), is
+    not; both were seen working first."""
+    from gpumon.backends.sim.scenario import HANG_AT
+
+    monkeypatch.setenv("GPUMON_SSH_CONFIG", "")
+    hung_after = 10.0
+    ports = [free_port(), free_port()]  # server i is the simulator's server of GPU i
+    settings = demo_settings("hang", demo_time=HANG_AT - 4.0)
+    hang_at = settings.t0 + HANG_AT  # wall clock
+    env = {**os.environ, **settings.to_env()}
+    servers = subprocess.Popen(
+        [sys.executable, "-m", "gpumon.backends.sim.sglang_server", "--ports",
+         ",".join(map(str, ports))],
+        env=env, start_new_session=True,
+    )  # fmt: skip
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        sshd.config_toml(container=200, interval=0.5)
+        + f"[hosts.ct200.sglang]\nports = {ports}\ndiscover = false\n"
+        + f"hung_after_s = {hung_after:g}\n"
+    )
+    monitor = make_monitor(resolve_host(load_config(cfg), "ct200"))
+    monitor.start()
+
+    def active_message() -> str:
+        return " ".join(a.message for a in monitor.alerts.active() if a.kind == "sglang_hung")
+
+    def hung(port: int) -> list[str]:
+        return [a.message for a in monitor.alerts.history() if a.key == f"sglang_hung:{port}"]
+
+    try:
+        left = hang_at + hung_after + 10.0 - time.time()
+        [message] = await until(lambda: hung(ports[0]), left, "sglang_hung on the hung server")
+        assert message.startswith(f"sglang :{ports[0]} hung: 37 running, ")
+        assert time.time() - hang_at <= hung_after + 10.0
+        # the long prefill has stood as long without a decoded token: not hung, and stays so
+        await until(lambda: time.time() - hang_at >= hung_after + 12.0, 30, "a while more")
+        assert hung(ports[1]) == []
+        assert monitor.workloads.sglang[ports[1]].running == 12
+        active = [a for a in monitor.alerts.active() if a.kind == "sglang_hung"]
+        assert [a.key for a in active] == [f"sglang_hung:{ports[0]}"]
+        # the agent asked /health_generate once; the server held it 20 s and said 503
+        said = "; /health_generate timed out (503 after 2"
+        tracker = monitor.workloads.sglang[ports[0]]
+        await until(
+            lambda: said in active_message(),
+            40,
+            lambda: f"the /health_generate answer: {tracker.health} in {active_message()!r}",
+        )
+    finally:
+        await monitor.stop()
+        os.killpg(servers.pid, signal.SIGKILL)
+        servers.wait()

@@ -95,3 +95,20 @@ def test_a_value_not_reported_is_left_out_not_zero() -> None:
     metrics = scrape(GpumonCollector(lambda: [monitor]))
     assert {lab["gpu"] for lab, _ in metrics["gpumon_gpu_power_watts"]} == set("0124567")
     assert metrics["gpumon_agent_up"] == [({"host": "ct200"}, 1.0)]
+
+
+def test_a_hung_server_and_a_rejected_drafter_are_exported() -> None:
+    """Issue 25.1/25.5: ``gpumon_alerts_active`` by kind, and the accept length."""
+    from gpumon.backends.parsers.sglang import SglangScrape
+    from gpumon.backends.workloads import SglangTracker
+
+    monitor = make_monitor(HostConfig(name="ct200", kind="local"), record=False)
+    tracker = monitor.workloads.sglang.setdefault(30000, SglangTracker(30000))
+    tracker.observe(SglangScrape(running=37.0, decode_tokens=5.0, spec_accept_length=1.04), 0.0)
+    monitor.alerts.on_sglang_hung(30000, "sglang :30000 hung: 37 running", 70.0)
+    metrics = scrape(GpumonCollector(lambda: [monitor], OomCounter()))
+    active = {(lab["severity"], lab["kind"]): v for lab, v in metrics["gpumon_alerts_active"]}
+    assert active[("critical", "sglang_hung")] == 1
+    assert active[("warning", "spec_accept_low")] == 0
+    [(labels, value)] = metrics["gpumon_sglang_spec_accept_length"]
+    assert (labels["port"], value) == ("30000", 1.04)

@@ -42,6 +42,13 @@ SNAPSHOT_KEYS = {
     "ttft_p50_s",
     "ttft_p95_s",
     "itl_p50_s",
+    "spec_accept_length",
+    "spec_accept_rate",
+    "retracted_reqs",
+    "retracted_requests_total",
+    "paused_reqs",
+    "aborted_requests_total",
+    "retracted_in_log",
 }
 
 
@@ -58,6 +65,9 @@ def test_busy_fixture_parses_to_its_numbers() -> None:
     assert s.decode_tokens == 11634512.0
     assert (s.prefill_compute_tokens, s.prefill_cache_tokens) == (26412960.0, 18388225.0)
     assert s.generation_tokens == 1.088362e07 + 736270.0  # summed over is_streaming
+    # no drafter: SGLang's 0.0 defaults are "not reported"; KV pressure and aborts read
+    assert (s.spec_accept_length, s.spec_accept_rate) == (None, None)
+    assert (s.retracted, s.retracted_total, s.paused, s.aborted_total) == (0.0, 6.0, 0.0, 37.0)
     assert s.effective_hit_tokens == 18371602.0 and s.effective_input_tokens == 26398114.0
     assert s.ttft is not None and s.ttft.count == 17913.0 + 1207.0
     assert s.ttft.buckets[0] == (0.1, 868.0 + 53.0) and s.ttft.buckets[-1][0] == math.inf
@@ -106,7 +116,7 @@ def test_other_tp_ranks_are_dropped_and_dp_ranks_summed() -> None:
 def test_filter_keeps_only_the_wanted_lines_and_parses_the_same() -> None:
     kept = filter_metrics_text(BUSY)
     assert "# HELP" not in kept and "http_requests" not in kept and "queue_time" not in kept
-    assert kept.count("\n") == 89  # 21 gauge/counter samples + 68 histogram lines
+    assert kept.count("\n") == 95  # 27 gauge/counter samples + 68 histogram lines
     assert "cache_hit_rate" not in kept  # the unreliable gauge is not even parsed
     rx = re.compile(METRICS_LINE_FILTER)  # what the agent applies line by line
     by_agent = "".join(ln + "\n" for ln in BUSY.splitlines() if rx.match(ln))

@@ -172,7 +172,8 @@ def test_panes_drop_low_priority_columns_first_and_show_errors() -> None:
     assert "model" not in keys and "ITL" not in keys
     assert spark == 0 or spark >= 8
     wide, _ = fit_columns(SGLANG_COLUMNS, view.rows, 200)
-    assert [c.key for c, _ in wide] == [c.key for c in SGLANG_COLUMNS]
+    # the drafter's accept-length column only where a server has a drafter
+    assert [c.key for c, _ in wide] == [c.key for c in SGLANG_COLUMNS if not c.optional]
     lines = render_pane(view, SGLANG_COLUMNS, 80).plain.split("\n")
     assert lines[0].startswith("SGLang") and "tok/s" in lines[0]
     assert lines[1].startswith("all") and "3/4" in lines[1]
@@ -180,6 +181,28 @@ def test_panes_drop_low_priority_columns_first_and_show_errors() -> None:
     assert "down" in down and "connection refused" in down
     assert all(len(line) <= 80 for line in lines)
     assert "n/a" in lines[2]  # never scraped: unknown, not 0
+
+
+def test_a_drafter_shows_its_accept_length_in_the_sglang_pane() -> None:
+    """Issue 25.5: the simulator's server of GPU 2 in ``hang`` runs a drafter at accept
+    length 1.04 (rate 1 %): an ``accept`` column, a warning colour; a server without a
+    drafter has none (SGLang's 0.0 default is not shown as 0)."""
+    hang = SimSettings(scenario="hang")
+    servers = {}
+    for index in (1, 2):
+        tracker = SglangTracker(30000 + index)
+        for t in (10.0, 14.0):
+            tracker.observe_text(metrics_text(hang, index, t, -UPTIME_AT_T0), t)
+        servers[tracker.port] = tracker
+    view = sglang_view(servers, end=14.0, span=2.0, count=40, palette=PALETTE)
+    assert view is not None
+    lines = render_pane(view, SGLANG_COLUMNS, 140).plain.split("\n")
+    assert "accept" in lines[0]
+    drafter = next(line for line in lines if line.startswith(":30002"))
+    plain = next(line for line in lines if line.startswith(":30001"))
+    assert "1.04 1%" in drafter and "1.04" not in plain
+    row = next(r for r in view.rows if r.key == "30002")
+    assert row.cell("acc") == Cell("1.04 1%", Role.WARNING)
 
 
 def test_jobs_pane_marks_the_cursor_row() -> None:

@@ -37,6 +37,7 @@ def common_options(parser: argparse.ArgumentParser) -> None:
             "idle",
             "stall",
             "slow",
+            "hang",
         ),
         help="what the simulated CT200 runs (default: training-oom)",
     )

@@ -200,6 +200,8 @@ KIND_TITLES = {
     "gpu_idle_held": "GPU held and idle",
     "job_stalled": "Job stalled",
     "job_slow": "Job slow",
+    "sglang_hung": "SGLang server hung",
+    "spec_accept_low": "Drafter tokens rejected",
 }
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gpumon.backends.model import GpuSample, HostSample
 from gpumon.backends.untrusted import printable as _printable
 from gpumon.backends.workloads import JobState, JobTracker, SglangTotals, SglangTracker
+from gpumon.backends.workloads.sglang import SPEC_ACCEPT_MIN
 from gpumon.tui.views.gpu_cells import NA, Cell, Role, duration
 
 BLANK = Cell("", Role.MUTED)
@@ -104,9 +105,20 @@ def sglang_cells(s: SglangTracker) -> dict[str, Cell]:
         "TTFT": latency_pair(s.ttft_p50_s, s.ttft_p95_s),
         "ITL": NA if s.itl_p50_s is None else Cell(_milliseconds(s.itl_p50_s)),
     }
+    if s.spec_accept_length is not None:  # a drafter: its accept length (and rate)
+        out["acc"] = spec_cell(s.spec_accept_length, s.spec_accept_rate, numbers)
     if s.error and (s.up is False or s.stale):
         out["error"] = Cell(_printable(s.error), Role.CRITICAL if s.up is False else Role.WARNING)
     return out
+
+
+def spec_cell(length: float, rate: float | None, role: Role) -> Cell:
+    """A drafter's accept length and rate: ``1.04 1%``; below 1.5 tokens per verify step a
+    warning (speculative decoding then costs more than it saves; the default
+    ``spec_accept_min``)."""
+    text = f"{length:.2f}" + (f" {rate:.0%}" if rate is not None else "")
+    low = length < SPEC_ACCEPT_MIN and role is Role.NORMAL
+    return Cell(text, Role.WARNING if low else role)
 
 
 def _model_cell(s: SglangTracker) -> Cell:

@@ -37,6 +37,7 @@ class Column:
     max_width: int
     priority: int
     left: bool = False
+    optional: bool = False  # shown only when a row has this cell (a drafter's accept length)
 
 
 SGLANG_COLUMNS: tuple[Column, ...] = (
@@ -50,6 +51,7 @@ SGLANG_COLUMNS: tuple[Column, ...] = (
     Column("hit", "hit", 4, 4, 60),
     Column("TTFT", "TTFT p50/95", 11, 11, 50),
     Column("ITL", "ITL", 5, 6, 40),
+    Column("acc", "accept", 6, 11, 55, optional=True),
 )
 
 JOB_COLUMNS: tuple[Column, ...] = (
@@ -70,6 +72,7 @@ def fit_columns(
     fewer than ``MIN_SPARK`` cells are left). A column is as wide as its widest cell,
     within its bounds; when space is short the lowest priority goes first."""
     sized = []
+    columns = [c for c in columns if not c.optional or any(r.cell(c.key) for r in rows)]
     for col in columns:
         longest = max((len(c.text) for r in rows if (c := r.cell(col.key))), default=0)
         sized.append((col, min(max(longest, len(col.title), col.min_width), col.max_width)))

@@ -180,6 +180,11 @@ class AgentSource(TransportSource):
         elif (stream := self.stream) is not None:
             stream.write(protocol.SetInterval(seconds).encode())
 
+    def probe(self, url: str, tag: str, timeout: float) -> None:
+        """The agent GETs ``url`` once in a thread of its own and sends the answer."""
+        if not self._direct_now and (stream := self.stream) is not None:
+            stream.write(protocol.Probe(url, tag, timeout).encode())
+
     async def session(self, sink: Sink) -> bool:
         try:
             first = self._candidates(sink)[0]

@@ -162,5 +162,9 @@ class Source(abc.ABC):
     def set_interval(self, seconds: float) -> None:  # noqa: B027 - a source may not care
         """The monitor's interval changed to ``seconds`` (``capabilities.interval`` only)."""
 
+    def probe(self, url: str, tag: str, timeout: float) -> None:  # noqa: B027
+        """GET ``url`` on the target once; the answer comes as an HTTP result under
+        ``tag`` (sources with an agent only; others ignore it)."""
+
     async def close(self) -> None:  # noqa: B027
         """Release the source's resources (after ``run`` ended or was cancelled)."""
