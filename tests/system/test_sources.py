@@ -151,7 +151,7 @@ async def test_a_gpu_whose_line_is_over_the_bound_is_kept_its_name_cut_and_said(
     monitor = make_monitor(fake_smi_host(python))
     monitor.start()
     try:
-        await until(monitor, lambda: monitor.samples >= 3, "no samples")
+        await until(lambda: monitor.samples >= 3, 20, "no samples")
         assert monitor.latest is not None
         gpus = {g.index: g for g in monitor.latest.gpus}
         assert sorted(gpus) == list(range(8))
