@@ -532,7 +532,7 @@ class AlertEngine(AlertStore):
     ) -> list[Alert]:
         """``sglang_error`` (warning, key ``sglang_page:PORT``) while the server on
         ``port`` answers a ``/metrics`` page that cannot be read (over the agent's bound,
-        cut short by the close, not Prometheus text): its numbers are all unknown. None
+        cut short by the close, without SGLang's metrics in it): its numbers are all unknown. None
         ends it: a readable page again, or no page at all (a stopped server is no fault)."""
         return self._server_condition(
             "sglang_error", Health.WARNING, port, text, now, 0.0, gpu, key=f"{PAGE_KEY}{port}"

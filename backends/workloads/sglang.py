@@ -296,7 +296,7 @@ class SglangTracker:
         if status == 200:
             if not self.observe_text(body, t):
                 why = (self.error or "").removeprefix("bad /metrics text: ")
-                unreadable = f"page is not Prometheus text ({why})"
+                unreadable = f"page cannot be read: {why}"
         elif status is None and error is not None and error.startswith(_UNREADABLE_ERRORS):
             self.mark_down(t, error)
             unreadable = error if error.startswith("page") else f"page cut short: {error}"

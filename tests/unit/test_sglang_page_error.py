@@ -1,7 +1,7 @@
 """``sglang_error`` for a server whose ``/metrics`` page comes but cannot be read (issue 28.6).
 
 The errors are the agent's own (``remote/fetch.py``): a page over the bound, a page cut
-short by the close; and a page that is not Prometheus text. A server that is simply not
+short by the close; and a page without SGLang's metrics in it. A server that is simply not
 listening raises nothing: a stopped server is not a fault.
 """
 
@@ -77,10 +77,15 @@ def test_an_oversized_page_is_a_warning_until_the_page_reads_again() -> None:
             "sglang :24061 /metrics page cut short: connection closed mid-answer "
             "(100 of 5000 bytes)",
         ),
-        (200, "<html>not metrics</html>\n", None, "sglang :24061 /metrics page is not Prometheus"),
+        (
+            200,
+            "<html>not metrics</html>\n",
+            None,
+            "sglang :24061 /metrics page cannot be read: no SGLang metrics in the text",
+        ),
     ],
 )
-def test_a_page_cut_short_or_not_prometheus_text_is_said(
+def test_a_page_cut_short_or_without_sglang_metrics_is_said(
     status: int | None, body: str, error: str | None, said: str
 ) -> None:
     workloads, engine, clock = _setup()
