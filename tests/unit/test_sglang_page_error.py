@@ -26,7 +26,8 @@ TOO_LARGE = too_large(8 << 20)
 
 def _setup(ports: tuple[int, ...] = (24061,)) -> tuple[Workloads, AlertEngine, FakeClock]:
     clock = FakeClock()
-    workloads = Workloads(HostConfig(name="ct200", kind="ssh", sglang=SglangConfig(ports=ports)))
+    sglang = SglangConfig(ports=ports, discover=False)
+    workloads = Workloads(HostConfig(name="ct200", kind="ssh", sglang=sglang))
     return workloads, AlertEngine("ct200", AlertRules(), clock=clock.time), clock
 
 
@@ -118,3 +119,16 @@ def test_each_server_has_its_own_alert() -> None:
     _scrape(workloads, engine, clock, None, error=TOO_LARGE, port=24062)
     keys = _scrape(workloads, engine, clock, None, error=TOO_LARGE, port=24062)
     assert sorted(keys) == ["sglang_page:24061", "sglang_page:24062"]
+
+
+def test_a_server_killed_mid_answer_raises_nothing() -> None:
+    """Its last page is cut short by the close, then the port refuses: stopped, not broken."""
+    workloads, engine, clock = _setup()
+    _scrape(workloads, engine, clock, 200, GOOD_PAGE)
+    cut = "connection closed mid-answer (4096 of 90000 bytes)"
+    assert _scrape(workloads, engine, clock, None, error=cut) == []
+    assert workloads.waiting_for() == [("SGLang :24061", "no second observation")]
+    refused = "ConnectionRefusedError: [Errno 111] Connection refused"
+    assert _scrape(workloads, engine, clock, None, error=refused) == []
+    assert workloads.waiting_for() == []
+    assert engine.history() == []
