@@ -11,10 +11,11 @@ Kinds and how each one ends (``active`` becomes False):
   GPUs of a job, one alert for all of them),
   ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
   (from ``on_unreachable``) and ``sglang_hung`` (key ``sglang_hung:PORT``, from
-  ``on_sglang_hung``) and ``spec_accept_low`` (``on_spec_accept_low``) last while the
-  condition holds (with hysteresis, see
-  alert_rules). Acknowledging one only silences it (``acknowledged``); it rings again if
-  it gets worse.
+  ``on_sglang_hung``) and ``spec_accept_low`` (``on_spec_accept_low``) and a warning
+  ``sglang_error`` for a server whose ``/metrics`` page cannot be read (key
+  ``sglang_page:PORT``, from ``on_sglang_page``) last while the condition holds (with
+  hysteresis, see alert_rules). Acknowledging one only silences it (``acknowledged``); it
+  rings again if it gets worse.
 - event alerts end when acknowledged, when ``clear(key_prefix)`` is called (the restart
   action), or on recovery:
   - ``cuda_oom``, ``sglang_error``, ``job_crashed`` (key ``log:PATH:LINE``): the log gets new
@@ -50,7 +51,14 @@ from gpumon.backends.alerts.rules import (
     IdleHeld,
     foreign_memory,
 )
-from gpumon.backends.alerts.store import CONDITION_KINDS, KINDS, Alert, AlertStore, Listener
+from gpumon.backends.alerts.store import (
+    CONDITION_KINDS,
+    KINDS,
+    PAGE_KEY,
+    Alert,
+    AlertStore,
+    Listener,
+)
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.parsers.kernel import (
     gpu_for_pci,
@@ -380,6 +388,7 @@ class AlertEngine(AlertStore):
             if (
                 alert.gpu == gpu
                 and alert.kind in _GPU_EVENT_KINDS
+                and not alert.key.startswith(PAGE_KEY)  # a condition: the page says
                 and emptied_at >= alert.time - 15.0
             ):
                 self._end(alert.key)
@@ -387,7 +396,9 @@ class AlertEngine(AlertStore):
     def _expire(self, now: float) -> None:
         for alert in list(self._active.values()):
             transient = alert.kind == "kv_cache_full" or (
-                alert.kind == "sglang_error" and alert.severity is Health.WARNING
+                alert.kind == "sglang_error"
+                and alert.severity is Health.WARNING
+                and not alert.key.startswith(PAGE_KEY)  # a condition: the page says
             )
             if transient and now - alert.last_seen >= TRANSIENT_S:
                 self._end(alert.key)
@@ -516,6 +527,17 @@ class AlertEngine(AlertStore):
         given; None ends it."""
         return self._server_condition("spec_accept_low", Health.WARNING, port, text, now, 0.0)
 
+    def on_sglang_page(
+        self, port: int, text: str | None, now: float, *, gpu: int | None = None
+    ) -> list[Alert]:
+        """``sglang_error`` (warning, key ``sglang_page:PORT``) while the server on
+        ``port`` answers a ``/metrics`` page that cannot be read (over the agent's bound,
+        cut short by the close, without SGLang's metrics in it): its numbers are all unknown. None
+        ends it: a readable page again, or no page at all (a stopped server is no fault)."""
+        return self._server_condition(
+            "sglang_error", Health.WARNING, port, text, now, 0.0, gpu, key=f"{PAGE_KEY}{port}"
+        )
+
     def _server_condition(
         self,
         kind: str,
@@ -525,8 +547,9 @@ class AlertEngine(AlertStore):
         now: float,
         score: float,
         gpu: int | None = None,
+        key: str | None = None,
     ) -> list[Alert]:
-        key = f"{kind}:{port}"
+        key = key or f"{kind}:{port}"
         if text is None:
             if key in self._active:
                 self._end(key)

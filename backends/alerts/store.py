@@ -3,7 +3,10 @@
 ``AlertStore`` is the bookkeeping half of ``AlertEngine`` (alerts.py), which adds the rules.
 Keys are stable identities (``memory:6``, ``log:/path/job.log:1234``, ``xid:0000:ba:00:3``).
 Condition kinds (``CONDITION_KINDS``) stay active while their condition holds; acknowledging
-one only silences it. Any other alert is an event: acknowledging it ends it.
+one only silences it. Any other alert is an event: acknowledging it ends it. One kind is
+both: ``sglang_error`` is an event from a log line (key ``log:PATH:LINE``) and a condition
+for a server whose ``/metrics`` page cannot be read (key ``sglang_page:PORT``,
+``is_condition``).
 """
 
 from __future__ import annotations
@@ -59,8 +62,15 @@ CONDITION_KINDS = frozenset(
         "spec_accept_low",
     }
 )
+PAGE_KEY = "sglang_page:"  # ``sglang_error`` of an unreadable /metrics page: a condition
 HISTORY_MAX = 500
 NOTES_MAX = 50
+
+
+def is_condition(alert: Alert) -> bool:
+    """Whether ``alert`` lasts while its condition holds (acknowledging only silences
+    it): a condition kind, or a server's unreadable page (``PAGE_KEY``)."""
+    return alert.kind in CONDITION_KINDS or alert.key.startswith(PAGE_KEY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +178,7 @@ class AlertStore:
         alert = self._active.get(key)
         if alert is None or alert.acknowledged:
             return False
-        if alert.kind in CONDITION_KINDS:
+        if is_condition(alert):
             self._store(replace(alert, acknowledged=True))
         else:
             self._store(replace(alert, acknowledged=True, active=False))

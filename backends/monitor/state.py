@@ -570,11 +570,13 @@ class HostMonitor:
         self._notify()
 
     def _judge_hung(self, now: float) -> None:
-        """``sglang_hung`` and ``spec_accept_low`` for every server; the agent asks a
-        hung one's ``/health_generate`` (once per ``hung_after_s``)."""
+        """``sglang_hung``, ``spec_accept_low`` and an unreadable page's ``sglang_error``
+        for every server; the agent asks a hung one's ``/health_generate`` (once per
+        ``hung_after_s``)."""
         for url, tag in self.workloads.judge_hung(self.alerts, now, self.latest):
             self.source.probe(url, tag, HEALTH_PROBE_TIMEOUT_S)
         self.workloads.judge_spec(self.alerts, now)
+        self.workloads.judge_pages(self.alerts, now, self.latest)
 
     def ingest_kernel_lines(self, lines: Sequence[str]) -> None:
         self.alerts.on_kernel_lines(list(lines))

@@ -68,6 +68,11 @@ SPEC_LOW_FOR_S = 60.0  # the accept length stays below the minimum this long: a 
 # SGLang's /health_generate waits SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for a token, then
 # answers 503: the probe waits a little longer than that.
 HEALTH_PROBE_TIMEOUT_S = 25.0
+# A page that cannot be read this many scrapes in a row is an ``sglang_error``: one page cut
+# short is a server killed mid-answer (stopped, not broken)
+UNREADABLE_SCRAPES = 2
+# The agent's errors (remote/fetch.py) for an answer that came but cannot be read
+_UNREADABLE_ERRORS = ("page larger than", "connection closed mid-answer")
 HEALTH_SLOW_S = 15.0  # a 503 this late is SGLang's own health timeout, not a quick refusal
 
 
@@ -216,6 +221,10 @@ class SglangTracker:
         self.up: bool | None = None  # None: never fetched
         self.stale = False  # the values are older than the last attempt
         self.error: str | None = None
+        # why the last /metrics page came but could not be read (None: read, or no page),
+        # and how many scrapes in a row that has been so
+        self.unreadable: str | None = None
+        self.unreadable_runs = 0
         self.metrics_enabled: bool | None = None  # False: /metrics said 404
         self.restarts = 0  # counter resets seen
         self.last_update: float | None = None
@@ -280,14 +289,32 @@ class SglangTracker:
     ) -> None:
         """One fetch of ``/metrics``: status 200 is parsed; 404 means metrics are off
         (the server is up; numbers come from its log); anything else, or no status
-        (refused, timeout), marks the server down."""
+        (refused, timeout), marks the server down. A page that came but cannot be read
+        (``unreadable``) is said apart from one that did not come: the server is broken,
+        not stopped."""
+        unreadable = None
         if status == 200:
-            self.observe_text(body, t)
+            if not self.observe_text(body, t):
+                why = (self.error or "").removeprefix("bad /metrics text: ")
+                unreadable = f"page cannot be read: {why}"
+        elif status is None and error is not None and error.startswith(_UNREADABLE_ERRORS):
+            self.mark_down(t, error)
+            unreadable = error if error.startswith("page") else f"page cut short: {error}"
         elif status == 404:
             self.up, self.metrics_enabled = True, False
             self.error = "/metrics answers 404: SGLang runs without --enable-metrics"
         else:
             self.mark_down(t, error or f"HTTP {status}")
+        self.unreadable = unreadable
+        self.unreadable_runs = self.unreadable_runs + 1 if unreadable is not None else 0
+
+    def page_error(self) -> str | None:
+        """The ``sglang_error`` text while the server's ``/metrics`` page has been
+        unreadable ``UNREADABLE_SCRAPES`` scrapes in a row: ``sglang :24061 /metrics page
+        larger than 8 MiB: not read``; None otherwise."""
+        if self.unreadable is None or self.unreadable_runs < UNREADABLE_SCRAPES:
+            return None
+        return f"sglang :{self.port} /metrics {self.unreadable}"
 
     def observe_text(self, text: str, t: float) -> bool:
         """Parse a ``/metrics`` body and observe it; False (and ``error`` set, values

@@ -270,6 +270,15 @@ class Workloads:
             alerts.on_sglang_hung(port, text, t, silent_s=verdict.silent_s, gpu=first)
         return probes
 
+    def judge_pages(self, alerts: AlertEngine, t: float, sample: HostSample | None = None) -> None:
+        """``sglang_error`` (key ``sglang_page:PORT``) for every server whose ``/metrics``
+        page came but cannot be read (``SglangTracker.page_error``); ended when it reads
+        again or no page comes at all (a stopped server is not a fault)."""
+        gpus = self.server_gpus(sample)
+        for port, tracker in self.sglang.items():
+            text = tracker.page_error()
+            alerts.on_sglang_page(port, text, t, gpu=gpus.get(port, (None,))[0])
+
     def judge_spec(self, alerts: AlertEngine, t: float) -> None:
         """``spec_accept_low`` for every server whose drafter's accept length stayed
         below ``spec_accept_min`` for ``SPEC_LOW_FOR_S`` while it decodes."""
@@ -347,7 +356,9 @@ class Workloads:
             s = self.sglang[port]
             if s.up is None:
                 out.append((f"SGLang :{port}", "no answer"))
-            elif s.up and s.metrics_enabled is not False and s.gen_tokens_per_s is None:
+            elif (s.up and s.metrics_enabled is not False and s.gen_tokens_per_s is None) or (
+                s.unreadable is not None and s.page_error() is None  # is it, or a blip?
+            ):
                 out.append((f"SGLang :{port}", "no second observation"))
         return out
 

@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from gpumon.backends.config import load_config, resolve_host
 from gpumon.backends.monitor import demo_settings, make_monitor
 
+from scripted_http import Huge
 from sshd_server import SshServer, free_port
 from waiting import until
 
@@ -215,3 +218,46 @@ async def test_a_hung_server_is_sglang_hung_and_a_long_prefill_is_not(
         await monitor.stop()
         os.killpg(servers.pid, signal.SIGKILL)
         servers.wait()
+
+
+def test_a_page_over_8_mib_is_an_sglang_error_and_a_stopped_server_is_not(
+    sshd: SshServer, tmp_path: Path, client_env: dict[str, str]
+) -> None:
+    """Issue 28.6: a server answering a 10 MB ``/metrics`` was ``up: false`` and nothing
+    else; it is a warning ``sglang_error`` in ``snapshot --json`` and ``check`` (exit 1).
+    A port nothing listens on (a stopped server) raises no alert."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Huge)
+    httpd.daemon_threads = True
+    threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
+    huge, stopped = httpd.server_address[1], free_port()
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        sshd.config_toml(interval=0.5)
+        + f"[hosts.ct200.sglang]\nports = {[huge, stopped]}\ndiscover = false\n"
+    )
+
+    def gpumon(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpumon.tui.cli", "--config", str(cfg), *args],
+            env=client_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    try:
+        snap = gpumon("snapshot", "ct200", "--json")
+        check = gpumon("check", "--window", "0", "ct200")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert snap.returncode == 0, snap.stderr
+    data = json.loads(snap.stdout)
+    servers = {s["port"]: s for s in data["sglang"]}
+    assert servers[huge]["up"] is False and servers[stopped]["up"] is False, servers
+    said = [(a["kind"], a["severity"], a["message"]) for a in data["alerts"]]
+    page = ("sglang_error", "warning", f"sglang :{huge} /metrics page larger than 8 MiB: not read")
+    assert page in said, said
+    assert [a for a in said if f":{stopped}" in a[2]] == []  # a stopped server is no fault
+    assert data["incomplete"] == []
+    assert check.returncode == 1, (check.stdout, check.stderr)
+    assert check.stdout.startswith("WARNING") and f"sglang :{huge} /metrics page" in check.stdout

@@ -1,6 +1,7 @@
 """Real HTTP servers on 127.0.0.1 for the agent's HTTP client (``remote/fetch.py``): a
 ``Handler`` serving a large metrics ``PAGE`` in each body framing, and ``Scripted``, a raw
-TCP server whose answers (and silences, closes, resets) a test scripts request by request.
+TCP server whose answers (and silences, closes, resets) a test scripts request by request,
+and ``Huge``, a ``/metrics`` over the agent's 8 MiB bound.
 """
 
 from __future__ import annotations
@@ -47,6 +48,23 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "9")
             self.end_headers()
             self.wfile.write(b"not found")
+
+
+class Huge(BaseHTTPRequestHandler):
+    """A ``/metrics`` of 10 MB (issue 28's oversized page), sent as fast as it is read."""
+
+    protocol_version = "HTTP/1.1"
+    PAGE = b"sglang:num_running_reqs 3.0\n" * (10_000_000 // 28)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.PAGE)))
+        self.end_headers()
+        with contextlib.suppress(OSError):  # the agent hangs up after the header
+            self.wfile.write(self.PAGE)
 
 
 class Scripted:

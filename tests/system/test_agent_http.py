@@ -23,6 +23,8 @@ from gpumon.backends.remote import agent, protocol
 from gpumon.backends.remote.protocol import AgentOptions
 from gpumon.backends.workloads.sglang import SglangTracker
 
+from scripted_http import Huge
+
 pytestmark = pytest.mark.system
 
 PAGE = (
@@ -190,23 +192,6 @@ def test_a_target_added_later_is_scraped_at_once(out: Out, servers: list[Server]
     got = out.http(f"sglang:{servers[1].port}")
     assert len(got) == 1 and got[0][0] - added < 0.2
     assert len(out.http(f"sglang:{servers[0].port}")) == 1
-
-
-class Huge(BaseHTTPRequestHandler):
-    """A ``/metrics`` of 10 MB (issue 28's oversized page), sent as fast as it is read."""
-
-    protocol_version = "HTTP/1.1"
-    PAGE = b"sglang:num_running_reqs 3.0\n" * (10_000_000 // 28)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(self.PAGE)))
-        self.end_headers()
-        with contextlib.suppress(OSError):  # the agent hangs up after the header
-            self.wfile.write(self.PAGE)
 
 
 def test_a_page_over_8_mib_is_said_and_the_server_is_down(out: Out) -> None:

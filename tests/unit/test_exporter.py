@@ -112,3 +112,15 @@ def test_a_hung_server_and_a_rejected_drafter_are_exported() -> None:
     assert active[("warning", "spec_accept_low")] == 0
     [(labels, value)] = metrics["gpumon_sglang_spec_accept_length"]
     assert (labels["port"], value) == ("30000", 1.04)
+
+
+def test_a_server_whose_page_is_over_8_mib_is_an_exported_sglang_error() -> None:
+    """Issue 28.6: two scrapes refused for size, through the monitor as the agent says
+    them, are ``gpumon_alerts_active{kind="sglang_error"}`` 1 and ``gpumon_sglang_up`` 0."""
+    monitor = make_monitor(HostConfig(name="ct200", kind="local"), record=False)
+    for _ in range(2):
+        monitor.ingest_http("sglang:24061", None, "", "page larger than 8 MiB: not read")
+    metrics = scrape(GpumonCollector(lambda: [monitor], OomCounter()))
+    active = {(lab["severity"], lab["kind"]): v for lab, v in metrics["gpumon_alerts_active"]}
+    assert active[("warning", "sglang_error")] == 1
+    assert [v for lab, v in metrics["gpumon_sglang_up"] if lab["port"] == "24061"] == [0.0]
