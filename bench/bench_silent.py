@@ -87,9 +87,16 @@ def _sglang(after: float) -> Callable[[HostConfig], HostConfig]:
     return tune
 
 
-def _drafter(**keys: float) -> Callable[[HostConfig], HostConfig]:
+def _drafter(
+    stall_after_s: float | None = None, slow_for_s: float = 300.0
+) -> Callable[[HostConfig], HostConfig]:
     def tune(h: HostConfig) -> HostConfig:
-        jobs = tuple(replace(j, **keys) if j.name == "drafter" else j for j in h.jobs)
+        jobs = tuple(
+            replace(j, stall_after_s=stall_after_s, slow_for_s=slow_for_s)
+            if j.name == "drafter"
+            else j
+            for j in h.jobs
+        )
         return replace(h, jobs=jobs)
 
     return tune
