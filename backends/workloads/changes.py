@@ -21,10 +21,10 @@ from pathlib import Path
 from gpumon.backends import untrusted
 from gpumon.backends.paths import audit_log
 
-__all__ = ["SWAP_ACTION", "SwapReader", "swap_words"]
+__all__ = ["SWAPPED", "SWAP_ACTION", "SwapReader", "swap_words"]
 
-SWAP_ACTION = "swap-torch"  # ``torchenv.swap_run.ACTION``
-SWAPPED = "swapped"  # the outcome of a swap that took
+SWAP_ACTION = "swap-torch"  # ``torchenv.swap_run.ACTION`` is this
+SWAPPED = "swapped"  # the outcome of a swap that took (``swap_run.SwapOutcome.result``)
 
 
 class SwapReader:

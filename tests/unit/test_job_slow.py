@@ -9,11 +9,13 @@ import json
 import time
 from pathlib import Path
 
+from gpumon.backends.actions import audit
 from gpumon.backends.alerts.engine import Alert, AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, iso_time
+from gpumon.backends.torchenv import swap_run
 from gpumon.backends.workloads.changes import SwapReader, swap_words
 from gpumon.backends.workloads.slow import MIN_RUN_S, WARMUP_S, RunBaselines, RunRecord
 from gpumon.backends.workloads.watch import Workloads
@@ -189,3 +191,16 @@ def test_a_swap_words_the_version_when_it_changed_and_the_date_when_old() -> Non
         f"torch swapped 2.10.0+cu128 -> 2.11.0+cu130 at {day} (audit)"
     )
     assert SwapReader(Path("/nonexistent/audit.jsonl")).since("box", 0.0, now) is None
+
+
+def test_the_reader_reads_what_a_swap_writes_in_the_audit_log(tmp_path: Path) -> None:
+    """The audit log's format is actions.audit's: the reader reads its real entries."""
+    env = {"XDG_STATE_HOME": str(tmp_path)}
+    params = {"from": "2.11.0+cu128", "to": "2.11.0+cu130", "venv": "/root/venv"}
+    before = time.time()
+    path = audit.record(swap_run.ACTION, "box", "started", parameters=params, env=env)
+    audit.record(swap_run.ACTION, "box", "swapped", parameters=params, env=env)
+    after = time.time()
+    said = SwapReader(path).since("box", before - 1.0, after)
+    minutes = {time.strftime("%H:%M", time.localtime(t)) for t in (before, after)}
+    assert said in {f"torch swapped cu128 -> cu130 at {at} (audit)" for at in minutes}, said
