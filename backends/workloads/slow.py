@@ -7,7 +7,10 @@ its previous good runs on that host (``RunBaselines``, a JSON file in the state
 directory, so it survives restarts of the job and of gpumon). A run counts once it has
 ``MIN_RUN_S`` of rates after its warm-up (the first ``WARMUP_S``: compilation, loading,
 the allocator settling) and was not slow itself; its median rate and its GPUs' median
-utilisation and power are kept, the newest ``RUNS_KEPT`` per job.
+utilisation and power are kept, the newest ``RUNS_KEPT`` per job. A run is not judged
+in its warm-up either, when gpumon saw it begin (``JobTracker.run_start_seen``); a run
+already going when gpumon came, whose age is unknown, is judged at once (else every
+restart of gpumon would hide a slow run for ``WARMUP_S``).
 
 The message leads with the job and says both rates and both ETAs: ``drafter at 4.6
 Ktok/s, 23 % of its usual 20.1 Ktok/s (ETA 37 d instead of 8.4 d)``, then its GPUs now
@@ -160,6 +163,9 @@ def judge_slow(
             watch.utils.append(gpu_util)
         if gpu_power is not None:
             watch.powers.append(gpu_power)
+    if job.run_start_seen and watch.run_start is not None and now - watch.run_start < WARMUP_S:
+        watch.slow_since = None  # compiling, loading: a slow start is not a slow run
+        return None
     base: RunRecord | None
     if expect is not None and unit == "tok/s":
         base, usual = RunRecord(0.0, expect, unit), "expected"

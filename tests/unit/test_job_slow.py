@@ -204,3 +204,24 @@ def test_the_reader_reads_what_a_swap_writes_in_the_audit_log(tmp_path: Path) ->
     said = SwapReader(path).since("box", before - 1.0, after)
     minutes = {time.strftime("%H:%M", time.localtime(t)) for t in (before, after)}
     assert said in {f"torch swapped cu128 -> cu130 at {at} (audit)" for at in minutes}, said
+
+
+def test_a_run_slow_only_in_its_warm_up_raises_nothing(tmp_path: Path) -> None:
+    """A run gpumon sees begin (its log spoke before its first step) is compiling for its
+    first WARMUP_S: slow then is not slow; slow after it still is."""
+    w, engine, clock = setup(tmp_path, slow_for_s=15.0)
+    w.on_log("job:drafter", "/l/d.log", ["loading checkpoint shards"], clock.t)
+    warm = int(WARMUP_S) - 5
+    assert run(w, engine, clock, warm, 4.6) == []  # 175 s at 23 %, far past slow_for_s
+    assert run(w, engine, clock, 60, 20.3, first=warm + 1) == []
+    (alert,) = run(w, engine, clock, 20, 4.6, first=warm + 61)  # slow after it: said
+    assert alert.message.startswith("drafter at 4.6 Ktok/s, 23 % of its expected")
+
+
+def test_a_run_already_going_when_gpumon_came_is_judged_at_once(tmp_path: Path) -> None:
+    """Its first read already has steps: its age is unknown, so no warm-up is assumed (the
+    demo's `check --demo-time 150`, a restarted gpumon)."""
+    w, engine, clock = setup(tmp_path, slow_for_s=15.0)
+    (alert,) = run(w, engine, clock, 20, 4.6, first=5000)
+    assert alert.job == "drafter"
+    assert w.jobs["drafter"].run_start_seen is False
