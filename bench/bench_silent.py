@@ -68,7 +68,7 @@ async def latency(
                 extra = seen - threshold
                 verdict = "within" if extra <= 2 * interval else "OVER"
                 print(
-                    f"{name}: {seen:.1f} s from the fault to {kind} (threshold "
+                    f"{name}: {seen:.2f} s from the fault to {kind} (threshold "
                     f"{threshold:g} s + {extra:.1f} s = {extra / interval:.1f} scrapes at "
                     f"{interval:g} s; {verdict} the target of 2): {found[0].message}"
                 )
