@@ -367,6 +367,23 @@ class _Sums:
         return sum(u for u, _ in usage) / len(usage)
 
 
+def _accept_rate(sums: _Sums) -> float | None:
+    """``sglang:spec_accept_rate``, whose formula changed twice (docs/formats.md 6.13):
+    0.5.4-0.5.5 accepted tokens, the bonus token included, over verify steps x
+    (``speculative_num_steps`` + 1); 0.5.6-0.5.10 the same over verify steps x
+    ``speculative_num_draft_tokens``; from 0.5.11 accepted drafts over proposed drafts
+    (``num_draft_tokens`` - 1 a step). So before 0.5.11 a drafter whose every draft is
+    rejected still reads 1/num_draft_tokens, and from 0.5.11 it reads 0.0: a 0.0 rate
+    beside an accept length (at least 1.0 with a drafter, the bonus token) is that
+    drafter's, not "no drafter". gpumon shows the value as served and judges
+    ``spec_accept_low`` on the accept length, whose formula did not change."""
+    rate = sums.mean("spec_accept_rate")
+    drafter = sums.mean("spec_accept_length") is not None
+    if rate is None and drafter and sums.get("spec_accept_rate") is not None:
+        return 0.0
+    return rate
+
+
 def _build(text: str, latency: bool) -> SglangScrape:
     # Imported here: prometheus_client (with its exposition's HTTP server) costs every
     # start-up ~20 ms, and most hosts have no SGLang server.
@@ -421,7 +438,7 @@ def _build(text: str, latency: bool) -> SglangScrape:
             else None
         ),
         spec_accept_length=sums.mean("spec_accept_length"),
-        spec_accept_rate=sums.mean("spec_accept_rate"),
+        spec_accept_rate=_accept_rate(sums),
         spec_verify_calls=sums.get("spec_verify_calls_total"),
         retracted=sums.get("num_retracted_reqs"),
         retracted_total=sums.get("num_retracted_requests_total"),

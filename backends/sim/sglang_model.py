@@ -168,7 +168,8 @@ def _speculative(settings: SimSettings, index: int) -> bool:
 
 
 def _spec_accept_rate() -> float:
-    """Accepted drafts over proposed ones: (length - 1) / draft tokens."""
+    """Accepted drafts over proposed ones, SGLang 0.5.11+'s formula: (length - 1) / the
+    drafts proposed per verify step."""
     return (SPEC_ACCEPT_LENGTH - 1.0) / SPEC_DRAFT_TOKENS
 
 
@@ -183,8 +184,8 @@ def _spec_gauges(settings: SimSettings, index: int) -> tuple[tuple[str, str, flo
         ),
         (
             "spec_accept_rate",
-            "The average acceptance rate of speculative decoding "
-            "(`accepted tokens / total draft tokens` in batch).",
+            # 0.5.18's text (0.5.11+: drafts only; docs/formats.md 6.13)
+            "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
             round(_spec_accept_rate(), 4) if spec else 0.0,
         ),
     )

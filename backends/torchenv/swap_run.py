@@ -39,6 +39,7 @@ from gpumon.backends.torchenv.swap_verify import (
 from gpumon.backends.torchenv.variants import COMPANIONS, split_version
 from gpumon.backends.transport.base import Transport, TransportError
 from gpumon.backends.untrusted import printable
+from gpumon.backends.workloads.changes import SWAP_ACTION
 
 StepState = Literal["running", "ok", "failed"]
 Result = Literal["swapped", "rolled-back", "rollback-failed", "unchanged", "refused"]
@@ -56,7 +57,7 @@ RESULT_LEVELS: Mapping[Result, Level] = {
     "refused": "warning",
     "rollback-failed": "problem",
 }
-ACTION = "swap-torch"
+ACTION = SWAP_ACTION  # what job_slow looks for in the audit log (workloads/changes.py)
 
 # Runs a step's argv with stderr merged into stdout, unbuffered (so lines stream in order).
 MERGE = (

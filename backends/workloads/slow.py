@@ -7,11 +7,15 @@ its previous good runs on that host (``RunBaselines``, a JSON file in the state
 directory, so it survives restarts of the job and of gpumon). A run counts once it has
 ``MIN_RUN_S`` of rates after its warm-up (the first ``WARMUP_S``: compilation, loading,
 the allocator settling) and was not slow itself; its median rate and its GPUs' median
-utilisation and power are kept, the newest ``RUNS_KEPT`` per job.
+utilisation and power are kept, the newest ``RUNS_KEPT`` per job. A run is not judged
+in its warm-up either, when gpumon saw it begin (``JobTracker.run_start_seen``); a run
+already going when gpumon came, whose age is unknown, is judged at once (else every
+restart of gpumon would hide a slow run for ``WARMUP_S``).
 
 The message leads with the job and says both rates and both ETAs: ``drafter at 4.6
 Ktok/s, 23 % of its usual 20.1 Ktok/s (ETA 37 d instead of 8.4 d)``, then its GPUs now
-against the baseline run's where known.
+against the baseline run's where known, then what changed on the host since the baseline
+run started (``changes``: a torch swap in the audit log, ``changes.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import contextlib
 import json
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -135,10 +140,13 @@ def judge_slow(
     gpu_util: float | None,
     gpu_power: float | None,
     baselines: RunBaselines,
+    changes: Callable[[float], str | None] | None = None,
 ) -> str | None:
     """The ``job_slow`` message for ``job`` at ``now``, or None; feeds ``watch`` (this run's
     rates after warm-up) and records a good run in ``baselines``. ``gpu_util`` /
-    ``gpu_power``: the job's GPUs' mean utilisation and power now (None: not reported)."""
+    ``gpu_power``: the job's GPUs' mean utilisation and power now (None: not reported).
+    ``changes``: what changed on the host since an epoch second (None: nothing known),
+    asked with a learned baseline run's start (a configured rate has no run to date)."""
     if job.state is not JobState.RUNNING or job.last_update is None:
         watch.slow_since = None
         return None
@@ -155,6 +163,9 @@ def judge_slow(
             watch.utils.append(gpu_util)
         if gpu_power is not None:
             watch.powers.append(gpu_power)
+    if job.run_start_seen and watch.run_start is not None and now - watch.run_start < WARMUP_S:
+        watch.slow_since = None  # compiling, loading: a slow start is not a slow run
+        return None
     base: RunRecord | None
     if expect is not None and unit == "tok/s":
         base, usual = RunRecord(0.0, expect, unit), "expected"
@@ -170,6 +181,9 @@ def judge_slow(
         assert base is not None
         watch.was_slow = True
         verdict = _message(job, rate, unit, base, usual, gpu_util, gpu_power)
+        changed = changes(base.start) if changes is not None and usual == "usual" else None
+        if changed:
+            verdict += f"; since the baseline: {changed}"
     _maybe_record(job, watch, now, baselines, unit)
     return verdict
 

@@ -106,6 +106,10 @@ class JobTracker:
         self.ended_at: float | None = None
         self.last_update: float | None = None
         self.run_started_at: float | None = None  # first progress of this run
+        # whether gpumon saw this run begin: its first progress came after an earlier read
+        # of the log (a run already going when gpumon came has an unknown age)
+        self.run_start_seen = False
+        self._first_read_at: float | None = None
         self.last_line_at: float | None = None  # any line, progress or not
         self.step: int | None = None
         self.total_steps: int | None = None
@@ -137,6 +141,8 @@ class JobTracker:
         """One log line (``\\r``-separated bar updates inside are fine) that arrived at
         local time ``t``; returns whether it carried progress."""
         self.last_line_at = t
+        if self._first_read_at is None:
+            self._first_read_at = t
         self._note_events(line, t)
         update = self.parser.parse(line)
         if update is None:
@@ -178,6 +184,7 @@ class JobTracker:
             self.restarted(t)
         if self.run_started_at is None:
             self.run_started_at = t
+            self.run_start_seen = self._first_read_at is not None and t > self._first_read_at
         if self.last_update is not None and t - self.last_update >= BURST_S:
             self.intervals.append(t - self.last_update)
         self.last_update = t

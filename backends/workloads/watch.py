@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from gpumon.backends.model import Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
 from gpumon.backends.paths import state_dir
+from gpumon.backends.workloads.changes import SwapReader
 from gpumon.backends.workloads.sglang import (
     HEALTH_PROBE_TIMEOUT_S,
     HUNG_AFTER_S,
@@ -70,14 +72,21 @@ class LogSource:
 
 class Workloads:
     def __init__(
-        self, host: HostConfig, baselines: Path | None = None, *, learn: bool = True
+        self,
+        host: HostConfig,
+        baselines: Path | None = None,
+        *,
+        learn: bool = True,
+        audit: Path | None = None,
     ) -> None:
         """``baselines``: the JSON file of the jobs' good runs (``slow.py``); by default
         ``baselines/HOST.json`` in the state directory. ``learn``: False reads it only
-        (a replay)."""
+        (a replay). ``audit``: the audit log a slow job's torch swaps are read from
+        (``changes.py``; default ``paths.audit_log()``)."""
         self.host = host
         path = baselines or state_dir() / "baselines" / f"{_file_name(host.name)}.json"
         self.baselines = RunBaselines(path, learn=learn)
+        self.swaps = SwapReader(audit)
         self.slow: dict[str, SlowWatch] = {}
         ports = host.sglang.ports if host.sglang is not None else ()
         self.sglang: dict[int, SglangTracker] = {p: SglangTracker(p) for p in ports}
@@ -215,6 +224,7 @@ class Workloads:
                     gpu_util=_mean([g.utilization_pct for g in gpus]),
                     gpu_power=_mean([g.power_w for g in gpus]),
                     baselines=self.baselines,
+                    changes=partial(self.swaps.since, self.host.name, now=now),
                 )
                 alerts.on_job_condition("job_slow", job.name, Health.WARNING, slow, now)
 

@@ -5,13 +5,18 @@ and a run shorter than warm-up plus MIN_RUN_S are not slow or learned."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
+from gpumon.backends.actions import audit
 from gpumon.backends.alerts.engine import Alert, AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
-from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, iso_time
+from gpumon.backends.torchenv import swap_run
+from gpumon.backends.workloads.changes import SwapReader, swap_words
 from gpumon.backends.workloads.slow import MIN_RUN_S, WARMUP_S, RunBaselines, RunRecord
 from gpumon.backends.workloads.watch import Workloads
 
@@ -121,3 +126,102 @@ def test_a_read_only_history_learns_nothing(tmp_path: Path) -> None:
     runs = RunBaselines(path, learn=False)
     runs.record("drafter", RunRecord(1.0, 20100.0, "tok/s"))
     assert not path.exists() and RunBaselines(path).runs("drafter") == []
+
+
+def audit_line(at: float, host: str, outcome: str = "swapped", action: str = "swap-torch") -> str:
+    """One audit entry as ``actions.audit.record`` writes it."""
+    entry: dict[str, object] = {
+        "time": iso_time(at),
+        "user": "sam",
+        "action": action,
+        "host": host,
+        "job": None,
+        "parameters": {"from": "2.11.0+cu128", "to": "2.11.0+cu130", "venv": "/root/venv"},
+        "commands": [],
+        "pids": [],
+        "outcome": outcome,
+        "duration_s": 41.2,
+        "detail": "swapped to 2.11.0+cu130, verified",
+    }
+    return json.dumps(entry) + "\n"
+
+
+def test_a_torch_swap_since_the_baseline_run_is_said(tmp_path: Path) -> None:
+    """The audit log's newest swap on this host after the baseline run started is the
+    evidence; one before it, on another host, refused or a broken line is not."""
+    audit = tmp_path / "audit.jsonl"
+    w, engine, clock = setup(tmp_path, expect=None, slow_for_s=15.0)
+    w = Workloads(w.host, tmp_path / "runs.json", audit=audit)
+    audit.write_text(audit_line(clock.t - 50.0, "box"))  # before the baseline run
+    good = int(WARMUP_S + MIN_RUN_S) + 5
+    assert run(w, engine, clock, good, 20.1) == []
+    swapped_at = clock.t + 50.0
+    audit.write_text(
+        audit.read_text()
+        + audit_line(clock.t + 40.0, "box", outcome="refused")
+        + "{not json\n"
+        + audit_line(swapped_at, "box")
+        + audit_line(clock.t + 60.0, "other")
+        + audit_line(clock.t + 70.0, "box", action="restart")
+    )
+    clock.t += 100.0
+    w2 = Workloads(w.host, tmp_path / "runs.json", audit=audit)
+    (alert,) = run(w2, engine, clock, 20, 4.6)
+    at = time.strftime("%H:%M", time.localtime(swapped_at))
+    assert alert.message.endswith(
+        f"; since the baseline: torch swapped cu128 -> cu130 at {at} (audit)"
+    ), alert.message
+
+
+def test_no_swap_since_the_baseline_says_nothing_of_one(tmp_path: Path) -> None:
+    audit = tmp_path / "audit.jsonl"
+    w, engine, clock = setup(tmp_path, expect=None, slow_for_s=15.0)
+    audit.write_text(audit_line(clock.t - 50.0, "box"))  # before the baseline run
+    w = Workloads(w.host, tmp_path / "runs.json", audit=audit)
+    assert run(w, engine, clock, int(WARMUP_S + MIN_RUN_S) + 5, 20.1) == []
+    clock.t += 100.0
+    (alert,) = run(Workloads(w.host, tmp_path / "runs.json", audit=audit), engine, clock, 20, 4.6)
+    assert "since the baseline" not in alert.message and "torch" not in alert.message
+
+
+def test_a_swap_words_the_version_when_it_changed_and_the_date_when_old() -> None:
+    now = 1_800_000_000.0
+    day = time.strftime("%Y-%m-%d %H:%M", time.localtime(now - 3 * 86400))
+    assert swap_words("2.10.0+cu128", "2.11.0+cu130", now - 3 * 86400, now) == (
+        f"torch swapped 2.10.0+cu128 -> 2.11.0+cu130 at {day} (audit)"
+    )
+    assert SwapReader(Path("/nonexistent/audit.jsonl")).since("box", 0.0, now) is None
+
+
+def test_the_reader_reads_what_a_swap_writes_in_the_audit_log(tmp_path: Path) -> None:
+    """The audit log's format is actions.audit's: the reader reads its real entries."""
+    env = {"XDG_STATE_HOME": str(tmp_path)}
+    params = {"from": "2.11.0+cu128", "to": "2.11.0+cu130", "venv": "/root/venv"}
+    before = time.time()
+    path = audit.record(swap_run.ACTION, "box", "started", parameters=params, env=env)
+    audit.record(swap_run.ACTION, "box", "swapped", parameters=params, env=env)
+    after = time.time()
+    said = SwapReader(path).since("box", before - 1.0, after)
+    minutes = {time.strftime("%H:%M", time.localtime(t)) for t in (before, after)}
+    assert said in {f"torch swapped cu128 -> cu130 at {at} (audit)" for at in minutes}, said
+
+
+def test_a_run_slow_only_in_its_warm_up_raises_nothing(tmp_path: Path) -> None:
+    """A run gpumon sees begin (its log spoke before its first step) is compiling for its
+    first WARMUP_S: slow then is not slow; slow after it still is."""
+    w, engine, clock = setup(tmp_path, slow_for_s=15.0)
+    w.on_log("job:drafter", "/l/d.log", ["loading checkpoint shards"], clock.t)
+    warm = int(WARMUP_S) - 5
+    assert run(w, engine, clock, warm, 4.6) == []  # 175 s at 23 %, far past slow_for_s
+    assert run(w, engine, clock, 60, 20.3, first=warm + 1) == []
+    (alert,) = run(w, engine, clock, 20, 4.6, first=warm + 61)  # slow after it: said
+    assert alert.message.startswith("drafter at 4.6 Ktok/s, 23 % of its expected")
+
+
+def test_a_run_already_going_when_gpumon_came_is_judged_at_once(tmp_path: Path) -> None:
+    """Its first read already has steps: its age is unknown, so no warm-up is assumed (the
+    demo's `check --demo-time 150`, a restarted gpumon)."""
+    w, engine, clock = setup(tmp_path, slow_for_s=15.0)
+    (alert,) = run(w, engine, clock, 20, 4.6, first=5000)
+    assert alert.job == "drafter"
+    assert w.jobs["drafter"].run_start_seen is False

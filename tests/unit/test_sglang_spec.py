@@ -11,7 +11,7 @@ from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import SglangConfig
 from gpumon.backends.model import Health
-from gpumon.backends.parsers.sglang import SglangScrape
+from gpumon.backends.parsers.sglang import SglangScrape, parse_sglang_metrics
 from gpumon.backends.sim.scenario import SimSettings, wall_time
 from gpumon.backends.sim.sglang_model import (
     LOG_INTERVAL_S,
@@ -118,3 +118,16 @@ def test_retract_lines_are_counted_in_both_wordings() -> None:
     for line in lines:
         tracker.observe_log_line(line, 1.0)
     assert tracker.snapshot_json()["retracted_in_log"] == 4
+
+
+def test_a_drafter_whose_every_draft_is_rejected_reads_rate_0_not_no_drafter() -> None:
+    """From SGLang 0.5.11 spec_accept_rate is accepted drafts / proposed drafts: 0.0 with
+    an accept length of 1.0 (the bonus token only) is a drafter rejecting everything;
+    both at 0.0 is a server without one (docs/formats.md 6.13)."""
+    page = metrics_text(SETTINGS, SPEC_INDEX, 50.0, STARTED)
+    rejected = page.replace("} 1.04\n", "} 1.0\n").replace("} 0.01\n", "} 0.0\n")
+    assert rejected != page
+    scrape = parse_sglang_metrics(rejected)
+    assert (scrape.spec_accept_length, scrape.spec_accept_rate) == (1.0, 0.0)
+    plain = parse_sglang_metrics(metrics_text(SETTINGS, 0, 50.0, STARTED))
+    assert (plain.spec_accept_length, plain.spec_accept_rate) == (None, None)
