@@ -1,6 +1,6 @@
 """The simulated machine's GPUs as a pure, deterministic function of scenario time.
 
-The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Two scenarios:
+The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Six scenarios (``SCENARIOS``):
 
 - ``training-oom`` (default): GPUs 0-4 run the target side of a training job at full load;
   GPUs 5-7 run the drafter job (one process per GPU). GPU 6's memory ramps towards full
