@@ -16,11 +16,16 @@ alerts into ``Incident`` views (nothing is stored: the alerts stay the record):
 - ``headline``: one line in the physical GPU's terms, e.g. "drafter: CUDA OOM on GPU 6
   (tried 2.00 GiB, 90 MiB free)" (PyTorch's own device number, which CUDA_VISIBLE_DEVICES
   renumbers, is left to the evidence);
-- ``fix``: the job to restart, when the incident has one.
+- ``fix``: the job to restart, when the incident has one;
+- ``fixes``: what fixes it, the first the best, each as ``Fix``: the dashboard key and its
+  words ("r", "restart drafter"), and the command a headless user runs ("gpumon restart
+  demo drafter"), or advice only ("reboot the node").
 
 ``line(incident, fix_hint)`` adds the fix in the caller's words ("r restart" on the
-screen, "gpumon restart demo drafter" in ``check``). ``IncidentBell`` says when a new
-critical alert starts an incident worth a bell (once per incident, not per alert).
+screen, "gpumon restart demo drafter" in ``check``); ``screen_fixes`` and
+``command_fix`` say the fixes as the dashboard and the headless commands do.
+``IncidentBell`` says when a new critical alert starts an incident worth a bell (once per
+incident, not per alert).
 """
 
 from __future__ import annotations
@@ -35,12 +40,15 @@ from gpumon.backends.model import Health
 __all__ = [
     "CAUSE_ORDER",
     "INCIDENT_GAP_S",
+    "Fix",
     "Incident",
     "IncidentBell",
     "alert_headline",
     "by_urgency",
+    "command_fix",
     "incidents",
     "line",
+    "screen_fixes",
 ]
 
 INCIDENT_GAP_S = 120.0
@@ -79,6 +87,21 @@ Subject = tuple[str, str, object]  # (host, "job" | "gpu" | "key", value)
 
 
 @dataclass(frozen=True, slots=True)
+class Fix:
+    """One thing that fixes an incident. ``key``: the dashboard key that does it ("r",
+    "K"; None: no key does it); ``words``: what it does ("restart drafter", "stop CT 201
+    jupyter-lab", "reboot the node"); ``command``: the command a headless user runs
+    ("gpumon restart demo drafter"; None: advice only, nothing gpumon runs)."""
+
+    key: str | None
+    words: str
+    command: str | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"key": self.key, "words": self.words, "command": self.command}
+
+
+@dataclass(frozen=True, slots=True)
 class Incident:
     """One failure as the user sees it: ``cause`` leads, ``evidence`` is the rest (newest
     first). ``severity``: the worst of its active alerts, or of all once it ended."""
@@ -87,6 +110,7 @@ class Incident:
     evidence: tuple[Alert, ...]
     headline: str
     fix: str | None  # the job whose restart fixes it
+    fixes: tuple[Fix, ...] = ()  # what fixes it, the best first (``Fix``)
 
     @property
     def alerts(self) -> tuple[Alert, ...]:
@@ -189,7 +213,14 @@ def _incident(
     )
     job = cause.job or next((a.job for a in members if a.job), None)
     fix = job if job is not None and _can_restart(job, restartable) else None
-    return Incident(cause, evidence, alert_headline(cause, job), fix)
+    return Incident(cause, evidence, alert_headline(cause, job), fix, _fixes(cause, fix))
+
+
+def _fixes(cause: Alert, job: str | None) -> tuple[Fix, ...]:
+    """What fixes an incident led by ``cause``; ``job``: the job a restart can fix."""
+    if job is None:
+        return ()
+    return (Fix("r", f"restart {job}", f"gpumon restart {cause.host} {job}"),)
 
 
 def _can_restart(job: str, restartable: Collection[str] | Callable[[str], bool] | None) -> bool:
@@ -251,6 +282,22 @@ def line(incident: Incident, fix_hint: str | None = None) -> str:
     if incident.fix is None or not fix_hint:
         return incident.headline
     return f"{incident.headline} — {fix_hint}"
+
+
+def screen_fixes(incident: Incident) -> str | None:
+    """The fixes as the dashboard offers them: "K stop it, r restart drafter" (keys
+    first, then advice: "reboot the node"); None when nothing fixes it."""
+    said = [f"{f.key} {f.words}" if f.key else f.words for f in incident.fixes]
+    return ", ".join(said) or None
+
+
+def command_fix(incident: Incident) -> str | None:
+    """The best fix as a headless command says it: "fix: gpumon restart demo drafter", or
+    the advice ("fix: reboot the node"); None when nothing fixes it."""
+    if not incident.fixes:
+        return None
+    best = incident.fixes[0]
+    return f"fix: {best.command or best.words}"
 
 
 class IncidentBell:

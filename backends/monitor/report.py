@@ -11,7 +11,7 @@ import enum
 from collections.abc import Sequence
 from typing import Any
 
-from gpumon.backends.alerts.incident import Incident, incidents, line
+from gpumon.backends.alerts.incident import Incident, command_fix, incidents, line
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, iso_time
 from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.parsers.processes import container_label, unattributed_mib
@@ -93,10 +93,9 @@ def active_incidents(monitor: HostMonitor) -> list[Incident]:
 
 
 def restart_hint(monitor: HostMonitor, incident: Incident) -> str | None:
-    """ "fix: gpumon restart HOST JOB" for an incident a restart fixes, else None."""
-    if incident.fix is None:
-        return None
-    return f"fix: gpumon restart {monitor.name} {incident.fix}"
+    """ "fix: gpumon restart HOST JOB" for an incident a restart fixes (the incident's best
+    fix as a command, ``command_fix``), else None."""
+    return command_fix(incident)
 
 
 def check_verdict(

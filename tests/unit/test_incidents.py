@@ -12,10 +12,13 @@ from gpumon.backends.alerts.engine import Alert, AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import (
     BELL_SUBJECTS_KEPT,
     INCIDENT_GAP_S,
+    Fix,
     IncidentBell,
     alert_headline,
+    command_fix,
     incidents,
     line,
+    screen_fixes,
 )
 from gpumon.backends.model import GpuSample, Health, HostSample
 from gpumon.backends.sim import OOM_AT, SimSettings, wall_time
@@ -69,9 +72,35 @@ def test_the_drafter_oom_is_one_incident_with_the_cuda_oom_first() -> None:
     assert incident.severity is Health.CRITICAL and incident.active
     assert {a.kind for a in incident.evidence} >= {"memory", "oom_death"}
     assert line(incident, "r restart") == f"{incident.headline} — r restart"
+    assert incident.fixes == (Fix("r", "restart drafter", "gpumon restart ct200 drafter"),)
+    assert screen_fixes(incident) == "r restart drafter"
+    assert command_fix(incident) == "fix: gpumon restart ct200 drafter"
+    # A job the config cannot restart has no fix to offer, on the screen or headless.
+    (bare,) = incidents(engine.history(), restartable=())
+    assert bare.fix is None and bare.fixes == ()
+    assert screen_fixes(bare) is None and command_fix(bare) is None
     # Only the active alerts (the strip, check): the same incident, the same headline.
     (live,) = incidents(engine.active())
     assert live.headline == incident.headline and live.cause.key == incident.cause.key
+
+
+def test_advice_without_a_key_or_command_is_said_in_words() -> None:
+    _, heard = drafter_oom(OOM_AT + 3)
+    (incident,) = incidents(heard)
+    advised = dataclasses.replace(
+        incident,
+        fixes=(Fix("K", "stop it", "gpumon kill ct200 4242"), Fix(None, "reboot the node")),
+    )
+    assert screen_fixes(advised) == "K stop it, reboot the node"
+    assert command_fix(advised) == "fix: gpumon kill ct200 4242"
+    assert command_fix(dataclasses.replace(incident, fixes=(Fix(None, "reboot the node"),))) == (
+        "fix: reboot the node"
+    )
+    assert Fix(None, "reboot the node").to_json() == {
+        "key": None,
+        "words": "reboot the node",
+        "command": None,
+    }
 
 
 def test_before_the_oom_the_incident_is_the_warning_with_its_time_to_full() -> None:
