@@ -262,6 +262,9 @@ class SglangTracker:
         # speculative decoding (None: no drafter, or not exported) and KV pressure
         self.spec_accept_length: float | None = None
         self.spec_accept_rate: float | None = None
+        # verify steps so far (0.5.18+) and per second: a drafter's decode steps moving
+        self.spec_verify_calls: float | None = None
+        self.spec_verify_per_s: float | None = None
         self.spec_low_since: float | None = None  # accept length below the minimum since
         self._spec_log: deque[tuple[float, float]] = deque()  # (decode line time, length)
         self.retracted: float | None = None
@@ -369,6 +372,7 @@ class SglangTracker:
         if scrape.spec_accept_length is not None or scrape.spec_verify_calls is not None:
             self.spec_accept_length = scrape.spec_accept_length
             self.spec_accept_rate = scrape.spec_accept_rate
+        self.spec_verify_calls = scrape.spec_verify_calls
         self.retracted, self.retracted_total = scrape.retracted, scrape.retracted_total
         self.paused, self.aborted_total = scrape.paused, scrape.aborted_total
         self._rates(scrape, t)
@@ -592,6 +596,15 @@ class SglangTracker:
                 None if tokens is None or fast is None else tokens / (t - fast.t)
             )
             self.gen_tokens_per_s_source = None if self.gen_tokens_per_s is None else "counter"
+        spanned = fast if fast is not None and t - fast.t >= self.min_rate_span_s else None
+        verify = (
+            None
+            if spanned is None
+            else _delta(new.spec_verify_calls, spanned.scrape.spec_verify_calls)
+        )
+        self.spec_verify_per_s = (  # a counter that went back (a reset) gives no rate
+            None if verify is None or verify < 0 or spanned is None else verify / (t - spanned.t)
+        )
         self.cache_parts = None if slow is None else _cache_parts(new, slow.scrape)
         self.cache_hit_rate = _ratio(*self.cache_parts) if self.cache_parts else None
         if new.ttft is not None:
@@ -641,6 +654,8 @@ class SglangTracker:
             "itl_p50_s": r(self.itl_p50_s, 5),
             "spec_accept_length": r(self.spec_accept_length, 3),
             "spec_accept_rate": r(self.spec_accept_rate, 4),
+            "spec_verify_calls_total": _int(self.spec_verify_calls),
+            "spec_verify_per_s": r(self.spec_verify_per_s, 2),
             "retracted_reqs": _int(self.retracted),
             "retracted_requests_total": _int(self.retracted_total),
             "paused_reqs": _int(self.paused),

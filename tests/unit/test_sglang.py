@@ -44,6 +44,8 @@ SNAPSHOT_KEYS = {
     "itl_p50_s",
     "spec_accept_length",
     "spec_accept_rate",
+    "spec_verify_calls_total",
+    "spec_verify_per_s",
     "retracted_reqs",
     "retracted_requests_total",
     "paused_reqs",

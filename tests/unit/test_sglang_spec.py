@@ -15,6 +15,7 @@ from gpumon.backends.parsers.sglang import SglangScrape, parse_sglang_metrics
 from gpumon.backends.sim.scenario import SimSettings, wall_time
 from gpumon.backends.sim.sglang_model import (
     LOG_INTERVAL_S,
+    SPEC_ACCEPT_LENGTH,
     SPEC_INDEX,
     UPTIME_AT_T0,
     log_lines,
@@ -131,3 +132,25 @@ def test_a_drafter_whose_every_draft_is_rejected_reads_rate_0_not_no_drafter() -
     assert (scrape.spec_accept_length, scrape.spec_accept_rate) == (1.0, 0.0)
     plain = parse_sglang_metrics(metrics_text(SETTINGS, 0, 50.0, STARTED))
     assert (plain.spec_accept_length, plain.spec_accept_rate) == (None, None)
+
+
+def test_verify_steps_are_counted_and_their_rate_follows_the_decode_rate() -> None:
+    """``spec_verify_calls_total`` (0.5.18+): the count as the page says it and its rate,
+    which for a drafter accepting 1.04 tokens a step is the decode rate / 1.04."""
+    workloads = _host()
+    tracker = workloads.sglang[PORT]
+    tracker.observe_http(200, metrics_text(SETTINGS, SPEC_INDEX, 10.0, STARTED), 1000.0)
+    first = tracker.snapshot_json()
+    assert first["spec_verify_calls_total"] is not None and first["spec_verify_per_s"] is None
+    _run(workloads, 12.0, 40.0)
+    snap = tracker.snapshot_json()
+    page = parse_sglang_metrics(metrics_text(SETTINGS, SPEC_INDEX, 40.0, STARTED))
+    assert snap["spec_verify_calls_total"] == round(page.spec_verify_calls or -1)
+    assert snap["spec_verify_per_s"] is not None and snap["gen_tokens_per_s"] is not None
+    assert abs(snap["spec_verify_per_s"] * SPEC_ACCEPT_LENGTH / snap["gen_tokens_per_s"] - 1) < 0.02
+    plain = Workloads(HostConfig(name="ct200", kind="ssh", sglang=SglangConfig(ports=(30000,))))
+    for t in (10.0, 12.0, 14.0):
+        plain.sglang[30000].observe_http(
+            200, metrics_text(SETTINGS, 0, t, STARTED), wall_time(SETTINGS, t)
+        )
+    assert plain.sglang[30000].snapshot_json()["spec_verify_per_s"] is None
