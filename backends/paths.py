@@ -58,6 +58,11 @@ def audit_log(env: Mapping[str, str] | None = None) -> Path:
     return state_dir(env) / "audit.jsonl"
 
 
+def torch_seen_log(env: Mapping[str, str] | None = None) -> Path:
+    """The torch each doctor run found on each host: one JSON line per run."""
+    return state_dir(env) / "torch-seen.jsonl"
+
+
 def recordings_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where the flight recorder writes its ``*.jsonl.gz`` incidents."""
     return state_dir(env) / "recordings"

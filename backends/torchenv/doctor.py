@@ -36,6 +36,7 @@ from gpumon.backends.torchenv.extras import (
     gpus_check,
 )
 from gpumon.backends.torchenv.index import read_variants
+from gpumon.backends.torchenv.seen import record_seen
 from gpumon.backends.torchenv.variants import VariantTable, builtin_table
 from gpumon.backends.transport.base import Transport
 from gpumon.backends.workloads.watch import Workloads
@@ -82,7 +83,9 @@ async def gather_facts(
     import_timeout: float = 90.0,
 ) -> dict[str, Any]:
     """Run the probe on ``host`` and return its facts. Raises TransportError when the host
-    cannot be reached, ProbeError when the interpreter fails or prints no facts."""
+    cannot be reached, ProbeError when the interpreter fails or prints no facts. The torch
+    it found is noted in the torch-seen log (``seen.py``: ``job_slow`` names a torch
+    changed outside gpumon)."""
     python = host_python(host)
     options: dict[str, Any] = {
         "nvidia_smi": host.nvidia_smi,
@@ -103,6 +106,8 @@ async def gather_facts(
         facts: dict[str, Any] = untrusted.loads(lines[-1])
     except ValueError as e:
         raise ProbeError(f"{python} on {host.name}: unreadable probe output ({e})") from None
+    if isinstance(facts, dict) and facts.get("torch"):
+        record_seen(host.name, facts)
     return facts
 
 

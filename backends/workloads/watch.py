@@ -20,7 +20,7 @@ from gpumon.backends.model import Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
 from gpumon.backends.paths import state_dir
-from gpumon.backends.workloads.changes import SwapReader
+from gpumon.backends.workloads.changes import SeenReader, SwapReader, host_changes
 from gpumon.backends.workloads.sglang import (
     HEALTH_PROBE_TIMEOUT_S,
     HUNG_AFTER_S,
@@ -78,15 +78,18 @@ class Workloads:
         *,
         learn: bool = True,
         audit: Path | None = None,
+        torch_seen: Path | None = None,
     ) -> None:
         """``baselines``: the JSON file of the jobs' good runs (``slow.py``); by default
         ``baselines/HOST.json`` in the state directory. ``learn``: False reads it only
-        (a replay). ``audit``: the audit log a slow job's torch swaps are read from
-        (``changes.py``; default ``paths.audit_log()``)."""
+        (a replay). ``audit``: the audit log a slow job's torch swaps are read from,
+        ``torch_seen``: the doctor's torch-seen log (``changes.py``; by default
+        ``paths.audit_log()`` and ``paths.torch_seen_log()``)."""
         self.host = host
         path = baselines or state_dir() / "baselines" / f"{_file_name(host.name)}.json"
         self.baselines = RunBaselines(path, learn=learn)
         self.swaps = SwapReader(audit)
+        self.torch_seen = SeenReader(torch_seen)
         self.slow: dict[str, SlowWatch] = {}
         ports = host.sglang.ports if host.sglang is not None else ()
         self.sglang: dict[int, SglangTracker] = {p: SglangTracker(p) for p in ports}
@@ -224,7 +227,13 @@ class Workloads:
                     gpu_util=_mean([g.utilization_pct for g in gpus]),
                     gpu_power=_mean([g.power_w for g in gpus]),
                     baselines=self.baselines,
-                    changes=partial(self.swaps.since, self.host.name, now=now),
+                    changes=partial(
+                        host_changes,
+                        self.host.name,
+                        now=now,
+                        swaps=self.swaps,
+                        seen=self.torch_seen,
+                    ),
                 )
                 alerts.on_job_condition("job_slow", job.name, Health.WARNING, slow, now)
 

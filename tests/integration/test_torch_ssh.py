@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.actions import read_entries
+from gpumon.backends.paths import torch_seen_log
 
 from sshd_server import SshServer, free_port
 from torch_index import IndexServer, build_index, release_bases, standard_bases
@@ -225,6 +226,9 @@ def test_doctor_over_ssh_reports_the_stand_in_torch(
     assert [c["status"] for c in data["checks"] if c["status"] == "problem"] == ["problem"]
     text = gpumon(["--config", cfg, "doctor", "ct200"], client_env)
     assert text.returncode == 1 and "problem  cuda available" in text.stdout
+    # Each run noted the torch it found: job_slow names a torch changed outside gpumon.
+    seen = [json.loads(line) for line in torch_seen_log(client_env).read_text().splitlines()]
+    assert [(e["host"], e["torch"]) for e in seen] == [("ct200", "2.11.0+cu128")] * 2
 
 
 def test_doctor_unreachable_host_exits_3(client_env: dict[str, str]) -> None:

@@ -16,7 +16,8 @@ from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, iso_time
 from gpumon.backends.torchenv import swap_run
-from gpumon.backends.workloads.changes import SwapReader, swap_words
+from gpumon.backends.torchenv.seen import KEEP_LINES, record_seen, seen_torch
+from gpumon.backends.workloads.changes import SeenReader, SwapReader, host_changes, swap_words
 from gpumon.backends.workloads.slow import MIN_RUN_S, WARMUP_S, RunBaselines, RunRecord
 from gpumon.backends.workloads.watch import Workloads
 
@@ -182,6 +183,71 @@ def test_no_swap_since_the_baseline_says_nothing_of_one(tmp_path: Path) -> None:
     clock.t += 100.0
     (alert,) = run(Workloads(w.host, tmp_path / "runs.json", audit=audit), engine, clock, 20, 4.6)
     assert "since the baseline" not in alert.message and "torch" not in alert.message
+
+
+def torch_facts(version: str, cuda: str | None = "13.0") -> dict[str, object]:
+    """The doctor probe's torch section as the probe prints it (installed, version.py)."""
+    return {"torch": {"installed": True, "version": version, "version_py": {"cuda": cuda}}}
+
+
+def test_a_torch_changed_outside_gpumon_is_named_from_the_doctor(tmp_path: Path) -> None:
+    """No swap in the audit log, but the doctor found cu128 before the baseline run and
+    cu130 since: the slow verdict names both and their times (issue 25.3)."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    audit, seen = tmp_path / "audit.jsonl", tmp_path / "state" / "gpumon" / "torch-seen.jsonl"
+    w, engine, clock = setup(tmp_path, expect=None, slow_for_s=15.0)
+    before = clock.t - 50.0
+    assert record_seen("box", torch_facts("2.11.0+cu128", "12.8"), at=before, env=env) == seen
+    record_seen("other", torch_facts("2.9.0+cu126", "12.6"), at=before + 1, env=env)
+    w = Workloads(w.host, tmp_path / "runs.json", audit=audit, torch_seen=seen)
+    assert run(w, engine, clock, int(WARMUP_S + MIN_RUN_S) + 5, 20.1) == []
+    after = clock.t + 50.0
+    record_seen("box", torch_facts("2.11.0+cu130"), at=after, env=env)
+    record_seen("box", {"torch": {"installed": False}}, at=after + 1, env=env)  # no torch
+    clock.t += 100.0
+    w2 = Workloads(w.host, tmp_path / "runs.json", audit=audit, torch_seen=seen)
+    (alert,) = run(w2, engine, clock, 20, 4.6)
+    hm = [time.strftime("%H:%M", time.localtime(t)) for t in (before, after)]
+    assert alert.message.endswith(
+        f"; since the baseline: torch 2.11.0+cu128 (doctor {hm[0]}) -> 2.11.0+cu130"
+        f" (doctor {hm[1]}), not by gpumon"
+    ), alert.message
+
+
+def test_the_audit_log_wins_and_the_same_torch_seen_twice_is_no_change(tmp_path: Path) -> None:
+    env = {"XDG_STATE_HOME": str(tmp_path)}
+    seen = tmp_path / "gpumon" / "torch-seen.jsonl"
+    now = 1_800_000_000.0
+    record_seen("box", torch_facts("2.11.0+cu128"), at=now - 500, env=env)
+    record_seen("box", torch_facts("2.11.0+cu128"), at=now - 100, env=env)
+    assert SeenReader(seen).since("box", now - 300, now) is None  # the same torch
+    assert SeenReader(seen).since("box", now - 600, now) is None  # nothing seen before
+    assert SeenReader(seen).since("box", now - 50, now) is None  # nothing seen since
+    record_seen("box", torch_facts("2.11.0+cu130"), at=now - 10, env=env)
+    assert "not by gpumon" in (SeenReader(seen).since("box", now - 300, now) or "")
+    audit = tmp_path / "audit.jsonl"
+    audit.write_text(audit_line(now - 20, "box"))
+    w = Workloads(setup(tmp_path, expect=None)[0].host, audit=audit, torch_seen=seen)
+    said = host_changes("box", now - 300, now, swaps=w.swaps, seen=w.torch_seen)
+    assert said is not None and said.endswith("(audit)"), said
+
+
+def test_the_seen_log_names_a_plain_version_by_its_variant_and_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    assert seen_torch(torch_facts("2.11.0", "13.0"), "box") == "2.11.0 (cu130)"
+    assert seen_torch(torch_facts("2.11.0+cu128", "12.8"), "box") == "2.11.0+cu128"
+    assert seen_torch({"torch": {"installed": False}}, "box") is None
+    env = {"XDG_STATE_HOME": str(tmp_path)}
+    for i in range(KEEP_LINES + 5):
+        path = record_seen("box", torch_facts(f"2.{i}.0+cu128"), at=1e9 + i, env=env)
+    assert path is not None and path.stat().st_mode & 0o777 == 0o600
+    lines = path.read_text().splitlines()
+    assert (
+        len(lines) == KEEP_LINES and json.loads(lines[-1])["torch"] == f"2.{KEEP_LINES + 4}.0+cu128"
+    )
+    path.write_text('{"time": "x", "host": "box"}\nnot json\n' + "\n".join(lines) + "\n")
+    assert SeenReader(path).since("box", 1e9 + 10, 1e9 + 99999) is not None  # bad lines skipped
 
 
 def test_a_swap_words_the_version_when_it_changed_and_the_date_when_old() -> None:
