@@ -10,12 +10,8 @@ GPUs held and idle for minutes), so a one-shot ``check`` sees it as a dashboard 
 from __future__ import annotations
 
 from gpumon.backends.model import HostSample
-from gpumon.backends.parsers import (
-    PROCESS_FIELDS,
-    QUERY_FIELDS,
-    parse_compute_apps,
-    parse_query_gpu,
-)
+from gpumon.backends.parsers import PROCESS_FIELDS, parse_compute_apps, parse_query_gpu
+from gpumon.backends.parsers.nvidia_smi import SAMPLE_FIELDS
 from gpumon.backends.sim import smi
 from gpumon.backends.sim.scenario import SimSettings, scenario_time, wall_time
 
@@ -25,7 +21,7 @@ Printers = tuple[smi.Printer, smi.Printer]
 def sim_printers(settings: SimSettings) -> Printers:
     """The GPU and the compute-process printers of the simulated nvidia-smi."""
     gpus = smi.parse_args(
-        [f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
+        [f"--query-gpu={','.join(SAMPLE_FIELDS)}", "--format=csv,noheader,nounits"]
     )
     procs = smi.parse_args(
         [f"--query-compute-apps={','.join(PROCESS_FIELDS)}", "--format=csv,noheader,nounits"]
