@@ -32,7 +32,7 @@ def sim_printers(settings: SimSettings) -> Printers:
 def sample_at(printers: Printers, settings: SimSettings, t: float, host: str) -> HostSample:
     """The sample of ``host`` at scenario time ``t`` (its time: the wall time of ``t``)."""
     wall = wall_time(settings, t)
-    parsed = parse_query_gpu(printers[0].gpu_round(t, wall))
+    parsed = parse_query_gpu(printers[0].gpu_round(t, wall), SAMPLE_FIELDS)
     procs = parse_compute_apps(printers[1].process_round(t, wall)).processes
     return HostSample(host, wall, None, parsed.gpus, procs, skipped_lines=parsed.skipped)
 

@@ -402,21 +402,21 @@ def header_error(status: HostStatus) -> Cell | None:
 def health_facts_cell(gpu: GpuSample) -> Cell:
     """The GPU's health facts on one line (the detail view), coloured by the worst of
     what they show (``alerts.health.findings``); n/a for what the driver does not report:
-    ``PCIe gen 5/5 x4/16 (downtrained)  clocks hardware slowdown, power cap  ECC 2
-    uncorrected, 0 corrected  rows pending  recovery reset  NVLink n/a``."""
+    ``PCIe gen5/5 x4/16 downtrained  clocks hardware slowdown, power cap  ECC 2 unc 0 corr
+    rows pending  recovery reset``."""
 
     def val(v: int | None) -> str:
         return "n/a" if v is None else str(v)
 
-    pcie = f"PCIe gen {val(gpu.pcie_gen)}/{val(gpu.pcie_gen_max)} "
+    pcie = f"PCIe gen{val(gpu.pcie_gen)}/{val(gpu.pcie_gen_max)} "
     pcie += f"x{val(gpu.pcie_width)}/{val(gpu.pcie_width_max)}"
-    if pcie_finding(gpu) is not None:
-        pcie += " (downtrained)"
-    reasons = clock_reasons(gpu.clocks_event_reasons)
-    clocks = "clocks " + (
-        "n/a" if gpu.clocks_event_reasons is None else ", ".join(reasons) or "full speed"
-    )
-    ecc = f"ECC {val(gpu.ecc_uncorrected)} uncorrected, {val(gpu.ecc_corrected)} corrected"
+    if gpu.pcie_gen is None and gpu.pcie_width is None:
+        pcie = "PCIe n/a"
+    elif pcie_finding(gpu) is not None:
+        pcie += " downtrained"
+    mask = gpu.clocks_event_reasons
+    clocks = "clocks " + ("n/a" if mask is None else ", ".join(clock_reasons(mask)) or "full")
+    ecc = f"ECC {val(gpu.ecc_uncorrected)} unc {val(gpu.ecc_corrected)} corr"
     if gpu.rows_failure:
         rows = "rows remap FAILED"
     elif gpu.rows_pending or gpu.pages_pending:
@@ -424,9 +424,10 @@ def health_facts_cell(gpu: GpuSample) -> Cell:
     elif gpu.rows_pending is None and gpu.pages_pending is None:
         rows = "rows n/a"
     else:
-        rows = "rows none pending"
+        rows = "rows ok"
     recovery = f"recovery {recovery_action(gpu) or 'n/a'}"
     found = findings(gpu)
     level = Health.worst(Health.OK, *(f.severity for f in found))
-    text = "  ".join((pcie, clocks, ecc, rows, recovery, "NVLink n/a"))
+    # NVLink is not read (the RTX PRO 6000 has none): the doctor and the JSON say n/a
+    text = "  ".join((pcie, clocks, ecc, rows, recovery))
     return Cell(_printable(text), health_role(level) if found else Role.MUTED)
