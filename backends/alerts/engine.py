@@ -6,7 +6,8 @@ get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (rule
 
 Kinds and how each one ends (``active`` becomes False):
 
-- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``),
+- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``; the
+  driver's health facts each ``gpu_health:TOPIC:GPU``, ``alerts.health``),
   ``gpu_idle_held`` (key ``gpu_idle_held:GPU``, or ``gpu_idle_held:job:NAME`` for the
   GPUs of a job, one alert for all of them),
   ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
