@@ -147,6 +147,17 @@ class GpuSample:
     ecc_corrected: int | None = None
     compute_mode: str | None = None
     persistence_mode: str | None = None
+    # Health facts (``HEALTH_FIELDS``; None where the driver does not report them): the PCIe
+    # link now and at most, rows waiting to be remapped at the next reset (or a remap that
+    # failed), pages waiting to be retired, and NVML's recommended recovery action.
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    rows_pending: bool | None = None
+    rows_failure: bool | None = None
+    pages_pending: bool | None = None
+    recovery_action: str | None = None
     health: Health = Health.OK
     problems: tuple[str, ...] = ()
 

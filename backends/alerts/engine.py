@@ -6,7 +6,8 @@ get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (rule
 
 Kinds and how each one ends (``active`` becomes False):
 
-- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``),
+- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``; the
+  driver's health facts each ``gpu_health:TOPIC:GPU``, ``alerts.health``),
   ``gpu_idle_held`` (key ``gpu_idle_held:GPU``, or ``gpu_idle_held:job:NAME`` for the
   GPUs of a job, one alert for all of them),
   ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
@@ -42,6 +43,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from gpumon.backends.alerts.health import HealthWatch
 from gpumon.backends.alerts.rules import (
     IDLE_GAP_INTERVALS,
     MIB_PER_GIB,
@@ -92,6 +94,7 @@ LOG_SOURCES_MAX = 256  # logs scanned at once; a glob over rotated files names n
 _FAILURE_KINDS = frozenset({"cuda_oom", "sglang_error", "job_crashed"})
 _GPU_EVENT_KINDS = frozenset({"oom_death", "cuda_oom", "sglang_error", "job_crashed"})
 _SILENCE_KINDS = ("stale_data", "driver_error")  # their key is their kind
+HEALTH_TOPICS = ("pcie", "clocks", "ecc", "rows", "recovery")  # gpu_health:TOPIC:GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,7 @@ class AlertEngine(AlertStore):
         self._oom_kill_base = 0
         self._shortest_gap = math.inf  # between two samples: the sampling interval, about
         self._idle_test: tuple[AlertRules, IdleHeld] | None = None
+        self._health = HealthWatch()
 
     def time_to_full(self, gpu: int) -> float | None:
         """Seconds until ``gpu``'s memory is full at the current trend, or None."""
@@ -179,6 +183,7 @@ class AlertEngine(AlertStore):
             if watch is None:
                 watch = self._watches[i] = GpuWatch(i)
             self._gpu_health(now, gpu, watch, raised)
+            self._health_facts(now, gpu, raised)
             self._foreign(now, gpu, sample, raised)
             fraction = gpu.memory_used_fraction
             if fraction is None:
@@ -296,7 +301,8 @@ class AlertEngine(AlertStore):
             # Forget its memory trend: a GPU that comes back (after a reset) empty did not
             # die of OOM, and its fill rate before the gap says nothing about after.
             self._watches[index] = GpuWatch(index)
-            for kind in ("memory", "time_to_full"):
+            self._health.forget(index)
+            for kind in ("memory", "time_to_full", *(f"gpu_health:{t}" for t in HEALTH_TOPICS)):
                 if f"{kind}:{index}" in self._active:
                     self._end(f"{kind}:{index}")
             what = ", ".join(x for x in (last.name, last.bus_id) if x)
@@ -318,6 +324,20 @@ class AlertEngine(AlertStore):
         elif key in self._active:
             watch.health_calm += 1
             if watch.health_calm >= self.rules.clear_samples:
+                self._end(key)
+
+    def _health_facts(self, now: float, gpu: GpuSample, out: list[Alert]) -> None:
+        """The health facts (``alerts.health``) as ``gpu_health`` conditions, one per
+        topic (``gpu_health:pcie:3``): each lasts while its fact holds."""
+        found = {f.topic: f for f in self._health.judge(now, gpu)}
+        for topic in HEALTH_TOPICS:
+            key = f"gpu_health:{topic}:{gpu.index}"
+            finding = found.get(topic)
+            if finding is not None:
+                self._condition(
+                    key, "gpu_health", finding.severity, gpu.index, finding.message, now, out
+                )
+            elif key in self._active:
                 self._end(key)
 
     def _foreign(self, now: float, gpu: GpuSample, sample: HostSample, out: list[Alert]) -> None:

@@ -11,6 +11,7 @@ import enum
 from collections.abc import Sequence
 from typing import Any
 
+from gpumon.backends.alerts.health import facts_json
 from gpumon.backends.alerts.incident import Incident, command_fix, incidents, line
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, iso_time
 from gpumon.backends.monitor.state import HostMonitor
@@ -39,6 +40,7 @@ def gpu_json(gpu: GpuSample, sample: HostSample) -> dict[str, Any]:
         "power_limit_w": gpu.power_limit_w,
         "health": gpu.health.value,
         "problems": list(gpu.problems),
+        "health_facts": facts_json(gpu),
         "processes": [process_json(p) for p in sample.processes_for(gpu)],
         "memory_unattributed_mib": unattributed_mib(sample, gpu),
     }

@@ -60,6 +60,25 @@ _GPU_FIELDS: dict[str, tuple[str, str]] = {
 }
 QUERY_FIELDS: tuple[str, ...] = tuple(_GPU_FIELDS)
 
+# The health facts sampled beside QUERY_FIELDS (docs/formats.md 1.6), each asked only where
+# this nvidia-smi's ``--help-query-gpu`` lists it (``fields_for_help``). The clock event
+# reasons and ECC counts are in QUERY_FIELDS already. ``pcie.link.gen.gpucurrent`` is the
+# 590+ name of ``pcie.link.gen.current`` (deprecated, still listed): the old name is asked
+# where only it is listed.
+_HEALTH_FIELDS: dict[str, tuple[str, str]] = {
+    "pcie.link.gen.gpucurrent": ("pcie_gen", "int"),
+    "pcie.link.gen.max": ("pcie_gen_max", "int"),
+    "pcie.link.width.current": ("pcie_width", "int"),
+    "pcie.link.width.max": ("pcie_width_max", "int"),
+    "remapped_rows.pending": ("rows_pending", "yes"),
+    "remapped_rows.failure": ("rows_failure", "yes"),
+    "retired_pages.pending": ("pages_pending", "yes"),
+    "gpu_recovery_action": ("recovery_action", "str"),
+}
+HEALTH_FIELDS: tuple[str, ...] = tuple(_HEALTH_FIELDS)
+SAMPLE_FIELDS: tuple[str, ...] = QUERY_FIELDS + HEALTH_FIELDS  # what the sources ask
+_GPU_FIELDS.update(_HEALTH_FIELDS)
+
 # Aliases accepted on the command line (headers always print the canonical name).
 _GPU_ALIASES: dict[str, str] = {
     "gpu_name": "name",
@@ -71,6 +90,7 @@ _GPU_ALIASES: dict[str, str] = {
     "gpu.power.draw.instant": "power.draw.instant",
     "gpu.power.requested_limit": "power.limit",
     "gpu.power.current_limit": "enforced.power.limit",
+    "pcie.link.gen.current": "pcie.link.gen.gpucurrent",
 }
 _PROCESS_ALIASES: dict[str, str] = {"name": "process_name", "used_memory": "used_gpu_memory"}
 
@@ -190,6 +210,7 @@ def query_gpu_args(fields: Sequence[str] = QUERY_FIELDS, loop_ms: int | None = N
 
 _HELP_FIELD = re.compile(r'"([A-Za-z_][A-Za-z0-9_.]*)"')
 _RENAMED = ("clocks_event_reasons.", "clocks_throttle_reasons.")  # R535 name, older name
+_OLD_NAMES = {"pcie.link.gen.gpucurrent": "pcie.link.gen.current"}  # 590 name: older name
 
 
 def fields_for_help(help_text: str, wanted: Sequence[str] = QUERY_FIELDS) -> tuple[str, ...]:
@@ -210,6 +231,8 @@ def fields_for_help(help_text: str, wanted: Sequence[str] = QUERY_FIELDS) -> tup
             out.append(field)
         elif field.startswith(new) and old + field[len(new) :] in known:
             out.append(old + field[len(new) :])
+        elif _OLD_NAMES.get(field) in known:
+            out.append(_OLD_NAMES[field])
     return tuple(out)
 
 
@@ -273,6 +296,18 @@ def _to_hex_int(text: str) -> int | None:
     return int(m.group(1), 16) if m else _to_int(text)
 
 
+def _to_yes(text: str) -> bool | None:
+    """``Yes`` / ``No`` (``remapped_rows.pending``, ``retired_pages.pending``); a count
+    (some drivers print one) is yes when above 0."""
+    s = parse_cell(text)
+    if s is None:
+        return None
+    if s.casefold() in ("yes", "no"):
+        return s.casefold() == "yes"
+    number = _to_int(s)
+    return None if number is None else number > 0
+
+
 def _to_index(text: str) -> int | None:
     s = text.strip()
     return int(s) if _INDEX.fullmatch(s) else None
@@ -285,6 +320,7 @@ _CONVERTERS = {
     "float": _to_float,
     "int": _to_int,
     "hex": _to_hex_int,
+    "yes": _to_yes,
 }
 
 
@@ -436,7 +472,7 @@ def _gpu_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuSample | N
             return None  # not a data row (Xid / ECC event text in a loop stream)
         attr, kind = spec
         values[attr], problem = _convert(kind, cell)
-        if problem is not None:
+        if problem is not None and column not in _HEALTH_FIELDS:  # the core cells say it
             severity, what = problem
             health = Health.worst(health, severity)
             # a lost / reset GPU fails every field: say so once, not once per column

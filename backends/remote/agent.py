@@ -63,6 +63,8 @@ THREAD_RESTART_S = 5.0  # a thread that died of an exception runs again after th
 # A scrape of a /metrics page (busy SGLang: ~100 KB), and of the server info (~40 KB).
 PAGE_TIMEOUT_S, PAGE_MAX_BYTES = 2.0, 8 << 20
 INFO_TIMEOUT_S, INFO_MAX_BYTES = 5.0, 1 << 20
+# A field's name on drivers before the one that renamed it (``parsers.nvidia_smi._OLD_NAMES``)
+OLD_FIELD_NAMES = {"pcie.link.gen.gpucurrent": "pcie.link.gen.current"}
 DEVICE_RESCAN_S = 60.0  # who holds /dev/nvidiaN: every /proc/*/fd read again at most this late
 
 
@@ -670,6 +672,7 @@ class Agent:
         out = []
         for f in self.fields:  # before R535 clocks_event_reasons.* has its older name
             old = f.replace("clocks_event_reasons.", "clocks_throttle_reasons.", 1)
+            old = OLD_FIELD_NAMES.get(f, old)  # before 590 pcie.link.gen.gpucurrent too
             if f in known or old in known:
                 out.append(f if f in known else old)
         return out
@@ -1208,7 +1211,12 @@ def nvml_gpu_rows(nvml: Any, fields: Sequence[str]) -> list[str]:
 # same in nvidia-ml-py 11.x-13.x pynvml.py): NVML_FI_DEV_MEMORY_TEMP (HBM boards: H100,
 # H200; GDDR boards answer NOT_SUPPORTED, where nvidia-smi prints a bare N/A) and
 # NVML_FI_DEV_POWER_INSTANT (milliwatts).
-FIELD_VALUES = {"temperature.memory": 82, "power.draw.instant": 186}
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230, drivers from R565; older ones answer
+# NOT_SUPPORTED or an invalid-argument entry: [N/A]) is nvidia-smi's gpu_recovery_action.
+FIELD_VALUES = {"temperature.memory": 82, "power.draw.instant": 186, "gpu_recovery_action": 230}
+# nvmlGpuRecoveryAction_t as nvidia-smi spells it (only "None" is seen in CSV captures; the
+# others as ``nvidia-smi -q`` words them, unverified): docs/formats.md 1.6.
+RECOVERY_ACTIONS = {0: "None", 1: "Reset", 2: "Reboot", 3: "Drain P2P", 4: "Drain and Reset"}
 _NOT_SUPPORTED = 3
 _VALUE_ATTRS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # valueType
 
@@ -1239,6 +1247,8 @@ def _field_value_text(nvml: Any, field: str, values: dict[int, Any] | None) -> s
     number = getattr(value.value, _VALUE_ATTRS[kind] if 0 <= kind < 7 else "uiVal")
     if field == "power.draw.instant":
         return f"{number / 1000:.2f}"
+    if field == "gpu_recovery_action":
+        return RECOVERY_ACTIONS.get(int(number), str(number))
     return str(number)
 
 
@@ -1324,7 +1334,35 @@ def _nvml_field(
     if field == "compute_mode":
         names = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
         return t(nvml, lambda: nvml.nvmlDeviceGetComputeMode(h), lambda v: names.get(v, str(v)))
+    health = _nvml_health_field(nvml, h, field)
+    if health is not None:
+        return health
     return "[N/A]"  # a field NVML has no call for here: absent, like nvidia-smi's [N/A]
+
+
+def _yes_no(v: Any) -> str:
+    return "Yes" if v else "No"
+
+
+def _nvml_health_field(nvml: Any, h: Any, field: str) -> str | None:
+    """The health facts' cells (``parsers.nvidia_smi.HEALTH_FIELDS``), from NVML; None
+    for another field."""
+    t = _nvml_text
+    calls: dict[str, tuple[Callable[[], Any], Callable[[Any], str]]] = {
+        "pcie.link.gen.gpucurrent": (lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h), str),
+        "pcie.link.gen.max": (lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(h), str),
+        "pcie.link.width.current": (lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(h), str),
+        "pcie.link.width.max": (lambda: nvml.nvmlDeviceGetMaxPcieLinkWidth(h), str),
+        # (corrected rows, uncorrected rows, pending, failure occurred)
+        "remapped_rows.pending": (lambda: nvml.nvmlDeviceGetRemappedRows(h)[2], _yes_no),
+        "remapped_rows.failure": (lambda: nvml.nvmlDeviceGetRemappedRows(h)[3], _yes_no),
+        "retired_pages.pending": (
+            lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(h),
+            _yes_no,
+        ),
+    }
+    got = calls.get(field)
+    return None if got is None else t(nvml, got[0], got[1])
 
 
 def _watts(mw: int) -> str:

@@ -10,12 +10,8 @@ GPUs held and idle for minutes), so a one-shot ``check`` sees it as a dashboard 
 from __future__ import annotations
 
 from gpumon.backends.model import HostSample
-from gpumon.backends.parsers import (
-    PROCESS_FIELDS,
-    QUERY_FIELDS,
-    parse_compute_apps,
-    parse_query_gpu,
-)
+from gpumon.backends.parsers import PROCESS_FIELDS, parse_compute_apps, parse_query_gpu
+from gpumon.backends.parsers.nvidia_smi import SAMPLE_FIELDS
 from gpumon.backends.sim import smi
 from gpumon.backends.sim.scenario import SimSettings, scenario_time, wall_time
 
@@ -25,7 +21,7 @@ Printers = tuple[smi.Printer, smi.Printer]
 def sim_printers(settings: SimSettings) -> Printers:
     """The GPU and the compute-process printers of the simulated nvidia-smi."""
     gpus = smi.parse_args(
-        [f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
+        [f"--query-gpu={','.join(SAMPLE_FIELDS)}", "--format=csv,noheader,nounits"]
     )
     procs = smi.parse_args(
         [f"--query-compute-apps={','.join(PROCESS_FIELDS)}", "--format=csv,noheader,nounits"]
@@ -36,7 +32,7 @@ def sim_printers(settings: SimSettings) -> Printers:
 def sample_at(printers: Printers, settings: SimSettings, t: float, host: str) -> HostSample:
     """The sample of ``host`` at scenario time ``t`` (its time: the wall time of ``t``)."""
     wall = wall_time(settings, t)
-    parsed = parse_query_gpu(printers[0].gpu_round(t, wall))
+    parsed = parse_query_gpu(printers[0].gpu_round(t, wall), SAMPLE_FIELDS)
     procs = parse_compute_apps(printers[1].process_round(t, wall)).processes
     return HostSample(host, wall, None, parsed.gpus, procs, skipped_lines=parsed.skipped)
 

@@ -210,37 +210,57 @@ class SimSettings:
         )
 
 
+# Stand-in health states (``GPUMON_SIM_FAULT`` tokens ``NAME:GPU``): what each makes the
+# GPU report. The simulated GPUs are healthy without them.
+HEALTH_FAULTS = (
+    "pcie_x4",  # pcie.link.width.current 4 of pcie.link.width.max 16 (downtrained)
+    "hw_slowdown",  # clocks_event_reasons.active has HwSlowdown (0x8)
+    "thermal_slowdown",  # ... HwThermalSlowdown (0x40) and SwThermalSlowdown (0x20)
+    "ecc_uncorrected",  # ecc.errors.uncorrected.volatile.total 2
+    "ecc_corrected",  # ecc.errors.corrected.volatile.total grows 2 a second
+    "row_pending",  # remapped_rows.pending Yes (a row waits for the next reset)
+    "row_failure",  # remapped_rows.failure Yes
+    "recovery_reset",  # gpu_recovery_action Reset
+)
+
+
 class FaultSpec(NamedTuple):
     init: str | None  # one of INIT_FAULTS: nvidia-smi prints its failure text and exits
     lost: frozenset[int]  # GPUs whose cells read [GPU is lost]
     xid_noise: bool  # loop output carries a kernel-style Xid line now and then
+    health: frozenset[tuple[str, int]] = frozenset()  # (one of HEALTH_FAULTS, GPU)
 
 
 def parse_fault(fault: str | None) -> FaultSpec:
-    """``GPUMON_SIM_FAULT`` (comma-separated: an init fault, ``gpu_lost:N``, ``xid_noise``).
+    """``GPUMON_SIM_FAULT`` (comma-separated: an init fault, ``gpu_lost:N``, ``xid_noise``,
+    a health state ``NAME:N`` of ``HEALTH_FAULTS``).
 
     Raises ValueError for an unknown token, a bad GPU number or two init faults.
     """
     init: str | None = None
     lost: set[int] = set()
     xid = False
+    health: set[tuple[str, int]] = set()
     for token in (fault or "").split(","):
         token = token.strip()
         if not token:
             continue
+        name, _, number = token.partition(":")
+        per_gpu = number and (name == "gpu_lost" or name in HEALTH_FAULTS)
+        if per_gpu and (not number.isdigit() or int(number) >= GPU_COUNT):
+            raise ValueError(f"bad simulator fault {token!r}: GPU 0..{GPU_COUNT - 1}")
         if token == "xid_noise":
             xid = True
-        elif token.startswith("gpu_lost:"):
-            number = token.partition(":")[2]
-            if not number.isdigit() or int(number) >= GPU_COUNT:
-                raise ValueError(f"bad simulator fault {token!r}: GPU 0..{GPU_COUNT - 1}")
+        elif name == "gpu_lost" and number:
             lost.add(int(number))
+        elif name in HEALTH_FAULTS and number:
+            health.add((name, int(number)))
         elif token in INIT_FAULTS and init is None:
             init = token
         else:
-            known = (*INIT_FAULTS, "gpu_lost:N", "xid_noise")
+            known = (*INIT_FAULTS, "gpu_lost:N", "xid_noise", *(f"{h}:N" for h in HEALTH_FAULTS))
             raise ValueError(f"bad simulator fault {token!r}; known (one init fault): {known}")
-    return FaultSpec(init, frozenset(lost), xid)
+    return FaultSpec(init, frozenset(lost), xid, frozenset(health))
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +278,13 @@ class SimGpu:
     sm_clock_mhz: int
     memory_clock_mhz: int
     clocks_event_reasons: int
+    # Health facts: a healthy GPU's unless a test sets a stand-in state (HEALTH_FAULTS).
+    pcie_width: int = 16
+    ecc_uncorrected: int = 0
+    ecc_corrected: int = 0
+    rows_pending: bool = False
+    rows_failure: bool = False
+    recovery_action: str = "None"
 
     @property
     def uuid(self) -> str:
@@ -496,7 +523,28 @@ def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
         else:
             gpu = _drafter_gpu(i, rng, t, run, drafter_died_at(settings, t), settings)
             gpus.append(_with_jupyter(gpu, settings, t, run))
-    return gpus
+    health = parse_fault(settings.fault).health
+    return [_with_health(g, health, t) for g in gpus] if health else gpus
+
+
+def _with_health(gpu: SimGpu, health: frozenset[tuple[str, int]], t: float) -> SimGpu:
+    """``gpu`` in the stand-in health states a test set for it (``HEALTH_FAULTS``)."""
+    states = {name for name, index in health if index == gpu.index}
+    if not states:
+        return gpu
+    reasons = gpu.clocks_event_reasons
+    reasons |= 0x8 if "hw_slowdown" in states else 0
+    reasons |= 0x60 if "thermal_slowdown" in states else 0
+    return replace(
+        gpu,
+        clocks_event_reasons=reasons,
+        pcie_width=4 if "pcie_x4" in states else gpu.pcie_width,
+        ecc_uncorrected=2 if "ecc_uncorrected" in states else 0,
+        ecc_corrected=int(2 * t) if "ecc_corrected" in states else 0,
+        rows_pending="row_pending" in states,
+        rows_failure="row_failure" in states,
+        recovery_action="Reset" if "recovery_reset" in states else gpu.recovery_action,
+    )
 
 
 def _clamp_range(centre: int) -> tuple[int, int]:

@@ -35,6 +35,7 @@ from gpumon.backends.torchenv.extras import (
     extra_checks,
     gpus_check,
 )
+from gpumon.backends.torchenv.gpu_checks import gpu_checks
 from gpumon.backends.torchenv.index import read_variants
 from gpumon.backends.torchenv.seen import record_seen
 from gpumon.backends.torchenv.variants import VariantTable, builtin_table
@@ -174,6 +175,7 @@ async def run_doctor(
         facts["index_cuda12"] = await cuda12_offers(transport, host, python)
     checks = evaluate(facts, host=host.name, table=table)
     checks += await process_checks(transport, host)
+    checks += await gpu_checks(transport, host)
     return DoctorReport(host.name, python, tuple(checks), facts)
 
 

@@ -1,7 +1,8 @@
 """The headless ``gpumon doctor`` and ``gpumon swap-torch`` commands.
 
-    gpumon doctor HOST [--json]
+    gpumon doctor HOST [--json] [--gpus]
         exit 0 nothing is a problem, 1 a problem, 3 the host cannot be reached
+        (--gpus: only the GPU verification after a reset or reboot; 0 pass, 1 fail)
     gpumon swap-torch HOST VARIANT [--version V] [--yes] [--dry-run] [--force]
         exit 0 swapped (or dry run of a plan that would run, or nothing to do),
         1 failed and rolled back / nothing changed, 2 refused or not confirmed,
@@ -51,6 +52,13 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         )
         p.add_argument("host", metavar="HOST")
         p.add_argument("--json", action="store_true", help="JSON: host, python, checks")
+        p.add_argument(
+            "--gpus",
+            action="store_true",
+            help="only verify the GPUs (after a reset or reboot): every GPU listed, ECC "
+            "clean, nothing pending, links at full width, dcgmi diag -r 1 where dcgmi "
+            "exists; changes nothing; exit 0 pass, 1 fail",
+        )
     else:
         p = argparse.ArgumentParser(
             prog="gpumon swap-torch",
@@ -110,6 +118,8 @@ def _host_and_transport(args: argparse.Namespace, config: Config) -> tuple[HostC
 
 def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.torchenv import format_report, host_python, run_doctor
+    from gpumon.backends.torchenv.doctor import DoctorReport
+    from gpumon.backends.torchenv.gpu_checks import verify_gpus
     from gpumon.backends.transport import TransportError
 
     host, transport = _host_and_transport(args, config)
@@ -117,6 +127,9 @@ def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
     async def go() -> Any:
         try:
             await transport.connect()
+            if args.gpus:
+                checks = await verify_gpus(transport, host)
+                return DoctorReport(host.name, host_python(host), tuple(checks))
             return await run_doctor(transport, host)
         finally:
             await transport.dispose()
@@ -132,9 +145,22 @@ def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
         return EXIT_UNREACHABLE
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
+    elif args.gpus:
+        print(_gpus_report(report, transport.label))
     else:
         print(format_report(report, transport.label))
     return int(report.exit_code)
+
+
+def _gpus_report(report: Any, label: str) -> str:
+    """``doctor --gpus``'s text: a header, the checks, PASS or FAIL."""
+    from gpumon.backends.torchenv import format_checks
+
+    lines = [f"GPU verification {report.host}" + (f" ({label})" if label else "")]
+    lines += format_checks(list(report.checks))
+    failed = [c.name for c in report.problems]
+    lines.append(f"FAIL: {', '.join(failed)}" if failed else "PASS: the GPUs are fit to run jobs")
+    return "\n".join(lines)
 
 
 def _printer(out: Callable[[str], None]) -> Callable[[SwapEvent], None]:

@@ -26,6 +26,7 @@ from gpumon.tui.views.gpu_cells import (
     duration,
     gib,
     gpu_cells,
+    health_facts_cell,
     memory_role,
     temperature_role,
 )
@@ -296,7 +297,9 @@ class DetailScreen(Screen[None]):
         line2.append(f"{gpu.bus_id or ''}", pal.text(Role.MUTED))
         if c.problems.text:
             line2.append(f"  {c.marker.text} {c.problems.text}", pal.text(c.problems.role))
-        return Text("\n").join([text, line2])
+        facts = health_facts_cell(gpu)
+        line3 = Text(f" {facts.text}", pal.text(facts.role))
+        return Text("\n").join([text, line2, line3])
 
     def _process_table(
         self, gpu: GpuSample | None, sample: HostSample | None, pal: Palette

@@ -14,6 +14,7 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
+from gpumon.backends.alerts.health import clock_reasons, findings, pcie_finding, recovery_action
 from gpumon.backends.model import (
     ConnState,
     GpuProcess,
@@ -396,3 +397,37 @@ def header_error(status: HostStatus) -> Cell | None:
         return None
     role = Role.CRITICAL if status.state != ConnState.CONNECTED else Role.WARNING
     return Cell(_printable(status.error), role)
+
+
+def health_facts_cell(gpu: GpuSample) -> Cell:
+    """The GPU's health facts on one line (the detail view), coloured by the worst of
+    what they show (``alerts.health.findings``); n/a for what the driver does not report:
+    ``PCIe gen5/5 x4/16 downtrained  clocks hardware slowdown, power cap  ECC 2 unc 0 corr
+    rows pending  recovery reset``."""
+
+    def val(v: int | None) -> str:
+        return "n/a" if v is None else str(v)
+
+    pcie = f"PCIe gen{val(gpu.pcie_gen)}/{val(gpu.pcie_gen_max)} "
+    pcie += f"x{val(gpu.pcie_width)}/{val(gpu.pcie_width_max)}"
+    if gpu.pcie_gen is None and gpu.pcie_width is None:
+        pcie = "PCIe n/a"
+    elif pcie_finding(gpu) is not None:
+        pcie += " downtrained"
+    mask = gpu.clocks_event_reasons
+    clocks = "clocks " + ("n/a" if mask is None else ", ".join(clock_reasons(mask)) or "full")
+    ecc = f"ECC {val(gpu.ecc_uncorrected)} unc {val(gpu.ecc_corrected)} corr"
+    if gpu.rows_failure:
+        rows = "rows remap FAILED"
+    elif gpu.rows_pending or gpu.pages_pending:
+        rows = "rows pending" if gpu.rows_pending else "pages pending"
+    elif gpu.rows_pending is None and gpu.pages_pending is None:
+        rows = "rows n/a"
+    else:
+        rows = "rows ok"
+    recovery = f"recovery {recovery_action(gpu) or 'n/a'}"
+    found = findings(gpu)
+    level = Health.worst(Health.OK, *(f.severity for f in found))
+    # NVLink is not read (the RTX PRO 6000 has none): the doctor and the JSON say n/a
+    text = "  ".join((pcie, clocks, ecc, rows, recovery))
+    return Cell(_printable(text), health_role(level) if found else Role.MUTED)

@@ -24,7 +24,12 @@ from typing import Any, TypeVar
 from gpumon.backends import untrusted
 from gpumon.backends.model import ConnState, Health, HostLoad
 from gpumon.backends.model import Source as SampleSource
-from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS, classify_smi_failure
+from gpumon.backends.parsers.nvidia_smi import (
+    PROCESS_FIELDS,
+    QUERY_FIELDS,
+    SAMPLE_FIELDS,
+    classify_smi_failure,
+)
 from gpumon.backends.remote import protocol
 from gpumon.backends.remote.bootstrap import program_argv
 from gpumon.backends.remote.doctor_probe_fs import GPUMON_CHECK
@@ -251,7 +256,7 @@ class AgentSource(TransportSource):
         Python older than 3.8."""
         workloads = sink.workloads
         options = protocol.AgentOptions(
-            fields=list(QUERY_FIELDS),
+            fields=list(SAMPLE_FIELDS),
             process_fields=list(PROCESS_FIELDS),
             nvidia_smi=sink.host.nvidia_smi,
             interval=sink.interval,

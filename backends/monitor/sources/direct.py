@@ -12,7 +12,7 @@ from gpumon.backends import untrusted
 from gpumon.backends.model import ConnState
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import (
-    QUERY_FIELDS,
+    SAMPLE_FIELDS,
     classify_smi_failure,
     compute_apps_args,
     fields_for_help,
@@ -47,7 +47,7 @@ class DirectSmiSource(TransportSource):
     def __init__(self, transport: Transport, *, reconnect: bool = True) -> None:
         super().__init__(transport, reconnect=reconnect)
         self._restart = asyncio.Event()
-        self.fields: tuple[str, ...] = QUERY_FIELDS  # what this driver's nvidia-smi knows
+        self.fields: tuple[str, ...] = SAMPLE_FIELDS  # what this driver's nvidia-smi knows
         self._names_cut: set[str] = set()  # GPUs whose long name was cut (said once each)
         self._dropped_said = False  # a long line that is no GPU row was said this session
 
@@ -71,10 +71,10 @@ class DirectSmiSource(TransportSource):
         try:
             res = await self.transport.run([sink.host.nvidia_smi, "--help-query-gpu"], timeout=15)
         except TransportError:
-            return QUERY_FIELDS
+            return SAMPLE_FIELDS
         if res.exit_code != 0:
-            return QUERY_FIELDS
-        return fields_for_help(res.stdout) or QUERY_FIELDS
+            return SAMPLE_FIELDS
+        return fields_for_help(res.stdout, SAMPLE_FIELDS) or SAMPLE_FIELDS
 
     async def session(self, sink: Sink) -> bool:
         self._restart.clear()

@@ -20,6 +20,11 @@ What the test chooses through the environment, in the real module's own terms:
   (no ``_v3``; ``_v2``), ``r418`` (only the unversioned v1 call, 2-field struct).
 - ``FAKE_NVML_GPU``: ``hbm`` (an H200: NVML_FI_DEV_MEMORY_TEMP answers) or the default
   GDDR7 board (memory temperature NOT_SUPPORTED); NVML_FI_DEV_POWER_INSTANT answers on both.
+- ``FAKE_NVML_HEALTH``: stand-in health states, comma-separated (default: healthy):
+  ``pcie_x4`` (link width 4 of 16), ``hw_slowdown`` (HwSlowdown in the clock event
+  reasons), ``ecc_uncorrected`` (2 volatile uncorrected errors), ``row_pending`` (a row
+  remap waits for the next reset), ``row_failure``, ``recovery_reset`` (the recovery-action
+  field says GPU_RESET), ``no_remap`` (the remapping calls raise NOT_SUPPORTED).
 - ``FAKE_NVML_PROCESS_PID``: the pids of the compute processes, comma-separated (default:
   none), using 1000, 1024, ... MiB; ``FAKE_NVML_PROC_FAULT``: the process calls raise a
   RuntimeError (what no one expected: the agent's thread must say it died).
@@ -41,6 +46,10 @@ NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_FI_DEV_MEMORY_TEMP = 82
 NVML_FI_DEV_POWER_INSTANT = 186
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
 
 
 class NVMLError(Exception):
@@ -130,6 +139,49 @@ def nvmlDeviceGetPowerUsage(h: int) -> int:
     return 80500
 
 
+def _health() -> set[str]:
+    return set(filter(None, os.environ.get("FAKE_NVML_HEALTH", "").split(",")))
+
+
+def nvmlDeviceGetCurrPcieLinkGeneration(h: int) -> int:
+    return 5
+
+
+def nvmlDeviceGetMaxPcieLinkGeneration(h: int) -> int:
+    return 5
+
+
+def nvmlDeviceGetCurrPcieLinkWidth(h: int) -> int:
+    return 4 if "pcie_x4" in _health() else 16
+
+
+def nvmlDeviceGetMaxPcieLinkWidth(h: int) -> int:
+    return 16
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(h: int) -> int:
+    return 0x8 if "hw_slowdown" in _health() else 0x0
+
+
+def nvmlDeviceGetTotalEccErrors(h: int, error_type: int, counter_type: int) -> int:
+    if error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED and "ecc_uncorrected" in _health():
+        return 2
+    return 0
+
+
+def nvmlDeviceGetRemappedRows(h: int) -> tuple[int, int, int, int]:
+    """(corrected rows, uncorrected rows, pending, failure occurred), as nvidia-ml-py."""
+    health = _health()
+    if "no_remap" in health:
+        raise NVMLError_NotSupported()
+    return (
+        0,
+        1 if "row_pending" in health else 0,
+        int("row_pending" in health),
+        int("row_failure" in health),
+    )
+
+
 def nvmlDeviceGetFieldValues(h: int, field_ids: list[int]) -> list[Any]:
     """As the real call fills c_nvmlFieldValue_t: per entry its nvmlReturn and value."""
     out = []
@@ -139,6 +191,8 @@ def nvmlDeviceGetFieldValues(h: int, field_ids: list[int]) -> list[Any]:
             value, ret = 83250, NVML_SUCCESS  # mW
         elif fid == NVML_FI_DEV_MEMORY_TEMP and os.environ.get("FAKE_NVML_GPU") == "hbm":
             value, ret = 47, NVML_SUCCESS
+        elif fid == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:  # nvmlGpuRecoveryAction_t
+            value, ret = (1 if "recovery_reset" in _health() else 0), NVML_SUCCESS
         out.append(
             SimpleNamespace(
                 fieldId=fid,
