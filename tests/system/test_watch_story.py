@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -86,3 +87,24 @@ def test_watch_log_says_the_headline_the_fix_and_the_restart_when_it_ran(tmp_pat
     [recording] = set(re.findall(r"flight recording: (\S+)", opened + updated + resolved))
     assert Path(recording).is_file()  # written by the time the watch stopped
     assert lines[-1].split(" ", 1)[1] == "INFO stopped: SIGTERM"
+
+
+def test_a_watch_that_cannot_start_says_why_it_stopped(tmp_path: Path) -> None:
+    """The metrics port is taken: the watch exits 2, and its last log line says why."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[watch]\nmin_open_s = 0\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*GPUMON, "watch", "demo", "--config", str(cfg), "--metrics-port", str(port)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert dt.datetime.fromisoformat(last.split(" ", 1)[0]).utcoffset() is not None
+    assert last.split(" ", 1)[1].startswith(f"INFO stopped: cannot serve metrics on port {port}")
