@@ -107,10 +107,11 @@ class IncidentEvent:
 
     def done(self) -> str | None:
         """What gpumon did, when, and how it ended: "auto-restart succeeded at
-        2026-12-02T08:41:19+00:00: new PID 13025, took 4.2 s"; None when it did nothing."""
+        2026-12-02T08:41:19+00:00: new PID 13025, took 4.2 s" ("auto-restart failed at T:
+        took 4.0 s; verify: drafter exited ..."); None when it did nothing."""
         if not self.action:
             return None
-        text = self.action
+        text, _, why = self.action.partition(": ")  # "auto-restart failed: verify: ..."
         if self.action_at is not None:
             text += f" at {iso_time(self.action_at)}"
         facts = []
@@ -118,7 +119,7 @@ class IncidentEvent:
             facts.append(f"new PID {self.pid}")
         if self.took_s is not None:
             facts.append(f"took {self.took_s:.1f} s")
-        return text + (": " + ", ".join(facts) if facts else "")
+        return text + (": " + ", ".join(facts) if facts else "") + (f"; {why}" if why else "")
 
     def details(self) -> str:
         """The lines under the summary: the fix, what gpumon did, who fixed it, the

@@ -330,5 +330,9 @@ def cmd_notify_status(args: argparse.Namespace, config: Config) -> int:
             print(f"      last error ({_age(r.get('last_error_at'), now)}): {r['last_error']}")
     print(f"open incidents: {len(incidents)}")
     for ev in incidents:
-        print(f"  {ev.key} {ev.severity} since {iso_time(ev.opened_at)}: {ev.cause}")
+        print(f"  {ev.key} {ev.severity} since {iso_time(ev.opened_at)}: {ev.title}")
+        if ev.fix:
+            print(f"      fix: {ev.fix}")
+        if done := ev.done():
+            print(f"      gpumon: {done}")
     return 0
