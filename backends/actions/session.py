@@ -41,6 +41,17 @@ class Session:
         self.watches.append(watch)
         return watch
 
+    def restarting(self, host: str, job: str) -> bool:
+        """Whether a restart of ``job`` runs now, or an automatic one waits out its delay
+        (the crash's incident must not resolve as "recovered" before it ran)."""
+        if self.runs.running(host, job) is not None:
+            return True
+        for watch in self.watches:
+            auto = watch.auto.get(job) if watch.monitor.name == host else None
+            if auto is not None and auto.pending is not None and not auto.pending.done():
+                return True
+        return False
+
     async def close(self) -> None:
         """Stop watching: automatic restarts still waiting out their delay are cancelled.
         Runs in progress go on to their end (their outcome is audited)."""

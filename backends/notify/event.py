@@ -4,7 +4,10 @@
 a webhook body is ``{"schema": SCHEMA, "sent_at": ISO, "events": [event, ...]}`` where
 each event has exactly the keys of ``EVENT_KEYS``. Everything else (PagerDuty's payload,
 Alertmanager's labels, the ntfy title) is derived from the same event, so every message
-names the host, GPU, job, cause, what gpumon did and the flight recording.
+names the host, the incident's headline (the dashboard's line: "drafter: CUDA OOM on GPU 6
+(tried 2.00 GiB, 90 MiB free)"), its fix, what gpumon did (when, the new PID, how long it
+took), the flight recording, and the raw alert line last: ``summary()`` and ``details()``
+are the one text every notifier and ``gpumon watch``'s log line says.
 """
 
 from __future__ import annotations
@@ -28,12 +31,18 @@ EVENT_KEYS = (
     "kind",
     "severity",
     "summary",
+    "headline",
+    "fix",
     "cause",
     "action",
+    "action_at",
+    "pid",
+    "took_s",
     "resolved_by",
     "opened_at",
     "time",
     "recording",
+    "attachments",
     "count",
     "gpumon_host",
 )
@@ -48,7 +57,10 @@ def incident_key(host: str, gpu: int | None, job: str | None, kind: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class IncidentEvent:
-    """One change of one incident. Times are epoch seconds (``to_json`` writes ISO 8601)."""
+    """One change of one incident. Times are epoch seconds (``to_json`` writes ISO 8601).
+
+    The fields after ``gpumon_host`` came later: an outbox row from before them reads back
+    with their defaults (no headline: the summary says the cause)."""
 
     event: str  # one of EVENTS
     key: str
@@ -57,47 +69,91 @@ class IncidentEvent:
     job: str | None
     kind: str
     severity: str  # "warning" | "critical"
-    cause: str  # the alert's message (one line)
-    action: str | None  # what gpumon did: "auto-restart attempted", "... succeeded", ...
+    cause: str  # the alert's message (one line): the raw evidence
+    action: str | None  # what gpumon did: "auto-restart 1/3 in 10 s", "... succeeded", ...
     resolved_by: str | None  # resolve only: "auto-restart", "a person's restart", "recovered"
     opened_at: float
     time: float
-    recording: str | None  # the flight recording's path, when one was scheduled
+    recording: str | None  # the flight recording of this incident (its window holds it)
     count: int = 1  # alerts folded into this incident so far
     gpumon_host: str = ""
+    headline: str = ""  # the incident's line (``Incident.headline``); "" = say the cause
+    fix: str | None = None  # the best fix as a command or advice (``command_fix``)
+    action_at: float | None = None  # when gpumon did ``action`` (a restart: when it ended)
+    pid: int | None = None  # the job's new PID after gpumon's restart
+    took_s: float | None = None  # how long gpumon's restart took
+    attachments: tuple[str, ...] = ()  # files gpumon wrote for it (the recording first)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attachments, tuple):  # read back from JSON as a list
+            object.__setattr__(self, "attachments", tuple(self.attachments))
+
+    @property
+    def title(self) -> str:
+        """The headline, else (an event from before headlines) the alert's message."""
+        return self.headline or self.cause
 
     def summary(self) -> str:
-        """One line for a title or a chat message (at most ~200 characters)."""
-        where = self.host + (f" GPU {self.gpu}" if self.gpu is not None else "")
-        if self.job:
-            where += f" job {self.job}"
-        head = {
-            "open": f"[{self.severity.upper()}] {self.kind}",
-            "update": f"[{self.severity.upper()}] {self.kind} (updated)",
-            "resolve": f"[RESOLVED] {self.kind}",
-            "test": "[TEST] gpumon notifier test",
+        """One line for a title or a chat message (at most ~200 characters):
+        "[CRITICAL] demo: drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"."""
+        tag = {
+            "open": f"[{self.severity.upper()}]",
+            "update": f"[{self.severity.upper()}, updated]",
+            "resolve": "[RESOLVED]",
+            "test": "[TEST]",
         }[self.event]
-        text = f"{head} on {where}: {self.cause}"
+        text = f"{tag} {self.host}: {self.title}"
         return text if len(text) <= 200 else text[:199] + "…"
 
+    def done(self) -> str | None:
+        """What gpumon did, when, and how it ended: "auto-restart succeeded at
+        2026-12-02T08:41:19+00:00: new PID 13025, took 4.2 s" ("auto-restart failed at T:
+        took 4.0 s; verify: drafter exited ..."); None when it did nothing."""
+        if not self.action:
+            return None
+        text, _, why = self.action.partition(": ")  # "auto-restart failed: verify: ..."
+        if self.action_at is not None:
+            text += f" at {iso_time(self.action_at)}"
+        facts = []
+        if self.pid is not None:
+            facts.append(f"new PID {self.pid}")
+        if self.took_s is not None:
+            facts.append(f"took {self.took_s:.1f} s")
+        return text + (": " + ", ".join(facts) if facts else "") + (f"; {why}" if why else "")
+
     def details(self) -> str:
-        """The lines under the summary: what gpumon did, who fixed it, the recording."""
+        """The lines under the summary: the fix, what gpumon did, who fixed it, the
+        recording and other files, then the alert's own line (its kind and raw text)."""
         lines = []
-        if self.action:
-            lines.append(f"gpumon: {self.action}")
+        if self.fix and self.event != "resolve":
+            lines.append(f"fix: {self.fix}")
+        if done := self.done():
+            lines.append(f"gpumon: {done}")
         if self.resolved_by:
             lines.append(f"resolved by: {self.resolved_by}")
         if self.recording:
             lines.append(f"flight recording: {self.recording}")
+        lines.extend(f"file: {path}" for path in self.attachments if path != self.recording)
+        if self.headline and self.event != "test":
+            lines.append(f"alert {self.kind}: {self.cause}")
         if self.count > 1:
             lines.append(f"seen {self.count} times")
         return "\n".join(lines)
 
+    def line(self) -> str:
+        """The whole event on one line (``gpumon watch``'s log): the summary, then each
+        detail after " | "."""
+        return " | ".join([self.summary(), *self.details().splitlines()])
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["summary"] = self.summary()
+        data["headline"] = self.title
         data["opened_at"] = iso_time(self.opened_at)
         data["time"] = iso_time(self.time)
+        data["action_at"] = None if self.action_at is None else iso_time(self.action_at)
+        data["took_s"] = None if self.took_s is None else round(self.took_s, 3)
+        data["attachments"] = list(self.attachments)
         return {k: data[k] for k in EVENT_KEYS}
 
     def with_event(self, event: str, at: float, **changes: Any) -> IncidentEvent:

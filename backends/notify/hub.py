@@ -35,6 +35,7 @@ from gpumon.backends.backoff import backoff_s
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import Health
+from gpumon.backends.monitor.report import active_incidents
 from gpumon.backends.notify.event import IncidentEvent, incident_key, this_host
 from gpumon.backends.notify.incidents import IncidentTracker
 from gpumon.backends.notify.notifiers import (
@@ -216,20 +217,25 @@ class NotifyHub:
             self.monitors.remove(monitor)
 
     def attach_session(self, session: Session) -> None:
-        runs = session.runs
-        runs.finished.add(self._on_run)
-        self.tracker.restarting = lambda host, job: runs.running(host, job) is not None
+        session.runs.finished.add(self._on_run)
+        self.tracker.restarting = session.restarting
 
     def _on_run(self, run: JobRun) -> None:
-        if run.outcome is None or run.plan.action == "stop":
+        """A restart ended: what gpumon did is said now, with its outcome."""
+        outcome = run.outcome
+        if outcome is None or run.plan.action == "stop":
             return
-        self.tracker.note_restart(
+        events = self.tracker.note_restart(
             run.plan.host,
             run.plan.job.name,
             automatic=run.automatic is not None,
-            ok=run.outcome.ok,
+            ok=outcome.ok,
             at=self.clock(),
+            pid=outcome.pid,
+            took_s=outcome.duration_s,
+            why=None if outcome.ok else outcome.message,
         )
+        self.publish(events)
 
     def _settled(self, monitor: HostMonitor) -> bool:
         """Whether ``monitor``'s alerts count yet: from its third sample once every source
@@ -255,10 +261,11 @@ class NotifyHub:
     def _on_monitor(self, monitor: HostMonitor) -> None:
         if not self._settled(monitor):
             return
-        recorder = monitor.recorder
-        path = recorder.pending_path or (recorder.written[-1] if recorder.written else None)
-        self.tracker.note_recording(monitor.name, str(path) if path else None)
-        self.publish(self.tracker.observe(monitor.name, monitor.alerts.active(), self.clock()))
+        windows = ((t0, t1, str(path)) for t0, t1, path in monitor.recorder.recordings())
+        self.tracker.note_recordings(monitor.name, windows)
+        found = active_incidents(monitor)
+        events = self.tracker.observe(monitor.name, monitor.alerts.active(), self.clock(), found)
+        self.publish(events)
 
     # --- queueing -----------------------------------------------------------------------
     def publish(self, events: Sequence[IncidentEvent]) -> None:

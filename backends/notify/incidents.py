@@ -11,9 +11,14 @@ calls it after every change) and returns the incident events to deliver:
   has been open ``min_open_s`` (an alert that flaps back within that time continues the
   same incident: the alert rules' hysteresis damps the samples, this damps the incidents),
   nor while a restart of its job is running (the resolve says how that ended);
-- ``auto_restart`` alerts are not incidents of their own: they say what gpumon did about
-  the job's crash (attempted / gave up), and a finished automatic restart
-  (``note_restart``) says it succeeded and who fixed it.
+- each event says its incident's headline and fix as the dashboard groups the host's
+  alerts (``alerts.incident``: the OOM line leads the memory drop and the crash);
+- ``auto_restart`` alerts are not incidents of their own: they say what gpumon decided
+  about the job's crash (a restart in 10 s, or that it gave up). The restart itself is
+  said when it ended (``note_restart``: an ``update`` with its outcome, when, the new PID
+  and how long it took), never before it ran; the resolve says who fixed it;
+- the recording is the flight recording whose window holds the incident's start, if any
+  (``note_recordings``), never an older one of the same host.
 
 No I/O, no clock of its own; not thread-safe (the event loop calls it).
 """
@@ -21,16 +26,27 @@ No I/O, no clock of its own; not thread-safe (the event loop calls it).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpumon.backends.alerts.incident import (
+    INCIDENT_GAP_S,
+    Incident,
+    alert_headline,
+    command_fix,
+    incidents,
+)
 from gpumon.backends.alerts.store import Alert
+from gpumon.backends.model import iso_time
 from gpumon.backends.notify.event import IncidentEvent, incident_key
 
 __all__ = ["IncidentTracker", "OpenIncident"]
 
 _GAVE_UP = re.compile(r"gives up|gave up")
-_ATTEMPT = re.compile(r"automatic restart (\d+)/(\d+)")
+_ATTEMPT = re.compile(r"automatic restart (\d+)/(\d+) in ([\d.]+) (s|min|h)\b")
+_UNIT_S = {"s": 1.0, "min": 60.0, "h": 3600.0}
+RECORDINGS_KEPT = 32  # per host: the recorder's own bound (recording.WRITTEN_MAX)
+Window = tuple[float, float, str]  # a recording's (start, end, path)
 
 
 NO_LONGER_WATCHED = "no longer watched (host removed from the config)"
@@ -46,8 +62,26 @@ class OpenIncident:
 @dataclass(slots=True)
 class _JobNote:
     action: str | None = None
+    noted_at: float = 0.0  # when ``action`` was noted (decided, or done)
+    action_at: float | None = None  # when it was done (None: not yet, e.g. scheduled)
+    pid: int | None = None
+    took_s: float | None = None
     restarted_by: str | None = None  # "auto-restart" | "a person's restart"
     restarted_at: float = 0.0
+
+    def about(self, ev: IncidentEvent) -> bool:
+        """Whether what gpumon did belongs to ``ev``'s incident (not to one long over)."""
+        if self.action is None:
+            return False
+        return self.noted_at >= ev.opened_at - INCIDENT_GAP_S
+
+    def said(self, ev: IncidentEvent) -> IncidentEvent:
+        """``ev`` saying what gpumon did (unchanged when that is not about it)."""
+        if not self.about(ev):
+            return ev
+        return replace(
+            ev, action=self.action, action_at=self.action_at, pid=self.pid, took_s=self.took_s
+        )
 
 
 class IncidentTracker:
@@ -66,25 +100,48 @@ class IncidentTracker:
         self.gpumon_host = gpumon_host
         self.open: dict[str, OpenIncident] = {}
         self._jobs: dict[tuple[str, str], _JobNote] = {}
-        self._recordings: dict[str, str] = {}  # host -> latest recording path
+        self._recordings: dict[str, list[Window]] = {}  # host -> its recordings' windows
         self._seen_auto: set[tuple[str, str]] = set()
 
-    def note_recording(self, host: str, path: str | None) -> None:
-        if path:
-            self._recordings[host] = path
+    def note_recordings(self, host: str, windows: Iterable[Window]) -> None:
+        """``host``'s flight recordings, written or scheduled: (start, end, path) each."""
+        self._recordings[host] = list(windows)[-RECORDINGS_KEPT:]
 
-    def note_restart(self, host: str, job: str, *, automatic: bool, ok: bool, at: float) -> None:
-        """A restart of ``job`` finished: the job's open incidents say so (and, when they
-        resolve, who fixed it)."""
+    def recording(self, host: str, at: float) -> str | None:
+        """The newest recording of ``host`` whose window holds the time ``at``."""
+        held = [w for w in self._recordings.get(host, ()) if w[0] <= at <= w[1]]
+        return held[-1][2] if held else None
+
+    def note_restart(
+        self,
+        host: str,
+        job: str,
+        *,
+        automatic: bool,
+        ok: bool,
+        at: float,
+        pid: int | None = None,
+        took_s: float | None = None,
+        why: str | None = None,
+    ) -> list[IncidentEvent]:
+        """A restart of ``job`` ended at ``at`` (``pid``: the job's new PID, ``took_s``:
+        how long the restart took, ``why``: how it failed). The job's open incidents say
+        so (and, when they resolve, who fixed it); for an automatic restart, returns their
+        ``update`` events: what gpumon did is said when it happened."""
         note = self._jobs.setdefault((host, job), _JobNote())
         if ok:
             note.restarted_by = "auto-restart" if automatic else "a person's restart"
             note.restarted_at = at
-        if automatic:
-            note.action = "auto-restart succeeded" if ok else "auto-restart failed"
+        if not automatic:
+            return []
+        note.action = "auto-restart succeeded" if ok else f"auto-restart failed: {why or '?'}"
+        note.noted_at, note.action_at, note.pid, note.took_s = at, at, pid, took_s
+        out = []
         for inc in self.open.values():
             if inc.event.host == host and inc.event.job == job:
-                inc.event = replace(inc.event, action=note.action or inc.event.action)
+                inc.event = note.said(inc.event.with_event("update", at))
+                out.append(inc.event)
+        return out
 
     def restore(self, events: Iterable[IncidentEvent]) -> None:
         """Incidents still open when gpumon last stopped (from the outbox's store): a
@@ -92,11 +149,21 @@ class IncidentTracker:
         for ev in events:
             self.open.setdefault(ev.key, OpenIncident(ev, cleared_at=ev.time))
 
-    def observe(self, host: str, alerts: Iterable[Alert], now: float) -> list[IncidentEvent]:
-        """The events from ``host``'s active alerts now (see the module docstring)."""
+    def observe(
+        self,
+        host: str,
+        alerts: Iterable[Alert],
+        now: float,
+        found: Sequence[Incident] | None = None,
+    ) -> list[IncidentEvent]:
+        """The events from ``host``'s active alerts now (see the module docstring).
+        ``found``: those alerts as the dashboard's incidents (``active_incidents``: its
+        fixes only for jobs the config can restart); None groups them here."""
         out: list[IncidentEvent] = []
         active: dict[str, list[Alert]] = {}
         alerts = list(alerts)
+        found = incidents(alerts) if found is None else found
+        by_alert = {a.key: i for i in found for a in i.alerts}
         for alert in alerts:  # first: what gpumon did, so the crash's event can say it
             if alert.kind == "auto_restart":
                 self._auto_restart(host, alert)
@@ -108,8 +175,10 @@ class IncidentTracker:
         for key, group in active.items():
             worst = max(group, key=lambda a: (a.severity.rank, a.time))
             inc = self.open.get(key)
-            action = self._action(host, worst.job)
+            note = self._note(host, worst.job)
+            headline, fix = _story(by_alert.get(worst.key), worst)
             if inc is None:
+                recording = self.recording(host, worst.time)
                 ev = IncidentEvent(
                     event="open",
                     key=key,
@@ -119,14 +188,18 @@ class IncidentTracker:
                     kind=worst.kind,
                     severity=worst.severity.value,
                     cause=worst.message,
-                    action=action,
+                    action=None,
                     resolved_by=None,
                     opened_at=worst.time,
                     time=now,
-                    recording=self._recordings.get(host),
+                    recording=recording,
                     count=len(group),
                     gpumon_host=self.gpumon_host,
+                    attachments=(recording,) if recording else (),
+                    headline=headline,
+                    fix=fix,
                 )
+                ev = note.said(ev)
                 self.open[key] = OpenIncident(ev, {a.key for a in group})
                 out.append(ev)
                 continue
@@ -136,19 +209,26 @@ class IncidentTracker:
             count = inc.event.count + len(new_keys)
             old_rank = 2 if inc.event.severity == "critical" else 1
             escalated = worst.severity.rank > old_rank
-            if escalated or (action is not None and action != inc.event.action):
-                inc.event = inc.event.with_event(
+            recording = inc.event.recording or self.recording(host, inc.event.opened_at)
+            latest = replace(
+                inc.event,
+                count=count,
+                recording=recording,
+                attachments=_files(inc.event.attachments, recording),
+                headline=headline,
+                fix=fix,
+            )
+            acted = note.about(inc.event) and note.action != inc.event.action
+            if escalated or acted:
+                inc.event = note.said(latest).with_event(
                     "update",
                     now,
                     severity=worst.severity.value if escalated else inc.event.severity,
                     cause=worst.message if escalated else inc.event.cause,
-                    action=action or inc.event.action,
-                    count=count,
-                    recording=self._recordings.get(host) or inc.event.recording,
                 )
                 out.append(inc.event)
-            else:  # a repeat: counted, never re-paged
-                inc.event = replace(inc.event, count=count)
+            else:  # a repeat: counted, never re-paged (its latest story kept for the resolve)
+                inc.event = latest
         for key, inc in list(self.open.items()):
             if inc.event.host != host or key in active:
                 continue
@@ -189,19 +269,19 @@ class IncidentTracker:
         by = "recovered"
         if note is not None and note.restarted_by and note.restarted_at >= ev.opened_at:
             by = note.restarted_by
-        return [
-            ev.with_event(
-                "resolve",
-                now,
-                resolved_by=by,
-                action=(note.action if note else None) or ev.action,
-                recording=self._recordings.get(ev.host) or ev.recording,
-            )
-        ]
+        recording = ev.recording or self.recording(ev.host, ev.opened_at)
+        resolved = ev.with_event(
+            "resolve",
+            now,
+            resolved_by=by,
+            recording=recording,
+            attachments=_files(ev.attachments, recording),
+        )
+        return [note.said(resolved) if note is not None else resolved]
 
-    def _action(self, host: str, job: str | None) -> str | None:
+    def _note(self, host: str, job: str | None) -> _JobNote:
         note = self._jobs.get((host, job)) if job else None
-        return note.action if note else None
+        return note if note is not None else _JobNote()
 
     def _auto_restart(self, host: str, alert: Alert) -> None:
         # These alerts stay active until acknowledged: each one is read once.
@@ -213,8 +293,33 @@ class IncidentTracker:
         note = self._jobs.setdefault((host, alert.job), _JobNote())
         text = alert.message
         if _GAVE_UP.search(text):
-            note.action = "auto-restart gave up"
+            action = "auto-restart gave up"
         elif m := _ATTEMPT.search(text):
-            note.action = f"auto-restart attempted ({m[1]}/{m[2]})"
-        elif "could not start" in text or "failed" in text:
-            note.action = "auto-restart failed"
+            # Decided, not done: the restart runs after its delay, and note_restart says
+            # when it ended and how (this used to say "attempted" before it ran).
+            due = alert.time + float(m[3]) * _UNIT_S[m[4]]
+            note.action = f"auto-restart {m[1]}/{m[2]} due {iso_time(due)}"
+            note.noted_at, note.action_at, note.pid, note.took_s = alert.time, None, None, None
+            return
+        elif "could not start" in text:
+            action = "auto-restart failed: " + text.partition("could not start: ")[2]
+        else:  # "auto-restart of drafter failed: ...": note_restart says it, with its time
+            return
+        note.action, note.noted_at, note.action_at = action, alert.time, alert.time
+        note.pid = note.took_s = None
+
+
+def _story(incident: Incident | None, alert: Alert) -> tuple[str, str | None]:
+    """The headline and fix of the incident ``alert`` belongs to, as the dashboard says
+    them (an alert of no incident: its own headline, no fix)."""
+    if incident is None:
+        return alert_headline(alert), None
+    fix = command_fix(incident)
+    return incident.headline, fix.removeprefix("fix: ") if fix else None
+
+
+def _files(files: tuple[str, ...], recording: str | None) -> tuple[str, ...]:
+    """``files`` with the recording first (once)."""
+    if not recording:
+        return files
+    return (recording, *(f for f in files if f != recording))

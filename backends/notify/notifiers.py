@@ -5,6 +5,8 @@
 the generic webhook with an optional HMAC signature); ``command_input`` is the JSON the
 ``command`` kind gets on stdin; ``terminal_bytes`` the OSC 9 / OSC 777 desktop
 notification (wrapped for tmux, with a BEL). Pure functions: delivery is ``deliver``.
+Every kind says the event's ``summary()`` (the headline) and ``details()`` (the fix, what
+gpumon did, the recording, the raw alert line) in its own form.
 
 A secret named by ``*_env`` is read from ``env`` when the message is rendered; when the
 variable is unset the delivery fails (and is retried) with a message that names it.
@@ -139,13 +141,18 @@ def alertmanager_alert(ev: IncidentEvent, now: float, resend_s: float) -> dict[s
         labels["gpu"] = str(ev.gpu)
     if ev.job:
         labels["job"] = ev.job
-    annotations = {"summary": ev.summary(), "cause": ev.cause}
-    if ev.action:
-        annotations["action"] = ev.action
-    if ev.recording:
-        annotations["recording"] = ev.recording
-    if ev.resolved_by:
-        annotations["resolved_by"] = ev.resolved_by
+    # summary / description: the names Alertmanager's templates and Grafana show.
+    annotations = {"summary": ev.summary(), "headline": ev.title}
+    if details := ev.details():
+        annotations["description"] = details
+    optional = {
+        "fix": ev.fix,
+        "cause": ev.cause,
+        "action": ev.done(),
+        "recording": ev.recording,
+        "resolved_by": ev.resolved_by,
+    }
+    annotations.update({k: v for k, v in optional.items() if v})
     ends = now if ev.event == "resolve" else now + AM_ENDS_AFTER_RESENDS * resend_s
     return {
         "labels": labels,

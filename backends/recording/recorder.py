@@ -202,6 +202,7 @@ class FlightRecorder:
         if on_written is not None:
             self.written_listeners.add(on_written)
         self.written: list[Path] = []  # the newest WRITTEN_MAX recordings, oldest first
+        self._windows: dict[Path, tuple[float, float]] = {}  # written path -> its window
         self.last_error: str | None = None
         self.last_write_s: float | None = None  # seconds the last write took
         # The samples kept, oldest first: compressed chunks (the oldest's first ``_skip``
@@ -220,6 +221,18 @@ class FlightRecorder:
     def pending_path(self) -> Path | None:
         """Where the scheduled recording will be written, or None."""
         return None if self._pending is None else self._pending.path
+
+    def recordings(self) -> list[tuple[float, float, Path]]:
+        """(start, end, path) of the recordings this session wrote, oldest first, then the
+        scheduled one: which recording holds an incident is the one whose window does."""
+        out = [(*self._windows[p], p) for p in self.written if p in self._windows]
+        pending = self._pending
+        if pending is not None:
+            out.append((*self._window(pending.alert), pending.path))
+        return out
+
+    def _window(self, alert: Alert) -> tuple[float, float]:
+        return alert.time - self.before_s, alert.time + self.after_s
 
     def __len__(self) -> int:
         return self._count
@@ -326,7 +339,7 @@ class FlightRecorder:
 
     def _write(self, pending: _Pending) -> Path | None:
         self._pending = None
-        start, end = pending.alert.time - self.before_s, pending.alert.time + self.after_s
+        start, end = self._window(pending.alert)
         header = {
             "type": "header",
             "version": VERSION,
@@ -364,6 +377,7 @@ class FlightRecorder:
             return None
         self.last_write_s = time.perf_counter() - began
         self.written = [*self.written[-(WRITTEN_MAX - 1) :], path]
+        self._windows = {p: self._windows.get(p, (start, end)) for p in self.written}
         self.written_listeners.emit(path)
         return path
 

@@ -59,7 +59,8 @@ def test_a_host_down_from_the_start_or_whose_sshd_dies_pages_and_resolves(
         opened, took = wait_event(rx, log, is_event("open", "host_unreachable"))
         assert opened["key"] == "box/gpu-/-/host_unreachable"
         assert "connection refused" in opened["cause"] and "unreachable for" in opened["cause"]
-        assert opened["summary"].startswith(f"[{opened['severity'].upper()}] host_unreachable")
+        assert opened["summary"] == f"[{opened['severity'].upper()}] box: {opened['headline']}"
+        assert opened["headline"].startswith("cannot connect to 127.0.0.1")
         print(f"never reachable: paged after {took:.1f} s")
         sshd.start()  # up: the incident resolves, fresh data follows
         wait_event(rx, log, is_event("resolve", "host_unreachable"))

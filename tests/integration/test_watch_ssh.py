@@ -1,9 +1,11 @@
 """``gpumon watch`` over real SSH (sshd on 127.0.0.1): it watches every configured host,
 SIGHUP adds a new host and drops a removed one without touching the others, and the
-exporter serves each host's GPUs and agent state."""
+exporter serves each host's GPUs and agent state; every log line's time is ISO 8601 with
+its offset and the last line says why the watch stopped."""
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 import subprocess
 import sys
@@ -65,6 +67,10 @@ def test_sighup_adds_and_drops_hosts_the_others_keep_running(
         wait_for("the log line", lambda: "stopped watching box-a" in log.read_text(), log)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+        lines = log.read_text().splitlines()
+        for line in lines:  # the time as the JSON log says it: ISO 8601 with its offset
+            assert dt.datetime.fromisoformat(line.split(" ", 1)[0]).utcoffset() is not None
+        assert lines[-1].endswith(" INFO stopped: SIGTERM")  # the last line says why
     finally:
         if proc.poll() is None:
             proc.kill()

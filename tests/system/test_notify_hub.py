@@ -168,12 +168,12 @@ async def test_terminal_notifications_go_to_the_tty_or_the_dashboards_writer(
     await hub.start()
     hub.publish([event(6)])
     await until(lambda: tty.stat().st_size > 0)
-    assert tty.read_bytes().startswith(b"\x1b]9;[CRITICAL] xid on ct200 GPU 6")
+    assert tty.read_bytes().startswith(b"\x1b]9;[CRITICAL] ct200: Xid 79 on GPU 6")
     written: list[bytes] = []
     hub.terminal = written.append  # the dashboard's driver
     hub.publish([event(6, host="gpu2")])
     await until(lambda: bool(written))
-    assert b"xid on gpu2 GPU 6" in written[0] and written[0].endswith(b"\a")
+    assert b"[CRITICAL] gpu2: Xid 79 on GPU 6" in written[0] and written[0].endswith(b"\a")
     await hub.close()
     hub.outbox.close()
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gpumon.backends.config.notify import NotifierConfig
+from gpumon.backends.model import iso_time
 from gpumon.backends.notify.event import IncidentEvent
 from gpumon.backends.notify.notifiers import (
     DeliveryError,
@@ -26,14 +27,20 @@ OPEN = IncidentEvent(
     job="drafter",
     kind="cuda_oom",
     severity="critical",
-    cause="CUDA out of memory on GPU 6",
-    action="auto-restart attempted (1/3)",
+    cause="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    action=f"auto-restart 1/3 due {iso_time(1010.0)}",
     resolved_by=None,
     opened_at=1000.0,
     time=1000.0,
     recording="/state/recordings/ct200-oom.jsonl.gz",
+    headline="drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)",
+    fix="gpumon restart ct200 drafter",
+    attachments=("/state/recordings/ct200-oom.jsonl.gz",),
 )
-RESOLVE = OPEN.with_event("resolve", 1100.0, resolved_by="auto-restart")
+RESTARTED = OPEN.with_event(
+    "update", 1014.0, action="auto-restart succeeded", action_at=1014.0, pid=13025, took_s=3.3
+)
+RESOLVE = RESTARTED.with_event("resolve", 1100.0, resolved_by="auto-restart")
 
 
 def cfg(kind: str, **values: object) -> NotifierConfig:
@@ -47,7 +54,7 @@ def test_pagerduty_triggers_and_resolves_with_one_dedup_key() -> None:
     assert [check_pagerduty(b, "k123") for b in bodies] == ["trigger", "resolve"]
     assert bodies[0]["dedup_key"] == bodies[1]["dedup_key"] == OPEN.key
     details = bodies[0]["payload"]["custom_details"]
-    assert details["action"] == "auto-restart attempted (1/3)"
+    assert details["action"] == OPEN.action and details["headline"] == OPEN.headline
     assert details["recording"].endswith("ct200-oom.jsonl.gz")
     assert bodies[0]["payload"]["source"] == "ct200"
 
@@ -78,7 +85,7 @@ def test_alertmanager_labels_and_ends_at() -> None:
         "gpu": "6",
         "job": "drafter",
     }
-    assert alert["annotations"]["action"] == "auto-restart attempted (1/3)"
+    assert alert["annotations"]["action"] == OPEN.action
     import datetime as dt
 
     ends = dt.datetime.fromisoformat(alert["endsAt"]).timestamp()
@@ -93,10 +100,10 @@ def test_ntfy_headers_and_token() -> None:
     [req] = render(cfg("ntfy", token="tok"), [OPEN], 1000.0, {})
     check_ntfy(req.headers, req.body)
     assert req.headers["Priority"] == "5" and req.headers["Authorization"] == "Bearer tok"
-    assert "auto-restart attempted" in req.body.decode()
+    assert "gpumon: auto-restart 1/3 due" in req.body.decode()
     [done] = render(cfg("ntfy"), [RESOLVE], 1100.0, {})
     assert done.headers["Priority"] == "3" and "Authorization" not in done.headers
-    assert done.headers["Title"].startswith("[RESOLVED] cuda_oom on ct200 GPU 6")
+    assert done.headers["Title"] == "[RESOLVED] ct200: " + OPEN.headline
 
 
 def test_slack_and_a_grouped_message() -> None:
@@ -119,12 +126,52 @@ def test_webhook_body_and_hmac_signature() -> None:
 def test_terminal_notification_escapes_and_tmux_passthrough() -> None:
     hostile = OPEN.with_event("update", 1001.0, cause="evil\x1b]52;c;AAAA\x07;x")
     plain = terminal_bytes([hostile], tmux=False)
-    assert plain.startswith(b"\x1b]9;[CRITICAL] cuda_oom (updated) on ct200") and plain.endswith(
-        b"\a"
-    )
+    assert plain.startswith(b"\x1b]9;[CRITICAL, updated] ct200: drafter: CUDA OOM on GPU 6")
+    assert plain.endswith(b"\a")
     assert b"\x1b]777;notify;" in plain
     # Only the sequences' own ESCs and BELs: the alert's text cannot end one early.
     assert plain.count(b"\x1b") == 2 and plain.count(b"\x07") == 3
     assert b"evil ]52 c AAAA  x" in plain
     wrapped = terminal_bytes([OPEN], tmux=True)
     assert wrapped.startswith(b"\x1bPtmux;\x1b\x1b]9;") and b"\x1b\\" in wrapped
+
+
+def _said(kind: str, events: list[IncidentEvent]) -> str:
+    """Everything a notifier of ``kind`` says about ``events``, as one text."""
+    if kind == "command":
+        return command_input(events, 1100.0).decode()
+    if kind == "terminal":
+        return terminal_bytes(events, tmux=False).decode()
+    c = cfg(kind, routing_key="k")
+    reqs = render(c, events, 1100.0, {})
+    return "\n".join(json.dumps(dict(r.headers)) + r.body.decode() for r in reqs)
+
+
+@pytest.mark.parametrize(
+    "kind", ["pagerduty", "alertmanager", "ntfy", "slack", "webhook", "command", "terminal"]
+)
+def test_every_kind_says_the_headline_the_fix_and_what_gpumon_did(kind: str) -> None:
+    """The same story in every kind's own form: the headline (not the raw torch line) as
+    the title, the fix, the restart with when it ended, its new PID, how long it took,
+    and the recording."""
+    text = _said(kind, [RESTARTED])
+    assert OPEN.headline in text
+    assert "gpumon restart ct200 drafter" in text
+    assert f"auto-restart succeeded at {iso_time(1014.0)}" in text or (
+        kind in ("pagerduty", "webhook", "command")  # JSON: the fields below
+    )
+    assert "13025" in text and "3.3" in text
+    assert "/state/recordings/ct200-oom.jsonl.gz" in text
+
+
+def test_alertmanager_annotations_carry_the_story() -> None:
+    ann = alertmanager_alert(RESTARTED, 1014.0, resend_s=60)["annotations"]
+    assert ann["summary"] == "[CRITICAL, updated] ct200: " + OPEN.headline
+    assert ann["description"].splitlines() == [
+        "fix: gpumon restart ct200 drafter",
+        f"gpumon: auto-restart succeeded at {iso_time(1014.0)}: new PID 13025, took 3.3 s",
+        "flight recording: /state/recordings/ct200-oom.jsonl.gz",
+        f"alert cuda_oom: {OPEN.cause}",
+    ]
+    assert (ann["headline"], ann["fix"]) == (OPEN.headline, OPEN.fix)
+    assert ann["action"] == ann["description"].splitlines()[1].removeprefix("gpumon: ")

@@ -7,7 +7,7 @@ import datetime as dt
 from dataclasses import replace
 
 from gpumon.backends.alerts.store import Alert
-from gpumon.backends.model import Health
+from gpumon.backends.model import Health, iso_time
 from gpumon.backends.notify.event import EVENT_KEYS, incident_key
 from gpumon.backends.notify.incidents import IncidentTracker
 
@@ -80,10 +80,20 @@ def test_auto_restart_alerts_say_what_gpumon_did_and_who_fixed_it() -> None:
         100.0,
     )
     [ev] = t.observe("ct200", [oom(), auto], 100.0)  # not an incident of its own
-    assert ev.action == "auto-restart attempted (1/3)"
-    t.note_restart("ct200", "drafter", automatic=True, ok=True, at=120.0)
+    # Decided, not done: the restart is due in 10 s; nothing says it was attempted yet.
+    assert ev.action == f"auto-restart 1/3 due {iso_time(110.0)}"
+    assert ev.action_at is None and ev.pid is None and "attempted" not in ev.line()
+    # It ran and ended: an update says so when it happened, with the new PID and how long.
+    [update] = t.note_restart(
+        "ct200", "drafter", automatic=True, ok=True, at=120.0, pid=13025, took_s=4.25
+    )
+    assert (update.event, update.time, update.action) == ("update", 120.0, "auto-restart succeeded")
+    assert (update.action_at, update.pid, update.took_s) == (120.0, 13025, 4.25)
+    assert f"gpumon: auto-restart succeeded at {iso_time(120.0)}: new PID 13025, took 4.2 s" in (
+        update.details().splitlines()
+    )
     [resolved] = t.observe("ct200", [auto], 121.0)  # the OOM alert was cleared
-    assert resolved.action == "auto-restart succeeded"
+    assert resolved.action == "auto-restart succeeded" and resolved.pid == 13025
     assert resolved.resolved_by == "auto-restart"
     gave_up = replace(
         auto,
@@ -93,6 +103,66 @@ def test_auto_restart_alerts_say_what_gpumon_did_and_who_fixed_it() -> None:
     )
     [again] = t.observe("ct200", [oom("cuda_oom:log:9", at=130.0), gave_up], 130.0)
     assert again.event == "open" and again.action == "auto-restart gave up"
+    assert again.action_at == gave_up.time and again.pid is None
+
+
+def test_a_failed_auto_restart_is_said_when_it_failed_with_why() -> None:
+    t = IncidentTracker(min_open_s=0)
+    t.observe("ct200", [oom()], 100.0)
+    [update] = t.note_restart(
+        "ct200", "drafter", automatic=True, ok=False, at=115.0, took_s=3.0,
+        why="verify: drafter exited with code 1 right after starting",
+    )  # fmt: skip
+    assert update.action == (
+        "auto-restart failed: verify: drafter exited with code 1 right after starting"
+    )
+    assert update.action_at == 115.0 and update.pid is None
+    # A person's restart is no action of gpumon's: no update, the resolve names them.
+    assert t.note_restart("ct200", "drafter", automatic=False, ok=True, at=130.0) == []
+
+
+def test_an_old_action_does_not_follow_a_new_incident_of_the_job() -> None:
+    t = IncidentTracker(min_open_s=0)
+    t.observe("ct200", [oom()], 100.0)
+    t.note_restart("ct200", "drafter", automatic=True, ok=True, at=110.0, pid=7)
+    t.observe("ct200", [], 111.0)
+    [later] = t.observe("ct200", [oom("cuda_oom:log:5", at=5000.0)], 5000.0)
+    assert later.action is None and later.pid is None
+
+
+def test_events_say_the_incident_headline_and_its_fix_not_the_raw_line() -> None:
+    t = IncidentTracker(min_open_s=0)
+    raw = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
+        "total capacity of 94.97 GiB of which 90.00 MiB is free."
+    )
+    drop = replace(
+        oom(), key="oom_death:6:1", kind="oom_death", message="GPU 6 memory fell from 99% to 0%"
+    )
+    events = t.observe("ct200", [oom(message=raw), drop], 100.0)
+    headline = "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+    assert {ev.kind for ev in events} == {"cuda_oom", "oom_death"}
+    for ev in events:  # the memory drop is evidence of the same incident: the same story
+        assert (ev.headline, ev.fix) == (headline, "gpumon restart ct200 drafter")
+        assert ev.summary() == f"[CRITICAL] ct200: {headline}"
+        lines = ev.details().splitlines()
+        assert lines[0] == "fix: gpumon restart ct200 drafter"
+        assert lines[-1] == f"alert {ev.kind}: {ev.cause}"  # the raw line, last
+        assert ev.to_json()["headline"] == headline and ev.to_json()["fix"] == lines[0][5:]
+
+
+def test_the_recording_is_the_one_whose_window_holds_the_incident() -> None:
+    t = IncidentTracker(min_open_s=0)
+    t.note_recordings("ct200", [(0.0, 160.0, "/rec/old.jsonl.gz")])
+    [held] = t.observe("ct200", [oom()], 100.0)
+    assert held.recording == "/rec/old.jsonl.gz" and held.attachments == ("/rec/old.jsonl.gz",)
+    t.observe("ct200", [], 101.0)
+    # An hour later: that recording is not this incident's; a scheduled one is.
+    [later] = t.observe("ct200", [oom("cuda_oom:log:2", at=3700.0)], 3700.0)
+    assert later.recording is None and later.attachments == ()
+    t.note_recordings("ct200", [(0.0, 160.0, "/rec/old.jsonl.gz"), (3100, 3760, "/rec/new")])
+    [resolved] = t.observe("ct200", [], 3701.0)
+    assert resolved.recording == "/rec/new" and "flight recording: /rec/new" in resolved.details()
 
 
 def test_a_person_restart_is_named_as_the_fix() -> None:
@@ -118,7 +188,8 @@ def test_event_json_has_exactly_the_documented_keys() -> None:
     [ev] = IncidentTracker().observe("ct200", [oom()], 100.0)
     data = ev.to_json()
     assert tuple(data) == EVENT_KEYS
-    assert data["summary"].startswith("[CRITICAL] cuda_oom on ct200 GPU 6 job drafter")
+    assert data["summary"] == f"[CRITICAL] ct200: {ev.headline}"
+    assert ev.headline.startswith("drafter: CUDA OOM on GPU 6")
     assert dt.datetime.fromisoformat(data["opened_at"]).timestamp() == 100.0
     assert data["gpu"] == 6 and data["job"] == "drafter" and data["count"] == 1
 

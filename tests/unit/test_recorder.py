@@ -161,6 +161,20 @@ def test_first_line_is_the_header_and_lines_are_json(tmp_path: Path) -> None:
     assert rec.flush_now() is None  # nothing pending any more
 
 
+def test_recordings_name_each_window_scheduled_then_written(tmp_path: Path) -> None:
+    """What a notifier pairs an incident with: the recording whose window holds it."""
+    rec = FlightRecorder("ct200", clock=Clock(), directory=tmp_path)
+    assert rec.recordings() == []
+    rec.record(host_sample(T0))
+    rec.on_alert(critical(T0 + 1))
+    [(start, end, pending)] = rec.recordings()
+    assert (start, end, pending) == (T0 + 1 - 600, T0 + 1 + 60, rec.pending_path)
+    written = rec.flush_now()
+    assert written == pending and rec.recordings() == [(start, end, written)]
+    rec.on_alert(critical(T0 + 5000))
+    assert [r[:2] for r in rec.recordings()] == [(start, end), (T0 + 4400, T0 + 5060)]
+
+
 def test_default_directory_is_under_local_state() -> None:
     assert recordings_dir({}) == Path.home() / ".local/state/gpumon/recordings"
     assert recordings_dir({"XDG_STATE_HOME": "relative"}) == recordings_dir({})

@@ -9,7 +9,10 @@ notify test|status``.
 ``watch`` without HOST watches every ``[hosts.NAME]`` of the config. SIGTERM and SIGINT
 stop it cleanly (exit 0); SIGHUP reloads the config: new hosts start, gone ones stop,
 changed notifiers restart, the rest keeps running. One line per incident change goes to
-stderr (JSON lines with ``--log-format json``). No Textual is imported.
+stderr (JSON lines with ``--log-format json``): the incident's headline and fix, what
+gpumon did and when, the recording, the raw alert line last. Every line's time is ISO 8601
+with its offset (``iso_time``), text and JSON alike; the last line says why it stopped (a
+signal, or the error). No Textual is imported.
 """
 
 from __future__ import annotations
@@ -111,13 +114,21 @@ def _hosts(config: Config, names: Sequence[str]) -> list[HostConfig]:
 
 class _JsonLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(
-            {
-                "time": iso_time(record.created),
-                "level": record.levelname.lower(),
-                "message": record.getMessage(),
-            }
-        )
+        line = {
+            "time": iso_time(record.created),
+            "level": record.levelname.lower(),
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+class _TextLines(logging.Formatter):
+    """``TIME LEVEL message``, the time as the JSON lines and the change lines say it."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return iso_time(record.created)
 
 
 def _log_change(fmt: str, ev: Any) -> None:
@@ -127,13 +138,7 @@ def _log_change(fmt: str, ev: Any) -> None:
     if fmt == "json":
         print(json.dumps({"logged_at": iso_time(time.time()), **ev.to_json()}), file=sys.stderr)
     else:
-        extra = "".join(
-            f" [{x}]" for x in (ev.action, ev.resolved_by and f"by {ev.resolved_by}") if x
-        )
-        print(
-            f"{iso_time(ev.time)} {ev.event} {ev.severity} {ev.key}: {ev.cause}{extra}",
-            file=sys.stderr,
-        )
+        print(f"{iso_time(ev.time)} {ev.event} {ev.key}: {ev.line()}", file=sys.stderr)
     sys.stderr.flush()
 
 
@@ -152,7 +157,7 @@ def cmd_watch(args: argparse.Namespace, config: Config) -> int:
     if args.log_format == "json":
         handler.setFormatter(_JsonLines())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.setFormatter(_TextLines("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
     log.setLevel(logging.INFO)  # its own lines (start, reload, stop); the library's warnings
     hosts = _hosts(config, args.hosts)
@@ -163,6 +168,12 @@ def cmd_watch(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     try:
         return asyncio.run(_watch(args, config, hosts, sim_settings(args)))
+    except KeyboardInterrupt:  # a second Ctrl-C while it was stopping
+        log.info("stopped: interrupted while stopping (SIGINT)")
+        return 130
+    except Exception as e:  # a bug: say it in the log's own format, then the traceback
+        log.critical("stopped: error: %s: %s", type(e).__name__, e, exc_info=True)
+        return 1
     finally:
         lock.close()
 
@@ -188,13 +199,18 @@ async def _watch(
     except OSError as e:
         await service.stop()
         port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
-        print(
-            f"gpumon watch: cannot serve metrics on port {port}: {e.strerror or e}", file=sys.stderr
-        )
+        why = f"cannot serve metrics on port {port}: {e.strerror or e}"
+        print(f"gpumon watch: {why}", file=sys.stderr)
+        log.info("stopped: %s", why)
         return EXIT_USAGE
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
+    stopped_by: list[str] = []
     reloads: list[asyncio.Task[None]] = []
+
+    def stop(sig: signal.Signals) -> None:
+        stopped_by.append(sig.name)
+        done.set()
 
     async def reload() -> None:
         try:
@@ -205,8 +221,8 @@ async def _watch(
             return
         log.info("config reloaded: %s", "; ".join(changes) or "nothing changed")
 
-    loop.add_signal_handler(signal.SIGTERM, done.set)
-    loop.add_signal_handler(signal.SIGINT, done.set)
+    loop.add_signal_handler(signal.SIGTERM, stop, signal.SIGTERM)
+    loop.add_signal_handler(signal.SIGINT, stop, signal.SIGINT)
     loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(reload())))
     names = ", ".join(m for m in service.monitors)
     metrics = (
@@ -223,7 +239,7 @@ async def _watch(
             with contextlib.suppress(Exception):
                 await task
         await service.stop()
-    log.info("stopped")
+    log.info("stopped: %s", stopped_by[0] if stopped_by else "the event loop ended")
     return 0
 
 
@@ -314,5 +330,9 @@ def cmd_notify_status(args: argparse.Namespace, config: Config) -> int:
             print(f"      last error ({_age(r.get('last_error_at'), now)}): {r['last_error']}")
     print(f"open incidents: {len(incidents)}")
     for ev in incidents:
-        print(f"  {ev.key} {ev.severity} since {iso_time(ev.opened_at)}: {ev.cause}")
+        print(f"  {ev.key} {ev.severity} since {iso_time(ev.opened_at)}: {ev.title}")
+        if ev.fix:
+            print(f"      fix: {ev.fix}")
+        if done := ev.done():
+            print(f"      gpumon: {done}")
     return 0

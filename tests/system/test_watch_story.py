@@ -1,0 +1,110 @@
+"""``gpumon watch``'s own log tells the dashboard's story (issue 26.4): the real command on
+the demo (scenario time 40 s at 4x, the drafter's auto-restart on: the OOM 5 s in, after
+the first read of its log, so it is a live crash that the auto-restart follows; the
+restart after its 10 s backoff), its text log read line by line.
+
+- each incident line says the incident's headline and fix, not torch's raw line first;
+- what gpumon did is said when it happened: the open says the restart is due (never
+  "attempted" before it ran), an update at the restart's end says it succeeded, when,
+  the new PID and how long it took;
+- the flight recording named in the lines is the file the watch wrote;
+- every line's time is ISO 8601 with its offset, as in the JSON log; the last line says
+  why the watch stopped."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.system
+
+GPUMON = [sys.executable, "-m", "gpumon.tui.cli"]
+HEADLINE = "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+DONE = re.compile(r"gpumon: auto-restart succeeded at (\S+): new PID (\d+), took ([\d.]+) s")
+DUE = re.compile(r"gpumon: auto-restart 1/3 due (\S+)")
+
+
+def _when(line: str) -> float:
+    return dt.datetime.fromisoformat(line.split(" ", 1)[0]).timestamp()
+
+
+def _wait(log: Path, proc: subprocess.Popen[bytes], pattern: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while pattern not in log.read_text():
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
+def test_watch_log_says_the_headline_the_fix_and_the_restart_when_it_ran(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[watch]\nmetrics_port = 0\nmin_open_s = 0\n")
+    log = tmp_path / "watch.log"
+    demo = ["--demo-time", "40", "--demo-speed", "4", "--demo-auto-restart"]
+    proc = subprocess.Popen(
+        [*GPUMON, "watch", "demo", "--config", str(cfg), *demo],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    try:
+        _wait(log, proc, "resolve demo/gpu6/drafter/cuda_oom", 120)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = log.read_text().splitlines()
+    for line in lines:  # one timestamp format: ISO 8601 with its offset, to the second
+        stamp = dt.datetime.fromisoformat(line.split(" ", 1)[0])
+        assert stamp.utcoffset() is not None, line
+    [opened] = [x for x in lines if " open demo/gpu6/drafter/cuda_oom: " in x]
+    [updated] = [x for x in lines if " update demo/gpu6/drafter/cuda_oom: " in x]
+    [resolved] = [x for x in lines if " resolve demo/gpu6/drafter/cuda_oom: " in x]
+    for line in (opened, updated, resolved):
+        story = line.split(": ", 1)[1]
+        assert story.split(" | ")[0].endswith(f"demo: {HEADLINE}"), line
+        assert story.split(" | ")[-1].startswith("alert cuda_oom: torch.OutOfMemoryError"), line
+    assert "| fix: gpumon restart demo drafter |" in opened
+    assert "attempted" not in log.read_text()
+    due = DUE.search(opened)
+    assert due is not None, opened
+    assert _when(due[1]) > _when(opened)  # decided, not done: due after its backoff
+    done = DONE.search(updated)
+    assert done is not None, updated
+    assert _when(done[1]) >= _when(due[1]) - 1 and _when(updated) == _when(done[1])
+    assert int(done[2]) > 0 and 0 < float(done[3]) < 60
+    assert done[0] in resolved and "resolved by: auto-restart" in resolved
+    [recording] = set(re.findall(r"flight recording: (\S+)", opened + updated + resolved))
+    assert Path(recording).is_file()  # written by the time the watch stopped
+    assert lines[-1].split(" ", 1)[1] == "INFO stopped: SIGTERM"
+
+
+def test_a_watch_that_cannot_start_says_why_it_stopped(tmp_path: Path) -> None:
+    """The metrics port is taken: the watch exits 2, and its last log line says why."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[watch]\nmin_open_s = 0\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*GPUMON, "watch", "demo", "--config", str(cfg), "--metrics-port", str(port)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert dt.datetime.fromisoformat(last.split(" ", 1)[0]).utcoffset() is not None
+    assert last.split(" ", 1)[1].startswith(f"INFO stopped: cannot serve metrics on port {port}")
