@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gpumon.backends.sim import SimSettings
 
-__all__ = ["common_options", "sim_settings"]
+__all__ = ["common_options", "sim_settings", "version_text"]
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
@@ -71,3 +71,14 @@ def sim_settings(args: argparse.Namespace) -> SimSettings:
         demo_time=args.demo_time,
         frozen=args.demo_frozen,
     )
+
+
+def version_text() -> str:
+    """``gpumon X.Y.Z`` (``--version``, a bundle's version.txt); looked up only when asked
+    (importlib.metadata costs every other command ~12 ms of start-up)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"gpumon {version('gpumon-tui')}"
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "gpumon (version unknown: not installed)"
