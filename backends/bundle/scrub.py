@@ -49,7 +49,10 @@ _SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"(?i)\b(authorization|proxy-authorization)(\"?\s*[:=]\s*\"?)[^\r\n\"]+"),
         rf"\1\2{REDACTED}",
     ),
-    (re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
+    (
+        re.compile(r"(?i)\b(bearer|basic|token)\s+(?=[A-Za-z._~+/=-]*\d)[A-Za-z0-9._~+/=-]{8,}"),
+        rf"\1 {REDACTED}",
+    ),
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), rf"\1{REDACTED}@"),
     (
         re.compile(
@@ -70,12 +73,22 @@ _SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"), REDACTED),
     (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), REDACTED),
+    # NAME=value as an environment or a shell line shows it (upper-case names only: a
+    # JSON key such as "expect_tokens_per_s" is not one), and a JSON string under a key
+    # that names a secret (a string only, so the JSON stays valid).
     (
         re.compile(
-            r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ROUTING_KEY)[A-Z0-9_]*"
-            r"\"?\s*[=:]\s*\"?)(?!<redacted>)[^\s\"',]{4,}"
+            r"\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ROUTING_KEY)[A-Z0-9_]*"
+            r"=)(?!<redacted>)[^\s\"',]{4,}"
         ),
         rf"\1{REDACTED}",
+    ),
+    (
+        re.compile(
+            r"(?i)(\"(?:[a-z0-9_]*_)?(?:token|secret|password|passwd|api_?key|routing_key)\""
+            r"\s*:\s*\")(?!<redacted>\")[^\"]+\""
+        ),
+        rf'\1{REDACTED}"',
     ),
 )
 

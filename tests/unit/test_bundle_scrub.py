@@ -66,6 +66,8 @@ def test_what_is_not_secret_stays() -> None:
     text = (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
         "http://127.0.0.1:30000/metrics\nGPU 6 memory 99% used; step 1200 loss=0.53\n"
+        '"expect_tokens_per_s": null, "token_env": "NTFY_TOKEN", "max_tokens": 4096\n'
+        "token throughput 1234.5 tok/s, #new-token: 12\n"
     )
     assert Scrubber.of({"abcdef"}).text(text) == text
 
