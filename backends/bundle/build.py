@@ -35,9 +35,11 @@ from gpumon.backends.bundle.collect import (
 )
 from gpumon.backends.bundle.scrub import Scrubber, config_secrets, env_secrets
 from gpumon.backends.bundle.timeline import pick_incident
+from gpumon.backends.bundle.version import gpumon_version
 from gpumon.backends.config import HostConfig
 from gpumon.backends.model import iso_time
 from gpumon.backends.monitor import HostMonitor, make_monitor, snapshot_json
+from gpumon.backends.paths import bundles_dir
 from gpumon.backends.recording import load_recording
 
 if TYPE_CHECKING:
@@ -65,7 +67,7 @@ class BundleOptions:
     time_s: float = TIME_S
     total_bytes: int = TOTAL_CAP
     file_bytes: int = FILE_CAP
-    version: str = "gpumon"
+    version: str = field(default_factory=gpumon_version)
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -139,6 +141,22 @@ async def bundle_monitor(
             "target", f"{monitor.source.label} reaches no machine: nothing read from it"
         )
     return _finish(archive, options, incident.headline)
+
+
+async def bundle_incident(
+    monitor: HostMonitor,
+    incident_key: str,
+    notify: NotifySettings | None,
+    *,
+    folder: Path | None = None,
+) -> BundleResult:
+    """The dashboard's ``b``: a bundle of the incident holding ``incident_key`` of a
+    running ``monitor``, written to ``folder`` (default ``$XDG_STATE_HOME/gpumon/bundles``,
+    created 0700). Raises NoIncident, OSError (FileExistsError: one of this second)."""
+    folder = folder or bundles_dir()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    options = BundleOptions(folder / default_name(monitor.name), incident_key)
+    return await bundle_monitor(monitor, options, notify)
 
 
 async def bundle_host(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpumon.backends.config import Config, resolve_host
-from gpumon.tui.cli.options import sim_settings, version_text
+from gpumon.tui.cli.options import sim_settings
 
 if TYPE_CHECKING:
     from gpumon.backends.bundle import BundleResult
@@ -80,7 +80,7 @@ def cmd_bundle(args: argparse.Namespace, config: Config) -> int:
     if output.exists():
         print(f"gpumon bundle: {output} exists; give another -o FILE", file=sys.stderr)
         return EXIT_USAGE
-    options = BundleOptions(output, args.incident, args.time, version=version_text())
+    options = BundleOptions(output, args.incident, args.time)
     notify = config.notify
     if args.replay is not None:
         result = bundle_recording(Path(args.replay), options, notify)

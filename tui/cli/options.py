@@ -74,11 +74,7 @@ def sim_settings(args: argparse.Namespace) -> SimSettings:
 
 
 def version_text() -> str:
-    """``gpumon X.Y.Z`` (``--version``, a bundle's version.txt); looked up only when asked
-    (importlib.metadata costs every other command ~12 ms of start-up)."""
-    from importlib.metadata import PackageNotFoundError, version
+    """``gpumon X.Y.Z`` (``--version``, a bundle's version.txt), looked up when asked."""
+    from gpumon.backends.bundle.version import gpumon_version
 
-    try:
-        return f"gpumon {version('gpumon-tui')}"
-    except PackageNotFoundError:  # run from a source tree that is not installed
-        return "gpumon (version unknown: not installed)"
+    return gpumon_version()
