@@ -34,6 +34,7 @@ EVENT_KEYS = (
     "opened_at",
     "time",
     "recording",
+    "bundle",
     "count",
     "gpumon_host",
 )
@@ -65,6 +66,7 @@ class IncidentEvent:
     recording: str | None  # the flight recording's path, when one was scheduled
     count: int = 1  # alerts folded into this incident so far
     gpumon_host: str = ""
+    bundle: str | None = None  # the incident's bundle ([watch] bundle_on_critical)
 
     def summary(self) -> str:
         """One line for a title or a chat message (at most ~200 characters)."""
@@ -89,6 +91,8 @@ class IncidentEvent:
             lines.append(f"resolved by: {self.resolved_by}")
         if self.recording:
             lines.append(f"flight recording: {self.recording}")
+        if self.bundle:
+            lines.append(f"bundle: {self.bundle}")
         if self.count > 1:
             lines.append(f"seen {self.count} times")
         return "\n".join(lines)

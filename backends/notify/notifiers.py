@@ -144,6 +144,8 @@ def alertmanager_alert(ev: IncidentEvent, now: float, resend_s: float) -> dict[s
         annotations["action"] = ev.action
     if ev.recording:
         annotations["recording"] = ev.recording
+    if ev.bundle:
+        annotations["bundle"] = ev.bundle
     if ev.resolved_by:
         annotations["resolved_by"] = ev.resolved_by
     ends = now if ev.event == "resolve" else now + AM_ENDS_AFTER_RESENDS * resend_s
