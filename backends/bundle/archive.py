@@ -119,7 +119,8 @@ class BundleArchive:
         Raises OSError when it cannot be written (a partial file is removed)."""
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         now = time.time()
-        index = BundleFile(INDEX, self.index_text().encode(), "this list")
+        # The index quotes headlines and paths from the target: scrubbed like the files.
+        index = BundleFile(INDEX, self.scrubber.text(self.index_text()).encode(), "this list")
         try:
             with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
                 for f in [index, *self.files]:

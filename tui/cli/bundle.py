@@ -82,12 +82,17 @@ def cmd_bundle(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     options = BundleOptions(output, args.incident, args.time)
     notify = config.notify
-    if args.replay is not None:
-        result = bundle_recording(Path(args.replay), options, notify)
-    else:
-        host = resolve_host(config, args.host)
-        sim = sim_settings(args) if host.kind == "demo" else None
-        result = asyncio.run(bundle_host(host, sim, options, notify))
+    try:
+        if args.replay is not None:
+            result = bundle_recording(Path(args.replay), options, notify)
+        else:
+            host = resolve_host(config, args.host)
+            sim = sim_settings(args) if host.kind == "demo" else None
+            result = asyncio.run(bundle_host(host, sim, options, notify))
+    except OSError as e:  # the recording cannot be read, the bundle cannot be written
+        where = e.filename or args.replay or output
+        print(f"gpumon bundle: {where}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
     _report(result)
     return EXIT_OK
 
