@@ -362,10 +362,13 @@ async def _py_spy(
     """``py-spy dump`` of the hung or stalled job's processes, where ``py-spy`` is already
     on the target (never installed)."""
     transport = monitor.transport
-    found = await _within(
-        archive, budget, "py-spy", _command(transport, ["sh", "-c", "command -v py-spy"], step)
-    )
-    if found is None:
+    which = transport.run(["sh", "-c", "command -v py-spy"], timeout=step)
+    result = await _within(archive, budget, "py-spy", which)
+    if result is None:
+        return
+    found = result.stdout.strip()
+    if result.exit_code != 0 or not found:
+        archive.missing("py-spy", "not on the target (gpumon installs nothing there)")
         return
     gpus = {a.gpu for a in incident.alerts if a.gpu is not None}
     job = monitor.host.job(incident.job) if incident.job else None
@@ -382,7 +385,7 @@ async def _py_spy(
         archive.missing("py-spy", "no process of the incident's GPUs is visible in the container")
     for pid in pids[:8]:
         name = f"py-spy-{pid}.txt"
-        argv = [found.strip(), "dump", "--pid", str(pid)]
+        argv = [found, "dump", "--pid", str(pid)]
         text = await _within(archive, budget, name, _command(transport, argv, step))
         if text is not None:
             archive.add(name, text, f"`py-spy dump --pid {pid}` (a process of the hung job)")

@@ -160,3 +160,40 @@ def test_a_step_that_does_not_answer_in_the_budget_is_listed() -> None:
     [(name, why)] = archive.missing_files
     assert name == "sglang/30000-metrics.prom"
     assert why.startswith("no answer within the bundle's time budget")
+
+
+PY_SPY = """#!/bin/sh
+# A stand-in py-spy: says how it was called, as py-spy dump prints a stack.
+echo "py-spy $*"
+echo 'Thread 874 (idle): "MainThread"'
+echo "    all_reduce (torch/distributed/distributed_c10d.py:2501)"
+"""
+
+
+def test_a_stalled_jobs_processes_are_dumped_where_py_spy_is(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "py-spy").write_text(PY_SPY)
+    (bin_dir / "py-spy").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    out = tmp_path / "stall.tar.gz"
+    args = ("bundle", "demo", "--scenario", "stall", "--demo-time", "100", "-o", str(out))
+    run = gpumon(*args, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "drafter stalled" in run.stdout
+    files = _files(out)
+    dumps = {name: data.decode() for name, data in files.items() if name.startswith("py-spy-")}
+    assert dumps, sorted(files)
+    for name, text in dumps.items():
+        pid = name.removeprefix("py-spy-").removesuffix(".txt")
+        assert text.startswith(f"py-spy dump --pid {pid}\n") and "all_reduce" in text
+    # Without py-spy on the target: said, nothing installed, the rest is there.
+    plain = tmp_path / "plain.tar.gz"
+    env["PATH"] = os.environ["PATH"]
+    run = gpumon(*args[:-1], str(plain), env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    files = _files(plain)
+    assert not [name for name in files if name.startswith("py-spy-")]
+    assert (
+        "py-spy: not on the target (gpumon installs nothing there)" in files["index.txt"].decode()
+    )
