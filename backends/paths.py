@@ -68,6 +68,11 @@ def recordings_dir(env: Mapping[str, str] | None = None) -> Path:
     return state_dir(env) / "recordings"
 
 
+def bundles_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where the dashboard's ``b`` writes incident bundles (``gpumon bundle``)."""
+    return state_dir(env) / "bundles"
+
+
 def outbox_file(env: Mapping[str, str] | None = None) -> Path:
     """The notifiers' outbox (SQLite): messages not yet delivered, open incidents."""
     return state_dir(env) / "outbox.sqlite3"

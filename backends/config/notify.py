@@ -31,6 +31,7 @@ from gpumon.backends.config.schema import (
     REQUIRED,
     Invalid,
     KeySpec,
+    boolean,
     check_table,
     env_name,
     integer,
@@ -115,6 +116,7 @@ class NotifySettings:
     retry_first_s: float = 2.0
     retry_max_s: float = 300.0
     outbox: str | None = None  # None: $XDG_STATE_HOME/gpumon/outbox.sqlite3
+    bundle_on_critical: bool = False  # a `gpumon bundle` of each critical incident
 
 
 def _severity(v: object) -> Health:
@@ -202,6 +204,7 @@ WATCH_KEYS: tuple[KeySpec, ...] = (
     KeySpec("retry_first_s", number(0.01, 3600), f"{SECONDS} from 0.01 to 3600"),
     KeySpec("retry_max_s", number(0.01, 86400), f"{SECONDS} from 0.01 to 86400"),
     KeySpec("outbox", regular_file, "a file path"),
+    KeySpec("bundle_on_critical", boolean, "true or false"),
 )
 
 

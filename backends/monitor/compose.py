@@ -79,13 +79,17 @@ def make_monitor(
     reconnect: bool = True,
     clock: Callable[[], float] = time.time,
     record: bool = True,
+    past_s: float | None = None,
 ) -> HostMonitor:
     """A monitor for ``host`` fed by gpumon's agent over its transport (not started).
 
     ``clock`` is the monitor's notion of now (tests freeze it for stable screenshots);
-    ``record=False``: no flight recordings. For ``demo`` in training-oom, ``monitor.host``
-    has the job ``drafter`` (the host passed in does not): look jobs up on the monitor's
-    host. Nothing here acts on jobs: an ``actions.Session`` watches the monitor for that.
+    ``record=False``: no flight recordings. ``past_s``: for the demo, the scenario's last
+    ``past_s`` seconds are fed before the first live sample, as if watched (``gpumon
+    bundle --demo-time 70``: the recording and the peak of an OOM before the start). For
+    ``demo`` in training-oom, ``monitor.host`` has the job ``drafter`` (the host passed in
+    does not): look jobs up on the monitor's host. Nothing here acts on jobs: an
+    ``actions.Session`` watches the monitor for that.
     """
     transport = make_transport(host, sim)
     host = transport.host
@@ -109,12 +113,14 @@ def make_monitor(
     monitor = HostMonitor(host, source, clock=clock, record=record)
     if host.kind == "demo" and isinstance(transport, SimTransport):
         settings = transport.settings
-        if settings.scenario == "idle" and settings.frozen_at is None:
+        idle = settings.scenario == "idle"
+        if (idle or past_s) and settings.frozen_at is None:
             from gpumon.backends.sim.past import past_samples
 
             # The last 10 min (or the rule's window and a margin): how long it has been
             # idle is said as a dashboard watching since then would.
-            seconds = max(host.alerts.idle_held_after_s + 10.0, 600.0)
+            seconds = max(host.alerts.idle_held_after_s + 10.0, 600.0) if idle else 0.0
+            seconds = max(seconds, past_s or 0.0)
             monitor.past = partial(
                 past_samples, settings, host.name, seconds=seconds, interval=host.interval
             )

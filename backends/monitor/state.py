@@ -336,9 +336,10 @@ class HostMonitor:
     def ingest_sample(self, sample: HostSample) -> None:
         """Take one complete sample: histories, alerts, flight recorder, listeners."""
         if self.first_data_at is None and self.past is not None:
-            for past in self.past(sample.time):  # histories and alerts, as if watched
+            for past in self.past(sample.time):  # histories, alerts, recorder, as if watched
                 self._histories_add(past)
                 self.alerts.on_sample(past)
+                self.recorder.record(past)
         self.latest = sample
         self.samples += 1
         now = self.clock()

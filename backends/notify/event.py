@@ -43,6 +43,7 @@ EVENT_KEYS = (
     "time",
     "recording",
     "attachments",
+    "bundle",
     "count",
     "gpumon_host",
 )
@@ -83,6 +84,7 @@ class IncidentEvent:
     pid: int | None = None  # the job's new PID after gpumon's restart
     took_s: float | None = None  # how long gpumon's restart took
     attachments: tuple[str, ...] = ()  # files gpumon wrote for it (the recording first)
+    bundle: str | None = None  # the incident's bundle ([watch] bundle_on_critical)
 
     def __post_init__(self) -> None:
         if not isinstance(self.attachments, tuple):  # read back from JSON as a list
@@ -133,7 +135,11 @@ class IncidentEvent:
             lines.append(f"resolved by: {self.resolved_by}")
         if self.recording:
             lines.append(f"flight recording: {self.recording}")
-        lines.extend(f"file: {path}" for path in self.attachments if path != self.recording)
+        if self.bundle:
+            lines.append(f"bundle: {self.bundle}")
+        lines.extend(
+            f"file: {path}" for path in self.attachments if path not in (self.recording, self.bundle)
+        )
         if self.headline and self.event != "test":
             lines.append(f"alert {self.kind}: {self.cause}")
         if self.count > 1:

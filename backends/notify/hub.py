@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -203,6 +204,8 @@ class NotifyHub:
         # The dashboard's "auto" delivery: while this says True (a `gpumon watch` runs and
         # pages for the same alerts) nothing is queued or sent here; the watch delivers.
         self.standby: Callable[[], bool] | None = None
+        self._bundles: set[asyncio.Task[None]] = set()  # bundles being written
+        self.bundles_folder: Path | None = None  # None: $XDG_STATE_HOME/gpumon/bundles
 
     # --- wiring -------------------------------------------------------------------------
     def attach(self, monitor: HostMonitor) -> None:
@@ -265,7 +268,46 @@ class NotifyHub:
         self.tracker.note_recordings(monitor.name, windows)
         found = active_incidents(monitor)
         events = self.tracker.observe(monitor.name, monitor.alerts.active(), self.clock(), found)
+        if self.settings.bundle_on_critical:
+            events = [self._bundled(monitor, ev) for ev in events]
         self.publish(events)
+
+    def _bundled(self, monitor: HostMonitor, ev: IncidentEvent) -> IncidentEvent:
+        """A critical incident that opens gets its bundle (``[watch] bundle_on_critical``):
+        written in the background, its path in the event at once (the message goes out
+        now; the file follows within the bundle's minute)."""
+        if ev.event != "open" or ev.severity != "critical":
+            return ev
+        from gpumon.backends.bundle.build import BundleOptions, bundle_monitor, default_name
+        from gpumon.backends.paths import bundles_dir
+
+        folder = self.bundles_folder or bundles_dir()
+        path = folder / default_name(f"{ev.host}-{ev.kind}", ev.opened_at)
+        if path.exists():
+            return dataclasses.replace(ev, bundle=str(path))
+        key = next(
+            (
+                a.key
+                for a in monitor.alerts.active()
+                if a.kind == ev.kind and a.gpu == ev.gpu and a.job == ev.job
+            ),
+            None,
+        )
+
+        async def write() -> None:
+            try:
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+                await bundle_monitor(monitor, BundleOptions(path, key), self.settings)
+            except Exception as e:  # a bundle that fails must not stop the paging
+                log.warning("%s: bundle %s not written: %s", ev.host, path, e)
+
+        try:
+            task = asyncio.get_running_loop().create_task(write(), name=f"bundle {path.name}")
+        except RuntimeError:  # no loop (a test driving the hub by hand): no bundle
+            return ev
+        self._bundles.add(task)
+        task.add_done_callback(self._bundles.discard)
+        return dataclasses.replace(ev, bundle=str(path))
 
     # --- queueing -----------------------------------------------------------------------
     def publish(self, events: Sequence[IncidentEvent]) -> None:
@@ -330,6 +372,8 @@ class NotifyHub:
                 await task
 
     async def close(self) -> None:
+        for task in list(self._bundles):  # a bundle being written is cut short, not awaited
+            task.cancel()
         for name in list(self._tasks):
             await self._stop_notifier(name)
         if self._ticker is not None:

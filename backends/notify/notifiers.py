@@ -150,6 +150,7 @@ def alertmanager_alert(ev: IncidentEvent, now: float, resend_s: float) -> dict[s
         "cause": ev.cause,
         "action": ev.done(),
         "recording": ev.recording,
+        "bundle": ev.bundle,
         "resolved_by": ev.resolved_by,
     }
     annotations.update({k: v for k, v in optional.items() if v})

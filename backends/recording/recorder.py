@@ -313,12 +313,17 @@ class FlightRecorder:
                 inside.append(_dumps(entry))
         return [_dumps({**entry, "backlog": True}) for entry in before.values()] + inside
 
-    def on_alert(self, alert: Alert) -> None:
-        """Keep ``alert``; a CRITICAL one schedules a recording unless one is pending."""
+    def keep_alert(self, alert: Alert) -> None:
+        """Keep ``alert`` for the windows written later, scheduling nothing (``gpumon
+        bundle`` writes its own window)."""
         self._alerts.append((alert.time, alert))
         horizon = self.clock() - self.keep_s
         while self._alerts and self._alerts[0][0] < horizon:
             self._alerts.popleft()
+
+    def on_alert(self, alert: Alert) -> None:
+        """Keep ``alert``; a CRITICAL one schedules a recording unless one is pending."""
+        self.keep_alert(alert)
         if alert.severity is Health.CRITICAL and self._pending is None:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(alert.time))
             name = f"{_safe(self.host)}-{stamp}-{_safe(alert.kind)}.jsonl.gz"
@@ -339,13 +344,26 @@ class FlightRecorder:
 
     def _write(self, pending: _Pending) -> Path | None:
         self._pending = None
-        start, end = self._window(pending.alert)
+        path = self.write_window(pending.alert, pending.path)
+        if path is not None:
+            start, end = self._window(pending.alert)
+            self.written = [*self.written[-(WRITTEN_MAX - 1) :], path]
+            self._windows = {p: self._windows.get(p, (start, end)) for p in self.written}
+            self.written_listeners.emit(path)
+        return path
+
+    def write_window(self, alert: Alert, path: Path) -> Path | None:
+        """Write the window around ``alert`` (``before_s`` before to ``after_s`` after it,
+        what is kept of it) to ``path`` now; the path, or None when it could not be written
+        (``last_error`` says why). Neither remembered in ``written`` nor heard by the
+        listeners: ``gpumon bundle`` writes one for its archive, not as an incident's."""
+        start, end = self._window(alert)
         header = {
             "type": "header",
             "version": VERSION,
             "host": self.host,
             "created": iso_time(time.time()),
-            "alert": _alert_json(pending.alert),
+            "alert": _alert_json(alert),
             "window": [start, end],
             "gpu_fields": list(GPU_FIELDS),
             "process_fields": list(PROCESS_FIELDS),
@@ -358,7 +376,6 @@ class FlightRecorder:
             [self._log_lines(start, end)],
         )
         began = time.perf_counter()
-        path = pending.path
         tmp = path.with_name(f".{path.name}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -376,9 +393,6 @@ class FlightRecorder:
                 tmp.unlink(missing_ok=True)
             return None
         self.last_write_s = time.perf_counter() - began
-        self.written = [*self.written[-(WRITTEN_MAX - 1) :], path]
-        self._windows = {p: self._windows.get(p, (start, end)) for p in self.written}
-        self.written_listeners.emit(path)
         return path
 
 

@@ -3,8 +3,9 @@
 Prints what nvidia-smi 590 prints, from ``scenario``: ``--query-gpu`` / ``--query-compute-apps``
 CSV (``--format=csv[,noheader][,nounits]``), loop mode (``-l``/``--loop``, ``-lms``/
 ``--loop-ms``), ``-i``/``--id``, ``-L``, ``--version``, ``--help-query-gpu``,
-``--help-query-compute-apps`` and ``-h``. Settings come from ``GPUMON_SIM_*`` (see
-``SimSettings.from_env``); ``GPUMON_SIM_FAULT`` makes it fail the way a sick host does.
+``--help-query-compute-apps``, ``-h``, and ``-q`` with ``-d`` (``smi_query``). Settings
+come from ``GPUMON_SIM_*`` (see ``SimSettings.from_env``); ``GPUMON_SIM_FAULT`` makes it
+fail the way a sick host does.
 Exit codes follow nvidia-smi: 0 ok, 2 bad arguments, the fault's code otherwise.
 """
 
@@ -46,6 +47,7 @@ from gpumon.backends.sim.scenario import (
     scenario_time,
     wall_time,
 )
+from gpumon.backends.sim.smi_query import parse_display, query_report
 from gpumon.backends.sim.state import RESTARTS_FILE, with_state
 
 # What nvidia-smi prints (stdout) and its exit code for each start-up failure:
@@ -125,6 +127,7 @@ class Command:
     units: bool = True
     loop_s: float | None = None
     ids: list[str] | None = None
+    display: tuple[str, ...] = ()  # -q's -d sections (smi_query.DISPLAY_SECTIONS)
 
 
 def parse_args(args: list[str]) -> Command:
@@ -168,6 +171,13 @@ def parse_args(args: list[str]) -> Command:
             cmd.ids = [x.strip() for x in value(name, inline).split(",")]
         elif name in ("-L", "--list-gpus") and inline is None:
             set_action("list")
+        elif name in ("-q", "--query") and inline is None:
+            set_action("query")
+        elif name in ("-d", "--display"):
+            try:
+                cmd.display = parse_display(value(name, inline))
+            except ValueError:
+                raise UsageError(INVALID_COMBINATION) from None
         elif name in ("--version", "-h", "--help", "--help-query-gpu", "--help-query-compute-apps"):
             set_action({"-h": "help", "--help": "help"}.get(name, name.lstrip("-")))
         else:
@@ -188,6 +198,8 @@ def parse_args(args: list[str]) -> Command:
             if f not in known:
                 raise UsageError(f'Field "{f}" is not a valid field to query.\n\n')
     elif not cmd.action or fmt is not None or cmd.loop_s is not None:
+        raise UsageError(INVALID_COMBINATION)
+    if cmd.display and cmd.action != "query":
         raise UsageError(INVALID_COMBINATION)
     return cmd
 
@@ -329,6 +341,13 @@ def run(cmd: Command, settings: SimSettings, out: TextIO) -> int:
             f"NVIDIA-SMI version  : {DRIVER_VERSION}\nNVML version        : {NVML_VERSION}\n"
             f"DRIVER version      : {DRIVER_VERSION}\nCUDA Version        : {CUDA_VERSION}\n"
         )
+        return 0
+    if cmd.action == "query":
+        chosen = _selected(cmd.ids)
+        settings = with_state(settings)
+        t, wall = Printer(Command("query-gpu", ["index"]), settings).clock()
+        gpus = [g for g in gpu_states(settings, t) if g.index in chosen]
+        out.write(query_report(gpus, wall, cmd.display))
         return 0
     if cmd.action == "list":
         chosen = _selected(cmd.ids)

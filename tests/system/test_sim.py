@@ -250,7 +250,7 @@ def test_unknown_field_fails_the_whole_query_like_nvidia_smi(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     "args",
     [
-        ["-q"],
+        ["-q", "-d", "MEMORY"],  # a -q section the simulator does not print
         ["--query-gpu=index"],
         ["--query-gpu=index", "--format=json"],
         ["-L", "-lms", "5"],

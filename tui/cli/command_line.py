@@ -12,6 +12,7 @@
     gpumon watch [HOST ...]       headless: alerts to the [notify.*] notifiers, /metrics
     gpumon notify test|status     test a notifier, show the outbox
     gpumon fleet [NAME] [--json|--check]  many nodes from Prometheus, sorted by trouble
+    gpumon bundle HOST [--incident KEY] [-o FILE]  an incident's evidence, scrubbed, as .tar.gz
 
 Kept light at import time (no Textual, no asyncssh): headless commands start fast. The
 subcommand words are listed in ``words`` (a typo of one is answered "did you mean").
@@ -29,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
 from gpumon.backends.errors import GpumonError
+from gpumon.tui.cli import bundle as cli_bundle
 from gpumon.tui.cli import fleet as cli_fleet
 from gpumon.tui.cli import torch as cli_torch
 from gpumon.tui.cli import watch as cli_watch
 from gpumon.tui.cli import words
-from gpumon.tui.cli.options import common_options, sim_settings
+from gpumon.tui.cli.options import common_options, sim_settings, version_text
 from gpumon.tui.cli.restart import build_parser as restart_parser
 from gpumon.tui.cli.restart import cmd_restart
 
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     from gpumon.backends.monitor import HostMonitor
     from gpumon.backends.sim import SimSettings
 
-COMMANDS = ("snapshot", "check", "config", "restart", "replay", "fleet")
+COMMANDS = ("snapshot", "check", "config", "restart", "replay", "fleet", "bundle")
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 # How long snapshot/check wait after the first GPU sample for the other sources' first
@@ -55,15 +57,6 @@ HOW_TO_START = (
     "try `gpumon demo` (a simulated GPU machine) or `gpumon local` (this machine), "
     "or add a [hosts.NAME] table to the config (`gpumon config path` says where)"
 )
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"gpumon {version('gpumon-tui')}"
-    except PackageNotFoundError:  # run from a source tree that is not installed
-        return "gpumon (version unknown: not installed)"
 
 
 class _VersionAction(argparse.Action):
@@ -81,7 +74,7 @@ class _VersionAction(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
-        print(_version())
+        print(version_text())
         parser.exit()
 
 
@@ -102,7 +95,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
         prog="gpumon",
         description="Watch GPU machines over SSH: memory, OOM warnings, workloads. "
         "Commands: snapshot, check, config, restart, doctor, swap-torch, replay, "
-        "watch, notify, fleet "
+        "watch, notify, fleet, bundle "
         "(see `gpumon COMMAND --help`).",
     )
     main.add_argument(
@@ -165,6 +158,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     cfg.add_argument("action", choices=("check", "path"))
     subs["restart"] = restart_parser()
     subs["fleet"] = cli_fleet.build_parser()
+    subs["bundle"] = cli_bundle.build_parser()
     for p in subs.values():
         common_options(p)
     replay = subs["replay"] = argparse.ArgumentParser(
@@ -387,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "config": _cmd_config,
             "restart": cmd_restart,
             "fleet": cli_fleet.cmd_fleet,
+            "bundle": cli_bundle.cmd_bundle,
             None: _cmd_dashboard,
         }[command]
         return handler(args, config)

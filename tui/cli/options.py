@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gpumon.backends.sim import SimSettings
 
-__all__ = ["common_options", "sim_settings"]
+__all__ = ["common_options", "sim_settings", "version_text"]
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
@@ -71,3 +71,10 @@ def sim_settings(args: argparse.Namespace) -> SimSettings:
         demo_time=args.demo_time,
         frozen=args.demo_frozen,
     )
+
+
+def version_text() -> str:
+    """``gpumon X.Y.Z`` (``--version``, a bundle's version.txt), looked up when asked."""
+    from gpumon.backends.bundle.version import gpumon_version
+
+    return gpumon_version()

@@ -29,6 +29,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "watch",
     "notify",
     "fleet",
+    "bundle",
 )
 BUILTIN_HOSTS: tuple[str, ...] = ("demo", "local")
 CLOSE_ENOUGH = 0.75  # difflib ratio: "snapshto" -> snapshot (0.875), "chek" -> check (0.89)

@@ -1,6 +1,8 @@
 """The alert history (``a``): the incidents of every host, the most urgent first, each its
 headline's row with its evidence (its other alerts) folded under it ("└"); Enter or Space
-acknowledges the row under the cursor (an incident's row: all of its alerts), ``A`` all.
+acknowledges the row under the cursor (an incident's row: all of its alerts), ``A`` all;
+``b`` writes the evidence of the incident under the cursor (``gpumon bundle``) to
+``$XDG_STATE_HOME/gpumon/bundles/`` and says where.
 Rows show what was true when an alert was raised and at its peak; "now" its current value.
 """
 
@@ -37,6 +39,13 @@ class AlertHistoryScreen(Screen[None]):
         ),
         Binding("A", "acknowledge_all", "Ack all", tooltip="Acknowledge every active alert"),
         Binding("r", "restart", "Restart job", tooltip="Restart the job of the selected alert"),
+        Binding(
+            "b",
+            "bundle",
+            "Bundle",
+            tooltip="Write the evidence of the selected incident to a scrubbed .tar.gz "
+            "(gpumon bundle)",
+        ),
     ]
 
     def __init__(
@@ -113,7 +122,8 @@ class AlertHistoryScreen(Screen[None]):
             pal.text(Role.MUTED),
         )
         title.append(
-            "   ⏎/Space acknowledge  A all  r restart its job  Esc back", pal.text(Role.MUTED)
+            "   ⏎/Space acknowledge  A all  r restart its job  b bundle  Esc back",
+            pal.text(Role.MUTED),
         )
         self.title_line.update(title)
         table = self.table
@@ -178,3 +188,27 @@ class AlertHistoryScreen(Screen[None]):
         alert = next((a for a in monitor.alerts.history() if a.key == key), None)
         if alert is not None:
             self.on_restart(monitor, alert)
+
+    def action_bundle(self) -> None:
+        """Write the bundle of the incident under the cursor, in the background; say
+        where it went (or why it did not) when it is written."""
+        picked, incident = self.selected(), self.selected_incident()
+        if picked is None or incident is None:
+            return
+        monitor = self.monitors[picked[0]]
+        self.notify(f"writing the bundle of {incident.headline} …", timeout=4)
+        self.run_worker(self._bundle(monitor, incident.cause.key), group="bundle")
+
+    async def _bundle(self, monitor: HostMonitor, key: str) -> None:
+        from gpumon.backends.bundle import bundle_incident
+        from gpumon.backends.errors import GpumonError
+
+        # The dashboard's notifiers (their secrets are scrubbed by value), where it has any.
+        settings = getattr(getattr(self.app, "hub", None), "settings", None)
+        try:
+            result = await bundle_incident(monitor, key, settings)
+        except (GpumonError, OSError) as e:
+            self.notify(f"no bundle: {e}", title="Bundle", severity="error", timeout=10)
+            return
+        left = f"; {len(result.missing)} parts not in it (index.txt)" if result.missing else ""
+        self.notify(f"bundle written: {result.path}{left}", title="Bundle", timeout=15)

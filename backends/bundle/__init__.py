@@ -1,0 +1,53 @@
+"""``gpumon bundle``: an incident's evidence in one scrubbed, bounded ``.tar.gz`` for the
+hand-over (see ``build``; what it holds: ``collect``; scrubbing: ``scrub``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpumon.backends.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .build import (
+        BundleOptions,
+        BundleResult,
+        bundle_host,
+        bundle_incident,
+        bundle_monitor,
+        bundle_recording,
+        default_name,
+    )
+    from .scrub import REDACTED, Scrubber
+    from .timeline import NoIncident
+
+__all__ = [
+    "REDACTED",
+    "BundleOptions",
+    "BundleResult",
+    "NoIncident",
+    "Scrubber",
+    "bundle_host",
+    "bundle_incident",
+    "bundle_monitor",
+    "bundle_recording",
+    "default_name",
+]
+
+# Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
+# the names against the TYPE_CHECKING imports above instead.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "REDACTED": "scrub",
+            "Scrubber": "scrub",
+            "NoIncident": "timeline",
+            "BundleOptions": "build",
+            "BundleResult": "build",
+            "bundle_host": "build",
+            "bundle_incident": "build",
+            "bundle_monitor": "build",
+            "bundle_recording": "build",
+            "default_name": "build",
+        },
+    )

@@ -1,0 +1,133 @@
+"""The bundle file: a ``.tar.gz`` created mode 0600, bounded in size, with ``index.txt``.
+
+``BundleArchive.add(name, data, about)`` scrubs ``data`` and keeps it (cut to the per-file
+cap); ``missing(name, why)`` notes what could not be had (a timeout, a refusal);
+``write(path)`` writes every file and, last, ``index.txt``, which lists each file with what
+it is and notes what was cut or is missing. The file is opened with ``O_CREAT | O_EXCL``
+and mode 0600, so it is never readable by others, not even for a moment, and an existing
+file is never overwritten.
+
+Bounds: each file at most ``file_cap`` bytes (its tail is kept: the end of a log is what
+matters), all files at most ``total_cap`` bytes before compression; what does not fit is
+left out and said in the index. A ``.gz`` file is scrubbed inside (decompressed,
+scrubbed, compressed again) and left out whole when over the cap. Scrubbing happens
+before the cut, so a secret is never split by it into a piece the patterns no longer see.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpumon.backends.bundle.scrub import Scrubber
+
+__all__ = ["FILE_CAP", "TOTAL_CAP", "BundleArchive", "BundleFile"]
+
+TOTAL_CAP = 50 * 1024 * 1024  # bytes of all files, before compression
+FILE_CAP = 16 * 1024 * 1024  # bytes of one file
+INDEX = "index.txt"
+CUT_NOTE = "[gpumon bundle: the start of this file was cut to fit the size cap]\n"
+
+
+@dataclass(frozen=True, slots=True)
+class BundleFile:
+    name: str
+    data: bytes
+    about: str
+    cut: int = 0  # bytes left out by the per-file cap
+
+
+@dataclass
+class BundleArchive:
+    """The files of one bundle, scrubbed and bounded, until ``write``."""
+
+    scrubber: Scrubber
+    title: str
+    total_cap: int = TOTAL_CAP
+    file_cap: int = FILE_CAP
+    files: list[BundleFile] = field(default_factory=list)
+    missing_files: list[tuple[str, str]] = field(default_factory=list)  # (name, why)
+    _size: int = 0
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def names(self) -> list[str]:
+        return [f.name for f in self.files]
+
+    def add(self, name: str, data: bytes | str, about: str) -> bool:
+        """Keep ``data`` (scrubbed, its tail when over ``file_cap``) as ``name``; False
+        (and the reason noted) when the total cap leaves no room for it."""
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        if name.endswith(".gz"):  # scrubbed inside; too big: left out (a cut gzip is no use)
+            clean = gzip.compress(self.scrubber.data(gzip.decompress(raw)), mtime=0)
+            if len(clean) > self.file_cap:
+                self.missing(
+                    name,
+                    f"left out: {len(clean)} bytes, over the per-file cap of {self.file_cap} bytes",
+                )
+                return False
+        else:
+            clean = self.scrubber.data(raw)
+        cut = 0
+        if len(clean) > self.file_cap:
+            keep = max(self.file_cap - len(CUT_NOTE), 0)
+            cut = len(clean) - keep
+            tail = clean[len(clean) - keep :] if keep else b""
+            clean = CUT_NOTE.encode() + tail.decode("utf-8", "ignore").encode()
+        if self._size + len(clean) > self.total_cap:
+            self.missing(
+                name,
+                f"left out: {len(clean)} bytes would pass the bundle's cap of "
+                f"{self.total_cap} bytes",
+            )
+            return False
+        self._size += len(clean)
+        self.files.append(BundleFile(name, clean, about, cut))
+        return True
+
+    def missing(self, name: str, why: str) -> None:
+        """Note that ``name`` is not in the bundle, and why (said in the index)."""
+        self.missing_files.append((name, self.scrubber.text(why)))
+
+    def index_text(self) -> str:
+        lines = [self.title, "", "Files:"]
+        width = max((len(f.name) for f in self.files), default=0)
+        for f in self.files:
+            cut = f" (cut to its last {len(f.data)} bytes: {f.cut} left out)" if f.cut else ""
+            lines.append(f"  {f.name.ljust(width)}  {f.about}{cut}")
+        if self.missing_files:
+            lines += ["", "Not in this bundle:"]
+            lines += [f"  {name}: {why}" for name, why in self.missing_files]
+        lines += [
+            "",
+            "Secrets of the config and of the environment, and anything shaped like one "
+            "(tokens in URLs, Authorization headers, Bearer tokens, private keys), are "
+            "replaced by <redacted> in every file.",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: Path, *, root: str = "") -> Path:
+        """Write the bundle to ``path`` (created 0600; an existing file is an error:
+        FileExistsError). ``root``: a folder name every file goes under in the archive.
+        Raises OSError when it cannot be written (a partial file is removed)."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        now = time.time()
+        # The index quotes headlines and paths from the target: scrubbed like the files.
+        index = BundleFile(INDEX, self.scrubber.text(self.index_text()).encode(), "this list")
+        try:
+            with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+                for f in [index, *self.files]:
+                    info = tarfile.TarInfo(f"{root}/{f.name}" if root else f.name)
+                    info.size, info.mtime, info.mode = len(f.data), int(now), 0o600
+                    tar.addfile(info, io.BytesIO(f.data))
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return path

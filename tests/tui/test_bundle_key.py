@@ -1,0 +1,51 @@
+"""``b`` in the alert history writes the bundle of the incident under the cursor (the
+demo's drafter OOM) to ``$XDG_STATE_HOME/gpumon/bundles/``, 0600, and says where."""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from gpumon.backends.monitor import HostMonitor
+from gpumon.tui.app import GpumonApp
+from gpumon.tui.screens import AlertHistoryScreen
+
+HEADLINE = "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+
+
+async def test_b_writes_the_bundle_of_the_incident_under_the_cursor(
+    demo_monitor: Callable[..., HostMonitor], wait: Callable[..., Awaitable[None]]
+) -> None:
+    monitor = demo_monitor(demo_time=70.0)
+    app = GpumonApp([monitor])
+    seen: list[str] = []
+    original = app.notify
+
+    def notify(message: str, **kwargs: Any) -> None:
+        seen.append(message)
+        original(message, **kwargs)
+
+    app.notify = notify  # type: ignore[method-assign]
+    async with app.run_test(size=(100, 24)) as pilot:
+        await wait(pilot, lambda: bool(monitor.alerts.history()), what="the OOM alert")
+        await pilot.press("a")
+        assert isinstance(app.screen, AlertHistoryScreen)
+        await pilot.press("b")
+        assert seen[-1] == f"writing the bundle of {HEADLINE} …"
+        await wait(
+            pilot, lambda: seen[-1].startswith(("bundle written: ", "no bundle")), timeout=60,
+            what="the bundle",
+        )  # fmt: skip
+    assert seen[-1].startswith("bundle written: "), seen[-1]
+    path = Path(seen[-1].removeprefix("bundle written: ").split(";")[0])
+    assert path.parent == Path(os.environ["XDG_STATE_HOME"]) / "gpumon" / "bundles"
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    with tarfile.open(path) as tar:
+        names = {m.name.split("/", 1)[1]: m for m in tar.getmembers()}
+        incident = json.loads(tar.extractfile(names["incident.json"]).read())  # type: ignore[union-attr]
+    assert incident["headline"] == HEADLINE
+    assert {"snapshot.json", "recording.jsonl.gz", "nvidia-smi-q.txt", "index.txt"} <= set(names)

@@ -1,0 +1,106 @@
+"""``gpumon bundle``: an incident's evidence in one scrubbed ``.tar.gz``, for the hand-over.
+
+    gpumon bundle HOST [--incident KEY | --last] [-o FILE] [--time SECONDS]
+    gpumon bundle --replay RECORDING [--incident KEY] [-o FILE]
+
+Connects to HOST, observes until every source answered once, picks the incident (the one
+holding the alert KEY, else the newest: ``--last``), collects within ``--time`` seconds
+and writes FILE (default ``gpumon-bundle-HOST-DATE.tar.gz`` here), mode 0600, never over
+an existing file. Prints the path, then one line per part that could not be had. Exit 0
+when written, 2 for a usage error, no incident or an unwritable file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpumon.backends.config import Config, resolve_host
+from gpumon.tui.cli.options import sim_settings
+
+if TYPE_CHECKING:
+    from gpumon.backends.bundle import BundleResult
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``bundle`` subcommand's parser (its caller adds ``options.common_options``)."""
+    p = argparse.ArgumentParser(
+        prog="gpumon bundle",
+        description="Write one incident's evidence (timeline, snapshots, flight recording, "
+        "nvidia-smi -q, kernel log lines, log tails, SGLang pages, doctor, config, audit "
+        "log) to a scrubbed .tar.gz (mode 0600) for the hand-over; index.txt inside lists "
+        "every file.",
+    )
+    p.add_argument("host", metavar="HOST", nargs="?", help="the host (not with --replay)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--incident",
+        metavar="KEY",
+        help="the incident holding this alert key (snapshot --json, the alert history)",
+    )
+    which.add_argument("--last", action="store_true", help="the newest incident (the default)")
+    p.add_argument(
+        "--replay",
+        metavar="RECORDING",
+        help="bundle a flight recording (.jsonl.gz) instead of a host",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="where to write (default: gpumon-bundle-HOST-DATE.tar.gz here)",
+    )
+    p.add_argument(
+        "--time",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="the time budget for collecting (default 60); what did not arrive is listed "
+        "in index.txt",
+    )
+    return p
+
+
+def cmd_bundle(args: argparse.Namespace, config: Config) -> int:
+    from gpumon.backends.bundle import BundleOptions, bundle_host, bundle_recording, default_name
+
+    if (args.host is None) == (args.replay is None):
+        print("gpumon bundle: give a HOST or --replay RECORDING (one of them)", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.time > 0:
+        print("gpumon bundle: --time must be more than 0 seconds", file=sys.stderr)
+        return EXIT_USAGE
+    name = args.host or Path(args.replay).name.removesuffix(".jsonl.gz")
+    output = Path(args.output) if args.output else Path(default_name(name))
+    if output.exists():
+        print(f"gpumon bundle: {output} exists; give another -o FILE", file=sys.stderr)
+        return EXIT_USAGE
+    options = BundleOptions(output, args.incident, args.time)
+    notify = config.notify
+    try:
+        if args.replay is not None:
+            result = bundle_recording(Path(args.replay), options, notify)
+        else:
+            host = resolve_host(config, args.host)
+            sim = sim_settings(args) if host.kind == "demo" else None
+            result = asyncio.run(bundle_host(host, sim, options, notify))
+    except OSError as e:  # the recording cannot be read, the bundle cannot be written
+        where = e.filename or args.replay or output
+        print(f"gpumon bundle: {where}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
+    _report(result)
+    return EXIT_OK
+
+
+def _report(result: BundleResult) -> None:
+    print(
+        f"{result.path}: {result.headline} ({len(result.files)} files, "
+        f"{result.size} bytes before compression)"
+    )
+    for name, why in result.missing:
+        print(f"  not in it: {name}: {why}")
