@@ -137,9 +137,8 @@ class IncidentEvent:
             lines.append(f"flight recording: {self.recording}")
         if self.bundle:
             lines.append(f"bundle: {self.bundle}")
-        lines.extend(
-            f"file: {path}" for path in self.attachments if path not in (self.recording, self.bundle)
-        )
+        said = (self.recording, self.bundle)
+        lines.extend(f"file: {path}" for path in self.attachments if path not in said)
         if self.headline and self.event != "test":
             lines.append(f"alert {self.kind}: {self.cause}")
         if self.count > 1:

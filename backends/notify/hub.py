@@ -284,7 +284,9 @@ class NotifyHub:
         folder = self.bundles_folder or bundles_dir()
         path = folder / default_name(f"{ev.host}-{ev.kind}", ev.opened_at)
         if path.exists():
-            return dataclasses.replace(ev, bundle=str(path))
+            return dataclasses.replace(
+                ev, bundle=str(path), attachments=(*ev.attachments, str(path))
+            )
         key = next(
             (
                 a.key
@@ -307,7 +309,7 @@ class NotifyHub:
             return ev
         self._bundles.add(task)
         task.add_done_callback(self._bundles.discard)
-        return dataclasses.replace(ev, bundle=str(path))
+        return dataclasses.replace(ev, bundle=str(path), attachments=(*ev.attachments, str(path)))
 
     # --- queueing -----------------------------------------------------------------------
     def publish(self, events: Sequence[IncidentEvent]) -> None:
