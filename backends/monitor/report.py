@@ -13,6 +13,7 @@ from typing import Any
 
 from gpumon.backends.alerts.incident import Incident, command_fix, incidents, line
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, iso_time
+from gpumon.backends.monitor.perfdata import Perf, check_perfdata, perf_text
 from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.parsers.processes import container_label, unattributed_mib
 from gpumon.backends.untrusted import printable
@@ -82,6 +83,37 @@ def snapshot_json(
         "jobs": monitor.workloads.jobs_json(),
         "logs": monitor.log_flow_json(),
         "incomplete": list(incomplete),
+        "incidents": [incident_json(i) for i in active_incidents(monitor)],
+    }
+
+
+def incident_json(incident: Incident) -> dict[str, Any]:
+    """One incident of the snapshot's ``incidents`` (README: the JSON reference): the
+    headline and the fix as ``check`` and the dashboard say them, the cause and the
+    evidence alerts by kind, key and message (the full alerts are in ``alerts``)."""
+    best = incident.fixes[0] if incident.fixes else None
+    return {
+        "headline": incident.headline,
+        "severity": incident.severity.value,
+        "kind": incident.cause.kind,
+        "key": incident.cause.key,
+        "gpu": incident.gpu,
+        "job": incident.job,
+        "time": iso_time(incident.time),
+        "message": incident.cause.message,
+        "fix": None if best is None else best.command or best.words,
+        "fixes": [f.to_json() for f in incident.fixes],
+        "evidence": [
+            {
+                "kind": a.kind,
+                "key": a.key,
+                "severity": a.severity.value,
+                "gpu": a.gpu,
+                "active": a.active,
+                "message": a.message,
+            }
+            for a in incident.evidence
+        ],
     }
 
 
@@ -109,7 +141,27 @@ def check_verdict(
     code, text = _verdict(monitor, now)
     if incomplete and code != CheckCode.UNKNOWN:
         text += f" [incomplete: {'; '.join(incomplete)}]"
-    return code, text
+    perf = perf_text(_perfdata(monitor))
+    return code, f"{text} | {perf}" if perf else text
+
+
+def _perfdata(monitor: HostMonitor) -> list[Perf]:
+    """The check's performance data; none without a sample (nothing was measured)."""
+    sample = monitor.latest
+    if sample is None:
+        return []
+    engine = monitor.alerts
+    ttfs = [engine.time_to_full(g.index) for g in sample.gpus]
+    known = [t for t in ttfs if t is not None]
+    rules = engine.rules
+    return check_perfdata(
+        sample,
+        engine.active(),
+        memory_warning_pct=rules.memory_warning_pct,
+        memory_critical_pct=rules.memory_critical_pct,
+        time_to_full_s=min(known) if known else None,
+        ttf_horizon_s=rules.ttf_horizon_s,
+    )
 
 
 def _verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:

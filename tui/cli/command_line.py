@@ -391,6 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         }[command]
         return handler(args, config)
     except GpumonError as e:  # a bad config, an unreachable host, ...: one line, no traceback
+        if command == "check":  # a Nagios plugin: its verdict on stdout, UNKNOWN (3)
+            print(f"UNKNOWN: {e}")
+            return EXIT_UNKNOWN
         print(f"gpumon: {e}", file=sys.stderr)
         return EXIT_UNKNOWN if command == "check" or _fleet_check(command, args) else EXIT_USAGE
     except KeyboardInterrupt:
