@@ -139,8 +139,9 @@ def test_a_config_error_is_unknown_on_stdout(tmp_path: Path) -> None:
         ("snapshot", "demo", "--json"),
         ("snapshot", "demo"),
         ("check", "demo", "--window", "0"),
+        ("doctor", "demo", "--json"),
     ],
-    ids=["snapshot-json", "snapshot-text", "check"],
+    ids=["snapshot-json", "snapshot-text", "check", "doctor"],
 )
 def test_a_reader_that_closes_the_pipe_early_ends_it_quietly(args: tuple[str, ...]) -> None:
     """``gpumon snapshot demo --json | head``: no BrokenPipeError traceback, the exit
