@@ -15,7 +15,13 @@ from gpumon.backends.alerts.store import Alert
 from gpumon.backends.config import HostConfig
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, ProcessSource
-from gpumon.backends.monitor import HostMonitor, check_verdict, snapshot_json, snapshot_table
+from gpumon.backends.monitor import (
+    CheckCode,
+    HostMonitor,
+    check_verdict,
+    snapshot_json,
+    snapshot_table,
+)
 from gpumon.backends.monitor.perfdata import Perf, check_perfdata, perf_text
 from gpumon.backends.monitor.report import gpu_models, incident_json
 from gpumon.backends.monitor.sources import AgentSource
@@ -200,6 +206,10 @@ def test_check_line_ends_in_perfdata_and_without_a_sample_has_none() -> None:
     assert line.endswith(
         "| fullest_gpu_mem=56.7%;95;98.5 hottest_gpu_c=71 alerts_critical=0 alerts_warning=0"
     ), line
+    sick = dataclasses.replace(gpu(0), health=Health.WARNING, problems=("[bad | thing]",))
+    code, line = check_verdict(monitor_with((), (sick,)), T0)
+    assert code is CheckCode.WARNING
+    assert line.count("|") == 1 and "[bad \\x7c thing]" in line  # one pipe: the perfdata's
     host = HostConfig(name="nobody", kind="local", kernel_log=False)
     empty = HostMonitor(host, AgentSource(LocalTransport(host)), record=False)
     _, line = check_verdict(empty, T0)
