@@ -239,7 +239,7 @@ def fmt(value: float | int | None, spec: str = "", unit: str = "") -> str:
 TEXT_WIDTH = 80  # columns of the text snapshot; None (``--wide``): as long as it takes
 ALERT_MESSAGE_LINES = 3  # an alert's message in the text snapshot: the rest is in --json
 GPU_HEADER = (
-    f"{'GPU':>3}  {'MEMORY GiB':>10} {'MEM%':>6} {'UTIL':>4} {'TEMP':>4} {'POWER W':>9}  HEALTH"
+    f"{'GPU':>3}  {'MEMORY GiB':>11} {'MEM%':>6} {'UTIL':>4} {'TEMP':>4} {'POWER W':>9}  HEALTH"
 )
 HEALTH_AT = GPU_HEADER.index("HEALTH")  # where the GPU table's HEALTH column starts
 HEALTH_LINES = 3  # a HEALTH cell's lines at most: its incidents are whole under ALERTS
@@ -308,12 +308,12 @@ def _gpu_lines(
     """The GPU table; a HEALTH cell too long for the line goes on under its column."""
     out = [GPU_HEADER]
     room = None if width is None else width - HEALTH_AT
-    for g in sample.gpus:
+    for g in sample.gpus:  # 143.8/143.8: an H200's 11 columns
         frac = g.memory_used_fraction
         mem = f"{_gib(g.memory_used_mib)}/{_gib(g.memory_total_mib)}"
         power = f"{fmt(g.power_w, '.0f')}/{fmt(g.power_limit_w, '.0f')}"
         row = (
-            f"{g.index:>3}  {mem:>10} {fmt(None if frac is None else frac * 100, '.1f', '%'):>6} "
+            f"{g.index:>3}  {mem:>11} {fmt(None if frac is None else frac * 100, '.1f', '%'):>6} "
             f"{fmt(g.utilization_pct, '.0f', '%'):>4} {fmt(g.temperature_c, '.0f', 'C'):>4} "
             f"{power:>9}  "
         )

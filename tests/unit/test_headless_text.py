@@ -92,6 +92,11 @@ def test_hostile_and_wide_text_stays_escaped_and_in_80_columns() -> None:
     assert len(rows) == 2 and all(row.endswith("…") for row in rows)
     assert cells(rows[1]) in (79, 80)  # the CJK command cut by columns, not characters
     assert text.count("NVIDIA H200") == 1 and "2 x NVIDIA H200" in text
+    full = dataclasses.replace(gpu(2), memory_total_mib=143771, memory_used_mib=143771)
+    table = snapshot_table(monitor_with((), (gpu(0), full)), T0).splitlines()
+    at = table[2].index("HEALTH")  # an H200 full: 140.4/140.4 keeps the column
+    assert table[3][at:] == "ok" and table[4][at:].startswith("critical (GPU 2 memory 100")
+    assert "140.4/140.4" in table[4]
     wide = snapshot_table(monitor, T0, width=None)
     assert "x" * 120 in wide and "\x1b" not in wide
 
