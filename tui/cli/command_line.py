@@ -403,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"UNKNOWN: {e}")
             return EXIT_UNKNOWN
         print(f"gpumon: {e}", file=sys.stderr)
-        return EXIT_UNKNOWN if command == "check" or _fleet_check(command, args) else EXIT_USAGE
+        return EXIT_UNKNOWN if _fleet_check(command, args) else EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 
