@@ -137,7 +137,8 @@ def check_verdict(
     """Exit code and the one summary line of ``gpumon check``: the most urgent incident's
     headline first (physical GPU, job, the fix), then the host's summary, then the
     sources that did not answer in time (``incomplete``: the verdict is without them),
-    then ``|`` and the performance data (``perfdata``; none without a sample). A
+    then ``|`` and the performance data (``perfdata``; none when UNKNOWN: stale data is
+    no measurement). A
     driver that says why no data comes ("GPU is lost") is CRITICAL with its words, data or
     not; a host that cannot be judged (unreachable, no data) is UNKNOWN with the reason."""
     code, text = _verdict(monitor, now)
@@ -146,7 +147,8 @@ def check_verdict(
     # Nagios reads the performance data from the first "|": one in a message from the
     # target (a log line) must not start it, so it is escaped as untrusted text is.
     text = text.replace("|", "\\x7c")
-    perf = perf_text(_perfdata(monitor))
+    # UNKNOWN: stale or no data, nothing measured now to graph.
+    perf = "" if code == CheckCode.UNKNOWN else perf_text(_perfdata(monitor))
     return code, f"{text} | {perf}" if perf else text
 
 

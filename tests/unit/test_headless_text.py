@@ -219,6 +219,8 @@ def test_check_line_ends_in_perfdata_and_without_a_sample_has_none() -> None:
     empty = HostMonitor(host, AgentSource(LocalTransport(host)), record=False)
     _, line = check_verdict(empty, T0)
     assert "|" not in line and line.startswith("UNKNOWN nobody:")
+    code, line = check_verdict(monitor, T0 + 3600)  # the same data an hour later: stale
+    assert code is CheckCode.UNKNOWN and "|" not in line
 
 
 def alert(kind: str, job: str | None = "drafter") -> Alert:
