@@ -40,6 +40,7 @@ from gpumon.backends.model import Health
 __all__ = [
     "CAUSE_ORDER",
     "INCIDENT_GAP_S",
+    "RESTART_FIXES",
     "Fix",
     "Incident",
     "IncidentBell",
@@ -216,9 +217,21 @@ def _incident(
     return Incident(cause, evidence, alert_headline(cause, job), fix, _fixes(cause, fix))
 
 
+# The causes a restart of the job fixes: the job is dead (its OOM, its memory dropping to
+# nothing, a crash, the kernel's or its cgroup's OOM killer) or hung in a collective
+# (stalled: only a restart ends it). Not the others: a memory ramp or time-to-full is
+# a job still running (restarting it loses its work to a warning: watch it), a slow or
+# idle-holding job is not broken by itself, an Xid or a GPU health problem is the GPU's
+# (a restart lands on the same GPU), and a server or the connection is no job.
+RESTART_FIXES = frozenset(
+    {"cuda_oom", "oom_death", "job_crashed", "job_stalled", "host_oom_kill", "cgroup_oom_kill"}
+)
+
+
 def _fixes(cause: Alert, job: str | None) -> tuple[Fix, ...]:
-    """What fixes an incident led by ``cause``; ``job``: the job a restart can fix."""
-    if job is None:
+    """What fixes an incident led by ``cause``; ``job``: the job a restart can fix. A
+    restart only when the cause is one it fixes (``RESTART_FIXES``)."""
+    if job is None or cause.kind not in RESTART_FIXES:
         return ()
     return (Fix("r", f"restart {job}", f"gpumon restart {cause.host} {job}"),)
 

@@ -14,8 +14,10 @@ from typing import Any
 from gpumon.backends.alerts.health import facts_json
 from gpumon.backends.alerts.incident import Incident, command_fix, incidents, line
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, iso_time
+from gpumon.backends.monitor.perfdata import Perf, check_perfdata, perf_text
 from gpumon.backends.monitor.state import HostMonitor
-from gpumon.backends.parsers.processes import container_label, unattributed_mib
+from gpumon.backends.monitor.textfit import cells, cut, fit_lines, wrap, wrap_pairs
+from gpumon.backends.parsers.processes import index_ranges, process_columns, unattributed_mib
 from gpumon.backends.untrusted import printable
 
 
@@ -84,6 +86,37 @@ def snapshot_json(
         "jobs": monitor.workloads.jobs_json(),
         "logs": monitor.log_flow_json(),
         "incomplete": list(incomplete),
+        "incidents": [incident_json(i) for i in active_incidents(monitor)],
+    }
+
+
+def incident_json(incident: Incident) -> dict[str, Any]:
+    """One incident of the snapshot's ``incidents`` (README: the JSON reference): the
+    headline and the fix as ``check`` and the dashboard say them, the cause and the
+    evidence alerts by kind, key and message (the full alerts are in ``alerts``)."""
+    best = incident.fixes[0] if incident.fixes else None
+    return {
+        "headline": incident.headline,
+        "severity": incident.severity.value,
+        "kind": incident.cause.kind,
+        "key": incident.cause.key,
+        "gpu": incident.gpu,
+        "job": incident.job,
+        "time": iso_time(incident.time),
+        "message": incident.cause.message,
+        "fix": None if best is None else best.command or best.words,
+        "fixes": [f.to_json() for f in incident.fixes],
+        "evidence": [
+            {
+                "kind": a.kind,
+                "key": a.key,
+                "severity": a.severity.value,
+                "gpu": a.gpu,
+                "active": a.active,
+                "message": a.message,
+            }
+            for a in incident.evidence
+        ],
     }
 
 
@@ -105,13 +138,39 @@ def check_verdict(
 ) -> tuple[CheckCode, str]:
     """Exit code and the one summary line of ``gpumon check``: the most urgent incident's
     headline first (physical GPU, job, the fix), then the host's summary, then the
-    sources that did not answer in time (``incomplete``: the verdict is without them). A
+    sources that did not answer in time (``incomplete``: the verdict is without them),
+    then ``|`` and the performance data (``perfdata``; none when UNKNOWN: stale data is
+    no measurement). A
     driver that says why no data comes ("GPU is lost") is CRITICAL with its words, data or
     not; a host that cannot be judged (unreachable, no data) is UNKNOWN with the reason."""
     code, text = _verdict(monitor, now)
     if incomplete and code != CheckCode.UNKNOWN:
         text += f" [incomplete: {'; '.join(incomplete)}]"
-    return code, text
+    # Nagios reads the performance data from the first "|": one in a message from the
+    # target (a log line) must not start it, so it is escaped as untrusted text is.
+    text = text.replace("|", "\\x7c")
+    # UNKNOWN: stale or no data, nothing measured now to graph.
+    perf = "" if code == CheckCode.UNKNOWN else perf_text(_perfdata(monitor))
+    return code, f"{text} | {perf}" if perf else text
+
+
+def _perfdata(monitor: HostMonitor) -> list[Perf]:
+    """The check's performance data; none without a sample (nothing was measured)."""
+    sample = monitor.latest
+    if sample is None:
+        return []
+    engine = monitor.alerts
+    ttfs = [engine.time_to_full(g.index) for g in sample.gpus]
+    known = [t for t in ttfs if t is not None]
+    rules = engine.rules
+    return check_perfdata(
+        sample,
+        engine.active(),
+        memory_warning_pct=rules.memory_warning_pct,
+        memory_critical_pct=rules.memory_critical_pct,
+        time_to_full_s=min(known) if known else None,
+        ttf_horizon_s=rules.ttf_horizon_s,
+    )
 
 
 def _verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
@@ -181,64 +240,108 @@ def fmt(value: float | int | None, spec: str = "", unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
-def snapshot_table(monitor: HostMonitor, now: float, incomplete: Sequence[str] = ()) -> str:
-    """The plain-text ``gpumon snapshot`` view; ``incomplete`` is one line under the
-    header (the sources that did not answer in time)."""
+TEXT_WIDTH = 80  # columns of the text snapshot; None (``--wide``): as long as it takes
+ALERT_MESSAGE_LINES = 3  # an alert's message in the text snapshot: the rest is in --json
+GPU_HEADER = (
+    f"{'GPU':>3}  {'MEMORY GiB':>11} {'MEM%':>6} {'UTIL':>4} {'TEMP':>4} {'POWER W':>9}  HEALTH"
+)
+HEALTH_AT = GPU_HEADER.index("HEALTH")  # where the GPU table's HEALTH column starts
+HEALTH_LINES = 3  # a HEALTH cell's lines at most: its incidents are whole under ALERTS
+
+
+def snapshot_table(
+    monitor: HostMonitor,
+    now: float,
+    incomplete: Sequence[str] = (),
+    width: int | None = TEXT_WIDTH,
+) -> str:
+    """The plain-text ``gpumon snapshot`` view in ``width`` columns (None: no limit, the
+    commands and messages whole): the header with the GPU model, the GPU table, the
+    processes as the dashboard says them (``process_columns``), ALERTS, JOBS, SGLANG and
+    LOGS. ``incomplete`` is one line under the header (the sources that did not answer in
+    time). Long commands are cut with ``…``, long messages wrapped."""
     sample = monitor.latest
     status = monitor.status
     stale = monitor.stale_s(now)
-    head = (
-        f"{monitor.name}  {status.transport}  source {status.source or 'n/a'}  "
-        f"{iso_time(sample.time) if sample else 'no data'}"
-    )
+    head = f"{monitor.name}  {status.transport}  {iso_time(sample.time) if sample else 'no data'}"
     if stale is not None and monitor.is_stale(now):
         head += f"  STALE {stale:.0f}s"
     lines = [head]
+    about = f"source {status.source or 'n/a'}"
+    if sample is not None and sample.gpus:
+        about += f"  {gpu_models(sample.gpus)}"
+    lines += wrap(about, width, indent=2)
     if status.error:
-        lines.append(f"error: {status.error}")
+        lines += wrap(f"error: {printable(status.error)}", width, indent=2)
     if incomplete:
-        lines.append(f"incomplete: {'; '.join(incomplete)}")
+        lines += wrap(f"incomplete: {'; '.join(incomplete)}", width, indent=2)
     if sample is None:
-        return "\n".join(lines)
-    lines.append(
-        f"{'GPU':>3}  {'NAME':<44}  {'MEMORY GiB':>11} {'MEM%':>6}  {'UTIL':>5}  {'TEMP':>5}"
-        f"  {'POWER W':>11}  HEALTH"
-    )
+        return "\n".join(fit_lines(lines, width))
     found = active_incidents(monitor)
     jobs = monitor.workloads.jobs_json()
-    for g in sample.gpus:
-        frac = g.memory_used_fraction
-        mem = f"{_gib(g.memory_used_mib)}/{_gib(g.memory_total_mib)}"
-        power = f"{fmt(g.power_w, '.0f')}/{fmt(g.power_limit_w, '.0f')}"
-        health = gpu_health_text(g, found, jobs)
-        lines.append(
-            f"{g.index:>3}  {(g.name or 'n/a')[:44]:<44}  {mem:>11} "
-            f"{fmt(None if frac is None else frac * 100, '.1f', '%'):>6}  "
-            f"{fmt(g.utilization_pct, '.0f', '%'):>5}  {fmt(g.temperature_c, '.0f', 'C'):>5}"
-            f"  {power:>11}  {health}"
-        )
-    procs = [(g.index, p) for g in sample.gpus for p in sample.processes_for(g)]
-    if procs:
-        lines.append("")
-        lines.append(
-            f"{'GPU':>3}  {'WHERE':<7} {'PID':>8} {'HOST PID':>9} {'USER':<8} {'GiB':>6}  PROCESS"
-        )
-        for idx, p in procs:
-            name = printable(p.command or p.name or "[not visible from here]")
-            where = container_label(p.container) if p.source == "host" else p.source
-            lines.append(
-                f"{idx:>3}  {where[:7]:<7} {fmt(p.pid):>8} {fmt(p.host_pid):>9} "
-                f"{printable(p.user or '-')[:8]:<8} {_gib(p.memory_mib):>6}  {name}"
-            )
-    lines += _alert_lines(monitor, found)
+    lines += _gpu_lines(sample, found, jobs, width)
+    lines += _process_lines(sample, monitor.host.container, width)
+    lines += _alert_lines(monitor, found, width)
     for title, objects in (
         ("JOBS", jobs),
         ("SGLANG", monitor.workloads.sglang_json()),
         ("LOGS", monitor.log_flow_json()),
     ):
         if objects:
-            lines += ["", title, *(f"  {_object_line(o)}" for o in objects)]
-    return "\n".join(lines)
+            lines += ["", title]
+            for o in objects:
+                lines += wrap_pairs(_object_pairs(o), width, lead=2, indent=4)
+    return "\n".join(fit_lines(lines, width))
+
+
+def gpu_models(gpus: Sequence[GpuSample]) -> str:
+    """The GPUs' model once, not on every row: "8 x NVIDIA H200", or by GPU where they
+    differ ("GPU 0-3 NVIDIA A100, GPU 4-7 NVIDIA H100"); "n/a" for a name not reported."""
+    by_name: dict[str, list[int]] = {}
+    for g in gpus:
+        by_name.setdefault(printable(g.name or "n/a"), []).append(g.index)
+    if len(by_name) == 1:
+        name = next(iter(by_name))
+        return f"{len(gpus)} x {name}"
+    return ", ".join(f"GPU {index_ranges(idx)} {name}" for name, idx in by_name.items())
+
+
+def _gpu_lines(
+    sample: HostSample, found: list[Incident], jobs: list[dict[str, Any]], width: int | None
+) -> list[str]:
+    """The GPU table; a HEALTH cell too long for the line goes on under its column."""
+    out = [GPU_HEADER]
+    room = None if width is None else width - HEALTH_AT
+    for g in sample.gpus:  # 143.8/143.8: an H200's 11 columns
+        frac = g.memory_used_fraction
+        mem = f"{_gib(g.memory_used_mib)}/{_gib(g.memory_total_mib)}"
+        power = f"{fmt(g.power_w, '.0f')}/{fmt(g.power_limit_w, '.0f')}"
+        row = (
+            f"{g.index:>3}  {mem:>11} {fmt(None if frac is None else frac * 100, '.1f', '%'):>6} "
+            f"{fmt(g.utilization_pct, '.0f', '%'):>4} {fmt(g.temperature_c, '.0f', 'C'):>4} "
+            f"{power:>9}  "
+        )
+        health = wrap(gpu_health_text(g, found, jobs), room, max_lines=HEALTH_LINES)
+        out.append(row.ljust(HEALTH_AT) + health[0])
+        out += [" " * HEALTH_AT + rest for rest in health[1:]]
+    return out
+
+
+def _process_lines(sample: HostSample, watched: int | None, width: int | None) -> list[str]:
+    """The processes, in the dashboard's words (``process_columns``: ``CT200 861 root``),
+    the command cut with ``…`` to the line."""
+    procs = [(g.index, p) for g in sample.gpus for p in sample.processes_for(g)]
+    if not procs:
+        return []
+    out = ["", f"{'GPU':>3}  {'WHERE':<8} {'PID':<8} {'USER':<8} {'GiB':>6}  COMMAND"]
+    for idx, p in procs:
+        said = process_columns(p, watched)
+        row = (
+            f"{idx:>3}  {cut(said.where, 8):<8} {cut(said.pid, 8):<8} "
+            f"{cut(said.user, 8):<8} {_gib(p.memory_mib):>6}  "
+        )
+        out.append(row + cut(said.command, None if width is None else width - len(row)))
+    return out
 
 
 def _gib(mib: float | None) -> str:
@@ -269,30 +372,47 @@ def gpu_health_text(gpu: GpuSample, found: list[Incident], jobs: list[dict[str, 
     return worst.value + (f" ({'; '.join(unique)})" if unique else "")
 
 
-def _alert_lines(monitor: HostMonitor, found: list[Incident]) -> list[str]:
-    """The ALERTS section: each incident's headline (and fix), then its active alerts as
-    the JSON has them: severity, kind, GPU, job, time, message."""
+def _alert_lines(monitor: HostMonitor, found: list[Incident], width: int | None) -> list[str]:
+    """The ALERTS section: each incident's headline and its fix (on the next line when
+    both do not fit), then its active alerts as the JSON has them: severity, kind, GPU,
+    job, time, then the message (wrapped, at most ``ALERT_MESSAGE_LINES`` lines)."""
     if not found:
         return ["", "ALERTS  none"]
     out = ["", "ALERTS"]
     for incident in found:
         hint = restart_hint(monitor, incident)
-        out.append(f"  {incident.severity.value.upper()}  {printable(line(incident, hint))}")
+        lead = f"  {incident.severity.value.upper()}  "
+        whole = lead + printable(line(incident, hint))
+        if width is None or cells(whole) <= width:
+            out.append(whole)
+        else:
+            out += wrap(lead + printable(incident.headline), width, indent=len(lead))
+            if hint and incident.fix is not None:
+                out += wrap(hint, width, indent=len(lead), lead=len(lead))
         for a in incident.alerts:
             if not a.active:
                 continue
             data = a.to_json()
             gpu = "-" if a.gpu is None else str(a.gpu)
-            out.append(
+            meta = (
                 f"    {data['severity']:<8} {data['kind']:<15} GPU {gpu:<2} "
-                f"{printable(a.job or '-'):<12} {data['time']}  {printable(a.message)}"
+                f"{cut(printable(a.job or '-'), 12):<12} {data['time']}"
             )
+            message = printable(a.message)
+            if " ".join(message.split()) in incident.headline:
+                out.append(meta)  # the headline above says it all
+                continue
+            if width is None:
+                out.append(f"{meta}  {message}")
+                continue
+            out.append(meta)
+            out += wrap(message, width, indent=6, max_lines=ALERT_MESSAGE_LINES, lead=6)
     return out
 
 
-def _object_line(data: dict[str, Any]) -> str:
-    """A snapshot JSON object on one line, its keys in the JSON's order: ``key value``,
-    ``n/a`` for null, lists comma-separated."""
+def _object_pairs(data: dict[str, Any]) -> list[str]:
+    """A snapshot JSON object as ``key value`` pairs, in the JSON's order: ``n/a`` for
+    null, lists comma-separated."""
     parts = []
     for key, value in data.items():
         if value is None:
@@ -304,4 +424,4 @@ def _object_line(data: dict[str, Any]) -> str:
         else:
             text = str(value)
         parts.append(f"{key} {printable(text)}")
-    return "  ".join(parts)
+    return parts

@@ -8,13 +8,15 @@ process accounts for.
   users: a driver PID that is not a process of this namespace keeps its memory but loses
   its ``pid`` (it is someone else's, or the host's number for one of ours);
 - ``foreign``: memory on a GPU held by a process of another container or of the host;
-- ``unattributed_mib``: used memory beyond what the listed processes hold.
+- ``unattributed_mib``: used memory beyond what the listed processes hold;
+- ``process_columns``: a process as the dashboard's process line and ``snapshot``'s
+  process table both say it (where, PID, user, command): one composer for both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample, ProcessSource
@@ -27,6 +29,8 @@ __all__ = [
     "foreign",
     "from_record",
     "holder_text",
+    "index_ranges",
+    "process_columns",
     "process_words",
     "unattributed_mib",
 ]
@@ -144,6 +148,57 @@ def container_label(container: str | None) -> str:
     if container is None:
         return "host"
     return f"CT{container}" if container.isdigit() else container
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessColumns:
+    """One process in words, column by column (every text made printable)."""
+
+    where: str  # CT200 (the watched container's or another's), host, files, ?, docker:3f2a…
+    pid: str  # inside the watched container; "h1234" (host PID) when not in it; "?"
+    user: str  # "?" when not known
+    command: str  # the command line, else the name, else "[not visible from here]"
+
+
+def process_columns(p: GpuProcess, watched: int | None) -> ProcessColumns:
+    """``p`` as the dashboard and ``snapshot`` show it. ``watched``: the Proxmox container
+    gpumon looks from (the host's ``container``): a process seen from inside it is that
+    container's (``CT200``), whatever source listed it; without one, its place is blank."""
+    if p.pid is not None:
+        pid = str(p.pid)
+    elif p.host_pid is not None:
+        pid = f"h{p.host_pid}"
+    else:
+        pid = "?"
+    if p.source == ProcessSource.HOST:
+        where = container_label(p.container)
+    elif p.source == ProcessSource.DEVICE_FILES:
+        where = "files"
+    elif p.pid is None:  # a driver PID that is no process here: whose, nobody can say
+        where = "?"
+    else:
+        where = "" if watched is None else f"CT{watched}"
+    command = printable(p.command or p.name or "[not visible from here]")
+    if p.source == ProcessSource.DEVICE_FILES and p.gpus:
+        command += f"  (uses GPUs {index_ranges(p.gpus)}, device files)"
+    return ProcessColumns(printable(where), pid, printable(p.user or "?"), command)
+
+
+def index_ranges(indexes: Iterable[int]) -> str:
+    """0,1,2,3,5 -> "0-3,5"; "" for none."""
+    out: list[str] = []
+    values = sorted(set(indexes))
+    if not values:
+        return ""
+    start = prev = values[0]
+    for v in [*values[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ",".join(out)
 
 
 def holder_text(p: GpuProcess) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -347,3 +348,9 @@ def test_a_host_side_list_that_does_not_come_is_named_not_replaced_silently(
     assert procs and all(p["source"] != "host" for p in procs)
     text = _gpumon(lab, client_env, "snapshot", "ct200")
     assert "\nincomplete: host processes: no answer in 10 s\n" in text.stdout, text.stdout
+    # The container's own view in the dashboard's words (``process_columns``), not the
+    # source's name cut to ``contain`` (issue 26.4): a driver PID that is no process here
+    # is "?" with its host PID, a device-file user is "files".
+    wheres = {row.split()[1] for row in text.stdout.splitlines() if re.match(r"  \d  ", row)}
+    assert {"?", "files"} <= wheres and "contain" not in wheres, text.stdout
+    assert re.search(r"\n  0  \?        h\d+ +\? +[\d.]+  \[not visible from here\]\n", text.stdout)

@@ -216,7 +216,7 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
     now = time.time()
     data = snapshot_json(monitor, now)
     keys = ["host", "time", "source", "stale_s", "error", "gpus", "alerts", "sglang", "jobs"]
-    assert list(data) == [*keys, "logs", "incomplete"]
+    assert list(data) == [*keys, "logs", "incomplete", "incidents"]
     for flow in data["logs"]:  # the demo job's log, followed by the agent
         assert list(flow) == ["path", "tag", "lines", "lines_dropped", "bytes_skipped"]
         assert flow["lines_dropped"] == 0 and flow["bytes_skipped"] == 0
@@ -241,7 +241,8 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
     code, line = check_verdict(monitor, now)
     assert code == CheckCode.CRITICAL and line.startswith("CRITICAL demo: GPU 4")
     table = snapshot_table(monitor, now)
-    assert "n/a" in table.splitlines()[6] and "critical" in table
+    lost_row = next(row for row in table.splitlines() if row.startswith("  4  "))
+    assert "n/a" in lost_row and "critical" in table
     # Much later the same data is stale: UNKNOWN, not a confident OK.
     code, line = check_verdict(monitor, now + 60)
     assert code == CheckCode.UNKNOWN

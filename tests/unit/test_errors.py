@@ -71,7 +71,9 @@ def test_the_command_line_says_a_refusal_in_one_line(capsys: pytest.CaptureFixtu
     from gpumon.tui.cli import main
 
     assert main(["check", "bad\x1bname"]) == 3  # UNKNOWN, as check promises
+    said = capsys.readouterr()  # check is a Nagios plugin: its verdict on stdout
+    assert said.err == "" and said.out.startswith("UNKNOWN: command line: host ")
     assert main(["snapshot", "bad\x1bname"]) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 2 and all(line.startswith("gpumon: ") for line in lines)
-    assert "\x1b" not in "".join(lines)
+    assert len(lines) == 1 and lines[0].startswith("gpumon: ")
+    assert "\x1b" not in said.out + "".join(lines)

@@ -3,7 +3,8 @@
     gpumon [HOST ...]             the dashboard (``demo`` is the built-in simulated CT200;
                                   no HOST: every configured host)
     gpumon replay FILE            a flight recording in the dashboard (pause, step, speed)
-    gpumon snapshot HOST [--json] one complete sample, as a table or JSON
+    gpumon snapshot HOST [--json|--wide]  one complete sample, as a table (80 columns;
+                                  --wide: whole lines) or JSON
     gpumon check HOST             one summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
     gpumon config check|path      validate the config / say where it is read from
     gpumon restart HOST JOB       stop, wait for free GPUs, start, verify (asks first)
@@ -124,6 +125,12 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
     snap.add_argument("host", metavar="HOST")
     snap.add_argument("--json", action="store_true", help="JSON (keys in the README)")
     snap.add_argument(
+        "--wide",
+        action="store_true",
+        help="the text without the 80-column limit: whole commands and messages on one "
+        "line each (--json has every value too)",
+    )
+    snap.add_argument(
         "--timeout",
         type=float,
         default=20.0,
@@ -231,6 +238,7 @@ async def _one_sample(
 
 def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.monitor import snapshot_json, snapshot_table
+    from gpumon.backends.monitor.report import TEXT_WIDTH
 
     host = resolve_host(config, args.host)
     run = _one_sample(host, _demo_only(args, host), args.timeout)
@@ -238,7 +246,7 @@ def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         print(json.dumps(snapshot_json(monitor, now, incomplete), indent=2))
     else:
-        print(snapshot_table(monitor, now, incomplete))
+        print(snapshot_table(monitor, now, incomplete, width=None if args.wide else TEXT_WIDTH))
     return 0 if monitor.latest is not None else EXIT_UNKNOWN
 
 
@@ -386,8 +394,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         }[command]
         return handler(args, config)
     except GpumonError as e:  # a bad config, an unreachable host, ...: one line, no traceback
+        if command == "check":  # a Nagios plugin: its verdict on stdout, UNKNOWN (3)
+            print(f"UNKNOWN: {e}")
+            return EXIT_UNKNOWN
         print(f"gpumon: {e}", file=sys.stderr)
-        return EXIT_UNKNOWN if command == "check" or _fleet_check(command, args) else EXIT_USAGE
+        return EXIT_UNKNOWN if _fleet_check(command, args) else EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 

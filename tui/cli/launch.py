@@ -9,10 +9,16 @@ early (a bad config, a typo), the early agent is not used and is ended on the wa
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["early_agent_wanted", "main"]
+__all__ = ["EXIT_CLOSED_PIPE", "early_agent_wanted", "main"]
+
+# The exit status when the reader closed stdout early (``gpumon snapshot demo --json |
+# head``): 128 + SIGPIPE, what a shell reports for ``git log | head``'s git (git lets
+# SIGPIPE end it, or raises it itself on EPIPE), so ``set -o pipefail`` sees the same.
+EXIT_CLOSED_PIPE = 141
 
 ONE_SHOTS = ("snapshot", "check")
 # The options of those commands that take a value (the next word is not the host).
@@ -47,8 +53,27 @@ def early_agent_wanted(argv: Sequence[str]) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``gpumon`` command line on ``argv`` (default ``sys.argv[1:]``); its exit
-    status. No early agent outlives it."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    status. No early agent outlives it. A reader that closes stdout early (``| head``)
+    ends it quietly with ``EXIT_CLOSED_PIPE``: no traceback, whatever the command."""
+    try:
+        code = _run(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # a pipe is block-buffered: the last write may fail only here
+    except BrokenPipeError:
+        return _closed_pipe()
+    return code
+
+
+def _closed_pipe() -> int:
+    """The Python docs' recipe (library/signal, "Note on SIGPIPE"): stdout goes to
+    /dev/null, so the interpreter's own flush at exit finds nothing to write and prints
+    no second error; ``EXIT_CLOSED_PIPE``."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
+
+
+def _run(args: list[str]) -> int:
     if not early_agent_wanted(args):
         from .command_line import main as run
 

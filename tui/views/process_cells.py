@@ -15,12 +15,11 @@ from dataclasses import dataclass
 
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample, ProcessSource
 from gpumon.backends.parsers.processes import (
-    container_label,
     foreign,
     holder_text,
+    process_columns,
     unattributed_mib,
 )
-from gpumon.backends.untrusted import printable
 
 from .gpu_cells import Cell, Role, gib
 
@@ -66,33 +65,18 @@ class ProcessLine:
 
 
 def process_line(p: GpuProcess, watched: int | None) -> ProcessLine:
-    if p.pid is not None:
-        pid = str(p.pid)
-    elif p.host_pid is not None:
-        pid = f"h{p.host_pid}"
-    else:
-        pid = "?"
+    """``p`` in the columns ``process_columns`` composes (``snapshot`` says the same)."""
     if p.source == ProcessSource.DEVICE_FILES:
         memory = "?"
     else:
         memory = "n/a" if p.memory_mib is None else f"{gib(p.memory_mib)}G"
-    if p.source == ProcessSource.HOST:
-        where = container_label(p.container)
-    elif p.source == ProcessSource.DEVICE_FILES:
-        where = "files"
-    elif p.pid is None:  # a driver PID that is no process here: whose, nobody can say
-        where = "?"
-    else:
-        where = "" if watched is None else f"CT{watched}"
-    command = printable(p.command or p.name or "[not visible from here]")
-    if p.source == ProcessSource.DEVICE_FILES and p.gpus:
-        command += f"  (uses GPUs {_ranges(p.gpus)}, device files)"
+    said = process_columns(p, watched)
     foreign_one = bool(foreign((p,), watched))
     return ProcessLine(
-        where=where,
-        pid=pid,
-        user=printable(p.user or "?"),
-        command=command,
+        where=said.where,
+        pid=said.pid,
+        user=said.user,
+        command=said.command,
         memory=memory,
         role=Role.WARNING if foreign_one else Role.NORMAL,
         process=p,
@@ -116,18 +100,3 @@ def memory_flag(sample: HostSample, gpu: GpuSample, watched: int | None) -> Cell
     if rest is not None:
         return Cell(f"{gib(rest)} GiB not attributed", Role.MUTED)
     return None
-
-
-def _ranges(indexes: tuple[int, ...]) -> str:
-    """0,1,2,3,5 -> "0-3,5"."""
-    out: list[str] = []
-    values = sorted(set(indexes))
-    start = prev = values[0]
-    for v in [*values[1:], None]:
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ",".join(out)
