@@ -32,7 +32,7 @@ async def test_a_host_that_once_connected_keeps_retrying_when_its_name_fails(
     real = loop.getaddrinfo
     known = {"now": True}
 
-    async def resolver(host: object, *args: Any, **kw: Any) -> Any:
+    async def resolver(host: Any, *args: Any, **kw: Any) -> Any:
         if host == NAME and known["now"]:
             return await real("127.0.0.1", *args, **kw)
         if host == NAME:
@@ -56,9 +56,10 @@ async def test_a_host_that_once_connected_keeps_retrying_when_its_name_fails(
             30,
             lambda: f"the failed lookup said ({monitor.status})",
         )
-        assert monitor.status.state == ConnState.RECONNECTING
-        assert "cannot connect to gpu-a.test" in (monitor.status.error or "")
+        said = monitor.status
+        assert said.state == ConnState.RECONNECTING
+        assert "cannot connect to gpu-a.test" in (said.error or "")
         await asyncio.sleep(1.5)
-        assert monitor.status.state != ConnState.FAILED  # still retrying
+        assert monitor.status.state in (ConnState.RECONNECTING, ConnState.CONNECTING)
     finally:
         await monitor.stop()

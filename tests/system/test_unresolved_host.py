@@ -18,7 +18,7 @@ import pytest
 
 from gpumon.backends.config import load_config, resolve_host
 from gpumon.backends.model import ConnState
-from gpumon.backends.monitor import make_monitor
+from gpumon.backends.monitor import HostMonitor, make_monitor
 from gpumon.backends.transport.ssh import name_unknown
 
 from waiting import until
@@ -70,6 +70,16 @@ def test_only_a_name_the_resolver_does_not_know_is_final() -> None:
     assert not name_unknown(ConnectionRefusedError(111, "Connection refused"))
 
 
+async def _failure(monitor: HostMonitor) -> str:
+    """The error ``monitor``'s one connection attempt ends with."""
+    monitor.start()
+    try:
+        await until(lambda: monitor.status.state == ConnState.FAILED, 10, "FAILED")
+    finally:
+        await monitor.stop()
+    return monitor.status.error or ""
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -84,13 +94,7 @@ async def test_connection_refused_says_to_check_sshd_and_the_port(
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'[hosts.gpu1]\nssh = "root@127.0.0.1"\nport = {port}\n')
     for name, key in (("gpu1", "check the host's `port` key"), (f"root@127.0.0.1:{port}", "")):
-        monitor = make_monitor(resolve_host(load_config(cfg), name), reconnect=False)
-        monitor.start()
-        try:
-            await until(lambda m=monitor: m.status.state == ConnState.FAILED, 10, "refused")
-        finally:
-            await monitor.stop()
-        error = monitor.status.error or ""
+        error = await _failure(make_monitor(resolve_host(load_config(cfg), name), reconnect=False))
         said = f"connection refused: is sshd running on 127.0.0.1 port {port}?"
         assert said in error, error
         assert (key or "check the port (127.0.0.1:PORT)") in error
