@@ -48,6 +48,11 @@ async def test_an_unknown_name_fails_once_with_what_was_tried(
         await wait(pilot, lambda: bool(told), 5, what="the notice")
         await pilot.pause(1.5)  # a retry would have come within a second
         assert monitor.status.state == ConnState.FAILED and asked == ["nosuchhost"]
+        screen = " ".join(s.text.strip() for s in app.screen._compositor.render_strips())
+        assert "✖ failed" in screen  # the header: not "reconnecting #N"
+        # the whole reason where the GPU rows would be (the header line is cut to the width)
+        assert "no sample will come: cannot resolve nosuchhost" in screen
+        assert "start gpumon again" in screen
     said = told[0]  # the connection notice (an alert's toast may follow, cut to fit)
     assert said.startswith("nosuchhost: cannot resolve nosuchhost: name or service not known")
     assert "port 22" in said and f"hosts in {cfg}: ct200" in said
