@@ -16,11 +16,12 @@ from typing import Any
 
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig, SglangConfig
-from gpumon.backends.remote.bootstrap import program_tag
-from gpumon.backends.sim.doctor import simulated_probe_output
 from gpumon.backends.transport.base import RunResult, TransportError
 from gpumon.backends.transport.local import LocalTransport, kill_group
 
+# remote.bootstrap.program_tag("doctor_probe"), spelled out: importing remote here would
+# slow every demo start (a unit test holds them equal)
+PROBE_TAG = "gpumon-doctor_probe"
 SERVERS_START_S = 30.0  # the simulated SGLang servers' start-up, on a loaded machine
 
 
@@ -89,8 +90,10 @@ class SimTransport(LocalTransport):
         """As any transport; the doctor's probe answers for the simulated CT200, not for
         this machine (``sim.doctor``: its nvcc, libnvrtc, driver files, caches, disk)."""
         res = await super().run(argv, input=input, timeout=timeout, on_host=on_host)
-        if program_tag("doctor_probe") not in argv or res.exit_code != 0:
+        if PROBE_TAG not in argv or res.exit_code != 0:
             return res
+        from gpumon.backends.sim.doctor import simulated_probe_output
+
         return RunResult(res.exit_code, simulated_probe_output(res.stdout), res.stderr)
 
     def drafter_job(self) -> JobConfig | None:

@@ -917,3 +917,11 @@ def test_the_probe_output_keeps_its_other_lines_and_a_failed_probe_stays_failed(
     lines = out.splitlines()
     assert lines[0] == "warming up" and json.loads(lines[1])["disk"][0]["path"] == "/"
     assert simulated_probe_output("Traceback: no facts\n") == "Traceback: no facts\n"
+
+
+def test_the_simulator_knows_the_probe_by_its_program_tag() -> None:
+    """The simulator spells the tag out (importing remote at start-up delays the demo)."""
+    from gpumon.backends.remote.bootstrap import program_tag
+    from gpumon.backends.sim.transport import PROBE_TAG
+
+    assert program_tag("doctor_probe") == PROBE_TAG
