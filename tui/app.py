@@ -78,10 +78,12 @@ class GpumonApp(App[int], inherit_bindings=False):
         bell: bool = True,
         session: Session | None = None,
         hub: NotifyHub | None = None,
+        notes: Sequence[str] = (),
     ) -> None:
         super().__init__()
         cache_inner_outer_by_colour()  # no widget's render cache outlives it (textual_fixes)
         self._mounted = False
+        self._notes = tuple(notes)  # warnings from before the start (a config the demo skipped)
         self.hub = hub  # alerts to the [notify.*] notifiers, as `gpumon watch` delivers them
         self._hub_start: asyncio.Task[None] | None = None
         self.monitors = list(monitors)
@@ -125,6 +127,8 @@ class GpumonApp(App[int], inherit_bindings=False):
         self._mounted = True
         if self._theme_problem:
             self.notify(self._theme_problem, title="Theme", severity="warning", timeout=10)
+        for note in self._notes:
+            self.notify(note, title="Config", severity="warning", timeout=20)
         if self._save_theme:
             remember_theme(self.theme)
         if not self.is_headless:
@@ -264,17 +268,24 @@ def run_dashboard(
     interval: float | None = None,
     bell: bool = True,
     notify: NotifySettings | None = None,
+    notes: Sequence[str] = (),
 ) -> int:
     """Run the dashboard on ``hosts`` until the user quits; returns the exit status.
     With ``notify`` notifiers, alerts are delivered as ``gpumon watch`` delivers them
-    (``dashboard_delivery``: "auto" only while no watch runs, "always", "never")."""
+    (``dashboard_delivery``: "auto" only while no watch runs, "always", "never").
+    ``notes`` are shown as warnings once the screen is up."""
     from gpumon.backends.monitor import make_monitor
 
     if interval is not None:
         hosts = [replace(h, interval=interval) for h in hosts]
     monitors = [make_monitor(h, sim) for h in hosts]
     app = GpumonApp(
-        monitors, theme=theme, read_only=read_only, bell=bell, hub=dashboard_hub(notify)
+        monitors,
+        theme=theme,
+        read_only=read_only,
+        bell=bell,
+        hub=dashboard_hub(notify),
+        notes=notes,
     )
     return run_app(app)
 

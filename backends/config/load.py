@@ -23,6 +23,7 @@ from gpumon.backends.config.files import regular_file
 from gpumon.backends.config.fleet import FleetConfig, fleet_tables
 from gpumon.backends.config.limits import HOST_MAX, MAX_DEPTH, MAX_FILE_BYTES, check_shape, cut
 from gpumon.backends.config.limits import show as _show
+from gpumon.backends.config.lines import key_line, toml_error_line
 from gpumon.backends.config.schema import Invalid as _Invalid
 from gpumon.backends.config.schema import (
     KeySpec,
@@ -54,12 +55,24 @@ DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl"
 class ConfigError(GpumonError):
     """A config file or host name that gpumon refuses; ``str()`` is the whole message.
 
-    ``source`` is the file (or "command line"), ``key`` the dotted key, when known.
+    ``source`` is the file (or "command line"), ``key`` the dotted key, ``line`` the file's
+    line (1-based), when known: said last, ``config.toml: hosts.gpu1.port: ... (line 12)``
+    (tomllib's own message already ends ``(at line 3, column 12)``).
     """
 
-    def __init__(self, problem: str, *, source: str | None = None, key: str | None = None):
-        self.problem, self.source, self.key = problem, source, key
-        super().__init__(": ".join(p for p in (source, key, problem) if p))
+    def __init__(
+        self,
+        problem: str,
+        *,
+        source: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+    ):
+        self.problem, self.source, self.key, self.line = problem, source, key, line
+        text = ": ".join(p for p in (source, key, problem) if p)
+        if line is not None and f"line {line}" not in problem:
+            text += f" (line {line})"
+        super().__init__(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +103,9 @@ class HostConfig:
     jobs: tuple[JobConfig, ...] = ()
     alerts: AlertRules = field(default_factory=AlertRules)
     source: str = COMMAND_LINE
+    # A name given on the command line: the config read and its hosts, said when the name
+    # does not resolve (it may be a typo of one of them).
+    config_note: str = ""
 
     def job(self, name: str) -> JobConfig | None:
         return next((j for j in self.jobs if j.name == name), None)
@@ -355,11 +371,13 @@ def load_config(
         problem = f"larger than {MAX_FILE_BYTES >> 20} MiB; a config is a few KiB"
         raise ConfigError(problem, source=source)
     try:
-        doc = tomllib.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        doc = tomllib.loads(text)
     except UnicodeDecodeError as e:
         raise ConfigError(f"not UTF-8 text (byte {e.start})", source=source) from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"invalid TOML: {e}", source=source) from None
+        line = toml_error_line(str(e))
+        raise ConfigError(f"invalid TOML: {e}", source=source, line=line) from None
     except RecursionError:  # the reader recurses once per level of [[[...]]] or {a={...}}
         problem = f"tables and arrays nested too deeply to read (at most {MAX_DEPTH} levels)"
         raise ConfigError(problem, source=source) from None
@@ -380,7 +398,8 @@ def load_config(
             notify = notify_settings(top.get("notify"), top.get("watch"))
         fleets = {n: replace(f, source=source) for n, f in top.get("fleet", {}).items()}
     except _Invalid as e:
-        raise ConfigError(e.problem, source=source, key=_dotted(e.path)) from None
+        line = key_line(text, e.path)
+        raise ConfigError(e.problem, source=source, key=_dotted(e.path), line=line) from None
     return Config(
         path=path,
         hosts=hosts,
@@ -448,7 +467,20 @@ def resolve_host(config: Config, name: str) -> HostConfig:
             f"host {_show(name)}: not a configured host {where}, demo or local; {why}",
             source=COMMAND_LINE,
         ) from None
-    return _build_host(name, {"ssh": target}, config.defaults, COMMAND_LINE)
+    host = _build_host(name, {"ssh": target}, config.defaults, COMMAND_LINE)
+    return replace(host, config_note=_config_note(config))
+
+
+def _config_note(config: Config) -> str:
+    """``hosts in /x/config.toml: gpu1, gpu2 (built in: demo, local)``, or that the file has
+    none, or that there is no file (and where it was looked for)."""
+    builtin = f"(built in: {', '.join(BUILTIN_HOSTS)})"
+    if config.path is None:
+        looked = f" at {config.searched}" if config.searched is not None else ""
+        return f"no config file{looked} {builtin}"
+    if not config.hosts:
+        return f"no hosts in {config.path} {builtin}"
+    return f"hosts in {config.path}: {', '.join(sorted(config.hosts))} {builtin}"
 
 
 # --- showing ---------------------------------------------------------------------------

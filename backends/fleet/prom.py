@@ -26,7 +26,7 @@ import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpcore
 
@@ -140,6 +140,21 @@ def parse_response(status: int, body: bytes, what: str) -> tuple[list[Series], l
 def _series(metric: Mapping[str, Any], points: Sequence[Sequence[Any]]) -> Series:
     labels = {str(k): str(v) for k, v in metric.items()}
     return Series(labels, tuple((float(t), parse_value(v)) for t, v in points))
+
+
+class QueryClient(Protocol):
+    """What ``FleetSource`` asks of a client: ``PrometheusClient``, or the demo fleet's
+    simulated answers (``fleet.demo``)."""
+
+    async def query(self, expr: str, at: float | None = None) -> list[Series]: ...
+
+    async def query_range(
+        self, expr: str, start: float, end: float, step: float
+    ) -> list[Series]: ...
+
+    def take_stats(self) -> QueryStats: ...
+
+    async def close(self) -> None: ...
 
 
 class PrometheusClient:

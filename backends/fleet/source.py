@@ -22,6 +22,7 @@ from gpumon.backends.fleet.prom import (
     PrometheusClient,
     PrometheusError,
     PrometheusUnreachable,
+    QueryClient,
     QueryStats,
     Series,
     finite,
@@ -99,7 +100,7 @@ class FleetSource:
         self,
         fleet: FleetConfig,
         *,
-        client: PrometheusClient | None = None,
+        client: QueryClient | None = None,
         clock: Callable[[], float] = time.time,
         env: Mapping[str, str] | None = None,
         queries: FleetQueries | None = None,
@@ -115,7 +116,7 @@ class FleetSource:
             client = PrometheusClient(
                 fleet.prometheus, headers=headers, basic_auth=basic, timeout=fleet.timeout
             )
-        self.client = client
+        self.client: QueryClient = client
         self.clock = clock
         self.spark_columns = SPARK_COLUMNS
         self.last: FleetSnapshot | None = None

@@ -16,9 +16,12 @@ from typing import Any
 
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig, SglangConfig
-from gpumon.backends.transport.base import TransportError
+from gpumon.backends.transport.base import RunResult, TransportError
 from gpumon.backends.transport.local import LocalTransport, kill_group
 
+# remote.bootstrap.program_tag("doctor_probe"), spelled out: importing remote here would
+# slow every demo start (a unit test holds them equal)
+PROBE_TAG = "gpumon-doctor_probe"
 SERVERS_START_S = 30.0  # the simulated SGLang servers' start-up, on a loaded machine
 
 
@@ -75,6 +78,23 @@ class SimTransport(LocalTransport):
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """The simulated CT 200 and its host are this machine: no ``pct exec``."""
         return list(argv)
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        timeout: float = 30.0,
+        on_host: bool = False,
+    ) -> RunResult:
+        """As any transport; the doctor's probe answers for the simulated CT200, not for
+        this machine (``sim.doctor``: its nvcc, libnvrtc, driver files, caches, disk)."""
+        res = await super().run(argv, input=input, timeout=timeout, on_host=on_host)
+        if PROBE_TAG not in argv or res.exit_code != 0:
+            return res
+        from gpumon.backends.sim.doctor import simulated_probe_output
+
+        return RunResult(res.exit_code, simulated_probe_output(res.stdout), res.stderr)
 
     def drafter_job(self) -> JobConfig | None:
         """The simulated drafter as a restartable job (None outside ``TRAINING_SCENARIOS``)."""

@@ -33,10 +33,13 @@ REAP_S = 10.0  # how long a killed process may take to be reaped (seconds on a l
 class TransportError(GpumonError):
     """A machine could not be reached or refused us; the message is for the user."""
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, permanent: bool = False, final: bool = False) -> None:
         # The message often quotes the machine (an SSH disconnect reason, a tool's error).
         super().__init__(printable_text(message))
         self.permanent = permanent  # retrying will not help without a change (auth, host key)
+        # Nothing to retry: the machine was never reached and cannot be (its name does not
+        # resolve on the first try); the source stops (FAILED) instead of retrying forever.
+        self.final = final
 
 
 @dataclass(frozen=True, slots=True)

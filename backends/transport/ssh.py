@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import os
 import re
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +26,7 @@ from gpumon.backends.config.files import (
     FileRefused,
     read_bounded,
 )
-from gpumon.backends.config.load import HostConfig
+from gpumon.backends.config.load import COMMAND_LINE, HostConfig
 from gpumon.backends.transport.base import ProcessStream, Transport, TransportError, ssh_command
 
 if TYPE_CHECKING:
@@ -124,6 +126,7 @@ class SshTransport(Transport):
         super().__init__(host)
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
+        self._connected_once = False  # a name that resolved once may be a DNS outage later
 
     @property
     def known_hosts(self) -> Path:
@@ -134,6 +137,7 @@ class SshTransport(Transport):
             if self._conn is not None and not self._conn.is_closed():
                 return
             self._conn = await self._connect()
+            self._connected_once = True
 
     def probe_link(self) -> bool:
         """asyncssh's keepalive, quickened: a request every LINK_PROBE_S while nothing is
@@ -214,8 +218,13 @@ class SshTransport(Transport):
         except TimeoutError as e:
             raise TransportError(f"no answer from {target} within {h.connect_timeout:g} s") from e
         except OSError as e:
+            if name_unknown(e) and not self._connected_once:
+                raise TransportError(unresolved_message(h, e), final=True) from e
             port = f" port {h.port}" if h.port else ""
-            raise TransportError(f"cannot connect to {target}{port}: {os_reason(e)}") from e
+            text = f"cannot connect to {target}{port}: {os_reason(e)}"
+            if os_reason(e) == "connection refused":
+                text += refused_hint(h)
+            raise TransportError(text) from e
         except asyncssh.Error as e:
             raise TransportError(f"SSH to {target} failed: {e.reason}") from e
 
@@ -256,15 +265,51 @@ class SshTransport(Transport):
                 await asyncio.wait_for(conn.wait_closed(), 2.0)
 
 
+def name_unknown(error: OSError) -> bool:
+    """Whether ``error`` is the resolver saying the name does not exist (EAI_NONAME,
+    EAI_NODATA): not a temporary failure (EAI_AGAIN), which a retry may get past."""
+    codes = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, n)}
+    return isinstance(error, socket.gaierror) and error.errno in codes
+
+
+def _tried(h: HostConfig) -> str:
+    """Who connects where: ``user root, port 22`` (this machine's user and port 22 when
+    the host sets neither and the ssh config does not either)."""
+    user = h.user or f"{getpass.getuser()} (unless the ssh config says)"
+    port = h.port or 22
+    return f"user {user}, port {port}"
+
+
+def unresolved_message(h: HostConfig, error: OSError) -> str:
+    """The first connection's "no such name", with what was tried and where to look."""
+    target = h.ssh_host or h.name
+    if h.source == COMMAND_LINE:
+        where = "from the command line"
+    else:
+        where = f"[hosts.{h.name}] in {h.source}"
+    text = f"cannot resolve {target}: {os_reason(error)} (tried ssh {target}: {_tried(h)}; {where})"
+    if h.config_note:
+        text += f"; {h.config_note}"
+    return text + "; not retried: fix the name, then start gpumon again"
+
+
+def refused_hint(h: HostConfig) -> str:
+    """What to check when nothing listens on the SSH port."""
+    target = h.ssh_host or h.name
+    port = h.port or 22
+    key = "the host's `port` key" if h.source != COMMAND_LINE else f"the port ({target}:PORT)"
+    return f": is sshd running on {target} port {port}? check {key}"
+
+
 def os_reason(error: OSError) -> str:
     """An OSError in words, one sentence: "connection refused", "name or service not
     known", never asyncio's "Connect call failed ('127.0.0.1', 22)" or its "Multiple
     exceptions: [Errno 111] ..., [Errno 99] ..." listing (the first errno said once)."""
-    errno = error.errno
-    if errno is None:
+    code = error.errno
+    if code is None:
         found = re.search(r"\[Errno (\d+)\]", str(error))
-        errno = int(found.group(1)) if found else None
-    if errno is not None and errno > 0:
-        return os.strerror(errno).lower()
+        code = int(found.group(1)) if found else None
+    if code is not None and code > 0:
+        return os.strerror(code).lower()
     text = str(error.strerror or error) or type(error).__name__
     return text[:1].lower() + text[1:]

@@ -326,3 +326,26 @@ def test_the_story_from_the_oom_to_the_fix_in_one_key(
         30,
         "GPUs 5-7 filling up again",
     )
+
+
+def test_a_config_gpumon_refuses_does_not_stop_the_demo(tmux: Tmux, tmp_path: Path) -> None:
+    """The demo needs no config: a broken one is a warning on the screen (with its line),
+    and the simulated machine comes up as always."""
+    config = tmp_path / "config" / "gpumon" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[hosts.gpu1]\nssh = "root@gpu1"\nintervall = 2\n')
+    tmux.start([str(GPUMON), "demo"], 120, 40)
+    lines = tmux.wait_for(lambda s: len(gpu_rows(s)) == 8, 20, "8 GPU rows")
+    text = tmux.wait_for(lambda s: "(line 3)" in "\n".join(s), 10, "the config warning")
+    said = " ".join(line.strip(" ▌▐") for line in text)
+    assert "hosts.gpu1.intervall" in said and "the demo needs no config" in said
+    assert lines[0].startswith("demo")
+
+
+def test_fleet_demo_without_config_or_prometheus(tmux: Tmux) -> None:
+    tmux.start([str(GPUMON), "fleet", "demo"], 100, 30)
+    lines = tmux.wait_for(lambda s: "50 nodes" in "\n".join(s), 20, "the simulated fleet")
+    text = "\n".join(lines)
+    assert "fleet demo" in text and "2 critical  2 warning" in text
+    assert "gpu-node-17" in text and "Xid 79" in text
+    assert "UNREACHABLE" not in text

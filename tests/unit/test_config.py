@@ -127,9 +127,37 @@ def test_unreadable_and_non_utf8_files_are_errors(tmp_path: Path) -> None:
 def test_toml_syntax_error_names_file_line_and_column(tmp_path: Path) -> None:
     path, err = refusal(tmp_path, '[hosts.ct200]\nssh = "root@pve1"\ninterval = \n')
     assert str(err).startswith(f"{path}: invalid TOML: ")
-    assert "line 3" in str(err)
+    assert str(err).count("line 3") == 1
     assert "column" in str(err)
-    assert err.source == str(path)
+    assert err.source == str(path) and err.line == 3
+
+
+def test_a_refused_key_names_its_line(tmp_path: Path) -> None:
+    """A value the schema refuses (tomllib keeps no positions) is found in the text: the
+    key's own line, a key inside an inline table by the table's line, a missing key by its
+    table's header; quoted names and comments do not mislead the search."""
+    text = (
+        "# gpumon\n"
+        "[defaults]\n"
+        "interval = 2\n"
+        "\n"
+        '[hosts."gpu1"]  # quoted\n'
+        'ssh = "root@gpu1"\n'
+        'port = "22"\n'
+    )
+    path, err = refusal(tmp_path, text)
+    expected = 'expected an integer port 1..65535, got "22"'
+    assert str(err) == f"{path}: hosts.gpu1.port: {expected} (line 7)"
+    assert err.line == 7
+    _, err = refusal(tmp_path, "[hosts.gpu1]\nssh = 'a'\nintervall = 2\n")
+    assert err.key == "hosts.gpu1.intervall" and err.line == 3
+    _, err = refusal(tmp_path, text.replace('"gpu1"', '"gpu 1"'))  # not a host name
+    assert err.key == 'hosts."gpu 1"' and err.line == 5
+    _, err = refusal(tmp_path, "[hosts.a]\nssh = 'a'\n\n[fleet.lab]\nrefresh = 5\n")
+    assert err.key == "fleet.lab.prometheus" and err.line == 4, str(err)  # missing: its table
+    fleet = '[fleet.lab]\nprometheus = "http://p:9090"\nbasic_auth = { user = 1 }\n'
+    _, err = refusal(tmp_path, fleet)
+    assert err.key is not None and err.key.startswith("fleet.lab.basic_auth") and err.line == 3
 
 
 # --- what it accepts -------------------------------------------------------------------
@@ -332,7 +360,7 @@ def test_refusals_name_file_key_and_expectation(
 def test_the_issue_example_message_exactly(tmp_path: Path) -> None:
     path, err = refusal(tmp_path, '[hosts.ct200]\nssh = "root@pve1"\ninterval = "fast"\n')
     expected = 'expected a number of seconds between 0.1 and 3600, got "fast"'
-    assert str(err) == f"{path}: hosts.ct200.interval: {expected}"
+    assert str(err) == f"{path}: hosts.ct200.interval: {expected} (line 3)"
 
 
 # --- names on the command line -----------------------------------------------------------

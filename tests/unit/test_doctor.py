@@ -3,6 +3,7 @@ probe run for real (its bootstrap, /proc, a real CPU torch) is tests/system/test
 
 from __future__ import annotations
 
+import json
 import struct
 import sys
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from gpumon.backends.remote import doctor_probe, doctor_probe_fs
+from gpumon.backends.sim.doctor import simulated_facts, simulated_probe_output
 from gpumon.backends.torchenv import (
     STATUSES,
     DoctorReport,
@@ -858,3 +860,68 @@ def test_the_doctor_says_which_watched_logs_cannot_be_read(tmp_path: Path) -> No
     assert f"{bad}: Is a directory" in check.evidence
     ok = check_logs(Facts({"logs": log_facts([str(good), str(tmp_path / "later.log")])}))
     assert (ok.status, ok.evidence) == ("ok", "1 readable, 1 not there yet")
+
+
+# --- the demo's doctor (sim.doctor): the simulated CT200's facts, not this machine's ----
+
+SIM_ARCHS = ["sm_80", "sm_90", "sm_100", "sm_120"]
+
+
+def this_machine(facts: dict[str, Any]) -> dict[str, Any]:
+    """The probe's facts as a machine with its own CUDA 13 toolkit would give them."""
+    facts["extras"].update(
+        env={"CUDA_HOME": "/opt/cuda-13", "LD_LIBRARY_PATH": "/opt/x", "CUDA_PATH": None},
+        nvcc={
+            "venv": [],
+            "which": "/usr/local/bin/nvcc",
+            "versions": {"/usr/local/bin/nvcc": "13.0"},
+        },
+        cuda_home={"path": "/opt/cuda-13", "nvcc": False, "include": True, "default_nvcc": False},
+        nvrtc={"loaded": {"libnvrtc.so.13": True, "libnvrtc.so.12": "not found"}, "files": []},
+    )
+    facts["gpu"].update(driver_module="575.1", libcuda="/usr/lib64/libcuda.so.575.1")
+    facts["disk"] = [{"path": "/home", "dev": 1, "free": 3 << 30, "total": 8 << 30}]
+    return facts
+
+
+def said(facts: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c.name: (c.status, c.evidence) for c in evaluate(facts, host="demo")}
+
+
+def test_the_same_answers_whatever_this_machine_has() -> None:
+    facts = ct200()
+    _variant("cu128", "12.8", SIM_ARCHS)(facts)
+    one = said(simulated_facts(this_machine(json.loads(json.dumps(facts)))))
+    two = said(simulated_facts(json.loads(json.dumps(facts))))
+    assert one == two
+    assert one["nvcc"] == ("ok", "/usr/local/cuda/bin/nvcc (release 12.8)")
+    assert one["libnvrtc"] == ("ok", "ctypes.CDLL('libnvrtc.so.12') loads")
+    assert one["disk"] == ("ok", "412.0 GiB free at /")
+    assert one["driver userspace"][0] == "ok"
+    assert "/opt/cuda-13" not in str(one) and "575.1" not in str(one)
+
+
+def test_after_the_swap_to_cu130_the_cuda_12_toolkit_is_said() -> None:
+    facts = ct200()
+    _variant("cu130", "13.0", SIM_ARCHS)(facts)
+    checks = said(simulated_facts(facts))
+    assert checks["nvcc"][0] == "warning" and "not CUDA 13" in checks["nvcc"][1]
+    assert (
+        checks["libnvrtc"][0] == "warning"
+        and "libnvrtc.so.13 not loadable" in checks["libnvrtc"][1]
+    )
+
+
+def test_the_probe_output_keeps_its_other_lines_and_a_failed_probe_stays_failed() -> None:
+    out = simulated_probe_output('warming up\n{"probe": 1, "disk": []}\n')
+    lines = out.splitlines()
+    assert lines[0] == "warming up" and json.loads(lines[1])["disk"][0]["path"] == "/"
+    assert simulated_probe_output("Traceback: no facts\n") == "Traceback: no facts\n"
+
+
+def test_the_simulator_knows_the_probe_by_its_program_tag() -> None:
+    """The simulator spells the tag out (importing remote at start-up delays the demo)."""
+    from gpumon.backends.remote.bootstrap import program_tag
+    from gpumon.backends.sim.transport import PROBE_TAG
+
+    assert program_tag("doctor_probe") == PROBE_TAG

@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
+from gpumon.backends.config import Config, ConfigError, HostConfig, load_config, resolve_host
 from gpumon.backends.errors import GpumonError
 from gpumon.tui.cli import bundle as cli_bundle
 from gpumon.tui.cli import fleet as cli_fleet
@@ -324,6 +324,7 @@ def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
         interval=args.interval,
         bell=not args.no_bell,
         notify=config.notify,
+        notes=args.notes,
     )
 
 
@@ -354,6 +355,31 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return run_app(GpumonApp([monitor], theme=args.theme, read_only=True, bell=False))
 
 
+def _demo_alone(command: str | None, args: Any) -> bool:
+    """Whether the command acts on the demo alone (``gpumon demo``, ``snapshot demo``,
+    ``check demo``, ``fleet demo``), which needs no config."""
+    if command is None:
+        return list(dict.fromkeys(args.hosts)) == ["demo"]
+    if command in ("snapshot", "check"):
+        return bool(args.host == "demo")
+    return command == "fleet" and args.name == "demo"
+
+
+def _config_for(command: str | None, args: Any) -> Config:
+    """The config. For the demo alone, a config gpumon refuses is a warning (stderr, and
+    on the screen: ``args.notes``) and the demo goes on without it; else ConfigError."""
+    args.notes = []
+    try:
+        return load_config(args.config)
+    except ConfigError as e:
+        if not _demo_alone(command, args):
+            raise
+        note = f"{e}; not used: the demo needs no config"
+        print(f"gpumon: warning: {note}", file=sys.stderr)
+        args.notes.append(note)
+        return Config(path=None)
+
+
 def _fleet_check(command: str | None, args: Any) -> bool:
     """``gpumon fleet --check`` is a Nagios plugin too: its failures are UNKNOWN (3)."""
     return command == "fleet" and bool(getattr(args, "check", False))
@@ -382,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 130
     try:
-        config = load_config(args.config)
+        config = _config_for(command, args)
         handler = {
             "snapshot": _cmd_snapshot,
             "check": _cmd_check,

@@ -4,6 +4,10 @@ without a terminal.
     gpumon fleet [NAME]          the fleet screen (NAME may be left out with one fleet)
     gpumon fleet NAME --json     one refresh, one object per node (keys in the README)
     gpumon fleet NAME --check    Nagios: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
+    gpumon fleet demo [...]      a simulated fleet of 50 nodes: no config, no Prometheus
+
+``demo`` is the built-in simulated fleet (``backends/fleet/demo.py``) unless the config
+has a ``[fleet.demo]`` of its own (a fleet so named before the demo existed keeps working).
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from typing import TYPE_CHECKING
 
 from gpumon.backends.config import Config, ConfigError, FleetConfig
 
+DEMO = "demo"
+
 if TYPE_CHECKING:
-    from gpumon.backends.fleet import FleetSnapshot
+    from gpumon.backends.fleet import FleetSnapshot, FleetSource
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Many GPU nodes from Prometheus (dcgm-exporter, gpumon watch), sorted by "
         "trouble; Enter opens a node's live dashboard. Configure [fleet.NAME] in the config.",
     )
-    parser.add_argument("name", nargs="?", metavar="NAME", help="a [fleet.NAME] of the config")
+    parser.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        help="a [fleet.NAME] of the config, or 'demo' (a simulated fleet, no Prometheus)",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--json", action="store_true", help="print one refresh as JSON and exit")
     mode.add_argument(
@@ -48,10 +59,24 @@ def pick_fleet(config: Config, name: str | None) -> FleetConfig:
     return config.fleets[name]
 
 
-async def _one_refresh(fleet: FleetConfig) -> FleetSnapshot:
+def is_demo(config: Config, name: str | None) -> bool:
+    """Whether ``name`` is the built-in simulated fleet (no ``[fleet.demo]`` configured)."""
+    return name == DEMO and DEMO not in config.fleets
+
+
+def fleet_source(config: Config, name: str | None) -> FleetSource:
+    """The source of the fleet ``name`` names: the simulated one for ``demo``, else
+    Prometheus as its ``[fleet.NAME]`` says (ConfigError when there is none)."""
+    if is_demo(config, name):
+        from gpumon.backends.fleet.demo import demo_source
+
+        return demo_source()
     from gpumon.backends.fleet import FleetSource
 
-    source = FleetSource(fleet)
+    return FleetSource(pick_fleet(config, name))
+
+
+async def _one_refresh(source: FleetSource) -> FleetSnapshot:
     try:
         return await source.refresh()
     finally:
@@ -59,18 +84,20 @@ async def _one_refresh(fleet: FleetConfig) -> FleetSnapshot:
 
 
 def cmd_fleet(args: argparse.Namespace, config: Config) -> int:
-    fleet = pick_fleet(config, args.name)
+    source = fleet_source(config, args.name)
     if args.json or args.check:
         from gpumon.backends.fleet import fleet_check, fleet_json
 
-        snap = asyncio.run(_one_refresh(fleet))
+        snap = asyncio.run(_one_refresh(source))
         if args.json:
             print(json.dumps(fleet_json(snap), indent=2))
             return 0 if snap.error is None else 3
         code, line = fleet_check(snap)
         print(line)
         return int(code)
-    from gpumon.backends.fleet import FleetSource
     from gpumon.tui.fleet.app import run_fleet
 
-    return run_fleet(config, FleetSource(fleet), theme=args.theme, read_only=args.read_only)
+    # The demo's nodes open their GPUs from the simulated answers, never a configured host.
+    shown = Config(path=None) if is_demo(config, args.name) else config
+    notes = getattr(args, "notes", ())  # a config the demo did not use (command_line)
+    return run_fleet(shown, source, theme=args.theme, read_only=args.read_only, notes=notes)

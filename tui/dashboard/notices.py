@@ -13,6 +13,7 @@ from textual.notifications import SeverityLevel
 from gpumon.backends.model import ConnState
 
 _DOWN = (ConnState.RECONNECTING, ConnState.FAILED)
+_SAYS_CANNOT = ("cannot connect", "cannot resolve")  # the transport's errors that say it
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,6 @@ class ConnectionWatch:
             self._told_cannot_connect = True
             # the transport's error already says it could not connect ("cannot connect to
             # pve1 port 22: connection refused"): one sentence, not "cannot connect" twice
-            said = why if why.startswith("cannot connect") else f"cannot connect: {why}"
+            said = why if why.startswith(_SAYS_CANNOT) else f"cannot connect: {why}"
             return Notice(f"{self.name}: {said}", "Not connected", "error", 10)
         return None

@@ -7,6 +7,7 @@ started for it, stopped on Esc); any other node opens its GPUs from Prometheus a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import ClassVar
 
@@ -59,8 +60,9 @@ class FleetApp(GpumonApp):
         theme: str | None = None,
         read_only: bool = False,
         bell: bool = True,
+        notes: Sequence[str] = (),
     ) -> None:
-        super().__init__([], theme=theme, read_only=read_only, bell=bell)
+        super().__init__([], theme=theme, read_only=read_only, bell=bell, notes=notes)
         self.config = config
         self.source = source
         self.read_only = read_only
@@ -129,7 +131,14 @@ class FleetApp(GpumonApp):
         self.push_screen(HelpScreen(help_rows([("Fleet", FleetScreen.BINDINGS)])))
 
 
-def run_fleet(config: Config, source: FleetSource, *, theme: str | None, read_only: bool) -> int:
-    app = FleetApp(config, source, theme=theme, read_only=read_only)
+def run_fleet(
+    config: Config,
+    source: FleetSource,
+    *,
+    theme: str | None,
+    read_only: bool,
+    notes: Sequence[str] = (),
+) -> int:
+    app = FleetApp(config, source, theme=theme, read_only=read_only, notes=notes)
     app.run()
     return app.return_code or 0

@@ -129,7 +129,7 @@ class HostSection(Vertical):
 
     DEFAULT_CSS = """
     HostSection { height: auto; }
-    HostSection > .waiting { height: 1; }
+    HostSection > .waiting { height: auto; }
     HostSection > .host-line { height: 1; }
     """
 
@@ -253,7 +253,7 @@ class HostSection(Vertical):
         if shown is None:
             self.titles.display = False
             self.waiting.display = True
-            self.waiting.update(Text(f"  waiting for the first sample from {m.name}…", "italic"))
+            self.waiting.update(waiting_text(m))
             return
         self.titles.display = True
         self.waiting.display = False
@@ -408,3 +408,12 @@ def _restyle(
 
 
 _NO_PROCESSES = Cell("", Role.MUTED)
+
+
+def waiting_text(m: HostMonitor) -> Text:
+    """What stands in the GPU rows' place before the first sample: waiting for it, or, on a
+    host gpumon gave up on (FAILED: a name that never resolved), the whole reason (the
+    header line above is cut to the width) and that no sample will come."""
+    if m.status.state != ConnState.FAILED:
+        return Text(f"  waiting for the first sample from {m.name}…", "italic")
+    return Text(f"  no sample will come: {m.status.error or 'the connection failed'}", "italic")

@@ -37,7 +37,8 @@ def backoff_delay(attempt: int, rng: random.Random) -> float:
 
 class TransportSource(Source):
     """Sessions over ``transport``, reconnecting after each (``reconnect=False``: one
-    session, then the monitor is FAILED with the reason)."""
+    session, then the monitor is FAILED with the reason; so too after a ``final`` error,
+    such as a name that never resolved)."""
 
     def __init__(self, transport: Transport, *, reconnect: bool = True) -> None:
         self.transport: Transport = transport
@@ -60,7 +61,7 @@ class TransportSource(Source):
         while True:
             state = ConnState.CONNECTING if attempt == 0 else ConnState.RECONNECTING
             sink.ingest_status(state, error=sink.status.error, attempt=attempt)
-            permanent = False
+            permanent = final = False
             try:
                 await self.transport.connect()
                 got_data = await self.session(sink)
@@ -68,7 +69,7 @@ class TransportSource(Source):
                 if got_data:
                     attempt = failures = 0
             except TransportError as e:
-                error, permanent = str(e), e.permanent
+                error, permanent, final = str(e), e.permanent, e.final
             except OSError as e:
                 error = f"connection failed: {e}"
             finally:
@@ -77,7 +78,7 @@ class TransportSource(Source):
                 await self.transport.close()
             attempt += 1
             failures += 1
-            if not self.reconnect:
+            if not self.reconnect or final:
                 sink.ingest_status(ConnState.FAILED, error=error, attempt=attempt)
                 return
             delay = BACKOFF_CAP_S if permanent else backoff_delay(failures, self._rng)

@@ -1,0 +1,67 @@
+"""The simulated fleet (``gpumon fleet demo``) through the real source and rules: 50
+nodes, the same on every machine, one Xid, one idle-held GPU, two full and hot nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpumon.backends.fleet import PrometheusError, Severity, fleet_check, sort_rows
+from gpumon.backends.fleet.demo import (
+    DEMO_HOT_NODES,
+    DEMO_IDLE_NODE,
+    DEMO_XID_NODE,
+    SimulatedPrometheus,
+    demo_source,
+)
+from gpumon.backends.fleet.queries import FleetQueries
+from gpumon.backends.fleet.report import CheckCode
+
+T0 = 1_800_000_000.0
+
+
+def clock() -> float:
+    return T0
+
+
+async def test_fifty_nodes_judged_by_the_fleet_rules() -> None:
+    snap = await demo_source(clock).refresh()
+    assert snap.error is None and not snap.unreachable
+    assert len(snap.rows) == 50
+    rows = {r.node: r for r in snap.rows}
+    xid = rows[DEMO_XID_NODE]
+    assert (xid.severity, xid.xid_last, xid.xid_gpus) == (Severity.CRITICAL, 79, 1)
+    assert xid.problems[0].message.startswith("Xid 79 on 1 GPU in the last 15 min")
+    idle = rows[DEMO_IDLE_NODE]
+    assert [p.rule for p in idle.problems] == ["idle-allocated"] and idle.idle_allocated == 1
+    for node in DEMO_HOT_NODES:
+        hot = rows[node]
+        assert hot.mem_fullest is not None and hot.mem_fullest > 0.99
+        assert hot.temp_max is not None and hot.temp_max >= 86
+        assert [p.rule for p in hot.problems] == ["gpumon-alerts"]
+    calm = [r for r in snap.rows if r.node not in {DEMO_XID_NODE, DEMO_IDLE_NODE, *DEMO_HOT_NODES}]
+    assert all(r.severity == Severity.OK for r in calm)
+    assert all(r.gpus == 8 and r.current and r.age(T0) is not None for r in snap.rows)
+    assert all(len(r.spark) == 20 and None not in r.spark for r in snap.rows)
+    worst = [r.node for r in sort_rows(list(snap.rows), "trouble", T0)[:4]]
+    assert set(worst) == {DEMO_XID_NODE, DEMO_IDLE_NODE, *DEMO_HOT_NODES}
+    code, line = fleet_check(snap)
+    assert code == CheckCode.CRITICAL and "2 critical, 2 warning of 50 nodes" in line
+
+
+async def test_the_same_fleet_everywhere() -> None:
+    one, two = await demo_source(clock).refresh(), await demo_source(clock).refresh()
+    assert [(r.node, r.mem_used_mib, r.util_mean, r.temp_max) for r in one.rows] == [
+        (r.node, r.mem_used_mib, r.util_mean, r.temp_max) for r in two.rows
+    ]
+
+
+async def test_a_node_s_gpus_and_a_query_it_does_not_know() -> None:
+    source = demo_source(clock)
+    gpus = await source.node_gpus(DEMO_XID_NODE)
+    assert [g.gpu for g in gpus] == [str(i) for i in range(8)]
+    assert [g.xid_last for g in gpus] == [0, 0, 0, 79, 0, 0, 0, 0]
+    held = {g.gpu: g for g in await source.node_gpus(DEMO_IDLE_NODE)}["5"]
+    assert held.mem_used_mib == 30720 and held.util == 0
+    client = SimulatedPrometheus(FleetQueries(), clock)
+    with pytest.raises(PrometheusError, match="answers only the fleet's own queries"):
+        await client.query("up")
