@@ -127,7 +127,7 @@ def test_check_ends_in_performance_data_and_a_ramp_is_no_restart() -> None:
 def test_a_config_error_is_unknown_on_stdout(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[hosts.box]\nbogus = 1\n")
-    out = gpumon("check", "demo", "--config", str(config))
+    out = gpumon("check", "box", "--config", str(config))
     assert out.returncode == 3
     assert out.stdout.startswith(f"UNKNOWN: {config}: hosts.box.bogus: unknown key")
     assert len(out.stdout.splitlines()) == 1
