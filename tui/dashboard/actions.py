@@ -27,6 +27,7 @@ from gpumon.backends.actions.kill import KillError, kill_plan
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, Health
 from gpumon.backends.parsers.processes import foreign
+from gpumon.backends.workloads import step_back_text
 from gpumon.tui.dashboard.action_table import DashboardAction
 from gpumon.tui.dashboard.cursor import CursorModel
 from gpumon.tui.screens import DetailScreen, DoctorScreen, JobActionScreen, SwapScreen
@@ -214,13 +215,22 @@ class JobActions:
             return
         target = JobTarget.from_monitor(monitor, read_only=self.read_only)
         start = partial(self._start_run, monitor, target)
+        explain = partial(step_back_since, monitor, job, monitor.clock())
         running = self.running_run(monitor, job)
         if running is not None:
-            screen = JobActionScreen(target, job, running.plan.action, start_run=start, run=running)
+            screen = JobActionScreen(
+                target, job, running.plan.action, start_run=start, run=running, explain=explain
+            )
         else:
             state, alert = job_context(monitor, job)
             screen = JobActionScreen(
-                target, job, action, start_run=start, state=state, last_alert=alert
+                target,
+                job,
+                action,
+                start_run=start,
+                state=state,
+                last_alert=alert,
+                explain=explain,
             )
         self.screen.app.push_screen(screen)
 
@@ -291,15 +301,25 @@ def alert_job(monitor: HostMonitor, alert: Alert) -> JobConfig | None:
     return next((j for j in monitor.host.jobs if alert.gpu in j.gpus), None)
 
 
+def step_back_since(monitor: HostMonitor, job: JobConfig, since: float) -> str | None:
+    """The job's step counter went back after ``since`` (a restart resumed from a
+    checkpoint), in words; None if it did not."""
+    tracker = monitor.workloads.jobs.get(job.name)
+    back = tracker.step_back if tracker is not None else None
+    return step_back_text(back) if back is not None and back.time >= since else None
+
+
 def job_context(monitor: HostMonitor, job: JobConfig) -> tuple[str | None, str | None]:
-    """(state, last alert) of ``job`` as the monitor sees it: ``crashed (OOM on GPU 6)``
-    and the newest active alert of the job (or of one of its GPUs)."""
+    """(state, last alert) of ``job`` as the monitor sees it: ``crashed: OOM on GPU 6``
+    (as the jobs pane says it: a reason with a bracket of its own, "OOM on GPU 6 (GPU 6:
+    6.0 GiB held by CT 201 jupyter-lab)", is not nested in another) and the newest active
+    alert of the job (or of one of its GPUs)."""
     tracker = monitor.workloads.jobs.get(job.name)
     state = None
     if tracker is not None:
         state = tracker.state.value
         if tracker.crash_reason:
-            state += f" ({tracker.crash_reason})"
+            state += f": {tracker.crash_reason}"
     alerts = [a for a in monitor.alerts.active() if a.job == job.name]
     alerts = alerts or [a for a in monitor.alerts.active() if a.gpu in job.gpus]
     newest = max(alerts, key=lambda a: a.time, default=None)

@@ -6,7 +6,8 @@ input per parameter (an edit re-renders the plan; a bad value shows its ParamErr
 place), the commands and PIDs. ``y`` or the Confirm button starts the run through
 ``start_run`` (the app's: one run per job, in the shared registry) and the dialog becomes
 the run's progress view; ``c`` cancels until the start step (after that the refusal says
-why), Esc closes the view and the run goes on (``r`` again shows it).
+why), Esc closes the view and the run goes on (``r`` again shows it). Closing the plan
+without confirming it is audited as "cancelled".
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from gpumon.backends.actions import (
     Step,
     format_value,
     make_plan,
+    record_not_confirmed,
 )
 from gpumon.backends.config import JobConfig
 from gpumon.backends.transport import TransportError
@@ -42,6 +44,8 @@ from gpumon.tui.screens.dialog import Dialog, level_style, outcome_line
 from gpumon.tui.views import Palette, Role
 
 StartRun = Callable[[ActionPlan], JobRun]
+Explain = Callable[[], str | None]  # what the monitor saw of the job since the dialog opened
+NOTE_POLL_S, NOTE_POLLS = 1.0, 60  # after a success, how long to look for ``explain``'s note
 LABEL_COLUMN = 14  # "  last alert: ": the widest label, then the texts wrap under themselves
 MARKS = {"done": "✓", "running": "▶", "failed": "✗", "cancelled": "■", "pending": "·"}
 ROLES = {
@@ -129,6 +133,7 @@ class JobActionScreen(Dialog):
         state: str | None = None,
         last_alert: str | None = None,
         run: JobRun | None = None,
+        explain: Explain | None = None,
     ) -> None:
         super().__init__()
         self.target, self.job, self.action = target, job, action
@@ -139,6 +144,11 @@ class JobActionScreen(Dialog):
         self._base_plan: ActionPlan | None = None
         self.problem: str | None = None  # why the plan cannot be confirmed as edited
         self.cancel_note: str | None = None
+        # After a success: what the job's log showed since ("the step counter went back
+        # from 709 to 650: resumed from the checkpoint at step 650"), looked for a while.
+        self.explain = explain
+        self.note: str | None = None
+        self._note_polls = 0
 
     # --- layout -------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -252,6 +262,8 @@ class JobActionScreen(Dialog):
         confirm.display = self.run is None
         running = self.run is not None and self.run.outcome is None
         self.query_one("#cancel-run").display = running
+        if self.run is not None:  # Esc leaves the run going (or done): nothing to cancel
+            self.offer_close()
         self.refresh_bindings()
 
     @on(Button.Pressed, "#confirm")
@@ -279,6 +291,12 @@ class JobActionScreen(Dialog):
         if run is None and self.plan is not None and self.plan.refusal:
             # What the user tried was refused: the audit log says so (as the CLI does).
             self.app.run_worker(self._audit_refusal(self.plan), group="audit")
+        elif run is None and self.plan is not None:
+            # Shown and not confirmed: audited as "cancelled", as a declined swap is.
+            try:
+                record_not_confirmed(self.plan, "not confirmed: the dialog was closed")
+            except OSError as e:
+                self.audit_not_written(str(e))
         elif run is not None and run.outcome is None:
             self.notify(
                 f"{run.plan.job.name}: {run.plan.action} goes on; press r to follow it",
@@ -319,9 +337,28 @@ class JobActionScreen(Dialog):
         parts = [grid, Text(note, pal.text(Role.WARNING))] if note else [grid]
         self.show("steps", Group(*parts), visible=True)
         done = run.outcome is not None
-        self.show("outcome", self._outcome_text(run.outcome, pal), visible=done)
+        text = self._outcome_text(run.outcome, pal)
+        if run.outcome is not None and run.outcome.ok and self._look_for_note():
+            text.append(f"\n{self.note}", pal.text(Role.MUTED))
+        self.show("outcome", text, visible=done)
         self.query_one("#restart-result").display = done
         self._sync_buttons()
+
+    def _look_for_note(self) -> bool:
+        """Whether ``explain`` has its note; until it has, look again every second for a
+        minute (the new run's first progress lines come after the verify step)."""
+        if self.explain is None:
+            return False
+        if self.note is None:
+            self.note = self.explain()
+            if self.note is None and self._note_polls == 0:
+                self._note_polls = NOTE_POLLS
+                self.set_interval(NOTE_POLL_S, self._poll_note, repeat=NOTE_POLLS)
+        return self.note is not None
+
+    def _poll_note(self) -> None:
+        if self.note is None and self.is_attached:
+            self._render_progress()
 
     @staticmethod
     def _outcome_text(outcome: Outcome | None, pal: Palette) -> Text:
