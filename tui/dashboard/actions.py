@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from gpumon.backends.monitor import HostMonitor
 
 UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
+RECORDING = "this is a recording: there is no machine behind it to act on"
 
 
 class JobActions:
@@ -59,7 +60,10 @@ class JobActions:
 
     # --- what may run now ---------------------------------------------------------------
     def read_only_reason(self, monitor: HostMonitor | None) -> str | None:
-        """Why nothing may change ``monitor``'s host (None when changes are allowed)."""
+        """Why nothing may change ``monitor``'s host (None when changes are allowed): a
+        recording first (``gpumon replay`` runs read-only too, but that is not why)."""
+        if monitor is not None and not monitor.source.capabilities.actions:
+            return RECORDING
         if self.read_only:
             return "gpumon runs with --read-only"
         if monitor is not None and monitor.host.read_only:
@@ -71,7 +75,11 @@ class JobActions:
         return self.session.runs.running(monitor.host.name, job.name)
 
     def refuse(self, what: str, reason: str, host: str, job: str | None = None) -> None:
-        """Say no, and audit the attempt."""
+        """Say no, and audit the attempt (on a recording there is no machine to audit an
+        attempt on: only say so)."""
+        if reason == RECORDING:
+            self.notify(f"{what}: {reason}", title="Recording", severity="warning")
+            return
         self.notify(f"{what} refused: {reason}", title="Read-only", severity="warning")
         try:
             audit.record(what, host, "refused", job=job, detail=f"read-only: {reason}")
