@@ -8,8 +8,8 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
+import notices
 import pytest
 
 from gpumon.backends.alerts import AlertEngine
@@ -200,14 +200,7 @@ async def test_a_replayed_incident_keeps_its_evidence_pauses_at_its_start_and_st
     replay = ReplaySource.from_file(path)
     monitor = replay_monitor(replay)
     app = GpumonApp([monitor], read_only=True, bell=False)
-    said: list[str] = []
-    notify = app.notify
-
-    def record(message: str, **kw: Any) -> None:
-        said.append(message)
-        notify(message, **kw)
-
-    app.notify = record  # type: ignore[method-assign]
+    said = notices.said(app)
     oom_at = min(float(a["epoch"]) for a in recording.alerts if a["kind"] == "oom_death")
     async with app.run_test(size=(120, 40)) as pilot:
         await wait(pilot, lambda: "REPLAY 1x" in header(app), what="playing")
