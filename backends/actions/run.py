@@ -423,8 +423,8 @@ class JobRun:
 
 
 def record_not_confirmed(plan: ActionPlan, why: str = "not confirmed: cancelled") -> None:
-    """Audit a plan that was shown and not confirmed (the dialog closed, the prompt
-    answered no) as "cancelled", as a declined torch swap is audited. Raises OSError."""
+    """Audit a plan that was shown and not confirmed (the dialog closed without ``y``) as
+    "cancelled", as a declined torch swap is audited. Raises OSError."""
     audit.record(
         plan.action,
         plan.host,

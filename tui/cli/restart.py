@@ -116,7 +116,6 @@ async def _restart(
         Session,
         find_job,
         make_plan,
-        record_not_confirmed,
     )
     from gpumon.backends.monitor import make_monitor
     from gpumon.backends.transport import TransportError
@@ -157,10 +156,6 @@ async def _restart(
             print(f"gpumon restart: refused: {outcome.message}", file=sys.stderr)
             return EXIT_REFUSED
         if not args.yes and not await _confirm(f"Restart {job.name} on {host.name}? [y/N] "):
-            try:  # audited as "cancelled", as the dialog's Esc and a declined swap are
-                record_not_confirmed(plan, "not confirmed")
-            except OSError as e:
-                print(f"gpumon restart: audit log not written: {e}", file=sys.stderr)
             return EXIT_REFUSED
 
         def progress(step: Step, message: str) -> None:
