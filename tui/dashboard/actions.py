@@ -22,8 +22,17 @@ from typing import TYPE_CHECKING, Any
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from gpumon.backends.actions import Action, ActionPlan, JobRun, JobTarget, Session, audit
+from gpumon.backends.actions import (
+    Action,
+    ActionPlan,
+    JobRun,
+    JobTarget,
+    Outcome,
+    Session,
+    audit,
+)
 from gpumon.backends.actions.kill import KillError, kill_plan
+from gpumon.backends.actions.plan import monitor_readings, workers_text
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, Health
 from gpumon.backends.parsers.processes import foreign
@@ -223,7 +232,7 @@ class JobActions:
             return
         target = JobTarget.from_monitor(monitor, read_only=self.read_only)
         start = partial(self._start_run, monitor, target)
-        explain = partial(step_back_since, monitor, job, monitor.clock())
+        explain = AfterRun(monitor, job, monitor.clock())
         running = self.running_run(monitor, job)
         if running is not None:
             screen = JobActionScreen(
@@ -307,6 +316,32 @@ def alert_job(monitor: HostMonitor, alert: Alert) -> JobConfig | None:
     if alert.gpu is None:
         return None
     return next((j for j in monitor.host.jobs if alert.gpu in j.gpus), None)
+
+
+class AfterRun:
+    """What the monitor saw of ``job`` after its run succeeded, for the dialog: the
+    launcher's workers on the GPUs ("started PID 13025 (its workers 15200-15202 hold GPUs
+    5-7)", when the outcome did not say it) and the step counter going back since
+    ``opened`` (the dialog's opening); None while there is nothing to say."""
+
+    def __init__(self, monitor: HostMonitor, job: JobConfig, opened: float) -> None:
+        self.monitor, self.job, self.opened = monitor, job, opened
+        self._ok_at: float | None = None  # when the success was first seen
+
+    def __call__(self, outcome: Outcome) -> str | None:
+        if self._ok_at is None:
+            self._ok_at = self.monitor.clock()
+        notes = []
+        if outcome.pid is not None and "its worker" not in outcome.message:
+            readings = monitor_readings(self.monitor)()
+            if readings is not None and readings.time >= self._ok_at:  # after the start
+                workers = workers_text(readings, self.job.gpus, outcome.pid)
+                if workers:
+                    notes.append(f"started PID {outcome.pid} ({workers})")
+        back = step_back_since(self.monitor, self.job, self.opened)
+        if back is not None:
+            notes.append(back)
+        return "\n".join(notes) or None
 
 
 def step_back_since(monitor: HostMonitor, job: JobConfig, since: float) -> str | None:

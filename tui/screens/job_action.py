@@ -23,6 +23,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
+from textual.timer import Timer
 from textual.widgets import Button, Input, Label
 
 from gpumon.backends.actions import (
@@ -44,8 +45,9 @@ from gpumon.tui.screens.dialog import Dialog, level_style, outcome_line
 from gpumon.tui.views import Palette, Role
 
 StartRun = Callable[[ActionPlan], JobRun]
-Explain = Callable[[], str | None]  # what the monitor saw of the job since the dialog opened
-NOTE_POLL_S, NOTE_POLLS = 1.0, 60  # after a success, how long to look for ``explain``'s note
+# After a success, what the monitor saw of the job since (its workers, its step counter)
+Explain = Callable[[Outcome], str | None]
+NOTE_POLL_S, NOTE_POLLS = 1.0, 60  # ... looked at every second for a minute
 LABEL_COLUMN = 14  # "  last alert: ": the widest label, then the texts wrap under themselves
 MARKS = {"done": "✓", "running": "▶", "failed": "✗", "cancelled": "■", "pending": "·"}
 ROLES = {
@@ -144,11 +146,12 @@ class JobActionScreen(Dialog):
         self._base_plan: ActionPlan | None = None
         self.problem: str | None = None  # why the plan cannot be confirmed as edited
         self.cancel_note: str | None = None
-        # After a success: what the job's log showed since ("the step counter went back
-        # from 709 to 650: resumed from the checkpoint at step 650"), looked for a while.
+        # After a success: what the monitor saw of the job since ("started PID 13025 (its
+        # workers 15200-15202 hold GPUs 5-7)", "the step counter went back from 709 to
+        # 650: resumed from the checkpoint at step 650"), looked at for a minute.
         self.explain = explain
         self.note: str | None = None
-        self._note_polls = 0
+        self._note_timer: Timer | None = None
 
     # --- layout -------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -338,26 +341,25 @@ class JobActionScreen(Dialog):
         self.show("steps", Group(*parts), visible=True)
         done = run.outcome is not None
         text = self._outcome_text(run.outcome, pal)
-        if run.outcome is not None and run.outcome.ok and self._look_for_note():
+        if run.outcome is not None and run.outcome.ok and self._look_for_note(run.outcome):
             text.append(f"\n{self.note}", pal.text(Role.MUTED))
         self.show("outcome", text, visible=done)
         self.query_one("#restart-result").display = done
         self._sync_buttons()
 
-    def _look_for_note(self) -> bool:
-        """Whether ``explain`` has its note; until it has, look again every second for a
-        minute (the new run's first progress lines come after the verify step)."""
+    def _look_for_note(self, outcome: Outcome) -> bool:
+        """Whether ``explain`` has a note now; it is asked again every second for a minute
+        (the workers appear on the GPUs, and the new run's first progress lines come,
+        after the verify step; slower on a loaded machine)."""
         if self.explain is None:
             return False
-        if self.note is None:
-            self.note = self.explain()
-            if self.note is None and self._note_polls == 0:
-                self._note_polls = NOTE_POLLS
-                self.set_interval(NOTE_POLL_S, self._poll_note, repeat=NOTE_POLLS)
+        self.note = self.explain(outcome)
+        if self._note_timer is None:
+            self._note_timer = self.set_interval(NOTE_POLL_S, self._poll_note, repeat=NOTE_POLLS)
         return self.note is not None
 
     def _poll_note(self) -> None:
-        if self.note is None and self.is_attached:
+        if self.is_attached:
             self._render_progress()
 
     @staticmethod
