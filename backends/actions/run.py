@@ -418,7 +418,6 @@ class JobRun:
             gpus = "; " + gpu_summary(readings, job.gpus)
             if readings is not None and readings.time >= (self._started_at or 0.0):
                 self._workers = workers_text(readings, job.gpus, self._new_pid)
-                gpus += f"; {self._workers}" if self._workers else ""
         self._say(f"PID {self._new_pid} alive after {job.verify_s:g} s, log growing{gpus}")
 
 

@@ -112,6 +112,8 @@ class JobActionScreen(Dialog):
     #restart-box { width: 96%; max-width: 130; height: auto; max-height: 96%; }
     #restart-body { height: auto; max-height: 80vh; }
     #restart-box.-running #restart-body { max-height: 35vh; }
+    #restart-box.-done #restart-body { max-height: 15vh; }
+    #restart-progress { height: auto; max-height: 40vh; display: none; }
     #restart-result { height: auto; max-height: 30vh; display: none; }
     .param-row { height: auto; }
     .param-row Label { width: 22; padding: 1 1 0 0; }
@@ -164,7 +166,8 @@ class JobActionScreen(Dialog):
                         yield Label(name, markup=False)
                         yield Input(format_value(default), id=f"param-{name}", name=name)
                 yield self.static("error")
-            yield self.static("steps")
+            with VerticalScroll(id="restart-progress"):
+                yield self.static("steps")
             with VerticalScroll(id="restart-result"):
                 yield self.static("outcome")
             with self.button_row():
@@ -339,7 +342,10 @@ class JobActionScreen(Dialog):
         note = self.cancel_note if run.outcome is None else None
         parts = [grid, Text(note, pal.text(Role.WARNING))] if note else [grid]
         self.show("steps", Group(*parts), visible=True)
+        self.query_one("#restart-progress").display = True
         done = run.outcome is not None
+        # done: the plan gives room to the steps, the outcome and Close (at 80x24 too)
+        self.query_one("#restart-box").set_class(done, "-done")
         text = self._outcome_text(run.outcome, pal)
         if run.outcome is not None and run.outcome.ok and self._look_for_note(run.outcome):
             text.append(f"\n{self.note}", pal.text(Role.MUTED))
