@@ -176,7 +176,9 @@ async def test_a_demo_incident_replays_its_jobs_pane_once_each_alert_and_jumps(
             await pilot.press("N")  # back to the first alert: played again from the start
         await pilot.pause()
         assert replay.now == first and not replay.finished
-        assert [a.kind for a in monitor.alerts.history()] == ["memory"]
+        # the incident's start: GPU 6 filling (and CT 201 holding some of it), no OOM yet
+        at_start = {a.kind for a in monitor.alerts.history()}
+        assert "memory" in at_start and at_start <= {"memory", "foreign_process"}, at_start
         assert "crashed" not in section.jobs.plain
 
 
