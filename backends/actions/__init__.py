@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         Step,
         find_job,
         make_plan,
+        record_not_confirmed,
     )
     from .session import Session
 
@@ -74,6 +75,7 @@ __all__ = [
     "merge_params",
     "parse_status",
     "read_entries",
+    "record_not_confirmed",
     "render_command",
     "signal_job",
 ]
@@ -114,6 +116,7 @@ if not TYPE_CHECKING:
             "merge_params": "params",
             "parse_status": "jobs",
             "read_entries": "audit",
+            "record_not_confirmed": "run",
             "render_command": "params",
             "signal_job": "jobs",
         },

@@ -47,6 +47,7 @@ from gpumon.backends.actions.plan import (
     gpu_summary,
     make_plan,
     monitor_readings,
+    workers_text,
 )
 from gpumon.backends.actions.plan import busy_gpus as _busy
 from gpumon.backends.actions.plan import join_pids as _join
@@ -148,6 +149,8 @@ class JobRun:
         self._signalled: list[int] = []
         self._stopped_at: float | None = None  # epoch time the stop finished, if it acted
         self._new_pid: int | None = None
+        self._started_at: float | None = None  # epoch time of the launch
+        self._workers = ""  # "its workers 15200-15202 hold GPUs 5-7", when it says more
         self._baseline: tuple[int | None, float | None] = (None, None)
         self._steps_task: asyncio.Future[None] | None = None
 
@@ -243,7 +246,8 @@ class JobRun:
         name = self.plan.job.name
         if self.plan.action == "stop":
             return f"{name} stopped"
-        return f"{name} {self.plan.action}ed: PID {self._new_pid} running, log advancing"
+        workers = f" ({self._workers})" if self._workers else ""
+        return f"{name} {self.plan.action}ed: PID {self._new_pid} running{workers}, log advancing"
 
     def _audit(self, outcome: Outcome) -> Outcome:
         plan = self.plan
@@ -374,6 +378,7 @@ class JobRun:
             raise StepFailed(f"{job.name} is already {before.describe()}")
         self._baseline = (before.log_size, before.log_mtime)
         self._say(f"starting: {self.plan.start_command}")
+        self._started_at = time.time()
         record = await launch_job(transport, job, self.plan.start_command)
         self._new_pid = record.pid
         how = f"tmux session {record.session}" if record.session else record.method
@@ -409,8 +414,25 @@ class JobRun:
             )
         gpus = ""
         if job.gpus and self.target.readings is not None:
-            gpus = "; " + gpu_summary(self.target.readings(), job.gpus)
+            readings = self.target.readings()
+            gpus = "; " + gpu_summary(readings, job.gpus)
+            if readings is not None and readings.time >= (self._started_at or 0.0):
+                self._workers = workers_text(readings, job.gpus, self._new_pid)
         self._say(f"PID {self._new_pid} alive after {job.verify_s:g} s, log growing{gpus}")
+
+
+def record_not_confirmed(plan: ActionPlan, why: str = "not confirmed: cancelled") -> None:
+    """Audit a plan that was shown and not confirmed (the dialog closed without ``y``) as
+    "cancelled", as a declined torch swap is audited. Raises OSError."""
+    audit.record(
+        plan.action,
+        plan.host,
+        "cancelled",
+        job=plan.job.name,
+        parameters=dict(plan.params),
+        commands=plan.commands,
+        detail=why,
+    )
 
 
 # --- one run per job --------------------------------------------------------------------
@@ -492,4 +514,5 @@ __all__ = [
     "gpu_summary",
     "make_plan",
     "monitor_readings",
+    "record_not_confirmed",
 ]

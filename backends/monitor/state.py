@@ -133,6 +133,7 @@ class HostMonitor:
         self.alerts.interval_s = self.interval
         self.recorder = FlightRecorder(host.name, clock=clock)
         self.recorder.jobs = [{"name": j.name, "gpus": list(j.gpus)} for j in host.jobs]
+        self.recorder.container = host.container
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
         # a replay reaches no machine, and its runs must not become the live baseline

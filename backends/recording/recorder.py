@@ -22,7 +22,10 @@ File format (one JSON object per line):
    lines of a followed log (``record_log``; at most ``LOG_LINES_KEPT`` per read, the
    newest), so a replay's jobs pane and log alerts come from the lines as they came; the
    last read of each log before the window is included as backlog. The header's
-   ``"jobs": [{"name", "gpus"}]`` names the jobs those lines belong to.
+   ``"jobs": [{"name", "gpus"}]`` names the jobs those lines belong to, and its
+   ``"container"`` (the watched Proxmox CT id, ``null`` for none) tells a replay which
+   processes are another container's, so its ``foreign_process`` alerts, the evidence of
+   a held GPU, come back from the samples as they came live.
 """
 
 from __future__ import annotations
@@ -216,6 +219,7 @@ class FlightRecorder:
         self._logs: deque[tuple[float, str, dict[str, Any]]] = deque()  # (time, path, entry)
         self._pending: _Pending | None = None
         self.jobs: list[dict[str, Any]] = []  # [{"name", "gpus"}]: the header's "jobs"
+        self.container: int | None = None  # the watched CT: the header's "container"
 
     @property
     def pending_path(self) -> Path | None:
@@ -368,6 +372,7 @@ class FlightRecorder:
             "gpu_fields": list(GPU_FIELDS),
             "process_fields": list(PROCESS_FIELDS),
             "jobs": self.jobs,
+            "container": self.container,
         }
         parts = itertools.chain(
             [[_dumps(header)]],

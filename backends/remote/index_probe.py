@@ -8,7 +8,8 @@ machine (``x86_64``) and per URL its HTTP status, the error when it could not be
 and the file names it lists. Both index APIs are read: PEP 691 JSON
 (``application/vnd.pypi.simple.v1+json``, ``files[].filename``, ``yanked``) when the
 server offers it, else the PEP 503 HTML page (each ``<a>``: its text, else the last path
-segment of its ``href`` unquoted; ``data-yanked`` ones left out).
+segment of its ``href`` unquoted; ``data-yanked`` ones left out). A ``file:`` URL of a
+directory is read as pip reads it: its ``index.html`` (pip's ``_get_index_content``).
 """
 
 from __future__ import annotations
@@ -55,11 +56,24 @@ class _Links(HTMLParser):
         self._href = None
 
 
+def on_disk(url: str) -> str:
+    """A ``file:`` URL of a directory -> the URL of its ``index.html`` (what pip reads
+    there); any other URL as it is."""
+    import os
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlparse(url)
+    if parts.scheme != "file" or not os.path.isdir(urllib.request.url2pathname(parts.path)):
+        return url
+    return urllib.parse.urljoin(url if url.endswith("/") else url + "/", "index.html")
+
+
 def read_page(url: str, timeout: float) -> dict[str, Any]:
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(url, headers={"Accept": ACCEPT})
+    request = urllib.request.Request(on_disk(url), headers={"Accept": ACCEPT})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             body = resp.read(MAX_PAGE)

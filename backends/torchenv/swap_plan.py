@@ -235,7 +235,10 @@ def build_plan(
             if page is not None and page.status == 404:
                 no(f"{url} has no torch (HTTP 404): no {variant} wheels there", False)
             else:
-                warn.append(f"the index {url} could not be read ({problem}): the table decides")
+                warn.append(
+                    f"the index {url} could not be read ({index_problem_text(problem)}), so "
+                    f"the built-in table decides: {table_verdict(row, series, variant)}"
+                )
         if series not in table.series():
             known = ", ".join(table.series())
             no(f"torch {series} is not in the built-in variants table ({known})")
@@ -451,6 +454,46 @@ async def plan_swap(
         table=table,
         index=index,
     )
+
+
+# A probe's error as Python wrote it -> words: (pattern, what it means).
+_INDEX_PROBLEMS = (
+    (re.compile(r"Is a directory"), "it is a directory without an index.html"),
+    (re.compile(r"No such file or directory"), "no such file"),
+    (re.compile(r"(?i)connection refused"), "connection refused"),
+    (re.compile(r"(?i)timed? ?out"), "no answer in time"),
+    (
+        re.compile(r"(?i)name or service not known|nodename nor servname|name resolution"),
+        "its host name does not resolve",
+    ),
+    (re.compile(r"CERTIFICATE_VERIFY_FAILED"), "its TLS certificate is not trusted"),
+)
+_URLOPEN_ERROR = re.compile(r"^\w+: <urlopen error (.*)>$", re.DOTALL)
+
+
+def index_problem_text(problem: str | None) -> str:
+    """Why the index could not be read, in words: "it is a directory without an
+    index.html", not "URLError: <urlopen error [Errno 21] Is a directory: '/…/torch/'>";
+    an error it does not know loses Python's wrapper and errno."""
+    text = (problem or "no answer").strip()
+    for pattern, words in _INDEX_PROBLEMS:
+        if pattern.search(text):
+            return words
+    found = _URLOPEN_ERROR.match(text)
+    text = found.group(1) if found else text
+    return re.sub(r"\[Errno -?\d+\]\s*", "", text).strip() or "no answer"
+
+
+def table_verdict(row: Variant | None, series: str, variant: str) -> str:
+    """What the built-in table says of ``variant`` for torch ``series``: "torch 2.11 has
+    a cu130 build (CUDA 13.0.2, driver 580 or newer)", or that it has none."""
+    if row is None:
+        return f"it lists no {variant} build of torch {series}"
+    facts = [f"CUDA {row.cuda_full}"] if row.cuda_full else []
+    if row.min_driver:
+        facts.append(f"driver {row.min_driver} or newer")
+    said = f" ({', '.join(facts)})" if facts else ""
+    return f"torch {series} has a {variant} build{said}"
 
 
 def variant_ok(variant: str) -> bool:

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
         JobTracker,
         SglangTotals,
         SglangTracker,
+        StepBack,
         sglang_totals,
+        step_back_text,
     )
     from .watch import Workloads
 
@@ -25,8 +27,10 @@ __all__ = [
     "JobTracker",
     "SglangTotals",
     "SglangTracker",
+    "StepBack",
     "Workloads",
     "sglang_totals",
+    "step_back_text",
 ]
 
 # Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
@@ -41,7 +45,9 @@ if not TYPE_CHECKING:
             "REVIVE_AFTER_S": "trackers",
             "SglangTotals": "trackers",
             "SglangTracker": "trackers",
+            "StepBack": "trackers",
             "Workloads": "watch",
             "sglang_totals": "trackers",
+            "step_back_text": "trackers",
         },
     )

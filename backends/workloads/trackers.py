@@ -12,6 +12,11 @@ It also keeps what a stall verdict (``stall.py``) needs: the intervals between p
 lines (their median), the last collective timeout of PyTorch's NCCL watchdog since the
 last progress, a checkpoint save or evaluation the log announced, and torchrun's elastic
 restarts and the first failure of its ``ChildFailedError`` (``parsers/collective.py``).
+
+A step counter that goes back (a run resumed from a checkpoint: 709, then 650) is kept as
+``step_back`` with the checkpoint's step when the log said where it resumed ("resumed
+from checkpoint step 650", "Continuing training from global step 650"): ``step_back_text``
+says it in words, so that the lower step does not read as lost work nobody explains.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import math
 import re
 import statistics
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumon.backends.model import iso_time
@@ -34,8 +39,10 @@ __all__ = [
     "JobTracker",
     "SglangTotals",
     "SglangTracker",
+    "StepBack",
     "iso_time",
     "sglang_totals",
+    "step_back_text",
 ]
 
 RATE_WINDOW_S = 30.0  # derived rates: count delta over about the last 30 s
@@ -51,6 +58,35 @@ _BUSY = re.compile(
     r"|\bcheckpoint(?:ing)?\b[^|]{0,20}?\bsav(?:e|ing)\b"
     r"|running evaluation|\bevaluating\b|\bstart(?:ing)? eval"
 )
+
+# Where a run resumed: "run 1 resumed from checkpoint step 650", "Resuming from checkpoint
+# at step 650", HF Trainer's "Continuing training from global step 650".
+_RESUMED = re.compile(
+    r"(?i)\bresum\w*\b[^|\n]{0,40}?\bcheckpoint\b[^|\n]{0,20}?\bstep\s*[=:]?\s*(\d+)"
+    r"|\bcontinuing training from (?:global )?step\s*(\d+)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StepBack:
+    """The step counter went back from ``before`` to ``after`` (at ``time``);
+    ``checkpoint``: the step the log said the run resumed from (None: it did not say)."""
+
+    before: int
+    after: int
+    time: float
+    checkpoint: int | None = None
+
+
+def step_back_text(back: StepBack) -> str:
+    """ "the step counter went back from 709 to 650: resumed from the checkpoint at step
+    650", or "...: resumed from an earlier checkpoint" when the log did not say where."""
+    where = (
+        f"the checkpoint at step {back.checkpoint}"
+        if back.checkpoint is not None
+        else "an earlier checkpoint"
+    )
+    return f"the step counter went back from {back.before} to {back.after}: resumed from {where}"
 
 
 class JobState(enum.StrEnum):
@@ -135,6 +171,8 @@ class JobTracker:
         self.elastic_restarts = 0  # torchrun's "will restart worker group" lines
         self.root_cause: StallLine | None = None  # torchrun's first observed failure
         self._collective_scan = CollectiveScanner()
+        self.step_back: StepBack | None = None  # the last time the step counter went back
+        self._resumed_from: int | None = None  # a resume line since the last progress
 
     # ------------------------------------------------------------------ feeding it
     def feed(self, line: str, t: float) -> bool:
@@ -167,6 +205,9 @@ class JobTracker:
             else:
                 self.root_cause = found
             return
+        resumed = _RESUMED.search(line)
+        if resumed is not None:
+            self._resumed_from = int(resumed.group(1) or resumed.group(2))
         m = _BUSY.search(line)
         if m is not None:
             self.busy, self.busy_at = m.group(0).strip().lower(), t
@@ -194,8 +235,11 @@ class JobTracker:
             u = replace(u, step=None, total_steps=None, items_per_s=None, eta_s=None)
         step_rate = done_rate = token_rate = None
         if u.step is not None:
+            if self.step is not None and u.step < self.step:
+                self.step_back = StepBack(self.step, u.step, t, self._resumed_from)
             self.step = u.step
             step_rate = self._steps.add(t, u.step)
+        self._resumed_from = None  # it explains the first progress after it, no later one
         if u.done is not None:
             self.done = u.done
             done_rate = self._done.add(t, u.done)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -112,7 +113,7 @@ async def test_restart_of_the_oom_job_confirms_runs_and_refills_its_gpu(
         assert plan is not None and plan.start_command
         text = shown(screen.query_one("#restart-plan"))
         assert "Restart drafter on demo" in text
-        assert "state:      crashed (OOM on GPU 6)" in text
+        assert "state:      crashed: OOM on GPU 6" in text  # not nested in brackets
         assert "CUDA out of memory" in text  # the last alert
         assert "--restarted" in text and "gpumon-sim-job" in text  # the exact start command
         assert not screen.query_one("#confirm", Button).disabled
@@ -127,7 +128,30 @@ async def test_restart_of_the_oom_job_confirms_runs_and_refills_its_gpu(
         for step in ("stop", "wait_free", "start", "verify"):
             assert f"✓ {step}" in steps, steps
         assert "GPUs free" in steps
-        assert shown(screen.query_one("#restart-outcome")).startswith("OK: drafter restarted")
+        outcome = shown(screen.query_one("#restart-outcome"))
+        assert outcome.startswith("OK: drafter restarted"), outcome
+        # done: nothing left to cancel or confirm
+        assert str(screen.query_one("#close", Button).label) == "Close (Esc)"
+        assert not screen.query_one("#confirm").display
+        assert not screen.query_one("#cancel-run").display
+
+        def said() -> str:
+            return " ".join(shown(screen.query_one("#restart-outcome")).split())
+
+        # the launcher's PID is not on the GPUs: who is (in the outcome when the verify
+        # step saw them, else the note once the monitor does); the lower step explained
+        workers = f"PID {run.outcome.pid} running (its workers 15200-15202 hold GPUs 5-7)"
+        started = f"started PID {run.outcome.pid} (its workers 15200-15202 hold GPUs 5-7)"
+        step_back = re.compile(
+            r"the step counter went back from \d+ to 65\d: resumed from the checkpoint at "
+            r"step 650"
+        )
+        await wait(
+            pilot,
+            lambda: (workers in said() or started in said()) and step_back.search(said()),
+            timeout=20,
+            what="the workers and the step counter explained",
+        )
 
         def gpu6_mib() -> int:
             sample = oom_demo.latest
@@ -178,7 +202,15 @@ async def test_esc_before_confirming_changes_nothing(oom_demo: HostMonitor, wait
         assert app.session.runs.last("demo", "drafter") is None
         assert oom_demo.workloads.jobs["drafter"].state is JobState.CRASHED
         assert oom_alerts(oom_demo)
-        assert entries() == []
+        # shown and not confirmed: audited as cancelled, as a declined swap is
+        [entry] = entries()
+        assert (entry["action"], entry["outcome"], entry["job"]) == (
+            "restart",
+            "cancelled",
+            "drafter",
+        )
+        assert entry["detail"] == "not confirmed: the dialog was closed"
+        assert entry["commands"] == screen.plan.commands
 
 
 async def confirm_and_finish(pilot: Pilot[int], wait: Wait, screen: JobActionScreen) -> Outcome:
@@ -533,6 +565,8 @@ async def swap_demo_to(
     await wait(pilot, lambda: screen.can_confirm, timeout=60, what="a plan to confirm")
     text = shown(screen.query_one("#swap-plan"))
     assert f"torch==2.11.0+{variant}" in text and "0.0.0" not in text, text
+    # the simulator's index is a directory read as pip reads it: no raw Python error
+    assert "could not be read" not in text and "Error" not in text, text
     force = screen.query_one("#swap-force", Checkbox)
     assert not force.value and "X" not in force.render().plain
     await pilot.press("y")
@@ -541,6 +575,9 @@ async def swap_demo_to(
     assert outcome is not None
     assert outcome.message == f"swapped to 2.11.0+{variant}, verified", outcome.message
     assert cuda in shown(screen.query_one("#swap-plan"))  # the verification
+    # done: nothing left to swap or cancel
+    assert not screen.query_one("#confirm").display
+    assert str(screen.query_one("#close", Button).label) == "Close (Esc)"
     await pilot.press("escape")
     await wait(pilot, lambda: not isinstance(app.screen, SwapScreen), what="closed")
 

@@ -9,10 +9,13 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import notices
 import pytest
 
 from gpumon.backends.alerts import AlertEngine
+from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.alerts.rules import AlertRules
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuSample, HostSample
 from gpumon.backends.monitor import HostMonitor, ReplaySource, replay_monitor
 from gpumon.backends.recording import FlightRecorder, load_recording
@@ -116,14 +119,12 @@ async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait,
         assert not any(r.view is not None and r.view.stale for r in app.dashboard.sections[0].rows)
 
 
-async def test_a_demo_incident_replays_its_jobs_pane_once_each_alert_and_jumps(
-    demo_monitor: Callable[..., HostMonitor], tmp_path: Path, wait: Wait
-) -> None:
-    """The drafter's OOM recorded by the live demo, replayed: the jobs
-    pane comes back from the recorded log lines, no alert is shown twice (recorded and
-    derived again), and ``n`` / ``N`` jump between the recording's alerts."""
+async def record_demo_oom(
+    demo_monitor: Callable[..., HostMonitor], directory: Path
+) -> tuple[Path, list[Alert]]:
+    """The live demo's drafter OOM, recorded: the recording and the live alert history."""
     live = demo_monitor(frozen=False, demo_time=52.0)
-    live.recorder.directory = tmp_path
+    live.recorder.directory = directory
     live.start()
     try:
         deadline = time.monotonic() + 30
@@ -132,11 +133,23 @@ async def test_a_demo_incident_replays_its_jobs_pane_once_each_alert_and_jumps(
             await asyncio.sleep(0.1)
         assert live.recorder.pending_path is not None  # since the memory went critical
         live.recorder.flush_now()
+        history = live.alerts.history()
     finally:
         await live.stop()
-    recorded = load_recording(live.recorder.written[0])
+    return live.recorder.written[0], list(history)
+
+
+async def test_a_demo_incident_replays_its_jobs_pane_once_each_alert_and_jumps(
+    demo_monitor: Callable[..., HostMonitor], tmp_path: Path, wait: Wait
+) -> None:
+    """The drafter's OOM recorded by the live demo, replayed: the jobs
+    pane comes back from the recorded log lines, no alert is shown twice (recorded and
+    derived again), and ``n`` / ``N`` jump between the recording's incidents."""
+    path, _ = await record_demo_oom(demo_monitor, tmp_path)
+    live_written = [path]
+    recorded = load_recording(path)
     assert recorded.logs and {a["kind"] for a in recorded.alerts} >= {"memory", "cuda_oom"}
-    replay = ReplaySource.from_file(live.recorder.written[0])
+    replay = ReplaySource.from_file(live_written[0])
     replay.set_paused(True)
     monitor = replay_monitor(replay)
     app = GpumonApp([monitor], read_only=True, bell=False)
@@ -163,8 +176,86 @@ async def test_a_demo_incident_replays_its_jobs_pane_once_each_alert_and_jumps(
             await pilot.press("N")  # back to the first alert: played again from the start
         await pilot.pause()
         assert replay.now == first and not replay.finished
-        assert [a.kind for a in monitor.alerts.history()] == ["memory"]
+        # the incident's start: GPU 6 filling (and CT 201 holding some of it), no OOM yet
+        at_start = {a.kind for a in monitor.alerts.history()}
+        assert "memory" in at_start and at_start <= {"memory", "foreign_process"}, at_start
         assert "crashed" not in section.jobs.plain
+
+
+def evidence_kinds(alerts: list[Alert]) -> list[tuple[str, list[str]]]:
+    """Each incident's cause and evidence rows, by kind."""
+    found = sorted(incidents(alerts), key=lambda i: i.cause.kind)
+    return [(i.cause.kind, sorted(a.kind for a in i.evidence)) for i in found]
+
+
+async def test_a_replayed_incident_keeps_its_evidence_pauses_at_its_start_and_steps_back(
+    demo_monitor: Callable[..., HostMonitor], tmp_path: Path, wait: Wait
+) -> None:
+    """Issue 26 point 6: the replayed history has every evidence row of the live one (CT
+    201's jupyter-lab on GPU 6 included); ``n`` lands on the OOM incident's first sample,
+    before the memory dropped, paused there; ``,`` steps back; ``r`` says that this is a
+    recording, not that gpumon is read-only."""
+    path, live_history = await record_demo_oom(demo_monitor, tmp_path)
+    assert "foreign_process" in {a.kind for a in live_history}  # CT 201 held GPU 6
+    recording = load_recording(path)
+    assert recording.header["container"] == 200  # whose processes are another CT's
+    replay = ReplaySource.from_file(path)
+    monitor = replay_monitor(replay)
+    app = GpumonApp([monitor], read_only=True, bell=False)
+    said = notices.said(app)
+    oom_at = min(float(a["epoch"]) for a in recording.alerts if a["kind"] == "oom_death")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait(pilot, lambda: "REPLAY 1x" in header(app), what="playing")
+        await pilot.press("right_square_bracket", "right_square_bracket")  # 5x
+        await wait(pilot, lambda: replay.now >= oom_at, timeout=20, what="the OOM played")
+        await pilot.press("N")  # back to the incident's first sample, not to its last alert
+        await pilot.pause()
+        assert replay.paused and "REPLAY paused" in header(app)  # it stops there
+        shown = monitor.latest
+        assert shown is not None
+        first = min(recording.alerts, key=lambda a: float(a["epoch"]))
+        gpu6 = next(g for g in shown.gpus if g.index == 6)
+        lowest = min(
+            next(g for g in s.gpus if g.index == 6).memory_used_mib or 0 for s in recording.samples
+        )
+        # the incident's first sample: GPU 6 still full, before the drafter died
+        assert gpu6.memory_used_mib is not None and gpu6.memory_used_mib > 0.9 * gpu6_total(shown)
+        assert gpu6.memory_used_mib > 4 * max(lowest, 1)
+        assert shown.time == pytest.approx(float(first["epoch"]))
+        assert not replay.has_previous_alert()  # the OOM's alerts are one incident
+        assert not replay.has_next_alert()
+        at = replay.position
+        await pilot.press("full_stop", "full_stop")
+        assert replay.position == at + 2
+        await pilot.press("comma")
+        await pilot.pause()
+        assert replay.position == at + 1 and replay.paused
+        latest = monitor.latest
+        assert latest is not None and latest.time == recording.samples[at].time
+        await pilot.press("comma", "comma", "comma")
+        assert replay.position == 1  # the first sample: nothing before it to show
+        assert app.dashboard.check_action("replay_step_back", ()) is None
+        await pilot.press("r", "K")
+        await pilot.pause()
+        assert [m for m in said if "recording" in m] == [
+            "r (restart): this is a recording: there is no machine behind it to act on",
+            "K (kill): this is a recording: there is no machine behind it to act on",
+        ]
+        assert not any("read-only" in m for m in said), said
+        reason = app.dashboard.actions.read_only_reason(monitor)
+        assert reason is not None and reason.startswith("this is a recording")
+        await pilot.press("p")
+        await wait(pilot, lambda: replay.finished, timeout=30, what="the end")
+        await pilot.pause()
+        replayed = list(monitor.alerts.history())
+        assert evidence_kinds(replayed) == evidence_kinds(live_history)
+        assert sorted(a.kind for a in replayed) == sorted(a.kind for a in live_history)
+
+
+def gpu6_total(sample: HostSample) -> int:
+    total = next(g for g in sample.gpus if g.index == 6).memory_total_mib
+    assert total is not None
+    return total
 
 
 async def test_live_hosts_hide_the_replay_keys(

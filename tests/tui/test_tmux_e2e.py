@@ -320,6 +320,9 @@ def test_the_story_from_the_oom_to_the_fix_in_one_key(
     )
     tmux.run("send-keys", "-t", "t", "y")
     tmux.wait_for(lambda s: any("OK:" in line for line in s), 60, "the restart's outcome")
+    # done: the dialog offers Close, nothing to cancel any more
+    done = tmux.wait_for(lambda s: any("Close (Esc)" in line for line in s), 10, "Close")
+    assert not any("Cancel (Esc)" in line or "Cancel run" in line for line in done)
     tmux.run("send-keys", "-t", "t", "Escape")
     tmux.wait_for(
         lambda s: len(gpu_rows(s)) == 8 and all(gib_used(gpu_rows(s)[i]) > 1.0 for i in (5, 6, 7)),

@@ -21,7 +21,13 @@ from gpumon.backends.parsers import (
     parse_number,
     parse_rate,
 )
-from gpumon.backends.workloads import REVIVE_AFTER_S, JobState, JobTracker
+from gpumon.backends.workloads import (
+    REVIVE_AFTER_S,
+    JobState,
+    JobTracker,
+    StepBack,
+    step_back_text,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "progress"
 SNAPSHOT_KEYS = {
@@ -299,6 +305,40 @@ def test_step_going_back_starts_the_rate_over() -> None:
     assert job.items_per_s == pytest.approx(10.0)  # kept, never negative
     job.feed("step 55/1000", 4.0)
     assert job.items_per_s == pytest.approx(5.0)
+
+
+def said(job: JobTracker) -> str | None:
+    return None if job.step_back is None else step_back_text(job.step_back)
+
+
+def test_a_step_counter_going_back_is_explained_by_the_resume_line() -> None:
+    """After a restart the counter goes back (709 -> 651): the tracker keeps it, with the
+    checkpoint the log said it resumed from; without such a line, "an earlier one"."""
+    job = JobTracker("drafter", "kv", (5, 6, 7))
+    job.feed("[14:30:00] drafter: run 0 resumed from checkpoint step 650, world size 3", 0.0)
+    job.feed("[14:30:01] step 651/5000 | loss 2.5", 1.0)
+    assert said(job) is None  # the first run: nothing went back
+    job.feed("[14:31:00] step 709/5000 | loss 2.3", 59.0)
+    job.mark_crashed("CUDA OOM on GPU 6", t=60.0)
+    job.restarted(80.0)
+    job.feed("[14:31:20] drafter: run 1 resumed from checkpoint step 650, world size 3", 80.0)
+    # the kv preset reads "step 650" in the resume line itself: the counter goes back there
+    assert job.step_back == StepBack(709, 650, 80.0, 650)
+    assert said(job) == (
+        "the step counter went back from 709 to 650: resumed from the checkpoint at step 650"
+    )
+    job.feed("[14:31:21] step 651/5000 | loss 2.5", 81.0)
+    job.feed("[14:31:22] step 652/5000 | loss 2.5", 82.0)
+    job.feed("[14:31:23] step 600/5000 | loss 2.5", 83.0)  # no resume line before this one
+    assert job.step_back == StepBack(652, 600, 83.0, None)
+    assert said(job) == (
+        "the step counter went back from 652 to 600: resumed from an earlier checkpoint"
+    )
+    hf = JobTracker("hf", "kv")
+    hf.feed("step 900/1000", 0.0)
+    hf.feed("  Continuing training from global step 800", 1.0)
+    hf.feed("step 801/1000", 2.0)
+    assert hf.step_back is not None and hf.step_back.checkpoint == 800
 
 
 def test_states_follow_the_caller() -> None:

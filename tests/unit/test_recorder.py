@@ -8,6 +8,7 @@ import gzip
 import json
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source
 from gpumon.backends.monitor import ReplaySource
+from gpumon.backends.monitor.sources.replay import incident_starts
 from gpumon.backends.parsers import parse_compute_apps, parse_query_gpu
 from gpumon.backends.paths import recordings_dir
 from gpumon.backends.recording import (
@@ -352,3 +354,61 @@ def test_log_reads_are_recorded_in_the_window_and_replayed_once_each_alert(
         ("xid:a:1", "critical", "xid 31!")  # once, at its worst; the rest are derived again
     ]
     assert replay.alert_times == [T0 - 8, T0]
+
+
+def test_the_watched_container_is_recorded_so_a_replay_tells_whose_memory_it_is(
+    tmp_path: Path,
+) -> None:
+    """The live dashboard's foreign_process alert (CT 201 held GPU 6) is evidence of the
+    OOM: the header names the watched CT, so the replay's samples raise it again; an older
+    recording without it replays the recorded alert instead of losing it."""
+    recorder = FlightRecorder("ct200", clock=Clock(), directory=tmp_path)
+    recorder.container = 200
+    recorder.record(host_sample(T0))
+    held = Alert(
+        "foreign_process:6", Health.WARNING, "foreign_process", "ct200", 6, None, "CT 201", T0, T0
+    )
+    recorder.on_alert(held)
+    recorder.on_alert(critical(T0))
+    path = recorder.flush_now()
+    assert path is not None
+    recording = load_recording(path)
+    assert recording.header["container"] == 200
+    replay = ReplaySource(recording, path)
+    assert replay.host.container == 200  # the samples say whose processes are another CT's
+    assert "foreign_process:6" not in [e["key"] for e in replay.alerts_to_replay]
+    older = dataclasses.replace(
+        recording, header={k: v for k, v in recording.header.items() if k != "container"}
+    )
+    old_replay = ReplaySource(older, path)
+    assert old_replay.host.container is None
+    assert "foreign_process:6" in [e["key"] for e in old_replay.alerts_to_replay]
+
+
+def test_n_jumps_to_the_first_alert_of_each_incident() -> None:
+    """The OOM's memory warning, CUDA OOM and memory drop are one incident (one job, or
+    one GPU): n lands on its first sample, before the memory dropped; a new one after
+    INCIDENT_GAP_S quiet starts its own."""
+
+    def alert(
+        kind: str, at: float, job: str | None = "drafter", gpu: int | None = 6
+    ) -> dict[str, Any]:
+        return {
+            "key": f"{kind}:{at}",
+            "kind": kind,
+            "epoch": at,
+            "last_seen": at,
+            "job": job,
+            "gpu": gpu,
+        }
+
+    alerts = [
+        alert("memory", T0),
+        alert("cuda_oom", T0 + 6),
+        alert("oom_death", T0 + 7),
+        alert("memory", T0 + 5, job=None, gpu=2),  # another GPU's: its own incident
+        alert("stale_data", T0 + 9, job=None, gpu=None),
+        alert("memory", T0 + 7 + 121),  # the job's next incident, after a quiet gap
+    ]
+    assert incident_starts(alerts) == [T0, T0 + 5, T0 + 9, T0 + 128]
+    assert incident_starts([{"kind": "memory"}]) == []  # no time: no jump target

@@ -5,14 +5,15 @@ versions there are per variant, interpreter and machine, and the plans built on 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpumon.backends.config import HostConfig
-from gpumon.backends.remote.index_probe import files_of
+from gpumon.backends.remote.index_probe import files_of, on_disk, read_page
 from gpumon.backends.torchenv.index import IndexListing, IndexPage, version_key, wheel_of
-from gpumon.backends.torchenv.swap_plan import build_plan
+from gpumon.backends.torchenv.swap_plan import build_plan, index_problem_text, table_verdict
 
 from torch_index import build_index, release_bases
 
@@ -144,6 +145,44 @@ def test_an_unreadable_index_leaves_the_table_in_charge() -> None:
     )
     plan = build_plan(host(), facts(), "cu999", version="2.13.0", index=gone)
     assert "http://127.0.0.1:1/current/cu999 has no torch (HTTP 404)" in plan.refusals[0].reason
+
+
+def test_an_unreadable_index_is_said_in_words_with_what_the_table_decided() -> None:
+    """The demo's swap plan showed Python's error ("URLError: <urlopen error [Errno 21] Is
+    a directory: …>"): the plan says why in words and what the table decided."""
+    raw = "URLError: <urlopen error [Errno 21] Is a directory: '/tmp/sim/index/whl/cu130/torch/'>"
+    broken = IndexListing("file:///tmp/sim/index/whl/cu130", None, None, error=raw)
+    plan = build_plan(host(), facts(), "cu130", version="2.11.0", index=broken)
+    [warning] = [w for w in plan.warnings if "index" in w]
+    assert "URLError" not in warning and "Errno" not in warning, warning
+    assert "(it is a directory without an index.html), so the built-in table decides: " in warning
+    assert "torch 2.11 has a cu130 build (CUDA 13.0" in warning, warning
+    assert "driver" in warning and "or newer)" in warning
+    assert index_problem_text("URLError: <urlopen error [Errno 111] Connection refused>") == (
+        "connection refused"
+    )
+    assert index_problem_text("URLError: <urlopen error [Errno 99] odd thing>") == "odd thing"
+    assert index_problem_text("HTTP 503") == "HTTP 503"
+    assert table_verdict(None, "2.11", "cu132") == "it lists no cu132 build of torch 2.11"
+
+
+def test_a_local_directory_index_is_read_as_pip_reads_it(tmp_path: Path) -> None:
+    """pip reads a file: URL of a directory as its index.html; the probe does the same
+    (the demo's index is such a directory, and the probe failed on it)."""
+    page = tmp_path / "cu130" / "torch"
+    page.mkdir(parents=True)
+    wheel = "torch-2.11.0+cu130-py3-none-any.whl"
+    (page / "index.html").write_text(f'<a href="{wheel}">{wheel}</a>', encoding="utf-8")
+    url = page.as_uri() + "/"
+    assert on_disk(url) == url + "index.html"
+    assert on_disk(page.as_uri()) == url + "index.html"
+    assert on_disk("https://download.pytorch.org/whl/cu130/torch/") == (
+        "https://download.pytorch.org/whl/cu130/torch/"
+    )
+    read = read_page(url, timeout=5)
+    assert read["error"] is None and read["files"] == [wheel], read
+    missing = read_page((tmp_path / "nothing").as_uri() + "/", timeout=5)
+    assert missing["error"] and missing["files"] == []
 
 
 def test_pep_691_json_pages() -> None:

@@ -219,6 +219,16 @@ ACTIONS: tuple[DashboardAction, ...] = (
         replay=True,
     ),
     DashboardAction(
+        "replay_step_back",
+        "comma",
+        "Back",
+        "Replay: go one sample back (while paused)",
+        "Replay: one sample back",
+        "Go back one sample (while paused): the recording plays again up to it",
+        key_display=",",
+        replay=True,
+    ),
+    DashboardAction(
         "replay_slower",
         "left_square_bracket",
         "Slower",
@@ -293,14 +303,14 @@ ACTIONS: tuple[DashboardAction, ...] = (
         "next_alerting(1)",
         "n",
         "Next alert",
-        "Next row with an active alert (replay: the recording's next alert)",
+        "Next row with an active alert (replay: the next incident's first sample, paused)",
         footer=False,
     ),
     DashboardAction(
         "next_alerting(-1)",
         "N",
         "Prev alert",
-        "Previous row with an active alert (replay: the recording's previous alert)",
+        "Previous row with an active alert (replay: the previous incident's first sample)",
         footer=False,
     ),
     # The digits jump to that GPU of the host under the cursor (on the detail view they

@@ -22,11 +22,21 @@ from typing import TYPE_CHECKING, Any
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from gpumon.backends.actions import Action, ActionPlan, JobRun, JobTarget, Session, audit
+from gpumon.backends.actions import (
+    Action,
+    ActionPlan,
+    JobRun,
+    JobTarget,
+    Outcome,
+    Session,
+    audit,
+)
 from gpumon.backends.actions.kill import KillError, kill_plan
+from gpumon.backends.actions.plan import monitor_readings, workers_text
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, Health
 from gpumon.backends.parsers.processes import foreign
+from gpumon.backends.workloads import step_back_text
 from gpumon.tui.dashboard.action_table import DashboardAction
 from gpumon.tui.dashboard.cursor import CursorModel
 from gpumon.tui.screens import DetailScreen, DoctorScreen, JobActionScreen, SwapScreen
@@ -37,6 +47,7 @@ if TYPE_CHECKING:
     from gpumon.backends.monitor import HostMonitor
 
 UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
+RECORDING = "this is a recording: there is no machine behind it to act on"
 
 
 class JobActions:
@@ -58,7 +69,10 @@ class JobActions:
 
     # --- what may run now ---------------------------------------------------------------
     def read_only_reason(self, monitor: HostMonitor | None) -> str | None:
-        """Why nothing may change ``monitor``'s host (None when changes are allowed)."""
+        """Why nothing may change ``monitor``'s host (None when changes are allowed): a
+        recording first (``gpumon replay`` runs read-only too, but that is not why)."""
+        if monitor is not None and not monitor.source.capabilities.actions:
+            return RECORDING
         if self.read_only:
             return "gpumon runs with --read-only"
         if monitor is not None and monitor.host.read_only:
@@ -70,7 +84,11 @@ class JobActions:
         return self.session.runs.running(monitor.host.name, job.name)
 
     def refuse(self, what: str, reason: str, host: str, job: str | None = None) -> None:
-        """Say no, and audit the attempt."""
+        """Say no, and audit the attempt (on a recording there is no machine to audit an
+        attempt on: only say so)."""
+        if reason == RECORDING:
+            self.notify(f"{what}: {reason}", title="Recording", severity="warning")
+            return
         self.notify(f"{what} refused: {reason}", title="Read-only", severity="warning")
         try:
             audit.record(what, host, "refused", job=job, detail=f"read-only: {reason}")
@@ -214,13 +232,22 @@ class JobActions:
             return
         target = JobTarget.from_monitor(monitor, read_only=self.read_only)
         start = partial(self._start_run, monitor, target)
+        explain = AfterRun(monitor, job, monitor.clock())
         running = self.running_run(monitor, job)
         if running is not None:
-            screen = JobActionScreen(target, job, running.plan.action, start_run=start, run=running)
+            screen = JobActionScreen(
+                target, job, running.plan.action, start_run=start, run=running, explain=explain
+            )
         else:
             state, alert = job_context(monitor, job)
             screen = JobActionScreen(
-                target, job, action, start_run=start, state=state, last_alert=alert
+                target,
+                job,
+                action,
+                start_run=start,
+                state=state,
+                last_alert=alert,
+                explain=explain,
             )
         self.screen.app.push_screen(screen)
 
@@ -291,15 +318,51 @@ def alert_job(monitor: HostMonitor, alert: Alert) -> JobConfig | None:
     return next((j for j in monitor.host.jobs if alert.gpu in j.gpus), None)
 
 
+class AfterRun:
+    """What the monitor saw of ``job`` after its run succeeded, for the dialog: the
+    launcher's workers on the GPUs ("started PID 13025 (its workers 15200-15202 hold GPUs
+    5-7)", when the outcome did not say it) and the step counter going back since
+    ``opened`` (the dialog's opening); None while there is nothing to say."""
+
+    def __init__(self, monitor: HostMonitor, job: JobConfig, opened: float) -> None:
+        self.monitor, self.job, self.opened = monitor, job, opened
+        self._ok_at: float | None = None  # when the success was first seen
+
+    def __call__(self, outcome: Outcome) -> str | None:
+        if self._ok_at is None:
+            self._ok_at = self.monitor.clock()
+        notes = []
+        if outcome.pid is not None and "its worker" not in outcome.message:
+            readings = monitor_readings(self.monitor)()
+            if readings is not None and readings.time >= self._ok_at:  # after the start
+                workers = workers_text(readings, self.job.gpus, outcome.pid)
+                if workers:
+                    notes.append(f"started PID {outcome.pid} ({workers})")
+        back = step_back_since(self.monitor, self.job, self.opened)
+        if back is not None:
+            notes.append(back)
+        return "\n".join(notes) or None
+
+
+def step_back_since(monitor: HostMonitor, job: JobConfig, since: float) -> str | None:
+    """The job's step counter went back after ``since`` (a restart resumed from a
+    checkpoint), in words; None if it did not."""
+    tracker = monitor.workloads.jobs.get(job.name)
+    back = tracker.step_back if tracker is not None else None
+    return step_back_text(back) if back is not None and back.time >= since else None
+
+
 def job_context(monitor: HostMonitor, job: JobConfig) -> tuple[str | None, str | None]:
-    """(state, last alert) of ``job`` as the monitor sees it: ``crashed (OOM on GPU 6)``
-    and the newest active alert of the job (or of one of its GPUs)."""
+    """(state, last alert) of ``job`` as the monitor sees it: ``crashed: OOM on GPU 6``
+    (as the jobs pane says it: a reason with a bracket of its own, "OOM on GPU 6 (GPU 6:
+    6.0 GiB held by CT 201 jupyter-lab)", is not nested in another) and the newest active
+    alert of the job (or of one of its GPUs)."""
     tracker = monitor.workloads.jobs.get(job.name)
     state = None
     if tracker is not None:
         state = tracker.state.value
         if tracker.crash_reason:
-            state += f" ({tracker.crash_reason})"
+            state += f": {tracker.crash_reason}"
     alerts = [a for a in monitor.alerts.active() if a.job == job.name]
     alerts = alerts or [a for a in monitor.alerts.active() if a.gpu in job.gpus]
     newest = max(alerts, key=lambda a: a.time, default=None)

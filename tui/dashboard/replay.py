@@ -4,9 +4,11 @@ the header's "REPLAY 2x, 14:32:07 (45/661)" instead of the connection state.
 ``ReplayControls`` are the dashboard screen's keys on a recording. A replay is the app
 with one monitor fed by a ``ReplaySource``: the rows, alerts, jobs pane and strip behave
 as during the incident. ``p`` pauses the recording itself (not only the rows), so ``.``
-can step it one sample at a time; ``n`` / ``N`` jump to the next / previous alert; ``[`` /
-``]`` change the speed, also while paused (the header says "paused 2x"). Keys that need a
-live machine are greyed out or hidden (the action table says which).
+can step it one sample at a time (``,`` one back); ``n`` / ``N`` jump to the first sample
+of the next / previous incident and pause there (before its memory dropped: step on with
+``.``); ``[`` / ``]`` change the speed, also while paused (the header says "paused 2x").
+Keys that need a live machine are greyed out or hidden (the action table says which);
+pressed, they say that this is a recording.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import TYPE_CHECKING
 from textual.screen import Screen
 
 from gpumon.backends.monitor import SPEEDS, ReplaySource
+from gpumon.tui.dashboard.action_table import ACTIONS, DashboardAction
+from gpumon.tui.dashboard.actions import RECORDING
 from gpumon.tui.views import clock_time
 
 if TYPE_CHECKING:
@@ -55,6 +59,11 @@ def replay_header(monitor: HostMonitor) -> str | None:
     return replay_status(source) if isinstance(source, ReplaySource) else None
 
 
+def machine_key(key: str) -> DashboardAction | None:
+    """The dashboard action on a machine that ``key`` is bound to (None: no such one)."""
+    return next((a for a in ACTIONS if a.machine and key in a.keys.split(",")), None)
+
+
 class ReplayControls:
     """The replay keys on the dashboard ``screen``; ``moved()`` after a jump or a new
     speed (the timer's pace), ``refresh()`` redraws the dashboard."""
@@ -78,6 +87,8 @@ class ReplayControls:
         replay = self.replay
         if action == "replay_step":
             return True if replay.paused and not replay.finished else None
+        if action == "replay_step_back":
+            return True if replay.paused and replay.can_step_back else None
         if action == "replay_next_alert":
             return True if replay.has_next_alert() else None
         if action == "replay_previous_alert":
@@ -86,6 +97,17 @@ class ReplayControls:
             return None
         edge = SPEEDS[-1] if action == "replay_faster" else SPEEDS[0]
         return True if replay.speed != edge else None
+
+    def refuse_key(self, key: str) -> bool:
+        """A key of an action on a machine (hidden in a replay, so Textual passes it on):
+        say that this is a recording, not that gpumon is read-only; False for other keys."""
+        entry = machine_key(key)
+        if entry is None:
+            return False
+        self.screen.notify(
+            f"{key} ({entry.label.lower()}): {RECORDING}", title="Recording", severity="warning"
+        )
+        return True
 
     def toggle_pause(self) -> None:
         self.replay.set_paused(not self.replay.paused)
@@ -99,13 +121,21 @@ class ReplayControls:
             self.refresh()
         self.screen.app.refresh_bindings()
 
+    def step_back(self) -> None:
+        if self.replay.paused and self.replay.step_back():
+            self.refresh()
+        self.screen.app.refresh_bindings()
+
     def jump(self, *, forward: bool) -> None:
+        """To the first sample of the next / previous incident, paused there (it would
+        play on past the moment worth seeing)."""
         replay = self.replay
         moved = replay.next_alert() if forward else replay.previous_alert()
         if not moved:
             where = "later" if forward else "earlier"
-            self.screen.notify(f"no {where} alert in the recording", timeout=2)
+            self.screen.notify(f"no {where} incident in the recording", timeout=2)
             return
+        replay.set_paused(True)
         self._moved()
 
     def speed(self, *, faster: bool) -> None:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from functools import partial
 from typing import ClassVar
 
-from textual import actions
+from textual import actions, events
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import VerticalScroll
@@ -384,6 +384,12 @@ class DashboardScreen(Screen[None]):
             self.refresh_dashboard({host})
             self.app.refresh_bindings()
 
+    def on_key(self, event: events.Key) -> None:
+        """In a replay the keys that act on a machine are hidden (no binding runs them);
+        pressed, they say that this is a recording."""
+        if self.replay_controls is not None and self.replay_controls.refuse_key(event.key):
+            event.stop()
+
     # --- what may run now ----------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         entry = BY_NAME.get(action)
@@ -483,6 +489,10 @@ class DashboardScreen(Screen[None]):
     def action_replay_step(self) -> None:
         if self.replay_controls is not None:
             self.replay_controls.step()
+
+    def action_replay_step_back(self) -> None:
+        if self.replay_controls is not None:
+            self.replay_controls.step_back()
 
     def action_replay_next_alert(self) -> None:
         if self.replay_controls is not None:

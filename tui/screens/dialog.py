@@ -88,6 +88,11 @@ class Dialog(ModalScreen[None]):
         it has the focus when the dialog opens."""
         return Button(f"{label} (Esc)", id="close", compact=True)
 
+    def offer_close(self) -> None:
+        """The action is over (or goes on by itself): ``#close`` says "Close (Esc)", no
+        longer "Cancel (Esc)", since there is nothing left to cancel by closing."""
+        self.query_one("#close", Button).label = "Close (Esc)"
+
     def part(self, part: str) -> Static:
         return self.query_one(f"#{self.NAME}-{part}", Static)
 

@@ -6,7 +6,8 @@ input per parameter (an edit re-renders the plan; a bad value shows its ParamErr
 place), the commands and PIDs. ``y`` or the Confirm button starts the run through
 ``start_run`` (the app's: one run per job, in the shared registry) and the dialog becomes
 the run's progress view; ``c`` cancels until the start step (after that the refusal says
-why), Esc closes the view and the run goes on (``r`` again shows it).
+why), Esc closes the view and the run goes on (``r`` again shows it). Closing the plan
+without confirming it is audited as "cancelled".
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
+from textual.timer import Timer
 from textual.widgets import Button, Input, Label
 
 from gpumon.backends.actions import (
@@ -35,6 +37,7 @@ from gpumon.backends.actions import (
     Step,
     format_value,
     make_plan,
+    record_not_confirmed,
 )
 from gpumon.backends.config import JobConfig
 from gpumon.backends.transport import TransportError
@@ -42,6 +45,9 @@ from gpumon.tui.screens.dialog import Dialog, level_style, outcome_line
 from gpumon.tui.views import Palette, Role
 
 StartRun = Callable[[ActionPlan], JobRun]
+# After a success, what the monitor saw of the job since (its workers, its step counter)
+Explain = Callable[[Outcome], str | None]
+NOTE_POLL_S, NOTE_POLLS = 1.0, 60  # ... looked at every second for a minute
 LABEL_COLUMN = 14  # "  last alert: ": the widest label, then the texts wrap under themselves
 MARKS = {"done": "✓", "running": "▶", "failed": "✗", "cancelled": "■", "pending": "·"}
 ROLES = {
@@ -106,6 +112,8 @@ class JobActionScreen(Dialog):
     #restart-box { width: 96%; max-width: 130; height: auto; max-height: 96%; }
     #restart-body { height: auto; max-height: 80vh; }
     #restart-box.-running #restart-body { max-height: 35vh; }
+    #restart-box.-done #restart-body { max-height: 15vh; }
+    #restart-progress { height: auto; max-height: 40vh; display: none; }
     #restart-result { height: auto; max-height: 30vh; display: none; }
     .param-row { height: auto; }
     .param-row Label { width: 22; padding: 1 1 0 0; }
@@ -129,6 +137,7 @@ class JobActionScreen(Dialog):
         state: str | None = None,
         last_alert: str | None = None,
         run: JobRun | None = None,
+        explain: Explain | None = None,
     ) -> None:
         super().__init__()
         self.target, self.job, self.action = target, job, action
@@ -139,6 +148,12 @@ class JobActionScreen(Dialog):
         self._base_plan: ActionPlan | None = None
         self.problem: str | None = None  # why the plan cannot be confirmed as edited
         self.cancel_note: str | None = None
+        # After a success: what the monitor saw of the job since ("started PID 13025 (its
+        # workers 15200-15202 hold GPUs 5-7)", "the step counter went back from 709 to
+        # 650: resumed from the checkpoint at step 650"), looked at for a minute.
+        self.explain = explain
+        self.note: str | None = None
+        self._note_timer: Timer | None = None
 
     # --- layout -------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -151,7 +166,8 @@ class JobActionScreen(Dialog):
                         yield Label(name, markup=False)
                         yield Input(format_value(default), id=f"param-{name}", name=name)
                 yield self.static("error")
-            yield self.static("steps")
+            with VerticalScroll(id="restart-progress"):
+                yield self.static("steps")
             with VerticalScroll(id="restart-result"):
                 yield self.static("outcome")
             with self.button_row():
@@ -252,6 +268,8 @@ class JobActionScreen(Dialog):
         confirm.display = self.run is None
         running = self.run is not None and self.run.outcome is None
         self.query_one("#cancel-run").display = running
+        if self.run is not None:  # Esc leaves the run going (or done): nothing to cancel
+            self.offer_close()
         self.refresh_bindings()
 
     @on(Button.Pressed, "#confirm")
@@ -279,6 +297,12 @@ class JobActionScreen(Dialog):
         if run is None and self.plan is not None and self.plan.refusal:
             # What the user tried was refused: the audit log says so (as the CLI does).
             self.app.run_worker(self._audit_refusal(self.plan), group="audit")
+        elif run is None and self.plan is not None:
+            # Shown and not confirmed: audited as "cancelled", as a declined swap is.
+            try:
+                record_not_confirmed(self.plan, "not confirmed: the dialog was closed")
+            except OSError as e:
+                self.audit_not_written(str(e))
         elif run is not None and run.outcome is None:
             self.notify(
                 f"{run.plan.job.name}: {run.plan.action} goes on; press r to follow it",
@@ -318,10 +342,31 @@ class JobActionScreen(Dialog):
         note = self.cancel_note if run.outcome is None else None
         parts = [grid, Text(note, pal.text(Role.WARNING))] if note else [grid]
         self.show("steps", Group(*parts), visible=True)
+        self.query_one("#restart-progress").display = True
         done = run.outcome is not None
-        self.show("outcome", self._outcome_text(run.outcome, pal), visible=done)
+        # done: the plan gives room to the steps, the outcome and Close (at 80x24 too)
+        self.query_one("#restart-box").set_class(done, "-done")
+        text = self._outcome_text(run.outcome, pal)
+        if run.outcome is not None and run.outcome.ok and self._look_for_note(run.outcome):
+            text.append(f"\n{self.note}", pal.text(Role.MUTED))
+        self.show("outcome", text, visible=done)
         self.query_one("#restart-result").display = done
         self._sync_buttons()
+
+    def _look_for_note(self, outcome: Outcome) -> bool:
+        """Whether ``explain`` has a note now; it is asked again every second for a minute
+        (the workers appear on the GPUs, and the new run's first progress lines come,
+        after the verify step; slower on a loaded machine)."""
+        if self.explain is None:
+            return False
+        self.note = self.explain(outcome)
+        if self._note_timer is None:
+            self._note_timer = self.set_interval(NOTE_POLL_S, self._poll_note, repeat=NOTE_POLLS)
+        return self.note is not None
+
+    def _poll_note(self) -> None:
+        if self.is_attached:
+            self._render_progress()
 
     @staticmethod
     def _outcome_text(outcome: Outcome | None, pal: Palette) -> Text:

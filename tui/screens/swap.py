@@ -182,7 +182,11 @@ class SwapScreen(Dialog):
             any(r.overridable for r in plan.refusals) or bool(plan.forced)
         )
         force.disabled = self.running or self.outcome is not None or not overridable
-        self.query_one("#confirm", Button).disabled = not self.can_confirm
+        confirm = self.query_one("#confirm", Button)
+        confirm.disabled = not self.can_confirm
+        if self.outcome is not None:  # done: nothing to swap or cancel any more
+            confirm.display = False
+            self.offer_close()
         for widget in (self.query_one("#swap-variant"), self.query_one("#swap-version")):
             widget.disabled = self.running or self.outcome is not None
         self.refresh_bindings()

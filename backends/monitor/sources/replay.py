@@ -11,9 +11,12 @@ through it too (the jobs pane, and the log alerts re-derived from the lines). Re
 alerts are replayed at their recorded time only when nothing replayed derives them again:
 not the sample rules' (memory, time-to-full, GPU health, OOM death, stale data), not those
 of a log whose lines are in the recording, and each key once. ``next_alert()`` /
-``previous_alert()`` jump to the recording's next / previous alert (going back plays the
-recording again from its start into the cleared monitor, ``seeking`` meanwhile). A replay
-reaches no machine: no actions, no interval to change, and nothing is recorded again.
+``previous_alert()`` jump to the first sample of the recording's next / previous incident
+(its alerts grouped as ``alerts.incident`` groups them: by job, else GPU, while less than
+``INCIDENT_GAP_S`` apart), where the memory had not dropped yet; ``step_back()`` goes one
+sample back. Going back plays the recording again from its start into the cleared
+monitor (``seeking`` meanwhile). A replay reaches no machine: no actions, no interval to
+change, and nothing is recorded again.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpumon.backends.alerts.incident import INCIDENT_GAP_S
 from gpumon.backends.alerts.store import CONDITION_KINDS
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
@@ -32,7 +36,7 @@ from gpumon.backends.recording.recorder import Recording, load_recording
 
 from .base import REPLAY, Capabilities, Sink, Source
 
-__all__ = ["SPEEDS", "ReplaySource"]
+__all__ = ["SPEEDS", "ReplaySource", "incident_starts"]
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 SAMPLE_KINDS = CONDITION_KINDS | {"oom_death"}  # what the samples raise again by themselves
@@ -47,17 +51,18 @@ class ReplaySource(Source):
         self.recording = recording
         self.path = path
         name = str(recording.header.get("host") or recording.samples[0].host)
+        container = _container(recording.header.get("container"))
         self.host = HostConfig(
             name=name,
             kind="local",
             interval=_interval(recording),
             jobs=_jobs(recording.header.get("jobs")),
+            container=container,  # whose processes are another container's, as live
         )
         self.position = 0  # index of the next sample to play
-        self.alert_times = sorted(
-            {t for a in recording.alerts if (t := _epoch(a)) is not None}
-        )  # every recorded alert, derived again or not: where n / N jump
-        self.alerts_to_replay = _events(recording)
+        # where n / N jump: the first alert of each incident, derived again or not
+        self.alert_times = incident_starts(recording.alerts)
+        self.alerts_to_replay = _events(recording, derived=_derived_kinds(container))
         self._events = list(self.alerts_to_replay)
         self._logs = list(recording.logs)
         self._next_log = 0
@@ -134,12 +139,40 @@ class ReplaySource(Source):
         target = self._previous_target()
         if target is None or self._sink is None or self.on_rewind is None:
             return False
+        self._rewind()
+        self._seek(target)
+        return True
+
+    @property
+    def can_step_back(self) -> bool:
+        return self.position > 1 and self._sink is not None and self.on_rewind is not None
+
+    def step_back(self) -> bool:
+        """One sample back (the recording played again from its start into the cleared
+        monitor, up to the sample before the one on show); False at the first sample."""
+        if not self.can_step_back or self._sink is None:
+            return False
+        back_to = self.position - 1
+        self._rewind()
+        self.seeking = True
+        try:
+            while self.position < back_to:
+                self._play_next(self._sink)
+        finally:
+            self.seeking = False
+        self._jumped_to = None
+        self._wake.set()
+        return True
+
+    def _rewind(self) -> None:
+        """Clear the monitor and go back to before the first sample."""
+        assert self.on_rewind is not None
+        if self.finished and self._sink is not None:  # it plays again after its end
+            self._sink.ingest_status(ConnState.CONNECTED, source=self.recording.samples[0].source)
         self.on_rewind()
         self.position, self._next_log = 0, 0
         self._events = list(self.alerts_to_replay)
         self.now = self.recording.samples[0].time
-        self._seek(target)
-        return True
 
     def _seek(self, target: float) -> None:
         sink = self._sink
@@ -166,14 +199,14 @@ class ReplaySource(Source):
     async def run(self, sink: Sink) -> None:
         self.bind(sink)
         sink.ingest_status(ConnState.CONNECTED, source=self.recording.samples[0].source)
-        while not self.finished:
-            if self.paused:
+        while True:  # at the end it waits too: N or "," may go back and play on from there
+            if self.paused or self.finished:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             self._play_next(sink)
             if self.finished:
-                break
+                continue
             gap = self.recording.samples[self.position].time - self.now
             self._wake.clear()
             try:
@@ -217,6 +250,33 @@ class ReplaySource(Source):
             pass  # a malformed alert line in the recording is skipped, like the loader does
 
 
+def incident_starts(alerts: list[dict[str, Any]]) -> list[float]:
+    """The time of the first alert of each incident among the recorded ``alerts``: those
+    of one job (else one GPU, else one key) belong together while each comes at most
+    ``INCIDENT_GAP_S`` after the group's last sight, as ``alerts.incident`` groups them.
+    The OOM's memory warning, CUDA OOM line and memory drop are one incident: a jump
+    lands on its first sample, before the memory dropped."""
+    last_seen: dict[tuple[str, object], float] = {}
+    starts: set[float] = set()
+    for alert in sorted(alerts, key=lambda a: _epoch(a) or 0.0):
+        at = _epoch(alert)
+        if at is None:
+            continue
+        job, gpu = alert.get("job"), alert.get("gpu")
+        subject: tuple[str, object] = (
+            ("job", job) if job else ("gpu", gpu) if gpu is not None else ("key", alert.get("key"))
+        )
+        seen = last_seen.get(subject)
+        if seen is None or at - seen > INCIDENT_GAP_S:
+            starts.add(at)
+        try:
+            until = max(at, float(alert.get("last_seen") or at))
+        except (TypeError, ValueError):
+            until = at
+        last_seen[subject] = max(until, seen or until)
+    return sorted(starts)
+
+
 def _epoch(alert: dict[str, Any]) -> float | None:
     try:
         return float(alert["epoch"])
@@ -224,14 +284,32 @@ def _epoch(alert: dict[str, Any]) -> float | None:
         return None
 
 
-def _events(recording: Recording) -> list[dict[str, Any]]:
+def _derived_kinds(container: int | None) -> frozenset[str]:
+    """The kinds the replayed samples raise again by themselves: ``foreign_process`` only
+    when the recording names the watched container (an older one does not; its recorded
+    alerts are replayed instead, so the evidence of a held GPU is not lost)."""
+    return SAMPLE_KINDS if container is not None else SAMPLE_KINDS - {"foreign_process"}
+
+
+def _container(value: object) -> int | None:
+    """The header's "container" (a CT id), None when absent or not an id."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _events(recording: Recording, derived: frozenset[str] = SAMPLE_KINDS) -> list[dict[str, Any]]:
     """The recorded alerts to replay (see the module docstring), oldest first: each key
-    once, at its first time, with its last (worst) record's severity and message."""
+    once, at its first time, with its last (worst) record's severity and message; none of
+    the ``derived`` kinds (the samples raise those again)."""
     logged = {entry["path"] for entry in recording.logs}
     by_key: dict[str, dict[str, Any]] = {}
     for alert in recording.alerts:
         key, kind, at = str(alert.get("key")), alert.get("kind"), _epoch(alert)
-        if kind in SAMPLE_KINDS or at is None:
+        if kind in derived or at is None:
             continue
         if key.startswith("log:") and key[4:].rpartition(":")[0] in logged:
             continue  # its log's lines are replayed: the engine raises it again
