@@ -134,7 +134,8 @@ class IncidentEvent:
 
     def details(self) -> str:
         """The lines under the summary: the fix, what gpumon did, who fixed it, the
-        recording and other files, then the alert's own line (its kind and raw text)."""
+        recording and other files, how many alerts it holds, then its cause's own line
+        (the alert's kind and raw text)."""
         lines = []
         if self.fix and self.event != "resolve":
             lines.append(f"fix: {self.fix}")
@@ -148,10 +149,10 @@ class IncidentEvent:
             lines.append(f"bundle: {self.bundle}")
         said = (self.recording, self.bundle)
         lines.extend(f"file: {path}" for path in self.attachments if path not in said)
+        if self.count > 1:
+            lines.append(f"{self.count} alerts in this incident")
         if self.headline and self.event != "test":
             lines.append(f"alert {self.kind}: {self.cause}")
-        if self.count > 1:
-            lines.append(f"seen {self.count} times")
         return "\n".join(lines)
 
     def line(self) -> str:

@@ -148,8 +148,8 @@ def test_events_say_the_incident_headline_and_its_fix_not_the_raw_line() -> None
     assert ev.count == 2 and ev.summary() == f"[CRITICAL] ct200: {HEADLINE}"
     lines = ev.details().splitlines()
     assert lines[0] == "fix: gpumon restart ct200 drafter"
-    assert lines[-2] == f"alert cuda_oom: {RAW_OOM}"  # the cause's raw line, then the count
-    assert lines[-1] == "seen 2 times"
+    assert lines[-2] == "2 alerts in this incident"
+    assert lines[-1] == f"alert cuda_oom: {RAW_OOM}"  # the cause's raw line, last
     assert ev.to_json()["headline"] == HEADLINE and ev.to_json()["fix"] == lines[0][5:]
 
 
