@@ -324,3 +324,14 @@ def test_incidents_of_hosts_no_longer_watched_resolve_at_once() -> None:
     [ev] = t.forget_hosts(["ct200"], 101.0)
     assert (ev.event, ev.key, ev.resolved_by) == ("resolve", gone.key, NO_LONGER_WATCHED)
     assert set(t.open) == {kept.key} and t.forget_hosts(["ct200"], 102.0) == []
+
+
+def test_a_bundle_noted_for_an_incident_is_named_by_its_later_events() -> None:
+    t = IncidentTracker(min_open_s=0)
+    rounds = demo_oom()
+    t.observe("ct200", rounds[0][1], 96.0)
+    [oomed] = t.observe("ct200", rounds[1][1], 98.0)
+    t.note_bundle(oomed.key, "/b/ct200-cuda_oom.tar.gz")
+    [resolved] = t.observe("ct200", [], 130.0)
+    assert resolved.bundle == "/b/ct200-cuda_oom.tar.gz"
+    assert resolved.attachments == ("/b/ct200-cuda_oom.tar.gz",)
