@@ -21,8 +21,9 @@ calls it after every change) and returns the incident events to deliver:
   it: the alert rules' hysteresis damps the samples, this damps the incidents), nor
   while a restart of its job is running (the resolve says how that ended);
 - incidents read back from an outbox written when each alert was an incident of its own
-  (``restore``) continue as the one the failure's alerts match, the oldest first; the
-  others of the same job (else GPU) resolve, ``resolved_by`` "merged into KEY";
+  (``restore``) continue as the one the failure's alerts match (the best explained: the
+  OOM's, not the memory warning's); the others of the same job (else GPU) resolve,
+  ``resolved_by`` "merged into KEY";
 - each event says the incident's headline and fix as the dashboard does
   (``Incident.headline``, ``command_fix``), and the cause's raw line;
 - ``auto_restart`` alerts are not incidents of their own: they say what gpumon decided
@@ -205,7 +206,7 @@ class IncidentTracker:
     def _match(self, host: str, subj: _Subject, group: list[_Found], seen: set[str]) -> str | None:
         """The open incident ``group`` continues: one that holds any of its alerts, else
         the one of its subject (an alert that flapped back, or one restored from the
-        outbox), the oldest first; None: a new one."""
+        outbox: of several, the best explained, then the oldest); None: a new one."""
         keys = {a.key for f in group for a in f.members}
         mine = [
             (k, inc)
@@ -215,7 +216,9 @@ class IncidentTracker:
         held = [k for k, inc in mine if inc.alert_keys & keys]
         if held:
             return held[0]
-        return min(mine, key=lambda m: m[1].event.opened_at)[0] if mine else None
+        if not mine:
+            return None
+        return min(mine, key=lambda m: (_cause_rank(m[1].event.kind), m[1].event.opened_at))[0]
 
     def _merged(
         self, host: str, subj: _Subject, key: str | None, now: float
