@@ -246,7 +246,7 @@ class IncidentTracker:
         story = lead.story
         note = self._note(host, lead.incident.job)
         inc = self.open.get(key) if key is not None else None
-        if inc is None:
+        if key is None or inc is None:
             first = min(members, key=lambda a: a.time)
             key = incident_key(host, lead.incident.gpu, lead.incident.job, first.kind)
             while key in self.open:  # another subject's incident has this name: never reuse
