@@ -338,3 +338,25 @@ def test_a_bundle_noted_for_an_incident_is_named_by_its_later_events() -> None:
     [resolved] = t.observe("ct200", [], 130.0)
     assert resolved.bundle == "/b/ct200-cuda_oom.tar.gz"
     assert resolved.attachments == ("/b/ct200-cuda_oom.tar.gz",)
+
+
+def test_other_jobs_gpus_and_kinds_are_incidents_of_their_own() -> None:
+    """The dashboard's subjects: another job, a GPU's alerts of no job, and (alerts of
+    neither) each kind; two alerts of one such kind page once."""
+    t = IncidentTracker(min_open_s=0)
+    xid = Alert("xid:2:1", Health.CRITICAL, "xid", "ct200", 2, None, "Xid 79 on GPU 2", 100, 100)
+    ecc = replace(xid, key="gpu_health:2", kind="gpu_health", message="GPU 2 ECC errors")
+    kill = Alert("host_oom_kill:1", Health.CRITICAL, "host_oom_kill", "ct200", None, None,
+                 "oom-kill: python", 100, 100)  # fmt: skip
+    again = replace(kill, key="host_oom_kill:2", time=101.0, last_seen=101.0)
+    lost = replace(kill, key="host_unreachable", kind="host_unreachable", message="down")
+    alerts = [oom(), oom("cuda_oom:log:7", job="target"), xid, ecc, kill, again, lost]
+    events = t.observe("ct200", alerts, 102.0)
+    assert sorted((e.key, e.count) for e in events) == [
+        ("ct200/gpu-/-/host_oom_kill", 2),
+        ("ct200/gpu-/-/host_unreachable", 1),
+        ("ct200/gpu2/-/xid", 2),
+        ("ct200/gpu6/drafter/cuda_oom", 1),
+        ("ct200/gpu6/target/cuda_oom", 1),
+    ]
+    assert all(e.event == "open" for e in events)
