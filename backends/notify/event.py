@@ -50,9 +50,12 @@ EVENT_KEYS = (
 
 
 def incident_key(host: str, gpu: int | None, job: str | None, kind: str) -> str:
-    """The stable identity of an incident: host + GPU + job + rule. The same failure seen
-    again (a second OOM line, a restart of gpumon) has the same key: PagerDuty's
-    ``dedup_key``, Alertmanager's label set and the outbox's grouping all rest on it."""
+    """An incident's name, ``HOST/gpuN/JOB/KIND``: its host, GPU and job and the kind of
+    the alert that opened it, all as they were when it opened, so the name stays while a
+    more explanatory cause arrives (the memory warning opens "demo/gpu6/drafter/memory",
+    the CUDA OOM 20 s later updates it). PagerDuty's ``dedup_key``, Alertmanager's
+    ``incident`` label and the outbox's open incidents rest on it; an outbox from before
+    incidents were grouped holds keys of one alert each, in the same form."""
     return f"{host}/gpu{'-' if gpu is None else gpu}/{job or '-'}/{kind}"
 
 
@@ -68,9 +71,9 @@ class IncidentEvent:
     host: str
     gpu: int | None
     job: str | None
-    kind: str
-    severity: str  # "warning" | "critical"
-    cause: str  # the alert's message (one line): the raw evidence
+    kind: str  # the kind of its cause: the alert that explains it best so far
+    severity: str  # "warning" | "critical": the worst it has been
+    cause: str  # the cause alert's message (one line): the raw evidence
     action: str | None  # what gpumon did: "auto-restart 1/3 in 10 s", "... succeeded", ...
     resolved_by: str | None  # resolve only: "auto-restart", "a person's restart", "recovered"
     opened_at: float
@@ -85,10 +88,16 @@ class IncidentEvent:
     took_s: float | None = None  # how long gpumon's restart took
     attachments: tuple[str, ...] = ()  # files gpumon wrote for it (the recording first)
     bundle: str | None = None  # the incident's bundle ([watch] bundle_on_critical)
+    # An update that changed the cause's kind, the severity or the GPU: those before it
+    # (kind, severity, gpu), so Alertmanager can end the alert of the old labels. Not in
+    # the webhook JSON (``EVENT_KEYS``).
+    previous: tuple[str, str, int | None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.attachments, tuple):  # read back from JSON as a list
             object.__setattr__(self, "attachments", tuple(self.attachments))
+        if self.previous is not None and not isinstance(self.previous, tuple):
+            object.__setattr__(self, "previous", tuple(self.previous))
 
     @property
     def title(self) -> str:
@@ -125,7 +134,8 @@ class IncidentEvent:
 
     def details(self) -> str:
         """The lines under the summary: the fix, what gpumon did, who fixed it, the
-        recording and other files, then the alert's own line (its kind and raw text)."""
+        recording and other files, how many alerts it holds, then its cause's own line
+        (the alert's kind and raw text)."""
         lines = []
         if self.fix and self.event != "resolve":
             lines.append(f"fix: {self.fix}")
@@ -139,10 +149,10 @@ class IncidentEvent:
             lines.append(f"bundle: {self.bundle}")
         said = (self.recording, self.bundle)
         lines.extend(f"file: {path}" for path in self.attachments if path not in said)
+        if self.count > 1:
+            lines.append(f"{self.count} alerts in this incident")
         if self.headline and self.event != "test":
             lines.append(f"alert {self.kind}: {self.cause}")
-        if self.count > 1:
-            lines.append(f"seen {self.count} times")
         return "\n".join(lines)
 
     def line(self) -> str:
@@ -162,6 +172,8 @@ class IncidentEvent:
         return {k: data[k] for k in EVENT_KEYS}
 
     def with_event(self, event: str, at: float, **changes: Any) -> IncidentEvent:
+        """This incident's next event (``previous`` only where ``changes`` say it)."""
+        changes.setdefault("previous", None)
         return replace(self, event=event, time=at, **changes)
 
 

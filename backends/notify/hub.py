@@ -273,11 +273,19 @@ class NotifyHub:
         self.publish(events)
 
     def _bundled(self, monitor: HostMonitor, ev: IncidentEvent) -> IncidentEvent:
-        """A critical incident that opens gets its bundle (``[watch] bundle_on_critical``):
-        written in the background, its path in the event at once (the message goes out
-        now; the file follows within the bundle's minute)."""
-        if ev.event != "open" or ev.severity != "critical":
+        """An incident that becomes critical (opens critical, or a warning that an OOM
+        made critical) gets its bundle (``[watch] bundle_on_critical``): written in the
+        background, its path in the event at once and in the incident's later events
+        (the message goes out now; the file follows within the bundle's minute)."""
+        if ev.severity != "critical" or ev.bundle is not None:
             return ev
+        if ev.event != "open" and (ev.event != "update" or _was_critical(ev)):
+            return ev
+        ev = self._bundle(monitor, ev)
+        self.tracker.note_bundle(ev.key, ev.bundle)
+        return ev
+
+    def _bundle(self, monitor: HostMonitor, ev: IncidentEvent) -> IncidentEvent:
         from gpumon.backends.bundle.build import BundleOptions, bundle_monitor, default_name
         from gpumon.backends.paths import bundles_dir
 
@@ -478,8 +486,8 @@ class NotifyHub:
         if now - self._resent.get(cfg.name, 0.0) < cfg.resend_s or self.outbox.pending(cfg.name):
             return
         self._resent[cfg.name] = now
-        events = [
-            inc.event
+        events = [  # the labels now only: the alert of old ones was ended when they changed
+            dataclasses.replace(inc.event, previous=None)
             for inc in self.tracker.open.values()
             if cfg.wants(inc.event.host, inc.event.kind, _severity(inc.event))
         ]
@@ -488,6 +496,11 @@ class NotifyHub:
                 await deliver(cfg, events, now, self.env)
             except DeliveryError as e:
                 log.info("notify.%s: re-send: %s", cfg.name, e)
+
+
+def _was_critical(ev: IncidentEvent) -> bool:
+    """Whether the incident of update ``ev`` was critical before it."""
+    return ev.previous is None or ev.previous[1] == "critical"
 
 
 def _severity(ev: IncidentEvent) -> Health:

@@ -1,18 +1,31 @@
-"""Incidents from alerts: open once, update on escalation, resolve when the alert clears.
+"""Incidents from alerts, one per failure as the dashboard groups them: open once, update
+when it escalates, finds a better cause or gpumon acts, resolve when its alerts ended.
 
 ``IncidentTracker.observe(host, alerts, now)`` takes a host's active alerts (the monitor
 calls it after every change) and returns the incident events to deliver:
 
-- one incident per stable key (``event.incident_key``: host + GPU + job + rule). A repeat
-  (a second OOM line, a new alert of the same key) only counts; a worse severity is an
-  ``update``; nothing is ever paged twice for one open incident;
-- an incident resolves when no active alert has its key any more (the OOM alert ends
-  once the job runs again and its GPU refilled, or a restart cleared it), but not before it
-  has been open ``min_open_s`` (an alert that flaps back within that time continues the
-  same incident: the alert rules' hysteresis damps the samples, this damps the incidents),
-  nor while a restart of its job is running (the resolve says how that ended);
-- each event says its incident's headline and fix as the dashboard groups the host's
-  alerts (``alerts.incident``: the OOM line leads the memory drop and the crash);
+- one incident per failure, as the dashboard groups alerts (``alerts.incident``: those
+  of one job, else of one GPU, within ``INCIDENT_GAP_S``; alerts of neither: those of one
+  kind). Its key is named when it opens (``event.incident_key``: host, GPU, job and the
+  kind of the alert that opened it) and stays: the memory warning opens
+  "demo/gpu6/drafter/memory", and torch's OOM line 2 s later is an ``update`` of it;
+- an ``update`` when its severity rises, when a cause that explains it better arrives
+  (``CAUSE_ORDER``: the new headline, fix and kind; ``previous`` says the kind and
+  severity before, for Alertmanager), or when gpumon acts. Another alert of it (the
+  memory drop, a second OOM line) only counts; nothing is ever paged twice for one open
+  incident, and a better cause that ends first leaves its story (no update back to
+  "memory");
+- an incident resolves when none of its alerts is active any more (the OOM's end once
+  the job runs again and its GPU refilled, or a restart cleared it), but not before it
+  has been open ``min_open_s`` (an alert of it that flaps back within that time continues
+  it: the alert rules' hysteresis damps the samples, this damps the incidents), nor
+  while a restart of its job is running (the resolve says how that ended);
+- incidents read back from an outbox written when each alert was an incident of its own
+  (``restore``) continue as the one the failure's alerts match (the best explained: the
+  OOM's, not the memory warning's); the others of the same job (else GPU) resolve,
+  ``resolved_by`` "merged into KEY";
+- each event says the incident's headline and fix as the dashboard does
+  (``Incident.headline``, ``command_fix``), and the cause's raw line;
 - ``auto_restart`` alerts are not incidents of their own: they say what gpumon decided
   about the job's crash (a restart in 10 s, or that it gave up). The restart itself is
   said when it ended (``note_restart``: an ``update`` with its outcome, when, the new PID
@@ -30,6 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpumon.backends.alerts.incident import (
+    CAUSE_ORDER,
     INCIDENT_GAP_S,
     Incident,
     alert_headline,
@@ -37,7 +51,7 @@ from gpumon.backends.alerts.incident import (
     incidents,
 )
 from gpumon.backends.alerts.store import Alert
-from gpumon.backends.model import iso_time
+from gpumon.backends.model import Health, iso_time
 from gpumon.backends.notify.event import IncidentEvent, incident_key
 
 __all__ = ["IncidentTracker", "OpenIncident"]
@@ -143,6 +157,14 @@ class IncidentTracker:
                 out.append(inc.event)
         return out
 
+    def note_bundle(self, key: str, path: str | None) -> None:
+        """The bundle written for the open incident ``key``: its later events name it."""
+        inc = self.open.get(key)
+        if inc is not None and path:
+            files = inc.event.attachments
+            files = files if path in files else (*files, path)
+            inc.event = replace(inc.event, bundle=path, attachments=files)
+
     def restore(self, events: Iterable[IncidentEvent]) -> None:
         """Incidents still open when gpumon last stopped (from the outbox's store): a
         matching alert continues them; one that does not come back resolves."""
@@ -160,82 +182,130 @@ class IncidentTracker:
         ``found``: those alerts as the dashboard's incidents (``active_incidents``: its
         fixes only for jobs the config can restart); None groups them here."""
         out: list[IncidentEvent] = []
-        active: dict[str, list[Alert]] = {}
         alerts = list(alerts)
         found = incidents(alerts) if found is None else found
-        by_alert = {a.key: i for i in found for a in i.alerts}
         for alert in alerts:  # first: what gpumon did, so the crash's event can say it
             if alert.kind == "auto_restart":
                 self._auto_restart(host, alert)
-        for alert in alerts:
-            if alert.kind == "auto_restart":
-                continue
-            key = incident_key(host, alert.gpu, alert.job, alert.kind)
-            active.setdefault(key, []).append(alert)
-        for key, group in active.items():
-            worst = max(group, key=lambda a: (a.severity.rank, a.time))
-            inc = self.open.get(key)
-            note = self._note(host, worst.job)
-            headline, fix = _story(by_alert.get(worst.key), worst)
-            if inc is None:
-                recording = self.recording(host, worst.time)
-                ev = IncidentEvent(
-                    event="open",
-                    key=key,
-                    host=host,
-                    gpu=worst.gpu,
-                    job=worst.job,
-                    kind=worst.kind,
-                    severity=worst.severity.value,
-                    cause=worst.message,
-                    action=None,
-                    resolved_by=None,
-                    opened_at=worst.time,
-                    time=now,
-                    recording=recording,
-                    count=len(group),
-                    gpumon_host=self.gpumon_host,
-                    attachments=(recording,) if recording else (),
-                    headline=headline,
-                    fix=fix,
-                )
-                ev = note.said(ev)
-                self.open[key] = OpenIncident(ev, {a.key for a in group})
+        seen: set[str] = set()  # the open incidents that go on
+        for subj, group in _by_subject(found).items():
+            key = self._match(host, subj, group, seen)
+            out.extend(self._merged(host, subj, key, now))
+            ev, key = self._fold(host, key, group, now)
+            seen.add(key)
+            if ev is not None:
                 out.append(ev)
-                continue
-            inc.cleared_at = None
-            new_keys = {a.key for a in group} - inc.alert_keys
-            inc.alert_keys |= new_keys
-            count = inc.event.count + len(new_keys)
-            old_rank = 2 if inc.event.severity == "critical" else 1
-            escalated = worst.severity.rank > old_rank
-            recording = inc.event.recording or self.recording(host, inc.event.opened_at)
-            latest = replace(
-                inc.event,
-                count=count,
-                recording=recording,
-                attachments=_files(inc.event.attachments, recording),
-                headline=headline,
-                fix=fix,
-            )
-            acted = note.about(inc.event) and note.action != inc.event.action
-            if escalated or acted:
-                inc.event = note.said(latest).with_event(
-                    "update",
-                    now,
-                    severity=worst.severity.value if escalated else inc.event.severity,
-                    cause=worst.message if escalated else inc.event.cause,
-                )
-                out.append(inc.event)
-            else:  # a repeat: counted, never re-paged (its latest story kept for the resolve)
-                inc.event = latest
         for key, inc in list(self.open.items()):
-            if inc.event.host != host or key in active:
+            if inc.event.host != host or key in seen:
                 continue
             if inc.cleared_at is None:
                 inc.cleared_at = now
             out.extend(self._maybe_resolve(key, inc, now))
         return out
+
+    def _match(self, host: str, subj: _Subject, group: list[_Found], seen: set[str]) -> str | None:
+        """The open incident ``group`` continues: one that holds any of its alerts, else
+        the one of its subject (an alert that flapped back, or one restored from the
+        outbox: of several, the best explained, then the oldest); None: a new one."""
+        keys = {a.key for f in group for a in f.members}
+        mine = [
+            (k, inc)
+            for k, inc in self.open.items()
+            if inc.event.host == host and k not in seen and _event_subject(inc.event) == subj
+        ]
+        held = [k for k, inc in mine if inc.alert_keys & keys]
+        if held:
+            return held[0]
+        if not mine:
+            return None
+        return min(mine, key=lambda m: (_cause_rank(m[1].event.kind), m[1].event.opened_at))[0]
+
+    def _merged(
+        self, host: str, subj: _Subject, key: str | None, now: float
+    ) -> list[IncidentEvent]:
+        """Resolves for the other open incidents of ``subj`` than ``key``: an outbox
+        written when each alert was an incident of its own holds several for one failure;
+        they go on as ``key``."""
+        if key is None:
+            return []
+        out = []
+        for k, inc in list(self.open.items()):
+            if k != key and inc.event.host == host and _event_subject(inc.event) == subj:
+                del self.open[k]
+                out.append(inc.event.with_event("resolve", now, resolved_by=f"merged into {key}"))
+        return out
+
+    def _fold(
+        self, host: str, key: str | None, group: list[_Found], now: float
+    ) -> tuple[IncidentEvent | None, str]:
+        """``group`` (the dashboard's incidents of one subject now) into the open incident
+        ``key`` (None: a new one). Returns the event to send, if any, and the key."""
+        lead = group[0]  # the most urgent (``found`` comes by urgency)
+        members = [a for f in group for a in f.members]
+        severity = Health.worst(*(a.severity for a in members)).value
+        story = lead.story
+        note = self._note(host, lead.incident.job)
+        inc = self.open.get(key) if key is not None else None
+        if key is None or inc is None:
+            first = min(members, key=lambda a: a.time)
+            key = incident_key(host, lead.incident.gpu, lead.incident.job, first.kind)
+            while key in self.open:  # another subject's incident has this name: never reuse
+                key += "+"
+            opened_at = first.time
+            recording = self.recording(host, opened_at)
+            ev = IncidentEvent(
+                event="open",
+                key=key,
+                host=host,
+                gpu=story.gpu,
+                job=lead.incident.job,
+                kind=story.kind,
+                severity=severity,
+                cause=story.cause,
+                action=None,
+                resolved_by=None,
+                opened_at=opened_at,
+                time=now,
+                recording=recording,
+                count=len(members),
+                gpumon_host=self.gpumon_host,
+                attachments=(recording,) if recording else (),
+                headline=story.headline,
+                fix=story.fix,
+            )
+            ev = note.said(ev)
+            self.open[key] = OpenIncident(ev, {a.key for a in members})
+            return ev, key
+        inc.cleared_at = None
+        new_keys = {a.key for a in members} - inc.alert_keys
+        inc.alert_keys |= new_keys
+        old = inc.event
+        recording = old.recording or self.recording(host, old.opened_at)
+        latest = replace(
+            old,
+            count=old.count + len(new_keys),
+            recording=recording,
+            attachments=_files(old.attachments, recording),
+        )
+        rank, old_rank = _cause_rank(story.kind), _cause_rank(old.kind)
+        caused = rank < old_rank  # a cause that explains it better: a new headline
+        if caused:
+            latest = replace(latest, kind=story.kind, gpu=story.gpu)
+        if rank <= old_rank:  # the cause's latest words (a new peak), kept for the resolve
+            latest = replace(latest, cause=story.cause, headline=story.headline, fix=story.fix)
+        # else: a better cause ended first; its story stays (the incident was a CUDA OOM)
+        escalated = Health(severity).rank > Health(old.severity).rank
+        acted = note.about(old) and note.action != old.action
+        if not (escalated or caused or acted):  # a repeat: counted, never re-paged
+            inc.event = latest
+            return None, key
+        inc.event = note.said(latest).with_event(
+            "update",
+            now,
+            severity=severity if escalated else old.severity,
+            previous=(old.kind, old.severity, old.gpu) if caused or escalated else None,
+        )
+        return inc.event, key
 
     def forget_hosts(self, keep: Iterable[str], now: float) -> list[IncidentEvent]:
         """Resolves for the open incidents of hosts no longer watched (dropped from the
@@ -309,13 +379,82 @@ class IncidentTracker:
         note.pid = note.took_s = None
 
 
-def _story(incident: Incident | None, alert: Alert) -> tuple[str, str | None]:
-    """The headline and fix of the incident ``alert`` belongs to, as the dashboard says
-    them (an alert of no incident: its own headline, no fix)."""
-    if incident is None:
-        return alert_headline(alert), None
-    fix = command_fix(incident)
-    return incident.headline, fix.removeprefix("fix: ") if fix else None
+_Subject = tuple[str, object]  # ("job", name) | ("gpu", index) | ("kind", kind)
+
+
+@dataclass(frozen=True, slots=True)
+class _Story:
+    """What an incident's events say of its cause."""
+
+    kind: str
+    gpu: int | None
+    cause: str  # the cause alert's raw line
+    headline: str
+    fix: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """One of the dashboard's incidents, as notify sees it: its alerts but the
+    ``auto_restart`` ones (those say what gpumon did, not what broke), and its story."""
+
+    incident: Incident
+    members: tuple[Alert, ...]
+    story: _Story
+
+
+def _by_subject(found: Iterable[Incident]) -> dict[_Subject, list[_Found]]:
+    """The dashboard's incidents by what they are about, the most urgent of each first;
+    an incident of ``auto_restart`` alerts only is none."""
+    out: dict[_Subject, list[_Found]] = {}
+    for incident in found:
+        members = tuple(a for a in incident.alerts if a.kind != "auto_restart")
+        if not members:
+            continue
+        first = min(members, key=lambda a: a.time)
+        subj = _subject(first.job, first.gpu, first.kind)
+        out.setdefault(subj, []).append(_Found(incident, members, _story(incident, members)))
+    return out
+
+
+def _subject(job: str | None, gpu: int | None, kind: str) -> _Subject:
+    """What an incident is about, as ``alerts.incident`` groups: its job, else its GPU.
+    An alert of neither stands alone on the dashboard; here those of one kind are one
+    incident (two container OOM kills in a minute page once)."""
+    if job:
+        return ("job", job)
+    if gpu is not None:
+        return ("gpu", gpu)
+    return ("kind", kind)
+
+
+def _event_subject(ev: IncidentEvent) -> _Subject:
+    """The subject of an open incident (also of one read back from an outbox written
+    when each alert was an incident: its job, else its GPU, else its kind)."""
+    return _subject(ev.job, ev.gpu, ev.kind)
+
+
+def _cause_rank(kind: str) -> int:
+    """How well ``kind`` explains an incident (``CAUSE_ORDER``; lower is better)."""
+    return _RANK.get(kind, len(_RANK))
+
+
+_RANK = {kind: i for i, kind in enumerate(CAUSE_ORDER)}
+
+
+def _story(incident: Incident, members: Sequence[Alert]) -> _Story:
+    """The cause, headline and fix of ``incident`` as the dashboard says them; when its
+    cause is an ``auto_restart`` alert (the only kind notify leaves out), those of its
+    best other alert."""
+    cause = incident.cause
+    if cause in members:
+        fix = command_fix(incident)
+        headline = incident.headline
+        said = fix.removeprefix("fix: ") if fix else None
+    else:
+        cause = min(members, key=lambda a: (_cause_rank(a.kind), -a.severity.rank, a.time))
+        headline, said = alert_headline(cause, incident.job), None
+    return _Story(cause.kind, incident.gpu, cause.message, headline, said)
 
 
 def _files(files: tuple[str, ...], recording: str | None) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumon.backends.config.notify import NotifierConfig
@@ -30,6 +30,7 @@ __all__ = [
     "DeliveryError",
     "HttpRequest",
     "alertmanager_alert",
+    "alertmanager_alerts",
     "command_input",
     "render",
     "terminal_bytes",
@@ -125,10 +126,29 @@ def _pagerduty(
     return out
 
 
+def alertmanager_alerts(ev: IncidentEvent, now: float, resend_s: float) -> list[dict[str, Any]]:
+    """The Alertmanager alerts for ``ev``: its own, after (for an update that changed the
+    cause's kind, the severity or the GPU: ``ev.previous``) the alert of the labels before
+    it, ended now. Alertmanager knows an alert by its labels and routes on ``alertname``
+    and ``severity``: the incident keeps one active alert, under the labels that say it
+    now (a memory warning that became a CUDA OOM pages the critical route)."""
+    alert = alertmanager_alert(ev, now, resend_s)
+    if ev.previous is None:
+        return [alert]
+    kind, severity, gpu = ev.previous
+    before = alertmanager_alert(
+        replace(ev, event="resolve", kind=kind, severity=severity, gpu=gpu), now, resend_s
+    )
+    if before["labels"] == alert["labels"]:
+        return [alert]
+    return [before, alert]
+
+
 def alertmanager_alert(ev: IncidentEvent, now: float, resend_s: float) -> dict[str, Any]:
-    """One Alertmanager alert for ``ev``: labels identify the incident, ``endsAt`` is the
-    resolve time, or a few re-send periods ahead while it is open (an alert gpumon stops
-    re-sending then expires by itself)."""
+    """One Alertmanager alert for ``ev``: labels identify the incident and what routes it
+    (``alertname`` gpumon_KIND of its cause, ``severity``); the cause's words are
+    annotations. ``endsAt`` is the resolve time, or a few re-send periods ahead while it
+    is open (an alert gpumon stops re-sending then expires by itself)."""
     labels = {
         "alertname": f"gpumon_{ev.kind}",
         "host": ev.host,
@@ -239,7 +259,7 @@ def render(
     if config.kind == "pagerduty":
         return _pagerduty(config, events, env)
     if config.kind == "alertmanager":
-        alerts = [alertmanager_alert(ev, now, config.resend_s) for ev in events]
+        alerts = [a for ev in events for a in alertmanager_alerts(ev, now, config.resend_s)]
         url = _url(config, env).rstrip("/") + "/api/v2/alerts"
         return [HttpRequest(url, _json(alerts), {"Content-Type": "application/json"})]
     if config.kind == "ntfy":

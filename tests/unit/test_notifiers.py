@@ -12,6 +12,7 @@ from gpumon.backends.notify.event import IncidentEvent
 from gpumon.backends.notify.notifiers import (
     DeliveryError,
     alertmanager_alert,
+    alertmanager_alerts,
     command_input,
     render,
     terminal_bytes,
@@ -94,6 +95,33 @@ def test_alertmanager_labels_and_ends_at() -> None:
     assert dt.datetime.fromisoformat(resolved["endsAt"]).timestamp() == 1100.0
     [req] = render(cfg("alertmanager"), [OPEN, RESOLVE], 1100.0, {})
     assert req.url.endswith("/api/v2/alerts") and len(json.loads(req.body)) == 2
+
+
+def test_alertmanager_keeps_one_active_alert_when_the_cause_changes() -> None:
+    """The memory warning opened the incident; the CUDA OOM updates it: the update ends
+    the alert of the old labels (gpumon_memory, warning) in the same request and fires
+    the one of the new (gpumon_cuda_oom, critical, the critical route pages); the
+    ``incident`` label and the GPU and job stay. An update that changed no label (what
+    gpumon did) sends the one alert."""
+    import datetime as dt
+
+    update = OPEN.with_event("update", 1010.0, previous=("memory", "warning", 6))
+    [req] = render(cfg("alertmanager"), [update], 1010.0, {})
+    before, now = json.loads(req.body)
+    assert before["labels"] == {
+        **now["labels"],
+        "alertname": "gpumon_memory",
+        "kind": "memory",
+        "severity": "warning",
+    }
+    assert now["labels"]["alertname"] == "gpumon_cuda_oom" and now["labels"]["incident"] == OPEN.key
+    assert dt.datetime.fromisoformat(before["endsAt"]).timestamp() == 1010.0
+    assert dt.datetime.fromisoformat(now["endsAt"]).timestamp() == 1010.0 + 4 * 60
+    assert before["annotations"]["headline"] == now["annotations"]["headline"] == OPEN.headline
+    assert alertmanager_alerts(OPEN.with_event("update", 1011.0), 1011.0, 60) == [
+        alertmanager_alert(OPEN.with_event("update", 1011.0), 1011.0, 60)
+    ]
+    assert "previous" not in update.to_json()  # not part of the webhook JSON
 
 
 def test_ntfy_headers_and_token() -> None:

@@ -130,25 +130,136 @@ def test_an_old_action_does_not_follow_a_new_incident_of_the_job() -> None:
     assert later.action is None and later.pid is None
 
 
+RAW_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
+    "total capacity of 94.97 GiB of which 90.00 MiB is free."
+)
+HEADLINE = "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+
+
 def test_events_say_the_incident_headline_and_its_fix_not_the_raw_line() -> None:
     t = IncidentTracker(min_open_s=0)
-    raw = (
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
-        "total capacity of 94.97 GiB of which 90.00 MiB is free."
-    )
     drop = replace(
         oom(), key="oom_death:6:1", kind="oom_death", message="GPU 6 memory fell from 99% to 0%"
     )
-    events = t.observe("ct200", [oom(message=raw), drop], 100.0)
-    headline = "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
-    assert {ev.kind for ev in events} == {"cuda_oom", "oom_death"}
-    for ev in events:  # the memory drop is evidence of the same incident: the same story
-        assert (ev.headline, ev.fix) == (headline, "gpumon restart ct200 drafter")
-        assert ev.summary() == f"[CRITICAL] ct200: {headline}"
-        lines = ev.details().splitlines()
-        assert lines[0] == "fix: gpumon restart ct200 drafter"
-        assert lines[-1] == f"alert {ev.kind}: {ev.cause}"  # the raw line, last
-        assert ev.to_json()["headline"] == headline and ev.to_json()["fix"] == lines[0][5:]
+    # The memory drop is evidence of the same incident: one event, the OOM's story.
+    [ev] = t.observe("ct200", [oom(message=RAW_OOM), drop], 100.0)
+    assert (ev.kind, ev.headline, ev.fix) == ("cuda_oom", HEADLINE, "gpumon restart ct200 drafter")
+    assert ev.count == 2 and ev.summary() == f"[CRITICAL] ct200: {HEADLINE}"
+    lines = ev.details().splitlines()
+    assert lines[0] == "fix: gpumon restart ct200 drafter"
+    assert lines[-2] == "2 alerts in this incident"
+    assert lines[-1] == f"alert cuda_oom: {RAW_OOM}"  # the cause's raw line, last
+    assert ev.to_json()["headline"] == HEADLINE and ev.to_json()["fix"] == lines[0][5:]
+
+
+def demo_oom() -> list[tuple[float, list[Alert]]]:
+    """The demo's OOM as the watch sees it, round by round: the memory warning and the
+    CT 201 holder first, the memory critical and torch's OOM line 2 s later, the memory
+    drop a second after, the auto-restart's decision, then nothing (restarted, refilled)."""
+    memory = replace(
+        oom(), key="memory:6", kind="memory", severity=Health.WARNING, time=96.0, last_seen=96.0,
+        message="GPU 6 memory 97.2% used, 2.0 GiB free",
+    )  # fmt: skip
+    holder = replace(
+        memory, key="foreign_process:6", kind="foreign_process",
+        message="GPU 6: 6.0 GiB held by CT 201 jupyter-lab",
+    )  # fmt: skip
+    critical = replace(
+        memory, severity=Health.CRITICAL, last_seen=98.0,
+        message="GPU 6 memory 98.9% used, 0.4 GiB free",
+    )  # fmt: skip
+    line = oom(at=98.0, message=RAW_OOM)
+    drop = replace(
+        line, key="oom_death:6:1", kind="oom_death", time=99.0, last_seen=99.0,
+        message="GPU 6 memory fell from 99% to 0% in 1 s",
+    )  # fmt: skip
+    auto = Alert(
+        "auto_restart:event:1", Health.WARNING, "auto_restart", "ct200", None, "drafter",
+        "auto-restart: drafter crashed (CUDA OOM); automatic restart 1/3 in 10 s", 99.0, 99.0,
+    )  # fmt: skip
+    return [
+        (96.0, [memory, holder]),
+        (98.0, [critical, holder, line]),
+        (99.0, [critical, holder, line, drop, auto]),
+        (100.0, [critical, holder, line, drop, auto]),
+        (115.0, [auto]),  # the auto_restart alert stays until acknowledged: no incident
+    ]
+
+
+def test_the_demo_oom_pages_once_then_updates_then_resolves_once() -> None:
+    """One failure, one page: the memory warning opens it, torch's OOM line 2 s later is
+    an update of the same incident with the OOM's headline and severity (not a second
+    page), the memory drop and the holder only count, the restart's decision and its end
+    are updates, and it resolves once, when every alert of it ended."""
+    t = IncidentTracker(min_open_s=0)
+    rounds = demo_oom()
+    events = []
+    for at, alerts in rounds[:4]:
+        events += t.observe("ct200", alerts, at)
+    events += t.note_restart(
+        "ct200", "drafter", automatic=True, ok=True, at=112.0, pid=710, took_s=3.3
+    )
+    events += t.observe("ct200", rounds[4][1], 115.0)
+    assert [e.event for e in events] == ["open", "update", "update", "update", "resolve"]
+    assert {e.key for e in events} == {"ct200/gpu6/drafter/memory"}  # named as it opened
+    opened, oomed, due, restarted, resolved = events
+    assert due.action == f"auto-restart 1/3 due {iso_time(109.0)}" and due.previous is None
+    assert (opened.kind, opened.severity) == ("memory", "warning")
+    assert opened.headline == "drafter: GPU 6 memory 97.2% used, 2.0 GiB free"
+    assert opened.opened_at == 96.0 and opened.count == 2
+    assert (oomed.kind, oomed.severity, oomed.headline) == ("cuda_oom", "critical", HEADLINE)
+    assert oomed.summary() == f"[CRITICAL, updated] ct200: {HEADLINE}"
+    assert oomed.cause == RAW_OOM and oomed.fix == "gpumon restart ct200 drafter"
+    assert oomed.previous == ("memory", "warning", 6)  # Alertmanager ends the old labels
+    assert oomed.opened_at == 96.0
+    assert (restarted.action, restarted.pid, restarted.headline) == (
+        "auto-restart succeeded", 710, HEADLINE,
+    )  # fmt: skip
+    assert restarted.previous is None
+    assert (resolved.resolved_by, resolved.headline, resolved.kind) == (
+        "auto-restart", HEADLINE, "cuda_oom",
+    )  # fmt: skip
+    assert resolved.count == 4 and not t.open  # memory, holder, OOM line, drop
+
+
+def test_a_better_cause_that_ends_first_keeps_the_incident_story() -> None:
+    t = IncidentTracker(min_open_s=0)
+    rounds = demo_oom()
+    for at, alerts in rounds[:3]:
+        t.observe("ct200", alerts, at)
+    memory_only = [a for a in rounds[2][1] if a.kind == "memory"]
+    assert t.observe("ct200", memory_only, 101.0) == []  # no update back to "memory"
+    [ev] = t.observe("ct200", [], 102.0)
+    assert (ev.event, ev.kind, ev.headline) == ("resolve", "cuda_oom", HEADLINE)
+
+
+def test_incidents_of_one_alert_each_from_an_older_outbox_merge_into_one() -> None:
+    """An outbox written when each alert was an incident: the OOM's three open rows read
+    back; the failure still active continues the OOM's (the best explained), the others
+    resolve said merged into it."""
+    old = IncidentTracker(min_open_s=0)
+    rows = []
+    for alert in demo_oom()[2][1]:
+        if alert.kind != "auto_restart":
+            key = incident_key("ct200", alert.gpu, alert.job, alert.kind)
+            [ev] = IncidentTracker(min_open_s=0).observe("ct200", [alert], alert.time)
+            rows.append(replace(ev, key=key, kind=alert.kind, opened_at=alert.time))
+    old.restore(rows)
+    assert len(old.open) == 4
+    still = [a for a in demo_oom()[3][1] if a.kind != "auto_restart"]
+    events = old.observe("ct200", still, 200.0)
+    merged = [e for e in events if e.event == "resolve"]
+    assert {e.key for e in merged} == {
+        "ct200/gpu6/drafter/memory",
+        "ct200/gpu6/drafter/foreign_process",
+        "ct200/gpu6/drafter/oom_death",
+    }
+    assert {e.resolved_by for e in merged} == {"merged into ct200/gpu6/drafter/cuda_oom"}
+    assert [e.event for e in events] == ["resolve"] * 3  # the OOM's goes on: no re-page
+    assert list(old.open) == ["ct200/gpu6/drafter/cuda_oom"]
+    [ev] = old.observe("ct200", [], 201.0)
+    assert (ev.event, ev.key, ev.headline) == ("resolve", "ct200/gpu6/drafter/cuda_oom", HEADLINE)
 
 
 def test_the_recording_is_the_one_whose_window_holds_the_incident() -> None:
@@ -216,3 +327,36 @@ def test_incidents_of_hosts_no_longer_watched_resolve_at_once() -> None:
     [ev] = t.forget_hosts(["ct200"], 101.0)
     assert (ev.event, ev.key, ev.resolved_by) == ("resolve", gone.key, NO_LONGER_WATCHED)
     assert set(t.open) == {kept.key} and t.forget_hosts(["ct200"], 102.0) == []
+
+
+def test_a_bundle_noted_for_an_incident_is_named_by_its_later_events() -> None:
+    t = IncidentTracker(min_open_s=0)
+    rounds = demo_oom()
+    t.observe("ct200", rounds[0][1], 96.0)
+    [oomed] = t.observe("ct200", rounds[1][1], 98.0)
+    t.note_bundle(oomed.key, "/b/ct200-cuda_oom.tar.gz")
+    [resolved] = t.observe("ct200", [], 130.0)
+    assert resolved.bundle == "/b/ct200-cuda_oom.tar.gz"
+    assert resolved.attachments == ("/b/ct200-cuda_oom.tar.gz",)
+
+
+def test_other_jobs_gpus_and_kinds_are_incidents_of_their_own() -> None:
+    """The dashboard's subjects: another job, a GPU's alerts of no job, and (alerts of
+    neither) each kind; two alerts of one such kind page once."""
+    t = IncidentTracker(min_open_s=0)
+    xid = Alert("xid:2:1", Health.CRITICAL, "xid", "ct200", 2, None, "Xid 79 on GPU 2", 100, 100)
+    ecc = replace(xid, key="gpu_health:2", kind="gpu_health", message="GPU 2 ECC errors")
+    kill = Alert("host_oom_kill:1", Health.CRITICAL, "host_oom_kill", "ct200", None, None,
+                 "oom-kill: python", 100, 100)  # fmt: skip
+    again = replace(kill, key="host_oom_kill:2", time=101.0, last_seen=101.0)
+    lost = replace(kill, key="host_unreachable", kind="host_unreachable", message="down")
+    alerts = [oom(), oom("cuda_oom:log:7", job="target"), xid, ecc, kill, again, lost]
+    events = t.observe("ct200", alerts, 102.0)
+    assert sorted((e.key, e.count) for e in events) == [
+        ("ct200/gpu-/-/host_oom_kill", 2),
+        ("ct200/gpu-/-/host_unreachable", 1),
+        ("ct200/gpu2/-/xid", 2),
+        ("ct200/gpu6/drafter/cuda_oom", 1),
+        ("ct200/gpu6/target/cuda_oom", 1),
+    ]
+    assert all(e.event == "open" for e in events)

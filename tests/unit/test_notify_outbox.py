@@ -92,3 +92,69 @@ def test_a_backlog_goes_out_in_messages_of_at_most_batch_max(tmp_path: Path) -> 
     box.mark_sent("hook", [r.id for r in rows], 11.0)
     rows, _ = box.due_batch("hook", 11.0)
     assert [r.event.gpu for r in rows] == list(range(BATCH_MAX, BATCH_MAX + 5))
+
+
+def test_rows_of_the_key_per_alert_scheme_read_back_and_merge_into_one_incident(
+    tmp_path: Path,
+) -> None:
+    """A file written by a gpumon that opened one incident per alert (no ``previous`` in
+    its JSON): its open incidents and pending rows read back; the failure's alerts
+    continue its best-explained incident (the OOM's) and the others resolve, said merged
+    into it."""
+    import json
+    import sqlite3
+    from dataclasses import asdict
+
+    from gpumon.backends.alerts.store import Alert
+    from gpumon.backends.config.notify import NotifierConfig
+    from gpumon.backends.model import Health
+    from gpumon.backends.notify.incidents import IncidentTracker
+    from gpumon.backends.notify.notifiers import render
+
+    path = tmp_path / "outbox.sqlite3"
+    Outbox(path).close()  # the schema
+    kinds = {"memory": 96.0, "cuda_oom": 98.0, "oom_death": 99.0}
+    old = [
+        replace(event(6, kind=kind), key=f"ct200/gpu6/drafter/{kind}", job="drafter", opened_at=t)
+        for kind, t in kinds.items()
+    ]
+    rows = [{k: v for k, v in asdict(ev).items() if k != "previous"} for ev in old]
+    db = sqlite3.connect(path)
+    with db:
+        for ev, row in zip(old, rows, strict=True):
+            db.execute(
+                "INSERT INTO incidents (key, event) VALUES (?, ?)", (ev.key, json.dumps(row))
+            )
+        db.execute(
+            "INSERT INTO outbox (notifier, host, created, not_before, event) VALUES (?,?,?,?,?)",
+            ("am", "ct200", 99.0, 99.0, json.dumps(rows[1])),
+        )
+    db.close()
+    box = Outbox(path)
+    restored = box.open_incidents()
+    assert sorted(e.key for e in restored) == sorted(e.key for e in old)
+    [pending] = box.pending("am")
+    assert pending.event == old[1] and pending.event.previous is None
+    [req] = render(NotifierConfig(name="am", kind="alertmanager", url="http://127.0.0.1:9"),
+                   [pending.event], 100.0, {})  # fmt: skip
+    assert len(json.loads(req.body)) == 1
+
+    t = IncidentTracker(min_open_s=0)
+    t.restore(restored)
+    alerts = [
+        Alert(f"{kind}:6", Health.CRITICAL, kind, "ct200", 6, "drafter", kind, at, at)
+        for kind, at in kinds.items()
+    ]
+    events = t.observe("ct200", alerts, 200.0)
+    for ev in events:
+        box.save_incident(ev)
+    assert sorted((e.event, e.key, e.resolved_by) for e in events) == [
+        ("resolve", f"ct200/gpu6/drafter/{kind}", "merged into ct200/gpu6/drafter/cuda_oom")
+        for kind in ("memory", "oom_death")
+    ]
+    [kept] = box.open_incidents()
+    assert kept.key == "ct200/gpu6/drafter/cuda_oom"
+    update = kept.with_event("update", 201.0, previous=("memory", "warning", 6))
+    box.save_incident(update)
+    box.close()
+    assert Outbox(path).open_incidents() == [update]  # ``previous`` survives a reopen
