@@ -32,6 +32,7 @@ import gzip
 import itertools
 import json
 import logging
+import math
 import re
 import time
 import zlib
@@ -202,6 +203,7 @@ class FlightRecorder:
         if on_written is not None:
             self.written_listeners.add(on_written)
         self.written: list[Path] = []  # the newest WRITTEN_MAX recordings, oldest first
+        self._windows: dict[Path, tuple[float, float]] = {}  # written path -> its window
         self.last_error: str | None = None
         self.last_write_s: float | None = None  # seconds the last write took
         # The samples kept, oldest first: compressed chunks (the oldest's first ``_skip``
@@ -223,6 +225,19 @@ class FlightRecorder:
 
     def __len__(self) -> int:
         return self._count
+
+    def recording_of(self, when: float) -> tuple[Path, bool] | None:
+        """The recording whose window holds the time ``when`` (an alert's): (path, True)
+        once written, (path, False) while it is pending; the newest when several do; None
+        when no recording of this session holds it."""
+        pending = self._pending
+        if pending is not None and pending.alert.time - self.before_s <= when <= pending.due:
+            return pending.path, False
+        for path in reversed(self.written):
+            start, end = self._windows.get(path, (math.inf, -math.inf))
+            if start <= when <= end:
+                return path, True
+        return None
 
     def memory_bytes(self) -> int:
         """Approximate bytes held by the sample lines (for the status line and tests)."""
@@ -364,6 +379,8 @@ class FlightRecorder:
             return None
         self.last_write_s = time.perf_counter() - began
         self.written = [*self.written[-(WRITTEN_MAX - 1) :], path]
+        kept = {p: w for p, w in self._windows.items() if p in self.written}
+        self._windows = {**kept, path: (start, end)}
         self.written_listeners.emit(path)
         return path
 

@@ -25,6 +25,7 @@ from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.dashboard import ACTIONS
 from gpumon.tui.screens import AlertHistoryScreen
+from gpumon.tui.screens.alert_detail import AlertDetailScreen
 from gpumon.tui.views import Role
 
 Wait = Callable[..., Awaitable[None]]
@@ -173,7 +174,19 @@ async def test_history_lists_alerts_and_acknowledging_an_event_hides_it(
         assert first[4] == "drafter" and first[5] == "active"
         assert first[6] == f"{HEADLINE} — r restart"  # the strip's words
         assert "before gpumon started" not in first[6]
+        # Enter: the incident in full (issue 26.3); Esc back to the history, unchanged
         await pilot.press("enter")
+        detail = app.screen
+        assert isinstance(detail, AlertDetailScreen)
+        assert detail.plain.splitlines()[0].strip() == HEADLINE
+        assert "Tried to allocate 2.00 GiB" in detail.plain  # the whole log line
+        assert "torch.OutOfMemoryError" in detail.plain.split("lines", 1)[1]  # what raised it
+        assert "gpumon restart demo drafter" in detail.plain
+        await pilot.press("escape")
+        assert app.screen is screen and monitor.alerts.active()
+        footer = {k.key_display for k in screen.query(FooterKey)}
+        assert {"⏎", "Space"} <= footer
+        await pilot.press("space")  # Space acknowledges
         first = [str(c) for c in table.get_row_at(0)]
         assert first[5] == "✓ack"
         assert not monitor.alerts.active()

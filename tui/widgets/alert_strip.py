@@ -77,7 +77,7 @@ def render_strip(view: StripView, width: int) -> Text:
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(badge, pal.badge(role))
     if with_time:
-        line.append(f" {clock_time(incident.time)} ", pal.text(Role.MUTED))
+        line.append(f" {clock_time(incident.cause.time)} ", pal.text(Role.MUTED))
     else:
         line.append(" ")
     if with_host:
