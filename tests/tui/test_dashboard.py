@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -177,6 +178,19 @@ async def test_help_lists_every_key(demo_monitor: Callable[..., HostMonitor], wa
         ]:
             assert key_text(binding.key) in text  # type: ignore[union-attr]
             assert binding.description in text or binding.tooltip in text  # type: ignore[union-attr]
+        # issue 26.8: the digits' row keeps a space before its words, and a wrapped
+        # description stays in its column, never flush left under the keys
+        sections = {where for where, _, _ in screen.rows}
+        seen: list[str] = []
+        for _ in range(12):  # page through the box
+            lines = [strip.text for strip in screen._compositor.render_strips()]
+            inside = [line.split("│")[1] for line in lines if line.count("│") >= 2]
+            seen += [line[1:].rstrip() for line in inside]
+            await pilot.press("pagedown")
+        assert any(re.search(r"0 1 2 3 4 5 6 7 8 9 +Jump", line) for line in seen)
+        body = [line for line in seen if line.strip() and line.strip() not in sections]
+        flush = [line for line in body if not line.startswith(" ") and "palette" not in line]
+        assert not flush, flush
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
 

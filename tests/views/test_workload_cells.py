@@ -105,6 +105,17 @@ def test_job_cells_say_how_it_ended_and_never_invent_zeros() -> None:
     assert cells["progress"].text == "701/5000"  # where it stopped stays
 
 
+def test_the_jobs_row_keeps_the_crash_whole_and_drops_the_parenthesis() -> None:
+    # issue 26.3: "crashed: OOM on GPU 6 (GP…" cut the holder's words mid-word
+    job = JobTracker("drafter", "kv", (5, 6, 7))
+    job.feed("step 700/5000 | loss 2.2999 | 12.8 Ktok/s", 100.0)
+    job.mark_crashed("OOM on GPU 6 (GPU 6: 6.0 GiB held by CT 201 jupyter-lab)", 102.0)
+    view = jobs_view({"drafter": job}, end=102.0, span=2.0, count=10, palette=PALETTE)
+    assert view is not None
+    row = render_pane(view, JOB_COLUMNS, 80).plain.split("\n")[1]
+    assert "crashed: OOM on GPU 6 (…)" in row and "(GP" not in row
+
+
 def _gpus(n: int) -> tuple[GpuSample, ...]:
     return tuple(GpuSample(index=i, uuid=f"U{i}") for i in range(n))
 
@@ -224,6 +235,12 @@ def _alert(key: str, severity: Health, t: float, **kw: object) -> Alert:
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
 
+OOM_TEXT = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
+    "total capacity of 94.97 GiB of which 90.00 MiB is free."
+)
+
+
 def test_the_strip_shows_the_most_urgent_incident_headline_first() -> None:
     old = _alert("a", Health.CRITICAL, 10.0, job="target", gpu=0, kind="xid")
     new = _alert("b", Health.CRITICAL, 20.0)
@@ -245,6 +262,14 @@ def test_the_strip_shows_the_most_urgent_incident_headline_first() -> None:
     assert roomy == " ✖  drafter: CUDA OOM on GPU 6 — r restart  (+3) a: list"  # counts shrink
     narrow = render_strip(StripView(top, more, PALETTE), 40).plain
     assert len(narrow) == 40 and narrow.endswith("… — r restart  (+3) a: list")  # headline cut
+    # "r restart drafter" names the job: at 80 columns the headline says it no more and
+    # the counts go, before the key numbers would (issue 26.3)
+    oom = dataclasses.replace(new, message=OOM_TEXT, first_message="", peak_message="")
+    (story,) = incidents([oom, drop])
+    at_80 = render_strip(StripView(story, 1, PALETTE, fix="r restart drafter"), 80).plain
+    assert at_80 == (
+        " ✖  CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free) — r restart drafter  a: list"
+    )
     assert alert_title(new) == "CRITICAL: CUDA out of memory"
     assert incident_title(top) == "CRITICAL: CUDA out of memory"
     cells = history_cells(dataclasses.replace(new, active=False, acknowledged=True), 25.0)

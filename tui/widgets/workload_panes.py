@@ -154,8 +154,20 @@ _EMPTY = Cell("")
 
 def _fit(text: str, width: int, left: bool) -> str:
     if len(text) > width:
-        text = text[: max(width - 1, 0)] + "…" if width > 0 else ""
+        text = _cut(text, width)
     return text.ljust(width) if left else text.rjust(width)
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` cut to ``width`` with "…"; a parenthesis that does not fit goes whole
+    ("crashed: OOM on GPU 6 (…)", not "crashed: OOM on GPU 6 (GP…"), so what comes
+    before it stays readable."""
+    if width <= 0:
+        return ""
+    at = text.find(" (")
+    if 0 < at and at + 4 <= width:
+        return text[:at] + " (…)"
+    return text[: width - 1] + "…"
 
 
 class WorkloadPane(ViewWidget[PaneView]):
