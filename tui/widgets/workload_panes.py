@@ -165,7 +165,7 @@ def _cut(text: str, width: int) -> str:
     if width <= 0:
         return ""
     at = text.find(" (")
-    if 0 < at and at + 4 <= width:
+    if at > 0 and at + 4 <= width:
         return text[:at] + " (…)"
     return text[: width - 1] + "…"
 
