@@ -114,6 +114,36 @@ async def test_toasts_over_a_dialog_miss_its_buttons(
         clear_of(app, screen.query_one("#restart-buttons"))
 
 
+def clear_of_top(app: GpumonApp, box: Widget, lines: int) -> None:
+    """No toast on show covers the top ``lines`` rows of ``box`` (its title on its border
+    and the first lines under it)."""
+    shown = toasts(app)
+    assert shown, "no toast on show"
+    top = Region(box.region.x, box.region.y, box.region.width, lines)
+    for toast in shown:
+        assert not toast.overlaps(top), (toast, top)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+async def test_toasts_over_a_dialog_miss_its_title_and_first_lines(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, size: tuple[int, int]
+) -> None:
+    # issue 26.3: toasts docked at a dialog's top covered its title and its plan's start
+    app = GpumonApp([demo_monitor(demo_time=70.0)])
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await wait(pilot, lambda: app.dashboard.restart_target() is not None, what="the OOM")
+        await pilot.press("r")
+        await wait(pilot, lambda: isinstance(app.screen, JobActionScreen), what="the dialog")
+        screen = app.screen
+        assert isinstance(screen, JobActionScreen)
+        await wait(pilot, lambda: screen.plan is not None or bool(screen.problem), what="plan")
+        app.notify(LONG, title="CRITICAL demo GPU 6", severity="error")
+        app.notify("second", title="another")
+        await with_toast(pilot, wait, app)
+        clear_of_top(app, screen.query_one("#restart-box"), 4)
+        clear_of(app, screen.query_one("#restart-buttons"))
+
+
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 async def test_toasts_over_the_full_screen_swap_dialog_miss_its_buttons(
     demo_monitor: Callable[..., HostMonitor], wait: Wait, size: tuple[int, int]
@@ -127,3 +157,4 @@ async def test_toasts_over_the_full_screen_swap_dialog_miss_its_buttons(
         app.notify(LONG, title="CRITICAL demo GPU 6", severity="error")
         await with_toast(pilot, wait, app)
         clear_of(app, screen.query_one("#swap-buttons"))
+        clear_of_top(app, screen.query_one("#swap-box"), 4)

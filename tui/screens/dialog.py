@@ -23,8 +23,10 @@ from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.containers import Horizontal, Vertical
+from textual.events import Resize
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+from textual.widgets._toast import ToastRack
 
 from gpumon.backends.actions import Level
 from gpumon.tui.views import Palette, Role
@@ -50,6 +52,18 @@ def outcome_line(word: str, level: Level, message: str, duration_s: float, pal: 
     return text
 
 
+TOP_KEPT = 3  # lines under a dialog's title that toasts never cover
+
+
+class DialogBox(Vertical):
+    """A dialog's box: when its size or place changes, its dialog moves its toasts."""
+
+    def on_resize(self, event: Resize) -> None:
+        screen = self.screen
+        if isinstance(screen, Dialog):
+            screen.place_toasts()
+
+
 class Dialog(ModalScreen[None]):
     """A modal dialog over the dashboard: one bordered box, titled with what it acts on."""
 
@@ -68,7 +82,7 @@ class Dialog(ModalScreen[None]):
     # --- layout -------------------------------------------------------------------------
     def frame(self, title: str, *, subtitle: str = "") -> Vertical:
         """The dialog's box (``#NAME-box``) with ``title`` on its border."""
-        box = Vertical(id=f"{self.NAME}-box", classes="dialog-box")
+        box = DialogBox(id=f"{self.NAME}-box", classes="dialog-box")
         box.border_title = title
         if subtitle:
             box.border_subtitle = subtitle
@@ -87,6 +101,20 @@ class Dialog(ModalScreen[None]):
         """``#close``: "Close (Esc)", or "Cancel (Esc)" in a dialog that asks before it acts;
         it has the focus when the dialog opens."""
         return Button(f"{label} (Esc)", id="close", compact=True)
+
+    def place_toasts(self) -> None:
+        """Toasts over the box's last lines: they end just above its buttons (or its bottom
+        border) and never reach its title and first ``TOP_KEPT`` lines, wherever the box
+        sits and however tall it is (the toast rack is docked to the screen, not the box)."""
+        box = self.query_one(f"#{self.NAME}-box")
+        if not box.region.height:
+            return
+        buttons = box.query(".dialog-buttons")
+        row = buttons.first().region if buttons else None
+        bottom = row.y if row is not None and row.height else box.region.bottom - 1
+        rack = self.get_child_by_type(ToastRack)
+        rack.styles.margin = (0, 0, max(self.size.height - bottom, 0), 0)
+        rack.styles.max_height = max(bottom - (box.region.y + 1 + TOP_KEPT), 1)
 
     def part(self, part: str) -> Static:
         return self.query_one(f"#{self.NAME}-{part}", Static)
