@@ -729,7 +729,7 @@ def _quantiles(new: Histogram, old: Histogram | None) -> tuple[float | None, flo
     request since the server started (``new`` alone) while that window holds fewer than
     ``QUANTILE_MIN_COUNT``: a p95 of the two or three requests a one-second window of a
     snapshot holds is whichever bucket they fell in (0.095 s, then 1.9 s, at the same
-    scenario time). None before a window exists, or with too few requests at all."""
+    scenario time). None before a window exists."""
     if old is None:
         return None, None
     window = new.minus(old)
@@ -737,8 +737,6 @@ def _quantiles(new: Histogram, old: Histogram | None) -> tuple[float | None, flo
         return None, None
     if window.count < QUANTILE_MIN_COUNT:
         window = new
-    if window.count < QUANTILE_MIN_COUNT:
-        return None, None
     return histogram_quantile(0.5, window.buckets), histogram_quantile(0.95, window.buckets)
 
 

@@ -60,7 +60,9 @@ class AlertDetailScreen(ModalScreen[None]):
         box.border_title = "Incident"
         box.border_subtitle = "↑↓ scroll  Esc closes"
         with box:
-            yield Static(detail_renderable(self.rows, self.palette), id="alert-detail-text")
+            yield Static(
+                detail_renderable(self.rows, self.palette), id="alert-detail-text", markup=False
+            )
 
     def on_mount(self) -> None:
         self.query_one("#alert-detail-box").focus()
