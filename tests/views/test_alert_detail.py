@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 
@@ -45,15 +46,11 @@ def oom_incident() -> DetailView:
         peak_time=T0 + 3,
         active=False,
     )
-    memory = Alert(**{**_fields(memory), "last_seen": T0 + 5})
+    memory = dataclasses.replace(memory, last_seen=T0 + 5)
     oom = alert("log:/d.log:9", "cuda_oom", Health.CRITICAL, OOM, T0 + 3)
     (incident,) = incidents([memory, oom])
     lines = ("Traceback (most recent call last):", "    main()", OOM)
     return DetailView(incident, T0 + 10, {oom.key: lines}, ("/rec/demo.jsonl.gz", True))
-
-
-def _fields(a: Alert) -> dict[str, object]:
-    return {name: getattr(a, name) for name in Alert.__slots__}  # type: ignore[attr-defined]
 
 
 def test_the_detail_says_the_whole_story_with_times() -> None:
