@@ -107,12 +107,13 @@ class Dialog(ModalScreen[None]):
         border) and never reach its title and first ``TOP_KEPT`` lines, wherever the box
         sits and however tall it is (the toast rack is docked to the screen, not the box)."""
         box = self.query_one(f"#{self.NAME}-box")
-        if not box.region.height:
+        racks = self.query(ToastRack)  # none where notifications are off (tests, headless)
+        if not box.region.height or not racks:
             return
         buttons = box.query(".dialog-buttons")
         row = buttons.first().region if buttons else None
         bottom = row.y if row is not None and row.height else box.region.bottom - 1
-        rack = self.get_child_by_type(ToastRack)
+        rack = racks.first()
         rack.styles.margin = (0, 0, max(self.size.height - bottom, 0), 0)
         rack.styles.max_height = max(bottom - (box.region.y + 1 + TOP_KEPT), 1)
 
