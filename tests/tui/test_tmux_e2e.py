@@ -129,7 +129,10 @@ def test_demo_in_tmux_lists_every_gpu_relayouts_and_quits(tmux: Tmux, tmp_path: 
     lines = tmux.wait_for(lambda s: len(gpu_rows(s)) == 8, 20, "8 GPU rows")
     rows = gpu_rows(lines)
     assert sorted(rows) == list(range(8))
-    # the owner column names what runs where no job is configured (issue 26.8: was "-")
+    # the owner column names what runs where no job is configured (issue 26.8: was "-"),
+    # once the process list came
+    lines = tmux.wait_for(lambda s: "train.target" in gpu_rows(s).get(0, ""), 10, "owners")
+    rows = gpu_rows(lines)
     assert all(rows[i].replace("▶", " ").split()[1] == "train.target" for i in range(5))
     assert all("drafter" in rows[i] for i in (5, 6, 7))  # the owner, not the model
     lines = tmux.wait_for(

@@ -134,6 +134,7 @@ def test_a_gpu_no_job_or_server_owns_is_named_by_its_program() -> None:
     assert owners[0] == Owner("train.target", Role.MUTED)
     assert 1 not in owners  # CT 201's jupyter is a foreign holder, not this GPU's owner
     assert owners[2].text == "drafter"
+    assert gpu_owners(sample, {}, {}, 200) == {}  # no owner column: the rows keep the models
 
 
 def _gpus(n: int) -> tuple[GpuSample, ...]:

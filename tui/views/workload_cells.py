@@ -254,9 +254,10 @@ def gpu_owners(
     those as servers; else onto every GPU in order when there are as many servers as GPUs
     (server i <-> GPU i, the usual one-server-per-GPU layout). Otherwise servers own
     nothing on the rows: a guess would be worse than no answer. A job wins over a server.
-    A GPU neither owns is named by the program of its biggest process (``train.target``,
-    muted: not a configured job), never by another container's (``watched``: the CT
-    gpumon watches; those are foreign holders).
+    Where some GPU has an owner (the rows have an owner column), a GPU neither owns is
+    named by the program of its biggest process (``train.target``, muted: not a
+    configured job), never by another container's (``watched``: the CT gpumon watches;
+    those are foreign holders); a host without jobs or servers keeps the GPU models.
     """
     owners: dict[int, Owner] = {}
     gpus = sample.gpus if sample is not None else ()
@@ -278,7 +279,7 @@ def gpu_owners(
         }.get(state, Role.NORMAL)
         for index in job.gpus:
             owners[index] = Owner(_printable(job.name), role)
-    for gpu in gpus:  # what runs on the rest, by its program: "train.target", muted
+    for gpu in gpus if owners else ():  # the rest, by program ("train.target", muted)
         if gpu.index not in owners and (name := _program_on(sample, gpu, watched)):
             owners[gpu.index] = Owner(name, Role.MUTED)
     return owners
