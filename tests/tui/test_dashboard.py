@@ -65,14 +65,16 @@ async def test_every_gpu_has_a_row_with_memory_and_header(
     app = GpumonApp([demo_monitor(clock=frozen_clock)])
     async with app.run_test(size=(80, 24)) as pilot:
         await with_data(pilot, wait, app)
+        await wait(pilot, lambda: "train.target" in row_texts(app)[0], what="the processes")
         rows = row_texts(app)
         assert [r.split()[1] if r.startswith("▶") else r.split()[0] for r in rows] == [
             str(i) for i in range(8)
         ]
         assert all("/95.6G" in r for r in rows)
         # GPUs 5-7 belong to the drafter job: narrow rows name it instead of the model, and
-        # the others say they have no owner rather than mixing in model names
-        assert all(r.replace("▶", " ").split()[1] == "-" and "RTX" not in r for r in rows[:5])
+        # the others name what runs there (issue 26.8: was "-"), never a model name
+        owners = [r.replace("▶", " ").split()[1] for r in rows[:5]]
+        assert owners == ["train.target"] * 5 and not any("RTX" in r for r in rows[:5])
         assert all("drafter" in r and "RTX PRO" not in r for r in rows[5:])
         assert " owner " in section(app).titles.render().plain
         assert all(len(r) <= 80 for r in rows)
