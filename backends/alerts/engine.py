@@ -41,7 +41,7 @@ import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpumon.backends.alerts.health import HealthWatch
 from gpumon.backends.alerts.rules import (
@@ -97,11 +97,24 @@ _SILENCE_KINDS = ("stale_data", "driver_error")  # their key is their kind
 HEALTH_TOPICS = ("pcie", "clocks", "ecc", "rows", "recovery")  # gpu_health:TOPIC:GPU
 
 
+LOG_CONTEXT_LINES = 8  # lines of a log kept up to an event's key line (a traceback's end)
+
+
 @dataclass(frozen=True, slots=True)
 class _LogSource:
     scanner: LogScanner
     job: str | None
     gpus: tuple[int, ...] | None
+    # (line number, line) of the newest lines read: an event's key line and the lines
+    # before it (a traceback read over two reads included) are what raised its alert
+    recent: deque[tuple[int, str]] = field(
+        default_factory=lambda: deque(maxlen=4 * LOG_CONTEXT_LINES)
+    )
+
+    def lines_to(self, line_no: int) -> list[str]:
+        """The lines kept up to and including ``line_no``, at most ``LOG_CONTEXT_LINES``."""
+        upto = [line for n, line in self.recent if line_no - LOG_CONTEXT_LINES < n <= line_no]
+        return upto[-LOG_CONTEXT_LINES:]
 
 
 class AlertEngine(AlertStore):
@@ -604,7 +617,7 @@ class AlertEngine(AlertStore):
         elif (job is not None and job != source.job) or (gpus is not None and gpus != source.gpus):
             job = source.job if job is None else job
             gpus = source.gpus if gpus is None else gpus
-            source = _LogSource(source.scanner, job, gpus)
+            source = _LogSource(source.scanner, job, gpus, source.recent)
         self._logs[path] = source
         if source.job is not None:
             for g in source.gpus or ():
@@ -614,6 +627,7 @@ class AlertEngine(AlertStore):
             scanner.cuda_visible_devices = cuda_visible_devices
         now = self.clock()
         base = scanner.line_no
+        source.recent.extend(enumerate(lines, start=base + 1))
         events = scanner.scan(lines) + scanner.flush()
         raised: list[Alert] = []
         if backlog:
@@ -676,6 +690,7 @@ class AlertEngine(AlertStore):
             return None
         key = f"{log_key_prefix(path)}{event.line_no}"
         alert = self._new(key, event.kind, event.severity, gpu, source.job, text, now, active)
+        self._keep_source(key, source.lines_to(event.line_no))
         self._repeat[identity] = key
         return None if past else alert
 
@@ -737,6 +752,8 @@ class AlertEngine(AlertStore):
                 gpu = next((g.index for g in gpus if g.uuid == uuid), None)
             text = xid.describe(gpu)
             alert = self._event(("xid", xid.pci, xid.xid), "xid", level, gpu, text, now, backlog)
+            if alert is not None:
+                self._keep_source(alert.key, [line])
             if alert is not None and not backlog:
                 self.xid_counts[(gpu, xid.xid)] += 1
             return alert
@@ -754,7 +771,10 @@ class AlertEngine(AlertStore):
         gpu = next((g.index for g in on_gpu), None)
         text, self._memcg = kill.describe(self._memcg), None
         ident = ("host_oom_kill", kill.pid)
-        return self._event(ident, "host_oom_kill", Health.CRITICAL, gpu, text, now, backlog)
+        alert = self._event(ident, "host_oom_kill", Health.CRITICAL, gpu, text, now, backlog)
+        if alert is not None:
+            self._keep_source(alert.key, [line])
+        return alert
 
     def on_memory_events(self, text: str) -> list[Alert]:
         """cgroup v2 ``memory.events``: an ``oom_kill`` counter that rose raises an alert.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -65,6 +65,7 @@ CONDITION_KINDS = frozenset(
 PAGE_KEY = "sglang_page:"  # ``sglang_error`` of an unreadable /metrics page: a condition
 HISTORY_MAX = 500
 NOTES_MAX = 50
+SOURCE_LINES_MAX = 12  # lines kept of what raised an alert (a traceback's end, a kernel line)
 
 
 def is_condition(alert: Alert) -> bool:
@@ -97,6 +98,7 @@ class Alert:
     peak_message: str = ""
     peak_severity: Health | None = None
     peak_score: float = 0.0
+    peak_time: float | None = None  # when it reached its peak (None: when it was raised)
 
     @property
     def raised_text(self) -> str:
@@ -107,6 +109,11 @@ class Alert:
     def peak_text(self) -> str:
         """The message at the alert's worst."""
         return self.peak_message or self.message
+
+    @property
+    def peak_at(self) -> float:
+        """When the alert was at its worst (``peak_text``)."""
+        return self.time if self.peak_time is None else self.peak_time
 
     @property
     def peak(self) -> Health:
@@ -147,6 +154,7 @@ class AlertStore:
         self._notes: list[tuple[float, str]] = []
         self._jobs_by_gpu: dict[int, str] = {}
         self._serial = 0
+        self._sources: dict[str, tuple[str, ...]] = {}  # alert key -> the lines that raised it
 
     def active(self) -> list[Alert]:
         """Active alerts, worst first, then newest first."""
@@ -155,6 +163,12 @@ class AlertStore:
     def history(self) -> list[Alert]:
         """The last HISTORY_MAX alerts (active or not), newest first, in their current state."""
         return list(reversed(self._history.values()))
+
+    def source_lines(self, key: str) -> tuple[str, ...]:
+        """The log or kernel lines that raised the alert ``key`` (a CUDA OOM's traceback
+        ending in its key line, an Xid's kernel line), as they came; () when none were
+        kept (a condition from samples, an alert gone from the history)."""
+        return self._sources.get(key, ())
 
     def worst(self) -> Health:
         """Worst severity among active alerts (acknowledged ones included)."""
@@ -293,7 +307,9 @@ class AlertStore:
         peak = (severity.rank, score) > (old.peak.rank, old.peak_score)
         changes: dict[str, Any] = {"severity": severity, "message": text, "last_seen": now}
         if peak:
-            changes.update(peak_message=text, peak_severity=severity, peak_score=score)
+            changes.update(
+                peak_message=text, peak_severity=severity, peak_score=score, peak_time=now
+            )
         if severity.rank > old.severity.rank:
             new = replace(old, acknowledged=False, **changes)
             self._store(new)
@@ -328,10 +344,17 @@ class AlertStore:
             first_message=text,
             peak_message=text,
             peak_severity=severity,
+            peak_time=now,
         )
         self._history.pop(key, None)
         self._store(alert)
         return alert
+
+    def _keep_source(self, key: str, lines: Sequence[str]) -> None:
+        """Keep the last ``SOURCE_LINES_MAX`` of ``lines`` as what raised ``key``."""
+        kept = tuple(line.rstrip("\r\n") for line in lines[-SOURCE_LINES_MAX:])
+        if kept and key in self._history:
+            self._sources[key] = kept
 
     def _store(self, alert: Alert) -> None:
         if alert.active:
@@ -344,6 +367,7 @@ class AlertStore:
             key = oldest if oldest is not None else next(iter(self._history))
             del self._history[key]
             self._active.pop(key, None)  # HISTORY_MAX alerts still active: the oldest ends
+            self._sources.pop(key, None)
         if len(self._repeat) > 2 * HISTORY_MAX:  # identities of alerts gone from the history
             self._repeat = {i: k for i, k in self._repeat.items() if k in self._history}
 

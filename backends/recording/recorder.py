@@ -35,6 +35,7 @@ import gzip
 import itertools
 import json
 import logging
+import math
 import re
 import time
 import zlib
@@ -240,6 +241,19 @@ class FlightRecorder:
 
     def __len__(self) -> int:
         return self._count
+
+    def recording_of(self, when: float) -> tuple[Path, bool] | None:
+        """The recording whose window holds the time ``when`` (an alert's): (path, True)
+        once written, (path, False) while it is pending; the newest when several do; None
+        when no recording of this session holds it."""
+        pending = self._pending
+        if pending is not None and pending.alert.time - self.before_s <= when <= pending.due:
+            return pending.path, False
+        for path in reversed(self.written):
+            start, end = self._windows.get(path, (math.inf, -math.inf))
+            if start <= when <= end:
+                return path, True
+        return None
 
     def memory_bytes(self) -> int:
         """Approximate bytes held by the sample lines (for the status line and tests)."""

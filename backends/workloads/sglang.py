@@ -52,6 +52,7 @@ RATE_WINDOW_S = 5.0  # throughput: counter delta over (about) the last 5 s
 # 0.5 s apart read 1.8x the server's (a rate waits a second or two more to be right)
 MIN_RATE_SPAN_S = 2.0
 SLOW_WINDOW_S = 60.0  # cache hit rate and latency quantiles: over the last minute
+QUANTILE_MIN_COUNT = 50  # requests a latency quantile's window needs (a p95: 2 or 3 above it)
 LATENCY_EVERY_S = 10.0  # histograms are 3/4 of the parsing cost; read them this often
 LOG_FALLBACK_S = 30.0  # log lines count only when no metrics scrape came for this long
 LOG_RANK_TTL_S = 120.0  # a rank whose last stats line is this old no longer counts
@@ -724,11 +725,18 @@ def _cache_parts(new: SglangScrape, old: SglangScrape) -> tuple[float, float] | 
 
 
 def _quantiles(new: Histogram, old: Histogram | None) -> tuple[float | None, float | None]:
+    """p50 and p95 of the requests between ``old`` and ``new`` (the last minute); of every
+    request since the server started (``new`` alone) while that window holds fewer than
+    ``QUANTILE_MIN_COUNT``: a p95 of the two or three requests a one-second window of a
+    snapshot holds is whichever bucket they fell in (0.095 s, then 1.9 s, at the same
+    scenario time). None before a window exists."""
     if old is None:
         return None, None
     window = new.minus(old)
     if window is None:
         return None, None
+    if window.count < QUANTILE_MIN_COUNT:
+        window = new
     return histogram_quantile(0.5, window.buckets), histogram_quantile(0.95, window.buckets)
 
 

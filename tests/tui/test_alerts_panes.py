@@ -25,6 +25,7 @@ from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.dashboard import ACTIONS
 from gpumon.tui.screens import AlertHistoryScreen
+from gpumon.tui.screens.alert_detail import AlertDetailScreen
 from gpumon.tui.views import Role
 
 Wait = Callable[..., Awaitable[None]]
@@ -115,8 +116,9 @@ async def test_the_oom_is_one_incident_one_bell_and_its_headline_everywhere(
             lambda: any(a.kind == "oom_death" for a in announced),
             what="the OOM death",
         )
-        # At 80 columns the fix and the list key stay whole and the headline gives way.
-        start = HEADLINE if size[0] > 80 else HEADLINE[:26]
+        # At 80 columns the fix and the list key stay whole, and so do the key numbers:
+        # the job's name is said once, in the fix (issue 26.3).
+        start = HEADLINE if size[0] > 80 else HEADLINE.removeprefix("drafter: ")
         await wait(pilot, lambda: start in app.dashboard.strip.plain, what="the headline")
         critical = [a for a in announced if a.severity is Health.CRITICAL]
         assert len({a.kind for a in critical}) >= 3  # memory, the CUDA OOM, the drop
@@ -125,8 +127,9 @@ async def test_the_oom_is_one_incident_one_bell_and_its_headline_everywhere(
         strip = app.dashboard.strip.plain
         assert "CUDA out of memory" not in strip and "GPU 1" not in strip  # cause, physical
         assert "r restart" in strip and len(strip) <= size[0]
-        if size[0] == 80:  # the headline and its fix fit; the rest shrinks
-            assert strip.startswith(" ✖ ") and re.search(r"\(\+\d\)", strip)
+        if size[0] == 80:  # the numbers and the fix fit; the rest shrinks
+            assert strip.startswith(" ✖ ")
+            assert "(tried 2.00 GiB, 90 MiB free) — r restart drafter  " in strip
         else:
             assert strip.startswith(" ✖ CRITICAL ") and " demo  drafter: CUDA OOM" in strip
             assert re.search(r"\+\d evidence, a: list$", strip)
@@ -173,7 +176,19 @@ async def test_history_lists_alerts_and_acknowledging_an_event_hides_it(
         assert first[4] == "drafter" and first[5] == "active"
         assert first[6] == f"{HEADLINE} — r restart"  # the strip's words
         assert "before gpumon started" not in first[6]
+        # Enter: the incident in full (issue 26.3); Esc back to the history, unchanged
         await pilot.press("enter")
+        detail = app.screen
+        assert isinstance(detail, AlertDetailScreen)
+        assert detail.plain.splitlines()[0].strip() == HEADLINE
+        assert "Tried to allocate 2.00 GiB" in detail.plain  # the whole log line
+        assert "torch.OutOfMemoryError" in detail.plain.split("lines", 1)[1]  # what raised it
+        assert "gpumon restart demo drafter" in detail.plain
+        await pilot.press("escape")
+        assert app.screen is screen and monitor.alerts.active()
+        footer = {k.key_display for k in screen.query(FooterKey)}
+        assert {"⏎", "Space"} <= footer
+        await pilot.press("space")  # Space acknowledges
         first = [str(c) for c in table.get_row_at(0)]
         assert first[5] == "✓ack"
         assert not monitor.alerts.active()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -64,14 +65,16 @@ async def test_every_gpu_has_a_row_with_memory_and_header(
     app = GpumonApp([demo_monitor(clock=frozen_clock)])
     async with app.run_test(size=(80, 24)) as pilot:
         await with_data(pilot, wait, app)
+        await wait(pilot, lambda: "train.target" in row_texts(app)[0], what="the processes")
         rows = row_texts(app)
         assert [r.split()[1] if r.startswith("▶") else r.split()[0] for r in rows] == [
             str(i) for i in range(8)
         ]
         assert all("/95.6G" in r for r in rows)
         # GPUs 5-7 belong to the drafter job: narrow rows name it instead of the model, and
-        # the others say they have no owner rather than mixing in model names
-        assert all(r.replace("▶", " ").split()[1] == "-" and "RTX" not in r for r in rows[:5])
+        # the others name what runs there (issue 26.8: was "-"), never a model name
+        owners = [r.replace("▶", " ").split()[1] for r in rows[:5]]
+        assert owners == ["train.target"] * 5 and not any("RTX" in r for r in rows[:5])
         assert all("drafter" in r and "RTX PRO" not in r for r in rows[5:])
         assert " owner " in section(app).titles.render().plain
         assert all(len(r) <= 80 for r in rows)
@@ -177,6 +180,19 @@ async def test_help_lists_every_key(demo_monitor: Callable[..., HostMonitor], wa
         ]:
             assert key_text(binding.key) in text  # type: ignore[union-attr]
             assert binding.description in text or binding.tooltip in text  # type: ignore[union-attr]
+        # issue 26.8: the digits' row keeps a space before its words, and a wrapped
+        # description stays in its column, never flush left under the keys
+        sections = {where for where, _, _ in screen.rows}
+        seen: list[str] = []
+        for _ in range(12):  # page through the box
+            lines = [strip.text for strip in screen._compositor.render_strips()]
+            inside = [line.split("│")[1] for line in lines if line.count("│") >= 2]
+            seen += [line[1:].rstrip() for line in inside]
+            await pilot.press("pagedown")
+        assert any(re.search(r"0 1 2 3 4 5 6 7 8 9 +Jump", line) for line in seen)
+        body = [line for line in seen if line.strip() and line.strip() not in sections]
+        flush = [line for line in body if not line.startswith(" ") and "palette" not in line]
+        assert not flush, flush
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
 

@@ -172,6 +172,19 @@ def test_alert_history(snap_compare: SnapCompare, demo_monitor: Callable[..., Ho
     assert snap_compare(app, terminal_size=(100, 24), run_before=run_before)
 
 
+def test_alert_detail(snap_compare: SnapCompare, demo_monitor: Callable[..., HostMonitor]) -> None:
+    """Enter on the OOM's row of the history at 80x24: the incident in full (issue 26.3)."""
+    app = GpumonApp([demo_monitor(clock=frozen_clock, demo_time=70.0)])
+    history = wait_for_data(ready=crashed, keys=("a",))
+
+    async def run_before(pilot: Pilot[int]) -> None:
+        await history(pilot)
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
 def jupyter_listed(monitor: HostMonitor) -> bool:
     """The jobs' logs are read and the Proxmox host's list has CT 201's jupyter."""
     return jobs_reported(monitor) and any(p.host_pid == JUPYTER_PID for p in monitor.processes)

@@ -129,7 +129,11 @@ def test_demo_in_tmux_lists_every_gpu_relayouts_and_quits(tmux: Tmux, tmp_path: 
     lines = tmux.wait_for(lambda s: len(gpu_rows(s)) == 8, 20, "8 GPU rows")
     rows = gpu_rows(lines)
     assert sorted(rows) == list(range(8))
-    assert all(rows[i].replace("▶", " ").split()[1] == "-" for i in range(5))  # owner column
+    # the owner column names what runs where no job is configured (issue 26.8: was "-"),
+    # once the process list came
+    lines = tmux.wait_for(lambda s: "train.target" in gpu_rows(s).get(0, ""), 10, "owners")
+    rows = gpu_rows(lines)
+    assert all(rows[i].replace("▶", " ").split()[1] == "train.target" for i in range(5))
     assert all("drafter" in rows[i] for i in (5, 6, 7))  # the owner, not the model
     lines = tmux.wait_for(
         lambda s: any(line.startswith("drafter ") and "/5000" in line for line in s),
@@ -302,6 +306,8 @@ def test_the_story_from_the_oom_to_the_fix_in_one_key(
     )
     # the strip: the incident (✖, the word CRITICAL too when there is room) and its fix
     assert any("✖" in line and "r restart drafter" in line for line in lines)
+    # ... and its numbers, at 80 columns too (issue 26.3)
+    assert any("tried 2.00 GiB, 90 MiB free" in line and "✖" in line for line in lines)
     if size[0] > 80:
         assert any("CRITICAL" in line and "r restart drafter" in line for line in lines)
     tmux.run("send-keys", "-t", "t", "r")

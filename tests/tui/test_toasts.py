@@ -96,7 +96,7 @@ async def test_toasts_on_the_detail_view_miss_its_plots_and_processes(
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
-async def test_toasts_over_a_dialog_miss_its_buttons(
+async def test_toasts_over_a_dialog_miss_its_buttons_title_and_first_lines(
     demo_monitor: Callable[..., HostMonitor], wait: Wait, size: tuple[int, int]
 ) -> None:
     app = GpumonApp([demo_monitor(demo_time=70.0)])
@@ -112,6 +112,18 @@ async def test_toasts_over_a_dialog_miss_its_buttons(
         app.notify("second", title="another")
         await with_toast(pilot, wait, app)
         clear_of(app, screen.query_one("#restart-buttons"))
+        # issue 26.3: toasts docked at the top covered the title and the plan's start
+        clear_of_top(app, screen.query_one("#restart-box"), 4)
+
+
+def clear_of_top(app: GpumonApp, box: Widget, lines: int) -> None:
+    """No toast on show covers the top ``lines`` rows of ``box`` (its title on its border
+    and the first lines under it)."""
+    shown = toasts(app)
+    assert shown, "no toast on show"
+    top = Region(box.region.x, box.region.y, box.region.width, lines)
+    for toast in shown:
+        assert not toast.overlaps(top), (toast, top)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
@@ -127,3 +139,4 @@ async def test_toasts_over_the_full_screen_swap_dialog_miss_its_buttons(
         app.notify(LONG, title="CRITICAL demo GPU 6", severity="error")
         await with_toast(pilot, wait, app)
         clear_of(app, screen.query_one("#swap-buttons"))
+        clear_of_top(app, screen.query_one("#swap-box"), 4)

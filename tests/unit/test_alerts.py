@@ -642,3 +642,25 @@ def test_a_gpu_that_drops_out_of_the_listing_is_a_critical_alert_until_it_is_bac
     for k in range(3):  # back and healthy: ends after clear_samples samples
         engine.on_sample(sample(T0 + 3 + k, gpu(0, 1000), gpu(3, 1000, **named)))
     assert engine.active() == []
+
+
+def test_an_alert_keeps_the_lines_that_raised_it() -> None:
+    # The detail view shows them (issue 26.3): the traceback's end with the key line for
+    # a log event, even when the traceback came in two reads; the line for a kernel event.
+    engine, clock, _ = engine_with_log()
+    engine.on_log_lines("/logs/d.log", OOM_LINES[:4], job="drafter")
+    (oom,) = engine.on_log_lines("/logs/d.log", OOM_LINES[4:])
+    assert engine.source_lines(oom.key) == tuple(OOM_LINES)
+    assert engine.source_lines("memory:6") == ()  # a sampled condition has none
+    xid = "NVRM: Xid (PCI:0000:ba:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    clock.t += 1
+    (fell,) = engine.on_kernel_lines([xid])
+    assert engine.source_lines(fell.key) == (xid,)
+
+
+def test_a_condition_remembers_when_it_peaked() -> None:
+    engine, _, _ = engine_with_log()
+    feed_pcts(engine, [96.0, 99.0, 97.0])
+    (memory,) = engine.active()
+    assert memory.time == T0 and memory.peak_at == T0 + 1 and memory.last_seen == T0 + 2
+    assert "99" in memory.peak_text

@@ -412,3 +412,22 @@ def test_n_jumps_to_the_first_alert_of_each_incident() -> None:
     ]
     assert incident_starts(alerts) == [T0, T0 + 5, T0 + 9, T0 + 128]
     assert incident_starts([{"kind": "memory"}]) == []  # no time: no jump target
+
+
+def test_recording_of_names_the_recording_that_holds_a_time(tmp_path: Path) -> None:
+    # The alert detail names the recording of its incident (issue 26.3).
+    clock = Clock()
+    rec = FlightRecorder("ct200", clock=clock, directory=tmp_path, before_s=60, after_s=10)
+    alert_at = T0 + 100
+    for k in range(120):
+        clock.t = T0 + k
+        rec.record(host_sample(clock.t))
+        if clock.t == alert_at:
+            rec.on_alert(critical(alert_at))
+            pending = rec.recording_of(alert_at - 5)
+            assert pending is not None and pending == (rec.pending_path, False)
+        rec.flush_due(clock.t)
+    (path,) = rec.written
+    assert rec.recording_of(alert_at - 5) == (path, True)
+    assert rec.recording_of(alert_at + 10) == (path, True)
+    assert rec.recording_of(alert_at - 61) is None and rec.recording_of(alert_at + 11) is None

@@ -21,6 +21,7 @@ from gpumon.backends.parsers import (
     histogram_quantile,
     parse_sglang_metrics,
 )
+from gpumon.backends.sim import UPTIME_AT_T0, SimSettings, metrics_text
 from gpumon.backends.workloads import SglangTracker, sglang_totals
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sglang"
@@ -305,3 +306,18 @@ def test_no_counter_rate_over_less_than_two_seconds() -> None:
     tr.observe_text(IDLE, 2.0)
     assert tr.gen_tokens_per_s is not None and tr.gen_tokens_per_s > 0
     assert tr.gen_tokens_per_s_source == "counter"
+
+
+def test_a_latency_quantile_is_not_read_from_a_few_requests() -> None:
+    # issue 26.8: two snapshots of the demo at the same scenario time said TTFT p95 0.095 s
+    # and 1.9 s: a one-second window holds two or three requests, the p95 is whichever
+    # bucket they fell in. A thin window answers from every request since the start.
+    settings = SimSettings(scenario="sglang")
+    p95s = set()
+    for gap in (0.5, 1.0, 1.5, 2.0, 3.0):
+        tracker = SglangTracker(30000)
+        tracker.observe_text(metrics_text(settings, 0, 120.0 - gap, -UPTIME_AT_T0), 100.0 - gap)
+        tracker.observe_text(metrics_text(settings, 0, 120.0, -UPTIME_AT_T0), 100.0)
+        assert tracker.ttft_p50_s is not None and tracker.ttft_p95_s is not None
+        p95s.add(round(tracker.ttft_p95_s, 1))
+    assert len(p95s) == 1 and 2.0 < p95s.pop() < 4.0  # the simulator's log-normal p95: 2.6 s

@@ -42,6 +42,8 @@ from gpumon.tui.views.alert_cells import (
     strip_incident,
 )
 from gpumon.tui.views.gpu_cells import NA, Cell, Role, gpu_cells, interval_text
+from gpumon.tui.views.workload_cells import Owner
+from gpumon.tui.views.workload_views import PaneRow, spark_range
 from gpumon.tui.widgets import (
     JOB_COLUMNS,
     SGLANG_COLUMNS,
@@ -105,6 +107,36 @@ def test_job_cells_say_how_it_ended_and_never_invent_zeros() -> None:
     assert cells["progress"].text == "701/5000"  # where it stopped stays
 
 
+def test_the_jobs_row_keeps_the_crash_whole_and_drops_the_parenthesis() -> None:
+    # issue 26.3: "crashed: OOM on GPU 6 (GP…" cut the holder's words mid-word
+    job = JobTracker("drafter", "kv", (5, 6, 7))
+    job.feed("step 700/5000 | loss 2.2999 | 12.8 Ktok/s", 100.0)
+    job.mark_crashed("OOM on GPU 6 (GPU 6: 6.0 GiB held by CT 201 jupyter-lab)", 102.0)
+    view = jobs_view({"drafter": job}, end=102.0, span=2.0, count=10, palette=PALETTE)
+    assert view is not None
+    row = render_pane(view, JOB_COLUMNS, 80).plain.split("\n")[1]
+    assert "crashed: OOM on GPU 6 (…)" in row and "(GP" not in row
+
+
+def test_a_gpu_no_job_or_server_owns_is_named_by_its_program() -> None:
+    # issue 26.8: GPUs 0-4 of the demo run train.target and said "-"
+    target = GpuProcess(
+        861, "python3", 80000, "U0", command="python3 -m train.target --rank 0",
+        source="host", container="200",
+    )  # fmt: skip
+    jupyter = GpuProcess(
+        None, "jupyter-lab", 6000, "U1", command="/usr/bin/jupyter-lab",
+        source="host", container="201",
+    )  # fmt: skip
+    sample = HostSample("h", 0.0, None, _gpus(3), processes=(target, jupyter))
+    drafter = {"drafter": JobTracker("drafter", "kv", (2,))}
+    owners = gpu_owners(sample, drafter, {}, 200)
+    assert owners[0] == Owner("train.target", Role.MUTED)
+    assert 1 not in owners  # CT 201's jupyter is a foreign holder, not this GPU's owner
+    assert owners[2].text == "drafter"
+    assert gpu_owners(sample, {}, {}, 200) == {}  # no owner column: the rows keep the models
+
+
 def _gpus(n: int) -> tuple[GpuSample, ...]:
     return tuple(GpuSample(index=i, uuid=f"U{i}") for i in range(n))
 
@@ -152,6 +184,28 @@ def _server_view() -> PaneView:
     view = sglang_view(servers, end=10.0, span=2.0, count=40, palette=PALETTE)
     assert view is not None
     return view
+
+
+def test_the_sglang_pane_says_its_units() -> None:
+    # issue 26.8: "run", "queue" count requests and "KV" is the cache's used share
+    view = _server_view()
+    title = render_pane(view, SGLANG_COLUMNS, 140).plain.split("\n")[0]
+    assert " KV use " in title and "run, queue: requests; KV use: cache used" in title
+    narrow = render_pane(view, SGLANG_COLUMNS, 80).plain.split("\n")[0]
+    assert "KV use" in narrow and "cache used" not in narrow and "…" not in narrow  # whole or not
+
+
+def test_a_rate_sparkline_is_drawn_in_its_own_range() -> None:
+    # issue 26.8: 1.13k-1.24k tok/s from 0 was a row of ▇ and █
+    assert spark_range([1130.0, None, 1240.0]) == (1102.5, 1240.0)
+    assert spark_range([1000.0, 1004.0]) == (903.6, 1004.0)  # noise stays small steps
+    assert spark_range([]) == (0.0, 0.0)
+    rates: tuple[float | None, ...] = (1130.0, 1240.0, 1150.0, 1200.0, 1180.0, 1240.0)
+    lo, hi = spark_range(rates)
+    row = PaneRow("30000", (("name", Cell(":30000")),), rates, hi, lo)
+    view = PaneView("SGLang", "tok/s history", (row,), PALETTE)
+    spark = render_pane(view, SGLANG_COLUMNS, 80).plain.split("\n")[1].split()[-1]
+    assert spark == "▂█▃▆▅█"  # the lowest a low bar, the top full
 
 
 def test_limited_server_lines_keep_the_aggregate_and_the_broken_ones() -> None:
@@ -224,6 +278,12 @@ def _alert(key: str, severity: Health, t: float, **kw: object) -> Alert:
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
 
+OOM_TEXT = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
+    "total capacity of 94.97 GiB of which 90.00 MiB is free."
+)
+
+
 def test_the_strip_shows_the_most_urgent_incident_headline_first() -> None:
     old = _alert("a", Health.CRITICAL, 10.0, job="target", gpu=0, kind="xid")
     new = _alert("b", Health.CRITICAL, 20.0)
@@ -245,6 +305,14 @@ def test_the_strip_shows_the_most_urgent_incident_headline_first() -> None:
     assert roomy == " ✖  drafter: CUDA OOM on GPU 6 — r restart  (+3) a: list"  # counts shrink
     narrow = render_strip(StripView(top, more, PALETTE), 40).plain
     assert len(narrow) == 40 and narrow.endswith("… — r restart  (+3) a: list")  # headline cut
+    # "r restart drafter" names the job: at 80 columns the headline says it no more and
+    # the counts go, before the key numbers would (issue 26.3)
+    oom = dataclasses.replace(new, message=OOM_TEXT, first_message="", peak_message="")
+    (story,) = incidents([oom, drop])
+    at_80 = render_strip(StripView(story, 1, PALETTE, fix="r restart drafter"), 80).plain
+    assert at_80 == (
+        " ✖  CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free) — r restart drafter  a: list"
+    )
     assert alert_title(new) == "CRITICAL: CUDA out of memory"
     assert incident_title(top) == "CRITICAL: CUDA out of memory"
     cells = history_cells(dataclasses.replace(new, active=False, acknowledged=True), 25.0)

@@ -1,5 +1,6 @@
 """The alert history (``a``): the incidents of every host, the most urgent first, each its
-headline's row with its evidence (its other alerts) folded under it ("└"); Enter or Space
+headline's row with its evidence (its other alerts) folded under it ("└"); Enter opens the
+row's incident in full (``AlertDetailScreen``: the columns cut its messages), Space
 acknowledges the row under the cursor (an incident's row: all of its alerts), ``A`` all;
 ``b`` writes the evidence of the incident under the cursor (``gpumon bundle``) to
 ``$XDG_STATE_HOME/gpumon/bundles/`` and says where.
@@ -20,6 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 from gpumon.backends.alerts.incident import Incident, by_urgency, incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.monitor import HostMonitor
+from gpumon.tui.screens.alert_detail import AlertDetailScreen, detail_view
 from gpumon.tui.views import Palette, Role, alert_count
 from gpumon.tui.views.alert_cells import evidence_cells, incident_cells
 
@@ -30,10 +32,18 @@ class AlertHistoryScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,a", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
         Binding(
-            "enter,space",
+            "enter",
+            "show_incident",
+            "Detail",
+            key_display="⏎",
+            priority=True,
+            tooltip="The incident under the cursor in full: messages, log lines, fix",
+        ),
+        Binding(
+            "space",
             "acknowledge",
             "Ack",
-            key_display="⏎",
+            key_display="Space",
             priority=True,
             tooltip="Acknowledge the alert under the cursor",
         ),
@@ -122,7 +132,7 @@ class AlertHistoryScreen(Screen[None]):
             pal.text(Role.MUTED),
         )
         title.append(
-            "   ⏎/Space acknowledge  A all  r restart its job  b bundle  Esc back",
+            "   ⏎ detail  Space acknowledge  A all  r restart its job  b bundle  Esc back",
             pal.text(Role.MUTED),
         )
         self.title_line.update(title)
@@ -151,6 +161,14 @@ class AlertHistoryScreen(Screen[None]):
         """The incident of the row under the cursor (its headline or its evidence)."""
         row = self.table.cursor_row
         return self.row_incidents[row] if 0 <= row < len(self.row_incidents) else None
+
+    def action_show_incident(self) -> None:
+        """The incident under the cursor in full, over the history (Esc comes back)."""
+        picked, incident = self.selected(), self.selected_incident()
+        if picked is None or incident is None:
+            return
+        monitor = self.monitors[picked[0]]
+        self.app.push_screen(AlertDetailScreen(detail_view(monitor, incident), self.palette_of()))
 
     def action_acknowledge(self) -> None:
         picked = self.selected()

@@ -23,8 +23,10 @@ from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.containers import Horizontal, Vertical
+from textual.events import Resize
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+from textual.widgets._toast import ToastRack
 
 from gpumon.backends.actions import Level
 from gpumon.tui.views import Palette, Role
@@ -50,6 +52,18 @@ def outcome_line(word: str, level: Level, message: str, duration_s: float, pal: 
     return text
 
 
+TOP_KEPT = 3  # lines under a dialog's title that toasts never cover
+
+
+class DialogBox(Vertical):
+    """A dialog's box: when its size or place changes, its dialog moves its toasts."""
+
+    def on_resize(self, event: Resize) -> None:
+        screen = self.screen
+        if isinstance(screen, Dialog):
+            screen.place_toasts()
+
+
 class Dialog(ModalScreen[None]):
     """A modal dialog over the dashboard: one bordered box, titled with what it acts on."""
 
@@ -68,7 +82,7 @@ class Dialog(ModalScreen[None]):
     # --- layout -------------------------------------------------------------------------
     def frame(self, title: str, *, subtitle: str = "") -> Vertical:
         """The dialog's box (``#NAME-box``) with ``title`` on its border."""
-        box = Vertical(id=f"{self.NAME}-box", classes="dialog-box")
+        box = DialogBox(id=f"{self.NAME}-box", classes="dialog-box")
         box.border_title = title
         if subtitle:
             box.border_subtitle = subtitle
@@ -92,6 +106,21 @@ class Dialog(ModalScreen[None]):
         """The action is over (or goes on by itself): ``#close`` says "Close (Esc)", no
         longer "Cancel (Esc)", since there is nothing left to cancel by closing."""
         self.query_one("#close", Button).label = "Close (Esc)"
+
+    def place_toasts(self) -> None:
+        """Toasts over the box's last lines: they end just above its buttons (or its bottom
+        border) and never reach its title and first ``TOP_KEPT`` lines, wherever the box
+        sits and however tall it is (the toast rack is docked to the screen, not the box)."""
+        box = self.query_one(f"#{self.NAME}-box")
+        racks = self.query(ToastRack)  # none where notifications are off (tests, headless)
+        if not box.region.height or not racks:
+            return
+        buttons = box.query(".dialog-buttons")
+        row = buttons.first().region if buttons else None
+        bottom = row.y if row is not None and row.height else box.region.bottom - 1
+        rack = racks.first()
+        rack.styles.margin = (0, 0, max(self.size.height - bottom, 0), 0)
+        rack.styles.max_height = max(bottom - (box.region.y + 1 + TOP_KEPT), 1)
 
     def part(self, part: str) -> Static:
         return self.query_one(f"#{self.NAME}-{part}", Static)

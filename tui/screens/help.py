@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
+from rich.console import Group, RenderableType
 from rich.style import Style
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -72,20 +74,37 @@ class HelpScreen(ModalScreen[None]):
         with box:
             yield Static(self._text(), id="help-text", markup=False)
 
-    def _text(self) -> Text:
-        text = Text()
-        where = None
+    def _sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        """(where, [(keys, what), ...]) in order."""
+        out: list[tuple[str, list[tuple[str, str]]]] = []
         for section, keys, what in self.rows:
-            if section != where:
-                if where is not None:
-                    text.append("\n")
-                text.append(f"{section}\n", Style(bold=True, underline=True))
-                where = section
-            text.append(f"  {keys:<14}", Style(bold=True))
-            text.append(f"{what}\n")
-        text.append("\nEvery action is also in the command palette.", "italic")
-        return text
+            if not out or out[-1][0] != section:
+                out.append((section, []))
+            out[-1][1].append((keys, what))
+        return out
+
+    def _text(self) -> Group:
+        """Each section's title, then its keys and what they do in two columns: the keys as
+        wide as the widest ("0 1 2 3 4 5 6 7 8 9"), a long description wrapped beside them,
+        not back under the keys."""
+        parts: list[RenderableType] = []
+        for i, (section, rows) in enumerate(self._sections()):
+            title = Text(f"{section}", Style(bold=True, underline=True))
+            parts.append(Text("\n").join([Text(""), title]) if i else title)
+            grid = Table.grid(padding=(0, 2, 0, 0), expand=True)
+            grid.add_column(no_wrap=True, width=max(len(k) for k, _ in rows) + 2)
+            grid.add_column(ratio=1)
+            for keys, what in rows:
+                grid.add_row(Text(f"  {keys}", Style(bold=True)), Text(what))
+            parts.append(grid)
+        parts.append(Text("\nEvery action is also in the command palette.", "italic"))
+        return Group(*parts)
 
     @property
     def plain(self) -> str:
-        return self._text().plain
+        """Every row as "keys  what", unwrapped (tests read it)."""
+        lines = []
+        for section, rows in self._sections():
+            lines.append(section)
+            lines += [f"  {keys}  {what}" for keys, what in rows]
+        return "\n".join([*lines, "Every action is also in the command palette."])

@@ -142,14 +142,17 @@ def history_cells(alert: Alert, now: float) -> tuple[Cell, ...]:
 
 def incident_cells(incident: Incident, now: float) -> tuple[Cell, ...]:
     """The history row of an incident (its evidence follows as ``evidence_cells``): the
-    cause's row with the incident's headline and fix as the message, its worst severity."""
+    cause's row with the incident's headline and fix as the message, its worst severity.
+    Its time is the cause's (when what the headline says happened); an earlier warning
+    shows its own time on its evidence row, and the detail says "since ... (first
+    warning)"."""
     cause = history_cells(incident.cause, now)
     worst = Health.worst(*(a.peak for a in incident.alerts))
     live = incident.active and not incident.acknowledged
     glyph = SEVERITY_GLYPH.get(worst, " ")
     return (
         Cell(f"{glyph} {worst.value}", health_role(worst) if live else Role.MUTED),
-        Cell(alert_time(incident.time, now), Role.NORMAL),
+        cause[1],
         cause[2],
         Cell("" if incident.gpu is None else str(incident.gpu), Role.NORMAL),
         Cell(_printable(incident.job) if incident.job else "", Role.NORMAL),

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpumon.backends.model import GpuSample, HostSample
+from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.untrusted import printable as _printable
 from gpumon.backends.workloads import JobState, JobTracker, SglangTotals, SglangTracker
 from gpumon.backends.workloads.sglang import SPEC_ACCEPT_MIN
@@ -244,6 +245,7 @@ def gpu_owners(
     sample: HostSample | None,
     jobs: Mapping[str, JobTracker],
     servers: Mapping[int, SglangTracker],
+    watched: int | None = None,
 ) -> dict[int, Owner]:
     """GPU index -> its owner.
 
@@ -252,6 +254,10 @@ def gpu_owners(
     those as servers; else onto every GPU in order when there are as many servers as GPUs
     (server i <-> GPU i, the usual one-server-per-GPU layout). Otherwise servers own
     nothing on the rows: a guess would be worse than no answer. A job wins over a server.
+    Where some GPU has an owner (the rows have an owner column), a GPU neither owns is
+    named by the program of its biggest process (``train.target``, muted: not a
+    configured job), never by another container's (``watched``: the CT gpumon watches;
+    those are foreign holders); a host without jobs or servers keeps the GPU models.
     """
     owners: dict[int, Owner] = {}
     gpus = sample.gpus if sample is not None else ()
@@ -273,7 +279,24 @@ def gpu_owners(
         }.get(state, Role.NORMAL)
         for index in job.gpus:
             owners[index] = Owner(_printable(job.name), role)
+    for gpu in gpus if owners else ():  # the rest, by program ("train.target", muted)
+        if gpu.index not in owners and (name := _program_on(sample, gpu, watched)):
+            owners[gpu.index] = Owner(name, Role.MUTED)
     return owners
+
+
+def _program_on(sample: HostSample | None, gpu: GpuSample, watched: int | None) -> str | None:
+    """The program of the biggest process on ``gpu`` that is not another container's or
+    the host's (those are foreign holders, flagged apart); None when none is named."""
+    if sample is None:
+        return None
+    procs = sample.processes_for(gpu)
+    others = {id(p) for p in foreign(procs, watched)}
+    named = [p for p in procs if id(p) not in others and p.short_name]
+    if not named:
+        return None
+    top = max(named, key=lambda p: p.memory_mib or 0)
+    return _printable(top.short_name or "")
 
 
 def _runs_sglang(sample: HostSample | None, gpu: GpuSample) -> bool:

@@ -20,13 +20,15 @@ from gpumon.tui.views.workload_cells import (
 
 @dataclass(frozen=True, slots=True)
 class PaneRow:
-    """One line: cells by column key, a sparkline (oldest first) and its top value.
-    ``error`` replaces the cells after ``state`` (a server that is down says why)."""
+    """One line: cells by column key, a sparkline (oldest first) and the range it is drawn
+    in (``spark_range``). ``error`` replaces the cells after ``state`` (a server that is
+    down says why)."""
 
     key: str
     cells: tuple[tuple[str, Cell], ...]
     spark: tuple[float | None, ...] = ()
     spark_max: float = 0.0
+    spark_min: float = 0.0
     error: Cell | None = None
     bold: bool = False
 
@@ -44,6 +46,8 @@ class PaneView:
     stale: bool = False  # the host's data is stale: every number is dimmed
     # (column key, text): added to the sparkline's title when that column is left out
     notes: tuple[tuple[str, str], ...] = ()
+    # what the columns count, after the sparkline's title when it fits whole there
+    legend: str = ""
 
 
 def history_bins(
@@ -57,8 +61,19 @@ def history_bins(
     return tuple(bin_series(times, values, end=end, span=span, count=count, mean=True))
 
 
-def _top(*series: Sequence[float | None]) -> float:
-    return max((v for s in series for v in s if v is not None), default=0.0)
+def spark_range(*series: Sequence[float | None]) -> tuple[float, float]:
+    """(low, top) to draw ``series`` in: their own range, not 0 to the top (a rate of
+    1.13k to 1.24k tok/s drawn from 0 is a row of ▇ and █). The lowest value stays a low
+    bar, not a blank, and a spread under a tenth of the top shows as small steps, not as
+    the full height (noise is not drawn as a swing)."""
+    known = [v for s in series for v in s if v is not None]
+    if not known:
+        return 0.0, 0.0
+    lo, hi = min(known), max(known)
+    return max(min(lo - (hi - lo) / 4, hi * 0.9), 0.0), hi
+
+
+LEGEND = " · run, queue: requests; KV use: cache used"
 
 
 def sglang_view(
@@ -76,7 +91,7 @@ def sglang_view(
         return None
     trackers = [servers[p] for p in sorted(servers)]
     sparks = {s.port: history_bins(s.history, end=end, span=span, count=count) for s in trackers}
-    top = _top(*sparks.values())
+    low, top = spark_range(*sparks.values())  # one range: the servers' rows compare
     rows: list[PaneRow] = []
     if len(trackers) >= 2:
         total: list[float | None] = []
@@ -84,16 +99,17 @@ def sglang_view(
             known = [v for v in column if v is not None]
             total.append(sum(known) if known else None)
         cells = sglang_total_cells(sglang_totals(trackers))
-        rows.append(
-            PaneRow("all", tuple(cells.items()), tuple(total), _top(total), bold=True),
-        )
+        lo, hi = spark_range(total)
+        rows.append(PaneRow("all", tuple(cells.items()), tuple(total), hi, lo, bold=True))
     for s in trackers:
         cells = sglang_cells(s)
         error = cells.pop("error", None)
-        rows.append(PaneRow(str(s.port), tuple(cells.items()), sparks[s.port], top, error))
+        rows.append(PaneRow(str(s.port), tuple(cells.items()), sparks[s.port], top, low, error))
     model = common_model(trackers)
     notes = (("model", f" · {model}"),) if model else ()
-    return PaneView("SGLang", "tok/s history", tuple(rows), palette, stale=stale, notes=notes)
+    return PaneView(
+        "SGLang", "tok/s history", tuple(rows), palette, stale=stale, notes=notes, legend=LEGEND
+    )
 
 
 def limit_servers(view: PaneView | None, max_servers: int | None) -> PaneView | None:
@@ -128,5 +144,6 @@ def jobs_view(
     rows = []
     for job in jobs.values():
         spark = history_bins(job.rate_history, end=end, span=span, count=count)
-        rows.append(PaneRow(job.name, tuple(job_cells(job).items()), spark, _top(spark)))
+        lo, hi = spark_range(spark)
+        rows.append(PaneRow(job.name, tuple(job_cells(job).items()), spark, hi, lo))
     return PaneView("jobs", "rate history", tuple(rows), palette, cursor=cursor, stale=stale)

@@ -6,8 +6,10 @@ GPU, cause first): severity, time, host and the incident's headline with its fix
 key to the fix when ``r`` would act on the incident's job), how much
 evidence is folded under it and how many other incidents there are. When the line is
 short the time goes first, then the host, then the severity's word (its glyph stays),
-then the counts shrink to "(+N)", and the headline is cut before the fix and the list key
-("a: list") are. With
+then the counts shrink to "(+N)", then the job's name leaves the headline when the fix
+names it ("— r restart drafter") and the counts go, so that at 80 columns the key
+numbers stay; last the headline is cut before the fix and the list key ("a: list") are.
+With
 nothing unacknowledged it is hidden, not an empty line.
 """
 
@@ -58,33 +60,40 @@ def render_strip(view: StripView, width: int) -> Text:
         folded.append(f"+{view.more} more")
     tail_full = "  " + ", ".join([*folded, "a: list"])
     count = len(incident.evidence) + view.more
-    tail_short = f"  (+{count}) a: list" if count else "  a: list"  # the key always shows
+    tail_bare = "  a: list"  # the key always shows
+    tail_short = f"  (+{count}) a: list" if count else tail_bare
     host = printable(incident.host)
-    # (badge, time, host, tail) from the richest to the barest; the first that leaves the
-    # whole headline room wins, else the barest one and the headline is cut.
+    wide, bare = f" {glyph} {label} ", f" {glyph} "
+    # (badge, time, host, headline, tail) from the richest to the barest; the first that
+    # leaves the whole headline room wins, else the barest one and its headline is cut.
     options = [
-        (f" {glyph} {label} ", True, True, tail_full),
-        (f" {glyph} {label} ", False, True, tail_full),
-        (f" {glyph} {label} ", False, False, tail_full),
-        (f" {glyph} ", False, False, tail_full),
-        (f" {glyph} ", False, False, tail_short),
+        (wide, True, True, headline, tail_full),
+        (wide, False, True, headline, tail_full),
+        (wide, False, False, headline, tail_full),
+        (bare, False, False, headline, tail_full),
+        (bare, False, False, headline, tail_short),
     ]
-    need = len(headline) + len(fix)
-    for badge, with_time, with_host, tail in options:
+    # Then the job's name once, in the fix ("— r restart drafter" says whose), and the
+    # counts, so that the key numbers ("tried 2.00 GiB, 90 MiB free") stay at 80 columns.
+    job = printable(incident.job) if incident.job else ""
+    if job and fix.endswith(f" {job}") and headline.startswith(f"{job}: "):
+        short = headline.removeprefix(f"{job}: ")
+        options += [(bare, False, False, short, tail_short), (bare, False, False, short, tail_bare)]
+    for badge, with_time, with_host, said, tail in options:
         head = len(badge) + (11 if with_time else 0) + (len(host) + 2 if with_host else 1)
-        if head + need + len(tail) <= width:
+        if head + len(said) + len(fix) + len(tail) <= width:
             break
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(badge, pal.badge(role))
     if with_time:
-        line.append(f" {clock_time(incident.time)} ", pal.text(Role.MUTED))
+        line.append(f" {clock_time(incident.cause.time)} ", pal.text(Role.MUTED))
     else:
         line.append(" ")
     if with_host:
         line.append(host, Style(bold=True))
         line.append("  ")
     room = max(width - line.cell_len - len(fix) - len(tail), 0)
-    message = Text(headline, pal.text(role))
+    message = Text(said, pal.text(role))
     message.truncate(room, overflow="ellipsis")
     line.append_text(message)
     if fix and line.cell_len + len(fix) <= width:

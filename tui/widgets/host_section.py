@@ -258,7 +258,8 @@ class HostSection(Vertical):
         self.titles.display = True
         self.waiting.display = False
         w = m.workloads
-        owners = {i: Cell(o.text, o.role) for i, o in gpu_owners(shown, w.jobs, w.sglang).items()}
+        found = gpu_owners(shown, w.jobs, w.sglang, m.host.container)
+        owners = {i: Cell(o.text, o.role) for i, o in found.items()}
         span = column_span(m.interval)
         self.titles.show(TitlesView(ctx.spark_memory, ctx.palette, bool(owners), span))
         count_spark = _row_layout(self.size.width or self.app.size.width).spark

@@ -47,7 +47,7 @@ SGLANG_COLUMNS: tuple[Column, ...] = (
     Column("tok/s", "tok/s", 5, 6, 90),
     Column("run", "run", 3, 5, 80),
     Column("queue", "queue", 5, 5, 79),
-    Column("KV", "KV", 4, 4, 70),
+    Column("KV", "KV use", 6, 6, 70),  # the KV cache's used share
     Column("hit", "hit", 4, 4, 60),
     Column("TTFT", "TTFT p50/95", 11, 11, 50),
     Column("ITL", "ITL", 5, 6, 40),
@@ -118,6 +118,8 @@ def _title_line(view: PaneView, kept: list[tuple[Column, int]], spark_w: int, st
     if spark_w:
         shown = {col.key for col, _ in kept}
         text = view.spark_title + "".join(n for key, n in view.notes if key not in shown)
+        if len(text) + len(view.legend) <= spark_w:  # whole or not at all
+            text += view.legend
         title.append(" ")
         title.append(_fit(text, spark_w, True).rstrip(), style)
     return title
@@ -145,7 +147,7 @@ def _row_line(
         values: list[float | None] = [None] * (spark_w - len(shown))
         values += shown
         fill = pal.fill(Role.NA if view.stale else Role.NORMAL)
-        line.add_text(spark_rows(values, 0.0, row.spark_max, 1, [fill] * spark_w)[0])
+        line.add_text(spark_rows(values, row.spark_min, row.spark_max, 1, [fill] * spark_w)[0])
     return line
 
 
@@ -154,8 +156,20 @@ _EMPTY = Cell("")
 
 def _fit(text: str, width: int, left: bool) -> str:
     if len(text) > width:
-        text = text[: max(width - 1, 0)] + "…" if width > 0 else ""
+        text = _cut(text, width)
     return text.ljust(width) if left else text.rjust(width)
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` cut to ``width`` with "…"; a parenthesis that does not fit goes whole
+    ("crashed: OOM on GPU 6 (…)", not "crashed: OOM on GPU 6 (GP…"), so what comes
+    before it stays readable."""
+    if width <= 0:
+        return ""
+    at = text.find(" (")
+    if at > 0 and at + 4 <= width:
+        return text[:at] + " (…)"
+    return text[: width - 1] + "…"
 
 
 class WorkloadPane(ViewWidget[PaneView]):
