@@ -11,9 +11,10 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Six scenarios (
   From ``JUPYTER_AT`` a "jupyter" in another container (CT 201) holds ``JUPYTER_MIB`` of
   GPU 6, taken out of what the drafter has there (so the drafter OOMs because someone
   else took memory); it holds it until it is killed (``kills`` in the state dir, the
-  ``K`` key through ``sim.kill``) or until the drafter's first run ends (at the OOM
-  its kernel dies too: its next allocation fails as well). ``host_process`` is what the
-  Proxmox host's /proc says of a simulated PID.
+  ``K`` key through ``sim.kill``): it is another container's process, so the drafter's
+  death leaves it (and its 6 GiB) on GPU 6. A drafter restarted beside it settles at the
+  same GPU total as without it (it fits). ``host_process`` is what the Proxmox host's
+  /proc says of a simulated PID.
 - ``sglang``: eight SGLang servers, one per GPU, steady and busy.
 - ``idle``: the reference machine after a torch swap: the target side busy on GPUs 0-4
   and the drafter's processes alive on GPUs 5-7, holding their memory, but from
@@ -334,26 +335,15 @@ def stalled(settings: SimSettings, t: float, run: DrafterRun | None) -> bool:
 
 def jupyter_alive(settings: SimSettings, t: float) -> bool:
     """Whether the foreign jupyter holds GPU 6 at scenario time ``t`` (training-oom only:
-    from ``JUPYTER_AT`` until a kill or the end of the drafter's first run)."""
-    if settings.scenario != "training-oom" or t < JUPYTER_AT or not _first_run(settings, t):
-        return False  # at the OOM its kernel dies too: its next allocation fails as well
-    return not any(JUPYTER_AT <= k <= t for k in settings.kills)
-
-
-def _first_run(settings: SimSettings, t: float) -> bool:
-    """The drafter's first run is still going (the jupyter lives beside it only)."""
-    run = drafter_run(settings, t)
-    return run is not None and run.number == 0
+    from ``JUPYTER_AT`` until it is killed; the drafter's death does not end it)."""
+    if settings.scenario != "training-oom" or t < JUPYTER_AT:
+        return False
+    return not jupyter_killed(settings, t)
 
 
 def jupyter_killed(settings: SimSettings, t: float) -> bool:
-    """The jupyter was killed by ``t`` while the drafter's first run goes on (what it held
-    of GPU 6 is free again)."""
-    return (
-        settings.scenario == "training-oom"
-        and _first_run(settings, t)
-        and any(JUPYTER_AT <= k <= t for k in settings.kills)
-    )
+    """The jupyter was killed by ``t`` (what it held of GPU 6 is free again)."""
+    return settings.scenario == "training-oom" and any(JUPYTER_AT <= k <= t for k in settings.kills)
 
 
 def drafter_died_at(settings: SimSettings, t: float) -> float:
@@ -467,11 +457,17 @@ def _drafter_gpu(
 
 
 def _with_jupyter(gpu: SimGpu, settings: SimSettings, t: float, run: DrafterRun | None) -> SimGpu:
-    """GPU 6 with the jupyter's share: while it lives its memory is part of what the GPU
-    reports (taken from the drafter's); once killed, that memory is free."""
-    if gpu.index != JUPYTER_GPU or not jupyter_killed(settings, t):
+    """GPU 6 with the jupyter's share. In the drafter's first run the ramp includes it
+    (taken from the drafter's), so a kill frees it; a restarted drafter settles at the
+    same total beside it. While the drafter is dead, the jupyter's memory stays."""
+    if gpu.index != JUPYTER_GPU:
         return gpu
-    return replace(gpu, memory_used_mib=max(gpu.memory_used_mib - JUPYTER_MIB, 0))
+    if run is None:
+        held = JUPYTER_MIB if jupyter_alive(settings, t) else 0
+        return replace(gpu, memory_used_mib=gpu.memory_used_mib + held)
+    if run.number == 0 and jupyter_killed(settings, t):
+        return replace(gpu, memory_used_mib=max(gpu.memory_used_mib - JUPYTER_MIB, 0))
+    return gpu
 
 
 def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
