@@ -61,6 +61,7 @@ from gpumon.backends.alerts.store import (
 )
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.parsers.kernel import (
+    XidEvent,
     gpu_for_pci,
     kernel_log_unreadable,
     parse_gpu_at_line,
@@ -68,9 +69,10 @@ from gpumon.backends.parsers.kernel import (
     parse_memory_events,
     parse_oom_memcg,
     parse_xid_line,
+    pci_key,
 )
 from gpumon.backends.parsers.oom import LogEvent, LogScanner
-from gpumon.backends.parsers.processes import process_words
+from gpumon.backends.parsers.processes import container_label, process_words
 
 __all__ = [
     "CONDITION_KINDS",
@@ -715,7 +717,7 @@ class AlertEngine(AlertStore):
             uuid = self._pci_uuid.get(xid.pci)
             if gpu is None and uuid is not None:
                 gpu = next((g.index for g in gpus if g.uuid == uuid), None)
-            text = xid.describe(gpu)
+            text = xid.describe(gpu, self._xid_whose(xid, gpu))
             alert = self._event(("xid", xid.pci, xid.xid), "xid", level, gpu, text, now, backlog)
             if alert is not None and not backlog:
                 self.xid_counts[(gpu, xid.xid)] += 1
@@ -735,6 +737,35 @@ class AlertEngine(AlertStore):
         text, self._memcg = kill.describe(self._memcg), None
         ident = ("host_oom_kill", kill.pid)
         return self._event(ident, "host_oom_kill", Health.CRITICAL, gpu, text, now, backlog)
+
+    def _xid_whose(self, xid: XidEvent, gpu: int | None) -> str | None:
+        """What the Xid's GPU is to this host: what runs on a watched GPU without a job
+        (the job is said by the alert's job: "running sglang::scheduler_TP0"); for a bus
+        none of the watched GPUs has, that it is not ours, and whose it is when the Proxmox
+        host's process list has a process on it ("not a GPU of this host: CT 201's")."""
+        latest = self._latest
+        if latest is None or not latest.gpus:
+            return None  # nothing known yet to tell ours from others'
+        if gpu is not None:
+            if self._job_for(gpu) is not None:
+                return None
+            sample = next((g for g in latest.gpus if g.index == gpu), None)
+            procs = latest.processes_for(sample) if sample is not None else ()
+            names = list(dict.fromkeys(p.short_name for p in procs if p.short_name))
+            more = f" (+{len(names) - 2} more)" if len(names) > 2 else ""
+            return f"running {', '.join(names[:2])}{more}" if names else None
+        owners = {
+            container_label(p.container)
+            for p in latest.processes
+            if p.gpu_bus_id is not None and pci_key(p.gpu_bus_id) == xid.pci
+        }
+        owners.discard(container_label(None if self.container is None else str(self.container)))
+        if owners:
+            whose = ", ".join(
+                sorted("the host" if o == "host" else o.replace("CT", "CT ", 1) for o in owners)
+            )
+            return f"not a GPU of this host: {whose}'s"
+        return "not a GPU of this host: another container's or the host's"
 
     def on_memory_events(self, text: str) -> list[Alert]:
         """cgroup v2 ``memory.events``: an ``oom_kill`` counter that rose raises an alert.

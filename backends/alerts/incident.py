@@ -58,6 +58,7 @@ __all__ = [
     "holder",
     "incidents",
     "line",
+    "screen_fix",
     "screen_fixes",
 ]
 
@@ -376,8 +377,12 @@ def line(incident: Incident, fix_hint: str | None = None) -> str:
 def screen_fixes(incident: Incident) -> str | None:
     """The fixes as the dashboard offers them: "K stop it, r restart drafter" (keys
     first, then advice: "reboot the node"); None when nothing fixes it."""
-    said = [f"{f.key} {f.words}" if f.key else f.words for f in incident.fixes]
-    return ", ".join(said) or None
+    return ", ".join(screen_fix(f) for f in incident.fixes) or None
+
+
+def screen_fix(fix: Fix) -> str:
+    """One fix as the dashboard says it: "K stop it", or the advice "drain the node"."""
+    return f"{fix.key} {fix.words}" if fix.key else fix.words
 
 
 def command_fix(incident: Incident) -> str | None:

@@ -1,14 +1,15 @@
 """The alert strip: one line above the footer with the incident that matters most now.
 
 It shows the most urgent unacknowledged incident (``incidents()``: the alerts of one job or
-GPU, cause first): severity, time, host and the incident's headline with its fix
-("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free) — r restart drafter", the
-key to the fix when ``r`` would act on the incident's job), how much
-evidence is folded under it and how many other incidents there are. When the line is
-short the time goes first, then the host, then the severity's word (its glyph stays),
-then the counts shrink to "(+N)", and the headline is cut before the fix and the list key
-("a: list") are. With
-nothing unacknowledged it is hidden, not an empty line.
+GPU, cause first): severity, time, host and the incident's headline with its fixes
+("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201
+jupyter-lab) — K stop it, r restart drafter": ``screen_fixes``, the keys that can act on
+it now and the advice), how much evidence is folded under it and how many other
+incidents there are. When the line is short the time goes first, then the host, then the
+severity's word (its glyph stays), then the counts shrink to "(+N)", then the fixes after
+the first (the keys go last: they are what to press), and only then is the headline cut,
+before the fix and the list key ("a: list") are. With nothing unacknowledged it is
+hidden, not an empty line.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from dataclasses import dataclass
 from rich.style import Style
 from rich.text import Text
 
-from gpumon.backends.alerts.incident import Incident
+from gpumon.backends.alerts.incident import Fix, Incident, screen_fix
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable
 from gpumon.tui.views import SEVERITY_GLYPH, Palette, Role, clock_time, health_role
-from gpumon.tui.views.alert_cells import FIX_HINT
 from gpumon.tui.widgets.view_widget import ViewWidget
 
 
@@ -32,9 +32,9 @@ class StripView:
     incident: Incident
     more: int  # other unacknowledged incidents
     palette: Palette
-    # The key to the incident's fix as the screen offers it ("r restart drafter"; "": none,
-    # ``r`` cannot act on it now); None: the plain hint when the incident has a fix.
-    fix: str | None = None
+    # The incident's fixes the screen offers now, the best first (a key that cannot act on
+    # it now is left out: read-only, another job under the cursor); None: all of them.
+    fixes: tuple[Fix, ...] | None = None
 
     @property
     def alert(self) -> Alert:
@@ -48,10 +48,7 @@ def render_strip(view: StripView, width: int) -> Text:
     role = health_role(incident.severity)
     label = "CRITICAL" if incident.severity is Health.CRITICAL else "WARNING"
     glyph = SEVERITY_GLYPH.get(incident.severity, "!")
-    if view.fix is None:
-        fix = f" — {FIX_HINT}" if incident.fix else ""
-    else:
-        fix = f" — {view.fix}" if view.fix else ""
+    fixes = list(incident.fixes if view.fixes is None else view.fixes)
     headline = printable(" ".join(incident.headline.split()))
     folded = [f"+{len(incident.evidence)} evidence"] if incident.evidence else []
     if view.more:
@@ -69,11 +66,22 @@ def render_strip(view: StripView, width: int) -> Text:
         (f" {glyph} ", False, False, tail_full),
         (f" {glyph} ", False, False, tail_short),
     ]
-    need = len(headline) + len(fix)
+    said = [printable(screen_fix(f)) for f in fixes]
+    fix = f" — {', '.join(said)}" if said else ""
     for badge, with_time, with_host, tail in options:
         head = len(badge) + (11 if with_time else 0) + (len(host) + 2 if with_host else 1)
-        if head + need + len(tail) <= width:
+        if head + len(headline) + len(fix) + len(tail) <= width:
             break
+    # Short of room the fixes after the first go (advice before keys), while the headline
+    # would get less than MIN_HEADLINE: the cause matters more than a second fix.
+    while len(said) > 1:
+        keep = min(len(headline), MIN_HEADLINE)
+        if head + keep + len(fix) + len(tail) <= width:
+            break
+        advice = [i for i, f in enumerate(fixes) if f.key is None]
+        drop = advice[-1] if advice and advice[-1] > 0 else len(said) - 1
+        del said[drop], fixes[drop]
+        fix = f" — {', '.join(said)}"
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(badge, pal.badge(role))
     if with_time:
@@ -93,6 +101,9 @@ def render_strip(view: StripView, width: int) -> Text:
         line.append(tail, pal.text(Role.MUTED))
     line.truncate(width, overflow="ellipsis")
     return line
+
+
+MIN_HEADLINE = 40  # the strip keeps this much of the headline before a second fix
 
 
 class AlertStrip(ViewWidget[StripView]):
