@@ -307,8 +307,11 @@ def xid_incident(line_text: str, *, job: str | None = "drafter") -> tuple[Incide
     return incident, xid
 
 
+FELL = "79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
 def test_an_xid_says_what_it_is_and_nvidias_action_is_its_fix() -> None:
-    fell = "NVRM: Xid (PCI:0000:ba:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    fell = f"NVRM: Xid (PCI:0000:ba:00): {FELL}"
     incident, xid = xid_incident(fell)
     assert xid.gpu == 6 and xid.job == "drafter"  # BA:00 is the simulated GPU 6
     assert incident.headline == "drafter: Xid 79 on GPU 6: fallen off the bus"
@@ -323,7 +326,7 @@ def test_an_xid_says_what_it_is_and_nvidias_action_is_its_fix() -> None:
     )
     assert command_fix(incident) == "fix: reboot the node (the GPU cannot be reset in place)"
     # An application's error: restarting the job is the fix, nothing about the node.
-    fault = "NVRM: Xid (PCI:0000:ba:00): 31, pid=874, name=python3, Ch 00000008, intr 10000000. MMU Fault"
+    fault = "NVRM: Xid (PCI:0000:ba:00): 31, pid=874, name=python3, Ch 00000008. MMU Fault"
     app, _ = xid_incident(fault)
     assert app.headline.startswith("drafter: Xid 31 on GPU 6: GPU memory page fault")
     assert app.fixes == (Fix("r", "restart drafter", "gpumon restart ct200 drafter"),)
@@ -335,7 +338,7 @@ def test_an_xid_says_what_it_is_and_nvidias_action_is_its_fix() -> None:
 
 
 def test_an_xid_on_a_bus_none_of_the_gpus_has_is_another_containers() -> None:
-    other = "NVRM: Xid (PCI:0000:78:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    other = f"NVRM: Xid (PCI:0000:78:00): {FELL}"
     incident, xid = xid_incident(other)
     assert xid.gpu is None and xid.job is None
     assert incident.headline == (
