@@ -90,6 +90,10 @@ RECOVERY_PCT = 50.0
 TRANSIENT_S = 120.0
 BACKLOG_END_LINES = 40
 _KERNEL_SEEN_MAX = 4096
+# Kernel lines read before the first sample wait for it (an Xid's bus is tied to a GPU
+# by the GPUs' bus IDs), at most this many, and this long into a silence.
+_EARLY_MAX = 256
+_EARLY_KERNEL_WAIT_S = 3.0
 LOG_SOURCES_MAX = 256  # logs scanned at once; a glob over rotated files names new ones
 _FAILURE_KINDS = frozenset({"cuda_oom", "sglang_error", "job_crashed"})
 _GPU_EVENT_KINDS = frozenset({"oom_death", "cuda_oom", "sglang_error", "job_crashed"})
@@ -140,6 +144,7 @@ class AlertEngine(AlertStore):
         self._watches: dict[int, GpuWatch] = {}
         self._last_seen: dict[int, tuple[float, GpuSample]] = {}  # index -> (time, sample)
         self._latest: HostSample | None = None
+        self._early_kernel: list[str] = []  # kernel lines before the first sample
         self._logs: dict[str, _LogSource] = {}
         self._kernel_seen: set[str] = set()
         self._kernel_order: deque[str] = deque()
@@ -208,6 +213,7 @@ class AlertEngine(AlertStore):
         self._latest = sample
         for gpu in sample.gpus:
             self._last_seen[gpu.index] = (now, gpu)
+        self._early_kernel_lines(now, raised)
         return self._announce(raised)
 
     def on_processes(self, sample: HostSample) -> list[Alert]:
@@ -458,9 +464,11 @@ class AlertEngine(AlertStore):
         for key in _SILENCE_KINDS:
             if key in self._active and (key != kind or level is Health.OK or age_s is None):
                 self._end(key)
-        if level is Health.OK or age_s is None:
-            return []
         raised: list[Alert] = []
+        if age_s is not None and age_s >= _EARLY_KERNEL_WAIT_S and self._early_kernel:
+            self._early_kernel_lines(now, raised)  # no GPU will tie them soon: say them now
+        if level is Health.OK or age_s is None:
+            return self._announce(raised)
         if kind == "driver_error":
             assert error is not None
             self._condition(kind, kind, Health.CRITICAL, None, error, now, raised, score=age_s)
@@ -692,10 +700,22 @@ class AlertEngine(AlertStore):
             if line in self._kernel_seen:
                 continue
             self._remember_kernel_line(line)
+            if self._latest is None and not backlog and len(self._early_kernel) < _EARLY_MAX:
+                self._early_kernel.append(line)  # an Xid's bus is a GPU once one is listed
+                continue
             alert = self._kernel_line(line, now, backlog)
             if alert is not None and not backlog:
                 raised.append(alert)
         return self._announce(raised)
+
+    def _early_kernel_lines(self, now: float, raised: list[Alert]) -> None:
+        """The kernel lines held until the first sample (``on_kernel_lines``): the GPUs'
+        bus IDs now tie their Xids; without a sample after a silence they go as they are."""
+        early, self._early_kernel = self._early_kernel, []
+        for line in early:
+            alert = self._kernel_line(line, now, False)
+            if alert is not None:
+                raised.append(alert)
 
     def _remember_kernel_line(self, line: str) -> None:
         self._kernel_seen.add(line)

@@ -104,10 +104,6 @@ def make_monitor(
                 host = replace(host, sglang=config)
             if transport.settings.scenario == "idle":
                 host = _idle_demo(host)
-            # The agent runs on this machine: its /dev/kmsg is this machine's kernel log,
-            # whose Xids name buses the simulated GPUs do not have (the demo must be the
-            # same everywhere).
-            host = replace(host, kernel_log=False)
             transport.host = host
     source = AgentSource(transport, reconnect=reconnect)
     monitor = HostMonitor(host, source, clock=clock, record=record)

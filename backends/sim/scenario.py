@@ -15,7 +15,9 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Six scenarios (
   death leaves it (and its 6 GiB) on GPU 6. A drafter restarted beside it settles at the
   same GPU total as without it (it fits). ``host_process`` is what the Proxmox host's
   /proc says of a simulated PID.
-- ``sglang``: eight SGLang servers, one per GPU, steady and busy.
+- ``sglang``: eight SGLang servers, one per GPU, steady and busy. At ``XID_AT`` the
+  kernel log (``kernel_lines``) gets an Xid 63 on GPU ``XID_GPU``'s bus: a row of its
+  memory marked for remapping at the next reset (the GPU goes on working).
 - ``idle``: the reference machine after a torch swap: the target side busy on GPUs 0-4
   and the drafter's processes alive on GPUs 5-7, holding their memory, but from
   ``IDLE_AT`` at 0-2 % utilisation (GPUs held and idle: ``gpu_idle_held``).
@@ -127,6 +129,8 @@ CONTAINER = 200  # the simulated machine is CT 200; its PIDs inside are the host
 JUPYTER_COMMAND = "/usr/bin/python3 /usr/local/bin/jupyter-lab --no-browser --port 8888"
 _SGLANG_MEMORY = (86870, 87120, 86940, 87310, 86650, 87480, 86990, 87240)
 IDLE_AT = 30.0  # idle scenario: the drafter's GPUs go idle (memory still held) here
+XID_AT = 90.0  # sglang: GPU 3's driver marks a row for remapping (Xid 63) here
+XID_GPU = 3
 DEMO_IDLE_HELD_AFTER_S = 60.0  # ... and the demo host says so after this (not 600 s)
 
 
@@ -536,6 +540,20 @@ class HostProcess:
     container: int  # the CT it runs in
     pid: int  # inside that CT
     command: str
+
+
+def kernel_lines(settings: SimSettings, t: float) -> list[str]:
+    """The simulated kernel log's NVRM lines by scenario time ``t``, oldest first, as the
+    driver writes them (``docs/formats.md`` section 4): the GPU's ``GPU at PCI`` line
+    before its first Xid, then the Xid on the bus of ``BUS_IDS``."""
+    if settings.scenario != "sglang" or t < XID_AT:
+        return []
+    pci = BUS_IDS[XID_GPU][4:14].lower()  # 0000:5d:00, as the kernel prints it
+    return [
+        f"NVRM: GPU at PCI:{pci}: {UUIDS[XID_GPU]}",
+        f"NVRM: Xid (PCI:{pci}): 63, pid='<unknown>', name=<unknown>, "
+        "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    ]
 
 
 def host_process(host_pid: int) -> HostProcess | None:

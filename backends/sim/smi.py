@@ -46,7 +46,7 @@ from gpumon.backends.sim.scenario import (
     scenario_time,
     wall_time,
 )
-from gpumon.backends.sim.state import RESTARTS_FILE, with_state
+from gpumon.backends.sim.state import RESTARTS_FILE, with_state, write_kernel_log
 
 # What nvidia-smi prints (stdout) and its exit code for each start-up failure:
 # tests/fixtures/nvidia/nvidia_smi_errors/ and docs/formats.md section 3.
@@ -344,7 +344,9 @@ def run(cmd: Command, settings: SimSettings, out: TextIO) -> int:
     period = cmd.loop_s
     while True:
         printer.refresh()
-        out.write(make(*printer.clock()))
+        t, wall = printer.clock()
+        write_kernel_log(settings, t)  # the driver's Xid lines as scenario time passes
+        out.write(make(t, wall))
         now = time.time()
         out.write(printer.xid_line(math.floor(now / period)))
         out.flush()

@@ -23,7 +23,7 @@ from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable
 from gpumon.tui.dashboard.actions import alert_job
 from gpumon.tui.screens import AlertHistoryScreen
-from gpumon.tui.views.alert_cells import incident_text, incident_title, strip_incident
+from gpumon.tui.views.alert_cells import incident_notice, incident_title, strip_incident
 from gpumon.tui.widgets import AlertStrip, StripView
 
 if TYPE_CHECKING:
@@ -118,11 +118,9 @@ class AlertPresenter:
         if incident is None:  # ended already (an escalation that cleared at once)
             incident = next(iter(incidents([worst])))
         critical = incident.severity is Health.CRITICAL
-        text = incident_text(incident)
-        if len(self.monitors) > 1:
-            text = f"{printable(incident.host)}: {text}"
-        if len(text) > NOTICE_CHARS:  # the strip and the history have all of it
-            text = text[: NOTICE_CHARS - 1] + "…"
+        prefix = f"{printable(incident.host)}: " if len(self.monitors) > 1 else ""
+        # cut to the toast's size before its fixes: the strip and the history have all of it
+        text = incident_notice(incident, NOTICE_CHARS, prefix)
         title = incident_title(incident)
         others = {i.cause.key for a in alerts for i in found if a.key in i.keys}
         others.discard(incident.cause.key)

@@ -71,6 +71,23 @@ def incident_text(incident: Incident) -> str:
     return _printable(" ".join(line(incident, screen_fixes(incident)).split()))
 
 
+def incident_notice(incident: Incident, limit: int, prefix: str = "") -> str:
+    """``prefix`` and ``incident_text`` in at most ``limit`` characters (a toast): the
+    headline is cut before its fixes are ("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB,
+    90 MiB free; 6.0 GiB… — K stop it, r restart drafter"), unless they leave it less
+    than a third; then the whole line is cut."""
+    text = prefix + incident_text(incident)
+    if len(text) <= limit:
+        return text
+    fixes = screen_fixes(incident)
+    tail = f" — {_printable(fixes)}" if fixes else ""
+    room = limit - len(prefix) - len(tail) - 1
+    if tail and room >= limit // 3:
+        headline = _printable(" ".join(incident.headline.split()))
+        return f"{prefix}{headline[:room].rstrip()}…{tail}"
+    return text[: limit - 1] + "…"
+
+
 def incident_title(incident: Incident) -> str:
     """A notification's title for an incident: its cause's, "CRITICAL: CUDA out of memory",
     at the incident's severity."""

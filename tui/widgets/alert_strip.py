@@ -66,22 +66,28 @@ def render_strip(view: StripView, width: int) -> Text:
         (f" {glyph} ", False, False, tail_full),
         (f" {glyph} ", False, False, tail_short),
     ]
-    said = [printable(screen_fix(f)) for f in fixes]
-    fix = f" — {', '.join(said)}" if said else ""
-    for badge, with_time, with_host, tail in options:
-        head = len(badge) + (11 if with_time else 0) + (len(host) + 2 if with_host else 1)
-        if head + len(headline) + len(fix) + len(tail) <= width:
-            break
-    # Short of room the fixes after the first go (advice before keys), while the headline
-    # would get less than MIN_HEADLINE: the cause matters more than a second fix.
-    while len(said) > 1:
-        keep = min(len(headline), MIN_HEADLINE)
-        if head + keep + len(fix) + len(tail) <= width:
-            break
-        advice = [i for i, f in enumerate(fixes) if f.key is None]
-        drop = advice[-1] if advice and advice[-1] > 0 else len(said) - 1
-        del said[drop], fixes[drop]
-        fix = f" — {', '.join(said)}"
+    # Then the fixes get shorter (advice goes, then the keys' words after the verb):
+    # the first that leaves the whole headline room, else the first that leaves it
+    # MIN_HEADLINE on the barest layout. The cause matters more than a fix's words.
+    choices = _fix_choices(fixes)
+    chosen = next(
+        (
+            (fix, option)
+            for fix in choices
+            for option in options
+            if _head(option, host) + len(headline) + len(fix) + len(option[3]) <= width
+        ),
+        None,
+    )
+    if chosen is None:
+        least = min(len(headline), MIN_HEADLINE)
+        barest = options[-1]
+        fix = next(
+            (f for f in choices if _head(barest, host) + least + len(f) + len(barest[3]) <= width),
+            choices[-1],
+        )
+        chosen = (fix, barest)
+    fix, (badge, with_time, with_host, tail) = chosen
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(badge, pal.badge(role))
     if with_time:
@@ -103,7 +109,32 @@ def render_strip(view: StripView, width: int) -> Text:
     return line
 
 
-MIN_HEADLINE = 40  # the strip keeps this much of the headline before a second fix
+MIN_HEADLINE = 40  # the strip keeps this much of the headline before a fix's words
+
+
+def _head(option: tuple[str, bool, bool, str], host: str) -> int:
+    """The width before the headline: the badge, " 14:32:07 " or " ", the host and two
+    spaces."""
+    badge, with_time, with_host, _ = option
+    return len(badge) + (10 if with_time else 1) + (len(host) + 2 if with_host else 0)
+
+
+def _gist(fix: Fix) -> str:
+    """Advice without its reason: "reboot the node (the GPU cannot ...)" -> "reboot the node"."""
+    return fix.words.split(" (")[0]
+
+
+def _fix_choices(fixes: list[Fix]) -> list[str]:
+    """The fixes as the strip can say them, from the fullest to the barest: all of them
+    (" — K stop it, r restart drafter, drain the node"), the keys with their words (advice
+    only when no key acts), the keys with their verbs (" — K stop, r restart", advice
+    without its reason); "" when there are none."""
+    if not fixes:
+        return [""]
+    keyed = [f for f in fixes if f.key] or fixes[:1]
+    short = [f"{f.key} {f.words.split()[0]}" if f.key and f.words else _gist(f) for f in keyed]
+    said = [[screen_fix(f) for f in fixes], [screen_fix(f) for f in keyed], short]
+    return [f" — {', '.join(printable(x) for x in words)}" for words in said]
 
 
 class AlertStrip(ViewWidget[StripView]):
