@@ -244,7 +244,8 @@ def _incident(
 def holder(cause: Alert, members: Iterable[Alert]) -> str | None:
     """Who else held memory on the GPU that ``cause`` says ran out ("6.0 GiB held by CT
     201 jupyter-lab"): the ``foreign_process`` alert of the same GPU among ``members``,
-    active, or seen at most ``HOLDER_WITHIN_S`` before ``cause`` was raised; None when
+    active (seen first after the cause too: the host's process list comes every few
+    seconds), or seen at most ``HOLDER_WITHIN_S`` before ``cause`` was raised; None when
     there is none (or ``cause`` is not about memory running out)."""
     if cause.kind not in _RAN_OUT_KINDS or cause.gpu is None:
         return None
@@ -253,7 +254,6 @@ def holder(cause: Alert, members: Iterable[Alert]) -> str | None:
         for a in members
         if a.kind == "foreign_process"
         and a.gpu == cause.gpu
-        and a.time <= cause.last_seen
         and (a.active or a.last_seen >= cause.time - HOLDER_WITHIN_S)
     ]
     if not seen:
