@@ -293,12 +293,13 @@ def _xid_fixes(
         out.append(restart)
     elif code == 79:  # the GPU is gone from the bus: no reset reaches it
         out.append(Fix(None, f"{REBOOT_NODE} (the GPU cannot be reset in place)"))
-    elif action is not None and action.startswith(RESET_GPU) and gpu is not None:
-        out.append(Fix(None, f"{action} (nvidia-smi -r -i {gpu}, with no process on it)"))
+    elif action is not None and RESET_GPU in action and gpu is not None:
+        out.append(Fix(None, action.replace(RESET_GPU, f"{RESET_GPU} (nvidia-smi -r -i {gpu})", 1)))
     elif action is not None:
         out.append(Fix(None, action))
     if code not in APPLICATION_XIDS:
-        out.append(Fix(None, "drain the node"))
+        if action is None or "drain" not in action:
+            out.append(Fix(None, "drain the node"))
         out.append(Fix(None, f"gpumon bundle {host}"))  # the evidence, for the hand-over
     return out
 

@@ -333,8 +333,15 @@ def test_an_xid_says_what_it_is_and_nvidias_action_is_its_fix() -> None:
     # A GPU reset: the command that does it, for the GPU it names.
     reset = "NVRM: Xid (PCI:0000:18:00): 119, pid=1, name=x, Timeout waiting for RPC from GSP!"
     gsp, _ = xid_incident(reset, job=None)
-    assert gsp.fixes[0] == Fix(None, "reset the GPU (nvidia-smi -r -i 0, with no process on it)")
+    assert gsp.fixes[0] == Fix(None, "reset the GPU (nvidia-smi -r -i 0)")
     assert [f.words for f in gsp.fixes[1:]] == ["drain the node", "gpumon bundle ct200"]
+    # An uncorrectable ECC error: NVIDIA's workflow drains first, said once.
+    dbe = "NVRM: Xid (PCI:0000:ba:00): 48, An uncorrectable double bit error (DBE) has been"
+    ecc, _ = xid_incident(f"{dbe} detected on GPU in the framebuffer at physAddr 0xe9b9107e0.")
+    assert [f.words for f in ecc.fixes] == [
+        "drain, then reset the GPU (nvidia-smi -r -i 6)",
+        "gpumon bundle ct200",
+    ]
 
 
 def test_an_xid_on_a_bus_none_of_the_gpus_has_is_another_containers() -> None:

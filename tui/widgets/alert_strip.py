@@ -109,7 +109,7 @@ def render_strip(view: StripView, width: int) -> Text:
     return line
 
 
-MIN_HEADLINE = 40  # the strip keeps this much of the headline before a fix's words
+MIN_HEADLINE = 60  # the strip keeps this much of the headline before a fix's words
 
 
 def _head(option: tuple[str, bool, bool, str], host: str) -> int:
