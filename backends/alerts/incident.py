@@ -269,6 +269,8 @@ def _fixes(cause: Alert, job: str | None, held: str | None = None) -> tuple[Fix,
     ``K`` stops (no headless command does: None)."""
     restart = Fix("r", f"restart {job}", f"gpumon restart {cause.host} {job}") if job else None
     out: list[Fix] = []
+    if cause.kind == "foreign_process":  # the holder itself leads: no restart frees it
+        return (Fix("K", "stop it"),)
     if held is not None:
         out.append(Fix("K", "stop it"))
     xid = _XID.match(cause.message) if cause.kind == "xid" else None

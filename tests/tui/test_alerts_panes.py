@@ -184,8 +184,8 @@ async def test_history_lists_alerts_and_acknowledging_an_event_hides_it(
         assert "before gpumon started" not in first[6]
         await pilot.press("enter")
         first = [str(c) for c in table.get_row_at(0)]
-        assert first[5] == "✓ack"
-        # the jupyter's condition lasts while it holds GPU 6: active, seen
+        # the jupyter's condition lasts while it holds GPU 6: the incident stays active, seen
+        assert first[5] == "active ✓ack"
         assert [a.kind for a in monitor.alerts.active()] == ["foreign_process"]
         assert all(a.acknowledged for a in monitor.alerts.active())
         await pilot.press("escape")

@@ -286,6 +286,10 @@ def test_a_holder_gone_long_before_or_on_another_gpu_is_not_the_cause() -> None:
     gone = dataclasses.replace(foreign(6, oom.time - 28.0, active=False), last_seen=oom.time)
     (incident,) = incidents([*engine.history(), gone])
     assert "; 6.0 GiB held by CT 201 jupyter-lab)" in incident.headline
+    # Before anything runs out the holder leads its own incident: stopping it is the fix.
+    (alone,) = incidents([foreign(6, oom.time - 28.0)])
+    assert alone.headline == "drafter: GPU 6: 6.0 GiB held by CT 201 jupyter-lab"
+    assert alone.fixes == (Fix("K", "stop it"),)
     # A memory condition as the cause says it after its own words.
     memory = next(a for a in engine.history() if a.kind == "memory")
     assert alert_headline(memory, held="6.0 GiB held by CT 201 jupyter-lab").endswith(
