@@ -243,8 +243,8 @@ def test_the_strip_shows_the_most_urgent_incident_headline_first() -> None:
     assert "\x1b" not in line
     roomy = render_strip(StripView(top, more, PALETTE), 68).plain
     assert roomy == " ✖  drafter: CUDA OOM on GPU 6 — r restart drafter  (+3) a: list"  # shrunk
-    narrow = render_strip(StripView(top, more, PALETTE), 40).plain
-    assert len(narrow) == 40 and narrow.endswith("… — r restart  (+3) a: list")  # key and verb
+    narrow = render_strip(StripView(top, more, PALETTE), 48).plain
+    assert len(narrow) == 48 and narrow.endswith("… — r restart drafter  (+3) a: list")  # cut
     assert alert_title(new) == "CRITICAL: CUDA out of memory"
     assert incident_title(top) == "CRITICAL: CUDA out of memory"
     cells = history_cells(dataclasses.replace(new, active=False, acknowledged=True), 25.0)

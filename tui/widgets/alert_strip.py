@@ -127,13 +127,15 @@ def _gist(fix: Fix) -> str:
 def _fix_choices(fixes: list[Fix]) -> list[str]:
     """The fixes as the strip can say them, from the fullest to the barest: all of them
     (" — K stop it, r restart drafter, drain the node"), the keys with their words (advice
-    only when no key acts), the keys with their verbs (" — K stop, r restart", advice
-    without its reason); "" when there are none."""
+    only when no key acts), the keys with their verbs when there are several (" — K stop,
+    r restart"; a lone key keeps its words), advice without its reason; "" when there are
+    none."""
     if not fixes:
         return [""]
     keyed = [f for f in fixes if f.key] or fixes[:1]
-    short = [f"{f.key} {f.words.split()[0]}" if f.key and f.words else _gist(f) for f in keyed]
-    said = [[screen_fix(f) for f in fixes], [screen_fix(f) for f in keyed], short]
+    said = [[screen_fix(f) for f in fixes], [screen_fix(f) for f in keyed]]
+    if len(keyed) > 1 or keyed[0].key is None:  # one key keeps its words: "r restart drafter"
+        said.append([f"{f.key} {f.words.split()[0]}" if f.key else _gist(f) for f in keyed])
     return [f" — {', '.join(printable(x) for x in words)}" for words in said]
 
 
