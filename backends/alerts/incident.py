@@ -390,10 +390,16 @@ def screen_fix(fix: Fix) -> str:
 
 def command_fix(incident: Incident) -> str | None:
     """The best fix as a headless command says it: "fix: gpumon restart demo drafter", or
-    the advice ("fix: reboot the node"); None when nothing fixes it."""
+    the advice ("fix: reboot the node"); a fix only a dashboard key does comes with that
+    key and the next fix that has a command ("fix: stop it (the dashboard's K), then
+    gpumon restart demo drafter"). None when nothing fixes it."""
     if not incident.fixes:
         return None
     best = incident.fixes[0]
+    if best.command is None and best.key is not None:
+        then = next((f.command for f in incident.fixes[1:] if f.command), None)
+        said = f"{best.words} (the dashboard's {best.key})"
+        return f"fix: {said}, then {then}" if then else f"fix: {said}"
     return f"fix: {best.command or best.words}"
 
 

@@ -260,12 +260,16 @@ def test_another_containers_memory_on_the_gpu_that_ran_out_is_the_cause() -> Non
         Fix("r", "restart drafter", "gpumon restart ct200 drafter"),
     )
     assert screen_fixes(incident) == "K stop it, r restart drafter"
+    assert command_fix(incident) == (
+        "fix: stop it (the dashboard's K), then gpumon restart ct200 drafter"
+    )
     assert line(incident, screen_fixes(incident)).endswith(
         "6.0 GiB held by CT 201 jupyter-lab) — K stop it, r restart drafter"
     )
     # A job nobody can restart: stopping the holder is still offered.
     (bare,) = incidents([*engine.history(), foreign(6, oom.time - 28.0)], restartable=())
     assert bare.fixes == (Fix("K", "stop it"),)
+    assert command_fix(bare) == "fix: stop it (the dashboard's K)"
     assert line(bare, screen_fixes(bare)).endswith(" — K stop it")
 
 
