@@ -469,9 +469,16 @@ def _with_jupyter(gpu: SimGpu, settings: SimSettings, t: float, run: DrafterRun 
     if run is None:
         held = JUPYTER_MIB if jupyter_alive(settings, t) else 0
         return replace(gpu, memory_used_mib=gpu.memory_used_mib + held)
-    if run.number == 0 and jupyter_killed(settings, t):
-        return replace(gpu, memory_used_mib=max(gpu.memory_used_mib - JUPYTER_MIB, 0))
-    return gpu
+    if run.number == 0:
+        if jupyter_killed(settings, t):
+            return replace(gpu, memory_used_mib=max(gpu.memory_used_mib - JUPYTER_MIB, 0))
+        return gpu
+    if not jupyter_alive(settings, t):
+        return gpu
+    # A restarted drafter fills what the jupyter leaves, to the same total as without it.
+    steady = _DRAFTER_STEADY[JUPYTER_GPU]
+    used = JUPYTER_MIB + gpu.memory_used_mib * (steady - JUPYTER_MIB) / steady
+    return replace(gpu, memory_used_mib=round(used))
 
 
 def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
