@@ -320,7 +320,8 @@ def alert_job(monitor: HostMonitor, alert: Alert) -> JobConfig | None:
 
 def job_context(monitor: HostMonitor, job: JobConfig) -> tuple[str | None, str | None]:
     """(state, last alert) of ``job`` as the monitor sees it: ``crashed (OOM on GPU 6)``
-    and the newest active alert of the job (or of one of its GPUs)."""
+    and the worst, then newest, active alert of the job (or of one of its GPUs): its CUDA
+    OOM, not the warning that CT 201's jupyter, which outlives it, still holds GPU 6."""
     tracker = monitor.workloads.jobs.get(job.name)
     state = None
     if tracker is not None:
@@ -329,5 +330,5 @@ def job_context(monitor: HostMonitor, job: JobConfig) -> tuple[str | None, str |
             state += f" ({tracker.crash_reason})"
     alerts = [a for a in monitor.alerts.active() if a.job == job.name]
     alerts = alerts or [a for a in monitor.alerts.active() if a.gpu in job.gpus]
-    newest = max(alerts, key=lambda a: a.time, default=None)
+    newest = max(alerts, key=lambda a: (a.severity.rank, a.time), default=None)
     return state, newest.message if newest else None
