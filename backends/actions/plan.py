@@ -18,7 +18,7 @@ from gpumon.backends.actions.params import ParamValue, merge_params, render_comm
 from gpumon.backends.actions.rows import PlanRow
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
-from gpumon.backends.parsers.processes import process_words
+from gpumon.backends.parsers.processes import foreign, process_words
 from gpumon.backends.transport.base import Transport
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ class GpuUse:
     used_mib: int | None  # None: not reported
     pids: tuple[int, ...] = ()  # compute processes on this GPU (host PIDs)
     holders: tuple[str, ...] = ()  # the same, in words: "1234 python3 in CT200"
+    # Held by another container's (or the host's) processes: no stop of the job frees
+    # it, so the wait for free GPUs does not count it (CT 201's jupyter on GPU 6).
+    foreign_mib: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +76,8 @@ def monitor_readings(monitor: HostMonitor) -> Readings:
             procs = sample.processes_for(g)
             pids = tuple(n for p in procs if (n := p.pid or p.host_pid) is not None)
             holders = tuple(process_words(p) for p in procs)
-            gpus[g.index] = GpuUse(g.memory_used_mib, pids, holders)
+            others = sum(p.memory_mib or 0 for p in foreign(procs, monitor.host.container))
+            gpus[g.index] = GpuUse(g.memory_used_mib, pids, holders, others)
         return GpuReadings(sample.time, gpus)
 
     return read
@@ -337,6 +341,6 @@ def busy_gpus(readings: GpuReadings, gpus: tuple[int, ...], free_mib: int) -> li
     busy = []
     for index in gpus:
         use = readings.gpus.get(index)
-        if use is None or use.used_mib is None or use.used_mib >= free_mib:
+        if use is None or use.used_mib is None or use.used_mib - use.foreign_mib >= free_mib:
             busy.append(index)
     return busy

@@ -63,6 +63,7 @@ from gpumon.backends.alerts.store import (
 )
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.parsers.kernel import (
+    XidEvent,
     gpu_for_pci,
     kernel_log_unreadable,
     parse_gpu_at_line,
@@ -70,9 +71,10 @@ from gpumon.backends.parsers.kernel import (
     parse_memory_events,
     parse_oom_memcg,
     parse_xid_line,
+    pci_key,
 )
 from gpumon.backends.parsers.oom import LogEvent, LogScanner
-from gpumon.backends.parsers.processes import process_words
+from gpumon.backends.parsers.processes import container_label, process_words
 
 __all__ = [
     "CONDITION_KINDS",
@@ -90,6 +92,10 @@ RECOVERY_PCT = 50.0
 TRANSIENT_S = 120.0
 BACKLOG_END_LINES = 40
 _KERNEL_SEEN_MAX = 4096
+# Kernel lines read before the first sample wait for it (an Xid's bus is tied to a GPU
+# by the GPUs' bus IDs), at most this many, and this long into a silence.
+_EARLY_MAX = 256
+_EARLY_KERNEL_WAIT_S = 3.0
 LOG_SOURCES_MAX = 256  # logs scanned at once; a glob over rotated files names new ones
 _FAILURE_KINDS = frozenset({"cuda_oom", "sglang_error", "job_crashed"})
 _GPU_EVENT_KINDS = frozenset({"oom_death", "cuda_oom", "sglang_error", "job_crashed"})
@@ -154,6 +160,7 @@ class AlertEngine(AlertStore):
         self._watches: dict[int, GpuWatch] = {}
         self._last_seen: dict[int, tuple[float, GpuSample]] = {}  # index -> (time, sample)
         self._latest: HostSample | None = None
+        self._early_kernel: list[str] = []  # kernel lines before the first sample
         self._logs: dict[str, _LogSource] = {}
         self._kernel_seen: set[str] = set()
         self._kernel_order: deque[str] = deque()
@@ -224,6 +231,7 @@ class AlertEngine(AlertStore):
         self._latest = sample
         for gpu in sample.gpus:
             self._last_seen[gpu.index] = (now, gpu)
+        self._early_kernel_lines(now, raised)
         return self._announce(raised)
 
     def on_processes(self, sample: HostSample) -> list[Alert]:
@@ -489,9 +497,11 @@ class AlertEngine(AlertStore):
         for key in _SILENCE_KINDS:
             if key in self._active and (key != kind or level is Health.OK or age_s is None):
                 self._end(key)
-        if level is Health.OK or age_s is None:
-            return []
         raised: list[Alert] = []
+        if age_s is not None and age_s >= _EARLY_KERNEL_WAIT_S and self._early_kernel:
+            self._early_kernel_lines(now, raised)  # no GPU will tie them soon: say them now
+        if level is Health.OK or age_s is None:
+            return self._announce(raised)
         if kind == "driver_error":
             assert error is not None
             self._condition(kind, kind, Health.CRITICAL, None, error, now, raised, score=age_s)
@@ -725,10 +735,22 @@ class AlertEngine(AlertStore):
             if line in self._kernel_seen:
                 continue
             self._remember_kernel_line(line)
+            if self._latest is None and not backlog and len(self._early_kernel) < _EARLY_MAX:
+                self._early_kernel.append(line)  # an Xid's bus is a GPU once one is listed
+                continue
             alert = self._kernel_line(line, now, backlog)
             if alert is not None and not backlog:
                 raised.append(alert)
         return self._announce(raised)
+
+    def _early_kernel_lines(self, now: float, raised: list[Alert]) -> None:
+        """The kernel lines held until the first sample (``on_kernel_lines``): the GPUs'
+        bus IDs now tie their Xids; without a sample after a silence they go as they are."""
+        early, self._early_kernel = self._early_kernel, []
+        for line in early:
+            alert = self._kernel_line(line, now, False)
+            if alert is not None:
+                raised.append(alert)
 
     def _remember_kernel_line(self, line: str) -> None:
         self._kernel_seen.add(line)
@@ -750,7 +772,7 @@ class AlertEngine(AlertStore):
             uuid = self._pci_uuid.get(xid.pci)
             if gpu is None and uuid is not None:
                 gpu = next((g.index for g in gpus if g.uuid == uuid), None)
-            text = xid.describe(gpu)
+            text = xid.describe(gpu, self._xid_whose(xid, gpu))
             alert = self._event(("xid", xid.pci, xid.xid), "xid", level, gpu, text, now, backlog)
             if alert is not None:
                 self._keep_source(alert.key, [line])
@@ -775,6 +797,35 @@ class AlertEngine(AlertStore):
         if alert is not None:
             self._keep_source(alert.key, [line])
         return alert
+
+    def _xid_whose(self, xid: XidEvent, gpu: int | None) -> str | None:
+        """What the Xid's GPU is to this host: what runs on a watched GPU without a job
+        (the job is said by the alert's job: "running sglang::scheduler_TP0"); for a bus
+        none of the watched GPUs has, that it is not ours, and whose it is when the Proxmox
+        host's process list has a process on it ("not a GPU of this host: CT 201's")."""
+        latest = self._latest
+        if latest is None or not latest.gpus:
+            return None  # nothing known yet to tell ours from others'
+        if gpu is not None:
+            if self._job_for(gpu) is not None:
+                return None
+            sample = next((g for g in latest.gpus if g.index == gpu), None)
+            procs = latest.processes_for(sample) if sample is not None else ()
+            names = list(dict.fromkeys(p.short_name for p in procs if p.short_name))
+            more = f" (+{len(names) - 2} more)" if len(names) > 2 else ""
+            return f"running {', '.join(names[:2])}{more}" if names else None
+        owners = {
+            container_label(p.container)
+            for p in latest.processes
+            if p.gpu_bus_id is not None and pci_key(p.gpu_bus_id) == xid.pci
+        }
+        owners.discard(container_label(None if self.container is None else str(self.container)))
+        if owners:
+            whose = ", ".join(
+                sorted("the host" if o == "host" else o.replace("CT", "CT ", 1) for o in owners)
+            )
+            return f"not a GPU of this host: {whose}'s"
+        return "not a GPU of this host: another container's or the host's"
 
     def on_memory_events(self, text: str) -> list[Alert]:
         """cgroup v2 ``memory.events``: an ``oom_kill`` counter that rose raises an alert.

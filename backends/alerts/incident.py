@@ -15,11 +15,19 @@ alerts into ``Incident`` views (nothing is stored: the alerts stay the record):
   severity then the earliest;
 - ``headline``: one line in the physical GPU's terms, e.g. "drafter: CUDA OOM on GPU 6
   (tried 2.00 GiB, 90 MiB free)" (PyTorch's own device number, which CUDA_VISIBLE_DEVICES
-  renumbers, is left to the evidence);
+  renumbers, is left to the evidence). When another container or the host held memory
+  on the GPU that ran out (a ``foreign_process`` alert of the incident, seen while it ran
+  out) that is the cause and the headline says it: "(tried 2.00 GiB, 90 MiB free; 6.0
+  GiB held by CT 201 jupyter-lab)". An Xid says what it is ("Xid 79 on GPU 6: fallen off
+  the bus"); what to do about it is its fixes;
 - ``fix``: the job to restart, when the incident has one;
 - ``fixes``: what fixes it, the first the best, each as ``Fix``: the dashboard key and its
   words ("r", "restart drafter"), and the command a headless user runs ("gpumon restart
-  demo drafter"), or advice only ("reboot the node").
+  demo drafter"), or advice only ("reboot the node"). A holder comes first ("K", "stop
+  it"): restarting alone would run out again. An Xid's are NVIDIA's action for its code
+  (``parsers.xid``, the one table): an application error is the job's restart; a
+  hardware one is the GPU's reset or the node's reboot, draining the node and the
+  hand-over bundle.
 
 ``line(incident, fix_hint)`` adds the fix in the caller's words ("r restart" on the
 screen, "gpumon restart demo drafter" in ``check``); ``screen_fixes`` and
@@ -36,6 +44,7 @@ from dataclasses import dataclass
 
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
+from gpumon.backends.parsers.xid import REBOOT_NODE, RESET_GPU, RESTART_APP, xid_info
 
 __all__ = [
     "CAUSE_ORDER",
@@ -47,8 +56,10 @@ __all__ = [
     "alert_headline",
     "by_urgency",
     "command_fix",
+    "holder",
     "incidents",
     "line",
+    "screen_fix",
     "screen_fixes",
 ]
 
@@ -83,6 +94,17 @@ _TRIED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", re.IGNORECASE)
 _FREE = re.compile(r"of which ([\d.]+ ?[KMGT]?i?B) (?:is )?free", re.IGNORECASE)
 _NOTE = re.compile(r"\s*\[(?:process )?GPU [^\]]*\]\s*$")  # "[process GPU 1 = GPU 6 ...]"
 _SIZE = re.compile(r"([\d.]+) ?([KMGT]?i?B)", re.IGNORECASE)
+# The engine's foreign_process text: "GPU 6: 6.0 GiB held by CT 201 jupyter-lab".
+_HELD = re.compile(r"GPU \d+: (?P<held>[\d.]+ GiB held by .+)")
+_XID = re.compile(r"Xid (?P<code>\d+) on (?P<where>GPU (?P<gpu>\d+)|PCI [0-9a-fA-F:.]+)")
+# A holder seen this long before the cause was raised still explains it (the engine's
+# crash verdict uses the same window: ``AlertEngine.foreign_holder``).
+HOLDER_WITHIN_S = 60.0
+# Causes that say a GPU ran out of memory: another container's memory there explains them.
+_RAN_OUT_KINDS = frozenset({"cuda_oom", "oom_death", "job_crashed", "memory", "time_to_full"})
+# Xids of the application (NVIDIA's RESTART_APP on a channel of one process): restarting
+# the job is the fix. The rest are the GPU's or the node's: drain it, hand the evidence over.
+APPLICATION_XIDS = frozenset({8, 13, 31, 43, 45})
 
 Subject = tuple[str, str, object]  # (host, "job" | "gpu" | "key", value)
 
@@ -213,27 +235,89 @@ def _incident(
         sorted((a for a in members if a is not cause), key=lambda a: a.time, reverse=True)
     )
     job = cause.job or next((a.job for a in members if a.job), None)
-    fix = job if job is not None and _can_restart(job, restartable) else None
-    return Incident(cause, evidence, alert_headline(cause, job), fix, _fixes(cause, fix))
+    can = job if job is not None and _can_restart(job, restartable) else None
+    held = holder(cause, members)
+    fixes = _fixes(cause, can, held)
+    fix = can if any(f.key == "r" for f in fixes) else None  # a restart that fixes it
+    return Incident(cause, evidence, alert_headline(cause, job, held=held), fix, fixes)
 
 
 # The causes a restart of the job fixes: the job is dead (its OOM, its memory dropping to
 # nothing, a crash, the kernel's or its cgroup's OOM killer) or hung in a collective
 # (stalled: only a restart ends it). Not the others: a memory ramp or time-to-full is
 # a job still running (restarting it loses its work to a warning: watch it), a slow or
-# idle-holding job is not broken by itself, an Xid or a GPU health problem is the GPU's
-# (a restart lands on the same GPU), and a server or the connection is no job.
+# idle-holding job is not broken by itself, a GPU health problem is the GPU's (a restart
+# lands on the same GPU), an Xid says by its class (``_xid_fixes``: its application
+# errors), and a server or the connection is no job.
 RESTART_FIXES = frozenset(
     {"cuda_oom", "oom_death", "job_crashed", "job_stalled", "host_oom_kill", "cgroup_oom_kill"}
 )
 
 
-def _fixes(cause: Alert, job: str | None) -> tuple[Fix, ...]:
-    """What fixes an incident led by ``cause``; ``job``: the job a restart can fix. A
-    restart only when the cause is one it fixes (``RESTART_FIXES``)."""
-    if job is None or cause.kind not in RESTART_FIXES:
-        return ()
-    return (Fix("r", f"restart {job}", f"gpumon restart {cause.host} {job}"),)
+def holder(cause: Alert, members: Iterable[Alert]) -> str | None:
+    """Who else held memory on the GPU that ``cause`` says ran out ("6.0 GiB held by CT
+    201 jupyter-lab"): the ``foreign_process`` alert of the same GPU among ``members``,
+    active (seen first after the cause too: the host's process list comes every few
+    seconds), or seen at most ``HOLDER_WITHIN_S`` before ``cause`` was raised; None when
+    there is none (or ``cause`` is not about memory running out)."""
+    if cause.kind not in _RAN_OUT_KINDS or cause.gpu is None:
+        return None
+    seen = [
+        a
+        for a in members
+        if a.kind == "foreign_process"
+        and a.gpu == cause.gpu
+        and (a.active or a.last_seen >= cause.time - HOLDER_WITHIN_S)
+    ]
+    if not seen:
+        return None
+    latest = max(seen, key=lambda a: (a.active, a.last_seen))
+    m = _HELD.fullmatch(" ".join(latest.message.split()))
+    return m.group("held") if m else None
+
+
+def _fixes(cause: Alert, job: str | None, held: str | None = None) -> tuple[Fix, ...]:
+    """What fixes an incident led by ``cause``; ``job``: the job a restart can fix (a
+    restart only for the causes it fixes, ``RESTART_FIXES``, and an Xid's application errors);
+    ``held``: another container's (or the host's) memory on the GPU that ran out, which
+    ``K`` stops (no headless command does: None)."""
+    restart = Fix("r", f"restart {job}", f"gpumon restart {cause.host} {job}") if job else None
+    out: list[Fix] = []
+    if cause.kind == "foreign_process":  # the holder itself leads: no restart frees it
+        return (Fix("K", "stop it"),)
+    if held is not None:
+        out.append(Fix("K", "stop it"))
+    xid = _XID.match(cause.message) if cause.kind == "xid" else None
+    if xid is not None:
+        code, gpu = int(xid.group("code")), xid.group("gpu")
+        said = cause.message.partition(" — ")[2].partition(" (")[0].strip() or None
+        out += _xid_fixes(code, cause.host, restart, gpu, said if code == 154 else None)
+    elif restart is not None and cause.kind in RESTART_FIXES:
+        out.append(restart)
+    return tuple(out)
+
+
+def _xid_fixes(
+    code: int, host: str, restart: Fix | None, gpu: str | None, said: str | None = None
+) -> list[Fix]:
+    """What to do about Xid ``code`` (NVIDIA's action from the one table, ``parsers.xid``)
+    on GPU ``gpu`` of ``host`` (None: not one of the watched GPUs); ``said``: the action
+    the alert names instead (Xid 154 carries the driver's recovery action)."""
+    action = said or xid_info(code).action
+    out: list[Fix] = []
+    if action == RESTART_APP and restart is not None:
+        out.append(restart)
+    elif code == 79:  # the GPU is gone from the bus: no reset reaches it
+        out.append(Fix(None, f"{REBOOT_NODE} (the GPU cannot be reset in place)"))
+    elif action is not None and RESET_GPU in action and gpu is not None:
+        out.append(Fix(None, action.replace(RESET_GPU, f"{RESET_GPU} (nvidia-smi -r -i {gpu})", 1)))
+    elif action is not None:
+        out.append(Fix(None, action))
+    if code not in APPLICATION_XIDS:
+        if action is None or "drain" not in action:
+            out.append(Fix(None, "drain the node"))
+        out.append(Fix(None, f"gpumon bundle {host}"))  # the evidence, for the hand-over
+    return out
 
 
 def _can_restart(job: str, restartable: Collection[str] | Callable[[str], bool] | None) -> bool:
@@ -244,11 +328,13 @@ def _can_restart(job: str, restartable: Collection[str] | Callable[[str], bool] 
     return job in restartable
 
 
-def alert_headline(alert: Alert, job: str | None = None) -> str:
+def alert_headline(alert: Alert, job: str | None = None, *, held: str | None = None) -> str:
     """One alert as a headline: "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)".
 
     The job (``job``, else the alert's) leads; the GPU is the physical index the engine
-    resolved; a condition alert says its peak (what was true at its worst)."""
+    resolved; a condition alert says its peak (what was true at its worst). ``held``:
+    another container's memory on that GPU ("6.0 GiB held by CT 201 jupyter-lab", see
+    ``holder``), said as the cause. An Xid says what it is, not what to do (its fixes)."""
     job = job or alert.job
     gpu = alert.gpu
     on_gpu = f" on GPU {gpu}" if gpu is not None else ""
@@ -260,6 +346,9 @@ def alert_headline(alert: Alert, job: str | None = None) -> str:
             f"{_size(free.group(1))} free" if free else "",
         )
         detail = ", ".join(f for f in facts if f)
+        if held is not None:
+            detail = f"{detail}; {held}" if detail else held
+            held = None
         what = f"CUDA OOM{on_gpu}" + (f" ({detail})" if detail else "")
         if not detail:  # a form without PyTorch's numbers: say what it does say
             rest = _NOTE.sub("", message).partition("out of memory")[2].strip(" .:;,")
@@ -269,10 +358,14 @@ def alert_headline(alert: Alert, job: str | None = None) -> str:
     elif alert.kind in ("memory", "time_to_full", "oom_death", "gpu_health"):
         what = alert.peak_message or message
         what = _NOTE.sub("", " ".join(what.split()))
+    elif alert.kind == "xid" and _XID.match(message):
+        what = message.partition(" — ")[0]  # the action is the incident's fixes
     else:
         what = _NOTE.sub("", message)
         if gpu is not None and f"GPU {gpu}" not in what and alert.kind != "gpu_idle_held":
             what = f"{what} (GPU {gpu})"
+    if held is not None and "held by" not in what:
+        what = f"{what} ({held})"
     if job and not what.startswith((f"{job}:", f"{job}'s ")):
         return f"{job}: {what}"
     return what
@@ -290,9 +383,10 @@ def _size(text: str) -> str:
 
 
 def line(incident: Incident, fix_hint: str | None = None) -> str:
-    """The headline with the fix in the caller's words: ``fix_hint`` "r restart" gives
-    "drafter: CUDA OOM on GPU 6 (...) — r restart"; no hint (or no fix): the headline."""
-    if incident.fix is None or not fix_hint:
+    """The headline with the fix in the caller's words: ``fix_hint`` "K stop it, r restart
+    drafter" (``screen_fixes``) gives "drafter: CUDA OOM on GPU 6 (...) — K stop it, r
+    restart drafter"; no hint (or nothing fixes it): the headline."""
+    if not (incident.fixes or incident.fix) or not fix_hint:
         return incident.headline
     return f"{incident.headline} — {fix_hint}"
 
@@ -300,16 +394,26 @@ def line(incident: Incident, fix_hint: str | None = None) -> str:
 def screen_fixes(incident: Incident) -> str | None:
     """The fixes as the dashboard offers them: "K stop it, r restart drafter" (keys
     first, then advice: "reboot the node"); None when nothing fixes it."""
-    said = [f"{f.key} {f.words}" if f.key else f.words for f in incident.fixes]
-    return ", ".join(said) or None
+    return ", ".join(screen_fix(f) for f in incident.fixes) or None
+
+
+def screen_fix(fix: Fix) -> str:
+    """One fix as the dashboard says it: "K stop it", or the advice "drain the node"."""
+    return f"{fix.key} {fix.words}" if fix.key else fix.words
 
 
 def command_fix(incident: Incident) -> str | None:
     """The best fix as a headless command says it: "fix: gpumon restart demo drafter", or
-    the advice ("fix: reboot the node"); None when nothing fixes it."""
+    the advice ("fix: reboot the node"); a fix only a dashboard key does comes with that
+    key and the next fix that has a command ("fix: stop it (the dashboard's K), then
+    gpumon restart demo drafter"). None when nothing fixes it."""
     if not incident.fixes:
         return None
     best = incident.fixes[0]
+    if best.command is None and best.key is not None:
+        then = next((f.command for f in incident.fixes[1:] if f.command), None)
+        said = f"{best.words} (the dashboard's {best.key})"
+        return f"fix: {said}, then {then}" if then else f"fix: {said}"
     return f"fix: {best.command or best.words}"
 
 

@@ -53,13 +53,17 @@ class XidEvent:
         """gpumon's level for this event (None: informational, not worth an alert)."""
         return xid_level(self.xid, self.message)
 
-    def describe(self, gpu: int | None) -> str:
+    def describe(self, gpu: int | None, whose: str | None = None) -> str:
         """One line: ``Xid 79 on GPU 6: fallen off the bus — reboot the node (PCI 0000:9a:00,
         pid 9962 python)``, then the driver's own words when they add to the table's
-        (``[Ch 00000007, intr 00000000. MMU Fault: …]``). GPU unknown: ``on PCI 0000:9a:00``."""
+        (``[Ch 00000007, intr 00000000. MMU Fault: …]``). GPU unknown: ``on PCI 0000:9a:00``.
+        ``whose``: what the GPU is to the host, after it (``on GPU 3 (running sglang)``,
+        ``on PCI 0000:78:00 (not a GPU of this host: CT 201's)``)."""
         where, refs = (
             (f"GPU {gpu}", [f"PCI {self.pci}"]) if gpu is not None else (f"PCI {self.pci}", [])
         )
+        if whose:
+            where += f" ({whose})"
         if self.pid is not None:
             refs.append(f"pid {self.pid} {self.name}" if self.name else f"pid {self.pid}")
         text = f"Xid {self.xid} on {where}: {xid_summary(self.xid, self.message)}"

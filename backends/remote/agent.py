@@ -24,6 +24,7 @@ import os
 import re
 import select
 import signal
+import stat
 import sys
 import threading
 import time
@@ -545,6 +546,7 @@ class Agent:
         self.use_nvml = options.nvml
         self.logs = [LogTail(spec) for spec in options.logs]
         self.kernel = options.kernel
+        self.kmsg = options.kmsg
         self.http: list[dict[str, Any]] = list(options.http)
         self.log_poll_s = options.log_poll_s
         self.sglang_discover = options.sglang_discover
@@ -891,12 +893,14 @@ class Agent:
     def log_loop(self) -> None:
         """Follows the logs, the kernel log and the cgroup's memory events; sleeps until
         one of them changes (``Waker``), polling only what inotify cannot watch."""
-        kmsg = open_kmsg(self.out) if self.kernel else None
+        kmsg = KernelLog.open(self.kmsg, self.out) if self.kernel else None
         events = "/sys/fs/cgroup/memory.events"
         last_events = None
         waker = Waker(self.log_poll_s)
-        if kmsg is not None:
-            waker.extra.append(kmsg)
+        if kmsg is not None and kmsg.device:
+            waker.extra.append(kmsg.fd)
+        elif kmsg is not None:  # a file: appended lines are a file-modified event
+            waker.must_poll = not waker.watch(kmsg.path)
         if self.kernel and os.path.exists(events):
             # cgroup v2: a change in memory.events is a file-modified event
             waker.must_poll = not waker.watch(events)
@@ -915,7 +919,7 @@ class Agent:
                 self.out.send(protocol.FirstRound("logs"))
             waker.watch_logs([tail.pattern for tail in self.logs])
             if kmsg is not None:
-                lines = read_kmsg(kmsg)
+                lines = kmsg.read()
                 if lines:
                     self.out.send(protocol.Kernel(time.time(), lines))
             if self.kernel:
@@ -1567,10 +1571,11 @@ def is_sglang_server(argv: list[str]) -> bool:
 KMSG_WANTED = ("NVRM: Xid", "Out of memory", "oom-kill", "Killed process", "oom_reaper")
 
 
-def open_kmsg(out: Output) -> int | None:
-    """/dev/kmsg opened at its end, or None (said once: unprivileged containers can't)."""
+def open_kmsg(out: Output, path: str = "/dev/kmsg") -> int | None:
+    """``path`` (/dev/kmsg) opened at its end, or None (said once: unprivileged
+    containers can't)."""
     try:
-        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         os.lseek(fd, 0, os.SEEK_END)
         return fd
     except OSError as e:
@@ -1581,6 +1586,50 @@ def open_kmsg(out: Output) -> int | None:
             )
         )
         return None
+
+
+class KernelLog:
+    """The kernel log: /dev/kmsg from its end (a character device: one record per read),
+    or a file lines are appended to (the simulator's own kernel log, a test's: small),
+    read line by line from its start, so a line written just before the agent opened it
+    is not lost (the engine ignores lines it has seen). ``read()``: the wanted lines
+    that arrived since the last call."""
+
+    def __init__(self, path: str, fd: int, device: bool) -> None:
+        self.path = path
+        self.fd = fd
+        self.device = device
+        self._partial = b""
+
+    @classmethod
+    def open(cls, path: str, out: Output) -> KernelLog | None:
+        fd = open_kmsg(out, path)
+        if fd is None:
+            return None
+        try:
+            device = stat.S_ISCHR(os.fstat(fd).st_mode)
+        except OSError:
+            device = True
+        if not device:
+            os.lseek(fd, 0, os.SEEK_SET)
+        return cls(path, fd, device)
+
+    def read(self) -> list[str]:
+        if self.device:
+            return read_kmsg(self.fd)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        data = self._partial + b"".join(chunks)
+        whole, _, self._partial = data.rpartition(b"\n")
+        texts = whole.decode("utf-8", "replace").split("\n") if whole else []
+        return [t for t in texts if any(w in t for w in KMSG_WANTED)]
 
 
 def read_kmsg(fd: int) -> list[str]:

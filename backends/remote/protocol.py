@@ -583,6 +583,9 @@ class AgentOptions:
     nvml: bool = True  # use pynvml when the target has it
     logs: list[dict[str, Any]] = field(default_factory=list)
     kernel: bool = False
+    # The kernel log read for Xid and OOM-killer lines: /dev/kmsg, or a file lines are
+    # appended to (the simulator's own kernel log; a test's).
+    kmsg: str = "/dev/kmsg"
     http: list[dict[str, Any]] = field(default_factory=list)
     sglang_discover: bool = False
     log_poll_s: float = 0.25
@@ -602,6 +605,7 @@ class AgentOptions:
             nvml=bool(raw.get("nvml", True)),
             logs=_objects(raw, "logs"),
             kernel=bool(raw.get("kernel", False)),
+            kmsg=_text(raw, "kmsg") or "/dev/kmsg",
             http=_objects(raw, "http"),
             sglang_discover=bool(raw.get("sglang_discover", False)),
             log_poll_s=_number(raw, "log_poll_s", 0.25),

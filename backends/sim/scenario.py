@@ -11,10 +11,13 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Six scenarios (
   From ``JUPYTER_AT`` a "jupyter" in another container (CT 201) holds ``JUPYTER_MIB`` of
   GPU 6, taken out of what the drafter has there (so the drafter OOMs because someone
   else took memory); it holds it until it is killed (``kills`` in the state dir, the
-  ``K`` key through ``sim.kill``) or until the drafter's first run ends (at the OOM
-  its kernel dies too: its next allocation fails as well). ``host_process`` is what the
-  Proxmox host's /proc says of a simulated PID.
-- ``sglang``: eight SGLang servers, one per GPU, steady and busy.
+  ``K`` key through ``sim.kill``): it is another container's process, so the drafter's
+  death leaves it (and its 6 GiB) on GPU 6. A drafter restarted beside it settles at the
+  same GPU total as without it (it fits). ``host_process`` is what the Proxmox host's
+  /proc says of a simulated PID.
+- ``sglang``: eight SGLang servers, one per GPU, steady and busy. At ``XID_AT`` the
+  kernel log (``kernel_lines``) gets an Xid 63 on GPU ``XID_GPU``'s bus: a row of its
+  memory marked for remapping at the next reset (the GPU goes on working).
 - ``idle``: the reference machine after a torch swap: the target side busy on GPUs 0-4
   and the drafter's processes alive on GPUs 5-7, holding their memory, but from
   ``IDLE_AT`` at 0-2 % utilisation (GPUs held and idle: ``gpu_idle_held``).
@@ -126,6 +129,8 @@ CONTAINER = 200  # the simulated machine is CT 200; its PIDs inside are the host
 JUPYTER_COMMAND = "/usr/bin/python3 /usr/local/bin/jupyter-lab --no-browser --port 8888"
 _SGLANG_MEMORY = (86870, 87120, 86940, 87310, 86650, 87480, 86990, 87240)
 IDLE_AT = 30.0  # idle scenario: the drafter's GPUs go idle (memory still held) here
+XID_AT = 90.0  # sglang: GPU 3's driver marks a row for remapping (Xid 63) here
+XID_GPU = 3
 DEMO_IDLE_HELD_AFTER_S = 60.0  # ... and the demo host says so after this (not 600 s)
 
 
@@ -361,26 +366,15 @@ def stalled(settings: SimSettings, t: float, run: DrafterRun | None) -> bool:
 
 def jupyter_alive(settings: SimSettings, t: float) -> bool:
     """Whether the foreign jupyter holds GPU 6 at scenario time ``t`` (training-oom only:
-    from ``JUPYTER_AT`` until a kill or the end of the drafter's first run)."""
-    if settings.scenario != "training-oom" or t < JUPYTER_AT or not _first_run(settings, t):
-        return False  # at the OOM its kernel dies too: its next allocation fails as well
-    return not any(JUPYTER_AT <= k <= t for k in settings.kills)
-
-
-def _first_run(settings: SimSettings, t: float) -> bool:
-    """The drafter's first run is still going (the jupyter lives beside it only)."""
-    run = drafter_run(settings, t)
-    return run is not None and run.number == 0
+    from ``JUPYTER_AT`` until it is killed; the drafter's death does not end it)."""
+    if settings.scenario != "training-oom" or t < JUPYTER_AT:
+        return False
+    return not jupyter_killed(settings, t)
 
 
 def jupyter_killed(settings: SimSettings, t: float) -> bool:
-    """The jupyter was killed by ``t`` while the drafter's first run goes on (what it held
-    of GPU 6 is free again)."""
-    return (
-        settings.scenario == "training-oom"
-        and _first_run(settings, t)
-        and any(JUPYTER_AT <= k <= t for k in settings.kills)
-    )
+    """The jupyter was killed by ``t`` (what it held of GPU 6 is free again)."""
+    return settings.scenario == "training-oom" and any(JUPYTER_AT <= k <= t for k in settings.kills)
 
 
 def drafter_died_at(settings: SimSettings, t: float) -> float:
@@ -494,11 +488,24 @@ def _drafter_gpu(
 
 
 def _with_jupyter(gpu: SimGpu, settings: SimSettings, t: float, run: DrafterRun | None) -> SimGpu:
-    """GPU 6 with the jupyter's share: while it lives its memory is part of what the GPU
-    reports (taken from the drafter's); once killed, that memory is free."""
-    if gpu.index != JUPYTER_GPU or not jupyter_killed(settings, t):
+    """GPU 6 with the jupyter's share. In the drafter's first run the ramp includes it
+    (taken from the drafter's), so a kill frees it; a restarted drafter settles at the
+    same total beside it. While the drafter is dead, the jupyter's memory stays."""
+    if gpu.index != JUPYTER_GPU:
         return gpu
-    return replace(gpu, memory_used_mib=max(gpu.memory_used_mib - JUPYTER_MIB, 0))
+    if run is None:
+        held = JUPYTER_MIB if jupyter_alive(settings, t) else 0
+        return replace(gpu, memory_used_mib=gpu.memory_used_mib + held)
+    if run.number == 0:
+        if jupyter_killed(settings, t):
+            return replace(gpu, memory_used_mib=max(gpu.memory_used_mib - JUPYTER_MIB, 0))
+        return gpu
+    if not jupyter_alive(settings, t):
+        return gpu
+    # A restarted drafter fills what the jupyter leaves, to the same total as without it.
+    steady = _DRAFTER_STEADY[JUPYTER_GPU]
+    used = JUPYTER_MIB + gpu.memory_used_mib * (steady - JUPYTER_MIB) / steady
+    return replace(gpu, memory_used_mib=round(used))
 
 
 def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
@@ -588,6 +595,20 @@ class HostProcess:
     container: int  # the CT it runs in
     pid: int  # inside that CT
     command: str
+
+
+def kernel_lines(settings: SimSettings, t: float) -> list[str]:
+    """The simulated kernel log's NVRM lines by scenario time ``t``, oldest first, as the
+    driver writes them (``docs/formats.md`` section 4): the GPU's ``GPU at PCI`` line
+    before its first Xid, then the Xid on the bus of ``BUS_IDS``."""
+    if settings.scenario != "sglang" or t < XID_AT:
+        return []
+    pci = BUS_IDS[XID_GPU][4:14].lower()  # 0000:5d:00, as the kernel prints it
+    return [
+        f"NVRM: GPU at PCI:{pci}: {UUIDS[XID_GPU]}",
+        f"NVRM: Xid (PCI:{pci}): 63, pid='<unknown>', name=<unknown>, "
+        "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    ]
 
 
 def host_process(host_pid: int) -> HostProcess | None:

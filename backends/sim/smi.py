@@ -48,7 +48,7 @@ from gpumon.backends.sim.scenario import (
     wall_time,
 )
 from gpumon.backends.sim.smi_query import parse_display, query_report
-from gpumon.backends.sim.state import RESTARTS_FILE, with_state
+from gpumon.backends.sim.state import RESTARTS_FILE, with_state, write_kernel_log
 
 # What nvidia-smi prints (stdout) and its exit code for each start-up failure:
 # tests/fixtures/nvidia/nvidia_smi_errors/ and docs/formats.md section 3.
@@ -363,7 +363,9 @@ def run(cmd: Command, settings: SimSettings, out: TextIO) -> int:
     period = cmd.loop_s
     while True:
         printer.refresh()
-        out.write(make(*printer.clock()))
+        t, wall = printer.clock()
+        write_kernel_log(settings, t)  # the driver's Xid lines as scenario time passes
+        out.write(make(t, wall))
         now = time.time()
         out.write(printer.xid_line(math.floor(now / period)))
         out.flush()

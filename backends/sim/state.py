@@ -5,6 +5,11 @@ scenario times at which the drafter job was stopped (SIGTERM) or was restarted
 (``scenario.drafter_run``), and at which the foreign jupyter was killed (``sim.kill``).
 The restart action appends to it with ``record_restart``; a looping simulated nvidia-smi
 picks the change up on its next round.
+
+``kmsg`` is the simulated kernel log (``scenario.kernel_lines``) the demo's agent reads
+instead of this machine's /dev/kmsg: ``write_kernel_log`` appends the lines due by a
+scenario time that it does not hold yet (the transport at start: the past; the looping
+nvidia-smi each round: what happens while it runs).
 """
 
 from __future__ import annotations
@@ -15,9 +20,31 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from gpumon.backends.sim.scenario import SimSettings
+from gpumon.backends.sim.scenario import SimSettings, kernel_lines
 
 RESTARTS_FILE = "restarts.json"
+KERNEL_LOG_FILE = "kmsg"
+
+
+def kernel_log_path(settings: SimSettings) -> Path | None:
+    """The simulated kernel log's file (None without a state dir)."""
+    return Path(settings.state_dir, KERNEL_LOG_FILE) if settings.state_dir else None
+
+
+def write_kernel_log(settings: SimSettings, t: float) -> None:
+    """Append the kernel lines due by scenario time ``t`` that the file does not hold
+    yet (a new file when there is none); nothing without a state dir."""
+    path = kernel_log_path(settings)
+    if path is None:
+        return
+    try:
+        held = set(path.read_text(encoding="utf-8").splitlines())
+    except FileNotFoundError:
+        held = set()
+    new = [line for line in kernel_lines(settings, t) if line not in held]
+    if new or not path.exists():
+        with path.open("a", encoding="utf-8") as f:
+            f.write("".join(f"{line}\n" for line in new))
 
 
 def _read(state_dir: str | None) -> dict[str, tuple[float, ...]]:

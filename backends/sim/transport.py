@@ -10,6 +10,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,13 @@ class SimTransport(LocalTransport):
             host = dataclasses.replace(host, python=python, torch_index=index)
         super().__init__(host, env)
         self.host_proc_root = proc_root
+        # The simulated kernel log, its past written now (the agent reads from its end, as
+        # from /dev/kmsg): never this machine's kernel log, whose Xids name other buses.
+        from gpumon.backends.sim.scenario import scenario_time
+        from gpumon.backends.sim.state import kernel_log_path, write_kernel_log
+
+        write_kernel_log(settings, scenario_time(settings, time.time()))
+        self.kernel_log_path = str(kernel_log_path(settings))
 
     @property
     def label(self) -> str:

@@ -70,6 +70,9 @@ class Transport(abc.ABC):
         self.host = host
         self._channels = asyncio.Semaphore(MAX_CHANNELS)
         self.host_proc_root = "/proc"  # the host side's /proc (the simulator has its own)
+        # The kernel log the agent reads for Xid / OOM-killer lines (the simulator's own
+        # file; a test's): another file is read line by line as lines are appended.
+        self.kernel_log_path = "/dev/kmsg"
 
     @property
     def label(self) -> str:

@@ -71,7 +71,13 @@ async def oom_seen(pilot: Pilot[int], wait: Wait, monitor: HostMonitor) -> None:
 
 
 def oom_alerts(monitor: HostMonitor) -> list[str]:
-    return [a.key for a in monitor.alerts.active() if a.job == "drafter" or a.gpu == OOM_GPU]
+    """The drafter's alerts (CT 201's jupyter on GPU 6 is another container's: a restart
+    does not end its ``foreign_process`` condition)."""
+    return [
+        a.key
+        for a in monitor.alerts.active()
+        if (a.job == "drafter" or a.gpu == OOM_GPU) and a.kind != "foreign_process"
+    ]
 
 
 async def open_plan(

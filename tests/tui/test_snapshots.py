@@ -153,15 +153,18 @@ def test_sglang_scenario_with_its_pane(
 
 
 def crashed(monitor: HostMonitor) -> bool:
+    """The drafter crashed, and CT 201's jupyter (which outlives it) is seen on GPU 6: the
+    OOM's headline names it."""
     job = monitor.workloads.jobs.get("drafter")
-    return job is not None and job.state is JobState.CRASHED
+    held = any(a.kind == "foreign_process" for a in monitor.alerts.active())
+    return job is not None and job.state is JobState.CRASHED and held
 
 
 def test_training_oom_after_the_oom(
     snap_compare: SnapCompare, demo_monitor: Callable[..., HostMonitor]
 ) -> None:
     """The drafter crashed of OOM on GPU 6: its row in the jobs pane, its GPUs in red, the
-    strip with the CUDA OOM."""
+    strip with the CUDA OOM, the jupyter's 6 GiB still on GPU 6 and ``K stop``."""
     app = GpumonApp([demo_monitor(clock=frozen_clock, demo_time=70.0)])
     assert snap_compare(app, terminal_size=(80, 24), run_before=wait_for_data(ready=crashed))
 

@@ -653,6 +653,7 @@ def test_an_alert_keeps_the_lines_that_raised_it() -> None:
     assert engine.source_lines(oom.key) == tuple(OOM_LINES)
     assert engine.source_lines("memory:6") == ()  # a sampled condition has none
     xid = "NVRM: Xid (PCI:0000:ba:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    feed_pcts(engine, [50.0])  # a GPU listed: kernel lines are no longer held for one
     clock.t += 1
     (fell,) = engine.on_kernel_lines([xid])
     assert engine.source_lines(fell.key) == (xid,)

@@ -13,6 +13,7 @@ from gpumon.backends.alerts.incident import (
     BELL_SUBJECTS_KEPT,
     INCIDENT_GAP_S,
     Fix,
+    Incident,
     IncidentBell,
     alert_headline,
     command_fix,
@@ -165,7 +166,8 @@ def test_history_keeps_the_raised_and_peak_values_while_the_alert_clears() -> No
     raised = float(memory.raised_text.split("memory ")[1].split("%")[0])
     peak = float(memory.peak_text.split("memory ")[1].split("%")[0])
     assert 95.0 <= raised < peak and peak >= 98.5
-    assert "0.0% used" in memory.message  # what it read while clearing, shown apart
+    # what it read while clearing, shown apart (CT 201's jupyter keeps its 6 GiB there)
+    assert "6.3% used" in memory.message
     ttf = next(a for a in engine.history() if a.kind == "time_to_full")
     first = float(ttf.raised_text.split("~")[1].split(" s")[0])
     closest = float(ttf.peak_text.split("~")[1].split(" s")[0])
@@ -232,3 +234,134 @@ def test_an_oom_line_without_pytorchs_numbers_keeps_its_words() -> None:
     assert alert_headline(bare) == "CUDA OOM"
     markup = dataclasses.replace(bare, message="CUDA out of memory. [b]x[/]")
     assert alert_headline(markup) == "CUDA OOM: [b]x[/]"  # only the engine's GPU note goes
+
+
+def foreign(gpu: int, at: float, *, active: bool = True, held: str = "6.0") -> Alert:
+    """The engine's ``foreign_process`` condition: another container's memory on ``gpu``."""
+    text = f"GPU {gpu}: {held} GiB held by CT 201 jupyter-lab"
+    return Alert(
+        f"foreign_process:{gpu}", Health.WARNING, "foreign_process", "ct200", gpu, "drafter",
+        text, at, at + 25.0, active,
+    )  # fmt: skip
+
+
+def test_another_containers_memory_on_the_gpu_that_ran_out_is_the_cause() -> None:
+    engine, _ = drafter_oom(OOM_AT + 3)
+    oom = next(a for a in engine.history() if a.kind == "cuda_oom")
+    (incident,) = incidents([*engine.history(), foreign(6, oom.time - 28.0)])
+    assert incident.cause.kind == "cuda_oom"
+    assert incident.headline == (
+        "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201 "
+        "jupyter-lab)"
+    )
+    # Restarting alone would run out again: stopping the holder comes first.
+    assert incident.fixes == (
+        Fix("K", "stop it"),
+        Fix("r", "restart drafter", "gpumon restart ct200 drafter"),
+    )
+    assert screen_fixes(incident) == "K stop it, r restart drafter"
+    assert command_fix(incident) == (
+        "fix: stop it (the dashboard's K), then gpumon restart ct200 drafter"
+    )
+    assert line(incident, screen_fixes(incident)).endswith(
+        "6.0 GiB held by CT 201 jupyter-lab) — K stop it, r restart drafter"
+    )
+    # A job nobody can restart: stopping the holder is still offered.
+    (bare,) = incidents([*engine.history(), foreign(6, oom.time - 28.0)], restartable=())
+    assert bare.fixes == (Fix("K", "stop it"),)
+    assert command_fix(bare) == "fix: stop it (the dashboard's K)"
+    assert line(bare, screen_fixes(bare)).endswith(" — K stop it")
+
+
+def test_a_holder_gone_long_before_or_on_another_gpu_is_not_the_cause() -> None:
+    engine, _ = drafter_oom(OOM_AT + 3)
+    oom = next(a for a in engine.history() if a.kind == "cuda_oom")
+    for other in (
+        foreign(5, oom.time - 10.0),  # GPU 5 did not run out
+        dataclasses.replace(  # ended 90 s before the OOM
+            foreign(6, oom.time - 100.0, active=False), last_seen=oom.time - 90.0
+        ),
+    ):
+        found = incidents([*engine.history(), other])
+        top = next(i for i in found if i.cause.kind == "cuda_oom")
+        assert "held by" not in top.headline
+        assert [f.key for f in top.fixes] == ["r"]
+    # Ended at the OOM (it died with the drafter): it was holding when it ran out.
+    gone = dataclasses.replace(foreign(6, oom.time - 28.0, active=False), last_seen=oom.time)
+    (incident,) = incidents([*engine.history(), gone])
+    assert "; 6.0 GiB held by CT 201 jupyter-lab)" in incident.headline
+    # Before anything runs out the holder leads its own incident: stopping it is the fix.
+    (alone,) = incidents([foreign(6, oom.time - 28.0)])
+    assert alone.headline == "drafter: GPU 6: 6.0 GiB held by CT 201 jupyter-lab"
+    assert alone.fixes == (Fix("K", "stop it"),)
+    # A memory condition as the cause says it after its own words.
+    memory = next(a for a in engine.history() if a.kind == "memory")
+    assert alert_headline(memory, held="6.0 GiB held by CT 201 jupyter-lab").endswith(
+        " (6.0 GiB held by CT 201 jupyter-lab)"
+    )
+
+
+def xid_incident(line_text: str, *, job: str | None = "drafter") -> tuple[Incident, Alert]:
+    """The incident of one kernel line through a real engine watching the simulated
+    machine (its bus IDs); ``job``: the job of GPUs 5-7."""
+    settings = SimSettings()
+    engine = AlertEngine("ct200", AlertRules(), clock=Clock())
+    if job is not None:
+        engine.on_log_lines("/root/drafter.log", ["step 1"], job=job, gpus=(5, 6, 7))
+    engine.on_sample(sim_sample(sim_printers(settings), settings, 10.0))
+    engine.on_kernel_lines([line_text])
+    (xid,) = [a for a in engine.history() if a.kind == "xid"]
+    (incident,) = [i for i in incidents(engine.history()) if i.cause is xid]
+    return incident, xid
+
+
+FELL = "79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def test_an_xid_says_what_it_is_and_nvidias_action_is_its_fix() -> None:
+    fell = f"NVRM: Xid (PCI:0000:ba:00): {FELL}"
+    incident, xid = xid_incident(fell)
+    assert xid.gpu == 6 and xid.job == "drafter"  # BA:00 is the simulated GPU 6
+    assert incident.headline == "drafter: Xid 79 on GPU 6: fallen off the bus"
+    assert incident.fixes == (
+        Fix(None, "reboot the node (the GPU cannot be reset in place)"),
+        Fix(None, "drain the node"),
+        Fix(None, "gpumon bundle ct200"),
+    )
+    assert line(incident, screen_fixes(incident)) == (
+        "drafter: Xid 79 on GPU 6: fallen off the bus — reboot the node (the GPU cannot be "
+        "reset in place), drain the node, gpumon bundle ct200"
+    )
+    assert command_fix(incident) == "fix: reboot the node (the GPU cannot be reset in place)"
+    # An application's error: restarting the job is the fix, nothing about the node.
+    fault = "NVRM: Xid (PCI:0000:ba:00): 31, pid=874, name=python3, Ch 00000008. MMU Fault"
+    app, _ = xid_incident(fault)
+    assert app.headline.startswith("drafter: Xid 31 on GPU 6: GPU memory page fault")
+    assert app.fixes == (Fix("r", "restart drafter", "gpumon restart ct200 drafter"),)
+    # A GPU reset: the command that does it, for the GPU it names.
+    reset = "NVRM: Xid (PCI:0000:18:00): 119, pid=1, name=x, Timeout waiting for RPC from GSP!"
+    gsp, _ = xid_incident(reset, job=None)
+    assert gsp.fixes[0] == Fix(None, "reset the GPU (nvidia-smi -r -i 0)")
+    assert [f.words for f in gsp.fixes[1:]] == ["drain the node", "gpumon bundle ct200"]
+    # An uncorrectable ECC error: NVIDIA's workflow drains first, said once.
+    dbe = "NVRM: Xid (PCI:0000:ba:00): 48, An uncorrectable double bit error (DBE) has been"
+    ecc, _ = xid_incident(f"{dbe} detected on GPU in the framebuffer at physAddr 0xe9b9107e0.")
+    assert [f.words for f in ecc.fixes] == [
+        "drain, then reset the GPU (nvidia-smi -r -i 6)",
+        "gpumon bundle ct200",
+    ]
+
+
+def test_an_xid_on_a_bus_none_of_the_gpus_has_is_another_containers() -> None:
+    other = f"NVRM: Xid (PCI:0000:78:00): {FELL}"
+    incident, xid = xid_incident(other)
+    assert xid.gpu is None and xid.job is None
+    assert incident.headline == (
+        "Xid 79 on PCI 0000:78:00 (not a GPU of this host: another container's or the "
+        "host's): fallen off the bus"
+    )
+    assert incident.fixes[0] == Fix(None, "reboot the node (the GPU cannot be reset in place)")
+    # A GPU without a job: what runs on it is named.
+    sglang = "NVRM: Xid (PCI:0000:18:00): 94, pid=1, name=x, Contained: ..."
+    on_gpu0, _ = xid_incident(sglang, job=None)
+    assert on_gpu0.headline.startswith("Xid 94 on GPU 0 (running ")

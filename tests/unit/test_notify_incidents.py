@@ -135,6 +135,8 @@ RAW_OOM = (
     "total capacity of 94.97 GiB of which 90.00 MiB is free."
 )
 HEADLINE = "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+HELD = "6.0 GiB held by CT 201 jupyter-lab"
+HELD_HEADLINE = f"{HEADLINE[:-1]}; {HELD})"  # the demo's: CT 201 held memory on GPU 6
 
 
 def test_events_say_the_incident_headline_and_its_fix_not_the_raw_line() -> None:
@@ -206,19 +208,20 @@ def test_the_demo_oom_pages_once_then_updates_then_resolves_once() -> None:
     opened, oomed, due, restarted, resolved = events
     assert due.action == f"auto-restart 1/3 due {iso_time(109.0)}" and due.previous is None
     assert (opened.kind, opened.severity) == ("memory", "warning")
-    assert opened.headline == "drafter: GPU 6 memory 97.2% used, 2.0 GiB free"
+    assert opened.headline == f"drafter: GPU 6 memory 97.2% used, 2.0 GiB free ({HELD})"
     assert opened.opened_at == 96.0 and opened.count == 2
-    assert (oomed.kind, oomed.severity, oomed.headline) == ("cuda_oom", "critical", HEADLINE)
-    assert oomed.summary() == f"[CRITICAL, updated] ct200: {HEADLINE}"
-    assert oomed.cause == RAW_OOM and oomed.fix == "gpumon restart ct200 drafter"
+    assert (oomed.kind, oomed.severity, oomed.headline) == ("cuda_oom", "critical", HELD_HEADLINE)
+    assert oomed.summary() == f"[CRITICAL, updated] ct200: {HELD_HEADLINE}"
+    assert oomed.cause == RAW_OOM
+    assert oomed.fix == "stop it (the dashboard's K), then gpumon restart ct200 drafter"
     assert oomed.previous == ("memory", "warning", 6)  # Alertmanager ends the old labels
     assert oomed.opened_at == 96.0
     assert (restarted.action, restarted.pid, restarted.headline) == (
-        "auto-restart succeeded", 710, HEADLINE,
+        "auto-restart succeeded", 710, HELD_HEADLINE,
     )  # fmt: skip
     assert restarted.previous is None
     assert (resolved.resolved_by, resolved.headline, resolved.kind) == (
-        "auto-restart", HEADLINE, "cuda_oom",
+        "auto-restart", HELD_HEADLINE, "cuda_oom",
     )  # fmt: skip
     assert resolved.count == 4 and not t.open  # memory, holder, OOM line, drop
 
@@ -231,7 +234,7 @@ def test_a_better_cause_that_ends_first_keeps_the_incident_story() -> None:
     memory_only = [a for a in rounds[2][1] if a.kind == "memory"]
     assert t.observe("ct200", memory_only, 101.0) == []  # no update back to "memory"
     [ev] = t.observe("ct200", [], 102.0)
-    assert (ev.event, ev.kind, ev.headline) == ("resolve", "cuda_oom", HEADLINE)
+    assert (ev.event, ev.kind, ev.headline) == ("resolve", "cuda_oom", HELD_HEADLINE)
 
 
 def test_incidents_of_one_alert_each_from_an_older_outbox_merge_into_one() -> None:
@@ -259,7 +262,11 @@ def test_incidents_of_one_alert_each_from_an_older_outbox_merge_into_one() -> No
     assert [e.event for e in events] == ["resolve"] * 3  # the OOM's goes on: no re-page
     assert list(old.open) == ["ct200/gpu6/drafter/cuda_oom"]
     [ev] = old.observe("ct200", [], 201.0)
-    assert (ev.event, ev.key, ev.headline) == ("resolve", "ct200/gpu6/drafter/cuda_oom", HEADLINE)
+    assert (ev.event, ev.key, ev.headline) == (
+        "resolve",
+        "ct200/gpu6/drafter/cuda_oom",
+        HELD_HEADLINE,
+    )
 
 
 def test_the_recording_is_the_one_whose_window_holds_the_incident() -> None:

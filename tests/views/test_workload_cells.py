@@ -299,17 +299,17 @@ def test_the_strip_shows_the_most_urgent_incident_headline_first() -> None:
     assert strip_incident(incidents([dataclasses.replace(new, active=False)])) == (None, 0)
     line = render_strip(StripView(top, more, PALETTE), 120).plain
     assert "CRITICAL" in line and "ct200" in line and "drafter: CUDA OOM on GPU 6" in line
-    assert "— r restart" in line and "+1 evidence, +2 more, a: list" in line
+    assert "— r restart drafter" in line and "+1 evidence, +2 more, a: list" in line
     assert "\x1b" not in line
-    roomy = render_strip(StripView(top, more, PALETTE), 60).plain
-    assert roomy == " ✖  drafter: CUDA OOM on GPU 6 — r restart  (+3) a: list"  # counts shrink
-    narrow = render_strip(StripView(top, more, PALETTE), 40).plain
-    assert len(narrow) == 40 and narrow.endswith("… — r restart  (+3) a: list")  # headline cut
+    roomy = render_strip(StripView(top, more, PALETTE), 68).plain
+    assert roomy == " ✖  drafter: CUDA OOM on GPU 6 — r restart drafter  (+3) a: list"  # shrunk
+    narrow = render_strip(StripView(top, more, PALETTE), 48).plain
+    assert len(narrow) == 48 and narrow.endswith("… — r restart drafter  a: list")  # cut
     # "r restart drafter" names the job: at 80 columns the headline says it no more and
     # the counts go, before the key numbers would (issue 26.3)
     oom = dataclasses.replace(new, message=OOM_TEXT, first_message="", peak_message="")
     (story,) = incidents([oom, drop])
-    at_80 = render_strip(StripView(story, 1, PALETTE, fix="r restart drafter"), 80).plain
+    at_80 = render_strip(StripView(story, 1, PALETTE), 80).plain
     assert at_80 == (
         " ✖  CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free) — r restart drafter  a: list"
     )

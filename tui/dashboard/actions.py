@@ -33,6 +33,7 @@ from gpumon.backends.actions import (
 )
 from gpumon.backends.actions.kill import KillError, kill_plan
 from gpumon.backends.actions.plan import monitor_readings, workers_text
+from gpumon.backends.alerts.incident import holder, incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, Health
 from gpumon.backends.parsers.processes import foreign
@@ -99,7 +100,9 @@ class JobActions:
     def process_to_kill(self) -> tuple[HostMonitor, GpuProcess, str | None] | None:
         """The process ``K`` acts on, with how it was chosen when nobody selected it: the
         one selected in the detail view on show, else the process line under the cursor,
-        else the biggest holder of the GPU under the cursor (another container's first)."""
+        else another container's biggest holder of the GPU under the cursor, else the
+        holder an incident names as its cause (the strip offers "K stop it"), else the
+        biggest process of the GPU under the cursor."""
         screen = self.screen.app.screen
         if isinstance(screen, DetailScreen):
             process = screen.selected_process()
@@ -119,6 +122,8 @@ class JobActions:
         if not procs:
             return None
         others = foreign(procs, monitor.host.container)
+        if not others and (held := self.incident_holder()) is not None:
+            return held
         pick = max(others or procs, key=lambda p: p.memory_mib or 0)
         row = f"the cursor is on GPU {target.gpu_index}'s row"
         first = " (another container's first)" if others else ""
@@ -128,6 +133,28 @@ class JobActions:
             else f"{row}: the biggest of its {len(procs)} processes{first}; x lists them"
         )
         return monitor, pick, why
+
+    def incident_holder(self) -> tuple[HostMonitor, GpuProcess, str] | None:
+        """The process an active incident names as its cause, another container's memory
+        on the GPU that ran out ("6.0 GiB held by CT 201 jupyter-lab"), with why it was
+        chosen; the most urgent incident's first. None when no incident names one or the
+        process is no longer listed."""
+        for m in self.monitors:
+            sample = m.latest
+            if sample is None:
+                continue
+            for incident in incidents(m.alerts.active()):
+                gpu_index = incident.cause.gpu
+                held = holder(incident.cause, incident.alerts)
+                gpu = next((g for g in sample.gpus if g.index == gpu_index), None)
+                if held is None or gpu is None:
+                    continue
+                others = foreign(sample.processes_for(gpu), m.host.container)
+                if others:
+                    pick = max(others, key=lambda p: p.memory_mib or 0)
+                    why = f"the incident's cause: {held} on GPU {gpu_index} (the strip's K)"
+                    return m, pick, why
+        return None
 
     def kill_state(self) -> bool | None:
         return True if self.process_to_kill() is not None else None
@@ -355,8 +382,9 @@ def step_back_since(monitor: HostMonitor, job: JobConfig, since: float) -> str |
 def job_context(monitor: HostMonitor, job: JobConfig) -> tuple[str | None, str | None]:
     """(state, last alert) of ``job`` as the monitor sees it: ``crashed: OOM on GPU 6``
     (as the jobs pane says it: a reason with a bracket of its own, "OOM on GPU 6 (GPU 6:
-    6.0 GiB held by CT 201 jupyter-lab)", is not nested in another) and the newest active
-    alert of the job (or of one of its GPUs)."""
+    6.0 GiB held by CT 201 jupyter-lab)", is not nested in another) and the worst, then
+    newest, active alert of the job (or of one of its GPUs): its CUDA OOM, not the warning
+    that CT 201's jupyter, which outlives it, still holds GPU 6."""
     tracker = monitor.workloads.jobs.get(job.name)
     state = None
     if tracker is not None:
@@ -365,5 +393,5 @@ def job_context(monitor: HostMonitor, job: JobConfig) -> tuple[str | None, str |
             state += f": {tracker.crash_reason}"
     alerts = [a for a in monitor.alerts.active() if a.job == job.name]
     alerts = alerts or [a for a in monitor.alerts.active() if a.gpu in job.gpus]
-    newest = max(alerts, key=lambda a: a.time, default=None)
+    newest = max(alerts, key=lambda a: (a.severity.rank, a.time), default=None)
     return state, newest.message if newest else None

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 from textual.screen import Screen
 
-from gpumon.backends.alerts.incident import Incident, IncidentBell, by_urgency, incidents
+from gpumon.backends.alerts.incident import Fix, Incident, IncidentBell, by_urgency, incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable
 from gpumon.tui.dashboard.actions import alert_job
 from gpumon.tui.screens import AlertHistoryScreen
-from gpumon.tui.views.alert_cells import incident_text, incident_title, strip_incident
+from gpumon.tui.views.alert_cells import incident_notice, incident_title, strip_incident
 from gpumon.tui.widgets import AlertStrip, StripView
 
 if TYPE_CHECKING:
@@ -41,8 +41,9 @@ class AlertPresenter:
 
     ``palette_of()``: the theme's colours; ``refresh()``: redraw the dashboard;
     ``mounted()``: whether the screen can show anything yet; ``fixable()``: the job ``r``
-    would restart now, when it can (the strip offers it); ``on_restart``: ``r`` in the
-    history. ``replay``: the recording on show (no bell, nothing announced while seeking).
+    would restart now, when it can (the strip offers it); ``killable(host)``: whether
+    ``K`` may act on that host now (the strip offers "K stop it"); ``on_restart``: ``r``
+    in the history. ``replay``: the recording on show (no bell, nothing announced while seeking).
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class AlertPresenter:
         mounted: Callable[[], bool],
         fixable: Callable[[], tuple[HostMonitor, JobConfig] | None],
         on_restart: Callable[[HostMonitor, Alert], None],
+        killable: Callable[[str], bool] = lambda host: False,
     ) -> None:
         self.screen = screen
         self.monitors = monitors
@@ -66,6 +68,7 @@ class AlertPresenter:
         self.refresh_dashboard = refresh
         self.mounted = mounted
         self.fixable = fixable
+        self.killable = killable
         self.on_restart = on_restart
         self.strip = AlertStrip(id="alert-strip")
         self._early_alerts: list[Alert] = []
@@ -115,11 +118,9 @@ class AlertPresenter:
         if incident is None:  # ended already (an escalation that cleared at once)
             incident = next(iter(incidents([worst])))
         critical = incident.severity is Health.CRITICAL
-        text = incident_text(incident)
-        if len(self.monitors) > 1:
-            text = f"{printable(incident.host)}: {text}"
-        if len(text) > NOTICE_CHARS:  # the strip and the history have all of it
-            text = text[: NOTICE_CHARS - 1] + "…"
+        prefix = f"{printable(incident.host)}: " if len(self.monitors) > 1 else ""
+        # cut to the toast's size before its fixes: the strip and the history have all of it
+        text = incident_notice(incident, NOTICE_CHARS, prefix)
         title = incident_title(incident)
         others = {i.cause.key for a in alerts for i in found if a.key in i.keys}
         others.discard(incident.cause.key)
@@ -166,22 +167,29 @@ class AlertPresenter:
         return strip_incident(self.incidents_now())[0]
 
     def strip_view(self) -> StripView | None:
-        """The strip's incident over every host, or None (hidden); it offers
-        ``r restart JOB`` when ``r`` would restart the job the incident is about."""
+        """The strip's incident over every host, or None (hidden), with the fixes the
+        screen can offer for it now (``strip_fixes``)."""
         incident, more = strip_incident(self.incidents_now())
         if incident is None:
             return None
-        return StripView(incident, more, self.palette_of(), fix=self.strip_fix(incident))
+        return StripView(incident, more, self.palette_of(), fixes=self.strip_fixes(incident))
 
-    def strip_fix(self, incident: Incident) -> str:
-        """``r restart drafter`` when ``r`` can act now on the job ``incident`` is about."""
+    def strip_fixes(self, incident: Incident) -> tuple[Fix, ...]:
+        """``incident``'s fixes that can act now: ``r restart drafter`` when ``r`` would
+        restart the job it is about, ``K stop it`` when ``K`` may act on its host; advice
+        ("reboot the node") always."""
+        return tuple(f for f in incident.fixes if self._offered(f, incident))
+
+    def _offered(self, fix: Fix, incident: Incident) -> bool:
+        if fix.key is None:
+            return True
+        if fix.key == "K":
+            return self.killable(incident.host)
         target = self.fixable()
-        if target is None:
-            return ""
+        if fix.key != "r" or target is None:
+            return False
         monitor, job = target
-        if monitor.name != incident.host or alert_job(monitor, incident.cause) != job:
-            return ""
-        return f"r restart {job.name}"
+        return monitor.name == incident.host and alert_job(monitor, incident.cause) == job
 
     def refresh_strip(self) -> bool:
         """Show the alert that matters most now; returns whether the strip changed."""

@@ -101,6 +101,7 @@ class DashboardScreen(Screen[None]):
             mounted=lambda: self._mounted,
             fixable=self._fixable,
             on_restart=self.actions.restart_alert_job,
+            killable=self._killable,
         )
         self.strip = self.alerts.strip
         self.replay_controls = (
@@ -441,6 +442,16 @@ class DashboardScreen(Screen[None]):
         if self.action_state(BY_NAME["restart_job"]) is not True:
             return None
         return self.actions.restart_target()
+
+    def _killable(self, host: str) -> bool:
+        """Whether ``K`` may act on ``host`` now (the strip offers "K stop it"): not
+        read-only, connected."""
+        monitor = next((m for m in self.monitors if m.name == host), None)
+        if self.replay is not None or monitor is None:
+            return False
+        if self.actions.read_only_reason(monitor) is not None:
+            return False
+        return monitor.status.state == ConnState.CONNECTED
 
     def palette_entries(self, where: Where = "dashboard") -> list[PaletteEntry]:
         """The command palette's entries for the actions of this screen (or of the detail

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from gpumon.backends.alerts.incident import Incident, line
+from gpumon.backends.alerts.incident import Incident, line, screen_fixes
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable as _printable
@@ -53,9 +53,6 @@ def strip_alert(alerts: Iterable[Alert]) -> tuple[Alert | None, int]:
     return top, len(new) - 1
 
 
-FIX_HINT = "r restart"  # the screen's words for an incident's fix (the key that does it)
-
-
 def strip_incident(found: Sequence[Incident]) -> tuple[Incident | None, int]:
     """The incident the strip shows, and how many other unacknowledged active incidents
     there are: the first active one not yet acknowledged (``incidents()`` puts the most
@@ -67,10 +64,28 @@ def strip_incident(found: Sequence[Incident]) -> tuple[Incident | None, int]:
 
 
 def incident_text(incident: Incident) -> str:
-    """The incident's one line on screen: headline and fix ("drafter: CUDA OOM on GPU 6
-    (tried 2.00 GiB, 90 MiB free) — r restart"), control characters made visible. The
-    toast, the strip and the history say exactly this."""
-    return _printable(" ".join(line(incident, FIX_HINT).split()))
+    """The incident's one line on screen: headline and fixes ("drafter: CUDA OOM on GPU 6
+    (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201 jupyter-lab) — K stop it, r
+    restart drafter", ``screen_fixes``), control characters made visible. The toast, the
+    strip and the history say exactly this."""
+    return _printable(" ".join(line(incident, screen_fixes(incident)).split()))
+
+
+def incident_notice(incident: Incident, limit: int, prefix: str = "") -> str:
+    """``prefix`` and ``incident_text`` in at most ``limit`` characters (a toast): the
+    headline is cut before its fixes are ("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB,
+    90 MiB free; 6.0 GiB… — K stop it, r restart drafter"), unless they leave it less
+    than a third; then the whole line is cut."""
+    text = prefix + incident_text(incident)
+    if len(text) <= limit:
+        return text
+    fixes = screen_fixes(incident)
+    tail = f" — {_printable(fixes)}" if fixes else ""
+    room = limit - len(prefix) - len(tail) - 1
+    if tail and room >= limit // 3:
+        headline = _printable(" ".join(incident.headline.split()))
+        return f"{prefix}{headline[:room].rstrip()}…{tail}"
+    return text[: limit - 1] + "…"
 
 
 def incident_title(incident: Incident) -> str:

@@ -262,6 +262,7 @@ class AgentSource(TransportSource):
             interval=sink.interval,
             logs=list(workloads.log_specs()),
             kernel=sink.host.kernel_log,
+            kmsg=self.transport.kernel_log_path,
             http=list(workloads.http_targets()),
             sglang_discover=workloads.discover(),
         )
