@@ -99,27 +99,27 @@ def render_strip(view: StripView, width: int) -> Text:
             out.append((bare, False, False, core.removeprefix(f"{job}: "), tail_bare))
         return out
 
-    def room(fix: str, option: Layout, said: int) -> bool:
+    def fits(fix: str, option: Layout, said: int) -> bool:
         return _head(option, host) + said + len(fix) + len(option[4]) <= width
 
     choices = _fix_choices(fixes)
     chosen = (
-        next(((f, o) for f in choices for o in layouts(f) if room(f, o, len(o[3]))), None)
+        next(((f, o) for f in choices for o in layouts(f) if fits(f, o, len(o[3]))), None)
         or next(
             (
                 (f, o)
                 for f in choices
                 for o in layouts(f)
-                if len(core) < len(o[3]) and room(f, o, len(core))
+                if len(core) < len(o[3]) and fits(f, o, len(core))
             ),
             None,
         )
-        or next(((f, o) for f in choices for o in cores(f) if room(f, o, len(o[3]))), None)
+        or next(((f, o) for f in choices for o in cores(f) if fits(f, o, len(o[3]))), None)
     )
     if chosen is None:
         least = min(len(headline), MIN_HEADLINE)
         fix = next(
-            (f for f in choices if room(f, layouts(f)[-1], least)),
+            (f for f in choices if fits(f, layouts(f)[-1], least)),
             choices[-1],
         )
         chosen = (fix, layouts(fix)[-1])
