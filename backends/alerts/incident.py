@@ -288,13 +288,35 @@ def _fixes(cause: Alert, job: str | None, held: str | None = None) -> tuple[Fix,
     if held is not None:
         out.append(Fix("K", "stop it"))
     xid = _XID.match(cause.message) if cause.kind == "xid" else None
-    if xid is not None:
+    if cause.kind == "gpu_health":
+        out += _health_fixes(cause)
+    elif xid is not None:
         code, gpu = int(xid.group("code")), xid.group("gpu")
         said = cause.message.partition(" — ")[2].partition(" (")[0].strip() or None
         out += _xid_fixes(code, cause.host, restart, gpu, said if code == 154 else None)
     elif restart is not None and cause.kind in RESTART_FIXES:
         out.append(restart)
     return tuple(out)
+
+
+def _health_fixes(cause: Alert) -> list[Fix]:
+    """What to do about a GPU health fact (``gpu_health:TOPIC:GPU``, ``alerts/health.py``):
+    each message ends with its advice ("...: RMA criterion; drain the GPU and open a case
+    with the vendor", "...: reset the GPU at the next chance"), said as advice with the
+    command that resets the GPU where it is one; a critical fact adds the bundle for the
+    hand-over. The older per-GPU ``gpu_health`` (an error cell, a GPU gone) has none."""
+    if cause.key.count(":") != 2:
+        return []
+    text = " ".join(cause.message.split())
+    advice = text.rpartition("; ")[2] if "; " in text else text.rpartition(": ")[2]
+    if not advice or advice == text:
+        return []
+    if cause.gpu is not None and advice.startswith(RESET_GPU) and "nvidia-smi -r" not in advice:
+        advice = advice.replace(RESET_GPU, f"{RESET_GPU} (nvidia-smi -r -i {cause.gpu})", 1)
+    out = [Fix(None, advice)]
+    if cause.severity is Health.CRITICAL:
+        out.append(Fix(None, f"gpumon bundle {cause.host}"))
+    return out
 
 
 def _xid_fixes(

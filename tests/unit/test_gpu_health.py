@@ -21,6 +21,7 @@ from gpumon.backends.alerts.health import (
     findings,
     recovery_action,
 )
+from gpumon.backends.alerts.incident import command_fix, incidents
 from gpumon.backends.model import GpuSample, Health, HostSample
 from gpumon.backends.parsers.nvidia_smi import (
     SAMPLE_FIELDS,
@@ -239,3 +240,29 @@ def test_a_health_fault_names_a_gpu() -> None:
         parse_fault("pcie_x4:9")
     with pytest.raises(ValueError, match="known"):
         parse_fault("pcie_x4")
+
+
+@pytest.mark.parametrize(
+    ("state", "key", "fixes"),
+    [
+        ("row_pending", "rows", ["reset the GPU (nvidia-smi -r -i 0) at the next chance"]),
+        (
+            "row_failure",
+            "rows",
+            ["drain the GPU and open a case with the vendor", "gpumon bundle h"],
+        ),
+        ("ecc_uncorrected", "ecc", ["reset the GPU (nvidia-smi -r -i 0)", "gpumon bundle h"]),
+        ("pcie_x4", "pcie", ["reseat the card or check the riser at the next maintenance"]),
+    ],
+)
+def test_a_health_facts_advice_is_its_incidents_fix(
+    source_of: Any, state: str, key: str, fixes: list[str]
+) -> None:
+    """The incident of a health fact offers what to do as the message says it, with the
+    command that resets the GPU, and the bundle when it is critical: ``check`` and the
+    strip say it, never a restart (issue 27.3)."""
+    alert = health_alerts(source_of(state))[f"gpu_health:{key}:0"]
+    (incident,) = incidents([alert])
+    assert [f.words for f in incident.fixes] == fixes
+    assert all(f.key is None and f.command is None for f in incident.fixes)
+    assert command_fix(incident) == f"fix: {fixes[0]}"
