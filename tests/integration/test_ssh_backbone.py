@@ -4,6 +4,7 @@ host keys, auth, a server dying mid-stream, and nothing left behind after SIGKIL
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -274,3 +275,20 @@ def test_driver_failure_is_critical_and_quotes_the_tool(
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stdout.startswith("CRITICAL ct200: nvidia-smi:")
     assert "Driver/library version mismatch" in res.stdout
+
+
+def test_a_session_does_not_read_the_accounts_bashrc(sshd: SshServer) -> None:
+    """bash reads ~/.bashrc for an sshd command only at level 1 (SHLVL unset or 0): the
+    test server's sessions start at level 2 in bash, so this machine's ~/.bashrc (pyenv
+    init, whose rehash waits 60 s on a lock a killed session left) never runs before
+    gpumon's command. A shell that is not bash reads no ~/.bashrc and keeps level 1."""
+    user = "root" if os.geteuid() == 0 else os.environ["USER"]
+    out = subprocess.run(
+        ["ssh", "-p", str(sshd.port), "-i", str(sshd.client_key), "-o", "BatchMode=yes",
+         "-o", f"UserKnownHostsFile={sshd.known_hosts}", "-o", "ConnectTimeout=5",
+         f"{user}@127.0.0.1", 'echo "${BASH_VERSION}:${SHLVL}"'],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    bash, level = out.stdout.strip().split(":")
+    assert level == ("2" if bash else "1"), out.stdout

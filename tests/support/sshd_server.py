@@ -142,7 +142,12 @@ class SshServer:
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "PubkeyAuthentication yes\nPermitRootLogin yes\nStrictModes no\nUsePAM no\n"
             f"AllowUsers {user}\n"
-            f"SetEnv PATH={self.bin}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin\n"
+            # SHLVL=1: the session's `bash -c` counts as nested and skips the account's
+            # ~/.bashrc, which bash reads for an sshd command at level 1. The target under
+            # test is gpumon's, not this machine's: its ~/.bashrc (pyenv init, whose rehash
+            # waits 60 s on a lock a killed session left) must not delay every session.
+            f"SetEnv SHLVL=1 PATH={self.bin}:{Path(sys.executable).parent}"
+            ":/usr/local/bin:/usr/bin:/bin\n"
             "LogLevel ERROR\n"
         )
         self.trust_host_key()
