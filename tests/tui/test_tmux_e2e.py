@@ -36,6 +36,11 @@ class Tmux:
         )
         self.env.pop("GPUMON_CONFIG", None)
         self.env.pop("TMUX", None)
+        # the pane's size is the terminal's: COLUMNS and LINES exported by whatever runs
+        # the tests (a CI runner) would win over it in gpumon (shutil.get_terminal_size)
+        # and pin every session, resized or not, to their size
+        self.env.pop("COLUMNS", None)
+        self.env.pop("LINES", None)
 
     def run(self, *args: str) -> str:
         out = subprocess.run(
