@@ -52,6 +52,7 @@ class GpuUse:
     # Held by another container's (or the host's) processes: no stop of the job frees
     # it, so the wait for free GPUs does not count it (CT 201's jupyter on GPU 6).
     foreign_mib: int = 0
+    foreign_pids: tuple[int, ...] = ()  # those processes: no worker of the job's launch
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +77,10 @@ def monitor_readings(monitor: HostMonitor) -> Readings:
             procs = sample.processes_for(g)
             pids = tuple(n for p in procs if (n := p.pid or p.host_pid) is not None)
             holders = tuple(process_words(p) for p in procs)
-            others = sum(p.memory_mib or 0 for p in foreign(procs, monitor.host.container))
-            gpus[g.index] = GpuUse(g.memory_used_mib, pids, holders, others)
+            others = foreign(procs, monitor.host.container)
+            held = sum(p.memory_mib or 0 for p in others)
+            alien = tuple(n for p in others if (n := p.pid or p.host_pid) is not None)
+            gpus[g.index] = GpuUse(g.memory_used_mib, pids, holders, held, alien)
         return GpuReadings(sample.time, gpus)
 
     return read
@@ -324,10 +327,16 @@ def workers_text(readings: GpuReadings | None, gpus: tuple[int, ...], pid: int |
     """Why the PID a launch reported is not on the GPUs: "its workers 15200-15202 hold GPUs
     5-7" (a launcher, torchrun or a shell, starts the processes that use the GPUs). Empty
     when ``pid`` itself is on them, or no process is listed on them (inside a container
-    nvidia-smi may list none)."""
+    nvidia-smi may list none). Another container's processes on them (CT 201's jupyter,
+    which keeps GPU 6 after the drafter's crash) are no workers of the launch."""
     if readings is None or pid is None:
         return ""
-    on = {i: readings.gpus[i].pids for i in gpus if i in readings.gpus and readings.gpus[i].pids}
+    on = {
+        i: pids
+        for i in gpus
+        if (use := readings.gpus.get(i)) is not None
+        and (pids := tuple(p for p in use.pids if p not in use.foreign_pids))
+    }
     workers = sorted({p for pids in on.values() for p in pids})
     if not workers or pid in workers:
         return ""

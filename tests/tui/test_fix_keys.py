@@ -1,9 +1,9 @@
 """One key from the alert to the fix, and navigation as in k9s and htop (issue 11, points
-6 and 7): the strip offers ``r restart drafter`` and ``r`` from any row opens that dialog,
-``r`` in the alert history acts on the selected alert's job, ``r`` with nothing to act on
-says why; the dialogs open with Cancel focused, so Enter cancels and ``y`` confirms;
-g/G, Home/End, PgUp/PgDn, digits and n/N move the cursor. On the simulated CT200 with the
-demo's clock (``demo_time``), at 80x24 and 120x40."""
+6 and 7): the strip offers ``r restart`` (``r restart drafter`` where there is room) and
+``r`` from any row opens that dialog, ``r`` in the alert history acts on the selected
+alert's job, ``r`` with nothing to act on says why; the dialogs open with Cancel focused,
+so Enter cancels and ``y`` confirms; g/G, Home/End, PgUp/PgDn, digits and n/N move the
+cursor. On the simulated CT200 with the demo's clock (``demo_time``), at 80x24 and 120x40."""
 
 from __future__ import annotations
 
@@ -67,7 +67,13 @@ async def test_the_strip_offers_the_fix_and_r_from_gpu_0_opens_it_with_cancel_fo
         assert app.dashboard.cursor == (0, 0)  # GPU 0 belongs to no job
         assert app.dashboard.selected_job() is None
         strip = app.dashboard.strip.render().plain
-        assert "r restart drafter" in strip, strip
+        # the key numbers and the fix's key stay; at 80 columns, once CT 201's jupyter is
+        # the cause, the keys keep only their verbs ("K stop, r restart"), so the job's
+        # name is said by the key's words only where there is room (issue 26.3)
+        assert "(tried 2.00 GiB, 90 MiB free" in strip, strip
+        assert "r restart" in strip, strip
+        if size[0] > 80:
+            assert "r restart drafter" in strip, strip
         assert "a: list" in strip  # the count and the list key stay in view beside it
 
         await pilot.press("r")

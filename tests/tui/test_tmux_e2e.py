@@ -36,6 +36,11 @@ class Tmux:
         )
         self.env.pop("GPUMON_CONFIG", None)
         self.env.pop("TMUX", None)
+        # the pane's size is the terminal's: COLUMNS and LINES exported by whatever runs
+        # the tests (a CI runner) would win over it in gpumon (shutil.get_terminal_size)
+        # and pin every session, resized or not, to their size
+        self.env.pop("COLUMNS", None)
+        self.env.pop("LINES", None)
 
     def run(self, *args: str) -> str:
         out = subprocess.run(
@@ -250,17 +255,18 @@ def test_an_empty_memory_bar_never_takes_the_cursor_colour(
     env = ["env", "-u", "COLORTERM", "TERM=screen-256color"]
     if colours == "NO_COLOR":
         env.append("NO_COLOR=1")
-    # 70 s: after the OOM, the drafter's GPUs 5-7 are empty; the cursor is on GPU 0
+    # 70 s: after the OOM, the drafter's GPUs 5 and 7 are empty (CT 201's jupyter keeps
+    # its 6 GiB of GPU 6); the cursor is on GPU 0
     tmux.start([*env, str(GPUMON), "demo", "--demo-time", "70"], *size)
     tmux.wait_for(
-        lambda s: len(gpu_rows(s)) == 8 and " 0.0/95.6G" in gpu_rows(s)[6], 20, "the empty GPU 6"
+        lambda s: len(gpu_rows(s)) == 8 and " 0.0/95.6G" in gpu_rows(s)[7], 20, "the empty GPU 7"
     )
     lines = tmux.run("capture-pane", "-p", "-e", "-t", "t").splitlines()
     plain = [SGR.sub("", line) for line in lines]
     rows = {i: cells_of(lines[plain.index(text)]) for i, text in gpu_rows(plain).items()}
     cursor_bg = next(bg for ch, bg in rows[0] if ch == "▶")
     assert "█" in "".join(ch for ch, _ in rows[1])  # a full bar shows as blocks
-    empty = rows[6]
+    empty = rows[7]
     assert "█" not in "".join(ch for ch, _ in empty)
     backgrounds = {bg for _, bg in empty}
     assert cursor_bg not in backgrounds, (cursor_bg, backgrounds)  # the empty bar reads empty

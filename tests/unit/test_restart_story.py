@@ -21,6 +21,15 @@ def test_the_launchers_pid_is_explained_by_its_workers_on_the_gpus() -> None:
     assert workers_text(on_gpus, (5, 6, 7), None) == ""
 
 
+def test_another_containers_process_on_the_gpus_is_no_worker() -> None:
+    # CT 201's jupyter keeps GPU 6 after the drafter's crash: it is not the launch's
+    jupyter = GpuUse(10240, (15201, 3187442), foreign_mib=6144, foreign_pids=(3187442,))
+    on_gpus = GpuReadings(100.0, {5: GpuUse(4096, (15200,)), 6: jupyter, 7: GpuUse(4096, (15202,))})
+    assert workers_text(on_gpus, (5, 6, 7), 13025) == "its workers 15200-15202 hold GPUs 5-7"
+    alone = GpuReadings(100.0, {6: GpuUse(6144, (3187442,), foreign_pids=(3187442,))})
+    assert workers_text(alone, (6,), 13025) == ""  # only the jupyter on the GPU: no workers
+
+
 def test_number_ranges() -> None:
     assert number_ranges([7, 5, 6]) == "5-7"
     assert number_ranges([1, 3, 5, 6]) == "1,3,5,6"
