@@ -4,10 +4,10 @@ one alert in Alertmanager, with the right labels, and the automatic restart with
 jupyter (the OOM's cause, which the restart leaves on GPU 6) stopped resolves it;
 Prometheus scrapes the exporter and answers PromQL for GPU 6's memory and the OOM counter.
 
-The demo's clock starts at 45 s and runs 4x: the OOM comes ~4 s in, after the first read
-of the drafter's log, so it is a live crash that the auto-restart follows (from 57 s a
-loaded machine read it as backlog and the test failed); the restarted drafter refills
-its GPU in 5 s (the auto-restart's 10 s backoff stays real time)."""
+The demo's clock starts at 36 s and runs 4x: the OOM comes ~6 s in, after the first read of
+the drafter's log, so it is a live crash that the auto-restart follows (from 57 s a loaded
+machine read it as backlog and the test failed; 45 s, ~4 s in, left little margin); the
+restarted drafter refills its GPU in 5 s (the auto-restart's 10 s backoff stays real time)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_i
         )
         host = resolve_host(Config(path=None), "demo")
         service = WatchService(
-            [host], settings, sim=demo_settings(demo_time=45, speed=4.0), prepare=auto_restart
+            [host], settings, sim=demo_settings(demo_time=36, speed=4.0), prepare=auto_restart
         )
         await service.start()
         try:

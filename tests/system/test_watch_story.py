@@ -1,8 +1,9 @@
 """``gpumon watch``'s own log tells the dashboard's story (issue 26.4): the real command on
-the demo (scenario time 40 s at 4x, the drafter's auto-restart on: the OOM 5 s in, after
-the first read of its log, so it is a live crash that the auto-restart follows; the
-restart after its 10 s backoff; then CT 201's jupyter, the OOM's cause that the restart
-leaves on GPU 6, is stopped as the fix's first step says), its text log read line by line.
+the demo (scenario time 36 s at 4x, the drafter's auto-restart on: the OOM 6 s in, after
+the first read of its log and the hub's settling samples, with margin for a slow start, so
+it is a live crash that the auto-restart follows; the restart after its 10 s backoff; then
+CT 201's jupyter, the OOM's cause that the restart leaves on GPU 6, is stopped as the
+fix's first step says), its text log read line by line.
 
 - one failure is one incident: opened once, updated, resolved once (issue 26.4: the OOM
   line, the memory drop and the memory condition used to page three times);
@@ -58,7 +59,7 @@ def test_watch_log_says_the_headline_the_fix_and_the_restart_when_it_ran(tmp_pat
     cfg = tmp_path / "config.toml"
     cfg.write_text("[watch]\nmetrics_port = 0\nmin_open_s = 0\n")
     log = tmp_path / "watch.log"
-    demo = ["--demo-time", "40", "--demo-speed", "4", "--demo-auto-restart"]
+    demo = ["--demo-time", "36", "--demo-speed", "4", "--demo-auto-restart"]
     tmp = tmp_path / "tmp"  # the demo machine's folder, for its kill
     tmp.mkdir()
     proc = subprocess.Popen(
