@@ -94,8 +94,13 @@ def test_snapshot_text_prints_alerts_and_workloads_and_a_crash_is_not_ok() -> No
     assert all(health[i].startswith("critical") for i in (5, 6, 7)), health
     assert HEADLINE in health[6] and "drafter crashed" in health[5]
     alerts = text.split("\nALERTS\n", 1)[1]
-    # At 80 columns the fix goes under the headline; --wide keeps them on one line.
-    assert alerts.startswith(f"  CRITICAL  {HEADLINE}\n            {FIX}\n"), alerts
+    # At 80 columns the headline wraps under itself and the fix goes on its own line below
+    # (--wide keeps them on one line); no word is lost or cut.
+    head = alerts.split(f"\n            {FIX}\n", 1)[0].split("\n")
+    assert head[0].startswith("  CRITICAL  drafter: CUDA OOM on GPU 6 "), alerts
+    assert len(head) == 2 and all(len(row) <= 80 for row in head), head
+    assert head[1].startswith("            ") and head[1][12] != " ", head
+    assert " ".join(row.strip() for row in head) == f"CRITICAL  {HEADLINE}", head
     assert re.search(r"\n    critical cuda_oom +GPU 6 +drafter +\d{4}-\d\d-\d\dT", alerts)
     jobs = _objects(text, "JOBS")[0]
     assert jobs.startswith("  name drafter  state crashed  gpus 5,6,7  step ")

@@ -17,7 +17,12 @@ import pytest
 
 pytestmark = pytest.mark.system
 
-HEADLINE = "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+# CT 201's jupyter-lab holds 6 GiB of GPU 6 from 32 s and outlives the drafter: the cause
+HEADLINE = (
+    "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201 jupyter-lab)"
+)
+# Stopping the holder is the dashboard's K; then the restart, the headless command.
+FIX = "fix: stop it (the dashboard's K), then gpumon restart demo drafter"
 MODEL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 GPUMON = [sys.executable, "-m", "gpumon.tui.cli"]
 # One value of the performance data, as the Monitoring Plugins guidelines write it:
@@ -56,7 +61,7 @@ def test_the_text_snapshot_fits_80_columns_and_wide_keeps_whole_lines() -> None:
     assert commands and commands[0].endswith("…"), commands  # the sglang command, cut
     wide = gpumon("snapshot", "demo", "--demo-time", "90", "--wide")
     assert "/root/venv/bin/python3 -m train.target --rank 0" in wide.stdout
-    assert f"  CRITICAL  {HEADLINE} — fix: gpumon restart demo drafter\n" in wide.stdout
+    assert f"  CRITICAL  {HEADLINE} — {FIX}\n" in wide.stdout
     assert max(len(row) for row in wide.stdout.splitlines()) > 80
     assert "--wide" in gpumon("snapshot", "--help").stdout
 
@@ -79,18 +84,22 @@ def test_the_snapshot_json_has_each_incident_with_its_headline_fix_and_evidence(
     assert data["alerts"] and data["gpus"]  # the keys that were there stay
     (oom,) = [i for i in data["incidents"] if i["kind"] == "cuda_oom"]
     assert oom["headline"] == HEADLINE
-    assert oom["fix"] == "gpumon restart demo drafter"
+    # The best fix is advice only (K, no command): its words; the restart comes second.
+    assert oom["fix"] == "stop it"
     assert oom["fixes"] == [
-        {"key": "r", "words": "restart drafter", "command": "gpumon restart demo drafter"}
+        {"key": "K", "words": "stop it", "command": None},
+        {"key": "r", "words": "restart drafter", "command": "gpumon restart demo drafter"},
     ]
     assert (oom["severity"], oom["gpu"], oom["job"]) == ("critical", 6, "drafter")
     assert "Tried to allocate 2.00 GiB" in oom["message"]
     assert all({"kind", "key", "message"} <= set(e) for e in oom["evidence"])
-    # Before the OOM the memory fills: an incident, and no restart offered for it.
+    # Before the OOM the memory fills: an incident, and no restart offered for it; the
+    # holder already on the GPU is the only fix.
     near = json.loads(gpumon("snapshot", "demo", "--demo-time", "50", "--json").stdout)
     (ramp,) = near["incidents"]
     assert ramp["kind"] in ("memory", "time_to_full") and ramp["job"] == "drafter"
-    assert ramp["fix"] is None and ramp["fixes"] == []
+    assert ramp["fix"] == "stop it"
+    assert ramp["fixes"] == [{"key": "K", "words": "stop it", "command": None}]
 
 
 def test_check_ends_in_performance_data_and_a_ramp_is_no_restart() -> None:
@@ -119,7 +128,7 @@ def test_check_ends_in_performance_data_and_a_ramp_is_no_restart() -> None:
     # After the OOM the GPU is empty: no time to full, left out (never 0).
     after = gpumon("check", "demo", "--demo-time", "70", "--window", "1")
     assert after.returncode == 2
-    assert after.stdout.startswith(f"CRITICAL demo: {HEADLINE} — fix: gpumon restart demo drafter")
+    assert after.stdout.startswith(f"CRITICAL demo: {HEADLINE} — {FIX}")
     perf = perfdata(after.stdout)
     assert "time_to_full" not in perf and perf["alerts_critical"]["value"] == "1"
 

@@ -1,16 +1,19 @@
 """``gpumon watch``'s service against the real Alertmanager and Prometheus (the Debian
 packages, started here on 127.0.0.1 with their own config and data dir): a demo OOM is
-one alert in Alertmanager, with the right labels, and the automatic restart resolves it;
+one alert in Alertmanager, with the right labels, and the automatic restart with CT 201's
+jupyter (the OOM's cause, which the restart leaves on GPU 6) stopped resolves it;
 Prometheus scrapes the exporter and answers PromQL for GPU 6's memory and the OOM counter.
 
-The demo's clock starts at 45 s and runs 4x: the OOM comes ~4 s in, after the first read
-of the drafter's log, so it is a live crash that the auto-restart follows (from 57 s a
-loaded machine read it as backlog and the test failed); the restarted drafter refills
-its GPU in 5 s (the auto-restart's 10 s backoff stays real time)."""
+The demo's clock starts at 36 s and runs 4x: the OOM comes ~6 s in, after the first read of
+the drafter's log, so it is a live crash that the auto-restart follows (from 57 s a loaded
+machine read it as backlog and the test failed; 45 s, ~4 s in, left little margin); the
+restarted drafter refills its GPU in 5 s (the auto-restart's 10 s backoff stays real time)."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.monitor import HostMonitor, demo_settings
 from gpumon.backends.notify.watch import WatchService
 
+from demo_holder import stop_the_holder
 from prometheus import AlertmanagerServer, PrometheusServer, free_port
 from waiting import until
 
@@ -43,8 +47,11 @@ def auto_restart(monitor: HostMonitor) -> None:
 
 
 async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_it(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    tmp = tmp_path / "tmp"  # the demo machine's folder (tempfile.mkdtemp), for its kill
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     with AlertmanagerServer(tmp_path) as am:
         am_notifier = NotifierConfig(name="am", kind="alertmanager", url=am.url, resend_s=2)
         settings = NotifySettings(
@@ -52,7 +59,7 @@ async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_i
         )
         host = resolve_host(Config(path=None), "demo")
         service = WatchService(
-            [host], settings, sim=demo_settings(demo_time=45, speed=4.0), prepare=auto_restart
+            [host], settings, sim=demo_settings(demo_time=36, speed=4.0), prepare=auto_restart
         )
         await service.start()
         try:
@@ -98,12 +105,26 @@ async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_i
             annotations = alert["annotations"]
             assert annotations["action"].startswith("auto-restart")
             assert "attempted" not in annotations["action"]  # said when it ran, not before
-            headline = "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+            headline = (
+                "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by "
+                "CT 201 jupyter-lab)"
+            )
             assert annotations["summary"].endswith(f"demo: {headline}")
             assert annotations["headline"] == headline
-            assert "fix: gpumon restart demo drafter" in annotations["description"]
-            # The auto-restart runs the drafter again; the resolve sets endsAt: gone from the
-            # active alerts (the periodic re-sends kept it there until then).
+            fix = "fix: stop it (the dashboard's K), then gpumon restart demo drafter"
+            assert fix in annotations["description"]
+            # The auto-restart runs the drafter again beside the jupyter, which still holds
+            # its 6 GiB: the incident stays open until the jupyter is stopped too (the fix's
+            # first step); then the resolve sets endsAt: gone from the active alerts (the
+            # periodic re-sends kept it there until then).
+            await until(
+                lambda: (r := service.session.runs.last("demo", "drafter")) and r.outcome,
+                90,
+                "the auto-restart's outcome",
+                step=0.3,
+            )
+            assert oom_alerts(), "resolved before the jupyter that caused the OOM was stopped"
+            await asyncio.to_thread(stop_the_holder, tmp)
             await until(lambda: not drafter_alerts(), 90, "the resolve", step=0.3, in_thread=True)
             assert max(counted) == 1, counted
             run = service.session.runs.last("demo", "drafter")
