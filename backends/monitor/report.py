@@ -94,7 +94,7 @@ def incident_json(incident: Incident) -> dict[str, Any]:
     """One incident of the snapshot's ``incidents`` (README: the JSON reference): the
     headline and the fix as ``check`` and the dashboard say them, the cause and the
     evidence alerts by kind, key and message (the full alerts are in ``alerts``)."""
-    best = incident.fixes[0] if incident.fixes else None
+    said = command_fix(incident)
     return {
         "headline": incident.headline,
         "severity": incident.severity.value,
@@ -104,7 +104,7 @@ def incident_json(incident: Incident) -> dict[str, Any]:
         "job": incident.job,
         "time": iso_time(incident.time),
         "message": incident.cause.message,
-        "fix": None if best is None else best.command or best.words,
+        "fix": None if said is None else said.removeprefix("fix: "),
         "fixes": [f.to_json() for f in incident.fixes],
         "evidence": [
             {

@@ -61,7 +61,11 @@ class SimTransport(LocalTransport):
         from gpumon.backends.sim.scenario import SGLANG_SCENARIOS
 
         sglang = settings.scenario in SGLANG_SCENARIOS
-        self.sglang_ports = _sglang_ports() if sglang else ()
+        self._ports_claim: int | None = None  # the flock on the usual ports, while held
+        if sglang:
+            self.sglang_ports, self._ports_claim = _sglang_ports()
+        else:
+            self.sglang_ports = ()
         env = dict(os.environ)
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
         if host.python == sys.executable:  # no python of the user's: the simulated venv's
@@ -199,24 +203,48 @@ class SimTransport(LocalTransport):
 
             with contextlib.suppress(JobError, OSError):
                 await signal_job(self, job, "KILL")
+        claim, self._ports_claim = self._ports_claim, None
+        if claim is not None:
+            os.close(claim)  # the usual ports are free for the next demo
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _sglang_ports(count: int = 8, base: int = 30000) -> tuple[int, ...]:
-    """SGLang's usual 30000-30007 when they are free here, else any free ports."""
+PORTS_CLAIM_DIR = "/tmp"  # fixed: every demo on the machine must see the same claim
+
+
+def _sglang_ports(count: int = 8, base: int = 30000) -> tuple[tuple[int, ...], int | None]:
+    """SGLang's usual 30000-30007 when they are free here and no other demo claimed them,
+    else any free ports; with the claim (an open file holding ``flock``, None without).
+
+    Two demos that start at the same moment (two test workers, two terminals) both found
+    the usual ports free before either listened, and the second one's servers could not
+    listen; the claim, held for the demo's life (released by ``dispose`` or the exit),
+    gives them to one."""
+    import fcntl
     import socket
 
     def free(port: int) -> bool:
         with socket.socket() as s:
             return s.connect_ex(("127.0.0.1", port)) != 0
 
-    if all(free(p) for p in range(base, base + count)):
-        return tuple(range(base, base + count))
+    claim: int | None = None
+    with contextlib.suppress(OSError):
+        path = os.path.join(PORTS_CLAIM_DIR, f"gpumon-sim-ports-{base}.lock")
+        claim = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(claim)
+            claim = None
+    if claim is not None and all(free(p) for p in range(base, base + count)):
+        return tuple(range(base, base + count)), claim
+    if claim is not None:
+        os.close(claim)
     socks = [socket.socket() for _ in range(count)]
     try:
         for s in socks:
             s.bind(("127.0.0.1", 0))
-        return tuple(sorted(s.getsockname()[1] for s in socks))
+        return tuple(sorted(s.getsockname()[1] for s in socks)), None
     finally:
         for s in socks:
             s.close()

@@ -85,7 +85,7 @@ def test_the_snapshot_json_has_each_incident_with_its_headline_fix_and_evidence(
     (oom,) = [i for i in data["incidents"] if i["kind"] == "cuda_oom"]
     assert oom["headline"] == HEADLINE
     # The best fix is advice only (K, no command): its words; the restart comes second.
-    assert oom["fix"] == "stop it"
+    assert oom["fix"] == "stop it (the dashboard's K), then gpumon restart demo drafter"
     assert oom["fixes"] == [
         {"key": "K", "words": "stop it", "command": None},
         {"key": "r", "words": "restart drafter", "command": "gpumon restart demo drafter"},
@@ -98,7 +98,7 @@ def test_the_snapshot_json_has_each_incident_with_its_headline_fix_and_evidence(
     near = json.loads(gpumon("snapshot", "demo", "--demo-time", "50", "--json").stdout)
     (ramp,) = near["incidents"]
     assert ramp["kind"] in ("memory", "time_to_full") and ramp["job"] == "drafter"
-    assert ramp["fix"] == "stop it"
+    assert ramp["fix"] == "stop it (the dashboard's K)"
     assert ramp["fixes"] == [{"key": "K", "words": "stop it", "command": None}]
 
 
