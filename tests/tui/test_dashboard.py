@@ -158,9 +158,12 @@ async def test_plots_redraw_only_for_new_samples(
         await wait(pilot, lambda: screen.plots["util"].builds > 0, what="first plot")
         shown = app.dashboard.sections[0].shown
         assert screen.refresh_view() is False  # same sample: nothing to redraw
+        before = screen.plots["util"].builds
         await wait(pilot, lambda: app.dashboard.sections[0].shown is not shown, what="a new sample")
-        builds = screen.plots["util"].builds
+        await wait(pilot, lambda: screen.plots["util"].builds > before, what="its redraw")
         await pilot.press("p")  # paused: new samples do not redraw
+        await pilot.pause()  # a redraw already scheduled for a sample before the pause ends
+        builds = screen.plots["util"].builds
         await pilot.pause(2.5)
         assert screen.plots["util"].builds == builds
 
