@@ -19,22 +19,11 @@ from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import AlertHistoryScreen, JobActionScreen, SwapScreen
 
+from notices import said
+
 Wait = Callable[..., Awaitable[None]]
 SIZES = [(80, 24), (120, 40)]
 SIZE_IDS = ["80x24", "120x40"]
-
-
-def notes(app: GpumonApp) -> list[str]:
-    """The messages of every notification from here on."""
-    seen: list[str] = []
-    original = app.notify
-
-    def notify(message: str, **kwargs: Any) -> None:
-        seen.append(message)
-        original(message, **kwargs)
-
-    app.notify = notify  # type: ignore[method-assign]
-    return seen
 
 
 async def crashed(pilot: Pilot[int], wait: Wait, app: GpumonApp, monitor: HostMonitor) -> None:
@@ -128,7 +117,7 @@ async def test_r_with_no_job_anywhere_says_why(
 ) -> None:
     monitor = demo_monitor(demo_time=20.0)  # the drafter runs: no critical alert yet
     app = GpumonApp([monitor])
-    seen = notes(app)
+    seen = said(app)
     async with app.run_test(size=size) as pilot:
         await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
         await wait(pilot, lambda: app.dashboard.check_action("restart_job", ()) is True)
@@ -169,7 +158,7 @@ async def test_r_on_an_alert_without_a_job_says_why(
 
     monitor = demo_monitor(demo_time=20.0)
     app = GpumonApp([monitor])
-    seen = notes(app)
+    seen = said(app)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
         t = monitor.clock()
@@ -186,7 +175,7 @@ async def test_navigation_keys_move_the_cursor(
 ) -> None:
     monitor = demo_monitor(demo_time=70.0)
     app = GpumonApp([monitor])
-    seen = notes(app)
+    seen = said(app)
     async with app.run_test(size=size) as pilot:
         await crashed(pilot, wait, app, monitor)
         d = app.dashboard
@@ -228,7 +217,7 @@ async def test_the_palettes_screenshot_saves_an_svg_and_says_where(
     from textual.command import CommandPalette
 
     app = GpumonApp([demo_monitor(demo_time=30.0)])
-    seen = notes(app)
+    seen = said(app)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
         await pilot.press("ctrl+p")

@@ -9,7 +9,6 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import notices
 import pytest
 
 from gpumon.backends.alerts import AlertEngine
@@ -22,6 +21,8 @@ from gpumon.backends.recording import FlightRecorder, load_recording
 from gpumon.tui import app as app_module
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.cli import command_line as cli
+
+import notices
 
 Wait = Callable[..., Awaitable[None]]
 TOTAL_MIB = 97887
