@@ -23,45 +23,37 @@ from gpumon.backends.model import Health, iso_time
 
 log = logging.getLogger(__name__)
 
-KINDS = (
-    "memory",
-    "time_to_full",
-    "cuda_oom",
-    "oom_death",
-    "kv_cache_full",
-    "xid",
-    "host_oom_kill",
-    "cgroup_oom_kill",
-    "gpu_health",
-    "job_crashed",
-    "sglang_error",
-    "auto_restart",
-    "foreign_process",
-    "stale_data",
-    "driver_error",
-    "host_unreachable",
-    "gpu_idle_held",
-    "job_stalled",
-    "job_slow",
-    "sglang_hung",
-    "spec_accept_low",
-)
-CONDITION_KINDS = frozenset(
-    {
-        "memory",
-        "time_to_full",
-        "gpu_health",
-        "foreign_process",
-        "stale_data",
-        "driver_error",
-        "host_unreachable",
-        "gpu_idle_held",
-        "job_stalled",
-        "job_slow",
-        "sglang_hung",
-        "spec_accept_low",
-    }
-)
+CONDITION = "condition"  # lasts while its condition holds: acknowledging only silences it
+EVENT = "event"  # happened once: acknowledging it ends it
+
+#: Every documented alert kind, in the order the docs and the exporter list them, with
+#: what it is. (Three more kinds are raised without being documented here: the agent's
+#: ``agent_error``, a log's ``log_unreadable`` and ``log_flood``; all three are events.)
+KIND_NATURE: dict[str, str] = {
+    "memory": CONDITION,
+    "time_to_full": CONDITION,
+    "cuda_oom": EVENT,
+    "oom_death": EVENT,
+    "kv_cache_full": EVENT,
+    "xid": EVENT,
+    "host_oom_kill": EVENT,
+    "cgroup_oom_kill": EVENT,
+    "gpu_health": CONDITION,
+    "job_crashed": EVENT,
+    "sglang_error": EVENT,  # but a server's unreadable /metrics page (``PAGE_KEY``)
+    "auto_restart": EVENT,
+    "foreign_process": CONDITION,
+    "stale_data": CONDITION,
+    "driver_error": CONDITION,
+    "host_unreachable": CONDITION,
+    "gpu_idle_held": CONDITION,
+    "job_stalled": CONDITION,
+    "job_slow": CONDITION,
+    "sglang_hung": CONDITION,
+    "spec_accept_low": CONDITION,
+}
+KINDS = tuple(KIND_NATURE)
+CONDITION_KINDS = frozenset(kind for kind, nature in KIND_NATURE.items() if nature == CONDITION)
 PAGE_KEY = "sglang_page:"  # ``sglang_error`` of an unreadable /metrics page: a condition
 HISTORY_MAX = 500
 NOTES_MAX = 50

@@ -292,17 +292,20 @@ async def add_remote(
     if text is not None:
         archive.add("nvidia-smi-q.txt", text, f"`{shlex.join(smi)}` on the target")
 
-    if host.kind == "demo":
-        archive.missing("kernel.txt", "the simulator has no kernel log")
-    elif not host.kernel_log:
+    if not host.kernel_log:
         archive.missing("kernel.txt", "the host's kernel_log is off in the config")
     else:
-        text = await _within(archive, budget, "kernel.txt", _kernel_lines(transport, step))
+        # The kernel log the agent reads: /dev/kmsg through `dmesg -T`, or the file the
+        # transport names instead (the simulator's own kernel log, a test's).
+        kmsg = transport.kernel_log_path
+        argv = ["dmesg", "-T"] if kmsg == "/dev/kmsg" else ["tail", "-n", "5000", kmsg]
+        text = await _within(archive, budget, "kernel.txt", _kernel_lines(transport, argv, step))
         if text is not None:
             archive.add(
                 "kernel.txt",
                 text,
-                f"the kernel log's Xid and OOM-killer lines (`dmesg -T`, the last {KERNEL_LINES})",
+                f"the kernel log's Xid and OOM-killer lines (`{shlex.join(argv)}`, "
+                f"the last {KERNEL_LINES})",
             )
 
     if host.container is not None and host.kind == "demo":
@@ -346,8 +349,8 @@ async def add_remote(
         await _py_spy(archive, monitor, incident, budget, step)
 
 
-async def _kernel_lines(transport: Transport, timeout: float) -> str:
-    text = await _command(transport, ["dmesg", "-T"], timeout)
+async def _kernel_lines(transport: Transport, argv: Sequence[str], timeout: float) -> str:
+    text = await _command(transport, argv, timeout)
     kept = [line for line in text.splitlines() if _KERNEL.search(line)][-KERNEL_LINES:]
     return "\n".join(kept) + "\n" if kept else "(no Xid or OOM-killer line in the kernel log)\n"
 

@@ -2,6 +2,7 @@
 notifiers hold a token in a URL and name secrets by ``*_env`` variables that are set: F is
 0600 and holds the OOM's timeline, snapshots, recording, nvidia-smi report, log tail,
 doctor and config, and none of the secrets; a bundle of that recording (``--replay``);
+the sglang demo's Xid in the bundle's kernel log (the demo's own, never this machine's);
 a step that does not answer within the budget is listed, not waited for."""
 
 from __future__ import annotations
@@ -110,7 +111,9 @@ def test_the_demos_oom_bundle_is_complete_private_and_scrubbed(tmp_path: Path) -
     for name in files:
         if name != "index.txt":
             assert f"  {name} " in index, name  # every file listed and explained
-    assert "kernel.txt: the simulator has no kernel log" in index
+    # The demo's own kernel log (never this machine's): the OOM is CUDA's, not the kernel's.
+    assert files["kernel.txt"] == b"(no Xid or OOM-killer line in the kernel log)\n"
+    assert "  kernel.txt " in index and "`tail -n 5000 " in index
     timeline = json.loads(files["incident.json"])
     assert (
         timeline["headline"] == HEADLINE
@@ -151,6 +154,20 @@ def test_the_demos_oom_bundle_is_complete_private_and_scrubbed(tmp_path: Path) -
     # An existing file is never overwritten.
     refused = gpumon("bundle", "--replay", str(recording), "-o", str(out2), env=env)
     assert refused.returncode == 2 and "exists" in refused.stderr
+
+
+def test_the_demos_xid_is_in_its_bundles_kernel_log(tmp_path: Path) -> None:
+    out = tmp_path / "xid.tar.gz"
+    args = ("bundle", "demo", "--scenario", "sglang", "--demo-time", "100", "-o", str(out))
+    run = gpumon(*args, env=dict(os.environ))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith(f"{out}: Xid 63 on GPU 3 (running sglang::scheduler_TP0)")
+    kernel = _files(out)["kernel.txt"].decode().splitlines()
+    assert kernel == [
+        "NVRM: GPU at PCI:0000:5d:00: GPU-41e9d3a8-6c0b-47f2-9d15-28ab6e0c3f97",
+        "NVRM: Xid (PCI:0000:5d:00): 63, pid='<unknown>', name=<unknown>, "
+        "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    ]
 
 
 def test_a_step_that_does_not_answer_in_the_budget_is_listed() -> None:
