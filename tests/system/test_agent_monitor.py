@@ -379,9 +379,11 @@ def test_history_keeps_the_newest_when_resized() -> None:
 async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None:
     from gpumon.backends.actions import Session, audit
 
-    # The scenario clock at 4x: the OOM comes at once and the restarted drafter refills its
-    # GPU four times as fast (the backoff and the verify time stay real seconds).
-    settings = demo_settings(demo_time=57, speed=4.0)
+    # The scenario clock at 4x: the OOM comes 5 s in (after the agent follows the log: an
+    # OOM already in the log's backlog at start is never restarted automatically) and the
+    # restarted drafter refills its GPU four times as fast (the backoff and the verify time
+    # stay real seconds).
+    settings = demo_settings(demo_time=40, speed=4.0)
     monitor = make_monitor(resolve_host(Config(path=None), "demo"), settings)
     drafter = monitor.host.job("drafter")
     assert drafter is not None and not drafter.auto_restart  # off by default

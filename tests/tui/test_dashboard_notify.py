@@ -30,7 +30,8 @@ async def test_the_dashboard_pages_the_demo_oom_through_the_webhook(
 ) -> None:
     with Receiver() as rx:
         hub = NotifyHub(settings(rx.url("/hook")), Outbox(tmp_path / "outbox.sqlite3"))
-        app = GpumonApp([demo_monitor(frozen=False, demo_time=58, speed=4.0)], hub=hub)
+        # The OOM 3 s from now: after the hub's first samples (the log's backlog read).
+        app = GpumonApp([demo_monitor(frozen=False, demo_time=48, speed=4.0)], hub=hub)
 
         def oom_sent() -> bool:  # the OOM opens its incident, or updates the memory warning's
             return any(
