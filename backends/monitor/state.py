@@ -473,7 +473,7 @@ class HostMonitor:
         if self.latest is not None and self._last_data_at is not None:
             at = self.latest.time + max(now - self._last_data_at, 0.0)
         self.recorder.record_log(tag, path, lines, at, backlog=backlog)
-        self.workloads.on_log(tag, path, lines, now)
+        self.workloads.on_log(tag, path, lines, now, backlog=backlog)
         gpus = job.gpus if job and job.gpus else None
         if source.sglang:  # the server's GPUs, where known: its incident folds them in
             gpus = self.workloads.log_gpus(path, self.latest)

@@ -200,6 +200,10 @@ class NotifyHub:
         self._sent: dict[str, deque[float]] = {}
         self._singly: set[str] = set()  # notifiers sending one event a message for now
         self._resent: dict[str, float] = {}
+        # Open incidents each notifier was told of (``_route``); those restored from the
+        # outbox were told before this hub (or filtered out then: no telling which).
+        self._told: dict[str, set[str]] = {}
+        self._told_before = set(self.tracker.open)
         self.terminal: Callable[[bytes], None] | None = None  # see ``deliver``
         # The dashboard's "auto" delivery: while this says True (a `gpumon watch` runs and
         # pages for the same alerts) nothing is queued or sent here; the watch delivers.
@@ -321,21 +325,51 @@ class NotifyHub:
 
     # --- queueing -----------------------------------------------------------------------
     def publish(self, events: Sequence[IncidentEvent]) -> None:
-        """Store each event for every notifier that wants it and wake their tasks."""
+        """Store each event for every notifier that wants it (``_route``) and wake their
+        tasks."""
         now = self.clock()
         standby = bool(events) and self._standing_by()
         for ev in events:
             self.outbox.save_incident(ev)
             self.changes.emit(ev)
-            if standby:
+            if standby:  # the watch tells the notifiers (or filters it): as if told before
+                if ev.event != "resolve":
+                    self._told_before.add(ev.key)
+                else:
+                    self._told_before.discard(ev.key)
                 continue
             for cfg in self.settings.notifiers.values():
-                if not cfg.wants(ev.host, ev.kind, _severity(ev)):
+                routed = self._route(cfg, ev)
+                if routed is None:
                     continue
-                self.outbox.add(cfg.name, ev, now, self._not_before(cfg, ev.host, now))
+                self.outbox.add(cfg.name, routed, now, self._not_before(cfg, ev.host, now))
                 wake = self._wake.get(cfg.name)
                 if wake is not None:
                     wake.set()
+            if ev.event == "resolve":  # the key may open again: a new incident then
+                self._told_before.discard(ev.key)
+
+    def _route(self, cfg: NotifierConfig, ev: IncidentEvent) -> IncidentEvent | None:
+        """``ev`` as ``cfg`` is told it, None when it is not. The first event of an
+        incident a notifier hears opens it there (a notifier of critical incidents hears
+        the memory warning's escalation to the OOM as ``[CRITICAL]``, not as an update of
+        a warning it never heard); a notifier told of an incident hears its resolve
+        whatever the filter says of the resolve (the cause's kind may have changed), and
+        one never told does not."""
+        told = self._told.setdefault(cfg.name, set())
+        wanted = cfg.wants(ev.host, ev.kind, _severity(ev))
+        if ev.event == "resolve":
+            if ev.key in told:
+                told.discard(ev.key)
+                return ev
+            return ev if ev.key in self._told_before and wanted else None
+        if not wanted:
+            return None
+        if ev.event == "update" and ev.key not in told and ev.key not in self._told_before:
+            ev = dataclasses.replace(ev, event="open", previous=None)
+        if ev.event != "test":
+            told.add(ev.key)
+        return ev
 
     def _standing_by(self) -> bool:
         return self.standby is not None and self.standby()

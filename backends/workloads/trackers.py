@@ -142,8 +142,8 @@ class JobTracker:
         self.ended_at: float | None = None
         self.last_update: float | None = None
         self.run_started_at: float | None = None  # first progress of this run
-        # whether gpumon saw this run begin: its first progress came after an earlier read
-        # of the log (a run already going when gpumon came has an unknown age)
+        # whether gpumon saw this run begin: its first progress came after gpumon began
+        # following the log (a run already going when gpumon came has an unknown age)
         self.run_start_seen = False
         self._first_read_at: float | None = None
         self.last_line_at: float | None = None  # any line, progress or not
@@ -175,12 +175,14 @@ class JobTracker:
         self._resumed_from: int | None = None  # a resume line since the last progress
 
     # ------------------------------------------------------------------ feeding it
-    def feed(self, line: str, t: float) -> bool:
+    def feed(self, line: str, t: float, *, backlog: bool = True) -> bool:
         """One log line (``\\r``-separated bar updates inside are fine) that arrived at
-        local time ``t``; returns whether it carried progress."""
+        local time ``t``; returns whether it carried progress. ``backlog``: the line was
+        in the log before gpumon followed it, or that is not known; a first line that was
+        not (a log that began after gpumon came) means gpumon followed it from its start."""
         self.last_line_at = t
         if self._first_read_at is None:
-            self._first_read_at = t
+            self._first_read_at = t if backlog else -math.inf
         self._note_events(line, t)
         update = self.parser.parse(line)
         if update is None:
@@ -188,9 +190,9 @@ class JobTracker:
         self.apply(update, t)
         return True
 
-    def feed_lines(self, lines: list[str], t: float) -> int:
+    def feed_lines(self, lines: list[str], t: float, *, backlog: bool = True) -> int:
         """Lines that arrived together; returns how many carried progress."""
-        return sum(self.feed(line, t) for line in lines)
+        return sum(self.feed(line, t, backlog=backlog) for line in lines)
 
     def _note_events(self, line: str, t: float) -> None:
         """A collective timeout, an elastic restart, a root cause, a save or evaluation."""

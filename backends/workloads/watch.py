@@ -155,12 +155,13 @@ class Workloads:
         else:
             tracker.observe_http(status, body, t, error)
 
-    def on_log(self, tag: str, path: str, lines: list[str], t: float) -> None:
+    def on_log(self, tag: str, path: str, lines: list[str], t: float, *, backlog: bool) -> None:
+        """New lines of a followed log; ``backlog``: the tail that was there at start."""
         source = LogSource.from_tag(tag)
         if source.job is not None:
             job = self.jobs.get(source.job)
             if job is not None:  # the tracker decides whether progress means "running again"
-                job.feed_lines(lines, t)
+                job.feed_lines(lines, t, backlog=backlog)
         elif source.sglang:
             tracker = self._server_for(path)
             if tracker is not None:

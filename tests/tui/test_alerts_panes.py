@@ -214,6 +214,38 @@ async def test_history_lists_alerts_and_acknowledging_an_event_hides_it(
         assert "1 alert (seen)" in app.dashboard.sections[0].header.plain
 
 
+async def test_the_incidents_detail_follows_it_while_open(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Opened on GPU 6's memory warning, the detail becomes the OOM's when the drafter
+    dies: the same incident, its cause now the OOM (it was a snapshot before)."""
+    # 50 s at twice the speed: GPU 6 fills now, the drafter dies 5 s from now
+    monitor = demo_monitor(frozen=False, demo_time=50.0, speed=2.0)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await with_rows(pilot, wait, app)
+        await wait(
+            pilot,
+            lambda: any(a.kind == "memory" for a in monitor.alerts.active()),
+            what="GPU 6's memory warning",
+        )
+        assert not any(a.kind == "cuda_oom" for a in monitor.alerts.history())
+        await pilot.press("a")
+        await pilot.press("enter")
+        opened = app.screen
+        assert isinstance(opened, AlertDetailScreen)
+        detail: AlertDetailScreen = opened  # for the lambda below
+        assert "CUDA OOM" not in detail.plain and "memory" in detail.plain
+        await wait(
+            pilot,
+            lambda: detail.plain.splitlines()[0].strip() == HEADLINE,
+            timeout=30,
+            what=f"the OOM heading the open detail: {detail.plain[:200]!r}",
+        )
+        assert app.screen is detail  # still open, the same screen
+        assert "torch.OutOfMemoryError" in detail.plain
+
+
 async def test_acknowledged_conditions_stay_counted_as_seen(
     demo_monitor: Callable[..., HostMonitor], wait: Wait
 ) -> None:

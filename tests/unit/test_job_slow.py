@@ -60,12 +60,22 @@ def step(n: int, ktok: float) -> str:
 
 
 def run(
-    w: Workloads, engine: AlertEngine, clock: Clock, seconds: int, ktok: float, first: int = 1
+    w: Workloads,
+    engine: AlertEngine,
+    clock: Clock,
+    seconds: int,
+    ktok: float,
+    first: int = 1,
+    *,
+    backlog: bool = True,
 ) -> list[Alert]:
-    """One progress line a second for ``seconds``; the job_slow alerts after the last."""
+    """One progress line a second for ``seconds``; the job_slow alerts after the last.
+    The first line is the log's backlog (there when gpumon came) unless ``backlog`` is
+    False or gpumon read the log before."""
     for k in range(first, first + seconds):
         clock.t += 1.0
-        w.on_log("job:drafter", "/l/d.log", [step(k, ktok)], clock.t)
+        w.on_log("job:drafter", "/l/d.log", [step(k, ktok)], clock.t, backlog=backlog)
+        backlog = False
         w.judge_stalls(engine, sample(clock.t), clock.t)
     return [a for a in engine.active() if a.kind == "job_slow"]
 
@@ -276,7 +286,7 @@ def test_a_run_slow_only_in_its_warm_up_raises_nothing(tmp_path: Path) -> None:
     """A run gpumon sees begin (its log spoke before its first step) is compiling for its
     first WARMUP_S: slow then is not slow; slow after it still is."""
     w, engine, clock = setup(tmp_path, slow_for_s=15.0)
-    w.on_log("job:drafter", "/l/d.log", ["loading checkpoint shards"], clock.t)
+    w.on_log("job:drafter", "/l/d.log", ["loading checkpoint shards"], clock.t, backlog=True)
     warm = int(WARMUP_S) - 5
     assert run(w, engine, clock, warm, 4.6) == []  # 175 s at 23 %, far past slow_for_s
     assert run(w, engine, clock, 60, 20.3, first=warm + 1) == []
@@ -291,3 +301,14 @@ def test_a_run_already_going_when_gpumon_came_is_judged_at_once(tmp_path: Path) 
     (alert,) = run(w, engine, clock, 20, 4.6, first=5000)
     assert alert.job == "drafter"
     assert w.jobs["drafter"].run_start_seen is False
+
+
+def test_a_run_whose_log_began_after_gpumon_came_has_its_warm_up(tmp_path: Path) -> None:
+    """Its very first line is a step, but the log was not there when gpumon began to
+    follow it (the agent's first read of it is not backlog): gpumon saw the run begin."""
+    w, engine, clock = setup(tmp_path, slow_for_s=15.0)
+    warm = int(WARMUP_S) - 5
+    assert run(w, engine, clock, warm, 4.6, backlog=False) == []  # slow, but warming up
+    assert w.jobs["drafter"].run_start_seen is True
+    (alert,) = run(w, engine, clock, 25, 4.6, first=warm + 1)  # slow after it: said
+    assert alert.message.startswith("drafter at 4.6 Ktok/s, 23 % of its expected")

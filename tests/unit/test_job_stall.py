@@ -102,7 +102,7 @@ def sample(t: float, held: bool = True) -> HostSample:
 def feed(
     w: Workloads, engine: AlertEngine, clock: Clock, lines: list[str], held: bool = True
 ) -> list[Alert]:
-    w.on_log("job:drafter", "/l/d.log", lines, clock.t)
+    w.on_log("job:drafter", "/l/d.log", lines, clock.t, backlog=False)
     w.apply_alerts(engine, clock.t)
     w.judge_stalls(engine, sample(clock.t, held), clock.t)
     return [a for a in engine.active() if a.kind == "job_stalled"]

@@ -46,7 +46,12 @@ from gpumon.tui.dashboard.alerts import AlertPresenter
 from gpumon.tui.dashboard.cursor import CursorModel, Stop
 from gpumon.tui.dashboard.notices import ConnectionWatch
 from gpumon.tui.dashboard.replay import ReplayControls, replay_header, replay_of
-from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DetailTarget
+from gpumon.tui.screens import (
+    AlertDetailScreen,
+    AlertHistoryScreen,
+    DetailScreen,
+    DetailTarget,
+)
 from gpumon.tui.screens.detail import fitting_window
 from gpumon.tui.state import remember_window, remembered_window
 from gpumon.tui.views import Palette
@@ -223,7 +228,7 @@ class DashboardScreen(Screen[None]):
             if self.cursor_model.follow():
                 self.app.refresh_bindings()
             on_show = self.app.screen
-            if isinstance(on_show, DetailScreen | AlertHistoryScreen):
+            if isinstance(on_show, DetailScreen | AlertHistoryScreen | AlertDetailScreen):
                 on_show.refresh_view()
 
     def _view_context(self, i: int) -> ViewContext:

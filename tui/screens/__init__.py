@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .alert_detail import AlertDetailScreen
     from .alerts import AlertHistoryScreen
     from .detail import DetailScreen, DetailTarget
     from .doctor import DoctorScreen
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from .swap import SwapScreen
 
 __all__ = [
+    "AlertDetailScreen",
     "AlertHistoryScreen",
     "DetailScreen",
     "DetailTarget",
@@ -32,6 +34,7 @@ if not TYPE_CHECKING:
     __getattr__ = lazy_exports(
         __name__,
         {
+            "AlertDetailScreen": "alert_detail",
             "AlertHistoryScreen": "alerts",
             "DetailScreen": "detail",
             "DetailTarget": "detail",

@@ -1,10 +1,11 @@
 """An incident's detail over the alert history (Enter on a row): the full headline, each
 alert's first / peak / now messages with their times, the lines that raised them, the fix
-and the flight recording (``views.alert_detail``). It scrolls (↑ ↓ PgUp PgDn) and fits
-80x24; Esc closes it."""
+and the flight recording (``views.alert_detail``), kept up to date while it is open. It
+scrolls (↑ ↓ PgUp PgDn) and fits 80x24; Esc closes it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -49,11 +50,20 @@ class AlertDetailScreen(ModalScreen[None]):
     }
     """
 
-    def __init__(self, view: DetailView, palette: Palette) -> None:
+    def __init__(
+        self,
+        view: DetailView,
+        palette: Palette,
+        *,
+        follow: Callable[[], DetailView | None] | None = None,
+    ) -> None:
+        """``follow()``: the incident's view now (None: it is no longer found, the last
+        view stays); the dashboard calls ``refresh_view`` after each change of its hosts."""
         super().__init__(id="alert-detail")
         self.view = view
         self.rows = detail_rows(view)
         self.palette = palette
+        self.follow = follow
 
     def compose(self) -> ComposeResult:
         box = VerticalScroll(id="alert-detail-box")
@@ -66,6 +76,21 @@ class AlertDetailScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#alert-detail-box").focus()
+
+    def refresh_view(self) -> bool:
+        """Show the incident as it is now (a memory warning the OOM made critical, its
+        "now" messages, an end); returns whether anything changed. The scroll position
+        stays."""
+        view = self.follow() if self.follow is not None else None
+        if view is None:
+            return False
+        rows = detail_rows(view)
+        if rows == self.rows:
+            return False
+        self.view, self.rows = view, rows
+        text = self.query("#alert-detail-text").first(Static)
+        text.update(detail_renderable(rows, self.palette))
+        return True
 
     @property
     def plain(self) -> str:

@@ -24,6 +24,7 @@ from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.screens.alert_detail import AlertDetailScreen, detail_view
 from gpumon.tui.views import Palette, Role, alert_count
 from gpumon.tui.views.alert_cells import evidence_cells, incident_cells
+from gpumon.tui.views.alert_detail import DetailView
 
 COLUMNS = ("severity", "time", "host", "GPU", "job", "state", "message", "now")
 
@@ -167,8 +168,19 @@ class AlertHistoryScreen(Screen[None]):
         picked, incident = self.selected(), self.selected_incident()
         if picked is None or incident is None:
             return
-        monitor = self.monitors[picked[0]]
-        self.app.push_screen(AlertDetailScreen(detail_view(monitor, incident), self.palette_of()))
+        host, monitor = picked[0], self.monitors[picked[0]]
+        keys = {a.key for a in incident.alerts}
+
+        def follow() -> DetailView | None:  # the incident that holds any of its alerts now
+            found = (x for i, x in self.incidents() if i == host and keys.intersection(x.keys))
+            now = next(found, None)
+            if now is None:
+                return None
+            keys.update(now.keys)
+            return detail_view(monitor, now)
+
+        view = detail_view(monitor, incident)
+        self.app.push_screen(AlertDetailScreen(view, self.palette_of(), follow=follow))
 
     def action_acknowledge(self) -> None:
         picked = self.selected()
