@@ -565,9 +565,17 @@ class HostMonitor:
             )
         self._notify()
 
-    def ingest_http(self, tag: str, status: int | None, body: str, error: str | None) -> None:
+    def ingest_http(
+        self,
+        tag: str,
+        status: int | None,
+        body: str,
+        error: str | None,
+        *,
+        at: float | None = None,
+    ) -> None:
         now = self.clock()
-        self.workloads.on_http(tag, status, body, error, now)
+        self.workloads.on_http(tag, status, body, error, now, at=at)
         self._judge_hung(now)
         self._notify()
 

@@ -187,8 +187,16 @@ def stamp_epoch(stamp: str | None) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class _Point:
-    t: float
+    t: float  # local time the scrape came
     scrape: SglangScrape
+    at: float | None = None  # when the target read it (the agent's clock), where said
+
+
+def _span(t: float, at: float | None, base: _Point) -> float:
+    """Seconds between ``base`` and a scrape that came at local ``t``, read at ``at``: by
+    the target's clock where both say it (when the page was read, which a rate needs; a
+    loaded link or event loop delays the arrival, not the reading), else by arrival."""
+    return at - base.at if at is not None and base.at is not None else t - base.t
 
 
 def _delta(new: float | None, old: float | None) -> float | None:
@@ -289,7 +297,13 @@ class SglangTracker:
         return t - last >= self.latency_every_s - 0.05
 
     def observe_http(
-        self, status: int | None, body: str, t: float, error: str | None = None
+        self,
+        status: int | None,
+        body: str,
+        t: float,
+        error: str | None = None,
+        *,
+        at: float | None = None,
     ) -> None:
         """One fetch of ``/metrics``: status 200 is parsed; 404 means metrics are off
         (the server is up; numbers come from its log); anything else, or no status
@@ -298,7 +312,7 @@ class SglangTracker:
         not stopped."""
         unreadable = None
         if status == 200:
-            if not self.observe_text(body, t):
+            if not self.observe_text(body, t, at=at):
                 why = (self.error or "").removeprefix("bad /metrics text: ")
                 unreadable = f"page cannot be read: {why}"
         elif status is None and error is not None and error.startswith(_UNREADABLE_ERRORS):
@@ -320,7 +334,7 @@ class SglangTracker:
             return None
         return f"sglang :{self.port} /metrics {self.unreadable}"
 
-    def observe_text(self, text: str, t: float) -> bool:
+    def observe_text(self, text: str, t: float, *, at: float | None = None) -> bool:
         """Parse a ``/metrics`` body and observe it; False (and ``error`` set, values
         stale) when the text does not parse."""
         try:
@@ -328,7 +342,7 @@ class SglangTracker:
         except SglangParseError as e:
             self.up, self.stale, self.error = True, True, f"bad /metrics text: {e}"
             return False
-        self.observe(scrape, t)
+        self.observe(scrape, t, at=at)
         return True
 
     def observe_info(self, status: int | None, body: str) -> None:
@@ -348,8 +362,9 @@ class SglangTracker:
         self._frozen_since = None
         self.history.append((t, None))
 
-    def observe(self, scrape: SglangScrape, t: float) -> None:
-        """A good scrape at local time ``t``: updates every number."""
+    def observe(self, scrape: SglangScrape, t: float, *, at: float | None = None) -> None:
+        """A good scrape at local time ``t`` (read at ``at`` by the target's clock, where
+        said: the rates' spans, ``_span``): updates every number."""
         self.up, self.stale, self.error, self.metrics_enabled = True, False, None, True
         if self._points:
             last = self._points[-1]
@@ -360,7 +375,7 @@ class SglangTracker:
                     self.counter_progress_at = self.log_progress_at = None
                 self._points.clear()
         self._track_progress(scrape, t)
-        self._points.append(_Point(t, scrape))
+        self._points.append(_Point(t, scrape, at))
         while len(self._points) > 2 and self._points[1].t <= t - self.slow_window_s:
             self._points.popleft()
         self._last_scrape_t = self.last_update = t
@@ -376,7 +391,7 @@ class SglangTracker:
         self.spec_verify_calls = scrape.spec_verify_calls
         self.retracted, self.retracted_total = scrape.retracted, scrape.retracted_total
         self.paused, self.aborted_total = scrape.paused, scrape.aborted_total
-        self._rates(scrape, t)
+        self._rates(scrape, t, at)
         # SGLang 0.4.x pages carry no rank labels and (from 0.4.4 on) keep the most recent
         # DP rank's gauges only: with several DP ranks the log, which every leader writes,
         # is the whole server.
@@ -581,7 +596,7 @@ class SglangTracker:
                 return p
         return earlier[-1] if earlier else None
 
-    def _rates(self, new: SglangScrape, t: float) -> None:
+    def _rates(self, new: SglangScrape, t: float, at: float | None = None) -> None:
         fast = self._base(t, self.rate_window_s)
         slow = self._base(t, self.slow_window_s)
         if new.decode_tokens is None:
@@ -590,21 +605,23 @@ class SglangTracker:
             self.gen_tokens_per_s = new.gen_throughput
             self.gen_tokens_per_s_source = None if new.gen_throughput is None else "gauge"
         else:
-            if fast is not None and t - fast.t < self.min_rate_span_s:
+            if fast is not None and _span(t, at, fast) < self.min_rate_span_s:
                 fast = None
             tokens = None if fast is None else _delta(new.decode_tokens, fast.scrape.decode_tokens)
             self.gen_tokens_per_s = (
-                None if tokens is None or fast is None else tokens / (t - fast.t)
+                None if tokens is None or fast is None else tokens / _span(t, at, fast)
             )
             self.gen_tokens_per_s_source = None if self.gen_tokens_per_s is None else "counter"
-        spanned = fast if fast is not None and t - fast.t >= self.min_rate_span_s else None
+        spanned = fast if fast is not None and _span(t, at, fast) >= self.min_rate_span_s else None
         verify = (
             None
             if spanned is None
             else _delta(new.spec_verify_calls, spanned.scrape.spec_verify_calls)
         )
         self.spec_verify_per_s = (  # a counter that went back (a reset) gives no rate
-            None if verify is None or verify < 0 or spanned is None else verify / (t - spanned.t)
+            None
+            if verify is None or verify < 0 or spanned is None
+            else verify / _span(t, at, spanned)
         )
         self.cache_parts = None if slow is None else _cache_parts(new, slow.scrape)
         self.cache_hit_rate = _ratio(*self.cache_parts) if self.cache_parts else None

@@ -135,7 +135,16 @@ class Workloads:
             for port in ports:
                 self.sglang.setdefault(port, SglangTracker(port))
 
-    def on_http(self, tag: str, status: int | None, body: str, error: str | None, t: float) -> None:
+    def on_http(
+        self,
+        tag: str,
+        status: int | None,
+        body: str,
+        error: str | None,
+        t: float,
+        *,
+        at: float | None = None,
+    ) -> None:
         """A fetch of ``tag``'s URL (``sglang:PORT``, or ``sglang-info:PORT`` for its
         server info): HTTP status (None: no answer)."""
         kind, _, number = tag.partition(":")
@@ -153,7 +162,7 @@ class Workloads:
         elif kind == "sglang-info":
             tracker.observe_info(status, body)
         else:
-            tracker.observe_http(status, body, t, error)
+            tracker.observe_http(status, body, t, error, at=at)
 
     def on_log(self, tag: str, path: str, lines: list[str], t: float, *, backlog: bool) -> None:
         """New lines of a followed log; ``backlog``: the tail that was there at start."""

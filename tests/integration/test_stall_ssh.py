@@ -137,7 +137,9 @@ async def test_a_job_at_4_6_ktok_s_of_20000_expected_is_slow_one_at_20_3_is_not(
 ) -> None:
     monkeypatch.setenv("GPUMON_SSH_CONFIG", "")
     log = tmp_path / "train.log"
-    log.touch()
+    # A run already going when gpumon comes (its first step in the log's backlog): judged
+    # at once. One that began while gpumon watched would have its 3 min of warm-up.
+    steps(log, 1, 1, ktok)
     cfg = tmp_path / "config.toml"
     cfg.write_text(
         config(sshd, log, 600).replace(
@@ -153,7 +155,7 @@ async def test_a_job_at_4_6_ktok_s_of_20000_expected_is_slow_one_at_20_3_is_not(
 
     try:
         await until(lambda: monitor.samples >= 1, 30, "first sample")
-        for k in range(1, 26):  # 25 s of steps: past slow_for_s with room for the first rate
+        for k in range(2, 27):  # 25 s of steps: past slow_for_s with room for the first rate
             steps(log, k, 1, ktok)
             await asyncio.sleep(1.0)
         if slow:

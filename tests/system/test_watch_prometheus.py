@@ -138,7 +138,8 @@ async def test_prometheus_scrapes_gpu6_memory_and_the_oom_counter(tmp_path: Path
     port = free_port()
     settings = NotifySettings(metrics_port=port)
     host = resolve_host(Config(path=None), "demo")
-    service = WatchService([host], settings, sim=demo_settings(demo_time=45, speed=4.0))
+    # The OOM 6 s from now, after the log's backlog is read (the counter counts live OOMs)
+    service = WatchService([host], settings, sim=demo_settings(demo_time=36, speed=4.0))
     await service.start()
     try:
         with PrometheusServer(tmp_path, [f"127.0.0.1:{port}"]) as prom:

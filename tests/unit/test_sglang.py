@@ -308,6 +308,21 @@ def test_no_counter_rate_over_less_than_two_seconds() -> None:
     assert tr.gen_tokens_per_s_source == "counter"
 
 
+def test_the_rate_spans_the_readings_not_the_arrivals() -> None:
+    """The agent says when it read each page (``at``: the request's midpoint by the
+    target's clock); a page that arrived late (a loaded link or event loop) does not skew
+    the rate: 2 s between the readings, 2.5 s between the arrivals."""
+    tokens = 11689405 - 11634512  # the two pages' decode token counters
+    tr = SglangTracker(30000)
+    tr.observe_text(BUSY, 100.0, at=5000.0)
+    tr.observe_http(200, IDLE, 102.5, at=5002.0)
+    assert tr.gen_tokens_per_s == pytest.approx(tokens / 2.0, abs=0.1)
+    arrivals = SglangTracker(30000)  # no reading times (a replay): the arrivals'
+    arrivals.observe_text(BUSY, 100.0)
+    arrivals.observe_text(IDLE, 102.5)
+    assert arrivals.gen_tokens_per_s == pytest.approx(tokens / 2.5, abs=0.1)
+
+
 def test_a_latency_quantile_is_not_read_from_a_few_requests() -> None:
     # issue 26.8: two snapshots of the demo at the same scenario time said TTFT p95 0.095 s
     # and 1.9 s: a one-second window holds two or three requests, the p95 is whichever

@@ -131,7 +131,10 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
             _route(
                 p.LogProblem, _quiet(lambda m: sink.ingest_log_problem(m.tag, m.path, m.problem))
             ),
-            _route(p.Http, _quiet(lambda m: sink.ingest_http(m.tag, m.status, m.body, m.error))),
+            _route(
+                p.Http,
+                _quiet(lambda m: sink.ingest_http(m.tag, m.status, m.body, m.error, at=m.t)),
+            ),
             _route(p.Kernel, _quiet(lambda m: sink.ingest_kernel_lines(m.lines))),
             _route(p.MemoryEvents, _quiet(lambda m: sink.ingest_memory_events(m.text))),
             _route(p.Note, _quiet(lambda m: sink.ingest_note(m.text))),

@@ -81,8 +81,17 @@ class Sink(Protocol):
     def ingest_log_problem(self, tag: str, path: str, problem: str | None) -> None:
         """A followed log cannot be read (``problem``: why), or can be again (None)."""
 
-    def ingest_http(self, tag: str, status: int | None, body: str, error: str | None) -> None:
-        """A fetch of a workload's URL (``tag``: ``sglang:PORT``)."""
+    def ingest_http(
+        self,
+        tag: str,
+        status: int | None,
+        body: str,
+        error: str | None,
+        *,
+        at: float | None = None,
+    ) -> None:
+        """A fetch of a workload's URL (``tag``: ``sglang:PORT``), read at ``at`` by the
+        target's clock where said (rates span the readings, not the arrivals)."""
 
     def ingest_kernel_lines(self, lines: Sequence[str]) -> None: ...
 
