@@ -5,14 +5,12 @@ connection, and the headless ``gpumon restart`` against the built-in demo."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +26,7 @@ from gpumon.backends.actions import JobTarget, RunRegistry, audit, job_status, l
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
 from gpumon.backends.monitor import demo_settings, make_monitor, make_transport
 
+from job_records import kill_recorded_jobs
 from sshd_server import SshServer, descendants, processes_matching
 
 pytestmark = pytest.mark.integration
@@ -57,11 +56,7 @@ def target(sshd: SshServer) -> Iterator[Path]:
     try:
         yield state
     finally:
-        for record in (state / "gpumon" / "jobs").glob("*.json"):
-            with contextlib.suppress(ValueError, OSError):
-                pgid = int(json.loads(record.read_text())["pgid"])
-                if pgid > 1 and pgid != os.getpgid(0):
-                    os.killpg(pgid, signal.SIGKILL)
+        kill_recorded_jobs(state / "gpumon" / "jobs")
         subprocess.run(
             ["tmux", "kill-server"],
             env={**os.environ, "TMUX_TMPDIR": str(tmux_dir)},

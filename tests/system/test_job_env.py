@@ -6,12 +6,10 @@ the launch lock where gpumon looks for them."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +22,8 @@ from gpumon.backends.actions import JobRecord, JobStatus, job_status, launch_job
 from gpumon.backends.actions.jobs import run_stop_command
 from gpumon.backends.config import HostConfig, JobConfig
 from gpumon.backends.transport import LocalTransport
+
+from job_records import kill_recorded_jobs
 
 pytestmark = pytest.mark.system
 
@@ -81,11 +81,7 @@ def box(
         monkeypatch.setenv("TMUX_TMPDIR", str(tmux_dir))
         monkeypatch.delenv("TMUX", raising=False)
     yield JobBox(tmp_path / "jobs", method)
-    for record in (tmp_path / "jobs").glob("*.json"):
-        with contextlib.suppress(ValueError, OSError):
-            pgid = int(json.loads(record.read_text())["pgid"])
-            if pgid > 1 and pgid != os.getpgid(0):
-                os.killpg(pgid, signal.SIGKILL)
+    kill_recorded_jobs(tmp_path / "jobs")
     if method == "tmux":
         subprocess.run(["tmux", "kill-server"], capture_output=True)
     shutil.rmtree(tmux_dir, ignore_errors=True)

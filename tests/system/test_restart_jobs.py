@@ -5,12 +5,10 @@ and the simulator's restartable job."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -40,7 +38,7 @@ from gpumon.backends.model import Health
 from gpumon.backends.transport import LocalTransport
 
 import job_script
-from job_records import record_text
+from job_records import kill_recorded_jobs, record_text
 
 pytestmark = pytest.mark.system
 
@@ -83,11 +81,7 @@ def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[JobBox]:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "audit"))
     transport = JobBox(tmp_path / "jobs")
     yield transport
-    for record in (tmp_path / "jobs").glob("*.json"):
-        with contextlib.suppress(ValueError, OSError):
-            pgid = int(json.loads(record.read_text())["pgid"])
-            if pgid > 1 and pgid != os.getpgid(0):
-                os.killpg(pgid, signal.SIGKILL)
+    kill_recorded_jobs(tmp_path / "jobs")
 
 
 def _local_job(tmp_path: Path, **kw: object) -> JobConfig:
