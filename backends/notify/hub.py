@@ -335,8 +335,10 @@ class NotifyHub:
             if standby:  # the watch tells the notifiers (or filters it): as if told before
                 if ev.event != "resolve":
                     self._told_before.add(ev.key)
-                else:
+                else:  # ended: the key may open again, a new incident then
                     self._told_before.discard(ev.key)
+                    for told in self._told.values():
+                        told.discard(ev.key)
                 continue
             for cfg in self.settings.notifiers.values():
                 routed = self._route(cfg, ev)

@@ -90,3 +90,16 @@ def test_an_incident_open_before_the_hub_keeps_its_updates(tmp_path: Path) -> No
     again.publish([dataclasses.replace(OOM, time=2000.0)])
     assert [row.event.event for row in again.outbox.pending("pager")][-1] == "open"
     again.outbox.close()
+
+
+def test_an_incident_that_ends_while_the_watch_delivers_opens_anew_after(tmp_path: Path) -> None:
+    h = hub(tmp_path)
+    h.publish([WARNING, OOM])  # the dashboard delivers: "pager" hears the OOM's opening
+    standing_by = True
+    h.standby = lambda: standing_by  # a `gpumon watch` starts and delivers
+    h.publish([RESOLVED])
+    standing_by = False  # the watch is gone; the key opens again: a new incident
+    h.publish([dataclasses.replace(WARNING, time=2000.0), dataclasses.replace(OOM, time=2020.0)])
+    assert [row.event.event for row in h.outbox.pending("pager")] == ["open", "open"]
+    assert [row.event.event for row in h.outbox.pending("all")] == ["open", "update"] * 2
+    h.outbox.close()
