@@ -335,21 +335,19 @@ class NotifyHub:
             if standby:  # the watch tells the notifiers (or filters it): as if told before
                 if ev.event != "resolve":
                     self._told_before.add(ev.key)
-                else:  # ended: the key may open again, a new incident then
-                    self._told_before.discard(ev.key)
-                    for told in self._told.values():
-                        told.discard(ev.key)
-                continue
-            for cfg in self.settings.notifiers.values():
-                routed = self._route(cfg, ev)
-                if routed is None:
-                    continue
-                self.outbox.add(cfg.name, routed, now, self._not_before(cfg, ev.host, now))
-                wake = self._wake.get(cfg.name)
-                if wake is not None:
-                    wake.set()
-            if ev.event == "resolve":  # the key may open again: a new incident then
+            else:
+                for cfg in self.settings.notifiers.values():
+                    routed = self._route(cfg, ev)
+                    if routed is None:
+                        continue
+                    self.outbox.add(cfg.name, routed, now, self._not_before(cfg, ev.host, now))
+                    wake = self._wake.get(cfg.name)
+                    if wake is not None:
+                        wake.set()
+            if ev.event == "resolve":  # ended: the key may open again, a new incident then
                 self._told_before.discard(ev.key)
+                for told in self._told.values():
+                    told.discard(ev.key)
 
     def _route(self, cfg: NotifierConfig, ev: IncidentEvent) -> IncidentEvent | None:
         """``ev`` as ``cfg`` is told it, None when it is not. The first event of an
@@ -360,11 +358,8 @@ class NotifyHub:
         one never told does not."""
         told = self._told.setdefault(cfg.name, set())
         wanted = cfg.wants(ev.host, ev.kind, _severity(ev))
-        if ev.event == "resolve":
-            if ev.key in told:
-                told.discard(ev.key)
-                return ev
-            return ev if ev.key in self._told_before and wanted else None
+        if ev.event == "resolve":  # ``publish`` forgets the key after it
+            return ev if ev.key in told or (ev.key in self._told_before and wanted) else None
         if not wanted:
             return None
         if ev.event == "update" and ev.key not in told and ev.key not in self._told_before:

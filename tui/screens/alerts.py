@@ -105,10 +105,7 @@ class AlertHistoryScreen(Screen[None]):
         """(host index, incident) of every host's history, the most urgent first: active
         ones, then the ended ones newest first."""
         index = {m.name: i for i, m in enumerate(self.monitors)}
-        found: list[Incident] = []
-        for m in self.monitors:
-            restartable = {j.name for j in m.host.jobs if j.start}
-            found += incidents(m.alerts.history(), restartable=restartable)
+        found = [x for m in self.monitors for x in _host_incidents(m)]
         return [(index.get(i.host, 0), i) for i in by_urgency(found)]
 
     def refresh_view(self) -> bool:
@@ -168,11 +165,11 @@ class AlertHistoryScreen(Screen[None]):
         picked, incident = self.selected(), self.selected_incident()
         if picked is None or incident is None:
             return
-        host, monitor = picked[0], self.monitors[picked[0]]
+        monitor = self.monitors[picked[0]]
         keys = {a.key for a in incident.alerts}
 
         def follow() -> DetailView | None:  # the incident that holds any of its alerts now
-            found = (x for i, x in self.incidents() if i == host and keys.intersection(x.keys))
+            found = (x for x in by_urgency(_host_incidents(monitor)) if keys.intersection(x.keys))
             now = next(found, None)
             if now is None:
                 return None
@@ -242,3 +239,10 @@ class AlertHistoryScreen(Screen[None]):
             return
         left = f"; {len(result.missing)} parts not in it (index.txt)" if result.missing else ""
         self.notify(f"bundle written: {result.path}{left}", title="Bundle", timeout=15)
+
+
+def _host_incidents(monitor: HostMonitor) -> list[Incident]:
+    """The incidents of ``monitor``'s alert history, their fixes only for the jobs the
+    config can restart."""
+    restartable = {j.name for j in monitor.host.jobs if j.start}
+    return incidents(monitor.alerts.history(), restartable=restartable)
