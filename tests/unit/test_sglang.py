@@ -311,7 +311,9 @@ def test_no_counter_rate_over_less_than_two_seconds() -> None:
 def test_the_rate_spans_the_readings_not_the_arrivals() -> None:
     """The agent says when it read each page (``at``: the request's midpoint by the
     target's clock); a page that arrived late (a loaded link or event loop) does not skew
-    the rate: 2 s between the readings, 2.5 s between the arrivals."""
+    the rate: 2 s between the readings, 2.5 s between the arrivals (over SGLang 0.5.18
+    pages: ``sglang:realtime_tokens_total{mode="decode"}`` as
+    ``sglang/srt/observability/metrics_collector.py`` declares it, l.885)."""
     tokens = 11689405 - 11634512  # the two pages' decode token counters
     tr = SglangTracker(30000)
     tr.observe_text(BUSY, 100.0, at=5000.0)
