@@ -36,7 +36,11 @@ import re
 from dataclasses import dataclass
 
 from gpumon.backends.errors import GpumonError
-from gpumon.backends.parsers.sglang_log import SglangLogStats, parse_sglang_log_line
+from gpumon.backends.parsers.sglang_log import (
+    SglangLogStats,
+    log_line_stamp,
+    parse_sglang_log_line,
+)
 
 __all__ = [
     "CORE_LINE_FILTER",
@@ -47,6 +51,7 @@ __all__ = [
     "SglangScrape",
     "filter_metrics_text",
     "histogram_quantile",
+    "log_line_stamp",
     "parse_sglang_log_line",
     "parse_sglang_metrics",
 ]

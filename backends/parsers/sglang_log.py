@@ -90,6 +90,13 @@ def _float(text: str) -> float | None:
     return value if value == value and abs(value) != float("inf") else None
 
 
+def log_line_stamp(line: str) -> str | None:
+    """The ``date time`` stamp of any server log line (``2026-11-29 14:32:00``), after an
+    optional Ray tag; None when the line has none."""
+    prefixed = _PREFIX.match(_RAY.sub("", line[:_MAX_LINE], count=1))
+    return prefixed[1] if prefixed is not None else None
+
+
 def parse_sglang_log_line(line: str) -> SglangLogStats | None:
     """The stats in one log line, or None for any other line (never raises).
 

@@ -157,6 +157,9 @@ class SglangServers:
             back = HANG_LOG_BACKLOG if self.settings.scenario == "hang" else 1
             for port in self.ports:
                 self._logged[port] = int((now - self.started[port]) // LOG_INTERVAL_S) - back
+            # the backlog is on disk before a server answers: what a reader finds at its
+            # start is the same on a loaded machine and an idle one
+            self.write_logs()
             thread = threading.Thread(target=self._log_loop, name="sglang-sim-log", daemon=True)
             thread.start()
             self._threads.append(thread)

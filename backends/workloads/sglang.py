@@ -42,6 +42,7 @@ from gpumon.backends.parsers.sglang import (
     SglangParseError,
     SglangScrape,
     histogram_quantile,
+    log_line_stamp,
     parse_sglang_log_line,
     parse_sglang_metrics,
 )
@@ -63,6 +64,9 @@ _RETRACTED = re.compile(
     r"(?:KV cache pool is full\. Retract requests\.|Decode out of memory happened\.) "
     r"#retracted_reqs: (\d{1,9})"
 )
+# what SGLang's tokenizer logs when /health_generate got no token in its timeout
+# (python/sglang/srt/entrypoints/http_server.py ``health_generate``, v0.4.3-v0.5.23)
+_HEALTH_FAILED = "Health check failed. Server couldn't get a response"
 HUNG_AFTER_S = 60.0  # ``[hosts.NAME.sglang] hung_after_s``
 SPEC_ACCEPT_MIN = 1.5  # ``[hosts.NAME.sglang] spec_accept_min``
 SPEC_LOW_FOR_S = 60.0  # the accept length stays below the minimum this long: a warning
@@ -268,6 +272,9 @@ class SglangTracker:
         self.log_progress_at: float | None = None
         self.last_decode_line: tuple[float, str] | None = None  # (its time, the line)
         self.health_asked_at: float | None = None  # /health_generate, asked when hung
+        # the stamp of the log's last ``Health check failed.`` (a probe that got no token
+        # in SGLANG_HEALTH_CHECK_TIMEOUT), from the backlog too: a hang's evidence
+        self.health_failed_at: float | None = None
         # speculative decoding (None: no drafter, or not exported) and KV pressure
         self.spec_accept_length: float | None = None
         self.spec_accept_rate: float | None = None
@@ -404,6 +411,9 @@ class SglangTracker:
     def observe_log_line(self, line: str, t: float) -> bool:
         """A server log line; True when it was a stats line that was used."""
         stats = parse_sglang_log_line(line)
+        if stats is None and _HEALTH_FAILED in line:
+            stamped = stamp_epoch(log_line_stamp(line))
+            self.health_failed_at = t if stamped is None else min(stamped, t)
         retracted = _RETRACTED.search(line) if stats is None else None
         # KV pressure: requests pushed back to the queue
         self.retracted_log = (self.retracted_log or 0) + (int(retracted[1]) if retracted else 0)
@@ -493,10 +503,15 @@ class SglangTracker:
         self._health_waited = None if asked is None or not self._health_pending else t - asked
         self._health_pending = False
 
-    def health_text(self, t: float, within_s: float) -> str | None:
+    def health_text(self, t: float, within_s: float, silent_s: float) -> str | None:
         """What the last ``/health_generate`` said, if it came within ``within_s``:
-        ``/health_generate timed out``, ``/health_generate answered 503``."""
+        ``/health_generate timed out``, ``/health_generate answered 503``; else, where the
+        log says a health check failed in the ``silent_s`` without progress (gpumon's
+        probe or a load balancer's, before gpumon came too), ``... timed out (its log)``."""
         if self.health is None or t - self.health[0] > within_s:
+            failed = self.health_failed_at
+            if failed is not None and failed >= t - silent_s:
+                return "/health_generate timed out (its log)"
             return None
         _, status, error = self.health
         waited = self._health_waited

@@ -332,7 +332,7 @@ class Workloads:
         scheduler) and its last decode line."""
         parts = [verdict.headline()]
         tracker = self.sglang[verdict.port]
-        health = tracker.health_text(t, after + HEALTH_PROBE_TIMEOUT_S)
+        health = tracker.health_text(t, after + HEALTH_PROBE_TIMEOUT_S, verdict.silent_s)
         if health is not None:
             parts.append(health)
         said = [
@@ -340,15 +340,12 @@ class Workloads:
             for a in alerts.active()
             if a.kind in ("sglang_error", "kv_cache_full")
             and a.key.startswith("log:")
+            and not a.message.startswith("Health check failed")  # health_text says it
             and self._server_for(a.key.removeprefix("log:").rpartition(":")[0]) is tracker
         ]
         if said:
             newest = max(said, key=lambda a: a.last_seen).message
-            if newest.startswith("Health check failed"):
-                if health is None:
-                    parts.append("/health_generate timed out (its log)")
-            else:
-                parts.append(f"its log: {newest[:120]}")
+            parts.append(f"its log: {newest[:120]}")
         if verdict.last_decode is not None:
             line, age = verdict.last_decode
             stamp = parse_sglang_log_line(line)

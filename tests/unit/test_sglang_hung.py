@@ -198,6 +198,34 @@ def test_health_generate_is_asked_only_while_hung_and_once_per_threshold() -> No
     assert "; /health_generate timed out;" in engine.active()[0].message + ";"
 
 
+def test_a_failed_health_check_in_the_logs_backlog_is_the_hangs_evidence() -> None:
+    """The line SGLang's ``health_generate`` logs (python/sglang/srt/entrypoints/
+    http_server.py, v0.5.18) read in the log's tail at start, before gpumon came: no alert
+    is raised for a past line, but it is still this hang's evidence. One stamped before
+    the last progress belongs to an earlier stall and is not."""
+    workloads = Workloads(HostConfig(name="ct200", kind="ssh", sglang=SglangConfig(ports=(30000,))))
+    engine = AlertEngine("ct200", AlertRules(), clock=lambda: wall_time(SETTINGS, 150.0))
+    path = "/var/log/sglang/sglang-30000.log"
+    due = int((150.0 - STARTED) // LOG_INTERVAL_S)
+    backlog = [
+        line for e in range(due - 60, due + 1) for line in log_lines(SETTINGS, 0, e, STARTED)
+    ]
+    assert sum("Health check failed" in line for line in backlog) == 1
+    workloads.on_log("sglang", path, backlog, wall_time(SETTINGS, 150.0), backlog=True)
+    engine.on_log_lines(path, backlog, backlog=True)
+    assert engine.active() == []  # a past line: no alert of its own
+    tracker = workloads.sglang[30000]
+    for t in (150.0, 151.0, 152.0):
+        _scrape(tracker, HUNG_INDEX, t)
+    workloads.judge_hung(engine, wall_time(SETTINGS, 152.0))
+    [alert] = engine.active()
+    assert "; /health_generate timed out (its log); last decode line at " in alert.message
+    # the same line stamped before the server's last progress: another stall's
+    tracker.health_failed_at = (tracker.log_progress_at or 0.0) - 1.0
+    workloads.judge_hung(engine, wall_time(SETTINGS, 153.0))
+    assert "/health_generate" not in engine.active()[0].message
+
+
 def test_the_agent_takes_only_local_probes() -> None:
     from gpumon.backends.remote import protocol
 
