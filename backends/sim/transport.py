@@ -210,9 +210,10 @@ class SimTransport(LocalTransport):
 
 
 PORTS_CLAIM_DIR = "/tmp"  # fixed: every demo on the machine must see the same claim
+USUAL_SGLANG_PORT = 30000  # SGLang's default --port: the demo's servers take 30000-30007
 
 
-def _sglang_ports(count: int = 8, base: int = 30000) -> tuple[tuple[int, ...], int | None]:
+def _sglang_ports(count: int = 8) -> tuple[tuple[int, ...], int | None]:
     """SGLang's usual 30000-30007 when they are free here and no other demo claimed them,
     else any free ports; with the claim (an open file holding ``flock``, None without).
 
@@ -222,6 +223,8 @@ def _sglang_ports(count: int = 8, base: int = 30000) -> tuple[tuple[int, ...], i
     gives them to one."""
     import fcntl
     import socket
+
+    base = USUAL_SGLANG_PORT
 
     def free(port: int) -> bool:
         with socket.socket() as s:

@@ -220,22 +220,29 @@ def test_cli_serves_writes_logs_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert not down_log.exists() or "Decode batch" not in down_log.read_text()
 
 
-async def test_two_demos_at_once_never_share_the_usual_ports() -> None:
+async def test_two_demos_at_once_never_share_the_usual_ports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Two demos starting together (two test workers, two terminals) both found 30000-30007
     free before either listened, and the second's servers could not listen: the first
     claims them (a flock held for its life), the second takes free ports, and once the
-    first is disposed the usual ports are a demo's again."""
+    first is disposed the usual ports are a demo's again.
+
+    The other test workers' demos take 30000-30007 at any time: here the usual ports are
+    a range no other test uses (its claim, a lock named by the range, is this test's)."""
     from gpumon.backends.config.load import HostConfig
     from gpumon.backends.monitor.compose import demo_settings, make_transport
+    from gpumon.backends.sim import transport
     from gpumon.backends.sim.transport import SimTransport
 
+    monkeypatch.setattr(transport, "USUAL_SGLANG_PORT", 31400)
+    usual = tuple(range(31400, 31408))
     host = HostConfig(name="demo", kind="demo")
     first = make_transport(host, demo_settings("sglang"))
     second = make_transport(host, demo_settings("sglang"))
     assert isinstance(first, SimTransport) and isinstance(second, SimTransport)
     try:
-        usual = tuple(range(30000, 30008))
-        assert first.sglang_ports == usual  # nothing else here holds them in this test
+        assert first.sglang_ports == usual  # nothing else holds them
         assert len(second.sglang_ports) == 8 and not set(second.sglang_ports) & set(usual)
     finally:
         await first.dispose()
@@ -243,6 +250,6 @@ async def test_two_demos_at_once_never_share_the_usual_ports() -> None:
     third = make_transport(host, demo_settings("sglang"))
     assert isinstance(third, SimTransport)
     try:
-        assert third.sglang_ports == tuple(range(30000, 30008))
+        assert third.sglang_ports == usual
     finally:
         await third.dispose()

@@ -219,6 +219,32 @@ async def test_esc_before_confirming_changes_nothing(oom_demo: HostMonitor, wait
         assert entry["commands"] == screen.plan.commands
 
 
+async def test_a_plan_that_comes_after_the_dialog_closed_is_dropped(
+    oom_demo: HostMonitor, wait: Wait
+) -> None:
+    """On a slow link the state is read for seconds, and Esc (or Enter on Cancel) closes
+    the dialog meanwhile. Textual cancels the dialog's worker, but a plan that comes while
+    the closed dialog's widgets are being removed was drawn on them and crashed the app
+    (NoMatches '#restart-error', a tmux test under load). Here the closed dialog reads its
+    plan again, from the demo: nothing is drawn, audited or raised."""
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await oom_seen(pilot, wait, oom_demo)
+        dialog = await open_plan(pilot, wait, app)
+        await pilot.press("escape")
+        await wait(pilot, lambda: not isinstance(app.screen, JobActionScreen), what="closed")
+        assert not dialog.is_open
+        [closed] = entries()  # shown and not confirmed: audited once, as cancelled
+        late = dialog.load_plan()
+        await wait(pilot, lambda: late.is_finished, timeout=15, what="the late plan")
+        await pilot.pause(0.2)
+        assert app.is_running and late.error is None, late.error
+        assert entries() == [closed]
+        screen = await open_plan(pilot, wait, app)  # the key still works
+        assert screen.plan is not None and screen.plan.refusal is None
+
+
 async def confirm_and_finish(pilot: Pilot[int], wait: Wait, screen: JobActionScreen) -> Outcome:
     await pilot.press("y")
     run = screen.run

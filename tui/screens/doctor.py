@@ -120,7 +120,7 @@ class DoctorScreen(Dialog):
         self.show_report()
 
     def show_report(self) -> None:
-        if self.running:
+        if self.running or not self.is_open:  # not when closed while the checks ran
             return
         pal = self.palette
         status, table = self.part("status"), self.part("table")

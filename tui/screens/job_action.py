@@ -203,11 +203,15 @@ class JobActionScreen(Dialog):
                 last_alert=self.last_alert,
             )
         except (JobError, ParamError, TransportError, OSError) as e:
+            if not self.is_open:  # closed while the state was read: nothing to show it on
+                return
             self._show_problem(f"cannot plan the {self.action}: {e}")
             self.part("plan").update(
                 f"{self.action.capitalize()} {self.job.name} on {self.target.host.name}"
             )
             return
+        if not self.is_open:  # closed before the plan came (Esc on a slow link): not shown,
+            return  # so nothing to audit either
         self._base_plan = plan
         self._apply_params()
 

@@ -89,6 +89,8 @@ class KillScreen(Dialog):
         return text
 
     def _show_status(self) -> None:
+        if not self.is_open:  # closed while the signal's wait ran: nothing to draw on
+            return
         pal = self.palette
         lines = Text("\n").join(Text(m) for m in self.messages)
         prompt = {
