@@ -116,7 +116,8 @@ def test_check_ends_in_performance_data_and_a_ramp_is_no_restart() -> None:
     ]
     mem = perf["fullest_gpu_mem"]
     fullest = re.search(r"fullest GPU \d at ([\d.]+)% memory", ramp.stdout)
-    assert fullest and mem["value"] == fullest[1] and mem["uom"] == "%"
+    # the same number ("93" in the data where the line says "93.0%": one decimal at most)
+    assert fullest and float(mem["value"]) == float(fullest[1]) and mem["uom"] == "%"
     assert (mem["warn"], mem["crit"]) == ("95", "98.5")  # the memory rules' thresholds
     hottest = re.search(r"hottest (\d+) C", ramp.stdout)
     assert hottest and perf["hottest_gpu_c"]["value"] == hottest[1]
