@@ -65,7 +65,7 @@ _RETRACTED = re.compile(
     r"#retracted_reqs: (\d{1,9})"
 )
 # what SGLang's tokenizer logs when /health_generate got no token in its timeout
-# (python/sglang/srt/entrypoints/http_server.py ``health_generate``, v0.4.3-v0.5.23)
+# (python/sglang/srt/entrypoints/http_server.py ``health_generate``; docs/formats.md 6.11)
 _HEALTH_FAILED = "Health check failed. Server couldn't get a response"
 HUNG_AFTER_S = 60.0  # ``[hosts.NAME.sglang] hung_after_s``
 SPEC_ACCEPT_MIN = 1.5  # ``[hosts.NAME.sglang] spec_accept_min``
