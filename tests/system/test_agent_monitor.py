@@ -139,6 +139,10 @@ async def test_a_shorter_interval_reaches_an_idle_nvidia_smi_loop_at_once() -> N
     monitor.start()
     try:
         await _sampled(monitor, 1)
+        # The simulator's rounds sit on multiples of the period, so the first one may come
+        # just before a multiple of 4 s and the next just after: from a round that just
+        # came, the next is 4 s away.
+        await _sampled(monitor, monitor.samples + 1)
         n = monitor.samples
         await asyncio.sleep(0.3)  # inside the 4 s pause
         assert monitor.samples == n
