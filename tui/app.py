@@ -39,7 +39,7 @@ from gpumon.tui.dashboard import DashboardScreen, GpumonCommands, bindings
 from gpumon.tui.hangup import hangup_safe, terminal_fd, terminal_gone
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, HelpScreen, help_rows
 from gpumon.tui.state import remember_theme, remembered_theme
-from gpumon.tui.textual_fixes import cache_inner_outer_by_colour
+from gpumon.tui.textual_fixes import cache_inner_outer_by_colour, clamp_timer_intervals
 from gpumon.tui.views import Palette
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ class GpumonApp(App[int], inherit_bindings=False):
     ) -> None:
         super().__init__()
         cache_inner_outer_by_colour()  # no widget's render cache outlives it (textual_fixes)
+        clamp_timer_intervals()  # a toast mounted after its notification expired (the same)
         self._mounted = False
         self._notes = tuple(notes)  # warnings from before the start (a config the demo skipped)
         self.hub = hub  # alerts to the [notify.*] notifiers, as `gpumon watch` delivers them

@@ -1,8 +1,8 @@
-"""A fix for the pinned Textual (8.2.8), applied once when the app module is imported.
+"""Fixes for the pinned Textual (8.2.8), applied once when the app is made.
 
-``StylesCache.get_inner_outer`` is an ``lru_cache(1024)`` on a plain method, so its key
-holds ``self``: the styles cache of every widget that ever rendered, and the lines that
-cache keeps (Strips, each with its own small caches), stay alive after the widget is
+1. ``StylesCache.get_inner_outer`` is an ``lru_cache(1024)`` on a plain method, so its
+key holds ``self``: the styles cache of every widget that ever rendered, and the lines
+that cache keeps (Strips, each with its own small caches), stay alive after the widget is
 gone, until 1,024 of them have been seen. In the dashboard every toast brings two new
 widgets (the toast and its holder): with an alert every few minutes, the RSS climbed by
 about 1.5 MiB an hour for many hours (tracemalloc over a ``gpumon local`` run). The
@@ -10,8 +10,18 @@ values depend only on the two colours, so the cache is keyed on them alone here.
 
 Upstream: Textual issue #6665 (https://github.com/Textualize/textual/issues/6665), open
 when this was written; no release fixes it yet (Textual's main, commit 03d11c9, still
-decorates the method). Drop this module with the pin that fixes it: the patch is applied
+decorates the method). Drop this fix with the pin that fixes it: the patch is applied
 only while the method is such a cache, and does nothing once it is not.
+
+2. A ``Timer`` with an interval of 0 or less never ends: 8.2.8's ``Timer._run`` skips
+late ticks with ``count = int((now - start) / interval + 1)``, which with a negative
+interval is negative, so the loop recomputes forever on the event loop, holding it (the
+screen freezes at 100 % of a core; 0 divides by zero). A ``Toast`` sets its timer to its
+notification's ``time_left``, which is negative when the toast is mounted after the
+notification expired: a loaded machine, or a screen pushed as a toast runs out (a
+dashboard test hung so for minutes; py-spy showed ``interval -0.101``). Older releases
+counted ``count += 1`` and ended; no upstream issue was found for it. Intervals are held
+at ``MIN_TIMER_S`` or more here: such a timer fires at once, as it was due.
 """
 
 from __future__ import annotations
@@ -21,6 +31,9 @@ from functools import lru_cache
 from typing import Any
 
 from textual._styles_cache import StylesCache
+from textual.timer import Timer
+
+MIN_TIMER_S = 0.001  # the shortest interval a Timer is given (fix 2)
 
 
 def cache_inner_outer_by_colour() -> bool:
@@ -38,4 +51,20 @@ def cache_inner_outer_by_colour() -> bool:
 
     get_inner_outer.__doc__ = compute.__doc__
     setattr(StylesCache, "get_inner_outer", get_inner_outer)  # noqa: B010 (a method)
+    return True
+
+
+def clamp_timer_intervals() -> bool:
+    """Give every ``Timer`` an interval of at least ``MIN_TIMER_S`` (fix 2). Returns
+    whether it was changed now (False once done)."""
+    init = Timer.__init__
+    if getattr(init, "gpumon_clamped", False):
+        return False
+
+    def clamped_init(self: Timer, event_target: Any, interval: float, **kw: Any) -> None:
+        init(self, event_target, max(interval, MIN_TIMER_S), **kw)
+
+    clamped_init.gpumon_clamped = True  # type: ignore[attr-defined]
+    clamped_init.__doc__ = init.__doc__
+    setattr(Timer, "__init__", clamped_init)  # noqa: B010 (a method)
     return True
