@@ -17,11 +17,13 @@ only while the method is such a cache, and does nothing once it is not.
 late ticks with ``count = int((now - start) / interval + 1)``, which with a negative
 interval is negative, so the loop recomputes forever on the event loop, holding it (the
 screen freezes at 100 % of a core; 0 divides by zero). A ``Toast`` sets its timer to its
-notification's ``time_left``, which is negative when the toast is mounted after the
-notification expired: a loaded machine, or a screen pushed as a toast runs out (a
-dashboard test hung so for minutes; py-spy showed ``interval -0.101``). Older releases
-counted ``count += 1`` and ended; no upstream issue was found for it. Intervals are held
-at ``MIN_TIMER_S`` or more here: such a timer fires at once, as it was due.
+notification's ``time_left``, which is negative when the toast is made after the
+notification expired: ``ToastRack.show`` checks ``has_expired`` and then makes the toast,
+and a process descheduled between the two on a loaded machine does so (a dashboard test
+hung for minutes; py-spy showed ``interval -0.101``). Upstream's ``timer.py`` at commit
+03ad3af counts ``count += 1`` there instead, and ends; no upstream issue was found for
+it. Intervals are held at ``MIN_TIMER_S`` or more here: such a timer fires at once, as
+it was due. Drop this fix with the pin whose ``Timer`` ends on such an interval.
 """
 
 from __future__ import annotations
