@@ -90,9 +90,10 @@ async def test_the_oom_is_one_incident_one_bell_and_its_headline_everywhere(
     bell: bool,
     tmp_path: Path,
 ) -> None:
-    # the drafter dies at 60 s of scenario time: 3 s from now at twice the speed, after the
-    # log's backlog is read (listeners never hear an alert found there)
-    monitor = demo_monitor(frozen=False, demo_time=54.0, speed=2.0)
+    # the drafter dies at 60 s of scenario time: 6 s from now at twice the speed, after the
+    # log's backlog is read (listeners never hear an alert found there) and its first rate
+    # came (3 s was too short on a loaded machine: the OOM came first)
+    monitor = demo_monitor(frozen=False, demo_time=48.0, speed=2.0)
     monitor.recorder.directory = tmp_path
     monitor.recorder.after_s = 1.0  # write the incident a second after the first critical
     app = GpumonApp([monitor], bell=bell)

@@ -69,9 +69,10 @@ async def test_the_oom_toast_sits_above_the_strip_and_the_footer(
     # The toast stays for the test: on a loaded machine the strip's wait alone can outlast
     # its few seconds, and where it sits is what this test is about, not how long.
     monkeypatch.setattr(dashboard_alerts, "CRITICAL_TIMEOUT_S", 600.0)
-    # the drafter dies at 60 s of scenario time: 3 s from now at twice the speed, after the
-    # log's backlog is read (an OOM found there is never toasted)
-    monitor = demo_monitor(frozen=False, demo_time=54.0, speed=2.0)
+    # the drafter dies at 60 s of scenario time: 6 s from now at twice the speed, after the
+    # log's backlog is read (an OOM found there is never toasted), with room for a loaded
+    # machine
+    monitor = demo_monitor(frozen=False, demo_time=48.0, speed=2.0)
     app = GpumonApp([monitor])
     async with app.run_test(size=size, notifications=True) as pilot:
         d = app.dashboard
