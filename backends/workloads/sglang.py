@@ -612,7 +612,12 @@ class SglangTracker:
         return earlier[-1] if earlier else None
 
     def _rates(self, new: SglangScrape, t: float, at: float | None = None) -> None:
+        # the counters' base: the scrape about ``rate_window_s`` ago, read at least
+        # ``min_rate_span_s`` before this one (``_span``), else no counter rate
         fast = self._base(t, self.rate_window_s)
+        span = None if fast is None else _span(t, at, fast)
+        if span is not None and span < self.min_rate_span_s:
+            fast = span = None
         slow = self._base(t, self.slow_window_s)
         if new.decode_tokens is None:
             # Before 0.5.7 (or before the first decode step): SGLang's own gauge. The
@@ -620,23 +625,14 @@ class SglangTracker:
             self.gen_tokens_per_s = new.gen_throughput
             self.gen_tokens_per_s_source = None if new.gen_throughput is None else "gauge"
         else:
-            if fast is not None and _span(t, at, fast) < self.min_rate_span_s:
-                fast = None
             tokens = None if fast is None else _delta(new.decode_tokens, fast.scrape.decode_tokens)
-            self.gen_tokens_per_s = (
-                None if tokens is None or fast is None else tokens / _span(t, at, fast)
-            )
+            self.gen_tokens_per_s = None if tokens is None or span is None else tokens / span
             self.gen_tokens_per_s_source = None if self.gen_tokens_per_s is None else "counter"
-        spanned = fast if fast is not None and _span(t, at, fast) >= self.min_rate_span_s else None
         verify = (
-            None
-            if spanned is None
-            else _delta(new.spec_verify_calls, spanned.scrape.spec_verify_calls)
+            None if fast is None else _delta(new.spec_verify_calls, fast.scrape.spec_verify_calls)
         )
         self.spec_verify_per_s = (  # a counter that went back (a reset) gives no rate
-            None
-            if verify is None or verify < 0 or spanned is None
-            else verify / _span(t, at, spanned)
+            None if verify is None or verify < 0 or span is None else verify / span
         )
         self.cache_parts = None if slow is None else _cache_parts(new, slow.scrape)
         self.cache_hit_rate = _ratio(*self.cache_parts) if self.cache_parts else None
