@@ -5,7 +5,8 @@ and configured identities. Host keys are always verified: an unknown key is refu
 its fingerprint and how to trust it, unless ``accept_new`` asks for trust on first use,
 in which case it is recorded in known_hosts. A *changed* key is always refused.
 
-asyncssh is imported lazily so ``gpumon --help`` and the demo never pay for it.
+asyncssh is imported lazily so ``gpumon --help`` and the demo never pay for it, and always
+through ``_quiet_asyncssh`` first (cryptography's DSA deprecation, below).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import getpass
 import os
 import re
 import socket
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,20 @@ KEEPALIVE_COUNT = 3
 # while nothing comes, closed after LINK_PROBE_COUNT unanswered (about 1.5 s).
 LINK_PROBE_S = 0.5
 LINK_PROBE_COUNT = 2
+
+
+def _quiet_asyncssh() -> None:
+    """Silence cryptography's DSA deprecation for asyncssh's own modules, before asyncssh is
+    imported. cryptography 51 deprecates DSA, and importing asyncssh 2.24.1 then prints ten
+    ``CryptographyDeprecationWarning`` lines on stderr (every SSH command, and the first
+    lines of ``watch --log-format json``). The lock holds cryptography below 51 (the cause);
+    this covers an environment that installed a newer one beside gpumon. Only that category,
+    raised from asyncssh's modules: every other warning still shows."""
+    from cryptography.utils import CryptographyDeprecationWarning
+
+    warnings.filterwarnings(
+        "ignore", category=CryptographyDeprecationWarning, module=r"asyncssh(\.|$)"
+    )
 
 
 def default_known_hosts() -> Path:
@@ -76,6 +92,7 @@ def _client_factory(
 ) -> tuple[Any, dict[str, Any]]:
     """An asyncssh client class that records (and, with accept_new, trusts) an unknown key;
     ``trusted`` is the known_hosts file as read for this connection."""
+    _quiet_asyncssh()
     import asyncssh
 
     seen: dict[str, Any] = {}
@@ -181,6 +198,7 @@ class SshTransport(Transport):
         except FileRefused as e:
             raise TransportError(f"cannot connect to {h.describe()}: {e}", permanent=True) from e
 
+        _quiet_asyncssh()
         import asyncssh
 
         # An empty trust set when there is no file: every key is then "unknown" and goes
@@ -236,6 +254,7 @@ class SshTransport(Transport):
         return await self._start(ssh_command(argv, None))
 
     async def _start(self, command: str) -> ProcessStream:
+        _quiet_asyncssh()
         import asyncssh
 
         await self.connect()

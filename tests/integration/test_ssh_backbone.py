@@ -46,6 +46,9 @@ def test_snapshot_through_container_uses_agent(
     cfg = write_config(tmp_path, sshd.config_toml(container=200))
     res = gpumon(["--config", str(cfg), "snapshot", "ct200", "--json"], client_env)
     assert res.returncode == 0, res.stderr
+    # A fresh interpreter says nothing on stderr over SSH: no library warning (asyncssh
+    # with cryptography 51 printed ten DSA deprecation lines on every import).
+    assert res.stderr == ""
     data = json.loads(res.stdout)
     assert data["host"] == "ct200"
     assert data["source"] == Source.AGENT_SMI.value
@@ -81,6 +84,7 @@ def test_check_reports_ok_summary(
     # watching window rightly reports as a time-to-full warning (tests/system/test_check_snapshot).
     res = gpumon(["--config", str(cfg), "check", "ct200", "--window", "0"], client_env)
     assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stderr == ""
     assert res.stdout.startswith("OK ct200: 8 GPUs")
     assert len(res.stdout.strip().splitlines()) == 1
 

@@ -74,7 +74,7 @@ class Watch:
     def __enter__(self) -> Watch:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -82,6 +82,19 @@ class Watch:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if exc_type is None:
+            assert_json_lines(self.log)
+
+
+def assert_json_lines(log: Path) -> None:
+    """Every line ``watch --log-format json`` wrote on stderr is one JSON object: nothing
+    else reaches stderr (a library's warning, a traceback) to break a log shipper."""
+    for n, line in enumerate(log.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise AssertionError(f"watch.log line {n} is not JSON: {line!r}") from None
+        assert isinstance(record, dict), f"watch.log line {n} is not an object: {line!r}"
 
 
 def hook_events(rx: Receiver) -> list[dict[str, Any]]:
