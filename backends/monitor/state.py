@@ -211,6 +211,18 @@ class HostMonitor:
             return failure
         return None
 
+    def final_failure(self) -> SmiFailure | None:
+        """The sampler's failure since the last round where running it again cannot help
+        (``SmiFailure.final``): no nvidia-smi on the target at once; the driver's verdict
+        once its ``driver_error`` alert is raised (it held past a blip's floor:
+        ``AlertEngine.on_silence``), so a one-shot that stops then has the alert too."""
+        failure = self._smi_failure
+        if failure is None or not failure.final:
+            return None
+        if failure.driver and not any(a.kind == "driver_error" for a in self.alerts.active()):
+            return None
+        return failure
+
     def check_silence(self, now: float | None = None) -> None:
         """Raise, escalate or end the alerts about the connection now: ``stale_data`` /
         ``driver_error`` (connected, no GPU data) and ``host_unreachable`` (sessions keep

@@ -191,6 +191,14 @@ class SmiFailure:
         data comes until someone acts, so it is the cause of the silence, not a stall."""
         return self.kind in DRIVER_FAILURES
 
+    @property
+    def final(self) -> bool:
+        """No GPU data comes however often the sampler is run again: the driver's verdict
+        or no nvidia-smi to run. A one-shot (``snapshot``, ``check``) says it at once
+        instead of waiting out its ``--timeout``; any other failure (an exit code alone,
+        a stall, a field this driver does not know) may pass, and is retried."""
+        return self.driver or self.kind == "not_found"
+
 
 def query_gpu_args(fields: Sequence[str] = QUERY_FIELDS, loop_ms: int | None = None) -> list[str]:
     """The argv after ``nvidia-smi`` for a CSV GPU query (``-lms N`` when ``loop_ms`` is given).

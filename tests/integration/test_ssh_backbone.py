@@ -274,11 +274,38 @@ def test_driver_failure_is_critical_and_quotes_the_tool(
     faulty.mkdir()
     write_wrapper(faulty, replace(demo_settings(), fault="version_mismatch"))
     cfg = write_config(tmp_path, sshd.config_toml(nvidia_smi=str(faulty / "nvidia-smi")))
-    res = gpumon(["--config", str(cfg), "check", "ct200", "--timeout", "8"], client_env)
+    res, took = _timed_check(cfg, client_env)
     # The driver's own verdict: CRITICAL in its words (issue 28), no longer UNKNOWN.
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stdout.startswith("CRITICAL ct200: nvidia-smi:")
     assert "Driver/library version mismatch" in res.stdout
+    # No retry can end it: said when the agent said it, not after --timeout (issue 33.3).
+    assert took < CHECK_TIMEOUT_S / 2, f"{took:.1f} s"
+
+
+def test_a_target_without_nvidia_smi_is_unknown_with_the_reason_at_once(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    missing = sshd.root / "no-driver" / "nvidia-smi"
+    cfg = write_config(tmp_path, sshd.config_toml(nvidia_smi=str(missing)))
+    res, took = _timed_check(cfg, client_env)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert res.stdout.startswith(
+        f'UNKNOWN ct200: nvidia-smi: "{missing}: No such file or directory" (exit 127). '
+        "The nvidia-smi command is missing, or not on PATH, on the target"
+    ), res.stdout
+    assert took < CHECK_TIMEOUT_S / 2, f"{took:.1f} s"
+
+
+CHECK_TIMEOUT_S = 40  # check's --timeout: what a one-shot waited out before issue 33.3
+
+
+def _timed_check(cfg: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``check ct200`` and how long it took, in seconds."""
+    started = time.monotonic()
+    args = ["--config", str(cfg), "check", "ct200", "--timeout", str(CHECK_TIMEOUT_S)]
+    res = gpumon(args, env, timeout=3 * CHECK_TIMEOUT_S)
+    return res, time.monotonic() - started
 
 
 def test_a_session_does_not_read_the_accounts_bashrc(sshd: SshServer) -> None:

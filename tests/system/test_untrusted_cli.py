@@ -67,8 +67,8 @@ def test_snapshot_prints_a_hostile_gpu_and_process_name_as_text(
 
 def test_check_quotes_a_hostile_nvidia_smi_failure_as_text(tmp_path: Path) -> None:
     fail = "Failed to initialize NVML: Unknown Error \x1b]0;owned\x07 [/] \x1b[2J"
-    # No sample ever comes: check waits out its timeout, then says the driver's error,
-    # CRITICAL (issue 28: the driver's own verdict, not an UNKNOWN).
+    # No sample ever comes: check says the driver's error as soon as it came, CRITICAL
+    # (issue 28: the driver's own verdict, not an UNKNOWN).
     out = _gpumon(["check", "local", "--timeout", "5"], {"HOSTILE_FAIL": fail}, tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
     assert forbidden_in(out.stdout + out.stderr) == []

@@ -683,6 +683,32 @@ def test_classify_other_shapes(output: str, exit_code: int, kind: str) -> None:
         assert "no output" in failure.message
 
 
+@pytest.mark.parametrize(
+    ("output", "exit_code", "final"),
+    [
+        ("bash: nvidia-smi: command not found\n", 127, True),  # no nvidia-smi to run
+        ("nvidia-smi: No such file or directory", 127, True),  # the agent's exec failed
+        ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", 9, True),
+        ("Failed to initialize NVML: Driver/library version mismatch\n", 18, True),
+        ("No devices were found\n", 6, True),
+        ("something new and strange\n", 3, False),  # an exit code alone may pass
+        ("", 255, False),
+        ('Field "cuda_version" is not a valid field to query.\n', 2, False),  # re-probed
+        (
+            "nvidia-smi gave no usable GPU row for 10 s (stuck): killed and started again",
+            124,
+            False,
+        ),
+    ],
+)
+def test_a_failure_is_final_when_no_retry_can_end_it(
+    output: str, exit_code: int, final: bool
+) -> None:
+    """``final``: a one-shot says it at once instead of waiting out its --timeout."""
+    failure = classify_smi_failure(output, exit_code)
+    assert failure is not None and failure.final is final, failure
+
+
 def test_gpu_lost_device_handle_hint_says_reboot() -> None:
     failure = classify_smi_failure(
         "Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. "

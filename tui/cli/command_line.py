@@ -134,7 +134,8 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
         "--timeout",
         type=float,
         default=20.0,
-        help="give up after SECONDS without a GPU sample (default 20); after it, the other "
+        help="give up after SECONDS without a GPU sample (default 20; sooner when no "
+        "retry can help: no nvidia-smi, the driver's error); after it, the other "
         f"sources (host-side processes, SGLang servers, logs) get {FIRST_ROUNDS_S:g} s in all "
         "to answer once, and any that did not are named (`incomplete`)",
     )
@@ -147,7 +148,8 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
         "--timeout",
         type=float,
         default=20.0,
-        help="give up after SECONDS without a GPU sample (default 20); the other sources "
+        help="give up after SECONDS without a GPU sample (default 20; sooner when no "
+        "retry can help: no nvidia-smi, the driver's error); the other sources "
         f"get {FIRST_ROUNDS_S:g} s in all after it to answer once (those that did not are "
         "named on the line)",
     )
@@ -196,7 +198,8 @@ async def _one_sample(
     rates: bool = True,
     window: float = 0.0,
 ) -> tuple[HostMonitor, float, list[str]]:
-    """Connect once, wait (``timeout``) for a GPU sample, then up to ``FIRST_ROUNDS_S``
+    """Connect once, wait (``timeout``) for a GPU sample (no longer once the sampler failed
+    for good: ``HostMonitor.final_failure``), then up to ``FIRST_ROUNDS_S``
     in all for every other source's first round (``HostMonitor.waiting_for``: the
     process lists, the Proxmox host's included, SGLang discovery and two observations of
     each server, the followed logs) and, with ``rates``, the jobs' throughput; keep
@@ -218,6 +221,8 @@ async def _one_sample(
         while (left := deadline - loop.time()) > 0:
             if monitor.status.state == ConnState.FAILED:
                 break
+            if monitor.latest is None and monitor.final_failure() is not None:
+                break  # no sample can come (no nvidia-smi, the driver's verdict): say it now
             if monitor.latest is not None:
                 first_sample_at = first_sample_at or loop.time()
                 waited = loop.time() - first_sample_at
