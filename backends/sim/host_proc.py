@@ -10,6 +10,7 @@ collector): ``cgroup`` (``0::/lxc/<ct>/ns``), ``status`` (``NSpid`` host and inn
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpumon.backends.sim.scenario import host_process, simulated_pids
@@ -17,12 +18,13 @@ from gpumon.backends.sim.scenario import host_process, simulated_pids
 HOST_UID = 100000  # root inside an unprivileged container
 
 
-def write_proc_tree(root: Path, boot_time: float) -> Path:
-    """Write the tree under ``root`` (created); returns ``root``."""
+def write_proc_tree(root: Path, boot_time: float, sglang_ports: Sequence[int] = ()) -> Path:
+    """Write the tree under ``root`` (created); returns ``root``. ``sglang_ports``: the
+    demo's SGLang servers' ports, which their commands name (``scenario.host_process``)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "stat").write_text(f"cpu  1 0 1 1 0 0 0 0 0 0\nbtime {int(boot_time)}\n")
     for pid in simulated_pids():
-        proc = host_process(pid)
+        proc = host_process(pid, sglang_ports)
         if proc is None:
             continue
         d = root / str(pid)

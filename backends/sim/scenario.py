@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -611,13 +611,16 @@ def kernel_lines(settings: SimSettings, t: float) -> list[str]:
     ]
 
 
-def host_process(host_pid: int) -> HostProcess | None:
-    """What the host's /proc says of one of the simulator's GPU PIDs (None: not one)."""
+def host_process(host_pid: int, sglang_ports: Sequence[int] = ()) -> HostProcess | None:
+    """What the host's /proc says of one of the simulator's GPU PIDs (None: not one).
+    ``sglang_ports``: the ports this demo's SGLang servers got, server i on GPU i (its
+    command says the port it listens on); SGLang's default 30000 + i where none is given."""
     if host_pid == JUPYTER_PID:
         return HostProcess(host_pid, JUPYTER_CONTAINER, 88, JUPYTER_COMMAND)
     sglang, rest = divmod(host_pid - _SGLANG_PID, 168)
     if rest == 0 and 0 <= sglang < GPU_COUNT:
-        command = f"{SGLANG_PROCESS_NAME} (python3 -m sglang.launch_server --port {30000 + sglang})"
+        port = sglang_ports[sglang] if sglang < len(sglang_ports) else 30000 + sglang
+        command = f"{SGLANG_PROCESS_NAME} (python3 -m sglang.launch_server --port {port})"
         return HostProcess(host_pid, CONTAINER, host_pid - 2418000, command)
     if host_pid in _TARGET_PIDS:
         command = f"{PROCESS_NAME} -m train.target --rank {_TARGET_PIDS.index(host_pid)}"

@@ -53,8 +53,6 @@ class SimTransport(LocalTransport):
         self.job_state_dir = str(self.root / "jobs")
         write_wrapper(bin_dir, settings)
         write_kill_wrapper(bin_dir, settings)  # K on a simulated PID never reaches a real one
-        # The simulated Proxmox host's /proc for its GPU PIDs, read by the host-side collector
-        proc_root = str(write_proc_tree(self.root / "proc", settings.t0 - 86400.0))
         self._job_wrapper = write_job_wrapper(bin_dir, settings)
         self._job_started = False
         self._servers: asyncio.subprocess.Process | None = None
@@ -66,6 +64,9 @@ class SimTransport(LocalTransport):
             self.sglang_ports, self._ports_claim = _sglang_ports()
         else:
             self.sglang_ports = ()
+        # The simulated Proxmox host's /proc for its GPU PIDs, read by the host-side
+        # collector: the SGLang servers' commands name the ports this demo got
+        proc_root = write_proc_tree(self.root / "proc", settings.t0 - 86400.0, self.sglang_ports)
         env = dict(os.environ)
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
         if host.python == sys.executable:  # no python of the user's: the simulated venv's
@@ -74,7 +75,7 @@ class SimTransport(LocalTransport):
             python, index = make_venv(self.root)  # d reads it, w swaps torch in it
             host = dataclasses.replace(host, python=python, torch_index=index)
         super().__init__(host, env)
-        self.host_proc_root = proc_root
+        self.host_proc_root = str(proc_root)
         # The simulated kernel log, its past written now (the agent reads from its end, as
         # from /dev/kmsg): never this machine's kernel log, whose Xids name other buses.
         from gpumon.backends.sim.scenario import scenario_time

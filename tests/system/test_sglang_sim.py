@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,6 +31,9 @@ from gpumon.backends.sim import (
     sglang_server,
 )
 from gpumon.backends.workloads import SglangTracker, sglang_totals
+
+if TYPE_CHECKING:
+    from gpumon.backends.sim.transport import SimTransport
 
 pytestmark = pytest.mark.system
 
@@ -244,6 +249,10 @@ async def test_two_demos_at_once_never_share_the_usual_ports(
     try:
         assert first.sglang_ports == usual  # nothing else holds them
         assert len(second.sglang_ports) == 8 and not set(second.sglang_ports) & set(usual)
+        # Each demo's servers' commands (the simulated host's /proc) name its own ports,
+        # server i on GPU i, as the processes of a user's SGLang servers would.
+        assert _commanded_ports(second) == list(second.sglang_ports)
+        assert _commanded_ports(first) == list(usual)
     finally:
         await first.dispose()
         await second.dispose()
@@ -253,3 +262,13 @@ async def test_two_demos_at_once_never_share_the_usual_ports(
         assert third.sglang_ports == usual
     finally:
         await third.dispose()
+
+
+def _commanded_ports(demo: SimTransport) -> list[int]:
+    """The ``--port N`` of the simulated SGLang servers' commands in the demo's simulated
+    host ``/proc``, in GPU order (the PIDs grow with the GPU)."""
+    root = Path(demo.host_proc_root)
+    pids = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
+    server = re.compile(rb"sglang\.launch_server\0--port\0(\d+)")
+    found = [server.search((root / str(pid) / "cmdline").read_bytes()) for pid in pids]
+    return [int(m[1]) for m in found if m]
