@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -41,8 +42,11 @@ pytestmark = pytest.mark.system
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` consecutive ports nobody listens on (checked by binding each)."""
-    for base in range(42000, 60000, 97):
+    """``n`` consecutive ports nobody listens on (checked by binding each), from a random
+    start: two runs of the suite at once (two checkouts, a user's run beside CI) would
+    otherwise both try the same range first."""
+    start = random.randrange(42000, 50000)
+    for base in range(start, 60000, 97):
         socks = []
         try:
             for port in range(base, base + n):
@@ -233,15 +237,16 @@ async def test_two_demos_at_once_never_share_the_usual_ports(
     claims them (a flock held for its life), the second takes free ports, and once the
     first is disposed the usual ports are a demo's again.
 
-    The other test workers' demos take 30000-30007 at any time: here the usual ports are
-    a range no other test uses (its claim, a lock named by the range, is this test's)."""
+    The other test workers' demos (and the user's) take 30000-30007 at any time: here the
+    usual ports are a range this test found free (its claim, a lock named by the range, is
+    this test's), not a fixed one something else may hold."""
     from gpumon.backends.config.load import HostConfig
     from gpumon.backends.monitor.compose import demo_settings, make_transport
     from gpumon.backends.sim import transport
     from gpumon.backends.sim.transport import SimTransport
 
-    monkeypatch.setattr(transport, "USUAL_SGLANG_PORT", 31400)
-    usual = tuple(range(31400, 31408))
+    usual = tuple(free_ports(8))
+    monkeypatch.setattr(transport, "USUAL_SGLANG_PORT", usual[0])
     host = HostConfig(name="demo", kind="demo")
     first = make_transport(host, demo_settings("sglang"))
     second = make_transport(host, demo_settings("sglang"))
