@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from textual.command import Command, CommandPalette
 from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Button, Checkbox, Input, Log, OptionList, Select
+from textual.widgets import Button, Checkbox, Input, Log, Select
 
 from gpumon.backends.actions import (
     ActionPlan,
@@ -35,6 +34,8 @@ from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.dashboard import ACTIONS
 from gpumon.tui.screens import DetailScreen, DoctorScreen, JobActionScreen, SwapScreen, swap
+
+from palette import run_from_palette, search_palette, title_of
 
 Wait = Callable[..., Awaitable[None]]
 KeyActions = Callable[[Screen[Any]], set[str]]
@@ -456,17 +457,10 @@ async def test_a_read_only_host_hides_its_mutating_keys(
 
 
 async def palette_titles(pilot: Pilot[int], wait: Wait, app: GpumonApp, query: str) -> list[str]:
-    await pilot.press("ctrl+p")
-    await wait(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
-    await pilot.press(*query)
-    options = app.screen.query_one(OptionList)
-    # Hits, or "No matches found" (shown half a second after a search found nothing).
-    await wait(pilot, lambda: options.option_count > 0, what="the search")
-    await pilot.pause(0.3)  # every provider answered
-    found = [options.get_option_at_index(i) for i in range(options.option_count)]
-    titles = [str(o.prompt).split("\n", 1)[0] for o in found if isinstance(o, Command)]
+    options = await search_palette(pilot, query)  # every provider answered
+    found = [title_of(options.get_option_at_index(i)) for i in range(options.option_count)]
     await pilot.press("escape")
-    return titles  # each title without its help line
+    return [t for t in found if t is not None]  # each title without its help line
 
 
 async def test_read_only_hides_every_key_that_changes_the_machine(
@@ -544,10 +538,7 @@ async def test_the_palette_offers_the_job_actions(oom_demo: HostMonitor, wait: W
         await wait(pilot, lambda: can(app, "doctor"), what="connected")
         titles = await palette_titles(pilot, wait, app, "job drafter")
         assert {"Restart job drafter", "Stop job drafter", "Start job drafter"} <= set(titles)
-        await pilot.press("ctrl+p")
-        await pilot.press(*"restart job")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
+        await run_from_palette(pilot, "Restart job drafter", "restart job")
         await wait(pilot, lambda: isinstance(app.screen, JobActionScreen), what="the dialog")
         screen = cast(JobActionScreen, app.screen)
         await wait(pilot, lambda: screen.plan is not None, what="the plan")

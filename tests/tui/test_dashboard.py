@@ -22,6 +22,8 @@ from gpumon.tui.dashboard import INTERVALS, DashboardScreen
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, HelpScreen, key_text
 from gpumon.tui.widgets import HostSection
 
+from palette import run_from_palette
+
 Wait = Callable[..., Awaitable[None]]
 KeyActions = Callable[[Screen[Any]], set[str]]
 FROZEN_NOW = 1795962750.0
@@ -338,11 +340,7 @@ async def test_palette_command_runs_an_action(
     app = GpumonApp([demo_monitor(clock=frozen_clock)])
     async with app.run_test(size=(80, 24)) as pilot:
         await with_data(pilot, wait, app)
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        await pilot.press(*"pause / resume")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
+        await run_from_palette(pilot, "Pause / resume updates", "pause / resume")
         await wait(pilot, lambda: app.dashboard.paused, what="pause from the palette")
 
 

@@ -20,6 +20,7 @@ from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import AlertHistoryScreen, JobActionScreen, SwapScreen
 
 from notices import said
+from palette import run_from_palette
 
 Wait = Callable[..., Awaitable[None]]
 SIZES = [(80, 24), (120, 40)]
@@ -214,17 +215,11 @@ async def test_navigation_keys_move_the_cursor(
 async def test_the_palettes_screenshot_saves_an_svg_and_says_where(
     demo_monitor: Callable[..., HostMonitor], wait: Wait, state_home: Any
 ) -> None:
-    from textual.command import CommandPalette
-
     app = GpumonApp([demo_monitor(demo_time=30.0)])
     seen = said(app)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
-        await pilot.press("ctrl+p")
-        await wait(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
-        await pilot.press(*"screenshot")
-        await pilot.pause(0.6)
-        await pilot.press("enter")
+        await run_from_palette(pilot, "Screenshot", "screenshot")
         folder = state_home / "gpumon" / "screenshots"
         await wait(pilot, lambda: folder.is_dir() and any(folder.iterdir()), what="the file")
         [svg] = list(folder.iterdir())
