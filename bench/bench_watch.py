@@ -70,7 +70,8 @@ async def latency(rounds: int, tmp: Path) -> None:
             name="hook", kind="webhook", url=rx.url("/hook"), group_s=0, max_per_minute=10_000
         )
         hub = NotifyHub(
-            NotifySettings(notifiers={"hook": hook}, min_open_s=0), Outbox(tmp / "latency.sqlite3")
+            NotifySettings(notifiers={"hook": hook}, min_open_s=0, resolve_after_s=0),
+            Outbox(tmp / "latency.sqlite3"),
         )
         settings = demo_settings(demo_time=10, frozen=True)
         monitor = make_monitor(resolve_host(Config(path=None), "demo"), settings, record=False)
@@ -123,7 +124,7 @@ async def throughput(events: int, tmp: Path) -> None:
                 name="hook", kind="webhook", url=rx.url("/hook"), group_s=0, max_per_minute=100_000
             )
             hub = NotifyHub(
-                NotifySettings(notifiers={"hook": hook}, min_open_s=0),
+                NotifySettings(notifiers={"hook": hook}, min_open_s=0, resolve_after_s=0),
                 Outbox(tmp / f"tp{hosts}.sqlite3"),
             )
             n = events // 4

@@ -4,6 +4,7 @@
     [watch]
     metrics_port = 9947          # gpumon watch's /metrics (0: off)
     min_open_s = 30              # an incident stays open at least this long
+    resolve_after_s = 120        # ... and resolves once its alerts have been over this long
     dashboard_delivery = "auto"  # auto | always | never
 
     [notify.oncall]
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumon.backends.alerts.incident import INCIDENT_GAP_S
 from gpumon.backends.alerts.store import KINDS
 from gpumon.backends.config.files import regular_file, terminal
 from gpumon.backends.config.limits import show
@@ -58,6 +60,12 @@ DEFAULT_METRICS_PORT = 9947
 NOTIFIER_KINDS = ("pagerduty", "alertmanager", "ntfy", "slack", "webhook", "command", "terminal")
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
 _NEEDS_URL = frozenset({"alertmanager", "ntfy", "slack", "webhook"})
+# Kinds a person reads as they come (a phone, a chat, a desktop): a new incident's first
+# message waits ``SETTLE_S`` for the cause that follows its first alert. Alertmanager
+# waits by itself (its route's group_wait); webhooks and commands are programs that get
+# every event as it happens.
+READ_BY_PEOPLE = frozenset({"pagerduty", "ntfy", "slack", "terminal"})
+SETTLE_S = 5.0
 _SEVERITIES = {"warning": Health.WARNING, "critical": Health.CRITICAL}
 
 
@@ -82,6 +90,7 @@ class NotifierConfig:
     command: tuple[str, ...] = ()
     tty: str = "/dev/tty"
     group_s: float | None = None  # see group_window
+    settle_s: float | None = None  # see settle_window
     max_per_minute: int = 20  # per notifier; beyond it messages wait (nothing is dropped)
     resend_s: float = 60.0  # alertmanager: re-send the active alerts this often
     timeout_s: float = 10.0
@@ -94,6 +103,16 @@ class NotifierConfig:
         if self.group_s is not None:
             return self.group_s
         return 0.0 if self.kind == "alertmanager" else 30.0
+
+    @property
+    def settle_window(self) -> float:
+        """Seconds a new incident's first message waits, so that a cause following its
+        first alert (the CUDA OOM 2 s after the memory warning) is in it: one message with
+        the cause's headline, as Alertmanager's ``group_wait`` does. ``settle_s``, by
+        default ``SETTLE_S`` for the kinds a person reads, else 0."""
+        if self.settle_s is not None:
+            return self.settle_s
+        return SETTLE_S if self.kind in READ_BY_PEOPLE else 0.0
 
     def wants(self, host: str, kind: str, severity: Health) -> bool:
         """Whether an alert of ``kind`` and ``severity`` on ``host`` goes to this notifier."""
@@ -112,6 +131,10 @@ class NotifySettings:
     metrics_port: int = DEFAULT_METRICS_PORT
     metrics_host: str = "127.0.0.1"
     min_open_s: float = 30.0
+    # An incident resolves once its alerts have been over this long; one that comes back
+    # sooner continues it. The dashboard's grouping window: alerts of one failure within
+    # it are one incident there too.
+    resolve_after_s: float = INCIDENT_GAP_S
     dashboard_delivery: str = "auto"  # auto: only while no `gpumon watch` runs
     retry_first_s: float = 2.0
     retry_max_s: float = 300.0
@@ -192,6 +215,7 @@ NOTIFIER_KEYS: tuple[KeySpec, ...] = (
     KeySpec("command", _command, "a program and its arguments (a list of strings)"),
     KeySpec("tty", terminal, "a terminal device path"),
     KeySpec("group_s", number(0, 3600), f"{SECONDS} from 0 to 3600"),
+    KeySpec("settle_s", number(0, 300), f"{SECONDS} from 0 to 300"),
     KeySpec("max_per_minute", integer(1, 10_000), "an integer from 1 to 10000"),
     KeySpec("resend_s", number(1, 3600), f"{SECONDS} from 1 to 3600"),
     KeySpec("timeout_s", number(0.1, 600), f"{SECONDS} from 0.1 to 600"),
@@ -200,6 +224,7 @@ WATCH_KEYS: tuple[KeySpec, ...] = (
     KeySpec("metrics_port", integer(0, 65535), "a port 1..65535, or 0 for no exporter"),
     KeySpec("metrics_host", text, "an address to listen on"),
     KeySpec("min_open_s", number(0, 86400), f"{SECONDS} from 0 to 86400"),
+    KeySpec("resolve_after_s", number(0, 86400), f"{SECONDS} from 0 to 86400"),
     KeySpec("dashboard_delivery", _delivery, '"auto", "always" or "never"'),
     KeySpec("retry_first_s", number(0.01, 3600), f"{SECONDS} from 0.01 to 3600"),
     KeySpec("retry_max_s", number(0.01, 86400), f"{SECONDS} from 0.01 to 86400"),

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpumon.backends.model import iso_time
 
-__all__ = ["EVENT_KEYS", "SCHEMA", "IncidentEvent", "incident_key", "webhook_body"]
+__all__ = ["EVENT_KEYS", "SCHEMA", "IncidentEvent", "incident_key", "page_key", "webhook_body"]
 
 SCHEMA = "gpumon.incident.v1"
 EVENTS = ("open", "update", "resolve", "test")
@@ -45,6 +45,7 @@ EVENT_KEYS = (
     "attachments",
     "bundle",
     "count",
+    "episodes",
     "gpumon_host",
 )
 
@@ -53,10 +54,18 @@ def incident_key(host: str, gpu: int | None, job: str | None, kind: str) -> str:
     """An incident's name, ``HOST/gpuN/JOB/KIND``: its host, GPU and job and the kind of
     the alert that opened it, all as they were when it opened, so the name stays while a
     more explanatory cause arrives (the memory warning opens "demo/gpu6/drafter/memory",
-    the CUDA OOM 20 s later updates it). PagerDuty's ``dedup_key``, Alertmanager's
-    ``incident`` label and the outbox's open incidents rest on it; an outbox from before
-    incidents were grouped holds keys of one alert each, in the same form."""
+    the CUDA OOM 20 s later updates it). PagerDuty's ``dedup_key`` (``page_key``),
+    Alertmanager's ``incident`` label and the outbox's open incidents rest on it; an outbox
+    from before incidents were grouped holds keys of one alert each, in the same form."""
     return f"{host}/gpu{'-' if gpu is None else gpu}/{job or '-'}/{kind}"
+
+
+def page_key(key: str, page: int) -> str:
+    """The PagerDuty ``dedup_key`` of page ``page`` of incident ``key``: the key itself for
+    the first, ``KEY#2``, ``KEY#3`` ... for the pages that a new cause or a worse severity
+    began (a PagerDuty alert keeps the title it opened with, so a new headline needs a new
+    alert: ``IncidentEvent.page``)."""
+    return key if page <= 1 else f"{key}#{page}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +101,13 @@ class IncidentEvent:
     # (kind, severity, gpu), so Alertmanager can end the alert of the old labels. Not in
     # the webhook JSON (``EVENT_KEYS``).
     previous: tuple[str, str, int | None] | None = None
+    # What it says at its top changed: 1 when it opened, one more each time its cause or
+    # its severity changed (``previous`` set). PagerDuty's alert of this page is
+    # ``page_key(key, page)``. Not in the webhook JSON.
+    page: int = 1
+    # How many times it began: 1, then one more each time an alert of it came back after
+    # all of them had ended, before it resolved (a flapping host: its outages).
+    episodes: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.attachments, tuple):  # read back from JSON as a list
@@ -151,6 +167,9 @@ class IncidentEvent:
         lines.extend(f"file: {path}" for path in self.attachments if path not in said)
         if self.count > 1:
             lines.append(f"{self.count} alerts in this incident")
+        if self.episodes > 1:
+            back = self.episodes - 1
+            lines.append(f"back {back} time{'s' if back != 1 else ''} after it ended")
         if self.headline and self.event != "test":
             lines.append(f"alert {self.kind}: {self.cause}")
         return "\n".join(lines)

@@ -13,8 +13,12 @@ open / update / resolve is stored in the outbox for every notifier that wants it
 ``min_severity``, ``hosts`` and ``kinds``) and the notifier's task delivers it (see
 ``outbox`` for the order, the grouping and the retries). A host's first alert in a
 notifier's ``group_s`` window goes out at once; the ones after it wait for the window's
-end and go out together. ``max_per_minute`` holds messages back (it never drops one).
-Alertmanager notifiers also get every open incident again every ``resend_s``.
+end and go out together. A new incident's first message to a notifier waits its
+``settle_window`` (a few seconds for a pager, a phone, a chat), and the incident's events
+in that time join it: the memory warning and the CUDA OOM 2 s later are one message, which
+the notifier says as the OOM's (``notifiers``). The wait is a row's ``not_before`` in the
+outbox, so a restarted watch keeps it. ``max_per_minute`` holds messages back (it never
+drops one). Alertmanager notifiers also get every open incident again every ``resend_s``.
 """
 
 from __future__ import annotations
@@ -187,8 +191,10 @@ class NotifyHub:
         self.outbox = outbox
         self.clock = clock
         self.env = os.environ if env is None else env
-        self.tracker = IncidentTracker(settings.min_open_s, this_host())
-        self.tracker.restore(outbox.open_incidents())
+        self.tracker = IncidentTracker(
+            settings.min_open_s, this_host(), resolve_after_s=settings.resolve_after_s
+        )
+        self.tracker.restore(outbox.open_incidents(), clock())
         self.changes: Listeners[[IncidentEvent]] = Listeners("incident listener")
         self.delivered: Listeners[[str, list[IncidentEvent]]] = Listeners("delivery listener")
         self.monitors: list[HostMonitor] = []
@@ -197,6 +203,9 @@ class NotifyHub:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._window: dict[tuple[str, str], float] = {}  # (notifier, host) -> window start
+        # (notifier, incident key) -> when its first message, waiting to settle, goes out;
+        # read back from the outbox too (a watch restarted while one waited).
+        self._settling_until = self._waiting_firsts()
         self._sent: dict[str, deque[float]] = {}
         self._singly: set[str] = set()  # notifiers sending one event a message for now
         self._resent: dict[str, float] = {}
@@ -340,7 +349,7 @@ class NotifyHub:
                     routed = self._route(cfg, ev)
                     if routed is None:
                         continue
-                    self.outbox.add(cfg.name, routed, now, self._not_before(cfg, ev.host, now))
+                    self.outbox.add(cfg.name, routed, now, self._not_before(cfg, routed, now))
                     wake = self._wake.get(cfg.name)
                     if wake is not None:
                         wake.set()
@@ -348,6 +357,8 @@ class NotifyHub:
                 self._told_before.discard(ev.key)
                 for told in self._told.values():
                     told.discard(ev.key)
+                for name in self.settings.notifiers:
+                    self._settling_until.pop((name, ev.key), None)
 
     def _route(self, cfg: NotifierConfig, ev: IncidentEvent) -> IncidentEvent | None:
         """``ev`` as ``cfg`` is told it, None when it is not. The first event of an
@@ -371,13 +382,33 @@ class NotifyHub:
     def _standing_by(self) -> bool:
         return self.standby is not None and self.standby()
 
-    def _not_before(self, cfg: NotifierConfig, host: str, now: float) -> float:
-        start = self._window.get((cfg.name, host))
+    def _not_before(self, cfg: NotifierConfig, ev: IncidentEvent, now: float) -> float:
+        """When ``ev`` (as ``cfg`` is told it) may go out: with the incident's first
+        message while that waits to settle; else at once, or at the end of the host's
+        ``group_s`` window; an incident's first message no sooner than its settle window
+        (so the cause that follows is in it, and it is late by that window at most)."""
+        settling = self._settling_until.get((cfg.name, ev.key))
+        if settling is not None and settling > now:
+            return settling
+        start = self._window.get((cfg.name, ev.host))
         window = cfg.group_window
         if start is None or now - start >= window:
-            self._window[(cfg.name, host)] = now
-            return now
-        return start + window
+            self._window[(cfg.name, ev.host)] = at = now
+        else:
+            at = start + window
+        if ev.event == "open" and cfg.settle_window > 0:
+            at = max(at, now + cfg.settle_window)
+            self._settling_until[(cfg.name, ev.key)] = at
+        return at
+
+    def _waiting_firsts(self) -> dict[tuple[str, str], float]:
+        """The first messages in the outbox still waiting to settle, by (notifier, key)."""
+        now = self.clock()
+        return {
+            (row.notifier, row.event.key): row.not_before
+            for row in self.outbox.pending()
+            if row.event.event == "open" and row.not_before > now
+        }
 
     # --- delivery -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -397,6 +428,7 @@ class NotifyHub:
         old = self.settings.notifiers
         self.settings = settings
         self.tracker.min_open_s = settings.min_open_s
+        self.tracker.resolve_after_s = settings.resolve_after_s
         for name in list(self._tasks):
             if old.get(name) != settings.notifiers.get(name):
                 await self._stop_notifier(name)

@@ -15,11 +15,16 @@ calls it after every change) and returns the incident events to deliver:
   memory drop, a second OOM line) only counts; nothing is ever paged twice for one open
   incident, and a better cause that ends first leaves its story (no update back to
   "memory");
-- an incident resolves when none of its alerts is active any more (the OOM's end once
-  the job runs again and its GPU refilled, or a restart cleared it), but not before it
-  has been open ``min_open_s`` (an alert of it that flaps back within that time continues
-  it: the alert rules' hysteresis damps the samples, this damps the incidents), nor
-  while a restart of its job is running (the resolve says how that ended);
+- an incident resolves once none of its alerts has been active for ``resolve_after_s``
+  (the OOM's end once the job runs again and its GPU refilled, or a restart cleared it;
+  a host back that long), not before it has been open ``min_open_s``, nor while a
+  restart of its job is running (the resolve says how that ended). An alert of it that
+  comes back sooner continues it: an ``update`` that counts its ``episodes`` (a host whose
+  sshd flaps is one incident, paged once, with its outages counted; the alert rules'
+  hysteresis damps the samples, this damps the incidents);
+- an update that changes what the incident says at its top (its cause, its severity)
+  begins a new ``page``: PagerDuty keeps an alert's first title, so that page is a new
+  alert there (``notifiers``);
 - incidents read back from an outbox written when each alert was an incident of its own
   (``restore``) continue as the one the failure's alerts match (the best explained: the
   OOM's, not the memory warning's); the others of the same job (else GPU) resolve,
@@ -70,7 +75,10 @@ NO_LONGER_WATCHED = "no longer watched (host removed from the config)"
 class OpenIncident:
     event: IncidentEvent  # the last event sent (or its state, for a repeat)
     alert_keys: set[str] = field(default_factory=set)
-    cleared_at: float | None = None  # when its last alert ended (resolve waits min_open_s)
+    cleared_at: float | None = None  # when its last alert ended (resolve waits for it)
+    # Read back from the outbox and not seen since: its alerts coming back after a restart
+    # of gpumon continue it as they were, not as a new episode.
+    restored: bool = False
 
 
 @dataclass(slots=True)
@@ -106,8 +114,10 @@ class IncidentTracker:
         min_open_s: float = 30.0,
         gpumon_host: str = "",
         restarting: Callable[[str, str], bool] | None = None,
+        resolve_after_s: float = INCIDENT_GAP_S,
     ) -> None:
         self.min_open_s = min_open_s
+        self.resolve_after_s = resolve_after_s
         # (host, job) -> whether a restart of it is running: its incidents resolve once
         # it ended, so the resolve can say whether the restart worked and who ran it.
         self.restarting = restarting
@@ -165,11 +175,12 @@ class IncidentTracker:
             files = files if path in files else (*files, path)
             inc.event = replace(inc.event, bundle=path, attachments=files)
 
-    def restore(self, events: Iterable[IncidentEvent]) -> None:
-        """Incidents still open when gpumon last stopped (from the outbox's store): a
-        matching alert continues them; one that does not come back resolves."""
+    def restore(self, events: Iterable[IncidentEvent], now: float) -> None:
+        """Incidents still open when gpumon last stopped (from the outbox's store), read
+        back at ``now``: a matching alert continues them; one that does not come back
+        within ``resolve_after_s`` resolves."""
         for ev in events:
-            self.open.setdefault(ev.key, OpenIncident(ev, cleared_at=ev.time))
+            self.open.setdefault(ev.key, OpenIncident(ev, cleared_at=now, restored=True))
 
     def observe(
         self,
@@ -276,7 +287,8 @@ class IncidentTracker:
             ev = note.said(ev)
             self.open[key] = OpenIncident(ev, {a.key for a in members})
             return ev, key
-        inc.cleared_at = None
+        back = inc.cleared_at is not None and not inc.restored  # ended, and came back
+        inc.cleared_at, inc.restored = None, False
         new_keys = {a.key for a in members} - inc.alert_keys
         inc.alert_keys |= new_keys
         old = inc.event
@@ -284,6 +296,7 @@ class IncidentTracker:
         latest = replace(
             old,
             count=old.count + len(new_keys),
+            episodes=old.episodes + back,
             recording=recording,
             attachments=_files(old.attachments, recording),
         )
@@ -296,14 +309,16 @@ class IncidentTracker:
         # else: a better cause ended first; its story stays (the incident was a CUDA OOM)
         escalated = Health(severity).rank > Health(old.severity).rank
         acted = note.about(old) and note.action != old.action
-        if not (escalated or caused or acted):  # a repeat: counted, never re-paged
+        if not (escalated or caused or acted or back):  # a repeat: counted, never re-paged
             inc.event = latest
             return None, key
+        retold = caused or escalated  # its top line changed: a new page
         inc.event = note.said(latest).with_event(
             "update",
             now,
             severity=severity if escalated else old.severity,
-            previous=(old.kind, old.severity, old.gpu) if caused or escalated else None,
+            previous=(old.kind, old.severity, old.gpu) if retold else None,
+            page=old.page + retold,
         )
         return inc.event, key
 
@@ -320,7 +335,8 @@ class IncidentTracker:
         return out
 
     def due(self, now: float) -> list[IncidentEvent]:
-        """Resolves that were waiting for their minimum open time and are due now."""
+        """Resolves that were waiting (for the minimum open time, for their alerts to stay
+        over ``resolve_after_s``, for a restart) and are due now."""
         out: list[IncidentEvent] = []
         for key, inc in list(self.open.items()):
             if inc.cleared_at is not None:
@@ -330,6 +346,8 @@ class IncidentTracker:
     def _maybe_resolve(self, key: str, inc: OpenIncident, now: float) -> list[IncidentEvent]:
         if now - inc.event.opened_at < self.min_open_s:
             return []
+        if inc.cleared_at is not None and now - inc.cleared_at < self.resolve_after_s:
+            return []  # not over long enough: an alert of it may come back (a flap)
         job = inc.event.job
         if job and self.restarting is not None and self.restarting(inc.event.host, job):
             return []

@@ -8,6 +8,14 @@ notification (wrapped for tmux, with a BEL). Pure functions: delivery is ``deliv
 Every kind says the event's ``summary()`` (the headline) and ``details()`` (the fix, what
 gpumon did, the recording, the raw alert line) in its own form.
 
+The kinds a person reads (all but ``webhook`` and ``command``, which get every event as it
+happened) say a message's events of one incident as one (``coalesce``): a memory warning
+and the CUDA OOM that followed it within the notifier's settle window are one page with
+the OOM's headline. PagerDuty keeps an alert's first title for good (a later ``trigger``
+of its ``dedup_key`` only adds a log entry), so an incident's new ``page`` (its cause or
+severity changed) resolves the alerts of its earlier pages and triggers a new one under
+``page_key``.
+
 A secret named by ``*_env`` is read from ``env`` when the message is rendered; when the
 variable is unset the delivery fails (and is retried) with a message that names it.
 """
@@ -24,13 +32,14 @@ from typing import Any
 from gpumon.backends.config.notify import NotifierConfig
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.model import iso_time
-from gpumon.backends.notify.event import IncidentEvent, webhook_body
+from gpumon.backends.notify.event import IncidentEvent, page_key, webhook_body
 
 __all__ = [
     "DeliveryError",
     "HttpRequest",
     "alertmanager_alert",
     "alertmanager_alerts",
+    "coalesce",
     "command_input",
     "render",
     "terminal_bytes",
@@ -95,34 +104,72 @@ def _details(ev: IncidentEvent) -> dict[str, Any]:
     }
 
 
+def coalesce(events: Sequence[IncidentEvent]) -> list[IncidentEvent]:
+    """A message's events with each incident's run of ``open`` / ``update`` said once,
+    where the run began, as its last event says it: ``open`` then ``update`` is that
+    update as an ``open`` (the receiver never heard the first); ``update`` then ``update``
+    is the last with the first ``previous`` of the run (the labels the receiver knows). A
+    resolve ends the run (its key may open again after it: a new incident)."""
+    out: list[IncidentEvent] = []
+    running: dict[str, int] = {}  # key -> where its run is in ``out``
+    for ev in events:
+        at = running.pop(ev.key, None)
+        if at is not None and ev.event == "update":
+            first = out[at]
+            before = None if first.event == "open" else first.previous or ev.previous
+            out[at] = replace(ev, event=first.event, previous=before)
+            running[ev.key] = at
+            continue
+        if ev.event in ("open", "update"):
+            running[ev.key] = len(out)
+        out.append(ev)
+    return out
+
+
 def _pagerduty(
     config: NotifierConfig, events: Sequence[IncidentEvent], env: Mapping[str, str]
 ) -> list[HttpRequest]:
+    """Events API v2. An alert's title is the summary of the ``trigger`` that opened it;
+    later triggers of its ``dedup_key`` only add log entries. So each ``page`` of an
+    incident is an alert of its own (``page_key``): the update that begins one resolves
+    the alerts of the pages before it and triggers the new one, titled as an opening."""
     key = secret(config, "routing_key", env)
     out = []
+
+    def resolve(dedup_key: str) -> None:
+        body = {"routing_key": key, "event_action": "resolve", "dedup_key": dedup_key}
+        out.append(_request(config, body, {}))
+
     for ev in events:
-        body: dict[str, Any] = {
-            "routing_key": key,
-            "event_action": "resolve" if ev.event == "resolve" else "trigger",
-            "dedup_key": ev.key,
+        if ev.event == "resolve":  # every page's alert (a closed one drops the resolve)
+            for page in range(1, ev.page + 1):
+                resolve(page_key(ev.key, page))
+            continue
+        if ev.event == "update":  # the earlier pages' alerts end, whichever this one heard
+            for page in range(1, ev.page):
+                resolve(page_key(ev.key, page))
+        begins = ev.event == "update" and ev.previous is not None and ev.page > 1
+        title = replace(ev, event="open") if begins else ev
+        payload = {
+            "summary": title.summary()[:1024],
+            "source": ev.host,
+            "severity": "info" if ev.event == "test" else ev.severity,
+            "timestamp": iso_time(ev.opened_at),
+            "component": f"gpu{ev.gpu}" if ev.gpu is not None else None,
+            "group": ev.job,
+            "class": ev.kind,
+            "custom_details": _details(ev),
         }
-        if ev.event != "resolve":
-            body["payload"] = {
-                "summary": ev.summary()[:1024],
-                "source": ev.host,
-                "severity": "info" if ev.event == "test" else ev.severity,
-                "timestamp": iso_time(ev.opened_at),
-                "component": f"gpu{ev.gpu}" if ev.gpu is not None else None,
-                "group": ev.job,
-                "class": ev.kind,
-                "custom_details": _details(ev),
-            }
-            body["payload"] = {k: v for k, v in body["payload"].items() if v is not None}
-            body["client"] = "gpumon"
+        body = {
+            "routing_key": key,
+            "event_action": "trigger",
+            "dedup_key": page_key(ev.key, ev.page),
+            "payload": {k: v for k, v in payload.items() if v is not None},
+            "client": "gpumon",
+        }
         out.append(_request(config, body, {}))
         if ev.event == "test":  # a test must not leave an incident open on the pager
-            resolve = {"routing_key": key, "event_action": "resolve", "dedup_key": ev.key}
-            out.append(_request(config, resolve, {}))
+            resolve(ev.key)
     return out
 
 
@@ -255,7 +302,11 @@ def render(
     now: float,
     env: Mapping[str, str],
 ) -> list[HttpRequest]:
-    """The HTTP requests that deliver ``events`` (one host's group) for a web kind."""
+    """The HTTP requests that deliver ``events`` (one host's group) for a web kind; but
+    for a webhook, each incident's events said once (``coalesce``)."""
+    if config.kind == "webhook":
+        return _webhook(config, events, now, env)
+    events = coalesce(events)
     if config.kind == "pagerduty":
         return _pagerduty(config, events, env)
     if config.kind == "alertmanager":
@@ -266,8 +317,6 @@ def render(
         return _ntfy(config, events, env)
     if config.kind == "slack":
         return _slack(config, events, env)
-    if config.kind == "webhook":
-        return _webhook(config, events, now, env)
     raise ValueError(f"{config.kind} is not a web notifier")
 
 
@@ -287,7 +336,7 @@ def terminal_bytes(events: Sequence[IncidentEvent], *, tmux: bool) -> bytes:
     desktop notifications, then BEL for terminals that know neither. Inside tmux each
     sequence is wrapped in tmux's passthrough (needs ``allow-passthrough on``); the BEL
     goes to tmux itself, which marks the window."""
-    title, body = _text(events)
+    title, body = _text(coalesce(events))
     title, body = _clean(title), _clean(body.replace("\n", " | "))
     sequences = [f"\x1b]9;{title}\x07", f"\x1b]777;notify;{title};{body}\x07"]
     if tmux:

@@ -59,7 +59,8 @@ def check_pagerduty(body: Mapping[str, Any], routing_key: str) -> str:
         assert p["severity"] in ("critical", "error", "warning", "info")
         assert len(p["summary"]) <= 1024
         _iso(p["timestamp"])
-        assert p["custom_details"]["key"] == body["dedup_key"]
+        key = p["custom_details"]["key"]  # the incident's; a later page's alert: KEY#N
+        assert body["dedup_key"] == key or body["dedup_key"].startswith(f"{key}#")
     else:
         assert set(body) == {"routing_key", "event_action", "dedup_key"}
     return str(body["event_action"])

@@ -63,10 +63,10 @@ class Receiver(Startable):
                 self.wfile.write(b"{}")
                 self.wfile.flush()
                 if status < 300:  # counted once answered: a sender that got no answer retries
+                    got = Received(self.path, dict(self.headers.items()), body, time.time())
+                    receiver.on_received(got)
                     with receiver._lock:
-                        receiver.requests.append(
-                            Received(self.path, dict(self.headers.items()), body, time.time())
-                        )
+                        receiver.requests.append(got)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -75,6 +75,9 @@ class Receiver(Startable):
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
+
+    def on_received(self, received: Received) -> None:
+        """A request it took, before ``received()`` lists it (a stand-in applies it)."""
 
     def stop(self) -> None:
         """Go down: the port refuses connections until ``start()``."""

@@ -25,11 +25,12 @@ FAKE_SMI = Path(__file__).parent / "fake_smi.py"
 PAGE_WITHIN_S = 60.0  # issue 28's bar: an incident at the receiver within a minute
 
 
-def watch_config(rx: Receiver, hosts: str, metrics_port: int) -> str:
+def watch_config(rx: Receiver, hosts: str, metrics_port: int, resolve_after_s: float = 0) -> str:
     return f"""{hosts}
 [watch]
 metrics_port = {metrics_port}
 min_open_s = 0
+resolve_after_s = {resolve_after_s}
 
 [notify.hook]
 kind = "webhook"
@@ -61,10 +62,13 @@ def faulty_config(sshd: SshServer, rx: Receiver, tmp: Path, mode: str) -> tuple[
 
 
 class Watch:
-    def __init__(self, cfg: Path, env: dict[str, str], log: Path) -> None:
+    """``gpumon watch`` with the JSON log, as a context manager; ``args``: its hosts and
+    options (none: every host of the config)."""
+
+    def __init__(self, cfg: Path, env: dict[str, str], log: Path, *args: str) -> None:
         self.log = log
         self.proc = subprocess.Popen(
-            [*GPUMON, "watch", "--config", str(cfg), "--log-format", "json"],
+            [*GPUMON, "watch", *args, "--config", str(cfg), "--log-format", "json"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log.open("ab"),

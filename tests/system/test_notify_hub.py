@@ -163,7 +163,7 @@ async def test_terminal_notifications_go_to_the_tty_or_the_dashboards_writer(
 ) -> None:
     tty = tmp_path / "tty"
     tty.touch()
-    term = NotifierConfig(name="desk", kind="terminal", tty=str(tty), group_s=0)
+    term = NotifierConfig(name="desk", kind="terminal", tty=str(tty), group_s=0, settle_s=0)
     hub = hub_for(tmp_path, term)
     await hub.start()
     hub.publish([event(6)])

@@ -55,7 +55,11 @@ async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_i
     with AlertmanagerServer(tmp_path) as am:
         am_notifier = NotifierConfig(name="am", kind="alertmanager", url=am.url, resend_s=2)
         settings = NotifySettings(
-            notifiers={"am": am_notifier}, min_open_s=0, metrics_port=0, retry_first_s=0.2
+            notifiers={"am": am_notifier},
+            min_open_s=0,
+            resolve_after_s=0,
+            metrics_port=0,
+            retry_first_s=0.2,
         )
         host = resolve_host(Config(path=None), "demo")
         service = WatchService(

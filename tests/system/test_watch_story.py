@@ -57,7 +57,7 @@ def _wait(log: Path, proc: subprocess.Popen[bytes], pattern: str, timeout: float
 
 def test_watch_log_says_the_headline_the_fix_and_the_restart_when_it_ran(tmp_path: Path) -> None:
     cfg = tmp_path / "config.toml"
-    cfg.write_text("[watch]\nmetrics_port = 0\nmin_open_s = 0\n")
+    cfg.write_text("[watch]\nmetrics_port = 0\nmin_open_s = 0\nresolve_after_s = 0\n")
     log = tmp_path / "watch.log"
     demo = ["--demo-time", "36", "--demo-speed", "4", "--demo-auto-restart"]
     tmp = tmp_path / "tmp"  # the demo machine's folder, for its kill

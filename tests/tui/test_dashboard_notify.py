@@ -22,7 +22,9 @@ Wait = Callable[..., Awaitable[None]]
 
 def settings(url: str, delivery: str = "auto") -> NotifySettings:
     hook = NotifierConfig(name="hook", kind="webhook", url=url, group_s=0)
-    return NotifySettings(notifiers={"hook": hook}, min_open_s=0, dashboard_delivery=delivery)
+    return NotifySettings(
+        notifiers={"hook": hook}, min_open_s=0, resolve_after_s=0, dashboard_delivery=delivery
+    )
 
 
 async def test_the_dashboard_pages_the_demo_oom_through_the_webhook(

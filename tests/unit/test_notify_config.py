@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.backends.alerts.incident import INCIDENT_GAP_S
 from gpumon.backends.config import ConfigError, load_config
-from gpumon.backends.config.notify import DEFAULT_METRICS_PORT, PAGERDUTY_URL
+from gpumon.backends.config.notify import DEFAULT_METRICS_PORT, PAGERDUTY_URL, SETTLE_S
 from gpumon.backends.model import Health
 
 
@@ -39,6 +40,28 @@ kinds = ["cuda_oom", "oom_death"]
     assert not pd.wants("ct200", "cuda_oom", Health.WARNING)
     assert not pd.wants("gpu2", "cuda_oom", Health.CRITICAL)
     assert not pd.wants("ct200", "memory", Health.CRITICAL)
+
+
+def test_the_settle_times_are_read_and_default_by_kind(tmp_path: Path) -> None:
+    """A new incident's first message waits a few seconds where a person reads it, not
+    where Alertmanager (its own group_wait) or a program gets it; an incident resolves
+    once its alerts have been over the dashboard's grouping window, or as configured."""
+    text = ""
+    for kind in ("pagerduty", "ntfy", "slack", "terminal", "alertmanager", "webhook"):
+        text += f'[notify.{kind}]\nkind = "{kind}"\nurl = "http://x"\nrouting_key = "k"\n'
+    default = load(tmp_path, text).notify_settings()
+    waits = {name: n.settle_window for name, n in default.notifiers.items()}
+    assert waits == {
+        "pagerduty": SETTLE_S, "ntfy": SETTLE_S, "slack": SETTLE_S, "terminal": SETTLE_S,
+        "alertmanager": 0.0, "webhook": 0.0,
+    }  # fmt: skip
+    assert default.resolve_after_s == INCIDENT_GAP_S == 120.0
+    text += "settle_s = 0\n[watch]\nresolve_after_s = 45\n"  # the webhook's table
+    configured = load(
+        tmp_path, text.replace('kind = "webhook"', 'kind = "slack"')
+    ).notify_settings()
+    assert configured.notifiers["webhook"].settle_window == 0.0
+    assert configured.resolve_after_s == 45.0
 
 
 def test_no_tables_means_defaults(tmp_path: Path) -> None:
@@ -86,6 +109,12 @@ def test_no_tables_means_defaults(tmp_path: Path) -> None:
         ("[watch]\nmetrics_port = 70000", "watch.metrics_port", "0 for no exporter"),
         ('[watch]\ndashboard_delivery = "sometimes"', "watch.dashboard_delivery", '"auto"'),
         ("[watch]\nretry_first_s = 10\nretry_max_s = 1", "watch.retry_max_s", "retry_first_s"),
+        ("[watch]\nresolve_after_s = -1", "watch.resolve_after_s", "from 0 to 86400"),
+        (
+            '[notify.a]\nkind = "ntfy"\nurl = "http://x"\nsettle_s = 900',
+            "notify.a.settle_s",
+            "from 0 to 300",
+        ),
     ],
 )
 def test_bad_tables_name_the_key(tmp_path: Path, text: str, key: str, words: str) -> None:

@@ -28,7 +28,7 @@ def oom(key: str = "cuda_oom:log:1", at: float = 100.0, **changes: object) -> Al
 
 
 def test_an_alert_opens_one_incident_and_its_repeats_never_page_again() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     [ev] = t.observe("ct200", [oom()], 100.0)
     assert ev.event == "open" and ev.key == incident_key("ct200", 6, "drafter", "cuda_oom")
     assert ev.key == "ct200/gpu6/drafter/cuda_oom"
@@ -39,7 +39,7 @@ def test_an_alert_opens_one_incident_and_its_repeats_never_page_again() -> None:
 
 
 def test_a_worse_severity_updates_the_incident() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     warn = replace(oom(), kind="memory", key="memory:6", severity=Health.WARNING)
     [opened] = t.observe("ct200", [warn], 100.0)
     [update] = t.observe("ct200", [replace(warn, severity=Health.CRITICAL)], 101.0)
@@ -47,27 +47,77 @@ def test_a_worse_severity_updates_the_incident() -> None:
     assert (update.event, update.severity, update.key) == ("update", "critical", opened.key)
 
 
-def test_resolve_waits_for_the_minimum_open_time_and_a_flap_continues_the_incident() -> None:
-    t = IncidentTracker(min_open_s=30)
+def test_resolve_waits_for_the_minimum_open_time() -> None:
+    t = IncidentTracker(min_open_s=30, resolve_after_s=0)
     [opened] = t.observe("ct200", [oom()], 100.0)
     assert t.observe("ct200", [], 110.0) == []  # cleared after 10 s: too soon to resolve
-    assert t.observe("ct200", [oom()], 115.0) == []  # back again: the same incident, no page
-    assert t.observe("ct200", [], 120.0) == []
     assert t.due(125.0) == []
     [resolved] = t.due(131.0)
     assert resolved.event == "resolve" and resolved.key == opened.key
     assert resolved.resolved_by == "recovered" and not t.open
 
 
+def unreachable(at: float) -> Alert:
+    """The connection alert of a host whose sshd is down (one key, raised again each
+    time: ``AlertEngine.on_unreachable``)."""
+    return Alert("host_unreachable", Health.WARNING, "host_unreachable", "box", None, None,
+                 "cannot connect to 127.0.0.1 port 2222: connection refused", at, at)  # fmt: skip
+
+
+def test_a_flapping_host_is_one_incident_that_counts_its_outages() -> None:
+    """Issue 34.9: sshd down and up every 20-40 s gave an open and a resolve per outage.
+    A host back for less than ``resolve_after_s`` that goes again continues its incident:
+    an update that counts the outages (its page stays: no new alert); it resolves once the
+    host has been back that long."""
+    t = IncidentTracker(min_open_s=30, resolve_after_s=60)
+    events = []
+    for n in range(6):  # down 20 s, up 30 s, six times
+        down = 100.0 + 50 * n
+        events += t.observe("box", [unreachable(down)], down)
+        events += t.due(down + 10)
+        events += t.observe("box", [], down + 20)  # back
+        events += t.due(down + 49)
+    assert [e.event for e in events] == ["open"] + ["update"] * 5
+    assert [e.episodes for e in events] == [1, 2, 3, 4, 5, 6]
+    assert {e.key for e in events} == {"box/gpu-/-/host_unreachable"}
+    assert {e.page for e in events} == {1} and all(e.previous is None for e in events[1:])
+    assert "back 5 times after it ended" in events[-1].details().splitlines()
+    back = 100.0 + 50 * 5 + 20  # the last time it came back
+    assert t.due(back + 59) == []  # not back long enough yet
+    [resolved] = t.due(back + 60)
+    assert (resolved.event, resolved.episodes, resolved.resolved_by) == ("resolve", 6, "recovered")
+    # Down again after that: a new incident.
+    [again] = t.observe("box", [unreachable(back + 100)], back + 100)
+    assert (again.event, again.episodes) == ("open", 1)
+
+
+def test_an_incident_read_back_after_a_restart_is_no_new_episode() -> None:
+    first = IncidentTracker(min_open_s=0, resolve_after_s=60)
+    [opened] = first.observe("box", [unreachable(100.0)], 100.0)
+    later = IncidentTracker(min_open_s=0, resolve_after_s=60)
+    later.restore([opened], 150.0)
+    assert later.observe("box", [unreachable(100.0)], 160.0) == []  # the same outage
+    assert later.observe("box", [], 170.0) == []
+    [back] = later.observe("box", [unreachable(180.0)], 180.0)  # a second outage
+    assert (back.event, back.episodes) == ("update", 2)
+    # One that does not come back resolves once the settle time has passed since it was
+    # read back (its host had time to answer), not at the first look.
+    gone = IncidentTracker(min_open_s=0, resolve_after_s=60)
+    gone.restore([opened], 150.0)
+    assert gone.due(151.0) == [] and gone.due(209.0) == []
+    [resolved] = gone.due(210.0)
+    assert resolved.event == "resolve"
+
+
 def test_other_hosts_alerts_do_not_resolve_an_incident() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     t.observe("ct200", [oom()], 100.0)
     assert t.observe("gpu2", [], 101.0) == []
     assert len(t.open) == 1
 
 
 def test_auto_restart_alerts_say_what_gpumon_did_and_who_fixed_it() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     auto = Alert(
         "auto_restart:event:1",
         Health.WARNING,
@@ -107,7 +157,7 @@ def test_auto_restart_alerts_say_what_gpumon_did_and_who_fixed_it() -> None:
 
 
 def test_a_failed_auto_restart_is_said_when_it_failed_with_why() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     t.observe("ct200", [oom()], 100.0)
     [update] = t.note_restart(
         "ct200", "drafter", automatic=True, ok=False, at=115.0, took_s=3.0,
@@ -122,7 +172,7 @@ def test_a_failed_auto_restart_is_said_when_it_failed_with_why() -> None:
 
 
 def test_an_old_action_does_not_follow_a_new_incident_of_the_job() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     t.observe("ct200", [oom()], 100.0)
     t.note_restart("ct200", "drafter", automatic=True, ok=True, at=110.0, pid=7)
     t.observe("ct200", [], 111.0)
@@ -140,7 +190,7 @@ HELD_HEADLINE = f"{HEADLINE[:-1]}; {HELD})"  # the demo's: CT 201 held memory on
 
 
 def test_events_say_the_incident_headline_and_its_fix_not_the_raw_line() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     drop = replace(
         oom(), key="oom_death:6:1", kind="oom_death", message="GPU 6 memory fell from 99% to 0%"
     )
@@ -194,7 +244,7 @@ def test_the_demo_oom_pages_once_then_updates_then_resolves_once() -> None:
     an update of the same incident with the OOM's headline and severity (not a second
     page), the memory drop and the holder only count, the restart's decision and its end
     are updates, and it resolves once, when every alert of it ended."""
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     rounds = demo_oom()
     events = []
     for at, alerts in rounds[:4]:
@@ -227,7 +277,7 @@ def test_the_demo_oom_pages_once_then_updates_then_resolves_once() -> None:
 
 
 def test_a_better_cause_that_ends_first_keeps_the_incident_story() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     rounds = demo_oom()
     for at, alerts in rounds[:3]:
         t.observe("ct200", alerts, at)
@@ -241,14 +291,15 @@ def test_incidents_of_one_alert_each_from_an_older_outbox_merge_into_one() -> No
     """An outbox written when each alert was an incident: the OOM's three open rows read
     back; the failure still active continues the OOM's (the best explained), the others
     resolve said merged into it."""
-    old = IncidentTracker(min_open_s=0)
+    old = IncidentTracker(min_open_s=0, resolve_after_s=0)
     rows = []
     for alert in demo_oom()[2][1]:
         if alert.kind != "auto_restart":
             key = incident_key("ct200", alert.gpu, alert.job, alert.kind)
-            [ev] = IncidentTracker(min_open_s=0).observe("ct200", [alert], alert.time)
+            fresh = IncidentTracker(min_open_s=0, resolve_after_s=0)
+            [ev] = fresh.observe("ct200", [alert], alert.time)
             rows.append(replace(ev, key=key, kind=alert.kind, opened_at=alert.time))
-    old.restore(rows)
+    old.restore(rows, 199.0)
     assert len(old.open) == 4
     still = [a for a in demo_oom()[3][1] if a.kind != "auto_restart"]
     events = old.observe("ct200", still, 200.0)
@@ -270,7 +321,7 @@ def test_incidents_of_one_alert_each_from_an_older_outbox_merge_into_one() -> No
 
 
 def test_the_recording_is_the_one_whose_window_holds_the_incident() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     t.note_recordings("ct200", [(0.0, 160.0, "/rec/old.jsonl.gz")])
     [held] = t.observe("ct200", [oom()], 100.0)
     assert held.recording == "/rec/old.jsonl.gz" and held.attachments == ("/rec/old.jsonl.gz",)
@@ -284,7 +335,7 @@ def test_the_recording_is_the_one_whose_window_holds_the_incident() -> None:
 
 
 def test_a_person_restart_is_named_as_the_fix() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     t.observe("ct200", [oom()], 100.0)
     t.note_restart("ct200", "drafter", automatic=False, ok=True, at=110.0)
     [resolved] = t.observe("ct200", [], 111.0)
@@ -292,11 +343,11 @@ def test_a_person_restart_is_named_as_the_fix() -> None:
 
 
 def test_restored_incidents_continue_or_resolve_after_a_restart_of_gpumon() -> None:
-    first = IncidentTracker(min_open_s=0)
+    first = IncidentTracker(min_open_s=0, resolve_after_s=0)
     [ev] = first.observe("ct200", [oom()], 100.0)
     other = replace(ev, key="ct200/gpu2/-/xid", gpu=2, kind="xid")
-    later = IncidentTracker(min_open_s=0)
-    later.restore([ev, other])
+    later = IncidentTracker(min_open_s=0, resolve_after_s=0)
+    later.restore([ev, other], 199.0)
     # The OOM alert is still active after the restart: no new page. The Xid is gone: resolved.
     events = later.observe("ct200", [oom(at=100.0)], 200.0)
     assert [(e.event, e.key) for e in events] == [("resolve", other.key)]
@@ -314,7 +365,9 @@ def test_event_json_has_exactly_the_documented_keys() -> None:
 
 def test_an_incident_waits_for_a_running_restart_to_say_how_it_ended() -> None:
     busy = {("ct200", "drafter")}
-    t = IncidentTracker(min_open_s=0, restarting=lambda host, job: (host, job) in busy)
+    t = IncidentTracker(
+        min_open_s=0, resolve_after_s=0, restarting=lambda host, job: (host, job) in busy
+    )
     t.observe("ct200", [oom()], 100.0)
     assert t.observe("ct200", [], 105.0) == []  # the GPU refilled while the restart verifies
     busy.clear()
@@ -328,7 +381,8 @@ def test_incidents_of_hosts_no_longer_watched_resolve_at_once() -> None:
     pages open forever: nothing would ever clear them."""
     from gpumon.backends.notify.incidents import NO_LONGER_WATCHED
 
-    t = IncidentTracker(min_open_s=600)  # not the minimum open time: the host is gone
+    # not the minimum open time, nor the settle time: the host is gone
+    t = IncidentTracker(min_open_s=600, resolve_after_s=600)
     [kept] = t.observe("ct200", [oom()], 100.0)
     [gone] = t.observe("ct201", [oom(host="ct201")], 100.0)
     [ev] = t.forget_hosts(["ct200"], 101.0)
@@ -337,7 +391,7 @@ def test_incidents_of_hosts_no_longer_watched_resolve_at_once() -> None:
 
 
 def test_a_bundle_noted_for_an_incident_is_named_by_its_later_events() -> None:
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     rounds = demo_oom()
     t.observe("ct200", rounds[0][1], 96.0)
     [oomed] = t.observe("ct200", rounds[1][1], 98.0)
@@ -350,7 +404,7 @@ def test_a_bundle_noted_for_an_incident_is_named_by_its_later_events() -> None:
 def test_other_jobs_gpus_and_kinds_are_incidents_of_their_own() -> None:
     """The dashboard's subjects: another job, a GPU's alerts of no job, and (alerts of
     neither) each kind; two alerts of one such kind page once."""
-    t = IncidentTracker(min_open_s=0)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
     xid = Alert("xid:2:1", Health.CRITICAL, "xid", "ct200", 2, None, "Xid 79 on GPU 2", 100, 100)
     ecc = replace(xid, key="gpu_health:2", kind="gpu_health", message="GPU 2 ECC errors")
     kill = Alert("host_oom_kill:1", Health.CRITICAL, "host_oom_kill", "ct200", None, None,

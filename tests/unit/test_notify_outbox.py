@@ -139,8 +139,8 @@ def test_rows_of_the_key_per_alert_scheme_read_back_and_merge_into_one_incident(
                    [pending.event], 100.0, {})  # fmt: skip
     assert len(json.loads(req.body)) == 1
 
-    t = IncidentTracker(min_open_s=0)
-    t.restore(restored)
+    t = IncidentTracker(min_open_s=0, resolve_after_s=0)
+    t.restore(restored, 199.0)
     alerts = [
         Alert(f"{kind}:6", Health.CRITICAL, kind, "ct200", 6, "drafter", kind, at, at)
         for kind, at in kinds.items()
