@@ -4,15 +4,21 @@ start, comes up, then loses its sshd and every session pages ``host_unreachable`
 then critical) and resolves each time it is back; a host whose nvidia-smi hangs from the
 start pages ``stale_data``; one whose GPU is lost pages a critical ``driver_error`` in the
 driver's own words, and ``check`` exits 2 with them. Before, each of the three posted
-nothing in 60 s."""
+nothing in 60 s.
+
+Issue 34.9: a host whose sshd goes down and comes back several times within the settle
+time is one incident, opened once, updated with its outages, resolved once it has stayed
+up that long (it gave an open and a resolve per outage)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +28,7 @@ from receiver import Receiver
 from sshd_server import SshServer
 from watch_faults import (
     GPUMON,
+    PAGE_WITHIN_S,
     Watch,
     faulty_config,
     gauges,
@@ -121,3 +128,48 @@ def test_a_lost_gpu_pages_a_critical_driver_error_in_the_drivers_words(
     [alert] = json.loads(snap.stdout)["alerts"]
     assert (alert["kind"], alert["severity"]) == ("driver_error", "critical")
     assert alert["message"] == opened["cause"]
+
+
+def wait_back(port: int, log: Path) -> None:
+    """Until the watch on ``port`` has data from ``box`` again and its connection alert
+    ended (fresh data alone may come a moment before the alert's end is judged)."""
+    deadline = time.monotonic() + PAGE_WITHIN_S
+    while True:
+        wait_agent_up(port, log)
+        active = alerts_active(port)
+        if active and not any(v for k, v in active.items() if k[:2] == ("box", "host_unreachable")):
+            return
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
+def outage(n: int) -> Callable[[dict[str, Any]], bool]:
+    """The event that says the host's ``n``th outage."""
+    return lambda ev: ev["kind"] == "host_unreachable" and ev["episodes"] == n
+
+
+def test_a_flapping_sshd_is_one_incident_that_counts_its_outages(
+    sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
+) -> None:
+    settle = 20.0  # resolve_after_s: longer than the host stays up between outages here
+    port = free_port()
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(watch_config(rx, sshd.config_toml("box"), port, resolve_after_s=settle))
+    log = tmp_path / "watch.log"
+    outages = 3
+    with Watch(cfg, client_env, log):
+        wait_agent_up(port, log)
+        for n in range(1, outages + 1):
+            sshd.kill()  # down: sshd and every session it serves
+            posted, took = wait_event(rx, log, outage(n))
+            print(f"outage {n}: {posted['event']} posted after {took:.1f} s")
+            sshd.start()
+            back_at = time.time()  # it cannot be back before its sshd is
+            wait_back(port, log)  # the alert ended; the incident waits to settle
+        resolved, _ = wait_event(rx, log, is_event("resolve", "host_unreachable"), settle + 60)
+    events = [ev for ev in hook_events(rx) if ev["kind"] == "host_unreachable"]
+    said = [(ev["event"], ev["episodes"]) for ev in events]
+    assert said == [("open", 1), ("update", 2), ("update", 3), ("resolve", 3)], said
+    assert {ev["key"] for ev in events} == {"box/gpu-/-/host_unreachable"}
+    # resolved once the host had been back ``settle`` (the event's time is to the second)
+    assert dt.datetime.fromisoformat(resolved["time"]).timestamp() >= back_at + settle - 1
