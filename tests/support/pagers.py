@@ -19,11 +19,12 @@ PagerDuty, Events API v2 (developer.pagerduty.com, "Send an Alert Event", the
 
 A notification (the phone ringing) goes out when an alert opens; never for a log entry.
 
-Alertmanager (prometheus/alertmanager): an alert is known by its labels; a newer post of
-the same labels replaces its annotations and end (``types.Alert.Merge``, types/types.go);
-a group is notified when an alert of new labels fires in it or when all are resolved,
-not when only annotations change (``DedupStage.needsUpdate``, notify/notify.go), until
-its ``repeat_interval``.
+Alertmanager (prometheus/alertmanager v0.25.0, Debian's, the one tests/system runs): an
+alert is known by its labels; a newer post of the same labels replaces its annotations
+and, for what gpumon posts (a later end, or a resolve), its end (``Alert.Merge``,
+types/types.go); a group is notified when an alert of new labels fires in it, when one
+resolves (``send_resolved``) or all did, not when only annotations change
+(``DedupStage.needsUpdate``, notify/notify.go): those wait for its ``repeat_interval``.
 """
 
 from __future__ import annotations
@@ -125,20 +126,16 @@ class AlertmanagerAlerts:
 
     def post(self, body: bytes, now: float) -> None:
         """One ``POST /api/v2/alerts`` at ``now``; notifies as a group of every alert
-        would (``group_wait`` 0) when a new label set fires or all resolved."""
-        before = self.firing(now)
+        would (``group_wait`` 0, ``send_resolved``) when a label set begins or ends firing."""
+        before = {frozenset(a.labels.items()) for a in self.firing(now)}
         for alert in json.loads(body):
             labels = dict(alert["labels"])
             ends = dt.datetime.fromisoformat(alert["endsAt"]).timestamp()
             self.alerts[frozenset(labels.items())] = ManagedAlert(
                 labels, dict(alert["annotations"]), ends
             )
-        after = self.firing(now)
-        new = {frozenset(a.labels.items()) for a in after} - {
-            frozenset(a.labels.items()) for a in before
-        }
-        if new or (before and not after):
-            self.notified.append([a.annotations["summary"] for a in after])
+        if {frozenset(a.labels.items()) for a in self.firing(now)} != before:
+            self.notified.append([a.annotations["summary"] for a in self.firing(now)])
 
     def firing(self, now: float) -> list[ManagedAlert]:
         return [a for a in self.alerts.values() if a.ends_at > now]
