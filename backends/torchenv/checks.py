@@ -24,7 +24,6 @@ from gpumon.backends.torchenv.variants import (
     series_of,
     sm_name,
     split_version,
-    table_archs,
     table_covers,
     variant_cuda,
     variant_from,
@@ -128,8 +127,9 @@ class Facts:
 
 
 # CUDA 12 builds, newest CUDA first: what a driver below 580 (CUDA 13's floor) can run.
-# Which of them a torch release has is the index's to say: 2.12 dropped cu128 and cu129
-# (pytorch/pytorch#178665), leaving cu126, which has no Blackwell (sm_100/sm_120) code.
+# Which of them a torch release has is the index's to say: 2.12.0 has cu126 alone (cu128
+# and cu129 gone, pytorch/pytorch#178665), 2.12.1 has cu129 again, 2.15 has none (cu126
+# dropped); cu126 has no Blackwell (sm_100/sm_120) code (data/torch_variants.toml).
 CUDA12_VARIANTS = ("cu129", "cu128", "cu126")
 CUDA13_DRIVER = "580"
 _FOUND_CUDA = re.compile(r"found version ([0-9]{4,6})")
@@ -170,12 +170,7 @@ def cuda12_choice(f: Facts, driver_cuda: str | None = None) -> tuple[str, str] |
     else:
         # The installed version, or (none installed) every release the table lists.
         known = [installed] if installed else [r.torch for r in f.table.releases]
-        served = [
-            (v, ver)
-            for v in CUDA12_VARIANTS
-            for ver in known
-            if f.table.variant(series_of(ver) or "", v)
-        ]
+        served = [(v, ver) for v in CUDA12_VARIANTS for ver in known if f.table.built(ver, v)]
         where = "the built-in table knows"
     ceiling = version_key(driver_cuda) if driver_cuda else None
     usable = [
@@ -211,14 +206,7 @@ def _runs_here(f: Facts, variant: str, version: str) -> bool:
     if hard and driver and not driver_at_least(driver, hard):
         return False
     row = f.table.variant(series, variant)
-    archs = table_archs(series, variant)
-    for cc in gpu_compute_caps(f.gpus):
-        verdict = table_covers(row, cc) if row is not None else None
-        if verdict is None and archs is not None:
-            verdict = arch_covers(archs, cc)
-        if verdict is False:
-            return False
-    return True
+    return row is None or all(table_covers(row, cc) is not False for cc in gpu_compute_caps(f.gpus))
 
 
 def _swap_fix(

@@ -221,7 +221,7 @@ def build_plan(
         public = "0.0.0"
     target = f"{public}+{variant}"
     series = series_of(public) or ""
-    row = table.variant(series, variant)
+    row = table.built(public, variant)
     url = index_url(host.torch_index, variant)
     served = index.versions("torch", variant) if index is not None else None
     if index is not None and served is not None and variant_ok(variant):
@@ -244,7 +244,9 @@ def build_plan(
             no(f"torch {series} is not in the built-in variants table ({known})")
         elif row is None and variant_ok(variant):
             names = ", ".join(table.names(series))
-            no(f"no {variant} build of torch {series} in the table: {names}")
+            some = table.variant(series, variant)
+            which = f"{public} (only {', '.join(some.versions or ())})" if some else series
+            no(f"no {variant} build of torch {which} in the table: {names}")
     tool: Tool | None = "uv" if py.get("uv") else "pip" if py.get("pip") else None
     if tool is None:
         no(f"neither uv nor pip is available for {python}", False)

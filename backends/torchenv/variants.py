@@ -1,7 +1,8 @@
-"""The built-in table of PyTorch CUDA wheel variants (``data/torch_variants.toml``, a copy of
-the project's ``fixtures/torch/variants.toml``) and the rules read from it: which variants
-exist for a torch release, their driver floors, whether they carry code for a GPU's compute
-capability, and the torchvision/torchaudio versions paired with each torch release.
+"""The built-in table of PyTorch CUDA wheel variants (``data/torch_variants.toml``, held
+against what the indexes and the wheels say by tests/unit/test_torch_table.py) and the rules
+read from it: which variants exist for a torch release, their driver floors, whether they
+carry code for a GPU's compute capability, and the torchvision/torchaudio versions paired
+with each torch release.
 
 Pure functions over strings; no I/O except loading the table.
 """
@@ -22,20 +23,6 @@ from typing import Any
 VARIANT_NAMES = ("cu126", "cu128", "cu129", "cu130", "cu132", "cpu")
 COMPANIONS = ("torchvision", "torchaudio")
 
-# Compute capabilities each variant's torch build carries SASS for, and the PTX it adds
-# (PyTorch's TORCH_CUDA_ARCH_LIST per CUDA version, PT-build-cuda in
-# data/torch_variants.toml; the TOML only records sm_120). Keyed by (series, variant);
-# None in the series slot applies to every series without its own row.
-_ARCHS: dict[tuple[str | None, str], tuple[tuple[str, ...], tuple[str, ...]]] = {
-    (None, "cu126"): (("5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0"), ()),
-    (None, "cu128"): (("7.0", "7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ()),
-    ("2.11", "cu128"): (("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ()),
-    (None, "cu129"): (("7.0", "7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ("12.0",)),
-    ("2.11", "cu129"): (("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ("12.0",)),
-    (None, "cu130"): (("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ("12.0",)),
-    ("2.11", "cu130"): (("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"), ()),
-}
-
 
 @dataclass(frozen=True, slots=True)
 class Variant:
@@ -46,11 +33,14 @@ class Variant:
     index_url: str
     local_tag: str  # "+cu130"
     cuda_full: str | None = None  # "13.0.2"; None for cpu
-    sm120: str | None = None  # "sass", "sass+ptx", "none"; None for cpu
     min_driver: str | None = None  # recommended floor
     min_driver_compat: str | None = None  # hard floor (minor-version compatibility)
     pypi_default: bool = False
-    status: str = "verified"
+    status: str = "verified"  # "verified", "matrix", "observed" (the TOML's header)
+    versions: tuple[str, ...] | None = None  # the series' releases built, when not all
+    sass: tuple[str, ...] | None = None  # compute capabilities with cubins: "12.0"; None: unknown
+    ptx: tuple[str, ...] = ()  # compute capabilities with PTX
+    archs_from: str | None = None  # "wheel" (read from it), "build script" (unverified)
 
     @property
     def cuda(self) -> str | None:
@@ -77,6 +67,13 @@ class VariantTable:
     def variant(self, series: str, name: str) -> Variant | None:
         return next((v for v in self.variants if v.series == series and v.name == name), None)
 
+    def built(self, version: str, name: str) -> Variant | None:
+        """The row of ``name`` for torch ``version`` ("2.12.1"), None when that release was
+        not built for it (cu129 came with 2.12.1, not 2.12.0)."""
+        row = self.variant(series_of(version) or "", name)
+        public = split_version(version)[0]
+        return None if row is None or (row.versions and public not in row.versions) else row
+
     def names(self, series: str) -> list[str]:
         return [v.name for v in self.variants if v.series == series]
 
@@ -93,6 +90,11 @@ def _opt(row: dict[str, Any], key: str) -> str | None:
     return None if value is None else str(value)
 
 
+def _list(row: dict[str, Any], key: str) -> tuple[str, ...] | None:
+    value = row.get(key)
+    return None if value is None else tuple(str(v) for v in value)
+
+
 def parse_table(text: str) -> VariantTable:
     """The table from TOML text (raises ValueError on a row without its required keys)."""
     doc = tomllib.loads(text)
@@ -104,11 +106,14 @@ def parse_table(text: str) -> VariantTable:
                 index_url=str(row["index_url"]),
                 local_tag=str(row["local_tag"]),
                 cuda_full=_opt(row, "cuda_full"),
-                sm120=_opt(row, "sm120"),
                 min_driver=_opt(row, "min_driver"),
                 min_driver_compat=_opt(row, "min_driver_compat"),
                 pypi_default=bool(row.get("pypi_default", False)),
                 status=str(row.get("status", "verified")),
+                versions=_list(row, "versions"),
+                sass=_list(row, "sass"),
+                ptx=_list(row, "ptx") or (),
+                archs_from=_opt(row, "archs_from"),
             )
             for row in doc.get("variant", [])
         )
@@ -252,23 +257,20 @@ def arch_covers(arch_list: Iterable[str], cc: str) -> bool:
     return False
 
 
-def table_archs(series: str, name: str) -> list[str] | None:
-    """The arch list a variant's torch build is known to carry; None when unknown."""
-    row = _ARCHS.get((series, name)) or _ARCHS.get((None, name))
-    if row is None:
+def table_archs(row: Variant) -> list[str] | None:
+    """The arch list of a row (``sm_75 ... compute_120``, as torch.cuda.get_arch_list()
+    says it); None when the table does not know it."""
+    if row.sass is None:
         return None
-    sass, ptx = row
-    return [sm_name(cc) for cc in sass] + ["compute_" + sm_name(cc)[3:] for cc in ptx]
+    return [sm_name(cc) for cc in row.sass] + ["compute_" + sm_name(cc)[3:] for cc in row.ptx]
 
 
 def table_covers(variant: Variant, cc: str) -> bool | None:
-    """Whether ``variant`` can run on capability ``cc``; None when the table does not say.
-    The TOML's ``sm120`` field decides for 12.0, the arch lists of section 1.3 otherwise."""
+    """Whether ``variant`` can run on capability ``cc``; None when the table does not say
+    (a CPU build, or a row without an arch list)."""
     if variant.cuda is None:
         return None
-    if cc.strip() in ("12.0", "12") and variant.sm120 is not None:
-        return variant.sm120 != "none"
-    archs = table_archs(variant.series, variant.name)
+    archs = table_archs(variant)
     return None if archs is None else arch_covers(archs, cc)
 
 

@@ -243,8 +243,8 @@ def test_todays_torch_from_what_the_index_serves(
     """Issue 17 point 18: the plan asks the configured index from the target (through
     pct exec) which torch versions exist for the variant, in download.pytorch.org's
     layout (tests/support/torch_index.py release_bases): 2.13.0 for cu128 is refused,
-    naming what cu128 has; 2.13.0+cu132, unknown to the built-in table, is installed and
-    verified with the torchvision the index pairs with it."""
+    naming what cu128 has; 2.13.0+cu132, which the built-in table knows without an arch
+    list, is installed and verified with the torchvision paired with it."""
     cfg = config(tmp_path, sshd, venv, f"{index}/current")
     res = swap(cfg, client_env, "cu128", "--version", "2.13.0", "--dry-run")
     assert res.returncode == 2, res.stdout + res.stderr

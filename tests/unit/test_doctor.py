@@ -27,7 +27,7 @@ from gpumon.backends.torchenv import (
     variant_cuda,
     variant_from,
 )
-from gpumon.backends.torchenv.checks import Check
+from gpumon.backends.torchenv.checks import CUDA12_VARIANTS, Check
 
 ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 GPU = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -328,7 +328,7 @@ CASES: list[tuple[str, Mut, str, str, str]] = [
     ),
     (
         "arch-table-unknown",
-        _variant("cu130", "13.0", [], "2.13.0"),
+        _variant("cu130", "13.0", [], "2.16.0"),  # a release after the table's
         "arch list",
         "n/a",
         "does not say",
@@ -617,27 +617,27 @@ def _on_torch_2_12_below_580(facts: dict[str, Any], cap: str = "12.0") -> dict[s
     return facts
 
 
-# What download.pytorch.org serves for CUDA 12 after 2.11 (pytorch/pytorch#178665: 2.12
-# builds cu126, cu130, cu132; cu128's last release is 2.11, cu129 had no 2.12).
-INDEX_CUDA12 = {
-    "cu126": ["2.10.0", "2.11.0", "2.12.0", "2.12.1"],
-    "cu128": ["2.10.0", "2.11.0"],
-    "cu129": ["2.11.0"],
-}
+def table_offers() -> dict[str, list[str]]:
+    """What the built-in table says the index serves for CUDA 12, per variant: cu126 up to
+    2.14.1, cu128 up to 2.11.0, cu129 for 2.9-2.11 and 2.12.1 (not 2.12.0), none for 2.15."""
+    table = builtin_table()
+    return {
+        v: [r.torch for r in table.releases if table.built(r.torch, v)] for v in CUDA12_VARIANTS
+    }
 
 
 def test_below_580_the_cuda12_fix_is_a_build_the_index_offers() -> None:
-    """torch 2.12 has no cu128: the fix never names ``cu128 --version 2.12.1``."""
+    """torch 2.12 has no cu128: the fix never names ``cu128 --version 2.12.1``; 2.12.1 has
+    cu129 again, with sm_120: the same release, through minor-version compatibility."""
+    assert table_offers()["cu129"] == ["2.9.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1"]
     facts = _on_torch_2_12_below_580(ct200())
-    facts["index_cuda12"] = INDEX_CUDA12
+    facts["index_cuda12"] = table_offers()
     checks = by_name(facts)
-    # Blackwell: cu126 has no sm_120, so the newest CUDA 12 release with it, at the
-    # driver's recommended floor (cu129 wants 575.57): cu128 2.11.0.
     assert checks["driver"].fix == (
-        "upgrade the driver to >= 580, or gpumon swap-torch ct200 cu128 --version 2.11.0"
+        "upgrade the driver to >= 580.95.05, or gpumon swap-torch ct200 cu129 --version 2.12.1"
     )
     ampere = _on_torch_2_12_below_580(ct200(), cap="8.6")
-    ampere["index_cuda12"] = INDEX_CUDA12
+    ampere["index_cuda12"] = table_offers()
     fix = by_name(ampere)["driver"].fix or ""
     assert fix.endswith("gpumon swap-torch ct200 cu126 --version 2.12.1")  # same version
     missing = ct200()
@@ -650,16 +650,69 @@ def test_below_580_with_no_cuda12_build_for_the_gpu_the_fix_is_the_driver() -> N
     facts = _on_torch_2_12_below_580(ct200())
     facts["index_cuda12"] = {"cu126": ["2.12.1"], "cu128": [], "cu129": []}
     assert by_name(facts)["driver"].fix == (
-        "upgrade the driver to >= 580 (the index offers no CUDA 12 build of torch for"
+        "upgrade the driver to >= 580.95.05 (the index offers no CUDA 12 build of torch for"
         " sm_120 on this driver)"
     )
     unread = _on_torch_2_12_below_580(ct200())
+    for key in ("dists.torch", "torch", "torch.version_py", "runtime"):
+        _set(f"{key}.version", "2.12.0+cu130")(unread)  # cu129 came with 2.12.1 only
     unread["index_cuda12"] = {"error": "the index probe failed: timed out"}
     assert by_name(unread)["driver"].fix == (
-        "upgrade the driver to >= 580 (the built-in table knows no CUDA 12 build of torch"
-        " 2.12.1 for sm_120 on this driver; the index could not be read: the index probe"
-        " failed: timed out)"
+        "upgrade the driver to >= 580.95.05 (the built-in table knows no CUDA 12 build of"
+        " torch 2.12.0 for sm_120 on this driver; the index could not be read: the index"
+        " probe failed: timed out)"
     )
+
+
+# An RTX PRO 6000 (sm_120) on torch 2.15.0+cu132 (PyPI's build: CUDA 13.2.2, driver
+# 595.58.03 recommended, 580 through minor-version compatibility) in each driver band,
+# with the index serving what the table says: the doctor's driver verdict and its fix.
+DRIVER_BANDS = [
+    ("610.43.02", "ok", None),
+    ("595.58.03", "ok", None),
+    ("590.48.01", "warning", "upgrade the driver to >= 595.58.03"),
+    ("580.65.06", "warning", "upgrade the driver to >= 595.58.03"),
+    # below 580 only CUDA 12 runs: cu129 2.12.1 (sm_120 + PTX) at its recommended floor
+    (
+        "575.57.08",
+        "problem",
+        "upgrade the driver to >= 595.58.03, or gpumon swap-torch ct200 cu129 --version 2.12.1",
+    ),
+    # under cu129's 575.57.08 and at cu128's 570.124.06: cu128 2.11.0 (sm_120 SASS)
+    (
+        "570.172.08",
+        "problem",
+        "upgrade the driver to >= 595.58.03, or gpumon swap-torch ct200 cu128 --version 2.11.0",
+    ),
+    # under both recommended floors, over the CUDA 12 hard floor: the newest, cu129 2.12.1
+    (
+        "560.35.05",
+        "problem",
+        "upgrade the driver to >= 595.58.03, or gpumon swap-torch ct200 cu129 --version 2.12.1",
+    ),
+    # under 525.60.13 no CUDA 12 build runs either (cu126 would, but has no sm_120)
+    (
+        "520.61.05",
+        "problem",
+        "upgrade the driver to >= 595.58.03 (the index offers no CUDA 12 build of torch for"
+        " sm_120 on this driver)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("driver", "status", "fix"), DRIVER_BANDS, ids=[b[0] for b in DRIVER_BANDS]
+)
+def test_rtx_pro_6000_advice_in_each_driver_band(driver: str, status: str, fix: str | None) -> None:
+    facts = ct200()
+    for key in ("dists.torch", "torch", "torch.version_py", "runtime"):
+        _set(f"{key}.version", "2.15.0")(facts)  # PyPI's build: no local label
+    _set("torch.version_py.cuda", "13.2")(facts)
+    _set("runtime.cuda", "13.2")(facts)
+    facts["gpu"]["driver"] = driver
+    facts["index_cuda12"] = table_offers()
+    check = by_name(facts)["driver"]
+    assert (check.status, check.fix) == (status, fix), check
 
 
 def test_driver_warning_from_torch_names_the_fix() -> None:
@@ -697,8 +750,9 @@ def test_format_report_lists_each_check_and_fix() -> None:
 
 def test_builtin_table_is_the_shipped_copy() -> None:
     table = builtin_table()
-    assert table.series() == ["2.9", "2.10", "2.11"]
+    assert table.series() == ["2.9", "2.10", "2.11", "2.12", "2.13", "2.14", "2.15"]
     assert table.names("2.11") == ["cu126", "cu128", "cu129", "cu130", "cpu"]
+    assert table.names("2.15") == ["cu130", "cu132", "cpu"]  # no cu126 from 2.15
     cu130 = table.variant("2.11", "cu130")
     assert cu130 is not None and cu130.min_driver_compat == "580" and cu130.cuda == "13.0"
     cu126 = table.variant("2.11", "cu126")

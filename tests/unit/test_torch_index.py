@@ -100,10 +100,10 @@ def test_versions_per_variant_interpreter_and_machine(
 def test_a_current_torch_plans_against_what_the_index_serves(
     pages: dict[tuple[str, str], list[str]],
 ) -> None:
-    """torch 2.13.0 for cu132: not in the built-in table (which stops at 2.11), on the
-    index: the plan runs, its torchvision is the index's 0.28 (0.(13+15)), and the table
-    is left to say only what an index cannot (no sm_120 row for cu132: a warning; the
-    CUDA 13 driver floor 580 holds for 590.48.01)."""
+    """torch 2.13.0 for cu132, on the index: the plan runs with the torchvision the table
+    pairs with 2.13.0 (0.28, as the index's 0.(13+15) would be), and the table says what an
+    index cannot (no arch list for cu132 2.13: a warning; the CUDA 13 driver floor 580
+    holds for 590.48.01)."""
     plan = build_plan(host(), facts(), "cu132", version="2.13.0", index=listing(pages, "cu132"))
     assert plan.ok, plan.refusals
     assert plan.pins == ("torch==2.13.0+cu132", "torchvision==0.28.0+cu132")
@@ -114,16 +114,16 @@ def test_a_current_torch_plans_against_what_the_index_serves(
 def test_a_pair_the_index_does_not_have_is_refused_naming_what_it_has(
     pages: dict[tuple[str, str], list[str]],
 ) -> None:
-    plan = build_plan(host(), facts(), "cu128", version="2.13.0", index=listing(pages, "cu128"))
+    plan = build_plan(host(), facts(), "cu128", version="2.16.0", index=listing(pages, "cu128"))
     refusal, companion = plan.refusals
-    assert companion.reason.startswith("no known torchvision release pairs with torch 2.13.0")
+    assert companion.reason.startswith("no known torchvision release pairs with torch 2.16.0")
     assert refusal.reason == (
-        "torch 2.13.0+cu128 is not on http://127.0.0.1:1/current/cu128 (cp311 x86_64): "
+        "torch 2.16.0+cu128 is not on http://127.0.0.1:1/current/cu128 (cp311 x86_64): "
         "2.9.0, 2.9.1, 2.10.0, 2.11.0"
     )
     assert not refusal.overridable
     forced = build_plan(
-        host(), facts(), "cu128", version="2.13.0", index=listing(pages, "cu128"), force=True
+        host(), facts(), "cu128", version="2.16.0", index=listing(pages, "cu128"), force=True
     )
     assert forced.refusals == plan.refusals  # --force cannot install what is not there
 
@@ -135,8 +135,14 @@ def test_an_unreadable_index_leaves_the_table_in_charge() -> None:
     assert plan.warnings[0].startswith("the index http://127.0.0.1:1/current/cu130 could not")
     untabled = build_plan(host(), facts(), "cu132", version="2.11.0", index=broken)
     assert untabled.refusals[0].reason.startswith("no cu132 build of torch 2.11 in the table")
-    later = build_plan(host(), facts(), "cu130", version="2.13.0", index=broken)
-    assert later.refusals[0].reason.startswith("torch 2.13 is not in the built-in")
+    later = build_plan(host(), facts(), "cu130", version="2.16.0", index=broken)
+    assert later.refusals[0].reason.startswith("torch 2.16 is not in the built-in")
+    # cu129 came with 2.12.1, not 2.12.0: the table says so per release
+    only = build_plan(host(), facts(), "cu129", version="2.12.0", index=broken)
+    assert only.refusals[0].reason.startswith(
+        "no cu129 build of torch 2.12.0 (only 2.12.1) in the table: cu126, cu129, cu130, cu132"
+    )
+    assert build_plan(host(), facts(), "cu129", version="2.12.1", index=broken).ok
     gone = IndexListing(
         "http://x/cu999",
         "cp311",

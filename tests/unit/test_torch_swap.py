@@ -252,7 +252,7 @@ def test_no_gpu_allows_cpu_and_cuda_only_with_force() -> None:
 @pytest.mark.parametrize(
     ("kw", "fact_patch", "reason", "overridable"),
     [
-        ({"version": "2.13.0"}, {}, "torch 2.13 is not in the built-in variants table", True),
+        ({"version": "2.16.0"}, {}, "torch 2.16 is not in the built-in variants table", True),
         ({"version": "--index-url=http://evil"}, {}, "is not a release number", False),
         ({}, {"torch": {"installed": False}}, "torch is not installed in this venv", False),
         ({}, {"python": {"is_venv": False}}, "is not a virtual environment", True),
@@ -278,15 +278,15 @@ def test_companion_versions_come_from_the_table_or_stay() -> None:
     f = facts("2.9.1+cu128")
     f["dists"]["torchvision"]["version"] = "0.24.1+cu128"
     assert plan("cu130", f).pins[1] == "torchvision==0.24.1+cu130"
-    f = facts("2.13.0+cu128")  # not in the table: same release keeps its torchvision
+    f = facts("2.16.0+cu128")  # not in the table: same release keeps its torchvision
     assert plan("cu130", f, force=True).pins == (
-        "torch==2.13.0+cu130",
+        "torch==2.16.0+cu130",
         "torchvision==0.26.0+cu130",
     )
-    unknown = plan("cu130", version="2.13.0", force=True)  # another release: unknown pairing
+    unknown = plan("cu130", version="2.16.0", force=True)  # another release: unknown pairing
     (refusal,) = unknown.refusals
     assert refusal.reason == (
-        "no known torchvision release pairs with torch 2.13.0; uninstall torchvision first"
+        "no known torchvision release pairs with torch 2.16.0; uninstall torchvision first"
     )
     assert not refusal.overridable
 
