@@ -75,6 +75,7 @@ from gpumon.backends.parsers.kernel import (
 )
 from gpumon.backends.parsers.oom import LogEvent, LogScanner
 from gpumon.backends.parsers.processes import container_label, process_words
+from gpumon.backends.parsers.xid import XID_45_COMPANY_S, xid_level
 
 __all__ = [
     "CONDITION_KINDS",
@@ -165,6 +166,7 @@ class AlertEngine(AlertStore):
         self._kernel_seen: set[str] = set()
         self._kernel_order: deque[str] = deque()
         self._pci_uuid: dict[str, str] = {}
+        self._other_xid_at: dict[str, float] = {}  # PCI -> last read of an Xid other than 45
         self._memcg: str | None = None
         self._oom_kills: int | None = None
         self._oom_kill_base = 0
@@ -726,6 +728,7 @@ class AlertEngine(AlertStore):
         """Xid and OOM-killer lines (dmesg / journalctl -k / kmsg). Repeated lines are ignored."""
         now = self.clock()
         raised: list[Alert] = []
+        self._note_other_xids(lines, now)
         for line in lines:
             if kernel_log_unreadable(line):
                 self.note(f"kernel log not readable here: {line.strip()[:160]}")
@@ -747,10 +750,24 @@ class AlertEngine(AlertStore):
         """The kernel lines held until the first sample (``on_kernel_lines``): the GPUs'
         bus IDs now tie their Xids; without a sample after a silence they go as they are."""
         early, self._early_kernel = self._early_kernel, []
+        self._note_other_xids(early, now)
         for line in early:
             alert = self._kernel_line(line, now, False)
             if alert is not None:
                 raised.append(alert)
+
+    def _note_other_xids(self, lines: Sequence[str], now: float) -> None:
+        """When each bus last had an Xid other than 45, counting the whole read (a 45's
+        cause can follow it in the same read): the company that makes a 45 not solo."""
+        for line in lines:
+            xid = parse_xid_line(line) if line not in self._kernel_seen else None
+            if xid is not None and xid.xid != 45:
+                self._other_xid_at[xid.pci] = now
+
+    def _alone(self, xid: XidEvent, now: float) -> bool:
+        """Whether an Xid came without another on its bus within ``XID_45_COMPANY_S``."""
+        at = self._other_xid_at.get(xid.pci)
+        return at is None or now - at > XID_45_COMPANY_S
 
     def _remember_kernel_line(self, line: str) -> None:
         self._kernel_seen.add(line)
@@ -765,14 +782,17 @@ class AlertEngine(AlertStore):
             if at is not None:
                 self._pci_uuid[at[0]] = at[1]
             xid = parse_xid_line(line)
-            level = xid.level if xid is not None else None
-            if xid is None or level is None:
+            if xid is None:
+                return None
+            alone = self._alone(xid, now)
+            level = xid_level(xid.xid, xid.message, alone=alone)
+            if level is None:
                 return None
             gpu = gpu_for_pci(xid.pci, gpus)
             uuid = self._pci_uuid.get(xid.pci)
             if gpu is None and uuid is not None:
                 gpu = next((g.index for g in gpus if g.uuid == uuid), None)
-            text = xid.describe(gpu, self._xid_whose(xid, gpu))
+            text = xid.describe(gpu, self._xid_whose(xid, gpu), alone=alone)
             alert = self._event(("xid", xid.pci, xid.xid), "xid", level, gpu, text, now, backlog)
             if alert is not None:
                 self._keep_source(alert.key, [line])

@@ -69,11 +69,17 @@ _RECOVERY = {
     "node reboot": "reboot",
     "drain p2p": "drain",
     "drain and reset": "drain",
+    "recover imex domain": "imex",
+    "bus reset": "bus reset",
+    "system reboot": "system reboot",
 }
 _RECOVERY_TEXT = {
     "reset": "reset the GPU",
     "reboot": "reboot the node",
     "drain": "drain the node's jobs, then reset the GPU",
+    "imex": "recover the IMEX domain",
+    "bus reset": "reset the GPU's PCIe bus",
+    "system reboot": "reboot the system",
 }
 
 
@@ -88,8 +94,8 @@ class Finding:
 
 
 def recovery_action(gpu: GpuSample) -> str | None:
-    """``none``, ``reset``, ``reboot`` or ``drain``; the driver's own word when unknown;
-    None when not reported."""
+    """``none``, ``reset``, ``reboot``, ``drain``, ``imex``, ``bus reset`` or ``system
+    reboot``; the driver's own word when unknown; None when not reported."""
     text = gpu.recovery_action
     if text is None:
         return None

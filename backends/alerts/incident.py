@@ -293,7 +293,8 @@ def _fixes(cause: Alert, job: str | None, held: str | None = None) -> tuple[Fix,
     elif xid is not None:
         code, gpu = int(xid.group("code")), xid.group("gpu")
         said = cause.message.partition(" — ")[2].partition(" (")[0].strip() or None
-        out += _xid_fixes(code, cause.host, restart, gpu, said if code == 154 else None)
+        # 45 and 154: the action is the one the alert said (45 alone or not, 154's message)
+        out += _xid_fixes(code, cause.host, restart, gpu, said if code in (45, 154) else None)
     elif restart is not None and cause.kind in RESTART_FIXES:
         out.append(restart)
     return tuple(out)
@@ -311,8 +312,8 @@ def _health_fixes(cause: Alert) -> list[Fix]:
     advice = text.rpartition("; ")[2] if "; " in text else text.rpartition(": ")[2]
     if not advice or advice == text:
         return []
-    if cause.gpu is not None and advice.startswith(RESET_GPU) and "nvidia-smi -r" not in advice:
-        advice = advice.replace(RESET_GPU, f"{RESET_GPU} (nvidia-smi -r -i {cause.gpu})", 1)
+    if cause.gpu is not None and advice.startswith(RESET_GPU):
+        advice = _with_reset(advice, str(cause.gpu))
     out = [Fix(None, advice)]
     if cause.severity is Health.CRITICAL:
         out.append(Fix(None, f"gpumon bundle {cause.host}"))
@@ -327,19 +328,27 @@ def _xid_fixes(
     the alert names instead (Xid 154 carries the driver's recovery action)."""
     action = said or xid_info(code).action
     out: list[Fix] = []
-    if action == RESTART_APP and restart is not None:
-        out.append(restart)
+    first, _, then = (action or "").partition("; ")
+    if first == RESTART_APP and restart is not None:
+        out.append(restart)  # then what the row adds (94: reset the GPU when convenient)
+        if then:
+            out.append(Fix(None, _with_reset(then, gpu)))
     elif code == 79:  # the GPU is gone from the bus: no reset reaches it
         out.append(Fix(None, f"{REBOOT_NODE} (the GPU cannot be reset in place)"))
-    elif action is not None and RESET_GPU in action and gpu is not None:
-        out.append(Fix(None, action.replace(RESET_GPU, f"{RESET_GPU} (nvidia-smi -r -i {gpu})", 1)))
     elif action is not None:
-        out.append(Fix(None, action))
+        out.append(Fix(None, _with_reset(action, gpu)))
     if code not in APPLICATION_XIDS:
         if action is None or "drain" not in action:
             out.append(Fix(None, "drain the node"))
         out.append(Fix(None, f"gpumon bundle {host}"))  # the evidence, for the hand-over
     return out
+
+
+def _with_reset(advice: str, gpu: str | None) -> str:
+    """``reset the GPU`` with the command that does it, when the GPU is known."""
+    if gpu is None or RESET_GPU not in advice or "nvidia-smi -r" in advice:
+        return advice
+    return advice.replace(RESET_GPU, f"{RESET_GPU} (nvidia-smi -r -i {gpu})", 1)
 
 
 def _can_restart(job: str, restartable: Collection[str] | Callable[[str], bool] | None) -> bool:

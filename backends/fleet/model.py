@@ -126,12 +126,13 @@ def _xid_problem(row: NodeRow) -> Problem | None:
     """The worst Xid of the window with the table's meaning and NVIDIA's action (the
     others named after it); None when there was none or only informational ones."""
     code = row.xid_last
-    level = xid_level(code) if row.xid_gpus and code else None
+    alone = set(row.xids) <= {code}  # Xid 45 with no other Xid in the window: the solo one
+    level = xid_level(code, alone=alone) if row.xid_gpus and code else None
     if code is None or level is None:
         return None
     sev = Severity.CRITICAL if level is Health.CRITICAL else Severity.WARNING
     gpus = row.xids.get(code, row.xid_gpus or 1)
-    text = f"Xid {code} on {_gpus(gpus)} in the last 15 min: {xid_summary(code)}"
+    text = f"Xid {code} on {_gpus(gpus)} in the last 15 min: {xid_summary(code, alone=alone)}"
     others = sorted(c for c in row.xids if c != code)
     if others:
         text += "; also Xid " + ", ".join(map(str, others))

@@ -53,12 +53,13 @@ class XidEvent:
         """gpumon's level for this event (None: informational, not worth an alert)."""
         return xid_level(self.xid, self.message)
 
-    def describe(self, gpu: int | None, whose: str | None = None) -> str:
+    def describe(self, gpu: int | None, whose: str | None = None, *, alone: bool = True) -> str:
         """One line: ``Xid 79 on GPU 6: fallen off the bus — reboot the node (PCI 0000:9a:00,
         pid 9962 python)``, then the driver's own words when they add to the table's
         (``[Ch 00000007, intr 00000000. MMU Fault: …]``). GPU unknown: ``on PCI 0000:9a:00``.
         ``whose``: what the GPU is to the host, after it (``on GPU 3 (running sglang)``,
-        ``on PCI 0000:78:00 (not a GPU of this host: CT 201's)``)."""
+        ``on PCI 0000:78:00 (not a GPU of this host: CT 201's)``). ``alone``: no other Xid
+        on the GPU near it (Xid 45's two readings, ``xid.py``)."""
         where, refs = (
             (f"GPU {gpu}", [f"PCI {self.pci}"]) if gpu is not None else (f"PCI {self.pci}", [])
         )
@@ -66,10 +67,11 @@ class XidEvent:
             where += f" ({whose})"
         if self.pid is not None:
             refs.append(f"pid {self.pid} {self.name}" if self.name else f"pid {self.pid}")
-        text = f"Xid {self.xid} on {where}: {xid_summary(self.xid, self.message)}"
+        text = f"Xid {self.xid} on {where}: {xid_summary(self.xid, self.message, alone=alone)}"
         text += f" ({', '.join(refs)})" if refs else ""
         detail = self.message.rstrip(". ")
-        if detail and self.xid != 154 and xid_info(self.xid).meaning.lower() not in detail.lower():
+        meaning = xid_info(self.xid, alone=alone).meaning
+        if detail and self.xid != 154 and meaning.lower() not in detail.lower():
             text += f" [{detail[:160]}]"
         return text
 

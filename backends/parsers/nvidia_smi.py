@@ -63,8 +63,8 @@ QUERY_FIELDS: tuple[str, ...] = tuple(_GPU_FIELDS)
 # The health facts sampled beside QUERY_FIELDS (docs/formats.md 1.6), each asked only where
 # this nvidia-smi's ``--help-query-gpu`` lists it (``fields_for_help``). The clock event
 # reasons and ECC counts are in QUERY_FIELDS already. ``pcie.link.gen.gpucurrent`` is the
-# 590+ name of ``pcie.link.gen.current`` (deprecated, still listed): the old name is asked
-# where only it is listed.
+# current name of ``pcie.link.gen.current`` (R535-era helps already list both and call the
+# old one deprecated; 590's still lists it): the old name is asked where only it is listed.
 _HEALTH_FIELDS: dict[str, tuple[str, str]] = {
     "pcie.link.gen.gpucurrent": ("pcie_gen", "int"),
     "pcie.link.gen.max": ("pcie_gen_max", "int"),
@@ -218,7 +218,7 @@ def query_gpu_args(fields: Sequence[str] = QUERY_FIELDS, loop_ms: int | None = N
 
 _HELP_FIELD = re.compile(r'"([A-Za-z_][A-Za-z0-9_.]*)"')
 _RENAMED = ("clocks_event_reasons.", "clocks_throttle_reasons.")  # R535 name, older name
-_OLD_NAMES = {"pcie.link.gen.gpucurrent": "pcie.link.gen.current"}  # 590 name: older name
+_OLD_NAMES = {"pcie.link.gen.gpucurrent": "pcie.link.gen.current"}  # current name: older one
 
 
 def fields_for_help(help_text: str, wanted: Sequence[str] = QUERY_FIELDS) -> tuple[str, ...]:

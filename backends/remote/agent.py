@@ -674,7 +674,7 @@ class Agent:
         out = []
         for f in self.fields:  # before R535 clocks_event_reasons.* has its older name
             old = f.replace("clocks_event_reasons.", "clocks_throttle_reasons.", 1)
-            old = OLD_FIELD_NAMES.get(f, old)  # before 590 pcie.link.gen.gpucurrent too
+            old = OLD_FIELD_NAMES.get(f, old)  # older drivers: pcie.link.gen.current
             if f in known or old in known:
                 out.append(f if f in known else old)
         return out
@@ -1218,9 +1218,19 @@ def nvml_gpu_rows(nvml: Any, fields: Sequence[str]) -> list[str]:
 # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230, drivers from R565; older ones answer
 # NOT_SUPPORTED or an invalid-argument entry: [N/A]) is nvidia-smi's gpu_recovery_action.
 FIELD_VALUES = {"temperature.memory": 82, "power.draw.instant": 186, "gpu_recovery_action": 230}
-# nvmlGpuRecoveryAction_t as nvidia-smi spells it (only "None" is seen in CSV captures; the
-# others as ``nvidia-smi -q`` words them, unverified): docs/formats.md 1.6.
-RECOVERY_ACTIONS = {0: "None", 1: "Reset", 2: "Reboot", 3: "Drain P2P", 4: "Drain and Reset"}
+# nvmlGpuRecoveryAction_t (nvidia-ml-py 13.615.71's NVML_GPU_RECOVERY_ACTION_*, 0-7) as
+# nvidia-smi spells it (only "None" is seen in CSV captures; 1-4 as ``nvidia-smi -q`` words
+# them, 5-7 in NVML's own words: unverified): docs/formats.md 1.6.
+RECOVERY_ACTIONS = {
+    0: "None",
+    1: "Reset",
+    2: "Reboot",
+    3: "Drain P2P",
+    4: "Drain and Reset",
+    5: "Recover IMEX Domain",
+    6: "Bus Reset",
+    7: "System Reboot",
+}
 _NOT_SUPPORTED = 3
 _VALUE_ATTRS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # valueType
 

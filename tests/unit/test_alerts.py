@@ -448,6 +448,7 @@ def test_kernel_xids_map_to_gpus_and_skip_informational_ones() -> None:
     assert got == [
         (0, Health.WARNING, "Xid 13 on GPU 0"),  # two Xid 13 lines: one alert
         (5, Health.WARNING, "Xid 31 on GPU 5"),
+        (1, Health.WARNING, "Xid 45 on GPU 1"),  # solo: no other Xid on its bus
         (2, Health.CRITICAL, "Xid 48 on GPU 2"),
         (2, Health.CRITICAL, "Xid 171 on GPU 2"),
         (2, Health.WARNING, "Xid 63 on GPU 2"),
@@ -462,13 +463,16 @@ def test_kernel_xids_map_to_gpus_and_skip_informational_ones() -> None:
     # The table's meaning and NVIDIA's action, said once (not "GPU has fallen off the bus:
     # GPU has fallen off the bus."); the driver's words only where they add something.
     assert (
-        new[9].message == "Xid 79 on GPU 4: fallen off the bus — reboot the node (PCI 0000:9a:00)"
+        new[10].message == "Xid 79 on GPU 4: fallen off the bus — reboot the node (PCI 0000:9a:00)"
     )
-    assert new[10].message.endswith(
+    assert new[11].message.endswith(
         "GPU recovery action changed — reboot the node (PCI 0000:9a:00)"
     )
     assert new[1].message.startswith("Xid 31 on GPU 5: GPU memory page fault — restart the app")
     assert "[Ch 00000010, intr 00000000. MMU Fault: ENGINE GRAPHICS" in new[1].message
+    assert new[2].message.startswith(
+        "Xid 45 on GPU 1: application torn down, no other Xid — restart the Fabric Manager"
+    )
     assert engine.on_kernel_lines(lines) == []  # dmesg re-read after a reconnect: no repeats
 
 
@@ -477,7 +481,7 @@ def test_kernel_backlog_is_history_and_an_unreadable_log_is_one_note() -> None:
     lines = (NVIDIA / "dmesg_xid.txt").read_text().splitlines()
     assert engine.on_kernel_lines(lines, backlog=True) == []
     past = engine.history()
-    assert heard == [] and engine.active() == [] and len(past) == 11  # repeats folded
+    assert heard == [] and engine.active() == [] and len(past) == 12  # repeats folded
     assert all(not a.active for a in past)
     denied = "dmesg: read kernel buffer failed: Operation not permitted"
     for _ in range(50):

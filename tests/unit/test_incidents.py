@@ -352,6 +352,26 @@ def test_an_xid_says_what_it_is_and_nvidias_action_is_its_fix() -> None:
     ]
 
 
+def test_a_contained_error_restarts_the_job_then_resets_when_convenient() -> None:
+    """Xid 94 (RESTART_APP): the job's restart first, then the catalog's "reset the GPU
+    when convenient" with its command, then the node's drain and the bundle."""
+    line_94 = "NVRM: Xid (PCI:0000:ba:00): 94, pid=7062, Contained: CE User Channel (0x9)."
+    incident, _ = xid_incident(line_94)
+    assert [f.words for f in incident.fixes] == [
+        "restart drafter",
+        "reset the GPU (nvidia-smi -r -i 6) when convenient",
+        "drain the node",
+        "gpumon bundle ct200",
+    ]
+
+
+def test_a_solo_45_says_restart_the_fabric_manager() -> None:
+    """Xid 45 with no other Xid on its bus: the catalog's solo bucket, RESTART_FM."""
+    incident, xid = xid_incident("NVRM: Xid (PCI:0000:ba:00): 45, pid=87, name=python3, ch 8")
+    assert xid.severity is Health.WARNING
+    assert [f.words for f in incident.fixes] == ["restart the Fabric Manager service"]
+
+
 def test_an_xid_on_a_bus_none_of_the_gpus_has_is_another_containers() -> None:
     other = f"NVRM: Xid (PCI:0000:78:00): {FELL}"
     incident, xid = xid_incident(other)

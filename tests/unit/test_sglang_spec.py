@@ -135,7 +135,7 @@ def test_a_drafter_whose_every_draft_is_rejected_reads_rate_0_not_no_drafter() -
 
 
 def test_verify_steps_are_counted_and_their_rate_follows_the_decode_rate() -> None:
-    """``spec_verify_calls_total`` (0.5.18+): the count as the page says it and its rate,
+    """``spec_verify_calls_total`` (0.5.13+): the count as the page says it and its rate,
     which for a drafter accepting 1.04 tokens a step is the decode rate / 1.04."""
     workloads = _host()
     tracker = workloads.sglang[PORT]

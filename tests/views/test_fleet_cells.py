@@ -59,7 +59,8 @@ def test_the_xid_cell_is_coloured_by_the_xid_table_not_by_the_row() -> None:
 
     assert xid_cell(13) == ("13", Role.WARNING)  # the row is critical (remap), the Xid not
     assert xid_cell(79) == ("79", Role.CRITICAL)
-    assert xid_cell(45) == ("45", Role.MUTED)  # informational
+    assert xid_cell(43) == ("43", Role.MUTED)  # informational
+    assert xid_cell(45) == ("45", Role.WARNING)  # the only Xid: the solo 45
 
 
 def test_nothing_reported_is_na_not_zero() -> None:
