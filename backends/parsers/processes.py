@@ -3,7 +3,8 @@ container made into ``GpuProcess``es, attributed to the watched container, and w
 process accounts for.
 
 - ``from_record``: a ``protocol.ProcRecords`` record (``remote.host_procs``) -> GpuProcess,
-  every value checked (the other end is not trusted);
+  every value checked (the other end is not trusted), the command's secrets masked
+  (``masking.mask_command``: ``--api-key ****``);
 - ``container_view``: without host access, the driver's list merged with the device-file
   users: a driver PID that is not a process of this namespace keeps its memory but loses
   its ``pid`` (it is someone else's, or the host's number for one of ours);
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpumon.backends.masking import mask_command
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample, ProcessSource
 from gpumon.backends.untrusted import printable
 
@@ -70,7 +72,10 @@ def from_record(raw: Mapping[str, Any], source: str, watched: int | None) -> Gpu
         pid = None  # another container's or the host's: no PID in the watched one
     gpus = raw.get("gpus")
     indexes = tuple(g for g in gpus if isinstance(g, int)) if isinstance(gpus, list) else ()
+    # Masked here, where every collector's record becomes a process, so no view of it (the
+    # dashboard, snapshot, the recording, the bundle) can show a --api-key's value.
     command = _text(raw, "command")
+    command = mask_command(command) if command else None
     return GpuProcess(
         pid=pid,
         name=command.split(" ", 1)[0] if command else None,

@@ -50,6 +50,7 @@ from gpumon.backends import untrusted
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.listeners import Listeners
+from gpumon.backends.masking import mask_command
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source, iso_time
 from gpumon.backends.paths import recordings_dir
 
@@ -127,6 +128,8 @@ def sample_from_json(
         values = dict(zip(process_fields, row, strict=True))
         if isinstance(values.get("gpus"), list):  # a tuple, written as a JSON array
             values["gpus"] = tuple(values["gpus"])
+        if isinstance(values.get("command"), str):  # a recording older than the masking
+            values["command"] = mask_command(values["command"])
         processes.append(GpuProcess(**{k: v for k, v in values.items() if k in PROCESS_FIELDS}))
     source = data.get("source")
     return HostSample(

@@ -8,6 +8,7 @@ import os
 import re
 from typing import Any
 
+from gpumon.backends.masking import mask_argv
 from gpumon.backends.torchenv.checks import GIB, Check, Facts, Status, _gib, _swap_fix
 from gpumon.backends.torchenv.variants import arch_covers, cuda_major, gpu_compute_caps, sm_name
 
@@ -304,7 +305,7 @@ def check_processes(f: Facts) -> Check:
         return Check("venv processes", "n/a", "process list not read")
     if not procs:
         return Check("venv processes", "ok", "none")
-    shown = "; ".join(f"pid {p['pid']}: {' '.join(p['argv'])[:80]}" for p in procs[:3])
+    shown = "; ".join(f"pid {p['pid']}: {' '.join(mask_argv(p['argv']))[:80]}" for p in procs[:3])
     more = f" (+{len(procs) - 3} more)" if len(procs) > 3 else ""
     return Check("venv processes", "ok", f"{len(procs)}: {shown}{more}")
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.masking import masked_shell_line
 from gpumon.backends.remote.agent import is_sglang_server
 
 Tool = Literal["uv", "pip"]
@@ -49,7 +50,7 @@ class VenvUser:
     argv: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        cmd = shlex.join(self.argv)
+        cmd = masked_shell_line(self.argv)
         cmd = cmd if len(cmd) <= 90 else cmd[:87] + "..."
         return f"{self.label} (pid {self.pid}: {cmd})" if self.pid else f"{self.label}: {cmd}"
 
