@@ -11,7 +11,16 @@ misses things:
   credentials in a URL (``user:pass@``, ``?token=``, Slack and Discord webhook paths,
   Telegram's ``/bot<token>``), ``Authorization:`` headers and ``Bearer`` tokens, private
   key blocks, and the prefixed tokens of the common services (``ghp_``, ``hf_``, ``xoxb-``,
-  ``AKIA``, ``sk-``).
+  ``AKIA``, ``sk-``); and the value under a name that says it is a secret
+  (``masking.is_secret_name``), in any case: a flag's (``--api-key VALUE``,
+  ``--password=VALUE``, ``"--api-key", "VALUE"`` in a printed argv), a key's (``key: value``
+  as YAML and HTTP headers have it, ``key = value``, ``'key': 'value'``, ``"key": "value"``,
+  ``key=value``, ``export NAME="value"``).
+
+The shapes are found inside JSON strings too (the recording keeps a log's lines so: ``\\"``
+is a quote there, and the strings of a list are lines), and the JSON stays valid. What
+only looks like a secret stays: ``api_key=None``, a number under ``token`` (SGLang's
+``#token: 38``), ``max_tokens = 512``, ``--tokenizer-path``.
 
 Each is replaced by ``REDACTED``. Short values (under ``MIN_SECRET_LEN`` characters) are
 not replaced by value: "on" or "1" would blank the whole bundle; their shapes still are.
@@ -20,9 +29,11 @@ not replaced by value: "on" or "1" would blank the whole bundle; their shapes st
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+from gpumon.backends.masking import MASK, is_secret_name, name_words
 
 __all__ = ["MIN_SECRET_LEN", "REDACTED", "Scrubber", "config_secrets", "env_secrets"]
 
@@ -35,13 +46,108 @@ _SECRET_NAME = re.compile(
     re.IGNORECASE,
 )
 _NOTIFIER_SECRETS = ("url", "routing_key", "token", "secret")
+# A line's end; in JSON, one escaped inside a string, or the next string of a list (the
+# recording keeps a log's lines so: a key block's lines are strings of one list).
+_NEWLINE = r"""(?:\r?\n|(?:\\r)?\\n|"\s*,\s*")"""
+# A value that says there is no secret, kept so the file still says so (`api_key=None`
+# in SGLang's ServerArgs line, `"api_key": null`), or one masked already.
+_NO_SECRET = frozenset({"none", "null", "nil", "~", "true", "false", "", REDACTED, MASK})
+# A quoted value: "...", '...', and \"...\" (a string inside a JSON string: a log line in
+# the recording). '...' holds no ": it would run across the strings of a JSON list.
+_QUOTED = r"""\\"(?:[^"\\\r\n]|\\[^"\r\n])*\\"|"(?:[^"\\\r\n]|\\.)*"|'(?:[^'"\\\r\n]|\\.)*'"""
+# An unquoted value that ends at a space, a quote or a backslash (the end of a JSON
+# string holding it), a bracket (a structure's end).
+_WORD = r"""[^\s"'`\\,;&()\[\]{}]+"""
+# A flag and its value: `--api-key VALUE`, `--api-key=VALUE`, `-password VALUE`, and a
+# printed argv's `"--api-key", "VALUE"`.
+_FLAG = re.compile(
+    r"""(?<![\w-])(?P<name>--?[A-Za-z][\w.-]*)(?P<sep>=|[ \t]+|\\?["']\s*,\s*\\?["'])"""
+    rf"(?!-)(?P<value>{_QUOTED}|{_WORD})"
+)
+# A key and its value. `name=value` (shell, kwargs, environment): the value ends at a
+# space. `name: value`, `name = value` (YAML, HTTP headers, INI): at the end of the line,
+# a ` #` comment or a quote (the end of a JSON string holding the line); not a structure
+# (`{`, `[`: its own keys are judged). A quoted name (JSON, a Python dict) takes a quoted
+# value only, so JSON stays valid. Not after `#`: SGLang's `#token: 38` is a count.
+_KEY = re.compile(
+    r"""(?<![\w#./-])(?P<q>\\"|["']?)(?P<name>[A-Za-z_][\w.-]*)(?P=q)"""
+    rf"(?:(?P<tight>=)(?P<tval>{_QUOTED}|{_WORD})"
+    rf"|(?P<loose>[ \t]*[:=][ \t]*)(?P<lval>{_QUOTED}|"
+    r"""[^\s"'#\\\[{][^\r\n"]*?(?=[ \t]+#|[ \t]*(?:[\r\n"]|\\"|\Z))))"""
+)
+_COUNT = re.compile(r"[\d.]+%?(?:[,;\s]|\Z)")
+
+
+def _masked(value: str) -> str:
+    """``value`` replaced by REDACTED, its quotes kept; as it is when it says there is
+    no secret."""
+    quote = next((q for q in ('\\"', '"', "'") if value.startswith(q)), "")
+    inner = value[len(quote) : len(value) - len(quote)] if quote else value
+    if inner.strip().rstrip(",;").lower() in _NO_SECRET:
+        return value
+    if quote and inner.lstrip()[:1] in (",", ":", "]", "}"):
+        return value  # the quotes are two JSON strings' ends: the value was empty
+    return f"{quote}{REDACTED}{quote}"
+
+
+def _flag(m: re.Match[str]) -> str | None:
+    if not is_secret_name(m["name"]):
+        return None
+    return f"{m['name']}{m['sep']}{_masked(m['value'])}"
+
+
+def _key(m: re.Match[str]) -> str | None:
+    name = m["name"]
+    value = m["tval"] or m["lval"]
+    if not is_secret_name(name):
+        return None
+    if name_words(name)[-1] == "token" and _COUNT.match(value):
+        return None  # SGLang's `#full token: 164000, full token usage: 0.41`: a count
+    head = f"{m['q']}{name}{m['q']}"
+    if m["tight"]:
+        return f"{head}={_masked(value)}"
+    if m["q"] and value[0] not in "\\\"'":
+        return None  # a JSON number, null, an object: not a secret's string
+    return f"{head}{m['loose']}{_masked(value)}"
+
+
+# A secret under its name: a flag's value, a key's (NAME=value of an environment, YAML, a
+# header, a JSON or a Python dict's string).
+_NAMED: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str | None]], ...] = (
+    (_FLAG, _flag),
+    (_KEY, _key),
+)
+
+
+def _sub_named(
+    pattern: re.Pattern[str], fix: Callable[[re.Match[str]], str | None], text: str
+) -> str:
+    """``pattern.sub(fix)``, except that a match ``fix`` finds no secret in (None) is
+    searched again from the end of its name: its value may hold the secret (a JSON list
+    of log lines, a YAML line inside one JSON string)."""
+    out: list[str] = []
+    done = at = 0
+    while (m := pattern.search(text, at)) is not None:
+        fixed = fix(m)
+        if fixed is None:
+            at = m.end("name")
+            continue
+        out += [text[done : m.start()], fixed]
+        done = at = m.end()
+    return "".join(out) + text[done:] if out else text
+
+
 # (pattern, replacement): the shapes. Replacements keep what is not secret (the scheme
-# and host of a URL, the header's name), so the file still reads.
+# and host of a URL, the header's name, the flag), so the file still reads.
 _SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
     (
+        # Its lines (base64, RFC 1421's two headers) and its END line; a cut block ends
+        # at its last such line.
         re.compile(
-            r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)",
-            re.DOTALL,
+            r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----"
+            rf"(?:{_NEWLINE}(?:(?:Proc-Type|DEK-Info):[^\r\n\"\\]*|[A-Za-z0-9+/=]*)"
+            r"(?=[\r\n\"]|\\[rn]|\Z))*"
+            rf"(?:{_NEWLINE}?-----END \1PRIVATE KEY-----)?"
         ),
         REDACTED,
     ),
@@ -50,7 +156,11 @@ _SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
         rf"\1\2{REDACTED}",
     ),
     (
-        re.compile(r"(?i)\b(bearer|basic|token)\s+(?=[A-Za-z._~+/=-]*\d)[A-Za-z0-9._~+/=-]{8,}"),
+        # On its line, a word of its own: not SGLang's option list's `--...-first-token`
+        # and the next line's `--c128-page-size`.
+        re.compile(
+            r"(?i)(?<![\w-])(bearer|basic|token)[ \t]+(?=[A-Za-z._~+/=-]*\d)[A-Za-z0-9._~+/=-]{8,}"
+        ),
         rf"\1 {REDACTED}",
     ),
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), rf"\1{REDACTED}@"),
@@ -73,23 +183,6 @@ _SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"), REDACTED),
     (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), REDACTED),
-    # NAME=value as an environment or a shell line shows it (upper-case names only: a
-    # JSON key such as "expect_tokens_per_s" is not one), and a JSON string under a key
-    # that names a secret (a string only, so the JSON stays valid).
-    (
-        re.compile(
-            r"\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ROUTING_KEY)[A-Z0-9_]*"
-            r"=)(?!<redacted>)[^\s\"',]{4,}"
-        ),
-        rf"\1{REDACTED}",
-    ),
-    (
-        re.compile(
-            r"(?i)(\"(?:[a-z0-9_]*_)?(?:token|secret|password|passwd|api_?key|routing_key)\""
-            r"\s*:\s*\")(?!<redacted>\")[^\"]+\""
-        ),
-        rf'\1{REDACTED}"',
-    ),
 )
 
 
@@ -134,6 +227,8 @@ class Scrubber:
                 text = text.replace(value, REDACTED)
         for pattern, replacement in _SHAPES:
             text = pattern.sub(replacement, text)
+        for pattern, fix in _NAMED:
+            text = _sub_named(pattern, fix, text)
         return text
 
     def data(self, data: bytes) -> bytes:

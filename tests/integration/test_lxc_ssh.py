@@ -6,17 +6,20 @@ memory no process holds is "not attributed", ``K`` ends the right process throug
 host and through ``pct`` and signals nothing when the PID's start time is not the one
 listed (a reused PID), the start time read inside the container is the host's, the
 fallback without host access lists device-file users, and the doctor says which applies.
-Skipped with the reason where unshare or cgroup2 is missing.
+Issue 34.2: a server's secrets on its command line and in its log leave in no file of a
+bundle and in no snapshot. Skipped with the reason where unshare or cgroup2 is missing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from proxmox_host import SYSTEM_PYTHON, GpuProc, ProxmoxHost, skip_reason
+from secret_corpus import ARGV, ARGV_SECRETS, CORPUS
 
 from gpumon.backends.actions import audit
 from gpumon.backends.actions.kill import KillPlan, Signal, kill_plan, send_signal, wait_gone
@@ -354,3 +358,58 @@ def test_a_host_side_list_that_does_not_come_is_named_not_replaced_silently(
     wheres = {row.split()[1] for row in text.stdout.splitlines() if re.match(r"  \d  ", row)}
     assert {"?", "files"} <= wheres and "contain" not in wheres, text.stdout
     assert re.search(r"\n  0  \?        h\d+ +\? +[\d.]+  \[not visible from here\]\n", text.stdout)
+
+
+def test_no_secret_of_a_servers_command_line_or_its_log_leaves_in_a_bundle_or_snapshot(
+    lab: Lab, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 34.2: CT 200 runs a stand-in SGLang server started with ``--api-key KEY``,
+    ``--password=...``, ``--hf-token ...``, ``--ssl-keyfile-password ...`` on GPU 1, and
+    its followed log holds every secret shape of the corpus (and a CUDA OOM: the
+    incident). No secret is in any file of ``gpumon bundle`` (the recording decompressed),
+    nor in ``snapshot`` (text, ``--wide``, ``--json``); the flags are, their values masked."""
+    lab.host.start_gpu_process(200, (1,), 20000, "launch_server.py " + " ".join(ARGV))
+    logs = lab.host.root / "logs"  # under the 0755 root: CT 200's root reads it
+    logs.mkdir(mode=0o755)
+    log = logs / "sglang.log"
+    oom = (Path(__file__).parents[1] / "fixtures/nvidia/torch_oom_traceback.txt").read_text()
+    log.write_text("\n".join(text for text, _ in CORPUS) + "\n" + oom)
+    log.chmod(0o644)
+    config = lab.server.config_toml("ct200", container=200, python=SYSTEM_PYTHON, interval=0.5)
+    lab.config.write_text(config + f'watch_logs = ["{log}"]\n')
+    secrets = [*ARGV_SECRETS, *(secret for _, secret in CORPUS)]
+    masked = "--api-key **** --password=**** --hf-token **** --ssl-keyfile-password ****"
+
+    def gpumon(*args: str) -> str:
+        res = subprocess.run(
+            [sys.executable, "-m", "gpumon.tui.cli", "--config", str(lab.config), *args],
+            env=client_env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        leaked = [s for s in secrets if s in res.stdout + res.stderr]
+        assert not leaked, (args, leaked)
+        return res.stdout
+
+    out = tmp_path / "b.tar.gz"
+    gpumon("bundle", "ct200", "-o", str(out), "--time", "60")
+    files: dict[str, str] = {}
+    with tarfile.open(out) as tar:
+        for member in tar.getmembers():
+            data = tar.extractfile(member).read()  # type: ignore[union-attr]
+            if member.name.endswith(".gz"):
+                data = gzip.decompress(data)
+            files[member.name.split("/", 1)[1]] = data.decode()
+    assert {"processes.json", "snapshot.json", "recording.jsonl.gz"} <= set(files)
+    for name, text in files.items():
+        leaked = [s for s in secrets if s in text]
+        assert not leaked, (name, leaked)
+    for name in ("processes.json", "snapshot.json", "recording.jsonl.gz"):
+        assert masked in files[name], name
+    [tail] = [text for name, text in files.items() if name.startswith("logs/")]
+    assert "--api-key <redacted> --port 30000" in tail and "X-Api-Key: <redacted>" in tail
+
+    data = json.loads(gpumon("snapshot", "ct200", "--json"))
+    [server] = data["gpus"][1]["processes"]
+    assert server["container"] == "200" and masked in server["command"]
+    assert re.search(r"\n  1  CT200 +\d+ +root", gpumon("snapshot", "ct200"))  # cut at 80
+    assert masked in gpumon("snapshot", "ct200", "--wide")

@@ -1,58 +1,28 @@
 """The bundle's scrubber: the config's and the environment's secrets by value, and a
-corpus of secret shapes (tokens in URLs, headers, key blocks, service tokens) wherever
-they come from, through every file of an archive."""
+corpus of secret shapes (tokens in URLs, headers, key blocks, service tokens, values under
+a secret's name: ``tests/support/secret_corpus.py``) wherever they come from, through
+every file of an archive, inside the JSON strings of a recording too; and what only looks
+like a secret (SGLang's token counts, every fixture gpumon reads) left readable."""
 
 from __future__ import annotations
 
+import gzip
 import io
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
+from secret_corpus import ARGV, ARGV_SECRETS, CORPUS, READABLE
 
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.bundle.archive import BundleArchive
 from gpumon.backends.bundle.scrub import REDACTED, Scrubber, config_secrets, env_secrets
 from gpumon.backends.config.notify import NotifierConfig
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source
+from gpumon.backends.recording import FlightRecorder, load_recording
 
-# (text as a file would hold it, the secret part that must not survive)
-CORPUS: list[tuple[str, str]] = [
-    (
-        "POST https://hooks.slack.com/services/T0AAA/B0BBB/XyZsecretSlackPath1",
-        "XyZsecretSlackPath1",
-    ),
-    ("https://discord.com/api/webhooks/123456789/abcDEFsecret-token_42", "abcDEFsecret-token_42"),
-    (
-        "https://api.telegram.org/bot123456:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/sendMessage",
-        "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw",
-    ),
-    ("url = https://alice:hunter2pass@alerts.example.org/hook", "hunter2pass"),
-    ("GET /api/v1/alerts?token=s3cr3tT0ken&x=1", "s3cr3tT0ken"),
-    ("https://ntfy.example.org/topic?auth=QmFzaWNBdXRoU2VjcmV0", "QmFzaWNBdXRoU2VjcmV0"),
-    ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "eyJhbGciOiJIUzI1NiJ9"),
-    ('{"headers": {"Authorization": "Basic dXNlcjpwYXNzd29yZA=="}}', "dXNlcjpwYXNzd29yZA=="),
-    (
-        "curl -H 'authorization: token ghp_abcdefghijklmnopqrstuvwxyz0123456789'",
-        "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
-    ),
-    (
-        "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyzABCD python train.py",
-        "hf_abcdefghijklmnopqrstuvwxyzABCD",
-    ),
-    ("slack token xoxb-1234567890-abcdefghijkl", "xoxb-1234567890-abcdefghijkl"),
-    ("aws_access_key_id = AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
-    ("OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx", "sk-proj-abcdefghijklmnopqrstuvwx"),
-    (
-        "WANDB_API_KEY=0123456789abcdef0123456789abcdef01234567",
-        "0123456789abcdef0123456789abcdef01234567",
-    ),
-    ('"routing_key": "R0UT1NGKEY0123456789abcdef"', "R0UT1NGKEY0123456789abcdef"),
-    (
-        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU=\n"
-        "-----END OPENSSH PRIVATE KEY-----\n",
-        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmU=",
-    ),
-    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAcutoff", "MIIEpAIBAAKCAQEAcutoff"),
-]
+T0 = 1_800_000_000.0
 
 
 @pytest.mark.parametrize(("text", "secret"), CORPUS)
@@ -129,8 +99,6 @@ def test_the_corpus_through_every_file_of_an_archive(tmp_path: Path) -> None:
 
 
 def test_gzip_files_are_scrubbed_inside(tmp_path: Path) -> None:
-    import gzip
-
     archive = BundleArchive(Scrubber.of({"inner-secret-77"}), "title")
     archive.add("recording.jsonl.gz", gzip.compress(b'{"line": "inner-secret-77"}\n'), "rec")
     path = archive.write(tmp_path / "b.tar.gz")
@@ -138,3 +106,80 @@ def test_gzip_files_are_scrubbed_inside(tmp_path: Path) -> None:
         data = tar.extractfile("recording.jsonl.gz").read()  # type: ignore[union-attr]
     assert b"inner-secret-77" not in gzip.decompress(data)
     assert io.BytesIO(data).read(2) == b"\x1f\x8b"  # still gzip
+
+
+@pytest.mark.parametrize("text", READABLE)
+def test_shaped_like_a_secret_but_none_stays(text: str) -> None:
+    assert Scrubber().text(text) == text
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+def test_every_fixture_gpumon_reads_passes_unchanged() -> None:
+    """SGLang's log lines of every release here (docs/formats.md: ``#token: 38``,
+    ``#full token: 164000, full token usage: 0.41``), its /server_info and /metrics pages,
+    nvidia-smi, the trainers' logs: none holds a secret, so a bundle keeps every number
+    of them."""
+    seen = 0
+    for path in sorted(FIXTURES.rglob("*")):
+        if not path.is_file() or path.name == "LICENSE":
+            continue
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:
+            continue
+        seen += 1
+        assert Scrubber().text(text) == text, path
+    assert seen > 100
+
+
+@pytest.mark.parametrize(("text", "secret"), CORPUS)
+def test_a_shape_inside_a_json_string_is_redacted_and_the_json_stays_valid(
+    text: str, secret: str
+) -> None:
+    """The recording keeps a log's lines as JSON strings (``"export MY_PASSWORD=\\"...\\""``,
+    a key block's lines one string each): the escaped quotes are quotes, the strings of a
+    list are lines, and the JSON still decodes after the scrub, its next line kept."""
+    after = "the next line."  # a word alone could be a cut key block's next line
+    for lines in ([text, after], ["first", *text.splitlines(), after]):
+        for line in (json.dumps({"lines": lines}), json.dumps({"lines": lines}, indent=2)):
+            out = Scrubber().text(line)
+            decoded = "\n".join(json.loads(out)["lines"])
+            assert secret not in decoded and REDACTED in decoded, out
+            assert decoded.endswith(f"\n{after}"), out
+
+
+def test_a_recording_in_the_bundle_holds_no_secret_and_still_replays(tmp_path: Path) -> None:
+    """A flight recording as the recorder writes it (a sample whose process command is an
+    earlier gpumon's, unmasked; the corpus as a followed log's lines), through the
+    archive: no secret is left in it, and it loads as a recording with every line that
+    held none (a key block's lines become one ``<redacted>``)."""
+    recorder = FlightRecorder("ct200", clock=lambda: T0)
+    command = "python3 -m sglang.launch_server " + " ".join(ARGV)
+    process = GpuProcess(4242, "python3", 8000, command=command)
+    recorder.record(HostSample("ct200", T0, Source.AGENT_SMI, (GpuSample(0),), (process,)))
+    # a line a string, as the agent follows a log (a key block's lines are strings too)
+    lines = "\n".join([*(text for text, _ in CORPUS), *READABLE]).splitlines()
+    recorder.record_log("log:/srv/sglang.log", "/srv/sglang.log", lines, T0)
+    alert = Alert("memory:0", Health.CRITICAL, "memory", "ct200", 0, None, "99%", T0, T0)
+    recorder.keep_alert(alert)
+    written = recorder.write_window(alert, tmp_path / "r.jsonl.gz")
+    assert written is not None
+    archive = BundleArchive(Scrubber(), "title")
+    archive.add("recording.jsonl.gz", written.read_bytes(), "rec")
+    with tarfile.open(archive.write(tmp_path / "b.tar.gz")) as tar:
+        data = tar.extractfile("recording.jsonl.gz").read()  # type: ignore[union-attr]
+    text = gzip.decompress(data).decode()
+    for secret in [*(s for _, s in CORPUS), *ARGV_SECRETS]:
+        assert secret not in text, secret
+    (tmp_path / "out.jsonl.gz").write_bytes(data)
+    recording = load_recording(tmp_path / "out.jsonl.gz")
+    kept = recording.logs[0]["lines"]
+    assert all(line in kept for line in READABLE)
+    assert "-----BEGIN OPENSSH PRIVATE KEY-----" not in kept and REDACTED in kept
+    [replayed] = recording.samples[0].processes
+    assert replayed.command is not None and "--api-key ****" in replayed.command
