@@ -28,6 +28,7 @@ Short flags (``-p``) are not judged: ``-p 8080`` is as often a port as a passwor
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Sequence
@@ -136,6 +137,7 @@ def name_words(name: str) -> list[str]:
     return [w for w in _SPLIT.split(_CAMEL.sub("_", name).lower()) if w]
 
 
+@functools.lru_cache(maxsize=1024)
 def is_secret_name(name: str) -> bool:
     """Whether a flag, a key or a variable called ``name`` holds a secret (the module's
     rules); leading dashes are ignored."""

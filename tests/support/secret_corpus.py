@@ -140,3 +140,22 @@ ARGV: tuple[str, ...] = (
     "--port",
     "30000",
 )
+
+# Names that say their value is a secret (flags, keys, variables, headers), and names that
+# only hold a secret's word (masking.is_secret_name's rules).
+SECRET_NAMES: list[str] = [
+    "--api-key", "--api_key", "--apikey", "--apiKey", "X-Api-Key", "--password", "passwd",
+    "--db-pass", "--pass", "--token", "--hf-token", "--auth-token", "HF_TOKEN",
+    "aws_secret_access_key", "AWS_SECRET_ACCESS_KEY", "client_secret", "--secret",
+    "PGPASSWORD", "--basic-auth", "Authorization", "Cookie", "SENTRY_DSN",
+    "-Djavax.net.ssl.keyStorePassword", "trainer.wandb.api_key", "--ssl-keyfile-password",
+]  # fmt: skip
+PLAIN_NAMES: list[str] = [
+    "--tokenizer-path", "--tokenizer", "--max-new-tokens", "--tokens-per-step",
+    "--token-budget", "--disable-custom-all-reduce", "--pass-through", "--max-tokens",
+    "--eos-token", "--pad-token", "--bucket-time-to-first-token", "new-token",
+    "--kt-max-deferred-experts-per-token", "token_env", "secret_env", "--token-file",
+    "--api-key-file", "--ssl-keyfile", "key", "--cache-key", "sort_key", "--allow-credentials",
+    "--no-auth", "--disable-auth-token", "--port", "expect_tokens_per_s", "usage", "",
+    "--keyboard", "--passes", "--first-pass", "--inductor-passes",
+]  # fmt: skip

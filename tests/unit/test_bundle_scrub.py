@@ -13,7 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from secret_corpus import ARGV, ARGV_SECRETS, CORPUS, READABLE
+from secret_corpus import ARGV, ARGV_SECRETS, CORPUS, PLAIN_NAMES, READABLE, SECRET_NAMES
 
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.bundle.archive import BundleArchive
@@ -111,6 +111,27 @@ def test_gzip_files_are_scrubbed_inside(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text", READABLE)
 def test_shaped_like_a_secret_but_none_stays(text: str) -> None:
     assert Scrubber().text(text) == text
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_the_value_under_every_secret_name_is_redacted(name: str) -> None:
+    """The scrubber judges a name as the process command's masking does: a flag-shaped
+    name as a flag (``--api-key VALUE``, ``=VALUE``), any other as a key (``name:
+    value``, ``name = value``, ``name=value``)."""
+    value = "Zq7SecretValue"
+    if name.startswith("-"):
+        shapes = [f"run {name} {value} --port 1", f"run {name}={value}"]
+    else:
+        shapes = [f"{name}: {value}", f"{name} = {value}", f"{name}={value} next"]
+    for text in shapes:
+        out = Scrubber().text(text)
+        assert value not in out and name in out, out
+
+
+@pytest.mark.parametrize("name", [n for n in PLAIN_NAMES if n])
+def test_the_value_under_a_plain_name_stays(name: str) -> None:
+    for text in (f"run {name} Zq7Value --port 1", f"{name}: Zq7Value", f"{name}=Zq7Value"):
+        assert Scrubber().text(text) == text
 
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

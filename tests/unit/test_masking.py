@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from secret_corpus import ARGV, ARGV_SECRETS
+from secret_corpus import ARGV, ARGV_SECRETS, PLAIN_NAMES, SECRET_NAMES
 
 from gpumon.backends.masking import MASK, is_secret_name, mask_argv, mask_command
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample, ProcessSource, Source
@@ -42,32 +42,12 @@ def test_of_every_option_of_a_release_only_its_secrets_are_secret(
     assert {n for n in names if is_secret_name(n)} == secret
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "--api-key", "--api_key", "--apikey", "--apiKey", "X-Api-Key", "--password", "passwd",
-        "--db-pass", "--pass", "--token", "--hf-token", "--auth-token", "HF_TOKEN",
-        "aws_secret_access_key", "AWS_SECRET_ACCESS_KEY", "client_secret", "--secret",
-        "PGPASSWORD", "--basic-auth", "Authorization", "Cookie", "SENTRY_DSN",
-        "-Djavax.net.ssl.keyStorePassword", "trainer.wandb.api_key", "--ssl-keyfile-password",
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("name", SECRET_NAMES)
 def test_secret_names(name: str) -> None:
     assert is_secret_name(name)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "--tokenizer-path", "--tokenizer", "--max-new-tokens", "--tokens-per-step",
-        "--token-budget", "--disable-custom-all-reduce", "--pass-through", "--max-tokens",
-        "--eos-token", "--pad-token", "--bucket-time-to-first-token", "new-token",
-        "--kt-max-deferred-experts-per-token", "token_env", "secret_env", "--token-file",
-        "--api-key-file", "--ssl-keyfile", "key", "--cache-key", "sort_key", "--allow-credentials",
-        "--no-auth", "--disable-auth-token", "--port", "expect_tokens_per_s", "usage", "",
-        "--keyboard", "--passes", "--first-pass", "--inductor-passes",
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("name", PLAIN_NAMES)
 def test_names_that_hold_no_secret(name: str) -> None:
     assert not is_secret_name(name)
 
