@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["loads", "printable", "printable_text", "printable_tree"]
+__all__ = ["loads", "printable", "printable_bounded", "printable_text", "printable_tree"]
 
 _KEEP_MULTILINE = frozenset("\n\t")
 
@@ -42,11 +42,51 @@ def printable(text: str) -> str:
 def printable_text(text: str) -> str:
     """``text`` that may span lines: newlines and tabs stay, ``\\r\\n`` and a lone ``\\r``
     become ``\\n``, every other non-printable character is escaped as in ``printable``."""
-    if text.isprintable() or text.replace("\n", "").replace("\t", "").isprintable():
+    if _plain(text):
         return text  # the common case, a multi-line body of plain text: 20x faster
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return "".join(ch if ch.isprintable() or ch in _KEEP_MULTILINE else _escape(ch) for ch in text)
+    return "".join(_printable_part(text[i : i + _SLICE]) for i in range(0, len(text), _SLICE))
+
+
+def printable_bounded(text: str, limit: int, *, keep_end: bool = False) -> tuple[str, bool]:
+    """``printable_text(text)`` cut to at most ``limit`` characters: its start, or with
+    ``keep_end`` its end (a log's tail); True when something was cut. Escapes make a text
+    longer (a NUL is four characters), so the cut is made on what is shown, and only as
+    much of ``text`` as fits is made printable: 16 MiB of NULs never become 64 MiB."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    starts = range(0, len(text), _SLICE)
+    parts: list[str] = []
+    size = 0
+    whole = True
+    for i in reversed(starts) if keep_end else starts:
+        if size >= limit:
+            whole = False
+            break
+        part = _printable_part(text[i : i + _SLICE])
+        parts.append(part)
+        size += len(part)
+    if keep_end:
+        parts.reverse()
+    out = "".join(parts)
+    if len(out) > limit:
+        out = out[len(out) - limit :] if keep_end else out[:limit]
+        whole = False
+    return out, not whole
+
+
+_SLICE = 1 << 16  # characters escaped at a time: a long text's work stays this big
+
+
+def _plain(text: str) -> bool:
+    return text.isprintable() or text.replace("\n", "").replace("\t", "").isprintable()
+
+
+def _printable_part(part: str) -> str:
+    if _plain(part):
+        return part
+    return "".join(ch if ch.isprintable() or ch in _KEEP_MULTILINE else _escape(ch) for ch in part)
 
 
 def printable_tree(value: Any) -> Any:

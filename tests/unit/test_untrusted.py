@@ -67,6 +67,31 @@ def test_printable_is_total_idempotent_and_single_line(text: str) -> None:
     assert printable_text(multi) == multi
 
 
+def _shown(text: str) -> str:
+    """What ``printable_text`` makes of ``text``, one character at a time (its spec)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return "".join(ch if ch.isprintable() or ch in "\n\t" else printable(ch) for ch in text)
+
+
+@given(ANY_TEXT, st.integers(min_value=0, max_value=400), st.booleans())
+def test_a_bounded_text_is_the_start_or_the_end_of_what_printable_text_shows(
+    text: str, limit: int, keep_end: bool
+) -> None:
+    """Made printable a slice at a time (7 characters here, 64 Ki in use), and cut to
+    ``limit`` characters of what is shown: the same text as whole, escapes counted (a
+    NUL is four characters), and cut only when there was more."""
+    whole = _shown(text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(untrusted, "_SLICE", 7)
+        assert printable_text(text) == whole
+        kept, cut = untrusted.printable_bounded(text, limit, keep_end=keep_end)
+    if keep_end:
+        assert kept == (whole[len(whole) - limit :] if limit < len(whole) else whole)
+    else:
+        assert kept == whole[:limit]
+    assert cut == (len(whole) > limit)
+
+
 def test_json_from_the_target_is_cleaned_after_decoding() -> None:
     raw = json.dumps({"name\u001b": ["\u001b]52;c;eA==\u0007", {"x": "\u009b2J"}], "n": 1.5})
     assert "\x1b" not in raw  # the escape is spelled as \u001b in the JSON text ...
