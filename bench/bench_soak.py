@@ -234,9 +234,15 @@ class _Stdout:
                 await asyncio.sleep(ahead)
         return next(self.lines, b"")
 
+    async def read(self, size: int) -> bytes:
+        return await self.readline()  # a line at a time (ProcessStream bounds them)
+
 
 class _Nothing:
     async def readline(self) -> bytes:
+        return b""
+
+    async def read(self, size: int) -> bytes:
         return b""
 
     def write(self, data: bytes) -> None:
@@ -263,6 +269,8 @@ def soak_transport(
             input: bytes | None = None,
             timeout: float = 30.0,
             on_host: bool = False,
+            max_bytes: int = 0,
+            keep_end: bool = False,
         ) -> RunResult:
             return RunResult(0, "True\n", "")  # the monitor's "is there a python" probe
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig, SglangConfig
-from gpumon.backends.transport.base import RunResult, TransportError
+from gpumon.backends.transport.base import RUN_MAX_BYTES, RunResult, TransportError
 from gpumon.backends.transport.local import LocalTransport, kill_group
 
 # remote.bootstrap.program_tag("doctor_probe"), spelled out: importing remote here would
@@ -99,15 +99,24 @@ class SimTransport(LocalTransport):
         input: bytes | None = None,
         timeout: float = 30.0,
         on_host: bool = False,
+        max_bytes: int = RUN_MAX_BYTES,
+        keep_end: bool = False,
     ) -> RunResult:
         """As any transport; the doctor's probe answers for the simulated CT200, not for
         this machine (``sim.doctor``: its nvcc, libnvrtc, driver files, caches, disk)."""
-        res = await super().run(argv, input=input, timeout=timeout, on_host=on_host)
+        res = await super().run(
+            argv,
+            input=input,
+            timeout=timeout,
+            on_host=on_host,
+            max_bytes=max_bytes,
+            keep_end=keep_end,
+        )
         if PROBE_TAG not in argv or res.exit_code != 0:
             return res
         from gpumon.backends.sim.doctor import simulated_probe_output
 
-        return RunResult(res.exit_code, simulated_probe_output(res.stdout), res.stderr)
+        return RunResult(res.exit_code, simulated_probe_output(res.stdout), res.stderr, res.cut)
 
     def drafter_job(self) -> JobConfig | None:
         """The simulated drafter as a restartable job (None outside ``TRAINING_SCENARIOS``)."""

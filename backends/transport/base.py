@@ -23,11 +23,19 @@ from typing import Any, ClassVar
 
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.errors import GpumonError
-from gpumon.backends.untrusted import printable_text
+from gpumon.backends.untrusted import printable_bounded, printable_text
 
 # OpenSSH's default MaxSessions is 10; stay below it so a stock sshd never refuses a channel.
 MAX_CHANNELS = 8
 REAP_S = 10.0  # how long a killed process may take to be reaped (seconds on a loaded machine)
+# Every read of a machine's output is bounded: a log of 256 MB with no newline must not
+# become 256 MB (and more) in gpumon. A line longer than LINE_MAX is cut (the agent's
+# largest messages are far below it); ``run`` keeps at most RUN_MAX_BYTES of stdout.
+LINE_MAX = 4 << 20
+RUN_MAX_BYTES = 16 << 20
+READ_BYTES = 1 << 16  # read from a stream at a time
+STDERR_LINE_MAX = 2000  # characters of one stderr line kept for the error messages
+STDERR_LINES = 20
 
 
 class TransportError(GpumonError):
@@ -45,11 +53,14 @@ class TransportError(GpumonError):
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """A finished command. ``stdout`` and ``stderr`` came from the machine and have been
-    made printable (``untrusted.printable_text``) by the transport."""
+    made printable (``untrusted.printable_text``) by the transport. ``cut``: stdout was
+    longer than the run's ``max_bytes`` and is only its start (the command was then
+    ended: ``exit_code`` None) or, with ``keep_end``, its end."""
 
     exit_code: int | None
     stdout: str
     stderr: str
+    cut: bool = False
 
 
 def wrap_container(argv: Sequence[str], container: int | None) -> list[str]:
@@ -120,26 +131,45 @@ class Transport(abc.ABC):
         input: bytes | None = None,
         timeout: float = 30.0,
         on_host: bool = False,
+        max_bytes: int = RUN_MAX_BYTES,
+        keep_end: bool = False,
     ) -> RunResult:
         """Run a command to completion; a timeout kills it and reports exit code None.
-        ``on_host``: on the container's host itself (``open_host_stream``)."""
+        ``on_host``: on the container's host itself (``open_host_stream``).
+
+        At most ``max_bytes`` of stdout are kept (and shown: escapes count). Past them the
+        command is ended and its start kept, or with ``keep_end`` it is read to its end
+        and its end kept (a log's tail); either way ``cut`` says so. A run that is
+        cancelled or times out kills the command at once (no grace: its stdin was closed
+        at the start)."""
         opened = self.open_host_stream(argv) if on_host else self.open_stream(argv)
         stream = await opened
+        out = bytearray()
+        cut = False
+        code = None
         try:
             if input:
                 stream.write(input)
             await stream.close_stdin()
-            chunks: list[bytes] = []
             async with asyncio.timeout(timeout):
-                while line := await stream.readline():
-                    chunks.append(line)
-            code = await stream.wait()
+                while chunk := await stream.read(READ_BYTES):
+                    out += chunk
+                    if len(out) > max_bytes:
+                        cut = True
+                        if not keep_end:
+                            del out[max_bytes:]
+                            break
+                        del out[: len(out) - max_bytes]  # the start goes: O(1) for bytearray
+                if not cut or keep_end:
+                    code = await stream.wait()
         except TimeoutError:
             code = None
         finally:
-            await stream.close()
-        stdout = printable_text(b"".join(chunks).decode("utf-8", "replace"))
-        return RunResult(code, stdout, stream.stderr_tail())
+            await stream.close(grace=0.0)
+        text = out.decode("utf-8", "replace")
+        del out
+        stdout, shortened = printable_bounded(text, max_bytes, keep_end=keep_end)
+        return RunResult(code, stdout, stream.stderr_tail(), cut or shortened)
 
     @abc.abstractmethod
     async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
@@ -156,7 +186,11 @@ class Transport(abc.ABC):
 
 
 class ProcessStream:
-    """A running process: read its stdout by line, write its stdin; SSH and local alike."""
+    """A running process: read its stdout by line, write its stdin; SSH and local alike.
+
+    Reads are bounded whatever the machine sends: ``readline`` cuts a line longer than
+    ``line_max`` (``lines_cut`` counts them), and the stderr kept for error messages is
+    its last STDERR_LINES lines of at most STDERR_LINE_MAX characters each."""
 
     def __init__(
         self,
@@ -166,12 +200,22 @@ class ProcessStream:
         waiter: Any,
         terminate: Any,
         release: Any,
+        *,
+        line_max: int = LINE_MAX,
+        reap_s: float = REAP_S,
     ) -> None:
         self._stdout = stdout
         self._stdin = stdin
         self._waiter = waiter
         self._terminate = terminate
         self._release = release
+        self.line_max = line_max
+        self.reap_s = reap_s  # how long a killed process is waited for
+        self.lines_cut = 0  # lines longer than line_max, cut to it
+        self._buffer = bytearray()  # read from stdout, not yet returned
+        self._searched = 0  # bytes of _buffer known to hold no newline
+        self._dropping = False  # the rest of a cut line is read and dropped
+        self._eof = False
         self._stderr_lines: list[str] = []
         self._exit: int | None = None
         self._reaped = False  # the waiter returned: the process is gone
@@ -179,25 +223,81 @@ class ProcessStream:
         self._stderr_task = asyncio.ensure_future(self._drain_stderr(stderr))
 
     async def _drain_stderr(self, stderr: Any) -> None:
+        partial = b""
         with contextlib.suppress(Exception):
-            while line := await stderr.readline():
-                text = printable_text(line.decode("utf-8", "replace").rstrip("\r\n"))
-                self._stderr_lines = [*self._stderr_lines[-19:], text]
+            while chunk := await stderr.read(READ_BYTES):
+                *lines, partial = (partial + chunk).split(b"\n")
+                partial = partial[: 4 * STDERR_LINE_MAX]  # a line without end: its start
+                for line in lines[-STDERR_LINES:]:
+                    self._keep_stderr(line)
+        if partial:
+            self._keep_stderr(partial)
+
+    def _keep_stderr(self, line: bytes) -> None:
+        text = printable_text(line.decode("utf-8", "replace").rstrip("\r"))
+        if len(text) > STDERR_LINE_MAX:
+            text = text[:STDERR_LINE_MAX] + " [cut]"
+        self._stderr_lines = [*self._stderr_lines[-(STDERR_LINES - 1) :], text]
+
+    async def _fill(self) -> bool:
+        """Read more of stdout into the buffer; False at its end (or a broken stream)."""
+        if self._eof:
+            return False
+        try:
+            chunk: bytes = await self._stdout.read(READ_BYTES)
+        except (ConnectionError, OSError, EOFError):
+            chunk = b""
+        except Exception as e:  # asyncssh raises its own errors for a broken channel
+            if not type(e).__module__.startswith("asyncssh"):
+                raise
+            chunk = b""
+        if not chunk:
+            self._eof = True
+            return False
+        self._buffer += chunk
+        return True
+
+    async def read(self, size: int = READ_BYTES) -> bytes:
+        """Up to ``size`` bytes of stdout as they come; ``b""`` at its end."""
+        if not self._buffer and not await self._fill():
+            return b""
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        self._searched = 0
+        return data
 
     async def readline(self) -> bytes:
-        """The next stdout line including its newline; ``b""`` at end of stream.
+        """The next stdout line including its newline; ``b""`` at end of stream. A line
+        longer than ``line_max`` comes as its first ``line_max`` bytes and a newline, the
+        rest of it is dropped, and ``lines_cut`` counts it.
 
         The bytes are the machine's own: the caller makes them printable
         (``untrusted.printable_text`` / ``untrusted.loads``) before anything shows them."""
-        try:
-            line: bytes = await self._stdout.readline()
-        except (ConnectionError, OSError, EOFError):
-            return b""
-        except Exception as e:  # asyncssh raises its own errors for a broken channel
-            if type(e).__module__.startswith("asyncssh"):
-                return b""
-            raise
-        return line
+        while True:
+            end = self._buffer.find(b"\n", self._searched)
+            if end >= 0:
+                line = bytes(self._buffer[: end + 1])
+                del self._buffer[: end + 1]
+                self._searched = 0
+                if self._dropping:  # the end of a cut line
+                    self._dropping = False
+                    continue
+                return line
+            if self._dropping:
+                self._buffer.clear()
+            elif len(self._buffer) > self.line_max:
+                line = bytes(self._buffer[: self.line_max]) + b"\n"
+                self._buffer.clear()
+                self._dropping = True
+                self.lines_cut += 1
+                return line
+            self._searched = len(self._buffer)
+            if not await self._fill():
+                line = b"" if self._dropping else bytes(self._buffer)
+                self._buffer.clear()
+                self._searched = 0
+                self._dropping = False
+                return line
 
     def write(self, data: bytes) -> None:
         with contextlib.suppress(Exception):
@@ -243,7 +343,7 @@ class ProcessStream:
                 with contextlib.suppress(Exception):
                     self._terminate()
                 with contextlib.suppress(Exception):  # reap it: killed, it is gone soon
-                    async with asyncio.timeout(REAP_S):
+                    async with asyncio.timeout(self.reap_s):
                         await self.wait()
         with contextlib.suppress(Exception):
             async with asyncio.timeout(1.0):

@@ -15,7 +15,7 @@ from gpumon.backends.config.load import HostConfig
 from . import prestart
 from .base import ProcessStream, Transport, TransportError, wrap_container
 
-STREAM_LIMIT = 1 << 22  # the longest line a stream reads (the agent's largest messages)
+STREAM_LIMIT = 1 << 22  # the pipe reader's buffer (ProcessStream bounds the lines)
 
 
 class LocalTransport(Transport):

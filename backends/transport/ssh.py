@@ -40,6 +40,11 @@ KEEPALIVE_COUNT = 3
 # while nothing comes, closed after LINK_PROBE_COUNT unanswered (about 1.5 s).
 LINK_PROBE_S = 0.5
 LINK_PROBE_COUNT = 2
+# A killed command's channel is waited for this long. OpenSSH keeps a session's channel
+# open until its command exits (session.c, session_close_by_channel: "has child"), and
+# a root login's command cannot be signalled before 10.0p1 (below): one stuck in a read
+# would hold a closing stream for good.
+CLOSE_WAIT_S = 2.0
 
 
 def _quiet_asyncssh() -> None:
@@ -272,8 +277,26 @@ class SshTransport(Transport):
             await proc.wait()
             return proc.exit_status
 
+        def kill() -> None:
+            # Closing the channel alone leaves the command running on the target (sshd
+            # only closes its pipes: one stuck in a read never notices). A "signal"
+            # request first: OpenSSH answers it with killpg() on the session's process
+            # group (session.c, session_signal_req, from 7.9p1), but refuses it before
+            # 10.0p1 where the session has no privilege separation, as a root login
+            # has not (sshd.c, privsep_postauth). Commands that may hang are bounded on
+            # the target too (the bundle's `timeout`).
+            with contextlib.suppress(Exception):
+                proc.send_signal("KILL")
+            proc.close()
+
         return ProcessStream(
-            proc.stdout, proc.stdin, proc.stderr, wait, proc.close, self._channels.release
+            proc.stdout,
+            proc.stdin,
+            proc.stderr,
+            wait,
+            kill,
+            self._channels.release,
+            reap_s=CLOSE_WAIT_S,
         )
 
     async def close(self) -> None:

@@ -14,6 +14,7 @@ from gpumon.backends.actions import job_status
 from gpumon.backends.config import HostConfig, JobConfig
 from gpumon.backends.remote.scripts import job_script
 from gpumon.backends.transport import LocalTransport, RunResult
+from gpumon.backends.transport.base import RUN_MAX_BYTES
 
 pytestmark = pytest.mark.system
 
@@ -49,9 +50,18 @@ class Recorder(LocalTransport):
         input: bytes | None = None,
         timeout: float = 30.0,
         on_host: bool = False,
+        max_bytes: int = RUN_MAX_BYTES,
+        keep_end: bool = False,
     ) -> RunResult:
         self.argvs.append(list(argv))
-        return await super().run(argv, input=input, timeout=timeout, on_host=on_host)
+        return await super().run(
+            argv,
+            input=input,
+            timeout=timeout,
+            on_host=on_host,
+            max_bytes=max_bytes,
+            keep_end=keep_end,
+        )
 
 
 async def test_values_travel_as_positional_arguments_after_the_script(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """A local command's stream ends with its process: however ``ProcessStream.close`` ends
 (its grace spent, or itself cancelled by an app shutting down), the child is killed and
-reaped while the event loop runs, so no process or transport outlives the loop."""
+reaped while the event loop runs, so no process or transport outlives the loop. What it
+sends is bounded: a line too long is cut, ``run`` keeps at most its ``max_bytes``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.transport import LocalTransport
 from gpumon.backends.transport.base import ProcessStream
 
+from stream_bounds import long_line_is_cut, run_keeps_its_bound
 from waiting import until
 
 pytestmark = pytest.mark.system
@@ -51,3 +53,11 @@ async def test_a_close_cancelled_during_its_grace_still_kills_and_reaps_the_chil
     with pytest.raises(asyncio.CancelledError):
         await closing
     assert gone(pid)
+
+
+async def test_a_line_longer_than_the_bound_is_cut_not_an_error() -> None:
+    await long_line_is_cut(LocalTransport(resolve_host(Config(path=None), "local")))
+
+
+async def test_a_run_keeps_at_most_its_bound_of_a_flood() -> None:
+    await run_keeps_its_bound(LocalTransport(resolve_host(Config(path=None), "local")))
