@@ -11,10 +11,12 @@ if TYPE_CHECKING:
     from .build import (
         BundleOptions,
         BundleResult,
+        HostUnreachable,
         bundle_host,
         bundle_incident,
         bundle_monitor,
         bundle_recording,
+        bundle_unreachable,
         default_name,
     )
     from .scrub import REDACTED, Scrubber
@@ -24,12 +26,14 @@ __all__ = [
     "REDACTED",
     "BundleOptions",
     "BundleResult",
+    "HostUnreachable",
     "NoIncident",
     "Scrubber",
     "bundle_host",
     "bundle_incident",
     "bundle_monitor",
     "bundle_recording",
+    "bundle_unreachable",
     "default_name",
 ]
 
@@ -44,10 +48,12 @@ if not TYPE_CHECKING:
             "NoIncident": "timeline",
             "BundleOptions": "build",
             "BundleResult": "build",
+            "HostUnreachable": "build",
             "bundle_host": "build",
             "bundle_incident": "build",
             "bundle_monitor": "build",
             "bundle_recording": "build",
+            "bundle_unreachable": "build",
             "default_name": "build",
         },
     )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpumon.backends.bundle.scrub import Scrubber
+from gpumon.backends.untrusted import printable
 
 __all__ = ["FILE_CAP", "TOTAL_CAP", "BundleArchive", "BundleFile"]
 
@@ -60,6 +61,11 @@ class BundleArchive:
 
     def names(self) -> list[str]:
         return [f.name for f in self.files]
+
+    def room(self) -> int:
+        """The most bytes one more file may hold: the per-file cap, or what the total
+        cap leaves (what is read from the target is bounded by it before it is read)."""
+        return max(min(self.file_cap, self.total_cap - self._size), 0)
 
     def add(self, name: str, data: bytes | str, about: str) -> bool:
         """Keep ``data`` (scrubbed, its tail when over ``file_cap``) as ``name``; False
@@ -97,14 +103,17 @@ class BundleArchive:
         self.missing_files.append((name, self.scrubber.text(why)))
 
     def index_text(self) -> str:
-        lines = [self.title, "", "Files:"]
+        """The index: one line per file and per part left out. Names, paths and reasons
+        quote the target (a log named with an ESC or a newline): each entry is made
+        printable on one line here, so the index never carries a control character."""
+        lines = [printable(self.title), "", "Files:"]
         width = max((len(f.name) for f in self.files), default=0)
         for f in self.files:
             cut = f" (cut to its last {len(f.data)} bytes: {f.cut} left out)" if f.cut else ""
-            lines.append(f"  {f.name.ljust(width)}  {f.about}{cut}")
+            lines.append(printable(f"  {f.name.ljust(width)}  {f.about}{cut}"))
         if self.missing_files:
             lines += ["", "Not in this bundle:"]
-            lines += [f"  {name}: {why}" for name, why in self.missing_files]
+            lines += [printable(f"  {name}: {why}") for name, why in self.missing_files]
         lines += [
             "",
             "Secrets of the config and of the environment, and anything shaped like one "

@@ -3,6 +3,11 @@ monitor already running (``bundle_monitor``: the dashboard's ``b``), or of a fli
 recording (``bundle_recording``: ``gpumon bundle --replay FILE``, nothing to collect
 from a machine).
 
+A host that cannot be reached (``bundle_host`` raises ``HostUnreachable``) still gets a
+bundle of what this machine has (``bundle_unreachable``): the incident from its flight
+recordings and the notifiers' outbox, the recording, the config, the audit log, the
+version, and in the index why nothing came from the host.
+
 The whole collection runs within ``BundleOptions.time_s`` (default 60 s); the archive is
 bounded by ``total_bytes`` and ``file_bytes``; every file is scrubbed of the config's and
 the environment's secrets (``scrub``). The file is created mode 0600 and never replaces
@@ -15,12 +20,13 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumon.backends.actions import audit
+from gpumon.backends.alerts.incident import Incident
 from gpumon.backends.bundle.archive import FILE_CAP, TOTAL_CAP, BundleArchive
 from gpumon.backends.bundle.collect import (
     Budget,
@@ -34,13 +40,19 @@ from gpumon.backends.bundle.collect import (
     who,
 )
 from gpumon.backends.bundle.scrub import Scrubber, config_secrets, env_secrets
-from gpumon.backends.bundle.timeline import pick_incident
+from gpumon.backends.bundle.timeline import NoIncident, pick_incident
 from gpumon.backends.bundle.version import gpumon_version
 from gpumon.backends.config import HostConfig
-from gpumon.backends.model import iso_time
+from gpumon.backends.errors import GpumonError
+from gpumon.backends.model import ConnState, iso_time
 from gpumon.backends.monitor import HostMonitor, make_monitor, snapshot_json
-from gpumon.backends.paths import bundles_dir
-from gpumon.backends.recording import load_recording
+from gpumon.backends.paths import bundles_dir, recordings_dir
+from gpumon.backends.recording import (
+    Recording,
+    RecordingError,
+    host_recordings,
+    load_recording,
+)
 
 if TYPE_CHECKING:
     from gpumon.backends.config.notify import NotifySettings
@@ -49,15 +61,20 @@ if TYPE_CHECKING:
 __all__ = [
     "BundleOptions",
     "BundleResult",
+    "HostUnreachable",
     "bundle_host",
     "bundle_monitor",
     "bundle_recording",
+    "bundle_unreachable",
     "default_name",
 ]
 
 TIME_S = 60.0
 DEMO_PAST_S = 600.0  # the demo's past fed to a late-started monitor (its recorder's window)
 OBSERVE_S = 10.0  # at most this much of the budget waits for the sources' first rounds
+# The steps end this long before the time asked for: a step cut short by the budget is
+# killed, and its SSH channel waited for (ssh.CLOSE_WAIT_S), then the file is written.
+FINISH_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +95,17 @@ class BundleResult:
     missing: tuple[tuple[str, str], ...]
     size: int  # bytes of the files before compression
     headline: str
+    unreachable: str | None = None  # why the host could not be reached: local parts only
+
+
+class HostUnreachable(GpumonError):
+    """The host did not answer (refused, timed out, failed): its bundle is written from
+    what this machine has (``bundle_unreachable``)."""
+
+
+def _budget(options: BundleOptions) -> Budget:
+    """The steps' budget: ``time_s``, less the time to end the last step and write."""
+    return Budget.of(options.time_s - min(FINISH_S, options.time_s / 4))
 
 
 def default_name(host: str, now: float | None = None) -> str:
@@ -101,11 +129,18 @@ def _archive(title: str, notify: NotifySettings | None, options: BundleOptions) 
     )
 
 
-def _finish(archive: BundleArchive, options: BundleOptions, headline: str) -> BundleResult:
+def _finish(
+    archive: BundleArchive, options: BundleOptions, headline: str, unreachable: str | None = None
+) -> BundleResult:
     root = options.output.name.removesuffix(".tar.gz").removesuffix(".tgz")
     path = archive.write(options.output, root=root)
     return BundleResult(
-        path, tuple(archive.names()), tuple(archive.missing_files), archive.size, headline
+        path,
+        tuple(archive.names()),
+        tuple(archive.missing_files),
+        archive.size,
+        headline,
+        unreachable,
     )
 
 
@@ -118,7 +153,7 @@ async def bundle_monitor(
 ) -> BundleResult:
     """A bundle of ``monitor``'s incident (``options.incident``, else its newest), with
     what the target answers within the budget. Raises NoIncident, OSError (writing)."""
-    budget = budget or Budget.of(options.time_s)
+    budget = budget or _budget(options)
     incident = pick_incident(monitor.alerts.history(), options.incident)
     archive = _archive(
         f"gpumon bundle of {monitor.name}, {iso_time(time.time())}: {incident.headline}",
@@ -166,8 +201,9 @@ async def bundle_host(
     notify: NotifySettings | None,
 ) -> BundleResult:
     """Connect to ``host``, observe until every source answered once (at most
-    ``OBSERVE_S``), bundle, disconnect. Raises GpumonError (unreachable, no incident)."""
-    budget = Budget.of(options.time_s)
+    ``OBSERVE_S``), bundle, disconnect. Raises HostUnreachable (then
+    ``bundle_unreachable``), GpumonError (no incident)."""
+    budget = _budget(options)
     # No incident recording of its own in the recordings folder: the bundle writes the
     # window it needs, so the recorder only keeps the alerts.
     monitor = make_monitor(host, sim, reconnect=False, record=False, past_s=DEMO_PAST_S)
@@ -181,20 +217,21 @@ async def bundle_host(
 
 
 async def _observe(monitor: HostMonitor, budget: Budget, most: float) -> None:
-    from gpumon.backends.model import ConnState
-
+    """Until every source answered once (at most ``most`` seconds after the first data).
+    Raises HostUnreachable when the session failed, or nothing answered in the budget."""
     loop = asyncio.get_running_loop()
     first: float | None = None
     while budget.left() > 0:
         if monitor.status.state == ConnState.FAILED:
-            from gpumon.backends.errors import GpumonError
-
-            raise GpumonError(f"{monitor.name}: {monitor.status.error or 'cannot connect'}")
+            raise HostUnreachable(monitor.status.error or "cannot connect")
         if monitor.latest is not None:
             first = first or loop.time()
             if not monitor.waiting_for() or loop.time() - first >= most:
                 return
         await monitor.wait_for_update(min(budget.left(), 0.5) or 0.01)
+    if monitor.latest is None and monitor.status.state != ConnState.CONNECTED:
+        said = f": {monitor.status.error}" if monitor.status.error else ""
+        raise HostUnreachable(f"no answer within the bundle's time budget{said}")
 
 
 def bundle_recording(
@@ -203,15 +240,7 @@ def bundle_recording(
     """A bundle of a flight recording's incident: its timeline, snapshots and the file;
     nothing is read from a machine. Raises RecordingError / OSError / NoIncident."""
     recording = load_recording(path)
-    alerts = recorded_alerts(recording)
-    header_alert = recording.header.get("alert")
-    if isinstance(header_alert, dict):
-        from gpumon.backends.bundle.collect import alert_from_json
-
-        first = alert_from_json(header_alert)
-        if first is not None and all(a.key != first.key for a in alerts):
-            alerts.append(first)
-    incident = pick_incident(alerts, options.incident)
+    incident = _recorded_incident(recording, options.incident)
     host = str(recording.header.get("host") or incident.host)
     archive = _archive(
         f"gpumon bundle of the recording {path.name} ({host}): {incident.headline}",
@@ -220,10 +249,7 @@ def bundle_recording(
     )
     add_incident(archive, incident, audit.read_entries(options.env), None)
     add_recording(archive, incident, path, None)
-    if recording.samples:
-        last = recording.samples[-1]
-        why = "the recording's last sample (a replay has no live machine)"
-        archive.add("snapshot.json", json.dumps(sample_snapshot(last, why), indent=2), why)
+    _add_last_sample(archive, recording, "a replay has no live machine")
     add_environment_replay(archive, options)
     archive.missing(
         "target",
@@ -231,6 +257,114 @@ def bundle_recording(
         "SGLang pages, doctor and pct config were not read",
     )
     return _finish(archive, options, incident.headline)
+
+
+def _recorded_incident(recording: Recording, key: str | None) -> Incident:
+    """The recording's incident holding the alert ``key``, else its newest (the alert
+    that had it written counts, from its header). Raises NoIncident."""
+    alerts = recorded_alerts(recording)
+    header_alert = recording.header.get("alert")
+    if isinstance(header_alert, dict):
+        from gpumon.backends.bundle.collect import alert_from_json
+
+        first = alert_from_json(header_alert)
+        if first is not None and all(a.key != first.key for a in alerts):
+            alerts.append(first)
+    return pick_incident(alerts, key)
+
+
+def _add_last_sample(archive: BundleArchive, recording: Recording, why: str) -> None:
+    if recording.samples:
+        last = recording.samples[-1]
+        about = f"the recording's last sample ({why})"
+        archive.add("snapshot.json", json.dumps(sample_snapshot(last, about), indent=2), about)
+
+
+def bundle_unreachable(
+    host: HostConfig,
+    options: BundleOptions,
+    notify: NotifySettings | None,
+    reason: str,
+    told: Sequence[Mapping[str, Any]] = (),
+) -> BundleResult:
+    """The bundle of a host that cannot be reached (``reason``), from this machine: the
+    incident from the flight recorder's recordings of the host (``gpumon watch``, the
+    dashboard): the one holding the alert ``options.incident``; else the newest incident
+    the notifiers were ``told`` of (the outbox's open incidents of the host, as their
+    JSON), from the recording of it where there is one, as it was told where not; else
+    the newest recording's. Then the recording, the config, the audit log, the version;
+    ``host unreachable: REASON`` in the index. Raises NoIncident when nothing here holds
+    an incident of the host."""
+    told = sorted(told, key=lambda e: float(e.get("time") or 0.0), reverse=True)
+    event = told[0] if told and options.incident is None else None
+    found = _local_recording(host.name, options, event)
+    if found is not None:
+        path, recording = found
+        incident = _recorded_incident(recording, options.incident)
+        headline = incident.headline
+    elif event is not None:
+        headline = str(event.get("headline") or event.get("cause") or event.get("key"))
+    else:
+        where = recordings_dir(options.env)
+        raise NoIncident(
+            f"{host.name} is unreachable ({reason}), and no incident of it is recorded "
+            f"here: no flight recording of it in {where}"
+            + ("" if options.incident else ", no open incident of it in the outbox")
+        )
+    archive = _archive(
+        f"gpumon bundle of {host.name} (unreachable: what this machine has), "
+        f"{iso_time(time.time())}: {headline}",
+        notify,
+        options,
+    )
+    if found is not None:
+        add_incident(archive, incident, audit.read_entries(options.env), None)
+        add_recording(archive, incident, path, None)
+        _add_last_sample(archive, recording, "the host could not be reached")
+    if event is not None:
+        archive.add(
+            "incident-event.json",
+            json.dumps(dict(event), indent=2, default=str),
+            "the host's newest open incident as gpumon told the notifiers (the outbox)",
+        )
+    add_environment(archive, host, notify, options.version)
+    archive.missing("target", f"host unreachable: {reason}")
+    return _finish(archive, options, headline, reason)
+
+
+def _local_recording(
+    host: str, options: BundleOptions, event: Mapping[str, Any] | None
+) -> tuple[Path, Recording] | None:
+    """The recording of ``host`` that holds the incident asked for: the one with the
+    alert ``options.incident``; else the one ``event`` names or whose window holds it
+    (none: the event is all there is of it); else the newest."""
+    named = [Path(str(event["recording"]))] if event and event.get("recording") else []
+    for path in [*named, *host_recordings(host, recordings_dir(options.env))]:
+        try:
+            recording = load_recording(path)
+        except (OSError, RecordingError):
+            continue
+        if recording.header.get("host") != host:
+            continue
+        if options.incident is not None:
+            try:
+                _recorded_incident(recording, options.incident)
+            except NoIncident:
+                continue
+        elif event is not None and path not in named and not _holds(recording, event):
+            continue
+        return path, recording
+    return None
+
+
+def _holds(recording: Recording, event: Mapping[str, Any]) -> bool:
+    """Whether the recording's window holds the incident's opening or its last event."""
+    window = recording.header.get("window")
+    if not isinstance(window, list) or len(window) != 2:
+        return False
+    start, end = window
+    moments = (event.get("opened_at"), event.get("time"))
+    return any(isinstance(t, (int, float)) and start <= t <= end for t in moments)
 
 
 def add_environment_replay(archive: BundleArchive, options: BundleOptions) -> None:

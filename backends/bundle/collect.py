@@ -5,8 +5,12 @@ doctor, ``pct config``, ``py-spy dump``).
 
 Every remote step runs within what is left of the bundle's time budget; one that does
 not answer in it, or fails, is noted as missing with the reason (``index.txt`` lists it),
-and the next goes on. Nothing here changes the target: the commands only read, and
-nothing is installed (``py-spy`` is used only where it already is).
+the command is killed on the target, and the next goes on. Every read is bounded by
+what the archive has room for (``BundleArchive.room``) before it is read: a log of
+256 MB with no newline costs at most the per-file cap here. Nothing here changes the
+target: the commands only read (a FIFO is never opened for reading: that would wait for
+a writer or take lines from its reader), and nothing is installed (``py-spy`` is used
+only where it already is).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import platform
 import re
 import shlex
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpumon.backends import untrusted
 from gpumon.backends.actions import audit
 from gpumon.backends.alerts.incident import Incident
 from gpumon.backends.alerts.store import Alert
@@ -34,7 +40,7 @@ from gpumon.backends.model import Health, HostSample, iso_time
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.report import gpu_json, process_json
 from gpumon.backends.recording import Recording, load_recording
-from gpumon.backends.transport.base import Transport
+from gpumon.backends.transport.base import RUN_MAX_BYTES, RunResult, Transport
 
 __all__ = [
     "LOG_TAIL_LINES",
@@ -48,7 +54,9 @@ __all__ = [
 ]
 
 LOG_TAIL_LINES = 2000
+LOG_FILES_MAX = 32  # a glob's newest matches read (they share the bundle's cap anyway)
 KERNEL_LINES = 2000
+ROOM_MIN = 4096  # with less room than this left in the bundle, a file is left out
 SMI_SECTIONS = "ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE,CLOCK"
 _KERNEL = re.compile(
     r"NVRM: Xid|NVRM: GPU at|invoked oom-killer|Out of memory|oom-kill|Killed process|"
@@ -63,6 +71,77 @@ _GET = (
     "    sys.stdout.write(r.read(int(sys.argv[3])).decode('utf-8','replace'))\n"
 )
 PAGE_BYTES = 4 * 1024 * 1024
+# The followed logs' files on the target, by the target's own Python: each pattern's
+# matches (a glob: the newest LOG_FILES_MAX) or the path itself, each name as hex bytes
+# (a name may hold any byte: an ESC, a bidi override, a newline) with what it is. One
+# line of ASCII JSON, so nothing in it is changed on its way (untrusted.printable_text).
+_LIST_LOGS = """
+import glob, json, os, stat, sys
+most, found = int(sys.argv[1]), []
+def mtime(path):
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0
+for n, pattern in enumerate(sys.argv[2:]):
+    pattern = os.path.expanduser(pattern)
+    paths = [pattern]
+    if any(c in pattern for c in "*?["):
+        paths = sorted(glob.glob(pattern), key=mtime, reverse=True)
+        if not paths:
+            found.append({"n": n, "error": "no file matches"})
+        elif len(paths) > most:
+            found.append({"n": n, "more": len(paths) - most})
+            paths = paths[:most]
+    for path in paths:
+        item = {"n": n, "path": os.fsencode(path).hex()}
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            item["error"] = e.strerror or type(e).__name__
+        else:
+            mode = st.st_mode
+            item["size"] = st.st_size
+            item["kind"] = (
+                "file" if stat.S_ISREG(mode) else "FIFO" if stat.S_ISFIFO(mode)
+                else "directory" if stat.S_ISDIR(mode) else "special file"
+            )
+        found.append(item)
+print(json.dumps(found))
+"""
+# One log's tail: its last argv[2] bytes at most, of them the last argv[3] lines, read by
+# its real name (hex), opened without waiting (O_NONBLOCK: a FIFO put there since the
+# listing is refused, not waited on). Says on stderr the file's size and where what it
+# sent starts.
+_READ_LOG = """
+import os, stat, sys
+most, lines = int(sys.argv[2]), int(sys.argv[3])
+try:
+    fd = os.open(bytes.fromhex(sys.argv[1]), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+except OSError as e:
+    sys.exit("unreadable: " + (e.strerror or type(e).__name__))
+st = os.fstat(fd)
+if not stat.S_ISREG(st.st_mode):
+    sys.exit("not a regular file")
+start = max(st.st_size - most, 0)
+os.lseek(fd, start, os.SEEK_SET)
+parts, size = [], 0
+while size < most:
+    chunk = os.read(fd, min(1 << 20, most - size))
+    if not chunk:
+        break
+    parts.append(chunk)
+    size += len(chunk)
+data = b"".join(parts)
+end = len(data) - 1 if data.endswith(b"\\n") else len(data)
+for _ in range(lines):
+    end = data.rfind(b"\\n", 0, end)
+    if end < 0:
+        break
+first = end + 1 if end >= 0 else 0
+sys.stdout.buffer.write(data[first:])
+sys.stderr.write("gpumon-read %d %d\\n" % (st.st_size, start + first))
+"""
 
 
 @dataclass
@@ -80,23 +159,25 @@ class Budget:
 
 
 async def _within(
-    archive: BundleArchive, budget: Budget, name: str, step: Awaitable[Any]
+    archive: BundleArchive, budget: Budget, name: str, step: Awaitable[Any], about: str = ""
 ) -> Any | None:
     """``step``'s result, or None with ``name`` noted missing (no time left, a timeout,
-    an error: said in words)."""
+    an error: said in words, after ``about``). A step cut short by the budget is
+    cancelled: the transport kills its command on the target."""
     left = budget.left()
     if left <= 0:
         if asyncio.iscoroutine(step):
             step.close()
-        archive.missing(name, "not collected: the bundle's time budget was spent")
+        archive.missing(name, f"{about}not collected: the bundle's time budget was spent")
         return None
     try:
         async with asyncio.timeout(left):
             return await step
     except TimeoutError:
-        archive.missing(name, f"no answer within the bundle's time budget ({left:.0f} s left)")
+        why = f"no answer within the bundle's time budget ({left:.0f} s left): timed out"
+        archive.missing(name, about + why)
     except Exception as e:  # a failing command must not cost the rest of the bundle
-        archive.missing(name, f"failed: {e}")
+        archive.missing(name, f"{about}failed: {e}")
     return None
 
 
@@ -256,22 +337,87 @@ def add_monitor_state(
 # --- from the target ----------------------------------------------------------------
 
 
-async def _command(
-    transport: Transport, argv: Sequence[str], timeout: float, *, on_host: bool = False
-) -> str:
-    result = await transport.run(argv, timeout=timeout, on_host=on_host)
-    if result.exit_code is None:
-        raise TimeoutError
-    if result.exit_code != 0:
-        said = (result.stderr or result.stdout).strip().splitlines()
-        raise RuntimeError(
-            f"`{shlex.join(argv)}` exited {result.exit_code}: {said[-1] if said else ''}"
+@dataclass
+class _Target:
+    """The target as the bundle runs its commands there: each is also ended on the
+    target by itself at the bundle's deadline (coreutils ``timeout``, SIGKILL to its
+    process group, where ``timeout`` is there): the transport's kill of a cancelled
+    step does not reach a root login's command on OpenSSH before 10.0 (ssh.py)."""
+
+    transport: Transport
+    budget: Budget
+    ends_itself: bool = False
+
+    @classmethod
+    async def of(cls, transport: Transport, budget: Budget) -> _Target:
+        target = cls(transport, budget)
+        try:
+            async with asyncio.timeout(min(budget.left(), 10.0)):
+                found = await transport.run(["sh", "-c", "command -v timeout"], timeout=10.0)
+            target.ends_itself = found.exit_code == 0 and bool(found.stdout.strip())
+        except Exception:  # then the transport's kill is all there is
+            target.ends_itself = False
+        return target
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        on_host: bool = False,
+        max_bytes: int = RUN_MAX_BYTES,
+        keep_end: bool = False,
+    ) -> RunResult:
+        if self.ends_itself:
+            seconds = max(math.ceil(self.budget.left()), 1)
+            argv = ["timeout", "-s", "KILL", str(seconds), *argv]
+        return await self.transport.run(
+            argv, timeout=timeout, on_host=on_host, max_bytes=max_bytes, keep_end=keep_end
         )
-    return result.stdout
 
 
-def _python(host: HostConfig) -> str:
-    return host.python or "python3"
+async def _command(
+    target: _Target,
+    argv: Sequence[str],
+    timeout: float,
+    *,
+    on_host: bool = False,
+    max_bytes: int = RUN_MAX_BYTES,
+    keep_end: bool = False,
+) -> tuple[str, bool]:
+    """The command's stdout, at most ``max_bytes`` of it (its start, or its end with
+    ``keep_end``), and whether it was cut. Raises TimeoutError, RuntimeError (it failed)."""
+    result = await target.run(
+        argv, timeout=timeout, on_host=on_host, max_bytes=max_bytes, keep_end=keep_end
+    )
+    if result.exit_code is None and not result.cut:
+        raise TimeoutError
+    if result.exit_code not in (0, None):
+        raise RuntimeError(f"`{_shown(argv)}` exited {result.exit_code}: {_said(result)}")
+    return result.stdout, result.cut
+
+
+def _shown(argv: Sequence[str]) -> str:
+    """``argv`` for a message, a ``python -c`` script as ``...``."""
+    words = list(argv)
+    for i in range(1, len(words)):
+        if words[i - 1] == "-c":
+            words[i] = "..."
+    return shlex.join(words)
+
+
+def _said(result: RunResult) -> str:
+    said = (result.stderr or result.stdout).strip().splitlines()
+    return said[-1] if said else ""
+
+
+def _cut_note(text: str, cut: bool) -> str:
+    """What an output cut to the room it had says in the index."""
+    return f" (too large: cut to its first {len(text)} characters)" if cut else ""
+
+
+def _python(host: HostConfig, transport: Transport) -> str:
+    return host.python or transport.own_python or "python3"
 
 
 async def add_remote(
@@ -285,12 +431,16 @@ async def add_remote(
     ``pct-config.txt``, ``logs/*``, ``sglang/*``, ``doctor.json``, ``py-spy-PID.txt``."""
     host = monitor.host
     transport = monitor.transport
+    target = await _Target.of(transport, budget)
     step = min(budget.left(), 30.0)
 
     smi = [host.nvidia_smi, "-q", "-d", SMI_SECTIONS]
-    text = await _within(archive, budget, "nvidia-smi-q.txt", _command(transport, smi, step))
-    if text is not None:
-        archive.add("nvidia-smi-q.txt", text, f"`{shlex.join(smi)}` on the target")
+    read = _command(target, smi, step, max_bytes=archive.room())
+    got = await _within(archive, budget, "nvidia-smi-q.txt", read)
+    if got is not None:
+        text, cut = got
+        about = f"`{shlex.join(smi)}` on the target{_cut_note(text, cut)}"
+        archive.add("nvidia-smi-q.txt", text, about)
 
     if not host.kernel_log:
         archive.missing("kernel.txt", "the host's kernel_log is off in the config")
@@ -299,7 +449,7 @@ async def add_remote(
         # transport names instead (the simulator's own kernel log, a test's).
         kmsg = transport.kernel_log_path
         argv = ["dmesg", "-T"] if kmsg == "/dev/kmsg" else ["tail", "-n", "5000", kmsg]
-        text = await _within(archive, budget, "kernel.txt", _kernel_lines(transport, argv, step))
+        text = await _within(archive, budget, "kernel.txt", _kernel_lines(target, argv, step))
         if text is not None:
             archive.add(
                 "kernel.txt",
@@ -312,29 +462,26 @@ async def add_remote(
         archive.missing("pct-config.txt", "the simulator's container has no Proxmox host to ask")
     elif host.container is not None:
         argv = ["pct", "config", str(host.container)]
-        text = await _within(
-            archive, budget, "pct-config.txt", _command(transport, argv, step, on_host=True)
-        )
-        if text is not None:
-            archive.add(
-                "pct-config.txt", text, f"`pct config {host.container}` on the Proxmox host"
-            )
+        read = _command(target, argv, step, on_host=True, max_bytes=archive.room())
+        got = await _within(archive, budget, "pct-config.txt", read)
+        if got is not None:
+            text, cut = got
+            about = f"`pct config {host.container}` on the Proxmox host{_cut_note(text, cut)}"
+            archive.add("pct-config.txt", text, about)
 
-    for i, path in enumerate(sorted(monitor.log_flow)):
-        name = f"logs/{i:02d}-{_file_name(path)}"
-        argv = ["tail", "-n", str(LOG_TAIL_LINES), path]
-        text = await _within(archive, budget, name, _command(transport, argv, step))
-        if text is not None:
-            archive.add(name, text, f"the last {LOG_TAIL_LINES} lines of {path}")
+    await _add_logs(archive, monitor, target, step)
 
     for port in sorted(monitor.workloads.sglang):
         for page, suffix in (("server_info", "json"), ("metrics", "prom")):
             name = f"sglang/{port}-{page}.{suffix}"
             url = f"http://127.0.0.1:{port}/{page}"
-            argv = [_python(host), "-c", _GET, url, f"{min(step, 10.0):g}", str(PAGE_BYTES)]
-            text = await _within(archive, budget, name, _command(transport, argv, step))
-            if text is not None:
-                archive.add(name, text, f"GET {url} on the target")
+            python = _python(host, transport)
+            argv = [python, "-c", _GET, url, f"{min(step, 10.0):g}", str(PAGE_BYTES)]
+            read = _command(target, argv, step, max_bytes=min(archive.room(), PAGE_BYTES))
+            got = await _within(archive, budget, name, read)
+            if got is not None:
+                text, cut = got
+                archive.add(name, text, f"GET {url} on the target{_cut_note(text, cut)}")
 
     if doctor is not None:
         data = await _within(archive, budget, "doctor.json", doctor())
@@ -346,13 +493,134 @@ async def add_remote(
             )
 
     if incident.cause.kind in _HUNG_KINDS or any(a.kind in _HUNG_KINDS for a in incident.alerts):
-        await _py_spy(archive, monitor, incident, budget, step)
+        await _py_spy(archive, monitor, incident, target, step)
 
 
-async def _kernel_lines(transport: Transport, argv: Sequence[str], timeout: float) -> str:
-    text = await _command(transport, argv, timeout)
+async def _kernel_lines(target: _Target, argv: Sequence[str], timeout: float) -> str:
+    text, _ = await _command(target, argv, timeout, keep_end=True)  # the newest lines
     kept = [line for line in text.splitlines() if _KERNEL.search(line)][-KERNEL_LINES:]
     return "\n".join(kept) + "\n" if kept else "(no Xid or OOM-killer line in the kernel log)\n"
+
+
+@dataclass(frozen=True, slots=True)
+class _LogFile:
+    """One followed log's file on the target: its real name (bytes, for reading it) and
+    what the listing found (``kind``, ``size``, or ``error``)."""
+
+    path: bytes
+    kind: str | None = None
+    size: int | None = None
+    error: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """The name as the index shows it (escaped there: ``printable``)."""
+        return self.path.decode("utf-8", "backslashreplace")
+
+
+async def _add_logs(
+    archive: BundleArchive, monitor: HostMonitor, target: _Target, step: float
+) -> None:
+    """``logs/NN-NAME``: the tail of every file of every followed log (watch_logs, the
+    jobs', SGLang's), found on the target now (not only those that sent a line: a log
+    with no newline sends none), each read by its real name within the room the bundle
+    has left. What is not read is listed with why: no such file, not a regular file,
+    unreadable, too large, no answer in the time budget."""
+    patterns = [spec["path"] for spec in monitor.workloads.log_specs()]
+    if not patterns:
+        return
+    budget = target.budget
+    python = _python(monitor.host, target.transport)
+    listing = _list_logs(target, python, patterns, step)
+    listed: list[dict[str, Any]] | None = await _within(archive, budget, "logs", listing)
+    files: list[_LogFile] = []
+    if listed is None:  # no Python there: the configured paths themselves, with `tail`
+        files = [_LogFile(p.encode()) for p in patterns if not any(c in p for c in "*?[")]
+    else:
+        for item in listed:
+            pattern = patterns[int(item["n"])]
+            if "more" in item:
+                archive.missing(
+                    f"logs ({pattern})",
+                    f"left out: {item['more']} more files match (the newest {LOG_FILES_MAX} "
+                    "are read)",
+                )
+            elif "path" not in item:
+                archive.missing(f"logs ({pattern})", f"left out: {item['error']}")
+            else:
+                files.append(
+                    _LogFile(
+                        bytes.fromhex(item["path"]),
+                        item.get("kind"),
+                        item.get("size"),
+                        item.get("error"),
+                    )
+                )
+    for i, log in enumerate(files):
+        name = f"logs/{i:02d}-{_file_name(log.shown)}"
+        if log.error is not None:
+            archive.missing(name, f"left out: {log.shown}: unreadable: {log.error.lower()}")
+        elif log.kind not in (None, "file"):
+            archive.missing(
+                name,
+                f"left out: {log.shown} is a {log.kind}, not a regular file (reading it "
+                "would wait for a writer, or take what its reader is owed)",
+            )
+        elif archive.room() < ROOM_MIN:
+            archive.missing(
+                name,
+                f"left out: {log.shown}: too large for what is left of the bundle's "
+                f"{archive.total_cap} bytes",
+            )
+        else:
+            reader = python if listed is not None else None
+            read = _read_log(target, reader, log, archive.room())
+            got = await _within(archive, budget, name, read, about=f"{log.shown}: ")
+            if got is not None:
+                archive.add(name, *got)
+
+
+async def _list_logs(
+    target: _Target, python: str, patterns: Sequence[str], timeout: float
+) -> list[dict[str, Any]]:
+    argv = [python, "-c", _LIST_LOGS, str(LOG_FILES_MAX), *patterns]
+    result = await target.run(argv, timeout=timeout)
+    if result.exit_code is None:
+        raise TimeoutError
+    if result.exit_code != 0 or result.cut:
+        said = _said(result) or f"exited {result.exit_code}"
+        raise RuntimeError(f"cannot list the followed logs' files with {python}: {said}")
+    # The names come as hex: cleaning the text leaves them as they are, to be read by.
+    found: list[dict[str, Any]] = untrusted.loads(result.stdout)
+    return found
+
+
+async def _read_log(
+    target: _Target, python: str | None, log: _LogFile, room: int
+) -> tuple[str, str]:
+    """The log's tail, at most ``room`` characters, and what the index says of it.
+    ``python``: read by the script (None: no Python on the target, by ``tail -c``).
+    Raises TimeoutError, RuntimeError (said: "unreadable: ...", "not a regular file")."""
+    if python is not None:
+        argv = [python, "-c", _READ_LOG, log.path.hex(), str(room), str(LOG_TAIL_LINES)]
+    else:
+        argv = ["tail", "-c", str(room), "--", log.path.decode()]
+    left = target.budget.left()
+    result = await target.run(argv, timeout=left, max_bytes=room, keep_end=True)
+    if result.exit_code is None:
+        raise TimeoutError
+    if result.exit_code != 0:
+        raise RuntimeError(_said(result) or f"exited {result.exit_code}")
+    text = result.stdout
+    about = f"the last {LOG_TAIL_LINES} lines of {log.shown}"
+    found = re.search(r"gpumon-read (\d+) (\d+)", result.stderr)
+    size, start = (int(found[1]), int(found[2])) if found else (log.size, None)
+    # Started inside the file with fewer lines than asked: the bytes ran out first.
+    capped = result.cut or (bool(start) and text.count("\n") < LOG_TAIL_LINES - 1)
+    if capped:
+        whole = f"its {size} bytes" if size is not None else "it"
+        about += f" (too large: only the last {len(text)} characters of {whole} are here)"
+    return text, about
 
 
 def _file_name(path: str) -> str:
@@ -360,12 +628,12 @@ def _file_name(path: str) -> str:
 
 
 async def _py_spy(
-    archive: BundleArchive, monitor: HostMonitor, incident: Incident, budget: Budget, step: float
+    archive: BundleArchive, monitor: HostMonitor, incident: Incident, target: _Target, step: float
 ) -> None:
     """``py-spy dump`` of the hung or stalled job's processes, where ``py-spy`` is already
     on the target (never installed)."""
-    transport = monitor.transport
-    which = transport.run(["sh", "-c", "command -v py-spy"], timeout=step)
+    budget = target.budget
+    which = target.run(["sh", "-c", "command -v py-spy"], timeout=step)
     result = await _within(archive, budget, "py-spy", which)
     if result is None:
         return
@@ -389,9 +657,12 @@ async def _py_spy(
     for pid in pids[:8]:
         name = f"py-spy-{pid}.txt"
         argv = [found, "dump", "--pid", str(pid)]
-        text = await _within(archive, budget, name, _command(transport, argv, step))
-        if text is not None:
-            archive.add(name, text, f"`py-spy dump --pid {pid}` (a process of the hung job)")
+        read = _command(target, argv, step, max_bytes=archive.room())
+        got = await _within(archive, budget, name, read)
+        if got is not None:
+            text, cut = got
+            about = f"`py-spy dump --pid {pid}` (a process of the hung job){_cut_note(text, cut)}"
+            archive.add(name, text, about)
 
 
 def _on(

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
         FlightRecorder,
         Recording,
         RecordingError,
+        host_recordings,
         load_recording,
         sample_from_json,
         sample_to_json,
@@ -24,6 +25,7 @@ __all__ = [
     "FlightRecorder",
     "Recording",
     "RecordingError",
+    "host_recordings",
     "load_recording",
     "sample_from_json",
     "sample_to_json",
@@ -36,6 +38,7 @@ if not TYPE_CHECKING:
         __name__,
         {
             "FlightRecorder": "recorder",
+            "host_recordings": "recorder",
             "GPU_FIELDS": "recorder",
             "WRITTEN_MAX": "recorder",
             "Recording": "recorder",

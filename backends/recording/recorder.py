@@ -422,6 +422,18 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:60] or "host"
 
 
+def host_recordings(host: str, folder: Path | None = None) -> list[Path]:
+    """The recordings the flight recorder wrote of ``host`` in ``folder`` (default
+    ``recordings_dir()``), newest first: their names are ``HOST-YYYYmmdd-HHMMSS-KIND``.
+    Another host whose name begins the same may be among them: its header says."""
+    folder = folder or recordings_dir()
+    try:
+        found = list(folder.glob(f"{_safe(host)}-*.jsonl.gz"))
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: p.name.removeprefix(_safe(host)), reverse=True)
+
+
 def load_recording(path: Path) -> Recording:
     """Read a recording. A truncated file keeps what could be read (``truncated``, ``problems``).
 

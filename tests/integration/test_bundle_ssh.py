@@ -1,20 +1,41 @@
 """``gpumon bundle`` over the real sshd, through ``pct exec 200``: the incident of a CUDA
 OOM line in a watched log, the log's tail (scrubbed of the token the job printed), the
 simulated ``nvidia-smi -q -d ...`` read on the target, ``pct config 200`` read on the
-Proxmox host side, the kernel log said (read or why not), the file 0600."""
+Proxmox host side, the kernel log said (read or why not), the file 0600.
+
+Faults (issue 34): a followed log of 64 MiB with no newline is in the bundle, cut to the
+per-file cap and said so (it sends no line, and was silently left out); logs named with
+an ESC, a bidi override and a newline are read by their real names and shown escaped,
+one entry a line; a FIFO, a missing file and a glob matching nothing are said, never
+read or waited on; a read stuck on the target (a kernel log read that never returns)
+is ended by ``--time`` and killed there; a host that is down gets a bundle of what this
+machine has (``gpumon watch``'s recording and outbox), exit 3."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import threading
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hostile import forbidden_in
+from prometheus_client.parser import text_string_to_metric_families
 
-from sshd_server import SshServer
+from gpumon.backends.bundle.archive import FILE_CAP
+from gpumon.backends.notify.outbox import Outbox
+
+from prometheus import free_port
+from sshd_server import SshServer, processes_matching
+from waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +64,61 @@ shift 2
 exec "$@"
 """
 HF_TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+# A log name a job on the target may well have been given by its inputs: an ESC starting
+# a screen clear, a right-to-left override and a newline.
+HOSTILE_NAME = "run\x1b[2J\u202egol\nnext.log"
+
+
+def _toml_list(paths: list[Path]) -> str:
+    """A TOML list of paths: JSON's string escapes (\\n, \\u001b) are TOML's."""
+    return "[" + ", ".join(json.dumps(str(p)) for p in paths) + "]"
+
+
+def _bundle(
+    config: Path, out: Path, env: dict[str, str], seconds: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon.tui.cli", "--config", str(config), "bundle", "ct200",
+         "-o", str(out), "--time", f"{seconds:g}"],
+        env=env, capture_output=True, text=True, timeout=seconds + 60,
+    )  # fmt: skip
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    with tarfile.open(out) as tar:
+        return {
+            m.name.split("/", 1)[1]: tar.extractfile(m).read()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+        }
+
+
+@contextlib.contextmanager
+def _releasing(fifo: Path) -> Iterator[None]:
+    """Lets go whatever waits to open ``fifo`` for reading, over and over: the agent's
+    log follower and the doctor's probe do (their fault, not the bundle's, which never
+    opens it), and would otherwise hold the doctor's step to the end of the budget and
+    stay behind on the target. The bundle would find a file of nothing, not a FIFO said."""
+    done = threading.Event()
+
+    def release() -> None:
+        while not done.wait(0.1):
+            with contextlib.suppress(OSError):  # ENXIO: nobody is waiting now
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _oom_log(tmp_path: Path) -> Path:
+    """A job's log with a CUDA OOM: the incident every bundle here is about."""
+    log = tmp_path / "train.log"
+    log.write_text("step 1 loss=2.1\n" + (FIXTURES / "torch_oom_traceback.txt").read_text())
+    return log
 
 
 def test_bundle_over_ssh_reads_the_target_and_the_proxmox_host(
@@ -84,3 +160,179 @@ def test_bundle_over_ssh_reads_the_target_and_the_proxmox_host(
     timeline = json.loads(files["incident.json"])
     assert timeline["host"] == "ct200" and timeline["alerts"][0]["kind"] == "cuda_oom"
     assert json.loads(files["config.json"])["host"]["identity"] == ["<redacted>"]
+
+
+def test_every_followed_log_is_read_by_its_real_name_within_the_caps(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    oom = _oom_log(tmp_path)
+    nul = tmp_path / "nul.log"
+    with nul.open("wb") as f:  # 64 MiB of NUL bytes (sparse: no disk), not one newline
+        f.truncate(64 << 20)
+    runs = tmp_path / "runs"  # the config refuses such a name: it comes through a glob
+    runs.mkdir()
+    hostile = runs / HOSTILE_NAME
+    hostile.write_text("a line from the oddly named log\n")
+    fifo = tmp_path / "pipe.log"
+    os.mkfifo(fifo)  # nobody writes it: a read would wait for good
+    gone = tmp_path / "gone.log"
+    none = tmp_path / "none-*.log"
+    config = tmp_path / "config.toml"
+    config.write_text(
+        sshd.config_toml(container=200, python=sys.executable)
+        + f"watch_logs = {_toml_list([oom, nul, runs / '*.log', fifo, gone, none])}\n"
+    )
+    out = tmp_path / "b.tar.gz"
+    with _releasing(fifo):
+        run = _bundle(config, out, client_env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    files = _files(out)
+    index = files["index.txt"].decode()
+    assert forbidden_in(index) == [], index  # no raw ESC, bidi override or stray newline
+    logs = {name: data for name, data in files.items() if name.startswith("logs/")}
+    entries = [line for line in index.splitlines() if line.startswith("  logs")]
+    assert len(logs) == 3 and len(entries) == 6, index  # one line each: 3 read, 3 said
+
+    # The newline-free log: there, cut to the per-file cap, and the index says so.
+    [nul_name] = [name for name in logs if name.endswith("nul.log")]
+    assert 0 < len(logs[nul_name]) <= FILE_CAP
+    assert set(logs[nul_name].decode().split("\\x")) <= {"", "00"}  # NULs, escaped
+    [nul_line] = [line for line in entries if line.startswith(f"  {nul_name} ")]
+    assert f"{nul}" in nul_line and f"of its {64 << 20} bytes are here" in nul_line
+    assert "too large: only the last" in nul_line
+
+    # The hostile name: read by its real name, shown escaped on one line.
+    [hostile_name] = [name for name in logs if "next.log" in name]
+    assert logs[hostile_name] == b"a line from the oddly named log\n"
+    escaped = {"\x1b": "\\x1b", "\u202e": "\\u202e", "\n": "\\x0a"}
+    shown = "".join(escaped.get(ch, ch) for ch in str(hostile))
+    assert f"the last 2000 lines of {shown}" in index
+
+    # What is not read is said, with why; the FIFO was never opened for reading.
+    said = "\n".join(entries)
+    assert f"{fifo} is a FIFO, not a regular file" in said
+    assert f"{gone}: unreadable: no such file or directory" in said
+    assert f"logs ({none}): left out: no file matches" in said
+    assert "CUDA out of memory" in next(v for k, v in logs.items() if "train.log" in k).decode()
+
+
+async def test_a_read_stuck_on_the_target_is_ended_by_the_time_budget_and_killed_there(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The target's kernel log read never returns (a FIFO nobody writes stands in for a
+    wedged /dev/kmsg): the bundle still ends, says which step timed out and what was not
+    collected after it, and the stuck command does not outlive it on the target."""
+    fifo = tmp_path / "kmsg.fifo"
+    os.mkfifo(fifo)
+    dmesg = sshd.bin / "dmesg"
+    dmesg.write_text(f"#!/bin/sh\nexec cat {fifo}\n")
+    dmesg.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        sshd.config_toml(python=sys.executable)
+        + f"watch_logs = {_toml_list([_oom_log(tmp_path)])}\n"
+    )
+    out = tmp_path / "b.tar.gz"
+    run = await asyncio.to_thread(_bundle, config, out, client_env, 20)
+    assert run.returncode == 0, run.stdout + run.stderr
+    index = _files(out)["index.txt"].decode()
+    assert "  kernel.txt: no answer within the bundle's time budget" in index, index
+    assert "not collected: the bundle's time budget was spent" in index, index
+    await until(
+        lambda: not processes_matching(str(fifo), where="cmdline"),
+        10,
+        lambda: f"the stuck read killed on the target: {processes_matching(str(fifo), 'cmdline')}",
+        step=0.2,
+    )
+
+
+async def test_a_host_that_is_down_gets_a_bundle_of_what_is_here(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``gpumon watch`` saw an OOM (its outbox holds the open incident, its flight
+    recorder the recording); then the host goes down. The bundle has the incident, the
+    recording, the config, the audit log and the version, says why nothing came from the
+    host, and exits 3; with nothing recorded here it is an error (2), as before."""
+    before = _oom_log(tmp_path)  # an OOM from before the watch: opens the incident
+    later = tmp_path / "later.log"  # one while it watches: a recording is written of it
+    later.write_text("step 1 loss=2.1\n")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        sshd.config_toml(python=sys.executable) + f"watch_logs = {_toml_list([before, later])}\n"
+    )
+    state = Path(client_env["XDG_STATE_HOME"]) / "gpumon"
+    port = free_port()
+    watch = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpumon.tui.cli", "watch", "--config", str(config),
+        "--metrics-port", str(port),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "watch.log").open("wb"), env=client_env,
+    )  # fmt: skip
+
+    def ooms() -> float:
+        """The watch's active CUDA OOM alerts (its exporter's count)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return 0.0
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "gpumon_alerts_active" and s.labels.get("kind") == "cuda_oom"
+        )
+
+    def told() -> list[str]:
+        """The open OOM incidents in the watch's outbox."""
+        if not (state / "outbox.sqlite3").exists():
+            return []
+        outbox = Outbox(state / "outbox.sqlite3")
+        try:
+            return [e.headline for e in outbox.open_incidents() if e.kind == "cuda_oom"]
+        finally:
+            outbox.close()
+
+    def watched() -> str:
+        return (tmp_path / "watch.log").read_text()
+
+    try:
+        # The first OOM came with the logs' first read (the backlog: no recording of
+        # it); the next one is new, and a flight recording is written of it.
+        headlines = await until(told, 60, watched, step=0.2)
+        await until(lambda: ooms() >= 1, 60, watched, step=0.2, in_thread=True)
+        with later.open("a") as f:
+            f.write((FIXTURES / "torch_oom_traceback.txt").read_text())
+        await until(lambda: ooms() >= 2, 60, watched, step=0.2, in_thread=True)
+    finally:
+        watch.send_signal(signal.SIGTERM)  # it writes the pending recording as it stops
+        assert await asyncio.wait_for(watch.wait(), 60) == 0
+    assert list((state / "recordings").glob("ct200-*.jsonl.gz")), watched()
+    sshd.kill()
+
+    out = tmp_path / "down.tar.gz"
+    run = await asyncio.to_thread(_bundle, config, out, client_env, 30)
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert run.stdout.startswith(f"{out}: ") and "CUDA OOM on GPU" in run.stdout.splitlines()[0]
+    files = _files(out)
+    assert {
+        "incident.json",
+        "incident.txt",
+        "recording.jsonl.gz",
+        "audit.jsonl",
+        "config.json",
+        "version.txt",
+        "incident-event.json",
+    } <= set(files), sorted(files)
+    assert json.loads(files["incident.json"])["alerts"][0]["kind"] == "cuda_oom"
+    assert json.loads(files["incident-event.json"])["headline"] in headlines
+    index = files["index.txt"].decode()
+    assert f"target: host unreachable: cannot connect to 127.0.0.1 port {sshd.port}" in index
+    assert "connection refused" in index
+
+    elsewhere = {**client_env, "XDG_STATE_HOME": str(tmp_path / "empty-state")}
+    nothing = await asyncio.to_thread(_bundle, config, tmp_path / "none.tar.gz", elsewhere, 30)
+    assert nothing.returncode == 2 and not (tmp_path / "none.tar.gz").exists()
+    assert (
+        "unreachable" in nothing.stderr and "no incident of it is recorded here" in nothing.stderr
+    )

@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from hostile import forbidden_in
 
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.bundle.archive import CUT_NOTE, BundleArchive
@@ -62,6 +63,21 @@ def test_a_file_over_its_cap_keeps_its_tail_and_the_index_says_so(tmp_path: Path
     assert re.search(
         r"logs/job\.log +the job's log \(cut to its last \d+ bytes", files["index.txt"].decode()
     )
+
+
+def test_the_index_shows_the_targets_names_escaped_one_entry_a_line(tmp_path: Path) -> None:
+    """A log named with an ESC, a bidi override and a newline (its reason quotes it too):
+    the index shows each escaped, and every entry stays on its one line."""
+    name = "/var/log/run\x1b[2J\u202egol\nnext.log"
+    archive = BundleArchive(Scrubber(), "title")
+    archive.add("logs/00-run.log", "a line\n", f"the last 2000 lines of {name}")
+    archive.missing("logs/01-run.log", f"left out: {name}: unreadable: permission denied")
+    index = _members(archive.write(tmp_path / "b.tar.gz"))["index.txt"].decode()
+    assert forbidden_in(index.replace("\n", "")) == []
+    shown = "/var/log/run\\x1b[2J\\u202egol\\x0anext.log"
+    lines = index.splitlines()
+    assert f"  logs/00-run.log  the last 2000 lines of {shown}" in lines
+    assert f"  logs/01-run.log: left out: {shown}: unreadable: permission denied" in lines
 
 
 def test_the_total_cap_leaves_files_out_and_lists_them(tmp_path: Path) -> None:

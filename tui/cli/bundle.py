@@ -6,8 +6,11 @@
 Connects to HOST, observes until every source answered once, picks the incident (the one
 holding the alert KEY, else the newest: ``--last``), collects within ``--time`` seconds
 and writes FILE (default ``gpumon-bundle-HOST-DATE.tar.gz`` here), mode 0600, never over
-an existing file. Prints the path, then one line per part that could not be had. Exit 0
-when written, 2 for a usage error, no incident or an unwritable file.
+an existing file. Prints the path, then one line per part that could not be had. A HOST
+that cannot be reached gets a bundle of what this machine has (its incident from the
+flight recordings and the outbox, the recording, config, audit log, version). Exit 0
+when written, 3 when written without the host (unreachable), 2 for a usage error, no
+incident or an unwritable file.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpumon.backends.config import Config, resolve_host
 from gpumon.tui.cli.options import sim_settings
@@ -24,7 +27,7 @@ from gpumon.tui.cli.options import sim_settings
 if TYPE_CHECKING:
     from gpumon.backends.bundle import BundleResult
 
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 2, 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_bundle(args: argparse.Namespace, config: Config) -> int:
-    from gpumon.backends.bundle import BundleOptions, bundle_host, bundle_recording, default_name
+    from gpumon.backends.bundle import (
+        BundleOptions,
+        HostUnreachable,
+        bundle_host,
+        bundle_recording,
+        bundle_unreachable,
+        default_name,
+    )
 
     if (args.host is None) == (args.replay is None):
         print("gpumon bundle: give a HOST or --replay RECORDING (one of them)", file=sys.stderr)
@@ -88,13 +98,41 @@ def cmd_bundle(args: argparse.Namespace, config: Config) -> int:
         else:
             host = resolve_host(config, args.host)
             sim = sim_settings(args) if host.kind == "demo" else None
-            result = asyncio.run(bundle_host(host, sim, options, notify))
+            try:
+                result = asyncio.run(bundle_host(host, sim, options, notify))
+            except HostUnreachable as e:
+                told = _told_incidents(config, host.name)
+                result = bundle_unreachable(host, options, notify, str(e), told)
     except OSError as e:  # the recording cannot be read, the bundle cannot be written
         where = e.filename or args.replay or output
         print(f"gpumon bundle: {where}: {e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
     _report(result)
-    return EXIT_OK
+    return EXIT_OK if result.unreachable is None else EXIT_UNREACHABLE
+
+
+def _told_incidents(config: Config, host: str) -> list[dict[str, Any]]:
+    """The outbox's open incidents of ``host`` (what ``gpumon watch`` told the notifiers),
+    as their JSON; none when there is no outbox (it is not created here)."""
+    import sqlite3
+    from dataclasses import asdict
+
+    from gpumon.backends.notify.hub import default_outbox
+    from gpumon.backends.notify.outbox import Outbox
+
+    path = default_outbox(config.notify_settings())
+    if not path.exists():
+        return []
+    try:
+        outbox = Outbox(path)
+    except sqlite3.Error:  # a damaged outbox: the recordings may still hold the incident
+        return []
+    try:
+        return [asdict(e) for e in outbox.open_incidents() if e.host == host]
+    except sqlite3.Error:
+        return []
+    finally:
+        outbox.close()
 
 
 def _report(result: BundleResult) -> None:
