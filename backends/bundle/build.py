@@ -53,6 +53,7 @@ from gpumon.backends.recording import (
     host_recordings,
     load_recording,
 )
+from gpumon.backends.transport.base import Transport
 
 if TYPE_CHECKING:
     from gpumon.backends.config.notify import NotifySettings
@@ -167,8 +168,8 @@ async def bundle_monitor(
     if monitor.source.capabilities.actions:
         from gpumon.backends.torchenv.doctor import run_doctor
 
-        async def doctor() -> dict[str, Any]:
-            return (await run_doctor(monitor.transport, monitor.host)).to_json()
+        async def doctor(transport: Transport) -> dict[str, Any]:
+            return (await run_doctor(transport, monitor.host)).to_json()
 
         await add_remote(archive, monitor, incident, budget, doctor)
     else:

@@ -40,7 +40,7 @@ from gpumon.backends.model import Health, HostSample, iso_time
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.report import gpu_json, process_json
 from gpumon.backends.recording import Recording, load_recording
-from gpumon.backends.transport.base import RUN_MAX_BYTES, RunResult, Transport
+from gpumon.backends.transport.base import RUN_MAX_BYTES, ProcessStream, RunResult, Transport
 
 __all__ = [
     "LOG_TAIL_LINES",
@@ -337,47 +337,75 @@ def add_monitor_state(
 # --- from the target ----------------------------------------------------------------
 
 
-@dataclass
-class _Target:
-    """The target as the bundle runs its commands there: each is also ended on the
-    target by itself at the bundle's deadline (coreutils ``timeout``, SIGKILL to its
-    process group, where ``timeout`` is there): the transport's kill of a cancelled
-    step does not reach a root login's command on OpenSSH before 10.0 (ssh.py)."""
+class _Deadlined(Transport):
+    """``inner`` as the bundle runs its commands there (and the doctor its own): each is
+    also ended on the target by itself at the bundle's deadline (coreutils ``timeout``,
+    SIGKILL to its process group, where ``timeout`` is there), since the transport's
+    kill of a cancelled step does not reach a root login's command on OpenSSH before
+    10.0 (ssh.py): a read stuck there would outlive the bundle."""
 
-    transport: Transport
-    budget: Budget
-    ends_itself: bool = False
+    def __init__(self, inner: Transport, budget: Budget, *, ends_itself: bool) -> None:
+        super().__init__(inner.host)
+        self.inner = inner
+        self.budget = budget
+        self.ends_itself = ends_itself
+        self.host_proc_root = inner.host_proc_root
+        self.kernel_log_path = inner.kernel_log_path
 
     @classmethod
-    async def of(cls, transport: Transport, budget: Budget) -> _Target:
-        target = cls(transport, budget)
+    async def of(cls, inner: Transport, budget: Budget) -> _Deadlined:
+        """``inner``, its commands bounded where the target has ``timeout``."""
+        found = False
         try:
             async with asyncio.timeout(min(budget.left(), 10.0)):
-                found = await transport.run(["sh", "-c", "command -v timeout"], timeout=10.0)
-            target.ends_itself = found.exit_code == 0 and bool(found.stdout.strip())
+                result = await inner.run(["sh", "-c", "command -v timeout"], timeout=10.0)
+            found = result.exit_code == 0 and bool(result.stdout.strip())
         except Exception:  # then the transport's kill is all there is
-            target.ends_itself = False
-        return target
+            found = False
+        return cls(inner, budget, ends_itself=found)
+
+    @property
+    def label(self) -> str:
+        return self.inner.label
+
+    @property
+    def own_python(self) -> str | None:
+        return self.inner.own_python
+
+    def _bounded(self, argv: Sequence[str]) -> list[str]:
+        if not self.ends_itself:
+            return list(argv)
+        return ["timeout", "-s", "KILL", str(max(math.ceil(self.budget.left()), 1)), *argv]
 
     async def run(
         self,
         argv: Sequence[str],
         *,
-        timeout: float,
+        input: bytes | None = None,
+        timeout: float = 30.0,
         on_host: bool = False,
         max_bytes: int = RUN_MAX_BYTES,
         keep_end: bool = False,
     ) -> RunResult:
-        if self.ends_itself:
-            seconds = max(math.ceil(self.budget.left()), 1)
-            argv = ["timeout", "-s", "KILL", str(seconds), *argv]
-        return await self.transport.run(
-            argv, timeout=timeout, on_host=on_host, max_bytes=max_bytes, keep_end=keep_end
+        # The inner transport's own run (the simulator answers the doctor's probe there).
+        return await self.inner.run(
+            self._bounded(argv),
+            input=input,
+            timeout=timeout,
+            on_host=on_host,
+            max_bytes=max_bytes,
+            keep_end=keep_end,
         )
+
+    async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
+        return await self.inner.open_stream(self._bounded(argv))
+
+    async def open_host_stream(self, argv: Sequence[str]) -> ProcessStream:
+        return await self.inner.open_host_stream(self._bounded(argv))
 
 
 async def _command(
-    target: _Target,
+    target: _Deadlined,
     argv: Sequence[str],
     timeout: float,
     *,
@@ -425,13 +453,13 @@ async def add_remote(
     monitor: HostMonitor,
     incident: Incident,
     budget: Budget,
-    doctor: Callable[[], Awaitable[dict[str, Any]]] | None,
+    doctor: Callable[[Transport], Awaitable[dict[str, Any]]] | None,
 ) -> None:
     """The target's side, each within the budget: ``nvidia-smi-q.txt``, ``kernel.txt``,
     ``pct-config.txt``, ``logs/*``, ``sglang/*``, ``doctor.json``, ``py-spy-PID.txt``."""
     host = monitor.host
     transport = monitor.transport
-    target = await _Target.of(transport, budget)
+    target = await _Deadlined.of(transport, budget)
     step = min(budget.left(), 30.0)
 
     smi = [host.nvidia_smi, "-q", "-d", SMI_SECTIONS]
@@ -484,7 +512,7 @@ async def add_remote(
                 archive.add(name, text, f"GET {url} on the target{_cut_note(text, cut)}")
 
     if doctor is not None:
-        data = await _within(archive, budget, "doctor.json", doctor())
+        data = await _within(archive, budget, "doctor.json", doctor(target))
         if data is not None:
             archive.add(
                 "doctor.json",
@@ -496,7 +524,7 @@ async def add_remote(
         await _py_spy(archive, monitor, incident, target, step)
 
 
-async def _kernel_lines(target: _Target, argv: Sequence[str], timeout: float) -> str:
+async def _kernel_lines(target: _Deadlined, argv: Sequence[str], timeout: float) -> str:
     text, _ = await _command(target, argv, timeout, keep_end=True)  # the newest lines
     kept = [line for line in text.splitlines() if _KERNEL.search(line)][-KERNEL_LINES:]
     return "\n".join(kept) + "\n" if kept else "(no Xid or OOM-killer line in the kernel log)\n"
@@ -519,7 +547,7 @@ class _LogFile:
 
 
 async def _add_logs(
-    archive: BundleArchive, monitor: HostMonitor, target: _Target, step: float
+    archive: BundleArchive, monitor: HostMonitor, target: _Deadlined, step: float
 ) -> None:
     """``logs/NN-NAME``: the tail of every file of every followed log (watch_logs, the
     jobs', SGLang's), found on the target now (not only those that sent a line: a log
@@ -530,7 +558,7 @@ async def _add_logs(
     if not patterns:
         return
     budget = target.budget
-    python = _python(monitor.host, target.transport)
+    python = _python(monitor.host, target)
     listing = _list_logs(target, python, patterns, step)
     listed: list[dict[str, Any]] | None = await _within(archive, budget, "logs", listing)
     files: list[_LogFile] = []
@@ -581,7 +609,7 @@ async def _add_logs(
 
 
 async def _list_logs(
-    target: _Target, python: str, patterns: Sequence[str], timeout: float
+    target: _Deadlined, python: str, patterns: Sequence[str], timeout: float
 ) -> list[dict[str, Any]]:
     argv = [python, "-c", _LIST_LOGS, str(LOG_FILES_MAX), *patterns]
     result = await target.run(argv, timeout=timeout)
@@ -596,7 +624,7 @@ async def _list_logs(
 
 
 async def _read_log(
-    target: _Target, python: str | None, log: _LogFile, room: int
+    target: _Deadlined, python: str | None, log: _LogFile, room: int
 ) -> tuple[str, str]:
     """The log's tail, at most ``room`` characters, and what the index says of it.
     ``python``: read by the script (None: no Python on the target, by ``tail -c``).
@@ -628,7 +656,11 @@ def _file_name(path: str) -> str:
 
 
 async def _py_spy(
-    archive: BundleArchive, monitor: HostMonitor, incident: Incident, target: _Target, step: float
+    archive: BundleArchive,
+    monitor: HostMonitor,
+    incident: Incident,
+    target: _Deadlined,
+    step: float,
 ) -> None:
     """``py-spy dump`` of the hung or stalled job's processes, where ``py-spy`` is already
     on the target (never installed)."""

@@ -96,8 +96,8 @@ def _files(out: Path) -> dict[str, bytes]:
 def _releasing(fifo: Path) -> Iterator[None]:
     """Lets go whatever waits to open ``fifo`` for reading, over and over: the agent's
     log follower and the doctor's probe do (their fault, not the bundle's, which never
-    opens it), and would otherwise hold the doctor's step to the end of the budget and
-    stay behind on the target. The bundle would find a file of nothing, not a FIFO said."""
+    opens it), and would otherwise hold the doctor's step to the end of the budget. Were
+    the bundle to open it, it would find a file of nothing, not a FIFO said."""
     done = threading.Event()
 
     def release() -> None:
