@@ -40,13 +40,11 @@ from sshd_server import SshServer, descendants, serving_sshd
 TIMEOUT_S = 60.0
 
 
-def shows_stale(monitor: HostMonitor, now: float) -> bool:
+def shows_stale(monitor: HostMonitor) -> bool:
     """What the header shows as not live: a lost connection, "no data" (a silent stream)
     or data too old."""
     return (
-        monitor.status.state is not ConnState.CONNECTED
-        or monitor.no_data(now)
-        or monitor.is_stale(now)
+        monitor.status.state is not ConnState.CONNECTED or monitor.no_data() or monitor.is_stale()
     )
 
 
@@ -75,7 +73,7 @@ def sessions(server: SshServer) -> list[int]:
 async def one_kill(server: SshServer, monitor: HostMonitor, outage: float) -> tuple[float, float]:
     await fresh_after(monitor, time.time())
     server.kill()
-    stale = await wait_for(lambda: shows_stale(monitor, time.time()), "stale mark")
+    stale = await wait_for(lambda: shows_stale(monitor), "stale mark")
     await asyncio.sleep(max(outage - stale, 0.0))
     server.start()
     back = time.time()
@@ -89,7 +87,7 @@ async def one_hang(server: SshServer, monitor: HostMonitor, outage: float) -> tu
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
     try:
-        stale = await wait_for(lambda: shows_stale(monitor, time.time()), "stale mark")
+        stale = await wait_for(lambda: shows_stale(monitor), "stale mark")
         await asyncio.sleep(max(outage - stale, 0.0))
     finally:
         for pid in stopped:

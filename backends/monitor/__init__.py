@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         Source,
         backoff_delay,
     )
-    from .state import HostMonitor
+    from .state import HostMonitor, ticks_for
 
 __all__ = [
     "SPEEDS",
@@ -40,6 +40,7 @@ __all__ = [
     "snapshot_json",
     "snapshot_table",
     "target_host",
+    "ticks_for",
 ]
 
 # Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
@@ -66,5 +67,6 @@ if not TYPE_CHECKING:
             "snapshot_json": "report",
             "snapshot_table": "report",
             "target_host": "compose",
+            "ticks_for": "state",
         },
     )

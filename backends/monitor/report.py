@@ -73,7 +73,7 @@ def snapshot_json(
     """The ``gpumon snapshot --json`` object for one host; ``incomplete``: the sources
     that did not answer in time, in words (``"host processes: no answer in 10 s"``)."""
     sample = monitor.latest
-    stale = monitor.stale_s(now)
+    stale = monitor.stale_s()
     return {
         "host": monitor.name,
         "time": iso_time(sample.time if sample else now),
@@ -133,9 +133,7 @@ def restart_hint(monitor: HostMonitor, incident: Incident) -> str | None:
     return command_fix(incident)
 
 
-def check_verdict(
-    monitor: HostMonitor, now: float, incomplete: Sequence[str] = ()
-) -> tuple[CheckCode, str]:
+def check_verdict(monitor: HostMonitor, incomplete: Sequence[str] = ()) -> tuple[CheckCode, str]:
     """Exit code and the one summary line of ``gpumon check``: the most urgent incident's
     headline first (physical GPU, job, the fix), then the host's summary, then the
     sources that did not answer in time (``incomplete``: the verdict is without them),
@@ -143,7 +141,7 @@ def check_verdict(
     no measurement). A
     driver that says why no data comes ("GPU is lost") is CRITICAL with its words, data or
     not; a host that cannot be judged (unreachable, no data) is UNKNOWN with the reason."""
-    code, text = _verdict(monitor, now)
+    code, text = _verdict(monitor)
     if incomplete and code != CheckCode.UNKNOWN:
         text += f" [incomplete: {'; '.join(incomplete)}]"
     # Nagios reads the performance data from the first "|": one in a message from the
@@ -173,7 +171,7 @@ def _perfdata(monitor: HostMonitor) -> list[Perf]:
     )
 
 
-def _verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
+def _verdict(monitor: HostMonitor) -> tuple[CheckCode, str]:
     name = monitor.name
     sample = monitor.latest
     found = active_incidents(monitor)  # GPU health problems are alerts too
@@ -188,7 +186,7 @@ def _verdict(monitor: HostMonitor, now: float) -> tuple[CheckCode, str]:
         tail = f" ({_summary(sample)})" if sample is not None else ""
         return CheckCode.CRITICAL, f"CRITICAL {name}: {what}{tail}"
     stale = [i for i in found if i.cause.kind == "stale_data"]
-    if sample is None or (monitor.is_stale(now) and not stale):
+    if sample is None or (monitor.is_stale() and not stale):
         why = monitor.status.error or f"no data ({monitor.status.state.value})"
         return CheckCode.UNKNOWN, f"UNKNOWN {name}: {why}"
     if monitor.status.error and monitor.status.state != ConnState.CONNECTED:
@@ -251,7 +249,6 @@ HEALTH_LINES = 3  # a HEALTH cell's lines at most: its incidents are whole under
 
 def snapshot_table(
     monitor: HostMonitor,
-    now: float,
     incomplete: Sequence[str] = (),
     width: int | None = TEXT_WIDTH,
 ) -> str:
@@ -262,9 +259,9 @@ def snapshot_table(
     time). Long commands are cut with ``…``, long messages wrapped."""
     sample = monitor.latest
     status = monitor.status
-    stale = monitor.stale_s(now)
+    stale = monitor.stale_s()
     head = f"{monitor.name}  {status.transport}  {iso_time(sample.time) if sample else 'no data'}"
-    if stale is not None and monitor.is_stale(now):
+    if stale is not None and monitor.is_stale():
         head += f"  STALE {stale:.0f}s"
     lines = [head]
     about = f"source {status.source or 'n/a'}"

@@ -9,6 +9,14 @@ talks to the machine for monitoring. While disconnected the last values stay, an
 ``stale_s()`` says how old they are. The monitor judges its own connection: a host it
 cannot reach (``host_unreachable``), a connected one that sends nothing (``stale_data``)
 and a driver that says why nothing comes (``driver_error``) are alerts like any other.
+
+Two clocks: ``clock`` (the wall clock) dates what is said and recorded (samples, alerts);
+every age and timeout is judged on ``watch_clock()``, the monotonic clock from when data
+was received, less the spans gpumon itself did not run. A wall-clock step (NTP, a clock
+set by hand) changes no verdict, and neither does gpumon being stopped (SIGSTOP, a paused
+VM): ``CLOCK_MONOTONIC`` runs on through a SIGSTOP, so afterwards every host would look
+silent for as long as gpumon was stopped. Such a span is seen as a gap in gpumon's own
+tick (``SUSPENDED_AFTER_S``) and left out, so each source has its usual time to answer.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import re
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,7 +55,15 @@ from gpumon.backends.workloads.watch import LogSource, Workloads
 
 from .sources.base import Source
 
-__all__ = ["FIRST_ROUNDS_S", "HISTORY_S", "NO_DATA_FLOOR_S", "HostMonitor", "Listener"]
+__all__ = [
+    "FIRST_ROUNDS_S",
+    "HISTORY_S",
+    "NO_DATA_FLOOR_S",
+    "SUSPENDED_AFTER_S",
+    "HostMonitor",
+    "Listener",
+    "ticks_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +81,19 @@ GAPS_KEPT = 9  # the stream's typical period is the median gap of the last round
 # first GPU sample for every other source's first round (``waiting_for``): the Proxmox
 # host's process list takes an SSH channel and a host-side nvidia-smi, a rate two scrapes.
 FIRST_ROUNDS_S = 10.0
+# gpumon did not run (stopped, suspended, its event loop blocked) when its judging clock is
+# read this much later than the watchdog's period after the previous reading: the watchdog
+# reads it every period, so a later reading means nothing ran in between.
+SUSPENDED_AFTER_S = 5.0
 
 Listener = Callable[["HostMonitor"], None]
+
+
+def ticks_for(clock: Callable[[], float]) -> Callable[[], float]:
+    """The clock ages are judged on beside the wall clock ``clock``: the monotonic clock
+    for the real wall clock, else ``clock`` itself (a test's or a replay's clock is both:
+    it moves only when told to)."""
+    return time.monotonic if clock is time.time else clock
 
 
 @dataclass(slots=True)
@@ -88,12 +115,22 @@ class HostMonitor:
         source: Source,
         *,
         clock: Callable[[], float] = time.time,
+        ticks: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         history_s: float = HISTORY_S,
         record: bool = True,
     ) -> None:
+        """``clock``: the wall clock that dates samples and alerts; ``ticks``: the one ages
+        are judged on (``ticks_for(clock)`` when left out); ``sleep``: the watchdog's
+        (tests pass a FakeClock's)."""
         self.host = host
         self.source = source
         self.clock = clock
+        self._ticks = ticks if ticks is not None else ticks_for(clock)
+        self._sleep = sleep
+        self._unwatched_s = 0.0  # spans gpumon did not run (``watch_clock``)
+        self._beat: float | None = None  # the last reading of ``_ticks`` while started
+        self._stopped_at: float | None = None  # ``watch_clock`` when ``stop`` began
         self.interval = host.interval
         self.status = HostStatus(ConnState.CONNECTING, clock(), transport=source.label)
         self.latest: HostSample | None = None
@@ -112,9 +149,14 @@ class HostMonitor:
         self.skipped_lines = 0  # malformed lines dropped since start
         self.log_flow: dict[str, LogFlow] = {}  # per followed file: what came, what did not
         self.samples = 0
-        self._last_data_at: float | None = None  # monitor clock when the last round came
-        self.first_data_at: float | None = None  # ... and the first one (FIRST_ROUNDS_S)
-        self._started_at = clock()  # blind since then until the first round
+        # On ``watch_clock``: when the last round came, the first one (FIRST_ROUNDS_S),
+        # the start (blind since then until the first round), the connection state's
+        # start and the Proxmox host's last process list.
+        self._last_data_at: float | None = None
+        self._first_data_at: float | None = None
+        self._started_at = self.watch_clock()
+        self._state_since = self._started_at
+        self._host_processes_at: float | None = None
         self._smi_failure: SmiFailure | None = None  # the last one since the last round
         self._gaps: deque[float] = deque(maxlen=GAPS_KEPT)
         self.listeners: Listeners[[HostMonitor]] = Listeners("monitor listener")
@@ -160,14 +202,46 @@ class HostMonitor:
         """``listener(monitor)`` runs on the event loop after every change of state."""
         self.listeners.add(listener)
 
-    def stale_s(self, now: float | None = None) -> float | None:
-        """Age of the newest GPU sample in seconds; None before the first one."""
-        if self.latest is None:
-            return None
-        return max((now if now is not None else self.clock()) - self.latest.time, 0.0)
+    def watch_clock(self) -> float:
+        """Now on the clock every age is judged by: ``ticks`` (monotonic), less the spans
+        gpumon itself did not run while started. A reading more than
+        ``SUSPENDED_AFTER_S`` past the watchdog's period after the previous one is such a
+        span, beyond that period. A stopped monitor's clock stands at its stop: a one-shot
+        judges the ages as they were when it stopped watching, not after the wait for
+        the target's processes to end."""
+        if self._stopped_at is not None:
+            return self._stopped_at
+        t = self._ticks()
+        if self._beat is not None:
+            gap = t - self._beat
+            period = self._watchdog_period()
+            if gap > period + SUSPENDED_AFTER_S:
+                self._unwatched_s += gap - period
+                log.info(
+                    "%s: gpumon did not run for %.0f s (stopped or suspended): "
+                    "not counted as the host's silence",
+                    self.name,
+                    gap,
+                )
+            self._beat = max(self._beat, t)
+        return t - self._unwatched_s
 
-    def is_stale(self, now: float | None = None) -> bool:
-        age = self.stale_s(now)
+    def stale_s(self) -> float | None:
+        """Age of the newest GPU sample in seconds, since it came; None before the first."""
+        if self.latest is None or self._last_data_at is None:
+            return None
+        return max(self.watch_clock() - self._last_data_at, 0.0)
+
+    def age_s(self, sample: HostSample) -> float | None:
+        """Seconds since ``sample`` came (the newest, or an older one on a paused screen:
+        its distance from the newest on the samples' own stamps)."""
+        newest = self.stale_s()
+        if newest is None or self.latest is None:
+            return None
+        return newest + max(self.latest.time - sample.time, 0.0)
+
+    def is_stale(self) -> bool:
+        age = self.stale_s()
         return age is None or age > max(3 * self.interval, 3.0)
 
     def silence_limit(self) -> float:
@@ -177,27 +251,27 @@ class HostMonitor:
         typical = statistics.median(self._gaps) if self._gaps else self.interval
         return max(2.0 * max(self.interval, typical), NO_DATA_FLOOR_S)
 
-    def no_data(self, now: float | None = None) -> bool:
+    def no_data(self) -> bool:
         """Connected, but no GPU data for longer than ``silence_limit()``: a hung link or a
         stuck sampler, seen from the data itself long before SSH keepalive gives up.
         Counted from the later of the last round and the session's start."""
-        if self.status.state != ConnState.CONNECTED or self._last_data_at is None:
+        if self._last_data_at is None:
             return False
-        since = max(self._last_data_at, self.status.since)
-        return (now if now is not None else self.clock()) - since > self.silence_limit()
+        silent = self.silent_s()
+        return silent is not None and silent > self.silence_limit()
 
-    def silent_s(self, now: float | None = None) -> float | None:
+    def silent_s(self) -> float | None:
         """Seconds a connected host has sent no GPU data (counted from the later of the last
         round and the session's start); None while not connected."""
         if self.status.state != ConnState.CONNECTED:
             return None
-        since = max(self._last_data_at or self.status.since, self.status.since)
-        return max((now if now is not None else self.clock()) - since, 0.0)
+        since = max(self._last_data_at or self._state_since, self._state_since)
+        return max(self.watch_clock() - since, 0.0)
 
-    def blind_s(self, now: float | None = None) -> float:
+    def blind_s(self) -> float:
         """Seconds since the host last sent GPU data (or since the start, before any)."""
         since = self._last_data_at if self._last_data_at is not None else self._started_at
-        return max((now if now is not None else self.clock()) - since, 0.0)
+        return max(self.watch_clock() - since, 0.0)
 
     def driver_failure(self) -> SmiFailure | None:
         """The driver's own word on why no GPU data comes ("GPU is lost", no driver, a
@@ -223,36 +297,38 @@ class HostMonitor:
             return None
         return failure
 
-    def check_silence(self, now: float | None = None) -> None:
+    def check_silence(self) -> None:
         """Raise, escalate or end the alerts about the connection now: ``stale_data`` /
         ``driver_error`` (connected, no GPU data) and ``host_unreachable`` (sessions keep
         failing). The watchdog calls this between samples and every change of the
         connection does; a sample ends them by itself. A stopped monitor keeps them as
         they were (a one-shot's verdict reads them after the stop)."""
-        if self._judge_connection(self.clock() if now is None else now):
+        if self._judge_connection():
             self._notify()
 
-    def _judge_connection(self, at: float) -> bool:
-        """``check_silence`` without telling the listeners; True when the alerts changed."""
+    def _judge_connection(self) -> bool:
+        """``check_silence`` without telling the listeners; True when the alerts changed.
+        Ages on ``watch_clock``; the alerts are dated by the wall clock."""
         state = self.status.state
         if state == ConnState.STOPPED:
             return False
+        at = self.clock()
         before = self.alerts.active()
         driver = self.driver_failure()
         if driver is not None:  # it answered: the driver says why nothing comes
             self.alerts.on_silence(
-                self.blind_s(at), self.interval, at, error=driver.message, driver=True
+                self.blind_s(), self.interval, at, error=driver.message, driver=True
             )
             self.alerts.on_unreachable(0, None, None, at)
         elif state == ConnState.CONNECTED:
-            silent = self.silent_s(at)
+            silent = self.silent_s()
             self.alerts.on_silence(silent, self.interval, at, error=self.status.error)
             self.alerts.on_unreachable(0, None, None, at)
         else:
             self.alerts.on_silence(None, self.interval, at)
             self.alerts.on_unreachable(
                 self.status.attempt,
-                self.blind_s(at),
+                self.blind_s(),
                 self.status.error,
                 at,
                 gave_up=state == ConnState.FAILED,
@@ -269,7 +345,7 @@ class HostMonitor:
         self.histories.clear()
         self.samples = 0
         self.log_flow.clear()
-        self._last_data_at = self.first_data_at = None
+        self._last_data_at = self._first_data_at = None
         self._smi_failure = None
         self._gaps.clear()
         self.alerts.reset()
@@ -278,17 +354,24 @@ class HostMonitor:
 
     def start(self) -> asyncio.Task[None]:
         loop = asyncio.get_running_loop()
-        self._started_at = self.clock()
+        self._stopped_at = None
+        self._started_at = self._state_since = self.watch_clock()
+        self._beat = self._ticks()  # from now on a gap in the watchdog's tick is seen
         self._task = loop.create_task(self.source.run(self), name=self.name)
         self._watchdog = loop.create_task(self._watch_silence(), name=f"{self.name} watchdog")
         return self._task
 
+    def _watchdog_period(self) -> float:
+        return min(max(self.interval, 0.5), 5.0)
+
     async def _watch_silence(self) -> None:
         while True:
-            await asyncio.sleep(min(max(self.interval, 0.5), 5.0))
+            await self._sleep(self._watchdog_period())
             self.check_silence()
 
     async def stop(self) -> None:
+        self._stopped_at = self.watch_clock()
+        self._beat = None
         for task in (self._watchdog, self._task):
             if task is not None:
                 task.cancel()
@@ -348,7 +431,7 @@ class HostMonitor:
 
     def ingest_sample(self, sample: HostSample) -> None:
         """Take one complete sample: histories, alerts, flight recorder, listeners."""
-        if self.first_data_at is None and self.past is not None:
+        if self._first_data_at is None and self.past is not None:
             for past in self.past(sample.time):  # histories, alerts, recorder, as if watched
                 self._histories_add(past)
                 self.alerts.on_sample(past)
@@ -356,11 +439,12 @@ class HostMonitor:
         self.latest = sample
         self.samples += 1
         now = self.clock()
+        came = self.watch_clock()
         if self._last_data_at is not None and self.status.state == ConnState.CONNECTED:
-            self._gaps.append(max(now - max(self._last_data_at, self.status.since), 0.0))
-        self._last_data_at = now
-        if self.first_data_at is None:
-            self.first_data_at = now
+            self._gaps.append(max(came - max(self._last_data_at, self._state_since), 0.0))
+        self._last_data_at = came
+        if self._first_data_at is None:
+            self._first_data_at = came
         self._smi_failure = None  # data again: whatever failed before has passed
         self._histories_add(sample)
         self.recorder.record(sample)
@@ -400,18 +484,19 @@ class HostMonitor:
         if source == ProcessSource.HOST:
             self._host_processes = procs
             self.host_processes_time = at
+            self._host_processes_at = self.watch_clock()
         else:
             self._device_processes = procs
         self._set_processes(at)
 
-    def host_side_fresh(self, now: float | None = None) -> bool:
+    def host_side_fresh(self) -> bool:
         """Whether the Proxmox host's process list is current (it then replaces the
         container's own view)."""
-        at = self.host_processes_time
-        if at is None:
+        came = self._host_processes_at
+        if came is None:
             return False
         limit = max(4.0 * max(self.interval, 3.0), 15.0)
-        return (now if now is not None else self.clock()) - at <= limit
+        return self.watch_clock() - came <= limit
 
     def waiting_for(self) -> list[tuple[str, str]]:
         """The sources of this host that have not answered once yet, as (source, what did
@@ -428,16 +513,16 @@ class HostMonitor:
             out += self.workloads.waiting_for()
         return out
 
-    def first_rounds_done(self, now: float | None = None) -> bool:
+    def first_rounds_done(self) -> bool:
         """Whether a first report may be made: a GPU sample came and every source has
         answered once (``waiting_for``), or ``FIRST_ROUNDS_S`` passed since that sample."""
-        if self.first_data_at is None:
+        if self._first_data_at is None:
             return False
-        at = self.clock() if now is None else now
-        return at - self.first_data_at >= FIRST_ROUNDS_S or not self.waiting_for()
+        waited = self.watch_clock() - self._first_data_at
+        return waited >= FIRST_ROUNDS_S or not self.waiting_for()
 
     def _set_processes(self, at: float) -> None:
-        if self.host_side_fresh(at):
+        if self.host_side_fresh():
             self.processes = self._host_processes
         else:
             watched = self.host.container
@@ -483,7 +568,7 @@ class HostMonitor:
         # On the samples' clock (the target's), which a recording and its replay run on.
         at = now
         if self.latest is not None and self._last_data_at is not None:
-            at = self.latest.time + max(now - self._last_data_at, 0.0)
+            at = self.latest.time + max(self.watch_clock() - self._last_data_at, 0.0)
         self.recorder.record_log(tag, path, lines, at, backlog=backlog)
         self.workloads.on_log(tag, path, lines, now, backlog=backlog)
         gpus = job.gpus if job and job.gpus else None
@@ -652,6 +737,8 @@ class HostMonitor:
         source: SampleSource | None = None,
     ) -> None:
         old = self.status
+        if old.state != state:
+            self._state_since = self.watch_clock()
         self.status = HostStatus(
             state=state,
             since=old.since if old.state == state else self.clock(),
@@ -661,7 +748,7 @@ class HostMonitor:
             source=source if source is not None else old.source,
             transport=self.source.label,
         )
-        self._judge_connection(self.clock())  # a failed try, a lost or a new connection
+        self._judge_connection()  # a failed try, a lost or a new connection
         self._notify()
 
     def _notify(self) -> None:

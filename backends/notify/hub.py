@@ -19,6 +19,12 @@ in that time join it: the memory warning and the CUDA OOM 2 s later are one mess
 the notifier says as the OOM's (``notifiers``). The wait is a row's ``not_before`` in the
 outbox, so a restarted watch keeps it. ``max_per_minute`` holds messages back (it never
 drops one). Alertmanager notifiers also get every open incident again every ``resend_s``.
+
+``clock`` (the wall clock) dates the events and the outbox's rows, and times what the
+outbox keeps across a restart (a row's ``not_before``: a settle window, a retry). The
+waits that live only here are timed on ``ticks`` (monotonic), so a wall-clock step
+changes none of them: a host's first alerts (its third sample or ``SETTLE_S``, on the
+monitor's own ``watch_clock``), the group windows, the rate limit and the re-sends.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import Health
 from gpumon.backends.monitor.report import active_incidents
+from gpumon.backends.monitor.state import ticks_for
 from gpumon.backends.notify.event import IncidentEvent, incident_key, this_host
 from gpumon.backends.notify.incidents import IncidentTracker
 from gpumon.backends.notify.notifiers import (
@@ -185,11 +192,13 @@ class NotifyHub:
         outbox: Outbox,
         *,
         clock: Callable[[], float] = time.time,
+        ticks: Callable[[], float] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
         self.outbox = outbox
         self.clock = clock
+        self.ticks = ticks if ticks is not None else ticks_for(clock)
         self.env = os.environ if env is None else env
         self.tracker = IncidentTracker(
             settings.min_open_s, this_host(), resolve_after_s=settings.resolve_after_s
@@ -198,11 +207,13 @@ class NotifyHub:
         self.changes: Listeners[[IncidentEvent]] = Listeners("incident listener")
         self.delivered: Listeners[[str, list[IncidentEvent]]] = Listeners("delivery listener")
         self.monitors: list[HostMonitor] = []
-        self._settling: dict[HostMonitor, float] = {}  # not yet settled -> attached at
+        # not yet settled -> attached at (the monitor's ``watch_clock``)
+        self._settling: dict[HostMonitor, float] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
-        self._window: dict[tuple[str, str], float] = {}  # (notifier, host) -> window start
+        # On ``ticks``: (notifier, host) -> group window start; when each notifier sent.
+        self._window: dict[tuple[str, str], float] = {}
         # (notifier, incident key) -> when its first message, waiting to settle, goes out;
         # read back from the outbox too (a watch restarted while one waited).
         self._settling_until = self._waiting_firsts()
@@ -223,7 +234,7 @@ class NotifyHub:
     # --- wiring -------------------------------------------------------------------------
     def attach(self, monitor: HostMonitor) -> None:
         self.monitors.append(monitor)
-        self._settling[monitor] = self.clock()
+        self._settling[monitor] = monitor.watch_clock()
         monitor.add_listener(self._on_monitor)
 
     def detach(self, monitor: HostMonitor) -> None:
@@ -262,7 +273,7 @@ class NotifyHub:
         if since is None:
             return True
         early = monitor.samples < SETTLE_SAMPLES or not monitor.first_rounds_done()
-        if early and self.clock() - since < SETTLE_S:
+        if early and monitor.watch_clock() - since < SETTLE_S:
             return False
         del self._settling[monitor]
         return True
@@ -390,12 +401,14 @@ class NotifyHub:
         settling = self._settling_until.get((cfg.name, ev.key))
         if settling is not None and settling > now:
             return settling
+        t = self.ticks()  # the group window on the monotonic clock, the answer on ``now``'s
         start = self._window.get((cfg.name, ev.host))
         window = cfg.group_window
-        if start is None or now - start >= window:
-            self._window[(cfg.name, ev.host)] = at = now
+        if start is None or t - start >= window:
+            self._window[(cfg.name, ev.host)] = t
+            at = now
         else:
-            at = start + window
+            at = now + start + window - t
         if ev.event == "open" and cfg.settle_window > 0:
             at = max(at, now + cfg.settle_window)
             self._settling_until[(cfg.name, ev.key)] = at
@@ -488,10 +501,11 @@ class NotifyHub:
                 await self._wait(name, retry_at - now)
                 if self.clock() < retry_at:
                     continue  # woken early by a new event: still backing off
-            while sent and sent[0] <= now - 60.0:
+            t = self.ticks()
+            while sent and sent[0] <= t - 60.0:
                 sent.popleft()
             if len(sent) >= cfg.max_per_minute:
-                await asyncio.sleep(sent[0] + 60.0 - now)
+                await asyncio.sleep(sent[0] + 60.0 - t)
                 continue
             rows, next_due = self.outbox.due_batch(name, now)
             if rows and name in self._singly:
@@ -527,7 +541,7 @@ class NotifyHub:
                 self.outbox.mark_failed(name, ids, str(e), at, at + delay)
                 log.warning("notify.%s: %s; retrying in %.3g s", name, e, delay)
                 continue
-            sent.append(now)
+            sent.append(t)
             self.outbox.mark_sent(name, ids, self.clock())
             self.delivered.emit(name, events)
 
@@ -546,9 +560,11 @@ class NotifyHub:
 
     async def _resend(self, cfg: NotifierConfig, now: float) -> None:
         """Alertmanager forgets an alert nobody re-sends: every open incident again."""
-        if now - self._resent.get(cfg.name, 0.0) < cfg.resend_s or self.outbox.pending(cfg.name):
+        t = self.ticks()
+        last = self._resent.get(cfg.name)
+        if (last is not None and t - last < cfg.resend_s) or self.outbox.pending(cfg.name):
             return
-        self._resent[cfg.name] = now
+        self._resent[cfg.name] = t
         events = [  # the labels now only: the alert of old ones was ended when they changed
             dataclasses.replace(inc.event, previous=None)
             for inc in self.tracker.open.values()

@@ -5,7 +5,9 @@ tests/integration/test_watch_faults_ssh.py and bench/bench_paging.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -67,6 +69,7 @@ class Watch:
 
     def __init__(self, cfg: Path, env: dict[str, str], log: Path, *args: str) -> None:
         self.log = log
+        self.faked = "FAKETIME_TIMESTAMP_FILE" in env  # under libfaketime (``WallClock``)
         self.proc = subprocess.Popen(
             [*GPUMON, "watch", *args, "--config", str(cfg), "--log-format", "json"],
             stdin=subprocess.DEVNULL,
@@ -80,14 +83,62 @@ class Watch:
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a test that stopped it and failed
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.faked:
+            WallClock.forget(self.proc.pid)
         if exc_type is None:
             assert_json_lines(self.log)
+
+
+# libfaketime (Debian's libfaketime; .ci/run installs it), found where the package puts it.
+FAKETIME_LIB = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
+
+
+class WallClock:
+    """The wall clock of a process started with ``env(...)``: libfaketime shifts what
+    ``CLOCK_REALTIME`` reads by the offset in a file, read again on every call
+    (``FAKETIME_NO_CACHE``), so ``step`` moves it while the process runs, as an NTP step
+    or a hand-set clock does. ``CLOCK_MONOTONIC`` is left alone
+    (``FAKETIME_DONT_FAKE_MONOTONIC``; libfaketime shifts it too by default), as a real
+    step leaves it. libfaketime 0.9.10's README, "Changing settings while a program is
+    running" and section 4d (offsets)."""
+
+    def __init__(self, rc: Path) -> None:
+        if FAKETIME_LIB is None:
+            raise AssertionError("libfaketime is not installed (apt-get install libfaketime)")
+        self.rc = rc
+        self.step(0)
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        return {
+            **env,
+            "LD_PRELOAD": str(FAKETIME_LIB),
+            "FAKETIME_TIMESTAMP_FILE": str(self.rc),
+            "FAKETIME_NO_CACHE": "1",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+
+    def step(self, offset_s: float) -> None:
+        """The wall clock ``offset_s`` seconds from the real one from now on (written
+        whole: a reader never sees a half-written file)."""
+        part = self.rc.with_suffix(".part")
+        part.write_text(f"{offset_s:+.0f}\n", encoding="ascii")
+        os.replace(part, self.rc)
+
+    @staticmethod
+    def forget(pid: int) -> None:
+        """libfaketime's shared memory of the ended process ``pid``: it is left behind
+        when the process is killed, and a later process given the same PID would fail
+        on it (its README, "Cleaning up shared memory")."""
+        for name in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}"):
+            with contextlib.suppress(OSError):
+                (Path("/dev/shm") / name).unlink()
 
 
 def assert_json_lines(log: Path) -> None:

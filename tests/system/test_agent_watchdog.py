@@ -203,7 +203,7 @@ async def test_a_stalled_sampler_raises_a_stale_data_alert_and_fresh_data_ends_i
         alert = next(a for a in heard if a.kind == "stale_data")
         assert alert.severity is Health.WARNING and alert.message.startswith("no GPU data for")
         assert monitor.status.state is ConnState.CONNECTED
-        code, line = check_verdict(monitor, time.time())
+        code, line = check_verdict(monitor)
         assert (code.name, line.split(":")[0]) == ("WARNING", "WARNING local")
         assert "no GPU data for" in line
         mode.write_text("", encoding="utf-8")

@@ -124,7 +124,7 @@ def test_a_host_never_reached_from_the_start_is_the_same_incident() -> None:
     once = _monitor(Clock())
     once.ingest_status(ConnState.FAILED, error=REFUSED, attempt=1)
     assert [a.kind for a in once.alerts.active()] == ["host_unreachable"]
-    assert check_verdict(once, T0) == (CheckCode.UNKNOWN, f"UNKNOWN box: {REFUSED}")
+    assert check_verdict(once) == (CheckCode.UNKNOWN, f"UNKNOWN box: {REFUSED}")
     once.ingest_status(ConnState.STOPPED, error=REFUSED)  # the stop keeps the verdict
     assert [a.kind for a in once.alerts.active()] == ["host_unreachable"]
 
@@ -144,10 +144,10 @@ def test_a_lost_gpu_from_the_start_is_a_critical_driver_error_in_its_words() -> 
     (alert,) = monitor.alerts.active()
     assert (alert.kind, alert.severity) == ("driver_error", Health.CRITICAL)
     assert GPU_LOST in alert.message and "reboot the host" in alert.message
-    code, line = check_verdict(monitor, clock.t)
+    code, line = check_verdict(monitor)
     assert code is CheckCode.CRITICAL and GPU_LOST in line and "reboot the host" in line
     monitor.ingest_status(ConnState.STOPPED, error=monitor.status.error)  # one-shot's end
-    assert check_verdict(monitor, clock.t)[0] is CheckCode.CRITICAL
+    assert check_verdict(monitor)[0] is CheckCode.CRITICAL
     assert snapshot_json(monitor, clock.t)["alerts"][0]["kind"] == "driver_error"
 
 
@@ -171,7 +171,7 @@ def test_a_driver_error_mid_stream_replaces_the_stall_and_a_sample_ends_it() -> 
     monitor.check_silence()
     (alert,) = monitor.alerts.active()
     assert (alert.kind, alert.severity) == ("driver_error", Health.CRITICAL)
-    code, line = check_verdict(monitor, clock.t)
+    code, line = check_verdict(monitor)
     assert code is CheckCode.CRITICAL and line.startswith(f'CRITICAL box: nvidia-smi: "{GPU_LOST}')
     _sample(monitor, clock)
     assert monitor.alerts.active() == []

@@ -29,6 +29,8 @@ from gpumon.backends.monitor.textfit import cells, cut, wrap, wrap_pairs
 from gpumon.backends.parsers.processes import index_ranges, process_columns
 from gpumon.backends.transport import LocalTransport
 
+from waiting import FakeClock
+
 T0 = 1_800_000_000.0
 GIB = 1024
 EVIL = "\x1b[2J\x1b]0;pwned\x07python3 \u202etrain.py --cfg " + "x" * 120
@@ -49,7 +51,9 @@ def gpu(index: int, used: int | None = 80 * GIB, temp: float | None = 60.0) -> G
     )
 
 
-def monitor_with(processes: tuple[GpuProcess, ...], gpus: tuple[GpuSample, ...]) -> HostMonitor:
+def monitor_with(
+    processes: tuple[GpuProcess, ...], gpus: tuple[GpuSample, ...], clock: FakeClock | None = None
+) -> HostMonitor:
     host = HostConfig(
         name="box",
         kind="local",
@@ -57,7 +61,8 @@ def monitor_with(processes: tuple[GpuProcess, ...], gpus: tuple[GpuSample, ...])
         container=200,
         jobs=(JobConfig("drafter", (0,), start="run-it"),),
     )
-    monitor = HostMonitor(host, AgentSource(LocalTransport(host)), record=False)
+    clock = clock or FakeClock(T0)
+    monitor = HostMonitor(host, AgentSource(LocalTransport(host)), clock=clock.time, record=False)
     monitor.ingest_sample(HostSample("box", T0, None, gpus, processes))
     return monitor
 
@@ -84,7 +89,7 @@ def test_hostile_and_wide_text_stays_escaped_and_in_80_columns() -> None:
         ),
     )
     monitor = monitor_with(procs, (gpu(0), gpu(1)))
-    text = snapshot_table(monitor, T0)
+    text = snapshot_table(monitor)
     assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
     assert "\\x1b[2J" in text and "\\u202e" in text
     assert all(cells(row) <= 80 for row in text.splitlines()), text
@@ -93,11 +98,11 @@ def test_hostile_and_wide_text_stays_escaped_and_in_80_columns() -> None:
     assert cells(rows[1]) in (79, 80)  # the CJK command cut by columns, not characters
     assert text.count("NVIDIA H200") == 1 and "2 x NVIDIA H200" in text
     full = dataclasses.replace(gpu(2), memory_total_mib=143771, memory_used_mib=143771)
-    table = snapshot_table(monitor_with((), (gpu(0), full)), T0).splitlines()
+    table = snapshot_table(monitor_with((), (gpu(0), full))).splitlines()
     at = table[2].index("HEALTH")  # an H200 full: 140.4/140.4 keeps the column
     assert table[3][at:] == "ok" and table[4][at:].startswith("critical (GPU 2 memory 100")
     assert "140.4/140.4" in table[4]
-    wide = snapshot_table(monitor, T0, width=None)
+    wide = snapshot_table(monitor, width=None)
     assert "x" * 120 in wide and "\x1b" not in wide
 
 
@@ -139,7 +144,7 @@ def test_the_snapshot_and_the_dashboard_say_a_process_the_same() -> None:
     assert (other.where, other.pid, other.user) == ("CT201", "h2419000", "alice")
     assert process_columns(files, 200).command.endswith("(uses GPUs 0-2,5, device files)")
     assert process_columns(ours, None).where == ""
-    text = snapshot_table(monitor_with((ours, theirs), (gpu(0),)), T0)
+    text = snapshot_table(monitor_with((ours, theirs), (gpu(0),)))
     assert "\n  0  CT200    861      root        1.0  python3 -m train\n" in text
     assert "\n  0  CT201    h2419000 alice       6.0  jupyter-lab" in text
     assert "contain" not in text
@@ -206,20 +211,22 @@ def test_a_value_not_reported_is_left_out_never_0() -> None:
 
 
 def test_check_line_ends_in_perfdata_and_without_a_sample_has_none() -> None:
-    monitor = monitor_with((), (gpu(0, used=int(70.5 * GIB)), gpu(1, temp=71.0)))
-    _, line = check_verdict(monitor, T0)
+    clock = FakeClock(T0)
+    monitor = monitor_with((), (gpu(0, used=int(70.5 * GIB)), gpu(1, temp=71.0)), clock)
+    _, line = check_verdict(monitor)
     assert line.endswith(
         "| fullest_gpu_mem=56.7%;95;98.5 hottest_gpu_c=71 alerts_critical=0 alerts_warning=0"
     ), line
     sick = dataclasses.replace(gpu(0), health=Health.WARNING, problems=("[bad | thing]",))
-    code, line = check_verdict(monitor_with((), (sick,)), T0)
+    code, line = check_verdict(monitor_with((), (sick,)))
     assert code is CheckCode.WARNING
     assert line.count("|") == 1 and "[bad \\x7c thing]" in line  # one pipe: the perfdata's
     host = HostConfig(name="nobody", kind="local", kernel_log=False)
     empty = HostMonitor(host, AgentSource(LocalTransport(host)), record=False)
-    _, line = check_verdict(empty, T0)
+    _, line = check_verdict(empty)
     assert "|" not in line and line.startswith("UNKNOWN nobody:")
-    code, line = check_verdict(monitor, T0 + 3600)  # the same data an hour later: stale
+    clock.advance(3600)
+    code, line = check_verdict(monitor)  # the same data an hour later: stale
     assert code is CheckCode.UNKNOWN and "|" not in line
 
 

@@ -177,7 +177,7 @@ def test_the_monitor_check_snapshot_and_exporter_say_it() -> None:
     for t in range(12):
         monitor.ingest_sample(HostSample("box", T0 + t, None, (held(5),), (proc(7, 5),)))
     now = T0 + 11
-    code, line = check_verdict(monitor, now, [])
+    code, line = check_verdict(monitor, [])
     assert code is CheckCode.WARNING
     assert line.startswith("WARNING box: drafter's GPU 5 idle (0 %) for 11 s while holding 86 GiB")
     assert [a["kind"] for a in snapshot_json(monitor, now)["alerts"]] == ["gpu_idle_held"]
@@ -194,4 +194,4 @@ def test_the_monitor_check_snapshot_and_exporter_say_it() -> None:
 
     assert gauge() == 1
     monitor.ingest_sample(HostSample("box", T0 + 12, None, (held(5, util=80.0),)))
-    assert gauge() == 0 and check_verdict(monitor, T0 + 12, [])[0] is CheckCode.OK
+    assert gauge() == 0 and check_verdict(monitor, [])[0] is CheckCode.OK

@@ -87,7 +87,7 @@ def _header(
         HeaderInput(
             name="box",
             status=monitor.status,
-            shown_time=monitor.latest.time if monitor.latest else None,
+            age=monitor.stale_s(),
             now=clock.now,
             stale=monitor.is_stale(),
             interval=monitor.interval,

@@ -229,7 +229,7 @@ def _header(**kw: object) -> HeaderInput:
     base: dict[str, object] = dict(
         name="ct200",
         status=HostStatus(ConnState.CONNECTED, 0.0, source=Source.AGENT_NVML, transport="ssh x"),
-        shown_time=100.0,
+        age=0.4,
         now=100.4,
         stale=False,
         interval=1.0,
@@ -249,7 +249,9 @@ def test_header_reconnecting_stale_paused() -> None:
     status = HostStatus(
         ConnState.RECONNECTING, 0.0, error="connection refused", attempt=3, next_retry_at=104.0
     )
-    parts = header_parts(_header(status=status, now=112.0, stale=True, paused=True, alerts=2))
+    parts = header_parts(
+        _header(status=status, age=12.0, now=112.0, stale=True, paused=True, alerts=2)
+    )
     texts = [p.text for p in parts]
     assert "◌ reconnecting #3" in texts
     assert "retry in 4s" not in texts and "retry in <1s" in texts  # retry time has passed

@@ -251,7 +251,7 @@ def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         print(json.dumps(snapshot_json(monitor, now, incomplete), indent=2))
     else:
-        print(snapshot_table(monitor, now, incomplete, width=None if args.wide else TEXT_WIDTH))
+        print(snapshot_table(monitor, incomplete, width=None if args.wide else TEXT_WIDTH))
     return 0 if monitor.latest is not None else EXIT_UNKNOWN
 
 
@@ -269,8 +269,8 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     # The verdict rests on GPUs and alerts, not on the jobs' throughput: no waiting for
     # their rates (the sources' first rounds are waited for: who holds memory is one).
     run = _one_sample(host, _demo_only(args, host), args.timeout, rates=False, window=args.window)
-    monitor, now, incomplete = asyncio.run(run)
-    code, line = check_verdict(monitor, now, incomplete)
+    monitor, _, incomplete = asyncio.run(run)
+    code, line = check_verdict(monitor, incomplete)
     print(line)
     return int(code)
 

@@ -160,8 +160,8 @@ class DetailScreen(Screen[None]):
         sample = self.sample_of(m)
         pal = self.palette_of()
         gpu = _gpu(sample, idx)
-        now = m.clock()
-        stale = None if sample is None or not m.is_stale(now) else duration(now - sample.time)
+        age = None if sample is None or not m.is_stale() else m.age_s(sample)
+        stale = None if age is None else duration(age)
         text_key = (id(m), idx, id(sample), stale, self.window, pal, self.selected, self.size)
         if text_key != self._text_key:
             self._text_key = text_key

@@ -323,8 +323,8 @@ class HeaderInput:
 
     name: str
     status: HostStatus
-    shown_time: float | None  # arrival time of the sample on screen
-    now: float
+    age: float | None  # seconds since the sample on screen came (HostMonitor.age_s)
+    now: float  # the wall clock
     stale: bool
     interval: float
     alerts: int
@@ -361,13 +361,13 @@ def header_parts(h: HeaderInput) -> list[HeaderPart]:
         parts.append(HeaderPart(f"retry in {duration(wait)}", Role.MUTED, 70))
     if h.paused:
         parts.append(HeaderPart("PAUSED", Role.WARNING, 95, badge=True))
-    if h.shown_time is not None:
-        age = duration(h.now - h.shown_time)
+    if h.age is not None:
+        age = duration(h.age)
         if h.stale:
             parts.append(HeaderPart(f"stale {age}", stale_role or Role.CRITICAL, 94, badge=True))
         else:
             parts.append(HeaderPart(f"age {age}", Role.MUTED, 60))
-    if h.shown_time is not None or h.alerts:
+    if h.age is not None or h.alerts:
         text = alert_count_text(h.alerts, h.new_alerts)
         parts.append(HeaderPart(text, h.alert_role if h.alerts else Role.MUTED, 80))
     parts.append(HeaderPart(f"every {interval_text(h.interval)}", Role.MUTED, 40))

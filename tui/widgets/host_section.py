@@ -199,7 +199,7 @@ class HostSection(Vertical):
         # Not being refreshed is stale too: while reconnecting the values are only a memory.
         # A replay that ended is not: its last sample is what the recording holds.
         down = m.status.state != ConnState.CONNECTED and ctx.replay is None
-        stale = shown is not None and (m.is_stale(ctx.now) or down)
+        stale = shown is not None and (m.is_stale() or down)
         self._refresh_header(ctx, stale)
         shown_rows = self.gpu_rows.view
         if not rows and stale == self._stale and shown_rows is not None and shown_rows.rows:
@@ -222,7 +222,7 @@ class HostSection(Vertical):
                         HeaderInput(
                             name=m.name,
                             status=m.status,
-                            shown_time=shown.time if shown else None,
+                            age=None if shown is None else m.age_s(shown),
                             now=ctx.now,
                             stale=stale,
                             interval=m.interval,
@@ -231,7 +231,7 @@ class HostSection(Vertical):
                             alert_role=count.role,
                             paused=ctx.paused,
                             replay=ctx.replay,
-                            no_data=ctx.replay is None and m.no_data(ctx.now),
+                            no_data=ctx.replay is None and m.no_data(),
                             stale_alert=stale_alert,
                         )
                     )
