@@ -11,12 +11,13 @@ cannot reach (``host_unreachable``), a connected one that sends nothing (``stale
 and a driver that says why nothing comes (``driver_error``) are alerts like any other.
 
 Two clocks: ``clock`` (the wall clock) dates what is said and recorded (samples, alerts);
-every age and timeout is judged on ``watch_clock()``, the monotonic clock from when data
-was received, less the spans gpumon itself did not run. A wall-clock step (NTP, a clock
-set by hand) changes no verdict, and neither does gpumon being stopped (SIGSTOP, a paused
-VM): ``CLOCK_MONOTONIC`` runs on through a SIGSTOP, so afterwards every host would look
-silent for as long as gpumon was stopped. Such a span is seen as a gap in gpumon's own
-tick (``SUSPENDED_AFTER_S``) and left out, so each source has its usual time to answer.
+every age and timeout is counted on ``ticks`` (monotonic) from when data was received, so
+a wall-clock step (NTP, a clock set by hand) changes no verdict. The data's age
+(``stale_s``) is its true age; a silence is judged on ``watch_clock()``, which leaves out
+the spans gpumon itself did not run (SIGSTOP, a paused VM): ``CLOCK_MONOTONIC`` runs on
+through a SIGSTOP, so afterwards every host would look silent for as long as gpumon was
+stopped. Such a span is seen as a gap in gpumon's own tick (``SUSPENDED_AFTER_S``) and
+left out, so each source has its usual time to answer before it is judged silent.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class HostMonitor:
         self._sleep = sleep
         self._unwatched_s = 0.0  # spans gpumon did not run (``watch_clock``)
         self._beat: float | None = None  # the last reading of ``_ticks`` while started
-        self._stopped_at: float | None = None  # ``watch_clock`` when ``stop`` began
+        self._stopped_at: float | None = None  # ``ticks`` when ``stop`` began
         self.interval = host.interval
         self.status = HostStatus(ConnState.CONNECTING, clock(), transport=source.label)
         self.latest: HostSample | None = None
@@ -151,7 +152,9 @@ class HostMonitor:
         self.samples = 0
         # On ``watch_clock``: when the last round came, the first one (FIRST_ROUNDS_S),
         # the start (blind since then until the first round), the connection state's
-        # start and the Proxmox host's last process list.
+        # start and the Proxmox host's last process list; on ``ticks``: when the newest
+        # sample came (its age).
+        self._latest_came: float | None = None
         self._last_data_at: float | None = None
         self._first_data_at: float | None = None
         self._started_at = self.watch_clock()
@@ -203,12 +206,16 @@ class HostMonitor:
         self.listeners.add(listener)
 
     def watch_clock(self) -> float:
-        """Now on the clock every age is judged by: ``ticks`` (monotonic), less the spans
+        """Now on the clock silences are judged by: ``ticks`` (monotonic), less the spans
         gpumon itself did not run while started. A reading more than
         ``SUSPENDED_AFTER_S`` past the watchdog's period after the previous one is such a
-        span, beyond that period. A stopped monitor's clock stands at its stop: a one-shot
-        judges the ages as they were when it stopped watching, not after the wait for
-        the target's processes to end."""
+        span, beyond that period."""
+        return self._now() - self._unwatched_s
+
+    def _now(self) -> float:
+        """``ticks`` now, noting a span gpumon did not run (``watch_clock``). A stopped
+        monitor's clock stands at its stop: a one-shot judges the ages as they were when
+        it stopped watching, not after the wait for the target's processes to end."""
         if self._stopped_at is not None:
             return self._stopped_at
         t = self._ticks()
@@ -224,13 +231,14 @@ class HostMonitor:
                     gap,
                 )
             self._beat = max(self._beat, t)
-        return t - self._unwatched_s
+        return t
 
     def stale_s(self) -> float | None:
-        """Age of the newest GPU sample in seconds, since it came; None before the first."""
-        if self.latest is None or self._last_data_at is None:
+        """Age of the newest GPU sample in seconds, since it came (a span gpumon did not
+        run included: the values on show are that old); None before the first."""
+        if self.latest is None or self._latest_came is None:
             return None
-        return max(self.watch_clock() - self._last_data_at, 0.0)
+        return max(self._now() - self._latest_came, 0.0)
 
     def age_s(self, sample: HostSample) -> float | None:
         """Seconds since ``sample`` came (the newest, or an older one on a paused screen:
@@ -345,7 +353,7 @@ class HostMonitor:
         self.histories.clear()
         self.samples = 0
         self.log_flow.clear()
-        self._last_data_at = self._first_data_at = None
+        self._last_data_at = self._first_data_at = self._latest_came = None
         self._smi_failure = None
         self._gaps.clear()
         self.alerts.reset()
@@ -370,7 +378,7 @@ class HostMonitor:
             self.check_silence()
 
     async def stop(self) -> None:
-        self._stopped_at = self.watch_clock()
+        self._stopped_at = self._now()
         self._beat = None
         for task in (self._watchdog, self._task):
             if task is not None:
@@ -439,6 +447,7 @@ class HostMonitor:
         self.latest = sample
         self.samples += 1
         now = self.clock()
+        self._latest_came = self._now()
         came = self.watch_clock()
         if self._last_data_at is not None and self.status.state == ConnState.CONNECTED:
             self._gaps.append(max(came - max(self._last_data_at, self._state_since), 0.0))
@@ -567,8 +576,9 @@ class HostMonitor:
         self._count_log_flow(tag, path, len(lines), dropped, skipped_bytes, now)
         # On the samples' clock (the target's), which a recording and its replay run on.
         at = now
-        if self.latest is not None and self._last_data_at is not None:
-            at = self.latest.time + max(self.watch_clock() - self._last_data_at, 0.0)
+        age = self.stale_s()
+        if self.latest is not None and age is not None:
+            at = self.latest.time + age
         self.recorder.record_log(tag, path, lines, at, backlog=backlog)
         self.workloads.on_log(tag, path, lines, now, backlog=backlog)
         gpus = job.gpus if job and job.gpus else None

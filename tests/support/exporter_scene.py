@@ -19,10 +19,12 @@ def exporter_page() -> bytes:
     """The exporter's ``/metrics`` body for the scene, as ``MetricsServer`` serves it."""
     settings = demo_settings(demo_time=30, frozen=True)
     sample = sim_sample(sim_printers(settings), settings, 30.0)
+    now = [sample.time]  # the monitor's clock: the sample comes, then 2 s pass
     monitor = make_monitor(
-        HostConfig(name="ct200", kind="local"), record=False, clock=lambda: sample.time + 2.0
+        HostConfig(name="ct200", kind="local"), record=False, clock=lambda: now[0]
     )
     monitor.ingest_sample(sample)
+    now[0] += 2.0
     ooms = OomCounter()
     ooms.attach(monitor)
     for _ in range(2):
