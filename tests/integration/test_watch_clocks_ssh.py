@@ -40,7 +40,7 @@ pytestmark = pytest.mark.integration
 
 # A short critical threshold keeps the stop short: 10 intervals of 1 s (its floor).
 ALERTS = "[hosts.box.alerts]\nstale_warning_intervals = 5\nstale_critical_intervals = 10\n"
-STOPPED_S = 12.0  # longer than the critical threshold  # longer than the critical threshold
+STOPPED_S = 12.0  # longer than the critical threshold
 
 
 @pytest.fixture
@@ -113,14 +113,24 @@ def test_a_watch_stopped_longer_than_the_critical_threshold_pages_nothing_on_res
         _the_hang_is_paged_first(sshd, rx, log)
 
 
+@contextlib.contextmanager
+def _watch_on_a_wall_clock(
+    sshd: SshServer, env: dict[str, str], rx: Receiver, tmp: Path
+) -> Iterator[tuple[WallClock, int, Path]]:
+    """A watch whose wall clock the test steps (``WallClock``), once it has data from
+    ``box``; its wall clock, metrics port and log."""
+    port = free_port()
+    cfg, log = _config(sshd, rx, tmp, port)
+    wall = WallClock(tmp / "faketime.rc")
+    with Watch(cfg, wall.env(env), log):
+        wait_agent_up(port, log)
+        yield wall, port, log
+
+
 def test_a_wall_clock_step_forward_pages_nothing(
     sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
 ) -> None:
-    port = free_port()
-    cfg, log = _config(sshd, rx, tmp_path, port)
-    wall = WallClock(tmp_path / "faketime.rc")
-    with Watch(cfg, wall.env(client_env), log):
-        wait_agent_up(port, log)
+    with _watch_on_a_wall_clock(sshd, client_env, rx, tmp_path) as (wall, port, log):
         wall.step(+3600)
         _fresh_sample(port, log)
         _the_hang_is_paged_first(sshd, rx, log)
@@ -129,11 +139,7 @@ def test_a_wall_clock_step_forward_pages_nothing(
 def test_a_hang_during_a_wall_clock_step_back_is_paged_in_its_usual_time(
     sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
 ) -> None:
-    port = free_port()
-    cfg, log = _config(sshd, rx, tmp_path, port)
-    wall = WallClock(tmp_path / "faketime.rc")
-    with Watch(cfg, wall.env(client_env), log):
-        wait_agent_up(port, log)
+    with _watch_on_a_wall_clock(sshd, client_env, rx, tmp_path) as (wall, _, log):
         assert hook_events(rx) == []
         (sshd.root / "smi-mode").write_text("stall", encoding="utf-8")
         wall.step(-1800)  # while nvidia-smi hangs, before its page is due
