@@ -409,11 +409,18 @@ def driver_floor(table: VariantTable, series: str, variant: str) -> tuple[str | 
 
 
 def _driver_fix(f: Facts, floor: str) -> str:
-    """Upgrade the driver, or swap to a CUDA 12 build that exists for it."""
+    """Upgrade the driver, or swap to a CUDA 12 build that exists for it. A build taken
+    from the built-in table because the target's index could not be read says so: the
+    user checks the index before trusting it."""
     choice = cuda12_choice(f) if needs_cuda12(f) else None
     if isinstance(choice, str):
         return f"upgrade the driver to >= {floor} ({choice})"
-    return f"upgrade the driver to >= {floor}, or {_swap_fix(f)}"
+    fix = f"upgrade the driver to >= {floor}, or {_swap_fix(f)}"
+    offers = f.raw.get("index_cuda12")
+    why = offers.get("error") if choice is not None and isinstance(offers, dict) else None
+    if why:
+        fix += f" (a build the built-in table knows; the index could not be read: {why})"
+    return fix
 
 
 def check_driver(f: Facts, table: VariantTable) -> Check:
