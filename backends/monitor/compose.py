@@ -4,6 +4,7 @@ sources never build a monitor: ``state`` imports them)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -31,8 +32,10 @@ def demo_settings(
     demo_time: float = 0.0,
     frozen: bool = False,
     now: float | None = None,
+    hold: str | None = None,
 ) -> SimSettings:
-    """Simulator settings whose scenario clock reads ``demo_time`` now and runs at ``speed``."""
+    """Simulator settings whose scenario clock reads ``demo_time`` now and runs at ``speed``;
+    with ``hold`` (a file) it stays at ``demo_time`` until that file exists."""
     from gpumon.backends.sim.scenario import SimSettings
 
     now = time.time() if now is None else now
@@ -42,6 +45,9 @@ def demo_settings(
         speed=speed,
         t0=now - demo_time / speed,
         frozen_at=demo_time if frozen else None,
+        # absolute: the simulator's processes do not share gpumon's working directory
+        hold_file=None if hold is None else os.path.abspath(hold),
+        hold_at=None if hold is None else demo_time,
     )
 
 

@@ -45,6 +45,7 @@ from gpumon.backends.sim.scenario import (
     DrafterRun,
     SimSettings,
     drafter_run,
+    held,
     oom_gpu_memory,
     scenario_time,
     wall_time,
@@ -59,6 +60,7 @@ SITE = "/root/venv/lib/python3.12/site-packages"
 VISIBLE = ",".join(str(g) for g in DRAFTER_GPUS)
 LOCAL_OOM_GPU = DRAFTER_GPUS.index(OOM_GPU)  # "GPU 1" in torch's message is physical GPU 6
 STALL_SEQ = 8812  # the all-reduce the stall scenario's ranks hang in
+HOLD_POLL_S = 0.05  # a held clock's release is seen this soon (its other parts read it at once)
 
 _TRACEBACK = f"""Traceback (most recent call last):
   File "{SCRIPT}", line 418, in <module>
@@ -175,14 +177,16 @@ def log_events(settings: SimSettings, name: str, run: DrafterRun) -> Iterator[tu
 
 
 def _wait_until(settings: SimSettings, t: float) -> None:
-    """Sleep until scenario time ``t``; with a frozen clock that never comes, sleep forever."""
+    """Sleep until scenario time ``t``; with a frozen clock that never comes, sleep forever.
+    While the clock is held, ``t``'s wall time is not known yet: its hold file is looked
+    for every ``HOLD_POLL_S``."""
     if settings.frozen_at is not None:
         while t > settings.frozen_at:
             time.sleep(3600)
         return
     delay = wall_time(settings, t) - time.time()
     while delay > 0:
-        time.sleep(delay)
+        time.sleep(min(delay, HOLD_POLL_S) if held(settings) else delay)
         delay = wall_time(settings, t) - time.time()
 
 

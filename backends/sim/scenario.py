@@ -35,7 +35,10 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Six scenarios (
   spin). At the same moment server 1 starts one long chunked prefill: its decode counter
   stands still too, but its prefill counter and ``Prefill batch`` lines move (not hung).
 
-Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. Noise comes from
+Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. A held clock
+(``hold_file``, ``--demo-hold``) reads ``hold_at`` until that file exists and runs on from
+there at its modification time: every part of the simulator (separate processes) reads the
+same file, so they pause and resume together. Noise comes from
 ``random.Random(f"{seed}:{gpu}:{tick}")`` with ``tick`` the sample tick of scenario time, so
 the same settings and time always give the same values. Standard library only.
 """
@@ -43,7 +46,9 @@ the same settings and time always give the same values. Standard library only.
 from __future__ import annotations
 
 import math
+import os
 import random
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -69,7 +74,8 @@ INIT_FAULTS = (  # nvidia-smi fails before printing anything (texts and codes li
 )
 
 ENV_VARS = tuple(
-    f"GPUMON_SIM_{name}" for name in ("SCENARIO", "SEED", "SPEED", "T0", "FROZEN", "DIR", "FAULT")
+    f"GPUMON_SIM_{name}"
+    for name in ("SCENARIO", "SEED", "SPEED", "T0", "FROZEN", "DIR", "FAULT", "HOLD", "HOLD_AT")
 )
 
 GPU_COUNT = 8
@@ -139,9 +145,12 @@ class SimSettings:
     """Everything that determines what the simulated machine prints.
 
     ``t0`` is the local epoch second at which scenario time is 0; ``frozen_at`` (scenario
-    seconds) stops the clock. ``restarts`` (scenario seconds) are read from ``state_dir``
-    by ``state.with_state``; they are not carried in the environment.
-    Raises ValueError for an unknown scenario or fault, or a speed that is not > 0.
+    seconds) stops the clock. ``hold_file`` holds it at ``hold_at`` (scenario seconds,
+    reached at ``t0 + hold_at / speed``) until that file exists (``scenario_time``).
+    ``restarts`` (scenario seconds) are read from ``state_dir`` by ``state.with_state``;
+    they are not carried in the environment.
+    Raises ValueError for an unknown scenario or fault, a speed that is not > 0, or a hold
+    file without its time (or a time without its file).
     """
 
     scenario: str = "training-oom"
@@ -154,12 +163,16 @@ class SimSettings:
     restarts: tuple[float, ...] = ()
     stops: tuple[float, ...] = ()  # the drafter was stopped (SIGTERM) at these times
     kills: tuple[float, ...] = ()  # the foreign jupyter was killed at these times
+    hold_file: str | None = None
+    hold_at: float | None = None
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
             raise ValueError(f"unknown simulator scenario {self.scenario!r}; known: {SCENARIOS}")
         if not (math.isfinite(self.speed) and self.speed > 0):
             raise ValueError(f"simulator speed must be > 0, got {self.speed!r}")
+        if (self.hold_file is None) != (self.hold_at is None):
+            raise ValueError("a held simulator clock needs both its file and its time")
         parse_fault(self.fault)
 
     def to_env(self) -> dict[str, str]:
@@ -176,6 +189,9 @@ class SimSettings:
             env["GPUMON_SIM_DIR"] = self.state_dir
         if self.fault:
             env["GPUMON_SIM_FAULT"] = self.fault
+        if self.hold_file is not None and self.hold_at is not None:
+            env["GPUMON_SIM_HOLD"] = self.hold_file
+            env["GPUMON_SIM_HOLD_AT"] = repr(self.hold_at)
         return env
 
     @classmethod
@@ -212,6 +228,8 @@ class SimSettings:
             frozen_at=number("GPUMON_SIM_FROZEN"),
             state_dir=get("GPUMON_SIM_DIR"),
             fault=get("GPUMON_SIM_FAULT"),
+            hold_file=get("GPUMON_SIM_HOLD"),
+            hold_at=number("GPUMON_SIM_HOLD_AT"),
         )
 
 
@@ -323,15 +341,45 @@ class SimProcess:
 
 
 def scenario_time(settings: SimSettings, now: float) -> float:
-    """Scenario seconds at local epoch time ``now`` (``frozen_at`` when the clock is frozen)."""
+    """Scenario seconds at local epoch time ``now`` (``frozen_at`` when the clock is frozen;
+    ``hold_at`` while it is held, and from its release on, on from there)."""
     if settings.frozen_at is not None:
         return settings.frozen_at
-    return (now - settings.t0) * settings.speed
+    t = (now - settings.t0) * settings.speed
+    if settings.hold_at is None or t <= settings.hold_at:
+        return t
+    released = released_at(settings)
+    if released is None:
+        return settings.hold_at
+    return settings.hold_at + max(now - released, 0.0) * settings.speed
 
 
 def wall_time(settings: SimSettings, t: float) -> float:
-    """The local epoch time at which scenario time ``t`` happens (inverse of scenario_time)."""
-    return settings.t0 + t / settings.speed
+    """The local epoch time at which scenario time ``t`` happens (inverse of scenario_time).
+    A time after a hold that is not released yet has no wall time: the soonest it can
+    come (were the clock let go now) stands in for it."""
+    if settings.hold_at is None or t <= settings.hold_at:
+        return settings.t0 + t / settings.speed
+    released = released_at(settings)
+    return (time.time() if released is None else released) + (t - settings.hold_at) / settings.speed
+
+
+def released_at(settings: SimSettings) -> float | None:
+    """When a held clock was let go: its hold file's modification time, not before the hold
+    began (a file that was there already holds nothing); None while the file is missing
+    (or without a hold)."""
+    if settings.hold_file is None or settings.hold_at is None:
+        return None
+    try:
+        made = os.stat(settings.hold_file).st_mtime
+    except OSError:
+        return None
+    return max(made, settings.t0 + settings.hold_at / settings.speed)
+
+
+def held(settings: SimSettings) -> bool:
+    """Whether the scenario clock waits for its hold file now."""
+    return settings.hold_file is not None and released_at(settings) is None
 
 
 def sample_tick(t: float) -> int:

@@ -50,7 +50,13 @@ from gpumon.backends.sim import (
     write_job_wrapper,
     write_wrapper,
 )
-from gpumon.backends.sim.scenario import JUPYTER_MIB, JUPYTER_PID
+from gpumon.backends.sim.scenario import (
+    JUPYTER_MIB,
+    JUPYTER_PID,
+    held,
+    released_at,
+    wall_time,
+)
 
 pytestmark = pytest.mark.system
 
@@ -178,6 +184,59 @@ def test_settings_round_trip_through_the_environment() -> None:
         SimSettings(scenario="nope")
     with pytest.raises(ValueError, match="fault"):
         SimSettings(fault="gpu_lost:9")
+
+
+def test_a_held_clock_reads_its_start_until_its_file_exists_then_runs_on(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    s = SimSettings(t0=100.0, speed=2.0, hold_file=str(go), hold_at=48.0)  # held from 124.0
+    assert scenario_time(s, 110.0) == 20.0  # before the hold (a demo starts at it)
+    assert scenario_time(s, 124.0) == scenario_time(s, 1e6) == 48.0
+    assert held(s) and wall_time(s, 40.0) == 120.0  # its past is where it was
+    go.touch()
+    os.utime(go, (200.0, 200.0))  # let go at 200.0: 76 s of wall time after the hold began
+    assert not held(s) and released_at(s) == 200.0
+    assert scenario_time(s, 150.0) == 48.0  # still held then
+    assert scenario_time(s, 203.0) == 54.0  # on from 48 s at 2x
+    assert wall_time(s, 54.0) == 203.0 and wall_time(s, 40.0) == 120.0
+    os.utime(go, (50.0, 50.0))  # the file was there before the hold: it holds nothing
+    assert scenario_time(s, 130.0) == (130.0 - 100.0) * 2.0
+    assert scenario_time(frozen(7.0, hold_file=str(go), hold_at=3.0), 1e9) == 7.0  # frozen wins
+    assert SimSettings.from_env(s.to_env()) == s
+    assert "GPUMON_SIM_HOLD" not in SimSettings().to_env()  # no hold: the demo as it was
+    with pytest.raises(ValueError, match="held"):
+        SimSettings(hold_file=str(go))
+
+
+def test_a_held_drafter_waits_for_its_file_and_nvidia_smi_with_it(tmp_path: Path) -> None:
+    """Separate processes share the hold: the drafter job and nvidia-smi stay before the
+    OOM for as long as the file is missing, well past when it would have come, and both
+    go on from there once it exists."""
+    from gpumon.backends.monitor import demo_settings
+
+    state, go, log = tmp_path / "state", tmp_path / "go", tmp_path / "drafter.log"
+    state.mkdir()
+    settings = dataclasses.replace(
+        demo_settings(demo_time=OOM_AT - 0.5, speed=4.0, hold=str(go)), state_dir=str(state)
+    )
+    due = settings.t0 + OOM_AT / settings.speed  # the OOM's wall time without the hold
+    exe = write_job_wrapper(tmp_path / "bin", settings)
+    job = subprocess.Popen([str(exe), "--log", str(log)], env=clean_env())
+    try:
+        assert len(wait_for_lines(log, int(OOM_AT), timeout=20)) == int(OOM_AT)  # its past
+        while time.time() < due + 1.0:
+            time.sleep(0.05)
+        assert job.poll() is None and "OutOfMemoryError" not in log.read_text()
+        out = smi_at(tmp_path, settings, PROCESS_QUERY, "--format=csv,noheader")
+        assert {int(r.split(", ")[0]) for r in out.stdout.splitlines()} >= {2418873, 2418874}
+        go.touch()
+        assert job.wait(timeout=20) == 1  # the OOM, 0.125 s after the release
+    finally:
+        if job.poll() is None:
+            job.kill()
+    last = log.read_text().splitlines()[-1]
+    assert last.startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    out = smi_at(tmp_path, settings, PROCESS_QUERY, "--format=csv,noheader")
+    assert not {int(r.split(", ")[0]) for r in out.stdout.splitlines()} & {2418873, 2418874}
 
 
 # ------------------------------------------------------------------ the nvidia-smi executable

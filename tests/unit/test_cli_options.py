@@ -5,9 +5,13 @@ simulator to build its parser)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+import pytest
 
 from gpumon.backends.sim.scenario import SCENARIOS
-from gpumon.tui.cli.options import common_options
+from gpumon.tui.cli.launch import VALUE_OPTIONS
+from gpumon.tui.cli.options import common_options, sim_settings
 
 
 def test_the_scenario_choices_are_the_simulators() -> None:
@@ -17,3 +21,25 @@ def test_the_scenario_choices_are_the_simulators() -> None:
     assert scenario.choices is not None
     assert tuple(scenario.choices) == SCENARIOS
     assert scenario.default in SCENARIOS
+
+
+def test_every_shared_option_with_a_value_is_known_to_the_early_agents_guess() -> None:
+    """``launch.early_agent_wanted`` must skip an option's value, or ``snapshot
+    --demo-hold local demo`` would read as ``snapshot local``."""
+    parser = argparse.ArgumentParser()
+    common_options(parser)
+    valued = {o for a in parser._actions if a.nargs != 0 for o in a.option_strings}
+    assert "--demo-hold" in valued and valued <= VALUE_OPTIONS
+
+
+def test_demo_hold_holds_the_clock_at_demo_time_on_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = argparse.ArgumentParser()
+    common_options(parser)
+    monkeypatch.chdir(tmp_path)
+    held = sim_settings(parser.parse_args(["--demo-time", "48", "--demo-hold", "go"]))
+    # absolute: the simulator's processes do not run where gpumon was started
+    assert (held.hold_file, held.hold_at) == (str(tmp_path / "go"), 48.0)
+    plain = sim_settings(parser.parse_args(["--demo-time", "48"]))
+    assert (plain.hold_file, plain.hold_at) == (None, None)  # the user's demo runs as before

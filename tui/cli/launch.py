@@ -30,6 +30,7 @@ VALUE_OPTIONS = frozenset(
         "--scenario",
         "--demo-speed",
         "--demo-time",
+        "--demo-hold",
         "--demo-seed",
     )
 )

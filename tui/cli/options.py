@@ -18,7 +18,8 @@ __all__ = ["common_options", "sim_settings", "version_text"]
 
 def common_options(parser: argparse.ArgumentParser) -> None:
     """Add the options every command takes: ``--read-only``, ``--config`` and the demo
-    machine's (``--scenario``, ``--demo-speed``, ``--demo-time``, ``--demo-seed``)."""
+    machine's (``--scenario``, ``--demo-speed``, ``--demo-time``, ``--demo-hold``,
+    ``--demo-seed``)."""
     parser.add_argument(
         "--read-only", action="store_true", help="refuse every action that changes a machine"
     )
@@ -55,6 +56,11 @@ def common_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="start the scenario clock at SECONDS (e.g. 45: just before the OOM)",
     )
+    demo.add_argument(
+        "--demo-hold",
+        metavar="FILE",
+        help="hold the scenario clock at --demo-time until FILE exists, then run on from there",
+    )
     demo.add_argument("--demo-seed", type=int, default=0, metavar="N", help="noise seed")
     demo.add_argument("--demo-frozen", action="store_true", help=argparse.SUPPRESS)
 
@@ -70,6 +76,7 @@ def sim_settings(args: argparse.Namespace) -> SimSettings:
         speed=args.demo_speed,
         demo_time=args.demo_time,
         frozen=args.demo_frozen,
+        hold=args.demo_hold,
     )
 
 
