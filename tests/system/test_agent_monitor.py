@@ -34,6 +34,7 @@ from gpumon.backends.sim import write_wrapper
 from gpumon.backends.sim.scenario import JUPYTER_MIB, JUPYTER_PID
 from gpumon.backends.transport import ssh_command, wrap_container
 
+from held_demo import HeldDemo, drafter_read
 from waiting import until
 
 pytestmark = pytest.mark.system
@@ -379,15 +380,15 @@ def test_history_keeps_the_newest_when_resized() -> None:
     assert len(hist) == 7 and hist.maxlen == 10
 
 
-async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None:
+async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom(tmp_path: Path) -> None:
     from gpumon.backends.actions import Session, audit
 
-    # The scenario clock at 4x: the OOM comes 5 s in (after the agent follows the log: an
-    # OOM already in the log's backlog at start is never restarted automatically) and the
-    # restarted drafter refills its GPU four times as fast (the backoff and the verify time
-    # stay real seconds).
-    settings = demo_settings(demo_time=40, speed=4.0)
-    monitor = make_monitor(resolve_host(Config(path=None), "demo"), settings)
+    # The scenario clock held at 40 s until the agent has read the drafter's log (an OOM
+    # already in the log's backlog at start is never restarted automatically), then at 4x:
+    # the OOM 5 s after the release, and the restarted drafter refills its GPU four times
+    # as fast (the backoff and the verify time stay real seconds).
+    held = HeldDemo(tmp_path)
+    monitor = make_monitor(resolve_host(Config(path=None), "demo"), held.settings(40, 4.0))
     drafter = monitor.host.job("drafter")
     assert drafter is not None and not drafter.auto_restart  # off by default
     monitor.host = replace(monitor.host, jobs=(replace(drafter, auto_restart=True),))
@@ -395,6 +396,8 @@ async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom() -> None
     session.watch(monitor)
     monitor.start()
     try:
+        await until(lambda: drafter_read(monitor), 60, "the drafter's log read")
+        held.release()
         deadline = time.monotonic() + 90
         seen_empty = refilled = False
         while not refilled:

@@ -6,21 +6,35 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
 from gpumon.backends.config import Config, resolve_host
-from gpumon.backends.monitor import demo_settings, make_monitor
+from gpumon.backends.monitor import make_monitor
 from gpumon.backends.workloads import JobState
+
+from held_demo import HeldDemo, drafter_read
+from waiting import until
 
 pytestmark = pytest.mark.system
 
 
-async def test_the_drafters_oom_names_the_foreign_jupyter() -> None:
-    settings = demo_settings(demo_time=50.0, speed=2.0)  # the OOM comes 5 s from now
-    monitor = make_monitor(resolve_host(Config(path=None), "demo"), settings, record=False)
+async def test_the_drafters_oom_names_the_foreign_jupyter(tmp_path: Path) -> None:
+    # Held at 50 s (the jupyter holds its 6 GiB since 32 s) until every source answered
+    # once, the Proxmox host's process list too, and the drafter's log was read: the OOM
+    # comes 5 s after the release at 2x, live.
+    held = HeldDemo(tmp_path)
+    host = resolve_host(Config(path=None), "demo")
+    monitor = make_monitor(host, held.settings(50.0, 2.0), record=False)
     monitor.start()
     try:
+        await until(
+            lambda: drafter_read(monitor) and not monitor.waiting_for(),
+            60,
+            lambda: f"the first rounds: waiting for {monitor.waiting_for()}",
+        )
+        held.release()
         drafter = monitor.workloads.jobs["drafter"]
         deadline = time.monotonic() + 40
         while drafter.state is not JobState.CRASHED:

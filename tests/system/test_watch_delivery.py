@@ -4,12 +4,12 @@ receiver goes down, the watch is restarted mid-outage, and when the receiver is 
 open and resolve arrives once, in order. Also: SIGHUP reloads the notifiers, SIGTERM exits
 0, ``gpumon notify test`` and ``gpumon notify status``.
 
-The demo runs from scenario time 36 s at 4x with the drafter's auto-restart on: the OOM
-comes ~6 s in, after the first read of its log and the hub's settling samples (from 45 s,
-~4 s in, a loaded machine's slow start could read it as backlog), so it is a live crash
-that the auto-restart follows even on a loaded machine; the automatic restart (10 s
-backoff, 3 s verify) refills the drafter beside CT 201's jupyter, the OOM's cause, which
-keeps the incident open until the test stops it as the fix's first step says (the
+The demo's clock is held at scenario time 30 s, before CT 201's jupyter comes at 32 s,
+until the watch's exporter says the drafter's step (its log read): every alert knows the
+drafter's GPUs (one incident). Then it runs 4x with the drafter's auto-restart on: the OOM
+comes 7.5 s after the release, a live crash that the auto-restart follows; the automatic
+restart (10 s backoff, 3 s verify) refills the drafter beside the jupyter, the OOM's cause,
+which keeps the incident open until the test stops it as the fix's first step says (the
 dashboard's K)."""
 
 from __future__ import annotations
@@ -20,15 +20,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from demo_holder import stop_the_holder
+from held_demo import HeldDemo, exporter_read_drafter
 from notify_schema import check_ntfy, check_pagerduty, check_signature, check_slack, check_webhook
 from pagers import PagerDutyService
+from prometheus import free_port
 from receiver import Receiver
 
 pytestmark = pytest.mark.system
@@ -93,8 +95,12 @@ class Watch:
         return [x for x in self.lines() if "event" in x]
 
     def wait_log(self, pred: Any, timeout: float) -> None:
+        self.wait(lambda: any(pred(x) for x in self.lines()), timeout)
+
+    def wait(self, condition: Callable[[], bool], timeout: float) -> None:
+        """Until ``condition()`` holds; fails with the log's end if the watch exits first."""
         deadline = time.monotonic() + timeout
-        while not any(pred(x) for x in self.lines()):
+        while not condition():
             assert self.proc.poll() is None, self.log.read_text()[-2000:]
             assert time.monotonic() < deadline, self.log.read_text()[-2000:]
             time.sleep(0.2)
@@ -130,11 +136,14 @@ def test_every_message_arrives_once_in_order_across_an_outage_and_a_restart(
     cfg = tmp_path / "config.toml"
     cfg.write_text(config(rx))
     log = tmp_path / "watch.log"
-    demo = ("--demo-time", "36", "--demo-speed", "4", "--demo-auto-restart")
+    held, port = HeldDemo(tmp_path), free_port()
+    demo = ("--demo-time", "30", "--demo-speed", "4", "--demo-auto-restart", *held.args)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    first = Watch(cfg, log, *demo, tmp=tmp)
+    first = Watch(cfg, log, *demo, "--metrics-port", str(port), tmp=tmp)
     try:
+        first.wait(lambda: exporter_read_drafter(port), 60)
+        held.release()
         # The OOM (its memory warning opened the incident, or the OOM itself); the first
         # message of each notifier goes out at once.
         first.wait_log(

@@ -4,10 +4,12 @@ one alert in Alertmanager, with the right labels, and the automatic restart with
 jupyter (the OOM's cause, which the restart leaves on GPU 6) stopped resolves it;
 Prometheus scrapes the exporter and answers PromQL for GPU 6's memory and the OOM counter.
 
-The demo's clock starts at 36 s and runs 4x: the OOM comes ~6 s in, after the first read of
-the drafter's log, so it is a live crash that the auto-restart follows (from 57 s a loaded
-machine read it as backlog and the test failed; 45 s, ~4 s in, left little margin); the
-restarted drafter refills its GPU in 5 s (the auto-restart's 10 s backoff stays real time)."""
+The demo's clock is held at 30 s, before the story's first alert (CT 201's jupyter at 32
+s), until the watch has read the drafter's log (and, for the incident, the hub counts the
+demo's alerts): every alert then knows the drafter's GPUs (one incident). Then it runs 4x:
+the OOM comes 7.5 s after the release, a live crash that the auto-restart follows and the
+OOM counter counts; the restarted drafter refills its GPU in 5 s (the auto-restart's 10 s
+backoff stays real time)."""
 
 from __future__ import annotations
 
@@ -22,10 +24,11 @@ import pytest
 
 from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
-from gpumon.backends.monitor import HostMonitor, demo_settings
+from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.notify.watch import WatchService
 
 from demo_holder import stop_the_holder
+from held_demo import HeldDemo, drafter_read, hub_counts
 from prometheus import AlertmanagerServer, PrometheusServer, free_port
 from waiting import until
 
@@ -62,11 +65,17 @@ async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_i
             retry_first_s=0.2,
         )
         host = resolve_host(Config(path=None), "demo")
-        service = WatchService(
-            [host], settings, sim=demo_settings(demo_time=36, speed=4.0), prepare=auto_restart
-        )
+        held = HeldDemo(tmp_path)
+        service = WatchService([host], settings, sim=held.settings(30, 4.0), prepare=auto_restart)
         await service.start()
         try:
+            monitor = service.monitors["demo"]
+            await until(
+                lambda: drafter_read(monitor) and hub_counts(monitor),
+                60,
+                "the drafter's log read and the hub's first samples",
+            )
+            held.release()
             counted: list[int] = []  # the drafter's active alerts, at every look
 
             def drafter_alerts() -> list[dict[str, Any]]:
@@ -142,10 +151,14 @@ async def test_prometheus_scrapes_gpu6_memory_and_the_oom_counter(tmp_path: Path
     port = free_port()
     settings = NotifySettings(metrics_port=port)
     host = resolve_host(Config(path=None), "demo")
-    # The OOM 6 s from now, after the log's backlog is read (the counter counts live OOMs)
-    service = WatchService([host], settings, sim=demo_settings(demo_time=36, speed=4.0))
+    held = HeldDemo(tmp_path)
+    service = WatchService([host], settings, sim=held.settings(30, 4.0))
     await service.start()
     try:
+        # the counter counts live OOMs, not one in the log's backlog
+        monitor = service.monitors["demo"]
+        await until(lambda: drafter_read(monitor), 60, "the drafter's log read")
+        held.release()
         with PrometheusServer(tmp_path, [f"127.0.0.1:{port}"]) as prom:
             memory = 'gpumon_gpu_memory_used_bytes{host="demo",gpu="6"}'
             [row] = await until(

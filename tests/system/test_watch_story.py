@@ -1,9 +1,10 @@
 """``gpumon watch``'s own log tells the dashboard's story (issue 26.4): the real command on
-the demo (scenario time 36 s at 4x, the drafter's auto-restart on: the OOM 6 s in, after
-the first read of its log and the hub's settling samples, with margin for a slow start, so
-it is a live crash that the auto-restart follows; the restart after its 10 s backoff; then
-CT 201's jupyter, the OOM's cause that the restart leaves on GPU 6, is stopped as the
-fix's first step says), its text log read line by line.
+the demo (scenario time held at 30 s, before CT 201's jupyter comes at 32 s, until the
+watch's exporter says the drafter's step, its log read: every alert knows the drafter's
+GPUs; then 4x with the drafter's auto-restart on: the OOM 7.5 s after the release, a live
+crash that the auto-restart follows; the restart after its 10 s backoff; then the
+jupyter, the OOM's cause that the restart leaves on GPU 6, is stopped as the fix's first
+step says), its text log read line by line.
 
 - one failure is one incident: opened once, updated, resolved once (issue 26.4: the OOM
   line, the memory drop and the memory condition used to page three times);
@@ -25,11 +26,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from demo_holder import stop_the_holder
+from held_demo import HeldDemo, exporter_read_drafter
+from prometheus import free_port
 
 pytestmark = pytest.mark.system
 
@@ -48,8 +52,15 @@ def _when(line: str) -> float:
 
 
 def _wait(log: Path, proc: subprocess.Popen[bytes], pattern: str, timeout: float) -> None:
+    _wait_until(log, proc, lambda: pattern in log.read_text(), timeout)
+
+
+def _wait_until(
+    log: Path, proc: subprocess.Popen[bytes], condition: Callable[[], bool], timeout: float
+) -> None:
+    """Until ``condition()`` holds; fails with the log's end if the watch ends first."""
     deadline = time.monotonic() + timeout
-    while pattern not in log.read_text():
+    while not condition():
         assert proc.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.2)
@@ -59,17 +70,20 @@ def test_watch_log_says_the_headline_the_fix_and_the_restart_when_it_ran(tmp_pat
     cfg = tmp_path / "config.toml"
     cfg.write_text("[watch]\nmetrics_port = 0\nmin_open_s = 0\nresolve_after_s = 0\n")
     log = tmp_path / "watch.log"
-    demo = ["--demo-time", "36", "--demo-speed", "4", "--demo-auto-restart"]
+    held, port = HeldDemo(tmp_path), free_port()
+    demo = ["--demo-time", "30", "--demo-speed", "4", "--demo-auto-restart", *held.args]
     tmp = tmp_path / "tmp"  # the demo machine's folder, for its kill
     tmp.mkdir()
     proc = subprocess.Popen(
-        [*GPUMON, "watch", "demo", "--config", str(cfg), *demo],
+        [*GPUMON, "watch", "demo", "--config", str(cfg), "--metrics-port", str(port), *demo],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb"),
         env={**os.environ, "TMPDIR": str(tmp)},
     )
     try:
+        _wait_until(log, proc, lambda: exporter_read_drafter(port), 60)
+        held.release()
         # The restarted drafter fits beside the jupyter, but the jupyter that caused the
         # OOM still holds its 6 GiB: the incident stays open until it is stopped too.
         _wait(log, proc, "gpumon: auto-restart succeeded at ", 120)

@@ -22,6 +22,7 @@ from gpumon.backends.monitor import HostMonitor, demo_settings, make_monitor
 from gpumon.backends.sim import UPTIME_AT_T0, SimSettings, metrics_text
 from gpumon.backends.workloads import SglangTracker
 
+from held_demo import HeldDemo
 from waiting import until
 
 MonitorFactory = Callable[..., HostMonitor]
@@ -37,9 +38,10 @@ def _own_state_home(state_home: Path) -> Path:
 @pytest.fixture
 def demo_monitor() -> Iterator[MonitorFactory]:
     """``demo_monitor(frozen=True, fault=None, clock=None, demo_time=30, speed=1,
-    scenario="training-oom")`` -> a monitor on the simulated machine, not started (the app
-    starts and stops it). ``speed`` runs the scenario clock faster (``--demo-speed``), so a
-    test reaches the OOM sooner."""
+    scenario="training-oom", held=None)`` -> a monitor on the simulated machine, not
+    started (the app starts and stops it). ``speed`` runs the scenario clock faster
+    (``--demo-speed``), so a test reaches the OOM sooner; ``held`` (a ``HeldDemo``) holds
+    it at ``demo_time`` until the test releases it."""
 
     def make(
         *,
@@ -50,11 +52,15 @@ def demo_monitor() -> Iterator[MonitorFactory]:
         speed: float = 1.0,
         interval: float | None = None,
         scenario: str = "training-oom",
+        held: HeldDemo | None = None,
     ) -> HostMonitor:
         host = resolve_host(Config(path=None), "demo")
         if interval is not None:
             host = dataclasses.replace(host, interval=interval)
-        sim = demo_settings(scenario, demo_time=demo_time, speed=speed, frozen=frozen)
+        if held is not None:
+            sim = held.settings(demo_time, speed, scenario)
+        else:
+            sim = demo_settings(scenario, demo_time=demo_time, speed=speed, frozen=frozen)
         if fault:
             sim = dataclasses.replace(sim, fault=fault)
         return make_monitor(host, sim, clock=clock or time.time)

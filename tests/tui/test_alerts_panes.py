@@ -28,6 +28,8 @@ from gpumon.tui.screens import AlertHistoryScreen
 from gpumon.tui.screens.alert_detail import AlertDetailScreen
 from gpumon.tui.views import Role
 
+from held_demo import HeldDemo, drafter_read
+
 Wait = Callable[..., Awaitable[None]]
 KeyActions = Callable[[Screen[Any]], set[str]]
 FROZEN_NOW = 1795962750.0
@@ -90,10 +92,13 @@ async def test_the_oom_is_one_incident_one_bell_and_its_headline_everywhere(
     bell: bool,
     tmp_path: Path,
 ) -> None:
-    # the drafter dies at 60 s of scenario time: 6 s from now at twice the speed, after the
-    # log's backlog is read (listeners never hear an alert found there) and its first rate
-    # came (3 s was too short on a loaded machine: the OOM came first)
-    monitor = demo_monitor(frozen=False, demo_time=48.0, speed=2.0)
+    # Held at 30 s, before the story's first alert (CT 201's jupyter at 32 s, the memory
+    # warning near 40 s), until the drafter's log was read and its first rate shown: every
+    # alert then knows its job (one incident) and the OOM at 60 s is live (listeners never
+    # hear one found in the log's backlog), 15 s after the release at 2x (at 4x GPU 6's
+    # last seconds before the OOM, its critical memory, could fall between two samples).
+    held = HeldDemo(tmp_path)
+    monitor = demo_monitor(demo_time=30.0, speed=2.0, held=held)
     monitor.recorder.directory = tmp_path
     monitor.recorder.after_s = 1.0  # write the incident a second after the first critical
     app = GpumonApp([monitor], bell=bell)
@@ -110,10 +115,11 @@ async def test_the_oom_is_one_incident_one_bell_and_its_headline_everywhere(
             lambda: "running" in section.jobs.plain and "tok/s" in section.jobs.plain,
             what="the drafter running with a rate",
         )
+        held.release()
         await wait(
             pilot,
             lambda: "crashed: OOM on GPU 6" in section.jobs.plain,
-            timeout=20,
+            timeout=40,
             what="the drafter's crash in the jobs pane",
         )
         await wait(  # the OOM death of GPU 6 follows within a sample or two
@@ -216,12 +222,14 @@ async def test_history_lists_alerts_and_acknowledging_an_event_hides_it(
 
 
 async def test_the_incidents_detail_follows_it_while_open(
-    demo_monitor: Callable[..., HostMonitor], wait: Wait
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, tmp_path: Path
 ) -> None:
     """Opened on GPU 6's memory warning, the detail becomes the OOM's when the drafter
     dies: the same incident, its cause now the OOM (it was a snapshot before)."""
-    # 50 s at twice the speed: GPU 6 fills now, the drafter dies 5 s from now
-    monitor = demo_monitor(frozen=False, demo_time=50.0, speed=2.0)
+    # Held at 50 s (GPU 6 full enough for its warning) until the detail is open on the
+    # warning and the drafter's log was read; at twice the speed the drafter dies 5 s later.
+    held = HeldDemo(tmp_path)
+    monitor = demo_monitor(demo_time=50.0, speed=2.0, held=held)
     app = GpumonApp([monitor])
     async with app.run_test(size=(100, 30)) as pilot:
         await with_rows(pilot, wait, app)
@@ -230,6 +238,7 @@ async def test_the_incidents_detail_follows_it_while_open(
             lambda: any(a.kind == "memory" for a in monitor.alerts.active()),
             what="GPU 6's memory warning",
         )
+        await wait(pilot, lambda: drafter_read(monitor), what="the drafter's log read")
         assert not any(a.kind == "cuda_oom" for a in monitor.alerts.history())
         await pilot.press("a")
         await pilot.press("enter")
@@ -237,6 +246,7 @@ async def test_the_incidents_detail_follows_it_while_open(
         assert isinstance(opened, AlertDetailScreen)
         detail: AlertDetailScreen = opened  # for the lambda below
         assert "CUDA OOM" not in detail.plain and "memory" in detail.plain
+        held.release()
         await wait(
             pilot,
             lambda: detail.plain.splitlines()[0].strip() == HEADLINE,

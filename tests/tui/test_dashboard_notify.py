@@ -14,6 +14,7 @@ from gpumon.backends.notify.outbox import Outbox
 from gpumon.backends.notify.watch import hold_watch_lock
 from gpumon.tui.app import GpumonApp, dashboard_hub
 
+from held_demo import HeldDemo, drafter_read, hub_counts
 from notify_schema import check_webhook
 from receiver import Receiver
 
@@ -32,8 +33,11 @@ async def test_the_dashboard_pages_the_demo_oom_through_the_webhook(
 ) -> None:
     with Receiver() as rx:
         hub = NotifyHub(settings(rx.url("/hook")), Outbox(tmp_path / "outbox.sqlite3"))
-        # The OOM 3 s from now: after the hub's first samples (the log's backlog read).
-        app = GpumonApp([demo_monitor(frozen=False, demo_time=48, speed=4.0)], hub=hub)
+        # Held at 48 s until the drafter's log was read (an OOM in its backlog is never
+        # paged) and the hub counts the demo's alerts: the OOM 3 s after the release.
+        held = HeldDemo(tmp_path)
+        monitor = demo_monitor(demo_time=48, speed=4.0, held=held)
+        app = GpumonApp([monitor], hub=hub)
 
         def oom_sent() -> bool:  # the OOM opens its incident, or updates the memory warning's
             return any(
@@ -43,6 +47,13 @@ async def test_the_dashboard_pages_the_demo_oom_through_the_webhook(
             )
 
         async with app.run_test(size=(100, 40)) as pilot:
+            await wait(
+                pilot,
+                lambda: drafter_read(monitor) and hub_counts(monitor),
+                timeout=30,
+                what="the drafter's log read and the hub's first samples",
+            )
+            held.release()
             await wait(pilot, oom_sent, timeout=30, what="the OOM at the webhook")
         assert hub.outbox.path.exists()
 

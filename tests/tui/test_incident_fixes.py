@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.sim.scenario import JUPYTER_PID, XID_GPU
@@ -19,6 +20,8 @@ from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import AlertHistoryScreen
 from gpumon.tui.screens.kill import KillScreen
+
+from held_demo import HeldDemo, drafter_read
 
 Wait = Callable[..., Awaitable[None]]
 HEADLINE = (
@@ -28,14 +31,19 @@ FIXES = "K stop it, r restart drafter"
 
 
 async def test_the_holder_is_the_cause_and_k_stops_it(
-    demo_monitor: Callable[..., HostMonitor], wait: Wait
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, tmp_path: Path
 ) -> None:
-    # the drafter dies at 60 s of scenario time: 2.5 s from now at twice the speed
-    monitor = demo_monitor(frozen=False, demo_time=55.0, speed=2.0, interval=0.5)
+    # Held at 30 s, before CT 201's jupyter comes (32 s), until the drafter's log was read:
+    # the jupyter's alert knows the drafter's GPU (one incident), and the drafter dies at
+    # 60 s, live, 7.5 s after the release at 4x.
+    held = HeldDemo(tmp_path)
+    monitor = demo_monitor(demo_time=30.0, speed=4.0, interval=0.5, held=held)
     app = GpumonApp([monitor], bell=False)
     section = app.dashboard.sections[0]
     async with app.run_test(size=(160, 40)) as pilot:
         await wait(pilot, lambda: len(section.rows) == 8, what="GPU rows")
+        await wait(pilot, lambda: drafter_read(monitor), what="the drafter's log read")
+        held.release()
         await wait(
             pilot,
             lambda: monitor.workloads.jobs["drafter"].state is JobState.CRASHED,
@@ -75,14 +83,24 @@ async def test_the_holder_is_the_cause_and_k_stops_it(
 
 
 async def test_the_demos_xid_is_tied_to_its_gpu_and_n_lands_there(
-    demo_monitor: Callable[..., HostMonitor], wait: Wait
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, tmp_path: Path
 ) -> None:
-    # the simulated kernel log gets its Xid 63 at 90 s: 2 s from now at twice the speed
-    monitor = demo_monitor(frozen=False, scenario="sglang", demo_time=86.0, speed=2.0)
+    # the simulated kernel log gets its Xid 63 at 90 s: held at 86 s until every source
+    # answered once (the agent follows the kernel log from its end before its logs' first
+    # round), then 2 s later at twice the speed
+    held = HeldDemo(tmp_path)
+    monitor = demo_monitor(scenario="sglang", demo_time=86.0, speed=2.0, held=held)
     app = GpumonApp([monitor], bell=False)
     section = app.dashboard.sections[0]
     async with app.run_test(size=(160, 40)) as pilot:
         await wait(pilot, lambda: len(section.rows) == 8, what="GPU rows")
+        await wait(
+            pilot,
+            lambda: not monitor.waiting_for(),
+            timeout=30,
+            what=lambda: f"the first rounds: waiting for {monitor.waiting_for()}",
+        )
+        held.release()
 
         def xids() -> list[tuple[int | None, str]]:
             return [(a.gpu, a.message) for a in monitor.alerts.active() if a.kind == "xid"]

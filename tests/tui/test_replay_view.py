@@ -23,6 +23,8 @@ from gpumon.tui.app import GpumonApp
 from gpumon.tui.cli import command_line as cli
 
 import notices
+from held_demo import HeldDemo, drafter_read
+from waiting import until
 
 Wait = Callable[..., Awaitable[None]]
 TOTAL_MIB = 97887
@@ -123,11 +125,17 @@ async def test_replay_pauses_steps_and_changes_speed(tmp_path: Path, wait: Wait,
 async def record_demo_oom(
     demo_monitor: Callable[..., HostMonitor], directory: Path
 ) -> tuple[Path, list[Alert]]:
-    """The live demo's drafter OOM, recorded: the recording and the live alert history."""
-    live = demo_monitor(frozen=False, demo_time=52.0)
+    """The live demo's drafter OOM, recorded: the recording and the live alert history.
+    Held at 52 s (the incident's alerts from the recording's first sample on) until the
+    drafter's log was read: the OOM comes 8 s after the release, live."""
+    (folder := directory / "held").mkdir()
+    held = HeldDemo(folder)
+    live = demo_monitor(demo_time=52.0, held=held)
     live.recorder.directory = directory
     live.start()
     try:
+        await until(lambda: drafter_read(live), 60, "the drafter's log read")
+        held.release()
         deadline = time.monotonic() + 30
         while not {"cuda_oom", "oom_death"} <= {a.kind for a in live.alerts.active()}:
             assert time.monotonic() < deadline, "the demo's drafter did not die"

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from held_demo import HeldDemo
+
 GPUMON = Path(sys.executable).parent / "gpumon"
 
 
@@ -288,19 +290,28 @@ def gib_used(row: str) -> float:
     ids=["80x24", "120x40", "80x24-256", "80x24-NO_COLOR"],
 )
 def test_the_story_from_the_oom_to_the_fix_in_one_key(
-    tmux: Tmux, size: tuple[int, int], colours: str
+    tmux: Tmux, size: tuple[int, int], colours: str, tmp_path: Path
 ) -> None:
-    """The drafter dies of its OOM (60 s of scenario time, 2.5 s from the start at twice
-    the speed); the strip offers the fix; r opens the restart dialog from GPU 0 with Cancel
-    focused (Enter closes it, nothing runs); r and y restart it and GPUs 5-7 refill. Also in
-    a 256-colour terminal and with NO_COLOR."""
+    """The drafter dies of its OOM (60 s of scenario time; held at 30 s, before CT 201's
+    jupyter comes at 32 s, until the jobs pane shows it running, its log read, so that the
+    jupyter's alert knows the drafter's GPU: 7.5 s after the release at 4x); the strip
+    offers the fix; r opens the restart dialog from GPU 0 with Cancel focused (Enter closes
+    it, nothing runs); r and y restart it and GPUs 5-7 refill. Also in a 256-colour
+    terminal and with NO_COLOR."""
     env = {
         "truecolor": ["env", "COLORTERM=truecolor"],
         "256": ["env", "-u", "COLORTERM", "TERM=screen-256color"],
         "NO_COLOR": ["env", "NO_COLOR=1"],
     }[colours]
-    demo = [str(GPUMON), "demo", "--demo-time", "55", "--demo-speed", "2"]
+    clock = HeldDemo(tmp_path)
+    demo = [str(GPUMON), "demo", "--demo-time", "30", "--demo-speed", "4", *clock.args]
     tmux.start([*env, *demo], *size)
+    tmux.wait_for(
+        lambda s: any("drafter running" in line and "tok/s" in line for line in s),
+        30,
+        "the drafter running with its rate",
+    )
+    clock.release()
     # CT 201's jupyter-lab keeps its 6 GiB of GPU 6: the strip names it and offers K first
     held = {5: 1.0, 6: 6.5, 7: 1.0}
     lines = tmux.wait_for(

@@ -5,6 +5,7 @@ process list. At 80x24 (where the OOM toast covered the strip) and 120x40."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from textual.geometry import Region
@@ -17,6 +18,8 @@ from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.dashboard import alerts as dashboard_alerts
 from gpumon.tui.screens import DetailScreen, JobActionScreen, SwapScreen
+
+from held_demo import HeldDemo
 
 Wait = Callable[..., Awaitable[None]]
 SIZES = [(80, 24), (120, 40)]
@@ -65,17 +68,21 @@ async def test_the_oom_toast_sits_above_the_strip_and_the_footer(
     wait: Wait,
     size: tuple[int, int],
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     # The toast stays for the test: on a loaded machine the strip's wait alone can outlast
     # its few seconds, and where it sits is what this test is about, not how long.
     monkeypatch.setattr(dashboard_alerts, "CRITICAL_TIMEOUT_S", 600.0)
-    # the drafter dies at 60 s of scenario time: 6 s from now at twice the speed, after the
-    # log's backlog is read (an OOM found there is never toasted), with room for a loaded
-    # machine
-    monitor = demo_monitor(frozen=False, demo_time=48.0, speed=2.0)
+    # The drafter dies at 60 s of scenario time, held at 48 s until its log was read (an
+    # OOM found in the log's backlog is never toasted): 6 s after the release at 2x.
+    held = HeldDemo(tmp_path)
+    monitor = demo_monitor(demo_time=48.0, speed=2.0, held=held)
     app = GpumonApp([monitor])
     async with app.run_test(size=size, notifications=True) as pilot:
         d = app.dashboard
+        jobs = d.sections[0].jobs
+        await wait(pilot, lambda: "tok/s" in jobs.plain, what="the drafter's rate")
+        held.release()
         await wait(pilot, lambda: d.strip.display and "r restart" in d.strip.plain, what="strip")
         await with_toast(pilot, wait, app)
         clear_of(app, d.strip, d.query_one(Footer))
