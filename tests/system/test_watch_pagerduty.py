@@ -6,8 +6,10 @@ warning that opened the incident 2 s before: with the pager's settle window (the
 default) as the one alert's title; without it (``settle_s = 0``), as a new alert that
 replaced the memory warning's, which is resolved.
 
-The demo runs from scenario time 36 s at 4x: the drafter's OOM comes ~6 s in, after the
-hub's settling samples (as in test_watch_delivery)."""
+The demo's clock is held at scenario time 30 s, before CT 201's jupyter (32 s) and GPU 6's
+memory warning, until the watch's exporter says the drafter's step (its log read: every
+alert knows the drafter's GPUs), then runs 4x: the warning comes ~2.5 s after the release
+and the drafter's OOM 7.5 s after it, live (as in test_watch_delivery)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ import pytest
 
 from gpumon.backends.config.notify import SETTLE_S
 
+from held_demo import HeldDemo, exporter_read_drafter
 from notify_schema import check_pagerduty
 from pagers import PagerDutyService, PagerDutyStandIn
+from prometheus import free_port
 from watch_faults import Watch
 
 pytestmark = pytest.mark.system
@@ -63,8 +67,15 @@ def test_the_phone_shows_the_ooms_headline_not_the_warning_before_it(tmp_path: P
     log = tmp_path / "watch.log"
     with PagerDutyStandIn() as pd:
         cfg.write_text(config(pd))
-        demo = ("demo", "--demo-time", "36", "--demo-speed", "4")
-        with Watch(cfg, dict(os.environ), log, *demo) as watch:
+        held, port = HeldDemo(tmp_path), free_port()
+        demo = ("demo", "--demo-time", "30", "--demo-speed", "4", *held.args)
+        with Watch(cfg, dict(os.environ), log, *demo, "--metrics-port", str(port)) as watch:
+            deadline = time.monotonic() + 60
+            while not exporter_read_drafter(port):
+                assert watch.proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+            held.release()
             deadline = time.monotonic() + 90
             while not all(
                 any(HEADLINE in t for t in drafter(pd.service(key))) for key in (SETTLED, AT_ONCE)
