@@ -10,7 +10,10 @@ own registry (no process or Python metrics of gpumon itself mixed in).
 
 Names follow the Prometheus conventions: the ``gpumon_`` prefix, base units (bytes,
 watts, celsius, seconds, ratios 0..1), ``_total`` for counters. A value the GPU did not
-report is left out (never exported as 0). The README lists every metric.
+report is left out (never exported as 0). A label value the target reports (a GPU's
+``name`` and ``uuid``) is cut as the GPU row cuts a name (``cut_name``: 96 characters,
+then ``...``): it is stored with every series of that GPU, scrape after scrape. The
+README lists every metric.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from gpumon.backends.alerts.store import KINDS, Alert
 from gpumon.backends.parsers.xid import xid_action, xid_level
+from gpumon.backends.remote.agent import cut_name
 
 if TYPE_CHECKING:
     from gpumon.backends.monitor.state import HostMonitor
@@ -124,7 +128,7 @@ class GpumonCollector(Collector):
             put("gpumon_agent_up", [host], 0.0 if m.is_stale() or m.no_data() else 1.0)
             put("gpumon_sample_age_seconds", [host], m.stale_s())
             for gpu in m.latest.gpus if m.latest is not None else ():
-                labels = [host, str(gpu.index), gpu.uuid or "", gpu.name or ""]
+                labels = [host, str(gpu.index), cut_name(gpu.uuid or ""), cut_name(gpu.name or "")]
                 used, total, util = gpu.memory_used_mib, gpu.memory_total_mib, gpu.utilization_pct
                 put("gpumon_gpu_memory_used_bytes", labels, None if used is None else used * MIB)
                 put("gpumon_gpu_memory_total_bytes", labels, None if total is None else total * MIB)

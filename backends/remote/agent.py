@@ -185,8 +185,16 @@ def shorten_row(line: LongLine, fields: Sequence[str]) -> tuple[str, str] | None
     tail = line.tail.decode("utf-8", "replace").rstrip("\r").rsplit(", ", after)
     if len(head) <= at or len(tail) <= after or fields.index("index") > at:
         return None
-    name = head[at][:NAME_MAX_CHARS].rstrip() + "..."
+    name = cut_name(head[at])
     return ", ".join([*head[:at], name, *tail[1:]]), head[fields.index("index")].strip()
+
+
+def cut_name(text: str) -> str:
+    """``text`` as a GPU row keeps a name: whole up to ``NAME_MAX_CHARS``, else its first
+    ``NAME_MAX_CHARS`` characters and ``...`` (a name cut once stays as it is)."""
+    if len(text) <= NAME_MAX_CHARS or (len(text) <= NAME_MAX_CHARS + 3 and text.endswith("...")):
+        return text
+    return text[:NAME_MAX_CHARS].rstrip() + "..."
 
 
 def long_line_note(size: int) -> str:

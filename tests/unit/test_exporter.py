@@ -12,9 +12,10 @@ from gpumon.backends.exporter.metrics import (
     OomCounter,
     registry_for,
 )
-from gpumon.backends.model import Health
+from gpumon.backends.model import Health, HostSample
 from gpumon.backends.monitor import demo_settings, make_monitor
-from gpumon.backends.parsers import pci_key
+from gpumon.backends.parsers import QUERY_FIELDS, parse_query_gpu, pci_key
+from gpumon.backends.remote.agent import NAME_MAX_CHARS
 
 from sim_samples import sim_printers, sim_sample
 
@@ -82,6 +83,28 @@ def test_xid_events_carry_the_tables_level_and_action() -> None:
         ("6", "79", "critical", "reboot the node"): 1.0,  # the repeated line: one event
         ("6", "13", "warning", "restart the application"): 1.0,
     }
+
+
+def test_a_gpu_name_of_10_kb_is_cut_in_every_label_as_the_gpu_row_cuts_it() -> None:
+    """Issue 34 point 11: a name the target reports goes into a label of five series per
+    GPU, stored by Prometheus with every sample: cut to NAME_MAX_CHARS and "...", like
+    the GPU row (the agent's cut of a name over its line bound)."""
+    name = "NVIDIA " + "X" * 10_233  # 10 KiB: under the agent's line bound, so it came whole
+    values = {"index": "0", "uuid": "GPU-" + "u" * 10_000, "name": name, "memory.total": "97887"}
+    values |= {"memory.used": "1024", "power.draw": "80.5", "temperature.gpu": "41"}
+    values |= {"utilization.gpu": "7"}
+    row = ", ".join(values.get(f, "[N/A]") for f in QUERY_FIELDS)
+    (gpu,) = parse_query_gpu([row]).gpus
+    assert gpu.name == name  # the model keeps what the target said
+    monitor = make_monitor(HostConfig(name="ct200", kind="local"), record=False)
+    monitor.ingest_sample(HostSample("ct200", 1000.0, None, (gpu,)))
+    metrics = scrape(GpumonCollector(lambda: [monitor]))
+    series = [labels for samples in metrics.values() for labels, _ in samples if "name" in labels]
+    assert len(series) == 5  # memory used and total, utilisation, temperature, power
+    for labels in series:
+        assert labels["name"] == name[:NAME_MAX_CHARS] + "..."
+        assert labels["uuid"] == values["uuid"][:NAME_MAX_CHARS] + "..."
+        assert all(len(v) <= NAME_MAX_CHARS + 3 for v in labels.values())
 
 
 def test_a_value_not_reported_is_left_out_not_zero() -> None:
