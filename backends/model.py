@@ -170,6 +170,31 @@ class GpuSample:
 
 
 @dataclass(frozen=True, slots=True)
+class UnreadableGpu:
+    """A GPU the host lists whose values cannot be read: nvidia-smi printed ``Unable to
+    determine the device handle for GPU<bus>: <reason>``, or a row that cannot be parsed,
+    in place of its row, or NVML could not open it. ``bus_id`` as the tool printed it and
+    ``index`` where known (nvidia-smi's line names only the bus); ``reason`` in the
+    driver's words (``Unknown Error``); ``said``: the line as printed (cut), or None."""
+
+    bus_id: str | None
+    index: int | None
+    reason: str
+    said: str | None = None
+    device: bool = True  # the device failed (critical); False: only its row did not parse
+
+    def to_json(self) -> dict[str, object]:
+        """The snapshot's ``unreadable_gpus`` entry (README), also what a recording keeps."""
+        return {
+            "bus_id": self.bus_id,
+            "index": self.index,
+            "reason": self.reason,
+            "said": self.said,
+            "device": self.device,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class HostSample:
     """Everything known about one host at one moment (one GPU sample round).
 
@@ -187,6 +212,8 @@ class HostSample:
     # (GPU index, used MiB) when ``processes`` arrived: memory not attributed to a
     # process is judged against the memory of that moment, not of a later sample.
     memory_at_processes: tuple[tuple[int, int], ...] = ()
+    # GPUs listed but not read this round (never dropped: each is a critical alert)
+    unreadable: tuple[UnreadableGpu, ...] = ()
 
     def memory_used_at_processes(self, gpu: GpuSample) -> int | None:
         """``gpu``'s used memory when the process list was taken (the sample's own when

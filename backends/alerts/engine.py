@@ -61,7 +61,7 @@ from gpumon.backends.alerts.store import (
     AlertStore,
     Listener,
 )
-from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, UnreadableGpu
 from gpumon.backends.parsers.kernel import (
     XidEvent,
     gpu_for_pci,
@@ -73,6 +73,7 @@ from gpumon.backends.parsers.kernel import (
     parse_xid_line,
     pci_key,
 )
+from gpumon.backends.parsers.nvidia_smi import unreadable_advice
 from gpumon.backends.parsers.oom import LogEvent, LogScanner
 from gpumon.backends.parsers.processes import container_label, process_words
 from gpumon.backends.parsers.xid import XID_45_COMPANY_S, xid_level
@@ -105,6 +106,23 @@ HEALTH_TOPICS = ("pcie", "clocks", "ecc", "rows", "recovery")  # gpu_health:TOPI
 
 
 LOG_CONTEXT_LINES = 8  # lines of a log kept up to an event's key line (a traceback's end)
+_LISTED_MAX = 1024  # GPUs remembered as listed (more than any host has)
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """A GPU as it was last listed: read (its index, name) or not (its index where known)."""
+
+    index: int | None
+    bus_id: str | None
+    name: str | None
+    at: float
+
+
+def _gpu_identity(bus_id: str | None, index: int | None) -> str:
+    """Which GPU this is across samples: its PCI address (``0000:19:00``, the form Xid
+    lines use), else its index (a field list without ``pci.bus_id``)."""
+    return pci_key(bus_id) or f"index {index}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +177,7 @@ class AlertEngine(AlertStore):
     def _reset_rules_state(self) -> None:
         self.last_foreign: dict[int, tuple[float, str]] = {}  # GPU -> (when, who else held it)
         self._watches: dict[int, GpuWatch] = {}
-        self._last_seen: dict[int, tuple[float, GpuSample]] = {}  # index -> (time, sample)
+        self._listed: dict[str, _Listed] = {}  # GPUs the host listed, by ``_gpu_identity``
         self._latest: HostSample | None = None
         self._early_kernel: list[str] = []  # kernel lines before the first sample
         self._logs: dict[str, _LogSource] = {}
@@ -225,14 +243,15 @@ class AlertEngine(AlertStore):
                 self._recover_gpu(i, watch.emptied_at)
                 watch.emptied_at = None
         self._idle_held(now, sample, raised)
-        self._missing_gpus(now, sample, raised)
+        unread = [self._known_as(gpu) for gpu in sample.unreadable]
+        self._unreadable_gpus(now, sample, unread, raised)
+        self._missing_gpus(now, sample, unread, raised)
         for key in _SILENCE_KINDS:  # data again: neither a silence nor its cause holds
             if key in self._active:
                 self._end(key)
         self._expire(now)
         self._latest = sample
-        for gpu in sample.gpus:
-            self._last_seen[gpu.index] = (now, gpu)
+        self._remember_listed(now, sample, unread)
         self._early_kernel_lines(now, raised)
         return self._announce(raised)
 
@@ -311,32 +330,109 @@ class AlertEngine(AlertStore):
             _holders(list(procs.values()))
         )
 
-    def _missing_gpus(self, now: float, sample: HostSample, out: list[Alert]) -> None:
-        """A GPU seen before and absent from this sample is a critical ``gpu_health``
-        condition: nvidia-smi and NVML stop listing a GPU that fell off the bus (Xid 79)
-        or whose driver state is gone. It ends like any health alert, after
-        ``clear_samples`` healthy samples once the GPU is listed again. Its memory and
-        time-to-full conditions end: nothing observes them any more."""
-        present = {gpu.index for gpu in sample.gpus}
-        for index, (seen_at, last) in self._last_seen.items():
-            if index in present:
+    def _known_as(self, gpu: UnreadableGpu) -> UnreadableGpu:
+        """``gpu`` with what the GPU listed before under its bus id (its index) or its
+        index (its bus id) filled in: nvidia-smi's line names only the bus, NVML's row
+        only the index."""
+        if gpu.index is None and gpu.bus_id:
+            seen = self._listed.get(_gpu_identity(gpu.bus_id, None))
+            return gpu if seen is None else replace(gpu, index=seen.index)
+        if gpu.bus_id is None and gpu.index is not None:
+            for seen in self._listed.values():
+                if seen.index == gpu.index and seen.bus_id:
+                    return replace(gpu, bus_id=seen.bus_id)
+        return gpu
+
+    def _unreadable_gpus(
+        self, now: float, sample: HostSample, unread: list[UnreadableGpu], out: list[Alert]
+    ) -> None:
+        """A GPU the host lists but gpumon cannot read (``sample.unreadable``: nvidia-smi's
+        ``Unable to determine the device handle`` in place of its row, NVML refusing its
+        handle) is a critical ``gpu_health`` condition on that GPU in the driver's words; a
+        row of it that does not parse, a warning. It is keyed by the GPU's index where known
+        (NVML's row, or the GPU seen before with that bus id), else by its bus id
+        (``gpu_health:0000:19:00``, ``gpu`` None). An index key ends like any health
+        alert once the GPU reads healthy again; a bus id key as soon as it reads again."""
+        taken = {gpu.index for gpu in sample.gpus}
+        for gpu in unread:
+            index = gpu.index
+            if index is not None and index in taken:
+                index = None  # another GPU reads under that index now: by bus id
+            ident = _gpu_identity(gpu.bus_id, index)
+            if index is not None:
+                self._unobserved(index)
+            name = f"GPU {index}" if index is not None else f"GPU {gpu.bus_id}"
+            if index is not None and gpu.bus_id:
+                name += f" ({gpu.bus_id})"
+            text = f"{name} cannot be read: {gpu.reason}"
+            if gpu.said:
+                text += f' (nvidia-smi printed "{gpu.said}")'
+            severity = Health.CRITICAL if gpu.device else Health.WARNING
+            if gpu.device:
+                text += f"; {unreadable_advice(gpu)}"
+            else:
+                text += "; it is not watched while so"
+            key = f"gpu_health:{index}" if index is not None else f"gpu_health:{ident}"
+            self._condition(key, "gpu_health", severity, index, text, now, out)
+        for read in sample.gpus:  # read again: an alert by its bus id ends
+            key = f"gpu_health:{_gpu_identity(read.bus_id, None)}"
+            if read.bus_id and key in self._active:
+                self._end(key)
+
+    def _missing_gpus(
+        self, now: float, sample: HostSample, unread: list[UnreadableGpu], out: list[Alert]
+    ) -> None:
+        """A GPU listed before (read or not) and absent from this sample is a critical
+        ``gpu_health`` condition: nvidia-smi and NVML stop listing a GPU that fell off the
+        bus (Xid 79) or whose driver state is gone. GPUs are told apart by bus id (a GPU
+        gone may leave its index to another); the alert is on its last index unless
+        another GPU reads under it now (then on its bus id). It ends like any health
+        alert, after ``clear_samples`` healthy samples once the GPU is listed again. Its
+        memory and time-to-full conditions end: nothing observes them any more."""
+        taken = {gpu.index for gpu in sample.gpus}
+        present = {_gpu_identity(g.bus_id, g.index) for g in sample.gpus}
+        present |= {_gpu_identity(g.bus_id, g.index) for g in unread}
+        for ident, seen in self._listed.items():
+            if ident in present:
                 continue
-            # Forget its memory trend: a GPU that comes back (after a reset) empty did not
-            # die of OOM, and its fill rate before the gap says nothing about after.
-            self._watches[index] = GpuWatch(index)
-            self._health.forget(index)
-            for kind in ("memory", "time_to_full", *(f"gpu_health:{t}" for t in HEALTH_TOPICS)):
-                if f"{kind}:{index}" in self._active:
-                    self._end(f"{kind}:{index}")
-            what = ", ".join(x for x in (last.name, last.bus_id) if x)
+            index = seen.index if seen.index not in taken else None
+            if index is not None:
+                self._unobserved(index)
+                what = ", ".join(x for x in (seen.name, seen.bus_id) if x)
+                name = f"GPU {index}"
+            else:  # its index is another GPU's now: the bus id says which one went
+                what = ", ".join(x for x in (f"was GPU {seen.index}", seen.name) if x)
+                name = f"GPU {seen.bus_id}"
             text = (
-                f"GPU {index} is no longer reported{f' ({what})' if what else ''}: fallen off "
-                f"the bus? Last seen at {time.strftime('%H:%M:%S', time.localtime(seen_at))}; "
+                f"{name} is no longer reported{f' ({what})' if what else ''}: fallen off "
+                f"the bus? Last seen at {time.strftime('%H:%M:%S', time.localtime(seen.at))}; "
                 "look for Xid 79 in the kernel log"
             )
-            self._condition(
-                f"gpu_health:{index}", "gpu_health", Health.CRITICAL, index, text, now, out
+            key = f"gpu_health:{index}" if index is not None else f"gpu_health:{ident}"
+            self._condition(key, "gpu_health", Health.CRITICAL, index, text, now, out)
+
+    def _unobserved(self, index: int) -> None:
+        """GPU ``index`` is not read now: its memory trend is forgotten (a GPU that comes
+        back after a reset empty did not die of OOM, and its fill rate before the gap says
+        nothing about after) and its memory conditions end."""
+        self._watches[index] = GpuWatch(index)
+        self._health.forget(index)
+        for kind in ("memory", "time_to_full", *(f"gpu_health:{t}" for t in HEALTH_TOPICS)):
+            if f"{kind}:{index}" in self._active:
+                self._end(f"{kind}:{index}")
+
+    def _remember_listed(self, now: float, sample: HostSample, unread: list[UnreadableGpu]) -> None:
+        for gpu in sample.gpus:
+            self._listed[_gpu_identity(gpu.bus_id, gpu.index)] = _Listed(
+                gpu.index, gpu.bus_id, gpu.name, now
             )
+        for gone in unread:
+            ident = _gpu_identity(gone.bus_id, gone.index)
+            old = self._listed.get(ident)
+            name = old.name if old is not None else None
+            self._listed[ident] = _Listed(gone.index, gone.bus_id, name, now)
+        while len(self._listed) > _LISTED_MAX:  # a target inventing bus ids: bounded
+            del self._listed[next(iter(self._listed))]
 
     def _gpu_health(self, now: float, gpu: GpuSample, watch: GpuWatch, out: list[Alert]) -> None:
         key = f"gpu_health:{gpu.index}"

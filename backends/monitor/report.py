@@ -13,7 +13,14 @@ from typing import Any
 
 from gpumon.backends.alerts.health import facts_json
 from gpumon.backends.alerts.incident import Incident, command_fix, incidents, line
-from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample, iso_time
+from gpumon.backends.model import (
+    ConnState,
+    GpuProcess,
+    GpuSample,
+    Health,
+    HostSample,
+    iso_time,
+)
 from gpumon.backends.monitor.perfdata import Perf, check_perfdata, perf_text
 from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.monitor.textfit import cells, cut, fit_lines, wrap, wrap_pairs
@@ -81,6 +88,7 @@ def snapshot_json(
         "stale_s": None if stale is None else round(stale, 3),
         "error": monitor.status.error,
         "gpus": [gpu_json(g, sample) for g in sample.gpus] if sample else [],
+        "unreadable_gpus": [g.to_json() for g in sample.unreadable] if sample else [],
         "alerts": [a.to_json() for a in monitor.alerts.active()],
         "sglang": monitor.workloads.sglang_json(),
         "jobs": monitor.workloads.jobs_json(),
@@ -221,7 +229,10 @@ def _headlines(monitor: HostMonitor, found: list[Incident]) -> str:
 def _summary(sample: HostSample) -> str:
     fractions = [(g.memory_used_fraction, g.index) for g in sample.gpus]
     known = [(f, i) for f, i in fractions if f is not None]
-    text = f"{len(sample.gpus)} GPUs"
+    # every GPU listed counts: one that cannot be read is never left out of the number
+    text = f"{len(sample.gpus) + len(sample.unreadable)} GPUs"
+    if sample.unreadable:
+        text += f" ({len(sample.unreadable)} unreadable)"
     if known:
         top, idx = max(known)
         text += f", fullest GPU {idx} at {top * 100:.1f}% memory"

@@ -419,7 +419,10 @@ class HostMonitor:
 
     # --- ingestion: what sources tell the monitor (``sources.Sink``) -------------------
     def ingest_gpu_rows(self, rows: Sequence[str], fields: Sequence[str]) -> bool:
-        """Parse one round of rows; True when it held a GPU (junk lines are only counted)."""
+        """Parse one round of rows; True when it held a GPU (junk lines are only counted).
+        A round without one GPU read is no sample, even where it names a GPU that cannot
+        be read: that is nvidia-smi failing as a whole (the agent says so when the loop
+        ends: a ``driver_error`` in the driver's words)."""
         parsed = parse_query_gpu(list(rows), fields=tuple(fields))
         self.skipped_lines += parsed.skipped
         if not parsed.gpus:
@@ -433,6 +436,7 @@ class HostMonitor:
                 processes=self.processes,
                 skipped_lines=parsed.skipped,
                 memory_at_processes=self._memory_at_processes,
+                unreadable=parsed.unreadable,
             )
         )
         return True

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpumon.backends.model import GpuProcess, GpuSample, Health
+from gpumon.backends.model import GpuProcess, GpuSample, Health, UnreadableGpu
+from gpumon.backends.parsers.kernel import pci_key
 
 PROCESS_FIELDS: tuple[str, ...] = ("pid", "process_name", "used_memory", "gpu_uuid", "gpu_bus_id")
 
@@ -171,6 +172,8 @@ class GpuParse:
     gpus: tuple[GpuSample, ...]
     skipped: int  # non-empty lines that were neither a header nor a GPU row
     header: tuple[str, ...] | None  # field names of the last header line seen, units stripped
+    # GPUs listed in place of a row that could not be read (``unreadable_line``), once each
+    unreadable: tuple[UnreadableGpu, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,26 +449,131 @@ def parse_query_gpu(text: str | Iterable[str], fields: Sequence[str] = QUERY_FIE
 
     ``fields`` names the columns of header-less output; a header line (``--format=csv``)
     overrides it, so a capture with any field list and order parses. Units in values are
-    accepted. A line with the wrong column count, a missing/non-numeric ``index`` or a
-    non-timestamp ``timestamp`` is counted in ``skipped``. Never raises on bad input.
+    accepted. A row split over lines (a newline in a GPU's name) is read whole again. A
+    GPU listed without a readable row (``unreadable_line``, ``_unopened``) is in
+    ``unreadable``, never dropped. Any other line with the wrong column count, a
+    missing/non-numeric ``index`` or a non-timestamp ``timestamp`` is counted in
+    ``skipped``. Never raises on bad input.
     """
     columns = [_GPU_ALIASES.get(f, f) for f in fields]
     header: tuple[str, ...] | None = None
     gpus: list[GpuSample] = []
+    unreadable: dict[str, UnreadableGpu] = {}
     skipped = 0
-    for line in _lines(text):
+    lines = list(_lines(text))
+    at = 0
+    while at < len(lines):
+        line = lines[at]
+        at += 1
         names = _header_names(line.split(_SEPARATOR))
         if names is not None and "index" in names:
             header = names
             columns = [_GPU_ALIASES.get(n, n) for n in names]
             continue
-        cells = _split_row(line, columns, _GPU_FREE_TEXT)
-        gpu = _gpu_from_row(columns, cells) if cells is not None else None
-        if gpu is None:
-            skipped += 1
+        row = _row(line, columns)
+        if row is None:  # a newline inside a name: the lines after it that are no row
+            joined = line
+            for end in range(at, min(at + ROW_LINES_MAX - 1, len(lines))):
+                if _row(lines[end], columns) is not None:
+                    break
+                joined += "\n" + lines[end]
+                row = _row(joined, columns)
+                if row is not None:
+                    at = end + 1
+                    break
+        if row is None:
+            row = unreadable_line(line, columns)
+        if isinstance(row, GpuSample):
+            gpus.append(row)
+        elif row is not None:
+            unreadable.setdefault(_identity(row), row)
         else:
-            gpus.append(gpu)
-    return GpuParse(gpus=tuple(gpus), skipped=skipped, header=header)
+            skipped += 1
+    return GpuParse(
+        gpus=tuple(gpus), skipped=skipped, header=header, unreadable=tuple(unreadable.values())
+    )
+
+
+ROW_LINES_MAX = 4  # lines one GPU row may have been split into by newlines in its name
+_DEVICE_HANDLE = re.compile(
+    r"Unable to determine the device handle for GPU ?"
+    r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]): (?P<reason>.+)"
+)
+_SAID_MAX = 200
+
+
+def _row(line: str, columns: Sequence[str]) -> GpuSample | UnreadableGpu | None:
+    cells = _split_row(line, columns, _GPU_FREE_TEXT)
+    if cells is None:
+        return None
+    return _unopened(columns, cells) or _gpu_from_row(columns, cells)
+
+
+def _identity(gpu: UnreadableGpu) -> str:
+    return pci_key(gpu.bus_id) or f"index {gpu.index}"
+
+
+def unreadable_line(line: str, columns: Sequence[str] = QUERY_FIELDS) -> UnreadableGpu | None:
+    """The GPU a line that is no row stands for, or None (Xid text, junk).
+
+    nvidia-smi prints ``Unable to determine the device handle for GPU0000:19:00.0:
+    Unknown Error`` in place of the row of a GPU whose handle NVML cannot give (older
+    drivers: ``GPU 0000:19:00.0``; docs/formats.md section 3): that GPU, by its bus id.
+    A row that cannot be parsed but holds a bus id cell is that GPU's row gone wrong
+    (the index too, where its cell reads as one)."""
+    text = line.strip()
+    said = text if len(text) <= _SAID_MAX else text[:_SAID_MAX] + "…"
+    handle = _DEVICE_HANDLE.match(text)
+    if handle is not None:
+        return UnreadableGpu(handle["bus"], None, handle["reason"].strip(), said)
+    pieces = [p.strip() for p in line.split(_SEPARATOR)]
+    bus = next((p for p in pieces if _BUS_ID.fullmatch(p)), None)
+    if bus is None or len(pieces) < 2:
+        return None
+    at = columns.index("index") if "index" in columns else len(pieces)
+    index = _to_index(pieces[at]) if at < len(pieces) else None
+    return UnreadableGpu(bus, index, "its row does not parse", said, device=False)
+
+
+# Cells that say which GPU a row is: the rest failing all alike is a device not opened.
+_ROW_IDENTITY = frozenset({"timestamp", "index", "pci.bus_id"})
+_NO_VALUE_CELLS = frozenset({"[n/a]", "[not supported]"})
+
+
+def _unopened(columns: Sequence[str], cells: Sequence[str]) -> UnreadableGpu | None:
+    """A row whose every cell but its timestamp, index and bus id is the same error: the
+    device itself could not be opened (the agent's NVML row for a handle NVML refused:
+    ``nvmlDeviceGetHandleByIndex`` failed), not a field. None for any other row."""
+    if "uuid" not in columns and "name" not in columns:
+        return None  # nothing in the row would tell a device from a field
+    index = bus = None
+    errors = set()
+    for column, cell in zip(columns, cells, strict=True):
+        if column == "index":
+            index = _to_index(cell)
+        elif column == "pci.bus_id":
+            bus = parse_cell(cell)
+        elif column in _GPU_FIELDS and column not in _ROW_IDENTITY:
+            if not is_error_cell(cell):
+                return None
+            errors.add(cell.strip())
+    if index is None or len(errors) != 1:
+        return None
+    (error,) = errors
+    if error.casefold() in _NO_VALUE_CELLS:
+        return None
+    return UnreadableGpu(bus, index, error[1:-1].rstrip("."))
+
+
+def unreadable_advice(gpu: UnreadableGpu) -> str:
+    """What to do about a GPU that cannot be read, in the failure table's words."""
+    if "GPU is lost" in gpu.reason:
+        return _GPU_LOST_HINT
+    target = gpu.bus_id or (str(gpu.index) if gpu.index is not None else "BUS_ID")
+    return (
+        "check the host's kernel log for Xid errors, then reset that GPU (nvidia-smi -r -i "
+        f"{target}, with no process on it) or reboot the host"
+    )
 
 
 def _gpu_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuSample | None:

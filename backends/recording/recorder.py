@@ -15,8 +15,10 @@ File format (one JSON object per line):
 1. ``{"type": "header", "version": 1, "host", "created", "alert": {...}, "window": [t0, t1],
    "gpu_fields": [...], "process_fields": [...]}``
 2. ``{"type": "sample", "host", "time", "source", "skipped_lines", "gpus": [[...], ...],
-   "processes": [[...], ...]}`` (``sample_to_json``; ``sample_from_json`` rebuilds the
-   HostSample exactly, ``None`` stays ``None``)
+   "processes": [[...], ...]}`` and, where GPUs were listed but not read,
+   ``"unreadable": [{"bus_id", "index", "reason", "said", "device"}, ...]``
+   (``sample_to_json``; ``sample_from_json`` rebuilds the HostSample exactly, ``None``
+   stays ``None``)
 3. ``{"type": "alert", "key", "active", "acknowledged", "last_seen", **Alert.to_json()}``
 4. ``{"type": "log", "time", "tag", "path", "backlog", "lines": [...], "dropped"}``: the new
    lines of a followed log (``record_log``; at most ``LOG_LINES_KEPT`` per read, the
@@ -51,7 +53,15 @@ from gpumon.backends.alerts.store import Alert
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.masking import mask_command
-from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, Source, iso_time
+from gpumon.backends.model import (
+    GpuProcess,
+    GpuSample,
+    Health,
+    HostSample,
+    Source,
+    UnreadableGpu,
+    iso_time,
+)
 from gpumon.backends.paths import recordings_dir
 
 log = logging.getLogger(__name__)
@@ -102,6 +112,7 @@ def sample_to_json(sample: HostSample) -> dict[str, Any]:
         "skipped_lines": sample.skipped_lines,
         "gpus": gpus,
         "processes": [[getattr(p, name) for name in PROCESS_FIELDS] for p in sample.processes],
+        **({"unreadable": [u.to_json() for u in sample.unreadable]} if sample.unreadable else {}),
     }
 
 
@@ -139,6 +150,16 @@ def sample_from_json(
         gpus=tuple(gpus),
         processes=tuple(processes),
         skipped_lines=int(data.get("skipped_lines", 0)),
+        unreadable=tuple(
+            UnreadableGpu(
+                None if u["bus_id"] is None else str(u["bus_id"]),
+                None if u["index"] is None else int(u["index"]),
+                str(u["reason"]),
+                None if u.get("said") is None else str(u["said"]),
+                bool(u.get("device", True)),
+            )
+            for u in data.get("unreadable") or ()
+        ),
     )
 
 

@@ -1209,8 +1209,9 @@ def nvml_gpu_rows(nvml: Any, fields: Sequence[str]) -> list[str]:
     for i in range(nvml.nvmlDeviceGetCount()):
         try:
             h = nvml.nvmlDeviceGetHandleByIndex(i)
-        except nvml.NVMLError as e:
-            rows.append(", ".join([stamp, str(i)] + [f"[{e}]"] * (len(fields) - 2)))
+        except nvml.NVMLError as e:  # every cell but the row's time and index fails alike:
+            known = {"timestamp": stamp, "index": str(i)}  # the parser's unopened device
+            rows.append(", ".join(known.get(f, f"[{e}]") for f in fields))
             continue
         wanted = [FIELD_VALUES[f] for f in fields if f in FIELD_VALUES]
         values = _field_values(nvml, h, wanted) if wanted else {}

@@ -34,7 +34,15 @@ def sample_at(printers: Printers, settings: SimSettings, t: float, host: str) ->
     wall = wall_time(settings, t)
     parsed = parse_query_gpu(printers[0].gpu_round(t, wall), SAMPLE_FIELDS)
     procs = parse_compute_apps(printers[1].process_round(t, wall)).processes
-    return HostSample(host, wall, None, parsed.gpus, procs, skipped_lines=parsed.skipped)
+    return HostSample(
+        host,
+        wall,
+        None,
+        parsed.gpus,
+        procs,
+        skipped_lines=parsed.skipped,
+        unreadable=parsed.unreadable,
+    )
 
 
 def past_samples(

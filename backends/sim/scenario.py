@@ -252,11 +252,14 @@ class FaultSpec(NamedTuple):
     lost: frozenset[int]  # GPUs whose cells read [GPU is lost]
     xid_noise: bool  # loop output carries a kernel-style Xid line now and then
     health: frozenset[tuple[str, int]] = frozenset()  # (one of HEALTH_FAULTS, GPU)
+    # GPUs whose row is nvidia-smi's "Unable to determine the device handle ..." instead
+    no_handle: frozenset[int] = frozenset()
 
 
 def parse_fault(fault: str | None) -> FaultSpec:
-    """``GPUMON_SIM_FAULT`` (comma-separated: an init fault, ``gpu_lost:N``, ``xid_noise``,
-    a health state ``NAME:N`` of ``HEALTH_FAULTS``).
+    """``GPUMON_SIM_FAULT`` (comma-separated: an init fault, ``gpu_lost:N``, ``no_handle:N``
+    (GPU N's device handle cannot be had: its row is nvidia-smi's failure line),
+    ``xid_noise``, a health state ``NAME:N`` of ``HEALTH_FAULTS``).
 
     Raises ValueError for an unknown token, a bad GPU number or two init faults.
     """
@@ -264,26 +267,35 @@ def parse_fault(fault: str | None) -> FaultSpec:
     lost: set[int] = set()
     xid = False
     health: set[tuple[str, int]] = set()
+    no_handle: set[int] = set()
     for token in (fault or "").split(","):
         token = token.strip()
         if not token:
             continue
         name, _, number = token.partition(":")
-        per_gpu = number and (name == "gpu_lost" or name in HEALTH_FAULTS)
+        per_gpu = number and (name in ("gpu_lost", "no_handle") or name in HEALTH_FAULTS)
         if per_gpu and (not number.isdigit() or int(number) >= GPU_COUNT):
             raise ValueError(f"bad simulator fault {token!r}: GPU 0..{GPU_COUNT - 1}")
         if token == "xid_noise":
             xid = True
         elif name == "gpu_lost" and number:
             lost.add(int(number))
+        elif name == "no_handle" and number:
+            no_handle.add(int(number))
         elif name in HEALTH_FAULTS and number:
             health.add((name, int(number)))
         elif token in INIT_FAULTS and init is None:
             init = token
         else:
-            known = (*INIT_FAULTS, "gpu_lost:N", "xid_noise", *(f"{h}:N" for h in HEALTH_FAULTS))
+            known = (
+                *INIT_FAULTS,
+                "gpu_lost:N",
+                "no_handle:N",
+                "xid_noise",
+                *(f"{h}:N" for h in HEALTH_FAULTS),
+            )
             raise ValueError(f"bad simulator fault {token!r}; known (one init fault): {known}")
-    return FaultSpec(init, frozenset(lost), xid, frozenset(health))
+    return FaultSpec(init, frozenset(lost), xid, frozenset(health), frozenset(no_handle))
 
 
 @dataclass(frozen=True, slots=True)

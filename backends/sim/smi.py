@@ -260,6 +260,8 @@ class Printer:
         return "".join(out)
 
     def _gpu_row(self, gpu: SimGpu, ts: str) -> str:
+        if gpu.index in self.faults.no_handle:  # nvidia-smi's line in place of the row
+            return no_handle_line(gpu.bus_id)
         if gpu.index in self.faults.lost:  # only what nvidia-smi knows without NVML survives
             pairs = zip(self.cells, self.identity, strict=True)
             return ", ".join(cell(gpu, ts) if keep else LOST for cell, keep in pairs) + "\n"
@@ -268,8 +270,9 @@ class Printer:
     def process_round(self, t: float, wall: float) -> str:
         ts = timestamp(wall)
         out = []
+        gone = self.faults.lost | self.faults.no_handle
         for p in compute_processes(self.settings, t):
-            if p.gpu_index in self.gpus and p.gpu_index not in self.faults.lost:
+            if p.gpu_index in self.gpus and p.gpu_index not in gone:
                 out.append(", ".join([cell(p, ts) for cell in self.cells]) + "\n")
         return "".join(out)
 
@@ -284,6 +287,13 @@ class Printer:
         pci = BUS_IDS[gpu][4:14].lower()  # 0000:5d:00, as the kernel prints it
         pid = 2418861 + gpu
         return f"NVRM: Xid (PCI:{pci}): 43, pid={pid}, name=pt_main_thread, channel 0x00000008\n"
+
+
+def no_handle_line(bus_id: str) -> str:
+    """What nvidia-smi prints for a GPU whose handle NVML cannot give, in its row's place:
+    the newer drivers' spelling, the domain in four digits and no space after ``GPU``
+    (docs/formats.md section 3; the fixture ``device_handle_unknown_error.txt``)."""
+    return f"Unable to determine the device handle for GPU{bus_id[-12:]}: Unknown Error\n"
 
 
 Cell = Callable[[Any, str], str]  # (gpu or process, row timestamp) -> cell text

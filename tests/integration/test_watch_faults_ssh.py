@@ -48,6 +48,13 @@ def rx() -> Iterator[Receiver]:
         yield receiver
 
 
+def gpumon(cfg: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A one-shot gpumon command on ``cfg``, as a user runs it."""
+    return subprocess.run(
+        [*GPUMON, "--config", str(cfg), *args], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
 def alerts_active(port: int) -> dict[tuple[str, ...], float]:
     return gauges(port, "gpumon_alerts_active", "host", "kind", "severity")
 
@@ -114,17 +121,10 @@ def test_a_lost_gpu_pages_a_critical_driver_error_in_the_drivers_words(
         assert opened["cause"].startswith(f'nvidia-smi: "{GPU_LOST}" (exit 15)')
         assert "reboot the host" in opened["cause"]
         assert not any(ev["kind"] == "stale_data" for ev in hook_events(rx))
-    run = [*GPUMON, "--config", str(cfg)]
-    check = subprocess.run(
-        [*run, "check", "box", "--timeout", "8"], capture_output=True, text=True,
-        env=client_env, timeout=60,
-    )  # fmt: skip
+    check = gpumon(cfg, client_env, "check", "box", "--timeout", "8")
     assert check.returncode == 2, check.stdout + check.stderr
     assert check.stdout.startswith(f'CRITICAL box: nvidia-smi: "{GPU_LOST}"')
-    snap = subprocess.run(
-        [*run, "snapshot", "box", "--json", "--timeout", "8"], capture_output=True, text=True,
-        env=client_env, timeout=60,
-    )  # fmt: skip
+    snap = gpumon(cfg, client_env, "snapshot", "box", "--json", "--timeout", "8")
     [alert] = json.loads(snap.stdout)["alerts"]
     assert (alert["kind"], alert["severity"]) == ("driver_error", "critical")
     assert alert["message"] == opened["cause"]
@@ -173,3 +173,23 @@ def test_a_flapping_sshd_is_one_incident_that_counts_its_outages(
     assert {ev["key"] for ev in events} == {"box/gpu-/-/host_unreachable"}
     # resolved once the host had been back ``settle`` (the event's time is to the second)
     assert dt.datetime.fromisoformat(resolved["time"]).timestamp() >= back_at + settle - 1
+
+
+def test_a_gpu_whose_handle_fails_from_the_start_pages_and_check_is_critical(
+    sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
+) -> None:
+    """Issue 34 point 6: nvidia-smi lists GPU 1 as ``Unable to determine the device handle
+    for GPU0000:19:00.0: Unknown Error`` from its first round. It was dropped as junk:
+    ``check`` said ``OK box: 1 GPUs`` and watch said nothing."""
+    cfg, log = faulty_config(sshd, rx, tmp_path, "no_handle:2")
+    line = "Unable to determine the device handle for GPU0000:19:00.0: Unknown Error"
+    with Watch(cfg, client_env, log):
+        opened, took = wait_event(rx, log, is_event("open", "gpu_health"))
+        print(f"a GPU unreadable from the start: paged after {took:.1f} s")
+        assert opened["severity"] == "critical"
+        assert opened["cause"].startswith("GPU 0000:19:00.0 cannot be read: Unknown Error")
+        assert line in opened["cause"]
+    check = gpumon(cfg, client_env, "check", "box", "--timeout", "8")
+    assert check.returncode == 2, check.stdout + check.stderr
+    assert check.stdout.startswith("CRITICAL box: GPU 0000:19:00.0 cannot be read: Unknown Error")
+    assert "(2 GPUs (1 unreadable)" in check.stdout

@@ -11,9 +11,11 @@ interval until killed) and ``--query-compute-apps``.
 Faults the test switches on and off while it runs: the file ``FAKE_SMI_MODE`` names holds
 ``stall`` (the loop stops printing, alive), ``garbage`` (lines that are not rows),
 ``flood`` (20000 rows at once, then silence), ``nolf:N`` (N bytes without a newline, then
-silence), ``fail`` (the driver error, exit 9) or ``lost`` (a GPU fallen off the bus: the
+silence), ``fail`` (the driver error, exit 9), ``lost`` (a GPU fallen off the bus: the
 query and the process list fail with the driver's "GPU is lost", exit 15, as after an
-Xid 79; ``--help-query-gpu`` still answers); empty or absent: normal. Each run
+Xid 79; ``--help-query-gpu`` still answers) or ``no_handle:N`` (N GPUs listed, the last
+one's row replaced by nvidia-smi's ``Unable to determine the device handle for
+GPU0000:BB:00.0: Unknown Error``, the loop going on); empty or absent: normal. Each run
 writes ``PID PPID`` into a file in the directory ``FAKE_SMI_PIDS`` names.
 
 Values are in the ``csv,noheader,nounits`` shape; a field it does not know is ``[N/A]``.
@@ -152,6 +154,15 @@ def main(argv: list[str]) -> int:
             if mode == "lost":
                 print(GPU_LOST)
                 return GPU_LOST_EXIT
+            if mode.startswith("no_handle:"):
+                listed = int(mode.partition(":")[2])
+                dead = f"0000:{0x18 + listed - 1:02X}:00.0"
+                rows = [_row(i, fields) for i in range(listed - 1)]
+                rows.append(f"Unable to determine the device handle for GPU{dead}: Unknown Error")
+                sys.stdout.write("".join(row + "\n" for row in rows))
+                sys.stdout.flush()
+                time.sleep((loop_ms or 1000) / 1000)
+                continue
             if mode:
                 _faulty_round(mode, fields, count)
                 time.sleep((loop_ms or 1000) / 1000)

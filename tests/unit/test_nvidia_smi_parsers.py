@@ -313,7 +313,11 @@ def test_loop_output_with_interleaved_garbage() -> None:
     ]
     stream = [*rows[:4], *garbage[:3], *rows[4:], "", *rows, *garbage[3:]]
     result = parse_query_gpu("\n".join(stream))
-    assert result.skipped == len(garbage)
+    # the row without its index still names its GPU by bus id: that GPU, not junk
+    assert result.skipped == len(garbage) - 1
+    (unread,) = result.unreadable
+    assert (unread.bus_id, unread.index, unread.device) == (result.gpus[5].bus_id, None, False)
+    assert unread.said is not None and garbage[4].startswith(unread.said.removesuffix("…"))
     assert [g.index for g in result.gpus] == [*range(8), *range(8)]
     assert result.gpus[:8] == expected_healthy()
 
@@ -323,7 +327,9 @@ def test_row_with_unusable_index_is_skipped(index: str) -> None:
     row = read("query_gpu_8x_rtxpro6000.csv").splitlines()[1]
     assert ", 1, " in row
     result = parse_query_gpu(row.replace(", 1, ", f", {index}, ", 1))
-    assert (result.gpus, result.skipped) == ((), 1)
+    assert result.gpus == ()  # no GPU read from it, but its bus id says which GPU it was
+    (unread,) = result.unreadable
+    assert (unread.bus_id, unread.index, unread.device) == ("00000000:2A:00.0", None, False)
 
 
 def test_hostile_name_cell_is_data() -> None:
@@ -460,8 +466,12 @@ def test_an_error_cell_holding_the_separator_is_one_missing_value() -> None:
 def test_a_stray_separator_in_a_value_cell_is_never_read_as_another_field(cell: str) -> None:
     row = read("query_gpu_8x_rtxpro6000.csv").splitlines()[0]
     result = parse_query_gpu(row.replace(", P0, ", f", {cell}, ", 1))
-    # the name could only take the piece if the cells after it moved into the wrong fields
-    assert (result.gpus, result.skipped) == ((), 1)
+    # the name could only take the piece if the cells after it moved into the wrong fields:
+    # no GPU is read from the row, and its bus id says which GPU it was
+    assert result.gpus == ()
+    assert [(u.bus_id, u.index, u.device) for u in result.unreadable] == [
+        ("00000000:18:00.0", 0, False)
+    ]
 
 
 @pytest.mark.parametrize(

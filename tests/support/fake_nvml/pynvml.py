@@ -25,6 +25,9 @@ What the test chooses through the environment, in the real module's own terms:
   reasons), ``ecc_uncorrected`` (2 volatile uncorrected errors), ``row_pending`` (a row
   remap waits for the next reset), ``row_failure``, ``recovery_reset`` (the recovery-action
   field says GPU_RESET), ``no_remap`` (the remapping calls raise NOT_SUPPORTED).
+- ``FAKE_NVML_GPUS``: how many GPUs it lists (default 1); ``FAKE_NVML_NO_HANDLE``: the
+  index whose ``nvmlDeviceGetHandleByIndex`` raises NVML's Unknown Error (the GPU
+  nvidia-smi prints ``Unable to determine the device handle for GPU...`` for).
 - ``FAKE_NVML_PROCESS_PID``: the pids of the compute processes, comma-separated (default:
   none), using 1000, 1024, ... MiB; ``FAKE_NVML_PROC_FAULT``: the process calls raise a
   RuntimeError (what no one expected: the agent's thread must say it died).
@@ -104,10 +107,12 @@ def nvmlInit() -> None:
 def nvmlDeviceGetCount() -> int:
     if os.environ.get("FAKE_NVML_HANG") and os.path.exists(os.environ["FAKE_NVML_HANG"]):
         time.sleep(3600)  # hung in the driver, for good
-    return 1
+    return int(os.environ.get("FAKE_NVML_GPUS", "1"))
 
 
 def nvmlDeviceGetHandleByIndex(i: int) -> int:
+    if os.environ.get("FAKE_NVML_NO_HANDLE") == str(i):
+        raise NVMLError()  # NVML_ERROR_UNKNOWN: "Unknown Error"
     return i
 
 
