@@ -68,6 +68,7 @@ class JobWatch:
             return
         if job.log:  # running again: its OOM / crash alerts are over
             monitor.alerts.clear(log_key_prefix(job.log))
+        monitor.alerts.job_runs_again(job.name)  # nor down since its log's last failure
         for gpu in job.gpus:
             monitor.alerts.clear(f"oom_death:{gpu}:")
         if tracker is not None:

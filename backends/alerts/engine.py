@@ -30,9 +30,14 @@ Kinds and how each one ends (``active`` becomes False):
 - Repeats do not raise again: an event of the same log, kind and GPU (or the same Xid on
   the same GPU) while one is active only moves its ``last_seen``.
 - Backlog (``backlog=True``, the tail of a log read at start, or an old kernel buffer):
-  events are recorded as already past (in ``history()``, listeners not called, not
-  returned). Only a log that ENDS in a failure keeps it active: the last failure event
-  with at most ``BACKLOG_END_LINES`` non-blank lines after it (crash aftermath).
+  events are history: recorded as already past (in ``history()``, dated by the log
+  file's last write where the agent said it, listeners not called, not returned), never
+  active. One exception, a condition: a configured job whose log ENDS in a failure (the
+  last failure event with at most ``BACKLOG_END_LINES`` non-blank lines after it, crash
+  aftermath) and that is still down (``judge_job_down``: no process on its GPUs) is one
+  ``job_crashed`` condition (key ``job_crashed:JOB``) dated by that line, in its words,
+  announced to no listener; it ends when the job runs again (its GPUs held, its log
+  written) or a restart clears it.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from gpumon.backends.alerts.rules import (
 )
 from gpumon.backends.alerts.store import (
     CONDITION_KINDS,
+    JOB_DOWN_KEY,
     KINDS,
     PAGE_KEY,
     Alert,
@@ -117,6 +123,18 @@ class _Listed:
     bus_id: str | None
     name: str | None
     at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _LogEnd:
+    """The failure a configured job's log ended in when gpumon came: what its job-down
+    condition says, dated by the line (``at``), with the lines that raised it."""
+
+    severity: Health
+    gpu: int | None
+    text: str
+    at: float
+    lines: tuple[str, ...]
 
 
 def _gpu_identity(bus_id: str | None, index: int | None) -> str:
@@ -191,6 +209,10 @@ class AlertEngine(AlertStore):
         self._shortest_gap = math.inf  # between two samples: the sampling interval, about
         self._idle_test: tuple[AlertRules, IdleHeld] | None = None
         self._health = HealthWatch()
+        # configured jobs whose log, when gpumon came, ended in a failure (``_LogEnd``);
+        # the job-down condition each one raised while the job stays down
+        self._ended_in: dict[str, _LogEnd] = {}
+        self._down: set[str] = set()
 
     def time_to_full(self, gpu: int) -> float | None:
         """Seconds until ``gpu``'s memory is full at the current trend, or None."""
@@ -709,8 +731,11 @@ class AlertEngine(AlertStore):
         gpus: tuple[int, ...] | None = None,
         backlog: bool = False,
         cuda_visible_devices: str | None = None,
+        written: float | None = None,
     ) -> list[Alert]:
         """Scan new lines of the job log ``path`` (one scanner per path, kept across calls).
+        ``backlog``: lines that were in the log when gpumon came, last written at
+        ``written`` (the file's mtime; None: not known, now is said): history.
 
         ``gpus``: the physical GPUs of the job, used when a message's device number cannot be
         translated through CUDA_VISIBLE_DEVICES (``cuda_visible_devices``, e.g. read from
@@ -739,8 +764,10 @@ class AlertEngine(AlertStore):
         events = scanner.scan(lines) + scanner.flush()
         raised: list[Alert] = []
         if backlog:
-            self._backlog_events(path, source, events, lines, base, now)
+            self._backlog_events(path, source, events, lines, base, now, written)
             return []
+        if source.job is not None and any(line.strip() for line in lines):
+            self._job_log_written(source.job, now)
         if not events and any(line.strip() for line in lines):
             self._log_activity(path, now)
         for event in events:
@@ -768,15 +795,66 @@ class AlertEngine(AlertStore):
         lines: Sequence[str],
         base: int,
         now: float,
+        written: float | None,
     ) -> None:
-        failures = [e for e in events if e.kind in _FAILURE_KINDS and e.severity is Health.CRITICAL]
-        last = failures[-1] if failures else None
-        current = False
-        if last is not None:
-            after = lines[last.line_no - base :]
-            current = sum(1 for line in after if line.strip()) <= BACKLOG_END_LINES
+        """History, dated by the file's last write: a 3-day-old OOM is not news. Where the
+        log ends in a failure and names a configured job, that job may still be down:
+        ``judge_job_down`` says so once the processes are known."""
+        at = now if written is None else min(written, now)
         for event in events:
-            self._log_event(path, source, event, now, active=current and event is last, past=True)
+            self._log_event(path, source, event, at, active=False, past=True)
+        failures = [e for e in events if e.kind in _FAILURE_KINDS and e.severity is Health.CRITICAL]
+        if not failures or source.job is None:
+            return
+        last = failures[-1]
+        after = lines[last.line_no - base :]
+        if sum(1 for line in after if line.strip()) <= BACKLOG_END_LINES:
+            gpu, text = self._event_text(last, source)
+            lines_to = tuple(source.lines_to(last.line_no))
+            self._ended_in[source.job] = _LogEnd(last.severity, gpu, text, at, lines_to)
+
+    def jobs_ended_in_failure(self) -> list[str]:
+        """The configured jobs whose log ended in a failure when gpumon came and that are
+        not known to run again: ``judge_job_down`` them."""
+        return [*self._ended_in, *(job for job in self._down if job not in self._ended_in)]
+
+    def judge_job_down(self, job: str, down: bool, now: float) -> None:
+        """``job``, whose log ended in a failure when gpumon came: ``down`` (no process
+        holds its GPUs) raises the one ``job_crashed`` condition, dated by that line, in
+        its words; not down, it runs again and the failure is history only. Announced to
+        no listener (nothing restarts a job behind the user's back, no toast rings for a
+        past failure); the incident says it, and notifiers that want job_crashed hear it."""
+        key = f"{JOB_DOWN_KEY}{job}"
+        if not down:
+            self.job_runs_again(job)
+            return
+        end = self._ended_in.pop(job, None)
+        if end is None or key in self._active:
+            return
+        self._down.add(job)
+        self._new(key, "job_crashed", end.severity, end.gpu, job, end.text, end.at)
+        self._keep_source(key, end.lines)
+
+    def _job_log_written(self, job: str, now: float) -> None:
+        """The log of ``job`` got lines: ``LOG_RECOVERY_S`` after the failure it had
+        ended in, a new run (sooner, the crash's aftermath: a dead process writes nothing
+        for long)."""
+        key = f"{JOB_DOWN_KEY}{job}"
+        end = self._ended_in.get(job)
+        since = end.at if end is not None else None
+        if since is None and key in self._active:
+            since = self._active[key].time
+        if since is not None and now - since >= LOG_RECOVERY_S:
+            self.job_runs_again(job)
+
+    def job_runs_again(self, job: str) -> None:
+        """``job`` runs again (its log written, its GPUs held, a restart): the failure its
+        log ended in is history only; its job-down condition ends."""
+        self._ended_in.pop(job, None)
+        self._down.discard(job)
+        key = f"{JOB_DOWN_KEY}{job}"
+        if key in self._active:
+            self._end(key)
 
     def _log_event(
         self,
@@ -788,10 +866,8 @@ class AlertEngine(AlertStore):
         active: bool,
         past: bool = False,
     ) -> Alert | None:
-        gpu, note = self._event_gpu(event, source.gpus)
-        head = f"{event.context}: {event.message}" if event.context else event.message
-        text = f"{head} [{note}]" if note else head
-        if past and not active:  # a failure that is still the job's state is not "before"
+        gpu, text = self._event_text(event, source)
+        if past and not active:
             text += " (before gpumon started)"
         identity = ("log", path, event.kind, gpu)
         if self._coalesce(identity, event.severity, text, now, past and not active):
@@ -801,6 +877,13 @@ class AlertEngine(AlertStore):
         self._keep_source(key, source.lines_to(event.line_no))
         self._repeat[identity] = key
         return None if past else alert
+
+    def _event_text(self, event: LogEvent, source: _LogSource) -> tuple[int | None, str]:
+        """(the event's physical GPU, its alert text: the line's words and, in brackets,
+        how its GPU was told)."""
+        gpu, note = self._event_gpu(event, source.gpus)
+        head = f"{event.context}: {event.message}" if event.context else event.message
+        return gpu, f"{head} [{note}]" if note else head
 
     def _event_gpu(self, event: LogEvent, gpus: tuple[int, ...] | None) -> tuple[int | None, str]:
         if event.gpu is not None:

@@ -42,7 +42,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from gpumon.backends.alerts.store import Alert
+from gpumon.backends.alerts.store import JOB_DOWN_KEY, Alert
 from gpumon.backends.model import Health
 from gpumon.backends.parsers.xid import REBOOT_NODE, RESET_GPU, RESTART_APP, xid_info
 
@@ -56,6 +56,7 @@ __all__ = [
     "alert_headline",
     "by_urgency",
     "command_fix",
+    "failure_kind",
     "holder",
     "incidents",
     "line",
@@ -370,7 +371,7 @@ def alert_headline(alert: Alert, job: str | None = None, *, held: str | None = N
     gpu = alert.gpu
     on_gpu = f" on GPU {gpu}" if gpu is not None else ""
     message = " ".join(alert.message.split())
-    if alert.kind == "cuda_oom":
+    if failure_kind(alert) == "cuda_oom":
         tried, free = _TRIED.search(message), _FREE.search(message)
         facts = (
             f"tried {_size(tried.group(1))}" if tried else "",
@@ -400,6 +401,15 @@ def alert_headline(alert: Alert, job: str | None = None, *, held: str | None = N
     if job and not what.startswith((f"{job}:", f"{job}'s ")):
         return f"{job}: {what}"
     return what
+
+
+def failure_kind(alert: Alert) -> str:
+    """The kind of what ``alert`` says happened: its kind, but ``cuda_oom`` for a job down
+    since the CUDA OOM its log ended in (``JOB_DOWN_KEY``, whose words are that line's),
+    so the headline and the job's crash reason say the OOM as the OOM's alert does."""
+    if alert.key.startswith(JOB_DOWN_KEY) and "out of memory" in alert.message.lower():
+        return "cuda_oom"
+    return alert.kind
 
 
 def _size(text: str) -> str:

@@ -3,9 +3,11 @@
 ``AlertStore`` is the bookkeeping half of ``AlertEngine`` (alerts.py), which adds the rules.
 Keys are stable identities (``memory:6``, ``log:/path/job.log:1234``, ``xid:0000:ba:00:3``).
 Condition kinds (``CONDITION_KINDS``) stay active while their condition holds; acknowledging
-one only silences it. Any other alert is an event: acknowledging it ends it. One kind is
+one only silences it. Any other alert is an event: acknowledging it ends it. Two kinds are
 both: ``sglang_error`` is an event from a log line (key ``log:PATH:LINE``) and a condition
-for a server whose ``/metrics`` page cannot be read (key ``sglang_page:PORT``,
+for a server whose ``/metrics`` page cannot be read (key ``sglang_page:PORT``);
+``job_crashed`` is an event from a log line and a condition for a configured job still
+down since the failure its log ended in when gpumon came (key ``job_crashed:JOB``,
 ``is_condition``).
 """
 
@@ -39,7 +41,7 @@ KIND_NATURE: dict[str, str] = {
     "host_oom_kill": EVENT,
     "cgroup_oom_kill": EVENT,
     "gpu_health": CONDITION,
-    "job_crashed": EVENT,
+    "job_crashed": EVENT,  # but a job down since its log's last failure (``JOB_DOWN_KEY``)
     "sglang_error": EVENT,  # but a server's unreadable /metrics page (``PAGE_KEY``)
     "auto_restart": EVENT,
     "foreign_process": CONDITION,
@@ -55,6 +57,9 @@ KIND_NATURE: dict[str, str] = {
 KINDS = tuple(KIND_NATURE)
 CONDITION_KINDS = frozenset(kind for kind, nature in KIND_NATURE.items() if nature == CONDITION)
 PAGE_KEY = "sglang_page:"  # ``sglang_error`` of an unreadable /metrics page: a condition
+# ``job_crashed`` of a configured job down since the failure its log ended in when gpumon
+# came (the backlog): a condition, while the job stays down
+JOB_DOWN_KEY = "job_crashed:"
 HISTORY_MAX = 500
 NOTES_MAX = 50
 SOURCE_LINES_MAX = 12  # lines kept of what raised an alert (a traceback's end, a kernel line)
@@ -62,8 +67,9 @@ SOURCE_LINES_MAX = 12  # lines kept of what raised an alert (a traceback's end, 
 
 def is_condition(alert: Alert) -> bool:
     """Whether ``alert`` lasts while its condition holds (acknowledging only silences
-    it): a condition kind, or a server's unreadable page (``PAGE_KEY``)."""
-    return alert.kind in CONDITION_KINDS or alert.key.startswith(PAGE_KEY)
+    it): a condition kind, a server's unreadable page (``PAGE_KEY``) or a job down since
+    its log's last failure (``JOB_DOWN_KEY``)."""
+    return alert.kind in CONDITION_KINDS or alert.key.startswith((PAGE_KEY, JOB_DOWN_KEY))
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,13 +88,13 @@ def snapshot_json(
         "stale_s": None if stale is None else round(stale, 3),
         "error": monitor.status.error,
         "gpus": [gpu_json(g, sample) for g in sample.gpus] if sample else [],
-        "unreadable_gpus": [g.to_json() for g in sample.unreadable] if sample else [],
         "alerts": [a.to_json() for a in monitor.alerts.active()],
         "sglang": monitor.workloads.sglang_json(),
         "jobs": monitor.workloads.jobs_json(),
         "logs": monitor.log_flow_json(),
         "incomplete": list(incomplete),
         "incidents": [incident_json(i) for i in active_incidents(monitor)],
+        "unreadable_gpus": [g.to_json() for g in sample.unreadable] if sample else [],
     }
 
 

@@ -464,7 +464,7 @@ class HostMonitor:
         self.alerts.on_sample(sample)
         # a sample comes without the process list (it arrives on its own): the newest one
         held = sample if sample.processes else replace(sample, processes=self.processes)
-        self.workloads.judge_stalls(self.alerts, held, now)
+        self.workloads.judge_stalls(self.alerts, held, now, processes_known=self._processes_known)
         with contextlib.suppress(OSError):  # a full disk must not stop monitoring
             self.recorder.flush_due(sample.time)
         if self.status.error is not None or self.status.state != ConnState.CONNECTED:
@@ -560,8 +560,19 @@ class HostMonitor:
             )
             # who else holds memory is judged on the new list now, not at the next sample
             self.alerts.on_processes(self.latest)
-            self.workloads.judge_stalls(self.alerts, self.latest, at)
+            self.workloads.judge_stalls(
+                self.alerts, self.latest, at, processes_known=self._processes_known
+            )
         self._notify()
+
+    @property
+    def _processes_known(self) -> bool:
+        """Whether a process list came, the Proxmox host's too where it is awaited (it
+        alone tells another container's process from the watched one's): before, no GPU
+        is known to be held by whom."""
+        return self.processes_time is not None and "host processes" not in (
+            self.source.waiting_for(self)
+        )
 
     def ingest_log(
         self,
@@ -572,6 +583,7 @@ class HostMonitor:
         backlog: bool,
         dropped: int = 0,
         skipped_bytes: int = 0,
+        written: float | None = None,
     ) -> None:
         source = LogSource.from_tag(tag)
         job = self.host.job(source.job) if source.job is not None else None
@@ -595,9 +607,12 @@ class HostMonitor:
             gpus=gpus,
             backlog=backlog,
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
+            written=written,
         )
         self.workloads.apply_alerts(self.alerts, now)
-        self.workloads.judge_stalls(self.alerts, self.latest, now)
+        self.workloads.judge_stalls(
+            self.alerts, self.latest, now, processes_known=self._processes_known
+        )
         if source.sglang:
             self._judge_hung(now)
         self._name_holders(now)

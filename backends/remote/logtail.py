@@ -205,7 +205,7 @@ class LogTail:
                     state[:] = [st.st_ino, offset, partial, sent or redraw]
                     if redraw and not sent:
                         # A progress bar's redraw that stayed as it is for a poll: complete.
-                        return self._message(path, backlog, [partial[1:]], 0, 0)
+                        return self._message(path, st, backlog, [partial[1:]], 0, 0)
                     return None
                 f.seek(offset)
                 return self._read(f, path, state, st, offset, partial, sent, backlog, skipped)
@@ -274,14 +274,20 @@ class LogTail:
         if flood is None and len(complete) > LOG_MAX_LINES:
             flood = _Flood(self.keep or self.filter, self.keep_words)
         if flood is None:
-            return self._message(path, backlog, complete, 0, skipped)
+            return self._message(path, st, backlog, complete, 0, skipped)
         newest = complete[-LOG_FLOOD_NEWEST:]
         flood.scan(b"\n".join(complete[:-LOG_FLOOD_NEWEST]))
         total = flood.total + len(newest)
-        return self._message(path, backlog, flood.important + newest, total, skipped)
+        return self._message(path, st, backlog, flood.important + newest, total, skipped)
 
     def _message(
-        self, path: str, backlog: bool, raw: list[bytes], total: int, skipped: int
+        self,
+        path: str,
+        st: os.stat_result,
+        backlog: bool,
+        raw: list[bytes],
+        total: int,
+        skipped: int,
     ) -> protocol.Log | None:
         """The Log for ``raw`` lines; ``total``: how many lines there were (a flood)."""
         lines = [ln.decode("utf-8", "replace").rstrip("\r") for ln in raw]
@@ -293,7 +299,9 @@ class LogTail:
             if not lines or lines[-1] is not last:
                 lines.append(last)
         dropped = max(total - len(lines), 0)
-        return protocol.Log(self.tag, path, time.time(), backlog, lines, dropped, skipped)
+        # lines written before the agent came: when, as far as the file says
+        written = st.st_mtime if backlog else None
+        return protocol.Log(self.tag, path, time.time(), backlog, lines, dropped, skipped, written)
 
 
 # inotify(7) event bits: a file in a watched directory written, created, moved or removed.

@@ -300,6 +300,9 @@ class Log(Message):
     lines: list[str]
     dropped: int = 0  # lines left out of a flood (only keyword lines and the newest sent)
     skipped_bytes: int = 0  # written faster than the agent can scan: skipped unread
+    # the backlog's file was last written then (its mtime, the target's epoch seconds):
+    # when its last line came, the newest any of its lines can be
+    written: float | None = None
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> Log:
@@ -312,6 +315,7 @@ class Log(Message):
             lines=_texts(raw, "lines"),
             dropped=_int_or_none(raw, "dropped") or 0,
             skipped_bytes=_int_or_none(raw, "skipped_bytes") or 0,
+            written=_float_or_none(raw, "written"),
         )
 
 

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
+from gpumon.backends.alerts.incident import failure_kind
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
+from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
 from gpumon.backends.paths import state_dir
 from gpumon.backends.workloads.changes import SeenReader, SwapReader, host_changes
@@ -189,7 +191,7 @@ class Workloads:
         """A job whose log has an active OOM or crash alert has crashed (says which, and
         torchrun's first observed failure and restarts where its log had them)."""
         for alert in alerts.active():
-            reason = CRASH_KINDS.get(alert.kind)
+            reason = CRASH_KINDS.get(failure_kind(alert))
             job = self.jobs.get(alert.job or "")
             if reason is None or job is None or job.state is JobState.CRASHED:
                 continue
@@ -201,15 +203,36 @@ class Workloads:
             told = f" ({'; '.join(facts)})" if facts else ""
             job.mark_crashed(f"{reason}{where}{told}", t)
 
-    def judge_stalls(self, alerts: AlertEngine, sample: HostSample | None, now: float) -> None:
+    def judge_stalls(
+        self,
+        alerts: AlertEngine,
+        sample: HostSample | None,
+        now: float,
+        *,
+        processes_known: bool = True,
+    ) -> None:
         """``job_stalled`` for each job (``stall.py``): raised, updated or ended at local
         time ``now``; ``sample``: the newest GPU sample, whose processes say whether the
-        job's GPUs are held (None: not known yet, nothing is judged)."""
+        job's GPUs are held (None: not known yet, nothing is judged). A job whose log
+        ended in a failure when gpumon came is down while no process holds its GPUs
+        (``AlertEngine.judge_job_down``), judged once the process list is known
+        (``processes_known``: an empty list before it came says nothing)."""
         if sample is None:
             return
         by_index = {g.index: g for g in sample.gpus}
+        ended = set(alerts.jobs_ended_in_failure()) if processes_known else set()
         for job in self.jobs.values():
             held = any(sample.processes_for(by_index[i]) for i in job.gpus if i in by_index)
+            if job.name in ended:  # another container's process on its GPUs is not the job
+                others = set(foreign(sample.processes, self.host.container))
+                own = [
+                    p
+                    for i in job.gpus
+                    if i in by_index
+                    for p in sample.processes_for(by_index[i])
+                    if p not in others
+                ]
+                alerts.judge_job_down(job.name, not own, now)
             if not held:
                 self.held_since.pop(job.name, None)
             else:
@@ -246,6 +269,8 @@ class Workloads:
                     ),
                 )
                 alerts.on_job_condition("job_slow", job.name, Health.WARNING, slow, now)
+        if ended:
+            self.apply_alerts(alerts, now)  # a job down since its log's failure: crashed
 
     def server_gpus(self, sample: HostSample | None) -> dict[int, tuple[int, ...]]:
         """Port -> the GPUs its ranks run on, where that can be told: one server owns

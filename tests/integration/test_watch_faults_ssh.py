@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -193,3 +194,62 @@ def test_a_gpu_whose_handle_fails_from_the_start_pages_and_check_is_critical(
     assert check.returncode == 2, check.stdout + check.stderr
     assert check.stdout.startswith("CRITICAL box: GPU 0000:19:00.0 cannot be read: Unknown Error")
     assert "(2 GPUs (1 unreadable)" in check.stdout
+
+
+THREE_DAYS_S = 3 * 86400
+OOM_LOG = Path(__file__).parents[1] / "fixtures" / "progress" / "kv_drafter_oom.log"
+
+
+def old_oom_log(tmp_path: Path) -> tuple[Path, float]:
+    """A training log ending in a CUDA OOM traceback, last written 3 days ago."""
+    log = tmp_path / "train.log"
+    log.write_text(OOM_LOG.read_text(encoding="utf-8"), encoding="utf-8")
+    written = time.time() - THREE_DAYS_S
+    os.utime(log, (written, written))
+    assert log.read_text().rstrip().splitlines()[-1].startswith("torch.OutOfMemoryError")
+    return log, written
+
+
+def test_a_followed_log_that_ended_in_an_oom_3_days_ago_is_history_not_a_page(
+    sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
+) -> None:
+    """Issue 34 point 7: it paged CRITICAL 4 s after a fresh watch (opened now) and check
+    exited 2. A later live fault pages and resolves: by then a page of the backlog, if
+    there were one (from the hub's third sample), has been delivered before it."""
+    log, _ = old_oom_log(tmp_path)
+    cfg, watch_log = faulty_config(sshd, rx, tmp_path, "")
+    cfg.write_text(cfg.read_text().replace("\n[watch]", f'watch_logs = ["{log}"]\n\n[watch]', 1))
+    mode = sshd.root / "smi-mode"
+    with Watch(cfg, client_env, watch_log):
+        mode.write_text("lost", encoding="utf-8")  # a live fault: it pages
+        wait_event(rx, watch_log, is_event("open", "driver_error"))
+        mode.write_text("gpus:2", encoding="utf-8")
+        wait_event(rx, watch_log, is_event("resolve", "driver_error"))
+    said = [(ev["event"], ev["kind"]) for ev in hook_events(rx)]
+    assert said == [("open", "driver_error"), ("resolve", "driver_error")], hook_events(rx)
+    check = gpumon(cfg, client_env, "check", "box", "--timeout", "8")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.startswith("OK box: 2 GPUs")
+
+
+def test_a_configured_job_down_since_the_oom_its_log_ended_in_is_one_condition_dated_by_it(
+    sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
+) -> None:
+    """The exception: the job the log belongs to is configured and still down (no process
+    on its GPU 6): one job_crashed condition, opened at the line's time, and check says it
+    (exit 2). The log names its GPU: process GPU 1 of CUDA_VISIBLE_DEVICES=5,6,7."""
+    log, written = old_oom_log(tmp_path)
+    cfg, watch_log = faulty_config(sshd, rx, tmp_path, "gpus:8")
+    job = f'\n[hosts.box.jobs.drafter]\ngpus = [5, 6, 7]\nlog = "{log}"\n'
+    cfg.write_text(cfg.read_text().replace("\n[watch]", f"{job}\n[watch]", 1))
+    with Watch(cfg, client_env, watch_log):
+        opened, took = wait_event(rx, watch_log, is_event("open", "job_crashed"))
+        print(f"a job down since its log's OOM: paged after {took:.1f} s")
+    assert (opened["severity"], opened["job"], opened["gpu"]) == ("critical", "drafter", 6)
+    assert opened["headline"].startswith("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free")
+    opened_at = dt.datetime.fromisoformat(opened["opened_at"]).timestamp()
+    assert abs(opened_at - written) < 2  # the line's time (its file's), not now
+    assert [ev["kind"] for ev in hook_events(rx)] == ["job_crashed"]  # the OOM itself: history
+    check = gpumon(cfg, client_env, "check", "box", "--timeout", "8")
+    assert check.returncode == 2, check.stdout + check.stderr
+    assert check.stdout.startswith("CRITICAL box: drafter: CUDA OOM on GPU 6 (tried 2.00 GiB")

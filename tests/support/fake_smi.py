@@ -13,9 +13,10 @@ Faults the test switches on and off while it runs: the file ``FAKE_SMI_MODE`` na
 ``flood`` (20000 rows at once, then silence), ``nolf:N`` (N bytes without a newline, then
 silence), ``fail`` (the driver error, exit 9), ``lost`` (a GPU fallen off the bus: the
 query and the process list fail with the driver's "GPU is lost", exit 15, as after an
-Xid 79; ``--help-query-gpu`` still answers) or ``no_handle:N`` (N GPUs listed, the last
+Xid 79; ``--help-query-gpu`` still answers), ``no_handle:N`` (N GPUs listed, the last
 one's row replaced by nvidia-smi's ``Unable to determine the device handle for
-GPU0000:BB:00.0: Unknown Error``, the loop going on); empty or absent: normal. Each run
+GPU0000:BB:00.0: Unknown Error``, the loop going on) or ``gpus:N`` (N GPUs, no fault;
+the one process stays on GPU 0); empty or absent: normal. Each run
 writes ``PID PPID`` into a file in the directory ``FAKE_SMI_PIDS`` names.
 
 Values are in the ``csv,noheader,nounits`` shape; a field it does not know is ``[N/A]``.
@@ -154,6 +155,9 @@ def main(argv: list[str]) -> int:
             if mode == "lost":
                 print(GPU_LOST)
                 return GPU_LOST_EXIT
+            gpus = count
+            if mode.startswith("gpus:"):
+                gpus, mode = int(mode.partition(":")[2]), ""
             if mode.startswith("no_handle:"):
                 listed = int(mode.partition(":")[2])
                 dead = f"0000:{0x18 + listed - 1:02X}:00.0"
@@ -167,7 +171,7 @@ def main(argv: list[str]) -> int:
                 _faulty_round(mode, fields, count)
                 time.sleep((loop_ms or 1000) / 1000)
                 continue
-            listed = count - 1 if drop and os.path.exists(drop) else count
+            listed = gpus - 1 if drop and os.path.exists(drop) else gpus
             sys.stdout.write("".join(_row(i, fields) + "\n" for i in range(listed)))
             sys.stdout.flush()
             if loop_ms is None:

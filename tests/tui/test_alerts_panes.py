@@ -167,8 +167,9 @@ async def test_the_oom_is_one_incident_one_bell_and_its_headline_everywhere(
 async def test_history_lists_alerts_and_acknowledging_an_event_hides_it(
     demo_monitor: Callable[..., HostMonitor], wait: Wait, key_actions: KeyActions
 ) -> None:
-    # 70 s: the CUDA OOM is in the log before gpumon starts; the log ends with it, so it
-    # is active (no bell, no toast: it is backlog)
+    # 70 s: the CUDA OOM is in the log before gpumon starts; the log ends with it and the
+    # drafter is still down: one job_crashed condition in its words (no bell, no toast: it
+    # is backlog)
     monitor = demo_monitor(clock=frozen_clock, demo_time=70.0)
     app = GpumonApp([monitor])
     async with app.run_test(size=(100, 24)) as pilot:
@@ -210,15 +211,17 @@ async def test_history_lists_alerts_and_acknowledging_an_event_hides_it(
         assert {"⏎", "Space"} <= footer
         await pilot.press("space")  # Space acknowledges
         first = [str(c) for c in table.get_row_at(0)]
-        # the jupyter's condition lasts while it holds GPU 6: the incident stays active, seen
+        # the drafter down and the jupyter holding GPU 6 are conditions: the incident
+        # stays active, seen
         assert first[5] == "active ✓ack"
-        assert [a.kind for a in monitor.alerts.active()] == ["foreign_process"]
+        kinds = sorted(a.kind for a in monitor.alerts.active())
+        assert kinds == ["foreign_process", "job_crashed"]
         assert all(a.acknowledged for a in monitor.alerts.active())
         await pilot.press("escape")
         assert not isinstance(app.screen, AlertHistoryScreen)
         await pilot.pause()
         assert not app.dashboard.strip.display  # hidden, not an empty line
-        assert "1 alert (seen)" in app.dashboard.sections[0].header.plain
+        assert "2 alerts (seen)" in app.dashboard.sections[0].header.plain
 
 
 async def test_the_incidents_detail_follows_it_while_open(

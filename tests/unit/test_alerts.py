@@ -20,6 +20,7 @@ from gpumon.backends.alerts.engine import (
     check_level,
     log_key_prefix,
 )
+from gpumon.backends.alerts.store import is_condition
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.parsers import parse_query_gpu
 from gpumon.backends.sim import MEMORY_TOTAL_MIB, OOM_AT, SimSettings, wall_time
@@ -309,26 +310,68 @@ def test_without_visible_devices_the_job_gpus_or_the_local_number_are_used() -> 
     assert d.gpu == 0
 
 
-def test_backlog_that_ends_in_an_oom_keeps_it_active_without_ringing() -> None:
+def test_backlog_that_ends_in_an_oom_is_history_dated_by_its_file() -> None:
+    """Issue 34 point 7: a log last written 3 days ago ending in a CUDA OOM was an active
+    critical alert opened now (paged 4 s after a fresh watch, check exit 2)."""
     engine, _, heard = engine_with_log()
+    written = T0 - 3 * 86400
     lines = [f"step {k}" for k in range(500)] + OOM_LINES + ["", "Killed", "exit 1"]
-    assert engine.on_log_lines("/logs/d.log", lines, job="d", backlog=True) == []
-    assert heard == []
-    (a,) = engine.active()
-    assert a.kind == "cuda_oom" and a.gpu == 6
-    assert "before gpumon started" not in a.message  # still the job's state: not "before"
+    assert engine.on_log_lines("/logs/d.log", lines, backlog=True, written=written) == []
+    assert engine.active() == [] and heard == []
+    (past,) = engine.history()
+    assert (past.kind, past.gpu, past.active, past.time) == ("cuda_oom", 6, False, written)
+    assert past.message.endswith("(before gpumon started)")
+    assert engine.jobs_ended_in_failure() == []  # no configured job: history, nothing more
 
 
-def test_backlog_with_two_runs_that_both_died_keeps_only_the_last_oom_active() -> None:
-    engine, _, _ = engine_with_log()
+def test_a_configured_job_still_down_since_its_logs_oom_is_one_condition_dated_by_it() -> None:
+    engine, clock, heard = engine_with_log()
+    written = T0 - 3 * 86400
+    lines = [f"step {k}" for k in range(500)] + OOM_LINES + ["", "Killed", "exit 1"]
+    engine.on_log_lines("/logs/d.log", lines, job="d", backlog=True, written=written)
+    assert engine.active() == [] and engine.jobs_ended_in_failure() == ["d"]
+    engine.judge_job_down("d", True, clock.t)
+    (down,) = engine.active()
+    assert (down.key, down.kind, down.severity, down.gpu, down.job) == (
+        "job_crashed:d",
+        "job_crashed",
+        Health.CRITICAL,
+        6,
+        "d",
+    )
+    assert is_condition(down) and down.time == written  # dated by the line, not now
+    assert down.message.startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    assert "before gpumon started" not in down.message  # the job's state now
+    assert engine.source_lines(down.key)[-1] == OOM_LINES[-1]
+    engine.judge_job_down("d", True, clock.t + 5)
+    assert engine.active() == [down] and heard == []  # one condition, rung by no listener
+    clock.t += 60
+    engine.on_log_lines("/logs/d.log", ["step 0"])  # its log written again: a new run
+    assert engine.active() == [] and engine.jobs_ended_in_failure() == []
+
+
+def test_a_configured_job_running_again_leaves_its_logs_oom_history_only() -> None:
+    engine, clock, _ = engine_with_log()
+    engine.on_log_lines("/logs/d.log", OOM_LINES, job="d", backlog=True, written=T0 - 60)
+    engine.judge_job_down("d", False, clock.t)  # its GPUs are held: it runs
+    assert engine.active() == [] and engine.jobs_ended_in_failure() == []
+    engine.judge_job_down("d", True, clock.t + 1)  # judged once: a later stop is no backlog
+    assert engine.active() == []
+
+
+def test_backlog_with_two_runs_that_both_died_names_the_last_oom() -> None:
+    engine, clock, _ = engine_with_log()
     kv = "[2026-08-25 14:22:03] KV cache pool is full. Retract requests. #retracted_reqs: 3"
     lines = OOM_LINES + [kv] * 30 + [f"step {k}" for k in range(100)] + OOM_LINES + [kv]
-    engine.on_log_lines("/logs/d.log", lines, backlog=True)
-    (a,) = engine.active()
-    assert a.kind == "cuda_oom" and a.key == "log:/logs/d.log:142"
+    engine.on_log_lines("/logs/d.log", lines, job="d", backlog=True)
     past = engine.history()
-    assert [h.kind for h in past] == ["cuda_oom", "kv_cache_full", "cuda_oom"]  # repeats folded
-    assert not past[1].active and not past[2].active
+    assert [h.kind for h in past] == ["kv_cache_full", "cuda_oom"]  # one read's repeats folded
+    assert not any(h.active for h in past)
+    engine.judge_job_down("d", True, clock.t)
+    (down,) = engine.active()
+    assert past[1].message == down.message + " (before gpumon started)"
+    kept = engine.source_lines(down.key)  # the second run's traceback, up to line 142
+    assert kept[-len(OOM_LINES) :] == tuple(OOM_LINES) and kv not in kept
 
 
 def test_backlog_with_an_old_oom_and_a_later_run_is_history_only() -> None:
@@ -344,7 +387,8 @@ def test_sglang_logs_through_the_engine() -> None:
     engine, _, heard = engine_with_log()
     crashed = (FIXTURES / "sglang" / "server_oom.log").read_text().splitlines()
     engine.on_log_lines("/srv/sglang-3.log", crashed, job="sglang-3", backlog=True)
-    (a,) = engine.active()  # the log ends in the OOM (and the SIGQUIT that follows it)
+    assert engine.active() == []  # the log's backlog: history
+    a = next(h for h in engine.history() if h.kind == "cuda_oom")
     assert (a.kind, a.gpu, a.job) == ("cuda_oom", 3, "sglang-3")
     assert a.message.startswith("SGLang Scheduler: torch.OutOfMemoryError: CUDA out of memory.")
     busy = (FIXTURES / "sglang" / "server_decode.log").read_text().splitlines()

@@ -177,11 +177,15 @@ def test_history_keeps_the_raised_and_peak_values_while_the_alert_clears() -> No
     assert out["first_message"] == memory.raised_text and out["peak_severity"] == "critical"
 
 
-def test_an_oom_still_current_at_start_is_not_before_gpumon_started() -> None:
+def test_a_job_down_since_its_logs_oom_says_the_oom_and_not_before_gpumon_started() -> None:
     engine = AlertEngine("h", AlertRules(), clock=Clock())
     engine.on_log_lines("/d.log", [*OOM_LOG, "step 2"], job="drafter", backlog=True)
+    engine.judge_job_down("drafter", True, T0)
     (current,) = engine.active()
-    assert "before gpumon started" not in current.message
+    assert current.kind == "job_crashed" and "before gpumon started" not in current.message
+    (incident,) = incidents([current], restartable={"drafter"})
+    assert incident.headline == "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+    assert incident.fix == "drafter"  # a restart fixes a job that is down
     engine = AlertEngine("h", AlertRules(), clock=Clock())
     engine.on_log_lines("/d.log", [*OOM_LOG, *[f"step {i}" for i in range(60)]], backlog=True)
     (past,) = engine.history()

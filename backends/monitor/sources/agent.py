@@ -125,6 +125,7 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
                         backlog=m.backlog,
                         dropped=m.dropped,
                         skipped_bytes=m.skipped_bytes,
+                        written=m.written,
                     )
                 ),
             ),
