@@ -9,7 +9,8 @@ Kinds and how each one ends (``active`` becomes False):
 - condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``; the
   driver's health facts each ``gpu_health:TOPIC:GPU``, ``alerts.health``),
   ``gpu_idle_held`` (key ``gpu_idle_held:GPU``, or ``gpu_idle_held:job:NAME`` for the
-  GPUs of a job, one alert for all of them),
+  GPUs of a job, one alert for all of them), ``server_idle`` (key ``server_idle:PORT``:
+  the GPUs of an SGLang server up and answering, idle as long, a server without traffic),
   ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
   (from ``on_unreachable``) and ``sglang_hung`` (key ``sglang_hung:PORT``, from
   ``on_sglang_hung``) and ``spec_accept_low`` (``on_spec_accept_low``) and a warning
@@ -108,6 +109,7 @@ LOG_SOURCES_MAX = 256  # logs scanned at once; a glob over rotated files names n
 _FAILURE_KINDS = frozenset({"cuda_oom", "sglang_error", "job_crashed"})
 _GPU_EVENT_KINDS = frozenset({"oom_death", "cuda_oom", "sglang_error", "job_crashed"})
 _SILENCE_KINDS = ("stale_data", "driver_error")  # their key is their kind
+_IDLE_KINDS = frozenset({"gpu_idle_held", "server_idle"})  # judged together (``_idle_held``)
 HEALTH_TOPICS = ("pcie", "clocks", "ecc", "rows", "recovery")  # gpu_health:TOPIC:GPU
 
 
@@ -180,6 +182,9 @@ class AlertEngine(AlertStore):
         # The sampling interval the monitor asks for (None: the shortest gap seen between
         # two samples stands for it): a gap of IDLE_GAP_INTERVALS of it breaks an idle run.
         self.interval_s: float | None = None
+        # GPU -> the port of the SGLang server up and answering that holds it (the
+        # monitor's ``Workloads.serving_gpus``): idle there is a server without traffic
+        self.serving: Mapping[int, int] = {}
         # Xid events raised (not repeats, not a backlog), per (GPU, code), for the exporter's
         # counter: it only goes up, so a reset keeps it.
         self.xid_counts: Counter[tuple[int | None, int]] = Counter()
@@ -291,7 +296,10 @@ class AlertEngine(AlertStore):
         """``gpu_idle_held`` (warning): GPUs held and idle for ``idle_held_after_s``
         (``IdleHeld``), naming who holds them; the GPUs of one job are one alert (the job's
         incident), the others one per GPU. Ends when the GPU is busy again, frees its
-        memory or stops reporting its utilisation."""
+        memory or stops reporting its utilisation. Not held and idle: a GPU of an SGLang
+        server up and answering (``serving``: a server without traffic keeps its KV pool;
+        a ``server_idle`` condition per server says it, which notifiers do not get unless
+        asked), and a GPU whose every holder ``idle_held_ignore`` names."""
         cached = self._idle_test
         if cached is None or cached[0] is not self.rules:  # rules are frozen: build it once
             cached = self._idle_test = (self.rules, self.rules.idle_held)
@@ -301,12 +309,26 @@ class AlertEngine(AlertStore):
         period = self.interval_s or self._shortest_gap
         gap_s = max(STALE_WARNING_FLOOR_S, IDLE_GAP_INTERVALS * period)
         idle: dict[str | None, list[tuple[GpuSample, float]]] = {}
+        servers: dict[int, list[tuple[GpuSample, float]]] = {}
         for gpu in sample.gpus if test.after_s > 0 else ():  # 0: off
             watch = self._watches[gpu.index]
             seconds = watch.idle_for(now, gpu, test, gap_s)
-            if seconds is not None and seconds >= test.after_s:
+            if seconds is None or seconds < test.after_s:
+                continue
+            port = self.serving.get(gpu.index)
+            if port is not None:
+                servers.setdefault(port, []).append((gpu, seconds))
+            elif not self.rules.idle_held_ignored(sample.processes_for(gpu)):
                 idle.setdefault(self._job_for(gpu.index), []).append((gpu, seconds))
         keys: set[str] = set()
+        for port, group in servers.items():
+            key = f"server_idle:{port}"
+            keys.add(key)
+            text = self._server_idle_text(port, group)
+            seconds = min(s for _, s in group)
+            self._condition(
+                key, "server_idle", Health.WARNING, group[0][0].index, text, now, out, seconds
+            )
         for job, gpus in idle.items():
             for group in [gpus] if job is not None else [[g] for g in gpus]:
                 first = group[0][0].index
@@ -319,9 +341,24 @@ class AlertEngine(AlertStore):
                 )
                 if job is not None and self._active[key].job != job:  # a configured job's
                     self._store(replace(self._active[key], job=job))
-        for key in [k for k, a in self._active.items() if a.kind == "gpu_idle_held"]:
+        for key in [k for k, a in self._active.items() if a.kind in _IDLE_KINDS]:
             if key not in keys:
                 self._end(key)
+
+    def _server_idle_text(self, port: int, group: list[tuple[GpuSample, float]]) -> str:
+        """``sglang :30000 up, no request for 12 min: GPU 0 at 0 % holds 69 GiB (its KV
+        cache pool); a server without traffic``."""
+        indexes = [g.index for g, _ in group]
+        which = f"GPU {indexes[0]}" if len(indexes) == 1 else f"GPUs {_index_ranges(indexes)}"
+        gib = sorted({f"{(g.memory_used_mib or 0) / MIB_PER_GIB:.0f}" for g, _ in group}, key=int)
+        held = gib[0] if len(gib) == 1 else f"{gib[0]}-{gib[-1]}"
+        each = " each" if len(indexes) > 1 else ""
+        seconds = min(s for _, s in group)
+        return (
+            f"sglang :{port} up, idle for {_duration(seconds)}: {which} at under "
+            f"{self.rules.idle_util_pct:g} % hold{'s' if len(indexes) == 1 else ''} "
+            f"{held} GiB{each} (its KV cache pool); a server without traffic"
+        )
 
     def _job_for(self, gpu: int) -> str | None:
         return self.job_of_gpu.get(gpu) or self._jobs_by_gpu.get(gpu)

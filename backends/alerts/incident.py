@@ -88,8 +88,10 @@ CAUSE_ORDER = (
     "job_slow",
     "auto_restart",
     "spec_accept_low",
+    "server_idle",
 )
 _JOB_LED_KINDS = frozenset({"job_stalled", "job_slow"})
+_IDLE_KINDS = frozenset({"gpu_idle_held", "server_idle"})  # their text names their GPUs
 _RANK = {kind: i for i, kind in enumerate(CAUSE_ORDER)}
 _TRIED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", re.IGNORECASE)
 _FREE = re.compile(r"of which ([\d.]+ ?[KMGT]?i?B) (?:is )?free", re.IGNORECASE)
@@ -394,7 +396,7 @@ def alert_headline(alert: Alert, job: str | None = None, *, held: str | None = N
         what = message.partition(" — ")[0]  # the action is the incident's fixes
     else:
         what = _NOTE.sub("", message)
-        if gpu is not None and f"GPU {gpu}" not in what and alert.kind != "gpu_idle_held":
+        if gpu is not None and f"GPU {gpu}" not in what and alert.kind not in _IDLE_KINDS:
             what = f"{what} (GPU {gpu})"
     if held is not None and "held by" not in what:
         what = f"{what} ({held})"

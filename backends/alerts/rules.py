@@ -39,12 +39,13 @@ from __future__ import annotations
 import difflib
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from fnmatch import fnmatchcase
 from typing import Any
 
 from gpumon.backends.model import GpuProcess, GpuSample, Health
-from gpumon.backends.parsers.processes import foreign, holder_text
+from gpumon.backends.parsers.processes import container_label, foreign, holder_text
 
 MIB_PER_GIB = 1024.0
 # A slow nvidia-smi round is not a frozen agent: at a short interval the stale levels
@@ -120,11 +121,28 @@ class AlertRules:
     idle_held_min_mib: float = IDLE_HELD_MIN_MIB  # gpu_idle_held: more than this used ...
     idle_util_pct: float = IDLE_UTIL_PCT  # ... at under this utilisation ...
     idle_held_after_s: float = IDLE_HELD_AFTER_S  # ... for this long; 0 turns it off
+    # holders a GPU may be held and idle by without a gpu_idle_held: shell-style patterns
+    # of their program name (``jupyter*``) or their container (``CT201``, ``host``)
+    idle_held_ignore: tuple[str, ...] = ()
 
     @property
     def idle_held(self) -> IdleHeld:
         """The ``gpu_idle_held`` test with these thresholds."""
         return IdleHeld(self.idle_held_min_mib, self.idle_util_pct, self.idle_held_after_s)
+
+    def idle_held_ignored(self, holders: Sequence[GpuProcess]) -> bool:
+        """Whether every one of ``holders`` (a GPU's processes, at least one) is one the
+        ``idle_held_ignore`` patterns name, by its program name (``jupyter-lab``, as the
+        alert names it) or its container (``CT201``, ``host``, as the dashboard writes
+        it): such a GPU held and idle is no ``gpu_idle_held``. A GPU whose holders are
+        not known is never ignored."""
+        patterns = self.idle_held_ignore
+        if not patterns or not holders:
+            return False
+        return all(
+            any(fnmatchcase(word, pattern) for pattern in patterns for word in _holder_words(p))
+            for p in holders
+        )
 
     def stale_level(self, age_s: float, interval_s: float) -> Health:
         """The ``stale_data`` level of data ``age_s`` old at ``interval_s`` sampling; never
@@ -166,6 +184,9 @@ class AlertRules:
                 close = difflib.get_close_matches(str(key), known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ValueError(f"{where}.{key}: unknown key{hint}")
+            if key == "idle_held_ignore":
+                values[key] = _patterns(value, f"{where}.{key}")
+                continue
             lo, hi, integer = _LIMITS[key]
             ok = not isinstance(value, bool) and isinstance(value, int if integer else int | float)
             if not ok or not (lo <= value <= hi):
@@ -240,6 +261,31 @@ _LIMITS: dict[str, tuple[float, float, bool]] = {
     "idle_util_pct": (0.1, 100.0, False),
     "idle_held_after_s": (0.0, 604800.0, False),
 }
+
+
+IGNORE_PATTERNS_MAX = 64
+IGNORE_PATTERN_CHARS = 255
+
+
+def _patterns(value: object, where: str) -> tuple[str, ...]:
+    """``idle_held_ignore``: a list of non-empty patterns (at most 64, 255 characters each)."""
+    items = value if isinstance(value, list) else None
+    if (
+        items is None
+        or len(items) > IGNORE_PATTERNS_MAX
+        or not all(isinstance(v, str) and 0 < len(v) <= IGNORE_PATTERN_CHARS for v in items)
+    ):
+        raise ValueError(
+            f"{where}: expected a list of at most {IGNORE_PATTERNS_MAX} patterns (program "
+            f'names or containers, e.g. ["jupyter*", "CT201"]), got {str(value)[:60]!r}'
+        )
+    return tuple(str(v) for v in items)
+
+
+def _holder_words(p: GpuProcess) -> tuple[str, ...]:
+    """What an ``idle_held_ignore`` pattern is matched against: the program's name and
+    the process's container as the dashboard writes it."""
+    return tuple(w for w in (p.short_name, p.name, container_label(p.container)) if w)
 
 
 def fit_time_to_full(

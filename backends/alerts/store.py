@@ -49,12 +49,16 @@ KIND_NATURE: dict[str, str] = {
     "driver_error": CONDITION,
     "host_unreachable": CONDITION,
     "gpu_idle_held": CONDITION,
+    "server_idle": CONDITION,  # notifiers get it only where their ``kinds`` name it
     "job_stalled": CONDITION,
     "job_slow": CONDITION,
     "sglang_hung": CONDITION,
     "spec_accept_low": CONDITION,
 }
 KINDS = tuple(KIND_NATURE)
+#: Kinds a notifier gets only where its ``kinds`` names them (not by default): what is
+#: normal operation worth a look on screen, never a page.
+OPT_IN_KINDS = frozenset({"server_idle"})
 CONDITION_KINDS = frozenset(kind for kind, nature in KIND_NATURE.items() if nature == CONDITION)
 PAGE_KEY = "sglang_page:"  # ``sglang_error`` of an unreadable /metrics page: a condition
 # ``job_crashed`` of a configured job down since the failure its log ended in when gpumon

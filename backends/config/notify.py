@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.backends.alerts.incident import INCIDENT_GAP_S
-from gpumon.backends.alerts.store import KINDS
+from gpumon.backends.alerts.store import KINDS, OPT_IN_KINDS
 from gpumon.backends.config.files import regular_file, terminal
 from gpumon.backends.config.limits import show
 from gpumon.backends.config.schema import (
@@ -78,7 +78,7 @@ class NotifierConfig:
     kind: str
     min_severity: Health = Health.WARNING
     hosts: tuple[str, ...] = ()  # empty: every host
-    kinds: tuple[str, ...] = ()  # empty: every alert kind
+    kinds: tuple[str, ...] = ()  # empty: every alert kind but the opt-in ones (OPT_IN_KINDS)
     url: str | None = None
     url_env: str | None = None
     routing_key: str | None = None
@@ -119,7 +119,7 @@ class NotifierConfig:
         return (
             severity.rank >= self.min_severity.rank
             and (not self.hosts or host in self.hosts)
-            and (not self.kinds or kind in self.kinds)
+            and (kind in self.kinds if self.kinds else kind not in OPT_IN_KINDS)
         )
 
 

@@ -461,6 +461,7 @@ class HostMonitor:
         self._smi_failure = None  # data again: whatever failed before has passed
         self._histories_add(sample)
         self.recorder.record(sample)
+        self.alerts.serving = self.workloads.serving_gpus(sample)
         self.alerts.on_sample(sample)
         # a sample comes without the process list (it arrives on its own): the newest one
         held = sample if sample.processes else replace(sample, processes=self.processes)

@@ -690,7 +690,17 @@ class SglangTracker:
             "paused_reqs": _int(self.paused),
             "aborted_requests_total": _int(self.aborted_total),
             "retracted_in_log": self.retracted_log,
+            "idle": self.idle,
         }
+
+    @property
+    def idle(self) -> bool | None:
+        """Up and answering with no request running or queued: a server without traffic
+        (its GPUs at 0 % keep its KV cache pool: not held and idle). None while that is
+        not known (down, stale, or its numbers not read)."""
+        if not self.up or self.stale or self.running is None or self.queued is None:
+            return None
+        return self.running == 0 and self.queued == 0
 
 
 def _int(v: float | None) -> int | None:

@@ -291,6 +291,19 @@ class Workloads:
             hosting = [g.index for g in sample.gpus] if len(sample.gpus) == len(ports) else []
         return {port: (index,) for port, index in zip(ports, hosting, strict=False)}
 
+    def serving_gpus(self, sample: HostSample | None) -> dict[int, int]:
+        """GPU -> the port of the SGLang server that holds it and is up and answering
+        (its last ``/metrics`` fetch answered, fresh), where the servers' GPUs can be told
+        (``server_gpus``): a GPU of such a server at 0 % is a server without traffic, not
+        a GPU held and idle. A server that does not answer gives nothing: its GPUs held
+        and idle are what ``gpu_idle_held`` is for."""
+        out: dict[int, int] = {}
+        for port, gpus in self.server_gpus(sample).items():
+            tracker = self.sglang.get(port)
+            if tracker is not None and tracker.up and not tracker.stale:
+                out.update(dict.fromkeys(gpus, port))
+        return out
+
     def log_gpus(self, path: str, sample: HostSample | None) -> tuple[int, ...] | None:
         """The GPUs of the server whose log ``path`` is, where they can be told
         (``server_gpus``): its failures are then on its GPU, beside its other alerts."""

@@ -15,8 +15,10 @@ silence), ``fail`` (the driver error, exit 9), ``lost`` (a GPU fallen off the bu
 query and the process list fail with the driver's "GPU is lost", exit 15, as after an
 Xid 79; ``--help-query-gpu`` still answers), ``no_handle:N`` (N GPUs listed, the last
 one's row replaced by nvidia-smi's ``Unable to determine the device handle for
-GPU0000:BB:00.0: Unknown Error``, the loop going on) or ``gpus:N`` (N GPUs, no fault;
-the one process stays on GPU 0); empty or absent: normal. Each run
+GPU0000:BB:00.0: Unknown Error``, the loop going on), ``gpus:N`` (N GPUs, no fault;
+the one process stays on GPU 0) or ``held:NAME,NAME...`` (one GPU per name, each at 0 %
+holding ``HELD_MIB``, held by one process of that name: GPU i by PID 4242+i); empty or
+absent: normal. Each run
 writes ``PID PPID`` into a file in the directory ``FAKE_SMI_PIDS`` names.
 
 Values are in the ``csv,noheader,nounits`` shape; a field it does not know is ``[N/A]``.
@@ -60,7 +62,10 @@ def _old_driver_fields() -> set[str] | None:
     return set(re.findall(r'"([A-Za-z_][A-Za-z0-9_.]*)"', OLD_HELP.read_text()))
 
 
-def _row(index: int, fields: list[str]) -> str:
+HELD_MIB = 70656  # 69 GiB: an SGLang server's KV cache pool, or a kernel's tensors
+
+
+def _row(index: int, fields: list[str], held: bool = False) -> str:
     values = {
         **VALUES,
         "index": str(index),
@@ -68,6 +73,10 @@ def _row(index: int, fields: list[str]) -> str:
         "pci.bus_id": f"00000000:{0x18 + index:02X}:00.0",
         "name": os.environ.get("HOSTILE_NAME", "NVIDIA RTX PRO 6000"),
     }
+    if held:  # held and idle
+        total = int(VALUES["memory.total"])
+        values |= {"utilization.gpu": "0", "memory.used": str(HELD_MIB)}
+        values["memory.free"] = str(total - HELD_MIB)
     long_gpu, _, long_size = os.environ.get("FAKE_SMI_LONG_NAME", "").partition(":")
     if long_gpu == str(index):  # "3:100000": GPU 3's name is 100,000 characters
         values["name"] = "NVIDIA " + "X" * (int(long_size) - 7)
@@ -158,6 +167,12 @@ def main(argv: list[str]) -> int:
             gpus = count
             if mode.startswith("gpus:"):
                 gpus, mode = int(mode.partition(":")[2]), ""
+            if mode.startswith("held:"):
+                names = mode.partition(":")[2].split(",")
+                sys.stdout.write("".join(_row(i, fields, True) + "\n" for i in range(len(names))))
+                sys.stdout.flush()
+                time.sleep((loop_ms or 1000) / 1000)
+                continue
             if mode.startswith("no_handle:"):
                 listed = int(mode.partition(":")[2])
                 dead = f"0000:{0x18 + listed - 1:02X}:00.0"
@@ -178,9 +193,15 @@ def main(argv: list[str]) -> int:
                 return 0
             time.sleep(loop_ms / 1000)
     if any(a.startswith("--query-compute-apps=") for a in argv):
-        if _mode() == "lost":
+        mode = _mode()
+        if mode == "lost":
             print(GPU_LOST)
             return GPU_LOST_EXIT
+        if mode.startswith("held:"):
+            for i, held_by in enumerate(mode.partition(":")[2].split(",")):
+                bus = f"00000000:{0x18 + i:02X}:00.0"
+                print(f"{4242 + i}, {held_by}, {HELD_MIB}, {UUID}{i:02d}, {bus}")
+            return 0
         name = os.environ.get("HOSTILE_PROCESS", "python")
         print(f"4242, {name}, 1000, {UUID}00, 00000000:18:00.0")
         return 0

@@ -13,10 +13,11 @@ from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.alerts.rules import IdleHeld
 from gpumon.backends.config import HostConfig
+from gpumon.backends.config.notify import NotifierConfig
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.exporter.metrics import GpumonCollector, registry_for
 from gpumon.backends.fleet.queries import IDLE_HELD, FleetQueries
-from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, ProcessSource
 from gpumon.backends.monitor import CheckCode, HostMonitor, check_verdict, snapshot_json
 from gpumon.backends.monitor.sources import AgentSource
 from gpumon.backends.transport import LocalTransport
@@ -195,3 +196,79 @@ def test_the_monitor_check_snapshot_and_exporter_say_it() -> None:
     assert gauge() == 1
     monitor.ingest_sample(HostSample("box", T0 + 12, None, (held(5, util=80.0),)))
     assert gauge() == 0 and check_verdict(monitor, [])[0] is CheckCode.OK
+
+
+# --------------------------------- issue 34 point 8: a server without traffic, silencing
+
+
+def test_an_sglang_server_up_with_no_traffic_is_no_gpu_idle_held_but_a_jupyter_is() -> None:
+    """GPU 0 holds an SGLang server's KV pool (69 GiB at 0 %: no request); GPU 1 a jupyter
+    kernel's 6 GiB at 0 %. Both read gpu_idle_held (a page every quiet night for the
+    server); now the server's is a server_idle warning, the kernel's stays."""
+    engine = AlertEngine("h", RULES)
+    engine.serving = {0: 30000}  # the monitor's Workloads.serving_gpus: port 30000 is up
+    gpus = (held(0, 69 * GIB), held(1, 6 * GIB))
+    procs = (proc(311, 0, "sglang::scheduler_TP0"), proc(9, 1, "python -m jupyter-lab"))
+    feed(engine, range(12), gpus, procs)
+    by_kind = {a.kind: a for a in engine.active()}
+    assert set(by_kind) == {"server_idle", "gpu_idle_held"}
+    kernel = by_kind["gpu_idle_held"]
+    assert kernel.gpu == 1 and kernel.key == "gpu_idle_held:1"
+    server = by_kind["server_idle"]
+    assert (server.key, server.gpu, server.severity) == ("server_idle:30000", 0, Health.WARNING)
+    assert server.message == (
+        "sglang :30000 up, idle for 11 s: GPU 0 at under 5 % holds 69 GiB (its KV cache pool);"
+        " a server without traffic"
+    )
+    engine.serving = {}  # the server stops answering, its processes keep the memory
+    feed(engine, range(12, 13), gpus, procs)
+    assert sorted(a.key for a in engine.active()) == ["gpu_idle_held:0", "gpu_idle_held:1"]
+
+
+def test_notifiers_get_server_idle_only_where_their_kinds_name_it() -> None:
+    default = NotifierConfig("hook", "webhook", url="http://127.0.0.1:9/hook")
+    assert not default.wants("h", "server_idle", Health.WARNING)
+    assert default.wants("h", "gpu_idle_held", Health.WARNING)
+    named = NotifierConfig("hook", "webhook", url="http://127.0.0.1:9/hook", kinds=("server_idle",))
+    assert named.wants("h", "server_idle", Health.WARNING)
+
+
+@pytest.mark.parametrize(
+    ("ignore", "alerted"),
+    [
+        ((), [1, 2]),
+        (("jupyter*",), [2]),  # GPU 1: the kernel, by its program name
+        (("CT201",), [2]),  # ... by its container
+        (("jupyter*", "python*"), []),  # GPU 2: train.py, which nvidia-smi names python
+        (("jupyter*", "train.py"), []),
+    ],
+)
+def test_idle_held_ignore_silences_gpus_whose_every_holder_it_names(
+    ignore: tuple[str, ...], alerted: list[int]
+) -> None:
+    rules = AlertRules.from_mapping(
+        {"idle_held_after_s": 10, "idle_held_ignore": list(ignore)}, "alerts"
+    )
+    engine = AlertEngine("h", rules, container=200)
+    kernel = GpuProcess(
+        pid=None, name="python", memory_mib=6 * GIB, gpu_uuid="GPU-1", host_pid=9,
+        container="201", command="/usr/bin/python3 -m jupyter-lab --no-browser",
+        source=ProcessSource.HOST.value,
+    )  # fmt: skip
+    procs = (kernel, proc(7, 2))
+    feed(engine, range(12), (held(1, 6 * GIB), held(2)), procs)
+    assert sorted(a.gpu or 0 for a in engine.active() if a.kind == "gpu_idle_held") == alerted
+
+
+def test_a_gpu_one_of_whose_holders_is_not_ignored_still_warns() -> None:
+    rules = AlertRules(idle_held_after_s=10.0, idle_held_ignore=("jupyter*",))
+    engine = AlertEngine("h", rules)
+    feed(engine, range(12), (held(0),), (proc(1, 0, "jupyter-lab"), proc(2, 0)))
+    assert idle_alerts(engine)
+    assert not AlertRules(idle_held_ignore=("*",)).idle_held_ignored(())  # none known
+
+
+def test_idle_held_ignore_is_checked() -> None:
+    for bad in ("jupyter*", [""], [1], ["x" * 256], ["p"] * 65):
+        with pytest.raises(ValueError, match=r"alerts\.idle_held_ignore: expected a list"):
+            AlertRules.from_mapping({"idle_held_ignore": bad}, "alerts")

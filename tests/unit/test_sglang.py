@@ -52,6 +52,7 @@ SNAPSHOT_KEYS = {
     "paused_reqs",
     "aborted_requests_total",
     "retracted_in_log",
+    "idle",
 }
 
 

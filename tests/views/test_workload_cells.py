@@ -87,6 +87,20 @@ def test_a_server_never_seen_is_waiting_and_a_down_one_says_why() -> None:
     assert cells["error"] == Cell("connection refused", Role.CRITICAL)
 
 
+def test_a_server_up_with_no_request_is_idle_and_a_busy_one_up() -> None:
+    """Issue 34 point 8: a server without traffic says so in its row (its GPUs at 0 % are
+    no GPU held and idle)."""
+    fixtures = Path(__file__).parents[1] / "fixtures" / "sglang"
+    idle = SglangTracker(30000)
+    idle.observe_http(200, (fixtures / "metrics_idle.prom").read_text(), 10.0)
+    assert idle.idle is True and sglang_cells(idle)["state"] == Cell("idle", Role.MUTED)
+    busy = SglangTracker(30001)
+    busy.observe_http(200, (fixtures / "metrics_busy.prom").read_text(), 10.0)
+    assert busy.idle is False and sglang_cells(busy)["state"] == Cell("up", Role.OK)
+    busy.mark_down(11.0, "connection refused")
+    assert busy.idle is None  # down: not known
+
+
 def test_job_cells_say_how_it_ended_and_never_invent_zeros() -> None:
     job = JobTracker("drafter", "kv", (5, 6, 7))
     cells = job_cells(job)

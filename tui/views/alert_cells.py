@@ -216,6 +216,7 @@ KIND_TITLES = {
     "host_unreachable": "Host unreachable",
     "auto_restart": "Automatic restart",
     "gpu_idle_held": "GPU held and idle",
+    "server_idle": "SGLang server idle",
     "job_stalled": "Job stalled",
     "job_slow": "Job slow",
     "sglang_hung": "SGLang server hung",

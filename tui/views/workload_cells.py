@@ -90,6 +90,8 @@ def sglang_cells(s: SglangTracker) -> dict[str, Cell]:
     numbers = Role.MUTED if stale else Role.NORMAL
     if s.up is None:
         state = Cell("wait", Role.MUTED)
+    elif s.idle:  # up and answering, no request: a server without traffic
+        state = Cell("idle", Role.MUTED)
     elif s.up:
         state = Cell("up", Role.WARNING if s.stale else Role.OK)
     else:
