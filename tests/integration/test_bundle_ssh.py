@@ -253,8 +253,11 @@ async def test_a_host_that_is_down_gets_a_bundle_of_what_is_here(
     recorder the recording); then the host goes down. The bundle has the incident, the
     recording, the config, the audit log and the version, says why nothing came from the
     host, and exits 3; with nothing recorded here it is an error (2), as before."""
-    before = _oom_log(tmp_path)  # an OOM from before the watch: opens the incident
-    later = tmp_path / "later.log"  # one while it watches: a recording is written of it
+    # an OOM once the watch reads the log opens the incident (one in the log's backlog
+    # would be history: issue 34 point 7); a second one: a recording is written of it
+    before = tmp_path / "train.log"
+    before.write_text("step 1 loss=2.1\n")
+    later = tmp_path / "later.log"
     later.write_text("step 1 loss=2.1\n")
     config = tmp_path / "config.toml"
     config.write_text(
@@ -269,8 +272,8 @@ async def test_a_host_that_is_down_gets_a_bundle_of_what_is_here(
         stderr=(tmp_path / "watch.log").open("wb"), env=client_env,
     )  # fmt: skip
 
-    def ooms() -> float:
-        """The watch's active CUDA OOM alerts (its exporter's count)."""
+    def gauge(name: str, kind: str | None = None) -> float:
+        """The sum of the watch's exporter's ``name`` samples (of alert ``kind``)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                 text = r.read().decode()
@@ -280,8 +283,12 @@ async def test_a_host_that_is_down_gets_a_bundle_of_what_is_here(
             s.value
             for family in text_string_to_metric_families(text)
             for s in family.samples
-            if s.name == "gpumon_alerts_active" and s.labels.get("kind") == "cuda_oom"
+            if s.name == name and (kind is None or s.labels.get("kind") == kind)
         )
+
+    def ooms() -> float:
+        """The watch's active CUDA OOM alerts."""
+        return gauge("gpumon_alerts_active", "cuda_oom")
 
     def told() -> list[str]:
         """The open OOM incidents in the watch's outbox."""
@@ -297,8 +304,10 @@ async def test_a_host_that_is_down_gets_a_bundle_of_what_is_here(
         return (tmp_path / "watch.log").read_text()
 
     try:
-        # The first OOM came with the logs' first read (the backlog: no recording of
-        # it); the next one is new, and a flight recording is written of it.
+        # Its samples come: the agent read its logs' backlog at its start, before them.
+        await until(lambda: gauge("gpumon_agent_up") >= 1, 60, watched, step=0.2, in_thread=True)
+        with before.open("a") as f:
+            f.write((FIXTURES / "torch_oom_traceback.txt").read_text())
         headlines = await until(told, 60, watched, step=0.2)
         await until(lambda: ooms() >= 1, 60, watched, step=0.2, in_thread=True)
         with later.open("a") as f:

@@ -126,7 +126,7 @@ def test_a_gpu_dead_from_the_first_sample_makes_check_critical_in_the_drivers_wo
     assert alert.message.startswith("GPU 0000:9A:00.0 cannot be read: Unknown Error")
     assert f'nvidia-smi printed "{HANDLE}"' in alert.message
     assert "nvidia-smi -r -i 0000:9A:00.0" in alert.message
-    code, line = check_verdict(monitor, clock.t)
+    code, line = check_verdict(monitor)
     assert code is CheckCode.CRITICAL, line
     assert line.startswith("CRITICAL h: GPU 0000:9A:00.0 cannot be read: Unknown Error")
     assert "(8 GPUs (1 unreadable)" in line
@@ -168,7 +168,7 @@ def test_a_row_that_does_not_parse_is_a_warning_on_its_gpu() -> None:
     (alert,) = monitor.alerts.active()
     assert (alert.kind, alert.severity, alert.gpu) == ("gpu_health", Health.WARNING, 6)
     assert alert.message.startswith("GPU 6 (00000000:BA:00.0) cannot be read: its row does not")
-    code, line = check_verdict(monitor, clock.t)
+    code, line = check_verdict(monitor)
     assert code is CheckCode.WARNING and "8 GPUs (1 unreadable)" in line
 
 
