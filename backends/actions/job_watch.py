@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpumon.backends.actions.run import JobRun, RunRegistry
 from gpumon.backends.alerts.engine import log_key_prefix
+from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 
@@ -21,7 +22,9 @@ if TYPE_CHECKING:
     from gpumon.backends.actions.autorestart import AutoRestarter
     from gpumon.backends.monitor.state import HostMonitor
 
-CRASH_KINDS = frozenset({"cuda_oom", "oom_death", "job_crashed"})
+# A job died: its OOM or crash line, or its GPU's memory collapsing (``oom_death``, before
+# or without any line in its log): restarted at once, as its alert is raised.
+CRASH_KINDS = tagged(Tag.CRASH)
 
 
 class JobWatch:

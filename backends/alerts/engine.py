@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpumon.backends.alerts.health import HealthWatch
+from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.alerts.rules import (
     IDLE_GAP_INTERVALS,
     MIB_PER_GIB,
@@ -60,9 +61,7 @@ from gpumon.backends.alerts.rules import (
     foreign_memory,
 )
 from gpumon.backends.alerts.store import (
-    CONDITION_KINDS,
     JOB_DOWN_KEY,
-    KINDS,
     PAGE_KEY,
     Alert,
     AlertStore,
@@ -86,8 +85,6 @@ from gpumon.backends.parsers.processes import container_label, process_words
 from gpumon.backends.parsers.xid import XID_45_COMPANY_S, xid_level
 
 __all__ = [
-    "CONDITION_KINDS",
-    "KINDS",
     "Alert",
     "AlertEngine",
     "AlertRules",
@@ -106,10 +103,11 @@ _KERNEL_SEEN_MAX = 4096
 _EARLY_MAX = 256
 _EARLY_KERNEL_WAIT_S = 3.0
 LOG_SOURCES_MAX = 256  # logs scanned at once; a glob over rotated files names new ones
-_FAILURE_KINDS = frozenset({"cuda_oom", "sglang_error", "job_crashed"})
-_GPU_EVENT_KINDS = frozenset({"oom_death", "cuda_oom", "sglang_error", "job_crashed"})
-_SILENCE_KINDS = ("stale_data", "driver_error")  # their key is their kind
-_IDLE_KINDS = frozenset({"gpu_idle_held", "server_idle"})  # judged together (``_idle_held``)
+_FAILURE_KINDS = tagged(Tag.LOG_FAILURE)
+# Events that end when their GPU empties and fills again (a restarted job filled it).
+_GPU_EVENT_KINDS = tagged(Tag.CRASH) | _FAILURE_KINDS
+_SILENCE_KINDS = sorted(tagged(Tag.SILENCE))  # their key is their kind
+_IDLE_KINDS = tagged(Tag.IDLE)  # judged together (``_idle_held``)
 HEALTH_TOPICS = ("pcie", "clocks", "ecc", "rows", "recovery")  # gpu_health:TOPIC:GPU
 
 

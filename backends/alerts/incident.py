@@ -10,7 +10,7 @@ alerts into ``Incident`` views (nothing is stored: the alerts stay the record):
   the same GPU; anything else (a container OOM kill, a stale stream) stands alone;
 - time: an alert joins its subject's incident while that incident is active or ended at
   most ``INCIDENT_GAP_S`` before it was raised, so yesterday's OOM is its own incident;
-- the cause: the alert whose kind explains the others best (``CAUSE_ORDER``: the CUDA OOM
+- the cause: the alert whose kind explains the others best (its ``cause_rank``: the CUDA OOM
   line before the crash, before the memory drop, before the memory condition), ties by
   severity then the earliest;
 - ``headline``: one line in the physical GPU's terms, e.g. "drafter: CUDA OOM on GPU 6
@@ -42,12 +42,12 @@ import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from gpumon.backends.alerts.kinds import Tag, cause_rank, tagged
 from gpumon.backends.alerts.store import JOB_DOWN_KEY, Alert
 from gpumon.backends.model import Health
 from gpumon.backends.parsers.xid import REBOOT_NODE, RESET_GPU, RESTART_APP, xid_info
 
 __all__ = [
-    "CAUSE_ORDER",
     "INCIDENT_GAP_S",
     "RESTART_FIXES",
     "Fix",
@@ -66,33 +66,8 @@ __all__ = [
 
 INCIDENT_GAP_S = 120.0
 BELL_SUBJECTS_KEPT = 1024  # subjects the bell remembers (the oldest-rung go first)
-# Kinds in the order they explain an incident: the first present leads.
-CAUSE_ORDER = (
-    "cuda_oom",
-    "host_oom_kill",
-    "cgroup_oom_kill",
-    "xid",
-    "job_stalled",
-    "job_crashed",
-    "oom_death",
-    "gpu_health",
-    "sglang_hung",
-    "sglang_error",
-    "kv_cache_full",
-    "driver_error",
-    "host_unreachable",
-    "stale_data",
-    "gpu_idle_held",
-    "time_to_full",
-    "memory",
-    "job_slow",
-    "auto_restart",
-    "spec_accept_low",
-    "server_idle",
-)
-_JOB_LED_KINDS = frozenset({"job_stalled", "job_slow"})
-_IDLE_KINDS = frozenset({"gpu_idle_held", "server_idle"})  # their text names their GPUs
-_RANK = {kind: i for i, kind in enumerate(CAUSE_ORDER)}
+_JOB_LED_KINDS = tagged(Tag.JOB_PROGRESS)
+_IDLE_KINDS = tagged(Tag.IDLE)  # their text names their GPUs
 _TRIED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", re.IGNORECASE)
 _FREE = re.compile(r"of which ([\d.]+ ?[KMGT]?i?B) (?:is )?free", re.IGNORECASE)
 _NOTE = re.compile(r"\s*\[(?:process )?GPU [^\]]*\]\s*$")  # "[process GPU 1 = GPU 6 ...]"
@@ -104,7 +79,7 @@ _XID = re.compile(r"Xid (?P<code>\d+) on (?P<where>GPU (?P<gpu>\d+)|PCI [0-9a-fA
 # crash verdict uses the same window: ``AlertEngine.foreign_holder``).
 HOLDER_WITHIN_S = 60.0
 # Causes that say a GPU ran out of memory: another container's memory there explains them.
-_RAN_OUT_KINDS = frozenset({"cuda_oom", "oom_death", "job_crashed", "memory", "time_to_full"})
+_RAN_OUT_KINDS = tagged(Tag.RAN_OUT)
 # Xids of the application (NVIDIA's RESTART_APP on a channel of one process): restarting
 # the job is the fix. The rest are the GPU's or the node's: drain it, hand the evidence over.
 APPLICATION_XIDS = frozenset({8, 13, 31, 43, 45})
@@ -232,7 +207,7 @@ def _incident(
     live = [a for a in members if a.active] or list(members)
     cause = min(
         live,
-        key=lambda a: (_RANK.get(a.kind, len(_RANK)), -a.severity.rank, a.time),
+        key=lambda a: (cause_rank(a.kind), -a.severity.rank, a.time),
     )
     evidence = tuple(
         sorted((a for a in members if a is not cause), key=lambda a: a.time, reverse=True)
@@ -252,9 +227,7 @@ def _incident(
 # idle-holding job is not broken by itself, a GPU health problem is the GPU's (a restart
 # lands on the same GPU), an Xid says by its class (``_xid_fixes``: its application
 # errors), and a server or the connection is no job.
-RESTART_FIXES = frozenset(
-    {"cuda_oom", "oom_death", "job_crashed", "job_stalled", "host_oom_kill", "cgroup_oom_kill"}
-)
+RESTART_FIXES = tagged(Tag.RESTART_FIXES)
 
 
 def holder(cause: Alert, members: Iterable[Alert]) -> str | None:

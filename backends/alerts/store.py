@@ -2,10 +2,11 @@
 
 ``AlertStore`` is the bookkeeping half of ``AlertEngine`` (alerts.py), which adds the rules.
 Keys are stable identities (``memory:6``, ``log:/path/job.log:1234``, ``xid:0000:ba:00:3``).
-Condition kinds (``CONDITION_KINDS``) stay active while their condition holds; acknowledging
-one only silences it. Any other alert is an event: acknowledging it ends it. Two kinds are
-both: ``sglang_error`` is an event from a log line (key ``log:PATH:LINE``) and a condition
-for a server whose ``/metrics`` page cannot be read (key ``sglang_page:PORT``);
+Condition kinds (``CONDITION_KINDS``, declared in ``kinds.py``) stay active while their
+condition holds; acknowledging one only silences it. Any other alert is an event:
+acknowledging it ends it. Two kinds are both: ``sglang_error`` is an event from a log
+line (key ``log:PATH:LINE``) and a condition for a server whose ``/metrics`` page cannot
+be read (key ``sglang_page:PORT``);
 ``job_crashed`` is an event from a log line and a condition for a configured job still
 down since the failure its log ended in when gpumon came (key ``job_crashed:JOB``,
 ``is_condition``).
@@ -20,46 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpumon.backends.alerts.kinds import CONDITION_KINDS, alert_kind
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import Health, iso_time
 
 log = logging.getLogger(__name__)
 
-CONDITION = "condition"  # lasts while its condition holds: acknowledging only silences it
-EVENT = "event"  # happened once: acknowledging it ends it
-
-#: Every documented alert kind, in the order the docs and the exporter list them, with
-#: what it is. (Three more kinds are raised without being documented here: the agent's
-#: ``agent_error``, a log's ``log_unreadable`` and ``log_flood``; all three are events.)
-KIND_NATURE: dict[str, str] = {
-    "memory": CONDITION,
-    "time_to_full": CONDITION,
-    "cuda_oom": EVENT,
-    "oom_death": EVENT,
-    "kv_cache_full": EVENT,
-    "xid": EVENT,
-    "host_oom_kill": EVENT,
-    "cgroup_oom_kill": EVENT,
-    "gpu_health": CONDITION,
-    "job_crashed": EVENT,  # but a job down since its log's last failure (``JOB_DOWN_KEY``)
-    "sglang_error": EVENT,  # but a server's unreadable /metrics page (``PAGE_KEY``)
-    "auto_restart": EVENT,
-    "foreign_process": CONDITION,
-    "stale_data": CONDITION,
-    "driver_error": CONDITION,
-    "host_unreachable": CONDITION,
-    "gpu_idle_held": CONDITION,
-    "server_idle": CONDITION,  # notifiers get it only where their ``kinds`` name it
-    "job_stalled": CONDITION,
-    "job_slow": CONDITION,
-    "sglang_hung": CONDITION,
-    "spec_accept_low": CONDITION,
-}
-KINDS = tuple(KIND_NATURE)
-#: Kinds a notifier gets only where its ``kinds`` names them (not by default): what is
-#: normal operation worth a look on screen, never a page.
-OPT_IN_KINDS = frozenset({"server_idle"})
-CONDITION_KINDS = frozenset(kind for kind, nature in KIND_NATURE.items() if nature == CONDITION)
 PAGE_KEY = "sglang_page:"  # ``sglang_error`` of an unreadable /metrics page: a condition
 # ``job_crashed`` of a configured job down since the failure its log ended in when gpumon
 # came (the backlog): a condition, while the job stays down
@@ -67,6 +34,7 @@ JOB_DOWN_KEY = "job_crashed:"
 HISTORY_MAX = 500
 NOTES_MAX = 50
 SOURCE_LINES_MAX = 12  # lines kept of what raised an alert (a traceback's end, a kernel line)
+_UNDECLARED: set[str] = set()  # kinds raised that ``kinds.py`` does not declare, said once
 
 
 def is_condition(alert: Alert) -> bool:
@@ -87,7 +55,7 @@ class Alert:
 
     key: str
     severity: Health  # WARNING or CRITICAL
-    kind: str  # one of KINDS
+    kind: str  # one of KINDS (``kinds.py``)
     host: str
     gpu: int | None
     job: str | None
@@ -330,6 +298,9 @@ class AlertStore:
         now: float,
         active: bool = True,
     ) -> Alert:
+        if alert_kind(kind) is None and kind not in _UNDECLARED:
+            _UNDECLARED.add(kind)  # a recording of another version; in gpumon's own code a bug
+            log.warning("alert kind %r is not declared in alerts/kinds.py", kind)
         if job is None and gpu is not None:
             job = self._jobs_by_gpu.get(gpu)
         alert = Alert(

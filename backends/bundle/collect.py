@@ -32,6 +32,7 @@ from typing import Any
 from gpumon.backends import untrusted
 from gpumon.backends.actions import audit
 from gpumon.backends.alerts.incident import Incident
+from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.bundle.archive import BundleArchive
 from gpumon.backends.bundle.timeline import audit_in_window, timeline_json, timeline_text
@@ -63,7 +64,7 @@ _KERNEL = re.compile(
     r"Memory cgroup out of memory",
     re.IGNORECASE,
 )
-_HUNG_KINDS = frozenset({"sglang_hung", "job_stalled"})
+_HUNG_KINDS = tagged(Tag.HUNG)
 # One GET of a page on the target's loopback, by the target's own Python (read-only).
 _GET = (
     "import sys,urllib.request\n"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.backends.alerts.incident import INCIDENT_GAP_S
-from gpumon.backends.alerts.store import KINDS, OPT_IN_KINDS
+from gpumon.backends.alerts.kinds import KINDS, alert_kind
 from gpumon.backends.config.files import regular_file, terminal
 from gpumon.backends.config.limits import show
 from gpumon.backends.config.schema import (
@@ -35,6 +35,7 @@ from gpumon.backends.config.schema import (
     KeySpec,
     boolean,
     check_table,
+    did_you_mean,
     env_name,
     integer,
     limited,
@@ -78,7 +79,7 @@ class NotifierConfig:
     kind: str
     min_severity: Health = Health.WARNING
     hosts: tuple[str, ...] = ()  # empty: every host
-    kinds: tuple[str, ...] = ()  # empty: every alert kind but the opt-in ones (OPT_IN_KINDS)
+    kinds: tuple[str, ...] = ()  # empty: every alert kind notified by default (not notes)
     url: str | None = None
     url_env: str | None = None
     routing_key: str | None = None
@@ -119,7 +120,7 @@ class NotifierConfig:
         return (
             severity.rank >= self.min_severity.rank
             and (not self.hosts or host in self.hosts)
-            and (kind in self.kinds if self.kinds else kind not in OPT_IN_KINDS)
+            and (kind in self.kinds if self.kinds else _by_default(kind))
         )
 
 
@@ -154,11 +155,21 @@ def _names(v: object) -> tuple[str, ...]:
     return tuple(limited(text(x), 200) for x in v)
 
 
+def _by_default(kind: str) -> bool:
+    """Whether a notifier without ``kinds`` gets alerts of ``kind``: every kind but the
+    notes (``server_idle``), and a kind gpumon does not declare (never left out)."""
+    declared = alert_kind(kind)
+    return declared is None or declared.notified_by_default
+
+
 def _alert_kinds(v: object) -> tuple[str, ...]:
     kinds = _names(v)
-    unknown = [k for k in kinds if k not in KINDS and k != "log_unreadable"]
-    if unknown:
-        raise Invalid(f"unknown alert kind {unknown[0]!r}; expected some of: {', '.join(KINDS)}")
+    for kind in kinds:
+        if kind not in KINDS:
+            raise Invalid(
+                f"unknown alert kind {kind!r}{did_you_mean(kind, KINDS)}; "
+                f"expected some of: {', '.join(KINDS)}"
+            )
     return kinds
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -67,15 +67,22 @@ def check_table(raw: object, specs: tuple[KeySpec, ...]) -> dict[str, Any]:
     for key, value in raw.items():
         spec = by_name.get(key)
         if spec is None:
-            hint = difflib.get_close_matches(key, by_name, n=1)
-            maybe = f' (did you mean "{hint[0]}"?)' if hint else ""
             known = ", ".join(sorted(by_name))
-            raise Invalid(f"unknown key{maybe}; expected one of: {known}", (key,))
+            raise Invalid(
+                f"unknown key{did_you_mean(key, by_name)}; expected one of: {known}", (key,)
+            )
         out[spec.attr or key] = _checked(spec, value)
     for spec in specs:
         if spec.default is REQUIRED and spec.name not in raw:
             raise Invalid(f"missing; expected {spec.expected}", (spec.name,))
     return out
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``' (did you mean "interval"?)'``: the known word closest to ``word``; "" when none
+    is close."""
+    hint = difflib.get_close_matches(word, list(known), n=1)
+    return f' (did you mean "{hint[0]}"?)' if hint else ""
 
 
 def _checked(spec: KeySpec, value: object) -> Any:

@@ -30,7 +30,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpumon.backends.alerts.store import KINDS, Alert
+from gpumon.backends.alerts.kinds import KINDS, Tag, tagged
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.parsers.xid import xid_action, xid_level
 from gpumon.backends.remote.agent import cut_name
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["METRIC_NAMES", "GpumonCollector", "MetricsServer", "OomCounter"]
 
 MIB = 1024 * 1024
-OOM_KINDS = frozenset({"cuda_oom", "oom_death", "host_oom_kill", "cgroup_oom_kill"})
+OOM_KINDS = tagged(Tag.OOM)
 JOB_STATES = ("running", "finished", "crashed", "stopped")
 
 _GPU = ("host", "gpu", "uuid", "name")
@@ -157,8 +158,8 @@ class GpumonCollector(Collector):
                 action = xid_action(code) or ""
                 xids.add_metric([host, _gpu(gpu_index), str(code), severity, action], n)
             counts = Counter((a.severity.value, a.kind) for a in m.alerts.active())
-            # Every documented kind (0 when quiet), and any other kind active now
-            # (log_unreadable, log_flood, agent_error): an active alert is never left out.
+            # Every declared kind (0 when quiet), and any other kind active now (a
+            # recording's of another version): an active alert is never left out.
             kinds = (*KINDS, *sorted({kind for _, kind in counts} - set(KINDS)))
             for severity in ("warning", "critical"):
                 for kind in kinds:

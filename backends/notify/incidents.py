@@ -10,7 +10,7 @@ calls it after every change) and returns the incident events to deliver:
   kind of the alert that opened it) and stays: the memory warning opens
   "demo/gpu6/drafter/memory", and torch's OOM line 2 s later is an ``update`` of it;
 - an ``update`` when its severity rises, when a cause that explains it better arrives
-  (``CAUSE_ORDER``: the new headline, fix and kind; ``previous`` says the kind and
+  (``cause_rank``: the new headline, fix and kind; ``previous`` says the kind and
   severity before, for Alertmanager), or when gpumon acts. Another alert of it (the
   memory drop, a second OOM line) only counts; nothing is ever paged twice for one open
   incident, and a better cause that ends first leaves its story (no update back to
@@ -48,13 +48,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpumon.backends.alerts.incident import (
-    CAUSE_ORDER,
     INCIDENT_GAP_S,
     Incident,
     alert_headline,
     command_fix,
     incidents,
 )
+from gpumon.backends.alerts.kinds import Tag, cause_rank, tagged
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health, iso_time
 from gpumon.backends.notify.event import IncidentEvent, incident_key
@@ -229,7 +229,7 @@ class IncidentTracker:
             return held[0]
         if not mine:
             return None
-        return min(mine, key=lambda m: (_cause_rank(m[1].event.kind), m[1].event.opened_at))[0]
+        return min(mine, key=lambda m: (cause_rank(m[1].event.kind), m[1].event.opened_at))[0]
 
     def _merged(
         self, host: str, subj: _Subject, key: str | None, now: float
@@ -300,7 +300,7 @@ class IncidentTracker:
             recording=recording,
             attachments=_files(old.attachments, recording),
         )
-        rank, old_rank = _cause_rank(story.kind), _cause_rank(old.kind)
+        rank, old_rank = cause_rank(story.kind), cause_rank(old.kind)
         caused = rank < old_rank  # a cause that explains it better: a new headline
         if caused:
             latest = replace(latest, kind=story.kind, gpu=story.gpu)
@@ -421,12 +421,15 @@ class _Found:
     story: _Story
 
 
+_ACTIONS = tagged(Tag.ACTION)  # what gpumon did: said as the action of the crash's incident
+
+
 def _by_subject(found: Iterable[Incident]) -> dict[_Subject, list[_Found]]:
     """The dashboard's incidents by what they are about, the most urgent of each first;
     an incident of ``auto_restart`` alerts only is none."""
     out: dict[_Subject, list[_Found]] = {}
     for incident in found:
-        members = tuple(a for a in incident.alerts if a.kind != "auto_restart")
+        members = tuple(a for a in incident.alerts if a.kind not in _ACTIONS)
         if not members:
             continue
         first = min(members, key=lambda a: a.time)
@@ -452,14 +455,6 @@ def _event_subject(ev: IncidentEvent) -> _Subject:
     return _subject(ev.job, ev.gpu, ev.kind)
 
 
-def _cause_rank(kind: str) -> int:
-    """How well ``kind`` explains an incident (``CAUSE_ORDER``; lower is better)."""
-    return _RANK.get(kind, len(_RANK))
-
-
-_RANK = {kind: i for i, kind in enumerate(CAUSE_ORDER)}
-
-
 def _story(incident: Incident, members: Sequence[Alert]) -> _Story:
     """The cause, headline and fix of ``incident`` as the dashboard says them; when its
     cause is an ``auto_restart`` alert (the only kind notify leaves out), those of its
@@ -470,7 +465,7 @@ def _story(incident: Incident, members: Sequence[Alert]) -> _Story:
         headline = incident.headline
         said = fix.removeprefix("fix: ") if fix else None
     else:
-        cause = min(members, key=lambda a: (_cause_rank(a.kind), -a.severity.rank, a.time))
+        cause = min(members, key=lambda a: (cause_rank(a.kind), -a.severity.rank, a.time))
         headline, said = alert_headline(cause, incident.job), None
     return _Story(cause.kind, incident.gpu, cause.message, headline, said)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.alerts.incident import failure_kind
+from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
@@ -34,7 +35,12 @@ from gpumon.backends.workloads.slow import RunBaselines, SlowWatch, judge_slow
 from gpumon.backends.workloads.stall import stall_verdict
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 
-CRASH_KINDS = {"cuda_oom": "OOM", "job_crashed": "crash"}
+# What a job's log says it died of: a crash its log says (not ``oom_death``, the GPU's
+# memory collapsing, which the automatic restart acts on: a job's state is judged when
+# its log is read, and a job restarted by hand writes its log before its GPU fills again).
+CRASH_KINDS = tagged(Tag.CRASH) & tagged(Tag.LOG_FAILURE)
+_OOM_KINDS = tagged(Tag.OOM)
+_SGLANG_KINDS = tagged(Tag.SGLANG)
 NCCL_SPIN_UTIL_PCT = 95.0  # every rank this busy ...
 NCCL_SPIN_POWER_SHARE = 0.35  # ... on less than this share of its power limit: a spin
 # Fetched once per server start, for the model and parallelism: ``/server_info`` since
@@ -191,10 +197,11 @@ class Workloads:
         """A job whose log has an active OOM or crash alert has crashed (says which, and
         torchrun's first observed failure and restarts where its log had them)."""
         for alert in alerts.active():
-            reason = CRASH_KINDS.get(failure_kind(alert))
+            kind = failure_kind(alert)
             job = self.jobs.get(alert.job or "")
-            if reason is None or job is None or job.state is JobState.CRASHED:
+            if kind not in CRASH_KINDS or job is None or job.state is JobState.CRASHED:
                 continue
+            reason = "OOM" if kind in _OOM_KINDS else "crash"
             where = f" on GPU {alert.gpu}" if alert.gpu is not None else ""
             facts = [job.root_cause.text] if job.root_cause is not None else []
             n = job.elastic_restarts
@@ -376,8 +383,8 @@ class Workloads:
         said = [
             a
             for a in alerts.active()
-            if a.kind in ("sglang_error", "kv_cache_full")
-            and a.key.startswith("log:")
+            if a.kind in _SGLANG_KINDS
+            and a.key.startswith("log:")  # its log's lines: sglang_error, kv_cache_full
             and not a.message.startswith("Health check failed")  # health_text says it
             and self._server_for(a.key.removeprefix("log:").rpartition(":")[0]) is tracker
         ]

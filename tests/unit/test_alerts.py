@@ -13,13 +13,13 @@ import pytest
 
 from gpumon.backends.alerts import fit_time_to_full
 from gpumon.backends.alerts.engine import (
-    KINDS,
     Alert,
     AlertEngine,
     AlertRules,
     check_level,
     log_key_prefix,
 )
+from gpumon.backends.alerts.kinds import KINDS
 from gpumon.backends.alerts.store import is_condition
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.parsers import parse_query_gpu

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from gpumon.backends.alerts.incident import Incident, line, screen_fixes
+from gpumon.backends.alerts.kinds import kind_title
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable as _printable
@@ -91,8 +92,7 @@ def incident_notice(incident: Incident, limit: int, prefix: str = "") -> str:
 def incident_title(incident: Incident) -> str:
     """A notification's title for an incident: its cause's, "CRITICAL: CUDA out of memory",
     at the incident's severity."""
-    kind = KIND_TITLES.get(incident.cause.kind, _printable(incident.cause.kind))
-    return f"{incident.severity.value.upper()}: {kind}"
+    return f"{incident.severity.value.upper()}: {kind_title(incident.cause.kind)}"
 
 
 def clock_time(epoch: float) -> str:
@@ -199,32 +199,6 @@ def alert_text(message: str) -> str:
     return _printable(" ".join(message.split()))
 
 
-KIND_TITLES = {
-    "memory": "GPU memory",
-    "time_to_full": "Memory filling up",
-    "cuda_oom": "CUDA out of memory",
-    "oom_death": "Likely OOM death",
-    "kv_cache_full": "KV cache full",
-    "xid": "Xid error",
-    "host_oom_kill": "OOM killer",
-    "cgroup_oom_kill": "Container OOM kill",
-    "gpu_health": "GPU health",
-    "job_crashed": "Job crashed",
-    "sglang_error": "SGLang error",
-    "stale_data": "No data",
-    "driver_error": "Driver error",
-    "host_unreachable": "Host unreachable",
-    "auto_restart": "Automatic restart",
-    "gpu_idle_held": "GPU held and idle",
-    "server_idle": "SGLang server idle",
-    "job_stalled": "Job stalled",
-    "job_slow": "Job slow",
-    "sglang_hung": "SGLang server hung",
-    "spec_accept_low": "Drafter tokens rejected",
-}
-
-
 def alert_title(alert: Alert) -> str:
     """A notification's title: "CRITICAL: CUDA out of memory"."""
-    kind = KIND_TITLES.get(alert.kind, _printable(alert.kind))
-    return f"{alert.severity.value.upper()}: {kind}"
+    return f"{alert.severity.value.upper()}: {kind_title(alert.kind)}"

@@ -24,10 +24,10 @@ from rich.table import Table
 from rich.text import Text
 
 from gpumon.backends.alerts.incident import Incident, command_fix, screen_fixes
+from gpumon.backends.alerts.kinds import kind_title
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.untrusted import printable
 from gpumon.tui.views.alert_cells import (
-    KIND_TITLES,
     alert_state,
     alert_text,
     alert_time,
@@ -105,7 +105,7 @@ def detail_rows(view: DetailView) -> list[DetailRow]:
 
 
 def _alert_rows(alert: Alert, part: str, view: DetailView) -> list[DetailRow]:
-    kind = KIND_TITLES.get(alert.kind, printable(alert.kind))
+    kind = kind_title(alert.kind)
     state = alert_state(alert)
     head = f"{part}: {kind} ({alert.peak.value}, {state.text})"
     rows = [DetailRow("", head, health_role(alert.peak) if alert.active else Role.MUTED, True)]

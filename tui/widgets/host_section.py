@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.model import ConnState, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.views import (
@@ -213,8 +214,7 @@ class HostSection(Vertical):
         m, shown = self.monitor, self.shown
         active = m.alerts.active()
         count = alert_count(active)
-        silence = ("stale_data", "driver_error")
-        stale_alert = next((a.severity for a in active if a.kind in silence), None)
+        stale_alert = next((a.severity for a in active if a.kind in _SILENCE), None)
         self.header.show(
             HeaderView(
                 tuple(
@@ -409,6 +409,7 @@ def _restyle(
 
 
 _NO_PROCESSES = Cell("", Role.MUTED)
+_SILENCE = tagged(Tag.SILENCE)  # the header marks the data stale at the alert's level
 
 
 def waiting_text(m: HostMonitor) -> Text:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.backends.alerts.incident import INCIDENT_GAP_S
-from gpumon.backends.alerts.store import CONDITION_KINDS
+from gpumon.backends.alerts.kinds import CONDITION_KINDS, Tag, tagged
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import ConnState, Health
@@ -39,7 +39,7 @@ from .base import REPLAY, Capabilities, Sink, Source
 __all__ = ["SPEEDS", "ReplaySource", "incident_starts"]
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-SAMPLE_KINDS = CONDITION_KINDS | {"oom_death"}  # what the samples raise again by themselves
+SAMPLE_KINDS = CONDITION_KINDS | tagged(Tag.FROM_SAMPLES)  # what the samples raise again
 
 
 class ReplaySource(Source):
