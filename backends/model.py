@@ -16,24 +16,101 @@ from itertools import chain
 from typing import overload
 
 
+class CheckCode(enum.IntEnum):
+    """A Nagios plugin's exit status: ``gpumon check`` and ``gpumon fleet --check``."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+
 class Health(enum.StrEnum):
-    """How a GPU (or a host) is doing, worst last so that ``max()`` picks the worst."""
+    """The one severity, worst last: a GPU's or a host's health, an alert's, an incident's
+    and a notification's severity, a fleet node's trouble, an Xid's level.
+
+    ``INFO`` is a note (an alert kind declared ``note``, an informational Xid): shown, but
+    not alarming: it never makes ``check`` fail, rings nothing, shows in no strip or
+    toast, and reaches a notifier only where its ``kinds`` names the kind. A GPU's health
+    is never INFO.
+
+    The value is the word every public output spells it with (the JSON ``severity``, the
+    exporter's ``severity`` label, the webhook's, Alertmanager's and PagerDuty's
+    severity); what each other output says for it is mapped here, in ``_SAID``: the
+    ``check`` exit status, ntfy's priority and tag, the dashboard's colour role."""
 
     OK = "ok"
+    INFO = "info"
     WARNING = "warning"
     CRITICAL = "critical"
 
     @property
     def rank(self) -> int:
-        return _HEALTH_RANK[self]
+        return _SAID[self].rank
+
+    @property
+    def alarming(self) -> bool:
+        """Worth a person's attention now: a warning or worse (``check`` fails, the strip
+        shows it, notifiers get it by default)."""
+        return self.rank >= _SAID[Health.WARNING].rank
+
+    @property
+    def check_code(self) -> CheckCode:
+        """``check``'s exit status for a host (or a fleet) this bad."""
+        return _SAID[self].check
+
+    @property
+    def pagerduty(self) -> str:
+        """PagerDuty's ``payload.severity`` (one of critical, error, warning, info)."""
+        return "info" if self is Health.OK else self.value
+
+    @property
+    def ntfy(self) -> tuple[str, str]:
+        """ntfy's ``Priority`` (1-5) and emoji tag."""
+        return _SAID[self].ntfy
+
+    @property
+    def role(self) -> str:
+        """The name of the dashboard's colour role (``tui.views.gpu_cells.Role``)."""
+        return _SAID[self].role
 
     @staticmethod
     def worst(*values: Health) -> Health:
         return max(values, key=lambda h: h.rank, default=Health.OK)
 
+    # Ordered by rank, not as words ("critical" < "ok" < "warning"): sorted(), max().
+    def __lt__(self, other: object) -> bool:
+        return self.rank < other.rank if isinstance(other, Health) else NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        return self.rank <= other.rank if isinstance(other, Health) else NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        return self.rank > other.rank if isinstance(other, Health) else NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        return self.rank >= other.rank if isinstance(other, Health) else NotImplemented
+
+
+@dataclass(frozen=True, slots=True)
+class _Said:
+    """What the outputs that do not spell a severity by its value say for it."""
+
+    rank: int
+    check: CheckCode
+    ntfy: tuple[str, str]  # priority, tag
+    role: str
+
+
+_SAID = {
+    Health.OK: _Said(0, CheckCode.OK, ("3", "white_check_mark"), "ok"),
+    Health.INFO: _Said(1, CheckCode.OK, ("3", "information_source"), "muted"),
+    Health.WARNING: _Said(2, CheckCode.WARNING, ("4", "warning"), "warning"),
+    Health.CRITICAL: _Said(3, CheckCode.CRITICAL, ("5", "rotating_light"), "critical"),
+}
+
 
 _PATH_PART = re.compile(r"[\w.+@-]+")  # a part of a relative path (venv/bin/python)
-_HEALTH_RANK = {Health.OK: 0, Health.WARNING: 1, Health.CRITICAL: 2}
 
 
 class Source(enum.StrEnum):

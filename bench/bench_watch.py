@@ -107,7 +107,19 @@ async def throughput(events: int, tmp: Path) -> None:
     print("\n2. outbox throughput (receiver live)")
     box = Outbox(tmp / "bench.sqlite3")
     ev = IncidentEvent(
-        "open", "h/gpu0/-/xid", "h", 0, None, "xid", "critical", "bench", None, None, 0.0, 0.0, None
+        "open",
+        "h/gpu0/-/xid",
+        "h",
+        0,
+        None,
+        "xid",
+        Health.CRITICAL,
+        "bench",
+        None,
+        None,
+        0.0,
+        0.0,
+        None,
     )
     t0 = time.perf_counter()
     ids = [box.add("n", ev, 0.0, 0.0) for _ in range(events)]

@@ -296,7 +296,7 @@ class AlertEngine(AlertStore):
         incident), the others one per GPU. Ends when the GPU is busy again, frees its
         memory or stops reporting its utilisation. Not held and idle: a GPU of an SGLang
         server up and answering (``serving``: a server without traffic keeps its KV pool;
-        a ``server_idle`` condition per server says it, which notifiers do not get unless
+        a ``server_idle`` note per server says it, which notifiers do not get unless
         asked), and a GPU whose every holder ``idle_held_ignore`` names."""
         cached = self._idle_test
         if cached is None or cached[0] is not self.rules:  # rules are frozen: build it once
@@ -324,8 +324,8 @@ class AlertEngine(AlertStore):
             keys.add(key)
             text = self._server_idle_text(port, group)
             seconds = min(s for _, s in group)
-            self._condition(
-                key, "server_idle", Health.WARNING, group[0][0].index, text, now, out, seconds
+            self._condition(  # a note: normal operation, worth a look, never a page
+                key, "server_idle", Health.INFO, group[0][0].index, text, now, out, seconds
             )
         for job, gpus in idle.items():
             for group in [gpus] if job is not None else [[g] for g in gpus]:
@@ -1000,7 +1000,7 @@ class AlertEngine(AlertStore):
                 return None
             alone = self._alone(xid, now)
             level = xid_level(xid.xid, xid.message, alone=alone)
-            if level is None:
+            if not level.alarming:  # informational: counted by the exporter only
                 return None
             gpu = gpu_for_pci(xid.pci, gpus)
             uuid = self._pci_uuid.get(xid.pci)

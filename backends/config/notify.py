@@ -116,12 +116,15 @@ class NotifierConfig:
         return SETTLE_S if self.kind in READ_BY_PEOPLE else 0.0
 
     def wants(self, host: str, kind: str, severity: Health) -> bool:
-        """Whether an alert of ``kind`` and ``severity`` on ``host`` goes to this notifier."""
-        return (
-            severity.rank >= self.min_severity.rank
-            and (not self.hosts or host in self.hosts)
-            and (kind in self.kinds if self.kinds else _by_default(kind))
-        )
+        """Whether an alert of ``kind`` and ``severity`` on ``host`` goes to this notifier:
+        a note (``Health.INFO``, below every ``min_severity``) only where ``kinds`` names
+        its kind."""
+        if self.hosts and host not in self.hosts:
+            return False
+        named = kind in self.kinds
+        if not (named if self.kinds else _by_default(kind)):
+            return False
+        return severity.rank >= self.min_severity.rank if severity.alarming else named
 
 
 @dataclass(frozen=True, slots=True)

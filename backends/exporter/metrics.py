@@ -30,8 +30,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpumon.backends.alerts.kinds import KINDS, Tag, tagged
+from gpumon.backends.alerts.kinds import KINDS, NOTE_KINDS, Tag, tagged
 from gpumon.backends.alerts.store import Alert
+from gpumon.backends.model import Health
 from gpumon.backends.parsers.xid import xid_action, xid_level
 from gpumon.backends.remote.agent import cut_name
 
@@ -82,7 +83,7 @@ class OomCounter:
         self._lock = threading.Lock()  # cheap insurance should a scrape ever run elsewhere
 
     def listener(self, alert: Alert) -> None:
-        if alert.kind in OOM_KINDS and alert.severity.value == "critical":
+        if alert.kind in OOM_KINDS and alert.severity is Health.CRITICAL:
             key = (alert.host, _gpu(alert.gpu), alert.job or "", alert.kind)
             with self._lock:
                 self.counts[key] += 1
@@ -93,6 +94,26 @@ class OomCounter:
     def items(self) -> list[tuple[tuple[str, str, str, str], int]]:
         with self._lock:
             return list(self.counts.items())
+
+
+def _alert_counts(active: Iterable[Alert]) -> list[tuple[str, str, int]]:
+    """``gpumon_alerts_active``'s (severity, kind, count): every declared kind at its
+    levels, 0 when quiet (a note's info, another kind's warning and critical), and any
+    other pair active now (a kind of a recording of another version): an active alert is
+    never left out."""
+    counts = Counter((a.severity, a.kind) for a in active)
+    quiet = {
+        (level, kind)
+        for kind in KINDS
+        for level in ((Health.INFO,) if kind in NOTE_KINDS else (Health.WARNING, Health.CRITICAL))
+    }
+    kinds = (*KINDS, *sorted({kind for _, kind in counts} - set(KINDS)))
+    return [
+        (level.value, kind, counts[(level, kind)])
+        for level in (Health.INFO, Health.WARNING, Health.CRITICAL)
+        for kind in kinds
+        if (level, kind) in quiet or counts[(level, kind)]
+    ]
 
 
 def _gpu(index: int | None) -> str:
@@ -154,16 +175,10 @@ class GpumonCollector(Collector):
                 put("gpumon_sglang_spec_accept_length", labels, srv.spec_accept_length)
             for (gpu_index, code), n in sorted(m.alerts.xid_counts.items(), key=str):
                 level = xid_level(code)  # 154: by its message; the count keeps no message
-                severity = level.value if level is not None else "info"
                 action = xid_action(code) or ""
-                xids.add_metric([host, _gpu(gpu_index), str(code), severity, action], n)
-            counts = Counter((a.severity.value, a.kind) for a in m.alerts.active())
-            # Every declared kind (0 when quiet), and any other kind active now (a
-            # recording's of another version): an active alert is never left out.
-            kinds = (*KINDS, *sorted({kind for _, kind in counts} - set(KINDS)))
-            for severity in ("warning", "critical"):
-                for kind in kinds:
-                    put("gpumon_alerts_active", [host, severity, kind], counts[(severity, kind)])
+                xids.add_metric([host, _gpu(gpu_index), str(code), level.value, action], n)
+            for severity, kind, count in _alert_counts(m.alerts.active()):
+                put("gpumon_alerts_active", [host, severity, kind], count)
         ooms = CounterMetricFamily(
             OOM_COUNTER,
             "OOM events seen (critical alerts)",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .model import SORT_NAMES, NodeRow, Problem, Severity, judge, sort_rows
+    from .model import SORT_NAMES, NodeRow, Problem, judge, sort_rows
     from .prom import PrometheusClient, PrometheusError, PrometheusUnreachable, QueryStats
     from .queries import FleetQueries
     from .report import fleet_check, fleet_json
@@ -25,7 +25,6 @@ __all__ = [
     "PrometheusError",
     "PrometheusUnreachable",
     "QueryStats",
-    "Severity",
     "fleet_check",
     "fleet_json",
     "judge",
@@ -49,7 +48,6 @@ if not TYPE_CHECKING:
             "PrometheusError": "prom",
             "PrometheusUnreachable": "prom",
             "QueryStats": "prom",
-            "Severity": "model",
             "fleet_check": "report",
             "fleet_json": "report",
             "judge": "model",

@@ -6,7 +6,6 @@ node's series went stale, the value was NaN) is None, never 0.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -19,22 +18,12 @@ STALE_AFTER_S = 180.0  # a last sample older than this is said (scrapes are 15-6
 DCGM_COLLECT_S = 30  # dcgm-exporter's default collection interval (-c 30000)
 
 
-class Severity(enum.IntEnum):
-    OK = 0
-    WARNING = 1
-    CRITICAL = 2
-
-    @property
-    def word(self) -> str:
-        return self.name.lower()
-
-
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One fleet rule that fired on a node."""
 
     rule: str  # exporter-down, stale, xid, row-remap-failure, idle-allocated, gpumon-alerts
-    severity: Severity
+    severity: Health
     message: str
 
 
@@ -66,8 +55,8 @@ class NodeRow:
     problems: tuple[Problem, ...] = ()
 
     @property
-    def severity(self) -> Severity:
-        return max((p.severity for p in self.problems), default=Severity.OK)
+    def severity(self) -> Health:
+        return Health.worst(*(p.severity for p in self.problems))
 
     def age(self, now: float) -> float | None:
         return None if self.last_seen is None else max(0.0, now - self.last_seen)
@@ -90,35 +79,35 @@ def judge(row: NodeRow, now: float, stale_after: float = STALE_AFTER_S) -> tuple
     age = row.age(now)
     if row.exporter_down:
         target = row.labels.get("instance", "its target")
-        out.append(Problem("exporter-down", Severity.CRITICAL, f"exporter down (up 0: {target})"))
+        out.append(Problem("exporter-down", Health.CRITICAL, f"exporter down (up 0: {target})"))
     elif not row.current:
         seen = "" if age is None else f" for {age:.0f} s"
-        out.append(Problem("exporter-down", Severity.CRITICAL, f"no data{seen}: exporter gone?"))
+        out.append(Problem("exporter-down", Health.CRITICAL, f"no data{seen}: exporter gone?"))
     elif age is not None and age > stale_after:
-        out.append(Problem("stale", Severity.WARNING, f"last sample {age:.0f} s old"))
+        out.append(Problem("stale", Health.WARNING, f"last sample {age:.0f} s old"))
     if row.remap_failures:
         n = row.remap_failures
         out.append(
-            Problem("row-remap-failure", Severity.CRITICAL, f"row-remap failure on {_gpus(n)}")
+            Problem("row-remap-failure", Health.CRITICAL, f"row-remap failure on {_gpus(n)}")
         )
     xid = _xid_problem(row)
     if xid is not None:
         out.append(xid)
     if row.alerts_critical:
         out.append(
-            Problem("gpumon-alerts", Severity.CRITICAL, f"{row.alerts_critical} critical alert(s)")
+            Problem("gpumon-alerts", Health.CRITICAL, f"{row.alerts_critical} critical alert(s)")
         )
     elif row.alerts_warning:
         out.append(
-            Problem("gpumon-alerts", Severity.WARNING, f"{row.alerts_warning} warning alert(s)")
+            Problem("gpumon-alerts", Health.WARNING, f"{row.alerts_warning} warning alert(s)")
         )
     if row.idle_allocated:
         text = (
             f"idle but allocated: {_gpus(row.idle_allocated)} hold > {IDLE_MEMORY_MIB // 1024}"
             f" GiB at < {IDLE_UTIL_PCT:g} % for {IDLE_WINDOW_S // 60} min"
         )
-        out.append(Problem("idle-allocated", Severity.WARNING, text))
-    out.sort(key=lambda p: -p.severity)
+        out.append(Problem("idle-allocated", Health.WARNING, text))
+    out.sort(key=lambda p: -p.severity.rank)
     return tuple(out)
 
 
@@ -128,15 +117,14 @@ def _xid_problem(row: NodeRow) -> Problem | None:
     code = row.xid_last
     alone = set(row.xids) <= {code}  # Xid 45 with no other Xid in the window: the solo one
     level = xid_level(code, alone=alone) if row.xid_gpus and code else None
-    if code is None or level is None:
+    if code is None or level is None or not level.alarming:
         return None
-    sev = Severity.CRITICAL if level is Health.CRITICAL else Severity.WARNING
     gpus = row.xids.get(code, row.xid_gpus or 1)
     text = f"Xid {code} on {_gpus(gpus)} in the last 15 min: {xid_summary(code, alone=alone)}"
     others = sorted(c for c in row.xids if c != code)
     if others:
         text += "; also Xid " + ", ".join(map(str, others))
-    return Problem("xid", sev, text)
+    return Problem("xid", level, text)
 
 
 def _gpus(n: int) -> str:
@@ -148,7 +136,7 @@ def _low(v: float | None) -> float:
 
 
 SORTS: tuple[tuple[str, Callable[[NodeRow, float], tuple[object, ...]]], ...] = (
-    ("trouble", lambda r, now: (-r.severity, _low(r.mem_fullest), r.node)),
+    ("trouble", lambda r, now: (-r.severity.rank, _low(r.mem_fullest), r.node)),
     ("name", lambda r, now: (r.node,)),
     ("memory", lambda r, now: (_low(r.mem_fullest), r.node)),
     ("utilisation", lambda r, now: (_low(r.util_mean), r.node)),

@@ -7,20 +7,13 @@ unreachable, a query failed, or no node at all), one summary line.
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
-from gpumon.backends.fleet.model import NodeRow, Severity, sort_rows
+from gpumon.backends.fleet.model import NodeRow, sort_rows
 from gpumon.backends.fleet.source import FleetSnapshot
+from gpumon.backends.model import CheckCode, Health
 
 SHOWN_PROBLEMS = 5  # nodes named on the --check line
-
-
-class CheckCode(enum.IntEnum):
-    OK = 0
-    WARNING = 1
-    CRITICAL = 2
-    UNKNOWN = 3
 
 
 def _round(v: float | None, digits: int = 1) -> float | None:
@@ -32,9 +25,9 @@ def node_json(row: NodeRow, now: float) -> dict[str, Any]:
     age = row.age(now)
     return {
         "node": row.node,
-        "severity": row.severity.word,
+        "severity": row.severity.value,
         "problems": [
-            {"rule": p.rule, "severity": p.severity.word, "message": p.message}
+            {"rule": p.rule, "severity": p.severity.value, "message": p.message}
             for p in row.problems
         ],
         "labels": dict(row.labels),
@@ -79,9 +72,9 @@ def fleet_check(snap: FleetSnapshot) -> tuple[CheckCode, str]:
     if not rows:
         where = snap.prometheus
         return CheckCode.UNKNOWN, f"FLEET {snap.fleet} UNKNOWN - no GPU node in {where}"
-    crit = [r for r in rows if r.severity == Severity.CRITICAL]
-    warn = [r for r in rows if r.severity == Severity.WARNING]
-    code = CheckCode.CRITICAL if crit else CheckCode.WARNING if warn else CheckCode.OK
+    crit = [r for r in rows if r.severity is Health.CRITICAL]
+    warn = [r for r in rows if r.severity is Health.WARNING]
+    code = Health.worst(*(r.severity for r in rows)).check_code
     if snap.error is not None and code == CheckCode.OK:
         code = CheckCode.UNKNOWN
     named = [f"{r.node}: {r.problems[0].message}" for r in (crit + warn)[:SHOWN_PROBLEMS]]

@@ -8,7 +8,7 @@ from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .compose import demo_settings, make_monitor, make_transport, replay_monitor, target_host
-    from .report import CheckCode, check_verdict, snapshot_json, snapshot_table
+    from .report import check_verdict, snapshot_json, snapshot_table
     from .sources import (
         SPEEDS,
         AgentSource,
@@ -25,7 +25,6 @@ __all__ = [
     "SPEEDS",
     "AgentSource",
     "Capabilities",
-    "CheckCode",
     "DirectSmiSource",
     "HostMonitor",
     "ReplaySource",
@@ -51,7 +50,6 @@ if not TYPE_CHECKING:
         {
             "AgentSource": "sources.agent",
             "Capabilities": "sources.base",
-            "CheckCode": "report",
             "DirectSmiSource": "sources.direct",
             "HostMonitor": "state",
             "ReplaySource": "sources.replay",

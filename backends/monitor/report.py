@@ -7,13 +7,13 @@ object, never rename. A value the machine did not report is ``null``, never 0.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from typing import Any
 
 from gpumon.backends.alerts.health import facts_json
 from gpumon.backends.alerts.incident import Incident, command_fix, incidents, line
 from gpumon.backends.model import (
+    CheckCode,
     ConnState,
     GpuProcess,
     GpuSample,
@@ -26,13 +26,6 @@ from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.monitor.textfit import cells, cut, fit_lines, wrap, wrap_pairs
 from gpumon.backends.parsers.processes import index_ranges, process_columns, unattributed_mib
 from gpumon.backends.untrusted import printable
-
-
-class CheckCode(enum.IntEnum):
-    OK = 0
-    WARNING = 1
-    CRITICAL = 2
-    UNKNOWN = 3
 
 
 def gpu_json(gpu: GpuSample, sample: HostSample) -> dict[str, Any]:
@@ -182,7 +175,8 @@ def _perfdata(monitor: HostMonitor) -> list[Perf]:
 def _verdict(monitor: HostMonitor) -> tuple[CheckCode, str]:
     name = monitor.name
     sample = monitor.latest
-    found = active_incidents(monitor)  # GPU health problems are alerts too
+    # GPU health problems are alerts too; a note (a server without traffic) is no problem
+    found = [i for i in active_incidents(monitor) if i.severity.alarming]
     # Who else holds memory is context for the headline, not the headline itself.
     found.sort(key=lambda i: (-i.severity.rank, i.cause.kind == "foreign_process"))
     fatal = [i for i in found if i.cause.kind == "driver_error"]
@@ -200,11 +194,9 @@ def _verdict(monitor: HostMonitor) -> tuple[CheckCode, str]:
     if monitor.status.error and monitor.status.state != ConnState.CONNECTED:
         return CheckCode.UNKNOWN, f"UNKNOWN {name}: {monitor.status.error}"
     worst = Health.worst(*(g.health for g in sample.gpus), *(i.severity for i in found))
-    code = {Health.OK: CheckCode.OK, Health.WARNING: CheckCode.WARNING}.get(
-        worst, CheckCode.CRITICAL
-    )
+    code = worst.check_code
     summary = _summary(sample)
-    if worst == Health.OK:
+    if code is CheckCode.OK:
         return code, f"OK {name}: {summary}"
     if found:
         what = _headlines(monitor, found)

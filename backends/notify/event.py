@@ -16,7 +16,7 @@ import socket
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from gpumon.backends.model import iso_time
+from gpumon.backends.model import Health, iso_time
 
 __all__ = ["EVENT_KEYS", "SCHEMA", "IncidentEvent", "incident_key", "page_key", "webhook_body"]
 
@@ -81,7 +81,7 @@ class IncidentEvent:
     gpu: int | None
     job: str | None
     kind: str  # the kind of its cause: the alert that explains it best so far
-    severity: str  # "warning" | "critical": the worst it has been
+    severity: Health  # the worst it has been: warning, critical (info: a note's incident)
     cause: str  # the cause alert's message (one line): the raw evidence
     action: str | None  # what gpumon did: "auto-restart 1/3 in 10 s", "... succeeded", ...
     resolved_by: str | None  # resolve only: "auto-restart", "a person's restart", "recovered"
@@ -100,7 +100,7 @@ class IncidentEvent:
     # An update that changed the cause's kind, the severity or the GPU: those before it
     # (kind, severity, gpu), so Alertmanager can end the alert of the old labels. Not in
     # the webhook JSON (``EVENT_KEYS``).
-    previous: tuple[str, str, int | None] | None = None
+    previous: tuple[str, Health, int | None] | None = None
     # What it says at its top changed: 1 when it opened, one more each time its cause or
     # its severity changed (``previous`` set). PagerDuty's alert of this page is
     # ``page_key(key, page)``. Not in the webhook JSON.
@@ -110,10 +110,13 @@ class IncidentEvent:
     episodes: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.attachments, tuple):  # read back from JSON as a list
+        # read back from JSON (the outbox): lists, and severities as their words
+        object.__setattr__(self, "severity", Health(self.severity))
+        if not isinstance(self.attachments, tuple):
             object.__setattr__(self, "attachments", tuple(self.attachments))
-        if self.previous is not None and not isinstance(self.previous, tuple):
-            object.__setattr__(self, "previous", tuple(self.previous))
+        if self.previous is not None:
+            kind, severity, gpu = self.previous
+            object.__setattr__(self, "previous", (kind, Health(severity), gpu))
 
     @property
     def title(self) -> str:
@@ -181,6 +184,7 @@ class IncidentEvent:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data["severity"] = self.severity.value
         data["summary"] = self.summary()
         data["headline"] = self.title
         data["opened_at"] = iso_time(self.opened_at)

@@ -174,7 +174,7 @@ def test_event(name: str, now: float) -> IncidentEvent:
         gpu=None,
         job=None,
         kind="test",
-        severity="warning",
+        severity=Health.WARNING,
         cause=f"notifier {name} reaches you (sent by gpumon notify test)",
         action=None,
         resolved_by=None,
@@ -301,7 +301,7 @@ class NotifyHub:
         made critical) gets its bundle (``[watch] bundle_on_critical``): written in the
         background, its path in the event at once and in the incident's later events
         (the message goes out now; the file follows within the bundle's minute)."""
-        if ev.severity != "critical" or ev.bundle is not None:
+        if ev.severity is not Health.CRITICAL or ev.bundle is not None:
             return ev
         if ev.event != "open" and (ev.event != "update" or _was_critical(ev)):
             return ev
@@ -379,7 +379,7 @@ class NotifyHub:
         whatever the filter says of the resolve (the cause's kind may have changed), and
         one never told does not."""
         told = self._told.setdefault(cfg.name, set())
-        wanted = cfg.wants(ev.host, ev.kind, _severity(ev))
+        wanted = cfg.wants(ev.host, ev.kind, ev.severity)
         if ev.event == "resolve":  # ``publish`` forgets the key after it
             return ev if ev.key in told or (ev.key in self._told_before and wanted) else None
         if not wanted:
@@ -568,7 +568,7 @@ class NotifyHub:
         events = [  # the labels now only: the alert of old ones was ended when they changed
             dataclasses.replace(inc.event, previous=None)
             for inc in self.tracker.open.values()
-            if cfg.wants(inc.event.host, inc.event.kind, _severity(inc.event))
+            if cfg.wants(inc.event.host, inc.event.kind, inc.event.severity)
         ]
         if events:
             try:
@@ -579,11 +579,7 @@ class NotifyHub:
 
 def _was_critical(ev: IncidentEvent) -> bool:
     """Whether the incident of update ``ev`` was critical before it."""
-    return ev.previous is None or ev.previous[1] == "critical"
-
-
-def _severity(ev: IncidentEvent) -> Health:
-    return Health.CRITICAL if ev.severity == "critical" else Health.WARNING
+    return ev.previous is None or ev.previous[1] is Health.CRITICAL
 
 
 def default_outbox(settings: NotifySettings) -> Path:

@@ -253,7 +253,7 @@ class IncidentTracker:
         ``key`` (None: a new one). Returns the event to send, if any, and the key."""
         lead = group[0]  # the most urgent (``found`` comes by urgency)
         members = [a for f in group for a in f.members]
-        severity = Health.worst(*(a.severity for a in members)).value
+        severity = Health.worst(*(a.severity for a in members))
         story = lead.story
         note = self._note(host, lead.incident.job)
         inc = self.open.get(key) if key is not None else None
@@ -307,7 +307,7 @@ class IncidentTracker:
         if rank <= old_rank:  # the cause's latest words (a new peak), kept for the resolve
             latest = replace(latest, cause=story.cause, headline=story.headline, fix=story.fix)
         # else: a better cause ended first; its story stays (the incident was a CUDA OOM)
-        escalated = Health(severity).rank > Health(old.severity).rank
+        escalated = severity.rank > old.severity.rank
         acted = note.about(old) and note.action != old.action
         if not (escalated or caused or acted or back):  # a repeat: counted, never re-paged
             inc.event = latest

@@ -31,7 +31,7 @@ from typing import Any
 
 from gpumon.backends.config.notify import NotifierConfig
 from gpumon.backends.errors import GpumonError
-from gpumon.backends.model import iso_time
+from gpumon.backends.model import Health, iso_time
 from gpumon.backends.notify.event import IncidentEvent, page_key, webhook_body
 
 __all__ = [
@@ -153,7 +153,7 @@ def _pagerduty(
         payload = {
             "summary": title.summary()[:1024],
             "source": ev.host,
-            "severity": "info" if ev.event == "test" else ev.severity,
+            "severity": (Health.INFO if ev.event == "test" else ev.severity).pagerduty,
             "timestamp": iso_time(ev.opened_at),
             "component": f"gpu{ev.gpu}" if ev.gpu is not None else None,
             "group": ev.job,
@@ -200,7 +200,7 @@ def alertmanager_alert(ev: IncidentEvent, now: float, resend_s: float) -> dict[s
         "alertname": f"gpumon_{ev.kind}",
         "host": ev.host,
         "kind": ev.kind,
-        "severity": ev.severity if ev.event != "test" else "info",
+        "severity": (Health.INFO if ev.event == "test" else ev.severity).value,
         "incident": ev.key,
         "source": "gpumon",
     }
@@ -235,15 +235,13 @@ def _ntfy(
     config: NotifierConfig, events: Sequence[IncidentEvent], env: Mapping[str, str]
 ) -> list[HttpRequest]:
     title, body = _text(events)
-    worst = max(events, key=lambda e: (e.event != "resolve", e.severity == "critical"))
+    worst = max(events, key=lambda e: (e.event != "resolve", e.severity.rank))
     if worst.event == "resolve":
-        priority, tags = "3", "white_check_mark"
+        priority, tags = Health.OK.ntfy
     elif worst.event == "test":
         priority, tags = "3", "test_tube"
-    elif worst.severity == "critical":
-        priority, tags = "5", "rotating_light"
     else:
-        priority, tags = "4", "warning"
+        priority, tags = worst.severity.ntfy
     headers = {
         "Title": title.encode("ascii", "replace").decode(),
         "Priority": priority,

@@ -49,8 +49,8 @@ class XidEvent:
     compute_instance: int | None = None
 
     @property
-    def level(self) -> Health | None:
-        """gpumon's level for this event (None: informational, not worth an alert)."""
+    def level(self) -> Health:
+        """gpumon's level for this event (INFO: informational, not worth an alert)."""
         return xid_level(self.xid, self.message)
 
     def describe(self, gpu: int | None, whose: str | None = None, *, alone: bool = True) -> str:

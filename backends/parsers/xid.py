@@ -7,10 +7,10 @@ catalog for Ampere and later (https://docs.nvidia.com/deploy/xid-errors/analyzin
 and ``BUCKETS`` says what gpumon makes of a bucket: RESTART_APP -> restart the application,
 RESET_GPU -> reset the GPU, RESTART_BM -> reboot the node, RESTART_FM -> restart the Fabric
 Manager, IGNORE -> no alert. The level is gpumon's: critical when the GPU needs a reset or
-the node a reboot, warning when the application, a service (or a trend) needs a look, None
-when NVIDIA says to ignore it. Where a row departs from its bucket, or the catalog names a
-workflow (48, 74) or no bucket at all (162-165, 167, 169, 171, 172), ``ours`` says why:
-those are gpumon's readings, not NVIDIA's.
+the node a reboot, warning when the application, a service (or a trend) needs a look,
+info (no alert) when NVIDIA says to ignore it. Where a row departs from its bucket, or the
+catalog names a workflow (48, 74) or no bucket at all (162-165, 167, 169, 171, 172),
+``ours`` says why: those are gpumon's readings, not NVIDIA's.
 
 Xid 45 has two rows: the catalog's WORKFLOW_XID_45 is "Solo: RESTART_FM, Not Solo: IGNORE
 (follow other Xid)". ``XIDS[45]`` is the one beside another Xid (the usual case: the
@@ -34,14 +34,14 @@ REBOOT_NODE = "reboot the node"
 RESTART_FM = "restart the Fabric Manager service"
 CONTACT_SUPPORT = "contact support (RMA)"
 
-_W, _C = Health.WARNING, Health.CRITICAL
+_I, _W, _C = Health.INFO, Health.WARNING, Health.CRITICAL
 # The catalog's buckets as gpumon acts on them: (action, level).
-BUCKETS: dict[str, tuple[str | None, Health | None]] = {
+BUCKETS: dict[str, tuple[str | None, Health]] = {
     "RESTART_APP": (RESTART_APP, _W),
     "RESET_GPU": (RESET_GPU, _C),
     "RESTART_BM": (REBOOT_NODE, _C),
     "RESTART_FM": (RESTART_FM, _W),
-    "IGNORE": (None, None),
+    "IGNORE": (None, _I),
 }
 
 
@@ -54,7 +54,7 @@ class XidInfo:
     code: int
     meaning: str
     action: str | None  # None: nothing to do (informational)
-    level: Health | None  # None: informational, no alert
+    level: Health  # INFO: informational, no alert
     catalog: str = ""
     ours: str = ""
 
@@ -64,7 +64,7 @@ def _x(
     meaning: str,
     catalog: str,
     action: str | None = None,
-    level: Health | None = None,
+    level: Health = _I,
     ours: str = "",
 ) -> XidInfo:
     """A row: the bucket's action and level unless the row says its own (then ``ours``)."""
@@ -124,7 +124,7 @@ XIDS: dict[int, XidInfo] = {
         _x(140, "unrecovered ECC error", "RESET_GPU"),
         _x(143, "GPU initialisation error", "RESET_GPU"),
         # Level and action from the message: the recovery action it names.
-        _x(154, "GPU recovery action changed", "XID_154", None, None, "the action it names"),
+        _x(154, "GPU recovery action changed", "XID_154", None, _I, "the action it names"),
         _x(155, "NVLink link down (software-defined)", "RESET_GPU"),
         _x(156, "resource retirement event", "RESET_GPU"),
         _x(
@@ -138,7 +138,7 @@ XIDS: dict[int, XidInfo] = {
         _x(158, "GPU fatal timeout", "RESET_GPU"),
         _x(160, "channel retirement (memory marked for repair)", "IGNORE"),
         _x(161, "channel retirement failed", "IGNORE"),
-        _x(162, "power smoothing re-engaged", "", None, None, "no bucket: the circuit is back"),
+        _x(162, "power smoothing re-engaged", "", None, _I, "no bucket: the circuit is back"),
         _x(
             163,
             "power smoothing disengaged",
@@ -201,8 +201,8 @@ def xid_info(code: int, *, alone: bool = True) -> XidInfo:
     return known or XidInfo(code, "unlisted Xid", "see NVIDIA's Xid catalog", Health.WARNING)
 
 
-def xid_level(code: int, message: str = "", *, alone: bool = True) -> Health | None:
-    """WARNING/CRITICAL for Xids worth an alert, None for informational ones.
+def xid_level(code: int, message: str = "", *, alone: bool = True) -> Health:
+    """WARNING/CRITICAL for Xids worth an alert, INFO for informational ones.
 
     Xid 154 takes its level from the new recovery action in ``message``: ``0x0 (None)`` is
     informational, any other action (reset, reboot, drain, IMEX, bus reset) is critical,
@@ -210,7 +210,7 @@ def xid_level(code: int, message: str = "", *, alone: bool = True) -> Health | N
     """
     if code == 154:
         m = _RECOVERY.search(message)
-        return Health.CRITICAL if m is None or int(m.group(1), 16) != 0 else None
+        return Health.CRITICAL if m is None or int(m.group(1), 16) != 0 else Health.INFO
     return xid_info(code, alone=alone).level
 
 
@@ -237,9 +237,8 @@ def worst_xid(codes: Iterable[int]) -> int | None:
     only follows it). Xid 45 alone in ``codes`` is the solo one. None when there is none."""
     seen = set(codes)
     alone = seen <= {45}
-    rank = {None: 0, Health.WARNING: 1, Health.CRITICAL: 2}
     return max(
         seen,
-        key=lambda c: (rank[xid_level(c, alone=alone)], c != 154, c != 45 or alone, c),
+        key=lambda c: (xid_level(c, alone=alone).rank, c != 154, c != 45 or alone, c),
         default=None,
     )

@@ -17,9 +17,8 @@ import pytest
 
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.config import Config, HostConfig, resolve_host
-from gpumon.backends.model import ConnState, Health, Source
+from gpumon.backends.model import CheckCode, ConnState, Health, Source
 from gpumon.backends.monitor import (
-    CheckCode,
     HostMonitor,
     backoff_delay,
     check_verdict,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.config import Config, resolve_host
-from gpumon.backends.model import Health
-from gpumon.backends.monitor import CheckCode, HostMonitor, check_verdict, make_monitor
+from gpumon.backends.model import CheckCode, Health
+from gpumon.backends.monitor import HostMonitor, check_verdict, make_monitor
 
 from waiting import until
 

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from gpumon.backends.config.fleet import FleetConfig
-from gpumon.backends.fleet import FleetQueries, FleetSnapshot, FleetSource, NodeRow, Severity
+from gpumon.backends.fleet import FleetQueries, FleetSnapshot, FleetSource, NodeRow
 from gpumon.backends.fleet.prom import GET_MAX
-from gpumon.backends.fleet.report import CheckCode, fleet_check, fleet_json
+from gpumon.backends.fleet.report import fleet_check, fleet_json
+from gpumon.backends.model import CheckCode, Health
 
 from dcgm_exporter import (
     RESERVED_MIB,
@@ -138,8 +139,8 @@ async def test_fleet_rules_and_the_trouble_order(lab: tuple[FleetPrometheus, Dcg
         "node-0011": ["gpumon-alerts"],
         "node-0012": ["gpumon-alerts"],
     }
-    assert rows["node-0006"].severity == Severity.CRITICAL and rows["node-0006"].xid_last == 79
-    assert rows["node-0008"].severity == Severity.WARNING and rows["node-0008"].xid_gpus == 1
+    assert rows["node-0006"].severity == Health.CRITICAL and rows["node-0006"].xid_last == 79
+    assert rows["node-0008"].severity == Health.WARNING and rows["node-0008"].xid_gpus == 1
     assert rows["node-0004"].remap_failures == 1
     assert rows["node-0010"].idle_allocated == 8
     assert rows["node-0002"].idle_allocated == 0 and rows["node-0002"].xid_gpus == 0
@@ -191,7 +192,7 @@ async def test_an_xid_the_exporter_still_holds_is_not_recent_a_new_one_is(tmp_pa
             assert [(p.rule, p.severity, p.message) for p in row.problems] == [
                 (
                     "xid",
-                    Severity.WARNING,
+                    Health.WARNING,
                     "Xid 13 on 1 GPU in the last 15 min: graphics engine exception"
                     " — restart the application",
                 )
@@ -206,7 +207,7 @@ async def test_an_xid_the_exporter_still_holds_is_not_recent_a_new_one_is(tmp_pa
             assert (row.xid_gpus, dict(row.xids), row.severity) == (
                 1,
                 {13: 1, 79: 1},
-                Severity.CRITICAL,
+                Health.CRITICAL,
             )
             assert row.problems[0].message == (
                 "Xid 79 on 1 GPU in the last 15 min: fallen off the bus — reboot the node;"
@@ -306,10 +307,10 @@ async def test_exporter_down_keeps_the_node_listed_as_critical(tmp_path: Path) -
         finally:
             prom.stop()
     row = next(r for r in snap.rows if r.node == "solo-0001")
-    assert row.exporter_down and row.severity == Severity.CRITICAL
+    assert row.exporter_down and row.severity == Health.CRITICAL
     assert row.problems[0].rule == "exporter-down"
     assert row.last_seen is not None  # its last sample, from the hour before
-    assert all(r.severity == Severity.OK for r in snap.rows if r.node != "solo-0001")
+    assert all(r.severity == Health.OK for r in snap.rows if r.node != "solo-0001")
 
 
 async def test_prometheus_stopped_and_restarted(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
+from gpumon.backends.model import Health
 from gpumon.backends.notify.event import IncidentEvent
 from gpumon.backends.notify.hub import NotifyHub
 from gpumon.backends.notify.outbox import Outbox
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.system
 
 def event(n: int, host: str = "ct200") -> IncidentEvent:
     now = time.time()
-    return IncidentEvent("open", f"{host}/gpu{n}/-/xid", host, n, None, "xid", "critical",
+    return IncidentEvent("open", f"{host}/gpu{n}/-/xid", host, n, None, "xid", Health.CRITICAL,
                          f"Xid 79 on GPU {n}", None, None, now, now, None)  # fmt: skip
 
 

@@ -18,8 +18,8 @@ from gpumon.backends.alerts.rules import UNREACHABLE_WARNING_FAILURES, UNREACHAB
 from gpumon.backends.config import HostConfig
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.exporter.metrics import GpumonCollector, registry_for
-from gpumon.backends.model import ConnState, GpuSample, Health, HostSample
-from gpumon.backends.monitor import CheckCode, HostMonitor, check_verdict, snapshot_json
+from gpumon.backends.model import CheckCode, ConnState, GpuSample, Health, HostSample
+from gpumon.backends.monitor import HostMonitor, check_verdict, snapshot_json
 from gpumon.backends.monitor.sources import AgentSource
 from gpumon.backends.notify.hub import SETTLE_S, NotifyHub
 from gpumon.backends.notify.outbox import Outbox

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpumon.backends.fleet import PrometheusError, Severity, fleet_check, sort_rows
+from gpumon.backends.fleet import PrometheusError, fleet_check, sort_rows
 from gpumon.backends.fleet.demo import (
     DEMO_HOT_NODES,
     DEMO_IDLE_NODE,
@@ -14,7 +14,7 @@ from gpumon.backends.fleet.demo import (
     demo_source,
 )
 from gpumon.backends.fleet.queries import FleetQueries
-from gpumon.backends.fleet.report import CheckCode
+from gpumon.backends.model import CheckCode, Health
 
 T0 = 1_800_000_000.0
 
@@ -29,7 +29,7 @@ async def test_fifty_nodes_judged_by_the_fleet_rules() -> None:
     assert len(snap.rows) == 50
     rows = {r.node: r for r in snap.rows}
     xid = rows[DEMO_XID_NODE]
-    assert (xid.severity, xid.xid_last, xid.xid_gpus) == (Severity.CRITICAL, 79, 1)
+    assert (xid.severity, xid.xid_last, xid.xid_gpus) == (Health.CRITICAL, 79, 1)
     assert xid.problems[0].message.startswith("Xid 79 on 1 GPU in the last 15 min")
     idle = rows[DEMO_IDLE_NODE]
     assert [p.rule for p in idle.problems] == ["idle-allocated"] and idle.idle_allocated == 1
@@ -39,7 +39,7 @@ async def test_fifty_nodes_judged_by_the_fleet_rules() -> None:
         assert hot.temp_max is not None and hot.temp_max >= 86
         assert [p.rule for p in hot.problems] == ["gpumon-alerts"]
     calm = [r for r in snap.rows if r.node not in {DEMO_XID_NODE, DEMO_IDLE_NODE, *DEMO_HOT_NODES}]
-    assert all(r.severity == Severity.OK for r in calm)
+    assert all(r.severity == Health.OK for r in calm)
     assert all(r.gpus == 8 and r.current and r.age(T0) is not None for r in snap.rows)
     assert all(len(r.spark) == 20 and None not in r.spark for r in snap.rows)
     worst = [r.node for r in sort_rows(list(snap.rows), "trouble", T0)[:4]]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from gpumon.backends.fleet import FleetSnapshot, NodeRow, Severity, judge, sort_rows
+from gpumon.backends.fleet import FleetSnapshot, NodeRow, judge, sort_rows
 from gpumon.backends.fleet.model import SORT_NAMES, STALE_AFTER_S
 from gpumon.backends.fleet.queries import FleetQueries, promql_string
-from gpumon.backends.fleet.report import CheckCode, fleet_check, fleet_json
+from gpumon.backends.fleet.report import fleet_check, fleet_json
+from gpumon.backends.model import CheckCode, Health
 
 NOW = 1_800_000_000.0
 
@@ -18,24 +19,24 @@ def node(name: str, **values: object) -> NodeRow:
     return replace(row, problems=judge(row, NOW))
 
 
-def rules(row: NodeRow) -> list[tuple[str, Severity]]:
+def rules(row: NodeRow) -> list[tuple[str, Health]]:
     return [(p.rule, p.severity) for p in row.problems]
 
 
 def test_each_rule() -> None:
     assert rules(node("ok", xid_gpus=0, xid_last=0, remap_failures=0, idle_allocated=0)) == []
-    assert rules(node("a", remap_failures=2)) == [("row-remap-failure", Severity.CRITICAL)]
-    assert rules(node("b", xid_gpus=1, xid_last=79)) == [("xid", Severity.CRITICAL)]
-    assert rules(node("c", xid_gpus=1, xid_last=13)) == [("xid", Severity.WARNING)]
-    assert rules(node("d", idle_allocated=3)) == [("idle-allocated", Severity.WARNING)]
+    assert rules(node("a", remap_failures=2)) == [("row-remap-failure", Health.CRITICAL)]
+    assert rules(node("b", xid_gpus=1, xid_last=79)) == [("xid", Health.CRITICAL)]
+    assert rules(node("c", xid_gpus=1, xid_last=13)) == [("xid", Health.WARNING)]
+    assert rules(node("d", idle_allocated=3)) == [("idle-allocated", Health.WARNING)]
     assert rules(node("e", alerts_critical=1, alerts_warning=4)) == [
-        ("gpumon-alerts", Severity.CRITICAL)
+        ("gpumon-alerts", Health.CRITICAL)
     ]
-    assert rules(node("f", alerts_warning=2)) == [("gpumon-alerts", Severity.WARNING)]
+    assert rules(node("f", alerts_warning=2)) == [("gpumon-alerts", Health.WARNING)]
     down = node("g", exporter_down=True, labels=MappingProxyType({"instance": "g:9400"}))
     assert down.problems[0].message == "exporter down (up 0: g:9400)"
     gone = node("h", current=False)
-    assert rules(gone) == [("exporter-down", Severity.CRITICAL)]
+    assert rules(gone) == [("exporter-down", Health.CRITICAL)]
     assert gone.problems[0].message == "no data for 5 s: exporter gone?"
     old = replace(NodeRow("i", last_seen=NOW - STALE_AFTER_S - 1))
     assert [p.rule for p in judge(old, NOW)] == ["stale"]
@@ -43,7 +44,7 @@ def test_each_rule() -> None:
     assert [p.severity for p in many.problems] == sorted(
         (p.severity for p in many.problems), reverse=True
     )
-    assert many.severity == Severity.CRITICAL
+    assert many.severity == Health.CRITICAL
 
 
 def test_trouble_sort_then_fullest_memory_and_the_other_sorts() -> None:

@@ -14,9 +14,15 @@ from gpumon.backends.alerts.incident import RESTART_FIXES, Fix, _fixes, command_
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.config import HostConfig
 from gpumon.backends.config.workloads import JobConfig
-from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, ProcessSource
-from gpumon.backends.monitor import (
+from gpumon.backends.model import (
     CheckCode,
+    GpuProcess,
+    GpuSample,
+    Health,
+    HostSample,
+    ProcessSource,
+)
+from gpumon.backends.monitor import (
     HostMonitor,
     check_verdict,
     snapshot_json,

@@ -5,6 +5,9 @@ idle-allocated PromQL is built from the same test."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,14 +16,27 @@ from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.alerts.rules import IdleHeld
 from gpumon.backends.config import HostConfig
-from gpumon.backends.config.notify import NotifierConfig
+from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.exporter.metrics import GpumonCollector, registry_for
 from gpumon.backends.fleet.queries import IDLE_HELD, FleetQueries
-from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, ProcessSource
-from gpumon.backends.monitor import CheckCode, HostMonitor, check_verdict, snapshot_json
+from gpumon.backends.model import (
+    CheckCode,
+    GpuProcess,
+    GpuSample,
+    Health,
+    HostSample,
+    ProcessSource,
+)
+from gpumon.backends.monitor import HostMonitor, check_verdict, make_monitor, snapshot_json
+from gpumon.backends.monitor.report import active_incidents
 from gpumon.backends.monitor.sources import AgentSource
+from gpumon.backends.notify.hub import NotifyHub
+from gpumon.backends.notify.outbox import Outbox
+from gpumon.backends.parsers.sglang import SglangScrape
 from gpumon.backends.transport import LocalTransport
+from gpumon.backends.workloads import SglangTracker
+from gpumon.tui.views.alert_cells import alert_count, strip_alert, strip_incident
 
 T0 = 1_800_000_000.0
 GIB = 1024
@@ -204,7 +220,7 @@ def test_the_monitor_check_snapshot_and_exporter_say_it() -> None:
 def test_an_sglang_server_up_with_no_traffic_is_no_gpu_idle_held_but_a_jupyter_is() -> None:
     """GPU 0 holds an SGLang server's KV pool (69 GiB at 0 %: no request); GPU 1 a jupyter
     kernel's 6 GiB at 0 %. Both read gpu_idle_held (a page every quiet night for the
-    server); now the server's is a server_idle warning, the kernel's stays."""
+    server); now the server's is a server_idle note, the kernel's stays."""
     engine = AlertEngine("h", RULES)
     engine.serving = {0: 30000}  # the monitor's Workloads.serving_gpus: port 30000 is up
     gpus = (held(0, 69 * GIB), held(1, 6 * GIB))
@@ -215,7 +231,7 @@ def test_an_sglang_server_up_with_no_traffic_is_no_gpu_idle_held_but_a_jupyter_i
     kernel = by_kind["gpu_idle_held"]
     assert kernel.gpu == 1 and kernel.key == "gpu_idle_held:1"
     server = by_kind["server_idle"]
-    assert (server.key, server.gpu, server.severity) == ("server_idle:30000", 0, Health.WARNING)
+    assert (server.key, server.gpu, server.severity) == ("server_idle:30000", 0, Health.INFO)
     assert server.message == (
         "sglang :30000 up, idle for 11 s: GPU 0 at under 5 % holds 69 GiB (its KV cache pool);"
         " a server without traffic"
@@ -227,10 +243,61 @@ def test_an_sglang_server_up_with_no_traffic_is_no_gpu_idle_held_but_a_jupyter_i
 
 def test_notifiers_get_server_idle_only_where_their_kinds_name_it() -> None:
     default = NotifierConfig("hook", "webhook", url="http://127.0.0.1:9/hook")
-    assert not default.wants("h", "server_idle", Health.WARNING)
+    assert not default.wants("h", "server_idle", Health.INFO)
     assert default.wants("h", "gpu_idle_held", Health.WARNING)
     named = NotifierConfig("hook", "webhook", url="http://127.0.0.1:9/hook", kinds=("server_idle",))
-    assert named.wants("h", "server_idle", Health.WARNING)
+    assert named.wants("h", "server_idle", Health.INFO)
+    # a note is below every min_severity: naming its kind is what asks for it
+    pager = replace(named, kinds=("server_idle", "cuda_oom"), min_severity=Health.CRITICAL)
+    assert pager.wants("h", "server_idle", Health.INFO)
+    assert not pager.wants("h", "cuda_oom", Health.WARNING)
+    # nor does a note of a kind notified by default page anyone who did not name it
+    assert not default.wants("h", "gpu_idle_held", Health.INFO)
+
+
+def test_a_server_without_traffic_is_a_note_never_a_failed_check_nor_a_page(
+    tmp_path: Path,
+) -> None:
+    """Issue 34 point 8 asked for "a server_idle note at most, off by default for
+    notifiers", never a page. It was a warning: check exited 1 (WARNING box: sglang
+    :30000 up, idle ...), the strip showed it, the header counted it new, the fleet
+    counted it in the node's warnings. Now it is a note (info): in the alert list and
+    the snapshot's alerts, the check OK, nothing in the strip, no message by default."""
+    monitor = make_monitor(HostConfig(name="box", kind="local", alerts=RULES), record=False)
+    monitor.workloads.sglang[30000] = tracker = SglangTracker(30000)
+    tracker.observe(SglangScrape(running=0.0, queued=0.0), T0)  # up and answering
+    for t in range(12):
+        gpus, procs = (held(0, 69 * GIB),), (proc(311, 0, "sglang::scheduler_TP0"),)
+        monitor.ingest_sample(HostSample("box", T0 + t, None, gpus, procs))
+    [note] = monitor.alerts.active()
+    assert (note.kind, note.severity) == ("server_idle", Health.INFO)
+    code, line = check_verdict(monitor, [])
+    assert code is CheckCode.OK and line.startswith("OK box: 1 GPUs"), line
+    [said] = snapshot_json(monitor, T0 + 11)["alerts"]
+    assert (said["kind"], said["severity"]) == ("server_idle", "info")
+    found = active_incidents(monitor)
+    assert strip_incident(found) == (None, 0) and strip_alert([note]) == (None, 0)
+    assert alert_count([note]).new == 0 and alert_count([note]).total == 1
+    text = generate_latest(registry_for(GpumonCollector(lambda: [monitor]))).decode()
+    active = {
+        (s.labels["severity"], s.labels["kind"]): s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "gpumon_alerts_active"
+        for s in family.samples
+    }
+    assert active[("info", "server_idle")] == 1 and ("warning", "server_idle") not in active
+    default = NotifierConfig("all", "webhook", url="http://127.0.0.1:9/all")
+    named = replace(default, name="idle", kinds=("server_idle",))
+    hub = NotifyHub(
+        NotifySettings(notifiers={"all": default, "idle": named}),
+        Outbox(tmp_path / "outbox.sqlite3"),
+        clock=lambda: T0 + 11,
+    )
+    hub.publish(hub.tracker.observe("box", monitor.alerts.active(), T0 + 11, found))
+    assert hub.outbox.pending("all") == []
+    [row] = hub.outbox.pending("idle")
+    assert row.event.summary().startswith("[INFO] box: sglang :30000 up, idle for 11 s")
+    hub.outbox.close()
 
 
 @pytest.mark.parametrize(

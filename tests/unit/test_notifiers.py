@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpumon.backends.config.notify import NotifierConfig
-from gpumon.backends.model import iso_time
+from gpumon.backends.model import Health, iso_time
 from gpumon.backends.notify.event import IncidentEvent
 from gpumon.backends.notify.notifiers import (
     DeliveryError,
@@ -27,7 +27,7 @@ OPEN = IncidentEvent(
     gpu=6,
     job="drafter",
     kind="cuda_oom",
-    severity="critical",
+    severity=Health.CRITICAL,
     cause="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
     action=f"auto-restart 1/3 due {iso_time(1010.0)}",
     resolved_by=None,

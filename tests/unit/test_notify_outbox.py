@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from gpumon.backends.model import Health
 from gpumon.backends.notify.event import IncidentEvent
 from gpumon.backends.notify.outbox import Outbox
 from gpumon.backends.paths import outbox_file
@@ -19,7 +20,7 @@ def event(n: int, host: str = "ct200", kind: str = "event") -> IncidentEvent:
         gpu=n,
         job=None,
         kind=kind,
-        severity="critical",
+        severity=Health.CRITICAL,
         cause=f"alert {n}",
         action=None,
         resolved_by=None,

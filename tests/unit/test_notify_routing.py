@@ -18,7 +18,7 @@ from gpumon.backends.notify.outbox import Outbox
 
 KEY = "demo/gpu6/drafter/memory"
 WARNING = IncidentEvent(
-    "open", KEY, "demo", 6, "drafter", "memory", "warning",
+    "open", KEY, "demo", 6, "drafter", "memory", Health.WARNING,
     "GPU 6 memory 96.2 % used", None, None, 1000.0, 1000.0, None,
     headline="drafter: GPU 6 memory 96.2 % used",
 )  # fmt: skip
@@ -26,12 +26,12 @@ OOM = dataclasses.replace(
     WARNING,
     event="update",
     kind="cuda_oom",
-    severity="critical",
+    severity=Health.CRITICAL,
     cause="torch.OutOfMemoryError: CUDA out of memory.",
     time=1020.0,
     count=2,
     headline="drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)",
-    previous=("memory", "warning", 6),
+    previous=("memory", Health.WARNING, 6),
 )
 RESOLVED = dataclasses.replace(OOM, event="resolve", time=1100.0, resolved_by="recovered")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.config import load_config
-from gpumon.backends.model import iso_time
+from gpumon.backends.model import Health, iso_time
 from gpumon.backends.notify.event import IncidentEvent
 from gpumon.backends.notify.outbox import Outbox
 from gpumon.tui.cli.watch import cmd_notify_status
@@ -24,7 +24,8 @@ def test_open_incidents_are_said_by_their_headline_fix_and_action(
     outbox = Outbox(box)
     outbox.save_incident(
         IncidentEvent(
-            "update", "demo/gpu6/drafter/cuda_oom", "demo", 6, "drafter", "cuda_oom", "critical",
+            "update", "demo/gpu6/drafter/cuda_oom", "demo", 6, "drafter", "cuda_oom",
+            Health.CRITICAL,
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
             "auto-restart failed: verify: drafter exited with code 1 right after starting",
             None, 1000.0, 1020.0, None,

@@ -518,7 +518,7 @@ def test_every_xid_line_of_the_dmesg_fixture() -> None:
     assert levels == {
         13: Health.WARNING,
         31: Health.WARNING,
-        43: None,
+        43: Health.INFO,
         45: Health.WARNING,  # a line read alone: the solo 45 (RESTART_FM)
         48: Health.CRITICAL,
         171: Health.CRITICAL,
@@ -545,7 +545,7 @@ def test_xid_variants() -> None:
         "6,12345,678901234,-;NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained"
     )
     assert kmsg is not None and kmsg.xid == 95 and kmsg.pid == 7062
-    assert xid_level(154, "changed from 0x0 (None) to 0x0 (None)") is None
+    assert xid_level(154, "changed from 0x0 (None) to 0x0 (None)") is Health.INFO
     assert xid_level(9999) is Health.WARNING
     assert parse_xid_line("Xid is a name of a river") is None
 

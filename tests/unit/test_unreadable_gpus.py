@@ -16,8 +16,8 @@ import pytest
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.config import HostConfig
-from gpumon.backends.model import ConnState, GpuSample, Health, HostSample, UnreadableGpu
-from gpumon.backends.monitor import CheckCode, HostMonitor, check_verdict, snapshot_json
+from gpumon.backends.model import CheckCode, ConnState, GpuSample, Health, HostSample, UnreadableGpu
+from gpumon.backends.monitor import HostMonitor, check_verdict, snapshot_json
 from gpumon.backends.monitor.sources import AgentSource
 from gpumon.backends.parsers.nvidia_smi import QUERY_FIELDS, SAMPLE_FIELDS, parse_query_gpu
 from gpumon.backends.recording.recorder import sample_from_json, sample_to_json

@@ -14,7 +14,7 @@ import pytest
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.health import _RECOVERY_TEXT, recovery_action
-from gpumon.backends.fleet import NodeRow, Severity, judge
+from gpumon.backends.fleet import NodeRow, judge
 from gpumon.backends.model import GpuSample, Health, HostSample
 from gpumon.backends.parsers import XIDS, parse_xid_line, xid_action, xid_level, xid_summary
 from gpumon.backends.parsers.xid import (
@@ -28,7 +28,6 @@ from gpumon.backends.parsers.xid import (
 from gpumon.backends.remote import agent
 
 NOW = 1_800_000_000.0
-FLEET = {Severity.CRITICAL: Health.CRITICAL, Severity.WARNING: Health.WARNING}
 CATALOG = Path(__file__).parents[1] / "fixtures" / "upstream" / "nvidia-xid-catalog"
 
 
@@ -85,12 +84,12 @@ def test_the_rows_the_audit_found_wrong() -> None:
     convenient"; 110 and 155 reset the GPU; 160-165 and 169 are the catalog's, not the
     unlisted-Xid warning."""
     assert (xid_level(45), xid_action(45)) == (Health.WARNING, "restart the Fabric Manager service")
-    assert (xid_level(45, alone=False), xid_action(45, alone=False)) == (None, None)
-    assert (xid_level(92), xid_action(92)) == (None, None)
+    assert (xid_level(45, alone=False), xid_action(45, alone=False)) == (Health.INFO, None)
+    assert (xid_level(92), xid_action(92)) == (Health.INFO, None)
     assert (xid_level(156), xid_action(156)) == (Health.CRITICAL, "reset the GPU")
     assert xid_action(94) == "restart the application; reset the GPU when convenient"
     assert {xid_action(c) for c in (110, 155, 169)} == {"reset the GPU"}
-    assert {c: xid_level(c) for c in (160, 161, 162)} == dict.fromkeys((160, 161, 162))
+    assert {c: xid_level(c) for c in (160, 161, 162)} == dict.fromkeys((160, 161, 162), Health.INFO)
     assert {xid_level(c) for c in (163, 164, 165)} == {Health.WARNING}
     for code in (110, 155, 160, 161, 162, 163, 164, 165, 169):
         assert "unlisted" not in xid_summary(code), code
@@ -165,13 +164,14 @@ def test_a_solo_45_is_said_and_a_45_beside_another_xid_follows_it() -> None:
     assert len(xid_alerts(eng, [other, SOLO])) == 2
 
 
-def fleet_level(code: int) -> Health | None:
+def fleet_level(code: int) -> Health:
+    """The fleet's level of a window with ``code`` alone (INFO: it says nothing of it)."""
     row = NodeRow("n", last_seen=NOW, xid_gpus=1, xid_last=code)
     problems = [p for p in judge(row, NOW) if p.rule == "xid"]
-    return FLEET[problems[0].severity] if problems else None
+    return problems[0].severity if problems else Health.INFO
 
 
-def kernel_level(code: int) -> Health | None:
+def kernel_level(code: int) -> Health:
     line = f"NVRM: Xid (PCI:0000:9a:00): {code}, pid=9962, name=python, something happened"
     event = parse_xid_line(line)
     assert event is not None
@@ -194,7 +194,7 @@ def test_the_levels_the_two_tables_disagreed_on() -> None:
         assert fleet_level(code) is Health.CRITICAL, code
     # The catalog: 157 is IGNORE now, CONTACT_SUPPORT to investigate.
     assert xid_level(157) is Health.WARNING and "contact support" in (xid_action(157) or "")
-    assert xid_level(43) is None and xid_level(45, alone=False) is None  # informational
+    assert xid_level(43) is Health.INFO and xid_level(45, alone=False) is Health.INFO
     assert xid_level(9999) is Health.WARNING and xid_action(9999) == "see NVIDIA's Xid catalog"
 
 
@@ -216,7 +216,7 @@ def test_xid_154_takes_its_action_from_the_message() -> None:
     to = "GPU recovery action changed from 0x0 (None) to "
     assert xid_action(154, to + "0x2 (Node Reboot Required)") == "reboot the node"
     assert xid_action(154, to + "0x4 (Drain and Reset)") == "drain, then reset the GPU"
-    assert xid_level(154, to + "0x0 (None)") is None
+    assert xid_level(154, to + "0x0 (None)") is Health.INFO
     assert xid_level(154, to + "0x1 (GPU Reset Required)") is Health.CRITICAL
 
 
@@ -234,7 +234,7 @@ def test_the_worst_xid_is_by_level_not_by_number() -> None:
 def test_the_fleet_says_a_45_alone_and_not_one_beside_another() -> None:
     alone = NodeRow("n", last_seen=NOW, xid_gpus=1, xid_last=45, xids={45: 1})
     (problem,) = [p for p in judge(alone, NOW) if p.rule == "xid"]
-    assert problem.severity is Severity.WARNING
+    assert problem.severity is Health.WARNING
     assert problem.message.endswith("restart the Fabric Manager service")
     beside = NodeRow("n", last_seen=NOW, xid_gpus=1, xid_last=45, xids={45: 1, 43: 1})
     assert [p for p in judge(beside, NOW) if p.rule == "xid"] == []

@@ -95,7 +95,8 @@ class AlertPresenter:
 
     def announce(self, alert: Alert) -> None:
         """A new (or escalated) alert: the bell when it starts a critical incident (once
-        per incident, not per alert), and a notification with its incident's headline.
+        per incident, not per alert), and a notification with its incident's headline
+        (none for a note: the alert list and the history show it).
 
         Alerts that arrive together (an OOM brings its log line, the memory drop and the
         crash at once) share one notification, so toasts never bury the GPU rows."""
@@ -109,7 +110,8 @@ class AlertPresenter:
         self.screen.call_later(self.refresh_dashboard)  # the strip, the header's count
 
     def _notify_pending(self) -> None:
-        alerts, self._pending_notices = self._pending_notices, []
+        pending, self._pending_notices = self._pending_notices, []
+        alerts = [a for a in pending if a.severity.alarming]  # a note is no news: no toast
         if not alerts:
             return
         worst = max(alerts, key=lambda a: a.severity.rank)

@@ -6,14 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpumon.backends.alerts.rules import AlertRules
-from gpumon.backends.fleet.model import NodeRow, Severity
+from gpumon.backends.fleet.model import NodeRow
 from gpumon.backends.model import Health
 from gpumon.backends.parsers.xid import xid_level
 from gpumon.backends.untrusted import printable
-from gpumon.tui.views.gpu_cells import NA, Cell, Role, duration, temperature_role
+from gpumon.tui.views.gpu_cells import NA, Cell, Role, duration, health_role, temperature_role
 
 _RULES = AlertRules()  # the dashboard's memory thresholds colour the fleet's memory too
-SEVERITY_ROLE = {Severity.OK: Role.OK, Severity.WARNING: Role.WARNING}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +71,8 @@ def _num(v: float | None, spec: str = ".0f", unit: str = "") -> Cell:
 def row_cells(row: NodeRow, now: float) -> dict[str, Cell]:
     """Every column's cell for ``row`` (the sparkline is drawn apart, from ``row.spark``)."""
     sev = row.severity
-    role = SEVERITY_ROLE.get(sev, Role.CRITICAL)
-    mark = {Severity.CRITICAL: "!", Severity.WARNING: "~"}.get(sev, " ")
+    role = health_role(sev)
+    mark = {Health.CRITICAL: "!", Health.WARNING: "~"}.get(sev, " ")
     age = row.age(now)
     if row.mem_used_mib is None or row.mem_total_mib is None:
         memory = NA
@@ -114,7 +113,7 @@ def row_cells(row: NodeRow, now: float) -> dict[str, Cell]:
     more = f" (+{len(row.problems) - 1})" if len(row.problems) > 1 else ""
     return {
         "state": Cell(mark, role),
-        "node": Cell(printable(row.node), role if sev != Severity.OK else Role.NORMAL),
+        "node": Cell(printable(row.node), role if sev is not Health.OK else Role.NORMAL),
         "gpus": _num(row.gpus, "d") if row.gpus is not None else NA,
         "memory": memory,
         "fullest": fullest,
@@ -140,7 +139,4 @@ def fit(text: str, width: int, right: bool) -> str:
 
 def xid_role(code: int) -> Role:
     """The Xid table's level as a colour: critical, warning, or muted (informational)."""
-    level = xid_level(code)
-    if level is Health.CRITICAL:
-        return Role.CRITICAL
-    return Role.WARNING if level is Health.WARNING else Role.MUTED
+    return health_role(xid_level(code))

@@ -20,8 +20,9 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from gpumon.backends.fleet.model import DCGM_COLLECT_S, SORT_NAMES, Severity, sort_rows
+from gpumon.backends.fleet.model import DCGM_COLLECT_S, SORT_NAMES, sort_rows
 from gpumon.backends.fleet.source import FleetSnapshot, FleetSource
+from gpumon.backends.model import Health
 from gpumon.tui.fleet.cells import SPARK_COLUMN
 from gpumon.tui.fleet.table import FleetTable, header_text
 from gpumon.tui.views import Palette
@@ -142,8 +143,8 @@ class FleetScreen(Screen[None]):
         if snap is None:
             text.append("\nconnecting …", palette.text(Role.MUTED))
         else:
-            crit = sum(1 for r in snap.rows if r.severity == Severity.CRITICAL)
-            warn = sum(1 for r in snap.rows if r.severity == Severity.WARNING)
+            crit = sum(1 for r in snap.rows if r.severity is Health.CRITICAL)
+            warn = sum(1 for r in snap.rows if r.severity is Health.WARNING)
             text.append(f"{len(snap.rows)} nodes  ")
             if crit:
                 text.append(f"{crit} critical  ", palette.text(Role.CRITICAL))

@@ -32,9 +32,10 @@ class AlertCount(NamedTuple):
 
 
 def alert_count(alerts: Sequence[Alert]) -> AlertCount:
-    """The header's count of ``alerts`` (active ones count; acknowledged ones are "seen")."""
+    """The header's count of ``alerts`` (active ones count; acknowledged ones are "seen",
+    and so are notes: nothing to act on)."""
     active = [a for a in alerts if a.active]
-    new = [a for a in active if not a.acknowledged]
+    new = [a for a in active if not a.acknowledged and a.severity.alarming]
     if not new:
         return AlertCount(len(active), 0, Role.MUTED)
     return AlertCount(len(active), len(new), health_role(Health.worst(*(a.severity for a in new))))
@@ -45,9 +46,9 @@ def strip_alert(alerts: Iterable[Alert]) -> tuple[Alert | None, int]:
 
     The newest unacknowledged critical alert; when there is none, the newest unacknowledged
     warning (a time-to-full warning is the OOM coming: worth the line). None when nothing
-    is unacknowledged.
+    is unacknowledged but notes.
     """
-    new = [a for a in alerts if a.active and not a.acknowledged]
+    new = [a for a in alerts if a.active and not a.acknowledged and a.severity.alarming]
     if not new:
         return None, 0
     top = max(new, key=lambda a: (a.severity.rank, a.time, a.last_seen))
@@ -57,8 +58,9 @@ def strip_alert(alerts: Iterable[Alert]) -> tuple[Alert | None, int]:
 def strip_incident(found: Sequence[Incident]) -> tuple[Incident | None, int]:
     """The incident the strip shows, and how many other unacknowledged active incidents
     there are: the first active one not yet acknowledged (``incidents()`` puts the most
-    urgent first: critical before warning, then the newest). None when nothing is new."""
-    new = [i for i in found if i.active and not i.acknowledged]
+    urgent first: critical before warning, then the newest). None when nothing is new but
+    notes."""
+    new = [i for i in found if i.active and not i.acknowledged and i.severity.alarming]
     if not new:
         return None, 0
     return new[0], len(new) - 1

@@ -52,11 +52,9 @@ class Cell:
 NA = Cell("n/a", Role.NA)
 
 
-_HEALTH_ROLES = {Health.OK: Role.OK, Health.WARNING: Role.WARNING}
-
-
 def health_role(health: Health) -> Role:
-    return _HEALTH_ROLES.get(health, Role.CRITICAL)
+    """The colour of a severity (``Health.role``: a note is muted)."""
+    return Role(health.role)
 
 
 def memory_role(level: Health | None) -> Role:
