@@ -35,6 +35,7 @@ __all__ = [
     "CONDITION_KINDS",
     "KINDS",
     "NOTE_KINDS",
+    "TAG_MEANING",
     "AlertKind",
     "Nature",
     "Tag",
@@ -54,35 +55,43 @@ class Nature(enum.StrEnum):
 
 
 class Tag(enum.StrEnum):
-    """The families of kinds the code acts on. Each says who asks for it."""
+    """The families of kinds the code acts on (``TAG_MEANING`` says who asks for each)."""
 
-    # An OOM: a process or a container killed for memory. The exporter's OOM counter.
     OOM = "oom"
-    # A job died: an automatic restart restarts it (``actions.job_watch``).
     CRASH = "crash"
-    # A failure a log line says: ends when the log goes on past ``LOG_RECOVERY_S`` (a new
-    # run); the failure a configured job's log ends in (the engine); with CRASH, what the
-    # job's log says it died of (the jobs pane's crash reason, ``workloads.watch``).
     LOG_FAILURE = "log_failure"
-    # A restart of its job fixes it (the incident's fixes, ``incident.RESTART_FIXES``).
     RESTART_FIXES = "restart_fixes"
-    # Says a GPU ran out of memory: another container's memory on it explains it (the
-    # incident's holder).
     RAN_OUT = "ran_out"
-    # Something stopped making progress: the bundle reads the stacks (py-spy).
     HUNG = "hung"
-    # The host sends no data: a sample ends it; its key is its kind.
     SILENCE = "silence"
-    # GPUs held and idle, judged together; their text names their GPUs.
     IDLE = "idle"
-    # About a job's progress: its message leads with the job ("drafter stalled: ...").
     JOB_PROGRESS = "job_progress"
-    # About an SGLang server (its log, its /metrics page, its traffic).
     SGLANG = "sglang"
-    # What gpumon did, not a failure: never an incident of its own for notifiers.
     ACTION = "action"
-    # An event the samples raise by themselves: a replay derives it again, never copies it.
     FROM_SAMPLES = "from_samples"
+
+
+TAG_MEANING: dict[Tag, str] = {
+    Tag.OOM: "a process or a container killed for memory: the exporter's "
+    "`gpumon_oom_events_total` counts its critical alerts",
+    Tag.CRASH: "a job died: a job with `auto_restart` is restarted on it",
+    Tag.LOG_FAILURE: "a failure a log line says: it ends when the log goes on 30 s later "
+    "(a new run); the failure a configured job's log ends in makes it a job down; with "
+    "`crash`, what the jobs pane says a job died of",
+    Tag.RESTART_FIXES: "a restart of its job fixes it: its incident offers the restart",
+    Tag.RAN_OUT: "says a GPU ran out of memory: another container's memory held there "
+    "(`foreign_process`) is its incident's cause",
+    Tag.HUNG: "something stopped making progress: `gpumon bundle` takes its processes' "
+    "stacks (py-spy)",
+    Tag.SILENCE: "the host sends no data: a sample ends it, the header marks the data stale",
+    Tag.IDLE: "GPUs held and idle, judged together",
+    Tag.JOB_PROGRESS: "about a job's progress: its message leads with the job",
+    Tag.SGLANG: "about an SGLang server: its log, its `/metrics` page, its traffic",
+    Tag.ACTION: "what gpumon did, not a failure: notifiers hear it as the action of the "
+    "crash's incident, never as an incident of its own",
+    Tag.FROM_SAMPLES: "an event the GPU samples raise by themselves: a replayed recording "
+    "derives it again from its samples",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,8 +208,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         E,
         "Xid error",
         40,
-        "A kernel-log Xid: level, meaning and NVIDIA's action from the Xid table under the "
-        "fleet view.",
+        "A kernel-log Xid: level, meaning and NVIDIA's action from gpumon's Xid table "
+        "(`backends/parsers/xid.py`, listed under the README's fleet view).",
         details="Warning or critical as the Xid table says; informational Xids raise none "
         "(they are counted by `gpumon_xid_events_total` with the level `info`). It ends "
         "when acknowledged or cleared.",
@@ -555,6 +564,10 @@ def reference(kinds: Iterable[AlertKind] = ALERT_KINDS) -> str:
             f"| `{kind.name}` | {kind.nature.value} | {kind.title} | "
             f"{cause_rank(kind.name) + 1} | {notifiers} | {kind.doc} |"
         )
+    out += ["", "## Tags", "", "The families the code asks for by tag (`tagged(...)`):", ""]
+    for tag in Tag:
+        members = ", ".join(f"`{k.name}`" for k in kinds if tag in k.tags)
+        out.append(f"- `{tag.value}`: {TAG_MEANING[tag]} ({members}).")
     for kind in kinds:
         tags = ", ".join(f"`{t.value}`" for t in Tag if t in kind.tags) or "none"
         out += ["", f"## `{kind.name}`", "", f"{kind.title}: {kind.doc}"]

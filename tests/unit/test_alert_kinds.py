@@ -17,9 +17,12 @@ from gpumon.backends.alerts.kinds import (
     ALERT_KINDS,
     CAUSE_ORDER,
     KINDS,
+    REGENERATE,
+    TAG_MEANING,
     Tag,
     alert_kind,
     kind_title,
+    reference,
     tagged,
 )
 from gpumon.backends.config.load import HostConfig
@@ -30,7 +33,8 @@ from gpumon.backends.model import Health
 from gpumon.backends.workloads import watch as workloads_watch
 from gpumon.backends.workloads.watch import Workloads
 
-BACKENDS = Path(__file__).resolve().parents[2] / "backends"
+ROOT = Path(__file__).resolve().parents[2]
+BACKENDS = ROOT / "backends"
 
 # Every function an alert's kind passes through on its way to ``AlertStore._new``, with
 # the position of its kind argument. A call to one of them names its kind as a literal
@@ -209,6 +213,7 @@ def test_the_registry_is_well_formed() -> None:
         assert kind.doc.endswith(".") and "\n" not in kind.doc, kind
     for tag in Tag:
         assert tagged(tag), f"{tag} names no kind"
+        assert TAG_MEANING[tag], tag
     assert kind_title("cuda_oom") == "CUDA out of memory"
     assert kind_title("new\x1bkind") == "new\\x1bkind"  # another version's kind: printable
 
@@ -303,3 +308,11 @@ def test_a_misspelt_kind_names_the_closest() -> None:
     assert caught.value.path == ("hook", "kinds")
     with pytest.raises(Invalid, match=r"unknown alert kind 'zzz'; expected some of: memory, "):
         notify_tables({"hook": _notifier(["zzz"])})
+
+
+def test_docs_alerts_md_is_what_the_registry_says() -> None:
+    """The alerts reference is generated: a kind declared, changed or gone shows here."""
+    written = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    assert written == reference(), f"docs/alerts.md is not the registry's: run {REGENERATE}"
+    for kind in KINDS:
+        assert f"\n## `{kind}`\n" in written
