@@ -278,14 +278,9 @@ def test_a_server_without_traffic_is_a_note_never_a_failed_check_nor_a_page(
     found = active_incidents(monitor)
     assert strip_incident(found) == (None, 0) and strip_alert([note]) == (None, 0)
     assert alert_count([note]).new == 0 and alert_count([note]).total == 1
-    text = generate_latest(registry_for(GpumonCollector(lambda: [monitor]))).decode()
-    active = {
-        (s.labels["severity"], s.labels["kind"]): s.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "gpumon_alerts_active"
-        for s in family.samples
-    }
-    assert active[("info", "server_idle")] == 1 and ("warning", "server_idle") not in active
+    page = generate_latest(registry_for(GpumonCollector(lambda: [monitor]))).decode()
+    assert 'gpumon_alerts_active{host="box",kind="server_idle",severity="info"} 1.0' in page
+    assert 'kind="server_idle",severity="warning"' not in page
     default = NotifierConfig("all", "webhook", url="http://127.0.0.1:9/all")
     named = replace(default, name="idle", kinds=("server_idle",))
     hub = NotifyHub(
