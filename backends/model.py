@@ -261,7 +261,7 @@ class UnreadableGpu:
     device: bool = True  # the device failed (critical); False: only its row did not parse
 
     def to_json(self) -> dict[str, object]:
-        """The snapshot's ``unreadable_gpus`` entry (README), also what a recording keeps."""
+        """The snapshot's ``unreadable_gpus`` entry (docs/json.md), also what a recording keeps."""
         return {
             "bus_id": self.bus_id,
             "index": self.index,

@@ -3,7 +3,7 @@
 Every test gets its own XDG config and state directories: nothing a test runs (the
 flight recorder, the audit log, the remembered theme) writes into the real home.
 
-The lanes are the folders under tests/ (README, "How it is built"):
+The lanes are the folders under tests/ (docs/architecture.md, "Tests"):
 
 - ``unit/`` and ``views/``: in process, no child processes, no real-time waits; the fast
   lane (``scripts/test --fast``). A test here that starts a child process, or that sleeps

@@ -185,7 +185,7 @@ def findings(gpu: GpuSample) -> list[Finding]:
 
 
 def facts_json(gpu: GpuSample) -> dict[str, Any]:
-    """The snapshot JSON's ``health_facts`` of one GPU (README); null: not reported."""
+    """The snapshot JSON's ``health_facts`` of one GPU (docs/json.md); null: not reported."""
     return {
         "pcie_gen": gpu.pcie_gen,
         "pcie_gen_max": gpu.pcie_gen_max,

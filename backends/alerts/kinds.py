@@ -209,7 +209,7 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "Xid error",
         40,
         "A kernel-log Xid: level, meaning and NVIDIA's action from gpumon's Xid table "
-        "(`backends/parsers/xid.py`, listed under the README's fleet view).",
+        "(`backends/parsers/xid.py`, listed in docs/fleet.md).",
         details="Warning or critical as the Xid table says; informational Xids raise none "
         "(they are counted by `gpumon_xid_events_total` with the level `info`). It ends "
         "when acknowledged or cleared.",

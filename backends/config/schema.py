@@ -177,7 +177,7 @@ def integer(lo: int, hi: int) -> Callable[[object], int]:
 
 
 def text_list(v: object) -> tuple[str, ...]:
-    """A list of ``text`` strings (a single string is refused: the README says a list,
+    """A list of ``text`` strings (a single string is refused: docs/configuration.md says a list,
     and a string is not a list of its one path)."""
     if not isinstance(v, list):
         raise TypeError

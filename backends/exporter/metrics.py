@@ -13,7 +13,7 @@ watts, celsius, seconds, ratios 0..1), ``_total`` for counters. A value the GPU 
 report is left out (never exported as 0). A label value the target reports (a GPU's
 ``name`` and ``uuid``) is cut as the GPU row cuts a name (``cut_name``: 96 characters,
 then ``...``): it is stored with every series of that GPU, scrape after scrape. The
-README lists every metric.
+docs/on-call.md lists every metric.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ _GPU = ("host", "gpu", "uuid", "name")
 # Not "job": Prometheus sets that label to the scrape job (and renames ours exported_job).
 _JOB = ("host", "job_name")
 _SGLANG = ("host", "port")
-# name -> (help, labels); every gauge the collector fills, and the README's table.
+# name -> (help, labels); every gauge the collector fills, and docs/on-call.md's table.
 GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpumon_gpu_memory_used_bytes": ("GPU memory in use", _GPU),
     "gpumon_gpu_memory_total_bytes": ("GPU memory in total", _GPU),

@@ -1,6 +1,6 @@
 """The fleet without a terminal: ``gpumon fleet NAME --json`` and ``--check``.
 
-JSON keys (stable, in the README): one object per node under ``nodes``, worst first.
+JSON keys (stable, in docs/fleet.md): one object per node under ``nodes``, worst first.
 ``--check`` is a Nagios plugin: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (Prometheus
 unreachable, a query failed, or no node at all), one summary line.
 """

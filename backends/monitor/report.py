@@ -1,7 +1,7 @@
 """Headless views of a monitor: the snapshot JSON (a public contract), the text table,
 and the ``check`` verdict with its exit code.
 
-JSON keys are stable and documented in the README; later features add keys to the same
+JSON keys are stable and documented in docs/json.md; later features add keys to the same
 object, never rename. A value the machine did not report is ``null``, never 0.
 """
 
@@ -49,7 +49,7 @@ def gpu_json(gpu: GpuSample, sample: HostSample) -> dict[str, Any]:
 
 
 def process_json(p: GpuProcess) -> dict[str, Any]:
-    """One process of a GPU's ``processes`` (README: the JSON reference)."""
+    """One process of a GPU's ``processes`` (docs/json.md)."""
     return {
         "pid": p.pid,
         "host_pid": p.host_pid,
@@ -92,7 +92,7 @@ def snapshot_json(
 
 
 def incident_json(incident: Incident) -> dict[str, Any]:
-    """One incident of the snapshot's ``incidents`` (README: the JSON reference): the
+    """One incident of the snapshot's ``incidents`` (docs/json.md): the
     headline and the fix as ``check`` and the dashboard say them, the cause and the
     evidence alerts by kind, key and message (the full alerts are in ``alerts``)."""
     said = command_fix(incident)

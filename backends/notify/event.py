@@ -1,6 +1,6 @@
 """What a notifier is told: an incident event (open, update, resolve, test).
 
-``IncidentEvent.to_json()`` is the documented webhook schema (README, "Webhook JSON"):
+``IncidentEvent.to_json()`` is the documented webhook schema (docs/on-call.md, "Webhook JSON"):
 a webhook body is ``{"schema": SCHEMA, "sent_at": ISO, "events": [event, ...]}`` where
 each event has exactly the keys of ``EVENT_KEYS``. Everything else (PagerDuty's payload,
 Alertmanager's labels, the ntfy title) is derived from the same event, so every message

@@ -1,4 +1,4 @@
-"""The documented message shapes (README, "On call"), checked key by key: what the test
+"""The documented message shapes (docs/on-call.md), checked key by key: what the test
 receivers assert every PagerDuty, Slack, ntfy and webhook request against."""
 
 from __future__ import annotations

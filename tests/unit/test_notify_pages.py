@@ -232,7 +232,7 @@ def test_a_critical_only_pager_hears_the_oom_as_its_opening_within_the_window(
 def test_what_each_notifier_shows_when_the_cause_comes_after_the_first_message(
     tmp_path: Path,
 ) -> None:
-    """README, "What an update shows": each kind's last word on the incident is the OOM.
+    """docs/on-call.md, "What an update shows": each kind's last word on the incident is the OOM.
     ntfy and Slack post a new message (ntfy: each publish is a notification; a Slack
     incoming webhook cannot edit one), led by the OOM's headline; Alertmanager ends the
     memory warning's alert and fires the OOM's (new labels: its group notifies); a webhook

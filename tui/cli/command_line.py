@@ -123,7 +123,7 @@ def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argume
         prog="gpumon snapshot", description="Print one complete sample of HOST."
     )
     snap.add_argument("host", metavar="HOST")
-    snap.add_argument("--json", action="store_true", help="JSON (keys in the README)")
+    snap.add_argument("--json", action="store_true", help="JSON (keys in docs/json.md)")
     snap.add_argument(
         "--wide",
         action="store_true",

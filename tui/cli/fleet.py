@@ -2,7 +2,7 @@
 without a terminal.
 
     gpumon fleet [NAME]          the fleet screen (NAME may be left out with one fleet)
-    gpumon fleet NAME --json     one refresh, one object per node (keys in the README)
+    gpumon fleet NAME --json     one refresh, one object per node (keys in docs/fleet.md)
     gpumon fleet NAME --check    Nagios: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
     gpumon fleet demo [...]      a simulated fleet of 50 nodes: no config, no Prometheus
 

@@ -44,7 +44,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(
             prog="gpumon watch",
             description="Watch hosts without a dashboard: the same alerts, auto-restarts and "
-            "flight recordings; alerts go to the [notify.*] notifiers (README, 'On call').",
+            "flight recordings; alerts go to the [notify.*] notifiers (docs/on-call.md).",
         )
         p.add_argument("hosts", nargs="*", metavar="HOST", help="default: every configured host")
         p.add_argument("--log-format", choices=("text", "json"), default="text")
