@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpumon.backends.alerts import Alert
+    from gpumon.backends.alerts.store import Alert
 
 SIZE = (120, 40)
 START_S = 0.0  # scenario time at start: the jupyter comes at 32 s, the OOM at about 60 s
