@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import re
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import overload
 
@@ -138,8 +139,9 @@ class GpuProcess:
     PID the driver gave does not resolve here. ``host_pid`` is the Proxmox host's PID
     where known. ``container`` names the process's container (``"200"``,
     ``"docker:3f2a..."``, ``"lxc:name"``, ``"k8s:..."``), None for the host itself or
-    when unknown. ``gpus`` lists GPU indexes for a ``device-files`` record (the process
-    holds those ``/dev/nvidiaN``; no per-GPU memory is known then). ``started`` is the
+    when unknown. A ``device-files`` record holds the ``/dev/nvidiaN`` numbers ``minors``
+    and is on the GPUs ``gpus`` (their indexes, which the minors are on this host:
+    ``GpuRegistry.holders``; no per-GPU memory is known then). ``started`` is the
     epoch time the process started; ``start_ticks`` the same as ``/proc/<pid>/stat`` has
     it (field 22, clock ticks after boot: the same number inside the container's PID
     namespace), which ``K`` checks before it signals (the PID may have been reused).
@@ -164,6 +166,7 @@ class GpuProcess:
     start_ticks: int | None = None
     source: str = ProcessSource.CONTAINER_NVML.value
     gpus: tuple[int, ...] = ()
+    minors: tuple[int, ...] = ()
 
     @property
     def short_name(self) -> str | None:
@@ -237,6 +240,12 @@ class GpuSample:
     recovery_action: str | None = None
     health: Health = Health.OK
     problems: tuple[str, ...] = ()
+    minor: int | None = None  # N of its /dev/nvidiaN (the driver's, not a --query-gpu field)
+
+    @property
+    def ref(self) -> GpuRef:
+        """This GPU by every name it goes by on its host."""
+        return _gpu_ref(self.index, self.uuid, self.bus_id, self.minor)
 
     @property
     def memory_used_fraction(self) -> float | None:
@@ -271,6 +280,180 @@ class UnreadableGpu:
         }
 
 
+# A PCI address in any of the spellings GPU tools use (docs/formats.md 1.7): nvidia-smi's
+# and NVML's 00000000:19:00.0 (8 upper-case hex digits of domain), NVML's legacy
+# 0000:19:00.0, the kernel's /proc/driver/nvidia/gpus/0000:19:00.0 and sysfs, the Xid
+# line's PCI:0000:19:00 (no function), a bare 19:00.0.
+_BUS_ID = re.compile(
+    r"(?:PCI:)?(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
+    r"(?:\.(?P<fn>[0-7]))?"
+)
+
+
+@functools.lru_cache(maxsize=1024)  # a host's few bus ids, read with every sample
+def bus_id_key(text: str | None) -> str | None:
+    """``0000:19:00.0`` (the kernel's form: lower case, a domain of at least four digits)
+    for any spelling of a PCI address; a missing function is 0 (NVML prints GPUs as
+    ``.0``). None when the text is not a PCI address."""
+    if not text:
+        return None
+    m = _BUS_ID.fullmatch(text.strip())
+    if m is None:
+        return None
+    dom = int(m.group("dom") or "0", 16)
+    return f"{dom:04x}:{m.group('bus')}:{m.group('dev')}.{m.group('fn') or '0'}".lower()
+
+
+def pci_key(text: str | None) -> str | None:
+    """``0000:ba:00`` for any spelling of a GPU's PCI address (``bus_id_key`` without the
+    function: what an Xid line names). None when the text is not a PCI address."""
+    key = bus_id_key(text)
+    return None if key is None else key[:-2]
+
+
+def parse_visible_devices(value: str | None) -> tuple[int | str, ...] | None:
+    """CUDA_VISIBLE_DEVICES as CUDA reads it: indices or ``GPU-``/``MIG-`` UUIDs, up to the
+    first invalid entry. None when unset or when no entry is usable."""
+    if value is None:
+        return None
+    out: list[int | str] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if entry.isascii() and entry.isdigit():
+            out.append(int(entry))
+        elif entry.startswith(("GPU-", "MIG-")) and len(entry) > 4:
+            out.append(entry)
+        else:
+            break
+    return tuple(out) or None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRef:
+    """One GPU of one host by every name it goes by: ``index`` as nvidia-smi numbers it on
+    that host (a container that sees GPUs 4-7 numbers them 0-3), ``uuid``
+    (``GPU-6a1f...``), ``bus_id`` (``bus_id_key``: ``0000:19:00.0``) and ``minor``, the
+    N of its ``/dev/nvidiaN`` (the host's driver numbers them: a container keeps the
+    host's numbers). None where not known."""
+
+    index: int | None
+    uuid: str | None = None
+    bus_id: str | None = None
+    minor: int | None = None
+
+    @property
+    def pci(self) -> str | None:
+        """The bus id as an Xid line names it (``pci_key``: ``0000:19:00``)."""
+        return None if self.bus_id is None else self.bus_id[:-2]
+
+    def __str__(self) -> str:
+        """``GPU 6`` (the index), else ``GPU 0000:19:00.0``: as messages name a GPU."""
+        if self.index is not None:
+            return f"GPU {self.index}"
+        return f"GPU {self.bus_id or self.uuid or '?'}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"index": self.index, "uuid": self.uuid, "bus_id": self.bus_id, "minor": self.minor}
+
+
+class GpuRegistry:
+    """The GPUs of one host as one sample lists them (``HostSample.gpu_refs``), found by
+    any of their names: ``index``, ``uuid`` (or the unique prefix CUDA accepts),
+    ``bus`` (any spelling), ``minor`` and ``cuda`` (a process's device ordinal through
+    its CUDA_VISIBLE_DEVICES). Each answers the ``GpuRef`` or None: a name that is none
+    of this host's GPUs."""
+
+    __slots__ = ("_bus", "_index", "_minor", "_uuid", "refs")
+
+    def __init__(self, refs: Iterable[GpuRef] = ()) -> None:
+        self.refs = tuple(refs)
+        self._index = {r.index: r for r in self.refs if r.index is not None}
+        self._uuid = {r.uuid: r for r in self.refs if r.uuid}
+        self._bus = {r.bus_id: r for r in self.refs if r.bus_id is not None}
+        self._minor = {r.minor: r for r in self.refs if r.minor is not None}
+
+    @staticmethod
+    def of(gpus: Iterable[GpuSample]) -> GpuRegistry:
+        """The registry of ``gpus`` (one object per set of GPUs: every sample of a host
+        has the same GPUs, and the monitor asks for them with each)."""
+        return _registry(tuple(g.ref for g in gpus))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GpuRegistry) and self.refs == other.refs
+
+    def __hash__(self) -> int:
+        return hash(self.refs)
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def __iter__(self) -> Iterator[GpuRef]:
+        return iter(self.refs)
+
+    @property
+    def knows_minors(self) -> bool:
+        """Whether the driver's device numbers came (the agent reads them: NVML, or
+        ``/proc/driver/nvidia/gpus``); without them none is known."""
+        return bool(self._minor)
+
+    def index(self, index: int | None) -> GpuRef | None:
+        return None if index is None else self._index.get(index)
+
+    def uuid(self, uuid: str | None) -> GpuRef | None:
+        """The GPU of ``uuid``, or of the one UUID it begins (CUDA_VISIBLE_DEVICES may
+        name ``GPU-6a1f``); None for a prefix of several (CUDA refuses it too)."""
+        if not uuid:
+            return None
+        ref = self._uuid.get(uuid)
+        if ref is not None:
+            return ref
+        found = [r for u, r in self._uuid.items() if u.startswith(uuid)]
+        return found[0] if len(found) == 1 else None
+
+    def bus(self, text: str | None) -> GpuRef | None:
+        """The GPU at the PCI address ``text``, in any spelling (``bus_id_key``)."""
+        return self._bus.get(bus_id_key(text) or "")
+
+    def minor(self, minor: int | None) -> GpuRef | None:
+        """The GPU whose device file is ``/dev/nvidia<minor>``."""
+        return None if minor is None else self._minor.get(minor)
+
+    def cuda(self, ordinal: int, visible: str | None) -> GpuRef | None:
+        """The GPU a process calls device ``ordinal`` (``cuda:1``, PyTorch's "GPU 1"),
+        through its CUDA_VISIBLE_DEVICES ``visible``: indices as nvidia-smi numbers the
+        GPUs, or UUIDs. None where ``visible`` is unknown or holds no such ordinal."""
+        devices = parse_visible_devices(visible)
+        if devices is None or not 0 <= ordinal < len(devices):
+            return None
+        entry = devices[ordinal]
+        return self.index(entry) if isinstance(entry, int) else self.uuid(entry)
+
+    def holders(self, minors: Iterable[int]) -> tuple[GpuRef, ...]:
+        """The GPUs whose ``/dev/nvidiaN`` a process holds. Without the driver's numbers
+        (``knows_minors``) N is taken as the index: right where the host's every GPU is
+        seen (a container that sees a subset renumbers them; the agent reads the numbers
+        for that)."""
+        find = self.minor if self.knows_minors else self.index
+        return tuple(ref for m in minors if (ref := find(m)) is not None)
+
+    def of_process(self, p: GpuProcess) -> tuple[GpuRef, ...]:
+        """The GPUs ``p`` is on: its driver row's UUID, else its bus id; a device-file
+        user's ``gpus``."""
+        ref = self.uuid(p.gpu_uuid) if p.gpu_uuid else self.bus(p.gpu_bus_id)
+        on = tuple(r for i in p.gpus if (r := self.index(i)) is not None)
+        return on if ref is None or ref in on else (ref, *on)
+
+
+@functools.lru_cache(maxsize=1024)
+def _gpu_ref(index: int, uuid: str | None, bus_id: str | None, minor: int | None) -> GpuRef:
+    return GpuRef(index, uuid, bus_id_key(bus_id), minor)
+
+
+@functools.lru_cache(maxsize=64)
+def _registry(refs: tuple[GpuRef, ...]) -> GpuRegistry:
+    return GpuRegistry(refs)
+
+
 @dataclass(frozen=True, slots=True)
 class HostSample:
     """Everything known about one host at one moment (one GPU sample round).
@@ -291,6 +474,20 @@ class HostSample:
     memory_at_processes: tuple[tuple[int, int], ...] = ()
     # GPUs listed but not read this round (never dropped: each is a critical alert)
     unreadable: tuple[UnreadableGpu, ...] = ()
+    # made when first asked for (``gpu_refs``, ``processes_for``), never passed in
+    _refs: GpuRegistry | None = field(default=None, init=False, repr=False, compare=False)
+    _held: dict[int, tuple[GpuProcess, ...]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    @property
+    def gpu_refs(self) -> GpuRegistry:
+        """This sample's GPUs by every name (built once, when first asked for)."""
+        refs = self._refs
+        if refs is None:
+            refs = GpuRegistry.of(self.gpus)
+            object.__setattr__(self, "_refs", refs)
+        return refs
 
     def memory_used_at_processes(self, gpu: GpuSample) -> int | None:
         """``gpu``'s used memory when the process list was taken (the sample's own when
@@ -301,16 +498,20 @@ class HostSample:
         return gpu.memory_used_mib
 
     def processes_for(self, gpu: GpuSample) -> tuple[GpuProcess, ...]:
-        """The processes on ``gpu``, matched by UUID, else by PCI bus id (device-file
-        records by GPU index)."""
-        out = []
-        for p in self.processes:
-            by_index = bool(p.gpus) and gpu.index in p.gpus  # device files: an index
-            by_uuid = gpu.uuid is not None and p.gpu_uuid == gpu.uuid
-            by_bus = p.gpu_uuid is None and gpu.bus_id is not None and p.gpu_bus_id == gpu.bus_id
-            if by_index or by_uuid or by_bus:
-                out.append(p)
-        return tuple(out)
+        """The processes on ``gpu`` (``GpuRegistry.of_process``: by UUID, else by PCI bus
+        id in any spelling; device-file users by the GPUs their device files are)."""
+        if not self.processes:
+            return ()
+        held = self._held
+        if held is None:
+            held = {}
+            refs = self.gpu_refs
+            for p in self.processes:
+                for ref in refs.of_process(p):
+                    if ref.index is not None:
+                        held[ref.index] = (*held.get(ref.index, ()), p)
+            object.__setattr__(self, "_held", held)
+        return held.get(gpu.index, ())
 
 
 class ConnState(enum.StrEnum):

@@ -67,17 +67,23 @@ from gpumon.backends.alerts.store import (
     AlertStore,
     Listener,
 )
-from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, UnreadableGpu
+from gpumon.backends.model import (
+    GpuProcess,
+    GpuRegistry,
+    GpuSample,
+    Health,
+    HostSample,
+    UnreadableGpu,
+    pci_key,
+)
 from gpumon.backends.parsers.kernel import (
     XidEvent,
-    gpu_for_pci,
     kernel_log_unreadable,
     parse_gpu_at_line,
     parse_host_oom_kill,
     parse_memory_events,
     parse_oom_memcg,
     parse_xid_line,
-    pci_key,
 )
 from gpumon.backends.parsers.nvidia_smi import unreadable_advice
 from gpumon.backends.parsers.oom import LogEvent, LogScanner
@@ -924,9 +930,9 @@ class AlertEngine(AlertStore):
         if event.gpu is not None:
             return event.gpu, event.gpu_note
         if event.gpu_uuid is not None and self._latest is not None:
-            for g in self._latest.gpus:
-                if g.uuid is not None and g.uuid.startswith(event.gpu_uuid):
-                    return g.index, f"{event.gpu_note} = GPU {g.index}"
+            ref = self._latest.gpu_refs.uuid(event.gpu_uuid)
+            if ref is not None and ref.index is not None:
+                return ref.index, f"{event.gpu_note} = {ref}"
         k = event.local_gpu
         if gpus and len(gpus) == 1:
             note = (
@@ -1002,10 +1008,9 @@ class AlertEngine(AlertStore):
             level = xid_level(xid.xid, xid.message, alone=alone)
             if not level.alarming:  # informational: counted by the exporter only
                 return None
-            gpu = gpu_for_pci(xid.pci, gpus)
-            uuid = self._pci_uuid.get(xid.pci)
-            if gpu is None and uuid is not None:
-                gpu = next((g.index for g in gpus if g.uuid == uuid), None)
+            refs = self._latest.gpu_refs if self._latest is not None else GpuRegistry()
+            ref = refs.bus(xid.pci) or refs.uuid(self._pci_uuid.get(xid.pci))
+            gpu = None if ref is None else ref.index
             text = xid.describe(gpu, self._xid_whose(xid, gpu), alone=alone)
             alert = self._event(("xid", xid.pci, xid.xid), "xid", level, gpu, text, now, backlog)
             if alert is not None:

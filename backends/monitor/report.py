@@ -45,6 +45,7 @@ def gpu_json(gpu: GpuSample, sample: HostSample) -> dict[str, Any]:
         "health_facts": facts_json(gpu),
         "processes": [process_json(p) for p in sample.processes_for(gpu)],
         "memory_unattributed_mib": unattributed_mib(sample, gpu),
+        "minor": gpu.minor,
     }
 
 
@@ -64,6 +65,7 @@ def process_json(p: GpuProcess) -> dict[str, Any]:
         "memory_mib": p.memory_mib,
         "source": p.source,
         "gpus": list(p.gpus) if p.gpus else None,
+        "minors": list(p.minors) if p.minors else None,
     }
 
 

@@ -40,15 +40,17 @@ from gpumon.backends.model import (
     ConnState,
     GpuHistory,
     GpuProcess,
+    GpuRegistry,
     Health,
     HostLoad,
     HostSample,
     HostStatus,
     ProcessSource,
+    bus_id_key,
 )
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import SmiFailure, parse_compute_apps, parse_query_gpu
-from gpumon.backends.parsers.processes import container_view, from_record
+from gpumon.backends.parsers.processes import container_view, device_gpus, from_record
 from gpumon.backends.recording.recorder import FlightRecorder
 from gpumon.backends.transport.base import Transport
 from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S
@@ -142,7 +144,10 @@ class HostMonitor:
         # The lists ``processes`` is made of: the driver's inside the container, the
         # device-file users there, and the Proxmox host's (which wins while it is fresh).
         self._driver_processes: tuple[GpuProcess, ...] = ()
-        self._device_processes: tuple[GpuProcess, ...] = ()
+        self._device_processes: tuple[GpuProcess, ...] = ()  # the GPUs they hold: ``_refs``
+        self._minors: dict[str, int] = {}  # each GPU's /dev/nvidiaN by ``bus_id_key``
+        self._refs = GpuRegistry()  # the GPUs of the newest sample, by every name
+        self._gpu_ids: list[tuple[int, str | None, str | None, int | None]] = []  # _refs' GPUs
         self._host_processes: tuple[GpuProcess, ...] = ()
         self.host_processes_time: float | None = None
         self.host_load: HostLoad | None = None  # the target's CPU, RAM, load, swap
@@ -348,6 +353,7 @@ class HostMonitor:
         sample (a replay that rewinds plays into the same monitor again); listeners stay."""
         self.latest = None
         self.processes, self.processes_time = (), None
+        self._refs, self._gpu_ids = GpuRegistry(), []
         self._memory_at_processes = ()
         self._memory_with_processes = {}
         self.histories.clear()
@@ -423,10 +429,15 @@ class HostMonitor:
         A round without one GPU read is no sample, even where it names a GPU that cannot
         be read: that is nvidia-smi failing as a whole (the agent says so when the loop
         ends: a ``driver_error`` in the driver's words)."""
-        parsed = parse_query_gpu(list(rows), fields=tuple(fields))
+        parsed = parse_query_gpu(list(rows), fields=tuple(fields), minors=self._minors)
         self.skipped_lines += parsed.skipped
         if not parsed.gpus:
             return False
+        ids = [(g.index, g.uuid, g.bus_id, g.minor) for g in parsed.gpus]
+        if ids != self._gpu_ids:  # the GPUs changed: which GPU each device file is
+            self._gpu_ids, self._refs = ids, GpuRegistry.of(parsed.gpus)
+            if self._device_processes:
+                self.processes = self._process_view()
         self.ingest_sample(
             HostSample(
                 host=self.name,
@@ -490,6 +501,11 @@ class HostMonitor:
         self._driver_processes = processes
         self._set_processes(at)
 
+    def ingest_minors(self, minors: Mapping[str, int]) -> None:
+        """The agent's device minors (before the round they are for): the next sample's
+        GPUs have them, and device-file users are on those GPUs."""
+        self._minors = {k: m for bus, m in minors.items() if (k := bus_id_key(bus)) is not None}
+
     def ingest_proc_records(
         self, source: str, records: Sequence[Mapping[str, Any]], at: float
     ) -> None:
@@ -535,12 +551,16 @@ class HostMonitor:
         waited = self.watch_clock() - self._first_data_at
         return waited >= FIRST_ROUNDS_S or not self.waiting_for()
 
-    def _set_processes(self, at: float) -> None:
+    def _process_view(self) -> tuple[GpuProcess, ...]:
+        """The processes now: the Proxmox host's list while it is fresh, else the
+        container's own view, its device-file users on the GPUs their device files are."""
         if self.host_side_fresh():
-            self.processes = self._host_processes
-        else:
-            watched = self.host.container
-            self.processes = container_view(self._driver_processes, self._device_processes, watched)
+            return self._host_processes
+        files = device_gpus(self._device_processes, self._refs)
+        return container_view(self._driver_processes, files, self.host.container)
+
+    def _set_processes(self, at: float) -> None:
+        self.processes = self._process_view()
         self.processes_time = at
         if self.latest is not None:
             # the used memory read with the driver's list where the agent sent it (NVML),

@@ -8,14 +8,12 @@ from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .kernel import (
-        gpu_for_pci,
         kernel_log_unreadable,
         parse_gpu_at_line,
         parse_host_oom_kill,
         parse_memory_events,
         parse_oom_memcg,
         parse_xid_line,
-        pci_key,
     )
     from .nvidia_smi import (
         PROCESS_FIELDS,
@@ -33,7 +31,7 @@ if TYPE_CHECKING:
         parse_real_capture,
         query_gpu_args,
     )
-    from .oom import KEEP_PATTERN, LogEvent, LogScanner, parse_visible_devices
+    from .oom import KEEP_PATTERN, LogEvent, LogScanner
     from .progress import (
         PRESETS,
         PROGRESS_GROUPS,
@@ -80,7 +78,6 @@ __all__ = [
     "classify_smi_failure",
     "compute_apps_args",
     "filter_metrics_text",
-    "gpu_for_pci",
     "histogram_quantile",
     "is_error_cell",
     "kernel_log_unreadable",
@@ -98,9 +95,7 @@ __all__ = [
     "parse_real_capture",
     "parse_sglang_log_line",
     "parse_sglang_metrics",
-    "parse_visible_devices",
     "parse_xid_line",
-    "pci_key",
     "query_gpu_args",
     "xid_action",
     "xid_info",
@@ -136,7 +131,6 @@ if not TYPE_CHECKING:
             "classify_smi_failure": "nvidia_smi",
             "compute_apps_args": "nvidia_smi",
             "filter_metrics_text": "sglang",
-            "gpu_for_pci": "kernel",
             "histogram_quantile": "sglang",
             "is_error_cell": "nvidia_smi",
             "kernel_log_unreadable": "kernel",
@@ -154,9 +148,7 @@ if not TYPE_CHECKING:
             "parse_real_capture": "nvidia_smi",
             "parse_sglang_log_line": "sglang",
             "parse_sglang_metrics": "sglang",
-            "parse_visible_devices": "oom",
             "parse_xid_line": "kernel",
-            "pci_key": "kernel",
             "query_gpu_args": "nvidia_smi",
             "XIDS": "xid",
             "XidInfo": "xid",

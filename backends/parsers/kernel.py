@@ -6,17 +6,16 @@ Every parser returns None for a line that is not its kind; none raises on arbitr
 
 PCI ids come in two spellings: the kernel prints ``PCI:0000:ba:00`` (4-digit domain, bus,
 device, usually lower-case, no function) and nvidia-smi prints ``00000000:BA:00.0`` (8-digit
-domain, upper-case, function). ``pci_key`` turns both into ``0000:ba:00``;
-``gpu_for_pci`` finds the GPU of a sample with that key.
+domain, upper-case, function). ``pci_key`` (``model``, where every spelling is read) turns
+both into ``0000:ba:00``; ``GpuRegistry.bus`` finds the GPU of a sample at that address.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpumon.backends.model import GpuSample, Health
+from gpumon.backends.model import Health
 from gpumon.backends.parsers.xid import xid_info, xid_level, xid_summary
 
 # Line prefixes before "NVRM:" (raw dmesg, dmesg -T, journalctl -k, /dev/kmsg) need no
@@ -29,10 +28,6 @@ _XID = re.compile(
 _GPU_AT = re.compile(
     r"NVRM: GPU at PCI:(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}): "
     r"(?P<uuid>GPU-[0-9a-fA-F-]{8,40})"
-)
-_PCI = re.compile(
-    r"(?:PCI:)?(?:(?P<dom>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
-    r"(?:\.[0-7])?"
 )
 
 
@@ -118,29 +113,6 @@ def parse_gpu_at_line(line: str) -> tuple[str, str] | None:
     """``(pci key, uuid)`` from ``NVRM: GPU at PCI:0000:18:00: GPU-6a1f...`` lines."""
     m = _GPU_AT.search(line) if "GPU at PCI" in line else None
     return (m.group("pci").lower(), m.group("uuid")) if m else None
-
-
-def pci_key(text: str | None) -> str | None:
-    """``0000:ba:00`` for ``PCI:0000:ba:00``, ``00000000:BA:00.0``, ``0000:ba:00.0`` or ``ba:00``.
-
-    The domain keeps its last four hex digits (nvidia-smi pads it to eight). None when the
-    text is not a PCI address.
-    """
-    if not text:
-        return None
-    m = _PCI.fullmatch(text.strip())
-    if m is None:
-        return None
-    dom = (m.group("dom") or "0000")[-4:]
-    return f"{dom}:{m.group('bus')}:{m.group('dev')}".lower()
-
-
-def gpu_for_pci(key: str, gpus: Iterable[GpuSample]) -> int | None:
-    """Index of the GPU whose nvidia-smi bus id has PCI key ``key``, or None."""
-    for gpu in gpus:
-        if gpu.bus_id is not None and pci_key(gpu.bus_id) == key:
-            return gpu.index
-    return None
 
 
 _KILLED = re.compile(

@@ -16,12 +16,18 @@ own error spellings mean "no value" (a process may really be called ``[kworker/0
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpumon.backends.model import GpuProcess, GpuSample, Health, UnreadableGpu
-from gpumon.backends.parsers.kernel import pci_key
+from gpumon.backends.model import (
+    GpuProcess,
+    GpuSample,
+    Health,
+    UnreadableGpu,
+    bus_id_key,
+    pci_key,
+)
 
 PROCESS_FIELDS: tuple[str, ...] = ("pid", "process_name", "used_memory", "gpu_uuid", "gpu_bus_id")
 
@@ -444,8 +450,14 @@ def _header_names(cells: Sequence[str]) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def parse_query_gpu(text: str | Iterable[str], fields: Sequence[str] = QUERY_FIELDS) -> GpuParse:
+def parse_query_gpu(
+    text: str | Iterable[str],
+    fields: Sequence[str] = QUERY_FIELDS,
+    minors: Mapping[str, int] | None = None,
+) -> GpuParse:
     """GPU samples from ``--query-gpu`` CSV output (one string, or lines as they arrive).
+    ``minors``: each GPU's device minor by ``bus_id_key`` (no ``--query-gpu`` field has
+    it: the agent reads the driver's), set on the GPU at that bus.
 
     ``fields`` names the columns of header-less output; a header line (``--format=csv``)
     overrides it, so a capture with any field list and order parses. Units in values are
@@ -470,14 +482,14 @@ def parse_query_gpu(text: str | Iterable[str], fields: Sequence[str] = QUERY_FIE
             header = names
             columns = [_GPU_ALIASES.get(n, n) for n in names]
             continue
-        row = _row(line, columns)
+        row = _row(line, columns, minors)
         if row is None:  # a newline inside a name: the lines after it that are no row
             joined = line
             for end in range(at, min(at + ROW_LINES_MAX - 1, len(lines))):
                 if _row(lines[end], columns) is not None:
                     break
                 joined += "\n" + lines[end]
-                row = _row(joined, columns)
+                row = _row(joined, columns, minors)
                 if row is not None:
                     at = end + 1
                     break
@@ -502,11 +514,13 @@ _DEVICE_HANDLE = re.compile(
 _SAID_MAX = 200
 
 
-def _row(line: str, columns: Sequence[str]) -> GpuSample | UnreadableGpu | None:
+def _row(
+    line: str, columns: Sequence[str], minors: Mapping[str, int] | None = None
+) -> GpuSample | UnreadableGpu | None:
     cells = _split_row(line, columns, _GPU_FREE_TEXT)
     if cells is None:
         return None
-    return _unopened(columns, cells) or _gpu_from_row(columns, cells)
+    return _unopened(columns, cells) or _gpu_from_row(columns, cells, minors)
 
 
 def _identity(gpu: UnreadableGpu) -> str:
@@ -576,7 +590,9 @@ def unreadable_advice(gpu: UnreadableGpu) -> str:
     )
 
 
-def _gpu_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuSample | None:
+def _gpu_from_row(
+    columns: Sequence[str], cells: Sequence[str], minors: Mapping[str, int] | None = None
+) -> GpuSample | None:
     values: dict[str, Any] = {}
     health = Health.OK
     problems: list[str] = []
@@ -598,6 +614,8 @@ def _gpu_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuSample | N
     index = values.pop("index", None)
     if index is None:
         return None
+    if minors:
+        values["minor"] = minors.get(bus_id_key(values.get("bus_id")) or "")
     return GpuSample(index=index, health=health, problems=tuple(problems), **values)
 
 

@@ -35,7 +35,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpumon.backends.model import Health
+from gpumon.backends.model import Health, parse_visible_devices
 
 AFTERMATH_LINES = 100
 STALE_LINES = 200  # an open traceback that gets no line for this long is closed
@@ -172,23 +172,6 @@ class LogEvent:
         """One line for a person: context, the key line and the GPU note."""
         head = f"{self.context}: {self.message}" if self.context else self.message
         return f"{head} [{self.gpu_note}]" if self.gpu_note else head
-
-
-def parse_visible_devices(value: str | None) -> tuple[int | str, ...] | None:
-    """CUDA_VISIBLE_DEVICES as CUDA reads it: indices or ``GPU-``/``MIG-`` UUIDs, up to the
-    first invalid entry. None when unset or when no entry is usable."""
-    if value is None:
-        return None
-    out: list[int | str] = []
-    for raw in value.split(","):
-        entry = raw.strip()
-        if entry.isascii() and entry.isdigit():
-            out.append(int(entry))
-        elif entry.startswith(("GPU-", "MIG-")) and len(entry) > 4:
-            out.append(entry)
-        else:
-            break
-    return tuple(out) or None
 
 
 class _Group:

@@ -5,6 +5,8 @@ process accounts for.
 - ``from_record``: a ``protocol.ProcRecords`` record (``remote.host_procs``) -> GpuProcess,
   every value checked (the other end is not trusted), the command's secrets masked
   (``masking.mask_command``: ``--api-key ****``);
+- ``device_gpus``: a device-file user on the GPUs its ``/dev/nvidiaN`` are
+  (``GpuRegistry.holders``: N is the driver's minor, not nvidia-smi's index);
 - ``container_view``: without host access, the driver's list merged with the device-file
   users: a driver PID that is not a process of this namespace keeps its memory but loses
   its ``pid`` (it is someone else's, or the host's number for one of ours);
@@ -21,13 +23,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumon.backends.masking import mask_command
-from gpumon.backends.model import GpuProcess, GpuSample, HostSample, ProcessSource
+from gpumon.backends.model import GpuProcess, GpuRegistry, GpuSample, HostSample, ProcessSource
 from gpumon.backends.untrusted import printable
 
 __all__ = [
     "UNATTRIBUTED_MIN_MIB",
     "container_label",
     "container_view",
+    "device_gpus",
     "foreign",
     "from_record",
     "holder_text",
@@ -65,13 +68,18 @@ def _text(raw: Mapping[str, Any], key: str, limit: int = 4096) -> str | None:
 def from_record(raw: Mapping[str, Any], source: str, watched: int | None) -> GpuProcess:
     """A process from one record. ``source`` ``host``: ``pid`` is the PID inside the
     watched container ``watched`` when the process is in it, else None; ``device-files``:
-    the record's own ``pid`` (this namespace's) and its ``gpus``."""
+    the record's own ``pid`` (this namespace's) and the device files it holds
+    (``minors``; which GPUs they are: ``device_gpus``)."""
     container = _text(raw, "container", 80)
     pid = _int(raw, "pid")
     if source == ProcessSource.HOST and watched is not None and container != str(watched):
         pid = None  # another container's or the host's: no PID in the watched one
-    gpus = raw.get("gpus")
-    indexes = tuple(g for g in gpus if isinstance(g, int)) if isinstance(gpus, list) else ()
+    held = raw.get("minors")
+    minors = (
+        tuple(m for m in held if isinstance(m, int) and not isinstance(m, bool) and m >= 0)
+        if isinstance(held, list)
+        else ()
+    )
     # Masked here, where every collector's record becomes a process, so no view of it (the
     # dashboard, snapshot, the recording, the bundle) can show a --api-key's value.
     command = _text(raw, "command")
@@ -94,7 +102,20 @@ def from_record(raw: Mapping[str, Any], source: str, watched: int | None) -> Gpu
         source=ProcessSource.HOST.value
         if source == ProcessSource.HOST
         else ProcessSource.DEVICE_FILES.value,
-        gpus=indexes,
+        minors=minors[:64],
+    )
+
+
+def device_gpus(processes: Iterable[GpuProcess], refs: GpuRegistry) -> tuple[GpuProcess, ...]:
+    """The device-file users among ``processes`` on the GPUs of ``refs`` their
+    ``/dev/nvidiaN`` are (``gpus``: those GPUs' indexes on this host); the rest as they
+    are. A container that sees GPUs 4-7 numbers them 0-3: a process holding
+    ``/dev/nvidia5`` is on GPU 1 there."""
+    return tuple(
+        replace(p, gpus=tuple(r.index for r in refs.holders(p.minors) if r.index is not None))
+        if p.minors
+        else p
+        for p in processes
     )
 
 

@@ -137,8 +137,9 @@ def sample_from_json(
     processes = []
     for row in data.get("processes") or ():
         values = dict(zip(process_fields, row, strict=True))
-        if isinstance(values.get("gpus"), list):  # a tuple, written as a JSON array
-            values["gpus"] = tuple(values["gpus"])
+        for name in ("gpus", "minors"):  # tuples, written as JSON arrays
+            if isinstance(values.get(name), list):
+                values[name] = tuple(values[name])
         if isinstance(values.get("command"), str):  # a recording older than the masking
             values["command"] = mask_command(values["command"])
         processes.append(GpuProcess(**{k: v for k, v in values.items() if k in PROCESS_FIELDS}))

@@ -572,6 +572,7 @@ class Agent:
         self.device_holders: dict[int, list[int]] | None = None  # the last scan's
         self.device_scanned = 0.0
         self.device_driver_pids: set[str] | None = None  # the driver's PIDs at that scan
+        self.minors_for: tuple[str, ...] = ()  # the GPUs (index, bus id) minors were read for
         self.trimmed = False  # malloc_trim after the first sample
         self.names_cut: set[str] = set()  # GPUs whose long name was cut (said once each)
         self.nvml_worker = NvmlWorker()
@@ -814,8 +815,13 @@ class Agent:
         return row
 
     def send_rows(self, fields: list[str], rows: list[str]) -> None:
-        self.out.send(protocol.Gpus(time.time(), fields, rows))
         key = memory_key(fields, rows)
+        if key != self.gpu_memory:  # the GPUs may differ (not while steady: no cost then)
+            buses = row_cells(fields, rows, ("index", "pci.bus_id"))
+            if buses and buses != self.minors_for:  # before their round: its sample has them
+                self.minors_for = buses
+                self.send_minors()
+        self.out.send(protocol.Gpus(time.time(), fields, rows))
         if key:
             self.gpu_memory = key
             if key != self.polled_memory:
@@ -823,6 +829,19 @@ class Agent:
         if not self.trimmed:  # start-up is over: its garbage goes back to the system
             self.trimmed = True
             malloc_trim()
+
+    def send_minors(self) -> None:
+        """Which ``/dev/nvidiaN`` each GPU is (the device-file users name N): NVML's,
+        else the driver's ``/proc/driver/nvidia/gpus`` (a container sees the host's
+        numbers there, whichever GPUs it has)."""
+        nvml = self.nvml
+        if nvml is not None:
+            done, minors = self.nvml_call(functools.partial(nvml_minors, nvml))
+            if done and isinstance(minors, dict) and minors:
+                self.out.send(protocol.Minors(time.time(), minors, "nvml"))
+                return
+        minors, error = procfacts.driver_minors()
+        self.out.send(protocol.Minors(time.time(), minors, "procfs", error))
 
     def process_loop(self) -> None:
         """The process list (and who holds the device files), polled only when there is
@@ -1161,26 +1180,42 @@ class Scrape:
 
 def memory_key(fields: Sequence[str], rows: Sequence[str]) -> tuple[str, ...]:
     """What a change of the process list shows in a round: each GPU row's index and used
-    memory (every row's cells, only the GPU count, where ``memory.used`` is not asked
-    for). Rows that are not GPU rows (Xid text) are left out; a GPU name holding ", "
-    (cells after the name shift) is allowed for. Empty: no GPU row."""
+    memory (only the GPU count, where ``memory.used`` is not asked for). Empty: no GPU
+    row."""
+    return row_cells(fields, rows, ("index", "memory.used"))
+
+
+def row_cells(fields: Sequence[str], rows: Sequence[str], wanted: Sequence[str]) -> tuple[str, ...]:
+    """The cells of the ``wanted`` fields (those asked for; ``index`` first) of each GPU
+    row, in a row. Rows that are not GPU rows (Xid text) are left out; a GPU name holding
+    ", " (cells after the name shift) is allowed for."""
     if "index" not in fields:
         return ()
     ncols = len(fields)
     name = fields.index("name") if "name" in fields else ncols
-    wanted = [fields.index("index")]
-    if "memory.used" in fields:
-        wanted.append(fields.index("memory.used"))
+    at = [fields.index(f) for f in wanted if f in fields]
     key: list[str] = []
     for row in rows:
         cells = row.split(", ")
         extra = len(cells) - ncols
         if extra < 0 or (extra > 0 and name == ncols):
             continue
-        picked = [cells[i + extra if i > name else i] for i in wanted]
+        picked = [cells[i + extra if i > name else i] for i in at]
         if picked[0].strip().isdigit():
             key.extend(picked)
     return tuple(key)
+
+
+def nvml_minors(nvml: Any) -> dict[str, int]:
+    """Bus id -> device minor (``nvmlDeviceGetMinorNumber``) of each GPU NVML opens."""
+    out: dict[str, int] = {}
+    for i in range(nvml.nvmlDeviceGetCount()):
+        try:
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            out[_s(nvml.nvmlDeviceGetPciInfo(h).busId)] = int(nvml.nvmlDeviceGetMinorNumber(h))
+        except nvml.NVMLError:
+            continue  # this GPU's row says why (an unopened device)
+    return out
 
 
 def _nvml_text(nvml: Any, call: Callable[[], Any], fmt: Callable[[Any], str]) -> str:

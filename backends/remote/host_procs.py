@@ -22,7 +22,8 @@ A record is a dict: ``host_pid``, ``pid`` (inside its container), ``container`` 
 host), ``user``, ``host_user``, ``uid``, ``host_uid``, ``command``, ``cpu_pct``, ``rss_mib``,
 ``started`` (epoch s), ``start_ticks`` (field 22 of ``/proc/<pid>/stat``: clock ticks after
 boot, what ``K``'s PID-reuse guard compares), ``memory_mib``, ``gpu_uuid``, ``gpu_bus_id``,
-``gpus`` (device-file indexes), ``error`` (why ``/proc/<pid>`` could not be read, else None).
+``minors`` (the ``/dev/nvidiaN`` a device-file user holds), ``error`` (why ``/proc/<pid>``
+could not be read, else None).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The part of ``host_procs`` the agent needs too, so the agent ships this small module
 instead of the host-side collector: reading ``/proc/<pid>/`` (``read_facts``), the
 namespace-local record of a process (``local_record``: its PID, user, command line, CPU %,
-RSS and start time as this PID namespace sees them), and, inside a container, the
-processes that hold ``/dev/nvidiaN`` open (``device_file_users``, ``in_container``).
+RSS and start time as this PID namespace sees them), inside a container the processes that
+hold ``/dev/nvidiaN`` open (``device_file_users``, ``in_container``), and which GPU each N
+is (``driver_minors``: the driver's ``/proc/driver/nvidia/gpus``).
 ``host_procs`` builds its host-side records (container, NSpid, uid_map) on the same
 functions. The record's keys are described there.
 """
@@ -26,6 +27,8 @@ CLK_TCK_DEFAULT = 100  # what the shell loop assumes (it cannot ask sysconf); Li
 PAGE_DEFAULT = 4096
 MIB = 1024 * 1024
 DEVICE_PREFIX = "/dev/nvidia"  # /dev/nvidia<N>: the GPU device files (not nvidiactl, -uvm)
+DRIVER_GPUS = "/proc/driver/nvidia/gpus"  # one folder per GPU the driver has, by bus id
+DRIVER_GPUS_MAX = 256  # folders read: no host has more GPUs; a hostile /proc stays bounded
 
 
 def status_fields(text: str) -> dict[str, str]:
@@ -226,7 +229,7 @@ def device_index(target: str) -> int | None:
 
 def device_file_users(proc: str = "/proc") -> list[dict[str, Any]]:
     """The processes of this PID namespace holding ``/dev/nvidia<N>`` open, each with the
-    device numbers (``gpus``) it holds; memory is not known this way. Processes that
+    device numbers (``minors``) it holds; memory is not known this way. Processes that
     cannot be looked into (another user's, without root) are left out."""
     return describe_device_users(device_file_holders(proc), proc)
 
@@ -240,7 +243,7 @@ def describe_device_users(held: dict[int, list[int]], proc: str = "/proc") -> li
     for rec in describe(proc, sorted(held), CpuClock()):
         if rec.get("error"):
             continue  # gone since the scan
-        rec["gpus"] = held[rec["pid"]]
+        rec["minors"] = held[rec["pid"]]
         rec["memory_mib"] = None
         out.append(rec)
     return out
@@ -270,6 +273,29 @@ def device_file_holders(proc: str = "/proc") -> dict[int, list[int]]:
         if gpus:
             held[int(entry)] = sorted(gpus)
     return held
+
+
+def driver_minors(root: str | None = None) -> tuple[dict[str, int], str | None]:
+    """Bus id -> device minor of each GPU the driver has, from its ``information`` file
+    (``Bus Location: \t 0000:19:00.0`` and ``Device Minor: \t 5``: NVIDIA's
+    ``nv-procfs.c``, docs/formats.md 1.7; the folder's name where the file names no bus),
+    and why none could be read (no NVIDIA driver, a container that hides it). ``root``:
+    ``DRIVER_GPUS`` unless told."""
+    root = root or DRIVER_GPUS
+    try:
+        entries = sorted(os.listdir(root))[:DRIVER_GPUS_MAX]
+    except OSError as e:
+        return {}, f"{root}: {e.strerror or e}"
+    out: dict[str, int] = {}
+    for entry in entries:
+        try:
+            facts = status_fields(read_text(root + "/" + entry + "/information"))
+        except OSError:
+            continue  # gone since the listing, or not readable here
+        minor = facts.get("Device Minor", "")
+        if minor.isdigit() and minor.isascii():
+            out[facts.get("Bus Location") or entry] = int(minor)
+    return out, None if out else f"{root}: no GPU's device minor in it"
 
 
 def in_container(proc: str = "/proc") -> bool:

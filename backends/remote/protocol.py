@@ -130,7 +130,10 @@ else:
         return make
 
 
-AGENT_VERSION = 1  # the message shapes below; bump on any incompatible change
+# The message shapes below; bump on any incompatible change. 2: the GPUs' device minors
+# (``Minors``), and a device-file record names the /dev/nvidiaN it holds ``minors``
+# (version 1 said ``gpus`` and meant them as indexes).
+AGENT_VERSION = 2
 
 
 # --- coercion of untrusted values -----------------------------------------------------
@@ -161,6 +164,13 @@ def _number(raw: dict[str, Any], key: str, default: float = 0.0) -> float:
 def _int_or_none(raw: dict[str, Any], key: str) -> int | None:
     value = raw.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _ints_by_name(raw: dict[str, Any], key: str) -> dict[str, int]:
+    value = raw.get(key)
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _objects(raw: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -240,15 +250,7 @@ class Procs(Message):
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> Procs:
-        value = raw.get("memory")
-        memory = {}
-        if isinstance(value, dict):
-            memory = {
-                str(k): v
-                for k, v in value.items()
-                if isinstance(v, int) and not isinstance(v, bool)
-            }
-        return cls(_number(raw, "t"), _texts(raw, "rows"), memory)
+        return cls(_number(raw, "t"), _texts(raw, "rows"), _ints_by_name(raw, "memory"))
 
 
 @record(frozen=True)
@@ -272,6 +274,25 @@ class ProcRecords(Message):
             _objects(raw, "records"),
             _text_or_none(raw, "error"),
         )
+
+
+@record(frozen=True)
+class Minors(Message):
+    """Each GPU's device minor (the N of ``/dev/nvidiaN``), by its bus id as the source
+    spells it (NVML ``00000000:19:00.0``, ``/proc/driver/nvidia/gpus`` ``0000:19:00.0``):
+    sent before the first round and again whenever the round's bus ids change.
+    ``source``: ``nvml`` or ``procfs``; ``error``: why none could be read."""
+
+    TYPE: ClassVar[str] = "minors"
+    t: float
+    minors: dict[str, int]
+    source: str = ""
+    error: str | None = None
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Minors:
+        minors = _ints_by_name(raw, "minors")
+        return cls(_number(raw, "t"), minors, _text(raw, "source"), _text_or_none(raw, "error"))
 
 
 @record(frozen=True)
@@ -484,6 +505,7 @@ MESSAGES: dict[str, type[Message]] = {
         Gpus,
         Procs,
         ProcRecords,
+        Minors,
         SmiError,
         Log,
         LogProblem,

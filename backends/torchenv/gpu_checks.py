@@ -18,7 +18,7 @@ from typing import Any
 
 from gpumon.backends.alerts.health import Finding, clock_reasons, findings, recovery_action
 from gpumon.backends.config.load import HostConfig
-from gpumon.backends.model import GpuSample, Health
+from gpumon.backends.model import GpuSample, Health, bus_id_key
 from gpumon.backends.parsers.nvidia_smi import (
     SAMPLE_FIELDS,
     fields_for_help,
@@ -65,12 +65,6 @@ async def read_gpus(transport: Transport, host: HostConfig) -> tuple[list[GpuSam
         return [], f"nvidia-smi failed (exit {code}): {lines[-1] if lines else 'no output'}"
     gpus = list(parse_query_gpu(text, fields).gpus)
     return gpus, None if gpus else "nvidia-smi listed no GPU"
-
-
-def _pci_key(bus_id: str) -> str:
-    """``00000000:18:00.0`` (nvidia-smi) and ``0000:18:00.0`` (sysfs) as one key."""
-    domain, _, rest = bus_id.strip().lower().partition(":")
-    return f"{int(domain or '0', 16):04x}:{rest}"
 
 
 def _status(severity: Health, strict: bool) -> Status:
@@ -188,9 +182,9 @@ async def _listed_check(
 ) -> Check | None:
     """A GPU on the PCI bus that nvidia-smi does not list (fallen off the bus, no driver)."""
     code, text = await _run(transport, ["sh", "-c", PCI_SCAN], SMI_TIMEOUT_S)
-    on_bus = {_pci_key(line) for line in text.split() if code == 0 and ":" in line}
-    listed = {_pci_key(g.bus_id) for g in gpus if g.bus_id}
-    missing = sorted(on_bus - listed)
+    on_bus = {bus_id_key(word) for word in text.split()} if code == 0 else set()
+    listed = {bus_id_key(g.bus_id) for g in gpus}
+    missing = sorted(b for b in on_bus - listed if b is not None)
     if missing:
         return Check(
             "gpus listed",

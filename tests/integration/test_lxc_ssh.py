@@ -36,6 +36,7 @@ from gpumon.backends.model import ProcessSource
 from gpumon.backends.monitor import HostMonitor, make_monitor, snapshot_json
 from gpumon.backends.monitor.sources import host_procs as feed
 from gpumon.backends.remote.procfacts import parse_stat
+from gpumon.backends.sim.scenario import BUS_IDS, UUIDS
 from gpumon.backends.torchenv.doctor_procs import process_checks
 
 from sshd_server import SSHD, SshServer
@@ -53,17 +54,23 @@ class Lab:
     train: GpuProc
     jupyter: GpuProc
     config: Path
+    ct: int = 200  # the container gpumon watches (CT 200 sees every GPU)
 
     def monitor(self, **extra: object) -> HostMonitor:
+        name = f"ct{self.ct}"
         text = self.server.config_toml(
-            "ct200", container=200, python=SYSTEM_PYTHON, interval=0.5, **extra
+            name, container=self.ct, python=SYSTEM_PYTHON, interval=0.5, **extra
         )
         self.config.write_text(text)
-        return make_monitor(resolve_host(load_config(self.config), "ct200"), record=False)
+        return make_monitor(resolve_host(load_config(self.config), name), record=False)
 
 
-@pytest.fixture
-def lab(monkeypatch: pytest.MonkeyPatch, state_home: Path, tmp_path: Path) -> Iterator[Lab]:
+def _lab(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ct: int, gpus: range, train_on: int
+) -> Iterator[Lab]:
+    """The test Proxmox host with CT ``ct`` given the host's GPUs ``gpus`` (its training
+    process on host GPU ``train_on``; 4 GiB no one holds on host GPU 0) and CT 201 every
+    GPU (its jupyter on host GPU 6), over the real sshd."""
     if REASON is not None:
         print(f"SKIPPED (no test Proxmox host here): {REASON}")
         pytest.skip(REASON)
@@ -78,15 +85,28 @@ def lab(monkeypatch: pytest.MonkeyPatch, state_home: Path, tmp_path: Path) -> It
         for tool in ("pct", "nvidia-smi"):  # the test Proxmox host's, not the stand-ins
             shutil.copy(host.bin / tool, server.bin / tool)
         server.start()
-        host.start_container(200)
+        host.start_container(ct, tuple(gpus))
         host.start_container(201)
-        train = host.start_gpu_process(200, (0,), 30000, "train.py --cfg drafter.yaml")
+        train = host.start_gpu_process(ct, (train_on,), 30000, "train.py --cfg drafter.yaml")
         jupyter = host.start_gpu_process(201, (6,), 6144, "jupyter-lab --no-browser")
-        yield Lab(host, server, train, jupyter, tmp_path / "gpumon.toml")
+        yield Lab(host, server, train, jupyter, tmp_path / "gpumon.toml", ct)
     finally:
         server.kill()
         host.stop()
     assert not host.cgroup.exists()
+
+
+@pytest.fixture
+def lab(monkeypatch: pytest.MonkeyPatch, state_home: Path, tmp_path: Path) -> Iterator[Lab]:
+    yield from _lab(monkeypatch, tmp_path, 200, range(8), 0)
+
+
+@pytest.fixture
+def subset(monkeypatch: pytest.MonkeyPatch, state_home: Path, tmp_path: Path) -> Iterator[Lab]:
+    """CT 202 is given the host's GPUs 4-7 (``/dev/nvidia4`` to ``/dev/nvidia7``: the
+    host's minors); its nvidia-smi lists them as GPUs 0-3. Its training process holds
+    ``/dev/nvidia5`` (GPU 1 there); CT 201's jupyter is on host GPU 6 (CT 202's GPU 2)."""
+    yield from _lab(monkeypatch, tmp_path, 202, range(4, 8), 5)
 
 
 def start_ticks(host_pid: int) -> int:
@@ -237,10 +257,11 @@ async def test_without_host_access_the_container_lists_device_file_users(lab: La
     monitor.start()
     try:
 
-        def listed() -> bool:
-            return any(p.source == ProcessSource.DEVICE_FILES for p in monitor.processes)
+        def listed() -> bool:  # which GPU a device file is, the GPUs' sample says
+            files = any(p.source == ProcessSource.DEVICE_FILES for p in monitor.processes)
+            return files and monitor.latest is not None
 
-        await until(listed, 30, "the device-file users")
+        await until(listed, 30, "the device-file users and a sample")
         assert monitor.host_processes_time is None
         files = [p for p in monitor.processes if p.source == ProcessSource.DEVICE_FILES]
         assert [(p.pid, p.gpus, p.memory_mib, p.user) for p in files] == [
@@ -257,6 +278,75 @@ async def test_without_host_access_the_container_lists_device_file_users(lab: La
         assert outcome.ok, outcome.message
         assert await wait_gone(monitor.transport, plan, timeout=10)
         assert not lab.train.alive()
+    finally:
+        await monitor.stop()
+
+
+async def test_a_device_file_is_the_gpu_whose_minor_it_is_in_a_container_of_some_gpus(
+    subset: Lab,
+) -> None:
+    """Issue 35.3: CT 202 sees the host's GPUs 4-7, which its nvidia-smi numbers 0-3; a
+    process holding ``/dev/nvidia5`` is on GPU 1 there (the GPU whose device minor is 5:
+    the agent reads the minors from the driver's ``/proc/driver/nvidia/gpus`` in the CT),
+    not on GPU 5, which CT 202 does not have. Before, the minor was taken as the index."""
+    monitor = subset.monitor(host_processes=False)
+    monitor.start()
+    try:
+
+        def listed() -> bool:
+            files = any(p.source == ProcessSource.DEVICE_FILES for p in monitor.processes)
+            return files and monitor.latest is not None
+
+        await until(listed, 30, "the device-file users and a sample")
+        [mine] = [p for p in monitor.processes if p.source == ProcessSource.DEVICE_FILES]
+        assert (mine.pid, mine.gpus) == (subset.train.pid, (1,))
+        assert mine.minors == (5,)
+        assert monitor.latest is not None
+        assert [(g.index, g.uuid, g.bus_id, g.minor) for g in monitor.latest.gpus] == [
+            (i, UUIDS[4 + i], BUS_IDS[4 + i], 4 + i) for i in range(4)
+        ]
+        data = snapshot_json(monitor, time.time())
+        files = {  # (the driver's rows, host PIDs here, are placed by their UUID)
+            g["index"]: [
+                (p["pid"], p["gpus"], p["minors"])
+                for p in g["processes"]
+                if p["source"] == "device-files"
+            ]
+            for g in data["gpus"]
+        }
+        assert files == {0: [], 1: [(subset.train.pid, [1], [5])], 2: [], 3: []}
+        assert [g["minor"] for g in data["gpus"]] == [4, 5, 6, 7]
+    finally:
+        await monitor.stop()
+
+
+async def test_in_that_container_the_hosts_list_is_placed_by_uuid_and_alerts_say_its_index(
+    subset: Lab,
+) -> None:
+    """The Proxmox host's list names each process's GPU by UUID (and bus id): in CT 202
+    the training process on host GPU 5 is on GPU 1, CT 201's jupyter on host GPU 6 is
+    foreign memory on GPU 2, and the alert says GPU 2 (CT 202's number for it)."""
+    monitor = subset.monitor()
+    monitor.start()
+    try:
+
+        def foreign() -> list[tuple[int | None, str]]:
+            found = monitor.alerts.active()
+            return [(a.gpu, a.message) for a in found if a.kind == "foreign_process"]
+
+        await until(lambda: monitor.host_side_fresh() and bool(foreign()), 30, "the alert")
+        assert foreign() == [(2, "GPU 2: 6.0 GiB held by CT 201 jupyter-lab")]
+        data = snapshot_json(monitor, time.time())
+        on = {
+            g["index"]: [(p["container"], p["host_pid"]) for p in g["processes"]]
+            for g in data["gpus"]
+        }
+        assert on == {
+            0: [],
+            1: [("202", subset.train.host_pid)],
+            2: [("201", subset.jupyter.host_pid)],
+            3: [],
+        }
     finally:
         await monitor.stop()
 

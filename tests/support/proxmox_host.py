@@ -2,8 +2,13 @@
 namespaces whose init sits in a cgroup v2 ``.../lxc/<ID>/ns`` (so ``/proc/<pid>/cgroup``
 reads as on Proxmox), a ``pct`` that runs ``pct exec ID -- CMD`` as ``nsenter --target
 <init> --user --pid --mount -- CMD`` from inside that cgroup, GPU "processes" that hold
-``/dev/nvidiaN`` open in the container (its ``/dev`` is a tmpfs), and a fake
-``nvidia-smi`` whose ``--query-compute-apps`` reports them as a driver would:
+``/dev/nvidiaN`` open in the container (its ``/dev`` is a tmpfs holding the device files
+of the GPUs passed through to it, the host's minors: a container given GPUs 4-7 has
+``/dev/nvidia4`` to ``/dev/nvidia7``), the driver's ``/proc/driver/nvidia/gpus`` (every
+GPU of the host, as a container sees it: NVIDIA's ``nv-procfs.c`` format, bind-mounted over
+the container's ``/proc/driver``), and a fake ``nvidia-smi`` that lists a container's GPUs
+renumbered from 0 (as nvidia-smi does) and whose ``--query-compute-apps`` reports the
+processes as a driver would:
 
 - ``mode = "host"`` (old drivers): host PIDs wherever it runs (``[Not Found]`` names
   inside a container);
@@ -47,8 +52,9 @@ mount --rbind /dev "$D/hostdev"
 mount -t tmpfs tmpfs /dev
 for n in null zero urandom random; do touch /dev/$n; mount --bind "$D/hostdev/$n" /dev/$n; done
 umount -l "$D/hostdev"
-for n in 0 1 2 3 4 5 6 7; do touch /dev/nvidia$n; done
+for n in $2; do touch /dev/nvidia$n; done
 touch /dev/nvidiactl
+mount --bind "${D%/*}/driver" /proc/driver
 while [ ! -e "$D/go" ]; do sleep 0.02; done
 echo ready > "$D/ready"
 while :; do sleep 1; done
@@ -99,16 +105,22 @@ def option(prefix):
 if "--help-query-gpu" in args:
     print("\\n".join('"%s"' % n for n in NAMES))
     sys.exit(0)
-live = [p for p in state["processes"] if alive(p["lock"])]
+with open("/proc/self/cgroup") as f:
+    m = re.search(r"/lxc/(\\d+)/ns", f.read())
+    here = m.group(1) if m else None
+# the GPUs this nvidia-smi sees (a container's: those passed through), numbered from 0
+seen = state["visible"].get(here, range(len(state["gpus"]))) if here else range(len(state["gpus"]))
+live = [p for p in state["processes"] if alive(p["lock"]) and p["gpu"] in seen]
 gpu_fields = option("--query-gpu=")
 if gpu_fields is not None:
     fields = gpu_fields.split(",")
     loop = args[args.index("-lms") + 1] if "-lms" in args else None
     while True:
-        for g, (uuid, bus) in enumerate(state["gpus"]):
+        for i, g in enumerate(seen):
+            uuid, bus = state["gpus"][g]
             used = state["base_mib"][g] + sum(p["memory_mib"] for p in live if p["gpu"] == g)
             cells = {{
-                "index": g, "uuid": uuid, "pci.bus_id": bus, "name": "NVIDIA TEST GPU",
+                "index": i, "uuid": uuid, "pci.bus_id": bus, "name": "NVIDIA TEST GPU",
                 "memory.total": 97887, "memory.used": used, "memory.free": 97250 - used,
                 "memory.reserved": 637, "timestamp": time.strftime("%Y/%m/%d %H:%M:%S.000"),
             }}
@@ -118,15 +130,12 @@ if gpu_fields is not None:
         time.sleep(int(loop) / 1000.0)
         with open(STATE) as f:
             state = json.load(f)
-        live = [p for p in state["processes"] if alive(p["lock"])]
+        live = [p for p in state["processes"] if alive(p["lock"]) and p["gpu"] in seen]
 query = option("--query-compute-apps=")
 if query is None:
     print("fake nvidia-smi: unsupported arguments %r" % (args,), file=sys.stderr)
     sys.exit(2)
 fields = query.split(",")
-with open("/proc/self/cgroup") as f:
-    m = re.search(r"/lxc/(\\d+)/ns", f.read())
-    here = m.group(1) if m else None
 for p in live:
     name = p["name"]
     if here is None:
@@ -220,7 +229,31 @@ class Container:
     dir: Path
     init_pid: int
     unshare: subprocess.Popen[bytes]
+    gpus: tuple[int, ...]  # the host's GPUs passed through (host index = device minor)
     procs: list[GpuProc] = field(default_factory=list)
+
+
+# NVIDIA's /proc/driver/nvidia/gpus/<bus>/information, as nv-procfs.c (open-gpu-kernel-modules
+# 595.45.04, nv_procfs_read_gpu_info) prints it; the folder is named by the bus location.
+INFORMATION = (
+    "Model: \t\t NVIDIA TEST GPU\n"
+    "IRQ:   \t\t {irq}\n"
+    "GPU UUID: \t {uuid}\n"
+    "Video BIOS: \t 98.02.2e.00.01\n"
+    "Bus Type: \t PCIe\n"
+    "DMA Size: \t 52 bits\n"
+    "DMA Mask: \t 0xfffffffffffff\n"
+    "Bus Location: \t {bus}\n"
+    "Device Minor: \t {minor}\n"
+    "GPU Firmware: \t 595.45.04\n"
+    "GPU Excluded:\t No\n"
+)
+
+
+def driver_bus(bus_id: str) -> str:
+    """``00000000:9A:00.0`` (nvidia-smi) as the driver names it (``%04x:%02x:%02x.%x``)."""
+    domain, bus, rest = bus_id.split(":")
+    return f"{int(domain, 16):04x}:{bus}:{rest}".lower()
 
 
 def _state(pid: int) -> str:
@@ -256,6 +289,7 @@ class ProxmoxHost:
         self.pct_log = self.root / "pct.log"
         self.state = self.root / "smi-state.json"
         self._write_tools()
+        self._write_driver()
 
     def _write_tools(self) -> None:
         smi = self.bin / "nvidia-smi"
@@ -267,6 +301,18 @@ class ProxmoxHost:
         (self.root / "init.sh").write_text(INIT)
         (self.root / "gpu_process.py").write_text(GPU_PROCESS)
         self.write_state()
+
+    def _write_driver(self) -> None:
+        """The driver's ``gpus`` folder: one per GPU of the host, its minor its host index
+        (the minors follow the PCI order, as nvidia-smi's indexes do on the host)."""
+        for minor, (uuid, bus_id) in enumerate(zip(UUIDS, BUS_IDS, strict=True)):
+            bus = driver_bus(bus_id)
+            folder = self.root / "driver" / "nvidia" / "gpus" / bus
+            folder.mkdir(parents=True)
+            info = INFORMATION.format(irq=200 + minor, uuid=uuid, bus=bus, minor=minor)
+            (folder / "information").write_text(info)
+        for path in (self.root / "driver", *(self.root / "driver").rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)  # the containers' root reads it
 
     def write_state(self) -> None:
         procs = [
@@ -287,7 +333,14 @@ class ProxmoxHost:
         ]
         tmp = self.state.with_suffix(".tmp")
         gpus = list(zip(UUIDS, BUS_IDS, strict=True))
-        data = {"mode": self.mode, "processes": procs, "gpus": gpus, "base_mib": self.base_mib}
+        visible = {str(c.ct): list(c.gpus) for c in self.containers.values()}
+        data = {
+            "mode": self.mode,
+            "processes": procs,
+            "gpus": gpus,
+            "base_mib": self.base_mib,
+            "visible": visible,
+        }
         tmp.write_text(json.dumps(data))
         tmp.chmod(0o644)
         tmp.replace(self.state)
@@ -297,7 +350,9 @@ class ProxmoxHost:
         self.write_state()
 
     # --- containers --------------------------------------------------------------------
-    def start_container(self, ct: int) -> Container:
+    def start_container(self, ct: int, gpus: tuple[int, ...] = tuple(range(8))) -> Container:
+        """CT ``ct``, given the host's GPUs ``gpus`` (their ``/dev/nvidiaN``; its
+        nvidia-smi lists them as 0, 1, ...)."""
         d = self.root / f"ct{ct}"
         d.mkdir()
         os.chown(d, CT_UID, CT_UID)
@@ -308,7 +363,7 @@ class ProxmoxHost:
             "unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount",
             "--mount-proc", "--propagation", "private",
             "env", "container=lxc",  # as LXC marks its containers' init
-            "sh", str(self.root / "init.sh"), str(d),
+            "sh", str(self.root / "init.sh"), str(d), " ".join(map(str, gpus)),
         ]  # fmt: skip
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
@@ -329,8 +384,9 @@ class ProxmoxHost:
         (d / "init").write_text(str(init))
         (d / "go").touch()
         _wait(lambda: (d / "ready").exists(), f"CT {ct}'s /dev")
-        container = Container(ct, d, init, proc)
+        container = Container(ct, d, init, proc, gpus)
         self.containers[ct] = container
+        self.write_state()
         return container
 
     def start_gpu_process(

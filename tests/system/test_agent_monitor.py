@@ -236,12 +236,12 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
     gpu_keys = [
         "index", "uuid", "name", "bus_id", "memory_used_mib", "memory_total_mib",
         "utilization_pct", "temperature_c", "power_w", "power_limit_w", "health",
-        "problems", "health_facts", "processes", "memory_unattributed_mib",
+        "problems", "health_facts", "processes", "memory_unattributed_mib", "minor",
     ]  # fmt: skip
     assert all(list(g) == gpu_keys for g in data["gpus"])
     process_keys = [
         "pid", "host_pid", "container", "user", "host_user", "name", "command", "cpu_pct",
-        "rss_mib", "started", "memory_mib", "source", "gpus",
+        "rss_mib", "started", "memory_mib", "source", "gpus", "minors",
     ]  # fmt: skip
     assert all(list(p) == process_keys for g in data["gpus"] for p in g["processes"])
     lost = data["gpus"][4]

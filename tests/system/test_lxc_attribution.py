@@ -150,7 +150,7 @@ def test_inside_the_container_the_agent_lists_device_file_users(
     files = got["proc_records"]
     assert isinstance(files, protocol.ProcRecords) and files.source == "device-files"
     [rec] = files.records  # only CT 200's process is in this PID namespace
-    assert (rec["pid"], rec["gpus"], rec["user"], rec["host_pid"]) == (
+    assert (rec["pid"], rec["minors"], rec["user"], rec["host_pid"]) == (
         train.pid,
         [0, 1],
         "root",

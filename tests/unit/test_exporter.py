@@ -12,9 +12,9 @@ from gpumon.backends.exporter.metrics import (
     OomCounter,
     registry_for,
 )
-from gpumon.backends.model import Health, HostSample
+from gpumon.backends.model import Health, HostSample, pci_key
 from gpumon.backends.monitor import demo_settings, make_monitor
-from gpumon.backends.parsers import QUERY_FIELDS, parse_query_gpu, pci_key
+from gpumon.backends.parsers import QUERY_FIELDS, parse_query_gpu
 from gpumon.backends.remote.agent import NAME_MAX_CHARS
 
 from sim_samples import sim_printers, sim_sample

@@ -6,13 +6,12 @@ each alert; what the driver does not report is None, never a healthy 0 or "No"."
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from nvml_stand_in import load_fake_nvml
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.health import (
@@ -33,24 +32,15 @@ from gpumon.backends.sim import smi
 from gpumon.backends.sim.scenario import SimSettings, parse_fault
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia"
-FAKE = Path(__file__).parents[1] / "support" / "fake_nvml" / "pynvml.py"
 H200 = FIXTURES / "real-captures" / "linux-x86_64__nvidia-h200__590.48.01.txt"
 
 Source = Callable[[float], tuple[GpuSample, ...]]  # scenario seconds -> the GPUs' samples
 
 
-def _fake_nvml() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fake_nvml_health", FAKE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def nvml_source(monkeypatch: pytest.MonkeyPatch, states: str) -> Source:
     """GPU 0 as the agent reads it from NVML in ``states`` (FAKE_NVML_HEALTH)."""
     monkeypatch.setenv("FAKE_NVML_HEALTH", states)
-    nvml = _fake_nvml()
+    nvml = load_fake_nvml("fake_nvml_health")
 
     def read(t: float) -> tuple[GpuSample, ...]:
         rows = agent.nvml_gpu_rows(nvml, SAMPLE_FIELDS)

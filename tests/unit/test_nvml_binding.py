@@ -10,26 +10,15 @@ own call falls back _v3 -> _v2 -> v1 and reads the struct the driver writes."""
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pynvml  # type: ignore[import-untyped,unused-ignore]
 import pytest
+from nvml_stand_in import load_fake_nvml
 
 from gpumon.backends.remote import agent
-
-FAKE = Path(__file__).parents[1] / "support" / "fake_nvml" / "pynvml.py"
-
-
-def _fake_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fake_libnvml", FAKE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class FakeLib:
@@ -61,7 +50,7 @@ class FakeLib:
 
 @pytest.fixture
 def library(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    fake = _fake_module()
+    fake = load_fake_nvml("fake_libnvml")
 
     def use(driver: str, pids: str = "", hbm: bool = False) -> None:
         monkeypatch.setattr(pynvml, "nvmlLib", FakeLib(fake, driver, hbm))
@@ -134,7 +123,7 @@ def test_the_process_list_carries_the_memory_read_with_it(
     compares the two; a sample a second older would count a growing job's growth as
     memory no process accounts for), rounded up to MiB as the sample's column is."""
     library("current", "4242")
-    fake = _fake_module()
+    fake = load_fake_nvml("fake_libnvml")
     for name in ("nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUUID"):
         monkeypatch.setattr(pynvml, name, getattr(fake, name))
     monkeypatch.setattr(pynvml, "nvmlDeviceGetPciInfo", fake.nvmlDeviceGetPciInfo)

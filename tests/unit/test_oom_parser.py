@@ -9,21 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumon.backends.model import Health
+from gpumon.backends.model import GpuRegistry, Health, parse_visible_devices, pci_key
 from gpumon.backends.parsers import (
     KEEP_PATTERN,
     LogEvent,
     LogScanner,
-    gpu_for_pci,
     kernel_log_unreadable,
     parse_gpu_at_line,
     parse_host_oom_kill,
     parse_memory_events,
     parse_oom_memcg,
     parse_query_gpu,
-    parse_visible_devices,
     parse_xid_line,
-    pci_key,
     xid_level,
 )
 
@@ -555,9 +552,9 @@ def test_pci_ids_match_between_the_kernel_and_nvidia_smi() -> None:
     assert pci_key("0001:ba:00.0") == "0001:ba:00"
     assert pci_key("not a bus id") is None and pci_key(None) is None
     gpus = parse_query_gpu((NVIDIA / "query_gpu_8x_rtxpro6000.csv").read_text()).gpus
-    assert gpu_for_pci("0000:ba:00", gpus) == 6
-    assert gpu_for_pci("0000:18:00", gpus) == 0
-    assert gpu_for_pci("0000:99:00", gpus) is None
+    refs = GpuRegistry.of(gpus)
+    assert [refs.bus(key) for key in ("0000:ba:00", "0000:18:00")] == [gpus[6].ref, gpus[0].ref]
+    assert refs.bus("0000:99:00") is None
     at = parse_gpu_at_line(
         "[1205800.117342] NVRM: GPU at PCI:0000:18:00: GPU-6a1f0c3e-2b9d-4c57-8e14-93d0a7b2c5f1"
     )

@@ -22,6 +22,8 @@ def sample_messages() -> list[protocol.Message]:
         protocol.Procs(1.5, ["1, python, 100, GPU-1, 00:01"]),
         protocol.Procs(1.5, ["1, python, 100, GPU-1, 00:01"], {"GPU-1": 700}),
         protocol.ProcRecords(1.5, "host", [{"host_pid": 9, "container": "200", "pid": 1}]),
+        protocol.Minors(1.5, {"00000000:18:00.0": 4}, "nvml"),
+        protocol.Minors(1.5, {}, "procfs", "/proc/driver/nvidia/gpus: No such file or directory"),
         protocol.SmiError(1.5, 9, "NVIDIA-SMI has failed"),
         protocol.Log("job:drafter", "/root/train.log", 1.5, True, ["step 1"], 3),
         protocol.Kernel(1.5, ["NVRM: Xid 79"]),
@@ -57,6 +59,9 @@ def test_a_hostile_message_is_coerced_never_trusted() -> None:
     problem = protocol.version_problem(hello)
     assert problem is not None and "unknown version" in problem
     assert protocol.version_problem(protocol.Hello(protocol.AGENT_VERSION, "x")) is None
+    minors = protocol.Minors.from_wire({"minors": {"a": 1, "c": True, "d": "2", "e": 2.0}})
+    assert (minors.minors, minors.source, minors.error) == ({"a": 1}, "", None)
+    assert protocol.Minors.from_wire({"minors": [4]}).minors == {}
     http = protocol.Http.from_wire({"type": "http", "tag": "sglang:1", "status": 200.5})
     assert http.status is None and http.body == ""
     assert protocol.decode_command('{"cmd": "interval", "seconds": 2}') == protocol.SetInterval(2)

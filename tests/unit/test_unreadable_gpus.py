@@ -8,11 +8,10 @@ its name is read whole."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from nvml_stand_in import load_fake_nvml
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.config import HostConfig
@@ -40,7 +39,6 @@ LOST = (
     "Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. "
     "Reboot the system to recover this GPU"
 )
-FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml" / "pynvml.py"
 T0 = 1_800_000_000.0
 
 
@@ -98,10 +96,7 @@ def test_a_row_split_by_a_newline_in_its_name_is_read_whole() -> None:
 def test_nvml_refusing_a_handle_is_that_gpu_by_index(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_NVML_GPUS", "2")
     monkeypatch.setenv("FAKE_NVML_NO_HANDLE", "1")
-    spec = importlib.util.spec_from_file_location("fake_nvml_unreadable", FAKE_NVML)
-    assert spec is not None and spec.loader is not None
-    nvml: ModuleType = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(nvml)
+    nvml = load_fake_nvml("fake_nvml_unreadable")
     fields = ("index", *(f for f in SAMPLE_FIELDS if f != "index"))  # not timestamp first
     parsed = parse_query_gpu(agent.nvml_gpu_rows(nvml, fields), fields)
     assert [g.index for g in parsed.gpus] == [0]

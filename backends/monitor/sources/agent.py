@@ -114,6 +114,7 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
                 p.ProcRecords,
                 _quiet(lambda m: sink.ingest_proc_records(m.source, m.records, sink.clock())),
             ),
+            _route(p.Minors, _quiet(lambda m: sink.ingest_minors(m.minors))),
             _route(p.SmiError, _quiet(smi_error)),
             _route(
                 p.Log,

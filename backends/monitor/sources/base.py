@@ -65,6 +65,9 @@ class Sink(Protocol):
         """Process records from ``/proc`` (``remote.host_procs``): ``host`` (the Proxmox
         host's collector) or ``device-files`` (the agent inside the container)."""
 
+    def ingest_minors(self, minors: Mapping[str, int]) -> None:
+        """Each GPU's device minor (``/dev/nvidiaN``) by bus id, in any spelling."""
+
     def ingest_log(
         self,
         tag: str,

@@ -25,6 +25,8 @@ What the test chooses through the environment, in the real module's own terms:
   reasons), ``ecc_uncorrected`` (2 volatile uncorrected errors), ``row_pending`` (a row
   remap waits for the next reset), ``row_failure``, ``recovery_reset`` (the recovery-action
   field says GPU_RESET), ``no_remap`` (the remapping calls raise NOT_SUPPORTED).
+- ``FAKE_NVML_MINOR_BASE``: the device minor of GPU 0 (``/dev/nvidiaN``; default 0): a
+  container that sees a subset keeps the host's numbers.
 - ``FAKE_NVML_GPUS``: how many GPUs it lists (default 1); ``FAKE_NVML_NO_HANDLE``: the
   index whose ``nvmlDeviceGetHandleByIndex`` raises NVML's Unknown Error (the GPU
   nvidia-smi prints ``Unable to determine the device handle for GPU...`` for).
@@ -126,6 +128,10 @@ def nvmlDeviceGetName(h: int) -> str:
 
 def nvmlDeviceGetPciInfo(h: int) -> Any:
     return SimpleNamespace(busId=f"00000000:{0x18 + h:02X}:00.0")
+
+
+def nvmlDeviceGetMinorNumber(h: int) -> int:
+    return h + int(os.environ.get("FAKE_NVML_MINOR_BASE", "0"))
 
 
 def nvmlDeviceGetMemoryInfo(h: int, version: int = 1) -> Any:
