@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import statistics
 import time
 from collections import deque
@@ -630,7 +629,9 @@ class HostMonitor:
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
             written=written,
         )
-        self.workloads.apply_alerts(self.alerts, now)
+        self.workloads.apply_alerts(
+            self.alerts, now, self.latest.gpu_refs if self.latest is not None else None
+        )
         self.workloads.judge_stalls(
             self.alerts, self.latest, now, processes_known=self._processes_known
         )
@@ -686,13 +687,10 @@ class HostMonitor:
         """A job that crashed on a GPU another container (or the host) held memory on says
         so in its verdict: "OOM on GPU 6 (GPU 6: 6.0 GiB held by CT 201 jupyter-lab)"."""
         for job in self.workloads.jobs.values():
-            reason = job.crash_reason
-            found = re.search(r" on GPU (\d+)$", reason or "")
-            if reason is None or found is None:
+            gpu = job.crash_gpu
+            if gpu is None or gpu.index is None or job.crash_holder is not None:
                 continue
-            holder = self.alerts.foreign_holder(int(found.group(1)), now)
-            if holder is not None:
-                job.crash_reason = f"{reason} ({holder})"
+            job.crash_holder = self.alerts.foreign_holder(gpu.index, now)
 
     def ingest_log_problem(self, tag: str, path: str, problem: str | None) -> None:
         """A watched log that cannot be read is a warning alert while it lasts: OOM

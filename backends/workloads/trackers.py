@@ -5,7 +5,8 @@ A ``JobTracker`` is fed log lines with the local time they arrived. It keeps the
 step, totals, loss and rates; a rate that the log does not print is derived from the
 counts it does print (two arrivals at least a second apart). Its state is ``running``
 until a line says the job finished (step == total, a final summary line) or the caller
-says otherwise: ``mark_crashed(reason)`` (the caller's OOM/crash matcher decided),
+says otherwise: ``mark_crashed(reason, gpu=, facts=)`` (the caller's OOM/crash matcher
+decided; its ``crash_reason`` is rendered from them, never parsed back),
 ``mark_stopped()`` (the process is gone without a crash), ``restarted()``.
 
 It also keeps what a stall verdict (``stall.py``) needs: the intervals between progress
@@ -29,7 +30,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpumon.backends.model import iso_time
+from gpumon.backends.model import GpuRef, iso_time
 from gpumon.backends.parsers.collective import CollectiveScanner, StallLine
 from gpumon.backends.parsers.progress import ProgressParser, ProgressUpdate
 from gpumon.backends.workloads.sglang import SglangTotals, SglangTracker, sglang_totals
@@ -138,7 +139,12 @@ class JobTracker:
         self.gpus = gpus
         self.parser = ProgressParser(progress)
         self.state = JobState.RUNNING
-        self.crash_reason: str | None = None
+        # The crash verdict (``mark_crashed``) as facts: what ("OOM"), the GPU it happened
+        # on, what the log said of it, and who else held memory there (``crash_holder``).
+        self.crash_what: str | None = None
+        self.crash_gpu: GpuRef | None = None
+        self.crash_facts: tuple[str, ...] = ()
+        self.crash_holder: str | None = None
         self.ended_at: float | None = None
         self.last_update: float | None = None
         self.run_started_at: float | None = None  # first progress of this run
@@ -307,10 +313,31 @@ class JobTracker:
         self.rate_history.append((t, value))
 
     # ------------------------------------------------------------------ caller verdicts
-    def mark_crashed(self, reason: str, t: float | None = None) -> None:
-        """The job died; ``reason`` in words ("CUDA OOM on GPU 6"), from the caller's matcher."""
-        self.state, self.crash_reason = JobState.CRASHED, reason
-        self.ended_at = t if t is not None else self.last_update
+    def mark_crashed(
+        self,
+        reason: str,
+        t: float | None = None,
+        *,
+        gpu: GpuRef | None = None,
+        facts: tuple[str, ...] = (),
+    ) -> None:
+        """The job died: ``reason`` in words ("OOM", "crash"), from the caller's matcher;
+        ``gpu``: the GPU it happened on; ``facts``: what else the log said of it."""
+        self.state, self.ended_at = JobState.CRASHED, t if t is not None else self.last_update
+        self.crash_what, self.crash_gpu, self.crash_facts = reason, gpu, facts
+        self.crash_holder = None
+
+    @property
+    def crash_reason(self) -> str | None:
+        """The crash verdict in words: "OOM on GPU 6 (GPU 6: 6.0 GiB held by CT 201
+        jupyter-lab)", "crash (first failure: rank 3 exited with -6 (SIGABRT); after 1
+        torchrun restart)"; None unless it crashed."""
+        if self.crash_what is None:
+            return None
+        where = f" on {self.crash_gpu}" if self.crash_gpu is not None else ""
+        facts = [*self.crash_facts, *((self.crash_holder,) if self.crash_holder else ())]
+        told = f" ({'; '.join(facts)})" if facts else ""
+        return f"{self.crash_what}{where}{told}"
 
     def mark_stopped(self, t: float | None = None) -> None:
         """The job's process is gone without a crash; a finished or crashed job stays so."""
@@ -320,7 +347,8 @@ class JobTracker:
 
     def restarted(self, t: float | None = None) -> None:
         """The job runs again (restarted by gpumon or seen making progress again)."""
-        self.state, self.crash_reason, self.ended_at = JobState.RUNNING, None, None
+        self.state, self.ended_at = JobState.RUNNING, None
+        self.crash_what, self.crash_gpu, self.crash_facts, self.crash_holder = None, None, (), None
         self.logged_eta_s = self.run_started_at = None
         for counter in (self._steps, self._done, self._tokens):
             counter.clear()

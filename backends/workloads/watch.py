@@ -18,7 +18,7 @@ from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.alerts.incident import failure_kind
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.config.load import HostConfig
-from gpumon.backends.model import Health, HostSample
+from gpumon.backends.model import GpuRef, GpuRegistry, Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
@@ -193,22 +193,24 @@ class Workloads:
                 return self.sglang[int(m[1])]
         return next(iter(self.sglang.values())) if len(self.sglang) == 1 else None
 
-    def apply_alerts(self, alerts: AlertEngine, t: float) -> None:
-        """A job whose log has an active OOM or crash alert has crashed (says which, and
-        torchrun's first observed failure and restarts where its log had them)."""
+    def apply_alerts(self, alerts: AlertEngine, t: float, refs: GpuRegistry | None = None) -> None:
+        """A job whose log has an active OOM or crash alert has crashed (says which, on
+        which GPU of ``refs``, the newest sample's, and torchrun's first observed failure
+        and restarts where its log had them)."""
         for alert in alerts.active():
             kind = failure_kind(alert)
             job = self.jobs.get(alert.job or "")
             if kind not in CRASH_KINDS or job is None or job.state is JobState.CRASHED:
                 continue
             reason = "OOM" if kind in _OOM_KINDS else "crash"
-            where = f" on GPU {alert.gpu}" if alert.gpu is not None else ""
+            gpu = None
+            if alert.gpu is not None:  # a GPU no sample lists (yet) is still that index
+                gpu = (refs.index(alert.gpu) if refs else None) or GpuRef(alert.gpu)
             facts = [job.root_cause.text] if job.root_cause is not None else []
             n = job.elastic_restarts
             if n:
                 facts.append(f"after {n} torchrun restart{'s' if n != 1 else ''}")
-            told = f" ({'; '.join(facts)})" if facts else ""
-            job.mark_crashed(f"{reason}{where}{told}", t)
+            job.mark_crashed(reason, t, gpu=gpu, facts=tuple(facts))
 
     def judge_stalls(
         self,
@@ -277,7 +279,7 @@ class Workloads:
                 )
                 alerts.on_job_condition("job_slow", job.name, Health.WARNING, slow, now)
         if ended:
-            self.apply_alerts(alerts, now)  # a job down since its log's failure: crashed
+            self.apply_alerts(alerts, now, sample.gpu_refs)  # down since its log's failure
 
     def server_gpus(self, sample: HostSample | None) -> dict[int, tuple[int, ...]]:
         """Port -> the GPUs its ranks run on, where that can be told: one server owns

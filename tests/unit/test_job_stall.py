@@ -7,7 +7,7 @@ from gpumon.backends.alerts.engine import Alert, AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import incidents, line
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
-from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
+from gpumon.backends.model import GpuProcess, GpuRef, GpuSample, Health, HostSample
 from gpumon.backends.parsers.collective import CollectiveScanner
 from gpumon.backends.workloads.watch import Workloads
 
@@ -223,3 +223,34 @@ def test_a_job_without_a_log_is_never_stalled() -> None:
     assert feed(w, engine, clock, []) == []
     clock.t += 300.0
     assert feed(w, engine, clock, []) == []
+
+
+def test_a_crash_verdict_is_rendered_from_its_facts_and_its_gpu_is_the_samples() -> None:
+    """Issue 35.3: the crash's GPU travels as a ``GpuRef`` (the newest sample's, with its
+    UUID), not as " on GPU 6" in a text read back; the words are the same ("OOM on GPU 6"),
+    and who else held the GPU joins the log's facts instead of being dropped beside them."""
+    w, engine, clock = setup()
+    run_steps(w, engine, clock, 3)
+    engine.raise_alert("cuda_oom", Health.CRITICAL, "CUDA out of memory", job="drafter", gpu=6)
+    w.apply_alerts(engine, clock.t, sample(clock.t).gpu_refs)
+    job = w.jobs["drafter"]
+    assert job.crash_gpu == GpuRef(6, "GPU-6") and job.crash_reason == "OOM on GPU 6"
+    job.crash_holder = "GPU 6: 6.0 GiB held by CT 201 jupyter-lab"
+    assert job.crash_reason == "OOM on GPU 6 (GPU 6: 6.0 GiB held by CT 201 jupyter-lab)"
+    assert job.snapshot_json()["crash_reason"] == job.crash_reason
+    job.restarted(clock.t)
+    cleared: list[object] = [job.crash_reason, job.crash_gpu, job.crash_holder]
+    assert cleared == [None, None, None]
+    feed(w, engine, clock, [RESTART, *ROOT_CAUSE.splitlines()])
+    assert job.root_cause is not None
+    job.mark_crashed("crash", clock.t, gpu=GpuRef(6), facts=(job.root_cause.text,))
+    job.crash_holder = "GPU 6: 6.0 GiB held by CT 201 jupyter-lab"
+    assert job.crash_reason == (
+        "crash on GPU 6 (first failure: rank 3 exited with -6 (SIGABRT); "
+        "GPU 6: 6.0 GiB held by CT 201 jupyter-lab)"
+    )
+    w2, engine2, clock2 = setup()
+    engine2.raise_alert("cuda_oom", Health.CRITICAL, "CUDA out of memory", job="drafter", gpu=9)
+    w2.apply_alerts(engine2, clock2.t)  # no sample (yet): the index alone
+    assert w2.jobs["drafter"].crash_gpu == GpuRef(9)
+    assert w2.jobs["drafter"].crash_reason == "OOM on GPU 9"
