@@ -352,9 +352,6 @@ class GpuRef:
             return f"GPU {self.index}"
         return f"GPU {self.bus_id or self.uuid or '?'}"
 
-    def to_json(self) -> dict[str, object]:
-        return {"index": self.index, "uuid": self.uuid, "bus_id": self.bus_id, "minor": self.minor}
-
 
 class GpuRegistry:
     """The GPUs of one host as one sample lists them (``HostSample.gpu_refs``), found by
@@ -377,15 +374,6 @@ class GpuRegistry:
         """The registry of ``gpus`` (one object per set of GPUs: every sample of a host
         has the same GPUs, and the monitor asks for them with each)."""
         return _registry(tuple(g.ref for g in gpus))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, GpuRegistry) and self.refs == other.refs
-
-    def __hash__(self) -> int:
-        return hash(self.refs)
-
-    def __len__(self) -> int:
-        return len(self.refs)
 
     def __iter__(self) -> Iterator[GpuRef]:
         return iter(self.refs)
