@@ -37,7 +37,7 @@ from gpumon.backends.alerts.store import Alert
 from gpumon.backends.bundle.archive import BundleArchive
 from gpumon.backends.bundle.timeline import audit_in_window, timeline_json, timeline_text
 from gpumon.backends.config import HostConfig
-from gpumon.backends.model import Health, HostSample, iso_time
+from gpumon.backends.model import GpuProcess, Health, HostSample, iso_time
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.report import gpu_json, process_json
 from gpumon.backends.recording import Recording, load_recording
@@ -678,13 +678,7 @@ async def _py_spy(
     job = monitor.host.job(incident.job) if incident.job else None
     if job is not None:
         gpus |= set(job.gpus)
-    pids = sorted(
-        {
-            p.pid
-            for p in monitor.processes
-            if p.pid is not None and _on(p.gpu_uuid, p.gpus, gpus, monitor)
-        }
-    )
+    pids = sorted({p.pid for p in monitor.processes if p.pid is not None and _on(p, gpus, monitor)})
     if not pids:
         archive.missing("py-spy", "no process of the incident's GPUs is visible in the container")
     for pid in pids[:8]:
@@ -698,15 +692,13 @@ async def _py_spy(
             archive.add(name, text, about)
 
 
-def _on(
-    uuid: str | None, held: tuple[int, ...] | None, gpus: set[int], monitor: HostMonitor
-) -> bool:
-    if held and gpus & set(held):
+def _on(p: GpuProcess, gpus: set[int], monitor: HostMonitor) -> bool:
+    """Whether ``p`` is on one of ``gpus`` (indexes): its device files' GPUs, or the GPU
+    of the newest sample its driver row names (``GpuRegistry.of_process``)."""
+    if gpus & set(p.gpus):
         return True
     latest = monitor.latest
-    if latest is None or uuid is None:
-        return False
-    return any(g.uuid == uuid and g.index in gpus for g in latest.gpus)
+    return latest is not None and any(r.index in gpus for r in latest.gpu_refs.of_process(p))
 
 
 def alert_from_json(data: Mapping[str, Any]) -> Alert | None:
