@@ -38,7 +38,7 @@ from gpumon.backends.monitor import demo_settings, make_monitor
 from gpumon.backends.notify.event import IncidentEvent
 from gpumon.backends.notify.hub import SETTLE_SAMPLES, NotifyHub
 from gpumon.backends.notify.outbox import Outbox
-from gpumon.backends.notify.watch import WatchService
+from gpumon.backends.runtime import Runtime
 
 from prometheus import free_port
 from receiver import Receiver
@@ -213,7 +213,7 @@ def soak(seconds: float, tmp: Path) -> None:
 async def scrape(rounds: int, tmp: Path) -> None:
     print("\n4. exporter scrape, 8 GPUs + 8 SGLang servers (demo sglang scenario)")
     host = resolve_host(Config(path=None), "demo")
-    service = WatchService(
+    service = Runtime.for_watch(
         [host],
         NotifySettings(metrics_port=free_port()),
         sim=demo_settings("sglang"),
@@ -222,7 +222,7 @@ async def scrape(rounds: int, tmp: Path) -> None:
     assert service.metrics is not None
     await service.start()
     try:
-        monitor = service.monitors["demo"]
+        monitor = service.named("demo")
         deadline = time.monotonic() + 60
         while len([s for s in monitor.workloads.sglang.values() if s.running is not None]) < 8:
             assert time.monotonic() < deadline, "the 8 servers did not answer"

@@ -1,12 +1,13 @@
 """The gpumon app: the monitors, the theme, the dashboard screen, and the keys that work
 on every screen (quit, help, theme, the command palette).
 
-Monitors are injected, not yet started (tests pass ones with a frozen clock); the app
-starts them while the screen is set up and stops them on exit. What they show, and the
-keys that act on it, are the dashboard's (``gpumon.tui.dashboard``): its screen is the
-app's default screen, and every key, palette entry and help line comes from its action
-table. The app's ``Session`` (its own unless one is passed in) owns the runs those keys
-start and watches every monitor's jobs.
+Monitors are injected, not yet started (tests pass ones with a frozen clock), into the
+app's ``Runtime`` (``backends.runtime``: its own unless one is passed in), which wires them
+to its ``Session`` (the runs the keys start, every monitor's jobs watched) and its hub
+(alerts delivered as ``gpumon watch`` delivers them); the app starts the runtime while the
+screen is set up and stops it on exit. What the monitors show, and the keys that act on
+it, are the dashboard's (``gpumon.tui.dashboard``): its screen is the app's default
+screen, and every key, palette entry and help line comes from its action table.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -28,6 +28,7 @@ from textual.screen import Screen
 from gpumon.backends.actions import Session
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.paths import state_dir
+from gpumon.backends.runtime import Runtime
 from gpumon.themes import (
     GPUMON_THEMES,
     STYLESHEET,
@@ -43,6 +44,8 @@ from gpumon.tui.textual_fixes import cache_inner_outer_by_colour, clamp_timer_in
 from gpumon.tui.views import Palette
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpumon.backends.config import HostConfig
     from gpumon.backends.config.notify import NotifySettings
     from gpumon.backends.notify.hub import NotifyHub
@@ -78,6 +81,7 @@ class GpumonApp(App[int], inherit_bindings=False):
         bell: bool = True,
         session: Session | None = None,
         hub: NotifyHub | None = None,
+        runtime: Runtime | None = None,
         notes: Sequence[str] = (),
     ) -> None:
         super().__init__()
@@ -85,10 +89,10 @@ class GpumonApp(App[int], inherit_bindings=False):
         clamp_timer_intervals()  # a toast mounted after its notification expired (the same)
         self._mounted = False
         self._notes = tuple(notes)  # warnings from before the start (a config the demo skipped)
-        self.hub = hub  # alerts to the [notify.*] notifiers, as `gpumon watch` delivers them
-        self._hub_start: asyncio.Task[None] | None = None
-        self.monitors = list(monitors)
-        self.session = session if session is not None else Session()
+        self.runtime = runtime if runtime is not None else Runtime(session=session, hub=hub)
+        for monitor in monitors:
+            self.runtime.adopt(monitor)
+        self._starting: asyncio.Task[None] | None = None
         for t in GPUMON_THEMES:
             self.register_theme(t)
         name, self._theme_problem = choose_theme(
@@ -106,6 +110,22 @@ class GpumonApp(App[int], inherit_bindings=False):
         )
         self._tty: int | None = None
 
+    @property
+    def monitors(self) -> list[HostMonitor]:
+        """The monitors on show (the runtime's)."""
+        return self.runtime.monitors
+
+    @property
+    def session(self) -> Session:
+        """The runs the keys start, and every monitor's jobs watched (the runtime's)."""
+        return self.runtime.session
+
+    @property
+    def hub(self) -> NotifyHub | None:
+        """Alerts to the [notify.*] notifiers, as ``gpumon watch`` delivers them (the
+        runtime's; None: the dashboard does not deliver)."""
+        return self.runtime.hub
+
     # --- lifecycle -----------------------------------------------------------------------
     def get_default_screen(self) -> Screen[None]:
         return self.dashboard
@@ -115,14 +135,8 @@ class GpumonApp(App[int], inherit_bindings=False):
 
     def on_load(self) -> None:
         # Connect while Textual sets up the screen: the first frame can show data.
-        for m in self.monitors:
-            self.session.watch(m)
-            if self.hub is not None:
-                self.hub.attach(m)
-            m.start()
-        if self.hub is not None:
-            self.hub.attach_session(self.session)
-            self._hub_start = asyncio.get_running_loop().create_task(self.hub.start())
+        self.runtime.start_monitors()
+        self._starting = asyncio.get_running_loop().create_task(self.runtime.start())
 
     def on_mount(self) -> None:
         self._mounted = True
@@ -150,11 +164,7 @@ class GpumonApp(App[int], inherit_bindings=False):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 for signum in (signal.SIGHUP, signal.SIGTERM):
                     asyncio.get_running_loop().remove_signal_handler(signum)
-        await self.session.close()
-        await asyncio.gather(*(m.stop() for m in self.monitors), return_exceptions=True)
-        if self.hub is not None:
-            await self.hub.close()
-            self.hub.outbox.close()
+        await self.runtime.stop()
 
     def notify(
         self,
@@ -263,7 +273,7 @@ class GpumonApp(App[int], inherit_bindings=False):
 def run_dashboard(
     hosts: Sequence[HostConfig],
     *,
-    sim: SimSettings | None = None,
+    sim: SimSettings | Callable[[], SimSettings] | None = None,
     theme: str | None = None,
     read_only: bool = False,
     interval: float | None = None,
@@ -273,39 +283,13 @@ def run_dashboard(
 ) -> int:
     """Run the dashboard on ``hosts`` until the user quits; returns the exit status.
     With ``notify`` notifiers, alerts are delivered as ``gpumon watch`` delivers them
-    (``dashboard_delivery``: "auto" only while no watch runs, "always", "never").
+    (``runtime.dashboard_hub``: "auto" only while no watch runs, "always", "never").
     ``notes`` are shown as warnings once the screen is up."""
-    from gpumon.backends.monitor import make_monitor
-
-    if interval is not None:
-        hosts = [replace(h, interval=interval) for h in hosts]
-    monitors = [make_monitor(h, sim) for h in hosts]
+    runtime = Runtime.for_dashboard(hosts, sim=sim, interval=interval, notify=notify)
     app = GpumonApp(
-        monitors,
-        theme=theme,
-        read_only=read_only,
-        bell=bell,
-        hub=dashboard_hub(notify),
-        notes=notes,
+        runtime.monitors, theme=theme, read_only=read_only, bell=bell, runtime=runtime, notes=notes
     )
     return run_app(app)
-
-
-def dashboard_hub(settings: NotifySettings | None) -> NotifyHub | None:
-    """The dashboard's delivery, or None: no notifiers, ``dashboard_delivery = "never"``,
-    or "auto" while a ``gpumon watch`` runs (it delivers; the dashboard would page twice)."""
-    if settings is None or not settings.notifiers or settings.dashboard_delivery == "never":
-        return None
-    from gpumon.backends.notify.hub import NotifyHub, default_outbox
-    from gpumon.backends.notify.outbox import Outbox
-    from gpumon.backends.notify.watch import watch_running
-
-    if settings.dashboard_delivery == "auto" and watch_running():
-        return None
-    hub = NotifyHub(settings, Outbox(default_outbox(settings)))
-    if settings.dashboard_delivery == "auto":  # a watch started later takes over
-        hub.standby = watch_running
-    return hub
 
 
 def run_app(app: GpumonApp) -> int:

@@ -41,6 +41,13 @@ class Session:
         self.watches.append(watch)
         return watch
 
+    async def unwatch(self, monitor: HostMonitor) -> None:
+        """Stop following ``monitor``'s jobs (it stops alone: a host a reload dropped, the
+        fleet's node left); its automatic restarts still waiting are cancelled."""
+        for watch in [w for w in self.watches if w.monitor is monitor]:
+            self.watches.remove(watch)
+            await watch.detach()
+
     def restarting(self, host: str, job: str) -> bool:
         """Whether a restart of ``job`` runs now, or an automatic one waits out its delay
         (the crash's incident must not resolve as "recovered" before it ran)."""

@@ -9,6 +9,7 @@ from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .build import (
+        DEMO_PAST_S,
         BundleOptions,
         BundleResult,
         HostUnreachable,
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .timeline import NoIncident
 
 __all__ = [
+    "DEMO_PAST_S",
     "REDACTED",
     "BundleOptions",
     "BundleResult",
@@ -46,6 +48,7 @@ if not TYPE_CHECKING:
             "REDACTED": "scrub",
             "Scrubber": "scrub",
             "NoIncident": "timeline",
+            "DEMO_PAST_S": "build",
             "BundleOptions": "build",
             "BundleResult": "build",
             "HostUnreachable": "build",

@@ -45,7 +45,7 @@ from gpumon.backends.bundle.version import gpumon_version
 from gpumon.backends.config import HostConfig
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.model import ConnState, iso_time
-from gpumon.backends.monitor import HostMonitor, make_monitor, snapshot_json
+from gpumon.backends.monitor import HostMonitor, snapshot_json
 from gpumon.backends.paths import bundles_dir, recordings_dir
 from gpumon.backends.recording import (
     Recording,
@@ -57,7 +57,6 @@ from gpumon.backends.transport.base import Transport
 
 if TYPE_CHECKING:
     from gpumon.backends.config.notify import NotifySettings
-    from gpumon.backends.sim import SimSettings
 
 __all__ = [
     "BundleOptions",
@@ -196,25 +195,16 @@ async def bundle_incident(
 
 
 async def bundle_host(
-    host: HostConfig,
-    sim: SimSettings | None,
-    options: BundleOptions,
-    notify: NotifySettings | None,
+    monitor: HostMonitor, options: BundleOptions, notify: NotifySettings | None
 ) -> BundleResult:
-    """Connect to ``host``, observe until every source answered once (at most
-    ``OBSERVE_S``), bundle, disconnect. Raises HostUnreachable (then
-    ``bundle_unreachable``), GpumonError (no incident)."""
+    """Observe ``monitor`` (started, as ``gpumon bundle`` asks the runtime for it: no
+    reconnecting, no incident recording of its own in the recordings folder, since the
+    bundle writes the window it needs, and the demo's last ``DEMO_PAST_S`` fed first)
+    until every source answered once (at most ``OBSERVE_S``), and bundle; its caller stops
+    it. Raises HostUnreachable (then ``bundle_unreachable``), GpumonError (no incident)."""
     budget = _budget(options)
-    # No incident recording of its own in the recordings folder: the bundle writes the
-    # window it needs, so the recorder only keeps the alerts.
-    monitor = make_monitor(host, sim, reconnect=False, record=False, past_s=DEMO_PAST_S)
-    monitor.alerts.add_listener(monitor.recorder.keep_alert)
-    monitor.start()
-    try:
-        await _observe(monitor, budget, min(OBSERVE_S, options.time_s / 2))
-        return await bundle_monitor(monitor, options, notify, budget=budget)
-    finally:
-        await monitor.stop()
+    await _observe(monitor, budget, min(OBSERVE_S, options.time_s / 2))
+    return await bundle_monitor(monitor, options, notify, budget=budget)
 
 
 async def _observe(monitor: HostMonitor, budget: Budget, most: float) -> None:

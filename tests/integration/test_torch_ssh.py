@@ -22,7 +22,7 @@ from sshd_server import SshServer, free_port
 from torch_index import IndexServer, build_index, release_bases, standard_bases
 
 pytestmark = pytest.mark.integration
-CLI = [sys.executable, "-m", "gpumon.tui.cli.torch"]
+CLI = [sys.executable, "-m", "gpumon.tui.cli"]
 
 
 @pytest.fixture(scope="module")

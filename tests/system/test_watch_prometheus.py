@@ -25,7 +25,7 @@ import pytest
 from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 from gpumon.backends.monitor import HostMonitor
-from gpumon.backends.notify.watch import WatchService
+from gpumon.backends.runtime import Runtime
 
 from demo_holder import stop_the_holder
 from held_demo import HeldDemo, drafter_read, hub_counts
@@ -66,10 +66,12 @@ async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_i
         )
         host = resolve_host(Config(path=None), "demo")
         held = HeldDemo(tmp_path)
-        service = WatchService([host], settings, sim=held.settings(30, 4.0), prepare=auto_restart)
+        service = Runtime.for_watch(
+            [host], settings, sim=held.settings(30, 4.0), prepare=auto_restart
+        )
         await service.start()
         try:
-            monitor = service.monitors["demo"]
+            monitor = service.named("demo")
             await until(
                 lambda: drafter_read(monitor) and hub_counts(monitor),
                 60,
@@ -100,6 +102,7 @@ async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_i
             # warning's alert ended when the OOM updated the incident (its labels say
             # gpumon_cuda_oom, critical: the critical route pages).
             assert max(counted) == 1, counted
+            assert service.hub is not None
             [key] = [k for k, inc in service.hub.tracker.open.items() if inc.event.job == "drafter"]
             assert key.startswith("demo/gpu6/drafter/")  # named by the alert that opened it
             labels = alert["labels"]
@@ -152,11 +155,11 @@ async def test_prometheus_scrapes_gpu6_memory_and_the_oom_counter(tmp_path: Path
     settings = NotifySettings(metrics_port=port)
     host = resolve_host(Config(path=None), "demo")
     held = HeldDemo(tmp_path)
-    service = WatchService([host], settings, sim=held.settings(30, 4.0))
+    service = Runtime.for_watch([host], settings, sim=held.settings(30, 4.0))
     await service.start()
     try:
         # the counter counts live OOMs, not one in the log's backlog
-        monitor = service.monitors["demo"]
+        monitor = service.named("demo")
         await until(lambda: drafter_read(monitor), 60, "the drafter's log read")
         held.release()
         with PrometheusServer(tmp_path, [f"127.0.0.1:{port}"]) as prom:
@@ -177,7 +180,7 @@ async def test_prometheus_scrapes_gpu6_memory_and_the_oom_counter(tmp_path: Path
             # Prometheus's value is what the monitor saw (the 1 s scrape of a 1 s stream).
             [target] = prom.targets()
             assert target["health"] == "up"
-            latest = service.monitors["demo"].latest
+            latest = service.named("demo").latest
             assert latest is not None and latest.gpus[6].memory_used_mib is not None
     finally:
         await service.stop()

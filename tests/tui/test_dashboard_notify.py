@@ -12,7 +12,8 @@ from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.notify.hub import NotifyHub
 from gpumon.backends.notify.outbox import Outbox
 from gpumon.backends.notify.watch import hold_watch_lock
-from gpumon.tui.app import GpumonApp, dashboard_hub
+from gpumon.backends.runtime import dashboard_hub
+from gpumon.tui.app import GpumonApp
 
 from held_demo import HeldDemo, drafter_read, hub_counts
 from notify_schema import check_webhook

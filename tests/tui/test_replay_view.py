@@ -20,7 +20,7 @@ from gpumon.backends.monitor import HostMonitor, ReplaySource, replay_monitor
 from gpumon.backends.recording import FlightRecorder, load_recording
 from gpumon.tui import app as app_module
 from gpumon.tui.app import GpumonApp
-from gpumon.tui.cli import command_line as cli
+from gpumon.tui.cli import main
 
 import notices
 from held_demo import HeldDemo, drafter_read
@@ -287,10 +287,10 @@ def test_replay_command_says_what_is_wrong_with_a_file(
 ) -> None:
     bad = tmp_path / "notes.txt"
     bad.write_text("hello\n")
-    assert cli.main(["replay", str(bad)]) == 2
+    assert main(["replay", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "gpumon replay:" in err and "not a gzip file" in err
-    assert cli.main(["replay", str(tmp_path / "missing.jsonl.gz")]) == 2
+    assert main(["replay", str(tmp_path / "missing.jsonl.gz")]) == 2
     assert "cannot read" in capsys.readouterr().err
 
 
@@ -303,6 +303,6 @@ def test_no_bell_reaches_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(app_module, "run_dashboard", run_dashboard)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # the dashboard needs a terminal
-    assert cli.main(["demo", "--no-bell"]) == 0
-    assert cli.main(["demo"]) == 0
+    assert main(["demo", "--no-bell"]) == 0
+    assert main(["demo"]) == 0
     assert [c["bell"] for c in calls] == [False, True]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.sim.scenario import SCENARIOS
-from gpumon.tui.cli.launch import VALUE_OPTIONS
 from gpumon.tui.cli.options import common_options, sim_settings
+from gpumon.tui.cli.subcommands import VALUE_OPTIONS
 
 
 def test_the_scenario_choices_are_the_simulators() -> None:

@@ -18,7 +18,8 @@ from gpumon.backends.notify.hub import SETTLE_SAMPLES, NotifyHub
 from gpumon.backends.remote.agent import SGLANG_DEFAULT_PORT, server_port
 from gpumon.backends.transport import LocalTransport
 from gpumon.backends.workloads import Workloads
-from gpumon.tui.cli import command_line
+from gpumon.tui.cli import subcommands
+from gpumon.tui.cli.options import build_parser
 
 FIELDS = ("index", "uuid", "memory.used", "memory.total")
 ROWS = ["0, GPU-0, 30000, 97887", "1, GPU-1, 22000, 97887"]
@@ -155,8 +156,9 @@ def test_watchs_first_report_waits_for_the_first_rounds(tmp_path: Path) -> None:
 
 
 def test_help_says_the_bound_the_monitor_uses() -> None:
-    assert command_line.FIRST_ROUNDS_S == FIRST_ROUNDS_S
-    _, subs = command_line._build_parsers()
+    assert subcommands.FIRST_ROUNDS_S == FIRST_ROUNDS_S
     for name in ("snapshot", "check"):
-        text = " ".join(subs[name].format_help().split())
+        command = subcommands.find(name)
+        assert command is not None
+        text = " ".join(build_parser(command).format_help().split())
         assert f"get {FIRST_ROUNDS_S:g} s in all" in text, text

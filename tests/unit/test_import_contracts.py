@@ -55,7 +55,7 @@ VIOLATIONS = {
         ("gpumon.tui.app", "gpumon.tui.cli.command_line"),
     ],
     "no-cycles": [
-        ("gpumon.tui.cli.restart", "gpumon.tui.cli.command_line"),
+        ("gpumon.tui.cli.options", "gpumon.tui.cli.command_line"),
         ("gpumon.backends.monitor.sources.replay", "gpumon.backends.monitor.state"),
     ],
 }

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-# Lazy, so ``python -m gpumon.tui.cli.torch`` runs that module once, as __main__.
+# Lazy: ``launch`` starts the early agent before the rest of the command line is imported.
 # Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
 # the names against the TYPE_CHECKING imports above instead.
 if not TYPE_CHECKING:

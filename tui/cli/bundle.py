@@ -18,62 +18,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpumon.backends.config import Config, resolve_host
+from gpumon.backends.config import Config, HostConfig, resolve_host
 from gpumon.tui.cli.options import sim_settings
 
 if TYPE_CHECKING:
-    from gpumon.backends.bundle import BundleResult
+    from gpumon.backends.bundle import BundleOptions, BundleResult
+    from gpumon.backends.config.notify import NotifySettings
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 2, 3
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``bundle`` subcommand's parser (its caller adds ``options.common_options``)."""
-    p = argparse.ArgumentParser(
-        prog="gpumon bundle",
-        description="Write one incident's evidence (timeline, snapshots, flight recording, "
-        "nvidia-smi -q, kernel log lines, log tails, SGLang pages, doctor, config, audit "
-        "log) to a scrubbed .tar.gz (mode 0600) for the hand-over; index.txt inside lists "
-        "every file.",
-    )
-    p.add_argument("host", metavar="HOST", nargs="?", help="the host (not with --replay)")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument(
-        "--incident",
-        metavar="KEY",
-        help="the incident holding this alert key (snapshot --json, the alert history)",
-    )
-    which.add_argument("--last", action="store_true", help="the newest incident (the default)")
-    p.add_argument(
-        "--replay",
-        metavar="RECORDING",
-        help="bundle a flight recording (.jsonl.gz) instead of a host",
-    )
-    p.add_argument(
-        "-o",
-        "--output",
-        metavar="FILE",
-        help="where to write (default: gpumon-bundle-HOST-DATE.tar.gz here)",
-    )
-    p.add_argument(
-        "--time",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="the time budget for collecting (default 60); what did not arrive is listed "
-        "in index.txt",
-    )
-    return p
 
 
 def cmd_bundle(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.bundle import (
         BundleOptions,
         HostUnreachable,
-        bundle_host,
         bundle_recording,
         bundle_unreachable,
         default_name,
@@ -97,9 +59,8 @@ def cmd_bundle(args: argparse.Namespace, config: Config) -> int:
             result = bundle_recording(Path(args.replay), options, notify)
         else:
             host = resolve_host(config, args.host)
-            sim = sim_settings(args) if host.kind == "demo" else None
             try:
-                result = asyncio.run(bundle_host(host, sim, options, notify))
+                result = asyncio.run(_bundle_host(args, host, options, notify))
             except HostUnreachable as e:
                 told = _told_incidents(config, host.name)
                 result = bundle_unreachable(host, options, notify, str(e), told)
@@ -109,6 +70,24 @@ def cmd_bundle(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     _report(result)
     return EXIT_OK if result.unreachable is None else EXIT_UNREACHABLE
+
+
+async def _bundle_host(
+    args: argparse.Namespace,
+    host: HostConfig,
+    options: BundleOptions,
+    notify: NotifySettings | None,
+) -> BundleResult:
+    """Connect to ``host`` (no reconnecting), observe, bundle, disconnect: the monitor
+    writes no incident recording of its own (the bundle writes the window it needs) and,
+    on the demo, has its scenario's last ``DEMO_PAST_S`` fed first."""
+    from gpumon.backends.bundle import DEMO_PAST_S, bundle_host
+    from gpumon.backends.runtime import Runtime
+
+    sim = partial(sim_settings, args)
+    async with Runtime(sim=sim, reconnect=False, recordings=False) as runtime:
+        monitor = runtime.start_monitor(runtime.monitor(host, past_s=DEMO_PAST_S))
+        return await bundle_host(monitor, options, notify)
 
 
 def _told_incidents(config: Config, host: str) -> list[dict[str, Any]]:

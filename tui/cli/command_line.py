@@ -1,22 +1,9 @@
-"""The ``gpumon`` command.
+"""The ``gpumon`` command line: ``run`` finds the subcommand's row in the table
+(``subcommands``; no subcommand word: the dashboard), parses with the parser built from it,
+reads the config and runs the row's function; a failure gpumon can name is one line, no
+traceback. Here too: the dashboard, ``replay``, ``snapshot``, ``check`` and ``config``.
 
-    gpumon [HOST ...]             the dashboard (``demo`` is the built-in simulated CT200;
-                                  no HOST: every configured host)
-    gpumon replay FILE            a flight recording in the dashboard (pause, step, speed)
-    gpumon snapshot HOST [--json|--wide]  one complete sample, as a table (80 columns;
-                                  --wide: whole lines) or JSON
-    gpumon check HOST             one summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
-    gpumon config check|path      validate the config / say where it is read from
-    gpumon restart HOST JOB       stop, wait for free GPUs, start, verify (asks first)
-    gpumon doctor HOST [--json]   check the target's torch / CUDA environment
-    gpumon swap-torch HOST VARIANT  move torch between CUDA builds, verified, reversible
-    gpumon watch [HOST ...]       headless: alerts to the [notify.*] notifiers, /metrics
-    gpumon notify test|status     test a notifier, show the outbox
-    gpumon fleet [NAME] [--json|--check]  many nodes from Prometheus, sorted by trouble
-    gpumon bundle HOST [--incident KEY] [-o FILE]  an incident's evidence, scrubbed, as .tar.gz
-
-Kept light at import time (no Textual, no asyncssh): headless commands start fast. The
-subcommand words are listed in ``words`` (a typo of one is answered "did you mean").
+Kept light at import time (no Textual, no asyncssh): headless commands start fast.
 """
 
 from __future__ import annotations
@@ -27,172 +14,32 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 from gpumon.backends.config import Config, ConfigError, HostConfig, load_config, resolve_host
 from gpumon.backends.errors import GpumonError
-from gpumon.tui.cli import bundle as cli_bundle
-from gpumon.tui.cli import fleet as cli_fleet
-from gpumon.tui.cli import torch as cli_torch
-from gpumon.tui.cli import watch as cli_watch
-from gpumon.tui.cli import words
-from gpumon.tui.cli.options import common_options, sim_settings, version_text
-from gpumon.tui.cli.restart import build_parser as restart_parser
-from gpumon.tui.cli.restart import cmd_restart
+from gpumon.tui.cli import subcommands, words
+from gpumon.tui.cli.options import build_parser, common_options, sim_settings
+from gpumon.tui.cli.subcommands import DASHBOARD, FIRST_ROUNDS_S, Subcommand
 
 if TYPE_CHECKING:
-    from gpumon.backends.monitor import HostMonitor
-    from gpumon.backends.sim import SimSettings
+    from collections.abc import Callable
 
-COMMANDS = ("snapshot", "check", "config", "restart", "replay", "fleet", "bundle")
+    from gpumon.backends.monitor import HostMonitor
+
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
-# How long snapshot/check wait after the first GPU sample for the other sources' first
-# round (the Proxmox host's process list, SGLang discovery and two observations of each
-# server, the followed logs) and for job rates: the monitor's FIRST_ROUNDS_S, said here
-# for --help without importing the monitor at start-up (a test holds them equal).
-FIRST_ROUNDS_S = 10.0
-CHECK_WINDOW_S = 5.0  # how long check watches: trends and silences need more than one sample
-INTERVAL_RANGE = (0.1, 3600.0)  # seconds, as the config's `interval`
+EXIT_INTERRUPTED = 130
 HOW_TO_START = (
     "try `gpumon demo` (a simulated GPU machine) or `gpumon local` (this machine), "
     "or add a [hosts.NAME] table to the config (`gpumon config path` says where)"
 )
 
 
-class _VersionAction(argparse.Action):
-    """``--version``, looked up only when asked (importlib.metadata costs every other
-    command ~12 ms of start-up)."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        kwargs.setdefault("help", "show the version and exit")
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: object,
-        option_string: str | None = None,
-    ) -> None:
-        print(version_text())
-        parser.exit()
-
-
-def _interval(text: str) -> float:
-    """``--interval``: seconds between samples, 0.1 to 3600 (what the config allows)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    low, high = INTERVAL_RANGE
-    if not low <= value <= high:  # also NaN
-        raise argparse.ArgumentTypeError(f"{text} s is out of range: {low:g} to {high:g} s")
-    return value
-
-
-def _build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    main = argparse.ArgumentParser(
-        prog="gpumon",
-        description="Watch GPU machines over SSH: memory, OOM warnings, workloads. "
-        "Commands: snapshot, check, config, restart, doctor, swap-torch, replay, "
-        "watch, notify, fleet, bundle "
-        "(see `gpumon COMMAND --help`).",
-    )
-    main.add_argument(
-        "hosts",
-        nargs="*",
-        metavar="HOST",
-        help="configured host name, user@host[:port], ssh alias, 'local' or 'demo' "
-        "(none: every configured host)",
-    )
-    main.add_argument("--version", action=_VersionAction)
-    main.add_argument("--theme", help="colour theme (remembered)")
-    main.add_argument(
-        "--interval",
-        type=_interval,
-        metavar="SECONDS",
-        help="sampling interval, 0.1 to 3600 s (overrides the config)",
-    )
-    main.add_argument(
-        "--no-bell", action="store_true", help="no terminal bell on a new critical alert"
-    )
-    common_options(main)
-    subs: dict[str, argparse.ArgumentParser] = {}
-    snap = subs["snapshot"] = argparse.ArgumentParser(
-        prog="gpumon snapshot", description="Print one complete sample of HOST."
-    )
-    snap.add_argument("host", metavar="HOST")
-    snap.add_argument("--json", action="store_true", help="JSON (keys in docs/json.md)")
-    snap.add_argument(
-        "--wide",
-        action="store_true",
-        help="the text without the 80-column limit: whole commands and messages on one "
-        "line each (--json has every value too)",
-    )
-    snap.add_argument(
-        "--timeout",
-        type=float,
-        default=20.0,
-        help="give up after SECONDS without a GPU sample (default 20; sooner when no "
-        "retry can help: no nvidia-smi, the driver's error); after it, the other "
-        f"sources (host-side processes, SGLang servers, logs) get {FIRST_ROUNDS_S:g} s in all "
-        "to answer once, and any that did not are named (`incomplete`)",
-    )
-    check = subs["check"] = argparse.ArgumentParser(
-        prog="gpumon check",
-        description="One summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
-    )
-    check.add_argument("host", metavar="HOST")
-    check.add_argument(
-        "--timeout",
-        type=float,
-        default=20.0,
-        help="give up after SECONDS without a GPU sample (default 20; sooner when no "
-        "retry can help: no nvidia-smi, the driver's error); the other sources "
-        f"get {FIRST_ROUNDS_S:g} s in all after it to answer once (those that did not are "
-        "named on the line)",
-    )
-    check.add_argument(
-        "--window",
-        type=float,
-        default=CHECK_WINDOW_S,
-        metavar="SECONDS",
-        help="watch this long after the first sample, so time-to-full and stale-data "
-        f"rules can fire (default {CHECK_WINDOW_S:g}; 0: one sample)",
-    )
-    cfg = subs["config"] = argparse.ArgumentParser(
-        prog="gpumon config", description="Validate the config, or show where it is read."
-    )
-    cfg.add_argument("action", choices=("check", "path"))
-    subs["restart"] = restart_parser()
-    subs["fleet"] = cli_fleet.build_parser()
-    subs["bundle"] = cli_bundle.build_parser()
-    for p in subs.values():
-        common_options(p)
-    replay = subs["replay"] = argparse.ArgumentParser(
-        prog="gpumon replay",
-        description="Play a flight recording (written around a critical alert, see "
-        "$XDG_STATE_HOME/gpumon/recordings/) in the dashboard: p pauses, . steps one "
-        "sample while paused, ] and [ change the speed.",
-    )
-    replay.add_argument("file", metavar="FILE", help="a recording (.jsonl.gz)")
-    replay.add_argument("--theme", help="colour theme (remembered)")
-    replay.add_argument(
-        "--paused", action="store_true", help="start paused, before the first sample"
-    )
-    return main, subs
-
-
-def _demo_only(args: argparse.Namespace, host: HostConfig) -> SimSettings | None:
-    """The simulator's settings for the demo host, None for any other (its import is
-    start-up time a one-shot command on a real host does not spend)."""
-    return sim_settings(args) if host.kind == "demo" else None
-
-
 async def _one_sample(
     host: HostConfig,
-    sim: SimSettings | None,
+    args: argparse.Namespace,
     timeout: float,
     *,
     rates: bool = True,
@@ -209,15 +56,14 @@ async def _one_sample(
     processes to exit) and the sources that did not answer in time, in words
     (``"host processes: no answer in 10 s"``): never silently left out."""
     from gpumon.backends.model import ConnState
-    from gpumon.backends.monitor import make_monitor
+    from gpumon.backends.runtime import Runtime
 
-    monitor = make_monitor(host, sim, reconnect=False)
-    monitor.start()
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
     first_sample_at: float | None = None
     waited = 0.0
-    try:
+    async with Runtime(sim=partial(sim_settings, args), reconnect=False) as runtime:
+        monitor = runtime.start_monitor(runtime.monitor(host))
+        deadline = loop.time() + timeout
         while (left := deadline - loop.time()) > 0:
             if monitor.status.state == ConnState.FAILED:
                 break
@@ -234,19 +80,17 @@ async def _one_sample(
                 left = min(left, max(first_sample_at + until - loop.time(), 0.05))
             await monitor.wait_for_update(min(left, 0.5))
         observed_at = time.time()
-    finally:
-        await monitor.stop()
     incomplete = [] if monitor.latest is None else monitor.waiting_for()
     said = f"{min(waited, FIRST_ROUNDS_S):.0f} s"
     return monitor, observed_at, [f"{source}: {what} in {said}" for source, what in incomplete]
 
 
-def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
+def cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.monitor import snapshot_json, snapshot_table
     from gpumon.backends.monitor.report import TEXT_WIDTH
 
     host = resolve_host(config, args.host)
-    run = _one_sample(host, _demo_only(args, host), args.timeout)
+    run = _one_sample(host, args, args.timeout)
     monitor, now, incomplete = asyncio.run(run)
     if args.json:
         print(json.dumps(snapshot_json(monitor, now, incomplete), indent=2))
@@ -255,7 +99,7 @@ def _cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
     return 0 if monitor.latest is not None else EXIT_UNKNOWN
 
 
-def _cmd_check(args: argparse.Namespace, config: Config) -> int:
+def cmd_check(args: argparse.Namespace, config: Config) -> int:
     from dataclasses import replace
 
     from gpumon.backends.alerts.rules import check_rules
@@ -268,14 +112,14 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     host = replace(host, alerts=check_rules(host.alerts, args.window, host.interval))
     # The verdict rests on GPUs and alerts, not on the jobs' throughput: no waiting for
     # their rates (the sources' first rounds are waited for: who holds memory is one).
-    run = _one_sample(host, _demo_only(args, host), args.timeout, rates=False, window=args.window)
+    run = _one_sample(host, args, args.timeout, rates=False, window=args.window)
     monitor, _, incomplete = asyncio.run(run)
     code, line = check_verdict(monitor, incomplete)
     print(line)
     return int(code)
 
 
-def _cmd_config(args: argparse.Namespace, config: Config) -> int:
+def cmd_config(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.config import config_path, format_hosts
 
     if args.action == "path":
@@ -300,7 +144,7 @@ def _no_terminal(command: str) -> int | None:
     return EXIT_USAGE
 
 
-def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
+def cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
     names = list(dict.fromkeys(args.hosts)) or list(config.hosts)
     if not names:
         where = f" in {config.path}" if config.path else ""
@@ -323,7 +167,7 @@ def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
 
     return run_dashboard(
         hosts,
-        sim=sim_settings(args),
+        sim=partial(sim_settings, args),
         theme=args.theme,
         read_only=args.read_only,
         interval=args.interval,
@@ -333,7 +177,7 @@ def _cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
     )
 
 
-def _cmd_replay(args: argparse.Namespace) -> int:
+def cmd_replay(args: argparse.Namespace) -> int:
     """``gpumon replay FILE``: exit 2 with one line when FILE is not a usable recording."""
     from pathlib import Path
 
@@ -360,17 +204,19 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return run_app(GpumonApp([monitor], theme=args.theme, read_only=True, bell=False))
 
 
-def _demo_alone(command: str | None, args: Any) -> bool:
+def _demo_alone(command: Subcommand, args: Any) -> bool:
     """Whether the command acts on the demo alone (``gpumon demo``, ``snapshot demo``,
-    ``check demo``, ``fleet demo``), which needs no config."""
-    if command is None:
-        return list(dict.fromkeys(args.hosts)) == ["demo"]
-    if command in ("snapshot", "check"):
-        return bool(args.host == "demo")
-    return command == "fleet" and args.name == "demo"
+    ``check demo``, ``fleet demo``: its row's ``demo_alone`` argument), which needs no
+    config."""
+    if command.demo_alone is None:
+        return False
+    named = getattr(args, command.demo_alone)
+    if isinstance(named, list):
+        return list(dict.fromkeys(named)) == ["demo"]
+    return bool(named == "demo")
 
 
-def _config_for(command: str | None, args: Any) -> Config:
+def _config_for(command: Subcommand, args: Any) -> Config:
     """The config. For the demo alone, a config gpumon refuses is a warning (stderr, and
     on the screen: ``args.notes``) and the demo goes on without it; else ConfigError."""
     args.notes = []
@@ -385,54 +231,49 @@ def _config_for(command: str | None, args: Any) -> Config:
         return Config(path=None)
 
 
-def _fleet_check(command: str | None, args: Any) -> bool:
+def _fleet_check(command: Subcommand, args: Any) -> bool:
     """``gpumon fleet --check`` is a Nagios plugin too: its failures are UNKNOWN (3)."""
-    return command == "fleet" and bool(getattr(args, "check", False))
+    return command.name == "fleet" and bool(getattr(args, "check", False))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    main_parser, subs = _build_parsers()
+def _parse(argv: list[str]) -> tuple[Subcommand, argparse.Namespace]:
+    """The table's row for ``argv``'s first word (the options every command shares may
+    come before it; none of the table's words: the dashboard) and its parsed arguments."""
     pre = argparse.ArgumentParser(add_help=False)
     common_options(pre)
-    known, rest = pre.parse_known_args(argv)
-    if rest and rest[0] in cli_torch.COMMANDS:
-        return cli_torch.main(argv, read_only=known.read_only)
-    if rest and rest[0] in cli_watch.COMMANDS:
-        return cli_watch.main(argv)
-    command = rest[0] if rest and rest[0] in COMMANDS else None
-    args: Any
-    if command is not None:
-        i = argv.index(command)
-        args = subs[command].parse_args(argv[:i] + argv[i + 1 :])
-    else:
-        args = main_parser.parse_args(argv)
-    if command == "replay":  # a recording needs no config
-        try:
-            return _cmd_replay(args)
-        except KeyboardInterrupt:
-            return 130
+    _, rest = pre.parse_known_args(argv)
+    command = subcommands.find(rest[0]) if rest else None
+    if command is None:
+        return DASHBOARD, build_parser(DASHBOARD).parse_args(argv)
+    i = argv.index(command.name)
+    return command, build_parser(command).parse_args(argv[:i] + argv[i + 1 :])
+
+
+def runner(command: Subcommand) -> Callable[..., int]:
+    """The function the row ``command`` names (``"module:function"`` of this package),
+    imported now."""
+    import importlib
+
+    module, _, name = command.run.partition(":")
+    found = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    return cast("Callable[..., int]", found)
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run the command line ``argv`` (``gpumon``'s words); its exit status. ``launch.main``
+    is the entry point (the early agent, a closed pipe)."""
+    command, args = _parse(list(argv))
+    function = runner(command)
     try:
+        if not command.config:
+            return function(args)
         config = _config_for(command, args)
-        handler = {
-            "snapshot": _cmd_snapshot,
-            "check": _cmd_check,
-            "config": _cmd_config,
-            "restart": cmd_restart,
-            "fleet": cli_fleet.cmd_fleet,
-            "bundle": cli_bundle.cmd_bundle,
-            None: _cmd_dashboard,
-        }[command]
-        return handler(args, config)
+        return function(args, config)
     except GpumonError as e:  # a bad config, an unreachable host, ...: one line, no traceback
-        if command == "check":  # a Nagios plugin: its verdict on stdout, UNKNOWN (3)
+        if command.name == "check":  # a Nagios plugin: its verdict on stdout, UNKNOWN (3)
             print(f"UNKNOWN: {e}")
             return EXIT_UNKNOWN
         print(f"gpumon: {e}", file=sys.stderr)
         return EXIT_UNKNOWN if _fleet_check(command, args) else EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return EXIT_INTERRUPTED

@@ -25,27 +25,6 @@ if TYPE_CHECKING:
     from gpumon.backends.fleet import FleetSnapshot, FleetSource
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gpumon fleet",
-        description="Many GPU nodes from Prometheus (dcgm-exporter, gpumon watch), sorted by "
-        "trouble; Enter opens a node's live dashboard. Configure [fleet.NAME] in the config.",
-    )
-    parser.add_argument(
-        "name",
-        nargs="?",
-        metavar="NAME",
-        help="a [fleet.NAME] of the config, or 'demo' (a simulated fleet, no Prometheus)",
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--json", action="store_true", help="print one refresh as JSON and exit")
-    mode.add_argument(
-        "--check", action="store_true", help="one line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN"
-    )
-    parser.add_argument("--theme", help="colour theme (remembered)")
-    return parser
-
-
 def pick_fleet(config: Config, name: str | None) -> FleetConfig:
     """The fleet ``name`` names, or the only one; ConfigError listing the fleets otherwise."""
     known = ", ".join(sorted(config.fleets)) or "none configured"

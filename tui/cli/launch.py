@@ -1,6 +1,7 @@
-"""``gpumon``'s entry point: the agent of ``snapshot local`` / ``check local`` is started
-before the rest of gpumon is imported (``transport.prestart``), so the agent's start and
-gpumon's imports run at the same time; then ``command_line.main``.
+"""``gpumon``'s one entry point (``main``): the agent of ``snapshot local`` / ``check
+local`` (the table's ``early_agent`` commands) is started before the rest of gpumon is
+imported (``transport.prestart``), so the agent's start and gpumon's imports run at the
+same time; then ``command_line.run``.
 
 A guess from the words alone, before the config is read: when the host turns out to be
 another (a configured ``local`` in a container, another interpreter) or the command stops
@@ -20,24 +21,15 @@ __all__ = ["EXIT_CLOSED_PIPE", "early_agent_wanted", "main"]
 # SIGPIPE end it, or raises it itself on EPIPE), so ``set -o pipefail`` sees the same.
 EXIT_CLOSED_PIPE = 141
 
-ONE_SHOTS = ("snapshot", "check")
-# The options of those commands that take a value (the next word is not the host).
-VALUE_OPTIONS = frozenset(
-    (
-        "--config",
-        "--timeout",
-        "--window",
-        "--scenario",
-        "--demo-speed",
-        "--demo-time",
-        "--demo-hold",
-        "--demo-seed",
-    )
-)
-
 
 def early_agent_wanted(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` reads as ``snapshot local`` or ``check local`` (options anywhere)."""
+    """Whether ``argv`` reads as ``snapshot local`` or ``check local`` (options anywhere;
+    the table's ``EARLY_AGENT`` commands and ``VALUE_OPTIONS``, the options whose next
+    word is their value, not the host)."""
+    if "local" not in argv:  # most command lines: the table is not even read
+        return False
+    from .subcommands import EARLY_AGENT, VALUE_OPTIONS
+
     words: list[str] = []
     skip = False
     for arg in argv:
@@ -49,7 +41,7 @@ def early_agent_wanted(argv: Sequence[str]) -> bool:
             skip = arg in VALUE_OPTIONS
         else:
             words.append(arg)
-    return len(words) == 2 and words[0] in ONE_SHOTS and words[1] == "local"
+    return len(words) == 2 and words[0] in EARLY_AGENT and words[1] == "local"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,14 +68,14 @@ def _closed_pipe() -> int:
 
 def _run(args: list[str]) -> int:
     if not early_agent_wanted(args):
-        from .command_line import main as run
+        from .command_line import run
 
         return run(args)
     from gpumon.backends.transport import prestart
 
     prestart.start_agent()
     try:
-        from .command_line import main as run
+        from .command_line import run
 
         return run(args)
     finally:

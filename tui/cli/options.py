@@ -1,68 +1,73 @@
-"""The options every gpumon command shares, and the simulator's settings read from them.
-
-Here, not in ``command_line``, so that the subcommands' modules (``restart``, ``torch``,
-``watch``) add them without importing the command line that imports them. Light at import
-time, like the command line.
+"""The parsers, built from the subcommand table's rows (``subcommands``), and the
+simulator's settings read from the options every command shares. Light at import time,
+like the command line.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpumon.tui.cli.subcommands import COMMON, VERSION, Arg, Subcommand
 
 if TYPE_CHECKING:
     from gpumon.backends.sim import SimSettings
 
-__all__ = ["common_options", "sim_settings", "version_text"]
+__all__ = ["add_args", "build_parser", "common_options", "sim_settings", "version_text"]
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked (importlib.metadata costs every other
+    command ~12 ms of start-up)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(version_text())
+        parser.exit()
+
+
+def add_args(parser: argparse.ArgumentParser, args: Sequence[Arg]) -> None:
+    """Add the rows ``args`` to ``parser`` in their order, each in its group."""
+    groups: dict[str, Any] = {}
+    for row in args:
+        target: Any = parser
+        if row.group is not None:
+            if row.group not in groups:
+                groups[row.group] = parser.add_argument_group(row.group)
+            target = groups[row.group]
+        if row.exclusive is not None:
+            key = f"exclusive: {row.exclusive}"
+            if key not in groups:
+                groups[key] = target.add_mutually_exclusive_group()
+            target = groups[key]
+        options = dict(row.options)
+        if options.get("action") == VERSION:
+            options["action"] = _VersionAction
+        if row.hidden:
+            options["help"] = argparse.SUPPRESS
+        target.add_argument(*row.flags, **options)
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
-    """Add the options every command takes: ``--read-only``, ``--config`` and the demo
-    machine's (``--scenario``, ``--demo-speed``, ``--demo-time``, ``--demo-hold``,
-    ``--demo-seed``)."""
-    parser.add_argument(
-        "--read-only", action="store_true", help="refuse every action that changes a machine"
-    )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="config file (else $GPUMON_CONFIG, else $XDG_CONFIG_HOME/gpumon/config.toml)",
-    )
-    demo = parser.add_argument_group("demo machine (host name 'demo')")
-    demo.add_argument(
-        "--scenario",
-        default="training-oom",
-        choices=(
-            "training-oom",
-            "sglang",
-            "idle",
-            "stall",
-            "slow",
-            "hang",
-        ),
-        help="what the simulated CT200 runs (default: training-oom)",
-    )
-    demo.add_argument(
-        "--demo-speed",
-        type=float,
-        default=1.0,
-        metavar="FACTOR",
-        help="scenario clock speed (default 1)",
-    )
-    demo.add_argument(
-        "--demo-time",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="start the scenario clock at SECONDS (e.g. 45: just before the OOM)",
-    )
-    demo.add_argument(
-        "--demo-hold",
-        metavar="FILE",
-        help="hold the scenario clock at --demo-time until FILE exists, then run on from there",
-    )
-    demo.add_argument("--demo-seed", type=int, default=0, metavar="N", help="noise seed")
-    demo.add_argument("--demo-frozen", action="store_true", help=argparse.SUPPRESS)
+    """Add the options every command takes (``subcommands.COMMON``): ``--read-only``,
+    ``--config`` and the demo machine's (``--scenario``, ``--demo-speed``, ...)."""
+    add_args(parser, COMMON)
+
+
+def build_parser(command: Subcommand) -> argparse.ArgumentParser:
+    """``command``'s parser (``subcommands.DASHBOARD``: the main one), from its rows."""
+    parser = argparse.ArgumentParser(prog=command.prog, description=command.description)
+    add_args(parser, (*command.args, *(COMMON if command.common else ())))
+    return parser
 
 
 def sim_settings(args: argparse.Namespace) -> SimSettings:

@@ -18,52 +18,17 @@ import contextlib
 import signal
 import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, TextIO
 
-from gpumon.backends.config import Config, ConfigError, HostConfig, resolve_host
-from gpumon.tui.cli.options import common_options, sim_settings
+from gpumon.backends.config import Config, HostConfig, resolve_host
+from gpumon.tui.cli.options import sim_settings
 
 if TYPE_CHECKING:
     from gpumon.backends.actions import Outcome, Step
     from gpumon.backends.monitor import HostMonitor
-    from gpumon.backends.sim import SimSettings
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_CANCELLED = 0, 1, 2, 130
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``restart`` subcommand's parser (its caller adds ``options.common_options``)."""
-    p = argparse.ArgumentParser(
-        prog="gpumon restart",
-        description="Restart a configured job: stop it, wait for its GPUs to free their "
-        "memory, start it detached, and check that it runs.",
-    )
-    p.add_argument("host", metavar="HOST")
-    p.add_argument("job", metavar="JOB")
-    p.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="override one of the job's params for this start (repeatable)",
-    )
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    p.add_argument(
-        "--free-timeout",
-        type=float,
-        default=120.0,
-        metavar="SECONDS",
-        help="how long to wait for the GPUs to release memory (default 120)",
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="how long to wait for the host's first GPU sample (default 30)",
-    )
-    return p
 
 
 def parse_params(items: Sequence[str]) -> dict[str, str]:
@@ -85,7 +50,7 @@ def cmd_restart(args: argparse.Namespace, config: Config) -> int:
         print(f"gpumon restart: {e}", file=sys.stderr)
         return EXIT_REFUSED
     host = resolve_host(config, args.host)
-    return asyncio.run(_restart(args, host, params, sim_settings(args), sys.stdout))
+    return asyncio.run(_restart(args, host, params, sys.stdout))
 
 
 async def _first_sample(monitor: HostMonitor, timeout: float) -> str | None:
@@ -102,38 +67,32 @@ async def _first_sample(monitor: HostMonitor, timeout: float) -> str | None:
 
 
 async def _restart(
-    args: argparse.Namespace,
-    host: HostConfig,
-    params: dict[str, str],
-    sim: SimSettings,
-    out: TextIO,
+    args: argparse.Namespace, host: HostConfig, params: dict[str, str], out: TextIO
 ) -> int:
     from gpumon.backends.actions import (
         JobError,
         JobRun,
         JobTarget,
         ParamError,
-        Session,
         find_job,
         make_plan,
     )
-    from gpumon.backends.monitor import make_monitor
+    from gpumon.backends.runtime import Runtime
     from gpumon.backends.transport import TransportError
 
     def say(text: str) -> None:
         print(text, file=out, flush=True)
 
-    monitor = make_monitor(host, sim)
-    session = Session()
-    try:
+    async with Runtime(sim=partial(sim_settings, args)) as runtime:
+        monitor = runtime.monitor(host)
+        session = runtime.session
         try:
             job = find_job(monitor.host, args.job)  # the demo's drafter lives on monitor.host
         except JobError as e:
             print(f"gpumon restart: {e}", file=sys.stderr)
             return EXIT_REFUSED
         if job.gpus or host.kind == "demo":
-            session.watch(monitor)
-            monitor.start()
+            runtime.start_monitor(monitor)  # watched by the session: its runs' outcomes
             if job.gpus and (why := await _first_sample(monitor, args.timeout)) is not None:
                 print(f"gpumon restart: no GPU readings from {host.name}: {why}", file=sys.stderr)
                 return EXIT_FAILED
@@ -167,9 +126,6 @@ async def _restart(
             loop.add_signal_handler(signal.SIGINT, lambda: say(run.cancel().message))
         outcome = await run.wait()
         return _report(outcome)
-    finally:
-        await session.close()
-        await monitor.stop()
 
 
 async def _confirm(prompt: str) -> bool:
@@ -200,23 +156,3 @@ def _report(outcome: Outcome) -> int:
     if outcome.ok:
         return EXIT_OK
     return EXIT_CANCELLED if outcome.status == "cancelled" else EXIT_FAILED
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gpumon.tui.cli.restart HOST JOB ...`` (the same as ``gpumon restart``)."""
-    from gpumon.backends.config import load_config
-
-    parser = build_parser()
-    common_options(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cmd_restart(args, load_config(args.config))
-    except ConfigError as e:
-        print(f"gpumon: {e}", file=sys.stderr)
-        return EXIT_REFUSED
-    except KeyboardInterrupt:
-        return EXIT_CANCELLED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,8 +8,7 @@
         1 failed and rolled back / nothing changed, 2 refused or not confirmed,
         3 the host cannot be reached, 4 rollback failed (venv state unknown)
 
-``main(argv, read_only=...)`` takes gpumon's whole argv (global options may come before
-the command). Also runnable as ``python -m gpumon.tui.cli.torch ...``. Light at import time.
+Light at import time.
 """
 
 from __future__ import annotations
@@ -17,102 +16,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from gpumon.backends.config import ConfigError, HostConfig, load_config, resolve_host
-from gpumon.tui.cli.options import common_options, sim_settings
+from gpumon.backends.config import HostConfig, resolve_host
+from gpumon.tui.cli.options import sim_settings
 
 if TYPE_CHECKING:
     from gpumon.backends.config import Config
     from gpumon.backends.torchenv import SwapEvent
 
-COMMANDS = ("doctor", "swap-torch")
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
-VARIANTS = ("cu126", "cu128", "cu129", "cu130", "cu132", "cpu")
-
-
-def _variant(text: str) -> str:
-    """A variant name the index may serve (the plan asks the index which exist)."""
-    if re.fullmatch(r"cu[0-9]{3}|cpu", text) is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not cuNNN or cpu")
-    return text
-
-
-def build_parser(command: str) -> argparse.ArgumentParser:
-    """The parser for one of COMMANDS (with gpumon's common options)."""
-    if command == "doctor":
-        p = argparse.ArgumentParser(
-            prog="gpumon doctor",
-            description="Check HOST's torch / CUDA stack without changing anything. "
-            "Exit 0 no problem, 1 a problem, 3 host unreachable.",
-        )
-        p.add_argument("host", metavar="HOST")
-        p.add_argument("--json", action="store_true", help="JSON: host, python, checks")
-        p.add_argument(
-            "--gpus",
-            action="store_true",
-            help="only verify the GPUs (after a reset or reboot): every GPU listed, ECC "
-            "clean, nothing pending, links at full width, dcgmi diag -r 1 where dcgmi "
-            "exists; changes nothing; exit 0 pass, 1 fail",
-        )
-    else:
-        p = argparse.ArgumentParser(
-            prog="gpumon swap-torch",
-            description="Move HOST's venv to another torch CUDA variant (index: the host's "
-            "torch_index + /VARIANT), verify it, roll back on failure. Exit 0 swapped, "
-            "1 rolled back / unchanged, 2 refused, 3 unreachable, 4 rollback failed.",
-        )
-        p.add_argument("host", metavar="HOST")
-        p.add_argument(
-            "variant",
-            metavar="VARIANT",
-            type=_variant,
-            help=f"cuNNN or cpu, as the index serves them (e.g. {', '.join(VARIANTS)})",
-        )
-        p.add_argument("--version", metavar="V", help="torch release (default: the installed)")
-        p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-        p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-        p.add_argument(
-            "--force",
-            action="store_true",
-            help="override refusals: running users, GPU/driver rules, no GPU, not a venv",
-        )
-    common_options(p)  # includes --read-only
-    return p
-
-
-def main(argv: Sequence[str] | None = None, *, read_only: bool = False) -> int:
-    """Entry point for ``gpumon doctor`` / ``gpumon swap-torch`` (argv as gpumon's)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    pre = argparse.ArgumentParser(add_help=False)
-    common_options(pre)
-    _, rest = pre.parse_known_args(argv)
-    command = rest[0] if rest and rest[0] in COMMANDS else None
-    if command is None:
-        print(f"gpumon: expected one of: {', '.join(COMMANDS)}", file=sys.stderr)
-        return EXIT_USAGE
-    i = argv.index(command)
-    args = build_parser(command).parse_args(argv[:i] + argv[i + 1 :])
-    try:
-        config = load_config(args.config)
-        if command == "doctor":
-            return cmd_doctor(args, config)
-        return cmd_swap_torch(args, config, read_only=read_only or args.read_only)
-    except ConfigError as e:
-        print(f"gpumon: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
 
 
 def _host_and_transport(args: argparse.Namespace, config: Config) -> tuple[HostConfig, Any]:
-    from gpumon.backends.monitor import make_transport
+    from gpumon.backends.runtime import Runtime
 
-    transport = make_transport(resolve_host(config, args.host), sim_settings(args))
+    transport = Runtime(sim=partial(sim_settings, args)).transport(resolve_host(config, args.host))
     return transport.host, transport  # the demo's is gpumon's own Python
 
 
@@ -190,14 +113,11 @@ def _ask(question: str) -> bool:
 
 
 def cmd_swap_torch(
-    args: argparse.Namespace,
-    config: Config,
-    *,
-    read_only: bool = False,
-    confirm: Callable[[str], bool] | None = None,
+    args: argparse.Namespace, config: Config, *, confirm: Callable[[str], bool] | None = None
 ) -> int:
-    """Plan, confirm, run. ``confirm`` asks the user (default: a terminal prompt; without
-    a terminal and without --yes the swap is refused)."""
+    """Plan, confirm, run (refused with ``--read-only``, before or after the command).
+    ``confirm`` asks the user (default: a terminal prompt; without a terminal and without
+    --yes the swap is refused)."""
     from gpumon.backends.torchenv import (
         ProbeError,
         execute_swap,
@@ -220,7 +140,7 @@ def cmd_swap_torch(
                 args.variant,
                 version=args.version,
                 force=args.force,
-                read_only=read_only,
+                read_only=args.read_only,
             )
         except (TransportError, ProbeError) as e:
             say(f"UNKNOWN {host.name}: {e}")
@@ -263,7 +183,3 @@ def cmd_swap_torch(
             await transport.dispose()
 
     return asyncio.run(run())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

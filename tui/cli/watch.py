@@ -19,84 +19,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
-import signal
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from gpumon.backends.config import Config, ConfigError, HostConfig, load_config, resolve_host
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.model import iso_time
-from gpumon.tui.cli.options import common_options, sim_settings
+from gpumon.tui.cli.options import sim_settings
 
-COMMANDS = ("watch", "notify")
 EXIT_USAGE = 2
 
 log = logging.getLogger("gpumon.watch")
-
-
-def build_parser(command: str) -> argparse.ArgumentParser:
-    if command == "watch":
-        p = argparse.ArgumentParser(
-            prog="gpumon watch",
-            description="Watch hosts without a dashboard: the same alerts, auto-restarts and "
-            "flight recordings; alerts go to the [notify.*] notifiers (docs/on-call.md).",
-        )
-        p.add_argument("hosts", nargs="*", metavar="HOST", help="default: every configured host")
-        p.add_argument("--log-format", choices=("text", "json"), default="text")
-        p.add_argument(
-            "--metrics-port",
-            type=int,
-            metavar="PORT",
-            help="serve Prometheus /metrics here (default: [watch] metrics_port, 9947; 0: off)",
-        )
-        p.add_argument("--metrics-host", metavar="ADDR", help="listen address (127.0.0.1)")
-        p.add_argument(
-            "--demo-auto-restart",
-            action="store_true",
-            help="the demo's drafter restarts by itself after its OOM (auto_restart = true)",
-        )
-    else:
-        p = argparse.ArgumentParser(
-            prog="gpumon notify", description="Test a notifier, or show the outbox."
-        )
-        p.add_argument("action", choices=("test", "status"))
-        p.add_argument("name", nargs="?", metavar="NAME", help="the notifier (test)")
-        p.add_argument("--json", action="store_true", help="status as JSON")
-    common_options(p)
-    return p
-
-
-def main(argv: Sequence[str]) -> int:
-    argv = list(argv)
-    pre = argparse.ArgumentParser(add_help=False)
-    common_options(pre)
-    _, rest = pre.parse_known_args(argv)
-    command = rest[0]
-    i = argv.index(command)
-    args = build_parser(command).parse_args(argv[:i] + argv[i + 1 :])
-    try:
-        config = load_config(args.config)
-        if command == "watch":
-            return cmd_watch(args, config)
-        if args.action == "test":
-            if not args.name:
-                print(
-                    "gpumon notify test: name the notifier: gpumon notify test NAME",
-                    file=sys.stderr,
-                )
-                return EXIT_USAGE
-            return cmd_notify_test(args, config)
-        return cmd_notify_status(args, config)
-    except GpumonError as e:
-        print(f"gpumon: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
 
 
 # --- gpumon watch -------------------------------------------------------------------------
@@ -167,7 +105,7 @@ def cmd_watch(args: argparse.Namespace, config: Config) -> int:
         print(f"gpumon watch: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return asyncio.run(_watch(args, config, hosts, sim_settings(args)))
+        return asyncio.run(_watch(args, config, hosts))
     except KeyboardInterrupt:  # a second Ctrl-C while it was stopping
         log.info("stopped: interrupted while stopping (SIGINT)")
         return 130
@@ -178,72 +116,63 @@ def cmd_watch(args: argparse.Namespace, config: Config) -> int:
         lock.close()
 
 
-async def _watch(
-    args: argparse.Namespace, config: Config, hosts: list[HostConfig], sim: Any
-) -> int:
-    from gpumon.backends.notify.watch import WatchService
+async def _watch(args: argparse.Namespace, config: Config, hosts: list[HostConfig]) -> int:
+    from gpumon.backends.runtime import Runtime
 
     settings = config.notify_settings()
-    service = WatchService(
+    runtime = Runtime.for_watch(
         hosts,
         settings,
-        sim=sim,
+        sim=partial(sim_settings, args),
         read_only=args.read_only,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         prepare=_demo_auto_restart if args.demo_auto_restart else None,
     )
-    service.hub.changes.add(lambda ev: _log_change(args.log_format, ev))
+    assert runtime.hub is not None
+    runtime.hub.changes.add(lambda ev: _log_change(args.log_format, ev))
     try:
-        await service.start()
+        await runtime.start()
     except OSError as e:
-        await service.stop()
+        await runtime.stop()
         port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
         why = f"cannot serve metrics on port {port}: {e.strerror or e}"
         print(f"gpumon watch: {why}", file=sys.stderr)
         log.info("stopped: %s", why)
         return EXIT_USAGE
-    loop = asyncio.get_running_loop()
-    done = asyncio.Event()
-    stopped_by: list[str] = []
-    reloads: list[asyncio.Task[None]] = []
-
-    def stop(sig: signal.Signals) -> None:
-        stopped_by.append(sig.name)
-        done.set()
 
     async def reload() -> None:
         try:
             new = load_config(args.config)
-            changes = await service.reload(_hosts(new, args.hosts), new.notify_settings())
+            changes = await runtime.reload(_hosts(new, args.hosts), new.notify_settings())
         except GpumonError as e:
             log.warning("reload refused, the old config stays: %s", e)
             return
         log.info("config reloaded: %s", "; ".join(changes) or "nothing changed")
 
-    loop.add_signal_handler(signal.SIGTERM, stop, signal.SIGTERM)
-    loop.add_signal_handler(signal.SIGINT, stop, signal.SIGINT)
-    loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(reload())))
-    names = ", ".join(m for m in service.monitors)
-    metrics = (
-        f"; metrics on {service.metrics.host}:{service.metrics.port}" if service.metrics else ""
-    )
-    notifiers = ", ".join(settings.notifiers) or "none"
-    log.info("watching %s; notifiers: %s%s", names, notifiers, metrics)
-    try:
-        await done.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
-        for task in reloads:
-            with contextlib.suppress(Exception):
-                await task
-        await service.stop()
-    log.info("stopped: %s", stopped_by[0] if stopped_by else "the event loop ended")
+    def ready() -> None:
+        names = ", ".join(m.name for m in runtime.monitors)
+        metrics = runtime.metrics
+        serving = f"; metrics on {metrics.host}:{metrics.port}" if metrics else ""
+        notifiers = ", ".join(settings.notifiers) or "none"
+        log.info("watching %s; notifiers: %s%s", names, notifiers, serving)
+
+    stopped_by = await runtime.serve(reload, ready)
+    log.info("stopped: %s", stopped_by)
     return 0
 
 
 # --- gpumon notify ------------------------------------------------------------------------
+
+
+def cmd_notify(args: argparse.Namespace, config: Config) -> int:
+    """``gpumon notify test NAME`` or ``gpumon notify status``."""
+    if args.action == "status":
+        return cmd_notify_status(args, config)
+    if not args.name:
+        print("gpumon notify test: name the notifier: gpumon notify test NAME", file=sys.stderr)
+        return EXIT_USAGE
+    return cmd_notify_test(args, config)
 
 
 def cmd_notify_test(args: argparse.Namespace, config: Config) -> int:

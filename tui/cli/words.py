@@ -1,14 +1,12 @@
-"""The words the ``gpumon`` command knows, in one place, and "did you mean" for a word
-that is none of them.
+"""The words the ``gpumon`` command knows, and "did you mean" for a word that is none of
+them.
 
 A first word that is not a subcommand is a host to open the dashboard on; a typo of a
 subcommand (``gpumon snapshto demo``) would then SSH to a host called "snapshto". So a
 word close to a subcommand that is not a host gpumon knows (configured, built in, an
 ``~/.ssh/config`` alias, or written as an SSH target: ``user@host``, ``host:port``, a dotted
-name) is answered with the subcommand it resembles instead.
-
-New subcommands add their word to ``SUBCOMMANDS`` (watch, notify and fleet are listed
-ahead of their modules: a typo of them is caught either way).
+name) is answered with the subcommand it resembles instead. The subcommands are the
+table's (``subcommands``): a new one is suggested as soon as it has its row.
 """
 
 from __future__ import annotations
@@ -18,19 +16,9 @@ import os
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
-SUBCOMMANDS: tuple[str, ...] = (
-    "snapshot",
-    "check",
-    "config",
-    "restart",
-    "replay",
-    "doctor",
-    "swap-torch",
-    "watch",
-    "notify",
-    "fleet",
-    "bundle",
-)
+from gpumon.tui.cli.subcommands import NAMES
+
+SUBCOMMANDS: tuple[str, ...] = NAMES
 BUILTIN_HOSTS: tuple[str, ...] = ("demo", "local")
 CLOSE_ENOUGH = 0.75  # difflib ratio: "snapshto" -> snapshot (0.875), "chek" -> check (0.89)
 

@@ -1,8 +1,9 @@
 """``gpumon fleet``: the fleet screen as the app's default screen, and drilling into a node.
 
 A node that is a configured host (by name or SSH host) or that the fleet's
-``ssh_template`` names opens the existing per-host dashboard over the fleet (a monitor
-started for it, stopped on Esc); any other node opens its GPUs from Prometheus alone.
+``ssh_template`` names opens the existing per-host dashboard over the fleet (a monitor the
+app's runtime starts for it and closes on Esc); any other node opens its GPUs from
+Prometheus alone.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from textual.screen import Screen
 from gpumon.backends.config import Config, ConfigError, FleetConfig, HostConfig, resolve_host
 from gpumon.backends.fleet.model import NodeRow
 from gpumon.backends.fleet.source import FleetSource
-from gpumon.backends.monitor import HostMonitor, make_monitor
+from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.fleet.node import NodeDashboardScreen, PromNodeScreen
 from gpumon.tui.fleet.screen import FleetScreen
@@ -74,8 +75,8 @@ class FleetApp(GpumonApp):
         return self.fleet
 
     async def on_unmount(self) -> None:
-        await super().on_unmount()
-        await self._stop_node()
+        await super().on_unmount()  # the runtime stops the node's monitor with the rest
+        self.node_monitor = None
         await self.source.close()
 
     def open_node(self, row: NodeRow) -> None:
@@ -84,9 +85,8 @@ class FleetApp(GpumonApp):
         if host is None:
             self.push_screen(PromNodeScreen(self.source, row.node, palette_of=lambda: self.palette))
             return
-        monitor = make_monitor(host)
+        monitor = self.runtime.monitor(host)
         self.node_monitor = monitor
-        self.monitors = [monitor]
         self.dashboard = NodeDashboardScreen(
             [monitor],
             palette_of=lambda: self.palette,
@@ -94,8 +94,7 @@ class FleetApp(GpumonApp):
             bell=self.bell_enabled,
             session=self.session,
         )
-        self.session.watch(monitor)
-        monitor.start()
+        self.runtime.start_monitor(monitor)
         self.push_screen(self.dashboard)
 
     async def action_back_to_fleet(self) -> None:
@@ -108,13 +107,8 @@ class FleetApp(GpumonApp):
 
     async def _stop_node(self) -> None:
         monitor, self.node_monitor = self.node_monitor, None
-        if monitor is None:
-            return
-        self.monitors = []
-        for watch in [w for w in self.session.watches if w.monitor is monitor]:
-            self.session.watches.remove(watch)
-            await watch.detach()
-        await monitor.stop()
+        if monitor is not None:
+            await self.runtime.close_monitor(monitor)
 
     def watch_theme(self, name: str) -> None:
         super().watch_theme(name)

@@ -1,0 +1,467 @@
+"""The ``gpumon`` command line's one table: every subcommand, its arguments and the function
+that runs it, as rows. The parsers (``options.build_parser``), the dispatch
+(``command_line.main``), the "did you mean" of a mistyped word (``words``), the main
+help's list of commands and the early agent's guess (``launch``: the commands that start
+it and which words are an option's value, ``VALUE_OPTIONS``) are derived from it. A new
+subcommand is one ``Subcommand`` row here and the function that runs it.
+
+Plain data, light at import (no argparse, no backends): ``launch`` reads it before the
+early agent of ``snapshot local`` starts. An argument is an ``Arg``: what argparse's
+``add_argument`` takes, and its group. The function that runs a command is named
+``"module:function"`` in ``gpumon.tui.cli``, imported when the command runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = [
+    "COMMON",
+    "DASHBOARD",
+    "EARLY_AGENT",
+    "NAMES",
+    "SUBCOMMANDS",
+    "VALUE_OPTIONS",
+    "Arg",
+    "Subcommand",
+    "find",
+    "value_flags",
+]
+
+# How long snapshot/check wait after the first GPU sample for the other sources' first
+# round (the Proxmox host's process list, SGLang discovery and two observations of each
+# server, the followed logs) and for job rates: the monitor's FIRST_ROUNDS_S, said here
+# for --help without importing the monitor at start-up (a test holds them equal).
+FIRST_ROUNDS_S = 10.0
+CHECK_WINDOW_S = 5.0  # how long check watches: trends and silences need more than one sample
+INTERVAL_RANGE = (0.1, 3600.0)  # seconds, as the config's `interval`
+VARIANTS = ("cu126", "cu128", "cu129", "cu130", "cu132", "cpu")  # swap-torch's examples
+# The simulator's scenarios, spelled out so that a parser does not import the simulator
+# (a test holds them equal to ``sim.scenario.SCENARIOS``).
+SCENARIOS = ("training-oom", "sglang", "idle", "stall", "slow", "hang")
+VERSION = "gpumon-version"  # ``--version``'s action: the version looked up when asked
+# The actions whose option takes no value (the next word is not its value).
+FLAG_ACTIONS = frozenset(
+    ("store_true", "store_false", "store_const", "append_const", "count", "help", VERSION)
+)
+
+
+class Arg(NamedTuple):
+    """One argument: ``add_argument``'s words and keywords, and where it goes (an argument
+    group by title, a mutually exclusive group by name; ``hidden``: not in --help)."""
+
+    flags: tuple[str, ...]
+    options: dict[str, Any]
+    group: str | None = None
+    exclusive: str | None = None
+    hidden: bool = False
+
+    def takes_value(self) -> bool:
+        """An option whose next word is its value (``--timeout 5``)."""
+        return (
+            self.flags[0].startswith("-")
+            and self.options.get("action") not in FLAG_ACTIONS
+            and self.options.get("nargs") != 0
+        )
+
+
+def arg(
+    *flags: str,
+    group: str | None = None,
+    exclusive: str | None = None,
+    hidden: bool = False,
+    **options: Any,
+) -> Arg:
+    return Arg(flags, options, group, exclusive, hidden)
+
+
+class Subcommand(NamedTuple):
+    """A subcommand: its word, its --help description, its own arguments, the function that
+    runs it (``"module:function"``: ``(args, config) -> exit status``; ``(args)`` without
+    ``config``), whether it takes the options every command shares, whether ``WORD local``
+    starts the agent before gpumon's imports (``launch``), and the argument that, naming
+    ``demo`` alone, lets it run on a config gpumon refuses (the demo needs none)."""
+
+    name: str
+    description: str
+    args: tuple[Arg, ...]
+    run: str
+    common: bool = True
+    config: bool = True
+    early_agent: bool = False
+    demo_alone: str | None = None
+
+    @property
+    def prog(self) -> str:
+        return f"gpumon {self.name}".rstrip()
+
+
+def _interval(text: str) -> float:
+    """``--interval``: seconds between samples, 0.1 to 3600 (what the config allows)."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    low, high = INTERVAL_RANGE
+    if not low <= value <= high:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text} s is out of range: {low:g} to {high:g} s")
+    return value
+
+
+def _variant(text: str) -> str:
+    """A variant name the index may serve (the plan asks the index which exist)."""
+    import argparse
+    import re
+
+    if re.fullmatch(r"cu[0-9]{3}|cpu", text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not cuNNN or cpu")
+    return text
+
+
+DEMO = "demo machine (host name 'demo')"
+COMMON: tuple[Arg, ...] = (
+    arg("--read-only", action="store_true", help="refuse every action that changes a machine"),
+    arg(
+        "--config",
+        metavar="FILE",
+        help="config file (else $GPUMON_CONFIG, else $XDG_CONFIG_HOME/gpumon/config.toml)",
+    ),
+    arg(
+        "--scenario",
+        group=DEMO,
+        default="training-oom",
+        choices=SCENARIOS,
+        help="what the simulated CT200 runs (default: training-oom)",
+    ),
+    arg(
+        "--demo-speed",
+        group=DEMO,
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="scenario clock speed (default 1)",
+    ),
+    arg(
+        "--demo-time",
+        group=DEMO,
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="start the scenario clock at SECONDS (e.g. 45: just before the OOM)",
+    ),
+    arg(
+        "--demo-hold",
+        group=DEMO,
+        metavar="FILE",
+        help="hold the scenario clock at --demo-time until FILE exists, then run on from there",
+    ),
+    arg("--demo-seed", group=DEMO, type=int, default=0, metavar="N", help="noise seed"),
+    arg("--demo-frozen", group=DEMO, action="store_true", hidden=True),
+)
+
+THEME = arg("--theme", help="colour theme (remembered)")
+
+
+def _gpu_wait(after: str) -> Arg:
+    """snapshot's and check's ``--timeout``: the wait for the first GPU sample, then the
+    other sources' ``FIRST_ROUNDS_S``."""
+    return arg(
+        "--timeout",
+        type=float,
+        default=20.0,
+        help="give up after SECONDS without a GPU sample (default 20; sooner when no "
+        f"retry can help: no nvidia-smi, the driver's error){after}",
+    )
+
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand(
+        "snapshot",
+        "Print one complete sample of HOST.",
+        (
+            arg("host", metavar="HOST"),
+            arg("--json", action="store_true", help="JSON (keys in docs/json.md)"),
+            arg(
+                "--wide",
+                action="store_true",
+                help="the text without the 80-column limit: whole commands and messages on "
+                "one line each (--json has every value too)",
+            ),
+            _gpu_wait(
+                "; after it, the other sources (host-side processes, SGLang servers, logs) "
+                f"get {FIRST_ROUNDS_S:g} s in all to answer once, and any that did not are "
+                "named (`incomplete`)"
+            ),
+        ),
+        "command_line:cmd_snapshot",
+        early_agent=True,
+        demo_alone="host",
+    ),
+    Subcommand(
+        "check",
+        "One summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
+        (
+            arg("host", metavar="HOST"),
+            _gpu_wait(
+                f"; the other sources get {FIRST_ROUNDS_S:g} s in all after it to answer once "
+                "(those that did not are named on the line)"
+            ),
+            arg(
+                "--window",
+                type=float,
+                default=CHECK_WINDOW_S,
+                metavar="SECONDS",
+                help="watch this long after the first sample, so time-to-full and stale-data "
+                f"rules can fire (default {CHECK_WINDOW_S:g}; 0: one sample)",
+            ),
+        ),
+        "command_line:cmd_check",
+        early_agent=True,
+        demo_alone="host",
+    ),
+    Subcommand(
+        "config",
+        "Validate the config, or show where it is read.",
+        (arg("action", choices=("check", "path")),),
+        "command_line:cmd_config",
+    ),
+    Subcommand(
+        "restart",
+        "Restart a configured job: stop it, wait for its GPUs to free their memory, start it "
+        "detached, and check that it runs.",
+        (
+            arg("host", metavar="HOST"),
+            arg("job", metavar="JOB"),
+            arg(
+                "--param",
+                action="append",
+                default=[],
+                metavar="NAME=VALUE",
+                help="override one of the job's params for this start (repeatable)",
+            ),
+            arg("--yes", "-y", action="store_true", help="do not ask for confirmation"),
+            arg("--dry-run", action="store_true", help="print the plan, change nothing"),
+            arg(
+                "--free-timeout",
+                type=float,
+                default=120.0,
+                metavar="SECONDS",
+                help="how long to wait for the GPUs to release memory (default 120)",
+            ),
+            arg(
+                "--timeout",
+                type=float,
+                default=30.0,
+                metavar="SECONDS",
+                help="how long to wait for the host's first GPU sample (default 30)",
+            ),
+        ),
+        "restart:cmd_restart",
+    ),
+    Subcommand(
+        "doctor",
+        "Check HOST's torch / CUDA stack without changing anything. "
+        "Exit 0 no problem, 1 a problem, 3 host unreachable.",
+        (
+            arg("host", metavar="HOST"),
+            arg("--json", action="store_true", help="JSON: host, python, checks"),
+            arg(
+                "--gpus",
+                action="store_true",
+                help="only verify the GPUs (after a reset or reboot): every GPU listed, ECC "
+                "clean, nothing pending, links at full width, dcgmi diag -r 1 where dcgmi "
+                "exists; changes nothing; exit 0 pass, 1 fail",
+            ),
+        ),
+        "torch:cmd_doctor",
+    ),
+    Subcommand(
+        "swap-torch",
+        "Move HOST's venv to another torch CUDA variant (index: the host's "
+        "torch_index + /VARIANT), verify it, roll back on failure. Exit 0 swapped, "
+        "1 rolled back / unchanged, 2 refused, 3 unreachable, 4 rollback failed.",
+        (
+            arg("host", metavar="HOST"),
+            arg(
+                "variant",
+                metavar="VARIANT",
+                type=_variant,
+                help=f"cuNNN or cpu, as the index serves them (e.g. {', '.join(VARIANTS)})",
+            ),
+            arg("--version", metavar="V", help="torch release (default: the installed)"),
+            arg("--yes", action="store_true", help="do not ask for confirmation"),
+            arg("--dry-run", action="store_true", help="print the plan, change nothing"),
+            arg(
+                "--force",
+                action="store_true",
+                help="override refusals: running users, GPU/driver rules, no GPU, not a venv",
+            ),
+        ),
+        "torch:cmd_swap_torch",
+    ),
+    Subcommand(
+        "replay",
+        "Play a flight recording (written around a critical alert, see "
+        "$XDG_STATE_HOME/gpumon/recordings/) in the dashboard: p pauses, . steps one "
+        "sample while paused, ] and [ change the speed.",
+        (
+            arg("file", metavar="FILE", help="a recording (.jsonl.gz)"),
+            THEME,
+            arg("--paused", action="store_true", help="start paused, before the first sample"),
+        ),
+        "command_line:cmd_replay",
+        common=False,
+        config=False,  # a recording needs no config
+    ),
+    Subcommand(
+        "watch",
+        "Watch hosts without a dashboard: the same alerts, auto-restarts and "
+        "flight recordings; alerts go to the [notify.*] notifiers (docs/on-call.md).",
+        (
+            arg("hosts", nargs="*", metavar="HOST", help="default: every configured host"),
+            arg("--log-format", choices=("text", "json"), default="text"),
+            arg(
+                "--metrics-port",
+                type=int,
+                metavar="PORT",
+                help="serve Prometheus /metrics here (default: [watch] metrics_port, 9947; 0: off)",
+            ),
+            arg("--metrics-host", metavar="ADDR", help="listen address (127.0.0.1)"),
+            arg(
+                "--demo-auto-restart",
+                action="store_true",
+                help="the demo's drafter restarts by itself after its OOM (auto_restart = true)",
+            ),
+        ),
+        "watch:cmd_watch",
+    ),
+    Subcommand(
+        "notify",
+        "Test a notifier, or show the outbox.",
+        (
+            arg("action", choices=("test", "status")),
+            arg("name", nargs="?", metavar="NAME", help="the notifier (test)"),
+            arg("--json", action="store_true", help="status as JSON"),
+        ),
+        "watch:cmd_notify",
+    ),
+    Subcommand(
+        "fleet",
+        "Many GPU nodes from Prometheus (dcgm-exporter, gpumon watch), sorted by "
+        "trouble; Enter opens a node's live dashboard. Configure [fleet.NAME] in the config.",
+        (
+            arg(
+                "name",
+                nargs="?",
+                metavar="NAME",
+                help="a [fleet.NAME] of the config, or 'demo' (a simulated fleet, no Prometheus)",
+            ),
+            arg(
+                "--json",
+                exclusive="mode",
+                action="store_true",
+                help="print one refresh as JSON and exit",
+            ),
+            arg(
+                "--check",
+                exclusive="mode",
+                action="store_true",
+                help="one line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN",
+            ),
+            THEME,
+        ),
+        "fleet:cmd_fleet",
+        demo_alone="name",
+    ),
+    Subcommand(
+        "bundle",
+        "Write one incident's evidence (timeline, snapshots, flight recording, "
+        "nvidia-smi -q, kernel log lines, log tails, SGLang pages, doctor, config, audit "
+        "log) to a scrubbed .tar.gz (mode 0600) for the hand-over; index.txt inside lists "
+        "every file.",
+        (
+            arg("host", metavar="HOST", nargs="?", help="the host (not with --replay)"),
+            arg(
+                "--incident",
+                exclusive="which",
+                metavar="KEY",
+                help="the incident holding this alert key (snapshot --json, the alert history)",
+            ),
+            arg(
+                "--last",
+                exclusive="which",
+                action="store_true",
+                help="the newest incident (the default)",
+            ),
+            arg(
+                "--replay",
+                metavar="RECORDING",
+                help="bundle a flight recording (.jsonl.gz) instead of a host",
+            ),
+            arg(
+                "-o",
+                "--output",
+                metavar="FILE",
+                help="where to write (default: gpumon-bundle-HOST-DATE.tar.gz here)",
+            ),
+            arg(
+                "--time",
+                type=float,
+                default=60.0,
+                metavar="SECONDS",
+                help="the time budget for collecting (default 60); what did not arrive is "
+                "listed in index.txt",
+            ),
+        ),
+        "bundle:cmd_bundle",
+    ),
+)
+NAMES: tuple[str, ...] = tuple(s.name for s in SUBCOMMANDS)
+
+# No word: the dashboard on HOST ... (every configured host without one).
+DASHBOARD = Subcommand(
+    "",
+    "Watch GPU machines over SSH: memory, OOM warnings, workloads. "
+    f"Commands: {', '.join(NAMES)} (see `gpumon COMMAND --help`).",
+    (
+        arg(
+            "hosts",
+            nargs="*",
+            metavar="HOST",
+            help="configured host name, user@host[:port], ssh alias, 'local' or 'demo' "
+            "(none: every configured host)",
+        ),
+        arg("--version", action=VERSION, help="show the version and exit"),
+        THEME,
+        arg(
+            "--interval",
+            type=_interval,
+            metavar="SECONDS",
+            help="sampling interval, 0.1 to 3600 s (overrides the config)",
+        ),
+        arg("--no-bell", action="store_true", help="no terminal bell on a new critical alert"),
+    ),
+    "command_line:cmd_dashboard",
+    demo_alone="hosts",
+)
+
+
+def find(word: str | None) -> Subcommand | None:
+    """The subcommand ``word`` names, else None."""
+    return next((s for s in SUBCOMMANDS if s.name == word), None)
+
+
+def value_flags(command: Subcommand) -> frozenset[str]:
+    """The options of ``command`` (the shared ones included) whose next word is a value."""
+    args = (*command.args, *(COMMON if command.common else ()))
+    return frozenset(flag for a in args if a.takes_value() for flag in a.flags)
+
+
+# The options of the commands that start the agent early whose next word is a value, not
+# the host (``launch.early_agent_wanted``).
+EARLY_AGENT: tuple[str, ...] = tuple(s.name for s in SUBCOMMANDS if s.early_agent)
+VALUE_OPTIONS: frozenset[str] = frozenset(
+    flag for s in SUBCOMMANDS if s.early_agent for flag in value_flags(s)
+)
