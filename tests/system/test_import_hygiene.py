@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,14 +24,19 @@ for info in pkgutil.walk_packages(gpumon.backends.__path__, "gpumon.backends."):
 """
 
 
-def loaded_after(code: str) -> set[str]:
-    """The top-level names in ``sys.modules`` once ``code`` has run in a new interpreter."""
-    report = "\nimport json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+def modules_after(code: str) -> set[str]:
+    """The names in ``sys.modules`` once ``code`` has run in a new interpreter."""
+    report = "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run(
         [sys.executable, "-c", code + report], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
     return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def loaded_after(code: str) -> set[str]:
+    """The top-level names in ``sys.modules`` once ``code`` has run in a new interpreter."""
+    return {m.split(".")[0] for m in modules_after(code)}
 
 
 @pytest.mark.parametrize(
@@ -47,6 +53,39 @@ def loaded_after(code: str) -> set[str]:
 )
 def test_start_up_does_not_load(code: str, absent: tuple[str, ...]) -> None:
     assert sorted(loaded_after(code) & set(absent)) == []
+
+
+# The parts of the runtime a one-shot does not ask for (backends/runtime.py builds each
+# on the first ask): delivery, the exporter, the action session; the simulator off the demo.
+UNASKED = (
+    "gpumon.backends.notify",
+    "gpumon.backends.exporter",
+    "gpumon.backends.actions.session",
+    "prometheus_client",
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "absent"),
+    [
+        (["check", "demo"], UNASKED),
+        (["snapshot", "demo", "--json"], UNASKED),
+        (
+            ["--config", "{config}", "check", "local", "--timeout", "5"],
+            (*UNASKED, "gpumon.backends.sim"),
+        ),
+    ],
+    ids=["check-demo", "snapshot-demo", "check-local"],
+)
+def test_a_one_shot_builds_only_the_parts_it_runs(
+    argv: list[str], absent: tuple[str, ...], tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"  # local without nvidia-smi: an answer in a moment
+    config.write_text('[defaults]\nnvidia_smi = "/nonexistent"\n')
+    argv = [a.format(config=config) for a in argv]
+    loaded = modules_after(f"from gpumon.tui.cli import main\nmain({argv!r})")
+    assert "gpumon.backends.runtime" in loaded  # the measurement sees the runtime
+    assert sorted(m for m in loaded if m.startswith(absent)) == []
 
 
 def test_the_measurement_sees_the_dashboard_load_textual() -> None:

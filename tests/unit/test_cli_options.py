@@ -11,7 +11,7 @@ import pytest
 
 from gpumon.backends.sim.scenario import SCENARIOS
 from gpumon.tui.cli.options import common_options, sim_settings
-from gpumon.tui.cli.subcommands import VALUE_OPTIONS
+from gpumon.tui.cli.subcommands import value_options
 
 
 def test_the_scenario_choices_are_the_simulators() -> None:
@@ -29,7 +29,7 @@ def test_every_shared_option_with_a_value_is_known_to_the_early_agents_guess() -
     parser = argparse.ArgumentParser()
     common_options(parser)
     valued = {o for a in parser._actions if a.nargs != 0 for o in a.option_strings}
-    assert "--demo-hold" in valued and valued <= VALUE_OPTIONS
+    assert "--demo-hold" in valued and valued <= value_options()
 
 
 def test_demo_hold_holds_the_clock_at_demo_time_on_its_file(

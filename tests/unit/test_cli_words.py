@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpumon.tui.cli import main
-from gpumon.tui.cli.words import SUBCOMMANDS, ssh_aliases, suggestion
+from gpumon.tui.cli.subcommands import names
+from gpumon.tui.cli.words import ssh_aliases, suggestion
 
 
 def test_a_close_word_is_answered_with_the_subcommand() -> None:
@@ -18,7 +19,7 @@ def test_a_close_word_is_answered_with_the_subcommand() -> None:
     assert suggestion("chekc", {}, aliases=set()) == "check"
     assert suggestion("swap-toch", {}, aliases=set()) == "swap-torch"
     assert suggestion("fleat", {}, aliases=set()) == "fleet"  # listed before it lands
-    assert {"watch", "notify", "fleet"} <= set(SUBCOMMANDS)
+    assert {"watch", "notify", "fleet"} <= set(names())
 
 
 def test_hosts_are_never_taken_for_typos() -> None:

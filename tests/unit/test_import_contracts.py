@@ -48,6 +48,7 @@ VIOLATIONS = {
         ("gpumon.backends.alerts.rules", "gpumon.backends.monitor.state"),
         ("gpumon.backends.fleet.report", "gpumon.backends.torchenv.doctor"),
         ("gpumon.backends.model", "gpumon.backends.config.load"),
+        ("gpumon.backends.notify.hub", "gpumon.backends.runtime"),
     ],
     "tui-layers": [
         ("gpumon.tui.widgets.host_section", "gpumon.tui.dashboard.screen"),

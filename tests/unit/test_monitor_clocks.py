@@ -12,10 +12,10 @@ import asyncio
 from gpumon.backends.alerts.engine import AlertRules
 from gpumon.backends.config import HostConfig
 from gpumon.backends.model import ConnState, GpuSample, Health, HostSample
-from gpumon.backends.monitor import HostMonitor, Sink, Source
-from gpumon.backends.monitor.sources import AGENT, Capabilities
+from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.state import SUSPENDED_AFTER_S
 
+from quiet_source import Quiet
 from waiting import FakeClock
 
 REFUSED = "cannot connect to 127.0.0.1 port 2222: connection refused"
@@ -30,21 +30,6 @@ class Wall:
 
     def __call__(self) -> float:
         return self.ticks.now + self.offset
-
-
-class Quiet(Source):
-    """A source that feeds nothing by itself: the test feeds the monitor."""
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return AGENT
-
-    @property
-    def label(self) -> str:
-        return "quiet"
-
-    async def run(self, sink: Sink) -> None:
-        await asyncio.Event().wait()
 
 
 def _monitor(ticks: FakeClock, rules: AlertRules | None = None) -> tuple[HostMonitor, Wall]:

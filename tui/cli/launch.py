@@ -24,11 +24,13 @@ EXIT_CLOSED_PIPE = 141
 
 def early_agent_wanted(argv: Sequence[str]) -> bool:
     """Whether ``argv`` reads as ``snapshot local`` or ``check local`` (options anywhere;
-    the table's ``EARLY_AGENT`` commands and ``VALUE_OPTIONS``, the options whose next
+    the table's ``early_agent`` commands and ``value_options``, the options whose next
     word is their value, not the host)."""
     if "local" not in argv:  # most command lines: the table is not even read
         return False
-    from .subcommands import EARLY_AGENT, VALUE_OPTIONS
+    from .subcommands import early_agent, value_options
+
+    commands, valued = early_agent(), value_options()
 
     words: list[str] = []
     skip = False
@@ -38,10 +40,10 @@ def early_agent_wanted(argv: Sequence[str]) -> bool:
         elif arg == "--":
             return False  # what follows is not for the guess
         elif arg.startswith("-"):
-            skip = arg in VALUE_OPTIONS
+            skip = arg in valued
         else:
             words.append(arg)
-    return len(words) == 2 and words[0] in EARLY_AGENT and words[1] == "local"
+    return len(words) == 2 and words[0] in commands and words[1] == "local"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -65,7 +65,7 @@ def common_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser(command: Subcommand) -> argparse.ArgumentParser:
     """``command``'s parser (``subcommands.DASHBOARD``: the main one), from its rows."""
-    parser = argparse.ArgumentParser(prog=command.prog, description=command.description)
+    parser = argparse.ArgumentParser(prog=command.prog, description=command.help_text())
     add_args(parser, (*command.args, *(COMMON if command.common else ())))
     return parser
 

@@ -1,8 +1,8 @@
 """The ``gpumon`` command line's one table: every subcommand, its arguments and the function
 that runs it, as rows. The parsers (``options.build_parser``), the dispatch
-(``command_line.main``), the "did you mean" of a mistyped word (``words``), the main
+(``command_line.run``), the "did you mean" of a mistyped word (``words``), the main
 help's list of commands and the early agent's guess (``launch``: the commands that start
-it and which words are an option's value, ``VALUE_OPTIONS``) are derived from it. A new
+it and which words are an option's value, ``value_options``) are derived from it. A new
 subcommand is one ``Subcommand`` row here and the function that runs it.
 
 Plain data, light at import (no argparse, no backends): ``launch`` reads it before the
@@ -16,16 +16,17 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 __all__ = [
+    "COMMANDS_SLOT",
     "COMMON",
     "DASHBOARD",
-    "EARLY_AGENT",
-    "NAMES",
     "SUBCOMMANDS",
-    "VALUE_OPTIONS",
     "Arg",
     "Subcommand",
+    "early_agent",
     "find",
+    "names",
     "value_flags",
+    "value_options",
 ]
 
 # How long snapshot/check wait after the first GPU sample for the other sources' first
@@ -39,6 +40,7 @@ VARIANTS = ("cu126", "cu128", "cu129", "cu130", "cu132", "cpu")  # swap-torch's 
 # The simulator's scenarios, spelled out so that a parser does not import the simulator
 # (a test holds them equal to ``sim.scenario.SCENARIOS``).
 SCENARIOS = ("training-oom", "sglang", "idle", "stall", "slow", "hang")
+COMMANDS_SLOT = "{commands}"  # in a description: the table's words, in its order
 VERSION = "gpumon-version"  # ``--version``'s action: the version looked up when asked
 # The actions whose option takes no value (the next word is not its value).
 FLAG_ACTIONS = frozenset(
@@ -94,6 +96,10 @@ class Subcommand(NamedTuple):
     @property
     def prog(self) -> str:
         return f"gpumon {self.name}".rstrip()
+
+    def help_text(self) -> str:
+        """The --help description, the table's words in place of ``COMMANDS_SLOT``."""
+        return self.description.replace(COMMANDS_SLOT, ", ".join(names()))
 
 
 def _interval(text: str) -> float:
@@ -418,13 +424,11 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "bundle:cmd_bundle",
     ),
 )
-NAMES: tuple[str, ...] = tuple(s.name for s in SUBCOMMANDS)
-
 # No word: the dashboard on HOST ... (every configured host without one).
 DASHBOARD = Subcommand(
     "",
     "Watch GPU machines over SSH: memory, OOM warnings, workloads. "
-    f"Commands: {', '.join(NAMES)} (see `gpumon COMMAND --help`).",
+    f"Commands: {COMMANDS_SLOT} (see `gpumon COMMAND --help`).",
     (
         arg(
             "hosts",
@@ -448,6 +452,13 @@ DASHBOARD = Subcommand(
 )
 
 
+# The table's views below read it when called, so that nothing derived from it can lag
+# behind a row (the tests add one).
+def names() -> tuple[str, ...]:
+    """The subcommands' words, in the table's order."""
+    return tuple(s.name for s in SUBCOMMANDS)
+
+
 def find(word: str | None) -> Subcommand | None:
     """The subcommand ``word`` names, else None."""
     return next((s for s in SUBCOMMANDS if s.name == word), None)
@@ -459,9 +470,12 @@ def value_flags(command: Subcommand) -> frozenset[str]:
     return frozenset(flag for a in args if a.takes_value() for flag in a.flags)
 
 
-# The options of the commands that start the agent early whose next word is a value, not
-# the host (``launch.early_agent_wanted``).
-EARLY_AGENT: tuple[str, ...] = tuple(s.name for s in SUBCOMMANDS if s.early_agent)
-VALUE_OPTIONS: frozenset[str] = frozenset(
-    flag for s in SUBCOMMANDS if s.early_agent for flag in value_flags(s)
-)
+def early_agent() -> tuple[str, ...]:
+    """The words whose ``WORD local`` starts the agent before gpumon's imports."""
+    return tuple(s.name for s in SUBCOMMANDS if s.early_agent)
+
+
+def value_options() -> frozenset[str]:
+    """The options of those commands whose next word is their value, not the host
+    (``launch.early_agent_wanted``)."""
+    return frozenset(flag for s in SUBCOMMANDS if s.early_agent for flag in value_flags(s))

@@ -16,9 +16,8 @@ import os
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
-from gpumon.tui.cli.subcommands import NAMES
+from gpumon.tui.cli.subcommands import names
 
-SUBCOMMANDS: tuple[str, ...] = NAMES
 BUILTIN_HOSTS: tuple[str, ...] = ("demo", "local")
 CLOSE_ENOUGH = 0.75  # difflib ratio: "snapshto" -> snapshot (0.875), "chek" -> check (0.89)
 
@@ -58,11 +57,12 @@ def suggestion(
     """The subcommand ``word`` is a typo of, or None: when it is one, is not close to any,
     is a configured host in ``hosts``, a built-in host, an ssh config alias or written as
     an SSH target."""
-    if word in SUBCOMMANDS or word in hosts or word in BUILTIN_HOSTS:
+    commands = names()
+    if word in commands or word in hosts or word in BUILTIN_HOSTS:
         return None
     if word.startswith("-") or looks_like_ssh_target(word):
         return None
-    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=CLOSE_ENOUGH)
+    close = difflib.get_close_matches(word, commands, n=1, cutoff=CLOSE_ENOUGH)
     if not close:
         return None
     if word in (ssh_aliases() if aliases is None else aliases):
