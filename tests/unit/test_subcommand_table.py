@@ -14,7 +14,7 @@ import pytest
 from gpumon.tui.cli import command_line, subcommands
 from gpumon.tui.cli.launch import early_agent_wanted
 from gpumon.tui.cli.options import build_parser
-from gpumon.tui.cli.subcommands import DASHBOARD, SUBCOMMANDS, Subcommand, arg
+from gpumon.tui.cli.subcommands import DASHBOARD, SUBCOMMANDS, Arg, Subcommand
 from gpumon.tui.cli.words import suggestion
 
 
@@ -86,7 +86,7 @@ def test_a_row_added_to_the_table_is_parsed_routed_suggested_and_guessed(
     row = Subcommand(
         "frobnicate",
         "Frobnicate HOST.",
-        (arg("host", metavar="HOST"), arg("--level", type=int, metavar="N")),
+        (Arg("host", metavar="HOST"), Arg("--level", type=int, metavar="N")),
         "command_line:cmd_frobnicate",
         early_agent=True,
     )

@@ -13,7 +13,7 @@ early agent of ``snapshot local`` starts. An argument is an ``Arg``: what argpar
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 __all__ = [
     "COMMANDS_SLOT",
@@ -48,15 +48,28 @@ FLAG_ACTIONS = frozenset(
 )
 
 
-class Arg(NamedTuple):
-    """One argument: ``add_argument``'s words and keywords, and where it goes (an argument
-    group by title, a mutually exclusive group by name; ``hidden``: not in --help)."""
+# Plain classes, not NamedTuples or dataclasses: ``launch`` imports this module before the
+# early agent starts, and those cost a millisecond there.
+class Arg:
+    """One argument: ``add_argument``'s words (``flags``) and keywords (``options``), and
+    where it goes (an argument group by title, a mutually exclusive group by name;
+    ``hidden``: not in --help)."""
 
-    flags: tuple[str, ...]
-    options: dict[str, Any]
-    group: str | None = None
-    exclusive: str | None = None
-    hidden: bool = False
+    __slots__ = ("exclusive", "flags", "group", "hidden", "options")
+
+    def __init__(
+        self,
+        *flags: str,
+        group: str | None = None,
+        exclusive: str | None = None,
+        hidden: bool = False,
+        **options: Any,
+    ) -> None:
+        self.flags = flags
+        self.options = options
+        self.group = group
+        self.exclusive = exclusive
+        self.hidden = hidden
 
     def takes_value(self) -> bool:
         """An option whose next word is its value (``--timeout 5``)."""
@@ -67,31 +80,48 @@ class Arg(NamedTuple):
         )
 
 
-def arg(
-    *flags: str,
-    group: str | None = None,
-    exclusive: str | None = None,
-    hidden: bool = False,
-    **options: Any,
-) -> Arg:
-    return Arg(flags, options, group, exclusive, hidden)
-
-
-class Subcommand(NamedTuple):
+class Subcommand:
     """A subcommand: its word, its --help description, its own arguments, the function that
-    runs it (``"module:function"``: ``(args, config) -> exit status``; ``(args)`` without
-    ``config``), whether it takes the options every command shares, whether ``WORD local``
-    starts the agent before gpumon's imports (``launch``), and the argument that, naming
-    ``demo`` alone, lets it run on a config gpumon refuses (the demo needs none)."""
+    runs it (``"module:function"``: ``(args, config) -> exit status``; ``(args)`` when
+    ``config`` is False), whether it takes the options every command shares (``common``),
+    whether ``WORD local`` starts the agent before gpumon's imports (``early_agent``:
+    ``launch``), and the argument that, naming ``demo`` alone, lets it run on a config
+    gpumon refuses (``demo_alone``: the demo needs none)."""
 
-    name: str
-    description: str
-    args: tuple[Arg, ...]
-    run: str
-    common: bool = True
-    config: bool = True
-    early_agent: bool = False
-    demo_alone: str | None = None
+    __slots__ = (
+        "args",
+        "common",
+        "config",
+        "demo_alone",
+        "description",
+        "early_agent",
+        "name",
+        "run",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        args: tuple[Arg, ...],
+        run: str,
+        *,
+        common: bool = True,
+        config: bool = True,
+        early_agent: bool = False,
+        demo_alone: str | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.args = args
+        self.run = run
+        self.common = common
+        self.config = config
+        self.early_agent = early_agent
+        self.demo_alone = demo_alone
+
+    def __repr__(self) -> str:
+        return f"Subcommand({self.name!r})"
 
     @property
     def prog(self) -> str:
@@ -128,20 +158,20 @@ def _variant(text: str) -> str:
 
 DEMO = "demo machine (host name 'demo')"
 COMMON: tuple[Arg, ...] = (
-    arg("--read-only", action="store_true", help="refuse every action that changes a machine"),
-    arg(
+    Arg("--read-only", action="store_true", help="refuse every action that changes a machine"),
+    Arg(
         "--config",
         metavar="FILE",
         help="config file (else $GPUMON_CONFIG, else $XDG_CONFIG_HOME/gpumon/config.toml)",
     ),
-    arg(
+    Arg(
         "--scenario",
         group=DEMO,
         default="training-oom",
         choices=SCENARIOS,
         help="what the simulated CT200 runs (default: training-oom)",
     ),
-    arg(
+    Arg(
         "--demo-speed",
         group=DEMO,
         type=float,
@@ -149,7 +179,7 @@ COMMON: tuple[Arg, ...] = (
         metavar="FACTOR",
         help="scenario clock speed (default 1)",
     ),
-    arg(
+    Arg(
         "--demo-time",
         group=DEMO,
         type=float,
@@ -157,23 +187,23 @@ COMMON: tuple[Arg, ...] = (
         metavar="SECONDS",
         help="start the scenario clock at SECONDS (e.g. 45: just before the OOM)",
     ),
-    arg(
+    Arg(
         "--demo-hold",
         group=DEMO,
         metavar="FILE",
         help="hold the scenario clock at --demo-time until FILE exists, then run on from there",
     ),
-    arg("--demo-seed", group=DEMO, type=int, default=0, metavar="N", help="noise seed"),
-    arg("--demo-frozen", group=DEMO, action="store_true", hidden=True),
+    Arg("--demo-seed", group=DEMO, type=int, default=0, metavar="N", help="noise seed"),
+    Arg("--demo-frozen", group=DEMO, action="store_true", hidden=True),
 )
 
-THEME = arg("--theme", help="colour theme (remembered)")
+THEME = Arg("--theme", help="colour theme (remembered)")
 
 
 def _gpu_wait(after: str) -> Arg:
     """snapshot's and check's ``--timeout``: the wait for the first GPU sample, then the
     other sources' ``FIRST_ROUNDS_S``."""
-    return arg(
+    return Arg(
         "--timeout",
         type=float,
         default=20.0,
@@ -187,9 +217,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "snapshot",
         "Print one complete sample of HOST.",
         (
-            arg("host", metavar="HOST"),
-            arg("--json", action="store_true", help="JSON (keys in docs/json.md)"),
-            arg(
+            Arg("host", metavar="HOST"),
+            Arg("--json", action="store_true", help="JSON (keys in docs/json.md)"),
+            Arg(
                 "--wide",
                 action="store_true",
                 help="the text without the 80-column limit: whole commands and messages on "
@@ -209,12 +239,12 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "check",
         "One summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
         (
-            arg("host", metavar="HOST"),
+            Arg("host", metavar="HOST"),
             _gpu_wait(
                 f"; the other sources get {FIRST_ROUNDS_S:g} s in all after it to answer once "
                 "(those that did not are named on the line)"
             ),
-            arg(
+            Arg(
                 "--window",
                 type=float,
                 default=CHECK_WINDOW_S,
@@ -230,7 +260,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         "config",
         "Validate the config, or show where it is read.",
-        (arg("action", choices=("check", "path")),),
+        (Arg("action", choices=("check", "path")),),
         "command_line:cmd_config",
     ),
     Subcommand(
@@ -238,25 +268,25 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "Restart a configured job: stop it, wait for its GPUs to free their memory, start it "
         "detached, and check that it runs.",
         (
-            arg("host", metavar="HOST"),
-            arg("job", metavar="JOB"),
-            arg(
+            Arg("host", metavar="HOST"),
+            Arg("job", metavar="JOB"),
+            Arg(
                 "--param",
                 action="append",
                 default=[],
                 metavar="NAME=VALUE",
                 help="override one of the job's params for this start (repeatable)",
             ),
-            arg("--yes", "-y", action="store_true", help="do not ask for confirmation"),
-            arg("--dry-run", action="store_true", help="print the plan, change nothing"),
-            arg(
+            Arg("--yes", "-y", action="store_true", help="do not ask for confirmation"),
+            Arg("--dry-run", action="store_true", help="print the plan, change nothing"),
+            Arg(
                 "--free-timeout",
                 type=float,
                 default=120.0,
                 metavar="SECONDS",
                 help="how long to wait for the GPUs to release memory (default 120)",
             ),
-            arg(
+            Arg(
                 "--timeout",
                 type=float,
                 default=30.0,
@@ -271,9 +301,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "Check HOST's torch / CUDA stack without changing anything. "
         "Exit 0 no problem, 1 a problem, 3 host unreachable.",
         (
-            arg("host", metavar="HOST"),
-            arg("--json", action="store_true", help="JSON: host, python, checks"),
-            arg(
+            Arg("host", metavar="HOST"),
+            Arg("--json", action="store_true", help="JSON: host, python, checks"),
+            Arg(
                 "--gpus",
                 action="store_true",
                 help="only verify the GPUs (after a reset or reboot): every GPU listed, ECC "
@@ -289,17 +319,17 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "torch_index + /VARIANT), verify it, roll back on failure. Exit 0 swapped, "
         "1 rolled back / unchanged, 2 refused, 3 unreachable, 4 rollback failed.",
         (
-            arg("host", metavar="HOST"),
-            arg(
+            Arg("host", metavar="HOST"),
+            Arg(
                 "variant",
                 metavar="VARIANT",
                 type=_variant,
                 help=f"cuNNN or cpu, as the index serves them (e.g. {', '.join(VARIANTS)})",
             ),
-            arg("--version", metavar="V", help="torch release (default: the installed)"),
-            arg("--yes", action="store_true", help="do not ask for confirmation"),
-            arg("--dry-run", action="store_true", help="print the plan, change nothing"),
-            arg(
+            Arg("--version", metavar="V", help="torch release (default: the installed)"),
+            Arg("--yes", action="store_true", help="do not ask for confirmation"),
+            Arg("--dry-run", action="store_true", help="print the plan, change nothing"),
+            Arg(
                 "--force",
                 action="store_true",
                 help="override refusals: running users, GPU/driver rules, no GPU, not a venv",
@@ -313,9 +343,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "$XDG_STATE_HOME/gpumon/recordings/) in the dashboard: p pauses, . steps one "
         "sample while paused, ] and [ change the speed.",
         (
-            arg("file", metavar="FILE", help="a recording (.jsonl.gz)"),
+            Arg("file", metavar="FILE", help="a recording (.jsonl.gz)"),
             THEME,
-            arg("--paused", action="store_true", help="start paused, before the first sample"),
+            Arg("--paused", action="store_true", help="start paused, before the first sample"),
         ),
         "command_line:cmd_replay",
         common=False,
@@ -324,18 +354,18 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         "watch",
         "Watch hosts without a dashboard: the same alerts, auto-restarts and "
-        "flight recordings; alerts go to the [notify.*] notifiers (docs/on-call.md).",
+        "flight recordings; alerts go to the [notify.*] notifiers (README, 'On call').",
         (
-            arg("hosts", nargs="*", metavar="HOST", help="default: every configured host"),
-            arg("--log-format", choices=("text", "json"), default="text"),
-            arg(
+            Arg("hosts", nargs="*", metavar="HOST", help="default: every configured host"),
+            Arg("--log-format", choices=("text", "json"), default="text"),
+            Arg(
                 "--metrics-port",
                 type=int,
                 metavar="PORT",
                 help="serve Prometheus /metrics here (default: [watch] metrics_port, 9947; 0: off)",
             ),
-            arg("--metrics-host", metavar="ADDR", help="listen address (127.0.0.1)"),
-            arg(
+            Arg("--metrics-host", metavar="ADDR", help="listen address (127.0.0.1)"),
+            Arg(
                 "--demo-auto-restart",
                 action="store_true",
                 help="the demo's drafter restarts by itself after its OOM (auto_restart = true)",
@@ -347,9 +377,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "notify",
         "Test a notifier, or show the outbox.",
         (
-            arg("action", choices=("test", "status")),
-            arg("name", nargs="?", metavar="NAME", help="the notifier (test)"),
-            arg("--json", action="store_true", help="status as JSON"),
+            Arg("action", choices=("test", "status")),
+            Arg("name", nargs="?", metavar="NAME", help="the notifier (test)"),
+            Arg("--json", action="store_true", help="status as JSON"),
         ),
         "watch:cmd_notify",
     ),
@@ -358,19 +388,19 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "Many GPU nodes from Prometheus (dcgm-exporter, gpumon watch), sorted by "
         "trouble; Enter opens a node's live dashboard. Configure [fleet.NAME] in the config.",
         (
-            arg(
+            Arg(
                 "name",
                 nargs="?",
                 metavar="NAME",
                 help="a [fleet.NAME] of the config, or 'demo' (a simulated fleet, no Prometheus)",
             ),
-            arg(
+            Arg(
                 "--json",
                 exclusive="mode",
                 action="store_true",
                 help="print one refresh as JSON and exit",
             ),
-            arg(
+            Arg(
                 "--check",
                 exclusive="mode",
                 action="store_true",
@@ -388,31 +418,31 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "log) to a scrubbed .tar.gz (mode 0600) for the hand-over; index.txt inside lists "
         "every file.",
         (
-            arg("host", metavar="HOST", nargs="?", help="the host (not with --replay)"),
-            arg(
+            Arg("host", metavar="HOST", nargs="?", help="the host (not with --replay)"),
+            Arg(
                 "--incident",
                 exclusive="which",
                 metavar="KEY",
                 help="the incident holding this alert key (snapshot --json, the alert history)",
             ),
-            arg(
+            Arg(
                 "--last",
                 exclusive="which",
                 action="store_true",
                 help="the newest incident (the default)",
             ),
-            arg(
+            Arg(
                 "--replay",
                 metavar="RECORDING",
                 help="bundle a flight recording (.jsonl.gz) instead of a host",
             ),
-            arg(
+            Arg(
                 "-o",
                 "--output",
                 metavar="FILE",
                 help="where to write (default: gpumon-bundle-HOST-DATE.tar.gz here)",
             ),
-            arg(
+            Arg(
                 "--time",
                 type=float,
                 default=60.0,
@@ -430,22 +460,22 @@ DASHBOARD = Subcommand(
     "Watch GPU machines over SSH: memory, OOM warnings, workloads. "
     f"Commands: {COMMANDS_SLOT} (see `gpumon COMMAND --help`).",
     (
-        arg(
+        Arg(
             "hosts",
             nargs="*",
             metavar="HOST",
             help="configured host name, user@host[:port], ssh alias, 'local' or 'demo' "
             "(none: every configured host)",
         ),
-        arg("--version", action=VERSION, help="show the version and exit"),
+        Arg("--version", action=VERSION, help="show the version and exit"),
         THEME,
-        arg(
+        Arg(
             "--interval",
             type=_interval,
             metavar="SECONDS",
             help="sampling interval, 0.1 to 3600 s (overrides the config)",
         ),
-        arg("--no-bell", action="store_true", help="no terminal bell on a new critical alert"),
+        Arg("--no-bell", action="store_true", help="no terminal bell on a new critical alert"),
     ),
     "command_line:cmd_dashboard",
     demo_alone="hosts",
