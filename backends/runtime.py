@@ -101,8 +101,8 @@ class Runtime:
         interval: float | None = None,
         notify: NotifySettings | None = None,
     ) -> Runtime:
-        """The dashboard's: a monitor per host, the session (the keys' runs, auto-restart),
-        and the hub where ``dashboard_hub`` says the dashboard delivers."""
+        """The dashboard's: a monitor per host and the hub where ``dashboard_hub`` says
+        the dashboard delivers (the app asks for the session: its keys' runs)."""
         runtime = cls(sim=sim, interval=interval)
         runtime.dashboard_delivery(notify)
         for host in hosts:
@@ -377,7 +377,9 @@ class Runtime:
         """Stop everything: the session first (no automatic restart starts), then the
         monitors, unhooked from delivery first (pending flight recordings are written),
         delivery, the exporter, the outbox. A monitor that fails to stop is logged; the
-        rest still stops."""
+        rest still stops. Once: a second stop does nothing."""
+        if self._stopped:
+            return
         self._stopped = True
         if self._session is not None:
             await self._session.close()
