@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from gpumon.backends.sim.scenario import SimSettings
     from gpumon.backends.transport.base import Transport
 
+    # The simulator's settings, or what makes them (called for the first demo host only).
+    DemoSettings = SimSettings | Callable[[], SimSettings] | None
+
 __all__ = ["Runtime", "dashboard_hub"]
 
 log = logging.getLogger(__name__)
@@ -63,7 +66,7 @@ class Runtime:
     def __init__(
         self,
         *,
-        sim: SimSettings | Callable[[], SimSettings] | None = None,
+        sim: DemoSettings = None,
         read_only: bool = False,
         interval: float | None = None,
         reconnect: bool = True,
@@ -97,7 +100,7 @@ class Runtime:
         cls,
         hosts: Sequence[HostConfig],
         *,
-        sim: SimSettings | Callable[[], SimSettings] | None = None,
+        sim: DemoSettings = None,
         interval: float | None = None,
         notify: NotifySettings | None = None,
     ) -> Runtime:
@@ -115,7 +118,7 @@ class Runtime:
         hosts: Sequence[HostConfig],
         settings: NotifySettings,
         *,
-        sim: SimSettings | Callable[[], SimSettings] | None = None,
+        sim: DemoSettings = None,
         read_only: bool = False,
         metrics_port: int | None = None,
         metrics_host: str | None = None,
@@ -218,6 +221,12 @@ class Runtime:
         if session is not None and all(w.monitor is not monitor for w in session.watches):
             session.watch(monitor)
 
+    def _wire_started(self) -> None:
+        """A part asked for after monitors started listens to them from now on."""
+        for monitor in self.monitors:
+            if monitor in self._started:
+                self._wire(monitor)
+
     async def close_monitor(self, monitor: HostMonitor) -> None:
         """Unwire ``monitor`` from every part, stop it and forget it (a host a reload
         dropped, the fleet's node left)."""
@@ -245,9 +254,7 @@ class Runtime:
             self._session = Session()
             if self.hub is not None:
                 self.hub.attach_session(self._session)
-            for monitor in self.monitors:
-                if monitor in self._started:
-                    self._wire(monitor)
+            self._wire_started()
         return self._session
 
     def deliver(self, settings: NotifySettings, *, outbox: Path | None = None) -> NotifyHub:
@@ -269,9 +276,7 @@ class Runtime:
         self.hub = hub
         if self._session is not None:
             hub.attach_session(self._session)
-        for monitor in self.monitors:
-            if monitor in self._started:
-                self._wire(monitor)
+        self._wire_started()
         return hub
 
     def export(self, port: int, host: str = "127.0.0.1") -> MetricsServer:
@@ -282,9 +287,7 @@ class Runtime:
         self._ooms = OomCounter()
         collector = GpumonCollector(lambda: list(self.monitors), self._ooms)
         self.metrics = MetricsServer(collector, port, host)
-        for monitor in self.monitors:
-            if monitor in self._started:
-                self._wire(monitor)
+        self._wire_started()
         return self.metrics
 
     # --- lifecycle ------------------------------------------------------------------------
