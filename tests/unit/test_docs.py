@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.config import format_hosts, load_config
-from gpumon.tui.cli.words import BUILTIN_HOSTS, SUBCOMMANDS
+from gpumon.tui.cli.subcommands import names
+from gpumon.tui.cli.words import BUILTIN_HOSTS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -157,9 +158,9 @@ def test_the_commands_table_names_every_subcommand() -> None:
         for m in re.finditer(r"`gpumon(?: ([^ `]+))?", row.split(" | ")[0])
         if m.group(1) is not None
     }
-    assert set(SUBCOMMANDS) <= words, set(SUBCOMMANDS) - words
+    assert set(names()) <= words, set(names()) - words
     assert {"--version", *BUILTIN_HOSTS} - {"local"} <= words
-    assert words <= {*SUBCOMMANDS, *BUILTIN_HOSTS, "HOST", "--version"}, words
+    assert words <= {*names(), *BUILTIN_HOSTS, "HOST", "--version"}, words
     assert any(row.startswith("| `gpumon` |") for row in rows)  # no word: every host
 
 
@@ -167,7 +168,7 @@ def test_the_full_usage_names_every_subcommand() -> None:
     usage = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
     block = usage[usage.index("```sh") : usage.index("```", usage.index("```sh") + 3)]
     said = set(re.findall(r"^gpumon ([a-z-]+)", block, re.M))
-    assert set(SUBCOMMANDS) - said == set()
+    assert set(names()) - said == set()
 
 
 def test_the_readme_config_is_one_config_check_accepts(tmp_path: Path) -> None:

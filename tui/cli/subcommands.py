@@ -354,7 +354,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         "watch",
         "Watch hosts without a dashboard: the same alerts, auto-restarts and "
-        "flight recordings; alerts go to the [notify.*] notifiers (README, 'On call').",
+        "flight recordings; alerts go to the [notify.*] notifiers (docs/on-call.md).",
         (
             Arg("hosts", nargs="*", metavar="HOST", help="default: every configured host"),
             Arg("--log-format", choices=("text", "json"), default="text"),
