@@ -23,7 +23,7 @@ from gpumon.backends.paths import audit_log
 def local_user() -> str:
     try:
         return getpass.getuser()
-    except Exception:  # no passwd entry in a container: the uid is still meaningful
+    except (KeyError, OSError):  # no passwd entry in a container: the uid is still meaningful
         return str(os.getuid())
 
 

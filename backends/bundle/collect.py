@@ -40,7 +40,7 @@ from gpumon.backends.config import HostConfig
 from gpumon.backends.model import GpuProcess, Health, HostSample, iso_time
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.report import gpu_json, process_json
-from gpumon.backends.recording import Recording, load_recording
+from gpumon.backends.recording import Recording, RecordingError, load_recording
 from gpumon.backends.transport.base import RUN_MAX_BYTES, ProcessStream, RunResult, Transport
 
 __all__ = [
@@ -177,7 +177,7 @@ async def _within(
     except TimeoutError:
         why = f"no answer within the bundle's time budget ({left:.0f} s left): timed out"
         archive.missing(name, about + why)
-    except Exception as e:  # a failing command must not cost the rest of the bundle
+    except Exception as e:  # noqa: BLE001 - a failing command must not cost the rest of the bundle
         archive.missing(name, f"{about}failed: {e}")
     return None
 
@@ -257,7 +257,7 @@ def add_recording(
     try:
         raw = path.read_bytes()
         recording = load_recording(path)
-    except Exception as e:
+    except (OSError, RecordingError) as e:  # what load_recording says it raises
         archive.missing("recording.jsonl.gz", f"cannot read {path}: {e}")
         return None
     finally:
@@ -361,7 +361,7 @@ class _Deadlined(Transport):
             async with asyncio.timeout(min(budget.left(), 10.0)):
                 result = await inner.run(["sh", "-c", "command -v timeout"], timeout=10.0)
             found = result.exit_code == 0 and bool(result.stdout.strip())
-        except Exception:  # then the transport's kill is all there is
+        except Exception:  # noqa: BLE001 - then the transport's kill is all there is
             found = False
         return cls(inner, budget, ends_itself=found)
 

@@ -332,7 +332,7 @@ class NotifyHub:
             try:
                 folder.mkdir(parents=True, exist_ok=True, mode=0o700)
                 await bundle_monitor(monitor, BundleOptions(path, key), self.settings)
-            except Exception as e:  # a bundle that fails must not stop the paging
+            except Exception as e:  # noqa: BLE001 - a bundle that fails must not stop the paging
                 log.warning("%s: bundle %s not written: %s", ev.host, path, e)
 
         try:

@@ -250,7 +250,7 @@ def parse_sglang_metrics(text: str, latency: bool = True) -> SglangScrape:
         return _build(wanted, latency)
     except SglangParseError:
         raise
-    except Exception as e:  # the parser raises ValueError, IndexError, ... on bad text
+    except Exception as e:  # noqa: BLE001 - the parser raises ValueError, IndexError, ... on bad text
         detail = str(e) or type(e).__name__
         if len(detail) > _MAX_ERROR_TEXT:
             detail = detail[:_MAX_ERROR_TEXT] + "..."

@@ -9,6 +9,7 @@ device name, and hybrid-model usage keys. Unknown items are kept, not errors.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -87,7 +88,7 @@ def _float(text: str) -> float | None:
         value = float(text.strip().rstrip("%"))
     except ValueError:
         return None
-    return value if value == value and abs(value) != float("inf") else None
+    return value if math.isfinite(value) else None
 
 
 def log_line_stamp(line: str) -> str | None:

@@ -472,7 +472,7 @@ def open_nvml() -> tuple[Any, str]:
             pynvml, found = import_nvml()
             pynvml.nvmlInit()
             _nvml_opened.append((pynvml, found))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - ImportError, NVMLError_*: said, never fatal
             _nvml_opened.append(e)
     opened = _nvml_opened[0]
     if isinstance(opened, Exception):
@@ -534,7 +534,7 @@ class NvmlWorker:
                 continue
             try:
                 self._answer = job()
-            except Exception as e:  # NVMLError from a driver in trouble
+            except Exception as e:  # noqa: BLE001 - NVMLError from a driver in trouble
                 self._answer = e
             self._answered.set()
 
@@ -614,7 +614,7 @@ class Agent:
                 self.nvml = pynvml
                 source = "agent/nvml"
                 note = f"NVML: pynvml {getattr(pynvml, '__file__', '?')}, found {found}"
-            except Exception as e:  # ImportError, NVMLError_LibraryNotFound, ...
+            except Exception as e:  # noqa: BLE001 - ImportError, NVMLError_LibraryNotFound, ...
                 note = f"NVML not used: {type(e).__name__}: {e}"
         self.out.send(
             protocol.Hello(
@@ -648,7 +648,7 @@ class Agent:
                 try:
                     loop()
                     return  # a loop that ends by design (none does today)
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - said once, then the loop restarts
                     error = f"{type(e).__name__}: {e}"
                     if error != said:
                         said = error
@@ -1228,7 +1228,7 @@ def _nvml_text(nvml: Any, call: Callable[[], Any], fmt: Callable[[Any], str]) ->
         if isinstance(e, nvml.NVMLError_ResetRequired):
             return "[GPU requires reset]"  # NVML says "restart", nvidia-smi says "reset"
         return f"[{e}]"
-    except Exception as e:  # an older binding without a function: absent, not fatal
+    except Exception as e:  # noqa: BLE001 - an older binding without a function: absent, not fatal
         return f"[{type(e).__name__}]"
 
 
@@ -1283,7 +1283,7 @@ def _field_values(nvml: Any, h: Any, ids: list[int]) -> dict[int, Any]:
     """Field id -> the filled c_nvmlFieldValue_t, or the error of the whole call."""
     try:
         got = nvml.nvmlDeviceGetFieldValues(h, ids)
-    except Exception as e:  # NVMLError, or a binding without the call
+    except Exception as e:  # noqa: BLE001 - NVMLError, or a binding without the call
         return dict.fromkeys(ids, e)
     return {int(v.fieldId): v for v in got}
 
@@ -1299,7 +1299,7 @@ def _field_value_text(nvml: Any, field: str, values: dict[int, Any] | None) -> s
             return "N/A" if field == "temperature.memory" else "[N/A]"
         try:
             return f"[{nvml.NVMLError(value.nvmlReturn)}]"
-        except Exception:
+        except Exception:  # noqa: BLE001 - a return code this binding cannot name
             return "[Unknown Error]"
     kind = int(value.valueType)
     number = getattr(value.value, _VALUE_ATTRS[kind] if 0 <= kind < 7 else "uiVal")
@@ -1320,7 +1320,7 @@ def _raiser(e: Exception) -> Callable[[], Any]:
 def _memory(nvml: Any, h: Any) -> Any:
     try:
         return nvml.nvmlDeviceGetMemoryInfo(h, version=nvml.nvmlMemory_v2)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a binding or driver without v2: the v1 struct
         return nvml.nvmlDeviceGetMemoryInfo(h)
 
 

@@ -90,7 +90,7 @@ def python_facts() -> dict[str, Any]:
         import getpass
 
         user = getpass.getuser()
-    except Exception:
+    except (KeyError, OSError):  # no passwd entry in a container: the uid says it
         user = str(os.getuid())
     return {
         "executable": sys.executable,
@@ -300,7 +300,7 @@ def main(argv: list[str]) -> None:
             continue
         try:
             value = fn()
-        except Exception as e:  # one broken section must not hide the others
+        except Exception as e:  # noqa: BLE001 - one broken section must not hide the others
             facts["errors"][name] = f"{type(e).__name__}: {e}"
             continue
         if isinstance(value, dict) and name in ("dists", "caches"):

@@ -261,7 +261,7 @@ class HostCollector:
         if self.nvml is not None:
             try:
                 rows = agent.nvml_process_rows(self.nvml)
-            except Exception as e:  # a driver in trouble: nvidia-smi from now on
+            except Exception as e:  # noqa: BLE001 - a driver in trouble: nvidia-smi from now on
                 self.nvml = None
                 return [], f"NVML: {e}"
             # agent rows are pid, name, memory, uuid, bus: drop the name (ours is better)
@@ -422,7 +422,7 @@ def main(argv: list[str]) -> None:
 
             pynvml.nvmlInit()
             nvml = pynvml
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - ImportError, NVMLError_*: said, nvidia-smi instead
             note = f"NVML not used on the host: {type(e).__name__}: {e}"
     out.send(
         protocol.Hello(

@@ -70,6 +70,7 @@ def on_disk(url: str) -> str:
 
 
 def read_page(url: str, timeout: float) -> dict[str, Any]:
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -81,7 +82,7 @@ def read_page(url: str, timeout: float) -> dict[str, Any]:
             status = resp.status
     except urllib.error.HTTPError as e:
         return {"url": url, "status": e.code, "error": f"HTTP {e.code}", "files": []}
-    except Exception as e:  # refused, DNS, timeout, TLS
+    except (OSError, ValueError, http.client.HTTPException) as e:  # refused, DNS, timeout, TLS
         return {"url": url, "status": None, "error": f"{type(e).__name__}: {e}", "files": []}
     try:
         files = files_of(body.decode("utf-8", "replace"), kind)

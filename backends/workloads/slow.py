@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import statistics
 from collections.abc import Callable
@@ -155,7 +156,7 @@ def judge_slow(
         watch.new_run(run_start)
     unit = job.rate_unit
     rate = job.tokens_per_s if unit == "tok/s" else job.items_per_s
-    if unit is None or rate is None or rate != rate:
+    if unit is None or rate is None or math.isnan(rate):
         return None
     if watch.run_start is not None and now - watch.run_start >= WARMUP_S:
         watch.rates.append(rate)

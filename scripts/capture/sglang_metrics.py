@@ -356,7 +356,7 @@ def capture(module_name: str, scenario: dict[str, Any], has: set[str]) -> bytes:
             code = 0
             try:
                 target(*args)
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - the child reports any end as its exit code
                 import traceback
 
                 traceback.print_exc()

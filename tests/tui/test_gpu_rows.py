@@ -34,7 +34,7 @@ async def test_the_row_under_the_mouse_is_lit_and_the_cursor_row_keeps_its_colou
         below = rows.background_colors[1]
         lit = (below + Color.parse(variables["boost"])).rich_color
         cursor = (below + Color.parse(variables["primary"]).with_alpha(CURSOR_ALPHA)).rich_color
-        assert lit != cursor and lit != below.rich_color
+        assert lit not in (cursor, below.rich_color)
 
         def backgrounds(k: int) -> set[object]:
             """The background colours of row ``k``'s first line, as drawn."""

@@ -117,7 +117,7 @@ def test_a_process_record_is_masked_where_it_becomes_a_process() -> None:
             assert not any(s in text for s in ARGV_SECRETS), text
             assert "--api-key **** --password=**** --hf-token ****" in text
             assert "--tokenizer-path /models/llama --max-total-tokens 4096" in text
-        assert p.short_name == "sglang.launch_server" or p.short_name == "python3"
+        assert p.short_name in {"sglang.launch_server", "python3"}
 
 
 def test_a_recording_of_an_earlier_gpumon_replays_masked() -> None:

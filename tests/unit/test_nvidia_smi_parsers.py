@@ -500,7 +500,7 @@ NVIDIA_SMI_NO_VALUE = [
 
 @pytest.mark.parametrize("cell", NVIDIA_SMI_NO_VALUE)
 def test_only_nvidia_smi_spellings_mean_no_name(cell: str) -> None:
-    assert cell == "" or cell == "N/A" or is_error_cell(cell)
+    assert cell in {"", "N/A"} or is_error_cell(cell)
     (proc,) = parse_compute_apps(f"77, {cell}, 512, GPU-1, 00000000:01:00.0").processes
     assert proc == GpuProcess(77, None, 512, "GPU-1", "00000000:01:00.0")
 
