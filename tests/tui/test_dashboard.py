@@ -275,7 +275,12 @@ async def test_keys_greyed_out_while_the_host_is_disconnected(
         assert "reconnecting" in header and "retry in" in header
         assert "127.0.0.1" in header  # the error line names the target
         assert any("cannot connect" in m and sev == "error" for m, sev in seen)
-        assert "waiting for the first sample" in str(section(app).waiting.render())
+        # the body says the reason at once, whole, not "waiting for the first sample"
+        # (issue 36 point 8): a refused connection is the config or the host to fix
+        waiting = str(section(app).waiting.render())
+        assert "not connected: cannot connect to 127.0.0.1" in waiting, waiting
+        assert "connection refused" in waiting and "check" in waiting
+        assert "waiting for the first sample" not in waiting
 
 
 async def test_one_host_down_does_not_touch_the_other(

@@ -253,7 +253,7 @@ class HostSection(Vertical):
         if shown is None:
             self.titles.display = False
             self.waiting.display = True
-            self.waiting.update(waiting_text(m))
+            self.waiting.update(waiting_text(m, ctx.palette))
             return
         self.titles.display = True
         self.waiting.display = False
@@ -412,10 +412,17 @@ _NO_PROCESSES = Cell("", Role.MUTED)
 _SILENCE = tagged(Tag.SILENCE)  # the header marks the data stale at the alert's level
 
 
-def waiting_text(m: HostMonitor) -> Text:
-    """What stands in the GPU rows' place before the first sample: waiting for it, or, on a
-    host gpumon gave up on (FAILED: a name that never resolved), the whole reason (the
-    header line above is cut to the width) and that no sample will come."""
-    if m.status.state != ConnState.FAILED:
-        return Text(f"  waiting for the first sample from {m.name}…", "italic")
-    return Text(f"  no sample will come: {m.status.error or 'the connection failed'}", "italic")
+def waiting_text(m: HostMonitor, palette: Palette | None = None) -> Text:
+    """What stands in the GPU rows' place before the first sample: waiting for it; on a
+    host that has not connected and whose attempt failed (refused, authentication, host
+    key, no answer), the whole reason at once in the critical colour, since it is the
+    configuration or the host to fix, not a wait (the header line above is cut to the
+    width); on a host gpumon gave up on (FAILED: a name that never resolved), that no
+    sample will come."""
+    error = m.status.error
+    critical = f"italic {palette.critical}" if palette is not None else "italic"
+    if m.status.state == ConnState.FAILED:
+        return Text(f"  no sample will come: {error or 'the connection failed'}", critical)
+    if error and m.status.state != ConnState.CONNECTED:
+        return Text(f"  not connected: {error} (retrying)", critical)
+    return Text(f"  waiting for the first sample from {m.name}…", "italic")
