@@ -25,7 +25,6 @@ from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer
 
 from gpumon.backends.actions import Session
 from gpumon.backends.alerts.store import Alert
@@ -57,7 +56,14 @@ from gpumon.tui.state import remember_window, remembered_window
 from gpumon.tui.views import Palette
 from gpumon.tui.views.layout import plan_layout
 from gpumon.tui.views.process_cells import ProcessKey, process_key
-from gpumon.tui.widgets import GpuRows, HostSection, StripView, ViewContext, WorkloadPane
+from gpumon.tui.widgets import (
+    GpuRows,
+    HostSection,
+    KeyFooter,
+    StripView,
+    ViewContext,
+    WorkloadPane,
+)
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 TICK_S = 1.0
@@ -141,7 +147,7 @@ class DashboardScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield HostList(*self.sections, id="hosts")
         yield self.strip
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._mounted = True

@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpumon.backends.fleet.prom import PrometheusError
 from gpumon.backends.fleet.source import FleetSource, GpuLine
@@ -22,6 +22,7 @@ from gpumon.tui.dashboard import DashboardScreen
 from gpumon.tui.fleet.cells import memory_role, xid_role
 from gpumon.tui.views import Palette
 from gpumon.tui.views.gpu_cells import Role, duration, short_name, temperature_role
+from gpumon.tui.widgets import KeyFooter
 
 
 class NodeDashboardScreen(DashboardScreen):
@@ -120,7 +121,7 @@ class PromNodeScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="node-header", markup=False)
         yield Static(id="node-gpus", markup=False)
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._draw()

@@ -18,7 +18,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from gpumon.backends.fleet.model import DCGM_COLLECT_S, SORT_NAMES, sort_rows
 from gpumon.backends.fleet.source import FleetSnapshot, FleetSource
@@ -27,6 +27,7 @@ from gpumon.tui.fleet.cells import SPARK_COLUMN
 from gpumon.tui.fleet.table import FleetTable, header_text
 from gpumon.tui.views import Palette
 from gpumon.tui.views.gpu_cells import Role, duration
+from gpumon.tui.widgets import KeyFooter
 
 if TYPE_CHECKING:
     from gpumon.backends.fleet.model import NodeRow
@@ -77,7 +78,7 @@ class FleetScreen(Screen[None]):
         yield Static(id="fleet-columns", markup=False)
         yield self.table
         yield Input(placeholder="filter: node name, label value, or label=value", id="fleet-filter")
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#fleet-filter", Input).display = False

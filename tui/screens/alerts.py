@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from gpumon.backends.alerts.incident import Incident, by_urgency, incidents
 from gpumon.backends.alerts.store import Alert
@@ -25,6 +25,7 @@ from gpumon.tui.screens.alert_detail import AlertDetailScreen, detail_view
 from gpumon.tui.views import Palette, Role, alert_count
 from gpumon.tui.views.alert_cells import evidence_cells, incident_cells
 from gpumon.tui.views.alert_detail import DetailView
+from gpumon.tui.widgets import KeyFooter
 
 COLUMNS = ("severity", "time", "host", "GPU", "job", "state", "message", "now")
 
@@ -87,7 +88,7 @@ class AlertHistoryScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield self.title_line
         yield self.table
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         for name in COLUMNS:

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpumon.backends.model import GpuHistory, GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
@@ -31,7 +31,7 @@ from gpumon.tui.views.gpu_cells import (
     temperature_role,
 )
 from gpumon.tui.views.process_cells import memory_flag, process_lines
-from gpumon.tui.widgets import PlotSpec, PlotWidget, series
+from gpumon.tui.widgets import KeyFooter, PlotSpec, PlotWidget, series
 from gpumon.tui.widgets.plot import RGB
 
 WINDOWS = {"1": 60.0, "2": 600.0, "3": 3600.0}
@@ -110,7 +110,7 @@ class DetailScreen(Screen[None]):
         with Grid(id="detail-plots"):
             yield from self.plots.values()
         yield self.processes
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def action_window(self, seconds: float) -> None:
         self.window = float(seconds)

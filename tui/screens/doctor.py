@@ -2,7 +2,10 @@
 
 Runs ``run_doctor`` through the host's own connection in a worker ("running checks on
 PYTHON ..." meanwhile), then shows one row per check: its status in the theme's severity
-colour, the evidence read, and the fix where one is known. ``r`` runs the checks again.
+colour, the evidence read, and the fix where one is known. Problems and warnings come
+first (they are what the on-call person opened it for), and the list has the focus, so
+the arrows and PgUp / PgDn scroll it at once; the footer says so. ``r`` runs the checks
+again.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.theme import Theme
-from textual.widgets import Footer
 
 from gpumon.backends.config import HostConfig
 from gpumon.backends.torchenv.doctor import (
@@ -32,6 +34,7 @@ from gpumon.backends.torchenv.doctor import (
 from gpumon.backends.transport import Transport, TransportError
 from gpumon.tui.screens.dialog import Dialog
 from gpumon.tui.views import Palette, Role
+from gpumon.tui.widgets import KeyFooter
 
 STATUS_ROLES = {"ok": Role.OK, "warning": Role.WARNING, "problem": Role.CRITICAL, "n/a": Role.NA}
 STATUS_MARKS = {"ok": "✓", "warning": "!", "problem": "✗", "n/a": "-"}
@@ -43,13 +46,23 @@ def status_style(pal: Palette, status: str) -> Style:
     return Style(color=pal.colour(role), bold=role in (Role.WARNING, Role.CRITICAL))
 
 
+FIRST: dict[str, int] = {"problem": 0, "warning": 1}  # the rest keep the doctor's order
+
+
+def findings_first(checks: Iterable[Check]) -> list[Check]:
+    """``checks`` with the problems first, then the warnings, then the others, each in
+    the doctor's order."""
+    return sorted(checks, key=lambda c: FIRST.get(c.status, len(FIRST)))
+
+
 def checks_table(checks: Iterable[Check], pal: Palette) -> Table:
-    """The checks as a table: status, check, evidence (and the fix below it)."""
+    """The checks as a table: status, check, evidence (and the fix below it), the
+    problems and warnings first."""
     table = Table(box=None, expand=True, pad_edge=False, show_edge=False)
     table.add_column("status", no_wrap=True, width=9)
     table.add_column("check", no_wrap=True, style=Style(bold=True))
     table.add_column("evidence / fix", ratio=1, overflow="fold")
-    for c in checks:
+    for c in findings_first(checks):
         status = Text(f"{STATUS_MARKS.get(c.status, '?')} {c.status}", status_style(pal, c.status))
         evidence = Text(c.evidence)
         if c.fix:
@@ -67,8 +80,17 @@ def summary(checks: Iterable[Check]) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in order if counts[s])
 
 
+class ChecksList(VerticalScroll):
+    """The checks, scrolled by the arrows and PgUp / PgDn (the footer says so)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("pagedown", "page_down", "Scroll", key_display="↑↓ PgUp PgDn"),
+    ]
+
+
 class DoctorScreen(Dialog):
     NAME = "doctor"
+    AUTO_FOCUS = "#doctor-scroll"  # nothing to confirm here: the list takes the keys
     DEFAULT_CSS = """
     #doctor-box { width: 100%; height: 100%; }
     #doctor-status { height: auto; }
@@ -90,9 +112,9 @@ class DoctorScreen(Dialog):
     def compose(self) -> ComposeResult:
         with self.frame(f"doctor {self.host.name}", subtitle="read-only: changes nothing"):
             yield self.static("status")
-            with VerticalScroll(id="doctor-scroll"):
+            with ChecksList(id="doctor-scroll"):
                 yield self.static("table")
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)

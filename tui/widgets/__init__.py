@@ -8,6 +8,7 @@ from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .alert_strip import AlertStrip, StripView, render_strip
+    from .footer import KeyFooter
     from .gpu_row import (
         GpuRows,
         RowLayout,
@@ -36,6 +37,7 @@ __all__ = [
     "AlertStrip",
     "GpuRows",
     "HostSection",
+    "KeyFooter",
     "PlotSpec",
     "PlotWidget",
     "RowLayout",
@@ -70,6 +72,7 @@ if not TYPE_CHECKING:
             "RowRef": "gpu_row",
             "RowsView": "gpu_row",
             "HostSection": "host_section",
+            "KeyFooter": "footer",
             "JOB_COLUMNS": "workload_panes",
             "PlotSpec": "plot",
             "PlotWidget": "plot",

@@ -1,0 +1,94 @@
+"""Nothing the on-call person needs is cut or left stale at 80x24 (issue 36 points 5-7):
+the footers show whole keys and nothing left over from a wider row, the doctor leads with
+its findings and scrolls at once."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+from textual.widgets._footer import FooterKey
+
+from gpumon.backends.monitor import HostMonitor
+from gpumon.tui.app import GpumonApp
+from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DoctorScreen
+
+from screen_text import screen_lines
+
+Wait = Callable[..., Awaitable[None]]
+
+
+def footer_line(app: GpumonApp) -> str:
+    return screen_lines(app)[-1]
+
+
+def assert_whole_keys(app: GpumonApp) -> None:
+    """The footer's keys left of the palette's key are each whole, and right of it is only
+    "^p palette": no key cut under it, no character of a wider row left over."""
+    line = footer_line(app)
+    keys, _, palette = line.partition("▏")
+    assert palette.rstrip() == "^p palette", line
+    shown = [
+        k
+        for k in app.screen.query(FooterKey)
+        if k.visible and k.region.width and not k.has_class("-command-palette")
+    ]
+    assert shown, line
+    for key in shown:
+        words = f"{key.key_display} {key.description}".strip()
+        assert words in keys, (words, line)
+    assert keys.rstrip().endswith(words), line  # nothing after the last whole key
+
+
+async def test_footers_show_whole_keys_and_nothing_stale_at_80_columns(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Issue 36 point 7: the history's footer ended "palettee", the detail view's
+    "w Torc▏^p palette+" (the keys that do not fit ran under the palette's key, and its
+    unpainted margin showed the one beneath)."""
+    app = GpumonApp([demo_monitor(demo_time=70.0)], bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: app.monitors[0].latest is not None, what="a sample")
+        await pilot.press("a")
+        await wait(pilot, lambda: isinstance(app.screen, AlertHistoryScreen), what="history")
+        await pilot.pause()
+        assert_whole_keys(app)
+        await pilot.press("escape", "enter")
+        await wait(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail view")
+        await pilot.pause()
+        assert_whole_keys(app)
+        assert "w Torch" not in footer_line(app)  # it does not fit whole at 80 columns
+        await pilot.resize_terminal(120, 30)  # wider: the keys come back, whole
+        await wait(pilot, lambda: "w Torch" in footer_line(app), what="the wider footer")
+        assert_whole_keys(app)
+        await pilot.resize_terminal(80, 24)
+        await wait(pilot, lambda: "w Torch" not in footer_line(app), what="narrow again")
+        assert_whole_keys(app)
+
+
+async def test_the_doctor_leads_with_its_findings_and_scrolls_at_once(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Issue 36 point 6: the demo's two warnings were below 26 ok rows, off an 80x24
+    screen, and PgDn did nothing until the list was clicked."""
+    app = GpumonApp([demo_monitor(frozen=False, demo_time=70.0)], bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: app.dashboard.check_action("doctor", ()) is True, what="up")
+        await pilot.press("d")
+        await wait(pilot, lambda: isinstance(app.screen, DoctorScreen), what="the doctor")
+        doctor = cast(DoctorScreen, app.screen)
+        await wait(pilot, lambda: doctor.report is not None, timeout=60, what="the checks")
+        await pilot.pause()
+        report = doctor.report
+        assert report is not None
+        found = [c for c in report.checks if c.status in ("problem", "warning")]
+        assert found, "the demo's doctor has warnings"
+        lines = screen_lines(app)
+        first = next(i for i, line in enumerate(lines) if "status" in line and "check" in line)
+        # the row under the column titles is the first finding, on screen
+        assert found[0].name in lines[first + 1], lines
+        scroll = doctor.query_one("#doctor-scroll")
+        assert app.focused is scroll
+        assert "PgDn" in footer_line(app) and "Scroll" in footer_line(app)
+        await pilot.press("pagedown")
+        await wait(pilot, lambda: scroll.scroll_y > 0, what="a page down")
