@@ -27,6 +27,7 @@ from gpumon.tui.dashboard import ACTIONS
 from gpumon.tui.screens import AlertHistoryScreen
 from gpumon.tui.screens.alert_detail import AlertDetailScreen
 from gpumon.tui.views import Role
+from gpumon.tui.views.alert_cells import toast_text_width, wrapped_lines
 
 from held_demo import HeldDemo, drafter_read
 
@@ -127,10 +128,10 @@ async def test_the_oom_is_one_incident_one_bell_and_its_headline_everywhere(
             lambda: any(a.kind == "oom_death" for a in announced),
             what="the OOM death",
         )
-        # The fixes' keys and the list key stay whole, and so do the key numbers: at 80
-        # columns the job's name and the holder's clause give way first (issue 26.3).
-        # At 120 the holder's clause begins and is cut after the numbers, before the fixes.
-        start = f"{OOM}; " if size[0] > 80 else "CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+        # The fixes' keys and words and the list key stay whole: at 80 columns the job's
+        # name goes, then the headline is cut (issue 36; before it, the keys said only their
+        # verbs). At 120 the holder's clause begins and is cut after the numbers.
+        start = f"{OOM}; " if size[0] > 80 else "CUDA OOM on GPU 6 (tried 2.00 GiB, "
         await wait(pilot, lambda: start in app.dashboard.strip.plain, what="the headline")
         critical = [a for a in announced if a.severity is Health.CRITICAL]
         assert len({a.kind for a in critical}) >= 3  # memory, the CUDA OOM, the drop
@@ -140,19 +141,24 @@ async def test_the_oom_is_one_incident_one_bell_and_its_headline_everywhere(
         assert "CUDA out of memory" not in strip and "GPU 1" not in strip  # cause, physical
         assert "r restart" in strip and len(strip) <= size[0]
         assert strip.startswith(" ✖ ") and re.search(r"a: list$", strip)
-        if size[0] == 80:  # the numbers, the keys with their verbs
-            assert "(tried 2.00 GiB, 90 MiB free) — K stop, r restart  " in strip
+        if size[0] == 80:  # the keys with their words, the headline cut before them
+            assert f"(tried 2.00 GiB, … — {FIXES}  a: list" in strip
         else:
             assert f"— {FIXES}  +" in strip  # "+2 evidence, a: list"
+        cause = "CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free"
         await wait(
             pilot,
-            lambda: any(m.startswith(OOM[:40]) for m, _, sev in seen if sev == "error"),
+            lambda: any(cause in m for m, _, sev in seen if sev == "error"),
             what="the headline in a toast",
         )
         errors = [m for m, _, sev in seen if sev == "error"]
-        assert all(len(m) <= 80 for m in errors)  # toasts stay short
-        assert errors[-1].startswith(OOM[:40])  # the last toast says the cause
-        assert errors[-1].endswith(f"… — {FIXES}")  # cut before its fixes
+        width = toast_text_width(size[0])
+        assert all(wrapped_lines(m, width) <= 3 for m in errors)  # three lines at most
+        assert cause in errors[-1]  # the last toast says the cause, its numbers whole
+        if size[0] == 80:  # cut before its fixes, never in them
+            assert errors[-1].endswith(f"… — {FIXES}")
+        else:  # 56 columns of three lines hold all of it (issue 36: 80 characters did not)
+            assert errors[-1] == f"{HEADLINE} — {FIXES}"
         header = section.header.plain
         active = len(monitor.alerts.active())
         assert f"{active} alert" in header
@@ -195,7 +201,10 @@ async def test_history_lists_alerts_and_acknowledging_an_event_hides_it(
         first = [str(c) for c in table.get_row_at(0)]
         assert first[0].endswith("critical") and first[2] == "demo" and first[3] == "6"
         assert first[4] == "drafter" and first[5] == "active"
-        assert first[6] == f"{HEADLINE} — {FIXES}"  # the strip's words
+        # the strip's words, the headline cut before the fixes on the row's two lines of
+        # the width the other columns and "now" leave at 100 columns (issue 36)
+        assert first[6].startswith(OOM.removeprefix("drafter: ")), first[6]
+        assert first[6].endswith(f"… — {FIXES}") and "now" in screen.table.columns
         assert "before gpumon started" not in first[6]
         # Enter: the incident in full (issue 26.3); Esc back to the history, unchanged
         await pilot.press("enter")
@@ -419,7 +428,8 @@ async def test_stale_data_is_a_toast_and_colours_the_header(
             what="the stale-data toast",
         )
         message = next(m for m, t, _ in seen if t == "WARNING: No data")
-        assert message.startswith("no GPU data for ") and len(message) <= 80
+        assert message.startswith("no GPU data for ")
+        assert wrapped_lines(message, toast_text_width(80)) <= 3  # the toast's three lines
         await wait(pilot, lambda: "◌ no data" in section.header.plain, what="the header")
         view = section.header.view
         assert view is not None

@@ -1,13 +1,16 @@
 """Nothing the on-call person needs is cut or left stale at 80x24 (issue 36 points 5-7):
 the footers show whole keys and nothing left over from a wider row, the doctor leads with
-its findings and scrolls at once."""
+its findings and scrolls at once, a toast uses its width, the history keeps the fix and
+"now" on screen."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+import pytest
 from textual.widgets._footer import FooterKey
+from textual.widgets._toast import Toast
 
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.app import GpumonApp
@@ -92,3 +95,61 @@ async def test_the_doctor_leads_with_its_findings_and_scrolls_at_once(
         assert "PgDn" in footer_line(app) and "Scroll" in footer_line(app)
         await pilot.press("pagedown")
         await wait(pilot, lambda: scroll.scroll_y > 0, what="a page down")
+
+
+def toast_text(app: GpumonApp) -> str:
+    """The text the toasts on show have on screen, their lines joined by spaces."""
+    lines = screen_lines(app)
+    said = []
+    for toast in app.screen.query(Toast):
+        box = toast.content_region
+        said += [lines[y][box.x : box.right].strip() for y in range(box.y, box.bottom)]
+    return " ".join(line for line in said if line)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+async def test_the_incident_toast_uses_the_width_it_has(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, size: tuple[int, int]
+) -> None:
+    """Issue 36 point 5: at 200 columns the toast still cut its numbers ("90 M…"): it was
+    cut at 80 characters whatever its width; at 80 columns it keeps the fix's words."""
+    monitor = demo_monitor(demo_time=70.0)
+    app = GpumonApp([monitor], bell=False)
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await wait(pilot, lambda: app.dashboard.strip.display, what="the strip")
+        app.clear_notifications()
+        cause = next(a for a in monitor.alerts.active() if a.kind == "job_crashed")
+        app.dashboard.alerts.announce(cause)  # as the engine announces a new alert
+        await wait(pilot, lambda: "K stop it, r restart drafter" in toast_text(app), what="toast")
+        shown = toast_text(app)
+        assert "tried 2.00 GiB, 90 MiB free" in shown, shown  # the numbers whole
+        if size[0] == 200:  # its three lines of 57 hold all of it
+            assert "6.0 GiB held by CT 201 jupyter-lab) — K stop it" in shown, shown
+            assert "…" not in shown
+
+
+async def test_the_history_at_80_columns_ends_cut_messages_in_an_ellipsis_and_shows_now(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Issue 36 point 5: the message column ran off an 80-column screen cut mid-word, with
+    "now" never on it; the incident's fix was cut away."""
+    app = GpumonApp([demo_monitor(demo_time=70.0)], bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: app.dashboard.strip.display, what="the strip")
+        await pilot.press("a")
+        await wait(pilot, lambda: isinstance(app.screen, AlertHistoryScreen), what="history")
+        await pilot.pause()
+        lines = screen_lines(app)
+        titles = next(line for line in lines if "message" in line)
+        assert titles.rstrip().endswith("now"), titles  # on screen, last
+        text = "\n".join(lines)
+        assert "… — K stop it, r restart drafter" in text.replace("\n" + " " * 37, " "), text
+        column = titles.index("message")
+        evidence = [line for line in lines if line.startswith(" └")]
+        assert evidence, lines
+        for row in evidence:  # a message cut says so, and never runs past "now"
+            message = row[column : titles.index("now")].rstrip()
+            whole = next(
+                a.message for a in app.monitors[0].alerts.history() if a.message[:20] in row
+            )
+            assert message == whole or message.endswith("…"), (message, whole)

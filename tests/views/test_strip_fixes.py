@@ -1,16 +1,28 @@
 """The incident's fixes on the screen (issue 26.1, 27.2): the strip, the toast and the
 history say ``screen_fixes`` (another container's memory first: "K stop it, r restart
-drafter"; an Xid's advice), and at 80 columns the strip shortens the fixes to their keys
-before it gives up the headline."""
+drafter"; an Xid's advice), and at 80 columns the strip cuts the headline before the
+fixes' keys and words (issue 36)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from gpumon.backends.alerts.incident import Fix, Incident, incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.themes import GPUMON_DARK
-from gpumon.tui.views import Palette
-from gpumon.tui.views.alert_cells import incident_notice, incident_text
+from gpumon.tui.views import Cell, Palette
+from gpumon.tui.views.alert_cells import (
+    HISTORY_MESSAGE_MIN,
+    evidence_cells,
+    history_layout,
+    incident_cells,
+    incident_notice,
+    incident_text,
+    short_severity,
+    toast_text_width,
+    wrapped_lines,
+)
 from gpumon.tui.widgets import StripView, render_strip
 
 PALETTE = Palette.from_theme(GPUMON_DARK)
@@ -38,18 +50,24 @@ def test_the_holder_and_k_stop_it_are_said_in_the_history_toast_and_strip() -> N
     incident = oom_with_holder()
     assert incident.headline == HEADLINE
     assert incident_text(incident) == f"{HEADLINE} — K stop it, r restart drafter"
-    # the toast (80 characters) cuts the headline, never the fixes
+    # a line of 80 characters cuts the headline, never the fixes; the job's name goes
+    # first, the fix says it
     notice = incident_notice(incident, 80)
     assert len(notice) <= 80 and notice.endswith("… — K stop it, r restart drafter")
-    assert notice.startswith("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 M")
+    assert notice.startswith("CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free;")
     wide = render_strip(StripView(incident, 0, PALETTE), 160).plain
     assert f"{HEADLINE} — K stop it, r restart drafter" in wide
-    # 80 columns: the keys with their verbs and the key numbers stay; the job's name, the
-    # holder's clause (the fix and the GPU row say it) and the counts give way (issue 26.3)
+    # 80 columns: the keys and their words stay whole, the headline is cut (issue 36
+    # point 5; issue 26.3 kept the numbers and said only "K stop, r restart"); the job's
+    # name, the holder's clause (the fix and the GPU row say it) and the counts go first
     narrow = render_strip(StripView(incident, 0, PALETTE), 80).plain
-    assert (
-        narrow == " ✖  CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free) — K stop, r restart  a: list"
+    assert narrow == (
+        " ✖  CUDA OOM on GPU 6 (tried 2.00 GiB, … — K stop it, r restart drafter  a: list"
     )
+    # only where the words leave the headline fewer than 20 characters do the keys keep
+    # just their verbs
+    tight = render_strip(StripView(incident, 0, PALETTE), 60).plain
+    assert len(tight) <= 60 and "… — K stop, r restart" in tight and "CUDA OOM on" in tight
     # 120 columns: the headline is cut, not its numbers; the holder's clause starts
     mid = render_strip(StripView(incident, 0, PALETTE), 120).plain
     assert len(mid) <= 120 and "(tried 2.00 GiB, 90 MiB free; 6.0 G" in mid
@@ -76,3 +94,94 @@ def test_an_xids_advice_goes_before_the_headline_is_cut() -> None:
     narrow = render_strip(StripView(incident, 0, PALETTE), 80).plain
     assert "Xid 79 on GPU 6: fallen off the bus — reboot the node  a: list" in narrow
     assert "drain" not in narrow and len(narrow) <= 80
+
+
+def test_a_line_wraps_at_spaces_as_a_toast_wraps_it() -> None:
+    assert wrapped_lines("", 10) == 1
+    assert wrapped_lines("abc def", 7) == 1
+    assert wrapped_lines("abc def", 6) == 2
+    assert wrapped_lines("abcdefghij", 5) == 2  # a word wider than a line is folded
+    assert wrapped_lines("ab abcdefghij", 5) == 3
+    assert wrapped_lines("abcde fg", 5) == 2
+
+
+def test_a_toast_says_the_whole_incident_where_its_width_holds_it() -> None:
+    """At 200 columns the toast cut its numbers ("90 M…") at 80 characters though its
+    three lines of 57 hold the whole line; at 80 columns it keeps the fix and the words."""
+    incident = oom_with_holder()
+    whole = incident_text(incident)
+    assert toast_text_width(80) == 36 and toast_text_width(200) == 57
+    wide = incident_notice(incident, toast_text_width(200), 3)
+    assert wide == whole and "90 MiB free" in wide
+    narrow = incident_notice(incident, toast_text_width(80), 3)
+    assert narrow.endswith("… — K stop it, r restart drafter") and wrapped_lines(narrow, 36) <= 3
+    assert "tried 2.00 GiB, 90 MiB free" in narrow  # three lines of 36 hold the numbers
+    # one line (the detail view's toast): the keys keep their verbs, the headline starts
+    one = incident_notice(incident, 36)
+    assert len(one) <= 36 and one.endswith("… — K stop, r restart") and "CUDA" in one
+
+
+def history_rows(now: float) -> list[tuple[Cell, ...]]:
+    incident = oom_with_holder()
+    memory = Alert(
+        "memory:6", Health.CRITICAL, "memory", "demo", 6, "drafter",
+        "GPU 6 memory 6.3% used, 89.6 GiB free", 58.0, 61.0,
+        first_message="GPU 6 memory 96.6% used, 2.7 GiB free",
+        peak_message="GPU 6 memory 99.2% used, 0.1 GiB free",
+    )  # fmt: skip
+    (story,) = incidents([*incident.alerts, memory])
+    return [incident_cells(story, now), *(evidence_cells(a, now) for a in story.evidence)]
+
+
+def test_the_history_cuts_messages_with_an_ellipsis_and_keeps_now_on_screen() -> None:
+    """At 80 columns the message column ran off the screen, cut without "…", and "now"
+    was never seen (issue 36 point 5)."""
+    rows = history_rows(62.0)
+    wide = history_layout(rows, 400, hosts=1)
+    assert not wide.short_severity and wide.host
+    assert wide.message == max(len(r[6].text) for r in rows)  # whole: nothing is cut
+    layout = history_layout(rows, 80, hosts=1)
+    padding = 2 * len(layout.titles)
+    fixed = sum(
+        max([len(t), *(len(c.text) for c in cells)])
+        for t, cells in zip(
+            layout.titles,
+            zip(*(layout.row(r)[0] for r in rows), strict=True),
+            strict=True,
+        )
+    )
+    assert fixed + padding <= 80  # every column on screen, "now" last
+    assert layout.titles[-1] == "now" and layout.now >= 12
+    head = oom_with_holder()
+    cells, height = layout.row(rows[0], head)
+    assert cells[5].text.endswith("… — K stop it, r restart drafter")  # the fix whole
+    assert height == 2 and wrapped_lines(cells[5].text, layout.message) == 2
+    for row in rows[1:]:
+        shown, one = layout.row(row)
+        assert one == 1 and len(shown[5].text) <= layout.message
+        if len(row[6].text) > layout.message:
+            assert shown[5].text.endswith("…")
+    memory = next(r for r in rows if r[7].text)
+    now = layout.row(memory)[0][-1].text
+    # "now" says what differs from the message first: the values, not "GPU 6 memory"
+    assert now.startswith("6.3% used") and len(now) <= layout.now
+    # narrow: the severity says its glyph, one host's column goes
+    assert layout.short_severity and not layout.host and layout.message >= 20
+    assert history_layout(rows, 80, hosts=2).host  # two hosts: it says which
+    assert history_layout(rows, 160, hosts=1).message >= HISTORY_MESSAGE_MIN
+
+
+def test_a_short_severity_keeps_its_glyph_and_the_evidence_mark() -> None:
+    assert short_severity("✖ critical") == "✖"
+    assert short_severity("▲ warning") == "▲"
+    assert short_severity("└ warning") == "└▲"
+    assert short_severity("└ critical") == "└✖"
+
+
+def test_an_incident_row_never_wraps_where_it_fits() -> None:
+    rows = history_rows(62.0)
+    layout = history_layout(rows, 400, hosts=1)
+    cells, height = layout.row(rows[0], oom_with_holder())
+    assert height == 1 and cells[6].text == rows[0][6].text
+    ended = dataclasses.replace(rows[0][6], text="x")
+    assert layout.row((*rows[0][:6], ended, rows[0][7]))[1] == 1

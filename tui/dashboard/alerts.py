@@ -22,8 +22,13 @@ from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable
 from gpumon.tui.dashboard.actions import alert_job
-from gpumon.tui.screens import AlertHistoryScreen
-from gpumon.tui.views.alert_cells import incident_notice, incident_title, strip_incident
+from gpumon.tui.screens import AlertHistoryScreen, DetailScreen
+from gpumon.tui.views.alert_cells import (
+    incident_notice,
+    incident_title,
+    strip_incident,
+    toast_text_width,
+)
 from gpumon.tui.widgets import AlertStrip, StripView
 
 if TYPE_CHECKING:
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
 
 CRITICAL_TIMEOUT_S = 10.0  # the strip keeps showing it after the toast is gone
 WARNING_TIMEOUT_S = 6.0
-NOTICE_CHARS = 80  # a toast is 1/2 of the screen wide: about 2 lines at 80 columns
+NOTICE_LINES = 3  # a toast's lines of text: never more over the GPU rows (a dialog: its most)
 
 
 class AlertPresenter:
@@ -122,7 +127,10 @@ class AlertPresenter:
         critical = incident.severity is Health.CRITICAL
         prefix = f"{printable(incident.host)}: " if len(self.monitors) > 1 else ""
         # cut to the toast's size before its fixes: the strip and the history have all of it
-        text = incident_notice(incident, NOTICE_CHARS, prefix)
+        # (the detail view's toasts have one line of text, over its title)
+        app = self.screen.app
+        lines = 1 if isinstance(app.screen, DetailScreen) else NOTICE_LINES
+        text = incident_notice(incident, toast_text_width(app.size.width), lines, prefix)
         title = incident_title(incident)
         others = {i.cause.key for a in alerts for i in found if a.key in i.keys}
         others.discard(incident.cause.key)

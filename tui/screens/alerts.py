@@ -22,12 +22,10 @@ from gpumon.backends.alerts.incident import Incident, by_urgency, incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.screens.alert_detail import AlertDetailScreen, detail_view
-from gpumon.tui.views import Palette, Role, alert_count
-from gpumon.tui.views.alert_cells import evidence_cells, incident_cells
+from gpumon.tui.views import Cell, Palette, Role, alert_count
+from gpumon.tui.views.alert_cells import evidence_cells, history_layout, incident_cells
 from gpumon.tui.views.alert_detail import DetailView
 from gpumon.tui.widgets import KeyFooter
-
-COLUMNS = ("severity", "time", "host", "GPU", "job", "state", "message", "now")
 
 
 class AlertHistoryScreen(Screen[None]):
@@ -91,10 +89,12 @@ class AlertHistoryScreen(Screen[None]):
         yield KeyFooter()
 
     def on_mount(self) -> None:
-        for name in COLUMNS:
-            self.table.add_column(name, key=name)
         self.refresh_view()
         self.table.focus()
+
+    def on_resize(self) -> None:
+        self._shown = None  # the columns fit the new width
+        self.call_after_refresh(self.refresh_view)
 
     def alerts(self) -> list[tuple[int, Alert]]:
         """(host index, alert) of every host, newest first."""
@@ -110,14 +110,16 @@ class AlertHistoryScreen(Screen[None]):
         return [(index.get(i.host, 0), i) for i in by_urgency(found)]
 
     def refresh_view(self) -> bool:
-        """Rebuild the table if any alert changed; returns whether it did. The cursor stays
-        on the alert it was on. Not before the table has its columns (``on_mount``): the
+        """Rebuild the table if any alert changed (or the width); returns whether it did.
+        The cursor stays on the alert it was on. The columns fit the table's width
+        (``history_layout``): a message that does not fit ends in "…", an incident's cut
+        before its fixes, and "now" stays on screen. Not before the screen is mounted: the
         dashboard's refresh can reach a screen that is pushed but not yet mounted."""
-        if not self.table.columns:
+        if not self.is_mounted:
             return False
         alerts = self.alerts()
         pal = self.palette_of()
-        key = (tuple(alerts), pal)
+        key = (tuple(alerts), pal, self.table.size.width)
         if key == self._shown:
             return False
         self._shown = key
@@ -137,17 +139,28 @@ class AlertHistoryScreen(Screen[None]):
         self.title_line.update(title)
         table = self.table
         at = self.keys[table.cursor_row] if 0 <= table.cursor_row < len(self.keys) else None
-        table.clear()
-        self.keys, self.row_incidents, self.heads = [], [], []
+        rows: list[tuple[int, Alert, Incident, bool, tuple[Cell, ...]]] = []
         for i, incident in found:
             now = self.monitors[i].clock()
-            rows = [(incident.cause, incident_cells(incident, now))]
-            rows += [(a, evidence_cells(a, now)) for a in incident.evidence]
-            for k, (alert, cells) in enumerate(rows):
-                table.add_row(*(Text(c.text, pal.text(c.role)) for c in cells))
-                self.keys.append((i, alert.key))
-                self.row_incidents.append(incident)
-                self.heads.append(k == 0)
+            rows.append((i, incident.cause, incident, True, incident_cells(incident, now)))
+            rows += [(i, a, incident, False, evidence_cells(a, now)) for a in incident.evidence]
+        width = table.size.width or self.app.size.width
+        if len(rows) + 1 > table.size.height:  # the rows scroll: the scrollbar takes its columns
+            width -= table.styles.scrollbar_size_vertical
+        layout = history_layout(
+            [r[4] for r in rows], width, hosts=len(self.monitors), padding=table.cell_padding
+        )
+        table.clear(columns=True)
+        widths = {"message": layout.message, "now": layout.now}
+        for name in layout.titles:
+            table.add_column(name, key=name or "severity", width=widths.get(name))
+        self.keys, self.row_incidents, self.heads = [], [], []
+        for i, alert, incident, head, cells in rows:
+            shown, height = layout.row(cells, incident if head else None)
+            table.add_row(*(Text(c.text, pal.text(c.role)) for c in shown), height=height)
+            self.keys.append((i, alert.key))
+            self.row_incidents.append(incident)
+            self.heads.append(head)
         if at in self.keys:
             table.move_cursor(row=self.keys.index(at), animate=False)
         return True

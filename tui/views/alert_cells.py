@@ -4,13 +4,16 @@ strip's alert, one-line texts and the history table's cells."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
-from gpumon.backends.alerts.incident import Incident, line, screen_fixes
+from gpumon.backends.alerts.incident import Fix, Incident, line, screen_fix, screen_fixes
 from gpumon.backends.alerts.kinds import kind_title
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
+from gpumon.backends.monitor.textfit import cells as cells_of
+from gpumon.backends.monitor.textfit import cut as cut_text
 from gpumon.backends.untrusted import printable as _printable
 from gpumon.tui.views.gpu_cells import Cell, Role, alert_count_text, health_role
 
@@ -74,21 +77,109 @@ def incident_text(incident: Incident) -> str:
     return _printable(" ".join(line(incident, screen_fixes(incident)).split()))
 
 
-def incident_notice(incident: Incident, limit: int, prefix: str = "") -> str:
-    """``prefix`` and ``incident_text`` in at most ``limit`` characters (a toast): the
-    headline is cut before its fixes are ("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB,
-    90 MiB free; 6.0 GiB… — K stop it, r restart drafter"), unless they leave it less
-    than a third; then the whole line is cut."""
+MIN_CUT = 20  # a headline cut shorter than this gives the fix's words way: "CUDA OOM on GPU 6 …"
+
+
+def gist(fix: Fix) -> str:
+    """Advice without its reason: "reboot the node (the GPU cannot ...)" -> "reboot the node"."""
+    return fix.words.split(" (")[0]
+
+
+def fix_forms(fixes: Sequence[Fix]) -> tuple[list[str], str | None]:
+    """The fixes as a line can say them with their words, from the fullest to the barest:
+    all of them (" — K stop it, r restart drafter, drain the node"), the keys with their
+    words (advice only when no key acts), an advice without its reason ("reboot the
+    node"); and the keys with only their verbs when there are several (" — K stop, r
+    restart"; a lone key keeps its words), the last resort (None: no such form). [""]
+    when there are none."""
+    if not fixes:
+        return [""], None
+    keyed = [f for f in fixes if f.key] or list(fixes[:1])
+    said = [[screen_fix(f) for f in fixes], [screen_fix(f) for f in keyed]]
+    if keyed[0].key is None:
+        said.append([gist(f) for f in keyed])
+    worded = list(dict.fromkeys(f" — {', '.join(_printable(x) for x in words)}" for words in said))
+    if len(keyed) < 2:
+        return worded, None
+    verbs = ", ".join(_printable(f"{f.key} {f.words.split()[0]}") for f in keyed)
+    return worded, f" — {verbs}"
+
+
+def wrapped_lines(text: str, width: int) -> int:
+    """How many lines ``text`` takes wrapped at spaces into ``width`` columns, as a toast
+    wraps it (a word wider than a line is folded)."""
+    width = max(width, 1)
+    count, used = 1, 0
+    for word in text.split(" "):
+        size = cells_of(word)
+        if used and used + 1 + size <= width:
+            used += 1 + size
+            continue
+        if used:
+            count += 1
+        folds, used = divmod(size, width)
+        if folds and not used:  # exactly full lines: the last one ends the word
+            folds, used = folds - 1, width
+        count += folds
+    return count
+
+
+TOAST_WIDTH = 60  # Textual's Toast: width 60, max-width 50% of its rack
+TOAST_RACK_SCROLLBAR = 2  # the rack scrolls vertically: its scrollbar's columns
+TOAST_FRAME = 3  # the toast's left border and one column of padding either side
+
+
+def toast_text_width(screen_width: int) -> int:
+    """The columns of text a toast has on a screen ``screen_width`` wide: 36 at 80, 57
+    from 122 on."""
+    return max(min(TOAST_WIDTH, (screen_width - TOAST_RACK_SCROLLBAR) // 2) - TOAST_FRAME, 1)
+
+
+def incident_notice(incident: Incident, width: int, lines: int = 1, prefix: str = "") -> str:
+    """``prefix`` and ``incident_text`` in at most ``lines`` lines of ``width`` columns (a
+    toast, a history cell): the headline is cut before its fixes are ("drafter: CUDA OOM on
+    GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB… — K stop it, r restart drafter"), the
+    job's name going first where the fix names it; only where that leaves the headline
+    fewer than ``MIN_CUT`` characters (a third of the room on a narrow one) do the keys
+    keep just their verbs ("K stop, r restart"), and below that the whole line is cut."""
     text = prefix + incident_text(incident)
-    if len(text) <= limit:
+
+    def fits(said: str) -> bool:
+        return cells_of(said) <= width if lines == 1 else wrapped_lines(said, width) <= lines
+
+    if fits(text):
         return text
-    fixes = screen_fixes(incident)
-    tail = f" — {_printable(fixes)}" if fixes else ""
-    room = limit - len(prefix) - len(tail) - 1
-    if tail and room >= limit // 3:
-        headline = _printable(" ".join(incident.headline.split()))
-        return f"{prefix}{headline[:room].rstrip()}…{tail}"
-    return text[: limit - 1] + "…"
+    headline = _printable(" ".join(incident.headline.split()))
+    job = _printable(incident.job) if incident.job else ""
+    least = min(MIN_CUT, width * lines // 3)
+    worded, verbs = fix_forms(incident.fixes)
+    for fix in [*worded, *([verbs] if verbs else [])]:
+        if not fix:
+            break
+        said = headline
+        if job and fix.endswith(f" {job}") and said.startswith(f"{job}: "):
+            said = said.removeprefix(f"{job}: ")  # "— r restart drafter" says whose
+        cut = _cut_before(said, prefix, fix, fits)
+        if cut is not None and cells_of(cut) - cells_of(prefix + fix) > least:
+            return cut
+    return _cut_before(text, "", "", fits) or text[:1] + "…"
+
+
+def _cut_before(said: str, prefix: str, fix: str, fits: Callable[[str], bool]) -> str | None:
+    """``prefix``, the longest start of ``said`` that ``fits`` with "…" and ``fix`` after
+    it (None: not even one character)."""
+
+    def line(n: int) -> str:
+        return f"{prefix}{said}{fix}" if n >= len(said) else f"{prefix}{said[:n].rstrip()}…{fix}"
+
+    low, high = 0, len(said)  # the largest n whose line fits (fitting ends at some n)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(line(mid)):
+            low = mid
+        else:
+            high = mid - 1
+    return line(low) if low else None
 
 
 def incident_title(incident: Incident) -> str:
@@ -194,6 +285,111 @@ def incident_state(incident: Incident) -> Cell:
         return alert_state(incident.cause)
     live = [a for a in incident.alerts if a.active]
     return alert_state(live[0])
+
+
+HISTORY_COLUMNS = ("severity", "time", "host", "GPU", "job", "state", "message", "now")
+HISTORY_MESSAGE_MIN = 40  # narrower, and the severity says only its glyph, the host goes
+HISTORY_NOW_MIN = 12  # "now" gets a third of the room, from this many columns
+HISTORY_HEAD_LINES = 2  # an incident's own row wraps its message to this many lines
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryLayout:
+    """How the history's columns fit a width: the severity as its glyph alone ("✖", an
+    evidence row's "└▲") or in words, the host column or not (one host on a narrow
+    screen), and the widths the message and "now" get (their text is cut to them)."""
+
+    short_severity: bool
+    host: bool
+    message: int
+    now: int
+
+    @property
+    def titles(self) -> tuple[str, ...]:
+        """The column titles (the short severity has none)."""
+        out = [t for t in HISTORY_COLUMNS if self.host or t != "host"]
+        return ("", *out[1:]) if self.short_severity else tuple(out)
+
+    def row(
+        self, cells: Sequence[Cell], incident: Incident | None = None
+    ) -> tuple[tuple[Cell, ...], int]:
+        """One row's cells (``history_cells``' eight) as this layout shows them, and its
+        height: the message of an incident's own row on up to HISTORY_HEAD_LINES lines,
+        cut before its fixes (``incident_notice``: the fix's keys and words stay), any
+        other message and "now" on one line, cut with "…"."""
+        first, *rest = cells
+        if self.short_severity:
+            first = Cell(short_severity(first.text), first.role)
+        out = [first, *rest]
+        message, now = out[6], out[7]
+        height = 1
+        if cells_of(message.text) > self.message:
+            if incident is not None:
+                text = incident_notice(incident, self.message, HISTORY_HEAD_LINES)
+                height = wrapped_lines(text, self.message)
+            else:
+                text = cut_text(message.text, self.message)
+            out[6] = Cell(text, message.role)
+        said = now.text
+        if cells_of(said) > self.now:  # what it shares with the message goes first
+            said = _after_common_words(said, cells[6].text)
+        out[7] = Cell(cut_text(said, self.now), now.role)
+        if not self.host:
+            del out[2]
+        return tuple(out), height
+
+
+def _after_common_words(text: str, other: str) -> str:
+    """``text`` without the words it starts with in common with ``other``: "GPU 6 memory
+    6.3% used" after "GPU 6 memory 96.7% used" is "6.3% used" (itself when that leaves
+    nothing)."""
+    words, others = text.split(" "), other.split(" ")
+    pairs = enumerate(zip(words, others, strict=False))
+    same = next((i for i, (a, b) in pairs if a != b), min(len(words), len(others)))
+    return " ".join(words[same:]) or text
+
+
+def short_severity(text: str) -> str:
+    """A severity cell as its glyph: "✖ critical" -> "✖", an evidence row's "└ warning" ->
+    "└▲"."""
+    mark, _, word = text.partition(" ")
+    glyph = next((g for h, g in SEVERITY_GLYPH.items() if h.value == word), "")
+    return f"└{glyph}" if mark == "└" else glyph or mark
+
+
+def history_layout(
+    rows: Sequence[Sequence[Cell]], width: int, *, hosts: int, padding: int = 1
+) -> HistoryLayout:
+    """The layout of the history's ``rows`` (``history_cells``' eight cells each) in
+    ``width`` columns, each column ``padding`` wider on either side: every message whole
+    where it fits, else the message column gets what the others and "now" leave (a third
+    of the room goes to "now" when a row has a value there, so it stays on screen); where
+    that leaves the message fewer than HISTORY_MESSAGE_MIN columns the severity says only
+    its glyph, then (one host) the host column goes."""
+
+    def widest(column: int, title: str, short: bool = False) -> int:
+        texts = [r[column].text for r in rows]
+        if short:
+            texts = [short_severity(t) for t in texts]
+        return max([cells_of(title), *(cells_of(t) for t in texts)])
+
+    message_w, now_w = widest(6, "message"), widest(7, "now")
+    has_now = any(r[7].text for r in rows)
+    variants = [(False, True), (True, True)] + ([(True, False)] if hosts == 1 else [])
+    layout = HistoryLayout(False, True, message_w, now_w)
+    for short, host in variants:
+        fixed = widest(0, "", short) if short else widest(0, "severity")
+        fixed += sum(widest(c, HISTORY_COLUMNS[c]) for c in (1, 3, 4, 5))
+        fixed += widest(2, "host") if host else 0
+        count = 8 if host else 7
+        room = width - fixed - 2 * padding * count
+        if message_w + now_w <= room:
+            return HistoryLayout(short, host, message_w, now_w)
+        now = min(now_w, max(HISTORY_NOW_MIN, room // 3)) if has_now else cells_of("now")
+        layout = HistoryLayout(short, host, max(room - now, 10), now)
+        if layout.message >= HISTORY_MESSAGE_MIN:
+            return layout
+    return layout
 
 
 def alert_text(message: str) -> str:

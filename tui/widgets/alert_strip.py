@@ -6,11 +6,12 @@ GPU, cause first): severity, time, host and the incident's headline with its fix
 jupyter-lab) — K stop it, r restart drafter": ``screen_fixes``, the keys that can act on
 it now and the advice), how much evidence is folded under it and how many other
 incidents there are. When the line is short the time goes first, then the host, then the
-severity's word (its glyph stays), then the counts shrink to "(+N)", then the fixes after
-the first (the keys go last: they are what to press), then the job's name leaves the
-headline when the fix names it ("— r restart drafter") and the counts go, so that at 80
-columns the key numbers stay; only then is the headline cut, before the fix and the list
-key ("a: list") are. With nothing unacknowledged it is hidden, not an empty line.
+severity's word (its glyph stays), then the counts shrink to "(+N)", then the advice
+after a key (the keys go last: they are what to press), then the job's name leaves the
+headline when the fix names it ("— r restart drafter") and the counts go; then the
+headline is cut, never the fix's keys and words nor the list key ("a: list"): at 80
+columns "✖  CUDA OOM on GPU 6 (tried 2.00 GiB, … — K stop it, r restart drafter  a: list".
+With nothing unacknowledged it is hidden, not an empty line.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from dataclasses import dataclass
 from rich.style import Style
 from rich.text import Text
 
-from gpumon.backends.alerts.incident import Fix, Incident, screen_fix
+from gpumon.backends.alerts.incident import Fix, Incident
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
 from gpumon.backends.untrusted import printable
 from gpumon.tui.views import SEVERITY_GLYPH, Palette, Role, clock_time, health_role
+from gpumon.tui.views.alert_cells import MIN_CUT, fix_forms
 from gpumon.tui.widgets.view_widget import ViewWidget
 
 
@@ -70,13 +72,15 @@ def render_strip(view: StripView, width: int) -> Text:
         (bare, False, False, headline, tail_full),
         (bare, False, False, headline, tail_short),
     ]
-    # Then the fixes get shorter (advice goes, then the keys' words after the verb), and
-    # the job's name is said once, in the fix ("— r restart drafter" says whose), so that
-    # the key numbers ("tried 2.00 GiB, 90 MiB free") stay at 80 columns: the first that
-    # leaves the whole headline room; else the first that leaves room for its core (the
-    # headline without its last clause, "; 6.0 GiB held by CT 201 jupyter-lab", which the
-    # fix "K stop it" and the GPU row still say); else its core alone; else the first that
-    # leaves it MIN_HEADLINE on the barest layout. The cause matters more than a fix's words.
+    # Then the headline gives way, never the fix's words: the fixes get shorter (advice
+    # goes, then an advice's reason), and the job's name is said once, in the fix ("— r
+    # restart drafter" says whose): the first that leaves the whole headline room; else the
+    # first that leaves room for its core (the headline without its last clause, "; 6.0 GiB
+    # held by CT 201 jupyter-lab", which the fix "K stop it" and the GPU row still say);
+    # else its core alone; else the headline is cut, from MIN_CUT characters on, before the
+    # keys and their words are ("K stop it, r restart drafter": what to press and what it
+    # does; issue 36). Only where even that leaves no room do the keys keep just their verbs
+    # ("K stop, r restart"), and below that the headline keeps MIN_HEADLINE.
     job = printable(incident.job) if incident.job else ""
     short = headline.removeprefix(f"{job}: ") if job and headline.startswith(f"{job}: ") else ""
     core = _LAST_CLAUSE.sub(")", headline)
@@ -102,27 +106,37 @@ def render_strip(view: StripView, width: int) -> Text:
     def fits(fix: str, option: Layout, said: int) -> bool:
         return _head(option, host) + said + len(fix) + len(option[4]) <= width
 
-    choices = _fix_choices(fixes)
-    chosen = (
-        next(((f, o) for f in choices for o in layouts(f) if fits(f, o, len(o[3]))), None)
-        or next(
-            (
-                (f, o)
-                for f in choices
-                for o in layouts(f)
-                if len(core) < len(o[3]) and fits(f, o, len(core))
-            ),
-            None,
+    def whole(choices: list[str]) -> tuple[str, Layout] | None:
+        """The first fix and layout that say the whole headline, or its core."""
+        return (
+            next(((f, o) for f in choices for o in layouts(f) if fits(f, o, len(o[3]))), None)
+            or next(
+                (
+                    (f, o)
+                    for f in choices
+                    for o in layouts(f)
+                    if len(core) < len(o[3]) and fits(f, o, len(core))
+                ),
+                None,
+            )
+            or next(((f, o) for f in choices for o in cores(f) if fits(f, o, len(o[3]))), None)
         )
-        or next(((f, o) for f in choices for o in cores(f) if fits(f, o, len(o[3]))), None)
+
+    def cut(fix: str, least: int) -> tuple[str, Layout] | None:
+        """``fix`` on the barest layout, when it leaves the headline ``least`` characters."""
+        option = layouts(fix)[-1]
+        return (fix, option) if fits(fix, option, min(len(option[3]), least)) else None
+
+    worded, verbs = fix_forms(fixes)
+    chosen = (
+        whole(worded)
+        or cut(worded[-1], MIN_CUT)
+        or (whole([verbs]) if verbs else None)
+        or (cut(verbs, MIN_CUT) if verbs else None)
     )
     if chosen is None:
-        least = min(len(headline), MIN_HEADLINE)
-        fix = next(
-            (f for f in choices if fits(f, layouts(f)[-1], least)),
-            choices[-1],
-        )
-        chosen = (fix, layouts(fix)[-1])
+        last = verbs or worded[-1]
+        chosen = cut(last, min(len(headline), MIN_HEADLINE)) or (last, layouts(last)[-1])
     fix, (badge, with_time, with_host, said, tail) = chosen
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(badge, pal.badge(role))
@@ -145,7 +159,7 @@ def render_strip(view: StripView, width: int) -> Text:
     return line
 
 
-MIN_HEADLINE = 60  # the strip keeps this much of the headline before a fix's words
+MIN_HEADLINE = 60  # the last resort keeps this much of the headline
 _LAST_CLAUSE = re.compile(r"; [^;()]*\)$")  # "(tried ..., 90 MiB free; 6.0 GiB held by ...)"
 
 
@@ -154,26 +168,6 @@ def _head(option: tuple[str, bool, bool, str, str], host: str) -> int:
     spaces."""
     badge, with_time, with_host, _, _ = option
     return len(badge) + (10 if with_time else 1) + (len(host) + 2 if with_host else 0)
-
-
-def _gist(fix: Fix) -> str:
-    """Advice without its reason: "reboot the node (the GPU cannot ...)" -> "reboot the node"."""
-    return fix.words.split(" (")[0]
-
-
-def _fix_choices(fixes: list[Fix]) -> list[str]:
-    """The fixes as the strip can say them, from the fullest to the barest: all of them
-    (" — K stop it, r restart drafter, drain the node"), the keys with their words (advice
-    only when no key acts), the keys with their verbs when there are several (" — K stop,
-    r restart"; a lone key keeps its words), advice without its reason; "" when there are
-    none."""
-    if not fixes:
-        return [""]
-    keyed = [f for f in fixes if f.key] or fixes[:1]
-    said = [[screen_fix(f) for f in fixes], [screen_fix(f) for f in keyed]]
-    if len(keyed) > 1 or keyed[0].key is None:  # one key keeps its words: "r restart drafter"
-        said.append([f"{f.key} {f.words.split()[0]}" if f.key else _gist(f) for f in keyed])
-    return [f" — {', '.join(printable(x) for x in words)}" for words in said]
 
 
 class AlertStrip(ViewWidget[StripView]):
