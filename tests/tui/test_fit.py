@@ -6,6 +6,7 @@ its findings and scrolls at once, a toast uses its width, the history keeps the 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -16,6 +17,7 @@ from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DoctorScreen
 
+from held_demo import HeldDemo, drafter_read
 from screen_text import screen_lines
 
 Wait = Callable[..., Awaitable[None]]
@@ -153,3 +155,22 @@ async def test_the_history_at_80_columns_ends_cut_messages_in_an_ellipsis_and_sh
                 a.message for a in app.monitors[0].alerts.history() if a.message[:20] in row
             )
             assert message == whole or message.endswith("…"), (message, whole)
+
+
+async def test_the_jobs_row_at_200_columns_says_the_whole_crash(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, tmp_path: Path
+) -> None:
+    """Issue 36 point 5: "crashed: OOM on GPU 6 (…)" with 130 columns free. The OOM read
+    live (held at 48 s until the drafter's log was read), CT 201's jupyter its cause."""
+    held = HeldDemo(tmp_path)
+    monitor = demo_monitor(demo_time=48.0, speed=2.0, held=held)
+    app = GpumonApp([monitor], bell=False)
+    jobs = app.dashboard.sections[0].jobs
+    async with app.run_test(size=(200, 50)) as pilot:
+        await wait(pilot, lambda: drafter_read(monitor), timeout=30, what="the drafter's log")
+        held.release()
+        reason = "crashed: OOM on GPU 6 (GPU 6: 6.0 GiB held by CT 201 jupyter-lab)"
+        crashed = "crashed: OOM on GPU 6"
+        await wait(pilot, lambda: crashed in jobs.plain, timeout=40, what="the drafter's crash")
+        await wait(pilot, lambda: reason in jobs.plain, timeout=5, what="the crash said whole")
+        assert reason in "\n".join(screen_lines(app))

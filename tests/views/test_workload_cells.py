@@ -132,6 +132,21 @@ def test_the_jobs_row_keeps_the_crash_whole_and_drops_the_parenthesis() -> None:
     assert "crashed: OOM on GPU 6 (…)" in row and "(GP" not in row
 
 
+def test_the_jobs_row_says_the_whole_crash_where_the_width_is_free() -> None:
+    """Issue 36 point 5: "crashed: OOM on GPU 6 (…)" with 130 columns free."""
+    job = JobTracker("drafter", "kv", (5, 6, 7))
+    job.feed("step 700/5000 | loss 2.2999 | 12.8 Ktok/s", 100.0)
+    reason = "OOM on GPU 6 (GPU 6: 6.0 GiB held by CT 201 jupyter-lab)"
+    job.mark_crashed(reason, 102.0)
+    view = jobs_view({"drafter": job}, end=102.0, span=2.0, count=10, palette=PALETTE)
+    assert view is not None
+    wide = render_pane(view, JOB_COLUMNS, 200).plain.split("\n")[1]
+    assert f"crashed: {reason}" in wide
+    assert len(wide.rstrip()) <= 200
+    narrow = render_pane(view, JOB_COLUMNS, 80).plain.split("\n")[1]
+    assert "crashed: OOM on GPU 6 (…)" in narrow  # no room: the parenthesis goes whole
+
+
 def test_a_gpu_no_job_or_server_owns_is_named_by_its_program() -> None:
     # issue 26.8: GPUs 0-4 of the demo run train.target and said "-"
     target = GpuProcess(

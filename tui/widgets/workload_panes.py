@@ -4,7 +4,8 @@ server or job, with a sparkline in what the columns leave.
 Both are one widget each that draws a ``PaneView`` (plain data, compared for equality),
 so a refresh without news costs a comparison. Columns have a priority: in a narrow
 terminal the least important go first, and the sparkline takes what is left (from
-``MIN_SPARK`` cells; below that it goes too). A pane with no rows is hidden.
+``MIN_SPARK`` cells; below that it goes too), after a cell cut at its column's bound
+has taken the room to be said whole. A pane with no rows is hidden.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gpumon.tui.widgets.text_line import Line
 from gpumon.tui.widgets.view_widget import ViewWidget
 
 MIN_SPARK = 8
+SPARK_KEPT = 20  # a cut column grows into the free width only where this much sparkline stays
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +72,17 @@ def fit_columns(
 ) -> tuple[list[tuple[Column, int]], int]:
     """The columns that fit ``width`` with their widths, and the sparkline's width (0 when
     fewer than ``MIN_SPARK`` cells are left). A column is as wide as its widest cell,
-    within its bounds; when space is short the lowest priority goes first."""
+    within its bounds; when space is short the lowest priority goes first. A column whose
+    widest cell is cut at its bound takes the room to say it whole ("crashed: OOM on GPU 6
+    (GPU 6: 6.0 GiB held by CT 201 jupyter-lab)", not "(…)") where the sparkline keeps
+    ``SPARK_KEPT`` cells, the most important column first."""
     sized = []
+    longest: dict[str, int] = {}
     columns = [c for c in columns if not c.optional or any(r.cell(c.key) for r in rows)]
     for col in columns:
-        longest = max((len(c.text) for r in rows if (c := r.cell(col.key))), default=0)
-        sized.append((col, min(max(longest, len(col.title), col.min_width), col.max_width)))
+        longest[col.key] = max((len(c.text) for r in rows if (c := r.cell(col.key))), default=0)
+        wanted = max(longest[col.key], len(col.title), col.min_width)
+        sized.append((col, min(wanted, col.max_width)))
 
     def used(cols: list[tuple[Column, int]]) -> int:
         return sum(w + 1 for _, w in cols)
@@ -83,6 +90,10 @@ def fit_columns(
     kept = list(sized)
     while len(kept) > 2 and used(kept) + MIN_SPARK > width:
         kept.remove(min(kept[2:], key=lambda cw: cw[0].priority))
+    for col, w in sorted(kept, key=lambda cw: -cw[0].priority):
+        more = longest[col.key] - w
+        if more > 0 and width - used(kept) - more >= SPARK_KEPT:
+            kept[kept.index((col, w))] = (col, w + more)
     spark = width - used(kept)
     return kept, spark if spark >= MIN_SPARK else 0
 
