@@ -5,6 +5,7 @@ its findings and scrolls at once, a toast uses its width, the history keeps the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import cast
@@ -174,3 +175,32 @@ async def test_the_jobs_row_at_200_columns_says_the_whole_crash(
         await wait(pilot, lambda: crashed in jobs.plain, timeout=40, what="the drafter's crash")
         await wait(pilot, lambda: reason in jobs.plain, timeout=5, what="the crash said whole")
         assert reason in "\n".join(screen_lines(app))
+
+
+async def test_the_detail_view_at_80x24_says_each_plots_numbers_and_keeps_its_rows(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Issue 36 point 7: at 80x24 a plot had four rows, so GPU 0's 82.5 GiB was drawn on
+    the row labelled 91 (the warning line): the title says the value now and the range;
+    the values' line no longer wraps its bus id onto a line of its own."""
+    monitor = demo_monitor(demo_time=70.0)
+    app = GpumonApp([monitor], bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: monitor.latest is not None, what="a sample")
+        await pilot.press("enter")
+        await wait(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail view")
+        sample = monitor.latest
+        assert sample is not None
+        gpu = next(g for g in sample.gpus if g.index == 0)
+        used = f"{(gpu.memory_used_mib or 0) / 1024:.1f}"
+        await wait(
+            pilot,
+            lambda: f"memory GiB  {used} now" in "\n".join(screen_lines(app)),
+            what="the memory plot's numbers",
+        )
+        lines = screen_lines(app)
+        assert gpu.bus_id is not None and gpu.bus_id in lines[0], lines[:3]
+        assert lines[1].startswith(" mem ") and lines[2].startswith(" PCIe"), lines[:3]
+        text = "\n".join(lines)
+        for title in ("utilisation %  ", "temperature °C  ", "power W  "):
+            assert re.search(re.escape(title) + r"\d+ now", text), (title, text)

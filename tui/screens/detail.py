@@ -22,14 +22,18 @@ from gpumon.backends.model import GpuHistory, GpuProcess, GpuSample, Health, Hos
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.views import Palette, rgb
 from gpumon.tui.views.gpu_cells import (
+    Cell,
+    GpuCells,
     Role,
     duration,
     gib,
     gpu_cells,
     health_facts_cell,
     memory_role,
+    short_name,
     temperature_role,
 )
+from gpumon.tui.views.plot_text import plot_title, window_range
 from gpumon.tui.views.process_cells import memory_flag, process_lines
 from gpumon.tui.widgets import KeyFooter, PlotSpec, PlotWidget, series
 from gpumon.tui.widgets.plot import RGB
@@ -194,22 +198,27 @@ class DetailScreen(Screen[None]):
         total = gpu.memory_total_mib if gpu and gpu.memory_total_mib else None
         limit = gpu.power_limit_w if gpu and gpu.power_limit_w else None
         specs = {
-            "memory": ("memory GiB", 1 / 1024, (total or 0) / 1024, False),
-            "util": ("utilisation %", 1.0, 100.0, True),
-            "temp": ("temperature °C", 1.0, 100.0, False),
-            "power": ("power W", 1.0, limit or 0.0, True),
+            "memory": ("memory GiB", 1 / 1024, (total or 0) / 1024, False, 1),
+            "util": ("utilisation %", 1.0, 100.0, True, 0),
+            "temp": ("temperature °C", 1.0, 100.0, False, 0),
+            "power": ("power W", 1.0, limit or 0.0, True, 0),
         }
         levels, y_min = self._memory_levels(total, hist, end, pal)
-        for name, (title, scale, y_max, mean) in specs.items():
+        for name, (label, scale, y_max, mean, digits) in specs.items():
             plot = self.plots[name]
+            title = label
             if hist is None:
                 values: tuple[float | None, ...] = ()
                 xs: tuple[float, ...] = ()
                 gap = 3.0
             else:
+                # the numbers beside the plot: a few rows cannot tell 86 from 96 GiB
+                field = getattr(hist, _FIELDS[name])
+                numbers = window_range(hist.times, field, end=end, window=self.window)
+                title = plot_title(label, numbers, scale=scale, digits=digits)
                 xs, values, gap = series(
                     hist.times,
-                    getattr(hist, _FIELDS[name]),
+                    field,
                     end=end,
                     window=self.window,
                     max_points=max(plot.size.width * 2, 20),
@@ -276,25 +285,27 @@ class DetailScreen(Screen[None]):
             text.append("  no data for this GPU", pal.text(Role.NA))
             return text
         c = gpu_cells(gpu, self._memory_level(gpu, sample))
-        text.append(f"  {gpu.name or 'n/a'}", Style(bold=True))
+        width = self.size.width or self.app.size.width
+        bus = gpu.bus_id or ""
+        # on a narrow screen the bus id goes up beside the short name, so the values' line
+        # does not wrap and the plots keep their rows (80x24)
+        bus_above = len(_values_line(c)) + 2 + len(bus) > width
+        name = short_name(gpu.name) if bus_above else gpu.name or "n/a"
+        text.append(f"  {name}", Style(bold=True))
+        if bus_above and bus:
+            text.append(f"  {bus}", pal.text(Role.MUTED))
         text.append(f"  window {WINDOW_NAMES.get(self.window, duration(self.window))}")
         if stale is not None:
             text.append("  ")
             text.append(f" stale {stale} ", pal.badge(Role.CRITICAL))
         line2 = Text(" ")
-        for label, cell in (
-            ("mem", c.memory),
-            ("", c.memory_pct),
-            ("util", c.util),
-            ("temp", c.temp),
-            ("power", c.power),
-            ("", c.pstate),
-        ):
+        for label, cell in _values(c):
             if label:
                 line2.append(f"{label} ", pal.text(Role.MUTED))
             line2.append(cell.text, pal.text(cell.role))
             line2.append("  ")
-        line2.append(f"{gpu.bus_id or ''}", pal.text(Role.MUTED))
+        if not bus_above:
+            line2.append(bus, pal.text(Role.MUTED))
         if c.problems.text:
             line2.append(f"  {c.marker.text} {c.problems.text}", pal.text(c.problems.role))
         facts = health_facts_cell(gpu)
@@ -352,6 +363,23 @@ _FIELDS = {
     "temp": "temperature_c",
     "power": "power_w",
 }
+
+
+def _values(c: GpuCells) -> tuple[tuple[str, Cell], ...]:
+    """The values the title's second line says, with their labels."""
+    return (
+        ("mem", c.memory),
+        ("", c.memory_pct),
+        ("util", c.util),
+        ("temp", c.temp),
+        ("power", c.power),
+        ("", c.pstate),
+    )
+
+
+def _values_line(c: GpuCells) -> str:
+    """The title's second line without the bus id: " mem 82.5/95.6GiB  86%  ...  P0  "."""
+    return " " + "".join(f"{label} " * bool(label) + cell.text + "  " for label, cell in _values(c))
 
 
 def _gpu(sample: HostSample | None, index: int) -> GpuSample | None:
