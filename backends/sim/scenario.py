@@ -17,7 +17,8 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Six scenarios (
   /proc says of a simulated PID.
 - ``sglang``: eight SGLang servers, one per GPU, steady and busy. At ``XID_AT`` the
   kernel log (``kernel_lines``) gets an Xid 63 on GPU ``XID_GPU``'s bus: a row of its
-  memory marked for remapping at the next reset (the GPU goes on working).
+  memory marked for remapping at the next reset (the GPU goes on working), and from then
+  on that GPU reports its row remapping pending (``remapped_rows.pending`` Yes).
 - ``idle``: the reference machine after a torch swap: the target side busy on GPUs 0-4
   and the drafter's processes alive on GPUs 5-7, holding their memory, but from
   ``IDLE_AT`` at 0-2 % utilisation (GPUs held and idle: ``gpu_idle_held``).
@@ -591,6 +592,11 @@ def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
             gpu = _drafter_gpu(i, rng, t, run, drafter_died_at(settings, t), settings)
             gpus.append(_with_jupyter(gpu, settings, t, run))
     health = parse_fault(settings.fault).health
+    if settings.scenario == "sglang" and t >= XID_AT:
+        # The Xid 63 marks a row for remapping at the next reset: the driver's
+        # remapped_rows.pending says Yes from then on (NVIDIA's A100 GPU Memory Error
+        # Management, "Row-remapping pending flag"; nvmlDeviceGetRemappedRows' isPending).
+        health = frozenset({*health, ("row_pending", XID_GPU)})
     return [_with_health(g, health, t) for g in gpus] if health else gpus
 
 

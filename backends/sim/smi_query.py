@@ -5,7 +5,8 @@ keys padded to column 55 before ``": "``, four spaces per level, a blank line be
 Only the sections ``gpumon bundle`` asks for are simulated (``-d ECC, PAGE_RETIREMENT,
 ROW_REMAPPER, PERFORMANCE, CLOCK``); a plain ``-q`` prints those too, after the header.
 The values come from the same model as the CSV queries (clocks, P-state, event reasons);
-ECC, retired pages and remapped rows are the healthy board's zeros.
+ECC and retired pages are the healthy board's zeros; the remapped rows' pending and
+failure flags are the CSV's (the sglang scenario's Xid 63 leaves a row pending).
 """
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ def _remapped(gpu: SimGpu) -> list[str]:
         _line(1, "Remapped Rows"),
         _line(2, "Correctable Error", "0"),
         _line(2, "Uncorrectable Error", "0"),
-        _line(2, "Pending", "No"),
-        _line(2, "Remapping Failure Occurred", "No"),
+        _line(2, "Pending", "Yes" if gpu.rows_pending else "No"),
+        _line(2, "Remapping Failure Occurred", "Yes" if gpu.rows_failure else "No"),
         _line(2, "Bank Remap Availability Histogram"),
         _line(3, "Max", "1536 bank(s)"),
         _line(3, "High", "0 bank(s)"),

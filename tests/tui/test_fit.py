@@ -15,6 +15,7 @@ from textual.widgets._footer import FooterKey
 from textual.widgets._toast import Toast
 
 from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.sim.scenario import XID_AT, XID_GPU
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DoctorScreen
 
@@ -204,3 +205,20 @@ async def test_the_detail_view_at_80x24_says_each_plots_numbers_and_keeps_its_ro
         text = "\n".join(lines)
         for title in ("utilisation %  ", "temperature °C  ", "power W  "):
             assert re.search(re.escape(title) + r"\d+ now", text), (title, text)
+
+
+async def test_the_xid_63_gpus_health_line_says_its_row_remap_is_pending(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Issue 36 point 7: after the sglang demo's Xid 63 ("reset gpu to activate") GPU 3's
+    detail view said "rows ok" beside the incident that said to reset it."""
+    monitor = demo_monitor(scenario="sglang", demo_time=XID_AT + 5.0)
+    app = GpumonApp([monitor], bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: monitor.latest is not None, what="a sample")
+        await pilot.press(str(XID_GPU), "enter")
+        await wait(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail view")
+        await wait(pilot, lambda: "PCIe" in "\n".join(screen_lines(app)), what="its health")
+        health = next(line for line in screen_lines(app) if line.startswith(" PCIe"))
+        assert f"GPU {XID_GPU} " in screen_lines(app)[0]
+        assert "rows pending" in health and "rows ok" not in health, health

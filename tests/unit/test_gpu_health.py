@@ -6,6 +6,7 @@ each alert; what the driver does not report is None, never a healthy 0 or "No"."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,15 @@ from gpumon.backends.parsers.nvidia_smi import (
 )
 from gpumon.backends.remote import agent
 from gpumon.backends.sim import smi
-from gpumon.backends.sim.scenario import SimSettings, parse_fault
+from gpumon.backends.sim.scenario import (
+    XID_AT,
+    XID_GPU,
+    SimSettings,
+    gpu_states,
+    kernel_lines,
+    parse_fault,
+)
+from gpumon.backends.sim.smi_query import query_report
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia"
 H200 = FIXTURES / "real-captures" / "linux-x86_64__nvidia-h200__590.48.01.txt"
@@ -256,3 +265,26 @@ def test_a_health_facts_advice_is_its_incidents_fix(
     assert [f.words for f in incident.fixes] == fixes
     assert all(f.key is None and f.command is None for f in incident.fixes)
     assert command_fix(incident) == f"fix: {fixes[0]}"
+
+
+def test_the_sglang_demos_xid_63_leaves_its_row_remap_pending() -> None:
+    """Issue 36 point 7: the demo's kernel log said Xid 63 on GPU 3 ("New row marked for
+    remapping, reset gpu to activate") while GPU 3 reported no pending remap, so its detail
+    view said "rows ok" beside an incident that said to reset it. The driver flags the row
+    pending until the next reset (NVIDIA's A100 GPU Memory Error Management, "Row-remapping
+    pending flag"; nvmlDeviceGetRemappedRows' isPending): from XID_AT GPU 3 says so, through
+    nvidia-smi's CSV and its -q report alike, and raises the rows warning on GPU 3 only."""
+    settings = SimSettings(scenario="sglang")
+    before, after = smi_source("")(XID_AT - 1.0), smi_source("")(XID_AT)
+    assert not kernel_lines(settings, XID_AT - 1.0) and kernel_lines(settings, XID_AT)
+    assert [g.rows_pending for g in before] == [False] * len(before)
+    assert [g.index for g in after if g.rows_pending] == [XID_GPU]
+    report = query_report(gpu_states(settings, XID_AT), 1.7e9, ("ROW_REMAPPER",))
+    assert report.count("Pending") - report.count("Pending Page") == len(after)
+    assert re.search(r"Pending\s+: Yes", report) and report.count(": Yes") == 1
+    engine = AlertEngine("h", AlertRules())
+    engine.on_sample(HostSample("h", 1.7e9, None, after))
+    rows = [a for a in engine.active() if a.kind == "gpu_health"]
+    assert [(a.gpu, a.severity) for a in rows] == [(XID_GPU, Health.WARNING)]
+    assert "reset the GPU" in rows[0].message
+    assert findings(before[XID_GPU]) == []
