@@ -176,8 +176,7 @@ ACTIONS: tuple[DashboardAction, ...] = (
         footer=False,
         dangerous=True,
         machine=True,
-        needs_host=True,
-        needs_gpu=True,
+        needs_host=True,  # a GPU's process, or from anywhere the incident's holder
     ),
     DashboardAction(
         "doctor",

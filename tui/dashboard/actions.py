@@ -101,16 +101,17 @@ class JobActions:
         """The process ``K`` acts on, with how it was chosen when nobody selected it: the
         one selected in the detail view on show, else the process line under the cursor,
         else another container's biggest holder of the GPU under the cursor, else the
-        holder an incident names as its cause (the strip offers "K stop it"), else the
-        biggest process of the GPU under the cursor."""
+        holder an incident names as its cause (the strip offers "K stop it": from a job's
+        row or a GPU without a process too), else the biggest process of the GPU under
+        the cursor."""
         screen = self.screen.app.screen
         if isinstance(screen, DetailScreen):
             process = screen.selected_process()
             return None if process is None else (screen.target.monitor, process, None)
         monitor = self.cursor.selected_monitor()
         target = self.cursor.target()
-        if monitor is None or target is None:
-            return None
+        if monitor is None or target is None:  # a job's row: the strip's "K stop it"
+            return self.incident_holder()
         if self.cursor.process_cursor is not None:  # a process line: that one, or none
             selected = self.cursor.selected_process()
             return None if selected is None else (monitor, selected, None)
@@ -119,11 +120,11 @@ class JobActions:
             next((g for g in sample.gpus if g.index == target.gpu_index), None) if sample else None
         )
         procs = sample.processes_for(gpu) if sample is not None and gpu is not None else ()
-        if not procs:
-            return None
         others = foreign(procs, monitor.host.container)
         if not others and (held := self.incident_holder()) is not None:
-            return held
+            return held  # the strip's "K stop it", from a GPU with no process too
+        if not procs:
+            return None
         pick = max(others or procs, key=lambda p: p.memory_mib or 0)
         row = f"the cursor is on GPU {target.gpu_index}'s row"
         first = " (another container's first)" if others else ""
@@ -156,13 +157,22 @@ class JobActions:
                     return m, pick, why
         return None
 
-    def kill_state(self) -> bool | None:
-        return True if self.process_to_kill() is not None else None
+    def kill_verdict(self) -> tuple[bool | None, str | None]:
+        """Whether ``K`` has a process to act on (True), else greyed out (None) and why."""
+        if self.process_to_kill() is not None:
+            return True, None
+        screen = self.screen.app.screen
+        target = screen.target if isinstance(screen, DetailScreen) else self.cursor.target()
+        if target is None:
+            return None, "no GPU under the cursor"
+        if target.monitor.latest is None:
+            return None, f"no process list from {target.monitor.name} yet"
+        return None, f"GPU {target.gpu_index} runs no compute process: nothing to terminate"
 
     def kill_process(self) -> None:
         chosen = self.process_to_kill()
         if chosen is None:
-            self.notify("terminate: no GPU process selected", severity="warning")
+            self.notify(f"terminate: {self.kill_verdict()[1]}", severity="warning")
             return
         monitor, process, why = chosen
         reason = self.read_only_reason(monitor)

@@ -84,19 +84,30 @@ class ReplayControls:
     def state(self, action: str) -> bool | None:
         """A replay key's state: step only while paused, speed within its range, neither
         once the recording ended (greyed out, None)."""
+        return self.verdict(action)[0]
+
+    def verdict(self, action: str) -> tuple[bool | None, str | None]:
+        """A replay key's state (``state``) and, greyed out, why."""
         replay = self.replay
+        if action in ("replay_step", "replay_step_back") and not replay.paused:
+            return None, "the recording plays: p pauses it first"
         if action == "replay_step":
-            return True if replay.paused and not replay.finished else None
+            return (True, None) if not replay.finished else (None, "the recording has ended")
         if action == "replay_step_back":
-            return True if replay.paused and replay.can_step_back else None
+            return (True, None) if replay.can_step_back else (None, "this is its first sample")
         if action == "replay_next_alert":
-            return True if replay.has_next_alert() else None
+            return (True, None) if replay.has_next_alert() else (None, "no incident after this")
         if action == "replay_previous_alert":
-            return True if replay.has_previous_alert() else None
+            if replay.has_previous_alert():
+                return True, None
+            return None, "no incident before this"
         if replay.finished:
-            return None
-        edge = SPEEDS[-1] if action == "replay_faster" else SPEEDS[0]
-        return True if replay.speed != edge else None
+            return None, "the recording has ended"
+        faster = action == "replay_faster"
+        edge = SPEEDS[-1] if faster else SPEEDS[0]
+        if replay.speed == edge:
+            return None, f"already the {'fastest' if faster else 'slowest'} speed ({edge:g}x)"
+        return True, None
 
     def refuse_key(self, key: str) -> bool:
         """A key of an action on a machine (hidden in a replay, so Textual passes it on):

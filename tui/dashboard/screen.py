@@ -40,7 +40,7 @@ from gpumon.tui.dashboard.action_table import (
     bindings,
     palette_entries,
 )
-from gpumon.tui.dashboard.actions import JobActions
+from gpumon.tui.dashboard.actions import RECORDING, JobActions
 from gpumon.tui.dashboard.alerts import AlertPresenter
 from gpumon.tui.dashboard.cursor import CursorModel, Stop
 from gpumon.tui.dashboard.notices import ConnectionWatch
@@ -50,6 +50,7 @@ from gpumon.tui.screens import (
     AlertHistoryScreen,
     DetailScreen,
     DetailTarget,
+    key_text,
 )
 from gpumon.tui.screens.detail import fitting_window
 from gpumon.tui.state import remember_window, remembered_window
@@ -128,10 +129,11 @@ class DashboardScreen(Screen[None]):
         self._timer: Timer | None = None
         for i, m in enumerate(self.monitors):
             m.add_listener(partial(self._on_monitor_change, i))
-        self._checks: dict[str, Callable[[], bool | None]] = {
-            "faster": partial(self._interval_state, faster=True),
-            "slower": partial(self._interval_state, faster=False),
-            "kill_process": self.actions.kill_state,
+        # an action's own check: its state and, when it cannot act, why
+        self._checks: dict[str, Callable[[], tuple[bool | None, str | None]]] = {
+            "faster": partial(self._interval_verdict, faster=True),
+            "slower": partial(self._interval_verdict, faster=False),
+            "kill_process": self.actions.kill_verdict,
         }
 
     @property
@@ -398,8 +400,10 @@ class DashboardScreen(Screen[None]):
 
     def on_key(self, event: events.Key) -> None:
         """In a replay the keys that act on a machine are hidden (no binding runs them);
-        pressed, they say that this is a recording."""
-        if self.replay_controls is not None and self.replay_controls.refuse_key(event.key):
+        pressed, they say that this is a recording. A key that cannot act now (greyed out,
+        or hidden as read-only) says why (``explain_key``)."""
+        replay = self.replay_controls
+        if (replay is not None and replay.refuse_key(event.key)) or self.explain_key(event.key):
             event.stop()
 
     # --- what may run now ----------------------------------------------------------------
@@ -412,41 +416,81 @@ class DashboardScreen(Screen[None]):
     def action_state(self, entry: DashboardAction) -> bool | None:
         """Whether ``entry`` can act now: True, greyed out (None) or hidden (False), from
         what the action table says it needs."""
+        return self.action_verdict(entry)[0]
+
+    def action_verdict(self, entry: DashboardAction) -> tuple[bool | None, str | None]:
+        """``action_state`` and, when it is not True, why (in the user's words: what is
+        under the cursor, what the host or the config lacks)."""
         replay = self.replay_controls
         if entry.replay:
-            return False if replay is None else replay.state(entry.name)
+            if replay is None:
+                return False, "this is not a recording"
+            return replay.verdict(entry.action)
         if entry.name == "next_alerting" and replay is not None:
             # in a replay n/N go to the recording's next / previous alert
-            return replay.replay.has_next_alert() or replay.replay.has_previous_alert() or None
+            if replay.replay.has_next_alert() or replay.replay.has_previous_alert():
+                return True, None
+            return None, "the recording has no other incident"
         monitor = self.selected_monitor()
         can = monitor.source.capabilities if monitor is not None else None
         if entry.machine and can is not None and not can.actions:
-            return False  # a recording has no machine to act on
+            return False, RECORDING  # a recording has no machine to act on
         if entry.live and can is not None and not can.interval:
-            return None  # nor a sampling interval
-        if entry.dangerous and self.actions.read_only_reason(monitor) is not None:
-            return False
+            return None, "a recording has no sampling interval"  # nor a sampling interval
+        if entry.dangerous and (reason := self.actions.read_only_reason(monitor)) is not None:
+            return False, reason
         if entry.needs_gpu and self.cursor_model.target() is None:
-            return None
+            return None, self._no_gpu_reason()
         if entry.needs_job:
             selected = self.actions.job_for(entry)
             if selected is None:
                 # The key stays: pressed, it says why it has nothing to act on (a silent
                 # greyed-out key on GPU 0 reads as broken at 3 a.m.).
-                return self._host_state(entry, monitor)
+                return self._host_verdict(entry, monitor)
             monitor, job = selected
             if self.actions.running_run(monitor, job) is not None:
-                return True  # shows the run's progress, connected or not
+                return True, None  # shows the run's progress, connected or not
             if entry.starts_job and not job.start:
-                return None  # nothing to start it with
-        return self._host_state(entry, monitor)
+                return None, f"{job.name} has no start command in the config"
+        return self._host_verdict(entry, monitor)
 
-    def _host_state(self, entry: DashboardAction, monitor: HostMonitor | None) -> bool | None:
+    def _host_verdict(
+        self, entry: DashboardAction, monitor: HostMonitor | None
+    ) -> tuple[bool | None, str | None]:
         """Greyed out while the host it needs is not connected, else its own check."""
-        if entry.needs_host and (monitor is None or monitor.status.state != ConnState.CONNECTED):
-            return None
+        if entry.needs_host and monitor is None:
+            return None, "no host"
+        if entry.needs_host and monitor is not None and monitor.status.state != ConnState.CONNECTED:
+            return None, f"{monitor.name} is not connected ({monitor.status.state.value})"
         check = self._checks.get(entry.name)
-        return True if check is None else check()
+        return (True, None) if check is None else check()
+
+    def _no_gpu_reason(self) -> str:
+        """Why a key that acts on a GPU has none: the cursor is on a job's row, or on none."""
+        where = self.cursor_model.under_cursor()
+        if where is not None and where[0] == "job":
+            monitor = self.selected_monitor()
+            job = monitor.host.job(str(where[1])) if monitor is not None else None
+            gpus = f" ({', '.join(map(str, job.gpus))})" if job and job.gpus else ""
+            return f"the cursor is on job {where[1]}'s row: move to one of its GPUs{gpus}"
+        return "no GPU under the cursor"
+
+    def explain_key(self, key: str, where: Where = "dashboard") -> bool:
+        """``key`` pressed for an action that cannot act now (greyed out, or hidden as
+        read-only): say why in a toast, never nothing (a refused change is audited, as the
+        action's own refusal is). Returns whether it did (the key is then spent)."""
+        entry = next((a for a in actions_on(where) if not a.app and key in a.keys.split(",")), None)
+        if entry is None:
+            return False
+        state, reason = self.action_verdict(entry)
+        if state is True or reason is None or (state is False and not entry.dangerous):
+            return False
+        if state is False:  # hidden as read-only: the action refuses, says why, audits it
+            getattr(self, f"action_{entry.name}")()
+            return True
+        what = f"{key_text(key)} ({entry.label.lower()})"
+        self.notify(f"{what}: {reason}", severity="warning", timeout=6, markup=False)
+        return True
 
     def _fixable(self) -> tuple[HostMonitor, JobConfig] | None:
         """The job ``r`` restarts now, when it can (the strip offers it)."""
@@ -576,9 +620,12 @@ class DashboardScreen(Screen[None]):
         options = [x for x in INTERVALS if x > cur + 1e-9]
         return min(options) if options else None
 
-    def _interval_state(self, *, faster: bool) -> bool | None:
+    def _interval_verdict(self, *, faster: bool) -> tuple[bool | None, str | None]:
         """Greyed out at the fastest (slowest) interval there is."""
-        return True if self._next_interval(faster) is not None else None
+        if self._next_interval(faster) is not None:
+            return True, None
+        edge = INTERVALS[0] if faster else INTERVALS[-1]
+        return None, f"already the {'shortest' if faster else 'longest'} interval ({edge:g} s)"
 
     def _change_interval(self, faster: bool) -> None:
         new = self._next_interval(faster)
@@ -624,6 +671,11 @@ class DashboardDetailScreen(DetailScreen):
             _, name, params = actions.parse(str(parameters[0]))
             return self.dashboard.check_action(name, params)
         return super().check_action(action, parameters)
+
+    def on_key(self, event: events.Key) -> None:
+        """A key of the dashboard's that cannot act now says why, here too."""
+        if self.dashboard.explain_key(event.key, "detail"):
+            event.stop()
 
     async def action_dashboard(self, action: str) -> None:
         """Run the dashboard's ``action`` there."""
