@@ -197,11 +197,15 @@ class SimulatedPrometheus:
         if name == "down":
             return []  # every exporter is up
         if name == "alerts":
-            # gpumon watch on the hot nodes: the first has a critical alert, the other a warning
-            severities = ("critical", *["warning"] * (len(DEMO_HOT_NODES) - 1))
+            # gpumon watch on the hot nodes: the first has a critical alert (a CUDA OOM),
+            # the other a warning (its memory filling up)
+            alerts = (
+                ("critical", "cuda_oom"),
+                *[("warning", "time_to_full")] * (len(DEMO_HOT_NODES) - 1),
+            )
             return [
-                _one({"host": n, "severity": sev}, t, 1.0)
-                for n, sev in zip(DEMO_HOT_NODES, severities, strict=True)
+                _one({"host": n, "severity": sev, "kind": kind}, t, 1.0)
+                for n, (sev, kind) in zip(DEMO_HOT_NODES, alerts, strict=True)
             ]
         if name == "xids":
             return [s for node in fleet.nodes for s in self._node(node, "xid", t)]

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gpumon.backends.alerts.kinds import kind_title
 from gpumon.backends.fleet.queries import IDLE_MEMORY_MIB, IDLE_UTIL_PCT, IDLE_WINDOW_S
 from gpumon.backends.model import Health
 from gpumon.backends.parsers.xid import xid_level, xid_summary
@@ -48,6 +49,8 @@ class NodeRow:
     idle_allocated: int | None = None  # GPUs > 2 GiB held at < 5 % for 10 min
     alerts_critical: int = 0  # active gpumon alerts (gpumon watch's exporter)
     alerts_warning: int = 0
+    # (severity word, kind, count) of those alerts, the most of each severity first
+    alert_kinds: tuple[tuple[str, str, int], ...] = ()
     last_seen: float | None = None  # the newest sample's time (Prometheus' clock)
     current: bool = True  # has series now (False: only seen earlier in the hour)
     exporter_down: bool = False  # its target's ``up`` is 0
@@ -93,14 +96,9 @@ def judge(row: NodeRow, now: float, stale_after: float = STALE_AFTER_S) -> tuple
     xid = _xid_problem(row)
     if xid is not None:
         out.append(xid)
-    if row.alerts_critical:
-        out.append(
-            Problem("gpumon-alerts", Health.CRITICAL, f"{row.alerts_critical} critical alert(s)")
-        )
-    elif row.alerts_warning:
-        out.append(
-            Problem("gpumon-alerts", Health.WARNING, f"{row.alerts_warning} warning alert(s)")
-        )
+    alerts = _alerts_problem(row)
+    if alerts is not None:
+        out.append(alerts)
     if row.idle_allocated:
         text = (
             f"idle but allocated: {_gpus(row.idle_allocated)} hold > {IDLE_MEMORY_MIB // 1024}"
@@ -125,6 +123,24 @@ def _xid_problem(row: NodeRow) -> Problem | None:
     if others:
         text += "; also Xid " + ", ".join(map(str, others))
     return Problem("xid", level, text)
+
+
+def _alerts_problem(row: NodeRow) -> Problem | None:
+    """gpumon's own alerts on the node, the worst severity's, named first ("CUDA out of
+    memory (1 critical alert)"; a third kind and more counted: "+1"); by count alone where
+    the exporter's series have no kind."""
+    if row.alerts_critical:
+        level, count = Health.CRITICAL, row.alerts_critical
+    elif row.alerts_warning:
+        level, count = Health.WARNING, row.alerts_warning
+    else:
+        return None
+    said = f"{count} {level.value} alert{'s' if count != 1 else ''}"
+    names = [kind_title(kind) for sev, kind, _ in row.alert_kinds if sev == level.value]
+    if names:
+        more = f" +{len(names) - 2}" if len(names) > 2 else ""
+        said = f"{', '.join(names[:2])}{more} ({said})"
+    return Problem("gpumon-alerts", level, said)
 
 
 def _gpus(n: int) -> str:

@@ -142,7 +142,9 @@ class FleetQueries:
             ),
             "seen": agg("max", f"max_over_time({newest}[{KNOWN_WINDOW}:5m])"),
             "down": f"up{{{self.selector}}} == 0" if self.selector else "up == 0",
-            "alerts": f"sum by (host, severity) ({m(GPUMON_ALERTS)})",
+            # by kind, so the problem names the alert ("CUDA out of memory"); the exporter
+            # writes a 0 for every kind not active, left out here
+            "alerts": f"sum by (host, severity, kind) ({m(GPUMON_ALERTS)}) > 0",
         }
 
     def spark(self) -> str:

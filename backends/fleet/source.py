@@ -200,11 +200,15 @@ class FleetSource:
             if t is not None:
                 self._seen[node] = t
         down = {(s.labels.get("job"), s.labels.get("instance")) for s in results.get("down", [])}
-        alerts: dict[str, dict[str, float]] = defaultdict(dict)
+        alerts: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        kinds: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
         for s in results.get("alerts", []):
             host, sev = s.labels.get("host"), s.labels.get("severity", "")
+            count = finite(s.value) or 0.0
             if host:
-                alerts[host][sev] = finite(s.value) or 0.0
+                alerts[host][sev] += count
+                if s.labels.get("kind") and count:
+                    kinds[host].append((sev, s.labels["kind"], int(count)))
         xid_gpus: dict[str, dict[str, set[int]]] = defaultdict(dict)  # node: {gpu: codes}
         for s in results.get("xids", []):
             node, code = s.labels.get("node"), _xid_code(s)
@@ -251,6 +255,7 @@ class FleetSource:
                 idle_allocated=_int(col["idle_allocated"].get(node)),
                 alerts_critical=int(alerts.get(node, {}).get("critical", 0)),
                 alerts_warning=int(alerts.get(node, {}).get("warning", 0)),
+                alert_kinds=tuple(sorted(kinds.get(node, []), key=lambda k: (k[0], -k[2], k[1]))),
                 last_seen=last if last is not None else before,
                 current=node in current,
                 exporter_down=target[1] is not None and target in down,

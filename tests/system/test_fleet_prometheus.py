@@ -80,7 +80,13 @@ def lab_nodes() -> list[FakeNode]:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FleetPrometheus, DcgmExporter]]:
     root = tmp_path_factory.mktemp("fleet")
-    alerts = gpumon_alerts([("node-0011", "critical", "oom", 1), ("node-0012", "warning", "x", 2)])
+    alerts = gpumon_alerts(
+        [
+            ("node-0011", "critical", "cuda_oom", 1),
+            ("node-0012", "warning", "memory", 2),
+            ("node-0012", "warning", "xid", 0),  # gpumon watch's zero series of a kind
+        ]
+    )
     with serving(lab_nodes(), extra=alerts) as exporter:
         prom = FleetPrometheus(root, {"dcgm": [exporter.target]}).start()
         try:
@@ -145,6 +151,9 @@ async def test_fleet_rules_and_the_trouble_order(lab: tuple[FleetPrometheus, Dcg
     assert rows["node-0010"].idle_allocated == 8
     assert rows["node-0002"].idle_allocated == 0 and rows["node-0002"].xid_gpus == 0
     assert (rows["node-0011"].alerts_critical, rows["node-0012"].alerts_warning) == (1, 2)
+    # named by the kind label (issue 36 point 5: "1 critical alert(s)" named nothing)
+    assert rows["node-0011"].problems[0].message == "CUDA out of memory (1 critical alert)"
+    assert rows["node-0012"].problems[0].message == "GPU memory (2 warning alerts)"
     doc = fleet_json(snap)
     order = [n["node"] for n in doc["nodes"]]
     critical = {"node-0004", "node-0006", "node-0011"}

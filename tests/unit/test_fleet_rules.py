@@ -33,6 +33,20 @@ def test_each_rule() -> None:
         ("gpumon-alerts", Health.CRITICAL)
     ]
     assert rules(node("f", alerts_warning=2)) == [("gpumon-alerts", Health.WARNING)]
+    assert node("f", alerts_warning=2).problems[0].message == "2 warning alerts"  # no kind
+
+
+def test_gpumon_alerts_are_named_by_their_kind() -> None:
+    """Issue 36 point 5: the problem said "1 critical alert(s)"; it names the alert, the
+    worst severity's kinds first (gpumon_alerts_active's kind label, kind_title's words)."""
+    kinds = (("critical", "cuda_oom", 1), ("warning", "foreign_process", 1))
+    oom = node("k", alerts_critical=1, alerts_warning=1, alert_kinds=kinds)
+    assert oom.problems[0].message == "CUDA out of memory (1 critical alert)"
+    three = (("warning", "memory", 2), ("warning", "time_to_full", 1), ("warning", "xid", 1))
+    warm = node("l", alerts_warning=4, alert_kinds=three)
+    assert warm.problems[0].message == "GPU memory, Memory filling up +1 (4 warning alerts)"
+    odd = node("m", alerts_critical=1, alert_kinds=(("critical", "new\x1b[2Jkind", 1),))
+    assert odd.problems[0].message == "new\\x1b[2Jkind (1 critical alert)"  # printable
     down = node("g", exporter_down=True, labels=MappingProxyType({"instance": "g:9400"}))
     assert down.problems[0].message == "exporter down (up 0: g:9400)"
     gone = node("h", current=False)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpumon.backends.fleet import NodeRow, judge
-from gpumon.tui.fleet.cells import COLUMNS, columns_for, fit, memory_role, row_cells
+from gpumon.tui.fleet.cells import (
+    COLUMNS,
+    PROBLEM_MIN,
+    columns_for,
+    fit,
+    memory_role,
+    row_cells,
+)
 from gpumon.tui.fleet.table import header_text
 from gpumon.tui.views.gpu_cells import Role
 
@@ -80,6 +87,11 @@ def test_memory_colours_follow_the_dashboard_thresholds() -> None:
 
 def test_80_columns_keep_the_problem_and_drop_the_sparkline() -> None:
     assert "spark" not in [c.key for c in columns_for(80)]
+    # the table's 78 columns beside its scrollbar: POWER gives way so the problem keeps
+    # PROBLEM_MIN and names the alert ("CUDA out of memory (1 …", issue 36 point 5)
+    narrow = columns_for(78)
+    assert "power" not in [c.key for c in narrow]
+    assert 78 - sum(c.width + 1 for c in narrow if c.width) >= PROBLEM_MIN
     assert [c.key for c in columns_for(140)] == [c.key for c in COLUMNS]
     head = header_text(80)
     assert len(head) == 80 and head.split()[:3] == ["NODE", "GPU", "MEM"]

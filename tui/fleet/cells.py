@@ -32,7 +32,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("fullest", "MAX%", 4),
     Column("util", "UTIL", 7),
     Column("temp", "TEMP", 4),
-    Column("power", "POWER", 5),
+    Column("power", "POWER", 5, drop=5),
     Column("xid", "XID", 3, drop=4),
     Column("remap", "RMP", 3, drop=3),
     Column("alerts", "ALRT", 4, drop=2),

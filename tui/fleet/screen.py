@@ -118,7 +118,7 @@ class FleetScreen(Screen[None]):
         self.table.message = self._empty_message()
         self.table.set_rows(self.shown, now, self.palette_of())
         self.query_one("#fleet-columns", Static).update(
-            Text(header_text(self.size.width or 80), style="bold")
+            Text(header_text(self.table.line_width or 80), style="bold")
         )
         self._draw_header()
         self.show_s = time.perf_counter() - t0

@@ -95,9 +95,15 @@ class FleetTable(ScrollView, can_focus=True):
         self.virtual_size = Size(self.size.width, max(1, len(self.rows)))
 
     # --- drawing -------------------------------------------------------------------------
+    @property
+    def line_width(self) -> int:
+        """The columns a line has: the width less the scrollbar's (a problem cut at the
+        widget's width lost its last columns, "…" and all, under the scrollbar)."""
+        return self.scrollable_content_region.width or self.size.width
+
     def render_line(self, y: int) -> Strip:
         index = self.scroll_offset.y + y
-        width = self.size.width
+        width = self.line_width
         if not self.rows:
             if y == 0 and self.message:
                 style = self.palette.text(Role.WARNING)
