@@ -11,11 +11,9 @@ from gpumon.tui.fleet.app import FleetApp
 from gpumon.tui.fleet.node import PromNodeScreen
 from gpumon.tui.fleet.screen import FleetScreen
 
+from screen_text import screen_text
+
 Wait = Callable[..., Awaitable[None]]
-
-
-def screen_text(app: FleetApp) -> str:
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
 
 async def test_the_demo_fleet_in_80x24_worst_first_and_a_node_s_gpus(wait: Wait) -> None:

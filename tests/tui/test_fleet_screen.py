@@ -13,12 +13,9 @@ from gpumon.tui.fleet.app import FleetApp
 
 from dcgm_exporter import closed_port, fleet, serving
 from prom_fleet import FleetPrometheus
+from screen_text import screen_text
 
 Wait = Callable[..., Awaitable[None]]
-
-
-def screen_text(app: FleetApp) -> str:
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
 
 def fleet_app(url: str) -> FleetApp:

@@ -25,16 +25,12 @@ from gpumon.backends.untrusted import printable
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen
 
+from screen_text import screen_text
+
 Wait = Callable[..., Awaitable[None]]
 FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
 HOSTILE_NAME = "RTX [@click=app.quit]PRO[/] \x1b]52;c;b3duZWQ=\x07\x1b]0;t\x07\x1b[2J6000"
 HOSTILE_PROCESS = "[@click=app.quit]py[/]\x1b[31m\u202e"
-
-
-def screen_text(app: GpumonApp) -> str:
-    """Every character of the composed frame, toasts and the strip included."""
-    strips = app.screen._compositor.render_strips()
-    return "\n".join("".join(seg.text for seg in strip) for strip in strips)
 
 
 def toast_texts(app: GpumonApp) -> list[str]:
