@@ -184,10 +184,16 @@ def _log_format(tree: ast.Module) -> str:
             return node.args[0].value
     parts: list[str] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id == "log_parts" and isinstance(node.value, ast.List):
-                parts = [ast.literal_eval(e) for e in node.value.elts]
-    wanted = ("Preemptions", "KV cache usage", "Prefix cache hit rate:")
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == "log_parts"
+            and isinstance(node.value, ast.List)
+        ):
+            parts = [ast.literal_eval(e) for e in node.value.elts]
+    # the parts a server that preempted and has prefix-cache queries adds (not the
+    # external or multimodal caches' rates)
+    wanted = ("Preemptions", "%s KV cache usage", "Prefix cache hit rate:")
     for node in sorted(
         (n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: n.lineno
     ):
@@ -199,16 +205,15 @@ def _log_format(tree: ast.Module) -> str:
             and isinstance(node.args[0], ast.Constant)
         ):
             text = str(node.args[0].value)
-            if text.startswith(wanted) or any(w in text for w in wanted[1:2]):
-                if not text.startswith("External") and not text.startswith("MM"):
-                    parts.append(text)
+            if text.startswith(wanted):
+                parts.append(text)
     if not parts:
         raise SystemExit("no periodic log line in the logger")
     return "Engine %03d: " + ", ".join(parts)  # its log_prefix property
 
 
-def _render(decls: list[dict[str, Any]], engines: int, step: int) -> bytes:
-    registry = CollectorRegistry()
+def _families(decls: list[dict[str, Any]], registry: CollectorRegistry) -> dict[str, Any]:
+    """The declared families made with prometheus_client's classes: name -> (it, decl)."""
     classes = {"gauge": Gauge, "counter": Counter, "histogram": Histogram}
     made: dict[str, Any] = {}
     for d in decls:
@@ -225,6 +230,12 @@ def _render(decls: list[dict[str, Any]], engines: int, step: int) -> bytes:
                 continue
             kwargs["buckets"] = d["buckets"]
         made[d["name"]] = (classes[d["kind"]](**kwargs), d)
+    return made
+
+
+def _render(decls: list[dict[str, Any]], engines: int, step: int) -> bytes:
+    registry = CollectorRegistry()
+    made = _families(decls, registry)
 
     def series(name: str, engine: int, **extra: str) -> Any:
         metric, d = made[name]
