@@ -86,7 +86,8 @@ TAG_MEANING: dict[Tag, str] = {
     Tag.SILENCE: "the host sends no data: a sample ends it, the header marks the data stale",
     Tag.IDLE: "GPUs held and idle, judged together",
     Tag.JOB_PROGRESS: "about a job's progress: its message leads with the job",
-    Tag.SGLANG: "about an SGLang server: its log, its `/metrics` page, its traffic",
+    Tag.SGLANG: "about a serving engine's server (SGLang, vLLM): its log, its `/metrics` "
+    "page, its traffic",
     Tag.ACTION: "what gpumon did, not a failure: notifiers hear it as the action of the "
     "crash's incident, never as an incident of its own",
     Tag.FROM_SAMPLES: "an event the GPU samples raise by themselves: a replayed recording "
@@ -462,8 +463,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
     _kind(
         "vllm_wedged",
         C,
-        "vLLM engine wedged",
-        90,
+        "Wedged vLLM engine",
+        91,
         "A vLLM server has requests running or waiting and made no generation token for "
         "`hung_after_s`, whatever its `/health` says (key `vllm_wedged:PORT`).",
         Tag.HUNG,
@@ -483,8 +484,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
     _kind(
         "vllm_engine_dead",
         C,
-        "vLLM engine core dead",
-        80,
+        "Dead vLLM engine core",
+        85,
         "A vLLM server's log says its engine core died while its API server still "
         "answers (key `vllm_engine_dead:PORT`).",
         Tag.SGLANG,
@@ -499,8 +500,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
     _kind(
         "vllm_kv_pressure",
         C,
-        "vLLM KV cache full",
-        150,
+        "KV cache full (vLLM)",
+        155,
         "A vLLM server's KV cache use is at least `kv_pressure_min` while requests are "
         "being preempted (key `vllm_kv_pressure:PORT`).",
         Tag.SGLANG,
@@ -514,8 +515,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
     _kind(
         "vllm_error",
         C,
-        "vLLM page unreadable",
-        100,
+        "Unreadable vLLM page",
+        105,
         "A vLLM server answers `/metrics` with a page that cannot be read, two scrapes in "
         "a row (key `vllm_error:PORT`).",
         Tag.SGLANG,

@@ -1011,10 +1011,11 @@ class Agent:
                 )
             if first:  # after start_http: the servers found are being fetched already
                 first = False
-                if self.sglang_discover:
-                    self.out.send(protocol.FirstRound("discover", ports))
+                # vLLM's first: a monitor that waits on "discover" has both then
                 if self.vllm_discover:
                     self.out.send(protocol.FirstRound("discover-vllm", vllm))
+                if self.sglang_discover:
+                    self.out.send(protocol.FirstRound("discover", ports))
             time.sleep(10.0)
 
     def http_loop(self) -> None:
@@ -1596,7 +1597,7 @@ def scan_servers() -> dict[str, list[int]]:
     return {k: sorted(v) for k, v in found.items()}
 
 
-VLLM_DEFAULT_PORT = 8000  # vllm/entrypoints/openai/cli_args.py: FrontendArgs.port
+VLLM_DEFAULT_PORT = 8000  # FrontendArgs.port (vllm/entrypoints/common/cli_args.py, 0.34.0)
 
 
 def is_vllm_server(argv: list[str]) -> bool:

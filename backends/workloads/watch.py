@@ -498,9 +498,15 @@ class Workloads:
         out = []
         if self.log_specs() and "logs" not in self.first_rounds:
             out.append(("followed logs", "no answer"))
+        # the agent's one scan finds both engines and says vLLM's round first; with
+        # SGLang's off, vLLM's is waited for where a [hosts.NAME.vllm] table asks for it
         if self.discover() and "discover" not in self.first_rounds:
             out.append(("SGLang discovery", "no answer"))
-        if self.discover_vllm() and "discover-vllm" not in self.first_rounds:
+        elif (
+            self.host.vllm is not None
+            and self.host.vllm.discover
+            and "discover-vllm" not in self.first_rounds
+        ):
             out.append(("vLLM discovery", "no answer"))
         for port in sorted(self.vllm):
             v = self.vllm[port]
