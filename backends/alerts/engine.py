@@ -742,6 +742,22 @@ class AlertEngine(AlertStore):
             "sglang_error", Health.WARNING, port, text, now, 0.0, gpu, key=f"{PAGE_KEY}{port}"
         )
 
+    def on_server_condition(
+        self,
+        kind: str,
+        level: Health,
+        port: int,
+        text: str | None,
+        now: float,
+        *,
+        score: float = 0.0,
+        gpu: int | None = None,
+    ) -> list[Alert]:
+        """A serving engine's condition ``kind`` (key ``KIND:PORT``) for the server on
+        ``port`` while ``text`` is given; None ends it. The vLLM verdicts
+        (``workloads/watch.py`` ``judge_vllm``) come through here."""
+        return self._server_condition(kind, level, port, text, now, score, gpu)
+
     def _server_condition(
         self,
         kind: str,

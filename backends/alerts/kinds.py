@@ -86,7 +86,8 @@ TAG_MEANING: dict[Tag, str] = {
     Tag.SILENCE: "the host sends no data: a sample ends it, the header marks the data stale",
     Tag.IDLE: "GPUs held and idle, judged together",
     Tag.JOB_PROGRESS: "about a job's progress: its message leads with the job",
-    Tag.SGLANG: "about an SGLang server: its log, its `/metrics` page, its traffic",
+    Tag.SGLANG: "about a serving engine's server (SGLang, vLLM): its log, its `/metrics` "
+    "page, its traffic",
     Tag.ACTION: "what gpumon did, not a failure: notifiers hear it as the action of the "
     "crash's incident, never as an incident of its own",
     Tag.FROM_SAMPLES: "an event the GPU samples raise by themselves: a replayed recording "
@@ -458,6 +459,69 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         details="Warning, e.g. `sglang :30002 drafter tokens rejected: accept length 1.04 "
         "(accept rate 1%) for 75 s, below 1.5: speculative decoding costs more than it "
         "saves`; an idle server's gauge, which keeps its last batch's value, does not count.",
+    ),
+    _kind(
+        "vllm_wedged",
+        C,
+        "Wedged vLLM engine",
+        91,
+        "A vLLM server has requests running or waiting and made no generation token for "
+        "`hung_after_s`, whatever its `/health` says (key `vllm_wedged:PORT`).",
+        Tag.HUNG,
+        Tag.SGLANG,
+        details="Critical, while a vLLM server has requests running or waiting and neither "
+        "`vllm:generation_tokens_total` nor `vllm:prompt_tokens_total` moved between "
+        "scrapes for `[hosts.NAME.vllm] hung_after_s` (60 s), nor did its log's periodic "
+        "stats line say tokens were made (a wedged engine keeps printing `Avg generation "
+        "throughput: 0.0 tokens/s` with requests running); e.g. `vllm :8000 wedged: 24 "
+        "running, 3 waiting, no token for 94 s; /health answered 200; last stats line 12 s "
+        "ago: ...`. vLLM's `/health` answers 200 while its engine loop is stuck, so the "
+        "probe, asked once it fires and at most once per `hung_after_s`, is evidence, never "
+        "the verdict. An idle server (nothing running or waiting) and one that just "
+        "started are never wedged; it ends when tokens come again. The fix: "
+        "`gpumon bundle HOST` for the engine's stacks (py-spy), then restart the server.",
+    ),
+    _kind(
+        "vllm_engine_dead",
+        C,
+        "Dead vLLM engine core",
+        85,
+        "A vLLM server's log says its engine core died while its API server still "
+        "answers (key `vllm_engine_dead:PORT`).",
+        Tag.SGLANG,
+        details="Critical, from the log given as `[hosts.NAME.vllm] log`: V1's `EngineCore "
+        "encountered a fatal error.` and `EngineDeadError` (vllm/v1/engine/core.py, "
+        "exceptions.py), V0's `MQEngineDeadError` / `Engine loop is not running` and "
+        "`AsyncEngineDeadError` / `Background loop has errored already`, while the server's "
+        "`/metrics` still answers: every request fails until the server is restarted. The "
+        "stack trace above the line in the log is the cause. It ends when the log's stats "
+        "line says tokens are made again (a new engine) or the server stops answering.",
+    ),
+    _kind(
+        "vllm_kv_pressure",
+        C,
+        "KV cache full (vLLM)",
+        155,
+        "A vLLM server's KV cache use is at least `kv_pressure_min` while requests are "
+        "being preempted (key `vllm_kv_pressure:PORT`).",
+        Tag.SGLANG,
+        details="Warning, while `vllm:kv_cache_usage_perc` (`vllm:gpu_cache_usage_perc` "
+        "before 0.9.2) is at or above `[hosts.NAME.vllm] kv_pressure_min` (0.9) and "
+        "`vllm:num_preemptions_total` rose over the last scrapes: preempted requests are "
+        "evicted and recomputed, so throughput falls and latency rises. The fix vLLM "
+        "gives: a higher `--gpu-memory-utilization`, a lower `--max-num-seqs` or "
+        "`--max-num-batched-tokens`, or more tensor parallelism.",
+    ),
+    _kind(
+        "vllm_error",
+        C,
+        "Unreadable vLLM page",
+        105,
+        "A vLLM server answers `/metrics` with a page that cannot be read, two scrapes in "
+        "a row (key `vllm_error:PORT`).",
+        Tag.SGLANG,
+        details="Warning: over the agent's 8 MiB, cut short by the close, or without vLLM's "
+        "metrics in it; it ends when a page reads again or no page comes at all.",
     ),
     _kind(
         "log_unreadable",

@@ -36,7 +36,14 @@ from gpumon.backends.config.schema import (
     text_list,
     word,
 )
-from gpumon.backends.config.workloads import JobConfig, SglangConfig, jobs_table, sglang_table
+from gpumon.backends.config.workloads import (
+    JobConfig,
+    SglangConfig,
+    VllmConfig,
+    jobs_table,
+    sglang_table,
+    vllm_table,
+)
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.paths import default_config_file
 
@@ -100,6 +107,7 @@ class HostConfig:
     host_processes: HostProcesses = "auto"
     torch_index: str = DEFAULT_TORCH_INDEX
     sglang: SglangConfig | None = None
+    vllm: VllmConfig | None = None
     jobs: tuple[JobConfig, ...] = ()
     alerts: AlertRules = field(default_factory=AlertRules)
     source: str = COMMAND_LINE
@@ -281,6 +289,7 @@ HOST_KEYS: tuple[KeySpec, ...] = (
     KeySpec("ssh", _ssh_target, SSH_EXPECTED),
     *HOST_SETTINGS,
     KeySpec("sglang", sglang_table, "a [hosts.NAME.sglang] table"),
+    KeySpec("vllm", vllm_table, "a [hosts.NAME.vllm] table"),
     KeySpec("jobs", jobs_table, "[hosts.NAME.jobs.JOB] tables"),
 )
 

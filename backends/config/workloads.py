@@ -45,6 +45,17 @@ class SglangConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class VllmConfig:
+    """vLLM servers on a host: fixed ports, or discovered from running processes."""
+
+    ports: tuple[int, ...] = ()
+    log: str | None = None  # path or glob of the servers' logs (stats lines, engine death)
+    discover: bool = True  # also find `vllm serve` / `vllm.entrypoints.openai.api_server`
+    hung_after_s: float = 60.0  # requests and no generation token this long: ``vllm_wedged``
+    kv_pressure_min: float = 0.9  # KV use this high with preemptions: ``vllm_kv_pressure``
+
+
+@dataclass(frozen=True, slots=True)
 class JobConfig:
     """A training or batch job gpumon follows (and, with ``start``, can restart)."""
 
@@ -158,6 +169,13 @@ SGLANG_KEYS: tuple[KeySpec, ...] = (
     KeySpec("hung_after_s", number(5, 86400), "seconds between 5 and 86400"),
     KeySpec("spec_accept_min", number(0, 64), "an accept length between 0 and 64"),
 )
+VLLM_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("ports", port_list, 'a list of ports or a range such as "8000-8003"'),
+    KeySpec("log", text, "a log file path or glob"),
+    KeySpec("discover", boolean, "true or false"),
+    KeySpec("hung_after_s", number(5, 86400), "seconds between 5 and 86400"),
+    KeySpec("kv_pressure_min", number(0.01, 1), "a share between 0.01 and 1"),
+)
 JOB_KEYS: tuple[KeySpec, ...] = (
     KeySpec("gpus", gpu_list, "a non-empty list of GPU indices"),
     KeySpec("log", text, "a log file path or glob"),
@@ -182,6 +200,10 @@ JOB_KEYS: tuple[KeySpec, ...] = (
 
 def sglang_table(raw: object) -> SglangConfig:
     return SglangConfig(**check_table(raw, SGLANG_KEYS))
+
+
+def vllm_table(raw: object) -> VllmConfig:
+    return VllmConfig(**check_table(raw, VLLM_KEYS))
 
 
 def _job(name: str, table: dict[str, Any]) -> JobConfig:

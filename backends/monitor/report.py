@@ -85,6 +85,7 @@ def snapshot_json(
         "gpus": [gpu_json(g, sample) for g in sample.gpus] if sample else [],
         "alerts": [a.to_json() for a in monitor.alerts.active()],
         "sglang": monitor.workloads.sglang_json(),
+        "vllm": monitor.workloads.vllm_json(),
         "jobs": monitor.workloads.jobs_json(),
         "logs": monitor.log_flow_json(),
         "incomplete": list(incomplete),
@@ -287,6 +288,7 @@ def snapshot_table(
     for title, objects in (
         ("JOBS", jobs),
         ("SGLANG", monitor.workloads.sglang_json()),
+        ("VLLM", monitor.workloads.vllm_json()),
         ("LOGS", monitor.log_flow_json()),
     ):
         if objects:

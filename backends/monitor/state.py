@@ -730,6 +730,8 @@ class HostMonitor:
         ``hung_after_s``)."""
         for url, tag in self.workloads.judge_hung(self.alerts, now, self.latest):
             self.source.probe(url, tag, HEALTH_PROBE_TIMEOUT_S)
+        for url, tag in self.workloads.judge_vllm(self.alerts, now, self.latest):
+            self.source.probe(url, tag, HEALTH_PROBE_TIMEOUT_S)
         self.workloads.judge_spec(self.alerts, now)
         self.workloads.judge_pages(self.alerts, now, self.latest)
 

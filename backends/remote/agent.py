@@ -558,6 +558,8 @@ class Agent:
         self.http: list[dict[str, Any]] = list(options.http)
         self.log_poll_s = options.log_poll_s
         self.sglang_discover = options.sglang_discover
+        self.vllm_discover = options.vllm_discover
+        self.vllm_filter = options.vllm_filter
         self.http_tags: set[str] = set()
         self.http_lock = threading.Lock()
         self.http_targets: list[dict[str, Any]] = []  # every target scraped, in order
@@ -632,7 +634,7 @@ class Agent:
             self.spawn("logs", self.log_loop)
         for target in self.http:
             self.start_http(target)
-        if self.sglang_discover:
+        if self.sglang_discover or self.vllm_discover:
             self.spawn("discover", self.discover_loop)
         self.spawn("host", self.host_stats_loop)
 
@@ -978,11 +980,14 @@ class Agent:
                 os.write(self.http_wake_w, b"!")
 
     def discover_loop(self) -> None:
-        """Find SGLang servers from their command lines (``sglang_ports``)."""
-        template = self.http[0] if self.http else DISCOVERED_TARGET
+        """Find SGLang and vLLM servers from their command lines (``sglang_ports``,
+        ``vllm_ports``)."""
+        sglang = [t for t in self.http if str(t.get("tag", "")).startswith("sglang:")]
+        template = sglang[0] if sglang else DISCOVERED_TARGET
         first = True
         while True:
-            ports = sglang_ports()
+            found = scan_servers()
+            ports = found["sglang"] if self.sglang_discover else []
             for port in ports:
                 self.start_http(
                     {
@@ -993,9 +998,24 @@ class Agent:
                         "info_tag": f"sglang-info:{port}",
                     }
                 )
+            vllm = found["vllm"] if self.vllm_discover else []
+            for port in vllm:
+                self.start_http(
+                    {
+                        "url": f"http://127.0.0.1:{port}/metrics",
+                        "tag": f"vllm:{port}",
+                        "filter": self.vllm_filter,
+                        "info": ["/version"],
+                        "info_tag": f"vllm-info:{port}",
+                    }
+                )
             if first:  # after start_http: the servers found are being fetched already
                 first = False
-                self.out.send(protocol.FirstRound("discover", ports))
+                # vLLM's first: a monitor that waits on "discover" has both then
+                if self.vllm_discover:
+                    self.out.send(protocol.FirstRound("discover-vllm", vllm))
+                if self.sglang_discover:
+                    self.out.send(protocol.FirstRound("discover", ports))
             time.sleep(10.0)
 
     def http_loop(self) -> None:
@@ -1555,7 +1575,13 @@ def sglang_ports() -> list[int]:
     """Ports of SGLang servers running here, from /proc/*/cmdline: ``python -m
     sglang.launch_server ...`` and ``sglang serve ...`` (the console script, 0.5.5+:
     ``.../bin/python .../bin/sglang serve --port N``). See ``server_port``."""
-    ports = set()
+    return scan_servers()["sglang"]
+
+
+def scan_servers() -> dict[str, list[int]]:
+    """The ports of the SGLang and vLLM servers running here, from /proc/*/cmdline, in
+    one pass: ``{"sglang": [...], "vllm": [...]}``."""
+    found: dict[str, set[int]] = {"sglang": set(), "vllm": set()}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -1565,15 +1591,40 @@ def sglang_ports() -> list[int]:
         except OSError:
             continue
         if is_sglang_server(argv):
-            ports.add(server_port(argv, f"/proc/{entry}/cwd"))
-    return sorted(ports)
+            found["sglang"].add(server_port(argv, f"/proc/{entry}/cwd"))
+        elif is_vllm_server(argv):
+            found["vllm"].add(server_port(argv, f"/proc/{entry}/cwd", VLLM_DEFAULT_PORT))
+    return {k: sorted(v) for k, v in found.items()}
 
 
-def server_port(argv: list[str], cwd: str) -> int:
-    """The port an SGLang server's ``argv`` listens on, as SGLang reads it: the last
+VLLM_DEFAULT_PORT = 8000  # FrontendArgs.port (vllm/entrypoints/common/cli_args.py, 0.34.0)
+
+
+def is_vllm_server(argv: list[str]) -> bool:
+    """vLLM's OpenAI server: ``vllm serve ...`` (the console script, or ``python
+    .../bin/vllm serve``) or ``python -m vllm.entrypoints.openai.api_server ...``. Its
+    engine-core and worker processes (``VLLM::EngineCore``, multiprocessing children)
+    have other command lines and are not servers of their own."""
+    if any(a == "vllm.entrypoints.openai.api_server" for a in argv):
+        return True
+    python = bool(argv) and os.path.basename(argv[0]).startswith("python")
+    for i in range(len(argv) - 1):
+        if argv[i + 1] != "serve":
+            continue
+        script = os.path.basename(argv[i]) == "vllm" and (i == 0 or python)
+        module = i > 0 and argv[i - 1] == "-m" and argv[i] in ("vllm", "vllm.entrypoints.cli.main")
+        if script or module:
+            return True
+    return False
+
+
+def server_port(argv: list[str], cwd: str, default: int = SGLANG_DEFAULT_PORT) -> int:
+    """The port an SGLang or vLLM server's ``argv`` listens on, as both read it: the last
     ``--port N`` / ``--port=N``, else ``port:`` in the YAML of ``--config FILE`` (a
-    relative FILE from the process's ``cwd``) where this agent can read it, else 30000.
-    SGLang merges the config's arguments before the command line's, so those win."""
+    relative FILE from the process's ``cwd``) where this agent can read it, else
+    ``default`` (SGLang's 30000, vLLM's 8000). Both merge the config's arguments before
+    the command line's (SGLang's ConfigArgumentMerger, vLLM's FlexibleArgumentParser), so
+    those win."""
     port = None
     config = None
     for i, a in enumerate(argv):
@@ -1585,7 +1636,7 @@ def server_port(argv: list[str], cwd: str) -> int:
             config = argv[i + 1]
     if port is None and config:
         port = _config_port(os.path.join(cwd, config))
-    return port if port is not None and 0 < port < 65536 else SGLANG_DEFAULT_PORT
+    return port if port is not None and 0 < port < 65536 else default
 
 
 def _config_port(path: str) -> int | None:

@@ -438,7 +438,8 @@ class ThreadDied(Message):
 @record(frozen=True)
 class FirstRound(Message):
     """One part of the agent finished its first round: ``logs`` (every followed log polled
-    once) or ``discover`` (SGLang servers looked for; ``ports``: the ones found). A
+    once), ``discover`` (SGLang servers looked for; ``ports``: the ones found) or
+    ``discover-vllm`` (the same for vLLM servers). A
     one-shot answer waits for these, so it never reports before a source has spoken."""
 
     TYPE: ClassVar[str] = "first_round"
@@ -614,6 +615,9 @@ class AgentOptions:
     kmsg: str = "/dev/kmsg"
     http: list[dict[str, Any]] = field(default_factory=list)
     sglang_discover: bool = False
+    # vLLM servers found from their command lines, their pages kept by this filter
+    vllm_discover: bool = False
+    vllm_filter: str | None = None
     log_poll_s: float = 0.25
 
     def to_json(self) -> str:
@@ -634,5 +638,7 @@ class AgentOptions:
             kmsg=_text(raw, "kmsg") or "/dev/kmsg",
             http=_objects(raw, "http"),
             sglang_discover=bool(raw.get("sglang_discover", False)),
+            vllm_discover=bool(raw.get("vllm_discover", False)),
+            vllm_filter=_text_or_none(raw, "vllm_filter"),
             log_poll_s=_number(raw, "log_poll_s", 0.25),
         )

@@ -8,7 +8,7 @@ OOM verdict on a job comes from the alert engine (one matcher for the whole prog
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -24,6 +24,7 @@ from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
 from gpumon.backends.paths import state_dir
 from gpumon.backends.workloads.changes import SeenReader, SwapReader, host_changes
+from gpumon.backends.workloads.engine import VLLM
 from gpumon.backends.workloads.sglang import (
     HEALTH_PROBE_TIMEOUT_S,
     HUNG_AFTER_S,
@@ -34,6 +35,8 @@ from gpumon.backends.workloads.sglang import (
 from gpumon.backends.workloads.slow import RunBaselines, SlowWatch, judge_slow
 from gpumon.backends.workloads.stall import stall_verdict
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
+from gpumon.backends.workloads.vllm import HUNG_AFTER_S as VLLM_HUNG_AFTER_S
+from gpumon.backends.workloads.vllm import KV_PRESSURE_MIN, VllmTracker
 
 # What a job's log says it died of: a crash its log says (not ``oom_death``, the GPU's
 # memory collapsing, which the automatic restart acts on: a job's state is judged when
@@ -101,6 +104,8 @@ class Workloads:
         self.slow: dict[str, SlowWatch] = {}
         ports = host.sglang.ports if host.sglang is not None else ()
         self.sglang: dict[int, SglangTracker] = {p: SglangTracker(p) for p in ports}
+        vllm_ports = host.vllm.ports if host.vllm is not None else ()
+        self.vllm: dict[int, VllmTracker] = {p: VllmTracker(p) for p in vllm_ports}
         self.jobs: dict[str, JobTracker] = {
             j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs
         }
@@ -115,7 +120,10 @@ class Workloads:
         sources += [(j.log, LogSource(job=j.name)) for j in h.jobs if j.log]
         if h.sglang is not None and h.sglang.log:
             sources.append((h.sglang.log, LogSource(sglang=True)))
-        return [{"path": p, "tag": s.tag, "keep": KEEP_PATTERN} for p, s in sources]
+        specs = [{"path": p, "tag": s.tag, "keep": KEEP_PATTERN} for p, s in sources]
+        if h.vllm is not None and h.vllm.log:
+            specs.append({"path": h.vllm.log, "tag": VLLM.name, "keep": KEEP_PATTERN})
+        return specs
 
     def http_targets(self) -> list[dict[str, Any]]:
         return [
@@ -127,7 +135,11 @@ class Workloads:
                 "info_tag": f"sglang-info:{port}",
             }
             for port in self.sglang
-        ]
+        ] + [VLLM.target(port) for port in self.vllm]
+
+    def discover_vllm(self) -> bool:
+        """vLLM discovery is on unless ``[hosts.NAME.vllm]`` says ``discover = false``."""
+        return self.host.vllm is None or self.host.vllm.discover
 
     def discover(self) -> bool:
         """SGLang discovery is on unless the host's ``[hosts.NAME.sglang]`` table says
@@ -142,6 +154,9 @@ class Workloads:
         if part == "discover":
             for port in ports:
                 self.sglang.setdefault(port, SglangTracker(port))
+        elif part == "discover-vllm":
+            for port in ports:
+                self.vllm.setdefault(port, VllmTracker(port))
 
     def on_http(
         self,
@@ -155,6 +170,19 @@ class Workloads:
     ) -> None:
         """A fetch of ``tag``'s URL (``sglang:PORT``, or ``sglang-info:PORT`` for its
         server info): HTTP status (None: no answer)."""
+        routed = VLLM.parse_tag(tag)
+        if routed is not None:
+            part, port = routed
+            server = self.vllm.get(port)
+            if server is None:  # discovered by the agent
+                server = self.vllm[port] = VllmTracker(port)
+            if part == "health":
+                server.observe_health(status, error, t)
+            elif part == "info":
+                server.observe_info(status, body)
+            else:
+                server.observe_http(status, body, t, error, at=at)
+            return
         kind, _, number = tag.partition(":")
         if kind not in ("sglang", "sglang-info", "sglang-health"):
             return
@@ -174,6 +202,12 @@ class Workloads:
 
     def on_log(self, tag: str, path: str, lines: list[str], t: float, *, backlog: bool) -> None:
         """New lines of a followed log; ``backlog``: the tail that was there at start."""
+        if tag == VLLM.name:
+            server = _server_for(self.vllm, path)
+            if server is not None:  # a VllmTracker: reads vLLM's lines
+                for line in lines:
+                    server.observe_log_line(line, t)
+            return
         source = LogSource.from_tag(tag)
         if source.job is not None:
             job = self.jobs.get(source.job)
@@ -187,11 +221,7 @@ class Workloads:
 
     def _server_for(self, path: str) -> SglangTracker | None:
         """The server a log file belongs to: a configured port in its name, or the only one."""
-        name = path.rsplit("/", 1)[-1]
-        for m in _PORT_IN_PATH.finditer(name):
-            if int(m[1]) in self.sglang:
-                return self.sglang[int(m[1])]
-        return next(iter(self.sglang.values())) if len(self.sglang) == 1 else None
+        return _server_for(self.sglang, path)
 
     def apply_alerts(self, alerts: AlertEngine, t: float, refs: GpuRegistry | None = None) -> None:
         """A job whose log has an active OOM or crash alert has crashed (says which, on
@@ -346,6 +376,50 @@ class Workloads:
             alerts.on_sglang_hung(port, text, t, silent_s=verdict.silent_s, gpu=first)
         return probes
 
+    def judge_vllm(
+        self, alerts: AlertEngine, t: float, sample: HostSample | None = None
+    ) -> list[tuple[str, str]]:
+        """``vllm_wedged``, ``vllm_engine_dead``, ``vllm_kv_pressure`` and an unreadable
+        page for every vLLM server; returns the ``/health`` probes to ask now (a wedged
+        server's, at most once per ``hung_after_s``: its answer is evidence only)."""
+        cfg = self.host.vllm
+        after = cfg.hung_after_s if cfg is not None else VLLM_HUNG_AFTER_S
+        minimum = cfg.kv_pressure_min if cfg is not None else KV_PRESSURE_MIN
+        gpus = _engine_gpus(self.vllm, "vllm", sample)
+        probes = []
+        for port, server in self.vllm.items():
+            first = gpus.get(port, (None,))[0]
+            verdict = server.hung(t, after)
+            if verdict is None:
+                alerts.on_server_condition("vllm_wedged", Health.CRITICAL, port, None, t)
+            else:
+                if server.wants_health_probe(t, after):
+                    probes.append(VLLM.probe(port))
+                parts = [verdict.headline()]
+                health = server.health_text(t, after + HEALTH_PROBE_TIMEOUT_S, verdict.silent_s)
+                if health is not None:
+                    parts.append(health)
+                if verdict.last_decode is not None:
+                    line, age = verdict.last_decode
+                    parts.append(f"last stats line {age:.0f} s ago: {line[-120:]}")
+                spin = _gpu_evidence(sample, gpus.get(port, ()))
+                if spin:
+                    parts.append(spin)
+                alerts.on_server_condition(
+                    "vllm_wedged", Health.CRITICAL, port, "; ".join(parts), t,
+                    score=verdict.silent_s, gpu=first,
+                )  # fmt: skip
+            alerts.on_server_condition(
+                "vllm_engine_dead", Health.CRITICAL, port, server.dead_text(), t, gpu=first
+            )
+            alerts.on_server_condition(
+                "vllm_kv_pressure", Health.WARNING, port, server.kv_pressure(minimum), t, gpu=first
+            )
+            alerts.on_server_condition(
+                "vllm_error", Health.WARNING, port, server.page_error(), t, gpu=first
+            )
+        return probes
+
     def judge_pages(self, alerts: AlertEngine, t: float, sample: HostSample | None = None) -> None:
         """``sglang_error`` (key ``sglang_page:PORT``) for every server whose ``/metrics``
         page came but cannot be read (``SglangTracker.page_error``); ended when it reads
@@ -405,7 +479,8 @@ class Workloads:
         """True while a server is not yet known up or down, or one that is up (or a
         running job) still lacks its first rate."""
         servers = any(
-            s.up is None or (s.up and s.gen_tokens_per_s is None) for s in self.sglang.values()
+            s.up is None or (s.up and s.gen_tokens_per_s is None)
+            for s in [*self.sglang.values(), *self.vllm.values()]
         )
         jobs = any(
             j.state is JobState.RUNNING
@@ -423,8 +498,22 @@ class Workloads:
         out = []
         if self.log_specs() and "logs" not in self.first_rounds:
             out.append(("followed logs", "no answer"))
+        # the agent's one scan finds both engines and says vLLM's round first; with
+        # SGLang's off, vLLM's is waited for where a [hosts.NAME.vllm] table asks for it
         if self.discover() and "discover" not in self.first_rounds:
             out.append(("SGLang discovery", "no answer"))
+        elif (
+            self.host.vllm is not None
+            and self.host.vllm.discover
+            and "discover-vllm" not in self.first_rounds
+        ):
+            out.append(("vLLM discovery", "no answer"))
+        for port in sorted(self.vllm):
+            v = self.vllm[port]
+            if v.up is None:
+                out.append((f"vLLM :{port}", "no answer"))
+            elif v.up and v.metrics_enabled and v.gen_tokens_per_s is None:
+                out.append((f"vLLM :{port}", "no second observation"))
         for port in sorted(self.sglang):
             s = self.sglang[port]
             if s.up is None:
@@ -438,8 +527,41 @@ class Workloads:
     def sglang_json(self) -> list[dict[str, Any]]:
         return [self.sglang[p].snapshot_json() for p in sorted(self.sglang)]
 
+    def vllm_json(self) -> list[dict[str, Any]]:
+        return [self.vllm[p].snapshot_json() for p in sorted(self.vllm)]
+
     def jobs_json(self) -> list[dict[str, Any]]:
         return [j.snapshot_json() for j in self.jobs.values()]
+
+
+def _server_for(servers: Mapping[int, SglangTracker], path: str) -> SglangTracker | None:
+    """The server a log file belongs to: a known port in its name, or the only one."""
+    name = path.rsplit("/", 1)[-1]
+    for m in _PORT_IN_PATH.finditer(name):
+        if int(m[1]) in servers:
+            return servers[int(m[1])]
+    return next(iter(servers.values())) if len(servers) == 1 else None
+
+
+def _engine_gpus(
+    servers: Mapping[int, SglangTracker], process: str, sample: HostSample | None
+) -> dict[int, tuple[int, ...]]:
+    """Port -> the GPUs its processes run on where that can be told (``server_gpus``'s
+    rule: one server owns every GPU running a ``process`` process; several map onto
+    those in order when there are as many)."""
+    if sample is None or not servers:
+        return {}
+    ports = sorted(servers)
+    hosting = [
+        g.index
+        for g in sample.gpus
+        if any(process in (p.name or "").lower() for p in sample.processes_for(g))
+    ]
+    if len(ports) == 1:
+        return {ports[0]: tuple(hosting)} if hosting else {}
+    if len(hosting) != len(ports):
+        return {}
+    return {port: (index,) for port, index in zip(ports, hosting, strict=True)}
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

@@ -48,6 +48,7 @@ RAISERS = {
     "ingest_alert": 0,
     "on_job_condition": 0,
     "_server_condition": 0,
+    "on_server_condition": 0,
     "LogEvent": 0,
 }
 # Calls whose kind is none of those, and why it is declared all the same.
@@ -230,13 +231,17 @@ def test_the_cause_order_is_the_one_incidents_had() -> None:
         "job_crashed",
         "oom_death",
         "gpu_health",
+        "vllm_engine_dead",  # issue 38: vLLM's kinds beside SGLang's
         "sglang_hung",
+        "vllm_wedged",
         "sglang_error",
+        "vllm_error",
         "kv_cache_full",
         "driver_error",
         "host_unreachable",
         "stale_data",
         "gpu_idle_held",
+        "vllm_kv_pressure",
         "time_to_full",
         "memory",
         "job_slow",
@@ -253,7 +258,7 @@ def test_the_cause_order_is_the_one_incidents_had() -> None:
 def test_the_subsets_are_the_families_they_were() -> None:
     """Each list the code kept by hand, now a tag query, with the members it had."""
     assert tagged(Tag.OOM) == {"cuda_oom", "oom_death", "host_oom_kill", "cgroup_oom_kill"}
-    assert tagged(Tag.HUNG) == {"sglang_hung", "job_stalled"}
+    assert tagged(Tag.HUNG) == {"sglang_hung", "job_stalled", "vllm_wedged"}  # issue 38
     assert tagged(Tag.SILENCE) == {"stale_data", "driver_error"}
     assert tagged(Tag.IDLE) == {"gpu_idle_held", "server_idle"}
     assert tagged(Tag.JOB_PROGRESS) == {"job_stalled", "job_slow"}

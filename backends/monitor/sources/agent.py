@@ -30,6 +30,7 @@ from gpumon.backends.parsers.nvidia_smi import (
     SAMPLE_FIELDS,
     classify_smi_failure,
 )
+from gpumon.backends.parsers.vllm import VLLM_METRICS_LINE_FILTER
 from gpumon.backends.remote import protocol
 from gpumon.backends.remote.bootstrap import program_argv
 from gpumon.backends.remote.doctor_probe_fs import GPUMON_CHECK
@@ -270,6 +271,8 @@ class AgentSource(TransportSource):
             kmsg=self.transport.kernel_log_path,
             http=list(workloads.http_targets()),
             sglang_discover=workloads.discover(),
+            vllm_discover=workloads.discover_vllm(),
+            vllm_filter=VLLM_METRICS_LINE_FILTER,
         )
         argv, data = agent_argv(python, options, installed=python == self.transport.own_python)
         stream = await self.open_stream(argv)

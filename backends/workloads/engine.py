@@ -1,0 +1,73 @@
+"""The serving-engine seam: what differs between SGLang and vLLM as gpumon watches them.
+
+One ``ServingEngine`` per engine says its tags (``NAME:PORT`` for ``/metrics``,
+``NAME-info:PORT`` for its info page, ``NAME-health:PORT`` for the probe asked once it
+hangs), the lines of its page the agent keeps, the info and probe paths, and its tracker
+class; the tracker (``SglangTracker`` and its subclass ``VllmTracker``) does the scrape,
+rate, quantile, log and hang work for both. ``Workloads`` routes the agent's answers by
+the tag's engine and judges each engine's servers with the same rules. The agent finds
+both from their command lines (``remote/agent.py``: ``sglang_ports``, ``vllm_ports``).
+A third engine is one ``ServingEngine``, a tracker subclass and its parser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
+from gpumon.backends.parsers.vllm import VLLM_METRICS_LINE_FILTER
+from gpumon.backends.workloads.sglang import SglangTracker
+from gpumon.backends.workloads.vllm import VllmTracker
+
+
+@dataclass(frozen=True, slots=True)
+class ServingEngine:
+    name: str  # tag prefix, snapshot JSON key, ``[hosts.NAME.<name>]``
+    title: str  # in the user's words: "SGLang", "vLLM"
+    metrics_filter: str  # the agent keeps the lines of /metrics this matches
+    info_paths: tuple[str, ...]  # fetched once per server start
+    probe_path: str  # asked once a server hangs (evidence)
+    tracker: type[SglangTracker]
+    hung_kind: str  # the alert kind of a hang
+
+    def tag(self, port: int) -> str:
+        return f"{self.name}:{port}"
+
+    def parse_tag(self, tag: str) -> tuple[str, int] | None:
+        """``("metrics" | "info" | "health", port)`` for a tag of this engine, else None."""
+        kind, sep, number = tag.partition(":")
+        part = {self.name: "metrics", f"{self.name}-info": "info"}.get(kind)
+        if kind == f"{self.name}-health":
+            part = "health"
+        if part is None or not sep or not number.isdigit():
+            return None
+        return part, int(number)
+
+    def target(self, port: int) -> dict[str, object]:
+        """What the agent fetches for a server on ``port``."""
+        return {
+            "url": f"http://127.0.0.1:{port}/metrics",
+            "tag": self.tag(port),
+            "filter": self.metrics_filter,
+            "info": list(self.info_paths),
+            "info_tag": f"{self.name}-info:{port}",
+        }
+
+    def probe(self, port: int) -> tuple[str, str]:
+        return f"http://127.0.0.1:{port}{self.probe_path}", f"{self.name}-health:{port}"
+
+
+SGLANG = ServingEngine(
+    "sglang",
+    "SGLang",
+    METRICS_LINE_FILTER,
+    ("/server_info", "/get_server_info"),
+    "/health_generate",
+    SglangTracker,
+    "sglang_hung",
+)
+# vLLM's /version answers {"version": "0.8.5"}; the model is the page's model_name label
+VLLM = ServingEngine(
+    "vllm", "vLLM", VLLM_METRICS_LINE_FILTER, ("/version",), "/health", VllmTracker, "vllm_wedged"
+)
+ENGINES = (SGLANG, VLLM)

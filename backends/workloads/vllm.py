@@ -1,0 +1,211 @@
+"""``VllmTracker``: one vLLM server's live numbers, built on the SGLang tracker's scrape,
+rate, quantile and hang machinery (``sglang.py``): a vLLM page parses into a
+``VllmScrape`` whose shared fields mean what SGLang's do (``parsers/vllm.py``).
+
+What is vLLM's own here: the prompt-token and preemption rates, the ITL p95, finished
+requests by reason, the periodic stats line of its log (progress only while it says
+tokens were generated: a wedged engine keeps printing ``Avg generation throughput: 0.0``
+with requests running), the engine core's death in its log, and the probe: ``/health``
+(vLLM's answers 200 while the engine is wedged, so it is evidence, never the verdict).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gpumon.backends.parsers.vllm import (
+    VllmLogStats,
+    VllmParseError,
+    VllmScrape,
+    engine_died,
+    parse_vllm_log_line,
+    parse_vllm_metrics,
+)
+from gpumon.backends.workloads.sglang import Hung, SglangTracker, _delta, _quantiles, _span
+
+HUNG_AFTER_S = 60.0  # ``[hosts.NAME.vllm] hung_after_s``
+KV_PRESSURE_MIN = 0.9  # ``[hosts.NAME.vllm] kv_pressure_min``: KV use this high ...
+# ... with preemptions rising: requests are pushed out of the cache and recomputed
+
+
+@dataclass(frozen=True, slots=True)
+class Wedged(Hung):
+    """A vLLM server with requests and no generation token for ``silent_s``."""
+
+    def headline(self) -> str:
+        """``vllm :8000 wedged: 37 running, 4 waiting, no token for 94 s``."""
+        waiting = f", {self.queued} waiting" if self.queued else ""
+        return (
+            f"vllm :{self.port} wedged: {self.running} running{waiting}, "
+            f"no token for {self.silent_s:.0f} s"
+        )
+
+
+def _log_epoch(stamp: str | None, t: float) -> float | None:
+    """vLLM's ``11-29 14:32:00`` (no year) as local epoch seconds in the year of ``t``
+    (the year before where that lands in the future: a log read across New Year)."""
+    if stamp is None:
+        return None
+    year = time.localtime(t).tm_year
+    for y in (year, year - 1):
+        try:
+            at = time.mktime(time.strptime(f"{y}-{stamp}", "%Y-%m-%d %H:%M:%S"))
+        except (ValueError, OverflowError):
+            return None
+        if at <= t + 60:
+            return at
+    return None
+
+
+class VllmTracker(SglangTracker):
+    """Live numbers of the vLLM server on ``port`` (module docstring)."""
+
+    engine = "vllm"
+
+    def __init__(self, port: int, **kwargs: Any) -> None:
+        super().__init__(port, **kwargs)
+        self.prompt_tokens_per_s: float | None = None
+        self.preemptions_per_s: float | None = None
+        self.preemptions_total: float | None = None
+        self.itl_p95_s: float | None = None
+        self.finished: tuple[tuple[str, float], ...] = ()
+        self.engines: int | None = None
+        self.last_stats_line: tuple[float, str] | None = None  # (its time, the line)
+        self.engine_dead: tuple[float, str] | None = None  # (when, the log's line)
+
+    def observe_text(self, text: str, t: float, *, at: float | None = None) -> bool:
+        try:
+            scrape = parse_vllm_metrics(text, latency=self.wants_latency(t))
+        except VllmParseError as e:
+            self.up, self.stale, self.error = True, True, f"bad /metrics text: {e}"
+            return False
+        self.observe(scrape, t, at=at)
+        return True
+
+    def observe(self, scrape: Any, t: float, *, at: float | None = None) -> None:
+        super().observe(scrape, t, at=at)
+        if not isinstance(scrape, VllmScrape):
+            return
+        self.preemptions_total = scrape.preemptions_total
+        self.finished = scrape.finished
+        self.engines = scrape.engines
+        base = self._base(t, self.rate_window_s)
+        span = None if base is None else _span(t, at, base)
+        if base is None or span is None or span < self.min_rate_span_s:
+            self.prompt_tokens_per_s = self.preemptions_per_s = None
+        else:
+            old = base.scrape
+            prompt = _delta(scrape.prompt_tokens, old.prompt_tokens)
+            old_pre = old.preemptions_total if isinstance(old, VllmScrape) else None
+            pre = _delta(scrape.preemptions_total, old_pre)
+            self.prompt_tokens_per_s = None if prompt is None or prompt < 0 else prompt / span
+            self.preemptions_per_s = None if pre is None or pre < 0 else pre / span
+        if scrape.itl is not None:
+            itl_base = self._base(t, self.slow_window_s, "itl")
+            self.itl_p95_s = _quantiles(scrape.itl, itl_base.scrape.itl if itl_base else None)[1]
+
+    def observe_log_line(self, line: str, t: float) -> bool:
+        """A server log line: the periodic stats line (progress while it says tokens were
+        generated), or the engine core's death; True for a stats line."""
+        if engine_died(line):
+            if self.engine_dead is None:
+                self.engine_dead = (t, line.strip()[:200])
+            return False
+        stats = parse_vllm_log_line(line)
+        if stats is None:
+            return False
+        self._stats_line(stats, line, t)
+        return True
+
+    def _stats_line(self, stats: VllmLogStats, line: str, t: float) -> None:
+        if self.watched_since is None:
+            self.watched_since = t
+        stamped = _log_epoch(stats.time, t)
+        at = t if stamped is None else min(stamped, t)
+        self.last_stats_line = (at, line.strip())
+        if stats.gen_tokens_per_s > 0 or stats.prompt_tokens_per_s > 0:
+            if self.log_progress_at is None or at > self.log_progress_at:
+                self.log_progress_at = at
+            self.engine_dead = None  # it serves again: a new engine
+        if self._last_scrape_t is None:  # metrics not read (yet): the line's numbers
+            self.up, self.stale, self.last_update = True, False, t
+            self.running, self.queued = float(stats.running), float(stats.waiting)
+            self.token_usage = stats.kv_usage
+            self.gen_tokens_per_s, self.gen_tokens_per_s_source = stats.gen_tokens_per_s, "log"
+            self.prompt_tokens_per_s = stats.prompt_tokens_per_s
+
+    def hung(self, t: float, after_s: float = HUNG_AFTER_S) -> Hung | None:
+        verdict = super().hung(t, after_s)
+        if verdict is None:
+            return None
+        last = self.last_stats_line
+        line = None if last is None else (last[1], max(t - last[0], 0.0))
+        return Wedged(verdict.port, verdict.running, verdict.queued, verdict.silent_s, line)
+
+    def health_text(self, t: float, within_s: float, silent_s: float) -> str | None:
+        """What the last ``/health`` said: ``/health answered 200`` (the engine looks
+        alive to a load balancer), or that it did not answer."""
+        if self.health is None or t - self.health[0] > within_s:
+            return None
+        _, status, error = self.health
+        if status is not None:
+            return f"/health answered {status}"
+        return f"/health did not answer ({error or 'no answer'})"
+
+    def page_error(self) -> str | None:
+        text = super().page_error()
+        return None if text is None else text.replace("sglang :", "vllm :", 1)
+
+    def kv_pressure(self, minimum: float = KV_PRESSURE_MIN) -> str | None:
+        """``vllm :8000 KV cache 97 % full, 2.5 preemptions/s`` while the KV use is at
+        least ``minimum`` and requests are being preempted; None otherwise."""
+        usage, rate = self.token_usage, self.preemptions_per_s
+        if self.stale or not self.up or usage is None or rate is None:
+            return None
+        if usage < minimum or rate <= 0:
+            return None
+        return (
+            f"vllm :{self.port} KV cache {usage:.0%} full, {rate:.1f} preemptions/s: "
+            "requests are evicted and recomputed"
+        )
+
+    def dead_text(self) -> str | None:
+        """The engine core died (its log) while the API server still answers."""
+        if self.engine_dead is None or self.up is not True:
+            return None
+        _, line = self.engine_dead
+        return f"vllm :{self.port} engine core dead, API server still answering; its log: {line}"
+
+    def snapshot_json(self) -> dict[str, Any]:
+        out = super().snapshot_json()
+
+        def r(v: float | None, digits: int) -> float | None:
+            return None if v is None else round(v, digits)
+
+        out["waiting"] = out["queued"]
+        out.update(
+            {
+                "engines": self.engines,
+                "prompt_tokens_per_s": r(self.prompt_tokens_per_s, 2),
+                "itl_p95_s": r(self.itl_p95_s, 5),
+                "preemptions_per_s": r(self.preemptions_per_s, 3),
+                "preemptions_total": None
+                if self.preemptions_total is None
+                else round(self.preemptions_total),
+                "finished_by_reason": {k: round(v) for k, v in self.finished} or None,
+                "engine_dead": self.engine_dead[1] if self.engine_dead else None,
+            }
+        )
+        for key in (  # SGLang's own families: vLLM has none of them
+            "spec_verify_calls_total",
+            "spec_verify_per_s",
+            "retracted_reqs",
+            "retracted_requests_total",
+            "paused_reqs",
+            "aborted_requests_total",
+            "retracted_in_log",
+        ):
+            out.pop(key, None)
+        return out
