@@ -43,6 +43,7 @@ PIDS = [int(p) for p in os.environ.get("NVML_SHIM_PIDS", "").split(",") if p.str
 OK, INVALID_ARGUMENT, NOT_SUPPORTED, INSUFFICIENT_SIZE = 0, 2, 3, 7  # NVML return codes
 
 
+SHIM_T0 = time.time()
 # ---- the simulated state: smooth functions of time.time() ----
 
 
@@ -197,6 +198,27 @@ class FakeLib:
 
     nvmlDeviceGetComputeRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesses_v3
     nvmlDeviceGetComputeRunningProcesses = nvmlDeviceGetComputeRunningProcesses_v3
+
+    # per-process utilisation samples (nvitop's %SM): the first process gets most of the GPU
+    @staticmethod
+    def nvmlDeviceGetProcessUtilization(h, array, count_ref, last_seen):
+        procs, count = processes(_gpu(h)), _out(count_ref)
+        if array is None or count.value < len(procs):
+            count.value = len(procs)
+            return INSUFFICIENT_SIZE
+        u, now_us = util(_gpu(h)), int(time.time() * 1e6)
+        for k, (slot, (pid, _used)) in enumerate(zip(array, procs)):
+            slot.pid, slot.timeStamp = pid, now_us
+            slot.smUtil = u if k == 0 else u // 3
+            slot.memUtil = u // 2 if k == 0 else u // 6
+            slot.encUtil = slot.decUtil = 0
+        count.value = len(procs)
+        return OK
+
+    # energy since the shim's start, in mJ: power (mW) x seconds
+    nvmlDeviceGetTotalEnergyConsumption = staticmethod(
+        lambda h, ref: _set(ref, int((time.time() - SHIM_T0) * power_mw(_gpu(h))))
+    )
 
     nvmlDeviceGetGraphicsRunningProcesses_v3 = staticmethod(
         lambda h, count_ref, array: _set(count_ref, 0)

@@ -5,6 +5,7 @@ the UI, not even through an import made at run time (which import-linter cannot 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,11 +25,11 @@ for info in pkgutil.walk_packages(gpumon.backends.__path__, "gpumon.backends."):
 """
 
 
-def modules_after(code: str) -> set[str]:
+def modules_after(code: str, env: dict[str, str] | None = None) -> set[str]:
     """The names in ``sys.modules`` once ``code`` has run in a new interpreter."""
     report = "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run(
-        [sys.executable, "-c", code + report], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code + report], capture_output=True, text=True, timeout=60, env=env
     )
     assert out.returncode == 0, out.stderr
     return set(json.loads(out.stdout.splitlines()[-1]))
@@ -86,6 +87,24 @@ def test_a_one_shot_builds_only_the_parts_it_runs(
     loaded = modules_after(f"from gpumon.tui.cli import main\nmain({argv!r})")
     assert "gpumon.backends.runtime" in loaded  # the measurement sees the runtime
     assert sorted(m for m in loaded if m.startswith(absent)) == []
+
+
+# What `gpumon snapshot local` must not load on its fast path (CI prints the same check
+# with the import time: bench/bench_importtime.py --check, over the bench's NVML shim).
+ONE_SHOT_FORBIDDEN = (*UI, *SSH, *UNASKED, "gpumon.backends.sim")
+FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml"
+
+
+def test_snapshot_local_over_nvml_loads_neither_the_ui_nor_the_simulator(tmp_path: Path) -> None:
+    """The whole one-shot on the local host's GPUs (the fake NVML: the agent's NVML path
+    and the early agent run), not only its start."""
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    env = {**os.environ, "PYTHONPATH": str(FAKE_NVML), "GPUMON_CONFIG": str(config)}
+    code = "from gpumon.tui.cli import main\nassert main(['snapshot', 'local']) == 0"
+    loaded = modules_after(code, env)
+    assert "gpumon.backends.monitor.state" in loaded  # the measurement sees the sample
+    assert sorted(m for m in loaded if m.startswith(ONE_SHOT_FORBIDDEN)) == []
 
 
 def test_the_measurement_sees_the_dashboard_load_textual() -> None:
