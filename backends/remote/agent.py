@@ -578,6 +578,7 @@ class Agent:
         self.trimmed = False  # malloc_trim after the first sample
         self.names_cut: set[str] = set()  # GPUs whose long name was cut (said once each)
         self.nvml_worker = NvmlWorker()
+        self.nvml_static = NvmlStatic()  # the GPUs' identity cells, read once
 
     # --- control -------------------------------------------------------------------
     def handle_command(self, line: str) -> None:
@@ -1081,7 +1082,8 @@ class Agent:
         while self.nvml is not None:
             nvml = self.nvml
             started = time.monotonic()
-            done, rows = self.nvml_call(functools.partial(nvml_gpu_rows, nvml, self.fields))
+            read = functools.partial(nvml_gpu_rows, nvml, self.fields, self.nvml_static)
+            done, rows = self.nvml_call(read)
             if not done:
                 break
             if isinstance(rows, Exception):
@@ -1256,23 +1258,80 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def nvml_gpu_rows(nvml: Any, fields: Sequence[str]) -> list[str]:
-    """One round of rows in nvidia-smi's csv,noheader,nounits shape, from NVML."""
+# The cells that stay while the GPU is there (its identity, the board's maxima): read once
+# and kept (``NvmlStatic``); the rest are read every round.
+STATIC_FIELDS = frozenset(
+    {"uuid", "name", "pci.bus_id", "clocks.max.sm", "pcie.link.gen.max", "pcie.link.width.max"}
+)
+
+
+class NvmlStatic:
+    """Each GPU's ``STATIC_FIELDS`` cells by index, as read for the GPU count they came
+    with: a count that changes forgets them all, a GPU whose handle or memory read fails
+    (a lost GPU fails both) forgets its own, so a GPU in trouble is read in full; an
+    error token is never kept ([N/A], not supported by the board, is), and nothing is
+    kept where memory is not asked for."""
+
+    def __init__(self) -> None:
+        self.count = -1
+        self.cells: dict[int, dict[str, str]] = {}
+
+
+def nvml_gpu_rows(nvml: Any, fields: Sequence[str], static: NvmlStatic | None = None) -> list[str]:
+    """One round of rows in nvidia-smi's csv,noheader,nounits shape, from NVML; with
+    ``static``, the static cells come from it once read."""
     rows: list[str] = []
     now = time.time()
     stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
-    for i in range(nvml.nvmlDeviceGetCount()):
+    count = nvml.nvmlDeviceGetCount()
+    if static is not None and static.count != count:
+        static.count, static.cells = count, {}
+    for i in range(count):
         try:
             h = nvml.nvmlDeviceGetHandleByIndex(i)
         except nvml.NVMLError as e:  # every cell but the row's time and index fails alike:
             known = {"timestamp": stamp, "index": str(i)}  # the parser's unopened device
             rows.append(", ".join(known.get(f, f"[{e}]") for f in fields))
+            if static is not None:
+                static.cells.pop(i, None)
             continue
         wanted = [FIELD_VALUES[f] for f in fields if f in FIELD_VALUES]
         values = _field_values(nvml, h, wanted) if wanted else {}
-        cells = [_nvml_field(nvml, h, i, f, stamp, values) for f in fields]
+        kept = static.cells.get(i, {}) if static is not None else {}
+        once: dict[str, Any] = {}
+        cells = [kept.get(f) or _nvml_field(nvml, h, i, f, stamp, values, once) for f in fields]
+        if static is not None:
+            if once.get("memory", (False,))[0]:  # the GPU answers (a lost one fails this)
+                static.cells[i] = {
+                    f: c
+                    for f, c in zip(fields, cells)
+                    if f in STATIC_FIELDS and (c[:1] != "[" or c == "[N/A]")
+                }
+            else:
+                static.cells.pop(i, None)
         rows.append(", ".join(cells))
     return rows
+
+
+def _once(once: dict[str, Any] | None, key: str, call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call`` made once per GPU and round where ``once`` is given: its value (or its
+    error) serves every cell read from it, as memory.total, .used and .free from one
+    nvmlDeviceGetMemoryInfo."""
+    if once is None:
+        return call
+
+    def cached() -> Any:
+        if key not in once:
+            try:
+                once[key] = (True, call())
+            except Exception as e:  # each cell says it, as when each made the call
+                once[key] = (False, e)
+        ok, value = once[key]
+        if not ok:
+            raise value
+        return value
+
+    return cached
 
 
 # nvidia-smi fields NVML only gives through nvmlDeviceGetFieldValues (nvml.h field ids, the
@@ -1349,7 +1408,13 @@ def _mib(v: int) -> str:
 
 
 def _nvml_field(
-    nvml: Any, h: Any, i: int, field: str, stamp: str, values: dict[int, Any] | None = None
+    nvml: Any,
+    h: Any,
+    i: int,
+    field: str,
+    stamp: str,
+    values: dict[int, Any] | None = None,
+    once: dict[str, Any] | None = None,
 ) -> str:
     t = _nvml_text
     if field == "timestamp":
@@ -1370,10 +1435,12 @@ def _nvml_field(
         return _field_value_text(nvml, field, values)
     if field in ("utilization.gpu", "utilization.memory"):
         attr = "gpu" if field == "utilization.gpu" else "memory"
-        return t(nvml, lambda: getattr(nvml.nvmlDeviceGetUtilizationRates(h), attr), str)
+        rates = _once(once, "utilization", lambda: nvml.nvmlDeviceGetUtilizationRates(h))
+        return t(nvml, lambda: getattr(rates(), attr), str)
     if field.startswith("memory."):
         attr = field.split(".", 1)[1]
-        return t(nvml, lambda: getattr(_memory(nvml, h), attr), _mib)
+        memory = _once(once, "memory", lambda: _memory(nvml, h))
+        return t(nvml, lambda: getattr(memory(), attr), _mib)
     if field == "power.draw":
         return t(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(h), lambda v: f"{v / 1000:.2f}")
     if field == "power.limit":
@@ -1412,7 +1479,7 @@ def _nvml_field(
     if field == "compute_mode":
         names = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
         return t(nvml, lambda: nvml.nvmlDeviceGetComputeMode(h), lambda v: names.get(v, str(v)))
-    health = _nvml_health_field(nvml, h, field)
+    health = _nvml_health_field(nvml, h, field, once)
     if health is not None:
         return health
     return "[N/A]"  # a field NVML has no call for here: absent, like nvidia-smi's [N/A]
@@ -1422,18 +1489,21 @@ def _yes_no(v: Any) -> str:
     return "Yes" if v else "No"
 
 
-def _nvml_health_field(nvml: Any, h: Any, field: str) -> str | None:
+def _nvml_health_field(
+    nvml: Any, h: Any, field: str, once: dict[str, Any] | None = None
+) -> str | None:
     """The health facts' cells (``parsers.nvidia_smi.HEALTH_FIELDS``), from NVML; None
     for another field."""
     t = _nvml_text
+    remapped = _once(once, "remapped", lambda: nvml.nvmlDeviceGetRemappedRows(h))
     calls: dict[str, tuple[Callable[[], Any], Callable[[Any], str]]] = {
         "pcie.link.gen.gpucurrent": (lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h), str),
         "pcie.link.gen.max": (lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(h), str),
         "pcie.link.width.current": (lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(h), str),
         "pcie.link.width.max": (lambda: nvml.nvmlDeviceGetMaxPcieLinkWidth(h), str),
         # (corrected rows, uncorrected rows, pending, failure occurred)
-        "remapped_rows.pending": (lambda: nvml.nvmlDeviceGetRemappedRows(h)[2], _yes_no),
-        "remapped_rows.failure": (lambda: nvml.nvmlDeviceGetRemappedRows(h)[3], _yes_no),
+        "remapped_rows.pending": (lambda: remapped()[2], _yes_no),
+        "remapped_rows.failure": (lambda: remapped()[3], _yes_no),
         "retired_pages.pending": (
             lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(h),
             _yes_no,
