@@ -35,6 +35,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import Health, parse_visible_devices
 
 AFTERMATH_LINES = 100
@@ -83,14 +84,14 @@ def _interesting(line: str) -> bool:
     )
 
 
-_GROUP_PREFIX = re.compile(
+_GROUP_PREFIX = lazy_pattern(
     r"\[(?:rank|default)(\d{1,5})\]:\s?"
     r"|\((?:VllmWorker|RayWorkerWrapper) rank=(\d{1,5})[^)]{0,40}\)\s"
 )
-_SGLANG_PREFIX = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
-_RAY_PREFIX = re.compile(r"\((?:\w+ )?pid=\d{1,10}(?:, ip=[0-9a-fA-F.:]{1,45})?\)\s")
+_SGLANG_PREFIX = lazy_pattern(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
+_RAY_PREFIX = lazy_pattern(r"\((?:\w+ )?pid=\d{1,10}(?:, ip=[0-9a-fA-F.:]{1,45})?\)\s")
 
-_MEMORY_FAILURE = re.compile(
+_MEMORY_FAILURE = lazy_pattern(
     r"(?P<torch>torch\.(?:cuda\.)?OutOfMemoryError\b|\b(?:CUDA|HIP|XPU) out of memory\."
     r"|\bAllocation on device \d{1,4} would exceed allowed memory\. \(out of memory\))"
     r"|(?P<runtime>CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation)"
@@ -103,12 +104,12 @@ _MEMORY_FAILURE = re.compile(
 # utils/watchdog.py (0.5.7+): f"{debug_name} watchdog timeout ({self.watchdog_timeout=},
 # {self.soft=})"; scheduler_runtime_checker_mixin.py (<= 0.5.6): f"Watchdog timeout
 # ({self.watchdog_timeout=})". The timeout prints as 300 (the default) or 300.0 (from the CLI).
-_WATCHDOG = re.compile(
+_WATCHDOG = lazy_pattern(
     r"(?:\b(?P<who>[A-Z]\w{0,40}) watchdog|\bWatchdog) timeout "
     r"\(self\.watchdog_timeout=(?P<s>\d{1,9}(?:\.\d{1,6})?)(?:, self\.soft=(?P<soft>True|False))?\)"
 )
-_KV_FULL = re.compile(r"KV cache pool is full\. Retract requests|Decode out of memory happened")
-_CRASH_LINE = re.compile(
+_KV_FULL = lazy_pattern(r"KV cache pool is full\. Retract requests|Decode out of memory happened")
+_CRASH_LINE = lazy_pattern(
     r"(?P<sub>Subprocess \S{1,80} \(pid=\d{1,10}\) crashed with exit code -?\d{1,4})"
     r"|(?P<sigquit>SIGQUIT received\.|Received sigquit from a child process)"
     r"|(?P<health>Health check failed\.)"
@@ -116,30 +117,30 @@ _CRASH_LINE = re.compile(
 )
 # Every `X hit an exception: {traceback}` of SGLang 0.4.3-0.5.23; the Multi*Router ones
 # run with --tokenizer-worker-num > 1 (managers/multi_tokenizer_mixin.py).
-_HIT = re.compile(
+_HIT = lazy_pattern(
     r"(Scheduler|DetokenizerManager|TokenizerManager|DataParallelController"
     r"|MultiTokenizerRouter|MultiDetokenizerRouter|TpModelWorkerClient|GrpcRequestManager)"
     r" hit an"
 )
-_CVD = re.compile(r"CUDA_VISIBLE_DEVICES['\"]?\s{0,3}[=:]\s{0,3}['\"]?([A-Za-z0-9,\-]{0,400})")
+_CVD = lazy_pattern(r"CUDA_VISIBLE_DEVICES['\"]?\s{0,3}[=:]\s{0,3}['\"]?([A-Za-z0-9,\-]{0,400})")
 _GPU_NUMBER = (
-    re.compile(r"\bGPU (\d{1,4}) has a total capaci?ty"),
-    re.compile(r"\bAllocation on device (\d{1,4}) would exceed"),  # cudaMallocAsync backend
-    re.compile(r"\(GPU (\d{1,4}); "),
-    re.compile(r"^\S{1,100}:\d{1,10}:\d{1,10} \[(\d{1,4})\] "),  # NCCL: host:pid:tid [dev]
-    re.compile(r"\b(?:cuda|xpu|hip):(\d{1,4})\b"),
-    re.compile(r"\bGPU ?(\d{1,4})\b"),
+    lazy_pattern(r"\bGPU (\d{1,4}) has a total capaci?ty"),
+    lazy_pattern(r"\bAllocation on device (\d{1,4}) would exceed"),  # cudaMallocAsync backend
+    lazy_pattern(r"\(GPU (\d{1,4}); "),
+    lazy_pattern(r"^\S{1,100}:\d{1,10}:\d{1,10} \[(\d{1,4})\] "),  # NCCL: host:pid:tid [dev]
+    lazy_pattern(r"\b(?:cuda|xpu|hip):(\d{1,4})\b"),
+    lazy_pattern(r"\bGPU ?(\d{1,4})\b"),
 )
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
-_CONTINUATION = re.compile(
+_CONTINUATION = lazy_pattern(
     r"nccl\w{0,40}Error:|Last error:|Cuda failure|CUDA kernel errors might|For debugging consider"
     r"|Compile with `TORCH_USE|Try to allocate \d|Available tokens:|Possible solutions:|\d\. "
 )
-_TRIM_AFTER = re.compile(
+_TRIM_AFTER = lazy_pattern(
     r" is free\.| Of the allocated memory| If reserved (?:but unallocated )?memory"
 )
 # ValueError: ... / torch.AcceleratorError: ... / torch._dynamo.exc.Unsupported: ...
-_EXCEPTION_LINE = re.compile(
+_EXCEPTION_LINE = lazy_pattern(
     r"(?:[A-Za-z_]\w{0,60}\.){0,8}[A-Za-z_]\w{0,80}(?:Error|Exception|Interrupt|Exit|Failure)\b"
     r"|(?:[a-z_]\w{0,60}\.){1,8}[A-Z]\w{0,80}:"
 )

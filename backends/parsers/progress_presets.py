@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import ast
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 from gpumon.backends import untrusted
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.parsers.units import (
     NUMBER,
     Rate,
@@ -84,22 +84,22 @@ def nonempty(update: ProgressUpdate) -> ProgressUpdate | None:
 _SI = r"(?:\s*(?-i:[kKMGBT])(?![A-Za-z]))?"  # case-sensitive even inside (?i) patterns
 _N = rf"({NUMBER}(?![\d.]|,\d){_SI})"
 _INT = r"\d+(?:,\d{3})*"
-_STEP = re.compile(
+_STEP = lazy_pattern(
     r"(?i)(?<![\w/-])(?:global[_ ])?(?:step|iter(?:ation)?)s?\b\s*[:=]?\s*\[?\s*"
     rf"({_INT})(?:\s*(?:/|of)\s*({_INT}))?"
 )
-_TOTAL_STEPS = re.compile(r"(?i)\b(?:total_steps|max_steps|num_steps|total_iters)\s*[:=]\s*(\d+)")
-_LOSS = re.compile(rf"(?i)(?<![\w/-])(?<!val )(?<!eval )(?:train[_ ]?)?loss\b\s*[:=]?\s*{_N}")
-_TOK_RATE_KEY = re.compile(
+_TOTAL_STEPS = lazy_pattern(r"(?i)\b(?:total_steps|max_steps|num_steps|total_iters)\s*[:=]\s*(\d+)")
+_LOSS = lazy_pattern(rf"(?i)(?<![\w/-])(?<!val )(?<!eval )(?:train[_ ]?)?loss\b\s*[:=]?\s*{_N}")
+_TOK_RATE_KEY = lazy_pattern(
     r"(?i)(?<![\w/])(?:tok(?:en)?s?/s(?:ec)?|tok(?:en)?s?_per_s(?:ec(?:ond)?)?|tps|throughput)"
     rf"\s*[:=]?\s*{_N}(?!\s*[a-zA-Z]*\s*/\s*s)"
 )
-_TOKENS = re.compile(
+_TOKENS = lazy_pattern(
     r"(?i)(?<![\w/])(?:tokens|num_tokens|total_tokens|tokens_seen|consumed_tokens|tok_seen)"
     rf"\b(?![/_])\s*[:=]?\s*{_N}"
 )
-_ETA = re.compile(r"(?i)\beta\b\s*[:=]?\s*([^|,;\]\[]+)")
-_DONE_WORDS = re.compile(
+_ETA = lazy_pattern(r"(?i)\beta\b\s*[:=]?\s*([^|,;\]\[]+)")
+_DONE_WORDS = lazy_pattern(
     r"(?i)\b(?:training|train|run|job|fine-?tuning)\s+(?:is\s+)?"
     r"(?:complete[d]?|finished|done)\b|\bfinished training\b"
 )
@@ -158,17 +158,17 @@ def parse_kv(line: str) -> ProgressUpdate | None:
 # k M G T P E Z, then Y), but the rate is format_sizeof(rate) with the default divisor 1000:
 # "50.0M/100M [00:05<00:05, 10.5MB/s]" for a unit_divisor=1024 byte bar is 50 MiB of 100 MiB
 # at 10.5e6 B/s. rate_fmt is "{rate}{unit}/s", or "{1/rate}s/{unit}" when slower than 1/s.
-_TQDM = re.compile(
+_TQDM = lazy_pattern(
     r"(\d[\d.]*[kMGTPEZY]?)(?:/(\d[\d.]*[kMGTPEZY]?|\?))?\s*([A-Za-z]+\s*)?"
     r"\[\s*([\d:]+(?:\.\d+)?|\?)\s*(?:<\s*([^,\]]*))?,\s*([^,\]]*)(?:,\s*([^\]]*))?\]"
 )
 _TQDM_PREFIX = {"": 1, "k": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6, "Z": 7, "Y": 8}
-_TQDM_COUNT = re.compile(r"(\d+(?:\.\d+)?)([kMGTPEZY]?)")
-_TQDM_RATE = re.compile(
+_TQDM_COUNT = lazy_pattern(r"(\d+(?:\.\d+)?)([kMGTPEZY]?)")
+_TQDM_RATE = lazy_pattern(
     rf"\s*(?:({NUMBER})([kMGTPEZY]?)|\?)([^\s/\d][^\s/]*)/s\s*"  # 10.5MB/s, 5.41it/s, ?B/s
     rf"|\s*({NUMBER})([kMGTPEZY]?)s/([^\s/]+)\s*"  # 3.20s/it
 )
-_TQDM_PERCENT = re.compile(r"(\d{1,3})%\|[^|]*\|\s*$")
+_TQDM_PERCENT = lazy_pattern(r"(\d{1,3})%\|[^|]*\|\s*$")
 _BYTE_UNITS = frozenset({"B", "iB", "b"})
 
 
@@ -248,7 +248,7 @@ def parse_tqdm(line: str) -> ProgressUpdate | None:
 
 # ------------------------------------------------------------------------------------ hf
 
-_HF_DICT = re.compile(r"\{['\"][a-z_/]+['\"]\s*:.*\}")
+_HF_DICT = lazy_pattern(r"\{['\"][a-z_/]+['\"]\s*:.*\}")
 
 
 def _dict_value(d: Mapping[str, object], *keys: str) -> float | None:
@@ -367,18 +367,18 @@ def parse_jsonl(line: str) -> ProgressUpdate | None:
 
 # --------------------------------------------------------------------------------- batch
 
-_BATCH_FRACTION = re.compile(
+_BATCH_FRACTION = lazy_pattern(
     rf"(?i)({_INT})\s*/\s*({_INT})\s*(?:prompts|requests|samples|items|rows|examples|"
     r"records|done|completed|processed)\b"
     rf"|(?:processed|done|completed|progress)\s*[:=]?\s*({_INT})\s*/\s*({_INT})"
 )
-_BATCH_KEYS = re.compile(rf"(?i)\b(done|total|failed|errors)\s*[:=]\s*({_INT})")
-_FAILED = re.compile(rf"(?i)\b({_INT})\s+(?:failed|errors?)\b")
-_OUT_TOKENS = re.compile(
+_BATCH_KEYS = lazy_pattern(rf"(?i)\b(done|total|failed|errors)\s*[:=]\s*({_INT})")
+_FAILED = lazy_pattern(rf"(?i)\b({_INT})\s+(?:failed|errors?)\b")
+_OUT_TOKENS = lazy_pattern(
     rf"(?i){_N}\s*(?:output|generated|out) tokens\b(?!\s*[:=])"
     rf"|(?:output|out|generated)_tokens\s*[:=]\s*{_N}"
 )
-_BATCH_DONE = re.compile(
+_BATCH_DONE = lazy_pattern(
     r"(?i)\b(?:batch|generation|job|run)\s+(?:is\s+)?(?:finished|complete[d]?|done)\b"
     r"|\b(?:finished|completed|all done)\s*[:.!]"
 )

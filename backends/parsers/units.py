@@ -7,23 +7,24 @@ Every function returns None for text it cannot read; none of them raises.
 from __future__ import annotations
 
 import math
-import re
 from typing import NamedTuple
+
+from gpumon.backends.lazy import lazy_pattern
 
 _SCALE = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
 NUMBER = r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
-_NUMBER = re.compile(rf"\s*({NUMBER})\s*([kKMGBT]?)\s*")
+_NUMBER = lazy_pattern(rf"\s*({NUMBER})\s*([kKMGBT]?)\s*")
 # Item words a rate can be counted in; "tok..." words make it a token rate.
 UNIT_WORDS = (
     r"tok(?:en)?s?|it(?:em)?s?|steps?|prompts?|samples?|req(?:uest)?s?|seqs?|"
     r"examples?|rows?|records?|batch(?:es)?|ex"
 )
-_PER_SECOND = re.compile(
+_PER_SECOND = lazy_pattern(
     rf"({NUMBER})\s*(?:([kKMGBT])\s*)?((?i:{UNIT_WORDS}))\s*/\s*s(?:ec(?:ond)?)?\b(?!\s*[:=])"
 )
-_SECONDS_PER = re.compile(rf"({NUMBER})\s*s(?:ec)?\s*/\s*((?i:{UNIT_WORDS}))\b")
-_CLOCK = re.compile(r"\s*(?:(\d+)\s*d(?:ays?)?,?\s*)?(?:(\d+):)?(\d{1,2}):(\d{2}(?:\.\d+)?)\s*")
-_PARTS = re.compile(
+_SECONDS_PER = lazy_pattern(rf"({NUMBER})\s*s(?:ec)?\s*/\s*((?i:{UNIT_WORDS}))\b")
+_CLOCK = lazy_pattern(r"\s*(?:(\d+)\s*d(?:ays?)?,?\s*)?(?:(\d+):)?(\d{1,2}):(\d{2}(?:\.\d+)?)\s*")
+_PARTS = lazy_pattern(
     r"(\d+(?:\.\d+)?)\s*(d|days?|h|hrs?|hours?|m|mins?|minutes?|s|secs?|seconds?)(?![A-Za-z])"
 )
 _PART_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}

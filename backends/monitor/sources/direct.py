@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 from gpumon.backends import untrusted
 from gpumon.backends.model import ConnState
@@ -18,20 +19,14 @@ from gpumon.backends.parsers.nvidia_smi import (
     fields_for_help,
     query_gpu_args,
 )
-from gpumon.backends.remote.agent import (
-    BATCH_QUIET_S,
-    LINE_MAX_BYTES,
-    LongLine,
-    RowBatcher,
-    long_line_note,
-    name_cut_note,
-    shorten_row,
-)
 from gpumon.backends.transport.base import ProcessStream, Transport, TransportError
 
 from .base import DIRECT_SMI, Capabilities, Sink
 from .connection import TransportSource
 from .link import LinkWatch
+
+if TYPE_CHECKING:
+    from gpumon.backends.remote.agent import LongLine
 
 __all__ = ["PROCESS_POLL_MIN_S", "DirectSmiSource"]
 
@@ -83,8 +78,12 @@ class DirectSmiSource(TransportSource):
         stream = await self._open(sink)
         sink.ingest_status(ConnState.CONNECTED, source=SampleSource.SMI_DIRECT, error=None)
         procs = asyncio.create_task(self._poll_processes(sink))
+        # The agent's own row handling, imported here: every agent session builds this
+        # source, and a host with Python never runs it (the agent's modules stay unloaded).
+        from gpumon.backends.remote import agent as shipped
+
         index = fields.index("index") if "index" in fields else 1
-        batcher = RowBatcher(index, len(fields))
+        batcher = shipped.RowBatcher(index, len(fields))
         got_data = False
         tail: list[str] = []
         link = LinkWatch(self.transport, sink)  # a quiet stream has its link probed
@@ -103,7 +102,7 @@ class DirectSmiSource(TransportSource):
                     stream = await self._open(sink)
                     link.heard()  # the new loop's quiet counts from its start
                 try:
-                    async with asyncio.timeout(BATCH_QUIET_S):
+                    async with asyncio.timeout(shipped.BATCH_QUIET_S):
                         line = await stream.readline()
                 except TimeoutError:
                     flush()
@@ -112,8 +111,8 @@ class DirectSmiSource(TransportSource):
                 if not line:
                     break
                 link.heard()
-                if len(line) > LINE_MAX_BYTES:  # the agent's bound, said as it says it
-                    kept = self._long_row(sink, LongLine(line.rstrip(b"\n")), fields)
+                if len(line) > shipped.LINE_MAX_BYTES:  # the agent's bound, said as it says it
+                    kept = self._long_row(sink, shipped.LongLine(line.rstrip(b"\n")), fields)
                     if kept is None:
                         continue
                     line = kept
@@ -138,16 +137,18 @@ class DirectSmiSource(TransportSource):
     def _long_row(self, sink: Sink, line: LongLine, fields: tuple[str, ...]) -> bytes | None:
         """A line over the agent's bound, as the agent takes it: the GPU row with its
         name cut (said once per GPU), else dropped (said once per session)."""
-        kept = shorten_row(line, fields)
+        from gpumon.backends.remote import agent as shipped
+
+        kept = shipped.shorten_row(line, fields)
         if kept is None:
             if not self._dropped_said:
                 self._dropped_said = True
-                sink.ingest_note(long_line_note(line.size))
+                sink.ingest_note(shipped.long_line_note(line.size))
             return None
         row, index = kept
         if index not in self._names_cut:
             self._names_cut.add(index)
-            sink.ingest_note(name_cut_note(index, line.size))
+            sink.ingest_note(shipped.name_cut_note(index, line.size))
         return row.encode()
 
     async def _poll_processes(self, sink: Sink) -> None:
