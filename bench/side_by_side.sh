@@ -20,7 +20,7 @@
 # from /proc/PID/stat, wait WINDOW s, read it again, and take VmHWM/VmRSS from
 # /proc/PID/status. CPU% = CPU seconds / wall seconds * 100 (100 = one full core).
 # Then: one-shot snapshot timings (nvitop -1, gpustat, gpumon snapshot local).
-# Env: VENV, WINDOW (60), WARMUP (5), RUNS (2), ONESHOT_RUNS (5),
+# Env: VENV, WINDOW (60), WARMUP (5), RUNS (2), ONESHOT_RUNS (5), EXTRA_ONESHOT,
 #      OUT (/tmp/side-by-side/results), CAPS (/tmp/side-by-side/captures).
 set -euo pipefail
 
@@ -135,6 +135,8 @@ CONFIGS=(
   "$@"
 )
 ONESHOTS=("nvitop -1" "gpustat" "gpumon snapshot local")
+# one more one-shot, e.g. another build's: EXTRA_ONESHOT='/tmp/main-venv/bin/gpumon snapshot local'
+if [ -n "${EXTRA_ONESHOT:-}" ]; then ONESHOTS+=("$EXTRA_ONESHOT"); fi
 
 printf 'name\trun\twall_s\tcpu_ticks\tcpu_pct\tvmhwm_mib\ttree_vmhwm_mib\tvmrss_end_mib\ttmux_server_cpu_pct\tload1\texe\n' >"$OUT/steady.tsv"
 for run in $(seq 1 "$RUNS"); do  # interleaved: A1 B1 C1 D1 A2 B2 ...
