@@ -1324,7 +1324,7 @@ def _once(once: dict[str, Any] | None, key: str, call: Callable[[], Any]) -> Cal
         if key not in once:
             try:
                 once[key] = (True, call())
-            except Exception as e:  # each cell says it, as when each made the call
+            except Exception as e:  # noqa: BLE001 - each cell reads it as if it made the call
                 once[key] = (False, e)
         ok, value = once[key]
         if not ok:

@@ -3,7 +3,7 @@
 # 8 simulated GPUs, summed over each tool's process tree (gpumon's agent is a child), and
 # print gpumon's ratios to nvitop's (the figures docs/architecture.md quotes come from it).
 #
-#   bash bench/side_by_side.sh 'gpumon-local=gpumon local'   # nvitop -i1, gpustat -i1, plus yours
+#   bash bench/side_by_side.bash 'gpumon-local=gpumon local'   # nvitop -i1, gpustat -i1, plus yours
 #
 # nvitop and gpustat come from PyPI into the bench's venv, never into the locks:
 #   python3 -m venv /tmp/anchors-venv && /tmp/anchors-venv/bin/pip install nvitop gpustat
