@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from gpumon.backends import lazy
 from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.parsers import oom, progress_presets, units
 
@@ -21,7 +20,7 @@ def test_nothing_is_compiled_until_the_pattern_is_used(monkeypatch: pytest.Monke
         compiled.append(pattern)
         return real(pattern, flags)
 
-    monkeypatch.setattr(lazy.re, "compile", counting)
+    monkeypatch.setattr(re, "compile", counting)  # what lazy_pattern calls on first use
     p = lazy_pattern(r"(\d+) (GiB)", re.IGNORECASE)
     assert p.pattern == r"(\d+) (GiB)" and compiled == []  # its text needs no compile
     assert (m := p.search("used 12 gib")) is not None and m.groups() == ("12", "gib")
