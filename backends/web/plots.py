@@ -20,6 +20,8 @@ _LEFT, _TOP, _BOTTOM = 4, 18, 14  # room for the title above and the times below
 
 
 def _number(value: float) -> str:
+    if abs(value) < 0.05:  # a GPU's few MiB in GiB: "0", not "0.000977"
+        return "0"
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
