@@ -86,6 +86,13 @@ def get(url: str, timeout: float = 10, **headers: str) -> tuple[int, dict[str, s
         return e.code, dict(e.headers), e.read()
 
 
+def listening(url: str) -> bool:
+    try:
+        return get(url)[0] == 200
+    except OSError:  # not listening yet
+        return False
+
+
 def plotted(svg: str) -> list[float]:
     """The values a plot draws, top of the plot = highest (its polylines' y, flipped)."""
     lines = re.findall(r'points="([^"]+)"', svg)
@@ -249,7 +256,7 @@ def test_a_listener_beyond_loopback_refuses_the_page_without_the_token(tmp_path:
     watch = Watch(tmp_path, cfg, "--metrics-port", str(port), "--demo-time", "0")
     base = f"http://{address}:{port}"
     try:
-        watch.wait(lambda: get(base + "/metrics")[0] == 200, 60, "the listener")
+        watch.wait(lambda: listening(base + "/metrics"), 60, "the listener")
         status, headers, _ = get(base + "/")
         assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
         assert get(base + "/?token=wrong")[0] == 401
