@@ -14,6 +14,7 @@ simulator only when its host is ``demo``.
     runtime = Runtime(sim=sim)
     runtime.deliver(settings)               # watch: the hub (dashboard_delivery: the dashboard's)
     runtime.export(port, host)              # watch: /metrics
+    runtime.serve_pages()                   # watch: the incident page on that listener
     monitor = runtime.monitor(host)         # built, not started
     await runtime.start()                   # the exporter listens, delivery, every monitor
     await runtime.reload(hosts, settings)   # watch's SIGHUP (``serve``)
@@ -133,7 +134,8 @@ class Runtime:
         runtime.deliver(settings, outbox=outbox)
         port = settings.metrics_port if metrics_port is None else metrics_port
         if port:
-            runtime.export(port, metrics_host or settings.metrics_host)
+            runtime.export(port, metrics_host or settings.listen)
+            runtime.serve_pages()
         for host in hosts:
             runtime.monitor(host)
         return runtime
@@ -289,6 +291,17 @@ class Runtime:
         self.metrics = MetricsServer(collector, port, host)
         self._wire_started()
         return self.metrics
+
+    def serve_pages(self) -> None:
+        """The incident page (``backends/web``) on the exporter's listener, over this
+        runtime's monitors and the hub's incidents (``export`` and ``deliver`` first)."""
+        from gpumon.backends.web import IncidentSite
+
+        hub, metrics = self.hub, self.metrics
+        assert hub is not None and metrics is not None, "export and deliver first"
+        metrics.pages = IncidentSite(
+            lambda: list(self.monitors), hub, lambda: hub.settings, metrics.host
+        )
 
     # --- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:

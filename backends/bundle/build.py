@@ -116,8 +116,9 @@ def default_name(host: str, now: float | None = None) -> str:
 
 
 def _scrubber(notify: NotifySettings | None, env: Mapping[str, str]) -> Scrubber:
-    notifiers = [] if notify is None else list(notify.notifiers.values())
-    return Scrubber.of(env_secrets(env), config_secrets(notifiers, env))
+    # The [watch] table's own (the incident page's token_env) with the notifiers'.
+    named = [] if notify is None else [*notify.notifiers.values(), notify]
+    return Scrubber.of(env_secrets(env), config_secrets(named, env))
 
 
 def _archive(title: str, notify: NotifySettings | None, options: BundleOptions) -> BundleArchive:

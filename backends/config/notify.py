@@ -2,7 +2,10 @@
 ``gpumon watch`` runs.
 
     [watch]
-    metrics_port = 9947          # gpumon watch's /metrics (0: off)
+    metrics_port = 9947          # gpumon watch's listener: /metrics and the page (0: off)
+    listen = "127.0.0.1"         # its address; beyond loopback the page needs token_env
+    public_url = "https://gpu.example.org/gpumon"  # the page as the team reaches it
+    token_env = "GPUMON_PAGE_TOKEN"
     min_open_s = 30              # an incident stays open at least this long
     resolve_after_s = 120        # ... and resolves once its alerts have been over this long
     dashboard_delivery = "auto"  # auto | always | never
@@ -33,6 +36,7 @@ from gpumon.backends.config.schema import (
     REQUIRED,
     Invalid,
     KeySpec,
+    base_url,
     boolean,
     check_table,
     did_you_mean,
@@ -133,7 +137,13 @@ class NotifySettings:
 
     notifiers: Mapping[str, NotifierConfig] = field(default_factory=dict)
     metrics_port: int = DEFAULT_METRICS_PORT
-    metrics_host: str = "127.0.0.1"
+    # The listener's address (/metrics and the incident page); ``metrics_host`` in the
+    # config is its older name. Beyond loopback the page answers only with ``token_env``'s
+    # token; /metrics answers as it always did.
+    listen: str = "127.0.0.1"
+    public_url: str | None = None  # the page as the team reaches it: links in messages
+    token_env: str | None = None  # the variable holding the page's token
+    link_token: bool = False  # the messages' links carry the token (?token=)
     min_open_s: float = 30.0
     # An incident resolves once its alerts have been over this long; one that comes back
     # sooner continues it. The dashboard's grouping window: alerts of one failure within
@@ -236,7 +246,11 @@ NOTIFIER_KEYS: tuple[KeySpec, ...] = (
 )
 WATCH_KEYS: tuple[KeySpec, ...] = (
     KeySpec("metrics_port", integer(0, 65535), "a port 1..65535, or 0 for no exporter"),
-    KeySpec("metrics_host", text, "an address to listen on"),
+    KeySpec("listen", text, "an address to listen on"),
+    KeySpec("metrics_host", text, "an address to listen on (listen's older name)"),
+    KeySpec("public_url", base_url, "an http(s) URL"),
+    KeySpec("token_env", env_name, "an environment variable name"),
+    KeySpec("link_token", boolean, "true or false"),
     KeySpec("min_open_s", number(0, 86400), f"{SECONDS} from 0 to 86400"),
     KeySpec("resolve_after_s", number(0, 86400), f"{SECONDS} from 0 to 86400"),
     KeySpec("dashboard_delivery", _delivery, '"auto", "always" or "never"'),
@@ -280,6 +294,12 @@ def watch_table(raw: object) -> dict[str, Any]:
     table = check_table(raw, WATCH_KEYS)
     if table.get("retry_max_s", 300.0) < table.get("retry_first_s", 2.0):
         raise Invalid("must be >= retry_first_s", ("retry_max_s",))
+    if "metrics_host" in table:
+        if "listen" in table:
+            raise Invalid("listen and metrics_host are one setting: keep listen", ("metrics_host",))
+        table["listen"] = table.pop("metrics_host")
+    if table.get("link_token") and "token_env" not in table:
+        raise Invalid("the link's token is token_env's: set token_env", ("link_token",))
     return table
 
 

@@ -6,7 +6,8 @@ must only go up, so it cannot be derived from the alert list, which forgets);
 ``gpumon_xid_events_total`` counts the kernel's Xid events per GPU and code, labelled
 with the Xid table's level and NVIDIA's action (``parsers/xid.py``, the table the alerts
 and the fleet use); ``MetricsServer`` answers ``GET /metrics`` on the event loop, from its
-own registry (no process or Python metrics of gpumon itself mixed in).
+own registry (no process or Python metrics of gpumon itself mixed in), and hands every
+other request to its ``pages`` (the incident page, ``backends/web``) when it has them.
 
 Names follow the Prometheus conventions: the ``gpumon_`` prefix, base units (bytes,
 watts, celsius, seconds, ratios 0..1), ``_total`` for counters. A value the GPU did not
@@ -21,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
@@ -39,7 +42,14 @@ from gpumon.backends.remote.agent import cut_name
 if TYPE_CHECKING:
     from gpumon.backends.monitor.state import HostMonitor
 
-__all__ = ["METRIC_NAMES", "GpumonCollector", "MetricsServer", "OomCounter"]
+__all__ = [
+    "METRIC_NAMES",
+    "GpumonCollector",
+    "MetricsServer",
+    "OomCounter",
+    "Request",
+    "Response",
+]
 
 MIB = 1024 * 1024
 OOM_KINDS = tagged(Tag.OOM)
@@ -191,6 +201,46 @@ class GpumonCollector(Collector):
         yield xids
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A GET or HEAD as the listener read it: the path (percent-decoded), the query's
+    parameters (each one's first value), the headers by lower-case name."""
+
+    method: str
+    path: str
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: str  # "200 OK"
+    content_type: str
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+# What answers the requests that are not for /metrics (None: 404).
+Pages = Callable[[Request], Awaitable[Response | None]]
+
+
+def parse_request(head: bytes) -> Request | None:
+    """The request line and headers of ``head`` (up to the blank line); None when the
+    request line is not ``METHOD TARGET VERSION``."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split()
+    if len(parts) != 3:
+        return None
+    target = urllib.parse.urlsplit(parts[1])
+    query = {k: v[0] for k, v in urllib.parse.parse_qs(target.query).items()}
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return Request(parts[0], urllib.parse.unquote(target.path), query, headers)
+
+
 def registry_for(collector: GpumonCollector) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
@@ -206,6 +256,7 @@ class MetricsServer:
         self.registry = registry_for(collector)
         self.port, self.host = port, host
         self._server: asyncio.Server | None = None
+        self.pages: Pages | None = None  # the rest of the site (``/`` is theirs then)
 
     async def start(self) -> None:
         """Listen; raises OSError when the port is taken. ``port`` 0 picks a free one."""
@@ -220,20 +271,18 @@ class MetricsServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             async with asyncio.timeout(10):
-                request = await reader.readuntil(b"\r\n\r\n")
-            line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
-            if len(line) < 2 or line[0] not in ("GET", "HEAD"):
-                status, body, ctype = "405 Method Not Allowed", b"GET only\n", "text/plain"
-            elif line[1].split("?")[0] in ("/metrics", "/"):
-                status, body, ctype = "200 OK", generate_latest(self.registry), CONTENT_TYPE
-            else:
-                status, body, ctype = "404 Not Found", b"see /metrics\n", "text/plain"
-            body_out = b"" if line and line[0] == "HEAD" else body
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + body_out)
+                head = await reader.readuntil(b"\r\n\r\n")
+            request = parse_request(head)
+            answer = await self._answer(request)
+            body_out = b"" if request is not None and request.method == "HEAD" else answer.body
+            lines = [
+                f"HTTP/1.1 {answer.status}",
+                f"Content-Type: {answer.content_type}",
+                f"Content-Length: {len(answer.body)}",
+                *(f"{name}: {value}" for name, value in answer.headers.items()),
+                "Connection: close",
+            ]
+            writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body_out)
             await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
             pass
@@ -241,3 +290,11 @@ class MetricsServer:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    async def _answer(self, request: Request | None) -> Response:
+        if request is None or request.method not in ("GET", "HEAD"):
+            return Response("405 Method Not Allowed", "text/plain", b"GET only\n")
+        if request.path == "/metrics" or (request.path == "/" and self.pages is None):
+            return Response("200 OK", CONTENT_TYPE, generate_latest(self.registry))
+        answer = None if self.pages is None else await self.pages(request)
+        return answer or Response("404 Not Found", "text/plain", b"see /metrics\n")

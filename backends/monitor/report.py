@@ -127,8 +127,16 @@ def incident_json(incident: Incident) -> dict[str, Any]:
 def active_incidents(monitor: HostMonitor) -> list[Incident]:
     """The host's active alerts as incidents, the most urgent first; ``fix`` only for jobs
     the config can restart (a ``start`` command)."""
-    restartable = {job.name for job in monitor.host.jobs if job.start}
-    return incidents(monitor.alerts.active(), restartable=restartable)
+    return incidents(monitor.alerts.active(), restartable=_restartable(monitor))
+
+
+def known_incidents(monitor: HostMonitor) -> list[Incident]:
+    """``active_incidents`` of the alert history (active or ended), the most urgent first."""
+    return incidents(monitor.alerts.history(), restartable=_restartable(monitor))
+
+
+def _restartable(monitor: HostMonitor) -> set[str]:
+    return {job.name for job in monitor.host.jobs if job.start}
 
 
 def restart_hint(monitor: HostMonitor, incident: Incident) -> str | None:

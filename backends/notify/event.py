@@ -13,12 +13,23 @@ are the one text every notifier and ``gpumon watch``'s log line says.
 from __future__ import annotations
 
 import socket
+import urllib.parse
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from gpumon.backends.model import Health, iso_time
 
-__all__ = ["EVENT_KEYS", "SCHEMA", "IncidentEvent", "incident_key", "page_key", "webhook_body"]
+__all__ = [
+    "BUNDLE_PATH",
+    "EVENT_KEYS",
+    "INCIDENT_PATH",
+    "SCHEMA",
+    "IncidentEvent",
+    "incident_key",
+    "incident_link",
+    "page_key",
+    "webhook_body",
+]
 
 SCHEMA = "gpumon.incident.v1"
 EVENTS = ("open", "update", "resolve", "test")
@@ -47,7 +58,11 @@ EVENT_KEYS = (
     "count",
     "episodes",
     "gpumon_host",
+    "url",
 )
+# The incident page's paths under ``[watch] public_url`` (``gpumon watch``'s listener).
+INCIDENT_PATH = "/incident/"
+BUNDLE_PATH = "/bundle/"
 
 
 def incident_key(host: str, gpu: int | None, job: str | None, kind: str) -> str:
@@ -58,6 +73,16 @@ def incident_key(host: str, gpu: int | None, job: str | None, kind: str) -> str:
     Alertmanager's ``incident`` label and the outbox's open incidents rest on it; an outbox
     from before incidents were grouped holds keys of one alert each, in the same form."""
     return f"{host}/gpu{'-' if gpu is None else gpu}/{job or '-'}/{kind}"
+
+
+def incident_link(
+    public_url: str, key: str, token: str | None = None, path: str = INCIDENT_PATH
+) -> str:
+    """The incident page of ``key`` under ``public_url`` ("https://gpu.example.org/gpumon/
+    incident/demo/gpu6/drafter/memory"), with ``?token=`` when given; ``path``
+    ``BUNDLE_PATH``: its bundle's link."""
+    link = public_url.rstrip("/") + path + urllib.parse.quote(key, safe="/")
+    return link + ("?token=" + urllib.parse.quote(token, safe="") if token else "")
 
 
 def page_key(key: str, page: int) -> str:
@@ -108,6 +133,9 @@ class IncidentEvent:
     # How many times it began: 1, then one more each time an alert of it came back after
     # all of them had ended, before it resolved (a flapping host: its outages).
     episodes: int = 1
+    # The incident page (``[watch] public_url``); its token (``[watch] link_token``) is
+    # added only as a message is sent, so it stays out of the outbox and the log.
+    url: str | None = None
 
     def __post_init__(self) -> None:
         # read back from JSON (the outbox): lists, and severities as their words

@@ -48,7 +48,7 @@ from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import Health
 from gpumon.backends.monitor.report import active_incidents
 from gpumon.backends.monitor.state import ticks_for
-from gpumon.backends.notify.event import IncidentEvent, incident_key, this_host
+from gpumon.backends.notify.event import IncidentEvent, incident_key, incident_link, this_host
 from gpumon.backends.notify.incidents import IncidentTracker
 from gpumon.backends.notify.notifiers import (
     DeliveryError,
@@ -350,6 +350,7 @@ class NotifyHub:
         now = self.clock()
         standby = bool(events) and self._standing_by()
         for ev in events:
+            ev = self.linked(ev)
             self.outbox.save_incident(ev)
             self.changes.emit(ev)
             if standby:  # the watch tells the notifiers (or filters it): as if told before
@@ -370,6 +371,18 @@ class NotifyHub:
                     told.discard(ev.key)
                 for name in self.settings.notifiers:
                     self._settling_until.pop((name, ev.key), None)
+
+    def linked(self, ev: IncidentEvent, *, sending: bool = False) -> IncidentEvent:
+        """``ev`` with its incident page's link (``[watch] public_url``; None without it).
+        ``sending``: the link as a message carries it, with the page's token where
+        ``[watch] link_token`` says so (read now: it is never stored)."""
+        settings = self.settings
+        if settings.public_url is None:
+            return dataclasses.replace(ev, url=None) if ev.url else ev
+        token = None
+        if sending and settings.link_token and settings.token_env:
+            token = self.env.get(settings.token_env) or None
+        return dataclasses.replace(ev, url=incident_link(settings.public_url, ev.key, token))
 
     def _route(self, cfg: NotifierConfig, ev: IncidentEvent) -> IncidentEvent | None:
         """``ev`` as ``cfg`` is told it, None when it is not. The first event of an
@@ -517,7 +530,8 @@ class NotifyHub:
             events = [r.event for r in rows]
             ids = [r.id for r in rows]
             try:
-                await deliver(cfg, events, now, self.env, self.terminal)
+                sending = [self.linked(ev, sending=True) for ev in events]
+                await deliver(cfg, sending, now, self.env, self.terminal)
             except DeliveryError as e:
                 if e.rejected and len(rows) > 1:
                     self._singly.add(name)
@@ -566,7 +580,7 @@ class NotifyHub:
             return
         self._resent[cfg.name] = t
         events = [  # the labels now only: the alert of old ones was ended when they changed
-            dataclasses.replace(inc.event, previous=None)
+            self.linked(dataclasses.replace(inc.event, previous=None), sending=True)
             for inc in self.tracker.open.values()
             if cfg.wants(inc.event.host, inc.event.kind, inc.event.severity)
         ]

@@ -6,7 +6,10 @@ the generic webhook with an optional HMAC signature); ``command_input`` is the J
 ``command`` kind gets on stdin; ``terminal_bytes`` the OSC 9 / OSC 777 desktop
 notification (wrapped for tmux, with a BEL). Pure functions: delivery is ``deliver``.
 Every kind says the event's ``summary()`` (the headline) and ``details()`` (the fix, what
-gpumon did, the recording, the raw alert line) in its own form.
+gpumon did, the recording, the raw alert line) in its own form, and the incident page's
+link where ``[watch] public_url`` gives one (``IncidentEvent.url``): PagerDuty's
+``links``, Alertmanager's ``gpumon_url`` annotation (and ``generatorURL``), ntfy's
+``Click`` header, a Slack button, the webhook's ``url``.
 
 The kinds a person reads (all but ``webhook`` and ``command``, which get every event as it
 happened) say a message's events of one incident as one (``coalesce``): a memory warning
@@ -47,6 +50,7 @@ __all__ = [
 
 SIGNATURE_HEADER = "X-Gpumon-Signature"
 AM_ENDS_AFTER_RESENDS = 4  # an active alert's endsAt: this many re-send periods ahead
+PAGE_TEXT = "gpumon incident page"
 
 
 class DeliveryError(GpumonError):
@@ -160,13 +164,15 @@ def _pagerduty(
             "class": ev.kind,
             "custom_details": _details(ev),
         }
-        body = {
+        body: dict[str, Any] = {
             "routing_key": key,
             "event_action": "trigger",
             "dedup_key": page_key(ev.key, ev.page),
             "payload": {k: v for k, v in payload.items() if v is not None},
             "client": "gpumon",
         }
+        if ev.url:
+            body["links"] = [{"href": ev.url, "text": PAGE_TEXT}]
         out.append(_request(config, body, {}))
         if ev.event == "test":  # a test must not leave an incident open on the pager
             resolve(ev.key)
@@ -219,6 +225,7 @@ def alertmanager_alert(ev: IncidentEvent, now: float, resend_s: float) -> dict[s
         "recording": ev.recording,
         "bundle": ev.bundle,
         "resolved_by": ev.resolved_by,
+        "gpumon_url": ev.url,
     }
     annotations.update({k: v for k, v in optional.items() if v})
     ends = now if ev.event == "resolve" else now + AM_ENDS_AFTER_RESENDS * resend_s
@@ -227,7 +234,7 @@ def alertmanager_alert(ev: IncidentEvent, now: float, resend_s: float) -> dict[s
         "annotations": annotations,
         "startsAt": iso_time(ev.opened_at),
         "endsAt": iso_time(ends),
-        "generatorURL": f"gpumon://{ev.gpumon_host or 'gpumon'}/{ev.key}",
+        "generatorURL": ev.url or f"gpumon://{ev.gpumon_host or 'gpumon'}/{ev.key}",
     }
 
 
@@ -251,6 +258,8 @@ def _ntfy(
     token = secret(config, "token", env)
     if token:
         headers["Authorization"] = f"Bearer {token}"
+    if worst.url:  # the notification opens the page of its most urgent incident
+        headers["Click"] = worst.url
     text = body or title
     return [HttpRequest(_url(config, env), text.encode(), headers)]
 
@@ -264,7 +273,17 @@ def _slack(
     ]
     for ev in events:
         text = ev.summary() + ("\n" + ev.details() if ev.details() else "")
-        blocks.append({"type": "section", "text": {"type": "plain_text", "text": text[:3000]}})
+        section: dict[str, Any] = {
+            "type": "section",
+            "text": {"type": "plain_text", "text": text[:3000]},
+        }
+        if ev.url:
+            section["accessory"] = {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Open"},
+                "url": ev.url[:3000],
+            }
+        blocks.append(section)
     return [_request(config, {"text": title, "blocks": blocks[:50]}, env)]
 
 

@@ -30,6 +30,7 @@ def check_event(ev: Mapping[str, Any]) -> None:
     assert _iso(ev["opened_at"]) <= _iso(ev["time"]) + 1
     assert isinstance(ev["count"], int) and ev["count"] >= 1
     assert (ev["resolved_by"] is not None) == (ev["event"] == "resolve")
+    assert ev["url"] is None or str(ev["url"]).startswith(("http://", "https://"))
 
 
 def check_webhook(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
