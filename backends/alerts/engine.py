@@ -266,6 +266,7 @@ class AlertEngine(AlertStore):
                 self._condition(key, "memory", level, i, text, now, raised, score=fraction)
             elif key in self._active:
                 self._end(key)
+            watch.held_by(now, frozenset(p.pid for p in sample.processes_for(gpu) if p.pid))
             self._time_to_full(now, gpu, fraction, watch, raised)
             death = watch.death(now, fraction, rules)
             if death is not None:

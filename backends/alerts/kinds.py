@@ -158,9 +158,16 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "A GPU's memory will be full within `ttf_horizon_s` at its current rate "
         "(key `time_to_full:GPU`).",
         Tag.RAN_OUT,
-        details="Warning, from a robust line through the last `ttf_window_s` of used memory "
-        "(a job loading its weights is no trend); it ends when the estimate moves past a "
-        "quarter more than the horizon for `clear_samples` samples.",
+        details="Warning, for a rise sustained to a new high only: two 10 s windows back "
+        "to back (two thirds of `ttf_window_s`) both rising by `ttf_min_rate_mib_s` or "
+        "more, every point of the last `ttf_window_s` at or above `ttf_min_used_pct` of "
+        "total (the floor of use), memory above every high it fell from in the last 10 min "
+        "by 1 % of total (a refill after `empty_cache`, an oscillation climbing back, is no "
+        "trend; a process leaving the GPU forgets them) and, for a rise that slows, one "
+        "that would still reach full; a fall between two samples starts it again. `full in "
+        "~N s at +R MiB/s (P% used)`: N x R is the memory free at P %. It is raised on the "
+        "second such estimate in a row and ends when the estimate moves past a quarter "
+        "more than the horizon for `clear_samples` samples.",
     ),
     _kind(
         "cuda_oom",

@@ -7,12 +7,29 @@
   it steps down only after ``clear_samples`` samples in a row at least ``clear_margin_pct``
   points below the threshold (and, for the free-memory rule, that many points of total
   above it);
-- time to full: a robust line through the last ``ttf_window_s`` seconds of used memory
-  (median of slopes between points half the window apart, then the median level), full
-  meaning used + free (what the process can get). No estimate without ``ttf_min_points``
-  points spanning a third of the window, while any point in the window is under
-  ``ttf_min_used_pct`` (a job loading its weights is not a trend), or when the slope is under
-  ``ttf_min_rate_mib_s`` (flat or falling);
+- time to full: only a rise sustained to a new high is a trend (``GpuWatch.time_to_full``,
+  ``fit_time_to_full``). Memory that oscillates, an allocator's cache refilling after
+  ``empty_cache`` and a server's static pool rise and fall without running out, so an
+  estimate needs all of:
+  - ``ttf_min_points`` points spanning two thirds of ``ttf_window_s``, that is two windows
+    of a third each, back to back, each rising by ``ttf_min_rate_mib_s`` or more (robust
+    slopes: medians of the slopes between points half a window apart); a fall between two
+    samples by ``TREND_STEP_PCT`` of total (a process gone, a cache emptied) starts the
+    window again;
+  - every point at or above ``ttf_min_used_pct`` of total, the floor of use (a job loading
+    its weights, a GPU far from full, is no trend);
+  - memory now above, by ``TREND_STEP_PCT`` of total, every high it held and then fell
+    from (by as much) in the last ``HIGH_WATER_S``: climbing back to a level it held and
+    left is a refill, not a way to full. A GPU that emptied (under
+    ``oom_death_low_pct``) or that a process left starts afresh: the old highs were held
+    with memory now gone;
+  - a rise that would reach full: one slowing down between the two windows, at the
+    slowdown seen, must not stop short of it.
+
+  The rate is the newer window's where that is the lower (a rise that slows predicts by
+  its present pace); the prediction runs from memory used now to used + free (what the
+  process can get), so "full in ~N s at +R MiB/s (P% used)" says N x R = the headroom at
+  P%;
 - a likely OOM death: used memory falling from >= ``oom_death_high_pct`` to
   < ``oom_death_low_pct`` within ``oom_death_window_s``.
 
@@ -59,6 +76,16 @@ UNREACHABLE_WARNING_FAILURES = 3
 # refused key or a changed host key is retried every 30 s): blind this long after one.
 UNREACHABLE_WARNING_S = 30.0
 _FIT_POINTS = 40  # longer windows are thinned to about this many points
+# Time to full warns on a new high only: memory now must top, by TREND_STEP_PCT of total,
+# every high it fell from (by as much) in the last HIGH_WATER_S. Ten minutes holds many
+# cycles of an allocator's sawtooth or an oscillation; a slower cycle rises too slowly to
+# be predicted full within the horizon from under its old top. The step is far above a
+# sample's noise (tens of MiB) and below what a real ramp climbs in a window; a fall
+# between two samples by as much is memory released, not noise.
+HIGH_WATER_S = 600.0
+TREND_STEP_PCT = 1.0
+# A process's exit and its memory's fall can be seen a process poll (5 s) apart, either way.
+DEPARTURE_S = 10.0
 # GPU held and idle: the defaults of the host rule and of the fleet's idle-allocated rule.
 IDLE_HELD_MIN_MIB = 2048  # "held": more than 2 GiB used ...
 IDLE_UTIL_PCT = 5.0  # ... at under 5 % utilisation ...
@@ -111,7 +138,7 @@ class AlertRules:
     ttf_window_s: float = 30.0
     ttf_min_points: int = 8
     ttf_min_rate_mib_s: float = 10.0
-    ttf_min_used_pct: float = 50.0
+    ttf_min_used_pct: float = 60.0  # the floor of use: no trend while any point is under it
     oom_death_high_pct: float = 90.0
     oom_death_low_pct: float = 10.0
     oom_death_window_s: float = 10.0
@@ -225,16 +252,16 @@ class AlertRules:
 def check_rules(rules: AlertRules, window_s: float, interval_s: float) -> AlertRules:
     """``rules`` for a ``gpumon check`` that watches only ``window_s`` seconds at
     ``interval_s``: the time-to-full line may start once half the window has passed (it
-    needs a third of ``ttf_window_s`` and ``ttf_min_points``), so the two estimates in a
-    row that warn fit in the window and a check sees the memory ramp the dashboard has
+    needs two thirds of ``ttf_window_s`` and ``ttf_min_points``), so the two estimates in
+    a row that warn fit in the window and a check sees the memory ramp the dashboard has
     been warning about. Other rules stay."""
     if window_s <= 0:
         return rules
     half = window_s / 2.0
-    points = max(int(half / max(interval_s, 0.1)) + 1, 3)
+    points = max(int(half / max(interval_s, 0.1)) + 1, 4)
     return replace(
         rules,
-        ttf_window_s=min(rules.ttf_window_s, max(3.0 * half, 2.0)),
+        ttf_window_s=min(rules.ttf_window_s, max(1.5 * half, 2.0)),
         ttf_min_points=min(rules.ttf_min_points, points),
     )
 
@@ -248,7 +275,7 @@ _LIMITS: dict[str, tuple[float, float, bool]] = {
     "clear_samples": (1, 1000, True),
     "ttf_horizon_s": (0.0, 86400.0, False),
     "ttf_window_s": (2.0, 3600.0, False),
-    "ttf_min_points": (3, 10000, True),
+    "ttf_min_points": (4, 10000, True),  # the two windows need two points each
     "ttf_min_rate_mib_s": (0.0, 1e6, False),
     "ttf_min_used_pct": (0.0, 100.0, False),
     "oom_death_high_pct": (1.0, 100.0, False),
@@ -291,18 +318,49 @@ def _holder_words(p: GpuProcess) -> tuple[str, ...]:
 def fit_time_to_full(
     times: list[float], used: list[float], now: float, full: float, min_rate: float
 ) -> tuple[float, float] | None:
-    """(seconds until ``used`` reaches ``full``, MiB/s) from a robust line, or None.
+    """(seconds until ``used`` reaches ``full``, MiB/s) for a rise sustained across the
+    series, or None.
 
-    The slope is the median of the slopes between points half the series apart and one
-    less (two lags, so an alternating wobble cancels; robust to a few outliers, O(n)); the
-    level now is the median of the points carried to ``now``.
-    None for a slope under ``min_rate`` (flat or falling).
+    The series is cut in two at its middle time: the older and the newer window must each
+    rise by ``min_rate`` or more (a rise seen in one window only, a jump then flat, is no
+    trend). The rate is the whole series' slope, or the newer window's where that is lower
+    (a rise that slows predicts by its present pace; an accelerating one keeps the whole's,
+    which the newest points cannot sway alone). Slopes are robust (``_slope``). The time is
+    from the newest value carried to ``now``: the headroom the reading says, never a line's
+    level above it.
     """
     n = len(times)
     if n > _FIT_POINTS:
         step = math.ceil(n / _FIT_POINTS)
         times, used = times[::-1][::step][::-1], used[::-1][::step][::-1]  # keep the newest
-        n = len(times)
+    if len(times) < 4 or times[-1] <= times[0]:
+        return None
+    middle = (times[0] + times[-1]) / 2.0
+    cut = next(i for i, t in enumerate(times) if t > middle)
+    whole = _slope(times, used)
+    if whole is None or whole < min_rate or whole <= 0:  # flat or falling: the usual case
+        return None
+    older = _slope(times[:cut], used[:cut])
+    newer = _slope(times[cut:], used[cut:])
+    if older is None or newer is None or min(older, newer) < min_rate or min(older, newer) <= 0:
+        return None
+    rate = min(whole, newer)
+    level = used[-1] + rate * (now - times[-1])
+    if newer < older:
+        # Slowing down: at the slowdown seen between the windows' middles the rise stops
+        # rate**2 / (2 * slowdown) higher. Short of full, nothing will fill it.
+        apart = (times[-1] + times[cut]) / 2.0 - (times[cut - 1] + times[0]) / 2.0
+        slowdown = (older - newer) / apart
+        if level + rate * rate / (2.0 * slowdown) < full:
+            return None
+    return max(full - level, 0.0) / rate, rate
+
+
+def _slope(times: Sequence[float], used: Sequence[float]) -> float | None:
+    """MiB/s of a robust line through the points: the median of the slopes between points
+    half the series apart and one less (two lags, so an alternating wobble cancels; a few
+    outliers do not move it; O(n)). None for fewer than two points apart in time."""
+    n = len(times)
     h = n // 2
     if h < 1:
         return None
@@ -312,13 +370,7 @@ def fit_time_to_full(
         for i in range(n - lag)
         if times[i + lag] > times[i]
     )
-    if not slopes:
-        return None
-    slope = _median(slopes)
-    if slope < min_rate or slope <= 0:
-        return None
-    level = _median(sorted(u + slope * (now - t) for t, u in zip(times, used, strict=True)))
-    return max(full - level, 0.0) / slope, slope
+    return _median(slopes) if slopes else None
 
 
 def _median(ordered: list[float]) -> float:
@@ -334,15 +386,19 @@ class GpuWatch:
         "emptied_at",
         "health_calm",
         "high_at",
+        "high_water",
+        "holders",
         "idle_at",
         "idle_high",
         "idle_last",
         "idle_low",
         "index",
+        "left_at",
         "level",
         "peak",
         "rate",
         "times",
+        "top",
         "ttf",
         "ttf_calm",
         "ttf_hits",
@@ -353,6 +409,12 @@ class GpuWatch:
         self.index = index
         self.times: deque[float] = deque()
         self.used: deque[float] = deque()
+        # (time, used) of the highs memory fell from in the last HIGH_WATER_S, each above
+        # every later one: the first is the highest it held and left
+        self.high_water: deque[tuple[float, float]] = deque()
+        self.top = (0.0, 0.0)  # (time, used) of the highest since the last fall
+        self.holders: frozenset[int] = frozenset()  # PIDs on the GPU at the last sample
+        self.left_at: float | None = None  # when one of them was last seen gone
         self.level = Health.OK  # memory level after hysteresis
         self.calm = 0  # samples in a row below the current level's clear line
         self.ttf: float | None = None
@@ -413,26 +475,56 @@ class GpuWatch:
                 self.level, self.calm = lower, 0
         return self.level
 
+    def held_by(self, now: float, pids: frozenset[int]) -> None:
+        """The PIDs on the GPU at ``now``. A process that left took its memory with it: the
+        highs held with it say nothing of those still there, so the high water starts
+        again, and the fall seen within ``DEPARTURE_S`` of it is no high left (a job
+        ramping on after the other container's jupyter is stopped is warned of again two
+        windows after the fall)."""
+        if self.holders - pids:
+            self.left_at = now
+            self.high_water.clear()
+        self.holders = pids
+
     def time_to_full(
         self, now: float, gpu: GpuSample, fraction: float, rules: AlertRules
     ) -> float | None:
-        """Add this sample to the window and return the estimate (also kept in ``ttf``)."""
+        """Add this sample to the window and return the estimate (also kept in ``ttf``):
+        None unless the rise is sustained to a new high (the module docstring)."""
         used = float(gpu.memory_used_mib or 0)
-        times, values = self.times, self.used
+        times, values, high = self.times, self.used, self.high_water
+        total = gpu.memory_total_mib or 0
+        step = TREND_STEP_PCT / 100.0 * total
+        top_at, top = self.top
+        if used > top:
+            self.top = (now, used)
+        elif used < top - step:  # fallen from its top: a high held and left
+            if self.left_at is None or now - self.left_at > DEPARTURE_S:
+                while high and high[-1][1] <= top:
+                    high.pop()
+                high.append((top_at, top))
+            self.top = (now, used)
+        if values and used < values[-1] - step:
+            times.clear()  # a fall between two samples (a process gone, a cache emptied)
+            values.clear()  # ends the trend: the window starts again after it
+        while high and high[0][0] < now - HIGH_WATER_S:
+            high.popleft()
+        if used < rules.oom_death_low_pct / 100.0 * total:
+            high.clear()  # emptied: the old highs were held by processes now gone
         times.append(now)
         values.append(used)
         horizon = now - rules.ttf_window_s
-        while times and times[0] < horizon:
+        while times[0] < horizon:
             times.popleft()
             values.popleft()
         self.ttf = None
-        total = gpu.memory_total_mib or 0
         floor = rules.ttf_min_used_pct / 100.0 * total
         if (
             len(times) < rules.ttf_min_points
-            or now - times[0] < rules.ttf_window_s / 3.0
+            or now - times[0] < rules.ttf_window_s * 2.0 / 3.0
             or fraction * total < floor
             or min(values) < floor
+            or (high and used < high[0][1] + step)
         ):
             return None
         free = gpu.memory_free_mib

@@ -377,7 +377,9 @@ async def test_selection_for_the_action_keys_follows_the_cursor(
 async def test_full_in_shows_on_the_filling_gpu(
     demo_monitor: Callable[..., HostMonitor], wait: Wait
 ) -> None:
-    monitor = demo_monitor(frozen=False, demo_time=38.0)
+    # The trend needs two 10 s windows of samples (20 s from the start at 20 s); the OOM
+    # comes at 60 s, 40 s after it.
+    monitor = demo_monitor(frozen=False, demo_time=20.0)
     app = GpumonApp([monitor])
     async with app.run_test(size=(80, 24)) as pilot:
         await with_rows(pilot, wait, app)
@@ -385,7 +387,7 @@ async def test_full_in_shows_on_the_filling_gpu(
         await wait(
             pilot,
             lambda: "full" in row.render().plain,
-            timeout=20,
+            timeout=35,
             what="time to full on GPU 6",
         )
         text = row.render().plain

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.backends.alerts.engine import LOG_SOURCES_MAX
+from gpumon.backends.alerts.rules import HIGH_WATER_S
 from gpumon.backends.alerts.store import HISTORY_MAX, NOTES_MAX
 from gpumon.backends.config import Config, JobConfig, SglangConfig, resolve_host
 from gpumon.backends.monitor import HostMonitor
@@ -121,6 +122,7 @@ def assert_within_bounds(monitor: HostMonitor, now: float) -> None:
     assert len(alerts._logs) <= LOG_SOURCES_MAX
     for watch in alerts._watches.values():
         assert len(watch.times) == len(watch.used) <= alerts.rules.ttf_window_s / INTERVAL + 2
+        assert len(watch.high_water) <= HIGH_WATER_S / INTERVAL + 2
     for server in monitor.workloads.sglang.values():
         assert len(server.history) <= (server.history.maxlen or 0)
         assert len(server._points) <= server.slow_window_s / (4 * INTERVAL) + 3
