@@ -430,10 +430,20 @@ class Workloads:
             alerts.on_sglang_page(port, text, t, gpu=gpus.get(port, (None,))[0])
 
     def judge_spec(self, alerts: AlertEngine, t: float) -> None:
-        """``spec_accept_low`` for every server whose drafter's accept length stayed
-        below ``spec_accept_min`` for ``SPEC_LOW_FOR_S`` while it decodes."""
-        minimum = self.host.sglang.spec_accept_min if self.host.sglang else SPEC_ACCEPT_MIN
-        for port, tracker in self.sglang.items():
+        """``spec_accept_low`` for every server of both engines whose drafter's accept
+        length stayed below its engine's ``spec_accept_min`` for ``SPEC_LOW_FOR_S`` while
+        it decodes (SGLang's accept length; vLLM's mean acceptance length, the same
+        tokens per verify step)."""
+        cfg, vcfg = self.host.sglang, self.host.vllm
+        servers = [
+            (tracker, cfg.spec_accept_min if cfg else SPEC_ACCEPT_MIN, "accept length")
+            for tracker in self.sglang.values()
+        ] + [
+            (server, vcfg.spec_accept_min if vcfg else SPEC_ACCEPT_MIN, "mean acceptance length")
+            for server in self.vllm.values()
+        ]
+        for tracker, minimum, length_is in servers:
+            port = tracker.port
             low = tracker.spec_low(t, minimum)
             if low is None or low < SPEC_LOW_FOR_S:
                 alerts.on_spec_accept_low(port, None, t)
@@ -441,7 +451,7 @@ class Workloads:
             rate = tracker.spec_accept_rate
             of = f" (accept rate {rate:.0%})" if rate is not None else ""
             text = (
-                f"sglang :{port} drafter tokens rejected: accept length "
+                f"{tracker.engine} :{port} drafter tokens rejected: {length_is} "
                 f"{tracker.spec_accept_length:.2f}{of} for {low:.0f} s, below {minimum:g}: "
                 "speculative decoding costs more than it saves"
             )
