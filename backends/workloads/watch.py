@@ -137,6 +137,11 @@ class Workloads:
             for port in self.sglang
         ] + [VLLM.target(port) for port in self.vllm]
 
+    @property
+    def vllm_hung_after_s(self) -> float:
+        """``[hosts.NAME.vllm] hung_after_s``: requests and no token this long is wedged."""
+        return self.host.vllm.hung_after_s if self.host.vllm is not None else VLLM_HUNG_AFTER_S
+
     def discover_vllm(self) -> bool:
         """vLLM discovery is on unless ``[hosts.NAME.vllm]`` says ``discover = false``."""
         return self.host.vllm is None or self.host.vllm.discover
@@ -383,7 +388,7 @@ class Workloads:
         page for every vLLM server; returns the ``/health`` probes to ask now (a wedged
         server's, at most once per ``hung_after_s``: its answer is evidence only)."""
         cfg = self.host.vllm
-        after = cfg.hung_after_s if cfg is not None else VLLM_HUNG_AFTER_S
+        after = self.vllm_hung_after_s
         minimum = cfg.kv_pressure_min if cfg is not None else KV_PRESSURE_MIN
         gpus = _engine_gpus(self.vllm, "vllm", sample)
         probes = []
