@@ -752,6 +752,12 @@ class HostMonitor:
         self.workloads.on_first_round(part, ports)
         self._notify()
 
+    def ingest_server_info(
+        self, engine: str, port: int, parallel: Mapping[str, int], minors: Sequence[int]
+    ) -> None:
+        self.workloads.on_server_info(engine, port, parallel, minors)
+        self._notify()
+
     def ingest_host_load(self, load: HostLoad) -> None:
         self.host_load = load  # the dashboard's host line reads it at its next redraw
 

@@ -16,7 +16,8 @@ it is evidence, never the verdict).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumon.backends.parsers.vllm import (
@@ -27,7 +28,15 @@ from gpumon.backends.parsers.vllm import (
     parse_vllm_log_line,
     parse_vllm_metrics,
 )
-from gpumon.backends.workloads.sglang import Hung, SglangTracker, _delta, _quantiles, _span
+from gpumon.backends.workloads.sglang import (
+    Hung,
+    ServerInfo,
+    SglangTracker,
+    _delta,
+    _quantiles,
+    _span,
+    parse_server_info,
+)
 
 HUNG_AFTER_S = 60.0  # ``[hosts.NAME.vllm] hung_after_s``
 KV_PRESSURE_MIN = 0.9  # ``[hosts.NAME.vllm] kv_pressure_min``: KV use this high ...
@@ -81,6 +90,24 @@ class VllmTracker(SglangTracker):
         # requests that finished in about the last minute, by reason: not stop or length
         # (None: the page has no request_success_total, or no minute to compare yet)
         self.failed_recent: tuple[tuple[str, float], ...] | None = None
+        # the /dev/nvidiaN its process tree holds (the agent's discovery): its GPUs
+        self.minors: tuple[int, ...] = ()
+
+    def observe_info(self, status: int | None, body: str) -> None:
+        """``/version``'s ``{"version": "0.8.5"}``: the release, beside the sizes its
+        command line gave (``observe_processes``)."""
+        info = parse_server_info(body) if status == 200 else None
+        if info is not None:
+            self.info = replace(self.info or ServerInfo(), version=info.version)
+
+    def observe_processes(self, parallel: Mapping[str, int], minors: Sequence[int]) -> None:
+        """What the agent's discovery says of the server's processes: the parallel sizes
+        of its command line (``tp``, ``pp``, ``dp``; vLLM's default 1 where not given) and
+        the ``/dev/nvidiaN`` its engine core and workers hold."""
+        old = self.info or ServerInfo()
+        sizes = {k: parallel.get(k, 1) for k in ("tp", "pp", "dp")}
+        self.info = replace(old, tp=sizes["tp"], pp=sizes["pp"], dp=sizes["dp"])
+        self.minors = tuple(sorted(set(minors)))
 
     def observe_text(self, text: str, t: float, *, at: float | None = None) -> bool:
         try:

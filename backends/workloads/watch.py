@@ -163,6 +163,15 @@ class Workloads:
             for port in ports:
                 self.vllm.setdefault(port, VllmTracker(port))
 
+    def on_server_info(
+        self, engine: str, port: int, parallel: Mapping[str, int], minors: Sequence[int]
+    ) -> None:
+        """The agent's discovery of a vLLM server's processes: its command line's parallel
+        sizes and the ``/dev/nvidiaN`` its process tree holds (its GPUs)."""
+        if engine != VLLM.name or not 0 < port < 65536:
+            return
+        self.vllm.setdefault(port, VllmTracker(port)).observe_processes(parallel, minors)
+
     def on_http(
         self,
         tag: str,
@@ -559,13 +568,22 @@ def _server_for(servers: Mapping[int, SglangTracker], path: str) -> SglangTracke
 
 
 def _engine_gpus(
-    servers: Mapping[int, SglangTracker], process: str, sample: HostSample | None
+    servers: Mapping[int, VllmTracker], process: str, sample: HostSample | None
 ) -> dict[int, tuple[int, ...]]:
-    """Port -> the GPUs its processes run on where that can be told (``server_gpus``'s
-    rule: one server owns every GPU running a ``process`` process; several map onto
-    those in order when there are as many)."""
+    """Port -> the GPUs its processes run on where that can be told: the GPUs whose
+    device files its process tree holds (``VllmTracker.minors``, from the agent), else
+    ``server_gpus``' rule (one server owns every GPU running a ``process`` process;
+    several map onto those in order when there are as many)."""
     if sample is None or not servers:
         return {}
+    refs = sample.gpu_refs
+    held = {
+        port: tuple(sorted({r.index for r in refs.holders(s.minors) if r.index is not None}))
+        for port, s in servers.items()
+        if s.minors
+    }
+    if held:
+        return {port: gpus for port, gpus in held.items() if gpus}
     ports = sorted(servers)
     hosting = [
         g.index

@@ -4,23 +4,33 @@ tracker's numbers and verdicts, and the agent's discovery of ``vllm serve``."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.config.load import HostConfig
-from gpumon.backends.model import Health
+from gpumon.backends.model import GpuSample, Health, HostSample
+from gpumon.backends.monitor.sources.agent import server_info
 from gpumon.backends.parsers.vllm import (
     VllmParseError,
     engine_died,
     parse_vllm_log_line,
     parse_vllm_metrics,
 )
-from gpumon.backends.remote.agent import is_sglang_server, is_vllm_server, server_port
+from gpumon.backends.remote import protocol
+from gpumon.backends.remote.agent import (
+    is_sglang_server,
+    is_vllm_server,
+    scan_server_processes,
+    server_port,
+    vllm_parallel,
+)
 from gpumon.backends.workloads.vllm import VllmTracker
-from gpumon.backends.workloads.watch import Workloads
+from gpumon.backends.workloads.watch import Workloads, _engine_gpus
 
 from upstream_captures import UPSTREAM
 
@@ -321,3 +331,75 @@ def test_a_vllm_drafter_that_accepts_or_an_idle_one_is_never_low() -> None:
         w.judge_spec(engine, t)
     assert w.vllm[8000].spec_accept_length == pytest.approx(2.6)  # the last window's
     assert not [a for a in engine.active() if a.kind == "spec_accept_low"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "sizes"),
+    [
+        (["vllm", "serve", "m", "--tensor-parallel-size", "4"], {"tp": 4}),
+        (["vllm", "serve", "m", "-tp", "2", "-pp", "2", "-dp=2"], {"tp": 2, "pp": 2, "dp": 2}),
+        (["vllm", "serve", "m", "--tensor_parallel_size=8", "-tp", "4"], {"tp": 4}),  # last
+        (["vllm", "serve", "m", "--data-parallel-size", "x", "--max-model-len", "8"], {}),
+    ],
+)
+def test_vllms_parallel_sizes_as_its_argument_parser_reads_them(
+    argv: list[str], sizes: dict[str, int]
+) -> None:
+    """vllm/engine/arg_utils.py 0.34.0: ``--tensor-parallel-size``/``-tp``,
+    ``--pipeline-parallel-size``/``-pp``, ``--data-parallel-size``/``-dp``;
+    FlexibleArgumentParser takes underscores for dashes."""
+    assert vllm_parallel(argv) == sizes
+
+
+def _process(
+    root: Path, pid: int, ppid: int, argv: list[str], devices: tuple[int, ...] = ()
+) -> None:
+    """``/proc/<pid>`` as the agent reads it: ``stat`` (the parent after the name),
+    ``cmdline`` and ``fd`` links (dangling is enough: the agent reads the link)."""
+    d = root / str(pid)
+    (d / "fd").mkdir(parents=True)
+    (d / "stat").write_text(f"{pid} ({argv[0][:15]}) S {ppid} {pid} {pid} 0 -1 4194560\n")
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    for n, minor in enumerate((*devices, -1)):
+        target = f"/dev/nvidia{minor}" if minor >= 0 else "/dev/nvidiactl"
+        (d / "fd" / str(n + 10)).symlink_to(target)
+
+
+def test_a_vllm_servers_gpus_are_those_its_process_tree_holds(tmp_path: Path) -> None:
+    """Issue 38 point 2: the engine core and workers are told by descent from the server,
+    not by their names: a ``VLLM::Worker_TP0`` of no server here (a leftover, another
+    container's) is no server's, and the second server's workers are its own."""
+    proc = tmp_path / "proc"
+    _process(
+        proc,
+        100,
+        1,
+        ["/venv/bin/python3", "/venv/bin/vllm", "serve", "m", "--port", "8010", "-tp", "2"],
+    )
+    _process(proc, 101, 100, ["VLLM::EngineCore"])
+    _process(proc, 102, 101, ["VLLM::Worker_TP0"], (14,))
+    _process(proc, 103, 101, ["VLLM::Worker_TP1"], (15,))
+    _process(proc, 200, 1, ["vllm", "serve", "m2", "--port=8011"])
+    _process(
+        proc, 201, 200, ["python3", "-c", "from multiprocessing.spawn import spawn_main"], (16,)
+    )
+    _process(proc, 300, 1, ["VLLM::Worker_TP0"], (17,))
+    found, infos = scan_server_processes(str(proc))
+    assert found == {"sglang": [], "vllm": [8010, 8011]}
+    assert [(i.port, i.pid, i.tp, i.pp, i.minors) for i in infos] == [
+        (8010, 100, 2, None, [14, 15]),
+        (8011, 200, None, None, [16]),
+    ]
+    # through the wire and the workloads: the wedged server's alert is on its first GPU
+    wire = json.loads(protocol.encode(infos[0]))
+    info = protocol.ServerInfo.from_wire(wire)
+    w = Workloads(HostConfig(name="box", kind="local"))
+    w.on_server_info(*server_info(info))
+    gpus = tuple(GpuSample(i, minor=10 + i) for i in range(8))  # the driver's numbers
+    sample = HostSample("box", 1000.0, None, gpus)
+    tracker = w.vllm[8010]
+    assert tracker.info is not None and tracker.info.short == "TP 2"
+    assert _engine_gpus(w.vllm, "vllm", sample) == {8010: (4, 5)}
+    tracker.observe_info(200, '{"version": "0.34.0"}')  # /version keeps the sizes
+    assert tracker.snapshot_json()["parallel"] == "TP 2"
+    assert tracker.snapshot_json()["version"] == "0.34.0"
