@@ -86,7 +86,7 @@ from gpumon.backends.parsers.kernel import (
     parse_xid_line,
 )
 from gpumon.backends.parsers.nvidia_smi import unreadable_advice
-from gpumon.backends.parsers.oom import LogEvent, LogScanner
+from gpumon.backends.parsers.oom import LogEvent, LogScanner, engine_event
 from gpumon.backends.parsers.processes import container_label, process_words
 from gpumon.backends.parsers.xid import XID_45_COMPANY_S, xid_level
 
@@ -790,6 +790,7 @@ class AlertEngine(AlertStore):
         backlog: bool = False,
         cuda_visible_devices: str | None = None,
         written: float | None = None,
+        engine: str | None = None,
     ) -> list[Alert]:
         """Scan new lines of the job log ``path`` (one scanner per path, kept across calls).
         ``backlog``: lines that were in the log when gpumon came, last written at
@@ -798,7 +799,9 @@ class AlertEngine(AlertStore):
         ``gpus``: the physical GPUs of the job, used when a message's device number cannot be
         translated through CUDA_VISIBLE_DEVICES (``cuda_visible_devices``, e.g. read from
         /proc/PID/environ, or a ``CUDA_VISIBLE_DEVICES=`` line in the log). ``job`` and
-        ``gpus`` left as None keep what an earlier call said for this path.
+        ``gpus`` left as None keep what an earlier call said for this path. ``engine``:
+        the serving engine whose server writes it (``vllm``): its CUDA OOM is that
+        engine's (``vllm_oom``, with the fix vLLM gives).
         """
         source = self._logs.pop(path, None)  # put back last: the dict is in order of use
         if source is None:
@@ -820,6 +823,8 @@ class AlertEngine(AlertStore):
         base = scanner.line_no
         source.recent.extend(enumerate(lines, start=base + 1))
         events = scanner.scan(lines) + scanner.flush()
+        if engine is not None:
+            events = [engine_event(e, engine) for e in events]
         raised: list[Alert] = []
         if backlog:
             self._backlog_events(path, source, events, lines, base, now, written)

@@ -273,7 +273,17 @@ def _fixes(cause: Alert, job: str | None, held: str | None = None) -> tuple[Fix,
         out += _xid_fixes(code, cause.host, restart, gpu, said if code in (45, 154) else None)
     elif restart is not None and cause.kind in RESTART_FIXES:
         out.append(restart)
+    out += [Fix(None, advice) for advice in _ENGINE_FIXES.get(cause.kind, ())]
     return tuple(out)
+
+
+# The fixes vLLM prints with its memory failures (kinds.py says where), in its flags' names
+_ENGINE_FIXES = {
+    "vllm_kv_memory": (
+        "start it with a higher --gpu-memory-utilization or a lower --max-model-len",
+    ),
+    "vllm_oom": ("restart it with a lower --max-num-seqs or --gpu-memory-utilization",),
+}
 
 
 def _health_fixes(cause: Alert) -> list[Fix]:

@@ -465,7 +465,11 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         Tag.SGLANG,
         details="Warning, e.g. `sglang :30002 drafter tokens rejected: accept length 1.04 "
         "(accept rate 1%) for 75 s, below 1.5: speculative decoding costs more than it "
-        "saves`; an idle server's gauge, which keeps its last batch's value, does not count.",
+        "saves`; an idle server's gauge, which keeps its last batch's value, does not count. "
+        "For vLLM the mean acceptance length, `1 + accepted / drafts` over the rates of "
+        "`vllm:spec_decode_num_accepted_tokens_total` and `vllm:spec_decode_num_drafts_total` "
+        "(vLLM's own formula, vllm/v1/spec_decode/metrics.py), below `[hosts.NAME.vllm] "
+        "spec_accept_min`; V0's pages have no drafts counter: no length, no alert.",
     ),
     _kind(
         "vllm_wedged",
@@ -518,6 +522,44 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "evicted and recomputed, so throughput falls and latency rises. The fix vLLM "
         "gives: a higher `--gpu-memory-utilization`, a lower `--max-num-seqs` or "
         "`--max-num-batched-tokens`, or more tensor parallelism.",
+    ),
+    _kind(
+        "vllm_kv_memory",
+        E,
+        "No room for vLLM's KV cache",
+        12,
+        "A log says vLLM could not fit the KV cache its max model length needs at start-up "
+        "(key `log:PATH:LINE`).",
+        Tag.OOM,
+        Tag.LOG_FAILURE,
+        Tag.RAN_OUT,
+        Tag.SGLANG,
+        details="Critical, on vLLM's own words (vllm/worker/worker.py 0.6.6.post1, "
+        "vllm/v1/core/kv_cache_utils.py 0.8.5 and 0.11.0, kv_cache_planning.py 0.34.0): `No "
+        "available memory for the cache blocks.`, `The model's max seq len (N) is larger "
+        "than the maximum number of tokens that can be stored in KV cache (M).`, `To serve "
+        "at least one request with the model's max seq len (N), (X GiB KV cache is needed, "
+        "which is larger than the available KV cache memory (Y GiB).` The fix is the one "
+        "vLLM prints: start it with a higher `--gpu-memory-utilization` or a lower "
+        "`--max-model-len`. It ends as `cuda_oom` does.",
+    ),
+    _kind(
+        "vllm_oom",
+        E,
+        "CUDA out of memory (vLLM)",
+        11,
+        "A CUDA out-of-memory line in a vLLM server's log (`[hosts.NAME.vllm] log`) "
+        "(key `log:PATH:LINE`).",
+        Tag.OOM,
+        Tag.LOG_FAILURE,
+        Tag.RAN_OUT,
+        Tag.SGLANG,
+        details="Critical: `cuda_oom`'s lines (PyTorch, the CUDA runtime, NCCL, vLLM's "
+        "`CUDA out of memory occurred when warming up ...`) in a vLLM server's log. vLLM "
+        "takes `--gpu-memory-utilization` of the GPU for its weights and KV cache up front, "
+        "so what runs out is the rest: the fix is the one vLLM prints for it "
+        "(vllm/v1/worker/gpu_model_runner.py): a lower `--max-num-seqs` or "
+        "`--gpu-memory-utilization`. It ends as `cuda_oom` does.",
     ),
     _kind(
         "vllm_error",

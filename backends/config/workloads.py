@@ -53,6 +53,7 @@ class VllmConfig:
     discover: bool = True  # also find `vllm serve` / `vllm.entrypoints.openai.api_server`
     hung_after_s: float = 60.0  # requests and no generation token this long: ``vllm_wedged``
     kv_pressure_min: float = 0.9  # KV use this high with preemptions: ``vllm_kv_pressure``
+    spec_accept_min: float = 1.5  # mean acceptance length below this for 60 s: ``spec_accept_low``
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,7 @@ VLLM_KEYS: tuple[KeySpec, ...] = (
     KeySpec("discover", boolean, "true or false"),
     KeySpec("hung_after_s", number(5, 86400), "seconds between 5 and 86400"),
     KeySpec("kv_pressure_min", number(0.01, 1), "a share between 0.01 and 1"),
+    KeySpec("spec_accept_min", number(0, 64), "an acceptance length between 0 and 64"),
 )
 JOB_KEYS: tuple[KeySpec, ...] = (
     KeySpec("gpus", gpu_list, "a non-empty list of GPU indices"),

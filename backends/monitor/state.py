@@ -52,6 +52,7 @@ from gpumon.backends.parsers.nvidia_smi import SmiFailure, parse_compute_apps, p
 from gpumon.backends.parsers.processes import container_view, device_gpus, from_record
 from gpumon.backends.recording.recorder import FlightRecorder
 from gpumon.backends.transport.base import Transport
+from gpumon.backends.workloads.engine import VLLM
 from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S
 from gpumon.backends.workloads.watch import LogSource, Workloads
 
@@ -628,6 +629,7 @@ class HostMonitor:
             backlog=backlog,
             cuda_visible_devices=job.env.get("CUDA_VISIBLE_DEVICES") if job else None,
             written=written,
+            engine=tag if tag == VLLM.name else None,
         )
         self.workloads.apply_alerts(
             self.alerts, now, self.latest.gpu_refs if self.latest is not None else None
@@ -748,6 +750,12 @@ class HostMonitor:
 
     def ingest_first_round(self, part: str, ports: Sequence[int]) -> None:
         self.workloads.on_first_round(part, ports)
+        self._notify()
+
+    def ingest_server_info(
+        self, engine: str, port: int, parallel: Mapping[str, int], minors: Sequence[int]
+    ) -> None:
+        self.workloads.on_server_info(engine, port, parallel, minors)
         self._notify()
 
     def ingest_host_load(self, load: HostLoad) -> None:

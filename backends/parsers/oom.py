@@ -9,7 +9,8 @@ docs/formats.md sections 5 (OOM shapes) and 6.11 (SGLang crash lines). Rules:
   group lines, so interleaved ranks keep separate tracebacks.
 - Memory failures (CUDA OOM, CUDA runtime OOM, ``*_STATUS_ALLOC_FAILED``, NCCL
   ``Cuda failure 'out of memory'``, SGLang ``Not enough memory`` / KV allocator failures /
-  graph capture failure) are raised at once. Other uncaught exceptions are ``job_crashed``
+  graph capture failure, vLLM's KV cache that does not fit at start-up: ``vllm_kv_memory``)
+  are raised at once. Other uncaught exceptions are ``job_crashed``
   (``sglang_error`` in an SGLang process), raised when their traceback ends or on
   ``flush()``, so an ``out of memory`` detail further down (NCCL prints it lines after the
   exception) turns the crash into a ``cuda_oom`` instead of adding a second event.
@@ -54,7 +55,9 @@ KEEP_PATTERN = (
     # stalled collectives and torchrun's restarts (parsers/collective.py KEEP_WORDS)
     r"collective operation timeout|watchdog got stuck|dump signal due to a collective|"
     r"NCCL operations have failed|attempts left; will restart|first observed failure|"
-    r"rank      :|exitcode  :"
+    r"rank      :|exitcode  :|"
+    # vLLM's start-up: no memory left for its KV cache (_VLLM_KV_MEMORY)
+    r"for the cache blocks|stored in KV cache|available KV cache memory"
 )
 
 
@@ -81,6 +84,9 @@ def _interesting(line: str) -> bool:
         or "Health check failed" in line
         or "Capture cuda graph" in line
         or "ChildFailedError" in line
+        or "for the cache blocks" in line
+        or "stored in KV cache" in line
+        or "available KV cache memory" in line
     )
 
 
@@ -100,6 +106,12 @@ _MEMORY_FAILURE = lazy_pattern(
     r"|(?P<startup>Not enough memory\. Please try to increase --mem-fraction-static)"
     r"|(?P<kvalloc>\b(?:Prefill out|Decode out|Out) of memory\. Try to lower your batch size)"
     r"|(?P<graph>Capture cuda graph failed)"
+    # vLLM's own words (docs/formats.md 6.16): the KV cache does not fit at start-up, and
+    # its warm-up's CUDA OOM (vllm/v1/worker/gpu_model_runner.py, 0.8.5-0.34.0)
+    r"|(?P<vllmkv>No available memory for the cache blocks\."
+    r"|is larger than the maximum number of tokens that can be stored in KV cache"
+    r"|KV cache is needed, which is larger than the available KV cache memory)"
+    r"|(?P<vllmwarm>CUDA out of memory occurred when warming up)"
 )
 # utils/watchdog.py (0.5.7+): f"{debug_name} watchdog timeout ({self.watchdog_timeout=},
 # {self.soft=})"; scheduler_runtime_checker_mixin.py (<= 0.5.6): f"Watchdog timeout
@@ -158,7 +170,7 @@ class LogEvent:
     ``SGLang Scheduler TP0``.
     """
 
-    kind: str  # cuda_oom | kv_cache_full | sglang_error | job_crashed
+    kind: str  # cuda_oom | kv_cache_full | sglang_error | job_crashed | vllm_kv_memory
     severity: Health
     message: str
     line_no: int  # 1-based, of the key line, counted from the first line fed
@@ -173,6 +185,18 @@ class LogEvent:
         """One line for a person: context, the key line and the GPU note."""
         head = f"{self.context}: {self.message}" if self.context else self.message
         return f"{head} [{self.gpu_note}]" if self.gpu_note else head
+
+
+def engine_event(event: LogEvent, engine: str) -> LogEvent:
+    """``event`` of a serving engine's log as that engine's own: a CUDA OOM in a vLLM
+    server's log is ``vllm_oom``, whose fix is vLLM's (alerts/kinds.py)."""
+    if engine != "vllm" or event.kind != "cuda_oom":
+        return event
+    e = event
+    return LogEvent(
+        "vllm_oom", e.severity, e.message, e.line_no, e.local_gpu, e.gpu, e.gpu_uuid,
+        e.gpu_note, e.context,
+    )  # fmt: skip
 
 
 class _Group:
@@ -398,8 +422,9 @@ class LogScanner:
         out: list[LogEvent],
         context: str | None = None,
     ) -> None:
-        kind = "cuda_oom" if (m.group("torch") or m.group("runtime") or m.group("lib")) else ""
-        kind = kind or ("cuda_oom" if m.group("nccl") else "sglang_error")
+        torch = m.group("torch") or m.group("runtime") or m.group("lib") or m.group("vllmwarm")
+        kind = "cuda_oom" if torch or m.group("nccl") else ""
+        kind = kind or ("vllm_kv_memory" if m.group("vllmkv") else "sglang_error")
         message = _trim(text)
         line_no = self.line_no
         if group.pending is not None:  # the crash turned out to be a memory failure

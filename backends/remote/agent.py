@@ -986,8 +986,9 @@ class Agent:
         sglang = [t for t in self.http if str(t.get("tag", "")).startswith("sglang:")]
         template = sglang[0] if sglang else DISCOVERED_TARGET
         first = True
+        said: dict[int, protocol.ServerInfo] = {}  # what was sent of each vLLM server
         while True:
-            found = scan_servers()
+            found, infos = scan_server_processes()
             ports = found["sglang"] if self.sglang_discover else []
             for port in ports:
                 self.start_http(
@@ -1010,6 +1011,10 @@ class Agent:
                         "info_tag": f"vllm-info:{port}",
                     }
                 )
+            for info in infos if self.vllm_discover else ():
+                if said.get(info.port) != info:  # a new server, or its GPUs changed
+                    said[info.port] = info
+                    self.out.send(info)
             if first:  # after start_http: the servers found are being fetched already
                 first = False
                 # vLLM's first: a monitor that waits on "discover" has both then
@@ -1648,23 +1653,119 @@ def sglang_ports() -> list[int]:
     return scan_servers()["sglang"]
 
 
-def scan_servers() -> dict[str, list[int]]:
+def scan_servers(proc: str = "/proc") -> dict[str, list[int]]:
     """The ports of the SGLang and vLLM servers running here, from /proc/*/cmdline, in
     one pass: ``{"sglang": [...], "vllm": [...]}``."""
+    found, _ = scan_server_processes(proc)
+    return found
+
+
+def scan_server_processes(
+    proc: str = "/proc",
+) -> tuple[dict[str, list[int]], list[protocol.ServerInfo]]:
+    """``scan_servers``' ports, and each vLLM server's ``ServerInfo``: its API server's
+    PID, the parallel sizes of its command line and the ``/dev/nvidiaN`` its process tree
+    holds (its engine core and workers are its descendants: ``VLLM::EngineCore``,
+    ``VLLM::Worker_TP0``, multiprocessing's spawn children, whatever their names). Of
+    several processes on one port the lowest PID is taken for the server (its API server
+    processes are its children)."""
     found: dict[str, set[int]] = {"sglang": set(), "vllm": set()}
-    for entry in os.listdir("/proc"):
+    children: dict[int, list[int]] = {}
+    vllm: dict[int, tuple[int, list[str]]] = {}  # port -> (pid, argv)
+    for entry in sorted(os.listdir(proc), key=lambda e: (len(e), e)):
         if not entry.isdigit():
             continue
+        pid = int(entry)
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
+            with open(f"{proc}/{entry}/stat", "rb") as f:
+                stat_text = f.read().decode("utf-8", "replace")
+            with open(f"{proc}/{entry}/cmdline", "rb") as f:
                 argv = f.read().decode("utf-8", "replace").split("\0")
         except OSError:
             continue
+        parent = _parent_pid(stat_text)
+        if parent is not None:
+            children.setdefault(parent, []).append(pid)
         if is_sglang_server(argv):
-            found["sglang"].add(server_port(argv, f"/proc/{entry}/cwd"))
+            found["sglang"].add(server_port(argv, f"{proc}/{entry}/cwd"))
         elif is_vllm_server(argv):
-            found["vllm"].add(server_port(argv, f"/proc/{entry}/cwd", VLLM_DEFAULT_PORT))
-    return {k: sorted(v) for k, v in found.items()}
+            port = server_port(argv, f"{proc}/{entry}/cwd", VLLM_DEFAULT_PORT)
+            found["vllm"].add(port)
+            vllm.setdefault(port, (pid, argv))
+    infos = []
+    for port, (pid, argv) in sorted(vllm.items()):
+        sizes = vllm_parallel(argv)
+        tree = _tree(children, pid)
+        minors = sorted({m for p in tree for m in _held_minors(proc, p)})
+        infos.append(
+            protocol.ServerInfo(
+                "vllm", port, pid, sizes.get("tp"), sizes.get("pp"), sizes.get("dp"), minors
+            )
+        )
+    return {k: sorted(v) for k, v in found.items()}, infos
+
+
+def _parent_pid(stat_text: str) -> int | None:
+    """The PPID of ``/proc/<pid>/stat`` (after the command's closing parenthesis)."""
+    words = stat_text.rpartition(")")[2].split()
+    return int(words[1]) if len(words) > 1 and words[1].isdigit() else None
+
+
+def _tree(children: dict[int, list[int]], pid: int) -> list[int]:
+    """``pid`` and all its descendants."""
+    out: list[int] = []
+    todo = [pid]
+    while todo and len(out) < 4096:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def _held_minors(proc: str, pid: int) -> list[int]:
+    """The ``/dev/nvidiaN`` numbers ``pid`` holds open (``procfacts.device_index``)."""
+    base = f"{proc}/{pid}/fd"
+    try:
+        fds = os.listdir(base)
+    except OSError:
+        return []
+    out = set()
+    for fd in fds:
+        try:
+            index = procfacts.device_index(os.readlink(f"{base}/{fd}"))
+        except OSError:
+            continue
+        if index is not None:
+            out.add(index)
+    return sorted(out)
+
+
+# vLLM's parallel sizes as its FlexibleArgumentParser reads them (vllm/engine/arg_utils.py
+# 0.34.0: ``--tensor-parallel-size``/``-tp``, ``--pipeline-parallel-size``/``-pp``,
+# ``--data-parallel-size``/``-dp``; underscores for dashes accepted; the last one wins)
+_VLLM_SIZES = {
+    "--tensor-parallel-size": "tp",
+    "-tp": "tp",
+    "--pipeline-parallel-size": "pp",
+    "-pp": "pp",
+    "--data-parallel-size": "dp",
+    "-dp": "dp",
+}
+
+
+def vllm_parallel(argv: list[str]) -> dict[str, int]:
+    """``{"tp": 4, "pp": 2}``: the sizes a vLLM server's command line gives."""
+    out: dict[str, int] = {}
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        key = _VLLM_SIZES.get(name.replace("_", "-") if name.startswith("--") else name)
+        if key is None:
+            continue
+        if not eq:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+        if value.isdigit() and 0 < int(value) <= 65536:
+            out[key] = int(value)
+    return out
 
 
 VLLM_DEFAULT_PORT = 8000  # FrontendArgs.port (vllm/entrypoints/common/cli_args.py, 0.34.0)

@@ -457,6 +457,47 @@ class FirstRound(Message):
         return cls(_text(raw, "part"), found)
 
 
+@record(frozen=True)
+class ServerInfo(Message):
+    """One serving-engine server discovery found (``engine``: ``vllm``), sent when what
+    is known of it changes: ``pid`` of its API server, the parallel sizes its command line
+    gives (``tp``, ``pp``, ``dp``; None: not given, the engine's default 1) and ``minors``,
+    the ``/dev/nvidiaN`` its process tree holds (its engine core's and workers' GPUs, told
+    by descent from the server, not by their names)."""
+
+    TYPE: ClassVar[str] = "server_info"
+    engine: str
+    port: int
+    pid: int
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    minors: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> ServerInfo:
+        def size(key: str) -> int | None:
+            value = _int_or_none(raw, key)
+            return value if value is not None and 0 < value <= 65536 else None
+
+        minors = raw.get("minors")
+        held = (
+            sorted({m for m in minors if isinstance(m, int) and not isinstance(m, bool) and m >= 0})
+            if isinstance(minors, list)
+            else []
+        )
+        port = _int_or_none(raw, "port") or 0
+        return cls(
+            _text(raw, "engine"),
+            port if 0 < port < 65536 else 0,
+            _int_or_none(raw, "pid") or 0,
+            size("tp"),
+            size("pp"),
+            size("dp"),
+            held,
+        )
+
+
 def _float_or_none(raw: dict[str, Any], key: str) -> float | None:
     value = raw.get(key)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -517,6 +558,7 @@ MESSAGES: dict[str, type[Message]] = {
         ThreadDied,
         HostStats,
         FirstRound,
+        ServerInfo,
     )
 }
 

@@ -216,6 +216,8 @@ def _ratio(part: float | None, whole: float | None) -> float | None:
 class SglangTracker:
     """Live numbers of the SGLang server on ``port`` (see the module docstring)."""
 
+    engine = "sglang"  # as its alerts' texts name it: ``sglang :30000``
+
     def __init__(
         self,
         port: int,

@@ -3,16 +3,21 @@ rate, quantile and hang machinery (``sglang.py``): a vLLM page parses into a
 ``VllmScrape`` whose shared fields mean what SGLang's do (``parsers/vllm.py``).
 
 What is vLLM's own here: the prompt-token and preemption rates, the ITL p95, finished
-requests by reason, the periodic stats line of its log (progress only while it says
-tokens were generated: a wedged engine keeps printing ``Avg generation throughput: 0.0``
-with requests running), the engine core's death in its log, and the probe: ``/health``
-(vLLM's answers 200 while the engine is wedged, so it is evidence, never the verdict).
+requests by reason (and those of the last minute that are not ``stop`` or ``length``:
+aborted, failed), the drafter's acceptance over the rate window (vLLM's own PromQL,
+``vllm/v1/spec_decode/metrics.py`` ``SpecDecodingProm``: the counters' rates, not their
+totals since start, so a drafter that decays is seen), the periodic stats line of its
+log (progress only while it says tokens were generated: a wedged engine keeps printing
+``Avg generation throughput: 0.0`` with requests running), the engine core's death in
+its log, and the probe: ``/health`` (vLLM's answers 200 while the engine is wedged, so
+it is evidence, never the verdict).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumon.backends.parsers.vllm import (
@@ -23,7 +28,15 @@ from gpumon.backends.parsers.vllm import (
     parse_vllm_log_line,
     parse_vllm_metrics,
 )
-from gpumon.backends.workloads.sglang import Hung, SglangTracker, _delta, _quantiles, _span
+from gpumon.backends.workloads.sglang import (
+    Hung,
+    ServerInfo,
+    SglangTracker,
+    _delta,
+    _quantiles,
+    _span,
+    parse_server_info,
+)
 
 HUNG_AFTER_S = 60.0  # ``[hosts.NAME.vllm] hung_after_s``
 KV_PRESSURE_MIN = 0.9  # ``[hosts.NAME.vllm] kv_pressure_min``: KV use this high ...
@@ -74,6 +87,27 @@ class VllmTracker(SglangTracker):
         self.engines: int | None = None
         self.last_stats_line: tuple[float, str] | None = None  # (its time, the line)
         self.engine_dead: tuple[float, str] | None = None  # (when, the log's line)
+        # requests that finished in about the last minute, by reason: not stop or length
+        # (None: the page has no request_success_total, or no minute to compare yet)
+        self.failed_recent: tuple[tuple[str, float], ...] | None = None
+        # the /dev/nvidiaN its process tree holds (the agent's discovery): its GPUs
+        self.minors: tuple[int, ...] = ()
+
+    def observe_info(self, status: int | None, body: str) -> None:
+        """``/version``'s ``{"version": "0.8.5"}``: the release, beside the sizes its
+        command line gave (``observe_processes``)."""
+        info = parse_server_info(body) if status == 200 else None
+        if info is not None:
+            self.info = replace(self.info or ServerInfo(), version=info.version)
+
+    def observe_processes(self, parallel: Mapping[str, int], minors: Sequence[int]) -> None:
+        """What the agent's discovery says of the server's processes: the parallel sizes
+        of its command line (``tp``, ``pp``, ``dp``; vLLM's default 1 where not given) and
+        the ``/dev/nvidiaN`` its engine core and workers hold."""
+        old = self.info or ServerInfo()
+        sizes = {k: parallel.get(k, 1) for k in ("tp", "pp", "dp")}
+        self.info = replace(old, tp=sizes["tp"], pp=sizes["pp"], dp=sizes["dp"])
+        self.minors = tuple(sorted(set(minors)))
 
     def observe_text(self, text: str, t: float, *, at: float | None = None) -> bool:
         try:
@@ -85,9 +119,13 @@ class VllmTracker(SglangTracker):
         return True
 
     def observe(self, scrape: Any, t: float, *, at: float | None = None) -> None:
+        spec = (self.spec_accept_length, self.spec_accept_rate)
         super().observe(scrape, t, at=at)
         if not isinstance(scrape, VllmScrape):
             return
+        self._spec_window(scrape, t, spec)
+        slow = self._base(t, self.slow_window_s)
+        self.failed_recent = None if slow is None else _failed(scrape, slow.scrape)
         self.preemptions_total = scrape.preemptions_total
         self.finished = scrape.finished
         self.engines = scrape.engines
@@ -105,6 +143,29 @@ class VllmTracker(SglangTracker):
         if scrape.itl is not None:
             itl_base = self._base(t, self.slow_window_s, "itl")
             self.itl_p95_s = _quantiles(scrape.itl, itl_base.scrape.itl if itl_base else None)[1]
+
+    def _spec_window(
+        self, scrape: VllmScrape, t: float, before: tuple[float | None, float | None]
+    ) -> None:
+        """The drafter's acceptance over the rate window (the base's counters to these):
+        mean acceptance length ``1 + accepted / drafts`` and rate ``accepted / draft
+        tokens``, vLLM's formulas over rates. No draft in the window (no decoding) keeps
+        the last window's; before any window, the totals since start (the parser's)."""
+        base = self._base(t, self.rate_window_s)
+        old = base.scrape if base is not None else None
+        if not isinstance(old, VllmScrape) or scrape.spec_accepted is None:
+            return
+        accepted = _delta(scrape.spec_accepted, old.spec_accepted)
+        drafts = _delta(scrape.spec_drafts, old.spec_drafts)
+        tokens = _delta(scrape.spec_draft_tokens, old.spec_draft_tokens)
+        if accepted is None or accepted < 0 or not ((drafts or 0) > 0 or (tokens or 0) > 0):
+            if before[0] is not None or before[1] is not None:
+                self.spec_accept_length, self.spec_accept_rate = before
+            return
+        if drafts is not None and drafts > 0:
+            self.spec_accept_length = 1.0 + accepted / drafts
+        if tokens is not None and tokens > 0:
+            self.spec_accept_rate = min(accepted / tokens, 1.0)
 
     def observe_log_line(self, line: str, t: float) -> bool:
         """A server log line: the periodic stats line (progress while it says tokens were
@@ -195,6 +256,9 @@ class VllmTracker(SglangTracker):
                 if self.preemptions_total is None
                 else round(self.preemptions_total),
                 "finished_by_reason": {k: round(v) for k, v in self.finished} or None,
+                "failed_last_minute": None
+                if self.failed_recent is None
+                else {k: round(v) for k, v in self.failed_recent},
                 "engine_dead": self.engine_dead[1] if self.engine_dead else None,
             }
         )
@@ -209,3 +273,24 @@ class VllmTracker(SglangTracker):
         ):
             out.pop(key, None)
         return out
+
+
+# ``request_success_total``'s reasons of a request served (vllm/v1/engine/__init__.py
+# FinishReason, 0.34.0: STOP, LENGTH); the others are shown: ABORT (the client's), ERROR
+# (a 500), REPETITION (a repetitive pattern cut off)
+SERVED_REASONS = frozenset({"stop", "length"})
+
+
+def _failed(new: VllmScrape, old: Any) -> tuple[tuple[str, float], ...] | None:
+    """Requests that finished between ``old`` and ``new`` for a reason not served, by
+    reason (each such reason the page has, 0 too); None without the family."""
+    if not new.finished:
+        return None
+    before = dict(old.finished) if isinstance(old, VllmScrape) else {}
+    out = []
+    for reason, total in new.finished:
+        if reason in SERVED_REASONS:
+            continue
+        delta = total - before.get(reason, 0.0)
+        out.append((reason, delta if delta >= 0 else total))  # went back: a restart
+    return tuple(out)

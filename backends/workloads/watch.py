@@ -137,6 +137,11 @@ class Workloads:
             for port in self.sglang
         ] + [VLLM.target(port) for port in self.vllm]
 
+    @property
+    def vllm_hung_after_s(self) -> float:
+        """``[hosts.NAME.vllm] hung_after_s``: requests and no token this long is wedged."""
+        return self.host.vllm.hung_after_s if self.host.vllm is not None else VLLM_HUNG_AFTER_S
+
     def discover_vllm(self) -> bool:
         """vLLM discovery is on unless ``[hosts.NAME.vllm]`` says ``discover = false``."""
         return self.host.vllm is None or self.host.vllm.discover
@@ -157,6 +162,15 @@ class Workloads:
         elif part == "discover-vllm":
             for port in ports:
                 self.vllm.setdefault(port, VllmTracker(port))
+
+    def on_server_info(
+        self, engine: str, port: int, parallel: Mapping[str, int], minors: Sequence[int]
+    ) -> None:
+        """The agent's discovery of a vLLM server's processes: its command line's parallel
+        sizes and the ``/dev/nvidiaN`` its process tree holds (its GPUs)."""
+        if engine != VLLM.name or not 0 < port < 65536:
+            return
+        self.vllm.setdefault(port, VllmTracker(port)).observe_processes(parallel, minors)
 
     def on_http(
         self,
@@ -383,7 +397,7 @@ class Workloads:
         page for every vLLM server; returns the ``/health`` probes to ask now (a wedged
         server's, at most once per ``hung_after_s``: its answer is evidence only)."""
         cfg = self.host.vllm
-        after = cfg.hung_after_s if cfg is not None else VLLM_HUNG_AFTER_S
+        after = self.vllm_hung_after_s
         minimum = cfg.kv_pressure_min if cfg is not None else KV_PRESSURE_MIN
         gpus = _engine_gpus(self.vllm, "vllm", sample)
         probes = []
@@ -430,10 +444,20 @@ class Workloads:
             alerts.on_sglang_page(port, text, t, gpu=gpus.get(port, (None,))[0])
 
     def judge_spec(self, alerts: AlertEngine, t: float) -> None:
-        """``spec_accept_low`` for every server whose drafter's accept length stayed
-        below ``spec_accept_min`` for ``SPEC_LOW_FOR_S`` while it decodes."""
-        minimum = self.host.sglang.spec_accept_min if self.host.sglang else SPEC_ACCEPT_MIN
-        for port, tracker in self.sglang.items():
+        """``spec_accept_low`` for every server of both engines whose drafter's accept
+        length stayed below its engine's ``spec_accept_min`` for ``SPEC_LOW_FOR_S`` while
+        it decodes (SGLang's accept length; vLLM's mean acceptance length, the same
+        tokens per verify step)."""
+        cfg, vcfg = self.host.sglang, self.host.vllm
+        servers = [
+            (tracker, cfg.spec_accept_min if cfg else SPEC_ACCEPT_MIN, "accept length")
+            for tracker in self.sglang.values()
+        ] + [
+            (server, vcfg.spec_accept_min if vcfg else SPEC_ACCEPT_MIN, "mean acceptance length")
+            for server in self.vllm.values()
+        ]
+        for tracker, minimum, length_is in servers:
+            port = tracker.port
             low = tracker.spec_low(t, minimum)
             if low is None or low < SPEC_LOW_FOR_S:
                 alerts.on_spec_accept_low(port, None, t)
@@ -441,7 +465,7 @@ class Workloads:
             rate = tracker.spec_accept_rate
             of = f" (accept rate {rate:.0%})" if rate is not None else ""
             text = (
-                f"sglang :{port} drafter tokens rejected: accept length "
+                f"{tracker.engine} :{port} drafter tokens rejected: {length_is} "
                 f"{tracker.spec_accept_length:.2f}{of} for {low:.0f} s, below {minimum:g}: "
                 "speculative decoding costs more than it saves"
             )
@@ -544,13 +568,22 @@ def _server_for(servers: Mapping[int, SglangTracker], path: str) -> SglangTracke
 
 
 def _engine_gpus(
-    servers: Mapping[int, SglangTracker], process: str, sample: HostSample | None
+    servers: Mapping[int, VllmTracker], process: str, sample: HostSample | None
 ) -> dict[int, tuple[int, ...]]:
-    """Port -> the GPUs its processes run on where that can be told (``server_gpus``'s
-    rule: one server owns every GPU running a ``process`` process; several map onto
-    those in order when there are as many)."""
+    """Port -> the GPUs its processes run on where that can be told: the GPUs whose
+    device files its process tree holds (``VllmTracker.minors``, from the agent), else
+    ``server_gpus``' rule (one server owns every GPU running a ``process`` process;
+    several map onto those in order when there are as many)."""
     if sample is None or not servers:
         return {}
+    refs = sample.gpu_refs
+    held = {
+        port: tuple(sorted({r.index for r in refs.holders(s.minors) if r.index is not None}))
+        for port, s in servers.items()
+        if s.minors
+    }
+    if held:
+        return {port: gpus for port, gpus in held.items() if gpus}
     ports = sorted(servers)
     hosting = [
         g.index

@@ -224,6 +224,8 @@ def test_the_cause_order_is_the_one_incidents_had() -> None:
     not list explained least."""
     assert CAUSE_ORDER == (
         "cuda_oom",
+        "vllm_oom",  # issue 38: vLLM's memory failures, the fix vLLM prints
+        "vllm_kv_memory",
         "host_oom_kill",
         "cgroup_oom_kill",
         "xid",
@@ -257,13 +259,16 @@ def test_the_cause_order_is_the_one_incidents_had() -> None:
 
 def test_the_subsets_are_the_families_they_were() -> None:
     """Each list the code kept by hand, now a tag query, with the members it had."""
-    assert tagged(Tag.OOM) == {"cuda_oom", "oom_death", "host_oom_kill", "cgroup_oom_kill"}
+    vllm_memory = {"vllm_oom", "vllm_kv_memory"}  # issue 38: vLLM's, with vLLM's fixes
+    oom = {"cuda_oom", "oom_death", "host_oom_kill", "cgroup_oom_kill"}
+    assert tagged(Tag.OOM) == oom | vllm_memory
     assert tagged(Tag.HUNG) == {"sglang_hung", "job_stalled", "vllm_wedged"}  # issue 38
     assert tagged(Tag.SILENCE) == {"stale_data", "driver_error"}
     assert tagged(Tag.IDLE) == {"gpu_idle_held", "server_idle"}
     assert tagged(Tag.JOB_PROGRESS) == {"job_stalled", "job_slow"}
-    assert tagged(Tag.LOG_FAILURE) == {"cuda_oom", "sglang_error", "job_crashed"}
-    assert tagged(Tag.RAN_OUT) == {"cuda_oom", "oom_death", "job_crashed", "memory", "time_to_full"}
+    assert tagged(Tag.LOG_FAILURE) == {"cuda_oom", "sglang_error", "job_crashed"} | vllm_memory
+    ran_out = {"cuda_oom", "oom_death", "job_crashed", "memory", "time_to_full"}
+    assert tagged(Tag.RAN_OUT) == ran_out | vllm_memory
     assert tagged(Tag.RESTART_FIXES) == {
         "cuda_oom",
         "oom_death",

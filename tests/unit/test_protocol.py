@@ -35,6 +35,7 @@ def sample_messages() -> list[protocol.Message]:
         protocol.HostStats(1.5, 12.5, 64, 1000, 500, 100, 50, [1.0, 2.0, 3.0]),
         protocol.FirstRound("discover", [30000, 31613]),
         protocol.FirstRound("logs"),
+        protocol.ServerInfo("vllm", 8000, 4242, 4, None, 2, [4, 5, 6, 7]),
     ]
 
 
@@ -51,6 +52,10 @@ def test_every_message_survives_the_wire_and_has_a_client_handler() -> None:
 
 
 def test_a_hostile_message_is_coerced_never_trusted() -> None:
+    server = protocol.ServerInfo.from_wire(
+        {"type": "server_info", "port": 70000, "tp": True, "pp": 0, "minors": [3, "4", -1, 3]}
+    )
+    assert (server.port, server.tp, server.pp, server.minors) == (0, None, None, [3])
     bad: dict[str, Any] = {"type": "log", "tag": 5, "lines": "not a list", "backlog": "yes"}
     log = protocol.Log.from_wire(bad)
     assert (log.tag, log.path, log.lines, log.t, log.dropped) == ("5", "5", [], 0.0, 0)

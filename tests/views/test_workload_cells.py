@@ -42,8 +42,8 @@ from gpumon.tui.views.alert_cells import (
     strip_incident,
 )
 from gpumon.tui.views.gpu_cells import NA, Cell, Role, gpu_cells, interval_text
-from gpumon.tui.views.workload_cells import Owner
-from gpumon.tui.views.workload_views import PaneRow, spark_range
+from gpumon.tui.views.workload_cells import Owner, failed_cell, latency_ms_pair
+from gpumon.tui.views.workload_views import PaneRow, spark_range, vllm_view
 from gpumon.tui.widgets import (
     JOB_COLUMNS,
     SGLANG_COLUMNS,
@@ -56,6 +56,9 @@ from gpumon.tui.widgets import (
     render_strip,
     row_layout,
 )
+from gpumon.tui.widgets.workload_panes import VLLM_COLUMNS
+
+import vllm_trackers
 
 PALETTE = Palette.from_theme(GPUMON_DARK)
 
@@ -445,3 +448,42 @@ def test_stalled_and_slow_jobs_have_their_own_titles() -> None:
     for kind, title in (("job_stalled", "Job stalled"), ("job_slow", "Job slow")):
         alert = Alert(f"{kind}:drafter", Health.CRITICAL, kind, "ct200", None, "drafter", "x", 1, 1)
         assert alert_title(alert) == f"CRITICAL: {title}"
+
+
+def test_the_vllm_pane_says_a_wedged_engine_in_red_and_na_where_a_release_has_none() -> None:
+    """vLLM's overview dashboard per server (issue 38 point 3); a wedged engine's state is
+    its silence in the critical colour, never ``up``; 0.6's page has no prefix-cache
+    counters and no finished requests: n/a, never 0."""
+    now = 10_000.0
+    servers = {8000: vllm_trackers.busy(8000, now), 8001: vllm_trackers.wedged(8001, now)}
+    view = vllm_view(
+        servers, now=now, hung_after_s=60.0, end=now, span=2.0, count=80, palette=PALETTE
+    )
+    assert view is not None and view.label == "vLLM"
+    up, stuck = view.rows
+    assert up.cell("state") == Cell("up", Role.OK)
+    assert stuck.cell("state") == Cell("wedged 1m05s", Role.CRITICAL)
+    assert stuck.cell("tok/s") == Cell("0")  # known: nothing made
+    assert (up.cell("run"), up.cell("queue")) == (Cell("48"), Cell("6"))  # two engines
+    assert up.cell("KV") == Cell("62%")
+    assert up.cell("tok/s") == Cell("400") and up.cell("in/s") == Cell("400")
+    assert up.cell("TTFT") == Cell("0.13/0.91s") and up.cell("ITL") == Cell("18/25ms")
+    assert up.cell("pre/s") == Cell("0") and up.cell("failed") == Cell("0")
+    assert stuck.cell("hit") is NA and stuck.cell("failed") is NA  # 0.6: none on its page
+    assert up.cell("acc") is None  # no drafter: no accept column
+    wide = render_pane(view, VLLM_COLUMNS, 160).plain.splitlines()
+    assert wide[0].split()[:3] == ["vLLM", "model", "tok/s"]
+    assert "ITL p50/95" in wide[0] and "failed" in wide[0] and "pre/s" in wide[0]
+    assert wide[2].startswith(":8001  wedged 1m05s Qwen3-8B")
+    narrow = render_pane(view, VLLM_COLUMNS, 80).plain.splitlines()
+    assert all(len(line) <= 80 for line in narrow)
+    assert "wedged 1m05s" in narrow[2] and "KV use" in narrow[0]  # what gives way: ITL, in/s
+
+
+def test_vllm_failed_requests_and_the_drafter_cells() -> None:
+    assert failed_cell((("abort", 6.0), ("error", 1.0), ("repetition", 0.0)), Role.NORMAL) == (
+        Cell("6 abort 1 error", Role.WARNING)
+    )
+    assert failed_cell((("abort", 0.0),), Role.NORMAL) == Cell("0")
+    assert failed_cell(None, Role.NORMAL) is NA
+    assert latency_ms_pair(0.018, None) == Cell("18ms") and latency_ms_pair(None, 0.1) is NA

@@ -3,7 +3,8 @@ GPU rows when there is still room.
 
 Per host, always: the header (2 lines with an error), the column titles, one line per GPU
 (plus one per sick GPU), the jobs pane (a title line and every job: they are what the
-action keys act on) and the SGLang pane's title and aggregate line. What is left goes to
+action keys act on), the vLLM pane (a title line and every server: a wedged one is
+never left out) and the SGLang pane's title and aggregate line. What is left goes to
 SGLang server lines (all of them when they fit, else as many as fit, down ones first),
 then, from ``TALL_SCREEN`` lines, to each host's host line (the target's CPU, RAM, load,
 swap) and to 2-3 line GPU rows. When even the minimum does not fit, the host list scrolls.
@@ -28,6 +29,7 @@ class HostNeeds:
     extra_lines: int = 0  # the header's error line, problem lines of sick GPUs
     servers: int = 0  # SGLang servers
     jobs: int = 0
+    vllm: int = 0  # vLLM servers
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +50,17 @@ def jobs_lines(jobs: int) -> int:
     return 1 + jobs if jobs else 0
 
 
+def vllm_lines(servers: int) -> int:
+    return 1 + servers if servers else 0
+
+
 def plan_layout(height: int, hosts: Sequence[HostNeeds], *, strip: bool = False) -> LayoutPlan:
     """Share ``height`` lines (the footer's included; ``strip``: the alert strip shows)."""
     free = height - 1 - (1 if strip else 0)
     for h in hosts:
         minimum = 1 if h.servers == 1 else 0  # a lone server is its own aggregate
         free -= 2 + h.extra_lines + h.gpus + SECTION_MARGIN
-        free -= jobs_lines(h.jobs) + sglang_lines(h.servers, minimum)
+        free -= jobs_lines(h.jobs) + vllm_lines(h.vllm) + sglang_lines(h.servers, minimum)
     max_servers: list[int | None] = []
     for h in hosts:
         minimum = 1 if h.servers == 1 else 0

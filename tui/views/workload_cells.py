@@ -1,4 +1,5 @@
-"""Pure functions from workload trackers to cells: SGLang servers, jobs, GPU owners.
+"""Pure functions from workload trackers to cells: SGLang and vLLM servers, jobs, GPU
+owners.
 
 Like ``cells.py``: no colours, no widgets. A value a tracker does not know is the ``n/a``
 cell, never 0. Column keys are the ones ``widgets/workload_panes.py`` lays out.
@@ -15,6 +16,7 @@ from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.untrusted import printable as _printable
 from gpumon.backends.workloads import JobState, JobTracker, SglangTotals, SglangTracker
 from gpumon.backends.workloads.sglang import SPEC_ACCEPT_MIN
+from gpumon.backends.workloads.vllm import VllmTracker
 from gpumon.tui.views.gpu_cells import NA, Cell, Role, duration
 
 BLANK = Cell("", Role.MUTED)
@@ -113,6 +115,57 @@ def sglang_cells(s: SglangTracker) -> dict[str, Cell]:
     if s.error and (s.up is False or s.stale):
         out["error"] = Cell(_printable(s.error), Role.CRITICAL if s.up is False else Role.WARNING)
     return out
+
+
+# --- vLLM -----------------------------------------------------------------------------------
+
+
+def vllm_cells(s: VllmTracker, now: float, hung_after_s: float) -> dict[str, Cell]:
+    """One vLLM server's cells by column key: what vLLM's overview dashboard shows, the
+    SGLang pane's cells where the meaning is the same. The state says a wedged engine
+    (``wedged 94 s``: requests and no token for ``hung_after_s``, whatever ``/health``
+    says) and a dead engine core in the critical colour, never ``up``."""
+    out = sglang_cells(s)
+    stale = s.stale or s.up is False
+    numbers = Role.MUTED if stale else Role.NORMAL
+    wedged = s.hung(now, hung_after_s)
+    if s.dead_text() is not None:
+        out["state"] = Cell("engine dead", Role.CRITICAL)
+    elif wedged is not None:
+        out["state"] = Cell(f"wedged {duration(wedged.silent_s)}", Role.CRITICAL)
+    out["in/s"] = _num(s.prompt_tokens_per_s, numbers, rate_text)
+    out["ITL"] = latency_ms_pair(s.itl_p50_s, s.itl_p95_s)
+    out["pre/s"] = _num(s.preemptions_per_s, numbers, _small_rate)
+    out["failed"] = failed_cell(s.failed_recent, numbers)
+    return out
+
+
+def latency_ms_pair(p50: float | None, p95: float | None) -> Cell:
+    """ITL p50/p95 in ms: "18/60ms"; "n/a" when the median is unknown."""
+    if p50 is None or not _known(p50):
+        return NA
+    if p95 is None or not _known(p95):
+        return Cell(_milliseconds(p50))
+    return Cell(f"{p50 * 1000:.0f}/{_milliseconds(p95)}")
+
+
+def _small_rate(value: float) -> str:
+    """Preemptions/s: "0", "0.4", "12.5", "1.20k"."""
+    return "0" if value == 0 else f"{value:.1f}" if value < 100 else rate_text(value)
+
+
+def failed_cell(failed: tuple[tuple[str, float], ...] | None, role: Role) -> Cell:
+    """Requests of the last minute that finished neither by ``stop`` nor ``length``, by
+    vLLM's finish reason, the most first: "6 abort 1 error"; "0" when none did (a
+    warning when some did); "n/a" when the page has no ``request_success_total`` or no
+    minute to compare yet."""
+    if failed is None:
+        return NA
+    counts = sorted(((n, r) for r, n in failed if n > 0), key=lambda nr: (-nr[0], nr[1]))
+    if not counts:
+        return Cell("0", role)
+    text = " ".join(f"{count_text(n)} {_printable(r)}" for n, r in counts)
+    return Cell(text, Role.WARNING if role is Role.NORMAL else role)
 
 
 def spec_cell(length: float, rate: float | None, role: Role) -> Cell:

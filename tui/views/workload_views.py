@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpumon.backends.workloads import JobTracker, SglangTracker, sglang_totals
+from gpumon.backends.workloads.vllm import VllmTracker
 from gpumon.tui.views.gpu_cells import Cell
 from gpumon.tui.views.palette import Palette
 from gpumon.tui.views.sparkline import bin_series
@@ -15,6 +16,7 @@ from gpumon.tui.views.workload_cells import (
     job_cells,
     sglang_cells,
     sglang_total_cells,
+    vllm_cells,
 )
 
 
@@ -109,6 +111,39 @@ def sglang_view(
     notes = (("model", f" · {model}"),) if model else ()
     return PaneView(
         "SGLang", "tok/s history", tuple(rows), palette, stale=stale, notes=notes, legend=LEGEND
+    )
+
+
+VLLM_LEGEND = " · run, wait: requests; failed: last minute, not stop or length"
+
+
+def vllm_view(
+    servers: Mapping[int, VllmTracker],
+    *,
+    now: float,
+    hung_after_s: float,
+    end: float,
+    span: float,
+    count: int,
+    palette: Palette,
+    stale: bool = False,
+) -> PaneView | None:
+    """The vLLM pane: one row per server by port (a wedged or dead one says so in its
+    state), its tok/s sparkline in one range for all; None without servers."""
+    if not servers:
+        return None
+    trackers = [servers[p] for p in sorted(servers)]
+    sparks = {s.port: history_bins(s.history, end=end, span=span, count=count) for s in trackers}
+    low, top = spark_range(*sparks.values())
+    rows = []
+    for s in trackers:
+        cells = vllm_cells(s, now, hung_after_s)
+        error = cells.pop("error", None)
+        rows.append(PaneRow(str(s.port), tuple(cells.items()), sparks[s.port], top, low, error))
+    model = common_model(trackers)
+    notes = (("model", f" · {model}"),) if model else ()
+    return PaneView(
+        "vLLM", "tok/s history", tuple(rows), palette, stale=stale, notes=notes, legend=VLLM_LEGEND
     )
 
 

@@ -1,5 +1,5 @@
-"""One host's section: its header, the column titles, a row per GPU, the SGLang pane and
-the jobs pane.
+"""One host's section: its header, the column titles, a row per GPU, the SGLang pane, the
+vLLM pane and the jobs pane.
 
 The section reads its monitor's state (it never talks to the machine) and turns it into
 views; widgets redraw only when their view changed. While paused it keeps showing the
@@ -43,7 +43,7 @@ from gpumon.tui.views.gpu_cells import (
 from gpumon.tui.views.layout import HostNeeds
 from gpumon.tui.views.process_cells import ProcessKey, memory_flag, process_key, process_lines
 from gpumon.tui.views.sparkline import BinnedSeries, column_span
-from gpumon.tui.views.workload_views import PaneView
+from gpumon.tui.views.workload_views import PaneView, vllm_view
 from gpumon.tui.widgets.gpu_row import (
     MEM_W,
     NAME_W,
@@ -61,7 +61,7 @@ from gpumon.tui.widgets.gpu_row import (
 from gpumon.tui.widgets.gpu_row import row_layout as _row_layout
 from gpumon.tui.widgets.host_header import HeaderView, HostHeader
 from gpumon.tui.widgets.view_widget import TextWidget, ViewWidget
-from gpumon.tui.widgets.workload_panes import JobsPane, SglangPane
+from gpumon.tui.widgets.workload_panes import JobsPane, SglangPane, VllmPane
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +146,15 @@ class HostSection(Vertical):
         self.waiting = Static("", classes="waiting", markup=False)
         self.gpu_rows = GpuRows(id=f"gpu-rows-{index}")
         self.sglang = SglangPane(id=f"sglang-{index}")
+        self.vllm = VllmPane(id=f"vllm-{index}")
         self.jobs = JobsPane(id=f"jobs-{index}")
         self._spark_cache: dict[int, tuple[object, tuple[float | None, ...]]] = {}
         self._binned: dict[tuple[int, bool], BinnedSeries] = {}  # by GPU and series
         self._full_in: dict[int, float] = {}  # time to full of the shown sample's GPUs
         # their memory levels as the alerts had them when the sample was taken
         self._memory: dict[int, Health | None] = {}
-        self._panes: tuple[PaneView | None, PaneView | None] = (None, None)  # all servers
+        # SGLang (all servers), vLLM, jobs
+        self._panes: tuple[PaneView | None, ...] = (None, None, None)
         self._stale = False
 
     def compose(self) -> ComposeResult:
@@ -162,6 +164,7 @@ class HostSection(Vertical):
         yield self.waiting
         yield self.gpu_rows
         yield self.sglang
+        yield self.vllm
         yield self.jobs
 
     @property
@@ -186,7 +189,7 @@ class HostSection(Vertical):
         sick = sum(1 for v in views if v.cells.problems.text)
         listed = sum(v.listed_lines for v in views)  # expanded rows' process lines
         extra = sick + listed + (1 if self.monitor.status.error else 0)
-        return HostNeeds(len(self.gpus) or 8, extra, len(w.sglang), len(w.jobs))
+        return HostNeeds(len(self.gpus) or 8, extra, len(w.sglang), len(w.jobs), len(w.vllm))
 
     def refresh_view(self, ctx: ViewContext, *, rows: bool = True) -> None:
         """Bring header, rows and panes up to date with the monitor (they stay while
@@ -342,28 +345,30 @@ class HostSection(Vertical):
         return out
 
     def _refresh_panes(self, ctx: ViewContext, stale: bool) -> None:
-        """The SGLang and jobs panes; while paused they keep their numbers (the cursor,
-        the colours and the number of server lines still follow)."""
+        """The SGLang, vLLM and jobs panes; while paused they keep their numbers (the
+        cursor, the colours and the number of server lines still follow)."""
         w = self.monitor.workloads
-        views: tuple[PaneView | None, PaneView | None]
+        views: tuple[PaneView | None, ...]
         old = self._panes
         if ctx.paused and any(v is not None for v in old):
-            views = (
-                _restyle(old[0], ctx, None, stale),
-                _restyle(old[1], ctx, ctx.job_cursor, stale),
-            )
+            cursors = (None, None, ctx.job_cursor)
+            views = tuple(_restyle(v, ctx, c, stale) for v, c in zip(old, cursors, strict=True))
         else:
             width = self.size.width or self.app.size.width
             # trackers keep ~120 points, one per scrape or log line: 2 intervals a column
             span = 2 * max(self.monitor.interval, 0.5)
             end = ctx.now
+            pal = ctx.palette
             views = (
-                sglang_view(
-                    w.sglang,
+                sglang_view(w.sglang, end=end, span=span, count=width, palette=pal, stale=stale),
+                vllm_view(
+                    w.vllm,
+                    now=ctx.now,
+                    hung_after_s=w.vllm_hung_after_s,
                     end=end,
                     span=span,
                     count=width,
-                    palette=ctx.palette,
+                    palette=pal,
                     stale=stale,
                 ),
                 jobs_view(
@@ -371,14 +376,15 @@ class HostSection(Vertical):
                     end=end,
                     span=span,
                     count=width,
-                    palette=ctx.palette,
+                    palette=pal,
                     cursor=ctx.job_cursor,
                     stale=stale,
                 ),
             )
         self._panes = views
         self.sglang.show(limit_servers(views[0], ctx.max_servers))
-        self.jobs.show(views[1])
+        self.vllm.show(views[1])
+        self.jobs.show(views[2])
 
     def _spark(
         self, gpu: GpuSample, shown: HostSample, memory: bool, count: int

@@ -1,5 +1,5 @@
-"""The SGLang pane and the jobs pane: a title line with column titles, then one line per
-server or job, with a sparkline in what the columns leave.
+"""The SGLang pane, the vLLM pane and the jobs pane: a title line with column titles, then
+one line per server or job, with a sparkline in what the columns leave.
 
 Both are one widget each that draws a ``PaneView`` (plain data, compared for equality),
 so a refresh without news costs a comparison. Columns have a priority: in a narrow
@@ -54,6 +54,24 @@ SGLANG_COLUMNS: tuple[Column, ...] = (
     Column("TTFT", "TTFT p50/95", 11, 11, 50),
     Column("ITL", "ITL", 5, 6, 40),
     Column("acc", "accept", 6, 11, 55, optional=True),
+)
+
+# vLLM's overview dashboard, in the SGLang pane's columns where the meaning is the same
+VLLM_COLUMNS: tuple[Column, ...] = (
+    Column("name", "", 6, 6, 100, left=True),
+    Column("state", "", 4, 12, 99, left=True),  # "wedged 94 s", "engine dead"
+    Column("model", "model", 8, 20, 10, left=True),
+    Column("tok/s", "tok/s", 5, 6, 90),
+    Column("run", "run", 3, 5, 80),
+    Column("queue", "wait", 4, 5, 79),
+    Column("KV", "KV use", 6, 6, 70),
+    Column("pre/s", "pre/s", 5, 6, 65),  # preemptions: the KV cache is full
+    Column("failed", "failed", 6, 16, 62, left=True),
+    Column("hit", "hit", 4, 4, 60),
+    Column("acc", "accept", 6, 11, 55, optional=True),
+    Column("TTFT", "TTFT p50/95", 11, 11, 50),
+    Column("in/s", "in/s", 5, 6, 45),  # prompt tokens
+    Column("ITL", "ITL p50/95", 10, 11, 40),
 )
 
 JOB_COLUMNS: tuple[Column, ...] = (
@@ -223,6 +241,10 @@ class WorkloadPane(ViewWidget[PaneView]):
 
 class SglangPane(WorkloadPane):
     COLUMNS = SGLANG_COLUMNS
+
+
+class VllmPane(WorkloadPane):
+    COLUMNS = VLLM_COLUMNS
 
 
 class JobsPane(WorkloadPane):

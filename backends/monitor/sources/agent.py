@@ -144,8 +144,14 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
             _route(p.ThreadDied, _quiet(thread_died)),
             _route(p.HostStats, _quiet(lambda m: sink.ingest_host_load(host_load(m)))),
             _route(p.FirstRound, _quiet(lambda m: sink.ingest_first_round(m.part, m.ports))),
+            _route(p.ServerInfo, _quiet(lambda m: sink.ingest_server_info(*server_info(m)))),
         ]
     )
+
+
+def server_info(m: protocol.ServerInfo) -> tuple[str, int, dict[str, int], list[int]]:
+    sizes = {"tp": m.tp, "pp": m.pp, "dp": m.dp}
+    return m.engine, m.port, {k: v for k, v in sizes.items() if v is not None}, m.minors
 
 
 def dispatch(sink: Sink, table: dict[str, Handler], line: bytes) -> bool:

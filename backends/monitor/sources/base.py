@@ -113,6 +113,12 @@ class Sink(Protocol):
         """A part of the agent finished its first round: ``logs`` (each followed log polled
         once) or ``discover`` (SGLang servers looked for; ``ports``: those found)."""
 
+    def ingest_server_info(
+        self, engine: str, port: int, parallel: Mapping[str, int], minors: Sequence[int]
+    ) -> None:
+        """A discovered server's parallel sizes (``tp``, ``pp``, ``dp`` its command line
+        gives) and the ``/dev/nvidiaN`` its process tree holds."""
+
     def ingest_alert(
         self,
         kind: str,
