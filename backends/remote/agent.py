@@ -570,7 +570,8 @@ class Agent:
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         self.nvml: Any = None
-        self.device_files: bool | None = None  # scan /proc/*/fd: decided at the first poll
+        # scan /proc/*/fd: decided at the first poll where the options allow it
+        self.device_files: bool | None = None if options.device_files else False
         self.device_holders: dict[int, list[int]] | None = None  # the last scan's
         self.device_scanned = 0.0
         self.device_driver_pids: set[str] | None = None  # the driver's PIDs at that scan

@@ -655,6 +655,9 @@ class AgentOptions:
     # The kernel log read for Xid and OOM-killer lines: /dev/kmsg, or a file lines are
     # appended to (the simulator's own kernel log; a test's).
     kmsg: str = "/dev/kmsg"
+    # Inside a container, who holds /dev/nvidiaN here (every /proc/*/fd): off for the
+    # simulator, whose CT200 is not the machine the agent runs on.
+    device_files: bool = True
     http: list[dict[str, Any]] = field(default_factory=list)
     sglang_discover: bool = False
     # vLLM servers found from their command lines, their pages kept by this filter
@@ -678,6 +681,7 @@ class AgentOptions:
             logs=_objects(raw, "logs"),
             kernel=bool(raw.get("kernel", False)),
             kmsg=_text(raw, "kmsg") or "/dev/kmsg",
+            device_files=bool(raw.get("device_files", True)),
             http=_objects(raw, "http"),
             sglang_discover=bool(raw.get("sglang_discover", False)),
             vllm_discover=bool(raw.get("vllm_discover", False)),

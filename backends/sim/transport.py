@@ -76,6 +76,10 @@ class SimTransport(LocalTransport):
             host = dataclasses.replace(host, python=python, torch_index=index)
         super().__init__(host, env)
         self.host_proc_root = str(proc_root)
+        # The machine the simulator runs on may be a container (a CI runner) whose other
+        # processes hold /dev/nvidiaN (a real GPU job, a test's Proxmox stand-in): none of
+        # them is the simulated CT200's.
+        self.device_files = False
         # The simulated kernel log, its past written now (the agent reads from its end, as
         # from /dev/kmsg): never this machine's kernel log, whose Xids name other buses.
         from gpumon.backends.sim.scenario import scenario_time

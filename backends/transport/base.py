@@ -84,6 +84,9 @@ class Transport(abc.ABC):
         # The kernel log the agent reads for Xid / OOM-killer lines (the simulator's own
         # file; a test's): another file is read line by line as lines are appended.
         self.kernel_log_path = "/dev/kmsg"
+        # Whether the agent, inside a container, lists who holds /dev/nvidiaN from this
+        # machine's /proc (the simulator's CT200 is not the machine it runs on).
+        self.device_files = True
 
     @property
     def label(self) -> str:

@@ -3,8 +3,9 @@ two "containers" (PID + mount + user namespaces in cgroup v2 ``lxc/200/ns`` and
 ``lxc/201/ns``, root = host uid 100000), GPU processes holding ``/dev/nvidiaN`` in them,
 and a fake driver. The host collector (Python and the shell loop) maps each host PID to
 its container, its PID in there (``NSpid``) and its user (``uid_map``); the agent inside
-CT 200 lists the device-file users and the driver's PIDs, translated or not. Skipped, with
-the reason printed, where unshare, cgroup2 or root is missing."""
+CT 200 lists the device-file users and the driver's PIDs, translated or not; a demo beside
+the stand-in lists none of its processes. Skipped, with the reason printed, where unshare,
+cgroup2 or root is missing."""
 
 from __future__ import annotations
 
@@ -12,17 +13,22 @@ import json
 import select
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from proxmox_host import SYSTEM_PYTHON, GpuProc, ProxmoxHost, skip_reason
 
+from gpumon.backends.config import Config, resolve_host
 from gpumon.backends.model import ProcessSource
+from gpumon.backends.monitor import demo_settings, make_monitor
 from gpumon.backends.monitor.sources.agent import agent_argv
 from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS, parse_compute_apps
 from gpumon.backends.parsers.processes import container_view, foreign, from_record
 from gpumon.backends.remote import host_procs, protocol
+
+from waiting import until
 
 pytestmark = pytest.mark.system
 
@@ -99,19 +105,24 @@ def test_the_shell_loop_reads_the_same_facts(pve: tuple[ProxmoxHost, GpuProc, Gp
         assert abs(shell["started"] - py["started"]) < 2.0  # USER_HZ assumed 100 in sh
 
 
-def agent_messages(
-    host: ProxmoxHost, until: set[str], timeout: float = 20.0
-) -> dict[str, protocol.Message]:
-    """Run gpumon's agent inside CT 200 (``pct exec``) until it has sent each type."""
-    options = protocol.AgentOptions(
-        fields=list(QUERY_FIELDS),
-        process_fields=list(PROCESS_FIELDS),
-        nvidia_smi=str(host.bin / "nvidia-smi"),
-        interval=0.5,
-        process_interval=0.5,
-        nvml=False,
-    )
-    argv, data = agent_argv(SYSTEM_PYTHON, options)
+def agent_stream(
+    host: ProxmoxHost,
+    enough: Callable[[list[tuple[str, protocol.Message]]], bool],
+    timeout: float = 20.0,
+    **options: Any,
+) -> list[tuple[str, protocol.Message]]:
+    """Run gpumon's agent inside CT 200 (``pct exec``; ``options`` over the test's
+    ``AgentOptions``): its messages, (type, message) in the order sent, until ``enough``."""
+    settings = {
+        "fields": list(QUERY_FIELDS),
+        "process_fields": list(PROCESS_FIELDS),
+        "nvidia_smi": str(host.bin / "nvidia-smi"),
+        "interval": 0.5,
+        "process_interval": 0.5,
+        "nvml": False,
+        **options,
+    }
+    argv, data = agent_argv(SYSTEM_PYTHON, protocol.AgentOptions(**settings))
     proc = subprocess.Popen(
         [str(host.pct_path), "exec", "200", "--", *argv],
         stdin=subprocess.PIPE,
@@ -121,10 +132,10 @@ def agent_messages(
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(data)
     proc.stdin.flush()
-    got: dict[str, protocol.Message] = {}
+    got: list[tuple[str, protocol.Message]] = []
     deadline = time.monotonic() + timeout
     try:
-        while not until <= set(got) and time.monotonic() < deadline:
+        while not enough(got) and time.monotonic() < deadline:
             ready, _, _ = select.select([proc.stdout], [], [], 0.5)
             if not ready:
                 continue
@@ -132,12 +143,18 @@ def agent_messages(
             if not line:
                 break
             raw = json.loads(line)
-            got[raw["type"]] = protocol.MESSAGES[raw["type"]].from_wire(raw)
+            got.append((raw["type"], protocol.MESSAGES[raw["type"]].from_wire(raw)))
     finally:
         proc.stdin.close()  # the agent exits when its stdin closes
         proc.wait(timeout=10)
-    assert until <= set(got), (got, proc.stderr.read() if proc.stderr else b"")
+    assert enough(got), (got, proc.stderr.read() if proc.stderr else b"")
     return got
+
+
+def agent_messages(host: ProxmoxHost, until: set[str]) -> dict[str, protocol.Message]:
+    """The agent inside CT 200 until it has sent each type: the last of each."""
+    got = agent_stream(host, lambda got: until <= {kind for kind, _ in got})
+    return dict(got)
 
 
 @pytest.mark.parametrize("mode", ["host", "translate"])
@@ -171,6 +188,52 @@ def test_inside_the_container_the_agent_lists_device_file_users(
     else:  # new driver: our own PIDs, the other container's dropped
         assert {p.pid for p in driver} == {train.pid}
         assert mine[0].source == ProcessSource.CONTAINER_NVML and mine[0].memory_mib == 30000
+
+
+def test_an_agent_told_not_to_list_device_files_lists_none_inside_the_container(
+    pve: tuple[ProxmoxHost, GpuProc, GpuProc],
+) -> None:
+    """``device_files`` off (the simulator's agent) holds inside a real container too,
+    where the test above gets the list: three process polls, no device-file list."""
+    host, _, _ = pve
+    got = agent_stream(
+        host,
+        lambda got: [kind for kind, _ in got].count("procs") >= 3,
+        device_files=False,
+        process_fallback_s=0.5,  # a poll every 0.5 s (no memory changes here)
+    )
+    kinds = [kind for kind, _ in got]
+    assert "proc_records" not in kinds, kinds
+
+
+async def test_a_demo_beside_the_stand_in_lists_none_of_its_processes(
+    pve: tuple[ProxmoxHost, GpuProc, GpuProc],
+) -> None:
+    """The demo's agent runs on this machine; where that is a container (a CI runner has
+    /.dockerenv) it used to list this machine's holders of /dev/nvidiaN as the simulated
+    CT200's: another test's stand-in GPU processes, running beside a demo under
+    ``pytest -n``, then showed in the demo's process list (and made the driver's PIDs
+    unresolved there). Without the Proxmox host's list (``host_processes = false``) the
+    demo shows its container's own view, which any device-file list joins."""
+    host = replace(resolve_host(Config(path=None), "demo"), host_processes=False)
+    monitor = make_monitor(host, demo_settings(demo_time=20), record=False)
+    lists: list[float] = []  # each process list's time: the driver's and any device files'
+
+    def two_lists() -> bool:
+        at = monitor.processes_time
+        if at is not None and at not in lists:
+            lists.append(at)
+        return len(lists) >= 2  # the first poll's device-file list came, had it been sent
+
+    monitor.start()
+    try:
+        await until(two_lists, 60, "two process lists", pause=monitor.wait_for_update)
+        assert monitor.processes and not [
+            p for p in monitor.processes if p.source == ProcessSource.DEVICE_FILES
+        ]
+        assert not [p for p in monitor.processes if p.command and "gpu-proc-" in p.command]
+    finally:
+        await monitor.stop()
 
 
 class FakeNvml:

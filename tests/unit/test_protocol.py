@@ -86,7 +86,11 @@ def test_lines_that_are_not_messages_are_counted_and_unknown_types_ignored() -> 
 
 def test_options_round_trip_through_argv() -> None:
     options = protocol.AgentOptions(
-        fields=["index"], process_fields=["pid"], interval=0.5, logs=[{"path": "/x", "tag": "t"}]
+        fields=["index"],
+        process_fields=["pid"],
+        interval=0.5,
+        logs=[{"path": "/x", "tag": "t"}],
+        device_files=False,  # the default is True: a value that must make the trip
     )
     assert protocol.AgentOptions.from_wire(json.loads(options.to_json())) == options
     assert {f.name for f in protocol.fields(options)} == set(json.loads(options.to_json()))

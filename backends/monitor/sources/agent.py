@@ -275,6 +275,7 @@ class AgentSource(TransportSource):
             logs=list(workloads.log_specs()),
             kernel=sink.host.kernel_log,
             kmsg=self.transport.kernel_log_path,
+            device_files=self.transport.device_files,
             http=list(workloads.http_targets()),
             sglang_discover=workloads.discover(),
             vllm_discover=workloads.discover_vllm(),
