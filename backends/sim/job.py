@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import math
 import os
 import random
@@ -174,6 +175,15 @@ def log_events(settings: SimSettings, name: str, run: DrafterRun) -> Iterator[tu
         yield start + k, progress_line(settings, start + k, step + k)
         k += 1
     yield OOM_AT, f"{name} ranks: CUDA_VISIBLE_DEVICES={VISIBLE}\n{_TRACEBACK}{oom_message()}"
+
+
+def missed_bytes(settings: SimSettings, name: str, now: float) -> int:
+    """How many bytes of log a job started at scenario time ``now`` writes at once (the
+    lines it missed: ``run_job``'s writes due by then)."""
+    settings = with_state(settings)
+    run = drafter_run(settings, now) or DrafterRun(0, -math.inf)
+    due = itertools.takewhile(lambda event: event[0] <= now, log_events(settings, name, run))
+    return sum(len(text.encode()) + 1 for _, text in due)
 
 
 def _wait_until(settings: SimSettings, t: float) -> None:

@@ -23,7 +23,7 @@ from gpumon.backends.transport.local import LocalTransport, kill_group
 # remote.bootstrap.program_tag("doctor_probe"), spelled out: importing remote here would
 # slow every demo start (a unit test holds them equal)
 PROBE_TAG = "gpumon-doctor_probe"
-SERVERS_START_S = 30.0  # the simulated SGLang servers' start-up, on a loaded machine
+SERVERS_START_S = 30.0  # the simulated SGLang servers' (and drafter's) start-up, loaded
 
 
 class SimTransport(LocalTransport):
@@ -180,10 +180,30 @@ class SimTransport(LocalTransport):
             from gpumon.backends.actions.jobs import JobError, launch_job
 
             self._job_started = True  # before the await: a second connect must not launch
+            from gpumon.backends.sim.job import missed_bytes
+            from gpumon.backends.sim.scenario import scenario_time
+
+            now = scenario_time(self.settings, time.time())
+            missed = missed_bytes(self.settings, job.name, now)
             try:
                 await launch_job(self, job, self._drafter_command())
             except JobError as e:
                 raise TransportError(f"the simulated drafter did not start: {e}") from e
+            await self._drafter_caught_up(missed)
+
+    async def _drafter_caught_up(self, missed: int) -> None:
+        """Wait for the drafter's log to hold the ``missed`` bytes it writes at its start
+        (what it logged before gpumon came): gpumon's first read must find them as the
+        log's backlog. On a loaded machine its interpreter takes seconds to start, and a
+        CUDA OOM of the past read after that first read is a live one: a fresh incident."""
+        deadline = time.monotonic() + SERVERS_START_S
+        while not self.job_log.exists() or self.job_log.stat().st_size < missed:
+            if time.monotonic() > deadline:
+                raise TransportError(
+                    f"the simulated drafter did not write its past to {self.job_log} in "
+                    f"{SERVERS_START_S:.0f} s"
+                )
+            await asyncio.sleep(0.05)
 
     async def _servers_listening(self, servers: asyncio.subprocess.Process) -> None:
         """Wait for the simulated servers' one start-up line: they listen once it is

@@ -520,6 +520,7 @@ def test_a_late_job_writes_the_whole_log_and_the_oom_traceback_then_exits_1(tmp_
     assert run_job(tmp_path, settings, second).returncode == 1
     text = first.read_text(encoding="utf-8")
     assert text == second.read_text(encoding="utf-8")  # a function of scenario time only
+    assert len(text.encode()) == job.missed_bytes(settings, "drafter", 3600.0)  # all at once
     lines = text.splitlines()
     assert lines[-1].startswith("torch.OutOfMemoryError: CUDA out of memory.")
     assert re.search(
@@ -541,6 +542,25 @@ def test_a_late_job_writes_the_whole_log_and_the_oom_traceback_then_exits_1(tmp_
         for f in frames
     ]
     assert lines[cut:-1] == frames
+
+
+async def test_the_demo_is_connected_once_its_drafter_has_written_its_past() -> None:
+    """A demo that starts after the OOM (90 s): the drafter writes its log's past at its
+    start, and ``connect`` returns only once it has (its interpreter took seconds to start
+    on a loaded machine), so gpumon's first read finds the OOM as the log's backlog
+    (history), never as a line written live (a fresh incident, a page)."""
+    from gpumon.backends.config.load import HostConfig
+    from gpumon.backends.monitor.compose import demo_settings, make_transport
+    from gpumon.backends.sim.transport import SimTransport
+
+    demo = make_transport(HostConfig(name="demo", kind="demo"), demo_settings(demo_time=90.0))
+    assert isinstance(demo, SimTransport)
+    try:
+        await demo.connect()
+        lines = demo.job_log.read_text(encoding="utf-8").splitlines()
+        assert lines and lines[-1].startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    finally:
+        await demo.dispose()
 
 
 def test_the_job_keeps_pace_with_the_clock_and_stops_at_once_on_sigterm(tmp_path: Path) -> None:
