@@ -122,10 +122,10 @@ def test_a_lost_gpu_pages_a_critical_driver_error_in_the_drivers_words(
         assert opened["cause"].startswith(f'nvidia-smi: "{GPU_LOST}" (exit 15)')
         assert "reboot the host" in opened["cause"]
         assert not any(ev["kind"] == "stale_data" for ev in hook_events(rx))
-    check = gpumon(cfg, client_env, "check", "box", "--timeout", "8")
+    check = gpumon(cfg, client_env, "check", "box")
     assert check.returncode == 2, check.stdout + check.stderr
     assert check.stdout.startswith(f'CRITICAL box: nvidia-smi: "{GPU_LOST}"')
-    snap = gpumon(cfg, client_env, "snapshot", "box", "--json", "--timeout", "8")
+    snap = gpumon(cfg, client_env, "snapshot", "box", "--json")
     [alert] = json.loads(snap.stdout)["alerts"]
     assert (alert["kind"], alert["severity"]) == ("driver_error", "critical")
     assert alert["message"] == opened["cause"]
@@ -190,7 +190,7 @@ def test_a_gpu_whose_handle_fails_from_the_start_pages_and_check_is_critical(
         assert opened["severity"] == "critical"
         assert opened["cause"].startswith("GPU 0000:19:00.0 cannot be read: Unknown Error")
         assert line in opened["cause"]
-    check = gpumon(cfg, client_env, "check", "box", "--timeout", "8")
+    check = gpumon(cfg, client_env, "check", "box")
     assert check.returncode == 2, check.stdout + check.stderr
     assert check.stdout.startswith("CRITICAL box: GPU 0000:19:00.0 cannot be read: Unknown Error")
     assert "(2 GPUs (1 unreadable)" in check.stdout
@@ -227,7 +227,7 @@ def test_a_followed_log_that_ended_in_an_oom_3_days_ago_is_history_not_a_page(
         wait_event(rx, watch_log, is_event("resolve", "driver_error"))
     said = [(ev["event"], ev["kind"]) for ev in hook_events(rx)]
     assert said == [("open", "driver_error"), ("resolve", "driver_error")], hook_events(rx)
-    check = gpumon(cfg, client_env, "check", "box", "--timeout", "8")
+    check = gpumon(cfg, client_env, "check", "box")
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.startswith("OK box: 2 GPUs")
 
@@ -250,6 +250,6 @@ def test_a_configured_job_down_since_the_oom_its_log_ended_in_is_one_condition_d
     opened_at = dt.datetime.fromisoformat(opened["opened_at"]).timestamp()
     assert abs(opened_at - written) < 2  # the line's time (its file's), not now
     assert [ev["kind"] for ev in hook_events(rx)] == ["job_crashed"]  # the OOM itself: history
-    check = gpumon(cfg, client_env, "check", "box", "--timeout", "8")
+    check = gpumon(cfg, client_env, "check", "box")
     assert check.returncode == 2, check.stdout + check.stderr
     assert check.stdout.startswith("CRITICAL box: drafter: CUDA OOM on GPU 6 (tried 2.00 GiB")
