@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -216,61 +217,71 @@ def test_an_agent_of_another_version_is_a_clear_host_error(tmp_path: Path) -> No
 FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
 
 
+class Arrivals:
+    """An agent on ``fake_smi`` (two GPUs, steady) and the types of its messages in the
+    order they came (a reader thread)."""
+
+    def __init__(self, tmp_path: Path, fallback_s: float) -> None:
+        self.drop = tmp_path / "drop"
+        options = protocol.AgentOptions(
+            fields=list(QUERY_FIELDS),
+            process_fields=list(PROCESS_FIELDS),
+            nvidia_smi=str(FAKE_SMI),
+            interval=0.2,
+            process_interval=0.2,
+            process_fallback_s=fallback_s,
+            nvml=False,
+        )
+        argv, data = agent_argv(sys.executable, options)
+        env = {**os.environ, "FAKE_SMI_GPUS": "2", "FAKE_SMI_DROP": str(self.drop)}
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+        self.kinds: list[str] = []
+        stdout = self.proc.stdout
+        reader = threading.Thread(
+            target=lambda: self.kinds.extend(json.loads(line)["type"] for line in stdout),
+            daemon=True,
+        )
+        reader.start()
+
+    def polls_after_the_first_round(self) -> int:
+        kinds = list(self.kinds)
+        return kinds[kinds.index("gpus") :].count("procs") if "gpus" in kinds else 0
+
+    def wait(self, enough: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 60  # a bound on the event, not a speed figure
+        while not enough():
+            assert time.monotonic() < deadline, f"no {what}: {self.kinds}"
+            time.sleep(0.05)
+
+
 def test_the_process_list_is_polled_only_when_the_gpus_change(tmp_path: Path) -> None:
-    """Steady GPUs (fake_smi: fixed memory): the process list at start, then only at the
-    fallback; a GPU falling off (a changed round) brings a poll within a round or two."""
-    drop = tmp_path / "drop"
-    options = protocol.AgentOptions(
-        fields=list(QUERY_FIELDS),
-        process_fields=list(PROCESS_FIELDS),
-        nvidia_smi=str(FAKE_SMI),
-        interval=0.2,
-        process_interval=0.2,
-        process_fallback_s=3.0,
-        nvml=False,
-    )
-    argv, data = agent_argv(sys.executable, options)
-    env = {**os.environ, "FAKE_SMI_GPUS": "2", "FAKE_SMI_DROP": str(drop)}
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(data)
-    proc.stdin.flush()
-    arrived: list[tuple[float, str]] = []
-    reader = threading.Thread(
-        target=lambda: arrived.extend(
-            (time.monotonic(), json.loads(line)["type"]) for line in proc.stdout or ()
-        ),
-        daemon=True,
-    )
-    reader.start()
-
-    def procs(since: float) -> list[float]:
-        return [t for t, kind in list(arrived) if kind == "procs" and t >= since]
-
+    """Steady GPUs (fake_smi: fixed memory) and no fallback: the process list at start
+    and for the first round (the start's may come before it, its memory unknown then),
+    then none over many rounds; a GPU falling off (a changed round) brings a poll."""
+    agent = Arrivals(tmp_path, fallback_s=3600.0)
     try:
-        while not procs(0.0):
-            time.sleep(0.05)
-        start = procs(0.0)[0]
-        while not [t for t, kind in list(arrived) if kind == "gpus"]:
-            time.sleep(0.05)
-        # The list may be polled before the first round came (its memory unknown then):
-        # that round brings one more poll; from it on, steady GPUs bring none.
-        first_round = next(t for t, kind in list(arrived) if kind == "gpus")
-        time.sleep(2.0)  # steady: ~10 rounds, no poll after the first round's
-        quiet = max(start, first_round) + 0.8
-        gpus = [t for t, kind in list(arrived) if kind == "gpus" and t >= quiet]
-        assert len(gpus) >= 4 and procs(quiet) == [], arrived
-        dropped = time.monotonic()
-        drop.touch()
-        while not procs(dropped) and time.monotonic() - dropped < 5:
-            time.sleep(0.05)
-        assert procs(dropped) and procs(dropped)[0] - dropped < 1.5, procs(start)
-        polled = procs(dropped)[0]
-        time.sleep(3.6)  # the fallback, once: the GPUs are steady again
-        later = procs(polled + 0.1)
-        assert len(later) == 1 and 2.5 < later[0] - polled < 3.6, (polled, later)
+        agent.wait(lambda: agent.kinds.count("gpus") >= 15, "15 rounds")
+        assert agent.kinds.count("procs") <= 2, agent.kinds
+        polls = agent.kinds.count("procs")
+        rounds = agent.kinds.count("gpus")
+        agent.drop.touch()
+        agent.wait(lambda: agent.kinds.count("procs") > polls, "poll after the change")
+        assert agent.kinds.count("gpus") > rounds  # the changed round came first
     finally:
-        stop(proc)
+        stop(agent.proc)
+
+
+def test_steady_gpus_are_polled_again_at_the_fallback(tmp_path: Path) -> None:
+    """A process replaced by one of the same size changes no GPU's memory: the list is
+    polled again every ``process_fallback_s`` all the same."""
+    agent = Arrivals(tmp_path, fallback_s=1.0)
+    try:
+        agent.wait(lambda: agent.polls_after_the_first_round() >= 3, "3 polls")
+    finally:
+        stop(agent.proc)
 
 
 # A stand-in for libnvidia-ml.so behind the real nvidia-ml-py, loaded as sitecustomize is
@@ -325,7 +336,11 @@ def nvml_agent_maps(tmp_path: Path) -> tuple[protocol.Hello, str]:
     proc.stdin.flush()
     try:
         hello = read_until_gpus(proc)
-        time.sleep(0.5)  # a few rounds: every thread has run
+        # every thread has run a round and gone on: gpus, host stats, the process poll
+        sent = {"gpus": 1, "host_stats": 0, "procs": 0}
+        while sent["gpus"] < 3 or sent["host_stats"] < 2 or sent["procs"] < 1:
+            kind = json.loads(proc.stdout.readline())["type"] if proc.stdout else ""
+            sent[kind] = sent.get(kind, 0) + 1
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
     finally:
         stop(proc)
