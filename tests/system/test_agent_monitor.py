@@ -29,7 +29,7 @@ from gpumon.backends.monitor import (
 )
 from gpumon.backends.parsers import PROCESS_FIELDS, QUERY_FIELDS
 from gpumon.backends.remote import AgentOptions, agent, program_argv, program_tag
-from gpumon.backends.sim import write_wrapper
+from gpumon.backends.sim import SimTransport, write_wrapper
 from gpumon.backends.sim.scenario import JUPYTER_MIB, JUPYTER_PID
 from gpumon.backends.transport import ssh_command, wrap_container
 
@@ -123,9 +123,9 @@ async def test_demo_monitor_histories_and_interval_change() -> None:
         assert len(monitor.histories[6]) >= 3
         assert monitor.latest is not None and len(monitor.latest.processes) == 8
         monitor.set_interval(0.5)  # the agent restarts nvidia-smi at the new rate
+        await until(lambda: _sampling_every(monitor) == [b"500"], 30, "nvidia-smi at 500 ms")
         n = monitor.samples
-        await asyncio.sleep(1.6)
-        assert 1 <= monitor.samples - n <= 5
+        await until(lambda: monitor.samples > n + 1, 30, "samples at the new rate")
     finally:
         await monitor.stop()
     assert _state(monitor) == ConnState.STOPPED
@@ -133,26 +133,26 @@ async def test_demo_monitor_histories_and_interval_change() -> None:
 
 async def test_a_shorter_interval_reaches_an_idle_nvidia_smi_loop_at_once() -> None:
     """Between rounds the agent's nvidia-smi loop sleeps until its next line (no fixed
-    short poll); a new interval still restarts it at once, not at the next 4 s round."""
+    short poll); a new interval still restarts it at once, not at the next round: here an
+    hour away (the agent's longest interval), so only a restart brings the next sample."""
     host = resolve_host(Config(path=None), "demo")
-    monitor = make_monitor(replace(host, interval=4.0), demo_settings(demo_time=20))
+    monitor = make_monitor(replace(host, interval=3600.0), demo_settings(demo_time=20))
     monitor.start()
     try:
-        await _sampled(monitor, 1)
-        # The simulator's rounds sit on multiples of the period, so the first one may come
-        # just before a multiple of 4 s and the next just after: from a round that just
-        # came, the next is 4 s away.
-        await _sampled(monitor, monitor.samples + 1)
+        await _sampled(monitor, 1)  # the loop's first round comes at once
         n = monitor.samples
-        await asyncio.sleep(0.3)  # inside the 4 s pause
-        assert monitor.samples == n
         monitor.set_interval(0.2)
-        asked = time.monotonic()
-        while monitor.samples == n:  # a restarted loop's first round, not the 4 s one
-            assert time.monotonic() - asked < 1.5, "the new interval waited for a round"
-            await monitor.wait_for_update(0.1)
+        await until(lambda: monitor.samples > n, 30, "a restarted loop's first round")
+        assert _sampling_every(monitor) == [b"200"]
     finally:
         await monitor.stop()
+
+
+def _sampling_every(monitor: HostMonitor) -> list[bytes]:
+    """The ``-lms`` of each of the demo's nvidia-smi loops now running."""
+    assert isinstance(monitor.transport, SimTransport)
+    loops = [_cmdline(p).split(b"\0") for p in _pids_with(str(monitor.transport.root))]
+    return [argv[argv.index(b"-lms") + 1] for argv in loops if b"-lms" in argv[:-1]]
 
 
 def _state(monitor: HostMonitor) -> ConnState:
@@ -272,8 +272,6 @@ def test_hostile_process_names_are_escaped_in_the_table() -> None:
 
 
 async def test_demo_drafter_job_dies_of_oom_and_releases_memory() -> None:
-    from gpumon.backends.sim import SimTransport
-
     host = resolve_host(Config(path=None), "demo")
     monitor = make_monitor(host, demo_settings(demo_time=65))
     transport = monitor.transport
@@ -350,8 +348,6 @@ async def test_demo_reconnects_after_its_agent_dies() -> None:
     monitor.start()
     try:
         await _sampled(monitor, 2)
-        from gpumon.backends.sim import SimTransport
-
         assert isinstance(monitor.transport, SimTransport)
         marker = str(monitor.transport.root)  # on the PATH of everything the demo runs
         agents = [p for p in _pids_with(marker) if program_tag("agent").encode() in _cmdline(p)]
