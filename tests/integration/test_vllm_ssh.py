@@ -6,9 +6,6 @@ shown in the snapshot; frozen while requests wait it is ``vllm_wedged`` while it
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,49 +17,10 @@ from gpumon.backends.config import load_config, resolve_host
 from gpumon.backends.monitor import make_monitor
 
 from sshd_server import SshServer, free_port
+from vllm_stand_in import start_vllm, stop_vllm
 from waiting import until
 
 pytestmark = pytest.mark.integration
-
-SUPPORT = Path(__file__).resolve().parents[1] / "support"
-VLLM_SCRIPT = f"""#!{sys.executable}
-# A stand-in for vLLM's console script: `vllm serve MODEL --port N ...`
-import sys
-sys.path.insert(0, {str(SUPPORT)!r})
-from vllm_stand_in import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def _answers(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def start_vllm(tmp_path: Path, port: int, mode: str) -> tuple[subprocess.Popen[bytes], Path]:
-    """``vllm serve Qwen/Qwen3-8B --port PORT --api-key ...`` in ``mode``; the mode file."""
-    script = tmp_path / "bin" / "vllm"
-    script.parent.mkdir(exist_ok=True)
-    script.write_text(VLLM_SCRIPT)
-    script.chmod(0o755)
-    mode_file = tmp_path / f"mode-{port}"
-    mode_file.write_text(mode)
-    proc = subprocess.Popen(
-        [str(script), "serve", "Qwen/Qwen3-8B", "--port", str(port), "--api-key", "sk-secret",
-         "--tensor-parallel-size", "2"],
-        env={**os.environ, "VLLM_STAND_IN_MODE": str(mode_file)}, start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 20
-    while not _answers(port):
-        assert proc.poll() is None, "the stand-in vLLM server exited"
-        assert time.monotonic() < deadline, "the stand-in vLLM server did not start"
-        time.sleep(0.05)
-    return proc, mode_file
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 def test_vllm_serve_is_in_the_first_snapshot_without_a_vllm_table(
@@ -79,7 +37,7 @@ def test_vllm_serve_is_in_the_first_snapshot_without_a_vllm_table(
             env=client_env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     finally:
-        stop(proc)
+        stop_vllm(proc)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["sglang"] == []
@@ -143,4 +101,4 @@ async def test_a_frozen_vllm_is_wedged_behind_a_healthy_health_and_an_idle_one_i
         assert wedged() == []
     finally:
         await monitor.stop()
-        stop(proc)
+        stop_vllm(proc)

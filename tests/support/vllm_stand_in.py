@@ -17,6 +17,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -61,6 +64,48 @@ class _State:
                 line = f"{m[1]} 0.0"
             out.append(line)
         return "\n".join(out) + "\n"
+
+
+# A stand-in for vLLM's console script: a test starts it as vLLM is run (``start_vllm``)
+VLLM_SCRIPT = f"""#!{sys.executable}
+# A stand-in for vLLM's console script: `vllm serve MODEL --port N ...`
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from vllm_stand_in import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_vllm(tmp_path: Path, port: int, mode: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """``vllm serve Qwen/Qwen3-8B --port PORT --api-key ...`` in ``mode``, answering; the
+    mode file."""
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(VLLM_SCRIPT)
+    script.chmod(0o755)
+    mode_file = tmp_path / f"mode-{port}"
+    mode_file.write_text(mode)
+    proc = subprocess.Popen(
+        [str(script), "serve", "Qwen/Qwen3-8B", "--port", str(port), "--api-key", "sk-secret",
+         "--tensor-parallel-size", "2"],
+        env={**os.environ, "VLLM_STAND_IN_MODE": str(mode_file)}, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while not _answers(port):
+        assert proc.poll() is None, "the stand-in vLLM server exited"
+        assert time.monotonic() < deadline, "the stand-in vLLM server did not start"
+        time.sleep(0.05)
+    return proc, mode_file
+
+
+def stop_vllm(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def main(argv: list[str]) -> int:

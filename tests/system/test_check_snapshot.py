@@ -9,9 +9,13 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from sshd_server import free_port
+from vllm_stand_in import start_vllm, stop_vllm
 
 pytestmark = pytest.mark.system
 
@@ -131,14 +135,21 @@ def test_snapshot_text_says_a_gpu_near_full_is_not_ok() -> None:
     assert len({int(s[1]) for s in servers if s}) == 8
 
 
-def test_the_demo_snapshot_waits_for_the_host_side_list_and_discovers_nothing() -> None:
+def test_the_demo_snapshot_waits_for_the_host_side_list_and_discovers_nothing(
+    tmp_path: Path,
+) -> None:
     """The simulated CT200 has a Proxmox host: its processes come from the host side from
     the first call, nothing is incomplete, and discovery stays off (the simulated host is
-    this machine: it would report servers that are not the demo's)."""
-    out = gpumon("snapshot", "demo", "--json")
+    this machine: it would report servers that are not the demo's, here a ``vllm serve``
+    of this machine, as another test's stand-in is beside a test worker's demo)."""
+    vllm, _ = start_vllm(tmp_path, free_port(), "busy")
+    try:
+        out = gpumon("snapshot", "demo", "--json")
+    finally:
+        stop_vllm(vllm)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["incomplete"] == [] and data["sglang"] == []
+    assert data["incomplete"] == [] and data["sglang"] == [] and data["vllm"] == []
     procs = [p for g in data["gpus"] for p in g["processes"]]
     assert procs and {(p["source"], p["container"]) for p in procs} == {("host", "200")}
 
