@@ -13,7 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from gpumon.backends.config.load import HostConfig
-from gpumon.backends.config.workloads import JobConfig, SglangConfig
+from gpumon.backends.config.workloads import JobConfig, SglangConfig, VllmConfig
 from gpumon.backends.monitor.sources.agent import AgentSource
 from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.transport.base import Transport
@@ -112,6 +112,8 @@ def make_monitor(
                 # training-oom: none, and no discovery (it would look at this machine)
                 config = transport.sglang_config() or SglangConfig(discover=False)
                 host = replace(host, sglang=config)
+            if host.vllm is None:  # vllm: its two servers; else none, and no discovery
+                host = replace(host, vllm=transport.vllm_config() or VllmConfig(discover=False))
             if transport.settings.scenario == "idle":
                 host = _idle_demo(host)
             transport.host = host
