@@ -112,8 +112,8 @@ def make_monitor(
                 # training-oom: none, and no discovery (it would look at this machine)
                 config = transport.sglang_config() or SglangConfig(discover=False)
                 host = replace(host, sglang=config)
-            if host.vllm is None:  # no simulated vLLM, and no discovery: the same reason
-                host = replace(host, vllm=VllmConfig(discover=False))
+            if host.vllm is None:  # vllm: its two servers; else none, and no discovery
+                host = replace(host, vllm=transport.vllm_config() or VllmConfig(discover=False))
             if transport.settings.scenario == "idle":
                 host = _idle_demo(host)
             transport.host = host

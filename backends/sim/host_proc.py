@@ -18,13 +18,19 @@ from gpumon.backends.sim.scenario import host_process, simulated_pids
 HOST_UID = 100000  # root inside an unprivileged container
 
 
-def write_proc_tree(root: Path, boot_time: float, sglang_ports: Sequence[int] = ()) -> Path:
-    """Write the tree under ``root`` (created); returns ``root``. ``sglang_ports``: the
-    demo's SGLang servers' ports, which their commands name (``scenario.host_process``)."""
+def write_proc_tree(
+    root: Path,
+    boot_time: float,
+    sglang_ports: Sequence[int] = (),
+    vllm_ports: Sequence[int] = (),
+) -> Path:
+    """Write the tree under ``root`` (created); returns ``root``. ``sglang_ports``,
+    ``vllm_ports``: the demo's servers' ports, which their commands name
+    (``scenario.host_process``)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "stat").write_text(f"cpu  1 0 1 1 0 0 0 0 0 0\nbtime {int(boot_time)}\n")
     for pid in simulated_pids():
-        proc = host_process(pid, sglang_ports)
+        proc = host_process(pid, sglang_ports, vllm_ports)
         if proc is None:
             continue
         d = root / str(pid)

@@ -1,6 +1,6 @@
 """The simulated machine's GPUs as a pure, deterministic function of scenario time.
 
-The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Six scenarios (``SCENARIOS``):
+The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Seven scenarios (``SCENARIOS``):
 
 - ``training-oom`` (default): GPUs 0-4 run the target side of a training job at full load;
   GPUs 5-7 run the drafter job (one process per GPU). GPU 6's memory ramps towards full
@@ -35,6 +35,10 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Six scenarios (
   the queue growing, and GPU 0 spins at 100 % utilisation on little power (an NCCL
   spin). At the same moment server 1 starts one long chunked prefill: its decode counter
   stands still too, but its prefill counter and ``Prefill batch`` lines move (not hung).
+- ``vllm``: the ``sglang`` machine with vLLM servers on GPUs ``VLLM_GPUS`` (6 and 7)
+  instead of SGLang's. At ``WEDGE_AT`` the first one's engine wedges behind a healthy
+  API server: its generation counter stands still with its requests running and the
+  queue growing, ``/health`` answers 200, and GPU 6 spins (``sim.vllm_model``).
 
 Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. A held clock
 (``hold_file``, ``--demo-hold``) reads ``hold_at`` until that file exists and runs on from
@@ -61,10 +65,14 @@ SCENARIOS = (
     "stall",
     "slow",
     "hang",
+    "vllm",
 )
 TRAINING_SCENARIOS = ("training-oom", "stall", "slow")  # the ones that run the drafter job
-SGLANG_SCENARIOS = ("sglang", "hang")  # the machines of eight SGLang servers
+# the machines of SGLang servers, one per GPU (vllm: GPUs VLLM_GPUS serve vLLM instead)
+SGLANG_SCENARIOS = ("sglang", "hang", "vllm")
 HANG_AT = 60.0  # scenario seconds at which server 0 of ``hang`` stops making tokens
+VLLM_GPUS = (6, 7)  # vllm: one vLLM server on each
+WEDGE_AT = 90.0  # vllm: the first vLLM server's engine wedges here (``sim.vllm_model``)
 INIT_FAULTS = (  # nvidia-smi fails before printing anything (texts and codes live in smi.py)
     "driver_not_loaded",
     "version_mismatch",
@@ -114,6 +122,10 @@ P8_AFTER_S = 5.0  # an idle GPU drops from P0 to P8 this long after its work end
 REFILL_S = 20.0  # a restarted drafter takes this long to fill its memory again
 PROCESS_NAME = "/root/venv/bin/python3"
 SGLANG_PROCESS_NAME = "sglang::scheduler_TP0"
+# vLLM's engine core as set_process_title names it (vllm/v1/engine/core.py, 0.34.0:
+# "EngineCore" after VLLM_PROCESS_NAME_PREFIX "VLLM"); with one GPU it holds the model
+VLLM_PROCESS_NAME = "VLLM::EngineCore"
+VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # what the vllm scenario's servers serve
 
 _TARGET_MEMORY = (84522, 84518, 84530, 84526, 84520)
 _TARGET_TEMPERATURE = (76, 78, 74, 79, 73)
@@ -121,6 +133,7 @@ _TARGET_PIDS = (2418861, 2418862, 2418863, 2418864, 2418865)
 _DRAFTER_PID = 2418873  # + (gpu - 5) for run 0; restarted runs get fresh PIDs
 _RESTART_PID = 2433100  # + 100 * run + (gpu - 5)
 _SGLANG_PID = 2419020  # + 168 * gpu
+_VLLM_PID = 2421310  # + 168 * gpu (vllm: the engine cores of GPUs VLLM_GPUS)
 _DRAFTER_STEADY = {5: 86214, 6: 88100, 7: 86198}  # after a restart; 6 no longer OOMs
 _RAMP_FROM, _RAMP_TO, _RAMP_POWER = 84500.0, 97160.0, 1.0  # GPU 6: 95% at ~40 s, 96% at 45 s
 SLOW_TOKENS_PER_S = 4600.0  # slow: the drafter's rate after the swap
@@ -580,6 +593,8 @@ def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
         rng = _rng(seed, i, tick)
         if settings.scenario in SGLANG_SCENARIOS:
             load = _NCCL_SPIN if settings.scenario == "hang" and i == 0 and t >= HANG_AT else None
+            wedged = settings.scenario == "vllm" and i == VLLM_GPUS[0] and t >= WEDGE_AT
+            load = _NCCL_SPIN if wedged else load
             used = _SGLANG_MEMORY[i] + rng.randint(-4, 4)
             gpus.append(_busy(i, rng, used, load or _SGLANG_LOAD))
         elif settings.scenario == "idle" and i in DRAFTER_GPUS:
@@ -630,9 +645,15 @@ def compute_processes(settings: SimSettings, t: float) -> list[SimProcess]:
     t = max(t, 0.0)
     gpus = gpu_states(settings, t)
     if settings.scenario in SGLANG_SCENARIOS:
+        servers = [
+            (_VLLM_PID, VLLM_PROCESS_NAME)
+            if vllm_gpu(settings, i)
+            else (_SGLANG_PID, SGLANG_PROCESS_NAME)
+            for i in range(len(gpus))
+        ]
         return [
-            SimProcess(_SGLANG_PID + 168 * g.index, SGLANG_PROCESS_NAME, g.memory_used_mib - 20, i)
-            for i, g in enumerate(gpus)
+            SimProcess(base + 168 * g.index, name, g.memory_used_mib - 20, i)
+            for (base, name), (i, g) in zip(servers, enumerate(gpus), strict=True)
         ]
     procs = [
         SimProcess(_TARGET_PIDS[i], PROCESS_NAME, gpus[i].memory_used_mib - 42, i)
@@ -677,12 +698,27 @@ def kernel_lines(settings: SimSettings, t: float) -> list[str]:
     ]
 
 
-def host_process(host_pid: int, sglang_ports: Sequence[int] = ()) -> HostProcess | None:
+def vllm_gpu(settings: SimSettings, index: int) -> bool:
+    """Whether GPU ``index`` runs a vLLM server (scenario ``vllm``)."""
+    return settings.scenario == "vllm" and index in VLLM_GPUS
+
+
+def host_process(
+    host_pid: int, sglang_ports: Sequence[int] = (), vllm_ports: Sequence[int] = ()
+) -> HostProcess | None:
     """What the host's /proc says of one of the simulator's GPU PIDs (None: not one).
     ``sglang_ports``: the ports this demo's SGLang servers got, server i on GPU i (its
-    command says the port it listens on); SGLang's default 30000 + i where none is given."""
+    command says the port it listens on); SGLang's default 30000 + i where none is given.
+    ``vllm_ports``: those of its vLLM servers, server k on GPU ``VLLM_GPUS[k]`` (vLLM's
+    default 8000 + k where none is given)."""
     if host_pid == JUPYTER_PID:
         return HostProcess(host_pid, JUPYTER_CONTAINER, 88, JUPYTER_COMMAND)
+    gpu, rest = divmod(host_pid - _VLLM_PID, 168)
+    if rest == 0 and gpu in VLLM_GPUS:
+        k = VLLM_GPUS.index(gpu)
+        port = vllm_ports[k] if k < len(vllm_ports) else 8000 + k
+        command = f"{VLLM_PROCESS_NAME} (vllm serve {VLLM_MODEL} --port {port})"
+        return HostProcess(host_pid, CONTAINER, host_pid - 2418000, command)
     sglang, rest = divmod(host_pid - _SGLANG_PID, 168)
     if rest == 0 and 0 <= sglang < GPU_COUNT:
         port = sglang_ports[sglang] if sglang < len(sglang_ports) else 30000 + sglang
@@ -703,6 +739,7 @@ def host_process(host_pid: int, sglang_ports: Sequence[int] = ()) -> HostProcess
 def simulated_pids(runs: int = 8) -> list[int]:
     """Every GPU PID the training-oom scenario can list (restarted runs up to ``runs``)."""
     pids = [*_TARGET_PIDS, JUPYTER_PID, *(_SGLANG_PID + 168 * g for g in range(GPU_COUNT))]
+    pids += [_VLLM_PID + 168 * g for g in VLLM_GPUS]
     pids += [_DRAFTER_PID + k for k in range(len(DRAFTER_GPUS))]
     pids += [
         _RESTART_PID + 100 * n + k for n in range(1, runs + 1) for k in range(len(DRAFTER_GPUS))

@@ -10,6 +10,7 @@ everything; ``--down PORT:refuse`` leaves its port closed. ``--log DIR`` writes
 ``DIR/sglang-PORT.log`` for each server: a v0.5.18 ``Decode batch`` line every 40 decode
 steps, some ``Prefill batch`` lines, and an access line per request. Settings come from
 ``GPUMON_SIM_*`` (``SimSettings.from_env``); SIGTERM or Ctrl+C stops it at once.
+``--vllm-ports`` serves scenario ``vllm``'s vLLM servers beside them (``VllmServers``).
 
 Tests and the demo use ``SglangServers`` directly: it can take a server down, bring it
 back and restart it (its counters start again from 0) while running.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -43,6 +45,13 @@ from gpumon.backends.sim.sglang_model import (
     metrics_text,
     stopped_at,
 )
+from gpumon.backends.sim.vllm_model import LOG_INTERVAL_S as VLLM_LOG_INTERVAL_S
+from gpumon.backends.sim.vllm_model import MAX_MODEL_LEN as VLLM_MAX_MODEL_LEN
+from gpumon.backends.sim.vllm_model import MODEL as VLLM_MODEL
+from gpumon.backends.sim.vllm_model import UPTIME_AT_T0 as VLLM_UPTIME_AT_T0
+from gpumon.backends.sim.vllm_model import VERSION as VLLM_VERSION
+from gpumon.backends.sim.vllm_model import metrics_text as vllm_metrics_text
+from gpumon.backends.sim.vllm_model import stats_line
 
 HOST = "127.0.0.1"
 # uvicorn's timeout_keep_alive, which SGLang passes as 5 (SGLANG_TIMEOUT_KEEP_ALIVE in
@@ -113,6 +122,10 @@ class _Handler(BaseHTTPRequestHandler):
 class SglangServers:
     """The simulated servers on ``ports`` (server i = GPU i), started by ``start()``."""
 
+    log_name = "sglang"  # the logs are ``DIR/<log_name>-PORT.log``
+    log_interval = LOG_INTERVAL_S
+    uptime_at_t0 = UPTIME_AT_T0
+
     def __init__(
         self,
         settings: SimSettings,
@@ -127,7 +140,7 @@ class SglangServers:
         self.down: dict[int, DownMode] = dict(down or {})
         self.log_dir = log_dir
         self.clock = clock
-        self.started = dict.fromkeys(ports, -UPTIME_AT_T0)  # scenario time of each start
+        self.started = dict.fromkeys(ports, -self.uptime_at_t0)  # scenario time of each start
         self._servers: dict[int, ThreadingHTTPServer] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -154,13 +167,14 @@ class SglangServers:
             # A log starts now, not at the server's start; in ``hang`` it holds the last
             # ``HANG_LOG_BACKLOG`` log intervals, so a log read from its tail says when the
             # hung server last decoded.
-            back = HANG_LOG_BACKLOG if self.settings.scenario == "hang" else 1
+            back = self.log_backlog()
             for port in self.ports:
-                self._logged[port] = int((now - self.started[port]) // LOG_INTERVAL_S) - back
+                self._logged[port] = int((now - self.started[port]) // self.log_interval) - back
             # the backlog is on disk before a server answers: what a reader finds at its
             # start is the same on a loaded machine and an idle one
             self.write_logs()
-            thread = threading.Thread(target=self._log_loop, name="sglang-sim-log", daemon=True)
+            name = f"{self.log_name}-sim-log"
+            thread = threading.Thread(target=self._log_loop, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -268,7 +282,15 @@ class SglangServers:
     # ------------------------------------------------------------------ logs
     def _log_path(self, port: int) -> Path:
         assert self.log_dir is not None
-        return self.log_dir / f"sglang-{port}.log"
+        return self.log_dir / f"{self.log_name}-{port}.log"
+
+    def log_backlog(self) -> int:
+        """Log intervals written at start: in ``hang`` the last ``HANG_LOG_BACKLOG``."""
+        return HANG_LOG_BACKLOG if self.settings.scenario == "hang" else 1
+
+    def epoch_lines(self, index: int, epoch: int, started: float) -> list[str]:
+        """The lines server ``index`` writes at its ``epoch``-th log interval."""
+        return log_lines(self.settings, index, epoch, started)
 
     def _append(self, port: int, lines: list[str]) -> None:
         if self.log_dir is None or not lines:
@@ -289,11 +311,11 @@ class SglangServers:
             if self.down.get(port):
                 continue
             index, started = self.ports.index(port), self.started[port]
-            due = int((now - started) // LOG_INTERVAL_S)
+            due = int((now - started) // self.log_interval)
             lines: list[str] = []
             for epoch in range(max(self._logged[port] + 1, due - 100), due + 1):
                 if epoch > 0:
-                    lines += log_lines(self.settings, index, epoch, started)
+                    lines += self.epoch_lines(index, epoch, started)
             self._logged[port] = max(due, self._logged[port])
             self._append(port, lines)
 
@@ -301,6 +323,56 @@ class SglangServers:
         while not self._stop.wait(0.25):
             with contextlib.suppress(OSError):  # the directory went away: keep serving
                 self.write_logs()
+
+
+# vLLM's backlog written at start: the last ~3 min, so a log read from its tail says when
+# the wedged engine last made a token
+BACKLOG_INTERVALS = 18
+API_SERVER_PID = 3104
+
+
+class VllmServers(SglangServers):
+    """Simulated vLLM servers on ``ports`` (server k: the k-th vLLM GPU), scenario
+    ``vllm``: what vLLM's OpenAI API server answers a monitor (``vllm/entrypoints/openai/
+    api_server.py``, 0.34.0): ``/metrics`` (``sim.vllm_model``), ``/health`` (200 with an
+    empty body while the engine core is alive: a wedged one still is), ``/version`` and
+    ``/v1/models``. Its log ``DIR/vllm-PORT.log`` gets the stats line every 10 s (none at
+    vLLM's default level once two intervals made no token) and uvicorn's access lines. A
+    restart is not simulated: the counters are the scenario's."""
+
+    log_name = "vllm"
+    log_interval = VLLM_LOG_INTERVAL_S
+    uptime_at_t0 = VLLM_UPTIME_AT_T0
+
+    def answer(self, port: int, path: str) -> tuple[int, str, bytes]:
+        if self.down.get(port):
+            return 503, "application/json", b'{"detail":"Service Unavailable"}'
+        if path == "/metrics":
+            text = vllm_metrics_text(self.settings, self.ports.index(port), self.now())
+            return 200, "text/plain; version=0.0.4; charset=utf-8", text.encode()
+        if path == "/health":
+            return 200, "application/json", b""
+        if path == "/version":
+            return 200, "application/json", json.dumps({"version": VLLM_VERSION}).encode()
+        if path == "/v1/models":
+            model = {"id": VLLM_MODEL, "object": "model", "owned_by": "vllm", "root": VLLM_MODEL}
+            data = {"object": "list", "data": [{**model, "max_model_len": VLLM_MAX_MODEL_LEN}]}
+            return 200, "application/json", json.dumps(data).encode()
+        return 404, "application/json", b'{"detail":"Not Found"}'
+
+    def log_backlog(self) -> int:
+        return BACKLOG_INTERVALS
+
+    def epoch_lines(self, index: int, epoch: int, started: float) -> list[str]:
+        t = started + epoch * self.log_interval
+        line = stats_line(self.settings, index, math.floor(t / self.log_interval + 0.5))
+        return [] if line is None else [line]
+
+    def access_log(self, port: int, client: Any, request: str, status: int) -> None:
+        """uvicorn's access line (its own format, unstamped) behind vLLM's process prefix."""
+        phrase = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}.get(status, "")
+        line = f'(APIServer pid={API_SERVER_PID}) INFO:     {client[0]}:{client[1]} - "{request}" '
+        self._append(port, [f"{line}{status} {phrase}"])
 
 
 def parse_ports(text: str) -> list[int]:
@@ -329,28 +401,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ports", default="30000-30007", help="range or list (server i = GPU i)")
     parser.add_argument("--down", action="append", type=_down_spec, default=[], metavar="PORT")
     parser.add_argument("--log", type=Path, help="write per-server logs into this directory")
+    parser.add_argument(
+        "--vllm-ports", default="", help="also serve simulated vLLM servers (scenario vllm)"
+    )
     args = parser.parse_args(argv)
     try:
         settings = SimSettings.from_env(os.environ)
         ports = parse_ports(args.ports)
+        vllm_ports = parse_ports(args.vllm_ports) if args.vllm_ports else []
     except ValueError as e:
         parser.error(str(e))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    servers = SglangServers(settings, ports, down=dict(args.down), log_dir=args.log)
+    servers = [SglangServers(settings, ports, down=dict(args.down), log_dir=args.log)]
+    if vllm_ports:
+        servers.append(VllmServers(settings, vllm_ports, log_dir=args.log))
     try:
-        servers.start()
+        for cluster in servers:
+            cluster.start()
     except OSError as e:
+        for cluster in servers:
+            cluster.stop()
         print(f"gpumon-sim-sglang: cannot listen: {e.strerror or e}", flush=True)
         return 2
-    print(f"gpumon-sim-sglang: serving {MODEL} on {HOST} ports {args.ports}", flush=True)
+    also = f" and vLLM on ports {args.vllm_ports}" if vllm_ports else ""
+    print(f"gpumon-sim-sglang: serving {MODEL} on {HOST} ports {args.ports}{also}", flush=True)
     try:
         while not stop.wait(0.5):
             pass
     except KeyboardInterrupt:
         pass
     finally:
-        servers.stop()
+        for cluster in servers:
+            cluster.stop()
     return 0
 
 

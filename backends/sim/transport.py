@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.backends.config.load import HostConfig
-from gpumon.backends.config.workloads import JobConfig, SglangConfig
+from gpumon.backends.config.workloads import JobConfig, SglangConfig, VllmConfig
 from gpumon.backends.transport.base import RUN_MAX_BYTES, RunResult, TransportError
 from gpumon.backends.transport.local import LocalTransport, kill_group
 
@@ -60,13 +60,22 @@ class SimTransport(LocalTransport):
 
         sglang = settings.scenario in SGLANG_SCENARIOS
         self._ports_claim: int | None = None  # the flock on the usual ports, while held
+        self.vllm_ports: tuple[int, ...] = ()
         if sglang:
             self.sglang_ports, self._ports_claim = _sglang_ports()
         else:
             self.sglang_ports = ()
+        if settings.scenario == "vllm":  # GPUs VLLM_GPUS serve vLLM instead of SGLang
+            from gpumon.backends.sim.scenario import VLLM_GPUS
+
+            first = VLLM_GPUS[0]
+            self.sglang_ports = self.sglang_ports[:first]
+            self.vllm_ports = _free_ports(len(VLLM_GPUS), avoid=self.sglang_ports)
         # The simulated Proxmox host's /proc for its GPU PIDs, read by the host-side
-        # collector: the SGLang servers' commands name the ports this demo got
-        proc_root = write_proc_tree(self.root / "proc", settings.t0 - 86400.0, self.sglang_ports)
+        # collector: the servers' commands name the ports this demo got
+        proc_root = write_proc_tree(
+            self.root / "proc", settings.t0 - 86400.0, self.sglang_ports, self.vllm_ports
+        )
         env = dict(os.environ)
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
         if host.python == sys.executable:  # no python of the user's: the simulated venv's
@@ -149,6 +158,13 @@ class SimTransport(LocalTransport):
         log = str(Path(self.settings.state_dir) / "sglang-*.log")
         return SglangConfig(ports=self.sglang_ports, log=log, discover=False)
 
+    def vllm_config(self) -> VllmConfig | None:
+        """The simulated vLLM servers (``vllm`` scenario), their logs beside SGLang's."""
+        if not self.vllm_ports:
+            return None
+        log = str(Path(self.settings.state_dir) / "vllm-*.log")
+        return VllmConfig(ports=self.vllm_ports, log=log, discover=False)
+
     def _drafter_command(self, *flags: str) -> str:
         return shlex.join([str(self._job_wrapper), "--log", str(self.job_log), *flags])
 
@@ -162,6 +178,7 @@ class SimTransport(LocalTransport):
                 ",".join(map(str, self.sglang_ports)),
                 "--log",
                 str(self.settings.state_dir),
+                *(["--vllm-ports", ",".join(map(str, self.vllm_ports))] if self.vllm_ports else []),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL,
@@ -277,11 +294,23 @@ def _sglang_ports(count: int = 8) -> tuple[tuple[int, ...], int | None]:
         return tuple(range(base, base + count)), claim
     if claim is not None:
         os.close(claim)
-    socks = [socket.socket() for _ in range(count)]
+    return _free_ports(count), None
+
+
+def _free_ports(count: int, avoid: Sequence[int] = ()) -> tuple[int, ...]:
+    """``count`` ports free here now (the kernel's picks), none of ``avoid``."""
+    import socket
+
+    socks: list[socket.socket] = []
     try:
-        for s in socks:
+        while len(socks) < count:
+            s = socket.socket()
             s.bind(("127.0.0.1", 0))
-        return tuple(sorted(s.getsockname()[1] for s in socks)), None
+            if s.getsockname()[1] in avoid:
+                s.close()
+                continue
+            socks.append(s)
+        return tuple(sorted(s.getsockname()[1] for s in socks))
     finally:
         for s in socks:
             s.close()

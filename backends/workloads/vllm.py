@@ -7,8 +7,9 @@ requests by reason (and those of the last minute that are not ``stop`` or ``leng
 aborted, failed), the drafter's acceptance over the rate window (vLLM's own PromQL,
 ``vllm/v1/spec_decode/metrics.py`` ``SpecDecodingProm``: the counters' rates, not their
 totals since start, so a drafter that decays is seen), the periodic stats line of its
-log (progress only while it says tokens were generated: a wedged engine keeps printing
-``Avg generation throughput: 0.0`` with requests running), the engine core's death in
+log (progress only while it says tokens were generated: a wedged engine prints one
+``Avg generation throughput: 0.0`` line with requests running, then nothing, 0.34.0's
+``LoggingStatLogger`` logging at DEBUG after two idle intervals), the engine core's death in
 its log, and the probe: ``/health`` (vLLM's answers 200 while the engine is wedged, so
 it is evidence, never the verdict).
 """

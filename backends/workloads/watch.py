@@ -357,6 +357,10 @@ class Workloads:
                 out.update(dict.fromkeys(gpus, port))
         return out
 
+    def vllm_gpus(self, sample: HostSample | None) -> dict[int, tuple[int, ...]]:
+        """Port -> the GPUs of each vLLM server, where they can be told (``_engine_gpus``)."""
+        return _engine_gpus(self.vllm, "vllm", sample)
+
     def log_gpus(self, path: str, sample: HostSample | None) -> tuple[int, ...] | None:
         """The GPUs of the server whose log ``path`` is, where they can be told
         (``server_gpus``): its failures are then on its GPU, beside its other alerts."""
@@ -399,7 +403,7 @@ class Workloads:
         cfg = self.host.vllm
         after = self.vllm_hung_after_s
         minimum = cfg.kv_pressure_min if cfg is not None else KV_PRESSURE_MIN
-        gpus = _engine_gpus(self.vllm, "vllm", sample)
+        gpus = self.vllm_gpus(sample)
         probes = []
         for port, server in self.vllm.items():
             first = gpus.get(port, (None,))[0]
@@ -415,7 +419,7 @@ class Workloads:
                     parts.append(health)
                 if verdict.last_decode is not None:
                     line, age = verdict.last_decode
-                    parts.append(f"last stats line {age:.0f} s ago: {line[-120:]}")
+                    parts.append(f"last stats line {age:.0f} s ago: {_stats_quote(line)}")
                 spin = _gpu_evidence(sample, gpus.get(port, ()))
                 if spin:
                     parts.append(spin)
@@ -595,6 +599,17 @@ def _engine_gpus(
     if len(hosting) != len(ports):
         return {}
     return {port: (index,) for port, index in zip(ports, hosting, strict=True)}
+
+
+def _stats_quote(line: str, limit: int = 120) -> str:
+    """vLLM's stats line from its generation throughput on (the field that says whether
+    it made tokens), whole fields up to ``limit`` characters: its stamp and prefix are in
+    the age already, and a cut in the middle of a word reads as garbage."""
+    start = line.find("Avg generation throughput")
+    text = line[start:] if start >= 0 else line
+    if len(text) > limit:
+        text = text[:limit].rsplit(", ", 1)[0]
+    return text
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

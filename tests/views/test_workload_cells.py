@@ -9,11 +9,13 @@ from pathlib import Path
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.alerts.store import Alert
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.config.workloads import SglangConfig, VllmConfig
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.monitor import ReplaySource, replay_monitor
 from gpumon.backends.recording import Recording
 from gpumon.backends.sim import UPTIME_AT_T0, SimSettings, metrics_text
-from gpumon.backends.workloads import JobTracker, SglangTracker
+from gpumon.backends.workloads import JobTracker, SglangTracker, Workloads
 from gpumon.themes import GPUMON_DARK
 from gpumon.tui.dashboard import replay_status
 from gpumon.tui.views import (
@@ -189,6 +191,26 @@ def test_gpu_owners_from_jobs_processes_or_one_server_per_gpu() -> None:
     crashed = JobTracker("train", "kv", (0,))
     crashed.mark_crashed("OOM on GPU 0")
     assert gpu_owners(plain, {"train": crashed}, {})[0].role == Role.CRITICAL
+
+
+def test_gpu_owners_name_vllm_servers_as_sglang_ones() -> None:
+    # issue 38: a vLLM server's GPUs said its program ("VLLM::EngineCore"), not its port
+    host = HostConfig(
+        name="h", kind="local", sglang=SglangConfig(ports=(30000,)), vllm=VllmConfig(ports=(8000,))
+    )
+    w = Workloads(host)
+    procs = (
+        GpuProcess(1, "sglang::scheduler_TP0", 10, "U0"),
+        GpuProcess(2, "VLLM::EngineCore", 10, "U1"),
+    )
+    sample = HostSample("h", 0.0, None, _gpus(2), processes=procs)
+    owners = gpu_owners(sample, w.jobs, w.sglang, None, w.vllm_gpus(sample))
+    assert {i: o.text for i, o in owners.items()} == {0: "sglang:30000", 1: "vllm:8000"}
+    assert owners[1].role == Role.NORMAL
+    down = gpu_owners(sample, {}, {}, None, w.vllm_gpus(sample), vllm_down=frozenset({8000}))
+    assert down[1] == Owner("vllm:8000", Role.CRITICAL)
+    jobs = {"train": JobTracker("train", "kv", (1,))}  # a configured job wins, as over SGLang
+    assert gpu_owners(sample, jobs, {}, None, w.vllm_gpus(sample))[1].text == "train"
 
 
 def test_plan_gives_panes_their_lines_before_taller_rows() -> None:

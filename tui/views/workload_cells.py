@@ -290,7 +290,7 @@ def _loss(loss: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Owner:
-    """What runs on a GPU, in the words of the row: a job name or an SGLang port."""
+    """What runs on a GPU, in the words of the row: a job name, an SGLang or vLLM port."""
 
     text: str
     role: Role
@@ -301,8 +301,14 @@ def gpu_owners(
     jobs: Mapping[str, JobTracker],
     servers: Mapping[int, SglangTracker],
     watched: int | None = None,
+    vllm: Mapping[int, tuple[int, ...]] | None = None,
+    vllm_down: frozenset[int] = frozenset(),
 ) -> dict[int, Owner]:
     """GPU index -> its owner.
+
+    vLLM servers own the GPUs ``vllm`` gives them (port -> GPUs: ``Workloads.vllm_gpus``,
+    from their process trees or their processes' names), named ``vllm:PORT`` as SGLang's
+    are ``sglang:PORT``; critical for a port of ``vllm_down`` (its server does not answer).
 
     Jobs own the GPUs their config names (``gpus``). SGLang servers, sorted by port, map
     onto the GPUs that run an ``sglang`` process, in index order, when there are as many of
@@ -325,6 +331,10 @@ def gpu_owners(
             server = servers[port]
             role = Role.CRITICAL if server.up is False else Role.NORMAL
             owners[index] = Owner(f"sglang:{port}", role)
+    for port, indexes in (vllm or {}).items():
+        role = Role.CRITICAL if port in vllm_down else Role.NORMAL
+        for index in indexes:
+            owners[index] = Owner(f"vllm:{port}", role)
     for job in jobs.values():
         state = job.state
         role = {

@@ -261,7 +261,10 @@ class HostSection(Vertical):
         self.titles.display = True
         self.waiting.display = False
         w = m.workloads
-        found = gpu_owners(shown, w.jobs, w.sglang, m.host.container)
+        down = frozenset(port for port, server in w.vllm.items() if server.up is False)
+        found = gpu_owners(
+            shown, w.jobs, w.sglang, m.host.container, w.vllm_gpus(shown), vllm_down=down
+        )
         owners = {i: Cell(o.text, o.role) for i, o in found.items()}
         span = column_span(m.interval)
         self.titles.show(TitlesView(ctx.spark_memory, ctx.palette, bool(owners), span))
