@@ -391,7 +391,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "Job stalled",
         50,
         "A running job's log printed no progress for `stall_after_s`, or PyTorch's NCCL "
-        "watchdog timed out (key `job_stalled:JOB`).",
+        "watchdog timed out; a warning sooner while its GPUs spin in NCCL "
+        "(key `job_stalled:JOB`).",
         Tag.HUNG,
         Tag.RESTART_FIXES,
         Tag.JOB_PROGRESS,
@@ -400,7 +401,12 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "max(5 x its median step interval, 120 s), four times that after a checkpoint save "
         "or an evaluation the log announced; at once on PyTorch's NCCL watchdog timeout "
         "lines, named by rank, GPU, operation and sequence number: `drafter stalled: rank 3 "
-        "(GPU 7) timed out in ALLREDUCE #8812 after 600 s; no step for 11 min`; ends when "
+        "(GPU 7) timed out in ALLREDUCE #8812 after 600 s; no step for 11 min`. Before "
+        "that a warning, once the next step is overdue (3 usual step intervals, at least "
+        "10 s) for 20 s while every GPU of the job is at full utilisation on under 35 % of "
+        "its power limit (the NCCL spin: a rank waits in a collective for a peer): "
+        "`drafter stalled: no step for 21 s; GPUs 5,6,7 at 100 % utilisation on 95/96/94 W "
+        "of 700 W: an NCCL spin (a rank waits in a collective for a peer)`. Ends when "
         "progress resumes, the job ends or its GPUs are released.",
     ),
     _kind(

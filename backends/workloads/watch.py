@@ -18,7 +18,7 @@ from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.alerts.incident import failure_kind
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.config.load import HostConfig
-from gpumon.backends.model import GpuRef, GpuRegistry, Health, HostSample
+from gpumon.backends.model import GpuRef, GpuRegistry, GpuSample, Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
@@ -294,13 +294,13 @@ class Workloads:
             configured = config.stall_after_s if config is not None else None
             followed = config is not None and config.log is not None
             held_since = self.held_since.get(job.name) if followed else None
-            stall = stall_verdict(job, now, held_since, configured)
+            spin = _nccl_spin(sample, job.gpus) if held else None
+            stall = stall_verdict(job, now, held_since, configured, spin)
             text = None if stall is None else stall.message
             gpu = None if stall is None else stall.gpu
             score = 0.0 if stall is None else stall.silent_s
-            alerts.on_job_condition(
-                "job_stalled", job.name, Health.CRITICAL, text, now, gpu=gpu, score=score
-            )
+            level = Health.CRITICAL if stall is None else stall.severity
+            alerts.on_job_condition("job_stalled", job.name, level, text, now, gpu=gpu, score=score)
             if config is not None:
                 gpus = [by_index[i] for i in job.gpus if i in by_index]
                 slow = judge_slow(
@@ -381,6 +381,7 @@ class Workloads:
         gpus = self.server_gpus(sample)
         for port, tracker in self.sglang.items():
             verdict = tracker.hung(t, after)
+            tracker.hung_s = None if verdict is None else verdict.silent_s
             if verdict is None:
                 alerts.on_sglang_hung(port, None, t)
                 continue
@@ -632,23 +633,39 @@ def _gpu_evidence(sample: HostSample | None, gpus: tuple[int, ...]) -> str | Non
     by_index = {g.index: g for g in sample.gpus}
     shown = [by_index[i] for i in gpus if i in by_index]
     utils = [g.utilization_pct for g in shown]
-    powers = [(g.power_w, g.power_limit_w or g.enforced_power_limit_w) for g in shown]
     if not shown or any(u is None for u in utils):
         return None
-    which = (
-        f"GPU {shown[0].index}"
-        if len(shown) == 1
-        else f"GPUs {','.join(str(g.index) for g in shown)}"
-    )
-    if all(u is not None and u >= NCCL_SPIN_UTIL_PCT for u in utils) and all(
-        w is not None and cap and w < NCCL_SPIN_POWER_SHARE * cap for w, cap in powers
-    ):
-        watts = "/".join(f"{w:.0f}" for w, _ in powers if w is not None)
-        cap = powers[0][1] or 0.0
-        return (
-            f"{which} at 100 % utilisation on {watts} W of {cap:.0f} W: "
-            "an NCCL spin (a rank waits in a collective for a peer)"
-        )
+    spin = _spin_words(shown)
+    if spin is not None:
+        return spin
     if all(u is not None and u <= 5 for u in utils):
-        return f"{which} idle ({max(u or 0 for u in utils):.0f} %): stuck off the GPU"
+        return f"{_which(shown)} idle ({max(u or 0 for u in utils):.0f} %): stuck off the GPU"
     return None
+
+
+def _which(shown: Sequence[GpuSample]) -> str:
+    if len(shown) == 1:
+        return f"GPU {shown[0].index}"
+    return f"GPUs {','.join(str(g.index) for g in shown)}"
+
+
+def _spin_words(shown: Sequence[GpuSample]) -> str | None:
+    """The NCCL-spin signature of ``shown`` in words, or None: every one busy at low power."""
+    utils = [g.utilization_pct for g in shown]
+    powers = [(g.power_w, g.power_limit_w or g.enforced_power_limit_w) for g in shown]
+    if not shown or not all(u is not None and u >= NCCL_SPIN_UTIL_PCT for u in utils):
+        return None
+    if not all(w is not None and cap and w < NCCL_SPIN_POWER_SHARE * cap for w, cap in powers):
+        return None
+    watts = "/".join(f"{w:.0f}" for w, _ in powers if w is not None)
+    cap = powers[0][1] or 0.0
+    return (
+        f"{_which(shown)} at 100 % utilisation on {watts} W of {cap:.0f} W: "
+        "an NCCL spin (a rank waits in a collective for a peer)"
+    )
+
+
+def _nccl_spin(sample: HostSample, gpus: Sequence[int]) -> str | None:
+    """The NCCL-spin signature on a job's ``gpus`` now, in words (``_spin_words``)."""
+    by_index = {g.index: g for g in sample.gpus}
+    return _spin_words([by_index[i] for i in gpus if i in by_index])

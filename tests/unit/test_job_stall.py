@@ -3,6 +3,8 @@ rule with its false positives (a checkpoint save, a finished job, no GPU process
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpumon.backends.alerts.engine import Alert, AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import incidents, line
 from gpumon.backends.config.load import HostConfig
@@ -254,3 +256,64 @@ def test_a_crash_verdict_is_rendered_from_its_facts_and_its_gpu_is_the_samples()
     w2.apply_alerts(engine2, clock2.t)  # no sample (yet): the index alone
     assert w2.jobs["drafter"].crash_gpu == GpuRef(9)
     assert w2.jobs["drafter"].crash_reason == "OOM on GPU 9"
+
+
+def spinning(t: float) -> HostSample:
+    """The job's GPUs in NCCL's busy-wait: 100 % utilisation on 90 W of 700 W."""
+    gpus = tuple(
+        GpuSample(i, uuid=f"GPU-{i}", utilization_pct=100.0, power_w=90.0, power_limit_w=700.0)
+        for i in range(8)
+    )
+    procs = tuple(GpuProcess(100 + i, "python", 80000, gpu_uuid=f"GPU-{i}") for i in GPUS)
+    return HostSample("box", t, None, gpus, procs)
+
+
+def judge(w: Workloads, engine: AlertEngine, clock: Clock, s: HostSample) -> list[Alert]:
+    w.judge_stalls(engine, s, clock.t)
+    return [a for a in engine.active() if a.kind == "job_stalled"]
+
+
+def test_the_nccl_spin_warns_of_a_stall_early_then_the_verdict_is_critical() -> None:
+    """Issue 36.1: steps stop while every rank spins at full utilisation on little power:
+    a warning once the silence passes SPIN_EARLY_S, long before stall_after_s (here the
+    default 120 s; PyTorch's watchdog waits 10 min), escalated to critical at it."""
+    w, engine, clock = setup(stall_after_s=None)
+    run_steps(w, engine, clock)
+    clock.t += 15.0  # overdue, but under the early bound
+    assert judge(w, engine, clock, spinning(clock.t)) == []
+    clock.t += 6.0
+    (alert,) = judge(w, engine, clock, spinning(clock.t))
+    assert alert.severity is Health.WARNING
+    assert alert.message == (
+        "drafter stalled: no step for 21 s; GPUs 4,5,6,7 at 100 % utilisation on "
+        "90/90/90/90 W of 700 W: an NCCL spin (a rank waits in a collective for a peer)"
+    )
+    clock.t += 100.0
+    (alert,) = judge(w, engine, clock, spinning(clock.t))
+    assert alert.severity is Health.CRITICAL
+    assert alert.message.startswith("drafter stalled: no step for 2 min; GPUs 4,5,6,7 at 100 %")
+
+
+def test_the_watchdog_line_makes_the_early_warning_critical() -> None:
+    w, engine, clock = setup(stall_after_s=None)
+    run_steps(w, engine, clock)
+    clock.t += 25.0
+    (alert,) = judge(w, engine, clock, spinning(clock.t))
+    assert alert.severity is Health.WARNING
+    w.on_log("job:drafter", "/l/d.log", [WATCHDOG], clock.t, backlog=False)
+    (alert,) = judge(w, engine, clock, spinning(clock.t))
+    assert alert.severity is Health.CRITICAL and "timed out in ALLREDUCE #8812" in alert.message
+
+
+def test_a_silence_without_the_spin_waits_for_stall_after_s() -> None:
+    """Busy GPUs at full power compute (a long step, a data-loader pause is idle GPUs):
+    no early word without the signature."""
+    w, engine, clock = setup(stall_after_s=None)
+    run_steps(w, engine, clock)
+    clock.t += 60.0
+    assert judge(w, engine, clock, sample(clock.t)) == []
+    busy = spinning(clock.t)
+    computing = HostSample(
+        "box", clock.t, None, tuple(replace(g, power_w=600.0) for g in busy.gpus), busy.processes
+    )
+    assert judge(w, engine, clock, computing) == []

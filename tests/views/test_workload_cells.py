@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.alerts.store import Alert
@@ -13,6 +14,7 @@ from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import SglangConfig, VllmConfig
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.monitor import ReplaySource, replay_monitor
+from gpumon.backends.parsers.sglang import SglangScrape
 from gpumon.backends.recording import Recording
 from gpumon.backends.sim import UPTIME_AT_T0, SimSettings, metrics_text
 from gpumon.backends.workloads import JobTracker, SglangTracker, Workloads
@@ -509,3 +511,44 @@ def test_vllm_failed_requests_and_the_drafter_cells() -> None:
     assert failed_cell((("abort", 0.0),), Role.NORMAL) == Cell("0")
     assert failed_cell(None, Role.NORMAL) is NA
     assert latency_ms_pair(0.018, None) == Cell("18ms") and latency_ms_pair(None, 0.1) is NA
+
+
+def test_a_job_whose_step_is_overdue_says_when_its_last_step_came() -> None:
+    """Issue 36.1: the stall scenario's row kept ``13.0k tok/s ETA 1h11m`` long after its
+    last step. Past 3 usual intervals (at least 10 s) the row says how long ago the last
+    step came, a warning, whole at 80 columns; never the last rate or ETA."""
+    job = JobTracker("drafter", "kv", (5, 6, 7))
+    for k in range(10):
+        job.feed(f"step {700 + k}/5000 | loss 2.2999 | 12.8 Ktok/s", 100.0 + k)
+    assert job_cells(job, 114.0)["rate"].text == "12.8k tok/s"  # 5 s: not yet overdue
+    cells = job_cells(job, 149.0)
+    assert cells["rate"] == Cell("— (last step 40 s ago)", Role.WARNING)
+    assert cells["ETA"] == Cell("—", Role.WARNING)
+    view = jobs_view({"drafter": job}, end=149.0, span=2.0, count=10, palette=PALETTE)
+    assert view is not None
+    row = render_pane(view, JOB_COLUMNS, 80).plain.split("\n")[1]
+    assert "— (last step 40 s ago)" in row and "12.8k" not in row and "1h11m" not in row
+    job.feed("step 710/5000 | loss 2.2999 | 12.8 Ktok/s", 150.0)  # it goes on
+    assert job_cells(job, 151.0)["rate"].text == "12.8k tok/s"
+
+
+def test_a_hung_server_says_hung_and_for_how_long_never_up() -> None:
+    """Issue 36.1: a hung SGLang server's row said ``up`` in the OK colour; judged hung
+    (``Workloads.judge_hung``) it says ``hung 45 s``, critical, whole at 80 columns."""
+    sglang = SglangConfig(ports=(30000,), hung_after_s=30.0)
+    workloads = Workloads(HostConfig(name="ct200", kind="ssh", sglang=sglang))
+    engine = AlertEngine("ct200", AlertRules(), clock=lambda: 0.0)
+    tracker = workloads.sglang[30000]
+    for t in range(0, 30, 5):
+        tracker.observe(SglangScrape(running=37.0, queued=2.0, decode_tokens=500.0), float(t))
+        workloads.judge_hung(engine, float(t))
+    assert sglang_cells(tracker)["state"] == Cell("up", Role.OK)  # 25 s: not yet hung
+    tracker.observe(SglangScrape(running=37.0, queued=2.0, decode_tokens=500.0), 45.0)
+    workloads.judge_hung(engine, 45.0)
+    assert sglang_cells(tracker)["state"] == Cell("hung 45 s", Role.CRITICAL)
+    view = sglang_view({30000: tracker}, end=45.0, span=2.0, count=10, palette=PALETTE)
+    assert view is not None
+    assert "hung 45 s" in render_pane(view, SGLANG_COLUMNS, 80).plain
+    tracker.observe(SglangScrape(running=37.0, queued=2.0, decode_tokens=600.0), 50.0)
+    workloads.judge_hung(engine, 50.0)  # tokens again
+    assert sglang_cells(tracker)["state"] == Cell("up", Role.OK)

@@ -16,6 +16,7 @@ from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.untrusted import printable as _printable
 from gpumon.backends.workloads import JobState, JobTracker, SglangTotals, SglangTracker
 from gpumon.backends.workloads.sglang import SPEC_ACCEPT_MIN
+from gpumon.backends.workloads.stall import overdue_s
 from gpumon.backends.workloads.vllm import VllmTracker
 from gpumon.tui.views.gpu_cells import NA, Cell, Role, duration
 
@@ -92,6 +93,8 @@ def sglang_cells(s: SglangTracker) -> dict[str, Cell]:
     numbers = Role.MUTED if stale else Role.NORMAL
     if s.up is None:
         state = Cell("wait", Role.MUTED)
+    elif s.up and s.hung_s is not None and not s.stale:  # answers, makes no token
+        state = Cell(f"hung {s.hung_s:.0f} s", Role.CRITICAL)
     elif s.idle:  # up and answering, no request: a server without traffic
         state = Cell("idle", Role.MUTED)
     elif s.up:
@@ -250,8 +253,11 @@ def job_rate(job: JobTracker) -> float | None:
     return job.tokens_per_s if job.rate_unit == "tok/s" else job.items_per_s
 
 
-def job_cells(job: JobTracker) -> dict[str, Cell]:
-    """One job's cells by column key. Numbers of a job that ended are muted (last known)."""
+def job_cells(job: JobTracker, now: float | None = None) -> dict[str, Cell]:
+    """One job's cells by column key. Numbers of a job that ended are muted (last known).
+    At ``now`` (the monitor's clock), a running job whose next step is overdue
+    (``overdue_s``) shows how long ago its last step came instead of its last rate and ETA,
+    which no longer say anything: ``— (last step 40 s ago)``, a warning."""
     ended = job.state is not JobState.RUNNING
     numbers = Role.MUTED if ended else Role.NORMAL
     if job.step is not None:
@@ -270,6 +276,12 @@ def job_cells(job: JobTracker) -> dict[str, Cell]:
     elif rate is not None and _known(rate):
         rate_cell = Cell(f"{rate_text(rate)} {unit}", numbers)
     eta = job.eta_s
+    eta_cell = NA if eta is None else Cell(duration(eta), numbers)
+    silent = overdue_s(job, now) if now is not None else None
+    if silent is not None:
+        ago = f"{silent:.0f} s" if silent < 120 else duration(silent)
+        rate_cell = Cell(f"— (last step {ago} ago)", Role.WARNING)
+        eta_cell = Cell("—", Role.WARNING)
     return {
         "name": Cell(_printable(job.name), Role.NORMAL),
         "state": job_state_cell(job),
@@ -277,7 +289,7 @@ def job_cells(job: JobTracker) -> dict[str, Cell]:
         "progress": progress,
         "rate": rate_cell,
         "loss": NA if job.loss is None or not _known(job.loss) else Cell(_loss(job.loss), numbers),
-        "ETA": NA if eta is None else Cell(duration(eta), numbers),
+        "ETA": eta_cell,
     }
 
 

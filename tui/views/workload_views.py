@@ -180,5 +180,5 @@ def jobs_view(
     for job in jobs.values():
         spark = history_bins(job.rate_history, end=end, span=span, count=count)
         lo, hi = spark_range(spark)
-        rows.append(PaneRow(job.name, tuple(job_cells(job).items()), spark, hi, lo))
+        rows.append(PaneRow(job.name, tuple(job_cells(job, end).items()), spark, hi, lo))
     return PaneView("jobs", "rate history", tuple(rows), palette, cursor=cursor, stale=stale)

@@ -44,7 +44,7 @@ class Column:
 
 SGLANG_COLUMNS: tuple[Column, ...] = (
     Column("name", "", 6, 6, 100, left=True),
-    Column("state", "", 4, 4, 99, left=True),
+    Column("state", "", 4, 10, 99, left=True),  # "hung 45 s"
     Column("model", "model", 8, 20, 10, left=True),
     Column("tok/s", "tok/s", 5, 6, 90),
     Column("run", "run", 3, 5, 80),
@@ -79,7 +79,7 @@ JOB_COLUMNS: tuple[Column, ...] = (
     Column("state", "state", 7, 26, 99, left=True),
     Column("GPUs", "GPUs", 4, 9, 45, left=True),
     Column("progress", "step", 4, 11, 90),
-    Column("rate", "rate", 6, 13, 80),
+    Column("rate", "rate", 6, 22, 80),  # "— (last step 40 s ago)" whole
     Column("loss", "loss", 4, 7, 60),
     Column("ETA", "ETA", 3, 6, 85),
 )
