@@ -177,7 +177,7 @@ class LogEvent:
 
     A memory failure's numbers where its line has PyTorch's (formats.md 5.1):
     ``tried_bytes`` (``Tried to allocate 2.00 GiB``) and ``free_bytes`` (``of which 90.00
-    MiB is free``); without either, ``detail``: its words after "out of memory" ("" for
+    MiB is free``); without either, ``detail``: its words after "out of memory" (None:
     none). ``health_check``: SGLang's ``Health check failed.``
     """
 
@@ -457,7 +457,7 @@ class LogScanner:
         tried, free = _size(_TRIED.search(message)), _size(_FREE.search(message))
         detail = None
         if tried is None and free is None:
-            detail = message.partition("out of memory")[2].strip(" .:;,")
+            detail = message.partition("out of memory")[2].strip(" .:;,") or None
         out.append(
             LogEvent(
                 kind,
