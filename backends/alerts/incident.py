@@ -104,11 +104,13 @@ class Headline:
     90 MiB free; 6.0 GiB held by CT 201 jupyter-lab)"), the ``job`` it leads with
     ("drafter"; None: it has none, or ``what`` says it itself) and ``bare``: ``what``
     without the holder's clause, where a screen may leave it out (the fix "K stop it"
-    and the GPU row still say it; None: no such clause)."""
+    and the GPU row still say it; None: no such clause). ``verbatim``: ``what`` says the
+    alert's message whole (what ``check`` need not print again below it)."""
 
     what: str
     job: str | None = None
     bare: str | None = None
+    verbatim: bool = False
 
     def __str__(self) -> str:
         """``drafter: CUDA OOM on GPU 6 (...)``."""
@@ -381,30 +383,33 @@ def headline(alert: Alert, job: str | None = None, *, held: Held | None = None) 
     resolved; a condition alert says its peak (what was true at its worst). ``held``:
     another container's memory on that GPU ("6.0 GiB held by CT 201 jupyter-lab", see
     ``holder``), said as the cause. An Xid says what it is, not what to do (its fixes).
-    An alert without the facts its kind says (one of a recording from before facts) says
-    its message."""
+    An alert of a recording from before facts says its message, but a CUDA OOM, which
+    says no more than its kind and GPU."""
     job = job or alert.job
     facts = alert.facts
+    message = " ".join(alert.message.split())
     held_words = None if held is None else " ".join(str(held).split())
-    bare = None
+    bare, verbatim = None, False
     if failure_kind(alert) == "cuda_oom":
         what, bare = _cuda_oom(alert, held_words)
         held_words = None
     elif alert.kind in _JOB_LED_KINDS:  # its message leads with the job: "drafter stalled: ..."
-        return Headline(" ".join(alert.message.split()))
+        return Headline(message, verbatim=True)
     elif alert.kind in ("memory", "time_to_full", "oom_death", "gpu_health"):
         what = " ".join(alert.peak_text.split())
+        verbatim = what == message
     elif alert.kind == "xid" and facts.xid is not None and _xid_where(alert) is not None:
         xid = facts.xid
         what = f"Xid {xid.code} on {_xid_where(alert)}: {xid.meaning}"  # its action: the fixes
     else:
         what = " ".join((facts.line or alert.message).split())
+        verbatim = what == message
         if alert.gpu is not None and not facts.names_gpu:
             what = f"{what} (GPU {alert.gpu})"
     if held_words is not None:
         what = f"{what} ({held_words})"
     leads = job is not None and facts.job == job  # its words lead with it: "drafter's GPUs"
-    return Headline(what, job if job and not leads else None, bare)
+    return Headline(what, job if job and not leads else None, bare, verbatim)
 
 
 def _cuda_oom(alert: Alert, held: str | None) -> tuple[str, str | None]:

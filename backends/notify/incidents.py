@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpumon.backends.alerts.facts import Restart
 from gpumon.backends.alerts.incident import (
     INCIDENT_GAP_S,
     Incident,
@@ -122,7 +123,7 @@ class IncidentTracker:
         self.open: dict[str, OpenIncident] = {}
         self._jobs: dict[tuple[str, str], _JobNote] = {}
         self._recordings: dict[str, list[Window]] = {}  # host -> its recordings' windows
-        self._seen_auto: set[tuple[str, str]] = set()
+        self._seen_auto: set[tuple[str, Restart | None]] = set()
 
     def note_recordings(self, host: str, windows: Iterable[Window]) -> None:
         """``host``'s flight recordings, written or scheduled: (start, end, path) each."""
@@ -370,14 +371,14 @@ class IncidentTracker:
 
     def _auto_restart(self, host: str, alert: Alert) -> None:
         # These alerts stay active until acknowledged: each one is read once.
-        if not alert.job or (alert.key, alert.message) in self._seen_auto:
+        restart = alert.facts.restart
+        if not alert.job or (alert.key, restart) in self._seen_auto:
             return
         if len(self._seen_auto) > 1000:
             self._seen_auto.clear()
-        self._seen_auto.add((alert.key, alert.message))
+        self._seen_auto.add((alert.key, restart))
         note = self._jobs.setdefault((host, alert.job), _JobNote())
-        restart = alert.facts.restart
-        if restart is None:  # one of a recording from before facts: its words say it
+        if restart is None:  # one of a recording from before facts: what it decided is unknown
             return
         if restart.step == "gave_up":
             action = "auto-restart gave up"
