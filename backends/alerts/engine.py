@@ -194,9 +194,10 @@ class AlertEngine(AlertStore):
         # GPU -> the port of the SGLang server up and answering that holds it (the
         # monitor's ``Workloads.serving_gpus``): idle there is a server without traffic
         self.serving: Mapping[int, int] = {}
-        # Xid events raised (not repeats, not a backlog), per (GPU, code), for the exporter's
-        # counter: it only goes up, so a reset keeps it.
-        self.xid_counts: Counter[tuple[int | None, int]] = Counter()
+        # Xid events raised (not repeats, not a backlog), per (GPU, code, level, action) as
+        # their alerts' facts say them (Xid 154: the action its line names), for the
+        # exporter's counter: it only goes up, so a reset keeps it.
+        self.xid_counts: Counter[tuple[int | None, int, Health, str | None]] = Counter()
         self._reset_rules_state()
 
     def reset(self) -> None:
@@ -1104,7 +1105,7 @@ class AlertEngine(AlertStore):
             if alert is not None:
                 self._keep_source(alert.key, [line])
             if alert is not None and not backlog:
-                self.xid_counts[(gpu, xid.xid)] += 1
+                self.xid_counts[(gpu, xid.xid, level, action)] += 1
             return alert
         memcg = parse_oom_memcg(line)
         if memcg is not None:
