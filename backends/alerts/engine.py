@@ -793,11 +793,13 @@ class AlertEngine(AlertStore):
         *,
         score: float = 0.0,
         gpu: int | None = None,
+        names_gpu: bool = False,
     ) -> list[Alert]:
         """A serving engine's condition ``kind`` (key ``KIND:PORT``) for the server on
         ``port`` while ``text`` is given; None ends it. The vLLM verdicts
-        (``workloads/watch.py`` ``judge_vllm``) come through here."""
-        return self._server_condition(kind, level, port, text, now, score, gpu)
+        (``workloads/watch.py`` ``judge_vllm``) come through here. ``names_gpu``: ``text``
+        names ``gpu`` itself."""
+        return self._server_condition(kind, level, port, text, now, score, gpu, names_gpu=names_gpu)
 
     def _server_condition(
         self,

@@ -430,12 +430,13 @@ class Workloads:
                 if verdict.last_decode is not None:
                     line, age = verdict.last_decode
                     parts.append(f"last stats line {age:.0f} s ago: {line[-120:]}")
-                spin = _gpu_evidence(sample, gpus.get(port, ()))
+                spin, named = _gpu_evidence(sample, gpus.get(port, ()))
                 if spin:
                     parts.append(spin)
                 alerts.on_server_condition(
                     "vllm_wedged", Health.CRITICAL, port, "; ".join(parts), t,
                     score=verdict.silent_s, gpu=first,
+                    names_gpu=named is not None and named == first,
                 )  # fmt: skip
             alerts.on_server_condition(
                 "vllm_engine_dead", Health.CRITICAL, port, server.dead_text(), t, gpu=first
