@@ -8,7 +8,7 @@ from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .audit import read_entries
-    from .autorestart import AutoRestarter, AutoRestartPolicy, is_oom
+    from .autorestart import AutoRestarter, AutoRestartPolicy
     from .job_watch import JobWatch
     from .jobs import (
         JobError,
@@ -68,7 +68,6 @@ __all__ = [
     "check_template",
     "find_job",
     "format_value",
-    "is_oom",
     "job_status",
     "launch_job",
     "make_plan",
@@ -109,7 +108,6 @@ if not TYPE_CHECKING:
             "check_template": "params",
             "find_job": "run",
             "format_value": "params",
-            "is_oom": "autorestart",
             "job_status": "jobs",
             "launch_job": "jobs",
             "make_plan": "run",

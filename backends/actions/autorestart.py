@@ -3,9 +3,11 @@
 ``AutoRestartPolicy`` is the pure decision: restart or not, after what delay, or give up
 (at most ``max_restarts`` automatic restarts per ``restart_window`` seconds, with doubling
 backoff). ``AutoRestarter`` is the small driver the monitor calls with what it sees
-(``notify(crashed, reason, crash_key=...)``); it raises an alert for every automatic restart
-(WARNING) and when it gives up (CRITICAL) through the ``alert`` callback, and runs the
-restart through the session's run registry, so it never races a restart a person started.
+(``notify(crashed, reason, oom=..., crash_key=...)``: whether the crash was an OOM comes
+typed, from the alert's kind, never read out of ``reason``'s words); it raises an alert for
+every automatic restart (WARNING) and when it gives up (CRITICAL) through the ``alert``
+callback, with what it decided as the alert's facts (``Restart``), and runs the restart
+through the session's run registry, so it never races a restart a person started.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from gpumon.backends.actions.jobs import JobError
 from gpumon.backends.actions.params import ParamError
 from gpumon.backends.actions.plan import JobTarget, find_job, make_plan
 from gpumon.backends.actions.run import Outcome, RunRegistry
+from gpumon.backends.alerts.facts import Restart
 from gpumon.backends.backoff import backoff_s
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import Health
@@ -32,14 +34,9 @@ log = logging.getLogger(__name__)
 
 BACKOFF_FIRST_S = 10.0
 BACKOFF_CAP_S = 300.0
-OOM_REASON = re.compile(r"out of memory|\boom\b|OutOfMemoryError", re.IGNORECASE)
 
-AlertSink = Callable[[Health, str], None]
-
-
-def is_oom(reason: str | None) -> bool:
-    """Whether a crash reason ("CUDA OOM on GPU 6", "CUDA out of memory") is an OOM."""
-    return bool(reason and OOM_REASON.search(reason))
+# The alert's severity, its message and what the restart decided or met (its facts).
+AlertSink = Callable[[Health, str, Restart], None]
 
 
 def _span(seconds: float) -> str:
@@ -56,6 +53,7 @@ class Decision:
     delay_s: float
     give_up: bool  # True once, when the limit is reached (raise a critical alert)
     message: str
+    attempt: int | None = None  # which automatic restart of its window this is
 
 
 class AutoRestartPolicy:
@@ -85,13 +83,17 @@ class AutoRestartPolicy:
         self.restarts.clear()
         self.gave_up = False
 
-    def decide(self, now: float, crashed: bool, reason: str | None) -> Decision:
+    def decide(
+        self, now: float, crashed: bool, reason: str | None, *, oom: bool = False
+    ) -> Decision:
+        """Whether to restart a job that ``crashed`` of ``reason`` (words, said in the
+        decision's message); ``oom``: the crash was an OOM, the only one it follows."""
         if not crashed:
             return Decision(False, 0.0, False, f"{self.job} is not crashed")
         what = reason or "no reason known"
         if not self.enabled:
             return Decision(False, 0.0, False, f"{self.job} crashed ({what}); auto-restart is off")
-        if not is_oom(reason):
+        if not oom:
             return Decision(
                 False, 0.0, False, f"{self.job} crashed ({what}); auto-restart follows OOMs only"
             )
@@ -118,6 +120,7 @@ class AutoRestartPolicy:
             False,
             f"{self.job} crashed ({what}); automatic restart {done + 1}/{self.max_restarts} "
             f"in {delay:g} s",
+            done + 1,
         )
 
 
@@ -150,10 +153,15 @@ class AutoRestarter:
         self._last_key: object = None
 
     def notify(
-        self, crashed: bool, reason: str | None = None, *, crash_key: object = None
+        self,
+        crashed: bool,
+        reason: str | None = None,
+        *,
+        oom: bool = False,
+        crash_key: object = None,
     ) -> Decision | None:
-        """Tell the driver what the monitor sees. Returns the decision taken for a new
-        crash, None when there was nothing new to decide."""
+        """Tell the driver what the monitor sees (``oom``: the crash was an OOM). Returns
+        the decision taken for a new crash, None when there was nothing new to decide."""
         if not crashed:
             self._in_crash = False
             return None
@@ -165,14 +173,17 @@ class AutoRestarter:
             return None  # a restart is already on its way
         if self.registry.running(self.target.host.name, self.job.name) is not None:
             return None  # someone is restarting it right now
-        decision = self.policy.decide(self.clock(), True, reason)
+        decision = self.policy.decide(self.clock(), True, reason, oom=oom)
+        most = self.policy.max_restarts
         if decision.restart:
-            self.alert(Health.WARNING, f"auto-restart: {decision.message}")
+            due = Restart("due", decision.attempt, most, decision.delay_s)
+            self.alert(Health.WARNING, f"auto-restart: {decision.message}", due)
             self.pending = asyncio.get_running_loop().create_task(
                 self._restart_later(decision.delay_s, reason or "crash")
             )
         elif decision.give_up:
-            self.alert(Health.CRITICAL, f"auto-restart: {decision.message}")
+            gave_up = Restart("gave_up", attempts=most)
+            self.alert(Health.CRITICAL, f"auto-restart: {decision.message}", gave_up)
         return decision
 
     def reset(self) -> None:
@@ -193,7 +204,8 @@ class AutoRestarter:
         try:
             plan = await make_plan(self.target, name, "restart", state=f"crashed: {reason}")
         except (JobError, ParamError, TransportError, OSError) as e:
-            self.alert(Health.WARNING, f"auto-restart of {name} could not start: {e}")
+            not_started = Restart("not_started", why=str(e))
+            self.alert(Health.WARNING, f"auto-restart of {name} could not start: {e}", not_started)
             with contextlib.suppress(OSError):
                 audit.record(
                     "auto-restart", host, "failed", job=name, detail=f"automatic ({reason}): {e}"
@@ -204,7 +216,8 @@ class AutoRestarter:
         if outcome.ok:
             self._in_crash = False  # the next crash is a new one even without a key
         else:
+            ended = Restart("ended", why=f"{outcome.status}: {outcome.message}")
             self.alert(
-                Health.WARNING, f"auto-restart of {name} {outcome.status}: {outcome.message}"
+                Health.WARNING, f"auto-restart of {name} {outcome.status}: {outcome.message}", ended
             )
         return outcome

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from gpumon.backends.actions.run import JobRun, RunRegistry
 from gpumon.backends.alerts.engine import log_key_prefix
+from gpumon.backends.alerts.facts import AlertFacts, Restart
+from gpumon.backends.alerts.incident import failure_kind
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
 # A job died: its OOM or crash line, or its GPU's memory collapsing (``oom_death``, before
 # or without any line in its log): restarted at once, as its alert is raised.
 CRASH_KINDS = tagged(Tag.CRASH)
+# Of those, the OOMs: the only crashes an automatic restart follows (the job's own crash
+# would crash it again).
+OOM_CRASHES = tagged(Tag.CRASH, Tag.OOM)
 
 
 class JobWatch:
@@ -85,7 +90,9 @@ class JobWatch:
         # restarted behind the user's back (listeners never see backlog alerts).
         auto = self.auto.get(alert.job or "")
         if auto is not None and alert.kind in CRASH_KINDS:
-            auto.notify(True, alert.message, crash_key=alert.key)
+            oom = failure_kind(alert) in OOM_CRASHES  # a job down since its log's OOM too
+            auto.notify(True, alert.message, oom=oom, crash_key=alert.key)
 
-    def _auto_alert(self, job: str, severity: Health, message: str) -> None:
-        self.monitor.alerts.raise_alert("auto_restart", severity, message, job=job)
+    def _auto_alert(self, job: str, severity: Health, message: str, restart: Restart) -> None:
+        facts = AlertFacts(restart=restart)
+        self.monitor.alerts.raise_alert("auto_restart", severity, message, job=job, facts=facts)

@@ -49,6 +49,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpumon.backends.alerts.facts import NO_FACTS, AlertFacts, XidFacts
 from gpumon.backends.alerts.health import HealthWatch
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.alerts.rules import (
@@ -58,7 +59,8 @@ from gpumon.backends.alerts.rules import (
     AlertRules,
     GpuWatch,
     IdleHeld,
-    foreign_memory,
+    foreign_held,
+    held_on,
 )
 from gpumon.backends.alerts.store import (
     JOB_DOWN_KEY,
@@ -69,11 +71,13 @@ from gpumon.backends.alerts.store import (
 )
 from gpumon.backends.model import (
     GpuProcess,
+    GpuRef,
     GpuRegistry,
     GpuSample,
     Health,
     HostSample,
     UnreadableGpu,
+    bus_id_key,
     pci_key,
 )
 from gpumon.backends.parsers.kernel import (
@@ -88,7 +92,7 @@ from gpumon.backends.parsers.kernel import (
 from gpumon.backends.parsers.nvidia_smi import unreadable_advice
 from gpumon.backends.parsers.oom import LogEvent, LogScanner, engine_event
 from gpumon.backends.parsers.processes import container_label, process_words
-from gpumon.backends.parsers.xid import XID_45_COMPANY_S, xid_level
+from gpumon.backends.parsers.xid import XID_45_COMPANY_S, xid_action, xid_info, xid_level
 
 __all__ = [
     "Alert",
@@ -141,6 +145,7 @@ class _LogEnd:
     text: str
     at: float
     lines: tuple[str, ...]
+    facts: AlertFacts
 
 
 def _gpu_identity(bus_id: str | None, index: int | None) -> str:
@@ -189,9 +194,10 @@ class AlertEngine(AlertStore):
         # GPU -> the port of the SGLang server up and answering that holds it (the
         # monitor's ``Workloads.serving_gpus``): idle there is a server without traffic
         self.serving: Mapping[int, int] = {}
-        # Xid events raised (not repeats, not a backlog), per (GPU, code), for the exporter's
-        # counter: it only goes up, so a reset keeps it.
-        self.xid_counts: Counter[tuple[int | None, int]] = Counter()
+        # Xid events raised (not repeats, not a backlog), per (GPU, code, level, action) as
+        # their alerts' facts say them (Xid 154: the action its line names), for the
+        # exporter's counter: it only goes up, so a reset keeps it.
+        self.xid_counts: Counter[tuple[int | None, int, Health, str | None]] = Counter()
         self._reset_rules_state()
 
     def reset(self) -> None:
@@ -217,11 +223,16 @@ class AlertEngine(AlertStore):
         self._oom_kill_base = 0
         self._shortest_gap = math.inf  # between two samples: the sampling interval, about
         self._idle_test: tuple[AlertRules, IdleHeld] | None = None
+        self._refs = GpuRegistry()  # the GPUs of the sample judged now, by every name
         self._health = HealthWatch()
         # configured jobs whose log, when gpumon came, ended in a failure (``_LogEnd``);
         # the job-down condition each one raised while the job stays down
         self._ended_in: dict[str, _LogEnd] = {}
         self._down: set[str] = set()
+
+    def gpu_ref(self, index: int) -> GpuRef:
+        """GPU ``index`` by every name the sample judged now (else the last) gives it."""
+        return self._refs.index(index) or GpuRef(index)
 
     def time_to_full(self, gpu: int) -> float | None:
         """Seconds until ``gpu``'s memory is full at the current trend, or None."""
@@ -248,6 +259,7 @@ class AlertEngine(AlertStore):
         now = sample.time
         rules = self.rules
         raised: list[Alert] = []
+        self._refs = sample.gpu_refs
         for gpu in sample.gpus:
             i = gpu.index
             watch = self._watches.get(i)
@@ -263,7 +275,11 @@ class AlertEngine(AlertStore):
             key = f"memory:{i}"
             if level is not Health.OK:
                 text = _memory_text(gpu, fraction)
-                self._condition(key, "memory", level, i, text, now, raised, score=fraction)
+                free = gpu.memory_free_mib
+                facts = AlertFacts(free_bytes=None if free is None else round(free * 2**20))
+                self._condition(
+                    key, "memory", level, i, text, now, raised, score=fraction, facts=facts
+                )
             elif key in self._active:
                 self._end(key)
             watch.held_by(now, frozenset(p.pid for p in sample.processes_for(gpu) if p.pid))
@@ -293,6 +309,7 @@ class AlertEngine(AlertStore):
         Proxmox host's list counts from the moment it arrives; the other rules wait for
         the next sample."""
         raised: list[Alert] = []
+        self._refs = sample.gpu_refs
         for gpu in sample.gpus:
             self._foreign(sample.time, gpu, sample, raised)
         return self._announce(raised)
@@ -332,8 +349,9 @@ class AlertEngine(AlertStore):
             text = self._server_idle_text(port, group)
             seconds = min(s for _, s in group)
             self._condition(  # a note: normal operation, worth a look, never a page
-                key, "server_idle", Health.INFO, group[0][0].index, text, now, out, seconds
-            )
+                key, "server_idle", Health.INFO, group[0][0].index, text, now, out, seconds,
+                facts=AlertFacts(port=port, names_gpu=True),
+            )  # fmt: skip
         for job, gpus in idle.items():
             for group in [gpus] if job is not None else [[g] for g in gpus]:
                 first = group[0][0].index
@@ -341,9 +359,11 @@ class AlertEngine(AlertStore):
                 keys.add(key)
                 text = self._idle_text(job, group, sample)
                 seconds = min(s for _, s in group)
+                facts = AlertFacts(job=job, names_gpu=True)  # its text leads with the job
                 self._condition(
-                    key, "gpu_idle_held", Health.WARNING, first, text, now, out, seconds
-                )
+                    key, "gpu_idle_held", Health.WARNING, first, text, now, out, seconds,
+                    facts=facts,
+                )  # fmt: skip
                 if job is not None and self._active[key].job != job:  # a configured job's
                     self._store(replace(self._active[key], job=job))
         for key in [k for k, a in self._active.items() if a.kind in _IDLE_KINDS]:
@@ -437,7 +457,8 @@ class AlertEngine(AlertStore):
             else:
                 text += "; it is not watched while so"
             key = f"gpu_health:{index}" if index is not None else f"gpu_health:{ident}"
-            self._condition(key, "gpu_health", severity, index, text, now, out)
+            facts = AlertFacts(gpu=GpuRef(index, bus_id=bus_id_key(gpu.bus_id)), names_gpu=True)
+            self._condition(key, "gpu_health", severity, index, text, now, out, facts=facts)
         for read in sample.gpus:  # read again: an alert by its bus id ends
             key = f"gpu_health:{_gpu_identity(read.bus_id, None)}"
             if read.bus_id and key in self._active:
@@ -473,7 +494,9 @@ class AlertEngine(AlertStore):
                 "look for Xid 79 in the kernel log"
             )
             key = f"gpu_health:{index}" if index is not None else f"gpu_health:{ident}"
-            self._condition(key, "gpu_health", Health.CRITICAL, index, text, now, out)
+            ref = GpuRef(index, bus_id=bus_id_key(seen.bus_id))  # listed before, not now
+            facts = AlertFacts(gpu=ref, names_gpu=True)
+            self._condition(key, "gpu_health", Health.CRITICAL, index, text, now, out, facts=facts)
 
     def _unobserved(self, index: int) -> None:
         """GPU ``index`` is not read now: its memory trend is forgotten (a GPU that comes
@@ -503,7 +526,8 @@ class AlertEngine(AlertStore):
         if gpu.health is not Health.OK:
             watch.health_calm = 0
             text = f"GPU {gpu.index}: {'; '.join(gpu.problems) or gpu.health.value}"
-            self._condition(key, "gpu_health", gpu.health, gpu.index, text, now, out)
+            facts = AlertFacts(names_gpu=True)
+            self._condition(key, "gpu_health", gpu.health, gpu.index, text, now, out, facts=facts)
         elif key in self._active:
             watch.health_calm += 1
             if watch.health_calm >= self.rules.clear_samples:
@@ -517,9 +541,11 @@ class AlertEngine(AlertStore):
             key = f"gpu_health:{topic}:{gpu.index}"
             finding = found.get(topic)
             if finding is not None:
+                facts = AlertFacts(advice=finding.advice, names_gpu=True)
                 self._condition(
-                    key, "gpu_health", finding.severity, gpu.index, finding.message, now, out
-                )
+                    key, "gpu_health", finding.severity, gpu.index, finding.message, now, out,
+                    facts=facts,
+                )  # fmt: skip
             elif key in self._active:
                 self._end(key)
 
@@ -527,10 +553,14 @@ class AlertEngine(AlertStore):
         """``foreign_process`` (warning) while another container or the host holds memory
         on ``gpu``: the classic cause of an OOM that no tool inside the CT can see."""
         key = f"foreign_process:{gpu.index}"
-        text = foreign_memory(gpu, sample.processes_for(gpu), self.container)
-        if text is not None:
+        held = foreign_held(sample.processes_for(gpu), self.container)
+        if held is not None:
+            text = held_on(gpu.index, held)
             self.last_foreign[gpu.index] = (now, text)
-            self._condition(key, "foreign_process", Health.WARNING, gpu.index, text, now, out)
+            facts = AlertFacts(held=held, names_gpu=True)
+            self._condition(
+                key, "foreign_process", Health.WARNING, gpu.index, text, now, out, facts=facts
+            )
         elif key in self._active:
             self._end(key)
 
@@ -556,9 +586,11 @@ class AlertEngine(AlertStore):
                     f"GPU {gpu.index} memory full in ~{ttf:.0f} s at +{watch.rate:.0f} MiB/s "
                     f"({fraction:.0%} used)"
                 )
+                facts = AlertFacts(rate=watch.rate, unit="MiB/s", names_gpu=True)
                 self._condition(
-                    key, "time_to_full", Health.WARNING, gpu.index, text, now, out, score=-ttf
-                )
+                    key, "time_to_full", Health.WARNING, gpu.index, text, now, out, score=-ttf,
+                    facts=facts,
+                )  # fmt: skip
             return
         watch.ttf_hits = 0
         if key in self._active and (ttf is None or ttf > horizon * 1.25):
@@ -584,7 +616,8 @@ class AlertEngine(AlertStore):
             f"{who}: likely OOM death"
         )
         key = f"oom_death:{gpu.index}:{now:.0f}"
-        out.append(self._new(key, "oom_death", severity, gpu.index, None, text, now))
+        facts = AlertFacts(names_gpu=True)
+        out.append(self._new(key, "oom_death", severity, gpu.index, None, text, now, facts=facts))
 
     def _recover_gpu(self, gpu: int, emptied_at: float) -> None:
         for alert in list(self._active.values()):
@@ -617,16 +650,21 @@ class AlertEngine(AlertStore):
         *,
         gpu: int | None = None,
         score: float = 0.0,
+        facts: AlertFacts = NO_FACTS,
     ) -> list[Alert]:
         """A job's condition judged by the workloads (``job_stalled``): ``text`` raises or
-        updates it (key ``KIND:JOB``), None ends it (progress resumed, the job ended)."""
+        updates it (key ``KIND:JOB``), None ends it (progress resumed, the job ended);
+        ``facts``: what it says, typed (the job, which its text leads with, is set)."""
         key = f"{kind}:{job}"
         if text is None:
             if key in self._active:
                 self._end(key)
             return []
         raised: list[Alert] = []
-        self._condition(key, kind, severity, gpu, text, now, raised, score=score, job=job)
+        facts = replace(facts, job=job)
+        self._condition(
+            key, kind, severity, gpu, text, now, raised, score=score, job=job, facts=facts
+        )
         return self._announce(raised)
 
     # --- silence ---------------------------------------------------------------------
@@ -718,13 +756,15 @@ class AlertEngine(AlertStore):
         *,
         silent_s: float = 0.0,
         gpu: int | None = None,
+        names_gpu: bool = False,
     ) -> list[Alert]:
         """``sglang_hung`` (critical) for the server on ``port`` while ``text`` (its
         headline and evidence) is given; None ends it: tokens come again, the requests are
         gone, or the server went down (a verdict of its own). ``gpu``: its (first) GPU,
-        so what else happens on that GPU folds into its incident."""
+        so what else happens on that GPU folds into its incident; ``names_gpu``: ``text``
+        names it."""
         return self._server_condition(
-            "sglang_hung", Health.CRITICAL, port, text, now, silent_s, gpu
+            "sglang_hung", Health.CRITICAL, port, text, now, silent_s, gpu, names_gpu=names_gpu
         )
 
     def on_spec_accept_low(self, port: int, text: str | None, now: float) -> list[Alert]:
@@ -753,11 +793,13 @@ class AlertEngine(AlertStore):
         *,
         score: float = 0.0,
         gpu: int | None = None,
+        names_gpu: bool = False,
     ) -> list[Alert]:
         """A serving engine's condition ``kind`` (key ``KIND:PORT``) for the server on
         ``port`` while ``text`` is given; None ends it. The vLLM verdicts
-        (``workloads/watch.py`` ``judge_vllm``) come through here."""
-        return self._server_condition(kind, level, port, text, now, score, gpu)
+        (``workloads/watch.py`` ``judge_vllm``) come through here. ``names_gpu``: ``text``
+        names ``gpu`` itself."""
+        return self._server_condition(kind, level, port, text, now, score, gpu, names_gpu=names_gpu)
 
     def _server_condition(
         self,
@@ -769,6 +811,8 @@ class AlertEngine(AlertStore):
         score: float,
         gpu: int | None = None,
         key: str | None = None,
+        *,
+        names_gpu: bool = False,
     ) -> list[Alert]:
         key = key or f"{kind}:{port}"
         if text is None:
@@ -776,7 +820,8 @@ class AlertEngine(AlertStore):
                 self._end(key)
             return []
         raised: list[Alert] = []
-        self._condition(key, kind, level, gpu, text, now, raised, score)
+        facts = AlertFacts(port=port, names_gpu=names_gpu)
+        self._condition(key, kind, level, gpu, text, now, raised, score, facts=facts)
         return self._announce(raised)
 
     # --- logs ---------------------------------------------------------------------------
@@ -872,9 +917,10 @@ class AlertEngine(AlertStore):
         last = failures[-1]
         after = lines[last.line_no - base :]
         if sum(1 for line in after if line.strip()) <= BACKLOG_END_LINES:
-            gpu, text = self._event_text(last, source)
+            gpu, text, facts = self._event_text(last, source)
+            facts = replace(facts, failure=last.kind)
             lines_to = tuple(source.lines_to(last.line_no))
-            self._ended_in[source.job] = _LogEnd(last.severity, gpu, text, at, lines_to)
+            self._ended_in[source.job] = _LogEnd(last.severity, gpu, text, at, lines_to, facts)
 
     def jobs_ended_in_failure(self) -> list[str]:
         """The configured jobs whose log ended in a failure when gpumon came and that are
@@ -895,7 +941,7 @@ class AlertEngine(AlertStore):
         if end is None or key in self._active:
             return
         self._down.add(job)
-        self._new(key, "job_crashed", end.severity, end.gpu, job, end.text, end.at)
+        self._new(key, "job_crashed", end.severity, end.gpu, job, end.text, end.at, facts=end.facts)
         self._keep_source(key, end.lines)
 
     def _job_log_written(self, job: str, now: float) -> None:
@@ -929,24 +975,39 @@ class AlertEngine(AlertStore):
         active: bool,
         past: bool = False,
     ) -> Alert | None:
-        gpu, text = self._event_text(event, source)
+        gpu, text, facts = self._event_text(event, source)
         if past and not active:
             text += " (before gpumon started)"
+            facts = replace(facts, line=f"{facts.line} (before gpumon started)")
         identity = ("log", path, event.kind, gpu)
-        if self._coalesce(identity, event.severity, text, now, past and not active):
+        if self._coalesce(identity, event.severity, text, now, past and not active, facts):
             return None
         key = f"{log_key_prefix(path)}{event.line_no}"
-        alert = self._new(key, event.kind, event.severity, gpu, source.job, text, now, active)
+        alert = self._new(
+            key, event.kind, event.severity, gpu, source.job, text, now, active, facts=facts
+        )
         self._keep_source(key, source.lines_to(event.line_no))
         self._repeat[identity] = key
         return None if past else alert
 
-    def _event_text(self, event: LogEvent, source: _LogSource) -> tuple[int | None, str]:
+    def _event_text(
+        self, event: LogEvent, source: _LogSource
+    ) -> tuple[int | None, str, AlertFacts]:
         """(the event's physical GPU, its alert text: the line's words and, in brackets,
-        how its GPU was told)."""
+        how its GPU was told, and its facts: the line's words, what a memory failure
+        tried and had free)."""
         gpu, note = self._event_gpu(event, source.gpus)
         head = f"{event.context}: {event.message}" if event.context else event.message
-        return gpu, f"{head} [{note}]" if note else head
+        facts = AlertFacts(
+            tried_bytes=event.tried_bytes,
+            free_bytes=event.free_bytes,
+            line=" ".join(head.split()),
+            detail=event.detail,
+            health_check=event.health_check,
+            # the log's own words name the GPU (what gpumon adds is the note)
+            names_gpu=gpu is not None and f"GPU {gpu}" in head,
+        )
+        return gpu, f"{head} [{note}]" if note else head, facts
 
     def _event_gpu(self, event: LogEvent, gpus: tuple[int, ...] | None) -> tuple[int | None, str]:
         if event.gpu is not None:
@@ -1033,12 +1094,20 @@ class AlertEngine(AlertStore):
             refs = self._latest.gpu_refs if self._latest is not None else GpuRegistry()
             ref = refs.bus(xid.pci) or refs.uuid(self._pci_uuid.get(xid.pci))
             gpu = None if ref is None else ref.index
-            text = xid.describe(gpu, self._xid_whose(xid, gpu), alone=alone)
-            alert = self._event(("xid", xid.pci, xid.xid), "xid", level, gpu, text, now, backlog)
+            whose = self._xid_whose(xid, gpu)
+            text = xid.describe(gpu, whose, alone=alone)
+            if ref is None:  # not one of the watched GPUs: its bus, and its uuid if said
+                ref = GpuRef(None, self._pci_uuid.get(xid.pci), bus_id_key(xid.pci))
+            meaning = xid_info(xid.xid, alone=alone).meaning
+            action = xid_action(xid.xid, xid.message, alone=alone)
+            facts = AlertFacts(gpu=ref, xid=XidFacts(xid.xid, meaning, action, whose))
+            alert = self._event(
+                ("xid", xid.pci, xid.xid), "xid", level, gpu, text, now, backlog, facts
+            )
             if alert is not None:
                 self._keep_source(alert.key, [line])
             if alert is not None and not backlog:
-                self.xid_counts[(gpu, xid.xid)] += 1
+                self.xid_counts[(gpu, xid.xid, level, action)] += 1
             return alert
         memcg = parse_oom_memcg(line)
         if memcg is not None:

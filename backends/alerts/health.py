@@ -86,11 +86,18 @@ _RECOVERY_TEXT = {
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One health fact that is a problem now: ``topic`` (``pcie``, ``clocks``, ``ecc``,
-    ``rows``, ``recovery``) names its alert (``gpu_health:TOPIC:GPU``)."""
+    ``rows``, ``recovery``) names its alert (``gpu_health:TOPIC:GPU``); ``message`` says
+    it and ends with ``advice``, what to do about it (its incident's fix)."""
 
     topic: str
     severity: Health
     message: str
+    advice: str | None = None
+
+
+def _finding(topic: str, severity: Health, fact: str, advice: str, joint: str = "; ") -> Finding:
+    """The finding that says ``fact``, then ``joint`` and ``advice``."""
+    return Finding(topic, severity, f"{fact}{joint}{advice}", advice)
 
 
 def recovery_action(gpu: GpuSample) -> str | None:
@@ -124,8 +131,8 @@ def pcie_finding(gpu: GpuSample) -> Finding | None:
     factor = best / now
     slower = f"{factor:.0f}x" if factor == int(factor) else f"{factor:.1f}x"
     text = f"GPU {gpu.index} PCIe link at x{now} of x{best}: downtrained; transfers {slower} slower"
-    text += "; reseat the card or check the riser at the next maintenance"
-    return Finding("pcie", Health.WARNING, text)
+    advice = "reseat the card or check the riser at the next maintenance"
+    return _finding("pcie", Health.WARNING, text, advice)
 
 
 def ecc_finding(gpu: GpuSample) -> Finding | None:
@@ -135,28 +142,24 @@ def ecc_finding(gpu: GpuSample) -> Finding | None:
         return None
     text = (
         f"GPU {gpu.index}: {count} uncorrected ECC error{'s' if count != 1 else ''} since the "
-        "driver loaded: a process using the GPU may have read bad memory; reset the GPU"
+        "driver loaded: a process using the GPU may have read bad memory"
     )
-    return Finding("ecc", Health.CRITICAL, text)
+    return _finding("ecc", Health.CRITICAL, text, "reset the GPU")
 
 
 def rows_finding(gpu: GpuSample) -> Finding | None:
     """A failed row remap (critical), rows or pages waiting for the next reset (warning)."""
     if gpu.rows_failure:
-        text = (
-            f"GPU {gpu.index}: row remapping failed (no spare rows left): RMA criterion; "
-            "drain the GPU and open a case with the vendor"
-        )
-        return Finding("rows", Health.CRITICAL, text)
+        text = f"GPU {gpu.index}: row remapping failed (no spare rows left): RMA criterion"
+        advice = "drain the GPU and open a case with the vendor"
+        return _finding("rows", Health.CRITICAL, text, advice)
     if gpu.rows_pending:
-        text = f"GPU {gpu.index}: memory rows wait to be remapped: reset the GPU at the next chance"
-        return Finding("rows", Health.WARNING, text)
+        text = f"GPU {gpu.index}: memory rows wait to be remapped"
+        return _finding("rows", Health.WARNING, text, "reset the GPU at the next chance", ": ")
     if gpu.pages_pending:
-        text = (
-            f"GPU {gpu.index}: memory pages wait to be retired: reset the GPU (or reboot) at "
-            "the next chance"
-        )
-        return Finding("rows", Health.WARNING, text)
+        text = f"GPU {gpu.index}: memory pages wait to be retired"
+        advice = "reset the GPU (or reboot) at the next chance"
+        return _finding("rows", Health.WARNING, text, advice, ": ")
     return None
 
 
@@ -166,11 +169,8 @@ def recovery_finding(gpu: GpuSample) -> Finding | None:
     if action is None or action == "none":
         return None
     what = _RECOVERY_TEXT.get(action, f"{action!r}")
-    return Finding(
-        "recovery",
-        Health.CRITICAL,
-        f"GPU {gpu.index}: the driver recommends a recovery action: {what}",
-    )
+    text = f"GPU {gpu.index}: the driver recommends a recovery action"
+    return _finding("recovery", Health.CRITICAL, text, what, ": ")
 
 
 def findings(gpu: GpuSample) -> list[Finding]:
@@ -246,9 +246,10 @@ class HealthWatch:
         minutes = (now - window[0][0]) / 60
         text = (
             f"GPU {gpu.index} clocks slowed {share * 100:.0f} % of the last {minutes:.0f} min "
-            f"({', '.join(slow)}): check its cooling, power and the node's event log"
+            f"({', '.join(slow)})"
         )
-        return Finding("clocks", Health.WARNING, text)
+        advice = "check its cooling, power and the node's event log"
+        return _finding("clocks", Health.WARNING, text, advice, ": ")
 
     def _corrected(self, now: float, gpu: GpuSample, history: _GpuHistory) -> Finding | None:
         count = gpu.ecc_corrected
@@ -269,6 +270,6 @@ class HealthWatch:
             return None
         text = (
             f"GPU {gpu.index}: {errors} corrected ECC errors in {span / 60:.0f} min "
-            f"({rate:.0f}/min): its memory is wearing; watch for rows to remap"
+            f"({rate:.0f}/min): its memory is wearing"
         )
-        return Finding("ecc", Health.WARNING, text)
+        return _finding("ecc", Health.WARNING, text, "watch for rows to remap")

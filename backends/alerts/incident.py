@@ -19,7 +19,10 @@ alerts into ``Incident`` views (nothing is stored: the alerts stay the record):
   on the GPU that ran out (a ``foreign_process`` alert of the incident, seen while it ran
   out) that is the cause and the headline says it: "(tried 2.00 GiB, 90 MiB free; 6.0
   GiB held by CT 201 jupyter-lab)". An Xid says what it is ("Xid 79 on GPU 6: fallen off
-  the bus"); what to do about it is its fixes;
+  the bus"); what to do about it is its fixes. It is rendered from the alerts' typed
+  facts (``facts.py``: the bytes tried and free, the holder, the Xid), never parsed out
+  of a message; ``said`` is the same line in parts (``Headline``: the job it leads with,
+  the line without the holder's clause) for a screen that shortens it;
 - ``fix``: the job to restart, when the incident has one;
 - ``fixes``: what fixes it, the first the best, each as ``Fix``: the dashboard key and its
   words ("r", "restart drafter"), and the command a headless user runs ("gpumon restart
@@ -38,10 +41,10 @@ incident, not per alert).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from gpumon.backends.alerts.facts import Held, size_words
 from gpumon.backends.alerts.kinds import Tag, cause_rank, tagged
 from gpumon.backends.alerts.store import JOB_DOWN_KEY, Alert
 from gpumon.backends.model import Health
@@ -51,6 +54,7 @@ __all__ = [
     "INCIDENT_GAP_S",
     "RESTART_FIXES",
     "Fix",
+    "Headline",
     "Incident",
     "IncidentBell",
     "alert_headline",
@@ -67,14 +71,6 @@ __all__ = [
 INCIDENT_GAP_S = 120.0
 BELL_SUBJECTS_KEPT = 1024  # subjects the bell remembers (the oldest-rung go first)
 _JOB_LED_KINDS = tagged(Tag.JOB_PROGRESS)
-_IDLE_KINDS = tagged(Tag.IDLE)  # their text names their GPUs
-_TRIED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", re.IGNORECASE)
-_FREE = re.compile(r"of which ([\d.]+ ?[KMGT]?i?B) (?:is )?free", re.IGNORECASE)
-_NOTE = re.compile(r"\s*\[(?:process )?GPU [^\]]*\]\s*$")  # "[process GPU 1 = GPU 6 ...]"
-_SIZE = re.compile(r"([\d.]+) ?([KMGT]?i?B)", re.IGNORECASE)
-# The engine's foreign_process text: "GPU 6: 6.0 GiB held by CT 201 jupyter-lab".
-_HELD = re.compile(r"GPU \d+: (?P<held>[\d.]+ GiB held by .+)")
-_XID = re.compile(r"Xid (?P<code>\d+) on (?P<where>GPU (?P<gpu>\d+)|PCI [0-9a-fA-F:.]+)")
 # A holder seen this long before the cause was raised still explains it (the engine's
 # crash verdict uses the same window: ``AlertEngine.foreign_holder``).
 HOLDER_WITHIN_S = 60.0
@@ -103,15 +99,48 @@ class Fix:
 
 
 @dataclass(frozen=True, slots=True)
+class Headline:
+    """An incident's line in parts: ``what`` happened ("CUDA OOM on GPU 6 (tried 2.00 GiB,
+    90 MiB free; 6.0 GiB held by CT 201 jupyter-lab)"), the ``job`` it leads with
+    ("drafter"; None: it has none, or ``what`` says it itself) and ``bare``: ``what``
+    without the holder's clause, where a screen may leave it out (the fix "K stop it"
+    and the GPU row still say it; None: no such clause). ``verbatim``: ``what`` says the
+    alert's message whole (what ``check`` need not print again below it)."""
+
+    what: str
+    job: str | None = None
+    bare: str | None = None
+    verbatim: bool = False
+
+    def __str__(self) -> str:
+        """``drafter: CUDA OOM on GPU 6 (...)``."""
+        return self.lead(self.what)
+
+    @property
+    def core(self) -> str:
+        """The line without the holder's clause (the whole line where it has none)."""
+        return self.lead(self.bare or self.what)
+
+    def lead(self, what: str) -> str:
+        """``what`` after the job it leads with."""
+        return f"{self.job}: {what}" if self.job else what
+
+
+@dataclass(frozen=True, slots=True)
 class Incident:
     """One failure as the user sees it: ``cause`` leads, ``evidence`` is the rest (newest
-    first). ``severity``: the worst of its active alerts, or of all once it ended."""
+    first). ``severity``: the worst of its active alerts, or of all once it ended.
+    ``said``: its headline in parts (``Headline``), ``headline`` the same as one line."""
 
     cause: Alert
     evidence: tuple[Alert, ...]
-    headline: str
+    said: Headline
     fix: str | None  # the job whose restart fixes it
     fixes: tuple[Fix, ...] = ()  # what fixes it, the best first (``Fix``)
+
+    @property
+    def headline(self) -> str:
+        return str(self.said)
 
     @property
     def alerts(self) -> tuple[Alert, ...]:
@@ -217,7 +246,7 @@ def _incident(
     held = holder(cause, members)
     fixes = _fixes(cause, can, held)
     fix = can if any(f.key == "r" for f in fixes) else None  # a restart that fixes it
-    return Incident(cause, evidence, alert_headline(cause, job, held=held), fix, fixes)
+    return Incident(cause, evidence, headline(cause, job, held=held), fix, fixes)
 
 
 # The causes a restart of the job fixes: the job is dead (its OOM, its memory dropping to
@@ -230,12 +259,13 @@ def _incident(
 RESTART_FIXES = tagged(Tag.RESTART_FIXES)
 
 
-def holder(cause: Alert, members: Iterable[Alert]) -> str | None:
+def holder(cause: Alert, members: Iterable[Alert]) -> Held | None:
     """Who else held memory on the GPU that ``cause`` says ran out ("6.0 GiB held by CT
     201 jupyter-lab"): the ``foreign_process`` alert of the same GPU among ``members``,
     active (seen first after the cause too: the host's process list comes every few
     seconds), or seen at most ``HOLDER_WITHIN_S`` before ``cause`` was raised; None when
-    there is none (or ``cause`` is not about memory running out)."""
+    there is none (or ``cause`` is not about memory running out, or the alert does not
+    say who: one of a recording from before facts)."""
     if cause.kind not in _RAN_OUT_KINDS or cause.gpu is None:
         return None
     seen = [
@@ -248,11 +278,10 @@ def holder(cause: Alert, members: Iterable[Alert]) -> str | None:
     if not seen:
         return None
     latest = max(seen, key=lambda a: (a.active, a.last_seen))
-    m = _HELD.fullmatch(" ".join(latest.message.split()))
-    return m.group("held") if m else None
+    return latest.facts.held
 
 
-def _fixes(cause: Alert, job: str | None, held: str | None = None) -> tuple[Fix, ...]:
+def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix, ...]:
     """What fixes an incident led by ``cause``; ``job``: the job a restart can fix (a
     restart only for the causes it fixes, ``RESTART_FIXES``, and an Xid's application errors);
     ``held``: another container's (or the host's) memory on the GPU that ran out, which
@@ -263,14 +292,13 @@ def _fixes(cause: Alert, job: str | None, held: str | None = None) -> tuple[Fix,
         return (Fix("K", "stop it"),)
     if held is not None:
         out.append(Fix("K", "stop it"))
-    xid = _XID.match(cause.message) if cause.kind == "xid" else None
+    xid = cause.facts.xid if cause.kind == "xid" else None
     if cause.kind == "gpu_health":
         out += _health_fixes(cause)
     elif xid is not None:
-        code, gpu = int(xid.group("code")), xid.group("gpu")
-        said = cause.message.partition(" — ")[2].partition(" (")[0].strip() or None
-        # 45 and 154: the action is the one the alert said (45 alone or not, 154's message)
-        out += _xid_fixes(code, cause.host, restart, gpu, said if code in (45, 154) else None)
+        gpu = None if cause.gpu is None else str(cause.gpu)
+        # the action the alert said (45 alone or not, 154's from its line)
+        out += _xid_fixes(xid.code, cause.host, restart, gpu, xid.action)
     elif restart is not None and cause.kind in RESTART_FIXES:
         out.append(restart)
     out += [Fix(None, advice) for advice in _ENGINE_FIXES.get(cause.kind, ())]
@@ -288,15 +316,12 @@ _ENGINE_FIXES = {
 
 def _health_fixes(cause: Alert) -> list[Fix]:
     """What to do about a GPU health fact (``gpu_health:TOPIC:GPU``, ``alerts/health.py``):
-    each message ends with its advice ("...: RMA criterion; drain the GPU and open a case
-    with the vendor", "...: reset the GPU at the next chance"), said as advice with the
-    command that resets the GPU where it is one; a critical fact adds the bundle for the
-    hand-over. The older per-GPU ``gpu_health`` (an error cell, a GPU gone) has none."""
-    if cause.key.count(":") != 2:
-        return []
-    text = " ".join(cause.message.split())
-    advice = text.rpartition("; ")[2] if "; " in text else text.rpartition(": ")[2]
-    if not advice or advice == text:
+    its advice ("drain the GPU and open a case with the vendor", "reset the GPU at the
+    next chance"), said with the command that resets the GPU where it is one; a critical
+    fact adds the bundle for the hand-over. The older per-GPU ``gpu_health`` (an error
+    cell, a GPU gone) has none."""
+    advice = cause.facts.advice
+    if not advice:
         return []
     if cause.gpu is not None and advice.startswith(RESET_GPU):
         advice = _with_reset(advice, str(cause.gpu))
@@ -345,67 +370,88 @@ def _can_restart(job: str, restartable: Collection[str] | Callable[[str], bool] 
     return job in restartable
 
 
-def alert_headline(alert: Alert, job: str | None = None, *, held: str | None = None) -> str:
-    """One alert as a headline: "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)".
+def alert_headline(alert: Alert, job: str | None = None, *, held: Held | None = None) -> str:
+    """One alert as a headline: "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)"
+    (``headline`` as one line)."""
+    return str(headline(alert, job, held=held))
+
+
+def headline(alert: Alert, job: str | None = None, *, held: Held | None = None) -> Headline:
+    """What ``alert`` says as the headline says it, from its facts.
 
     The job (``job``, else the alert's) leads; the GPU is the physical index the engine
     resolved; a condition alert says its peak (what was true at its worst). ``held``:
     another container's memory on that GPU ("6.0 GiB held by CT 201 jupyter-lab", see
-    ``holder``), said as the cause. An Xid says what it is, not what to do (its fixes)."""
+    ``holder``), said as the cause. An Xid says what it is, not what to do (its fixes).
+    An alert of a recording from before facts says its message, but a CUDA OOM, which
+    says no more than its kind and GPU."""
     job = job or alert.job
-    gpu = alert.gpu
-    on_gpu = f" on GPU {gpu}" if gpu is not None else ""
+    facts = alert.facts
     message = " ".join(alert.message.split())
+    held_words = None if held is None else " ".join(str(held).split())
+    bare, verbatim = None, False
     if failure_kind(alert) == "cuda_oom":
-        tried, free = _TRIED.search(message), _FREE.search(message)
-        facts = (
-            f"tried {_size(tried.group(1))}" if tried else "",
-            f"{_size(free.group(1))} free" if free else "",
-        )
-        detail = ", ".join(f for f in facts if f)
-        if held is not None:
-            detail = f"{detail}; {held}" if detail else held
-            held = None
-        what = f"CUDA OOM{on_gpu}" + (f" ({detail})" if detail else "")
-        if not detail:  # a form without PyTorch's numbers: say what it does say
-            rest = _NOTE.sub("", message).partition("out of memory")[2].strip(" .:;,")
-            what += f": {rest}" if rest else ""
+        what, bare = _cuda_oom(alert, held_words)
+        held_words = None
     elif alert.kind in _JOB_LED_KINDS:  # its message leads with the job: "drafter stalled: ..."
-        return message
+        return Headline(message, verbatim=True)
     elif alert.kind in ("memory", "time_to_full", "oom_death", "gpu_health"):
-        what = alert.peak_message or message
-        what = _NOTE.sub("", " ".join(what.split()))
-    elif alert.kind == "xid" and _XID.match(message):
-        what = message.partition(" — ")[0]  # the action is the incident's fixes
+        what = " ".join(alert.peak_text.split())
+        verbatim = what == message
+    elif alert.kind == "xid" and facts.xid is not None and _xid_where(alert) is not None:
+        xid = facts.xid
+        what = f"Xid {xid.code} on {_xid_where(alert)}: {xid.meaning}"  # its action: the fixes
     else:
-        what = _NOTE.sub("", message)
-        if gpu is not None and f"GPU {gpu}" not in what and alert.kind not in _IDLE_KINDS:
-            what = f"{what} (GPU {gpu})"
-    if held is not None and "held by" not in what:
-        what = f"{what} ({held})"
-    if job and not what.startswith((f"{job}:", f"{job}'s ")):
-        return f"{job}: {what}"
-    return what
+        what = " ".join((facts.line or alert.message).split())
+        verbatim = what == message
+        if alert.gpu is not None and not facts.names_gpu:
+            what = f"{what} (GPU {alert.gpu})"
+    if held_words is not None:
+        what = f"{what} ({held_words})"
+    leads = job is not None and facts.job == job  # its words lead with it: "drafter's GPUs"
+    return Headline(what, job if job and not leads else None, bare, verbatim)
+
+
+def _cuda_oom(alert: Alert, held: str | None) -> tuple[str, str | None]:
+    """A CUDA OOM as the headline says it, and the same without ``held`` where that is a
+    clause of its own: "CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT
+    201 jupyter-lab)"; without PyTorch's numbers, what its line says after "out of memory"."""
+    facts = alert.facts
+    on_gpu = f" on GPU {alert.gpu}" if alert.gpu is not None else ""
+    said = (
+        "" if facts.tried_bytes is None else f"tried {size_words(facts.tried_bytes)}",
+        "" if facts.free_bytes is None else f"{size_words(facts.free_bytes)} free",
+    )
+    numbers = ", ".join(f for f in said if f)
+    detail = f"{numbers}; {held}" if numbers and held else numbers or held or ""
+    what = f"CUDA OOM{on_gpu}" + (f" ({detail})" if detail else "")
+    if not detail and facts.detail:  # a form without PyTorch's numbers: say what it does say
+        what += f": {' '.join(facts.detail.split())}"
+    bare = f"CUDA OOM{on_gpu} ({numbers})" if numbers and held else None
+    return what, bare
+
+
+def _xid_where(alert: Alert) -> str | None:
+    """``GPU 6``, ``PCI 0000:9a:00 (not a GPU of this host: CT 201's)``: the Xid's GPU and
+    what it is to the host; None when the alert says neither."""
+    xid, ref = alert.facts.xid, alert.facts.gpu
+    if alert.gpu is not None:
+        where = f"GPU {alert.gpu}"
+    elif ref is not None and ref.pci is not None:
+        where = f"PCI {ref.pci}"
+    else:
+        return None
+    return f"{where} ({xid.whose})" if xid is not None and xid.whose else where
 
 
 def failure_kind(alert: Alert) -> str:
-    """The kind of what ``alert`` says happened: its kind, but ``cuda_oom`` for a job down
-    since the CUDA OOM its log ended in (``JOB_DOWN_KEY``, whose words are that line's),
-    so the headline and the job's crash reason say the OOM as the OOM's alert does."""
-    if alert.key.startswith(JOB_DOWN_KEY) and "out of memory" in alert.message.lower():
-        return "cuda_oom"
+    """The kind of what ``alert`` says happened: its kind, but for a job down since the
+    failure its log ended in (``JOB_DOWN_KEY``, whose words are that line's) that
+    failure's (``cuda_oom``), so the headline and the job's crash reason say the OOM as
+    the OOM's alert does."""
+    if alert.key.startswith(JOB_DOWN_KEY) and alert.facts.failure:
+        return alert.facts.failure
     return alert.kind
-
-
-def _size(text: str) -> str:
-    """ "90.00 MiB" -> "90 MiB"; "2.00 GiB" stays (PyTorch's own precision for GiB)."""
-    m = _SIZE.fullmatch(text.strip())
-    if m is None:
-        return text
-    number, unit = m.groups()
-    if unit.upper().startswith(("M", "K", "B")) and number.endswith(".00"):
-        number = number[:-3]
-    return f"{number} {unit}"
 
 
 def line(incident: Incident, fix_hint: str | None = None) -> str:

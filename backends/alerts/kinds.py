@@ -10,7 +10,10 @@ Adding a kind:
 1. one ``AlertKind`` in ``ALERT_KINDS`` below, where the docs and the exporter should list
    it: its name, nature, title, cause rank, tags and documentation;
 2. its rule: a method of ``AlertEngine`` (``engine.py``) that calls ``_condition`` or
-   ``_new`` with the kind, or a source that calls ``AlertStore.raise_alert``;
+   ``_new`` with the kind, or a source that calls ``AlertStore.raise_alert``, with what
+   the alert says as its ``AlertFacts`` (``facts.py``: the outputs render from those,
+   never from its message; a message that names its GPU says ``names_gpu``, else the
+   headline adds "(GPU 6)");
 3. its test (``tests/unit/``), and ``python -m gpumon.backends.alerts.kinds > docs/alerts.md``.
 
 ``tests/unit/test_alert_kinds.py`` fails when a kind the code raises is not declared here,

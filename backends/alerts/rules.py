@@ -61,8 +61,9 @@ from dataclasses import dataclass, fields, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
+from gpumon.backends.alerts.facts import Held, Holder
 from gpumon.backends.model import GpuProcess, GpuSample, Health
-from gpumon.backends.parsers.processes import container_label, foreign, holder_text
+from gpumon.backends.parsers.processes import container_label, foreign
 
 MIB_PER_GIB = 1024.0
 # A slow nvidia-smi round is not a frozen agent: at a short interval the stale levels
@@ -550,17 +551,30 @@ class GpuWatch:
         return None
 
 
+def foreign_held(processes: tuple[GpuProcess, ...], watched: int | None) -> Held | None:
+    """The memory processes of another container or of the host hold on a GPU whose
+    ``processes`` these are (``Held``: in all, the biggest holder, how many others); None
+    when none do (or nothing is known of them)."""
+    others = [p for p in foreign(processes, watched) if p.memory_mib]
+    if not others:
+        return None
+    others.sort(key=lambda p: -(p.memory_mib or 0))
+    total = sum(p.memory_mib or 0 for p in others)
+    first = others[0]
+    holder = Holder(first.container, first.host_pid, first.short_name)
+    return Held(total, holder, len(others) - 1)
+
+
 def foreign_memory(
     gpu: GpuSample, processes: tuple[GpuProcess, ...], watched: int | None
 ) -> str | None:
     """The ``foreign_process`` text for ``gpu`` (``GPU 6: 20.1 GiB held by CT 201
     jupyter``) when processes of another container or of the host hold memory on it,
     the biggest holder named; None when none do (or nothing is known of them)."""
-    others = [p for p in foreign(processes, watched) if p.memory_mib]
-    if not others:
-        return None
-    others.sort(key=lambda p: -(p.memory_mib or 0))
-    total = sum(p.memory_mib or 0 for p in others)
-    who = holder_text(others[0])
-    more = f" and {len(others) - 1} more" if len(others) > 1 else ""
-    return f"GPU {gpu.index}: {total / MIB_PER_GIB:.1f} GiB held by {who}{more}"
+    held = foreign_held(processes, watched)
+    return None if held is None else held_on(gpu.index, held)
+
+
+def held_on(index: int, held: Held) -> str:
+    """``GPU 6: 20.1 GiB held by CT 201 jupyter``: the ``foreign_process`` alert's text."""
+    return f"GPU {index}: {held}"

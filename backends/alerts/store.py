@@ -21,9 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpumon.backends.alerts.facts import NO_FACTS, AlertFacts
 from gpumon.backends.alerts.kinds import CONDITION_KINDS, alert_kind
 from gpumon.backends.listeners import Listeners
-from gpumon.backends.model import Health, iso_time
+from gpumon.backends.model import GpuRef, Health, iso_time
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,10 @@ class Alert:
     ``message`` is what is true now (a condition's latest value); ``first_message`` what was
     true when it was raised and ``peak_message`` at its worst (``peak_severity``, and within
     it the highest ``peak_score`` its rule gave): the history shows those, not the values
-    an alert had while it cleared. Empty strings mean "the same as ``message``"."""
+    an alert had while it cleared. Empty strings mean "the same as ``message``".
+
+    ``facts`` are what it says, typed (``facts.py``), as its rule set them with its latest
+    ``message``: every other output renders from them; none reads the message back."""
 
     key: str
     severity: Health  # WARNING or CRITICAL
@@ -69,6 +73,7 @@ class Alert:
     peak_severity: Health | None = None
     peak_score: float = 0.0
     peak_time: float | None = None  # when it reached its peak (None: when it was raised)
+    facts: AlertFacts = NO_FACTS
 
     @property
     def raised_text(self) -> str:
@@ -92,7 +97,8 @@ class Alert:
 
     def to_json(self) -> dict[str, Any]:
         """``severity kind host gpu job message time`` and ``first_message``,
-        ``peak_message``, ``peak_severity``; time is local ISO 8601 with offset."""
+        ``peak_message``, ``peak_severity``, ``facts`` (the known ones); time is local ISO
+        8601 with offset."""
         stamp = iso_time(self.time)
         return {
             "severity": self.severity.value,
@@ -105,6 +111,7 @@ class Alert:
             "first_message": self.raised_text,
             "peak_message": self.peak_text,
             "peak_severity": self.peak.value,
+            "facts": self.facts.to_json(),
         }
 
 
@@ -201,6 +208,7 @@ class AlertStore:
         job: str | None = None,
         key: str | None = None,
         at: float | None = None,
+        facts: AlertFacts = NO_FACTS,
     ) -> Alert | None:
         """An event alert from outside the engine's own rules (an automatic restart, an
         alert replayed from a recording). It stays active until acknowledged or cleared and
@@ -210,8 +218,9 @@ class AlertStore:
         now = self.clock() if at is None else at
         self._serial += 1
         alert = self._new(
-            key or f"{kind}:event:{self._serial}", kind, severity, gpu, job, message, now
-        )
+            key or f"{kind}:event:{self._serial}", kind, severity, gpu, job, message, now,
+            facts=facts,
+        )  # fmt: skip
         self._announce([alert])
         return alert
 
@@ -225,17 +234,24 @@ class AlertStore:
         text: str,
         now: float,
         past: bool,
+        facts: AlertFacts = NO_FACTS,
     ) -> Alert | None:
-        if self._coalesce(identity, severity, text, now, past):
+        if self._coalesce(identity, severity, text, now, past, facts):
             return None
         self._serial += 1
         key = f"{kind}:{identity[1]}:{self._serial}"
-        alert = self._new(key, kind, severity, gpu, None, text, now, active=not past)
+        alert = self._new(key, kind, severity, gpu, None, text, now, active=not past, facts=facts)
         self._repeat[identity] = key
         return alert
 
     def _coalesce(
-        self, identity: tuple[Any, ...], severity: Health, text: str, now: float, past: bool
+        self,
+        identity: tuple[Any, ...],
+        severity: Health,
+        text: str,
+        now: float,
+        past: bool,
+        facts: AlertFacts = NO_FACTS,
     ) -> bool:
         """Fold a repeat into the alert ``identity`` already has; False when it needs a new one.
 
@@ -249,7 +265,8 @@ class AlertStore:
         if severity.rank > old.severity.rank:
             self._end(old.key)
             return False
-        self._store(replace(old, message=text, last_seen=now))
+        facts = self._with_ref(facts, old.gpu)
+        self._store(replace(old, message=text, last_seen=now, facts=facts))
         return True
 
     def _condition(
@@ -263,19 +280,26 @@ class AlertStore:
         out: list[Alert],
         score: float = 0.0,
         job: str | None = None,
+        facts: AlertFacts = NO_FACTS,
     ) -> None:
         """Raise, update or escalate the condition ``key``. ``score``: how bad this value
         is within its severity (higher is worse: the fill fraction, minus the seconds to
-        full); the peak is the highest (severity, score) seen."""
+        full); the peak is the highest (severity, score) seen. ``facts``: what ``text``
+        says, typed."""
         old = self._active.get(key)
         if old is None:
-            new = self._new(key, kind, severity, gpu, job, text, now)
+            new = self._new(key, kind, severity, gpu, job, text, now, facts=facts)
             new = replace(new, peak_score=score)
             self._store(new)
             out.append(new)
             return
         peak = (severity.rank, score) > (old.peak.rank, old.peak_score)
-        changes: dict[str, Any] = {"severity": severity, "message": text, "last_seen": now}
+        changes: dict[str, Any] = {
+            "severity": severity,
+            "message": text,
+            "last_seen": now,
+            "facts": self._with_ref(facts, gpu),
+        }
         if peak:
             changes.update(
                 peak_message=text, peak_severity=severity, peak_score=score, peak_time=now
@@ -297,6 +321,8 @@ class AlertStore:
         text: str,
         now: float,
         active: bool = True,
+        *,
+        facts: AlertFacts = NO_FACTS,
     ) -> Alert:
         if alert_kind(kind) is None and kind not in _UNDECLARED:
             _UNDECLARED.add(kind)  # a recording of another version; in gpumon's own code a bug
@@ -318,10 +344,23 @@ class AlertStore:
             peak_message=text,
             peak_severity=severity,
             peak_time=now,
+            facts=self._with_ref(facts, gpu),
         )
         self._history.pop(key, None)
         self._store(alert)
         return alert
+
+    def _with_ref(self, facts: AlertFacts, gpu: int | None) -> AlertFacts:
+        """``facts`` with the GPU ``gpu`` by every name (``gpu_ref``), where its rule gave
+        none."""
+        if facts.gpu is not None or gpu is None:
+            return facts
+        return replace(facts, gpu=self.gpu_ref(gpu))
+
+    def gpu_ref(self, index: int) -> GpuRef:
+        """GPU ``index`` by every name this store knows (only its index: the engine
+        knows the sample's GPUs)."""
+        return GpuRef(index)
 
     def _keep_source(self, key: str, lines: Sequence[str]) -> None:
         """Keep the last ``SOURCE_LINES_MAX`` of ``lines`` as what raised ``key``."""

@@ -31,6 +31,7 @@ from typing import Any
 
 from gpumon.backends import untrusted
 from gpumon.backends.actions import audit
+from gpumon.backends.alerts.facts import AlertFacts
 from gpumon.backends.alerts.incident import Incident
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.alerts.store import Alert
@@ -720,6 +721,7 @@ def alert_from_json(data: Mapping[str, Any]) -> Alert | None:
             first_message=str(data.get("first_message") or ""),
             peak_message=str(data.get("peak_message") or ""),
             peak_severity=None if peak is None else Health(peak),
+            facts=AlertFacts.from_json(data.get("facts")),  # none in an older recording
         )
     except (KeyError, ValueError, TypeError):
         return None

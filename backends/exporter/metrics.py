@@ -5,8 +5,9 @@ copied between scrapes); ``OomCounter`` counts OOM alerts as they are raised (a 
 must only go up, so it cannot be derived from the alert list, which forgets);
 ``gpumon_xid_events_total`` counts the kernel's Xid events per GPU and code, labelled
 with the Xid table's level and NVIDIA's action (``parsers/xid.py``, the table the alerts
-and the fleet use); ``MetricsServer`` answers ``GET /metrics`` on the event loop, from its
-own registry (no process or Python metrics of gpumon itself mixed in), and hands every
+and the fleet use) as each event's alert has them in its facts (Xid 154: the recovery
+action its line names); ``MetricsServer`` answers ``GET /metrics`` on the event loop, from
+its own registry (no process or Python metrics of gpumon itself mixed in), and hands every
 other request to its ``pages`` (the incident page, ``backends/web``) when it has them.
 
 Names follow the Prometheus conventions: the ``gpumon_`` prefix, base units (bytes,
@@ -36,7 +37,6 @@ from prometheus_client.registry import Collector
 from gpumon.backends.alerts.kinds import KINDS, NOTE_KINDS, Tag, tagged
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
-from gpumon.backends.parsers.xid import xid_action, xid_level
 from gpumon.backends.remote.agent import cut_name
 
 if TYPE_CHECKING:
@@ -183,10 +183,9 @@ class GpumonCollector(Collector):
                 put("gpumon_sglang_kv_usage_ratio", labels, srv.token_usage)
                 put("gpumon_sglang_generation_tokens_per_second", labels, srv.gen_tokens_per_s)
                 put("gpumon_sglang_spec_accept_length", labels, srv.spec_accept_length)
-            for (gpu_index, code), n in sorted(m.alerts.xid_counts.items(), key=str):
-                level = xid_level(code)  # 154: by its message; the count keeps no message
-                action = xid_action(code) or ""
-                xids.add_metric([host, _gpu(gpu_index), str(code), level.value, action], n)
+            for (gpu_index, code, level, action), n in sorted(m.alerts.xid_counts.items(), key=str):
+                labels = [host, _gpu(gpu_index), str(code), level.value, action or ""]
+                xids.add_metric(labels, n)
             for severity, kind, count in _alert_counts(m.alerts.active()):
                 put("gpumon_alerts_active", [host, severity, kind], count)
         ooms = CounterMetricFamily(

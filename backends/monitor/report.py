@@ -411,7 +411,7 @@ def _alert_lines(monitor: HostMonitor, found: list[Incident], width: int | None)
                 f"{cut(printable(a.job or '-'), 12):<12} {data['time']}"
             )
             message = printable(a.message)
-            if " ".join(message.split()) in incident.headline:
+            if a is incident.cause and incident.said.verbatim:
                 out.append(meta)  # the headline above says it all
                 continue
             if width is None:

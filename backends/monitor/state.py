@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
+from gpumon.backends.alerts.facts import NO_FACTS, AlertFacts
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.model import (
@@ -771,8 +772,11 @@ class HostMonitor:
         job: str | None,
         key: str,
         at: float,
+        facts: AlertFacts = NO_FACTS,
     ) -> None:
-        self.alerts.raise_alert(kind, severity, message, gpu=gpu, job=job, key=key, at=at)
+        self.alerts.raise_alert(
+            kind, severity, message, gpu=gpu, job=job, key=key, at=at, facts=facts
+        )
         self._notify()
 
     def ingest_error(self, text: str) -> None:

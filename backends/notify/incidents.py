@@ -32,7 +32,8 @@ calls it after every change) and returns the incident events to deliver:
 - each event says the incident's headline and fix as the dashboard does
   (``Incident.headline``, ``command_fix``), and the cause's raw line;
 - ``auto_restart`` alerts are not incidents of their own: they say what gpumon decided
-  about the job's crash (a restart in 10 s, or that it gave up). The restart itself is
+  about the job's crash (a restart in 10 s, or that it gave up: the alert's facts,
+  ``Restart``, never its words). The restart itself is
   said when it ended (``note_restart``: an ``update`` with its outcome, when, the new PID
   and how long it took), never before it ran; the resolve says who fixed it;
 - the recording is the flight recording whose window holds the incident's start, if any
@@ -43,10 +44,10 @@ No I/O, no clock of its own; not thread-safe (the event loop calls it).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpumon.backends.alerts.facts import Restart
 from gpumon.backends.alerts.incident import (
     INCIDENT_GAP_S,
     Incident,
@@ -61,9 +62,6 @@ from gpumon.backends.notify.event import IncidentEvent, incident_key
 
 __all__ = ["IncidentTracker", "OpenIncident"]
 
-_GAVE_UP = re.compile(r"gives up|gave up")
-_ATTEMPT = re.compile(r"automatic restart (\d+)/(\d+) in ([\d.]+) (s|min|h)\b")
-_UNIT_S = {"s": 1.0, "min": 60.0, "h": 3600.0}
 RECORDINGS_KEPT = 32  # per host: the recorder's own bound (recording.WRITTEN_MAX)
 Window = tuple[float, float, str]  # a recording's (start, end, path)
 
@@ -125,7 +123,7 @@ class IncidentTracker:
         self.open: dict[str, OpenIncident] = {}
         self._jobs: dict[tuple[str, str], _JobNote] = {}
         self._recordings: dict[str, list[Window]] = {}  # host -> its recordings' windows
-        self._seen_auto: set[tuple[str, str]] = set()
+        self._seen_auto: set[tuple[str, Restart | None]] = set()
 
     def note_recordings(self, host: str, windows: Iterable[Window]) -> None:
         """``host``'s flight recordings, written or scheduled: (start, end, path) each."""
@@ -373,25 +371,27 @@ class IncidentTracker:
 
     def _auto_restart(self, host: str, alert: Alert) -> None:
         # These alerts stay active until acknowledged: each one is read once.
-        if not alert.job or (alert.key, alert.message) in self._seen_auto:
+        restart = alert.facts.restart
+        if not alert.job or (alert.key, restart) in self._seen_auto:
             return
         if len(self._seen_auto) > 1000:
             self._seen_auto.clear()
-        self._seen_auto.add((alert.key, alert.message))
+        self._seen_auto.add((alert.key, restart))
         note = self._jobs.setdefault((host, alert.job), _JobNote())
-        text = alert.message
-        if _GAVE_UP.search(text):
+        if restart is None:  # one of a recording from before facts: what it decided is unknown
+            return
+        if restart.step == "gave_up":
             action = "auto-restart gave up"
-        elif m := _ATTEMPT.search(text):
+        elif restart.step == "due":
             # Decided, not done: the restart runs after its delay, and note_restart says
             # when it ended and how (this used to say "attempted" before it ran).
-            due = alert.time + float(m[3]) * _UNIT_S[m[4]]
-            note.action = f"auto-restart {m[1]}/{m[2]} due {iso_time(due)}"
+            due = alert.time + (restart.delay_s or 0.0)
+            note.action = f"auto-restart {restart.attempt}/{restart.attempts} due {iso_time(due)}"
             note.noted_at, note.action_at, note.pid, note.took_s = alert.time, None, None, None
             return
-        elif "could not start" in text:
-            action = "auto-restart failed: " + text.partition("could not start: ")[2]
-        else:  # "auto-restart of drafter failed: ...": note_restart says it, with its time
+        elif restart.step == "not_started":
+            action = f"auto-restart failed: {restart.why or ''}"
+        else:  # the restart ran and failed: note_restart says it, with its time
             return
         note.action, note.noted_at, note.action_at = action, alert.time, alert.time
         note.pid = note.took_s = None

@@ -156,6 +156,12 @@ _EXCEPTION_LINE = lazy_pattern(
     r"(?:[A-Za-z_]\w{0,60}\.){0,8}[A-Za-z_]\w{0,80}(?:Error|Exception|Interrupt|Exit|Failure)\b"
     r"|(?:[a-z_]\w{0,60}\.){1,8}[A-Z]\w{0,80}:"
 )
+# What a memory failure tried and had free (formats.md 5.1's sizes; the lenient units of
+# other allocators too): read here, said by the headline from the bytes (``size_words``).
+_SIZE_TEXT = r"([\d.]{1,20}) ?(bytes|[KMGT]?i?B)\b"
+_TRIED = lazy_pattern(rf"Tried to allocate {_SIZE_TEXT}", re.IGNORECASE)
+_FREE = lazy_pattern(rf"of which {_SIZE_TEXT} (?:is )?free", re.IGNORECASE)
+_POWER = {"K": 1, "M": 2, "G": 3, "T": 4}
 _SOURCE = ("raise ", "except ", 'File "', "#")
 _NOT_CRASHES = ("KeyboardInterrupt", "SystemExit", "GeneratorExit")
 
@@ -168,6 +174,11 @@ class LogEvent:
     it could be translated (``gpu_uuid`` when CUDA_VISIBLE_DEVICES names UUIDs); ``gpu_note``
     says how (or that it could not be). ``context`` is e.g. ``rank 1`` or
     ``SGLang Scheduler TP0``.
+
+    A memory failure's numbers where its line has PyTorch's (formats.md 5.1):
+    ``tried_bytes`` (``Tried to allocate 2.00 GiB``) and ``free_bytes`` (``of which 90.00
+    MiB is free``); without either, ``detail``: its words after "out of memory" (None:
+    none). ``health_check``: SGLang's ``Health check failed.``
     """
 
     kind: str  # cuda_oom | kv_cache_full | sglang_error | job_crashed | vllm_kv_memory
@@ -179,6 +190,10 @@ class LogEvent:
     gpu_uuid: str | None = None
     gpu_note: str = ""
     context: str | None = None
+    tried_bytes: int | None = None
+    free_bytes: int | None = None
+    detail: str | None = None
+    health_check: bool = False
 
     @property
     def text(self) -> str:
@@ -367,7 +382,10 @@ class LogScanner:
         if crash is None:
             return
         if crash.group("health"):
-            out.append(LogEvent("sglang_error", Health.WARNING, _trim(_clean(text)), self.line_no))
+            message = _trim(_clean(text))
+            out.append(
+                LogEvent("sglang_error", Health.WARNING, message, self.line_no, health_check=True)
+            )
             return
         if self.line_no - self._last_failure_line <= AFTERMATH_LINES:
             return  # the shutdown that follows a memory failure already raised
@@ -436,7 +454,42 @@ class LogScanner:
         group.failure = group.state != 0
         self._last_failure_line = self.line_no
         ctx = group.context if group.state else context
-        out.append(LogEvent(kind, Health.CRITICAL, message, line_no, local, gpu, uuid, note, ctx))
+        tried, free = _size(_TRIED.search(message)), _size(_FREE.search(message))
+        detail = None
+        if tried is None and free is None:
+            detail = message.partition("out of memory")[2].strip(" .:;,") or None
+        out.append(
+            LogEvent(
+                kind,
+                Health.CRITICAL,
+                message,
+                line_no,
+                local,
+                gpu,
+                uuid,
+                note,
+                ctx,
+                tried_bytes=tried,
+                free_bytes=free,
+                detail=detail,
+            )
+        )
+
+
+def _size(m: re.Match[str] | None) -> int | None:
+    """Bytes of a size ``_TRIED`` or ``_FREE`` found (``2.00 GiB``, ``0 bytes``): PyTorch's
+    ``format_size`` spells them in powers of 1024 (formats.md 5.1). A unit says the size
+    is above the one below it (exactly 1 GiB is ``1024.00 MiB``): ``1.00 GiB`` is read as
+    a byte more than 1 GiB, so that ``size_words`` says it in GiB again."""
+    if m is None:
+        return None
+    try:
+        number = float(m.group(1))
+    except ValueError:
+        return None
+    power: int = _POWER.get(m.group(2)[0].upper(), 0)
+    size = round(number * (1 << 10 * power))
+    return max(size, (1 << 10 * power) + 1) if 1 <= power <= 3 else size
 
 
 def _gpu_number(text: str) -> int | None:

@@ -34,6 +34,7 @@ __all__ = [
     "foreign",
     "from_record",
     "holder_text",
+    "holder_words",
     "index_ranges",
     "process_columns",
     "process_words",
@@ -229,10 +230,16 @@ def index_ranges(indexes: Iterable[int]) -> str:
 
 def holder_text(p: GpuProcess) -> str:
     """``CT 201 jupyter`` / ``host python3`` / ``CT 200 python train.py`` in a sentence."""
-    where = container_label(p.container)
+    return holder_words(p.container, p.short_name)
+
+
+def holder_words(container: str | None, program: str | None) -> str:
+    """A process by its container (``container_label``'s) and program, in a sentence:
+    ``CT 201 jupyter``, ``host python3``."""
+    where = container_label(container)
     if where.startswith("CT"):
         where = f"CT {where[2:]}"
-    return f"{where} {p.short_name or '[unknown]'}"
+    return f"{where} {program or '[unknown]'}"
 
 
 def process_words(p: GpuProcess) -> str:

@@ -111,7 +111,9 @@ def judge(gpus: list[GpuSample], *, strict: bool = False) -> list[Check]:
         normal = f"no slowdown now ({', '.join(reasons) or 'full speed'})"
         fix = "check cooling, power supply and the node's event log (ipmitool sel list)"
         # one look at a slowdown is a warning even in --gpus: a brake on a spike passes
-        clocks = [Finding(f.topic, Health.WARNING, f.message) for f in found.get("clocks", [])]
+        clocks = [
+            Finding(f.topic, Health.WARNING, f.message, f.advice) for f in found.get("clocks", [])
+        ]
         out.append(_topic_check("clocks", clocks, normal, fix, strict=False))
     if not _reported(gpus, lambda g: g.ecc_uncorrected):
         out.append(Check("ecc", "n/a", "ECC counts not reported (ECC off or not supported)"))

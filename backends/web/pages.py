@@ -304,7 +304,7 @@ def incident_plots(monitor: HostMonitor, incident: Incident, now: float) -> list
         )
     for port, server in monitor.workloads.sglang.items():
         if (
-            any(f":{port}" in a.message or a.key.endswith(f":{port}") for a in incident.alerts)
+            any(a.facts.port == port or a.key.endswith(f":{port}") for a in incident.alerts)
             and server.history
         ):
             plots.append(

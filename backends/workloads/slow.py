@@ -38,6 +38,7 @@ __all__ = [
     "WARMUP_S",
     "RunBaselines",
     "RunRecord",
+    "Slow",
     "SlowWatch",
     "judge_slow",
     "rate_words",
@@ -112,6 +113,17 @@ class RunBaselines:
             os.replace(tmp, self.path)
 
 
+@dataclass(frozen=True, slots=True)
+class Slow:
+    """A ``job_slow`` verdict: its ``message``, and the job's ``rate`` and ``baseline`` in
+    ``unit`` (its alert's facts)."""
+
+    message: str
+    rate: float
+    baseline: float
+    unit: str
+
+
 @dataclass
 class SlowWatch:
     """One job's slow-rule state across samples."""
@@ -142,8 +154,8 @@ def judge_slow(
     gpu_power: float | None,
     baselines: RunBaselines,
     changes: Callable[[float], str | None] | None = None,
-) -> str | None:
-    """The ``job_slow`` message for ``job`` at ``now``, or None; feeds ``watch`` (this run's
+) -> Slow | None:
+    """The ``job_slow`` verdict for ``job`` at ``now``, or None; feeds ``watch`` (this run's
     rates after warm-up) and records a good run in ``baselines``. ``gpu_util`` /
     ``gpu_power``: the job's GPUs' mean utilisation and power now (None: not reported).
     ``changes``: what changed on the host since an epoch second (None: nothing known),
@@ -181,10 +193,11 @@ def judge_slow(
     if slow and watch.slow_since is not None and now - watch.slow_since >= for_s:
         assert base is not None
         watch.was_slow = True
-        verdict = _message(job, rate, unit, base, usual, gpu_util, gpu_power)
+        text = _message(job, rate, unit, base, usual, gpu_util, gpu_power)
         changed = changes(base.start) if changes is not None and usual == "usual" else None
         if changed:
-            verdict += f"; since the baseline: {changed}"
+            text += f"; since the baseline: {changed}"
+        verdict = Slow(text, rate, base.rate, unit)
     _maybe_record(job, watch, now, baselines, unit)
     return verdict
 

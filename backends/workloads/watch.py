@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
+from gpumon.backends.alerts.facts import NO_FACTS, AlertFacts
 from gpumon.backends.alerts.incident import failure_kind
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.config.load import HostConfig
@@ -321,7 +322,13 @@ class Workloads:
                         seen=self.torch_seen,
                     ),
                 )
-                alerts.on_job_condition("job_slow", job.name, Health.WARNING, slow, now)
+                text = None if slow is None else slow.message
+                facts = NO_FACTS
+                if slow is not None:
+                    facts = AlertFacts(rate=slow.rate, baseline=slow.baseline, unit=slow.unit)
+                alerts.on_job_condition(
+                    "job_slow", job.name, Health.WARNING, text, now, facts=facts
+                )
         if ended:
             self.apply_alerts(alerts, now, sample.gpu_refs)  # down since its log's failure
 
@@ -389,10 +396,17 @@ class Workloads:
                 url = f"http://127.0.0.1:{port}/health_generate"
                 probes.append((url, f"sglang-health:{port}"))
             text = self._hung_text(verdict, alerts, t, after)
-            spin = _gpu_evidence(sample, gpus.get(port, ()))
+            spin, named = _gpu_evidence(sample, gpus.get(port, ()))
             text += f"; {spin}" if spin else ""
             first = gpus.get(port, (None,))[0]
-            alerts.on_sglang_hung(port, text, t, silent_s=verdict.silent_s, gpu=first)
+            alerts.on_sglang_hung(
+                port,
+                text,
+                t,
+                silent_s=verdict.silent_s,
+                gpu=first,
+                names_gpu=named is not None and named == first,
+            )
         return probes
 
     def judge_vllm(
@@ -421,12 +435,13 @@ class Workloads:
                 if verdict.last_decode is not None:
                     line, age = verdict.last_decode
                     parts.append(f"last stats line {age:.0f} s ago: {_stats_quote(line)}")
-                spin = _gpu_evidence(sample, gpus.get(port, ()))
+                spin, named = _gpu_evidence(sample, gpus.get(port, ()))
                 if spin:
                     parts.append(spin)
                 alerts.on_server_condition(
                     "vllm_wedged", Health.CRITICAL, port, "; ".join(parts), t,
                     score=verdict.silent_s, gpu=first,
+                    names_gpu=named is not None and named == first,
                 )  # fmt: skip
             alerts.on_server_condition(
                 "vllm_engine_dead", Health.CRITICAL, port, server.dead_text(), t, gpu=first
@@ -490,7 +505,7 @@ class Workloads:
             for a in alerts.active()
             if a.kind in _SGLANG_KINDS
             and a.key.startswith("log:")  # its log's lines: sglang_error, kv_cache_full
-            and not a.message.startswith("Health check failed")  # health_text says it
+            and not a.facts.health_check  # health_text says it
             and self._server_for(a.key.removeprefix("log:").rpartition(":")[0]) is tracker
         ]
         if said:
@@ -623,24 +638,28 @@ def _file_name(host: str) -> str:
     return re.sub(r"[^\w.@:-]", "_", host) or "_"
 
 
-def _gpu_evidence(sample: HostSample | None, gpus: tuple[int, ...]) -> str | None:
+def _gpu_evidence(
+    sample: HostSample | None, gpus: tuple[int, ...]
+) -> tuple[str | None, int | None]:
     """What a hung server's GPUs do: every rank busy at low power is the NCCL-spin
     signature (a kernel spins waiting for a peer that never comes: "utilisation" counts a
     resident kernel, the power says nothing is computed); idle GPUs point at the CPU
-    side (a stuck scheduler or tokenizer)."""
+    side (a stuck scheduler or tokenizer). With the one GPU it names by itself ("GPU 3
+    idle"; None: it names several, or none)."""
     if sample is None or not gpus:
-        return None
+        return None, None
     by_index = {g.index: g for g in sample.gpus}
     shown = [by_index[i] for i in gpus if i in by_index]
     utils = [g.utilization_pct for g in shown]
     if not shown or any(u is None for u in utils):
-        return None
+        return None, None
+    one = shown[0].index if len(shown) == 1 else None
     spin = _spin_words(shown)
     if spin is not None:
-        return spin
+        return spin, one
     if all(u is not None and u <= 5 for u in utils):
-        return f"{_which(shown)} idle ({max(u or 0 for u in utils):.0f} %): stuck off the GPU"
-    return None
+        return f"{_which(shown)} idle ({max(u or 0 for u in utils):.0f} %): stuck off the GPU", one
+    return None, None
 
 
 def _which(shown: Sequence[GpuSample]) -> str:

@@ -33,6 +33,7 @@ from gpumon.backends.actions import (
     render_command,
     signal_job,
 )
+from gpumon.backends.alerts.facts import Restart
 from gpumon.backends.config import HostConfig, JobConfig
 from gpumon.backends.model import Health
 from gpumon.backends.transport import LocalTransport
@@ -171,6 +172,12 @@ async def test_auto_restarter_restarts_an_oom_and_gives_up_critically(
 ) -> None:
     job = _local_job(tmp_path, auto_restart=True, max_restarts=1)
     alerts: list[tuple[Health, str]] = []
+    said: list[Restart] = []
+
+    def alert(level: Health, message: str, restart: Restart) -> None:
+        alerts.append((level, message))
+        said.append(restart)
+
     policy = AutoRestartPolicy(job, backoff_first_s=0.0)
     registry = RunRegistry()
     finished: list[JobRun] = []
@@ -178,24 +185,28 @@ async def test_auto_restarter_restarts_an_oom_and_gives_up_critically(
     driver = AutoRestarter(
         _target(box, job),
         "j",
-        alert=lambda h, m: alerts.append((h, m)),
+        alert=alert,
         registry=registry,
         policy=policy,
     )
     try:
-        decision = driver.notify(True, "CUDA out of memory", crash_key="oom@60")
+        decision = driver.notify(True, "CUDA out of memory", oom=True, crash_key="oom@60")
         assert decision is not None and decision.restart
-        assert driver.notify(True, "CUDA out of memory", crash_key="oom@60") is None  # same crash
+        assert (
+            driver.notify(True, "CUDA out of memory", oom=True, crash_key="oom@60") is None
+        )  # same crash
         assert driver.pending is not None
         outcome = await driver.pending
         assert outcome is not None and outcome.ok, outcome
         assert [r.automatic for r in finished] == ["crash: CUDA out of memory"]  # its registry
         assert _audit_outcomes() == [("auto-restart", "ok")]
         assert "automatic (crash: CUDA out of memory)" in str(audit.read_entries()[0]["detail"])
-        given_up = driver.notify(True, "CUDA out of memory", crash_key="oom@200")
+        given_up = driver.notify(True, "CUDA out of memory", oom=True, crash_key="oom@200")
         assert given_up is not None and given_up.give_up
         assert [h for h, _ in alerts] == [Health.WARNING, Health.CRITICAL]
         assert "automatic restart 1/1" in alerts[0][1] and "gives up" in alerts[1][1]
+        # what it decided travels typed, as the alerts' facts (notify reads those)
+        assert said == [Restart("due", 1, 1, 0.0), Restart("gave_up", attempts=1)]
     finally:
         await driver.close()
 
@@ -235,13 +246,13 @@ def test_auto_restarter_counts_each_crash_once(box: JobBox, tmp_path: Path) -> N
     alerts: list[tuple[Health, str]] = []
     job = _local_job(tmp_path)  # auto_restart off: decisions without restarts
     driver = AutoRestarter(
-        _target(box, job), "j", alert=lambda h, m: alerts.append((h, m)), registry=RunRegistry()
+        _target(box, job), "j", alert=lambda h, m, _: alerts.append((h, m)), registry=RunRegistry()
     )
-    first = driver.notify(True, "CUDA out of memory")
+    first = driver.notify(True, "CUDA out of memory", oom=True)
     assert first is not None and not first.restart and "auto-restart is off" in first.message
-    assert driver.notify(True, "CUDA out of memory") is None  # still the same crash
+    assert driver.notify(True, "CUDA out of memory", oom=True) is None  # still the same crash
     assert driver.notify(False) is None
-    assert driver.notify(True, "CUDA out of memory") is not None  # crashed again
+    assert driver.notify(True, "CUDA out of memory", oom=True) is not None  # crashed again
     assert alerts == [] and driver.pending is None
 
 

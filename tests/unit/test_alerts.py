@@ -581,8 +581,10 @@ def test_to_json_has_exactly_the_documented_keys() -> None:
         "first_message",
         "peak_message",
         "peak_severity",
+        "facts",
     ]
     assert out["severity"] == "warning" and out["gpu"] == 6 and out["job"] is None
+    assert out["facts"] == {}  # made by hand: none known (the engine gives its rules')
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", out["time"])
     assert datetime.fromisoformat(out["time"]).timestamp() == T0
     assert set(KINDS) >= {"memory", "cuda_oom", "oom_death", "xid", "sglang_error"}

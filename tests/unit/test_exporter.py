@@ -71,6 +71,9 @@ def test_xid_events_carry_the_tables_level_and_action() -> None:
         f"[1.0] NVRM: Xid ({bus}): 79, pid=9962, name=python, GPU has fallen off the bus.",
         f"[1.0] NVRM: Xid ({bus}): 79, pid=9962, name=python, GPU has fallen off the bus.",
         f"[2.0] NVRM: Xid ({bus}): 13, pid=9962, name=python, Graphics Exception: ESR 0x1",
+        # the action is the one its line names (its alert's fact), not the table's "see"
+        f"[3.0] NVRM: Xid ({bus}): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+        "(GPU Reset Required)",
     ]
     monitor.alerts.on_kernel_lines(lines, backlog=True)  # before gpumon: not counted
     monitor.alerts.on_kernel_lines([line.replace("[", "[9") for line in lines])
@@ -82,6 +85,7 @@ def test_xid_events_carry_the_tables_level_and_action() -> None:
     assert got == {
         ("6", "79", "critical", "reboot the node"): 1.0,  # the repeated line: one event
         ("6", "13", "warning", "restart the application"): 1.0,
+        ("6", "154", "critical", "reset the GPU"): 1.0,
     }
 
 

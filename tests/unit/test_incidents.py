@@ -25,6 +25,7 @@ from gpumon.backends.model import GpuSample, Health, HostSample
 from gpumon.backends.sim import OOM_AT, SimSettings, wall_time
 from gpumon.backends.sim.job import oom_message
 
+from alert_facts import held_facts
 from sim_samples import sim_printers, sim_sample
 
 T0 = 1_800_000_000.0
@@ -228,16 +229,35 @@ def test_stale_data_ends_when_not_connected_and_can_be_turned_off() -> None:
         AlertRules.from_mapping({"stale_warning_intervals": 9, "stale_critical_intervals": 3}, "a")
 
 
+def raised(line: str, gpus: tuple[int, ...] | None = None) -> Alert:
+    """The alert the engine raises for a job log's ``line`` (``gpus``: the job's)."""
+    engine = AlertEngine("h", AlertRules(), clock=Clock())
+    (alert,) = engine.on_log_lines("/x.log", [line], gpus=gpus)
+    return alert
+
+
 def test_an_oom_line_without_pytorchs_numbers_keeps_its_words() -> None:
-    plain = Alert("k", Health.CRITICAL, "cuda_oom", "h", 2, None, "x", T0, T0)
-    text = "RuntimeError: CUDA out of memory. while capturing graph [process GPU 0 = GPU 2]"
-    assert alert_headline(dataclasses.replace(plain, message=text)) == (
-        "CUDA OOM on GPU 2: while capturing graph"
-    )
-    bare = dataclasses.replace(plain, message="CUDA error: out of memory", gpu=None)
-    assert alert_headline(bare) == "CUDA OOM"
-    markup = dataclasses.replace(bare, message="CUDA out of memory. [b]x[/]")
+    plain = raised("RuntimeError: CUDA out of memory. while capturing graph", gpus=(2,))
+    assert alert_headline(plain) == "CUDA OOM on GPU 2: while capturing graph"
+    assert alert_headline(raised("CUDA error: out of memory")) == "CUDA OOM"
+    markup = raised("CUDA out of memory. [b]x[/]")
     assert alert_headline(markup) == "CUDA OOM: [b]x[/]"  # only the engine's GPU note goes
+
+
+def test_the_oom_numbers_are_said_as_pytorch_printed_them() -> None:
+    """PyTorch's ``format_size`` (formats.md 5.1): exactly 1 GiB is ``1024.00 MiB``, a
+    full GPU has ``0 bytes`` free; the headline says each as the line did."""
+
+    def oom(tried: str, free: str) -> str:
+        line = (
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried}. GPU 0 "
+            f"has a total capacity of 94.97 GiB of which {free} is free."
+        )
+        return alert_headline(raised(line, gpus=(2,)))
+
+    assert oom("1024.00 MiB", "0 bytes") == "CUDA OOM on GPU 2 (tried 1024 MiB, 0 bytes free)"
+    assert oom("1.00 GiB", "512.00 KiB") == "CUDA OOM on GPU 2 (tried 1.00 GiB, 512 KiB free)"
+    assert oom("0 bytes", "20.50 MiB") == "CUDA OOM on GPU 2 (tried 0 bytes, 20.50 MiB free)"
 
 
 def foreign(gpu: int, at: float, *, active: bool = True, held: str = "6.0") -> Alert:
@@ -245,7 +265,7 @@ def foreign(gpu: int, at: float, *, active: bool = True, held: str = "6.0") -> A
     text = f"GPU {gpu}: {held} GiB held by CT 201 jupyter-lab"
     return Alert(
         f"foreign_process:{gpu}", Health.WARNING, "foreign_process", "ct200", gpu, "drafter",
-        text, at, at + 25.0, active,
+        text, at, at + 25.0, active, facts=held_facts(float(held)),
     )  # fmt: skip
 
 
@@ -300,7 +320,7 @@ def test_a_holder_gone_long_before_or_on_another_gpu_is_not_the_cause() -> None:
     assert alone.fixes == (Fix("K", "stop it"),)
     # A memory condition as the cause says it after its own words.
     memory = next(a for a in engine.history() if a.kind == "memory")
-    assert alert_headline(memory, held="6.0 GiB held by CT 201 jupyter-lab").endswith(
+    assert alert_headline(memory, held=held_facts(6.0).held).endswith(
         " (6.0 GiB held by CT 201 jupyter-lab)"
     )
 

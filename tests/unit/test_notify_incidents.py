@@ -6,10 +6,13 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
+from gpumon.backends.alerts.facts import AlertFacts
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health, iso_time
 from gpumon.backends.notify.event import EVENT_KEYS, incident_key
 from gpumon.backends.notify.incidents import IncidentTracker
+
+from alert_facts import held_facts, log_facts, restart_facts
 
 
 def oom(key: str = "cuda_oom:log:1", at: float = 100.0, **changes: object) -> Alert:
@@ -128,6 +131,7 @@ def test_auto_restart_alerts_say_what_gpumon_did_and_who_fixed_it() -> None:
         "auto-restart: drafter crashed (CUDA OOM); automatic restart 1/3 in 10 s",
         100.0,
         100.0,
+        facts=restart_facts("due", 1, 3, 10.0),
     )
     [ev] = t.observe("ct200", [oom(), auto], 100.0)  # not an incident of its own
     # Decided, not done: the restart is due in 10 s; nothing says it was attempted yet.
@@ -150,6 +154,7 @@ def test_auto_restart_alerts_say_what_gpumon_did_and_who_fixed_it() -> None:
         key="auto_restart:event:2",
         severity=Health.CRITICAL,
         message="auto-restart: drafter crashed again ...; auto-restart gives up",
+        facts=restart_facts("gave_up", attempts=3),
     )
     [again] = t.observe("ct200", [oom("cuda_oom:log:9", at=130.0), gave_up], 130.0)
     assert again.event == "open" and again.action == "auto-restart gave up"
@@ -195,7 +200,7 @@ def test_events_say_the_incident_headline_and_its_fix_not_the_raw_line() -> None
         oom(), key="oom_death:6:1", kind="oom_death", message="GPU 6 memory fell from 99% to 0%"
     )
     # The memory drop is evidence of the same incident: one event, the OOM's story.
-    [ev] = t.observe("ct200", [oom(message=RAW_OOM), drop], 100.0)
+    [ev] = t.observe("ct200", [oom(message=RAW_OOM, facts=log_facts(RAW_OOM)), drop], 100.0)
     assert (ev.kind, ev.headline, ev.fix) == ("cuda_oom", HEADLINE, "gpumon restart ct200 drafter")
     assert ev.count == 2 and ev.summary() == f"[CRITICAL] ct200: {HEADLINE}"
     lines = ev.details().splitlines()
@@ -215,20 +220,21 @@ def demo_oom() -> list[tuple[float, list[Alert]]]:
     )  # fmt: skip
     holder = replace(
         memory, key="foreign_process:6", kind="foreign_process",
-        message="GPU 6: 6.0 GiB held by CT 201 jupyter-lab",
+        message="GPU 6: 6.0 GiB held by CT 201 jupyter-lab", facts=held_facts(6.0),
     )  # fmt: skip
     critical = replace(
         memory, severity=Health.CRITICAL, last_seen=98.0,
         message="GPU 6 memory 98.9% used, 0.4 GiB free",
     )  # fmt: skip
-    line = oom(at=98.0, message=RAW_OOM)
+    line = oom(at=98.0, message=RAW_OOM, facts=log_facts(RAW_OOM))
     drop = replace(
         line, key="oom_death:6:1", kind="oom_death", time=99.0, last_seen=99.0,
-        message="GPU 6 memory fell from 99% to 0% in 1 s",
+        message="GPU 6 memory fell from 99% to 0% in 1 s", facts=AlertFacts(names_gpu=True),
     )  # fmt: skip
     auto = Alert(
         "auto_restart:event:1", Health.WARNING, "auto_restart", "ct200", None, "drafter",
         "auto-restart: drafter crashed (CUDA OOM); automatic restart 1/3 in 10 s", 99.0, 99.0,
+        facts=restart_facts("due", 1, 3, 10.0),
     )  # fmt: skip
     return [
         (96.0, [memory, holder]),

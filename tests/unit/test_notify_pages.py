@@ -26,6 +26,7 @@ from gpumon.backends.notify.incidents import IncidentTracker
 from gpumon.backends.notify.notifiers import HttpRequest, coalesce, render
 from gpumon.backends.notify.outbox import Outbox
 
+from alert_facts import log_facts
 from pagers import AlertmanagerAlerts, PagerDutyService
 
 ROUTING_KEY = "R0UT1NGKEY"
@@ -45,7 +46,7 @@ def memory(severity: Health = Health.WARNING, at: float = 96.0) -> Alert:
 
 def oom_line() -> Alert:
     return Alert("cuda_oom:log:1", Health.CRITICAL, "cuda_oom", "ct200", 6, "drafter",
-                 RAW_OOM, 98.0, 98.0)  # fmt: skip
+                 RAW_OOM, 98.0, 98.0, facts=log_facts(RAW_OOM))  # fmt: skip
 
 
 MEMORY_ROUND = (96.0, [memory()])

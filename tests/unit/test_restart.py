@@ -16,11 +16,11 @@ from gpumon.backends.actions import (
     ParamValue,
     Step,
     check_template,
-    is_oom,
     merge_params,
     parse_status,
     render_command,
 )
+from gpumon.backends.actions.job_watch import OOM_CRASHES
 from gpumon.backends.config import JobConfig
 
 from job_records import record_text
@@ -175,33 +175,41 @@ def test_plan_with_params_rerenders_and_rejects_unknown_names() -> None:
 
 def test_policy_restarts_ooms_with_backoff_then_gives_up_once() -> None:
     policy = AutoRestartPolicy(_job(auto_restart=True, max_restarts=3, restart_window=600.0))
-    delays = [policy.decide(t, True, "CUDA out of memory on GPU 6") for t in (0.0, 60.0, 120.0)]
+    delays = [
+        policy.decide(t, True, "CUDA out of memory on GPU 6", oom=True) for t in (0.0, 60.0, 120.0)
+    ]
     assert [(d.restart, d.delay_s, d.give_up) for d in delays] == [
         (True, 10.0, False),
         (True, 20.0, False),
         (True, 40.0, False),
     ]
     assert "automatic restart 3/3 in 40 s" in delays[2].message
-    four = policy.decide(180.0, True, "OOM")
+    four = policy.decide(180.0, True, "OOM", oom=True)
     assert (four.restart, four.give_up) == (False, True)
     assert "gives up" in four.message and "10 min" in four.message
-    again = policy.decide(900.0, True, "OOM")  # the window passed, but it gave up: stays off
+    again = policy.decide(900.0, True, "OOM", oom=True)  # the window passed, but it gave up
     assert (again.restart, again.give_up) == (False, False)
     policy.reset()
-    assert policy.decide(1000.0, True, "OOM").restart
+    assert policy.decide(1000.0, True, "OOM", oom=True).restart
 
 
 def test_policy_window_forgets_old_restarts_and_ignores_other_crashes() -> None:
     policy = AutoRestartPolicy(_job(auto_restart=True, max_restarts=1, restart_window=100.0))
-    assert policy.decide(0.0, True, "torch.OutOfMemoryError").restart
-    assert policy.decide(150.0, True, "CUDA OOM").restart  # the first left the window
+    assert policy.decide(0.0, True, "torch.OutOfMemoryError", oom=True).restart
+    assert policy.decide(150.0, True, "CUDA OOM", oom=True).restart  # the first left the window
     assert not policy.decide(160.0, False, None).restart
     segv = policy.decide(170.0, True, "Segmentation fault")
     assert not segv.restart and not segv.give_up and "OOMs only" in segv.message
-    off = AutoRestartPolicy(_job()).decide(0.0, True, "OOM")
+    # whether it was an OOM is the caller's typed fact, never read out of the words
+    said_oom = policy.decide(175.0, True, "CUDA out of memory")
+    assert not said_oom.restart and "OOMs only" in said_oom.message
+    off = AutoRestartPolicy(_job()).decide(0.0, True, "OOM", oom=True)
     assert not off.restart and "auto-restart is off" in off.message
-    assert AutoRestartPolicy(_job(auto_restart=True, max_restarts=0)).decide(0, True, "oom").give_up
-    assert is_oom("CUDA out of memory") and not is_oom("zoom") and not is_oom(None)
+    never = AutoRestartPolicy(_job(auto_restart=True, max_restarts=0))
+    assert never.decide(0, True, "oom", oom=True).give_up
+    # the crashes the restart follows: a job's CUDA OOM and its GPU's memory collapsing,
+    # not a crash of its own (a Python exception), nor the kernel's or a cgroup's kill
+    assert sorted(OOM_CRASHES) == ["cuda_oom", "oom_death"]
 
 
 def test_gpu_memory_in_dialogs_reads_as_one_number() -> None:

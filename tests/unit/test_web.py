@@ -30,6 +30,7 @@ from gpumon.backends.notify.outbox import Outbox
 from gpumon.backends.web import IncidentSite, allowed, is_loopback
 from gpumon.backends.web.plots import svg_plot
 from gpumon.backends.web.site import CSP
+from gpumon.backends.workloads import SglangTracker
 
 from quiet_source import Quiet
 
@@ -161,6 +162,21 @@ def test_the_memory_plot_says_the_values_it_draws(site: tuple[IncidentSite, Host
     [points] = re.findall(r'<polyline points="([^"]+)"', svg)
     ys = [float(p.split(",")[1]) for p in points.split()]
     assert len(ys) == 4 and ys[2] == min(ys)  # rises to 80000 MiB, then drops
+
+
+def test_a_servers_incident_plots_its_throughput() -> None:
+    """The server is its alert's fact (``port``), not words found in its message."""
+    monitor = fed_monitor()
+    now = monitor.clock()
+    server = monitor.workloads.sglang[30000] = SglangTracker(30000)
+    server.history.extend([(now - 20, 410.0), (now - 10, 0.0)])
+    monitor.workloads.sglang[30001] = SglangTracker(30001)  # another server: not plotted
+    monitor.workloads.sglang[30001].history.append((now - 10, 90.0))
+    text = "sglang :30000 drafter tokens rejected: accept length 1.02 for 120 s"
+    monitor.alerts.on_spec_accept_low(30000, text, now)
+    site = IncidentSite(lambda: [monitor], None, NotifySettings, "127.0.0.1")
+    _, _, body = answer(site, "/incident/box/gpu-/-/spec_accept_low")
+    assert re.findall(r'<svg class="plot rate".*?SGLang :(\d+)', body.decode()) == ["30000"]
 
 
 def test_the_api_says_the_snapshot_shapes(site: tuple[IncidentSite, HostMonitor]) -> None:

@@ -22,6 +22,8 @@ from gpumon.tui.views.alert_detail import (
     since_text,
 )
 
+from alert_facts import log_facts
+
 T0 = time.mktime((2026, 12, 2, 8, 53, 0, 0, 0, -1))
 OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
@@ -47,7 +49,8 @@ def oom_incident() -> DetailView:
         active=False,
     )
     memory = dataclasses.replace(memory, last_seen=T0 + 5)
-    oom = alert("log:/d.log:9", "cuda_oom", Health.CRITICAL, OOM, T0 + 3)
+    facts = log_facts(OOM.removesuffix(" [process GPU 1 = GPU 6]"))  # the engine's note
+    oom = alert("log:/d.log:9", "cuda_oom", Health.CRITICAL, OOM, T0 + 3, facts=facts)
     (incident,) = incidents([memory, oom])
     lines = ("Traceback (most recent call last):", "    main()", OOM)
     return DetailView(incident, T0 + 10, {oom.key: lines}, ("/rec/demo.jsonl.gz", True))

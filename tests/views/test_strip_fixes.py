@@ -25,6 +25,8 @@ from gpumon.tui.views.alert_cells import (
 )
 from gpumon.tui.widgets import StripView, render_strip
 
+from alert_facts import held_facts, log_facts, xid_facts
+
 PALETTE = Palette.from_theme(GPUMON_DARK)
 OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
@@ -36,11 +38,12 @@ HEADLINE = (
 
 
 def oom_with_holder() -> Incident:
-    oom = Alert("log:d:86", Health.CRITICAL, "cuda_oom", "demo", 6, "drafter", OOM, 60.0, 60.0)
+    oom = Alert("log:d:86", Health.CRITICAL, "cuda_oom", "demo", 6, "drafter", OOM, 60.0, 60.0,
+                facts=log_facts(OOM))  # fmt: skip
     held = "GPU 6: 6.0 GiB held by CT 201 jupyter-lab"
     foreign = Alert(
         "foreign_process:6", Health.WARNING, "foreign_process", "demo", 6, "drafter", held,
-        32.0, 61.0,
+        32.0, 61.0, facts=held_facts(6.0),
     )  # fmt: skip
     (incident,) = incidents([oom, foreign])
     return incident
@@ -82,7 +85,8 @@ def test_the_holder_and_k_stop_it_are_said_in_the_history_toast_and_strip() -> N
 
 def test_an_xids_advice_goes_before_the_headline_is_cut() -> None:
     text = "Xid 79 on GPU 6: fallen off the bus — reboot the node (PCI 0000:ba:00)"
-    xid = Alert("xid:ba:1", Health.CRITICAL, "xid", "demo", 6, None, text, 70.0, 70.0)
+    xid = Alert("xid:ba:1", Health.CRITICAL, "xid", "demo", 6, None, text, 70.0, 70.0,
+                facts=xid_facts(79))  # fmt: skip
     (incident,) = incidents([xid])
     assert incident_text(incident) == (
         "Xid 79 on GPU 6: fallen off the bus — reboot the node (the GPU cannot be reset in "

@@ -63,6 +63,7 @@ from gpumon.tui.widgets import (
 from gpumon.tui.widgets.workload_panes import VLLM_COLUMNS
 
 import vllm_trackers
+from alert_facts import log_facts
 
 PALETTE = Palette.from_theme(GPUMON_DARK)
 
@@ -363,7 +364,9 @@ def test_the_strip_shows_the_most_urgent_incident_headline_first() -> None:
     assert len(narrow) == 48 and narrow.endswith("… — r restart drafter  a: list")  # cut
     # "r restart drafter" names the job: at 80 columns the headline says it no more and
     # the counts go, before the key numbers would (issue 26.3)
-    oom = dataclasses.replace(new, message=OOM_TEXT, first_message="", peak_message="")
+    oom = dataclasses.replace(
+        new, message=OOM_TEXT, first_message="", peak_message="", facts=log_facts(OOM_TEXT)
+    )
     (story,) = incidents([oom, drop])
     at_80 = render_strip(StripView(story, 1, PALETTE), 80).plain
     assert at_80 == (

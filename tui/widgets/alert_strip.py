@@ -16,7 +16,6 @@ With nothing unacknowledged it is hidden, not an empty line.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from rich.style import Style
@@ -53,7 +52,7 @@ def render_strip(view: StripView, width: int) -> Text:
     label = "CRITICAL" if incident.severity is Health.CRITICAL else "WARNING"
     glyph = SEVERITY_GLYPH.get(incident.severity, "!")
     fixes = list(incident.fixes if view.fixes is None else view.fixes)
-    headline = printable(" ".join(incident.headline.split()))
+    headline = _one_line(incident.headline)
     folded = [f"+{len(incident.evidence)} evidence"] if incident.evidence else []
     if view.more:
         folded.append(f"+{view.more} more")
@@ -82,8 +81,9 @@ def render_strip(view: StripView, width: int) -> Text:
     # does; issue 36). Only where even that leaves no room do the keys keep just their verbs
     # ("K stop, r restart"), and below that the headline keeps MIN_HEADLINE.
     job = printable(incident.job) if incident.job else ""
-    short = headline.removeprefix(f"{job}: ") if job and headline.startswith(f"{job}: ") else ""
-    core = _LAST_CLAUSE.sub(")", headline)
+    parts = incident.said
+    short = _one_line(parts.what) if parts.job and parts.job == incident.job else ""
+    core = _one_line(parts.core)
     Layout = tuple[str, bool, bool, str, str]
 
     def layouts(fix: str) -> list[Layout]:
@@ -160,7 +160,10 @@ def render_strip(view: StripView, width: int) -> Text:
 
 
 MIN_HEADLINE = 60  # the last resort keeps this much of the headline
-_LAST_CLAUSE = re.compile(r"; [^;()]*\)$")  # "(tried ..., 90 MiB free; 6.0 GiB held by ...)"
+
+
+def _one_line(text: str) -> str:
+    return printable(" ".join(text.split()))
 
 
 def _head(option: tuple[str, bool, bool, str, str], host: str) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpumon.backends.alerts.facts import NO_FACTS, AlertFacts
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import ConnState, GpuProcess, Health, HostLoad, HostSample, HostStatus
 from gpumon.backends.model import Source as SampleSource
@@ -129,8 +130,9 @@ class Sink(Protocol):
         job: str | None,
         key: str,
         at: float,
+        facts: AlertFacts = NO_FACTS,
     ) -> None:
-        """An alert raised outside the rules (a recorded one, replayed)."""
+        """An alert raised outside the rules (a recorded one, replayed, with its facts)."""
 
     def ingest_status(
         self,

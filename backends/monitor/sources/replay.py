@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpumon.backends.alerts.facts import AlertFacts
 from gpumon.backends.alerts.incident import INCIDENT_GAP_S
 from gpumon.backends.alerts.kinds import CONDITION_KINDS, Tag, tagged
 from gpumon.backends.config.load import HostConfig
@@ -245,6 +246,7 @@ class ReplaySource(Source):
                 job=job if isinstance(job, str) else None,
                 key=f"replay:{data.get('key')}",
                 at=float(data.get("epoch") or self.now),
+                facts=AlertFacts.from_json(data.get("facts")),  # none in an older recording
             )
         except (KeyError, ValueError, TypeError):
             pass  # a malformed alert line in the recording is skipped, like the loader does
