@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.config.files import regular_file
-from gpumon.backends.config.fleet import FleetConfig, fleet_tables
 from gpumon.backends.config.limits import HOST_MAX, MAX_DEPTH, MAX_FILE_BYTES, check_shape, cut
 from gpumon.backends.config.limits import show as _show
 from gpumon.backends.config.lines import key_line, toml_error_line
@@ -45,9 +44,11 @@ from gpumon.backends.config.workloads import (
     vllm_table,
 )
 from gpumon.backends.errors import GpumonError
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.paths import default_config_file
 
 if TYPE_CHECKING:
+    from gpumon.backends.config.fleet import FleetConfig
     from gpumon.backends.config.notify import NotifierConfig, NotifySettings
 
 HostKind = Literal["ssh", "local", "demo"]
@@ -160,7 +161,7 @@ def _identities(v: object) -> tuple[str, ...]:
 
 
 # The one program nvidia_smi names runs as one word of an argv, never through a shell.
-_PROGRAM = re.compile(r"[A-Za-z0-9_./+@%,=~-]+")
+_PROGRAM = lazy_pattern(r"[A-Za-z0-9_./+@%,=~-]+")
 
 
 def _program_path(v: object) -> str:
@@ -178,7 +179,7 @@ def _program_path(v: object) -> str:
     return s
 
 
-_DIGITS = re.compile(r"[0-9]{1,12}")
+_DIGITS = lazy_pattern(r"[0-9]{1,12}")
 
 
 def _host_processes(v: object) -> HostProcesses:
@@ -195,8 +196,8 @@ def _container(v: object) -> int:
 
 # A hostname or ~/.ssh/config alias: dot-separated labels, never starting with "-".
 _HOST = r"[A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*"
-_HOST_RE = re.compile(_HOST)
-_TARGET_RE = re.compile(
+_HOST_RE = lazy_pattern(_HOST)
+_TARGET_RE = lazy_pattern(
     rf"""
     (?:(?P<user> [A-Za-z0-9_][A-Za-z0-9._-]* )@)?
     (?: \[(?P<v6> [0-9A-Fa-f:.]+ (?:%[A-Za-z0-9_.-]+)? )\]
@@ -318,6 +319,14 @@ def _notify_tables(raw: object) -> dict[str, NotifierConfig]:
     return notify_tables(raw)
 
 
+def _fleet_tables(raw: object) -> dict[str, FleetConfig]:
+    # Imported when the file has [fleet.*]: only `gpumon fleet` reads those tables, and
+    # the one-shots never pay for config.fleet's classes and patterns.
+    from gpumon.backends.config.fleet import fleet_tables
+
+    return fleet_tables(raw)
+
+
 def _watch_table(raw: object) -> dict[str, Any]:
     from gpumon.backends.config.notify import watch_table
 
@@ -329,7 +338,7 @@ TOP_LEVEL: tuple[KeySpec, ...] = (
     KeySpec("hosts", _host_tables, "[hosts.NAME] tables", {}),
     KeySpec("notify", _notify_tables, "[notify.NAME] tables"),
     KeySpec("watch", _watch_table, "a [watch] table"),
-    KeySpec("fleet", fleet_tables, "[fleet.NAME] tables", {}),
+    KeySpec("fleet", _fleet_tables, "[fleet.NAME] tables", {}),
 )
 
 
@@ -570,7 +579,7 @@ def _target_text(user: str | None, host: str, port: int | None) -> str:
     return f"{user + '@' if user else ''}{shown}{'' if port is None else f':{port}'}"
 
 
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_BARE_KEY = lazy_pattern(r"[A-Za-z0-9_-]+")
 
 
 def _dotted(path: tuple[str, ...]) -> str:

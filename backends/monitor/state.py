@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import statistics
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -262,6 +261,8 @@ class HostMonitor:
         """How long a connected stream may be silent before the header says "no data":
         two of its periods (the interval, or the stream's typical gap when nvidia-smi is
         slower than asked), at least ``NO_DATA_FLOOR_S``."""
+        import statistics  # with fractions and decimal: not on the one-shot's import path
+
         typical = statistics.median(self._gaps) if self._gaps else self.interval
         return max(2.0 * max(self.interval, typical), NO_DATA_FLOOR_S)
 

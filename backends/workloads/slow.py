@@ -24,7 +24,6 @@ import contextlib
 import json
 import math
 import os
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -214,6 +213,8 @@ def _maybe_record(
     if watch.saved_at is not None and now - watch.saved_at < SAVE_EVERY_S:
         return
     watch.saved_at = now
+    import statistics  # with fractions and decimal: not on the one-shot's import path
+
     baselines.record(
         job.name,
         RunRecord(

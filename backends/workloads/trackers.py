@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import enum
 import math
-import re
-import statistics
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import GpuRef, iso_time
 from gpumon.backends.parsers.collective import CollectiveScanner, StallLine
 from gpumon.backends.parsers.progress import ProgressParser, ProgressUpdate
@@ -54,7 +53,7 @@ HISTORY_LEN = 120
 INTERVALS_KEPT = 64  # progress intervals the median step interval is taken over
 # A log line announcing a pause in progress that is not a stall: HF Trainer's "Saving model
 # checkpoint to ...", "***** Running Evaluation *****", and the plain words most loops print.
-_BUSY = re.compile(
+_BUSY = lazy_pattern(
     r"(?i)\b(?:sav(?:e|ing)|writ(?:e|ing))\b[^|]{0,40}?\bcheckpoint"
     r"|\bcheckpoint(?:ing)?\b[^|]{0,20}?\bsav(?:e|ing)\b"
     r"|running evaluation|\bevaluating\b|\bstart(?:ing)? eval"
@@ -62,7 +61,7 @@ _BUSY = re.compile(
 
 # Where a run resumed: "run 1 resumed from checkpoint step 650", "Resuming from checkpoint
 # at step 650", HF Trainer's "Continuing training from global step 650".
-_RESUMED = re.compile(
+_RESUMED = lazy_pattern(
     r"(?i)\bresum\w*\b[^|\n]{0,40}?\bcheckpoint\b[^|\n]{0,20}?\bstep\s*[=:]?\s*(\d+)"
     r"|\bcontinuing training from (?:global )?step\s*(\d+)"
 )
@@ -223,6 +222,8 @@ class JobTracker:
     @property
     def median_interval_s(self) -> float | None:
         """The median time between progress lines (None before two)."""
+        import statistics  # with fractions and decimal: not on the one-shot's import path
+
         return statistics.median(self.intervals) if self.intervals else None
 
     def apply(self, u: ProgressUpdate, t: float) -> None:
