@@ -40,8 +40,11 @@ from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.workloads import step_back_text
 from gpumon.tui.dashboard.action_table import DashboardAction
 from gpumon.tui.dashboard.cursor import CursorModel
-from gpumon.tui.screens import DetailScreen, DoctorScreen, JobActionScreen, SwapScreen
-from gpumon.tui.screens.kill import KillScreen
+from gpumon.tui.screens import DetailScreen
+
+# The dialogs (kill, a job's action, the doctor, the swap) are imported when one opens: the
+# doctor's and the swap's bring torchenv and the agent's own modules, memory a dashboard
+# whose dialogs never open does not need.
 
 if TYPE_CHECKING:
     from gpumon.backends.config import JobConfig
@@ -190,6 +193,8 @@ class JobActions:
         except KillError as e:
             self.notify(str(e), title="Cannot terminate", severity="warning", markup=False)
             return
+        from gpumon.tui.screens.kill import KillScreen
+
         self.screen.app.push_screen(KillScreen(monitor.transport, plan, why=why))
 
     # --- the incident's fix: one key from anywhere ----------------------------------------
@@ -271,6 +276,8 @@ class JobActions:
         start = partial(self._start_run, monitor, target)
         explain = AfterRun(monitor, job, monitor.clock())
         running = self.running_run(monitor, job)
+        from gpumon.tui.screens import JobActionScreen
+
         if running is not None:
             screen = JobActionScreen(
                 target, job, running.plan.action, start_run=start, run=running, explain=explain
@@ -330,6 +337,8 @@ class JobActions:
         if monitor is None:
             self.notify("doctor: no host under the cursor", severity="warning")
             return
+        from gpumon.tui.screens import DoctorScreen
+
         self.screen.app.push_screen(DoctorScreen(monitor.host, monitor.transport))
 
     def swap_torch(self) -> None:
@@ -341,6 +350,8 @@ class JobActions:
         if reason is not None:
             self.refuse("swap-torch", reason, monitor.host.name)
             return
+        from gpumon.tui.screens import SwapScreen
+
         swap = SwapScreen(monitor.host, monitor.transport, read_only=self.read_only)
         self.screen.app.push_screen(swap)
 
