@@ -91,7 +91,10 @@ def test_a_one_shot_builds_only_the_parts_it_runs(
 
 # What `gpumon snapshot local` must not load on its fast path (CI prints the same check
 # with the import time: bench/bench_importtime.py --check, over the bench's NVML shim).
-ONE_SHOT_FORBIDDEN = (*UI, *SSH, *UNASKED, "gpumon.backends.sim")
+# ... nor what only other commands use (issue 41's second round): the fleet's config, and
+# statistics with fractions and decimal (the medians of a running dashboard and watch).
+ONE_SHOT_UNUSED = ("gpumon.backends.config.fleet", "statistics", "fractions", "decimal")
+ONE_SHOT_FORBIDDEN = (*UI, *SSH, *UNASKED, *ONE_SHOT_UNUSED, "gpumon.backends.sim")
 FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml"
 
 
@@ -110,3 +113,21 @@ def test_snapshot_local_over_nvml_loads_neither_the_ui_nor_the_simulator(tmp_pat
 def test_the_measurement_sees_the_dashboard_load_textual() -> None:
     """The check above can fail: the dashboard module does load Textual."""
     assert {"textual", "rich"} <= loaded_after("import gpumon.tui.app")
+
+
+# What a dashboard loads only when a dialog opens: the doctor's and the swap's brought
+# torchenv and the agent's own modules (its process is another) into every dashboard.
+DIALOGS_ONLY = (
+    "gpumon.backends.torchenv",
+    "gpumon.backends.remote.agent",
+    "gpumon.tui.screens.doctor",
+    "gpumon.tui.screens.swap",
+    "gpumon.tui.screens.kill",
+    "gpumon.tui.screens.job_action",
+)
+
+
+def test_the_dashboard_loads_its_dialogs_when_one_opens() -> None:
+    loaded = modules_after("import gpumon.tui.app")
+    assert "gpumon.tui.dashboard.actions" in loaded  # the measurement sees the key handlers
+    assert sorted(m for m in loaded if m.startswith(DIALOGS_ONLY)) == []
