@@ -2,7 +2,7 @@
 its environment that turn it on and say where its dumps go (read from
 ``/proc/PID/environ`` on the target, read-only), and the dump files it already wrote.
 
-Names and defaults as PyTorch's source has them (docs/formats.md 9): the dump file of a
+Names and defaults as PyTorch's source has them (docs/formats.md 8): the dump file of a
 rank is the prefix followed by the rank, ``TORCH_FR_DUMP_TEMP_FILE`` or the older
 ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, else the writer's default, which moved between
 releases: ``$XDG_CACHE_HOME`` (else ``$HOME/.cache``) ``/torch/comm_lib_trace_rank_`` in

@@ -375,10 +375,11 @@ async def test_demo_restart_in_process_gpu6_memory_rises(local_env: Path) -> Non
 # --- the evidence kept before the stop (issue 37 point 1) -----------------------------------
 
 
-def evidence_job(name: str, log: Path, prefix: Path, **keys: object) -> str:
-    """A job whose environment sets the flight recorder's dump prefix (as PyTorch reads it:
-    TORCH_FR_DUMP_TEMP_FILE, docs/formats.md 9)."""
-    return job_table(name, log=str(log), **keys) + (
+def evidence_job(name: str, log: Path, prefix: Path, evidence_s: float = 15) -> str:
+    """A job whose environment sets the flight recorder's dump prefix as PyTorch reads it
+    (TORCH_FR_DUMP_TEMP_FILE + the rank: torch/csrc/distributed/c10d/FlightRecorder.cpp at
+    ad55c3b, DebugInfoWriter; docs/formats.md 8)."""
+    return job_table(name, log=str(log), evidence_s=evidence_s) + (
         f"[hosts.ct200.jobs.{name}.env]\n"
         f"TORCH_FR_DUMP_TEMP_FILE = {json.dumps(str(prefix))}\n"
         'TORCH_FR_BUFFER_SIZE = "2000"\n'

@@ -124,9 +124,9 @@ class JobActionScreen(Dialog):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "confirm", "Confirm"),
         Binding("c", "cancel_run", "Cancel run"),
-        Binding("n,escape", "close", "Close", key_display="Esc"),
         # Esc while the run keeps its evidence: go on to the stop without the rest of it
-        Binding("escape", "skip_or_close", "Close", key_display="Esc", show=False),
+        Binding("escape", "skip_or_close", "Close", key_display="Esc"),
+        Binding("n", "close", "Close", show=False),
     ]
 
     def __init__(
