@@ -18,7 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpumon.backends import untrusted
-from gpumon.backends.transport.base import Transport
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.config.workloads import JobConfig
+from gpumon.backends.torchenv.checks import Check
+from gpumon.backends.transport.base import Transport, TransportError
 
 __all__ = [
     "BUFFER_VARS",
@@ -26,6 +29,7 @@ __all__ = [
     "FrSetup",
     "default_prefixes",
     "job_setups",
+    "readiness_checks",
 ]
 
 BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # entries per rank
@@ -152,3 +156,157 @@ def env_line(name: str, value: str) -> str:
 def dump_dirs(setups: Sequence[FrSetup]) -> list[str]:
     """The folders the dumps go to (each process's prefix's folder), once each."""
     return list(dict.fromkeys(os.path.dirname(s.prefixes()[0]) or "." for s in setups))
+
+
+# --- the doctor: is each running job ready to leave evidence? -------------------------
+
+ROOM_MIN = 1 << 30  # bytes free where the dumps go: a rank's dump is MBs, a folder is shared
+# Each folder (argv[1:]): its free bytes, or why not (one line of JSON).
+_ROOM = """
+import json, os, sys
+out = {}
+for d in sys.argv[1:]:
+    try:
+        st = os.statvfs(d)
+        out[d] = {"free": st.f_bavail * st.f_frsize, "writable": os.access(d, os.W_OK)}
+    except OSError as e:
+        out[d] = {"error": e.strerror or type(e).__name__}
+print(json.dumps(out))
+"""
+
+
+async def readiness_checks(transport: Transport, host: HostConfig, python: str) -> list[Check]:
+    """For each running job of ``host``: whether its flight recorder is on, dumps on a
+    timeout, where and with what room; and whether py-spy is there for its stacks. Each
+    with the line to add to the job's ``env``. Never raises: what cannot be read is said."""
+    from gpumon.backends.actions.jobs import JobError, job_status
+
+    out = []
+    for job in host.jobs:
+        name = f"{job.name} evidence"
+        try:
+            status = await job_status(transport, job)
+            setups = (
+                await job_setups(transport, python, status.pids, 20.0) if status.running else []
+            )
+        except (JobError, TransportError, RuntimeError, TimeoutError) as e:
+            out.append(Check(name, "warning", f"cannot read {job.name}'s processes: {e}"))
+            continue
+        if not status.running:
+            out.append(Check(name, "n/a", f"{job.name} is {status.describe()}"))
+            continue
+        out += await _job_checks(transport, host, job, setups, python)
+    out.append(await _py_spy_check(transport, host))
+    return out
+
+
+def _table(host: HostConfig, job: JobConfig) -> str:
+    return f"[hosts.{host.name}.jobs.{job.name}.env]"
+
+
+async def _job_checks(
+    transport: Transport, host: HostConfig, job: JobConfig, setups: Sequence[FrSetup], python: str
+) -> list[Check]:
+    read = [s for s in setups if s.error is None]
+    if not read:
+        why = "; ".join(f"PID {s.pid}: {s.error}" for s in setups) or "no process"
+        return [Check(f"{job.name} flight recorder", "warning", f"environment unreadable: {why}")]
+    table = _table(host, job)
+    off = "" if job.evidence else " (and evidence = false in its config: set it true)"
+    out = []
+    # The ranks are what records: a launcher's shell (or torchrun's agent) without the
+    # variables does not make a job's recorder off.
+    on = [s for s in read if s.on]
+    if on:
+        name, size = on[0].buffer or ("", 0)
+        pids = " ".join(str(s.pid) for s in on)
+        out.append(Check(f"{job.name} flight recorder", "ok", f"on: {name}={size} (PIDs {pids})"))
+    else:
+        said = ", ".join(f"{b[0]}={b[1]}" for s in read if (b := s.buffer)) or "neither set"
+        out.append(
+            Check(
+                f"{job.name} flight recorder",
+                "warning",
+                f"off in PIDs {' '.join(str(s.pid) for s in read)}: "
+                f"TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE > 0 turns it on "
+                f"({said}); a stalled collective then leaves no record of which rank "
+                f"never arrived{off}",
+                f"add to {table}: {env_line('TORCH_FR_BUFFER_SIZE', '2000')} (then restart it)",
+            )
+        )
+    ranks = on or read
+    if any(s.dumps_on_timeout for s in ranks):
+        out.append(Check(f"{job.name} dump on timeout", "ok", f"{ON_TIMEOUT}=1"))
+    else:
+        out.append(
+            Check(
+                f"{job.name} dump on timeout",
+                "warning",
+                f"{ON_TIMEOUT} is not 1: a watchdog timeout writes no dump",
+                f"add to {table}: {env_line(ON_TIMEOUT, '1')}",
+            )
+        )
+    out.append(await _dump_room(transport, host, job, ranks, python))
+    return out
+
+
+async def _dump_room(
+    transport: Transport, host: HostConfig, job: JobConfig, read: Sequence[FrSetup], python: str
+) -> Check:
+    name = f"{job.name} dump folder"
+    first = read[0]
+    chosen = first.prefix
+    where = (
+        f"{chosen[1]}RANK ({chosen[0]})"
+        if chosen
+        else f"{first.prefixes()[0]}RANK (PyTorch's default)"
+    )
+    folders = dump_dirs(read)
+    prefix = env_line("TORCH_FR_DUMP_TEMP_FILE", f"/var/tmp/gpumon-fr/{job.name}_rank_")
+    fix = f"add to {_table(host, job)}: {prefix} (a folder that exists, with room)"
+    try:
+        result = await transport.run([python, "-c", _ROOM, *folders], timeout=20.0)
+        found = untrusted.loads(result.stdout) if result.exit_code == 0 else None
+    except (TransportError, ValueError) as e:
+        return Check(name, "warning", f"dumps go to {where}; its room is unknown: {e}")
+    if not isinstance(found, dict):
+        return Check(name, "warning", f"dumps go to {where}; its room is unknown")
+    for folder in folders:
+        item = found.get(folder) or {}
+        if "error" in item:
+            created = chosen is None  # PyTorch creates its default folder, not the user's
+            if created:
+                continue
+            return Check(name, "problem", f"dumps go to {where}: {folder}: {item['error']}", fix)
+        if not item.get("writable"):
+            return Check(name, "problem", f"dumps go to {where}: {folder} is not writable", fix)
+        free = int(item.get("free") or 0)
+        if free < ROOM_MIN:
+            return Check(
+                name, "warning", f"dumps go to {where}: only {free >> 20} MiB free in {folder}", fix
+            )
+    room = ", ".join(
+        f"{f}: {int(found[f]['free']) >> 30} GiB free"
+        for f in folders
+        if "free" in (found.get(f) or {})
+    )
+    return Check(name, "ok", f"dumps go to {where}" + (f"; {room}" if room else ""))
+
+
+async def _py_spy_check(transport: Transport, host: HostConfig) -> Check:
+    argv = ["sh", "-c", "command -v py-spy"]
+    try:
+        inside = await transport.run(argv, timeout=10.0)
+    except TransportError as e:
+        return Check("py-spy", "warning", f"cannot look for py-spy: {e}")
+    if inside.exit_code == 0 and inside.stdout.strip():
+        return Check(
+            "py-spy", "ok", f"{inside.stdout.strip()}: a job's stacks are kept before a restart"
+        )
+    return Check(
+        "py-spy",
+        "warning",
+        "not on the target: a restart keeps no Python stacks of the job (gpumon installs nothing)",
+        "install it in the job's venv (pip install py-spy); in a container that forbids "
+        "ptrace, give the container CAP_SYS_PTRACE",
+    )

@@ -466,3 +466,49 @@ def test_a_hung_evidence_step_is_cut_at_evidence_s_and_the_restart_goes_on(
     index = bundle_files(took.group(1))["index.txt"].decode()
     assert re.search(r"py-spy-\d+\.txt: .*timed out", index), index
     assert not [c for _, c in processes_matching(str(sshd.bin)) if "sleep 600" in c]
+
+
+def test_doctor_says_per_running_job_whether_it_will_leave_evidence(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    ready, bare, idle = job_name(), job_name(), job_name()
+    fr = tmp_path / "fr"
+    fr.mkdir()
+    tables = [
+        evidence_job(ready, tmp_path / "a.log", fr / "trace_rank_")
+        + 'TORCH_NCCL_DUMP_ON_TIMEOUT = "1"\n',
+        job_table(bare, log=str(tmp_path / "b.log")),  # no flight recorder at all
+        job_table(idle),  # never started
+    ]
+    cfg = write_config(tmp_path, sshd, *tables, python=sys.executable)
+    for name in (ready, bare):
+        res = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+        assert res.returncode == 0, res.stdout + res.stderr
+    res = subprocess.run(
+        [sys.executable, "-m", "gpumon.tui.cli", "--config", str(cfg), "doctor", "ct200", "--json"],
+        env=client_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
+    assert checks[f"{ready} flight recorder"]["status"] == "ok", checks[f"{ready} flight recorder"]
+    assert "TORCH_FR_BUFFER_SIZE=2000" in checks[f"{ready} flight recorder"]["evidence"]
+    assert checks[f"{ready} dump on timeout"]["status"] == "ok"
+    folder = checks[f"{ready} dump folder"]
+    assert folder["status"] == "ok", folder
+    assert f"{fr}/trace_rank_RANK (TORCH_FR_DUMP_TEMP_FILE)" in folder["evidence"]
+    off = checks[f"{bare} flight recorder"]
+    assert off["status"] == "warning" and "neither set" in off["evidence"]
+    assert off["fix"] == (
+        f'add to [hosts.ct200.jobs.{bare}.env]: TORCH_FR_BUFFER_SIZE = "2000" (then restart it)'
+    )
+    assert checks[f"{bare} dump on timeout"]["fix"].endswith('TORCH_NCCL_DUMP_ON_TIMEOUT = "1"')
+    # no prefix set: PyTorch's default under the job's HOME, which PyTorch creates itself
+    assert (
+        "comm_lib_trace_rank_RANK (PyTorch's default)" in checks[f"{bare} dump folder"]["evidence"]
+    )
+    assert checks[f"{idle} evidence"]["status"] == "n/a"
+    spy = checks["py-spy"]
+    if shutil.which("py-spy") is None:
+        assert spy["status"] == "warning" and "pip install py-spy" in spy["fix"]
