@@ -257,6 +257,10 @@ class Runtime:
             if self.hub is not None:
                 self.hub.attach_session(self._session)
             self._wire_started()
+        if self._session.runs.evidence is None:  # one adopted from the app, too
+            from gpumon.backends.bundle.evidence import keep_evidence
+
+            self._session.runs.evidence = keep_evidence
         return self._session
 
     def deliver(self, settings: NotifySettings, *, outbox: Path | None = None) -> NotifyHub:

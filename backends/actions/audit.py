@@ -39,8 +39,10 @@ def record(
     duration_s: float | None = None,
     detail: str | None = None,
     env: Mapping[str, str] | None = None,
+    bundle: str | None = None,
 ) -> Path:
-    """Append one entry; returns the log's path. Raises OSError if it cannot be written."""
+    """Append one entry; returns the log's path. Raises OSError if it cannot be written.
+    ``bundle``: the evidence kept before the action (``gpumon bundle``'s archive)."""
     entry = {
         "time": iso_time(time.time()),
         "user": local_user(),
@@ -54,6 +56,8 @@ def record(
         "duration_s": None if duration_s is None else round(duration_s, 3),
         "detail": detail,
     }
+    if bundle is not None:
+        entry["bundle"] = bundle
     path = audit_log(env)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(entry, ensure_ascii=False) + "\n"

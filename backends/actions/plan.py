@@ -28,6 +28,7 @@ Action = Literal["restart", "stop", "start"]
 
 
 class Step(enum.StrEnum):
+    EVIDENCE = "evidence"  # stacks and dumps kept in a bundle before the stop ends them
     STOP = "stop"
     WAIT_FREE = "wait_free"
     START = "start"
@@ -36,8 +37,8 @@ class Step(enum.StrEnum):
 
 
 STEPS: Mapping[Action, tuple[Step, ...]] = {
-    "restart": (Step.STOP, Step.WAIT_FREE, Step.START, Step.VERIFY),
-    "stop": (Step.STOP, Step.WAIT_FREE),
+    "restart": (Step.EVIDENCE, Step.STOP, Step.WAIT_FREE, Step.START, Step.VERIFY),
+    "stop": (Step.EVIDENCE, Step.STOP, Step.WAIT_FREE),
     "start": (Step.WAIT_FREE, Step.START, Step.VERIFY),
 }
 
@@ -123,12 +124,17 @@ class JobTarget:
     transport: Transport
     readings: Readings | None = None
     read_only: bool = False
+    # Where the evidence step reads the job's incident, processes and logs (None: a
+    # target without a monitor keeps no evidence)
+    monitor: HostMonitor | None = None
 
     @classmethod
     def from_monitor(cls, monitor: HostMonitor, *, read_only: bool = False) -> JobTarget:
         """Through the monitor's own connection, with its GPU readings. The host is the
         monitor's (for ``demo`` it carries the simulated ``drafter`` job)."""
-        return cls(monitor.host, monitor.transport, monitor_readings(monitor), read_only)
+        return cls(
+            monitor.host, monitor.transport, monitor_readings(monitor), read_only, monitor=monitor
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +226,8 @@ class ActionPlan:
 
     def _step_text(self, step: Step) -> str:
         job = self.job
+        if step is Step.EVIDENCE:
+            return evidence_text(job, self.status.running)
         if step is Step.STOP:
             if not self.status.running:
                 return "nothing to stop (not running)"
@@ -239,6 +247,26 @@ class ActionPlan:
             where = f" in {job.workdir}" if job.workdir else ""
             return f"{self.start_command}{where}  [detached: {how}; log {self.status.log_path}]"
         return f"alive after {job.verify_s:g} s and its log growing"
+
+
+def evidence_off(job: JobConfig) -> str | None:
+    """Why the job keeps no evidence before its stop (None: it keeps it)."""
+    if job.evidence and job.evidence_s > 0:
+        return None
+    key = "evidence = false" if not job.evidence else "evidence_s = 0"
+    return f"off ({key} in the job's config)"
+
+
+def evidence_text(job: JobConfig, running: bool) -> str:
+    """What the evidence step will do, or why it does nothing."""
+    if (off := evidence_off(job)) is not None:
+        return off
+    if not running:
+        return "nothing running to keep evidence of"
+    return (
+        f"py-spy stacks, flight-recorder dumps, log tails and nvidia-smi -q into a bundle, "
+        f"at most {job.evidence_s:g} s (Esc skips it)"
+    )
 
 
 def _commands(job: JobConfig, params: Mapping[str, ParamValue]) -> tuple[str | None, str | None]:

@@ -8,7 +8,9 @@ and the registry that keeps one run per job.
     run.cancel()                                           # CancelResult; refused from start
     outcome = await run.wait()                             # Outcome: ok/failed/cancelled/refused
 
-A restart is: stop (the job's ``stop`` command, else SIGTERM to its process group, SIGKILL
+A restart is: keep the evidence (``Gather``: the job's stacks and flight-recorder dumps
+into a bundle, at most the job's ``evidence_s``; ``skip_evidence()`` goes on without it),
+stop (the job's ``stop`` command, else SIGTERM to its process group, SIGKILL
 after ``stop_timeout``), wait until the job's GPUs use less than ``free_mib``, start it
 detached, then verify that it is alive after ``verify_s`` and its log grew. Every run,
 refused ones included, is appended to the audit log.
@@ -20,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -43,6 +45,7 @@ from gpumon.backends.actions.plan import (
     JobTarget,
     Readings,
     Step,
+    evidence_off,
     find_job,
     gpu_summary,
     make_plan,
@@ -53,6 +56,7 @@ from gpumon.backends.actions.plan import busy_gpus as _busy
 from gpumon.backends.actions.plan import join_pids as _join
 from gpumon.backends.actions.plan import mib as _mib
 from gpumon.backends.actions.rows import Level
+from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.listeners import Listeners
 from gpumon.backends.transport.base import TransportError
@@ -72,6 +76,23 @@ POLL_S = 0.5
 Progress = Callable[[Step, str], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What the evidence step kept: the bundle written (None: none was) and what it holds
+    or lacks, in words ("2 py-spy stacks, 1 flight-recorder dump; ...")."""
+
+    bundle: str | None
+    summary: str
+
+
+# Keeps the evidence of the job's processes (PIDs) within the seconds given, saying its
+# progress; the bundle layer's ``keep_evidence`` (actions cannot import it: the session
+# is given it by whoever builds it).
+Gather = Callable[
+    [JobTarget, JobConfig, tuple[int, ...], float, Callable[[str], None]], Awaitable[Kept]
+]
+
+
 # --- the run --------------------------------------------------------------------------
 
 
@@ -89,6 +110,7 @@ class Outcome:
     duration_s: float = 0.0
     audit_error: str | None = None  # the audit log could not be written
     step: Step | None = None
+    bundle: str | None = None  # the evidence kept before the stop
 
     @property
     def ok(self) -> bool:
@@ -135,8 +157,10 @@ class JobRun:
         free_timeout: float = DEFAULT_FREE_TIMEOUT_S,
         automatic: str | None = None,
         poll_s: float = POLL_S,
+        evidence: Gather | None = None,
     ) -> None:
         self.plan, self.target = plan, target
+        self.evidence = evidence
         self.free_timeout, self.poll_s = free_timeout, poll_s
         self.automatic = automatic  # why an automatic run started (None: a person asked)
         self.step: Step | None = None
@@ -153,6 +177,9 @@ class JobRun:
         self._workers = ""  # "its workers 15200-15202 hold GPUs 5-7", when it says more
         self._baseline: tuple[int | None, float | None] = (None, None)
         self._steps_task: asyncio.Future[None] | None = None
+        self._evidence_task: asyncio.Task[Kept] | None = None
+        self._evidence_skipped = False
+        self._kept: Kept | None = None
 
     @property
     def history(self) -> list[tuple[Step, str]]:
@@ -175,6 +202,16 @@ class JobRun:
         task = self.start()._task
         assert task is not None
         return await asyncio.shield(task)
+
+    def skip_evidence(self) -> bool:
+        """Go on to the stop without waiting for the rest of the evidence (the dialog's
+        Esc); False when the run is not keeping evidence now."""
+        task = self._evidence_task
+        if self.step is not Step.EVIDENCE or task is None or task.done():
+            return False
+        self._evidence_skipped = True
+        task.cancel()
+        return True
 
     def cancel(self) -> CancelResult:
         """Stop the run before its start step; from the start step on it is refused."""
@@ -225,6 +262,7 @@ class JobRun:
             signalled=tuple(self._signalled),
             duration_s=time.monotonic() - t0,
             step=ended_in,
+            bundle=self._kept.bundle if self._kept else None,
         )
         self.outcome = self._audit(outcome)
         self.step = Step.DONE
@@ -233,6 +271,7 @@ class JobRun:
 
     async def _steps(self) -> None:
         steps = {
+            Step.EVIDENCE: self._evidence,
             Step.STOP: self._stop,
             Step.WAIT_FREE: self._wait_free,
             Step.START: self._start,
@@ -267,6 +306,7 @@ class JobRun:
                 pids=list(outcome.signalled),
                 duration_s=outcome.duration_s,
                 detail=detail,
+                bundle=outcome.bundle,
             )
         except OSError as e:
             note = f" (audit log not written: {e})"
@@ -277,6 +317,47 @@ class JobRun:
         self._progress.emit(self.step or Step.STOP, message)
 
     # --- steps (each raises StepFailed, JobError or TransportError) -------------------
+    async def _evidence(self) -> None:
+        """Keep what explains the failure before the stop ends it, within ``evidence_s``;
+        whatever happens here, the stop follows (a failed, cut or skipped gathering is
+        said, never a reason not to restart)."""
+        job = self.plan.job
+        if (off := evidence_off(job)) is not None:
+            self._say(off)
+            return
+        if self.evidence is None or self.target.monitor is None:
+            self._say("skipped: no monitor of the host to keep evidence from")
+            return
+        status = await job_status(self.target.transport, job)
+        if not status.running:
+            self._say(f"nothing to keep: {status.describe()}")
+            return
+        seconds = job.evidence_s
+        self._say(f"keeping evidence of PIDs {_join(status.pids)} (at most {seconds:g} s)")
+        t0 = time.monotonic()
+        gather = self.evidence(self.target, job, status.pids, seconds, self._say)
+        self._evidence_task = asyncio.ensure_future(gather)
+        try:
+            # The gatherer ends its own steps before ``seconds``; this bound holds when one
+            # of them does not (a read stuck past its kill).
+            async with asyncio.timeout(seconds):
+                self._kept = await self._evidence_task
+        except asyncio.CancelledError:
+            if not self._evidence_skipped:
+                raise  # the run itself is cancelled
+            self._say(f"skipped after {time.monotonic() - t0:.1f} s (Esc): nothing kept")
+            return
+        except TimeoutError:
+            self._say(f"cut at {seconds:g} s: nothing kept (the evidence took too long)")
+            return
+        except Exception as e:
+            log.warning("evidence of %s failed", job.name, exc_info=True)
+            self._say(f"failed ({e}): going on without it")
+            return
+        took = time.monotonic() - t0
+        where = f" in {self._kept.bundle}" if self._kept.bundle else ""
+        self._say(f"kept{where} after {took:.1f} s: {self._kept.summary}")
+
     async def _stop(self) -> None:
         job, transport = self.plan.job, self.target.transport
         status = await job_status(transport, job)
@@ -445,8 +526,9 @@ class RunRegistry:
     place where the job's alerts are cleared and its tracker follows the outcome, for
     manual and automatic runs alike (``JobWatch``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, evidence: Gather | None = None) -> None:
         self._runs: dict[tuple[str, str], JobRun] = {}
+        self.evidence = evidence  # how each run keeps its evidence (None: it keeps none)
         self.finished: Listeners[[JobRun]] = Listeners("finished-run listener")
 
     def running(self, host: str, job: str) -> JobRun | None:
@@ -480,7 +562,12 @@ class RunRegistry:
                 current.add_listener(progress)
             return current
         run = JobRun(
-            plan, target, progress=progress, free_timeout=free_timeout, automatic=automatic
+            plan,
+            target,
+            progress=progress,
+            free_timeout=free_timeout,
+            automatic=automatic,
+            evidence=self.evidence,
         )
         run.add_listener(lambda step, _message: self._on_progress(run, step))
         self._runs[key] = run
@@ -501,10 +588,12 @@ __all__ = [
     "Action",
     "ActionPlan",
     "CancelResult",
+    "Gather",
     "GpuReadings",
     "GpuUse",
     "JobRun",
     "JobTarget",
+    "Kept",
     "Outcome",
     "ParamError",
     "Readings",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpumon.backends.actions.job_watch import JobWatch
-from gpumon.backends.actions.run import RunRegistry
+from gpumon.backends.actions.run import Gather, RunRegistry
 
 if TYPE_CHECKING:
     from gpumon.backends.monitor.state import HostMonitor
@@ -27,8 +27,10 @@ __all__ = ["Session"]
 
 
 class Session:
-    def __init__(self) -> None:
-        self.runs = RunRegistry()
+    def __init__(self, evidence: Gather | None = None) -> None:
+        # evidence: how a run keeps the job's evidence before its stop (the bundle layer's
+        # keep_evidence, given by the runtime; None: runs keep none)
+        self.runs = RunRegistry(evidence)
         self.watches: list[JobWatch] = []
 
     def watch(self, monitor: HostMonitor) -> JobWatch | None:

@@ -67,18 +67,27 @@ class BundleArchive:
         cap leaves (what is read from the target is bounded by it before it is read)."""
         return max(min(self.file_cap, self.total_cap - self._size), 0)
 
-    def add(self, name: str, data: bytes | str, about: str) -> bool:
+    def add(self, name: str, data: bytes | str, about: str, *, binary: bool = False) -> bool:
         """Keep ``data`` (scrubbed, its tail when over ``file_cap``) as ``name``; False
-        (and the reason noted) when the total cap leaves no room for it."""
+        (and the reason noted) when the total cap leaves no room for it. ``binary``: kept
+        byte for byte, whole or not at all (left out when it holds a secret, or is over
+        the per-file cap)."""
         raw = data.encode("utf-8") if isinstance(data, str) else data
-        if name.endswith(".gz"):  # scrubbed inside; too big: left out (a cut gzip is no use)
-            clean = gzip.compress(self.scrubber.data(gzip.decompress(raw)), mtime=0)
-            if len(clean) > self.file_cap:
+        if binary or name.endswith(".gz"):  # whole or not at all (a cut one is no use)
+            if binary:
+                whole = self.scrubber.binary(raw)
+            else:  # scrubbed inside
+                whole = gzip.compress(self.scrubber.data(gzip.decompress(raw)), mtime=0)
+            if whole is None:
+                self.missing(name, "left out: it holds a secret, and scrubbing would break it")
+                return False
+            if len(whole) > self.file_cap:
                 self.missing(
                     name,
-                    f"left out: {len(clean)} bytes, over the per-file cap of {self.file_cap} bytes",
+                    f"left out: {len(whole)} bytes, over the per-file cap of {self.file_cap} bytes",
                 )
                 return False
+            clean = whole
         else:
             clean = self.scrubber.data(raw)
         cut = 0

@@ -464,13 +464,7 @@ async def add_remote(
     target = await _Deadlined.of(transport, budget)
     step = min(budget.left(), 30.0)
 
-    smi = [host.nvidia_smi, "-q", "-d", SMI_SECTIONS]
-    read = _command(target, smi, step, max_bytes=archive.room())
-    got = await _within(archive, budget, "nvidia-smi-q.txt", read)
-    if got is not None:
-        text, cut = got
-        about = f"`{shlex.join(smi)}` on the target{_cut_note(text, cut)}"
-        archive.add("nvidia-smi-q.txt", text, about)
+    await add_smi(archive, host, target, step)
 
     if not host.kernel_log:
         archive.missing("kernel.txt", "the host's kernel_log is off in the config")
@@ -524,6 +518,19 @@ async def add_remote(
 
     if incident.cause.kind in _HUNG_KINDS or any(a.kind in _HUNG_KINDS for a in incident.alerts):
         await _py_spy(archive, monitor, incident, target, step)
+
+
+async def add_smi(
+    archive: BundleArchive, host: HostConfig, target: _Deadlined, step: float
+) -> None:
+    """``nvidia-smi-q.txt``: the GPUs' health sections."""
+    smi = [host.nvidia_smi, "-q", "-d", SMI_SECTIONS]
+    read = _command(target, smi, step, max_bytes=archive.room())
+    got = await _within(archive, target.budget, "nvidia-smi-q.txt", read)
+    if got is not None:
+        text, cut = got
+        about = f"`{shlex.join(smi)}` on the target{_cut_note(text, cut)}"
+        archive.add("nvidia-smi-q.txt", text, about)
 
 
 async def _kernel_lines(target: _Deadlined, argv: Sequence[str], timeout: float) -> str:
@@ -666,15 +673,6 @@ async def _py_spy(
 ) -> None:
     """``py-spy dump`` of the hung or stalled job's processes, where ``py-spy`` is already
     on the target (never installed)."""
-    budget = target.budget
-    which = target.run(["sh", "-c", "command -v py-spy"], timeout=step)
-    result = await _within(archive, budget, "py-spy", which)
-    if result is None:
-        return
-    found = result.stdout.strip()
-    if result.exit_code != 0 or not found:
-        archive.missing("py-spy", "not on the target (gpumon installs nothing there)")
-        return
     gpus = {a.gpu for a in incident.alerts if a.gpu is not None}
     job = monitor.host.job(incident.job) if incident.job else None
     if job is not None:
@@ -682,15 +680,43 @@ async def _py_spy(
     pids = sorted({p.pid for p in monitor.processes if p.pid is not None and _on(p, gpus, monitor)})
     if not pids:
         archive.missing("py-spy", "no process of the incident's GPUs is visible in the container")
-    for pid in pids[:8]:
+        return
+    await py_spy_dumps(archive, target, pids[:8], step, "a process of the hung job")
+
+
+async def py_spy_dumps(
+    archive: BundleArchive,
+    target: _Deadlined,
+    pids: Sequence[int],
+    step: float,
+    what: str,
+    say: Callable[[str], None] | None = None,
+) -> int:
+    """``py-spy-PID.txt``: ``py-spy dump --pid PID`` of each of ``pids`` (``what`` they
+    are, for the index), where ``py-spy`` is already on the target (never installed);
+    how many were kept."""
+    budget = target.budget
+    which = target.run(["sh", "-c", "command -v py-spy"], timeout=step)
+    result = await _within(archive, budget, "py-spy", which)
+    if result is None:
+        return 0
+    found = result.stdout.strip()
+    if result.exit_code != 0 or not found:
+        archive.missing("py-spy", "not on the target (gpumon installs nothing there)")
+        return 0
+    kept = 0
+    for pid in pids:
+        if say is not None:
+            say(f"py-spy dump --pid {pid}")
         name = f"py-spy-{pid}.txt"
         argv = [found, "dump", "--pid", str(pid)]
         read = _command(target, argv, step, max_bytes=archive.room())
         got = await _within(archive, budget, name, read)
         if got is not None:
             text, cut = got
-            about = f"`py-spy dump --pid {pid}` (a process of the hung job){_cut_note(text, cut)}"
-            archive.add(name, text, about)
+            about = f"`py-spy dump --pid {pid}` ({what}){_cut_note(text, cut)}"
+            kept += archive.add(name, text, about)
+    return kept
 
 
 def _on(p: GpuProcess, gpus: set[int], monitor: HostMonitor) -> bool:

@@ -258,6 +258,14 @@ class Scrubber:
         files are text)."""
         return self.text(data.decode("utf-8", "replace")).encode("utf-8")
 
+    def binary(self, data: bytes) -> bytes | None:
+        """``data`` as it is when scrubbing finds nothing in it, else None: a binary file
+        (a flight-recorder dump, a pickle) cannot be scrubbed without breaking it, so one
+        that holds a secret is left out. Read as Latin-1: every byte is one character,
+        and a secret's ASCII is itself."""
+        text = data.decode("latin-1")
+        return data if self.text(text) == text else None
+
     def found(self, text: str) -> list[str]:
         """The known secrets still in ``text`` (for tests and a last check)."""
         return [v for v in self.secrets if v in text]

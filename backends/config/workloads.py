@@ -81,6 +81,10 @@ class JobConfig:
     expect_tokens_per_s: float | None = None  # None: learned from its previous good runs
     slow_below: float = 0.5  # job_slow below this share of its baseline ...
     slow_for_s: float = 300.0  # ... for this long
+    # Before a restart, stop or kill ends it: its stacks, flight-recorder dumps, logs and
+    # nvidia-smi -q into a bundle, for at most evidence_s (0: straight to the stop).
+    evidence: bool = True
+    evidence_s: float = 15.0
 
 
 def command_text(v: object) -> str:
@@ -197,6 +201,8 @@ JOB_KEYS: tuple[KeySpec, ...] = (
     KeySpec("expect_tokens_per_s", number(1, 1e12), "tokens per second, a number >= 1"),
     KeySpec("slow_below", number(0.01, 1), "a share between 0.01 and 1"),
     KeySpec("slow_for_s", number(1, 7 * 86400), "seconds between 1 and 604800"),
+    KeySpec("evidence", boolean, "true or false"),
+    KeySpec("evidence_s", number(0, 600), "seconds between 0 and 600"),
 )
 
 

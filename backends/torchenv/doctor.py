@@ -35,6 +35,7 @@ from gpumon.backends.torchenv.extras import (
     extra_checks,
     gpus_check,
 )
+from gpumon.backends.torchenv.flight_recorder import readiness_checks
 from gpumon.backends.torchenv.gpu_checks import gpu_checks
 from gpumon.backends.torchenv.index import read_variants
 from gpumon.backends.torchenv.seen import record_seen
@@ -176,6 +177,7 @@ async def run_doctor(
     checks = evaluate(facts, host=host.name, table=table)
     checks += await process_checks(transport, host)
     checks += await gpu_checks(transport, host)
+    checks += await readiness_checks(transport, host, python)
     return DoctorReport(host.name, python, tuple(checks), facts)
 
 

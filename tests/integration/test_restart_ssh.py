@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import uuid
@@ -369,3 +370,145 @@ async def test_demo_restart_in_process_gpu6_memory_rises(local_env: Path) -> Non
         assert seen[-1] > seen[0] > 1024, seen  # refilling after the restart
     finally:
         await monitor.stop()
+
+
+# --- the evidence kept before the stop (issue 37 point 1) -----------------------------------
+
+
+def evidence_job(name: str, log: Path, prefix: Path, evidence_s: float = 15) -> str:
+    """A job whose environment sets the flight recorder's dump prefix as PyTorch reads it
+    (TORCH_FR_DUMP_TEMP_FILE + the rank: torch/csrc/distributed/c10d/FlightRecorder.cpp at
+    ad55c3b, DebugInfoWriter; docs/formats.md 8)."""
+    return job_table(name, log=str(log), evidence_s=evidence_s) + (
+        f"[hosts.ct200.jobs.{name}.env]\n"
+        f"TORCH_FR_DUMP_TEMP_FILE = {json.dumps(str(prefix))}\n"
+        'TORCH_FR_BUFFER_SIZE = "2000"\n'
+    )
+
+
+def bundle_files(path: str) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        out = {}
+        for member in tar.getmembers():
+            data = tar.extractfile(member)
+            if data is not None:
+                out[member.name.split("/", 1)[1]] = data.read()
+        return out
+
+
+def test_restart_keeps_the_flight_recorder_dump_in_a_bundle_before_the_kill(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    name, log, fr = job_name(), tmp_path / "job.log", tmp_path / "fr"
+    fr.mkdir()
+    cfg = write_config(tmp_path, sshd, evidence_job(name, log, fr / "trace_rank_"))
+    first = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "[evidence] nothing to keep" in first.stdout
+    old_pid = int(record(target, name)["pid"])
+    # What the job's flight recorder wrote on its watchdog timeout: rank 0's dump, and a
+    # file beside it that is no dump of this prefix.
+    dump = bytes(range(256)) * 64
+    (fr / "trace_rank_0").write_bytes(dump)
+    (fr / "other.bin").write_bytes(b"not a dump")
+
+    second = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    out = second.stdout
+    assert out.index("[evidence] kept in ") < out.index("[stop] stopping")
+    entry = entries(client_env, name)[-1]
+    assert entry["outcome"] == "ok" and old_pid in entry["pids"]
+    bundle = entry["bundle"]
+    assert bundle in out and Path(bundle).stat().st_mode & 0o777 == 0o600
+    files = bundle_files(bundle)
+    assert files["flight-recorder/trace_rank_0"] == dump  # byte for byte
+    assert "flight-recorder/other.bin" not in files
+    assert "progress" in files[f"logs/00-{str(log).strip('/').replace('/', '_')}"].decode()
+    index = files["index.txt"].decode()
+    assert str(fr / "trace_rank_0") in index
+    if shutil.which("py-spy") is None:  # not in the test venv: its absence is said
+        assert "py-spy: not on the target (gpumon installs nothing there)" in index
+    else:
+        assert f"py-spy-{old_pid}.txt" in files
+
+
+def test_evidence_s_0_goes_straight_to_the_stop(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    name, log = job_name(), tmp_path / "job.log"
+    table = evidence_job(name, log, tmp_path / "trace_rank_", evidence_s=0)
+    cfg = write_config(tmp_path, sshd, table)
+    for _ in range(2):
+        res = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+        assert res.returncode == 0, res.stdout + res.stderr
+    assert "[evidence] off (evidence_s = 0 in the job's config)" in res.stdout
+    assert "[evidence] kept" not in res.stdout
+    assert "bundle" not in entries(client_env, name)[-1]
+    assert not list((Path(client_env["XDG_STATE_HOME"]) / "gpumon").glob("bundles/*"))
+
+
+def test_a_hung_evidence_step_is_cut_at_evidence_s_and_the_restart_goes_on(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A py-spy that never answers (as one attached to a process stuck in the kernel).
+    spy = sshd.bin / "py-spy"
+    spy.write_text("#!/bin/sh\nexec sleep 600\n")
+    spy.chmod(0o755)
+    name, log = job_name(), tmp_path / "job.log"
+    table = evidence_job(name, log, tmp_path / "trace_rank_", evidence_s=4)
+    cfg = write_config(tmp_path, sshd, table)
+    restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    res = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    took = re.search(r"\[evidence\] kept in (\S+) after ([\d.]+) s", res.stdout)
+    assert took, res.stdout
+    assert float(took.group(2)) <= 4.0
+    index = bundle_files(took.group(1))["index.txt"].decode()
+    assert re.search(r"py-spy-\d+\.txt: .*timed out", index), index
+    assert not [c for _, c in processes_matching(str(sshd.bin)) if "sleep 600" in c]
+
+
+def test_doctor_says_per_running_job_whether_it_will_leave_evidence(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    ready, bare, idle = job_name(), job_name(), job_name()
+    fr = tmp_path / "fr"
+    fr.mkdir()
+    tables = [
+        evidence_job(ready, tmp_path / "a.log", fr / "trace_rank_")
+        + 'TORCH_NCCL_DUMP_ON_TIMEOUT = "1"\n',
+        job_table(bare, log=str(tmp_path / "b.log")),  # no flight recorder at all
+        job_table(idle),  # never started
+    ]
+    cfg = write_config(tmp_path, sshd, *tables, python=sys.executable)
+    for name in (ready, bare):
+        res = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+        assert res.returncode == 0, res.stdout + res.stderr
+    res = subprocess.run(
+        [sys.executable, "-m", "gpumon.tui.cli", "--config", str(cfg), "doctor", "ct200", "--json"],
+        env=client_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
+    assert checks[f"{ready} flight recorder"]["status"] == "ok", checks[f"{ready} flight recorder"]
+    assert "TORCH_FR_BUFFER_SIZE=2000" in checks[f"{ready} flight recorder"]["evidence"]
+    assert checks[f"{ready} dump on timeout"]["status"] == "ok"
+    folder = checks[f"{ready} dump folder"]
+    assert folder["status"] == "ok", folder
+    assert f"{fr}/trace_rank_RANK (TORCH_FR_DUMP_TEMP_FILE)" in folder["evidence"]
+    off = checks[f"{bare} flight recorder"]
+    assert off["status"] == "warning" and "neither set" in off["evidence"]
+    assert off["fix"] == (
+        f'add to [hosts.ct200.jobs.{bare}.env]: TORCH_FR_BUFFER_SIZE = "2000" (then restart it)'
+    )
+    assert checks[f"{bare} dump on timeout"]["fix"].endswith('TORCH_NCCL_DUMP_ON_TIMEOUT = "1"')
+    # no prefix set: PyTorch's default under the job's HOME, which PyTorch creates itself
+    assert (
+        "comm_lib_trace_rank_RANK (PyTorch's default)" in checks[f"{bare} dump folder"]["evidence"]
+    )
+    assert checks[f"{idle} evidence"]["status"] == "n/a"
+    spy = checks["py-spy"]
+    if shutil.which("py-spy") is None:
+        assert spy["status"] == "warning" and "pip install py-spy" in spy["fix"]

@@ -700,3 +700,45 @@ async def test_a_confirmed_swap_streams_its_output_and_ends_in_place(
         await pilot.press("escape")
         await wait(pilot, lambda: app.screen is not screen, what="closed")
         assert entries("swap-torch") == []  # a run audits itself (here: the stand-in)
+
+
+async def test_esc_skips_the_evidence_step_and_the_restart_goes_on(
+    oom_demo: HostMonitor, wait: Wait
+) -> None:
+    app = GpumonApp([oom_demo])
+    async with app.run_test(size=(110, 40)) as pilot:
+        await on_gpu(pilot, wait, app, OOM_GPU)
+        await oom_seen(pilot, wait, oom_demo)
+        await confirm_and_finish(pilot, wait, await open_plan(pilot, wait, app, "S"))
+        await pilot.press("escape")
+        # The drafter runs again. Its evidence is kept as a py-spy stuck on a process in
+        # the kernel keeps it: never, until Esc.
+        hung = asyncio.Event()
+        runs = app.runtime.session.runs
+        kept: list[tuple[int, ...]] = []
+
+        async def stuck(target: JobTarget, job: Any, pids: tuple[int, ...], *_: Any) -> Any:
+            kept.append(pids)
+            await hung.wait()
+
+        runs.evidence = stuck
+        screen = await open_plan(pilot, wait, app, "r")
+        assert "evidence:" in shown(screen.query_one("#restart-plan")), "a step of the plan"
+        assert screen.plan is not None
+        [row] = [r for r in screen.plan.rows() if r.step is Step.EVIDENCE]
+        assert row.text.endswith("at most 15 s (Esc skips it)"), row.text
+        await pilot.press("y")
+        run = screen.run
+        assert run is not None
+        await wait(pilot, lambda: bool(kept), timeout=20, what="the evidence step")
+        await pilot.pause()
+        steps = shown(screen.query_one("#restart-steps"))
+        assert "keeping evidence of PIDs" in steps and "Esc: skip the rest" in steps
+        await pilot.press("escape")
+        await wait(pilot, lambda: run.outcome is not None, timeout=30, what="the outcome")
+        assert run.outcome is not None and run.outcome.ok, run.outcome
+        assert isinstance(app.screen, JobActionScreen)  # Esc skipped; it did not close
+        said = dict(run.history)
+        assert said[Step.EVIDENCE].startswith("skipped after")
+        assert [s for s, _ in run.history].index(Step.STOP) > 0
+    assert "bundle" not in entries("restart")[-1]

@@ -108,6 +108,25 @@ def test_gzip_files_are_scrubbed_inside(tmp_path: Path) -> None:
     assert io.BytesIO(data).read(2) == b"\x1f\x8b"  # still gzip
 
 
+def test_binary_files_are_kept_byte_for_byte_or_left_out_with_a_secret(tmp_path: Path) -> None:
+    """A flight-recorder dump (a pickle) scrubbed as text would lose its bytes >= 0x80:
+    it is kept as it is, or, holding a secret, left out and said."""
+    archive = BundleArchive(Scrubber.of({"inner-secret-77"}), "title")
+    dump = bytes(range(256)) * 4
+    assert archive.add("flight-recorder/trace_rank_0", dump, "rank 0", binary=True)
+    token = b"HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"  # a secret by its name
+    leak = b"\x80\x04\x95" + token + bytes(range(200, 256))
+    for held in (b"\x80\x04" + b"inner-secret-77" + b"\xff", leak):
+        assert not archive.add("flight-recorder/trace_rank_1", held, "rank 1", binary=True)
+    path = archive.write(tmp_path / "b.tar.gz")
+    with tarfile.open(path) as tar:
+        kept = tar.extractfile("flight-recorder/trace_rank_0")
+        assert kept is not None and kept.read() == dump
+        index = tar.extractfile("index.txt")
+        assert index is not None
+        assert "trace_rank_1: left out: it holds a secret" in index.read().decode()
+
+
 @pytest.mark.parametrize("text", READABLE)
 def test_shaped_like_a_secret_but_none_stays(text: str) -> None:
     assert Scrubber().text(text) == text

@@ -124,7 +124,9 @@ class JobActionScreen(Dialog):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "confirm", "Confirm"),
         Binding("c", "cancel_run", "Cancel run"),
-        Binding("n,escape", "close", "Close", key_display="Esc"),
+        # Esc while the run keeps its evidence: go on to the stop without the rest of it
+        Binding("escape", "skip_or_close", "Close", key_display="Esc"),
+        Binding("n", "close", "Close", show=False),
     ]
 
     def __init__(
@@ -286,6 +288,12 @@ class JobActionScreen(Dialog):
         self._follow(run)
         self.query_one("#cancel-run", Button).focus()
 
+    def action_skip_or_close(self) -> None:
+        if self.run is not None and self.run.skip_evidence():
+            self.notify(f"{self.run.plan.job.name}: evidence skipped; stopping now", timeout=4)
+            return
+        self.action_close()
+
     @on(Button.Pressed, "#cancel-run")
     def action_cancel_run(self) -> None:
         if self.run is None or self.run.outcome is not None:
@@ -344,6 +352,8 @@ class JobActionScreen(Dialog):
             style = pal.text(ROLES[state]) if state != "done" else Style(color=pal.ok)
             grid.add_row(Text(f" {MARKS[state]} {step.value}", style), Text(message))
         note = self.cancel_note if run.outcome is None else None
+        if note is None and run.step is Step.EVIDENCE and run.outcome is None:
+            note = "Esc: skip the rest of the evidence and stop now"
         parts = [grid, Text(note, pal.text(Role.WARNING))] if note else [grid]
         self.show("steps", Group(*parts), visible=True)
         self.query_one("#restart-progress").display = True
