@@ -757,14 +757,23 @@ class AlertEngine(AlertStore):
         silent_s: float = 0.0,
         gpu: int | None = None,
         names_gpu: bool = False,
+        schedulers: tuple[int, ...] = (),
     ) -> list[Alert]:
         """``sglang_hung`` (critical) for the server on ``port`` while ``text`` (its
         headline and evidence) is given; None ends it: tokens come again, the requests are
         gone, or the server went down (a verdict of its own). ``gpu``: its (first) GPU,
         so what else happens on that GPU folds into its incident; ``names_gpu``: ``text``
-        names it."""
+        names it; ``schedulers``: its scheduler PIDs, which the incident's fixes name."""
         return self._server_condition(
-            "sglang_hung", Health.CRITICAL, port, text, now, silent_s, gpu, names_gpu=names_gpu
+            "sglang_hung",
+            Health.CRITICAL,
+            port,
+            text,
+            now,
+            silent_s,
+            gpu,
+            names_gpu=names_gpu,
+            schedulers=schedulers,
         )
 
     def on_spec_accept_low(self, port: int, text: str | None, now: float) -> list[Alert]:
@@ -813,6 +822,7 @@ class AlertEngine(AlertStore):
         key: str | None = None,
         *,
         names_gpu: bool = False,
+        schedulers: tuple[int, ...] = (),
     ) -> list[Alert]:
         key = key or f"{kind}:{port}"
         if text is None:
@@ -820,7 +830,7 @@ class AlertEngine(AlertStore):
                 self._end(key)
             return []
         raised: list[Alert] = []
-        facts = AlertFacts(port=port, names_gpu=names_gpu)
+        facts = AlertFacts(port=port, names_gpu=names_gpu, schedulers=schedulers)
         self._condition(key, kind, level, gpu, text, now, raised, score, facts=facts)
         return self._announce(raised)
 

@@ -108,7 +108,9 @@ class AlertFacts:
     chance"). ``names_gpu``: the message names its GPU itself (no "(GPU 6)" after it).
     ``restart``: what the automatic restart did. ``rate``, ``baseline``, ``unit``: a
     job's rate now and its usual one (``job_slow``), a GPU's memory fill rate
-    (``time_to_full``, MiB/s)."""
+    (``time_to_full``, MiB/s). ``schedulers``: an SGLang server's scheduler PIDs (its
+    ``sglang::scheduler_TP*`` processes, as the watched machine numbers them), whose
+    stacks py-spy dumps and which ``K`` stops."""
 
     gpu: GpuRef | None = None
     job: str | None = None
@@ -127,13 +129,14 @@ class AlertFacts:
     rate: float | None = None
     baseline: float | None = None
     unit: str | None = None
+    schedulers: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The facts that are known, by name (``docs/json.md``); {} for none."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None or value is False:
+            if value is None or value is False or value == ():
                 continue
             if isinstance(value, GpuRef):
                 value = {k: v for k, v in _ref_json(value).items() if v is not None}
@@ -141,6 +144,8 @@ class AlertFacts:
                 value = {"mib": value.mib, "others": value.others, **_fields(value.holder)}
             elif isinstance(value, XidFacts | Restart):
                 value = _fields(value)
+            elif isinstance(value, tuple):
+                value = list(value)
             out[f.name] = value
         return out
 
@@ -168,6 +173,7 @@ class AlertFacts:
             rate=_float(data.get("rate")),
             baseline=_float(data.get("baseline")),
             unit=_text(data.get("unit")),
+            schedulers=_ints(data.get("schedulers")),
         )
 
 
@@ -203,6 +209,12 @@ def _text(value: object) -> str | None:
 
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _ints(value: object) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(v for v in value if _int(v) is not None)
 
 
 def _float(value: object) -> float | None:

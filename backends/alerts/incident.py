@@ -62,6 +62,7 @@ __all__ = [
     "command_fix",
     "failure_kind",
     "holder",
+    "hung_server_fixes",
     "incidents",
     "line",
     "screen_fix",
@@ -299,10 +300,28 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
         gpu = None if cause.gpu is None else str(cause.gpu)
         # the action the alert said (45 alone or not, 154's from its line)
         out += _xid_fixes(xid.code, cause.host, restart, gpu, xid.action)
+    elif cause.kind == "sglang_hung":
+        out += hung_server_fixes(cause.facts.schedulers)
     elif restart is not None and cause.kind in RESTART_FIXES:
         out.append(restart)
     out += [Fix(None, advice) for advice in _ENGINE_FIXES.get(cause.kind, ())]
     return tuple(out)
+
+
+def hung_server_fixes(schedulers: Sequence[int]) -> list[Fix]:
+    """What can be done for a hung SGLang server with the scheduler PIDs ``schedulers``:
+    first its stacks, as SGLang's own watchdog takes them (``py-spy dump --native`` of
+    each scheduler: ``cudacore_pyspy_dump_utils.py``, formats.md), then ``K`` on its
+    scheduler. Not SIGQUIT: SGLang's handler for it kills the process tree and dumps
+    nothing."""
+    if not schedulers:
+        return [Fix(None, "its stacks: py-spy dump --native --pid <each sglang::scheduler PID>")]
+    first = schedulers[0]
+    each = f" (each scheduler: {', '.join(map(str, schedulers))})" if len(schedulers) > 1 else ""
+    return [
+        Fix(None, f"its stacks: py-spy dump --native --pid {first}{each}"),
+        Fix("K", f"stop its scheduler (PID {first})"),
+    ]
 
 
 # The fixes vLLM prints with its memory failures (kinds.py says where), in its flags' names

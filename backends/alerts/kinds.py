@@ -462,7 +462,10 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "server per GPU) it says what they do: every rank at 95 % or more on under 35 % of "
         "its power limit is an NCCL spin, idle GPUs a hang off the GPU, and the alert "
         "carries the first GPU so that GPU's other alerts, the server log's failed health "
-        "check among them, fold into the incident as evidence.",
+        "check among them, fold into the incident as evidence. Its fixes: its stacks, `py-spy "
+        "dump --native --pid PID` of its scheduler (SGLang's watchdog dumps its schedulers "
+        "so; not SIGQUIT, whose handler kills the process tree and dumps nothing), then `K` "
+        "on that scheduler (its PIDs are the alert's `schedulers` fact).",
     ),
     _kind(
         "spec_accept_low",

@@ -406,6 +406,7 @@ class Workloads:
                 silent_s=verdict.silent_s,
                 gpu=first,
                 names_gpu=named is not None and named == first,
+                schedulers=scheduler_pids(sample, gpus.get(port, ())),
             )
         return probes
 
@@ -576,6 +577,28 @@ class Workloads:
 
     def jobs_json(self) -> list[dict[str, Any]]:
         return [j.snapshot_json() for j in self.jobs.values()]
+
+
+# SGLang's own test for its schedulers (cudacore_pyspy_dump_utils.py,
+# _is_sglang_scheduler_process): the setproctitle title they run under.
+SCHEDULER_TITLE = "sglang::scheduler"
+
+
+def scheduler_pids(sample: HostSample | None, gpus: Sequence[int]) -> tuple[int, ...]:
+    """The PIDs of the SGLang schedulers on ``gpus`` (``sglang::scheduler_TP0`` ...), as
+    the watched machine numbers them (else the host's), in GPU order: what py-spy dumps
+    and ``K`` stops. Empty where no sample lists them."""
+    if sample is None:
+        return ()
+    out: list[int] = []
+    for gpu in sample.gpus:
+        if gpu.index not in gpus:
+            continue
+        for p in sample.processes_for(gpu):
+            pid = p.pid if p.pid is not None else p.host_pid
+            if (p.name or "").startswith(SCHEDULER_TITLE) and pid is not None and pid not in out:
+                out.append(pid)
+    return tuple(out)
 
 
 def _server_for(servers: Mapping[int, SglangTracker], path: str) -> SglangTracker | None:

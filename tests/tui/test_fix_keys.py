@@ -166,7 +166,51 @@ async def test_r_on_an_alert_without_a_job_says_why(
         app.dashboard.restart_alert_job(monitor, lone)
         await pilot.pause()
         assert not isinstance(app.screen, JobActionScreen)
-        assert any("names no job" in m and "GPU 0" in m for m in seen), seen
+        # the owner column names GPU 0 by its program: r says what K does for it
+        said_r = [m for m in seen if m.startswith("restart: ")]
+        process = monitor.latest.processes_for(monitor.latest.gpus[0])[0]  # type: ignore[union-attr]
+        assert said_r == [
+            f"restart: GPU 0 runs {process.short_name} (PID {process.pid}), not a configured "
+            "job: K on its row stops it"
+        ], seen
+
+
+async def test_r_on_a_servers_alert_offers_its_stacks_and_k_on_its_scheduler(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """An alert whose owner is an SGLang server (``sglang:30000`` in the owner column):
+    ``r`` says what can be done for that server, its scheduler's PID from the GPU's
+    process list, never a generic "this alert names no job"."""
+    import re
+
+    from gpumon.backends.alerts.facts import AlertFacts
+    from gpumon.backends.alerts.store import Alert
+    from gpumon.backends.model import Health
+
+    monitor = demo_monitor(demo_time=30.0, scenario="hang")
+    app = GpumonApp([monitor])
+    seen = said(app)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
+        sample = monitor.latest
+        assert sample is not None
+        [scheduler] = sample.processes_for(sample.gpus[0])
+        t = monitor.clock()
+        hung = Alert(
+            "sglang_hung:30000", Health.CRITICAL, "sglang_hung", "demo", 0, None,
+            "sglang :30000 hung: 37 running", t, t, facts=AlertFacts(port=30000),
+        )  # fmt: skip
+        app.dashboard.restart_alert_job(monitor, hung)
+        await pilot.pause()
+        assert not isinstance(app.screen, JobActionScreen)
+        said_r = [m for m in seen if m.startswith("restart: ")]
+        assert said_r, seen
+        pid = scheduler.pid if scheduler.pid is not None else scheduler.host_pid
+        assert said_r[-1] == (
+            "restart: sglang:30000 is a server, not a configured job: its stacks: "
+            f"py-spy dump --native --pid {pid}, K stop its scheduler (PID {pid})"
+        ), said_r
+        assert not re.search("names no job", said_r[-1])
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)

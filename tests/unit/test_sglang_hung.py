@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gpumon.backends.alerts.engine import AlertEngine
+from gpumon.backends.alerts.facts import AlertFacts
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.alerts.rules import AlertRules
 from gpumon.backends.config.load import HostConfig
@@ -293,3 +294,25 @@ def test_the_servers_log_failures_fold_into_its_hung_incident() -> None:
     [incident] = incidents(engine.active())
     assert incident.cause.kind == "sglang_hung"
     assert [a.kind for a in incident.evidence] == ["sglang_error"]
+
+
+def test_a_hung_servers_incident_offers_its_stacks_and_k_on_its_scheduler() -> None:
+    """What can be done for a hung server: its schedulers' stacks as SGLang's watchdog
+    takes them (``py-spy dump --native --pid``: python/sglang/srt/utils/
+    cudacore_pyspy_dump_utils.py, ``pyspy_dump_schedulers``), then ``K`` on its scheduler;
+    never SIGQUIT, which SGLang's handler answers by killing the process tree. The PIDs
+    are the alert's facts, and come back from its JSON."""
+    workloads = Workloads(HostConfig(name="ct200", kind="ssh", sglang=SglangConfig(ports=(30000,))))
+    engine = AlertEngine("ct200", AlertRules(), clock=lambda: 0.0)
+    for t in range(0, 70, 5):
+        workloads.sglang[30000].observe(SglangScrape(running=37.0, decode_tokens=5.0), float(t))
+        workloads.judge_hung(engine, float(t), _tp_sample(100.0, 115.0))
+    [alert] = engine.active()
+    assert alert.facts.schedulers == (100, 101)
+    assert AlertFacts.from_json(alert.facts.to_json()).schedulers == (100, 101)
+    [incident] = incidents(engine.active())
+    assert [(f.key, f.words) for f in incident.fixes] == [
+        (None, "its stacks: py-spy dump --native --pid 100 (each scheduler: 100, 101)"),
+        ("K", "stop its scheduler (PID 100)"),
+    ]
+    assert not any("SIGQUIT" in f.words or "kill -3" in f.words for f in incident.fixes)

@@ -33,11 +33,17 @@ from gpumon.backends.actions import (
 )
 from gpumon.backends.actions.kill import KillError, kill_plan
 from gpumon.backends.actions.plan import monitor_readings, workers_text
-from gpumon.backends.alerts.incident import holder, incidents
+from gpumon.backends.alerts.incident import (
+    holder,
+    hung_server_fixes,
+    incidents,
+    screen_fix,
+)
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import GpuProcess, Health
 from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.workloads import step_back_text
+from gpumon.backends.workloads.watch import scheduler_pids
 from gpumon.tui.dashboard.action_table import DashboardAction
 from gpumon.tui.dashboard.cursor import CursorModel
 from gpumon.tui.screens import DetailScreen
@@ -249,12 +255,7 @@ class JobActions:
         """``r`` in the alert history: restart the job of ``alert`` (else say why)."""
         job = alert_job(monitor, alert)
         if job is None:
-            where = f"GPU {alert.gpu}" if alert.gpu is not None else monitor.name
-            self.notify(
-                f"restart: this alert names no job ({where} runs none)",
-                severity="warning",
-                timeout=6,
-            )
+            self.notify(f"restart: {owner_words(monitor, alert)}", severity="warning", timeout=8)
             return
         self.open_job_action("restart", (monitor, job))
 
@@ -364,6 +365,39 @@ def alert_job(monitor: HostMonitor, alert: Alert) -> JobConfig | None:
     if alert.gpu is None:
         return None
     return next((j for j in monitor.host.jobs if alert.gpu in j.gpus), None)
+
+
+def owner_words(monitor: HostMonitor, alert: Alert) -> str:
+    """What can be done for the owner of ``alert`` that is no configured job, as the GPU
+    row's owner column names it: a server (``sglang:30000``: its stacks and ``K`` on its
+    scheduler), another container's or the host's process holding the GPU, the program
+    running on it (``K`` stops either); else that nothing runs there."""
+    sample = monitor.latest
+    facts = alert.facts
+    if facts.port is not None:
+        engine = "vllm" if alert.kind.startswith("vllm") else "sglang"
+        if engine == "vllm":
+            where = f" on GPU {alert.gpu}'s row" if alert.gpu is not None else ""
+            return f"vllm:{facts.port} is a server, not a configured job: K{where} stops it"
+        gpus = monitor.workloads.server_gpus(sample).get(facts.port, ())
+        pids = facts.schedulers or scheduler_pids(sample, gpus)
+        said = ", ".join(screen_fix(f) for f in hung_server_fixes(pids))
+        return f"sglang:{facts.port} is a server, not a configured job: {said}"
+    if facts.held is not None:
+        on = f"GPU {alert.gpu}" if alert.gpu is not None else "the GPU"
+        return f"{on} is held by {facts.held.holder}, not a job: K stops it"
+    gpu = None
+    if sample is not None and alert.gpu is not None:
+        gpu = next((g for g in sample.gpus if g.index == alert.gpu), None)
+    procs = sample.processes_for(gpu) if sample is not None and gpu is not None else ()
+    if procs:
+        top = max(procs, key=lambda p: p.memory_mib or 0)
+        pid = top.pid if top.pid is not None else top.host_pid
+        name = top.short_name or "a process"
+        said = f"{name} (PID {pid})" if pid is not None else name
+        return f"GPU {alert.gpu} runs {said}, not a configured job: K on its row stops it"
+    where = f"GPU {alert.gpu}" if alert.gpu is not None else monitor.name
+    return f"this alert names no job ({where} runs none)"
 
 
 class AfterRun:
