@@ -386,6 +386,10 @@ class AlertEngine(AlertStore):
         )
 
     def _job_for(self, gpu: int) -> str | None:
+        """The job an alert on ``gpu`` belongs to: the configured job of that GPU from the
+        start (before its log's first lines came, a loaded machine's GPU 6 memory warning
+        opened an incident of its own, beside the drafter's OOM), else the one whose log
+        named it."""
         return self.job_of_gpu.get(gpu) or self._jobs_by_gpu.get(gpu)
 
     def _idle_text(

@@ -328,7 +328,7 @@ class AlertStore:
             _UNDECLARED.add(kind)  # a recording of another version; in gpumon's own code a bug
             log.warning("alert kind %r is not declared in alerts/kinds.py", kind)
         if job is None and gpu is not None:
-            job = self._jobs_by_gpu.get(gpu)
+            job = self._job_for(gpu)
         alert = Alert(
             key,
             severity,
@@ -361,6 +361,10 @@ class AlertStore:
         """GPU ``index`` by every name this store knows (only its index: the engine
         knows the sample's GPUs)."""
         return GpuRef(index)
+
+    def _job_for(self, gpu: int) -> str | None:
+        """The job an alert on ``gpu`` belongs to: the one whose log named the GPU."""
+        return self._jobs_by_gpu.get(gpu)
 
     def _keep_source(self, key: str, lines: Sequence[str]) -> None:
         """Keep the last ``SOURCE_LINES_MAX`` of ``lines`` as what raised ``key``."""

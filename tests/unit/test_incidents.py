@@ -41,23 +41,27 @@ class Clock:
 
 
 def drafter_oom(
-    until: float, settings: SimSettings | None = None
+    until: float, settings: SimSettings | None = None, *, log_first: bool = True
 ) -> tuple[AlertEngine, list[Alert]]:
     """The training-oom scenario from its start to ``until`` through a real engine: the
-    samples of the simulated nvidia-smi and the drafter's log at the OOM."""
+    samples of the simulated nvidia-smi and the drafter's log at the OOM. The drafter is
+    configured on GPUs 5-7, as the demo's config has it (the monitor gives the engine its
+    jobs); ``log_first``: its log's first line is read before the first sample (else only
+    at the OOM: a loaded machine whose first log read came late)."""
     settings = settings or SimSettings()
     printers = sim_printers(settings)
     clock = Clock()
-    engine = AlertEngine("ct200", AlertRules(), clock=clock)
+    engine = AlertEngine("ct200", AlertRules(), clock=clock, jobs={"drafter": (5, 6, 7)})
     heard: list[Alert] = []
     engine.add_listener(heard.append)
-    engine.on_log_lines("/root/drafter.log", ["step 1"], job="drafter", gpus=(5, 6, 7))
+    if log_first:
+        engine.on_log_lines("/root/drafter.log", ["step 1"], job="drafter", gpus=(5, 6, 7))
     t = 0.0
     while t <= until:
         clock.t = wall_time(settings, t)
         engine.on_sample(sim_sample(printers, settings, t))
         if t == OOM_AT:
-            engine.on_log_lines("/root/drafter.log", OOM_LOG)
+            engine.on_log_lines("/root/drafter.log", OOM_LOG, job="drafter", gpus=(5, 6, 7))
         t += 0.5
     return engine, heard
 
@@ -84,6 +88,27 @@ def test_the_drafter_oom_is_one_incident_with_the_cuda_oom_first() -> None:
     # Only the active alerts (the strip, check): the same incident, the same headline.
     (live,) = incidents(engine.active())
     assert live.headline == incident.headline and live.cause.key == incident.cause.key
+
+
+def test_gpu_alerts_before_the_jobs_log_was_read_are_the_jobs_incident_from_the_start() -> None:
+    """The drafter's log read only at its OOM (a loaded machine: the agent's first log
+    read came late): GPU 6's memory warning and time to full, raised before, belong to the
+    drafter from the start, as its config says. They carried no job, and opened an
+    incident of their own beside the OOM's: two bells, a headline without the holder."""
+    engine, heard = drafter_oom(OOM_AT + 3, log_first=False)
+    early = [a for a in heard if a.gpu == 6 and a.time < wall_time(SimSettings(), OOM_AT)]
+    assert {a.kind for a in early} >= {"memory", "time_to_full"}
+    assert {a.job for a in early} == {"drafter"}
+    (incident,) = incidents(engine.history())
+    assert incident.job == "drafter" and incident.cause.kind == "cuda_oom"
+    assert incident.headline.startswith("drafter: CUDA OOM on GPU 6")
+    bell = IncidentBell()
+    live: list[Alert] = []
+    rings = 0
+    for alert in heard:
+        live = [a for a in live if a.key != alert.key] + [alert]
+        rings += bell.rings(alert, live)
+    assert rings == 1
 
 
 def test_advice_without_a_key_or_command_is_said_in_words() -> None:
