@@ -593,7 +593,9 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         230,
         "A watched log cannot be read: its OOM and progress lines are not seen "
         "(key `log_unreadable:PATH`).",
-        details="Warning, while it cannot be read (a new reason replaces the old one).",
+        details="Warning, while it cannot be read (a new reason replaces the old one); "
+        "a path that is no regular file (a FIFO, a device) is `not a regular file`, "
+        "never opened for reading.",
     ),
     _kind(
         "log_flood",

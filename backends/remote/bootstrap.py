@@ -57,9 +57,9 @@ def module_source(name: str) -> bytes:
 
 # The modules each program imports (``from . import protocol``), shipped before it.
 NEEDS: dict[str, tuple[str, ...]] = {
-    "agent": ("protocol", "logtail", "fetch", "hoststats", "procfacts"),
-    "doctor_probe": ("doctor_probe_fs",),
-    "host_procs": ("protocol", "logtail", "fetch", "hoststats", "procfacts", "agent"),
+    "agent": ("protocol", "logfile", "logtail", "fetch", "hoststats", "procfacts"),
+    "doctor_probe": ("logfile", "doctor_probe_fs"),
+    "host_procs": ("protocol", "logfile", "logtail", "fetch", "hoststats", "procfacts", "agent"),
 }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import doctor_probe_fs as fs
 from .doctor_probe_fs import child
+from .logfile import open_log
 
 PROBE_VERSION = 1
 SECTIONS = ("python", "dists", "torch", "runtime", "gpu", "extras", "caches", "procs", "logs")
@@ -268,7 +269,7 @@ def log_facts(patterns: list[str]) -> list[dict[str, Any]]:
         for path in paths:
             error: str | None = None
             try:
-                with open(path, "rb") as f:
+                with open_log(path) as f:  # a FIFO there would hold the probe to its end
                     f.read(1)
             except FileNotFoundError:
                 error = "missing"

@@ -12,13 +12,13 @@ is skipped ahead to its newest bytes, and the bytes skipped unread are reported 
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import stat
 import time
 
 from . import protocol
+from .logfile import not_regular, open_log
 
 TYPE_CHECKING = False  # typing is not imported on the target (see protocol)
 if TYPE_CHECKING:
@@ -180,8 +180,9 @@ class LogTail:
             return None
         except OSError:
             return None  # rotated away; a new file at the same path is picked up below
-        if stat.S_ISDIR(st.st_mode):  # replaced by a directory: nothing to follow
-            self._say(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+        if not stat.S_ISREG(st.st_mode):
+            # a directory, a FIFO (its open waits for a writer), a device: nothing to follow
+            self._say(path, not_regular(path, st.st_mode))
             state[:] = [None, 0, b"", False]  # a file there later is all new
             return None
         inode, offset, partial, sent = state
@@ -198,7 +199,7 @@ class LogTail:
             skipped = st.st_size - LOG_READ_BYTES - offset
             offset, partial, sent = st.st_size - LOG_READ_BYTES, b"", False
         try:
-            with open(path, "rb") as f:
+            with open_log(path) as f:
                 self._say(path, None)
                 if st.st_size == offset:
                     redraw = partial.startswith(b"\r") and len(partial) > 1

@@ -4,6 +4,7 @@ probe run for real (its bootstrap, /proc, a real CPU torch) is tests/system/test
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 from collections.abc import Callable
@@ -859,6 +860,8 @@ def test_classify_nvidia(
 def test_probe_is_standard_library_only_and_python38_syntax(module: Any) -> None:
     import ast
 
+    from gpumon.backends.remote.bootstrap import NEEDS
+
     path = Path(module.__file__ or "")
     tree = ast.parse(path.read_text(), feature_version=(3, 8))
     top: set[str] = set()
@@ -867,8 +870,8 @@ def test_probe_is_standard_library_only_and_python38_syntax(module: Any) -> None
             top |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             top.add(node.module.split(".")[0])
-        elif isinstance(node, ast.ImportFrom):
-            assert node.module == "doctor_probe_fs" or node.module is None, ast.dump(node)
+        elif isinstance(node, ast.ImportFrom):  # only what is shipped with the probe
+            assert node.module is None or node.module in NEEDS["doctor_probe"], ast.dump(node)
     assert top - set(sys.stdlib_module_names) - {"__future__"} == set()
 
 
@@ -899,7 +902,9 @@ def test_driver_without_devices_is_not_a_problem() -> None:
 
 def test_the_doctor_says_which_watched_logs_cannot_be_read(tmp_path: Path) -> None:
     """The probe opens each watched log as the agent would; one it cannot read (here a
-    directory: root reads any file) is a problem naming the path and the reason."""
+    directory: root reads any file) is a problem naming the path and the reason. A FIFO
+    is no log, said so without opening it for reading (that waited for a writer: the
+    probe hung to the end of its time)."""
     from gpumon.backends.remote.doctor_probe import log_facts
     from gpumon.backends.torchenv.checks import Facts
     from gpumon.backends.torchenv.extras import check_logs
@@ -908,10 +913,13 @@ def test_the_doctor_says_which_watched_logs_cannot_be_read(tmp_path: Path) -> No
     good.write_text("x\n")
     bad = tmp_path / "gone.log"
     bad.mkdir()
-    facts = log_facts([str(good), str(bad), str(tmp_path / "later.log")])
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    facts = log_facts([str(good), str(bad), str(fifo), str(tmp_path / "later.log")])
     check = check_logs(Facts({"logs": facts}))
     assert check.status == "problem"
     assert f"{bad}: Is a directory" in check.evidence
+    assert f"{fifo}: not a regular file" in check.evidence
     ok = check_logs(Facts({"logs": log_facts([str(good), str(tmp_path / "later.log")])}))
     assert (ok.status, ok.evidence) == ("ok", "1 readable, 1 not there yet")
 

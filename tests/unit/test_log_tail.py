@@ -150,6 +150,21 @@ def test_a_log_replaced_by_a_directory_is_said_once_and_cleared_when_back(
     assert cleared.problem is None
 
 
+def test_a_fifo_in_a_followed_glob_is_said_and_never_opened(tmp_path: Path) -> None:
+    """A FIFO is no log: opening it for reading waits for a writer, which hung the
+    agent's log thread. It is said as a problem once and the regular files go on."""
+    (tmp_path / "a.log").write_text("a line\n")
+    os.mkfifo(tmp_path / "b.log")
+    tail = LogTail({"path": str(tmp_path / "*.log"), "tag": "watch"})
+    assert lines_of(tail.poll()) == ["a line"]
+    (said,) = tail.take_problems()
+    assert (said.path, said.problem) == (str(tmp_path / "b.log"), "not a regular file")
+    with (tmp_path / "a.log").open("a") as f:
+        f.write("another\n")
+    assert lines_of(tail.poll()) == ["another"]
+    assert tail.take_problems() == []  # once, not every poll
+
+
 def _flood_tail(tmp_path: Path) -> tuple[Path, LogTail]:
     from gpumon.backends.parsers import KEEP_PATTERN
 
