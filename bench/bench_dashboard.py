@@ -80,8 +80,8 @@ def fill_history(monitor: HostMonitor, seconds: float = 3600.0) -> None:
 
 def fill_workloads(monitor: HostMonitor) -> None:
     """Full histories for every SGLang tracker, and a job with a full rate history (so
-    both panes are on screen with the most they draw)."""
-    now = monitor.clock()
+    both panes are on screen with the most they draw), on the trackers' clock."""
+    now = monitor.workloads.now()
     for tracker in monitor.workloads.sglang.values():
         points = list(tracker.history)
         need = (tracker.history.maxlen or 120) - len(points)

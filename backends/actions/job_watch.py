@@ -69,7 +69,7 @@ class JobWatch:
             return
         job = plan.job
         tracker = monitor.workloads.jobs.get(job.name)
-        now = monitor.clock()
+        now = monitor.workloads.now()  # the tracker's clock
         if plan.action == "stop":
             if tracker is not None:
                 tracker.mark_stopped(now)

@@ -212,6 +212,7 @@ class AlertEngine(AlertStore):
         self._watches: dict[int, GpuWatch] = {}
         self._listed: dict[str, _Listed] = {}  # GPUs the host listed, by ``_gpu_identity``
         self._latest: HostSample | None = None
+        self._latest_came: float | None = None  # when it came (``on_sample``)
         self._early_kernel: list[str] = []  # kernel lines before the first sample
         self._logs: dict[str, _LogSource] = {}
         self._kernel_seen: set[str] = set()
@@ -254,9 +255,15 @@ class AlertEngine(AlertStore):
         return self.rules.memory_health(fraction, gpu.memory_free_mib)
 
     # --- samples ----------------------------------------------------------------------
-    def on_sample(self, sample: HostSample) -> list[Alert]:
-        """Memory, time-to-full, OOM-death and GPU-health rules for one sample."""
+    def on_sample(self, sample: HostSample, *, came: float | None = None) -> list[Alert]:
+        """Memory, time-to-full, OOM-death, GPU-health and idle rules for one sample,
+        which ``came`` at that time of the monitor's monotonic clock (None: at its
+        ``time``). The alerts are dated by the sample's time; every duration the rules
+        judge between samples (a trend, a fall, an idle run, a slowdown's share) is
+        counted on ``came``, so a wall-clock step between two samples makes no GPU
+        idle for an hour, no fill rate flat and no OOM death missed."""
         now = sample.time
+        t = now if came is None else came
         rules = self.rules
         raised: list[Alert] = []
         self._refs = sample.gpu_refs
@@ -266,7 +273,7 @@ class AlertEngine(AlertStore):
             if watch is None:
                 watch = self._watches[i] = GpuWatch(i)
             self._gpu_health(now, gpu, watch, raised)
-            self._health_facts(now, gpu, raised)
+            self._health_facts(now, t, gpu, raised)
             self._foreign(now, gpu, sample, raised)
             fraction = gpu.memory_used_fraction
             if fraction is None:
@@ -282,15 +289,15 @@ class AlertEngine(AlertStore):
                 )
             elif key in self._active:
                 self._end(key)
-            watch.held_by(now, frozenset(p.pid for p in sample.processes_for(gpu) if p.pid))
-            self._time_to_full(now, gpu, fraction, watch, raised)
-            death = watch.death(now, fraction, rules)
+            watch.held_by(t, frozenset(p.pid for p in sample.processes_for(gpu) if p.pid))
+            self._time_to_full(now, t, gpu, fraction, watch, raised)
+            death = watch.death(t, fraction, rules, at=now)
             if death is not None:
                 self._oom_death(now, gpu, fraction, death, raised)
             elif fraction * 100.0 >= RECOVERY_PCT and watch.emptied_at is not None:
                 self._recover_gpu(i, watch.emptied_at)
                 watch.emptied_at = None
-        self._idle_held(now, sample, raised)
+        self._idle_held(now, t, sample, raised)
         unread = [self._known_as(gpu) for gpu in sample.unreadable]
         self._unreadable_gpus(now, sample, unread, raised)
         self._missing_gpus(now, sample, unread, raised)
@@ -298,7 +305,7 @@ class AlertEngine(AlertStore):
             if key in self._active:
                 self._end(key)
         self._expire(now)
-        self._latest = sample
+        self._latest, self._latest_came = sample, t
         self._remember_listed(now, sample, unread)
         self._early_kernel_lines(now, raised)
         return self._announce(raised)
@@ -314,7 +321,7 @@ class AlertEngine(AlertStore):
             self._foreign(sample.time, gpu, sample, raised)
         return self._announce(raised)
 
-    def _idle_held(self, now: float, sample: HostSample, out: list[Alert]) -> None:
+    def _idle_held(self, now: float, t: float, sample: HostSample, out: list[Alert]) -> None:
         """``gpu_idle_held`` (warning): GPUs held and idle for ``idle_held_after_s``
         (``IdleHeld``), naming who holds them; the GPUs of one job are one alert (the job's
         incident), the others one per GPU. Ends when the GPU is busy again, frees its
@@ -326,15 +333,16 @@ class AlertEngine(AlertStore):
         if cached is None or cached[0] is not self.rules:  # rules are frozen: build it once
             cached = self._idle_test = (self.rules, self.rules.idle_held)
         test = cached[1]
-        if self._latest is not None and now > self._latest.time:
-            self._shortest_gap = min(self._shortest_gap, now - self._latest.time)
+        last = self._latest_came
+        if last is not None and t > last:
+            self._shortest_gap = min(self._shortest_gap, t - last)
         period = self.interval_s or self._shortest_gap
         gap_s = max(STALE_WARNING_FLOOR_S, IDLE_GAP_INTERVALS * period)
         idle: dict[str | None, list[tuple[GpuSample, float]]] = {}
         servers: dict[int, list[tuple[GpuSample, float]]] = {}
         for gpu in sample.gpus if test.after_s > 0 else ():  # 0: off
             watch = self._watches[gpu.index]
-            seconds = watch.idle_for(now, gpu, test, gap_s)
+            seconds = watch.idle_for(t, gpu, test, gap_s)
             if seconds is None or seconds < test.after_s:
                 continue
             port = self.serving.get(gpu.index)
@@ -537,10 +545,11 @@ class AlertEngine(AlertStore):
             if watch.health_calm >= self.rules.clear_samples:
                 self._end(key)
 
-    def _health_facts(self, now: float, gpu: GpuSample, out: list[Alert]) -> None:
+    def _health_facts(self, now: float, t: float, gpu: GpuSample, out: list[Alert]) -> None:
         """The health facts (``alerts.health``) as ``gpu_health`` conditions, one per
-        topic (``gpu_health:pcie:3``): each lasts while its fact holds."""
-        found = {f.topic: f for f in self._health.judge(now, gpu)}
+        topic (``gpu_health:pcie:3``): each lasts while its fact holds; judged over the
+        samples' ``t`` (``on_sample``), dated ``now``."""
+        found = {f.topic: f for f in self._health.judge(t, gpu)}
         for topic in HEALTH_TOPICS:
             key = f"gpu_health:{topic}:{gpu.index}"
             finding = found.get(topic)
@@ -575,10 +584,16 @@ class AlertEngine(AlertStore):
         return seen[1] if seen is not None and now - seen[0] <= within_s else None
 
     def _time_to_full(
-        self, now: float, gpu: GpuSample, fraction: float, watch: GpuWatch, out: list[Alert]
+        self,
+        now: float,
+        t: float,
+        gpu: GpuSample,
+        fraction: float,
+        watch: GpuWatch,
+        out: list[Alert],
     ) -> None:
         horizon = self.rules.ttf_horizon_s
-        ttf = watch.time_to_full(now, gpu, fraction, self.rules)
+        ttf = watch.time_to_full(t, gpu, fraction, self.rules)
         key = f"time_to_full:{gpu.index}"
         if horizon <= 0:
             return

@@ -535,8 +535,12 @@ class GpuWatch:
             self.ttf, self.rate = fit
         return self.ttf
 
-    def death(self, now: float, fraction: float, rules: AlertRules) -> tuple[float, float] | None:
-        """(peak fraction, seconds) when memory just fell from near-full to near-empty."""
+    def death(
+        self, now: float, fraction: float, rules: AlertRules, *, at: float | None = None
+    ) -> tuple[float, float] | None:
+        """(peak fraction, seconds) when memory just fell from near-full to near-empty.
+        ``at``: the sample's own time, which ``emptied_at`` keeps (it is compared with
+        alerts' dates; None: ``now``)."""
         if fraction >= rules.oom_death_high_pct / 100.0:
             fresh = self.high_at is not None and now - self.high_at <= rules.oom_death_window_s
             self.peak = max(self.peak, fraction) if fresh else fraction
@@ -544,7 +548,7 @@ class GpuWatch:
             return None
         if fraction >= rules.oom_death_low_pct / 100.0:
             return None
-        self.emptied_at = now
+        self.emptied_at = now if at is None else at
         high_at, self.high_at = self.high_at, None
         if high_at is not None and now - high_at <= rules.oom_death_window_s:
             return self.peak, now - high_at

@@ -186,8 +186,7 @@ class HostMonitor:
         self.recorder.container = host.container
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
-        # a replay reaches no machine, and its runs must not become the live baseline
-        self.workloads = Workloads(host, learn=source.capabilities.actions)
+        self.workloads = self._workloads()
         # The host's samples before a first live one (until its time), where a source
         # knows them: the simulator's idle scenario, whose story is a duration.
         self.past: Callable[[float], Sequence[HostSample]] | None = None
@@ -365,8 +364,20 @@ class HostMonitor:
         self._smi_failure = None
         self._gaps.clear()
         self.alerts.reset()
-        self.workloads = Workloads(self.host, learn=self.source.capabilities.actions)
+        self.workloads = self._workloads()
         self._notify()
+
+    def _workloads(self) -> Workloads:
+        """The workload trackers, judged on ``watch_clock`` as the silences are: a job's
+        log or a server that fell silent while gpumon did not run has its usual time to
+        answer (a replay reaches no machine, and its runs must not become the live
+        baseline)."""
+        return Workloads(
+            self.host,
+            learn=self.source.capabilities.actions,
+            clock=self.clock,
+            ticks=self.watch_clock,
+        )
 
     def start(self) -> asyncio.Task[None]:
         loop = asyncio.get_running_loop()
@@ -456,15 +467,17 @@ class HostMonitor:
 
     def ingest_sample(self, sample: HostSample) -> None:
         """Take one complete sample: histories, alerts, flight recorder, listeners."""
+        came_now = self._now()
         if self._first_data_at is None and self.past is not None:
             for past in self.past(sample.time):  # histories, alerts, recorder, as if watched
                 self._histories_add(past)
-                self.alerts.on_sample(past)
+                # as if each came that much before this one
+                self.alerts.on_sample(past, came=came_now - max(sample.time - past.time, 0.0))
                 self.recorder.record(past)
         self.latest = sample
         self.samples += 1
         now = self.clock()
-        self._latest_came = self._now()
+        self._latest_came = came_now
         came = self.watch_clock()
         if self._last_data_at is not None and self.status.state == ConnState.CONNECTED:
             self._gaps.append(max(came - max(self._last_data_at, self._state_since), 0.0))
@@ -475,7 +488,7 @@ class HostMonitor:
         self._histories_add(sample)
         self.recorder.record(sample)
         self.alerts.serving = self.workloads.serving_gpus(sample)
-        self.alerts.on_sample(sample)
+        self.alerts.on_sample(sample, came=came_now)
         # a sample comes without the process list (it arrives on its own): the newest one
         held = sample if sample.processes else replace(sample, processes=self.processes)
         self.workloads.judge_stalls(self.alerts, held, now, processes_known=self._processes_known)
@@ -607,6 +620,7 @@ class HostMonitor:
         dropped: int = 0,
         skipped_bytes: int = 0,
         written: float | None = None,
+        read_at: float | None = None,
     ) -> None:
         source = LogSource.from_tag(tag)
         job = self.host.job(source.job) if source.job is not None else None
@@ -619,7 +633,7 @@ class HostMonitor:
         if self.latest is not None and age is not None:
             at = self.latest.time + age
         self.recorder.record_log(tag, path, lines, at, backlog=backlog)
-        self.workloads.on_log(tag, path, lines, now, backlog=backlog)
+        self.workloads.on_log(tag, path, lines, now, backlog=backlog, read_at=read_at)
         gpus = job.gpus if job and job.gpus else None
         if source.sglang:  # the server's GPUs, where known: its incident folds them in
             gpus = self.workloads.log_gpus(path, self.latest)

@@ -4,8 +4,14 @@
 Rates come from counter deltas between scrapes, never from one scrape: until two good
 scrapes in a row exist a rate is None. A counter going down means the server restarted:
 the tracker starts over from that scrape instead of reporting a negative rate. A failed
-fetch marks the server down and keeps the last values (``stale``). Times are local epoch
-seconds, as the caller received the data.
+fetch marks the server down and keeps the last values (``stale``).
+
+Times (``t``) are when the data came, on the monitor's judging clock (``Workloads.now``:
+monotonic, so a wall-clock step makes no server hung and hides no hang; a test's or a
+replay's one clock alike). Two come from the target and are compared only with times of
+its own clock: a scrape's reading time (``at``, the agent's: a rate spans the readings)
+and a log line's stamp, whose age is taken against the time the agent read the line
+(``read_at``) and then counted back from when it came.
 
 The generation rate says where it came from (``gen_tokens_per_s_source``): ``counter``
 (``realtime_tokens_total{mode="decode"}``, bumped every decode step, 0.5.7+), ``gauge``
@@ -189,9 +195,19 @@ def stamp_epoch(stamp: str | None) -> float | None:
         return None
 
 
+def _written(stamp: str | None, t: float, read: float) -> float:
+    """When a log line stamped ``stamp`` was written, on the clock of ``t`` (when it came):
+    its age when it was read at ``read`` (by the clock the stamp is on), back from ``t``;
+    ``t`` itself without a stamp, or for one later than its reading (never after it came).
+    The stamp is never compared with ``t``'s clock: a wall-clock step of either side made
+    every line an hour old (a busy server hung) or half an hour new (a hang unseen)."""
+    stamped = stamp_epoch(stamp)
+    return t if stamped is None else t - max(read - stamped, 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class _Point:
-    t: float  # local time the scrape came
+    t: float  # when the scrape came (the judging clock)
     scrape: SglangScrape
     at: float | None = None  # when the target read it (the agent's clock), where said
 
@@ -411,18 +427,19 @@ class SglangTracker:
             self._log_numbers()
         self.history.append((t, self.gen_tokens_per_s))
 
-    def observe_log_line(self, line: str, t: float) -> bool:
-        """A server log line; True when it was a stats line that was used."""
+    def observe_log_line(self, line: str, t: float, *, read_at: float | None = None) -> bool:
+        """A server log line that came at ``t``, read at ``read_at`` by the clock its stamp
+        is on (the target's; None: ``t``'s); True when it was a stats line that was used."""
+        read = t if read_at is None else read_at
         stats = parse_sglang_log_line(line)
         if stats is None and _HEALTH_FAILED in line:
-            stamped = stamp_epoch(log_line_stamp(line))
-            self.health_failed_at = t if stamped is None else min(stamped, t)
+            self.health_failed_at = _written(log_line_stamp(line), t, read)
         retracted = _RETRACTED.search(line) if stats is None else None
         # KV pressure: requests pushed back to the queue
         self.retracted_log = (self.retracted_log or 0) + (int(retracted[1]) if retracted else 0)
         if stats is None:
             return False
-        self._log_progress(stats, line, t)
+        self._log_progress(stats, line, t, read)
         return self.observe_log(stats, t)
 
     # ------------------------------------------------------------------ hung
@@ -442,12 +459,11 @@ class SglangTracker:
         elif self._frozen_since is None:
             self._frozen_since = self._points[-1].t
 
-    def _log_progress(self, stats: SglangLogStats, line: str, t: float) -> None:
+    def _log_progress(self, stats: SglangLogStats, line: str, t: float, read: float) -> None:
         """A stats line is progress at its own stamp (never later than it came)."""
         if self.watched_since is None:
             self.watched_since = t
-        stamped = stamp_epoch(stats.time)
-        at = t if stamped is None else min(stamped, t)
+        at = _written(stats.time, t, read)
         if self.log_progress_at is None or at > self.log_progress_at:
             self.log_progress_at = at
         if stats.kind == "decode":

@@ -125,9 +125,12 @@ class Slow:
 
 @dataclass
 class SlowWatch:
-    """One job's slow-rule state across samples."""
+    """One job's slow-rule state across samples: times on the judging clock (the job
+    tracker's), but ``run_start_wall``, the run's start on the wall clock, which names the
+    run in the baselines file (kept across restarts, dated against the audit log)."""
 
     run_start: float | None = None
+    run_start_wall: float | None = None
     slow_since: float | None = None
     rates: list[float] = field(default_factory=list)  # this run, after warm-up
     utils: list[float] = field(default_factory=list)
@@ -135,8 +138,8 @@ class SlowWatch:
     was_slow: bool = False
     saved_at: float | None = None
 
-    def new_run(self, start: float) -> None:
-        self.run_start, self.slow_since = start, None
+    def new_run(self, start: float, start_wall: float) -> None:
+        self.run_start, self.run_start_wall, self.slow_since = start, start_wall, None
         self.rates, self.utils, self.powers = [], [], []
         self.was_slow, self.saved_at = False, None
 
@@ -146,6 +149,7 @@ def judge_slow(
     watch: SlowWatch,
     now: float,
     *,
+    wall: float | None = None,
     expect: float | None,
     below: float,
     for_s: float,
@@ -154,8 +158,9 @@ def judge_slow(
     baselines: RunBaselines,
     changes: Callable[[float], str | None] | None = None,
 ) -> Slow | None:
-    """The ``job_slow`` verdict for ``job`` at ``now``, or None; feeds ``watch`` (this run's
-    rates after warm-up) and records a good run in ``baselines``. ``gpu_util`` /
+    """The ``job_slow`` verdict for ``job`` at ``now`` (the tracker's clock; ``wall``: the
+    wall clock now, None: the same), or None; feeds ``watch`` (this run's rates after
+    warm-up) and records a good run in ``baselines``. ``gpu_util`` /
     ``gpu_power``: the job's GPUs' mean utilisation and power now (None: not reported).
     ``changes``: what changed on the host since an epoch second (None: nothing known),
     asked with a learned baseline run's start (a configured rate has no run to date)."""
@@ -164,7 +169,7 @@ def judge_slow(
         return None
     run_start = job.run_started_at
     if run_start is not None and run_start != watch.run_start:
-        watch.new_run(run_start)
+        watch.new_run(run_start, (now if wall is None else wall) - (now - run_start))
     unit = job.rate_unit
     rate = job.tokens_per_s if unit == "tok/s" else job.items_per_s
     if unit is None or rate is None or math.isnan(rate):
@@ -182,7 +187,7 @@ def judge_slow(
     if expect is not None and unit == "tok/s":
         base, usual = RunRecord(0.0, expect, unit), "expected"
     else:
-        base, usual = baselines.baseline(job.name, unit, watch.run_start), "usual"
+        base, usual = baselines.baseline(job.name, unit, watch.run_start_wall), "usual"
     slow = base is not None and base.rate > 0 and rate < below * base.rate
     if not slow:
         watch.slow_since = None
@@ -206,7 +211,9 @@ def _maybe_record(
 ) -> None:
     """Keep this run as a good one once it has ``MIN_RUN_S`` after warm-up (and was not
     slow), updated every ``SAVE_EVERY_S``."""
-    if watch.was_slow or watch.run_start is None or not watch.rates:
+    if watch.was_slow or watch.run_start is None or watch.run_start_wall is None:
+        return
+    if not watch.rates:
         return
     if now - watch.run_start < WARMUP_S + MIN_RUN_S:
         return
@@ -218,7 +225,7 @@ def _maybe_record(
     baselines.record(
         job.name,
         RunRecord(
-            watch.run_start,
+            watch.run_start_wall,
             statistics.median(watch.rates),
             unit,
             statistics.median(watch.utils) if watch.utils else None,

@@ -93,9 +93,10 @@ def stall_verdict(
     configured: float | None,
     spin: str | None = None,
 ) -> Stall | None:
-    """The stall of ``job`` at local time ``now``, or None. ``held_since``: when its GPUs
-    were first seen held by processes in the current stretch (None: not held now).
-    ``spin``: the NCCL-spin signature on its GPUs now, in words (None: not seen)."""
+    """The stall of ``job`` at ``now``, or None. ``held_since``: when its GPUs were first
+    seen held by processes in the current stretch (None: not held now). Both on the
+    tracker's clock (``Workloads.now``: monotonic, never the wall clock). ``spin``: the
+    NCCL-spin signature on its GPUs now, in words (None: not seen)."""
     if job.state is not JobState.RUNNING or held_since is None or not job.gpus:
         return None
     early = _early(job, now, configured, spin)

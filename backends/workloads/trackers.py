@@ -1,9 +1,12 @@
 """Trackers for what runs on the GPUs: SGLang servers (``SglangTracker``, in
 ``sglang_tracker``) and training / batch jobs followed through their logs (``JobTracker``).
 
-A ``JobTracker`` is fed log lines with the local time they arrived. It keeps the latest
-step, totals, loss and rates; a rate that the log does not print is derived from the
-counts it does print (two arrivals at least a second apart). Its state is ``running``
+A ``JobTracker`` is fed log lines with the time they arrived on the monitor's judging clock
+(``Workloads.now``: monotonic, so a wall-clock step changes neither a derived rate nor a
+stall's silence; in a test or a replay, the one clock it has); every time it keeps is on
+that clock, and ``snapshot_json`` says them on the wall clock. It keeps the latest step,
+totals, loss and rates; a rate that the log does not print is derived from the counts it
+does print (two arrivals at least a second apart). Its state is ``running``
 until a line says the job finished (step == total, a final summary line) or the caller
 says otherwise: ``mark_crashed(reason, gpu=, facts=)`` (the caller's OOM/crash matcher
 decided; its ``crash_reason`` is rendered from them, never parsed back),
@@ -25,6 +28,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,7 +73,8 @@ _RESUMED = lazy_pattern(
 
 @dataclass(frozen=True, slots=True)
 class StepBack:
-    """The step counter went back from ``before`` to ``after`` (at ``time``);
+    """The step counter went back from ``before`` to ``after`` (at ``time``, on the
+    tracker's clock);
     ``checkpoint``: the step the log said the run resumed from (None: it did not say)."""
 
     before: int
@@ -182,7 +187,7 @@ class JobTracker:
     # ------------------------------------------------------------------ feeding it
     def feed(self, line: str, t: float, *, backlog: bool = True) -> bool:
         """One log line (``\\r``-separated bar updates inside are fine) that arrived at
-        local time ``t``; returns whether it carried progress. ``backlog``: the line was
+        ``t`` (the judging clock); returns whether it carried progress. ``backlog``: the line was
         in the log before gpumon followed it, or that is not known; a first line that was
         not (a log that began after gpumon came) means gpumon followed it from its start."""
         self.last_line_at = t
@@ -374,11 +379,15 @@ class JobTracker:
             return None
         return max(remaining, 0) / rate
 
-    def snapshot_json(self) -> dict[str, Any]:
+    def snapshot_json(self, wall_of: Callable[[float], float] | None = None) -> dict[str, Any]:
         """The snapshot object of this job; ``null`` where unknown. ``tokens_per_s`` is the
-        last known rate (for a finished or crashed job: its rate when it ended)."""
+        last known rate (for a finished or crashed job: its rate when it ended).
+        ``wall_of``: a time of the judging clock on the wall clock (None: the same)."""
         eta = self.eta_s
         rate = self.tokens_per_s
+        last = self.last_update
+        if last is not None and wall_of is not None:
+            last = wall_of(last)
         return {
             "name": self.name,
             "state": self.state.value,
@@ -391,7 +400,7 @@ class JobTracker:
             "loss": self.loss,
             "tokens_per_s": None if rate is None else round(rate, 1),
             "eta_s": None if eta is None else round(eta, 1),
-            "last_update": None if self.last_update is None else iso_time(self.last_update),
+            "last_update": None if last is None else iso_time(last),
             "crash_reason": self.crash_reason,
             "elastic_restarts": self.elastic_restarts,
             "root_cause": None if self.root_cause is None else self.root_cause.text,

@@ -3,12 +3,22 @@
 Holds one ``SglangTracker`` per server port and one ``JobTracker`` per configured job,
 tells the agent what to fetch and follow, and feeds the trackers from its messages. The
 OOM verdict on a job comes from the alert engine (one matcher for the whole program).
+
+Two clocks, as in the monitor. The callers give the wall time (``t``, ``now``): it dates
+the alerts and says when the target's own stamps were read where the agent did not.
+Every duration is judged on ``ticks`` (the monitor's ``watch_clock``: monotonic, less the
+spans gpumon did not run), which the trackers are fed and judged at (``now()``): no step,
+silence, rate, warm-up or idle time of a job or a server is a difference of wall-clock
+readings, so a wall-clock step pages no false ``job_stalled``, ``job_slow`` or
+``sglang_hung`` and delays no true one. Without ``ticks`` (a test, a tracker driven by
+hand) the callers' time is the only clock.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -91,13 +101,19 @@ class Workloads:
         learn: bool = True,
         audit: Path | None = None,
         torch_seen: Path | None = None,
+        clock: Callable[[], float] = time.time,
+        ticks: Callable[[], float] | None = None,
     ) -> None:
         """``baselines``: the JSON file of the jobs' good runs (``slow.py``); by default
         ``baselines/HOST.json`` in the state directory. ``learn``: False reads it only
         (a replay). ``audit``: the audit log a slow job's torch swaps are read from,
         ``torch_seen``: the doctor's torch-seen log (``changes.py``; by default
-        ``paths.audit_log()`` and ``paths.torch_seen_log()``)."""
+        ``paths.audit_log()`` and ``paths.torch_seen_log()``). ``clock``: the wall clock,
+        ``ticks``: the clock durations are judged on (module docstring; None: the
+        callers' wall time)."""
         self.host = host
+        self.clock = clock
+        self.ticks = ticks
         path = baselines or state_dir() / "baselines" / f"{_file_name(host.name)}.json"
         self.baselines = RunBaselines(path, learn=learn)
         self.swaps = SwapReader(audit)
@@ -111,7 +127,21 @@ class Workloads:
             j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs
         }
         self.first_rounds: set[str] = set()  # the agent's parts that answered once
-        self.held_since: dict[str, float] = {}  # job -> since when processes hold its GPUs
+        # job -> since when processes hold its GPUs (``now()``)
+        self.held_since: dict[str, float] = {}
+
+    # --- clocks ------------------------------------------------------------------------
+    def now(self) -> float:
+        """Now on the clock the trackers keep their times on (module docstring)."""
+        return self.ticks() if self.ticks is not None else self.clock()
+
+    def wall_of(self, t: float) -> float:
+        """``t`` of the trackers' clock on the wall clock: as long ago as it was."""
+        return t if self.ticks is None else self.clock() - (self.ticks() - t)
+
+    def _judged(self, wall: float) -> float:
+        """Now for the trackers, given the caller's wall time ``wall``."""
+        return wall if self.ticks is None else self.ticks()
 
     # --- what the agent is asked to do -------------------------------------------------
     def log_specs(self) -> list[dict[str, str]]:
@@ -208,15 +238,27 @@ class Workloads:
         tracker = self.sglang.get(port)
         if tracker is None:  # discovered by the agent
             tracker = self.sglang[port] = SglangTracker(port)
+        came = self._judged(t)
         if kind == "sglang-health":
-            tracker.observe_health(status, error, t)
+            tracker.observe_health(status, error, came)
         elif kind == "sglang-info":
             tracker.observe_info(status, body)
         else:
-            tracker.observe_http(status, body, t, error, at=at)
+            tracker.observe_http(status, body, came, error, at=at)
 
-    def on_log(self, tag: str, path: str, lines: list[str], t: float, *, backlog: bool) -> None:
-        """New lines of a followed log; ``backlog``: the tail that was there at start."""
+    def on_log(
+        self,
+        tag: str,
+        path: str,
+        lines: list[str],
+        t: float,
+        *,
+        backlog: bool,
+        read_at: float | None = None,
+    ) -> None:
+        """New lines of a followed log that came at wall time ``t``; ``backlog``: the tail
+        that was there at start; ``read_at``: when the agent read them, by the target's
+        clock (the one its lines' stamps are on; None: ``t``)."""
         if tag == VLLM.name:
             server = _server_for(self.vllm, path)
             if server is not None:  # a VllmTracker: reads vLLM's lines
@@ -224,15 +266,17 @@ class Workloads:
                     server.observe_log_line(line, t)
             return
         source = LogSource.from_tag(tag)
+        came = self._judged(t)
         if source.job is not None:
             job = self.jobs.get(source.job)
             if job is not None:  # the tracker decides whether progress means "running again"
-                job.feed_lines(lines, t, backlog=backlog)
+                job.feed_lines(lines, came, backlog=backlog)
         elif source.sglang:
             tracker = self._server_for(path)
             if tracker is not None:
+                read = t if read_at is None else read_at
                 for line in lines:
-                    tracker.observe_log_line(line, t)
+                    tracker.observe_log_line(line, came, read_at=read)
 
     def _server_for(self, path: str) -> SglangTracker | None:
         """The server a log file belongs to: a configured port in its name, or the only one."""
@@ -241,7 +285,7 @@ class Workloads:
     def apply_alerts(self, alerts: AlertEngine, t: float, refs: GpuRegistry | None = None) -> None:
         """A job whose log has an active OOM or crash alert has crashed (says which, on
         which GPU of ``refs``, the newest sample's, and torchrun's first observed failure
-        and restarts where its log had them)."""
+        and restarts where its log had them), at wall time ``t``."""
         for alert in alerts.active():
             kind = failure_kind(alert)
             job = self.jobs.get(alert.job or "")
@@ -255,7 +299,7 @@ class Workloads:
             n = job.elastic_restarts
             if n:
                 facts.append(f"after {n} torchrun restart{'s' if n != 1 else ''}")
-            job.mark_crashed(reason, t, gpu=gpu, facts=tuple(facts))
+            job.mark_crashed(reason, self._judged(t), gpu=gpu, facts=tuple(facts))
 
     def judge_stalls(
         self,
@@ -265,14 +309,16 @@ class Workloads:
         *,
         processes_known: bool = True,
     ) -> None:
-        """``job_stalled`` for each job (``stall.py``): raised, updated or ended at local
-        time ``now``; ``sample``: the newest GPU sample, whose processes say whether the
-        job's GPUs are held (None: not known yet, nothing is judged). A job whose log
+        """``job_stalled`` and ``job_slow`` for each job (``stall.py``, ``slow.py``):
+        raised, updated or ended at wall time ``now``, judged on ``now()``; ``sample``:
+        the newest GPU sample, whose processes say whether the job's GPUs are held
+        (None: not known yet, nothing is judged). A job whose log
         ended in a failure when gpumon came is down while no process holds its GPUs
         (``AlertEngine.judge_job_down``), judged once the process list is known
         (``processes_known``: an empty list before it came says nothing)."""
         if sample is None:
             return
+        judged = self._judged(now)
         by_index = {g.index: g for g in sample.gpus}
         ended = set(alerts.jobs_ended_in_failure()) if processes_known else set()
         for job in self.jobs.values():
@@ -290,13 +336,13 @@ class Workloads:
             if not held:
                 self.held_since.pop(job.name, None)
             else:
-                self.held_since.setdefault(job.name, now)
+                self.held_since.setdefault(job.name, judged)
             config = self.host.job(job.name)
             configured = config.stall_after_s if config is not None else None
             followed = config is not None and config.log is not None
             held_since = self.held_since.get(job.name) if followed else None
             spin = _nccl_spin(sample, job.gpus) if held else None
-            stall = stall_verdict(job, now, held_since, configured, spin)
+            stall = stall_verdict(job, judged, held_since, configured, spin)
             text = None if stall is None else stall.message
             gpu = None if stall is None else stall.gpu
             score = 0.0 if stall is None else stall.silent_s
@@ -307,7 +353,8 @@ class Workloads:
                 slow = judge_slow(
                     job,
                     self.slow.setdefault(job.name, SlowWatch()),
-                    now,
+                    judged,
+                    wall=now,
                     expect=config.expect_tokens_per_s,
                     below=config.slow_below,
                     for_s=config.slow_for_s,
@@ -379,23 +426,24 @@ class Workloads:
     def judge_hung(
         self, alerts: AlertEngine, t: float, sample: HostSample | None = None
     ) -> list[tuple[str, str]]:
-        """Raise or end ``sglang_hung`` for every server (``SglangTracker.hung``); returns
-        the ``/health_generate`` probes to ask now, as (URL, tag): only of hung servers,
-        at most once per ``hung_after_s`` each (SGLang holds the probe 20 s, and each one
-        is a generation request)."""
+        """Raise or end ``sglang_hung`` for every server (``SglangTracker.hung``) at wall
+        time ``t`` (judged on ``now()``); returns the ``/health_generate`` probes to ask
+        now, as (URL, tag): only of hung servers, at most once per ``hung_after_s`` each
+        (SGLang holds the probe 20 s, and each one is a generation request)."""
         after = self.host.sglang.hung_after_s if self.host.sglang is not None else HUNG_AFTER_S
         probes = []
         gpus = self.server_gpus(sample)
+        judged = self._judged(t)
         for port, tracker in self.sglang.items():
-            verdict = tracker.hung(t, after)
+            verdict = tracker.hung(judged, after)
             tracker.hung_s = None if verdict is None else verdict.silent_s
             if verdict is None:
                 alerts.on_sglang_hung(port, None, t)
                 continue
-            if tracker.wants_health_probe(t, after):
+            if tracker.wants_health_probe(judged, after):
                 url = f"http://127.0.0.1:{port}/health_generate"
                 probes.append((url, f"sglang-health:{port}"))
-            text = self._hung_text(verdict, alerts, t, after)
+            text = self._hung_text(verdict, alerts, judged, after)
             spin, named = _gpu_evidence(sample, gpus.get(port, ()))
             text += f"; {spin}" if spin else ""
             first = gpus.get(port, (None,))[0]
@@ -477,9 +525,10 @@ class Workloads:
             (server, vcfg.spec_accept_min if vcfg else SPEC_ACCEPT_MIN, "mean acceptance length")
             for server in self.vllm.values()
         ]
+        judged = self._judged(t)
         for tracker, minimum, length_is in servers:
             port = tracker.port
-            low = tracker.spec_low(t, minimum)
+            low = tracker.spec_low(judged, minimum)
             if low is None or low < SPEC_LOW_FOR_S:
                 alerts.on_spec_accept_low(port, None, t)
                 continue
@@ -495,7 +544,7 @@ class Workloads:
     def _hung_text(self, verdict: Hung, alerts: AlertEngine, t: float, after: float) -> str:
         """The headline, then the evidence: what ``/health_generate`` answered, what the
         server's log said of it lately (a watchdog dump, a failed health check, a crashed
-        scheduler) and its last decode line."""
+        scheduler) and its last decode line; ``t`` on the trackers' clock."""
         parts = [verdict.headline()]
         tracker = self.sglang[verdict.port]
         health = tracker.health_text(t, after + HEALTH_PROBE_TIMEOUT_S, verdict.silent_s)
@@ -576,7 +625,7 @@ class Workloads:
         return [self.vllm[p].snapshot_json() for p in sorted(self.vllm)]
 
     def jobs_json(self) -> list[dict[str, Any]]:
-        return [j.snapshot_json() for j in self.jobs.values()]
+        return [j.snapshot_json(self.wall_of) for j in self.jobs.values()]
 
 
 # SGLang's own test for its schedulers (cudacore_pyspy_dump_utils.py,

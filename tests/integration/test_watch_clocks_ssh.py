@@ -7,13 +7,20 @@ the data's receive time, and time gpumon itself did not run is not the host's si
 
 Each test ends with a true hang (nvidia-smi stops answering, ``fake_smi`` ``stall``) and
 waits for its page: the hub delivers in order, so a false page made before it would have
-reached the receiver first."""
+reached the receiver first.
+
+A running job on the target (its log written a step every half second, its GPU held by a
+process) is judged on the monotonic clock too: a +1 h step paged a false critical
+``job_stalled`` at the next sample (its last step read an hour before by the wall clock)
+and its derived rate a false ``job_slow``; after a -30 min step its true stall went
+unpaged for 30 min. It ends with that stall, paged first and within ``stall_after_s``."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,12 +56,16 @@ def rx() -> Iterator[Receiver]:
         yield receiver
 
 
-def _config(sshd: SshServer, rx: Receiver, tmp: Path, port: int) -> tuple[Path, Path]:
-    """The watch's config (host ``box``, its nvidia-smi answering until told to hang)
-    and its log; the file ``sshd.root / "smi-mode"`` switches the hang on."""
+def _config(
+    sshd: SshServer, rx: Receiver, tmp: Path, port: int, extra: str = ""
+) -> tuple[Path, Path]:
+    """The watch's config (host ``box``, its nvidia-smi answering until told to hang,
+    ``extra`` tables) and its log; the file ``sshd.root / "smi-mode"`` switches the hang
+    on."""
     smi = faulty_smi(sshd, "")
     cfg = tmp / "config.toml"
-    cfg.write_text(watch_config(rx, sshd.config_toml("box", nvidia_smi=str(smi)) + ALERTS, port))
+    box = sshd.config_toml("box", nvidia_smi=str(smi)) + ALERTS + extra
+    cfg.write_text(watch_config(rx, box, port))
     return cfg, tmp / "watch.log"
 
 
@@ -115,12 +126,12 @@ def test_a_watch_stopped_longer_than_the_critical_threshold_pages_nothing_on_res
 
 @contextlib.contextmanager
 def _watch_on_a_wall_clock(
-    sshd: SshServer, env: dict[str, str], rx: Receiver, tmp: Path
+    sshd: SshServer, env: dict[str, str], rx: Receiver, tmp: Path, extra: str = ""
 ) -> Iterator[tuple[WallClock, int, Path]]:
     """A watch whose wall clock the test steps (``WallClock``), once it has data from
     ``box``; its wall clock, metrics port and log."""
     port = free_port()
-    cfg, log = _config(sshd, rx, tmp, port)
+    cfg, log = _config(sshd, rx, tmp, port, extra)
     wall = WallClock(tmp / "faketime.rc")
     with Watch(cfg, wall.env(env), log):
         wait_agent_up(port, log)
@@ -152,3 +163,111 @@ def test_a_hang_during_a_wall_clock_step_back_is_paged_in_its_usual_time(
             ("open", "stale_data"),
             ("update", "stale_data"),
         ]
+
+
+STALL_AFTER_S = 8.0
+JOB = f"""
+[hosts.box.jobs.train]
+gpus = [0]
+progress = "kv"
+stall_after_s = {STALL_AFTER_S:g}
+expect_tokens_per_s = 20000
+slow_below = 0.2
+slow_for_s = 3
+"""
+
+
+class Job:
+    """A running job as its log shows it: a step every half second, 10,000 tokens each
+    (20 Ktok/s, as its config expects); its GPU 0 is held by the target's process.
+    ``stop()`` is its true stall: no more steps."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.steps = 0
+        self.last_at = time.monotonic()
+        self._write()  # its first step is in the log before the watch: judged at once
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="job", daemon=True)
+
+    def config(self) -> str:
+        return JOB + f'log = "{self.log}"\n'
+
+    def _write(self) -> None:
+        with self.log.open("a", encoding="utf-8") as f:
+            f.write(f"step {self.steps}/100000 | loss 2.3100 | tokens {self.steps * 10000}\n")
+        self.last_at = time.monotonic()
+        self.steps += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self._write()
+
+    def __enter__(self) -> Job:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _read_past(port: int, log: Path, step: int) -> None:
+    """Until the exporter says the watch read the job's step ``step`` and knows its rate."""
+    deadline = time.monotonic() + PAGE_WITHIN_S
+    while True:
+        seen = gauges(port, "gpumon_job_step", "job_name").get(("train",), -1)
+        rate = gauges(port, "gpumon_job_rate", "job_name", "unit").get(
+            ("train", "tokens_per_second")
+        )
+        if seen >= step and rate:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the job's step {step} not read:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def _the_stall_is_paged_first(rx: Receiver, log: Path, job: Job) -> float:
+    """The job's ``job_stalled`` (critical) is the first page the receiver ever got, and
+    the only one; returns how long after its last step it was paged."""
+    opened, _ = wait_event(rx, log, is_event("open", "job_stalled"))
+    took = time.monotonic() - job.last_at
+    assert hook_events(rx)[0] == opened, f"a page came before the stall's: {hook_events(rx)}"
+    assert opened["severity"] == "critical" and opened["job"] == "train"
+    assert [e["kind"] for e in hook_events(rx)] == ["job_stalled"]  # no job_slow
+    return took
+
+
+def test_a_wall_clock_step_forward_pages_no_stall_of_a_running_job(
+    sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
+) -> None:
+    with Job(tmp_path / "train.log") as job:
+        extra = job.config()
+        with _watch_on_a_wall_clock(sshd, client_env, rx, tmp_path, extra) as (wall, port, log):
+            _read_past(port, log, 4)
+            wall.step(+3600)
+            # steps go on: 10 s of them read since (the old code paged job_stalled at the
+            # first sample after the step and job_slow 3 s later)
+            _read_past(port, log, job.steps + 20)
+            assert hook_events(rx) == [], "paged while the job ran"
+            job.stop()
+            took = _the_stall_is_paged_first(rx, log, job)
+            print(f"the job stalled, clock stepped 1 h on before: paged after {took:.1f} s")
+            assert took >= STALL_AFTER_S
+
+
+def test_a_stall_during_a_wall_clock_step_back_is_paged_in_its_usual_time(
+    sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
+) -> None:
+    with Job(tmp_path / "train.log") as job:
+        extra = job.config()
+        with _watch_on_a_wall_clock(sshd, client_env, rx, tmp_path, extra) as (wall, port, log):
+            _read_past(port, log, 4)
+            job.stop()  # the stall begins
+            wall.step(-1800)  # before its page is due
+            took = _the_stall_is_paged_first(rx, log, job)
+            print(f"the job stalled, clock stepped back 30 min: paged after {took:.1f} s")
+            assert STALL_AFTER_S <= took <= STALL_AFTER_S + PAGE_WITHIN_S / 2

@@ -38,6 +38,8 @@ from gpumon.backends.transport import LocalTransport
 from gpumon.backends.workloads import SglangTracker
 from gpumon.tui.views.alert_cells import alert_count, strip_alert, strip_incident
 
+from waiting import FakeClock
+
 T0 = 1_800_000_000.0
 GIB = 1024
 RULES = AlertRules(idle_held_after_s=10.0)
@@ -190,8 +192,10 @@ def test_the_monitor_check_snapshot_and_exporter_say_it() -> None:
     host = HostConfig(
         name="box", kind="local", kernel_log=False, alerts=RULES, jobs=(JobConfig("drafter", (5,)),)
     )
-    monitor = HostMonitor(host, AgentSource(LocalTransport(host)), record=False)
+    clock = FakeClock(T0)  # the samples come a second apart on the monitor's clock
+    monitor = HostMonitor(host, AgentSource(LocalTransport(host)), clock=clock.time, record=False)
     for t in range(12):
+        clock.now = T0 + t
         monitor.ingest_sample(HostSample("box", T0 + t, None, (held(5),), (proc(7, 5),)))
     now = T0 + 11
     code, line = check_verdict(monitor, [])
@@ -210,6 +214,7 @@ def test_the_monitor_check_snapshot_and_exporter_say_it() -> None:
         )
 
     assert gauge() == 1
+    clock.now = T0 + 12
     monitor.ingest_sample(HostSample("box", T0 + 12, None, (held(5, util=80.0),)))
     assert gauge() == 0 and check_verdict(monitor, [])[0] is CheckCode.OK
 
@@ -263,10 +268,13 @@ def test_a_server_without_traffic_is_a_note_never_a_failed_check_nor_a_page(
     :30000 up, idle ...), the strip showed it, the header counted it new, the fleet
     counted it in the node's warnings. Now it is a note (info): in the alert list and
     the snapshot's alerts, the check OK, nothing in the strip, no message by default."""
-    monitor = make_monitor(HostConfig(name="box", kind="local", alerts=RULES), record=False)
+    clock = FakeClock(T0)  # the samples come a second apart on the monitor's clock
+    host = HostConfig(name="box", kind="local", alerts=RULES)
+    monitor = make_monitor(host, record=False, clock=clock.time)
     monitor.workloads.sglang[30000] = tracker = SglangTracker(30000)
     tracker.observe(SglangScrape(running=0.0, queued=0.0), T0)  # up and answering
     for t in range(12):
+        clock.now = T0 + t
         gpus, procs = (held(0, 69 * GIB),), (proc(311, 0, "sglang::scheduler_TP0"),)
         monitor.ingest_sample(HostSample("box", T0 + t, None, gpus, procs))
     [note] = monitor.alerts.active()

@@ -431,7 +431,9 @@ def step_back_since(monitor: HostMonitor, job: JobConfig, since: float) -> str |
     checkpoint), in words; None if it did not."""
     tracker = monitor.workloads.jobs.get(job.name)
     back = tracker.step_back if tracker is not None else None
-    return step_back_text(back) if back is not None and back.time >= since else None
+    if back is None or monitor.workloads.wall_of(back.time) < since:
+        return None
+    return step_back_text(back)
 
 
 def job_context(monitor: HostMonitor, job: JobConfig) -> tuple[str | None, str | None]:

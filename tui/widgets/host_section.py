@@ -360,13 +360,13 @@ class HostSection(Vertical):
             width = self.size.width or self.app.size.width
             # trackers keep ~120 points, one per scrape or log line: 2 intervals a column
             span = 2 * max(self.monitor.interval, 0.5)
-            end = ctx.now
+            end = w.now()  # the trackers keep their times on their own clock
             pal = ctx.palette
             views = (
                 sglang_view(w.sglang, end=end, span=span, count=width, palette=pal, stale=stale),
                 vllm_view(
                     w.vllm,
-                    now=ctx.now,
+                    now=end,  # its hang judged as the alerts judge it
                     hung_after_s=w.vllm_hung_after_s,
                     end=end,
                     span=span,

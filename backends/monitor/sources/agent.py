@@ -128,6 +128,7 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
                         dropped=m.dropped,
                         skipped_bytes=m.skipped_bytes,
                         written=m.written,
+                        read_at=m.t if m.t > 0 else None,
                     )
                 ),
             ),

@@ -79,10 +79,12 @@ class Sink(Protocol):
         dropped: int = 0,
         skipped_bytes: int = 0,
         written: float | None = None,
+        read_at: float | None = None,
     ) -> None:
         """New lines of a followed log (``tag``: ``job:NAME``, ``sglang`` or ``watch``);
         ``dropped``: lines the agent left out of a flood, ``skipped_bytes``: not read;
-        ``written``: a backlog's file last written then (its mtime)."""
+        ``written``: a backlog's file last written then (its mtime); ``read_at``: when
+        the agent read them, by the target's clock (their stamps' clock)."""
 
     def ingest_log_problem(self, tag: str, path: str, problem: str | None) -> None:
         """A followed log cannot be read (``problem``: why), or can be again (None)."""
