@@ -20,11 +20,16 @@ the notifier says as the OOM's (``notifiers``). The wait is a row's ``not_before
 outbox, so a restarted watch keeps it. ``max_per_minute`` holds messages back (it never
 drops one). Alertmanager notifiers also get every open incident again every ``resend_s``.
 
-``clock`` (the wall clock) dates the events and the outbox's rows, and times what the
-outbox keeps across a restart (a row's ``not_before``: a settle window, a retry). The
-waits that live only here are timed on ``ticks`` (monotonic), so a wall-clock step
-changes none of them: a host's first alerts (its third sample or ``SETTLE_S``, on the
-monitor's own ``watch_clock``), the group windows, the rate limit and the re-sends.
+``clock`` (the wall clock) dates the events and the outbox's rows. Every wait is timed on
+``ticks`` (monotonic), so a wall-clock step changes none of them: a host's first alerts
+(its third sample or ``SETTLE_S``, on the monitor's own ``watch_clock``), the group and
+settle windows, the retries, the rate limit, the re-sends, and how long an incident has
+been open and its alerts over (``min_open_s``, ``resolve_after_s``: the tracker's
+``tick``). The waits the outbox keeps across a restart (a row's ``not_before``, a
+notifier's ``retry_at``) are on both clocks: on the monotonic one here, as wall times in
+the file. Read back by a later watch, a wall time is taken as a time from now, at most
+its window ahead (the notifier's settle or group window, ``retry_max_s``): a clock that
+was stepped in between holds no page back by the step's size.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from gpumon.backends.notify.notifiers import (
     render,
     terminal_bytes,
 )
-from gpumon.backends.notify.outbox import Outbox
+from gpumon.backends.notify.outbox import Outbox, OutboxRow
 
 if TYPE_CHECKING:
     from gpumon.backends.actions.run import JobRun
@@ -203,7 +208,7 @@ class NotifyHub:
         self.tracker = IncidentTracker(
             settings.min_open_s, this_host(), resolve_after_s=settings.resolve_after_s
         )
-        self.tracker.restore(outbox.open_incidents(), clock())
+        self.tracker.restore(outbox.open_incidents(), clock(), self.ticks())
         self.changes: Listeners[[IncidentEvent]] = Listeners("incident listener")
         self.delivered: Listeners[[str, list[IncidentEvent]]] = Listeners("delivery listener")
         self.monitors: list[HostMonitor] = []
@@ -212,10 +217,14 @@ class NotifyHub:
         self._wake: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
-        # On ``ticks``: (notifier, host) -> group window start; when each notifier sent.
+        # On ``ticks``: (notifier, host) -> group window start; when each notifier sent;
+        # outbox row id -> when it falls due (``_row_due``); notifier -> when it may try
+        # again after a failure (``_retry_due``).
         self._window: dict[tuple[str, str], float] = {}
-        # (notifier, incident key) -> when its first message, waiting to settle, goes out;
-        # read back from the outbox too (a watch restarted while one waited).
+        self._due: dict[int, float] = {}
+        self._retry_until: dict[str, float] = {}
+        # (notifier, incident key) -> when its first message, waiting to settle, goes out
+        # (``ticks``); read back from the outbox too (a watch restarted while one waited).
         self._settling_until = self._waiting_firsts()
         self._sent: dict[str, deque[float]] = {}
         self._singly: set[str] = set()  # notifiers sending one event a message for now
@@ -291,7 +300,8 @@ class NotifyHub:
         windows = ((t0, t1, str(path)) for t0, t1, path in monitor.recorder.recordings())
         self.tracker.note_recordings(monitor.name, windows)
         found = active_incidents(monitor)
-        events = self.tracker.observe(monitor.name, monitor.alerts.active(), self.clock(), found)
+        alerts = monitor.alerts.active()
+        events = self.tracker.observe(monitor.name, alerts, self.clock(), found, tick=self.ticks())
         if self.settings.bundle_on_critical:
             events = [self._bundled(monitor, ev) for ev in events]
         self.publish(events)
@@ -347,7 +357,7 @@ class NotifyHub:
     def publish(self, events: Sequence[IncidentEvent]) -> None:
         """Store each event for every notifier that wants it (``_route``) and wake their
         tasks."""
-        now = self.clock()
+        now, t = self.clock(), self.ticks()
         standby = bool(events) and self._standing_by()
         for ev in events:
             ev = self.linked(ev)
@@ -361,7 +371,9 @@ class NotifyHub:
                     routed = self._route(cfg, ev)
                     if routed is None:
                         continue
-                    self.outbox.add(cfg.name, routed, now, self._not_before(cfg, routed, now))
+                    due = self._not_before(cfg, routed, t)  # kept as a wall time in the file
+                    row = self.outbox.add(cfg.name, routed, now, now + (due - t))
+                    self._due[row] = due
                     wake = self._wake.get(cfg.name)
                     if wake is not None:
                         wake.set()
@@ -406,35 +418,58 @@ class NotifyHub:
     def _standing_by(self) -> bool:
         return self.standby is not None and self.standby()
 
-    def _not_before(self, cfg: NotifierConfig, ev: IncidentEvent, now: float) -> float:
-        """When ``ev`` (as ``cfg`` is told it) may go out: with the incident's first
-        message while that waits to settle; else at once, or at the end of the host's
-        ``group_s`` window; an incident's first message no sooner than its settle window
-        (so the cause that follows is in it, and it is late by that window at most)."""
+    def _not_before(self, cfg: NotifierConfig, ev: IncidentEvent, t: float) -> float:
+        """When ``ev`` (as ``cfg`` is told it) may go out, on ``ticks`` (``t``: now): with
+        the incident's first message while that waits to settle; else at once, or at the
+        end of the host's ``group_s`` window; an incident's first message no sooner than
+        its settle window (so the cause that follows is in it, and it is late by that
+        window at most)."""
         settling = self._settling_until.get((cfg.name, ev.key))
-        if settling is not None and settling > now:
+        if settling is not None and settling > t:
             return settling
-        t = self.ticks()  # the group window on the monotonic clock, the answer on ``now``'s
         start = self._window.get((cfg.name, ev.host))
         window = cfg.group_window
         if start is None or t - start >= window:
-            self._window[(cfg.name, ev.host)] = t
-            at = now
+            self._window[(cfg.name, ev.host)] = at = t
         else:
-            at = now + start + window - t
+            at = start + window
         if ev.event == "open" and cfg.settle_window > 0:
-            at = max(at, now + cfg.settle_window)
+            at = max(at, t + cfg.settle_window)
             self._settling_until[(cfg.name, ev.key)] = at
         return at
 
+    def _row_due(self, row: OutboxRow) -> float:
+        """When ``row`` falls due, on ``ticks``: as this hub queued it; a row an earlier
+        watch queued at its ``not_before`` taken as a time from now, never more than its
+        notifier's window (settle or group) ahead (one already due stays as long past:
+        the rows of one message are due together)."""
+        due = self._due.get(row.id)
+        if due is None:
+            cfg = self.settings.notifiers.get(row.notifier)
+            window = max(cfg.settle_window, cfg.group_window) if cfg is not None else 0.0
+            ahead = min(row.not_before - self.clock(), window)
+            due = self._due[row.id] = self.ticks() + ahead
+        return due
+
+    def _retry_due(self, name: str) -> float:
+        """When notifier ``name`` may try again after failures, on ``ticks``: as this hub
+        backed it off; one an earlier watch backed off at its ``retry_at`` taken as a
+        time from now, never more than ``retry_max_s`` ahead."""
+        due = self._retry_until.get(name)
+        if due is None:
+            ahead = min(self.outbox.retry_at(name) - self.clock(), self.settings.retry_max_s)
+            due = self._retry_until[name] = self.ticks() + ahead
+        return due
+
     def _waiting_firsts(self) -> dict[tuple[str, str], float]:
-        """The first messages in the outbox still waiting to settle, by (notifier, key)."""
-        now = self.clock()
-        return {
-            (row.notifier, row.event.key): row.not_before
-            for row in self.outbox.pending()
-            if row.event.event == "open" and row.not_before > now
-        }
+        """The first messages in the outbox still waiting to settle, by (notifier, key),
+        when each goes out (``_row_due``)."""
+        t = self.ticks()
+        out = {}
+        for row in self.outbox.pending():
+            if row.event.event == "open" and (due := self._row_due(row)) > t:
+                out[(row.notifier, row.event.key)] = due
+        return out
 
     # --- delivery -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -508,24 +543,23 @@ class NotifyHub:
                 await asyncio.sleep(STANDBY_POLL_S)
                 continue
             self._wake[name].clear()
-            now = self.clock()
-            retry_at = self.outbox.retry_at(name)
-            if retry_at > now:
-                await self._wait(name, retry_at - now)
-                if self.clock() < retry_at:
+            retry = self.retry_in(name)
+            if retry > 0:
+                await self._wait(name, retry)
+                if self.retry_in(name) > 0:
                     continue  # woken early by a new event: still backing off
-            t = self.ticks()
+            now, t = self.clock(), self.ticks()
             while sent and sent[0] <= t - 60.0:
                 sent.popleft()
             if len(sent) >= cfg.max_per_minute:
                 await asyncio.sleep(sent[0] + 60.0 - t)
                 continue
-            rows, next_due = self.outbox.due_batch(name, now)
+            rows, wait = self.next_message(name)
             if rows and name in self._singly:
                 rows = rows[:1]  # a grouped message was refused: find the one it was
             if not rows:
                 self._singly.discard(name)
-                await self._wait(name, None if next_due is None else max(next_due - now, 0.0))
+                await self._wait(name, wait)
                 continue
             events = [r.event for r in rows]
             ids = [r.id for r in rows]
@@ -540,6 +574,7 @@ class NotifyHub:
                 if e.rejected:
                     self._singly.discard(name)  # found: the rest may be grouped again
                     self.outbox.mark_rejected(name, ids, str(e), self.clock())
+                    self._forget_rows(ids)
                     log.error(
                         "notify.%s: %s; the receiver refused this message, set aside: %s",
                         name, e, ", ".join(f"{ev.event} {ev.key}" for ev in events),
@@ -551,13 +586,43 @@ class NotifyHub:
                     delay = backoff_s(
                         failures, first=self.settings.retry_first_s, cap=self.settings.retry_max_s
                     )
-                at = self.clock()
-                self.outbox.mark_failed(name, ids, str(e), at, at + delay)
+                self.back_off(name, ids, str(e), delay)
                 log.warning("notify.%s: %s; retrying in %.3g s", name, e, delay)
                 continue
             sent.append(t)
-            self.outbox.mark_sent(name, ids, self.clock())
+            self.mark_sent(name, ids)
             self.delivered.emit(name, events)
+
+    def next_message(self, name: str) -> tuple[list[OutboxRow], float | None]:
+        """The rows of notifier ``name``'s next message, due now by ``ticks``
+        (``Outbox.due_batch``; ``_row_due``); else ([], seconds until one falls due),
+        ([], None) when nothing waits."""
+        t = self.ticks()
+        rows, due = self.outbox.due_batch(name, t, self._row_due)
+        return rows, None if due is None else max(due - t, 0.0)
+
+    def retry_in(self, name: str) -> float:
+        """Seconds until notifier ``name`` may try again after failures (0: now)."""
+        return max(self._retry_due(name) - self.ticks(), 0.0)
+
+    def back_off(self, name: str, ids: Sequence[int], error: str, delay: float) -> None:
+        """A delivery of rows ``ids`` failed: the notifier waits ``delay`` seconds (on
+        ``ticks``; the file keeps its wall time, for a later watch and ``notify
+        status``)."""
+        at = self.clock()
+        self.outbox.mark_failed(name, list(ids), error, at, at + delay)
+        self._retry_until[name] = self.ticks() + delay
+
+    def mark_sent(self, name: str, ids: Sequence[int]) -> None:
+        """Rows ``ids`` were delivered: the notifier is backed off no longer."""
+        self.outbox.mark_sent(name, list(ids), self.clock())
+        self._retry_until.pop(name, None)  # the file's says 0 now
+        self._forget_rows(ids)
+
+    def _forget_rows(self, ids: Sequence[int]) -> None:
+        """Rows that left the queue (sent, or set aside) need no due time any more."""
+        for i in ids:
+            self._due.pop(i, None)
 
     async def _tick(self) -> None:
         while True:
@@ -565,7 +630,7 @@ class NotifyHub:
             now = self.clock()
             try:
                 self.observe_settled()
-                self.publish(self.tracker.due(now))
+                self.publish(self.tracker.due(now, self.ticks()))
                 for cfg in list(self.settings.notifiers.values()):
                     if cfg.kind == "alertmanager" and not self._standing_by():
                         await self._resend(cfg, now)

@@ -39,7 +39,11 @@ calls it after every change) and returns the incident events to deliver:
 - the recording is the flight recording whose window holds the incident's start, if any
   (``note_recordings``), never an older one of the same host.
 
-No I/O, no clock of its own; not thread-safe (the event loop calls it).
+No I/O, no clock of its own; not thread-safe (the event loop calls it). Its callers give
+two times: ``now`` (the wall clock) dates the events; ``tick`` (the hub's monotonic clock;
+None: ``now``) times the waits, how long an incident has been open (``min_open_s``) and
+how long its alerts have been over (``resolve_after_s``), so a wall-clock step during
+one neither resolves an incident early nor holds its resolve back by the step's size.
 """
 
 from __future__ import annotations
@@ -73,7 +77,10 @@ NO_LONGER_WATCHED = "no longer watched (host removed from the config)"
 class OpenIncident:
     event: IncidentEvent  # the last event sent (or its state, for a repeat)
     alert_keys: set[str] = field(default_factory=set)
-    cleared_at: float | None = None  # when its last alert ended (resolve waits for it)
+    # On the ``tick`` clock: when it opened (its first alert's age then counted back),
+    # and when its last alert ended (resolve waits for it).
+    opened_tick: float = 0.0
+    cleared_at: float | None = None
     # Read back from the outbox and not seen since: its alerts coming back after a restart
     # of gpumon continue it as they were, not as a new episode.
     restored: bool = False
@@ -173,12 +180,17 @@ class IncidentTracker:
             files = files if path in files else (*files, path)
             inc.event = replace(inc.event, bundle=path, attachments=files)
 
-    def restore(self, events: Iterable[IncidentEvent], now: float) -> None:
+    def restore(
+        self, events: Iterable[IncidentEvent], now: float, tick: float | None = None
+    ) -> None:
         """Incidents still open when gpumon last stopped (from the outbox's store), read
         back at ``now``: a matching alert continues them; one that does not come back
-        within ``resolve_after_s`` resolves."""
+        within ``resolve_after_s`` (from now, whatever the wall clock says) resolves."""
+        t = now if tick is None else tick
         for ev in events:
-            self.open.setdefault(ev.key, OpenIncident(ev, cleared_at=now, restored=True))
+            opened = _opened_tick(ev.opened_at, now, t)
+            inc = OpenIncident(ev, opened_tick=opened, cleared_at=t, restored=True)
+            self.open.setdefault(ev.key, inc)
 
     def observe(
         self,
@@ -186,10 +198,13 @@ class IncidentTracker:
         alerts: Iterable[Alert],
         now: float,
         found: Sequence[Incident] | None = None,
+        *,
+        tick: float | None = None,
     ) -> list[IncidentEvent]:
         """The events from ``host``'s active alerts now (see the module docstring).
         ``found``: those alerts as the dashboard's incidents (``active_incidents``: its
         fixes only for jobs the config can restart); None groups them here."""
+        t = now if tick is None else tick
         out: list[IncidentEvent] = []
         alerts = list(alerts)
         found = incidents(alerts) if found is None else found
@@ -200,7 +215,7 @@ class IncidentTracker:
         for subj, group in _by_subject(found).items():
             key = self._match(host, subj, group, seen)
             out.extend(self._merged(host, subj, key, now))
-            ev, key = self._fold(host, key, group, now)
+            ev, key = self._fold(host, key, group, now, t)
             seen.add(key)
             if ev is not None:
                 out.append(ev)
@@ -208,8 +223,8 @@ class IncidentTracker:
             if inc.event.host != host or key in seen:
                 continue
             if inc.cleared_at is None:
-                inc.cleared_at = now
-            out.extend(self._maybe_resolve(key, inc, now))
+                inc.cleared_at = t
+            out.extend(self._maybe_resolve(key, inc, now, t))
         return out
 
     def _match(self, host: str, subj: _Subject, group: list[_Found], seen: set[str]) -> str | None:
@@ -245,7 +260,7 @@ class IncidentTracker:
         return out
 
     def _fold(
-        self, host: str, key: str | None, group: list[_Found], now: float
+        self, host: str, key: str | None, group: list[_Found], now: float, tick: float
     ) -> tuple[IncidentEvent | None, str]:
         """``group`` (the dashboard's incidents of one subject now) into the open incident
         ``key`` (None: a new one). Returns the event to send, if any, and the key."""
@@ -283,7 +298,8 @@ class IncidentTracker:
                 fix=story.fix,
             )
             ev = note.said(ev)
-            self.open[key] = OpenIncident(ev, {a.key for a in members})
+            opened = _opened_tick(opened_at, now, tick)
+            self.open[key] = OpenIncident(ev, {a.key for a in members}, opened)
             return ev, key
         back = inc.cleared_at is not None and not inc.restored  # ended, and came back
         inc.cleared_at, inc.restored = None, False
@@ -332,19 +348,22 @@ class IncidentTracker:
                 out.append(inc.event.with_event("resolve", now, resolved_by=NO_LONGER_WATCHED))
         return out
 
-    def due(self, now: float) -> list[IncidentEvent]:
+    def due(self, now: float, tick: float | None = None) -> list[IncidentEvent]:
         """Resolves that were waiting (for the minimum open time, for their alerts to stay
         over ``resolve_after_s``, for a restart) and are due now."""
+        t = now if tick is None else tick
         out: list[IncidentEvent] = []
         for key, inc in list(self.open.items()):
             if inc.cleared_at is not None:
-                out.extend(self._maybe_resolve(key, inc, now))
+                out.extend(self._maybe_resolve(key, inc, now, t))
         return out
 
-    def _maybe_resolve(self, key: str, inc: OpenIncident, now: float) -> list[IncidentEvent]:
-        if now - inc.event.opened_at < self.min_open_s:
+    def _maybe_resolve(
+        self, key: str, inc: OpenIncident, now: float, tick: float
+    ) -> list[IncidentEvent]:
+        if tick - inc.opened_tick < self.min_open_s:
             return []
-        if inc.cleared_at is not None and now - inc.cleared_at < self.resolve_after_s:
+        if inc.cleared_at is not None and tick - inc.cleared_at < self.resolve_after_s:
             return []  # not over long enough: an alert of it may come back (a flap)
         job = inc.event.job
         if job and self.restarting is not None and self.restarting(inc.event.host, job):
@@ -468,6 +487,13 @@ def _story(incident: Incident, members: Sequence[Alert]) -> _Story:
         cause = min(members, key=lambda a: (cause_rank(a.kind), -a.severity.rank, a.time))
         headline, said = alert_headline(cause, incident.job), None
     return _Story(cause.kind, incident.gpu, cause.message, headline, said)
+
+
+def _opened_tick(opened_at: float, now: float, tick: float) -> float:
+    """When an incident dated ``opened_at`` (its first alert, by the wall clock) opened,
+    on the ``tick`` clock: as long before ``tick`` as it was before ``now``, never after
+    (a date ahead of the wall clock, stepped back since, is taken as now)."""
+    return tick - max(now - opened_at, 0.0)
 
 
 def _files(files: tuple[str, ...], recording: str | None) -> tuple[str, ...]:

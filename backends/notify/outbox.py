@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,10 @@ class OutboxRow:
 def _event_from(text: str) -> IncidentEvent:
     # The events quote the target (alert messages): read back as the target's text.
     return IncidentEvent(**untrusted.loads(text))
+
+
+def _not_before(row: OutboxRow) -> float:
+    return row.not_before
 
 
 def _dump(event: IncidentEvent) -> str:
@@ -196,24 +200,33 @@ class Outbox:
         )
         return list(self._rows(sql, notifier, limit))
 
-    def due_batch(self, notifier: str, now: float) -> tuple[list[OutboxRow], float | None]:
+    def due_batch(
+        self,
+        notifier: str,
+        now: float,
+        due: Callable[[OutboxRow], float] | None = None,
+    ) -> tuple[list[OutboxRow], float | None]:
         """The next message for ``notifier``: the consecutive due rows of the host whose
         oldest row is oldest among the hosts that have one due. Returns (rows, None), or
-        ([], when the next row falls due) / ([], None) when nothing waits."""
+        ([], when the next row falls due) / ([], None) when nothing waits. ``due``: when
+        a row falls due on ``now``'s clock (None: its ``not_before``, the wall clock's;
+        the hub keeps its own on the monotonic clock)."""
+        when = due if due is not None else _not_before
         sql = "SELECT * FROM outbox WHERE notifier = ? AND sent_at IS NULL ORDER BY id LIMIT ?"
         by_host: dict[str, list[OutboxRow]] = {}
         for row in self._rows(sql, notifier, _SCAN):
             by_host.setdefault(row.host, []).append(row)
         next_due: float | None = None
         for rows in by_host.values():  # insertion order: the host with the oldest row first
-            if rows[0].not_before <= now:
+            first = when(rows[0])
+            if first <= now:
                 batch = []
                 for row in rows[:BATCH_MAX]:
-                    if row.not_before > now:
+                    if when(row) > now:
                         break
                     batch.append(row)
                 return batch, None
-            next_due = rows[0].not_before if next_due is None else min(next_due, rows[0].not_before)
+            next_due = first if next_due is None else min(next_due, first)
         return [], next_due
 
     def status(self) -> list[dict[str, Any]]:
