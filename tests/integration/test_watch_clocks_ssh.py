@@ -241,33 +241,39 @@ def _the_stall_is_paged_first(rx: Receiver, log: Path, job: Job) -> float:
     return took
 
 
+@contextlib.contextmanager
+def _a_running_job(
+    sshd: SshServer, env: dict[str, str], rx: Receiver, tmp: Path
+) -> Iterator[tuple[Job, WallClock, int, Path]]:
+    """The job running, and a watch on a wall clock the test steps that has read its
+    first steps and rate; the job, the watch's wall clock, metrics port and log."""
+    job = Job(tmp / "train.log")
+    with job, _watch_on_a_wall_clock(sshd, env, rx, tmp, job.config()) as (wall, port, log):
+        _read_past(port, log, 4)
+        yield job, wall, port, log
+
+
 def test_a_wall_clock_step_forward_pages_no_stall_of_a_running_job(
     sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
 ) -> None:
-    with Job(tmp_path / "train.log") as job:
-        extra = job.config()
-        with _watch_on_a_wall_clock(sshd, client_env, rx, tmp_path, extra) as (wall, port, log):
-            _read_past(port, log, 4)
-            wall.step(+3600)
-            # steps go on: 10 s of them read since (the old code paged job_stalled at the
-            # first sample after the step and job_slow 3 s later)
-            _read_past(port, log, job.steps + 20)
-            assert hook_events(rx) == [], "paged while the job ran"
-            job.stop()
-            took = _the_stall_is_paged_first(rx, log, job)
-            print(f"the job stalled, clock stepped 1 h on before: paged after {took:.1f} s")
-            assert took >= STALL_AFTER_S
+    with _a_running_job(sshd, client_env, rx, tmp_path) as (job, wall, port, log):
+        wall.step(+3600)
+        # steps go on: 10 s of them read since (the old code paged job_stalled at the
+        # first sample after the step and job_slow 3 s later)
+        _read_past(port, log, job.steps + 20)
+        assert hook_events(rx) == [], "paged while the job ran"
+        job.stop()
+        took = _the_stall_is_paged_first(rx, log, job)
+        print(f"the job stalled, clock stepped 1 h on before: paged after {took:.1f} s")
+        assert took >= STALL_AFTER_S
 
 
 def test_a_stall_during_a_wall_clock_step_back_is_paged_in_its_usual_time(
     sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
 ) -> None:
-    with Job(tmp_path / "train.log") as job:
-        extra = job.config()
-        with _watch_on_a_wall_clock(sshd, client_env, rx, tmp_path, extra) as (wall, port, log):
-            _read_past(port, log, 4)
-            job.stop()  # the stall begins
-            wall.step(-1800)  # before its page is due
-            took = _the_stall_is_paged_first(rx, log, job)
-            print(f"the job stalled, clock stepped back 30 min: paged after {took:.1f} s")
-            assert STALL_AFTER_S <= took <= STALL_AFTER_S + PAGE_WITHIN_S / 2
+    with _a_running_job(sshd, client_env, rx, tmp_path) as (job, wall, _, log):
+        job.stop()  # the stall begins
+        wall.step(-1800)  # before its page is due
+        took = _the_stall_is_paged_first(rx, log, job)
+        print(f"the job stalled, clock stepped back 30 min: paged after {took:.1f} s")
+        assert STALL_AFTER_S <= took <= STALL_AFTER_S + PAGE_WITHIN_S / 2

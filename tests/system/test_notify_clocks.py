@@ -23,6 +23,7 @@ from gpumon.backends.notify.hub import NotifyHub
 from gpumon.backends.notify.notifiers import DeliveryError
 from gpumon.backends.notify.outbox import Outbox
 
+from stepped_clock import Wall
 from waiting import until
 
 pytestmark = pytest.mark.system
@@ -31,22 +32,12 @@ WINDOW_S = 1.0  # each wait under test: a settle window, a retry, resolve_after_
 STEPS = [+3600.0, -1800.0]
 
 
-class Wall:
-    """The wall clock the hub dates with: the real one, stepped by ``offset``."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
-
-
 class Desk:
     """The hub with one ``terminal`` notifier, each message recorded when it was written
     (by the monotonic clock) as its events' kinds; ``fail`` refuses the next ones."""
 
     def __init__(self, tmp_path: Path, *, settle_s: float = 0.0, resolve_after_s: float = 0.0):
-        self.wall = Wall()
+        self.wall = Wall(time.time)
         terminal = NotifierConfig("desk", "terminal", group_s=0, settle_s=settle_s)
         settings = NotifySettings(
             notifiers={"desk": terminal},
@@ -62,6 +53,14 @@ class Desk:
         self.fail = 0
         self.failed_at: float | None = None
         self.messages: list[tuple[float, list[str]]] = []
+
+    async def __aenter__(self) -> Desk:
+        await self.hub.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.hub.close()
+        self.hub.outbox.close()
 
     def _write(self, data: bytes) -> None:
         if self.fail:
@@ -89,26 +88,19 @@ def xid(at: float, gpu: int = 3) -> Alert:
 async def test_a_step_during_the_settle_window_moves_no_first_page(
     tmp_path: Path, step: float
 ) -> None:
-    desk = Desk(tmp_path, settle_s=WINDOW_S)
-    await desk.hub.start()
-    try:
+    async with Desk(tmp_path, settle_s=WINDOW_S) as desk:
         opened = desk.see(xid(desk.wall()))
         desk.wall.offset += step
         await until(lambda: desk.messages, 20, "the first page")
         [(at, events)] = desk.messages
         assert events == ["open"]
         assert at - opened >= WINDOW_S  # the +1 h step sent it at once
-    finally:
-        await desk.hub.close()
-        desk.hub.outbox.close()
 
 
 @pytest.mark.parametrize("step", STEPS, ids=["+1h", "-30min"])
 async def test_a_step_during_a_retry_moves_no_retry(tmp_path: Path, step: float) -> None:
-    desk = Desk(tmp_path)
-    desk.fail = 1
-    await desk.hub.start()
-    try:
+    async with Desk(tmp_path) as desk:
+        desk.fail = 1
         first = xid(desk.wall())
         desk.see(first)
         await until(lambda: desk.failed_at is not None, 20, "the first try")
@@ -118,18 +110,13 @@ async def test_a_step_during_a_retry_moves_no_retry(tmp_path: Path, step: float)
         [(at, events)] = desk.messages
         assert desk.failed_at is not None and at - desk.failed_at >= WINDOW_S
         assert events == ["open", "open"]  # both, once the retry was due
-    finally:
-        await desk.hub.close()
-        desk.hub.outbox.close()
 
 
 @pytest.mark.parametrize("step", STEPS, ids=["+1h", "-30min"])
 async def test_a_step_while_an_incident_waits_to_resolve_moves_no_resolve(
     tmp_path: Path, step: float
 ) -> None:
-    desk = Desk(tmp_path, resolve_after_s=WINDOW_S)
-    await desk.hub.start()
-    try:
+    async with Desk(tmp_path, resolve_after_s=WINDOW_S) as desk:
         desk.see(xid(desk.wall()))
         await until(lambda: desk.messages, 20, "the open")
         cleared = desk.see()  # its alert ended: resolved once over resolve_after_s
@@ -138,6 +125,3 @@ async def test_a_step_while_an_incident_waits_to_resolve_moves_no_resolve(
         at, events = desk.messages[1]
         assert events == ["resolve"]
         assert at - cleared >= WINDOW_S  # the +1 h step resolved it at the next tick
-    finally:
-        await desk.hub.close()
-        desk.hub.outbox.close()

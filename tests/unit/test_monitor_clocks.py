@@ -16,24 +16,14 @@ from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.state import SUSPENDED_AFTER_S
 
 from quiet_source import Quiet
+from stepped_clock import Wall
 from waiting import FakeClock
 
 REFUSED = "cannot connect to 127.0.0.1 port 2222: connection refused"
 
 
-class Wall:
-    """The wall clock: the monotonic clock ``ticks`` plus an offset a test steps."""
-
-    def __init__(self, ticks: FakeClock) -> None:
-        self.ticks = ticks
-        self.offset = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.ticks.now + self.offset
-
-
 def _monitor(ticks: FakeClock, rules: AlertRules | None = None) -> tuple[HostMonitor, Wall]:
-    wall = Wall(ticks)
+    wall = Wall(ticks.time, at=ticks.now + 1_800_000_000.0)
     host = HostConfig(name="box", kind="local", kernel_log=False, alerts=rules or AlertRules())
     monitor = HostMonitor(
         host, Quiet(), clock=wall, ticks=ticks.time, sleep=ticks.sleep, record=False

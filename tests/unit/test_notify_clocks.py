@@ -20,6 +20,7 @@ from gpumon.backends.model import Health
 from gpumon.backends.notify.hub import NotifyHub
 from gpumon.backends.notify.outbox import Outbox
 
+from stepped_clock import Wall
 from waiting import FakeClock
 
 SETTLE_S = 5.0
@@ -27,15 +28,10 @@ RETRY_MAX_S = 60.0
 STEPS = [+3600.0, -1800.0]
 
 
-class Wall:
-    """The wall clock: the monotonic ``FakeClock`` plus an offset the test steps."""
-
-    def __init__(self, ticks: FakeClock) -> None:
-        self.ticks = ticks
-        self.offset = 1_800_000_000.0 - ticks.now
-
-    def __call__(self) -> float:
-        return self.ticks.now + self.offset
+def _clocks() -> tuple[FakeClock, Wall]:
+    """The monotonic clock and the wall clock beside it, which a test steps."""
+    ticks = FakeClock()
+    return ticks, Wall(ticks.time, at=1_800_000_000.0)
 
 
 def _hub(
@@ -80,8 +76,7 @@ def _due(hub: NotifyHub) -> list[str]:
 def test_the_settle_window_ends_in_its_time_whatever_the_wall_clock_did(
     tmp_path: Path, step: float
 ) -> None:
-    ticks = FakeClock()
-    wall = Wall(ticks)
+    ticks, wall = _clocks()
     hub = _hub(tmp_path, ticks, wall)
     _see(hub, _xid(wall()))
     ticks.advance(1.0)
@@ -95,8 +90,7 @@ def test_the_settle_window_ends_in_its_time_whatever_the_wall_clock_did(
 
 @pytest.mark.parametrize("step", STEPS, ids=["+1h", "-30min"])
 def test_a_retry_ends_in_its_time_whatever_the_wall_clock_did(tmp_path: Path, step: float) -> None:
-    ticks = FakeClock()
-    wall = Wall(ticks)
+    ticks, wall = _clocks()
     hub = _hub(tmp_path, ticks, wall)
     hub.back_off("pd", [], "HTTP 503", 2.0)
     wall.offset += step
@@ -110,8 +104,7 @@ def test_a_retry_ends_in_its_time_whatever_the_wall_clock_did(tmp_path: Path, st
 def test_an_incident_resolves_after_resolve_after_s_whatever_the_wall_clock_did(
     tmp_path: Path, step: float
 ) -> None:
-    ticks = FakeClock()
-    wall = Wall(ticks)
+    ticks, wall = _clocks()
     hub = _hub(tmp_path, ticks, wall, resolve_after_s=120.0)
     _see(hub, _xid(wall()))
     ticks.advance(10.0)
@@ -129,8 +122,7 @@ def test_waits_read_back_from_the_outbox_are_bounded_by_their_window(tmp_path: P
     """gpumon stops while a first page settles and its pager is backed off; the clock is
     set back an hour before it starts again: the file's times are an hour ahead. The page
     goes out once its settle window has passed, the retry within ``retry_max_s``."""
-    ticks = FakeClock()
-    wall = Wall(ticks)
+    ticks, wall = _clocks()
     first = _hub(tmp_path, ticks, wall)
     _see(first, _xid(wall()))
     first.back_off("pd", [], "HTTP 503", 10.0)
@@ -153,8 +145,7 @@ def test_rows_read_back_already_due_go_out_together(tmp_path: Path) -> None:
     escalation and its resolve): one message. Its clock moves on a little with each
     reading, as a real one does (each row read back was made due 'now' as it was looked
     at: the second a moment after the first, and each went alone)."""
-    ticks = FakeClock()
-    wall = Wall(ticks)
+    ticks, wall = _clocks()
     first = _hub(tmp_path, ticks, wall)
     warning = dataclasses.replace(_xid(wall()), severity=Health.WARNING)
     _see(first, warning)

@@ -15,7 +15,6 @@ tests/integration/test_watch_clocks_ssh.py plays the job's story with a real wat
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,7 @@ from gpumon.backends.alerts.engine import Alert, AlertRules
 from gpumon.backends.config import HostConfig
 from gpumon.backends.config.workloads import JobConfig, SglangConfig
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, HostSample
-from gpumon.backends.monitor import HostMonitor, Sink, Source
-from gpumon.backends.monitor.sources import AGENT, Capabilities
+from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.sources.agent import dispatch, handlers
 from gpumon.backends.remote import protocol
 from gpumon.backends.sim.scenario import HANG_AT, SimSettings, wall_time
@@ -37,6 +35,8 @@ from gpumon.backends.sim.sglang_model import (
     metrics_text,
 )
 
+from quiet_source import Quiet
+from stepped_clock import Wall
 from waiting import FakeClock
 
 GIB = 1024
@@ -44,32 +44,6 @@ TOTAL = 97887
 STEPS = {20: +3600.0, 45: -5400.0}  # second -> the wall clock's step then
 Said = tuple[str, int | None, str, str]  # an alert: kind, GPU, severity, words
 Seen = list[tuple[int, frozenset[Said]]]  # each second: the alerts heard or active then
-
-
-class Wall:
-    """gpumon's wall clock: the monotonic clock plus an offset the story steps."""
-
-    def __init__(self, ticks: FakeClock) -> None:
-        self.ticks = ticks
-        self.offset = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.ticks.now + self.offset
-
-
-class Quiet(Source):
-    """A source that feeds nothing by itself: the story feeds the monitor."""
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return AGENT
-
-    @property
-    def label(self) -> str:
-        return "quiet"
-
-    async def run(self, sink: Sink) -> None:
-        await asyncio.Event().wait()
 
 
 class Story:
@@ -81,8 +55,7 @@ class Story:
 
     def __init__(self, host: HostConfig, wall_at: float = 1_800_000_000.0) -> None:
         self.ticks = FakeClock(5000.0)
-        self.wall = Wall(self.ticks)
-        self.wall.offset = wall_at - self.ticks.now
+        self.wall = Wall(self.ticks.time, at=wall_at)
         self.monitor = HostMonitor(
             host,
             Quiet(),
