@@ -13,7 +13,10 @@ A running job on the target (its log written a step every half second, its GPU h
 process) is judged on the monotonic clock too: a +1 h step paged a false critical
 ``job_stalled`` at the next sample (its last step read an hour before by the wall clock)
 and its derived rate a false ``job_slow``; after a -30 min step its true stall went
-unpaged for 30 min. It ends with that stall, paged first and within ``stall_after_s``."""
+unpaged for 30 min. It ends with that stall, paged first and within ``stall_after_s``.
+
+So is an SGLang server (the simulator's, its log followed): after a -30 min step its true
+hang went unpaged for 30 min (its last token read "30 min" later by the wall clock)."""
 
 from __future__ import annotations
 
@@ -26,6 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from gpumon.backends.monitor import demo_settings
+from gpumon.backends.sim.sglang_server import SglangServers
 
 from prometheus import free_port
 from receiver import Receiver
@@ -277,3 +283,62 @@ def test_a_stall_during_a_wall_clock_step_back_is_paged_in_its_usual_time(
         took = _the_stall_is_paged_first(rx, log, job)
         print(f"the job stalled, clock stepped back 30 min: paged after {took:.1f} s")
         assert STALL_AFTER_S <= took <= STALL_AFTER_S + PAGE_WITHIN_S / 2
+
+
+HUNG_AFTER_S = 10.0
+
+
+class Frozen:
+    """The simulated SGLang server's clock: the real wall clock until ``freeze()``, then
+    still. A server whose clock stands is hung as a real one is: ``/metrics`` answers
+    with its counters frozen and its requests still running, its log gets no decode line."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.since = 0.0  # when it froze (monotonic)
+
+    def __call__(self) -> float:
+        return time.time() if self.at is None else self.at
+
+    def freeze(self) -> None:
+        self.since = time.monotonic()
+        self.at = time.time()
+
+
+def _decoding(port: int, log: Path, server: int) -> None:
+    """Until the exporter says the watch knows the server's generation rate (two scrapes
+    of its counters read)."""
+    deadline = time.monotonic() + PAGE_WITHIN_S
+    key = ("box", str(server))
+    while not gauges(port, "gpumon_sglang_generation_tokens_per_second", "host", "port").get(key):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no rate of :{server} read:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def test_an_sglang_hang_during_a_wall_clock_step_back_is_paged_in_its_usual_time(
+    sshd: SshServer, client_env: dict[str, str], rx: Receiver, tmp_path: Path
+) -> None:
+    server = free_port()
+    clock = Frozen()
+    logs = tmp_path / "sglang"
+    servers = SglangServers(demo_settings("sglang"), [server], log_dir=logs, clock=clock)
+    servers.start()
+    sglang = (
+        f'[hosts.box.sglang]\nports = [{server}]\nlog = "{logs / f"sglang-{server}.log"}"\n'
+        f"discover = false\nhung_after_s = {HUNG_AFTER_S:g}\n"
+    )
+    try:
+        with _watch_on_a_wall_clock(sshd, client_env, rx, tmp_path, sglang) as (wall, port, log):
+            _decoding(port, log, server)
+            clock.freeze()  # the hang begins
+            wall.step(-1800)  # before its page is due
+            opened, _ = wait_event(rx, log, is_event("open", "sglang_hung"))
+            took = time.monotonic() - clock.since
+            print(f"SGLang hung, clock stepped back 30 min: paged after {took:.1f} s")
+            assert hook_events(rx)[0] == opened, f"a page came before the hang's: {hook_events(rx)}"
+            assert opened["severity"] == "critical"
+            assert opened["cause"].startswith(f"sglang :{server} hung: ")
+            assert took <= HUNG_AFTER_S + PAGE_WITHIN_S / 2
+    finally:
+        servers.stop()
