@@ -201,7 +201,12 @@ def _written(stamp: str | None, t: float, read: float) -> float:
     ``t`` itself without a stamp, or for one later than its reading (never after it came).
     The stamp is never compared with ``t``'s clock: a wall-clock step of either side made
     every line an hour old (a busy server hung) or half an hour new (a hang unseen)."""
-    stamped = stamp_epoch(stamp)
+    return written_at(stamp_epoch(stamp), t, read)
+
+
+def written_at(stamped: float | None, t: float, read: float) -> float:
+    """``_written`` for a stamp already read as epoch seconds (None: no stamp); vLLM's
+    lines spell their stamps their own way."""
     return t if stamped is None else t - max(read - stamped, 0.0)
 
 

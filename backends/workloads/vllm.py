@@ -37,6 +37,7 @@ from gpumon.backends.workloads.sglang import (
     _quantiles,
     _span,
     parse_server_info,
+    written_at,
 )
 
 HUNG_AFTER_S = 60.0  # ``[hosts.NAME.vllm] hung_after_s``
@@ -168,9 +169,11 @@ class VllmTracker(SglangTracker):
         if tokens is not None and tokens > 0:
             self.spec_accept_rate = min(accepted / tokens, 1.0)
 
-    def observe_log_line(self, line: str, t: float) -> bool:
-        """A server log line: the periodic stats line (progress while it says tokens were
-        generated), or the engine core's death; True for a stats line."""
+    def observe_log_line(self, line: str, t: float, *, read_at: float | None = None) -> bool:
+        """A server log line that came at ``t``, read at ``read_at`` by the clock its stamp
+        is on (the target's; None: ``t``'s, as ``SglangTracker.observe_log_line``): the
+        periodic stats line (progress while it says tokens were generated), or the engine
+        core's death; True for a stats line."""
         if engine_died(line):
             if self.engine_dead is None:
                 self.engine_dead = (t, line.strip()[:200])
@@ -178,14 +181,14 @@ class VllmTracker(SglangTracker):
         stats = parse_vllm_log_line(line)
         if stats is None:
             return False
-        self._stats_line(stats, line, t)
+        self._stats_line(stats, line, t, t if read_at is None else read_at)
         return True
 
-    def _stats_line(self, stats: VllmLogStats, line: str, t: float) -> None:
+    def _stats_line(self, stats: VllmLogStats, line: str, t: float, read: float) -> None:
         if self.watched_since is None:
             self.watched_since = t
-        stamped = _log_epoch(stats.time, t)
-        at = t if stamped is None else min(stamped, t)
+        # the stamp against the target's reading, never against gpumon's clock
+        at = written_at(_log_epoch(stats.time, read), t, read)
         self.last_stats_line = (at, line.strip())
         if stats.gen_tokens_per_s > 0 or stats.prompt_tokens_per_s > 0:
             if self.log_progress_at is None or at > self.log_progress_at:

@@ -9,9 +9,9 @@ the alerts and says when the target's own stamps were read where the agent did n
 Every duration is judged on ``ticks`` (the monitor's ``watch_clock``: monotonic, less the
 spans gpumon did not run), which the trackers are fed and judged at (``now()``): no step,
 silence, rate, warm-up or idle time of a job or a server is a difference of wall-clock
-readings, so a wall-clock step pages no false ``job_stalled``, ``job_slow`` or
-``sglang_hung`` and delays no true one. Without ``ticks`` (a test, a tracker driven by
-hand) the callers' time is the only clock.
+readings, so a wall-clock step pages no false ``job_stalled``, ``job_slow``,
+``sglang_hung`` or ``vllm_wedged`` and delays no true one. Without ``ticks`` (a test, a
+tracker driven by hand) the callers' time is the only clock.
 """
 
 from __future__ import annotations
@@ -215,6 +215,7 @@ class Workloads:
     ) -> None:
         """A fetch of ``tag``'s URL (``sglang:PORT``, or ``sglang-info:PORT`` for its
         server info): HTTP status (None: no answer)."""
+        came = self._judged(t)
         routed = VLLM.parse_tag(tag)
         if routed is not None:
             part, port = routed
@@ -222,11 +223,11 @@ class Workloads:
             if server is None:  # discovered by the agent
                 server = self.vllm[port] = VllmTracker(port)
             if part == "health":
-                server.observe_health(status, error, t)
+                server.observe_health(status, error, came)
             elif part == "info":
                 server.observe_info(status, body)
             else:
-                server.observe_http(status, body, t, error, at=at)
+                server.observe_http(status, body, came, error, at=at)
             return
         kind, _, number = tag.partition(":")
         if kind not in ("sglang", "sglang-info", "sglang-health"):
@@ -238,7 +239,6 @@ class Workloads:
         tracker = self.sglang.get(port)
         if tracker is None:  # discovered by the agent
             tracker = self.sglang[port] = SglangTracker(port)
-        came = self._judged(t)
         if kind == "sglang-health":
             tracker.observe_health(status, error, came)
         elif kind == "sglang-info":
@@ -259,14 +259,15 @@ class Workloads:
         """New lines of a followed log that came at wall time ``t``; ``backlog``: the tail
         that was there at start; ``read_at``: when the agent read them, by the target's
         clock (the one its lines' stamps are on; None: ``t``)."""
+        came = self._judged(t)
+        read = t if read_at is None else read_at
         if tag == VLLM.name:
             server = _server_for(self.vllm, path)
             if server is not None:  # a VllmTracker: reads vLLM's lines
                 for line in lines:
-                    server.observe_log_line(line, t)
+                    server.observe_log_line(line, came, read_at=read)
             return
         source = LogSource.from_tag(tag)
-        came = self._judged(t)
         if source.job is not None:
             job = self.jobs.get(source.job)
             if job is not None:  # the tracker decides whether progress means "running again"
@@ -274,7 +275,6 @@ class Workloads:
         elif source.sglang:
             tracker = self._server_for(path)
             if tracker is not None:
-                read = t if read_at is None else read_at
                 for line in lines:
                     tracker.observe_log_line(line, came, read_at=read)
 
@@ -469,16 +469,18 @@ class Workloads:
         minimum = cfg.kv_pressure_min if cfg is not None else KV_PRESSURE_MIN
         gpus = self.vllm_gpus(sample)
         probes = []
+        judged = self._judged(t)
         for port, server in self.vllm.items():
             first = gpus.get(port, (None,))[0]
-            verdict = server.hung(t, after)
+            verdict = server.hung(judged, after)
             if verdict is None:
                 alerts.on_server_condition("vllm_wedged", Health.CRITICAL, port, None, t)
             else:
-                if server.wants_health_probe(t, after):
+                if server.wants_health_probe(judged, after):
                     probes.append(VLLM.probe(port))
                 parts = [verdict.headline()]
-                health = server.health_text(t, after + HEALTH_PROBE_TIMEOUT_S, verdict.silent_s)
+                silent = verdict.silent_s
+                health = server.health_text(judged, after + HEALTH_PROBE_TIMEOUT_S, silent)
                 if health is not None:
                     parts.append(health)
                 if verdict.last_decode is not None:

@@ -6,9 +6,9 @@ shown in the snapshot; frozen while requests wait it is ``vllm_wedged`` while it
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -84,15 +84,17 @@ async def test_a_frozen_vllm_is_wedged_behind_a_healthy_health_and_an_idle_one_i
         [message] = await until(wedged, hung_after + 30, "vllm_wedged")
         assert message.startswith(f"vllm :{port} wedged: 48 running, 6 waiting, no token for ")
         [alert] = [a for a in monitor.alerts.active() if a.kind == "vllm_wedged"]
-        # raised once the silence since the counters last moved reached hung_after_s
-        last_token = server.counter_progress_at
-        assert last_token is not None and alert.time - last_token >= hung_after
+        # raised once the silence since the counters last moved reached hung_after_s (on
+        # the trackers' clock, Workloads.now: the alert's time is the wall clock's)
+        assert server.counter_progress_at is not None
+        silent = re.search(r"no token for (\d+) s", alert.raised_text)
+        assert silent is not None and int(silent[1]) >= hung_after, alert.raised_text
         # the agent asked /health once it fired: 200, said as evidence, not as health
         await until(lambda: "/health answered 200" in " ".join(wedged()), 20, "/health")
         # idle: nothing running or waiting, the counters still frozen: the verdict ends
         mode.write_text("idle")
         await until(lambda: not wedged(), 20, "the verdict ends")
-        idle_since = time.time()
+        idle_since = monitor.workloads.now()  # the trackers' clock
         # and stays ended over more than hung_after_s of idle pages
         await until(
             lambda: (server.last_update or 0) - idle_since > hung_after + 2.0, 30, "idle pages"

@@ -7,21 +7,24 @@ be the same: a step raises nothing false and delays nothing true.
 
 On the old code the +1 h step made the running job ``job_stalled`` (critical) at the next
 sample and ``job_slow`` from its derived rate, and a busy server whose decode lines were
-read ``sglang_hung``; the -30 min step hid the job's true stall, the server's true hang,
-the idle GPUs and the filling one for 30 min. The target's own times (the agent's reading
+read ``sglang_hung``; the -30 min step hid the job's true stall, the server's true hang
+(SGLang's ``sglang_hung``, vLLM's ``vllm_wedged``), the idle GPUs and the filling one for
+30 min. The target's own times (the agent's reading
 times, a log line's stamp, a scrape's reading) are on the target's clock, which is not
 stepped here: they are compared only with each other.
 tests/integration/test_watch_clocks_ssh.py plays the job's story with a real watch."""
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import pytest
 
 from gpumon.backends.alerts.engine import Alert, AlertRules
 from gpumon.backends.config import HostConfig
-from gpumon.backends.config.workloads import JobConfig, SglangConfig
+from gpumon.backends.config.workloads import JobConfig, SglangConfig, VllmConfig
 from gpumon.backends.model import ConnState, GpuProcess, GpuSample, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.sources.agent import dispatch, handlers
@@ -37,6 +40,7 @@ from gpumon.backends.sim.sglang_model import (
 
 from quiet_source import Quiet
 from stepped_clock import Wall
+from upstream_captures import UPSTREAM
 from waiting import FakeClock
 
 GIB = 1024
@@ -236,3 +240,60 @@ def test_a_wall_clock_step_makes_no_server_hung_and_hides_no_hang(steps: dict[in
     hung = _first(steady, "sglang_hung")  # the counters stood still 60 s (+ a scrape or two)
     assert hung is not None and 20 + 60 <= hung <= 20 + 62
     assert _hang_story(steps) == steady
+
+
+# ----------------------------------------------------------- a vLLM server that wedges
+
+VLLM_PORT = 8000
+VLLM_LOG = "/data/vllm.log"
+WEDGED_AT = 20  # its last generation token; its stats lines say 0.0 tok/s from then on
+PAGE = (UPSTREAM / "vllm" / "0.34.0" / "metrics.prom").read_text()  # 24 + 24 running
+GENERATED = re.compile(r"^(vllm:generation_tokens_total\{.*\}) 451000\.0$", re.M)
+
+
+def _vllm_page(s: int) -> str:
+    """vLLM 0.34.0's page at second ``s``: each engine 1,000 tokens a second until the
+    wedge, then none, with its requests still running."""
+    made = 451_000 + 1_000 * min(s, WEDGED_AT)
+    return GENERATED.sub(lambda m: f"{m[1]} {made}.0", PAGE)
+
+
+def _stats_line(at: float, tokens_per_s: float) -> str:
+    """vLLM's periodic stats line (vllm/v1/metrics/loggers.py, as in the 0.34.0 capture's
+    stats.log), stamped ``at`` by the target's clock."""
+    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(at))
+    return (
+        f"INFO {stamp} [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+        f"Avg generation throughput: {tokens_per_s:.1f} tokens/s, Running: 24 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: 62.0%, Prefix cache hit rate: 40.0%"
+    )
+
+
+def _wedge_story(steps: dict[int, float]) -> Seen:
+    """A vLLM server, its page read each second and its log's stats line every 5 s (read
+    at the target's time), that wedges at ``WEDGED_AT``; gpumon's wall clock stepped by
+    ``steps``, the target's not."""
+    vllm = VllmConfig(ports=(VLLM_PORT,), log=VLLM_LOG, discover=False, hung_after_s=30.0)
+    host = HostConfig(name="box", kind="local", kernel_log=False, vllm=vllm)
+    story = Story(host)
+    target = story.wall()  # the target's clock: both agree at first
+    for s in range(80):
+        story.wall.offset += steps.get(s, 0.0)
+        if s % 5 == 0:
+            line = _stats_line(target + s, 2000.0 if s < WEDGED_AT else 0.0)
+            story.agent(protocol.Log("vllm", VLLM_LOG, target + s, False, [line]))
+        story.agent(protocol.Http(f"vllm:{VLLM_PORT}", target + s, 200, _vllm_page(s)))
+        story.second(s)
+    return story.seen
+
+
+@pytest.mark.parametrize("steps", [STEPS, {10: +3600.0, 30: -5400.0}], ids=["before", "around"])
+def test_a_wall_clock_step_makes_no_vllm_server_wedged_and_hides_no_wedge(
+    steps: dict[int, float],
+) -> None:
+    """The steps come during the wedge (+1 h as it begins, -1.5 h 25 s into it), or
+    +1 h before it and -1.5 h 10 s into it."""
+    steady = _wedge_story({})
+    wedged = _first(steady, "vllm_wedged")  # no token for 30 s (+ a scrape)
+    assert wedged is not None and WEDGED_AT + 30 <= wedged <= WEDGED_AT + 31
+    assert _wedge_story(steps) == steady
