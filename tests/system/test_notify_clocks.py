@@ -76,10 +76,12 @@ class Desk:
 
     def see(self, *alerts: Alert) -> float:
         """The host's active alerts now, as the monitor's listener gives them to the hub;
-        returns when, by the monotonic clock."""
+        returns when, by the monotonic clock: before the hub reads it (a wait the hub
+        times from its own reading ends no sooner than the window after this)."""
         hub = self.hub
+        at = time.monotonic()
         hub.publish(hub.tracker.observe("box", alerts, hub.clock(), tick=hub.ticks()))
-        return time.monotonic()
+        return at
 
 
 def xid(at: float, gpu: int = 3) -> Alert:
