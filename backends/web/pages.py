@@ -290,12 +290,14 @@ def incident_plots(monitor: HostMonitor, incident: Incident, now: float) -> list
                 f"GPU {index} utilisation", "%", util, start, now, 100.0, f"plot gpu{index} util"
             )
         )
+    # the trackers keep their times on their own clock (Workloads.now), the plots the wall's
+    wall_of = monitor.workloads.wall_of
     if job is not None and job.rate_history:
         plots.append(
             svg_plot(
                 f"{printable(job.name)} throughput",
                 job.rate_unit or "",
-                list(job.rate_history),
+                [(wall_of(t), v) for t, v in job.rate_history],
                 start,
                 now,
                 None,
@@ -311,7 +313,7 @@ def incident_plots(monitor: HostMonitor, incident: Incident, now: float) -> list
                 svg_plot(
                     f"SGLang :{port} generation",
                     "tok/s",
-                    list(server.history),
+                    [(wall_of(t), v) for t, v in server.history],
                     start,
                     now,
                     None,
