@@ -109,7 +109,7 @@ JOB = JobConfig(
 RULES = AlertRules(idle_held_after_s=30.0)
 SERVER = 30000
 LAST_STEP_AT = 39  # the job's last line; it stalls after that
-FILLING_FROM = 50  # GPU 2 fills from here
+FILLING_FROM = 40  # GPU 2 fills from here (its trend spans the step back at 45)
 FALLS_AT = 46  # GPU 4's memory falls from 95 % to 2 % (just after the step back)
 
 
@@ -126,11 +126,11 @@ def _gpu(index: int, used: float, util: float) -> GpuSample:
 
 
 def _gpus(s: int) -> tuple[GpuSample, ...]:
-    filling = 0.55 * TOTAL + max(s - FILLING_FROM, 0) * 1000.0
+    filling = 0.62 * TOTAL + max(s - FILLING_FROM, 0) * 1000.0
     return (
         _gpu(0, 80 * GIB, 90.0),  # the job, busy
         _gpu(1, 6 * GIB, 0.0),  # a jupyter kernel holding 6 GiB at 0 %: held and idle
-        _gpu(2, filling, 60.0),  # flat at 55 %, then filling at 1 GiB/s
+        _gpu(2, filling, 60.0),  # flat at 62 % (over ttf_min_used_pct), then 1 GiB/s more
         _gpu(3, 69 * GIB, 0.0),  # an SGLang server's KV pool, no traffic: server_idle
         _gpu(4, 0.95 * TOTAL if s < FALLS_AT else 0.02 * TOTAL, 50.0),  # an OOM death
     )
