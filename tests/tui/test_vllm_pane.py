@@ -15,6 +15,9 @@ import vllm_trackers
 
 Wait = Callable[..., Awaitable[None]]
 NOW = 1795962750.0
+# The trackers' clock (Workloads.now: the monitor's monotonic judging clock, never the
+# wall's), held still here; the pane judges a wedge on it as the alerts do.
+TICKS = 5000.0
 
 
 def frozen_clock() -> float:
@@ -28,11 +31,13 @@ async def test_the_vllm_pane_fits_80x24_and_says_the_wedged_engine_in_red(
     w = monitor.workloads
     monkeypatch.setattr(w, "http_targets", list)  # nothing of this machine's is fetched
     monkeypatch.setattr(w, "on_http", lambda *fetch: None)
+    monkeypatch.setattr(w, "ticks", lambda: TICKS)
     app = GpumonApp([monitor])
     section = app.dashboard.sections[0]
     async with app.run_test(size=(80, 24)) as pilot:
         await wait(pilot, lambda: len(section.rows) == 8, what="GPU rows")
-        w.vllm.update({8000: vllm_trackers.busy(8000, NOW), 8001: vllm_trackers.wedged(8001, NOW)})
+        servers = {8000: vllm_trackers.busy(8000, TICKS), 8001: vllm_trackers.wedged(8001, TICKS)}
+        w.vllm.update(servers)
         app.dashboard.refresh_dashboard()
         await wait(pilot, lambda: section.vllm.display, what="the vLLM pane")
         lines = section.vllm.plain.splitlines()
