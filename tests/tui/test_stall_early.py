@@ -41,5 +41,7 @@ async def test_the_stall_is_a_warning_on_screen_before_the_watchdog(
         (alert,) = stalled()
         # the watchdog line comes 60 s after the last step: this is the early word
         assert alert.severity is Health.WARNING and "NCCL spin" in alert.first_message
-        assert job.last_update is not None and alert.time - job.last_update < 30
+        # its last step is on the trackers' clock (Workloads.now), the alert's date the wall's
+        assert job.last_update is not None
+        assert alert.time - monitor.workloads.wall_of(job.last_update) < 30
         await wait(pilot, lambda: "drafter stalled" in app.dashboard.strip.plain, what="strip")
