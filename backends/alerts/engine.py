@@ -49,7 +49,13 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpumon.backends.alerts.facts import NO_FACTS, AlertFacts, XidFacts
+from gpumon.backends.alerts.facts import (
+    NO_FACTS,
+    SWAP_WINDOW_S,
+    AlertFacts,
+    TorchSwap,
+    XidFacts,
+)
 from gpumon.backends.alerts.health import HealthWatch
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.alerts.rules import (
@@ -194,6 +200,10 @@ class AlertEngine(AlertStore):
         # GPU -> the port of the SGLang server up and answering that holds it (the
         # monitor's ``Workloads.serving_gpus``): idle there is a server without traffic
         self.serving: Mapping[int, int] = {}
+        # gpumon's newest torch swap on this host at or after an epoch second (the
+        # monitor's ``Workloads.swaps``, which reads the audit log this layer may not):
+        # GPUs that went idle after one say it, and their incident offers to swap back.
+        self.torch_swap: Callable[[float], TorchSwap | None] | None = None
         # Xid events raised (not repeats, not a backlog), per (GPU, code, level, action) as
         # their alerts' facts say them (Xid 154: the action its line names), for the
         # exporter's counter: it only goes up, so a reset keeps it.
@@ -367,7 +377,11 @@ class AlertEngine(AlertStore):
                 keys.add(key)
                 text = self._idle_text(job, group, sample)
                 seconds = min(s for _, s in group)
-                facts = AlertFacts(job=job, names_gpu=True)  # its text leads with the job
+                swap = self._swap_before(now - seconds)
+                if swap is not None:
+                    text += f"; after {swap.words(now)}"
+                # its text leads with the job
+                facts = AlertFacts(job=job, names_gpu=True, torch_swap=swap)
                 self._condition(
                     key, "gpu_idle_held", Health.WARNING, first, text, now, out, seconds,
                     facts=facts,
@@ -377,6 +391,13 @@ class AlertEngine(AlertStore):
         for key in [k for k, a in self._active.items() if a.kind in _IDLE_KINDS]:
             if key not in keys:
                 self._end(key)
+
+    def _swap_before(self, idle_since: float) -> TorchSwap | None:
+        """gpumon's torch swap within ``SWAP_WINDOW_S`` before GPUs went idle at
+        ``idle_since`` (None: none, or no audit log to ask)."""
+        if self.torch_swap is None:
+            return None
+        return self.torch_swap(idle_since - SWAP_WINDOW_S)
 
     def _server_idle_text(self, port: int, group: list[tuple[GpuSample, float]]) -> str:
         """``sglang :30000 up, no request for 12 min: GPU 0 at 0 % holds 69 GiB (its KV

@@ -18,6 +18,7 @@ facts, and its alerts are said by their stored message.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -25,9 +26,22 @@ from typing import Any
 from gpumon.backends.model import GpuRef
 from gpumon.backends.parsers.processes import holder_words
 
-__all__ = ["AlertFacts", "Held", "Holder", "Restart", "XidFacts", "size_words"]
+__all__ = [
+    "SWAP_WINDOW_S",
+    "AlertFacts",
+    "Held",
+    "Holder",
+    "Restart",
+    "TorchSwap",
+    "XidFacts",
+    "clock_words",
+    "size_words",
+]
 
 MIB = 1024 * 1024
+# A torch swap this long before a job went slow or idle still explains it, where no
+# baseline run dates what the job ran on before (a configured rate, an idle job).
+SWAP_WINDOW_S = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +104,34 @@ class Restart:
 
 
 @dataclass(frozen=True, slots=True)
+class TorchSwap:
+    """A swap of the host's torch before a job went slow or idle: ``was`` -> ``to`` as
+    torch names itself (``2.11.0+cu128``), at epoch ``at``, ``by`` whom (``gpumon``: its
+    own swap, from the audit log)."""
+
+    was: str
+    to: str
+    at: float
+    by: str = "gpumon"
+
+    def words(self, now: float) -> str:
+        """``torch cu128 -> cu130 at 05:31 (swap by gpumon)``: only the variants when the
+        version stayed; the date too when ``now`` is a day or more after it."""
+        was, to = self.was, self.to
+        base_was, _, var_was = was.partition("+")
+        base_to, _, var_to = to.partition("+")
+        if base_was == base_to and var_was and var_to:
+            was, to = var_was, var_to
+        return f"torch {was} -> {to} at {clock_words(self.at, now)} (swap by {self.by})"
+
+    @property
+    def variant(self) -> str | None:
+        """The CUDA variant it swapped from (``cu128``: what ``w`` swaps back to); None
+        where its version has no local tag."""
+        return self.was.partition("+")[2] or None
+
+
+@dataclass(frozen=True, slots=True)
 class AlertFacts:
     """The typed facts of one alert (see the module docstring); every field optional.
 
@@ -110,7 +152,8 @@ class AlertFacts:
     job's rate now and its usual one (``job_slow``), a GPU's memory fill rate
     (``time_to_full``, MiB/s). ``schedulers``: an SGLang server's scheduler PIDs (its
     ``sglang::scheduler_TP*`` processes, as the watched machine numbers them), whose
-    stacks py-spy dumps and which ``K`` stops."""
+    stacks py-spy dumps and which ``K`` stops. ``torch_swap``: the host's torch swap before
+    a job went slow or idle (``TorchSwap``), which ``d`` checks and ``w`` swaps back."""
 
     gpu: GpuRef | None = None
     job: str | None = None
@@ -130,6 +173,7 @@ class AlertFacts:
     baseline: float | None = None
     unit: str | None = None
     schedulers: tuple[int, ...] = ()
+    torch_swap: TorchSwap | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The facts that are known, by name (``docs/json.md``); {} for none."""
@@ -142,7 +186,7 @@ class AlertFacts:
                 value = {k: v for k, v in _ref_json(value).items() if v is not None}
             elif isinstance(value, Held):
                 value = {"mib": value.mib, "others": value.others, **_fields(value.holder)}
-            elif isinstance(value, XidFacts | Restart):
+            elif isinstance(value, XidFacts | Restart | TorchSwap):
                 value = _fields(value)
             elif isinstance(value, tuple):
                 value = list(value)
@@ -174,6 +218,7 @@ class AlertFacts:
             baseline=_float(data.get("baseline")),
             unit=_text(data.get("unit")),
             schedulers=_ints(data.get("schedulers")),
+            torch_swap=_torch_swap(data.get("torch_swap")),
         )
 
 
@@ -195,11 +240,20 @@ def size_words(size: int) -> str:
     return f"{number.removesuffix('.00')} {unit}"
 
 
+def clock_words(at: float, now: float) -> str:
+    """Epoch ``at`` as ``14:02`` local time; with the date when ``now`` is a day or more
+    away from it."""
+    when = time.localtime(at)
+    if abs(now - at) >= 86400:
+        return time.strftime("%Y-%m-%d %H:%M", when)
+    return time.strftime("%H:%M", when)
+
+
 def _ref_json(ref: GpuRef) -> dict[str, Any]:
     return {"index": ref.index, "uuid": ref.uuid, "bus_id": ref.bus_id, "minor": ref.minor}
 
 
-def _fields(value: Holder | XidFacts | Restart) -> dict[str, Any]:
+def _fields(value: Holder | XidFacts | Restart | TorchSwap) -> dict[str, Any]:
     return {f.name: getattr(value, f.name) for f in fields(value)}
 
 
@@ -266,3 +320,12 @@ def _restart(data: object) -> Restart | None:
         _float(data.get("delay_s")),
         _text(data.get("why")),
     )
+
+
+def _torch_swap(data: object) -> TorchSwap | None:
+    if not isinstance(data, Mapping):
+        return None
+    was, to, at = _text(data.get("was")), _text(data.get("to")), _float(data.get("at"))
+    if was is None or to is None or at is None:
+        return None
+    return TorchSwap(was, to, at, _text(data.get("by")) or "gpumon")

@@ -30,7 +30,8 @@ alerts into ``Incident`` views (nothing is stored: the alerts stay the record):
   it"): restarting alone would run out again. An Xid's are NVIDIA's action for its code
   (``parsers.xid``, the one table): an application error is the job's restart; a
   hardware one is the GPU's reset or the node's reboot, draining the node and the
-  hand-over bundle.
+  hand-over bundle. A job slow or idle after a torch swap (its ``torch_swap`` fact) has
+  ``d`` to check the torch and ``w`` to swap back.
 
 ``line(incident, fix_hint)`` adds the fix in the caller's words ("r restart" on the
 screen, "gpumon restart demo drafter" in ``check``); ``screen_fixes`` and
@@ -44,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from gpumon.backends.alerts.facts import Held, size_words
+from gpumon.backends.alerts.facts import Held, TorchSwap, size_words
 from gpumon.backends.alerts.kinds import Tag, cause_rank, tagged
 from gpumon.backends.alerts.store import JOB_DOWN_KEY, Alert
 from gpumon.backends.model import Health
@@ -67,6 +68,7 @@ __all__ = [
     "line",
     "screen_fix",
     "screen_fixes",
+    "torch_swap_fixes",
 ]
 
 INCIDENT_GAP_S = 120.0
@@ -302,6 +304,8 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
         out += _xid_fixes(xid.code, cause.host, restart, gpu, xid.action)
     elif cause.kind == "sglang_hung":
         out += hung_server_fixes(cause.facts.schedulers)
+    elif cause.facts.torch_swap is not None and cause.kind in _AFTER_SWAP_KINDS:
+        out += torch_swap_fixes(cause.host, cause.facts.torch_swap)
     elif restart is not None and cause.kind in RESTART_FIXES:
         out.append(restart)
     out += [Fix(None, advice) for advice in _ENGINE_FIXES.get(cause.kind, ())]
@@ -322,6 +326,25 @@ def hung_server_fixes(schedulers: Sequence[int]) -> list[Fix]:
         Fix(None, f"its stacks: py-spy dump --native --pid {first}{each}"),
         Fix("K", f"stop its scheduler (PID {first})"),
     ]
+
+
+# A job slow or idle after a torch swap: the swap is the likely cause (its fact, set by the
+# rule that raised it), so the doctor checks the torch and a swap back undoes it.
+_AFTER_SWAP_KINDS = frozenset({"job_slow", "gpu_idle_held"})
+
+
+def torch_swap_fixes(host: str, swap: TorchSwap) -> list[Fix]:
+    """What to do about a job slow or idle after ``swap``: ``d`` checks the torch now on
+    ``host`` (``gpumon doctor``), ``w`` swaps back to the variant it had (its running
+    jobs keep the torch they imported until they are restarted: the swap's plan says so)."""
+    back = swap.variant
+    check = Fix("d", "check torch", f"gpumon doctor {host}")
+    if back is None:
+        return [check, Fix("w", f"swap torch back to {swap.was}")]
+    version = swap.was.partition("+")[0]
+    exact = "" if version == swap.to.partition("+")[0] else f" --version {version}"
+    command = f"gpumon swap-torch {host} {back}{exact}"
+    return [check, Fix("w", f"swap back to {back}", command)]
 
 
 # The fixes vLLM prints with its memory failures (kinds.py says where), in its flags' names

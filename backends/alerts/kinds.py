@@ -371,7 +371,10 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         details="Warning, while a GPU holds more than `idle_held_min_mib` at under "
         "`idle_util_pct` for `idle_held_after_s`; one for a job's GPUs, with `job` set and "
         "`gpu` its first; not for the GPUs of an SGLang server up and answering "
-        "(`server_idle`), nor where `idle_held_ignore` names every holder.",
+        "(`server_idle`), nor where `idle_held_ignore` names every holder. Within a day "
+        "after gpumon swapped the host's torch (the audit log) it says so, `; after torch "
+        "cu128 -> cu130 at 05:31 (swap by gpumon)`, and its incident offers `d` to check "
+        "torch and `w` to swap back.",
     ),
     _kind(
         "server_idle",
@@ -429,9 +432,12 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "in `$XDG_STATE_HOME/gpumon/baselines/HOST.json` across restarts of the job and of "
         "gpumon: `drafter at 4.6 Ktok/s, 23 % of its usual 20.1 Ktok/s (ETA 37 d instead of "
         "8.4 d); its GPUs at 1 % utilisation (baseline run 71 %), 62 W (baseline run "
-        "310 W); since the baseline: torch swapped cu128 -> cu130 at 14:02 (audit)`; the "
+        "310 W); since the baseline: torch cu128 -> cu130 at 14:02 (swap by gpumon)`; the "
         "last part, from the audit log, names the newest `swap-torch` that took on that "
-        "host after the learned baseline run started; without one, a torch changed outside "
+        "host after the learned baseline run started (with `expect_tokens_per_s`, within a "
+        "day before the job went slow: `; after torch cu128 -> cu130 at 14:02 (swap by "
+        "gpumon)`), and its incident offers `d` to check torch and `w` to swap back "
+        "(`gpumon swap-torch HOST cu128`); without one, a torch changed outside "
         "gpumon is named from what the doctor found (every doctor run, `gpumon doctor`, the "
         "dashboard's `d` or a swap's plan and verification, notes the host's torch in "
         "`$XDG_STATE_HOME/gpumon/torch-seen.jsonl`): `since the baseline: torch "

@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
@@ -372,12 +373,15 @@ class HostMonitor:
         log or a server that fell silent while gpumon did not run has its usual time to
         answer (a replay reaches no machine, and its runs must not become the live
         baseline)."""
-        return Workloads(
+        workloads = Workloads(
             self.host,
             learn=self.source.capabilities.actions,
             clock=self.clock,
             ticks=self.watch_clock,
         )
+        # the engine's idle GPUs name a torch swap before them from the audit log
+        self.alerts.torch_swap = partial(workloads.swaps.latest, self.host.name)
+        return workloads
 
     def start(self) -> asyncio.Task[None]:
         loop = asyncio.get_running_loop()

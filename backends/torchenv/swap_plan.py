@@ -294,7 +294,11 @@ def build_plan(
     running = [u for u in users if u.pid]
     if running:
         who = "; ".join(u.describe() for u in running)
-        no(f"{len(running)} process(es) use {venv}: {who}. Stop them first")
+        # a process keeps the torch it imported: a swap under it changes nothing it runs
+        no(
+            f"{len(running)} process(es) use {venv}: {who}. Stop them first: running jobs "
+            "keep the old torch until restarted"
+        )
 
     repair = bool(current) and current == target
     noop = repair and not force

@@ -1,13 +1,15 @@
 """What changed on a host since a job's baseline run: a torch swap in the audit log, else a
 torch the doctor found changed.
 
-``job_slow`` says "since the baseline: torch swapped cu128 -> cu130 at 14:02 (audit)"
-when gpumon swapped torch on the host after the baseline run started (the reference
-machine's story: a swap, then a quarter of the speed). The audit log is written by
-``actions.audit`` (a higher layer, which this one may not import); reading it needs only
-its path (``paths.audit_log``) and its line format, one JSON object a line with ``time``
-(ISO 8601 with offset), ``action``, ``host``, ``outcome`` and ``parameters`` (``from``,
-``to``: ``2.11.0+cu128``). Only a swap that took (outcome ``swapped``) counts.
+``job_slow`` and ``gpu_idle_held`` say "torch cu128 -> cu130 at 14:02 (swap by gpumon)"
+when gpumon swapped torch on the host before the job went slow or idle (the reference
+machine's story: a swap, then a quarter of the speed); the swap is the alert's fact
+(``alerts.facts.TorchSwap``), whose incident offers ``d`` to check and ``w`` to swap back.
+The audit log is written by ``actions.audit`` (a higher layer, which this one may not
+import); reading it needs only its path (``paths.audit_log``) and its line format, one
+JSON object a line with ``time`` (ISO 8601 with offset), ``action``, ``host``, ``outcome``
+and ``parameters`` (``from``, ``to``: ``2.11.0+cu128``). Only a swap that took (outcome
+``swapped``) counts.
 
 A torch changed outside gpumon (``uv pip install`` by hand, a new image) leaves no audit
 entry. Every doctor run (``gpumon doctor``, the dashboard's ``d``, a swap's verification)
@@ -23,15 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpumon.backends import untrusted
+from gpumon.backends.alerts.facts import TorchSwap, clock_words
 from gpumon.backends.paths import audit_log, torch_seen_log
 
-__all__ = ["SWAPPED", "SWAP_ACTION", "SeenReader", "SwapReader", "host_changes", "swap_words"]
+__all__ = ["SWAPPED", "SWAP_ACTION", "SeenReader", "SwapReader"]
 
 SWAP_ACTION = "swap-torch"  # ``torchenv.swap_run.ACTION`` is this
 SWAPPED = "swapped"  # the outcome of a swap that took (``swap_run.SwapOutcome.result``)
@@ -77,14 +79,13 @@ class SwapReader:
         self.path = path
         self._lines = _JsonLines(path, audit_log)
 
-    def since(self, host: str, start: float, now: float) -> str | None:
-        """``torch swapped cu128 -> cu130 at 14:02 (audit)`` for the newest swap on
-        ``host`` at or after epoch ``start``, or None; ``now``: the caller's clock."""
+    def latest(self, host: str, start: float) -> TorchSwap | None:
+        """The newest swap on ``host`` at or after epoch ``start``, or None."""
         found = [s for s in self._read() if s[1] == host and s[0] >= start]
         if not found:
             return None
         at, _, was, to = max(found)
-        return swap_words(was, to, at, now)
+        return TorchSwap(was, to, at)
 
     def _read(self) -> list[tuple[float, str, str, str]]:
         return self._lines.entries(lambda line: _swap(line) if SWAP_ACTION in line else None)
@@ -107,16 +108,8 @@ class SeenReader:
         if not before or not after or before[-1][2] == after[-1][2]:
             return None
         (was_at, _, was), (at, _, to) = before[-1], after[-1]
-        was_when, when = _clock(was_at, now), _clock(at, now)
+        was_when, when = clock_words(was_at, now), clock_words(at, now)
         return f"torch {was} (doctor {was_when}) -> {to} (doctor {when}), not by gpumon"
-
-
-def host_changes(
-    host: str, start: float, now: float, swaps: SwapReader, seen: SeenReader
-) -> str | None:
-    """What changed on ``host`` since ``start``: gpumon's own swap (the audit log says
-    exactly what and when), else a torch the doctor found changed."""
-    return swaps.since(host, start, now) or seen.since(host, start, now)
 
 
 def _seen(line: str) -> tuple[float, str, str] | None:
@@ -131,14 +124,6 @@ def _seen(line: str) -> tuple[float, str, str] | None:
         return None
 
 
-def _clock(at: float, now: float) -> str:
-    """``14:02`` local time; with the date when it was not in the last day."""
-    when = time.localtime(at)
-    if abs(now - at) >= 86400:
-        return time.strftime("%Y-%m-%d %H:%M", when)
-    return time.strftime("%H:%M", when)
-
-
 def _swap(line: str) -> tuple[float, str, str, str] | None:
     try:
         entry = untrusted.loads(line)  # a file anyone may edit
@@ -149,14 +134,3 @@ def _swap(line: str) -> tuple[float, str, str, str] | None:
         return at, str(entry["host"]), str(params["from"]), str(params["to"])
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
-
-
-def swap_words(was: str, to: str, at: float, now: float) -> str:
-    """``2.11.0+cu128`` -> ``2.11.0+cu130`` at epoch ``at``: ``torch swapped cu128 -> cu130
-    at 14:02 (audit)`` (only the variants when the version is the same; the date too when
-    it was not in the last day, local time)."""
-    base_was, _, var_was = was.partition("+")
-    base_to, _, var_to = to.partition("+")
-    if base_was == base_to and var_was and var_to:
-        was, to = var_was, var_to
-    return f"torch swapped {was} -> {to} at {_clock(at, now)} (audit)"

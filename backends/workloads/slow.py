@@ -14,8 +14,11 @@ restart of gpumon would hide a slow run for ``WARMUP_S``).
 
 The message leads with the job and says both rates and both ETAs: ``drafter at 4.6
 Ktok/s, 23 % of its usual 20.1 Ktok/s (ETA 37 d instead of 8.4 d)``, then its GPUs now
-against the baseline run's where known, then what changed on the host since the baseline
-run started (``changes``: a torch swap in the audit log, ``changes.py``).
+against the baseline run's where known, then what changed on the host: gpumon's own swap
+of torch since the baseline run started (``swaps``: the audit log, ``changes.py``; a
+configured rate has no run to date it, so within ``SWAP_WINDOW_S`` before the job went
+slow), which is also the alert's fact (``TorchSwap``); else a torch the doctor found
+changed since the baseline run (``changes``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gpumon.backends import untrusted
+from gpumon.backends.alerts.facts import SWAP_WINDOW_S, TorchSwap
 from gpumon.backends.workloads.trackers import JobState, JobTracker
 
 __all__ = [
@@ -115,12 +119,13 @@ class RunBaselines:
 @dataclass(frozen=True, slots=True)
 class Slow:
     """A ``job_slow`` verdict: its ``message``, and the job's ``rate`` and ``baseline`` in
-    ``unit`` (its alert's facts)."""
+    ``unit`` and the torch ``swap`` before it (its alert's facts)."""
 
     message: str
     rate: float
     baseline: float
     unit: str
+    swap: TorchSwap | None = None
 
 
 @dataclass
@@ -157,13 +162,16 @@ def judge_slow(
     gpu_power: float | None,
     baselines: RunBaselines,
     changes: Callable[[float], str | None] | None = None,
+    swaps: Callable[[float], TorchSwap | None] | None = None,
 ) -> Slow | None:
     """The ``job_slow`` verdict for ``job`` at ``now`` (the tracker's clock; ``wall``: the
     wall clock now, None: the same), or None; feeds ``watch`` (this run's rates after
     warm-up) and records a good run in ``baselines``. ``gpu_util`` /
     ``gpu_power``: the job's GPUs' mean utilisation and power now (None: not reported).
-    ``changes``: what changed on the host since an epoch second (None: nothing known),
-    asked with a learned baseline run's start (a configured rate has no run to date)."""
+    ``swaps``: gpumon's newest torch swap on the host since an epoch second, asked with a
+    learned baseline run's start, else ``SWAP_WINDOW_S`` before the job went slow;
+    ``changes``: else what the doctor saw change since a learned baseline run's start
+    (None: nothing known)."""
     if job.state is not JobState.RUNNING or job.last_update is None:
         watch.slow_since = None
         return None
@@ -198,10 +206,17 @@ def judge_slow(
         assert base is not None
         watch.was_slow = True
         text = _message(job, rate, unit, base, usual, gpu_util, gpu_power)
-        changed = changes(base.start) if changes is not None and usual == "usual" else None
+        learned = usual == "usual"
+        at = now if wall is None else wall  # the audit log's times are the wall's
+        slow_from = at - (now - watch.slow_since)
+        since = base.start if learned else slow_from - SWAP_WINDOW_S
+        swap = swaps(since) if swaps is not None else None
+        changed = swap.words(at) if swap is not None else None
+        if changed is None and changes is not None and learned:
+            changed = changes(base.start)
         if changed:
-            text += f"; since the baseline: {changed}"
-        verdict = Slow(text, rate, base.rate, unit)
+            text += f"; since the baseline: {changed}" if learned else f"; after {changed}"
+        verdict = Slow(text, rate, base.rate, unit, swap)
     _maybe_record(job, watch, now, baselines, unit)
     return verdict
 

@@ -34,7 +34,7 @@ from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
 from gpumon.backends.paths import state_dir
-from gpumon.backends.workloads.changes import SeenReader, SwapReader, host_changes
+from gpumon.backends.workloads.changes import SeenReader, SwapReader
 from gpumon.backends.workloads.engine import VLLM
 from gpumon.backends.workloads.sglang import (
     HEALTH_PROBE_TIMEOUT_S,
@@ -361,18 +361,15 @@ class Workloads:
                     gpu_util=_mean([g.utilization_pct for g in gpus]),
                     gpu_power=_mean([g.power_w for g in gpus]),
                     baselines=self.baselines,
-                    changes=partial(
-                        host_changes,
-                        self.host.name,
-                        now=now,
-                        swaps=self.swaps,
-                        seen=self.torch_seen,
-                    ),
+                    changes=partial(self.torch_seen.since, self.host.name, now=now),
+                    swaps=partial(self.swaps.latest, self.host.name),
                 )
                 text = None if slow is None else slow.message
                 facts = NO_FACTS
                 if slow is not None:
-                    facts = AlertFacts(rate=slow.rate, baseline=slow.baseline, unit=slow.unit)
+                    facts = AlertFacts(
+                        rate=slow.rate, baseline=slow.baseline, unit=slow.unit, torch_swap=slow.swap
+                    )
                 alerts.on_job_condition(
                     "job_slow", job.name, Health.WARNING, text, now, facts=facts
                 )

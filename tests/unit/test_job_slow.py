@@ -11,13 +11,14 @@ from pathlib import Path
 
 from gpumon.backends.actions import audit
 from gpumon.backends.alerts.engine import Alert, AlertEngine, AlertRules
-from gpumon.backends.alerts.incident import incidents
+from gpumon.backends.alerts.facts import AlertFacts, TorchSwap
+from gpumon.backends.alerts.incident import incidents, screen_fixes
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, iso_time
 from gpumon.backends.torchenv import swap_run
 from gpumon.backends.torchenv.seen import KEEP_LINES, record_seen, seen_torch
-from gpumon.backends.workloads.changes import SeenReader, SwapReader, host_changes, swap_words
+from gpumon.backends.workloads.changes import SeenReader, SwapReader
 from gpumon.backends.workloads.slow import MIN_RUN_S, WARMUP_S, RunBaselines, RunRecord
 from gpumon.backends.workloads.watch import Workloads
 
@@ -180,8 +181,11 @@ def test_a_torch_swap_since_the_baseline_run_is_said(tmp_path: Path) -> None:
     (alert,) = run(w2, engine, clock, 20, 4.6)
     at = time.strftime("%H:%M", time.localtime(swapped_at))
     assert alert.message.endswith(
-        f"; since the baseline: torch swapped cu128 -> cu130 at {at} (audit)"
+        f"; since the baseline: torch cu128 -> cu130 at {at} (swap by gpumon)"
     ), alert.message
+    swap = alert.facts.torch_swap
+    assert swap is not None and (swap.was, swap.to) == ("2.11.0+cu128", "2.11.0+cu130")
+    assert abs(swap.at - swapped_at) < 1.0 and swap.by == "gpumon"
 
 
 def test_no_swap_since_the_baseline_says_nothing_of_one(tmp_path: Path) -> None:
@@ -238,8 +242,8 @@ def test_the_audit_log_wins_and_the_same_torch_seen_twice_is_no_change(tmp_path:
     audit = tmp_path / "audit.jsonl"
     audit.write_text(audit_line(now - 20, "box"))
     w = Workloads(setup(tmp_path, expect=None)[0].host, audit=audit, torch_seen=seen)
-    said = host_changes("box", now - 300, now, swaps=w.swaps, seen=w.torch_seen)
-    assert said is not None and said.endswith("(audit)"), said
+    swap = w.swaps.latest("box", now - 300)  # judge_slow asks it before the doctor's log
+    assert swap is not None and swap.words(now).endswith("(swap by gpumon)")
 
 
 def test_the_seen_log_names_a_plain_version_by_its_variant_and_stays_bounded(
@@ -263,10 +267,10 @@ def test_the_seen_log_names_a_plain_version_by_its_variant_and_stays_bounded(
 def test_a_swap_words_the_version_when_it_changed_and_the_date_when_old() -> None:
     now = 1_800_000_000.0
     day = time.strftime("%Y-%m-%d %H:%M", time.localtime(now - 3 * 86400))
-    assert swap_words("2.10.0+cu128", "2.11.0+cu130", now - 3 * 86400, now) == (
-        f"torch swapped 2.10.0+cu128 -> 2.11.0+cu130 at {day} (audit)"
+    assert TorchSwap("2.10.0+cu128", "2.11.0+cu130", now - 3 * 86400).words(now) == (
+        f"torch 2.10.0+cu128 -> 2.11.0+cu130 at {day} (swap by gpumon)"
     )
-    assert SwapReader(Path("/nonexistent/audit.jsonl")).since("box", 0.0, now) is None
+    assert SwapReader(Path("/nonexistent/audit.jsonl")).latest("box", 0.0) is None
 
 
 def test_the_reader_reads_what_a_swap_writes_in_the_audit_log(tmp_path: Path) -> None:
@@ -277,9 +281,83 @@ def test_the_reader_reads_what_a_swap_writes_in_the_audit_log(tmp_path: Path) ->
     path = audit.record(swap_run.ACTION, "box", "started", parameters=params, env=env)
     audit.record(swap_run.ACTION, "box", "swapped", parameters=params, env=env)
     after = time.time()
-    said = SwapReader(path).since("box", before - 1.0, after)
+    swap = SwapReader(path).latest("box", before - 1.0)
+    assert swap is not None and before - 1.0 <= swap.at <= after + 1.0
     minutes = {time.strftime("%H:%M", time.localtime(t)) for t in (before, after)}
-    assert said in {f"torch swapped cu128 -> cu130 at {at} (audit)" for at in minutes}, said
+    said = swap.words(after)
+    assert said in {f"torch cu128 -> cu130 at {at} (swap by gpumon)" for at in minutes}, said
+
+
+def test_a_job_slow_after_a_swap_names_it_and_its_incident_offers_d_and_w(
+    tmp_path: Path,
+) -> None:
+    """Issue 36 point 2a: a job below its configured rate (no baseline run to date what it
+    ran on) within a day of a swap of torch: the alert names the swap, carries it as its
+    fact, and its incident offers d to check and w to swap back. A swap over a day before
+    the slowdown, or one refused, is not named."""
+    audit = tmp_path / "audit.jsonl"
+    w, engine, clock = setup(tmp_path)
+    clock.t = 1_800_000_000.0
+    swapped_at = clock.t - 3600.0
+    audit.write_text(
+        audit_line(clock.t - 2 * 86400.0, "box")  # too old to explain it
+        + audit_line(swapped_at, "box")
+        + audit_line(clock.t - 60.0, "box", outcome="refused")
+    )
+    w = Workloads(w.host, tmp_path / "runs.json", audit=audit)
+    (alert,) = run(w, engine, clock, 20, 4.6)
+    at = time.strftime("%H:%M", time.localtime(swapped_at))
+    assert alert.message.endswith(f"; after torch cu128 -> cu130 at {at} (swap by gpumon)")
+    swap = alert.facts.torch_swap
+    assert swap is not None and abs(swap.at - swapped_at) < 1.0
+    assert AlertFacts.from_json(alert.facts.to_json()) == alert.facts  # kept by a recording
+    (incident,) = incidents(engine.active())
+    assert f"torch cu128 -> cu130 at {at} (swap by gpumon)" in incident.headline
+    assert screen_fixes(incident) == "d check torch, w swap back to cu128"
+    assert [f.command for f in incident.fixes] == [
+        "gpumon doctor box",
+        "gpumon swap-torch box cu128",
+    ]
+    # without the swap (only the old one in the log): no fact, no fix
+    audit.write_text(audit_line(clock.t - 2 * 86400.0, "box"))
+    w2, engine2, clock2 = setup(tmp_path)
+    clock2.t = clock.t
+    w2 = Workloads(w2.host, tmp_path / "runs.json", audit=audit)
+    (plain,) = run(w2, engine2, clock2, 20, 4.6)
+    assert plain.facts.torch_swap is None and "torch" not in plain.message
+    assert not incidents(engine2.active())[0].fixes
+
+
+def test_gpus_idle_after_a_swap_name_it_and_offer_d_and_w(tmp_path: Path) -> None:
+    """gpu_idle_held of a job's GPUs after a torch swap names it (the engine asks the
+    host's audit log through the monitor's reader) and offers d and w; a version that
+    changed too is swapped back with its version."""
+    audit = tmp_path / "audit.jsonl"
+    now = 1_800_000_000.0
+    entry = json.loads(audit_line(now - 600.0, "box"))
+    entry["parameters"]["from"] = "2.10.0+cu128"
+    audit.write_text(json.dumps(entry) + "\n")
+    clock = Clock()
+    clock.t = now
+    rules = AlertRules(idle_held_after_s=60.0)
+    engine = AlertEngine("box", rules, clock, jobs={"drafter": GPUS})
+    engine.torch_swap = lambda since: SwapReader(audit).latest("box", since)
+    for k in range(0, 130, 2):
+        clock.t = now + k
+        gpus = tuple(
+            GpuSample(i, uuid=f"GPU-{i}", utilization_pct=0.0, memory_used_mib=80000)
+            for i in range(8)
+        )
+        procs = tuple(GpuProcess(100 + i, "python", 80000, gpu_uuid=f"GPU-{i}") for i in GPUS)
+        engine.on_sample(HostSample("box", clock.t, None, gpus, procs))
+    (idle,) = [a for a in engine.active() if a.key == "gpu_idle_held:job:drafter"]
+    at = time.strftime("%H:%M", time.localtime(now - 600.0))
+    assert idle.message.endswith(
+        f"; after torch 2.10.0+cu128 -> 2.11.0+cu130 at {at} (swap by gpumon)"
+    )
+    (incident,) = [i for i in incidents(engine.active()) if i.cause.key == idle.key]
+    assert screen_fixes(incident) == "d check torch, w swap back to cu128"
+    assert incident.fixes[1].command == "gpumon swap-torch box cu128 --version 2.10.0"
 
 
 def test_a_run_slow_only_in_its_warm_up_raises_nothing(tmp_path: Path) -> None:

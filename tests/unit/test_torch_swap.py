@@ -215,6 +215,8 @@ def test_running_configured_job_and_sglang_server_refuse() -> None:
     (refusal,) = p.refusals
     assert refusal.overridable and "3 process(es) use /root/venv" in refusal.reason
     assert "job train (pid 4242" in refusal.reason
+    # swapping under them (Force) changes nothing they run: they imported the old torch
+    assert refusal.reason.endswith("running jobs keep the old torch until restarted")
     assert plan(f=f, host=host(jobs=(job,)), force=True).ok
 
 

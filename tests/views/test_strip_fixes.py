@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpumon.backends.alerts.facts import AlertFacts, TorchSwap
 from gpumon.backends.alerts.incident import Fix, Incident, incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.model import Health
@@ -189,3 +190,18 @@ def test_an_incident_row_never_wraps_where_it_fits() -> None:
     assert height == 1 and cells[6].text == rows[0][6].text
     ended = dataclasses.replace(rows[0][6], text="x")
     assert layout.row((*rows[0][:6], ended, rows[0][7]))[1] == 1
+
+
+def test_a_job_slow_after_a_torch_swap_says_it_and_offers_d_and_w() -> None:
+    """Issue 36 point 2a: the strip names the swap from the alert's fact and offers d to
+    check and w to swap back, whole at 80 columns (the headline is cut first)."""
+    swap = TorchSwap("2.11.0+cu128", "2.11.0+cu130", 1_800_000_000.0 - 3600)
+    at = swap.words(1_800_000_000.0)
+    text = f"drafter at 4.6 Ktok/s, 23 % of its expected 20.0 Ktok/s; after {at}"
+    slow = Alert("job_slow:drafter", Health.WARNING, "job_slow", "demo", None, "drafter", text,
+                 1_800_000_000.0, 1_800_000_000.0, facts=AlertFacts(torch_swap=swap))  # fmt: skip
+    (incident,) = incidents([slow])
+    wide = render_strip(StripView(incident, 0, PALETTE), 200).plain
+    assert f"after {at} — d check torch, w swap back to cu128" in wide, wide
+    narrow = render_strip(StripView(incident, 0, PALETTE), 80).plain
+    assert len(narrow) <= 80 and "… — d check torch, w swap back to cu128" in narrow, narrow

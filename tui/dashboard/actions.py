@@ -353,8 +353,17 @@ class JobActions:
             return
         from gpumon.tui.screens import SwapScreen
 
-        swap = SwapScreen(monitor.host, monitor.transport, read_only=self.read_only)
+        back = swap_back_variant(monitor)
+        swap = SwapScreen(monitor.host, monitor.transport, read_only=self.read_only, variant=back)
         self.screen.app.push_screen(swap)
+
+
+def swap_back_variant(monitor: HostMonitor) -> str | None:
+    """The variant an active alert of ``monitor``'s host says torch was swapped from (a job
+    slow or idle after the swap: its incident's ``w swap back to cu128``); None: none."""
+    swaps = [a.facts.torch_swap for a in monitor.alerts.active() if a.facts.torch_swap]
+    latest = max(swaps, key=lambda s: s.at, default=None)
+    return None if latest is None else latest.variant
 
 
 def alert_job(monitor: HostMonitor, alert: Alert) -> JobConfig | None:

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 CRITICAL_TIMEOUT_S = 10.0  # the strip keeps showing it after the toast is gone
 WARNING_TIMEOUT_S = 6.0
 NOTICE_LINES = 3  # a toast's lines of text: never more over the GPU rows (a dialog: its most)
+# The fixes' keys that act on the host under the cursor, by the action each one runs
+_HOST_KEYS = {"d": "doctor", "w": "swap_torch"}
 
 
 class AlertPresenter:
@@ -64,6 +66,7 @@ class AlertPresenter:
         fixable: Callable[[], tuple[HostMonitor, JobConfig] | None],
         on_restart: Callable[[HostMonitor, Alert], None],
         killable: Callable[[str], bool] = lambda host: False,
+        acts_on_host: Callable[[str, str], bool] = lambda name, host: False,
     ) -> None:
         self.screen = screen
         self.monitors = monitors
@@ -74,6 +77,7 @@ class AlertPresenter:
         self.mounted = mounted
         self.fixable = fixable
         self.killable = killable
+        self.acts_on_host = acts_on_host
         self.on_restart = on_restart
         self.strip = AlertStrip(id="alert-strip")
         self._early_alerts: list[Alert] = []
@@ -186,8 +190,9 @@ class AlertPresenter:
 
     def strip_fixes(self, incident: Incident) -> tuple[Fix, ...]:
         """``incident``'s fixes that can act now: ``r restart drafter`` when ``r`` would
-        restart the job it is about, ``K stop it`` when ``K`` may act on its host; advice
-        ("reboot the node") always."""
+        restart the job it is about, ``K stop it`` when ``K`` may act on its host, ``d`` and
+        ``w`` when the host under the cursor is its host; advice ("reboot the node")
+        always."""
         return tuple(f for f in incident.fixes if self._offered(f, incident))
 
     def _offered(self, fix: Fix, incident: Incident) -> bool:
@@ -195,6 +200,8 @@ class AlertPresenter:
             return True
         if fix.key == "K":
             return self.killable(incident.host)
+        if fix.key in _HOST_KEYS:
+            return self.acts_on_host(_HOST_KEYS[fix.key], incident.host)
         target = self.fixable()
         if fix.key != "r" or target is None:
             return False

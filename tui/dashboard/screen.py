@@ -114,6 +114,7 @@ class DashboardScreen(Screen[None]):
             fixable=self._fixable,
             on_restart=self.actions.restart_alert_job,
             killable=self._killable,
+            acts_on_host=self._acts_on_host,
         )
         self.strip = self.alerts.strip
         self.replay_controls = (
@@ -497,6 +498,15 @@ class DashboardScreen(Screen[None]):
         if self.action_state(BY_NAME["restart_job"]) is not True:
             return None
         return self.actions.restart_target()
+
+    def _acts_on_host(self, name: str, host: str) -> bool:
+        """Whether the host action ``name`` (``doctor``, ``swap_torch``) acts on ``host``
+        now: the host under the cursor, and the action can run there (the strip offers
+        "d check torch", "w swap back to cu128")."""
+        monitor = self.selected_monitor()
+        if monitor is None or monitor.name != host:
+            return False
+        return self.action_state(BY_NAME[name]) is True
 
     def _killable(self, host: str) -> bool:
         """Whether ``K`` may act on ``host`` now (the strip offers "K stop it"): not

@@ -92,9 +92,18 @@ class SwapScreen(Dialog):
         Binding("escape", "close", "Close"),
     ]
 
-    def __init__(self, host: HostConfig, transport: Transport, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        host: HostConfig,
+        transport: Transport,
+        *,
+        read_only: bool = False,
+        variant: str | None = None,
+    ) -> None:
+        """``variant``: the one chosen first (an incident's swap back), else ``cu130``."""
         super().__init__()
         self.host, self.transport, self.read_only = host, transport, read_only
+        self.first_variant = variant if variant in VARIANT_NAMES else DEFAULT_VARIANT
         self.plan: SwapPlan | None = None
         self.planning = False
         self.running = False
@@ -110,7 +119,7 @@ class SwapScreen(Dialog):
                 yield Label("variant", markup=False)
                 yield Select(
                     [(v, v) for v in VARIANT_NAMES],
-                    value=DEFAULT_VARIANT,
+                    value=self.first_variant,
                     allow_blank=False,
                     id="swap-variant",
                     compact=True,
