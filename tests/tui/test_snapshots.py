@@ -17,6 +17,7 @@ from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.sim.scenario import JUPYTER_PID
 from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
+from gpumon.tui.dashboard import alerts
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen
 
 FROZEN_NOW = 1795962750.0
@@ -43,6 +44,14 @@ FIXED_LOAD = HostLoad(
     swap_free_kib=8 * 1024 * 1024,
     load=(12.3, 10.1, 9.8),
 )
+
+
+@pytest.fixture(autouse=True)
+def _toasts_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An alert's toast goes after 10 s of real time: on a loaded machine the steps before
+    the screenshot (the data, the log, the keys) took longer, and the frame lost it."""
+    monkeypatch.setattr(alerts, "CRITICAL_TIMEOUT_S", 3600.0)
+    monkeypatch.setattr(alerts, "WARNING_TIMEOUT_S", 3600.0)
 
 
 @pytest.fixture(autouse=True)
