@@ -68,8 +68,9 @@ async def expanded_gpu6(
     demo_monitor: Callable[..., HostMonitor], wait: Wait, size: tuple[int, int]
 ) -> AsyncIterator[tuple[GpumonApp, Pilot[int], DashboardScreen]]:
     """The demo's dashboard with the cursor on GPU 6, expanded, once both holders are
-    listed (the demo at 40 s, sampling every 0.5 s)."""
-    monitor = demo_monitor(frozen=False, demo_time=40.0, interval=0.5)
+    listed (the demo frozen at 40 s, sampling every 0.5 s: a running clock reached the
+    drafter's OOM at 60 s on a loaded machine, and GPU 6 lost both holders)."""
+    monitor = demo_monitor(demo_time=40.0, interval=0.5)
     app = GpumonApp([monitor])
     async with app.run_test(size=size) as pilot:
         d = app.dashboard
