@@ -123,7 +123,12 @@ def test_check_ends_in_performance_data_and_a_ramp_is_no_restart() -> None:
     hottest = re.search(r"hottest (\d+) C", ramp.stdout)
     assert hottest and perf["hottest_gpu_c"]["value"] == hottest[1]
     assert perf["hottest_gpu_c"]["uom"] is None  # no unit for degrees in the guidelines
-    assert (perf["alerts_critical"]["value"], perf["alerts_warning"]["value"]) == ("0", "1")
+    # The warnings: the ramp's, and CT 201's jupyter on GPU 6 where the one-shot saw it (it
+    # comes at demo time 32 s and the demo's clock runs from the one-shot's start: on a
+    # loaded machine the start-up and the 5 s window pass 32 s). The line names it then.
+    jupyter = "held by CT 201 jupyter-lab" in ramp.stdout
+    warnings = str(1 + jupyter)
+    assert (perf["alerts_critical"]["value"], perf["alerts_warning"]["value"]) == ("0", warnings)
     ttf = perf["time_to_full"]
     said = re.search(r"memory full in ~(\d+) s", ramp.stdout)
     assert said and ttf["value"] == said[1] and ttf["uom"] == "s" and ttf["warn"] == "60:"
