@@ -19,7 +19,8 @@ GPU0000:BB:00.0: Unknown Error``, the loop going on), ``gpus:N`` (N GPUs, no fau
 the one process stays on GPU 0) or ``held:NAME,NAME...`` (one GPU per name, each at 0 %
 holding ``HELD_MIB``, held by one process of that name: GPU i by PID 4242+i); empty or
 absent: normal. Each run
-writes ``PID PPID`` into a file in the directory ``FAKE_SMI_PIDS`` names.
+writes ``PID PPID`` and, on a second line, its arguments into a file in the directory
+``FAKE_SMI_PIDS`` names.
 
 Values are in the ``csv,noheader,nounits`` shape; a field it does not know is ``[N/A]``.
 
@@ -128,7 +129,7 @@ def main(argv: list[str]) -> int:
     pids = os.environ.get("FAKE_SMI_PIDS")
     if pids:
         with open(os.path.join(pids, str(os.getpid())), "w", encoding="utf-8") as f:
-            f.write(f"{os.getpid()} {os.getppid()}\n")
+            f.write(f"{os.getpid()} {os.getppid()}\n{' '.join(argv)}\n")
     fail = os.environ.get("HOSTILE_FAIL")
     if fail is not None:
         print(fail)
