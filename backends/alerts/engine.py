@@ -621,7 +621,7 @@ class AlertEngine(AlertStore):
         if ttf is not None and ttf <= horizon:
             watch.ttf_hits += 1
             watch.ttf_calm = 0
-            if watch.ttf_hits >= 2 or key in self._active:
+            if watch.ttf_hits >= self.rules.ttf_confirm or key in self._active:
                 text = (
                     f"GPU {gpu.index} memory full in ~{ttf:.0f} s at +{watch.rate:.0f} MiB/s "
                     f"({fraction:.0%} used)"

@@ -140,6 +140,7 @@ class AlertRules:
     ttf_min_points: int = 8
     ttf_min_rate_mib_s: float = 10.0
     ttf_min_used_pct: float = 60.0  # the floor of use: no trend while any point is under it
+    ttf_confirm: int = 2  # estimates in a row under the horizon before the warning
     oom_death_high_pct: float = 90.0
     oom_death_low_pct: float = 10.0
     oom_death_window_s: float = 10.0
@@ -260,10 +261,14 @@ def check_rules(rules: AlertRules, window_s: float, interval_s: float) -> AlertR
         return rules
     half = window_s / 2.0
     points = max(int(half / max(interval_s, 0.1)) + 1, 4)
+    # One estimate is the check's verdict: the trend behind it already rose across two
+    # windows to a new high (a second in a row needs a sample the window may not get on a
+    # loaded machine: the check then said OK beside its own time_to_full figure).
     return replace(
         rules,
         ttf_window_s=min(rules.ttf_window_s, max(1.5 * half, 2.0)),
         ttf_min_points=min(rules.ttf_min_points, points),
+        ttf_confirm=1,
     )
 
 
@@ -279,6 +284,7 @@ _LIMITS: dict[str, tuple[float, float, bool]] = {
     "ttf_min_points": (4, 10000, True),  # the two windows need two points each
     "ttf_min_rate_mib_s": (0.0, 1e6, False),
     "ttf_min_used_pct": (0.0, 100.0, False),
+    "ttf_confirm": (1, 100, True),
     "oom_death_high_pct": (1.0, 100.0, False),
     "oom_death_low_pct": (0.0, 100.0, False),
     "oom_death_window_s": (0.5, 3600.0, False),
