@@ -1,7 +1,7 @@
 """Remake docs/dashboard.svg, the README's picture of the dashboard: ``gpumon demo`` at
 120x40, started at its scenario's start and shot in the seconds before the drafter's OOM,
 once CT 201's jupyter holds 6 GiB of GPU 6 and the drafter's memory warning there names
-it (its row, the strip with `K stop it`, 35 s of history).
+it (its row, the strip with `K stop jupyter-lab`, 35 s of history).
 
     .venv/bin/python scripts/screenshot.py [OUT.svg]
 

@@ -49,6 +49,7 @@ from gpumon.backends.alerts.facts import Held, TorchSwap, size_words
 from gpumon.backends.alerts.kinds import Tag, cause_rank, tagged
 from gpumon.backends.alerts.store import JOB_DOWN_KEY, Alert
 from gpumon.backends.model import Health
+from gpumon.backends.parsers.processes import holder_words
 from gpumon.backends.parsers.xid import REBOOT_NODE, RESET_GPU, RESTART_APP, xid_info
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "command_fix",
     "failure_kind",
     "holder",
+    "holder_fix",
     "hung_server_fixes",
     "incidents",
     "line",
@@ -106,7 +108,7 @@ class Headline:
     """An incident's line in parts: ``what`` happened ("CUDA OOM on GPU 6 (tried 2.00 GiB,
     90 MiB free; 6.0 GiB held by CT 201 jupyter-lab)"), the ``job`` it leads with
     ("drafter"; None: it has none, or ``what`` says it itself) and ``bare``: ``what``
-    without the holder's clause, where a screen may leave it out (the fix "K stop it"
+    without the holder's clause, where a screen may leave it out (the fix "K stop jupyter-lab"
     and the GPU row still say it; None: no such clause). ``verbatim``: ``what`` says the
     alert's message whole (what ``check`` need not print again below it)."""
 
@@ -292,9 +294,9 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
     restart = Fix("r", f"restart {job}", f"gpumon restart {cause.host} {job}") if job else None
     out: list[Fix] = []
     if cause.kind == "foreign_process":  # the holder itself leads: no restart frees it
-        return (Fix("K", "stop it"),)
+        return (holder_fix(cause.facts.held),)
     if held is not None:
-        out.append(Fix("K", "stop it"))
+        out.append(holder_fix(held))
     xid = cause.facts.xid if cause.kind == "xid" else None
     if cause.kind == "gpu_health":
         out += _health_fixes(cause)
@@ -310,6 +312,20 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
         out.append(restart)
     out += [Fix(None, advice) for advice in _ENGINE_FIXES.get(cause.kind, ())]
     return tuple(out)
+
+
+def holder_fix(held: Held | None) -> Fix:
+    """``K`` on the holder, named so that it is never taken for ``s`` (stop the job): "stop
+    jupyter-lab" (its ``Held.holder``'s program), "stop CT 201's process" where its
+    program is not known, "stop the holder" where the alert does not say who (one of a
+    recording from before facts)."""
+    if held is None:
+        return Fix("K", "stop the holder")
+    who = held.holder
+    if who.program:
+        return Fix("K", f"stop {who.program}")
+    where = holder_words(who.container, None).rpartition(" ")[0]  # "CT 201 [unknown]"
+    return Fix("K", f"stop {where}'s process")
 
 
 def hung_server_fixes(schedulers: Sequence[int]) -> list[Fix]:
@@ -497,30 +513,31 @@ def failure_kind(alert: Alert) -> str:
 
 
 def line(incident: Incident, fix_hint: str | None = None) -> str:
-    """The headline with the fix in the caller's words: ``fix_hint`` "K stop it, r restart
-    drafter" (``screen_fixes``) gives "drafter: CUDA OOM on GPU 6 (...) — K stop it, r
-    restart drafter"; no hint (or nothing fixes it): the headline."""
+    """The headline with the fix in the caller's words: ``fix_hint`` "K stop jupyter-lab, r
+    restart drafter" (``screen_fixes``) gives "drafter: CUDA OOM on GPU 6 (...) — K stop
+    jupyter-lab, r restart drafter"; no hint (or nothing fixes it): the headline."""
     if not (incident.fixes or incident.fix) or not fix_hint:
         return incident.headline
     return f"{incident.headline} — {fix_hint}"
 
 
 def screen_fixes(incident: Incident) -> str | None:
-    """The fixes as the dashboard offers them: "K stop it, r restart drafter" (keys
-    first, then advice: "reboot the node"); None when nothing fixes it."""
+    """The fixes as the dashboard offers them: "K stop jupyter-lab, r restart drafter"
+    (keys first, then advice: "reboot the node"); None when nothing fixes it."""
     return ", ".join(screen_fix(f) for f in incident.fixes) or None
 
 
 def screen_fix(fix: Fix) -> str:
-    """One fix as the dashboard says it: "K stop it", or the advice "drain the node"."""
+    """One fix as the dashboard says it: "K stop jupyter-lab", or the advice "drain the
+    node"."""
     return f"{fix.key} {fix.words}" if fix.key else fix.words
 
 
 def command_fix(incident: Incident) -> str | None:
     """The best fix as a headless command says it: "fix: gpumon restart demo drafter", or
     the advice ("fix: reboot the node"); a fix only a dashboard key does comes with that
-    key and the next fix that has a command ("fix: stop it (the dashboard's K), then
-    gpumon restart demo drafter"). None when nothing fixes it."""
+    key and the next fix that has a command ("fix: stop jupyter-lab (the dashboard's K),
+    then gpumon restart demo drafter"). None when nothing fixes it."""
     if not incident.fixes:
         return None
     best = incident.fixes[0]

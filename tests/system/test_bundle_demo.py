@@ -118,7 +118,7 @@ def test_the_demos_oom_bundle_is_complete_private_and_scrubbed(tmp_path: Path) -
     assert (
         timeline["headline"] == HEADLINE
         and timeline["fix_command"]
-        == "fix: stop it (the dashboard's K), then gpumon restart demo drafter"
+        == "fix: stop jupyter-lab (the dashboard's K), then gpumon restart demo drafter"
     )
     kinds = {a["kind"] for a in timeline["alerts"]}
     assert {"cuda_oom", "memory"} <= kinds  # the ramp before the OOM, from the demo's past

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.system
 HEADLINE = (
     "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201 jupyter-lab)"
 )
-FIX = "fix: stop it (the dashboard's K), then gpumon restart demo drafter"
+FIX = "fix: stop jupyter-lab (the dashboard's K), then gpumon restart demo drafter"
 
 
 def gpumon(*args: str) -> subprocess.CompletedProcess[str]:
@@ -34,7 +34,7 @@ def gpumon(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_check_sees_the_ramp_in_its_window_that_one_sample_misses() -> None:
     # From 15 s: before the jupyter of 32 s (its 6 GiB make a warning of their own and the
-    # fix "stop it"). A one-shot's scenario clock runs from its start, and the start-up
+    # fix "stop jupyter-lab"). A one-shot's scenario clock runs from its start, and the start-up
     # took up to 14 s beside a CPU hog; nothing outside the process can hold it for less.
     one = gpumon("check", "demo", "--demo-time", "15", "--window", "0")
     assert one.returncode == 0, one.stdout + one.stderr
@@ -102,9 +102,14 @@ def test_snapshot_text_prints_alerts_and_workloads_and_a_crash_is_not_ok() -> No
     assert all(health[i].startswith("critical") for i in (5, 6, 7)), health
     assert HEADLINE in health[6] and "drafter crashed" in health[5]
     alerts = text.split("\nALERTS\n", 1)[1]
-    # At 80 columns the headline wraps under itself and the fix goes on its own line below
+    # At 80 columns the headline wraps under itself and the fix goes on its own lines below
     # (--wide keeps them on one line); no word is lost or cut.
-    head = alerts.split(f"\n            {FIX}\n", 1)[0].split("\n")
+    before, _, after_fix = alerts.partition("\n            fix: ")
+    head = before.split("\n")
+    fix = ["fix: " + after_fix.split("\n")[0]]
+    fix += [row for row in after_fix.split("\n")[1:3] if row.startswith(" " * 12)]
+    assert " ".join(row.strip() for row in fix) == FIX, alerts
+    assert all(len(row) <= 80 for row in fix), fix
     assert head[0].startswith("  CRITICAL  drafter: CUDA OOM on GPU 6 "), alerts
     assert len(head) == 2 and all(len(row) <= 80 for row in head), head
     assert head[1].startswith("            ") and head[1][12] != " ", head

@@ -22,7 +22,7 @@ HEADLINE = (
     "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201 jupyter-lab)"
 )
 # Stopping the holder is the dashboard's K; then the restart, the headless command.
-FIX = "fix: stop it (the dashboard's K), then gpumon restart demo drafter"
+FIX = "fix: stop jupyter-lab (the dashboard's K), then gpumon restart demo drafter"
 MODEL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 GPUMON = [sys.executable, "-m", "gpumon.tui.cli"]
 # One value of the performance data, as the Monitoring Plugins guidelines write it:
@@ -86,9 +86,9 @@ def test_the_snapshot_json_has_each_incident_with_its_headline_fix_and_evidence(
     (oom,) = [i for i in data["incidents"] if i["kind"] == "job_crashed"]
     assert oom["headline"] == HEADLINE
     # The best fix is advice only (K, no command): its words; the restart comes second.
-    assert oom["fix"] == "stop it (the dashboard's K), then gpumon restart demo drafter"
+    assert oom["fix"] == "stop jupyter-lab (the dashboard's K), then gpumon restart demo drafter"
     assert oom["fixes"] == [
-        {"key": "K", "words": "stop it", "command": None},
+        {"key": "K", "words": "stop jupyter-lab", "command": None},
         {"key": "r", "words": "restart drafter", "command": "gpumon restart demo drafter"},
     ]
     assert (oom["severity"], oom["gpu"], oom["job"]) == ("critical", 6, "drafter")
@@ -99,8 +99,8 @@ def test_the_snapshot_json_has_each_incident_with_its_headline_fix_and_evidence(
     near = json.loads(gpumon("snapshot", "demo", "--demo-time", "50", "--json").stdout)
     (ramp,) = near["incidents"]
     assert ramp["kind"] in ("memory", "time_to_full") and ramp["job"] == "drafter"
-    assert ramp["fix"] == "stop it (the dashboard's K)"
-    assert ramp["fixes"] == [{"key": "K", "words": "stop it", "command": None}]
+    assert ramp["fix"] == "stop jupyter-lab (the dashboard's K)"
+    assert ramp["fixes"] == [{"key": "K", "words": "stop jupyter-lab", "command": None}]
 
 
 def test_check_ends_in_performance_data_and_a_ramp_is_no_restart() -> None:

@@ -240,7 +240,7 @@ def test_every_message_arrives_once_in_order_across_an_outage_and_a_restart(
     for text in (slack_text, ntfy_text):  # the headline, not torch's raw line, leads
         assert f"] demo: {headline}" in text and text.count(f"[RESOLVED] demo: {headline}") == 1
         assert text.count("[RESOLVED] demo: drafter") == 1
-        assert "fix: stop it (the dashboard's K), then gpumon restart demo drafter" in text
+        assert "fix: stop jupyter-lab (the dashboard's K), then gpumon restart demo drafter" in text
         assert "flight recording: " in text
         assert "auto-restart succeeded at " in text and "attempted" not in text
     after = {n["notifier"]: n for n in status(cfg)["notifiers"]}

@@ -127,7 +127,7 @@ async def test_a_demo_oom_opens_an_alertmanager_alert_and_the_restart_resolves_i
             )
             assert annotations["summary"].endswith(f"demo: {headline}")
             assert annotations["headline"] == headline
-            fix = "fix: stop it (the dashboard's K), then gpumon restart demo drafter"
+            fix = "fix: stop jupyter-lab (the dashboard's K), then gpumon restart demo drafter"
             assert fix in annotations["description"]
             # The auto-restart runs the drafter again beside the jupyter, which still holds
             # its 6 GiB: the incident stays open until the jupyter is stopped too (the fix's

@@ -42,7 +42,7 @@ GPUMON = [sys.executable, "-m", "gpumon.tui.cli"]
 HEADLINE = (
     "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201 jupyter-lab)"
 )
-FIX = "fix: stop it (the dashboard's K), then gpumon restart demo drafter"
+FIX = "fix: stop jupyter-lab (the dashboard's K), then gpumon restart demo drafter"
 DONE = re.compile(r"gpumon: auto-restart succeeded at (\S+): new PID (\d+), took ([\d.]+) s")
 DUE = re.compile(r"gpumon: auto-restart 1/3 due (\S+)")
 

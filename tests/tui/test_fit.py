@@ -124,11 +124,13 @@ async def test_the_incident_toast_uses_the_width_it_has(
         app.clear_notifications()
         cause = next(a for a in monitor.alerts.active() if a.kind == "job_crashed")
         app.dashboard.alerts.announce(cause)  # as the engine announces a new alert
-        await wait(pilot, lambda: "K stop it, r restart drafter" in toast_text(app), what="toast")
+        await wait(
+            pilot, lambda: "K stop jupyter-lab, r restart drafter" in toast_text(app), what="toast"
+        )
         shown = toast_text(app)
         assert "tried 2.00 GiB, 90 MiB free" in shown, shown  # the numbers whole
         if size[0] == 200:  # its three lines of 57 hold all of it
-            assert "6.0 GiB held by CT 201 jupyter-lab) — K stop it" in shown, shown
+            assert "6.0 GiB held by CT 201 jupyter-lab) — K stop jupyter-lab" in shown, shown
             assert "…" not in shown
 
 
@@ -147,7 +149,8 @@ async def test_the_history_at_80_columns_ends_cut_messages_in_an_ellipsis_and_sh
         titles = next(line for line in lines if "message" in line)
         assert titles.rstrip().endswith("now"), titles  # on screen, last
         text = "\n".join(lines)
-        assert "… — K stop it, r restart drafter" in text.replace("\n" + " " * 37, " "), text
+        # the fix whole, K with its target (issue 36 point 3), over the cell's two lines
+        assert "… — K stop jupyter-lab, r restart drafter" in " ".join(text.split()), text
         column = titles.index("message")
         evidence = [line for line in lines if line.startswith(" └")]
         assert evidence, lines

@@ -60,7 +60,7 @@ async def test_the_strip_offers_the_fix_and_r_from_gpu_0_opens_it_with_cancel_fo
         # the fix's keys and words stay at every width: at 80 columns the headline is cut
         # before them (issue 36; issue 26.3 had the keys say only their verbs there), wider
         # the key numbers stay too
-        assert "K stop it, r restart drafter" in strip, strip
+        assert "K stop jupyter-lab, r restart drafter" in strip, strip
         if size[0] > 80:
             assert "(tried 2.00 GiB, 90 MiB free" in strip, strip
         assert "a: list" in strip  # the count and the list key stay in view beside it

@@ -1,8 +1,8 @@
 """What fixes an incident, on the demo's dashboard (issue 26.1, 26.2, 26.9, 27.2).
 
 - training-oom: CT 201's jupyter-lab holds 6 GiB of GPU 6 when the drafter runs out: the
-  strip and the alert list say it is the cause and offer ``K stop it`` before ``r
-  restart drafter``; the jupyter keeps its 6 GiB after the crash (another container's
+  strip and the alert list say it is the cause and offer ``K stop jupyter-lab`` before
+  ``r restart drafter``; the jupyter keeps its 6 GiB after the crash (another container's
   process), the GPU row still flags it, and ``K`` from any GPU row without another
   container's process opens the kill dialog on the jupyter, not on that row's process.
 - sglang: the simulated kernel log's Xid (on GPU 3's bus, not this machine's /dev/kmsg)
@@ -27,7 +27,7 @@ Wait = Callable[..., Awaitable[None]]
 HEADLINE = (
     "drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201 jupyter-lab)"
 )
-FIXES = "K stop it, r restart drafter"
+FIXES = "K stop jupyter-lab, r restart drafter"
 
 
 async def test_the_holder_is_the_cause_and_k_stops_it(

@@ -54,13 +54,13 @@ async def test_enter_on_a_jobs_row_and_k_on_a_gpu_without_a_process_say_why(
 async def test_k_from_a_jobs_row_acts_on_the_incidents_holder_the_strip_offers(
     demo_monitor: Callable[..., HostMonitor], wait: Wait
 ) -> None:
-    """The strip says "K stop it" wherever the cursor is; from the jobs pane K was greyed
-    out (it needed a GPU under the cursor) and did nothing."""
+    """The strip says "K stop jupyter-lab" wherever the cursor is; from the jobs pane K was
+    greyed out (it needed a GPU under the cursor) and did nothing."""
     monitor = demo_monitor(demo_time=70.0)
     app = GpumonApp([monitor], bell=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await rows_up(pilot, wait, app)
-        await wait(pilot, lambda: "K stop it" in app.dashboard.strip.plain, what="K stop it")
+        await wait(pilot, lambda: "K stop jupyter-lab" in app.dashboard.strip.plain, what="K stop")
         await pilot.press("G")
         assert app.dashboard.cursor_model.under_cursor() == ("job", "drafter")
         await pilot.press("K")

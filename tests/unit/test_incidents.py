@@ -17,11 +17,13 @@ from gpumon.backends.alerts.incident import (
     IncidentBell,
     alert_headline,
     command_fix,
+    holder_fix,
     incidents,
     line,
     screen_fixes,
 )
-from gpumon.backends.model import GpuSample, Health, HostSample
+from gpumon.backends.alerts.rules import foreign_held
+from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.sim import OOM_AT, SimSettings, wall_time
 from gpumon.backends.sim.job import oom_message
 
@@ -305,21 +307,21 @@ def test_another_containers_memory_on_the_gpu_that_ran_out_is_the_cause() -> Non
     )
     # Restarting alone would run out again: stopping the holder comes first.
     assert incident.fixes == (
-        Fix("K", "stop it"),
+        Fix("K", "stop jupyter-lab"),
         Fix("r", "restart drafter", "gpumon restart ct200 drafter"),
     )
-    assert screen_fixes(incident) == "K stop it, r restart drafter"
+    assert screen_fixes(incident) == "K stop jupyter-lab, r restart drafter"
     assert command_fix(incident) == (
-        "fix: stop it (the dashboard's K), then gpumon restart ct200 drafter"
+        "fix: stop jupyter-lab (the dashboard's K), then gpumon restart ct200 drafter"
     )
     assert line(incident, screen_fixes(incident)).endswith(
-        "6.0 GiB held by CT 201 jupyter-lab) — K stop it, r restart drafter"
+        "6.0 GiB held by CT 201 jupyter-lab) — K stop jupyter-lab, r restart drafter"
     )
     # A job nobody can restart: stopping the holder is still offered.
     (bare,) = incidents([*engine.history(), foreign(6, oom.time - 28.0)], restartable=())
-    assert bare.fixes == (Fix("K", "stop it"),)
-    assert command_fix(bare) == "fix: stop it (the dashboard's K)"
-    assert line(bare, screen_fixes(bare)).endswith(" — K stop it")
+    assert bare.fixes == (Fix("K", "stop jupyter-lab"),)
+    assert command_fix(bare) == "fix: stop jupyter-lab (the dashboard's K)"
+    assert line(bare, screen_fixes(bare)).endswith(" — K stop jupyter-lab")
 
 
 def test_a_holder_gone_long_before_or_on_another_gpu_is_not_the_cause() -> None:
@@ -342,7 +344,7 @@ def test_a_holder_gone_long_before_or_on_another_gpu_is_not_the_cause() -> None:
     # Before anything runs out the holder leads its own incident: stopping it is the fix.
     (alone,) = incidents([foreign(6, oom.time - 28.0)])
     assert alone.headline == "drafter: GPU 6: 6.0 GiB held by CT 201 jupyter-lab"
-    assert alone.fixes == (Fix("K", "stop it"),)
+    assert alone.fixes == (Fix("K", "stop jupyter-lab"),)
     # A memory condition as the cause says it after its own words.
     memory = next(a for a in engine.history() if a.kind == "memory")
     assert alert_headline(memory, held=held_facts(6.0).held).endswith(
@@ -434,3 +436,30 @@ def test_an_xid_on_a_bus_none_of_the_gpus_has_is_another_containers() -> None:
     sglang = "NVRM: Xid (PCI:0000:18:00): 94, pid=1, name=x, Contained: ..."
     on_gpu0, _ = xid_incident(sglang, job=None)
     assert on_gpu0.headline.startswith("Xid 94 on GPU 0 (running ")
+
+
+@pytest.mark.parametrize(
+    ("holders", "words"),
+    [
+        ([("201", "/usr/bin/python3 /usr/local/bin/jupyter-lab", 6144)], "stop jupyter-lab"),
+        ([(None, "python3 train.py", 2048)], "stop train.py"),
+        ([("docker:3f2a9c", "vllm serve", 4096)], "stop vllm"),
+        ([("201", None, 6144)], "stop CT 201's process"),
+        ([("202", "python3 a.py", 9000), ("201", "jupyter", 100)], "stop a.py"),
+    ],
+)
+def test_k_names_the_holder_the_foreign_process_alert_names(
+    holders: list[tuple[str | None, str | None, int]], words: str
+) -> None:
+    """Issue 36 point 3: the strip's ``K`` says whom it stops, never just "stop it" (which
+    reads like ``s``, stop the job): the program of the biggest holder the
+    ``foreign_process`` alert's facts name (``alerts.rules.foreign_held``), however it is
+    run; "stop the holder" for an alert without them (a recording from before facts)."""
+    processes = tuple(
+        GpuProcess(None, None, mib, host_pid=1000 + i, container=ct, command=cmd, source="host")
+        for i, (ct, cmd, mib) in enumerate(holders)
+    )
+    held = foreign_held(processes, 200)
+    assert held is not None
+    assert holder_fix(held) == Fix("K", words)
+    assert holder_fix(None) == Fix("K", "stop the holder")

@@ -269,7 +269,7 @@ def test_the_demo_oom_pages_once_then_updates_then_resolves_once() -> None:
     assert (oomed.kind, oomed.severity, oomed.headline) == ("cuda_oom", "critical", HELD_HEADLINE)
     assert oomed.summary() == f"[CRITICAL, updated] ct200: {HELD_HEADLINE}"
     assert oomed.cause == RAW_OOM
-    assert oomed.fix == "stop it (the dashboard's K), then gpumon restart ct200 drafter"
+    assert oomed.fix == "stop jupyter-lab (the dashboard's K), then gpumon restart ct200 drafter"
     assert oomed.previous == ("memory", "warning", 6)  # Alertmanager ends the old labels
     assert oomed.opened_at == 96.0
     assert (restarted.action, restarted.pid, restarted.headline) == (

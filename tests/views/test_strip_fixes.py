@@ -1,7 +1,9 @@
 """The incident's fixes on the screen (issue 26.1, 27.2): the strip, the toast and the
-history say ``screen_fixes`` (another container's memory first: "K stop it, r restart
-drafter"; an Xid's advice), and at 80 columns the strip cuts the headline before the
-fixes' keys and words (issue 36)."""
+history say ``screen_fixes`` (another container's memory first: "K stop jupyter-lab, r
+restart drafter"; an Xid's advice), and at 80 columns the strip cuts the headline before
+the fixes' keys and words (issue 36); ``K`` names its target (issue 36 point 3), so that
+it is never taken for ``s`` (stop the job), down to the last resort of a line too narrow
+for it."""
 
 from __future__ import annotations
 
@@ -50,32 +52,34 @@ def oom_with_holder() -> Incident:
     return incident
 
 
-def test_the_holder_and_k_stop_it_are_said_in_the_history_toast_and_strip() -> None:
+def test_the_holder_and_k_stop_its_name_are_said_in_the_history_toast_and_strip() -> None:
     incident = oom_with_holder()
     assert incident.headline == HEADLINE
-    assert incident_text(incident) == f"{HEADLINE} — K stop it, r restart drafter"
+    assert incident_text(incident) == f"{HEADLINE} — K stop jupyter-lab, r restart drafter"
     # a line of 80 characters cuts the headline, never the fixes; the job's name goes
     # first, the fix says it
     notice = incident_notice(incident, 80)
-    assert len(notice) <= 80 and notice.endswith("… — K stop it, r restart drafter")
-    assert notice.startswith("CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free;")
+    assert len(notice) <= 80 and notice.endswith("… — K stop jupyter-lab, r restart drafter")
+    assert notice.startswith("CUDA OOM on GPU 6 (tried 2.00 GiB, 90 M")
     wide = render_strip(StripView(incident, 0, PALETTE), 160).plain
-    assert f"{HEADLINE} — K stop it, r restart drafter" in wide
+    assert f"{HEADLINE} — K stop jupyter-lab, r restart drafter" in wide
     # 80 columns: the keys and their words stay whole, the headline is cut (issue 36
     # point 5; issue 26.3 kept the numbers and said only "K stop, r restart"); the job's
     # name, the holder's clause (the fix and the GPU row say it) and the counts go first
     narrow = render_strip(StripView(incident, 0, PALETTE), 80).plain
     assert narrow == (
-        " ✖  CUDA OOM on GPU 6 (tried 2.00 GiB, … — K stop it, r restart drafter  a: list"
+        " ✖  CUDA OOM on GPU 6 (tried 2… — K stop jupyter-lab, r restart drafter  a: list"
     )
     # only where the words leave the headline fewer than 20 characters do the keys keep
-    # just their verbs
-    tight = render_strip(StripView(incident, 0, PALETTE), 60).plain
-    assert len(tight) <= 60 and "… — K stop, r restart" in tight and "CUDA OOM on" in tight
+    # just their verbs, K its target first (the headline then says the cause alone)
+    tight = render_strip(StripView(incident, 0, PALETTE), 70).plain
+    assert tight == " ✖  CUDA OOM on GPU 6 (tried… — K stop jupyter-lab, r restart  a: list"
+    tighter = render_strip(StripView(incident, 0, PALETTE), 60).plain
+    assert len(tighter) <= 60 and "… — K stop, r restart" in tighter and "CUDA OOM on" in tighter
     # 120 columns: the headline is cut, not its numbers; the holder's clause starts
     mid = render_strip(StripView(incident, 0, PALETTE), 120).plain
-    assert len(mid) <= 120 and "(tried 2.00 GiB, 90 MiB free; 6.0 G" in mid
-    assert "— K stop it, r restart drafter" in mid
+    assert len(mid) <= 120 and "(tried 2.00 GiB, 90 MiB free; 6.0 …" in mid
+    assert "— K stop jupyter-lab, r restart drafter" in mid
     # only the keys that can act now (read-only: none) and the advice are offered
     offered = (Fix(None, "drain the node"),)
     plain = render_strip(StripView(incident, 0, PALETTE, fixes=offered), 160).plain
@@ -119,7 +123,8 @@ def test_a_toast_says_the_whole_incident_where_its_width_holds_it() -> None:
     wide = incident_notice(incident, toast_text_width(200), 3)
     assert wide == whole and "90 MiB free" in wide
     narrow = incident_notice(incident, toast_text_width(80), 3)
-    assert narrow.endswith("… — K stop it, r restart drafter") and wrapped_lines(narrow, 36) <= 3
+    assert narrow.endswith("… — K stop jupyter-lab, r restart drafter")
+    assert wrapped_lines(narrow, 36) <= 3
     assert "tried 2.00 GiB, 90 MiB free" in narrow  # three lines of 36 hold the numbers
     # one line (the detail view's toast): the keys keep their verbs, the headline starts
     one = incident_notice(incident, 36)
@@ -159,7 +164,8 @@ def test_the_history_cuts_messages_with_an_ellipsis_and_keeps_now_on_screen() ->
     assert layout.titles[-1] == "now" and layout.now >= 12
     head = oom_with_holder()
     cells, height = layout.row(rows[0], head)
-    assert cells[5].text.endswith("… — K stop it, r restart drafter")  # the fix whole
+    # the fix whole: K with its target, r with its verb (the headline names the job)
+    assert cells[5].text.endswith("… — K stop jupyter-lab, r restart")
     assert height == 2 and wrapped_lines(cells[5].text, layout.message) == 2
     for row in rows[1:]:
         shown, one = layout.row(row)

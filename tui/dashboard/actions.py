@@ -110,7 +110,7 @@ class JobActions:
         """The process ``K`` acts on, with how it was chosen when nobody selected it: the
         one selected in the detail view on show, else the process line under the cursor,
         else another container's biggest holder of the GPU under the cursor, else the
-        holder an incident names as its cause (the strip offers "K stop it": from a job's
+        holder an incident names as its cause (the strip offers "K stop jupyter-lab": from a job's
         row or a GPU without a process too), else the biggest process of the GPU under
         the cursor."""
         screen = self.screen.app.screen
@@ -119,7 +119,7 @@ class JobActions:
             return None if process is None else (screen.target.monitor, process, None)
         monitor = self.cursor.selected_monitor()
         target = self.cursor.target()
-        if monitor is None or target is None:  # a job's row: the strip's "K stop it"
+        if monitor is None or target is None:  # a job's row: the strip's "K stop jupyter-lab"
             return self.incident_holder()
         if self.cursor.process_cursor is not None:  # a process line: that one, or none
             selected = self.cursor.selected_process()
@@ -131,7 +131,7 @@ class JobActions:
         procs = sample.processes_for(gpu) if sample is not None and gpu is not None else ()
         others = foreign(procs, monitor.host.container)
         if not others and (held := self.incident_holder()) is not None:
-            return held  # the strip's "K stop it", from a GPU with no process too
+            return held  # the strip's "K stop jupyter-lab", from a GPU with no process too
         if not procs:
             return None
         pick = max(others or procs, key=lambda p: p.memory_mib or 0)

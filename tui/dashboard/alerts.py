@@ -49,7 +49,7 @@ class AlertPresenter:
     ``palette_of()``: the theme's colours; ``refresh()``: redraw the dashboard;
     ``mounted()``: whether the screen can show anything yet; ``fixable()``: the job ``r``
     would restart now, when it can (the strip offers it); ``killable(host)``: whether
-    ``K`` may act on that host now (the strip offers "K stop it"); ``on_restart``: ``r``
+    ``K`` may act on that host now (the strip offers "K stop jupyter-lab"); ``on_restart``: ``r``
     in the history. ``replay``: the recording on show (no bell, nothing announced while seeking).
     """
 
@@ -190,9 +190,9 @@ class AlertPresenter:
 
     def strip_fixes(self, incident: Incident) -> tuple[Fix, ...]:
         """``incident``'s fixes that can act now: ``r restart drafter`` when ``r`` would
-        restart the job it is about, ``K stop it`` when ``K`` may act on its host, ``d`` and
-        ``w`` when the host under the cursor is its host; advice ("reboot the node")
-        always."""
+        restart the job it is about, ``K stop jupyter-lab`` when ``K`` may act on its host,
+        ``d`` and ``w`` when the host under the cursor is its host; advice ("reboot the
+        node") always."""
         return tuple(f for f in incident.fixes if self._offered(f, incident))
 
     def _offered(self, fix: Fix, incident: Incident) -> bool:

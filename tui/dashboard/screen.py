@@ -509,7 +509,7 @@ class DashboardScreen(Screen[None]):
         return self.action_state(BY_NAME[name]) is True
 
     def _killable(self, host: str) -> bool:
-        """Whether ``K`` may act on ``host`` now (the strip offers "K stop it"): not
+        """Whether ``K`` may act on ``host`` now (the strip offers "K stop jupyter-lab"): not
         read-only, connected."""
         monitor = next((m for m in self.monitors if m.name == host), None)
         if self.replay is not None or monitor is None:

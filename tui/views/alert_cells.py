@@ -71,9 +71,9 @@ def strip_incident(found: Sequence[Incident]) -> tuple[Incident | None, int]:
 
 def incident_text(incident: Incident) -> str:
     """The incident's one line on screen: headline and fixes ("drafter: CUDA OOM on GPU 6
-    (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201 jupyter-lab) — K stop it, r
-    restart drafter", ``screen_fixes``), control characters made visible. The toast, the
-    strip and the history say exactly this."""
+    (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201 jupyter-lab) — K stop
+    jupyter-lab, r restart drafter", ``screen_fixes``), control characters made visible.
+    The toast, the strip and the history say exactly this."""
     return _printable(" ".join(line(incident, screen_fixes(incident)).split()))
 
 
@@ -85,24 +85,35 @@ def gist(fix: Fix) -> str:
     return fix.words.split(" (")[0]
 
 
-def fix_forms(fixes: Sequence[Fix]) -> tuple[list[str], str | None]:
+def fix_forms(fixes: Sequence[Fix], job: str | None = None) -> tuple[list[str], list[str]]:
     """The fixes as a line can say them with their words, from the fullest to the barest:
-    all of them (" — K stop it, r restart drafter, drain the node"), the keys with their
-    words (advice only when no key acts), an advice without its reason ("reboot the
-    node"); and the keys with only their verbs when there are several (" — K stop, r
-    restart"; a lone key keeps its words), the last resort (None: no such form). [""]
-    when there are none."""
+    all of them (" — K stop jupyter-lab, r restart drafter, drain the node"), the keys
+    with their words (advice only when no key acts), an advice without its reason
+    ("reboot the node"); and the last resorts where there are several keys, the keys with
+    only their verbs: first where their words name the incident's ``job`` (the headline
+    says it: " — K stop jupyter-lab, r restart"; ``K`` keeps its target, never to be taken
+    for ``s``, stop the job), then all of them (" — K stop, r restart", where nothing
+    else leaves the headline room). A lone key keeps its words. [""] when there are none."""
     if not fixes:
-        return [""], None
+        return [""], []
     keyed = [f for f in fixes if f.key] or list(fixes[:1])
     said = [[screen_fix(f) for f in fixes], [screen_fix(f) for f in keyed]]
     if keyed[0].key is None:
         said.append([gist(f) for f in keyed])
     worded = list(dict.fromkeys(f" — {', '.join(_printable(x) for x in words)}" for words in said))
     if len(keyed) < 2:
-        return worded, None
-    verbs = ", ".join(_printable(f"{f.key} {f.words.split()[0]}") for f in keyed)
-    return worded, f" — {verbs}"
+        return worded, []
+
+    def verb(fix: Fix, *, named: bool) -> str:
+        if named and not (job and fix.words.endswith(f" {job}")):
+            return screen_fix(fix)  # "K stop jupyter-lab": its target is what it does
+        return f"{fix.key} {fix.words.split()[0]}"
+
+    terse = (
+        f" — {', '.join(_printable(verb(f, named=named)) for f in keyed)}"
+        for named in (True, False)
+    )
+    return worded, [f for f in dict.fromkeys(terse) if f not in worded]
 
 
 def wrapped_lines(text: str, width: int) -> int:
@@ -138,10 +149,11 @@ def toast_text_width(screen_width: int) -> int:
 def incident_notice(incident: Incident, width: int, lines: int = 1, prefix: str = "") -> str:
     """``prefix`` and ``incident_text`` in at most ``lines`` lines of ``width`` columns (a
     toast, a history cell): the headline is cut before its fixes are ("drafter: CUDA OOM on
-    GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB… — K stop it, r restart drafter"), the
-    job's name going first where the fix names it; only where that leaves the headline
-    fewer than ``MIN_CUT`` characters (a third of the room on a narrow one) do the keys
-    keep just their verbs ("K stop, r restart"), and below that the whole line is cut."""
+    GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB… — K stop jupyter-lab, r restart
+    drafter"), the job's name going first where the fix names it; only where that leaves
+    the headline fewer than ``MIN_CUT`` characters (a third of the room on a narrow one)
+    do the keys keep just their verbs ("K stop jupyter-lab, r restart", then "K stop, r
+    restart"), and below that the whole line is cut."""
     text = prefix + incident_text(incident)
 
     def fits(said: str) -> bool:
@@ -152,8 +164,8 @@ def incident_notice(incident: Incident, width: int, lines: int = 1, prefix: str 
     headline = _printable(" ".join(incident.headline.split()))
     job = _printable(incident.job) if incident.job else ""
     least = min(MIN_CUT, width * lines // 3)
-    worded, verbs = fix_forms(incident.fixes)
-    for fix in [*worded, *([verbs] if verbs else [])]:
+    worded, terse = fix_forms(incident.fixes, incident.job)
+    for fix in [*worded, *terse]:
         if not fix:
             break
         said = headline

@@ -3,14 +3,14 @@
 It shows the most urgent unacknowledged incident (``incidents()``: the alerts of one job or
 GPU, cause first): severity, time, host and the incident's headline with its fixes
 ("drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free; 6.0 GiB held by CT 201
-jupyter-lab) — K stop it, r restart drafter": ``screen_fixes``, the keys that can act on
-it now and the advice), how much evidence is folded under it and how many other
+jupyter-lab) — K stop jupyter-lab, r restart drafter": ``screen_fixes``, the keys that can
+act on it now and the advice), how much evidence is folded under it and how many other
 incidents there are. When the line is short the time goes first, then the host, then the
 severity's word (its glyph stays), then the counts shrink to "(+N)", then the advice
 after a key (the keys go last: they are what to press), then the job's name leaves the
 headline when the fix names it ("— r restart drafter") and the counts go; then the
 headline is cut, never the fix's keys and words nor the list key ("a: list"): at 80
-columns "✖  CUDA OOM on GPU 6 (tried 2.00 GiB, … — K stop it, r restart drafter  a: list".
+columns "✖  CUDA OOM on GPU 6 (tried 2… — K stop jupyter-lab, r restart drafter  a: list".
 With nothing unacknowledged it is hidden, not an empty line.
 """
 
@@ -75,11 +75,12 @@ def render_strip(view: StripView, width: int) -> Text:
     # goes, then an advice's reason), and the job's name is said once, in the fix ("— r
     # restart drafter" says whose): the first that leaves the whole headline room; else the
     # first that leaves room for its core (the headline without its last clause, "; 6.0 GiB
-    # held by CT 201 jupyter-lab", which the fix "K stop it" and the GPU row still say);
-    # else its core alone; else the headline is cut, from MIN_CUT characters on, before the
-    # keys and their words are ("K stop it, r restart drafter": what to press and what it
-    # does; issue 36). Only where even that leaves no room do the keys keep just their verbs
-    # ("K stop, r restart"), and below that the headline keeps MIN_HEADLINE.
+    # held by CT 201 jupyter-lab", which the fix "K stop jupyter-lab" and the GPU row still
+    # say); else its core alone; else the headline is cut, from MIN_CUT characters on,
+    # before the keys and their words are ("K stop jupyter-lab, r restart drafter": what to
+    # press and what it does; issue 36). Only where even that leaves no room do the keys
+    # keep just their verbs ("K stop jupyter-lab, r restart": K keeps its target; then "K
+    # stop, r restart"), and below that the headline keeps MIN_HEADLINE.
     job = printable(incident.job) if incident.job else ""
     parts = incident.said
     short = _one_line(parts.what) if parts.job and parts.job == incident.job else ""
@@ -123,20 +124,20 @@ def render_strip(view: StripView, width: int) -> Text:
         )
 
     def cut(fix: str, least: int) -> tuple[str, Layout] | None:
-        """``fix`` on the barest layout, when it leaves the headline ``least`` characters."""
-        option = layouts(fix)[-1]
+        """``fix`` on the barest layout, when it leaves the headline ``least`` characters:
+        the cause's first words, without the job's name where a cut line has no room for
+        it (the fix "K stop jupyter-lab, r restart" does not say it either)."""
+        option = (cores(fix) or layouts(fix))[-1]
         return (fix, option) if fits(fix, option, min(len(option[3]), least)) else None
 
-    worded, verbs = fix_forms(fixes)
-    chosen = (
-        whole(worded)
-        or cut(worded[-1], MIN_CUT)
-        or (whole([verbs]) if verbs else None)
-        or (cut(verbs, MIN_CUT) if verbs else None)
-    )
+    worded, terse = fix_forms(fixes, job)
+    forms = (worded, *([f] for f in terse))  # the worded ones, then each last resort
+    found = (c for said in forms for c in (whole(said), cut(said[-1], MIN_CUT)) if c)
+    chosen = next(found, None)
     if chosen is None:
-        last = verbs or worded[-1]
-        chosen = cut(last, min(len(headline), MIN_HEADLINE)) or (last, layouts(last)[-1])
+        last = (terse or worded)[-1]
+        barest = (cores(last) or layouts(last))[-1]
+        chosen = cut(last, min(len(headline), MIN_HEADLINE)) or (last, barest)
     fix, (badge, with_time, with_host, said, tail) = chosen
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(badge, pal.badge(role))
