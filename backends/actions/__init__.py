@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         merge_params,
         render_command,
     )
+    from .plan import Blocker
     from .rows import Level, PlanRow
     from .run import (
         Action,
@@ -49,6 +50,7 @@ __all__ = [
     "ActionPlan",
     "AutoRestartPolicy",
     "AutoRestarter",
+    "Blocker",
     "GpuReadings",
     "GpuUse",
     "JobError",
@@ -89,6 +91,7 @@ if not TYPE_CHECKING:
             "ActionPlan": "run",
             "AutoRestartPolicy": "autorestart",
             "AutoRestarter": "autorestart",
+            "Blocker": "plan",
             "GpuReadings": "run",
             "GpuUse": "run",
             "JobError": "jobs",

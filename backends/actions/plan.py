@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from gpumon.backends.actions.jobs import JobError, JobStatus, job_status, method_for, session_name
@@ -18,11 +18,13 @@ from gpumon.backends.actions.params import ParamValue, merge_params, render_comm
 from gpumon.backends.actions.rows import PlanRow
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
-from gpumon.backends.parsers.processes import foreign, process_words
+from gpumon.backends.model import GpuSample
+from gpumon.backends.parsers.processes import foreign, holder_text, process_words
 from gpumon.backends.transport.base import Transport
 
 if TYPE_CHECKING:
     from gpumon.backends.monitor.state import HostMonitor
+    from gpumon.backends.workloads.memory import JobMemory
 
 Action = Literal["restart", "stop", "start"]
 
@@ -46,14 +48,35 @@ STEPS: Mapping[Action, tuple[Step, ...]] = {
 
 
 @dataclass(frozen=True, slots=True)
+class Holder:
+    """A process of another container (or of the host) holding memory on a GPU: no stop
+    of the job frees it. ``words``: "CT 201 jupyter-lab"; ``name``: "jupyter-lab"."""
+
+    words: str
+    name: str
+    mib: int | None
+    host_pid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuUse:
     used_mib: int | None  # None: not reported
     pids: tuple[int, ...] = ()  # compute processes on this GPU (host PIDs)
     holders: tuple[str, ...] = ()  # the same, in words: "1234 python3 in CT200"
     # Held by another container's (or the host's) processes: no stop of the job frees
-    # it, so the wait for free GPUs does not count it (CT 201's jupyter on GPU 6).
+    # it, so the wait for the job's memory to go does not count it (CT 201's jupyter on
+    # GPU 6); what the job needs is counted against what it leaves (``room_verdict``).
     foreign_mib: int = 0
     foreign_pids: tuple[int, ...] = ()  # those processes: no worker of the job's launch
+    capacity_mib: int | None = None  # used + free as the driver says (its total less its reserve)
+    others: tuple[Holder, ...] = ()  # those processes, the biggest first
+
+    @property
+    def free_mib(self) -> int | None:
+        """What is free on the GPU now; None when not known."""
+        if self.capacity_mib is None or self.used_mib is None:
+            return None
+        return max(self.capacity_mib - self.used_mib, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +104,135 @@ def monitor_readings(monitor: HostMonitor) -> Readings:
             others = foreign(procs, monitor.host.container)
             held = sum(p.memory_mib or 0 for p in others)
             alien = tuple(n for p in others if (n := p.pid or p.host_pid) is not None)
-            gpus[g.index] = GpuUse(g.memory_used_mib, pids, holders, held, alien)
+            who = tuple(
+                Holder(holder_text(p), p.short_name or "[unknown]", p.memory_mib, p.host_pid)
+                for p in sorted(others, key=lambda p: -(p.memory_mib or 0))
+            )
+            gpus[g.index] = GpuUse(
+                g.memory_used_mib, pids, holders, held, alien, capacity_mib(g), who
+            )
         return GpuReadings(sample.time, gpus)
 
     return read
+
+
+def capacity_mib(gpu: GpuSample) -> int | None:
+    """What a GPU's memory holds in all for processes: used + free where both are
+    reported (the driver keeps a reserve out of the total), else the total."""
+    if gpu.memory_used_mib is not None and gpu.memory_free_mib is not None:
+        return gpu.memory_used_mib + gpu.memory_free_mib
+    return gpu.memory_total_mib
+
+
+def job_needs(job: JobConfig, memory: JobMemory | None) -> dict[int, int]:
+    """What ``job`` needs free on each of its GPUs (MiB): its ``need_mib``, else what it
+    was seen to need there (``JobMemory``); a GPU without either is left out."""
+    out = {}
+    for index in job.gpus:
+        need = job.need_mib if job.need_mib is not None else None
+        if need is None and memory is not None:
+            need = memory.need_mib(index)
+        if need is not None:
+            out[index] = need
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """Another container's (or the host's) memory on a GPU ``job`` needs: the GPU its
+    OOM ran out on (``cause``: its incident's cause still there), or one where what it
+    needs does not fit beside that memory."""
+
+    job: str
+    gpu: int
+    holders: tuple[Holder, ...]
+    cause: bool = False
+    need_mib: int | None = None
+    room_mib: int | None = None  # what the GPU leaves the job beside them
+
+    @property
+    def who(self) -> str:
+        """ "CT 201 jupyter-lab holds 6.0 GiB", "CT 201 jupyter-lab and 1 more hold 7.0 GiB"."""
+        first = self.holders[0].words if self.holders else "another container"
+        held = sum(h.mib or 0 for h in self.holders)
+        if len(self.holders) > 1:
+            return f"{first} and {len(self.holders) - 1} more hold {mib(held)}"
+        return f"{first} holds {mib(held)}"
+
+    @property
+    def pids(self) -> str:
+        """ "host PID 3187442", for a command line that stops it; "" when not known."""
+        known = [str(h.host_pid) for h in self.holders if h.host_pid is not None]
+        return f"host PID{'s' if len(known) > 1 else ''} {' '.join(known)}" if known else ""
+
+    def text(self) -> str:
+        """ "the cause is still on GPU 6: CT 201 jupyter-lab holds 6.0 GiB", or "GPU 7
+        cannot hold drafter: it needs 90.0 GiB, 80.0 GiB left beside CT 202 python3 (16.0
+        GiB)"."""
+        if self.cause:
+            return f"the cause is still on GPU {self.gpu}: {self.who}"
+        room = f", {mib(self.room_mib)} left" if self.room_mib is not None else ""
+        return (
+            f"GPU {self.gpu} cannot hold {self.job}: it needs {mib(self.need_mib)}{room}; "
+            f"{self.who}"
+        )
+
+
+def in_the_way(
+    readings: GpuReadings | None,
+    job: JobConfig,
+    needs: Mapping[int, int],
+    ran_out: int | None = None,
+) -> tuple[Blocker, ...]:
+    """What another container (or the host) holds on the job's GPUs that a restart would
+    walk back into: its memory on ``ran_out`` (the GPU its last OOM named), or memory
+    that leaves a GPU less than the job ``needs`` there where the whole GPU would hold
+    it. () without readings."""
+    if readings is None:
+        return ()
+    out = []
+    for index in job.gpus:
+        use = readings.gpus.get(index)
+        if use is None or not use.others:
+            continue
+        need, capacity = needs.get(index), use.capacity_mib
+        room = None if capacity is None else capacity - use.foreign_mib
+        # short only because of them: a need beyond the whole GPU is not theirs to free
+        short = (
+            need is not None
+            and capacity is not None
+            and room is not None
+            and room < need <= capacity
+        )
+        if index == ran_out or short:
+            out.append(Blocker(job.name, index, use.others, index == ran_out, need, room))
+    return tuple(out)
+
+
+def room_verdict(
+    index: int, use: GpuUse | None, need: int | None, free_mib: int, *, despite: bool = False
+) -> tuple[bool, Blocker | None]:
+    """Whether GPU ``index`` is ready for the job (``ready``), and the holder in the way
+    when it is not ready because of one. A GPU with ``need`` free is ready whatever else
+    it holds; else it waits for the job's own memory to go (less than ``free_mib`` left
+    beside other containers'); once that went, memory of other containers that leaves
+    less than ``need``, where the GPU without it would hold the job, is in the way (the
+    wait names it and ends at its timeout), unless the user restarts ``despite`` it. The
+    job's own memory gone, nothing else is waited for: no other container's memory, a
+    need not known, or one that the whole GPU would not hold (its stop frees nothing
+    more)."""
+    if use is None or use.used_mib is None:
+        return False, None
+    free = use.free_mib
+    if need is not None and free is not None and free >= need:
+        return True, None
+    if use.used_mib - use.foreign_mib >= free_mib:
+        return False, None  # the job's own memory (or its container's) is still there
+    if need is None or free is None or despite or not use.others:
+        return True, None
+    if free + use.foreign_mib < need:
+        return True, None  # even without them the GPU would not hold it: not theirs
+    return False, Blocker("", index, use.others, need_mib=need, room_mib=free)
 
 
 def mib(value: int | None) -> str:
@@ -130,11 +278,28 @@ class JobTarget:
 
     @classmethod
     def from_monitor(cls, monitor: HostMonitor, *, read_only: bool = False) -> JobTarget:
-        """Through the monitor's own connection, with its GPU readings. The host is the
-        monitor's (for ``demo`` it carries the simulated ``drafter`` job)."""
+        """Through the monitor's own connection, with its GPU readings and what it saw of
+        its jobs' memory. The host is the monitor's (for ``demo`` it carries the simulated
+        ``drafter`` job)."""
         return cls(
             monitor.host, monitor.transport, monitor_readings(monitor), read_only, monitor=monitor
         )
+
+    def job_memory(self, job: str) -> JobMemory | None:
+        """What the monitor saw ``job`` need of its GPUs (None: no monitor, or not seen)."""
+        return None if self.monitor is None else self.monitor.workloads.memory.get(job)
+
+    def needs(self, job: JobConfig) -> dict[int, int]:
+        """What ``job`` needs free on each of its GPUs, where known (``job_needs``)."""
+        return job_needs(job, self.job_memory(job.name))
+
+    def in_the_way(self, job: JobConfig) -> tuple[Blocker, ...]:
+        """Other containers' memory a restart of ``job`` would walk back into, now."""
+        if self.readings is None or not job.gpus:
+            return ()
+        memory = self.job_memory(job.name)
+        ran_out = memory.ran_out if memory is not None else None
+        return in_the_way(self.readings(), job, self.needs(job), ran_out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +324,12 @@ class ActionPlan:
     gpus_now: str | None = None  # the job's GPUs when the plan was made
     refusal: str | None = None
     detached_by: str = "setsid nohup"  # or "tmux session gpumon-JOB"
+    # Other containers' memory a start would walk back into (the incident's cause still
+    # there): said before the plan; ``despite``: the user chose to go on anyway, so the
+    # wait for free GPUs does not wait for it to leave.
+    in_the_way: tuple[Blocker, ...] = ()
+    despite: bool = False
+    needs: Mapping[int, int] = field(default_factory=dict)  # MiB the job needs, by GPU
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -196,6 +367,20 @@ class ActionPlan:
     def title(self) -> str:
         """``Restart drafter on ct200 (ssh root@pve1 -> pct exec 200)``."""
         return f"{self.action.capitalize()} {self.job.name} on {self.host} ({self.host_label})"
+
+    @property
+    def warnings(self) -> list[str]:
+        """What stands in the way of a start, before the plan ("the cause is still on GPU
+        6: CT 201 jupyter-lab holds 6.0 GiB"); each front end adds its own way out."""
+        return [b.text() for b in self.in_the_way] if Step.START in self.steps else []
+
+    def with_cause(self, found: tuple[Blocker, ...]) -> ActionPlan:
+        """This plan with what stands in the way now (read again as the GPUs change)."""
+        return replace(self, in_the_way=found)
+
+    def anyway(self) -> ActionPlan:
+        """This plan, confirmed despite what stands in the way."""
+        return replace(self, despite=bool(self.in_the_way))
 
     def rows(self) -> list[PlanRow]:
         """What is known about the job, what each step will do, and why it is refused: the
@@ -241,7 +426,14 @@ class ActionPlan:
                 return "no GPUs configured: not waiting"
             gpus = ", ".join(map(str, job.gpus))
             now = f"; now {self.gpus_now}" if self.gpus_now else ""
-            return f"until GPUs {gpus} use < {mib(job.free_mib)}{now}"
+            until = f"until GPUs {gpus} use < {mib(job.free_mib)} of {job.name}'s"
+            if self.needs:
+                need = ", ".join(f"GPU {i}: {mib(n)}" for i, n in sorted(self.needs.items()))
+                how = "need_mib" if job.need_mib is not None else "seen"
+                until += f" and have what it needs free ({need}; {how})"
+            if self.despite:
+                until += "; other containers' memory not waited for (restarting anyway)"
+            return f"{until}{now}"
         if step is Step.START:
             how = self.detached_by
             where = f" in {job.workdir}" if job.workdir else ""
@@ -311,6 +503,7 @@ async def make_plan(
     start, stop = _commands(job, values)
     status = await job_status(target.transport, job)
     readings = target.readings() if target.readings and job.gpus else None
+    needs = target.needs(job)
     refusal = None
     if target.read_only or target.host.read_only:
         where = "gpumon runs with --read-only" if target.read_only else "the host is read_only"
@@ -333,6 +526,8 @@ async def make_plan(
         detached_by=_detached_by(target.transport, status, job),
         start_command=start,
         stop_command=stop,
+        in_the_way=target.in_the_way(job) if refusal is None else (),
+        needs=needs,
     )
 
 
@@ -372,12 +567,3 @@ def workers_text(readings: GpuReadings | None, gpus: tuple[int, ...], pid: int |
     verb, who = ("holds", "worker") if len(workers) == 1 else ("hold", "workers")
     where = f"GPU{'s' if len(held) > 1 else ''} {number_ranges(held)}"
     return f"its {who} {number_ranges(workers)} {verb} {where}"
-
-
-def busy_gpus(readings: GpuReadings, gpus: tuple[int, ...], free_mib: int) -> list[int]:
-    busy = []
-    for index in gpus:
-        use = readings.gpus.get(index)
-        if use is None or use.used_mib is None or use.used_mib - use.foreign_mib >= free_mib:
-            busy.append(index)
-    return busy

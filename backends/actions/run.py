@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,7 @@ from gpumon.backends.actions.plan import (
     STEPS,
     Action,
     ActionPlan,
+    Blocker,
     GpuReadings,
     GpuUse,
     JobTarget,
@@ -50,9 +52,9 @@ from gpumon.backends.actions.plan import (
     gpu_summary,
     make_plan,
     monitor_readings,
+    room_verdict,
     workers_text,
 )
-from gpumon.backends.actions.plan import busy_gpus as _busy
 from gpumon.backends.actions.plan import join_pids as _join
 from gpumon.backends.actions.plan import mib as _mib
 from gpumon.backends.actions.rows import Level
@@ -158,10 +160,13 @@ class JobRun:
         automatic: str | None = None,
         poll_s: float = POLL_S,
         evidence: Gather | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         self.plan, self.target = plan, target
         self.evidence = evidence
         self.free_timeout, self.poll_s = free_timeout, poll_s
+        self.clock, self.sleep = clock, sleep  # the wait for free GPUs (tests: FakeClock)
         self.automatic = automatic  # why an automatic run started (None: a person asked)
         self.step: Step | None = None
         self.outcome: Outcome | None = None
@@ -273,7 +278,7 @@ class JobRun:
         steps = {
             Step.EVIDENCE: self._evidence,
             Step.STOP: self._stop,
-            Step.WAIT_FREE: self._wait_free,
+            Step.WAIT_FREE: self.wait_free,
             Step.START: self._start,
             Step.VERIFY: self._verify,
         }
@@ -401,44 +406,92 @@ class JobRun:
                 return status.pids
             await asyncio.sleep(min(self.poll_s, max(deadline - time.monotonic(), 0.05)))
 
-    async def _wait_free(self) -> None:
-        job = self.plan.job
+    async def wait_free(self) -> None:
+        """The wait-free step: until each of the job's GPUs has room for it
+        (``room_verdict``): what it needs free, else its own memory gone; another
+        container's memory that leaves it too little is named as it waits, and after
+        ``free_timeout`` the step fails naming it (unless the plan goes on despite it).
+        Never waits for ever, never passes blind. Raises StepFailed."""
+        job, plan = self.plan.job, self.plan
         if not job.gpus:
             self._say("no GPUs configured for the job: not waiting")
             return
         read = self.target.readings
         if read is None:
-            raise StepFailed(f"no GPU readings for {self.plan.host}: cannot see GPUs free up")
-        deadline = time.monotonic() + self.free_timeout
-        shown, shown_at = "", 0.0
+            raise StepFailed(f"no GPU readings for {plan.host}: cannot see GPUs free up")
+        deadline = self.clock() + self.free_timeout
+        shown, shown_at = "", -math.inf
         while True:
             readings = read()
             fresh = readings is not None and (
                 self._stopped_at is None or readings.time >= self._stopped_at
             )
             if readings is not None and fresh:
-                busy = _busy(readings, job.gpus, job.free_mib)
-                if not busy:
-                    self._say(f"GPUs free: {gpu_summary(readings, job.gpus)}")
+                waiting, blocked = self._not_ready(readings)
+                if not waiting:
+                    self._say(f"GPUs free: {gpu_summary(readings, job.gpus)}{self._despite()}")
                     return
-                text = f"waiting for memory to be released: {gpu_summary(readings, job.gpus)}"
+                if blocked:
+                    text = "; ".join(self._blocked_text(b) for b in blocked) + ": stop it to go on"
+                else:
+                    text = f"waiting for memory to be released: {gpu_summary(readings, job.gpus)}"
             else:
                 text = "waiting for a GPU sample taken after the stop"
-            if time.monotonic() >= deadline:
+            if self.clock() >= deadline:
                 raise StepFailed(self._not_free_text(readings if fresh else None))
-            if text != shown and time.monotonic() - shown_at >= 1.0:
+            if text != shown and self.clock() - shown_at >= 1.0:
                 self._say(text)
-                shown, shown_at = text, time.monotonic()
-            await asyncio.sleep(self.poll_s)
+                shown, shown_at = text, self.clock()
+            await self.sleep(self.poll_s)
+
+    def _not_ready(self, readings: GpuReadings) -> tuple[list[int], list[Blocker]]:
+        """The job's GPUs not ready for it, and the holders in the way among them."""
+        plan = self.plan
+        waiting, blocked = [], []
+        for index in plan.job.gpus:
+            ready, blocker = room_verdict(
+                index,
+                readings.gpus.get(index),
+                plan.needs.get(index),
+                plan.job.free_mib,
+                despite=plan.despite,
+            )
+            if not ready:
+                waiting.append(index)
+                if blocker is not None:
+                    blocked.append(blocker)
+        return waiting, blocked
+
+    def _blocked_text(self, blocker: Blocker) -> str:
+        """ "GPU 6: drafter needs 90.9 GiB, 85.0 GiB free: CT 201 jupyter-lab holds 6.0 GiB"."""
+        name = self.plan.job.name
+        who = blocker.who if blocker.holders else "no other container's process listed"
+        pids = f" ({blocker.pids})" if blocker.pids else ""
+        return (
+            f"GPU {blocker.gpu}: {name} needs {_mib(blocker.need_mib)}, "
+            f"{_mib(blocker.room_mib)} free: {who}{pids}"
+        )
+
+    def _despite(self) -> str:
+        """What the user chose to restart beside (said once the GPUs count as free)."""
+        if not self.plan.despite:
+            return ""
+        said = "; ".join(b.text() for b in self.plan.in_the_way)
+        return f" (restarting anyway: {said})"
 
     def _not_free_text(self, readings: GpuReadings | None) -> str:
         job = self.plan.job
         waited = f"after {self.free_timeout:g} s"
         if readings is None:
             return f"no fresh GPU sample {waited}; the GPUs' memory is unknown"
+        waiting, blocked = self._not_ready(readings)
+        held = {b.gpu: b for b in blocked}
         parts = []
-        for index in _busy(readings, job.gpus, job.free_mib):
+        for index in waiting:
             use = readings.gpus.get(index)
+            if index in held:
+                parts.append(self._blocked_text(held[index]) + "; stop it, then restart")
+                continue
             if use is None or use.used_mib is None:
                 parts.append(f"GPU {index} memory not reported")
                 continue
@@ -449,6 +502,8 @@ class JobRun:
             else:
                 holders = "no process listed (inside a container nvidia-smi may not show them)"
             parts.append(f"GPU {index} still uses {_mib(use.used_mib)}: {holders}")
+        if held:
+            return f"GPUs have no room for {job.name} {waited}: " + "; ".join(parts)
         return f"GPUs not free (< {_mib(job.free_mib)}) {waited}: " + "; ".join(parts)
 
     async def _start(self) -> None:

@@ -74,6 +74,8 @@ class JobConfig:
     stop_timeout: float = 30.0
     verify_s: float = 20.0
     free_mib: int = 1024
+    # What it needs free on each of its GPUs to start (MiB); None: what it was seen to need
+    need_mib: int | None = None
     auto_restart: bool = False
     max_restarts: int = 3
     restart_window: float = 3600.0
@@ -194,6 +196,7 @@ JOB_KEYS: tuple[KeySpec, ...] = (
     KeySpec("stop_timeout", number(1, 3600), "seconds between 1 and 3600"),
     KeySpec("verify_s", number(0, 3600), "seconds between 0 and 3600"),
     KeySpec("free_mib", integer(0, 1 << 24), "MiB, an integer >= 0"),
+    KeySpec("need_mib", integer(1, 1 << 24), "MiB, an integer >= 1"),
     KeySpec("auto_restart", boolean, "true or false"),
     KeySpec("max_restarts", integer(0, 1000), "an integer 0..1000"),
     KeySpec("restart_window", number(1, 7 * 86400), "seconds between 1 and 604800"),

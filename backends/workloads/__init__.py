@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from gpumon.backends.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .memory import JobMemory
     from .sglang import LATENCY_EVERY_S
     from .trackers import (
         REVIVE_AFTER_S,
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LATENCY_EVERY_S",
     "REVIVE_AFTER_S",
+    "JobMemory",
     "JobState",
     "JobTracker",
     "SglangTotals",
@@ -39,6 +41,7 @@ if not TYPE_CHECKING:
     __getattr__ = lazy_exports(
         __name__,
         {
+            "JobMemory": "memory",
             "JobState": "trackers",
             "JobTracker": "trackers",
             "LATENCY_EVERY_S": "sglang",

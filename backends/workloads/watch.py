@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumon.backends.alerts.engine import AlertEngine
-from gpumon.backends.alerts.facts import NO_FACTS, AlertFacts
+from gpumon.backends.alerts.facts import MIB, NO_FACTS, AlertFacts
 from gpumon.backends.alerts.incident import failure_kind
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.config.load import HostConfig
@@ -36,6 +36,7 @@ from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log
 from gpumon.backends.paths import state_dir
 from gpumon.backends.workloads.changes import SeenReader, SwapReader
 from gpumon.backends.workloads.engine import VLLM
+from gpumon.backends.workloads.memory import JobMemory
 from gpumon.backends.workloads.sglang import (
     HEALTH_PROBE_TIMEOUT_S,
     HUNG_AFTER_S,
@@ -126,6 +127,8 @@ class Workloads:
         self.jobs: dict[str, JobTracker] = {
             j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs
         }
+        # what each job was seen to need of its GPUs' memory (its restart's free-GPU check)
+        self.memory: dict[str, JobMemory] = {j.name: JobMemory() for j in host.jobs}
         self.first_rounds: set[str] = set()  # the agent's parts that answered once
         # job -> since when processes hold its GPUs (``now()``)
         self.held_since: dict[str, float] = {}
@@ -300,6 +303,17 @@ class Workloads:
             if n:
                 facts.append(f"after {n} torchrun restart{'s' if n != 1 else ''}")
             job.mark_crashed(reason, self._judged(t), gpu=gpu, facts=tuple(facts))
+            memory = self.memory.get(job.name)
+            if memory is not None and kind in _OOM_KINDS and alert.gpu is not None:
+                tried = alert.facts.tried_bytes  # PyTorch's "Tried to allocate 2.00 GiB"
+                memory.oom(alert.gpu, None if tried is None else -(-tried // MIB))
+
+    def restarted(self, job: str) -> None:
+        """``job`` was restarted through gpumon (``JobWatch``): the GPU its OOM ran out on
+        is no longer where its cause is."""
+        memory = self.memory.get(job)
+        if memory is not None:
+            memory.restarted()
 
     def judge_stalls(
         self,
@@ -321,18 +335,21 @@ class Workloads:
         judged = self._judged(now)
         by_index = {g.index: g for g in sample.gpus}
         ended = set(alerts.jobs_ended_in_failure()) if processes_known else set()
+        others = set(foreign(sample.processes, self.host.container))
         for job in self.jobs.values():
             held = any(sample.processes_for(by_index[i]) for i in job.gpus if i in by_index)
-            if job.name in ended:  # another container's process on its GPUs is not the job
-                others = set(foreign(sample.processes, self.host.container))
-                own = [
-                    p
-                    for i in job.gpus
-                    if i in by_index
-                    for p in sample.processes_for(by_index[i])
-                    if p not in others
-                ]
-                alerts.judge_job_down(job.name, not own, now)
+            # another container's process on its GPUs is not the job's
+            own = {
+                i: [p for p in sample.processes_for(by_index[i]) if p not in others]
+                for i in job.gpus
+                if i in by_index
+            }
+            memory = self.memory.get(job.name)
+            if memory is not None and processes_known:  # what it needs, for its restart
+                for i, procs in own.items():
+                    memory.observe(i, procs)
+            if job.name in ended:
+                alerts.judge_job_down(job.name, not any(own.values()), now)
             if not held:
                 self.held_since.pop(job.name, None)
             else:

@@ -1,8 +1,9 @@
 """Stopping the demo's CT 201 jupyter-lab from a test, as the dashboard's K does.
 
 On the training-oom demo the jupyter that holds 6 GiB of GPU 6 is the OOM's cause and
-outlives the drafter: an auto-restart alone leaves it there, so the incident stays open
-until it is stopped too (the fix's first step, "stop it (the dashboard's K)"). K runs the
+outlives the drafter: an auto-restart waits for it to go, since the drafter needs more
+than it leaves, until it is stopped (the fix's first step, "stop jupyter-lab (the
+dashboard's K)"). K runs the
 demo machine's ``kill`` (``sim.kill``, written into the simulator's folder, which
 ``tempfile.mkdtemp`` makes): a test that points the watch's temporary folder at ``tmp``
 runs that same ``kill`` here.

@@ -301,10 +301,11 @@ async def test_stop_start_and_a_restart_cancelled_while_waiting_for_the_gpus(
         assert (await confirm_and_finish(pilot, wait, await open_plan(pilot, wait, app, "S"))).ok
         await pilot.press("escape")
 
-        # GPUs that never count as free (free_mib = 0: nothing is below 0 MiB) keep a
-        # restart of the running drafter waiting for free GPUs until it is cancelled.
+        # GPUs that never count as free (free_mib = 0: nothing is below 0 MiB; and no GPU
+        # has the 16 TiB it needs free, which would do) keep a restart of the running
+        # drafter waiting for free GPUs until it is cancelled.
         drafter = oom_demo.host.jobs[-1]
-        never_free = dataclasses.replace(drafter, free_mib=0)
+        never_free = dataclasses.replace(drafter, free_mib=0, need_mib=1 << 24)
         oom_demo.host = dataclasses.replace(oom_demo.host, jobs=(never_free,))
         screen = await open_plan(pilot, wait, app, "r")
         assert screen.plan is not None and screen.plan.pids
