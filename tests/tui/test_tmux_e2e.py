@@ -296,8 +296,9 @@ def test_the_story_from_the_oom_to_the_fix_in_one_key(
     jupyter comes at 32 s, until the jobs pane shows it running, its log read, so that the
     jupyter's alert knows the drafter's GPU: 7.5 s after the release at 4x); the strip
     offers the fix; r opens the restart dialog from GPU 0 with Cancel focused (Enter closes
-    it, nothing runs); r and y restart it and GPUs 5-7 refill. Also in a 256-colour
-    terminal and with NO_COLOR."""
+    it, nothing runs); r says that the cause is still on GPU 6 before the plan, and y
+    restarts it anyway: GPUs 5-7 refill. Also in a 256-colour terminal and with
+    NO_COLOR."""
     env = {
         "truecolor": ["env", "COLORTERM=truecolor"],
         "256": ["env", "-u", "COLORTERM", "TERM=screen-256color"],
@@ -337,14 +338,20 @@ def test_the_story_from_the_oom_to_the_fix_in_one_key(
     tmux.run("send-keys", "-t", "t", "Enter")  # Cancel has the focus: nothing happens
     tmux.wait_for(lambda s: not any("Restart drafter on demo" in x for x in s), 10, "closed")
     tmux.run("send-keys", "-t", "t", "r")
-    tmux.wait_for(
+    # the jupyter, the OOM's cause, is still on GPU 6: said before the plan, K offered;
+    # y restarts anyway (issue 36 point 3)
+    plan = tmux.wait_for(
         lambda s: (
-            any("Restart (y)" in line for line in s)
+            any("Restart anyway (y)" in line for line in s)
             and not any("reading the state" in line for line in s)
         ),
         20,
         "the plan",
     )
+    said = " ".join(" ".join(line.strip("│ ").split()) for line in plan)
+    assert "the cause is still on GPU 6: CT 201 jupyter-lab holds 6.0 GiB" in said, plan
+    assert "K stop jupyter-lab first, or restart anyway" in said, plan
+    assert said.index("the cause is still") < said.index("wait_free"), plan
     tmux.run("send-keys", "-t", "t", "y")
     # At 80x24 the steps (their GPU summaries name CT 201's jupyter too) may push the
     # outcome line below the dialog's fold: its verified last step says the same.

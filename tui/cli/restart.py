@@ -54,12 +54,16 @@ def cmd_restart(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _first_sample(monitor: HostMonitor, timeout: float) -> str | None:
-    """Wait for a GPU sample; the reason when none came."""
+    """Wait for a GPU sample, and the other sources' first round (who else holds the GPUs,
+    the job's log: what may stand in the way of the restart); the reason when no sample
+    came."""
     from gpumon.backends.model import ConnState
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while monitor.latest is None:
+    while monitor.latest is None or not monitor.first_rounds_done():
+        if monitor.latest is not None and loop.time() >= deadline:
+            return None
         if monitor.status.state == ConnState.FAILED or loop.time() >= deadline:
             return monitor.status.error or f"no GPU sample within {timeout:g} s"
         await monitor.wait_for_update(min(0.5, max(deadline - loop.time(), 0.01)))
@@ -105,6 +109,9 @@ async def _restart(
         except TransportError as e:
             print(f"gpumon restart: {host.name}: {e}", file=sys.stderr)
             return EXIT_FAILED
+        for blocker in plan.in_the_way if plan.warnings else ():  # before the plan
+            pids = f"{blocker.pids}; " if blocker.pids else ""
+            say(f"{blocker.text()} — stop it first ({pids}the dashboard's K), or restart anyway")
         for line in plan.lines():
             say(line)
         if args.dry_run:
@@ -114,8 +121,11 @@ async def _restart(
             outcome = await JobRun(plan, target).wait()  # audited as "refused"
             print(f"gpumon restart: refused: {outcome.message}", file=sys.stderr)
             return EXIT_REFUSED
-        if not args.yes and not await _confirm(f"Restart {job.name} on {host.name}? [y/N] "):
+        anyway = " anyway" if plan.warnings else ""
+        ask = f"Restart {job.name} on {host.name}{anyway}? [y/N] "
+        if not args.yes and not await _confirm(ask):
             return EXIT_REFUSED
+        plan = plan.anyway()  # confirmed (or --yes) despite what is in the way
 
         def progress(step: Step, message: str) -> None:
             say(f"[{step.value}] {message}")

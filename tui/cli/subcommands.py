@@ -277,14 +277,19 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                 metavar="NAME=VALUE",
                 help="override one of the job's params for this start (repeatable)",
             ),
-            Arg("--yes", "-y", action="store_true", help="do not ask for confirmation"),
+            Arg(
+                "--yes",
+                "-y",
+                action="store_true",
+                help="do not ask for confirmation, not even to restart beside the incident's cause",
+            ),
             Arg("--dry-run", action="store_true", help="print the plan, change nothing"),
             Arg(
                 "--free-timeout",
                 type=float,
                 default=120.0,
                 metavar="SECONDS",
-                help="how long to wait for the GPUs to release memory (default 120)",
+                help="how long to wait for the GPUs to have room for the job (default 120)",
             ),
             Arg(
                 "--timeout",
@@ -327,7 +332,11 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                 help=f"cuNNN or cpu, as the index serves them (e.g. {', '.join(VARIANTS)})",
             ),
             Arg("--version", metavar="V", help="torch release (default: the installed)"),
-            Arg("--yes", action="store_true", help="do not ask for confirmation"),
+            Arg(
+                "--yes",
+                action="store_true",
+                help="do not ask for confirmation, not even to restart beside the incident's cause",
+            ),
             Arg("--dry-run", action="store_true", help="print the plan, change nothing"),
             Arg(
                 "--force",

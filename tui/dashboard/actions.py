@@ -32,7 +32,7 @@ from gpumon.backends.actions import (
     audit,
 )
 from gpumon.backends.actions.kill import KillError, kill_plan
-from gpumon.backends.actions.plan import monitor_readings, workers_text
+from gpumon.backends.actions.plan import Blocker, monitor_readings, workers_text
 from gpumon.backends.alerts.incident import (
     holder,
     hung_server_fixes,
@@ -183,7 +183,25 @@ class JobActions:
         if chosen is None:
             self.notify(f"terminate: {self.kill_verdict()[1]}", severity="warning")
             return
-        monitor, process, why = chosen
+        self.open_kill(*chosen)
+
+    def stop_blocker(self, monitor: HostMonitor, blocker: Blocker) -> None:
+        """``K`` in the restart dialog: the kill dialog for the process in the way of the
+        restart (another container's, on the GPU the job ran out on), the biggest first."""
+        sample = monitor.latest
+        gpu = next((g for g in sample.gpus if g.index == blocker.gpu), None) if sample else None
+        procs = sample.processes_for(gpu) if sample is not None and gpu is not None else ()
+        others = foreign(procs, monitor.host.container)
+        wanted = {h.host_pid for h in blocker.holders}
+        found = [p for p in others if p.host_pid in wanted] or list(others)
+        if not found:
+            self.notify(f"{blocker.text()}: it is no longer listed", severity="warning")
+            return
+        pick = max(found, key=lambda p: p.memory_mib or 0)
+        self.open_kill(monitor, pick, f"in the way of the restart: {blocker.text()}")
+
+    def open_kill(self, monitor: HostMonitor, process: GpuProcess, why: str | None) -> None:
+        """The kill dialog for ``process`` (``why``: how it was chosen), where allowed."""
         reason = self.read_only_reason(monitor)
         if reason is not None:
             self.refuse("kill", reason, monitor.host.name)
@@ -276,6 +294,7 @@ class JobActions:
         target = JobTarget.from_monitor(monitor, read_only=self.read_only)
         start = partial(self._start_run, monitor, target)
         explain = AfterRun(monitor, job, monitor.clock())
+        stop = partial(self.stop_blocker, monitor)
         running = self.running_run(monitor, job)
         from gpumon.tui.screens import JobActionScreen
 
@@ -293,6 +312,7 @@ class JobActions:
                 state=state,
                 last_alert=alert,
                 explain=explain,
+                stop_holder=stop,
             )
         self.screen.app.push_screen(screen)
 

@@ -29,6 +29,7 @@ from textual.widgets import Button, Input, Label
 from gpumon.backends.actions import (
     Action,
     ActionPlan,
+    Blocker,
     JobError,
     JobRun,
     JobTarget,
@@ -45,6 +46,9 @@ from gpumon.tui.screens.dialog import Dialog, level_style, outcome_line
 from gpumon.tui.views import Palette, Role
 
 StartRun = Callable[[ActionPlan], JobRun]
+# ``K`` in the dialog: stop another container's process in the way (the dashboard's kill)
+StopHolder = Callable[[Blocker], None]
+CAUSE_POLL_S = 1.0  # what stands in the way is read again this often while the plan shows
 # After a success, what the monitor saw of the job since (its workers, its step counter)
 Explain = Callable[[Outcome], str | None]
 NOTE_POLL_S, NOTE_POLLS = 1.0, 60  # ... looked at every second for a minute
@@ -123,6 +127,7 @@ class JobActionScreen(Dialog):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "confirm", "Confirm"),
+        Binding("K", "stop_holder", "Stop what is in the way"),
         Binding("c", "cancel_run", "Cancel run"),
         # Esc while the run keeps its evidence: go on to the stop without the rest of it
         Binding("escape", "skip_or_close", "Close", key_display="Esc"),
@@ -140,10 +145,12 @@ class JobActionScreen(Dialog):
         last_alert: str | None = None,
         run: JobRun | None = None,
         explain: Explain | None = None,
+        stop_holder: StopHolder | None = None,
     ) -> None:
         super().__init__()
         self.target, self.job, self.action = target, job, action
         self.start_run = start_run
+        self.stop_holder = stop_holder
         self.state, self.last_alert = state, last_alert
         self.run: JobRun | None = run
         self.plan: ActionPlan | None = None  # the plan on show (with the edited params)
@@ -162,6 +169,7 @@ class JobActionScreen(Dialog):
         what = self.run.plan.action if self.run else self.action
         with self.frame(f"{what.capitalize()} {self.job.name} on {self.target.host.name}"):
             with VerticalScroll(id="restart-body"):
+                yield self.static("cause")
                 yield self.static("plan", self._waiting_text())
                 for name, default in self.job.params.items():
                     with Horizontal(classes="param-row"):
@@ -179,16 +187,20 @@ class JobActionScreen(Dialog):
                     variant="primary" if self.action == "start" else "error",
                     compact=True,
                 )
+                yield Button("Stop it (K)", id="stop-holder", variant="warning", compact=True)
                 yield Button("Cancel run (c)", id="cancel-run", variant="warning", compact=True)
                 yield self.close_button("Close" if self.run else "Cancel")
 
     def on_mount(self) -> None:
+        self.part("cause").display = False
+        self.query_one("#stop-holder").display = False
         if self.run is not None:
             self._follow(self.run)
         else:
             self.query_one("#confirm", Button).disabled = True
             self.query_one("#cancel-run").display = False
             self.load_plan()
+            self.set_interval(CAUSE_POLL_S, self._read_cause)
 
     def _waiting_text(self) -> str:
         return f"reading the state of {self.job.name} on {self.target.host.name} ..."
@@ -238,8 +250,62 @@ class JobActionScreen(Dialog):
         self._sync_buttons()
 
     def _render_plan(self, plan: ActionPlan) -> None:
+        self._render_cause(plan)
         self.part("plan").update(plan_view(plan, self.palette))
         self._sync_buttons()
+
+    # --- what stands in the way: said before the plan, K offered ------------------------
+    def _render_cause(self, plan: ActionPlan) -> None:
+        """Before the plan, in the critical colour: "the cause is still on GPU 6: CT 201
+        jupyter-lab holds 6.0 GiB — K stop jupyter-lab first, or restart anyway (y)"; the
+        buttons say the same. Nothing once it is gone or the run started."""
+        shown = plan.warnings if self.run is None else []
+        pal = self.palette
+        text = Text()
+        for line in shown:
+            text.append(f"{line}\n", pal.text(Role.CRITICAL) + Style(bold=True))
+        if shown:
+            name = self._holder_name(plan)
+            text.append(
+                f"— K stop {name} first, or {self.action} anyway (y)\n", pal.text(Role.WARNING)
+            )
+        self.show("cause", text if shown else "")
+        stop = self.query_one("#stop-holder", Button)
+        stop.display = bool(shown) and self.stop_holder is not None
+        stop.label = f"Stop {self._holder_name(plan)} (K)"
+        confirm = self.query_one("#confirm", Button)
+        anyway = " anyway" if shown else ""
+        confirm.label = f"{self.action.capitalize()}{anyway} (y)"
+
+    @staticmethod
+    def _holder_name(plan: ActionPlan) -> str:
+        first = next((b for b in plan.in_the_way if b.holders), None)
+        return first.holders[0].name if first is not None else "it"
+
+    def _read_cause(self) -> None:
+        """Read again what stands in the way (K stopped it, or it left by itself)."""
+        if self.run is not None or self._base_plan is None or self.plan is None:
+            return
+        found = self.target.in_the_way(self.job)
+        if found == self.plan.in_the_way:
+            return
+        self._base_plan = self._base_plan.with_cause(found)
+        self.plan = self.plan.with_cause(found)
+        self._render_plan(self.plan)
+
+    def action_stop_holder(self) -> None:
+        """``K``: stop the first process in the way (the dashboard's kill dialog)."""
+        plan = self.plan
+        if self.run is not None or plan is None or not plan.in_the_way:
+            return
+        if self.stop_holder is None:
+            self.notify("nothing here can stop it", severity="warning")
+            return
+        self.stop_holder(plan.in_the_way[0])
+
+    @on(Button.Pressed, "#stop-holder")
+    def _stop_pressed(self) -> None:
+        self.action_stop_holder()
 
     @on(Input.Changed)
     def _param_edited(self, event: Input.Changed) -> None:
@@ -262,6 +328,9 @@ class JobActionScreen(Dialog):
             return True if self.can_confirm else None
         if action == "cancel_run":
             return self.run is not None and self.run.outcome is None
+        if action == "stop_holder":
+            plan = self.plan
+            return self.run is None and plan is not None and bool(plan.warnings)
         return True
 
     @property
@@ -282,7 +351,9 @@ class JobActionScreen(Dialog):
     def action_confirm(self) -> None:
         if not self.can_confirm or self.plan is None:
             return
-        run = self.start_run(self.plan)
+        # With something in the way, "y" is the user's "restart anyway": the wait for
+        # free GPUs then does not wait for it to leave (it never would by itself).
+        run = self.start_run(self.plan.anyway())
         for row in self.query(".param-row"):
             row.display = False
         self._follow(run)
