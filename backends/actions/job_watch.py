@@ -9,9 +9,11 @@ that registry reaches ``on_finished`` exactly once, whoever started it.
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import TYPE_CHECKING
 
+from gpumon.backends.actions.audit import local_user
 from gpumon.backends.actions.run import JobRun, RunRegistry
 from gpumon.backends.alerts.engine import log_key_prefix
 from gpumon.backends.alerts.facts import AlertFacts, Restart
@@ -81,6 +83,16 @@ class JobWatch:
             monitor.alerts.clear(f"oom_death:{gpu}:")
         if tracker is not None:
             tracker.restarted(now)
+        monitor.workloads.restarted(job.name)
+        wall = monitor.clock()  # alerts are dated on the wall clock, the trackers are not
+        monitor.alerts.raise_alert(  # the incident's record (``Incident.restarts``)
+            "job_restarted",
+            Health.INFO,
+            restart_record(run, wall),
+            job=job.name,
+            at=wall,
+            active=False,
+        )
         auto = self.auto.get(job.name)
         if auto is not None and run.automatic is None:
             auto.reset()  # a person restarted it: automatic restarts are re-armed
@@ -96,3 +108,15 @@ class JobWatch:
     def _auto_alert(self, job: str, severity: Health, message: str, restart: Restart) -> None:
         facts = AlertFacts(restart=restart)
         self.monitor.alerts.raise_alert("auto_restart", severity, message, job=job, facts=facts)
+
+
+def restart_record(run: JobRun, at: float) -> str:
+    """What the incident keeps of a successful restart or start: "restarted by root at
+    05:40:13 (new PID 2433201)"; an automatic one says so ("restarted by gpumon
+    (auto_restart) at ...")."""
+    done = "started" if run.plan.action == "start" else "restarted"
+    who = "gpumon (auto_restart)" if run.automatic else local_user()
+    stamp = time.strftime("%H:%M:%S", time.localtime(at))
+    pid = run.outcome.pid if run.outcome is not None else None
+    new = f" (new PID {pid})" if pid is not None else ""
+    return f"{done} by {who} at {stamp}{new}"

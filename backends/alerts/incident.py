@@ -194,6 +194,12 @@ class Incident:
     def keys(self) -> tuple[str, ...]:
         return tuple(a.key for a in self.alerts)
 
+    @property
+    def restarts(self) -> tuple[Alert, ...]:
+        """The job's restarts (and starts) through gpumon in this incident, oldest first:
+        "restarted by root at 05:40:13 (new PID 2433201)", the record of what was done."""
+        return tuple(sorted((a for a in self.alerts if a.kind == RESTARTED), key=lambda a: a.time))
+
 
 def subject(alert: Alert) -> Subject:
     """What an alert is about: its job, else its GPU, else only itself."""
@@ -220,8 +226,11 @@ def incidents(
             live = any(a.active for a in members)
             if live or alert.time - max(a.last_seen for a in members) <= INCIDENT_GAP_S:
                 members.append(alert)
+                if alert.kind == RESTARTED:  # the chapter ends: what comes next is new
+                    del open_by_subject[key]
                 continue
-        open_by_subject[key] = len(groups)
+        if alert.kind != RESTARTED:  # a restart with nothing before it opens no story
+            open_by_subject[key] = len(groups)
         groups.append((key, [alert]))
     return by_urgency(_incident(members, restartable) for _, members in groups)
 
@@ -238,16 +247,17 @@ def by_urgency(found: Iterable[Incident]) -> list[Incident]:
 def _incident(
     members: Sequence[Alert], restartable: Collection[str] | Callable[[str], bool] | None
 ) -> Incident:
-    live = [a for a in members if a.active] or list(members)
-    cause = min(
-        live,
-        key=lambda a: (cause_rank(a.kind), -a.severity.rank, a.time),
-    )
+    # The cause is the alert that explains the others best, ended or not: a restart or an
+    # acknowledgement ends the CUDA OOM's alert, not the story (CT 201's jupyter, still
+    # holding GPU 6 after the restart, stays its cause's evidence, not the headline).
+    cause = min(members, key=lambda a: (cause_rank(a.kind), -a.severity.rank, a.time))
     evidence = tuple(
         sorted((a for a in members if a is not cause), key=lambda a: a.time, reverse=True)
     )
     job = cause.job or next((a.job for a in members if a.job), None)
     can = job if job is not None and _can_restart(job, restartable) else None
+    if any(a.kind == RESTARTED and a.time >= cause.time for a in members):
+        can = None  # done: its record says by whom and when
     held = holder(cause, members)
     fixes = _fixes(cause, can, held)
     fix = can if any(f.key == "r" for f in fixes) else None  # a restart that fixes it
@@ -262,6 +272,7 @@ def _incident(
 # lands on the same GPU), an Xid says by its class (``_xid_fixes``: its application
 # errors), and a server or the connection is no job.
 RESTART_FIXES = tagged(Tag.RESTART_FIXES)
+RESTARTED = "job_restarted"  # the record of a restart: it ends its incident's chapter
 
 
 def holder(cause: Alert, members: Iterable[Alert]) -> Held | None:

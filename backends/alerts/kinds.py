@@ -322,6 +322,20 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "the crash's incident's action, never as an incident of its own.",
     ),
     _kind(
+        "job_restarted",
+        E,
+        "Job restarted",
+        300,
+        "A job was restarted or started through gpumon (by a person, headless, or "
+        "`auto_restart`): by whom, when and its new PID.",
+        Tag.ACTION,
+        note=True,
+        details="A note (`info`) raised ended, as its incident's record: `restarted by root "
+        "at 05:40:13 (new PID 2433201)`. The incident keeps its cause as its headline, the "
+        "restart is said in its detail and its bundle, and the job's alerts raised after it "
+        "are a new incident.",
+    ),
+    _kind(
         "foreign_process",
         C,
         "Foreign process",

@@ -209,18 +209,27 @@ class AlertStore:
         key: str | None = None,
         at: float | None = None,
         facts: AlertFacts = NO_FACTS,
+        active: bool = True,
     ) -> Alert | None:
         """An event alert from outside the engine's own rules (an automatic restart, an
         alert replayed from a recording). It stays active until acknowledged or cleared and
-        reaches the listeners; None when ``key`` is already active (nothing new)."""
+        reaches the listeners; None when ``key`` is already active (nothing new).
+        ``active=False``: a record of what happened (a job's restart), ended at once."""
         if key is not None and key in self._active:
             return None
         now = self.clock() if at is None else at
         self._serial += 1
         alert = self._new(
-            key or f"{kind}:event:{self._serial}", kind, severity, gpu, job, message, now,
+            key or f"{kind}:event:{self._serial}",
+            kind,
+            severity,
+            gpu,
+            job,
+            message,
+            now,
+            active=active,
             facts=facts,
-        )  # fmt: skip
+        )
         self._announce([alert])
         return alert
 

@@ -113,6 +113,7 @@ def timeline_json(
         "job": incident.job,
         "gpu": incident.gpu,
         "cause": incident.cause.key,
+        "restarts": [a.message for a in incident.restarts],
         "fix": screen_fixes(incident),
         "fix_command": command_fix(incident),
         "window": [iso_time(start), iso_time(end)],
@@ -123,8 +124,9 @@ def timeline_json(
 
 def timeline_text(data: dict[str, Any]) -> str:
     """``timeline_json``'s object as text, one event a line, oldest first."""
-    lines = [
+    lines = [  # the cause leads: a restart is said under it, never instead of it
         f"{data['host']}: {data['headline']}",
+        *(str(said) for said in data.get("restarts", ())),
         f"severity {data['severity']}, {'active' if data['active'] else 'ended'}; "
         f"from {data['window'][0]} to {data['window'][1]}",
     ]

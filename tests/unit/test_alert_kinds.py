@@ -254,6 +254,7 @@ def test_the_cause_order_is_the_one_incidents_had() -> None:
         "log_unreadable",
         "log_flood",
         "agent_error",
+        "job_restarted",  # issue 36 point 9: a restart's record, the cause of nothing
     )
 
 

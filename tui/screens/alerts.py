@@ -10,6 +10,7 @@ Rows show what was true when an alert was raised and at its peak; "now" its curr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
@@ -21,6 +22,7 @@ from textual.widgets import DataTable, Static
 from gpumon.backends.alerts.incident import Incident, by_urgency, incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.untrusted import printable
 from gpumon.tui.screens.alert_detail import AlertDetailScreen, detail_view
 from gpumon.tui.views import Cell, Palette, Role, alert_count
 from gpumon.tui.views.alert_cells import evidence_cells, history_layout, incident_cells
@@ -251,8 +253,23 @@ class AlertHistoryScreen(Screen[None]):
         except (GpumonError, OSError) as e:
             self.notify(f"no bundle: {e}", title="Bundle", severity="error", timeout=10)
             return
-        left = f"; {len(result.missing)} parts not in it (index.txt)" if result.missing else ""
-        self.notify(f"bundle written: {result.path}{left}", title="Bundle", timeout=15)
+        self.notify(bundle_written(result.path, result.missing), title="Bundle", timeout=15)
+
+
+BUNDLE_LEFT_OUT_NAMED = 3  # parts the toast names; the index names them all
+
+
+def bundle_written(path: Path, missing: Sequence[tuple[str, str]]) -> str:
+    """The toast of a written bundle: where, and the parts left out by name ("bundle
+    written: PATH; left out: py-spy, kernel.txt and 2 more (its index.txt says why)"):
+    ``index.txt`` is where the reasons are, never one of the parts missing."""
+    if not missing:
+        return f"bundle written: {path}"
+    names = list(dict.fromkeys(printable(name) for name, _ in missing))
+    shown = ", ".join(names[:BUNDLE_LEFT_OUT_NAMED])
+    if len(names) > BUNDLE_LEFT_OUT_NAMED:
+        shown += f" and {len(names) - BUNDLE_LEFT_OUT_NAMED} more"
+    return f"bundle written: {path}; left out: {shown} (its index.txt says why)"
 
 
 def _host_incidents(monitor: HostMonitor) -> list[Incident]:

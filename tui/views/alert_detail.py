@@ -6,10 +6,12 @@ wrapped message stays indented under its text instead of running back to the lef
 
 What it says, in order: the headline at its severity; where and since when (the time of
 the incident's first alert, "(first warning)" when that alert is a warning that came
-before the cause); the fix (``screen_fixes`` and ``command_fix``, as the dashboard and the
-headless commands say them); then each alert, the cause first: its kind, state, first /
-peak / now messages with their times, and the log or kernel lines that raised it; last,
-the flight recording that holds it, when one was written or is being written.
+before the cause); what was done about it ("restarted by root at 05:40:13 (new PID
+2433201)", ``Incident.restarts``); the fix (``screen_fixes`` and ``command_fix``, as the
+dashboard and the headless commands say them); then each alert, the cause first: its
+kind, state, first / peak / now messages with their times, and the log or kernel lines
+that raised it; last, the flight recording that holds it, when one was written or is
+being written.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ def detail_rows(view: DetailView) -> list[DetailRow]:
     rows.append(
         DetailRow("", f"{'  '.join(where)}  ·  {state.text}  ·  {since_text(incident, now)}")
     )
+    # what was done about it, under its cause: "restarted by root at 05:40:13 (new PID ...)"
+    rows += [DetailRow("", alert_text(a.message), Role.NORMAL) for a in incident.restarts]
     said, command = screen_fixes(incident), command_fix(incident)
     if said:
         rows.append(DetailRow("fix", alert_text(said), Role.NORMAL))
@@ -95,7 +99,8 @@ def detail_rows(view: DetailView) -> list[DetailRow]:
         rows.append(DetailRow("fix", "none that gpumon knows", Role.MUTED))
     rows += _alert_rows(incident.cause, "cause", view)
     for alert in incident.evidence:
-        rows += _alert_rows(alert, "evidence", view)
+        if alert not in incident.restarts:  # said under the headline
+            rows += _alert_rows(alert, "evidence", view)
     if view.recording is not None:
         path, written = view.recording
         rows.append(DetailRow("", "recording", Role.NORMAL, heading=True))
