@@ -157,9 +157,13 @@ class Runtime:
             self._sim = self._sim()
         return self._sim
 
-    def monitor(self, host: HostConfig, *, past_s: float | None = None) -> HostMonitor:
+    def monitor(
+        self, host: HostConfig, *, past_s: float | None = None, one_shot: bool = False
+    ) -> HostMonitor:
         """A monitor for ``host``, owned here (not started: ``start_monitor``, ``start``).
-        ``past_s``: for the demo, its scenario's last seconds fed first (a bundle)."""
+        ``past_s``: for the demo, its scenario's last seconds fed first (a bundle);
+        ``one_shot``: ``snapshot``'s and ``check``'s, which record an incident once across
+        their runs (a check every minute is not a recording a minute)."""
         from gpumon.backends.monitor.compose import make_monitor
 
         configured = self.host(host)
@@ -169,6 +173,7 @@ class Runtime:
             reconnect=self.reconnect,
             record=self.recordings,
             past_s=past_s,
+            one_shot=one_shot,
         )
         if not self.recordings:  # the recorder still keeps the alerts (a bundle's history)
             monitor.alerts.add_listener(monitor.recorder.keep_alert)

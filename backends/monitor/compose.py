@@ -86,16 +86,18 @@ def make_monitor(
     clock: Callable[[], float] = time.time,
     record: bool = True,
     past_s: float | None = None,
+    one_shot: bool = False,
 ) -> HostMonitor:
     """A monitor for ``host`` fed by gpumon's agent over its transport (not started).
 
     ``clock`` is the monitor's notion of now (tests freeze it for stable screenshots);
-    ``record=False``: no flight recordings. ``past_s``: for the demo, the scenario's last
-    ``past_s`` seconds are fed before the first live sample, as if watched (``gpumon
-    bundle --demo-time 70``: the recording and the peak of an OOM before the start). For
-    ``demo`` in training-oom, ``monitor.host`` has the job ``drafter`` (the host passed in
-    does not): look jobs up on the monitor's host. Nothing here acts on jobs: an
-    ``actions.Session`` watches the monitor for that.
+    ``record=False``: no flight recordings; ``one_shot``: a one-shot command's monitor,
+    which records an incident once across its runs (``HostMonitor``). ``past_s``: for the
+    demo, the scenario's last ``past_s`` seconds are fed before the first live sample, as
+    if watched (``gpumon bundle --demo-time 70``: the recording and the peak of an OOM
+    before the start). For ``demo`` in training-oom, ``monitor.host`` has the job
+    ``drafter`` (the host passed in does not): look jobs up on the monitor's host.
+    Nothing here acts on jobs: an ``actions.Session`` watches the monitor for that.
     """
     transport = make_transport(host, sim)
     host = transport.host
@@ -118,7 +120,7 @@ def make_monitor(
                 host = _idle_demo(host)
             transport.host = host
     source = AgentSource(transport, reconnect=reconnect)
-    monitor = HostMonitor(host, source, clock=clock, record=record)
+    monitor = HostMonitor(host, source, clock=clock, record=record, one_shot=one_shot)
     if host.kind == "demo" and isinstance(transport, SimTransport):
         settings = transport.settings
         idle = settings.scenario == "idle"

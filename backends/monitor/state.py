@@ -123,10 +123,12 @@ class HostMonitor:
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         history_s: float = HISTORY_S,
         record: bool = True,
+        one_shot: bool = False,
     ) -> None:
         """``clock``: the wall clock that dates samples and alerts; ``ticks``: the one ages
         are judged on (``ticks_for(clock)`` when left out); ``sleep``: the watchdog's
-        (tests pass a FakeClock's)."""
+        (tests pass a FakeClock's); ``one_shot``: a one-shot command's (``check``,
+        ``snapshot``): an incident an earlier run recorded is not recorded again."""
         self.host = host
         self.source = source
         self.clock = clock
@@ -187,6 +189,8 @@ class HostMonitor:
         self.recorder.container = host.container
         if record:  # the flight recorder writes an incident's window on a critical alert
             self.alerts.add_listener(self.recorder.on_alert)
+        if record and one_shot:  # ... once per incident across runs (a check a minute)
+            self.recorder.per_incident()
         self.workloads = self._workloads()
         # The host's samples before a first live one (until its time), where a source
         # knows them: the simulator's idle scenario, whose story is a duration.
@@ -415,6 +419,7 @@ class HostMonitor:
             log.warning("%s: the connection did not close within %g s", self.name, STOP_TIMEOUT_S)
         with contextlib.suppress(OSError):
             self.recorder.flush_now()
+        self.recorder.end_run(self.alerts.active())
         self.ingest_status(ConnState.STOPPED, error=self.status.error)
 
     async def wait_for_update(self, timeout: float) -> bool:

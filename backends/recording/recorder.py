@@ -63,6 +63,7 @@ from gpumon.backends.model import (
     iso_time,
 )
 from gpumon.backends.paths import recordings_dir
+from gpumon.backends.recording.oneshot import OneShotIncidents
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +247,26 @@ class FlightRecorder:
         self._pending: _Pending | None = None
         self.jobs: list[dict[str, Any]] = []  # [{"name", "gpus"}]: the header's "jobs"
         self.container: int | None = None  # the watched CT: the header's "container"
+        # A one-shot command's: one recording per incident across its runs (``oneshot``)
+        self.one_shot: OneShotIncidents | None = None
+        self.reused: Path | None = None  # the earlier run's recording this run kept to
+
+    def per_incident(self) -> None:
+        """Record as a one-shot command (``check``, ``snapshot``) does: an incident an
+        earlier run already recorded is not recorded again (``oneshot.OneShotIncidents``);
+        call ``end_run`` when the run ends."""
+        folder = self.directory or recordings_dir()
+        self.one_shot = OneShotIncidents(folder / f".oneshot-{_safe(self.host)}.json")
+
+    def end_run(self, active: Sequence[Alert]) -> None:
+        """A one-shot run ends: remember the incidents open now (``active``) for the next."""
+        if self.one_shot is None:
+            return
+        try:
+            self.one_shot.close(active, self.clock())
+        except OSError as e:
+            self.last_error = f"cannot write {self.one_shot.file}: {e.strerror or e}"
+            log.warning("%s: %s", self.host, self.last_error)
 
     @property
     def pending_path(self) -> Path | None:
@@ -387,7 +408,14 @@ class FlightRecorder:
 
     def _write(self, pending: _Pending) -> Path | None:
         self._pending = None
+        if self.one_shot is not None:
+            kept = self.one_shot.recording_of(pending.alert, self.clock())
+            if kept is not None:  # an earlier run recorded this incident: one is enough
+                self.reused = kept
+                return None
         path = self.write_window(pending.alert, pending.path)
+        if path is not None and self.one_shot is not None:
+            self.one_shot.wrote(pending.alert, path)
         if path is not None:
             start, end = self._window(pending.alert)
             self.written = [*self.written[-(WRITTEN_MAX - 1) :], path]

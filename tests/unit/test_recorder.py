@@ -431,3 +431,61 @@ def test_recording_of_names_the_recording_that_holds_a_time(tmp_path: Path) -> N
     assert rec.recording_of(alert_at - 5) == (path, True)
     assert rec.recording_of(alert_at + 10) == (path, True)
     assert rec.recording_of(alert_at - 61) is None and rec.recording_of(alert_at + 11) is None
+
+
+def one_shot_run(folder: Path, clock: Clock, alert: Alert | None) -> Path | None:
+    """One run of a one-shot command (``check``): a sample, maybe a critical alert, the
+    stop (``flush_now``) and the end of the run with what is active then."""
+    recorder = FlightRecorder("ct200", clock=clock, directory=folder)
+    recorder.per_incident()
+    recorder.record(host_sample(clock.t))
+    if alert is not None:
+        recorder.on_alert(alert)
+    path = recorder.flush_now()
+    recorder.end_run([alert] if alert is not None and alert.active else [])
+    return path or recorder.reused
+
+
+def test_one_shot_runs_write_one_recording_per_incident(tmp_path: Path) -> None:
+    """Issue 36 point 9: ``gpumon check`` every minute on a GPU that stays critical writes
+    one recording, reused while the incident is open at each run; a run that finds it over
+    ends it, and a run an hour later sees a new one."""
+    clock = Clock()
+    first = one_shot_run(tmp_path, clock, critical(clock.t, "memory"))
+    assert first is not None and first.is_file()
+    for _ in range(5):  # every minute: the same incident (the drafter's), even by another kind
+        clock.t += 60
+        assert one_shot_run(tmp_path, clock, critical(clock.t)) == first
+    assert sorted(tmp_path.glob("*.jsonl.gz")) == [first]
+    clock.t += 60
+    assert one_shot_run(tmp_path, clock, None) is None  # over
+    clock.t += 60
+    second = one_shot_run(tmp_path, clock, critical(clock.t, "memory"))
+    assert second not in (None, first)
+    clock.t += 3700  # the next run long after: what is true then is worth its own recording
+    third = one_shot_run(tmp_path, clock, critical(clock.t, "xid"))
+    assert third not in (None, first, second)
+    third.unlink()  # removed by hand: the next run writes one again
+    clock.t += 60
+    fourth = one_shot_run(tmp_path, clock, critical(clock.t, "oom_death"))
+    assert fourth is not None and fourth.is_file()
+    (tmp_path / ".oneshot-ct200.json").write_text("{not json")  # damaged: every incident new
+    clock.t += 60
+    assert one_shot_run(tmp_path, clock, critical(clock.t, "host_oom_kill")) not in (None, fourth)
+
+
+def test_one_shot_runs_know_an_event_of_the_host_by_its_kind(tmp_path: Path) -> None:
+    """An alert of neither a job nor a GPU (the host's OOM killer) has a key with the run's
+    own serial: the next run's alert of the same incident is still the same incident."""
+    clock = Clock()
+
+    def host_event(serial: int) -> Alert:
+        key = f"host_oom_kill:python3:{serial}"
+        return Alert(
+            key, Health.CRITICAL, "host_oom_kill", "ct200", None, None, "k", clock.t, clock.t
+        )
+
+    first = one_shot_run(tmp_path, clock, host_event(1))
+    clock.t += 60
+    assert one_shot_run(tmp_path, clock, host_event(7)) == first
+    assert sorted(tmp_path.glob("*.jsonl.gz")) == [first]

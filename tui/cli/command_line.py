@@ -62,7 +62,7 @@ async def _one_sample(
     first_sample_at: float | None = None
     waited = 0.0
     async with Runtime(sim=partial(sim_settings, args), reconnect=False) as runtime:
-        monitor = runtime.start_monitor(runtime.monitor(host))
+        monitor = runtime.start_monitor(runtime.monitor(host, one_shot=True))
         deadline = loop.time() + timeout
         while (left := deadline - loop.time()) > 0:
             if monitor.status.state == ConnState.FAILED:
