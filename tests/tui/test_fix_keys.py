@@ -163,12 +163,14 @@ async def test_r_on_an_alert_without_a_job_says_why(
         await wait(pilot, lambda: len(app.dashboard.sections[0].rows) == 8, what="GPU rows")
         t = monitor.clock()
         lone = Alert("x", Health.CRITICAL, "xid", "demo", 0, None, "Xid 79 on GPU 0", t, t)
+        # the process as r sees it, read in the same turn of the loop: a later sample may
+        # number it from inside the container (PID 861) where this one had the host's
+        process = monitor.latest.processes_for(monitor.latest.gpus[0])[0]  # type: ignore[union-attr]
         app.dashboard.restart_alert_job(monitor, lone)
         await pilot.pause()
         assert not isinstance(app.screen, JobActionScreen)
         # the owner column names GPU 0 by its program: r says what K does for it
         said_r = [m for m in seen if m.startswith("restart: ")]
-        process = monitor.latest.processes_for(monitor.latest.gpus[0])[0]  # type: ignore[union-attr]
         assert said_r == [
             f"restart: GPU 0 runs {process.short_name} (PID {process.pid}), not a configured "
             "job: K on its row stops it"
