@@ -92,6 +92,9 @@ def page(title: str, body: str, *, refresh: bool = True) -> str:
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f'<meta name="referrer" content="no-referrer">{meta}'
+        # No icon: else a browser asks for /favicon.ico on every refresh and its console
+        # says the 404 each time.
+        '<link rel="icon" href="data:,">'
         f"<title>{escaped(title)}</title><style>{STYLE}</style></head>"
         f"<body><main>{body}</main></body></html>"
     )

@@ -81,6 +81,14 @@ class Watch:
     def __enter__(self) -> Watch:
         return self
 
+    def wait(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Until ``condition()`` holds; fails with the log's end if the watch exits first."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.proc.poll() is None, self.log.read_text()[-2000:]
+            assert time.monotonic() < deadline, f"{what}: {self.log.read_text()[-2000:]}"
+            time.sleep(0.3)
+
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)  # a test that stopped it and failed
