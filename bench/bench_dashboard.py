@@ -38,8 +38,9 @@ from gpumon.backends.workloads import JobTracker
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import DetailScreen
 
+from procfs import CLK_TCK, stat, ticks
+
 GPUMON = Path(sys.executable).parent / "gpumon"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def summary(name: str, samples_ms: list[float], target: float | None = None) -> None:
@@ -228,33 +229,22 @@ class Session:
                        capture_output=True)  # fmt: skip
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
 def cpu_ticks(root: int) -> tuple[int, int]:
     """(ticks of ``root`` itself, ticks of everything below it, reaped children included)."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
+        if entry.name.isdigit() and (st := stat(int(entry.name))) is not None:
             parents[int(entry.name)] = int(st[1])
     below: set[int] = set()
     frontier = {root}
     while frontier:
         frontier = {p for p, pp in parents.items() if pp in frontier} - below
         below |= frontier
-    st = _stat(root)
+    st = stat(root)
     assert st is not None, "gpumon is gone"
     own = int(st[11]) + int(st[12])
-    children = int(st[13]) + int(st[14])  # reaped children of gpumon
-    for pid in below:
-        s = _stat(pid)
-        if s is not None:
-            children += int(s[11]) + int(s[12]) + int(s[13]) + int(s[14])
-    return own, children
+    reaped = int(st[13]) + int(st[14])  # children gpumon waited for
+    return own, reaped + ticks(list(below), reaped=True)
 
 
 def tmux_part(seconds: float) -> None:

@@ -16,7 +16,6 @@ is gpumon's own; the floor is what any Textual dashboard pays.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shlex
 import statistics
@@ -25,9 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+from procfs import CLK_TCK, memory_kib, ticks, tree
+
 REPO = Path(__file__).resolve().parents[1]
 SHIM = REPO / "bench" / "nvml_shim"
-HZ = os.sysconf("SC_CLK_TCK")
 
 
 def run_app() -> None:
@@ -57,45 +57,6 @@ def run_app() -> None:
     Floor().run()
 
 
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            out += [int(p) for p in (task / "children").read_text().split()]
-    return out
-
-
-def tree(pid: int) -> list[int]:
-    all_, frontier = [pid], [pid]
-    while frontier:
-        frontier = [c for p in frontier for c in children(p)]
-        all_ += frontier
-    return all_
-
-
-def ticks(pids: list[int]) -> int:
-    total = 0
-    for p in pids:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return total
-
-
-def kib(pids: list[int], key: str) -> int:
-    total = 0
-    for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith(key + ":"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total
-
-
 def measure(
     name: str, argv: list[str], venv_bin: Path, warmup: float, window: float
 ) -> dict[str, float]:
@@ -117,18 +78,18 @@ def measure(
     try:
         pid = int(subprocess.check_output([*tmux, "display", "-p", "#{pane_pid}"], text=True))
         time.sleep(warmup)
-        t0, w0 = ticks(tree(pid)), time.monotonic()
+        t0, w0 = ticks(tree(pid), reaped=True), time.monotonic()
         time.sleep(window)
         pids = tree(pid)
-        t1, w1 = ticks(pids), time.monotonic()
+        t1, w1 = ticks(pids, reaped=True), time.monotonic()
         pane = subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True)
         screen = pane.stdout
         if not screen.strip():
             raise SystemExit(f"{name}: blank screen after the window")
         return {
-            "cpu": 100 * (t1 - t0) / HZ / (w1 - w0),
-            "peak": kib(pids, "VmHWM") / 1024,
-            "rss": kib(pids, "VmRSS") / 1024,
+            "cpu": 100 * (t1 - t0) / CLK_TCK / (w1 - w0),
+            "peak": memory_kib(pids, "VmHWM") / 1024,
+            "rss": memory_kib(pids, "VmRSS") / 1024,
             "procs": len(pids),
         }
     finally:

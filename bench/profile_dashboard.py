@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import os
 import shlex
 import shutil
@@ -33,12 +32,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
+
+from procfs import CLK_TCK, cmdline, memory_kib, ticks, tree
 
 REPO = Path(__file__).resolve().parents[1]
 SHIM = REPO / "bench" / "nvml_shim"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 RATE = 100  # py-spy samples a second
 
 # Self time grouped by where the frame's file is: py-spy shortens a path to its package
@@ -53,40 +52,6 @@ AREAS = (
     ("asyncssh", ("asyncssh/",)),
     ("asyncio", ("asyncio/",)),
 )
-
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            out += [int(p) for p in (task / "children").read_text().split()]
-    return out
-
-
-def descendants(pid: int) -> Iterator[int]:
-    for kid in children(pid):
-        yield kid
-        yield from descendants(kid)
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def ticks(pid: int) -> int:
-    """utime+stime of ``pid`` alone (its own threads, not its children)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def rss_kib(pid: int, key: str = "VmRSS") -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 def area(frame: str) -> str:
@@ -207,13 +172,13 @@ def main() -> int:
             ).stdout
         )
         time.sleep(args.warmup)
-        agents = [p for p in descendants(dash) if "gpumon-agent" in cmdline(p)]
+        agents = [p for p in tree(dash)[1:] if "gpumon-agent" in cmdline(p)]
         targets = {"dashboard": dash, **({"agent": agents[0]} if agents else {})}
         if not agents:
             print("no agent under the dashboard (not a local host?): the dashboard alone")
         spies, before = {}, {}
         for name, pid in targets.items():
-            before[name] = ticks(pid)
+            before[name] = ticks([pid])
             spies[name] = subprocess.Popen(
                 [
                     spy,
@@ -239,8 +204,8 @@ def main() -> int:
             spy_proc.wait()
         wall = time.time() - t0
         load = os.getloadavg()
-        after = {name: ticks(pid) for name, pid in targets.items()}
-        rss = {name: (rss_kib(pid), rss_kib(pid, "VmHWM")) for name, pid in targets.items()}
+        after = {name: ticks([pid]) for name, pid in targets.items()}
+        rss = {n: (memory_kib([p]), memory_kib([p], "VmHWM")) for n, p in targets.items()}
         print(
             f"{args.command!r} under tmux 120x40, {wall:.0f} s window, "
             f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} cores"
