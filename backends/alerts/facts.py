@@ -19,12 +19,16 @@ facts, and its alerts are said by their stored message.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, fields, is_dataclass
+from types import UnionType
+from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_origin, get_type_hints
 
 from gpumon.backends.model import GpuRef
 from gpumon.backends.parsers.processes import holder_words
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "SWAP_WINDOW_S",
@@ -39,6 +43,7 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
+_T = TypeVar("_T", bound="DataclassInstance")
 # A torch swap this long before a job went slow or idle still explains it, where no
 # baseline run dates what the job ran on before (a configured rate, an idle job).
 SWAP_WINDOW_S = 86400.0
@@ -177,49 +182,17 @@ class AlertFacts:
 
     def to_json(self) -> dict[str, Any]:
         """The facts that are known, by name (``docs/json.md``); {} for none."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None or value is False or value == ():
-                continue
-            if isinstance(value, GpuRef):
-                value = {k: v for k, v in _ref_json(value).items() if v is not None}
-            elif isinstance(value, Held):
-                value = {"mib": value.mib, "others": value.others, **_fields(value.holder)}
-            elif isinstance(value, XidFacts | Restart | TorchSwap):
-                value = _fields(value)
-            elif isinstance(value, tuple):
-                value = list(value)
-            out[f.name] = value
-        return out
+        return {
+            f.name: _encoded(value)
+            for f in fields(self)
+            if (value := getattr(self, f.name)) is not None and value is not False and value != ()
+        }
 
     @staticmethod
     def from_json(data: object) -> AlertFacts:
         """The facts a recording or an outbox row kept (``to_json``); what is missing or
         malformed is unknown, and a record from before facts gives none."""
-        if not isinstance(data, Mapping):
-            return NO_FACTS
-        return AlertFacts(
-            gpu=_ref(data.get("gpu")),
-            job=_text(data.get("job")),
-            port=_int(data.get("port")),
-            xid=_xid(data.get("xid")),
-            tried_bytes=_int(data.get("tried_bytes")),
-            free_bytes=_int(data.get("free_bytes")),
-            held=_held(data.get("held")),
-            line=_text(data.get("line")),
-            detail=_text(data.get("detail")),
-            failure=_text(data.get("failure")),
-            health_check=data.get("health_check") is True,
-            advice=_text(data.get("advice")),
-            names_gpu=data.get("names_gpu") is True,
-            restart=_restart(data.get("restart")),
-            rate=_float(data.get("rate")),
-            baseline=_float(data.get("baseline")),
-            unit=_text(data.get("unit")),
-            schedulers=_ints(data.get("schedulers")),
-            torch_swap=_torch_swap(data.get("torch_swap")),
-        )
+        return _decoded(AlertFacts, data) or NO_FACTS
 
 
 NO_FACTS = AlertFacts()
@@ -249,12 +222,64 @@ def clock_words(at: float, now: float) -> str:
     return time.strftime("%H:%M", when)
 
 
-def _ref_json(ref: GpuRef) -> dict[str, Any]:
-    return {"index": ref.index, "uuid": ref.uuid, "bus_id": ref.bus_id, "minor": ref.minor}
+# Each fact's JSON follows its dataclass's fields, one way for all (``_encoded``,
+# ``_decoded``); a fact made of another (``Held``'s ``Holder``) has that one's fields
+# beside its own, and a GPU says only the names known (``docs/json.md``).
+_INLINE = (Holder,)
+_KNOWN_NAMES_ONLY = (GpuRef,)
 
 
-def _fields(value: Holder | XidFacts | Restart | TorchSwap) -> dict[str, Any]:
-    return {f.name: getattr(value, f.name) for f in fields(value)}
+def _encoded(value: Any) -> Any:
+    """A fact's value as JSON: a dataclass as an object of its fields, a tuple a list."""
+    if isinstance(value, tuple):
+        return list(value)
+    if not is_dataclass(value):
+        return value
+    out: dict[str, Any] = {}
+    inlined: dict[str, Any] = {}  # after the fact's own fields
+    for f in fields(value):
+        inner = getattr(value, f.name)
+        if isinstance(inner, _INLINE):
+            inlined.update(_encoded(inner))
+        elif inner is not None or not isinstance(value, _KNOWN_NAMES_ONLY):
+            out[f.name] = inner
+    return out | inlined
+
+
+def _decoded(cls: type[_T], data: object) -> _T | None:
+    """An instance of the dataclass ``cls`` from ``_encoded``'s object: each field read as
+    its type says; a malformed value is unknown (None, or the field's default), and a
+    field that cannot be unknown (its type has no None, no default) unknown makes the
+    whole fact unknown."""
+    if not isinstance(data, Mapping):
+        return None
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        kind = _field_types(cls)[f.name]
+        optional = False
+        if get_origin(kind) is UnionType:  # X | None
+            optional = type(None) in get_args(kind)
+            kind = next(k for k in get_args(kind) if k is not type(None))
+        if isinstance(kind, type) and is_dataclass(kind):
+            value = _decoded(kind, data if issubclass(kind, _INLINE) else data.get(f.name))
+        else:
+            value = _SCALARS[kind](data.get(f.name))
+        if value is None and f.default is not MISSING:
+            value = f.default
+        elif value is None and not optional:
+            return None
+        values[f.name] = value
+    return cls(**values)
+
+
+_TYPES: dict[type, dict[str, Any]] = {}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    """The fields' types (the annotations are strings here: ``from __future__``)."""
+    if cls not in _TYPES:
+        _TYPES[cls] = get_type_hints(cls)
+    return _TYPES[cls]
 
 
 def _text(value: object) -> str | None:
@@ -265,67 +290,27 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _ints(value: object) -> tuple[int, ...]:
-    if not isinstance(value, list):
-        return ()
-    return tuple(v for v in value if _int(v) is not None)
-
-
 def _float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
 
 
-def _ref(data: object) -> GpuRef | None:
-    if not isinstance(data, Mapping):
+def _ints(value: object) -> tuple[int, ...] | None:
+    if not isinstance(value, list):
         return None
-    return GpuRef(
-        _int(data.get("index")),
-        _text(data.get("uuid")),
-        _text(data.get("bus_id")),
-        _int(data.get("minor")),
-    )
+    return tuple(v for v in value if _int(v) is not None)
 
 
-def _xid(data: object) -> XidFacts | None:
-    if not isinstance(data, Mapping):
-        return None
-    code, meaning = _int(data.get("code")), _text(data.get("meaning"))
-    if code is None or meaning is None:
-        return None
-    return XidFacts(code, meaning, _text(data.get("action")), _text(data.get("whose")))
+def _flag(value: object) -> bool | None:
+    return True if value is True else None
 
 
-def _held(data: object) -> Held | None:
-    if not isinstance(data, Mapping):
-        return None
-    mib = _float(data.get("mib"))
-    if mib is None:
-        return None
-    holder = Holder(_text(data.get("container")), _int(data.get("pid")), _text(data.get("program")))
-    return Held(mib, holder, _int(data.get("others")) or 0)
-
-
-def _restart(data: object) -> Restart | None:
-    if not isinstance(data, Mapping):
-        return None
-    step = _text(data.get("step"))
-    if step is None:
-        return None
-    return Restart(
-        step,
-        _int(data.get("attempt")),
-        _int(data.get("attempts")),
-        _float(data.get("delay_s")),
-        _text(data.get("why")),
-    )
-
-
-def _torch_swap(data: object) -> TorchSwap | None:
-    if not isinstance(data, Mapping):
-        return None
-    was, to, at = _text(data.get("was")), _text(data.get("to")), _float(data.get("at"))
-    if was is None or to is None or at is None:
-        return None
-    return TorchSwap(was, to, at, _text(data.get("by")) or "gpumon")
+# How a field of each type is read from JSON: None where the value is not of that type.
+_SCALARS: dict[Any, Callable[[object], Any]] = {
+    str: _text,
+    int: _int,
+    float: _float,
+    bool: _flag,
+    tuple[int, ...]: _ints,
+}

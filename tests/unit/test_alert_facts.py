@@ -7,13 +7,22 @@ the kernel); the facts come back unchanged from their JSON and from a flight rec
 from __future__ import annotations
 
 import ast
+import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
-from gpumon.backends.alerts.facts import AlertFacts, Held, Holder, Restart, XidFacts
+from gpumon.backends.alerts.facts import (
+    AlertFacts,
+    Held,
+    Holder,
+    Restart,
+    TorchSwap,
+    XidFacts,
+)
 from gpumon.backends.alerts.incident import headline, incidents
 from gpumon.backends.bundle.collect import recorded_alerts
 from gpumon.backends.model import GpuRef, GpuSample, Health, HostSample
@@ -255,13 +264,37 @@ FULL = AlertFacts(
     rate=812.5,
     baseline=1450.0,
     unit="tok/s",
+    schedulers=(2419020, 2419021),
+    torch_swap=TorchSwap("2.11.0+cu128", "2.11.0+cu130", 1.8e9, "root"),
 )
 
 
 def test_every_fact_comes_back_from_its_json() -> None:
+    unset = [f.name for f in dataclasses.fields(FULL) if getattr(FULL, f.name) in (None, ())]
+    assert unset == []  # a new fact is added to FULL, and so travels in this test
     assert AlertFacts.from_json(FULL.to_json()) == FULL
     assert AlertFacts().to_json() == {}  # none known: none said, never a 0 or a null
     assert AlertFacts.from_json(None) == AlertFacts()  # a record from before facts
+
+
+def test_the_facts_json_has_the_documented_shape() -> None:
+    """docs/json.md's ``facts``: a GPU by the names known, a holder's fields beside its
+    memory's, an Xid's and a restart's unknown parts as null."""
+    facts = dataclasses.replace(
+        FULL, gpu=GpuRef(6, None, "0000:ba:00.0"), xid=XidFacts(13, "graphics engine")
+    )
+    got = facts.to_json()
+    assert got["gpu"] == {"index": 6, "bus_id": "0000:ba:00.0"}
+    assert list(got["held"]) == ["mib", "others", "container", "pid", "program"]
+    assert got["xid"] == {"code": 13, "meaning": "graphics engine", "action": None, "whose": None}
+    assert got["restart"]["why"] is None and got["schedulers"] == [2419020, 2419021]
+    assert got["torch_swap"] == {
+        "was": "2.11.0+cu128",
+        "to": "2.11.0+cu130",
+        "at": 1.8e9,
+        "by": "root",
+    }
+    assert AlertFacts.from_json(json.loads(json.dumps(got))) == facts
 
 
 @pytest.mark.parametrize(
