@@ -102,3 +102,14 @@ def test_a_row_added_to_the_table_is_parsed_routed_suggested_and_guessed(
     assert early_agent_wanted(["frobnicate", "--level", "3", "local"])
     # ...and the option's value there
     assert not early_agent_wanted(["frobnicate", "--level", "local", "box"])
+
+
+def test_each_commands_yes_says_what_it_lets_go_by() -> None:
+    """``--yes`` and ``--dry-run`` come from one helper; only restart's --yes speaks of
+    restarting beside the incident's cause (swap-torch's once said it too, copied)."""
+    for name in ("restart", "swap-torch"):
+        command = subcommands.find(name)
+        assert command is not None
+        [yes] = [a for a in command.args if "--yes" in a.flags]
+        assert ("restart" in yes.options["help"]) is (name == "restart"), name
+        assert any("--dry-run" in a.flags for a in command.args), name

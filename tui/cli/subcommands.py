@@ -198,6 +198,21 @@ COMMON: tuple[Arg, ...] = (
 )
 
 THEME = Arg("--theme", help="colour theme (remembered)")
+HOST = Arg("host", metavar="HOST")
+
+
+def _json(what: str, **more: Any) -> Arg:
+    """``--json``: print ``what`` as JSON instead of text."""
+    return Arg("--json", action="store_true", help=what, **more)
+
+
+def _plan(*yes: str, yes_help: str = "do not ask for confirmation") -> tuple[Arg, Arg]:
+    """The options of a command that shows its plan and asks before it changes a machine:
+    ``--yes`` (``yes``: its flags) and ``--dry-run``."""
+    return (
+        Arg(*yes, action="store_true", help=yes_help),
+        Arg("--dry-run", action="store_true", help="print the plan, change nothing"),
+    )
 
 
 def _gpu_wait(after: str) -> Arg:
@@ -217,8 +232,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "snapshot",
         "Print one complete sample of HOST.",
         (
-            Arg("host", metavar="HOST"),
-            Arg("--json", action="store_true", help="JSON (keys in docs/json.md)"),
+            HOST,
+            _json("JSON (keys in docs/json.md)"),
             Arg(
                 "--wide",
                 action="store_true",
@@ -239,7 +254,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "check",
         "One summary line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
         (
-            Arg("host", metavar="HOST"),
+            HOST,
             _gpu_wait(
                 f"; the other sources get {FIRST_ROUNDS_S:g} s in all after it to answer once "
                 "(those that did not are named on the line)"
@@ -268,7 +283,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "Restart a configured job: stop it, wait for its GPUs to free their memory, start it "
         "detached, and check that it runs.",
         (
-            Arg("host", metavar="HOST"),
+            HOST,
             Arg("job", metavar="JOB"),
             Arg(
                 "--param",
@@ -277,13 +292,12 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                 metavar="NAME=VALUE",
                 help="override one of the job's params for this start (repeatable)",
             ),
-            Arg(
+            *_plan(
                 "--yes",
                 "-y",
-                action="store_true",
-                help="do not ask for confirmation, not even to restart beside the incident's cause",
+                yes_help="do not ask for confirmation, not even to restart beside the "
+                "incident's cause",
             ),
-            Arg("--dry-run", action="store_true", help="print the plan, change nothing"),
             Arg(
                 "--free-timeout",
                 type=float,
@@ -306,8 +320,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "Check HOST's torch / CUDA stack without changing anything. "
         "Exit 0 no problem, 1 a problem, 3 host unreachable.",
         (
-            Arg("host", metavar="HOST"),
-            Arg("--json", action="store_true", help="JSON: host, python, checks"),
+            HOST,
+            _json("JSON: host, python, checks"),
             Arg(
                 "--gpus",
                 action="store_true",
@@ -324,7 +338,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "torch_index + /VARIANT), verify it, roll back on failure. Exit 0 swapped, "
         "1 rolled back / unchanged, 2 refused, 3 unreachable, 4 rollback failed.",
         (
-            Arg("host", metavar="HOST"),
+            HOST,
             Arg(
                 "variant",
                 metavar="VARIANT",
@@ -332,12 +346,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                 help=f"cuNNN or cpu, as the index serves them (e.g. {', '.join(VARIANTS)})",
             ),
             Arg("--version", metavar="V", help="torch release (default: the installed)"),
-            Arg(
-                "--yes",
-                action="store_true",
-                help="do not ask for confirmation, not even to restart beside the incident's cause",
-            ),
-            Arg("--dry-run", action="store_true", help="print the plan, change nothing"),
+            *_plan("--yes"),
             Arg(
                 "--force",
                 action="store_true",
@@ -388,7 +397,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         (
             Arg("action", choices=("test", "status")),
             Arg("name", nargs="?", metavar="NAME", help="the notifier (test)"),
-            Arg("--json", action="store_true", help="status as JSON"),
+            _json("status as JSON"),
         ),
         "watch:cmd_notify",
     ),
@@ -403,12 +412,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                 metavar="NAME",
                 help="a [fleet.NAME] of the config, or 'demo' (a simulated fleet, no Prometheus)",
             ),
-            Arg(
-                "--json",
-                exclusive="mode",
-                action="store_true",
-                help="print one refresh as JSON and exit",
-            ),
+            _json("print one refresh as JSON and exit", exclusive="mode"),
             Arg(
                 "--check",
                 exclusive="mode",
