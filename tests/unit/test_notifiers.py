@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from gpumon.backends.config.notify import NotifierConfig
-from gpumon.backends.model import Health, iso_time
+from gpumon.backends.model import iso_time
 from gpumon.backends.notify.event import IncidentEvent
 from gpumon.backends.notify.notifiers import (
     DeliveryError,
@@ -18,38 +17,18 @@ from gpumon.backends.notify.notifiers import (
     terminal_bytes,
 )
 
+from notify_events import OOM_OPEN, notifier
 from notify_schema import check_ntfy, check_pagerduty, check_signature, check_slack, check_webhook
 
-OPEN = IncidentEvent(
-    event="open",
-    key="ct200/gpu6/drafter/cuda_oom",
-    host="ct200",
-    gpu=6,
-    job="drafter",
-    kind="cuda_oom",
-    severity=Health.CRITICAL,
-    cause="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
-    action=f"auto-restart 1/3 due {iso_time(1010.0)}",
-    resolved_by=None,
-    opened_at=1000.0,
-    time=1000.0,
-    recording="/state/recordings/ct200-oom.jsonl.gz",
-    headline="drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)",
-    fix="gpumon restart ct200 drafter",
-    attachments=("/state/recordings/ct200-oom.jsonl.gz",),
-)
+OPEN = OOM_OPEN
 RESTARTED = OPEN.with_event(
     "update", 1014.0, action="auto-restart succeeded", action_at=1014.0, pid=13025, took_s=3.3
 )
 RESOLVE = RESTARTED.with_event("resolve", 1100.0, resolved_by="auto-restart")
 
 
-def cfg(kind: str, **values: object) -> NotifierConfig:
-    return NotifierConfig(name="n", kind=kind, url="http://127.0.0.1:9/x", **values)  # type: ignore[arg-type]
-
-
 def test_pagerduty_triggers_and_resolves_with_one_dedup_key() -> None:
-    c = cfg("pagerduty", routing_key_env="PD_KEY")
+    c = notifier("pagerduty", routing_key_env="PD_KEY")
     reqs = render(c, [OPEN, RESOLVE], 1100.0, {"PD_KEY": "k123"})
     bodies = [json.loads(r.body) for r in reqs]
     assert [check_pagerduty(b, "k123") for b in bodies] == ["trigger", "resolve"]
@@ -63,7 +42,7 @@ def test_pagerduty_triggers_and_resolves_with_one_dedup_key() -> None:
 def test_a_pagerduty_test_event_resolves_itself() -> None:
     from gpumon.backends.notify.hub import test_event
 
-    reqs = render(cfg("pagerduty", routing_key="k"), [test_event("pd", 1000.0)], 1000.0, {})
+    reqs = render(notifier("pagerduty", routing_key="k"), [test_event("pd", 1000.0)], 1000.0, {})
     bodies = [json.loads(r.body) for r in reqs]
     assert [check_pagerduty(b, "k") for b in bodies] == ["trigger", "resolve"]
     assert bodies[0]["payload"]["severity"] == "info"
@@ -71,7 +50,7 @@ def test_a_pagerduty_test_event_resolves_itself() -> None:
 
 def test_a_secret_from_an_unset_variable_fails_the_delivery_by_name() -> None:
     with pytest.raises(DeliveryError, match=r"\$PD_KEY .* is not set"):
-        render(cfg("pagerduty", routing_key_env="PD_KEY"), [OPEN], 1000.0, {})
+        render(notifier("pagerduty", routing_key_env="PD_KEY"), [OPEN], 1000.0, {})
 
 
 def test_alertmanager_labels_and_ends_at() -> None:
@@ -93,7 +72,7 @@ def test_alertmanager_labels_and_ends_at() -> None:
     assert ends == 1000.0 + 4 * 60  # expires by itself unless re-sent
     resolved = alertmanager_alert(RESOLVE, 1100.0, resend_s=60)
     assert dt.datetime.fromisoformat(resolved["endsAt"]).timestamp() == 1100.0
-    [req] = render(cfg("alertmanager"), [OPEN, RESOLVE], 1100.0, {})
+    [req] = render(notifier("alertmanager"), [OPEN, RESOLVE], 1100.0, {})
     assert req.url.endswith("/api/v2/alerts") and len(json.loads(req.body)) == 2
 
 
@@ -106,7 +85,7 @@ def test_alertmanager_keeps_one_active_alert_when_the_cause_changes() -> None:
     import datetime as dt
 
     update = OPEN.with_event("update", 1010.0, previous=("memory", "warning", 6))
-    [req] = render(cfg("alertmanager"), [update], 1010.0, {})
+    [req] = render(notifier("alertmanager"), [update], 1010.0, {})
     before, now = json.loads(req.body)
     assert before["labels"] == {
         **now["labels"],
@@ -125,24 +104,24 @@ def test_alertmanager_keeps_one_active_alert_when_the_cause_changes() -> None:
 
 
 def test_ntfy_headers_and_token() -> None:
-    [req] = render(cfg("ntfy", token="tok"), [OPEN], 1000.0, {})
+    [req] = render(notifier("ntfy", token="tok"), [OPEN], 1000.0, {})
     check_ntfy(req.headers, req.body)
     assert req.headers["Priority"] == "5" and req.headers["Authorization"] == "Bearer tok"
     assert "gpumon: auto-restart 1/3 due" in req.body.decode()
-    [done] = render(cfg("ntfy"), [RESOLVE], 1100.0, {})
+    [done] = render(notifier("ntfy"), [RESOLVE], 1100.0, {})
     assert done.headers["Priority"] == "3" and "Authorization" not in done.headers
     assert done.headers["Title"] == "[RESOLVED] ct200: " + OPEN.headline
 
 
 def test_slack_and_a_grouped_message() -> None:
-    [req] = render(cfg("slack"), [OPEN, RESOLVE], 1100.0, {})
+    [req] = render(notifier("slack"), [OPEN, RESOLVE], 1100.0, {})
     body = json.loads(req.body)
     check_slack(body)
     assert body["text"] == "2 alert changes on ct200" and len(body["blocks"]) == 3
 
 
 def test_webhook_body_and_hmac_signature() -> None:
-    [req] = render(cfg("webhook", secret_env="HOOK"), [OPEN], 1000.0, {"HOOK": "s3cret"})
+    [req] = render(notifier("webhook", secret_env="HOOK"), [OPEN], 1000.0, {"HOOK": "s3cret"})
     [ev] = check_webhook(json.loads(req.body))
     assert ev["key"] == OPEN.key and ev["resolved_by"] is None
     check_signature(req.body, req.headers, "s3cret")
@@ -170,7 +149,7 @@ def _said(kind: str, events: list[IncidentEvent]) -> str:
         return command_input(events, 1100.0).decode()
     if kind == "terminal":
         return terminal_bytes(events, tmux=False).decode()
-    c = cfg(kind, routing_key="k")
+    c = notifier(kind, routing_key="k")
     reqs = render(c, events, 1100.0, {})
     return "\n".join(json.dumps(dict(r.headers)) + r.body.decode() for r in reqs)
 

@@ -5,6 +5,7 @@ the ``[watch]`` keys. ``tests/system/test_watch_page.py`` runs it in ``gpumon wa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from gpumon.backends.config import ConfigError, HostConfig
-from gpumon.backends.config.notify import NotifierConfig, NotifySettings
+from gpumon.backends.config.notify import NotifySettings
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.exporter.metrics import (
     GpumonCollector,
@@ -33,6 +34,7 @@ from gpumon.backends.web.plots import svg_plot
 from gpumon.backends.web.site import CSP
 from gpumon.backends.workloads import SglangTracker
 
+from notify_events import OOM_OPEN, notifier
 from quiet_source import Quiet
 from stepped_clock import Wall
 from waiting import FakeClock
@@ -271,30 +273,12 @@ LINK = "https://gpu.example.org/gpumon/incident/demo/gpu6/drafter/memory"
 
 
 def event(url: str | None = LINK) -> IncidentEvent:
-    return IncidentEvent(
-        event="open",
-        key="demo/gpu6/drafter/memory",
-        host="demo",
-        gpu=6,
-        job="drafter",
-        kind="cuda_oom",
-        severity=Health.CRITICAL,
-        cause="CUDA out of memory",
-        action=None,
-        resolved_by=None,
-        opened_at=1000.0,
-        time=1000.0,
-        recording=None,
-        headline="drafter: CUDA OOM on GPU 6 (tried 2.00 GiB, 90 MiB free)",
-        url=url,
-    )
+    return dataclasses.replace(OOM_OPEN, key="demo/gpu6/drafter/memory", url=url)
 
 
 def sent(kind: str, ev: IncidentEvent) -> Any:
-    cfg = NotifierConfig(name="n", kind=kind, url="http://127.0.0.1:9/x", routing_key="k")
-    [req] = [
-        r for r in render(cfg, [ev], 1000.0, {}) if b"trigger" in r.body or kind != "pagerduty"
-    ]
+    reqs = render(notifier(kind, routing_key="k"), [ev], 1000.0, {})
+    [req] = [r for r in reqs if b"trigger" in r.body or kind != "pagerduty"]
     return req
 
 
