@@ -1694,10 +1694,11 @@ def scan_server_processes(
             found["vllm"].add(port)
             vllm.setdefault(port, (pid, argv))
     infos = []
+    ours: dict[int, tuple[int, ...] | None] = {}  # procfacts.held_device's, for this scan
     for port, (pid, argv) in sorted(vllm.items()):
         sizes = vllm_parallel(argv)
         tree = _tree(children, pid)
-        minors = sorted({m for p in tree for m in _held_minors(proc, p)})
+        minors = sorted({m for p in tree for m in procfacts.held_devices(proc, p, ours)})
         infos.append(
             protocol.ServerInfo(
                 "vllm", port, pid, sizes.get("tp"), sizes.get("pp"), sizes.get("dp"), minors
@@ -1721,24 +1722,6 @@ def _tree(children: dict[int, list[int]], pid: int) -> list[int]:
         out.append(p)
         todo.extend(children.get(p, ()))
     return out
-
-
-def _held_minors(proc: str, pid: int) -> list[int]:
-    """The ``/dev/nvidiaN`` numbers ``pid`` holds open (``procfacts.device_index``)."""
-    base = f"{proc}/{pid}/fd"
-    try:
-        fds = os.listdir(base)
-    except OSError:
-        return []
-    out = set()
-    for fd in fds:
-        try:
-            index = procfacts.device_index(os.readlink(f"{base}/{fd}"))
-        except OSError:
-            continue
-        if index is not None:
-            out.add(index)
-    return sorted(out)
 
 
 # vLLM's parallel sizes as its FlexibleArgumentParser reads them (vllm/engine/arg_utils.py

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 
 TYPE_CHECKING = False  # typing is not imported on the target (its import costs memory)
@@ -27,6 +28,7 @@ CLK_TCK_DEFAULT = 100  # what the shell loop assumes (it cannot ask sysconf); Li
 PAGE_DEFAULT = 4096
 MIB = 1024 * 1024
 DEVICE_PREFIX = "/dev/nvidia"  # /dev/nvidia<N>: the GPU device files (not nvidiactl, -uvm)
+NVIDIA_MAJOR = 195  # the character-device major NVIDIA's driver registers (NV_MAJOR_DEVICE_NUMBER)
 DRIVER_GPUS = "/proc/driver/nvidia/gpus"  # one folder per GPU the driver has, by bus id
 DRIVER_GPUS_MAX = 256  # folders read: no host has more GPUs; a hostile /proc stays bounded
 
@@ -249,6 +251,50 @@ def describe_device_users(held: dict[int, list[int]], proc: str = "/proc") -> li
     return out
 
 
+def held_device(fd: str, ours: dict[int, tuple[int, ...] | None]) -> int | None:
+    """N when the open file ``fd`` (``/proc/PID/fd/K``) is this namespace's
+    ``/dev/nvidia<N>``, else None. Its path alone is not enough: a process of another
+    mount namespace (another container beside ours, where PIDs are shared) names its own
+    ``/dev/nvidia4``, which need not be ours. A character device of NVIDIA's major is the
+    GPU in every namespace; any other file counts only when it is the very file our
+    ``/dev/nvidia<N>`` is (the stand-in containers of the tests hold plain files). When
+    the open file cannot be looked at (closed meanwhile, a test's /proc of links) its path
+    decides, as it did. ``ours`` caches our own device files' identities for one scan."""
+    try:
+        index = device_index(os.readlink(fd))
+    except OSError:
+        return None
+    if index is None:
+        return None
+    try:
+        held = os.stat(fd)
+    except OSError:
+        return index
+    if stat.S_ISCHR(held.st_mode) and os.major(held.st_rdev) == NVIDIA_MAJOR:
+        return index
+    if index not in ours:
+        try:
+            mine = os.stat(DEVICE_PREFIX + str(index))
+            ours[index] = (mine.st_dev, mine.st_ino)
+        except OSError:
+            ours[index] = None
+    return index if ours[index] == (held.st_dev, held.st_ino) else None
+
+
+def held_devices(
+    proc: str, pid: int | str, ours: dict[int, tuple[int, ...] | None] | None = None
+) -> list[int]:
+    """The ``/dev/nvidia<N>`` numbers ``pid`` holds open (``held_device``)."""
+    base = f"{proc}/{pid}/fd"
+    try:
+        fds = os.listdir(base)
+    except OSError:
+        return []
+    ours = {} if ours is None else ours
+    found = {held_device(base + "/" + fd, ours) for fd in fds}
+    return sorted(n for n in found if n is not None)
+
+
 def device_file_holders(proc: str = "/proc") -> dict[int, list[int]]:
     """PID -> the ``/dev/nvidia<N>`` numbers it holds open: every ``/proc/*/fd`` read."""
     held: dict[int, list[int]] = {}
@@ -256,22 +302,11 @@ def device_file_holders(proc: str = "/proc") -> dict[int, list[int]]:
         entries = [e for e in os.listdir(proc) if e.isdigit()]
     except OSError:
         return held
+    ours: dict[int, tuple[int, ...] | None] = {}
     for entry in entries:
-        base = f"{proc}/{entry}/fd"
-        try:
-            fds = os.listdir(base)
-        except OSError:
-            continue
-        gpus = set()
-        for fd in fds:
-            try:
-                index = device_index(os.readlink(base + "/" + fd))
-            except OSError:
-                continue
-            if index is not None:
-                gpus.add(index)
+        gpus = held_devices(proc, entry, ours)
         if gpus:
-            held[int(entry)] = sorted(gpus)
+            held[int(entry)] = gpus
     return held
 
 

@@ -10,11 +10,13 @@ cgroup2 or root is missing."""
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +28,7 @@ from gpumon.backends.monitor import demo_settings, make_monitor
 from gpumon.backends.monitor.sources.agent import agent_argv
 from gpumon.backends.parsers.nvidia_smi import PROCESS_FIELDS, QUERY_FIELDS, parse_compute_apps
 from gpumon.backends.parsers.processes import container_view, foreign, from_record
-from gpumon.backends.remote import host_procs, protocol
+from gpumon.backends.remote import host_procs, procfacts, protocol
 
 from waiting import until
 
@@ -204,6 +206,26 @@ def test_an_agent_told_not_to_list_device_files_lists_none_inside_the_container(
     )
     kinds = [kind for kind, _ in got]
     assert "proc_records" not in kinds, kinds
+
+
+def test_a_scan_from_another_mount_namespace_finds_none_of_the_containers_holders(
+    pve: tuple[ProxmoxHost, GpuProc, GpuProc],
+) -> None:
+    """This test runs where PIDs are shared with the stand-in containers but ``/dev`` is
+    not (as an agent in a Docker container started with the host's PID namespace, or a
+    test's agent beside another test's stand-in, since this machine has /.dockerenv). The
+    containers' processes hold *their* ``/dev/nvidia0``, ``/dev/nvidia6``: files that are
+    not this namespace's (it has none). The scan used to list them by their path, so a
+    test's agent named another test's process as its GPU's holder (CI at load 15: ``held
+    by host PID 4243`` where the driver's PID should have stood as it was)."""
+    _, train, jupyter = pve
+    assert not Path("/dev/nvidia0").exists()  # this namespace has no GPU device files
+    for gpu in (train, jupyter):  # they do hold files named so, in their namespaces
+        targets = {os.readlink(f) for f in Path(f"/proc/{gpu.host_pid}/fd").iterdir()}
+        assert f"/dev/nvidia{gpu.gpus[0]}" in targets, targets
+    held = procfacts.device_file_holders()
+    assert train.host_pid not in held and jupyter.host_pid not in held, held
+    assert procfacts.held_devices("/proc", train.host_pid) == []
 
 
 async def test_a_demo_beside_the_stand_in_lists_none_of_its_processes(
