@@ -910,6 +910,7 @@ class Agent:
             done, got = self.nvml_call(read)
             if not done:
                 return
+            error: str | None
             if isinstance(got, Exception):
                 gpus, instances, error = [], [], f"NVML: {got}"
             else:

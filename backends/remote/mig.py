@@ -194,7 +194,7 @@ def smi_instances(list_text: str, query_text: str) -> tuple[list[str], list[Reco
             device = {"index": d["index"], "ci": d.get("ci"), "uuid": mig_uuid, "profile": profile}
             _add_device(instances, uuid, d["gi"], device, d)
         for p in gpu["processes"]:
-            inst = instances.get(p.get("gi"))  # type: ignore[arg-type]
+            inst = instances.get(p.get("gi"))
             if inst is not None and p.get("pid") is not None:
                 inst["pids"].append(p["pid"])
         out.extend(instances[gi] for gi in sorted(instances))

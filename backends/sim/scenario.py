@@ -169,7 +169,7 @@ class MigSlice(NamedTuple):
     process on it (None: idle), its steady used memory."""
 
     gi: int
-    index: int  # the MIG device index
+    device: int  # the MIG device index
     profile: str
     uuid: str
     total_mib: int
@@ -688,7 +688,7 @@ def _clamp_range(centre: int) -> tuple[int, int]:
 
 def mig_used_mib(settings: SimSettings, t: float, m: MigSlice) -> int:
     """The used memory of GPU instance ``m`` at scenario time ``t`` (mig scenario)."""
-    if m.pid is None or m.index != 1 or t < MIG_RAMP_AT:
+    if m.pid is None or m.device != 1 or t < MIG_RAMP_AT:
         return m.steady_mib + (4 if m.pid is not None else 0) * (sample_tick(t) % 2)
     # the fine-tune's activations grow ~160 MiB/s until its slice is all but full
     return min(m.steady_mib + round(160 * (t - MIG_RAMP_AT)), m.total_mib - 96)

@@ -322,7 +322,7 @@ def _list_line(settings: SimSettings, index: int) -> str:
     if settings.scenario != "mig" or index != MIG_GPU:
         return line
     return line + "".join(
-        f"  MIG {m.profile:<12}Device {m.index:>2}: (UUID: {m.uuid})\n" for m in MIG_INSTANCES
+        f"  MIG {m.profile:<12}Device {m.device:>2}: (UUID: {m.uuid})\n" for m in MIG_INSTANCES
     )
 
 

@@ -177,7 +177,7 @@ def _mig_head(gpu: SimGpu, slices: list[tuple[MigSlice, int]]) -> list[str]:
     out = [_line(1, "Product Name", GPU_NAME), _line(1, "MIG Mode")]
     out += [_line(2, "Current", "Enabled"), _line(2, "Pending", "Enabled")]
     for m, used in slices:
-        out += [_line(1, "MIG Device"), _line(2, "Index", str(m.index))]
+        out += [_line(1, "MIG Device"), _line(2, "Index", str(m.device))]
         out += [_line(2, "GPU Instance ID", str(m.gi)), _line(2, "Compute Instance ID", "0")]
         out += [_line(2, "Device Attributes"), _line(3, "Shared")]
         out += [_line(4, "Multiprocessor count", str(m.sm))]
