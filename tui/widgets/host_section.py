@@ -37,6 +37,7 @@ from gpumon.tui.views.gpu_cells import (
     gpu_cells,
     header_error,
     header_parts,
+    mig_cells,
     process_summary,
     reported_details,
 )
@@ -188,7 +189,8 @@ class HostSection(Vertical):
         views = self.gpu_rows.view.rows if self.gpu_rows.view is not None else ()
         sick = sum(1 for v in views if v.cells.problems.text)
         listed = sum(v.listed_lines for v in views)  # expanded rows' process lines
-        extra = sick + listed + (1 if self.monitor.status.error else 0)
+        slices = sum(len(v.mig) for v in views)  # a MIG GPU's instance lines
+        extra = sick + listed + slices + (1 if self.monitor.status.error else 0)
         return HostNeeds(len(self.gpus) or 8, extra, len(w.sglang), len(w.jobs), len(w.vllm))
 
     def refresh_view(self, ctx: ViewContext, *, rows: bool = True) -> None:
@@ -322,6 +324,9 @@ class HostSection(Vertical):
             expanded=expanded,
             process_lines=lines,
             selected_line=selected,
+            mig=mig_cells(
+                shown, gpu, m.alerts.rules.memory_warning_pct, m.alerts.rules.memory_critical_pct
+            ),
         )
 
     def _memory_levels(self, sample: HostSample | None) -> dict[int, Health | None]:
