@@ -211,6 +211,7 @@ def _perfdata(monitor: HostMonitor) -> list[Perf]:
         return []
     engine = monitor.alerts
     ttfs = [engine.time_to_full(g.index) for g in sample.gpus]
+    ttfs += [t for g in sample.gpus for t in engine.instance_times_to_full(g.index).values()]
     known = [t for t in ttfs if t is not None]
     rules = engine.rules
     return check_perfdata(

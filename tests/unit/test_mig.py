@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from nvml_stand_in import load_fake_nvml
 
+from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import (
     MIG_NOT_AVAILABLE,
@@ -332,3 +333,55 @@ def test_a_mig_uuid_names_its_instance() -> None:
     found = sample.mig_device("MIG-a0c4")
     assert found is not None and found[0].name == "GI 5 1g.24gb"
     assert sample.mig_device("MIG-nope") is None
+
+
+def slice_run(engine: AlertEngine, clock: FakeClock, used_at: Any, until: float) -> list[Any]:
+    """Samples every second of GPU 7 in MIG mode: GI 5's used MiB ``used_at(t)``, GI 1
+    steady; the whole GPU half empty throughout."""
+    raised = []
+    t = 0.0
+    while t <= until:
+        clock.now = 1_800_000_000.0 + t
+        records = [
+            {**RECORDS[0], "used_mib": 40960, "free_mib": 47872 - 40960},
+            {**RECORDS[1], "used_mib": used_at(t), "free_mib": 23936 - used_at(t)},
+        ]
+        gpu = GpuSample(
+            index=7, uuid=UUID, memory_used_mib=40960 + used_at(t), memory_total_mib=97887,
+            memory_free_mib=97887 - 40960 - used_at(t), mig_mode=True,
+        )  # fmt: skip
+        sample = HostSample("box", clock.now, None, (gpu,), (), mig=parse_mig_records(records))
+        raised += engine.on_sample(sample)
+        t += 1.0
+    return raised
+
+
+def test_a_filling_instance_warns_of_its_own_time_to_full_and_memory() -> None:
+    clock = FakeClock(1_800_000_000.0)
+    engine = AlertEngine("box", AlertRules(), clock=clock.time)
+    raised = slice_run(engine, clock, lambda t: min(9216 + round(160 * t), 23840), 100.0)
+    kinds = {(a.kind, a.key) for a in raised}
+    assert ("time_to_full", "time_to_full:7:gi5") in kinds
+    assert ("memory", "memory:7:gi5") in kinds
+    assert not any(a.key in ("memory:7", "time_to_full:7") for a in raised)  # not the GPU's
+    first = next(a for a in raised if a.kind == "time_to_full")
+    assert first.message.startswith("GPU 7 MIG GI 5 1g.24gb memory full in ~")
+    memory = next(a for a in engine.active() if a.key == "memory:7:gi5")
+    assert memory.message.startswith("GPU 7 MIG GI 5 1g.24gb memory 99.6% used")
+    # the whole GPU was never above 66 %: judged as one, nothing would have been said
+    assert (40960 + 23840) / 97887 < 0.67
+
+
+def test_the_check_reads_the_instances_time_to_full() -> None:
+    clock = FakeClock(1_800_000_000.0)
+    engine = AlertEngine("box", AlertRules(), clock=clock.time)
+    slice_run(engine, clock, lambda t: 9216 + round(160 * t), 70.0)
+    (ttf,) = engine.instance_times_to_full(7).values()
+    assert 5 in engine.instance_times_to_full(7) and 0 < ttf < 60
+    assert engine.time_to_full(7) is None  # the whole GPU has no trend of its own
+
+
+def test_a_steady_instance_raises_nothing() -> None:
+    clock = FakeClock(1_800_000_000.0)
+    engine = AlertEngine("box", AlertRules(), clock=clock.time)
+    assert slice_run(engine, clock, lambda t: 12000, 60.0) == []

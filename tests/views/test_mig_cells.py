@@ -43,3 +43,10 @@ def test_the_mig_row_says_mig_with_no_bar() -> None:
     cells = gpu_cells(GPU, None)
     assert (cells.memory.text, cells.memory_pct.text, cells.fraction) == ("MIG", "", None)
     assert cells.util.text == "n/a"
+
+
+def test_a_filling_instance_says_when_it_is_full() -> None:
+    roomy, filling = mig_cells(sample(ROOMY, FULL), GPU, 99.9, 99.95, {5: 41.0})
+    assert filling.text.startswith("GI 5 1g.24gb  23.1/23.4GiB 99% full in ~41s  util n/a")
+    assert filling.role == Role.WARNING  # under this host's thresholds, warned by its trend
+    assert "full in" not in roomy.text

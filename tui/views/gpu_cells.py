@@ -11,7 +11,7 @@ import enum
 import functools
 import math
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpumon.backends.alerts.health import clock_reasons, findings, pcie_finding, recovery_action
@@ -291,11 +291,17 @@ def process_summary(sample: HostSample, gpu: GpuSample, in_container: bool) -> C
 
 
 def mig_cells(
-    sample: HostSample, gpu: GpuSample, warning_pct: float, critical_pct: float
+    sample: HostSample,
+    gpu: GpuSample,
+    warning_pct: float,
+    critical_pct: float,
+    full_in: Mapping[int, float] | None = None,
 ) -> tuple[Cell, ...]:
     """The lines of a GPU in MIG mode under its row, one per GPU instance: "GI 5 1g.24gb
     11.7/23.4GiB 50% util n/a: 1511 python3 11.7GiB", coloured by its own memory against
-    the host's thresholds; the not-available line where none could be read; () off MIG."""
+    the host's thresholds, with "full in ~40 s" where its time-to-full warning applies
+    (``full_in``: GPU instance id -> seconds); the not-available line where none could
+    be read; () off MIG."""
     instances = sample.mig_instances(gpu)
     if instances is None:
         return ()
@@ -324,6 +330,10 @@ def mig_cells(
             for p in sample.instance_processes(inst)
         ]
         said = ", ".join(procs) if procs else "no processes"
+        ttf = (full_in or {}).get(inst.gpu_instance_id)
+        if ttf is not None:
+            memory += f" full in ~{duration(ttf)}"
+            role = Role.WARNING if role == Role.NORMAL else role
         out.append(Cell(f"{_printable(inst.name)}  {memory}  util n/a: {said}", role))
     return tuple(out)
 

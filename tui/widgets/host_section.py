@@ -325,9 +325,25 @@ class HostSection(Vertical):
             process_lines=lines,
             selected_line=selected,
             mig=mig_cells(
-                shown, gpu, m.alerts.rules.memory_warning_pct, m.alerts.rules.memory_critical_pct
+                shown,
+                gpu,
+                m.alerts.rules.memory_warning_pct,
+                m.alerts.rules.memory_critical_pct,
+                self._slices_full_in(gpu),
             ),
         )
+
+    def _slices_full_in(self, gpu: GpuSample) -> dict[int, float]:
+        """The GPU instances of ``gpu`` whose time to full is within the warning's
+        horizon, or whose warning is on (as a GPU row's "full in")."""
+        alerts = self.monitor.alerts
+        active = {a.key for a in alerts.active()}
+        horizon = alerts.rules.ttf_horizon_s
+        return {
+            gi: ttf
+            for gi, ttf in alerts.instance_times_to_full(gpu.index).items()
+            if ttf <= horizon or f"time_to_full:{gpu.index}:gi{gi}" in active
+        }
 
     def _memory_levels(self, sample: HostSample | None) -> dict[int, Health | None]:
         """GPU -> memory level of ``sample`` from the host's alert engine, so a row is
