@@ -563,6 +563,21 @@ class HostSample:
             return None
         return tuple(i for i in self.mig if gpu.uuid is not None and i.gpu_uuid == gpu.uuid)
 
+    def memory_fills(self) -> list[tuple[float, str]]:
+        """(used fraction, whose) of each GPU (``GPU 2``), a GPU in MIG mode by its GPU
+        instances (``GPU 7 MIG GI 5 1g.24gb``): its whole is no slice's fill."""
+        out = []
+        for gpu in self.gpus:
+            instances = self.mig_instances(gpu)
+            if instances is None:
+                parts = [(gpu.memory_used_fraction, f"GPU {gpu.index}")]
+            else:
+                parts = [
+                    (i.memory_used_fraction, f"GPU {gpu.index} MIG {i.name}") for i in instances
+                ]
+            out += [(f, name) for f, name in parts if f is not None]
+        return out
+
     def instance_processes(self, instance: MigInstance) -> tuple[GpuProcess, ...]:
         """The processes of ``instance``'s parent GPU that run on it."""
         gpu = self.gpu_refs.uuid(instance.gpu_uuid)

@@ -342,6 +342,16 @@ class AlertEngine(AlertStore):
             self._foreign(sample.time, gpu, sample, raised)
         return self._announce(raised)
 
+    def on_mig(self, sample: HostSample, *, came: float | None = None) -> list[Alert]:
+        """The GPU instances came between samples (read with the process list; ``sample``
+        the latest, with them): their memory is judged now, not at the next sample."""
+        raised: list[Alert] = []
+        t = sample.time if came is None else came
+        for gpu in sample.gpus:
+            if gpu.mig_mode:
+                self._mig_slices(sample.time, t, gpu, sample, raised)
+        return self._announce(raised)
+
     def _idle_held(self, now: float, t: float, sample: HostSample, out: list[Alert]) -> None:
         """``gpu_idle_held`` (warning): GPUs held and idle for ``idle_held_after_s``
         (``IdleHeld``), naming who holds them; the GPUs of one job are one alert (the job's

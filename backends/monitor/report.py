@@ -271,15 +271,15 @@ def _headlines(monitor: HostMonitor, found: list[Incident]) -> str:
 
 
 def _summary(sample: HostSample) -> str:
-    fractions = [(g.memory_used_fraction, g.index) for g in sample.gpus]
-    known = [(f, i) for f, i in fractions if f is not None]
+    known = sample.memory_fills()
     # every GPU listed counts: one that cannot be read is never left out of the number
     text = f"{len(sample.gpus) + len(sample.unreadable)} GPUs"
     if sample.unreadable:
         text += f" ({len(sample.unreadable)} unreadable)"
     if known:
-        top, idx = max(known)
-        text += f", fullest GPU {idx} at {top * 100:.1f}% memory"
+        # the fullest; of equals the last listed, as GPUs were compared by (fill, index)
+        _, (top, whose) = max(enumerate(known), key=lambda k: (k[1][0], k[0]))
+        text += f", fullest {whose} at {top * 100:.1f}% memory"
     temps = [g.temperature_c for g in sample.gpus if g.temperature_c is not None]
     if temps:
         text += f", hottest {max(temps):.0f} C"

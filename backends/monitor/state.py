@@ -540,6 +540,7 @@ class HostMonitor:
         self.mig_time = self.clock()
         if self.latest is not None:
             self.latest = replace(self.latest, mig=self.mig)
+            self.alerts.on_mig(self.latest, came=self._now())
         self._notify()
 
     def ingest_minors(self, minors: Mapping[str, int]) -> None:

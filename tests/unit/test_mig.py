@@ -21,12 +21,13 @@ from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import (
     MIG_NOT_AVAILABLE,
+    CheckCode,
     GpuProcess,
     GpuSample,
     HostSample,
 )
 from gpumon.backends.monitor import HostMonitor
-from gpumon.backends.monitor.report import snapshot_json, snapshot_table
+from gpumon.backends.monitor.report import check_verdict, snapshot_json, snapshot_table
 from gpumon.backends.monitor.sources.agent import AgentSource
 from gpumon.backends.parsers.mig import parse_mig_records
 from gpumon.backends.parsers.nvidia_smi import SAMPLE_FIELDS, parse_query_gpu
@@ -385,3 +386,13 @@ def test_a_steady_instance_raises_nothing() -> None:
     clock = FakeClock(1_800_000_000.0)
     engine = AlertEngine("box", AlertRules(), clock=clock.time)
     assert slice_run(engine, clock, lambda t: 12000, 60.0) == []
+
+
+def test_check_judges_a_mig_gpu_by_its_fullest_instance() -> None:
+    full = {**RECORDS[1], "used_mib": 23840, "free_mib": 96}
+    monitor = monitor_with(True, [RECORDS[0], full, RECORDS[2]])
+    code, text = check_verdict(monitor)
+    assert code == CheckCode.CRITICAL, text
+    assert text.startswith("CRITICAL box: GPU 7 MIG GI 5 1g.24gb memory 99.6% used"), text
+    assert "fullest GPU 7 MIG GI 5 1g.24gb at 99.6% memory" in text
+    assert "fullest_gpu_mem=99.6%" in text  # the whole GPU is at 54 %: never that
