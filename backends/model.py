@@ -589,11 +589,13 @@ class HostSample:
     def mig_device(self, uuid: str) -> tuple[MigInstance, MigDevice] | None:
         """The GPU instance and compute instance of a ``MIG-...`` UUID (as in
         ``CUDA_VISIBLE_DEVICES``)."""
-        for inst in self.mig:
-            for device in inst.devices:
-                if device.uuid == uuid:
-                    return inst, device
-        return None
+        found = [
+            (inst, device)
+            for inst in self.mig
+            for device in inst.devices
+            if device.uuid is not None and device.uuid.startswith(uuid)  # CUDA takes a prefix
+        ]
+        return found[0] if len(found) == 1 else None
 
 
 class ConnState(enum.StrEnum):

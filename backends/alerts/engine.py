@@ -1135,6 +1135,10 @@ class AlertEngine(AlertStore):
             ref = self._latest.gpu_refs.uuid(event.gpu_uuid)
             if ref is not None and ref.index is not None:
                 return ref.index, f"{event.gpu_note} = {ref}"
+            sliced = self._latest.mig_device(event.gpu_uuid)  # CUDA_VISIBLE_DEVICES=MIG-...
+            ref = None if sliced is None else self._latest.gpu_refs.uuid(sliced[0].gpu_uuid)
+            if sliced is not None and ref is not None and ref.index is not None:
+                return ref.index, f"{event.gpu_note} = GPU {ref.index} MIG {sliced[0].name}"
         k = event.local_gpu
         if gpus and len(gpus) == 1:
             note = (

@@ -396,3 +396,24 @@ def test_check_judges_a_mig_gpu_by_its_fullest_instance() -> None:
     assert text.startswith("CRITICAL box: GPU 7 MIG GI 5 1g.24gb memory 99.6% used"), text
     assert "fullest GPU 7 MIG GI 5 1g.24gb at 99.6% memory" in text
     assert "fullest_gpu_mem=99.6%" in text  # the whole GPU is at 54 %: never that
+
+
+def test_a_cuda_oom_under_a_mig_uuid_is_on_its_instances_gpu() -> None:
+    clock = FakeClock(1_800_000_000.0)
+    engine = AlertEngine("box", AlertRules(), clock=clock.time)
+    sliced = {**RECORDS[1], "devices": [{"index": 1, "ci": 0, "uuid": "MIG-a0c4e913-27d6"}]}
+    gpu = GpuSample(
+        index=7, uuid=UUID, memory_used_mib=53000, memory_total_mib=97887, mig_mode=True
+    )
+    engine.on_sample(
+        HostSample("box", clock.now, None, (gpu,), (), mig=parse_mig_records([sliced]))
+    )
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/srv/finetune.py", line 1, in <module>',
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 23.38 GiB of which 90.00 MiB is free.",
+    ]
+    (oom,) = engine.on_log_lines("/srv/ft.log", lines, cuda_visible_devices="MIG-a0c4e913")
+    assert oom.kind == "cuda_oom" and oom.gpu == 7
+    assert "GPU 7 MIG GI 5 1g.24gb" in oom.message, oom.message
