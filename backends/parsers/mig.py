@@ -63,3 +63,22 @@ def parse_mig_records(records: Sequence[Mapping[str, Any]]) -> tuple[MigInstance
     """The GPU instances of the records, in order (at most ``MAX_INSTANCES``)."""
     out = [i for i in map(instance, records[:MAX_INSTANCES]) if i is not None]
     return tuple(out)
+
+
+def mig_record(inst: MigInstance) -> dict[str, Any]:
+    """``inst`` as the agent's record (``remote.mig``), which ``instance`` reads back: how a
+    flight recording keeps it."""
+    return {
+        "gpu": inst.gpu_uuid,
+        "gi": inst.gpu_instance_id,
+        "profile": inst.profile,
+        "total_mib": inst.memory_total_mib,
+        "used_mib": inst.memory_used_mib,
+        "free_mib": inst.memory_free_mib,
+        "sm": inst.sm_count,
+        "devices": [
+            {"index": d.index, "ci": d.compute_instance_id, "uuid": d.uuid, "profile": d.profile}
+            for d in inst.devices
+        ],
+        "pids": list(inst.pids),
+    }

@@ -9,6 +9,7 @@ driver" where no instance could be read."""
 from __future__ import annotations
 
 import io
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from gpumon.backends.monitor.report import check_verdict, snapshot_json, snapsho
 from gpumon.backends.monitor.sources.agent import AgentSource
 from gpumon.backends.parsers.mig import parse_mig_records
 from gpumon.backends.parsers.nvidia_smi import SAMPLE_FIELDS, parse_query_gpu
+from gpumon.backends.recording.recorder import sample_from_json, sample_to_json
 from gpumon.backends.remote import agent, mig
 from gpumon.backends.sim import scenario, smi
 from gpumon.backends.transport import LocalTransport
@@ -417,3 +419,13 @@ def test_a_cuda_oom_under_a_mig_uuid_is_on_its_instances_gpu() -> None:
     (oom,) = engine.on_log_lines("/srv/ft.log", lines, cuda_visible_devices="MIG-a0c4e913")
     assert oom.kind == "cuda_oom" and oom.gpu == 7
     assert "GPU 7 MIG GI 5 1g.24gb" in oom.message, oom.message
+
+
+def test_a_recording_keeps_the_instances() -> None:
+    sample = monitor_with(True, RECORDS).latest
+    assert sample is not None and len(sample.mig) == 3
+    back = sample_from_json(json.loads(json.dumps(sample_to_json(sample))))
+    assert back.mig == sample.mig
+    assert "mig" not in sample_to_json(
+        monitor_with(False, None).latest or sample
+    )  # none: as before
