@@ -426,6 +426,4 @@ def test_a_recording_keeps_the_instances() -> None:
     assert sample is not None and len(sample.mig) == 3
     back = sample_from_json(json.loads(json.dumps(sample_to_json(sample))))
     assert back.mig == sample.mig
-    assert "mig" not in sample_to_json(
-        monitor_with(False, None).latest or sample
-    )  # none: as before
+    assert "mig" not in sample_to_json(replace(sample, mig=()))  # none: as before
