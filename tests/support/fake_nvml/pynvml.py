@@ -281,7 +281,7 @@ def _processes(handle: int = 0) -> list[tuple[int, int]]:
     """The processes on ``handle``; on a MIG device only the one of its slot."""
     pids = os.environ.get("FAKE_NVML_PROCESS_PID", "")
     procs = [(int(pid), (1000 + 24 * n) * MIB) for n, pid in enumerate(pids.split(",")) if pid]
-    if handle >= MIG_BASE:
+    if isinstance(handle, int) and handle >= MIG_BASE:  # (a test may pass a ctypes handle)
         return procs[handle % 100 : handle % 100 + 1]
     return procs
 
