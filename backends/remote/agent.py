@@ -1265,7 +1265,9 @@ def smi_mig(smi: str, indexes: Sequence[str]) -> protocol.Mig:
         why = f"nvidia-smi exited {code}" + (f": {said[0][:200]}" if said else "")
         return protocol.Mig(time.time(), "nvidia-smi", [], [], why)
     gpus, instances = mig.smi_instances(listed, query)
-    return protocol.Mig(time.time(), "nvidia-smi", gpus, instances)
+    # its rows say MIG is on: a report that shows none is one this parser cannot read
+    why = None if gpus else "nvidia-smi -q shows no GPU in MIG mode (an unknown layout?)"
+    return protocol.Mig(time.time(), "nvidia-smi", gpus, instances, why)
 
 
 def row_cells(fields: Sequence[str], rows: Sequence[str], wanted: Sequence[str]) -> tuple[str, ...]:

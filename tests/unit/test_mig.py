@@ -427,3 +427,23 @@ def test_a_recording_keeps_the_instances() -> None:
     back = sample_from_json(json.loads(json.dumps(sample_to_json(sample))))
     assert back.mig == sample.mig
     assert "mig" not in sample_to_json(replace(sample, mig=()))  # none: as before
+
+
+def test_a_report_the_parser_cannot_read_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = {"-L": (0, "GPU 0: X (UUID: GPU-1)\n"), "-q": (0, "garbled\n")}
+    calls: list[list[str]] = []
+
+    def run_once(argv: list[str], timeout: float = 0.0) -> tuple[int, str]:
+        calls.append(argv)
+        return answers[argv[1]]
+
+    monkeypatch.setattr(agent, "run_once", run_once)  # what nvidia-smi printed
+    message = agent.smi_mig("nvidia-smi", ("0",))
+    assert calls == [["nvidia-smi", "-L"], ["nvidia-smi", "-q", "-i", "0"]]
+    assert (message.gpus, message.instances) == ([], [])
+    assert message.error == "nvidia-smi -q shows no GPU in MIG mode (an unknown layout?)"
+    answers["-L"] = (9, "NVIDIA-SMI has failed because it couldn't communicate with the driver\n")
+    failed = agent.smi_mig("nvidia-smi", ("0",))
+    assert failed.error == (
+        "nvidia-smi exited 9: NVIDIA-SMI has failed because it couldn't communicate with the driver"
+    )
