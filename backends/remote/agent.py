@@ -1266,8 +1266,8 @@ def smi_mig(smi: str, indexes: Sequence[str]) -> protocol.Mig:
         return protocol.Mig(time.time(), "nvidia-smi", [], [], why)
     gpus, instances = mig.smi_instances(listed, query)
     # its rows say MIG is on: a report that shows none is one this parser cannot read
-    why = None if gpus else "nvidia-smi -q shows no GPU in MIG mode (an unknown layout?)"
-    return protocol.Mig(time.time(), "nvidia-smi", gpus, instances, why)
+    unread = None if gpus else "nvidia-smi -q shows no GPU in MIG mode (an unknown layout?)"
+    return protocol.Mig(time.time(), "nvidia-smi", gpus, instances, unread)
 
 
 def row_cells(fields: Sequence[str], rows: Sequence[str], wanted: Sequence[str]) -> tuple[str, ...]:
