@@ -6,7 +6,8 @@ so stdin stays open afterwards: the agent exits within a moment of stdin closing
 dropped connection leaves nothing behind.
 
 What it says and hears is ``protocol``: a ``Hello`` first, then ``Gpus`` rounds (rows in
-nvidia-smi's CSV shape whatever the source, so the client runs one parser), ``Procs``,
+nvidia-smi's CSV shape whatever the source, so the client runs one parser), ``Procs``
+(with ``Mig``: a MIG GPU's instances, ``mig``),
 ``SmiError``, ``Log`` lines of followed files, ``Kernel`` lines, ``MemoryEvents``,
 ``Http`` fetches of SGLang ``/metrics`` and ``Note``s, one JSON object per line on stdout;
 ``SetInterval`` commands on stdin.
