@@ -241,6 +241,7 @@ class GpuSample:
     health: Health = Health.OK
     problems: tuple[str, ...] = ()
     minor: int | None = None  # N of its /dev/nvidiaN (the driver's, not a --query-gpu field)
+    mig_mode: bool | None = None  # split into MIG instances (``mig.mode.current``)
 
     @property
     def ref(self) -> GpuRef:
@@ -253,6 +254,58 @@ class GpuSample:
         if self.memory_used_mib is None or not self.memory_total_mib:
             return None
         return self.memory_used_mib / self.memory_total_mib
+
+
+MIG_NOT_AVAILABLE = "MIG: per-instance data not available from this driver"
+# No driver reports utilisation per MIG instance: NVML's nvmlDeviceGetUtilizationRates is
+# NOT_SUPPORTED on MIG devices (and on the parent in MIG mode), nvidia-smi prints [N/A]
+MIG_NO_UTILIZATION = "utilisation is not reported per MIG instance"
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """A compute instance of a GPU instance: what CUDA sees as a device (``MIG-...``)."""
+
+    index: int | None  # the MIG device index (nvidia-smi -L's "Device N")
+    compute_instance_id: int | None
+    uuid: str | None
+    profile: str | None  # as nvidia-smi -L names it: "1c.3g.71gb" for one of its slices
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A GPU instance of a GPU in MIG mode: its own memory and SMs, its processes.
+
+    ``gpu_uuid`` is its parent GPU's; ``profile`` the GPU instance's (``3g.40gb``). Its
+    memory is shared by its compute instances (``devices``). ``pids`` are the driver's PIDs
+    of the processes on it (the host's inside an unprivileged container, as the process
+    list's). ``utilization_pct`` stays None: no driver reports it per instance."""
+
+    gpu_uuid: str | None
+    gpu_instance_id: int
+    profile: str | None = None
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    memory_free_mib: int | None = None
+    sm_count: int | None = None
+    devices: tuple[MigDevice, ...] = ()
+    pids: tuple[int, ...] = ()
+    utilization_pct: float | None = None
+
+    @property
+    def name(self) -> str:
+        """``GI 2 3g.40gb``: how it is named on screen and in text."""
+        return f"GI {self.gpu_instance_id}" + (f" {self.profile}" if self.profile else "")
+
+    @property
+    def memory_used_fraction(self) -> float | None:
+        if self.memory_used_mib is None or not self.memory_total_mib:
+            return None
+        return self.memory_used_mib / self.memory_total_mib
+
+    def holds(self, p: GpuProcess) -> bool:
+        """Whether ``p`` runs on this instance (by the driver's PID, or the host's)."""
+        return any(pid is not None and pid in self.pids for pid in (p.pid, p.host_pid))
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +515,8 @@ class HostSample:
     memory_at_processes: tuple[tuple[int, int], ...] = ()
     # GPUs listed but not read this round (never dropped: each is a critical alert)
     unreadable: tuple[UnreadableGpu, ...] = ()
+    # the GPU instances of the GPUs in MIG mode (read with the process list)
+    mig: tuple[MigInstance, ...] = ()
     # made when first asked for (``gpu_refs``, ``processes_for``), never passed in
     _refs: GpuRegistry | None = field(default=None, init=False, repr=False, compare=False)
     _held: dict[int, tuple[GpuProcess, ...]] | None = field(
@@ -500,6 +555,47 @@ class HostSample:
                         held[ref.index] = (*held.get(ref.index, ()), p)
             object.__setattr__(self, "_held", held)
         return held.get(gpu.index, ())
+
+    def mig_instances(self, gpu: GpuSample) -> tuple[MigInstance, ...] | None:
+        """``gpu``'s GPU instances; None when it is not in MIG mode; empty when it is but
+        none could be read (``MIG_NOT_AVAILABLE``: its whole-GPU numbers are no slice's)."""
+        if not gpu.mig_mode:
+            return None
+        return tuple(i for i in self.mig if gpu.uuid is not None and i.gpu_uuid == gpu.uuid)
+
+    def memory_fills(self) -> list[tuple[float, str]]:
+        """(used fraction, whose) of each GPU (``GPU 2``), a GPU in MIG mode by its GPU
+        instances (``GPU 7 MIG GI 5 1g.24gb``): its whole is no slice's fill."""
+        out = []
+        for gpu in self.gpus:
+            instances = self.mig_instances(gpu)
+            if instances is None:
+                parts = [(gpu.memory_used_fraction, f"GPU {gpu.index}")]
+            else:
+                parts = [
+                    (i.memory_used_fraction, f"GPU {gpu.index} MIG {i.name}") for i in instances
+                ]
+            out += [(f, name) for f, name in parts if f is not None]
+        return out
+
+    def instance_processes(self, instance: MigInstance) -> tuple[GpuProcess, ...]:
+        """The processes of ``instance``'s parent GPU that run on it."""
+        gpu = self.gpu_refs.uuid(instance.gpu_uuid)
+        if gpu is None or gpu.index is None:
+            return ()
+        held = [p for p in self.processes if instance.holds(p)]
+        return tuple(p for p in held if gpu in self.gpu_refs.of_process(p))
+
+    def mig_device(self, uuid: str) -> tuple[MigInstance, MigDevice] | None:
+        """The GPU instance and compute instance of a ``MIG-...`` UUID (as in
+        ``CUDA_VISIBLE_DEVICES``)."""
+        found = [
+            (inst, device)
+            for inst in self.mig
+            for device in inst.devices
+            if device.uuid is not None and device.uuid.startswith(uuid)  # CUDA takes a prefix
+        ]
+        return found[0] if len(found) == 1 else None
 
 
 class ConnState(enum.StrEnum):

@@ -6,7 +6,9 @@ get every alert that is new or got worse, once. Thresholds: ``AlertRules`` (rule
 
 Kinds and how each one ends (``active`` becomes False):
 
-- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``; the
+- condition alerts ``memory``, ``time_to_full``, ``gpu_health`` (key ``KIND:GPU``; a GPU in
+  MIG mode has no memory condition of its own: each GPU instance has its ``memory`` and
+  ``time_to_full``, key ``KIND:GPU:giID``, judged on its own memory; the
   driver's health facts each ``gpu_health:TOPIC:GPU``, ``alerts.health``),
   ``gpu_idle_held`` (key ``gpu_idle_held:GPU``, or ``gpu_idle_held:job:NAME`` for the
   GPUs of a job, one alert for all of them), ``server_idle`` (key ``server_idle:PORT``:
@@ -220,6 +222,7 @@ class AlertEngine(AlertStore):
     def _reset_rules_state(self) -> None:
         self.last_foreign: dict[int, tuple[float, str]] = {}  # GPU -> (when, who else held it)
         self._watches: dict[int, GpuWatch] = {}
+        self._slices: dict[tuple[int, int], GpuWatch] = {}  # (GPU, GPU instance id) in MIG mode
         self._listed: dict[str, _Listed] = {}  # GPUs the host listed, by ``_gpu_identity``
         self._latest: HostSample | None = None
         self._latest_came: float | None = None  # when it came (``on_sample``)
@@ -249,6 +252,11 @@ class AlertEngine(AlertStore):
         """Seconds until ``gpu``'s memory is full at the current trend, or None."""
         watch = self._watches.get(gpu)
         return None if watch is None else watch.ttf
+
+    def instance_times_to_full(self, gpu: int) -> dict[int, float]:
+        """GPU instance id -> seconds until its memory is full at its trend, for the GPU
+        instances of ``gpu`` (in MIG mode) whose memory rises."""
+        return {gi: w.ttf for (i, gi), w in self._slices.items() if i == gpu and w.ttf is not None}
 
     def memory_level(self, gpu: GpuSample, at: float) -> Health | None:
         """The memory level of ``gpu``, from the sample taken at ``at``, as the alerts see
@@ -286,6 +294,9 @@ class AlertEngine(AlertStore):
             self._health_facts(now, t, gpu, raised)
             self._foreign(now, gpu, sample, raised)
             fraction = gpu.memory_used_fraction
+            if gpu.mig_mode:  # its memory is its slices': a job runs out of its slice's
+                self._mig_slices(now, t, gpu, sample, raised)
+                continue
             if fraction is None:
                 continue
             level = watch.memory_level(gpu, fraction, rules)
@@ -329,6 +340,16 @@ class AlertEngine(AlertStore):
         self._refs = sample.gpu_refs
         for gpu in sample.gpus:
             self._foreign(sample.time, gpu, sample, raised)
+        return self._announce(raised)
+
+    def on_mig(self, sample: HostSample, *, came: float | None = None) -> list[Alert]:
+        """The GPU instances came between samples (read with the process list; ``sample``
+        the latest, with them): their memory is judged now, not at the next sample."""
+        raised: list[Alert] = []
+        t = sample.time if came is None else came
+        for gpu in sample.gpus:
+            if gpu.mig_mode:
+                self._mig_slices(sample.time, t, gpu, sample, raised)
         return self._announce(raised)
 
     def _idle_held(self, now: float, t: float, sample: HostSample, out: list[Alert]) -> None:
@@ -604,6 +625,50 @@ class AlertEngine(AlertStore):
         seen = self.last_foreign.get(gpu)
         return seen[1] if seen is not None and now - seen[0] <= within_s else None
 
+    def _mig_slices(
+        self, now: float, t: float, gpu: GpuSample, sample: HostSample, out: list[Alert]
+    ) -> None:
+        """``memory`` and ``time_to_full`` of each GPU instance of ``gpu`` (in MIG mode),
+        judged on its own memory as a GPU's are (key ``KIND:GPU:giID``); the conditions of
+        an instance gone (or of instances no longer read) end."""
+        seen: set[str] = set()
+        for inst in sample.mig_instances(gpu) or ():
+            part = GpuSample(
+                index=gpu.index,
+                uuid=gpu.uuid,
+                bus_id=gpu.bus_id,
+                memory_total_mib=inst.memory_total_mib,
+                memory_used_mib=inst.memory_used_mib,
+                memory_free_mib=inst.memory_free_mib,
+            )
+            fraction = part.memory_used_fraction
+            if fraction is None:
+                continue
+            at = (gpu.index, inst.gpu_instance_id)
+            watch = self._slices.get(at)
+            if watch is None:
+                watch = self._slices[at] = GpuWatch(gpu.index)
+            suffix = f":{gpu.index}:gi{inst.gpu_instance_id}"
+            seen |= {"memory" + suffix, "time_to_full" + suffix}
+            label = f"GPU {gpu.index} MIG {inst.name}"
+            level = watch.memory_level(part, fraction, self.rules)
+            key = "memory" + suffix
+            if level is not Health.OK:
+                text = label + _memory_text(part, fraction).removeprefix(f"GPU {gpu.index}")
+                free = inst.memory_free_mib
+                facts = AlertFacts(free_bytes=None if free is None else round(free * 2**20))
+                self._condition(
+                    key, "memory", level, gpu.index, text, now, out, score=fraction, facts=facts
+                )
+            elif key in self._active:
+                self._end(key)
+            self._time_to_full(now, t, part, fraction, watch, out, suffix, label)
+        for key in [k for k in self._active if k.startswith(("memory:", "time_to_full:"))]:
+            parts = key.split(":")
+            slice_key = len(parts) == 3 and parts[2].startswith("gi")
+            if slice_key and parts[1] == str(gpu.index) and key not in seen:
+                self._end(key)
+
     def _time_to_full(
         self,
         now: float,
@@ -612,10 +677,14 @@ class AlertEngine(AlertStore):
         fraction: float,
         watch: GpuWatch,
         out: list[Alert],
+        suffix: str | None = None,
+        label: str | None = None,
     ) -> None:
+        """``time_to_full`` of ``gpu`` (key ``time_to_full:GPU``), or of a GPU instance
+        of it (``suffix`` ``:GPU:giID``, named ``label``)."""
         horizon = self.rules.ttf_horizon_s
         ttf = watch.time_to_full(t, gpu, fraction, self.rules)
-        key = f"time_to_full:{gpu.index}"
+        key = "time_to_full" + (suffix or f":{gpu.index}")
         if horizon <= 0:
             return
         if ttf is not None and ttf <= horizon:
@@ -623,8 +692,8 @@ class AlertEngine(AlertStore):
             watch.ttf_calm = 0
             if watch.ttf_hits >= self.rules.ttf_confirm or key in self._active:
                 text = (
-                    f"GPU {gpu.index} memory full in ~{ttf:.0f} s at +{watch.rate:.0f} MiB/s "
-                    f"({fraction:.0%} used)"
+                    f"{label or f'GPU {gpu.index}'} memory full in ~{ttf:.0f} s at "
+                    f"+{watch.rate:.0f} MiB/s ({fraction:.0%} used)"
                 )
                 facts = AlertFacts(rate=watch.rate, unit="MiB/s", names_gpu=True)
                 self._condition(
@@ -1066,6 +1135,10 @@ class AlertEngine(AlertStore):
             ref = self._latest.gpu_refs.uuid(event.gpu_uuid)
             if ref is not None and ref.index is not None:
                 return ref.index, f"{event.gpu_note} = {ref}"
+            sliced = self._latest.mig_device(event.gpu_uuid)  # CUDA_VISIBLE_DEVICES=MIG-...
+            ref = None if sliced is None else self._latest.gpu_refs.uuid(sliced[0].gpu_uuid)
+            if sliced is not None and ref is not None and ref.index is not None:
+                return ref.index, f"{event.gpu_note} = GPU {ref.index} MIG {sliced[0].name}"
         k = event.local_gpu
         if gpus and len(gpus) == 1:
             note = (

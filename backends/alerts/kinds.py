@@ -147,7 +147,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         C,
         "GPU memory",
         170,
-        "A GPU's memory is nearly full (key `memory:GPU`).",
+        "A GPU's memory is nearly full (key `memory:GPU`); on a GPU in MIG mode, a GPU "
+        "instance's own memory (key `memory:GPU:giID`, never the whole GPU's).",
         Tag.RAN_OUT,
         details="Warning at `memory_warning_pct` of its total or under `memory_warning_free_gib` "
         "free, critical at `memory_critical_pct`; it rises at once and steps down after "
@@ -159,7 +160,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "Memory filling up",
         160,
         "A GPU's memory will be full within `ttf_horizon_s` at its current rate "
-        "(key `time_to_full:GPU`).",
+        "(key `time_to_full:GPU`; a GPU instance's of a GPU in MIG mode: "
+        "`time_to_full:GPU:giID`).",
         Tag.RAN_OUT,
         details="Warning, for a rise sustained to a new high only: two 10 s windows back "
         "to back (two thirds of `ttf_window_s`) both rising by `ttf_min_rate_mib_s` or "

@@ -79,8 +79,7 @@ def check_perfdata(
     memory of a GPU that fills (warn: under the time-to-full horizon; left out when no
     GPU fills, or when the horizon rule is off)."""
     out: list[Perf] = []
-    fractions = [g.memory_used_fraction for g in sample.gpus]
-    known = [f for f in fractions if f is not None]
+    known = [f for f, _ in sample.memory_fills()]  # a GPU in MIG mode: its instances'
     if known:
         out.append(
             Perf(

@@ -13,12 +13,15 @@ from typing import Any
 from gpumon.backends.alerts.health import facts_json
 from gpumon.backends.alerts.incident import Incident, command_fix, incidents, line
 from gpumon.backends.model import (
+    MIG_NO_UTILIZATION,
+    MIG_NOT_AVAILABLE,
     CheckCode,
     ConnState,
     GpuProcess,
     GpuSample,
     Health,
     HostSample,
+    MigInstance,
     iso_time,
 )
 from gpumon.backends.monitor.perfdata import Perf, check_perfdata, perf_text
@@ -46,6 +49,43 @@ def gpu_json(gpu: GpuSample, sample: HostSample) -> dict[str, Any]:
         "processes": [process_json(p) for p in sample.processes_for(gpu)],
         "memory_unattributed_mib": unattributed_mib(sample, gpu),
         "minor": gpu.minor,
+        "mig": mig_json(gpu, sample),
+    }
+
+
+def mig_json(gpu: GpuSample, sample: HostSample) -> dict[str, Any] | None:
+    """A GPU's ``mig`` (docs/json.md): None when it is not in MIG mode; else its GPU
+    instances, each with its own memory and processes, or why there are none."""
+    instances = sample.mig_instances(gpu)
+    if instances is None:
+        return None
+    return {
+        "instances": [instance_json(i, sample) for i in instances],
+        "error": None if instances else MIG_NOT_AVAILABLE,
+        "utilization": MIG_NO_UTILIZATION,
+    }
+
+
+def instance_json(inst: MigInstance, sample: HostSample) -> dict[str, Any]:
+    """One GPU instance of a GPU's ``mig.instances`` (docs/json.md)."""
+    return {
+        "gpu_instance_id": inst.gpu_instance_id,
+        "profile": inst.profile,
+        "memory_used_mib": inst.memory_used_mib,
+        "memory_total_mib": inst.memory_total_mib,
+        "memory_free_mib": inst.memory_free_mib,
+        "sm_count": inst.sm_count,
+        "utilization_pct": inst.utilization_pct,
+        "devices": [
+            {
+                "index": d.index,
+                "compute_instance_id": d.compute_instance_id,
+                "uuid": d.uuid,
+                "profile": d.profile,
+            }
+            for d in inst.devices
+        ],
+        "processes": [process_json(p) for p in sample.instance_processes(inst)],
     }
 
 
@@ -171,6 +211,7 @@ def _perfdata(monitor: HostMonitor) -> list[Perf]:
         return []
     engine = monitor.alerts
     ttfs = [engine.time_to_full(g.index) for g in sample.gpus]
+    ttfs += [t for g in sample.gpus for t in engine.instance_times_to_full(g.index).values()]
     known = [t for t in ttfs if t is not None]
     rules = engine.rules
     return check_perfdata(
@@ -230,15 +271,15 @@ def _headlines(monitor: HostMonitor, found: list[Incident]) -> str:
 
 
 def _summary(sample: HostSample) -> str:
-    fractions = [(g.memory_used_fraction, g.index) for g in sample.gpus]
-    known = [(f, i) for f, i in fractions if f is not None]
+    known = sample.memory_fills()
     # every GPU listed counts: one that cannot be read is never left out of the number
     text = f"{len(sample.gpus) + len(sample.unreadable)} GPUs"
     if sample.unreadable:
         text += f" ({len(sample.unreadable)} unreadable)"
     if known:
-        top, idx = max(known)
-        text += f", fullest GPU {idx} at {top * 100:.1f}% memory"
+        # the fullest; of equals the last listed, as GPUs were compared by (fill, index)
+        _, (top, whose) = max(enumerate(known), key=lambda k: (k[1][0], k[0]))
+        text += f", fullest {whose} at {top * 100:.1f}% memory"
     temps = [g.temperature_c for g in sample.gpus if g.temperature_c is not None]
     if temps:
         text += f", hottest {max(temps):.0f} C"
@@ -325,17 +366,30 @@ def _gpu_lines(
     out = [GPU_HEADER]
     room = None if width is None else width - HEALTH_AT
     for g in sample.gpus:  # 143.8/143.8: an H200's 11 columns
+        instances = sample.mig_instances(g)
         frac = g.memory_used_fraction
         mem = f"{_gib(g.memory_used_mib)}/{_gib(g.memory_total_mib)}"
+        pct = fmt(None if frac is None else frac * 100, ".1f", "%")
+        if instances is not None:  # the slices' memory, never the whole GPU's as one
+            mem, pct = "MIG", "-"
         power = f"{fmt(g.power_w, '.0f')}/{fmt(g.power_limit_w, '.0f')}"
         row = (
-            f"{g.index:>3}  {mem:>11} {fmt(None if frac is None else frac * 100, '.1f', '%'):>6} "
+            f"{g.index:>3}  {mem:>11} {pct:>6} "
             f"{fmt(g.utilization_pct, '.0f', '%'):>4} {fmt(g.temperature_c, '.0f', 'C'):>4} "
             f"{power:>9}  "
         )
-        health = wrap(gpu_health_text(g, found, jobs), room, max_lines=HEALTH_LINES)
+        said = gpu_health_text(g, found, jobs)
+        if instances == ():
+            said += f" ({MIG_NOT_AVAILABLE})"
+        health = wrap(said, room, max_lines=HEALTH_LINES)
         out.append(row.ljust(HEALTH_AT) + health[0])
         out += [" " * HEALTH_AT + rest for rest in health[1:]]
+        for inst in instances or ():
+            frac = inst.memory_used_fraction
+            mem = f"{_gib(inst.memory_used_mib)}/{_gib(inst.memory_total_mib)}"
+            pct = fmt(None if frac is None else frac * 100, ".1f", "%")
+            row = f"{'':>3}  {mem:>11} {pct:>6} {'n/a':>4}"
+            out.append(row.ljust(HEALTH_AT) + inst.name)
     return out
 
 
@@ -352,7 +406,9 @@ def _process_lines(sample: HostSample, watched: int | None, width: int | None) -
             f"{idx:>3}  {cut(said.where, 8):<8} {cut(said.pid, 8):<8} "
             f"{cut(said.user, 8):<8} {_gib(p.memory_mib):>6}  "
         )
-        out.append(row + cut(said.command, None if width is None else width - len(row)))
+        on = [i.name for i in sample.mig if i.holds(p) and i.gpu_uuid == p.gpu_uuid]
+        command = f"[{on[0]}] {said.command}" if on else said.command
+        out.append(row + cut(command, None if width is None else width - len(row)))
     return out
 
 

@@ -45,10 +45,12 @@ from gpumon.backends.model import (
     HostLoad,
     HostSample,
     HostStatus,
+    MigInstance,
     ProcessSource,
     bus_id_key,
 )
 from gpumon.backends.model import Source as SampleSource
+from gpumon.backends.parsers.mig import parse_mig_records
 from gpumon.backends.parsers.nvidia_smi import SmiFailure, parse_compute_apps, parse_query_gpu
 from gpumon.backends.parsers.processes import container_view, device_gpus, from_record
 from gpumon.backends.recording.recorder import FlightRecorder
@@ -142,6 +144,9 @@ class HostMonitor:
         self.latest: HostSample | None = None
         self.processes: tuple[GpuProcess, ...] = ()  # what the samples carry (see below)
         self.processes_time: float | None = None
+        self.mig: tuple[MigInstance, ...] = ()  # the GPU instances of GPUs in MIG mode
+        self.mig_error: str | None = None  # what of them could not be read
+        self.mig_time: float | None = None  # when they came (None: never)
         self._memory_at_processes: tuple[tuple[int, int], ...] = ()  # HostSample's
         self._memory_with_processes: dict[str, int] = {}  # used MiB by UUID, with the list
         # The lists ``processes`` is made of: the driver's inside the container, the
@@ -359,6 +364,7 @@ class HostMonitor:
         sample (a replay that rewinds plays into the same monitor again); listeners stay."""
         self.latest = None
         self.processes, self.processes_time = (), None
+        self.mig, self.mig_error, self.mig_time = (), None, None
         self._refs, self._gpu_ids = GpuRegistry(), []
         self._memory_at_processes = ()
         self._memory_with_processes = {}
@@ -470,6 +476,7 @@ class HostMonitor:
                 skipped_lines=parsed.skipped,
                 memory_at_processes=self._memory_at_processes,
                 unreadable=parsed.unreadable,
+                mig=self.mig,
             )
         )
         return True
@@ -525,6 +532,17 @@ class HostMonitor:
         self._driver_processes = processes
         self._set_processes(at)
 
+    def ingest_mig(self, records: Sequence[Mapping[str, Any]], error: str | None) -> None:
+        """The GPU instances of the GPUs in MIG mode (``remote.mig``'s records), read with
+        the process list: the latest sample carries them from now on."""
+        self.mig = parse_mig_records(records)
+        self.mig_error = error
+        self.mig_time = self.clock()
+        if self.latest is not None:
+            self.latest = replace(self.latest, mig=self.mig)
+            self.alerts.on_mig(self.latest, came=self._now())
+        self._notify()
+
     def ingest_minors(self, minors: Mapping[str, int]) -> None:
         """The agent's device minors (before the round they are for): the next sample's
         GPUs have them, and device-file users are on those GPUs."""
@@ -563,9 +581,20 @@ class HostMonitor:
         if caps.processes and self.processes_time is None:
             out.append(("processes", "no answer"))
         out += [(part, "no answer") for part in self.source.waiting_for(self)]
+        if self._awaits_mig():
+            out.append(("MIG instances", "no answer"))
         if caps.logs:
             out += self.workloads.waiting_for()
         return out
+
+    def _awaits_mig(self) -> bool:
+        """Whether a GPU is in MIG mode and the agent (which reads the instances with the
+        process list; nvidia-smi streamed directly does not) has not sent them yet."""
+        latest = self.latest
+        agent = self.status.source in (SampleSource.AGENT_NVML, SampleSource.AGENT_SMI)
+        if not agent or latest is None or self.mig_time is not None:
+            return False
+        return any(g.mig_mode for g in latest.gpus)
 
     def first_rounds_done(self) -> bool:
         """Whether a first report may be made: a GPU sample came and every source has

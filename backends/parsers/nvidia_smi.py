@@ -83,8 +83,13 @@ _HEALTH_FIELDS: dict[str, tuple[str, str]] = {
     "gpu_recovery_action": ("recovery_action", "str"),
 }
 HEALTH_FIELDS: tuple[str, ...] = tuple(_HEALTH_FIELDS)
-SAMPLE_FIELDS: tuple[str, ...] = QUERY_FIELDS + HEALTH_FIELDS  # what the sources ask
+# Whether the GPU is split into MIG instances (asked, like the health facts, where listed):
+# its whole-GPU memory is then the sum of its slices and its utilisation is not reported.
+_MODE_FIELDS: dict[str, tuple[str, str]] = {"mig.mode.current": ("mig_mode", "enabled")}
+MODE_FIELDS: tuple[str, ...] = tuple(_MODE_FIELDS)
+SAMPLE_FIELDS: tuple[str, ...] = QUERY_FIELDS + HEALTH_FIELDS + MODE_FIELDS  # what is asked
 _GPU_FIELDS.update(_HEALTH_FIELDS)
+_GPU_FIELDS.update(_MODE_FIELDS)
 
 # Aliases accepted on the command line (headers always print the canonical name).
 _GPU_ALIASES: dict[str, str] = {
@@ -325,6 +330,14 @@ def _to_yes(text: str) -> bool | None:
     return None if number is None else number > 0
 
 
+def _to_enabled(text: str) -> bool | None:
+    """``Enabled`` / ``Disabled`` (``mig.mode.current``); ``[N/A]`` on a board without MIG."""
+    s = parse_cell(text)
+    if s is None or s.casefold() not in ("enabled", "disabled"):
+        return None
+    return s.casefold() == "enabled"
+
+
 def _to_index(text: str) -> int | None:
     s = text.strip()
     return int(s) if _INDEX.fullmatch(s) else None
@@ -338,6 +351,7 @@ _CONVERTERS = {
     "int": _to_int,
     "hex": _to_hex_int,
     "yes": _to_yes,
+    "enabled": _to_enabled,
 }
 
 
@@ -604,7 +618,8 @@ def _gpu_from_row(
             return None  # not a data row (Xid / ECC event text in a loop stream)
         attr, kind = spec
         values[attr], problem = _convert(kind, cell)
-        if problem is not None and column not in _HEALTH_FIELDS:  # the core cells say it
+        optional = column in _HEALTH_FIELDS or column in _MODE_FIELDS
+        if problem is not None and not optional:  # the core cells say it
             severity, what = problem
             health = Health.worst(health, severity)
             # a lost / reset GPU fails every field: say so once, not once per column

@@ -62,6 +62,7 @@ from gpumon.backends.model import (
     UnreadableGpu,
     iso_time,
 )
+from gpumon.backends.parsers.mig import mig_record, parse_mig_records
 from gpumon.backends.paths import recordings_dir
 from gpumon.backends.recording.oneshot import OneShotIncidents
 
@@ -114,6 +115,7 @@ def sample_to_json(sample: HostSample) -> dict[str, Any]:
         "gpus": gpus,
         "processes": [[getattr(p, name) for name in PROCESS_FIELDS] for p in sample.processes],
         **({"unreadable": [u.to_json() for u in sample.unreadable]} if sample.unreadable else {}),
+        **({"mig": [mig_record(i) for i in sample.mig]} if sample.mig else {}),
     }
 
 
@@ -162,6 +164,7 @@ def sample_from_json(
             )
             for u in data.get("unreadable") or ()
         ),
+        mig=parse_mig_records(data.get("mig") or []),
     )
 
 

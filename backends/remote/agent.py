@@ -6,7 +6,8 @@ so stdin stays open afterwards: the agent exits within a moment of stdin closing
 dropped connection leaves nothing behind.
 
 What it says and hears is ``protocol``: a ``Hello`` first, then ``Gpus`` rounds (rows in
-nvidia-smi's CSV shape whatever the source, so the client runs one parser), ``Procs``,
+nvidia-smi's CSV shape whatever the source, so the client runs one parser), ``Procs``
+(with ``Mig``: a MIG GPU's instances, ``mig``),
 ``SmiError``, ``Log`` lines of followed files, ``Kernel`` lines, ``MemoryEvents``,
 ``Http`` fetches of SGLang ``/metrics`` and ``Note``s, one JSON object per line on stdout;
 ``SetInterval`` commands on stdin.
@@ -30,7 +31,7 @@ import threading
 import time
 import types
 
-from . import procfacts, protocol
+from . import mig, procfacts, protocol
 from .fetch import Connection, FetchError, split_url
 from .hoststats import HostStatsReader
 from .logtail import LogTail, Waker
@@ -580,6 +581,8 @@ class Agent:
         self.names_cut: set[str] = set()  # GPUs whose long name was cut (said once each)
         self.nvml_worker = NvmlWorker()
         self.nvml_static = NvmlStatic()  # the GPUs' identity cells, read once
+        self.mig_indexes: tuple[str, ...] = ()  # nvidia-smi's GPUs in MIG mode (their rows')
+        self.mig_sent = False  # the last Mig message named a GPU in MIG mode
 
     # --- control -------------------------------------------------------------------
     def handle_command(self, line: str) -> None:
@@ -826,6 +829,10 @@ class Agent:
                 self.minors_for = buses
                 self.send_minors()
         self.out.send(protocol.Gpus(time.time(), fields, rows))
+        migs = mig_indexes(fields, rows)
+        if migs != self.mig_indexes:  # a GPU went into or out of MIG mode: poll its slices
+            self.mig_indexes = migs
+            self.procs_due.set()
         if key:
             self.gpu_memory = key
             if key != self.polled_memory:
@@ -892,6 +899,32 @@ class Agent:
                 self.out.send(protocol.Procs(time.time(), rows))
                 driver = row_pids(rows)
         self.send_device_users(driver)
+        self.send_mig()
+
+    def send_mig(self) -> None:
+        """The MIG instances, with the process list: while a GPU is in MIG mode its slices,
+        not the whole GPU, say who is short of memory. nvidia-smi is asked only while a
+        round says a GPU is in MIG mode; an empty ``Mig`` says the last one left it."""
+        nvml = self.nvml
+        if nvml is not None:
+            read = functools.partial(mig.nvml_instances, nvml, nvml_compute_processes)
+            done, got = self.nvml_call(read)
+            if not done:
+                return
+            error: str | None
+            if isinstance(got, Exception):
+                gpus, instances, error = [], [], f"NVML: {got}"
+            else:
+                gpus, instances, problems = got
+                error = "; ".join(problems) or None
+            message = protocol.Mig(time.time(), "nvml", gpus, instances, error)
+        elif self.mig_indexes:
+            message = smi_mig(self.smi, self.mig_indexes)
+        else:
+            message = protocol.Mig(time.time(), "nvidia-smi", [], [])
+        if message.gpus or message.error or self.mig_sent:
+            self.out.send(message)
+        self.mig_sent = bool(message.gpus or message.error)
 
     def send_device_users(self, driver: set[str] | None = None) -> None:
         """Inside a container the driver's PIDs may be the host's (or missing): who holds
@@ -1213,6 +1246,31 @@ def memory_key(fields: Sequence[str], rows: Sequence[str]) -> tuple[str, ...]:
     return row_cells(fields, rows, ("index", "memory.used"))
 
 
+def mig_indexes(fields: Sequence[str], rows: Sequence[str]) -> tuple[str, ...]:
+    """The indexes of the GPU rows whose ``mig.mode.current`` is Enabled."""
+    cells = row_cells(fields, rows, ("index", "mig.mode.current"))
+    if "mig.mode.current" not in fields:
+        return ()
+    pairs = zip(cells[::2], cells[1::2])
+    return tuple(index.strip() for index, mode in pairs if mode.strip() == "Enabled")
+
+
+def smi_mig(smi: str, indexes: Sequence[str]) -> protocol.Mig:
+    """The MIG instances of the GPUs ``indexes`` from ``nvidia-smi -L`` and ``-q -i``."""
+    code, listed = run_once([smi, "-L"])
+    query = listed
+    if code == 0:
+        code, query = run_once([smi, "-q", "-i", ",".join(indexes)])
+    if code != 0:
+        said = query.strip().splitlines()
+        why = f"nvidia-smi exited {code}" + (f": {said[0][:200]}" if said else "")
+        return protocol.Mig(time.time(), "nvidia-smi", [], [], why)
+    gpus, instances = mig.smi_instances(listed, query)
+    # its rows say MIG is on: a report that shows none is one this parser cannot read
+    unread = None if gpus else "nvidia-smi -q shows no GPU in MIG mode (an unknown layout?)"
+    return protocol.Mig(time.time(), "nvidia-smi", gpus, instances, unread)
+
+
 def row_cells(fields: Sequence[str], rows: Sequence[str], wanted: Sequence[str]) -> tuple[str, ...]:
     """The cells of the ``wanted`` fields (those asked for; ``index`` first) of each GPU
     row, in a row. Rows that are not GPU rows (Xid text) are left out; a GPU name holding
@@ -1513,6 +1571,11 @@ def _nvml_health_field(
         "retired_pages.pending": (
             lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(h),
             _yes_no,
+        ),
+        # nvmlDeviceGetMigMode: [current, pending]; NVML_DEVICE_MIG_ENABLE is 1
+        "mig.mode.current": (
+            lambda: nvml.nvmlDeviceGetMigMode(h)[0],
+            lambda v: "Enabled" if v == mig.MIG_ENABLED else "Disabled",
         ),
     }
     got = calls.get(field)

@@ -57,9 +57,18 @@ def module_source(name: str) -> bytes:
 
 # The modules each program imports (``from . import protocol``), shipped before it.
 NEEDS: dict[str, tuple[str, ...]] = {
-    "agent": ("protocol", "logfile", "logtail", "fetch", "hoststats", "procfacts"),
+    "agent": ("protocol", "logfile", "logtail", "fetch", "hoststats", "procfacts", "mig"),
     "doctor_probe": ("logfile", "doctor_probe_fs"),
-    "host_procs": ("protocol", "logfile", "logtail", "fetch", "hoststats", "procfacts", "agent"),
+    "host_procs": (
+        "protocol",
+        "logfile",
+        "logtail",
+        "fetch",
+        "hoststats",
+        "procfacts",
+        "mig",
+        "agent",
+    ),
 }
 
 

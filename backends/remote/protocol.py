@@ -296,6 +296,31 @@ class Minors(Message):
 
 
 @record(frozen=True)
+class Mig(Message):
+    """The GPUs in MIG mode (``gpus``: their UUIDs) and their GPU instances (``mig``'s
+    records: ``mig.instance_record``), read on the process poll; ``error``: what could not
+    be read (a GPU in ``gpus`` without instances is one whose slices the driver did not
+    give). Sent while a GPU is in MIG mode, and once (empty) after the last one left it."""
+
+    TYPE: ClassVar[str] = "mig"
+    t: float
+    source: str
+    gpus: list[str]
+    instances: list[dict[str, Any]]
+    error: str | None = None
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Mig:
+        return cls(
+            _number(raw, "t"),
+            _text(raw, "source"),
+            _texts(raw, "gpus"),
+            _objects(raw, "instances"),
+            _text_or_none(raw, "error"),
+        )
+
+
+@record(frozen=True)
 class SmiError(Message):
     """nvidia-smi failed: its exit code and what it printed."""
 
@@ -548,6 +573,7 @@ MESSAGES: dict[str, type[Message]] = {
         Procs,
         ProcRecords,
         Minors,
+        Mig,
         SmiError,
         Log,
         LogProblem,

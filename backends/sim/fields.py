@@ -50,6 +50,11 @@ class ProcessField(NamedTuple):
     help: str
 
 
+def _util(gpu: SimGpu, pct: int) -> str:
+    """A utilisation cell: a GPU in MIG mode reports none (real 590 captures: ``[N/A]``)."""
+    return NOT_SUPPORTED if gpu.mig else str(pct)
+
+
 def _const(text: str) -> GpuValue:
     return lambda g, ts: text
 
@@ -154,10 +159,10 @@ GPU_FIELDS: tuple[GpuField, ...] = (
              "applications may run on the GPU."),
     GpuField("compute_cap", (), "", _const("12.0"),
              "The CUDA Compute Capability, represented as Major DOT Minor."),
-    GpuField("utilization.gpu", (), "%", lambda g, ts: str(g.utilization_pct),
+    GpuField("utilization.gpu", (), "%", lambda g, ts: _util(g, g.utilization_pct),
              "Percent of time over the past sample period during which one or more kernels "
              "was executing on the GPU."),
-    GpuField("utilization.memory", (), "%", lambda g, ts: str(g.memory_utilization_pct),
+    GpuField("utilization.memory", (), "%", lambda g, ts: _util(g, g.memory_utilization_pct),
              "Percent of time over the past sample period during which global (device) "
              "memory was being read or written."),
     GpuField("utilization.encoder", (), "%", _const("0"),
@@ -229,9 +234,9 @@ GPU_FIELDS: tuple[GpuField, ...] = (
              "Maximum frequency of SM (Streaming Multiprocessor) clock."),
     GpuField("clocks.max.memory", ("clocks.max.mem",), "MHz", _const(str(MEMORY_CLOCK_MHZ)),
              "Maximum frequency of memory clock."),
-    GpuField("mig.mode.current", (), "", _const("Disabled"),
+    GpuField("mig.mode.current", (), "", lambda g, ts: "Enabled" if g.mig else "Disabled",
              "The MIG mode that the GPU is currently operating under."),
-    GpuField("mig.mode.pending", (), "", _const("Disabled"),
+    GpuField("mig.mode.pending", (), "", lambda g, ts: "Enabled" if g.mig else "Disabled",
              "The MIG mode that the GPU will operate under after reset."),
 )
 

@@ -1,6 +1,6 @@
 """The simulated machine's GPUs as a pure, deterministic function of scenario time.
 
-The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Seven scenarios (``SCENARIOS``):
+The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Eight scenarios (``SCENARIOS``):
 
 - ``training-oom`` (default): GPUs 0-4 run the target side of a training job at full load;
   GPUs 5-7 run the drafter job (one process per GPU). GPU 6's memory ramps towards full
@@ -39,6 +39,12 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Seven scenarios
   instead of SGLang's. At ``WEDGE_AT`` the first one's engine wedges behind a healthy
   API server: its generation counter stands still with its requests running and the
   queue growing, ``/health`` answers 200, and GPU 6 spins (``sim.vllm_model``).
+- ``mig``: the target side busy on GPUs 0-4, GPUs 5-6 idle, and GPU ``MIG_GPU`` in MIG mode,
+  split into three GPU instances (``MIG_INSTANCES``): a ``2g.48gb`` serving a model,
+  steady; a ``1g.24gb`` whose fine-tuning job fills its 23.4 GiB from ``MIG_RAMP_AT``
+  (its own time to full; the whole GPU stays half empty); an idle ``1g.24gb``. The GPU
+  reports no utilisation (``[N/A]``, as real MIG GPUs do) and its used memory is the sum
+  of its instances'.
 
 Scenario time is ``(now - t0) * speed`` seconds, or ``frozen_at`` when set. A held clock
 (``hold_file``, ``--demo-hold``) reads ``hold_at`` until that file exists and runs on from
@@ -66,6 +72,7 @@ SCENARIOS = (
     "slow",
     "hang",
     "vllm",
+    "mig",
 )
 TRAINING_SCENARIOS = ("training-oom", "stall", "slow")  # the ones that run the drafter job
 # the machines of SGLang servers, one per GPU (vllm: GPUs VLLM_GPUS serve vLLM instead)
@@ -152,6 +159,38 @@ IDLE_AT = 30.0  # idle scenario: the drafter's GPUs go idle (memory still held) 
 XID_AT = 90.0  # sglang: GPU 3's driver marks a row for remapping (Xid 63) here
 XID_GPU = 3
 DEMO_IDLE_HELD_AFTER_S = 60.0  # ... and the demo host says so after this (not 600 s)
+MIG_GPU = 7
+MIG_RAMP_AT = 20.0  # mig: the 1g.24gb instance's job starts filling it
+
+
+class MigSlice(NamedTuple):
+    """One simulated GPU instance (one compute instance each): ids, -L's profile, its
+    MIG device UUID, memory, SMs (the RTX PRO 6000's 188 in four slices of 47), the
+    process on it (None: idle), its steady used memory."""
+
+    gi: int
+    device: int  # the MIG device index
+    profile: str
+    uuid: str
+    total_mib: int
+    sm: int
+    pid: int | None
+    steady_mib: int
+
+
+# The RTX PRO 6000 Blackwell Server Edition's MIG profiles (NVIDIA's MIG user guide,
+# "Supported MIG Profiles": 1g.24gb, 2g.48gb, 4g.96gb; up to 4 instances)
+MIG_INSTANCES = (
+    MigSlice(
+        1, 0, "2g.48gb", "MIG-5d1e27a4-8b3c-5f09-9e12-4a7b6c0d3e81", 47872, 94, 2419510, 40960
+    ),
+    MigSlice(5, 1, "1g.24gb", "MIG-a0c4e913-27d6-5b48-8f31-6e9d2b7c1a05", 23936, 47, 2419511, 9216),
+    MigSlice(6, 2, "1g.24gb", "MIG-3f8b61c2-d9a7-5e04-b6c3-17e0f45a8d92", 23936, 47, None, 13),
+)
+MIG_COMMANDS = {
+    2419510: f"{PROCESS_NAME} -m vllm.entrypoints.openai.api_server --port 8100",
+    2419511: f"{PROCESS_NAME} finetune.py --lora --rank 0",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +373,7 @@ class SimGpu:
     rows_pending: bool = False
     rows_failure: bool = False
     recovery_action: str = "None"
+    mig: bool = False  # in MIG mode: no utilisation reported; memory is its slices'
 
     @property
     def uuid(self) -> str:
@@ -479,6 +519,7 @@ _NCCL_SPIN = _Load((100, 100), (0, 1), (105.0, 125.0), (48, 52), (2520, 2700))
 _IDLE_POWER = (30.0, 40.0)
 # Held and idle: the drafter's memory stays, its kernels do not run (a process blocked on
 # the CPU side: a data loader, a lock, a mis-built torch falling back to slow paths).
+_MIG_LOAD = _Load((0, 0), (0, 0), (210.0, 240.0), (48, 52), (2400, 2500))  # util not reported
 _HELD_IDLE_LOAD = _Load((0, 2), (0, 1), (72.0, 80.0), (40, 42), (2700, 2760))
 
 
@@ -597,6 +638,11 @@ def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
             load = _NCCL_SPIN if wedged else load
             used = _SGLANG_MEMORY[i] + rng.randint(-4, 4)
             gpus.append(_busy(i, rng, used, load or _SGLANG_LOAD))
+        elif settings.scenario == "mig" and i == MIG_GPU:
+            used = sum(mig_used_mib(settings, t, m) for m in MIG_INSTANCES)
+            gpus.append(replace(_busy(i, rng, used, _MIG_LOAD), mig=True))
+        elif settings.scenario == "mig" and i in DRAFTER_GPUS:  # idle long before
+            gpus.append(_idle(i, rng, 3600.0, _DRAFTER_LOAD[i]))
         elif settings.scenario == "idle" and i in DRAFTER_GPUS:
             load = _DRAFTER_LOAD[i] if t < IDLE_AT else _HELD_IDLE_LOAD
             gpus.append(_busy(i, rng, _DRAFTER_STEADY[i] + rng.randint(-3, 3), load))
@@ -640,6 +686,27 @@ def _clamp_range(centre: int) -> tuple[int, int]:
     return max(centre - 1, lo), min(centre + 1, hi)
 
 
+def mig_used_mib(settings: SimSettings, t: float, m: MigSlice) -> int:
+    """The used memory of GPU instance ``m`` at scenario time ``t`` (mig scenario)."""
+    if m.pid is None or m.device != 1 or t < MIG_RAMP_AT:
+        return m.steady_mib + (4 if m.pid is not None else 0) * (sample_tick(t) % 2)
+    # the fine-tune's activations grow ~160 MiB/s until its slice is all but full
+    return min(m.steady_mib + round(160 * (t - MIG_RAMP_AT)), m.total_mib - 96)
+
+
+def mig_processes(settings: SimSettings, t: float) -> list[tuple[MigSlice, SimProcess]]:
+    """The processes on the MIG GPU's instances (mig scenario), with their instance."""
+    if settings.scenario != "mig":
+        return []
+    t = max(t, 0.0)
+    out = []
+    for m in MIG_INSTANCES:
+        if m.pid is not None:
+            used = mig_used_mib(settings, t, m) - 20
+            out.append((m, SimProcess(m.pid, PROCESS_NAME, used, MIG_GPU)))
+    return out
+
+
 def compute_processes(settings: SimSettings, t: float) -> list[SimProcess]:
     """The compute processes at scenario time ``t``, one per busy GPU, in GPU order."""
     t = max(t, 0.0)
@@ -659,6 +726,7 @@ def compute_processes(settings: SimSettings, t: float) -> list[SimProcess]:
         SimProcess(_TARGET_PIDS[i], PROCESS_NAME, gpus[i].memory_used_mib - 42, i)
         for i in TARGET_GPUS
     ]
+    procs += [p for _, p in mig_processes(settings, t)]
     run = drafter_run(settings, t)
     if settings.scenario == "idle":  # run 0 goes on, idle or not
         run = DrafterRun(0, -math.inf)
@@ -713,6 +781,8 @@ def host_process(
     default 8000 + k where none is given)."""
     if host_pid == JUPYTER_PID:
         return HostProcess(host_pid, JUPYTER_CONTAINER, 88, JUPYTER_COMMAND)
+    if host_pid in MIG_COMMANDS:
+        return HostProcess(host_pid, CONTAINER, host_pid - 2418000, MIG_COMMANDS[host_pid])
     gpu, rest = divmod(host_pid - _VLLM_PID, 168)
     if rest == 0 and gpu in VLLM_GPUS:
         k = VLLM_GPUS.index(gpu)
@@ -739,6 +809,7 @@ def host_process(
 def simulated_pids(runs: int = 8) -> list[int]:
     """Every GPU PID the training-oom scenario can list (restarted runs up to ``runs``)."""
     pids = [*_TARGET_PIDS, JUPYTER_PID, *(_SGLANG_PID + 168 * g for g in range(GPU_COUNT))]
+    pids += list(MIG_COMMANDS)
     pids += [_VLLM_PID + 168 * g for g in VLLM_GPUS]
     pids += [_DRAFTER_PID + k for k in range(len(DRAFTER_GPUS))]
     pids += [

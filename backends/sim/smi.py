@@ -36,6 +36,8 @@ from gpumon.backends.sim.scenario import (
     BUS_IDS,
     GPU_COUNT,
     GPU_NAME,
+    MIG_GPU,
+    MIG_INSTANCES,
     TARGET_GPUS,
     UUIDS,
     FaultSpec,
@@ -43,6 +45,8 @@ from gpumon.backends.sim.scenario import (
     SimSettings,
     compute_processes,
     gpu_states,
+    mig_processes,
+    mig_used_mib,
     parse_fault,
     scenario_time,
     wall_time,
@@ -312,6 +316,16 @@ def _cell(value: Cell, unit: str) -> Cell:
     return cell
 
 
+def _list_line(settings: SimSettings, index: int) -> str:
+    """``-L``'s line of GPU ``index``, with its MIG devices under it (mig scenario)."""
+    line = f"GPU {index}: {GPU_NAME} (UUID: {UUIDS[index]})\n"
+    if settings.scenario != "mig" or index != MIG_GPU:
+        return line
+    return line + "".join(
+        f"  MIG {m.profile:<12}Device {m.device:>2}: (UUID: {m.uuid})\n" for m in MIG_INSTANCES
+    )
+
+
 def _selected(ids: list[str] | None) -> frozenset[int]:
     if ids is None:
         return frozenset(range(GPU_COUNT))
@@ -357,11 +371,13 @@ def run(cmd: Command, settings: SimSettings, out: TextIO) -> int:
         settings = with_state(settings)
         t, wall = Printer(Command("query-gpu", ["index"]), settings).clock()
         gpus = [g for g in gpu_states(settings, t) if g.index in chosen]
-        out.write(query_report(gpus, wall, cmd.display))
+        slices = [(m, mig_used_mib(settings, t, m)) for m in MIG_INSTANCES]
+        mig = {MIG_GPU: slices} if settings.scenario == "mig" else None
+        out.write(query_report(gpus, wall, cmd.display, mig, mig_processes(settings, t)))
         return 0
     if cmd.action == "list":
         chosen = _selected(cmd.ids)
-        out.write("".join(f"GPU {i}: {GPU_NAME} (UUID: {UUIDS[i]})\n" for i in sorted(chosen)))
+        out.write("".join(_list_line(settings, i) for i in sorted(chosen)))
         return 0
     printer = Printer(cmd, with_state(settings))
     make = printer.gpu_round if cmd.action == "query-gpu" else printer.process_round

@@ -2,6 +2,10 @@
 layout nvidia-smi 590 prints (tests/fixtures/nvidia/real-captures/, the H200's ``-q``):
 keys padded to column 55 before ``": "``, four spaces per level, a blank line between GPUs.
 
+A GPU in MIG mode (the mig scenario) also has its ``MIG Mode``, ``MIG Device`` sections,
+``GPU UUID`` and ``Processes`` with their GPU and compute instance ids, as the H100's and
+H200's MIG captures print them (what the agent reads where NVML is not usable).
+
 Only the sections ``gpumon bundle`` asks for are simulated (``-d ECC, PAGE_RETIREMENT,
 ROW_REMAPPER, PERFORMANCE, CLOCK``); a plain ``-q`` prints those too, after the header.
 The values come from the same model as the CSV queries (clocks, P-state, event reasons);
@@ -12,14 +16,18 @@ failure flags are the CSV's (the sglang scenario's Xid 63 leaves a row pending).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from gpumon.backends.sim.fields import CUDA_VERSION, DRIVER_VERSION
 from gpumon.backends.sim.scenario import (
     BUS_IDS,
     GPU_COUNT,
+    GPU_NAME,
     MAX_SM_CLOCK_MHZ,
     MEMORY_CLOCK_MHZ,
+    MigSlice,
     SimGpu,
+    SimProcess,
 )
 
 __all__ = ["DISPLAY_SECTIONS", "parse_display", "query_report"]
@@ -161,9 +169,48 @@ _SECTIONS = {
 }
 
 
-def query_report(gpus: list[SimGpu], wall: float, sections: tuple[str, ...] = ()) -> str:
+def _mib(level: int, key: str, mib: int) -> str:
+    return _line(level, key, f"{mib} MiB")
+
+
+def _mig_head(gpu: SimGpu, slices: list[tuple[MigSlice, int]]) -> list[str]:
+    out = [_line(1, "Product Name", GPU_NAME), _line(1, "MIG Mode")]
+    out += [_line(2, "Current", "Enabled"), _line(2, "Pending", "Enabled")]
+    for m, used in slices:
+        out += [_line(1, "MIG Device"), _line(2, "Index", str(m.device))]
+        out += [_line(2, "GPU Instance ID", str(m.gi)), _line(2, "Compute Instance ID", "0")]
+        out += [_line(2, "Device Attributes"), _line(3, "Shared")]
+        out += [_line(4, "Multiprocessor count", str(m.sm))]
+        out += [_line(2, "Shared FB Memory Usage"), _mib(3, "Total", m.total_mib)]
+        out += [_mib(3, "Reserved", 0), _mib(3, "Used", used), _mib(3, "Free", m.total_mib - used)]
+    return [*out, _line(1, "GPU UUID", gpu.uuid)]
+
+
+def _mig_processes(procs: list[tuple[MigSlice, SimProcess]]) -> list[str]:
+    out = [_line(1, "Processes")]
+    for m, p in procs:
+        # the process lines' keys are padded to their own column in the real report
+        out += [f"        {'GPU instance ID'.ljust(34)}: {m.gi}\n"]
+        out += [f"        {'Compute instance ID'.ljust(34)}: 0\n"]
+        out += [f"        {'Process ID'.ljust(34)}: {p.pid}\n"]
+        out += [
+            f"            {'Type'.ljust(30)}: C\n",
+            f"            {'Name'.ljust(30)}: {p.name}\n",
+        ]
+        out += [f"            {'Used GPU Memory'.ljust(30)}: {p.used_memory_mib} MiB\n"]
+    return out
+
+
+def query_report(
+    gpus: list[SimGpu],
+    wall: float,
+    sections: tuple[str, ...] = (),
+    mig: dict[int, list[tuple[MigSlice, int]]] | None = None,
+    mig_procs: Sequence[tuple[MigSlice, SimProcess]] = (),
+) -> str:
     """The ``-q`` report of ``gpus`` at ``wall`` time with ``sections`` (-d names; empty:
-    every simulated one), each GPU's in nvidia-smi's order."""
+    every simulated one), each GPU's in nvidia-smi's order. ``mig``: the GPU instances of
+    the GPUs in MIG mode with their used MiB; ``mig_procs``: the processes on them."""
     chosen = [s for s in DISPLAY_SECTIONS if s in sections] if sections else list(DISPLAY_SECTIONS)
     out = [
         "\n==============NVSMI LOG==============\n\n",
@@ -175,7 +222,12 @@ def query_report(gpus: list[SimGpu], wall: float, sections: tuple[str, ...] = ()
     ]
     for gpu in gpus:
         out.append(f"GPU {BUS_IDS[gpu.index]}\n")
+        slices = (mig or {}).get(gpu.index) if gpu.mig else None
+        if slices is not None:
+            out += _mig_head(gpu, slices)
         for name in chosen:
             out += _SECTIONS[name](gpu)
+        if slices is not None:
+            out += _mig_processes(list(mig_procs))
         out.append("\n")
     return "".join(out)

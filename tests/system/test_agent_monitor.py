@@ -236,7 +236,7 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
     gpu_keys = [
         "index", "uuid", "name", "bus_id", "memory_used_mib", "memory_total_mib",
         "utilization_pct", "temperature_c", "power_w", "power_limit_w", "health",
-        "problems", "health_facts", "processes", "memory_unattributed_mib", "minor",
+        "problems", "health_facts", "processes", "memory_unattributed_mib", "minor", "mig",
     ]  # fmt: skip
     assert all(list(g) == gpu_keys for g in data["gpus"])
     process_keys = [

@@ -309,3 +309,34 @@ async def test_nvml_field_values_fill_memory_temperature_and_instant_power(
         assert sample.memory_temperature_c == memory_c
     finally:
         await monitor.stop()
+
+
+async def test_a_mig_gpu_over_nvml_is_its_instances(
+    faults: tuple[Path, Path], fake_nvml: pytest.MonkeyPatch
+) -> None:
+    """GPU 0 in MIG mode (issue 39 point 3): the agent reads its GPU instances through
+    NVML's MIG device handles with the process list (the stand-in's MIG_CALLS), each
+    with its own memory and its process; a driver that gives no MIG device is said."""
+    me, parent = os.getpid(), os.getppid()
+    fake_nvml.setenv("FAKE_NVML_MIG", "1")
+    fake_nvml.setenv("FAKE_NVML_PROCESS_PID", f"{me},{parent}")
+    monitor = local_monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.latest and monitor.latest.mig, 30, "the MIG instances")
+        sample = monitor.latest
+        assert sample is not None and sample.gpus[0].mig_mode
+        got = [(i.gpu_instance_id, i.profile, i.memory_total_mib, i.pids) for i in sample.mig]
+        assert got == [(1, "2g.48gb", 47872, (me,)), (5, "1g.24gb", 23936, (parent,))]
+        assert sample.gpus[0].utilization_pct is None and monitor.mig_error is None
+    finally:
+        await monitor.stop()
+    fake_nvml.setenv("FAKE_NVML_MIG", "no_devices")
+    monitor = local_monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.mig_error, 30, "what could not be read")
+        assert "no MIG device could be opened" in (monitor.mig_error or "")
+        assert monitor.mig == ()
+    finally:
+        await monitor.stop()

@@ -24,6 +24,13 @@ def sample_messages() -> list[protocol.Message]:
         protocol.ProcRecords(1.5, "host", [{"host_pid": 9, "container": "200", "pid": 1}]),
         protocol.Minors(1.5, {"00000000:18:00.0": 4}, "nvml"),
         protocol.Minors(1.5, {}, "procfs", "/proc/driver/nvidia/gpus: No such file or directory"),
+        protocol.Mig(
+            1.5,
+            "nvidia-smi",
+            ["GPU-95d3a06c-4f21-4c8e-b7a9-0a6e2f81c4d5"],
+            [{"gpu": "GPU-95d3a06c-4f21-4c8e-b7a9-0a6e2f81c4d5", "gi": 5, "pids": [2419511]}],
+        ),
+        protocol.Mig(1.5, "nvml", [], [], "GPU 0: Not Supported"),
         protocol.SmiError(1.5, 9, "NVIDIA-SMI has failed"),
         protocol.Log("job:drafter", "/root/train.log", 1.5, True, ["step 1"], 3),
         protocol.Kernel(1.5, ["NVRM: Xid 79"]),

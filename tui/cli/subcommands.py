@@ -39,7 +39,7 @@ INTERVAL_RANGE = (0.1, 3600.0)  # seconds, as the config's `interval`
 VARIANTS = ("cu126", "cu128", "cu129", "cu130", "cu132", "cpu")  # swap-torch's examples
 # The simulator's scenarios, spelled out so that a parser does not import the simulator
 # (a test holds them equal to ``sim.scenario.SCENARIOS``).
-SCENARIOS = ("training-oom", "sglang", "idle", "stall", "slow", "hang", "vllm")
+SCENARIOS = ("training-oom", "sglang", "idle", "stall", "slow", "hang", "vllm", "mig")
 COMMANDS_SLOT = "{commands}"  # in a description: the table's words, in its order
 VERSION = "gpumon-version"  # ``--version``'s action: the version looked up when asked
 # The actions whose option takes no value (the next word is not its value).

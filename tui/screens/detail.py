@@ -30,6 +30,7 @@ from gpumon.tui.views.gpu_cells import (
     gpu_cells,
     health_facts_cell,
     memory_role,
+    mig_cells,
     short_name,
     temperature_role,
 )
@@ -324,6 +325,10 @@ class DetailScreen(Screen[None]):
             return Text("\n").join([head, Text("  no data", pal.text(Role.NA))])
         watched = self.target.monitor.host.container
         lines = [head]
+        rules = self.target.monitor.alerts.rules
+        # a GPU in MIG mode: its instances first, each with its own memory and processes
+        for x in mig_cells(sample, gpu, rules.memory_warning_pct, rules.memory_critical_pct):
+            lines.append(Text(f"  {x.text}", pal.text(x.role)))
         flag = memory_flag(sample, gpu, watched)
         procs = process_lines(sample, gpu, watched)
         if not procs:

@@ -11,11 +11,12 @@ import enum
 import functools
 import math
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpumon.backends.alerts.health import clock_reasons, findings, pcie_finding, recovery_action
 from gpumon.backends.model import (
+    MIG_NOT_AVAILABLE,
     ConnState,
     GpuProcess,
     GpuSample,
@@ -174,13 +175,18 @@ def gpu_cells(
     are n/a."""
     fraction = gpu.memory_used_fraction
     mem_role = Role.NA if fraction is None else memory_role(memory_level)
-    if gpu.memory_used_mib is None:
+    if gpu.mig_mode:  # its slices' memory is on their own lines, never the whole as one
+        fraction, mem_role = None, Role.MUTED
+        memory = Cell("MIG", Role.MUTED)
+    elif gpu.memory_used_mib is None:
         memory = NA
     elif gpu.memory_total_mib:
         memory = Cell(f"{gib(gpu.memory_used_mib)}/{gib(gpu.memory_total_mib)}GiB", mem_role)
     else:
         memory = Cell(f"{gib(gpu.memory_used_mib)}GiB", Role.NORMAL)
     memory_pct = NA if fraction is None else Cell(percent(fraction * 100), mem_role)
+    if gpu.mig_mode:
+        memory_pct = Cell("", Role.MUTED)
     util = NA if gpu.utilization_pct is None else Cell(percent(gpu.utilization_pct))
     temp = (
         NA
@@ -282,6 +288,54 @@ def process_summary(sample: HostSample, gpu: GpuSample, in_container: bool) -> C
             pid = str(p.pid) if p.pid is not None else f"h{p.host_pid}"
             parts.append(f"{pid} {_printable(name)}{mem}")
     return Cell("procs: " + ", ".join(parts), Role.MUTED)
+
+
+def mig_cells(
+    sample: HostSample,
+    gpu: GpuSample,
+    warning_pct: float,
+    critical_pct: float,
+    full_in: Mapping[int, float] | None = None,
+) -> tuple[Cell, ...]:
+    """The lines of a GPU in MIG mode under its row, one per GPU instance: "GI 5 1g.24gb
+    11.7/23.4GiB 50% util n/a: 1511 python3 11.7GiB", coloured by its own memory against
+    the host's thresholds, with "full in ~40 s" where its time-to-full warning applies
+    (``full_in``: GPU instance id -> seconds); the not-available line where none could
+    be read; () off MIG."""
+    instances = sample.mig_instances(gpu)
+    if instances is None:
+        return ()
+    if not instances:
+        return (Cell(MIG_NOT_AVAILABLE, Role.WARNING),)
+    out = []
+    for inst in instances:
+        frac = inst.memory_used_fraction
+        if inst.memory_used_mib is None or not inst.memory_total_mib or frac is None:
+            memory, role = "n/a", Role.NA
+        else:
+            memory = (
+                f"{gib(inst.memory_used_mib)}/{gib(inst.memory_total_mib)}GiB {percent(frac * 100)}"
+            )
+            pct = frac * 100
+            role = (
+                Role.CRITICAL
+                if pct >= critical_pct
+                else Role.WARNING
+                if pct >= warning_pct
+                else Role.NORMAL
+            )
+        procs = [
+            f"{p.pid if p.pid is not None else f'h{p.host_pid}'} {_printable(p.short_name or '?')}"
+            + ("" if p.memory_mib is None else f" {gib(p.memory_mib)}GiB")
+            for p in sample.instance_processes(inst)
+        ]
+        said = ", ".join(procs) if procs else "no processes"
+        ttf = (full_in or {}).get(inst.gpu_instance_id)
+        if ttf is not None:
+            memory += f" full in ~{duration(ttf)}"
+            role = Role.WARNING if role == Role.NORMAL else role
+        out.append(Cell(f"{_printable(inst.name)}  {memory}  util n/a: {said}", role))
+    return tuple(out)
 
 
 def alert_count_text(total: int, new: int | None = None) -> str:

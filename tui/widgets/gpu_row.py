@@ -109,6 +109,7 @@ class RowView:
     expanded: bool = False  # its process lines are shown under it
     process_lines: tuple[ProcessLine, ...] = ()
     selected_line: int | None = None  # the process line under the cursor
+    mig: tuple[Cell, ...] = ()  # a GPU in MIG mode: one line per GPU instance under it
 
     @property
     def listed_lines(self) -> int:
@@ -118,7 +119,8 @@ class RowView:
     @property
     def lines(self) -> int:
         sick = 1 if self.cells.problems.text else 0
-        return self.height + sick + (1 if self.flag else 0) + self.listed_lines
+        flag = 1 if self.flag else 0
+        return self.height + len(self.mig) + sick + flag + self.listed_lines
 
     def line_at(self, y: int) -> int | None:
         """The process line at ``y`` lines into the row (None: not a process line)."""
@@ -381,6 +383,11 @@ def row_lines(view: RowView, layout: RowLayout) -> list[Line | Text]:
     if layout.spark > 0:
         _append_sparkline(lines, view, layout)
     out: list[Line | Text] = list(lines)
+    for x in view.mig:
+        instance = Text(" " * PREFIX_W)
+        instance.append(x.text, pal.text(x.role, stale=stale))
+        instance.truncate(layout.width, overflow="ellipsis")
+        out.append(instance)
     if c.problems.text:
         problem = Text(" " * PREFIX_W)
         problem.append(f"{c.marker.text} {c.problems.text}", pal.text(c.problems.role))

@@ -37,6 +37,7 @@ from gpumon.tui.views.gpu_cells import (
     gpu_cells,
     header_error,
     header_parts,
+    mig_cells,
     process_summary,
     reported_details,
 )
@@ -188,7 +189,8 @@ class HostSection(Vertical):
         views = self.gpu_rows.view.rows if self.gpu_rows.view is not None else ()
         sick = sum(1 for v in views if v.cells.problems.text)
         listed = sum(v.listed_lines for v in views)  # expanded rows' process lines
-        extra = sick + listed + (1 if self.monitor.status.error else 0)
+        slices = sum(len(v.mig) for v in views)  # a MIG GPU's instance lines
+        extra = sick + listed + slices + (1 if self.monitor.status.error else 0)
         return HostNeeds(len(self.gpus) or 8, extra, len(w.sglang), len(w.jobs), len(w.vllm))
 
     def refresh_view(self, ctx: ViewContext, *, rows: bool = True) -> None:
@@ -322,7 +324,26 @@ class HostSection(Vertical):
             expanded=expanded,
             process_lines=lines,
             selected_line=selected,
+            mig=mig_cells(
+                shown,
+                gpu,
+                m.alerts.rules.memory_warning_pct,
+                m.alerts.rules.memory_critical_pct,
+                self._slices_full_in(gpu),
+            ),
         )
+
+    def _slices_full_in(self, gpu: GpuSample) -> dict[int, float]:
+        """The GPU instances of ``gpu`` whose time to full is within the warning's
+        horizon, or whose warning is on (as a GPU row's "full in")."""
+        alerts = self.monitor.alerts
+        active = {a.key for a in alerts.active()}
+        horizon = alerts.rules.ttf_horizon_s
+        return {
+            gi: ttf
+            for gi, ttf in alerts.instance_times_to_full(gpu.index).items()
+            if ttf <= horizon or f"time_to_full:{gpu.index}:gi{gi}" in active
+        }
 
     def _memory_levels(self, sample: HostSample | None) -> dict[int, Health | None]:
         """GPU -> memory level of ``sample`` from the host's alert engine, so a row is

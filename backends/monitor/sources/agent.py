@@ -116,6 +116,7 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
                 _quiet(lambda m: sink.ingest_proc_records(m.source, m.records, sink.clock())),
             ),
             _route(p.Minors, _quiet(lambda m: sink.ingest_minors(m.minors))),
+            _route(p.Mig, _quiet(lambda m: sink.ingest_mig(m.instances, m.error))),
             _route(p.SmiError, _quiet(smi_error)),
             _route(
                 p.Log,

@@ -66,6 +66,9 @@ class Sink(Protocol):
         """Process records from ``/proc`` (``remote.host_procs``): ``host`` (the Proxmox
         host's collector) or ``device-files`` (the agent inside the container)."""
 
+    def ingest_mig(self, records: Sequence[Mapping[str, Any]], error: str | None) -> None:
+        """The GPU instances of the GPUs in MIG mode (``remote.mig``'s records)."""
+
     def ingest_minors(self, minors: Mapping[str, int]) -> None:
         """Each GPU's device minor (``/dev/nvidiaN``) by bus id, in any spelling."""
 

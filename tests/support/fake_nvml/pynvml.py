@@ -33,6 +33,12 @@ What the test chooses through the environment, in the real module's own terms:
 - ``FAKE_NVML_PROCESS_PID``: the pids of the compute processes, comma-separated (default:
   none), using 1000, 1024, ... MiB; ``FAKE_NVML_PROC_FAULT``: the process calls raise a
   RuntimeError (what no one expected: the agent's thread must say it died).
+- ``FAKE_NVML_MIG``: GPU 0 is in MIG mode (``nvmlDeviceGetMigMode`` [1, 1]) with the GPU
+  instances ``MIG_SLOTS`` (one compute instance each; the first process on GI 1, the
+  next on GI 5); ``no_devices``: in MIG mode, but ``nvmlDeviceGetMigDeviceHandleByIndex``
+  raises NOT_SUPPORTED (a driver that gives no slice). The MIG calls are nvidia-ml-py
+  13.580.82's (``MIG_CALLS``); the utilisation of a MIG device, and of GPU 0 while in MIG
+  mode, is NOT_SUPPORTED, as NVML documents.
 """
 
 from __future__ import annotations
@@ -72,6 +78,11 @@ class NVMLError(Exception):
 class NVMLError_NotSupported(NVMLError):
     def __init__(self, value: object = None) -> None:
         super().__init__(NVML_ERROR_NOT_SUPPORTED)
+
+
+class NVMLError_NotFound(NVMLError):
+    def __init__(self, value: object = None) -> None:
+        super().__init__(6)  # NVML_ERROR_NOT_FOUND
 
 
 class NVMLError_FunctionNotFound(NVMLError):
@@ -119,10 +130,14 @@ def nvmlDeviceGetHandleByIndex(i: int) -> int:
 
 
 def nvmlDeviceGetUUID(h: int) -> str:
+    if h >= MIG_BASE:
+        return f"MIG-5d1e27a4-8b3c-5f09-9e12-4a7b6c0d3e{h % 100:02d}"
     return f"GPU-6e1f0c4e-0000-4000-8000-0000000000{h:02d}"
 
 
 def nvmlDeviceGetName(h: int) -> str:
+    if h >= MIG_BASE:  # NVML names a MIG device "<board> MIG <profile>"
+        return f"NVIDIA RTX PRO 6000 MIG {MIG_SLOTS[h % 100][1]}"
     return "NVIDIA H200" if os.environ.get("FAKE_NVML_GPU") == "hbm" else "NVIDIA RTX PRO 6000"
 
 
@@ -135,10 +150,16 @@ def nvmlDeviceGetMinorNumber(h: int) -> int:
 
 
 def nvmlDeviceGetMemoryInfo(h: int, version: int = 1) -> Any:
+    if h >= MIG_BASE:
+        total = MIG_SLOTS[h % 100][2] * MIB
+        used = sum(used for _, used in _processes(h)) + 13 * MIB
+        return SimpleNamespace(total=total, used=used, free=total - used)
     return SimpleNamespace(total=97887 * MIB, used=1024 * MIB, free=96863 * MIB)
 
 
 def nvmlDeviceGetUtilizationRates(h: int) -> Any:
+    if h >= MIG_BASE or _mig_gpu(h):
+        raise NVMLError_NotSupported()
     return SimpleNamespace(gpu=7, memory=1)
 
 
@@ -256,9 +277,13 @@ _SYMBOLS: dict[str, dict[str, type[ctypes.Structure] | None]] = {
 }
 
 
-def _processes() -> list[tuple[int, int]]:
+def _processes(handle: int = 0) -> list[tuple[int, int]]:
+    """The processes on ``handle``; on a MIG device only the one of its slot."""
     pids = os.environ.get("FAKE_NVML_PROCESS_PID", "")
-    return [(int(pid), (1000 + 24 * n) * MIB) for n, pid in enumerate(pids.split(",")) if pid]
+    procs = [(int(pid), (1000 + 24 * n) * MIB) for n, pid in enumerate(pids.split(",")) if pid]
+    if isinstance(handle, int) and handle >= MIG_BASE:  # (a test may pass a ctypes handle)
+        return procs[handle % 100 : handle % 100 + 1]
+    return procs
 
 
 def _process_call(struct: type[ctypes.Structure]) -> Callable[..., int]:
@@ -267,7 +292,7 @@ def _process_call(struct: type[ctypes.Structure]) -> Callable[..., int]:
 
     def call(handle: int, count_ref: Any, buffer: Any) -> int:
         count = count_ref._obj  # the c_uint behind byref()
-        procs = _processes()
+        procs = _processes(handle)
         if buffer is None or count.value < len(procs):
             count.value = len(procs)
             return NVML_ERROR_INSUFFICIENT_SIZE if procs else NVML_SUCCESS
@@ -326,6 +351,65 @@ def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[Any]:
             "version. Either use matching pyNVML and NVML lib versions or use a versioned "
             "function such as nvmlDeviceGetComputeRunningProcesses_v2"
         ) from None
+
+
+# --- MIG ----------------------------------------------------------------------------------
+
+NVML_DEVICE_MIG_ENABLE = 1
+MIG_BASE = 1000  # a MIG device's handle: MIG_BASE + its slot (GPU 0's)
+MIG_SLOTS = ((1, "2g.48gb", 47872, 94), (5, "1g.24gb", 23936, 47))  # (GI, profile, MiB, SMs)
+# What gpumon calls, as nvidia-ml-py 13.580.82's pynvml.py defines them (the MIG device
+# handles' own calls are the device calls above: name, UUID, memory, processes)
+MIG_CALLS = (
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetAttributes",
+)
+
+
+def _mig_gpu(h: int) -> bool:
+    return bool(os.environ.get("FAKE_NVML_MIG")) and h == 0
+
+
+def nvmlDeviceGetMigMode(h: int) -> list[int]:
+    """[current, pending] (pynvml returns both as a list)."""
+    if h >= MIG_BASE:
+        raise NVMLError_NotSupported()
+    mode = NVML_DEVICE_MIG_ENABLE if _mig_gpu(h) else 0
+    return [mode, mode]
+
+
+def nvmlDeviceGetMaxMigDeviceCount(h: int) -> int:
+    return 4 if _mig_gpu(h) else 0  # the RTX PRO 6000: up to 4 GPU instances
+
+
+def nvmlDeviceGetMigDeviceHandleByIndex(h: int, index: int) -> int:
+    if os.environ.get("FAKE_NVML_MIG") == "no_devices":
+        raise NVMLError_NotSupported()
+    if not _mig_gpu(h) or index >= len(MIG_SLOTS):
+        raise NVMLError_NotFound()  # an empty slot
+    return MIG_BASE + index
+
+
+def nvmlDeviceGetGpuInstanceId(h: int) -> int:
+    if h < MIG_BASE:
+        raise NVMLError_NotSupported()  # not a MIG device handle
+    return MIG_SLOTS[h % 100][0]
+
+
+def nvmlDeviceGetComputeInstanceId(h: int) -> int:
+    if h < MIG_BASE:
+        raise NVMLError_NotSupported()
+    return 0
+
+
+def nvmlDeviceGetAttributes(h: int) -> Any:
+    if h < MIG_BASE:
+        raise NVMLError_NotSupported()
+    return SimpleNamespace(multiprocessorCount=MIG_SLOTS[h % 100][3])
 
 
 def __getattr__(name: str) -> Any:
