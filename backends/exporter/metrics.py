@@ -59,6 +59,7 @@ _GPU = ("host", "gpu", "uuid", "name")
 # Not "job": Prometheus sets that label to the scrape job (and renames ours exported_job).
 _JOB = ("host", "job_name")
 _SGLANG = ("host", "port")
+_VLLM = _SGLANG  # a server of either engine is its host and port
 # name -> (help, labels); every gauge the collector fills, and docs/on-call.md's table.
 GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpumon_gpu_memory_used_bytes": ("GPU memory in use", _GPU),
@@ -76,6 +77,18 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpumon_sglang_kv_usage_ratio": ("KV cache tokens in use, 0..1", _SGLANG),
     "gpumon_sglang_generation_tokens_per_second": ("generation throughput", _SGLANG),
     "gpumon_sglang_spec_accept_length": ("a drafter's tokens per verify step", _SGLANG),
+    # vLLM's beside SGLang's: the same name where the meaning is the same, vLLM's own
+    # words (waiting, preemptions, mean acceptance length) where it has its own number
+    "gpumon_vllm_up": ("1 while the vLLM server answers", _VLLM),
+    "gpumon_vllm_running_requests": ("requests running", _VLLM),
+    "gpumon_vllm_waiting_requests": ("requests waiting", _VLLM),
+    "gpumon_vllm_kv_usage_ratio": ("KV cache in use, 0..1", _VLLM),
+    "gpumon_vllm_generation_tokens_per_second": ("generation throughput", _VLLM),
+    "gpumon_vllm_prompt_tokens_per_second": ("prompt throughput", _VLLM),
+    "gpumon_vllm_preemptions_per_second": ("requests preempted per second", _VLLM),
+    "gpumon_vllm_prefix_cache_hit_ratio": ("prompt tokens found in the prefix cache", _VLLM),
+    "gpumon_vllm_spec_accept_length": ("a drafter's mean acceptance length", _VLLM),
+    "gpumon_vllm_spec_accept_ratio": ("a drafter's tokens accepted, 0..1", _VLLM),
     "gpumon_alerts_active": ("active alerts", ("host", "severity", "kind")),
     "gpumon_agent_up": ("1 while gpumon receives fresh samples from the host", ("host",)),
     "gpumon_sample_age_seconds": ("age of the newest GPU sample", ("host",)),
@@ -183,6 +196,18 @@ class GpumonCollector(Collector):
                 put("gpumon_sglang_kv_usage_ratio", labels, srv.token_usage)
                 put("gpumon_sglang_generation_tokens_per_second", labels, srv.gen_tokens_per_s)
                 put("gpumon_sglang_spec_accept_length", labels, srv.spec_accept_length)
+            for port, v in m.workloads.vllm.items():
+                labels = [host, str(port)]
+                put("gpumon_vllm_up", labels, None if v.up is None else float(v.up))
+                put("gpumon_vllm_running_requests", labels, v.running)
+                put("gpumon_vllm_waiting_requests", labels, v.queued)
+                put("gpumon_vllm_kv_usage_ratio", labels, v.token_usage)
+                put("gpumon_vllm_generation_tokens_per_second", labels, v.gen_tokens_per_s)
+                put("gpumon_vllm_prompt_tokens_per_second", labels, v.prompt_tokens_per_s)
+                put("gpumon_vllm_preemptions_per_second", labels, v.preemptions_per_s)
+                put("gpumon_vllm_prefix_cache_hit_ratio", labels, v.cache_hit_rate)
+                put("gpumon_vllm_spec_accept_length", labels, v.spec_accept_length)
+                put("gpumon_vllm_spec_accept_ratio", labels, v.spec_accept_rate)
             for (gpu_index, code, level, action), n in sorted(m.alerts.xid_counts.items(), key=str):
                 labels = [host, _gpu(gpu_index), str(code), level.value, action or ""]
                 xids.add_metric(labels, n)
