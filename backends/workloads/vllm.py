@@ -92,8 +92,6 @@ class VllmTracker(SglangTracker):
         # requests that finished in about the last minute, by reason: not stop or length
         # (None: the page has no request_success_total, or no minute to compare yet)
         self.failed_recent: tuple[tuple[str, float], ...] | None = None
-        # the /dev/nvidiaN its process tree holds (the agent's discovery): its GPUs
-        self.minors: tuple[int, ...] = ()
 
     def observe_info(self, status: int | None, body: str) -> None:
         """``/version``'s ``{"version": "0.8.5"}``: the release, beside the sizes its
