@@ -203,13 +203,19 @@ class Workloads:
                 self.vllm.setdefault(port, VllmTracker(port))
 
     def on_server_info(
-        self, engine: str, port: int, parallel: Mapping[str, int], minors: Sequence[int]
+        self,
+        engine: str,
+        port: int,
+        parallel: Mapping[str, int],
+        minors: Sequence[int],
+        pid: int | None = None,
     ) -> None:
         """The agent's discovery of a vLLM server's processes: its command line's parallel
-        sizes and the ``/dev/nvidiaN`` its process tree holds (its GPUs)."""
+        sizes, the ``/dev/nvidiaN`` its process tree holds (its GPUs) and its API server's
+        PID (the bundle reads its command line and output there)."""
         if engine != VLLM.name or not 0 < port < 65536:
             return
-        self.vllm.setdefault(port, VllmTracker(port)).observe_processes(parallel, minors)
+        self.vllm.setdefault(port, VllmTracker(port)).observe_processes(parallel, minors, pid)
 
     def on_http(
         self,
