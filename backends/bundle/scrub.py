@@ -90,6 +90,12 @@ _KEY = re.compile(
     r"""[^\s"'#\\\[{][^\r\n"]*?(?=[ \t]+#|[ \t]*(?:[\r\n"]|\\"|\Z))))"""
 )
 _KEY_NAME = re.compile(r"[A-Za-z_][\w.-]*")
+# A key and its list of strings, as Python prints a list-valued option: vLLM's
+# `'api_key': ['sk-...', 'sk-...']` in its `non-default args` line at start
+# (vllm/entrypoints/serve/utils/api_utils.py log_non_default_args), each string a secret.
+_LIST = re.compile(
+    rf"""{_HINT}(?P<q>\\"|["']?)(?P<sep>[ \t]*[:=][ \t]*)\[(?P<items>[^\[\]\r\n]*)\]"""
+)
 
 
 def _masked(value: str) -> str:
@@ -135,10 +141,22 @@ def _key(text: str, m: re.Match[str], floor: int) -> tuple[int, str] | None:
     return start, f"{head}{m['loose']}{_masked(value)}"
 
 
+def _list(text: str, m: re.Match[str], floor: int) -> tuple[int, str] | None:
+    quote = m["q"]
+    start = _name_start(text, m.start(), floor)
+    name = text[start : m.start("q")]
+    if not _KEY_NAME.fullmatch(name) or not is_secret_name(name):
+        return None
+    if text[max(start - len(quote), 0) : start] != quote:
+        return None
+    items = re.sub(_QUOTED, lambda v: _masked(v[0]), m["items"])
+    return start - len(quote), f"{quote}{name}{quote}{m['sep']}[{items}]"
+
+
 Fix = Callable[[str, re.Match[str], int], tuple[int, str] | None]
 # A secret under its name: a flag's value, a key's (NAME=value of an environment, YAML, a
 # header, a JSON or a Python dict's string).
-_NAMED: tuple[tuple[re.Pattern[str], Fix], ...] = ((_FLAG, _flag), (_KEY, _key))
+_NAMED: tuple[tuple[re.Pattern[str], Fix], ...] = ((_FLAG, _flag), (_KEY, _key), (_LIST, _list))
 
 
 def _sub_named(pattern: re.Pattern[str], fix: Fix, text: str) -> str:

@@ -353,9 +353,9 @@ def test_a_vllm_servers_section_never_holds_its_api_key(
 ) -> None:
     """Issue 38 point 5: per vLLM server its ``/metrics``, its output's tail and its
     command line, found with no configuration. The key is masked on the command line and,
-    learned there, scrubbed by value everywhere: vLLM prints it at start in its
-    non-default args as a list (``'api_key': ['sk-...']``), a shape the patterns do not
-    see, in the output file and in the same file followed as the vLLM log."""
+    learned there, scrubbed by value everywhere; vLLM prints it at start in its
+    non-default args as a list (``'api_key': ['sk-...']``), in the output file and in the
+    same file followed as the vLLM log (on main's code it reached logs/ so)."""
     port = free_port()
     output = tmp_path / "vllm-serve.log"
     proc, _ = start_vllm(tmp_path, port, "busy", output=output)

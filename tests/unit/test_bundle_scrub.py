@@ -230,8 +230,8 @@ def test_a_secret_learned_midway_leaves_the_files_kept_before_it_too() -> None:
     line (``masking.secret_values``: every word of a secret flag up to the next option,
     as vLLM's list-valued ``--api-key`` takes several) and scrubs it by value from the
     files already kept (text, inside a ``.gz``; a binary one that holds it is taken out)
-    and from those to come; vLLM's own print of it (a list) is no shape the patterns
-    see, so only the value finds it."""
+    and from those to come: where it stands with no name that says it is a secret, only
+    its value finds it."""
     from gpumon.backends.masking import secret_values
 
     argv = ["vllm", "serve", "m", "--api-key", "sk-first-key", "sk-second-key", "--port", "80"]
@@ -240,8 +240,8 @@ def test_a_secret_learned_midway_leaves_the_files_kept_before_it_too() -> None:
         "hf_0123456",
         "sk-third-key",
     ]
-    printed = "non-default args: {'model_tag': 'm', 'api_key': ['sk-first-key', 'sk-second-key']}\n"
-    assert Scrubber().text(printed) == printed  # the shapes alone miss it
+    printed = "401 for sk-first-key, then sk-second-key\n"
+    assert Scrubber().text(printed) == printed  # the shapes alone miss a bare value
     archive = BundleArchive(Scrubber(), "title")
     archive.add("logs/00-vllm.log", printed, "a log")
     archive.add("recording.jsonl.gz", gzip.compress(json.dumps([printed]).encode()), "a rec")
@@ -251,9 +251,7 @@ def test_a_secret_learned_midway_leaves_the_files_kept_before_it_too() -> None:
     archive.learn(secret_values(argv))
     archive.add("later.txt", "key sk-first-key\n", "after")
     files = {f.name: f.data for f in archive.files}
-    assert files["logs/00-vllm.log"].decode() == (
-        f"non-default args: {{'model_tag': 'm', 'api_key': ['{REDACTED}', '{REDACTED}']}}\n"
-    )
+    assert files["logs/00-vllm.log"].decode() == f"401 for {REDACTED}, then {REDACTED}\n"
     assert b"sk-" not in gzip.decompress(files["recording.jsonl.gz"])
     assert "dump.bin" not in files and "dump.bin" in dict(archive.missing_files)
     assert files["plain.txt"] == b"nothing to see\n" and files["later.txt"] == b"key <redacted>\n"
