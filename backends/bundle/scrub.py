@@ -78,6 +78,11 @@ _FLAG = re.compile(
     r"""-(?<![\w-]-)(?P<name>-?[A-Za-z][\w.-]*)(?P<sep>=|[ \t]+|\\?["']\s*,\s*\\?["'])"""
     rf"(?!-)(?P<value>{_QUOTED}|{_WORD})"
 )
+# A list of strings under a key, as Python prints a list-valued option: vLLM's
+# `'api_key': ['sk-...', 'sk-...']` in its `non-default args` line at start
+# (vllm/entrypoints/serve/utils/api_utils.py log_non_default_args), each string a secret.
+# A value of ``_KEY``: each named pattern is one more scan of every file.
+_LIST = r"\[[^\[\]\r\n]*\]"
 # A key and its value. `name=value` (shell, kwargs, environment): the value ends at a
 # space. `name: value`, `name = value` (YAML, HTTP headers, INI): at the end of the line,
 # a ` #` comment or a quote (the end of a JSON string holding the line); not a structure
@@ -86,16 +91,10 @@ _FLAG = re.compile(
 _KEY = re.compile(
     rf"""{_HINT}(?P<q>\\"|["']?)"""
     rf"(?:(?P<tight>=)(?P<tval>{_QUOTED}|{_WORD})"
-    rf"|(?P<loose>[ \t]*[:=][ \t]*)(?P<lval>{_QUOTED}|"
+    rf"|(?P<loose>[ \t]*[:=][ \t]*)(?P<lval>{_QUOTED}|{_LIST}|"
     r"""[^\s"'#\\\[{][^\r\n"]*?(?=[ \t]+#|[ \t]*(?:[\r\n"]|\\"|\Z))))"""
 )
 _KEY_NAME = re.compile(r"[A-Za-z_][\w.-]*")
-# A key and its list of strings, as Python prints a list-valued option: vLLM's
-# `'api_key': ['sk-...', 'sk-...']` in its `non-default args` line at start
-# (vllm/entrypoints/serve/utils/api_utils.py log_non_default_args), each string a secret.
-_LIST = re.compile(
-    rf"""{_HINT}(?P<q>\\"|["']?)(?P<sep>[ \t]*[:=][ \t]*)\[(?P<items>[^\[\]\r\n]*)\]"""
-)
 
 
 def _masked(value: str) -> str:
@@ -136,27 +135,17 @@ def _key(text: str, m: re.Match[str], floor: int) -> tuple[int, str] | None:
     head = f"{quote}{name}{quote}"
     if m["tight"]:
         return start, f"{head}={_masked(value)}"
+    if value.startswith("["):  # each string of the list
+        return start, f"{head}{m['loose']}{re.sub(_QUOTED, lambda s: _masked(s[0]), value)}"
     if quote and value[0] not in "\\\"'":
         return None  # a JSON number, null, an object: not a secret's string
     return start, f"{head}{m['loose']}{_masked(value)}"
 
 
-def _list(text: str, m: re.Match[str], floor: int) -> tuple[int, str] | None:
-    quote = m["q"]
-    start = _name_start(text, m.start(), floor)
-    name = text[start : m.start("q")]
-    if not _KEY_NAME.fullmatch(name) or not is_secret_name(name):
-        return None
-    if text[max(start - len(quote), 0) : start] != quote:
-        return None
-    items = re.sub(_QUOTED, lambda v: _masked(v[0]), m["items"])
-    return start - len(quote), f"{quote}{name}{quote}{m['sep']}[{items}]"
-
-
 Fix = Callable[[str, re.Match[str], int], tuple[int, str] | None]
 # A secret under its name: a flag's value, a key's (NAME=value of an environment, YAML, a
 # header, a JSON or a Python dict's string).
-_NAMED: tuple[tuple[re.Pattern[str], Fix], ...] = ((_FLAG, _flag), (_KEY, _key), (_LIST, _list))
+_NAMED: tuple[tuple[re.Pattern[str], Fix], ...] = ((_FLAG, _flag), (_KEY, _key))
 
 
 def _sub_named(pattern: re.Pattern[str], fix: Fix, text: str) -> str:
