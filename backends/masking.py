@@ -192,6 +192,18 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
     return _mask(argv, joined=False)
 
 
+def secret_values(argv: Sequence[str]) -> list[str]:
+    """The secrets ``argv`` holds: what ``mask_command`` would mask in it (each secret
+    flag's words up to the next option, each secret ``NAME=value``'s value), so that
+    wherever else they appear (a server's log that prints its own arguments) they are
+    known by value."""
+    out = []
+    for word, masked in zip(argv, _mask(argv, joined=True), strict=True):
+        if word != masked:
+            out.append(word.partition("=")[2] if masked.endswith(f"={MASK}") else word)
+    return [v for v in out if v]
+
+
 def masked_shell_line(argv: Sequence[str]) -> str:
     """``argv`` masked (``mask_argv``) as one shell-quoted line, the masks unquoted
     (``--api-key ****``, not ``'****'``)."""

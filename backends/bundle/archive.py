@@ -21,7 +21,8 @@ import io
 import os
 import tarfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpumon.backends.bundle.scrub import Scrubber
@@ -41,6 +42,7 @@ class BundleFile:
     data: bytes
     about: str
     cut: int = 0  # bytes left out by the per-file cap
+    binary: bool = False  # kept byte for byte (``add``'s ``binary``)
 
 
 @dataclass
@@ -104,8 +106,37 @@ class BundleArchive:
             )
             return False
         self._size += len(clean)
-        self.files.append(BundleFile(name, clean, about, cut))
+        self.files.append(BundleFile(name, clean, about, cut, binary))
         return True
+
+    def learn(self, values: Iterable[str]) -> None:
+        """Secrets found while the bundle is made (a server's ``--api-key`` on its command
+        line): scrubbed by value from every file to come and from those kept already (a
+        binary one that holds one is taken out again, as ``add`` leaves it out)."""
+        scrubber = self.scrubber.knowing(values)
+        new = scrubber.secrets - self.scrubber.secrets
+        if not new:
+            return
+        self.scrubber = scrubber
+        only = Scrubber(frozenset(new))
+        kept: list[BundleFile] = []
+        for f in self.files:
+            data: bytes | None = f.data
+            if f.name.endswith(".gz"):
+                inner = gzip.decompress(f.data)
+                clean = only.data(inner)
+                data = f.data if clean == inner else gzip.compress(clean, mtime=0)
+            elif f.binary:
+                data = only.binary(f.data)
+            else:
+                data = only.data(f.data)
+            if data is None:
+                self.missing(f.name, "left out: it holds a secret, and scrubbing would break it")
+                self._size -= len(f.data)
+                continue
+            self._size += len(data) - len(f.data)
+            kept.append(replace(f, data=data))
+        self.files = kept
 
     def missing(self, name: str, why: str) -> None:
         """Note that ``name`` is not in the bundle, and why (said in the index)."""

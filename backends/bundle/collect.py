@@ -1,7 +1,8 @@
 """What a bundle holds, collected: from the monitor (incident, snapshots, processes, the
 flight recording) and, read-only, from the target over its transport (``nvidia-smi -q``,
-the kernel log's Xid / OOM-killer lines, the watched logs' tails, SGLang's pages, the
-doctor, ``pct config``, ``py-spy dump``).
+the kernel log's Xid / OOM-killer lines, the watched logs' tails, SGLang's pages, each
+vLLM server's page, command line (masked) and output, the doctor, ``pct config``,
+``py-spy dump``).
 
 Every remote step runs within what is left of the bundle's time budget; one that does
 not answer in it, or fails, is noted as missing with the reason (``index.txt`` lists it),
@@ -38,6 +39,7 @@ from gpumon.backends.alerts.store import Alert
 from gpumon.backends.bundle.archive import BundleArchive
 from gpumon.backends.bundle.timeline import audit_in_window, timeline_json, timeline_text
 from gpumon.backends.config import HostConfig
+from gpumon.backends.masking import mask_command, secret_values
 from gpumon.backends.model import GpuProcess, Health, HostSample, iso_time
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.report import gpu_json, process_json
@@ -143,6 +145,35 @@ for _ in range(lines):
 first = end + 1 if end >= 0 else 0
 sys.stdout.buffer.write(data[first:])
 sys.stderr.write("gpumon-read %d %d\\n" % (st.st_size, start + first))
+"""
+# A server's process by its PID: its command line (words as JSON strings) and where its
+# output goes (file descriptors 1 and 2: each its target by its real name, as hex, and
+# what that is). One line of ASCII JSON.
+_SERVER_PROCESS = """
+import json, os, stat, sys
+pid = int(sys.argv[1])
+try:
+    with open("/proc/%d/cmdline" % pid, "rb") as f:
+        argv = [w.decode("utf-8", "replace") for w in f.read().split(b"\\0") if w]
+except OSError as e:
+    sys.exit("no process %d: %s" % (pid, e.strerror or type(e).__name__))
+out = []
+for fd in (1, 2):
+    item = {"fd": fd}
+    link = "/proc/%d/fd/%d" % (pid, fd)
+    try:
+        item["path"] = os.fsencode(os.readlink(link)).hex()
+        mode = os.stat(link).st_mode
+        item["kind"] = (
+            "file" if stat.S_ISREG(mode) else "pipe" if stat.S_ISFIFO(mode)
+            else "socket" if stat.S_ISSOCK(mode) else "terminal" if stat.S_ISCHR(mode)
+            else "special file"
+        )
+        item["size"] = os.stat(link).st_size
+    except OSError as e:
+        item["error"] = e.strerror or type(e).__name__
+    out.append(item)
+print(json.dumps({"argv": argv, "out": out}))
 """
 
 
@@ -464,6 +495,9 @@ async def add_remote(
     target = await _Deadlined.of(transport, budget)
     step = min(budget.left(), 30.0)
 
+    # first: a server's --api-key, once known, is scrubbed from every file by value
+    await _add_vllm(archive, monitor, target, step)
+
     await add_smi(archive, host, target, step)
 
     if not host.kernel_log:
@@ -518,6 +552,80 @@ async def add_remote(
 
     if incident.cause.kind in _HUNG_KINDS or any(a.kind in _HUNG_KINDS for a in incident.alerts):
         await _py_spy(archive, monitor, incident, target, step)
+
+
+async def _add_vllm(
+    archive: BundleArchive, monitor: HostMonitor, target: _Deadlined, step: float
+) -> None:
+    """``vllm/PORT-*`` for each vLLM server: ``command.txt`` (its command line, secret
+    flags masked; their values are then scrubbed from the whole bundle), ``log.txt`` (the
+    tail of the file its output goes to) and ``metrics.prom`` (its ``/metrics``)."""
+    python = _python(monitor.host, target)
+    for port, server in sorted(monitor.workloads.vllm.items()):
+        name = f"vllm/{port}"
+        if server.pid is None:
+            why = "no process known for it (vLLM discovery found none: off, or not seen yet)"
+            archive.missing(f"{name}-command.txt, {name}-log.txt", f"left out: {why}")
+        else:
+            argv = [python, "-c", _SERVER_PROCESS, str(server.pid)]
+            found = await _within(
+                archive, target.budget, f"{name}-command.txt", _server_process(target, argv, step)
+            )
+            if found is not None:
+                await _add_server_process(archive, target, python, name, server.pid, found)
+        url = f"http://127.0.0.1:{port}/metrics"
+        get = [python, "-c", _GET, url, f"{min(step, 10.0):g}", str(PAGE_BYTES)]
+        read = _command(target, get, step, max_bytes=min(archive.room(), PAGE_BYTES))
+        got = await _within(archive, target.budget, f"{name}-metrics.prom", read)
+        if got is not None:
+            text, cut = got
+            archive.add(
+                f"{name}-metrics.prom", text, f"GET {url} on the target{_cut_note(text, cut)}"
+            )
+
+
+async def _server_process(
+    target: _Deadlined, argv: Sequence[str], timeout: float
+) -> dict[str, Any]:
+    text, _ = await _command(target, argv, timeout)
+    found: dict[str, Any] = untrusted.loads(text)
+    return found
+
+
+async def _add_server_process(
+    archive: BundleArchive,
+    target: _Deadlined,
+    python: str,
+    name: str,
+    pid: int,
+    found: Mapping[str, Any],
+) -> None:
+    words = [str(w) for w in found.get("argv", [])]
+    archive.learn(secret_values(words))
+    about = f"the command line of PID {pid} (/proc/{pid}/cmdline), secret flags masked"
+    archive.add(f"{name}-command.txt", mask_command(" ".join(words)) + "\n", about)
+    outputs = [o for o in found.get("out", []) if isinstance(o, dict)]
+    files = [o for o in outputs if o.get("kind") == "file" and "path" in o]
+    if not files:
+        said = "; ".join(_output_said(o) for o in outputs) or "not readable"
+        archive.missing(f"{name}-log.txt", f"left out: its output is not a file ({said})")
+        return
+    log = _LogFile(bytes.fromhex(str(files[0]["path"])), "file", files[0].get("size"))
+    if archive.room() < ROOM_MIN:
+        archive.missing(f"{name}-log.txt", f"left out: {log.shown}: no room left in the bundle")
+        return
+    read = _read_log(target, python, log, archive.room())
+    got = await _within(archive, target.budget, f"{name}-log.txt", read, about=f"{log.shown}: ")
+    if got is not None:
+        archive.add(f"{name}-log.txt", *got)
+
+
+def _output_said(out: Mapping[str, Any]) -> str:
+    """``stdout: a pipe``, ``stderr: unreadable: Permission denied``."""
+    stream = "stdout" if out.get("fd") == 1 else "stderr" if out.get("fd") == 2 else "output"
+    if "error" in out:
+        return f"{stream}: unreadable: {out['error']}"
+    return f"{stream}: a {out.get('kind', 'special file')}"
 
 
 async def add_smi(

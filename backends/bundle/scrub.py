@@ -78,6 +78,11 @@ _FLAG = re.compile(
     r"""-(?<![\w-]-)(?P<name>-?[A-Za-z][\w.-]*)(?P<sep>=|[ \t]+|\\?["']\s*,\s*\\?["'])"""
     rf"(?!-)(?P<value>{_QUOTED}|{_WORD})"
 )
+# A list of strings under a key, as Python prints a list-valued option: vLLM's
+# `'api_key': ['sk-...', 'sk-...']` in its `non-default args` line at start
+# (vllm/entrypoints/serve/utils/api_utils.py log_non_default_args), each string a secret.
+# A value of ``_KEY``: each named pattern is one more scan of every file.
+_LIST = r"\[[^\[\]\r\n]*\]"
 # A key and its value. `name=value` (shell, kwargs, environment): the value ends at a
 # space. `name: value`, `name = value` (YAML, HTTP headers, INI): at the end of the line,
 # a ` #` comment or a quote (the end of a JSON string holding the line); not a structure
@@ -86,7 +91,7 @@ _FLAG = re.compile(
 _KEY = re.compile(
     rf"""{_HINT}(?P<q>\\"|["']?)"""
     rf"(?:(?P<tight>=)(?P<tval>{_QUOTED}|{_WORD})"
-    rf"|(?P<loose>[ \t]*[:=][ \t]*)(?P<lval>{_QUOTED}|"
+    rf"|(?P<loose>[ \t]*[:=][ \t]*)(?P<lval>{_QUOTED}|{_LIST}|"
     r"""[^\s"'#\\\[{][^\r\n"]*?(?=[ \t]+#|[ \t]*(?:[\r\n"]|\\"|\Z))))"""
 )
 _KEY_NAME = re.compile(r"[A-Za-z_][\w.-]*")
@@ -130,6 +135,8 @@ def _key(text: str, m: re.Match[str], floor: int) -> tuple[int, str] | None:
     head = f"{quote}{name}{quote}"
     if m["tight"]:
         return start, f"{head}={_masked(value)}"
+    if value.startswith("["):  # each string of the list
+        return start, f"{head}{m['loose']}{re.sub(_QUOTED, lambda s: _masked(s[0]), value)}"
     if quote and value[0] not in "\\\"'":
         return None  # a JSON number, null, an object: not a secret's string
     return start, f"{head}{m['loose']}{_masked(value)}"
@@ -241,6 +248,10 @@ class Scrubber:
     def of(cls, *groups: Iterable[str]) -> Scrubber:
         values = {v for group in groups for v in group if len(v) >= MIN_SECRET_LEN}
         return cls(frozenset(values))
+
+    def knowing(self, values: Iterable[str]) -> Scrubber:
+        """This scrubber that knows ``values`` too (the short ones left out, as ``of``)."""
+        return Scrubber.of(self.secrets, values)
 
     def text(self, text: str) -> str:
         """``text`` with every known secret and every secret shape replaced."""

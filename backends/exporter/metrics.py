@@ -27,7 +27,7 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, generate_latest
@@ -59,6 +59,7 @@ _GPU = ("host", "gpu", "uuid", "name")
 # Not "job": Prometheus sets that label to the scrape job (and renames ours exported_job).
 _JOB = ("host", "job_name")
 _SGLANG = ("host", "port")
+_VLLM = _SGLANG  # a server of either engine is its host and port
 # name -> (help, labels); every gauge the collector fills, and docs/on-call.md's table.
 GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpumon_gpu_memory_used_bytes": ("GPU memory in use", _GPU),
@@ -76,9 +77,42 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpumon_sglang_kv_usage_ratio": ("KV cache tokens in use, 0..1", _SGLANG),
     "gpumon_sglang_generation_tokens_per_second": ("generation throughput", _SGLANG),
     "gpumon_sglang_spec_accept_length": ("a drafter's tokens per verify step", _SGLANG),
+    # vLLM's beside SGLang's: the same name where the meaning is the same, vLLM's own
+    # words (waiting, preemptions, mean acceptance length) where it has its own number
+    "gpumon_vllm_up": ("1 while the vLLM server answers", _VLLM),
+    "gpumon_vllm_running_requests": ("requests running", _VLLM),
+    "gpumon_vllm_waiting_requests": ("requests waiting", _VLLM),
+    "gpumon_vllm_kv_usage_ratio": ("KV cache in use, 0..1", _VLLM),
+    "gpumon_vllm_generation_tokens_per_second": ("generation throughput", _VLLM),
+    "gpumon_vllm_prompt_tokens_per_second": ("prompt throughput", _VLLM),
+    "gpumon_vllm_preemptions_per_second": ("requests preempted per second", _VLLM),
+    "gpumon_vllm_prefix_cache_hit_ratio": ("prompt tokens found in the prefix cache", _VLLM),
+    "gpumon_vllm_spec_accept_length": ("a drafter's mean acceptance length", _VLLM),
+    "gpumon_vllm_spec_accept_ratio": ("a drafter's tokens accepted, 0..1", _VLLM),
     "gpumon_alerts_active": ("active alerts", ("host", "severity", "kind")),
     "gpumon_agent_up": ("1 while gpumon receives fresh samples from the host", ("host",)),
     "gpumon_sample_age_seconds": ("age of the newest GPU sample", ("host",)),
+}
+# engine (``ServingEngine.name``) -> its servers' gauges beside ``gpumon_ENGINE_up``
+SERVER_GAUGES: dict[str, tuple[tuple[str, Callable[[Any], float | None]], ...]] = {
+    "sglang": (
+        ("gpumon_sglang_running_requests", lambda s: s.running),
+        ("gpumon_sglang_queued_requests", lambda s: s.queued),
+        ("gpumon_sglang_kv_usage_ratio", lambda s: s.token_usage),
+        ("gpumon_sglang_generation_tokens_per_second", lambda s: s.gen_tokens_per_s),
+        ("gpumon_sglang_spec_accept_length", lambda s: s.spec_accept_length),
+    ),
+    "vllm": (
+        ("gpumon_vllm_running_requests", lambda s: s.running),
+        ("gpumon_vllm_waiting_requests", lambda s: s.queued),
+        ("gpumon_vllm_kv_usage_ratio", lambda s: s.token_usage),
+        ("gpumon_vllm_generation_tokens_per_second", lambda s: s.gen_tokens_per_s),
+        ("gpumon_vllm_prompt_tokens_per_second", lambda s: s.prompt_tokens_per_s),
+        ("gpumon_vllm_preemptions_per_second", lambda s: s.preemptions_per_s),
+        ("gpumon_vllm_prefix_cache_hit_ratio", lambda s: s.cache_hit_rate),
+        ("gpumon_vllm_spec_accept_length", lambda s: s.spec_accept_length),
+        ("gpumon_vllm_spec_accept_ratio", lambda s: s.spec_accept_rate),
+    ),
 }
 OOM_COUNTER = "gpumon_oom_events"  # exposed as gpumon_oom_events_total
 XID_COUNTER = "gpumon_xid_events"  # exposed as gpumon_xid_events_total
@@ -175,14 +209,12 @@ class GpumonCollector(Collector):
                 put("gpumon_job_rate", [host, name, "tokens_per_second"], job.tokens_per_s)
                 put("gpumon_job_rate", [host, name, "items_per_second"], job.items_per_s)
                 put("gpumon_job_eta_seconds", [host, name], job.eta_s)
-            for port, srv in m.workloads.sglang.items():
-                labels = [host, str(port)]
-                put("gpumon_sglang_up", labels, None if srv.up is None else float(srv.up))
-                put("gpumon_sglang_running_requests", labels, srv.running)
-                put("gpumon_sglang_queued_requests", labels, srv.queued)
-                put("gpumon_sglang_kv_usage_ratio", labels, srv.token_usage)
-                put("gpumon_sglang_generation_tokens_per_second", labels, srv.gen_tokens_per_s)
-                put("gpumon_sglang_spec_accept_length", labels, srv.spec_accept_length)
+            for engine, gauges in SERVER_GAUGES.items():
+                for port, srv in m.workloads.servers.get(engine, {}).items():
+                    labels = [host, str(port)]
+                    put(f"gpumon_{engine}_up", labels, None if srv.up is None else float(srv.up))
+                    for name, value in gauges:
+                        put(name, labels, value(srv))
             for (gpu_index, code, level, action), n in sorted(m.alerts.xid_counts.items(), key=str):
                 labels = [host, _gpu(gpu_index), str(code), level.value, action or ""]
                 xids.add_metric(labels, n)

@@ -194,8 +194,8 @@ class SimulatedPrometheus:
 
     def _instant(self, name: str, t: float) -> list[Series]:
         fleet = self.fleet
-        if name == "down":
-            return []  # every exporter is up
+        if name == "down" or name.startswith("vllm_"):
+            return []  # every exporter is up; no vLLM server in the demo's Prometheus
         if name == "alerts":
             # gpumon watch on the hot nodes: the first has a critical alert (a CUDA OOM),
             # the other a warning (its memory filling up)

@@ -6,7 +6,7 @@ node's series went stale, the value was NaN) is None, never 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -14,6 +14,7 @@ from gpumon.backends.alerts.kinds import kind_title
 from gpumon.backends.fleet.queries import IDLE_MEMORY_MIB, IDLE_UTIL_PCT, IDLE_WINDOW_S
 from gpumon.backends.model import Health
 from gpumon.backends.parsers.xid import xid_level, xid_summary
+from gpumon.backends.workloads.vllm import HUNG_AFTER_S as VLLM_HUNG_AFTER_S
 
 STALE_AFTER_S = 180.0  # a last sample older than this is said (scrapes are 15-60 s apart)
 DCGM_COLLECT_S = 30  # dcgm-exporter's default collection interval (-c 30000)
@@ -23,7 +24,8 @@ DCGM_COLLECT_S = 30  # dcgm-exporter's default collection interval (-c 30000)
 class Problem:
     """One fleet rule that fired on a node."""
 
-    rule: str  # exporter-down, stale, xid, row-remap-failure, idle-allocated, gpumon-alerts
+    rule: str  # exporter-down, stale, xid, row-remap-failure, idle-allocated, gpumon-alerts,
+    # vllm-wedged, vllm-kv-pressure
     severity: Health
     message: str
 
@@ -51,6 +53,11 @@ class NodeRow:
     alerts_warning: int = 0
     # (severity word, kind, count) of those alerts, the most of each severity first
     alert_kinds: tuple[tuple[str, str, int], ...] = ()
+    # vLLM servers (their ``instance``) wedged, with the requests they held the whole window
+    vllm_wedged: tuple[tuple[str, float], ...] = ()
+    # vLLM servers whose KV cache is nearly full while preempting: (instance, KV use 0..1,
+    # requests preempted in the window)
+    vllm_kv_pressure: tuple[tuple[str, float, float | None], ...] = ()
     last_seen: float | None = None  # the newest sample's time (Prometheus' clock)
     current: bool = True  # has series now (False: only seen earlier in the hour)
     exporter_down: bool = False  # its target's ``up`` is 0
@@ -76,8 +83,14 @@ class NodeRow:
         return t in self.node.lower() or any(t in v.lower() for v in self.labels.values())
 
 
-def judge(row: NodeRow, now: float, stale_after: float = STALE_AFTER_S) -> tuple[Problem, ...]:
-    """The fleet rules on one node, worst first."""
+def judge(
+    row: NodeRow,
+    now: float,
+    stale_after: float = STALE_AFTER_S,
+    vllm_window_s: float = VLLM_HUNG_AFTER_S,
+) -> tuple[Problem, ...]:
+    """The fleet rules on one node, worst first; ``vllm_window_s``: the vLLM rules' window
+    (``FleetQueries.vllm_hung_after_s``), said in their words."""
     out: list[Problem] = []
     age = row.age(now)
     if row.exporter_down:
@@ -99,6 +112,18 @@ def judge(row: NodeRow, now: float, stale_after: float = STALE_AFTER_S) -> tuple
     alerts = _alerts_problem(row)
     if alerts is not None:
         out.append(alerts)
+    if row.vllm_wedged:
+        servers = _servers(f"{i} ({n:.0f} requests)" for i, n in row.vllm_wedged)
+        text = f"vLLM wedged: {servers}: no token for {vllm_window_s:.0f} s"
+        out.append(Problem("vllm-wedged", Health.CRITICAL, text))
+    if row.vllm_kv_pressure:
+        within = f" in {vllm_window_s:.0f} s"
+        servers = _servers(
+            f"{i} ({usage:.0%} KV" + ("" if n is None else f", {n:.0f} preempted{within}") + ")"
+            for i, usage, n in row.vllm_kv_pressure
+        )
+        text = f"vLLM KV cache nearly full, requests preempted: {servers}"
+        out.append(Problem("vllm-kv-pressure", Health.WARNING, text))
     if row.idle_allocated:
         text = (
             f"idle but allocated: {_gpus(row.idle_allocated)} hold > {IDLE_MEMORY_MIB // 1024}"
@@ -141,6 +166,13 @@ def _alerts_problem(row: NodeRow) -> Problem | None:
         more = f" +{len(names) - 2}" if len(names) > 2 else ""
         said = f"{', '.join(names[:2])}{more} ({said})"
     return Problem("gpumon-alerts", level, said)
+
+
+def _servers(said: Iterable[str]) -> str:
+    """The first two servers said, the others counted ("+2")."""
+    items = list(said)
+    more = f" +{len(items) - 2}" if len(items) > 2 else ""
+    return ", ".join(items[:2]) + more
 
 
 def _gpus(n: int) -> str:

@@ -16,6 +16,17 @@ presence; and since dcgm-exporter 3.3.6 the series carries ``err_code``/``err_ms
 so a GPU whose Xid changed is two series: every Xid expression first takes one value per
 GPU (``max by (node labels, gpu)``) and counts GPUs, not series. gpumon's own exporter
 (``gpumon watch``) publishes ``gpumon_alerts_active{host,severity,kind}``.
+
+vLLM's own ``/metrics``, where the user's Prometheus scrapes its servers, gives the vLLM
+rules (``workloads/vllm.py``'s verdicts, judged by Prometheus): per server (its
+``instance``) on the node its series name, a wedged engine (requests running or waiting
+for the whole window and no generation token in it) and KV pressure (KV use at least
+``kv_pressure_min`` with preemptions in the window). The names are vLLM's across its
+releases (docs/formats.md 6.14): the KV use is ``vllm:gpu_cache_usage_perc`` (V0, V1 to
+0.9.1) or ``vllm:kv_cache_usage_perc`` (0.9.2+), the rest one name in every release. A
+counter's growth is its ``increase`` over the window: a window with fewer than two scrapes
+of the server is not judged (the window must hold two scrapes: 60 s does at the usual 15 s
+and 30 s intervals), and a restart in it (its counter went back) counts as growth.
 """
 
 from __future__ import annotations
@@ -23,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpumon.backends.alerts.rules import IdleHeld
+from gpumon.backends.workloads.vllm import HUNG_AFTER_S as VLLM_HUNG_AFTER_S
+from gpumon.backends.workloads.vllm import KV_PRESSURE_MIN as VLLM_KV_PRESSURE_MIN
 
 FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
@@ -33,6 +46,11 @@ POWER = "DCGM_FI_DEV_POWER_USAGE"
 XID = "DCGM_FI_DEV_XID_ERRORS"
 ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 GPUMON_ALERTS = "gpumon_alerts_active"
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
+VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
+VLLM_KV_USAGE = ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc")  # to 0.9.1, 0.9.2+
 
 XID_WINDOW_S = 900  # "an Xid in the last 15 min"
 # idle-allocated is the host rule gpu_idle_held (alerts/rules.py IdleHeld) at its defaults:
@@ -59,6 +77,8 @@ class FleetQueries:
     node_labels: tuple[str, ...] = ("Hostname", "hostname", "instance")
     idle_window_s: int = IDLE_WINDOW_S  # the rule's 10 min (tests shorten it)
     xid_window_s: int = XID_WINDOW_S  # the Xid column's 15 min (tests shorten it)
+    vllm_hung_after_s: int = int(VLLM_HUNG_AFTER_S)  # the vLLM rules' window
+    vllm_kv_pressure_min: float = VLLM_KV_PRESSURE_MIN
 
     def metric(self, name: str) -> str:
         """``name`` with the fleet's selector: ``DCGM_FI_DEV_FB_USED{cluster="a"}``."""
@@ -145,6 +165,41 @@ class FleetQueries:
             # by kind, so the problem names the alert ("CUDA out of memory"); the exporter
             # writes a 0 for every kind not active, left out here
             "alerts": f"sum by (host, severity, kind) ({m(GPUMON_ALERTS)}) > 0",
+            **self.vllm(),
+        }
+
+    def _grown(self, counter: str) -> str:
+        """Per server, how much ``counter`` grew over the vLLM window (its engines summed):
+        ``increase``, which needs two scrapes in the window (one scrape is no growth known,
+        where a value less its value a window before could be one sample read twice)."""
+        c, w = self.metric(counter), self.vllm_hung_after_s
+        return self.agg("sum", f"increase({c}[{w}s])", "instance")
+
+    def vllm(self) -> dict[str, str]:
+        """The vLLM rules' queries, by node and server (``instance``): ``vllm_wedged``,
+        the requests of each server that had some for the whole window (the least its
+        engines had running, and waiting) and made no generation token in it;
+        ``vllm_kv_pressure``, the KV use of each server at ``kv_pressure_min`` or more
+        (the mean over its engines: equal pools) that preempted requests in the window,
+        and ``vllm_preempted``, how many it preempted."""
+        w = self.vllm_hung_after_s
+        held = [
+            self.agg("sum", f"min_over_time({self.metric(name)}[{w}s])", "instance")
+            for name in (VLLM_RUNNING, VLLM_WAITING)
+        ]
+        sel = f",{self.selector}" if self.selector else ""
+        names = "|".join(n.removeprefix("vllm:") for n in VLLM_KV_USAGE)
+        usage = self.agg("avg", f'{{__name__=~"vllm:({names})"{sel}}}', "instance")
+        preempted = f"{self._grown(VLLM_PREEMPTIONS)} > 0"
+        return {
+            "vllm_wedged": (
+                f"(({held[0]} + {held[1]}) > 0) and on (node, instance) "
+                f"({self._grown(VLLM_GENERATION_TOKENS)} == 0)"
+            ),
+            "vllm_kv_pressure": (
+                f"({usage} >= {self.vllm_kv_pressure_min:g}) and on (node, instance) ({preempted})"
+            ),
+            "vllm_preempted": preempted,
         }
 
     def spark(self) -> str:

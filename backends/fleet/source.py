@@ -124,6 +124,8 @@ class FleetSource:
         # Each node's newest sample time seen by this source: a node whose series went
         # stale keeps its exact last time (the hour's subquery has 5 min steps).
         self._seen: dict[str, float] = {}
+        # vLLM servers of the last refresh with a problem on no node of the fleet
+        self._unplaced: tuple[str, ...] = ()
 
     async def close(self) -> None:
         await self.client.close()
@@ -176,7 +178,7 @@ class FleetSource:
             error=error,
             unreachable=unreachable,
             error_since=self._error_since,
-            warnings=tuple(dict.fromkeys(stats.warnings)),
+            warnings=tuple(dict.fromkeys((*stats.warnings, *self._unplaced))),
             stats=stats,
             refresh_s=elapsed,
             data_at=data_at,
@@ -221,6 +223,7 @@ class FleetSource:
             if node:
                 spark[node] = {round((t - start) / step): finite(v) for t, v in s.points}
         names = set(col["gpus"]) | set(labels) | set(col["last_seen"])
+        wedged, pressure = self._vllm(results, names, labels)
         # Which nodes have series now: from the newest-sample query, else (it failed) from
         # the GPU count, else unknown: a failed query must not make every node "down".
         if "last_seen" in results:
@@ -260,9 +263,64 @@ class FleetSource:
                 current=node in current,
                 exporter_down=target[1] is not None and target in down,
                 spark=tuple(points.get(i) for i in range(self.spark_columns)),
+                vllm_wedged=tuple(sorted(wedged.get(node, []))),
+                vllm_kv_pressure=tuple(sorted(pressure.get(node, []))),
             )
-            rows.append(replace(row, problems=judge(row, now)))
+            window = self.queries.vllm_hung_after_s
+            rows.append(replace(row, problems=judge(row, now, vllm_window_s=window)))
         return tuple(rows)
+
+    def _vllm(
+        self,
+        results: Mapping[str, list[Series]],
+        names: set[str],
+        labels: Mapping[str, Mapping[str, str]],
+    ) -> tuple[
+        dict[str, list[tuple[str, float]]], dict[str, list[tuple[str, float, float | None]]]
+    ]:
+        """The vLLM rules' servers by node: (wedged: instance, requests), (KV pressure:
+        instance, KV use, preempted). A server's series name their node by the fleet's
+        node labels; one without them (its ``instance``, ``host:8000``, is the node
+        then) goes to the node whose name, or whose own ``instance``'s host, is that
+        host. One that matches no node is said in the snapshot's warnings."""
+        hosts: dict[str, list[str]] = defaultdict(list)
+        for node in names:
+            hosts[node].append(node)
+            target = labels.get(node, {}).get("instance")
+            if target:
+                hosts[target.rpartition(":")[0] or target].append(node)
+        unplaced: list[str] = []
+
+        def place(s: Series, rule: str) -> str | None:
+            node, instance = s.labels.get("node", ""), s.labels.get("instance", "?")
+            if node in names:
+                return node
+            found = set(hosts.get(instance.rpartition(":")[0] or instance, []))
+            if len(found) == 1:
+                return found.pop()
+            unplaced.append(
+                f"vLLM {instance} {rule}, on no node of the fleet: give its scrape job the "
+                "node's host label"
+            )
+            return None
+
+        preempted = {
+            (s.labels.get("node"), s.labels.get("instance")): finite(s.value)
+            for s in results.get("vllm_preempted", [])
+        }
+        wedged: dict[str, list[tuple[str, float]]] = defaultdict(list)
+        for s in results.get("vllm_wedged", []):
+            at, requests = place(s, "wedged"), finite(s.value)
+            if at is not None and requests is not None:
+                wedged[at].append((s.labels.get("instance", "?"), requests))
+        pressure: dict[str, list[tuple[str, float, float | None]]] = defaultdict(list)
+        for s in results.get("vllm_kv_pressure", []):
+            at, usage = place(s, "KV cache nearly full, preempting"), finite(s.value)
+            if at is not None and usage is not None:
+                key = (s.labels.get("node"), s.labels.get("instance"))
+                pressure[at].append((s.labels.get("instance", "?"), usage, preempted.get(key)))
+        self._unplaced = tuple(unplaced)
+        return wedged, pressure
 
     async def node_gpus(self, node: str) -> list[GpuLine]:
         """The GPUs of ``node`` from Prometheus alone, by index. Raises PrometheusError."""

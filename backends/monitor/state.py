@@ -807,9 +807,14 @@ class HostMonitor:
         self._notify()
 
     def ingest_server_info(
-        self, engine: str, port: int, parallel: Mapping[str, int], minors: Sequence[int]
+        self,
+        engine: str,
+        port: int,
+        parallel: Mapping[str, int],
+        minors: Sequence[int],
+        pid: int | None = None,
     ) -> None:
-        self.workloads.on_server_info(engine, port, parallel, minors)
+        self.workloads.on_server_info(engine, port, parallel, minors, pid)
         self._notify()
 
     def ingest_host_load(self, load: HostLoad) -> None:

@@ -7,7 +7,8 @@ class; the tracker (``SglangTracker`` and its subclass ``VllmTracker``) does the
 rate, quantile, log and hang work for both. ``Workloads`` routes the agent's answers by
 the tag's engine and judges each engine's servers with the same rules. The agent finds
 both from their command lines (``remote/agent.py``: ``sglang_ports``, ``vllm_ports``).
-A third engine is one ``ServingEngine``, a tracker subclass and its parser.
+A third engine is one ``ServingEngine`` in ``ENGINES``, a tracker subclass and its parser:
+``Workloads`` keeps its servers in ``servers[NAME]``, from ``[hosts.HOST.NAME]`` ports.
 """
 
 from __future__ import annotations
@@ -57,11 +58,14 @@ class ServingEngine:
         return f"http://127.0.0.1:{port}{self.probe_path}", f"{self.name}-health:{port}"
 
 
+# Fetched once per server start, for the model and parallelism: ``/server_info`` since
+# 0.5.6; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 SGLANG = ServingEngine(
     "sglang",
     "SGLang",
     METRICS_LINE_FILTER,
-    ("/server_info", "/get_server_info"),
+    SERVER_INFO_PATHS,
     "/health_generate",
     SglangTracker,
     "sglang_hung",

@@ -255,6 +255,8 @@ class SglangTracker:
         self.slow_window_s = max(slow_window_s, rate_window_s)
         self.latency_every_s = latency_every_s
         self.up: bool | None = None  # None: never fetched
+        # the /dev/nvidiaN its process tree holds, its GPUs (vLLM's discovery says them)
+        self.minors: tuple[int, ...] = ()
         self.hung_s: float | None = None  # seconds without a token while hung (judge_hung)
         self.stale = False  # the values are older than the last attempt
         self.error: str | None = None

@@ -92,8 +92,7 @@ class VllmTracker(SglangTracker):
         # requests that finished in about the last minute, by reason: not stop or length
         # (None: the page has no request_success_total, or no minute to compare yet)
         self.failed_recent: tuple[tuple[str, float], ...] | None = None
-        # the /dev/nvidiaN its process tree holds (the agent's discovery): its GPUs
-        self.minors: tuple[int, ...] = ()
+        self.pid: int | None = None  # its API server's, from discovery
 
     def observe_info(self, status: int | None, body: str) -> None:
         """``/version``'s ``{"version": "0.8.5"}``: the release, beside the sizes its
@@ -102,14 +101,19 @@ class VllmTracker(SglangTracker):
         if info is not None:
             self.info = replace(self.info or ServerInfo(), version=info.version)
 
-    def observe_processes(self, parallel: Mapping[str, int], minors: Sequence[int]) -> None:
+    def observe_processes(
+        self, parallel: Mapping[str, int], minors: Sequence[int], pid: int | None = None
+    ) -> None:
         """What the agent's discovery says of the server's processes: the parallel sizes
-        of its command line (``tp``, ``pp``, ``dp``; vLLM's default 1 where not given) and
-        the ``/dev/nvidiaN`` its engine core and workers hold."""
+        of its command line (``tp``, ``pp``, ``dp``; vLLM's default 1 where not given),
+        the ``/dev/nvidiaN`` its engine core and workers hold, its API server's PID (as
+        the watched machine numbers it; None: not said)."""
         old = self.info or ServerInfo()
         sizes = {k: parallel.get(k, 1) for k in ("tp", "pp", "dp")}
         self.info = replace(old, tp=sizes["tp"], pp=sizes["pp"], dp=sizes["dp"])
         self.minors = tuple(sorted(set(minors)))
+        if pid is not None:
+            self.pid = pid
 
     def observe_text(self, text: str, t: float, *, at: float | None = None) -> bool:
         try:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.alerts.facts import MIB, NO_FACTS, AlertFacts
@@ -32,10 +32,18 @@ from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import GpuRef, GpuRegistry, GpuSample, Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.processes import foreign
-from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER, parse_sglang_log_line
+from gpumon.backends.parsers.sglang import parse_sglang_log_line
 from gpumon.backends.paths import state_dir
 from gpumon.backends.workloads.changes import SeenReader, SwapReader
-from gpumon.backends.workloads.engine import VLLM
+from gpumon.backends.workloads.engine import (
+    ENGINES,
+    SGLANG,
+    VLLM,
+    ServingEngine,
+)
+from gpumon.backends.workloads.engine import (
+    SERVER_INFO_PATHS as SERVER_INFO_PATHS,  # SGLang's info pages, read from here too
+)
 from gpumon.backends.workloads.memory import JobMemory
 from gpumon.backends.workloads.sglang import (
     HEALTH_PROBE_TIMEOUT_S,
@@ -58,9 +66,6 @@ _OOM_KINDS = tagged(Tag.OOM)
 _SGLANG_KINDS = tagged(Tag.SGLANG)
 NCCL_SPIN_UTIL_PCT = 95.0  # every rank this busy ...
 NCCL_SPIN_POWER_SHARE = 0.35  # ... on less than this share of its power limit: a spin
-# Fetched once per server start, for the model and parallelism: ``/server_info`` since
-# 0.5.6; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
-SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 _PORT_IN_PATH = re.compile(r"(?<!\d)(\d{2,5})(?!\d)")
 
 
@@ -120,10 +125,19 @@ class Workloads:
         self.swaps = SwapReader(audit)
         self.torch_seen = SeenReader(torch_seen)
         self.slow: dict[str, SlowWatch] = {}
-        ports = host.sglang.ports if host.sglang is not None else ()
-        self.sglang: dict[int, SglangTracker] = {p: SglangTracker(p) for p in ports}
-        vllm_ports = host.vllm.ports if host.vllm is not None else ()
-        self.vllm: dict[int, VllmTracker] = {p: VllmTracker(p) for p in vllm_ports}
+        # each engine's servers by its name (``ServingEngine.name``), from its
+        # ``[hosts.NAME.<name>]`` ports and, later, discovery: the agent's answers are
+        # routed by the engine their tag names, so a third engine is one more ENGINES entry
+        self.servers: dict[str, dict[int, SglangTracker]] = {}
+        for engine in ENGINES:
+            config = getattr(host, engine.name, None)
+            ports = config.ports if config is not None else ()
+            self.servers[engine.name] = {p: engine.tracker(p) for p in ports}
+        self.sglang = self.servers[SGLANG.name]
+        self.vllm = cast("dict[int, VllmTracker]", self.servers[VLLM.name])
+        # engine -> (the sample, its servers' ports and GPU device files, their GPUs):
+        # worked out once per sample, however many judges and views ask
+        self._gpus: dict[str, tuple[HostSample, object, dict[int, tuple[int, ...]]]] = {}
         self.jobs: dict[str, JobTracker] = {
             j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs
         }
@@ -160,16 +174,7 @@ class Workloads:
         return specs
 
     def http_targets(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "url": f"http://127.0.0.1:{port}/metrics",
-                "tag": f"sglang:{port}",
-                "filter": METRICS_LINE_FILTER,
-                "info": list(SERVER_INFO_PATHS),
-                "info_tag": f"sglang-info:{port}",
-            }
-            for port in self.sglang
-        ] + [VLLM.target(port) for port in self.vllm]
+        return [e.target(port) for e in ENGINES for port in self.servers[e.name]]
 
     @property
     def vllm_hung_after_s(self) -> float:
@@ -198,13 +203,19 @@ class Workloads:
                 self.vllm.setdefault(port, VllmTracker(port))
 
     def on_server_info(
-        self, engine: str, port: int, parallel: Mapping[str, int], minors: Sequence[int]
+        self,
+        engine: str,
+        port: int,
+        parallel: Mapping[str, int],
+        minors: Sequence[int],
+        pid: int | None = None,
     ) -> None:
         """The agent's discovery of a vLLM server's processes: its command line's parallel
-        sizes and the ``/dev/nvidiaN`` its process tree holds (its GPUs)."""
+        sizes, the ``/dev/nvidiaN`` its process tree holds (its GPUs) and its API server's
+        PID (the bundle reads its command line and output there)."""
         if engine != VLLM.name or not 0 < port < 65536:
             return
-        self.vllm.setdefault(port, VllmTracker(port)).observe_processes(parallel, minors)
+        self.vllm.setdefault(port, VllmTracker(port)).observe_processes(parallel, minors, pid)
 
     def on_http(
         self,
@@ -216,15 +227,19 @@ class Workloads:
         *,
         at: float | None = None,
     ) -> None:
-        """A fetch of ``tag``'s URL (``sglang:PORT``, or ``sglang-info:PORT`` for its
-        server info): HTTP status (None: no answer)."""
+        """A fetch of ``tag``'s URL (an engine's ``NAME:PORT`` for ``/metrics``,
+        ``NAME-info:PORT`` for its info page, ``NAME-health:PORT`` for its probe): HTTP
+        status (None: no answer). A tag of no engine is not one gpumon asked for."""
         came = self._judged(t)
-        routed = VLLM.parse_tag(tag)
-        if routed is not None:
+        for engine in ENGINES:
+            routed = engine.parse_tag(tag)
+            if routed is None:
+                continue
             part, port = routed
-            server = self.vllm.get(port)
+            servers = self.servers[engine.name]
+            server = servers.get(port)
             if server is None:  # discovered by the agent
-                server = self.vllm[port] = VllmTracker(port)
+                server = servers[port] = engine.tracker(port)
             if part == "health":
                 server.observe_health(status, error, came)
             elif part == "info":
@@ -232,22 +247,6 @@ class Workloads:
             else:
                 server.observe_http(status, body, came, error, at=at)
             return
-        kind, _, number = tag.partition(":")
-        if kind not in ("sglang", "sglang-info", "sglang-health"):
-            return
-        try:
-            port = int(number)
-        except ValueError:  # not a tag gpumon asked for
-            return
-        tracker = self.sglang.get(port)
-        if tracker is None:  # discovered by the agent
-            tracker = self.sglang[port] = SglangTracker(port)
-        if kind == "sglang-health":
-            tracker.observe_health(status, error, came)
-        elif kind == "sglang-info":
-            tracker.observe_info(status, body)
-        else:
-            tracker.observe_http(status, body, came, error, at=at)
 
     def on_log(
         self,
@@ -393,24 +392,33 @@ class Workloads:
         if ended:
             self.apply_alerts(alerts, now, sample.gpu_refs)  # down since its log's failure
 
-    def server_gpus(self, sample: HostSample | None) -> dict[int, tuple[int, ...]]:
+    def server_gpus(self, sample: HostSample | None) -> Mapping[int, tuple[int, ...]]:
         """Port -> the GPUs its ranks run on, where that can be told: one server owns
         every GPU that runs an ``sglang`` process; several map onto those GPUs in order
         when there are as many, else onto all GPUs when there are as many as servers
         (one server per GPU). Otherwise nothing: a guess would mislead the evidence."""
-        if sample is None or not self.sglang:
+        return self._engine_gpus_once(SGLANG, sample, _sglang_gpus)
+
+    def _engine_gpus_once(
+        self,
+        engine: ServingEngine,
+        sample: HostSample | None,
+        how: Callable[[Mapping[int, SglangTracker], HostSample], dict[int, tuple[int, ...]]],
+    ) -> Mapping[int, tuple[int, ...]]:
+        """``how``'s port -> GPUs of ``engine``'s servers on ``sample``, worked out again
+        only for a new sample or when the servers (their ports, their GPU device files)
+        changed: the monitor's judges, the pane's owner column and the fixes ask for it
+        several times a sample."""
+        servers = self.servers[engine.name]
+        if sample is None or not servers:
             return {}
-        ports = sorted(self.sglang)
-        hosting = [
-            g.index
-            for g in sample.gpus
-            if any("sglang" in (p.name or "") for p in sample.processes_for(g))
-        ]
-        if len(ports) == 1:
-            return {ports[0]: tuple(hosting)} if hosting else {}
-        if len(hosting) != len(ports):
-            hosting = [g.index for g in sample.gpus] if len(sample.gpus) == len(ports) else []
-        return {port: (index,) for port, index in zip(ports, hosting, strict=False)}
+        key = tuple((port, s.minors) for port, s in servers.items())
+        known = self._gpus.get(engine.name)
+        if known is not None and known[0] is sample and known[1] == key:
+            return known[2]
+        gpus = how(servers, sample)
+        self._gpus[engine.name] = (sample, key, gpus)
+        return gpus
 
     def serving_gpus(self, sample: HostSample | None) -> dict[int, int]:
         """GPU -> the port of the SGLang server that holds it and is up and answering
@@ -425,9 +433,9 @@ class Workloads:
                 out.update(dict.fromkeys(gpus, port))
         return out
 
-    def vllm_gpus(self, sample: HostSample | None) -> dict[int, tuple[int, ...]]:
+    def vllm_gpus(self, sample: HostSample | None) -> Mapping[int, tuple[int, ...]]:
         """Port -> the GPUs of each vLLM server, where they can be told (``_engine_gpus``)."""
-        return _engine_gpus(self.vllm, "vllm", sample)
+        return self._engine_gpus_once(VLLM, sample, lambda s, at: _engine_gpus(s, "vllm", at))
 
     def log_gpus(self, path: str, sample: HostSample | None) -> tuple[int, ...] | None:
         """The GPUs of the server whose log ``path`` is, where they can be told
@@ -455,8 +463,7 @@ class Workloads:
                 alerts.on_sglang_hung(port, None, t)
                 continue
             if tracker.wants_health_probe(judged, after):
-                url = f"http://127.0.0.1:{port}/health_generate"
-                probes.append((url, f"sglang-health:{port}"))
+                probes.append(SGLANG.probe(port))
             text = self._hung_text(verdict, alerts, judged, after)
             spin, named = _gpu_evidence(sample, gpus.get(port, ()))
             text += f"; {spin}" if spin else ""
@@ -675,8 +682,25 @@ def _server_for(servers: Mapping[int, SglangTracker], path: str) -> SglangTracke
     return next(iter(servers.values())) if len(servers) == 1 else None
 
 
+def _sglang_gpus(
+    servers: Mapping[int, SglangTracker], sample: HostSample
+) -> dict[int, tuple[int, ...]]:
+    """``Workloads.server_gpus``' rule on ``sample``."""
+    ports = sorted(servers)
+    hosting = [
+        g.index
+        for g in sample.gpus
+        if any("sglang" in (p.name or "") for p in sample.processes_for(g))
+    ]
+    if len(ports) == 1:
+        return {ports[0]: tuple(hosting)} if hosting else {}
+    if len(hosting) != len(ports):
+        hosting = [g.index for g in sample.gpus] if len(sample.gpus) == len(ports) else []
+    return {port: (index,) for port, index in zip(ports, hosting, strict=False)}
+
+
 def _engine_gpus(
-    servers: Mapping[int, VllmTracker], process: str, sample: HostSample | None
+    servers: Mapping[int, SglangTracker], process: str, sample: HostSample | None
 ) -> dict[int, tuple[int, ...]]:
     """Port -> the GPUs its processes run on where that can be told: the GPUs whose
     device files its process tree holds (``VllmTracker.minors``, from the agent), else

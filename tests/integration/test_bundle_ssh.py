@@ -35,6 +35,7 @@ from gpumon.backends.notify.outbox import Outbox
 
 from prometheus import free_port
 from sshd_server import SshServer, processes_matching
+from vllm_stand_in import API_KEY, start_vllm, stop_vllm
 from waiting import until
 
 pytestmark = pytest.mark.integration
@@ -345,3 +346,42 @@ async def test_a_host_that_is_down_gets_a_bundle_of_what_is_here(
     assert (
         "unreachable" in nothing.stderr and "no incident of it is recorded here" in nothing.stderr
     )
+
+
+def test_a_vllm_servers_section_never_holds_its_api_key(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 38 point 5: per vLLM server its ``/metrics``, its output's tail and its
+    command line, found with no configuration. The key is masked on the command line and,
+    learned there, scrubbed by value everywhere; vLLM prints it at start in its
+    non-default args as a list (``'api_key': ['sk-...']``), in the output file and in the
+    same file followed as the vLLM log (on main's code it reached logs/ so)."""
+    port = free_port()
+    output = tmp_path / "vllm-serve.log"
+    proc, _ = start_vllm(tmp_path, port, "busy", output=output)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        sshd.config_toml(python=sys.executable)
+        + f'watch_logs = ["{_oom_log(tmp_path)}"]\n'
+        + f'[hosts.ct200.vllm]\nlog = "{output}"\n'  # ports: discovered
+    )
+    out = tmp_path / "b.tar.gz"
+    try:
+        assert API_KEY in output.read_text()  # what vLLM prints
+        run = _bundle(config, out, client_env)
+    finally:
+        stop_vllm(proc)
+    assert run.returncode == 0, run.stdout + run.stderr
+    files = _files(out)
+    assert all(API_KEY.encode() not in data for data in files.values()), [
+        name for name, data in files.items() if API_KEY.encode() in data
+    ]
+    command = files[f"vllm/{port}-command.txt"].decode()
+    assert f"serve Qwen/Qwen3-8B --port {port} --api-key **** --tensor-parallel-size 2" in command
+    log = files[f"vllm/{port}-log.txt"].decode()
+    assert "non-default args: {'model_tag': 'Qwen/Qwen3-8B'" in log
+    assert "'api_key': ['<redacted>']" in log
+    metrics = files[f"vllm/{port}-metrics.prom"].decode()
+    assert 'vllm:num_requests_running{engine="0"' in metrics
+    index = files["index.txt"].decode()
+    assert f"vllm/{port}-log.txt" in index and str(output) in index

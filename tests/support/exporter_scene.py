@@ -1,5 +1,6 @@
 """One fixed scene for the exporter's golden page: the simulated CT200 at scenario time 30
-s, seen 2 s later by a monitor on a frozen clock, with two OOM alerts on GPU 6. Shared by
+s, seen 2 s later by a monitor on a frozen clock, with two OOM alerts on GPU 6 and a vLLM 0.34.0
+server on port 8000 (its captured page, two engines making 200 tokens/s each). Shared by
 ``scripts/capture/exporter_golden.py`` (which writes the golden file) and the test that
 compares the exporter's page with it."""
 
@@ -13,6 +14,7 @@ from gpumon.backends.model import Health
 from gpumon.backends.monitor import demo_settings, make_monitor
 
 from sim_samples import sim_printers, sim_sample
+from vllm_trackers import busy
 
 
 def exporter_page() -> bytes:
@@ -25,6 +27,7 @@ def exporter_page() -> bytes:
     )
     monitor.ingest_sample(sample)
     now[0] += 2.0
+    monitor.workloads.vllm[8000] = busy(8000, now[0])
     ooms = OomCounter()
     ooms.attach(monitor)
     for _ in range(2):

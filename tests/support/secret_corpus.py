@@ -62,6 +62,12 @@ NAMED: list[tuple[str, str]] = [
         "SglApiKeyValue01",
     ),
     ("vllm serve /models/llama --password PwFlagValue02 --port 8000", "PwFlagValue02"),
+    # vLLM's list-valued --api-key as its non-default args line prints it (issue 38)
+    (
+        "(APIServer pid=7) INFO 12-07 14:00:00 [api_utils.py:272] non-default args: "
+        "{'model_tag': 'm', 'api_key': ['VllmListKey05a', 'VllmListKey05b'], 'port': 8000}",
+        "VllmListKey05b",
+    ),
     (
         "aws_secret_access_key = wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY03",
         "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY03",

@@ -7,6 +7,10 @@ script named ``vllm`` whose body runs this module's ``main``), it serves on 127.
 - ``/health``: 200 always (as vLLM's does while its engine loop is wedged);
 - ``/version``: ``{"version": "0.34.0"}``.
 
+At start it prints what vLLM 0.34.0's API server logs first: its non-default arguments,
+``--api-key`` among them as it prints them, in a list and verbatim
+(``vllm/entrypoints/serve/utils/api_utils.py`` ``log_non_default_args``).
+
 The mode is read from the file named by ``VLLM_STAND_IN_MODE`` at every request:
 ``busy`` (tokens made, requests running and waiting), ``wedged`` (the same requests, the
 counters frozen) or ``idle`` (nothing running or waiting, the counters frozen).
@@ -81,20 +85,30 @@ def _answers(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start_vllm(tmp_path: Path, port: int, mode: str) -> tuple[subprocess.Popen[bytes], Path]:
+API_KEY = "sk-secret"
+
+
+def start_vllm(
+    tmp_path: Path, port: int, mode: str, *, output: Path | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
     """``vllm serve Qwen/Qwen3-8B --port PORT --api-key ...`` in ``mode``, answering; the
-    mode file."""
+    mode file. ``output``: the file its stdout and stderr go to (as ``vllm serve ... >
+    FILE 2>&1``; None: the test's own)."""
     script = tmp_path / "bin" / "vllm"
     script.parent.mkdir(exist_ok=True)
     script.write_text(VLLM_SCRIPT)
     script.chmod(0o755)
     mode_file = tmp_path / f"mode-{port}"
     mode_file.write_text(mode)
+    out = None if output is None else output.open("ab")
     proc = subprocess.Popen(
-        [str(script), "serve", "Qwen/Qwen3-8B", "--port", str(port), "--api-key", "sk-secret",
+        [str(script), "serve", "Qwen/Qwen3-8B", "--port", str(port), "--api-key", API_KEY,
          "--tensor-parallel-size", "2"],
         env={**os.environ, "VLLM_STAND_IN_MODE": str(mode_file)}, start_new_session=True,
+        stdout=out, stderr=subprocess.STDOUT if out is not None else None,
     )  # fmt: skip
+    if out is not None:
+        out.close()  # the server has its own
     deadline = time.monotonic() + 20
     while not _answers(port):
         assert proc.poll() is None, "the stand-in vLLM server exited"
@@ -112,6 +126,17 @@ def main(argv: list[str]) -> int:
     assert argv[0] == "serve", argv
     port = int(argv[argv.index("--port") + 1])
     state = _State(Path(os.environ["VLLM_STAND_IN_MODE"]))
+    args = {
+        "model_tag": argv[1],
+        "port": port,
+        "api_key": [argv[argv.index("--api-key") + 1]],
+        "tensor_parallel_size": int(argv[argv.index("--tensor-parallel-size") + 1]),
+    }
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(
+        f"(APIServer pid={os.getpid()}) INFO {stamp} [api_utils.py:272] non-default args: {args}",
+        flush=True,
+    )
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -223,3 +223,36 @@ def test_a_recording_in_the_bundle_holds_no_secret_and_still_replays(tmp_path: P
     assert "-----BEGIN OPENSSH PRIVATE KEY-----" not in kept and REDACTED in kept
     [replayed] = recording.samples[0].processes
     assert replayed.command is not None and "--api-key ****" in replayed.command
+
+
+def test_a_secret_learned_midway_leaves_the_files_kept_before_it_too() -> None:
+    """Issue 38 point 5: the bundle learns a vLLM server's ``--api-key`` from its command
+    line (``masking.secret_values``: every word of a secret flag up to the next option,
+    as vLLM's list-valued ``--api-key`` takes several) and scrubs it by value from the
+    files already kept (text, inside a ``.gz``; a binary one that holds it is taken out)
+    and from those to come: where it stands with no name that says it is a secret, only
+    its value finds it."""
+    from gpumon.backends.masking import secret_values
+
+    argv = ["vllm", "serve", "m", "--api-key", "sk-first-key", "sk-second-key", "--port", "80"]
+    assert secret_values(argv) == ["sk-first-key", "sk-second-key"]
+    assert secret_values(["HF_TOKEN=hf_0123456", *argv[:3], "--api-key=sk-third-key"]) == [
+        "hf_0123456",
+        "sk-third-key",
+    ]
+    printed = "401 for sk-first-key, then sk-second-key\n"
+    assert Scrubber().text(printed) == printed  # the shapes alone miss a bare value
+    archive = BundleArchive(Scrubber(), "title")
+    archive.add("logs/00-vllm.log", printed, "a log")
+    archive.add("recording.jsonl.gz", gzip.compress(json.dumps([printed]).encode()), "a rec")
+    archive.add("dump.bin", b"\x00\x01sk-second-key\xff", "a binary", binary=True)
+    archive.add("plain.txt", "nothing to see\n", "plain")
+    size = archive.size
+    archive.learn(secret_values(argv))
+    archive.add("later.txt", "key sk-first-key\n", "after")
+    files = {f.name: f.data for f in archive.files}
+    assert files["logs/00-vllm.log"].decode() == f"401 for {REDACTED}, then {REDACTED}\n"
+    assert b"sk-" not in gzip.decompress(files["recording.jsonl.gz"])
+    assert "dump.bin" not in files and "dump.bin" in dict(archive.missing_files)
+    assert files["plain.txt"] == b"nothing to see\n" and files["later.txt"] == b"key <redacted>\n"
+    assert archive.size == sum(len(d) for d in files.values()) != size

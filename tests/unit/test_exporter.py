@@ -151,3 +151,42 @@ def test_a_server_whose_page_is_over_8_mib_is_an_exported_sglang_error() -> None
     active = {(lab["severity"], lab["kind"]): v for lab, v in metrics["gpumon_alerts_active"]}
     assert active[("warning", "sglang_error")] == 1
     assert [v for lab, v in metrics["gpumon_sglang_up"] if lab["port"] == "24061"] == [0.0]
+
+
+def test_vllm_servers_are_exported_beside_sglang_and_what_a_release_lacks_is_left_out() -> None:
+    """Issue 38 point 5: per vLLM server the pane's numbers (same labels as SGLang's),
+    from pages made by vLLM's own declarations; 0.6.6.post1 (V0) has no prefix-cache
+    counters and no drafter: those series are absent, never 0."""
+    from vllm_trackers import busy
+
+    monitor = make_monitor(HostConfig(name="ct200", kind="local"), record=False)
+    monitor.workloads.vllm[8000] = busy(8000, 1000.0)
+    monitor.workloads.vllm[8001] = busy(8001, 1000.0, version="0.6.6.post1")
+    metrics = scrape(GpumonCollector(lambda: [monitor], OomCounter()))
+
+    def by_port(name: str) -> dict[str, float]:
+        return {lab["port"]: v for lab, v in metrics.get(name, [])}
+
+    assert by_port("gpumon_vllm_up") == {"8000": 1.0, "8001": 1.0}
+    new = monitor.workloads.vllm[8000]
+    assert by_port("gpumon_vllm_running_requests")["8000"] == new.running
+    assert by_port("gpumon_vllm_waiting_requests")["8000"] == new.queued
+    assert by_port("gpumon_vllm_kv_usage_ratio")["8000"] == new.token_usage
+    # 0.34.0's page has two engines (data parallel), each 1,000 tokens further every 5 s
+    assert by_port("gpumon_vllm_generation_tokens_per_second") == {"8000": 400.0, "8001": 200.0}
+    assert by_port("gpumon_vllm_prompt_tokens_per_second") == {"8000": 400.0, "8001": 200.0}
+    assert by_port("gpumon_vllm_preemptions_per_second") == {"8000": 0.0, "8001": 0.0}
+    # no drafter on these pages, no prefix-cache traffic in the window: n/a, not 0
+    for name in (
+        "gpumon_vllm_spec_accept_length",
+        "gpumon_vllm_spec_accept_ratio",
+        "gpumon_vllm_prefix_cache_hit_ratio",
+    ):
+        assert name not in metrics
+    old = monitor.workloads.vllm[8001]
+    old.spec_accept_length, old.spec_accept_rate = 1.4, 0.2  # a drafter's window
+    metrics = scrape(GpumonCollector(lambda: [monitor], OomCounter()))
+    assert by_port("gpumon_vllm_spec_accept_length") == {"8001": 1.4}
+    assert by_port("gpumon_vllm_spec_accept_ratio") == {"8001": 0.2}
+    assert {lab["host"] for lab, _ in metrics["gpumon_vllm_up"]} == {"ct200"}
+    assert "gpumon_sglang_up" not in metrics  # no SGLang server here: no series

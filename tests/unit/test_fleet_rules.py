@@ -132,3 +132,38 @@ def test_queries_are_a_fixed_set_by_node_with_the_selector_everywhere() -> None:
     one = q.node_gpus('we"ird$1')["now"]
     assert '"we\\"ird$$1"' in one  # a PromQL string, $ not a group reference
     assert promql_string("a\\b\n") == '"a\\\\b\\n"'
+
+
+def test_the_vllm_rules_name_their_servers() -> None:
+    """Issue 38 point 5: a wedged vLLM engine is critical, KV pressure a warning, each
+    naming its servers (the first two, the others counted) in the window's words."""
+    one = node("v", vllm_wedged=(("gpu01:8000", 41.0),))
+    assert rules(one) == [("vllm-wedged", Health.CRITICAL)]
+    assert one.problems[0].message == "vLLM wedged: gpu01:8000 (41 requests): no token for 60 s"
+    three = (("a:8000", 1.0), ("a:8001", 2.0), ("a:8002", 3.0))
+    many = replace(node("w"), vllm_wedged=three)
+    assert judge(many, NOW, vllm_window_s=5)[0].message == (
+        "vLLM wedged: a:8000 (1 requests), a:8001 (2 requests) +1: no token for 5 s"
+    )
+    kv = node("x", vllm_kv_pressure=(("gpu02:8000", 0.97, 12.0), ("gpu02:8001", 0.91, None)))
+    assert rules(kv) == [("vllm-kv-pressure", Health.WARNING)]
+    assert kv.problems[0].message == (
+        "vLLM KV cache nearly full, requests preempted: gpu02:8000 (97% KV, 12 preempted in "
+        "60 s), gpu02:8001 (91% KV)"
+    )
+    both = node("y", vllm_wedged=(("h:8000", 5.0),), vllm_kv_pressure=(("h:8001", 0.99, 1.0),))
+    assert [p.rule for p in both.problems] == ["vllm-wedged", "vllm-kv-pressure"]
+
+
+def test_the_vllm_queries_read_both_kv_names_and_judge_per_server() -> None:
+    """Both KV use names (V0 and V1 to 0.9.1; 0.9.2+) and the fleet's selector on every
+    vLLM metric; each query keeps the server (``instance``) beside the node."""
+    q = FleetQueries('cluster="a"', ("hostname",), vllm_hung_after_s=60).vllm()
+    kv = q["vllm_kv_pressure"]
+    assert '{__name__=~"vllm:(gpu_cache_usage_perc|kv_cache_usage_perc)",cluster="a"}' in kv
+    assert 'increase(vllm:num_preemptions_total{cluster="a"}[60s])' in kv and ">= 0.9" in kv
+    wedged = q["vllm_wedged"]
+    assert 'min_over_time(vllm:num_requests_running{cluster="a"}[60s])' in wedged
+    assert 'min_over_time(vllm:num_requests_waiting{cluster="a"}[60s])' in wedged
+    assert 'increase(vllm:generation_tokens_total{cluster="a"}[60s])' in wedged
+    assert all("sum by (node, instance)" in e or "avg by (node, instance)" in e for e in q.values())

@@ -151,9 +151,12 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
     )
 
 
-def server_info(m: protocol.ServerInfo) -> tuple[str, int, dict[str, int], list[int]]:
+def server_info(
+    m: protocol.ServerInfo,
+) -> tuple[str, int, dict[str, int], list[int], int | None]:
     sizes = {"tp": m.tp, "pp": m.pp, "dp": m.dp}
-    return m.engine, m.port, {k: v for k, v in sizes.items() if v is not None}, m.minors
+    pid = m.pid if m.pid > 0 else None
+    return m.engine, m.port, {k: v for k, v in sizes.items() if v is not None}, m.minors, pid
 
 
 def dispatch(sink: Sink, table: dict[str, Handler], line: bytes) -> bool:

@@ -120,10 +120,15 @@ class Sink(Protocol):
         once) or ``discover`` (SGLang servers looked for; ``ports``: those found)."""
 
     def ingest_server_info(
-        self, engine: str, port: int, parallel: Mapping[str, int], minors: Sequence[int]
+        self,
+        engine: str,
+        port: int,
+        parallel: Mapping[str, int],
+        minors: Sequence[int],
+        pid: int | None = None,
     ) -> None:
         """A discovered server's parallel sizes (``tp``, ``pp``, ``dp`` its command line
-        gives) and the ``/dev/nvidiaN`` its process tree holds."""
+        gives), the ``/dev/nvidiaN`` its process tree holds and its API server's PID."""
 
     def ingest_alert(
         self,
