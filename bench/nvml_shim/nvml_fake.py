@@ -25,14 +25,24 @@ import ctypes
 import math
 import os
 import time
-import uuid
 
 N_GPUS = 8
 NAME = b"NVIDIA RTX PRO 6000 Blackwell Server Edition"
 MIB = 1 << 20
 TOTAL = 97887 * MIB
 BUS = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB]
-UUIDS = [f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'fake-gpu-{i}')}".encode() for i in range(N_GPUS)]
+# uuid.uuid5(uuid.NAMESPACE_DNS, f"fake-gpu-{i}"), written out: the uuid module imports
+# platform (nine patterns compiled), which the C library it stands in for costs no tool
+UUIDS = [
+    b"GPU-b5c159ed-97ef-523e-9b2f-dbcfee495f3b",
+    b"GPU-2e874132-ed8c-5cfa-9c14-0af00919ae11",
+    b"GPU-9b94f854-4fa4-5a84-9c98-4bad326ab81e",
+    b"GPU-ce87eeeb-fd5c-52e7-a1c0-8d0b1f5b66f3",
+    b"GPU-59cef264-a1f1-5686-80f9-5c7804fa5de6",
+    b"GPU-178d2bbd-faa1-54c9-acbb-77996787288f",
+    b"GPU-e2916a9a-b9bc-5948-adbb-9841a200d206",
+    b"GPU-08a5268c-e134-5236-9fc3-e1d1abf71b67",
+]
 MAX_CLOCKS = {0: 2617, 1: 2617, 2: 14001, 3: 1965}  # MHz: graphics, SM, memory, video
 PIDS = [int(p) for p in os.environ.get("NVML_SHIM_PIDS", "").split(",") if p.strip()]
 OK, INVALID_ARGUMENT, NOT_SUPPORTED, INSUFFICIENT_SIZE = 0, 2, 3, 7  # NVML return codes
