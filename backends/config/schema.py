@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gpumon.backends.config.limits import PATH_MAX, URL_MAX, show
+from gpumon.backends.lazy import lazy_pattern
 
 T = TypeVar("T")
 
@@ -184,7 +185,7 @@ def text_list(v: object) -> tuple[str, ...]:
     return tuple(text(item) for item in v)
 
 
-_URL = re.compile(r"https?://[^\s]+")
+_URL = lazy_pattern(r"https?://[^\s]+")
 
 
 def url(v: object) -> str:
@@ -205,7 +206,7 @@ def base_url(v: object) -> str:
     return s
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_NAME = lazy_pattern(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def env_name(v: object) -> str:

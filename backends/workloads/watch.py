@@ -29,6 +29,7 @@ from gpumon.backends.alerts.facts import MIB, NO_FACTS, AlertFacts
 from gpumon.backends.alerts.incident import failure_kind
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import GpuRef, GpuRegistry, GpuSample, Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.processes import foreign
@@ -61,7 +62,7 @@ NCCL_SPIN_POWER_SHARE = 0.35  # ... on less than this share of its power limit: 
 # Fetched once per server start, for the model and parallelism: ``/server_info`` since
 # 0.5.6; ``/get_server_info`` (all versions, deprecated and logged as such where both exist).
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
-_PORT_IN_PATH = re.compile(r"(?<!\d)(\d{2,5})(?!\d)")
+_PORT_IN_PATH = lazy_pattern(r"(?<!\d)(\d{2,5})(?!\d)")
 
 
 @dataclass(frozen=True, slots=True)
