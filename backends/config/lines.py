@@ -10,7 +10,6 @@ so a line inside one that looks like ``key = ...`` could be taken; None when not
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 
 from gpumon.backends.lazy import lazy_pattern
@@ -31,6 +30,8 @@ def _parts(dotted: str) -> tuple[str, ...]:
     for m in _ONE_PART.finditer(dotted):
         part = m.group(0)
         if part.startswith(('"', "'")):
+            import tomllib  # only a quoted part, only when a config is read
+
             try:  # the string as TOML reads it (escapes included)
                 part = str(tomllib.loads(f"k = {part}")["k"])
             except tomllib.TOMLDecodeError:

@@ -15,7 +15,6 @@ its errors would still need this layer for the expected text and "did you mean".
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -82,6 +81,8 @@ def check_table(raw: object, specs: tuple[KeySpec, ...]) -> dict[str, Any]:
 def did_you_mean(word: str, known: Iterable[str]) -> str:
     """``' (did you mean "interval"?)'``: the known word closest to ``word``; "" when none
     is close."""
+    import difflib  # only for a word the config got wrong
+
     hint = difflib.get_close_matches(word, list(known), n=1)
     return f' (did you mean "{hint[0]}"?)' if hint else ""
 

@@ -92,8 +92,9 @@ def test_a_one_shot_builds_only_the_parts_it_runs(
 # What `gpumon snapshot local` must not load on its fast path (CI prints the same check
 # with the import time: bench/bench_importtime.py --check, over the bench's NVML shim).
 # ... nor what only other commands use (issue 41's second round): the fleet's config, and
-# statistics with fractions and decimal (the medians of a running dashboard and watch).
-ONE_SHOT_UNUSED = ("gpumon.backends.config.fleet", "statistics", "fractions", "decimal")
+# statistics with fractions and decimal (the medians of a running dashboard and watch);
+# difflib, whose suggestions only a misspelt command, config key or rule key asks for.
+ONE_SHOT_UNUSED = ("gpumon.backends.config.fleet", "statistics", "fractions", "decimal", "difflib")
 ONE_SHOT_FORBIDDEN = (*UI, *SSH, *UNASKED, *ONE_SHOT_UNUSED, "gpumon.backends.sim")
 FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml"
 
