@@ -29,9 +29,10 @@ Short flags (``-p``) are not judged: ``-p 8080`` is as often a port as a passwor
 from __future__ import annotations
 
 import functools
-import re
 import shlex
 from collections.abc import Sequence
+
+from gpumon.backends.lazy import lazy_pattern
 
 __all__ = [
     "MASK",
@@ -125,11 +126,11 @@ _PASS_KINDS = frozenset(
 )
 # A first word that makes a flag a switch: it takes no value (--allow-credentials).
 _SWITCH = frozenset({"no", "disable", "enable", "allow", "skip", "require", "without", "ignore"})
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_SPLIT = re.compile(r"[^a-z0-9]+")
+_CAMEL = lazy_pattern(r"(?<=[a-z0-9])(?=[A-Z])")
+_SPLIT = lazy_pattern(r"[^a-z0-9]+")
 # NAME=value as a command line's word: an environment (`env HF_TOKEN=... python`) or an
 # override (`trainer.wandb.api_key=...`).
-_ASSIGNMENT = re.compile(r"[A-Za-z_][\w.-]*")
+_ASSIGNMENT = lazy_pattern(r"[A-Za-z_][\w.-]*")
 
 
 def name_words(name: str) -> list[str]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import functools
-import re
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import overload
+
+from gpumon.backends.lazy import lazy_pattern
 
 
 class CheckCode(enum.IntEnum):
@@ -111,7 +112,7 @@ _SAID = {
 }
 
 
-_PATH_PART = re.compile(r"[\w.+@-]+")  # a part of a relative path (venv/bin/python)
+_PATH_PART = lazy_pattern(r"[\w.+@-]+")  # a part of a relative path (venv/bin/python)
 
 
 class Source(enum.StrEnum):
@@ -337,7 +338,7 @@ class UnreadableGpu:
 # and NVML's 00000000:19:00.0 (8 upper-case hex digits of domain), NVML's legacy
 # 0000:19:00.0, the kernel's /proc/driver/nvidia/gpus/0000:19:00.0 and sysfs, the Xid
 # line's PCI:0000:19:00 (no function), a bare 19:00.0.
-_BUS_ID = re.compile(
+_BUS_ID = lazy_pattern(
     r"(?:PCI:)?(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
     r"(?:\.(?P<fn>[0-7]))?"
 )

@@ -244,7 +244,7 @@ def run_case(case: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 # The shim's own cost: a bare interpreter (the agent's -S) importing pynvml as the agent
 # does (ctypes.util a stand-in, site-packages appended), without and with the shim's
-# sitecustomize (which imports pynvml itself). The difference is what a real GPU host,
+# sitecustomize (which patches pynvml as it is imported). The difference is what a real GPU host,
 # where libnvidia-ml.so stands in place of the shim, would not see of the figures above.
 BARE = """
 import sys, types, ctypes, time
@@ -280,7 +280,7 @@ def shim_cost(args: argparse.Namespace) -> dict[str, Any]:
     site = subprocess.run(
         [str(args.python), "-c", where], capture_output=True, text=True, check=True
     ).stdout.strip()
-    shim = f"sys.path.insert(0, {str(args.shim)!r})\nimport sitecustomize"
+    shim = f"sys.path.insert(0, {str(args.shim)!r})\nimport sitecustomize\nimport pynvml"
     runs = {
         "pynvml": bare_memory(args.python, BARE.format(site=site, imports="import pynvml")),
         "shim": bare_memory(args.python, BARE.format(site=site, imports=shim)),

@@ -91,7 +91,10 @@ AREAS = (
     ("gpumon tui", ("gpumon.tui",)),
     ("gpumon backends.remote", ("gpumon.backends.remote",)),
     ("gpumon backends", ("gpumon",)),
-    ("shim, pynvml", ("sitecustomize", "pynvml", "ctypes", "uuid", "hashlib", "_hashlib")),
+    (
+        "shim, pynvml",
+        ("sitecustomize", "nvml_fake", "pynvml", "ctypes", "uuid", "hashlib", "_hashlib"),
+    ),
     ("site, encodings", ("site", "encodings", "_distutils_hack", "__editable__")),
 )
 

@@ -1,8 +1,8 @@
 """The one-shot's floor: what ``gpumon snapshot local`` costs before gpumon does anything,
 beside the whole command and ``nvitop -1``, in CPU (user+sys of the process and the
 children it waited for: gpumon's agent is one), interleaved, in the side-by-side runs'
-environment (``env -i``, the NVML shim's 8 GPUs on PYTHONPATH, its sitecustomize and
-pynvml loaded at start as nvitop's are).
+environment (``env -i``, the NVML shim's 8 GPUs on PYTHONPATH: its sitecustomize patches
+pynvml in the processes that import it, nvitop and gpumon's agent).
 
 The steps, each on top of the one before:
 

@@ -48,7 +48,7 @@ AREAS = (
     ("gpumon tui", ("gpumon/tui/", "tui/")),
     ("gpumon backends", ("gpumon/backends/", "backends/")),
     ("agent (backends/remote)", ("gpumon_remote", "remote/")),
-    ("pynvml + shim", ("pynvml", "sitecustomize")),
+    ("pynvml + shim", ("pynvml", "sitecustomize", "nvml_fake")),
     ("asyncssh", ("asyncssh/",)),
     ("asyncio", ("asyncio/",)),
 )

@@ -53,7 +53,6 @@ intervals (stale data is not idle time) starts the count again.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -210,6 +209,8 @@ class AlertRules:
         values: dict[str, Any] = {}
         for key, value in data.items():
             if key not in known:
+                import difflib  # only for a key the config got wrong
+
                 close = difflib.get_close_matches(str(key), known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ValueError(f"{where}.{key}: unknown key{hint}")

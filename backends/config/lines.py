@@ -10,18 +10,18 @@ so a line inside one that looks like ``key = ...`` could be taken; None when not
 
 from __future__ import annotations
 
-import re
-import tomllib
 from collections.abc import Sequence
+
+from gpumon.backends.lazy import lazy_pattern
 
 __all__ = ["key_line", "toml_error_line"]
 
 _PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|'[^']*')"""
 _DOTTED = rf"{_PART}(?:\s*\.\s*{_PART})*"
-_HEADER = re.compile(rf"^\s*\[\[?\s*({_DOTTED})\s*\]\]?\s*(?:#.*)?$")
-_ASSIGN = re.compile(rf"^\s*({_DOTTED})\s*=")
-_ONE_PART = re.compile(_PART)
-_TOML_AT = re.compile(r"\(at line ([0-9]+), column [0-9]+\)$")
+_HEADER = lazy_pattern(rf"^\s*\[\[?\s*({_DOTTED})\s*\]\]?\s*(?:#.*)?$")
+_ASSIGN = lazy_pattern(rf"^\s*({_DOTTED})\s*=")
+_ONE_PART = lazy_pattern(_PART)
+_TOML_AT = lazy_pattern(r"\(at line ([0-9]+), column [0-9]+\)$")
 
 
 def _parts(dotted: str) -> tuple[str, ...]:
@@ -30,6 +30,8 @@ def _parts(dotted: str) -> tuple[str, ...]:
     for m in _ONE_PART.finditer(dotted):
         part = m.group(0)
         if part.startswith(('"', "'")):
+            import tomllib  # only a quoted part, only when a config is read
+
             try:  # the string as TOML reads it (escapes included)
                 part = str(tomllib.loads(f"k = {part}")["k"])
             except tomllib.TOMLDecodeError:

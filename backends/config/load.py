@@ -11,7 +11,6 @@ import ipaddress
 import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -388,6 +387,8 @@ def load_config(
     if len(data) > MAX_FILE_BYTES:
         problem = f"larger than {MAX_FILE_BYTES >> 20} MiB; a config is a few KiB"
         raise ConfigError(problem, source=source)
+    import tomllib  # here: a one-shot without a config file never parses TOML
+
     try:
         text = data.decode("utf-8")
         doc = tomllib.loads(text)

@@ -15,13 +15,13 @@ its errors would still need this layer for the expected text and "did you mean".
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gpumon.backends.config.limits import PATH_MAX, URL_MAX, show
+from gpumon.backends.lazy import lazy_pattern
 
 T = TypeVar("T")
 
@@ -81,6 +81,8 @@ def check_table(raw: object, specs: tuple[KeySpec, ...]) -> dict[str, Any]:
 def did_you_mean(word: str, known: Iterable[str]) -> str:
     """``' (did you mean "interval"?)'``: the known word closest to ``word``; "" when none
     is close."""
+    import difflib  # only for a word the config got wrong
+
     hint = difflib.get_close_matches(word, list(known), n=1)
     return f' (did you mean "{hint[0]}"?)' if hint else ""
 
@@ -184,7 +186,7 @@ def text_list(v: object) -> tuple[str, ...]:
     return tuple(text(item) for item in v)
 
 
-_URL = re.compile(r"https?://[^\s]+")
+_URL = lazy_pattern(r"https?://[^\s]+")
 
 
 def url(v: object) -> str:
@@ -205,7 +207,7 @@ def base_url(v: object) -> str:
     return s
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_NAME = lazy_pattern(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def env_name(v: object) -> str:

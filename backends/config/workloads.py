@@ -23,14 +23,15 @@ from gpumon.backends.config.schema import (
     number,
     text,
 )
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.untrusted import printable_text
 
 PRESETS = ("kv", "tqdm", "hf", "jsonl", "batch")
 PROGRESS_GROUPS = frozenset(
     {"step", "total_steps", "loss", "tokens_per_s", "tokens", "done", "total", "failed", "eta"}
 )
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_NAME = lazy_pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_PLACEHOLDER = lazy_pattern(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +152,7 @@ def string_table(v: object) -> Mapping[str, str]:
 
 # Control characters other than tab: a newline in a value would end the command it is
 # substituted into (actions.params refuses it at restart; the config says so at once).
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_CONTROL = lazy_pattern(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def param_table(v: object) -> Mapping[str, str | int | float | bool]:

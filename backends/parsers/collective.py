@@ -21,8 +21,9 @@ raises; a line that is none of these gives None.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from gpumon.backends.lazy import lazy_pattern
 
 __all__ = ["KEEP_WORDS", "CollectiveScanner", "StallLine"]
 
@@ -38,25 +39,25 @@ KEEP_WORDS = (
     "exitcode  :",
 )
 
-_WATCHDOG = re.compile(
+_WATCHDOG = lazy_pattern(
     r"Watchdog caught collective operation timeout: "
     r"Work\w*\((?P<work>[^)]*(?:\([^)]*\)[^)]*)*)\) ran for (?P<ran>\d+) milliseconds"
 )
-_FIELD = re.compile(r"(\w+(?:\(ms\))?)=([^,]*)")
-_STUCK = re.compile(r"watchdog got stuck for (?P<s>\d+) seconds")
-_RANK_PREFIX = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]|\[rank(?P<lower>\d+)\]")
-_DUMP = re.compile(
+_FIELD = lazy_pattern(r"(\w+(?:\(ms\))?)=([^,]*)")
+_STUCK = lazy_pattern(r"watchdog got stuck for (?P<s>\d+) seconds")
+_RANK_PREFIX = lazy_pattern(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]|\[rank(?P<lower>\d+)\]")
+_DUMP = lazy_pattern(
     r"Received a dump signal due to a collective timeout from\s+"
     r"(?:rank\s+(?P<rank>\d+)|(?P<local>this local rank))"
 )
 _FAILED_OPS = "Some NCCL operations have failed or timed out"
-_RESTART = re.compile(
+_RESTART = lazy_pattern(
     r"Worker group (?P<state>[A-Z]+)\. (?P<left>\d+)/(?P<max>\d+) attempts left; "
     r"will restart worker group"
 )
 _ROOT = "Root Cause (first observed failure)"
-_ROOT_RANK = re.compile(r"^\s*rank\s+:\s*(?P<rank>\d+)")
-_ROOT_EXIT = re.compile(r"^\s*exitcode\s+:\s*(?P<code>-?\d+)")
+_ROOT_RANK = lazy_pattern(r"^\s*rank\s+:\s*(?P<rank>\d+)")
+_ROOT_EXIT = lazy_pattern(r"^\s*exitcode\s+:\s*(?P<code>-?\d+)")
 _ROOT_LINES = 12  # the block's fields follow its header within this many lines
 
 

@@ -12,20 +12,20 @@ both into ``0000:ba:00``; ``GpuRegistry.bus`` finds the GPU of a sample at that 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import Health
 from gpumon.backends.parsers.xid import xid_info, xid_level, xid_summary
 
 # Line prefixes before "NVRM:" (raw dmesg, dmesg -T, journalctl -k, /dev/kmsg) need no
 # stripping: the patterns search, they do not match at the start.
-_XID = re.compile(
+_XID = lazy_pattern(
     r"NVRM: Xid \(PCI:(?P<dom>[0-9a-fA-F]{4}):(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
     r"(?: GPU-I:(?P<gi>\d{1,3}))?(?: GPU-CI:(?P<ci>\d{1,3}))?\): (?P<xid>\d{1,5}), "
     r"(?:pid=(?P<pid>'?<unknown>'?|\d{1,10}), (?:name=(?P<name>[^,]{0,64}), )?)?(?P<msg>.*)"
 )
-_GPU_AT = re.compile(
+_GPU_AT = lazy_pattern(
     r"NVRM: GPU at PCI:(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}): "
     r"(?P<uuid>GPU-[0-9a-fA-F-]{8,40})"
 )
@@ -115,13 +115,13 @@ def parse_gpu_at_line(line: str) -> tuple[str, str] | None:
     return (m.group("pci").lower(), m.group("uuid")) if m else None
 
 
-_KILLED = re.compile(
+_KILLED = lazy_pattern(
     r"(?:(?P<scope>Memory cgroup out of memory|Out of memory): Kill(?:ed)? process"
     r"|Killed process(?= \d{1,10} \([^)]{0,64}\) total-vm:))"
     r" (?P<pid>\d{1,10}) \((?P<comm>[^)]{0,64})\)"
 )
-_ANON_RSS = re.compile(r"anon-rss:(\d{1,15})kB")
-_UID = re.compile(r"UID:(\d{1,10})")
+_ANON_RSS = lazy_pattern(r"anon-rss:(\d{1,15})kB")
+_UID = lazy_pattern(r"UID:(\d{1,10})")
 
 
 def parse_host_oom_kill(line: str) -> HostOomKill | None:

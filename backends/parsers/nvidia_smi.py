@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import (
     GpuProcess,
     GpuSample,
@@ -106,19 +107,19 @@ _GPU_ALIASES: dict[str, str] = {
 }
 _PROCESS_ALIASES: dict[str, str] = {"name": "process_name", "used_memory": "used_gpu_memory"}
 
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-_HEADER_CELL = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?: \[[^\]]*\])?")
+_FIELD_NAME = lazy_pattern(r"[A-Za-z_][A-Za-z0-9_.]*")
+_HEADER_CELL = lazy_pattern(r"([A-Za-z_][A-Za-z0-9_.]*)(?: \[[^\]]*\])?")
 # A number, optionally followed by " <unit>" (``84522 MiB``, ``100 %``, ``0 us``). ASCII
 # digits only and bounded, so "nan", "1e400", "1_000" or 5000 digits never become numbers.
-_NUMBER = re.compile(r"(-?[0-9]{1,18}(?:\.[0-9]{1,9})?)(?: [A-Za-z%]{1,4})?")
-_HEX = re.compile(r"0[xX]([0-9A-Fa-f]{1,16})")
-_INDEX = re.compile(r"[0-9]{1,6}")
-_PID = re.compile(r"[0-9]{1,10}")
-_TIMESTAMP = re.compile(r"[0-9]{4}/[0-9]{2}/[0-9]{2} ")
+_NUMBER = lazy_pattern(r"(-?[0-9]{1,18}(?:\.[0-9]{1,9})?)(?: [A-Za-z%]{1,4})?")
+_HEX = lazy_pattern(r"0[xX]([0-9A-Fa-f]{1,16})")
+_INDEX = lazy_pattern(r"[0-9]{1,6}")
+_PID = lazy_pattern(r"[0-9]{1,10}")
+_TIMESTAMP = lazy_pattern(r"[0-9]{4}/[0-9]{2}/[0-9]{2} ")
 
 _MISSING = frozenset({"", "N/A", "ERR!"})
-_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
-_UUID = re.compile(r"(?:GPU|MIG)-\S+")
+_BUS_ID = lazy_pattern(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
+_UUID = lazy_pattern(r"(?:GPU|MIG)-\S+")
 
 # Cells nvidia-smi fills with free text (not its own): they may contain the separator and
 # brackets. Extra pieces of a split row go to them, in this order of preference.
@@ -230,7 +231,7 @@ def query_gpu_args(fields: Sequence[str] = QUERY_FIELDS, loop_ms: int | None = N
     return args
 
 
-_HELP_FIELD = re.compile(r'"([A-Za-z_][A-Za-z0-9_.]*)"')
+_HELP_FIELD = lazy_pattern(r'"([A-Za-z_][A-Za-z0-9_.]*)"')
 _RENAMED = ("clocks_event_reasons.", "clocks_throttle_reasons.")  # R535 name, older name
 _OLD_NAMES = {"pcie.link.gen.gpucurrent": "pcie.link.gen.current"}  # current name: older one
 
@@ -402,12 +403,12 @@ def _split_row(line: str, columns: Sequence[str], free_text: Sequence[str]) -> l
 
 
 _CELL_SHAPES: dict[str, re.Pattern[str]] = {
-    "timestamp": re.compile(r"[0-9]{4}/[0-9]{2}/[0-9]{2} \S+"),
+    "timestamp": lazy_pattern(r"[0-9]{4}/[0-9]{2}/[0-9]{2} \S+"),
     "uuid": _UUID,
     "gpu_uuid": _UUID,
     "pci.bus_id": _BUS_ID,
     "gpu_bus_id": _BUS_ID,
-    "pstate": re.compile(r"P[0-9]{1,2}"),
+    "pstate": lazy_pattern(r"P[0-9]{1,2}"),
     "pid": _PID,
     "used_gpu_memory": _NUMBER,
 }
@@ -521,7 +522,7 @@ def parse_query_gpu(
 
 
 ROW_LINES_MAX = 4  # lines one GPU row may have been split into by newlines in its name
-_DEVICE_HANDLE = re.compile(
+_DEVICE_HANDLE = lazy_pattern(
     r"Unable to determine the device handle for GPU ?"
     r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]): (?P<reason>.+)"
 )
@@ -678,15 +679,20 @@ def _process_from_row(columns: Sequence[str], cells: Sequence[str]) -> GpuProces
 _FAILURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "driver_not_loaded",
-        re.compile(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"),
+        lazy_pattern(
+            r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"
+        ),
     ),
-    ("version_mismatch", re.compile(r"Failed to initialize NVML: Driver/library version mismatch")),
-    ("no_supported_gpus", re.compile(r"(?:Failed to initialize NVML: )?No supported GPUs")),
-    ("nvml_unknown_error", re.compile(r"Failed to initialize NVML: Unknown Error")),
-    ("no_devices", re.compile(r"No devices were found")),
-    ("device_handle", re.compile(r"Unable to determine the device handle for GPU ?[0-9A-Fa-f]")),
-    ("library_not_found", re.compile(r"NVIDIA-SMI couldn't find libnvidia-ml\.so")),
-    ("invalid_field", re.compile(r'Field "[^"]*" is not a valid field to query')),
+    (
+        "version_mismatch",
+        lazy_pattern(r"Failed to initialize NVML: Driver/library version mismatch"),
+    ),
+    ("no_supported_gpus", lazy_pattern(r"(?:Failed to initialize NVML: )?No supported GPUs")),
+    ("nvml_unknown_error", lazy_pattern(r"Failed to initialize NVML: Unknown Error")),
+    ("no_devices", lazy_pattern(r"No devices were found")),
+    ("device_handle", lazy_pattern(r"Unable to determine the device handle for GPU ?[0-9A-Fa-f]")),
+    ("library_not_found", lazy_pattern(r"NVIDIA-SMI couldn't find libnvidia-ml\.so")),
+    ("invalid_field", lazy_pattern(r'Field "[^"]*" is not a valid field to query')),
 )
 _HINTS: dict[str, str] = {
     "driver_not_loaded": "The nvidia kernel module is not loaded, or the /dev/nvidia* device "
@@ -722,9 +728,9 @@ DRIVER_FAILURES = frozenset(
         "library_not_found",
     }
 )
-_HANDLE_BUS = re.compile(r"for GPU ?([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f])")
+_HANDLE_BUS = lazy_pattern(r"for GPU ?([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f])")
 _GPU_LOST_HINT = "The GPU has fallen off the bus (Xid 79); reboot the host to recover it"
-_NOT_FOUND = re.compile(r"nvidia-smi'?: (?:command )?not found|No such file or directory")
+_NOT_FOUND = lazy_pattern(r"nvidia-smi'?: (?:command )?not found|No such file or directory")
 _EXIT_FALLBACK = {9: "driver_not_loaded", 12: "library_not_found", 127: "not_found"}
 _MAX_QUOTE = 500
 
@@ -778,8 +784,8 @@ def _message(
     return f"{text}. {hint}" if hint else text
 
 
-_RULER = re.compile(r"#{20,}")
-_BANNER = re.compile(r"# ([A-Za-z0-9_-]+) :: (.+)")
+_RULER = lazy_pattern(r"#{20,}")
+_BANNER = lazy_pattern(r"# ([A-Za-z0-9_-]+) :: (.+)")
 
 
 def parse_real_capture(text: str) -> dict[str, str]:

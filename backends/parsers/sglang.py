@@ -32,10 +32,10 @@ Which series count (docs/formats.md 6.2, checked against SGLang 0.4.3-0.5.23):
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from gpumon.backends.errors import GpumonError
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.parsers.sglang_log import (
     SglangLogStats,
     log_line_stamp,
@@ -106,8 +106,8 @@ def _line_pattern(latency: bool) -> str:
 # lines are left out: values are read by sample name, so types are not needed.
 METRICS_LINE_FILTER = _line_pattern(latency=True)
 CORE_LINE_FILTER = _line_pattern(latency=False)
-_FULL = re.compile(METRICS_LINE_FILTER)
-_CORE = re.compile(CORE_LINE_FILTER)
+_FULL = lazy_pattern(METRICS_LINE_FILTER)
+_CORE = lazy_pattern(CORE_LINE_FILTER)
 _MAX_ERROR_TEXT = 160
 
 

@@ -10,16 +10,17 @@ device name, and hybrid-model usage keys. Unknown items are kept, not errors.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Literal
 
-_RAY = re.compile(r"^\(\w+ pid=\d+(?:, ip=[^)]*)?\)\s*")
-_PREFIX = re.compile(
+from gpumon.backends.lazy import lazy_pattern
+
+_RAY = lazy_pattern(r"^\(\w+ pid=\d+(?:, ip=[^)]*)?\)\s*")
+_PREFIX = lazy_pattern(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d{3})?"
     r"((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] (.*)$"
 )
-_MESSAGE = re.compile(r"^(Decode|Prefill) batch(?: \[\d+\])?[.,] (.*?)(?:, ?)?$")
+_MESSAGE = lazy_pattern(r"^(Decode|Prefill) batch(?: \[\d+\])?[.,] (.*?)(?:, ?)?$")
 _GRAPH_KEYS = ("cuda graph", "cpu graph", "npu graph", "musa graph")
 _USAGE_KEYS = (
     "token usage",

@@ -35,9 +35,9 @@ equal pool). ``NaN`` reads as absent; a family the page does not carry is None, 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.parsers.sglang import Histogram, SglangParseError, SglangScrape
 
 __all__ = [
@@ -75,7 +75,7 @@ _LATENCY = (
 VLLM_METRICS_LINE_FILTER = (
     rf"vllm[:_](?:{'|'.join(_FAMILIES)}|(?:{'|'.join(_LATENCY)})_(?:bucket|sum|count))[{{ ]"
 )
-_FILTER = re.compile(VLLM_METRICS_LINE_FILTER)
+_FILTER = lazy_pattern(VLLM_METRICS_LINE_FILTER)
 
 
 class VllmParseError(SglangParseError):
@@ -201,8 +201,8 @@ def _build(text: str) -> VllmScrape:
 # ---------------------------------------------------------------------------- logs
 # vLLM's log prefix: ``INFO 11-29 14:32:00 [loggers.py:123] `` (0.8+), ``INFO 11-29
 # 14:32:00 metrics.py:467] `` (0.6); a process prefix ``(APIServer pid=7)`` may lead.
-_STAMP = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)")
-_STATS = re.compile(
+_STAMP = lazy_pattern(r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)")
+_STATS = lazy_pattern(
     r"(?:Engine (?P<engine>\d+): )?Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, "
     r"Avg generation throughput: (?P<gen>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs, "
     r"(?:Swapped: \d+ reqs, Pending: (?P<pending>\d+) reqs|Waiting: (?P<waiting>\d+) reqs)"
@@ -215,7 +215,7 @@ _STATS = re.compile(
 # cause.``); V0's ``MQEngineDeadError`` / ``Engine loop is not running`` (the
 # multiprocessing front end) and ``AsyncEngineDeadError`` / ``Background loop has
 # errored already`` (vllm/engine/async_llm_engine.py).
-_DEAD = re.compile(
+_DEAD = lazy_pattern(
     r"EngineCore encountered a fatal error|EngineDeadError|EngineCore encountered an issue"
     r"|Engine loop is not running|Background loop has errored already"
 )

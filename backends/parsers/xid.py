@@ -22,10 +22,10 @@ Standard library only, no I/O.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import Health
 
 RESTART_APP = "restart the application"
@@ -179,7 +179,7 @@ XID_45_COMPANY_S = 60.0
 
 # Xid 154's message names the new recovery action: nvmlDeviceGpuRecoveryAction_t, as
 # nvidia-ml-py 13.615.71's pynvml.py defines NVML_GPU_RECOVERY_ACTION_* (0-7).
-_RECOVERY = re.compile(r"to 0x([0-9a-fA-F]{1,8})")
+_RECOVERY = lazy_pattern(r"to 0x([0-9a-fA-F]{1,8})")
 RECOVERY_ACTIONS = {
     0: None,  # NONE
     1: RESET_GPU,  # GPU_RESET

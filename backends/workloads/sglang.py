@@ -35,13 +35,13 @@ just started) or that restarted counts from when it was first seen.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from gpumon.backends import untrusted
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.parsers.sglang import (
     Histogram,
     SglangLogStats,
@@ -66,7 +66,7 @@ LOG_RANK_TTL_S = 120.0  # a rank whose last stats line is this old no longer cou
 HISTORY_LEN = 120
 # ``KV cache pool is full. Retract requests. #retracted_reqs: 3, ...`` (0.5.x) and the older
 # ``Decode out of memory happened. #retracted_reqs: 1, ...`` (docs/formats.md 5.5)
-_RETRACTED = re.compile(
+_RETRACTED = lazy_pattern(
     r"(?:KV cache pool is full\. Retract requests\.|Decode out of memory happened\.) "
     r"#retracted_reqs: (\d{1,9})"
 )

@@ -29,6 +29,7 @@ from gpumon.backends.alerts.facts import MIB, NO_FACTS, AlertFacts
 from gpumon.backends.alerts.incident import failure_kind
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.config.load import HostConfig
+from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import GpuRef, GpuRegistry, GpuSample, Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.processes import foreign
@@ -66,7 +67,7 @@ _OOM_KINDS = tagged(Tag.OOM)
 _SGLANG_KINDS = tagged(Tag.SGLANG)
 NCCL_SPIN_UTIL_PCT = 95.0  # every rank this busy ...
 NCCL_SPIN_POWER_SHARE = 0.35  # ... on less than this share of its power limit: a spin
-_PORT_IN_PATH = re.compile(r"(?<!\d)(\d{2,5})(?!\d)")
+_PORT_IN_PATH = lazy_pattern(r"(?<!\d)(\d{2,5})(?!\d)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,8 +92,9 @@ def test_a_one_shot_builds_only_the_parts_it_runs(
 # What `gpumon snapshot local` must not load on its fast path (CI prints the same check
 # with the import time: bench/bench_importtime.py --check, over the bench's NVML shim).
 # ... nor what only other commands use (issue 41's second round): the fleet's config, and
-# statistics with fractions and decimal (the medians of a running dashboard and watch).
-ONE_SHOT_UNUSED = ("gpumon.backends.config.fleet", "statistics", "fractions", "decimal")
+# statistics with fractions and decimal (the medians of a running dashboard and watch);
+# difflib, whose suggestions only a misspelt command, config key or rule key asks for.
+ONE_SHOT_UNUSED = ("gpumon.backends.config.fleet", "statistics", "fractions", "decimal", "difflib")
 ONE_SHOT_FORBIDDEN = (*UI, *SSH, *UNASKED, *ONE_SHOT_UNUSED, "gpumon.backends.sim")
 FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml"
 
@@ -131,3 +132,43 @@ def test_the_dashboard_loads_its_dialogs_when_one_opens() -> None:
     loaded = modules_after("import gpumon.tui.app")
     assert "gpumon.tui.dashboard.actions" in loaded  # the measurement sees the key handlers
     assert sorted(m for m in loaded if m.startswith(DIALOGS_ONLY)) == []
+
+
+# The modules `gpumon snapshot local` imports before its first sample (the bench's
+# bench_oneshot_floor.GPUMON_IMPORTS, and the report it prints).
+ONE_SHOT_MODULES = (
+    "gpumon.tui.cli.launch",
+    "gpumon.tui.cli.command_line",
+    "gpumon.backends.runtime",
+    "gpumon.backends.monitor.compose",
+    "gpumon.backends.monitor.report",
+)
+COMPILES_AT_IMPORT = """
+import re, sys
+compiled = []
+real_compile = re.compile
+def compile(pattern, flags=0):
+    compiled.append((sys._getframe(1).f_globals.get("__name__", "?"), str(pattern)[:60]))
+    return real_compile(pattern, flags)
+re.compile = compile
+import {modules}
+print(json.dumps(compiled))
+"""
+
+
+def test_the_one_shot_compiles_no_pattern_of_gpumon_at_import() -> None:
+    """A module-level pattern on the one-shot's path is a ``lazy_pattern``, compiled when
+    first used: a snapshot that reads no SGLang page, training log or kernel line compiles
+    none of their patterns (about 60, a quarter of the imports' regex work). The shipped
+    agent's modules (``backends/remote``, standard library only) keep ``re.compile``."""
+    code = "import json\n" + COMPILES_AT_IMPORT.format(modules=", ".join(ONE_SHOT_MODULES))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    compiled = json.loads(out.stdout.splitlines()[-1])
+    assert any(not m.startswith("gpumon.") for m, _ in compiled)  # it sees the stdlib's
+    ours = [
+        (m, p)
+        for m, p in compiled
+        if m.startswith("gpumon.") and not m.startswith("gpumon.backends.remote.")
+    ]
+    assert ours == []

@@ -11,7 +11,6 @@ table's (``subcommands``): a new one is suggested as soon as it has its row.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Collection, Iterator
 from pathlib import Path
@@ -62,6 +61,8 @@ def suggestion(
         return None
     if word.startswith("-") or looks_like_ssh_target(word):
         return None
+    import difflib  # only for a word that is neither a command nor a host
+
     close = difflib.get_close_matches(word, commands, n=1, cutoff=CLOSE_ENOUGH)
     if not close:
         return None
