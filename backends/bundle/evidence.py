@@ -6,11 +6,13 @@ changes, into a bundle of the job's incident (``gpumon bundle``'s scrubbing and 
    on the target (never installed);
 2. ``flight-recorder/NAME``: the collective flight recorder's dump files the job already
    wrote (their prefix from each process's environment, else PyTorch's defaults:
-   ``torchenv.flight_recorder``), byte for byte; first, where the job set a debug pipe, each
-   rank is asked for a dump now through it and the files are waited for (half the time
-   left at most): a hung job that never timed out still leaves its record;
+   ``torchenv.flight_recorder``), byte for byte;
 3. ``nvidia-smi-q.txt`` and ``logs/*``: the GPUs' health sections and the followed logs'
    tails, as ``gpumon bundle`` reads them.
+
+Before 2 reads the files, each rank whose job set a debug pipe is asked for a dump now
+through it, and the new files are waited for (half the time left at most): a hung job
+that never timed out still leaves its record.
 
 All within the seconds given, less the time to write the file; a step the time cuts is
 said in the index, and the bundle written with what came.

@@ -27,9 +27,9 @@ from gpumon.backends.actions import JobTarget, RunRegistry, audit, job_status, l
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
 from gpumon.backends.monitor import demo_settings, make_monitor, make_transport
 
+import waiting
 from job_records import kill_recorded_jobs
 from sshd_server import SshServer, descendants, processes_matching
-from waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -494,7 +494,7 @@ def wait_for_pipes(fr: Path, ranks: int) -> None:
     def made() -> bool:
         return all(stat_is_fifo(fr / f"pipe_rank_{r}.pipe") for r in range(ranks))
 
-    asyncio.run(until(made, 30, "the ranks' debug pipes"))
+    asyncio.run(waiting.until(made, 30, "the ranks' debug pipes"))
 
 
 def stat_is_fifo(path: Path) -> bool:
