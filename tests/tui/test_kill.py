@@ -188,14 +188,18 @@ async def test_esc_skips_the_kills_evidence_and_the_signal_goes_on(
         await pilot.press("y")
         await wait(pilot, asked.is_set, what="the evidence step")
         await pilot.pause()
-        assert dialog.state == "evidence"
+        assert state_of(dialog) == "evidence"
         assert "Esc: skip the rest and send SIGTERM" in squeezed_words(dialog)
         await pilot.press("escape")
-        await wait(pilot, lambda: dialog.state == "done", timeout=30, what="the kill")
+        await wait(pilot, lambda: state_of(dialog) == "done", timeout=30, what="the kill")
         assert app.screen is dialog  # Esc skipped the evidence; it did not close
         assert "evidence skipped after" in squeezed_words(dialog)
         [entry] = audit.read_entries()
         assert entry["outcome"] == "ok" and "bundle" not in entry
+
+
+def state_of(dialog: KillScreen) -> str:
+    return dialog.state  # read afresh each time (mypy would narrow an attribute)
 
 
 def squeezed_words(dialog: KillScreen) -> str:
