@@ -19,7 +19,8 @@ signalled. Without a known start time the plain ``kill`` runs and the dialog say
 PID reuse is not ruled out.
 
 Every signal sent (or not sent: a reused PID) is one audit entry
-(``audit.record("kill", ...)``).
+(``audit.record("kill", ...)``); the first names the evidence bundle kept before it
+(the dialog's evidence step, as a restart's: ``bundle``).
 """
 
 from __future__ import annotations
@@ -166,8 +167,11 @@ class KillOutcome:
     reused: bool = False  # the PID is another process's now: nothing was signalled
 
 
-async def send_signal(transport: Transport, plan: KillPlan, sig: Signal) -> KillOutcome:
-    """Send ``sig``; audited. Never raises for a failed kill: the outcome says it."""
+async def send_signal(
+    transport: Transport, plan: KillPlan, sig: Signal, *, bundle: str | None = None
+) -> KillOutcome:
+    """Send ``sig``; audited (``bundle``: the evidence kept before it). Never raises for a
+    failed kill: the outcome says it."""
     started = time.monotonic()
     argv = plan.command(sig)
     try:
@@ -205,6 +209,7 @@ async def send_signal(transport: Transport, plan: KillPlan, sig: Signal) -> Kill
             pids=[plan.pid],
             duration_s=time.monotonic() - started,
             detail=outcome.message,
+            bundle=bundle,
         )
     except OSError as e:
         return KillOutcome(outcome.ok, f"{outcome.message}; audit log not written: {e}")

@@ -10,6 +10,10 @@ changes, into a bundle of the job's incident (``gpumon bundle``'s scrubbing and 
 3. ``nvidia-smi-q.txt`` and ``logs/*``: the GPUs' health sections and the followed logs'
    tails, as ``gpumon bundle`` reads them.
 
+Before 2 reads the files, each rank whose job set a debug pipe is asked for a dump now
+through it, and the new files are waited for (half the time left at most): a hung job
+that never timed out still leaves its record.
+
 All within the seconds given, less the time to write the file; a step the time cuts is
 said in the index, and the bundle written with what came.
 """
@@ -43,7 +47,7 @@ from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import iso_time
 from gpumon.backends.monitor import snapshot_json
 from gpumon.backends.paths import bundles_dir
-from gpumon.backends.torchenv.flight_recorder import FrSetup, job_setups
+from gpumon.backends.torchenv.flight_recorder import FrSetup, ask_dumps, job_setups
 
 __all__ = ["keep_evidence"]
 
@@ -179,6 +183,7 @@ async def _add_dumps(
         why = "; ".join(f"PID {s.pid}: {s.error}" for s in setups)
         archive.missing("flight-recorder", f"the job's environment is unreadable: {why}")
         return 0
+    await _ask_dumps(archive, target, python, setups, step)
     room = archive.room()
     argv = [python, "-c", _DUMPS, str(room), str(DUMPS_MAX), *prefixes]
     listing = target.run(argv, timeout=step, max_bytes=room * 4 // 3 + 65536)
@@ -212,3 +217,23 @@ async def _add_dumps(
         )
         kept += archive.add(name, base64.b64decode(item["data"]), about, binary=True)
     return kept
+
+
+async def _ask_dumps(
+    archive: BundleArchive,
+    target: _Deadlined,
+    python: str,
+    setups: Sequence[FrSetup],
+    step: float,
+) -> None:
+    """The on-demand dump through each rank's debug pipe, within half the time left (the
+    files are read after it); a rank that wrote none is said in the index."""
+    wait = min(step, target.budget.left() / 2)
+    ask = ask_dumps(target, python, setups, wait)
+    answers = await _within(archive, target.budget, "flight-recorder pipes", ask)
+    for answer in answers or ():
+        if answer.error is not None:
+            archive.missing(
+                f"flight-recorder rank {answer.rank}",
+                f"no dump on demand through {answer.pipe}: {answer.error}",
+            )

@@ -8,6 +8,11 @@ rank is the prefix followed by the rank, ``TORCH_FR_DUMP_TEMP_FILE`` or the olde
 releases: ``$XDG_CACHE_HOME`` (else ``$HOME/.cache``) ``/torch/comm_lib_trace_rank_`` in
 ``torch/csrc/distributed/c10d/FlightRecorder.cpp`` at ad55c3b (2.13),
 ``$HOME/.cache/torch/nccl_trace_rank_`` and ``/tmp/nccl_trace_rank_`` before it.
+
+A job that set a debug pipe (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``, ``TORCH_FR_DEBUG_INFO_PIPE_FILE``
+where a backend reads that name) dumps on demand: each rank made a FIFO ``STEM<rank>.pipe``
+and writes its dump to its usual file once anything is written there (``DumpPipe`` in
+``torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp``, 2.5 onwards; ``ask_dumps``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ __all__ = [
     "BUFFER_VARS",
     "DUMP_VARS",
     "FrSetup",
+    "PipeAnswer",
+    "ask_dumps",
     "default_prefixes",
     "job_setups",
     "readiness_checks",
@@ -35,8 +42,10 @@ __all__ = [
 BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # entries per rank
 DUMP_VARS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")  # the prefix
 ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"
-PIPE = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
-_READ = (*BUFFER_VARS, *DUMP_VARS, ON_TIMEOUT, PIPE, "HOME", "XDG_CACHE_HOME", "RANK")
+# The debug pipe's stem: NCCL's name first (every release since 2.2), then the backends'
+# newer common one (ProcessGroupXCCL's DumpPipe reads it); the pipe is STEM<rank>.pipe.
+PIPE_VARS = ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "TORCH_FR_DEBUG_INFO_PIPE_FILE")
+_READ = (*BUFFER_VARS, *DUMP_VARS, ON_TIMEOUT, *PIPE_VARS, "HOME", "XDG_CACHE_HOME", "RANK")
 
 # Each PID's variables of _READ (argv[1]: the names, comma-separated), one line of JSON:
 # {"PID": {"NAME": "value", ...}} or {"PID": {"error": "..."}} (gone, not readable).
@@ -103,6 +112,22 @@ class FrSetup:
         chosen = self.prefix
         return [chosen[1]] if chosen else default_prefixes(self.env)
 
+    @property
+    def rank(self) -> int | None:
+        """The process's global rank (``RANK``, as torchrun sets it); None: not a rank."""
+        value = self.env.get("RANK", "").strip()
+        return int(value) if value.isdigit() else None
+
+    @property
+    def pipe(self) -> str | None:
+        """The debug pipe this rank reads (``STEM<rank>.pipe``): PyTorch makes it only
+        where the recorder is on, a stem is set, and for the default group's rank (the
+        global one, ``RANK``); None otherwise."""
+        stem = next((v for n in PIPE_VARS if (v := self.env.get(n))), None)
+        if stem is None or not self.on or self.rank is None:
+            return None
+        return f"{stem}{self.rank}.pipe"
+
 
 def default_prefixes(env: Mapping[str, str]) -> list[str]:
     """The default dump prefixes of PyTorch's releases, newest first, for a process with
@@ -146,6 +171,103 @@ async def job_setups(
         else:
             out.append(FrSetup(pid, {str(k): str(v) for k, v in item.items()}))
     return out
+
+
+# The on-demand dump (argv[1]: seconds to wait, argv[2]: JSON [{"pipe", "dumps"}]): write
+# one byte to each rank's FIFO (a file that is no FIFO is never written: it could be
+# anything), then wait until one of its dump files is new (another inode, size or mtime
+# than before) and its size held for one poll (torch's writer is no atomic rename).
+# One line of JSON: {"PIPE": {"dump": PATH} | {"error": ...}}.
+_ASK = """
+import json, os, stat, sys, time
+wait, asks, out, before, pending = float(sys.argv[1]), json.loads(sys.argv[2]), {}, {}, {}
+def mark(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+for ask in asks:
+    pipe = ask["pipe"]
+    for d in ask["dumps"]:
+        before[d] = mark(d)
+    try:
+        fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as e:
+        out[pipe] = {"error": "no rank reads it" if e.errno == 6 else (e.strerror or str(e))}
+        continue
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            out[pipe] = {"error": "not a named pipe: not written"}
+            continue
+        os.write(fd, b"1")
+        pending[pipe] = ask["dumps"]
+    except OSError as e:
+        out[pipe] = {"error": e.strerror or str(e)}
+    finally:
+        os.close(fd)
+deadline, sizes = time.monotonic() + wait, {}
+while pending and time.monotonic() < deadline:
+    time.sleep(0.1)
+    for pipe, dumps in list(pending.items()):
+        for d in dumps:
+            now = mark(d)
+            if now is None or now == before[d]:
+                continue
+            if sizes.get(d) == now[1] and now[1] > 0:
+                out[pipe] = {"dump": d}
+                del pending[pipe]
+                break
+            sizes[d] = now[1]
+for pipe in pending:
+    out[pipe] = {"error": "no dump within %g s" % wait}
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class PipeAnswer:
+    """What one rank's debug pipe gave: the dump file it wrote, or why none."""
+
+    rank: int
+    pipe: str
+    dump: str | None
+    error: str | None = None
+
+
+async def ask_dumps(
+    transport: Transport, python: str, setups: Sequence[FrSetup], wait_s: float
+) -> list[PipeAnswer]:
+    """Ask every rank of ``setups`` that has a debug pipe for a dump now, and wait up to
+    ``wait_s`` for the files (its usual dump file: ``prefixes()``). Empty where no rank
+    has a pipe. Raises RuntimeError (the script failed), TimeoutError, TransportError."""
+    ranks = {s.pipe: s for s in setups if s.error is None and s.pipe is not None}
+    if not ranks:
+        return []
+    asks = [
+        {"pipe": pipe, "dumps": [f"{p}{s.rank}" for p in s.prefixes()]} for pipe, s in ranks.items()
+    ]
+    argv = [python, "-c", _ASK, f"{max(wait_s, 0.0):.3f}", json.dumps(asks)]
+    result = await transport.run(argv, timeout=wait_s + 5.0)
+    if result.exit_code is None:
+        raise TimeoutError
+    if result.exit_code != 0:
+        said = (result.stderr or result.stdout).strip().splitlines()
+        raise RuntimeError(
+            "cannot write to the debug pipes: " + (said[-1] if said else f"exit {result.exit_code}")
+        )
+    found = untrusted.loads(result.stdout)
+    out = []
+    for pipe, s in ranks.items():
+        item = found.get(pipe) if isinstance(found, dict) else None
+        rank = s.rank if s.rank is not None else -1
+        if not isinstance(item, dict):
+            out.append(PipeAnswer(rank, pipe, None, "not answered"))
+        elif isinstance(item.get("dump"), str):
+            out.append(PipeAnswer(rank, pipe, item["dump"]))
+        else:
+            out.append(PipeAnswer(rank, pipe, None, str(item.get("error", "not answered"))))
+    return sorted(out, key=lambda a: a.rank)
 
 
 def env_line(name: str, value: str) -> str:

@@ -27,6 +27,7 @@ from gpumon.backends.actions import JobTarget, RunRegistry, audit, job_status, l
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
 from gpumon.backends.monitor import demo_settings, make_monitor, make_transport
 
+import waiting
 from job_records import kill_recorded_jobs
 from sshd_server import SshServer, descendants, processes_matching
 
@@ -466,6 +467,90 @@ def test_a_hung_evidence_step_is_cut_at_evidence_s_and_the_restart_goes_on(
     index = bundle_files(took.group(1))["index.txt"].decode()
     assert re.search(r"py-spy-\d+\.txt: .*timed out", index), index
     assert not [c for _, c in processes_matching(str(sshd.bin)) if "sleep 600" in c]
+
+
+FR_RANK = str(Path(__file__).resolve().parents[1] / "support" / "fr_rank.py")
+
+
+def pipe_job(name: str, log: Path, fr: Path, flags: str = "", evidence_s: float = 15) -> str:
+    """A job of 2 stand-in ranks (tests/support/fr_rank.py) with the flight recorder on,
+    its dumps at ``fr/trace_rank_`` and a debug pipe each at ``fr/pipe_rank_<rank>.pipe``
+    (TORCH_NCCL_DEBUG_INFO_PIPE_FILE: DumpPipe, torch/csrc/distributed/c10d/
+    ProcessGroupNCCL.hpp, 2.5; docs/formats.md 8)."""
+    start = f"{shlex.quote(sys.executable)} {shlex.quote(FR_RANK)} --ranks 2 {flags}".strip()
+    values = {"start": start, "verify_s": 0.8, "stop_timeout": 5, "log": str(log)}
+    lines = [f"[hosts.ct200.jobs.{name}]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in {**values, "evidence_s": evidence_s}.items()]
+    lines += [
+        f"[hosts.ct200.jobs.{name}.env]",
+        f"TORCH_FR_DUMP_TEMP_FILE = {json.dumps(str(fr / 'trace_rank_'))}",
+        f"TORCH_NCCL_DEBUG_INFO_PIPE_FILE = {json.dumps(str(fr / 'pipe_rank_'))}",
+        'TORCH_FR_BUFFER_SIZE = "2000"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def wait_for_pipes(fr: Path, ranks: int) -> None:
+    def made() -> bool:
+        return all(stat_is_fifo(fr / f"pipe_rank_{r}.pipe") for r in range(ranks))
+
+    asyncio.run(waiting.until(made, 30, "the ranks' debug pipes"))
+
+
+def stat_is_fifo(path: Path) -> bool:
+    try:
+        return path.is_fifo()
+    except OSError:
+        return False
+
+
+def test_restart_asks_each_rank_for_a_dump_through_its_debug_pipe(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A job that never timed out wrote no dump; its debug pipes make each rank write one
+    now, and the restart keeps them before the stop."""
+    name, log, fr = job_name(), tmp_path / "job.log", tmp_path / "fr"
+    fr.mkdir()
+    cfg = write_config(tmp_path, sshd, pipe_job(name, log, fr))
+    first = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    wait_for_pipes(fr, 2)
+    assert not list(fr.glob("trace_rank_*"))  # nothing dumped until asked
+
+    second = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    files = bundle_files(entries(client_env, name)[-1]["bundle"])
+    for rank in range(2):
+        assert (
+            files[f"flight-recorder/trace_rank_{rank}"]
+            == f"dump of rank {rank} on demand 1".encode()
+        )
+    assert "flight-recorder rank" not in files["index.txt"].decode()
+
+
+def test_a_rank_that_never_dumps_is_said_and_the_restart_keeps_within_evidence_s(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    name, log, fr = job_name(), tmp_path / "job.log", tmp_path / "fr"
+    fr.mkdir()
+    table = pipe_job(name, log, fr, flags="--silent-rank 1", evidence_s=6)
+    cfg = write_config(tmp_path, sshd, table)
+    first = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    wait_for_pipes(fr, 2)
+    res = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    took = re.search(r"\[evidence\] kept in (\S+) after ([\d.]+) s", res.stdout)
+    assert took, res.stdout
+    assert float(took.group(2)) <= 6.0
+    files = bundle_files(took.group(1))
+    assert files["flight-recorder/trace_rank_0"] == b"dump of rank 0 on demand 1"
+    assert "flight-recorder/trace_rank_1" not in files
+    index = files["index.txt"].decode()
+    pipe = fr / "pipe_rank_1.pipe"
+    assert re.search(rf"flight-recorder rank 1: .*{re.escape(str(pipe))}: no dump within", index), (
+        index
+    )
 
 
 def test_doctor_says_per_running_job_whether_it_will_leave_evidence(

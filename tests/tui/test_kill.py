@@ -5,8 +5,11 @@ flags it, ``K`` names it, Cancel is the default, ``y`` terminates it through the
 
 from __future__ import annotations
 
+import asyncio
+import tarfile
 from collections.abc import Awaitable, Callable
-from typing import cast
+from pathlib import Path
+from typing import Any, cast
 
 from textual.geometry import Region
 from textual.widget import Widget
@@ -126,3 +129,78 @@ async def test_read_only_hides_k_and_refuses_it(
         assert not isinstance(app.screen, KillScreen)
         kills = [e for e in audit.read_entries() if e["action"].startswith("kill")]
         assert [e["outcome"] for e in kills] == ["refused"], audit.read_entries()
+
+
+async def open_kill_on_jupyter(
+    pilot: Any, wait: Wait, app: GpumonApp, monitor: HostMonitor
+) -> KillScreen:
+    """The kill dialog on CT 201's jupyter (GPU 6's biggest foreign holder, K on its row)."""
+    sections = app.dashboard.sections
+    await wait(pilot, lambda: all(len(s.rows) == 8 for s in sections), what="GPU rows")
+    await wait(pilot, lambda: jupyter_listed(monitor), timeout=20, what="host-side list")
+    await pilot.press(*["down"] * GPU, "enter")
+    await wait(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail view")
+    detail = cast(DetailScreen, app.screen)
+    procs = [p.host_pid for p in detail._processes()]
+    for _ in range(procs.index(JUPYTER_PID)):
+        await pilot.press("tab")
+    await pilot.press("K")
+    await wait(pilot, lambda: isinstance(app.screen, KillScreen), what="the kill dialog")
+    return cast(KillScreen, app.screen)
+
+
+async def test_k_keeps_the_evidence_before_the_signal_and_the_audit_names_it(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(frozen=False, demo_time=40.0, interval=0.5)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(130, 45)) as pilot:
+        dialog = await open_kill_on_jupyter(pilot, wait, app, monitor)
+        what = shown(dialog.query_one("#kill-what"))
+        assert "first keeps its evidence: at most 15 s (Esc skips it)" in what
+        await pilot.press("y")
+        await wait(pilot, lambda: dialog.state == "done", timeout=30, what="the kill")
+        assert "evidence kept in " in squeezed_words(dialog)
+        [entry] = audit.read_entries()
+        assert entry["action"] == "kill" and entry["outcome"] == "ok"
+        bundle = Path(entry["bundle"])  # named by the signal's entry, written before it
+        assert bundle.name.startswith("gpumon-evidence-") and bundle == Path(dialog.bundle or "")
+        with tarfile.open(bundle) as tar:
+            names = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
+        assert "nvidia-smi-q.txt" in names and "index.txt" in names
+        assert bundle.stat().st_mode & 0o777 == 0o600
+
+
+async def test_esc_skips_the_kills_evidence_and_the_signal_goes_on(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    monitor = demo_monitor(frozen=False, demo_time=40.0, interval=0.5)
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(130, 45)) as pilot:
+        hung, asked = asyncio.Event(), asyncio.Event()
+
+        async def stuck(*args: Any) -> Any:  # a py-spy on a process stuck in the kernel
+            asked.set()
+            await hung.wait()
+
+        app.runtime.session.runs.evidence = stuck
+        dialog = await open_kill_on_jupyter(pilot, wait, app, monitor)
+        await pilot.press("y")
+        await wait(pilot, asked.is_set, what="the evidence step")
+        await pilot.pause()
+        assert state_of(dialog) == "evidence"
+        assert "Esc: skip the rest and send SIGTERM" in squeezed_words(dialog)
+        await pilot.press("escape")
+        await wait(pilot, lambda: state_of(dialog) == "done", timeout=30, what="the kill")
+        assert app.screen is dialog  # Esc skipped the evidence; it did not close
+        assert "evidence skipped after" in squeezed_words(dialog)
+        [entry] = audit.read_entries()
+        assert entry["outcome"] == "ok" and "bundle" not in entry
+
+
+def state_of(dialog: KillScreen) -> str:
+    return dialog.state  # read afresh each time (mypy would narrow an attribute)
+
+
+def squeezed_words(dialog: KillScreen) -> str:
+    return " ".join(shown(dialog.query_one("#kill-status")).split())

@@ -31,7 +31,7 @@ from gpumon.backends.actions import (
     Session,
     audit,
 )
-from gpumon.backends.actions.kill import KillError, kill_plan
+from gpumon.backends.actions.kill import KillError, KillPlan, kill_plan
 from gpumon.backends.actions.plan import Blocker, monitor_readings, workers_text
 from gpumon.backends.alerts.incident import (
     holder,
@@ -55,6 +55,7 @@ from gpumon.tui.screens import DetailScreen
 if TYPE_CHECKING:
     from gpumon.backends.config import JobConfig
     from gpumon.backends.monitor import HostMonitor
+    from gpumon.tui.screens.kill import Evidence
 
 UNMOUNT_WAIT_S = 5.0  # on exit, for cancelled runs to record their outcome
 RECORDING = "this is a recording: there is no machine behind it to act on"
@@ -219,7 +220,27 @@ class JobActions:
             return
         from gpumon.tui.screens.kill import KillScreen
 
-        self.screen.app.push_screen(KillScreen(monitor.transport, plan, why=why))
+        seconds, evidence = self.kill_evidence(monitor, process, plan)
+        dialog = KillScreen(monitor.transport, plan, why=why, evidence=evidence, evidence_s=seconds)
+        self.screen.app.push_screen(dialog)
+
+    def kill_evidence(
+        self, monitor: HostMonitor, process: GpuProcess, plan: KillPlan
+    ) -> tuple[float, Evidence | None]:
+        """How K keeps the process's evidence before its signal, as a restart keeps a
+        job's (the session's gatherer, the default ``evidence_s``): its stacks and
+        flight-recorder dumps by its PID where that is the watched container's (a host
+        PID is another container's: the rest is kept without them)."""
+        gather = self.session.runs.evidence
+        if gather is None:
+            return 0.0, None
+        from gpumon.backends.config import JobConfig
+
+        label = "".join(c if c.isalnum() or c in "._-" else "_" for c in process.name or "")
+        job = JobConfig(name=f"{label or 'process'}-{plan.pid}")
+        pids = () if plan.on_host else (plan.pid,)
+        target = JobTarget.from_monitor(monitor, read_only=self.read_only)
+        return job.evidence_s, partial(gather, target, job, pids, job.evidence_s)
 
     # --- the incident's fix: one key from anywhere ----------------------------------------
     def incident_job(self) -> tuple[HostMonitor, JobConfig, Alert] | None:

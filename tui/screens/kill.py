@@ -1,5 +1,7 @@
-"""The terminate-process dialog (``K``): what will be signalled, then SIGTERM, then an
-offer of SIGKILL when the process is still there after ``TERM_WAIT_S``.
+"""The terminate-process dialog (``K``): what will be signalled, then its evidence kept
+(as a restart keeps a job's: the process's stacks, the flight recorder's dumps, the
+GPUs' health and the logs, at most ``evidence_s``; ``Esc`` skips it and goes on), then
+SIGTERM, then an offer of SIGKILL when the process is still there after ``TERM_WAIT_S``.
 
 It names the process exactly (host PID, container PID, user, command, GPU memory), how it
 was chosen (``why``: the GPU's biggest holder when the cursor is on a GPU row), and the
@@ -10,6 +12,9 @@ audited (``actions.kill``).
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from typing import ClassVar, Literal
 
 from rich.text import Text
@@ -24,13 +29,17 @@ from gpumon.backends.actions.kill import (
     send_signal,
     wait_gone,
 )
+from gpumon.backends.actions.run import Kept
 from gpumon.backends.transport import Transport
 from gpumon.backends.untrusted import printable
 from gpumon.tui.screens.dialog import Dialog
 from gpumon.tui.views import Role, gib
 
-State = Literal["ask", "term", "offer_kill", "kill", "done"]
+State = Literal["ask", "evidence", "term", "offer_kill", "kill", "done"]
 KILL_WAIT_S = 5.0
+# Keeps the process's evidence, saying its progress (the runtime's keep_evidence, bound to
+# the process by the dashboard's actions)
+Evidence = Callable[[Callable[[str], None]], Awaitable[Kept]]
 
 
 class KillScreen(Dialog):
@@ -50,15 +59,25 @@ class KillScreen(Dialog):
         *,
         term_wait_s: float = TERM_WAIT_S,
         why: str | None = None,
+        evidence: Evidence | None = None,
+        evidence_s: float = 0.0,
     ) -> None:
-        """``why``: how this process was chosen, when the user did not select it."""
+        """``why``: how this process was chosen, when the user did not select it;
+        ``evidence``: keeps its evidence before the signal, within ``evidence_s`` (None or
+        0: straight to the signal)."""
         super().__init__()
         self.transport = transport
         self.plan = plan
         self.why = why
         self.term_wait_s = term_wait_s
+        self.evidence = evidence if evidence_s > 0 else None
+        self.evidence_s = evidence_s
         self.state: State = "ask"
         self.messages: list[str] = []
+        self.progress = ""  # the evidence step's latest words
+        self.bundle: str | None = None  # the evidence kept, named by the audit entry
+        self._evidence_task: asyncio.Future[Kept] | None = None
+        self._skipped = False
 
     def compose(self) -> ComposeResult:
         with self.frame(f"Terminate a GPU process on {self.plan.host}"):
@@ -84,6 +103,10 @@ class KillScreen(Dialog):
         text.append(f"GPU memory {mem}\n", muted)
         guard_role = Role.MUTED if self.plan.start_ticks is not None else Role.WARNING
         text.append(f"{self.plan.guard_text()}\n", self.palette.text(guard_role))
+        if self.evidence is not None:
+            text.append(
+                f"first keeps its evidence: at most {self.evidence_s:g} s (Esc skips it)\n", muted
+            )
         text.append(f"SIGTERM {self.plan.where}: ", muted)
         text.append(self.plan.shell_line("TERM"))
         return text
@@ -95,6 +118,10 @@ class KillScreen(Dialog):
         lines = Text("\n").join(Text(m) for m in self.messages)
         prompt = {
             "ask": ("y sends SIGTERM; Esc cancels", Role.WARNING),
+            "evidence": (
+                f"keeping evidence: {self.progress}; Esc: skip the rest and send SIGTERM",
+                Role.NORMAL,
+            ),
             "term": (f"SIGTERM sent; waiting up to {self.term_wait_s:g} s…", Role.NORMAL),
             "offer_kill": (
                 f"still running after {self.term_wait_s:g} s: y sends SIGKILL, Esc leaves it",
@@ -113,8 +140,20 @@ class KillScreen(Dialog):
         close = self.query_one("#close", Button)
         close.label = "Close (Esc)" if self.state == "done" else "Cancel (Esc)"
 
+    def before_close(self) -> bool:
+        if self.state != "evidence":
+            return True
+        task = self._evidence_task  # Esc skips the evidence; the signal follows
+        if task is not None and not task.done():
+            self._skipped = True
+            task.cancel()
+        return False
+
     def action_confirm(self) -> None:
-        if self.state == "ask":
+        if self.state == "ask" and self.evidence is not None:
+            self.state = "evidence"
+            self._keep_then_term()
+        elif self.state == "ask":
             self.state = "term"
             self._signal("TERM", self.term_wait_s)
         elif self.state == "offer_kill":
@@ -126,9 +165,46 @@ class KillScreen(Dialog):
     def _confirm_pressed(self) -> None:
         self.action_confirm()
 
+    def _say(self, message: str) -> None:
+        self.progress = message
+        self._show_status()
+
+    @work(exclusive=True, group="kill")
+    async def _keep_then_term(self) -> None:
+        self.messages.append(await self._keep_evidence())
+        self.state = "term"
+        self._show_status()
+        await self._send("TERM", self.term_wait_s)
+
+    async def _keep_evidence(self) -> str:
+        """Keep the evidence within ``evidence_s``; what came of it, in words. Whatever
+        happens here, the signal follows (as a restart's evidence step)."""
+        assert self.evidence is not None
+        t0 = time.monotonic()
+        self._evidence_task = asyncio.ensure_future(self.evidence(self._say))
+        try:
+            async with asyncio.timeout(self.evidence_s):
+                kept = await self._evidence_task
+        except asyncio.CancelledError:
+            if not self._skipped:
+                raise  # the dialog itself is going
+            return f"evidence skipped after {time.monotonic() - t0:.1f} s (Esc): nothing kept"
+        except TimeoutError:
+            return f"evidence cut at {self.evidence_s:g} s: nothing kept"
+        except Exception as e:  # noqa: BLE001 - the user asked for the kill: it goes on
+            return f"evidence failed ({e}): going on without it"
+        self.bundle = kept.bundle
+        where = f" in {kept.bundle}" if kept.bundle else ""
+        return f"evidence kept{where} after {time.monotonic() - t0:.1f} s: {kept.summary}"
+
     @work(exclusive=True, group="kill")
     async def _signal(self, sig: Literal["TERM", "KILL"], wait_s: float) -> None:
-        outcome = await send_signal(self.transport, self.plan, sig)
+        await self._send(sig, wait_s)
+
+    async def _send(self, sig: Literal["TERM", "KILL"], wait_s: float) -> None:
+        outcome = await send_signal(
+            self.transport, self.plan, sig, bundle=self.bundle if sig == "TERM" else None
+        )
         self.messages.append(outcome.message)
         if outcome.reused:  # said where it stays after the dialog is closed too
             self.notify(outcome.message, title="Not killed", severity="warning", markup=False)
