@@ -24,6 +24,7 @@ __all__ = [
     "recordings_dir",
     "state_dir",
     "ui_state_file",
+    "usage_db",
     "watch_lock",
 ]
 
@@ -76,6 +77,11 @@ def bundles_dir(env: Mapping[str, str] | None = None) -> Path:
 def outbox_file(env: Mapping[str, str] | None = None) -> Path:
     """The notifiers' outbox (SQLite): messages not yet delivered, open incidents."""
     return state_dir(env) / "outbox.sqlite3"
+
+
+def usage_db(env: Mapping[str, str] | None = None) -> Path:
+    """The accounting (SQLite): GPU time, idle holding and energy per host, GPU and owner."""
+    return state_dir(env) / "usage.sqlite3"
 
 
 def watch_lock(env: Mapping[str, str] | None = None) -> Path:

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from gpumon.backends.notify.hub import NotifyHub
     from gpumon.backends.sim.scenario import SimSettings
     from gpumon.backends.transport.base import Transport
+    from gpumon.backends.usage.recorder import UsageRecorder
+    from gpumon.backends.usage.store import UsageWriter
 
     # The simulator's settings, or what makes them (called for the first demo host only).
     DemoSettings = SimSettings | Callable[[], SimSettings] | None
@@ -91,6 +93,9 @@ class Runtime:
         self.metrics: MetricsServer | None = None
         self._ooms: OomCounter | None = None
         self._counted: set[HostMonitor] = set()
+        self.usage: UsageWriter | None = None
+        self._usage_standby: Callable[[], bool] | None = None
+        self._accounts: dict[HostMonitor, UsageRecorder] = {}
         self._stopped = False
         if hub is not None:
             self._use_hub(hub)
@@ -109,6 +114,9 @@ class Runtime:
         the dashboard delivers (the app asks for the session: its keys' runs)."""
         runtime = cls(sim=sim, interval=interval)
         runtime.dashboard_delivery(notify)
+        from gpumon.backends.notify.watch import watch_running
+
+        runtime.account(standby=watch_running)  # a watch that runs records instead
         for host in hosts:
             runtime.monitor(host)
         return runtime
@@ -132,6 +140,7 @@ class Runtime:
         runtime = cls(sim=sim, read_only=read_only, prepare=prepare)
         runtime.session  # noqa: B018 (built now: automatic restarts)
         runtime.deliver(settings, outbox=outbox)
+        runtime.account()
         port = settings.metrics_port if metrics_port is None else metrics_port
         if port:
             runtime.export(port, metrics_host or settings.listen)
@@ -227,6 +236,12 @@ class Runtime:
         session = self._session
         if session is not None and all(w.monitor is not monitor for w in session.watches):
             session.watch(monitor)
+        if self.usage is not None and monitor not in self._accounts:
+            from gpumon.backends.usage.recorder import UsageRecorder
+
+            recorder = UsageRecorder(monitor, self.usage, self._usage_standby)
+            self._accounts[monitor] = recorder
+            monitor.add_listener(recorder)
 
     def _wire_started(self) -> None:
         """A part asked for after monitors started listens to them from now on."""
@@ -244,6 +259,10 @@ class Runtime:
         if self._ooms is not None and monitor in self._counted:
             monitor.alerts.remove_listener(self._ooms.listener)
             self._counted.discard(monitor)
+        recorder = self._accounts.pop(monitor, None)
+        if recorder is not None:
+            monitor.listeners.remove(recorder)
+            recorder.close()
         await monitor.stop()
         self._started.discard(monitor)
         self._configured.pop(monitor, None)
@@ -300,6 +319,19 @@ class Runtime:
         self.metrics = MetricsServer(collector, port, host)
         self._wire_started()
         return self.metrics
+
+    def account(self, path: Path | None = None, standby: Callable[[], bool] | None = None) -> None:
+        """Accounting (``backends/usage``): every monitor's samples into the usage
+        database (``paths.usage_db``, else ``path``), written on a thread of its own;
+        ``standby``: while it says True, nothing is written (the dashboard beside a
+        ``gpumon watch``)."""
+        from gpumon.backends.paths import usage_db
+        from gpumon.backends.usage.store import UsageWriter
+
+        if self.usage is None:
+            self.usage = UsageWriter(path or usage_db())
+            self._usage_standby = standby
+            self._wire_started()
 
     def serve_pages(self) -> None:
         """The incident page (``backends/web``) on the exporter's listener, over this
@@ -416,6 +448,10 @@ class Runtime:
         for monitor, result in zip(monitors, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("%s: the monitor did not stop cleanly: %r", monitor.name, result)
+        for recorder in self._accounts.values():
+            recorder.close()
+        if self.usage is not None:
+            await asyncio.to_thread(self.usage.close)
         if self.hub is not None:
             await self.hub.close()
         if self.metrics is not None:

@@ -49,6 +49,7 @@ from gpumon.backends.paths import default_config_file
 if TYPE_CHECKING:
     from gpumon.backends.config.fleet import FleetConfig
     from gpumon.backends.config.notify import NotifierConfig, NotifySettings
+    from gpumon.backends.config.usage import UsageSettings
 
 HostKind = Literal["ssh", "local", "demo"]
 HostProcesses = bool | Literal["auto"]
@@ -148,6 +149,7 @@ class Config:
         return self.notify if self.notify is not None else NotifySettings()
 
     fleets: dict[str, FleetConfig] = field(default_factory=dict)  # [fleet.NAME]
+    usage: UsageSettings = field(default_factory=lambda: _usage_settings({}))  # [usage]
 
 
 # --- key checkers ----------------------------------------------------------------------
@@ -332,12 +334,19 @@ def _watch_table(raw: object) -> dict[str, Any]:
     return watch_table(raw)
 
 
+def _usage_settings(raw: object) -> UsageSettings:
+    from gpumon.backends.config.usage import usage_settings
+
+    return usage_settings(raw)
+
+
 TOP_LEVEL: tuple[KeySpec, ...] = (
     KeySpec("defaults", lambda raw: check_table(raw, HOST_SETTINGS), "a [defaults] table", {}),
     KeySpec("hosts", _host_tables, "[hosts.NAME] tables", {}),
     KeySpec("notify", _notify_tables, "[notify.NAME] tables"),
     KeySpec("watch", _watch_table, "a [watch] table"),
     KeySpec("fleet", _fleet_tables, "[fleet.NAME] tables", {}),
+    KeySpec("usage", _usage_settings, "a [usage] table"),
 )
 
 
@@ -427,6 +436,7 @@ def load_config(
         reason=reason,
         notify=notify,
         fleets=fleets,
+        usage=top.get("usage") or _usage_settings({}),
     )
 
 

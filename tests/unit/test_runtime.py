@@ -67,7 +67,7 @@ async def test_the_dashboard_and_the_watch_wire_a_monitor_to_hub_and_session_ali
         seen[0]
         == seen[1]
         == {
-            "monitor listeners": 1,  # the hub's
+            "monitor listeners": 2,  # the hub's and the accounting's
             "alert listeners": 0,  # no auto-restart job
             "job watches": 1,
             "in the hub": 1,
@@ -94,11 +94,13 @@ async def test_each_part_listens_to_a_monitor_once_however_often_it_is_asked(
     runtime.session  # noqa: B018
     runtime.deliver(settings(), outbox=tmp_path / "outbox.sqlite3")
     runtime.export(0)
+    runtime.account(tmp_path / "usage.sqlite3")
+    runtime.account(tmp_path / "usage.sqlite3")
     runtime.session  # noqa: B018
     runtime.start_monitor(monitor)
     runtime.start_monitors()
     assert wiring(runtime, monitor) == {
-        "monitor listeners": 1,
+        "monitor listeners": 2,  # the hub's and the accounting's
         "alert listeners": 1,  # the OOM counter's
         "job watches": 1,
         "in the hub": 1,

@@ -425,6 +425,33 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         demo_alone="name",
     ),
     Subcommand(
+        "usage",
+        "GPU-hours used and held idle (gpu_idle_held's test), energy in kWh and its cost "
+        "([usage] price_per_kwh, currency) of HOST, per container, user, job or GPU, and "
+        "who held GPUs idle most; from what `gpumon watch` and the dashboard recorded "
+        "(docs/usage.md).",
+        (
+            Arg("host", metavar="HOST"),
+            Arg(
+                "--since",
+                default="24h",
+                metavar="SPAN|DATE",
+                help="from this long ago (30m, 24h, 7d) or this local date or time "
+                "(2026-12-01, 2026-12-01T08:00); default 24h",
+            ),
+            Arg(
+                "--by",
+                choices=("container", "user", "job", "gpu"),
+                default="container",
+                help="one line per container (the default), user, job or GPU",
+            ),
+            Arg("--json", exclusive="format", action="store_true", help="JSON (docs/usage.md)"),
+            Arg("--csv", exclusive="format", action="store_true", help="CSV, a header line first"),
+        ),
+        "usage:cmd_usage",
+        demo_alone="host",
+    ),
+    Subcommand(
         "bundle",
         "Write one incident's evidence (timeline, snapshots, flight recording, "
         "nvidia-smi -q, kernel log lines, log tails, SGLang pages, doctor, config, audit "

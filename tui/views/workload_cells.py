@@ -11,17 +11,16 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpumon.backends.model import GpuSample, HostSample
-from gpumon.backends.parsers.processes import foreign
+from gpumon.backends.model import HostSample
 from gpumon.backends.untrusted import printable as _printable
 from gpumon.backends.workloads import JobState, JobTracker, SglangTotals, SglangTracker
+from gpumon.backends.workloads.owners import OwnedBy, gpu_owned_by
 from gpumon.backends.workloads.sglang import SPEC_ACCEPT_MIN
 from gpumon.backends.workloads.stall import overdue_s
 from gpumon.backends.workloads.vllm import VllmTracker
 from gpumon.tui.views.gpu_cells import NA, Cell, Role, duration
 
 BLANK = Cell("", Role.MUTED)
-SGLANG_PROCESS_MARK = "sglang"  # SGLang's GPU processes are named sglang::scheduler_TP<n>
 
 
 def rate_text(value: float) -> str:
@@ -316,67 +315,33 @@ def gpu_owners(
     vllm: Mapping[int, tuple[int, ...]] | None = None,
     vllm_down: frozenset[int] = frozenset(),
 ) -> dict[int, Owner]:
-    """GPU index -> its owner.
-
-    vLLM servers own the GPUs ``vllm`` gives them (port -> GPUs: ``Workloads.vllm_gpus``,
-    from their process trees or their processes' names), named ``vllm:PORT`` as SGLang's
-    are ``sglang:PORT``; critical for a port of ``vllm_down`` (its server does not answer).
-
-    Jobs own the GPUs their config names (``gpus``). SGLang servers, sorted by port, map
-    onto the GPUs that run an ``sglang`` process, in index order, when there are as many of
-    those as servers; else onto every GPU in order when there are as many servers as GPUs
-    (server i <-> GPU i, the usual one-server-per-GPU layout). Otherwise servers own
-    nothing on the rows: a guess would be worse than no answer. A job wins over a server.
-    Where some GPU has an owner (the rows have an owner column), a GPU neither owns is
-    named by the program of its biggest process (``train.target``, muted: not a
-    configured job), never by another container's (``watched``: the CT gpumon watches;
-    those are foreign holders); a host without jobs or servers keeps the GPU models.
-    """
+    """GPU index -> its owner (``gpu_owned_by``: who owns which GPU; a host without jobs
+    or servers has none and keeps the GPU models), coloured: critical for a server that
+    does not answer (an SGLang server down, a port of ``vllm_down``) or a crashed job,
+    muted for a job stopped or finished and for a GPU named by its program
+    (``train.target``: not a configured job)."""
     owners: dict[int, Owner] = {}
-    gpus = sample.gpus if sample is not None else ()
-    if servers and gpus:
-        ports = sorted(servers)
-        hosting = [g.index for g in gpus if _runs_sglang(sample, g)]
-        if len(hosting) != len(ports):
-            hosting = [g.index for g in gpus] if len(gpus) == len(ports) else []
-        for port, index in zip(ports, hosting, strict=False):
-            server = servers[port]
-            role = Role.CRITICAL if server.up is False else Role.NORMAL
-            owners[index] = Owner(f"sglang:{port}", role)
-    for port, indexes in (vllm or {}).items():
-        role = Role.CRITICAL if port in vllm_down else Role.NORMAL
-        for index in indexes:
-            owners[index] = Owner(f"vllm:{port}", role)
-    for job in jobs.values():
-        state = job.state
-        role = {
-            JobState.CRASHED: Role.CRITICAL,
-            JobState.STOPPED: Role.MUTED,
-            JobState.FINISHED: Role.MUTED,
-        }.get(state, Role.NORMAL)
-        for index in job.gpus:
-            owners[index] = Owner(_printable(job.name), role)
-    for gpu in gpus if owners else ():  # the rest, by program ("train.target", muted)
-        if gpu.index not in owners and (name := _program_on(sample, gpu, watched)):
-            owners[gpu.index] = Owner(name, Role.MUTED)
+    for index, owned in gpu_owned_by(sample, jobs, servers, watched, vllm).items():
+        role = Role.NORMAL
+        if _down(owned, servers, vllm_down):
+            role = Role.CRITICAL
+        elif owned.kind == "job":
+            role = _JOB_ROLES.get(jobs[str(owned.key)].state, Role.NORMAL)
+        elif owned.kind == "program":
+            role = Role.MUTED
+        owners[index] = Owner(owned.text, role)
     return owners
 
 
-def _program_on(sample: HostSample | None, gpu: GpuSample, watched: int | None) -> str | None:
-    """The program of the biggest process on ``gpu`` that is not another container's or
-    the host's (those are foreign holders, flagged apart); None when none is named."""
-    if sample is None:
-        return None
-    procs = sample.processes_for(gpu)
-    others = {id(p) for p in foreign(procs, watched)}
-    named = [p for p in procs if id(p) not in others and p.short_name]
-    if not named:
-        return None
-    top = max(named, key=lambda p: p.memory_mib or 0)
-    return _printable(top.short_name or "")
+def _down(owned: OwnedBy, servers: Mapping[int, SglangTracker], vllm_down: frozenset[int]) -> bool:
+    """A server that does not answer."""
+    if owned.kind == "sglang":
+        return servers[int(owned.key)].up is False
+    return owned.kind == "vllm" and owned.key in vllm_down
 
 
-def _runs_sglang(sample: HostSample | None, gpu: GpuSample) -> bool:
-    if sample is None:
-        return False
-    return any(SGLANG_PROCESS_MARK in (p.name or "") for p in sample.processes_for(gpu))
+_JOB_ROLES = {
+    JobState.CRASHED: Role.CRITICAL,
+    JobState.STOPPED: Role.MUTED,
+    JobState.FINISHED: Role.MUTED,
+}
