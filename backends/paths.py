@@ -13,6 +13,7 @@ control script, not here.)
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +21,7 @@ __all__ = [
     "audit_log",
     "config_dir",
     "default_config_file",
+    "open_state_db",
     "outbox_file",
     "recordings_dir",
     "state_dir",
@@ -82,6 +84,18 @@ def outbox_file(env: Mapping[str, str] | None = None) -> Path:
 def usage_db(env: Mapping[str, str] | None = None) -> Path:
     """The accounting (SQLite): GPU time, idle holding and energy per host, GPU and owner."""
     return state_dir(env) / "usage.sqlite3"
+
+
+def open_state_db(path: Path) -> sqlite3.Connection:
+    """One of the state directory's SQLite files (the outbox, the accounting), made with
+    its folder on first use, opened as every gpumon run opens them: autocommit (each
+    writer says its own transactions), WAL (readers never wait on a writer) and a 10 s
+    wait for another run's write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, timeout=10.0, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    return db
 
 
 def watch_lock(env: Mapping[str, str] | None = None) -> Path:

@@ -17,7 +17,6 @@ process may open it (WAL mode, a busy timeout). Standard library only.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 from gpumon.backends import untrusted
 from gpumon.backends.notify.event import IncidentEvent
+from gpumon.backends.paths import open_state_db
 
 __all__ = ["KEEP_SENT", "Outbox", "OutboxRow"]
 
@@ -89,10 +89,7 @@ class Outbox:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, timeout=10.0, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = open_state_db(path)
         self._db.executescript(_SCHEMA)
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(outbox)")}
         if "rejected" not in columns:  # a file from before refused messages were set aside

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from gpumon.backends.paths import open_state_db
 from gpumon.backends.usage.account import MINUTE, SUMS, Key
 
 __all__ = [
@@ -73,10 +74,7 @@ class UsageStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, timeout=10.0, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = open_state_db(path)
         self._db.execute(_SCHEMA)
         self._rolled_at: float | None = None
 
