@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from gpumon.backends.actions.session import Session
     from gpumon.backends.config.load import HostConfig
     from gpumon.backends.config.notify import NotifySettings
-    from gpumon.backends.exporter.metrics import MetricsServer, OomCounter
+    from gpumon.backends.exporter.metrics import MetricsServer, OomCounter, UsageCounts
     from gpumon.backends.monitor.state import HostMonitor
     from gpumon.backends.notify.hub import NotifyHub
     from gpumon.backends.sim.scenario import SimSettings
@@ -315,7 +315,7 @@ class Runtime:
         from gpumon.backends.exporter.metrics import GpumonCollector, MetricsServer, OomCounter
 
         self._ooms = OomCounter()
-        collector = GpumonCollector(lambda: list(self.monitors), self._ooms)
+        collector = GpumonCollector(lambda: list(self.monitors), self._ooms, self._usage_counts)
         self.metrics = MetricsServer(collector, port, host)
         self._wire_started()
         return self.metrics
@@ -332,6 +332,17 @@ class Runtime:
             self.usage = UsageWriter(path or usage_db())
             self._usage_standby = standby
             self._wire_started()
+
+    def _usage_counts(self) -> list[UsageCounts]:
+        """The accounting's counters of each monitor, for the exporter."""
+        from gpumon.backends.exporter.metrics import UsageCounts
+
+        out = []
+        for monitor, recorder in list(self._accounts.items()):
+            tally = recorder.tally
+            owners = {(o.container, o.user, o.job): s for o, s in tally.owner_s.items()}
+            out.append(UsageCounts(monitor.name, tally.joules, owners, tally.estimated))
+        return out
 
     def serve_pages(self) -> None:
         """The incident page (``backends/web``) on the exporter's listener, over this

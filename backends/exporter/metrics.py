@@ -49,6 +49,7 @@ __all__ = [
     "OomCounter",
     "Request",
     "Response",
+    "UsageCounts",
 ]
 
 MIB = 1024 * 1024
@@ -116,7 +117,30 @@ SERVER_GAUGES: dict[str, tuple[tuple[str, Callable[[Any], float | None]], ...]] 
 }
 OOM_COUNTER = "gpumon_oom_events"  # exposed as gpumon_oom_events_total
 XID_COUNTER = "gpumon_xid_events"  # exposed as gpumon_xid_events_total
-METRIC_NAMES = (*GAUGES, f"{OOM_COUNTER}_total", f"{XID_COUNTER}_total")
+# The accounting's counters (backends/usage), since gpumon's start
+ENERGY_COUNTER = "gpumon_gpu_energy_joules"
+USED_COUNTER = "gpumon_owner_gpu_used_seconds"
+IDLE_COUNTER = "gpumon_owner_gpu_idle_held_seconds"
+METRIC_NAMES = (
+    *GAUGES,
+    f"{OOM_COUNTER}_total",
+    f"{XID_COUNTER}_total",
+    f"{ENERGY_COUNTER}_total",
+    f"{USED_COUNTER}_total",
+    f"{IDLE_COUNTER}_total",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageCounts:
+    """One host's accounting since gpumon started (``usage.Tally``): joules per GPU
+    (``estimated``: from power x time), and per owner (container, user, job) the
+    GPU-seconds used and held idle."""
+
+    host: str
+    joules: Mapping[int, float]
+    owners: Mapping[tuple[str, str, str], Sequence[float]]
+    estimated: bool
 
 
 class OomCounter:
@@ -168,10 +192,14 @@ class GpumonCollector(Collector):
     """Reads ``monitors()`` at every scrape (a callable, so a reload's new hosts count)."""
 
     def __init__(
-        self, monitors: Callable[[], Sequence[HostMonitor]], ooms: OomCounter | None = None
+        self,
+        monitors: Callable[[], Sequence[HostMonitor]],
+        ooms: OomCounter | None = None,
+        usage: Callable[[], Iterable[UsageCounts]] | None = None,
     ) -> None:
         self.monitors = monitors
         self.ooms = ooms or OomCounter()
+        self.usage = usage
 
     def collect(self) -> Iterable[Metric]:
         g = {
@@ -230,6 +258,32 @@ class GpumonCollector(Collector):
         yield from g.values()
         yield ooms
         yield xids
+        yield from self._usage()
+
+    def _usage(self) -> Iterable[Metric]:
+        energy = CounterMetricFamily(
+            ENERGY_COUNTER,
+            "energy the GPU drew while gpumon watched (method: power_x_time, an estimate)",
+            labels=["host", "gpu", "method"],
+        )
+        owner = ["host", "container", "user", "job_name"]
+        used = CounterMetricFamily(
+            USED_COUNTER, "GPU-seconds the owner held a GPU at work (docs/usage.md)", labels=owner
+        )
+        idle = CounterMetricFamily(
+            IDLE_COUNTER,
+            "GPU-seconds the owner held a GPU idle (gpu_idle_held's test, docs/usage.md)",
+            labels=owner,
+        )
+        for counts in self.usage() if self.usage is not None else ():
+            method = "power_x_time" if counts.estimated else "energy_counter"
+            for index, joules in sorted(counts.joules.items()):
+                energy.add_metric([counts.host, str(index), method], joules)
+            for (container, user, job), (used_s, idle_s) in sorted(counts.owners.items()):
+                labels = [counts.host, cut_name(container), cut_name(user), cut_name(job)]
+                used.add_metric(labels, used_s)
+                idle.add_metric(labels, idle_s)
+        return (energy, used, idle)
 
 
 @dataclass(frozen=True, slots=True)

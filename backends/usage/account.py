@@ -82,6 +82,10 @@ class Tally:
         self.rows: dict[Key, list[float]] = {}
         self.estimated = False  # some energy came from power x time
         self._last: float | None = None
+        # Since the start, for the exporter's counters (they only go up): joules per GPU,
+        # and GPU-seconds used and held idle per owner.
+        self.joules: dict[int, float] = {}
+        self.owner_s: dict[Owner, list[float]] = {}
 
     def add(
         self,
@@ -104,6 +108,8 @@ class Tally:
             idle = self._test.sample(gpu.memory_used_mib, util)
             joules = None if gpu.power_w is None else gpu.power_w * dt
             self.estimated |= joules is not None
+            if joules is not None:
+                self.joules[gpu.index] = self.joules.get(gpu.index, 0.0) + joules
             for owner, share, mib in self._holders(held, gpu, owners):
                 key = (minute, gpu.index, owner.container, owner.user, owner.job)
                 row = self.rows.get(key)
@@ -111,6 +117,9 @@ class Tally:
                     key = self._bounded(key)
                     row = self.rows.setdefault(key, [0.0] * len(SUMS))
                 s = dt * share
+                counted = self.owner_s.setdefault(owner, [0.0, 0.0])
+                counted[0] += s if busy else 0.0
+                counted[1] += s if idle else 0.0
                 row[0] += s
                 row[1] += s if busy else 0.0
                 row[2] += s if idle else 0.0

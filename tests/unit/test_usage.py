@@ -268,3 +268,56 @@ def test_the_recorder_hands_over_a_batch_a_minute_and_the_rest_at_close() -> Non
     monitor.ingest_sample(sample(T0 + 150, (gpu(0, 4000, 50.0),), procs))
     recorder.close()
     assert len(writes.batches) == 3
+
+
+async def test_the_exporter_counts_energy_and_each_owners_gpu_seconds_since_the_start(
+    tmp_path: Path,
+) -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpumon.backends.config import HostConfig
+    from gpumon.backends.monitor import HostMonitor
+    from gpumon.backends.runtime import Runtime
+
+    from quiet_source import Quiet
+
+    async def never(seconds: float) -> None:
+        raise AssertionError("nothing waits here")
+
+    host = HostConfig(name="ct200", kind="local", kernel_log=False, container=200)
+    runtime = Runtime()
+    runtime.account(tmp_path / "usage.sqlite3")
+    runtime.export(0)
+    monitor = runtime.start_monitor(
+        runtime.adopt(HostMonitor(host, Quiet(), sleep=never, record=False))
+    )
+    procs = (proc(10, 0, 6000), proc(11, 1, 3000, container="201", name="jupyter-lab"))
+    for t in range(0, 11):  # ten seconds: GPU 0 at work, GPU 1 held idle by CT201
+        gpus = (gpu(0, 6000, 90.0, power=400.0), gpu(1, 3000, 0.0, power=None))
+        monitor.ingest_sample(sample(T0 + t, gpus, procs))
+    assert runtime.metrics is not None
+    text = generate_latest(runtime.metrics.registry).decode()
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith(("gpumon_gpu_energy", "gpumon_owner_gpu"))
+    }
+    energy = (("gpu", "0"), ("host", "ct200"), ("method", "power_x_time"))
+    ct200 = (("container", "CT200"), ("host", "ct200"), ("job_name", "train.py"), ("user", "root"))
+    ct201 = (
+        ("container", "CT201"),
+        ("host", "ct200"),
+        ("job_name", "jupyter-lab"),
+        ("user", "root"),
+    )
+    assert got == {
+        # power x time: 400 W for 10 s on GPU 0; GPU 1 reports no power: no series, not 0
+        ("gpumon_gpu_energy_joules_total", energy): 4000.0,
+        ("gpumon_owner_gpu_used_seconds_total", ct200): 10.0,
+        ("gpumon_owner_gpu_idle_held_seconds_total", ct200): 0.0,
+        ("gpumon_owner_gpu_used_seconds_total", ct201): 0.0,
+        ("gpumon_owner_gpu_idle_held_seconds_total", ct201): 10.0,
+    }  # fmt: skip
+    await runtime.stop()
