@@ -258,9 +258,10 @@ class GpumonCollector(Collector):
         yield from g.values()
         yield ooms
         yield xids
-        yield from self._usage()
+        if self.usage is not None:  # a collector without the accounting has none
+            yield from self._usage(self.usage)
 
-    def _usage(self) -> Iterable[Metric]:
+    def _usage(self, usage: Callable[[], Iterable[UsageCounts]]) -> Iterable[Metric]:
         energy = CounterMetricFamily(
             ENERGY_COUNTER,
             "energy the GPU drew while gpumon watched (method: power_x_time, an estimate)",
@@ -275,7 +276,7 @@ class GpumonCollector(Collector):
             "GPU-seconds the owner held a GPU idle (gpu_idle_held's test, docs/usage.md)",
             labels=owner,
         )
-        for counts in self.usage() if self.usage is not None else ():
+        for counts in usage():
             method = "power_x_time" if counts.estimated else "energy_counter"
             for index, joules in sorted(counts.joules.items()):
                 energy.add_metric([counts.host, str(index), method], joules)
