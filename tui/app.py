@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from gpumon.backends.config import HostConfig
     from gpumon.backends.config.notify import NotifySettings
+    from gpumon.backends.config.usage import UsageSettings
     from gpumon.backends.notify.hub import NotifyHub
     from gpumon.backends.sim import SimSettings
 
@@ -83,6 +84,7 @@ class GpumonApp(App[int], inherit_bindings=False):
         hub: NotifyHub | None = None,
         runtime: Runtime | None = None,
         notes: Sequence[str] = (),
+        usage: UsageSettings | None = None,
     ) -> None:
         super().__init__()
         cache_inner_outer_by_colour()  # no widget's render cache outlives it (textual_fixes)
@@ -108,6 +110,8 @@ class GpumonApp(App[int], inherit_bindings=False):
             bell=bell,
             session=self.session,
         )
+        if usage is not None:
+            self.dashboard.actions.usage_settings = usage
         self._tty: int | None = None
 
     @property
@@ -280,14 +284,22 @@ def run_dashboard(
     bell: bool = True,
     notify: NotifySettings | None = None,
     notes: Sequence[str] = (),
+    usage: UsageSettings | None = None,
 ) -> int:
     """Run the dashboard on ``hosts`` until the user quits; returns the exit status.
     With ``notify`` notifiers, alerts are delivered as ``gpumon watch`` delivers them
     (``runtime.dashboard_hub``: "auto" only while no watch runs, "always", "never").
-    ``notes`` are shown as warnings once the screen is up."""
+    ``notes`` are shown as warnings once the screen is up; ``usage``: the config's
+    ``[usage]`` (``u``'s cost)."""
     runtime = Runtime.for_dashboard(hosts, sim=sim, interval=interval, notify=notify)
     app = GpumonApp(
-        runtime.monitors, theme=theme, read_only=read_only, bell=bell, runtime=runtime, notes=notes
+        runtime.monitors,
+        theme=theme,
+        read_only=read_only,
+        bell=bell,
+        runtime=runtime,
+        notes=notes,
+        usage=usage,
     )
     return run_app(app)
 

@@ -56,7 +56,7 @@ def test_the_footer_shows_the_tables_labels_in_its_order() -> None:
     assert [b.description for b in shown] == [a.label for a in ACTIONS if a.footer]
     hidden = {a.keys for a in ACTIONS if not a.footer}
     navigation = {"g,home", "G,end", "pagedown", "pageup", "n", "N", *"0123456789"}
-    assert {"s", "S", "K", "x", "down,j", "up,k"} | navigation == hidden  # room for ten or so
+    assert {"s", "S", "K", "x", "u", "down,j", "up,k"} | navigation == hidden  # room for ten or so
 
 
 def test_the_digits_share_one_help_row_and_stay_off_the_detail_view() -> None:

@@ -174,6 +174,7 @@ def cmd_dashboard(args: argparse.Namespace, config: Config) -> int:
         bell=not args.no_bell,
         notify=config.notify,
         notes=args.notes,
+        usage=config.usage,
     )
 
 

@@ -200,6 +200,16 @@ ACTIONS: tuple[DashboardAction, ...] = (
         needs_host=True,
     ),
     DashboardAction(
+        "usage",
+        "u",
+        "Usage",
+        "GPU-hours used and held idle, energy and cost of the host (gpumon usage)",
+        "Usage of {host}",
+        "GPU-hours used and held idle per container, user, job or GPU",
+        footer=False,
+        machine=True,
+    ),
+    DashboardAction(
         "toggle_pause",
         "p",
         "Pause",

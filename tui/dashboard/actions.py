@@ -40,6 +40,7 @@ from gpumon.backends.alerts.incident import (
     screen_fix,
 )
 from gpumon.backends.alerts.store import Alert
+from gpumon.backends.config.usage import UsageSettings
 from gpumon.backends.model import GpuProcess, Health
 from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.workloads import step_back_text
@@ -74,6 +75,7 @@ class JobActions:
         self.session = session
         self.read_only = read_only
         self._job_runs: list[JobRun] = []  # the runs this dashboard started
+        self.usage_settings = UsageSettings()  # ``u``'s price (the config's [usage])
 
     def notify(self, message: str, **kwargs: Any) -> None:
         self.screen.notify(message, **kwargs)
@@ -382,6 +384,15 @@ class JobActions:
         from gpumon.tui.screens import DoctorScreen
 
         self.screen.app.push_screen(DoctorScreen(monitor.host, monitor.transport))
+
+    def usage(self) -> None:
+        monitor = self.cursor.selected_monitor()
+        if monitor is None:
+            self.notify("usage: no host under the cursor", severity="warning")
+            return
+        from gpumon.tui.screens import UsageScreen
+
+        self.screen.app.push_screen(UsageScreen(monitor.name, self.usage_settings))
 
     def swap_torch(self) -> None:
         monitor = self.cursor.selected_monitor()

@@ -555,6 +555,9 @@ class DashboardScreen(Screen[None]):
     def action_doctor(self) -> None:
         self.actions.doctor()
 
+    def action_usage(self) -> None:
+        self.actions.usage()
+
     def action_swap_torch(self) -> None:
         self.actions.swap_torch()
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .help import HelpScreen, help_rows, key_text
     from .job_action import JobActionScreen
     from .swap import SwapScreen
+    from .usage import UsageScreen
 
 __all__ = [
     "AlertDetailScreen",
@@ -24,6 +25,7 @@ __all__ = [
     "HelpScreen",
     "JobActionScreen",
     "SwapScreen",
+    "UsageScreen",
     "help_rows",
     "key_text",
 ]
@@ -42,6 +44,7 @@ if not TYPE_CHECKING:
             "HelpScreen": "help",
             "JobActionScreen": "job_action",
             "SwapScreen": "swap",
+            "UsageScreen": "usage",
             "help_rows": "help",
             "key_text": "help",
         },
