@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from gpumon.backends.actions.session import Session
     from gpumon.backends.config.load import HostConfig
     from gpumon.backends.config.notify import NotifySettings
+    from gpumon.backends.config.usage import UsageSettings
     from gpumon.backends.exporter.metrics import MetricsServer, OomCounter, UsageCounts
     from gpumon.backends.monitor.state import HostMonitor
     from gpumon.backends.notify.hub import NotifyHub
@@ -95,6 +96,7 @@ class Runtime:
         self._counted: set[HostMonitor] = set()
         self.usage: UsageWriter | None = None
         self._usage_standby: Callable[[], bool] | None = None
+        self._usage_settings: UsageSettings | None = None
         self._accounts: dict[HostMonitor, UsageRecorder] = {}
         self._stopped = False
         if hub is not None:
@@ -109,14 +111,16 @@ class Runtime:
         sim: DemoSettings = None,
         interval: float | None = None,
         notify: NotifySettings | None = None,
+        usage: UsageSettings | None = None,
     ) -> Runtime:
-        """The dashboard's: a monitor per host and the hub where ``dashboard_hub`` says
-        the dashboard delivers (the app asks for the session: its keys' runs)."""
+        """The dashboard's: a monitor per host, the hub where ``dashboard_hub`` says
+        the dashboard delivers (the app asks for the session: its keys' runs), and the
+        accounting while no watch runs (``usage``: the config's ``[usage]``)."""
         runtime = cls(sim=sim, interval=interval)
         runtime.dashboard_delivery(notify)
         from gpumon.backends.notify.watch import watch_running
 
-        runtime.account(standby=watch_running)  # a watch that runs records instead
+        runtime.account(standby=watch_running, settings=usage)  # a watch records instead
         for host in hosts:
             runtime.monitor(host)
         return runtime
@@ -133,14 +137,16 @@ class Runtime:
         metrics_host: str | None = None,
         outbox: Path | None = None,
         prepare: Callable[[HostMonitor], None] | None = None,
+        usage: UsageSettings | None = None,
     ) -> Runtime:
         """``gpumon watch``'s: the dashboard's monitoring without the dashboard, the hub as
-        the outbox's one deliverer, and the exporter when a metrics port is set (the
-        argument, else ``[watch] metrics_port``; 0: none)."""
+        the outbox's one deliverer, the accounting (``usage``: the config's ``[usage]``),
+        and the exporter when a metrics port is set (the argument, else ``[watch]
+        metrics_port``; 0: none)."""
         runtime = cls(sim=sim, read_only=read_only, prepare=prepare)
         runtime.session  # noqa: B018 (built now: automatic restarts)
         runtime.deliver(settings, outbox=outbox)
-        runtime.account()
+        runtime.account(settings=usage)
         port = settings.metrics_port if metrics_port is None else metrics_port
         if port:
             runtime.export(port, metrics_host or settings.listen)
@@ -242,6 +248,9 @@ class Runtime:
             recorder = UsageRecorder(monitor, self.usage, self._usage_standby)
             self._accounts[monitor] = recorder
             monitor.add_listener(recorder)
+            price = self._usage_settings
+            if price is not None and price.price_per_kwh is not None:
+                monitor.alerts.energy_price = (price.price_per_kwh, price.currency)
 
     def _wire_started(self) -> None:
         """A part asked for after monitors started listens to them from now on."""
@@ -320,17 +329,24 @@ class Runtime:
         self._wire_started()
         return self.metrics
 
-    def account(self, path: Path | None = None, standby: Callable[[], bool] | None = None) -> None:
+    def account(
+        self,
+        path: Path | None = None,
+        standby: Callable[[], bool] | None = None,
+        settings: UsageSettings | None = None,
+    ) -> None:
         """Accounting (``backends/usage``): every monitor's samples into the usage
         database (``paths.usage_db``, else ``path``), written on a thread of its own;
         ``standby``: while it says True, nothing is written (the dashboard beside a
-        ``gpumon watch``)."""
+        ``gpumon watch``); ``settings``: the config's ``[usage]``, whose price a
+        ``gpu_idle_held`` names its cost in."""
         from gpumon.backends.paths import usage_db
         from gpumon.backends.usage.store import UsageWriter
 
         if self.usage is None:
             self.usage = UsageWriter(path or usage_db())
             self._usage_standby = standby
+            self._usage_settings = settings
             self._wire_started()
 
     def _usage_counts(self) -> list[UsageCounts]:

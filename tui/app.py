@@ -291,7 +291,7 @@ def run_dashboard(
     (``runtime.dashboard_hub``: "auto" only while no watch runs, "always", "never").
     ``notes`` are shown as warnings once the screen is up; ``usage``: the config's
     ``[usage]`` (``u``'s cost)."""
-    runtime = Runtime.for_dashboard(hosts, sim=sim, interval=interval, notify=notify)
+    runtime = Runtime.for_dashboard(hosts, sim=sim, interval=interval, notify=notify, usage=usage)
     app = GpumonApp(
         runtime.monitors,
         theme=theme,

@@ -55,6 +55,7 @@ from gpumon.backends.alerts.facts import (
     NO_FACTS,
     SWAP_WINDOW_S,
     AlertFacts,
+    IdleCost,
     TorchSwap,
     XidFacts,
 )
@@ -206,6 +207,9 @@ class AlertEngine(AlertStore):
         # monitor's ``Workloads.swaps``, which reads the audit log this layer may not):
         # GPUs that went idle after one say it, and their incident offers to swap back.
         self.torch_swap: Callable[[float], TorchSwap | None] | None = None
+        # What a kWh costs, and in what (the config's [usage]): a gpu_idle_held names what
+        # its GPUs cost so far; None: no price, only the kWh
+        self.energy_price: tuple[float, str] | None = None
         # Xid events raised (not repeats, not a backlog), per (GPU, code, level, action) as
         # their alerts' facts say them (Xid 154: the action its line names), for the
         # exporter's counter: it only goes up, so a reset keeps it.
@@ -398,11 +402,14 @@ class AlertEngine(AlertStore):
                 keys.add(key)
                 text = self._idle_text(job, group, sample)
                 seconds = min(s for _, s in group)
+                cost = self._idle_cost(group, seconds)
+                if cost.kwh is not None:  # the time alone the text says already
+                    text += f"; {cost.words()}"
                 swap = self._swap_before(now - seconds)
                 if swap is not None:
                     text += f"; after {swap.words(now)}"
                 # its text leads with the job
-                facts = AlertFacts(job=job, names_gpu=True, torch_swap=swap)
+                facts = AlertFacts(job=job, names_gpu=True, torch_swap=swap, idle_cost=cost)
                 self._condition(
                     key, "gpu_idle_held", Health.WARNING, first, text, now, out, seconds,
                     facts=facts,
@@ -412,6 +419,15 @@ class AlertEngine(AlertStore):
         for key in [k for k, a in self._active.items() if a.kind in _IDLE_KINDS]:
             if key not in keys:
                 self._end(key)
+
+    def _idle_cost(self, group: list[tuple[GpuSample, float]], seconds: float) -> IdleCost:
+        """What ``group``'s GPUs drew in their idle runs (power x time: ``GpuWatch``), and
+        its price (``energy_price``)."""
+        drawn = [self._watches[g.index].idle_joules for g, _ in group]
+        known = [j for j in drawn if j is not None]
+        kwh = sum(known) / 3.6e6 if known else None
+        price, currency = self.energy_price or (None, "")
+        return IdleCost(len(group), seconds, kwh, price, currency)
 
     def _swap_before(self, idle_since: float) -> TorchSwap | None:
         """gpumon's torch swap within ``SWAP_WINDOW_S`` before GPUs went idle at

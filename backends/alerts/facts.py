@@ -35,6 +35,7 @@ __all__ = [
     "AlertFacts",
     "Held",
     "Holder",
+    "IdleCost",
     "Restart",
     "TorchSwap",
     "XidFacts",
@@ -137,6 +138,52 @@ class TorchSwap:
 
 
 @dataclass(frozen=True, slots=True)
+class IdleCost:
+    """What GPUs held and idle have cost so far (``gpu_idle_held``): ``gpus`` idle for
+    ``seconds`` (the shortest run among them), ``kwh`` drawn meanwhile (power x time: an
+    estimate; None where none reports its power), and that at ``price_per_kwh`` in
+    ``currency`` (the config's ``[usage]``; None: no price set)."""
+
+    gpus: int
+    seconds: float
+    kwh: float | None = None
+    price_per_kwh: float | None = None
+    currency: str = ""
+
+    @property
+    def cost(self) -> float | None:
+        if self.kwh is None or self.price_per_kwh is None:
+            return None
+        return self.kwh * self.price_per_kwh
+
+    def words(self) -> str:
+        """``4 GPUs idle 6 h, 14 kWh, ~2.10 EUR`` (without a price, up to the kWh;
+        without power readings, up to the time)."""
+        which = "1 GPU" if self.gpus == 1 else f"{self.gpus} GPUs"
+        out = f"{which} idle {_span(self.seconds)}"
+        if self.kwh is not None:
+            out += f", {_kwh(self.kwh)} kWh"
+        cost = self.cost
+        if cost is not None:
+            out += f", ~{cost:.2f}" + (f" {self.currency}" if self.currency else "")
+        return out
+
+
+def _span(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"
+
+
+def _kwh(kwh: float) -> str:
+    if kwh >= 10:
+        return f"{kwh:.0f}"
+    return f"{kwh:.1f}" if kwh >= 1 else f"{kwh:.2f}"
+
+
+@dataclass(frozen=True, slots=True)
 class AlertFacts:
     """The typed facts of one alert (see the module docstring); every field optional.
 
@@ -158,7 +205,8 @@ class AlertFacts:
     (``time_to_full``, MiB/s). ``schedulers``: an SGLang server's scheduler PIDs (its
     ``sglang::scheduler_TP*`` processes, as the watched machine numbers them), whose
     stacks py-spy dumps and which ``K`` stops. ``torch_swap``: the host's torch swap before
-    a job went slow or idle (``TorchSwap``), which ``d`` checks and ``w`` swaps back."""
+    a job went slow or idle (``TorchSwap``), which ``d`` checks and ``w`` swaps back.
+    ``idle_cost``: what GPUs held and idle cost so far (``IdleCost``: ``gpu_idle_held``)."""
 
     gpu: GpuRef | None = None
     job: str | None = None
@@ -179,6 +227,7 @@ class AlertFacts:
     unit: str | None = None
     schedulers: tuple[int, ...] = ()
     torch_swap: TorchSwap | None = None
+    idle_cost: IdleCost | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The facts that are known, by name (``docs/json.md``); {} for none."""

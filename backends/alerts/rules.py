@@ -398,6 +398,7 @@ class GpuWatch:
         "holders",
         "idle_at",
         "idle_high",
+        "idle_joules",
         "idle_last",
         "idle_low",
         "index",
@@ -437,6 +438,8 @@ class GpuWatch:
         self.idle_last: float | None = None  # its last sample
         self.idle_low = 0.0  # utilisation range of the run (the headline says it)
         self.idle_high = 0.0
+        # energy drawn in the run, power x time (None: the GPU reports no power)
+        self.idle_joules: float | None = None
 
     def idle_for(self, now: float, gpu: GpuSample, test: IdleHeld, gap_s: float) -> float | None:
         """Seconds ``gpu`` has been held and idle up to this sample (0 for the first such
@@ -451,8 +454,11 @@ class GpuWatch:
         last = self.idle_last
         if self.idle_at is None or last is None or now - last > gap_s:
             self.idle_at, self.idle_low, self.idle_high = now, util, util
+            self.idle_joules = None if gpu.power_w is None else 0.0
         else:
             self.idle_low, self.idle_high = min(self.idle_low, util), max(self.idle_high, util)
+            if gpu.power_w is not None:
+                self.idle_joules = (self.idle_joules or 0.0) + gpu.power_w * (now - last)
         self.idle_last = now
         return now - self.idle_at
 

@@ -19,6 +19,7 @@ from gpumon.backends.alerts.facts import (
     AlertFacts,
     Held,
     Holder,
+    IdleCost,
     Restart,
     TorchSwap,
     XidFacts,
@@ -266,6 +267,7 @@ FULL = AlertFacts(
     unit="tok/s",
     schedulers=(2419020, 2419021),
     torch_swap=TorchSwap("2.11.0+cu128", "2.11.0+cu130", 1.8e9, "root"),
+    idle_cost=IdleCost(4, 21600.0, 14.0, 0.15, "EUR"),
 )
 
 

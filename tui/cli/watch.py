@@ -128,6 +128,7 @@ async def _watch(args: argparse.Namespace, config: Config, hosts: list[HostConfi
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         prepare=_demo_auto_restart if args.demo_auto_restart else None,
+        usage=config.usage,
     )
     assert runtime.hub is not None
     runtime.hub.changes.add(lambda ev: _log_change(args.log_format, ev))
