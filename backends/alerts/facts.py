@@ -180,7 +180,7 @@ def _span(seconds: float) -> str:
 def _kwh(kwh: float) -> str:
     if kwh >= 10:
         return f"{kwh:.0f}"
-    return f"{kwh:.1f}" if kwh >= 1 else f"{kwh:.2f}"
+    return f"{kwh:.1f}" if kwh >= 1 else f"{kwh:.2g}"  # a few minutes: 0.0031 kWh
 
 
 @dataclass(frozen=True, slots=True)

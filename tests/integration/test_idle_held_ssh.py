@@ -57,7 +57,8 @@ async def test_held_and_idle_gpus_are_named_with_their_holder(
         assert "while holding 84-86 GiB each; held by PID 2418874 python3 (+1 more)" in job
         alone = by_key["gpu_idle_held:7"]
         assert alone.startswith("GPU 7 idle (") and "while holding 84 GiB; " in alone
-        assert alone.endswith("held by PID 2418875 python3")
+        # then what its idle time drew so far (the stand-in's power)
+        assert "; held by PID 2418875 python3; 1 GPU idle " in alone and alone.endswith(" kWh")
         alerts = snapshot_json(monitor, time.time())["alerts"]
         kinds = {(a["kind"], a["job"], a["gpu"]) for a in alerts}
         assert {k for k in kinds if k[0] == "gpu_idle_held"} == {
@@ -114,7 +115,7 @@ async def test_an_sglang_server_without_traffic_is_no_gpu_idle_held_but_a_jupyte
 
         await until(lambda: len(idle()) == 2, 60, lambda: f"two idle alerts: {idle()}")
         assert set(idle()) == {f"server_idle:{port}", "gpu_idle_held:1"}, idle()
-        assert idle()["gpu_idle_held:1"].endswith("held by PID 4243 jupyter-lab")
+        assert "; held by PID 4243 jupyter-lab; 1 GPU idle " in idle()["gpu_idle_held:1"]
         assert idle()[f"server_idle:{port}"].startswith(f"sglang :{port} up, idle for ")
         tracker = monitor.workloads.sglang[port]
         assert tracker.idle is True and sglang_cells(tracker)["state"].text == "idle"

@@ -29,7 +29,8 @@ def test_check_says_the_drafters_gpus_are_held_and_idle_by_150_s() -> None:
     assert out.returncode == 1, out.stdout + out.stderr
     idle = re.match(
         r"WARNING demo: drafter's GPUs 5-7 idle \([0-2]-[0-2] %\) for (\d+) min while holding "
-        r"84-86 GiB each; held by PID 874 train\.drafter in CT200 \(\+2 more\) \(8 GPUs",
+        r"84-86 GiB each; held by PID 874 train\.drafter in CT200 \(\+2 more\); "
+        r"3 GPUs idle \d+ min, [0-9.]+ kWh \(8 GPUs",  # what the idle time drew so far
         out.stdout,
     )
     # idle from 30 s to the 150 asked, and the time the check took (its samples' clock)
