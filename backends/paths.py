@@ -13,9 +13,12 @@ control script, not here.)
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "audit_log",
@@ -91,6 +94,8 @@ def open_state_db(path: Path) -> sqlite3.Connection:
     its folder on first use, opened as every gpumon run opens them: autocommit (each
     writer says its own transactions), WAL (readers never wait on a writer) and a 10 s
     wait for another run's write."""
+    import sqlite3  # here: the one-shots import this module and open no database
+
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, timeout=10.0, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
