@@ -207,6 +207,11 @@ class SimulatedPrometheus:
                 _one({"host": n, "severity": sev, "kind": kind}, t, 1.0)
                 for n, (sev, kind) in zip(DEMO_HOT_NODES, alerts, strict=True)
             ]
+        if name == "idle_held":
+            # gpumon watch's accounting on the hot nodes and the idle one: the idle node's
+            # GPUs held idle 6 GPU-hours of the last day
+            held = {n: 1800.0 for n in DEMO_HOT_NODES} | {DEMO_IDLE_NODE: 6 * 3600.0}
+            return [_one({"host": n}, t, v) for n, v in held.items()]
         if name == "xids":
             return [s for node in fleet.nodes for s in self._node(node, "xid", t)]
         out: list[Series] = []

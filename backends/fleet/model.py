@@ -49,6 +49,9 @@ class NodeRow:
     xids: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))  # code: GPUs
     remap_failures: int | None = None  # GPUs whose row remapping failed
     idle_allocated: int | None = None  # GPUs > 2 GiB held at < 5 % for 10 min
+    # GPU-hours held idle in the last day, from gpumon watch's accounting (None: no gpumon
+    # exporter on the node)
+    idle_held_gpu_hours: float | None = None
     alerts_critical: int = 0  # active gpumon alerts (gpumon watch's exporter)
     alerts_warning: int = 0
     # (severity word, kind, count) of those alerts, the most of each severity first

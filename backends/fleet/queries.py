@@ -51,6 +51,9 @@ VLLM_WAITING = "vllm:num_requests_waiting"
 VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
 VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
 VLLM_KV_USAGE = ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc")  # to 0.9.1, 0.9.2+
+# gpumon watch's accounting (exporter/metrics.py IDLE_COUNTER): GPU-seconds held idle per owner
+GPUMON_IDLE_HELD = "gpumon_owner_gpu_idle_held_seconds_total"
+IDLE_HELD_SPAN = "24h"  # the fleet's "held idle" column: GPU-hours of the last day
 
 XID_WINDOW_S = 900  # "an Xid in the last 15 min"
 # idle-allocated is the host rule gpu_idle_held (alerts/rules.py IdleHeld) at its defaults:
@@ -165,6 +168,9 @@ class FleetQueries:
             # by kind, so the problem names the alert ("CUDA out of memory"); the exporter
             # writes a 0 for every kind not active, left out here
             "alerts": f"sum by (host, severity, kind) ({m(GPUMON_ALERTS)}) > 0",
+            # GPU-seconds held idle in the last day, per gpumon host (its accounting's
+            # counter, every owner summed; increase() spans a watch's restarts)
+            "idle_held": f"sum by (host) (increase({m(GPUMON_IDLE_HELD)}[{IDLE_HELD_SPAN}]))",
             **self.vllm(),
         }
 

@@ -44,6 +44,7 @@ def node_json(row: NodeRow, now: float) -> dict[str, Any]:
         "xids_15m": {str(code): gpus for code, gpus in sorted(row.xids.items())},
         "row_remap_failures": row.remap_failures,
         "idle_allocated_gpus": row.idle_allocated,
+        "idle_held_gpu_hours_24h": _round(row.idle_held_gpu_hours, 3),
         "gpumon_alerts": {"critical": row.alerts_critical, "warning": row.alerts_warning},
         "exporter_down": row.exporter_down or not row.current,
         "last_sample_age_s": _round(age),

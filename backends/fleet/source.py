@@ -211,6 +211,11 @@ class FleetSource:
                 alerts[host][sev] += count
                 if s.labels.get("kind") and count:
                     kinds[host].append((sev, s.labels["kind"], int(count)))
+        idle_held = {
+            s.labels["host"]: (finite(s.value) or 0.0) / 3600
+            for s in results.get("idle_held", [])
+            if s.labels.get("host")
+        }
         xid_gpus: dict[str, dict[str, set[int]]] = defaultdict(dict)  # node: {gpu: codes}
         for s in results.get("xids", []):
             node, code = s.labels.get("node"), _xid_code(s)
@@ -256,6 +261,7 @@ class FleetSource:
                 xids=MappingProxyType(xids.get(node, {})),
                 remap_failures=_int(col["remap_failures"].get(node)),
                 idle_allocated=_int(col["idle_allocated"].get(node)),
+                idle_held_gpu_hours=idle_held.get(node),
                 alerts_critical=int(alerts.get(node, {}).get("critical", 0)),
                 alerts_warning=int(alerts.get(node, {}).get("warning", 0)),
                 alert_kinds=tuple(sorted(kinds.get(node, []), key=lambda k: (k[0], -k[2], k[1]))),

@@ -254,6 +254,39 @@ async def test_a_node_alone_from_prometheus(lab: tuple[FleetPrometheus, DcgmExpo
     assert blank[1].power_w is None and blank[0].power_w is not None  # not reported: None
 
 
+async def test_held_idle_gpu_hours_from_gpumon_watchs_counter(
+    lab: tuple[FleetPrometheus, DcgmExporter],
+) -> None:
+    """Issue 39 point 2: a node whose gpumon watch counts GPU-seconds held idle shows its
+    increase (GPU-hours) in the fleet's "held idle" column; Prometheus's own increase()
+    of the real counter; a node without gpumon: n/a (None), never 0."""
+    prom, exporter = lab
+    before = exporter.extra
+    labels = 'host="node-0011",container="CT201",user="root",job_name="jupyter-lab"'
+
+    def count(seconds: float) -> str:
+        return (
+            "# TYPE gpumon_owner_gpu_idle_held_seconds_total counter\n"
+            f"gpumon_owner_gpu_idle_held_seconds_total{{{labels}}} {seconds}\n"
+        )
+
+    try:
+        with exporter.lock:
+            exporter.extra = before + count(0.0)
+        prom.wait_for("gpumon_owner_gpu_idle_held_seconds_total == 0")
+        with exporter.lock:
+            exporter.extra = before + count(7200.0)  # two GPU-hours later
+        prom.wait_for("gpumon_owner_gpu_idle_held_seconds_total == 7200")
+        snap = await once(prom.url)
+    finally:
+        with exporter.lock:
+            exporter.extra = before
+    rows = {r.node: r for r in snap.rows}
+    held = rows["node-0011"].idle_held_gpu_hours
+    assert held is not None and held >= 2.0, held  # increase() extrapolates, never less
+    assert rows["node-0001"].idle_held_gpu_hours is None
+
+
 async def test_long_expressions_are_posted_and_answer_the_same(
     lab: tuple[FleetPrometheus, DcgmExporter],
 ) -> None:

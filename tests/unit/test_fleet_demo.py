@@ -65,3 +65,29 @@ async def test_a_node_s_gpus_and_a_query_it_does_not_know() -> None:
     client = SimulatedPrometheus(FleetQueries(), clock)
     with pytest.raises(PrometheusError, match="answers only the fleet's own queries"):
         await client.query("up")
+
+
+async def test_held_idle_gpu_hours_come_from_gpumon_watchs_accounting() -> None:
+    """Issue 39 point 2: the fleet's "held idle" column is the nodes' gpumon exporters'
+    ``gpumon_owner_gpu_idle_held_seconds_total``, its increase over the last day summed
+    per host, in GPU-hours; a node without gpumon is n/a (None), never 0."""
+    from gpumon.backends.exporter.metrics import IDLE_COUNTER
+    from gpumon.backends.fleet.queries import GPUMON_IDLE_HELD
+    from gpumon.backends.fleet.report import fleet_json
+    from gpumon.tui.fleet.cells import row_cells
+
+    assert f"{IDLE_COUNTER}_total" == GPUMON_IDLE_HELD  # the exporter's own name
+    query = FleetQueries('cluster="a"').instant()["idle_held"]
+    assert query == (
+        'sum by (host) (increase(gpumon_owner_gpu_idle_held_seconds_total{cluster="a"}[24h]))'
+    )
+    snap = await demo_source(clock).refresh()
+    rows = {r.node: r for r in snap.rows}
+    assert rows[DEMO_IDLE_NODE].idle_held_gpu_hours == 6.0
+    assert all(rows[n].idle_held_gpu_hours == 0.5 for n in DEMO_HOT_NODES)
+    assert rows["gpu-node-01"].idle_held_gpu_hours is None  # no gpumon watch there
+    assert row_cells(rows[DEMO_IDLE_NODE], T0)["idle"].text == "6.0"
+    assert row_cells(rows["gpu-node-01"], T0)["idle"].text == "n/a"
+    nodes = {n["node"]: n for n in fleet_json(snap)["nodes"]}
+    assert nodes[DEMO_IDLE_NODE]["idle_held_gpu_hours_24h"] == 6.0
+    assert nodes["gpu-node-01"]["idle_held_gpu_hours_24h"] is None

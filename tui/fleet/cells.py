@@ -36,6 +36,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("xid", "XID", 3, drop=4),
     Column("remap", "RMP", 3, drop=3),
     Column("alerts", "ALRT", 4, drop=2),
+    Column("idle", "IDLE h", 6, drop=1),
     Column("age", "AGE", 5),
     Column("spark", "UTIL 30 min", 20, right=False, drop=1),
     Column("problem", "PROBLEM", 0, right=False),
@@ -123,6 +124,7 @@ def row_cells(row: NodeRow, now: float) -> dict[str, Cell]:
         "xid": xid,
         "remap": remap,
         "alerts": alerts,
+        "idle": _num(row.idle_held_gpu_hours, ".1f"),
         "age": age_cell,
         "problem": Cell(problem + more, role) if problem else Cell(""),
     }
