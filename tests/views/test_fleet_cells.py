@@ -34,6 +34,7 @@ def test_a_full_row() -> None:
         xid_last=79,
         remap_failures=0,
         alerts_warning=2,
+        idle_held_gpu_hours=2.46,
         last_seen=NOW - 75,
     )
     row = replace(row, problems=judge(row, NOW))
@@ -51,6 +52,7 @@ def test_a_full_row() -> None:
         "xid": "79",
         "remap": "-",
         "alerts": "2",
+        "idle": "2.5",  # GPU-hours held idle in the last day (gpumon watch's accounting)
         "age": "1m15s",
         "problem": "Xid 79 on 1 GPU in the last 15 min: fallen off the bus — reboot the node (+1)",
     }
