@@ -59,6 +59,7 @@ from gpumon.backends.alerts.facts import (
     TorchSwap,
     XidFacts,
 )
+from gpumon.backends.alerts.facts import duration_words as _duration
 from gpumon.backends.alerts.health import HealthWatch
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.alerts.rules import (
@@ -1335,16 +1336,6 @@ def _index_ranges(indexes: Sequence[int]) -> str:
         else:
             runs.append([i])
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
-
-
-def _duration(seconds: float) -> str:
-    """``45 s``, ``6 min``, ``2.5 h``: how long a condition has held, to a headline's
-    precision."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _holders(procs: list[GpuProcess]) -> str:

@@ -40,6 +40,7 @@ __all__ = [
     "TorchSwap",
     "XidFacts",
     "clock_words",
+    "duration_words",
     "size_words",
 ]
 
@@ -157,10 +158,10 @@ class IdleCost:
         return self.kwh * self.price_per_kwh
 
     def words(self) -> str:
-        """``4 GPUs idle 6 h, 14 kWh, ~2.10 EUR`` (without a price, up to the kWh;
+        """``4 GPUs idle 6.0 h, 14 kWh, ~2.10 EUR`` (without a price, up to the kWh;
         without power readings, up to the time)."""
         which = "1 GPU" if self.gpus == 1 else f"{self.gpus} GPUs"
-        out = f"{which} idle {_span(self.seconds)}"
+        out = f"{which} idle {duration_words(self.seconds)}"
         if self.kwh is not None:
             out += f", {_kwh(self.kwh)} kWh"
         cost = self.cost
@@ -169,12 +170,14 @@ class IdleCost:
         return out
 
 
-def _span(seconds: float) -> str:
+def duration_words(seconds: float) -> str:
+    """``45 s``, ``6 min``, ``2.5 h``: how long a condition has held, to a headline's
+    precision (the alerts' one way to say it)."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 2 * 3600:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _kwh(kwh: float) -> str:

@@ -392,7 +392,7 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "cu128 -> cu130 at 05:31 (swap by gpumon)`, and its incident offers `d` to check "
         "torch and `w` to swap back. Where the GPUs report their power it names what the "
         "idle time cost so far, power x time, and at `[usage] price_per_kwh` its price: "
-        "`; 4 GPUs idle 6 h, 14 kWh, ~2.10 EUR` (the `idle_cost` fact).",
+        "`; 4 GPUs idle 6.0 h, 14 kWh, ~2.10 EUR` (the `idle_cost` fact).",
     ),
     _kind(
         "server_idle",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpumon.backends.alerts.facts import duration_words as _duration
 from gpumon.backends.model import Health
 from gpumon.backends.workloads.trackers import JobState, JobTracker
 
@@ -150,11 +151,3 @@ def _early(job: JobTracker, now: float, configured: float | None, spin: str | No
         return None
     text = f"{job.name} stalled: no step for {_duration(silent)}; {spin}"
     return Stall(text, None, silent, Health.WARNING)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

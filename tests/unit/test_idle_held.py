@@ -345,7 +345,7 @@ def test_idle_held_ignore_is_checked() -> None:
 
 
 def test_the_page_names_what_the_idle_gpus_cost_so_far_as_typed_facts() -> None:
-    """Issue 39 point 2: ``4 GPUs idle 6 h, 14 kWh, ~2.10 EUR``: four GPUs at 583.3 W for
+    """Issue 39 point 2: ``4 GPUs idle 6.0 h, 14 kWh, ~2.10 EUR``: four GPUs at 583.3 W for
     6 h (power x time: 4 x 583.3 W x 21,600 s = 50.4 MJ = 14.0 kWh) at 0.15 EUR a kWh;
     the facts say it to every output (the JSON, a recording) without parsing the text."""
     from gpumon.backends.alerts.facts import AlertFacts, IdleCost
@@ -357,12 +357,12 @@ def test_the_page_names_what_the_idle_gpus_cost_so_far_as_typed_facts() -> None:
         engine.interval_s = 60.0
         engine.on_sample(HostSample("h", T0 + t, None, gpus, ()))
     (alert,) = [a for a in engine.active() if a.kind == "gpu_idle_held"]
-    assert alert.message.endswith("; 4 GPUs idle 6 h, 14 kWh, ~2.10 EUR"), alert.message
+    assert alert.message.endswith("; 4 GPUs idle 6.0 h, 14 kWh, ~2.10 EUR"), alert.message
     cost = alert.facts.idle_cost
     assert cost is not None and cost.gpus == 4 and cost.seconds == 6 * 3600
     assert cost.kwh == pytest.approx(14.0, rel=1e-4) and cost.cost == pytest.approx(2.1, rel=1e-4)
     (incident,) = incidents(engine.active())  # the page's headline says it
-    assert incident.headline.endswith("4 GPUs idle 6 h, 14 kWh, ~2.10 EUR"), incident.headline
+    assert incident.headline.endswith("4 GPUs idle 6.0 h, 14 kWh, ~2.10 EUR"), incident.headline
     back = AlertFacts.from_json(alert.facts.to_json())  # a recording's, the JSON's
     assert back.idle_cost == cost
     assert IdleCost(2, 90.0).words() == "2 GPUs idle 90 s"  # no power reported: no kWh, not 0
