@@ -15,7 +15,7 @@ Kinds and how each one ends (``active`` becomes False):
   the GPUs of an SGLang server up and answering, idle as long, a server without traffic),
   ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
   (from ``on_unreachable``) and ``sglang_hung`` (key ``sglang_hung:PORT``, from
-  ``on_sglang_hung``) and ``spec_accept_low`` (``on_spec_accept_low``) and a warning
+  ``on_server_condition``) and ``spec_accept_low`` (``on_spec_accept_low``) and a warning
   ``sglang_error`` for a server whose ``/metrics`` page cannot be read (key
   ``sglang_page:PORT``, from ``on_sglang_page``) last while the condition holds (with
   hysteresis, see alert_rules). Acknowledging one only silences it (``acknowledged``); it
@@ -857,34 +857,6 @@ class AlertEngine(AlertStore):
         self._condition(key, key, level, None, text, now, raised, score=down_s)
         return self._announce(raised)
 
-    def on_sglang_hung(
-        self,
-        port: int,
-        text: str | None,
-        now: float,
-        *,
-        silent_s: float = 0.0,
-        gpu: int | None = None,
-        names_gpu: bool = False,
-        schedulers: tuple[int, ...] = (),
-    ) -> list[Alert]:
-        """``sglang_hung`` (critical) for the server on ``port`` while ``text`` (its
-        headline and evidence) is given; None ends it: tokens come again, the requests are
-        gone, or the server went down (a verdict of its own). ``gpu``: its (first) GPU,
-        so what else happens on that GPU folds into its incident; ``names_gpu``: ``text``
-        names it; ``schedulers``: its scheduler PIDs, which the incident's fixes name."""
-        return self._server_condition(
-            "sglang_hung",
-            Health.CRITICAL,
-            port,
-            text,
-            now,
-            silent_s,
-            gpu,
-            names_gpu=names_gpu,
-            schedulers=schedulers,
-        )
-
     def on_spec_accept_low(self, port: int, text: str | None, now: float) -> list[Alert]:
         """``spec_accept_low`` (warning) for the server on ``port`` while ``text`` is
         given; None ends it."""
@@ -912,12 +884,18 @@ class AlertEngine(AlertStore):
         score: float = 0.0,
         gpu: int | None = None,
         names_gpu: bool = False,
+        schedulers: tuple[int, ...] = (),
     ) -> list[Alert]:
         """A serving engine's condition ``kind`` (key ``KIND:PORT``) for the server on
-        ``port`` while ``text`` is given; None ends it. The vLLM verdicts
-        (``workloads/watch.py`` ``judge_vllm``) come through here. ``names_gpu``: ``text``
-        names ``gpu`` itself."""
-        return self._server_condition(kind, level, port, text, now, score, gpu, names_gpu=names_gpu)
+        ``port`` while ``text`` is given; None ends it. SGLang's ``sglang_hung`` and the
+        vLLM verdicts (``workloads/watch.py`` ``judge_hung``, ``judge_vllm``) come through
+        here. ``score``: how bad it is (a hang's seconds without a token); ``gpu``: the
+        server's (first) GPU, so what else happens on that GPU folds into its incident;
+        ``names_gpu``: ``text`` names ``gpu`` itself; ``schedulers``: the server's
+        scheduler PIDs, which the incident's fixes name."""
+        return self._server_condition(
+            kind, level, port, text, now, score, gpu, names_gpu=names_gpu, schedulers=schedulers
+        )
 
     def _server_condition(
         self,

@@ -461,7 +461,7 @@ class Workloads:
             verdict = tracker.hung(judged, after)
             tracker.hung_s = None if verdict is None else verdict.silent_s
             if verdict is None:
-                alerts.on_sglang_hung(port, None, t)
+                alerts.on_server_condition("sglang_hung", Health.CRITICAL, port, None, t)
                 continue
             if tracker.wants_health_probe(judged, after):
                 probes.append(SGLANG.probe(port))
@@ -469,11 +469,13 @@ class Workloads:
             spin, named = _gpu_evidence(sample, gpus.get(port, ()))
             text += f"; {spin}" if spin else ""
             first = gpus.get(port, (None,))[0]
-            alerts.on_sglang_hung(
+            alerts.on_server_condition(
+                "sglang_hung",
+                Health.CRITICAL,
                 port,
                 text,
                 t,
-                silent_s=verdict.silent_s,
+                score=verdict.silent_s,
                 gpu=first,
                 names_gpu=named is not None and named == first,
                 schedulers=scheduler_pids(sample, gpus.get(port, ())),

@@ -290,7 +290,9 @@ def test_the_servers_log_failures_fold_into_its_hung_incident() -> None:
         "14:33:00"
     )
     engine.on_log_lines("/var/log/sglang/sglang-30002.log", [line], gpus=(2,))
-    engine.on_sglang_hung(30002, "sglang :30002 hung: 37 running", 101.0, gpu=2)
+    engine.on_server_condition(
+        "sglang_hung", Health.CRITICAL, 30002, "sglang :30002 hung: 37 running", 101.0, gpu=2
+    )
     [incident] = incidents(engine.active())
     assert incident.cause.kind == "sglang_hung"
     assert [a.kind for a in incident.evidence] == ["sglang_error"]
