@@ -27,8 +27,9 @@ Kinds and how each one ends (``active`` becomes False):
     a new run), or the event's GPU is seen below ``oom_death_low_pct`` after the event and
     then at least ``RECOVERY_PCT`` used again (a restarted job filled it);
   - ``oom_death`` (key ``oom_death:GPU:TIME``): the same GPU refill rule;
-  - ``kv_cache_full`` and warning-level ``sglang_error`` lines (health check): after
-    ``TRANSIENT_S`` without a repeat;
+  - ``kv_cache_full`` and warning-level ``sglang_error`` lines: after ``TRANSIENT_S``
+    without a repeat; a failed health check only then, and not while an ``sglang_hung``
+    of its GPU lasts (nor when its log goes on: a hung server still writes);
   - ``xid``, ``host_oom_kill``, ``cgroup_oom_kill``: acknowledge or clear only.
 - Repeats do not raise again: an event of the same log, kind and GPU (or the same Xid on
   the same GPU) while one is active only moves its ``last_seen``.
@@ -739,11 +740,14 @@ class AlertEngine(AlertStore):
                 self._end(alert.key)
 
     def _expire(self, now: float) -> None:
+        hung_on = {a.gpu for a in self._active.values() if a.kind == "sglang_hung"}
         for alert in list(self._active.values()):
             transient = alert.kind == "kv_cache_full" or (
                 alert.kind == "sglang_error"
                 and alert.severity is Health.WARNING
                 and not alert.key.startswith(PAGE_KEY)  # a condition: the page says
+                # a failed health check is the evidence of its server's hang while it lasts
+                and not (alert.facts.health_check and alert.gpu in hung_on)
             )
             if transient and now - alert.last_seen >= TRANSIENT_S:
                 self._end(alert.key)
@@ -988,6 +992,9 @@ class AlertEngine(AlertStore):
             if (
                 alert.key.startswith(prefix)
                 and alert.kind in _FAILURE_KINDS
+                # a server whose health check failed is no dead process: its log goes on
+                # (its tokenizer's lines) while it hangs; _expire ends it
+                and not alert.facts.health_check
                 and now - alert.last_seen >= LOG_RECOVERY_S
             ):
                 self._end(alert.key)

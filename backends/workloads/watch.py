@@ -450,7 +450,8 @@ class Workloads:
         self, alerts: AlertEngine, t: float, sample: HostSample | None = None
     ) -> list[tuple[str, str]]:
         """Raise or end ``sglang_hung`` for every server (``SglangTracker.hung``) at wall
-        time ``t`` (judged on ``now()``); returns the ``/health_generate`` probes to ask
+        time ``t`` (judged on ``now()``): a warning from its log's failed health check
+        on, critical at ``hung_after_s``; returns the ``/health_generate`` probes to ask
         now, as (URL, tag): only of hung servers, at most once per ``hung_after_s`` each
         (SGLang holds the probe 20 s, and each one is a generation request)."""
         after = self.host.sglang.hung_after_s if self.host.sglang is not None else HUNG_AFTER_S
@@ -458,12 +459,12 @@ class Workloads:
         gpus = self.server_gpus(sample)
         judged = self._judged(t)
         for port, tracker in self.sglang.items():
-            verdict = tracker.hung(judged, after)
+            verdict = tracker.hung(judged, after, early=True)
             tracker.hung_s = None if verdict is None else verdict.silent_s
             if verdict is None:
                 alerts.on_server_condition("sglang_hung", Health.CRITICAL, port, None, t)
                 continue
-            if tracker.wants_health_probe(judged, after):
+            if not verdict.early and tracker.wants_health_probe(judged, after):
                 probes.append(SGLANG.probe(port))
             text = self._hung_text(verdict, alerts, judged, after)
             spin, named = _gpu_evidence(sample, gpus.get(port, ()))
@@ -471,7 +472,7 @@ class Workloads:
             first = gpus.get(port, (None,))[0]
             alerts.on_server_condition(
                 "sglang_hung",
-                Health.CRITICAL,
+                Health.WARNING if verdict.early else Health.CRITICAL,
                 port,
                 text,
                 t,
