@@ -889,6 +889,7 @@ class AlertEngine(AlertStore):
         gpu: int | None = None,
         names_gpu: bool = False,
         schedulers: tuple[int, ...] = (),
+        job: str | None = None,
     ) -> list[Alert]:
         """A serving engine's condition ``kind`` (key ``KIND:PORT``) for the server on
         ``port`` while ``text`` is given; None ends it. SGLang's ``sglang_hung`` and the
@@ -896,9 +897,19 @@ class AlertEngine(AlertStore):
         here. ``score``: how bad it is (a hang's seconds without a token); ``gpu``: the
         server's (first) GPU, so what else happens on that GPU folds into its incident;
         ``names_gpu``: ``text`` names ``gpu`` itself; ``schedulers``: the server's
-        scheduler PIDs, which the incident's fixes name."""
+        scheduler PIDs, which the incident's fixes name; ``job``: the configured job the
+        server is (its ``server`` key), which ``r`` restarts."""
         return self._server_condition(
-            kind, level, port, text, now, score, gpu, names_gpu=names_gpu, schedulers=schedulers
+            kind,
+            level,
+            port,
+            text,
+            now,
+            score,
+            gpu,
+            names_gpu=names_gpu,
+            schedulers=schedulers,
+            job=job,
         )
 
     def _server_condition(
@@ -914,6 +925,7 @@ class AlertEngine(AlertStore):
         *,
         names_gpu: bool = False,
         schedulers: tuple[int, ...] = (),
+        job: str | None = None,
     ) -> list[Alert]:
         key = key or f"{kind}:{port}"
         if text is None:
@@ -922,7 +934,7 @@ class AlertEngine(AlertStore):
             return []
         raised: list[Alert] = []
         facts = AlertFacts(port=port, names_gpu=names_gpu, schedulers=schedulers)
-        self._condition(key, kind, level, gpu, text, now, raised, score, facts=facts)
+        self._condition(key, kind, level, gpu, text, now, raised, score, job=job, facts=facts)
         return self._announce(raised)
 
     # --- logs ---------------------------------------------------------------------------

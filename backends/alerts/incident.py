@@ -317,6 +317,8 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
         out += _xid_fixes(xid.code, cause.host, restart, gpu, xid.action)
     elif cause.kind == "sglang_hung":
         out += hung_server_fixes(cause.facts.schedulers)
+        if restart is not None:  # the server is a configured job (its ``server`` key)
+            out.insert(1, restart)
     elif cause.facts.torch_swap is not None and cause.kind in _AFTER_SWAP_KINDS:
         out += torch_swap_fixes(cause.host, cause.facts.torch_swap)
     elif restart is not None and cause.kind in RESTART_FIXES:

@@ -494,8 +494,10 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "carries the first GPU so that GPU's other alerts, the server log's failed health "
         "check among them, fold into the incident as evidence. Its fixes: its stacks, `py-spy "
         "dump --native --pid PID` of its scheduler (SGLang's watchdog dumps its schedulers "
-        "so; not SIGQUIT, whose handler kills the process tree and dumps nothing), then `K` "
-        "on that scheduler (its PIDs are the alert's `schedulers` fact).",
+        "so; not SIGQUIT, whose handler kills the process tree and dumps nothing), then, where "
+        "the server is a configured job (`server = PORT`: the alert names it), `r restart "
+        "NAME`, verified by `/health_generate` answering 200, and `K` on that scheduler (its "
+        "PIDs are the alert's `schedulers` fact).",
     ),
     _kind(
         "spec_accept_low",

@@ -355,6 +355,8 @@ class Workloads:
             else:
                 self.held_since.setdefault(job.name, judged)
             config = self.host.job(job.name)
+            if config is not None and config.server is not None:
+                continue  # a server: judged by its own verdicts (sglang_hung), no steps
             configured = config.stall_after_s if config is not None else None
             followed = config is not None and config.log is not None
             held_since = self.held_since.get(job.name) if followed else None
@@ -470,6 +472,7 @@ class Workloads:
             spin, named = _gpu_evidence(sample, gpus.get(port, ()))
             text += f"; {spin}" if spin else ""
             first = gpus.get(port, (None,))[0]
+            job = next((j.name for j in self.host.jobs if j.server == port), None)
             alerts.on_server_condition(
                 "sglang_hung",
                 Health.WARNING if verdict.early else Health.CRITICAL,
@@ -480,6 +483,7 @@ class Workloads:
                 gpu=first,
                 names_gpu=named is not None and named == first,
                 schedulers=scheduler_pids(sample, gpus.get(port, ())),
+                job=job,
             )
         return probes
 
