@@ -890,6 +890,7 @@ class AlertEngine(AlertStore):
         names_gpu: bool = False,
         schedulers: tuple[int, ...] = (),
         job: str | None = None,
+        command: str | None = None,
     ) -> list[Alert]:
         """A serving engine's condition ``kind`` (key ``KIND:PORT``) for the server on
         ``port`` while ``text`` is given; None ends it. SGLang's ``sglang_hung`` and the
@@ -898,7 +899,8 @@ class AlertEngine(AlertStore):
         server's (first) GPU, so what else happens on that GPU folds into its incident;
         ``names_gpu``: ``text`` names ``gpu`` itself; ``schedulers``: the server's
         scheduler PIDs, which the incident's fixes name; ``job``: the configured job the
-        server is (its ``server`` key), which ``r`` restarts."""
+        server is (its ``server`` key), which ``r`` restarts; ``command``: the command
+        line it was started with (masked), which the fix of one that is no job says."""
         return self._server_condition(
             kind,
             level,
@@ -910,6 +912,7 @@ class AlertEngine(AlertStore):
             names_gpu=names_gpu,
             schedulers=schedulers,
             job=job,
+            command=command,
         )
 
     def _server_condition(
@@ -926,6 +929,7 @@ class AlertEngine(AlertStore):
         names_gpu: bool = False,
         schedulers: tuple[int, ...] = (),
         job: str | None = None,
+        command: str | None = None,
     ) -> list[Alert]:
         key = key or f"{kind}:{port}"
         if text is None:
@@ -933,7 +937,7 @@ class AlertEngine(AlertStore):
                 self._end(key)
             return []
         raised: list[Alert] = []
-        facts = AlertFacts(port=port, names_gpu=names_gpu, schedulers=schedulers)
+        facts = AlertFacts(port=port, names_gpu=names_gpu, schedulers=schedulers, command=command)
         self._condition(key, kind, level, gpu, text, now, raised, score, job=job, facts=facts)
         return self._announce(raised)
 

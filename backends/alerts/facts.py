@@ -157,8 +157,10 @@ class AlertFacts:
     job's rate now and its usual one (``job_slow``), a GPU's memory fill rate
     (``time_to_full``, MiB/s). ``schedulers``: an SGLang server's scheduler PIDs (its
     ``sglang::scheduler_TP*`` processes, as the watched machine numbers them), whose
-    stacks py-spy dumps and which ``K`` stops. ``torch_swap``: the host's torch swap before
-    a job went slow or idle (``TorchSwap``), which ``d`` checks and ``w`` swaps back."""
+    stacks py-spy dumps and which ``K`` stops; ``command``: the command line it was
+    started with, its secrets masked (one that is no job: its fix). ``torch_swap``: the
+    host's torch swap before a job went slow or idle (``TorchSwap``), which ``d`` checks
+    and ``w`` swaps back."""
 
     gpu: GpuRef | None = None
     job: str | None = None
@@ -178,6 +180,7 @@ class AlertFacts:
     baseline: float | None = None
     unit: str | None = None
     schedulers: tuple[int, ...] = ()
+    command: str | None = None
     torch_swap: TorchSwap | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -497,7 +497,9 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "so; not SIGQUIT, whose handler kills the process tree and dumps nothing), then, where "
         "the server is a configured job (`server = PORT`: the alert names it), `r restart "
         "NAME`, verified by `/health_generate` answering 200, and `K` on that scheduler (its "
-        "PIDs are the alert's `schedulers` fact).",
+        "PIDs are the alert's `schedulers` fact); where it is no job and discovery found "
+        "it, the command line it was started with, to start it again, its secrets masked "
+        "(`--api-key ****`; the `command` fact).",
     ),
     _kind(
         "spec_accept_low",

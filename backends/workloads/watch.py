@@ -67,6 +67,7 @@ _OOM_KINDS = tagged(Tag.OOM)
 _SGLANG_KINDS = tagged(Tag.SGLANG)
 NCCL_SPIN_UTIL_PCT = 95.0  # every rank this busy ...
 NCCL_SPIN_POWER_SHARE = 0.35  # ... on less than this share of its power limit: a spin
+SERVER_COMMANDS_KEPT = 256  # servers' command lines kept (ports come and go)
 _PORT_IN_PATH = lazy_pattern(r"(?<!\d)(\d{2,5})(?!\d)")
 
 
@@ -144,6 +145,7 @@ class Workloads:
         }
         # what each job was seen to need of its GPUs' memory (its restart's free-GPU check)
         self.memory: dict[str, JobMemory] = {j.name: JobMemory() for j in host.jobs}
+        self.server_commands: dict[int, str] = {}  # port -> how the SGLang server started
         self.first_rounds: set[str] = set()  # the agent's parts that answered once
         # job -> since when processes hold its GPUs (``now()``)
         self.held_since: dict[str, float] = {}
@@ -210,11 +212,21 @@ class Workloads:
         parallel: Mapping[str, int],
         minors: Sequence[int],
         pid: int | None = None,
+        *,
+        command: str | None = None,
     ) -> None:
-        """The agent's discovery of a vLLM server's processes: its command line's parallel
-        sizes, the ``/dev/nvidiaN`` its process tree holds (its GPUs) and its API server's
-        PID (the bundle reads its command line and output there)."""
-        if engine != VLLM.name or not 0 < port < 65536:
+        """The agent's discovery of a server's processes: an SGLang server's command line
+        (its secrets masked), which its hang's fix says; a vLLM server's command line's
+        parallel sizes, the ``/dev/nvidiaN`` its process tree holds (its GPUs) and its API
+        server's PID (the bundle reads its command line and output there)."""
+        if not 0 < port < 65536:
+            return
+        commands = self.server_commands
+        if engine == "sglang" and command is not None:
+            if len(commands) >= SERVER_COMMANDS_KEPT and port not in commands:
+                del commands[next(iter(commands))]  # the oldest: ports come and go
+            commands[port] = command
+        if engine != VLLM.name:
             return
         self.vllm.setdefault(port, VllmTracker(port)).observe_processes(parallel, minors, pid)
 
@@ -484,6 +496,7 @@ class Workloads:
                 names_gpu=named is not None and named == first,
                 schedulers=scheduler_pids(sample, gpus.get(port, ())),
                 job=job,
+                command=self.server_commands.get(port),
             )
         return probes
 
