@@ -271,3 +271,15 @@ async def log_tail(transport: Transport, path: str, lines: int = 20) -> str:
         return ""
     res = await transport.run(["tail", "-n", str(lines), "--", path], timeout=15.0)
     return res.stdout.rstrip("\n") if res.exit_code == 0 else ""
+
+
+async def server_health(transport: Transport, port: int, timeout: float) -> tuple[int | None, str]:
+    """GET ``/health_generate`` of the server on ``port`` on the target: (its HTTP status,
+    "") or (None, why none came). SGLang answers 200 once a token was generated, 503 when
+    none came in its SGLANG_HEALTH_CHECK_TIMEOUT (20 s): only 200 says it serves."""
+    url = f"http://127.0.0.1:{port}/health_generate"
+    res = await transport.run(_sh("health", url, f"{timeout:g}"), timeout=timeout + 10.0)
+    status, _, why = res.stdout.strip().partition(" ")
+    if res.exit_code != 0 or not status.isdigit():
+        return None, (res.stderr.strip() or f"exit code {res.exit_code}")[:200]
+    return (None, why or "no answer") if status == "000" else (int(status), "")

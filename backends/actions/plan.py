@@ -438,6 +438,8 @@ class ActionPlan:
             how = self.detached_by
             where = f" in {job.workdir}" if job.workdir else ""
             return f"{self.start_command}{where}  [detached: {how}; log {self.status.log_path}]"
+        if job.server is not None:  # serving, not just up: a token came out
+            return f":{job.server}/health_generate answers 200 within {job.verify_s:g} s"
         return f"alive after {job.verify_s:g} s and its log growing"
 
 

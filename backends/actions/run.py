@@ -30,10 +30,12 @@ from typing import Literal
 from gpumon.backends.actions import audit
 from gpumon.backends.actions.jobs import (
     JobError,
+    JobStatus,
     job_status,
     launch_job,
     log_tail,
     run_stop_command,
+    server_health,
     signal_job,
 )
 from gpumon.backends.actions.params import ParamError
@@ -291,6 +293,8 @@ class JobRun:
         if self.plan.action == "stop":
             return f"{name} stopped"
         workers = f" ({self._workers})" if self._workers else ""
+        if self.plan.job.server is not None:
+            return f"{name} {self.plan.action}ed: PID {self._new_pid} running{workers}"
         return f"{name} {self.plan.action}ed: PID {self._new_pid} running{workers}, log advancing"
 
     def _audit(self, outcome: Outcome) -> Outcome:
@@ -520,16 +524,25 @@ class JobRun:
         how = f"tmux session {record.session}" if record.session else record.method
         self._say(f"started PID {record.pid} ({how}); log {record.log}")
 
+    async def _still_running(self) -> JobStatus:
+        """The job's status while it runs; StepFailed with its log's tail once it exited."""
+        job = self.plan.job
+        status = await job_status(self.target.transport, job)
+        if not status.running:
+            code = f" with code {status.exit_code}" if status.exit_code is not None else ""
+            tail = await log_tail(self.target.transport, status.log_path)
+            raise StepFailed(f"{job.name} exited{code} right after starting", tail)
+        return status
+
     async def _verify(self) -> None:
         job, transport = self.plan.job, self.target.transport
+        if job.server is not None:
+            await self._verify_server(job.server)
+            return
         deadline = time.monotonic() + job.verify_s
         self._say(f"checking PID {self._new_pid} stays up for {job.verify_s:g} s")
         while True:
-            status = await job_status(transport, job)
-            if not status.running:
-                code = f" with code {status.exit_code}" if status.exit_code is not None else ""
-                tail = await log_tail(transport, status.log_path)
-                raise StepFailed(f"{job.name} exited{code} right after starting", tail)
+            status = await self._still_running()
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -555,6 +568,33 @@ class JobRun:
             if readings is not None and readings.time >= (self._started_at or 0.0):
                 self._workers = workers_text(readings, job.gpus, self._new_pid)
         self._say(f"PID {self._new_pid} alive after {job.verify_s:g} s, log growing{gpus}")
+
+    async def _verify_server(self, port: int) -> None:
+        """A server job serves once its ``/health_generate`` answers 200 (a token came
+        out), not once its process is up: a model still loading, or a server that hangs
+        at once, is no success. Asked until ``verify_s`` has passed, while the job runs."""
+        job, transport = self.plan.job, self.target.transport
+        deadline = time.monotonic() + job.verify_s
+        self._say(f"waiting up to {job.verify_s:g} s for :{port}/health_generate to answer 200")
+        said = "no answer"
+        while True:
+            status = await self._still_running()
+            left = deadline - time.monotonic()
+            answer, why = await server_health(transport, port, max(1.0, min(left, 25.0)))
+            if answer == 200:
+                break
+            said = f"answered {answer}" if answer is not None else why
+            left = deadline - time.monotonic()
+            if left <= 0:
+                tail = await log_tail(transport, status.log_path)
+                raise StepFailed(
+                    f"PID {self._new_pid} is up but :{port}/health_generate did not answer "
+                    f"200 in {job.verify_s:g} s (last: {said})",
+                    tail,
+                )
+            await asyncio.sleep(min(self.poll_s, left))
+        self._workers = f":{port}/health_generate answered 200"
+        self._say(f"PID {self._new_pid} serves: :{port}/health_generate answered 200")
 
 
 def record_not_confirmed(plan: ActionPlan, why: str = "not confirmed: cancelled") -> None:

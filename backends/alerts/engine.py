@@ -15,7 +15,7 @@ Kinds and how each one ends (``active`` becomes False):
   the GPUs of an SGLang server up and answering, idle as long, a server without traffic),
   ``stale_data`` and ``driver_error`` (from ``on_silence``) and ``host_unreachable``
   (from ``on_unreachable``) and ``sglang_hung`` (key ``sglang_hung:PORT``, from
-  ``on_sglang_hung``) and ``spec_accept_low`` (``on_spec_accept_low``) and a warning
+  ``on_server_condition``) and ``spec_accept_low`` (``on_spec_accept_low``) and a warning
   ``sglang_error`` for a server whose ``/metrics`` page cannot be read (key
   ``sglang_page:PORT``, from ``on_sglang_page``) last while the condition holds (with
   hysteresis, see alert_rules). Acknowledging one only silences it (``acknowledged``); it
@@ -27,8 +27,9 @@ Kinds and how each one ends (``active`` becomes False):
     a new run), or the event's GPU is seen below ``oom_death_low_pct`` after the event and
     then at least ``RECOVERY_PCT`` used again (a restarted job filled it);
   - ``oom_death`` (key ``oom_death:GPU:TIME``): the same GPU refill rule;
-  - ``kv_cache_full`` and warning-level ``sglang_error`` lines (health check): after
-    ``TRANSIENT_S`` without a repeat;
+  - ``kv_cache_full`` and warning-level ``sglang_error`` lines: after ``TRANSIENT_S``
+    without a repeat; a failed health check only then, and not while an ``sglang_hung``
+    of its GPU lasts (nor when its log goes on: a hung server still writes);
   - ``xid``, ``host_oom_kill``, ``cgroup_oom_kill``: acknowledge or clear only.
 - Repeats do not raise again: an event of the same log, kind and GPU (or the same Xid on
   the same GPU) while one is active only moves its ``last_seen``.
@@ -756,11 +757,14 @@ class AlertEngine(AlertStore):
                 self._end(alert.key)
 
     def _expire(self, now: float) -> None:
+        hung_on = {a.gpu for a in self._active.values() if a.kind == "sglang_hung"}
         for alert in list(self._active.values()):
             transient = alert.kind == "kv_cache_full" or (
                 alert.kind == "sglang_error"
                 and alert.severity is Health.WARNING
                 and not alert.key.startswith(PAGE_KEY)  # a condition: the page says
+                # a failed health check is the evidence of its server's hang while it lasts
+                and not (alert.facts.health_check and alert.gpu in hung_on)
             )
             if transient and now - alert.last_seen >= TRANSIENT_S:
                 self._end(alert.key)
@@ -874,34 +878,6 @@ class AlertEngine(AlertStore):
         self._condition(key, key, level, None, text, now, raised, score=down_s)
         return self._announce(raised)
 
-    def on_sglang_hung(
-        self,
-        port: int,
-        text: str | None,
-        now: float,
-        *,
-        silent_s: float = 0.0,
-        gpu: int | None = None,
-        names_gpu: bool = False,
-        schedulers: tuple[int, ...] = (),
-    ) -> list[Alert]:
-        """``sglang_hung`` (critical) for the server on ``port`` while ``text`` (its
-        headline and evidence) is given; None ends it: tokens come again, the requests are
-        gone, or the server went down (a verdict of its own). ``gpu``: its (first) GPU,
-        so what else happens on that GPU folds into its incident; ``names_gpu``: ``text``
-        names it; ``schedulers``: its scheduler PIDs, which the incident's fixes name."""
-        return self._server_condition(
-            "sglang_hung",
-            Health.CRITICAL,
-            port,
-            text,
-            now,
-            silent_s,
-            gpu,
-            names_gpu=names_gpu,
-            schedulers=schedulers,
-        )
-
     def on_spec_accept_low(self, port: int, text: str | None, now: float) -> list[Alert]:
         """``spec_accept_low`` (warning) for the server on ``port`` while ``text`` is
         given; None ends it."""
@@ -929,12 +905,32 @@ class AlertEngine(AlertStore):
         score: float = 0.0,
         gpu: int | None = None,
         names_gpu: bool = False,
+        schedulers: tuple[int, ...] = (),
+        job: str | None = None,
+        command: str | None = None,
     ) -> list[Alert]:
         """A serving engine's condition ``kind`` (key ``KIND:PORT``) for the server on
-        ``port`` while ``text`` is given; None ends it. The vLLM verdicts
-        (``workloads/watch.py`` ``judge_vllm``) come through here. ``names_gpu``: ``text``
-        names ``gpu`` itself."""
-        return self._server_condition(kind, level, port, text, now, score, gpu, names_gpu=names_gpu)
+        ``port`` while ``text`` is given; None ends it. SGLang's ``sglang_hung`` and the
+        vLLM verdicts (``workloads/watch.py`` ``judge_hung``, ``judge_vllm``) come through
+        here. ``score``: how bad it is (a hang's seconds without a token); ``gpu``: the
+        server's (first) GPU, so what else happens on that GPU folds into its incident;
+        ``names_gpu``: ``text`` names ``gpu`` itself; ``schedulers``: the server's
+        scheduler PIDs, which the incident's fixes name; ``job``: the configured job the
+        server is (its ``server`` key), which ``r`` restarts; ``command``: the command
+        line it was started with (masked), which the fix of one that is no job says."""
+        return self._server_condition(
+            kind,
+            level,
+            port,
+            text,
+            now,
+            score,
+            gpu,
+            names_gpu=names_gpu,
+            schedulers=schedulers,
+            job=job,
+            command=command,
+        )
 
     def _server_condition(
         self,
@@ -949,6 +945,8 @@ class AlertEngine(AlertStore):
         *,
         names_gpu: bool = False,
         schedulers: tuple[int, ...] = (),
+        job: str | None = None,
+        command: str | None = None,
     ) -> list[Alert]:
         key = key or f"{kind}:{port}"
         if text is None:
@@ -956,8 +954,8 @@ class AlertEngine(AlertStore):
                 self._end(key)
             return []
         raised: list[Alert] = []
-        facts = AlertFacts(port=port, names_gpu=names_gpu, schedulers=schedulers)
-        self._condition(key, kind, level, gpu, text, now, raised, score, facts=facts)
+        facts = AlertFacts(port=port, names_gpu=names_gpu, schedulers=schedulers, command=command)
+        self._condition(key, kind, level, gpu, text, now, raised, score, job=job, facts=facts)
         return self._announce(raised)
 
     # --- logs ---------------------------------------------------------------------------
@@ -1027,6 +1025,9 @@ class AlertEngine(AlertStore):
             if (
                 alert.key.startswith(prefix)
                 and alert.kind in _FAILURE_KINDS
+                # a server whose health check failed is no dead process: its log goes on
+                # (its tokenizer's lines) while it hangs; _expire ends it
+                and not alert.facts.health_check
                 and now - alert.last_seen >= LOG_RECOVERY_S
             ):
                 self._end(alert.key)

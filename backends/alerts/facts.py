@@ -207,9 +207,11 @@ class AlertFacts:
     job's rate now and its usual one (``job_slow``), a GPU's memory fill rate
     (``time_to_full``, MiB/s). ``schedulers``: an SGLang server's scheduler PIDs (its
     ``sglang::scheduler_TP*`` processes, as the watched machine numbers them), whose
-    stacks py-spy dumps and which ``K`` stops. ``torch_swap``: the host's torch swap before
-    a job went slow or idle (``TorchSwap``), which ``d`` checks and ``w`` swaps back.
-    ``idle_cost``: what GPUs held and idle cost so far (``IdleCost``: ``gpu_idle_held``)."""
+    stacks py-spy dumps and which ``K`` stops; ``command``: the command line it was
+    started with, its secrets masked (one that is no job: its fix). ``torch_swap``: the
+    host's torch swap before a job went slow or idle (``TorchSwap``), which ``d`` checks
+    and ``w`` swaps back. ``idle_cost``: what GPUs held and idle cost so far (``IdleCost``:
+    ``gpu_idle_held``)."""
 
     gpu: GpuRef | None = None
     job: str | None = None
@@ -229,6 +231,7 @@ class AlertFacts:
     baseline: float | None = None
     unit: str | None = None
     schedulers: tuple[int, ...] = ()
+    command: str | None = None
     torch_swap: TorchSwap | None = None
     idle_cost: IdleCost | None = None
 

@@ -316,7 +316,11 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
         # the action the alert said (45 alone or not, 154's from its line)
         out += _xid_fixes(xid.code, cause.host, restart, gpu, xid.action)
     elif cause.kind == "sglang_hung":
-        out += hung_server_fixes(cause.facts.schedulers)
+        if restart is not None:  # the server is a configured job (its ``server`` key)
+            out += hung_server_fixes(cause.facts.schedulers)
+            out.insert(1, restart)
+        else:
+            out += hung_server_fixes(cause.facts.schedulers, cause.facts.command)
     elif cause.facts.torch_swap is not None and cause.kind in _AFTER_SWAP_KINDS:
         out += torch_swap_fixes(cause.host, cause.facts.torch_swap)
     elif restart is not None and cause.kind in RESTART_FIXES:
@@ -339,19 +343,23 @@ def holder_fix(held: Held | None) -> Fix:
     return Fix("K", f"stop {where}'s process")
 
 
-def hung_server_fixes(schedulers: Sequence[int]) -> list[Fix]:
+def hung_server_fixes(schedulers: Sequence[int], command: str | None = None) -> list[Fix]:
     """What can be done for a hung SGLang server with the scheduler PIDs ``schedulers``:
     first its stacks, as SGLang's own watchdog takes them (``py-spy dump --native`` of
     each scheduler: ``cudacore_pyspy_dump_utils.py``, formats.md), then ``K`` on its
-    scheduler. Not SIGQUIT: SGLang's handler for it kills the process tree and dumps
-    nothing."""
+    scheduler and, where known (``command``: a server that is no job), the command line
+    it was started with, to start it again. Not SIGQUIT: SGLang's handler for it kills
+    the process tree and dumps nothing."""
+    again = [Fix(None, f"start it again: {command}")] if command else []
     if not schedulers:
-        return [Fix(None, "its stacks: py-spy dump --native --pid <each sglang::scheduler PID>")]
+        stacks = "its stacks: py-spy dump --native --pid <each sglang::scheduler PID>"
+        return [Fix(None, stacks), *again]
     first = schedulers[0]
     each = f" (each scheduler: {', '.join(map(str, schedulers))})" if len(schedulers) > 1 else ""
     return [
         Fix(None, f"its stacks: py-spy dump --native --pid {first}{each}"),
         Fix("K", f"stop its scheduler (PID {first})"),
+        *again,
     ]
 
 

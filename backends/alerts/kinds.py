@@ -306,7 +306,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "0.5.6 or `Scheduler watchdog timeout (…, self.soft=False)` from 0.5.7; a failed "
         "health check, or the dump of `--soft-watchdog-timeout` while the server keeps "
         "running, `SGLang watchdog dump (soft): the scheduler was stuck 300 s`: warning "
-        "(ends after 120 s without a repeat); and a warning while a server answers "
+        "(ends after 120 s without a repeat, a failed health check not while its server is "
+        "`sglang_hung`); and a warning while a server answers "
         "`/metrics` with a page that cannot be read, two scrapes in a row: over 8 MiB, cut "
         "short by the close, or without SGLang's metrics in it, e.g. `sglang :24061 "
         "/metrics page larger than 8 MiB: not read`, ending when a page reads again or no "
@@ -469,11 +470,18 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "SGLang server hung",
         90,
         "An SGLang server has requests running or queued and made no token for "
-        "`hung_after_s` (key `sglang_hung:PORT`).",
+        "`hung_after_s`; a warning sooner once its log says a health check failed "
+        "(key `sglang_hung:PORT`).",
         Tag.HUNG,
         Tag.SGLANG,
         details="Critical, while an SGLang server has requests running or queued and made "
-        "no token for `hung_after_s`: no token counter moved between scrapes, "
+        "no token for `hung_after_s`; before that a warning from the moment its log's "
+        "`Health check failed.` line (no token for a `/health_generate` probe in "
+        "SGLANG_HEALTH_CHECK_TIMEOUT) comes with no token since: `sglang :30000 may be "
+        "hung: 37 running, no token for 27 s; /health_generate timed out (its log)`, the "
+        "same alert, raised to critical at `hung_after_s`; that line's own `sglang_error` "
+        "is evidence in its incident and lasts as long as it does. No token: "
+        "no token counter moved between scrapes, "
         "`realtime_tokens_total` decode and prefill modes from 0.5.7, else "
         "`generation_tokens_total` / `prompt_tokens_total`, and no `Decode batch` / "
         "`Prefill batch` line in its log, dated by the line's own stamp; `gen_throughput` "
@@ -488,8 +496,12 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "carries the first GPU so that GPU's other alerts, the server log's failed health "
         "check among them, fold into the incident as evidence. Its fixes: its stacks, `py-spy "
         "dump --native --pid PID` of its scheduler (SGLang's watchdog dumps its schedulers "
-        "so; not SIGQUIT, whose handler kills the process tree and dumps nothing), then `K` "
-        "on that scheduler (its PIDs are the alert's `schedulers` fact).",
+        "so; not SIGQUIT, whose handler kills the process tree and dumps nothing), then, where "
+        "the server is a configured job (`server = PORT`: the alert names it), `r restart "
+        "NAME`, verified by `/health_generate` answering 200, and `K` on that scheduler (its "
+        "PIDs are the alert's `schedulers` fact); where it is no job and discovery found "
+        "it, the command line it was started with, to start it again, its secrets masked "
+        "(`--api-key ****`; the `command` fact).",
     ),
     _kind(
         "spec_accept_low",

@@ -88,6 +88,9 @@ class JobConfig:
     # nvidia-smi -q into a bundle, for at most evidence_s (0: straight to the stop).
     evidence: bool = True
     evidence_s: float = 15.0
+    # The port of the SGLang server this job is: ``r`` on its ``sglang_hung`` restarts it,
+    # verified by its ``/health_generate`` answering 200 within ``verify_s``
+    server: int | None = None
 
 
 def command_text(v: object) -> str:
@@ -207,6 +210,7 @@ JOB_KEYS: tuple[KeySpec, ...] = (
     KeySpec("slow_for_s", number(1, 7 * 86400), "seconds between 1 and 604800"),
     KeySpec("evidence", boolean, "true or false"),
     KeySpec("evidence_s", number(0, 600), "seconds between 0 and 600"),
+    KeySpec("server", integer(1, 65535), "the port of the SGLang server it is, 1..65535"),
 )
 
 
@@ -239,4 +243,14 @@ def jobs_table(raw: object) -> tuple[JobConfig, ...]:
         "a table of job settings",
         _job,
     )
+    seen: dict[int, str] = {}
+    for job in jobs.values():
+        if job.server is None:
+            continue
+        if job.server in seen:  # ``r`` on its hang would not know which to restart
+            raise Invalid(
+                f"port {job.server} is already the server of job {seen[job.server]}",
+                (job.name, "server"),
+            )
+        seen[job.server] = job.name
     return tuple(jobs.values())

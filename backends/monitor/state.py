@@ -813,8 +813,10 @@ class HostMonitor:
         parallel: Mapping[str, int],
         minors: Sequence[int],
         pid: int | None = None,
+        *,
+        command: str | None = None,
     ) -> None:
-        self.workloads.on_server_info(engine, port, parallel, minors, pid)
+        self.workloads.on_server_info(engine, port, parallel, minors, pid, command=command)
         self._notify()
 
     def ingest_host_load(self, load: HostLoad) -> None:

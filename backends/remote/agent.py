@@ -1020,7 +1020,7 @@ class Agent:
         sglang = [t for t in self.http if str(t.get("tag", "")).startswith("sglang:")]
         template = sglang[0] if sglang else DISCOVERED_TARGET
         first = True
-        said: dict[int, protocol.ServerInfo] = {}  # what was sent of each vLLM server
+        said: dict[int, protocol.ServerInfo] = {}  # what was sent of each server
         while True:
             found, infos = scan_server_processes()
             ports = found["sglang"] if self.sglang_discover else []
@@ -1045,8 +1045,11 @@ class Agent:
                         "info_tag": f"vllm-info:{port}",
                     }
                 )
-            for info in infos if self.vllm_discover else ():
-                if said.get(info.port) != info:  # a new server, or its GPUs changed
+            on = {"vllm": self.vllm_discover, "sglang": self.sglang_discover}
+            for info in infos:
+                if not on.get(info.engine):
+                    continue
+                if said.get(info.port) != info:  # a new server, its GPUs or command changed
                     said[info.port] = info
                     self.out.send(info)
             if first:  # after start_http: the servers found are being fetched already
@@ -1736,6 +1739,7 @@ def scan_server_processes(
     found: dict[str, set[int]] = {"sglang": set(), "vllm": set()}
     children: dict[int, list[int]] = {}
     vllm: dict[int, tuple[int, list[str]]] = {}  # port -> (pid, argv)
+    sglang: dict[int, tuple[int, list[str]]] = {}  # port -> its launcher's (pid, argv)
     for entry in sorted(os.listdir(proc), key=lambda e: (len(e), e)):
         if not entry.isdigit():
             continue
@@ -1751,7 +1755,9 @@ def scan_server_processes(
         if parent is not None:
             children.setdefault(parent, []).append(pid)
         if is_sglang_server(argv):
-            found["sglang"].add(server_port(argv, f"{proc}/{entry}/cwd"))
+            port = server_port(argv, f"{proc}/{entry}/cwd")
+            found["sglang"].add(port)
+            sglang.setdefault(port, (pid, argv[:-1] if argv and not argv[-1] else argv))
         elif is_vllm_server(argv):
             port = server_port(argv, f"{proc}/{entry}/cwd", VLLM_DEFAULT_PORT)
             found["vllm"].add(port)
@@ -1767,6 +1773,8 @@ def scan_server_processes(
                 "vllm", port, pid, sizes.get("tp"), sizes.get("pp"), sizes.get("dp"), minors
             )
         )
+    for port, (pid, argv) in sorted(sglang.items()):  # how it was started: a hang's fix
+        infos.append(protocol.ServerInfo("sglang", port, pid, argv=protocol.bounded_argv(argv)))
     return {k: sorted(v) for k, v in found.items()}, infos
 
 

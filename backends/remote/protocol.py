@@ -488,7 +488,9 @@ class ServerInfo(Message):
     is known of it changes: ``pid`` of its API server, the parallel sizes its command line
     gives (``tp``, ``pp``, ``dp``; None: not given, the engine's default 1) and ``minors``,
     the ``/dev/nvidiaN`` its process tree holds (its engine core's and workers' GPUs, told
-    by descent from the server, not by their names)."""
+    by descent from the server, not by their names). ``argv``: the command line it was
+    started with (``engine`` ``sglang`` too: a hung server's fix says it; the monitor masks
+    its secrets on receipt), at most ``ARGV_MAX`` words of ``ARGV_WORD_MAX`` characters."""
 
     TYPE: ClassVar[str] = "server_info"
     engine: str
@@ -498,6 +500,7 @@ class ServerInfo(Message):
     pp: int | None = None
     dp: int | None = None
     minors: list[int] = field(default_factory=list)
+    argv: list[str] = field(default_factory=list)
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> ServerInfo:
@@ -520,7 +523,20 @@ class ServerInfo(Message):
             size("pp"),
             size("dp"),
             held,
+            bounded_argv(raw.get("argv")),
         )
+
+
+ARGV_MAX = 256  # words of a server's command line kept
+ARGV_WORD_MAX = 4096  # characters of each
+
+
+def bounded_argv(argv: object) -> list[str]:
+    """A command line's words as sent (strings only), cut to ``ARGV_MAX`` words of
+    ``ARGV_WORD_MAX`` characters."""
+    if not isinstance(argv, list):
+        return []
+    return [a[:ARGV_WORD_MAX] for a in argv if isinstance(a, str)][:ARGV_MAX]
 
 
 def _float_or_none(raw: dict[str, Any], key: str) -> float | None:

@@ -404,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--vllm-ports", default="", help="also serve simulated vLLM servers (scenario vllm)"
     )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="the servers start now (a server process started as a job), not up since before t0",
+    )
     args = parser.parse_args(argv)
     try:
         settings = SimSettings.from_env(os.environ)
@@ -419,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for cluster in servers:
             cluster.start()
+        if args.fresh:
+            for port in ports:
+                servers[0].restart(port)
     except OSError as e:
         for cluster in servers:
             cluster.stop()

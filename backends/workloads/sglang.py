@@ -30,6 +30,11 @@ keeps its last value while nothing is decoded. With metrics on, the counters mus
 seen standing still over two scrapes ``MIN_RATE_SPAN_S`` apart, so a log stamp in another
 time zone cannot make a busy server hung; a server whose decode counter is still 0 (it
 just started) or that restarted counts from when it was first seen.
+
+Before ``hung_after_s`` the server's own log can say it: ``Health check failed.`` (its
+tokenizer got no token for a ``/health_generate`` probe in SGLANG_HEALTH_CHECK_TIMEOUT, a
+load balancer's or gpumon's) with no progress since. Then ``hung`` gives an early verdict
+(``Hung.early``), a warning that the same alert raises to critical at ``hung_after_s``.
 """
 
 from __future__ import annotations
@@ -174,12 +179,15 @@ class Hung:
     queued: int
     silent_s: float
     last_decode: tuple[str, float] | None = None
+    early: bool = False  # not yet ``hung_after_s``: its log's failed health check says so
 
     def headline(self) -> str:
-        """``sglang :30000 hung: 37 running, no token for 94 s``."""
+        """``sglang :30000 hung: 37 running, no token for 94 s`` (early: ``... may be
+        hung: ...``)."""
         queued = f", {self.queued} queued" if self.queued else ""
+        hung = "may be hung" if self.early else "hung"
         return (
-            f"sglang :{self.port} hung: {self.running} running{queued}, "
+            f"sglang :{self.port} {hung}: {self.running} running{queued}, "
             f"no token for {self.silent_s:.0f} s"
         )
 
@@ -485,10 +493,12 @@ class SglangTracker:
                 while self._spec_log and self._spec_log[0][0] < t - 2 * SPEC_LOW_FOR_S:
                     self._spec_log.popleft()
 
-    def hung(self, t: float, after_s: float = HUNG_AFTER_S) -> Hung | None:
+    def hung(self, t: float, after_s: float = HUNG_AFTER_S, *, early: bool = False) -> Hung | None:
         """The hung verdict at ``t`` (module docstring), or None: the server is down or
         unknown, idle (nothing running or queued), making tokens, or not yet watched
-        long enough to tell."""
+        long enough to tell. With ``early``, before ``after_s`` an early one
+        (``Hung.early``) where its log's last failed health check came after its last
+        progress."""
         if self.up is not True or self.stale or self.watched_since is None:
             return None
         running, queued = round(self.running or 0), round(self.queued or 0)
@@ -503,13 +513,15 @@ class SglangTracker:
             known.append(self._run_seen)  # this run just started: older lines are another's
         last = max(known) if known else self.watched_since
         silent = t - last
-        if silent < after_s:
+        failed = self.health_failed_at
+        before = silent < after_s
+        if before and (not early or failed is None or failed < last):
             return None
         decode = None
         if self.last_decode_line is not None:
             at, text = self.last_decode_line
             decode = (text, max(t - at, 0.0))
-        return Hung(self.port, running, queued, silent, decode)
+        return Hung(self.port, running, queued, silent, decode, early=before)
 
     def wants_health_probe(self, t: float, after_s: float) -> bool:
         """Whether to ask ``/health_generate`` now: asked only while hung (the caller

@@ -205,8 +205,8 @@ class VllmTracker(SglangTracker):
             self.gen_tokens_per_s, self.gen_tokens_per_s_source = stats.gen_tokens_per_s, "log"
             self.prompt_tokens_per_s = stats.prompt_tokens_per_s
 
-    def hung(self, t: float, after_s: float = HUNG_AFTER_S) -> Hung | None:
-        verdict = super().hung(t, after_s)
+    def hung(self, t: float, after_s: float = HUNG_AFTER_S, *, early: bool = False) -> Hung | None:
+        verdict = super().hung(t, after_s)  # vLLM's log says no failed health check
         if verdict is None:
             return None
         last = self.last_stats_line

@@ -67,6 +67,7 @@ _OOM_KINDS = tagged(Tag.OOM)
 _SGLANG_KINDS = tagged(Tag.SGLANG)
 NCCL_SPIN_UTIL_PCT = 95.0  # every rank this busy ...
 NCCL_SPIN_POWER_SHARE = 0.35  # ... on less than this share of its power limit: a spin
+SERVER_COMMANDS_KEPT = 256  # servers' command lines kept (ports come and go)
 _PORT_IN_PATH = lazy_pattern(r"(?<!\d)(\d{2,5})(?!\d)")
 
 
@@ -144,6 +145,7 @@ class Workloads:
         }
         # what each job was seen to need of its GPUs' memory (its restart's free-GPU check)
         self.memory: dict[str, JobMemory] = {j.name: JobMemory() for j in host.jobs}
+        self.server_commands: dict[int, str] = {}  # port -> how the SGLang server started
         self.first_rounds: set[str] = set()  # the agent's parts that answered once
         # job -> since when processes hold its GPUs (``now()``)
         self.held_since: dict[str, float] = {}
@@ -210,11 +212,21 @@ class Workloads:
         parallel: Mapping[str, int],
         minors: Sequence[int],
         pid: int | None = None,
+        *,
+        command: str | None = None,
     ) -> None:
-        """The agent's discovery of a vLLM server's processes: its command line's parallel
-        sizes, the ``/dev/nvidiaN`` its process tree holds (its GPUs) and its API server's
-        PID (the bundle reads its command line and output there)."""
-        if engine != VLLM.name or not 0 < port < 65536:
+        """The agent's discovery of a server's processes: an SGLang server's command line
+        (its secrets masked), which its hang's fix says; a vLLM server's command line's
+        parallel sizes, the ``/dev/nvidiaN`` its process tree holds (its GPUs) and its API
+        server's PID (the bundle reads its command line and output there)."""
+        if not 0 < port < 65536:
+            return
+        commands = self.server_commands
+        if engine == "sglang" and command is not None:
+            if len(commands) >= SERVER_COMMANDS_KEPT and port not in commands:
+                del commands[next(iter(commands))]  # the oldest: ports come and go
+            commands[port] = command
+        if engine != VLLM.name:
             return
         self.vllm.setdefault(port, VllmTracker(port)).observe_processes(parallel, minors, pid)
 
@@ -355,6 +367,8 @@ class Workloads:
             else:
                 self.held_since.setdefault(job.name, judged)
             config = self.host.job(job.name)
+            if config is not None and config.server is not None:
+                continue  # a server: judged by its own verdicts (sglang_hung), no steps
             configured = config.stall_after_s if config is not None else None
             followed = config is not None and config.log is not None
             held_since = self.held_since.get(job.name) if followed else None
@@ -450,7 +464,8 @@ class Workloads:
         self, alerts: AlertEngine, t: float, sample: HostSample | None = None
     ) -> list[tuple[str, str]]:
         """Raise or end ``sglang_hung`` for every server (``SglangTracker.hung``) at wall
-        time ``t`` (judged on ``now()``); returns the ``/health_generate`` probes to ask
+        time ``t`` (judged on ``now()``): a warning from its log's failed health check
+        on, critical at ``hung_after_s``; returns the ``/health_generate`` probes to ask
         now, as (URL, tag): only of hung servers, at most once per ``hung_after_s`` each
         (SGLang holds the probe 20 s, and each one is a generation request)."""
         after = self.host.sglang.hung_after_s if self.host.sglang is not None else HUNG_AFTER_S
@@ -458,25 +473,30 @@ class Workloads:
         gpus = self.server_gpus(sample)
         judged = self._judged(t)
         for port, tracker in self.sglang.items():
-            verdict = tracker.hung(judged, after)
+            verdict = tracker.hung(judged, after, early=True)
             tracker.hung_s = None if verdict is None else verdict.silent_s
             if verdict is None:
-                alerts.on_sglang_hung(port, None, t)
+                alerts.on_server_condition("sglang_hung", Health.CRITICAL, port, None, t)
                 continue
-            if tracker.wants_health_probe(judged, after):
+            if not verdict.early and tracker.wants_health_probe(judged, after):
                 probes.append(SGLANG.probe(port))
             text = self._hung_text(verdict, alerts, judged, after)
             spin, named = _gpu_evidence(sample, gpus.get(port, ()))
             text += f"; {spin}" if spin else ""
             first = gpus.get(port, (None,))[0]
-            alerts.on_sglang_hung(
+            job = next((j.name for j in self.host.jobs if j.server == port), None)
+            alerts.on_server_condition(
+                "sglang_hung",
+                Health.WARNING if verdict.early else Health.CRITICAL,
                 port,
                 text,
                 t,
-                silent_s=verdict.silent_s,
+                score=verdict.silent_s,
                 gpu=first,
                 names_gpu=named is not None and named == first,
                 schedulers=scheduler_pids(sample, gpus.get(port, ())),
+                job=job,
+                command=self.server_commands.get(port),
             )
         return probes
 

@@ -597,3 +597,79 @@ def test_doctor_says_per_running_job_whether_it_will_leave_evidence(
     spy = checks["py-spy"]
     if shutil.which("py-spy") is None:
         assert spy["status"] == "warning" and "pip install py-spy" in spy["fix"]
+
+
+async def test_r_on_a_hung_server_that_is_a_job_restarts_it_verified_by_its_health(
+    sshd: SshServer,
+    target: Path,
+    local_env: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 36.2: a server configured as a job (``server = PORT``) is the job of its
+    ``sglang_hung``: its incident offers ``r restart NAME``, and the restart stops it,
+    starts it with the job's command and is verified by ``/health_generate`` answering
+    200 (the stand-in server hangs 3 s after its start; the restarted one decodes)."""
+    from gpumon.backends.alerts.incident import incidents
+    from gpumon.backends.alerts.store import Alert
+    from gpumon.backends.model import Health
+    from gpumon.backends.sim.scenario import HANG_AT
+    from gpumon.tui.dashboard.actions import alert_job
+
+    from sshd_server import free_port
+    from waiting import until
+
+    monkeypatch.setenv("GPUMON_SSH_CONFIG", "")
+    name, port = job_name(), free_port()
+    sim = demo_settings("hang", demo_time=HANG_AT - 3.0)
+    server = "-m gpumon.backends.sim.sglang_server --fresh"  # a new process: it starts now
+    start = f"{shlex.quote(sys.executable)} {server} --ports {port}"
+    table = (
+        f"[hosts.ct200.jobs.{name}]\nstart = {json.dumps(start)}\nserver = {port}\n"
+        "verify_s = 30\nstop_timeout = 5\nevidence = false\n"
+        f"[hosts.ct200.jobs.{name}.env]\n"
+        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in sim.to_env().items())
+        + f"[hosts.ct200.sglang]\nports = [{port}]\ndiscover = false\nhung_after_s = 5\n"
+    )
+    cfg = write_config(tmp_path, sshd, table, container=200, interval=0.5)
+    host = host_for(cfg)
+    job = host.job(name)
+    assert job is not None and job.server == port and job.start is not None
+    monitor = make_monitor(host, record=False)
+    transport = make_transport(host)
+    first = await launch_job(transport, job, job.start)
+    monitor.start()
+
+    def hung() -> Alert | None:
+        return next((a for a in monitor.alerts.active() if a.key == f"sglang_hung:{port}"), None)
+
+    def critical() -> Alert | None:
+        alert = hung()
+        return alert if alert is not None and alert.severity is Health.CRITICAL else None
+
+    try:
+        alert = await until(critical, 90, "the server's sglang_hung")
+        assert alert is not None
+        assert alert.job == name
+        assert alert_job(monitor, alert) == job  # what r in the dashboard restarts
+        [incident] = [i for i in incidents(monitor.alerts.active()) if i.cause.key == alert.key]
+        assert ("r", f"restart {name}") in [(f.key, f.words) for f in incident.fixes]
+        steps: list[str] = []
+        t = JobTarget(host, transport)
+        plan = await make_plan(t, name, "restart", state="running", last_alert=alert.message)
+        assert first.pid in plan.pids
+        verify = f":{port}/health_generate answers 200 within 30 s"
+        assert any(verify in line for line in plan.lines()), plan.lines()
+        run = RunRegistry().start(plan, t, progress=lambda s, m: steps.append(f"{s}: {m}"))
+        outcome = await run.wait()
+        assert outcome.ok, (outcome, steps)
+        assert not alive(first.pid)
+        assert f":{port}/health_generate answered 200" in outcome.message
+        assert any("waiting up to 30 s for" in s for s in steps), steps
+        [entry] = entries({"XDG_STATE_HOME": str(local_env)}, name)
+        assert entry["outcome"] == "ok" and first.pid in entry["pids"]
+        # the restarted server makes tokens: its hang ends
+        await until(lambda: hung() is None, 60, "sglang_hung to end")
+    finally:
+        await monitor.stop()
+        await transport.close()

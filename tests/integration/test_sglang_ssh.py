@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -261,3 +262,57 @@ def test_a_page_over_8_mib_is_an_sglang_error_and_a_stopped_server_is_not(
     assert data["incomplete"] == []
     assert check.returncode == 1, (check.stdout, check.stderr)
     assert check.stdout.startswith("WARNING") and f"sglang :{huge} /metrics page" in check.stdout
+
+
+LAUNCHER = """#!{python}
+# A stand-in for `python -m sglang.launch_server --port N ...` (its file name holds
+# "sglang.launch_server", as discovery looks for it): the simulated server on that port.
+import sys
+from gpumon.backends.sim.sglang_server import main
+args = sys.argv[1:]
+sys.exit(main(["--ports", args[args.index("--port") + 1]]))
+"""
+
+
+async def test_a_hung_server_that_is_no_job_is_offered_its_command_line_masked(
+    sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36.2: the agent's discovery sends the command line a server was started
+    with; its hang's fix says it (to start it again), its ``--api-key`` masked as the
+    bundle masks it, beside ``K`` on its scheduler; the key is nowhere in the alert."""
+    from gpumon.backends.alerts.incident import incidents
+    from gpumon.backends.sim.scenario import HANG_AT
+
+    monkeypatch.setenv("GPUMON_SSH_CONFIG", "")
+    port, key = free_port(), "sk-gpumon-test-0123456789abcdef"
+    launcher = tmp_path / "sglang.launch_server.py"
+    launcher.write_text(LAUNCHER.format(python=sys.executable))
+    argv = [sys.executable, str(launcher), "--model-path", "Qwen/Qwen3-8B", "--port", str(port)]
+    env = {**os.environ, **demo_settings("hang", demo_time=HANG_AT - 3.0).to_env()}
+    server = subprocess.Popen([*argv, "--api-key", key], env=env, start_new_session=True)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        sshd.config_toml(container=200, interval=0.5) + "[hosts.ct200.sglang]\nhung_after_s = 5\n"
+    )  # discovered, not configured
+    monitor = make_monitor(resolve_host(load_config(cfg), "ct200"))
+    monitor.start()
+
+    def hung() -> list[str]:
+        found = incidents(monitor.alerts.active())
+        return [f.words for i in found if i.cause.key == f"sglang_hung:{port}" for f in i.fixes]
+
+    try:
+        fixes = await until(
+            lambda: [f for f in hung() if f.startswith("start it again")],
+            90,
+            lambda: f"the command line in the fixes: {hung()}",
+        )
+        line = shlex.join(argv)
+        assert fixes == [f"start it again: {line} --api-key ****"]
+        [alert] = [a for a in monitor.alerts.active() if a.key == f"sglang_hung:{port}"]
+        assert key not in json.dumps(alert.facts.to_json()) and key not in alert.message
+        assert alert.job is None
+    finally:
+        await monitor.stop()
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()

@@ -578,6 +578,17 @@ stop_timeout = 10
     assert job is not None and job.gpus == (5, 6, 7) and job.stop_timeout == 10.0
     assert job.params["token_budget"] == 65536 and job.env["CUDA_VISIBLE_DEVICES"] == "5,6,7"
     assert host.job("nope") is None
+    assert job.server is None
+
+
+def test_a_server_can_be_a_job(tmp_path: Path) -> None:
+    """Issue 36.2: ``server = PORT`` makes the job the SGLang server on that port."""
+    cfg = _load_text(
+        tmp_path,
+        '[hosts.h.jobs.srv]\nserver = 30000\nstart = "python -m sglang.launch_server"\n',
+    )
+    job = cfg.hosts["h"].job("srv")
+    assert job is not None and job.server == 30000
 
 
 @pytest.mark.parametrize(
@@ -592,6 +603,12 @@ stop_timeout = 10
         ('[hosts.h.jobs.j]\nstart = "run {x}"', "hosts.h.jobs.j.start", "placeholders"),
         ("[hosts.h.jobs.j]\nparams = { a = [1] }", "hosts.h.jobs.j.params.a", "string, number"),
         ('[hosts.h]\ntorch_index = "ftp://x"', "hosts.h.torch_index", "http(s) URL"),
+        ("[hosts.h.jobs.j]\nserver = 0", "hosts.h.jobs.j.server", "1..65535"),
+        (
+            "[hosts.h.jobs.a]\nserver = 30000\n[hosts.h.jobs.b]\nserver = 30000",
+            "hosts.h.jobs.b.server",
+            "already the server of job a",
+        ),
     ],
 )
 def test_workload_errors_name_the_key(tmp_path: Path, table: str, key: str, expected: str) -> None:

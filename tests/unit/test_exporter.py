@@ -132,7 +132,9 @@ def test_a_hung_server_and_a_rejected_drafter_are_exported() -> None:
     monitor = make_monitor(HostConfig(name="ct200", kind="local"), record=False)
     tracker = monitor.workloads.sglang.setdefault(30000, SglangTracker(30000))
     tracker.observe(SglangScrape(running=37.0, decode_tokens=5.0, spec_accept_length=1.04), 0.0)
-    monitor.alerts.on_sglang_hung(30000, "sglang :30000 hung: 37 running", 70.0)
+    monitor.alerts.on_server_condition(
+        "sglang_hung", Health.CRITICAL, 30000, "sglang :30000 hung: 37 running", 70.0
+    )
     metrics = scrape(GpumonCollector(lambda: [monitor], OomCounter()))
     active = {(lab["severity"], lab["kind"]): v for lab, v in metrics["gpumon_alerts_active"]}
     assert active[("critical", "sglang_hung")] == 1

@@ -140,6 +140,31 @@ def test_progress_resumed_ends_it_and_a_restart_starts_over() -> None:
     assert tracker.hung(136.0, 60.0) is not None
 
 
+HEALTH_FAILED = (
+    "[2026-11-29 14:33:25] Health check failed. Server couldn't get a response from "
+    "detokenizer for last 20 seconds. tic start time: 14:33:05. last_heartbeat time: 14:33:00"
+)
+
+
+def test_a_failed_health_check_after_the_last_token_is_an_early_hang() -> None:
+    """Issue 36.1: its log's failed health check with no token since is the hang before
+    ``hung_after_s`` (asked ``early``); a token after it ends that, and a check that
+    failed before the last token says nothing."""
+    tracker = SglangTracker(30000)
+    for t in range(0, 25, 5):
+        tracker.observe(SglangScrape(running=37.0, decode_tokens=500.0), float(t))
+    assert tracker.hung(20.0, 60.0, early=True) is None  # no word from its log yet
+    tracker.observe_log_line(HEALTH_FAILED, 22.0)  # read as soon as written
+    early = tracker.hung(22.0, 60.0, early=True)
+    assert early is not None and early.early
+    assert early.headline() == "sglang :30000 may be hung: 37 running, no token for 22 s"
+    assert tracker.hung(22.0, 60.0) is None  # not asked early: hung_after_s only
+    late = tracker.hung(61.0, 60.0, early=True)
+    assert late is not None and not late.early
+    tracker.observe(SglangScrape(running=37.0, decode_tokens=900.0), 65.0)
+    assert tracker.hung(65.0, 60.0, early=True) is None  # tokens again, after the check
+
+
 def test_gen_throughput_keeping_its_value_is_not_progress() -> None:
     """Before 0.5.7 the gauge keeps its last value: only the counters count."""
     tracker = SglangTracker(30000)
@@ -290,7 +315,9 @@ def test_the_servers_log_failures_fold_into_its_hung_incident() -> None:
         "14:33:00"
     )
     engine.on_log_lines("/var/log/sglang/sglang-30002.log", [line], gpus=(2,))
-    engine.on_sglang_hung(30002, "sglang :30002 hung: 37 running", 101.0, gpu=2)
+    engine.on_server_condition(
+        "sglang_hung", Health.CRITICAL, 30002, "sglang :30002 hung: 37 running", 101.0, gpu=2
+    )
     [incident] = incidents(engine.active())
     assert incident.cause.kind == "sglang_hung"
     assert [a.kind for a in incident.evidence] == ["sglang_error"]

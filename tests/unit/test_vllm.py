@@ -14,7 +14,7 @@ from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import GpuSample, Health, HostSample
-from gpumon.backends.monitor.sources.agent import server_info
+from gpumon.backends.monitor.sources.agent import command, server_info
 from gpumon.backends.parsers.vllm import (
     VllmParseError,
     engine_died,
@@ -403,3 +403,27 @@ def test_a_vllm_servers_gpus_are_those_its_process_tree_holds(tmp_path: Path) ->
     tracker.observe_info(200, '{"version": "0.34.0"}')  # /version keeps the sizes
     assert tracker.snapshot_json()["parallel"] == "TP 2"
     assert tracker.snapshot_json()["version"] == "0.34.0"
+
+
+def test_an_sglang_servers_command_line_is_sent_and_masked_on_receipt(tmp_path: Path) -> None:
+    """Issue 36.2: discovery sends each SGLang server's launcher's command line (the
+    lowest PID on its port, not its schedulers'); the monitor masks its secrets before it
+    keeps it (``--api-key ****``), bounded on the wire."""
+    proc = tmp_path / "proc"
+    argv = ["python3", "-m", "sglang.launch_server", "--port", "30000", "--api-key", "sk-abc123xyz"]
+    _process(proc, 400, 1, argv)
+    _process(proc, 401, 400, ["sglang::scheduler_TP0"], (0,))
+    _process(proc, 402, 400, [*argv[:3], "--port", "30000"])  # a child with the flag
+    found, infos = scan_server_processes(str(proc))
+    assert found["sglang"] == [30000]
+    [info] = [i for i in infos if i.engine == "sglang"]
+    assert (info.port, info.pid, info.argv) == (30000, 400, argv)
+    wire = protocol.ServerInfo.from_wire(json.loads(protocol.encode(info)))
+    assert command(wire) == "python3 -m sglang.launch_server --port 30000 --api-key ****"
+    huge = {"engine": "sglang", "port": 1, "argv": ["x" * 9999] * 999}
+    long = protocol.ServerInfo.from_wire(huge)
+    assert len(long.argv) == protocol.ARGV_MAX and len(long.argv[0]) == protocol.ARGV_WORD_MAX
+    w = Workloads(HostConfig(name="box", kind="local"))
+    w.on_server_info(*server_info(wire), command=command(wire))
+    assert w.server_commands == {30000: command(wire)}
+    assert w.vllm == {}  # no vLLM server of it

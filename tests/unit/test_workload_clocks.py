@@ -25,7 +25,7 @@ import pytest
 from gpumon.backends.alerts.engine import Alert, AlertRules
 from gpumon.backends.config import HostConfig
 from gpumon.backends.config.workloads import JobConfig, SglangConfig, VllmConfig
-from gpumon.backends.model import ConnState, GpuProcess, GpuSample, HostSample
+from gpumon.backends.model import ConnState, GpuProcess, GpuSample, Health, HostSample
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.monitor.sources.agent import dispatch, handlers
 from gpumon.backends.remote import protocol
@@ -91,8 +91,11 @@ def _said(alert: Alert) -> Said:
     return (alert.kind, alert.gpu, alert.severity.value, alert.message)
 
 
-def _first(seen: Seen, kind: str) -> int | None:
-    return next((s for s, alerts in seen if any(a[0] == kind for a in alerts)), None)
+def _first(seen: Seen, kind: str, severity: str | None = None) -> int | None:
+    return next(
+        (s for s, alerts in seen if any(a[0] == kind and severity in (None, a[2]) for a in alerts)),
+        None,
+    )
 
 
 # ----------------------------------------------------------- a job and the host's GPUs
@@ -237,7 +240,11 @@ def _hang_story(steps: dict[int, float]) -> Seen:
 def test_a_wall_clock_step_makes_no_server_hung_and_hides_no_hang(steps: dict[int, float]) -> None:
     """The steps come before the hang (at 20 s), or +1 h before it and -1.5 h 10 s into it."""
     steady = _hang_story({})
-    hung = _first(steady, "sglang_hung")  # the counters stood still 60 s (+ a scrape or two)
+    # a warning once its log says the health check failed (25 s into the hang), critical
+    # once the counters stood still 60 s (+ a scrape or two)
+    early = _first(steady, "sglang_hung")
+    assert early is not None and 20 + 25 <= early <= 20 + 30
+    hung = _first(steady, "sglang_hung", Health.CRITICAL.value)
     assert hung is not None and 20 + 60 <= hung <= 20 + 62
     assert _hang_story(steps) == steady
 

@@ -442,7 +442,7 @@ def owner_words(monitor: HostMonitor, alert: Alert) -> str:
             return f"vllm:{facts.port} is a server, not a configured job: K{where} stops it"
         gpus = monitor.workloads.server_gpus(sample).get(facts.port, ())
         pids = facts.schedulers or scheduler_pids(sample, gpus)
-        said = ", ".join(screen_fix(f) for f in hung_server_fixes(pids))
+        said = ", ".join(screen_fix(f) for f in hung_server_fixes(pids, facts.command))
         return f"sglang:{facts.port} is a server, not a configured job: {said}"
     if facts.held is not None:
         on = f"GPU {alert.gpu}" if alert.gpu is not None else "the GPU"

@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from gpumon.backends import untrusted
+from gpumon.backends.masking import masked_shell_line
 from gpumon.backends.model import ConnState, Health, HostLoad
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import (
@@ -146,9 +147,19 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
             _route(p.ThreadDied, _quiet(thread_died)),
             _route(p.HostStats, _quiet(lambda m: sink.ingest_host_load(host_load(m)))),
             _route(p.FirstRound, _quiet(lambda m: sink.ingest_first_round(m.part, m.ports))),
-            _route(p.ServerInfo, _quiet(lambda m: sink.ingest_server_info(*server_info(m)))),
+            _route(
+                p.ServerInfo,
+                _quiet(lambda m: sink.ingest_server_info(*server_info(m), command=command(m))),
+            ),
         ]
     )
+
+
+def command(m: protocol.ServerInfo) -> str | None:
+    """The server's command line as a shell line, its secrets masked (``--api-key ****``,
+    the rules of ``masking``, which the bundle's scrubbing shares) before anything keeps
+    it; None: not sent."""
+    return masked_shell_line(m.argv) if m.argv else None
 
 
 def server_info(

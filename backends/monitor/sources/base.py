@@ -126,9 +126,12 @@ class Sink(Protocol):
         parallel: Mapping[str, int],
         minors: Sequence[int],
         pid: int | None = None,
+        *,
+        command: str | None = None,
     ) -> None:
         """A discovered server's parallel sizes (``tp``, ``pp``, ``dp`` its command line
-        gives), the ``/dev/nvidiaN`` its process tree holds and its API server's PID."""
+        gives), the ``/dev/nvidiaN`` its process tree holds, its API server's PID and its
+        command line, its secrets masked (None: not known)."""
 
     def ingest_alert(
         self,
