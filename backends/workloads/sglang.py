@@ -505,8 +505,8 @@ class SglangTracker:
         if running + queued <= 0:
             return None
         if self.metrics_enabled:
-            frozen = self._frozen_since
-            if frozen is None or t - frozen < self.min_rate_span_s:
+            frozen = self._frozen_for(t)
+            if frozen is None or frozen < self.min_rate_span_s:
                 return None
         known = [x for x in (self.counter_progress_at, self.log_progress_at) if x is not None]
         if self._never_decoded() and self._run_seen is not None:
@@ -522,6 +522,22 @@ class SglangTracker:
             at, text = self.last_decode_line
             decode = (text, max(t - at, 0.0))
         return Hung(self.port, running, queued, silent, decode, early=before)
+
+    def _frozen_for(self, t: float) -> float | None:
+        """How long the counters have stood still at ``t``: since the scrape that began it
+        came, or, where the target stamped that scrape and the last one, the time between
+        their readings, whichever is longer. The rates take the target's span (``_span``), so
+        a loaded event loop that takes two scrapes read 2 s apart in one turn gave a rate of
+        0 and ended a one-shot's wait, while by arrival they were not 2 s apart and the hung
+        server was not said (CI at load 15: ``snapshot --scenario hang`` without it)."""
+        frozen = self._frozen_since
+        if frozen is None:
+            return None
+        base = next((p for p in self._points if p.t == frozen), None)
+        if base is None or not self._points:
+            return t - frozen
+        last = self._points[-1]
+        return max(t - frozen, _span(last.t, last.at, base))
 
     def wants_health_probe(self, t: float, after_s: float) -> bool:
         """Whether to ask ``/health_generate`` now: asked only while hung (the caller

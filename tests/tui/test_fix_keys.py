@@ -197,10 +197,16 @@ async def test_r_on_a_servers_alert_offers_its_stacks_and_k_on_its_scheduler(
         sample = monitor.latest
         assert sample is not None
         [scheduler] = sample.processes_for(sample.gpus[0])
+        # The demo's servers take 30000-30007 only while no other demo holds them (a test
+        # worker beside this one, CI at load 15): GPU 0's server is on the port it got.
+        servers = monitor.workloads.server_gpus(sample)
+        ports = [p for p, gpus in servers.items() if 0 in gpus]
+        assert len(ports) == 1, servers
+        port = ports[0]
         t = monitor.clock()
         hung = Alert(
-            "sglang_hung:30000", Health.CRITICAL, "sglang_hung", "demo", 0, None,
-            "sglang :30000 hung: 37 running", t, t, facts=AlertFacts(port=30000),
+            f"sglang_hung:{port}", Health.CRITICAL, "sglang_hung", "demo", 0, None,
+            f"sglang :{port} hung: 37 running", t, t, facts=AlertFacts(port=port),
         )  # fmt: skip
         app.dashboard.restart_alert_job(monitor, hung)
         await pilot.pause()
@@ -209,7 +215,7 @@ async def test_r_on_a_servers_alert_offers_its_stacks_and_k_on_its_scheduler(
         assert said_r, seen
         pid = scheduler.pid if scheduler.pid is not None else scheduler.host_pid
         assert said_r[-1] == (
-            "restart: sglang:30000 is a server, not a configured job: its stacks: "
+            f"restart: sglang:{port} is a server, not a configured job: its stacks: "
             f"py-spy dump --native --pid {pid}, K stop its scheduler (PID {pid})"
         ), said_r
         assert not re.search("names no job", said_r[-1])

@@ -24,6 +24,9 @@ from held_demo import HeldDemo
 Wait = Callable[..., Awaitable[None]]
 SIZES = [(80, 24), (120, 40)]
 SIZE_IDS = ["80x24", "120x40"]
+# The tests' own toasts stay until the test has seen where they sit: Textual's 5 s lifetime
+# ran out before a busy machine (load 15, CI ci8) drew the swap dialog's first toast.
+ON_SHOW_S = 600.0
 LONG = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 " * 2
 
 
@@ -99,7 +102,7 @@ async def test_toasts_on_the_detail_view_miss_its_plots_and_processes(
         await wait(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail view")
         screen = app.screen
         assert isinstance(screen, DetailScreen)
-        app.notify(LONG, title="CRITICAL demo GPU 6", severity="error")
+        app.notify(LONG, title="CRITICAL demo GPU 6", severity="error", timeout=ON_SHOW_S)
         await with_toast(pilot, wait, app)
         clear_of(app, *screen.plots.values(), screen.processes)
 
@@ -117,8 +120,8 @@ async def test_toasts_over_a_dialog_miss_its_buttons_title_and_first_lines(
         screen = app.screen
         assert isinstance(screen, JobActionScreen)
         await wait(pilot, lambda: screen.plan is not None or bool(screen.problem), what="plan")
-        app.notify(LONG, title="CRITICAL demo GPU 6", severity="error")
-        app.notify("second", title="another")
+        app.notify(LONG, title="CRITICAL demo GPU 6", severity="error", timeout=ON_SHOW_S)
+        app.notify("second", title="another", timeout=ON_SHOW_S)
         await with_toast(pilot, wait, app)
         clear_of(app, screen.query_one("#restart-buttons"))
         # issue 26.3: toasts docked at the top covered the title and the plan's start
@@ -145,7 +148,7 @@ async def test_toasts_over_the_full_screen_swap_dialog_miss_its_buttons(
         await pilot.press("w")
         await wait(pilot, lambda: isinstance(app.screen, SwapScreen), what="the swap dialog")
         screen = app.screen
-        app.notify(LONG, title="CRITICAL demo GPU 6", severity="error")
+        app.notify(LONG, title="CRITICAL demo GPU 6", severity="error", timeout=ON_SHOW_S)
         await with_toast(pilot, wait, app)
         clear_of(app, screen.query_one("#swap-buttons"))
         clear_of_top(app, screen.query_one("#swap-box"), 4)

@@ -96,6 +96,22 @@ def test_one_scrape_is_not_enough_to_call_it_hung() -> None:
     assert tracker.hung(wall_time(SETTINGS, 150.5), 60.0) is None
 
 
+def test_scrapes_read_apart_but_taken_in_one_turn_are_hung() -> None:
+    """A loaded event loop takes two scrapes the agent read 2 s apart in one turn: their
+    rate (0, by the target's span) ends a one-shot's wait, so the hung verdict must not
+    want them 2 s apart by arrival too (CI at load 15: ``snapshot --scenario hang`` listed
+    no ``sglang_hung``)."""
+    tracker = SglangTracker(30000)
+    _log_until(tracker, HUNG_INDEX, 150.0)
+    came = wall_time(SETTINGS, 160.0)
+    for read, t in ((150.0, came), (152.0, came + 0.05)):
+        metrics = metrics_text(SETTINGS, HUNG_INDEX, read, STARTED)
+        tracker.observe_http(200, metrics, t, at=wall_time(SETTINGS, read))
+    assert tracker.gen_tokens_per_s == 0.0  # the one-shot's wait is over
+    verdict = tracker.hung(came + 0.05, 60.0)
+    assert verdict is not None and verdict.running == 37
+
+
 def test_a_long_prefill_is_not_hung() -> None:
     """Decode flat for 90 s, prefill tokens moving: not hung (fails if the rule fires)."""
     assert not any(hung for _, hung in _watch(PREFILL_INDEX, HANG_AT - 20, HANG_AT + 90))
