@@ -1660,7 +1660,7 @@ def nvml_process_rows(
             rows.append(f"{pid}, {_process_name(pid)}, {mem}, {uuid}, {bus}")
         if usage is not None and procs:
             shares = nvml_process_usage(nvml, h, uuid, {} if seen is None else seen)
-            if shares is not None:
+            if shares:  # a process without a sample beside one with: it used none
                 usage.extend([uuid, pid, *shares.get(pid, (0, 0))] for pid, _ in procs)
     return rows
 
@@ -1673,9 +1673,10 @@ def nvml_process_usage(
 ) -> dict[int, tuple[int, int]] | None:
     """PID -> (SM %, memory-bandwidth %) from ``nvmlDeviceGetProcessUtilization``: the
     mean of each process's samples newer than the last read of this GPU (``seen``, in
-    the samples' microseconds); the first read takes the last second's. NVML keeps a
-    sample only for a process that used the GPU: none is 0 %. None where the call is
-    not there or fails (not supported: said as n/a).
+    the samples' microseconds); the first read takes the last second's. Empty where
+    there is no sample (NVML keeps one only for a process that used the GPU, and none
+    on a MIG-sliced GPU, as its pmon shows: n/a, not 0), None where the call is not
+    there or fails.
 
     nvidia-ml-py 13.615.71's pynvml.py ``nvmlDeviceGetProcessUtilization(handle,
     timeStamp)`` returns ``c_nvmlProcessUtilizationSample_t`` (pid, timeStamp, smUtil,
@@ -1708,8 +1709,10 @@ def nvml_process_usage(
 def pmon_usage(text: str, pids: set[str]) -> list[list[Any]]:
     """``[gpu index, pid, sm %, mem %]`` of the ``pids`` in ``nvidia-smi pmon -s u``'s
     output, columns found by its header (``# gpu pid type sm mem enc dec jpg ofa
-    command``, 590.48; older drivers lack jpg/ofa): ``-`` is no sample in the interval,
-    0 %; a process in several intervals (``-c N``) keeps its newest."""
+    command``, 590.48; older drivers lack jpg/ofa). ``-`` is no sample in the interval:
+    0 % where another process on that GPU has one, else not known (a MIG-sliced GPU
+    prints ``-`` for every process, busy or not); a process in several intervals
+    (``-c N``) keeps its newest."""
     cols: dict[str, int] = {}
     out: dict[tuple[str, int], list[Any]] = {}
     for line in text.splitlines():
@@ -1718,7 +1721,7 @@ def pmon_usage(text: str, pids: set[str]) -> list[list[Any]]:
             continue
         if words[0] == "#":
             if "pid" in words and not cols:
-                cols = {w: k - 1 for k, w in enumerate(words)}
+                cols = {w: k for k, w in enumerate(words[1:])}
             continue
         if not {"gpu", "pid", "sm", "mem"} <= cols.keys() or len(words) < len(cols):
             continue
@@ -1727,12 +1730,13 @@ def pmon_usage(text: str, pids: set[str]) -> list[list[Any]]:
             continue
         pcts = [_pmon_pct(words[cols[c]]) for c in ("sm", "mem")]
         out[(words[cols["gpu"]], int(pid))] = [words[cols["gpu"]], int(pid), *pcts]
-    return list(out.values())
+    sampled = {row[0] for row in out.values() if row[2] is not None}
+    return [
+        [gpu, pid, *(v or 0 for v in row[2:])] for (gpu, pid), row in out.items() if gpu in sampled
+    ]
 
 
 def _pmon_pct(word: str) -> int | None:
-    if word == "-":
-        return 0
     return int(word) if word.isdigit() else None
 
 
