@@ -125,7 +125,7 @@ class DetailScreen(Screen[None]):
         self.processes = Static(id="detail-processes", markup=False)
         self.selected = 0  # the process under the process cursor (K acts on it)
         self.sort = "sm"  # the column the processes are sorted by (``o``)
-        self.tree = False  # launchers and their workers (``T``)
+        self.nested = False  # launchers and their workers (``T``)
         # the selected process's environment once asked for (``e``): its key and lines
         self.environment: tuple[ProcessKey, list[str]] | None = None
         self.read_environment: Callable[[GpuProcess], Awaitable[list[str]]] | None = None
@@ -174,7 +174,7 @@ class DetailScreen(Screen[None]):
 
     def action_toggle_tree(self) -> None:
         keep = self.selected_process()
-        self.tree = not self.tree
+        self.nested = not self.nested
         self._follow(keep)
 
     async def action_environment(self) -> None:
@@ -207,7 +207,7 @@ class DetailScreen(Screen[None]):
         gpu = _gpu(sample, self.target.gpu_index)
         if gpu is None or sample is None:
             return ()
-        return tuple(display_order(sample.processes_for(gpu), self.sort, self.tree))
+        return tuple(display_order(sample.processes_for(gpu), self.sort, self.nested))
 
     def selected_process(self) -> GpuProcess | None:
         """The process under the process cursor (None: no processes on this GPU)."""
@@ -382,7 +382,7 @@ class DetailScreen(Screen[None]):
         procs = () if gpu is None or sample is None else sample.processes_for(gpu)
         chosen = self.selected_process()
         found = table_lines(
-            procs, watched, width=width, wide=wide, sort=self.sort, tree=self.tree,
+            procs, watched, width=width, wide=wide, sort=self.sort, tree=self.nested,
             selected=chosen,
         )  # fmt: skip
         lines = [Text(found[0].text, Style(bold=True, color=pal.na))]
@@ -406,9 +406,9 @@ class DetailScreen(Screen[None]):
             lines.append(Text(f"  {SHARE_NOTE}", pal.text(Role.MUTED)))
         env = self.environment
         if chosen is not None and env is not None and env[0] == process_key(chosen):
-            lines.append(Text(f"  environment of {process_line(chosen, watched).pid}:",
-                              Style(bold=True)))  # fmt: skip
-            lines += [Text(f"    {e}", pal.text(Role.NORMAL)) for e in env[1]]
+            said = Text(f"  environment of {process_line(chosen, watched).pid}: ", Style(bold=True))
+            said.append("  ".join(env[1]), pal.text(Role.NORMAL))  # wraps: the pane is short
+            lines.append(said)
         if procs:
             hint = "o: sort  T: tree  e: environment"
             if len(procs) > 1 or self.can_kill():

@@ -147,7 +147,8 @@ def table_lines(
     for row in _rows(procs, sort, tree):
         p = row.process
         if p is None:
-            text = " " * head.index("COMMAND") + f"{row.launcher}  (launcher, PID {row.ppid})"
+            text = f"   {'parent':<7} {row.ppid or '':>8}".ljust(head.index("COMMAND"))
+            text += row.launcher
             out.append(TableLine(_cut(text, width), Role.MUTED, None))
             continue
         line = process_line(p, watched)
