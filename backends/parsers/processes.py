@@ -308,7 +308,7 @@ def process_columns(p: GpuProcess, watched: int | None) -> ProcessColumns:
 
 # What SM~ and BW~ are, where they are shown: NVML samples each process apart, and the
 # samples of one moment need not add up to the device's utilisation.
-SHARE_NOTE = "SM~ BW~: each process's SM and memory-bandwidth % since the last list (approximate)"
+SHARE_NOTE = "SM~ BW~: each process's share since the last list (approximate)"
 
 
 def share_text(pct: int | None) -> str:

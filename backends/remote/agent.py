@@ -956,9 +956,12 @@ class Agent:
         # goes with the list. Else the device-file users' records carry it, matched by
         # PID there (inside a container a driver PID may be the host's number).
         if rows and not (self.device_files and self.device_holders):
-            pids = sorted({int(p) for p in row_pids(rows) if p.isdigit()})
+            names = row_names(rows)
+            pids = sorted(int(p) for p in names if p.isdigit())
             details = [
-                r for r in procfacts.describe("/proc", pids, self.cpu_clock) if not r.get("error")
+                r
+                for r in procfacts.describe("/proc", pids, self.cpu_clock)
+                if not r.get("error") and same_program(r.get("command"), names[str(r["pid"])])
             ]
         self.out.send(protocol.Procs(time.time(), rows, memory, usage, source, details))
 
@@ -1620,6 +1623,27 @@ def _nvml_health_field(
 
 def _watts(mw: int) -> str:
     return f"{mw / 1000:.2f}"
+
+
+def row_names(rows: Sequence[str]) -> dict[str, str]:
+    """PID -> the process name of compute-process rows (``pid, process_name, ...``)."""
+    out = {}
+    for r in rows:
+        cells = r.split(", ")
+        out[cells[0].strip()] = cells[1].strip() if len(cells) > 1 else ""
+    return out
+
+
+def same_program(command: object, name: str) -> bool:
+    """Whether ``/proc``'s command line is of the program the driver named (the last
+    part of its first word; nvidia-smi may print the path or the 15-character comm): a
+    PID of the driver's that is another process here (a number reused, a simulated host
+    PID) is not described."""
+    if not isinstance(command, str) or not name or name == "[Not Found]":
+        return False
+    ours = command.split(" ", 1)[0].replace(",", "?").rsplit("/", 1)[-1]
+    theirs = name.rsplit("/", 1)[-1]
+    return ours == theirs or ours[:15] == theirs[:15]  # a comm is 15 characters at most
 
 
 def row_pids(rows: Sequence[str]) -> set[str]:

@@ -85,3 +85,22 @@ def test_a_driver_that_samples_no_process_says_n_a(
     snap = _snapshot(capsys)
     procs = [p for g in snap["gpus"] for p in g["processes"]]
     assert procs and all(p["sm_pct"] is None and p["mem_bw_pct"] is None for p in procs)
+
+
+def test_the_demo_reads_each_process_share_from_its_nvidia_smi_pmon() -> None:
+    """The demo's agent has no NVML: ``nvidia-smi pmon -c 1 -s u`` (the simulator prints
+    590.48's table), joined by the host PID. Frozen at 40 s: each job's process has its
+    GPU's utilisation; the jupyter beside the drafter on GPU 6 has no sample, 0 %."""
+    argv = ["snapshot", "demo", "--demo-time", "40", "--demo-frozen", "--json"]
+    res = subprocess.run(
+        [sys.executable, "-m", "gpumon.tui.cli", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    snap = json.loads(res.stdout)
+    assert snap["source"] == "agent/nvidia-smi"
+    for gpu in snap["gpus"]:
+        ours = [p for p in gpu["processes"] if p["container"] == "200"]
+        assert [p["sm_pct"] for p in ours] == [gpu["utilization_pct"]], gpu
+        others = [p for p in gpu["processes"] if p["container"] != "200"]
+        assert [(p["sm_pct"], p["mem_bw_pct"]) for p in others] == [(0, 0)] * len(others)
+    assert any(p["container"] == "201" for p in snap["gpus"][6]["processes"])

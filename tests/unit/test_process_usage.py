@@ -149,3 +149,15 @@ def test_the_drivers_processes_get_procs_details_of_their_pid() -> None:
     assert (got[0].user, got[0].cpu_pct, got[0].rss_mib, got[0].ppid) == ("alice", 98.5, 2048.0, 9)
     assert got[0].memory_mib == 100 and got[0].source == ProcessSource.CONTAINER_NVML.value
     assert got[1] == _proc(11)
+
+
+def test_a_driver_pid_of_another_program_here_is_not_described() -> None:
+    """A simulated host PID, or a number reused since the driver listed it."""
+    rows = ["2418861, /root/venv/bin/python, 90000, GPU-a, 00:18", "7, [Not Found], 10, GPU-a, 00"]
+    names = agent.row_names(rows)
+    assert names == {"2418861": "/root/venv/bin/python", "7": "[Not Found]"}
+    assert agent.same_program("/usr/bin/python train.py --rank 1", names["2418861"])
+    assert agent.same_program("python", "python")
+    assert not agent.same_program("/usr/sbin/sshd -D", names["2418861"])
+    assert not agent.same_program("/bin/sleep 1", names["7"])
+    assert agent.same_program("/opt/a-very-long-program-name --x", "a-very-long-pro")  # comm
