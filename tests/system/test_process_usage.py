@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.system
 
 
 @pytest.fixture
-def workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Two real processes (``python3 -c ... --rank N``) that the stand-in lists on every
     GPU, an empty config and the stand-in on the agent's path."""
     procs = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpumon.backends.model import GpuProcess
 from gpumon.backends.parsers.processes import SHARE_NOTE, share_text
@@ -32,7 +33,10 @@ __all__ = [
 ]
 
 
-def _number(get: Callable[[GpuProcess], float | int | None]) -> Callable[[GpuProcess], tuple]:
+SortKey = Callable[[GpuProcess], tuple[bool, Any]]
+
+
+def _number(get: Callable[[GpuProcess], float | int | None]) -> SortKey:
     """Largest first; None (not reported) after every number."""
 
     def key(p: GpuProcess) -> tuple[bool, float]:
@@ -42,7 +46,7 @@ def _number(get: Callable[[GpuProcess], float | int | None]) -> Callable[[GpuPro
     return key
 
 
-def _text(get: Callable[[GpuProcess], str | int | None]) -> Callable[[GpuProcess], tuple]:
+def _text(get: Callable[[GpuProcess], str | int | None]) -> SortKey:
     def key(p: GpuProcess) -> tuple[bool, str | int]:
         v = get(p)
         return (v is None, v if v is not None else "")
@@ -51,7 +55,7 @@ def _text(get: Callable[[GpuProcess], str | int | None]) -> Callable[[GpuProcess
 
 
 # name -> (header word, sort key); the order ``o`` steps through
-SORTS: dict[str, tuple[str, Callable[[GpuProcess], tuple]]] = {
+SORTS: dict[str, tuple[str, SortKey]] = {
     "sm": ("SM~", _number(lambda p: p.sm_pct)),
     "bw": ("BW~", _number(lambda p: p.mem_bw_pct)),
     "memory": ("MEMORY", _number(lambda p: p.memory_mib)),
