@@ -129,3 +129,35 @@ async def test_the_process_pane_sorts_nests_and_shows_the_environment(
         assert SECRET not in shown(pane)
         await pilot.press("e")
         await wait(pilot, lambda: "CUDA_VISIBLE_DEVICES" not in shown(pane), what="env hidden")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+async def test_the_main_screen_has_a_process_table_where_it_has_room(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait, size: tuple[int, int]
+) -> None:
+    """From 40 lines the demo's host shows its busiest processes under its GPU rows (by
+    SM %, from the simulator's pmon); at 80x24 the GPU rows keep the screen."""
+    monitor = demo_monitor(demo_time=40.0)
+    app = GpumonApp([monitor])
+
+    def shared() -> bool:
+        s = monitor.latest
+        return (
+            s is not None
+            and len(s.processes) == 9
+            and all(p.sm_pct is not None for p in s.processes)
+        )
+
+    async with app.run_test(size=size) as pilot:
+        await wait(pilot, shared, timeout=30, what="the processes with their SM %")
+        table = app.dashboard.sections[0].process_table
+        if size[1] < 40:
+            await pilot.pause()
+            assert not table.display
+            return
+        await wait(pilot, lambda: "processes  9 on 8 GPUs" in shown(table), what="the table")
+        lines = shown(table).splitlines()
+        assert lines[1].split()[:2] == ["GPU", "WHERE"] and "SM~▼" in lines[1]
+        sm = [int(line.split()[8].rstrip("%")) for line in lines[2:] if line.strip()]
+        assert sm == sorted(sm, reverse=True) and len(sm) == 9, lines
+        assert lines[-1].split()[:2] == ["6", "CT201"] and sm[-1] == 0  # the idle holder

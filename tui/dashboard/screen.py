@@ -229,6 +229,7 @@ class DashboardScreen(Screen[None]):
                 ctx = replace(
                     self._view_context(i),
                     max_servers=plan.max_servers[i],
+                    max_processes=plan.max_processes[i],
                     host_line=plan.host_line,
                 )
                 section.refresh_view(ctx, rows=rows)

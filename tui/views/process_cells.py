@@ -34,7 +34,8 @@ __all__ = [
 ]
 
 MEM_W = 7  # "  92.9G"
-SM_W = 6  # "  100%"
+SM_W = 5  # " 100%"
+SM_MIN_WIDTH = 100  # narrower lines leave the SM share to the detail view
 
 ProcessKey = tuple[int | None, int | None, float | None]
 
@@ -62,9 +63,10 @@ class ProcessLine:
     def text(self, width: int) -> str:
         """The line in ``width`` cells (the command is cut to fit, with an ellipsis)."""
         head = f"{self.where} {self.pid} {self.user} "
-        room = max(width - len(head) - MEM_W - len(self.sm), 8)
+        sm = self.sm if width >= SM_MIN_WIDTH else ""  # at 80 columns the command keeps it
+        room = max(width - len(head) - MEM_W - len(sm), 8)
         command = self.command if len(self.command) <= room else self.command[: room - 1] + "…"
-        tail = self.sm + self.memory.rjust(MEM_W)
+        tail = sm + self.memory.rjust(MEM_W)
         return f"{head}{command.ljust(room)}{tail}"[: max(width, 0)]
 
 

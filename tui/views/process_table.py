@@ -15,17 +15,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpumon.backends.model import GpuProcess
+from gpumon.backends.model import GpuProcess, HostSample
 from gpumon.backends.parsers.processes import SHARE_NOTE, share_text
 
 from .gpu_cells import Role, gib
-from .process_cells import process_line
+from .process_cells import ProcessLine, process_line
 
 __all__ = [
     "SHARE_NOTE",
     "SORTS",
     "TableLine",
     "display_order",
+    "host_table_lines",
     "next_sort",
     "process_tree",
     "sorted_processes",
@@ -156,21 +157,47 @@ def table_lines(
             out.append(TableLine(_cut(text, width), Role.MUTED, None))
             continue
         line = process_line(p, watched)
-        mark = "▶ " if p is selected else "  "
-        pid = "-" if p.pid is None else str(p.pid)
-        if not wide and p.pid is None:
-            pid = line.pid  # "h3187442": the host's, as the narrow table has no column
-        host_pid = "-" if p.host_pid is None else str(p.host_pid)
-        cpu = "-" if p.cpu_pct is None else f"{p.cpu_pct:.0f}%"
-        rss = "-" if p.rss_mib is None else f"{gib(p.rss_mib)}G"
-        cols = f"{mark} {line.where[:7]:<7} {pid:>8} "
-        if wide:
-            cols += f"{host_pid:>9} {line.user[:8]:<8} {cpu:>5} {rss:>6}"
-        else:
-            cols += f"{line.user[:8]:<8}"
-        cols += f" {line.memory:>7} {share_text(p.sm_pct):>5} {share_text(p.mem_bw_pct):>5}  "
-        cols += "  " * row.depth
-        out.append(TableLine(_cut(cols + line.command, width), line.role, p))
+        text = _row_text(line, wide, "▶ " if p is selected else "  ", row.depth)
+        out.append(TableLine(_cut(text, width), line.role, p))
+    return out
+
+
+def _row_text(line: ProcessLine, wide: bool, mark: str, depth: int) -> str:
+    p = line.process
+    pid = "-" if p.pid is None else str(p.pid)
+    if not wide and p.pid is None:
+        pid = line.pid  # "h3187442": the host's, as the narrow table has no column
+    host_pid = "-" if p.host_pid is None else str(p.host_pid)
+    cpu = "-" if p.cpu_pct is None else f"{p.cpu_pct:.0f}%"
+    rss = "-" if p.rss_mib is None else f"{gib(p.rss_mib)}G"
+    cols = f"{mark} {line.where[:7]:<7} {pid:>8} "
+    if wide:
+        cols += f"{host_pid:>9} {line.user[:8]:<8} {cpu:>5} {rss:>6}"
+    else:
+        cols += f"{line.user[:8]:<8}"
+    cols += f" {line.memory:>7} {share_text(p.sm_pct):>5} {share_text(p.mem_bw_pct):>5}  "
+    return cols + "  " * depth + line.command
+
+
+def host_table_lines(
+    sample: HostSample, watched: int | None, *, width: int, count: int
+) -> list[TableLine]:
+    """The main screen's process table of one host: a title, then its ``count``
+    busiest processes of every GPU by SM % (then memory), each with its GPU."""
+    pairs = [(g.index, p) for g in sample.gpus for p in sample.processes_for(g)]
+    pairs.sort(key=lambda gp: (SORTS["sm"][1](gp[1]), SORTS["memory"][1](gp[1])))
+    more = len(pairs) - count
+    title = f"processes  {len(pairs)} on {len(sample.gpus)} GPUs"
+    title += f", the {count} busiest shown (Enter: a GPU's in full)" if more > 0 else ""
+    head = "GPU " + _header(True, "sm")[3:]
+    out = [
+        TableLine(_cut(title, width), Role.NA, None),
+        TableLine(_cut(head, width), Role.NA, None),
+    ]
+    for index, p in pairs[:count]:
+        line = process_line(p, watched)
+        text = f"{index:>3} " + _row_text(line, True, "", 0)[1:]
+        out.append(TableLine(_cut(text, width), line.role, p))
     return out
 
 
