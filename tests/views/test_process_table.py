@@ -4,10 +4,12 @@ launchers and their workers."""
 
 from __future__ import annotations
 
-from gpumon.backends.model import GpuProcess
+from gpumon.backends.model import GpuProcess, GpuSample, HostSample
+from gpumon.tui.views.layout import HostNeeds, plan_layout
 from gpumon.tui.views.process_table import (
     SORTS,
     display_order,
+    host_table_lines,
     next_sort,
     process_tree,
     table_lines,
@@ -87,3 +89,25 @@ def test_a_narrow_table_keeps_the_shares_and_cuts_the_command() -> None:
     assert "CPU" not in lines[0] and "SM~▼" in lines[0]
     assert len(lines[1]) == 60 and lines[1].endswith("…")
     assert lines[1].split()[:5] == ["102", "alice", "19.5G", "87%", "43%"]
+
+
+def test_the_main_screen_table_only_where_there_is_room() -> None:
+    """From 40 lines, before taller GPU rows; 80x24 keeps its rows; up to 12 lines."""
+    assert plan_layout(24, [HostNeeds(8, jobs=1, processes=9)]).max_processes == (0,)
+    tall = plan_layout(40, [HostNeeds(8, jobs=1, processes=9)], strip=True)
+    assert tall.max_processes == (9,) and tall.host_line
+    many = plan_layout(60, [HostNeeds(8, processes=40)])
+    assert many.max_processes == (12,) and many.row_height == 3
+    assert plan_layout(60, [HostNeeds(8)]).max_processes == (0,)
+    crowded = plan_layout(40, [HostNeeds(8, servers=8, processes=9)] * 2)
+    assert crowded.max_processes == (0, 0)  # the servers' lines come first
+
+
+def test_the_hosts_busiest_processes_with_their_gpu() -> None:
+    gpu0, gpu1 = GpuSample(0, uuid="GPU-0"), GpuSample(1, uuid="GPU-1")
+    other = GpuProcess(300, "python3", 1000, "GPU-1", command="python3 eval.py", sm_pct=50)
+    sample = HostSample("box", 0.0, None, (gpu0, gpu1), processes=(RANK0, JUPYTER, RANK1, other))
+    lines = [x.text for x in host_table_lines(sample, None, width=120, count=3)]
+    assert lines[0] == "processes  4 on 2 GPUs, the 3 busiest shown (Enter: a GPU's in full)"
+    assert lines[1].split()[:3] == ["GPU", "WHERE", "PID"]
+    assert [line.split()[:2] for line in lines[2:]] == [["0", "102"], ["1", "300"], ["0", "101"]]
