@@ -133,27 +133,24 @@ def with_details(
         for p in (from_record(r, ProcessSource.DEVICE_FILES, None) for r in records)
         if p.pid is not None
     }
-    out = []
-    for p in driver:
-        f = None if p.pid is None else local.get(p.pid)
-        if f is None:
-            out.append(p)
-            continue
-        out.append(
-            replace(
-                p,
-                name=p.name or f.name,
-                user=f.user,
-                command=f.command,
-                cpu_pct=f.cpu_pct,
-                rss_mib=f.rss_mib,
-                started=f.started,
-                start_ticks=f.start_ticks,
-                ppid=f.ppid,
-                parent=f.parent,
-            )
-        )
-    return tuple(out)
+    return tuple(
+        p if p.pid not in local else _described(p, local[p.pid], p.container) for p in driver
+    )
+
+
+def _described(p: GpuProcess, f: GpuProcess, container: str | None) -> GpuProcess:
+    """The driver's row ``p`` (its memory and GPU) with ``/proc``'s record ``f`` of its
+    PID here (user, command line, CPU, RSS, start, parent)."""
+    return replace(
+        f,
+        name=p.name or f.name,
+        memory_mib=p.memory_mib,
+        gpu_uuid=p.gpu_uuid,
+        gpu_bus_id=p.gpu_bus_id,
+        gpus=(),
+        container=container,
+        source=ProcessSource.CONTAINER_NVML.value,
+    )
 
 
 def usage_key(p: GpuProcess) -> tuple[str, int] | None:
@@ -230,18 +227,7 @@ def container_view(
             out.append(replace(p, pid=None, host_pid=p.pid, container=None))
             continue
         matched.add(f.pid)
-        out.append(
-            replace(
-                f,
-                name=p.name or f.name,
-                memory_mib=p.memory_mib,
-                gpu_uuid=p.gpu_uuid,
-                gpu_bus_id=p.gpu_bus_id,
-                gpus=(),
-                container=inside,
-                source=ProcessSource.CONTAINER_NVML.value,
-            )
-        )
+        out.append(_described(p, f, inside))
     out.extend(replace(f, container=inside) for f in files if f.pid not in matched)
     return tuple(out)
 
