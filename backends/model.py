@@ -149,6 +149,12 @@ class GpuProcess:
 
     Inside an unprivileged LXC container NVML's PID is the *host* PID and the name is
     usually ``None`` (nvidia-smi prints ``[Not Found]``).
+
+    ``sm_pct`` and ``mem_bw_pct``: its share of the GPU's SMs and memory bandwidth since
+    the previous process list (NVML's per-process samples, else ``nvidia-smi pmon``),
+    None where neither reports; approximate: the samples do not add up to the GPU's
+    utilisation. ``ppid`` and ``parent``: its parent's PID and command line (a launcher
+    such as ``torchrun``), where the process is in the watched namespace.
     """
 
     pid: int | None
@@ -168,6 +174,10 @@ class GpuProcess:
     source: str = ProcessSource.CONTAINER_NVML.value
     gpus: tuple[int, ...] = ()
     minors: tuple[int, ...] = ()
+    sm_pct: int | None = None
+    mem_bw_pct: int | None = None
+    ppid: int | None = None
+    parent: str | None = None
 
     @property
     def short_name(self) -> str | None:

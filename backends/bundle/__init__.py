@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         bundle_unreachable,
         default_name,
     )
+    from .process_env import read_environment
     from .scrub import REDACTED, Scrubber
     from .timeline import NoIncident
 
@@ -37,6 +38,7 @@ __all__ = [
     "bundle_recording",
     "bundle_unreachable",
     "default_name",
+    "read_environment",
 ]
 
 # Not seen by mypy: a module __getattr__ would make every unknown name Any; mypy checks
@@ -45,6 +47,7 @@ if not TYPE_CHECKING:
     __getattr__ = lazy_exports(
         __name__,
         {
+            "read_environment": "process_env",
             "REDACTED": "scrub",
             "Scrubber": "scrub",
             "NoIncident": "timeline",

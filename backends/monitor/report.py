@@ -27,7 +27,12 @@ from gpumon.backends.model import (
 from gpumon.backends.monitor.perfdata import Perf, check_perfdata, perf_text
 from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.monitor.textfit import cells, cut, fit_lines, wrap, wrap_pairs
-from gpumon.backends.parsers.processes import index_ranges, process_columns, unattributed_mib
+from gpumon.backends.parsers.processes import (
+    SHARE_NOTE,
+    index_ranges,
+    process_columns,
+    unattributed_mib,
+)
 from gpumon.backends.untrusted import printable
 
 
@@ -103,6 +108,10 @@ def process_json(p: GpuProcess) -> dict[str, Any]:
         "rss_mib": p.rss_mib,
         "started": None if p.started is None else iso_time(p.started),
         "memory_mib": p.memory_mib,
+        "sm_pct": p.sm_pct,
+        "mem_bw_pct": p.mem_bw_pct,
+        "ppid": p.ppid,
+        "parent": p.parent,
         "source": p.source,
         "gpus": list(p.gpus) if p.gpus else None,
         "minors": list(p.minors) if p.minors else None,
@@ -399,16 +408,22 @@ def _process_lines(sample: HostSample, watched: int | None, width: int | None) -
     procs = [(g.index, p) for g in sample.gpus for p in sample.processes_for(g)]
     if not procs:
         return []
-    out = ["", f"{'GPU':>3}  {'WHERE':<8} {'PID':<8} {'USER':<8} {'GiB':>6}  COMMAND"]
+    out = [
+        "",
+        f"{'GPU':>3}  {'WHERE':<8} {'PID':<8} {'USER':<8} {'GiB':>6} {'SM~':>4} {'BW~':>4}"
+        "  COMMAND",
+    ]
     for idx, p in procs:
         said = process_columns(p, watched)
         row = (
             f"{idx:>3}  {cut(said.where, 8):<8} {cut(said.pid, 8):<8} "
-            f"{cut(said.user, 8):<8} {_gib(p.memory_mib):>6}  "
+            f"{cut(said.user, 8):<8} {_gib(p.memory_mib):>6} {said.sm:>4} {said.bw:>4}  "
         )
         on = [i.name for i in sample.mig if i.holds(p) and i.gpu_uuid == p.gpu_uuid]
         command = f"[{on[0]}] {said.command}" if on else said.command
         out.append(row + cut(command, None if width is None else width - len(row)))
+    if any(p.sm_pct is not None for _, p in procs):
+        out.append(f"  {SHARE_NOTE}")
     return out
 
 

@@ -52,7 +52,13 @@ from gpumon.backends.model import (
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.mig import parse_mig_records
 from gpumon.backends.parsers.nvidia_smi import SmiFailure, parse_compute_apps, parse_query_gpu
-from gpumon.backends.parsers.processes import container_view, device_gpus, from_record
+from gpumon.backends.parsers.processes import (
+    container_view,
+    device_gpus,
+    from_record,
+    with_details,
+    with_usage,
+)
 from gpumon.backends.recording.recorder import FlightRecorder
 from gpumon.backends.transport.base import Transport
 from gpumon.backends.workloads.engine import VLLM
@@ -152,6 +158,9 @@ class HostMonitor:
         # The lists ``processes`` is made of: the driver's inside the container, the
         # device-file users there, and the Proxmox host's (which wins while it is fresh).
         self._driver_processes: tuple[GpuProcess, ...] = ()
+        # each process's SM / memory-bandwidth % ([gpu, pid, sm, mem]) and who read them
+        self._usage: tuple[Sequence[Any], ...] = ()
+        self.usage_source = ""
         self._device_processes: tuple[GpuProcess, ...] = ()  # the GPUs they hold: ``_refs``
         self._minors: dict[str, int] = {}  # each GPU's /dev/nvidiaN by ``bus_id_key``
         self._refs = GpuRegistry()  # the GPUs of the newest sample, by every name
@@ -368,6 +377,7 @@ class HostMonitor:
         self._refs, self._gpu_ids = GpuRegistry(), []
         self._memory_at_processes = ()
         self._memory_with_processes = {}
+        self._usage, self.usage_source = (), ""
         self.histories.clear()
         self.samples = 0
         self.log_flow.clear()
@@ -523,10 +533,17 @@ class HostMonitor:
             hist.append(sample.time, gpu)
 
     def ingest_process_rows(
-        self, rows: Sequence[str], memory: Mapping[str, int] | None = None
+        self,
+        rows: Sequence[str],
+        memory: Mapping[str, int] | None = None,
+        usage: Sequence[Sequence[Any]] = (),
+        usage_source: str = "",
+        details: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self._memory_with_processes = dict(memory or {})
-        self.ingest_processes(parse_compute_apps(list(rows)).processes, self.clock())
+        self._usage, self.usage_source = tuple(usage), usage_source
+        procs = parse_compute_apps(list(rows)).processes
+        self.ingest_processes(with_details(procs, details) if details else procs, self.clock())
 
     def ingest_processes(self, processes: tuple[GpuProcess, ...], at: float) -> None:
         self._driver_processes = processes
@@ -606,11 +623,18 @@ class HostMonitor:
 
     def _process_view(self) -> tuple[GpuProcess, ...]:
         """The processes now: the Proxmox host's list while it is fresh, else the
-        container's own view, its device-file users on the GPUs their device files are."""
+        container's own view, its device-file users on the GPUs their device files are;
+        each with its share of the GPU where the agent read one."""
         if self.host_side_fresh():
-            return self._host_processes
-        files = device_gpus(self._device_processes, self._refs)
-        return container_view(self._driver_processes, files, self.host.container)
+            procs = self._host_processes
+        else:
+            files = device_gpus(self._device_processes, self._refs)
+            procs = container_view(self._driver_processes, files, self.host.container)
+        if not self._usage:
+            return procs
+        gpus = () if self.latest is None else self.latest.gpus
+        uuid_of = {str(g.index): g.uuid for g in gpus if g.uuid}
+        return with_usage(procs, self._usage, uuid_of)
 
     def _set_processes(self, at: float) -> None:
         self.processes = self._process_view()
@@ -619,9 +643,7 @@ class HostMonitor:
             # the used memory read with the driver's list where the agent sent it (NVML),
             # else the newest sample's: a list taken between two samples of a growing job
             # must not show the growth as memory no process accounts for
-            with_list = (
-                {} if self.processes is self._host_processes else self._memory_with_processes
-            )
+            with_list = {} if self.host_side_fresh() else self._memory_with_processes
             self._memory_at_processes = tuple(
                 (g.index, with_list.get(g.uuid or "", g.memory_used_mib))
                 for g in self.latest.gpus

@@ -10,6 +10,9 @@ process accounts for.
 - ``container_view``: without host access, the driver's list merged with the device-file
   users: a driver PID that is not a process of this namespace keeps its memory but loses
   its ``pid`` (it is someone else's, or the host's number for one of ours);
+- ``with_details``: the driver's processes with ``/proc``'s facts of those in the agent's
+  own namespace (user, command line, CPU %, RSS, parent);
+- ``with_usage``: each process's SM and memory-bandwidth % (NVML's samples, ``pmon``);
 - ``foreign``: memory on a GPU held by a process of another container or of the host;
 - ``unattributed_mib``: used memory beyond what the listed processes hold;
 - ``process_columns``: a process as the dashboard's process line and ``snapshot``'s
@@ -18,7 +21,7 @@ process accounts for.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,6 +30,7 @@ from gpumon.backends.model import GpuProcess, GpuRegistry, GpuSample, HostSample
 from gpumon.backends.untrusted import printable
 
 __all__ = [
+    "SHARE_NOTE",
     "UNATTRIBUTED_MIN_MIB",
     "container_label",
     "container_view",
@@ -38,7 +42,11 @@ __all__ = [
     "index_ranges",
     "process_columns",
     "process_words",
+    "share_text",
     "unattributed_mib",
+    "usage_key",
+    "with_details",
+    "with_usage",
 ]
 
 # Used memory no process accounts for, in the real captures (tests/fixtures/nvidia/
@@ -104,7 +112,82 @@ def from_record(raw: Mapping[str, Any], source: str, watched: int | None) -> Gpu
         if source == ProcessSource.HOST
         else ProcessSource.DEVICE_FILES.value,
         minors=minors[:64],
+        ppid=_int(raw, "ppid"),
+        parent=_parent(raw),
     )
+
+
+def _parent(raw: Mapping[str, Any]) -> str | None:
+    parent = _text(raw, "parent")
+    return mask_command(parent) if parent else None
+
+
+def with_details(
+    driver: Iterable[GpuProcess], records: Iterable[Mapping[str, Any]]
+) -> tuple[GpuProcess, ...]:
+    """The driver's processes with what ``/proc`` says of those whose PID is in
+    ``records`` (the agent's own namespace: ``Procs.details``): user, full command line,
+    CPU %, RSS, start, parent. The driver's memory and GPU stay."""
+    local = {
+        p.pid: p
+        for p in (from_record(r, ProcessSource.DEVICE_FILES, None) for r in records)
+        if p.pid is not None
+    }
+    return tuple(
+        p if p.pid not in local else _described(p, local[p.pid], p.container) for p in driver
+    )
+
+
+def _described(p: GpuProcess, f: GpuProcess, container: str | None) -> GpuProcess:
+    """The driver's row ``p`` (its memory and GPU) with ``/proc``'s record ``f`` of its
+    PID here (user, command line, CPU, RSS, start, parent)."""
+    return replace(
+        f,
+        name=p.name or f.name,
+        memory_mib=p.memory_mib,
+        gpu_uuid=p.gpu_uuid,
+        gpu_bus_id=p.gpu_bus_id,
+        gpus=(),
+        container=container,
+        source=ProcessSource.CONTAINER_NVML.value,
+    )
+
+
+def usage_key(p: GpuProcess) -> tuple[str, int] | None:
+    """(GPU UUID, the driver's PID) of ``p``: the host's PID where known (NVML lists the
+    host's inside an unprivileged container), else its own."""
+    pid = p.host_pid if p.host_pid is not None else p.pid
+    if p.gpu_uuid is None or pid is None or p.source == ProcessSource.DEVICE_FILES:
+        return None
+    return (p.gpu_uuid, pid)
+
+
+def with_usage(
+    processes: Iterable[GpuProcess],
+    usage: Iterable[Sequence[Any]],
+    uuid_of: Mapping[str, str],
+) -> tuple[GpuProcess, ...]:
+    """``processes`` with their SM and memory-bandwidth % from the agent's ``usage``
+    rows (``[gpu, pid, sm, mem]``, ``gpu`` a UUID or an index that ``uuid_of`` names);
+    a process no row names keeps None (n/a)."""
+    shares: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+    for gpu, pid, sm, mem in usage:
+        uuid = uuid_of.get(gpu, gpu)
+        shares[(uuid, pid)] = (_pct(sm), _pct(mem))
+    if not shares:
+        return tuple(processes)
+    out = []
+    for p in processes:
+        key = usage_key(p)
+        got = None if key is None else shares.get(key)
+        out.append(p if got is None else replace(p, sm_pct=got[0], mem_bw_pct=got[1]))
+    return tuple(out)
+
+
+def _pct(v: Any) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 100:
+        return None
+    return v
 
 
 def device_gpus(processes: Iterable[GpuProcess], refs: GpuRegistry) -> tuple[GpuProcess, ...]:
@@ -144,18 +227,7 @@ def container_view(
             out.append(replace(p, pid=None, host_pid=p.pid, container=None))
             continue
         matched.add(f.pid)
-        out.append(
-            replace(
-                f,
-                name=p.name or f.name,
-                memory_mib=p.memory_mib,
-                gpu_uuid=p.gpu_uuid,
-                gpu_bus_id=p.gpu_bus_id,
-                gpus=(),
-                container=inside,
-                source=ProcessSource.CONTAINER_NVML.value,
-            )
-        )
+        out.append(_described(p, f, inside))
     out.extend(replace(f, container=inside) for f in files if f.pid not in matched)
     return tuple(out)
 
@@ -185,6 +257,8 @@ class ProcessColumns:
     pid: str  # inside the watched container; "h1234" (host PID) when not in it; "?"
     user: str  # "?" when not known
     command: str  # the command line, else the name, else "[not visible from here]"
+    sm: str  # "42%": its share of the SMs since the previous list; "n/a" not reported
+    bw: str  # "17%": of the memory bandwidth; "n/a"
 
 
 def process_columns(p: GpuProcess, watched: int | None) -> ProcessColumns:
@@ -208,7 +282,24 @@ def process_columns(p: GpuProcess, watched: int | None) -> ProcessColumns:
     command = printable(p.command or p.name or "[not visible from here]")
     if p.source == ProcessSource.DEVICE_FILES and p.gpus:
         command += f"  (uses GPUs {index_ranges(p.gpus)}, device files)"
-    return ProcessColumns(printable(where), pid, printable(p.user or "?"), command)
+    return ProcessColumns(
+        printable(where),
+        pid,
+        printable(p.user or "?"),
+        command,
+        share_text(p.sm_pct),
+        share_text(p.mem_bw_pct),
+    )
+
+
+# What SM~ and BW~ are, where they are shown: NVML samples each process apart, and the
+# samples of one moment need not add up to the device's utilisation.
+SHARE_NOTE = "SM~ BW~: each process's share since the last list (approximate)"
+
+
+def share_text(pct: int | None) -> str:
+    """A process's share of the GPU: ``42%``, ``n/a`` where not reported (never 0)."""
+    return "n/a" if pct is None else f"{pct}%"
 
 
 def index_ranges(indexes: Iterable[int]) -> str:

@@ -583,6 +583,9 @@ class Agent:
         self.nvml_static = NvmlStatic()  # the GPUs' identity cells, read once
         self.mig_indexes: tuple[str, ...] = ()  # nvidia-smi's GPUs in MIG mode (their rows')
         self.mig_sent = False  # the last Mig message named a GPU in MIG mode
+        self.usage_seen: dict[str, int] = {}  # GPU UUID -> newest process sample read (us)
+        self.pmon_failed = False
+        self.cpu_clock = procfacts.CpuClock()  # CPU % between two process polls
 
     # --- control -------------------------------------------------------------------
     def handle_command(self, line: str) -> None:
@@ -885,18 +888,23 @@ class Agent:
         driver: set[str] | None = None  # the PIDs the driver listed (None: no list)
         if nvml is not None:
             memory: dict[str, int] = {}
-            done, rows = self.nvml_call(functools.partial(nvml_process_rows, nvml, memory))
+            usage: list[list[Any]] = []
+            read = functools.partial(
+                nvml_process_rows, nvml, memory, usage=usage, seen=self.usage_seen
+            )
+            done, rows = self.nvml_call(read)
             if done and isinstance(rows, Exception):
                 raise rows  # said by spawn, and the loop runs again
             if done and isinstance(rows, list):
-                self.out.send(protocol.Procs(time.time(), rows, memory))
+                self.send_procs(rows, memory, usage, "nvml" if usage else "")
                 driver = row_pids(rows)
         else:
             argv = [self.smi, "--query-compute-apps=" + ",".join(self.process_fields)]
             code, text = run_once([*argv, "--format=csv,noheader,nounits"])
             if code == 0:
                 rows = [ln for ln in text.splitlines() if ln.strip()]
-                self.out.send(protocol.Procs(time.time(), rows))
+                usage = self.pmon_usage(rows) if rows else []
+                self.send_procs(rows, {}, usage, "pmon" if usage else "")
                 driver = row_pids(rows)
         self.send_device_users(driver)
         self.send_mig()
@@ -926,6 +934,37 @@ class Agent:
             self.out.send(message)
         self.mig_sent = bool(message.gpus or message.error)
 
+    def pmon_usage(self, rows: list[str]) -> list[list[Any]]:
+        """``nvidia-smi pmon -c 1 -s u`` where NVML is not usable: one sampling of about a
+        second, only when there are processes. Empty where pmon fails."""
+        if self.pmon_failed:
+            return []
+        code, text = run_once([self.smi, "pmon", "-c", "1", "-s", "u"])
+        if code != 0:
+            self.pmon_failed = True  # not this driver's (or not permitted): not asked again
+            return []
+        return pmon_usage(text, row_pids(rows))
+
+    def send_procs(
+        self, rows: list[str], memory: dict[str, int], usage: list[list[Any]], source: str
+    ) -> None:
+        details: list[dict[str, Any]] = []
+        if self.device_files is None:
+            self.device_files = procfacts.in_container()
+        # Where no device-file user is known (no scan, or it found none) gpumon takes the
+        # driver's PIDs as this namespace's (``container_view``): what /proc says of them
+        # goes with the list. Else the device-file users' records carry it, matched by
+        # PID there (inside a container a driver PID may be the host's number).
+        if rows and not (self.device_files and self.device_holders):
+            names = row_names(rows)
+            pids = sorted(int(p) for p in names if p.isdigit())
+            details = [
+                r
+                for r in procfacts.describe("/proc", pids, self.cpu_clock)
+                if not r.get("error") and same_program(r.get("command"), names[str(r["pid"])])
+            ]
+        self.out.send(protocol.Procs(time.time(), rows, memory, usage, source, details))
+
     def send_device_users(self, driver: set[str] | None = None) -> None:
         """Inside a container the driver's PIDs may be the host's (or missing): who holds
         ``/dev/nvidiaN`` here is sent beside them (``procfacts.device_file_users``).
@@ -950,7 +989,7 @@ class Agent:
         ):
             held = self.device_holders = procfacts.device_file_holders()
             self.device_scanned, self.device_driver_pids = now, driver
-        users = procfacts.describe_device_users(held)
+        users = procfacts.describe_device_users(held, cpu=self.cpu_clock)
         self.out.send(protocol.ProcRecords(time.time(), "device-files", users))
 
     # --- logs, kernel log, cgroup, HTTP ----------------------------------------------
@@ -1589,16 +1628,45 @@ def _watts(mw: int) -> str:
     return f"{mw / 1000:.2f}"
 
 
+def row_names(rows: Sequence[str]) -> dict[str, str]:
+    """PID -> the process name of compute-process rows (``pid, process_name, ...``)."""
+    out = {}
+    for r in rows:
+        cells = r.split(", ")
+        out[cells[0].strip()] = cells[1].strip() if len(cells) > 1 else ""
+    return out
+
+
+def same_program(command: object, name: str) -> bool:
+    """Whether ``/proc``'s command line is of the program the driver named (the last
+    part of its first word; nvidia-smi may print the path or the 15-character comm): a
+    PID of the driver's that is another process here (a number reused, a simulated host
+    PID) is not described."""
+    if not isinstance(command, str) or not name or name == "[Not Found]":
+        return False
+    ours = command.split(" ", 1)[0].replace(",", "?").rsplit("/", 1)[-1]
+    theirs = name.rsplit("/", 1)[-1]
+    return ours == theirs or ours[:15] == theirs[:15]  # a comm is 15 characters at most
+
+
 def row_pids(rows: Sequence[str]) -> set[str]:
     """The PID cells of compute-process rows (``pid, ...``, as both sources write them)."""
     return {r.split(",", 1)[0].strip() for r in rows}
 
 
-def nvml_process_rows(nvml: Any, memory: dict[str, int] | None = None) -> list[str]:
+def nvml_process_rows(
+    nvml: Any,
+    memory: dict[str, int] | None = None,
+    usage: list[list[Any]] | None = None,
+    seen: dict[str, int] | None = None,
+) -> list[str]:
     """Compute processes as ``pid, process_name, used_memory, gpu_uuid, gpu_bus_id`` rows.
     ``memory``: filled with each GPU's used MiB (by UUID) read right after its processes,
     as the sample reads it, so the client compares the two of one moment (a job that
-    grows between a sample and this list is not "memory no process accounts for")."""
+    grows between a sample and this list is not "memory no process accounts for").
+    ``usage``: filled with ``[uuid, pid, sm %, memory-bandwidth %]`` of each listed
+    process (``nvml_process_usage``) on the GPUs whose samples could be read, ``seen``
+    keeping each GPU's newest sample time from one list to the next."""
     rows: list[str] = []
     try:
         count = nvml.nvmlDeviceGetCount()
@@ -1617,7 +1685,86 @@ def nvml_process_rows(nvml: Any, memory: dict[str, int] | None = None) -> list[s
         for pid, used in procs:
             mem = "[N/A]" if used is None else _mib(used)
             rows.append(f"{pid}, {_process_name(pid)}, {mem}, {uuid}, {bus}")
+        if usage is not None and procs:
+            shares = nvml_process_usage(nvml, h, uuid, {} if seen is None else seen)
+            if shares:  # a process without a sample beside one with: it used none
+                usage.extend([uuid, pid, *shares.get(pid, (0, 0))] for pid, _ in procs)
     return rows
+
+
+NVML_ERROR_NOT_FOUND = 6  # nvmlDeviceGetProcessUtilization: no sample since lastSeen
+
+
+def nvml_process_usage(
+    nvml: Any, handle: Any, uuid: str, seen: dict[str, int]
+) -> dict[int, tuple[int, int]] | None:
+    """PID -> (SM %, memory-bandwidth %) from ``nvmlDeviceGetProcessUtilization``: the
+    mean of each process's samples newer than the last read of this GPU (``seen``, in
+    the samples' microseconds); the first read takes the last second's. Empty where
+    there is no sample (NVML keeps one only for a process that used the GPU, and none
+    on a MIG-sliced GPU, as its pmon shows: n/a, not 0), None where the call is not
+    there or fails.
+
+    nvidia-ml-py 13.615.71's pynvml.py ``nvmlDeviceGetProcessUtilization(handle,
+    timeStamp)`` returns ``c_nvmlProcessUtilizationSample_t`` (pid, timeStamp, smUtil,
+    memUtil, encUtil, decUtil) and raises ``NVMLError`` with NVML_ERROR_NOT_FOUND (and
+    with 0, its first call's success) where there is no sample to return."""
+    call = getattr(nvml, "nvmlDeviceGetProcessUtilization", None)
+    if call is None:
+        return None
+    last = seen.get(uuid) or int((time.time() - 1.0) * 1e6)
+    try:
+        samples = call(handle, last)
+    except nvml.NVMLError as e:
+        if getattr(e, "value", None) in (NVML_ERROR_NOT_FOUND, 0):
+            return {}
+        return None
+    sums: dict[int, list[int]] = {}
+    newest = last
+    for s in samples:
+        if s.timeStamp <= last:
+            continue
+        acc = sums.setdefault(int(s.pid), [0, 0, 0])
+        acc[0] += int(s.smUtil)
+        acc[1] += int(s.memUtil)
+        acc[2] += 1
+        newest = max(newest, int(s.timeStamp))
+    seen[uuid] = newest
+    return {pid: (round(a[0] / a[2]), round(a[1] / a[2])) for pid, a in sums.items()}
+
+
+def pmon_usage(text: str, pids: set[str]) -> list[list[Any]]:
+    """``[gpu index, pid, sm %, mem %]`` of the ``pids`` in ``nvidia-smi pmon -s u``'s
+    output, columns found by its header (``# gpu pid type sm mem enc dec jpg ofa
+    command``, 590.48; older drivers lack jpg/ofa). ``-`` is no sample in the interval:
+    0 % where another process on that GPU has one, else not known (a MIG-sliced GPU
+    prints ``-`` for every process, busy or not); a process in several intervals
+    (``-c N``) keeps its newest."""
+    cols: dict[str, int] = {}
+    out: dict[tuple[str, int], list[Any]] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        if words[0] == "#":
+            if "pid" in words and not cols:
+                cols = {w: k for k, w in enumerate(words[1:])}
+            continue
+        if not {"gpu", "pid", "sm", "mem"} <= cols.keys() or len(words) < len(cols):
+            continue
+        pid = words[cols["pid"]]
+        if pid not in pids:
+            continue
+        pcts = [_pmon_pct(words[cols[c]]) for c in ("sm", "mem")]
+        out[(words[cols["gpu"]], int(pid))] = [words[cols["gpu"]], int(pid), *pcts]
+    sampled = {row[0] for row in out.values() if row[2] is not None}
+    return [
+        [gpu, pid, *(v or 0 for v in row[2:])] for (gpu, pid), row in out.items() if gpu in sampled
+    ]
+
+
+def _pmon_pct(word: str) -> int | None:
+    return int(word) if word.isdigit() else None
 
 
 # The process call the driver's library has, chosen once: (symbol, struct fields). pynvml

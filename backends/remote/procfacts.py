@@ -60,6 +60,12 @@ def parse_stat(text: str) -> tuple[int, int, int] | None:
         return None
 
 
+def parent_pid(text: str) -> int | None:
+    """Field 4 of ``/proc/<pid>/stat`` (the parent's PID), or None."""
+    words = text.rpartition(")")[2].split()
+    return int(words[1]) if len(words) > 1 and words[1].isdigit() else None
+
+
 def boot_time(stat_text: str) -> float | None:
     for line in stat_text.splitlines():
         if line.startswith("btime "):
@@ -147,6 +153,7 @@ def local_record(
         "rss_mib": None,
         "started": None,
         "start_ticks": None,  # field 22 of stat: K's guard against a reused PID
+        "ppid": parent_pid(facts.get("stat") or ""),  # the process tree's launcher
     }
     st = parse_stat(facts.get("stat") or "")
     if st is not None:
@@ -208,9 +215,20 @@ def describe(
     page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else PAGE_DEFAULT
     out: list[dict[str, Any]] = []
     alive = []
+    parents: dict[int, str | None] = {}
     for pid in pids:
         facts = read_facts(proc, pid)
-        out.append(make(pid, facts, now=now, btime=btime, cpu=cpu, hz=hz, page=page))
+        rec = make(pid, facts, now=now, btime=btime, cpu=cpu, hz=hz, page=page)
+        ppid = rec.get("ppid")
+        if isinstance(ppid, int) and ppid > 1:  # a launcher's command (torchrun, srun)
+            if ppid not in parents:
+                try:
+                    raw = read_text(f"{proc}/{ppid}/cmdline", True)
+                except OSError:
+                    raw = b""
+                parents[ppid] = command_line(raw, {})
+            rec["parent"] = parents[ppid]
+        out.append(rec)
         st = parse_stat(facts.get("stat") or "")
         if st is not None:
             alive.append((pid, st[1]))
@@ -236,13 +254,16 @@ def device_file_users(proc: str = "/proc") -> list[dict[str, Any]]:
     return describe_device_users(device_file_holders(proc), proc)
 
 
-def describe_device_users(held: dict[int, list[int]], proc: str = "/proc") -> list[dict[str, Any]]:
+def describe_device_users(
+    held: dict[int, list[int]], proc: str = "/proc", cpu: CpuClock | None = None
+) -> list[dict[str, Any]]:
     """Records of the processes in ``held`` (PID -> the device numbers it holds) that are
-    still there (``device_file_holders``' scan is the costly part: it is reused)."""
+    still there (``device_file_holders``' scan is the costly part: it is reused). ``cpu``:
+    the clock kept from one poll to the next (a new one knows no CPU %)."""
     out: list[dict[str, Any]] = []
     if not held:
         return out
-    for rec in describe(proc, sorted(held), CpuClock()):
+    for rec in describe(proc, sorted(held), cpu or CpuClock()):
         if rec.get("error"):
             continue  # gone since the scan
         rec["minors"] = held[rec["pid"]]

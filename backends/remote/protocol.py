@@ -241,16 +241,46 @@ class Gpus(Message):
 @record(frozen=True)
 class Procs(Message):
     """Compute processes, rows as ``nvidia-smi --query-compute-apps`` prints them.
-    ``memory``: used MiB per GPU UUID read with the list (NVML; empty from nvidia-smi)."""
+    ``memory``: used MiB per GPU UUID read with the list (NVML; empty from nvidia-smi).
+    ``usage``: each process's share of the GPU since the previous list, as
+    ``[gpu, pid, sm %, memory-bandwidth %]`` (``gpu``: its UUID from NVML, its index from
+    ``nvidia-smi pmon``; a percent None where not sampled), read by ``usage_source``
+    (``nvml``, ``pmon``; empty: neither could say). ``details``: ``procfacts`` records of
+    the listed PIDs that are processes of the agent's own PID namespace (outside a
+    container only: inside one the driver's PIDs may be the host's)."""
 
     TYPE: ClassVar[str] = "procs"
     t: float
     rows: list[str]
     memory: dict[str, int] = field(default_factory=dict)
+    usage: list[list[Any]] = field(default_factory=list)
+    usage_source: str = ""
+    details: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> Procs:
-        return cls(_number(raw, "t"), _texts(raw, "rows"), _ints_by_name(raw, "memory"))
+        return cls(
+            _number(raw, "t"),
+            _texts(raw, "rows"),
+            _ints_by_name(raw, "memory"),
+            _usage_rows(raw, "usage"),
+            _text(raw, "usage_source"),
+            _objects(raw, "details"),
+        )
+
+
+def _usage_rows(raw: dict[str, Any], key: str) -> list[list[Any]]:
+    """``[gpu, pid, sm, mem]`` rows whose pid is an int and percents ints or None."""
+    value = raw.get(key)
+    out: list[list[Any]] = []
+    for row in value if isinstance(value, list) else []:
+        if not isinstance(row, list) or len(row) != 4:
+            continue
+        gpu, pid, sm, mem = row
+        pcts = [None if not isinstance(v, int) or isinstance(v, bool) else v for v in (sm, mem)]
+        if isinstance(pid, int) and not isinstance(pid, bool) and pid >= 0:
+            out.append([str(gpu), pid, *pcts])
+    return out
 
 
 @record(frozen=True)

@@ -3,7 +3,8 @@
 Prints what nvidia-smi 590 prints, from ``scenario``: ``--query-gpu`` / ``--query-compute-apps``
 CSV (``--format=csv[,noheader][,nounits]``), loop mode (``-l``/``--loop``, ``-lms``/
 ``--loop-ms``), ``-i``/``--id``, ``-L``, ``--version``, ``--help-query-gpu``,
-``--help-query-compute-apps``, ``-h``, and ``-q`` with ``-d`` (``smi_query``). Settings
+``--help-query-compute-apps``, ``-h``, ``-q`` with ``-d`` (``smi_query``), and ``pmon -c N
+-s u`` (each process's SM and memory share). Settings
 come from ``GPUMON_SIM_*`` (see ``SimSettings.from_env``); ``GPUMON_SIM_FAULT`` makes it
 fail the way a sick host does.
 Exit codes follow nvidia-smi: 0 ok, 2 bad arguments, the fault's code otherwise.
@@ -154,6 +155,8 @@ def parse_args(args: list[str]) -> Command:
             raise UsageError(INVALID_COMBINATION)
         return args[i]
 
+    if args[:1] == ["pmon"]:
+        return _parse_pmon(args[1:])
     while i < len(args):
         arg = args[i]
         name, inline = arg, None
@@ -206,6 +209,58 @@ def parse_args(args: list[str]) -> Command:
     if cmd.display and cmd.action != "query":
         raise UsageError(INVALID_COMBINATION)
     return cmd
+
+
+def _parse_pmon(args: list[str]) -> Command:
+    """``pmon [-c COUNT] [-s u] [-i IDS]``: the utilisation columns only (``-s u``, its
+    default), COUNT intervals (the simulator does not wait a second between them)."""
+    cmd = Command("pmon", loop_s=1.0)
+    i = 0
+    while i < len(args):
+        if i + 1 >= len(args) or args[i] not in ("-c", "-s", "-i"):
+            raise UsageError(f"Invalid combination of input arguments: {' '.join(args)}\n")
+        flag, value = args[i], args[i + 1]
+        if flag == "-c":
+            cmd.fields = ["x"] * _positive(value)  # one per interval
+        elif flag == "-s" and value != "u":
+            raise UsageError(f"pmon -s {value}: the simulator has the utilisation only\n")
+        elif flag == "-i":
+            cmd.ids = [x.strip() for x in value.split(",")]
+        i += 2
+    return cmd
+
+
+# ``nvidia-smi pmon -s u`` as 590.48.01 prints it (tests/fixtures/nvidia/real-captures,
+# the H200's "pmon (per-process monitor)" section): two header lines, then a line a
+# process (``-`` where it had no sample in the interval), a line of ``-`` for a GPU
+# without processes.
+PMON_HEADER = (
+    "# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command \n"
+    "# Idx           #    C/G      %      %      %      %      %      %    name \n"
+)
+
+
+def pmon_line(gpu: int, pid: object, kind: str, sm: object, mem: object, name: str) -> str:
+    rest = " ".join(f"{'-':>6}" for _ in range(4))
+    return f"{gpu:>5} {pid!s:>10} {kind:>5} {sm!s:>6} {mem!s:>6} {rest}    {name:<15}\n"
+
+
+def pmon_interval(settings: SimSettings, t: float, chosen: frozenset[int]) -> str:
+    """One interval: each compute process's share; the first process of a busy GPU has
+    its utilisation, the others none (the demo's second holder only holds memory)."""
+    gpus = {g.index: g for g in gpu_states(settings, t)}
+    procs = compute_processes(settings, t)
+    out = []
+    for index in sorted(chosen & gpus.keys()):
+        mine = [p for p in procs if p.gpu_index == index]
+        if not mine:
+            out.append(pmon_line(index, "-", "-", "-", "-", "-"))
+        for k, p in enumerate(mine):
+            g = gpus[index]
+            busy = k == 0 and g.utilization_pct > 0
+            sm, mem = (g.utilization_pct, g.memory_utilization_pct) if busy else ("-", "-")
+            out.append(pmon_line(index, p.pid, "C", sm, mem, p.name.rsplit("/", 1)[-1][:15]))
+    return "".join(out)
 
 
 def _positive(text: str) -> int:
@@ -374,6 +429,14 @@ def run(cmd: Command, settings: SimSettings, out: TextIO) -> int:
         slices = [(m, mig_used_mib(settings, t, m)) for m in MIG_INSTANCES]
         mig = {MIG_GPU: slices} if settings.scenario == "mig" else None
         out.write(query_report(gpus, wall, cmd.display, mig, mig_processes(settings, t)))
+        return 0
+    if cmd.action == "pmon":
+        chosen = _selected(cmd.ids)
+        settings = with_state(settings)
+        t, _ = Printer(Command("query-gpu", ["index"]), settings).clock()
+        out.write(PMON_HEADER)
+        for _ in cmd.fields or ["x"]:
+            out.write(pmon_interval(settings, t, chosen))
         return 0
     if cmd.action == "list":
         chosen = _selected(cmd.ids)

@@ -447,7 +447,8 @@ def test_a_host_side_list_that_does_not_come_is_named_not_replaced_silently(
     # is "?" with its host PID, a device-file user is "files".
     wheres = {row.split()[1] for row in text.stdout.splitlines() if re.match(r"  \d  ", row)}
     assert {"?", "files"} <= wheres and "contain" not in wheres, text.stdout
-    assert re.search(r"\n  0  \?        h\d+ +\? +[\d.]+  \[not visible from here\]\n", text.stdout)
+    said = r"\n  0  \?        h\d+ +\? +[\d.]+ +n/a  n/a  \[not visible from here\]\n"
+    assert re.search(said, text.stdout)
 
 
 def test_no_secret_of_a_servers_command_line_or_its_log_leaves_in_a_bundle_or_snapshot(

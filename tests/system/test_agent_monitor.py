@@ -241,7 +241,8 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
     assert all(list(g) == gpu_keys for g in data["gpus"])
     process_keys = [
         "pid", "host_pid", "container", "user", "host_user", "name", "command", "cpu_pct",
-        "rss_mib", "started", "memory_mib", "source", "gpus", "minors",
+        "rss_mib", "started", "memory_mib", "sm_pct", "mem_bw_pct", "ppid", "parent", "source",
+        "gpus", "minors",
     ]  # fmt: skip
     assert all(list(p) == process_keys for g in data["gpus"] for p in g["processes"])
     lost = data["gpus"][4]

@@ -6,8 +6,11 @@ the same screen. Update with ``--snapshot-update`` after looking at the new SVGs
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
 
 import pytest
 from textual.pilot import Pilot
@@ -19,6 +22,8 @@ from gpumon.backends.workloads import JobState
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.dashboard import alerts
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen
+from gpumon.tui.views.process_table import TableLine, host_table_lines
+from gpumon.tui.widgets import host_section
 
 FROZEN_NOW = 1795962750.0
 
@@ -158,6 +163,18 @@ def test_sglang_scenario_with_its_pane(
     def fix(m: HostMonitor) -> None:
         sglang_fixed(m, monkeypatch, now=FROZEN_NOW)
 
+    # The servers' command lines name the ports this demo got (30000-30007 only where no
+    # other demo holds them): the process table says the fixed trackers' ports instead.
+    def fixed_ports(*args: Any, **kwargs: Any) -> list[TableLine]:
+        lines = host_table_lines(*args, **kwargs)
+        return [
+            replace(x, text=re.sub(r"--port \d+", f"--port {30000 + int(x.text[:3])}", x.text))
+            if x.process is not None
+            else x
+            for x in lines
+        ]
+
+    monkeypatch.setattr(host_section, "host_table_lines", fixed_ports)
     assert snap_compare(app, terminal_size=size, run_before=wait_for_data(before=fix))
 
 

@@ -97,7 +97,9 @@ def test_hostile_and_wide_text_stays_escaped_and_in_80_columns() -> None:
     monitor = monitor_with(procs, (gpu(0), gpu(1)))
     text = snapshot_table(monitor)
     assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
-    assert "\\x1b[2J" in text and "\\u202e" in text
+    assert "\\x1b[2J" in text  # the rest of the command is cut at 80 columns
+    whole = snapshot_table(monitor, width=None)
+    assert "\\u202e" in whole and "\u202e" not in whole and "\x1b" not in whole
     assert all(cells(row) <= 80 for row in text.splitlines()), text
     rows = [row for row in text.splitlines() if re.match(r"  [01]  CT200 ", row)]
     assert len(rows) == 2 and all(row.endswith("…") for row in rows)
@@ -151,8 +153,8 @@ def test_the_snapshot_and_the_dashboard_say_a_process_the_same() -> None:
     assert process_columns(files, 200).command.endswith("(uses GPUs 0-2,5, device files)")
     assert process_columns(ours, None).where == ""
     text = snapshot_table(monitor_with((ours, theirs), (gpu(0),)))
-    assert "\n  0  CT200    861      root        1.0  python3 -m train\n" in text
-    assert "\n  0  CT201    h2419000 alice       6.0  jupyter-lab" in text
+    assert "\n  0  CT200    861      root        1.0  n/a  n/a  python3 -m train\n" in text
+    assert "\n  0  CT201    h2419000 alice       6.0  n/a  n/a  jupyter-lab" in text
     assert "contain" not in text
 
 

@@ -21,6 +21,14 @@ def sample_messages() -> list[protocol.Message]:
         protocol.Gpus(1.5, ["index", "name"], ["0, RTX"]),
         protocol.Procs(1.5, ["1, python, 100, GPU-1, 00:01"]),
         protocol.Procs(1.5, ["1, python, 100, GPU-1, 00:01"], {"GPU-1": 700}),
+        protocol.Procs(
+            1.5,
+            ["1, python, 100, GPU-1, 00:01"],
+            {"GPU-1": 700},
+            [["GPU-1", 1, 42, 17], ["3", 1, None, None]],
+            "nvml",
+            [{"pid": 1, "user": "root", "command": "python train.py --rank 1", "ppid": 0}],
+        ),
         protocol.ProcRecords(1.5, "host", [{"host_pid": 9, "container": "200", "pid": 1}]),
         protocol.Minors(1.5, {"00000000:18:00.0": 4}, "nvml"),
         protocol.Minors(1.5, {}, "procfs", "/proc/driver/nvidia/gpus: No such file or directory"),
@@ -113,6 +121,9 @@ def test_records_behave_as_the_dataclasses_they_stand_for() -> None:
         t: float
         rows: list[str]
         memory: dict[str, int] = dataclasses.field(default_factory=dict)
+        usage: list[list[Any]] = dataclasses.field(default_factory=list)
+        usage_source: str = ""
+        details: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     hello = protocol.Hello(1, "agent/nvml", pid=7)
     assert "__dataclass_fields__" not in vars(protocol.Hello)  # the record, not a dataclass
@@ -130,7 +141,9 @@ def test_records_behave_as_the_dataclasses_they_stand_for() -> None:
         del hello.pid
     ours = protocol.Procs(1.0, ["1"])
     real = Real(1.0, ["1"])
-    assert [f.name for f in protocol.fields(ours)] == ["t", "rows", "memory"]
+    assert [f.name for f in protocol.fields(ours)] == [
+        "t", "rows", "memory", "usage", "usage_source", "details"
+    ]  # fmt: skip
     assert repr(ours).replace("Procs", "Real") == repr(real)[repr(real).index("Real(") :]
     for make in (protocol.Procs, Real):
         with pytest.raises(TypeError):

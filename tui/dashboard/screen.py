@@ -229,6 +229,7 @@ class DashboardScreen(Screen[None]):
                 ctx = replace(
                     self._view_context(i),
                     max_servers=plan.max_servers[i],
+                    max_processes=plan.max_processes[i],
                     host_line=plan.host_line,
                 )
                 section.refresh_view(ctx, rows=rows)
@@ -678,6 +679,18 @@ class DashboardDetailScreen(DetailScreen):
         )
         self.dashboard = dashboard
         self.can_kill = lambda: dashboard.action_state(BY_NAME["kill_process"]) is True
+        self.read_environment = self._read_environment
+
+    async def _read_environment(self, process: GpuProcess) -> list[str]:
+        from gpumon.backends.bundle import read_environment
+
+        m = self.target.monitor
+        return await read_environment(
+            m.transport,
+            process,
+            host_access=m.host_side_fresh(),
+            host_proc=m.transport.host_proc_root,
+        )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "dashboard" and parameters:

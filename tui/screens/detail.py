@@ -6,7 +6,7 @@ sample (or when the window, size or theme changes). While paused nothing moves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -26,7 +26,6 @@ from gpumon.tui.views.gpu_cells import (
     GpuCells,
     Role,
     duration,
-    gib,
     gpu_cells,
     health_facts_cell,
     memory_role,
@@ -35,7 +34,13 @@ from gpumon.tui.views.gpu_cells import (
     temperature_role,
 )
 from gpumon.tui.views.plot_text import plot_title, window_range
-from gpumon.tui.views.process_cells import memory_flag, process_lines
+from gpumon.tui.views.process_cells import ProcessKey, memory_flag, process_key, process_line
+from gpumon.tui.views.process_table import (
+    SHARE_NOTE,
+    display_order,
+    next_sort,
+    table_lines,
+)
 from gpumon.tui.widgets import KeyFooter, PlotSpec, PlotWidget, series
 from gpumon.tui.widgets.plot import RGB
 
@@ -80,6 +85,19 @@ class DetailScreen(Screen[None]):
             show=False,
             tooltip="Select the previous process",
         ),
+        Binding(
+            "o",
+            "sort_processes",
+            "Sort",
+            tooltip="Sort the processes by the next column (SM, bandwidth, memory, CPU, ...)",
+        ),
+        Binding("T", "toggle_tree", "Tree", tooltip="Show launchers and their workers"),
+        Binding(
+            "e",
+            "environment",
+            "Env",
+            tooltip="Read the selected process's environment (CUDA_VISIBLE_DEVICES, NCCL_*)",
+        ),
     ]
 
     def __init__(
@@ -106,6 +124,11 @@ class DetailScreen(Screen[None]):
         }
         self.processes = Static(id="detail-processes", markup=False)
         self.selected = 0  # the process under the process cursor (K acts on it)
+        self.sort = "sm"  # the column the processes are sorted by (``o``)
+        self.nested = False  # launchers and their workers (``T``)
+        # the selected process's environment once asked for (``e``): its key and lines
+        self.environment: tuple[ProcessKey, list[str]] | None = None
+        self.read_environment: Callable[[GpuProcess], Awaitable[list[str]]] | None = None
         self.can_kill: Callable[[], bool] = lambda: False  # whether K may act here
         self._text_key: tuple[object, ...] | None = None
         self._plot_key: tuple[object, ...] | None = None
@@ -144,10 +167,47 @@ class DetailScreen(Screen[None]):
             self.selected = procs.index(process)
             self._text_key = None
 
+    def action_sort_processes(self) -> None:
+        keep = self.selected_process()
+        self.sort = next_sort(self.sort)
+        self._follow(keep)
+
+    def action_toggle_tree(self) -> None:
+        keep = self.selected_process()
+        self.nested = not self.nested
+        self._follow(keep)
+
+    async def action_environment(self) -> None:
+        """The selected process's environment, read now (never before it is asked for),
+        scrubbed; ``e`` again hides it."""
+        p = self.selected_process()
+        if p is None or self.read_environment is None:
+            return
+        if self.environment is not None and self.environment[0] == process_key(p):
+            self.environment = None
+        else:
+            self.environment = (process_key(p), ["reading the environment…"])
+            self._redraw()
+            self.environment = (process_key(p), await self.read_environment(p))
+        self._redraw()
+
+    def _follow(self, keep: GpuProcess | None) -> None:
+        procs = self._processes()
+        if keep in procs:
+            self.selected = procs.index(keep)
+        self._redraw()
+
+    def _redraw(self) -> None:
+        self._text_key = None
+        self.refresh_view()
+
     def _processes(self) -> tuple[GpuProcess, ...]:
+        """The GPU's processes in the order the table shows them."""
         sample = self.sample_of(self.target.monitor)
         gpu = _gpu(sample, self.target.gpu_index)
-        return () if gpu is None or sample is None else sample.processes_for(gpu)
+        if gpu is None or sample is None:
+            return ()
+        return tuple(display_order(sample.processes_for(gpu), self.sort, self.nested))
 
     def selected_process(self) -> GpuProcess | None:
         """The process under the process cursor (None: no processes on this GPU)."""
@@ -318,46 +378,43 @@ class DetailScreen(Screen[None]):
     ) -> Text:
         width = max(self.size.width or self.app.size.width, 40)
         wide = width >= WIDE_TABLE
-        cols = f"   {'WHERE':<7} {'PID':>8} "
-        cols += f"{'HOST PID':>9} {'USER':<8} {'CPU':>5} {'RSS':>6}" if wide else f"{'USER':<8}"
-        head = Text(f"{cols} {'MEMORY':>7}  COMMAND", Style(bold=True, color=pal.na))
-        if gpu is None or sample is None:
-            return Text("\n").join([head, Text("  no data", pal.text(Role.NA))])
         watched = self.target.monitor.host.container
-        lines = [head]
+        procs = () if gpu is None or sample is None else sample.processes_for(gpu)
+        chosen = self.selected_process()
+        found = table_lines(
+            procs, watched, width=width, wide=wide, sort=self.sort, tree=self.nested,
+            selected=chosen,
+        )  # fmt: skip
+        lines = [Text(found[0].text, Style(bold=True, color=pal.na))]
+        if gpu is None or sample is None:
+            return Text("\n").join([*lines, Text("  no data", pal.text(Role.NA))])
         rules = self.target.monitor.alerts.rules
         # a GPU in MIG mode: its instances first, each with its own memory and processes
         for x in mig_cells(sample, gpu, rules.memory_warning_pct, rules.memory_critical_pct):
             lines.append(Text(f"  {x.text}", pal.text(x.role)))
-        flag = memory_flag(sample, gpu, watched)
-        procs = process_lines(sample, gpu, watched)
         if not procs:
             lines.append(Text("  no compute processes", pal.text(Role.MUTED)))
-        for pos, line in enumerate(procs):
-            p = line.process
-            mark = "▶ " if pos == min(self.selected, len(procs) - 1) else "  "
-            host_pid = "-" if p.host_pid is None else str(p.host_pid)
-            pid = "-" if p.pid is None else str(p.pid)  # not in the watched container
-            if not wide and p.pid is None:
-                pid = line.pid  # "h3187442": the host's, as the narrow table has no column
-            cpu = "-" if p.cpu_pct is None else f"{p.cpu_pct:.0f}%"
-            rss = "-" if p.rss_mib is None else f"{gib(p.rss_mib)}G"
-            cols = f"{mark} {line.where[:7]:<7} {pid:>8} "
-            if wide:
-                cols += f"{host_pid:>9} {line.user[:8]:<8} {cpu:>5} {rss:>6}"
-            else:
-                cols += f"{line.user[:8]:<8}"
-            cols += f" {line.memory:>7}  "
-            room = max(width - len(cols), 10)
-            command = line.command if len(line.command) <= room else line.command[: room - 1] + "…"
-            text = Text(cols + command, pal.text(line.role))
-            if mark.strip():
+        for line in found[1:]:
+            text = Text(line.text, pal.text(line.role))
+            if line.process is not None and line.process is chosen:
                 text.stylize(Style(bold=True))
             lines.append(text)
+        flag = memory_flag(sample, gpu, watched)
         if flag is not None:
             lines.append(Text(f"  {flag.text}", pal.text(flag.role)))
-        if len(procs) > 1 or (procs and self.can_kill()):
-            hint = "tab: next process" + ("  K: terminate it" if self.can_kill() else "")
+        if any(p.sm_pct is not None for p in procs):
+            lines.append(Text(f"  {SHARE_NOTE}", pal.text(Role.MUTED)))
+        env = self.environment
+        if chosen is not None and env is not None and env[0] == process_key(chosen):
+            said = Text(f"  environment of {process_line(chosen, watched).pid}: ", Style(bold=True))
+            said.append("  ".join(env[1]), pal.text(Role.NORMAL))  # wraps: the pane is short
+            lines.append(said)
+        if procs:
+            hint = "o: sort  T: tree  e: environment"
+            if len(procs) > 1 or self.can_kill():
+                hint = "tab: next process  " + hint
+            if self.can_kill():
+                hint += "  K: terminate it"
             lines.append(Text(f"  {hint}", pal.text(Role.MUTED)))
         return Text("\n").join(lines)
 

@@ -7,7 +7,8 @@ action keys act on), the vLLM pane (a title line and every server: a wedged one 
 never left out) and the SGLang pane's title and aggregate line. What is left goes to
 SGLang server lines (all of them when they fit, else as many as fit, down ones first),
 then, from ``TALL_SCREEN`` lines, to each host's host line (the target's CPU, RAM, load,
-swap) and to 2-3 line GPU rows. When even the minimum does not fit, the host list scrolls.
+swap), to each host's process table (its title and up to ``PROCESS_TABLE_MAX`` processes,
+busiest first) and to 2-3 line GPU rows. When even the minimum does not fit, the host list scrolls.
 80x24 keeps one line per GPU and no host line.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 TALL_SCREEN = 40  # from this many lines, GPU rows grow to 2-3 lines
 MAX_ROW_HEIGHT = 3
 SECTION_MARGIN = 1  # blank line below each host (the stylesheet's margin-bottom)
+PROCESS_TABLE_MAX = 12  # process lines of the main screen's table, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,7 @@ class HostNeeds:
     servers: int = 0  # SGLang servers
     jobs: int = 0
     vllm: int = 0  # vLLM servers
+    processes: int = 0  # GPU processes (the main screen's process table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,8 @@ class LayoutPlan:
     row_height: int  # lines per GPU row (1-3)
     max_servers: tuple[int | None, ...]  # per host: server lines to show (None: all)
     host_line: bool = False  # every host shows its host line (CPU, RAM, load, swap)
+    # per host: process lines of its process table (0: none; its 2 title lines not counted)
+    max_processes: tuple[int, ...] = ()
 
 
 def sglang_lines(servers: int, shown: int) -> int:
@@ -73,6 +78,12 @@ def plan_layout(height: int, hosts: Sequence[HostNeeds], *, strip: bool = False)
     host_line = height >= TALL_SCREEN and free >= len(hosts)
     if host_line:
         free -= len(hosts)
+    max_processes: list[int] = []
+    for h in hosts:
+        want = min(h.processes, PROCESS_TABLE_MAX)
+        give = want if height >= TALL_SCREEN and want and free >= want + 2 else 0
+        free -= give + 2 if give else 0  # its title and column titles
+        max_processes.append(give)
     if height >= TALL_SCREEN and gpus:
         row_height = min(max((free + gpus) // gpus, 1), MAX_ROW_HEIGHT)
-    return LayoutPlan(row_height, tuple(max_servers), host_line)
+    return LayoutPlan(row_height, tuple(max_servers), host_line, tuple(max_processes))

@@ -1,7 +1,8 @@
 """Process lines and the memory flags of a GPU row (pure: records to text and roles).
 
-- ``process_line``: ``CT200 1234 root python train.py --cfg … 92.9G`` in a given width;
-  the command line is what gives way (ellipsis), the memory stays at the right;
+- ``process_line``: ``CT200 1234 root python train.py --cfg …  42% 92.9G`` in a given
+  width; the command line is what gives way (ellipsis), its SM share (where reported)
+  and the memory stay at the right;
 - ``process_key``: which process a line is from one sample to the next (host PID, else
   PID, and start time: a reused PID is another key), for the dashboard's cursor;
 - ``memory_flag``: ``20.1 GiB held by CT 201 jupyter`` (warning) when another container or
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 MEM_W = 7  # "  92.9G"
+SM_W = 5  # " 100%"
+SM_MIN_WIDTH = 100  # narrower lines leave the SM share to the detail view
 
 ProcessKey = tuple[int | None, int | None, float | None]
 
@@ -55,13 +58,16 @@ class ProcessLine:
     memory: str  # "92.9G", "?" (device files: not known), "n/a"
     role: Role  # WARNING for another container's / the host's process
     process: GpuProcess
+    sm: str = ""  # " 42%": its SM share (approximate), before the memory; "" not reported
 
     def text(self, width: int) -> str:
         """The line in ``width`` cells (the command is cut to fit, with an ellipsis)."""
         head = f"{self.where} {self.pid} {self.user} "
-        room = max(width - len(head) - MEM_W, 8)
+        sm = self.sm if width >= SM_MIN_WIDTH else ""  # at 80 columns the command keeps it
+        room = max(width - len(head) - MEM_W - len(sm), 8)
         command = self.command if len(self.command) <= room else self.command[: room - 1] + "…"
-        return f"{head}{command.ljust(room)}{self.memory.rjust(MEM_W)}"[: max(width, 0)]
+        tail = sm + self.memory.rjust(MEM_W)
+        return f"{head}{command.ljust(room)}{tail}"[: max(width, 0)]
 
 
 def process_line(p: GpuProcess, watched: int | None) -> ProcessLine:
@@ -80,6 +86,7 @@ def process_line(p: GpuProcess, watched: int | None) -> ProcessLine:
         memory=memory,
         role=Role.WARNING if foreign_one else Role.NORMAL,
         process=p,
+        sm="" if p.sm_pct is None else f"{said.sm:>{SM_W}}",
     )
 
 

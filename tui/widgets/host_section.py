@@ -43,6 +43,7 @@ from gpumon.tui.views.gpu_cells import (
 )
 from gpumon.tui.views.layout import HostNeeds
 from gpumon.tui.views.process_cells import ProcessKey, memory_flag, process_key, process_lines
+from gpumon.tui.views.process_table import host_table_lines
 from gpumon.tui.views.sparkline import BinnedSeries, column_span
 from gpumon.tui.views.workload_views import PaneView, vllm_view
 from gpumon.tui.widgets.gpu_row import (
@@ -77,6 +78,7 @@ class ViewContext:
     cursor: int | None  # position of the cursor's GPU row in this host, if it is there
     job_cursor: int | None = None  # the cursor's row in this host's jobs pane
     max_servers: int | None = None  # SGLang server lines that fit (None: all)
+    max_processes: int = 0  # lines of the process table below the GPU rows (0: none)
     replay: str | None = None  # the replay's state, shown instead of the connection state
     host_line: bool = False  # room for the target's CPU / RAM / load / swap line
     expanded: frozenset[int] = frozenset()  # GPU indexes whose process lines are shown
@@ -149,6 +151,8 @@ class HostSection(Vertical):
         self.sglang = SglangPane(id=f"sglang-{index}")
         self.vllm = VllmPane(id=f"vllm-{index}")
         self.jobs = JobsPane(id=f"jobs-{index}")
+        self.process_table = Static("", classes="process-table", markup=False)
+        self.process_table.display = False
         self._spark_cache: dict[int, tuple[object, tuple[float | None, ...]]] = {}
         self._binned: dict[tuple[int, bool], BinnedSeries] = {}  # by GPU and series
         self._full_in: dict[int, float] = {}  # time to full of the shown sample's GPUs
@@ -164,6 +168,7 @@ class HostSection(Vertical):
         yield self.titles
         yield self.waiting
         yield self.gpu_rows
+        yield self.process_table
         yield self.sglang
         yield self.vllm
         yield self.jobs
@@ -191,7 +196,9 @@ class HostSection(Vertical):
         listed = sum(v.listed_lines for v in views)  # expanded rows' process lines
         slices = sum(len(v.mig) for v in views)  # a MIG GPU's instance lines
         extra = sick + listed + slices + (1 if self.monitor.status.error else 0)
-        return HostNeeds(len(self.gpus) or 8, extra, len(w.sglang), len(w.jobs), len(w.vllm))
+        shown = self.shown
+        procs = sum(len(shown.processes_for(g)) for g in shown.gpus) if shown is not None else 0
+        return HostNeeds(len(self.gpus) or 8, extra, len(w.sglang), len(w.jobs), len(w.vllm), procs)
 
     def refresh_view(self, ctx: ViewContext, *, rows: bool = True) -> None:
         """Bring header, rows and panes up to date with the monitor (they stay while
@@ -212,7 +219,24 @@ class HostSection(Vertical):
             return
         self._stale = stale
         self._refresh_rows(ctx, stale)
+        self._refresh_process_table(ctx, stale)
         self._refresh_panes(ctx, stale)
+
+    def _refresh_process_table(self, ctx: ViewContext, stale: bool) -> None:
+        """The host's busiest processes below its GPU rows, where the screen has room
+        (``plan_layout``: from 40 lines); hidden otherwise."""
+        shown = self.shown
+        self.process_table.display = bool(ctx.max_processes) and shown is not None
+        if shown is None or not ctx.max_processes:
+            return
+        width = self.size.width or self.app.size.width
+        pal = ctx.palette
+        found = host_table_lines(
+            shown, self.monitor.host.container, width=width, count=ctx.max_processes
+        )
+        lines = [Text(x.text, Style(bold=True, color=pal.na)) for x in found[:2]]
+        lines += [Text(x.text, pal.text(x.role, stale=stale)) for x in found[2:]]
+        self.process_table.update(Text("\n").join(lines))
 
     def _refresh_header(self, ctx: ViewContext, stale: bool) -> None:
         """The header (connection, data age, alert count) and, with room, the host line."""

@@ -111,7 +111,14 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
         [
             _route(p.Hello, on_hello),
             _route(p.Gpus, lambda m: sink.ingest_gpu_rows(m.rows, m.fields or QUERY_FIELDS)),
-            _route(p.Procs, _quiet(lambda m: sink.ingest_process_rows(m.rows, m.memory))),
+            _route(
+                p.Procs,
+                _quiet(
+                    lambda m: sink.ingest_process_rows(
+                        m.rows, m.memory, m.usage, m.usage_source, m.details
+                    )
+                ),
+            ),
             _route(
                 p.ProcRecords,
                 _quiet(lambda m: sink.ingest_proc_records(m.source, m.records, sink.clock())),

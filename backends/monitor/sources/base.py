@@ -53,10 +53,16 @@ class Sink(Protocol):
     def ingest_sample(self, sample: HostSample) -> None: ...
 
     def ingest_process_rows(
-        self, rows: Sequence[str], memory: Mapping[str, int] | None = None
+        self,
+        rows: Sequence[str],
+        memory: Mapping[str, int] | None = None,
+        usage: Sequence[Sequence[Any]] = (),
+        usage_source: str = "",
+        details: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """``--query-compute-apps`` CSV rows: the processes now; ``memory``: each GPU's
-        used MiB (by UUID) read with them, where the source has it."""
+        used MiB (by UUID) read with them, where the source has it; ``usage``, its
+        ``usage_source`` and ``details``: as ``protocol.Procs`` has them."""
 
     def ingest_processes(self, processes: tuple[GpuProcess, ...], at: float) -> None: ...
 

@@ -31,7 +31,9 @@ What the test chooses through the environment, in the real module's own terms:
   index whose ``nvmlDeviceGetHandleByIndex`` raises NVML's Unknown Error (the GPU
   nvidia-smi prints ``Unable to determine the device handle for GPU...`` for).
 - ``FAKE_NVML_PROCESS_PID``: the pids of the compute processes, comma-separated (default:
-  none), using 1000, 1024, ... MiB; ``FAKE_NVML_PROC_FAULT``: the process calls raise a
+  none), using 1000, 1024, ... MiB, each with its SM and memory-bandwidth % on each GPU
+  (``process_usage``; ``FAKE_NVML_PROCESS_UTIL=unsupported``: not sampled);
+  ``FAKE_NVML_PROC_FAULT``: the process calls raise a
   RuntimeError (what no one expected: the agent's thread must say it died).
 - ``FAKE_NVML_MIG``: GPU 0 is in MIG mode (``nvmlDeviceGetMigMode`` [1, 1]) with the GPU
   instances ``MIG_SLOTS`` (one compute instance each; the first process on GI 1, the
@@ -410,6 +412,35 @@ def nvmlDeviceGetAttributes(h: int) -> Any:
     if h < MIG_BASE:
         raise NVMLError_NotSupported()
     return SimpleNamespace(multiprocessorCount=MIG_SLOTS[h % 100][3])
+
+
+# --- per-process utilisation ------------------------------------------------------------
+
+
+def process_usage(gpu: int, n: int) -> tuple[int, int]:
+    """(smUtil, memUtil) of the ``n``-th process of ``FAKE_NVML_PROCESS_PID`` on GPU
+    ``gpu``: a different pair on each GPU, that the tests compare with what gpumon says."""
+    sm = (13 + 29 * gpu + 41 * n) % 101
+    return sm, sm * 3 // 7
+
+
+def nvmlDeviceGetProcessUtilization(handle: int, timeStamp: int) -> list[Any]:
+    """As nvidia-ml-py 13.615.71's binding: c_nvmlProcessUtilizationSample_t (pid,
+    timeStamp, smUtil, memUtil, encUtil, decUtil), one sample a process, stamped now (in
+    microseconds); NVMLError(NVML_ERROR_NOT_FOUND) when none is newer than ``timeStamp``.
+    ``FAKE_NVML_PROCESS_UTIL=unsupported``: the driver does not sample processes."""
+    if os.environ.get("FAKE_NVML_PROCESS_UTIL") == "unsupported":
+        raise NVMLError_NotSupported()
+    now_us = int(time.time() * 1e6)
+    if timeStamp >= now_us or not _processes() or _mig_gpu(handle):
+        raise NVMLError_NotFound()  # a MIG-sliced GPU samples no process (pmon's '-')
+    out = []
+    for n, (pid, _used) in enumerate(_processes()):
+        sm, mem = process_usage(handle, n)
+        out.append(
+            SimpleNamespace(pid=pid, timeStamp=now_us, smUtil=sm, memUtil=mem, encUtil=0, decUtil=0)
+        )
+    return out
 
 
 def __getattr__(name: str) -> Any:
