@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,8 @@ from gpumon.backends.alerts.incident import headline, incidents
 from gpumon.backends.bundle.collect import recorded_alerts
 from gpumon.backends.model import GpuRef, GpuSample, Health, HostSample
 from gpumon.backends.recording import FlightRecorder, load_recording
+
+from source_trees import parsed
 
 ROOT = Path(__file__).resolve().parents[2]
 # The code that says alerts: every package but the parsers of the target's text and the
@@ -55,7 +58,7 @@ NOT_ALERTS = {
 
 
 def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             yield node
 
@@ -63,7 +66,7 @@ def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef
 def _regexes(tree: ast.Module) -> set[str]:
     """The module's names bound to ``re.compile(...)``."""
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             func = node.value.func
             if isinstance(func, ast.Attribute) and func.attr == "compile":
@@ -71,22 +74,34 @@ def _regexes(tree: ast.Module) -> set[str]:
     return out
 
 
+@functools.cache
+def _nodes(func: ast.AST) -> tuple[ast.AST, ...]:
+    """``ast.walk(func)``, once: the scan walks each function again on every round of its
+    fixed point, which was most of this test's time (a third of the fast lane's 60 s)."""
+    return tuple(ast.walk(func))
+
+
 def _text_names(func: ast.AST, given: set[str]) -> set[str]:
     """The local names a function binds to an alert's words (``text = alert.message``)
     or to text made of them (``" ".join(text.split())``), to a fixed point; ``given``:
     its parameters that some caller passes them in."""
+    return set(_text_names_of(func, frozenset(given)))
+
+
+@functools.cache
+def _text_names_of(func: ast.AST, given: frozenset[str]) -> frozenset[str]:
     names = set(given)
     while True:
         more = {
             t.id
-            for node in ast.walk(func)
+            for node in _nodes(func)
             if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
             and _says(node.value, names)
             for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
             if isinstance(t, ast.Name)
         }  # fmt: skip
         if more <= names:
-            return names
+            return frozenset(names)
         names |= more
 
 
@@ -144,7 +159,7 @@ def _code(root: Path) -> list[tuple[str, Function, set[str]]]:
             rel = path.relative_to(root).as_posix()
             if rel.startswith(NOT_SCANNED):
                 continue
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = parsed(path)
             regexes = _regexes(tree)
             out += [(rel, f, regexes) for f in _functions(tree) if (rel, f.name) not in NOT_ALERTS]
     return out
@@ -188,7 +203,7 @@ def readings(root: Path) -> list[str]:
         f"{rel}:{node.lineno} {ast.unparse(node)}"
         for rel, func, regexes in code
         for names in [_text_names(func, given.get(func.name, set()))]
-        for node in ast.walk(func)
+        for node in _nodes(func)
         if isinstance(node, ast.expr) and _reads(node, names, regexes)
     }
     return sorted(found, key=lambda r: (r.split(":")[0], int(r.split(":")[1].split()[0])))
@@ -196,7 +211,7 @@ def readings(root: Path) -> list[str]:
 
 def _calls(func: Function, defs: dict[str, list[Function]]) -> Iterator[tuple[ast.Call, str]]:
     """The calls in ``func`` of a function of the scanned code, with its name."""
-    for call in ast.walk(func):
+    for call in _nodes(func):
         if isinstance(call, ast.Call):
             callee = _called(call)
             if callee in defs and callee not in BUILTIN_METHODS:

@@ -33,6 +33,8 @@ from gpumon.backends.model import Health
 from gpumon.backends.workloads import watch as workloads_watch
 from gpumon.backends.workloads.watch import Workloads
 
+from source_trees import parsed
+
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ROOT / "backends"
 
@@ -151,7 +153,7 @@ def _raised() -> tuple[dict[str, list[str]], list[str]]:
     unknown: list[str] = []
     for path in sorted(BACKENDS.rglob("*.py")):
         rel = path.relative_to(BACKENDS).as_posix()
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         for func in _functions(tree):
             for call in ast.walk(func):
                 if not isinstance(call, ast.Call):

@@ -9,6 +9,8 @@ import pytest
 
 from gpumon.backends import paths
 
+from source_trees import parsed
+
 ROOT = Path(__file__).parents[2]
 
 
@@ -48,7 +50,7 @@ def test_only_the_paths_module_reads_the_xdg_variables() -> None:
     for path in [*(ROOT / "backends").rglob("*.py"), *(ROOT / "tui").rglob("*.py")]:
         if path == ROOT / "backends" / "paths.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Constant) and node.value in (
                 "XDG_CONFIG_HOME",
                 "XDG_STATE_HOME",

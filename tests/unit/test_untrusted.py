@@ -31,6 +31,8 @@ from gpumon.tui.views import Palette, alert_message, alert_title, alert_where, h
 from gpumon.tui.views.alert_cells import incident_text
 from gpumon.tui.widgets import StripView, render_strip
 
+from source_trees import parsed
+
 ROOT = Path(__file__).parents[2]
 PALETTE = Palette.from_theme(GPUMON_THEMES[0])
 ANY_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=300)
@@ -111,7 +113,7 @@ def test_no_module_decodes_target_json_without_cleaning_it() -> None:
     for path in [*(ROOT / "backends").rglob("*.py"), *(ROOT / "tui").rglob("*.py")]:
         if path in allowed or "sim" in path.parts:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if (
                 isinstance(node, ast.Attribute)
                 and node.attr in {"loads", "load"}
@@ -128,7 +130,7 @@ def test_textual_markup_is_never_switched_on_for_what_the_tui_shows() -> None:
     and the app's notify ignores ``markup=True``."""
     problems = []
     for path in (ROOT / "tui").rglob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
