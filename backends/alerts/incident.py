@@ -323,9 +323,10 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
         else:
             out += hung_server_fixes(cause.facts.schedulers, cause.facts.command)
     elif cause.kind == "vllm_wedged":
-        out += wedged_vllm_fixes(cause.facts.engine_pids, cause.facts.server_pid)
+        facts = cause.facts
+        out += wedged_vllm_fixes(facts.engine_pids, facts.server_pid, facts.command)
     elif cause.kind == "vllm_engine_dead":
-        out.append(_stop_api_server(cause.facts.server_pid))
+        out += _restart_vllm(cause.facts.server_pid, cause.facts.command)
     elif cause.facts.torch_swap is not None and cause.kind in _AFTER_SWAP_KINDS:
         out += torch_swap_fixes(cause.host, cause.facts.torch_swap)
     elif restart is not None and cause.kind in RESTART_FIXES:
@@ -368,26 +369,31 @@ def hung_server_fixes(schedulers: Sequence[int], command: str | None = None) -> 
     ]
 
 
-def wedged_vllm_fixes(engine: Sequence[int], server: int | None) -> list[Fix]:
+def wedged_vllm_fixes(
+    engine: Sequence[int], server: int | None, command: str | None = None
+) -> list[Fix]:
     """What can be done for a wedged vLLM server: first its engine's stacks (``py-spy
     dump --native`` of its engine core and workers, ``engine``: the PIDs titled
     ``VLLM::EngineCore``, ``VLLM::Worker_TP0``; the stuck step is in one of them, not in
-    the API server that still answers ``/health``), then ``K`` on its API server
-    (``server``), whose exit takes its engine processes with it, and its start again."""
+    the API server that still answers ``/health``), then its restart (``_restart_vllm``)."""
     if engine:
         each = f" (each engine process: {', '.join(map(str, engine))})" if len(engine) > 1 else ""
         stacks = f"its stacks: py-spy dump --native --pid {engine[0]}{each}"
     else:
         stacks = "its stacks: py-spy dump --native --pid <each VLLM::EngineCore, VLLM::Worker PID>"
-    return [Fix(None, stacks), _stop_api_server(server)]
+    return [Fix(None, stacks), *_restart_vllm(server, command)]
 
 
-def _stop_api_server(server: int | None) -> Fix:
-    """``K`` on a vLLM server's API server (its PID from discovery), to start it again
-    with its command line; advice only where its PID is not known."""
+def _restart_vllm(server: int | None, command: str | None) -> list[Fix]:
+    """``K`` on a vLLM server's API server (``server``, discovery's PID: its exit takes its
+    engine processes with it), then its start again with ``command`` (its command line,
+    masked) where known; advice only where its PID is not known."""
+    again = [Fix(None, f"start it again: {command}")] if command else []
     if server is None:
-        return Fix(None, "restart the server (its API server and engine processes)")
-    return Fix("K", f"stop its API server (PID {server}), then start it again")
+        return again or [Fix(None, "restart the server (its API server and engine processes)")]
+    if again:
+        return [Fix("K", f"stop its API server (PID {server})"), *again]
+    return [Fix("K", f"stop its API server (PID {server}), then start it again")]
 
 
 # A job slow or idle after a torch swap: the swap is the likely cause (its fact, set by the

@@ -543,7 +543,9 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "stacks, `py-spy dump --native --pid PID` of the processes vLLM titles "
         "`VLLM::EngineCore` and `VLLM::Worker_TP*` on its GPUs (the alert's `engine_pids` "
         "fact; the API server that answers `/health` is not where it is stuck), then `K` on "
-        "its API server (discovery's PID, the `server_pid` fact) and its start again.",
+        "its API server (discovery's PID, the `server_pid` fact) and its start again, with the "
+        "command line it was started with where discovery found it (masked, the `command` "
+        "fact).",
     ),
     _kind(
         "vllm_engine_dead",
@@ -561,7 +563,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "stack trace above the line in the log is the cause. It ends when the log's stats "
         "line says tokens are made again (a new engine) or the server stops answering. Its "
         "fix: `K` on its API server (the `server_pid` fact, from discovery) and its start "
-        "again; a server whose PID is not known (configured ports) is said to be restarted.",
+        "again (its `command`, where discovered); a server whose PID is not known "
+        "(configured ports) is said to be restarted.",
     ),
     _kind(
         "vllm_kv_pressure",

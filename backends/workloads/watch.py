@@ -222,7 +222,7 @@ class Workloads:
         if not 0 < port < 65536:
             return
         commands = self.server_commands
-        if engine == "sglang" and command is not None:
+        if command is not None:
             if len(commands) >= SERVER_COMMANDS_KEPT and port not in commands:
                 del commands[next(iter(commands))]  # the oldest: ports come and go
             commands[port] = command
@@ -537,10 +537,11 @@ class Workloads:
                     score=verdict.silent_s, gpu=first,
                     names_gpu=named is not None and named == first,
                     engine_pids=engine, server_pid=server.pid,
+                    command=self.server_commands.get(port),
                 )  # fmt: skip
             alerts.on_server_condition(
                 "vllm_engine_dead", Health.CRITICAL, port, server.dead_text(), t,
-                gpu=first, server_pid=server.pid,
+                gpu=first, server_pid=server.pid, command=self.server_commands.get(port),
             )  # fmt: skip
             alerts.on_server_condition(
                 "vllm_kv_pressure", Health.WARNING, port, server.kv_pressure(minimum), t, gpu=first

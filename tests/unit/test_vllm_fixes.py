@@ -8,12 +8,18 @@ failures: the flags vLLM prints."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.facts import AlertFacts
 from gpumon.backends.alerts.incident import command_fix, incidents
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import VllmConfig
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample
+from gpumon.backends.monitor.sources.agent import command, server_info
+from gpumon.backends.remote import protocol
+from gpumon.backends.remote.agent import scan_server_processes
 from gpumon.backends.workloads.watch import Workloads
 
 from upstream_captures import UPSTREAM
@@ -127,3 +133,33 @@ def test_kv_pressure_gives_vllms_advice_on_preemption() -> None:
             "--max-num-batched-tokens, or a larger --tensor-parallel-size",
         )
     ]
+
+
+def test_a_discovered_servers_fix_says_its_command_line_to_start_it_again(
+    tmp_path: Path,
+) -> None:
+    """The agent sends how a discovered vLLM server was started (its ``/proc/PID/cmdline``,
+    as for SGLang's), masked before anything keeps it: the wedged server's fix says it
+    after ``K`` on its API server, the key never in it."""
+    proc = tmp_path / "proc"
+    argv = ["/venv/bin/python3", "/venv/bin/vllm", "serve", "m", "--port", "8000"]
+    d = proc / str(API_SERVER)
+    (d / "fd").mkdir(parents=True)
+    (d / "stat").write_text(f"{API_SERVER} (python3) S 1 {API_SERVER} {API_SERVER} 0 -1 0\n")
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0--api-key\0sk-s3cret\0")
+    _, [info] = scan_server_processes(str(proc))
+    wire = protocol.ServerInfo.from_wire(json.loads(protocol.encode(info)))
+    w = Workloads(HostConfig(name="box", kind="ssh", vllm=VllmConfig(ports=(PORT,))))
+    w.on_server_info(*server_info(wire), command=command(wire))
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
+    _wedge(w, engine, None)
+    [incident] = incidents(engine.active())
+    assert [(f.key, f.words) for f in incident.fixes] == [
+        (None, "its stacks: py-spy dump --native --pid <each VLLM::EngineCore, VLLM::Worker PID>"),
+        ("K", "stop its API server (PID 4700)"),
+        (
+            None,
+            "start it again: /venv/bin/python3 /venv/bin/vllm serve m --port 8000 --api-key ****",
+        ),
+    ]
+    assert "s3cret" not in json.dumps(incident.cause.facts.to_json())
