@@ -908,6 +908,8 @@ class AlertEngine(AlertStore):
         schedulers: tuple[int, ...] = (),
         job: str | None = None,
         command: str | None = None,
+        engine_pids: tuple[int, ...] = (),
+        server_pid: int | None = None,
     ) -> list[Alert]:
         """A serving engine's condition ``kind`` (key ``KIND:PORT``) for the server on
         ``port`` while ``text`` is given; None ends it. SGLang's ``sglang_hung`` and the
@@ -917,7 +919,9 @@ class AlertEngine(AlertStore):
         ``names_gpu``: ``text`` names ``gpu`` itself; ``schedulers``: the server's
         scheduler PIDs, which the incident's fixes name; ``job``: the configured job the
         server is (its ``server`` key), which ``r`` restarts; ``command``: the command
-        line it was started with (masked), which the fix of one that is no job says."""
+        line it was started with (masked), which the fix of one that is no job says;
+        ``engine_pids``, ``server_pid``: a vLLM server's engine processes and its API
+        server, which the incident's fixes name."""
         return self._server_condition(
             kind,
             level,
@@ -930,6 +934,8 @@ class AlertEngine(AlertStore):
             schedulers=schedulers,
             job=job,
             command=command,
+            engine_pids=engine_pids,
+            server_pid=server_pid,
         )
 
     def _server_condition(
@@ -947,6 +953,8 @@ class AlertEngine(AlertStore):
         schedulers: tuple[int, ...] = (),
         job: str | None = None,
         command: str | None = None,
+        engine_pids: tuple[int, ...] = (),
+        server_pid: int | None = None,
     ) -> list[Alert]:
         key = key or f"{kind}:{port}"
         if text is None:
@@ -954,7 +962,14 @@ class AlertEngine(AlertStore):
                 self._end(key)
             return []
         raised: list[Alert] = []
-        facts = AlertFacts(port=port, names_gpu=names_gpu, schedulers=schedulers, command=command)
+        facts = AlertFacts(
+            port=port,
+            names_gpu=names_gpu,
+            schedulers=schedulers,
+            command=command,
+            engine_pids=engine_pids,
+            server_pid=server_pid,
+        )
         self._condition(key, kind, level, gpu, text, now, raised, score, job=job, facts=facts)
         return self._announce(raised)
 

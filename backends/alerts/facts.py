@@ -208,7 +208,10 @@ class AlertFacts:
     (``time_to_full``, MiB/s). ``schedulers``: an SGLang server's scheduler PIDs (its
     ``sglang::scheduler_TP*`` processes, as the watched machine numbers them), whose
     stacks py-spy dumps and which ``K`` stops; ``command``: the command line it was
-    started with, its secrets masked (one that is no job: its fix). ``torch_swap``: the
+    started with, its secrets masked (one that is no job: its fix). ``engine_pids``: a
+    vLLM server's engine core and worker PIDs (``VLLM::EngineCore``, ``VLLM::Worker_TP*``
+    on its GPUs), whose stacks py-spy dumps; ``server_pid``: its API server's (discovery's),
+    which ``K`` stops. ``torch_swap``: the
     host's torch swap before a job went slow or idle (``TorchSwap``), which ``d`` checks
     and ``w`` swaps back. ``idle_cost``: what GPUs held and idle cost so far (``IdleCost``:
     ``gpu_idle_held``)."""
@@ -232,6 +235,8 @@ class AlertFacts:
     unit: str | None = None
     schedulers: tuple[int, ...] = ()
     command: str | None = None
+    engine_pids: tuple[int, ...] = ()
+    server_pid: int | None = None
     torch_swap: TorchSwap | None = None
     idle_cost: IdleCost | None = None
 

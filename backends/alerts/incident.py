@@ -71,6 +71,7 @@ __all__ = [
     "screen_fix",
     "screen_fixes",
     "torch_swap_fixes",
+    "wedged_vllm_fixes",
 ]
 
 INCIDENT_GAP_S = 120.0
@@ -321,6 +322,11 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
             out.insert(1, restart)
         else:
             out += hung_server_fixes(cause.facts.schedulers, cause.facts.command)
+    elif cause.kind == "vllm_wedged":
+        facts = cause.facts
+        out += wedged_vllm_fixes(facts.engine_pids, facts.server_pid, facts.command)
+    elif cause.kind == "vllm_engine_dead":
+        out += _restart_vllm(cause.facts.server_pid, cause.facts.command)
     elif cause.facts.torch_swap is not None and cause.kind in _AFTER_SWAP_KINDS:
         out += torch_swap_fixes(cause.host, cause.facts.torch_swap)
     elif restart is not None and cause.kind in RESTART_FIXES:
@@ -363,6 +369,33 @@ def hung_server_fixes(schedulers: Sequence[int], command: str | None = None) -> 
     ]
 
 
+def wedged_vllm_fixes(
+    engine: Sequence[int], server: int | None, command: str | None = None
+) -> list[Fix]:
+    """What can be done for a wedged vLLM server: first its engine's stacks (``py-spy
+    dump --native`` of its engine core and workers, ``engine``: the PIDs titled
+    ``VLLM::EngineCore``, ``VLLM::Worker_TP0``; the stuck step is in one of them, not in
+    the API server that still answers ``/health``), then its restart (``_restart_vllm``)."""
+    if engine:
+        each = f" (each engine process: {', '.join(map(str, engine))})" if len(engine) > 1 else ""
+        stacks = f"its stacks: py-spy dump --native --pid {engine[0]}{each}"
+    else:
+        stacks = "its stacks: py-spy dump --native --pid <each VLLM::EngineCore, VLLM::Worker PID>"
+    return [Fix(None, stacks), *_restart_vllm(server, command)]
+
+
+def _restart_vllm(server: int | None, command: str | None) -> list[Fix]:
+    """``K`` on a vLLM server's API server (``server``, discovery's PID: its exit takes its
+    engine processes with it), then its start again with ``command`` (its command line,
+    masked) where known; advice only where its PID is not known."""
+    again = [Fix(None, f"start it again: {command}")] if command else []
+    if server is None:
+        return again or [Fix(None, "restart the server (its API server and engine processes)")]
+    if again:
+        return [Fix("K", f"stop its API server (PID {server})"), *again]
+    return [Fix("K", f"stop its API server (PID {server}), then start it again")]
+
+
 # A job slow or idle after a torch swap: the swap is the likely cause (its fact, set by the
 # rule that raised it), so the doctor checks the torch and a swap back undoes it.
 _AFTER_SWAP_KINDS = frozenset({"job_slow", "gpu_idle_held"})
@@ -388,6 +421,12 @@ _ENGINE_FIXES = {
         "start it with a higher --gpu-memory-utilization or a lower --max-model-len",
     ),
     "vllm_oom": ("restart it with a lower --max-num-seqs or --gpu-memory-utilization",),
+    # vLLM's advice on preemption (docs/configuration/optimization.md; V0's warning in
+    # vllm/core/scheduler.py: "Increase gpu_memory_utilization or tensor_parallel_size")
+    "vllm_kv_pressure": (
+        "restart it with a higher --gpu-memory-utilization, a lower --max-num-seqs or "
+        "--max-num-batched-tokens, or a larger --tensor-parallel-size",
+    ),
 }
 
 

@@ -539,8 +539,13 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "ago: ...`. vLLM's `/health` answers 200 while its engine loop is stuck, so the "
         "probe, asked once it fires and at most once per `hung_after_s`, is evidence, never "
         "the verdict. An idle server (nothing running or waiting) and one that just "
-        "started are never wedged; it ends when tokens come again. The fix: "
-        "`gpumon bundle HOST` for the engine's stacks (py-spy), then restart the server.",
+        "started are never wedged; it ends when tokens come again. Its fixes: its engine's "
+        "stacks, `py-spy dump --native --pid PID` of the processes vLLM titles "
+        "`VLLM::EngineCore` and `VLLM::Worker_TP*` on its GPUs (the alert's `engine_pids` "
+        "fact; the API server that answers `/health` is not where it is stuck), then `K` on "
+        "its API server (discovery's PID, the `server_pid` fact) and its start again, with the "
+        "command line it was started with where discovery found it (masked, the `command` "
+        "fact).",
     ),
     _kind(
         "vllm_engine_dead",
@@ -556,7 +561,10 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "`AsyncEngineDeadError` / `Background loop has errored already`, while the server's "
         "`/metrics` still answers: every request fails until the server is restarted. The "
         "stack trace above the line in the log is the cause. It ends when the log's stats "
-        "line says tokens are made again (a new engine) or the server stops answering.",
+        "line says tokens are made again (a new engine) or the server stops answering. Its "
+        "fix: `K` on its API server (the `server_pid` fact, from discovery) and its start "
+        "again (its `command`, where discovered); a server whose PID is not known "
+        "(configured ports) is said to be restarted.",
     ),
     _kind(
         "vllm_kv_pressure",

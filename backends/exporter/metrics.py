@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector
 
 from gpumon.backends.alerts.kinds import KINDS, NOTE_KINDS, Tag, tagged
 from gpumon.backends.alerts.store import Alert
-from gpumon.backends.model import Health
+from gpumon.backends.model import Health, HostSample
 from gpumon.backends.remote.agent import cut_name
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ _GPU = ("host", "gpu", "uuid", "name")
 _JOB = ("host", "job_name")
 _SGLANG = ("host", "port")
 _VLLM = _SGLANG  # a server of either engine is its host and port
+_MIG = ("host", "gpu", "uuid", "gi", "profile")  # the parent GPU's index and UUID
 # name -> (help, labels); every gauge the collector fills, and docs/on-call.md's table.
 GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpumon_gpu_memory_used_bytes": ("GPU memory in use", _GPU),
@@ -68,6 +69,11 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpumon_gpu_utilization_ratio": ("GPU utilisation, 0..1", _GPU),
     "gpumon_gpu_temperature_celsius": ("GPU temperature", _GPU),
     "gpumon_gpu_power_watts": ("GPU power draw", _GPU),
+    # A GPU in MIG mode is its GPU instances: its own memory numbers are their sum, which
+    # no instance fills (an instance runs out on its own); 0 instances: none could be read
+    "gpumon_gpu_mig_instances": ("GPU instances of a GPU in MIG mode", _GPU),
+    "gpumon_mig_memory_used_bytes": ("MIG GPU instance memory in use", _MIG),
+    "gpumon_mig_memory_total_bytes": ("MIG GPU instance memory in total", _MIG),
     "gpumon_job_state": ("1 for the job's current state, 0 for the others", (*_JOB, "state")),
     "gpumon_job_step": ("the job's last logged step", _JOB),
     "gpumon_job_rate": ("the job's throughput, unit in the label", (*_JOB, "unit")),
@@ -184,6 +190,31 @@ def _alert_counts(active: Iterable[Alert]) -> list[tuple[str, str, int]]:
     ]
 
 
+def _put_gpus(
+    put: Callable[[str, list[str], float | None], None], host: str, sample: HostSample
+) -> None:
+    """Each GPU's gauges; a GPU in MIG mode's also its GPU instances'."""
+    for gpu in sample.gpus:
+        labels = [host, str(gpu.index), cut_name(gpu.uuid or ""), cut_name(gpu.name or "")]
+        util = gpu.utilization_pct
+        put("gpumon_gpu_memory_used_bytes", labels, _bytes(gpu.memory_used_mib))
+        put("gpumon_gpu_memory_total_bytes", labels, _bytes(gpu.memory_total_mib))
+        put("gpumon_gpu_utilization_ratio", labels, None if util is None else util / 100)
+        put("gpumon_gpu_temperature_celsius", labels, gpu.temperature_c)
+        put("gpumon_gpu_power_watts", labels, gpu.power_w)
+        instances = sample.mig_instances(gpu)
+        if instances is not None:
+            put("gpumon_gpu_mig_instances", labels, float(len(instances)))
+        for inst in instances or ():
+            mig = [*labels[:3], str(inst.gpu_instance_id), cut_name(inst.profile or "")]
+            put("gpumon_mig_memory_used_bytes", mig, _bytes(inst.memory_used_mib))
+            put("gpumon_mig_memory_total_bytes", mig, _bytes(inst.memory_total_mib))
+
+
+def _bytes(mib: float | None) -> float | None:
+    return None if mib is None else mib * MIB
+
+
 def _gpu(index: int | None) -> str:
     return "" if index is None else str(index)
 
@@ -221,14 +252,8 @@ class GpumonCollector(Collector):
             host = m.name
             put("gpumon_agent_up", [host], 0.0 if m.is_stale() or m.no_data() else 1.0)
             put("gpumon_sample_age_seconds", [host], m.stale_s())
-            for gpu in m.latest.gpus if m.latest is not None else ():
-                labels = [host, str(gpu.index), cut_name(gpu.uuid or ""), cut_name(gpu.name or "")]
-                used, total, util = gpu.memory_used_mib, gpu.memory_total_mib, gpu.utilization_pct
-                put("gpumon_gpu_memory_used_bytes", labels, None if used is None else used * MIB)
-                put("gpumon_gpu_memory_total_bytes", labels, None if total is None else total * MIB)
-                put("gpumon_gpu_utilization_ratio", labels, None if util is None else util / 100)
-                put("gpumon_gpu_temperature_celsius", labels, gpu.temperature_c)
-                put("gpumon_gpu_power_watts", labels, gpu.power_w)
+            if m.latest is not None:  # no sample yet: no GPU's series
+                _put_gpus(put, host, m.latest)
             for name, job in m.workloads.jobs.items():
                 state = job.state.value
                 for s in JOB_STATES if state in JOB_STATES else (*JOB_STATES, state):

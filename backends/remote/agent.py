@@ -1908,7 +1908,7 @@ def scan_server_processes(
         elif is_vllm_server(argv):
             port = server_port(argv, f"{proc}/{entry}/cwd", VLLM_DEFAULT_PORT)
             found["vllm"].add(port)
-            vllm.setdefault(port, (pid, argv))
+            vllm.setdefault(port, (pid, argv[:-1] if argv and not argv[-1] else argv))
     infos = []
     ours: dict[int, tuple[int, ...] | None] = {}  # procfacts.held_device's, for this scan
     for port, (pid, argv) in sorted(vllm.items()):
@@ -1917,9 +1917,10 @@ def scan_server_processes(
         minors = sorted({m for p in tree for m in procfacts.held_devices(proc, p, ours)})
         infos.append(
             protocol.ServerInfo(
-                "vllm", port, pid, sizes.get("tp"), sizes.get("pp"), sizes.get("dp"), minors
+                "vllm", port, pid, sizes.get("tp"), sizes.get("pp"), sizes.get("dp"), minors,
+                argv=protocol.bounded_argv(argv),
             )
-        )
+        )  # fmt: skip
     for port, (pid, argv) in sorted(sglang.items()):  # how it was started: a hang's fix
         infos.append(protocol.ServerInfo("sglang", port, pid, argv=protocol.bounded_argv(argv)))
     return {k: sorted(v) for k, v in found.items()}, infos

@@ -222,7 +222,7 @@ class Workloads:
         if not 0 < port < 65536:
             return
         commands = self.server_commands
-        if engine == "sglang" and command is not None:
+        if command is not None:
             if len(commands) >= SERVER_COMMANDS_KEPT and port not in commands:
                 del commands[next(iter(commands))]  # the oldest: ports come and go
             commands[port] = command
@@ -514,6 +514,7 @@ class Workloads:
         judged = self._judged(t)
         for port, server in self.vllm.items():
             first = gpus.get(port, (None,))[0]
+            engine = vllm_engine_pids(sample, gpus.get(port, ()))
             verdict = server.hung(judged, after)
             if verdict is None:
                 alerts.on_server_condition("vllm_wedged", Health.CRITICAL, port, None, t)
@@ -535,10 +536,13 @@ class Workloads:
                     "vllm_wedged", Health.CRITICAL, port, "; ".join(parts), t,
                     score=verdict.silent_s, gpu=first,
                     names_gpu=named is not None and named == first,
+                    engine_pids=engine, server_pid=server.pid,
+                    command=self.server_commands.get(port),
                 )  # fmt: skip
             alerts.on_server_condition(
-                "vllm_engine_dead", Health.CRITICAL, port, server.dead_text(), t, gpu=first
-            )
+                "vllm_engine_dead", Health.CRITICAL, port, server.dead_text(), t,
+                gpu=first, server_pid=server.pid, command=self.server_commands.get(port),
+            )  # fmt: skip
             alerts.on_server_condition(
                 "vllm_kv_pressure", Health.WARNING, port, server.kv_pressure(minimum), t, gpu=first
             )
@@ -681,6 +685,10 @@ def scheduler_pids(sample: HostSample | None, gpus: Sequence[int]) -> tuple[int,
     """The PIDs of the SGLang schedulers on ``gpus`` (``sglang::scheduler_TP0`` ...), as
     the watched machine numbers them (else the host's), in GPU order: what py-spy dumps
     and ``K`` stops. Empty where no sample lists them."""
+    return _titled_pids(sample, gpus, SCHEDULER_TITLE)
+
+
+def _titled_pids(sample: HostSample | None, gpus: Sequence[int], title: str) -> tuple[int, ...]:
     if sample is None:
         return ()
     out: list[int] = []
@@ -689,9 +697,21 @@ def scheduler_pids(sample: HostSample | None, gpus: Sequence[int]) -> tuple[int,
             continue
         for p in sample.processes_for(gpu):
             pid = p.pid if p.pid is not None else p.host_pid
-            if (p.name or "").startswith(SCHEDULER_TITLE) and pid is not None and pid not in out:
+            if (p.name or "").startswith(title) and pid is not None and pid not in out:
                 out.append(pid)
     return tuple(out)
+
+
+# vLLM's processes as set_process_title names them (vllm/utils/system_utils.py 0.34.0:
+# VLLM_PROCESS_NAME_PREFIX "VLLM", then "::EngineCore", "::Worker_TP0" and the like)
+VLLM_TITLE = "VLLM::"
+
+
+def vllm_engine_pids(sample: HostSample | None, gpus: Sequence[int]) -> tuple[int, ...]:
+    """The PIDs of a vLLM server's engine core and workers on ``gpus`` (their
+    ``VLLM::`` titles), as the watched machine numbers them (else the host's), in GPU
+    order: what py-spy dumps on a wedged engine. Empty where no sample lists them."""
+    return _titled_pids(sample, gpus, VLLM_TITLE)
 
 
 def _server_for(servers: Mapping[int, SglangTracker], path: str) -> SglangTracker | None:

@@ -1,6 +1,8 @@
-"""One fixed scene for the exporter's golden page: the simulated CT200 at scenario time 30
-s, seen 2 s later by a monitor on a frozen clock, with two OOM alerts on GPU 6 and a vLLM 0.34.0
-server on port 8000 (its captured page, two engines making 200 tokens/s each). Shared by
+"""One fixed scene for the exporter's golden page: the simulated CT200 of scenario ``mig`` at
+scenario time 30 s (GPU 7 in MIG mode, its three GPU instances read as the agent reads
+nvidia-smi's), seen 2 s later by a monitor on a frozen clock, with two OOM alerts on GPU 6
+and a vLLM 0.34.0 server on port 8000 (its captured page, two engines making 200 tokens/s
+each). Shared by
 ``scripts/capture/exporter_golden.py`` (which writes the golden file) and the test that
 compares the exporter's page with it."""
 
@@ -13,14 +15,14 @@ from gpumon.backends.exporter.metrics import GpumonCollector, OomCounter, regist
 from gpumon.backends.model import Health
 from gpumon.backends.monitor import demo_settings, make_monitor
 
-from sim_samples import sim_printers, sim_sample
+from sim_samples import sim_mig_sample
 from vllm_trackers import busy
 
 
 def exporter_page() -> bytes:
     """The exporter's ``/metrics`` body for the scene, as ``MetricsServer`` serves it."""
-    settings = demo_settings(demo_time=30, frozen=True)
-    sample = sim_sample(sim_printers(settings), settings, 30.0)
+    settings = demo_settings("mig", demo_time=30, frozen=True)
+    sample = sim_mig_sample(settings, 30.0)
     now = [sample.time]  # the monitor's clock: the sample comes, then 2 s pass
     monitor = make_monitor(
         HostConfig(name="ct200", kind="local"), record=False, clock=lambda: now[0]

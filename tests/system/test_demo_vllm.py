@@ -48,6 +48,13 @@ def test_check_says_the_vllm_server_wedged_by_150_s() -> None:
     data = json.loads(snap.stdout)
     alerts = [a for a in data["alerts"] if a["kind"] == "vllm_wedged"]
     port = _port_on(data, 6)
+    # its fix: the engine core's stacks, by the PID the GPU's process list gives it
+    [engine_core] = data["gpus"][6]["processes"]
+    stacks = f"its stacks: py-spy dump --native --pid {engine_core['pid']}"
+    assert f" — fix: {stacks} (8 GPUs" in out.stdout, out.stdout
+    [incident] = [i for i in data["incidents"] if i["kind"] == "vllm_wedged"]
+    assert incident["fix"] == stacks, incident
+    assert alerts[0]["facts"]["engine_pids"] == [engine_core["pid"]]
     assert [(a["severity"], a["gpu"]) for a in alerts] == [("critical", 6)], data["alerts"]
     assert alerts[0]["message"].startswith(f"vllm :{port} wedged: 41 running")
     servers = {s["port"]: s for s in data["vllm"]}

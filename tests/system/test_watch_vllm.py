@@ -67,6 +67,9 @@ async def test_watch_pages_a_wedged_vllm_server(tmp_path: Path) -> None:
                 line["headline"],
             )
             assert said, line
+            # its fix: the engine core's stacks (the demo's engine core on GPU 6: CT 200's
+            # PID 4318, scenario._VLLM_PID + 168 * 6 less the container's offset)
+            assert line["fix"] == "its stacks: py-spy dump --native --pid 4318", line
             hooks = await until(lambda: rx.received("/hook"), 30, "the webhook", step=0.3)
             bodies = [h.json() for h in hooks]
             assert any("vllm_wedged" in json.dumps(b) for b in bodies), bodies

@@ -282,6 +282,8 @@ FULL = AlertFacts(
     unit="tok/s",
     schedulers=(2419020, 2419021),
     command="python -m sglang.launch_server --port 30000 --api-key ****",
+    engine_pids=(4702, 4703),
+    server_pid=4700,
     torch_swap=TorchSwap("2.11.0+cu128", "2.11.0+cu130", 1.8e9, "root"),
     idle_cost=IdleCost(4, 21600.0, 14.0, 0.15, "EUR"),
 )

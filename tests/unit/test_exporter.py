@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -16,8 +18,9 @@ from gpumon.backends.model import Health, HostSample, pci_key
 from gpumon.backends.monitor import demo_settings, make_monitor
 from gpumon.backends.parsers import QUERY_FIELDS, parse_query_gpu
 from gpumon.backends.remote.agent import NAME_MAX_CHARS
+from gpumon.backends.sim.scenario import MIG_GPU
 
-from sim_samples import sim_printers, sim_sample
+from sim_samples import sim_mig_sample, sim_printers, sim_sample
 
 
 def scrape(collector: GpumonCollector) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -192,3 +195,46 @@ def test_vllm_servers_are_exported_beside_sglang_and_what_a_release_lacks_is_lef
     assert by_port("gpumon_vllm_spec_accept_ratio") == {"8001": 0.2}
     assert {lab["host"] for lab, _ in metrics["gpumon_vllm_up"]} == {"ct200"}
     assert "gpumon_sglang_up" not in metrics  # no SGLang server here: no series
+
+
+def test_a_mig_gpu_is_exported_by_its_instances() -> None:
+    """Issue 39 point 3: a MIG GPU's ``gpumon_gpu_memory_used_bytes`` is the sum of its
+    instances, which none of them fills; each GPU instance has its own memory gauges,
+    labelled with its GI id and profile, and the GPU says how many it has."""
+    settings = demo_settings("mig", demo_time=40, frozen=True)
+    sample = sim_mig_sample(settings, 40.0)
+    monitor = make_monitor(HostConfig(name="ct200", kind="local"), record=False)
+    monitor.ingest_sample(sample)
+    metrics = scrape(GpumonCollector(lambda: [monitor]))
+    uuid = sample.gpus[MIG_GPU].uuid
+    mib: dict[str, dict[tuple[int, str | None], int | None]] = {
+        "gpumon_mig_memory_used_bytes": {
+            (i.gpu_instance_id, i.profile): i.memory_used_mib for i in sample.mig
+        },
+        "gpumon_mig_memory_total_bytes": {
+            (i.gpu_instance_id, i.profile): i.memory_total_mib for i in sample.mig
+        },
+    }
+    for name, want in mib.items():
+        assert len(want) == 3 and None not in want.values(), want
+        got = {(int(lab["gi"]), lab["profile"]): v / (1024 * 1024) for lab, v in metrics[name]}
+        assert got == want, name
+        assert {(lab["host"], lab["gpu"], lab["uuid"]) for lab, _ in metrics[name]} == {
+            ("ct200", str(MIG_GPU), uuid)
+        }
+    counts = {lab["gpu"]: v for lab, v in metrics["gpumon_gpu_mig_instances"]}
+    assert counts == {str(MIG_GPU): 3.0}  # the GPUs off MIG have none, not 0
+
+
+def test_a_mig_gpu_whose_instances_cannot_be_read_exports_none_of_them() -> None:
+    """In MIG mode, no instance read (``MIG: per-instance data not available``): 0
+    instances, and no instance series made up from the whole GPU's numbers."""
+    settings = demo_settings("mig", demo_time=40, frozen=True)
+    sample = replace(sim_mig_sample(settings, 40.0), mig=())
+    monitor = make_monitor(HostConfig(name="ct200", kind="local"), record=False)
+    monitor.ingest_sample(sample)
+    metrics = scrape(GpumonCollector(lambda: [monitor]))
+    assert [(lab["gpu"], v) for lab, v in metrics["gpumon_gpu_mig_instances"]] == [
+        (str(MIG_GPU), 0.0)
+    ]
+    assert "gpumon_mig_memory_used_bytes" not in metrics

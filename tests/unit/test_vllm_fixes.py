@@ -1,0 +1,165 @@
+"""What fixes each vLLM verdict (issue 38, its loose end): the incident's fixes come from
+the alert's facts, as SGLang's hung server's do (``incident.wedged_vllm_fixes``). A wedged
+engine: its stacks (``py-spy dump --native`` of the processes vLLM titles ``VLLM::EngineCore``
+and ``VLLM::Worker_TP*``: ``set_process_title``, vllm/utils/system_utils.py 0.34.0, the
+prefix ``VLLM`` from ``VLLM_PROCESS_NAME_PREFIX``), then ``K`` on its API server; a dead
+engine core: ``K`` on its API server; KV pressure: vLLM's advice on preemption; its memory
+failures: the flags vLLM prints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpumon.backends.alerts.engine import AlertEngine, AlertRules
+from gpumon.backends.alerts.facts import AlertFacts
+from gpumon.backends.alerts.incident import command_fix, incidents
+from gpumon.backends.config.load import HostConfig
+from gpumon.backends.config.workloads import VllmConfig
+from gpumon.backends.model import GpuProcess, GpuSample, HostSample
+from gpumon.backends.monitor.sources.agent import command, server_info
+from gpumon.backends.remote import protocol
+from gpumon.backends.remote.agent import scan_server_processes
+from gpumon.backends.workloads.watch import Workloads
+
+from upstream_captures import UPSTREAM
+
+PORT = 8000
+API_SERVER = 4700
+
+
+def page(name: str) -> str:
+    return (UPSTREAM / "vllm" / "0.34.0" / name).read_text()
+
+
+def _tp2_sample() -> HostSample:
+    """A TP-2 server's GPUs 0 and 1, each with its worker (a TP-1 engine core would hold
+    the GPU itself), and a python of another job on GPU 2."""
+    gpus = tuple(GpuSample(index=i, uuid=f"GPU-{i}") for i in range(3))
+    procs = (
+        GpuProcess(4702, "VLLM::Worker_TP0", 70000, "GPU-0"),
+        GpuProcess(4703, "VLLM::Worker_TP1", 70000, "GPU-1"),
+        GpuProcess(5000, "python3", 1000, "GPU-2"),
+    )
+    return HostSample("box", 0.0, None, gpus, procs)
+
+
+def _workloads(pid: int | None = API_SERVER) -> Workloads:
+    w = Workloads(HostConfig(name="box", kind="ssh", vllm=VllmConfig(ports=(PORT,))))
+    # discovery: the API server's PID and the device files (minors 0, 1) its tree holds
+    w.on_server_info("vllm", PORT, {"tp": 2}, [0, 1], pid)
+    return w
+
+
+def _sample_with_minors() -> HostSample:
+    sample = _tp2_sample()
+    gpus = tuple(GpuSample(index=g.index, uuid=g.uuid, minor=g.index) for g in sample.gpus)
+    return HostSample("box", 0.0, None, gpus, sample.processes)
+
+
+def _wedge(w: Workloads, engine: AlertEngine, sample: HostSample | None) -> None:
+    tracker = w.vllm[PORT]
+    tracker.observe_text(page("metrics.prom"), 1000.0)
+    for t in range(1005, 1075, 5):  # requests running, the counters frozen
+        tracker.observe_text(page("metrics_later.prom"), float(t))
+        w.judge_vllm(engine, float(t), sample)
+
+
+def test_a_wedged_engines_incident_offers_its_stacks_then_k_on_its_api_server() -> None:
+    w = _workloads()
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
+    _wedge(w, engine, _sample_with_minors())
+    [alert] = [a for a in engine.active() if a.kind == "vllm_wedged"]
+    assert (alert.facts.engine_pids, alert.facts.server_pid) == ((4702, 4703), API_SERVER)
+    back = AlertFacts.from_json(alert.facts.to_json())  # a recording keeps them
+    assert (back.engine_pids, back.server_pid) == ((4702, 4703), API_SERVER)
+    [incident] = incidents(engine.active())
+    assert [(f.key, f.words) for f in incident.fixes] == [
+        (None, "its stacks: py-spy dump --native --pid 4702 (each engine process: 4702, 4703)"),
+        ("K", "stop its API server (PID 4700), then start it again"),
+    ]
+    assert command_fix(incident) == (
+        "fix: its stacks: py-spy dump --native --pid 4702 (each engine process: 4702, 4703)"
+    )
+
+
+def test_a_wedged_engine_whose_processes_are_not_known_says_what_to_dump() -> None:
+    """No sample lists its processes, discovery gave no PID (configured ports): the advice
+    still names the processes to dump, and no ``K`` is offered on a PID nobody knows."""
+    w = _workloads(pid=None)
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
+    _wedge(w, engine, None)
+    [incident] = incidents(engine.active())
+    assert incident.cause.kind == "vllm_wedged"
+    assert [(f.key, f.words) for f in incident.fixes] == [
+        (None, "its stacks: py-spy dump --native --pid <each VLLM::EngineCore, VLLM::Worker PID>"),
+        (None, "restart the server (its API server and engine processes)"),
+    ]
+
+
+def test_a_dead_engine_core_is_fixed_by_k_on_its_api_server() -> None:
+    """Every request fails until the server is restarted; its engine's stacks are gone."""
+    w = _workloads()
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1002.0)
+    tracker = w.vllm[PORT]
+    tracker.observe_text(page("metrics.prom"), 1000.0)
+    tracker.observe_log_line(
+        "ERROR 11-29 14:33:02 [core.py:398] EngineCore encountered a fatal error.", 1001.0
+    )
+    w.judge_vllm(engine, 1002.0, _sample_with_minors())
+    [incident] = incidents(engine.active())
+    assert incident.cause.kind == "vllm_engine_dead"
+    assert [(f.key, f.words) for f in incident.fixes] == [
+        ("K", "stop its API server (PID 4700), then start it again")
+    ]
+    assert command_fix(incident) == (
+        "fix: stop its API server (PID 4700), then start it again (the dashboard's K)"
+    )
+
+
+def test_kv_pressure_gives_vllms_advice_on_preemption() -> None:
+    w = _workloads()
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1005.0)
+    tracker = w.vllm[PORT]
+    tracker.observe_text(page("metrics.prom").replace("} 0.62", "} 0.97"), 1000.0)
+    tracker.observe_text(page("metrics_later.prom").replace("} 0.62", "} 0.97"), 1005.0)
+    w.judge_vllm(engine, 1005.0, _sample_with_minors())
+    [incident] = incidents(engine.active())
+    assert incident.cause.kind == "vllm_kv_pressure"
+    assert [(f.key, f.words) for f in incident.fixes] == [
+        (
+            None,
+            "restart it with a higher --gpu-memory-utilization, a lower --max-num-seqs or "
+            "--max-num-batched-tokens, or a larger --tensor-parallel-size",
+        )
+    ]
+
+
+def test_a_discovered_servers_fix_says_its_command_line_to_start_it_again(
+    tmp_path: Path,
+) -> None:
+    """The agent sends how a discovered vLLM server was started (its ``/proc/PID/cmdline``,
+    as for SGLang's), masked before anything keeps it: the wedged server's fix says it
+    after ``K`` on its API server, the key never in it."""
+    proc = tmp_path / "proc"
+    argv = ["/venv/bin/python3", "/venv/bin/vllm", "serve", "m", "--port", "8000"]
+    d = proc / str(API_SERVER)
+    (d / "fd").mkdir(parents=True)
+    (d / "stat").write_text(f"{API_SERVER} (python3) S 1 {API_SERVER} {API_SERVER} 0 -1 0\n")
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0--api-key\0sk-s3cret\0")
+    _, [info] = scan_server_processes(str(proc))
+    wire = protocol.ServerInfo.from_wire(json.loads(protocol.encode(info)))
+    w = Workloads(HostConfig(name="box", kind="ssh", vllm=VllmConfig(ports=(PORT,))))
+    w.on_server_info(*server_info(wire), command=command(wire))
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
+    _wedge(w, engine, None)
+    [incident] = incidents(engine.active())
+    assert [(f.key, f.words) for f in incident.fixes] == [
+        (None, "its stacks: py-spy dump --native --pid <each VLLM::EngineCore, VLLM::Worker PID>"),
+        ("K", "stop its API server (PID 4700)"),
+        (
+            None,
+            "start it again: /venv/bin/python3 /venv/bin/vllm serve m --port 8000 --api-key ****",
+        ),
+    ]
+    assert "s3cret" not in json.dumps(incident.cause.facts.to_json())
