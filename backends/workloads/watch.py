@@ -831,10 +831,15 @@ def _spin_words(shown: Sequence[GpuSample]) -> str | None:
         return None
     watts = "/".join(f"{w:.0f}" for w, _ in powers if w is not None)
     cap = powers[0][1] or 0.0
-    return (
-        f"{_which(shown)} at 100 % utilisation on {watts} W of {cap:.0f} W: "
-        "an NCCL spin (a rank waits in a collective for a peer)"
+    # One GPU has no peer on this machine to wait for: a single-GPU server (the demo's
+    # wedged vLLM) spinning is a kernel busy without work, a collective only when its
+    # peers are on other machines.
+    why = (
+        "a kernel spins without work (or waits in a collective for a peer on another machine)"
+        if len(shown) == 1
+        else "an NCCL spin (a rank waits in a collective for a peer)"
     )
+    return f"{_which(shown)} at 100 % utilisation on {watts} W of {cap:.0f} W: {why}"
 
 
 def _nccl_spin(sample: HostSample, gpus: Sequence[int]) -> str | None:

@@ -277,35 +277,37 @@ def test_the_agent_takes_only_local_probes() -> None:
     assert protocol.decode_command(other.encode().decode()) is None
 
 
-def _tp_sample(util: float, power: float) -> HostSample:
-    """One TP-2 server's two GPUs at ``util`` % and ``power`` W of 600 W."""
+def _tp_sample(util: float, power: float, tp: int = 2) -> HostSample:
+    """One TP-``tp`` server's GPUs at ``util`` % and ``power`` W of 600 W."""
     gpus = tuple(
         GpuSample(index=i, uuid=f"GPU-{i}", utilization_pct=util, power_w=power,
                   power_limit_w=600.0)
-        for i in (0, 1)
+        for i in range(tp)
     )  # fmt: skip
     procs = tuple(
-        GpuProcess(100 + i, f"sglang::scheduler_TP{i}", 80000, f"GPU-{i}") for i in (0, 1)
+        GpuProcess(100 + i, f"sglang::scheduler_TP{i}", 80000, f"GPU-{i}") for i in range(tp)
     )
     return HostSample("ct200", 0.0, None, gpus, procs)
 
 
 @pytest.mark.parametrize(
-    ("util", "power", "said"),
+    ("util", "power", "tp", "said"),
     [
-        (100.0, 115.0, "GPUs 0,1 at 100 % utilisation on 115/115 W of 600 W: an NCCL spin"),
-        (2.0, 60.0, "GPUs 0,1 idle (2 %): stuck off the GPU"),
-        (100.0, 480.0, None),  # busy at full power: computing, no signature to name
+        (100.0, 115.0, 2, "GPUs 0,1 at 100 % utilisation on 115/115 W of 600 W: an NCCL spin"),
+        # one GPU has no peer here: no "NCCL spin" said as a certainty
+        (100.0, 115.0, 1, "GPU 0 at 100 % utilisation on 115 W of 600 W: a kernel spins"),
+        (2.0, 60.0, 2, "GPUs 0,1 idle (2 %): stuck off the GPU"),
+        (100.0, 480.0, 2, None),  # busy at full power: computing, no signature to name
     ],
 )
 def test_the_hung_servers_gpus_say_how_it_hangs(
-    util: float, power: float, said: str | None
+    util: float, power: float, tp: int, said: str | None
 ) -> None:
     workloads = Workloads(HostConfig(name="ct200", kind="ssh", sglang=SglangConfig(ports=(30000,))))
     engine = AlertEngine("ct200", AlertRules(), clock=lambda: 0.0)
     for t in range(0, 70, 5):
         workloads.sglang[30000].observe(SglangScrape(running=37.0, decode_tokens=5.0), float(t))
-        workloads.judge_hung(engine, float(t), _tp_sample(util, power))
+        workloads.judge_hung(engine, float(t), _tp_sample(util, power, tp))
     [alert] = engine.active()
     assert alert.gpu == 0  # what else happens on its GPU folds into the incident
     if said is None:
