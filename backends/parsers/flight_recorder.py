@@ -180,6 +180,11 @@ class FrReport:
     rows: tuple[RankRow, ...]
     waited_s: float | None = None
 
+    @property
+    def blamed(self) -> tuple[int, ...]:
+        """The ranks to look at: those that never entered, else those without a dump."""
+        return self.absent or self.undumped
+
     def words(self, job: str) -> str:
         """``drafter stalled: rank 5 never entered all_reduce #288686 (ranks 0-4, 6-7
         waiting 600 s)``: the named rank with its GPU and PID where known."""

@@ -161,3 +161,15 @@ def test_a_cut_dump_is_unreadable_not_a_crash() -> None:
 def test_rank_ranges() -> None:
     assert rank_ranges([0, 1, 2, 3, 4, 6, 7]) == "0-4, 6-7"
     assert rank_ranges([3]) == "3"
+
+
+@pytest.mark.parametrize("kind", ["on-demand", "on-timeout"])
+def test_the_report_travels_as_an_alerts_facts(kind: str) -> None:
+    """Into a recording and the snapshot JSON and back (``AlertFacts.collective``)."""
+    from gpumon.backends.alerts.facts import AlertFacts
+
+    report = analyze(dumps(VERSIONS[0], kind), pids=pids(VERSIONS[0]), at={0: 1.8e9})
+    facts = AlertFacts(collective=report)
+    back = AlertFacts.from_json(json.loads(json.dumps(facts.to_json())))
+    assert back == facts
+    assert back.collective is not None and back.collective.table() == report.table()
