@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumon.backends.parsers.units import duration_words
+
 __all__ = [
     "Collective",
     "FrReport",
@@ -190,7 +192,7 @@ class FrReport:
         waiting 600 s)``: the named rank with its GPU and PID where known."""
         if self.stuck is None:
             return f"{job}: the flight recorder shows no collective left waiting"
-        waited = "" if self.waited_s is None else f" {_duration(self.waited_s)}"
+        waited = "" if self.waited_s is None else f" {duration_words(max(self.waited_s, 0.0))}"
         whom = f"{_plural('rank', self.waiting)} {rank_ranges(self.waiting)} waiting{waited}"
         if self.absent:
             named = "; ".join(self._who(r) for r in self.absent)
@@ -412,11 +414,3 @@ def rank_ranges(ranks: Iterable[int]) -> str:
 
 def _plural(word: str, items: Sequence[int]) -> str:
     return word if len(items) == 1 else f"{word}s"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{max(seconds, 0):.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

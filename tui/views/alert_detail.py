@@ -11,8 +11,8 @@ before the cause); what was done about it ("restarted by root at 05:40:13 (new P
 dashboard and the headless commands say them); then each alert, the cause first: its
 kind, state, first / peak / now messages with their times, the log or kernel lines
 that raised it, and for a stall the flight recorder named the per-rank table (each rank's
-last completed and last entered collective, a missing dump said); last, the flight recording that holds it, when one was written or is
-being written.
+last completed and last entered collective, a missing dump said); last, the flight
+recording that holds it, when one was written or is being written.
 """
 
 from __future__ import annotations
