@@ -379,12 +379,15 @@ async def test_demo_restart_in_process_gpu6_memory_rises(local_env: Path) -> Non
 
 
 def evidence_job(
-    name: str, log: Path, prefix: Path, evidence_s: float = 15, flags: str = ""
+    name: str, log: Path, prefix: Path, evidence_s: float = 15, start: str | None = None
 ) -> str:
     """A job whose environment sets the flight recorder's dump prefix as PyTorch reads it
     (TORCH_FR_DUMP_TEMP_FILE + the rank: torch/csrc/distributed/c10d/FlightRecorder.cpp at
     ad55c3b, DebugInfoWriter; docs/formats.md 8)."""
-    return job_table(name, flags=flags, log=str(log), evidence_s=evidence_s) + (
+    keys: dict[str, object] = {"log": str(log), "evidence_s": evidence_s}
+    if start is not None:  # another program than job_script.py
+        keys["start"] = start
+    return job_table(name, **keys) + (
         f"[hosts.ct200.jobs.{name}.env]\n"
         f"TORCH_FR_DUMP_TEMP_FILE = {json.dumps(str(prefix))}\n"
         'TORCH_FR_BUFFER_SIZE = "2000"\n'
@@ -688,7 +691,10 @@ def test_restart_names_the_rank_that_never_arrived_from_the_real_dumps(
     stop, and the job restarts."""
     name, log, fr = job_name(), tmp_path / "job.log", tmp_path / "fr"
     fr.mkdir()
-    table = evidence_job(name, log, fr / "trace_rank_", flags="--ranks 4")
+    # 4 stand-in ranks (tests/support/fr_rank.py) without a debug pipe: what they dumped is
+    # only what the test puts where their TORCH_FR_DUMP_TEMP_FILE says
+    start = f"{shlex.quote(sys.executable)} {shlex.quote(FR_RANK)} --ranks 4"
+    table = evidence_job(name, log, fr / "trace_rank_", start=start)
     cfg = write_config(tmp_path, sshd, table)
     first = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
     assert first.returncode == 0, first.stdout + first.stderr

@@ -4,9 +4,7 @@ Prints ``argv: [...]`` (its arguments as JSON, so a test can see exactly what it
 one ``progress N pid P`` line every ``--every`` seconds to stdout (the launcher sends
 stdout and stderr to the job's log). ``--ignore-sigterm`` makes SIGTERM (and SIGHUP) do
 nothing, so only SIGKILL ends it; ``--fail-at-start MESSAGE`` prints MESSAGE to stderr and
-exits 3 at once. ``--ranks N`` starts N more processes of itself, each with ``RANK`` set in
-its environment (as torchrun's workers have it) and a line every hour, and goes on as their
-launcher. Standard library only.
+exits 3 at once. Standard library only.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -25,7 +22,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=float, default=0.2, help="seconds between lines")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--fail-at-start", metavar="MESSAGE")
-    parser.add_argument("--ranks", type=int, default=0, help="worker processes with RANK")
     parser.add_argument("args", nargs="*", help="anything; echoed in the argv line")
     args = parser.parse_args(argv)
     print("argv: " + json.dumps(sys.argv[1:] if argv is None else argv), flush=True)
@@ -35,9 +31,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.ignore_sigterm:  # and SIGHUP, which its tmux pane sends when the pane closes
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    for rank in range(args.ranks):  # in its session: the job's processes
-        env = {**os.environ, "RANK": str(rank)}
-        subprocess.Popen([sys.executable, __file__, "--every", "3600"], env=env)
     step = 0
     while True:
         step += 1
