@@ -384,10 +384,8 @@ def evidence_job(
     """A job whose environment sets the flight recorder's dump prefix as PyTorch reads it
     (TORCH_FR_DUMP_TEMP_FILE + the rank: torch/csrc/distributed/c10d/FlightRecorder.cpp at
     ad55c3b, DebugInfoWriter; docs/formats.md 8)."""
-    keys: dict[str, object] = {"log": str(log), "evidence_s": evidence_s}
-    if start is not None:  # another program than job_script.py
-        keys["start"] = start
-    return job_table(name, **keys) + (
+    other = {} if start is None else {"start": start}  # another program than job_script.py
+    return job_table(name, log=str(log), evidence_s=evidence_s, **other) + (
         f"[hosts.ct200.jobs.{name}.env]\n"
         f"TORCH_FR_DUMP_TEMP_FILE = {json.dumps(str(prefix))}\n"
         'TORCH_FR_BUFFER_SIZE = "2000"\n'
