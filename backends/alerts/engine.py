@@ -60,7 +60,6 @@ from gpumon.backends.alerts.facts import (
     TorchSwap,
     XidFacts,
 )
-from gpumon.backends.alerts.facts import duration_words as _duration
 from gpumon.backends.alerts.health import HealthWatch
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.alerts.rules import (

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_origin, get_type_h
 from gpumon.backends.model import GpuRef
 from gpumon.backends.parsers.flight_recorder import Collective, FrReport, RankRow
 from gpumon.backends.parsers.processes import holder_words
+from gpumon.backends.parsers.units import duration_words
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -169,16 +170,6 @@ class IdleCost:
         if cost is not None:
             out += f", ~{cost:.2f}" + (f" {self.currency}" if self.currency else "")
         return out
-
-
-def duration_words(seconds: float) -> str:
-    """``45 s``, ``6 min``, ``2.5 h``: how long a condition has held, to a headline's
-    precision (the alerts' one way to say it)."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _kwh(kwh: float) -> str:

@@ -107,8 +107,8 @@ def parse_duration(text: str) -> float | None:
 
 
 def duration_words(seconds: float) -> str:
-    """``45 s``, ``6 min``, ``2.5 h``: how long something has held, to a headline's
-    precision."""
+    """``45 s``, ``6 min``, ``2.5 h``: how long a condition has held, to a headline's
+    precision (the one way to say it: the alerts' and the flight recorder's)."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 2 * 3600:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumon.backends.alerts.facts import duration_words as _duration
 from gpumon.backends.model import Health
 from gpumon.backends.parsers.units import duration_words
 from gpumon.backends.workloads.trackers import JobState, JobTracker
