@@ -87,6 +87,7 @@ class Kept:
 
     bundle: str | None
     summary: str
+    verdict: str | None = None  # the rank the flight recorder names, in words
 
 
 # Keeps the evidence of the job's processes (PIDs) within the seconds given, saying its
@@ -366,6 +367,8 @@ class JobRun:
         took = time.monotonic() - t0
         where = f" in {self._kept.bundle}" if self._kept.bundle else ""
         self._say(f"kept{where} after {took:.1f} s: {self._kept.summary}")
+        if self._kept.verdict:
+            self._say(self._kept.verdict)
 
     async def _stop(self) -> None:
         job, transport = self.plan.job, self.target.transport

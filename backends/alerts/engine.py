@@ -60,7 +60,6 @@ from gpumon.backends.alerts.facts import (
     TorchSwap,
     XidFacts,
 )
-from gpumon.backends.alerts.facts import duration_words as _duration
 from gpumon.backends.alerts.health import HealthWatch
 from gpumon.backends.alerts.kinds import Tag, tagged
 from gpumon.backends.alerts.rules import (
@@ -103,6 +102,7 @@ from gpumon.backends.parsers.kernel import (
 from gpumon.backends.parsers.nvidia_smi import unreadable_advice
 from gpumon.backends.parsers.oom import LogEvent, LogScanner, engine_event
 from gpumon.backends.parsers.processes import container_label, process_words
+from gpumon.backends.parsers.units import duration_words
 from gpumon.backends.parsers.xid import XID_45_COMPANY_S, xid_action, xid_info, xid_level
 
 __all__ = [
@@ -448,7 +448,7 @@ class AlertEngine(AlertStore):
         each = " each" if len(indexes) > 1 else ""
         seconds = min(s for _, s in group)
         return (
-            f"sglang :{port} up, idle for {_duration(seconds)}: {which} at under "
+            f"sglang :{port} up, idle for {duration_words(seconds)}: {which} at under "
             f"{self.rules.idle_util_pct:g} % hold{'s' if len(indexes) == 1 else ''} "
             f"{held} GiB{each} (its KV cache pool); a server without traffic"
         )
@@ -482,7 +482,7 @@ class AlertEngine(AlertStore):
         for gpu, _ in group:
             for p in sample.processes_for(gpu):
                 procs.setdefault((p.pid, p.host_pid, p.container), p)
-        return f"{who} idle ({util}) for {_duration(seconds)} while holding {held}; " + (
+        return f"{who} idle ({util}) for {duration_words(seconds)} while holding {held}; " + (
             _holders(list(procs.values()))
         )
 

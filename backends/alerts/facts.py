@@ -25,7 +25,9 @@ from types import UnionType
 from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_origin, get_type_hints
 
 from gpumon.backends.model import GpuRef
+from gpumon.backends.parsers.flight_recorder import Collective, FrReport, RankRow
 from gpumon.backends.parsers.processes import holder_words
+from gpumon.backends.parsers.units import duration_words
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -170,16 +172,6 @@ class IdleCost:
         return out
 
 
-def duration_words(seconds: float) -> str:
-    """``45 s``, ``6 min``, ``2.5 h``: how long a condition has held, to a headline's
-    precision (the alerts' one way to say it)."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def _kwh(kwh: float) -> str:
     if kwh >= 10:
         return f"{kwh:.0f}"
@@ -214,7 +206,9 @@ class AlertFacts:
     which ``K`` stops. ``torch_swap``: the
     host's torch swap before a job went slow or idle (``TorchSwap``), which ``d`` checks
     and ``w`` swaps back. ``idle_cost``: what GPUs held and idle cost so far (``IdleCost``:
-    ``gpu_idle_held``)."""
+    ``gpu_idle_held``).
+    ``collective``: what the job's flight-recorder dumps say of its stalled collective
+    (``FrReport``: the rank that never arrived, the per-rank table; ``job_stalled``)."""
 
     gpu: GpuRef | None = None
     job: str | None = None
@@ -239,11 +233,12 @@ class AlertFacts:
     server_pid: int | None = None
     torch_swap: TorchSwap | None = None
     idle_cost: IdleCost | None = None
+    collective: FrReport | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The facts that are known, by name (``docs/json.md``); {} for none."""
         return {
-            f.name: _encoded(value)
+            f.name: _report_json(value) if isinstance(value, FrReport) else _encoded(value)
             for f in fields(self)
             if (value := getattr(self, f.name)) is not None and value is not False and value != ()
         }
@@ -320,7 +315,9 @@ def _decoded(cls: type[_T], data: object) -> _T | None:
         if get_origin(kind) is UnionType:  # X | None
             optional = type(None) in get_args(kind)
             kind = next(k for k in get_args(kind) if k is not type(None))
-        if isinstance(kind, type) and is_dataclass(kind):
+        if kind in _NESTED:  # a fact of nested parts reads itself
+            value = _NESTED[kind](data.get(f.name))
+        elif isinstance(kind, type) and is_dataclass(kind):
             value = _decoded(kind, data if issubclass(kind, _INLINE) else data.get(f.name))
         else:
             value = _SCALARS[kind](data.get(f.name))
@@ -374,3 +371,91 @@ _SCALARS: dict[Any, Callable[[object], Any]] = {
     bool: _flag,
     tuple[int, ...]: _ints,
 }
+
+
+def _collective_json(c: Collective | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    out = {f.name: getattr(c, f.name) for f in fields(c)}
+    out["sizes"] = [list(shape) for shape in c.sizes]
+    out["dtypes"] = list(c.dtypes)
+    return out
+
+
+def _report_json(r: FrReport) -> dict[str, Any]:
+    """A flight-recorder report as JSON: its collectives nested (``_encoded`` is flat)."""
+    rows = [
+        {
+            "rank": row.rank,
+            "last_completed": _collective_json(row.last_completed),
+            "last_entered": _collective_json(row.last_entered),
+            "dumped": row.dumped,
+            "why": row.why,
+            "pid": row.pid,
+            "gpu": row.gpu,
+        }
+        for row in r.rows
+    ]
+    return {
+        "stuck": _collective_json(r.stuck),
+        "absent": list(r.absent),
+        "waiting": list(r.waiting),
+        "undumped": list(r.undumped),
+        "waited_s": r.waited_s,
+        "rows": rows,
+    }
+
+
+def _collective(data: object) -> Collective | None:
+    if not isinstance(data, Mapping):
+        return None
+    seq, op, pg = _int(data.get("seq")), _text(data.get("op")), _text(data.get("pg"))
+    if seq is None or op is None or pg is None:
+        return None
+    sizes = data.get("sizes")
+    shapes = tuple(_ints(s) or () for s in sizes) if isinstance(sizes, list) else ()
+    dtypes = data.get("dtypes")
+    return Collective(
+        seq,
+        op,
+        pg,
+        _text(data.get("pg_desc")) or "",
+        shapes,
+        tuple(str(t) for t in dtypes) if isinstance(dtypes, list) else (),
+        _int(data.get("created_ns")),
+        _int(data.get("timeout_ms")),
+        data.get("retired") is True,
+    )
+
+
+def _report(data: object) -> FrReport | None:
+    if not isinstance(data, Mapping):
+        return None
+    rows = []
+    for row in data.get("rows") or []:
+        rank = _int(row.get("rank")) if isinstance(row, Mapping) else None
+        if not isinstance(row, Mapping) or rank is None:
+            continue
+        rows.append(
+            RankRow(
+                rank,
+                _collective(row.get("last_completed")),
+                _collective(row.get("last_entered")),
+                row.get("dumped") is not False,
+                _text(row.get("why")),
+                _int(row.get("pid")),
+                _int(row.get("gpu")),
+            )
+        )
+    return FrReport(
+        _collective(data.get("stuck")),
+        _ints(data.get("absent")) or (),
+        _ints(data.get("waiting")) or (),
+        _ints(data.get("undumped")) or (),
+        tuple(rows),
+        _float(data.get("waited_s")),
+    )
+
+
+# The facts whose parts nest (read by their own function, not field by field).
+_NESTED: dict[Any, Callable[[object], Any]] = {FrReport: _report}

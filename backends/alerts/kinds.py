@@ -431,8 +431,12 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "10 s) for 20 s while every GPU of the job is at full utilisation on under 35 % of "
         "its power limit (the NCCL spin: a rank waits in a collective for a peer): "
         "`drafter stalled: no step for 21 s; GPUs 5,6,7 at 100 % utilisation on 95/96/94 W "
-        "of 700 W: an NCCL spin (a rank waits in a collective for a peer)`. Ends when "
-        "progress resumes, the job ends or its GPUs are released.",
+        "of 700 W: an NCCL spin (a rank waits in a collective for a peer)`. Once the "
+        "evidence step before a restart or stop has read the job's flight-recorder dumps, "
+        "it names the rank that never arrived: `drafter stalled: rank 2 (GPU 6, PID 4518) "
+        "never entered all_reduce #17 (ranks 0-1, 3 waiting 19 s)`, or the rank without a "
+        "dump; the incident's detail shows each rank's last collectives (formats.md 8.1). "
+        "Ends when progress resumes, the job ends or its GPUs are released.",
     ),
     _kind(
         "job_slow",

@@ -6,7 +6,9 @@ changes, into a bundle of the job's incident (``gpumon bundle``'s scrubbing and 
    on the target (never installed);
 2. ``flight-recorder/NAME``: the collective flight recorder's dump files the job already
    wrote (their prefix from each process's environment, else PyTorch's defaults:
-   ``torchenv.flight_recorder``), byte for byte;
+   ``torchenv.flight_recorder``), byte for byte, and ``flight-recorder/analysis.txt``: the
+   rank that never arrived, read from them (``parsers.flight_recorder``), which the job's
+   ``job_stalled`` then names;
 3. ``nvidia-smi-q.txt`` and ``logs/*``: the GPUs' health sections and the followed logs'
    tails, as ``gpumon bundle`` reads them.
 
@@ -24,6 +26,7 @@ import base64
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpumon.backends import untrusted
@@ -46,6 +49,7 @@ from gpumon.backends.bundle.timeline import NoIncident, pick_incident
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import iso_time
 from gpumon.backends.monitor import snapshot_json
+from gpumon.backends.parsers.flight_recorder import FrReport, analyze
 from gpumon.backends.paths import bundles_dir
 from gpumon.backends.torchenv.flight_recorder import FrSetup, ask_dumps, job_setups
 
@@ -154,7 +158,11 @@ async def keep_evidence(
         archive, remote, shown, each, f"a process of {job.name}, before its stop", step
     )
     step("flight-recorder dumps")
-    dumps = await _add_dumps(archive, remote, _python(monitor.host, remote), pids, each)
+    found = _Dumps()
+    dumps = await _add_dumps(archive, remote, _python(monitor.host, remote), pids, each, found)
+    named = _name_rank(archive, job, found)
+    if named is not None:
+        monitor.workloads.name_collective(job.name, named, monitor.alerts, time.time())
     step("nvidia-smi -q")
     await add_smi(archive, monitor.host, remote, each)
     step("log tails")
@@ -166,18 +174,60 @@ async def keep_evidence(
         f"dump{'s' * (dumps != 1)}, {len(result.files)} files"
         + (f"; not kept: {', '.join(lacks)} (see its index.txt)" if lacks else "")
     )
-    return Kept(str(result.path), summary)
+    verdict = named.words(job.name) if named is not None and named.stuck is not None else None
+    return Kept(str(result.path), summary, verdict)
+
+
+@dataclass
+class _Dumps:
+    """The dumps read for the analysis: rank -> bytes and when each was written, and the
+    job's processes' setups (their RANK -> PID)."""
+
+    data: dict[int, bytes] = field(default_factory=dict)
+    at: dict[int, float] = field(default_factory=dict)
+    setups: list[FrSetup] = field(default_factory=list)
+
+
+def _name_rank(archive: BundleArchive, job: JobConfig, found: _Dumps) -> FrReport | None:
+    """``flight-recorder/analysis.txt``: the rank that never arrived, from the dumps kept
+    (gpumon's own reading: PyTorch's analyzer fails on Gloo's dumps, docs/formats.md 8.1);
+    None where no dump came."""
+    if not found.data:
+        return None
+    pids: dict[int, int] = {}
+    for s in found.setups:
+        rank = s.env.get("RANK", "")
+        if rank.isdigit():
+            pids.setdefault(int(rank), s.pid)
+    # a rank's own GPU: local rank k on the k-th of the job's GPUs (one host's ranks)
+    gpus = {r: job.gpus[r] for r in set(pids) | set(found.data) if r < len(job.gpus)}
+    world = sorted(set(pids) | set(found.data)) or None
+    report = analyze(found.data, world=world, pids=pids, gpus=gpus, at=found.at)
+    lines = [report.words(job.name)]
+    if report.detail():
+        lines.append(report.detail())
+    lines += ["", *report.table()]
+    about = "which rank never arrived, read from the flight-recorder dumps by gpumon"
+    archive.add("flight-recorder/analysis.txt", "\n".join(lines) + "\n", about)
+    return report
 
 
 async def _add_dumps(
-    archive: BundleArchive, target: _Deadlined, python: str, pids: Sequence[int], step: float
+    archive: BundleArchive,
+    target: _Deadlined,
+    python: str,
+    pids: Sequence[int],
+    step: float,
+    into: _Dumps,
 ) -> int:
     """``flight-recorder/NAME``: the dump files of every prefix the job's processes name
-    (or PyTorch's defaults where they name none); how many were kept."""
+    (or PyTorch's defaults where they name none); how many were kept. ``into`` gets
+    each kept dump by its rank (the digits after its prefix) and the setups read."""
     read = job_setups(target, python, pids, step)
     setups: list[FrSetup] | None = await _within(archive, target.budget, "flight-recorder", read)
     if setups is None:
         return 0
+    into.setups = setups
     prefixes = list(dict.fromkeys(p for s in setups if s.error is None for p in s.prefixes()))
     if not prefixes:
         why = "; ".join(f"PID {s.pid}: {s.error}" for s in setups)
@@ -215,7 +265,13 @@ async def _add_dumps(
             f"{path} ({size} bytes, written {iso_time(float(item.get('mtime') or 0))}): a "
             f"flight-recorder dump (prefix {item['prefix']}), as PyTorch wrote it"
         )
-        kept += archive.add(name, base64.b64decode(item["data"]), about, binary=True)
+        data = base64.b64decode(item["data"])
+        added = archive.add(name, data, about, binary=True)
+        kept += added
+        rank = path[len(item["prefix"]) :]
+        if added and rank.isdigit() and int(rank) not in into.data:  # the newest per rank
+            into.data[int(rank)] = data
+            into.at[int(rank)] = float(item.get("mtime") or 0) or time.time()
     return kept
 
 

@@ -104,3 +104,13 @@ def parse_duration(text: str) -> float | None:
     for number, unit in parts:
         total += float(number) * _PART_SECONDS[unit[0]]
     return _finite(total)
+
+
+def duration_words(seconds: float) -> str:
+    """``45 s``, ``6 min``, ``2.5 h``: how long a condition has held, to a headline's
+    precision (the one way to say it: the alerts' and the flight recorder's)."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -8,7 +8,8 @@ In ``training-oom`` run 0 dies at ``OOM_AT``: it writes a ``CUDA_VISIBLE_DEVICES
 PyTorch CUDA OOM traceback naming ``GPU 1`` (the process-local ordinal of physical GPU 6),
 then exits 1. In ``stall`` run 0 writes its last step at ``STALL_AT``, then at
 ``STALL_TIMEOUT_AT`` rank 1's NCCL watchdog line (an ALLREDUCE that timed out after
-``STALL_TIMEOUT_S``), then nothing: its ranks hang until stopped. In ``slow`` run 0 trains
+``STALL_TIMEOUT_S``) and its ranks' flight-recorder dumps (``write_dumps``), then nothing:
+its ranks hang until stopped. In ``slow`` run 0 trains
 at ``SLOW_TOKENS_PER_S`` (a step every 2.8 s) and never ends. A job started after a
 restart recorded in the state dir is that restarted run: it resumes from the checkpoint
 and never OOMs (nor stalls). The log is a function of scenario time only: a job started
@@ -33,6 +34,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from gpumon.backends.parsers.flight_recorder import read_dump
 from gpumon.backends.sim.scenario import (
     DRAFTER_GPUS,
     MEMORY_USABLE_MIB,
@@ -60,7 +62,11 @@ SCRIPT = "/root/drafter/train_drafter.py"
 SITE = "/root/venv/lib/python3.12/site-packages"
 VISIBLE = ",".join(str(g) for g in DRAFTER_GPUS)
 LOCAL_OOM_GPU = DRAFTER_GPUS.index(OOM_GPU)  # "GPU 1" in torch's message is physical GPU 6
-STALL_SEQ = 8812  # the all-reduce the stall scenario's ranks hang in
+# The all-reduce the stall scenario's ranks hang in, and its inputs: the flight-recorder
+# dumps its ranks write (write_dumps) are PyTorch's own, from a real job that hung there.
+STALL_SEQ = 17
+STALL_NUMEL = 65536
+DUMPS = Path(__file__).resolve().parent / "data" / "flight-recorder"
 HOLD_POLL_S = 0.05  # a held clock's release is seen this soon (its other parts read it at once)
 
 _TRACEBACK = f"""Traceback (most recent call last):
@@ -142,7 +148,7 @@ def watchdog_line(settings: SimSettings, rank: int) -> str:
     return (
         f"[rank{rank}]:[E{stamp}.426415540 ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog "
         f"caught collective operation timeout: WorkNCCL(SeqNum={STALL_SEQ}, OpType=ALLREDUCE, "
-        f"NumelIn=33554432, NumelOut=33554432, Timeout(ms)={ms}) ran for {ms + 81} "
+        f"NumelIn={STALL_NUMEL}, NumelOut={STALL_NUMEL}, Timeout(ms)={ms}) ran for {ms + 81} "
         "milliseconds before timing out."
     )
 
@@ -214,11 +220,36 @@ def run_job(settings: SimSettings, log: Path, name: str, *, restarted: bool = Fa
             f.flush()
             if t >= OOM_AT and run.number == 0 and settings.scenario == "training-oom":
                 return 1
+            if t >= STALL_TIMEOUT_AT and run.number == 0 and settings.scenario == "stall":
+                write_dumps(os.environ.get("TORCH_FR_DUMP_TEMP_FILE"))
             if restarted and settings.state_dir and not Path(settings.state_dir).is_dir():
                 return 0
     if settings.scenario == "stall" and run.number == 0:
         _hang(settings)
     return 0  # pragma: no cover - restarted runs write forever
+
+
+def write_dumps(prefix: str | None) -> list[Path]:
+    """The stall's flight-recorder dumps, as PyTorch writes them on the watchdog's timeout
+    (``TORCH_NCCL_DUMP_ON_TIMEOUT``): ``PREFIX<rank>`` for each rank. They are ranks 0-2 of a
+    real capture (torch 2.13.0, tests/fixtures/upstream/flight-recorder/): rank 2 never
+    entered all-reduce #17. Nothing without a prefix (the job's env sets it)."""
+    if not prefix:
+        return []
+    out = []
+    Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+    for dump in sorted(DUMPS.glob("trace_rank_*")):
+        path = Path(prefix + dump.name.rsplit("_", 1)[1])
+        data = dump.read_bytes()
+        path.write_bytes(data)
+        # dated as the capture's watchdog would have dumped it: STALL_TIMEOUT_S after its
+        # newest collective began (what the verdict's "waiting N s" is measured from)
+        entries = read_dump(data, 0).entries
+        if entries and entries[-1].created_ns:
+            at = entries[-1].created_ns / 1e9 + STALL_TIMEOUT_S
+            os.utime(path, (at, at))
+        out.append(path)
+    return out
 
 
 def _hang(settings: SimSettings) -> None:

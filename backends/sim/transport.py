@@ -11,8 +11,9 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from gpumon.backends.config.load import HostConfig
@@ -149,6 +150,21 @@ class SimTransport(LocalTransport):
             # slow: its usual rate, and short enough for a 5-s check window to see it
             expect_tokens_per_s=TOKENS_PER_STEP if self.settings.scenario == "slow" else None,
             slow_for_s=3.0 if self.settings.scenario == "slow" else 300.0,
+            env=self._drafter_env(),
+        )
+
+    def _drafter_env(self) -> Mapping[str, str]:
+        """The stall's drafter records to the flight recorder and dumps on its timeout
+        (``sim.job.write_dumps``) where the evidence step of ``r`` looks for them."""
+        if self.settings.scenario != "stall":
+            return MappingProxyType({})
+        prefix = Path(self.settings.state_dir or self.root) / "flight-recorder" / "drafter_rank_"
+        return MappingProxyType(
+            {
+                "TORCH_FR_BUFFER_SIZE": "2000",
+                "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                "TORCH_FR_DUMP_TEMP_FILE": str(prefix),
+            }
         )
 
     def sglang_config(self) -> SglangConfig | None:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumon.backends.alerts.facts import duration_words as _duration
 from gpumon.backends.model import Health
+from gpumon.backends.parsers.units import duration_words
 from gpumon.backends.workloads.trackers import JobState, JobTracker
 
 __all__ = [
@@ -128,9 +128,9 @@ def stall_verdict(
             text = text.replace(f"rank {timeout.rank}", f"rank {timeout.rank} (GPU {gpu})", 1)
         parts.append(text)
     if job.last_update is not None:
-        parts.append(f"no step for {_duration(silent)}")
+        parts.append(f"no step for {duration_words(silent)}")
     else:
-        parts.append(f"no progress line in {_duration(silent)} while its GPUs are held")
+        parts.append(f"no progress line in {duration_words(silent)} while its GPUs are held")
     if job.busy is not None:
         parts.append(f"last said {job.busy!r}")
     if job.elastic_restarts:
@@ -149,5 +149,5 @@ def _early(job: JobTracker, now: float, configured: float | None, spin: str | No
     limit = stall_after(job, configured) * (BUSY_GRACE if job.busy is not None else 1.0)
     if silent >= limit:
         return None
-    text = f"{job.name} stalled: no step for {_duration(silent)}; {spin}"
+    text = f"{job.name} stalled: no step for {duration_words(silent)}; {spin}"
     return Stall(text, None, silent, Health.WARNING)

@@ -28,9 +28,11 @@ from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.alerts.facts import MIB, NO_FACTS, AlertFacts
 from gpumon.backends.alerts.incident import failure_kind
 from gpumon.backends.alerts.kinds import Tag, tagged
+from gpumon.backends.alerts.store import Alert
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import GpuRef, GpuRegistry, GpuSample, Health, HostSample
+from gpumon.backends.parsers.flight_recorder import FrReport
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.parsers.sglang import parse_sglang_log_line
@@ -140,6 +142,9 @@ class Workloads:
         # engine -> (the sample, its servers' ports and GPU device files, their GPUs):
         # worked out once per sample, however many judges and views ask
         self._gpus: dict[str, tuple[HostSample, object, dict[int, tuple[int, ...]]]] = {}
+        # What each job's flight-recorder dumps said of its stall (the evidence step):
+        # the verdict names the rank from them until the stall ends.
+        self.collectives: dict[str, FrReport] = {}
         self.jobs: dict[str, JobTracker] = {
             j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs
         }
@@ -327,6 +332,33 @@ class Workloads:
         if memory is not None:
             memory.restarted()
 
+    def name_collective(
+        self, job: str, report: FrReport, alerts: AlertEngine, now: float
+    ) -> list[Alert]:
+        """What ``job``'s flight-recorder dumps said (the evidence step read them): its
+        ``job_stalled`` names the rank from now on (at once where it is raised), until the
+        stall ends. A report that found no stuck collective changes nothing."""
+        if report.stuck is None:
+            return []
+        self.collectives[job] = report
+        stalled = next(
+            (a for a in alerts.active() if a.kind == "job_stalled" and a.job == job), None
+        )
+        if stalled is None:
+            return []
+        gpu = next((r.gpu for r in report.rows if r.rank in report.blamed), stalled.gpu)
+        return alerts.on_job_condition(
+            "job_stalled",
+            job,
+            Health.CRITICAL,
+            report.words(job),
+            now,
+            gpu=gpu,
+            # above its peak: the history shows the peak's words, and these say more
+            score=stalled.peak_score + 1e-3,
+            facts=AlertFacts(collective=report),
+        )
+
     def judge_stalls(
         self,
         alerts: AlertEngine,
@@ -378,7 +410,16 @@ class Workloads:
             gpu = None if stall is None else stall.gpu
             score = 0.0 if stall is None else stall.silent_s
             level = Health.CRITICAL if stall is None else stall.severity
-            alerts.on_job_condition("job_stalled", job.name, level, text, now, gpu=gpu, score=score)
+            named = self.collectives.get(job.name) if stall is not None else None
+            if stall is None:
+                self.collectives.pop(job.name, None)
+            elif named is not None and named.stuck is not None:
+                text, level = named.words(job.name), Health.CRITICAL
+                gpu = next((r.gpu for r in named.rows if r.rank in named.blamed), gpu)
+            stalled = NO_FACTS if named is None else AlertFacts(collective=named)
+            alerts.on_job_condition(
+                "job_stalled", job.name, level, text, now, gpu=gpu, score=score, facts=stalled
+            )
             if config is not None:
                 gpus = [by_index[i] for i in job.gpus if i in by_index]
                 slow = judge_slow(

@@ -30,6 +30,8 @@ from gpumon.backends.monitor import demo_settings, make_monitor, make_transport
 import waiting
 from job_records import kill_recorded_jobs
 from sshd_server import SshServer, descendants, processes_matching
+from upstream_captures import UPSTREAM
+from waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -376,11 +378,14 @@ async def test_demo_restart_in_process_gpu6_memory_rises(local_env: Path) -> Non
 # --- the evidence kept before the stop (issue 37 point 1) -----------------------------------
 
 
-def evidence_job(name: str, log: Path, prefix: Path, evidence_s: float = 15) -> str:
+def evidence_job(
+    name: str, log: Path, prefix: Path, evidence_s: float = 15, start: str | None = None
+) -> str:
     """A job whose environment sets the flight recorder's dump prefix as PyTorch reads it
     (TORCH_FR_DUMP_TEMP_FILE + the rank: torch/csrc/distributed/c10d/FlightRecorder.cpp at
     ad55c3b, DebugInfoWriter; docs/formats.md 8)."""
-    return job_table(name, log=str(log), evidence_s=evidence_s) + (
+    other = {} if start is None else {"start": start}  # another program than job_script.py
+    return job_table(name, log=str(log), evidence_s=evidence_s, **other) + (
         f"[hosts.ct200.jobs.{name}.env]\n"
         f"TORCH_FR_DUMP_TEMP_FILE = {json.dumps(str(prefix))}\n"
         'TORCH_FR_BUFFER_SIZE = "2000"\n'
@@ -673,3 +678,72 @@ async def test_r_on_a_hung_server_that_is_a_job_restarts_it_verified_by_its_heal
     finally:
         await monitor.stop()
         await transport.close()
+
+
+def test_restart_names_the_rank_that_never_arrived_from_the_real_dumps(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A 4-rank job whose ranks' dumps (torch 2.13.0's capture: rank 2 skipped all_reduce
+    #17) are where its environment says: the restart keeps each rank's dump and the
+    analysis, names rank 2 with its PID (its RANK, read from its environment) before the
+    stop, and the job restarts."""
+    name, log, fr = job_name(), tmp_path / "job.log", tmp_path / "fr"
+    fr.mkdir()
+    # 4 stand-in ranks (tests/support/fr_rank.py) without a debug pipe: what they dumped is
+    # only what the test puts where their TORCH_FR_DUMP_TEMP_FILE says
+    start = f"{shlex.quote(sys.executable)} {shlex.quote(FR_RANK)} --ranks 4"
+    table = evidence_job(name, log, fr / "trace_rank_", start=start)
+    cfg = write_config(tmp_path, sshd, table)
+    first = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    ranks = wait_for_ranks(target, name)
+    capture = UPSTREAM / "flight-recorder" / "torch-2.13.0" / "on-demand"
+    for rank in range(4):
+        shutil.copy(capture / f"trace_rank_{rank}", fr / f"trace_rank_{rank}")
+
+    second = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    out = second.stdout
+    said = f"{name} stalled: rank 2 (PID {ranks[2]}) never entered all_reduce #17 (ranks 0-1, 3"
+    assert said in out, out
+    assert out.index(said) < out.index("[stop] stopping")
+    entry = entries(client_env, name)[-1]
+    assert entry["outcome"] == "ok"
+    files = bundle_files(entry["bundle"])
+    for rank in range(4):
+        kept = files[f"flight-recorder/trace_rank_{rank}"]
+        assert kept == (capture / f"trace_rank_{rank}").read_bytes()
+    analysis = files["flight-recorder/analysis.txt"].decode()
+    assert analysis.startswith(said)
+    assert "process group 0 (default_pg), inputs 65536 Float, timeout 8 s" in analysis
+    assert not any(alive(pid) for pid in ranks.values())
+    restarted = wait_for_ranks(target, name)
+    assert not set(restarted.values()) & set(ranks.values())
+
+
+def rank_pids(state: Path, name: str) -> dict[int, int] | None:
+    """The job's 4 processes with a RANK in their environment, by rank (None: not all
+    4 yet): the children of the recorded launcher."""
+    out = {}
+    for pid in descendants(int(record(state, name)["pid"])):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        rank = next((e[5:].decode() for e in environ if e.startswith(b"RANK=")), None)
+        if rank is not None and rank.isdigit():
+            out[int(rank)] = pid
+    return out if len(out) == 4 else None
+
+
+def wait_for_ranks(state: Path, name: str) -> dict[int, int]:
+    found: dict[int, int] | None = None
+
+    def ranks() -> dict[int, int] | None:
+        nonlocal found
+        found = rank_pids(state, name)
+        return found
+
+    asyncio.run(until(ranks, 30, "the job's 4 ranks"))
+    assert found is not None
+    return found

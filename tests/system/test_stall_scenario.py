@@ -7,21 +7,54 @@ read's). ``slow``: a warning with both rates by 150 s."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import tarfile
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.system
 
-HEADLINE = "drafter stalled: rank 1 (GPU 6) timed out in ALLREDUCE #8812 after 60 s"
+HEADLINE = "drafter stalled: rank 1 (GPU 6) timed out in ALLREDUCE #17 after 60 s"
 
 
-def gpumon(*args: str) -> subprocess.CompletedProcess[str]:
+def gpumon(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpumon.tui.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gpumon.tui.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
+
+
+def test_the_restart_keeps_the_dumps_and_names_the_rank_before_the_stop(tmp_path: Path) -> None:
+    """Issue 37 point 5: the stalled drafter's ranks dumped their flight recorders on the
+    watchdog's timeout (ranks 0-2 of the real torch 2.13.0 capture, where rank 2 never
+    entered all-reduce #17); r keeps them and says the rank, then restarts."""
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    env.pop("GPUMON_CONFIG", None)
+    out = gpumon(
+        "restart", "demo", "drafter", "--scenario", "stall", "--demo-time", "150", "--yes", env=env
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    said = "[evidence] drafter stalled: rank 2 (GPU 7) never entered all_reduce #17 (ranks 0-1 "
+    assert said + "waiting 60 s)" in out.stdout
+    assert out.stdout.index(said) < out.stdout.index("[stop] stopping")
+    (bundle,) = (tmp_path / "state" / "gpumon" / "bundles").glob("gpumon-evidence-demo-*")
+    capture = Path(__file__).resolve().parents[1] / "fixtures" / "upstream" / "flight-recorder"
+    with tarfile.open(bundle) as tar:
+        names = {m.name.split("/", 1)[1]: m for m in tar.getmembers()}
+        for rank in range(3):
+            member = tar.extractfile(names[f"flight-recorder/drafter_rank_{rank}"])
+            assert member is not None
+            real = capture / "torch-2.13.0" / "on-demand" / f"trace_rank_{rank}"
+            assert member.read() == real.read_bytes()
+        assert "flight-recorder/analysis.txt" in names
+    assert "[done] drafter restarted" in out.stdout
 
 
 def test_check_says_the_stall_by_150_s() -> None:

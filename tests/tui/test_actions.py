@@ -743,3 +743,32 @@ async def test_esc_skips_the_evidence_step_and_the_restart_goes_on(
         assert said[Step.EVIDENCE].startswith("skipped after")
         assert [s for s, _ in run.history].index(Step.STOP) > 0
     assert "bundle" not in entries("restart")[-1]
+
+
+async def test_r_on_the_stalled_demo_names_the_rank_in_its_evidence_step(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Issue 37 point 5: the stall demo after its watchdog's timeout (90 s), whose ranks
+    dumped their flight recorders (the real capture's): r's evidence step says the rank
+    that never arrived, the stalled alert says it too, and the restart goes on."""
+    monitor = demo_monitor(frozen=False, demo_time=95.0, interval=0.5, scenario="stall")
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await on_gpu(pilot, wait, app, 6)
+
+        def stalled() -> bool:
+            return any(a.kind == "job_stalled" for a in monitor.alerts.active())
+
+        await wait(pilot, stalled, timeout=60, what="job_stalled")
+        screen = await open_plan(pilot, wait, app, "r")
+        outcome = await confirm_and_finish(pilot, wait, screen)
+        assert outcome.ok, outcome
+        run = screen.run
+        assert run is not None
+        named = "drafter stalled: rank 2 (GPU 7) never entered all_reduce #17 (ranks 0-1 waiting"
+        said = [m for s, m in run.history if s is Step.EVIDENCE]
+        assert any(m.startswith(named) for m in said), said
+        assert named in shown(screen.query_one("#restart-steps"))
+        (alert,) = [a for a in monitor.alerts.history() if a.kind == "job_stalled"]
+        assert alert.peak_message.startswith(named)
+        assert alert.facts.collective is not None

@@ -28,6 +28,7 @@ from gpumon.backends.alerts.facts import (
 from gpumon.backends.alerts.incident import headline, incidents
 from gpumon.backends.bundle.collect import recorded_alerts
 from gpumon.backends.model import GpuRef, GpuSample, Health, HostSample
+from gpumon.backends.parsers.flight_recorder import FrReport, analyze
 from gpumon.backends.recording import FlightRecorder, load_recording
 
 from source_trees import parsed
@@ -262,6 +263,16 @@ def test_the_scan_finds_each_way_of_reading_words_back(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ the facts travel
 
+
+def stalled_report() -> FrReport:
+    """What the real dumps of torch 2.13.0's capture say (rank 2 never entered #17)."""
+    from upstream_captures import UPSTREAM
+
+    folder = UPSTREAM / "flight-recorder" / "torch-2.13.0" / "on-demand"
+    dumps = {int(p.name.rsplit("_", 1)[1]): p.read_bytes() for p in folder.glob("trace_rank_*")}
+    return analyze(dumps, pids={2: 4518}, gpus={2: 6}, at={0: 1.8e9})
+
+
 FULL = AlertFacts(
     gpu=GpuRef(6, "GPU-6a1f", "0000:ba:00.0", 6),
     job="drafter",
@@ -286,6 +297,7 @@ FULL = AlertFacts(
     server_pid=4700,
     torch_swap=TorchSwap("2.11.0+cu128", "2.11.0+cu130", 1.8e9, "root"),
     idle_cost=IdleCost(4, 21600.0, 14.0, 0.15, "EUR"),
+    collective=stalled_report(),
 )
 
 
@@ -314,6 +326,8 @@ def test_the_facts_json_has_the_documented_shape() -> None:
         "at": 1.8e9,
         "by": "root",
     }
+    assert got["collective"]["absent"] == [2] and got["collective"]["stuck"]["seq"] == 17
+    assert got["collective"]["rows"][2]["last_entered"]["op"] == "broadcast"
     assert AlertFacts.from_json(json.loads(json.dumps(got))) == facts
 
 

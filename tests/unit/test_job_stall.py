@@ -317,3 +317,39 @@ def test_a_silence_without_the_spin_waits_for_stall_after_s() -> None:
         "box", clock.t, None, tuple(replace(g, power_w=600.0) for g in busy.gpus), busy.processes
     )
     assert judge(w, engine, clock, computing) == []
+
+
+def test_the_flight_recorder_names_the_rank_until_the_stall_ends() -> None:
+    """The evidence step's reading of the real dumps (torch 2.13.0's capture: rank 2
+    skipped all_reduce #17) turns the stall's words into the rank that never arrived,
+    with its GPU and the per-rank table as the alert's facts; progress ends it and the
+    next stall is judged afresh."""
+    from gpumon.backends.parsers.flight_recorder import analyze
+
+    from upstream_captures import UPSTREAM
+
+    folder = UPSTREAM / "flight-recorder" / "torch-2.13.0" / "on-demand"
+    dumps = {int(p.name.rsplit("_", 1)[1]): p.read_bytes() for p in folder.glob("trace_rank_*")}
+    report = analyze(dumps, pids={r: 900 + r for r in dumps}, gpus=dict(enumerate(GPUS)))
+    w, engine, clock = setup(stall_after_s=30.0)
+    run_steps(w, engine, clock)
+    assert w.name_collective("drafter", report, engine, clock.t) == []  # not stalled yet
+    w.collectives.clear()
+    clock.t += 31.0
+    (alert,) = feed(w, engine, clock, [])
+    assert alert.message == "drafter stalled: no step for 31 s"
+    w.name_collective("drafter", report, engine, clock.t)
+    (alert,) = [a for a in engine.active() if a.kind == "job_stalled"]
+    said = "drafter stalled: rank 2 (GPU 6, PID 902) never entered all_reduce #17 (ranks 0-1, 3"
+    assert alert.message.startswith(said)
+    assert alert.facts.collective == report and alert.peak_message == alert.message
+    assert alert.facts.gpu is not None and alert.facts.gpu.index == 6
+    clock.t += 5.0
+    (alert,) = feed(w, engine, clock, [])  # the next judgement keeps the named rank
+    assert alert.message.startswith(said)
+    clock.t += 1.0
+    assert feed(w, engine, clock, [step(11)]) == []
+    assert "drafter" not in w.collectives
+    clock.t += 31.0
+    (alert,) = feed(w, engine, clock, [])
+    assert alert.message == "drafter stalled: no step for 31 s"

@@ -96,3 +96,37 @@ def test_the_history_dates_an_incident_by_its_cause_not_its_first_warning() -> N
     cells = incident_cells(view.incident, view.now)
     assert cells[1].text == "08:53:03"
     assert [evidence_cells(a, view.now)[1].text for a in view.incident.evidence] == ["08:53:00"]
+
+
+def test_a_stall_the_flight_recorder_named_shows_each_ranks_collectives() -> None:
+    """The per-rank table of the real dumps (torch 2.13.0's capture: rank 2 skipped
+    all_reduce #17, and on the timeout only the others dumped)."""
+    from gpumon.backends.alerts.facts import AlertFacts
+    from gpumon.backends.parsers.flight_recorder import analyze
+
+    from upstream_captures import UPSTREAM
+
+    folder = UPSTREAM / "flight-recorder" / "torch-2.13.0" / "on-timeout"
+    dumps = {int(p.name.rsplit("_", 1)[1]): p.read_bytes() for p in folder.glob("trace_rank_*")}
+    report = analyze(dumps, pids={0: 900, 1: 901, 2: 902, 3: 903}, gpus={2: 6})
+    text = report.words("drafter")
+    stalled = alert(
+        "job_stalled:drafter",
+        "job_stalled",
+        Health.CRITICAL,
+        text,
+        T0,
+        facts=AlertFacts(collective=report),
+    )
+    (incident,) = incidents([stalled])
+    rows = detail_rows(DetailView(incident, T0 + 10))
+    said = [(r.label, r.text) for r in rows]
+    assert ("group", "process group 0 (default_pg), inputs 65536 Float, timeout 8 s") in said
+    start = said.index(("ranks", "rank  pid      gpu  last completed        last entered"))
+    table = [t for _, t in said[start + 1 : start + 5]]
+    assert table[0].split() == ["0", "900", "?", "all_reduce", "#17", "all_reduce", "#17"]
+    assert table[2].split() == ["2", "902", "6", "no", "dump", "(missing)"]
+    assert text == (
+        "drafter stalled: no dump from rank 2 (GPU 6, PID 902); ranks 0-1, 3 last entered "
+        "all_reduce #17"
+    )

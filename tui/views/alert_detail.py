@@ -9,9 +9,10 @@ the incident's first alert, "(first warning)" when that alert is a warning that 
 before the cause); what was done about it ("restarted by root at 05:40:13 (new PID
 2433201)", ``Incident.restarts``); the fix (``screen_fixes`` and ``command_fix``, as the
 dashboard and the headless commands say them); then each alert, the cause first: its
-kind, state, first / peak / now messages with their times, and the log or kernel lines
-that raised it; last, the flight recording that holds it, when one was written or is
-being written.
+kind, state, first / peak / now messages with their times, the log or kernel lines
+that raised it, and for a stall the flight recorder named the per-rank table (each rank's
+last completed and last entered collective, a missing dump said); last, the flight
+recording that holds it, when one was written or is being written.
 """
 
 from __future__ import annotations
@@ -130,6 +131,13 @@ def _alert_rows(alert: Alert, part: str, view: DetailView) -> list[DetailRow]:
     lines = view.sources.get(alert.key, ())
     for i, line in enumerate(lines):
         rows.append(DetailRow("lines" if i == 0 else "", printable(line), Role.MUTED))
+    report = alert.facts.collective
+    if report is not None:  # the flight recorder's dumps: each rank's last collectives
+        if report.detail():
+            rows.append(DetailRow("group", printable(report.detail())))
+        for i, line in enumerate(report.table()):
+            role = Role.MUTED if i == 0 else Role.NORMAL
+            rows.append(DetailRow("ranks" if i == 0 else "", printable(line), role))
     return rows
 
 
