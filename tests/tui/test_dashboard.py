@@ -19,6 +19,7 @@ from gpumon.backends.model import ConnState
 from gpumon.backends.monitor import HostMonitor
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.dashboard import INTERVALS, DashboardScreen
+from gpumon.tui.dashboard.screen import HostList
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, HelpScreen, key_text
 from gpumon.tui.widgets import HostSection
 
@@ -168,6 +169,35 @@ async def test_plots_redraw_only_for_new_samples(
         builds = screen.plots["util"].builds
         await pilot.pause(2.5)
         assert screen.plots["util"].builds == builds
+
+
+async def test_rows_scrolled_out_of_view_are_drawn_when_they_come_back(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Four hosts at 80x24: a section scrolled out builds no row lines for its new
+    samples (it takes their views), and shows the newest when scrolled back."""
+    app = GpumonApp([demo_monitor(frozen=False) for _ in range(4)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await with_data(pilot, wait, app)
+        hosts = app.dashboard.query_one(HostList)
+        rows = section(app, 3).gpu_rows
+
+        def drawn() -> list[str]:
+            assert rows._strips is not None
+            return [strip.text.rstrip() for strip in rows._strips]
+
+        hosts.scroll_end(animate=False, immediate=True)
+        await wait(pilot, lambda: rows._seen() and rows._strips is not None, what="drawn")
+        hosts.scroll_home(animate=False, immediate=True)
+        await wait(pilot, lambda: not rows._seen(), what="the last host scrolled out")
+        for _ in range(3):  # main's code built each new sample's changed lines for nobody
+            view = rows.view
+            await wait(pilot, lambda v=view: rows.view is not v, what="a new sample's rows")
+            await pilot.pause()
+            assert rows._strips is None
+        hosts.scroll_end(animate=False, immediate=True)
+        await wait(pilot, lambda: rows._strips is not None, what="the rows drawn again")
+        assert drawn() == [line.rstrip() for line in rows.plain.split("\n")]
 
 
 async def test_help_lists_every_key(demo_monitor: Callable[..., HostMonitor], wait: Wait) -> None:

@@ -23,6 +23,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from rich.text import Text
+from textual.dom import NoScreen
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
@@ -55,8 +56,20 @@ class ViewWidget(Widget, Generic[V]):
         old, self.view = self.view, view
         before = self._strips if self._strips_key == self._draw_key() else None
         self.view_changed(old)
+        if before is not None and not self._seen():
+            # Off the screen (a host section scrolled out, a hidden widget): no lines are
+            # built for nobody; Textual draws the widget whole when it comes into view.
+            before = None
         self._repaint_changed(before)
         return True
+
+    def _seen(self) -> bool:
+        """Whether any of the widget was on the screen in its last arrangement (the test
+        Textual's own ``Widget`` makes before it scrolls to or refreshes a widget)."""
+        try:
+            return self in self.screen._compositor.visible_widgets
+        except NoScreen:
+            return False
 
     def _repaint_changed(self, before: list[Strip] | None) -> None:
         """Repaint only the lines that differ from ``before`` (the lines on screen): a
