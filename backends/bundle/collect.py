@@ -531,15 +531,7 @@ async def add_remote(
 
     for port in sorted(monitor.workloads.sglang):
         for page, suffix in (("server_info", "json"), ("metrics", "prom")):
-            name = f"sglang/{port}-{page}.{suffix}"
-            url = f"http://127.0.0.1:{port}/{page}"
-            python = _python(host, transport)
-            argv = [python, "-c", _GET, url, f"{min(step, 10.0):g}", str(PAGE_BYTES)]
-            read = _command(target, argv, step, max_bytes=min(archive.room(), PAGE_BYTES))
-            got = await _within(archive, budget, name, read)
-            if got is not None:
-                text, cut = got
-                archive.add(name, text, f"GET {url} on the target{_cut_note(text, cut)}")
+            await add_sglang_page(archive, host, target, port, page, suffix, step)
 
     if doctor is not None:
         data = await _within(archive, budget, "doctor.json", doctor(target))
@@ -552,6 +544,27 @@ async def add_remote(
 
     if incident.cause.kind in _HUNG_KINDS or any(a.kind in _HUNG_KINDS for a in incident.alerts):
         await _py_spy(archive, monitor, incident, target, step)
+
+
+async def add_sglang_page(
+    archive: BundleArchive,
+    host: HostConfig,
+    target: _Deadlined,
+    port: int,
+    page: str,
+    suffix: str,
+    step: float,
+) -> None:
+    """``sglang/PORT-PAGE.SUFFIX``: one page of the SGLang server on ``port``, fetched on
+    the target's loopback."""
+    name = f"sglang/{port}-{page}.{suffix}"
+    url = f"http://127.0.0.1:{port}/{page}"
+    argv = [_python(host, target), "-c", _GET, url, f"{min(step, 10.0):g}", str(PAGE_BYTES)]
+    read = _command(target, argv, step, max_bytes=min(archive.room(), PAGE_BYTES))
+    got = await _within(archive, target.budget, name, read)
+    if got is not None:
+        text, cut = got
+        archive.add(name, text, f"GET {url} on the target{_cut_note(text, cut)}")
 
 
 async def _add_vllm(
@@ -599,7 +612,9 @@ async def _add_server_process(
     name: str,
     pid: int,
     found: Mapping[str, Any],
-) -> None:
+) -> str | None:
+    """``NAME-command.txt`` and ``NAME-log.txt`` of the server's process ``found``
+    (``_SERVER_PROCESS``'s answer); the log's tail as kept (None: none was)."""
     words = [str(w) for w in found.get("argv", [])]
     archive.learn(secret_values(words))
     about = f"the command line of PID {pid} (/proc/{pid}/cmdline), secret flags masked"
@@ -609,15 +624,18 @@ async def _add_server_process(
     if not files:
         said = "; ".join(_output_said(o) for o in outputs) or "not readable"
         archive.missing(f"{name}-log.txt", f"left out: its output is not a file ({said})")
-        return
+        return None
     log = _LogFile(bytes.fromhex(str(files[0]["path"])), "file", files[0].get("size"))
     if archive.room() < ROOM_MIN:
         archive.missing(f"{name}-log.txt", f"left out: {log.shown}: no room left in the bundle")
-        return
+        return None
     read = _read_log(target, python, log, archive.room())
     got = await _within(archive, target.budget, f"{name}-log.txt", read, about=f"{log.shown}: ")
-    if got is not None:
-        archive.add(f"{name}-log.txt", *got)
+    if got is None:
+        return None
+    archive.add(f"{name}-log.txt", *got)
+    text: str = got[0]
+    return text
 
 
 def _output_said(out: Mapping[str, Any]) -> str:
