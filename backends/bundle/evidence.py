@@ -119,11 +119,14 @@ async def keep_evidence(
     seconds: float,
     say: Callable[[str], None],
     *,
+    alert: str | None = None,
     folder: Path | None = None,
 ) -> Kept:
     """The evidence of ``job`` (its processes ``pids``, running now) in a bundle written
     to ``folder`` (default ``$XDG_STATE_HOME/gpumon/bundles``) within ``seconds``; what it
-    kept, and the bundle's path. Raises OSError (the bundle cannot be written)."""
+    kept, and the bundle's path. The bundle is of the incident of the alert ``alert``
+    (its key) where given and still in the history, else of the job's newest incident.
+    Raises OSError (the bundle cannot be written)."""
     monitor = target.monitor
     assert monitor is not None  # the run keeps no evidence without one
     t0 = time.monotonic()
@@ -138,9 +141,11 @@ async def keep_evidence(
     options = BundleOptions(folder / f"gpumon-evidence-{safe[:80]}-{stamp}.tar.gz")
     # The file is written in the time left: a quarter of it, at most 3 s, is kept for that.
     budget = Budget.of(seconds - min(3.0, seconds / 4))
-    alerts = [a for a in monitor.alerts.history() if a.job == job.name]
     try:
-        incident = pick_incident(alerts)
+        if alert is not None:
+            incident = pick_incident(monitor.alerts.history(), alert)
+        else:
+            incident = pick_incident(a for a in monitor.alerts.history() if a.job == job.name)
         headline = incident.headline
     except NoIncident:
         incident, headline = None, f"{job.name} before a restart (no incident of it)"
@@ -153,7 +158,8 @@ async def keep_evidence(
     if incident is not None:
         add_incident(archive, incident, [], None)
     else:
-        archive.missing("incident.json", f"no alert of {job.name} in this gpumon's history")
+        gone = f"the alert {alert} is" if alert else f"no alert of {job.name} is"
+        archive.missing("incident.json", f"{gone} in this gpumon's history")
     add_monitor_state(archive, monitor, snapshot_json(monitor, time.time()))
     add_environment(archive, monitor.host, None, options.version)
 
