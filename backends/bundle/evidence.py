@@ -50,6 +50,7 @@ from gpumon.backends.bundle.collect import (
     add_monitor_state,
     add_sglang_page,
     add_smi,
+    proxmox_container,
     py_spy_dumps,
 )
 from gpumon.backends.bundle.timeline import NoIncident, pick_incident
@@ -169,8 +170,15 @@ async def keep_evidence(
     if len(pids) > PIDS_MAX:
         archive.missing("py-spy", f"{len(pids) - PIDS_MAX} more processes of the job not dumped")
     step("py-spy stacks")
+    container = proxmox_container(monitor.host)
     stacks = await py_spy_dumps(
-        archive, remote, shown, each, f"a process of {job.name}, before its stop", step
+        archive,
+        remote,
+        shown,
+        each,
+        f"a process of {job.name}, before its stop",
+        step,
+        container=container,
     )
     step("flight-recorder dumps")
     found = _Dumps()
