@@ -243,12 +243,8 @@ class JobActions:
         pids = () if plan.on_host else (plan.pid,)
         target = JobTarget.from_monitor(monitor, read_only=self.read_only)
         # No job's incident: the bundle is of the alert the kill answers (its holder's)
-        latest = monitor.latest
-        gpus = (
-            {*process.gpus, *(r.index for r in latest.gpu_refs.of_process(process))}
-            if (latest is not None)
-            else set(process.gpus)
-        )
+        refs = monitor.latest.gpu_refs.of_process(process) if monitor.latest else ()
+        gpus = {*process.gpus, *(r.index for r in refs if r.index is not None)}
         alert = kill_alert(monitor.alerts.history(), process, gpus)
         return job.evidence_s, partial(gather, target, job, pids, job.evidence_s, alert=alert)
 
