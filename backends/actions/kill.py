@@ -28,14 +28,18 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gpumon.backends.actions import audit
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.model import GpuProcess, ProcessSource
 from gpumon.backends.parsers.processes import container_label
 from gpumon.backends.transport.base import Transport, TransportError, wrap_container
+
+if TYPE_CHECKING:
+    from gpumon.backends.alerts.store import Alert
 
 __all__ = [
     "REUSED_EXIT",
@@ -237,3 +241,26 @@ async def wait_gone(
         if time.monotonic() >= deadline:
             return False
         await asyncio.sleep(poll_s)
+
+
+# The alerts a K of a process that is no job's answers: memory another container or the
+# host holds, memory held by nothing that computes.
+KILL_KINDS = ("foreign_process", "gpu_idle_held")
+
+
+def kill_alert(alerts: Iterable[Alert], process: GpuProcess, gpus: Iterable[int]) -> str | None:
+    """The key of the alert the kill of ``process`` (on the GPUs ``gpus``, indexes)
+    answers, whose incident its evidence is of: the newest active ``foreign_process`` that
+    names it its holder, else the newest active ``foreign_process`` or ``gpu_idle_held``
+    of one of its GPUs; None: no such alert."""
+    on = set(gpus)
+    found = [a for a in alerts if a.active and a.kind in KILL_KINDS]
+    held = [
+        a
+        for a in found
+        if a.facts.held is not None
+        and process.host_pid is not None
+        and a.facts.held.holder.pid == process.host_pid
+    ]
+    mine = held or [a for a in found if a.gpu is not None and a.gpu in on]
+    return max(mine, key=lambda a: a.time).key if mine else None

@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 from gpumon.backends.actions import audit
 from gpumon.backends.actions.jobs import (
@@ -90,12 +90,23 @@ class Kept:
     verdict: str | None = None  # the rank the flight recorder names, in words
 
 
-# Keeps the evidence of the job's processes (PIDs) within the seconds given, saying its
-# progress; the bundle layer's ``keep_evidence`` (actions cannot import it: the session
-# is given it by whoever builds it).
-Gather = Callable[
-    [JobTarget, JobConfig, tuple[int, ...], float, Callable[[str], None]], Awaitable[Kept]
-]
+class Gather(Protocol):
+    """Keeps the evidence of the job's processes (``pids``) within ``seconds``, saying its
+    progress; the bundle layer's ``keep_evidence`` (actions cannot import it: the session
+    is given it by whoever builds it). ``alert``: the key of the alert whose incident the
+    bundle is of (``K`` of a process that is no job's: the alert it came from); None: the
+    job's newest incident."""
+
+    def __call__(
+        self,
+        target: JobTarget,
+        job: JobConfig,
+        pids: tuple[int, ...],
+        seconds: float,
+        say: Callable[[str], None],
+        *,
+        alert: str | None = None,
+    ) -> Awaitable[Kept]: ...
 
 
 # --- the run --------------------------------------------------------------------------

@@ -531,15 +531,7 @@ async def add_remote(
 
     for port in sorted(monitor.workloads.sglang):
         for page, suffix in (("server_info", "json"), ("metrics", "prom")):
-            name = f"sglang/{port}-{page}.{suffix}"
-            url = f"http://127.0.0.1:{port}/{page}"
-            python = _python(host, transport)
-            argv = [python, "-c", _GET, url, f"{min(step, 10.0):g}", str(PAGE_BYTES)]
-            read = _command(target, argv, step, max_bytes=min(archive.room(), PAGE_BYTES))
-            got = await _within(archive, budget, name, read)
-            if got is not None:
-                text, cut = got
-                archive.add(name, text, f"GET {url} on the target{_cut_note(text, cut)}")
+            await add_sglang_page(archive, host, target, port, page, suffix, step)
 
     if doctor is not None:
         data = await _within(archive, budget, "doctor.json", doctor(target))
@@ -552,6 +544,27 @@ async def add_remote(
 
     if incident.cause.kind in _HUNG_KINDS or any(a.kind in _HUNG_KINDS for a in incident.alerts):
         await _py_spy(archive, monitor, incident, target, step)
+
+
+async def add_sglang_page(
+    archive: BundleArchive,
+    host: HostConfig,
+    target: _Deadlined,
+    port: int,
+    page: str,
+    suffix: str,
+    step: float,
+) -> None:
+    """``sglang/PORT-PAGE.SUFFIX``: one page of the SGLang server on ``port``, fetched on
+    the target's loopback."""
+    name = f"sglang/{port}-{page}.{suffix}"
+    url = f"http://127.0.0.1:{port}/{page}"
+    argv = [_python(host, target), "-c", _GET, url, f"{min(step, 10.0):g}", str(PAGE_BYTES)]
+    read = _command(target, argv, step, max_bytes=min(archive.room(), PAGE_BYTES))
+    got = await _within(archive, target.budget, name, read)
+    if got is not None:
+        text, cut = got
+        archive.add(name, text, f"GET {url} on the target{_cut_note(text, cut)}")
 
 
 async def _add_vllm(
@@ -599,7 +612,9 @@ async def _add_server_process(
     name: str,
     pid: int,
     found: Mapping[str, Any],
-) -> None:
+) -> str | None:
+    """``NAME-command.txt`` and ``NAME-log.txt`` of the server's process ``found``
+    (``_SERVER_PROCESS``'s answer); the log's tail as kept (None: none was)."""
     words = [str(w) for w in found.get("argv", [])]
     archive.learn(secret_values(words))
     about = f"the command line of PID {pid} (/proc/{pid}/cmdline), secret flags masked"
@@ -609,15 +624,18 @@ async def _add_server_process(
     if not files:
         said = "; ".join(_output_said(o) for o in outputs) or "not readable"
         archive.missing(f"{name}-log.txt", f"left out: its output is not a file ({said})")
-        return
+        return None
     log = _LogFile(bytes.fromhex(str(files[0]["path"])), "file", files[0].get("size"))
     if archive.room() < ROOM_MIN:
         archive.missing(f"{name}-log.txt", f"left out: {log.shown}: no room left in the bundle")
-        return
+        return None
     read = _read_log(target, python, log, archive.room())
     got = await _within(archive, target.budget, f"{name}-log.txt", read, about=f"{log.shown}: ")
-    if got is not None:
-        archive.add(f"{name}-log.txt", *got)
+    if got is None:
+        return None
+    archive.add(f"{name}-log.txt", *got)
+    text: str = got[0]
+    return text
 
 
 def _output_said(out: Mapping[str, Any]) -> str:
@@ -789,7 +807,15 @@ async def _py_spy(
     if not pids:
         archive.missing("py-spy", "no process of the incident's GPUs is visible in the container")
         return
-    await py_spy_dumps(archive, target, pids[:8], step, "a process of the hung job")
+    container = proxmox_container(monitor.host)
+    what = "a process of the hung job"
+    await py_spy_dumps(archive, target, pids[:8], step, what, container=container)
+
+
+def proxmox_container(host: HostConfig) -> int | None:
+    """The Proxmox CT the host is (its host reachable by the transport), else None (the
+    demo's container has no Proxmox host)."""
+    return host.container if host.container is not None and host.kind != "demo" else None
 
 
 async def py_spy_dumps(
@@ -799,32 +825,104 @@ async def py_spy_dumps(
     step: float,
     what: str,
     say: Callable[[str], None] | None = None,
+    *,
+    container: int | None = None,
 ) -> int:
     """``py-spy-PID.txt``: ``py-spy dump --pid PID`` of each of ``pids`` (``what`` they
     are, for the index), where ``py-spy`` is already on the target (never installed);
-    how many were kept."""
+    how many were kept. With ``container`` (the target is that Proxmox CT, its host
+    reachable): where py-spy is not in it, or fails there (an unprivileged CT forbids
+    ptrace), the Proxmox host's py-spy dumps the process by its host PID; the index says
+    which side took the stacks."""
     budget = target.budget
-    which = target.run(["sh", "-c", "command -v py-spy"], timeout=step)
-    result = await _within(archive, budget, "py-spy", which)
-    if result is None:
+    here = await _which(archive, target, "py-spy", step, on_host=False)
+    host = None
+    if container is not None:
+        host = await _which(archive, target, "py-spy", step, on_host=True)
+    if here is None and host is None:
+        where = "on the target" + (" nor on its Proxmox host" if container is not None else "")
+        archive.missing("py-spy", f"not {where} (gpumon installs nothing there)")
         return 0
-    found = result.stdout.strip()
-    if result.exit_code != 0 or not found:
-        archive.missing("py-spy", "not on the target (gpumon installs nothing there)")
-        return 0
+    host_pids: dict[int, int] | None = None
+
+    async def dump(pid: int) -> tuple[str, str]:
+        nonlocal host_pids
+        failed = ""
+        if here is not None:
+            argv = [here, "dump", "--pid", str(pid)]
+            try:
+                text, cut = await _command(target, argv, step, max_bytes=archive.room())
+            except RuntimeError as e:
+                if host is None:
+                    raise
+                failed = f"; in the container it failed: {e}"
+            else:
+                side = "in the container" if container is not None else "on the target"
+                return text, f"`py-spy dump --pid {pid}` {side} ({what}){_cut_note(text, cut)}"
+        assert host is not None and container is not None
+        if host_pids is None:
+            host_pids = await _host_pids(target, container, pids, step)
+        if pid not in host_pids:
+            raise RuntimeError(f"CT {container}'s PID {pid} is not found on the Proxmox host")
+        argv = [host, "dump", "--pid", str(host_pids[pid])]
+        text, cut = await _command(target, argv, step, on_host=True, max_bytes=archive.room())
+        return text, (
+            f"`py-spy dump --pid {host_pids[pid]}` on the Proxmox host (CT {container}'s PID "
+            f"{pid}{failed}) ({what}){_cut_note(text, cut)}"
+        )
+
     kept = 0
     for pid in pids:
         if say is not None:
             say(f"py-spy dump --pid {pid}")
         name = f"py-spy-{pid}.txt"
-        argv = [found, "dump", "--pid", str(pid)]
-        read = _command(target, argv, step, max_bytes=archive.room())
-        got = await _within(archive, budget, name, read)
+        got = await _within(archive, budget, name, dump(pid))
         if got is not None:
-            text, cut = got
-            about = f"`py-spy dump --pid {pid}` ({what}){_cut_note(text, cut)}"
-            kept += archive.add(name, text, about)
+            kept += archive.add(name, *got)
     return kept
+
+
+async def _which(
+    archive: BundleArchive, target: _Deadlined, program: str, step: float, *, on_host: bool
+) -> str | None:
+    """Where ``program`` is on the target (or its Proxmox host); None: not there."""
+    which = target.run(["sh", "-c", f"command -v {program}"], timeout=step, on_host=on_host)
+    side = " (Proxmox host)" if on_host else ""
+    result = await _within(archive, target.budget, f"{program}{side}", which)
+    found = result.stdout.strip() if result is not None else ""
+    return found if result is not None and result.exit_code == 0 and found else None
+
+
+# A Proxmox CT's PIDs (argv[2:]) as the host numbers them, read on the host: the processes
+# whose NSpid ends in one of them and whose cgroup is the CT's (``/lxc/ID/``); JSON.
+_HOST_PIDS = """
+import json, os, sys
+ct, wanted, found = sys.argv[1], set(sys.argv[2:]), {}
+for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+        continue
+    try:
+        with open("/proc/%s/status" % entry) as f:
+            nspid = next((l.split()[1:] for l in f if l.startswith("NSpid:")), [])
+        if len(nspid) < 2 or nspid[-1] not in wanted:
+            continue
+        with open("/proc/%s/cgroup" % entry) as f:
+            if "/lxc/%s/" % ct not in f.read():
+                continue
+    except OSError:
+        continue
+    found[nspid[-1]] = int(nspid[0])
+print(json.dumps(found))
+"""
+
+
+async def _host_pids(
+    target: _Deadlined, container: int, pids: Sequence[int], step: float
+) -> dict[int, int]:
+    argv = ["python3", "-c", _HOST_PIDS, str(container), *map(str, pids)]
+    text, _ = await _command(target, argv, step, on_host=True)
+    found: dict[str, int] = untrusted.loads(text)
+    return {int(k): int(v) for k, v in found.items()}
 
 
 def _on(p: GpuProcess, gpus: set[int], monitor: HostMonitor) -> bool:

@@ -23,47 +23,57 @@ said in the index, and the bundle written with what came.
 from __future__ import annotations
 
 import base64
+import glob
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpumon.backends import untrusted
 from gpumon.backends.actions.run import JobTarget, Kept
 from gpumon.backends.bundle.archive import BundleArchive
 from gpumon.backends.bundle.build import BundleOptions, _archive, _finish
 from gpumon.backends.bundle.collect import (
+    _SERVER_PROCESS,
     Budget,
     _add_logs,
+    _add_server_process,
+    _command,
     _Deadlined,
     _python,
+    _server_process,
     _within,
     add_environment,
     add_incident,
     add_monitor_state,
+    add_sglang_page,
     add_smi,
+    proxmox_container,
     py_spy_dumps,
 )
 from gpumon.backends.bundle.timeline import NoIncident, pick_incident
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import iso_time
-from gpumon.backends.monitor import snapshot_json
+from gpumon.backends.monitor import HostMonitor, snapshot_json
 from gpumon.backends.parsers.flight_recorder import FrReport, analyze
+from gpumon.backends.parsers.sglang_log import watchdog_dumps
 from gpumon.backends.paths import bundles_dir
+from gpumon.backends.remote.agent import SGLANG_DEFAULT_PORT, is_sglang_server
 from gpumon.backends.torchenv.flight_recorder import FrSetup, ask_dumps, job_setups
 
 __all__ = ["keep_evidence"]
 
 PIDS_MAX = 16  # py-spy dumps per job (a torchrun of 8 ranks and its launcher fit)
 DUMPS_MAX = 64  # flight-recorder files read per prefix, the newest first
-# The files each prefix names (argv[3:], each a prefix: PREFIX*), regular ones only, the
-# newest argv[2] of each, as long as their bytes fit in argv[1] (base64); one line of JSON.
+# The files each glob pattern matches (argv[3:]), regular ones only, the newest argv[2] of
+# each, as long as their bytes fit in argv[1] (base64); one line of JSON.
 _DUMPS = """
 import base64, glob, json, os, stat, sys
 room, most, out, seen = int(sys.argv[1]), int(sys.argv[2]), [], set()
-for prefix in sys.argv[3:]:
-    paths = glob.glob(glob.escape(prefix) + "*")
+for pattern in sys.argv[3:]:
+    paths = glob.glob(pattern)
     def mtime(p):
         try:
             return os.stat(p).st_mtime
@@ -73,7 +83,7 @@ for prefix in sys.argv[3:]:
         if path in seen:
             continue
         seen.add(path)
-        item = {"path": os.fsencode(path).hex(), "prefix": prefix}
+        item = {"path": os.fsencode(path).hex(), "pattern": pattern}
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError as e:
@@ -110,11 +120,14 @@ async def keep_evidence(
     seconds: float,
     say: Callable[[str], None],
     *,
+    alert: str | None = None,
     folder: Path | None = None,
 ) -> Kept:
     """The evidence of ``job`` (its processes ``pids``, running now) in a bundle written
     to ``folder`` (default ``$XDG_STATE_HOME/gpumon/bundles``) within ``seconds``; what it
-    kept, and the bundle's path. Raises OSError (the bundle cannot be written)."""
+    kept, and the bundle's path. The bundle is of the incident of the alert ``alert``
+    (its key) where given and still in the history, else of the job's newest incident.
+    Raises OSError (the bundle cannot be written)."""
     monitor = target.monitor
     assert monitor is not None  # the run keeps no evidence without one
     t0 = time.monotonic()
@@ -129,9 +142,11 @@ async def keep_evidence(
     options = BundleOptions(folder / f"gpumon-evidence-{safe[:80]}-{stamp}.tar.gz")
     # The file is written in the time left: a quarter of it, at most 3 s, is kept for that.
     budget = Budget.of(seconds - min(3.0, seconds / 4))
-    alerts = [a for a in monitor.alerts.history() if a.job == job.name]
     try:
-        incident = pick_incident(alerts)
+        if alert is not None:
+            incident = pick_incident(monitor.alerts.history(), alert)
+        else:
+            incident = pick_incident(a for a in monitor.alerts.history() if a.job == job.name)
         headline = incident.headline
     except NoIncident:
         incident, headline = None, f"{job.name} before a restart (no incident of it)"
@@ -144,7 +159,8 @@ async def keep_evidence(
     if incident is not None:
         add_incident(archive, incident, [], None)
     else:
-        archive.missing("incident.json", f"no alert of {job.name} in this gpumon's history")
+        gone = f"the alert {alert} is" if alert else f"no alert of {job.name} is"
+        archive.missing("incident.json", f"{gone} in this gpumon's history")
     add_monitor_state(archive, monitor, snapshot_json(monitor, time.time()))
     add_environment(archive, monitor.host, None, options.version)
 
@@ -154,8 +170,15 @@ async def keep_evidence(
     if len(pids) > PIDS_MAX:
         archive.missing("py-spy", f"{len(pids) - PIDS_MAX} more processes of the job not dumped")
     step("py-spy stacks")
+    container = proxmox_container(monitor.host)
     stacks = await py_spy_dumps(
-        archive, remote, shown, each, f"a process of {job.name}, before its stop", step
+        archive,
+        remote,
+        shown,
+        each,
+        f"a process of {job.name}, before its stop",
+        step,
+        container=container,
     )
     step("flight-recorder dumps")
     found = _Dumps()
@@ -163,6 +186,8 @@ async def keep_evidence(
     named = _name_rank(archive, job, found)
     if named is not None:
         monitor.workloads.name_collective(job.name, named, monitor.alerts, time.time())
+    step("SGLang server")
+    await _add_sglang(archive, monitor, remote, pids, each)
     step("nvidia-smi -q")
     await add_smi(archive, monitor.host, remote, each)
     step("log tails")
@@ -234,18 +259,11 @@ async def _add_dumps(
         archive.missing("flight-recorder", f"the job's environment is unreadable: {why}")
         return 0
     await _ask_dumps(archive, target, python, setups, step)
-    room = archive.room()
-    argv = [python, "-c", _DUMPS, str(room), str(DUMPS_MAX), *prefixes]
-    listing = target.run(argv, timeout=step, max_bytes=room * 4 // 3 + 65536)
-    result = await _within(archive, target.budget, "flight-recorder", listing)
-    if result is None:
+    prefix_of = {glob.escape(p) + "*": p for p in prefixes}
+    patterns = list(prefix_of)
+    found = await _read_files(archive, target, python, patterns, DUMPS_MAX, step, "flight-recorder")
+    if found is None:
         return 0
-    if result.exit_code != 0 or result.cut:
-        said = (result.stderr or "").strip().splitlines()
-        why = said[-1] if said else f"exit {result.exit_code}"
-        archive.missing("flight-recorder", f"the dumps could not be read: {why}")
-        return 0
-    found = untrusted.loads(result.stdout)
     if not found:
         archive.missing(
             "flight-recorder",
@@ -260,19 +278,46 @@ async def _add_dumps(
         if "data" not in item:
             archive.missing(name, f"left out: {path}: {item.get('error', 'not read')}")
             continue
-        size = item.get("size")
+        size, prefix = item.get("size"), prefix_of.get(item["pattern"], "")
         about = (
             f"{path} ({size} bytes, written {iso_time(float(item.get('mtime') or 0))}): a "
-            f"flight-recorder dump (prefix {item['prefix']}), as PyTorch wrote it"
+            f"flight-recorder dump (prefix {prefix}), as PyTorch wrote it"
         )
         data = base64.b64decode(item["data"])
         added = archive.add(name, data, about, binary=True)
         kept += added
-        rank = path[len(item["prefix"]) :]
+        rank = path[len(prefix) :] if prefix else ""
         if added and rank.isdigit() and int(rank) not in into.data:  # the newest per rank
             into.data[int(rank)] = data
             into.at[int(rank)] = float(item.get("mtime") or 0) or time.time()
     return kept
+
+
+async def _read_files(
+    archive: BundleArchive,
+    target: _Deadlined,
+    python: str,
+    patterns: Sequence[str],
+    most: int,
+    step: float,
+    name: str,
+) -> list[dict[str, Any]] | None:
+    """The files the glob ``patterns`` match on the target (the newest ``most`` of each),
+    each read whole where it fits the room left (``_DUMPS``); None with ``name`` said
+    missing where they could not be listed."""
+    room = archive.room()
+    argv = [python, "-c", _DUMPS, str(room), str(most), *patterns]
+    listing = target.run(argv, timeout=step, max_bytes=room * 4 // 3 + 65536)
+    result = await _within(archive, target.budget, name, listing)
+    if result is None:
+        return None
+    if result.exit_code != 0 or result.cut:
+        said = (result.stderr or "").strip().splitlines()
+        why = said[-1] if said else f"exit {result.exit_code}"
+        archive.missing(name, f"the files could not be read: {why}")
+        return None
+    found: list[dict[str, Any]] = untrusted.loads(result.stdout)
+    return found
 
 
 async def _ask_dumps(
@@ -293,3 +338,144 @@ async def _ask_dumps(
                 f"flight-recorder rank {answer.rank}",
                 f"no dump on demand through {answer.pipe}: {answer.error}",
             )
+
+
+SERVERS_MAX = 4  # SGLang servers whose evidence one step keeps
+# Each PID's ancestors (argv[1:], the PID itself first, at most 16 up, to PID 1): their
+# command lines, as JSON. A scheduler's (``sglang::scheduler_TP0``) server is its launcher.
+_ANCESTORS = """
+import json, sys
+out = []
+for pid in sys.argv[1:]:
+    chain, pid = [], int(pid)
+    while pid > 1 and len(chain) < 16:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                argv = [w.decode("utf-8", "replace") for w in f.read().split(b"\\0") if w]
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        chain.append({"pid": pid, "argv": argv})
+        pid = parent
+    out.append(chain)
+print(json.dumps(out))
+"""
+
+
+def _flag(argv: Sequence[str], flag: str) -> str | None:
+    """The last value of ``flag`` in ``argv`` (``--flag VALUE`` or ``--flag=VALUE``), as
+    argparse reads SGLang's command line."""
+    value = None
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif word.startswith(flag + "="):
+            value = word[len(flag) + 1 :]
+    return value
+
+
+async def _add_sglang(
+    archive: BundleArchive,
+    monitor: HostMonitor,
+    target: _Deadlined,
+    pids: Sequence[int],
+    step: float,
+) -> None:
+    """``sglang/PORT-*`` of each SGLang server among ``pids`` (or their parents): its
+    ``/server_info``, command line and log tail, the watchdog's dumps in that log
+    (``PORT-watchdog.txt``) and the newest crash dump of its ``--crash-dump-folder``."""
+    if not pids:
+        return
+    python = _python(monitor.host, target)
+    read = _command_json(target, [python, "-c", _ANCESTORS, *map(str, pids)], step)
+    chains: list[list[dict[str, Any]]] | None = await _within(
+        archive, target.budget, "sglang", read
+    )
+    servers: dict[int, list[str]] = {}
+    for chain in chains or ():
+        for proc in chain:
+            argv = [str(w) for w in proc.get("argv", [])]
+            if is_sglang_server(argv):
+                servers.setdefault(int(proc["pid"]), argv)
+                break
+    known = sorted(monitor.workloads.sglang)
+    for pid, argv in sorted(servers.items())[:SERVERS_MAX]:
+        given = _flag(argv, "--port")
+        port = (
+            int(given)
+            if given and given.isdigit()
+            else (known[0] if len(known) == 1 else SGLANG_DEFAULT_PORT)
+        )
+        name = f"sglang/{port}"
+        await add_sglang_page(archive, monitor.host, target, port, "server_info", "json", step)
+        found = await _within(
+            archive,
+            target.budget,
+            f"{name}-command.txt",
+            _server_process(target, [python, "-c", _SERVER_PROCESS, str(pid)], step),
+        )
+        if found is not None:
+            text = await _add_server_process(archive, target, python, name, pid, found)
+            if text is not None:
+                _add_watchdog(archive, name, text)
+        folder = _flag(argv, "--crash-dump-folder")
+        if folder:
+            await _add_crash_dump(archive, target, python, name, pid, folder, step)
+
+
+def _add_watchdog(archive: BundleArchive, name: str, log: str) -> None:
+    dumps = watchdog_dumps(log)
+    if not dumps:
+        archive.missing(f"{name}-watchdog.txt", "no watchdog dump in the tail of its log")
+        return
+    text = "\n\n".join("\n".join(lines) for lines in dumps) + "\n"
+    about = (
+        f"the {len(dumps)} watchdog dump{'s' * (len(dumps) != 1)} in the tail of its log "
+        f"({name}-log.txt): debug info, schedulers' stacks, the timeout line"
+    )
+    archive.add(f"{name}-watchdog.txt", text, about)
+
+
+async def _add_crash_dump(
+    archive: BundleArchive,
+    target: _Deadlined,
+    python: str,
+    name: str,
+    pid: int,
+    folder: str,
+    step: float,
+) -> None:
+    """The newest ``crash_dump_<time>.pkl`` SGLang wrote into ``--crash-dump-folder``
+    (TokenizerManager.dump_requests_before_crash: ``FOLDER/HOSTNAME/crash_dump_%Y-%m-%d_
+    %H-%M-%S.pkl``), byte for byte; a relative folder is the server's working directory's."""
+    base = folder if folder.startswith("/") else f"/proc/{pid}/cwd/{folder}"
+    root = glob.escape(base.rstrip("/") or "/")
+    patterns = [f"{root}/*/crash_dump_*.pkl", f"{root}/crash_dump_*.pkl"]
+    found = await _read_files(archive, target, python, patterns, 1, step, f"{name}-crash-dump")
+    if found is None:
+        return
+    if not found:
+        archive.missing(
+            f"{name}-crash-dump",
+            f"no crash_dump_*.pkl in {folder} (SGLang writes one when it crashes or is "
+            "stopped with requests in flight)",
+        )
+        return
+    item = max(found, key=lambda i: float(i.get("mtime") or 0))
+    path = bytes.fromhex(item["path"]).decode("utf-8", "backslashreplace")
+    kept = f"{name}-{os.path.basename(path)}"
+    if "data" not in item:
+        archive.missing(kept, f"left out: {path}: {item.get('error', 'not read')}")
+        return
+    about = (
+        f"{path} ({item.get('size')} bytes, written {iso_time(float(item.get('mtime') or 0))}):"
+        " the server's newest crash dump (--crash-dump-folder), as SGLang wrote it (a pickle:"
+        " load it only where you trust it)"
+    )
+    archive.add(kept, base64.b64decode(item["data"]), about, binary=True)
+
+
+async def _command_json(target: _Deadlined, argv: Sequence[str], step: float) -> Any:
+    text, _ = await _command(target, argv, step)
+    return untrusted.loads(text)

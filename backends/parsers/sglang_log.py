@@ -156,3 +156,47 @@ def parse_sglang_log_line(line: str) -> SglangLogStats | None:
         cuda_graph=graph,
         extra=tuple(extra),
     )
+
+
+# SGLang's watchdog dump (python/sglang/srt/utils/watchdog.py, WatchdogRaw._watchdog_once,
+# 0.5.23; docs/formats.md 6.11): ``{name} debug info:`` and its lines, the py-spy stacks of
+# the schedulers (utils/cudacore_pyspy_dump_utils.py pyspy_dump_schedulers: ``Pyspy dump
+# for PID {pid} ({cmd}):`` and py-spy's output, ``Pyspy failed ...``, ``No sglang scheduler
+# processes found for py-spy dump.``), then ``{name} watchdog timeout
+# (self.watchdog_timeout=300, self.soft=False)``; or ``{name} watchdog thread crashed: ...``.
+_WATCHDOG_START = lazy_pattern(
+    r"\w+ debug info:$|Pyspy dump for PID \d+ |Pyspy failed \(|All pyspy dump attempts "
+    r"failed|No sglang scheduler processes found for py-spy dump"
+)
+_WATCHDOG_END = lazy_pattern(
+    r"\w+ watchdog timeout \(self\.watchdog_timeout=|\w+ watchdog thread crashed: "
+)
+WATCHDOG_LINES_MAX = 2000  # one dump's lines kept (the log tail read has as many)
+
+
+def watchdog_dumps(text: str) -> list[list[str]]:
+    """The watchdog dumps in a SGLang server's log ``text``, each its lines (with their
+    log prefix): from its ``debug info:`` or py-spy line to its ``watchdog timeout`` line;
+    a dump the tail starts inside of begins at its first line here, one the log has not
+    finished yet ends at the text's end."""
+    dumps: list[list[str]] = []
+    current: list[str] | None = None
+    for line in text.splitlines():
+        message = _message(line)
+        if current is None and (_WATCHDOG_START.search(message) or _WATCHDOG_END.search(message)):
+            current = []
+            dumps.append(current)
+        if current is None:
+            continue
+        if len(current) < WATCHDOG_LINES_MAX:
+            current.append(line)
+        if _WATCHDOG_END.search(message):
+            current = None
+    return dumps
+
+
+def _message(line: str) -> str:
+    """``line`` without its Ray tag and ``[date time TP0]`` prefix."""
+    line = _RAY.sub("", line, count=1)
+    found = _PREFIX.match(line)
+    return found[3] if found else line

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from proxmox_host import SYSTEM_PYTHON, GpuProc, ProxmoxHost, skip_reason
+from proxmox_host import SYSTEM_PYTHON, GpuProc, ProxmoxHost, install_py_spy, skip_reason
 from secret_corpus import ARGV, ARGV_SECRETS, CORPUS
 
 from gpumon.backends.actions import audit
@@ -504,3 +504,38 @@ def test_no_secret_of_a_servers_command_line_or_its_log_leaves_in_a_bundle_or_sn
     assert server["container"] == "200" and masked in server["command"]
     assert re.search(r"\n  1  CT200 +\d+ +root", gpumon("snapshot", "ct200"))  # cut at 80
     assert masked in gpumon("snapshot", "ct200", "--wide")
+
+
+async def test_evidence_takes_stacks_from_the_proxmox_host_where_the_ct_forbids_ptrace(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """py-spy (a stand-in: tests/support/proxmox_host.py PY_SPY) fails in the unprivileged
+    CT as ptrace is forbidden there; the evidence step dumps the CT's process by its host
+    PID on the Proxmox host instead, and the index says so."""
+    from gpumon.backends.actions import JobTarget
+    from gpumon.backends.bundle.evidence import keep_evidence
+    from gpumon.backends.config import JobConfig
+
+    install_py_spy(lab.server.bin)
+    monitor = lab.monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.host_side_fresh(), 30, "the host-side list")
+        target = JobTarget.from_monitor(monitor)
+        kept = await keep_evidence(
+            target, JobConfig(name="train"), (lab.train.pid,), 30, lambda _: None, folder=tmp_path
+        )
+    finally:
+        await monitor.stop()
+    assert kept.bundle is not None and "1 py-spy stack" in kept.summary, kept.summary
+    with tarfile.open(kept.bundle) as tar:
+        files = {
+            m.name.split("/", 1)[1]: f.read().decode()
+            for m in tar.getmembers()
+            if "/" in m.name and (f := tar.extractfile(m)) is not None
+        }
+    stack = files[f"py-spy-{lab.train.pid}.txt"]
+    assert stack.startswith(f"Process {lab.train.host_pid}: ") and "train.py" in stack
+    index = files["index.txt"]
+    assert f"`py-spy dump --pid {lab.train.host_pid}` on the Proxmox host (CT 200's PID" in index
+    assert "Permission Denied" in index  # why the CT's own py-spy did not take it

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sglang_watchdog import AFTER, BEFORE, WATCHDOG_DUMP
 
 from gpumon.backends.actions import JobTarget, RunRegistry, audit, job_status, launch_job, make_plan
 from gpumon.backends.config import Config, HostConfig, load_config, resolve_host
@@ -29,7 +30,7 @@ from gpumon.backends.monitor import demo_settings, make_monitor, make_transport
 
 import waiting
 from job_records import kill_recorded_jobs
-from sshd_server import SshServer, descendants, processes_matching
+from sshd_server import SshServer, descendants, free_port, processes_matching
 from upstream_captures import UPSTREAM
 from waiting import until
 
@@ -747,3 +748,62 @@ def wait_for_ranks(state: Path, name: str) -> dict[int, int]:
     asyncio.run(until(ranks, 30, "the job's 4 ranks"))
     assert found is not None
     return found
+
+
+# --- an SGLang server's evidence (issue 37 point 1) ------------------------------------------
+
+SGLANG_STAND_IN = Path(__file__).resolve().parents[1] / "support" / "sglang_stand_in"
+
+
+def test_restart_of_a_hung_sglang_server_keeps_its_server_info_watchdog_dump_and_crash_dump(
+    sshd: SshServer, target: Path, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The stand-in launcher (tests/support/sglang_stand_in: SGLang's command line, the
+    simulator's pages, the watchdog dump of SGLang 0.5.23's utils/watchdog.py in its log)
+    started by gpumon as a job; its restart keeps what SGLang itself left: /server_info,
+    the watchdog's lines of its log, and the newest crash dump of its
+    --crash-dump-folder, a relative one (its working directory's), written as
+    TokenizerManager.dump_requests_before_crash names it (FOLDER/HOSTNAME/crash_dump_
+    %Y-%m-%d_%H-%M-%S.pkl, sglang 0.5.23 managers/tokenizer_manager.py)."""
+    name, log, work, port = job_name(), tmp_path / "server.log", tmp_path / "work", free_port()
+    work.mkdir()
+    start = (
+        f"exec {shlex.quote(sys.executable)} -m sglang.launch_server --port {port} "
+        "--crash-dump-folder dumps"
+    )
+    table = (
+        f"[hosts.ct200.jobs.{name}]\n"
+        f"start = {json.dumps(start)}\nlog = {json.dumps(str(log))}\n"
+        f"workdir = {json.dumps(str(work))}\nverify_s = 0.8\nstop_timeout = 5\n"
+        f"[hosts.ct200.jobs.{name}.env]\n"
+        f"PYTHONPATH = {json.dumps(f'{SGLANG_STAND_IN}{os.pathsep}{SGLANG_STAND_IN.parent}')}\n"
+    )
+    cfg = write_config(tmp_path, sshd, table)
+    first = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    serving = waiting.until(lambda: "gpumon-sim-sglang: serving" in log.read_text(), 30, "serving")
+    asyncio.run(serving)
+    # What SGLang wrote on an earlier crash (the older file) and on this one (the newer).
+    folder = work / "dumps" / "gpu-host"
+    folder.mkdir(parents=True)
+    old, new = (
+        folder / "crash_dump_2026-01-04_10-00-00.pkl",
+        folder / "crash_dump_2026-01-05_03-12-41.pkl",
+    )
+    old.write_bytes(b"older")
+    new.write_bytes(bytes(range(256)) * 16)
+    os.utime(old, (time.time() - 86400, time.time() - 86400))
+
+    second = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    bundle = entries(client_env, name)[-1]["bundle"]
+    files = bundle_files(bundle)
+    info = json.loads(files[f"sglang/{port}-server_info.json"])
+    assert info["model_path"]  # the stand-in's own page, fetched on the target's loopback
+    watchdog = files[f"sglang/{port}-watchdog.txt"].decode()
+    assert watchdog == WATCHDOG_DUMP  # its lines, and only those
+    assert BEFORE.strip() not in watchdog and AFTER.strip() not in watchdog
+    assert "sglang.launch_server --port" in files[f"sglang/{port}-command.txt"].decode()
+    assert files[f"sglang/{port}-{new.name}"] == new.read_bytes()  # byte for byte
+    assert f"sglang/{port}-{old.name}" not in files
+    assert f"{new.name} (4096 bytes" in files["index.txt"].decode()

@@ -478,3 +478,29 @@ class ProxmoxHost:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+
+# A stand-in ``py-spy`` (py-spy is not installed here, and gpumon never installs it): in a
+# container's user namespace it fails as py-spy does where ptrace is forbidden (an
+# unprivileged Proxmox CT); in the host's it prints a stack of the PID it is given, with
+# that process's command line so a test can tell it was the right one.
+PY_SPY = """#!/usr/bin/python3
+import sys
+pid = sys.argv[sys.argv.index("--pid") + 1]
+with open("/proc/self/uid_map") as f:
+    if f.read().split() != ["0", "0", "4294967295"]:
+        sys.exit("Permission Denied: Try running again with elevated permissions")
+with open("/proc/%s/cmdline" % pid, "rb") as f:
+    command = f.read().replace(b"\\0", b" ").decode().strip()
+print("Process %s: %s" % (pid, command))
+print('Thread %s (idle): "MainThread"' % pid)
+print("    <module> (gpu_process.py:9)")
+"""
+
+
+def install_py_spy(folder: Path) -> Path:
+    """The stand-in ``py-spy`` in ``folder`` (on the PATH of the host's logins)."""
+    path = folder / "py-spy"
+    path.write_text(PY_SPY)
+    path.chmod(0o755)
+    return path

@@ -718,7 +718,9 @@ async def test_esc_skips_the_evidence_step_and_the_restart_goes_on(
         runs = app.runtime.session.runs
         kept: list[tuple[int, ...]] = []
 
-        async def stuck(target: JobTarget, job: Any, pids: tuple[int, ...], *_: Any) -> Any:
+        async def stuck(
+            target: JobTarget, job: Any, pids: tuple[int, ...], *_: Any, **__: Any
+        ) -> Any:
             kept.append(pids)
             await hung.wait()
 

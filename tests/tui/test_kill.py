@@ -6,6 +6,7 @@ flags it, ``K`` names it, Cancel is the default, ``y`` terminates it through the
 from __future__ import annotations
 
 import asyncio
+import json
 import tarfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -166,8 +167,17 @@ async def test_k_keeps_the_evidence_before_the_signal_and_the_audit_names_it(
         bundle = Path(entry["bundle"])  # named by the signal's entry, written before it
         assert bundle.name.startswith("gpumon-evidence-") and bundle == Path(dialog.bundle or "")
         with tarfile.open(bundle) as tar:
-            names = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
-        assert "nvidia-smi-q.txt" in names and "index.txt" in names
+            files = {
+                m.name.split("/", 1)[1]: f.read()
+                for m in tar.getmembers()
+                if "/" in m.name and (f := tar.extractfile(m)) is not None
+            }
+        assert "nvidia-smi-q.txt" in files and "index.txt" in files
+        # The jupyter is no job: the bundle is of the foreign_process incident K answers
+        [held] = [a for a in monitor.alerts.history() if a.kind == "foreign_process"]
+        incident = json.loads(files["incident.json"])
+        assert held.key in json.dumps(incident), incident
+        assert "6.0 GiB held by CT 201 jupyter-lab" in files["index.txt"].decode()
         assert bundle.stat().st_mode & 0o777 == 0o600
 
 
@@ -179,7 +189,9 @@ async def test_esc_skips_the_kills_evidence_and_the_signal_goes_on(
     async with app.run_test(size=(130, 45)) as pilot:
         hung, asked = asyncio.Event(), asyncio.Event()
 
-        async def stuck(*args: Any) -> Any:  # a py-spy on a process stuck in the kernel
+        async def stuck(
+            *args: Any, **kwargs: Any
+        ) -> Any:  # a py-spy on a process stuck in the kernel
             asked.set()
             await hung.wait()
 

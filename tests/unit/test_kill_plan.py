@@ -5,6 +5,7 @@ dialog says about it."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import pytest
@@ -67,3 +68,29 @@ def test_without_a_start_time_the_plain_kill_runs_and_the_dialog_says_so() -> No
 def test_another_containers_process_without_host_access_cannot_be_reached() -> None:
     with pytest.raises(KillError, match="host-side access"):
         kill_plan("ct200", THEIRS, host_access=False, container=200)
+
+
+def test_kill_alert_is_the_holders_foreign_process_else_an_alert_of_its_gpu() -> None:
+    """The incident K's evidence is of: the foreign_process naming the process its holder
+    (not the newer one of another holder), else the newest foreign_process or
+    gpu_idle_held of its GPUs; an ended alert or one of another kind is none."""
+    from gpumon.backends.actions.kill import kill_alert
+    from gpumon.backends.alerts.facts import AlertFacts, Held, Holder
+    from gpumon.backends.alerts.store import Alert
+    from gpumon.backends.model import GpuProcess, Health
+
+    def alert(key: str, kind: str, gpu: int, t: float, holder: int | None = None) -> Alert:
+        held = Held(6144, Holder("201", holder, "jupyter-lab")) if holder else None
+        return Alert(key, Health.WARNING, kind, "ct200", gpu, None, key, t, t,
+                     facts=AlertFacts(held=held))  # fmt: skip
+
+    jupyter = GpuProcess(pid=None, name="jupyter-lab", memory_mib=6144, host_pid=4242)
+    mine = alert("foreign_process:6", "foreign_process", 6, 10.0, holder=4242)
+    other = alert("foreign_process:6b", "foreign_process", 6, 20.0, holder=999)
+    idle = alert("gpu_idle_held:6", "gpu_idle_held", 6, 30.0)
+    assert kill_alert([mine, other, idle], jupyter, {6}) == "foreign_process:6"
+    assert kill_alert([other, idle], jupyter, {6}) == "gpu_idle_held:6"
+    assert kill_alert([other, idle], jupyter, {5}) is None
+    ended = dataclasses.replace(idle, active=False)
+    hot = alert("gpu_hot:6", "gpu_hot", 6, 40.0)
+    assert kill_alert([ended, hot], jupyter, {6}) is None

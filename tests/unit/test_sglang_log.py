@@ -131,3 +131,22 @@ def test_decode_fixture_log_reads_the_stall_and_skips_other_lines() -> None:
 def test_log_parser_never_raises(text: str) -> None:
     parse_sglang_log_line(text)
     parse_sglang_log_line("Decode batch, " + text)
+
+
+def test_watchdog_dumps_are_the_lines_from_debug_info_to_the_timeout() -> None:
+    """SGLang 0.5.23's dump (python/sglang/srt/utils/watchdog.py, docs/formats.md 6.11),
+    amid stats lines: its lines only; a dump the tail starts inside of (its timeout line
+    alone) is one too; one the log has not finished runs to the end."""
+    from sglang_watchdog import AFTER, BEFORE, WATCHDOG_DUMP
+
+    from gpumon.backends.parsers.sglang_log import watchdog_dumps
+
+    lone = "[2026-01-05 04:00:00 TP1] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=True)\n"  # noqa: E501
+    unfinished = "[2026-01-05 05:00:00] TokenizerManager debug info:\nstate 1\n"
+    text = BEFORE + WATCHDOG_DUMP + AFTER + BEFORE + lone + AFTER + unfinished
+    assert watchdog_dumps(text) == [
+        WATCHDOG_DUMP.splitlines(),
+        lone.splitlines(),
+        unfinished.splitlines(),
+    ]
+    assert watchdog_dumps(BEFORE + AFTER) == []

@@ -31,7 +31,7 @@ from gpumon.backends.actions import (
     Session,
     audit,
 )
-from gpumon.backends.actions.kill import KillError, KillPlan, kill_plan
+from gpumon.backends.actions.kill import KillError, KillPlan, kill_alert, kill_plan
 from gpumon.backends.actions.plan import Blocker, monitor_readings, workers_text
 from gpumon.backends.alerts.incident import (
     holder,
@@ -242,7 +242,11 @@ class JobActions:
         job = JobConfig(name=f"{label or 'process'}-{plan.pid}")
         pids = () if plan.on_host else (plan.pid,)
         target = JobTarget.from_monitor(monitor, read_only=self.read_only)
-        return job.evidence_s, partial(gather, target, job, pids, job.evidence_s)
+        # No job's incident: the bundle is of the alert the kill answers (its holder's)
+        refs = monitor.latest.gpu_refs.of_process(process) if monitor.latest else ()
+        gpus = {*process.gpus, *(r.index for r in refs if r.index is not None)}
+        alert = kill_alert(monitor.alerts.history(), process, gpus)
+        return job.evidence_s, partial(gather, target, job, pids, job.evidence_s, alert=alert)
 
     # --- the incident's fix: one key from anywhere ----------------------------------------
     def incident_job(self) -> tuple[HostMonitor, JobConfig, Alert] | None:
