@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 from textual.widgets._toast import Toast
 
@@ -18,6 +19,7 @@ from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.sim.scenario import XID_AT, XID_GPU
 from gpumon.tui.app import GpumonApp
 from gpumon.tui.screens import AlertHistoryScreen, DetailScreen, DoctorScreen
+from gpumon.tui.widgets.footer import KeyFooter
 
 from held_demo import HeldDemo, drafter_read
 from screen_text import screen_lines
@@ -225,3 +227,38 @@ async def test_the_xid_63_gpus_health_line_says_its_row_remap_is_pending(
         health = next(line for line in screen_lines(app) if line.startswith(" PCIe"))
         assert f"GPU {XID_GPU} " in screen_lines(app)[0]
         assert "rows pending" in health and "rows ok" not in health, health
+
+
+async def test_a_footer_fitted_before_its_keys_are_laid_out_fits_again(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Issue 36: at load 15 the history's "? Help" ended under "^p palette". The fit a
+    recompose queues ran while every key was still 0 wide, so every key "fitted", and no
+    later fit came. Here the footer is recomposed without that queued fit and fitted at
+    once, with zero widths, as the race had it: it must fit again when the keys have
+    their widths."""
+    app = GpumonApp([demo_monitor(demo_time=70.0)], bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait(pilot, lambda: app.monitors[0].latest is not None, what="a sample")
+        await pilot.press("a")
+        await wait(pilot, lambda: isinstance(app.screen, AlertHistoryScreen), what="history")
+        await pilot.pause()
+        footer = app.screen.query_one(KeyFooter)
+        hidden_before = [k.key for k in footer.query(FooterKey) if not k.visible]
+        assert hidden_before, footer_line(app)  # the history's keys do not all fit at 80
+        widths: list[int] = []
+
+        async def recompose_and_fit() -> None:
+            await Footer.recompose(footer)  # a new row of keys, without KeyFooter's own fit
+            widths.extend(k.outer_size.width for k in footer.query(FooterKey))
+            footer.fit_keys()
+
+        footer.call_next(recompose_and_fit)
+        await wait(pilot, lambda: widths, what="the footer recomposed")
+        assert not any(widths), widths  # fitted before its keys were laid out
+        await wait(
+            pilot,
+            lambda: [k.key for k in footer.query(FooterKey) if not k.visible] == hidden_before,
+            what="the keys fitted again once laid out",
+        )
+        assert_whole_keys(app)

@@ -34,6 +34,13 @@ class KeyFooter(Footer):
         hidden key keeps (its region is empty), as the horizontal layout places them."""
         keys = [c for c in self.children if not c.has_class("-command-palette")]
         palette = [c for c in self.children if c.has_class("-command-palette")]
+        if self.size.width and any(c.display and not c.outer_size.width for c in self.children):
+            # Not laid out yet (right after a recompose every key is 0 wide, so all would
+            # "fit" and the last ones run under the palette's key): fit again once they
+            # are. The fit a resize or recompose queues may have been this one; under load
+            # no other comes (issue 36: "? Help" lost under "^p palette" in CI).
+            self.call_after_refresh(self.fit_keys)
+            return
         end = self.size.width - sum(c.outer_size.width + c.styles.margin.width for c in palette)
         # a group's keys ("+-") and its label ("Interval") go together
         units: list[list[Widget]] = []
