@@ -34,6 +34,7 @@ from gpumon.backends.actions import (
 from gpumon.backends.actions.kill import KillError, KillPlan, kill_alert, kill_plan
 from gpumon.backends.actions.plan import Blocker, monitor_readings, workers_text
 from gpumon.backends.alerts.incident import (
+    RESTART_FIXES,
     holder,
     hung_server_fixes,
     incidents,
@@ -251,15 +252,20 @@ class JobActions:
     # --- the incident's fix: one key from anywhere ----------------------------------------
     def incident_job(self) -> tuple[HostMonitor, JobConfig, Alert] | None:
         """The job of the newest active critical alert that names one (by its job, else by
-        its GPU), with its monitor and the alert; None without such an alert."""
+        its GPU), else of the newest warning that a restart fixes (a stall seen early by
+        its NCCL spin: the strip offers "r restart drafter" from its warning on, issue 36),
+        with its monitor and the alert; None without such an alert."""
         found = []
         for m in self.monitors:
             for a in m.alerts.active():
-                if a.severity is Health.CRITICAL and (job := alert_job(m, a)) is not None:
-                    found.append((a.time, a.last_seen, m, job, a))
+                critical = a.severity is Health.CRITICAL
+                if not critical and a.kind not in RESTART_FIXES:
+                    continue
+                if (job := alert_job(m, a)) is not None:
+                    found.append((critical, a.time, a.last_seen, m, job, a))
         if not found:
             return None
-        _, _, monitor, job, alert = max(found, key=lambda f: (f[0], f[1]))
+        *_, monitor, job, alert = max(found, key=lambda f: (f[0], f[1], f[2]))
         return monitor, job, alert
 
     def restart_target(self) -> tuple[HostMonitor, JobConfig] | None:
