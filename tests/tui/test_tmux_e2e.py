@@ -373,6 +373,36 @@ def test_the_story_from_the_oom_to_the_fix_in_one_key(
     )
 
 
+def test_the_stall_is_a_warning_with_its_fix_within_30_s_of_the_last_step(
+    tmux: Tmux, tmp_path: Path
+) -> None:
+    """Issue 36, done when: the stall demo at 80x24 shows a warning with its fix within
+    30 s of the drafter's last step (30 s of scenario time; its NCCL watchdog, the
+    critical, comes at 90 s). Held at 24 s until the jobs pane shows the drafter running,
+    so its last steps are read live. The strip cuts the headline, never "r restart
+    drafter"; the warning's own words say how long after the last step it came."""
+    clock = HeldDemo(tmp_path)
+    demo = [str(GPUMON), "demo", "--scenario", "stall", "--demo-time", "24", *clock.args]
+    tmux.start(demo, 80, 24)
+    tmux.wait_for(
+        lambda s: any("drafter running" in line and "tok/s" in line for line in s),
+        30,
+        "the drafter running with its rate",
+    )
+    clock.release()
+    lines = tmux.wait_for(
+        lambda s: any("▲" in line and "stalled" in line for line in s),
+        120,
+        "the stall's warning on the strip",
+    )
+    strip = next(line for line in lines if "▲" in line and "stalled" in line)
+    assert not any("✖" in line for line in lines), lines  # before the watchdog's critical
+    assert "r restart drafter" in strip, strip
+    assert len(strip.rstrip()) <= 80
+    after = re.search(r"no step for (\d+) s", strip)
+    assert after is not None and int(after[1]) < 30, strip
+
+
 def test_a_config_gpumon_refuses_does_not_stop_the_demo(tmux: Tmux, tmp_path: Path) -> None:
     """The demo needs no config: a broken one is a warning on the screen (with its line),
     and the simulated machine comes up as always."""
