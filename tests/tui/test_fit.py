@@ -262,3 +262,30 @@ async def test_a_footer_fitted_before_its_keys_are_laid_out_fits_again(
             what="the keys fitted again once laid out",
         )
         assert_whole_keys(app)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "demo_time", "fix"),
+    [
+        ("training-oom", 70.0, " — K stop jupyter-lab, r restart drafter"),
+        ("hang", 130.0, " — K stop its scheduler (PID "),
+        ("sglang", 100.0, " — reset the GPU"),  # Xid 63: advice, no key acts on it
+    ],
+)
+async def test_the_strip_at_80_columns_cuts_the_headline_and_keeps_the_fix(
+    demo_monitor: Callable[..., HostMonitor],
+    wait: Wait,
+    scenario: str,
+    demo_time: float,
+    fix: str,
+) -> None:
+    """Issue 36 point 5: each scenario's strip at 80x24 says the fix, its key and words
+    whole, after a headline cut with "…" (the stall's warning: test_stall_early.py)."""
+    monitor = demo_monitor(frozen=False, demo_time=demo_time, scenario=scenario)
+    app = GpumonApp([monitor], bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        strip = app.dashboard.strip
+        await wait(pilot, lambda: fix in strip.plain, timeout=60, what=f"the strip with{fix}")
+        line = strip.plain
+        assert len(line) <= 80 and f"…{fix}" in line, line
+        assert line.rstrip().endswith("a: list"), line
