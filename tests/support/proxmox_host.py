@@ -49,9 +49,13 @@ INIT = """
 D=$1
 mkdir -p "$D/hostdev"
 mount --rbind /dev "$D/hostdev"
-mount -t tmpfs tmpfs /dev
+mount -t tmpfs -o mode=755 tmpfs /dev
 for n in null zero urandom random; do touch /dev/$n; mount --bind "$D/hostdev/$n" /dev/$n; done
 umount -l "$D/hostdev"
+# the CT's own ptys, as LXC mounts them (tmux in the CT needs them)
+mkdir /dev/pts
+mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts /dev/pts
+ln -s pts/ptmx /dev/ptmx
 for n in $2; do touch /dev/nvidia$n; done
 touch /dev/nvidiactl
 mount --bind "${D%/*}/driver" /proc/driver
