@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proxmox_host import CT_UID, SYSTEM_PYTHON, ProxmoxHost, skip_reason
+from proxmox_host import CT_UID, SYSTEM_PYTHON, ProxmoxHost, alive, skip_reason
 
 from gpumon.backends.actions import audit
 
@@ -195,11 +195,3 @@ def test_restart_in_a_proxmox_ct_keeps_each_ranks_dump_and_stack_and_names_the_r
 
     assert asyncio.run(until(restarted, 30, "the job's new ranks in CT 200"))
     assert not any(alive(pids[0]) for pids in ranks.values())
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
