@@ -13,8 +13,8 @@ test, here, takes threads blocked in select() or a lock's wait for busy ones; a 
 that lets the GIL go while it works (zlib on a large buffer, a read) is then not seen, so
 the samples' sum is the Python part of the CPU figure from /proc.
 
-py-spy is a benchmark-only tool, not in the locks: install it beside gpumon in the
-bench's venv (``pip install py-spy``), or name it with ``--py-spy``. It reads the
+py-spy is in the test extra (requirements-test.lock), not gpumon's own locks: the
+test venv has it, or name it with ``--py-spy``. It reads the
 processes' memory (ptrace): run as root or with ``kernel.yama.ptrace_scope=0``.
 
     python bench/profile_dashboard.py [--seconds 60] [--venv /tmp/anchors-venv]

@@ -49,9 +49,13 @@ INIT = """
 D=$1
 mkdir -p "$D/hostdev"
 mount --rbind /dev "$D/hostdev"
-mount -t tmpfs tmpfs /dev
+mount -t tmpfs -o mode=755 tmpfs /dev
 for n in null zero urandom random; do touch /dev/$n; mount --bind "$D/hostdev/$n" /dev/$n; done
 umount -l "$D/hostdev"
+# the CT's own ptys, as LXC mounts them (tmux in the CT needs them)
+mkdir /dev/pts
+mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts /dev/pts
+ln -s pts/ptmx /dev/ptmx
 for n in $2; do touch /dev/nvidia$n; done
 touch /dev/nvidiactl
 mount --bind "${D%/*}/driver" /proc/driver
@@ -220,7 +224,7 @@ class GpuProc:
     lock: str = ""
 
     def alive(self) -> bool:
-        return Path(f"/proc/{self.host_pid}").exists() and _state(self.host_pid) not in "ZX"
+        return alive(self.host_pid)
 
 
 @dataclass
@@ -261,6 +265,11 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "X"
+
+
+def alive(host_pid: int) -> bool:
+    """Whether the process of that host PID runs (not gone, not a zombie)."""
+    return _state(host_pid) not in "ZX"
 
 
 def _wait(cond: object, what: str, timeout: float = 10.0) -> None:
@@ -480,10 +489,11 @@ class ProxmoxHost:
                 time.sleep(0.05)
 
 
-# A stand-in ``py-spy`` (py-spy is not installed here, and gpumon never installs it): in a
+# A stand-in ``py-spy`` for a CT that forbids ptrace (this stand-in CT allows it: the test
+# extra's real py-spy dumps there, tests/integration/test_restart_pve.py): in a
 # container's user namespace it fails as py-spy does where ptrace is forbidden (an
-# unprivileged Proxmox CT); in the host's it prints a stack of the PID it is given, with
-# that process's command line so a test can tell it was the right one.
+# unprivileged Proxmox CT under a stricter policy); in the host's it prints a stack of the
+# PID it is given, with that process's command line so a test can tell it was the right one.
 PY_SPY = """#!/usr/bin/python3
 import sys
 pid = sys.argv[sys.argv.index("--pid") + 1]
