@@ -92,7 +92,7 @@ MODE_FIELDS: tuple[str, ...] = tuple(_MODE_FIELDS)
 # the driver was last loaded), which only the agent's NVML reader answers. nvidia-smi's
 # ``--help-query-gpu`` lists no energy field (590.48.01, 610.57.04 captures), so where
 # nvidia-smi is read it is not asked (the agent drops it with the fields its nvidia-smi
-# does not list), and the accounting falls back to power x time (docs/formats.md 1.7).
+# does not list), and the accounting falls back to power x time (docs/formats.md 1.9).
 _ENERGY_FIELDS: dict[str, tuple[str, str]] = {"total_energy_consumption": ("energy_mj", "int")}
 ENERGY_FIELDS: tuple[str, ...] = tuple(_ENERGY_FIELDS)
 SAMPLE_FIELDS: tuple[str, ...] = QUERY_FIELDS + HEALTH_FIELDS + MODE_FIELDS  # what is asked
