@@ -253,6 +253,9 @@ class GpuSample:
     problems: tuple[str, ...] = ()
     minor: int | None = None  # N of its /dev/nvidiaN (the driver's, not a --query-gpu field)
     mig_mode: bool | None = None  # split into MIG instances (``mig.mode.current``)
+    # NVML's energy counter (millijoules since the driver was loaded; None where only
+    # nvidia-smi is read or the GPU answers NOT_SUPPORTED): ``total_energy_consumption``
+    energy_mj: int | None = None
 
     @property
     def ref(self) -> GpuRef:

@@ -357,7 +357,7 @@ class Runtime:
         for monitor, recorder in list(self._accounts.items()):
             tally = recorder.tally
             owners = {(o.container, o.user, o.job): s for o, s in tally.owner_s.items()}
-            out.append(UsageCounts(monitor.name, tally.joules, owners, tally.estimated))
+            out.append(UsageCounts(monitor.name, tally.joules, owners))
         return out
 
     def serve_pages(self) -> None:

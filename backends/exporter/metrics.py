@@ -139,14 +139,13 @@ METRIC_NAMES = (
 
 @dataclass(frozen=True, slots=True)
 class UsageCounts:
-    """One host's accounting since gpumon started (``usage.Tally``): joules per GPU
-    (``estimated``: from power x time), and per owner (container, user, job) the
-    GPU-seconds used and held idle."""
+    """One host's accounting since gpumon started (``usage.Tally``): joules per GPU and
+    method (``energy_counter``: NVML's energy counter; ``power_x_time``: an estimate), and
+    per owner (container, user, job) the GPU-seconds used and held idle."""
 
     host: str
-    joules: Mapping[int, float]
+    joules: Mapping[tuple[int, str], float]
     owners: Mapping[tuple[str, str, str], Sequence[float]]
-    estimated: bool
 
 
 class OomCounter:
@@ -289,7 +288,8 @@ class GpumonCollector(Collector):
     def _usage(self, usage: Callable[[], Iterable[UsageCounts]]) -> Iterable[Metric]:
         energy = CounterMetricFamily(
             ENERGY_COUNTER,
-            "energy the GPU drew while gpumon watched (method: power_x_time, an estimate)",
+            "energy the GPU drew while gpumon watched (method: energy_counter, NVML's "
+            "counter; power_x_time, an estimate)",
             labels=["host", "gpu", "method"],
         )
         owner = ["host", "container", "user", "job_name"]
@@ -302,8 +302,7 @@ class GpumonCollector(Collector):
             labels=owner,
         )
         for counts in usage():
-            method = "power_x_time" if counts.estimated else "energy_counter"
-            for index, joules in sorted(counts.joules.items()):
+            for (index, method), joules in sorted(counts.joules.items()):
                 energy.add_metric([counts.host, str(index), method], joules)
             for (container, user, job), (used_s, idle_s) in sorted(counts.owners.items()):
                 labels = [counts.host, cut_name(container), cut_name(user), cut_name(job)]

@@ -88,9 +88,18 @@ HEALTH_FIELDS: tuple[str, ...] = tuple(_HEALTH_FIELDS)
 # its whole-GPU memory is then the sum of its slices and its utilisation is not reported.
 _MODE_FIELDS: dict[str, tuple[str, str]] = {"mig.mode.current": ("mig_mode", "enabled")}
 MODE_FIELDS: tuple[str, ...] = tuple(_MODE_FIELDS)
+# The GPU's energy counter: NVML's nvmlDeviceGetTotalEnergyConsumption (millijoules since
+# the driver was last loaded), which only the agent's NVML reader answers. nvidia-smi's
+# ``--help-query-gpu`` lists no energy field (590.48.01, 610.57.04 captures), so where
+# nvidia-smi is read it is not asked (the agent drops it with the fields its nvidia-smi
+# does not list), and the accounting falls back to power x time (docs/formats.md 1.9).
+_ENERGY_FIELDS: dict[str, tuple[str, str]] = {"total_energy_consumption": ("energy_mj", "int")}
+ENERGY_FIELDS: tuple[str, ...] = tuple(_ENERGY_FIELDS)
 SAMPLE_FIELDS: tuple[str, ...] = QUERY_FIELDS + HEALTH_FIELDS + MODE_FIELDS  # what is asked
+AGENT_FIELDS: tuple[str, ...] = SAMPLE_FIELDS + ENERGY_FIELDS  # what the agent is asked
 _GPU_FIELDS.update(_HEALTH_FIELDS)
 _GPU_FIELDS.update(_MODE_FIELDS)
+_GPU_FIELDS.update(_ENERGY_FIELDS)
 
 # Aliases accepted on the command line (headers always print the canonical name).
 _GPU_ALIASES: dict[str, str] = {
@@ -619,7 +628,7 @@ def _gpu_from_row(
             return None  # not a data row (Xid / ECC event text in a loop stream)
         attr, kind = spec
         values[attr], problem = _convert(kind, cell)
-        optional = column in _HEALTH_FIELDS or column in _MODE_FIELDS
+        optional = column in _HEALTH_FIELDS or column in _MODE_FIELDS or column in _ENERGY_FIELDS
         if problem is not None and not optional:  # the core cells say it
             severity, what = problem
             health = Health.worst(health, severity)

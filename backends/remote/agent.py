@@ -689,7 +689,7 @@ class Agent:
             return None
         known = {w.strip('"') for w in text.split() if w.startswith('"') and w.endswith('"')}
         if not known:  # unfamiliar help format: ask for everything and let it fail loudly
-            return self.fields
+            return [f for f in self.fields if f not in NVML_ONLY_FIELDS]
         out = []
         for f in self.fields:  # before R535 clocks_event_reasons.* has its older name
             old = f.replace("clocks_event_reasons.", "clocks_throttle_reasons.", 1)
@@ -1513,6 +1513,10 @@ def _mib(v: int) -> str:
     return str(-(-v // (1024 * 1024)))  # nvidia-smi rounds each cell up
 
 
+# The fields only NVML answers (no nvidia-smi lists them): never in an nvidia-smi query
+NVML_ONLY_FIELDS = ("total_energy_consumption",)
+
+
 def _nvml_field(
     nvml: Any,
     h: Any,
@@ -1585,6 +1589,8 @@ def _nvml_field(
     if field == "compute_mode":
         names = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
         return t(nvml, lambda: nvml.nvmlDeviceGetComputeMode(h), lambda v: names.get(v, str(v)))
+    if field == "total_energy_consumption":  # mJ since the driver loaded (Volta and newer)
+        return t(nvml, lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h), str)
     health = _nvml_health_field(nvml, h, field, once)
     if health is not None:
         return health

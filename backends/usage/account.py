@@ -10,8 +10,13 @@ process holds it), and each holder's share is:
 - *held idle*: the GPU held and idle in this sample: ``IdleHeld.sample``, the one test of
   ``gpu_idle_held`` and the fleet's ``idle-allocated`` (more than ``idle_held_min_mib``
   used at under ``idle_util_pct``); a GPU whose utilisation is not reported is neither;
-- *energy*: the GPU's power draw times the seconds (estimated: the agent reads no
-  energy counter), in joules.
+- *energy*: in joules, what the GPU's energy counter (NVML's
+  ``nvmlDeviceGetTotalEnergyConsumption``, millijoules since the driver loaded: the
+  sample's ``energy_mj``) rose by since the previous sample, *measured*; else the GPU's
+  power draw times the seconds, *estimated*: where only nvidia-smi is read (it has no
+  energy field), the GPU answers NOT_SUPPORTED, or the counter went down (the driver was
+  reloaded between the two samples: what it counted before is gone, and the new count
+  started at an unknown moment).
 
 An owner is three words: the process's container (``CT200``, ``host``, as the process
 lines write it), its user, and its job: the GPU's owner as the dashboard's owner column
@@ -35,16 +40,22 @@ from gpumon.backends.parsers.processes import foreign, process_columns
 from gpumon.backends.workloads.owners import OwnedBy
 
 __all__ = [
+    "ESTIMATED",
     "MAX_OWNERS_PER_GPU",
+    "MEASURED",
     "MINUTE",
     "NOBODY",
     "OTHERS",
     "Owner",
     "Tally",
+    "energy",
     "gap_for",
 ]
 
 MINUTE = 60
+# How a GPU's energy is known: the exporter's ``method`` label (docs/on-call.md)
+MEASURED = "energy_counter"
+ESTIMATED = "power_x_time"
 NOBODY = "-"  # a GPU no process holds: its time is nobody's
 OTHERS = "(others)"  # owners past MAX_OWNERS_PER_GPU on one GPU in one minute
 MAX_OWNERS_PER_GPU = 16  # the bound on a minute's rows per GPU (docs/usage.md)
@@ -62,6 +73,19 @@ class Owner:
 
 
 Key = tuple[int, int, str, str, str]  # minute, GPU, container, user, job
+
+
+def energy(gpu: GpuSample, before_mj: int | None, dt: float) -> tuple[float | None, str]:
+    """The joules ``gpu`` drew in the ``dt`` seconds since the sample whose energy counter
+    read ``before_mj``, and how they are known: ``MEASURED`` (the counter's rise),
+    ``ESTIMATED`` (power x time: no counter on both samples, or the counter went down,
+    the driver reloaded), None where neither is read."""
+    now_mj = gpu.energy_mj
+    if now_mj is not None and before_mj is not None and now_mj >= before_mj:
+        return (now_mj - before_mj) / 1000, MEASURED
+    if gpu.power_w is None:
+        return None, ESTIMATED
+    return gpu.power_w * dt, ESTIMATED
 
 
 def gap_for(interval_s: float) -> float:
@@ -82,9 +106,10 @@ class Tally:
         self.rows: dict[Key, list[float]] = {}
         self.estimated = False  # some energy came from power x time
         self._last: float | None = None
-        # Since the start, for the exporter's counters (they only go up): joules per GPU,
-        # and GPU-seconds used and held idle per owner.
-        self.joules: dict[int, float] = {}
+        self._counters: dict[int, int] = {}  # each GPU's energy counter at the last sample
+        # Since the start, for the exporter's counters (they only go up): joules per GPU
+        # and method (MEASURED, ESTIMATED), and GPU-seconds used and held idle per owner.
+        self.joules: dict[tuple[int, str], float] = {}
         self.owner_s: dict[Owner, list[float]] = {}
 
     def add(
@@ -97,6 +122,8 @@ class Tally:
         """Account ``sample`` (``processes``: the host's list at that time; ``owners``:
         ``gpu_owned_by``'s); returns the seconds it accounts for."""
         last, self._last = self._last, sample.time
+        counted = self._counters
+        self._counters = {g.index: g.energy_mj for g in sample.gpus if g.energy_mj is not None}
         if last is None or not 0 < sample.time - last <= gap_s:
             return 0.0
         dt = sample.time - last
@@ -106,10 +133,11 @@ class Tally:
             util = gpu.utilization_pct
             busy = util is not None and util >= self.rules.idle_util_pct
             idle = self._test.sample(gpu.memory_used_mib, util)
-            joules = None if gpu.power_w is None else gpu.power_w * dt
-            self.estimated |= joules is not None
+            joules, method = energy(gpu, counted.get(gpu.index), dt)
+            self.estimated |= method == ESTIMATED
             if joules is not None:
-                self.joules[gpu.index] = self.joules.get(gpu.index, 0.0) + joules
+                spent = (gpu.index, method)
+                self.joules[spent] = self.joules.get(spent, 0.0) + joules
             for owner, share, mib in self._holders(held, gpu, owners):
                 key = (minute, gpu.index, owner.container, owner.user, owner.job)
                 row = self.rows.get(key)
@@ -117,9 +145,9 @@ class Tally:
                     key = self._bounded(key)
                     row = self.rows.setdefault(key, [0.0] * len(SUMS))
                 s = dt * share
-                counted = self.owner_s.setdefault(owner, [0.0, 0.0])
-                counted[0] += s if busy else 0.0
-                counted[1] += s if idle else 0.0
+                owned_s = self.owner_s.setdefault(owner, [0.0, 0.0])
+                owned_s[0] += s if busy else 0.0
+                owned_s[1] += s if idle else 0.0
                 row[0] += s
                 row[1] += s if busy else 0.0
                 row[2] += s if idle else 0.0

@@ -160,7 +160,7 @@ class UsageReport:
                 f"{line.key} {_hours(line.idle_hours)} GPU-h" for line in idle
             ))  # fmt: skip
         if self.total.estimated:
-            out.append("energy estimated: power x time (no energy counter read)")
+            out.append("energy estimated: power x time where no energy counter was read")
         if self.settings.price_per_kwh is None:
             out.append("cost: set [usage] price_per_kwh (and currency) in the config")
         return out

@@ -539,3 +539,40 @@ async def test_evidence_takes_stacks_from_the_proxmox_host_where_the_ct_forbids_
     index = files["index.txt"]
     assert f"`py-spy dump --pid {lab.train.host_pid}` on the Proxmox host (CT 200's PID" in index
     assert "Permission Denied" in index  # why the CT's own py-spy did not take it
+
+
+NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_IB_AUTH_TOKEN": "s3cr3t-nccl-value-123"}
+
+
+async def test_e_reads_the_environment_through_pct_and_on_the_host(lab: Lab) -> None:
+    """Issue 39: the detail view's ``e`` (``read_environment``, the dashboard's own call)
+    on a rank in CT 200: inside the container by its own PID through ``pct exec``, and on
+    the host by its host PID; NCCL_* shows, the token's value is redacted on both."""
+    from gpumon.backends.bundle import read_environment
+    from gpumon.backends.bundle.scrub import REDACTED
+
+    rank = lab.host.start_gpu_process(200, (1,), 2048, "rank1.py --rank 1", env=NCCL_ENV)
+    monitor = lab.monitor()
+    monitor.start()
+    try:
+        await until(lambda: monitor.host_side_fresh(), 30, "the host-side list")
+        listed = {p.host_pid: p for p in monitor.processes}
+        assert rank.host_pid in listed, listed
+        before = lab.host.pct_log.read_text().count("200")
+        t = monitor.transport
+        in_ct = await read_environment(
+            t, replace(listed[rank.host_pid], pid=rank.pid), host_access=False
+        )
+        assert lab.host.pct_log.read_text().count("200") > before  # it went through pct
+        on_host = await read_environment(
+            t,
+            replace(listed[rank.host_pid], pid=None),
+            host_access=True,
+            host_proc=t.host_proc_root,
+        )
+        for lines in (in_ct, on_host):
+            assert "NCCL_DEBUG=INFO" in lines, lines
+            assert f"NCCL_IB_AUTH_TOKEN={REDACTED}" in lines, lines
+            assert not any("s3cr3t" in line for line in lines), lines
+    finally:
+        await monitor.stop()

@@ -399,10 +399,16 @@ class ProxmoxHost:
         return container
 
     def start_gpu_process(
-        self, ct: int, gpus: tuple[int, ...], memory_mib: int, label: str
+        self,
+        ct: int,
+        gpus: tuple[int, ...],
+        memory_mib: int,
+        label: str,
+        env: dict[str, str] | None = None,
     ) -> GpuProc:
         """A process in CT ``ct`` holding ``/dev/nvidiaN`` for ``gpus``, listed by the fake
-        driver with ``memory_mib`` on the first of them."""
+        driver with ``memory_mib`` on the first of them; ``env``: variables added to its
+        environment (the test ``pct`` passes its environment on)."""
         c = self.containers[ct]
         n = len(c.procs)
         lock = str(c.dir / f"gpu{n}.lock")
@@ -415,7 +421,8 @@ class ProxmoxHost:
             str(self.pct_path), "exec", str(ct), "--",
             SYSTEM_PYTHON, str(script), lock, ",".join(map(str, gpus)), *rest, marker,
         ]  # fmt: skip
-        subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+        environ = {**os.environ, **(env or {})}
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, env=environ)
         p = GpuProc(ct, gpus, memory_mib, label, lock=lock)
 
         def found() -> bool:

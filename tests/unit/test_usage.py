@@ -203,7 +203,7 @@ def test_the_report_says_hours_energy_cost_and_the_top_idle_holders(tmp_path: Pa
     assert table[3].split() == ["CT201", "0.00", "1.00", "0.10", "~0.01", "EUR"]
     assert table[4].split() == ["total", "1.00", "1.00", "0.60", "~0.09", "EUR"]
     assert "held idle most: CT201 / root / jupyter-lab 1.00 GPU-h" in table
-    assert "energy estimated: power x time (no energy counter read)" in table
+    assert "energy estimated: power x time where no energy counter was read" in table
     data = json.loads(json.dumps(report.to_json()))
     assert data["total"]["energy_kwh"] == pytest.approx(0.6) and data["currency"] == "EUR"
     assert data["total"]["cost"] == pytest.approx(0.09)

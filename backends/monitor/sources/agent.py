@@ -26,9 +26,9 @@ from gpumon.backends.masking import masked_shell_line
 from gpumon.backends.model import ConnState, Health, HostLoad
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import (
+    AGENT_FIELDS,
     PROCESS_FIELDS,
     QUERY_FIELDS,
-    SAMPLE_FIELDS,
     classify_smi_failure,
 )
 from gpumon.backends.parsers.vllm import VLLM_METRICS_LINE_FILTER
@@ -291,7 +291,7 @@ class AgentSource(TransportSource):
         Python older than 3.8."""
         workloads = sink.workloads
         options = protocol.AgentOptions(
-            fields=list(SAMPLE_FIELDS),
+            fields=list(AGENT_FIELDS),
             process_fields=list(PROCESS_FIELDS),
             nvidia_smi=sink.host.nvidia_smi,
             interval=sink.interval,

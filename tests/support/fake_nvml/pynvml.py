@@ -41,6 +41,9 @@ What the test chooses through the environment, in the real module's own terms:
   raises NOT_SUPPORTED (a driver that gives no slice). The MIG calls are nvidia-ml-py
   13.580.82's (``MIG_CALLS``); the utilisation of a MIG device, and of GPU 0 while in MIG
   mode, is NOT_SUPPORTED, as NVML documents.
+- ``FAKE_NVML_ENERGY``: ``unsupported``: ``nvmlDeviceGetTotalEnergyConsumption`` raises
+  NOT_SUPPORTED (a board before Volta); else the counter grows at ``ENERGY_W`` from the
+  module's import.
 """
 
 from __future__ import annotations
@@ -171,6 +174,19 @@ def nvmlDeviceGetTemperature(h: int, sensor: int) -> int:
 
 def nvmlDeviceGetPowerUsage(h: int) -> int:
     return 80500
+
+
+ENERGY_W = 90  # the counter's rate: not the 80.5 W reading, so a test tells the two apart
+_LOADED = time.time()  # "the driver was loaded": when the agent imported this module
+
+
+def nvmlDeviceGetTotalEnergyConsumption(h: int) -> int:
+    """As nvml.h documents it: millijoules since the driver was last loaded (an unsigned
+    long long), Volta and newer; ``FAKE_NVML_ENERGY=unsupported``: NOT_SUPPORTED, as an
+    older board answers."""
+    if os.environ.get("FAKE_NVML_ENERGY") == "unsupported":
+        raise NVMLError_NotSupported()
+    return int((time.time() - _LOADED) * ENERGY_W * 1000)
 
 
 def _health() -> set[str]:
