@@ -1153,6 +1153,8 @@ class AlertEngine(AlertStore):
         facts = AlertFacts(
             tried_bytes=event.tried_bytes,
             free_bytes=event.free_bytes,
+            in_use_bytes=event.in_use_bytes,
+            in_use_by_pid=event.in_use_by_pid,
             line=" ".join(head.split()),
             detail=event.detail,
             health_check=event.health_check,

@@ -187,9 +187,12 @@ class AlertFacts:
     id). ``job``: the job the message leads with (``drafter's GPUs 5-7 idle …``).
     ``port``: the SGLang server's. ``xid``: the Xid's (``XidFacts``). ``tried_bytes``,
     ``free_bytes``: what a CUDA allocation tried and what the GPU had free (PyTorch's
-    numbers; a memory condition's free memory). ``held``: another container's (or the
-    host's) memory on the GPU (``foreign_process``). ``line``: the log line's own words
-    (its context and message, without gpumon's note of how its GPU was told), and
+    numbers; a memory condition's free memory). ``in_use_bytes``, ``in_use_by_pid``: what
+    the OOM line said its own process held on the GPU, and each other process by PID
+    (``Process 2418873 has …``; inside an LXC the job's own, under its host PID).
+    ``held``: another container's (or the host's) memory on the GPU (``foreign_process``).
+    ``line``: the log line's own words (its context and message, without gpumon's note of
+    how its GPU was told), and
     ``detail``: what an OOM line says after "out of memory" where PyTorch's numbers are
     not in it. ``failure``: the kind of the failure a job-down condition's log ended in
     (``cuda_oom``). ``health_check``: an SGLang server's failed health check.
@@ -216,6 +219,8 @@ class AlertFacts:
     xid: XidFacts | None = None
     tried_bytes: int | None = None
     free_bytes: int | None = None
+    in_use_bytes: int | None = None
+    in_use_by_pid: tuple[tuple[int, int], ...] = ()
     held: Held | None = None
     line: str | None = None
     detail: str | None = None
@@ -287,7 +292,7 @@ _KNOWN_NAMES_ONLY = (GpuRef,)
 def _encoded(value: Any) -> Any:
     """A fact's value as JSON: a dataclass as an object of its fields, a tuple a list."""
     if isinstance(value, tuple):
-        return list(value)
+        return [_encoded(v) for v in value]
     if not is_dataclass(value):
         return value
     out: dict[str, Any] = {}
@@ -359,6 +364,16 @@ def _ints(value: object) -> tuple[int, ...] | None:
     return tuple(v for v in value if _int(v) is not None)
 
 
+def _pairs(value: object) -> tuple[tuple[int, int], ...] | None:
+    if not isinstance(value, list):
+        return None
+    return tuple(
+        (v[0], v[1])
+        for v in value
+        if isinstance(v, list) and len(v) == 2 and _int(v[0]) is not None and _int(v[1]) is not None
+    )
+
+
 def _flag(value: object) -> bool | None:
     return True if value is True else None
 
@@ -370,6 +385,7 @@ _SCALARS: dict[Any, Callable[[object], Any]] = {
     float: _float,
     bool: _flag,
     tuple[int, ...]: _ints,
+    tuple[tuple[int, int], ...]: _pairs,
 }
 
 

@@ -61,6 +61,7 @@ LOG_TAIL_LINES = 2000
 LOG_FILES_MAX = 32  # a glob's newest matches read (they share the bundle's cap anyway)
 KERNEL_LINES = 2000
 ROOM_MIN = 4096  # with less room than this left in the bundle, a file is left out
+LOG_SHARE_MIN_S = 5.0  # a followed log's read gets at least this much of the budget
 SMI_SECTIONS = "ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE,CLOCK"
 _KERNEL = re.compile(
     r"NVRM: Xid|NVRM: GPU at|invoked oom-killer|Out of memory|oom-kill|Killed process|"
@@ -179,9 +180,11 @@ print(json.dumps({"argv": argv, "out": out}))
 
 @dataclass
 class Budget:
-    """The time left to the bundle (``deadline`` on the loop's clock)."""
+    """The time left to the bundle (``deadline`` on the loop's clock); ``words``: what a
+    step that outlasts it is said to have run out of."""
 
     deadline: float
+    words: str = "the bundle's time budget"
 
     @classmethod
     def of(cls, seconds: float) -> Budget:
@@ -189,6 +192,17 @@ class Budget:
 
     def left(self) -> float:
         return max(self.deadline - asyncio.get_running_loop().time(), 0.0)
+
+    def share(self, parts: int, least: float) -> Budget:
+        """One of ``parts`` steps' fair share of what is left: ``least`` at the least, never
+        past this budget's end. One slow step (a 64 MiB log's tail on a loaded target)
+        then cannot spend the time of those after it."""
+        left = self.left()
+        now = asyncio.get_running_loop().time()
+        return Budget(
+            now + min(left, max(left / max(parts, 1), least)),
+            "its share of the bundle's time budget",
+        )
 
 
 async def _within(
@@ -207,7 +221,7 @@ async def _within(
         async with asyncio.timeout(left):
             return await step
     except TimeoutError:
-        why = f"no answer within the bundle's time budget ({left:.0f} s left): timed out"
+        why = f"no answer within {budget.words} ({left:.0f} s left): timed out"
         archive.missing(name, about + why)
     except Exception as e:  # noqa: BLE001 - a failing command must not cost the rest of the bundle
         archive.missing(name, f"{about}failed: {e}")
@@ -719,6 +733,7 @@ async def _add_logs(
                         item.get("error"),
                     )
                 )
+    readable = [log.error is None and log.kind in (None, "file") for log in files]
     for i, log in enumerate(files):
         name = f"logs/{i:02d}-{_file_name(log.shown)}"
         if log.error is not None:
@@ -737,8 +752,9 @@ async def _add_logs(
             )
         else:
             reader = python if listed is not None else None
-            read = _read_log(target, reader, log, archive.room())
-            got = await _within(archive, budget, name, read, about=f"{log.shown}: ")
+            share = budget.share(sum(readable[i:]), LOG_SHARE_MIN_S)
+            read = _read_log(target, reader, log, archive.room(), share)
+            got = await _within(archive, share, name, read, about=f"{log.shown}: ")
             if got is not None:
                 archive.add(name, *got)
 
@@ -759,16 +775,17 @@ async def _list_logs(
 
 
 async def _read_log(
-    target: _Deadlined, python: str | None, log: _LogFile, room: int
+    target: _Deadlined, python: str | None, log: _LogFile, room: int, budget: Budget | None = None
 ) -> tuple[str, str]:
     """The log's tail, at most ``room`` characters, and what the index says of it.
-    ``python``: read by the script (None: no Python on the target, by ``tail -c``).
+    ``python``: read by the script (None: no Python on the target, by ``tail -c``);
+    ``budget``: the time it may take (the whole bundle's when not given).
     Raises TimeoutError, RuntimeError (said: "unreadable: ...", "not a regular file")."""
     if python is not None:
         argv = [python, "-c", _READ_LOG, log.path.hex(), str(room), str(LOG_TAIL_LINES)]
     else:
         argv = ["tail", "-c", str(room), "--", log.path.decode()]
-    left = target.budget.left()
+    left = (budget or target.budget).left()
     result = await target.run(argv, timeout=left, max_bytes=room, keep_end=True)
     if result.exit_code is None:
         raise TimeoutError

@@ -161,6 +161,13 @@ _EXCEPTION_LINE = lazy_pattern(
 _SIZE_TEXT = r"([\d.]{1,20}) ?(bytes|[KMGT]?i?B)\b"
 _TRIED = lazy_pattern(rf"Tried to allocate {_SIZE_TEXT}", re.IGNORECASE)
 _FREE = lazy_pattern(rf"of which {_SIZE_TEXT} (?:is )?free", re.IGNORECASE)
+# c10/cuda/CUDACachingAllocator.cpp (torch 2.1 and later): one sentence per NVML process on the
+# GPU, "Including non-PyTorch memory, this process has {size} memory in use. " for its own
+# PID, else "Process {pid} has {size} memory in use. " (inside an LXC its own too: NVML
+# gives the host's PID, which getpid() in the container never equals).
+_IN_USE = lazy_pattern(
+    rf"(?:Process (\d{{1,10}})|this process) has {_SIZE_TEXT} memory in use", re.IGNORECASE
+)
 _POWER = {"K": 1, "M": 2, "G": 3, "T": 4}
 _SOURCE = ("raise ", "except ", 'File "', "#")
 _NOT_CRASHES = ("KeyboardInterrupt", "SystemExit", "GeneratorExit")
@@ -178,7 +185,10 @@ class LogEvent:
     A memory failure's numbers where its line has PyTorch's (formats.md 5.1):
     ``tried_bytes`` (``Tried to allocate 2.00 GiB``) and ``free_bytes`` (``of which 90.00
     MiB is free``); without either, ``detail``: its words after "out of memory" (None:
-    none). ``health_check``: SGLang's ``Health check failed.``
+    none). What PyTorch said each process on the GPU held: ``in_use_bytes``, its own
+    (``this process has 93.70 GiB memory in use``), ``in_use_by_pid`` the others' as
+    (PID, bytes) (``Process 2418873 has …``: inside an LXC the job's own under its host
+    PID). ``health_check``: SGLang's ``Health check failed.``
     """
 
     kind: str  # cuda_oom | kv_cache_full | sglang_error | job_crashed | vllm_kv_memory
@@ -194,6 +204,8 @@ class LogEvent:
     free_bytes: int | None = None
     detail: str | None = None
     health_check: bool = False
+    in_use_bytes: int | None = None
+    in_use_by_pid: tuple[tuple[int, int], ...] = ()
 
     @property
     def text(self) -> str:
@@ -455,6 +467,7 @@ class LogScanner:
         self._last_failure_line = self.line_no
         ctx = group.context if group.state else context
         tried, free = _size(_TRIED.search(message)), _size(_FREE.search(message))
+        own, by_pid = _in_use(text)
         detail = None
         if tried is None and free is None:
             detail = message.partition("out of memory")[2].strip(" .:;,") or None
@@ -472,8 +485,26 @@ class LogScanner:
                 tried_bytes=tried,
                 free_bytes=free,
                 detail=detail,
+                in_use_bytes=own,
+                in_use_by_pid=by_pid,
             )
         )
+
+
+def _in_use(text: str) -> tuple[int | None, tuple[tuple[int, int], ...]]:
+    """What an OOM line says its own process (``this process has``) and each other
+    process (``Process 2418873 has``) held on the GPU, in bytes."""
+    own: int | None = None
+    by_pid: list[tuple[int, int]] = []
+    for m in _IN_USE.finditer(text):
+        size = _size_of(m.group(2), m.group(3))
+        if size is None:
+            continue
+        if m.group(1) is None:
+            own = size
+        else:
+            by_pid.append((int(m.group(1)), size))
+    return own, tuple(by_pid)
 
 
 def _size(m: re.Match[str] | None) -> int | None:
@@ -481,13 +512,15 @@ def _size(m: re.Match[str] | None) -> int | None:
     ``format_size`` spells them in powers of 1024 (formats.md 5.1). A unit says the size
     is above the one below it (exactly 1 GiB is ``1024.00 MiB``): ``1.00 GiB`` is read as
     a byte more than 1 GiB, so that ``size_words`` says it in GiB again."""
-    if m is None:
-        return None
+    return None if m is None else _size_of(m.group(1), m.group(2))
+
+
+def _size_of(number_text: str, unit: str) -> int | None:
     try:
-        number = float(m.group(1))
+        number = float(number_text)
     except ValueError:
         return None
-    power: int = _POWER.get(m.group(2)[0].upper(), 0)
+    power: int = _POWER.get(unit[0].upper(), 0)
     size = round(number * (1 << 10 * power))
     return max(size, (1 << 10 * power) + 1) if 1 <= power <= 3 else size
 

@@ -135,6 +135,44 @@ class RowBatcher:
             return None
 
 
+class RoundPacer:
+    """At most one round per interval goes to the monitor: a sampler that gives rounds
+    faster (a flood of rows, each its own round) has each round held until an interval
+    has passed since the last one sent, and a newer round replaces the held one, so a
+    flood costs the monitor one sample per interval, the newest. ``dropped``: rounds
+    replaced before they were sent. Times are the caller's clock (``time.monotonic``)."""
+
+    def __init__(self) -> None:
+        self.sent_at: float | None = None
+        self.held: list[str] | None = None
+        self.dropped = 0
+
+    def offer(self, rows: list[str], now: float, interval: float) -> list[str] | None:
+        """A finished round: returned to send now, or held (replacing an older one)."""
+        if self.held is not None:
+            self.dropped += 1
+        self.held = rows
+        return self.due(now, interval)
+
+    def due(self, now: float, interval: float) -> list[str] | None:
+        """The held round, once an interval has passed since the last one sent."""
+        if self.held is None or self.wait(now, interval) > 0:
+            return None
+        rows, self.held = self.held, None
+        self.sent_at = now
+        return rows
+
+    def wait(self, now: float, interval: float) -> float:
+        """Seconds until a round may be sent (0: at once)."""
+        return 0.0 if self.sent_at is None else max(self.sent_at + interval - now, 0.0)
+
+
+def rounds_dropped_note(interval: float, dropped: int | None = None) -> str:
+    """Said when the first round is dropped, and with the total when the loop ends."""
+    said = f"nvidia-smi gives rounds faster than every {interval:g} s: the newest is sent"
+    return said if dropped is None else f"{said}, {dropped} older ones were dropped"
+
+
 class LongLine:
     """A line over ``LINE_MAX_BYTES``, as its first and last ``LINE_END_BYTES`` and its
     size: enough to give back a GPU row whose name is what is long (``shorten_row``)
@@ -740,8 +778,17 @@ class Agent:
         got_rows = False
         stalled = False
         dropped = 0  # bytes of over-long lines thrown away
+        pacer = RoundPacer()
         tail: list[str] = []
         last_row = time.monotonic()
+
+        def finished(rows: list[str] | None) -> None:
+            if rows:
+                told = pacer.dropped
+                self.send_rows(fields, pacer.offer(rows, time.monotonic(), self.interval))
+                if pacer.dropped and not told:  # said at once, the total when the loop ends
+                    self.out.send(protocol.Note(rounds_dropped_note(self.interval)))
+
         try:
             while not self.wake.is_set():
                 if time.monotonic() - last_row > self.stall_limit(first=not got_rows):
@@ -754,15 +801,16 @@ class Agent:
                 if not batcher.pending:
                     limit = self.stall_limit(first=not got_rows)
                     quiet = max(limit - (time.monotonic() - last_row), 0.0) + 0.01
+                if pacer.held is not None:  # a held round is sent when it is due
+                    quiet = min(quiet, pacer.wait(time.monotonic(), self.interval))
                 ready, _, _ = select.select([fd, self.wake_r], [], [], quiet)
+                self.send_rows(fields, pacer.due(time.monotonic(), self.interval))
                 if self.wake_r in ready:
                     with contextlib.suppress(OSError):
                         os.read(self.wake_r, 4096)
                     continue
                 if not ready:
-                    rows = batcher.flush()
-                    if rows:
-                        self.send_rows(fields, rows)
+                    finished(batcher.flush())
                     continue
                 chunk = os.read(fd, 65536)
                 if not chunk:
@@ -781,10 +829,8 @@ class Agent:
                     if batcher.is_row(line):
                         got_rows = True
                         last_row = time.monotonic()
-                    rows = batcher.feed(line)
-                    if rows:
-                        self.send_rows(fields, rows)
-            rows = batcher.flush()
+                    finished(batcher.feed(line))
+            rows = batcher.flush() or pacer.held  # the newest round, held or not
             if rows and not self.wake.is_set():
                 self.send_rows(fields, rows)
             if splitter.long is not None:  # a long line the loop ended in: dropped
@@ -798,6 +844,8 @@ class Agent:
             self.out.send(
                 protocol.Note(f"nvidia-smi printed over-long lines: {dropped} bytes dropped")
             )
+        if pacer.dropped:
+            self.out.send(protocol.Note(rounds_dropped_note(self.interval, pacer.dropped)))
         if stalled:
             quiet = time.monotonic() - last_row
             self.out.send(
@@ -824,7 +872,9 @@ class Agent:
             self.out.send(protocol.Note(name_cut_note(index, line.size)))
         return row
 
-    def send_rows(self, fields: list[str], rows: list[str]) -> None:
+    def send_rows(self, fields: list[str], rows: list[str] | None) -> None:
+        if not rows:
+            return
         key = memory_key(fields, rows)
         if key != self.gpu_memory:  # the GPUs may differ (not while steady: no cost then)
             buses = row_cells(fields, rows, ("index", "pci.bus_id"))

@@ -322,8 +322,9 @@ class Workloads:
             job.mark_crashed(reason, self._judged(t), gpu=gpu, facts=tuple(facts))
             memory = self.memory.get(job.name)
             if memory is not None and kind in _OOM_KINDS and alert.gpu is not None:
-                tried = alert.facts.tried_bytes  # PyTorch's "Tried to allocate 2.00 GiB"
-                memory.oom(alert.gpu, None if tried is None else -(-tried // MIB))
+                said = alert.facts  # PyTorch's "Tried to allocate 2.00 GiB", "… memory in use"
+                tried = None if said.tried_bytes is None else -(-said.tried_bytes // MIB)
+                memory.oom(alert.gpu, tried, said.in_use_bytes, said.in_use_by_pid)
 
     def restarted(self, job: str) -> None:
         """``job`` was restarted through gpumon (``JobWatch``): the GPU its OOM ran out on

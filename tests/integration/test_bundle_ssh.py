@@ -217,6 +217,37 @@ def test_every_followed_log_is_read_by_its_real_name_within_the_caps(
     assert "CUDA out of memory" in next(v for k, v in logs.items() if "train.log" in k).decode()
 
 
+async def test_a_slow_log_leaves_the_logs_after_it_their_share_of_the_time(
+    sshd: SshServer, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Each followed log gets a fair share of what is left of the budget: a first log
+    whose read never ends (the target's Python stands in for a 64 MiB tail on a loaded
+    machine) is cut at its share, and the job's log after it is still read. It used to
+    take the whole budget, and every log after it was "not collected"."""
+    slow = tmp_path / "a-slow.log"
+    slow.write_text("a line\n")
+    python = tmp_path / "python"  # the target's Python, slow for that one log only
+    python.write_text(
+        f'#!/bin/sh\ncase "$*" in *{bytes(slow).hex()}*) exec sleep 600;; esac\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        sshd.config_toml(python=str(python))
+        + f"watch_logs = {_toml_list([slow, _oom_log(tmp_path)])}\n"
+    )
+    out = tmp_path / "b.tar.gz"
+    run = await asyncio.to_thread(_bundle, config, out, client_env, 30)
+    assert run.returncode == 0, run.stdout + run.stderr
+    files = _files(out)
+    index = files["index.txt"].decode()
+    train = [data for name, data in files.items() if name.endswith("train.log")]
+    assert len(train) == 1 and b"CUDA out of memory" in train[0], index
+    [slow_line] = [line for line in index.splitlines() if "a-slow.log" in line]
+    assert "no answer within its share of the bundle's time budget" in slow_line, index
+
+
 async def test_a_read_stuck_on_the_target_is_ended_by_the_time_budget_and_killed_there(
     sshd: SshServer, client_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -1,19 +1,22 @@
 """The agent's loops in real time: the NVML worker gives up on a hung call (and on every
-call behind it), and the host-stats loop trims the heap every so often."""
+call behind it), the host-stats loop trims the heap every so often, and a flooding
+nvidia-smi costs the monitor one round per interval."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from gpumon.backends.parsers import QUERY_FIELDS
 from gpumon.backends.remote import agent
 from gpumon.backends.remote.agent import NvmlWorker
-from gpumon.backends.remote.protocol import AgentOptions
+from gpumon.backends.remote.protocol import AgentOptions, Gpus, Note, SmiError
 
 pytestmark = pytest.mark.system
 
@@ -88,3 +91,36 @@ def test_the_host_stats_loop_trims_the_heap_every_so_often(
     assert not thread.is_alive()
     assert len(out.sent) >= 20 and 3 <= len(trims) <= 6, (len(out.sent), trims)
     assert all(b - a >= 0.1 for a, b in itertools.pairwise(trims)), trims
+
+
+FAKE_SMI = Path(__file__).parents[1] / "support" / "fake_smi.py"
+
+
+def test_a_flood_of_rounds_is_sent_as_the_newest_one_per_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fake nvidia-smi prints 20000 rows at once, each its own round, then nothing: the
+    agent sent every one as a sample the monitor processed (25 s of its time at load 8).
+    Now the first goes at once, the newest of the rest an interval later, and the drop is
+    said; the watchdog then ends the silent loop (its stall) as before."""
+    mode = tmp_path / "mode"
+    mode.write_text("flood", encoding="utf-8")
+    (tmp_path / "pids").mkdir()
+    monkeypatch.setenv("FAKE_SMI_MODE", str(mode))
+    monkeypatch.setenv("FAKE_SMI_PIDS", str(tmp_path / "pids"))
+    fields = ["index", "memory.used"]
+    options = AgentOptions(fields=fields, process_fields=[], nvidia_smi="", interval=1.0)
+    out = _Out()
+    loop = agent.Agent(options, out)  # type: ignore[arg-type]
+    argv = [sys.executable, str(FAKE_SMI), "--query-gpu=" + ",".join(fields)]
+    argv += ["--format=csv,noheader,nounits", "-lms", "1000"]
+    assert loop.stream_smi(argv, fields)  # returns once the watchdog saw the silence
+    rounds = [m for m in out.sent if isinstance(m, Gpus)]
+    notes = [m.text for m in out.sent if isinstance(m, Note)]
+    assert 1 <= len(rounds) <= 3, len(rounds)  # 20000 before
+    assert notes[0] == "nvidia-smi gives rounds faster than every 1 s: the newest is sent"
+    assert notes[-1].startswith(notes[0] + ", ")
+    assert notes[-1].endswith(" older ones were dropped")
+    dropped = int(notes[-1].rsplit(", ", 1)[1].split()[0])
+    assert dropped + len(rounds) == 20000
+    assert isinstance(out.sent[-1], SmiError) and out.sent[-1].exit == 124

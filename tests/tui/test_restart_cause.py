@@ -92,7 +92,8 @@ async def test_r_warns_that_the_cause_is_still_there_and_k_stops_it(
         stop = screen.query_one("#stop-holder", Button)
         assert stop.display and str(stop.label) == "Stop jupyter-lab (K)"
         # the free-GPU check counts what the drafter was seen to need on GPU 6: what it held
-        # there at its OOM and the 2 GiB it tried, more than the jupyter leaves
+        # there at its OOM (its OOM line says it, whichever samples came) and the 2 GiB it
+        # tried, more than the jupyter leaves
         need = plan.needs[6]
         assert need > 97250 - 6144, plan.needs
         assert re.search(r"have what it needs free \(GPU 5: [\d.]+ GiB, GPU 6: 9\d\.\d GiB", (

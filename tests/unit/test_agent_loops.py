@@ -113,3 +113,17 @@ def test_device_file_holders_are_scanned_again_only_when_they_may_have_changed(
     assert len(scans) == 6
     loop.send_device_users(None)  # no driver list this poll: who holds what is unknown
     assert len(scans) == 7
+
+
+def test_rounds_faster_than_the_interval_are_sent_as_the_newest_one_per_interval() -> None:
+    pacer = agent.RoundPacer()
+    assert pacer.offer(["0, 1"], 10.0, 1.0) == ["0, 1"]  # the first at once
+    assert pacer.offer(["0, 2"], 10.1, 1.0) is None  # held for the rest of the interval
+    assert pacer.offer(["0, 3"], 10.2, 1.0) is None and pacer.dropped == 1  # replaced
+    assert pacer.wait(10.2, 1.0) == pytest.approx(0.8)
+    assert pacer.due(10.9, 1.0) is None
+    assert pacer.due(11.0, 1.0) == ["0, 3"] and pacer.held is None
+    # a steady sampler whose round comes a little early is held that little, never dropped
+    assert pacer.offer(["0, 4"], 11.98, 1.0) is None
+    assert pacer.due(12.0, 1.0) == ["0, 4"]
+    assert pacer.offer(["0, 5"], 13.5, 1.0) == ["0, 5"] and pacer.dropped == 1

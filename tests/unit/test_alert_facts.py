@@ -280,6 +280,8 @@ FULL = AlertFacts(
     xid=XidFacts(79, "fallen off the bus", "reboot the node", "running sglang"),
     tried_bytes=2 << 30,
     free_bytes=90 << 20,
+    in_use_bytes=round(93.70 * (1 << 30)),
+    in_use_by_pid=((3187442, 6 << 30), (2418873, round(87.70 * (1 << 30)))),
     held=Held(6144.0, Holder("201", 4242, "jupyter-lab"), 2),
     line="torch.OutOfMemoryError: CUDA out of memory.",
     detail="while capturing graph",
@@ -320,6 +322,7 @@ def test_the_facts_json_has_the_documented_shape() -> None:
     assert list(got["held"]) == ["mib", "others", "container", "pid", "program"]
     assert got["xid"] == {"code": 13, "meaning": "graphics engine", "action": None, "whose": None}
     assert got["restart"]["why"] is None and got["schedulers"] == [2419020, 2419021]
+    assert got["in_use_by_pid"] == [[3187442, 6 << 30], [2418873, round(87.70 * (1 << 30))]]
     assert got["torch_swap"] == {
         "was": "2.11.0+cu128",
         "to": "2.11.0+cu130",
@@ -337,6 +340,7 @@ def test_the_facts_json_has_the_documented_shape() -> None:
         {"tried_bytes": "2 GiB", "port": True, "rate": "fast"},  # wrong types: unknown
         {"xid": {"code": "79"}, "held": {"mib": None}, "restart": {"attempt": 1}},
         {"gpu": [6], "names_gpu": "yes", "health_check": 1},
+        {"in_use_bytes": 1.5, "in_use_by_pid": [[1, 2, 3], ["2418873", 5], 7]},
         "garbage",
     ],
 )

@@ -27,6 +27,7 @@ from gpumon.backends.parsers import (
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NVIDIA = FIXTURES / "nvidia"
 SGLANG = FIXTURES / "sglang"
+GIB = 1 << 30
 
 ALLOC_MSG = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU {gpu} has a total capacity of 94.97 GiB "
@@ -648,3 +649,22 @@ def test_allocation_words_alone_are_not_an_oom() -> None:
     not an OOM."""
     assert scan_text("Allocation on device 0 is within the allowed memory (out of 80 GiB)") == []
     assert scan_text("note: allocations would exceed allowed memory if batch > 64") == []
+
+
+def test_an_oom_line_says_what_each_process_held_on_its_gpu() -> None:
+    # c10/cuda/CUDACachingAllocator.cpp (torch 2.1 and later): "this process has" for the
+    # process's own PID, "Process {pid} has" for every other one NVML lists
+    [event] = scan_file(SGLANG / "server_oom.log")
+    assert event.in_use_bytes == round(65.63 * GIB)
+    assert event.in_use_by_pid == ((2871601, round(65.63 * GIB)), (3120877, round(12.48 * GIB)))
+    # inside an LXC NVML gives the host's PID, so the own process is one of the others
+    # (docs/formats.md 5.1)
+    [lxc] = scan_file(NVIDIA / "oom_variants" / "torch_oom_in_lxc.txt")
+    assert lxc.in_use_bytes is None
+    assert lxc.in_use_by_pid == ((3187442, 6 * GIB), (2418873, round(87.70 * GIB)))
+    # none said: nothing known, not 0
+    [old] = scan_text(
+        "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 15.78 GiB "
+        "total capacity; 14.2 GiB already allocated; 10.5 MiB free; 14.5 GiB reserved)"
+    )
+    assert old.in_use_bytes is None and old.in_use_by_pid == ()

@@ -8,6 +8,7 @@ a FakeClock."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,7 @@ from gpumon.backends.actions.plan import (
 from gpumon.backends.actions.run import JobRun, StepFailed
 from gpumon.backends.config import HostConfig, JobConfig
 from gpumon.backends.model import GpuProcess, ProcessSource
+from gpumon.backends.parsers.oom import LogScanner
 from gpumon.backends.transport.local import LocalTransport
 from gpumon.backends.workloads import JobMemory
 
@@ -32,6 +34,9 @@ from waiting import FakeClock
 
 CAPACITY = 97250  # the simulated RTX PRO 6000: used + free
 JUPYTER = Holder("CT 201 jupyter-lab", "jupyter-lab", 6144, 3187442)
+OOM_LINES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia" / "oom_variants"
+FIXTURE = OOM_LINES / "torch_oom_msg_alloc_conf_variant.txt"
+LXC_FIXTURE = OOM_LINES / "torch_oom_in_lxc.txt"
 NEED = 93064  # the drafter's 91016 MiB on GPU 6 at its OOM, and the 2 GiB it tried
 
 
@@ -111,6 +116,27 @@ def test_the_need_is_the_config_else_what_the_job_was_seen_to_need() -> None:
     late.oom(6, 2048)
     late.observe(6, [GpuProcess(875, "python3", 91_016)])
     assert late.need_mib(6) == NEED and late.need_mib(5) is None
+
+
+def test_the_need_counts_what_the_oom_line_says_the_job_held_when_no_sample_saw_it() -> None:
+    # Samples come seconds apart; the job's peak is the instant before its OOM. PyTorch's
+    # line says it: "this process has 93.70 GiB memory in use", or inside the LXC
+    # "Process <host PID> has …" (the job's own host PIDs, not CT 201's jupyter).
+    [bare] = LogScanner().scan(FIXTURE.read_text().splitlines())
+    memory = JobMemory()
+    memory.observe(6, [GpuProcess(875, "python3", 88_000)])  # the last sample before
+    memory.oom(6, 2048, bare.in_use_bytes, bare.in_use_by_pid)
+    assert memory.need_mib(6) == 95_949 + 2048  # 93.70 GiB, rounded up
+    [lxc] = LogScanner().scan(LXC_FIXTURE.read_text().splitlines())
+    inside = JobMemory()
+    inside.observe(6, [GpuProcess(875, "python3", 80_000, host_pid=2418873)])
+    inside.oom(6, 2048, lxc.in_use_bytes, lxc.in_use_by_pid)
+    assert inside.need_mib(6) == 89_805 + 2048  # its 87.70 GiB; the jupyter's 6 GiB not
+    # what was seen stays where the line says less (a later, bigger sample)
+    seen = JobMemory()
+    seen.observe(6, [GpuProcess(875, "python3", 96_500)])
+    seen.oom(6, 2048, bare.in_use_bytes)
+    assert seen.need_mib(6) == 96_500 + 2048
 
 
 def _run(
