@@ -6,6 +6,7 @@ next column; ``T`` the launcher above its workers; ``e`` the environment, scrubb
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import subprocess
@@ -161,3 +162,46 @@ async def test_the_main_screen_has_a_process_table_where_it_has_room(
         sm = [int(line.split()[8].rstrip("%")) for line in lines[2:] if line.strip()]
         assert sm == sorted(sm, reverse=True) and len(sm) == 9, lines
         assert lines[-1].split()[:2] == ["6", "CT201"] and sm[-1] == 0  # the idle holder
+
+
+async def test_the_main_screens_process_table_is_rebuilt_only_when_its_processes_change(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Issue 41: a new sample whose processes and their values are the last one's
+    rebuilds no table (main's code re-made and re-wrapped its text on every sample);
+    one whose values differ is shown."""
+    monitor = demo_monitor(demo_time=40.0)  # frozen: each sample's processes are alike
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(120, 40)) as pilot:
+        section = app.dashboard.sections[0]
+        table = section.process_table
+        await wait(pilot, lambda: "processes  9 on 8 GPUs" in shown(table), what="the table")
+        built: list[object] = []
+        update = table.update
+        table.update = lambda *a, **k: (built.append(a), update(*a, **k))[1]  # type: ignore[method-assign]
+
+        def procs() -> object:
+            s = section.shown
+            assert s is not None
+            return tuple((g.index, tuple(s.processes_for(g))) for g in s.gpus)
+
+        before, alike = procs(), 0
+        for _ in range(10):  # the first samples still fill in the container's PIDs
+            last = section.shown
+            await wait(pilot, lambda v=last: section.shown is not v, what="a new sample shown")
+            await pilot.pause()
+            if procs() != before:
+                before, alike = procs(), 0
+                built.clear()  # a change: rebuilt, as it should be
+                continue
+            assert built == []
+            alike += 1
+            if alike == 3:
+                break
+        assert alike == 3, "the frozen demo's processes kept changing"
+        moved = [
+            dataclasses.replace(p, sm_pct=(p.sm_pct or 0) + 1) for p in section.shown.processes
+        ]
+        monitor.latest = dataclasses.replace(section.shown, processes=moved)
+        app.dashboard.refresh_dashboard()  # at once: no sample can come in between
+        assert len(built) == 1

@@ -161,6 +161,10 @@ class HostSection(Vertical):
         # SGLang (all servers), vLLM, jobs
         self._panes: tuple[PaneView | None, ...] = (None, None, None)
         self._stale = False
+        # what the process table was last built from: a sample whose processes and
+        # values are those of the last one rebuilds nothing (Static.update re-wraps
+        # and re-lays out its whole text)
+        self._table_key: object = None
 
     def compose(self) -> ComposeResult:
         yield self.header
@@ -231,9 +235,13 @@ class HostSection(Vertical):
             return
         width = self.size.width or self.app.size.width
         pal = ctx.palette
-        found = host_table_lines(
-            shown, self.monitor.host.container, width=width, count=ctx.max_processes
-        )
+        watched = self.monitor.host.container
+        procs = tuple((g.index, tuple(shown.processes_for(g))) for g in shown.gpus)
+        key = (procs, watched, width, ctx.max_processes, stale, pal)
+        if key == self._table_key:
+            return
+        self._table_key = key
+        found = host_table_lines(shown, watched, width=width, count=ctx.max_processes)
         lines = [Text(x.text, Style(bold=True, color=pal.na)) for x in found[:2]]
         lines += [Text(x.text, pal.text(x.role, stale=stale)) for x in found[2:]]
         self.process_table.update(Text("\n").join(lines))
