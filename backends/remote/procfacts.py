@@ -103,10 +103,13 @@ def command_line(cmdline: bytes, status: dict[str, str]) -> str | None:
 
 
 class CpuClock:
-    """CPU % between two polls of the same process (None on its first poll)."""
+    """What one poll keeps for the next: CPU % between two polls of the same process
+    (None on its first poll), and the facts of a process that a poll need not read again
+    (``KEPT_FACTS``, by PID and start time, for ``KEEP_FACTS_S``)."""
 
     def __init__(self) -> None:
         self._last: dict[tuple[int, int], tuple[float, int]] = {}
+        self.kept: dict[tuple[int, int], tuple[float, dict[str, Any]]] = {}
 
     def percent(self, pid: int, start: int, ticks: int, now: float, hz: int) -> float | None:
         key = (pid, start)  # a PID reused by a new process starts over
@@ -121,6 +124,9 @@ class CpuClock:
         for key in list(self._last):
             if key not in keep:
                 del self._last[key]
+        for key in list(self.kept):
+            if key not in keep:
+                del self.kept[key]
 
 
 def local_record(
@@ -174,9 +180,20 @@ def read_text(path: str, binary: bool = False) -> Any:
     return data if binary else data.decode("utf-8", "replace")
 
 
-def read_facts(proc: str, pid: int) -> dict[str, Any]:
+# A process's user namespace map and its root's user names: read through
+# /proc/PID/root on every poll they were most of a poll's reads, and they change only when
+# the container's /etc/passwd does (seen within KEEP_FACTS_S). The command line is read
+# each time (setproctitle renames a running server), as are status, stat and cgroup.
+KEPT_FACTS = ("uid_map", "passwd")
+KEEP_FACTS_S = 60.0
+
+
+def read_facts(
+    proc: str, pid: int, clock: CpuClock | None = None, now: float = 0.0
+) -> dict[str, Any]:
     """The ``/proc/<pid>`` texts the records are made of; ``error``: why the process
-    could not be read at all (gone, hidden by ``hidepid``, not permitted)."""
+    could not be read at all (gone, hidden by ``hidepid``, not permitted). ``clock``:
+    where ``KEPT_FACTS`` read at an earlier poll are taken from (and kept)."""
     base = f"{proc}/{pid}/"
     facts: dict[str, Any] = {}
     try:
@@ -184,15 +201,25 @@ def read_facts(proc: str, pid: int) -> dict[str, Any]:
     except OSError as e:
         facts["error"] = f"{proc}/{pid}: {e.strerror or e}"
         return facts
-    for name, binary in (("cgroup", False), ("uid_map", False), ("stat", False)):
+    for name in ("stat", "cgroup"):
         with contextlib.suppress(OSError):
-            facts[name] = read_text(base + name, binary)
+            facts[name] = read_text(base + name)
     try:
         facts["cmdline"] = read_text(base + "cmdline", True)
     except OSError:
         facts["cmdline"] = b""
+    st = parse_stat(facts.get("stat") or "")
+    key = None if st is None or clock is None else (pid, st[1])
+    kept = None if key is None or clock is None else clock.kept.get(key)
+    if kept is not None and now - kept[0] < KEEP_FACTS_S:
+        facts.update(kept[1])
+        return facts
+    with contextlib.suppress(OSError):
+        facts["uid_map"] = read_text(base + "uid_map")
     with contextlib.suppress(OSError):  # the container's own user names: root may look
         facts["passwd"] = read_text(base + "root/etc/passwd")  # through /proc/PID/root
+    if key is not None and clock is not None:
+        clock.kept[key] = (now, {k: facts[k] for k in KEPT_FACTS if k in facts})
     return facts
 
 
@@ -217,7 +244,7 @@ def describe(
     alive = []
     parents: dict[int, str | None] = {}
     for pid in pids:
-        facts = read_facts(proc, pid)
+        facts = read_facts(proc, pid, cpu, now)
         rec = make(pid, facts, now=now, btime=btime, cpu=cpu, hz=hz, page=page)
         ppid = rec.get("ppid")
         if isinstance(ppid, int) and ppid > 1:  # a launcher's command (torchrun, srun)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nvml_stand_in import FAKE_NVML, load_fake_nvml
@@ -178,7 +179,12 @@ async def test_the_main_screens_process_table_is_rebuilt_only_when_its_processes
         await wait(pilot, lambda: "processes  9 on 8 GPUs" in shown(table), what="the table")
         built: list[object] = []
         update = table.update
-        table.update = lambda *a, **k: (built.append(a), update(*a, **k))[1]  # type: ignore[method-assign]
+
+        def counted(*args: Any, **kwargs: Any) -> None:
+            built.append(args)
+            update(*args, **kwargs)
+
+        table.update = counted  # type: ignore[method-assign]
 
         def procs() -> object:
             s = section.shown
@@ -199,9 +205,9 @@ async def test_the_main_screens_process_table_is_rebuilt_only_when_its_processes
             if alike == 3:
                 break
         assert alike == 3, "the frozen demo's processes kept changing"
-        moved = [
-            dataclasses.replace(p, sm_pct=(p.sm_pct or 0) + 1) for p in section.shown.processes
-        ]
-        monitor.latest = dataclasses.replace(section.shown, processes=moved)
+        last = section.shown
+        assert last is not None
+        moved = tuple(dataclasses.replace(p, sm_pct=(p.sm_pct or 0) + 1) for p in last.processes)
+        monitor.latest = dataclasses.replace(last, processes=moved)
         app.dashboard.refresh_dashboard()  # at once: no sample can come in between
         assert len(built) == 1

@@ -339,3 +339,33 @@ def test_only_gpu_device_files_count_as_gpus() -> None:
     paths = ["/dev/nvidia0", "/dev/nvidia12", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/null"]
     assert [procfacts.device_index(p) for p in paths] == [0, 12, None, None, None]
     assert procfacts.device_index("/dev/nvidia-caps/nvidia-cap1") is None
+
+
+def test_a_poll_reads_a_process_user_names_again_only_when_it_is_new_or_they_are_old(
+    tmp_path: Path,
+) -> None:
+    """Issue 41: the agent's poll read /proc/PID/root/etc/passwd and uid_map of every
+    process on every poll; they are kept by PID and start time for KEEP_FACTS_S (the
+    other files, stat's CPU and RSS among them, are read each time)."""
+    proc = tmp_path / "proc"
+    (proc / "4242" / "root" / "etc").mkdir(parents=True)
+    (proc / "stat").write_text("cpu 1 2 3\nbtime 500\n")
+    for name, text in facts(4242, "4242", 1000, "0::/user.slice\n").items():
+        path = proc / "4242" / ("root/etc/passwd" if name == "passwd" else name)
+        path.write_bytes(text if isinstance(text, bytes) else str(text).encode())
+    passwd = proc / "4242" / "root" / "etc" / "passwd"
+    cpu = procfacts.CpuClock()
+
+    def user(now: float) -> tuple[object, object]:
+        [rec] = procfacts.describe(str(proc), [4242], cpu, now)
+        return rec["user"], rec["cpu_pct"]
+
+    assert user(1000.0) == ("alice", None)
+    passwd.write_text("root:x:0:0::/root:/bin/sh\nbob:x:1000:1000::/home/bob:/bin/sh\n")
+    stat = proc / "4242" / "stat"
+    stat.write_text(STAT.replace(" 250 ", " 350 "))
+    assert user(1002.0) == ("alice", 50.0)  # kept; stat read again
+    assert user(1000.0 + procfacts.KEEP_FACTS_S) == ("bob", 0.0)  # old: read again
+    passwd.write_text("root:x:0:0::/root:/bin/sh\ncarol:x:1000:1000::/home/carol:/bin/sh\n")
+    stat.write_text(STAT.replace(" 12345 ", " 12346 "))  # the PID reused by a new process
+    assert user(1061.0)[0] == "carol"
