@@ -193,8 +193,8 @@ class AlertPresenter:
     def strip_fixes(self, incident: Incident) -> tuple[Fix, ...]:
         """``incident``'s fixes that can act now: ``r restart drafter`` when ``r`` would
         restart the job it is about, ``K stop jupyter-lab`` when ``K`` may act on its host,
-        ``s stop drafter (frees GPUs 5-7)`` when ``s`` would stop that job, ``d`` and ``w`` when the host under the cursor is its host; advice ("reboot the
-        node") always."""
+        ``s stop drafter (frees GPUs 5-7)`` when ``s`` would stop that job, ``d`` and ``w``
+        when the host under the cursor is its host; advice ("reboot the node") always."""
         return tuple(f for f in incident.fixes if self._offered(f, incident))
 
     def _offered(self, fix: Fix, incident: Incident) -> bool:
