@@ -56,6 +56,8 @@ from gpumon.backends.alerts.facts import (
     NO_FACTS,
     SWAP_WINDOW_S,
     AlertFacts,
+    Held,
+    Holder,
     IdleCost,
     TorchSwap,
     XidFacts,
@@ -410,8 +412,15 @@ class AlertEngine(AlertStore):
                 swap = self._swap_before(now - seconds)
                 if swap is not None:
                     text += f"; after {swap.words(now)}"
-                # its text leads with the job
-                facts = AlertFacts(job=job, names_gpu=True, torch_swap=swap, idle_cost=cost)
+                # its text leads with the job; who holds it is what stops it (its fixes)
+                facts = AlertFacts(
+                    job=job,
+                    names_gpu=True,
+                    torch_swap=swap,
+                    idle_cost=cost,
+                    gpus=tuple(g.index for g, _ in group) if job else (),
+                    held=None if job else _idle_holder(group[0][0], sample),
+                )
                 self._condition(
                     key, "gpu_idle_held", Health.WARNING, first, text, now, out, seconds,
                     facts=facts,
@@ -1354,6 +1363,17 @@ def _index_ranges(indexes: Sequence[int]) -> str:
         else:
             runs.append([i])
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
+
+
+def _idle_holder(gpu: GpuSample, sample: HostSample) -> Held | None:
+    """Who holds ``gpu`` idle: its biggest holder (``K`` stops it), how much all of them
+    hold and how many others do; None where the process list names none."""
+    procs = sorted(sample.processes_for(gpu), key=lambda p: -(p.memory_mib or 0))
+    if not procs:
+        return None
+    first = procs[0]
+    total = sum(p.memory_mib or 0 for p in procs)
+    return Held(total, Holder(first.container, first.host_pid, first.short_name), len(procs) - 1)
 
 
 def _holders(procs: list[GpuProcess]) -> str:

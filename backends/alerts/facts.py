@@ -209,7 +209,9 @@ class AlertFacts:
     which ``K`` stops. ``torch_swap``: the
     host's torch swap before a job went slow or idle (``TorchSwap``), which ``d`` checks
     and ``w`` swaps back. ``idle_cost``: what GPUs held and idle cost so far (``IdleCost``:
-    ``gpu_idle_held``).
+    ``gpu_idle_held``). ``gpus``: the GPUs a job's ``gpu_idle_held`` holds idle (indexes),
+    which ``s`` frees by stopping the job; a holder that is no job is its ``held``, which ``K``
+    stops.
     ``collective``: what the job's flight-recorder dumps say of its stalled collective
     (``FrReport``: the rank that never arrived, the per-rank table; ``job_stalled``)."""
 
@@ -238,6 +240,7 @@ class AlertFacts:
     server_pid: int | None = None
     torch_swap: TorchSwap | None = None
     idle_cost: IdleCost | None = None
+    gpus: tuple[int, ...] = ()
     collective: FrReport | None = None
 
     def to_json(self) -> dict[str, Any]:

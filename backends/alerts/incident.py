@@ -31,7 +31,9 @@ alerts into ``Incident`` views (nothing is stored: the alerts stay the record):
   (``parsers.xid``, the one table): an application error is the job's restart; a
   hardware one is the GPU's reset or the node's reboot, draining the node and the
   hand-over bundle. A job slow or idle after a torch swap (its ``torch_swap`` fact) has
-  ``d`` to check the torch and ``w`` to swap back.
+  ``d`` to check the torch and ``w`` to swap back; without one, a slow job has ``d`` (the
+  doctor: torch against the driver, the GPUs' clocks and health) and GPUs held idle ``s``
+  to stop the job that holds them, else ``K`` on the process that does.
 
 ``line(incident, fix_hint)`` adds the fix in the caller's words ("r restart" on the
 screen, "gpumon restart demo drafter" in ``check``); ``screen_fixes`` and
@@ -49,7 +51,7 @@ from gpumon.backends.alerts.facts import Held, TorchSwap, size_words
 from gpumon.backends.alerts.kinds import Tag, cause_rank, tagged
 from gpumon.backends.alerts.store import JOB_DOWN_KEY, Alert
 from gpumon.backends.model import Health
-from gpumon.backends.parsers.processes import holder_words
+from gpumon.backends.parsers.processes import holder_words, index_ranges
 from gpumon.backends.parsers.xid import REBOOT_NODE, RESET_GPU, RESTART_APP, xid_info
 
 __all__ = [
@@ -66,6 +68,7 @@ __all__ = [
     "holder",
     "holder_fix",
     "hung_server_fixes",
+    "idle_fixes",
     "incidents",
     "line",
     "screen_fix",
@@ -329,6 +332,10 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
         out += _restart_vllm(cause.facts.server_pid, cause.facts.command)
     elif cause.facts.torch_swap is not None and cause.kind in _AFTER_SWAP_KINDS:
         out += torch_swap_fixes(cause.host, cause.facts.torch_swap)
+    elif cause.kind == "gpu_idle_held":
+        out += idle_fixes(cause)
+    elif cause.kind == "job_slow":
+        out.append(Fix("d", "check torch and the GPUs", f"gpumon doctor {cause.host}"))
     elif restart is not None and cause.kind in RESTART_FIXES:
         out.append(restart)
     out += [Fix(None, advice) for advice in _ENGINE_FIXES.get(cause.kind, ())]
@@ -413,6 +420,21 @@ def torch_swap_fixes(host: str, swap: TorchSwap) -> list[Fix]:
     exact = "" if version == swap.to.partition("+")[0] else f" --version {version}"
     command = f"gpumon swap-torch {host} {back}{exact}"
     return [check, Fix("w", f"swap back to {back}", command)]
+
+
+def idle_fixes(cause: Alert) -> list[Fix]:
+    """What frees GPUs held and idle (a ``gpu_idle_held`` with no torch swap before it):
+    ``s`` stops the job that holds them ("stop drafter (frees GPUs 5-7)"; no headless
+    command stops a job), else ``K`` stops the process that does (its ``held``); nothing
+    where the process list named none."""
+    facts = cause.facts
+    if cause.job is not None:
+        gpus = facts.gpus or (() if cause.gpu is None else (cause.gpu,))
+        which = f" (frees GPU{'s' if len(gpus) > 1 else ''} {index_ranges(gpus)})" if gpus else ""
+        return [Fix("s", f"stop {cause.job}{which}")]
+    if facts.held is not None:
+        return [holder_fix(facts.held)]
+    return []
 
 
 # The fixes vLLM prints with its memory failures (kinds.py says where), in its flags' names

@@ -391,7 +391,10 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "(`server_idle`), nor where `idle_held_ignore` names every holder. Within a day "
         "after gpumon swapped the host's torch (the audit log) it says so, `; after torch "
         "cu128 -> cu130 at 05:31 (swap by gpumon)`, and its incident offers `d` to check "
-        "torch and `w` to swap back. Where the GPUs report their power it names what the "
+        "torch and `w` to swap back; without one, a job's GPUs offer `s` to stop the job "
+        "(`s stop drafter (frees GPUs 5-7)`, from any row; the `gpus` fact), another "
+        "holder `K` to stop its biggest holder (`K stop jupyter-lab`; the `held` fact). "
+        "Where the GPUs report their power it names what the "
         "idle time cost so far, power x time, and at `[usage] price_per_kwh` its price: "
         "`; 4 GPUs idle 6.0 h, 14 kWh, ~2.10 EUR` (the `idle_cost` fact).",
     ),
@@ -460,7 +463,9 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "host after the learned baseline run started (with `expect_tokens_per_s`, within a "
         "day before the job went slow: `; after torch cu128 -> cu130 at 14:02 (swap by "
         "gpumon)`), and its incident offers `d` to check torch and `w` to swap back "
-        "(`gpumon swap-torch HOST cu128`); without one, a torch changed outside "
+        "(`gpumon swap-torch HOST cu128`), else `d` to check torch and the GPUs (`gpumon "
+        "doctor HOST`: torch against the driver, the GPUs' clocks and health); without "
+        "one, a torch changed outside "
         "gpumon is named from what the doctor found (every doctor run, `gpumon doctor`, the "
         "dashboard's `d` or a swap's plan and verification, notes the host's torch in "
         "`$XDG_STATE_HOME/gpumon/torch-seen.jsonl`): `since the baseline: torch "

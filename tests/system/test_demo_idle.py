@@ -30,7 +30,9 @@ def test_check_says_the_drafters_gpus_are_held_and_idle_by_150_s() -> None:
     idle = re.match(
         r"WARNING demo: drafter's GPUs 5-7 idle \([0-2]-[0-2] %\) for (\d+) min while holding "
         r"84-86 GiB each; held by PID 874 train\.drafter in CT200 \(\+2 more\); "
-        r"3 GPUs idle \d+ min, [0-9.]+ kWh \(8 GPUs",  # what the idle time drew so far
+        r"3 GPUs idle \d+ min, [0-9.]+ kWh "  # what the idle time drew so far
+        # its fix (issue 36 point 2): no command stops a job, the dashboard's s does
+        r"— fix: stop drafter \(frees GPUs 5-7\) \(the dashboard's s\) \(8 GPUs",
         out.stdout,
     )
     # idle from 30 s to the 150 asked, and the time the check took (its samples' clock)

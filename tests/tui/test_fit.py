@@ -270,6 +270,10 @@ async def test_a_footer_fitted_before_its_keys_are_laid_out_fits_again(
         ("training-oom", 70.0, " — K stop jupyter-lab, r restart drafter"),
         ("hang", 130.0, " — K stop its scheduler (PID "),
         ("sglang", 100.0, " — reset the GPU"),  # Xid 63: advice, no key acts on it
+        # issue 36 point 2: no torch swap in the demo's audit log: the doctor checks; the
+        # drafter's GPUs held idle: s stops it, from GPU 0 (no job there) too
+        ("slow", 150.0, " — d check torch and the GPUs"),
+        ("idle", 150.0, " — s stop drafter (frees GPUs 5-7)"),
     ],
 )
 async def test_the_strip_at_80_columns_cuts_the_headline_and_keeps_the_fix(

@@ -93,6 +93,27 @@ async def test_y_confirms_the_dialog_enter_does_not(
         assert run.outcome is not None and run.outcome.ok, run.outcome
 
 
+async def test_s_from_gpu_0_opens_the_stop_of_the_job_holding_its_gpus_idle(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """Issue 36 point 2: the idle demo's strip offers "s stop drafter (frees GPUs 5-7)", and
+    s on GPU 0 (no job there) opens that stop, Cancel focused; nothing runs."""
+    monitor = demo_monitor(frozen=False, demo_time=150.0, scenario="idle")
+    app = GpumonApp([monitor], bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        strip = app.dashboard.strip
+        await wait(pilot, lambda: "s stop drafter" in strip.plain, timeout=60, what="the s fix")
+        assert app.dashboard.cursor == (0, 0) and app.dashboard.selected_job() is None
+        await pilot.press("s")
+        screen = await dialog(pilot, wait, app)
+        assert screen.job.name == "drafter" and screen.action == "stop"
+        focused = app.focused
+        assert isinstance(focused, Button) and focused.id == "close"
+        await pilot.press("enter")
+        await wait(pilot, lambda: not isinstance(app.screen, JobActionScreen), what="closed")
+        assert app.session.runs.last("demo", "drafter") is None
+
+
 async def test_the_swap_dialog_opens_with_cancel_focused(
     demo_monitor: Callable[..., HostMonitor], wait: Wait
 ) -> None:

@@ -299,6 +299,7 @@ FULL = AlertFacts(
     server_pid=4700,
     torch_swap=TorchSwap("2.11.0+cu128", "2.11.0+cu130", 1.8e9, "root"),
     idle_cost=IdleCost(4, 21600.0, 14.0, 0.15, "EUR"),
+    gpus=(5, 6, 7),
     collective=stalled_report(),
 )
 

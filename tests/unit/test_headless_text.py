@@ -253,10 +253,18 @@ def test_a_restart_is_offered_for_a_dead_or_hung_job(kind: str) -> None:
     "kind", ["memory", "time_to_full", "job_slow", "gpu_idle_held", "xid", "gpu_health"]
 )
 def test_no_restart_for_a_job_that_runs_or_a_gpu_fault(kind: str) -> None:
-    """A memory ramp at 90 % is a job still working: watch it, do not restart it."""
+    """A memory ramp at 90 % is a job still working: watch it, do not restart it. A slow
+    job is the doctor's to check, GPUs held idle are freed by stopping the job (issue 36
+    point 2): neither is a restart."""
+    others = {
+        "job_slow": (Fix("d", "check torch and the GPUs", "gpumon doctor box"),),
+        "gpu_idle_held": (Fix("s", "stop drafter (frees GPU 0)"),),
+    }
     (incident,) = incidents([alert(kind)])
-    assert incident.fixes == () and command_fix(incident) is None
-    assert _fixes(alert(kind), "drafter") == ()
+    assert incident.fixes == others.get(kind, ()) and incident.fix is None
+    if kind not in others:
+        assert command_fix(incident) is None
+    assert _fixes(alert(kind), "drafter") == others.get(kind, ())
 
 
 def test_the_snapshot_json_incident_has_its_headline_fix_and_evidence() -> None:

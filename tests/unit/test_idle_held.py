@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
-from gpumon.backends.alerts.incident import incidents
+from gpumon.backends.alerts.incident import Fix, command_fix, incidents, screen_fixes
 from gpumon.backends.alerts.rules import IdleHeld
 from gpumon.backends.config import HostConfig
 from gpumon.backends.config.notify import NotifierConfig, NotifySettings
@@ -157,6 +157,45 @@ def test_a_jobs_gpus_are_one_incident() -> None:
         "drafter's GPUs 5-7 idle (0-2 %) for 7 min while holding 88 GiB each;"
         " held by PID 311 train.py (+2 more)"
     )
+
+
+def test_a_jobs_gpus_held_idle_are_fixed_by_s_stopping_the_job() -> None:
+    """Issue 36 point 2: the job that holds its GPUs idle is named as their fix, ``s``
+    stops it and says which GPUs that frees (no headless command stops a job: the
+    dashboard's key)."""
+    engine = AlertEngine("h", RULES, jobs={"drafter": (5, 6)})
+    gpus = (held(5, 88 * GIB, 0.0), held(6, 88 * GIB, 1.0))
+    feed(engine, range(0, 30, 2), gpus, (proc(311, 5), proc(312, 6)))
+    (alert,) = [a for a in engine.active() if a.kind == "gpu_idle_held"]
+    assert alert.facts.gpus == (5, 6) and alert.facts.held is None
+    (incident,) = incidents(engine.active())
+    assert incident.fixes == (Fix("s", "stop drafter (frees GPUs 5-6)"),)
+    assert screen_fixes(incident) == "s stop drafter (frees GPUs 5-6)"
+    assert command_fix(incident) == "fix: stop drafter (frees GPUs 5-6) (the dashboard's s)"
+    assert incident.fix is None  # not a restart
+
+
+def test_a_gpu_held_idle_by_a_process_of_no_job_is_fixed_by_k_stopping_it() -> None:
+    """Issue 36 point 2: the biggest holder of a GPU held idle outside any job is its fact
+    (``held``) and ``K`` stops it, by its program's name; a GPU whose process list names
+    nobody offers no fix it cannot name."""
+    engine = AlertEngine("h", RULES)
+    jupyter = GpuProcess(pid=None, name=None, memory_mib=6 * GIB, gpu_uuid="GPU-0",
+                         host_pid=5150, container="201")  # fmt: skip
+    jupyter = replace(jupyter, name="/usr/bin/python3 jupyter-lab")
+    small = replace(proc(77, 0, "python probe.py"), memory_mib=GIB)
+    feed(engine, range(12), processes=(small, jupyter))
+    (alert,) = [a for a in engine.active() if a.kind == "gpu_idle_held"]
+    assert alert.facts.held is not None
+    assert alert.facts.held.holder.pid == 5150 and alert.facts.held.others == 1
+    (incident,) = incidents(engine.active())
+    assert screen_fixes(incident) == f"K stop {alert.facts.held.holder.program}"
+    assert incident.fixes[0].key == "K"
+
+    nobody = AlertEngine("h", RULES)
+    feed(nobody, range(12))
+    (incident,) = incidents(nobody.active())
+    assert incident.fixes == ()
 
 
 def test_off_with_zero_after_s() -> None:

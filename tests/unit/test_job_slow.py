@@ -12,7 +12,7 @@ from pathlib import Path
 from gpumon.backends.actions import audit
 from gpumon.backends.alerts.engine import Alert, AlertEngine, AlertRules
 from gpumon.backends.alerts.facts import AlertFacts, TorchSwap
-from gpumon.backends.alerts.incident import incidents, screen_fixes
+from gpumon.backends.alerts.incident import command_fix, incidents, screen_fixes
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, iso_time
@@ -318,14 +318,17 @@ def test_a_job_slow_after_a_swap_names_it_and_its_incident_offers_d_and_w(
         "gpumon doctor box",
         "gpumon swap-torch box cu128",
     ]
-    # without the swap (only the old one in the log): no fact, no fix
+    # without the swap (only the old one in the log): no fact; the doctor is the fix
+    # (issue 36 point 2: never "none that gpumon knows"), w is not offered
     audit.write_text(audit_line(clock.t - 2 * 86400.0, "box"))
     w2, engine2, clock2 = setup(tmp_path)
     clock2.t = clock.t
     w2 = Workloads(w2.host, tmp_path / "runs.json", audit=audit)
     (plain,) = run(w2, engine2, clock2, 20, 4.6)
     assert plain.facts.torch_swap is None and "torch" not in plain.message
-    assert not incidents(engine2.active())[0].fixes
+    (incident2,) = incidents(engine2.active())
+    assert screen_fixes(incident2) == "d check torch and the GPUs"
+    assert command_fix(incident2) == "fix: gpumon doctor box"
 
 
 def test_gpus_idle_after_a_swap_name_it_and_offer_d_and_w(tmp_path: Path) -> None:

@@ -132,7 +132,7 @@ ACTIONS: tuple[DashboardAction, ...] = (
         "stop_job",
         "s",
         "Stop",
-        "Stop the job under the cursor",
+        "Stop the job under the cursor (else the job holding its GPUs idle)",
         "Stop job {job}",
         "Stop {job} on {host}",
         footer=False,

@@ -276,9 +276,33 @@ class JobActions:
         incident = self.incident_job()
         return None if incident is None else (incident[0], incident[1])
 
+    def idle_job(self) -> tuple[HostMonitor, JobConfig] | None:
+        """The job of the newest active ``gpu_idle_held`` that names one (its GPUs held
+        and idle: stopping it frees them, the strip offers ``s``), with its monitor; None
+        without one."""
+        found = [
+            (a.time, m, job)
+            for m in self.monitors
+            for a in m.alerts.active()
+            if a.kind == "gpu_idle_held" and a.job is not None
+            if (job := m.host.job(a.job)) is not None
+        ]
+        if not found:
+            return None
+        _, monitor, job = max(found, key=lambda f: f[0])
+        return monitor, job
+
+    def stop_target(self) -> tuple[HostMonitor, JobConfig] | None:
+        """What ``s`` stops: the job under the cursor, else the job holding its GPUs idle
+        (``idle_job``)."""
+        return self.cursor.selected_job() or self.idle_job()
+
     def job_for(self, entry: DashboardAction) -> tuple[HostMonitor, JobConfig] | None:
         """The job ``entry`` acts on now (with its monitor): the one under the cursor, or
-        for an action on the incident's job without one there, that job."""
+        for an action on the incident's job without one there, that job (``s``: the job
+        holding its GPUs idle)."""
+        if entry.name == "stop_job":
+            return self.stop_target()
         return self.restart_target() if entry.incident_job else self.cursor.selected_job()
 
     def no_job_reason(self, action: Action) -> str:

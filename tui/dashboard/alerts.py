@@ -67,6 +67,7 @@ class AlertPresenter:
         on_restart: Callable[[HostMonitor, Alert], None],
         killable: Callable[[str], bool] = lambda host: False,
         acts_on_host: Callable[[str, str], bool] = lambda name, host: False,
+        stoppable: Callable[[str, str], bool] = lambda host, job: False,
     ) -> None:
         self.screen = screen
         self.monitors = monitors
@@ -78,6 +79,7 @@ class AlertPresenter:
         self.fixable = fixable
         self.killable = killable
         self.acts_on_host = acts_on_host
+        self.stoppable = stoppable
         self.on_restart = on_restart
         self.strip = AlertStrip(id="alert-strip")
         self._early_alerts: list[Alert] = []
@@ -191,8 +193,8 @@ class AlertPresenter:
     def strip_fixes(self, incident: Incident) -> tuple[Fix, ...]:
         """``incident``'s fixes that can act now: ``r restart drafter`` when ``r`` would
         restart the job it is about, ``K stop jupyter-lab`` when ``K`` may act on its host,
-        ``d`` and ``w`` when the host under the cursor is its host; advice ("reboot the
-        node") always."""
+        ``s stop drafter (frees GPUs 5-7)`` when ``s`` would stop that job, ``d`` and ``w``
+        when the host under the cursor is its host; advice ("reboot the node") always."""
         return tuple(f for f in incident.fixes if self._offered(f, incident))
 
     def _offered(self, fix: Fix, incident: Incident) -> bool:
@@ -202,6 +204,8 @@ class AlertPresenter:
             return self.killable(incident.host)
         if fix.key in _HOST_KEYS:
             return self.acts_on_host(_HOST_KEYS[fix.key], incident.host)
+        if fix.key == "s":
+            return incident.job is not None and self.stoppable(incident.host, incident.job)
         target = self.fixable()
         if fix.key != "r" or target is None:
             return False

@@ -115,6 +115,7 @@ class DashboardScreen(Screen[None]):
             on_restart=self.actions.restart_alert_job,
             killable=self._killable,
             acts_on_host=self._acts_on_host,
+            stoppable=self._stoppable,
         )
         self.strip = self.alerts.strip
         self.replay_controls = (
@@ -509,6 +510,14 @@ class DashboardScreen(Screen[None]):
             return False
         return self.action_state(BY_NAME[name]) is True
 
+    def _stoppable(self, host: str, job: str) -> bool:
+        """Whether ``s`` stops ``job`` of ``host`` now (the strip offers "s stop drafter
+        (frees GPUs 5-7)" for its GPUs held idle)."""
+        if self.action_state(BY_NAME["stop_job"]) is not True:
+            return False
+        target = self.actions.stop_target()
+        return target is not None and (target[0].name, target[1].name) == (host, job)
+
     def _killable(self, host: str) -> bool:
         """Whether ``K`` may act on ``host`` now (the strip offers "K stop jupyter-lab"): not
         read-only, connected."""
@@ -545,7 +554,7 @@ class DashboardScreen(Screen[None]):
         self.actions.restart_job()
 
     def action_stop_job(self) -> None:
-        self.actions.open_job_action("stop")
+        self.actions.open_job_action("stop", self.actions.stop_target())
 
     def action_start_job(self) -> None:
         self.actions.open_job_action("start")
