@@ -234,6 +234,9 @@ class AlertEngine(AlertStore):
         self._listed: dict[str, _Listed] = {}  # GPUs the host listed, by ``_gpu_identity``
         self._latest: HostSample | None = None
         self._latest_came: float | None = None  # when it came (``on_sample``)
+        # when the samples of the last ``ttf_window_s`` came: what the time-to-full rule
+        # had to look at (``time_to_full_unjudged``)
+        self._came: deque[float] = deque()
         self._early_kernel: list[str] = []  # kernel lines before the first sample
         self._logs: dict[str, _LogSource] = {}
         self._kernel_seen: set[str] = set()
@@ -260,6 +263,26 @@ class AlertEngine(AlertStore):
         """Seconds until ``gpu``'s memory is full at the current trend, or None."""
         watch = self._watches.get(gpu)
         return None if watch is None else watch.ttf
+
+    def time_to_full_unjudged(self) -> str | None:
+        """Why the time-to-full rule could not judge the last sample: too few samples in
+        its window (``ttf_min_points`` spanning two thirds of ``ttf_window_s``, a loaded
+        sampler's gaps), said as "time-to-full not judged: 2 samples in 4 s, 4 needed";
+        None when it could, or when it is off (``ttf_horizon_s`` 0). A GPU that was not
+        rising was judged all the same: its trend is none."""
+        rules = self.rules
+        if rules.ttf_horizon_s <= 0:
+            return None
+        came = self._came
+        span = came[-1] - came[0] if came else 0.0
+        need_span = rules.ttf_window_s * 2.0 / 3.0
+        if len(came) >= rules.ttf_min_points and span >= need_span:
+            return None
+        return (
+            f"time-to-full not judged: {len(came)} sample{'' if len(came) == 1 else 's'} "
+            f"in {span:.0f} s, "
+            f"{rules.ttf_min_points} needed over {need_span:.3g} s"
+        )
 
     def instance_times_to_full(self, gpu: int) -> dict[int, float]:
         """GPU instance id -> seconds until its memory is full at its trend, for the GPU
@@ -335,6 +358,9 @@ class AlertEngine(AlertStore):
                 self._end(key)
         self._expire(now)
         self._latest, self._latest_came = sample, t
+        self._came.append(t)
+        while self._came[0] < t - rules.ttf_window_s:
+            self._came.popleft()
         self._remember_listed(now, sample, unread)
         self._early_kernel_lines(now, raised)
         return self._announce(raised)

@@ -265,9 +265,12 @@ def check_rules(rules: AlertRules, window_s: float, interval_s: float) -> AlertR
     # One estimate is the check's verdict: the trend behind it already rose across two
     # windows to a new high (a second in a row needs a sample the window may not get on a
     # loaded machine: the check then said OK beside its own time_to_full figure).
+    # A window short for the interval (1 s at 1 s) still holds the points the rule needs:
+    # check watches on, a few windows at most, until it has them.
+    need = (points - 1) * interval_s
     return replace(
         rules,
-        ttf_window_s=min(rules.ttf_window_s, max(1.5 * half, 2.0)),
+        ttf_window_s=min(rules.ttf_window_s, max(1.5 * half, 2.0, need)),
         ttf_min_points=min(rules.ttf_min_points, points),
         ttf_confirm=1,
     )

@@ -194,15 +194,25 @@ def restart_hint(monitor: HostMonitor, incident: Incident) -> str | None:
     return command_fix(incident)
 
 
-def check_verdict(monitor: HostMonitor, incomplete: Sequence[str] = ()) -> tuple[CheckCode, str]:
+def check_verdict(
+    monitor: HostMonitor, incomplete: Sequence[str] = (), *, unjudged: str | None = None
+) -> tuple[CheckCode, str]:
     """Exit code and the one summary line of ``gpumon check``: the most urgent incident's
     headline first (physical GPU, job, the fix), then the host's summary, then the
     sources that did not answer in time (``incomplete``: the verdict is without them),
     then ``|`` and the performance data (``perfdata``; none when UNKNOWN: stale data is
-    no measurement). A
+    no measurement). ``unjudged``: why a rule could not look (too few samples for
+    time-to-full): an OK is then UNKNOWN with it, as the Nagios plugin guidelines have a
+    plugin that could not check the service say (OK means it could, and all is well); a
+    WARNING or CRITICAL stands, with it said. A
     driver that says why no data comes ("GPU is lost") is CRITICAL with its words, data or
     not; a host that cannot be judged (unreachable, no data) is UNKNOWN with the reason."""
     code, text = _verdict(monitor)
+    if unjudged is not None and code == CheckCode.OK and monitor.latest is not None:
+        summary = _summary(monitor.latest)
+        code, text = CheckCode.UNKNOWN, f"UNKNOWN {monitor.name}: {unjudged} ({summary})"
+    elif unjudged is not None and code != CheckCode.UNKNOWN:
+        text += f" [{unjudged}]"
     if incomplete and code != CheckCode.UNKNOWN:
         text += f" [incomplete: {'; '.join(incomplete)}]"
     # Nagios reads the performance data from the first "|": one in a message from the

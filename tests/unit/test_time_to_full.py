@@ -30,7 +30,12 @@ from memory_traces import (
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.rules import check_rules
+from gpumon.backends.config import HostConfig
+from gpumon.backends.model import CheckCode
+from gpumon.backends.monitor import HostMonitor, check_verdict
+from gpumon.backends.monitor.sources import AgentSource
 from gpumon.backends.sim import SimSettings
+from gpumon.backends.transport import LocalTransport
 
 from waiting import FakeClock
 
@@ -159,3 +164,53 @@ def test_the_floor_of_use_is_a_threshold() -> None:
     assert AlertRules().ttf_min_used_pct == 60.0
     assert first_estimate(rules) == 20.0
     assert first_estimate(AlertRules()) == 70.0
+
+
+def _checked(seconds: set[float]) -> HostMonitor:
+    """The monitor of ``gpumon check demo --window 5`` (check_rules) at the drafter's ramp
+    that got the samples at ``seconds`` of it, on a fake clock."""
+    host = HostConfig(name="demo", kind="local", kernel_log=False)
+    host = replace(host, alerts=check_rules(host.alerts, 5.0, 1.0))
+    clock = FakeClock()
+    monitor = HostMonitor(host, AgentSource(LocalTransport(host)), clock=clock.time, record=False)
+    for t, sample in drafter().samples():
+        if t in seconds:
+            clock.now = sample.time
+            monitor.ingest_sample(sample)
+    return monitor
+
+
+def test_a_check_whose_window_got_too_few_samples_says_unknown_not_ok() -> None:
+    # At load 10 the sampler gave the 5 s window two samples while GPU 6 ramped to full:
+    # the rule needs 4 in its 3.75 s, so no estimate was made and check said OK.
+    thin = _checked({26.0, 29.0})
+    why = thin.alerts.time_to_full_unjudged()
+    assert why == "time-to-full not judged: 2 samples in 3 s, 4 needed over 2.5 s", why
+    assert check_verdict(thin)[0] is CheckCode.OK  # what the old check said
+    code, line = check_verdict(thin, unjudged=why)
+    assert code is CheckCode.UNKNOWN and int(code) == 3, line
+    assert line.startswith(f"UNKNOWN demo: {why} (") and "|" not in line, line
+    # the same window with a sample a second: judged, the ramp warned, nothing to say
+    full = _checked({25.0, 26.0, 27.0, 28.0, 29.0, 30.0})
+    assert full.alerts.time_to_full_unjudged() is None
+    code, line = check_verdict(full, unjudged=full.alerts.time_to_full_unjudged())
+    assert code is CheckCode.WARNING and "GPU 6" in line, line
+    # a warning stands when a rule could not look; it says so
+    code, line = check_verdict(full, unjudged="time-to-full not judged: x")
+    assert code is CheckCode.WARNING and "[time-to-full not judged: x]" in line, line
+
+
+def test_time_to_full_off_needs_no_samples() -> None:
+    engine = AlertEngine("demo", AlertRules(ttf_horizon_s=0.0), clock=FakeClock().time)
+    assert engine.time_to_full_unjudged() is None
+    assert AlertEngine("demo", AlertRules()).time_to_full_unjudged() is not None
+
+
+@pytest.mark.parametrize(("window", "interval"), [(1.0, 1.0), (2.0, 1.0), (5.0, 1.0), (5.0, 3.0)])
+def test_a_check_window_short_for_its_interval_can_still_be_judged(
+    window: float, interval: float
+) -> None:
+    # The rule's points a sample an interval apart fit its window: a check that watches
+    # on gets them (a 1 s window at 1 s needed 4 points in 2 s: never, so always UNKNOWN).
+    rules = check_rules(AlertRules(), window, interval)
+    assert (rules.ttf_min_points - 1) * interval <= rules.ttf_window_s

@@ -21,7 +21,7 @@ from gpumon.backends.config import Config, ConfigError, HostConfig, load_config,
 from gpumon.backends.errors import GpumonError
 from gpumon.tui.cli import subcommands, words
 from gpumon.tui.cli.options import build_parser, common_options, sim_settings
-from gpumon.tui.cli.subcommands import DASHBOARD, FIRST_ROUNDS_S, Subcommand
+from gpumon.tui.cli.subcommands import DASHBOARD, FIRST_ROUNDS_S, JUDGE_WINDOWS, Subcommand
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,17 +44,21 @@ async def _one_sample(
     *,
     rates: bool = True,
     window: float = 0.0,
-) -> tuple[HostMonitor, float, list[str]]:
+    judged: bool = False,
+) -> tuple[HostMonitor, float, list[str], float]:
     """Connect once, wait (``timeout``) for a GPU sample (no longer once the sampler failed
     for good: ``HostMonitor.final_failure``), then up to ``FIRST_ROUNDS_S``
     in all for every other source's first round (``HostMonitor.waiting_for``: the
     process lists, the Proxmox host's included, SGLang discovery and two observations of
     each server, the followed logs) and, with ``rates``, the jobs' throughput; keep
     watching for ``window`` seconds after the first sample (``check``: the alert rules
-    see a trend, a silence). Returns the monitor, the moment observing ended (ages and
-    verdicts are judged then, not after the stop, which may wait for the target's
-    processes to exit) and the sources that did not answer in time, in words
-    (``"host processes: no answer in 10 s"``): never silently left out."""
+    see a trend, a silence); with ``judged``, on past it, up to ``JUDGE_WINDOWS`` windows,
+    until the time-to-full rule has the samples it needs (a loaded sampler's gaps:
+    ``AlertEngine.time_to_full_unjudged``). Returns the monitor, the moment observing
+    ended (ages and verdicts are judged then, not after the stop, which may wait for the
+    target's processes to exit), the sources that did not answer in time, in words
+    (``"host processes: no answer in 10 s"``): never silently left out, and the seconds
+    watched after the first sample."""
     from gpumon.backends.model import ConnState
     from gpumon.backends.runtime import Runtime
 
@@ -74,15 +78,24 @@ async def _one_sample(
                 waited = loop.time() - first_sample_at
                 answered = not monitor.waiting_for()
                 rated = not rates or not monitor.workloads.rates_pending()
-                if (waited >= FIRST_ROUNDS_S or (answered and rated)) and waited >= window:
+                thin = (
+                    judged
+                    and waited < JUDGE_WINDOWS * window
+                    and monitor.alerts.time_to_full_unjudged() is not None
+                )
+                done = waited >= FIRST_ROUNDS_S or (answered and rated)
+                if done and waited >= window and not thin:
                     break
                 until = window if answered and rated else max(window, FIRST_ROUNDS_S)
+                if thin and waited >= window:  # the next sample may be the one it needs
+                    until = JUDGE_WINDOWS * window
                 left = min(left, max(first_sample_at + until - loop.time(), 0.05))
             await monitor.wait_for_update(min(left, 0.5))
         observed_at = time.time()
     incomplete = [] if monitor.latest is None else monitor.waiting_for()
     said = f"{min(waited, FIRST_ROUNDS_S):.0f} s"
-    return monitor, observed_at, [f"{source}: {what} in {said}" for source, what in incomplete]
+    words = [f"{source}: {what} in {said}" for source, what in incomplete]
+    return monitor, observed_at, words, waited
 
 
 def cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
@@ -91,7 +104,7 @@ def cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
 
     host = resolve_host(config, args.host)
     run = _one_sample(host, args, args.timeout)
-    monitor, now, incomplete = asyncio.run(run)
+    monitor, now, incomplete, _ = asyncio.run(run)
     if args.json:
         print(json.dumps(snapshot_json(monitor, now, incomplete), indent=2))
     else:
@@ -112,9 +125,15 @@ def cmd_check(args: argparse.Namespace, config: Config) -> int:
     host = replace(host, alerts=check_rules(host.alerts, args.window, host.interval))
     # The verdict rests on GPUs and alerts, not on the jobs' throughput: no waiting for
     # their rates (the sources' first rounds are waited for: who holds memory is one).
-    run = _one_sample(host, args, args.timeout, rates=False, window=args.window)
-    monitor, _, incomplete = asyncio.run(run)
-    code, line = check_verdict(monitor, incomplete)
+    # A check that could not look is no OK: it watches on while the window is too thin
+    # for the time-to-full rule (a loaded host's sampler), then says UNKNOWN and why.
+    judged = args.window > 0
+    run = _one_sample(host, args, args.timeout, rates=False, window=args.window, judged=judged)
+    monitor, _, incomplete, waited = asyncio.run(run)
+    unjudged = monitor.alerts.time_to_full_unjudged() if judged else None
+    if unjudged is not None:
+        unjudged += f" (watched {waited:.0f} s, at most {JUDGE_WINDOWS:g} windows)"
+    code, line = check_verdict(monitor, incomplete, unjudged=unjudged)
     print(line)
     return int(code)
 

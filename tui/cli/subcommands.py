@@ -34,6 +34,9 @@ __all__ = [
 # server, the followed logs) and for job rates: the monitor's FIRST_ROUNDS_S, said here
 # for --help without importing the monitor at start-up (a test holds them equal).
 FIRST_ROUNDS_S = 10.0
+# ``check`` watches on past its window, up to this many windows in all, while the window
+# holds too few samples for the time-to-full rule (a loaded host's sampler)
+JUDGE_WINDOWS = 3.0
 CHECK_WINDOW_S = 5.0  # how long check watches: trends and silences need more than one sample
 INTERVAL_RANGE = (0.1, 3600.0)  # seconds, as the config's `interval`
 VARIANTS = ("cu126", "cu128", "cu129", "cu130", "cu132", "cpu")  # swap-torch's examples
