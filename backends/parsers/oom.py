@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import Health, parse_visible_devices
@@ -216,14 +216,11 @@ class LogEvent:
 
 def engine_event(event: LogEvent, engine: str) -> LogEvent:
     """``event`` of a serving engine's log as that engine's own: a CUDA OOM in a vLLM
-    server's log is ``vllm_oom``, whose fix is vLLM's (alerts/kinds.py)."""
+    server's log is ``vllm_oom``, whose fix is vLLM's (alerts/kinds.py). Every other field
+    is kept: the bytes it tried, the free and in-use figures the headline names."""
     if engine != "vllm" or event.kind != "cuda_oom":
         return event
-    e = event
-    return LogEvent(
-        "vllm_oom", e.severity, e.message, e.line_no, e.local_gpu, e.gpu, e.gpu_uuid,
-        e.gpu_note, e.context,
-    )  # fmt: skip
+    return replace(event, kind="vllm_oom")
 
 
 class _Group:

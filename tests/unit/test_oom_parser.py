@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from gpumon.backends.parsers import (
     parse_xid_line,
     xid_level,
 )
+from gpumon.backends.parsers.oom import engine_event
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NVIDIA = FIXTURES / "nvidia"
@@ -668,3 +670,17 @@ def test_an_oom_line_says_what_each_process_held_on_its_gpu() -> None:
         "total capacity; 14.2 GiB already allocated; 10.5 MiB free; 14.5 GiB reserved)"
     )
     assert old.in_use_bytes is None and old.in_use_by_pid == ()
+
+
+def test_a_vllm_servers_oom_keeps_every_figure_of_the_cuda_oom() -> None:
+    # engine_event rebuilt the event from its first nine fields: the bytes it tried, the
+    # free and in-use figures the headline names were dropped (None)
+    line = "torch.OutOfMemoryError: " + ALLOC_MSG.format(gpu=0) + " Process 2418873 has 1.00 GiB"
+    (oom,) = [e for e in LogScanner().feed(line) if e.kind == "cuda_oom"]
+    assert oom.tried_bytes == 2 * GIB and oom.in_use_bytes is not None, oom
+    got = engine_event(oom, "vllm")
+    assert got.kind == "vllm_oom"
+    assert dataclasses.replace(got, kind="cuda_oom") == oom  # nothing else changed
+    odd = dataclasses.replace(oom, tried_bytes=None, free_bytes=None, detail="odd words")
+    assert engine_event(odd, "vllm").detail == "odd words"
+    assert engine_event(oom, "sglang") is oom
