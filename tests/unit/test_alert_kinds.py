@@ -75,6 +75,16 @@ def _called(call: ast.Call) -> str | None:
     return func.id if isinstance(func, ast.Name) else None
 
 
+def _retyped(call: ast.Call, name: str | None) -> str | None:
+    """The literal kind of a ``replace(event, kind="...")`` (parsers/oom.py's
+    ``engine_event``), else None."""
+    for kw in call.keywords if name == "replace" else ():
+        value = kw.value
+        if kw.arg == "kind" and isinstance(value, ast.Constant) and isinstance(value.value, str):
+            return value.value
+    return None
+
+
 def _kind_argument(call: ast.Call, name: str) -> ast.expr | None:
     for kw in call.keywords:
         if kw.arg == "kind":
@@ -159,6 +169,9 @@ def _raised() -> tuple[dict[str, list[str]], list[str]]:
                 if not isinstance(call, ast.Call):
                     continue
                 name = _called(call)
+                retyped = _retyped(call, name)  # a LogEvent copied as another kind
+                if retyped is not None:
+                    kinds.setdefault(retyped, []).append(f"{rel}:{call.lineno} {name}")
                 if name not in RAISERS:
                     continue
                 expr = _kind_argument(call, name)
