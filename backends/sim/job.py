@@ -37,6 +37,7 @@ from pathlib import Path
 from gpumon.backends.parsers.flight_recorder import read_dump
 from gpumon.backends.sim.scenario import (
     DRAFTER_GPUS,
+    JUPYTER_MIB,
     MEMORY_USABLE_MIB,
     OOM_AT,
     OOM_GPU,
@@ -106,7 +107,11 @@ def format_size(mib: float) -> str:
 def oom_message() -> str:
     """The ``torch.OutOfMemoryError`` line, its numbers taken from GPU 6 at the OOM."""
     used = oom_gpu_memory(OOM_AT)
-    process = used - 20  # the CUDA context of the one process on the GPU
+    # PyTorch counts this process's own memory: the GPU's use less CT 201's jupyter (on
+    # GPU 6 at the OOM: the story's cause) and the CUDA context. The line said the whole
+    # GPU's, so a restart's need read from it was more than the GPU holds, and the free-GPU
+    # wait passed beside the jupyter as if it were not the jupyter's to free.
+    process = used - JUPYTER_MIB - 20
     reserved = process - 760  # context and non-PyTorch allocations
     unallocated = 3.05 * 1024
     return (

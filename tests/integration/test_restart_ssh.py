@@ -433,10 +433,13 @@ def test_restart_keeps_the_flight_recorder_dump_in_a_bundle_before_the_kill(
     assert "progress" in files[f"logs/00-{str(log).strip('/').replace('/', '_')}"].decode()
     index = files["index.txt"].decode()
     assert str(fr / "trace_rank_0") in index
-    if shutil.which("py-spy") is None:  # not in the test venv: its absence is said
+    # its absence is said where the target has none (the test lock has it)
+    if shutil.which("py-spy", path=sshd.session_path) is None:
         assert "py-spy: not on the target (gpumon installs nothing there)" in index
-    else:
-        assert f"py-spy-{old_pid}.txt" in files
+    else:  # the job's python process is dumped; its shell launcher, no Python, is said
+        stacks = [n for n in files if n.startswith("py-spy-")]
+        assert stacks and all(b"Thread" in files[n] for n in stacks), (sorted(files), index)
+        assert f"py-spy-{old_pid}.txt" in files or f"py-spy-{old_pid}.txt: failed" in index
 
 
 def test_evidence_s_0_goes_straight_to_the_stop(
@@ -601,8 +604,10 @@ def test_doctor_says_per_running_job_whether_it_will_leave_evidence(
     )
     assert checks[f"{idle} evidence"]["status"] == "n/a"
     spy = checks["py-spy"]
-    if shutil.which("py-spy") is None:
+    if shutil.which("py-spy", path=sshd.session_path) is None:
         assert spy["status"] == "warning" and "pip install py-spy" in spy["fix"]
+    else:  # the test lock's py-spy, beside the target's python
+        assert spy["status"] == "ok", spy
 
 
 async def test_r_on_a_hung_server_that_is_a_job_restarts_it_verified_by_its_health(

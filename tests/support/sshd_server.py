@@ -101,6 +101,11 @@ class SshServer:
     proc: subprocess.Popen[bytes] | None = None
 
     @property
+    def session_path(self) -> str:
+        """The PATH of this server's sessions: what the target finds (``command -v``)."""
+        return f"{self.bin}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+
+    @property
     def bin(self) -> Path:
         return self.root / "bin"
 
@@ -146,8 +151,7 @@ class SshServer:
             # ~/.bashrc, which bash reads for an sshd command at level 1. The target under
             # test is gpumon's, not this machine's: its ~/.bashrc (pyenv init, whose rehash
             # waits 60 s on a lock a killed session left) must not delay every session.
-            f"SetEnv SHLVL=1 PATH={self.bin}:{Path(sys.executable).parent}"
-            ":/usr/local/bin:/usr/bin:/bin\n"
+            f"SetEnv SHLVL=1 PATH={self.session_path}\n"
             "LogLevel ERROR\n"
         )
         self.trust_host_key()

@@ -418,7 +418,15 @@ async def test_auto_restart_brings_the_demo_drafter_back_after_its_oom(tmp_path:
                 for step, message in run.history
             )
 
-        await until(waiting_for_the_jupyter, 60, "the automatic restart naming the jupyter")
+        await until(
+            waiting_for_the_jupyter,
+            60,
+            lambda: (
+                "the automatic restart naming the jupyter: "
+                + repr(getattr(session.runs.last("demo", "drafter"), "history", None))
+                + repr([a.message for a in monitor.alerts.active()])
+            ),
+        )
         jupyter = next(p for p in monitor.processes if p.host_pid == JUPYTER_PID)
         plan = kill_plan(
             "demo",

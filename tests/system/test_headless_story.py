@@ -73,7 +73,12 @@ def test_the_snapshot_says_the_container_as_the_dashboard_does() -> None:
     rows = [row for row in out.stdout.splitlines() if re.match(r"  \d  \S", row)]
     procs = [row for row in rows if "python3" in row]
     assert len(procs) == 8, out.stdout
-    assert procs[0].startswith("  0  CT200    861      root       82.5  /root/venv/bin/python3 -m")
+    # its SM and bandwidth shares (`SM~`, `BW~`: the demo's pmon) sit before the command
+    assert re.match(
+        r"  0  CT200    861      root       82\.5 +(\d+%|n/a) +(\d+%|n/a)"
+        r"  /root/venv/bin/python3 -m",
+        procs[0],
+    ), procs[0]
     assert "contain" not in out.stdout
 
 

@@ -41,8 +41,14 @@ async def test_the_mig_gpu_row_is_its_instances(
         assert slices[2] == "GI 6 1g.24gb  0.0/23.4GiB 0%  util n/a: no processes"
         other = section.rows[0].plain
         assert "GI " not in other and "/95.6GiB" in other  # a GPU off MIG is as before
-        # every line of the section is drawn: the layout counts the instance lines
-        assert section.gpu_rows.size.height >= section.gpu_rows.view.lines  # type: ignore[union-attr]
+        # every line of the section is drawn: the layout counts the instance lines (it is
+        # planned again on the refresh after the lines came: CI at load 15 read it between)
+        rows = section.gpu_rows
+        await wait(
+            pilot,
+            lambda: rows.view is not None and rows.size.height >= rows.view.lines,
+            what="the GPU rows' height to hold the instance lines",
+        )
 
 
 async def test_the_detail_view_lists_the_instances_and_says_mig_for_the_memory(

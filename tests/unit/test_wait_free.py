@@ -221,3 +221,20 @@ async def test_restarting_anyway_waits_only_for_the_jobs_own_memory() -> None:
     assert said[-1].endswith(
         "(restarting anyway: the cause is still on GPU 6: CT 201 jupyter-lab holds 6.0 GiB)"
     )
+
+
+def test_the_demos_oom_line_says_a_need_the_jupyter_is_in_the_way_of() -> None:
+    """The demo drafter's OOM line said the whole GPU's memory as its process's ("this
+    process has 94.86 GiB" beside CT 201's 6 GiB), so the need read from it was more than
+    the GPU holds, and the automatic restart's wait passed beside the jupyter as if it
+    were not the jupyter's to free (CI: test_auto_restart_brings_the_demo_drafter_back).
+    The line's figure is the drafter's own: the need fits the GPU, not beside the jupyter."""
+    from gpumon.backends.sim.job import oom_message
+    from gpumon.backends.sim.scenario import JUPYTER_MIB, MEMORY_USABLE_MIB
+
+    [oom] = LogScanner().scan(["CUDA_VISIBLE_DEVICES=5,6,7", oom_message()])
+    memory = JobMemory()
+    memory.oom(6, 2048, oom.in_use_bytes, oom.in_use_by_pid)
+    need = memory.need_mib(6)
+    assert need is not None
+    assert MEMORY_USABLE_MIB - JUPYTER_MIB < need <= MEMORY_USABLE_MIB, need
