@@ -835,6 +835,26 @@ def proxmox_container(host: HostConfig) -> int | None:
     return host.container if host.container is not None and host.kind != "demo" else None
 
 
+async def _py_spy_dump(
+    archive: BundleArchive, target: _Deadlined, program: str, pid: int, step: float, on_host: bool
+) -> tuple[str, bool, str]:
+    """``py-spy dump --native`` (the C/CUDA frames under the Python ones: where a
+    collective or a kernel launch waits), else without it where native unwinding fails
+    (no libunwind support for the target, a stripped build): the stacks, whether
+    native, and the index's note (why native failed, a cut)."""
+    base = [program, "dump"]
+    room = archive.room()
+    try:
+        argv = [*base, "--native", "--pid", str(pid)]
+        text, cut = await _command(target, argv, step, on_host=on_host, max_bytes=room)
+        return text, True, _cut_note(text, cut)
+    except RuntimeError as e:
+        native_failed = f"; --native failed: {e}"
+    argv = [*base, "--pid", str(pid)]
+    text, cut = await _command(target, argv, step, on_host=on_host, max_bytes=room)
+    return text, False, native_failed + _cut_note(text, cut)
+
+
 async def py_spy_dumps(
     archive: BundleArchive,
     target: _Deadlined,
@@ -845,7 +865,8 @@ async def py_spy_dumps(
     *,
     container: int | None = None,
 ) -> int:
-    """``py-spy-PID.txt``: ``py-spy dump --pid PID`` of each of ``pids`` (``what`` they
+    """``py-spy-PID.txt``: ``py-spy dump --native --pid PID`` (else without ``--native``)
+    of each of ``pids`` (``what`` they
     are, for the index), where ``py-spy`` is already on the target (never installed);
     how many were kept. With ``container`` (the target is that Proxmox CT, its host
     reachable): where py-spy is not in it, or fails there (an unprivileged CT forbids
@@ -862,30 +883,31 @@ async def py_spy_dumps(
         return 0
     host_pids: dict[int, int] | None = None
 
+    def said(pid: int, native: bool) -> str:
+        return f"`py-spy dump {'--native ' if native else ''}--pid {pid}`"
+
     async def dump(pid: int) -> tuple[str, str]:
         nonlocal host_pids
         failed = ""
         if here is not None:
-            argv = [here, "dump", "--pid", str(pid)]
             try:
-                text, cut = await _command(target, argv, step, max_bytes=archive.room())
+                text, native, why = await _py_spy_dump(archive, target, here, pid, step, False)
             except RuntimeError as e:
                 if host is None:
                     raise
                 failed = f"; in the container it failed: {e}"
             else:
                 side = "in the container" if container is not None else "on the target"
-                return text, f"`py-spy dump --pid {pid}` {side} ({what}){_cut_note(text, cut)}"
+                return text, f"{said(pid, native)} {side} ({what}{why})"
         assert host is not None and container is not None
         if host_pids is None:
             host_pids = await _host_pids(target, container, pids, step)
         if pid not in host_pids:
             raise RuntimeError(f"CT {container}'s PID {pid} is not found on the Proxmox host")
-        argv = [host, "dump", "--pid", str(host_pids[pid])]
-        text, cut = await _command(target, argv, step, on_host=True, max_bytes=archive.room())
+        text, native, why = await _py_spy_dump(archive, target, host, host_pids[pid], step, True)
         return text, (
-            f"`py-spy dump --pid {host_pids[pid]}` on the Proxmox host (CT {container}'s PID "
-            f"{pid}{failed}) ({what}){_cut_note(text, cut)}"
+            f"{said(host_pids[pid], native)} on the Proxmox host (CT {container}'s PID "
+            f"{pid}{failed}) ({what}{why})"
         )
 
     kept = 0

@@ -537,7 +537,10 @@ async def test_evidence_takes_stacks_from_the_proxmox_host_where_the_ct_forbids_
     stack = files[f"py-spy-{lab.train.pid}.txt"]
     assert stack.startswith(f"Process {lab.train.host_pid}: ") and "train.py" in stack
     index = files["index.txt"]
-    assert f"`py-spy dump --pid {lab.train.host_pid}` on the Proxmox host (CT 200's PID" in index
+    assert (
+        f"`py-spy dump --native --pid {lab.train.host_pid}` on the Proxmox host (CT 200's PID"
+        in index
+    )
     assert "Permission Denied" in index  # why the CT's own py-spy did not take it
 
 

@@ -191,6 +191,17 @@ echo "    all_reduce (torch/distributed/distributed_c10d.py:2501)"
 """
 
 
+# One whose native unwinding fails (a build without libunwind support for the target).
+PY_SPY_NO_NATIVE = """#!/bin/sh
+case " $* " in
+*" --native "*) echo "Error: native unwinding is not supported here" >&2; exit 1 ;;
+esac
+echo "py-spy $*"
+echo 'Thread 874 (idle): "MainThread"'
+echo "    all_reduce (torch/distributed/distributed_c10d.py:2501)"
+"""
+
+
 def test_a_stalled_jobs_processes_are_dumped_where_py_spy_is(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -207,7 +218,20 @@ def test_a_stalled_jobs_processes_are_dumped_where_py_spy_is(tmp_path: Path) -> 
     assert dumps, sorted(files)
     for name, text in dumps.items():
         pid = name.removeprefix("py-spy-").removesuffix(".txt")
-        assert text.startswith(f"py-spy dump --pid {pid}\n") and "all_reduce" in text
+        # --native first: the C/CUDA frames under the Python ones
+        assert text.startswith(f"py-spy dump --native --pid {pid}\n") and "all_reduce" in text
+    # A py-spy whose native unwinding fails: the plain stacks, the failure said.
+    (bin_dir / "py-spy").write_text(PY_SPY_NO_NATIVE)
+    no_native = tmp_path / "no-native.tar.gz"
+    run = gpumon(*args[:-1], str(no_native), env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    files = _files(no_native)
+    dumps = {name: data.decode() for name, data in files.items() if name.startswith("py-spy-")}
+    assert dumps, sorted(files)
+    for name, text in dumps.items():
+        pid = name.removeprefix("py-spy-").removesuffix(".txt")
+        assert text.startswith(f"py-spy dump --pid {pid}\n"), text
+    assert "--native failed" in files["index.txt"].decode()
     # Without py-spy on the target: said, nothing installed, the rest is there.
     plain = tmp_path / "plain.tar.gz"
     env["PATH"] = os.environ["PATH"]
