@@ -146,6 +146,12 @@ async def test_the_history_at_80_columns_ends_cut_messages_in_an_ellipsis_and_sh
         await wait(pilot, lambda: app.dashboard.strip.display, what="the strip")
         await pilot.press("a")
         await wait(pilot, lambda: isinstance(app.screen, AlertHistoryScreen), what="history")
+        history = app.screen
+        assert isinstance(history, AlertHistoryScreen)
+        # no column waits for the app to be idle to get its width (ci: a busy app drew
+        # the time as "17:2" and cut the fix apart between the other columns' lines)
+        auto = [str(c.label) for c in history.table.columns.values() if c.auto_width]
+        assert not auto, auto
         await pilot.pause()
         lines = screen_lines(app)
         titles = next(line for line in lines if "message" in line)

@@ -182,6 +182,23 @@ def test_the_history_cuts_messages_with_an_ellipsis_and_keeps_now_on_screen() ->
     assert history_layout(rows, 160, hosts=1).message >= HISTORY_MESSAGE_MIN
 
 
+def test_every_history_column_has_its_width_from_the_layout() -> None:
+    """A column left to the DataTable's own measure is measured only when the app is idle:
+    a busy app (ci, load 4 beside a CPU hog) drew the time as "17:2", the job as "dra",
+    the state as "activ" and cut the fix apart. Every column's width is the layout's, wide
+    enough for every cell it shows."""
+    rows = history_rows(62.0)
+    for width, hosts in ((80, 1), (80, 2), (160, 1), (400, 1)):
+        layout = history_layout(rows, width, hosts=hosts)
+        widths = layout.widths()
+        assert None not in widths, (width, hosts, layout)
+        shown = [layout.row(r)[0] for r in rows]
+        for column, (title, w) in enumerate(zip(layout.titles, widths, strict=True)):
+            if title in ("message", "now"):
+                continue  # cut to fit (the test above)
+            assert w is not None and w >= max(len(title), *(len(r[column].text) for r in shown))
+
+
 def test_a_short_severity_keeps_its_glyph_and_the_evidence_mark() -> None:
     assert short_severity("✖ critical") == "✖"
     assert short_severity("▲ warning") == "▲"

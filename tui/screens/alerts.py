@@ -153,9 +153,8 @@ class AlertHistoryScreen(Screen[None]):
             [r[4] for r in rows], width, hosts=len(self.monitors), padding=table.cell_padding
         )
         table.clear(columns=True)
-        widths = {"message": layout.message, "now": layout.now}
-        for name in layout.titles:
-            table.add_column(name, key=name or "severity", width=widths.get(name))
+        for name, column_width in zip(layout.titles, layout.widths(), strict=True):
+            table.add_column(name, key=name or "severity", width=column_width)
         self.keys, self.row_incidents, self.heads = [], [], []
         for i, alert, incident, head, cells in rows:
             shown, height = layout.row(cells, incident if head else None)

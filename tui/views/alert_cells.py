@@ -4,8 +4,8 @@ strip's alert, one-line texts and the history table's cells."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gpumon.backends.alerts.incident import Fix, Incident, line, screen_fix, screen_fixes
@@ -309,18 +309,28 @@ HISTORY_HEAD_LINES = 2  # an incident's own row wraps its message to this many l
 class HistoryLayout:
     """How the history's columns fit a width: the severity as its glyph alone ("✖", an
     evidence row's "└▲") or in words, the host column or not (one host on a narrow
-    screen), and the widths the message and "now" get (their text is cut to them)."""
+    screen), and the widths the message and "now" get (their text is cut to them).
+    ``fixed``: the width of every other column shown, by title (its widest cell): the
+    table is given every width, since a DataTable measures its automatic columns only when
+    its app is idle, and a busy app drew them at their titles' width ("17:2" for
+    "17:22:52") until then."""
 
     short_severity: bool
     host: bool
     message: int
     now: int
+    fixed: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def titles(self) -> tuple[str, ...]:
         """The column titles (the short severity has none)."""
         out = [t for t in HISTORY_COLUMNS if self.host or t != "host"]
         return ("", *out[1:]) if self.short_severity else tuple(out)
+
+    def widths(self) -> list[int | None]:
+        """Each column's width, in ``titles``' order (None: one ``fixed`` does not name)."""
+        said = {**self.fixed, "message": self.message, "now": self.now}
+        return [said.get(title) for title in self.titles]
 
     def row(
         self, cells: Sequence[Cell], incident: Incident | None = None
@@ -388,17 +398,19 @@ def history_layout(
     message_w, now_w = widest(6, "message"), widest(7, "now")
     has_now = any(r[7].text for r in rows)
     variants = [(False, True), (True, True)] + ([(True, False)] if hosts == 1 else [])
+    others = {HISTORY_COLUMNS[c]: widest(c, HISTORY_COLUMNS[c]) for c in (1, 2, 3, 4, 5)}
     layout = HistoryLayout(False, True, message_w, now_w)
     for short, host in variants:
-        fixed = widest(0, "", short) if short else widest(0, "severity")
-        fixed += sum(widest(c, HISTORY_COLUMNS[c]) for c in (1, 3, 4, 5))
-        fixed += widest(2, "host") if host else 0
+        widths = {t: w for t, w in others.items() if host or t != "host"}
+        widths["" if short else "severity"] = (
+            widest(0, "", short) if short else widest(0, "severity")
+        )
         count = 8 if host else 7
-        room = width - fixed - 2 * padding * count
+        room = width - sum(widths.values()) - 2 * padding * count
         if message_w + now_w <= room:
-            return HistoryLayout(short, host, message_w, now_w)
+            return HistoryLayout(short, host, message_w, now_w, widths)
         now = min(now_w, max(HISTORY_NOW_MIN, room // 3)) if has_now else cells_of("now")
-        layout = HistoryLayout(short, host, max(room - now, 10), now)
+        layout = HistoryLayout(short, host, max(room - now, 10), now, widths)
         if layout.message >= HISTORY_MESSAGE_MIN:
             return layout
     return layout
