@@ -407,7 +407,8 @@ class AlertEngine(AlertStore):
         servers: dict[int, list[tuple[GpuSample, float]]] = {}
         for gpu in sample.gpus if test.after_s > 0 else ():  # 0: off
             watch = self._watches[gpu.index]
-            seconds = watch.idle_for(t, gpu, test, gap_s)
+            holding = self._idle_key(gpu.index) in self._active
+            seconds = watch.idle_for(t, gpu, test, gap_s, read=now, holding=holding)
             if seconds is None or seconds < test.after_s:
                 continue
             port = self.serving.get(gpu.index)
@@ -428,7 +429,7 @@ class AlertEngine(AlertStore):
         for job, gpus in idle.items():
             for group in [gpus] if job is not None else [[g] for g in gpus]:
                 first = group[0][0].index
-                key = f"gpu_idle_held:job:{job}" if job else f"gpu_idle_held:{first}"
+                key = self._idle_key(first)
                 keys.add(key)
                 text = self._idle_text(job, group, sample)
                 seconds = min(s for _, s in group)
@@ -456,6 +457,14 @@ class AlertEngine(AlertStore):
         for key in [k for k, a in self._active.items() if a.kind in _IDLE_KINDS]:
             if key not in keys:
                 self._end(key)
+
+    def _idle_key(self, index: int) -> str:
+        """The key of the idle alert GPU ``index`` would be part of (``_idle_held``)."""
+        port = self.serving.get(index)
+        if port is not None:
+            return f"server_idle:{port}"
+        job = self._job_for(index)
+        return f"gpu_idle_held:job:{job}" if job else f"gpu_idle_held:{index}"
 
     def _idle_cost(self, group: list[tuple[GpuSample, float]], seconds: float) -> IdleCost:
         """What ``group``'s GPUs drew in their idle runs (power x time: ``GpuWatch``), and

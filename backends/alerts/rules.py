@@ -403,6 +403,7 @@ class GpuWatch:
         "idle_high",
         "idle_joules",
         "idle_last",
+        "idle_last_read",
         "idle_low",
         "index",
         "left_at",
@@ -439,30 +440,52 @@ class GpuWatch:
         self.health_calm = 0
         self.idle_at: float | None = None  # when the current held-and-idle run began
         self.idle_last: float | None = None  # its last sample
+        self.idle_last_read: float | None = None  # ... by the time it was read
         self.idle_low = 0.0  # utilisation range of the run (the headline says it)
         self.idle_high = 0.0
         # energy drawn in the run, power x time (None: the GPU reports no power)
         self.idle_joules: float | None = None
 
-    def idle_for(self, now: float, gpu: GpuSample, test: IdleHeld, gap_s: float) -> float | None:
+    def idle_for(
+        self,
+        now: float,
+        gpu: GpuSample,
+        test: IdleHeld,
+        gap_s: float,
+        *,
+        read: float | None = None,
+        holding: bool = False,
+    ) -> float | None:
         """Seconds ``gpu`` has been held and idle up to this sample (0 for the first such
         sample), or None when it is not (``IdleHeld.sample``). A gap of more than
         ``gap_s`` since the run's last sample starts the run again: stale data is not
-        idle time."""
+        idle time. A gap is one on both clocks: ``now`` (when the sample came) and
+        ``read`` (when it was read, where known): samples read on time that a stalled
+        monitor takes late are no gap in the data, and a wall-clock step between reads
+        is none in their arrival. ``holding``: an alert is up for this run; a gap shorter
+        than the rule's own ``after_s`` keeps the run (missing data says the data is
+        stale, not that the GPU was busy; ending the alert would raise it again as new
+        after ``after_s``), its time not counted in the energy."""
         util = gpu.utilization_pct
         if not test.sample(gpu.memory_used_mib, util):
-            self.idle_at = self.idle_last = None
+            self.idle_at = self.idle_last = self.idle_last_read = None
             return None
         assert util is not None
-        last = self.idle_last
-        if self.idle_at is None or last is None or now - last > gap_s:
+        last, last_read = self.idle_last, self.idle_last_read
+        gap = last is not None and now - last > gap_s
+        if gap and read is not None and last_read is not None and read - last_read <= gap_s:
+            gap = False  # read on time, taken late
+        if gap and holding and last is not None and now - last < test.after_s:
+            gap = False  # an alert up outlasts a short gap; its energy is not known
+            last = now
+        if self.idle_at is None or last is None or gap:
             self.idle_at, self.idle_low, self.idle_high = now, util, util
             self.idle_joules = None if gpu.power_w is None else 0.0
         else:
             self.idle_low, self.idle_high = min(self.idle_low, util), max(self.idle_high, util)
             if gpu.power_w is not None:
                 self.idle_joules = (self.idle_joules or 0.0) + gpu.power_w * (now - last)
-        self.idle_last = now
+        self.idle_last, self.idle_last_read = now, read
         return now - self.idle_at
 
     def memory_level(self, gpu: GpuSample, fraction: float, rules: AlertRules) -> Health:

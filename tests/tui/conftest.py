@@ -108,7 +108,7 @@ async def wait_until(
     pilot: Pilot[object] | Pilot[int],
     condition: Callable[[], object],
     timeout: float = 15.0,
-    what: str = "condition",
+    what: str | Callable[[], str] = "condition",
 ) -> None:
     """Let the app run until ``condition()`` holds; fail the test after ``timeout`` (the
     shared ``until``, pausing with the pilot)."""

@@ -102,7 +102,12 @@ async def test_s_from_gpu_0_opens_the_stop_of_the_job_holding_its_gpus_idle(
     app = GpumonApp([monitor], bell=False)
     async with app.run_test(size=(80, 24)) as pilot:
         strip = app.dashboard.strip
-        await wait(pilot, lambda: "s stop drafter" in strip.plain, timeout=60, what="the s fix")
+
+        def state() -> str:  # where it was left, when it times out
+            active = [a.message for a in monitor.alerts.active()]
+            return f"the s fix; the strip says {strip.plain!r}; active alerts: {active}"
+
+        await wait(pilot, lambda: "s stop drafter" in strip.plain, timeout=60, what=state)
         assert app.dashboard.cursor == (0, 0) and app.dashboard.selected_job() is None
         await pilot.press("s")
         screen = await dialog(pilot, wait, app)
