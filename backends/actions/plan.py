@@ -9,7 +9,7 @@ text for the terminal; ``ActionPlan.with_params`` re-renders it after the user e
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -19,7 +19,7 @@ from gpumon.backends.actions.rows import PlanRow
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig
 from gpumon.backends.model import GpuSample
-from gpumon.backends.parsers.processes import foreign, holder_text, process_words
+from gpumon.backends.parsers.processes import foreign, holder_text, index_ranges, process_words
 from gpumon.backends.transport.base import Transport
 
 if TYPE_CHECKING:
@@ -537,17 +537,6 @@ def join_pids(pids: list[int] | tuple[int, ...]) -> str:
     return " ".join(map(str, pids))
 
 
-def number_ranges(numbers: Iterable[int]) -> str:
-    """``5-7``, ``15200-15202``, ``1,3,5,6``: three or more in a row as a range."""
-    runs: list[list[int]] = []
-    for n in sorted(set(numbers)):
-        if runs and n == runs[-1][-1] + 1:
-            runs[-1].append(n)
-        else:
-            runs.append([n])
-    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
-
-
 def workers_text(readings: GpuReadings | None, gpus: tuple[int, ...], pid: int | None) -> str:
     """Why the PID a launch reported is not on the GPUs: "its workers 15200-15202 hold GPUs
     5-7" (a launcher, torchrun or a shell, starts the processes that use the GPUs). Empty
@@ -567,5 +556,5 @@ def workers_text(readings: GpuReadings | None, gpus: tuple[int, ...], pid: int |
         return ""
     held = sorted(on)
     verb, who = ("holds", "worker") if len(workers) == 1 else ("hold", "workers")
-    where = f"GPU{'s' if len(held) > 1 else ''} {number_ranges(held)}"
-    return f"its {who} {number_ranges(workers)} {verb} {where}"
+    where = f"GPU{'s' if len(held) > 1 else ''} {index_ranges(held)}"
+    return f"its {who} {index_ranges(workers)} {verb} {where}"

@@ -103,7 +103,7 @@ from gpumon.backends.parsers.kernel import (
 )
 from gpumon.backends.parsers.nvidia_smi import unreadable_advice
 from gpumon.backends.parsers.oom import LogEvent, LogScanner, engine_event
-from gpumon.backends.parsers.processes import container_label, process_words
+from gpumon.backends.parsers.processes import container_label, index_ranges, process_words
 from gpumon.backends.parsers.units import duration_words
 from gpumon.backends.parsers.xid import XID_45_COMPANY_S, xid_action, xid_info, xid_level
 
@@ -486,7 +486,7 @@ class AlertEngine(AlertStore):
         """``sglang :30000 up, no request for 12 min: GPU 0 at 0 % holds 69 GiB (its KV
         cache pool); a server without traffic``."""
         indexes = [g.index for g, _ in group]
-        which = f"GPU {indexes[0]}" if len(indexes) == 1 else f"GPUs {_index_ranges(indexes)}"
+        which = f"GPU {indexes[0]}" if len(indexes) == 1 else f"GPUs {index_ranges(indexes)}"
         gib = sorted({f"{(g.memory_used_mib or 0) / MIB_PER_GIB:.0f}" for g, _ in group}, key=int)
         held = gib[0] if len(gib) == 1 else f"{gib[0]}-{gib[-1]}"
         each = " each" if len(indexes) > 1 else ""
@@ -519,7 +519,7 @@ class AlertEngine(AlertStore):
             held = f"{gib[0]} GiB"
         else:
             held = f"{gib[0]} GiB each" if len(gib) == 1 else f"{gib[0]}-{gib[-1]} GiB each"
-        which = f"GPU {indexes[0]}" if len(indexes) == 1 else f"GPUs {_index_ranges(indexes)}"
+        which = f"GPU {indexes[0]}" if len(indexes) == 1 else f"GPUs {index_ranges(indexes)}"
         who = f"{job}'s {which}" if job else which
         seconds = min(s for _, s in group)
         procs: dict[tuple[object, ...], GpuProcess] = {}
@@ -1386,18 +1386,6 @@ class AlertEngine(AlertStore):
 def log_key_prefix(path: str) -> str:
     """Key prefix of every alert raised from the log ``path`` (for ``clear``)."""
     return f"log:{path}:"
-
-
-def _index_ranges(indexes: Sequence[int]) -> str:
-    """``5-7``, ``1,3,5-6``."""
-    ordered = sorted(set(indexes))
-    runs: list[list[int]] = []
-    for i in ordered:
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
 
 
 def _idle_holder(gpu: GpuSample, sample: HostSample) -> Held | None:

@@ -437,7 +437,7 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "of 700 W: an NCCL spin (a rank waits in a collective for a peer)`. Once the "
         "evidence step before a restart or stop has read the job's flight-recorder dumps, "
         "it names the rank that never arrived: `drafter stalled: rank 2 (GPU 6, PID 4518) "
-        "never entered all_reduce #17 (ranks 0-1, 3 waiting 19 s)`, or the rank without a "
+        "never entered all_reduce #17 (ranks 0, 1, 3 waiting 19 s)`, or the rank without a "
         "dump; the incident's detail shows each rank's last collectives (formats.md 8.1). "
         "Ends when progress resumes, the job ends or its GPUs are released.",
     ),

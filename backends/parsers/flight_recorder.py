@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumon.backends.parsers.processes import index_ranges
 from gpumon.backends.parsers.units import duration_words
 
 __all__ = [
@@ -401,15 +402,8 @@ def _ranks(value: object) -> tuple[int, ...]:
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:
-    """(0, 1, 2, 3, 4, 6, 7) -> ``0-4, 6-7``."""
-    ordered = sorted(set(ranks))
-    spans: list[list[int]] = []
-    for r in ordered:
-        if spans and r == spans[-1][1] + 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+    """(0, 1, 2, 3, 4, 6, 7) -> ``0-4, 6, 7``."""
+    return index_ranges(ranks, ", ")
 
 
 def _plural(word: str, items: Sequence[int]) -> str:

@@ -302,21 +302,17 @@ def share_text(pct: int | None) -> str:
     return "n/a" if pct is None else f"{pct}%"
 
 
-def index_ranges(indexes: Iterable[int]) -> str:
-    """0,1,2,3,5 -> "0-3,5"; "" for none."""
-    out: list[str] = []
-    values = sorted(set(indexes))
-    if not values:
-        return ""
-    start = prev = values[0]
-    for v in [*values[1:], None]:
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ",".join(out)
+def index_ranges(indexes: Iterable[int], sep: str = ",") -> str:
+    """0,1,2,3,5 -> "0-3,5"; 5,6 -> "5,6" (a range from three, as ``-i`` and
+    CUDA_VISIBLE_DEVICES list two); "" for none. Every list of GPUs, ranks or PIDs gpumon
+    says is this (``sep``: ", " in a sentence of ranks)."""
+    runs: list[list[int]] = []
+    for i in sorted(set(indexes)):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return sep.join(f"{r[0]}-{r[-1]}" if len(r) > 2 else sep.join(map(str, r)) for r in runs)
 
 
 def holder_text(p: GpuProcess) -> str:

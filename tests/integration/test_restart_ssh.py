@@ -710,7 +710,7 @@ def test_restart_names_the_rank_that_never_arrived_from_the_real_dumps(
     second = restart(["--config", str(cfg), "ct200", name, "--yes"], client_env)
     assert second.returncode == 0, second.stdout + second.stderr
     out = second.stdout
-    said = f"{name} stalled: rank 2 (PID {ranks[2]}) never entered all_reduce #17 (ranks 0-1, 3"
+    said = f"{name} stalled: rank 2 (PID {ranks[2]}) never entered all_reduce #17 (ranks 0, 1, 3"
     assert said in out, out
     assert out.index(said) < out.index("[stop] stopping")
     entry = entries(client_env, name)[-1]

@@ -767,7 +767,7 @@ async def test_r_on_the_stalled_demo_names_the_rank_in_its_evidence_step(
         assert outcome.ok, outcome
         run = screen.run
         assert run is not None
-        named = "drafter stalled: rank 2 (GPU 7) never entered all_reduce #17 (ranks 0-1 waiting"
+        named = "drafter stalled: rank 2 (GPU 7) never entered all_reduce #17 (ranks 0, 1 waiting"
         said = [m for s, m in run.history if s is Step.EVIDENCE]
         assert any(m.startswith(named) for m in said), said
         assert named in shown(screen.query_one("#restart-steps"))

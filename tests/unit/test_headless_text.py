@@ -161,7 +161,7 @@ def test_the_snapshot_and_the_dashboard_say_a_process_the_same() -> None:
 def test_gpu_models_once_or_by_gpu() -> None:
     assert gpu_models((gpu(0), gpu(1))) == "2 x NVIDIA H200"
     mixed = (gpu(0), gpu(1), dataclasses.replace(gpu(2), name="NVIDIA A100"), gpu(3))
-    assert gpu_models(mixed) == "GPU 0-1,3 NVIDIA H200, GPU 2 NVIDIA A100"
+    assert gpu_models(mixed) == "GPU 0,1,3 NVIDIA H200, GPU 2 NVIDIA A100"
     assert gpu_models((dataclasses.replace(gpu(0), name=None),)) == "1 x n/a"
     assert index_ranges([5, 0, 1, 2]) == "0-2,5" and index_ranges([]) == ""
 

@@ -210,9 +210,9 @@ def test_a_jobs_gpus_held_idle_are_fixed_by_s_stopping_the_job() -> None:
     (alert,) = [a for a in engine.active() if a.kind == "gpu_idle_held"]
     assert alert.facts.gpus == (5, 6) and alert.facts.held is None
     (incident,) = incidents(engine.active())
-    assert incident.fixes == (Fix("s", "stop drafter (frees GPUs 5-6)"),)
-    assert screen_fixes(incident) == "s stop drafter (frees GPUs 5-6)"
-    assert command_fix(incident) == "fix: stop drafter (frees GPUs 5-6) (the dashboard's s)"
+    assert incident.fixes == (Fix("s", "stop drafter (frees GPUs 5,6)"),)
+    assert screen_fixes(incident) == "s stop drafter (frees GPUs 5,6)"
+    assert command_fix(incident) == "fix: stop drafter (frees GPUs 5,6) (the dashboard's s)"
     assert incident.fix is None  # not a restart
 
 

@@ -3,7 +3,8 @@ job's GPUs, and ranges of numbers."""
 
 from __future__ import annotations
 
-from gpumon.backends.actions.plan import GpuReadings, GpuUse, number_ranges, workers_text
+from gpumon.backends.actions.plan import GpuReadings, GpuUse, workers_text
+from gpumon.backends.parsers.processes import index_ranges
 
 
 def readings(pids: dict[int, tuple[int, ...]]) -> GpuReadings:
@@ -30,8 +31,8 @@ def test_another_containers_process_on_the_gpus_is_no_worker() -> None:
     assert workers_text(alone, (6,), 13025) == ""  # only the jupyter on the GPU: no workers
 
 
-def test_number_ranges() -> None:
-    assert number_ranges([7, 5, 6]) == "5-7"
-    assert number_ranges([1, 3, 5, 6]) == "1,3,5,6"
-    assert number_ranges([0, 1, 2, 4, 10, 11, 12, 13]) == "0-2,4,10-13"
-    assert number_ranges([]) == ""
+def test_index_ranges() -> None:
+    assert index_ranges([7, 5, 6]) == "5-7"
+    assert index_ranges([1, 3, 5, 6]) == "1,3,5,6"
+    assert index_ranges([0, 1, 2, 4, 10, 11, 12, 13]) == "0-2,4,10-13"
+    assert index_ranges([]) == ""

@@ -159,7 +159,7 @@ def test_a_cut_dump_is_unreadable_not_a_crash() -> None:
 
 
 def test_rank_ranges() -> None:
-    assert rank_ranges([0, 1, 2, 3, 4, 6, 7]) == "0-4, 6-7"
+    assert rank_ranges([0, 1, 2, 3, 4, 6, 7]) == "0-4, 6, 7"
     assert rank_ranges([3]) == "3"
 
 

@@ -127,6 +127,6 @@ def test_a_stall_the_flight_recorder_named_shows_each_ranks_collectives() -> Non
     assert table[0].split() == ["0", "900", "?", "all_reduce", "#17", "all_reduce", "#17"]
     assert table[2].split() == ["2", "902", "6", "no", "dump", "(missing)"]
     assert text == (
-        "drafter stalled: no dump from rank 2 (GPU 6, PID 902); ranks 0-1, 3 last entered "
+        "drafter stalled: no dump from rank 2 (GPU 6, PID 902); ranks 0, 1, 3 last entered "
         "all_reduce #17"
     )
