@@ -335,6 +335,8 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
     elif cause.kind == "gpu_idle_held":
         out += idle_fixes(cause)
     elif cause.kind == "job_slow":
+        if cause.facts.advice:  # its GPUs' clocks are held down: the likelier cause
+            out.append(Fix(None, cause.facts.advice))
         out.append(Fix("d", "check torch and the GPUs", f"gpumon doctor {cause.host}"))
     elif restart is not None and cause.kind in RESTART_FIXES:
         out.append(restart)

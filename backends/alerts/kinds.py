@@ -471,7 +471,11 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "`$XDG_STATE_HOME/gpumon/torch-seen.jsonl`): `since the baseline: torch "
         "2.11.0+cu128 (doctor 09:10) -> 2.11.0+cu130 (doctor 14:02), not by gpumon`, the "
         "last torch seen at or before the baseline run's start against the newest seen "
-        "since, both times said because the change lies somewhere between them.",
+        "since, both times said because the change lies somewhere between them. Where NVML "
+        "reports a slowdown on the job's GPUs (hardware, thermal or power-brake, not the "
+        "power cap a busy GPU runs at), the verdict says it after the GPUs, `; clocks held "
+        "down: hardware thermal slowdown on GPU 6 (SM at 1.1 of 2.6 GHz)`, and its incident "
+        "says to check the GPUs' cooling, power and the node's event log before `d`.",
     ),
     _kind(
         "sglang_hung",

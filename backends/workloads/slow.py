@@ -14,7 +14,10 @@ restart of gpumon would hide a slow run for ``WARMUP_S``).
 
 The message leads with the job and says both rates and both ETAs: ``drafter at 4.6
 Ktok/s, 23 % of its usual 20.1 Ktok/s (ETA 37 d instead of 8.4 d)``, then its GPUs now
-against the baseline run's where known, then what changed on the host: gpumon's own swap
+against the baseline run's where known, then the clocks NVML says are held down on them
+(``clocks_held``: "clocks held down: hardware thermal slowdown on GPU 6 (SM at 1.1 of 2.6
+GHz)", whose incident then says to check cooling and power first), then what changed on
+the host: gpumon's own swap
 of torch since the baseline run started (``swaps``: the audit log, ``changes.py``; a
 configured rate has no run to date it, so within ``SWAP_WINDOW_S`` before the job went
 slow), which is also the alert's fact (``TorchSwap``); else a torch the doctor found
@@ -27,12 +30,15 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gpumon.backends import untrusted
 from gpumon.backends.alerts.facts import SWAP_WINDOW_S, TorchSwap
+from gpumon.backends.alerts.health import slowdowns
+from gpumon.backends.model import GpuSample
+from gpumon.backends.parsers.processes import index_ranges
 from gpumon.backends.workloads.trackers import JobState, JobTracker
 
 __all__ = [
@@ -43,6 +49,7 @@ __all__ = [
     "RunRecord",
     "Slow",
     "SlowWatch",
+    "clocks_held",
     "judge_slow",
     "rate_words",
 ]
@@ -126,6 +133,43 @@ class Slow:
     baseline: float
     unit: str
     swap: TorchSwap | None = None
+    clocks: str | None = None  # ``clocks_held``'s words, where the GPUs' clocks are held
+
+
+# What the incident of a slow job whose clocks are held says first (``health``'s advice)
+CLOCKS_ADVICE = "check its GPUs' cooling, power and the node's event log (clocks held down)"
+
+
+def clocks_held(gpus: Sequence[GpuSample]) -> str | None:
+    """ "hardware thermal slowdown on GPU 6 (SM at 1.1 of 2.6 GHz)": the slowdown reasons
+    NVML reports active on a job's ``gpus`` (``clocks_event_reasons``: thermal, power
+    brake, hardware; not the power cap or idle, which a busy GPU shows normally), by
+    reason, then the SM clock of those GPUs against their maximum where both are
+    reported; None when none is held down or none reports its reasons."""
+    by_reason: dict[str, list[int]] = {}
+    held: list[GpuSample] = []
+    for gpu in gpus:
+        reasons = slowdowns(gpu.clocks_event_reasons)
+        if reasons:
+            held.append(gpu)
+        for reason in reasons:
+            by_reason.setdefault(reason, []).append(gpu.index)
+    if not by_reason:
+        return None
+    text = ", ".join(
+        f"{reason} on GPU{'s' if len(ix) > 1 else ''} {index_ranges(ix)}"
+        for reason, ix in by_reason.items()
+    )
+    clocks = [
+        (g.sm_clock_mhz, g.max_sm_clock_mhz)
+        for g in held
+        if g.sm_clock_mhz is not None and g.max_sm_clock_mhz
+    ]
+    if clocks:
+        now = sum(c for c, _ in clocks) / len(clocks) / 1000
+        top = max(m for _, m in clocks if m is not None) / 1000
+        text += f" (SM at {now:.1f} of {top:.1f} GHz)"
+    return text
 
 
 @dataclass
@@ -163,6 +207,7 @@ def judge_slow(
     baselines: RunBaselines,
     changes: Callable[[float], str | None] | None = None,
     swaps: Callable[[float], TorchSwap | None] | None = None,
+    clocks: str | None = None,
 ) -> Slow | None:
     """The ``job_slow`` verdict for ``job`` at ``now`` (the tracker's clock; ``wall``: the
     wall clock now, None: the same), or None; feeds ``watch`` (this run's rates after
@@ -171,7 +216,8 @@ def judge_slow(
     ``swaps``: gpumon's newest torch swap on the host since an epoch second, asked with a
     learned baseline run's start, else ``SWAP_WINDOW_S`` before the job went slow;
     ``changes``: else what the doctor saw change since a learned baseline run's start
-    (None: nothing known)."""
+    (None: nothing known). ``clocks``: the job's GPUs' clocks held down now
+    (``clocks_held``), said after the GPUs."""
     if job.state is not JobState.RUNNING or job.last_update is None:
         watch.slow_since = None
         return None
@@ -206,6 +252,8 @@ def judge_slow(
         assert base is not None
         watch.was_slow = True
         text = _message(job, rate, unit, base, usual, gpu_util, gpu_power)
+        if clocks:
+            text += f"; clocks held down: {clocks}"
         learned = usual == "usual"
         at = now if wall is None else wall  # the audit log's times are the wall's
         slow_from = at - (now - watch.slow_since)
@@ -216,7 +264,7 @@ def judge_slow(
             changed = changes(base.start)
         if changed:
             text += f"; since the baseline: {changed}" if learned else f"; after {changed}"
-        verdict = Slow(text, rate, base.rate, unit, swap)
+        verdict = Slow(text, rate, base.rate, unit, swap, clocks)
     _maybe_record(job, watch, now, baselines, unit)
     return verdict
 

@@ -55,7 +55,13 @@ from gpumon.backends.workloads.sglang import (
     SPEC_LOW_FOR_S,
     Hung,
 )
-from gpumon.backends.workloads.slow import RunBaselines, SlowWatch, judge_slow
+from gpumon.backends.workloads.slow import (
+    CLOCKS_ADVICE,
+    RunBaselines,
+    SlowWatch,
+    clocks_held,
+    judge_slow,
+)
 from gpumon.backends.workloads.stall import stall_verdict
 from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 from gpumon.backends.workloads.vllm import HUNG_AFTER_S as VLLM_HUNG_AFTER_S
@@ -436,12 +442,17 @@ class Workloads:
                     baselines=self.baselines,
                     changes=partial(self.torch_seen.since, self.host.name, now=now),
                     swaps=partial(self.swaps.latest, self.host.name),
+                    clocks=clocks_held(gpus),
                 )
                 text = None if slow is None else slow.message
                 facts = NO_FACTS
                 if slow is not None:
                     facts = AlertFacts(
-                        rate=slow.rate, baseline=slow.baseline, unit=slow.unit, torch_swap=slow.swap
+                        rate=slow.rate,
+                        baseline=slow.baseline,
+                        unit=slow.unit,
+                        torch_swap=slow.swap,
+                        advice=CLOCKS_ADVICE if slow.clocks else None,
                     )
                 alerts.on_job_condition(
                     "job_slow", job.name, Health.WARNING, text, now, facts=facts

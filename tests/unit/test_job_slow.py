@@ -5,6 +5,7 @@ and a run shorter than warm-up plus MIN_RUN_S are not slow or learned."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -19,7 +20,13 @@ from gpumon.backends.model import GpuProcess, GpuSample, Health, HostSample, iso
 from gpumon.backends.torchenv import swap_run
 from gpumon.backends.torchenv.seen import KEEP_LINES, record_seen, seen_torch
 from gpumon.backends.workloads.changes import SeenReader, SwapReader
-from gpumon.backends.workloads.slow import MIN_RUN_S, WARMUP_S, RunBaselines, RunRecord
+from gpumon.backends.workloads.slow import (
+    MIN_RUN_S,
+    WARMUP_S,
+    RunBaselines,
+    RunRecord,
+    clocks_held,
+)
 from gpumon.backends.workloads.watch import Workloads
 
 GPUS = (5, 6, 7)
@@ -393,3 +400,60 @@ def test_a_run_whose_log_began_after_gpumon_came_has_its_warm_up(tmp_path: Path)
     assert w.jobs["drafter"].run_start_seen is True
     (alert,) = run(w, engine, clock, 25, 4.6, first=warm + 1)  # slow after it: said
     assert alert.message.startswith("drafter at 4.6 Ktok/s, 23 % of its expected")
+
+
+def test_a_slow_job_whose_gpus_clocks_are_held_down_says_so_and_its_fix_goes_first(
+    tmp_path: Path,
+) -> None:
+    """A drafter at a quarter of its speed because GPU 6 throttles (NVML's
+    HW_THERMAL_SLOWDOWN, 0x40; the power cap 0x4 on the others is a busy GPU's normal):
+    the verdict names the held clocks, and its incident says to check cooling and power
+    before the doctor (torch is the wrong place to look)."""
+    w, engine, clock = setup(tmp_path)
+
+    def throttled(t: float) -> HostSample:
+        base = sample(t, util=97.0, power=300.0)
+        gpus = tuple(
+            dataclasses.replace(
+                g,
+                clocks_event_reasons=0x40 if g.index == 6 else 0x4,
+                sm_clock_mhz=1100 if g.index == 6 else 2500,
+                max_sm_clock_mhz=2617,
+            )
+            for g in base.gpus
+        )
+        return dataclasses.replace(base, gpus=gpus)
+
+    for k in range(1, 18):
+        clock.t += 1.0
+        w.on_log("job:drafter", "/l/d.log", [step(k, 4.6)], clock.t, backlog=k == 1)
+        w.judge_stalls(engine, throttled(clock.t), clock.t)
+    (alert,) = [a for a in engine.active() if a.kind == "job_slow"]
+    assert alert.message.endswith(
+        "; clocks held down: hardware thermal slowdown on GPU 6 (SM at 1.1 of 2.6 GHz)"
+    ), alert.message
+    (incident,) = incidents(engine.active())
+    assert [f.words for f in incident.fixes] == [
+        "check its GPUs' cooling, power and the node's event log (clocks held down)",
+        "check torch and the GPUs",
+    ], incident.fixes
+    assert command_fix(incident) == (
+        "fix: check its GPUs' cooling, power and the node's event log (clocks held down)"
+    )
+    # the power cap alone is no held clock: the verdict without it says nothing of clocks
+    w2, engine2, clock2 = setup(tmp_path / "2")
+    (plain,) = run(w2, engine2, clock2, 17, 4.6)
+    assert "clocks" not in plain.message
+
+
+def test_clocks_held_names_each_reason_by_gpu_and_nothing_when_unreported() -> None:
+    def gpu(i: int, mask: int | None, sm: int | None = None) -> GpuSample:
+        return GpuSample(i, clocks_event_reasons=mask, sm_clock_mhz=sm, max_sm_clock_mhz=2617)
+
+    assert clocks_held([gpu(5, None), gpu(6, None)]) is None  # not reported: not "none"
+    assert clocks_held([gpu(5, 0x4), gpu(6, 0x1)]) is None  # power cap, idle: normal
+    said = clocks_held([gpu(5, 0x80, 900), gpu(6, 0x80, 1100), gpu(7, 0x8 | 0x80)])
+    assert said == (
+        "hardware power-brake slowdown on GPUs 5-7, hardware slowdown on GPU 7 (SM at 1.0 of "
+        "2.6 GHz)"
+    )
