@@ -15,6 +15,7 @@ from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 from textual.widgets._toast import Toast
 
+from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.sim.scenario import XID_AT, XID_GPU
 from gpumon.tui.app import GpumonApp
@@ -297,5 +298,12 @@ async def test_the_strip_at_80_columns_cuts_the_headline_and_keeps_the_fix(
         strip = app.dashboard.strip
         await wait(pilot, lambda: fix in strip.plain, timeout=60, what=f"the strip with{fix}")
         line = strip.plain
-        assert len(line) <= 80 and f"…{fix}" in line, line
+        assert len(line) <= 80, line
+        head = line[: line.index(fix)]
+        if not head.endswith("…"):
+            # whole where it fits: on a busy machine the demo's Xid can come before the
+            # first process list, and its headline then names no "running sglang::..."
+            # (ci13, beside a CPU hog); the short one fits in 80 columns uncut
+            headlines = [i.headline for i in incidents(monitor.alerts.active())]
+            assert any(head.endswith(h) for h in headlines), (line, headlines)
         assert line.rstrip().endswith("a: list"), line
