@@ -25,6 +25,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -82,6 +83,18 @@ SERVER_INFO = {
     "max_total_num_tokens": MAX_TOTAL_TOKENS,
     "version": "0.5.18",
 }
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that went away (gpumon's agent gave up on a hung /health_generate, or
+    stopped) is no error of the server: socketserver printed "Exception occurred during
+    processing of request" and a traceback on stderr, into the terminal of whatever ran
+    the demo (a real uvicorn logs nothing for it). Anything else is still printed."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -229,7 +242,7 @@ class SglangServers:
 
     def _listen(self, port: int) -> None:
         handler = type("Handler", (_Handler,), {"cluster": self, "port": port})
-        server = ThreadingHTTPServer((HOST, port), handler)
+        server = _QuietServer((HOST, port), handler)
         server.daemon_threads = True
         thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True

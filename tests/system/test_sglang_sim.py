@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -277,3 +278,34 @@ def _commanded_ports(demo: SimTransport) -> list[int]:
     server = re.compile(rb"sglang\.launch_server\0--port\0(\d+)")
     found = [server.search((root / str(pid) / "cmdline").read_bytes()) for pid in pids]
     return [int(m[1]) for m in found if m]
+
+
+def test_a_client_gone_from_a_hung_health_check_prints_nothing(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The agent gives up on the hung server's /health_generate and goes; when the server
+    answers (its 20 s, or its stop) the socket is gone. socketserver printed "Exception
+    occurred during processing of request" and a traceback on stderr (ci13's log, from a
+    `gpumon` child that exited mid-print); a real uvicorn logs nothing for it."""
+    (port,) = free_ports(1)
+    servers = SglangServers(SimSettings(scenario="hang", t0=time.time() - 120.0), [port])
+    servers.start()
+    try:
+        client = socket.create_connection(("127.0.0.1", port))
+        client.sendall(b"GET /health_generate HTTP/1.1\r\nHost: x\r\n\r\n")
+        # gone at once (a reset): whether the handler is in its wait or still reading,
+        # the peer is gone when it next touches the socket
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        client.close()
+    finally:
+        servers.stop()
+
+    def handlers() -> list[str]:
+        return [t.name for t in threading.enumerate() if "process_request" in t.name]
+
+    deadline = time.monotonic() + 30
+    while handlers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not handlers()
+    err = capfd.readouterr().err
+    assert "Exception occurred" not in err and "Traceback" not in err, err
