@@ -7,6 +7,7 @@ object, never rename. A value the machine did not report is ``null``, never 0.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -140,6 +141,7 @@ def snapshot_json(
         "incomplete": list(incomplete),
         "incidents": [incident_json(i) for i in active_incidents(monitor)],
         "unreadable_gpus": [g.to_json() for g in sample.unreadable] if sample else [],
+        "notes": [{"time": iso_time(t), "text": text} for t, text in monitor.alerts.notes()],
     }
 
 
@@ -353,6 +355,7 @@ def snapshot_table(
     lines += _gpu_lines(sample, found, jobs, width)
     lines += _process_lines(sample, monitor.host.container, width)
     lines += _alert_lines(monitor, found, width)
+    lines += _note_lines(monitor, width)
     for title, objects in (
         ("JOBS", jobs),
         ("SGLANG", monitor.workloads.sglang_json()),
@@ -500,6 +503,20 @@ def _alert_lines(monitor: HostMonitor, found: list[Incident], width: int | None)
                 continue
             out.append(meta)
             out += wrap(message, width, indent=6, max_lines=ALERT_MESSAGE_LINES, lead=6)
+    return out
+
+
+def _note_lines(monitor: HostMonitor, width: int | None) -> list[str]:
+    """The NOTES section: what gpumon could not see or did about it, said once each by the
+    agent or the monitor ("kernel log not readable here ...: Xid and host OOM-killer lines
+    need gpumon on the Proxmox host itself"), oldest first; nothing when none."""
+    notes = monitor.alerts.notes()
+    if not notes:
+        return []
+    out = ["", "NOTES"]
+    for t, text in notes:
+        stamp = time.strftime("%H:%M:%S", time.localtime(t))
+        out += wrap(f"  {stamp}  {printable(text)}", width, indent=12)
     return out
 
 

@@ -30,6 +30,7 @@ from gpumon.tui.views import Role
 from gpumon.tui.views.alert_cells import toast_text_width, wrapped_lines
 
 from held_demo import HeldDemo, drafter_read
+from screen_text import screen_lines
 
 Wait = Callable[..., Awaitable[None]]
 KeyActions = Callable[[Screen[Any]], set[str]]
@@ -534,3 +535,32 @@ async def test_held_and_idle_not_before_the_window(
         await pilot.pause(0.5)
         assert "idle" not in app.dashboard.strip.plain
         assert not [a for a in monitor.alerts.history() if a.kind == "gpu_idle_held"]
+
+
+async def test_the_history_lists_the_notes_gpumon_was_given(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """The agent's notes (what gpumon cannot see here) were shown nowhere: the history
+    says the newest under its table, one line each, escaped, and the count of older ones."""
+    monitor = demo_monitor(demo_time=20.0)
+    app = GpumonApp([monitor], bell=False)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await with_rows(pilot, wait, app)
+        await pilot.press("a")
+        await wait(pilot, lambda: isinstance(app.screen, AlertHistoryScreen), what="history")
+        screen = app.screen
+        assert isinstance(screen, AlertHistoryScreen)
+        assert not screen.notes_line.display  # none yet: no empty line for them
+        said = (
+            "kernel log not readable here (Operation not permitted): Xid and host "
+            "OOM-killer lines need gpumon on the Proxmox host itself"
+        )
+        for k in range(4):
+            monitor.ingest_note(f"note {k}: \x1b[2J" if k < 3 else said)
+        await wait(pilot, lambda: screen.notes_line.display, what="the notes")
+        await pilot.pause()
+        lines = screen_lines(app)
+        older = next(i for i, line in enumerate(lines) if "+1 older notes" in line)
+        shown = lines[older + 1 : older + 4]
+        assert "note 1: \\x1b[2J" in shown[0] and "note 2:" in shown[1], shown
+        assert "kernel log not readable here" in shown[2] and shown[2].rstrip().endswith("…")

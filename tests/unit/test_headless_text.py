@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 
 import pytest
 
@@ -21,6 +22,7 @@ from gpumon.backends.model import (
     Health,
     HostSample,
     ProcessSource,
+    iso_time,
 )
 from gpumon.backends.monitor import (
     HostMonitor,
@@ -295,3 +297,31 @@ def test_the_snapshot_json_incident_has_its_headline_fix_and_evidence() -> None:
     advice = dataclasses.replace(incident, fixes=(Fix(None, "reboot the node"),))
     assert incident_json(advice)["fix"] == "reboot the node"  # advice only: its words
     assert snapshot_json(monitor_with((), (gpu(0),)), T0)["incidents"] == []
+
+
+def test_the_agents_notes_are_in_the_snapshot_and_its_json() -> None:
+    """The agent's notes ("kernel log not readable here": no Xid is seen from this
+    container) were logged at info level and shown nowhere."""
+    monitor = monitor_with((), (gpu(0),))
+    assert "NOTES" not in snapshot_table(monitor) and snapshot_json(monitor, T0)["notes"] == []
+    said = (
+        "kernel log not readable here (Operation not permitted): Xid and host OOM-killer "
+        "lines need gpumon on the Proxmox host itself"
+    )
+    monitor.ingest_note(said)
+    monitor.ingest_note(said)  # said once
+    monitor.ingest_note("nvidia-smi gives rounds faster than every 1 s: \x1b[2Jthe newest is sent")
+    data = snapshot_json(monitor, T0)
+    stamp = iso_time(T0)
+    assert data["notes"] == [
+        {"time": stamp, "text": said},
+        {
+            "time": stamp,
+            "text": "nvidia-smi gives rounds faster than every 1 s: \x1b[2Jthe newest is sent",
+        },
+    ]
+    text = snapshot_table(monitor)
+    notes = text[text.index("\nNOTES\n") :].splitlines()
+    assert notes[2].startswith(f"  {time.strftime('%H:%M:%S', time.localtime(T0))}  kernel log")
+    assert all(len(line) <= 80 for line in notes)
+    assert "\x1b" not in text and "\\x1b[2J" in text  # escaped, as every text from the target

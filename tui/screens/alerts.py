@@ -9,6 +9,7 @@ Rows show what was true when an alert was raised and at its peak; "now" its curr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -22,12 +23,20 @@ from textual.widgets import DataTable, Static
 from gpumon.backends.alerts.incident import Incident, by_urgency, incidents
 from gpumon.backends.alerts.store import Alert
 from gpumon.backends.monitor import HostMonitor
+from gpumon.backends.monitor.textfit import cut as cut_text
 from gpumon.backends.untrusted import printable
 from gpumon.tui.screens.alert_detail import AlertDetailScreen, detail_view
 from gpumon.tui.views import Cell, Palette, Role, alert_count
-from gpumon.tui.views.alert_cells import evidence_cells, history_layout, incident_cells
+from gpumon.tui.views.alert_cells import (
+    alert_text,
+    evidence_cells,
+    history_layout,
+    incident_cells,
+)
 from gpumon.tui.views.alert_detail import DetailView
 from gpumon.tui.widgets import KeyFooter
+
+NOTES_SHOWN = 3  # the newest notes under the history's table (the rest: the JSON's)
 
 
 class AlertHistoryScreen(Screen[None]):
@@ -77,6 +86,9 @@ class AlertHistoryScreen(Screen[None]):
         self.on_change = on_change
         self.on_restart = on_restart
         self.title_line = Static(id="alerts-title", markup=False)
+        # what gpumon could not see here, or did about it (the agent's and the monitor's
+        # notes: "kernel log not readable here ..."), the newest under the table
+        self.notes_line = Static(id="alerts-notes", markup=False)
         self.table: DataTable[Text] = DataTable(
             id="alerts-table", cursor_type="row", zebra_stripes=False
         )
@@ -88,6 +100,7 @@ class AlertHistoryScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield self.title_line
         yield self.table
+        yield self.notes_line
         yield KeyFooter()
 
     def on_mount(self) -> None:
@@ -121,10 +134,12 @@ class AlertHistoryScreen(Screen[None]):
             return False
         alerts = self.alerts()
         pal = self.palette_of()
-        key = (tuple(alerts), pal, self.table.size.width)
+        notes = tuple((m.name, t, text) for m in self.monitors for t, text in m.alerts.notes())
+        key = (tuple(alerts), pal, self.table.size.width, notes)
         if key == self._shown:
             return False
         self._shown = key
+        self._show_notes(notes, pal)
         counts = alert_count([a for _, a in alerts])
         found = self.incidents()
         title = Text()
@@ -165,6 +180,29 @@ class AlertHistoryScreen(Screen[None]):
         if at in self.keys:
             table.move_cursor(row=self.keys.index(at), animate=False)
         return True
+
+    def _show_notes(self, notes: tuple[tuple[str, float, str], ...], pal: Palette) -> None:
+        """The newest ``NOTES_SHOWN`` notes, each on its line ("note 17:02:11 kernel log not
+        readable here ..."; the host first where there are several), the count of older
+        ones before them; hidden when there is none."""
+        line = self.notes_line
+        line.display = bool(notes)
+        if not notes:
+            return
+        hosts = len(self.monitors) > 1
+        shown = sorted(notes, key=lambda n: n[1])[-NOTES_SHOWN:]
+        text = Text()
+        older = len(notes) - len(shown)
+        if older:
+            text.append(f" +{older} older notes: gpumon snapshot --json\n", pal.text(Role.MUTED))
+        for i, (host, t, said) in enumerate(shown):
+            stamp = time.strftime("%H:%M:%S", time.localtime(t))
+            where = f"{host}: " if hosts else ""
+            text.append(f" note {stamp}  ", pal.text(Role.MUTED))
+            room = max(self.app.size.width - 16, 20)  # one line each: the rest in the JSON
+            said = cut_text(f"{where}{alert_text(said)}", room)
+            text.append(said + ("\n" if i < len(shown) - 1 else ""))
+        line.update(text)
 
     def selected(self) -> tuple[int, str] | None:
         row = self.table.cursor_row
