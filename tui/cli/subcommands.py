@@ -250,7 +250,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             ),
         ),
         "command_line:cmd_snapshot",
-        early_agent=True,
+        # ``snapshot local`` runs the agent's round in gpumon's own process
+        # (``monitor.oneshot``): an early agent would be an interpreter for nothing
         demo_alone="host",
     ),
     Subcommand(

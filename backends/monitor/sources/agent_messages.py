@@ -44,11 +44,15 @@ M = TypeVar("M", bound=protocol.Message)
 Handler = Callable[[dict[str, Any]], bool]  # a decoded line -> "it held GPU data"
 
 
-def agent_options(sink: Sink, *, kmsg: str, device_files: bool) -> protocol.AgentOptions:
+def agent_options(
+    sink: Sink, *, kmsg: str | None = None, device_files: bool | None = None
+) -> protocol.AgentOptions:
     """What the agent of ``sink``'s host is asked to read: the GPU and process fields,
     its logs, the kernel log (``kmsg``: where the transport's machine has it), who holds
-    the device files (``device_files``), the SGLang and vLLM servers."""
+    the device files (``device_files``), the SGLang and vLLM servers. ``kmsg`` and
+    ``device_files`` left out: ``AgentOptions``' own (the machine gpumon runs on)."""
     workloads = sink.workloads
+    where: dict[str, Any] = {"kmsg": kmsg, "device_files": device_files}
     return protocol.AgentOptions(
         fields=list(AGENT_FIELDS),
         process_fields=list(PROCESS_FIELDS),
@@ -56,12 +60,11 @@ def agent_options(sink: Sink, *, kmsg: str, device_files: bool) -> protocol.Agen
         interval=sink.interval,
         logs=list(workloads.log_specs()),
         kernel=sink.host.kernel_log,
-        kmsg=kmsg,
-        device_files=device_files,
         http=list(workloads.http_targets()),
         sglang_discover=workloads.discover(),
         vllm_discover=workloads.discover_vllm(),
         vllm_filter=VLLM_METRICS_LINE_FILTER,
+        **{name: value for name, value in where.items() if value is not None},
     )
 
 

@@ -1,0 +1,122 @@
+"""``gpumon snapshot local`` runs the agent's round in gpumon's own process
+(``monitor.oneshot``, issue 41): no agent process, no event loop, and what it prints is
+what the agent's process path prints, line by line, on the same GPUs (the fake NVML of
+tests/support/fake_nvml, or the stand-in nvidia-smi where there is no NVML). Run for
+real: each path in a fresh interpreter, as the ``gpumon`` command runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.system
+
+SUPPORT = Path(__file__).parents[1] / "support"
+FAKE_NVML = SUPPORT / "fake_nvml"
+NO_NVML = SUPPORT / "no_nvml"
+FAKE_SMI = SUPPORT / "fake_smi.py"
+
+# Runs ``gpumon ARGS`` (argv[1:]) as the console script does; with ``process`` as argv[1]
+# the in-process round is refused (``local_snapshot`` answers None), so the agent runs in
+# its own process as before. Every child started is recorded, and the last line on
+# stderr says them and whether asyncio was imported.
+RUN = """
+import json, subprocess, sys
+started = []
+class Spy(subprocess.Popen):
+    def __init__(self, args, *rest, **kw):
+        started.append([str(a) for a in args])
+        super().__init__(args, *rest, **kw)
+subprocess.Popen = Spy
+args = sys.argv[1:]
+if args[0] == "process":
+    import gpumon.backends.monitor.oneshot as oneshot
+    oneshot.local_snapshot = lambda host: None
+    args = args[1:]
+from gpumon.tui.cli import main
+code = main(args)
+sys.stdout.flush()
+print(json.dumps({"started": started, "asyncio": "asyncio" in sys.modules}), file=sys.stderr)
+sys.exit(code)
+"""
+STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d")
+
+
+@pytest.fixture
+def holder() -> Iterator[int]:
+    """A process the fake GPUs say holds their memory (its /proc is read as a real one's)."""
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _run(
+    env: dict[str, str], *args: str, process: bool = False
+) -> tuple[int, str, dict[str, object]]:
+    argv = [sys.executable, "-c", RUN, *(["process"] if process else []), *args]
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    said = json.loads(res.stderr.strip().splitlines()[-1])
+    return res.returncode, res.stdout, said
+
+
+def _agents(said: dict[str, object]) -> list[list[str]]:
+    started = said["started"]
+    assert isinstance(started, list)
+    return [argv for argv in started if "gpumon-agent" in argv]
+
+
+def _env(tmp_path: Path, kind: str, holder: int) -> dict[str, str]:
+    config = tmp_path / "gpumon.toml"
+    config.write_text("")
+    env = {**os.environ, "GPUMON_CONFIG": str(config)}
+    if kind == "nvidia-smi":  # no NVML: the agent reads the stand-in nvidia-smi
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SMI}" "$@"\n')
+        smi.chmod(0o755)
+        env["PATH"] = f"{bin_dir}:{env['PATH']}"
+        env |= {"PYTHONPATH": str(NO_NVML), "FAKE_SMI_GPUS": "2"}
+        return env
+    env |= {"PYTHONPATH": str(FAKE_NVML), "FAKE_NVML_GPUS": "2"}
+    env["FAKE_NVML_PROCESS_PID"] = str(holder)
+    if kind == "nvml-faults":  # alerts from the GPUs' health
+        env["FAKE_NVML_HEALTH"] = "pcie_x4,hw_slowdown,ecc_uncorrected,row_pending"
+    if kind == "mig":
+        env["FAKE_NVML_MIG"] = "1"
+    return env
+
+
+@pytest.mark.parametrize("kind", ["nvml", "nvml-faults", "mig", "nvidia-smi"])
+@pytest.mark.parametrize("form", ["text", "json"])
+def test_snapshot_local_in_process_prints_what_the_agent_process_prints(
+    tmp_path: Path, holder: int, kind: str, form: str
+) -> None:
+    env = _env(tmp_path, kind, holder)
+    args = ["snapshot", "local", *(["--json"] if form == "json" else [])]
+    code, here, said = _run(env, *args)
+    assert _agents(said) == [] and said["asyncio"] is False, said  # in process, no loop
+    old_code, there, old_said = _run(env, *args, process=True)
+    assert len(_agents(old_said)) == 1, old_said  # the agent's own process, as before
+    assert (code, old_code) == (0, 0), here + there
+    if form == "json":
+        # the data's age differs by the runs' timing (both fresh); everything read must not
+        ours, theirs = json.loads(here), json.loads(there)
+        for snap in (ours, theirs):
+            assert isinstance(snap["stale_s"], float), snap["stale_s"]
+            snap["stale_s"] = "AGE"
+        here = json.dumps(ours, indent=1, sort_keys=True)
+        there = json.dumps(theirs, indent=1, sort_keys=True)
+    here, there = STAMP.sub("TIME", here), STAMP.sub("TIME", there)
+    assert here.splitlines() == there.splitlines()
+    assert "GPU" in here  # a sample was compared, not two empty answers
