@@ -671,17 +671,23 @@ class Agent:
         rounds. ``gpumon snapshot local`` runs it in its own process (``monitor.oneshot``):
         the same reads and messages as ``start``'s loops send first. False when a part
         needs more than one round (an HTTP target to scrape, a server found: its rates
-        take two scrapes), which only the running agent gives."""
+        take two scrapes) or a part raised (said as its thread's death), which only the
+        running agent gives."""
         self.hello()
-        self.gpu_round()
-        self.poll_processes()
-        self.out.send(HostStatsReader().read())
+        # each part as its loop's thread runs it: an exception is said as that thread's
+        # death, and the round is not the answer (the agent's process retries the part)
+        parts: list[tuple[str, Callable[[], Any]]] = [
+            ("gpus", self.gpu_round),
+            ("procs", self.poll_processes),
+            ("host", lambda: self.out.send(HostStatsReader().read())),
+        ]
         if self.logs or self.kernel:
-            LogRounds(self).round()
-        found = 0
+            parts.append(("logs", lambda: LogRounds(self).round()))
+        found: list[dict[str, Any]] = []
         if self.sglang_discover or self.vllm_discover:
-            found = self.discover_round({}, True, lambda target: None)
-        return not self.http and not found
+            parts.append(("discover", lambda: self.discover_round({}, True, found.append)))
+        died = [name for name, part in parts if self.guarded(name, part) is not None]
+        return not died and not self.http and not found
 
     def hello(self) -> None:
         """NVML opened where asked for, and the ``Hello`` that says what the samples are."""
@@ -715,17 +721,24 @@ class Agent:
         def guarded() -> None:
             said = None
             while True:
-                try:
-                    loop()
+                said = self.guarded(name, loop, said)
+                if said is None:
                     return  # a loop that ends by design (none does today)
-                except Exception as e:  # noqa: BLE001 - said once, then the loop restarts
-                    error = f"{type(e).__name__}: {e}"
-                    if error != said:
-                        said = error
-                        self.out.send(protocol.ThreadDied(time.time(), name, error, _where(e)))
                 time.sleep(THREAD_RESTART_S)
 
         threading.Thread(target=guarded, daemon=True, name=name).start()
+
+    def guarded(self, name: str, part: Callable[[], Any], said: str | None = None) -> str | None:
+        """``part()``; an exception is said as the death of the thread ``name`` runs in
+        (``ThreadDied``, unless it is ``said`` already) and returned as its text."""
+        try:
+            part()
+            return None
+        except Exception as e:  # noqa: BLE001 - said once; the caller goes on
+            error = f"{type(e).__name__}: {e}"
+            if error != said:
+                self.out.send(protocol.ThreadDied(time.time(), name, error, _where(e)))
+            return error
 
     # --- the target's own CPU, memory, load, swap ----------------------------------
     def host_stats_loop(self) -> None:
@@ -1136,10 +1149,10 @@ class Agent:
         said: dict[int, protocol.ServerInfo],
         first: bool,
         scrape: Callable[[dict[str, Any]], object],
-    ) -> int:
+    ) -> None:
         """One scan: each server found is scraped (``scrape(target)``), its info sent
         when new or changed (``said``: what was sent), and after the first scan its
-        ``FirstRound``; how many servers were found."""
+        ``FirstRound``."""
         sglang = [t for t in self.http if str(t.get("tag", "")).startswith("sglang:")]
         template = sglang[0] if sglang else DISCOVERED_TARGET
         found, infos = scan_server_processes()
@@ -1180,7 +1193,6 @@ class Agent:
                 self.out.send(protocol.FirstRound("discover-vllm", vllm))
             if self.sglang_discover:
                 self.out.send(protocol.FirstRound("discover", ports))
-        return len(targets)
 
     def http_loop(self) -> None:
         """Every HTTP target's scrapes in this one thread: each server's connection is

@@ -120,3 +120,18 @@ def test_snapshot_local_in_process_prints_what_the_agent_process_prints(
     here, there = STAMP.sub("TIME", here), STAMP.sub("TIME", there)
     assert here.splitlines() == there.splitlines()
     assert "GPU" in here  # a sample was compared, not two empty answers
+
+
+def test_a_part_of_the_round_that_raises_leaves_the_answer_to_the_agents_process(
+    tmp_path: Path, holder: int
+) -> None:
+    """The process calls raise what nobody expected (``FAKE_NVML_PROC_FAULT``): in the
+    round as in the agent's thread it is said as the thread's death (an ``agent_error``
+    alert), never a traceback of gpumon's; the round is then not the answer, and the
+    agent's own process (which retries the part) gives it."""
+    env = _env(tmp_path, "nvml", holder) | {"FAKE_NVML_PROC_FAULT": "1"}
+    code, out, said = _run(env, "snapshot", "local", "--json")
+    assert code == 0, out
+    assert len(_agents(said)) == 1, said
+    kinds = [alert["kind"] for alert in json.loads(out)["alerts"]]
+    assert "agent_error" in kinds, out
