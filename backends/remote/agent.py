@@ -681,12 +681,18 @@ class Agent:
             ("procs", self.poll_processes),
             ("host", lambda: self.out.send(HostStatsReader().read())),
         ]
-        if self.logs or self.kernel:
-            parts.append(("logs", lambda: LogRounds(self).round()))
+        logs = LogRounds(self) if self.logs or self.kernel else None
+        if logs is not None:
+            parts.append(("logs", logs.round))
         found: list[dict[str, Any]] = []
         if self.sglang_discover or self.vllm_discover:
             parts.append(("discover", lambda: self.discover_round({}, True, found.append)))
         died = [name for name, part in parts if self.guarded(name, part) is not None]
+        if logs is not None:
+            logs.close()
+        for fd in (self.wake_r, self.wake_w):  # no loop will wait on them
+            with contextlib.suppress(OSError):
+                os.close(fd)
         return not died and not self.http and not found
 
     def hello(self) -> None:
@@ -1287,6 +1293,12 @@ class LogRounds:
         self.events = "/sys/fs/cgroup/memory.events"
         self.last_events: str | None = None
         self.first = bool(agent.logs)
+
+    def close(self) -> None:
+        """The kernel log's file closed (a one-shot's round is over)."""
+        if self.kmsg is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.kmsg.fd)
 
     def round(self) -> bool:
         """One read of each; True when a log is busy (more to read at once)."""
