@@ -41,7 +41,8 @@ SHIM = REPO / "bench" / "nvml_shim"
 
 # What the one-shots (snapshot, check) must not import: the UI (Textual, Rich, plotext),
 # the simulator (only the demo host runs it), the notifiers and the exporter (only watch
-# and the dashboard deliver), asyncssh (only a host over SSH).
+# and the dashboard deliver), asyncssh (only a host over SSH); ``snapshot local`` not
+# asyncio either.
 FORBIDDEN = (
     "textual",
     "rich",
@@ -72,7 +73,8 @@ class Command:
 COMMANDS = {
     c.label: c
     for c in (
-        Command("snapshot-local", ["snapshot", "local"], FORBIDDEN),
+        # the agent's round in gpumon's own process, no event loop (``monitor.oneshot``)
+        Command("snapshot-local", ["snapshot", "local"], (*FORBIDDEN, "asyncio")),
         Command("check-local", ["check", "local"], FORBIDDEN),
         Command(
             "snapshot-demo",

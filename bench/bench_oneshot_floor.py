@@ -8,15 +8,20 @@ The steps, each on top of the one before:
 
 - ``python -S``: a bare interpreter, no site (how the agent starts);
 - ``python``: site, the venv and the shim (every tool here pays it);
-- ``+ asyncio``: the event loop's modules (with ssl, logging, inspect: asyncio imports them);
-- ``+ gpumon imports``: the modules ``snapshot local`` imports, nothing run;
-- ``snapshot local``: the whole command, agent included;
+- ``+ asyncio``: the event loop's modules (with ssl, logging, inspect: asyncio imports
+  them): what a one-shot on the event loop pays (``snapshot local`` no longer does);
+- ``+ gpumon imports``: the modules ``snapshot local`` imports (the agent's included: its
+  round runs in gpumon's own process), nothing run;
+- ``snapshot local``: the whole command;
+- ``snapshot local (BASELINE)``: the same command of another checkout's venv
+  (``--baseline-venv``, e.g. main's), interleaved with the rest;
 - ``nvitop -1``, when ``--nvitop-venv`` has it.
 
 Printed: the median and least CPU of ``--runs`` (the least is the one the machine's load
 disturbed least), in ms.
 
     python bench/bench_oneshot_floor.py [--runs 10] [--venv .venv] [--nvitop-venv DIR]
+        [--baseline-venv ../main/.venv]
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHIM = REPO / "bench" / "nvml_shim"
 
-# What ``snapshot local`` imports before its first sample (its command line, the
-# runtime, the host monitor and its sources), without running any of it.
+# What ``snapshot local`` imports before its first sample (its command line, the host
+# monitor, the agent whose round it runs, the report), without running any of it.
 GPUMON_IMPORTS = (
-    "import asyncio, gpumon.tui.cli.launch, gpumon.tui.cli.command_line, "
-    "gpumon.backends.runtime, gpumon.backends.monitor.compose"
+    "import gpumon.tui.cli.launch, gpumon.tui.cli.command_line, "
+    "gpumon.backends.monitor.oneshot, gpumon.backends.monitor.report, "
+    "gpumon.backends.remote.agent"
 )
 
 
@@ -57,6 +63,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--venv", default=str(Path(sys.executable).parent.parent))
     ap.add_argument("--nvitop-venv", default="/tmp/anchors-venv")
+    ap.add_argument("--baseline-venv", help="another checkout's venv: its snapshot local too")
     args = ap.parse_args()
     venv_bin = Path(args.venv) / "bin"
     py = str(venv_bin / "python")
@@ -67,6 +74,9 @@ def main() -> int:
         "+ gpumon imports": [py, "-c", GPUMON_IMPORTS],
         "gpumon snapshot local": [str(venv_bin / "gpumon"), "snapshot", "local"],
     }
+    if args.baseline_venv:
+        base = Path(args.baseline_venv) / "bin"
+        steps["snapshot local (BASELINE)"] = [str(base / "gpumon"), "snapshot", "local"]
     nvitop = Path(args.nvitop_venv) / "bin" / "nvitop"
     if nvitop.exists():
         steps["nvitop -1"] = [str(nvitop), "-1"]

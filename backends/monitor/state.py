@@ -22,7 +22,6 @@ left out, so each source has its usual time to answer before it is judged silent
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -30,7 +29,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.alerts.facts import NO_FACTS, AlertFacts
@@ -60,12 +59,18 @@ from gpumon.backends.parsers.processes import (
     with_usage,
 )
 from gpumon.backends.recording.recorder import FlightRecorder
-from gpumon.backends.transport.base import Transport
 from gpumon.backends.workloads.engine import VLLM
 from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S
 from gpumon.backends.workloads.watch import LogSource, Workloads
 
 from .sources.base import Source
+
+if TYPE_CHECKING:
+    # asyncio only where the monitor runs on an event loop (``start``, ``stop``, the
+    # waits): ``snapshot local`` in process (``monitor.oneshot``) feeds it without one.
+    import asyncio
+
+    from gpumon.backends.transport.base import Transport
 
 __all__ = [
     "FIRST_ROUNDS_S",
@@ -128,15 +133,16 @@ class HostMonitor:
         *,
         clock: Callable[[], float] = time.time,
         ticks: Callable[[], float] | None = None,
-        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[object]] | None = None,
         history_s: float = HISTORY_S,
         record: bool = True,
         one_shot: bool = False,
     ) -> None:
         """``clock``: the wall clock that dates samples and alerts; ``ticks``: the one ages
         are judged on (``ticks_for(clock)`` when left out); ``sleep``: the watchdog's
-        (tests pass a FakeClock's); ``one_shot``: a one-shot command's (``check``,
-        ``snapshot``): an incident an earlier run recorded is not recorded again."""
+        (tests pass a FakeClock's; left out, asyncio's); ``one_shot``: a one-shot
+        command's (``check``, ``snapshot``): an incident an earlier run recorded is not
+        recorded again."""
         self.host = host
         self.source = source
         self.clock = clock
@@ -189,7 +195,7 @@ class HostMonitor:
         self._history_len = max(int(history_s / max(self.interval, 0.1)), 60)
         self._task: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
-        self._updated = asyncio.Event()
+        self._updated: asyncio.Event | None = None  # made by the first wait_for_update
         self.alerts = AlertEngine(
             host.name,
             host.alerts,
@@ -404,6 +410,8 @@ class HostMonitor:
         return workloads
 
     def start(self) -> asyncio.Task[None]:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         self._stopped_at = None
         self._started_at = self._state_since = self.watch_clock()
@@ -416,11 +424,16 @@ class HostMonitor:
         return min(max(self.interval, 0.5), 5.0)
 
     async def _watch_silence(self) -> None:
+        import asyncio
+
+        sleep = self._sleep or asyncio.sleep
         while True:
-            await self._sleep(self._watchdog_period())
+            await sleep(self._watchdog_period())
             self.check_silence()
 
     async def stop(self) -> None:
+        import asyncio
+
         self._stopped_at = self._now()
         self._beat = None
         for task in (self._watchdog, self._task):
@@ -433,6 +446,14 @@ class HostMonitor:
                 await self.source.close()
         except TimeoutError:  # a transport that does not let go must not hang the exit
             log.warning("%s: the connection did not close within %g s", self.name, STOP_TIMEOUT_S)
+        self.stopped()
+
+    def stopped(self) -> None:
+        """The end of ``stop`` once the source is closed: pending flight recordings
+        written, the run ended, the state STOPPED. A monitor that was never started (fed
+        in process: ``monitor.oneshot``) ends here."""
+        if self._stopped_at is None:
+            self._stopped_at = self._now()
         with contextlib.suppress(OSError):
             self.recorder.flush_now()
         self.recorder.end_run(self.alerts.active())
@@ -440,6 +461,10 @@ class HostMonitor:
 
     async def wait_for_update(self, timeout: float) -> bool:
         """Wait until the state changes; False on timeout."""
+        import asyncio
+
+        if self._updated is None:
+            self._updated = asyncio.Event()
         self._updated.clear()
         try:
             async with asyncio.timeout(timeout):
@@ -896,5 +921,6 @@ class HostMonitor:
         self._notify()
 
     def _notify(self) -> None:
-        self._updated.set()
+        if self._updated is not None:
+            self._updated.set()
         self.listeners.emit(self)

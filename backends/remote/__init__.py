@@ -2,7 +2,8 @@
 
 The names below resolve on first use: gpumon's own process reads the protocol of every
 sample, but loads the agent's modules only where it uses them (the bootstrap that ships
-them, the tests); a one-shot on ``local`` runs the installed agent in its own process.
+them, the tests); ``snapshot local`` runs the agent's round in gpumon's own process
+(``monitor.oneshot``), ``check local`` the installed agent in its own process.
 The shipped copy never runs this file (``bootstrap``, ``transport.prestart``).
 """
 

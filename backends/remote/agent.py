@@ -654,6 +654,49 @@ class Agent:
 
     # --- start ---------------------------------------------------------------------
     def start(self) -> None:
+        self.hello()
+        self.spawn("gpus", lambda: self.nvml_loop() if self.nvml is not None else self.smi_loop())
+        self.spawn("procs", self.process_loop)
+        if self.logs or self.kernel:
+            self.spawn("logs", self.log_loop)
+        for target in self.http:
+            self.start_http(target)
+        if self.sglang_discover or self.vllm_discover:
+            self.spawn("discover", self.discover_loop)
+        self.spawn("host", self.host_stats_loop)
+
+    def one_round(self) -> bool:
+        """One round of every part in the caller's thread, no loop started: the Hello,
+        the GPUs, the process list, the host's load, the logs' and discovery's first
+        rounds. ``gpumon snapshot local`` runs it in its own process (``monitor.oneshot``):
+        the same reads and messages as ``start``'s loops send first. False when a part
+        needs more than one round (an HTTP target to scrape, a server found: its rates
+        take two scrapes) or a part raised (said as its thread's death), which only the
+        running agent gives."""
+        self.hello()
+        # each part as its loop's thread runs it: an exception is said as that thread's
+        # death, and the round is not the answer (the agent's process retries the part)
+        parts: list[tuple[str, Callable[[], Any]]] = [
+            ("gpus", self.gpu_round),
+            ("procs", self.poll_processes),
+            ("host", lambda: self.out.send(HostStatsReader().read())),
+        ]
+        logs = LogRounds(self) if self.logs or self.kernel else None
+        if logs is not None:
+            parts.append(("logs", logs.round))
+        found: list[dict[str, Any]] = []
+        if self.sglang_discover or self.vllm_discover:
+            parts.append(("discover", lambda: self.discover_round({}, True, found.append)))
+        died = [name for name, part in parts if self.guarded(name, part) is not None]
+        if logs is not None:
+            logs.close()
+        for fd in (self.wake_r, self.wake_w):  # no loop will wait on them
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return not died and not self.http and not found
+
+    def hello(self) -> None:
+        """NVML opened where asked for, and the ``Hello`` that says what the samples are."""
         source = "agent/nvidia-smi"
         note = None
         if self.use_nvml:
@@ -674,15 +717,6 @@ class Agent:
                 note=note,
             )
         )
-        self.spawn("gpus", lambda: self.nvml_loop() if self.nvml is not None else self.smi_loop())
-        self.spawn("procs", self.process_loop)
-        if self.logs or self.kernel:
-            self.spawn("logs", self.log_loop)
-        for target in self.http:
-            self.start_http(target)
-        if self.sglang_discover or self.vllm_discover:
-            self.spawn("discover", self.discover_loop)
-        self.spawn("host", self.host_stats_loop)
 
     def spawn(self, name: str, loop: Callable[[], Any]) -> None:
         """Run ``loop`` in a daemon thread that says its own death (``ThreadDied``, once
@@ -693,17 +727,24 @@ class Agent:
         def guarded() -> None:
             said = None
             while True:
-                try:
-                    loop()
+                said = self.guarded(name, loop, said)
+                if said is None:
                     return  # a loop that ends by design (none does today)
-                except Exception as e:  # noqa: BLE001 - said once, then the loop restarts
-                    error = f"{type(e).__name__}: {e}"
-                    if error != said:
-                        said = error
-                        self.out.send(protocol.ThreadDied(time.time(), name, error, _where(e)))
                 time.sleep(THREAD_RESTART_S)
 
         threading.Thread(target=guarded, daemon=True, name=name).start()
+
+    def guarded(self, name: str, part: Callable[[], Any], said: str | None = None) -> str | None:
+        """``part()``; an exception is said as the death of the thread ``name`` runs in
+        (``ThreadDied``, unless it is ``said`` already) and returned as its text."""
+        try:
+            part()
+            return None
+        except Exception as e:  # noqa: BLE001 - said once; the caller goes on
+            error = f"{type(e).__name__}: {e}"
+            if error != said:
+                self.out.send(protocol.ThreadDied(time.time(), name, error, _where(e)))
+            return error
 
     # --- the target's own CPU, memory, load, swap ----------------------------------
     def host_stats_loop(self) -> None:
@@ -739,6 +780,27 @@ class Agent:
     def stall_limit(self, first: bool) -> float:
         """Seconds without a usable row before the watchdog restarts the sampler."""
         return max(STALL_ROUNDS * self.interval, STALL_FIRST_S if first else STALL_MIN_S)
+
+    def gpu_round(self) -> None:
+        """One round of GPU rows: NVML's (``nvml_loop``'s read), else one nvidia-smi
+        query of the fields it knows (``smi_loop``'s, without its ``-lms`` loop)."""
+        if self.nvml is not None:
+            self.nvml_round()
+            if self.nvml is not None:  # else NVML did not answer: nvidia-smi instead
+                return
+        fields = self.supported_fields()
+        if fields is None:
+            return
+        argv = [self.smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"]
+        code, text = run_once(argv)
+        batcher = RowBatcher(fields.index("index") if "index" in fields else 1, len(fields))
+        lines = text.splitlines()
+        rows = [line for line in lines if batcher.is_row(line)]
+        if code == 0 and rows:
+            self.send_rows(fields, rows)
+        else:  # as the loop says a run without rows: its last lines
+            tail = [line[:512] for line in lines[-20:]]
+            self.out.send(protocol.SmiError(time.time(), code, "\n".join(tail)))
 
     def smi_loop(self) -> None:
         backoff = SMI_RETRY_FIRST_S
@@ -1046,44 +1108,19 @@ class Agent:
     def log_loop(self) -> None:
         """Follows the logs, the kernel log and the cgroup's memory events; sleeps until
         one of them changes (``Waker``), polling only what inotify cannot watch."""
-        kmsg = KernelLog.open(self.kmsg, self.out) if self.kernel else None
-        events = "/sys/fs/cgroup/memory.events"
-        last_events = None
+        rounds = LogRounds(self)
+        kmsg = rounds.kmsg
         waker = Waker(self.log_poll_s)
         if kmsg is not None and kmsg.device:
             waker.extra.append(kmsg.fd)
         elif kmsg is not None:  # a file: appended lines are a file-modified event
             waker.must_poll = not waker.watch(kmsg.path)
-        if self.kernel and os.path.exists(events):
+        if self.kernel and os.path.exists(rounds.events):
             # cgroup v2: a change in memory.events is a file-modified event
-            waker.must_poll = not waker.watch(events)
-        first = bool(self.logs)
+            waker.must_poll = not waker.watch(rounds.events)
         while True:
-            busy = False
-            for tail in self.logs:
-                for msg in tail.poll():
-                    self.out.send(msg)
-                    busy = True
-                for problem in tail.take_problems():
-                    self.out.send(problem)
-                busy = busy or tail.holding()
-            if first:  # every followed log polled once: a one-shot answer may go
-                first = False
-                self.out.send(protocol.FirstRound("logs"))
+            busy = rounds.round()
             waker.watch_logs([tail.pattern for tail in self.logs])
-            if kmsg is not None:
-                lines = kmsg.read()
-                if lines:
-                    self.out.send(protocol.Kernel(time.time(), lines))
-            if self.kernel:
-                try:
-                    with open(events) as f:
-                        text = f.read()
-                except OSError:
-                    text = None
-                if text is not None and text != last_events:
-                    last_events = text
-                    self.out.send(protocol.MemoryEvents(time.time(), text))
             waker.wait(busy)
 
     def start_http(self, target: dict[str, Any]) -> None:
@@ -1105,50 +1142,63 @@ class Agent:
 
     def discover_loop(self) -> None:
         """Find SGLang and vLLM servers from their command lines (``sglang_ports``,
-        ``vllm_ports``)."""
+        ``vllm_ports``) every 10 s, and scrape them."""
+        said: dict[int, protocol.ServerInfo] = {}  # what was sent of each server
+        first = True
+        while True:
+            self.discover_round(said, first, self.start_http)
+            first = False
+            time.sleep(10.0)
+
+    def discover_round(
+        self,
+        said: dict[int, protocol.ServerInfo],
+        first: bool,
+        scrape: Callable[[dict[str, Any]], object],
+    ) -> None:
+        """One scan: each server found is scraped (``scrape(target)``), its info sent
+        when new or changed (``said``: what was sent), and after the first scan its
+        ``FirstRound``."""
         sglang = [t for t in self.http if str(t.get("tag", "")).startswith("sglang:")]
         template = sglang[0] if sglang else DISCOVERED_TARGET
-        first = True
-        said: dict[int, protocol.ServerInfo] = {}  # what was sent of each server
-        while True:
-            found, infos = scan_server_processes()
-            ports = found["sglang"] if self.sglang_discover else []
-            for port in ports:
-                self.start_http(
-                    {
-                        "url": f"http://127.0.0.1:{port}/metrics",
-                        "tag": f"sglang:{port}",
-                        "filter": template.get("filter"),
-                        "info": template.get("info"),
-                        "info_tag": f"sglang-info:{port}",
-                    }
-                )
-            vllm = found["vllm"] if self.vllm_discover else []
-            for port in vllm:
-                self.start_http(
-                    {
-                        "url": f"http://127.0.0.1:{port}/metrics",
-                        "tag": f"vllm:{port}",
-                        "filter": self.vllm_filter,
-                        "info": ["/version"],
-                        "info_tag": f"vllm-info:{port}",
-                    }
-                )
-            on = {"vllm": self.vllm_discover, "sglang": self.sglang_discover}
-            for info in infos:
-                if not on.get(info.engine):
-                    continue
-                if said.get(info.port) != info:  # a new server, its GPUs or command changed
-                    said[info.port] = info
-                    self.out.send(info)
-            if first:  # after start_http: the servers found are being fetched already
-                first = False
-                # vLLM's first: a monitor that waits on "discover" has both then
-                if self.vllm_discover:
-                    self.out.send(protocol.FirstRound("discover-vllm", vllm))
-                if self.sglang_discover:
-                    self.out.send(protocol.FirstRound("discover", ports))
-            time.sleep(10.0)
+        found, infos = scan_server_processes()
+        ports = found["sglang"] if self.sglang_discover else []
+        targets = [
+            {
+                "url": f"http://127.0.0.1:{port}/metrics",
+                "tag": f"sglang:{port}",
+                "filter": template.get("filter"),
+                "info": template.get("info"),
+                "info_tag": f"sglang-info:{port}",
+            }
+            for port in ports
+        ]
+        vllm = found["vllm"] if self.vllm_discover else []
+        targets += [
+            {
+                "url": f"http://127.0.0.1:{port}/metrics",
+                "tag": f"vllm:{port}",
+                "filter": self.vllm_filter,
+                "info": ["/version"],
+                "info_tag": f"vllm-info:{port}",
+            }
+            for port in vllm
+        ]
+        for target in targets:
+            scrape(target)
+        on = {"vllm": self.vllm_discover, "sglang": self.sglang_discover}
+        for info in infos:
+            if not on.get(info.engine):
+                continue
+            if said.get(info.port) != info:  # a new server, its GPUs or command changed
+                said[info.port] = info
+                self.out.send(info)
+        if first:
+            # vLLM's first: a monitor that waits on "discover" has both then
+            if self.vllm_discover:
+                self.out.send(protocol.FirstRound("discover-vllm", vllm))
+            if self.sglang_discover:
+                self.out.send(protocol.FirstRound("discover", ports))
 
     def http_loop(self) -> None:
         """Every HTTP target's scrapes in this one thread: each server's connection is
@@ -1209,22 +1259,75 @@ class Agent:
             )
         return False, None
 
+    def nvml_round(self) -> bool:
+        """One round of NVML's GPU rows, or its error; False when NVML did not answer
+        (``nvml_call``: given up for nvidia-smi)."""
+        read = functools.partial(nvml_gpu_rows, self.nvml, self.fields, self.nvml_static)
+        done, rows = self.nvml_call(read)
+        if not done:
+            return False
+        if isinstance(rows, Exception):
+            self.out.send(protocol.SmiError(time.time(), 1, f"NVML: {rows}"))
+        else:
+            self.send_rows(self.fields, rows)
+        return True
+
     def nvml_loop(self) -> None:
         while self.nvml is not None:
-            nvml = self.nvml
             started = time.monotonic()
-            read = functools.partial(nvml_gpu_rows, nvml, self.fields, self.nvml_static)
-            done, rows = self.nvml_call(read)
-            if not done:
+            if not self.nvml_round():
                 break
-            if isinstance(rows, Exception):
-                self.out.send(protocol.SmiError(time.time(), 1, f"NVML: {rows}"))
-            else:
-                self.send_rows(self.fields, rows)
             delay = self.interval - (time.monotonic() - started)
             if self.wake.wait(max(delay, 0.0)):
                 self.wake.clear()
         self.smi_loop()
+
+
+class LogRounds:
+    """What the log loop reads each time it wakes: the followed logs, the kernel log and
+    the cgroup's memory events; the first round says so (``FirstRound("logs")``)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.kmsg = KernelLog.open(agent.kmsg, agent.out) if agent.kernel else None
+        self.events = "/sys/fs/cgroup/memory.events"
+        self.last_events: str | None = None
+        self.first = bool(agent.logs)
+
+    def close(self) -> None:
+        """The kernel log's file closed (a one-shot's round is over)."""
+        if self.kmsg is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.kmsg.fd)
+
+    def round(self) -> bool:
+        """One read of each; True when a log is busy (more to read at once)."""
+        agent, out = self.agent, self.agent.out
+        busy = False
+        for tail in agent.logs:
+            for msg in tail.poll():
+                out.send(msg)
+                busy = True
+            for problem in tail.take_problems():
+                out.send(problem)
+            busy = busy or tail.holding()
+        if self.first:  # every followed log polled once: a one-shot answer may go
+            self.first = False
+            out.send(protocol.FirstRound("logs"))
+        if self.kmsg is not None:
+            lines = self.kmsg.read()
+            if lines:
+                out.send(protocol.Kernel(time.time(), lines))
+        if agent.kernel:
+            try:
+                with open(self.events) as f:
+                    text = f.read()
+            except OSError:
+                text = None
+            if text is not None and text != self.last_events:
+                self.last_events = text
+                out.send(protocol.MemoryEvents(time.time(), text))
+        return busy
 
 
 class Scrape:

@@ -8,7 +8,7 @@ folder as the package ``gpumon_remote`` (the names the shipped modules get), and
 the program's arguments as one JSON line from stdin, so the argv (``installed_argv``) does
 not depend on the config and the process can start before the config is read.
 
-``start_agent`` is what ``gpumon snapshot local`` / ``check local`` call first thing
+``start_agent`` is what ``gpumon check local`` calls first thing
 (``tui.cli.launch``): the agent's interpreter starts and imports its modules while gpumon
 imports its own, on the other core. ``LocalTransport`` adopts it (``take``) when it is
 about to start exactly that argv; ``discard`` ends one nobody adopted.

@@ -100,8 +100,8 @@ FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml"
 
 
 def test_snapshot_local_over_nvml_loads_neither_the_ui_nor_the_simulator(tmp_path: Path) -> None:
-    """The whole one-shot on the local host's GPUs (the fake NVML: the agent's NVML path
-    and the early agent run), not only its start."""
+    """The whole one-shot on the local host's GPUs (the fake NVML: the agent's NVML path,
+    its round run in gpumon's own process), not only its start."""
     config = tmp_path / "config.toml"
     config.write_text("")
     env = {**os.environ, "PYTHONPATH": str(FAKE_NVML), "GPUMON_CONFIG": str(config)}
@@ -109,6 +109,9 @@ def test_snapshot_local_over_nvml_loads_neither_the_ui_nor_the_simulator(tmp_pat
     loaded = modules_after(code, env)
     assert "gpumon.backends.monitor.state" in loaded  # the measurement sees the sample
     assert sorted(m for m in loaded if m.startswith(ONE_SHOT_FORBIDDEN)) == []
+    # the agent's round ran in this process (monitor.oneshot), without an event loop
+    assert "gpumon.backends.remote.agent" in loaded
+    assert sorted(m for m in loaded if m == "asyncio" or m.startswith("asyncio.")) == []
 
 
 def test_the_measurement_sees_the_dashboard_load_textual() -> None:

@@ -1,7 +1,7 @@
-"""``gpumon snapshot local`` / ``check local`` start the agent before gpumon's imports
-(``transport.prestart``, ``tui.cli.launch``); on gpumon's own interpreter the agent runs
-from the installed modules. Run for real: the agent's child processes, the fake NVML of
-tests/support/fake_nvml."""
+"""``gpumon check local`` starts the agent before gpumon's imports (``transport.prestart``,
+``tui.cli.launch``); on gpumon's own interpreter the agent runs from the installed
+modules. ``snapshot local`` runs the agent's round in gpumon's own process instead. Run
+for real: the agent's child processes, the fake NVML of tests/support/fake_nvml."""
 
 from __future__ import annotations
 
@@ -116,18 +116,24 @@ def _alive(mark: str) -> list[tuple[int, str]]:
     return found
 
 
-def test_snapshot_local_uses_the_early_agent(
+def test_snapshot_local_starts_no_agent_process(
     early_env: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """``snapshot local`` runs the agent's round in gpumon's own process
+    (``monitor.oneshot``): no early agent, none adopted (tests/system/
+    test_oneshot_in_process.py compares its answer with the agent process's)."""
     spy = Spy(monkeypatch)
-    assert launch.main(["snapshot", "local", "--json"]) == 0
-    snap = json.loads(capsys.readouterr().out)
+    code = (
+        "from gpumon.tui.cli import main\n"
+        "from gpumon.backends.transport import prestart\n"
+        "assert main(['snapshot', 'local', '--json']) == 0\n"
+        "assert prestart._started == []\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    snap = json.loads(res.stdout)
     assert snap["source"] == "agent/nvml" and len(snap["gpus"]) == 1, snap
-    assert spy.started and spy.started[0] is not None
-    adopted = [p for p in spy.taken if p is not None]
-    assert len(adopted) == 1, spy.taken  # the early one, not a second agent
-    assert adopted[0].returncode is not None  # ended with the session, reaped
-    assert spy.discarded == [0]  # nothing left over to end
+    assert spy.started == [] and spy.taken == []  # nothing of prestart in this process either
     assert _alive(early_env) == []
 
 
@@ -147,8 +153,8 @@ def test_an_early_agent_is_ended_when_the_config_is_bad(
 ) -> None:
     Path(os.environ["GPUMON_CONFIG"]).write_text("[hosts.x\n")
     spy = Spy(monkeypatch)
-    assert launch.main(["snapshot", "local"]) == 2
-    assert "gpumon:" in capsys.readouterr().err
+    assert launch.main(["check", "local"]) == 3  # check's UNKNOWN
+    assert capsys.readouterr().out.startswith("UNKNOWN: ")
     assert spy.started[0] is not None and spy.taken == [] and spy.discarded == [1]
     assert _alive(early_env) == []
 
@@ -165,8 +171,9 @@ def test_an_early_agent_is_not_used_by_another_interpreter_and_is_ended(
     other.symlink_to(sys.executable)
     Path(os.environ["GPUMON_CONFIG"]).write_text(f'[defaults]\npython = "{other}"\n')
     spy = Spy(monkeypatch)
-    assert launch.main(["snapshot", "local", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["source"] == "agent/nvml"
+    code = launch.main(["check", "--window", "0", "local"])
+    line = capsys.readouterr().out
+    assert code in (0, 1) and line.startswith(("OK", "WARNING")), line
     assert spy.started[0] is not None and spy.discarded == [1]
     assert spy.taken and not any(spy.taken)  # asked for (the probe, the agent), not given
     assert _alive(early_env) == []

@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 from nvml_stand_in import FAKE_NVML, load_fake_nvml
 
-from gpumon.tui.cli import launch
-
 pytestmark = pytest.mark.system
 
 
@@ -47,8 +45,13 @@ def workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[in
 
 
 def _snapshot(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    assert launch.main(["snapshot", "local", "--json"]) == 0
-    got: dict[str, Any] = json.loads(capsys.readouterr().out)
+    """``gpumon snapshot local --json`` in a fresh interpreter: it runs the agent's round
+    in its own process (``monitor.oneshot``), which must find the stand-in on its path
+    as a gpumon started with this environment does."""
+    argv = [sys.executable, "-m", "gpumon.tui.cli", "snapshot", "local", "--json"]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got: dict[str, Any] = json.loads(res.stdout)
     return got
 
 

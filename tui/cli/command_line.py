@@ -9,7 +9,6 @@ Kept light at import time (no Textual, no asyncssh): headless commands start fas
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
@@ -59,6 +58,8 @@ async def _one_sample(
     target's processes to exit), the sources that did not answer in time, in words
     (``"host processes: no answer in 10 s"``): never silently left out, and the seconds
     watched after the first sample."""
+    import asyncio
+
     from gpumon.backends.model import ConnState
     from gpumon.backends.runtime import Runtime
 
@@ -103,13 +104,28 @@ def cmd_snapshot(args: argparse.Namespace, config: Config) -> int:
     from gpumon.backends.monitor.report import TEXT_WIDTH
 
     host = resolve_host(config, args.host)
-    run = _one_sample(host, args, args.timeout)
-    monitor, now, incomplete, _ = asyncio.run(run)
+    monitor, now, incomplete = _snapshot(host, args)
     if args.json:
         print(json.dumps(snapshot_json(monitor, now, incomplete), indent=2))
     else:
         print(snapshot_table(monitor, incomplete, width=None if args.wide else TEXT_WIDTH))
     return 0 if monitor.latest is not None else EXIT_UNKNOWN
+
+
+def _snapshot(host: HostConfig, args: argparse.Namespace) -> tuple[HostMonitor, float, list[str]]:
+    """``snapshot``'s monitor, the moment observed and what did not answer: ``local`` in
+    gpumon's own process where one round of the agent is the answer (``monitor.oneshot``:
+    no agent process, no event loop), else ``_one_sample``."""
+    if host.kind == "local":
+        from gpumon.backends.monitor.oneshot import local_snapshot
+
+        got = local_snapshot(host)
+        if got is not None:
+            return got[0], got[1], []
+    import asyncio
+
+    monitor, now, incomplete, _ = asyncio.run(_one_sample(host, args, args.timeout))
+    return monitor, now, incomplete
 
 
 def cmd_check(args: argparse.Namespace, config: Config) -> int:
@@ -128,6 +144,8 @@ def cmd_check(args: argparse.Namespace, config: Config) -> int:
     # A check that could not look is no OK: it watches on while the window is too thin
     # for the time-to-full rule (a loaded host's sampler), then says UNKNOWN and why.
     judged = args.window > 0
+    import asyncio
+
     run = _one_sample(host, args, args.timeout, rates=False, window=args.window, judged=judged)
     monitor, _, incomplete, waited = asyncio.run(run)
     unjudged = monitor.alerts.time_to_full_unjudged() if judged else None

@@ -1,7 +1,7 @@
-"""``gpumon``'s one entry point (``main``): the agent of ``snapshot local`` / ``check
-local`` (the table's ``early_agent`` commands) is started before the rest of gpumon is
-imported (``transport.prestart``), so the agent's start and gpumon's imports run at the
-same time; then ``command_line.run``.
+"""``gpumon``'s one entry point (``main``): the agent of ``check local`` (the table's
+``early_agent`` commands; ``snapshot local`` runs the agent's round in process) is
+started before the rest of gpumon is imported (``transport.prestart``), so the agent's
+start and gpumon's imports run at the same time; then ``command_line.run``.
 
 A guess from the words alone, before the config is read: when the host turns out to be
 another (a configured ``local`` in a container, another interpreter) or the command stops
@@ -23,7 +23,7 @@ EXIT_CLOSED_PIPE = 141
 
 
 def early_agent_wanted(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` reads as ``snapshot local`` or ``check local`` (options anywhere;
+    """Whether ``argv`` reads as ``check local`` (options anywhere;
     the table's ``early_agent`` commands and ``value_options``, the options whose next
     word is their value, not the host)."""
     if "local" not in argv:  # most command lines: the table is not even read

@@ -6,7 +6,7 @@ it and which words are an option's value, ``value_options``) are derived from it
 subcommand is one ``Subcommand`` row here and the function that runs it.
 
 Plain data, light at import (no argparse, no backends): ``launch`` reads it before the
-early agent of ``snapshot local`` starts. An argument is an ``Arg``: what argparse's
+early agent of ``check local`` starts. An argument is an ``Arg``: what argparse's
 ``add_argument`` takes, and its group. The function that runs a command is named
 ``"module:function"`` in ``gpumon.tui.cli``, imported when the command runs.
 """
@@ -250,7 +250,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
             ),
         ),
         "command_line:cmd_snapshot",
-        early_agent=True,
+        # ``snapshot local`` runs the agent's round in gpumon's own process
+        # (``monitor.oneshot``): an early agent would be an interpreter for nothing
         demo_alone="host",
     ),
     Subcommand(

@@ -15,29 +15,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
-import time
-from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
 
-from gpumon.backends import untrusted
-from gpumon.backends.masking import masked_shell_line
-from gpumon.backends.model import ConnState, Health, HostLoad
-from gpumon.backends.model import Source as SampleSource
-from gpumon.backends.parsers.nvidia_smi import (
-    AGENT_FIELDS,
-    PROCESS_FIELDS,
-    QUERY_FIELDS,
-    classify_smi_failure,
-)
-from gpumon.backends.parsers.vllm import VLLM_METRICS_LINE_FILTER
 from gpumon.backends.remote import protocol
 from gpumon.backends.remote.bootstrap import program_argv
 from gpumon.backends.remote.doctor_probe_fs import GPUMON_CHECK
 from gpumon.backends.transport.base import Transport, TransportError
 from gpumon.backends.transport.prestart import AGENT_FLAGS, installed_argv
 
+from .agent_messages import (
+    Handler,
+    agent_options,
+    command,
+    connected,
+    dispatch,
+    handlers,
+    host_load,
+    python_usable,
+    server_info,
+)
 from .base import AGENT, Capabilities, Sink
 from .connection import TransportSource
 from .direct import DirectSmiSource
@@ -50,15 +46,15 @@ __all__ = [
     "AgentSource",
     "Handler",
     "agent_argv",
+    "command",
     "dispatch",
     "handlers",
+    "host_load",
+    "python_usable",
+    "server_info",
 ]
 
-log = logging.getLogger(__name__)
-
 HELLO_TIMEOUT_S = 20.0
-M = TypeVar("M", bound=protocol.Message)
-Handler = Callable[[dict[str, Any]], bool]  # a decoded line -> "it held GPU data"
 
 
 def agent_argv(
@@ -72,125 +68,6 @@ def agent_argv(
         line = json.dumps([options.to_json()]) + "\n"
         return installed_argv(python, "agent", AGENT_FLAGS), line.encode()
     return program_argv(python, "agent", args=[options.to_json()], flags=AGENT_FLAGS)
-
-
-def _route(message: type[M], handle: Callable[[M], bool]) -> tuple[str, Handler]:
-    return message.TYPE, lambda raw: handle(message.from_wire(raw))
-
-
-def _quiet(ingest: Callable[[M], object]) -> Callable[[M], bool]:
-    """A handler for a message that carries no GPU data."""
-
-    def handle(message: M) -> bool:
-        ingest(message)
-        return False
-
-    return handle
-
-
-def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str, Handler]:
-    """The dispatch table: wire type -> what the monitor does with it."""
-    p = protocol
-
-    def smi_error(m: protocol.SmiError) -> None:
-        failure = classify_smi_failure(m.output, m.exit)
-        if failure is None:
-            sink.ingest_error(f"nvidia-smi failed (exit {m.exit})")
-        else:
-            sink.ingest_smi_failure(failure)
-
-    def thread_died(m: protocol.ThreadDied) -> None:
-        where = f" at {m.where}" if m.where else ""
-        text = f"agent: its {m.thread} thread died ({m.error}{where}); it is started again"
-        sink.ingest_error(text)
-        key = f"agent_thread:{m.thread}:{m.error}"
-        at = m.t if m.t > 0 else time.time()
-        sink.ingest_alert("agent_error", Health.CRITICAL, text, gpu=None, job=None, key=key, at=at)
-
-    return dict(
-        [
-            _route(p.Hello, on_hello),
-            _route(p.Gpus, lambda m: sink.ingest_gpu_rows(m.rows, m.fields or QUERY_FIELDS)),
-            _route(
-                p.Procs,
-                _quiet(
-                    lambda m: sink.ingest_process_rows(
-                        m.rows, m.memory, m.usage, m.usage_source, m.details
-                    )
-                ),
-            ),
-            _route(
-                p.ProcRecords,
-                _quiet(lambda m: sink.ingest_proc_records(m.source, m.records, sink.clock())),
-            ),
-            _route(p.Minors, _quiet(lambda m: sink.ingest_minors(m.minors))),
-            _route(p.Mig, _quiet(lambda m: sink.ingest_mig(m.instances, m.error))),
-            _route(p.SmiError, _quiet(smi_error)),
-            _route(
-                p.Log,
-                _quiet(
-                    lambda m: sink.ingest_log(
-                        m.tag,
-                        m.path,
-                        m.lines,
-                        backlog=m.backlog,
-                        dropped=m.dropped,
-                        skipped_bytes=m.skipped_bytes,
-                        written=m.written,
-                        read_at=m.t if m.t > 0 else None,
-                    )
-                ),
-            ),
-            _route(
-                p.LogProblem, _quiet(lambda m: sink.ingest_log_problem(m.tag, m.path, m.problem))
-            ),
-            _route(
-                p.Http,
-                _quiet(lambda m: sink.ingest_http(m.tag, m.status, m.body, m.error, at=m.t)),
-            ),
-            _route(p.Kernel, _quiet(lambda m: sink.ingest_kernel_lines(m.lines))),
-            _route(p.MemoryEvents, _quiet(lambda m: sink.ingest_memory_events(m.text))),
-            _route(p.Note, _quiet(lambda m: sink.ingest_note(m.text))),
-            _route(p.ThreadDied, _quiet(thread_died)),
-            _route(p.HostStats, _quiet(lambda m: sink.ingest_host_load(host_load(m)))),
-            _route(p.FirstRound, _quiet(lambda m: sink.ingest_first_round(m.part, m.ports))),
-            _route(
-                p.ServerInfo,
-                _quiet(lambda m: sink.ingest_server_info(*server_info(m), command=command(m))),
-            ),
-        ]
-    )
-
-
-def command(m: protocol.ServerInfo) -> str | None:
-    """The server's command line as a shell line, its secrets masked (``--api-key ****``,
-    the rules of ``masking``, which the bundle's scrubbing shares) before anything keeps
-    it; None: not sent."""
-    return masked_shell_line(m.argv) if m.argv else None
-
-
-def server_info(
-    m: protocol.ServerInfo,
-) -> tuple[str, int, dict[str, int], list[int], int | None]:
-    sizes = {"tp": m.tp, "pp": m.pp, "dp": m.dp}
-    pid = m.pid if m.pid > 0 else None
-    return m.engine, m.port, {k: v for k, v in sizes.items() if v is not None}, m.minors, pid
-
-
-def dispatch(sink: Sink, table: dict[str, Handler], line: bytes) -> bool:
-    """One line of the agent's output through ``table``; True when it held GPU data.
-    A line that is not a JSON object is counted as skipped; an unknown type is ignored
-    (a newer agent's message)."""
-    try:
-        raw: Any = untrusted.loads(line)
-    except ValueError:
-        sink.count_skipped(1)
-        return False
-    if not isinstance(raw, dict):
-        sink.count_skipped(1)
-        return False
-    handle = table.get(str(raw.get("type")))
-    return handle(raw) if handle is not None else False
 
 
 class AgentSource(TransportSource):
@@ -289,20 +166,9 @@ class AgentSource(TransportSource):
         ``first_try`` (no probe has vouched for ``python``): None when the stream ended
         or the wait for it ran out before the agent's first line, or its Hello names a
         Python older than 3.8."""
-        workloads = sink.workloads
-        options = protocol.AgentOptions(
-            fields=list(AGENT_FIELDS),
-            process_fields=list(PROCESS_FIELDS),
-            nvidia_smi=sink.host.nvidia_smi,
-            interval=sink.interval,
-            logs=list(workloads.log_specs()),
-            kernel=sink.host.kernel_log,
-            kmsg=self.transport.kernel_log_path,
-            device_files=self.transport.device_files,
-            http=list(workloads.http_targets()),
-            sglang_discover=workloads.discover(),
-            vllm_discover=workloads.discover_vllm(),
-            vllm_filter=VLLM_METRICS_LINE_FILTER,
+        transport = self.transport
+        options = agent_options(
+            sink, kmsg=transport.kernel_log_path, device_files=transport.device_files
         )
         argv, data = agent_argv(python, options, installed=python == self.transport.own_python)
         stream = await self.open_stream(argv)
@@ -344,38 +210,10 @@ class AgentSource(TransportSource):
         problem = protocol.version_problem(hello)
         if problem is not None:  # retrying the same agent cannot help
             raise TransportError(f"{sink.name}: {problem}", permanent=True)
-        source = SampleSource(hello.source) if hello.source in set(SampleSource) else None
-        sink.ingest_status(ConnState.CONNECTED, source=source, error=None)
+        connected(sink, hello)
         self._start_host_feed(sink)
-        if hello.note:
-            log.info("%s: %s", sink.name, hello.note)
         return False
 
 
 class _TooOld(Exception):
     """The agent's Hello names a Python that the probe would have refused."""
-
-
-def python_usable(version: str) -> bool:
-    """Whether a Hello's ``python`` (``3.11.7``) is one the agent supports: 3.8 or
-    later, what the probe asks (``sys.version_info >= (3, 8)``)."""
-    try:
-        parts = tuple(int(p) for p in version.split(".")[:2])
-    except ValueError:
-        return False
-    return len(parts) == 2 and parts >= (3, 8)
-
-
-def host_load(m: protocol.HostStats) -> HostLoad:
-    """The agent's ``HostStats`` as the monitor's record."""
-    load = m.load
-    return HostLoad(
-        time=m.t,
-        cpu_pct=m.cpu_pct,
-        cpus=m.cpus,
-        mem_total_kib=m.mem_total_kib,
-        mem_available_kib=m.mem_available_kib,
-        swap_total_kib=m.swap_total_kib,
-        swap_free_kib=m.swap_free_kib,
-        load=(load[0], load[1], load[2]) if load is not None and len(load) == 3 else None,
-    )

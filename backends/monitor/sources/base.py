@@ -7,15 +7,17 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpumon.backends.alerts.facts import NO_FACTS, AlertFacts
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import ConnState, GpuProcess, Health, HostLoad, HostSample, HostStatus
 from gpumon.backends.model import Source as SampleSource
 from gpumon.backends.parsers.nvidia_smi import SmiFailure
-from gpumon.backends.transport.base import Transport
 from gpumon.backends.workloads.watch import Workloads
+
+if TYPE_CHECKING:  # asyncio's: not imported where no source runs (``monitor.oneshot``)
+    from gpumon.backends.transport.base import Transport
 
 __all__ = ["AGENT", "DIRECT_SMI", "REPLAY", "Capabilities", "Sink", "Source"]
 
