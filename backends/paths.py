@@ -24,6 +24,7 @@ __all__ = [
     "audit_log",
     "config_dir",
     "default_config_file",
+    "host_file_name",
     "open_state_db",
     "outbox_file",
     "recordings_dir",
@@ -101,6 +102,14 @@ def open_state_db(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     return db
+
+
+def host_file_name(host: str) -> str:
+    """A host's name as a file name in the state directory (``user@host:port`` keeps its
+    ``@`` and ``:``; anything a path could read otherwise is ``_``)."""
+    import re  # here: the one-shots compile no pattern at import
+
+    return re.sub(r"[^\w.@:-]", "_", host) or "_"
 
 
 def watch_lock(env: Mapping[str, str] | None = None) -> Path:

@@ -243,9 +243,12 @@ class Runtime:
         if session is not None and all(w.monitor is not monitor for w in session.watches):
             session.watch(monitor)
         if self.usage is not None and monitor not in self._accounts:
-            from gpumon.backends.usage.recorder import UsageRecorder
+            from gpumon.backends.usage.recorder import HostLease, UsageRecorder
 
-            recorder = UsageRecorder(monitor, self.usage, self._usage_standby)
+            lease = None
+            if self._usage_standby is not None:  # a dashboard: one of them counts a host
+                lease = HostLease(self.usage.path.parent, monitor.name)
+            recorder = UsageRecorder(monitor, self.usage, self._usage_standby, lease)
             self._accounts[monitor] = recorder
             monitor.add_listener(recorder)
             price = self._usage_settings

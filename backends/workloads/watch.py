@@ -16,7 +16,6 @@ tracker driven by hand) the callers' time is the only clock.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from gpumon.backends.parsers.flight_recorder import FrReport
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.parsers.sglang import parse_sglang_log_line
-from gpumon.backends.paths import state_dir
+from gpumon.backends.paths import host_file_name, state_dir
 from gpumon.backends.workloads.changes import SeenReader, SwapReader
 from gpumon.backends.workloads.engine import (
     ENGINES,
@@ -130,7 +129,7 @@ class Workloads:
         self.host = host
         self.clock = clock
         self.ticks = ticks
-        path = baselines or state_dir() / "baselines" / f"{_file_name(host.name)}.json"
+        path = baselines or state_dir() / "baselines" / f"{host_file_name(host.name)}.json"
         self.baselines = RunBaselines(path, learn=learn)
         self.swaps = SwapReader(audit)
         self.torch_seen = SeenReader(torch_seen)
@@ -837,11 +836,6 @@ def _stats_quote(line: str, limit: int = 120) -> str:
 def _mean(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known else None
-
-
-def _file_name(host: str) -> str:
-    """A host name as a file name (an ``user@host:port`` name has no slash, but be sure)."""
-    return re.sub(r"[^\w.@:-]", "_", host) or "_"
 
 
 def _gpu_evidence(

@@ -270,6 +270,49 @@ def test_the_recorder_hands_over_a_batch_a_minute_and_the_rest_at_close() -> Non
     assert len(writes.batches) == 3
 
 
+def test_two_dashboards_on_one_host_count_it_once_and_the_second_takes_over(
+    tmp_path: Path,
+) -> None:
+    """Two dashboards watching ct200 without a watch each wrote its GPU time: `gpumon
+    usage` said twice the hours. The host's lease (a flock beside the database) lets
+    one count; the other takes over at its next batch once the first has gone; another
+    host's lease is its own."""
+    from gpumon.backends.config import HostConfig
+    from gpumon.backends.monitor import HostMonitor
+    from gpumon.backends.usage.recorder import HostLease, UsageRecorder
+
+    from quiet_source import Quiet
+
+    async def never(seconds: float) -> None:
+        raise AssertionError("nothing waits here")
+
+    def dashboard(name: str) -> tuple[HostMonitor, Writes, UsageRecorder]:
+        host = HostConfig(name=name, kind="local", kernel_log=False)
+        monitor = HostMonitor(host, Quiet(), sleep=never, record=False)
+        writes = Writes()
+        lease = HostLease(tmp_path, name)
+        recorder = UsageRecorder(monitor, writes, lambda: False, lease)  # type: ignore[arg-type]
+        monitor.add_listener(recorder)
+        return monitor, writes, recorder
+
+    first, second, other = dashboard("ct200"), dashboard("ct200"), dashboard("ct201")
+    procs = (proc(10, 0, 4000),)
+
+    def feed(seconds: range, *dashboards: tuple[HostMonitor, Writes, UsageRecorder]) -> None:
+        for t in seconds:
+            for monitor, _, _ in dashboards:
+                monitor.ingest_sample(sample(T0 + t, (gpu(0, 4000, 50.0),), procs))
+
+    feed(range(0, 130), first, second, other)
+    assert len(first[1].batches) == 2 and second[1].batches == []  # one of them counts
+    assert len(other[1].batches) == 2  # another host: its own lease
+    first[2].close()  # the first dashboard quits: its lease goes with it
+    feed(range(130, 250), second, other)
+    assert len(second[1].batches) == 2, second[1].batches
+    second[2].close()
+    other[2].close()
+
+
 async def test_the_exporter_counts_energy_and_each_owners_gpu_seconds_since_the_start(
     tmp_path: Path,
 ) -> None:
