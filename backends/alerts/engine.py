@@ -238,6 +238,10 @@ class AlertEngine(AlertStore):
         # had to look at (``time_to_full_unjudged``)
         self._came: deque[float] = deque()
         self._early_kernel: list[str] = []  # kernel lines before the first sample
+        # Xid alerts raised before the first process list, which say what runs on their
+        # GPU once it comes (alert key -> the Xid, its GPU, whether it came alone)
+        self._whose_pending: dict[str, tuple[XidEvent, int, bool]] = {}
+        self._processes_seen = False
         self._logs: dict[str, _LogSource] = {}
         self._kernel_seen: set[str] = set()
         self._kernel_order: deque[str] = deque()
@@ -374,7 +378,22 @@ class AlertEngine(AlertStore):
         self._refs = sample.gpu_refs
         for gpu in sample.gpus:
             self._foreign(sample.time, gpu, sample, raised)
+        self._processes_seen = True
+        self._say_whose(sample)
         return self._announce(raised)
+
+    def _say_whose(self, sample: HostSample) -> None:
+        """The Xid alerts raised before the first process list (on a busy machine the
+        kernel's round can come first) say what runs on their GPU now that it is known:
+        "Xid 63 on GPU 3 (running sglang::scheduler_TP0): ...", as one raised after it."""
+        pending, self._whose_pending = self._whose_pending, {}
+        for key, (xid, gpu, alone) in pending.items():
+            alert = self._history.get(key)
+            whose = self._xid_whose(xid, gpu, sample)
+            if alert is None or whose is None or alert.facts.xid is None:
+                continue
+            facts = replace(alert.facts, xid=replace(alert.facts.xid, whose=whose))
+            self._store(replace(alert, message=xid.describe(gpu, whose, alone=alone), facts=facts))
 
     def on_mig(self, sample: HostSample, *, came: float | None = None) -> list[Alert]:
         """The GPU instances came between samples (read with the process list; ``sample``
@@ -1308,6 +1327,8 @@ class AlertEngine(AlertStore):
             )
             if alert is not None:
                 self._keep_source(alert.key, [line])
+                if whose is None and gpu is not None and not self._processes_seen:
+                    self._whose_pending[alert.key] = (xid, gpu, alone)
             if alert is not None and not backlog:
                 self.xid_counts[(gpu, xid.xid, level, action)] += 1
             return alert
@@ -1330,12 +1351,15 @@ class AlertEngine(AlertStore):
             self._keep_source(alert.key, [line])
         return alert
 
-    def _xid_whose(self, xid: XidEvent, gpu: int | None) -> str | None:
+    def _xid_whose(
+        self, xid: XidEvent, gpu: int | None, latest: HostSample | None = None
+    ) -> str | None:
         """What the Xid's GPU is to this host: what runs on a watched GPU without a job
         (the job is said by the alert's job: "running sglang::scheduler_TP0"); for a bus
         none of the watched GPUs has, that it is not ours, and whose it is when the Proxmox
-        host's process list has a process on it ("not a GPU of this host: CT 201's")."""
-        latest = self._latest
+        host's process list has a process on it ("not a GPU of this host: CT 201's");
+        ``latest``: the sample to read (the newest one by default)."""
+        latest = latest or self._latest
         if latest is None or not latest.gpus:
             return None  # nothing known yet to tell ours from others'
         if gpu is not None:

@@ -38,7 +38,10 @@ async def test_an_xid_79_in_the_kernel_log_says_to_reboot_the_node(
     monitor.transport.kernel_log_path = str(kmsg)
     monitor.start()
     try:
+        # the first sample and the process list: an Xid says what runs on its GPU from
+        # it ("running sglang::..."; ci14: on a busy machine the Xid came before it)
         await until(lambda: monitor.latest is not None, 30, "the first sample")
+        await until(lambda: monitor.processes_time is not None, 30, "the process list")
         with kmsg.open("a") as f:  # as the driver writes it (docs/formats.md, section 4)
             f.write(f"[ 8812.552301] NVRM: Xid (PCI:0000:ba:00): {FELL}\n")
             f.write(f"[ 8812.552377] NVRM: Xid (PCI:0000:78:00): {FELL}\n")

@@ -227,7 +227,8 @@ async def test_snapshot_json_contract_and_check_verdicts(tmp_path: Path) -> None
     now = time.time()
     data = snapshot_json(monitor, now)
     keys = ["host", "time", "source", "stale_s", "error", "gpus", "alerts", "sglang", "vllm"]
-    assert list(data) == [*keys, "jobs", "logs", "incomplete", "incidents", "unreadable_gpus"]
+    last = ["jobs", "logs", "incomplete", "incidents", "unreadable_gpus", "notes"]
+    assert list(data) == [*keys, *last]
     for flow in data["logs"]:  # the demo job's log, followed by the agent
         assert list(flow) == ["path", "tag", "lines", "lines_dropped", "bytes_skipped"]
         assert flow["lines_dropped"] == 0 and flow["bytes_skipped"] == 0

@@ -463,3 +463,32 @@ def test_k_names_the_holder_the_foreign_process_alert_names(
     assert held is not None
     assert holder_fix(held) == Fix("K", words)
     assert holder_fix(None) == Fix("K", "stop the holder")
+
+
+def test_an_xid_before_the_first_process_list_says_what_runs_once_it_comes() -> None:
+    """ci14, on a busy machine: the kernel's round came before the first process list, and
+    the Xid said no "running ..." for good. It says it once the list comes; an Xid after a
+    list that had nothing on its GPU stays as it is."""
+    settings = SimSettings()
+    engine = AlertEngine("ct200", AlertRules(), clock=Clock())
+    full = sim_sample(sim_printers(settings), settings, 10.0)
+    engine.on_sample(dataclasses.replace(full, processes=()))
+    engine.on_kernel_lines(["NVRM: Xid (PCI:0000:18:00): 94, pid=1, name=x, Contained: ..."])
+    (xid,) = [a for a in engine.history() if a.kind == "xid"]
+    assert xid.message.startswith("Xid 94 on GPU 0:") and xid.facts.xid is not None
+    assert xid.facts.xid.whose is None
+    engine.on_processes(full)
+    (xid,) = [a for a in engine.history() if a.kind == "xid"]
+    assert xid.message.startswith("Xid 94 on GPU 0 (running "), xid.message
+    assert xid.facts.xid is not None and xid.facts.xid.whose == xid.message[17:].split(")")[0]
+    (incident,) = [i for i in incidents(engine.history()) if i.cause.key == xid.key]
+    assert incident.headline.startswith("Xid 94 on GPU 0 (running ")
+    # the list known, GPU 1 empty in it: an Xid there names nothing, then or later
+    empty = dataclasses.replace(
+        full, processes=tuple(p for p in full.processes if p.gpu_uuid != full.gpus[1].uuid)
+    )
+    engine.on_processes(empty)
+    engine.on_kernel_lines(["NVRM: Xid (PCI:0000:2a:00): 94, pid=1, name=x, Contained: ..."])
+    engine.on_processes(full)
+    later = [a for a in engine.history() if a.kind == "xid" and a.gpu == 1]
+    assert [a.message.startswith("Xid 94 on GPU 1:") for a in later] == [True], later
