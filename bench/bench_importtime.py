@@ -53,6 +53,19 @@ FORBIDDEN = (
     "prometheus_client",
     "asyncssh",
 )
+# What ``snapshot local`` does not use and so must not import either: asyncio (its round
+# runs without an event loop); what only jobs, servers or a decoded alert fact need (the
+# flight recorder's parser with pickle, a job's trackers, verdicts and baselines).
+SNAPSHOT_UNUSED = (
+    "asyncio",
+    "pickle",
+    "gpumon.backends.parsers.flight_recorder",
+    "gpumon.backends.parsers.collective",
+    "gpumon.backends.parsers.progress",
+    "gpumon.backends.workloads.trackers",
+    "gpumon.backends.workloads.slow",
+    "gpumon.backends.workloads.stall",
+)
 
 # The dashboard's wrapper: Textual writes its screen to sys.__stderr__ (LinuxDriver), so
 # it gets the pane (stdout), and fd 2 stays the importtime report's file.
@@ -74,7 +87,7 @@ COMMANDS = {
     c.label: c
     for c in (
         # the agent's round in gpumon's own process, no event loop (``monitor.oneshot``)
-        Command("snapshot-local", ["snapshot", "local"], (*FORBIDDEN, "asyncio")),
+        Command("snapshot-local", ["snapshot", "local"], (*FORBIDDEN, *SNAPSHOT_UNUSED)),
         Command("check-local", ["check", "local"], FORBIDDEN),
         Command(
             "snapshot-demo",

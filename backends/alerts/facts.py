@@ -25,12 +25,13 @@ from types import UnionType
 from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_origin, get_type_hints
 
 from gpumon.backends.model import GpuRef
-from gpumon.backends.parsers.flight_recorder import Collective, FrReport, RankRow
 from gpumon.backends.parsers.processes import holder_words
 from gpumon.backends.parsers.units import duration_words
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+    from gpumon.backends.parsers.flight_recorder import Collective, FrReport
 
 __all__ = [
     "SWAP_WINDOW_S",
@@ -245,11 +246,17 @@ class AlertFacts:
 
     def to_json(self) -> dict[str, Any]:
         """The facts that are known, by name (``docs/json.md``); {} for none."""
-        return {
-            f.name: _report_json(value) if isinstance(value, FrReport) else _encoded(value)
+        out = {
+            f.name: _encoded(value)
             for f in fields(self)
-            if (value := getattr(self, f.name)) is not None and value is not False and value != ()
+            if f.name != "collective"
+            and (value := getattr(self, f.name)) is not None
+            and value is not False
+            and value != ()
         }
+        if self.collective is not None:  # nested parts: its own encoding, the last field
+            out["collective"] = _report_json(self.collective)
+        return out
 
     @staticmethod
     def from_json(data: object) -> AlertFacts:
@@ -323,8 +330,8 @@ def _decoded(cls: type[_T], data: object) -> _T | None:
         if get_origin(kind) is UnionType:  # X | None
             optional = type(None) in get_args(kind)
             kind = next(k for k in get_args(kind) if k is not type(None))
-        if kind in _NESTED:  # a fact of nested parts reads itself
-            value = _NESTED[kind](data.get(f.name))
+        if _nested_type(kind):  # a fact of nested parts reads itself
+            value = _report(data.get(f.name))
         elif isinstance(kind, type) and is_dataclass(kind):
             value = _decoded(kind, data if issubclass(kind, _INLINE) else data.get(f.name))
         else:
@@ -343,7 +350,11 @@ _TYPES: dict[type, dict[str, Any]] = {}
 def _field_types(cls: type) -> dict[str, Any]:
     """The fields' types (the annotations are strings here: ``from __future__``)."""
     if cls not in _TYPES:
-        _TYPES[cls] = get_type_hints(cls)
+        # the flight recorder's parser (and pickle) only once a fact is decoded: not on
+        # the import path of every alert (``snapshot local`` decodes none)
+        from gpumon.backends.parsers.flight_recorder import FrReport
+
+        _TYPES[cls] = get_type_hints(cls, localns={"FrReport": FrReport})
     return _TYPES[cls]
 
 
@@ -426,6 +437,8 @@ def _report_json(r: FrReport) -> dict[str, Any]:
 
 
 def _collective(data: object) -> Collective | None:
+    from gpumon.backends.parsers.flight_recorder import Collective  # see _field_types
+
     if not isinstance(data, Mapping):
         return None
     seq, op, pg = _int(data.get("seq")), _text(data.get("op")), _text(data.get("pg"))
@@ -448,6 +461,8 @@ def _collective(data: object) -> Collective | None:
 
 
 def _report(data: object) -> FrReport | None:
+    from gpumon.backends.parsers.flight_recorder import FrReport, RankRow  # see _field_types
+
     if not isinstance(data, Mapping):
         return None
     rows = []
@@ -476,5 +491,9 @@ def _report(data: object) -> FrReport | None:
     )
 
 
-# The facts whose parts nest (read by their own function, not field by field).
-_NESTED: dict[Any, Callable[[object], Any]] = {FrReport: _report}
+def _nested_type(kind: object) -> bool:
+    """Whether a field of type ``kind`` nests parts (a flight-recorder report: read by
+    ``_report``, not field by field); ``_field_types`` has imported its type."""
+    from gpumon.backends.parsers.flight_recorder import FrReport
+
+    return kind is FrReport

@@ -319,6 +319,14 @@ class JobTracker:
         self.rate_history.append((t, value))
 
     # ------------------------------------------------------------------ caller verdicts
+    @property
+    def running(self) -> bool:
+        return self.state is JobState.RUNNING
+
+    @property
+    def crashed(self) -> bool:
+        return self.state is JobState.CRASHED
+
     def mark_crashed(
         self,
         reason: str,

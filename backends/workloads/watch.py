@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from gpumon.backends.alerts.engine import AlertEngine
 from gpumon.backends.alerts.facts import MIB, NO_FACTS, AlertFacts
@@ -31,7 +31,6 @@ from gpumon.backends.alerts.store import Alert
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import GpuRef, GpuRegistry, GpuSample, Health, HostSample
-from gpumon.backends.parsers.flight_recorder import FrReport
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.processes import foreign
 from gpumon.backends.parsers.sglang import parse_sglang_log_line
@@ -53,18 +52,17 @@ from gpumon.backends.workloads.sglang import (
     SPEC_ACCEPT_MIN,
     SPEC_LOW_FOR_S,
     Hung,
+    SglangTracker,
 )
-from gpumon.backends.workloads.slow import (
-    CLOCKS_ADVICE,
-    RunBaselines,
-    SlowWatch,
-    clocks_held,
-    judge_slow,
-)
-from gpumon.backends.workloads.stall import stall_verdict
-from gpumon.backends.workloads.trackers import JobState, JobTracker, SglangTracker
 from gpumon.backends.workloads.vllm import HUNG_AFTER_S as VLLM_HUNG_AFTER_S
 from gpumon.backends.workloads.vllm import KV_PRESSURE_MIN, VllmTracker
+
+if TYPE_CHECKING:
+    # a job's trackers and verdicts (progress and collective parsers, the baselines'
+    # JSON) only where a host has jobs: imported where the first is made
+    from gpumon.backends.parsers.flight_recorder import FrReport
+    from gpumon.backends.workloads.slow import RunBaselines, SlowWatch
+    from gpumon.backends.workloads.trackers import JobTracker
 
 # What a job's log says it died of: a crash its log says (not ``oom_death``, the GPU's
 # memory collapsing, which the automatic restart acts on: a job's state is judged when
@@ -129,8 +127,11 @@ class Workloads:
         self.host = host
         self.clock = clock
         self.ticks = ticks
-        path = baselines or state_dir() / "baselines" / f"{host_file_name(host.name)}.json"
-        self.baselines = RunBaselines(path, learn=learn)
+        self._baselines_at = (
+            baselines or state_dir() / "baselines" / f"{host_file_name(host.name)}.json"
+        )
+        self._learn = learn
+        self._baselines: RunBaselines | None = None
         self.swaps = SwapReader(audit)
         self.torch_seen = SeenReader(torch_seen)
         self.slow: dict[str, SlowWatch] = {}
@@ -150,15 +151,26 @@ class Workloads:
         # What each job's flight-recorder dumps said of its stall (the evidence step):
         # the verdict names the rank from them until the stall ends.
         self.collectives: dict[str, FrReport] = {}
-        self.jobs: dict[str, JobTracker] = {
-            j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs
-        }
+        self.jobs: dict[str, JobTracker] = {}
+        if host.jobs:  # the trackers' modules only for a host with jobs (TYPE_CHECKING)
+            from gpumon.backends.workloads.trackers import JobTracker
+
+            self.jobs = {j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs}
         # what each job was seen to need of its GPUs' memory (its restart's free-GPU check)
         self.memory: dict[str, JobMemory] = {j.name: JobMemory() for j in host.jobs}
         self.server_commands: dict[int, str] = {}  # port -> how the SGLang server started
         self.first_rounds: set[str] = set()  # the agent's parts that answered once
         # job -> since when processes hold its GPUs (``now()``)
         self.held_since: dict[str, float] = {}
+
+    @property
+    def baselines(self) -> RunBaselines:
+        """The jobs' good runs (``slow.py``), read when a job is first judged slow."""
+        if self._baselines is None:
+            from gpumon.backends.workloads.slow import RunBaselines  # see TYPE_CHECKING
+
+            self._baselines = RunBaselines(self._baselines_at, learn=self._learn)
+        return self._baselines
 
     # --- clocks ------------------------------------------------------------------------
     def now(self) -> float:
@@ -314,7 +326,7 @@ class Workloads:
         for alert in alerts.active():
             kind = failure_kind(alert)
             job = self.jobs.get(alert.job or "")
-            if kind not in CRASH_KINDS or job is None or job.state is JobState.CRASHED:
+            if kind not in CRASH_KINDS or job is None or job.crashed:
                 continue
             reason = "OOM" if kind in _OOM_KINDS else "crash"
             gpu = None
@@ -380,8 +392,12 @@ class Workloads:
         ended in a failure when gpumon came is down while no process holds its GPUs
         (``AlertEngine.judge_job_down``), judged once the process list is known
         (``processes_known``: an empty list before it came says nothing)."""
-        if sample is None:
+        if sample is None or not self.jobs:
             return
+        # imported here: a host without jobs never needs them (TYPE_CHECKING)
+        from gpumon.backends.workloads.slow import CLOCKS_ADVICE, SlowWatch, clocks_held, judge_slow
+        from gpumon.backends.workloads.stall import stall_verdict
+
         judged = self._judged(now)
         by_index = {g.index: g for g in sample.gpus}
         ended = set(alerts.jobs_ended_in_failure()) if processes_known else set()
@@ -677,7 +693,7 @@ class Workloads:
             for s in [*self.sglang.values(), *self.vllm.values()]
         )
         jobs = any(
-            j.state is JobState.RUNNING
+            j.running
             and j.last_update is not None
             and (j.tokens_per_s is None or (j.eta_s is None and j.total_steps is not None))
             for j in self.jobs.values()

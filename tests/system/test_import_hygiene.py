@@ -94,7 +94,23 @@ def test_a_one_shot_builds_only_the_parts_it_runs(
 # ... nor what only other commands use (issue 41's second round): the fleet's config, and
 # statistics with fractions and decimal (the medians of a running dashboard and watch);
 # difflib, whose suggestions only a misspelt command, config key or rule key asks for.
-ONE_SHOT_UNUSED = ("gpumon.backends.config.fleet", "statistics", "fractions", "decimal", "difflib")
+# ... nor what only a host with jobs, servers or a decoded fact uses (issue 41's third
+# round): the flight recorder's parser (and pickle), a job's trackers, verdicts and
+# baselines (the progress presets, the collective scanner).
+ONE_SHOT_UNUSED = (
+    "gpumon.backends.config.fleet",
+    "statistics",
+    "fractions",
+    "decimal",
+    "difflib",
+    "pickle",
+    "gpumon.backends.parsers.flight_recorder",
+    "gpumon.backends.parsers.collective",
+    "gpumon.backends.parsers.progress",
+    "gpumon.backends.workloads.trackers",
+    "gpumon.backends.workloads.slow",
+    "gpumon.backends.workloads.stall",
+)
 ONE_SHOT_FORBIDDEN = (*UI, *SSH, *UNASKED, *ONE_SHOT_UNUSED, "gpumon.backends.sim")
 FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml"
 
