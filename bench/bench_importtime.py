@@ -55,7 +55,8 @@ FORBIDDEN = (
 )
 # What ``snapshot local`` does not use and so must not import either: asyncio (its round
 # runs without an event loop); what only jobs, servers or a decoded alert fact need (the
-# flight recorder's parser with pickle, a job's trackers, verdicts and baselines).
+# flight recorder's parser with pickle, a job's trackers, verdicts and baselines, the SGLang
+# and vLLM servers' trackers and parsers).
 SNAPSHOT_UNUSED = (
     "asyncio",
     "pickle",
@@ -65,6 +66,11 @@ SNAPSHOT_UNUSED = (
     "gpumon.backends.workloads.trackers",
     "gpumon.backends.workloads.slow",
     "gpumon.backends.workloads.stall",
+    "gpumon.backends.workloads.sglang",
+    "gpumon.backends.workloads.vllm",
+    "gpumon.backends.parsers.sglang",
+    "gpumon.backends.parsers.sglang_log",
+    "gpumon.backends.parsers.vllm",
 )
 
 # The dashboard's wrapper: Textual writes its screen to sys.__stderr__ (LinuxDriver), so

@@ -330,6 +330,7 @@ def _decoded(cls: type[_T], data: object) -> _T | None:
         if get_origin(kind) is UnionType:  # X | None
             optional = type(None) in get_args(kind)
             kind = next(k for k in get_args(kind) if k is not type(None))
+        value: Any
         if _nested_type(kind):  # a fact of nested parts reads itself
             value = _report(data.get(f.name))
         elif isinstance(kind, type) and is_dataclass(kind):

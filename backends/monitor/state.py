@@ -60,7 +60,6 @@ from gpumon.backends.parsers.processes import (
 )
 from gpumon.backends.recording.recorder import FlightRecorder
 from gpumon.backends.workloads.engine import VLLM
-from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S
 from gpumon.backends.workloads.watch import LogSource, Workloads
 
 from .sources.base import Source
@@ -831,10 +830,13 @@ class HostMonitor:
         """``sglang_hung``, ``spec_accept_low`` and an unreadable page's ``sglang_error``
         for every server; the agent asks a hung one's ``/health_generate`` (once per
         ``hung_after_s``)."""
-        for url, tag in self.workloads.judge_hung(self.alerts, now, self.latest):
-            self.source.probe(url, tag, HEALTH_PROBE_TIMEOUT_S)
-        for url, tag in self.workloads.judge_vllm(self.alerts, now, self.latest):
-            self.source.probe(url, tag, HEALTH_PROBE_TIMEOUT_S)
+        probes = self.workloads.judge_hung(self.alerts, now, self.latest)
+        probes += self.workloads.judge_vllm(self.alerts, now, self.latest)
+        if probes:  # a server's tracker is imported with its first server (``Workloads``)
+            from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S
+
+            for url, tag in probes:
+                self.source.probe(url, tag, HEALTH_PROBE_TIMEOUT_S)
         self.workloads.judge_spec(self.alerts, now)
         self.workloads.judge_pages(self.alerts, now, self.latest)
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.parsers.sglang import Histogram, SglangParseError, SglangScrape
+from gpumon.backends.parsers.vllm_filter import VLLM_METRICS_LINE_FILTER
 
 __all__ = [
     "VLLM_METRICS_LINE_FILTER",
@@ -49,32 +50,6 @@ __all__ = [
     "parse_vllm_metrics",
 ]
 
-_FAMILIES = (
-    "num_requests_running",
-    "num_requests_waiting",
-    "kv_cache_usage_perc",
-    "gpu_cache_usage_perc",
-    "generation_tokens_total",
-    "prompt_tokens_total",
-    "num_preemptions_total",
-    "prefix_cache_hits_total",
-    "prefix_cache_queries_total",
-    "gpu_prefix_cache_hits_total",
-    "gpu_prefix_cache_queries_total",
-    "request_success_total",
-    "spec_decode_num_accepted_tokens_total",
-    "spec_decode_num_draft_tokens_total",
-    "spec_decode_num_drafts_total",
-    "spec_decode_draft_acceptance_rate",
-)
-_LATENCY = (
-    "time_to_first_token_seconds",
-    "inter_token_latency_seconds",
-    "time_per_output_token_seconds",
-)
-VLLM_METRICS_LINE_FILTER = (
-    rf"vllm[:_](?:{'|'.join(_FAMILIES)}|(?:{'|'.join(_LATENCY)})_(?:bucket|sum|count))[{{ ]"
-)
 _FILTER = lazy_pattern(VLLM_METRICS_LINE_FILTER)
 
 

@@ -33,7 +33,6 @@ from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.model import GpuRef, GpuRegistry, GpuSample, Health, HostSample
 from gpumon.backends.parsers.oom import KEEP_PATTERN
 from gpumon.backends.parsers.processes import foreign
-from gpumon.backends.parsers.sglang import parse_sglang_log_line
 from gpumon.backends.paths import host_file_name, state_dir
 from gpumon.backends.workloads.changes import SeenReader, SwapReader
 from gpumon.backends.workloads.engine import (
@@ -46,23 +45,17 @@ from gpumon.backends.workloads.engine import (
     SERVER_INFO_PATHS as SERVER_INFO_PATHS,  # SGLang's info pages, read from here too
 )
 from gpumon.backends.workloads.memory import JobMemory
-from gpumon.backends.workloads.sglang import (
-    HEALTH_PROBE_TIMEOUT_S,
-    HUNG_AFTER_S,
-    SPEC_ACCEPT_MIN,
-    SPEC_LOW_FOR_S,
-    Hung,
-    SglangTracker,
-)
-from gpumon.backends.workloads.vllm import HUNG_AFTER_S as VLLM_HUNG_AFTER_S
-from gpumon.backends.workloads.vllm import KV_PRESSURE_MIN, VllmTracker
 
 if TYPE_CHECKING:
+    # the servers' trackers and their parsers only where a host has servers, imported
+    # where the first is tracked (``ServingEngine.parts``) or judged
     # a job's trackers and verdicts (progress and collective parsers, the baselines'
     # JSON) only where a host has jobs: imported where the first is made
     from gpumon.backends.parsers.flight_recorder import FrReport
+    from gpumon.backends.workloads.sglang import Hung, SglangTracker
     from gpumon.backends.workloads.slow import RunBaselines, SlowWatch
     from gpumon.backends.workloads.trackers import JobTracker
+    from gpumon.backends.workloads.vllm import VllmTracker
 
 # What a job's log says it died of: a crash its log says (not ``oom_death``, the GPU's
 # memory collapsing, which the automatic restart acts on: a job's state is judged when
@@ -204,7 +197,9 @@ class Workloads:
     @property
     def vllm_hung_after_s(self) -> float:
         """``[hosts.NAME.vllm] hung_after_s``: requests and no token this long is wedged."""
-        return self.host.vllm.hung_after_s if self.host.vllm is not None else VLLM_HUNG_AFTER_S
+        from gpumon.backends.workloads.vllm import HUNG_AFTER_S  # see TYPE_CHECKING
+
+        return self.host.vllm.hung_after_s if self.host.vllm is not None else HUNG_AFTER_S
 
     def discover_vllm(self) -> bool:
         """vLLM discovery is on unless ``[hosts.NAME.vllm]`` says ``discover = false``."""
@@ -222,10 +217,12 @@ class Workloads:
         self.first_rounds.add(part)
         if part == "discover":
             for port in ports:
-                self.sglang.setdefault(port, SglangTracker(port))
+                if port not in self.sglang:
+                    self.sglang[port] = SGLANG.tracker(port)
         elif part == "discover-vllm":
             for port in ports:
-                self.vllm.setdefault(port, VllmTracker(port))
+                if port not in self.vllm:
+                    self.vllm[port] = cast("VllmTracker", VLLM.tracker(port))
 
     def on_server_info(
         self,
@@ -250,7 +247,9 @@ class Workloads:
             commands[port] = command
         if engine != VLLM.name:
             return
-        self.vllm.setdefault(port, VllmTracker(port)).observe_processes(parallel, minors, pid)
+        if port not in self.vllm:
+            self.vllm[port] = cast("VllmTracker", VLLM.tracker(port))
+        self.vllm[port].observe_processes(parallel, minors, pid)
 
     def on_http(
         self,
@@ -536,6 +535,10 @@ class Workloads:
         on, critical at ``hung_after_s``; returns the ``/health_generate`` probes to ask
         now, as (URL, tag): only of hung servers, at most once per ``hung_after_s`` each
         (SGLang holds the probe 20 s, and each one is a generation request)."""
+        if not self.sglang:
+            return []
+        from gpumon.backends.workloads.sglang import HUNG_AFTER_S  # see TYPE_CHECKING
+
         after = self.host.sglang.hung_after_s if self.host.sglang is not None else HUNG_AFTER_S
         probes = []
         gpus = self.server_gpus(sample)
@@ -574,6 +577,11 @@ class Workloads:
         """``vllm_wedged``, ``vllm_engine_dead``, ``vllm_kv_pressure`` and an unreadable
         page for every vLLM server; returns the ``/health`` probes to ask now (a wedged
         server's, at most once per ``hung_after_s``: its answer is evidence only)."""
+        if not self.vllm:
+            return []
+        from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S  # see TYPE_CHECKING
+        from gpumon.backends.workloads.vllm import KV_PRESSURE_MIN
+
         cfg = self.host.vllm
         after = self.vllm_hung_after_s
         minimum = cfg.kv_pressure_min if cfg is not None else KV_PRESSURE_MIN
@@ -633,6 +641,13 @@ class Workloads:
         length stayed below its engine's ``spec_accept_min`` for ``SPEC_LOW_FOR_S`` while
         it decodes (SGLang's accept length; vLLM's mean acceptance length, the same
         tokens per verify step)."""
+        if not self.sglang and not self.vllm:
+            return
+        from gpumon.backends.workloads.sglang import (  # see TYPE_CHECKING
+            SPEC_ACCEPT_MIN,
+            SPEC_LOW_FOR_S,
+        )
+
         cfg, vcfg = self.host.sglang, self.host.vllm
         servers = [
             (tracker, cfg.spec_accept_min if cfg else SPEC_ACCEPT_MIN, "accept length")
@@ -661,6 +676,9 @@ class Workloads:
         """The headline, then the evidence: what ``/health_generate`` answered, what the
         server's log said of it lately (a watchdog dump, a failed health check, a crashed
         scheduler) and its last decode line; ``t`` on the trackers' clock."""
+        from gpumon.backends.parsers.sglang import parse_sglang_log_line  # see TYPE_CHECKING
+        from gpumon.backends.workloads.sglang import HEALTH_PROBE_TIMEOUT_S
+
         parts = [verdict.headline()]
         tracker = self.sglang[verdict.port]
         health = tracker.health_text(t, after + HEALTH_PROBE_TIMEOUT_S, verdict.silent_s)

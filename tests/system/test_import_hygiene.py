@@ -96,7 +96,8 @@ def test_a_one_shot_builds_only_the_parts_it_runs(
 # difflib, whose suggestions only a misspelt command, config key or rule key asks for.
 # ... nor what only a host with jobs, servers or a decoded fact uses (issue 41's third
 # round): the flight recorder's parser (and pickle), a job's trackers, verdicts and
-# baselines (the progress presets, the collective scanner).
+# baselines (the progress presets, the collective scanner), the SGLang and vLLM trackers
+# and parsers (only the vLLM line filter every agent is told: ``parsers.vllm_filter``).
 ONE_SHOT_UNUSED = (
     "gpumon.backends.config.fleet",
     "statistics",
@@ -110,9 +111,15 @@ ONE_SHOT_UNUSED = (
     "gpumon.backends.workloads.trackers",
     "gpumon.backends.workloads.slow",
     "gpumon.backends.workloads.stall",
+    "gpumon.backends.workloads.sglang",
+    "gpumon.backends.workloads.vllm",
+    "gpumon.backends.parsers.sglang",
+    "gpumon.backends.parsers.sglang_log",
+    "gpumon.backends.parsers.vllm",
 )
 ONE_SHOT_FORBIDDEN = (*UI, *SSH, *UNASKED, *ONE_SHOT_UNUSED, "gpumon.backends.sim")
 FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml"
+PACKAGES = tuple(f"{m}." for m in ONE_SHOT_FORBIDDEN)
 
 
 def test_snapshot_local_over_nvml_loads_neither_the_ui_nor_the_simulator(tmp_path: Path) -> None:
@@ -124,7 +131,8 @@ def test_snapshot_local_over_nvml_loads_neither_the_ui_nor_the_simulator(tmp_pat
     code = "from gpumon.tui.cli import main\nassert main(['snapshot', 'local']) == 0"
     loaded = modules_after(code, env)
     assert "gpumon.backends.monitor.state" in loaded  # the measurement sees the sample
-    assert sorted(m for m in loaded if m.startswith(ONE_SHOT_FORBIDDEN)) == []
+    # a module or its package's modules: parsers.vllm_filter is not parsers.vllm
+    assert sorted(m for m in loaded if m in ONE_SHOT_FORBIDDEN or m.startswith(PACKAGES)) == []
     # the agent's round ran in this process (monitor.oneshot), without an event loop
     assert "gpumon.backends.remote.agent" in loaded
     assert sorted(m for m in loaded if m == "asyncio" or m.startswith("asyncio.")) == []

@@ -20,7 +20,7 @@ from upstream_captures import UPSTREAM
 
 # A third engine: one ServingEngine, here with SGLang's tracker for its page
 TGI = ServingEngine(
-    "tgi", "TGI", METRICS_LINE_FILTER, ("/info",), "/health", SglangTracker, "tgi_hung"
+    "tgi", "TGI", ("/info",), "/health", "tgi_hung", lambda: (METRICS_LINE_FILTER, SglangTracker)
 )
 SGLANG_PAGE = gzip.decompress((UPSTREAM / "sglang-0.5.23" / "pp2.prom.gz").read_bytes()).decode()
 

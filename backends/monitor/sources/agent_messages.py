@@ -21,7 +21,7 @@ from gpumon.backends.parsers.nvidia_smi import (
     QUERY_FIELDS,
     classify_smi_failure,
 )
-from gpumon.backends.parsers.vllm import VLLM_METRICS_LINE_FILTER
+from gpumon.backends.parsers.vllm_filter import VLLM_METRICS_LINE_FILTER
 from gpumon.backends.remote import protocol
 
 from .base import Sink
