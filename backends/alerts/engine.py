@@ -376,6 +376,11 @@ class AlertEngine(AlertStore):
         the next sample."""
         raised: list[Alert] = []
         self._refs = sample.gpu_refs
+        latest = self._latest
+        if latest is None or sample.time >= latest.time:
+            # what runs where is this list's until the next sample (an Xid read before it
+            # says "running ..." from it: ci15, the kernel's round before the next sample)
+            self._latest = sample
         for gpu in sample.gpus:
             self._foreign(sample.time, gpu, sample, raised)
         self._processes_seen = True

@@ -492,3 +492,16 @@ def test_an_xid_before_the_first_process_list_says_what_runs_once_it_comes() -> 
     engine.on_processes(full)
     later = [a for a in engine.history() if a.kind == "xid" and a.gpu == 1]
     assert [a.message.startswith("Xid 94 on GPU 1:") for a in later] == [True], later
+
+
+def test_an_xid_between_the_process_list_and_the_next_sample_says_what_runs() -> None:
+    """ci15: the process list came, then the kernel's round before the next sample; the
+    Xid read what ran from the sample before the list (none)."""
+    settings = SimSettings()
+    engine = AlertEngine("ct200", AlertRules(), clock=Clock())
+    full = sim_sample(sim_printers(settings), settings, 10.0)
+    engine.on_sample(dataclasses.replace(full, processes=()))
+    engine.on_processes(full)  # the list, between two samples
+    engine.on_kernel_lines(["NVRM: Xid (PCI:0000:18:00): 94, pid=1, name=x, Contained: ..."])
+    (xid,) = [a for a in engine.history() if a.kind == "xid"]
+    assert xid.message.startswith("Xid 94 on GPU 0 (running "), xid.message
