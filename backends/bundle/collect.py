@@ -398,6 +398,7 @@ class _Deadlined(Transport):
         self.ends_itself = ends_itself
         self.host_proc_root = inner.host_proc_root
         self.kernel_log_path = inner.kernel_log_path
+        self.proc_root = inner.proc_root
 
     @classmethod
     async def of(cls, inner: Transport, budget: Budget) -> _Deadlined:

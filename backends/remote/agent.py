@@ -598,6 +598,7 @@ class Agent:
         self.log_poll_s = options.log_poll_s
         self.sglang_discover = options.sglang_discover
         self.vllm_discover = options.vllm_discover
+        self.proc = options.proc
         self.vllm_filter = options.vllm_filter
         self.http_tags: set[str] = set()
         self.http_lock = threading.Lock()
@@ -1161,7 +1162,7 @@ class Agent:
         ``FirstRound``."""
         sglang = [t for t in self.http if str(t.get("tag", "")).startswith("sglang:")]
         template = sglang[0] if sglang else DISCOVERED_TARGET
-        found, infos = scan_server_processes()
+        found, infos = scan_server_processes(self.proc)
         ports = found["sglang"] if self.sglang_discover else []
         targets = [
             {

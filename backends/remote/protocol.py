@@ -732,6 +732,8 @@ class AgentOptions:
     device_files: bool = True
     http: list[dict[str, Any]] = field(default_factory=list)
     sglang_discover: bool = False
+    # The /proc whose command lines discovery reads: the simulator's CT200 has its own.
+    proc: str = "/proc"
     # vLLM servers found from their command lines, their pages kept by this filter
     vllm_discover: bool = False
     vllm_filter: str | None = None
@@ -756,6 +758,7 @@ class AgentOptions:
             device_files=bool(raw.get("device_files", True)),
             http=_objects(raw, "http"),
             sglang_discover=bool(raw.get("sglang_discover", False)),
+            proc=_text(raw, "proc") or "/proc",
             vllm_discover=bool(raw.get("vllm_discover", False)),
             vllm_filter=_text_or_none(raw, "vllm_filter"),
             log_poll_s=_number(raw, "log_poll_s", 0.25),

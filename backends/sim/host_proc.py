@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpumon.backends.sim.scenario import host_process, simulated_pids
+from gpumon.backends.sim.scenario import host_process, simulated_pids, vllm_server_processes
 
 HOST_UID = 100000  # root inside an unprivileged container
 
@@ -48,4 +48,20 @@ def write_proc_tree(
         fields += ["0", "0", "0", "0", "20", "0", "1", "0", "10000", "100000000", "25600"]
         (d / "stat").write_text(f"{pid} ({name}) " + " ".join(fields) + "\n")
         (d / "cmdline").write_bytes(proc.command.replace(" ", "\0").encode() + b"\0")
+    return root
+
+
+def write_ct_proc_tree(root: Path, vllm_ports: Sequence[int] = ()) -> Path:
+    """CT 200's own ``/proc`` as far as the agent's server discovery reads it
+    (``remote.agent.scan_server_processes``: ``cmdline`` and ``stat``'s PPID), under
+    ``root`` (created): the vllm scenario's servers (``scenario.vllm_server_processes``);
+    returns ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    for proc in vllm_server_processes(vllm_ports):
+        d = root / str(proc.pid)
+        d.mkdir(exist_ok=True)
+        name = proc.argv[0].rsplit("/", 1)[-1][:15]  # the kernel's comm: 15 bytes
+        fields = ["S", str(proc.ppid), str(proc.pid), str(proc.pid), "0", "-1", "4194560"]
+        (d / "stat").write_text(f"{proc.pid} ({name}) " + " ".join(fields) + "\n")
+        (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in proc.argv) + b"\0")
     return root

@@ -141,6 +141,8 @@ _DRAFTER_PID = 2418873  # + (gpu - 5) for run 0; restarted runs get fresh PIDs
 _RESTART_PID = 2433100  # + 100 * run + (gpu - 5)
 _SGLANG_PID = 2419020  # + 168 * gpu
 _VLLM_PID = 2421310  # + 168 * gpu (vllm: the engine cores of GPUs VLLM_GPUS)
+# ... and their API servers, started first (the engine core is their child, spawned later)
+VLLM_API_SERVER_BEFORE = 6
 _DRAFTER_STEADY = {5: 86214, 6: 88100, 7: 86198}  # after a restart; 6 no longer OOMs
 _RAMP_FROM, _RAMP_TO, _RAMP_POWER = 84500.0, 97160.0, 1.0  # GPU 6: 95% at ~40 s, 96% at 45 s
 SLOW_TOKENS_PER_S = 4600.0  # slow: the drafter's rate after the swap
@@ -769,6 +771,32 @@ def kernel_lines(settings: SimSettings, t: float) -> list[str]:
 def vllm_gpu(settings: SimSettings, index: int) -> bool:
     """Whether GPU ``index`` runs a vLLM server (scenario ``vllm``)."""
     return settings.scenario == "vllm" and index in VLLM_GPUS
+
+
+@dataclass(frozen=True, slots=True)
+class ServerProcess:
+    """A simulated vLLM server's process as CT 200's own /proc shows it (its PIDs inside
+    the CT): what the agent's discovery reads."""
+
+    pid: int
+    ppid: int
+    argv: tuple[str, ...]
+
+
+def vllm_server_processes(vllm_ports: Sequence[int]) -> list[ServerProcess]:
+    """The vllm scenario's servers as a real vLLM V1 server runs them: the API server
+    ``vllm serve MODEL --port P`` (the console script, as its ``[project.scripts]``
+    installs it) and its child the engine core, whose title setproctitle sets to
+    ``VLLM::EngineCore`` (vllm/v1/engine/core.py, 0.34.0); server k on GPU
+    ``VLLM_GPUS[k]``, listening on ``vllm_ports[k]``."""
+    out = []
+    for gpu, port in zip(VLLM_GPUS, vllm_ports, strict=False):
+        engine = _VLLM_PID + 168 * gpu - 2418000  # inside CT 200 (CONTAINER)
+        api = engine - VLLM_API_SERVER_BEFORE
+        serve = (PROCESS_NAME, "/root/venv/bin/vllm", "serve", VLLM_MODEL, "--port", str(port))
+        out.append(ServerProcess(api, 1, serve))
+        out.append(ServerProcess(engine, api, (VLLM_PROCESS_NAME,)))
+    return out
 
 
 def host_process(

@@ -40,7 +40,7 @@ class SimTransport(LocalTransport):
     job_launch_method = "setsid"  # never a tmux session on the user's own tmux server
 
     def __init__(self, host: HostConfig, settings: Any) -> None:
-        from gpumon.backends.sim.host_proc import write_proc_tree
+        from gpumon.backends.sim.host_proc import write_ct_proc_tree, write_proc_tree
         from gpumon.backends.sim.wrapper import write_job_wrapper, write_kill_wrapper, write_wrapper
 
         self.root = Path(tempfile.mkdtemp(prefix="gpumon-sim-"))
@@ -86,6 +86,8 @@ class SimTransport(LocalTransport):
             host = dataclasses.replace(host, python=python, torch_index=index)
         super().__init__(host, env)
         self.host_proc_root = str(proc_root)
+        # CT200's own /proc, where the agent's discovery finds the vLLM servers' processes
+        self.proc_root = str(write_ct_proc_tree(self.root / "ct-proc", self.vllm_ports))
         # The machine the simulator runs on may be a container (a CI runner) whose other
         # processes hold /dev/nvidiaN (a real GPU job, a test's Proxmox stand-in): none of
         # them is the simulated CT200's.
@@ -175,11 +177,13 @@ class SimTransport(LocalTransport):
         return SglangConfig(ports=self.sglang_ports, log=log, discover=False)
 
     def vllm_config(self) -> VllmConfig | None:
-        """The simulated vLLM servers (``vllm`` scenario), their logs beside SGLang's."""
+        """The simulated vLLM servers (``vllm`` scenario), their logs beside SGLang's;
+        discovered too, as a real host's are (CT200's /proc, ``proc_root``): their API
+        servers' PIDs and command lines are what a wedged engine's fixes say."""
         if not self.vllm_ports:
             return None
         log = str(Path(self.settings.state_dir) / "vllm-*.log")
-        return VllmConfig(ports=self.vllm_ports, log=log, discover=False)
+        return VllmConfig(ports=self.vllm_ports, log=log)
 
     def _drafter_command(self, *flags: str) -> str:
         return shlex.join([str(self._job_wrapper), "--log", str(self.job_log), *flags])

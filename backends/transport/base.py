@@ -87,6 +87,9 @@ class Transport(abc.ABC):
         # Whether the agent, inside a container, lists who holds /dev/nvidiaN from this
         # machine's /proc (the simulator's CT200 is not the machine it runs on).
         self.device_files = True
+        # The target's /proc, where the agent's discovery finds the servers by their
+        # command lines (the simulator's CT200 has its own).
+        self.proc_root = "/proc"
 
     @property
     def label(self) -> str:

@@ -54,6 +54,19 @@ def test_check_says_the_vllm_server_wedged_by_150_s() -> None:
     assert f" — fix: {stacks} (8 GPUs" in out.stdout, out.stdout
     [incident] = [i for i in data["incidents"] if i["kind"] == "vllm_wedged"]
     assert incident["fix"] == stacks, incident
+    # then its restart: K on its API server, the parent of its engine core that the
+    # agent's discovery found in CT 200's /proc (sim.host_proc.write_ct_proc_tree), and
+    # its start again by its command line; before, discovery was off and the PID unknown
+    api = alerts[0]["facts"]["server_pid"]
+    assert api is not None and api != engine_core["pid"], alerts[0]["facts"]
+    assert [(f["key"], f["words"]) for f in incident["fixes"][1:]] == [
+        ("K", f"stop its API server (PID {api})"),
+        (
+            None,
+            "start it again: /root/venv/bin/python3 /root/venv/bin/vllm serve "
+            f"meta-llama/Llama-3.1-8B-Instruct --port {port}",
+        ),
+    ], incident["fixes"]
     assert alerts[0]["facts"]["engine_pids"] == [engine_core["pid"]]
     assert [(a["severity"], a["gpu"]) for a in alerts] == [("critical", 6)], data["alerts"]
     assert alerts[0]["message"].startswith(f"vllm :{port} wedged: 41 running")

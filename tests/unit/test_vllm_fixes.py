@@ -20,6 +20,7 @@ from gpumon.backends.model import GpuProcess, GpuSample, HostSample
 from gpumon.backends.monitor.sources.agent import command, server_info
 from gpumon.backends.remote import protocol
 from gpumon.backends.remote.agent import scan_server_processes
+from gpumon.backends.sim.host_proc import write_ct_proc_tree
 from gpumon.backends.workloads.watch import Workloads
 
 from upstream_captures import UPSTREAM
@@ -163,3 +164,18 @@ def test_a_discovered_servers_fix_says_its_command_line_to_start_it_again(
         ),
     ]
     assert "s3cret" not in json.dumps(incident.cause.facts.to_json())
+
+
+def test_the_demos_vllm_servers_are_found_by_discovery_in_ct200s_proc(tmp_path: Path) -> None:
+    """The demo's vLLM servers run as a real V1 server does: an API server ``vllm serve``
+    and its child titled ``VLLM::EngineCore``; the agent's own scan of the simulated
+    CT200's ``/proc`` finds each API server with its port and command line, never the
+    engine core (its title is no server's command)."""
+    ports = (41001, 41002)
+    found, infos = scan_server_processes(str(write_ct_proc_tree(tmp_path / "proc", ports)))
+    assert found == {"sglang": [], "vllm": list(ports)}
+    # GPU 6's engine core is CT 200's PID 4318 (nvidia-smi's list); its parent is 4312
+    assert [(i.port, i.pid, i.argv[2:]) for i in infos] == [
+        (41001, 4312, ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "41001"]),
+        (41002, 4480, ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "41002"]),
+    ]

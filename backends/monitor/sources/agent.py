@@ -168,7 +168,10 @@ class AgentSource(TransportSource):
         Python older than 3.8."""
         transport = self.transport
         options = agent_options(
-            sink, kmsg=transport.kernel_log_path, device_files=transport.device_files
+            sink,
+            kmsg=transport.kernel_log_path,
+            device_files=transport.device_files,
+            proc=transport.proc_root,
         )
         argv, data = agent_argv(python, options, installed=python == self.transport.own_python)
         stream = await self.open_stream(argv)

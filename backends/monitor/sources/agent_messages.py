@@ -45,14 +45,19 @@ Handler = Callable[[dict[str, Any]], bool]  # a decoded line -> "it held GPU dat
 
 
 def agent_options(
-    sink: Sink, *, kmsg: str | None = None, device_files: bool | None = None
+    sink: Sink,
+    *,
+    kmsg: str | None = None,
+    device_files: bool | None = None,
+    proc: str | None = None,
 ) -> protocol.AgentOptions:
     """What the agent of ``sink``'s host is asked to read: the GPU and process fields,
     its logs, the kernel log (``kmsg``: where the transport's machine has it), who holds
-    the device files (``device_files``), the SGLang and vLLM servers. ``kmsg`` and
-    ``device_files`` left out: ``AgentOptions``' own (the machine gpumon runs on)."""
+    the device files (``device_files``), the SGLang and vLLM servers (found in ``proc``).
+    ``kmsg``, ``device_files`` and ``proc`` left out: ``AgentOptions``' own (the machine
+    gpumon runs on)."""
     workloads = sink.workloads
-    where: dict[str, Any] = {"kmsg": kmsg, "device_files": device_files}
+    where: dict[str, Any] = {"kmsg": kmsg, "device_files": device_files, "proc": proc}
     return protocol.AgentOptions(
         fields=list(AGENT_FIELDS),
         process_fields=list(PROCESS_FIELDS),
