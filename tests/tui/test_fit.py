@@ -276,6 +276,9 @@ async def test_a_footer_fitted_before_its_keys_are_laid_out_fits_again(
     [
         ("training-oom", 70.0, " — K stop jupyter-lab, r restart drafter"),
         ("hang", 130.0, " — K stop its scheduler (PID "),
+        # the wedged vLLM engine's API server, the parent of its engine core (PID 4318)
+        # that discovery found in the simulated CT's /proc
+        ("vllm", 200.0, " — K stop its API server (PID 4312)"),
         ("sglang", 100.0, " — reset the GPU"),  # Xid 63: advice, no key acts on it
         # issue 36 point 2: no torch swap in the demo's audit log: the doctor checks; the
         # drafter's GPUs held idle: s stops it, from GPU 0 (no job there) too
