@@ -273,11 +273,20 @@ async def log_tail(transport: Transport, path: str, lines: int = 20) -> str:
     return res.stdout.rstrip("\n") if res.exit_code == 0 else ""
 
 
-async def server_health(transport: Transport, port: int, timeout: float) -> tuple[int | None, str]:
-    """GET ``/health_generate`` of the server on ``port`` on the target: (its HTTP status,
-    "") or (None, why none came). SGLang answers 200 once a token was generated, 503 when
-    none came in its SGLANG_HEALTH_CHECK_TIMEOUT (20 s): only 200 says it serves."""
-    url = f"http://127.0.0.1:{port}/health_generate"
+# What says a server job serves again, by its engine. SGLang's /health_generate answers 200
+# once a token was generated, 503 when none came in its SGLANG_HEALTH_CHECK_TIMEOUT (20 s).
+# vLLM has no such probe: its /health answers 200 once its engine core is up and 503 once
+# it died (EngineDeadError, vllm/entrypoints/openai/api_server.py 0.34.0), and V1's API
+# server listens only after its engine core started.
+SERVER_HEALTH = {"sglang": "/health_generate", "vllm": "/health"}
+
+
+async def server_health(
+    transport: Transport, port: int, timeout: float, path: str = SERVER_HEALTH["sglang"]
+) -> tuple[int | None, str]:
+    """GET ``path`` (``SERVER_HEALTH``) of the server on ``port`` on the target: (its HTTP
+    status, "") or (None, why none came); only 200 says it serves."""
+    url = f"http://127.0.0.1:{port}{path}"
     res = await transport.run(_sh("health", url, f"{timeout:g}"), timeout=timeout + 10.0)
     status, _, why = res.stdout.strip().partition(" ")
     if res.exit_code != 0 or not status.isdigit():

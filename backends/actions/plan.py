@@ -13,7 +13,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from gpumon.backends.actions.jobs import JobError, JobStatus, job_status, method_for, session_name
+from gpumon.backends.actions.jobs import (
+    SERVER_HEALTH,
+    JobError,
+    JobStatus,
+    job_status,
+    method_for,
+    session_name,
+)
 from gpumon.backends.actions.params import ParamValue, merge_params, render_command
 from gpumon.backends.actions.rows import PlanRow
 from gpumon.backends.config.load import HostConfig
@@ -285,6 +292,14 @@ class JobTarget:
             monitor.host, monitor.transport, monitor_readings(monitor), read_only, monitor=monitor
         )
 
+    def server_engine(self, job: JobConfig) -> str:
+        """The engine of the server ``job`` is (its ``server`` port): ``vllm`` for a port
+        of the host's ``[hosts.NAME.vllm] ports`` or one the monitor found serving vLLM,
+        else ``sglang``."""
+        vllm = self.host.vllm.ports if self.host.vllm is not None else ()
+        found = self.monitor.workloads.vllm if self.monitor is not None else {}
+        return "vllm" if job.server in vllm or job.server in found else "sglang"
+
     def job_memory(self, job: str) -> JobMemory | None:
         """What the monitor saw ``job`` need of its GPUs (None: no monitor, or not seen)."""
         return None if self.monitor is None else self.monitor.workloads.memory.get(job)
@@ -330,6 +345,8 @@ class ActionPlan:
     in_the_way: tuple[Blocker, ...] = ()
     despite: bool = False
     needs: Mapping[int, int] = field(default_factory=dict)  # MiB the job needs, by GPU
+    # A server job's probe that says it serves again (``jobs.SERVER_HEALTH``, by engine)
+    server_health: str = SERVER_HEALTH["sglang"]
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -438,8 +455,8 @@ class ActionPlan:
             how = self.detached_by
             where = f" in {job.workdir}" if job.workdir else ""
             return f"{self.start_command}{where}  [detached: {how}; log {self.status.log_path}]"
-        if job.server is not None:  # serving, not just up: a token came out
-            return f":{job.server}/health_generate answers 200 within {job.verify_s:g} s"
+        if job.server is not None:  # serving, not just up
+            return f":{job.server}{self.server_health} answers 200 within {job.verify_s:g} s"
         return f"alive after {job.verify_s:g} s and its log growing"
 
 
@@ -530,6 +547,7 @@ async def make_plan(
         stop_command=stop,
         in_the_way=target.in_the_way(job) if refusal is None else (),
         needs=needs,
+        server_health=SERVER_HEALTH[target.server_engine(job)],
     )
 
 

@@ -584,17 +584,22 @@ class JobRun:
         self._say(f"PID {self._new_pid} alive after {job.verify_s:g} s, log growing{gpus}")
 
     async def _verify_server(self, port: int) -> None:
-        """A server job serves once its ``/health_generate`` answers 200 (a token came
-        out), not once its process is up: a model still loading, or a server that hangs
-        at once, is no success. Asked until ``verify_s`` has passed, while the job runs."""
+        """A server job serves once its probe answers 200 (``plan.server_health``:
+        SGLang's ``/health_generate``, a token came out; vLLM's ``/health``, its engine
+        core up), not once its process is up: a model still loading, or a server that
+        hangs at once, is no success. Asked until ``verify_s`` has passed, while the job
+        runs."""
         job, transport = self.plan.job, self.target.transport
+        probe = f":{port}{self.plan.server_health}"
         deadline = time.monotonic() + job.verify_s
-        self._say(f"waiting up to {job.verify_s:g} s for :{port}/health_generate to answer 200")
+        self._say(f"waiting up to {job.verify_s:g} s for {probe} to answer 200")
         said = "no answer"
         while True:
             status = await self._still_running()
             left = deadline - time.monotonic()
-            answer, why = await server_health(transport, port, max(1.0, min(left, 25.0)))
+            answer, why = await server_health(
+                transport, port, max(1.0, min(left, 25.0)), self.plan.server_health
+            )
             if answer == 200:
                 break
             said = f"answered {answer}" if answer is not None else why
@@ -602,13 +607,13 @@ class JobRun:
             if left <= 0:
                 tail = await log_tail(transport, status.log_path)
                 raise StepFailed(
-                    f"PID {self._new_pid} is up but :{port}/health_generate did not answer "
+                    f"PID {self._new_pid} is up but {probe} did not answer "
                     f"200 in {job.verify_s:g} s (last: {said})",
                     tail,
                 )
             await asyncio.sleep(min(self.poll_s, left))
-        self._workers = f":{port}/health_generate answered 200"
-        self._say(f"PID {self._new_pid} serves: :{port}/health_generate answered 200")
+        self._workers = f"{probe} answered 200"
+        self._say(f"PID {self._new_pid} serves: {probe} answered 200")
 
 
 def record_not_confirmed(plan: ActionPlan, why: str = "not confirmed: cancelled") -> None:

@@ -325,11 +325,8 @@ def _fixes(cause: Alert, job: str | None, held: Held | None = None) -> tuple[Fix
             out.insert(1, restart)
         else:
             out += hung_server_fixes(cause.facts.schedulers, cause.facts.command)
-    elif cause.kind == "vllm_wedged":
-        facts = cause.facts
-        out += wedged_vllm_fixes(facts.engine_pids, facts.server_pid, facts.command)
-    elif cause.kind == "vllm_engine_dead":
-        out += _restart_vllm(cause.facts.server_pid, cause.facts.command)
+    elif cause.kind in ("vllm_wedged", "vllm_engine_dead"):
+        out += _vllm_fixes(cause, restart)
     elif cause.facts.torch_swap is not None and cause.kind in _AFTER_SWAP_KINDS:
         out += torch_swap_fixes(cause.host, cause.facts.torch_swap)
     elif cause.kind == "gpu_idle_held":
@@ -391,6 +388,20 @@ def wedged_vllm_fixes(
     else:
         stacks = "its stacks: py-spy dump --native --pid <each VLLM::EngineCore, VLLM::Worker PID>"
     return [Fix(None, stacks), *_restart_vllm(server, command)]
+
+
+def _vllm_fixes(cause: Alert, restart: Fix | None) -> list[Fix]:
+    """A wedged engine's or dead engine core's fixes: where the server is a configured
+    job (``restart``: its ``r``), the wedged engine's stacks then ``r``, which stops the
+    job's process group (API server and engine processes together) and starts it again;
+    else ``K`` on its API server and its command line."""
+    facts = cause.facts
+    wedged = cause.kind == "vllm_wedged"
+    if restart is not None:
+        return [wedged_vllm_fixes(facts.engine_pids, None)[0], restart] if wedged else [restart]
+    if wedged:
+        return wedged_vllm_fixes(facts.engine_pids, facts.server_pid, facts.command)
+    return _restart_vllm(facts.server_pid, facts.command)
 
 
 def _restart_vllm(server: int | None, command: str | None) -> list[Fix]:

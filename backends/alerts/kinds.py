@@ -555,7 +555,9 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "started are never wedged; it ends when tokens come again. Its fixes: its engine's "
         "stacks, `py-spy dump --native --pid PID` of the processes vLLM titles "
         "`VLLM::EngineCore` and `VLLM::Worker_TP*` on its GPUs (the alert's `engine_pids` "
-        "fact; the API server that answers `/health` is not where it is stuck), then `K` on "
+        "fact; the API server that answers `/health` is not where it is stuck), then, where "
+        "the server is a configured job (`server = PORT`: the alert names it), `r restart "
+        "NAME`, verified by `/health` answering 200; else `K` on "
         "its API server (discovery's PID, the `server_pid` fact) and its start again, with the "
         "command line it was started with where discovery found it (masked, the `command` "
         "fact).",
@@ -575,7 +577,8 @@ ALERT_KINDS: tuple[AlertKind, ...] = (
         "`/metrics` still answers: every request fails until the server is restarted. The "
         "stack trace above the line in the log is the cause. It ends when the log's stats "
         "line says tokens are made again (a new engine) or the server stops answering. Its "
-        "fix: `K` on its API server (the `server_pid` fact, from discovery) and its start "
+        "fix: `r restart NAME` where the server is a configured job (`server = PORT`), else "
+        "`K` on its API server (the `server_pid` fact, from discovery) and its start "
         "again (its `command`, where discovered); a server whose PID is not known "
         "(configured ports) is said to be restarted.",
     ),

@@ -299,7 +299,25 @@ HOST_KEYS: tuple[KeySpec, ...] = (
 def _host(name: str, table: dict[str, Any]) -> dict[str, Any]:
     if name in BUILTIN_HOSTS:
         raise _Invalid(f'"{name}" is a built-in host; choose another name')
-    return check_table(table, HOST_KEYS)
+    checked = check_table(table, HOST_KEYS)
+    _one_engine_per_server_job(checked)
+    return checked
+
+
+def _one_engine_per_server_job(host: dict[str, Any]) -> None:
+    """A job's ``server`` port says which engine it is: a port of the host's
+    ``[hosts.NAME.vllm] ports`` (or one discovery finds serving vLLM) is a vLLM server,
+    else SGLang's. A port both tables name says neither: ``r`` would not know how to
+    check that the restarted server serves."""
+    sglang, vllm = host.get("sglang"), host.get("vllm")
+    both = set(sglang.ports if sglang else ()) & set(vllm.ports if vllm else ())
+    for job in host.get("jobs", ()):
+        if job.server in both:
+            raise _Invalid(
+                f"port {job.server} is in both [hosts.NAME.sglang] and [hosts.NAME.vllm] "
+                "ports: the server of a job is one engine's",
+                ("jobs", job.name, "server"),
+            )
 
 
 def _host_tables(raw: object) -> dict[str, dict[str, Any]]:

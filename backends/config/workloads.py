@@ -88,8 +88,10 @@ class JobConfig:
     # nvidia-smi -q into a bundle, for at most evidence_s (0: straight to the stop).
     evidence: bool = True
     evidence_s: float = 15.0
-    # The port of the SGLang server this job is: ``r`` on its ``sglang_hung`` restarts it,
-    # verified by its ``/health_generate`` answering 200 within ``verify_s``
+    # The port of the server this job is, SGLang's or vLLM's (a port of ``[hosts.NAME.vllm]
+    # ports`` or one discovery finds serving vLLM): ``r`` on its ``sglang_hung``,
+    # ``vllm_wedged`` or ``vllm_engine_dead`` restarts it, verified by SGLang's
+    # ``/health_generate`` or vLLM's ``/health`` answering 200 within ``verify_s``
     server: int | None = None
 
 
@@ -210,7 +212,7 @@ JOB_KEYS: tuple[KeySpec, ...] = (
     KeySpec("slow_for_s", number(1, 7 * 86400), "seconds between 1 and 604800"),
     KeySpec("evidence", boolean, "true or false"),
     KeySpec("evidence_s", number(0, 600), "seconds between 0 and 600"),
-    KeySpec("server", integer(1, 65535), "the port of the SGLang server it is, 1..65535"),
+    KeySpec("server", integer(1, 65535), "the port of the SGLang or vLLM server it is, 1..65535"),
 )
 
 

@@ -421,7 +421,7 @@ class Workloads:
                 self.held_since.setdefault(job.name, judged)
             config = self.host.job(job.name)
             if config is not None and config.server is not None:
-                continue  # a server: judged by its own verdicts (sglang_hung), no steps
+                continue  # a server: its own verdicts judge it (sglang_hung, vllm_wedged)
             configured = config.stall_after_s if config is not None else None
             followed = config is not None and config.log is not None
             held_since = self.held_since.get(job.name) if followed else None
@@ -590,6 +590,7 @@ class Workloads:
         judged = self._judged(t)
         for port, server in self.vllm.items():
             first = gpus.get(port, (None,))[0]
+            job = next((j.name for j in self.host.jobs if j.server == port), None)
             engine = vllm_engine_pids(sample, gpus.get(port, ()))
             verdict = server.hung(judged, after)
             if verdict is None:
@@ -612,12 +613,13 @@ class Workloads:
                     "vllm_wedged", Health.CRITICAL, port, "; ".join(parts), t,
                     score=verdict.silent_s, gpu=first,
                     names_gpu=named is not None and named == first,
-                    engine_pids=engine, server_pid=server.pid,
+                    engine_pids=engine, server_pid=server.pid, job=job,
                     command=self.server_commands.get(port),
                 )  # fmt: skip
             alerts.on_server_condition(
                 "vllm_engine_dead", Health.CRITICAL, port, server.dead_text(), t,
-                gpu=first, server_pid=server.pid, command=self.server_commands.get(port),
+                gpu=first, server_pid=server.pid, job=job,
+                command=self.server_commands.get(port),
             )  # fmt: skip
             alerts.on_server_condition(
                 "vllm_kv_pressure", Health.WARNING, port, server.kv_pressure(minimum), t, gpu=first

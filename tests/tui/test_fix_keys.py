@@ -331,3 +331,50 @@ async def test_the_force_checkbox_is_empty_when_off(
         force.value = True
         await pilot.pause()
         assert "X" in force.render().plain
+
+
+async def test_r_on_a_vllm_jobs_wedged_engine_opens_its_restart_with_cancel_focused(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """A vLLM server as a configured job (``server = PORT``, a port of the host's vLLM
+    servers): the demo's wedged engine on GPU 6 is that job's incident, the strip offers
+    its engine core's stacks then ``r restart llama``, and ``r`` opens that restart: its
+    evidence step, the stop, the start command and the check by vLLM's ``/health``
+    (it has no ``/health_generate``), Cancel focused. Before, the verdict named no job and
+    ``r`` said the server was no configured job."""
+    import dataclasses
+
+    from gpumon.backends.config.workloads import JobConfig
+
+    monitor = demo_monitor(frozen=False, demo_time=200.0, scenario="vllm")
+    assert monitor.host.vllm is not None
+    port = monitor.host.vllm.ports[0]  # GPU 6's server, the one that wedges
+    start = f"vllm serve meta-llama/Llama-3.1-8B-Instruct --port {port}"
+    job = JobConfig(name="llama", gpus=(6,), start=start, server=port, verify_s=60.0)
+    monitor.host = dataclasses.replace(monitor.host, jobs=(*monitor.host.jobs, job))
+    monitor.workloads.host = monitor.host
+    app = GpumonApp([monitor], bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        strip = app.dashboard.strip
+
+        def state() -> str:
+            active = [a.message for a in monitor.alerts.active()]
+            return f"r restart llama; the strip says {strip.plain!r}; active: {active}"
+
+        await wait(pilot, lambda: "r restart llama" in strip.plain, timeout=60, what=state)
+        [wedged] = [a for a in monitor.alerts.active() if a.kind == "vllm_wedged"]
+        assert wedged.job == "llama" and wedged.gpu == 6, wedged
+        await pilot.press("r")
+        screen = await dialog(pilot, wait, app)
+        assert screen.job.name == "llama" and screen.action == "restart"
+        assert screen.plan is not None, screen.problem
+        lines = "\n".join(screen.plan.lines())
+        assert start in lines, lines
+        assert f":{port}/health answers 200 within 60 s" in lines, lines
+        assert "health_generate" not in lines, lines
+        focused = app.focused
+        assert isinstance(focused, Button) and focused.id == "close"
+        assert "Cancel" in str(focused.label)
+        await pilot.press("enter")  # Enter cancels: nothing ran
+        await wait(pilot, lambda: not isinstance(app.screen, JobActionScreen), what="closed")
+        assert app.session.runs.last("demo", "llama") is None

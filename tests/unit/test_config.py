@@ -6,11 +6,13 @@ import dataclasses
 import re
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpumon.backends.actions.plan import JobTarget
 from gpumon.backends.config import Invalid
 from gpumon.backends.config.load import (
     HOST_KEYS,
@@ -24,6 +26,7 @@ from gpumon.backends.config.load import (
     resolve_host,
 )
 from gpumon.backends.config.schema import KeySpec, check_table
+from gpumon.backends.transport.base import Transport
 
 
 def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
@@ -591,6 +594,24 @@ def test_a_server_can_be_a_job(tmp_path: Path) -> None:
     assert job is not None and job.server == 30000
 
 
+def test_a_vllm_server_can_be_a_job(tmp_path: Path) -> None:
+    """``server = PORT`` of a port the host's vLLM table names: the job is that vLLM
+    server (``r`` on its wedged engine restarts it); the same port's SGLang job on
+    another host is SGLang's."""
+    cfg = _load_text(
+        tmp_path,
+        "[hosts.h.vllm]\nports = [8000]\n"
+        '[hosts.h.jobs.llama]\nserver = 8000\nstart = "vllm serve m --port 8000"\n'
+        '[hosts.g.jobs.srv]\nserver = 8000\nstart = "python -m sglang.launch_server"\n',
+    )
+    llama, srv = cfg.hosts["h"].job("llama"), cfg.hosts["g"].job("srv")
+    assert llama is not None and llama.server == 8000
+    assert srv is not None and srv.server == 8000
+    transport = cast(Transport, None)  # the engine is the config's: no connection read
+    assert JobTarget(cfg.hosts["h"], transport).server_engine(llama) == "vllm"
+    assert JobTarget(cfg.hosts["g"], transport).server_engine(srv) == "sglang"
+
+
 @pytest.mark.parametrize(
     ("table", "key", "expected"),
     [
@@ -608,6 +629,12 @@ def test_a_server_can_be_a_job(tmp_path: Path) -> None:
             "[hosts.h.jobs.a]\nserver = 30000\n[hosts.h.jobs.b]\nserver = 30000",
             "hosts.h.jobs.b.server",
             "already the server of job a",
+        ),
+        (
+            "[hosts.h.sglang]\nports = [8000]\n[hosts.h.vllm]\nports = [8000]\n"
+            "[hosts.h.jobs.a]\nserver = 8000",
+            "hosts.h.jobs.a.server",
+            "in both [hosts.NAME.sglang] and [hosts.NAME.vllm] ports",
         ),
     ],
 )

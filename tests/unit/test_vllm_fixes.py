@@ -15,7 +15,7 @@ from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.facts import AlertFacts
 from gpumon.backends.alerts.incident import command_fix, incidents
 from gpumon.backends.config.load import HostConfig
-from gpumon.backends.config.workloads import VllmConfig
+from gpumon.backends.config.workloads import JobConfig, VllmConfig
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample
 from gpumon.backends.monitor.sources.agent import command, server_info
 from gpumon.backends.remote import protocol
@@ -179,3 +179,33 @@ def test_the_demos_vllm_servers_are_found_by_discovery_in_ct200s_proc(tmp_path: 
         (41001, 4312, ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "41001"]),
         (41002, 4480, ["serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "41002"]),
     ]
+
+
+def test_a_vllm_server_that_is_a_job_is_restarted_by_r() -> None:
+    """``server = PORT`` of a vLLM port: its wedged engine and its dead engine core name
+    the job, and ``r restart`` (its command ``gpumon restart``) replaces ``K`` on its API
+    server, after the wedged engine's stacks. Before, neither named a job: no ``r``."""
+    job = JobConfig(name="llama", server=PORT, start="vllm serve m --port 8000")
+    host = HostConfig(name="box", kind="ssh", vllm=VllmConfig(ports=(PORT,)), jobs=(job,))
+    w = Workloads(host)
+    w.on_server_info("vllm", PORT, {"tp": 2}, [0, 1], API_SERVER)
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
+    _wedge(w, engine, _sample_with_minors())
+    [incident] = incidents(engine.active())
+    assert incident.cause.job == "llama" and incident.fix == "llama"
+    assert [(f.key, f.words, f.command) for f in incident.fixes] == [
+        (
+            None,
+            "its stacks: py-spy dump --native --pid 4702 (each engine process: 4702, 4703)",
+            None,
+        ),
+        ("r", "restart llama", "gpumon restart box llama"),
+    ]
+    w.vllm[PORT].observe_log_line(
+        "ERROR 11-29 14:33:02 [core.py:398] EngineCore encountered a fatal error.", 1071.0
+    )
+    w.judge_vllm(engine, 1072.0, _sample_with_minors())
+    [dead] = [a for a in engine.active() if a.kind == "vllm_engine_dead"]
+    assert dead.job == "llama"
+    [fixes] = {i.fixes for i in incidents([dead])}
+    assert [(f.key, f.words) for f in fixes] == [("r", "restart llama")]
