@@ -46,6 +46,16 @@ async def dialog(pilot: Pilot[int], wait: Wait, app: GpumonApp) -> JobActionScre
     return screen
 
 
+async def enter_cancels(pilot: Pilot[int], wait: Wait, app: GpumonApp, job: str) -> None:
+    """The dialog opened with Cancel focused: Enter closes it and nothing ran."""
+    focused = app.focused
+    assert isinstance(focused, Button) and focused.id == "close"
+    assert "Cancel" in str(focused.label)
+    await pilot.press("enter")
+    await wait(pilot, lambda: not isinstance(app.screen, JobActionScreen), what="closed")
+    assert app.session.runs.last("demo", job) is None
+
+
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 async def test_the_strip_offers_the_fix_and_r_from_gpu_0_opens_it_with_cancel_focused(
     demo_monitor: Callable[..., HostMonitor], wait: Wait, size: tuple[int, int]
@@ -68,12 +78,7 @@ async def test_the_strip_offers_the_fix_and_r_from_gpu_0_opens_it_with_cancel_fo
         await pilot.press("r")
         screen = await dialog(pilot, wait, app)
         assert screen.job.name == "drafter" and screen.action == "restart"
-        focused = app.focused
-        assert isinstance(focused, Button) and focused.id == "close"
-        assert "Cancel" in str(focused.label)
-        await pilot.press("enter")  # Enter cancels: nothing ran
-        await wait(pilot, lambda: not isinstance(app.screen, JobActionScreen), what="closed")
-        assert app.session.runs.last("demo", "drafter") is None
+        await enter_cancels(pilot, wait, app, "drafter")
 
 
 async def test_y_confirms_the_dialog_enter_does_not(
@@ -372,9 +377,4 @@ async def test_r_on_a_vllm_jobs_wedged_engine_opens_its_restart_with_cancel_focu
         assert start in lines, lines
         assert f":{port}/health answers 200 within 60 s" in lines, lines
         assert "health_generate" not in lines, lines
-        focused = app.focused
-        assert isinstance(focused, Button) and focused.id == "close"
-        assert "Cancel" in str(focused.label)
-        await pilot.press("enter")  # Enter cancels: nothing ran
-        await wait(pilot, lambda: not isinstance(app.screen, JobActionScreen), what="closed")
-        assert app.session.runs.last("demo", "llama") is None
+        await enter_cancels(pilot, wait, app, "llama")
