@@ -276,8 +276,9 @@ async def log_tail(transport: Transport, path: str, lines: int = 20) -> str:
 # What says a server job serves again, by its engine. SGLang's /health_generate answers 200
 # once a token was generated, 503 when none came in its SGLANG_HEALTH_CHECK_TIMEOUT (20 s).
 # vLLM has no such probe: its /health answers 200 once its engine core is up and 503 once
-# it died (EngineDeadError, vllm/entrypoints/openai/api_server.py 0.34.0), and V1's API
-# server listens only after its engine core started.
+# it died (EngineDeadError: vllm/entrypoints/serve/instrumentator/health.py, vLLM's main
+# as read for this; /health in api_server.py before), and V1's API server listens only
+# after its engine core started.
 SERVER_HEALTH = {"sglang": "/health_generate", "vllm": "/health"}
 
 
