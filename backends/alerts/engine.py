@@ -233,6 +233,9 @@ class AlertEngine(AlertStore):
         self._slices: dict[tuple[int, int], GpuWatch] = {}  # (GPU, GPU instance id) in MIG mode
         self._listed: dict[str, _Listed] = {}  # GPUs the host listed, by ``_gpu_identity``
         self._latest: HostSample | None = None
+        # the newest sample with a process list that came after it (``on_processes``),
+        # until the next sample: what runs where, for an Xid read in between
+        self._with_list: HostSample | None = None
         self._latest_came: float | None = None  # when it came (``on_sample``)
         # when the samples of the last ``ttf_window_s`` came: what the time-to-full rule
         # had to look at (``time_to_full_unjudged``)
@@ -362,6 +365,7 @@ class AlertEngine(AlertStore):
                 self._end(key)
         self._expire(now)
         self._latest, self._latest_came = sample, t
+        self._with_list = None  # the sample has the newest list
         self._came.append(t)
         while self._came[0] < t - rules.ttf_window_s:
             self._came.popleft()
@@ -376,11 +380,11 @@ class AlertEngine(AlertStore):
         the next sample."""
         raised: list[Alert] = []
         self._refs = sample.gpu_refs
-        latest = self._latest
-        if latest is None or sample.time >= latest.time:
-            # what runs where is this list's until the next sample (an Xid read before it
-            # says "running ..." from it: ci15, the kernel's round before the next sample)
-            self._latest = sample
+        # what runs where is this list's until the next sample (an Xid read before it says
+        # "running ..." from it: ci15). Not ``_latest``: while a sample is judged that is
+        # the one before it, whose list says who held a GPU before its memory fell (an OOM
+        # death names the process that died, not the one left: triple run 2)
+        self._with_list = sample
         for gpu in sample.gpus:
             self._foreign(sample.time, gpu, sample, raised)
         self._processes_seen = True
@@ -1364,7 +1368,7 @@ class AlertEngine(AlertStore):
         none of the watched GPUs has, that it is not ours, and whose it is when the Proxmox
         host's process list has a process on it ("not a GPU of this host: CT 201's");
         ``latest``: the sample to read (the newest one by default)."""
-        latest = latest or self._latest
+        latest = latest or self._with_list or self._latest
         if latest is None or not latest.gpus:
             return None  # nothing known yet to tell ours from others'
         if gpu is not None:

@@ -239,6 +239,21 @@ def test_memory_collapse_is_a_likely_oom_death_without_any_log() -> None:
     )
 
 
+def test_an_oom_death_names_who_held_the_gpu_before_its_fall_when_a_list_came_between() -> None:
+    """Triple run 2 (beside a CPU hog): the process list taken after the drafter died came
+    before the sample with the fall; the death named the jupyter that is still there."""
+    engine, _, heard = engine_with_log()
+    drafter = GpuProcess(874, "python3 -m train.drafter", 84000, gpu_uuid="GPU-a")
+    jupyter = GpuProcess(3187442, "jupyter-lab", 6000, gpu_uuid="GPU-a")
+    for k, p in enumerate([96.0, 97.0, 98.0]):
+        at = sample(T0 + k, gpu(0, at_pct(p), uuid="GPU-a"), processes=(drafter, jupyter))
+        engine.on_sample(at)
+    engine.on_processes(sample(T0 + 2, gpu(0, at_pct(98.0), uuid="GPU-a"), processes=(jupyter,)))
+    engine.on_sample(sample(T0 + 3, gpu(0, 12, uuid="GPU-a"), processes=(jupyter,)))
+    [death] = [a for a in heard if a.kind == "oom_death"]
+    assert "874 train.drafter" in death.message, death.message
+
+
 def test_a_slow_release_or_a_job_ending_at_80_percent_is_not_an_oom_death() -> None:
     engine, _, heard = engine_with_log()
     feed_pcts(engine, [92.0] + [92.0 - 6 * k for k in range(1, 16)])  # 92 -> 2 over 15 s
