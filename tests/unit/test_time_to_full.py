@@ -31,7 +31,7 @@ from memory_traces import (
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.rules import check_rules
 from gpumon.backends.config import HostConfig
-from gpumon.backends.model import CheckCode
+from gpumon.backends.model import CheckCode, GpuSample, HostSample
 from gpumon.backends.monitor import HostMonitor, check_verdict
 from gpumon.backends.monitor.sources import AgentSource
 from gpumon.backends.sim import SimSettings
@@ -107,6 +107,23 @@ def test_a_check_sees_the_ramp_in_its_5_s_window() -> None:
             raised += [a for a in engine.on_sample(sample) if a.kind == "time_to_full"]
     assert [a.gpu for a in raised] == [6], raised
     assert_consistent(raised[0].message)
+
+
+def test_a_check_window_keeps_the_points_it_needs_when_samples_come_late() -> None:
+    """`gpumon check demo --window 2` at 1 s: the rule needs 4 points; its window was
+    exactly 3 intervals, so any sample a few ms late dropped the oldest and it never
+    judged (UNKNOWN "3 samples in 2 s, 4 needed" on a loaded machine). Late samples keep
+    their points now."""
+    rules = check_rules(AlertRules(), 2.0, 1.0)
+    clock = FakeClock()
+    engine = AlertEngine("demo", rules, clock=clock.time)
+    t0 = 1_800_000_000.0
+    late = [0.0, 1.04, 2.09, 3.12, 4.2]  # each round a little later than the one before
+    for t in late:
+        clock.now = t0 + t
+        gpu = GpuSample(0, memory_total_mib=1000, memory_used_mib=700)
+        engine.on_sample(HostSample("demo", t0 + t, None, (gpu,)), came=100.0 + t)
+    assert engine.time_to_full_unjudged() is None, engine.time_to_full_unjudged()
 
 
 def test_a_slow_leak_is_warned_too() -> None:
