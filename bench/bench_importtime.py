@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpumon.backends.monitor.oneshot import OFF_PATH
+
 REPO = Path(__file__).resolve().parents[1]
 SHIM = REPO / "bench" / "nvml_shim"
 
@@ -57,21 +59,7 @@ FORBIDDEN = (
 # runs without an event loop); what only jobs, servers or a decoded alert fact need (the
 # flight recorder's parser with pickle, a job's trackers, verdicts and baselines, the SGLang
 # and vLLM servers' trackers and parsers).
-SNAPSHOT_UNUSED = (
-    "asyncio",
-    "pickle",
-    "gpumon.backends.parsers.flight_recorder",
-    "gpumon.backends.parsers.collective",
-    "gpumon.backends.parsers.progress",
-    "gpumon.backends.workloads.trackers",
-    "gpumon.backends.workloads.slow",
-    "gpumon.backends.workloads.stall",
-    "gpumon.backends.workloads.sglang",
-    "gpumon.backends.workloads.vllm",
-    "gpumon.backends.parsers.sglang",
-    "gpumon.backends.parsers.sglang_log",
-    "gpumon.backends.parsers.vllm",
-)
+SNAPSHOT_UNUSED = ("asyncio", *OFF_PATH)
 
 # The dashboard's wrapper: Textual writes its screen to sys.__stderr__ (LinuxDriver), so
 # it gets the pane (stdout), and fd 2 stays the importtime report's file.

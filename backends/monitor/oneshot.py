@@ -29,7 +29,27 @@ from .sources.agent_messages import agent_options, connected, dispatch, handlers
 from .sources.base import AGENT, Capabilities, Sink, Source
 from .state import HostMonitor
 
-__all__ = ["InProcessAgent", "in_process", "local_snapshot"]
+__all__ = ["OFF_PATH", "InProcessAgent", "in_process", "local_snapshot"]
+
+# What a snapshot without servers, jobs or a decoded alert fact never uses and so does not
+# import (each is imported where first needed): the flight recorder's parser with pickle,
+# a job's trackers, verdicts and baselines, the SGLang and vLLM servers' trackers and
+# parsers. CI's import check (bench/bench_importtime.py --check) and the import-hygiene
+# test fail if the one-shot imports any.
+OFF_PATH = (
+    "pickle",
+    "gpumon.backends.parsers.flight_recorder",
+    "gpumon.backends.parsers.collective",
+    "gpumon.backends.parsers.progress",
+    "gpumon.backends.workloads.trackers",
+    "gpumon.backends.workloads.slow",
+    "gpumon.backends.workloads.stall",
+    "gpumon.backends.workloads.sglang",
+    "gpumon.backends.workloads.vllm",
+    "gpumon.backends.parsers.sglang",
+    "gpumon.backends.parsers.sglang_log",
+    "gpumon.backends.parsers.vllm",
+)
 
 
 class InProcessAgent(Source):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.backends.monitor.oneshot import OFF_PATH
+
 pytestmark = pytest.mark.system
 
 UI = ("textual", "rich", "plotext")
@@ -104,18 +106,7 @@ ONE_SHOT_UNUSED = (
     "fractions",
     "decimal",
     "difflib",
-    "pickle",
-    "gpumon.backends.parsers.flight_recorder",
-    "gpumon.backends.parsers.collective",
-    "gpumon.backends.parsers.progress",
-    "gpumon.backends.workloads.trackers",
-    "gpumon.backends.workloads.slow",
-    "gpumon.backends.workloads.stall",
-    "gpumon.backends.workloads.sglang",
-    "gpumon.backends.workloads.vllm",
-    "gpumon.backends.parsers.sglang",
-    "gpumon.backends.parsers.sglang_log",
-    "gpumon.backends.parsers.vllm",
+    *OFF_PATH,
 )
 ONE_SHOT_FORBIDDEN = (*UI, *SSH, *UNASKED, *ONE_SHOT_UNUSED, "gpumon.backends.sim")
 FAKE_NVML = Path(__file__).parents[1] / "support" / "fake_nvml"
