@@ -34,14 +34,6 @@ from gpumon.backends.config.schema import (
     text_list,
     word,
 )
-from gpumon.backends.config.workloads import (
-    JobConfig,
-    SglangConfig,
-    VllmConfig,
-    jobs_table,
-    sglang_table,
-    vllm_table,
-)
 from gpumon.backends.errors import GpumonError
 from gpumon.backends.lazy import lazy_pattern
 from gpumon.backends.paths import default_config_file
@@ -50,6 +42,7 @@ if TYPE_CHECKING:
     from gpumon.backends.config.fleet import FleetConfig
     from gpumon.backends.config.notify import NotifierConfig, NotifySettings
     from gpumon.backends.config.usage import UsageSettings
+    from gpumon.backends.config.workloads import JobConfig, SglangConfig, VllmConfig
 
 HostKind = Literal["ssh", "local", "demo"]
 HostProcesses = bool | Literal["auto"]
@@ -287,12 +280,34 @@ HOST_SETTINGS: tuple[KeySpec, ...] = (
     ),
     KeySpec("alerts", _alert_table, "an alerts table", {}),
 )
+
+
+# Imported when a host has a server or jobs: a host with neither builds none of
+# config.workloads' classes (issue 41: each dataclass costs the one-shot its compiles).
+def _sglang_table(raw: object) -> SglangConfig:
+    from gpumon.backends.config.workloads import sglang_table
+
+    return sglang_table(raw)
+
+
+def _vllm_table(raw: object) -> VllmConfig:
+    from gpumon.backends.config.workloads import vllm_table
+
+    return vllm_table(raw)
+
+
+def _jobs_table(raw: object) -> tuple[JobConfig, ...]:
+    from gpumon.backends.config.workloads import jobs_table
+
+    return jobs_table(raw)
+
+
 HOST_KEYS: tuple[KeySpec, ...] = (
     KeySpec("ssh", _ssh_target, SSH_EXPECTED),
     *HOST_SETTINGS,
-    KeySpec("sglang", sglang_table, "a [hosts.NAME.sglang] table"),
-    KeySpec("vllm", vllm_table, "a [hosts.NAME.vllm] table"),
-    KeySpec("jobs", jobs_table, "[hosts.NAME.jobs.JOB] tables"),
+    KeySpec("sglang", _sglang_table, "a [hosts.NAME.sglang] table"),
+    KeySpec("vllm", _vllm_table, "a [hosts.NAME.vllm] table"),
+    KeySpec("jobs", _jobs_table, "[hosts.NAME.jobs.JOB] tables"),
 )
 
 

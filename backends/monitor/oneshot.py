@@ -33,9 +33,10 @@ __all__ = ["OFF_PATH", "InProcessAgent", "in_process", "local_snapshot"]
 
 # What a snapshot without servers, jobs or a decoded alert fact never uses and so does not
 # import (each is imported where first needed): the flight recorder's parser with pickle,
-# a job's trackers, verdicts and baselines, the SGLang and vLLM servers' trackers and
-# parsers. CI's import check (bench/bench_importtime.py --check) and the import-hygiene
-# test fail if the one-shot imports any.
+# a job's trackers, verdicts, baselines and memory, the SGLang and vLLM servers' trackers
+# and parsers, their config's classes, and `check`'s performance data. CI's import check
+# (bench/bench_importtime.py --check) and the import-hygiene test fail if the one-shot
+# imports any.
 OFF_PATH = (
     "pickle",
     "gpumon.backends.parsers.flight_recorder",
@@ -46,6 +47,9 @@ OFF_PATH = (
     "gpumon.backends.workloads.stall",
     "gpumon.backends.workloads.sglang",
     "gpumon.backends.workloads.vllm",
+    "gpumon.backends.workloads.memory",
+    "gpumon.backends.config.workloads",
+    "gpumon.backends.monitor.perfdata",
     "gpumon.backends.parsers.sglang",
     "gpumon.backends.parsers.sglang_log",
     "gpumon.backends.parsers.vllm",

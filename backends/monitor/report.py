@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumon.backends.alerts.health import facts_json
 from gpumon.backends.alerts.incident import Incident, command_fix, incidents, line
@@ -25,7 +25,6 @@ from gpumon.backends.model import (
     MigInstance,
     iso_time,
 )
-from gpumon.backends.monitor.perfdata import Perf, check_perfdata, perf_text
 from gpumon.backends.monitor.state import HostMonitor
 from gpumon.backends.monitor.textfit import cells, cut, fit_lines, wrap, wrap_pairs
 from gpumon.backends.parsers.processes import (
@@ -35,6 +34,9 @@ from gpumon.backends.parsers.processes import (
     unattributed_mib,
 )
 from gpumon.backends.untrusted import printable
+
+if TYPE_CHECKING:
+    from gpumon.backends.monitor.perfdata import Perf
 
 
 def gpu_json(gpu: GpuSample, sample: HostSample) -> dict[str, Any]:
@@ -220,13 +222,18 @@ def check_verdict(
     # Nagios reads the performance data from the first "|": one in a message from the
     # target (a log line) must not start it, so it is escaped as untrusted text is.
     text = text.replace("|", "\\x7c")
-    # UNKNOWN: stale or no data, nothing measured now to graph.
+    # UNKNOWN: stale or no data, nothing measured now to graph. Only `check` prints
+    # performance data: a snapshot does not build perfdata's class (issue 41).
+    from gpumon.backends.monitor.perfdata import perf_text
+
     perf = "" if code == CheckCode.UNKNOWN else perf_text(_perfdata(monitor))
     return code, f"{text} | {perf}" if perf else text
 
 
 def _perfdata(monitor: HostMonitor) -> list[Perf]:
     """The check's performance data; none without a sample (nothing was measured)."""
+    from gpumon.backends.monitor.perfdata import check_perfdata
+
     sample = monitor.latest
     if sample is None:
         return []

@@ -44,14 +44,14 @@ from gpumon.backends.workloads.engine import (
 from gpumon.backends.workloads.engine import (
     SERVER_INFO_PATHS as SERVER_INFO_PATHS,  # SGLang's info pages, read from here too
 )
-from gpumon.backends.workloads.memory import JobMemory
 
 if TYPE_CHECKING:
     # the servers' trackers and their parsers only where a host has servers, imported
     # where the first is tracked (``ServingEngine.parts``) or judged
-    # a job's trackers and verdicts (progress and collective parsers, the baselines'
-    # JSON) only where a host has jobs: imported where the first is made
+    # a job's trackers, verdicts and memory (progress and collective parsers, the
+    # baselines' JSON) only where a host has jobs: imported where the first is made
     from gpumon.backends.parsers.flight_recorder import FrReport
+    from gpumon.backends.workloads.memory import JobMemory
     from gpumon.backends.workloads.sglang import Hung, SglangTracker
     from gpumon.backends.workloads.slow import RunBaselines, SlowWatch
     from gpumon.backends.workloads.trackers import JobTracker
@@ -145,12 +145,14 @@ class Workloads:
         # the verdict names the rank from them until the stall ends.
         self.collectives: dict[str, FrReport] = {}
         self.jobs: dict[str, JobTracker] = {}
+        # what each job was seen to need of its GPUs' memory (its restart's free-GPU check)
+        self.memory: dict[str, JobMemory] = {}
         if host.jobs:  # the trackers' modules only for a host with jobs (TYPE_CHECKING)
+            from gpumon.backends.workloads.memory import JobMemory
             from gpumon.backends.workloads.trackers import JobTracker
 
             self.jobs = {j.name: JobTracker(j.name, j.progress, j.gpus) for j in host.jobs}
-        # what each job was seen to need of its GPUs' memory (its restart's free-GPU check)
-        self.memory: dict[str, JobMemory] = {j.name: JobMemory() for j in host.jobs}
+            self.memory = {j.name: JobMemory() for j in host.jobs}
         self.server_commands: dict[int, str] = {}  # port -> how the SGLang server started
         self.first_rounds: set[str] = set()  # the agent's parts that answered once
         # job -> since when processes hold its GPUs (``now()``)
