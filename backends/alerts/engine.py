@@ -138,7 +138,9 @@ LOG_CONTEXT_LINES = 8  # lines of a log kept up to an event's key line (a traceb
 _LISTED_MAX = 1024  # GPUs remembered as listed (more than any host has)
 
 
-@dataclass(frozen=True, slots=True)
+# Never compared nor printed (the engine's own memo): no generated __eq__, __hash__ or
+# __repr__, each compiled at import on the one-shot's path (issue 41).
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _Listed:
     """A GPU as it was last listed: read (its index, name) or not (its index where known)."""
 
@@ -148,7 +150,7 @@ class _Listed:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # as _Listed
 class _LogEnd:
     """The failure a configured job's log ended in when gpumon came: what its job-down
     condition says, dated by the line (``at``), with the lines that raised it."""
@@ -167,7 +169,7 @@ def _gpu_identity(bus_id: str | None, index: int | None) -> str:
     return pci_key(bus_id) or f"index {index}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # as _Listed
 class _LogSource:
     scanner: LogScanner
     job: str | None

@@ -98,7 +98,11 @@ TAG_MEANING: dict[Tag, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+# One constant per kind, found by its name (``KINDS``): two kinds are the same kind only
+# if the same object, so identity is their equality and hash; never printed whole. No
+# generated __eq__, __hash__ or __repr__, each compiled at import on the one-shot's path
+# (issue 41).
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class AlertKind:
     """One alert kind.
 

@@ -204,7 +204,9 @@ _TARGET_RE = lazy_pattern(
 )
 
 
-@dataclass(frozen=True, slots=True)
+# Only carries the parsed ``ssh`` value to _build_host: no generated __eq__, __hash__ or
+# __repr__, each compiled at import on the one-shot's path (issue 41).
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _SshTarget:
     user: str | None
     host: str

@@ -37,7 +37,9 @@ class Invalid(Exception):
 REQUIRED: Any = object()  # a KeySpec default: the key must be present
 
 
-@dataclass(frozen=True, slots=True)
+# Rows of the schema's tables, looked up by name, never compared nor printed: no generated
+# __eq__, __hash__ or __repr__, each compiled at import on the one-shot's path (issue 41).
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class KeySpec:
     """One key a table may hold.
 

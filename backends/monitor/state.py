@@ -112,7 +112,9 @@ def ticks_for(clock: Callable[[], float]) -> Callable[[], float]:
     return time.monotonic if clock is time.time else clock
 
 
-@dataclass(slots=True)
+# A counter per followed file, read field by field (never compared nor printed): no
+# generated __eq__ or __repr__, each compiled at import on the one-shot's path (issue 41).
+@dataclass(slots=True, eq=False, repr=False)
 class LogFlow:
     """What one followed log file sent so far (``snapshot --json``'s ``logs``)."""
 

@@ -249,7 +249,9 @@ def container_label(container: str | None) -> str:
     return f"CT{container}" if container.isdigit() else container
 
 
-@dataclass(frozen=True, slots=True)
+# Made to be drawn column by column, never compared nor printed whole: no generated
+# __eq__, __hash__ or __repr__, each compiled at import on the one-shot's path (issue 41).
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class ProcessColumns:
     """One process in words, column by column (every text made printable)."""
 

@@ -45,7 +45,10 @@ BUCKETS: dict[str, tuple[str | None, Health]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+# The catalog's rows, looked up by Xid and read field by field, never compared nor
+# printed: no generated __eq__, __hash__ or __repr__, each compiled at import on the
+# one-shot's path (issue 41).
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class XidInfo:
     """One Xid: its meaning in a few words, the action, gpumon's level, the catalog's
     bucket it follows ("" where the catalog names none) and, where gpumon departs from

@@ -184,7 +184,9 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
-@dataclass(slots=True)
+# The recorder's own parts, never compared nor printed: no generated __eq__ or __repr__,
+# each compiled at import on the one-shot's path (issue 41).
+@dataclass(slots=True, eq=False, repr=False)
 class _Chunk:
     """``CHUNK_SAMPLES`` sample lines, compressed: their times, and the lines joined by
     newlines (a JSON line has none of its own) through zlib."""
@@ -196,7 +198,7 @@ class _Chunk:
         return zlib.decompress(self.blob).decode().split("\n")
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # as _Chunk
 class _Pending:
     alert: Alert
     due: float

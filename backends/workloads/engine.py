@@ -23,7 +23,10 @@ if TYPE_CHECKING:
     from gpumon.backends.workloads.sglang import SglangTracker
 
 
-@dataclass(frozen=True, slots=True)
+# Two constants (SGLANG, VLLM), compared by name or identity, never printed whole: no
+# generated __eq__, __hash__ or __repr__, each compiled at import on the one-shot's path
+# (issue 41).
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class ServingEngine:
     name: str  # tag prefix, snapshot JSON key, ``[hosts.NAME.<name>]``
     title: str  # in the user's words: "SGLang", "vLLM"

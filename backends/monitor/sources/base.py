@@ -22,7 +22,9 @@ if TYPE_CHECKING:  # asyncio's: not imported where no source runs (``monitor.one
 __all__ = ["AGENT", "DIRECT_SMI", "REPLAY", "Capabilities", "Sink", "Source"]
 
 
-@dataclass(frozen=True, slots=True)
+# Asked field by field, never compared nor printed: no generated __eq__, __hash__ or
+# __repr__, each compiled at import on the one-shot's path (issue 41).
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Capabilities:
     """What a source can do; the UI and the session ask these, not the host's kind."""
 
