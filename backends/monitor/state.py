@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     # waits): ``snapshot local`` in process (``monitor.oneshot``) feeds it without one.
     import asyncio
 
+    from gpumon.backends.remote import protocol
     from gpumon.backends.transport.base import Transport
 
 __all__ = [
@@ -857,17 +858,8 @@ class HostMonitor:
         self.workloads.on_first_round(part, ports)
         self._notify()
 
-    def ingest_server_info(
-        self,
-        engine: str,
-        port: int,
-        parallel: Mapping[str, int],
-        minors: Sequence[int],
-        pid: int | None = None,
-        *,
-        command: str | None = None,
-    ) -> None:
-        self.workloads.on_server_info(engine, port, parallel, minors, pid, command=command)
+    def ingest_server_info(self, info: protocol.ServerInfo, *, command: str | None) -> None:
+        self.workloads.on_server_info(info, command=command)
         self._notify()
 
     def ingest_host_load(self, load: HostLoad) -> None:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     # a job's trackers, verdicts and memory (progress and collective parsers, the
     # baselines' JSON) only where a host has jobs: imported where the first is made
     from gpumon.backends.parsers.flight_recorder import FrReport
+    from gpumon.backends.remote.protocol import ServerInfo
     from gpumon.backends.workloads.memory import JobMemory
     from gpumon.backends.workloads.sglang import Hung, SglangTracker
     from gpumon.backends.workloads.slow import RunBaselines, SlowWatch
@@ -226,20 +227,13 @@ class Workloads:
                 if port not in self.vllm:
                     self.vllm[port] = cast("VllmTracker", VLLM.tracker(port))
 
-    def on_server_info(
-        self,
-        engine: str,
-        port: int,
-        parallel: Mapping[str, int],
-        minors: Sequence[int],
-        pid: int | None = None,
-        *,
-        command: str | None = None,
-    ) -> None:
-        """The agent's discovery of a server's processes: an SGLang server's command line
-        (its secrets masked), which its hang's fix says; a vLLM server's command line's
-        parallel sizes, the ``/dev/nvidiaN`` its process tree holds (its GPUs) and its API
-        server's PID (the bundle reads its command line and output there)."""
+    def on_server_info(self, info: ServerInfo, *, command: str | None = None) -> None:
+        """The agent's discovery of a server's processes (``info``, as the agent sent it):
+        an SGLang server's command line (``command``: its secrets masked, None: not sent),
+        which its hang's fix says; a vLLM server's command line's parallel sizes, the
+        ``/dev/nvidiaN`` its process tree holds (its GPUs) and its API server's PID (the
+        bundle reads its command line and output there)."""
+        engine, port = info.engine, info.port
         if not 0 < port < 65536:
             return
         commands = self.server_commands
@@ -251,7 +245,9 @@ class Workloads:
             return
         if port not in self.vllm:
             self.vllm[port] = cast("VllmTracker", VLLM.tracker(port))
-        self.vllm[port].observe_processes(parallel, minors, pid)
+        sizes = {"tp": info.tp, "pp": info.pp, "dp": info.dp}
+        parallel = {k: v for k, v in sizes.items() if v is not None}
+        self.vllm[port].observe_processes(parallel, info.minors, info.pid if info.pid > 0 else None)
 
     def on_http(
         self,

@@ -11,6 +11,7 @@ import pytest
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample
 from gpumon.backends.parsers.sglang import METRICS_LINE_FILTER
+from gpumon.backends.remote.protocol import ServerInfo
 from gpumon.backends.workloads import watch
 from gpumon.backends.workloads.engine import ENGINES, ServingEngine
 from gpumon.backends.workloads.trackers import SglangTracker
@@ -58,15 +59,15 @@ def test_each_engines_gpus_are_worked_out_once_a_sample() -> None:
     GPUs several times: the same answer object until the sample or the servers change."""
     w = Workloads(HostConfig(name="box", kind="local"))
     w.on_http("sglang:30000", 200, SGLANG_PAGE, None, 1000.0)
-    w.on_server_info("vllm", 8010, {"tp": 2}, [12, 13])
+    w.on_server_info(ServerInfo("vllm", 8010, 0, tp=2, minors=[12, 13]))
     sample = _sample(1000.0)
     vllm = w.vllm_gpus(sample)
     assert vllm == {8010: (2, 3)} and w.vllm_gpus(sample) is vllm
     sglang = w.server_gpus(sample)
     assert sglang == {30000: (0,)} and w.server_gpus(sample) is sglang
-    w.on_server_info("vllm", 8011, {}, [11])  # discovery found another: worked out again
+    w.on_server_info(ServerInfo("vllm", 8011, 0, minors=[11]))  # found another: worked out again
     assert w.vllm_gpus(sample) == {8010: (2, 3), 8011: (1,)}
-    w.on_server_info("vllm", 8011, {}, [10])  # its process tree moved
+    w.on_server_info(ServerInfo("vllm", 8011, 0, minors=[10]))  # its process tree moved
     assert w.vllm_gpus(sample) == {8010: (2, 3), 8011: (0,)}
     later = _sample(1001.0)
     assert w.vllm_gpus(later) is not w.vllm_gpus(sample)  # a new sample: new answers

@@ -14,7 +14,7 @@ from gpumon.backends.alerts.engine import AlertEngine, AlertRules
 from gpumon.backends.alerts.incident import incidents
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.model import GpuSample, Health, HostSample
-from gpumon.backends.monitor.sources.agent import command, server_info
+from gpumon.backends.monitor.sources.agent import command
 from gpumon.backends.parsers.vllm import (
     VllmParseError,
     engine_died,
@@ -394,7 +394,7 @@ def test_a_vllm_servers_gpus_are_those_its_process_tree_holds(tmp_path: Path) ->
     wire = json.loads(protocol.encode(infos[0]))
     info = protocol.ServerInfo.from_wire(wire)
     w = Workloads(HostConfig(name="box", kind="local"))
-    w.on_server_info(*server_info(info))
+    w.on_server_info(info)
     gpus = tuple(GpuSample(i, minor=10 + i) for i in range(8))  # the driver's numbers
     sample = HostSample("box", 1000.0, None, gpus)
     tracker = w.vllm[8010]
@@ -424,6 +424,6 @@ def test_an_sglang_servers_command_line_is_sent_and_masked_on_receipt(tmp_path: 
     long = protocol.ServerInfo.from_wire(huge)
     assert len(long.argv) == protocol.ARGV_MAX and len(long.argv[0]) == protocol.ARGV_WORD_MAX
     w = Workloads(HostConfig(name="box", kind="local"))
-    w.on_server_info(*server_info(wire), command=command(wire))
+    w.on_server_info(wire, command=command(wire))
     assert w.server_commands == {30000: command(wire)}
     assert w.vllm == {}  # no vLLM server of it

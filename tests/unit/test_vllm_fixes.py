@@ -17,7 +17,7 @@ from gpumon.backends.alerts.incident import command_fix, incidents
 from gpumon.backends.config.load import HostConfig
 from gpumon.backends.config.workloads import JobConfig, VllmConfig
 from gpumon.backends.model import GpuProcess, GpuSample, HostSample
-from gpumon.backends.monitor.sources.agent import command, server_info
+from gpumon.backends.monitor.sources.agent import command
 from gpumon.backends.remote import protocol
 from gpumon.backends.remote.agent import scan_server_processes
 from gpumon.backends.sim.host_proc import write_ct_proc_tree
@@ -48,7 +48,7 @@ def _tp2_sample() -> HostSample:
 def _workloads(pid: int | None = API_SERVER) -> Workloads:
     w = Workloads(HostConfig(name="box", kind="ssh", vllm=VllmConfig(ports=(PORT,))))
     # discovery: the API server's PID and the device files (minors 0, 1) its tree holds
-    w.on_server_info("vllm", PORT, {"tp": 2}, [0, 1], pid)
+    w.on_server_info(protocol.ServerInfo("vllm", PORT, pid or 0, tp=2, minors=[0, 1]))
     return w
 
 
@@ -151,7 +151,7 @@ def test_a_discovered_servers_fix_says_its_command_line_to_start_it_again(
     _, [info] = scan_server_processes(str(proc))
     wire = protocol.ServerInfo.from_wire(json.loads(protocol.encode(info)))
     w = Workloads(HostConfig(name="box", kind="ssh", vllm=VllmConfig(ports=(PORT,))))
-    w.on_server_info(*server_info(wire), command=command(wire))
+    w.on_server_info(wire, command=command(wire))
     engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
     _wedge(w, engine, None)
     [incident] = incidents(engine.active())
@@ -188,7 +188,7 @@ def test_a_vllm_server_that_is_a_job_is_restarted_by_r() -> None:
     job = JobConfig(name="llama", server=PORT, start="vllm serve m --port 8000")
     host = HostConfig(name="box", kind="ssh", vllm=VllmConfig(ports=(PORT,)), jobs=(job,))
     w = Workloads(host)
-    w.on_server_info("vllm", PORT, {"tp": 2}, [0, 1], API_SERVER)
+    w.on_server_info(protocol.ServerInfo("vllm", PORT, API_SERVER, tp=2, minors=[0, 1]))
     engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
     _wedge(w, engine, _sample_with_minors())
     [incident] = incidents(engine.active())

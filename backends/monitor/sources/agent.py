@@ -32,7 +32,6 @@ from .agent_messages import (
     handlers,
     host_load,
     python_usable,
-    server_info,
 )
 from .base import AGENT, Capabilities, Sink
 from .connection import TransportSource
@@ -51,7 +50,6 @@ __all__ = [
     "handlers",
     "host_load",
     "python_usable",
-    "server_info",
 ]
 
 HELLO_TIMEOUT_S = 20.0

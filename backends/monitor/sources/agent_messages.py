@@ -35,7 +35,6 @@ __all__ = [
     "handlers",
     "host_load",
     "python_usable",
-    "server_info",
 ]
 
 log = logging.getLogger(__name__)
@@ -164,7 +163,7 @@ def handlers(sink: Sink, on_hello: Callable[[protocol.Hello], bool]) -> dict[str
             _route(p.FirstRound, _quiet(lambda m: sink.ingest_first_round(m.part, m.ports))),
             _route(
                 p.ServerInfo,
-                _quiet(lambda m: sink.ingest_server_info(*server_info(m), command=command(m))),
+                _quiet(lambda m: sink.ingest_server_info(m, command=command(m))),
             ),
         ]
     )
@@ -175,14 +174,6 @@ def command(m: protocol.ServerInfo) -> str | None:
     the rules of ``masking``, which the bundle's scrubbing shares) before anything keeps
     it; None: not sent."""
     return masked_shell_line(m.argv) if m.argv else None
-
-
-def server_info(
-    m: protocol.ServerInfo,
-) -> tuple[str, int, dict[str, int], list[int], int | None]:
-    sizes = {"tp": m.tp, "pp": m.pp, "dp": m.dp}
-    pid = m.pid if m.pid > 0 else None
-    return m.engine, m.port, {k: v for k, v in sizes.items() if v is not None}, m.minors, pid
 
 
 def dispatch(sink: Sink, table: dict[str, Handler], line: bytes) -> bool:

@@ -17,6 +17,7 @@ from gpumon.backends.parsers.nvidia_smi import SmiFailure
 from gpumon.backends.workloads.watch import Workloads
 
 if TYPE_CHECKING:  # asyncio's: not imported where no source runs (``monitor.oneshot``)
+    from gpumon.backends.remote import protocol
     from gpumon.backends.transport.base import Transport
 
 __all__ = ["AGENT", "DIRECT_SMI", "REPLAY", "Capabilities", "Sink", "Source"]
@@ -129,19 +130,10 @@ class Sink(Protocol):
         """A part of the agent finished its first round: ``logs`` (each followed log polled
         once) or ``discover`` (SGLang servers looked for; ``ports``: those found)."""
 
-    def ingest_server_info(
-        self,
-        engine: str,
-        port: int,
-        parallel: Mapping[str, int],
-        minors: Sequence[int],
-        pid: int | None = None,
-        *,
-        command: str | None = None,
-    ) -> None:
-        """A discovered server's parallel sizes (``tp``, ``pp``, ``dp`` its command line
-        gives), the ``/dev/nvidiaN`` its process tree holds, its API server's PID and its
-        command line, its secrets masked (None: not known)."""
+    def ingest_server_info(self, info: protocol.ServerInfo, *, command: str | None) -> None:
+        """A discovered server as the agent sent it (its parallel sizes, the
+        ``/dev/nvidiaN`` its process tree holds, its API server's PID) and its command
+        line, its secrets masked (``command``; None: not known)."""
 
     def ingest_alert(
         self,
