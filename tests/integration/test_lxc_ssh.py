@@ -570,6 +570,7 @@ async def kill_on_the_dashboard(lab: Lab, host_pid: int) -> tuple[GpuProcess, st
             return next((p for p in procs if p.host_pid == host_pid), None)
 
         process = await until(listed, 30, f"host PID {host_pid} listed", pause=pilot.pause)
+        assert process is not None  # until returned it: listed
         app.dashboard.actions.open_kill(monitor, process, None)
         dialog = await until(
             lambda: app.screen if isinstance(app.screen, KillScreen) else None,
@@ -577,7 +578,7 @@ async def kill_on_the_dashboard(lab: Lab, host_pid: int) -> tuple[GpuProcess, st
             "the kill dialog",
             pause=pilot.pause,
         )
-        assert dialog.plan.on_host and dialog.plan.pid == host_pid  # by its host PID
+        assert dialog is not None and dialog.plan.on_host and dialog.plan.pid == host_pid
         await pilot.press("y")
         await until(
             lambda: dialog.state == "done", 60, lambda: str(dialog.messages), pause=pilot.pause
