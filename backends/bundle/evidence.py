@@ -285,7 +285,7 @@ async def _add_dumps(
     (or PyTorch's defaults where they name none); how many were kept. ``into`` gets
     each kept dump by its rank (the digits after its prefix) and the setups read."""
     if not pids:  # K of another container's process, or the host's own
-        why = "the process has no PID in the watched container: they are read there only"
+        why = "no PID in the watched container to read them by (they are read there only)"
         archive.missing("flight-recorder", f"not read (nor an SGLang server's parts): {why}")
         return 0
     read = job_setups(target, python, pids, step)

@@ -610,7 +610,7 @@ async def test_k_of_another_containers_process_keeps_its_stacks_taken_on_the_pro
         f"`py-spy dump --native --pid {host_pid}` on the Proxmox host (CT 201 jupyter-lab, "
         f"host PID {host_pid}) (a process of "
     ) in index, index
-    flight = "flight-recorder: not read (nor an SGLang server's parts): the process has no PID"
+    flight = "flight-recorder: not read (nor an SGLang server's parts): no PID in the watched"
     assert flight in index, index
 
 
