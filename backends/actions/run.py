@@ -95,7 +95,8 @@ class Gather(Protocol):
     progress; the bundle layer's ``keep_evidence`` (actions cannot import it: the session
     is given it by whoever builds it). ``alert``: the key of the alert whose incident the
     bundle is of (``K`` of a process that is no job's: the alert it came from); None: the
-    job's newest incident."""
+    job's newest incident. ``host_pids``: processes known only by their Proxmox host's
+    PID (``K`` of another container's or the host's own), their stacks taken there."""
 
     def __call__(
         self,
@@ -106,6 +107,7 @@ class Gather(Protocol):
         say: Callable[[str], None],
         *,
         alert: str | None = None,
+        host_pids: tuple[int, ...] = (),
     ) -> Awaitable[Kept]: ...
 
 

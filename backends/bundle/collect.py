@@ -865,6 +865,7 @@ async def py_spy_dumps(
     say: Callable[[str], None] | None = None,
     *,
     container: int | None = None,
+    host_pids: Mapping[int, str] | None = None,
 ) -> int:
     """``py-spy-PID.txt``: ``py-spy dump --native --pid PID`` (else without ``--native``)
     of each of ``pids`` (``what`` they
@@ -872,23 +873,24 @@ async def py_spy_dumps(
     how many were kept. With ``container`` (the target is that Proxmox CT, its host
     reachable): where py-spy is not in it, or fails there (an unprivileged CT forbids
     ptrace), the Proxmox host's py-spy dumps the process by its host PID; the index says
-    which side took the stacks."""
+    which side took the stacks. ``host_pids``: processes known only by their host PID
+    (another container's, the host's own; host PID -> whose, in words: "CT 201
+    jupyter-lab"), dumped by the Proxmox host's py-spy, each as ``py-spy-HOSTPID.txt``."""
     budget = target.budget
+    host_pids = host_pids or {}
     here = await _which(archive, target, "py-spy", step, on_host=False)
     host = None
-    if container is not None:
+    if container is not None or host_pids:
         host = await _which(archive, target, "py-spy", step, on_host=True)
-    if here is None and host is None:
+    # the target's own PIDs: by its py-spy, else (a CT's) by the Proxmox host's
+    reach = here is not None or (container is not None and host is not None)
+    if not reach and (pids or not host_pids):
         where = "on the target" + (" nor on its Proxmox host" if container is not None else "")
         archive.missing("py-spy", f"not {where} (gpumon installs nothing there)")
-        return 0
-    host_pids: dict[int, int] | None = None
-
-    def said(pid: int, native: bool) -> str:
-        return f"`py-spy dump {'--native ' if native else ''}--pid {pid}`"
+    found: dict[int, int] | None = None  # the CT's PIDs as the host numbers them
 
     async def dump(pid: int) -> tuple[str, str]:
-        nonlocal host_pids
+        nonlocal found
         failed = ""
         if here is not None:
             try:
@@ -899,24 +901,67 @@ async def py_spy_dumps(
                 failed = f"; in the container it failed: {e}"
             else:
                 side = "in the container" if container is not None else "on the target"
-                return text, f"{said(pid, native)} {side} ({what}{why})"
+                return text, f"{_py_spy_words(pid, native)} {side} ({what}{why})"
         assert host is not None and container is not None
-        if host_pids is None:
-            host_pids = await _host_pids(target, container, pids, step)
-        if pid not in host_pids:
+        if found is None:
+            found = await _host_pids(target, container, pids, step)
+        if pid not in found:
             raise RuntimeError(f"CT {container}'s PID {pid} is not found on the Proxmox host")
-        text, native, why = await _py_spy_dump(archive, target, host, host_pids[pid], step, True)
-        return text, (
-            f"{said(host_pids[pid], native)} on the Proxmox host (CT {container}'s PID "
-            f"{pid}{failed}) ({what}{why})"
-        )
+        whose = f"CT {container}'s PID {pid}{failed}"
+        return await _py_spy_on_host(archive, target, host, found[pid], step, whose, what)
 
     kept = 0
-    for pid in pids:
+    for pid in pids if reach else ():
         if say is not None:
             say(f"py-spy dump --pid {pid}")
         name = f"py-spy-{pid}.txt"
         got = await _within(archive, budget, name, dump(pid))
+        if got is not None:
+            kept += archive.add(name, *got)
+    return kept + await _host_stacks(archive, target, host, host_pids, step, what, say)
+
+
+def _py_spy_words(pid: int, native: bool) -> str:
+    return f"`py-spy dump {'--native ' if native else ''}--pid {pid}`"
+
+
+async def _py_spy_on_host(
+    archive: BundleArchive,
+    target: _Deadlined,
+    host: str,
+    pid: int,
+    step: float,
+    whose: str,
+    what: str,
+) -> tuple[str, str]:
+    """The stacks of the host's process ``pid`` by the Proxmox host's py-spy (``host``),
+    and the index's line: ``whose`` it is (and why the host took them), ``what``."""
+    text, native, why = await _py_spy_dump(archive, target, host, pid, step, True)
+    return text, f"{_py_spy_words(pid, native)} on the Proxmox host ({whose}) ({what}{why})"
+
+
+async def _host_stacks(
+    archive: BundleArchive,
+    target: _Deadlined,
+    host: str | None,
+    host_pids: Mapping[int, str],
+    step: float,
+    what: str,
+    say: Callable[[str], None] | None,
+) -> int:
+    """``py-spy-HOSTPID.txt`` of each of ``host_pids`` (``py_spy_dumps``'), by the
+    Proxmox host's py-spy (``host``; None: none was found there, said for each)."""
+    kept = 0
+    for pid, whose in host_pids.items():
+        name, about = f"py-spy-{pid}.txt", f"{whose}, host PID {pid}"
+        if host is None:
+            why = "no py-spy was found on the Proxmox host (gpumon installs nothing there)"
+            archive.missing(name, f"{about}: not dumped: {why}")
+            continue
+        if say is not None:
+            say(f"py-spy dump --pid {pid} on the Proxmox host")
+        dump = _py_spy_on_host(archive, target, host, pid, step, about, what)
+        got = await _within(archive, target.budget, name, dump, f"{about}: ")
         if got is not None:
             kept += archive.add(name, *got)
     return kept

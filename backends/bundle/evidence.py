@@ -55,9 +55,10 @@ from gpumon.backends.bundle.collect import (
 )
 from gpumon.backends.bundle.timeline import NoIncident, pick_incident
 from gpumon.backends.config.workloads import JobConfig
-from gpumon.backends.model import iso_time
+from gpumon.backends.model import ProcessSource, iso_time
 from gpumon.backends.monitor import HostMonitor, snapshot_json
 from gpumon.backends.parsers.flight_recorder import FrReport, analyze
+from gpumon.backends.parsers.processes import holder_text
 from gpumon.backends.parsers.sglang_log import watchdog_dumps
 from gpumon.backends.paths import bundles_dir
 from gpumon.backends.remote.agent import SGLANG_DEFAULT_PORT, is_sglang_server
@@ -122,12 +123,16 @@ async def keep_evidence(
     *,
     alert: str | None = None,
     folder: Path | None = None,
+    host_pids: tuple[int, ...] = (),
 ) -> Kept:
     """The evidence of ``job`` (its processes ``pids``, running now) in a bundle written
     to ``folder`` (default ``$XDG_STATE_HOME/gpumon/bundles``) within ``seconds``; what it
     kept, and the bundle's path. The bundle is of the incident of the alert ``alert``
     (its key) where given and still in the history, else of the job's newest incident.
-    Raises OSError (the bundle cannot be written)."""
+    ``host_pids``: processes known only by their Proxmox host's PID (another
+    container's, the host's own: ``K`` of one), whose stacks are taken on that host; the
+    rest is of ``pids`` only (the watched container's). Raises OSError (the bundle
+    cannot be written)."""
     monitor = target.monitor
     assert monitor is not None  # the run keeps no evidence without one
     t0 = time.monotonic()
@@ -179,6 +184,7 @@ async def keep_evidence(
         f"a process of {job.name}, before its stop",
         step,
         container=container,
+        host_pids=_on_the_host(archive, monitor, host_pids[:PIDS_MAX]),
     )
     step("flight-recorder dumps")
     found = _Dumps()
@@ -201,6 +207,36 @@ async def keep_evidence(
     )
     verdict = named.words(job.name) if named is not None and named.stuck is not None else None
     return Kept(str(result.path), summary, verdict)
+
+
+def _on_the_host(
+    archive: BundleArchive, monitor: HostMonitor, host_pids: Sequence[int]
+) -> dict[int, str]:
+    """``host_pids`` whose stacks the Proxmox host's py-spy can take now, each with whose
+    it is in words ("CT 201 jupyter-lab"); each other one said in the index: the host is
+    not reachable (its process list is not current), or there is no Proxmox host (the
+    demo's host PIDs are made up)."""
+    # whose, as the host-side list says it (the container's own view knows no container)
+    listed = {
+        p.host_pid: holder_text(p)
+        for p in monitor.processes
+        if p.host_pid is not None and p.source == ProcessSource.HOST
+    }
+    if proxmox_container(monitor.host) is None:
+        demo = monitor.host.kind == "demo"
+        why = "the simulated machine's host PIDs are made up" if demo else "no Proxmox host"
+    elif not monitor.host_side_fresh():
+        why = "the Proxmox host is not reachable now (its process list is not current)"
+    else:
+        why = None
+    reach: dict[int, str] = {}
+    for pid in host_pids:
+        whose = listed.get(pid, "another container's or the host's process")
+        if why is None:
+            reach[pid] = whose
+        else:
+            archive.missing(f"py-spy-{pid}.txt", f"{whose}, host PID {pid}: not dumped: {why}")
+    return reach
 
 
 @dataclass
@@ -248,6 +284,10 @@ async def _add_dumps(
     """``flight-recorder/NAME``: the dump files of every prefix the job's processes name
     (or PyTorch's defaults where they name none); how many were kept. ``into`` gets
     each kept dump by its rank (the digits after its prefix) and the setups read."""
+    if not pids:  # K of another container's process, or the host's own
+        why = "no PID in the watched container to read them by (they are read there only)"
+        archive.missing("flight-recorder", f"not read (nor an SGLang server's parts): {why}")
+        return 0
     read = job_setups(target, python, pids, step)
     setups: list[FrSetup] | None = await _within(archive, target.budget, "flight-recorder", read)
     if setups is None:

@@ -32,7 +32,7 @@ from secret_corpus import ARGV, ARGV_SECRETS, CORPUS
 from gpumon.backends.actions import audit
 from gpumon.backends.actions.kill import KillPlan, Signal, kill_plan, send_signal, wait_gone
 from gpumon.backends.config import load_config, resolve_host
-from gpumon.backends.model import ProcessSource
+from gpumon.backends.model import GpuProcess, ProcessSource
 from gpumon.backends.monitor import HostMonitor, make_monitor, snapshot_json
 from gpumon.backends.monitor.sources import host_procs as feed
 from gpumon.backends.remote.procfacts import parse_stat
@@ -542,6 +542,129 @@ async def test_evidence_takes_stacks_from_the_proxmox_host_where_the_ct_forbids_
         in index
     )
     assert "Permission Denied" in index  # why the CT's own py-spy did not take it
+
+
+def bundle_files(path: str) -> dict[str, str]:
+    """A bundle's files by their names inside it, as text."""
+    with tarfile.open(path) as tar:
+        return {
+            m.name.split("/", 1)[1]: f.read().decode()
+            for m in tar.getmembers()
+            if "/" in m.name and (f := tar.extractfile(m)) is not None
+        }
+
+
+async def kill_on_the_dashboard(lab: Lab, host_pid: int) -> tuple[GpuProcess, str, dict[str, str]]:
+    """K of the process of ``host_pid`` on CT 200's dashboard (the real app, its kill
+    dialog, ``y``), once the host-side list has it: the process as listed, the dialog's
+    evidence line and the bundle the audit's kill names."""
+    from gpumon.tui.app import GpumonApp
+    from gpumon.tui.screens.kill import KillScreen
+
+    monitor = lab.monitor()
+    app = GpumonApp([monitor])
+    async with app.run_test(size=(130, 45)) as pilot:
+
+        def listed() -> GpuProcess | None:
+            procs = monitor.processes if monitor.host_side_fresh() else ()
+            return next((p for p in procs if p.host_pid == host_pid), None)
+
+        process = await until(listed, 30, f"host PID {host_pid} listed", pause=pilot.pause)
+        assert process is not None  # until returned it: listed
+        app.dashboard.actions.open_kill(monitor, process, None)
+        dialog = await until(
+            lambda: app.screen if isinstance(app.screen, KillScreen) else None,
+            10,
+            "the kill dialog",
+            pause=pilot.pause,
+        )
+        assert dialog is not None and dialog.plan.on_host and dialog.plan.pid == host_pid
+        await pilot.press("y")
+        await until(
+            lambda: dialog.state == "done", 60, lambda: str(dialog.messages), pause=pilot.pause
+        )
+        said = dialog.messages[0]
+    [entry] = [e for e in audit.read_entries() if e["action"] == "kill"]
+    assert entry["outcome"] == "ok" and entry["bundle"] == dialog.bundle, entry
+    return process, said, bundle_files(entry["bundle"])
+
+
+async def test_k_of_another_containers_process_keeps_its_stacks_taken_on_the_proxmox_host(
+    lab: Lab,
+) -> None:
+    """K of CT 201's jupyter on CT 200's dashboard (no PID of it in CT 200: the plan
+    signals its host PID on the Proxmox host): before the signal the host's py-spy (the
+    stand-in, tests/support/proxmox_host.py PY_SPY) takes its stacks by that host PID;
+    the index says which side took them and why, the dialog's evidence line counts them
+    and the audit's kill names the bundle. The flight recorder is read in CT 200 only:
+    the index says so. (Before: ``kill_evidence`` passed no PID, and kept no stacks.)"""
+    install_py_spy(lab.server.bin)
+    host_pid = lab.jupyter.host_pid
+    process, said, files = await kill_on_the_dashboard(lab, host_pid)
+    assert process.pid is None and process.container == "201"
+    assert said.startswith("evidence kept in ") and ": 1 py-spy stack," in said, said
+    stack = files[f"py-spy-{host_pid}.txt"]
+    assert stack.startswith(f"Process {host_pid}: ") and "jupyter-lab" in stack, stack
+    index = files["index.txt"]
+    assert (
+        f"`py-spy dump --native --pid {host_pid}` on the Proxmox host (CT 201 jupyter-lab, "
+        f"host PID {host_pid}) (a process of "
+    ) in index, index
+    flight = "flight-recorder: not read (nor an SGLang server's parts): no PID in the watched"
+    assert flight in index, index
+
+
+async def test_k_of_the_watched_containers_process_by_its_host_pid_keeps_its_stacks(
+    lab: Lab,
+) -> None:
+    """K of CT 200's own training process, with the host-side list current: the plan
+    signals its host PID, but it has a PID in CT 200, so its evidence is kept as for any
+    of CT 200's processes (here the stand-in py-spy fails in the CT and the host's takes
+    the stacks: the fallback). (Before: a host-side plan kept no stacks at all.)"""
+    install_py_spy(lab.server.bin)
+    process, said, files = await kill_on_the_dashboard(lab, lab.train.host_pid)
+    assert process.pid == lab.train.pid and process.container == "200"
+    assert ": 1 py-spy stack," in said, said
+    stack = files[f"py-spy-{lab.train.pid}.txt"]
+    assert stack.startswith(f"Process {lab.train.host_pid}: ") and "train.py" in stack, stack
+    assert f"on the Proxmox host (CT 200's PID {lab.train.pid}" in files["index.txt"]
+
+
+async def test_k_evidence_says_why_without_the_proxmox_hosts_side(lab: Lab, tmp_path: Path) -> None:
+    """The Proxmox host's side not reachable (its process list not current: here never
+    collected, ``host_processes = false``): the stacks of a process known by its host
+    PID only are not taken, and the index says why (never silent)."""
+    from gpumon.backends.actions import JobTarget
+    from gpumon.backends.bundle.evidence import keep_evidence
+    from gpumon.backends.config import JobConfig
+
+    install_py_spy(lab.server.bin)
+    host_pid = lab.jupyter.host_pid
+    monitor = lab.monitor(host_processes=False)
+    monitor.start()
+    try:
+        await until(lambda: monitor.latest is not None, 30, "the first sample")
+        assert not monitor.host_side_fresh()
+        kept = await keep_evidence(
+            JobTarget.from_monitor(monitor),
+            JobConfig(name="jupyter"),
+            (),
+            30,
+            lambda _: None,
+            folder=tmp_path,
+            host_pids=(host_pid,),
+        )
+    finally:
+        await monitor.stop()
+    assert kept.bundle is not None and "0 py-spy stacks" in kept.summary, kept.summary
+    assert f"py-spy-{host_pid}.txt" in kept.summary, kept.summary  # not kept: see the index
+    files = bundle_files(kept.bundle)
+    assert f"py-spy-{host_pid}.txt" not in files
+    assert (
+        f"py-spy-{host_pid}.txt: another container's or the host's process, host PID {host_pid}: "
+        "not "
+        "dumped: the Proxmox host is not reachable now (its process list is not current)"
+    ) in files["index.txt"], files["index.txt"]
 
 
 NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_IB_AUTH_TOKEN": "s3cr3t-nccl-value-123"}

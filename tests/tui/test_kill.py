@@ -177,7 +177,14 @@ async def test_k_keeps_the_evidence_before_the_signal_and_the_audit_names_it(
         [held] = [a for a in monitor.alerts.history() if a.kind == "foreign_process"]
         incident = json.loads(files["incident.json"])
         assert held.key in json.dumps(incident), incident
-        assert "6.0 GiB held by CT 201 jupyter-lab" in files["index.txt"].decode()
+        index = files["index.txt"].decode()
+        assert "6.0 GiB held by CT 201 jupyter-lab" in index
+        # Known by its host PID only: its stacks would be the Proxmox host's to take, and
+        # the simulated one's PIDs are made up (never a real process's): said, not silent
+        assert (
+            f"py-spy-{JUPYTER_PID}.txt: CT 201 jupyter-lab, host PID {JUPYTER_PID}: not dumped: "
+            "the simulated machine's host PIDs are made up"
+        ) in index, index
         assert bundle.stat().st_mode & 0o777 == 0o600
 
 

@@ -232,8 +232,10 @@ class JobActions:
     ) -> tuple[float, Evidence | None]:
         """How K keeps the process's evidence before its signal, as a restart keeps a
         job's (the session's gatherer, the default ``evidence_s``): its stacks and
-        flight-recorder dumps by its PID where that is the watched container's (a host
-        PID is another container's: the rest is kept without them)."""
+        flight-recorder dumps by its PID where it has one in the watched container (the
+        host-side plan signals that one by its host PID too); another container's or the
+        host's own, known by its host PID only, has its stacks taken on the Proxmox host
+        and the rest kept without it."""
         gather = self.session.runs.evidence
         if gather is None:
             return 0.0, None
@@ -241,13 +243,16 @@ class JobActions:
 
         label = "".join(c if c.isalnum() or c in "._-" else "_" for c in process.name or "")
         job = JobConfig(name=f"{label or 'process'}-{plan.pid}")
-        pids = () if plan.on_host else (plan.pid,)
+        pids = (process.pid,) if process.pid is not None else ()
+        host_pids = () if pids or not plan.on_host else (plan.pid,)
         target = JobTarget.from_monitor(monitor, read_only=self.read_only)
         # No job's incident: the bundle is of the alert the kill answers (its holder's)
         refs = monitor.latest.gpu_refs.of_process(process) if monitor.latest else ()
         gpus = {*process.gpus, *(r.index for r in refs if r.index is not None)}
         alert = kill_alert(monitor.alerts.history(), process, gpus)
-        return job.evidence_s, partial(gather, target, job, pids, job.evidence_s, alert=alert)
+        seconds = job.evidence_s
+        keep = partial(gather, target, job, pids, seconds, alert=alert, host_pids=host_pids)
+        return seconds, keep
 
     # --- the incident's fix: one key from anywhere ----------------------------------------
     def incident_job(self) -> tuple[HostMonitor, JobConfig, Alert] | None:
