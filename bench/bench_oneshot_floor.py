@@ -18,7 +18,10 @@ The steps, each on top of the one before:
 - ``nvitop -1``, when ``--nvitop-venv`` has it.
 
 Printed: the median and least CPU of ``--runs`` (the least is the one the machine's load
-disturbed least), in ms.
+disturbed least), in ms. Then, measured alone: how much of ``snapshot local``'s CPU is the
+standard library's ``dataclass`` decorator making the classes the command imports (each
+class's ``__init__``, ``__eq__``, ``__repr__``... compiled from source by ``exec``:
+``dataclasses._process_class`` timed in the process, its thread's CPU), and how many classes.
 
     python bench/bench_oneshot_floor.py [--runs 10] [--venv .venv] [--nvitop-venv DIR]
         [--baseline-venv ../main/.venv]
@@ -45,17 +48,62 @@ GPUMON_IMPORTS = (
 )
 
 
-def cpu_s(argv: list[str], venv_bin: Path) -> float:
-    env = {
+# ``snapshot local`` in one process with the dataclass decorator's work timed: the CPU it
+# took and the classes it made, printed last on stderr ("SPENT <s> <classes>").
+DATACLASSES_TIMED = """
+import dataclasses, sys, time
+made = dataclasses._process_class
+spent = [0.0, 0]
+def timed(*args, **kwargs):
+    t = time.thread_time()
+    try:
+        return made(*args, **kwargs)
+    finally:
+        spent[0] += time.thread_time() - t
+        spent[1] += 1
+dataclasses._process_class = timed
+sys.argv = ["gpumon", "snapshot", "local"]
+from gpumon.tui.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print("SPENT", spent[0], spent[1], file=sys.stderr)
+"""
+
+
+def _env(venv_bin: Path) -> dict[str, str]:
+    return {
         "PATH": f"{venv_bin}:/usr/bin:/bin",
         "HOME": os.environ.get("HOME", "/root"),
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         "PYTHONPATH": str(SHIM),
     }
+
+
+def cpu_s(argv: list[str], venv_bin: Path) -> float:
+    env = _env(venv_bin)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, _, usage = os.wait4(proc.pid, 0)
     return usage.ru_utime + usage.ru_stime
+
+
+def dataclass_cpu_s(py: str, venv_bin: Path) -> tuple[float, int]:
+    """The CPU ``snapshot local`` spent in the dataclass decorator, and how many classes."""
+    done = subprocess.run(
+        [py, "-c", DATACLASSES_TIMED],
+        env=_env(venv_bin),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    last = done.stderr.strip().splitlines()[-1:] or [""]
+    word, spent, classes = ([*last[0].split(), "", "", ""])[:3]
+    if word != "SPENT":
+        raise SystemExit(f"the timed snapshot local said no figure: {done.stderr[-500:]}")
+    return float(spent), int(classes)
 
 
 def main() -> int:
@@ -92,6 +140,13 @@ def main() -> int:
     print("|---|---|---|")
     for name, runs in got.items():
         print(f"| {name} | {statistics.median(runs) * 1000:.0f} | {min(runs) * 1000:.0f} |")
+    timed = [dataclass_cpu_s(py, venv_bin) for _ in range(args.runs)]
+    spent = [s for s, _ in timed]
+    print(
+        f"of snapshot local, the dataclass decorator ({timed[0][1]} classes): median "
+        f"{statistics.median(spent) * 1000:.0f} ms, least {min(spent) * 1000:.0f} ms "
+        f"(load average {os.getloadavg()[0]:.2f})"
+    )
     return 0
 
 
