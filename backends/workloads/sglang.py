@@ -266,6 +266,9 @@ class SglangTracker:
         # the /dev/nvidiaN its process tree holds, its GPUs (vLLM's discovery says them)
         self.minors: tuple[int, ...] = ()
         self.hung_s: float | None = None  # seconds without a token while hung (judge_hung)
+        # since when ``hung`` cannot judge for want of a page (a failed or unreadable
+        # scrape, the counters' span started over after it): ``hung_holds``
+        self.unjudged_since: float | None = None
         self.stale = False  # the values are older than the last attempt
         self.error: str | None = None
         # why the last /metrics page came but could not be read (None: read, or no page),
@@ -382,6 +385,8 @@ class SglangTracker:
             scrape = parse_sglang_metrics(text, latency=self.wants_latency(t))
         except SglangParseError as e:
             self.up, self.stale, self.error = True, True, f"bad /metrics text: {e}"
+            if self.unjudged_since is None:
+                self.unjudged_since = t
             return False
         self.observe(scrape, t, at=at)
         return True
@@ -402,6 +407,8 @@ class SglangTracker:
         self._points.clear()
         self._frozen_since = None
         self.history.append((t, None))
+        if self.unjudged_since is None:
+            self.unjudged_since = t
 
     def observe(self, scrape: SglangScrape, t: float, *, at: float | None = None) -> None:
         """A good scrape at local time ``t`` (read at ``at`` by the target's clock, where
@@ -508,10 +515,8 @@ class SglangTracker:
             frozen = self._frozen_for(t)
             if frozen is None or frozen < self.min_rate_span_s:
                 return None
-        known = [x for x in (self.counter_progress_at, self.log_progress_at) if x is not None]
-        if self._never_decoded() and self._run_seen is not None:
-            known.append(self._run_seen)  # this run just started: older lines are another's
-        last = max(known) if known else self.watched_since
+        self.unjudged_since = None  # judged again, from pages
+        last = self._last_progress()
         silent = t - last
         failed = self.health_failed_at
         before = silent < after_s
@@ -522,6 +527,32 @@ class SglangTracker:
             at, text = self.last_decode_line
             decode = (text, max(t - at, 0.0))
         return Hung(self.port, running, queued, silent, decode, early=before)
+
+    def _last_progress(self) -> float:
+        """When a token was last seen made (a counter, a log line), else when this run of
+        the server was first seen; ``hung``'s silence is counted from it."""
+        known = [x for x in (self.counter_progress_at, self.log_progress_at) if x is not None]
+        if self._never_decoded() and self._run_seen is not None:
+            known.append(self._run_seen)  # this run just started: older lines are another's
+        if known:
+            return max(known)
+        assert self.watched_since is not None  # hung's callers: watched
+        return self.watched_since
+
+    def hung_holds(self, t: float, after_s: float) -> bool:
+        """Whether a hung verdict that is up stays up at ``t`` though ``hung`` gives none
+        for want of a page: its last scrape failed or could not be read (a loaded target's
+        server misses the agent's 2 s timeout; a wedged one may too), or the counters' span
+        started over after it. No page is no token: it holds while nothing says a token
+        came (the silence is still ``after_s`` or more) or the work went (the last values
+        still have requests), for at most ``after_s`` without a judged page (longer: a
+        server stopped or gone, not hung). Ends then as it would have."""
+        since = self.unjudged_since
+        if since is None or self.watched_since is None or t - since >= after_s:
+            return False
+        if round(self.running or 0) + round(self.queued or 0) <= 0:
+            return False
+        return t - self._last_progress() >= after_s
 
     def _frozen_for(self, t: float) -> float | None:
         """How long the counters have stood still at ``t``: since the scrape that began it

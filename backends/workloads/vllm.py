@@ -120,6 +120,8 @@ class VllmTracker(SglangTracker):
             scrape = parse_vllm_metrics(text, latency=self.wants_latency(t))
         except VllmParseError as e:
             self.up, self.stale, self.error = True, True, f"bad /metrics text: {e}"
+            if self.unjudged_since is None:
+                self.unjudged_since = t
             return False
         self.observe(scrape, t, at=at)
         return True

@@ -545,7 +545,8 @@ class Workloads:
             verdict = tracker.hung(judged, after, early=True)
             tracker.hung_s = None if verdict is None else verdict.silent_s
             if verdict is None:
-                alerts.on_server_condition("sglang_hung", Health.CRITICAL, port, None, t)
+                if not tracker.hung_holds(judged, after):  # no page is no token
+                    alerts.on_server_condition("sglang_hung", Health.CRITICAL, port, None, t)
                 continue
             if not verdict.early and tracker.wants_health_probe(judged, after):
                 probes.append(SGLANG.probe(port))
@@ -592,7 +593,8 @@ class Workloads:
             engine = vllm_engine_pids(sample, gpus.get(port, ()))
             verdict = server.hung(judged, after)
             if verdict is None:
-                alerts.on_server_condition("vllm_wedged", Health.CRITICAL, port, None, t)
+                if not server.hung_holds(judged, after):  # no page is no token
+                    alerts.on_server_condition("vllm_wedged", Health.CRITICAL, port, None, t)
             else:
                 if server.wants_health_probe(judged, after):
                     probes.append(VLLM.probe(port))

@@ -367,8 +367,9 @@ async def test_r_on_a_vllm_jobs_wedged_engine_opens_its_restart_with_cancel_focu
             return f"r restart llama; the strip says {strip.plain!r}; active: {active}"
 
         await wait(pilot, lambda: "r restart llama" in strip.plain, timeout=60, what=state)
-        [wedged] = [a for a in monitor.alerts.active() if a.kind == "vllm_wedged"]
-        assert wedged.job == "llama" and wedged.gpu == 6, wedged
+        wedged = [a for a in monitor.alerts.active() if a.kind == "vllm_wedged"]
+        assert len(wedged) == 1, state()
+        assert wedged[0].job == "llama" and wedged[0].gpu == 6, wedged
         await pilot.press("r")
         screen = await dialog(pilot, wait, app)
         assert screen.job.name == "llama" and screen.action == "restart"

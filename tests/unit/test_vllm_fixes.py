@@ -9,6 +9,7 @@ failures: the flags vLLM prints."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
@@ -209,3 +210,78 @@ def test_a_vllm_server_that_is_a_job_is_restarted_by_r() -> None:
     assert dead.job == "llama"
     [fixes] = {i.fixes for i in incidents([dead])}
     assert [(f.key, f.words) for f in fixes] == [("r", "restart llama")]
+
+
+def _more_tokens(text: str) -> str:
+    """The page with more generation tokens than ``metrics_later.prom``: tokens came."""
+    return re.sub(
+        r"^(vllm:generation_tokens_total\{[^}]*\} )([\d.]+)$",
+        lambda m: f"{m[1]}{float(m[2]) + 500.0}",
+        text,
+        flags=re.M,
+    )
+
+
+def _wedged(engine: AlertEngine) -> list[tuple[float, bool]]:
+    """Every vllm_wedged alert of the history, active or ended, as (raised at, active):
+    one per incident."""
+    return [(a.time, a.active) for a in engine.history() if a.kind == "vllm_wedged"]
+
+
+def test_a_scrape_that_did_not_come_is_no_token_the_wedged_alert_holds() -> None:
+    """A /metrics scrape that timed out (a loaded target: the demo's server beside a CPU
+    hog missed the agent's 2 s, CI triple run 1) marked the server down, which ended the
+    critical alert; the next pages raised it again once the counters' span had started
+    over: a resolve and a new page for one wedge. No page is no token: the alert holds
+    through the failure and the span's restart, and ends when tokens come."""
+    w = _workloads()
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
+    sample = _sample_with_minors()
+    _wedge(w, engine, sample)
+    assert _wedged(engine) == [(1065.0, True)]
+    later = page("metrics_later.prom")
+    w.on_http(f"vllm:{PORT}", None, "", "timed out", 1075.0)
+    w.judge_vllm(engine, 1075.0, sample)
+    assert _wedged(engine) == [(1065.0, True)]
+    w.on_http(f"vllm:{PORT}", 200, later, None, 1076.0)  # one page: no span yet
+    w.judge_vllm(engine, 1076.0, sample)
+    assert _wedged(engine) == [(1065.0, True)]
+    w.on_http(f"vllm:{PORT}", 200, later, None, 1080.0)  # judged again: still wedged
+    w.judge_vllm(engine, 1080.0, sample)
+    [alert] = [a for a in engine.active() if a.kind == "vllm_wedged"]
+    assert alert.time == 1065.0  # the same alert, counted from the last token (1005)
+    assert alert.message.startswith("vllm :8000 wedged: 48 running, 6 waiting, no token for 75 s")
+    w.on_http(f"vllm:{PORT}", 200, _more_tokens(later), None, 1085.0)
+    w.judge_vllm(engine, 1085.0, sample)
+    assert _wedged(engine) == [(1065.0, False)]  # tokens: it ends
+
+
+def test_a_wedged_alert_without_pages_ends_after_hung_after_s_or_when_the_work_went() -> None:
+    """The hold is bounded: a server that answers no page for ``hung_after_s`` is stopped
+    or gone, not wedged (the alert ends); a page that says nothing runs or waits ends it
+    at once."""
+    w = _workloads()
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
+    sample = _sample_with_minors()
+    _wedge(w, engine, sample)
+    for t in range(1075, 1135, 5):  # refused, 60 s (hung_after_s) from 1075
+        w.on_http(f"vllm:{PORT}", None, "", "connection refused", float(t))
+        w.judge_vllm(engine, float(t), sample)
+        assert _wedged(engine) == [(1065.0, True)], t
+    w.on_http(f"vllm:{PORT}", None, "", "connection refused", 1135.0)
+    w.judge_vllm(engine, 1135.0, sample)
+    assert _wedged(engine) == [(1065.0, False)]
+
+    w = _workloads()
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
+    _wedge(w, engine, sample)
+    w.on_http(f"vllm:{PORT}", None, "", "timed out", 1075.0)
+    w.judge_vllm(engine, 1075.0, sample)
+    assert _wedged(engine) == [(1065.0, True)]
+    idle = page("metrics_later.prom").replace(
+        "vllm:num_requests_running{", "vllm:num_requests_running_x{"
+    )
+    idle = idle.replace("vllm:num_requests_waiting{", "vllm:num_requests_waiting_x{")
+    w.on_http(f"vllm:{PORT}", 200, idle, None, 1076.0)
+    w.judge_vllm(engine, 1076.0, sample)
+    assert _wedged(engine) == [(1065.0, False)]  # nothing running or waiting: idle
