@@ -384,9 +384,7 @@ class SglangTracker:
         try:
             scrape = parse_sglang_metrics(text, latency=self.wants_latency(t))
         except SglangParseError as e:
-            self.up, self.stale, self.error = True, True, f"bad /metrics text: {e}"
-            if self.unjudged_since is None:
-                self.unjudged_since = t
+            self.page_unread(t, str(e))
             return False
         self.observe(scrape, t, at=at)
         return True
@@ -407,6 +405,16 @@ class SglangTracker:
         self._points.clear()
         self._frozen_since = None
         self.history.append((t, None))
+        self._unjudged(t)
+
+    def page_unread(self, t: float, why: str) -> None:
+        """A ``/metrics`` page came at ``t`` but did not parse (``why``): the server is up,
+        its values stale."""
+        self.up, self.stale, self.error = True, True, f"bad /metrics text: {why}"
+        self._unjudged(t)
+
+    def _unjudged(self, t: float) -> None:
+        """From ``t`` on, ``hung`` cannot judge for want of a page (``hung_holds``)."""
         if self.unjudged_since is None:
             self.unjudged_since = t
 

@@ -119,9 +119,7 @@ class VllmTracker(SglangTracker):
         try:
             scrape = parse_vllm_metrics(text, latency=self.wants_latency(t))
         except VllmParseError as e:
-            self.up, self.stale, self.error = True, True, f"bad /metrics text: {e}"
-            if self.unjudged_since is None:
-                self.unjudged_since = t
+            self.page_unread(t, str(e))
             return False
         self.observe(scrape, t, at=at)
         return True
