@@ -878,13 +878,15 @@ async def py_spy_dumps(
     jupyter-lab"), dumped by the Proxmox host's py-spy, each as ``py-spy-HOSTPID.txt``."""
     budget = target.budget
     host_pids = host_pids or {}
-    here = await _which(archive, target, "py-spy", step, on_host=False)
+    if not pids and not host_pids:
+        return 0  # nothing to dump (a PID that could not be given is said by the caller)
+    here = await _which(archive, target, "py-spy", step, on_host=False) if pids else None
     host = None
-    if container is not None or host_pids:
+    if (container is not None and pids) or host_pids:
         host = await _which(archive, target, "py-spy", step, on_host=True)
     # the target's own PIDs: by its py-spy, else (a CT's) by the Proxmox host's
     reach = here is not None or (container is not None and host is not None)
-    if not reach and (pids or not host_pids):
+    if not reach and pids:
         where = "on the target" + (" nor on its Proxmox host" if container is not None else "")
         archive.missing("py-spy", f"not {where} (gpumon installs nothing there)")
     found: dict[int, int] | None = None  # the CT's PIDs as the host numbers them

@@ -185,6 +185,8 @@ async def test_k_keeps_the_evidence_before_the_signal_and_the_audit_names_it(
             f"py-spy-{JUPYTER_PID}.txt: CT 201 jupyter-lab, host PID {JUPYTER_PID}: not dumped: "
             "the simulated machine's host PIDs are made up"
         ) in index, index
+        # and nothing else is said of py-spy: no PID was left to dump, so it was not looked for
+        assert "py-spy: not" not in index, index
         assert bundle.stat().st_mode & 0o777 == 0o600
 
 
