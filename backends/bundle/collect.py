@@ -856,6 +856,10 @@ async def _py_spy_dump(
     return text, False, native_failed + _cut_note(text, cut)
 
 
+# Where a look for py-spy failed (not "not there"): the index's own line for it says why.
+UNANSWERED = "a look for py-spy got no answer: see its line in this index"
+
+
 async def py_spy_dumps(
     archive: BundleArchive,
     target: _Deadlined,
@@ -880,15 +884,16 @@ async def py_spy_dumps(
     host_pids = host_pids or {}
     if not pids and not host_pids:
         return 0  # nothing to dump (a PID that could not be given is said by the caller)
-    here = await _which(archive, target, "py-spy", step, on_host=False) if pids else None
-    host = None
+    here, here_answered = None, True
+    if pids:
+        here, here_answered = await _which(archive, target, "py-spy", step, on_host=False)
+    host, host_answered = None, True
     if (container is not None and pids) or host_pids:
-        host = await _which(archive, target, "py-spy", step, on_host=True)
+        host, host_answered = await _which(archive, target, "py-spy", step, on_host=True)
     # the target's own PIDs: by its py-spy, else (a CT's) by the Proxmox host's
     reach = here is not None or (container is not None and host is not None)
     if not reach and pids:
-        where = "on the target" + (" nor on its Proxmox host" if container is not None else "")
-        archive.missing("py-spy", f"not {where} (gpumon installs nothing there)")
+        archive.missing("py-spy", _py_spy_absent(container, here_answered and host_answered))
     found: dict[int, int] | None = None  # the CT's PIDs as the host numbers them
 
     async def dump(pid: int) -> tuple[str, str]:
@@ -920,7 +925,16 @@ async def py_spy_dumps(
         got = await _within(archive, budget, name, dump(pid))
         if got is not None:
             kept += archive.add(name, *got)
-    return kept + await _host_stacks(archive, target, host, host_pids, step, what, say)
+    got = _host_stacks(archive, target, host, host_pids, step, what, say, host_answered)
+    return kept + await got
+
+
+def _py_spy_absent(container: int | None, answered: bool) -> str:
+    """Why no py-spy takes the target's stacks: not there, or a look that got no answer."""
+    if not answered:
+        return f"the stacks were not taken ({UNANSWERED})"
+    where = "on the target" + (" nor on its Proxmox host" if container is not None else "")
+    return f"not {where} (gpumon installs nothing there)"
 
 
 def _py_spy_words(pid: int, native: bool) -> str:
@@ -950,15 +964,19 @@ async def _host_stacks(
     step: float,
     what: str,
     say: Callable[[str], None] | None,
+    answered: bool,
 ) -> int:
     """``py-spy-HOSTPID.txt`` of each of ``host_pids`` (``py_spy_dumps``'), by the
-    Proxmox host's py-spy (``host``; None: none was found there, said for each)."""
+    Proxmox host's py-spy (``host``; None: none to use, said for each: not there, or the
+    host did not ``answer`` the look for it)."""
     kept = 0
+    no_host = "no py-spy was found on the Proxmox host (gpumon installs nothing there)"
+    if not answered:
+        no_host = f"the Proxmox host did not answer when gpumon looked for it ({UNANSWERED})"
     for pid, whose in host_pids.items():
         name, about = f"py-spy-{pid}.txt", f"{whose}, host PID {pid}"
         if host is None:
-            why = "no py-spy was found on the Proxmox host (gpumon installs nothing there)"
-            archive.missing(name, f"{about}: not dumped: {why}")
+            archive.missing(name, f"{about}: not dumped: {no_host}")
             continue
         if say is not None:
             say(f"py-spy dump --pid {pid} on the Proxmox host")
@@ -971,13 +989,20 @@ async def _host_stacks(
 
 async def _which(
     archive: BundleArchive, target: _Deadlined, program: str, step: float, *, on_host: bool
-) -> str | None:
-    """Where ``program`` is on the target (or its Proxmox host); None: not there."""
+) -> tuple[str | None, bool]:
+    """Where ``program`` is on the target (or its Proxmox host), None where it is not
+    there; and whether the machine answered the look at all (False: it failed or timed
+    out, the index says so under ``program``'s name, and "not there" would be a guess)."""
     which = target.run(["sh", "-c", f"command -v {program}"], timeout=step, on_host=on_host)
     side = " (Proxmox host)" if on_host else ""
     result = await _within(archive, target.budget, f"{program}{side}", which)
-    found = result.stdout.strip() if result is not None else ""
-    return found if result is not None and result.exit_code == 0 and found else None
+    if result is None:
+        return None, False
+    if result.exit_code is None:  # the transport's own timeout: no answer either
+        archive.missing(f"{program}{side}", f"no answer within {step:.0f} s: timed out")
+        return None, False
+    found = result.stdout.strip()
+    return (found if result.exit_code == 0 and found else None), True
 
 
 # A Proxmox CT's PIDs (argv[2:]) as the host numbers them, read on the host: the processes

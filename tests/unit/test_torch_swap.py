@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_stream import memory_stream
 
 from gpumon.backends.actions import audit
 from gpumon.backends.config import HostConfig, JobConfig
@@ -452,19 +453,6 @@ def test_verify_absent_torch() -> None:
 # --- the runner against a fake venv -------------------------------------------------------
 
 
-class _Stdin:
-    def __init__(self, on_eof: Callable[[bytes], None]) -> None:
-        self.data, self.on_eof, self.done = bytearray(), on_eof, False
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def write_eof(self) -> None:
-        if not self.done:
-            self.done = True
-            self.on_eof(bytes(self.data))
-
-
 Install = Callable[["FakeVenv", list[str]], tuple[int, list[str]]]
 
 
@@ -490,20 +478,7 @@ class FakeVenv(Transport):
 
     async def open_stream(self, argv: Sequence[str]) -> ProcessStream:
         self.calls.append(list(argv))
-        out, err = asyncio.StreamReader(), asyncio.StreamReader()
-        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-
-        def finish(data: bytes) -> None:
-            code, text = self.respond(list(argv), data)
-            out.feed_data(text.encode())
-            out.feed_eof()
-            err.feed_eof()
-            done.set_result(code)
-
-        async def wait() -> int:
-            return await done
-
-        return ProcessStream(out, _Stdin(finish), err, wait, lambda: None, lambda: None)
+        return memory_stream(lambda data: self.respond(list(argv), data))
 
     def respond(self, argv: list[str], stdin: bytes) -> tuple[int, str]:
         if argv[1:3] == ["-c", BOOTSTRAP]:
