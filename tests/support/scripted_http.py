@@ -24,6 +24,12 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
+        # a client past its size limit hangs up mid-page (test_fetch's over-the-limit
+        # tests): not the server's error, and no traceback on the suite's output
+        with contextlib.suppress(ConnectionError):
+            self._answer()
+
+    def _answer(self) -> None:
         if self.path == "/metrics":
             self.send_response(200)
             self.send_header("Content-Length", str(len(PAGE)))
