@@ -309,6 +309,15 @@ class AlertStore:
             "last_seen": now,
             "facts": self._with_ref(facts, gpu),
         }
+        # what became known since it was raised: a server's verdict can come before the
+        # first process list says its GPU (a loaded machine), and its incident, the strip
+        # and the pages group and name it by the GPU and the job from then on
+        if gpu is not None and gpu != old.gpu:
+            changes["gpu"] = gpu
+        if job is None and old.job is None and gpu is not None:
+            job = self._job_for(gpu)
+        if job is not None and job != old.job:
+            changes["job"] = job
         if peak:
             changes.update(
                 peak_message=text, peak_severity=severity, peak_score=score, peak_time=now

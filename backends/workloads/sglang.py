@@ -522,6 +522,9 @@ class SglangTracker:
         if self.metrics_enabled:
             frozen = self._frozen_for(t)
             if frozen is None or frozen < self.min_rate_span_s:
+                # too short a span to judge by (the first pages, or their span started
+                # over): a verdict the log gave before them holds (``hung_holds``)
+                self._unjudged(t)
                 return None
         self.unjudged_since = None  # judged again, from pages
         last = self._last_progress()
@@ -551,7 +554,9 @@ class SglangTracker:
         """Whether a hung verdict that is up stays up at ``t`` though ``hung`` gives none
         for want of a page: its last scrape failed or could not be read (a loaded target's
         server misses the agent's 2 s timeout; a wedged one may too), or the counters' span
-        started over after it. No page is no token: it holds while nothing says a token
+        started over after it, or is still too short: the first pages after a verdict the
+        server's log gave before any page was read (vLLM's stats line: a loaded demo's log
+        came before its first scrape). No page is no token: it holds while nothing says a token
         came (the silence is still ``after_s`` or more) or the work went (the last values
         still have requests), for at most ``after_s`` without a judged page (longer: a
         server stopped or gone, not hung). Ends then as it would have."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 from gpumon.backends.alerts.engine import AlertEngine, AlertRules
@@ -285,3 +286,61 @@ def test_a_wedged_alert_without_pages_ends_after_hung_after_s_or_when_the_work_w
     w.on_http(f"vllm:{PORT}", 200, idle, None, 1076.0)
     w.judge_vllm(engine, 1076.0, sample)
     assert _wedged(engine) == [(1065.0, False)]  # nothing running or waiting: idle
+
+
+def _stats_line(at: float, gen: float, running: int = 41, waiting: int = 4) -> str:
+    """vLLM's periodic stats line stamped ``at`` (local time, as vLLM's logger writes it)."""
+    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(at))
+    return (
+        f"INFO {stamp} [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+        f"Avg generation throughput: {gen} tokens/s, Running: {running} reqs, Waiting: "
+        f"{waiting} reqs, GPU KV cache usage: 62.0%, Prefix cache hit rate: 40.0%"
+    )
+
+
+def test_a_verdict_of_the_log_holds_through_the_first_pages_span() -> None:
+    """The log's stats lines came before the first /metrics page (the demo's wedged vLLM
+    server beside a CPU hog): they said 41 running and no token for 80 s, and the alert
+    was raised; the first page then gave the counters a span of 0 s, too short to judge
+    by, and the alert ended, to be raised again 2 s later (a resolve and a new page for
+    one wedge; the TUI test found the strip offering its fix and no alert active). The
+    alert holds until the pages judge, and ends when tokens come."""
+    w = _workloads()
+    t0 = time.mktime(time.strptime("2026-11-29 14:32:00", "%Y-%m-%d %H:%M:%S"))
+    engine = AlertEngine("box", AlertRules(), clock=lambda: t0)
+    sample = _sample_with_minors()
+    tracker = w.vllm[PORT]
+    tracker.observe_log_line(_stats_line(t0, 1960.0), t0)  # the last token
+    for k in range(1, 9):  # wedged: requests, no token, every 10 s
+        tracker.observe_log_line(_stats_line(t0 + 10 * k, 0.0), t0 + 10 * k)
+        w.judge_vllm(engine, t0 + 10 * k, sample)
+    assert _wedged(engine) == [(t0 + 60, True)]  # from the log alone: no page yet
+    later = page("metrics_later.prom")
+    w.on_http(f"vllm:{PORT}", 200, later, None, t0 + 81)  # the first page: no span
+    w.judge_vllm(engine, t0 + 81, sample)
+    assert _wedged(engine) == [(t0 + 60, True)]
+    w.on_http(f"vllm:{PORT}", 200, later, None, t0 + 86)  # judged by the pages: wedged
+    w.judge_vllm(engine, t0 + 86, sample)
+    [alert] = [a for a in engine.active() if a.kind == "vllm_wedged"]
+    assert alert.time == t0 + 60 and "no token for 86 s" in alert.message, alert.message
+    w.on_http(f"vllm:{PORT}", 200, _more_tokens(later), None, t0 + 91)
+    w.judge_vllm(engine, t0 + 91, sample)
+    assert _wedged(engine) == [(t0 + 60, False)]  # tokens: it ends
+
+
+def test_a_wedge_judged_before_the_process_list_learns_its_gpu_when_it_comes() -> None:
+    """The verdict came before the first process list (a loaded machine: the demo's, in
+    the TUI test): raised with no GPU. The alert's GPU stayed unknown for its whole life
+    though the next sample said it (only its facts learned it): the incident did not fold
+    in what happened on that GPU, and the pages named none. It is the same alert, now on
+    its server's first GPU, with its engine processes."""
+    w = _workloads()
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
+    _wedge(w, engine, None)
+    [before] = [a for a in engine.active() if a.kind == "vllm_wedged"]
+    assert before.gpu is None and before.facts.engine_pids == ()
+    w.judge_vllm(engine, 1075.0, _sample_with_minors())
+    [after] = [a for a in engine.active() if a.kind == "vllm_wedged"]
+    assert (after.key, after.time) == (before.key, before.time)  # the same alert
+    assert after.gpu == 0 and after.facts.gpu is not None and after.facts.gpu.index == 0
+    assert after.facts.engine_pids == (4702, 4703)
