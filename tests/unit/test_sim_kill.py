@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.backends.actions.kill import api_server, kill_alert, kill_plan
+from gpumon.backends.alerts.facts import AlertFacts
+from gpumon.backends.alerts.store import Alert
+from gpumon.backends.model import Health
 from gpumon.backends.remote.agent import scan_server_processes
 from gpumon.backends.sim import kill
 from gpumon.backends.sim.host_proc import write_ct_proc_tree
@@ -167,3 +171,24 @@ def test_the_stopped_servers_port_refuses(demo: SimSettings) -> None:
     record_kill(demo.state_dir, vllm_api_pid(0), AT)
     servers.follow_state()
     assert servers.down == {PORTS[0]: "refuse"}
+
+
+def test_k_on_the_wedges_fix_signals_its_api_server_inside_the_container() -> None:
+    """The process ``K`` stops for a wedged engine's incident (the fix "K stop its API
+    server (PID 4312)"): that API server by its PID in CT 200, its command line; the
+    kill goes the container path, unguarded (no start time known), and its evidence is of
+    that alert's incident."""
+    command = "/root/venv/bin/python3 /root/venv/bin/vllm serve m --port 41001"
+    facts = AlertFacts(port=PORTS[0], server_pid=4312, engine_pids=(4318,), command=command)
+    wedged = Alert(
+        f"vllm_wedged:{PORTS[0]}", Health.CRITICAL, "vllm_wedged", "demo", 6, None,
+        f"vllm :{PORTS[0]} wedged: 41 running", 100.0, 100.0, facts=facts,
+    )  # fmt: skip
+    process = api_server(wedged, 200)
+    assert process is not None
+    assert (process.pid, process.container, process.command) == (4312, "200", command)
+    assert process.host_pid is None and process.start_ticks is None
+    plan = kill_plan("demo", process, host_access=True, container=200)
+    assert not plan.on_host and plan.shell_line("TERM") == "pct exec 200 -- kill -s TERM 4312"
+    assert kill_alert([wedged], process, ()) == wedged.key
+    assert api_server(replace(wedged, facts=replace(facts, server_pid=None)), 200) is None
