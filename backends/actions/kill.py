@@ -43,9 +43,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REUSED_EXIT",
+    "SERVER_KILL_KINDS",
     "KillError",
     "KillOutcome",
     "KillPlan",
+    "api_server",
     "guarded_script",
     "kill_plan",
     "send_signal",
@@ -246,15 +248,19 @@ async def wait_gone(
 # The alerts a K of a process that is no job's answers: memory another container or the
 # host holds, memory held by nothing that computes.
 KILL_KINDS = ("foreign_process", "gpu_idle_held")
+# ... and those whose fix is K on a vLLM server's API server (``server_pid``, discovery's)
+SERVER_KILL_KINDS = ("vllm_wedged", "vllm_engine_dead")
 
 
 def kill_alert(alerts: Iterable[Alert], process: GpuProcess, gpus: Iterable[int]) -> str | None:
     """The key of the alert the kill of ``process`` (on the GPUs ``gpus``, indexes)
     answers, whose incident its evidence is of: the newest active ``foreign_process`` that
-    names it its holder, else the newest active ``foreign_process`` or ``gpu_idle_held``
-    of one of its GPUs; None: no such alert."""
+    names it its holder, else the newest active vLLM alert whose server's API server it
+    is, else the newest active ``foreign_process`` or ``gpu_idle_held`` of one of its
+    GPUs; None: no such alert."""
     on = set(gpus)
-    found = [a for a in alerts if a.active and a.kind in KILL_KINDS]
+    active = [a for a in alerts if a.active]
+    found = [a for a in active if a.kind in KILL_KINDS]
     held = [
         a
         for a in found
@@ -262,5 +268,31 @@ def kill_alert(alerts: Iterable[Alert], process: GpuProcess, gpus: Iterable[int]
         and process.host_pid is not None
         and a.facts.held.holder.pid == process.host_pid
     ]
-    mine = held or [a for a in found if a.gpu is not None and a.gpu in on]
+    server = [
+        a
+        for a in active
+        if a.kind in SERVER_KILL_KINDS
+        and process.pid is not None
+        and a.facts.server_pid == process.pid
+    ]
+    mine = held or server or [a for a in found if a.gpu is not None and a.gpu in on]
     return max(mine, key=lambda a: a.time).key if mine else None
+
+
+def api_server(alert: Alert, container: int | None) -> GpuProcess | None:
+    """The process ``K`` stops for ``alert`` where its fix is K on a vLLM server's API
+    server (a wedged engine's, a dead engine core's: its exit takes the engine processes
+    with it): that API server by its PID in the watched machine (discovery's,
+    ``server_pid``), with the command line discovery sent (masked); None where the alert
+    names none. Not a GPU process: no memory, no start time known (the dialog says that
+    a reused PID is not ruled out)."""
+    pid = alert.facts.server_pid
+    if alert.kind not in SERVER_KILL_KINDS or pid is None:
+        return None
+    return GpuProcess(
+        pid,
+        "vllm",
+        None,
+        container=None if container is None else str(container),
+        command=alert.facts.command,
+    )

@@ -10,7 +10,8 @@ collector): ``cgroup`` (``0::/lxc/<ct>/ns``), ``status`` (``NSpid`` host and inn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shutil
+from collections.abc import Container, Iterable, Sequence
 from pathlib import Path
 
 from gpumon.backends.sim.scenario import host_process, simulated_pids, vllm_server_processes
@@ -51,13 +52,15 @@ def write_proc_tree(
     return root
 
 
-def write_ct_proc_tree(root: Path, vllm_ports: Sequence[int] = ()) -> Path:
+def write_ct_proc_tree(
+    root: Path, vllm_ports: Sequence[int] = (), stopped: Container[int] = ()
+) -> Path:
     """CT 200's own ``/proc`` as far as the agent's server discovery reads it
     (``remote.agent.scan_server_processes``: ``cmdline`` and ``stat``'s PPID), under
-    ``root`` (created): the vllm scenario's servers (``scenario.vllm_server_processes``);
-    returns ``root``."""
+    ``root`` (created): the vllm scenario's servers (``scenario.vllm_server_processes``)
+    but those ``stopped`` (indexes); returns ``root``."""
     root.mkdir(parents=True, exist_ok=True)
-    for proc in vllm_server_processes(vllm_ports):
+    for proc in vllm_server_processes(vllm_ports, stopped):
         d = root / str(proc.pid)
         d.mkdir(exist_ok=True)
         name = proc.argv[0].rsplit("/", 1)[-1][:15]  # the kernel's comm: 15 bytes
@@ -65,3 +68,10 @@ def write_ct_proc_tree(root: Path, vllm_ports: Sequence[int] = ()) -> Path:
         (d / "stat").write_text(f"{proc.pid} ({name}) " + " ".join(fields) + "\n")
         (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in proc.argv) + b"\0")
     return root
+
+
+def remove_processes(root: Path, pids: Iterable[int]) -> None:
+    """``pids`` end: their directories leave the ``/proc`` under ``root`` (as a process's
+    leaves the kernel's when it exits); one not there is no error."""
+    for pid in pids:
+        shutil.rmtree(root / str(pid), ignore_errors=True)

@@ -38,7 +38,11 @@ The machine is CT200: 8 x RTX PRO 6000 Blackwell Server Edition. Eight scenarios
 - ``vllm``: the ``sglang`` machine with vLLM servers on GPUs ``VLLM_GPUS`` (6 and 7)
   instead of SGLang's. At ``WEDGE_AT`` the first one's engine wedges behind a healthy
   API server: its generation counter stands still with its requests running and the
-  queue growing, ``/health`` answers 200, and GPU 6 spins (``sim.vllm_model``).
+  queue growing, ``/health`` answers 200, and GPU 6 spins (``sim.vllm_model``). A vLLM
+  server whose API server is killed (``kills`` in the state dir: the ``K`` its wedge's fix
+  offers, through ``sim.kill``) is gone from then on (``vllm_stopped_at``): its API server
+  and engine core leave CT 200's /proc, its engine core leaves its GPU, which goes idle,
+  and its port refuses connections (``sim.sglang_server``).
 - ``mig``: the target side busy on GPUs 0-4, GPUs 5-6 idle, and GPU ``MIG_GPU`` in MIG mode,
   split into three GPU instances (``MIG_INSTANCES``): a ``2g.48gb`` serving a model,
   steady; a ``1g.24gb`` whose fine-tuning job fills its 23.4 GiB from ``MIG_RAMP_AT``
@@ -60,7 +64,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -195,6 +199,14 @@ MIG_COMMANDS = {
 }
 
 
+class Kill(NamedTuple):
+    """A simulated process killed (``sim.kill``): the PID its ``kill`` named (the
+    jupyter's host PID, a vLLM API server's PID inside CT 200) at scenario time ``at``."""
+
+    pid: int
+    at: float
+
+
 @dataclass(frozen=True, slots=True)
 class SimSettings:
     """Everything that determines what the simulated machine prints.
@@ -217,7 +229,7 @@ class SimSettings:
     fault: str | None = None
     restarts: tuple[float, ...] = ()
     stops: tuple[float, ...] = ()  # the drafter was stopped (SIGTERM) at these times
-    kills: tuple[float, ...] = ()  # the foreign jupyter was killed at these times
+    kills: tuple[Kill, ...] = ()  # the simulated processes killed, and when
     hold_file: str | None = None
     hold_at: float | None = None
 
@@ -490,7 +502,19 @@ def jupyter_alive(settings: SimSettings, t: float) -> bool:
 
 def jupyter_killed(settings: SimSettings, t: float) -> bool:
     """The jupyter was killed by ``t`` (what it held of GPU 6 is free again)."""
-    return settings.scenario == "training-oom" and any(JUPYTER_AT <= k <= t for k in settings.kills)
+    return settings.scenario == "training-oom" and any(
+        k.pid == JUPYTER_PID and JUPYTER_AT <= k.at <= t for k in settings.kills
+    )
+
+
+def vllm_stopped_at(settings: SimSettings, index: int, t: float) -> float | None:
+    """When vLLM server ``index`` (on GPU ``VLLM_GPUS[index]``) was stopped, by ``t``: the
+    first kill of its API server (``vllm_api_pid``); None while it runs (scenario
+    ``vllm`` only)."""
+    if settings.scenario != "vllm" or not 0 <= index < len(VLLM_GPUS):
+        return None
+    api = vllm_api_pid(index)
+    return min((k.at for k in settings.kills if k.pid == api and k.at <= t), default=None)
 
 
 def drafter_died_at(settings: SimSettings, t: float) -> float:
@@ -638,6 +662,10 @@ def gpu_states(settings: SimSettings, t: float) -> list[SimGpu]:
             load = _NCCL_SPIN if settings.scenario == "hang" and i == 0 and t >= HANG_AT else None
             wedged = settings.scenario == "vllm" and i == VLLM_GPUS[0] and t >= WEDGE_AT
             load = _NCCL_SPIN if wedged else load
+            stopped = vllm_stopped_at(settings, VLLM_GPUS.index(i), t) if i in VLLM_GPUS else None
+            if stopped is not None:  # its engine core went with its API server
+                gpus.append(_idle(i, rng, t - stopped, load or _SGLANG_LOAD))
+                continue
             used = _SGLANG_MEMORY[i] + rng.randint(-4, 4)
             gpus.append(_busy(i, rng, used, load or _SGLANG_LOAD))
         elif settings.scenario == "mig" and i == MIG_GPU:
@@ -723,6 +751,7 @@ def compute_processes(settings: SimSettings, t: float) -> list[SimProcess]:
         return [
             SimProcess(base + 168 * g.index, name, g.memory_used_mib - 20, i)
             for (base, name), (i, g) in zip(servers, enumerate(gpus), strict=True)
+            if not vllm_gpu(settings, i) or vllm_stopped_at(settings, VLLM_GPUS.index(i), t) is None
         ]
     procs = [
         SimProcess(_TARGET_PIDS[i], PROCESS_NAME, gpus[i].memory_used_mib - 42, i)
@@ -783,20 +812,40 @@ class ServerProcess:
     argv: tuple[str, ...]
 
 
-def vllm_server_processes(vllm_ports: Sequence[int]) -> list[ServerProcess]:
+def vllm_engine_pid(index: int) -> int:
+    """vLLM server ``index``'s engine core's PID inside CT 200 (``CONTAINER``)."""
+    return _VLLM_PID + 168 * VLLM_GPUS[index] - 2418000
+
+
+def vllm_api_pid(index: int) -> int:
+    """vLLM server ``index``'s API server's PID inside CT 200: started before its engine
+    core, its parent."""
+    return vllm_engine_pid(index) - VLLM_API_SERVER_BEFORE
+
+
+def vllm_server_processes(
+    vllm_ports: Sequence[int], stopped: Container[int] = ()
+) -> list[ServerProcess]:
     """The vllm scenario's servers as a real vLLM V1 server runs them: the API server
     ``vllm serve MODEL --port P`` (the console script, as its ``[project.scripts]``
     installs it) and its child the engine core, whose title setproctitle sets to
     ``VLLM::EngineCore`` (vllm/v1/engine/core.py, 0.34.0); server k on GPU
-    ``VLLM_GPUS[k]``, listening on ``vllm_ports[k]``."""
+    ``VLLM_GPUS[k]``, listening on ``vllm_ports[k]``; none of the servers ``stopped``
+    (indexes: their API server was killed, ``vllm_stopped_at``)."""
     out = []
-    for gpu, port in zip(VLLM_GPUS, vllm_ports, strict=False):
-        engine = _VLLM_PID + 168 * gpu - 2418000  # inside CT 200 (CONTAINER)
-        api = engine - VLLM_API_SERVER_BEFORE
+    for k, port in enumerate(vllm_ports[: len(VLLM_GPUS)]):
+        if k in stopped:
+            continue
+        engine, api = vllm_engine_pid(k), vllm_api_pid(k)
         serve = (PROCESS_NAME, "/root/venv/bin/vllm", "serve", VLLM_MODEL, "--port", str(port))
         out.append(ServerProcess(api, 1, serve))
         out.append(ServerProcess(engine, api, (VLLM_PROCESS_NAME,)))
     return out
+
+
+def stopped_vllm_servers(settings: SimSettings, t: float) -> set[int]:
+    """The indexes of the vLLM servers stopped by ``t`` (``vllm_stopped_at``)."""
+    return {k for k in range(len(VLLM_GPUS)) if vllm_stopped_at(settings, k, t) is not None}
 
 
 def host_process(

@@ -33,7 +33,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
-from gpumon.backends.sim.scenario import HANG_AT, SimSettings, scenario_time, wall_time
+from gpumon.backends.sim.scenario import (
+    HANG_AT,
+    SimSettings,
+    scenario_time,
+    vllm_stopped_at,
+    wall_time,
+)
 from gpumon.backends.sim.sglang_model import (
     CONTEXT_LEN,
     HUNG_INDEX,
@@ -46,6 +52,7 @@ from gpumon.backends.sim.sglang_model import (
     metrics_text,
     stopped_at,
 )
+from gpumon.backends.sim.state import with_state
 from gpumon.backends.sim.vllm_model import LOG_INTERVAL_S as VLLM_LOG_INTERVAL_S
 from gpumon.backends.sim.vllm_model import MAX_MODEL_LEN as VLLM_MAX_MODEL_LEN
 from gpumon.backends.sim.vllm_model import MODEL as VLLM_MODEL
@@ -167,6 +174,7 @@ class SglangServers:
 
     def start(self) -> None:
         """Listen on every port not marked ``refuse``; raises OSError when a port is taken."""
+        self.follow_state()
         try:
             for port in self.ports:
                 if self.down.get(port) != "refuse":
@@ -186,8 +194,9 @@ class SglangServers:
             # the backlog is on disk before a server answers: what a reader finds at its
             # start is the same on a loaded machine and an idle one
             self.write_logs()
+        if self.log_dir is not None or self.follows_state:
             name = f"{self.log_name}-sim-log"
-            thread = threading.Thread(target=self._log_loop, name=name, daemon=True)
+            thread = threading.Thread(target=self._loop, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -332,10 +341,19 @@ class SglangServers:
             self._logged[port] = max(due, self._logged[port])
             self._append(port, lines)
 
-    def _log_loop(self) -> None:
+    def _loop(self) -> None:
         while not self._stop.wait(0.25):
-            with contextlib.suppress(OSError):  # the directory went away: keep serving
-                self.write_logs()
+            self.follow_state()
+            if self.log_dir is not None:
+                with contextlib.suppress(OSError):  # the directory went away: keep serving
+                    self.write_logs()
+
+    # ------------------------------------------------------------------ state dir
+    follows_state = False  # whether what the simulator's state dir records changes a server
+
+    def follow_state(self) -> None:
+        """Take in what the simulator's state dir says now (``VllmServers``: a server
+        stopped); nothing for SGLang's, whose stops and restarts the demo makes itself."""
 
 
 # vLLM's backlog written at start: the last ~3 min, so a log read from its tail says when
@@ -351,11 +369,25 @@ class VllmServers(SglangServers):
     empty body while the engine core is alive: a wedged one still is), ``/version`` and
     ``/v1/models``. Its log ``DIR/vllm-PORT.log`` gets the stats line every 10 s (none at
     vLLM's default level once two intervals made no token) and uvicorn's access lines. A
-    restart is not simulated: the counters are the scenario's."""
+    server whose API server was killed is gone (``follow_state``); a restart is not
+    simulated: the counters are the scenario's."""
 
     log_name = "vllm"
     log_interval = VLLM_LOG_INTERVAL_S
     uptime_at_t0 = VLLM_UPTIME_AT_T0
+    follows_state = True
+
+    def follow_state(self) -> None:
+        """A server whose API server was killed (``sim.kill``, recorded in the state dir:
+        ``scenario.vllm_stopped_at``) is gone: from then on its port refuses connections,
+        as a dead server's does, and its log says nothing more."""
+        settings = with_state(self.settings)
+        if not settings.kills:
+            return
+        now = self.now()
+        for k, port in enumerate(self.ports):
+            if self.down.get(port) != "refuse" and vllm_stopped_at(settings, k, now) is not None:
+                self.set_down(port, "refuse")
 
     def answer(self, port: int, path: str) -> tuple[int, str, bytes]:
         if self.down.get(port):

@@ -87,17 +87,27 @@ class SimTransport(LocalTransport):
         super().__init__(host, env)
         self.host_proc_root = str(proc_root)
         # CT200's own /proc, where the agent's discovery finds the vLLM servers' processes
-        self.proc_root = str(write_ct_proc_tree(self.root / "ct-proc", self.vllm_ports))
+        # (in the state dir: the simulated kill takes a stopped server's out of it)
+        from gpumon.backends.sim.scenario import scenario_time, stopped_vllm_servers
+        from gpumon.backends.sim.state import (
+            ct_proc_path,
+            kernel_log_path,
+            with_state,
+            write_kernel_log,
+        )
+
+        now = scenario_time(settings, time.time())
+        stopped = stopped_vllm_servers(with_state(settings), now)
+        ct_proc = ct_proc_path(settings)
+        assert ct_proc is not None  # the state dir is set above
+        self.proc_root = str(write_ct_proc_tree(ct_proc, self.vllm_ports, stopped))
         # The machine the simulator runs on may be a container (a CI runner) whose other
         # processes hold /dev/nvidiaN (a real GPU job, a test's Proxmox stand-in): none of
         # them is the simulated CT200's.
         self.device_files = False
         # The simulated kernel log, its past written now (the agent reads from its end, as
         # from /dev/kmsg): never this machine's kernel log, whose Xids name other buses.
-        from gpumon.backends.sim.scenario import scenario_time
-        from gpumon.backends.sim.state import kernel_log_path, write_kernel_log
-
-        write_kernel_log(settings, scenario_time(settings, time.time()))
+        write_kernel_log(settings, now)
         self.kernel_log_path = str(kernel_log_path(settings))
 
     @property

@@ -225,3 +225,103 @@ def state_of(dialog: KillScreen) -> str:
 
 def squeezed_words(dialog: KillScreen) -> str:
     return " ".join(shown(dialog.query_one("#kill-status")).split())
+
+
+async def test_k_on_the_strips_fix_stops_the_wedged_vllm_server(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """``--scenario vllm`` at the wedge: the strip's fix is "K stop its API server (PID
+    4312)" and K, wherever the cursor is (GPU 0, an SGLang server's), opens the kill of
+    that API server inside CT 200 by its PID there; ``y`` stops it, the simulated machine
+    shows the server gone (no engine core on GPU 6, which goes idle, no longer its row's
+    owner; its port refuses) and the wedge's alert ends, no other page in its place.
+    Before, K opened the kill of GPU 0's SGLang scheduler (the cursor's biggest), and the
+    simulated ``kill`` knew no PID of CT 200's /proc: "kill: (4312) - No such process"."""
+    import dataclasses
+
+    from gpumon.backends.sim.scenario import vllm_api_pid
+
+    monitor = demo_monitor(frozen=False, demo_time=200.0, scenario="vllm")
+    assert monitor.host.vllm is not None
+    # The hold of a wedge's alert through scrapes that do not come (hung_after_s, 60 s by
+    # default) bounds how long it stays after the stop: shorter, for a shorter test
+    vllm = dataclasses.replace(monitor.host.vllm, hung_after_s=15.0)
+    monitor.host = dataclasses.replace(monitor.host, vllm=vllm)
+    monitor.workloads.host = monitor.host
+    port = vllm.ports[0]  # GPU 6's server, the one that wedges
+    api = vllm_api_pid(0)
+    app = GpumonApp([monitor], bell=False)
+    async with app.run_test(size=(130, 45)) as pilot:
+        strip, sections = app.dashboard.strip, app.dashboard.sections
+
+        def state() -> str:
+            active = [a.message for a in monitor.alerts.active()]
+            return f"the strip says {strip.plain!r}; active: {active}"
+
+        fix = f"K stop its API server (PID {api})"
+        await wait(pilot, lambda: fix in strip.plain, timeout=60, what=state)
+        assert f"vllm :{port} wedged" in strip.plain, state()
+
+        def on_gpu6() -> list[str | None]:
+            sample = monitor.latest
+            return [p.name for p in sample.processes_for(sample.gpus[GPU])] if sample else []
+
+        def owns_gpu6() -> bool:  # by its engine core's command, from the host side's list
+            return GPU in monitor.workloads.vllm_gpus(monitor.latest).get(port, ())
+
+        assert on_gpu6() == ["VLLM::EngineCore"]
+        await wait(pilot, owns_gpu6, timeout=20, what="GPU 6's owner")
+        app.dashboard.refresh_dashboard()
+        await pilot.pause()
+        assert f"vllm:{port}" in shown(sections[0].rows[GPU])
+
+        await pilot.press("K")  # the cursor is on GPU 0, whose process is SGLang's
+        await wait(pilot, lambda: isinstance(app.screen, KillScreen), what="the kill dialog")
+        dialog = cast(KillScreen, app.screen)
+        plan = dialog.plan
+        assert plan.pid == api and not plan.on_host and plan.container == 200, plan
+        command = plan.shell_line("TERM")
+        assert command == f"pct exec 200 -- kill -s TERM {api}"
+        what = shown(dialog.query_one("#kill-what"))
+        assert f"stop its API server (PID {api})" in what and f"CT200 PID {api}" in what
+        assert f"vllm serve meta-llama/Llama-3.1-8B-Instruct --port {port}" in what
+        assert f"SIGTERM inside CT 200: {command}" in what
+        await pilot.press("y")
+        await wait(pilot, lambda: dialog.state == "done", timeout=30, what="the kill")
+        status = squeezed_words(dialog)
+        assert f"sent SIGTERM (kill -s TERM {api} inside CT 200)" in status, status
+        assert f"PID {api} has ended" in status, status
+        [entry] = audit.read_entries()
+        assert entry["outcome"] == "ok" and entry["commands"] == [command], entry
+        # its evidence is of the wedge's incident, which the kill answers
+        [wedged] = [a for a in monitor.alerts.history() if a.kind == "vllm_wedged"]
+        with tarfile.open(entry["bundle"]) as tar:
+            member = next(m for m in tar.getmembers() if m.name.endswith("/incident.json"))
+            file = tar.extractfile(member)
+            assert file is not None and wedged.key in file.read().decode()
+        await pilot.press("escape")
+
+        server = monitor.workloads.vllm[port]
+
+        def refused() -> bool:  # a scrape under way when it stopped may say otherwise first
+            return server.up is False and "Connection refused" in (server.error or "")
+
+        await wait(pilot, refused, timeout=20, what=lambda: f"refused: {server.error}")
+        await wait(pilot, lambda: on_gpu6() == [], timeout=20, what="its engine core gone")
+
+        def gpu6_used() -> int | None:
+            sample = monitor.latest
+            return sample.gpus[GPU].memory_used_mib if sample else None
+
+        await wait(pilot, lambda: (gpu6_used() or 0) < 1024, timeout=20, what="GPU 6 idle")
+        assert not owns_gpu6()
+        app.dashboard.refresh_dashboard()
+        await pilot.pause()
+        assert f"vllm:{port}" not in shown(sections[0].rows[GPU])
+
+        def wedged_active() -> bool:
+            return any(a.kind == "vllm_wedged" for a in monitor.alerts.active())
+
+        await wait(pilot, lambda: not wedged_active(), timeout=60, what=state)
+        assert [a for a in monitor.alerts.active() if a.facts.port == port] == [], state()
+        await wait(pilot, lambda: fix not in strip.plain, what=state)

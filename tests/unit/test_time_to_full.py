@@ -35,6 +35,7 @@ from gpumon.backends.model import CheckCode, GpuSample, HostSample
 from gpumon.backends.monitor import HostMonitor, check_verdict
 from gpumon.backends.monitor.sources import AgentSource
 from gpumon.backends.sim import SimSettings
+from gpumon.backends.sim.scenario import JUPYTER_PID, Kill
 from gpumon.backends.transport import LocalTransport
 
 from waiting import FakeClock
@@ -150,7 +151,7 @@ def test_after_the_jupyter_is_stopped_the_estimate_says_the_headroom_there_is() 
     # ramp say it, from the headroom there is.
     clock = FakeClock()
     engine = AlertEngine("demo", AlertRules(), clock=clock.time)
-    trace = drafter(replace(SimSettings(), kills=(35.0,)))
+    trace = drafter(replace(SimSettings(), kills=(Kill(JUPYTER_PID, 35.0),)))
     said: list[tuple[float, str]] = []
     for seconds, sample in trace.samples():
         clock.now = sample.time

@@ -31,7 +31,7 @@ from gpumon.backends.actions import (
     Session,
     audit,
 )
-from gpumon.backends.actions.kill import KillError, KillPlan, kill_alert, kill_plan
+from gpumon.backends.actions.kill import KillError, KillPlan, api_server, kill_alert, kill_plan
 from gpumon.backends.actions.plan import Blocker, monitor_readings, workers_text
 from gpumon.backends.alerts.incident import (
     RESTART_FIXES,
@@ -114,9 +114,10 @@ class JobActions:
         """The process ``K`` acts on, with how it was chosen when nobody selected it: the
         one selected in the detail view on show, else the process line under the cursor,
         else another container's biggest holder of the GPU under the cursor, else the
-        holder an incident names as its cause (the strip offers "K stop jupyter-lab": from a job's
-        row or a GPU without a process too), else the biggest process of the GPU under
-        the cursor."""
+        process an incident's K stops (``incident_holder``: the strip offers "K stop
+        jupyter-lab", "K stop its API server (PID 4312)": from a job's row or a GPU
+        without such a process too), else the biggest process of the GPU under the
+        cursor."""
         screen = self.screen.app.screen
         if isinstance(screen, DetailScreen):
             process = screen.selected_process()
@@ -149,15 +150,22 @@ class JobActions:
         return monitor, pick, why
 
     def incident_holder(self) -> tuple[HostMonitor, GpuProcess, str] | None:
-        """The process an active incident names as its cause, another container's memory
-        on the GPU that ran out ("6.0 GiB held by CT 201 jupyter-lab"), with why it was
-        chosen; the most urgent incident's first. None when no incident names one or the
-        process is no longer listed."""
+        """The process an active incident's ``K`` stops, with why it was chosen, the most
+        urgent incident's first: the one it names as its cause, another container's
+        memory on the GPU that ran out ("6.0 GiB held by CT 201 jupyter-lab"), or a vLLM
+        server's API server its fix names ("K stop its API server (PID 4312)"). None when
+        no incident names one or the holder is no longer listed."""
         for m in self.monitors:
             sample = m.latest
             if sample is None:
                 continue
             for incident in incidents(m.alerts.active()):
+                server = api_server(incident.cause, m.host.container)
+                fix = next((f for f in incident.fixes if f.key == "K"), None)
+                if server is not None and fix is not None:
+                    port = incident.cause.facts.port
+                    of = f" of vllm :{port}" if port is not None else ""
+                    return m, server, f"the incident's fix{of}: {fix.words} (the strip's K)"
                 gpu_index = incident.cause.gpu
                 held = holder(incident.cause, incident.alerts)
                 gpu = next((g for g in sample.gpus if g.index == gpu_index), None)
