@@ -559,10 +559,14 @@ class SglangTracker:
         came before its first scrape). No page is no token: it holds while nothing says a token
         came (the silence is still ``after_s`` or more) or the work went (the last values
         still have requests), for at most ``after_s`` without a judged page (longer: a
-        server stopped or gone, not hung). Ends then as it would have."""
+        server stopped or gone, not hung). Ends then as it would have; at once where the
+        port refuses the connection (a hung server's process still listens: one that is
+        not there is stopped, or restarting, not hung)."""
         since = self.unjudged_since
         if since is None or self.watched_since is None or t - since >= after_s:
             return False
+        if self.up is False and "connection refused" in (self.error or "").lower():
+            return False  # nothing listens on its port: the server went (K stopped it)
         if round(self.running or 0) + round(self.queued or 0) <= 0:
             return False
         return t - self._last_progress() >= after_s

@@ -260,17 +260,26 @@ def test_a_scrape_that_did_not_come_is_no_token_the_wedged_alert_holds() -> None
 def test_a_wedged_alert_without_pages_ends_after_hung_after_s_or_when_the_work_went() -> None:
     """The hold is bounded: a server that answers no page for ``hung_after_s`` is stopped
     or gone, not wedged (the alert ends); a page that says nothing runs or waits ends it
-    at once."""
+    at once, as does a port that refuses the connection (nothing listens: the server was
+    stopped, by K or otherwise; a wedged one's API server still answers)."""
     w = _workloads()
     engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
     sample = _sample_with_minors()
     _wedge(w, engine, sample)
-    for t in range(1075, 1135, 5):  # refused, 60 s (hung_after_s) from 1075
-        w.on_http(f"vllm:{PORT}", None, "", "connection refused", float(t))
+    for t in range(1075, 1135, 5):  # no answer, 60 s (hung_after_s) from 1075
+        w.on_http(f"vllm:{PORT}", None, "", "timed out", float(t))
         w.judge_vllm(engine, float(t), sample)
         assert _wedged(engine) == [(1065.0, True)], t
-    w.on_http(f"vllm:{PORT}", None, "", "connection refused", 1135.0)
+    w.on_http(f"vllm:{PORT}", None, "", "timed out", 1135.0)
     w.judge_vllm(engine, 1135.0, sample)
+    assert _wedged(engine) == [(1065.0, False)]
+
+    w = _workloads()
+    engine = AlertEngine("box", AlertRules(), clock=lambda: 1070.0)
+    _wedge(w, engine, sample)
+    refused = "ConnectionRefusedError: [Errno 111] Connection refused"  # the agent's words
+    w.on_http(f"vllm:{PORT}", None, "", refused, 1075.0)
+    w.judge_vllm(engine, 1075.0, sample)
     assert _wedged(engine) == [(1065.0, False)]
 
     w = _workloads()
