@@ -142,6 +142,49 @@ def env_words(venv_bin: Path, pids: str) -> list[str]:
     ]
 
 
+# ``--check``'s premise is a plain host: no SGLang or vLLM server on it, whose discovery
+# would rightly import their trackers. Another process on the machine (a test's stand-in
+# server, a user's own) must not fail CI's step, so the check runs in a PID namespace of
+# its own, where /proc shows only it and its 8 sleepers (the shim's GPU processes).
+ISOLATED = (
+    'p=; for i in 1 2 3 4 5 6 7 8; do sleep 10000 & p="$p${p:+,}$!"; done; '
+    'exec "$@" NVML_SHIM_PIDS="$p" TERM=dumb "$GPUMON" $ARGS'
+)
+UNSHARE = (
+    ["unshare", "--pid", "--fork", "--mount-proc"],
+    ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"],
+)
+
+
+def namespace() -> list[str] | None:
+    """The ``unshare`` words that give a command a PID namespace and /proc of its own
+    here (as root, else as a user namespace's root); None where neither works."""
+    for words in UNSHARE:
+        try:
+            ok = subprocess.run([*words, "true"], capture_output=True, check=False, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if ok.returncode == 0:
+            return words
+    return None
+
+
+def run_isolated(cmd: Command, venv_bin: Path, ns: list[str], timeout: float) -> dict[str, int]:
+    """``run_one`` in the PID namespace ``ns`` gives, its sleepers started there."""
+    env = [w for w in env_words(venv_bin, "") if not w.startswith("NVML_SHIM_PIDS=")]
+    script = ISOLATED.replace("$GPUMON", shlex.quote(str(venv_bin / "gpumon")))
+    script = script.replace("$ARGS", shlex.join(cmd.argv))
+    res = subprocess.run(
+        [*ns, "sh", "-c", script, "sh", *env],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return parse(res.stderr)
+
+
 def run_one(cmd: Command, venv_bin: Path, pids: str, timeout: float) -> dict[str, int]:
     if cmd.dashboard:
         return run_dashboard(cmd, venv_bin, pids, timeout)
@@ -216,13 +259,20 @@ def main() -> int:
     venv_bin = Path(args.venv) / "bin"
     names = ["snapshot-local"] if args.check else args.commands.split(",")
     runs = 1 if args.check else args.runs
+    ns = namespace() if args.check else None
+    if args.check:
+        where = "in a PID namespace of its own" if ns else "NOT isolated (no unshare here)"
+        print(f"gpumon snapshot local runs {where}: other processes' servers are not seen")
     sleepers = [subprocess.Popen(["sleep", "10000"]) for _ in range(8)]
     pids = ",".join(str(p.pid) for p in sleepers)
     bad: list[str] = []
     try:
         for name in names:
             cmd = COMMANDS[name]
-            got = [run_one(cmd, venv_bin, pids, args.timeout) for _ in range(runs)]
+            if ns is not None:
+                got = [run_isolated(cmd, venv_bin, ns, args.timeout) for _ in range(runs)]
+            else:
+                got = [run_one(cmd, venv_bin, pids, args.timeout) for _ in range(runs)]
             if not any(got):
                 print(f"gpumon {shlex.join(cmd.argv)}: no importtime report", file=sys.stderr)
                 return 1
