@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -65,6 +65,23 @@ def _fixed_host_load(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         HostMonitor, "ingest_host_load", lambda self, load: setattr(self, "host_load", FIXED_LOAD)
     )
+
+
+@pytest.fixture(autouse=True)
+def _no_process_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process's CPU % needs two readings of its /proc stat: the first list has none
+    ("-"), the next one (5 s on) "0%" (the simulator's /proc stands still). A machine slow
+    to reach the snapshot got the second list first (``test_sglang_scenario_with_its_pane
+    [160x50]`` beside a CPU hog, 1 run in 8; reproduced by waiting 12 s): the process
+    tables show "-" always."""
+    ingest = HostMonitor.ingest_proc_records
+
+    def without_cpu(
+        self: HostMonitor, source: str, records: Sequence[Mapping[str, Any]], at: float
+    ) -> None:
+        ingest(self, source, [{**r, "cpu_pct": None} for r in records], at)
+
+    monkeypatch.setattr(HostMonitor, "ingest_proc_records", without_cpu)
 
 
 def jobs_reported(monitor: HostMonitor) -> bool:
