@@ -269,9 +269,16 @@ class AlertEngine(AlertStore):
         return self._refs.index(index) or GpuRef(index)
 
     def time_to_full(self, gpu: int) -> float | None:
-        """Seconds until ``gpu``'s memory is full at the current trend, or None."""
+        """Seconds until ``gpu``'s memory is full at the current trend, or None; while
+        its ``time_to_full`` alert holds through a sample that gave no estimate (a short
+        window's noise read as a rise that slows), the one the alert says: the row, the
+        check's data and the alert give one number."""
         watch = self._watches.get(gpu)
-        return None if watch is None else watch.ttf
+        if watch is None:
+            return None
+        if watch.ttf is None and f"time_to_full:{gpu}" in self._active:
+            return watch.alert_ttf
+        return watch.ttf
 
     def time_to_full_unjudged(self) -> str | None:
         """Why the time-to-full rule could not judge the last sample: too few samples in
@@ -792,6 +799,8 @@ class AlertEngine(AlertStore):
                     key, "time_to_full", Health.WARNING, gpu.index, text, now, out, score=-ttf,
                     facts=facts,
                 )  # fmt: skip
+                if suffix is None:
+                    watch.alert_ttf = round(ttf)  # as its words say it
             return
         watch.ttf_hits = 0
         if key in self._active and (ttf is None or ttf > horizon * 1.25):

@@ -397,6 +397,7 @@ class GpuWatch:
     """Memory state of one GPU across samples (see the module docstring for the rules)."""
 
     __slots__ = (
+        "alert_ttf",
         "calm",
         "emptied_at",
         "health_calm",
@@ -436,6 +437,7 @@ class GpuWatch:
         self.calm = 0  # samples in a row below the current level's clear line
         self.ttf: float | None = None
         self.rate = 0.0  # MiB/s of the last estimate
+        self.alert_ttf: float | None = None  # the estimate its time_to_full alert says
         self.ttf_hits = 0
         self.ttf_calm = 0
         self.high_at: float | None = None

@@ -232,3 +232,30 @@ def test_a_check_window_short_for_its_interval_can_still_be_judged(
     # on gets them (a 1 s window at 1 s needed 4 points in 2 s: never, so always UNKNOWN).
     rules = check_rules(AlertRules(), window, interval)
     assert (rules.ttf_min_points - 1) * interval <= rules.ttf_window_s
+
+
+def test_the_alerts_estimate_stands_while_a_sample_gives_none() -> None:
+    """A check's short window: each half holds two samples, and a ramp's wobble (the
+    demo's, 190-226 MiB a second) can read as a rise that slows short of full: that sample
+    gives no estimate. The alert holds (it ends after calm samples), but the check's data
+    had no time_to_full while its line said "full in ~N s", and the row's "full in"
+    blinked out. Its estimate stands as the alert says it until a sample gives one."""
+    rules = check_rules(AlertRules(), 5.0, 1.0)
+    clock = FakeClock()
+    engine = AlertEngine("demo", rules, clock=clock.time)
+    used = 0.90 * TOTAL
+    steps = [210.0] * 8 + [190.0, 190.0]  # a steady rise, then a wobble down
+    for k, step in enumerate(steps):
+        used += step
+        sample = one_gpu(float(k), used)
+        clock.now = sample.time
+        engine.on_sample(sample)
+        if k == 7:
+            [alert] = [a for a in engine.active() if a.kind == "time_to_full"]
+            said = int(WORDS.search(alert.message)[1])  # type: ignore[index]
+            assert engine.time_to_full(0) == pytest.approx(said, abs=0.5)
+    [alert] = [a for a in engine.active() if a.kind == "time_to_full"]
+    said = int(WORDS.search(alert.message)[1])  # type: ignore[index]
+    watch = engine._watches[0]
+    assert watch.ttf is None  # the last sample gave none: the wobble read as a slowdown
+    assert engine.time_to_full(0) == said
