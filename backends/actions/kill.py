@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Literal
 
 from gpumon.backends.actions import audit
 from gpumon.backends.errors import GpumonError
-from gpumon.backends.model import GpuProcess, ProcessSource
+from gpumon.backends.model import GpuProcess, HostSample, ProcessSource
 from gpumon.backends.parsers.processes import container_label
 from gpumon.backends.transport.base import Transport, TransportError, wrap_container
 
@@ -49,6 +49,7 @@ __all__ = [
     "KillPlan",
     "api_server",
     "guarded_script",
+    "hung_scheduler",
     "kill_plan",
     "send_signal",
     "wait_gone",
@@ -256,8 +257,9 @@ def kill_alert(alerts: Iterable[Alert], process: GpuProcess, gpus: Iterable[int]
     """The key of the alert the kill of ``process`` (on the GPUs ``gpus``, indexes)
     answers, whose incident its evidence is of: the newest active ``foreign_process`` that
     names it its holder, else the newest active vLLM alert whose server's API server it
-    is, else the newest active ``foreign_process`` or ``gpu_idle_held`` of one of its
-    GPUs; None: no such alert."""
+    is or ``sglang_hung`` whose first scheduler it is (the process their K fix names),
+    else the newest active ``foreign_process`` or ``gpu_idle_held`` of one of its GPUs;
+    None: no such alert."""
     on = set(gpus)
     active = [a for a in alerts if a.active]
     found = [a for a in active if a.kind in KILL_KINDS]
@@ -275,8 +277,21 @@ def kill_alert(alerts: Iterable[Alert], process: GpuProcess, gpus: Iterable[int]
         and process.pid is not None
         and a.facts.server_pid == process.pid
     ]
+    listed = process.pid if process.pid is not None else process.host_pid
+    server += [a for a in active if a.kind == "sglang_hung" and listed in a.facts.schedulers[:1]]
     mine = held or server or [a for a in found if a.gpu is not None and a.gpu in on]
     return max(mine, key=lambda a: a.time).key if mine else None
+
+
+def hung_scheduler(alert: Alert, sample: HostSample) -> GpuProcess | None:
+    """The process ``K`` stops for a hung SGLang server (``sglang_hung``): its first
+    scheduler (``schedulers``, as the fix "K stop its scheduler (PID N)" names it), as
+    ``sample`` lists it; None where the alert names none or it is no longer listed."""
+    if alert.kind != "sglang_hung" or not alert.facts.schedulers:
+        return None
+    first = alert.facts.schedulers[0]
+    listed = (p for p in sample.processes if (p.pid if p.pid is not None else p.host_pid) == first)
+    return next(listed, None)
 
 
 def api_server(alert: Alert, container: int | None) -> GpuProcess | None:

@@ -17,6 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Button
 
 from gpumon.backends.actions import audit
+from gpumon.backends.actions.kill import kill_alert
 from gpumon.backends.monitor import HostMonitor
 from gpumon.backends.sim.scenario import JUPYTER_MIB, JUPYTER_PID
 from gpumon.tui.app import GpumonApp
@@ -322,3 +323,38 @@ async def test_k_on_the_strips_fix_stops_the_wedged_vllm_server(
         await wait(pilot, lambda: not wedged_active(), what=state)
         assert [a for a in monitor.alerts.active() if a.facts.port == port] == [], state()
         await wait(pilot, lambda: fix not in strip.plain, what=state)
+
+
+async def test_k_on_a_hung_sglang_servers_fix_takes_its_scheduler_from_any_row(
+    demo_monitor: Callable[..., HostMonitor], wait: Wait
+) -> None:
+    """``--scenario hang``: server 0 (GPU 0) hangs and the strip's fix is "K stop its
+    scheduler (PID N)". With the cursor on GPU 3, K opens the kill of that scheduler, not
+    GPU 3's own (the server that is fine), and its evidence is of the hang's incident.
+    Before, K took the biggest process of the GPU under the cursor: the fix worked only
+    from GPU 0's row."""
+    monitor = demo_monitor(frozen=False, demo_time=130.0, scenario="hang")
+    app = GpumonApp([monitor], bell=False)
+    async with app.run_test(size=(130, 45)) as pilot:
+        strip = app.dashboard.strip
+        await wait(pilot, lambda: "K stop its scheduler (PID " in strip.plain, timeout=60)
+        [hung] = [a for a in monitor.alerts.active() if a.kind == "sglang_hung"]
+        first = hung.facts.schedulers[0]
+        assert f"K stop its scheduler (PID {first})" in strip.plain, strip.plain
+        sample = monitor.latest
+        assert sample is not None
+        [on_gpu0] = sample.processes_for(sample.gpus[0])
+        [on_gpu3] = sample.processes_for(sample.gpus[3])
+        assert first in (on_gpu0.pid, on_gpu0.host_pid)
+        await pilot.press("3")
+        assert app.dashboard.under_cursor() == ("gpu", 3)
+        await pilot.press("K")
+        await wait(pilot, lambda: isinstance(app.screen, KillScreen), what="the kill dialog")
+        dialog = cast(KillScreen, app.screen)
+        process = dialog.plan.process
+        assert (process.pid, process.host_pid) == (on_gpu0.pid, on_gpu0.host_pid), process
+        assert (process.pid, process.host_pid) != (on_gpu3.pid, on_gpu3.host_pid)
+        assert f"stop its scheduler (PID {first})" in shown(dialog.query_one("#kill-what"))
+        # its evidence is of the hang's incident
+        assert kill_alert(monitor.alerts.history(), process, [0]) == hung.key
+        await pilot.press("escape")

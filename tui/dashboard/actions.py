@@ -31,7 +31,14 @@ from gpumon.backends.actions import (
     Session,
     audit,
 )
-from gpumon.backends.actions.kill import KillError, KillPlan, api_server, kill_alert, kill_plan
+from gpumon.backends.actions.kill import (
+    KillError,
+    KillPlan,
+    api_server,
+    hung_scheduler,
+    kill_alert,
+    kill_plan,
+)
 from gpumon.backends.actions.plan import Blocker, monitor_readings, workers_text
 from gpumon.backends.alerts.incident import (
     RESTART_FIXES,
@@ -152,9 +159,10 @@ class JobActions:
     def incident_holder(self) -> tuple[HostMonitor, GpuProcess, str] | None:
         """The process an active incident's ``K`` stops, with why it was chosen, the most
         urgent incident's first: the one it names as its cause, another container's
-        memory on the GPU that ran out ("6.0 GiB held by CT 201 jupyter-lab"), or a vLLM
-        server's API server its fix names ("K stop its API server (PID 4312)"). None when
-        no incident names one or the holder is no longer listed."""
+        memory on the GPU that ran out ("6.0 GiB held by CT 201 jupyter-lab"), a vLLM
+        server's API server its fix names ("K stop its API server (PID 4312)"), or a hung
+        SGLang server's first scheduler ("K stop its scheduler (PID 1020)"). None when no
+        incident names one or the holder is no longer listed."""
         for m in self.monitors:
             sample = m.latest
             if sample is None:
@@ -166,6 +174,10 @@ class JobActions:
                     port = incident.cause.facts.port
                     of = f" of vllm :{port}" if port is not None else ""
                     return m, server, f"the incident's fix{of}: {fix.words} (the strip's K)"
+                scheduler = hung_scheduler(incident.cause, sample)
+                if scheduler is not None and fix is not None:
+                    of = f" of sglang :{incident.cause.facts.port}"
+                    return m, scheduler, f"the incident's fix{of}: {fix.words} (the strip's K)"
                 gpu_index = incident.cause.gpu
                 held = holder(incident.cause, incident.alerts)
                 gpu = next((g for g in sample.gpus if g.index == gpu_index), None)
