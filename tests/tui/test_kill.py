@@ -283,6 +283,9 @@ async def test_k_on_the_strips_fix_stops_the_wedged_vllm_server(
         assert f"stop its API server (PID {api})" in what and f"CT200 PID {api}" in what
         assert f"vllm serve meta-llama/Llama-3.1-8B-Instruct --port {port}" in what
         assert f"SIGTERM inside CT 200: {command}" in what
+        # the API server holds no GPU memory: its engine core does (not "unknown")
+        assert "holds no GPU memory itself" in what and "GPU memory unknown" not in what
+        assert dialog.query_one("#kill-box").border_title == "Terminate a process on demo"
         await pilot.press("y")
         await wait(pilot, lambda: dialog.state == "done", timeout=30, what="the kill")
         status = squeezed_words(dialog)

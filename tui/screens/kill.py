@@ -30,6 +30,7 @@ from gpumon.backends.actions.kill import (
     wait_gone,
 )
 from gpumon.backends.actions.run import Kept
+from gpumon.backends.model import GpuProcess
 from gpumon.backends.transport import Transport
 from gpumon.backends.untrusted import printable
 from gpumon.tui.screens.dialog import Dialog
@@ -80,7 +81,8 @@ class KillScreen(Dialog):
         self._skipped = False
 
     def compose(self) -> ComposeResult:
-        with self.frame(f"Terminate a GPU process on {self.plan.host}"):
+        what = "a process" if on_no_gpu(self.plan.process) else "a GPU process"
+        with self.frame(f"Terminate {what} on {self.plan.host}"):
             yield self.static("what", self._what())
             yield self.static("status")
             with self.button_row():
@@ -99,8 +101,11 @@ class KillScreen(Dialog):
             text.append(f"{self.why}\n", self.palette.text(Role.WARNING))
         text.append(f"{self.plan.summary}\n", "bold")
         text.append(printable(p.command or p.name or "[command not visible]") + "\n")
-        mem = "unknown" if p.memory_mib is None else f"{gib(p.memory_mib)} GiB"
-        text.append(f"GPU memory {mem}\n", muted)
+        if on_no_gpu(p):
+            text.append("holds no GPU memory itself\n", muted)
+        else:
+            mem = "unknown" if p.memory_mib is None else f"{gib(p.memory_mib)} GiB"
+            text.append(f"GPU memory {mem}\n", muted)
         guard_role = Role.MUTED if self.plan.start_ticks is not None else Role.WARNING
         text.append(f"{self.plan.guard_text()}\n", self.palette.text(guard_role))
         if self.evidence is not None:
@@ -224,3 +229,14 @@ class KillScreen(Dialog):
             self.messages.append(f"PID {self.plan.pid} is still there after SIGKILL")
             self.state = "done"
         self._show_status()
+
+
+def on_no_gpu(process: GpuProcess) -> bool:
+    """Whether ``process`` is on no GPU at all: no GPU, no device file, no memory (a vLLM
+    server's API server, which an incident's K stops: its engine core holds the GPU)."""
+    return (
+        process.gpu_uuid is None
+        and not process.gpus
+        and not process.minors
+        and (process.memory_mib is None)
+    )
