@@ -180,6 +180,12 @@ class GpuProcess:
     parent: str | None = None
 
     @property
+    def shown_pid(self) -> int | None:
+        """The PID the watched machine knows it by, else the host's: the one the process
+        table shows and a fix names ("K stop its scheduler (PID 1020)")."""
+        return self.pid if self.pid is not None else self.host_pid
+
+    @property
     def short_name(self) -> str | None:
         """The program's base name (``python3``, ``jupyter``), from the command line
         (``program_name`` of its first word; for a Python, of its script)."""

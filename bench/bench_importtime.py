@@ -129,7 +129,10 @@ def parse(text: str) -> dict[str, int]:
     return own
 
 
-def env_words(venv_bin: Path, pids: str) -> list[str]:
+def env_words(venv_bin: Path, pids: str | None) -> list[str]:
+    """``env -i`` and the runs' environment; ``pids``: the shim's GPU processes (None:
+    the command line sets them after these words)."""
+    shim = [] if pids is None else [f"NVML_SHIM_PIDS={pids}"]
     return [
         "env",
         "-i",
@@ -137,9 +140,22 @@ def env_words(venv_bin: Path, pids: str) -> list[str]:
         f"HOME={os.environ.get('HOME', '/root')}",
         "LANG=C.UTF-8",
         f"PYTHONPATH={SHIM}",
-        f"NVML_SHIM_PIDS={pids}",
+        *shim,
         "PYTHONPROFILEIMPORTTIME=1",
     ]
+
+
+def importtime(argv: list[str], timeout: float) -> dict[str, int]:
+    """Each module's own import time (us) of the command ``argv``, from its stderr."""
+    res = subprocess.run(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return parse(res.stderr)
 
 
 # ``--check``'s premise is a plain host: no SGLang or vLLM server on it, whose discovery
@@ -171,32 +187,16 @@ def namespace() -> list[str] | None:
 
 def run_isolated(cmd: Command, venv_bin: Path, ns: list[str], timeout: float) -> dict[str, int]:
     """``run_one`` in the PID namespace ``ns`` gives, its sleepers started there."""
-    env = [w for w in env_words(venv_bin, "") if not w.startswith("NVML_SHIM_PIDS=")]
     script = ISOLATED.replace("$GPUMON", shlex.quote(str(venv_bin / "gpumon")))
     script = script.replace("$ARGS", shlex.join(cmd.argv))
-    res = subprocess.run(
-        [*ns, "sh", "-c", script, "sh", *env],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return parse(res.stderr)
+    return importtime([*ns, "sh", "-c", script, "sh", *env_words(venv_bin, None)], timeout)
 
 
 def run_one(cmd: Command, venv_bin: Path, pids: str, timeout: float) -> dict[str, int]:
     if cmd.dashboard:
         return run_dashboard(cmd, venv_bin, pids, timeout)
-    res = subprocess.run(
-        [*env_words(venv_bin, pids), "TERM=dumb", str(venv_bin / "gpumon"), *cmd.argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return parse(res.stderr)
+    gpumon = [*env_words(venv_bin, pids), "TERM=dumb", str(venv_bin / "gpumon"), *cmd.argv]
+    return importtime(gpumon, timeout)
 
 
 def run_dashboard(cmd: Command, venv_bin: Path, pids: str, timeout: float) -> dict[str, int]:

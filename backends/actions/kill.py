@@ -277,7 +277,7 @@ def kill_alert(alerts: Iterable[Alert], process: GpuProcess, gpus: Iterable[int]
         and process.pid is not None
         and a.facts.server_pid == process.pid
     ]
-    listed = process.pid if process.pid is not None else process.host_pid
+    listed = process.shown_pid
     server += [a for a in active if a.kind == "sglang_hung" and listed in a.facts.schedulers[:1]]
     mine = held or server or [a for a in found if a.gpu is not None and a.gpu in on]
     return max(mine, key=lambda a: a.time).key if mine else None
@@ -290,8 +290,7 @@ def hung_scheduler(alert: Alert, sample: HostSample) -> GpuProcess | None:
     if alert.kind != "sglang_hung" or not alert.facts.schedulers:
         return None
     first = alert.facts.schedulers[0]
-    listed = (p for p in sample.processes if (p.pid if p.pid is not None else p.host_pid) == first)
-    return next(listed, None)
+    return next((p for p in sample.processes if p.shown_pid == first), None)
 
 
 def api_server(alert: Alert, container: int | None) -> GpuProcess | None:

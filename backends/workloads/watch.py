@@ -784,7 +784,7 @@ def _titled_pids(sample: HostSample | None, gpus: Sequence[int], title: str) -> 
         if gpu.index not in gpus:
             continue
         for p in sample.processes_for(gpu):
-            pid = p.pid if p.pid is not None else p.host_pid
+            pid = p.shown_pid
             if (p.name or "").startswith(title) and pid is not None and pid not in out:
                 out.append(pid)
     return tuple(out)

@@ -168,18 +168,16 @@ class JobActions:
             if sample is None:
                 continue
             for incident in incidents(m.alerts.active()):
-                server = api_server(incident.cause, m.host.container)
+                cause = incident.cause
                 fix = next((f for f in incident.fixes if f.key == "K"), None)
-                if server is not None and fix is not None:
-                    port = incident.cause.facts.port
-                    of = f" of vllm :{port}" if port is not None else ""
-                    return m, server, f"the incident's fix{of}: {fix.words} (the strip's K)"
-                scheduler = hung_scheduler(incident.cause, sample)
-                if scheduler is not None and fix is not None:
-                    of = f" of sglang :{incident.cause.facts.port}"
-                    return m, scheduler, f"the incident's fix{of}: {fix.words} (the strip's K)"
-                gpu_index = incident.cause.gpu
-                held = holder(incident.cause, incident.alerts)
+                named = api_server(cause, m.host.container) or hung_scheduler(cause, sample)
+                if named is not None and fix is not None:
+                    engine = "sglang" if cause.kind == "sglang_hung" else "vllm"
+                    port = cause.facts.port
+                    of = f" of {engine} :{port}" if port is not None else ""
+                    return m, named, f"the incident's fix{of}: {fix.words} (the strip's K)"
+                gpu_index = cause.gpu
+                held = holder(cause, incident.alerts)
                 gpu = next((g for g in sample.gpus if g.index == gpu_index), None)
                 if held is None or gpu is None:
                     continue
@@ -512,7 +510,7 @@ def owner_words(monitor: HostMonitor, alert: Alert) -> str:
     procs = sample.processes_for(gpu) if sample is not None and gpu is not None else ()
     if procs:
         top = max(procs, key=lambda p: p.memory_mib or 0)
-        pid = top.pid if top.pid is not None else top.host_pid
+        pid = top.shown_pid
         name = top.short_name or "a process"
         said = f"{name} (PID {pid})" if pid is not None else name
         return f"GPU {alert.gpu} runs {said}, not a configured job: K on its row stops it"

@@ -234,9 +234,5 @@ class KillScreen(Dialog):
 def on_no_gpu(process: GpuProcess) -> bool:
     """Whether ``process`` is on no GPU at all: no GPU, no device file, no memory (a vLLM
     server's API server, which an incident's K stops: its engine core holds the GPU)."""
-    return (
-        process.gpu_uuid is None
-        and not process.gpus
-        and not process.minors
-        and (process.memory_mib is None)
-    )
+    on_gpu = process.gpu_uuid is not None or bool(process.gpus or process.minors)
+    return not on_gpu and process.memory_mib is None

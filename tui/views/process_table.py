@@ -62,7 +62,7 @@ SORTS: dict[str, tuple[str, SortKey]] = {
     "memory": ("MEMORY", _number(lambda p: p.memory_mib)),
     "cpu": ("CPU", _number(lambda p: p.cpu_pct)),
     "rss": ("RSS", _number(lambda p: p.rss_mib)),
-    "pid": ("PID", _text(lambda p: p.pid if p.pid is not None else p.host_pid)),
+    "pid": ("PID", _text(lambda p: p.shown_pid)),
     "user": ("USER", _text(lambda p: p.user)),
     "command": ("COMMAND", _text(lambda p: p.command or p.name)),
 }
